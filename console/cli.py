@@ -1,0 +1,474 @@
+"""The headless CLI: ``gpuconsole submit|ps|logs|stop|rm``.
+
+Data goes to stdout (job ids, tables, JSON, log lines); diagnostics go to stderr. Every
+deliberate error prints ``error: <what, where>`` and ``  fix: <how>`` on stderr and exits 2 for
+bad input (spec, profile, flags) or 1 for everything else. ``submit --follow`` exits with the
+job's exit code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import sys
+import time
+from collections.abc import Coroutine
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from console.errors import ConfigError, JobError, JobNotFound, PlanError
+from console.jobs.launch import launch, prepare
+from console.jobs.logs import JobLogLine, follow_job_logs, read_job_logs
+from console.jobs.plan import render_plan
+from console.jobs.spec import load_spec
+from console.jobs.status import (
+    ACTIVE_STATES,
+    adopt_unknown,
+    format_node_state,
+    refresh,
+    stop_nodes,
+)
+from console.jobs.store import JobRecord, NodeRecord, Store
+from console.profiles import Profile, load_profile_file, resolve_profile
+from console.session import Session
+from remote.docker import format_ns
+from remote.errors import GpuConsoleError
+
+T = TypeVar("T")
+log = logging.getLogger("gpuconsole")
+
+
+def _err(msg: str) -> None:
+    click.echo(msg, err=True)
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a command's coroutine; map gpuconsole errors to a message and an exit status."""
+    try:
+        return asyncio.run(coro)
+    except GpuConsoleError as e:
+        _err(f"error: {e.message}")
+        if e.hint:
+            _err(f"  fix: {e.hint}")
+        raise SystemExit(2 if isinstance(e, (ConfigError, PlanError)) else 1) from None
+    except KeyboardInterrupt:
+        raise SystemExit(130) from None
+
+
+@click.group(invoke_without_command=True)
+@click.option("--profile", "-p", "profile", metavar="NAME|PATH", default=None,
+              help="Profile to use (default: $GPUCONSOLE_PROFILE, your default, then `local`).")
+@click.option("--verbose", "-v", is_flag=True, help="Debug logging on stderr.")
+@click.version_option(package_name="gpuconsole")
+@click.pass_context
+def main(ctx: click.Context, profile: str | None, verbose: bool) -> None:
+    """Launch torchrun jobs in containers on your GPU hosts, follow their logs, watch the fleet."""
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    if not verbose:
+        logging.getLogger("asyncssh").setLevel(logging.ERROR)
+    ctx.obj = {"profile": profile}
+    if ctx.invoked_subcommand is None:
+        click.echo(ctx.get_help())
+
+
+def _profile(ctx: click.Context) -> Profile:
+    ref: str | None = ctx.obj["profile"]
+    return resolve_profile(ref)
+
+
+def _profile_of(job: JobRecord, fallback: Profile) -> Profile:
+    """The profile a job was submitted with (its file, else by name), else ``fallback``."""
+    if job.profile_source and Path(job.profile_source).is_file():
+        try:
+            return load_profile_file(Path(job.profile_source))
+        except ConfigError:
+            pass
+    if job.profile == fallback.name:
+        return fallback
+    try:
+        return resolve_profile(job.profile)
+    except ConfigError:
+        return fallback
+
+
+class Sessions:
+    """One :class:`Session` per profile, for commands that touch jobs of several profiles."""
+
+    def __init__(self, default: Profile) -> None:
+        self.default = default
+        self._by_key: dict[str, Session] = {}
+
+    def for_job(self, job: JobRecord) -> Session:
+        """The session of the job's profile."""
+        prof = _profile_of(job, self.default)
+        key = prof.source or prof.name
+        if key not in self._by_key:
+            self._by_key[key] = Session(prof)
+        return self._by_key[key]
+
+    def default_session(self) -> Session:
+        """The session of the command's profile."""
+        key = self.default.source or self.default.name
+        if key not in self._by_key:
+            self._by_key[key] = Session(self.default)
+        return self._by_key[key]
+
+    async def close(self) -> None:
+        """Close every session."""
+        for s in self._by_key.values():
+            await s.close()
+
+
+def find_job(store: Store, ref: str) -> JobRecord:
+    """The one job matching an id, id prefix or name (the newest of that name).
+
+    Raises:
+        JobNotFound: none, or an ambiguous id prefix.
+    """
+    found = store.find(ref)
+    if not found:
+        raise JobNotFound(f"no job {ref!r}", "list jobs with `gpuconsole ps --all`")
+    by_name = [j for j in found if j.name == ref]
+    if by_name:
+        return by_name[0]
+    if len(found) > 1:
+        ids = ", ".join(j.id for j in found[:5])
+        raise JobNotFound(f"{ref!r} matches several jobs: {ids}", "give more of the job id")
+    return found[0]
+
+
+# -- submit ---------------------------------------------------------------------------------
+
+
+def _parse_gpus(value: str | None) -> Any:
+    if value is None:
+        return None
+    if value == "all":
+        return "all"
+    if "," in value or value.startswith("["):
+        return [int(v) for v in value.strip("[]").split(",") if v.strip()]
+    return int(value)
+
+
+def _parse_nodes(value: str | None) -> Any:
+    if value is None:
+        return None
+    return int(value) if value.isdigit() else [v for v in value.split(",") if v]
+
+
+@main.command()
+@click.argument("spec", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--follow", "-f", is_flag=True, help="Follow the logs; exit with the job's code.")
+@click.option("--dry-run", is_flag=True, help="Print the plan and `docker run` lines only.")
+@click.option("--name", help="Override the job name.")
+@click.option("--image", help="Override the image.")
+@click.option("--nodes", help="Node count, or host names separated by commas.")
+@click.option("--gpus-per-node", help="all, a count, indices like 0,1, or 0 for CPU (gloo).")
+@click.option("--nproc-per-node", type=int, help="torchrun processes per node.")
+@click.option("--max-restarts", type=int, help="torchrun --max-restarts.")
+@click.option("--arg", "args", multiple=True, help="Replace the script's arguments (repeat).")
+@click.pass_context
+def submit(
+    ctx: click.Context, spec: Path, follow: bool, dry_run: bool, name: str | None,
+    image: str | None, nodes: str | None, gpus_per_node: str | None,
+    nproc_per_node: int | None, max_restarts: int | None, args: tuple[str, ...],
+) -> None:
+    """Launch the job described by SPEC (YAML); flags override its fields."""
+    try:
+        overrides = {
+            "name": name, "image": image, "nodes": _parse_nodes(nodes),
+            "gpus_per_node": _parse_gpus(gpus_per_node), "nproc_per_node": nproc_per_node,
+            "max_restarts": max_restarts, "args": list(args) if args else None,
+        }
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from e
+    code = run(_submit(ctx, spec, overrides, follow, dry_run))
+    raise SystemExit(code)
+
+
+async def _submit(
+    ctx: click.Context, spec_path: Path, overrides: dict[str, Any], follow: bool, dry_run: bool
+) -> int:
+    if not spec_path.is_file():
+        raise ConfigError("job spec not found", "give the path of a YAML job spec",
+                          path=str(spec_path))
+    loaded = load_spec(spec_path, overrides)
+    profile = _profile(ctx)
+    async with Session(profile) as session:
+        prepared = await prepare(session, loaded, dry_run=dry_run)
+        if dry_run:
+            click.echo(render_plan(prepared.plan))
+            return 0
+        store = Store()
+        try:
+            job_id = await launch(session, store, loaded, prepared)
+            plan = prepared.plan
+            _err(f"submitted {job_id}: {len(plan.nodes)} node(s) x {plan.nproc_per_node} "
+                 f"process(es), world size {plan.world_size}, on "
+                 f"{', '.join(n.host for n in plan.nodes)}")
+            if not follow:
+                click.echo(job_id)
+                return 0
+            job = store.get(job_id)
+            assert job is not None
+            return await _follow(session, store, job, tail=None, timestamps=False)
+        finally:
+            store.close()
+
+
+def _print_line(line: JobLogLine, timestamps: bool) -> None:
+    prefix = f"{format_ns(line.ts_ns)} " if timestamps else ""
+    click.echo(f"{prefix}{line.tag()} {line.text}")
+
+
+async def _follow(
+    session: Session, store: Store, job: JobRecord, *, tail: int | None, timestamps: bool,
+    node: int | None = None, since_ns: int | None = None,
+) -> int:
+    """Follow a job's logs to its end; gang-teardown on a failure; return the exit code."""
+    refreshing: set[asyncio.Task[JobRecord]] = set()
+
+    def on_exit(_n: NodeRecord) -> None:
+        t = asyncio.create_task(refresh(session, store, job))
+        refreshing.add(t)
+        t.add_done_callback(refreshing.discard)
+
+    try:
+        async for line in follow_job_logs(session, store, job, node=node, since_ns=since_ns,
+                                          tail=tail, on_node_exit=on_exit):
+            _print_line(line, timestamps)
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        _err(f"stopped following; the job keeps running (`gpuconsole stop {job.id}`)")
+        return 130
+    await asyncio.gather(*refreshing, return_exceptions=True)
+    job = await refresh(session, store, job)
+    _summary(job)
+    if job.state == "succeeded":
+        return 0
+    codes = [n.exit_code for n in job.nodes if n.exit_code]
+    if job.failure and job.failure.get("exit_code"):
+        return int(job.failure["exit_code"])
+    return codes[0] if codes else 1
+
+
+def _summary(job: JobRecord) -> None:
+    nodes = ", ".join(f"n{n.node_rank} {format_node_state(n)}" for n in job.nodes)
+    _err(f"job {job.id} {job.state} ({nodes})")
+    if job.failure:
+        f = job.failure
+        rank = f" rank {f['rank']}" if f.get("rank") is not None else ""
+        _err(f"  first failure: node {f['node']} on {f['host']}{rank}, exit code "
+             f"{f['exit_code']}: {f['reason']}")
+        if f.get("fix"):
+            _err(f"  fix: {f['fix']}")
+
+
+# -- ps -------------------------------------------------------------------------------------
+
+
+def _age(ts: float) -> str:
+    s = max(0, int(time.time() - ts))
+    for unit, n in (("d", 86400), ("h", 3600), ("m", 60)):
+        if s >= n:
+            return f"{s // n}{unit}"
+    return f"{s}s"
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the jobs as a JSON list.")
+@click.option("--all", "-a", "show_all", is_flag=True, help="Include removed jobs.")
+@click.pass_context
+def ps(ctx: click.Context, as_json: bool, show_all: bool) -> None:
+    """List jobs and each node's state (reconciled with the hosts' containers)."""
+    run(_ps(ctx, as_json, show_all))
+
+
+async def _refresh_all(sessions: Sessions, store: Store, jobs: list[JobRecord]) -> None:
+    todo = [j for j in jobs if j.removed_at is None and
+            (j.state in (*ACTIVE_STATES, "unknown") or
+             any(n.state in (*ACTIVE_STATES, "unreachable") for n in j.nodes))]
+    await asyncio.gather(*(refresh(sessions.for_job(j), store, j) for j in todo))
+
+
+async def _ps(ctx: click.Context, as_json: bool, show_all: bool) -> None:
+    profile = _profile(ctx)
+    store = Store()
+    sessions = Sessions(profile)
+    try:
+        await adopt_unknown(sessions.default_session(), store, list(profile.hosts))
+        await _refresh_all(sessions, store, store.jobs(include_removed=show_all))
+        jobs = store.jobs(include_removed=show_all)
+    finally:
+        await sessions.close()
+        store.close()
+    from console.jobs.status import JobView
+
+    if as_json:
+        click.echo(json.dumps([JobView(j).as_dict() for j in jobs], indent=2))
+        return
+    rows = [("JOB", "STATE", "NODES", "AGE", "REASON")]
+    for j in jobs:
+        nodes = " ".join(f"n{n.node_rank}@{n.host}:{format_node_state(n)}" for n in j.nodes)
+        reason = ""
+        if j.failure:
+            f = j.failure
+            rank = f" rank {f['rank']}" if f.get("rank") is not None else ""
+            reason = f"node {f['node']}{rank}: {f['reason']}"
+        state = "removed" if j.removed_at else j.state
+        if j.state == "failed" and j.exit_code is not None:
+            state = f"failed({j.exit_code})"
+        rows.append((j.id, state, nodes, _age(j.created_at), reason))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    for r in rows:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(r[:4], widths)) + "  " + r[4])
+
+
+# -- logs -----------------------------------------------------------------------------------
+
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
+
+
+def parse_since(value: str) -> int:
+    """``--since``: a duration back from now (``90s``, ``10m``, ``2h``, ``1d``) or an ISO 8601
+    time; returns ns since the epoch.
+
+    Raises:
+        click.BadParameter: neither form.
+    """
+    m = _DURATION.match(value)
+    if m:
+        secs = float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+        return int((time.time() - secs) * 1e9)
+    try:
+        dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError as e:
+        raise click.BadParameter(
+            f"{value!r} is neither a duration (10m, 2h) nor an ISO 8601 time"
+        ) from e
+    if dt.tzinfo is None:
+        dt = dt.astimezone()
+    return int(dt.timestamp() * 1e9)
+
+
+@main.command()
+@click.argument("job_ref", metavar="JOB")
+@click.option("--follow", "-f", is_flag=True, help="Keep following until the job ends.")
+@click.option("--node", "-n", type=int, help="Only this node rank.")
+@click.option("--since", help="Only lines newer than a duration (10m) or an ISO time.")
+@click.option("--tail", type=int, help="Only the last N lines.")
+@click.option("--timestamps", "-t", is_flag=True, help="Show Docker's timestamps.")
+@click.pass_context
+def logs(ctx: click.Context, job_ref: str, follow: bool, node: int | None, since: str | None,
+         tail: int | None, timestamps: bool) -> None:
+    """Print a job's logs, every node merged in time order, tagged [node rank]."""
+    since_ns = parse_since(since) if since else None
+    raise SystemExit(run(_logs(ctx, job_ref, follow, node, since_ns, tail, timestamps)))
+
+
+async def _logs(ctx: click.Context, ref: str, follow: bool, node: int | None,
+                since_ns: int | None, tail: int | None, timestamps: bool) -> int:
+    profile = _profile(ctx)
+    store = Store()
+    sessions = Sessions(profile)
+    try:
+        job = find_job(store, ref)
+        if node is not None and node not in {n.node_rank for n in job.nodes}:
+            raise JobError(f"job {job.id} has no node {node}",
+                           f"nodes: 0..{len(job.nodes) - 1}")
+        session = sessions.for_job(job)
+        if follow and job.removed_at is None:
+            return await _follow(session, store, job, tail=tail, timestamps=timestamps,
+                                 node=node, since_ns=since_ns)
+        for line in await read_job_logs(session, store, job, node=node, since_ns=since_ns,
+                                        tail=tail):
+            _print_line(line, timestamps)
+        return 0
+    finally:
+        await sessions.close()
+        store.close()
+
+
+# -- stop / rm ------------------------------------------------------------------------------
+
+
+@main.command()
+@click.argument("job_ref", metavar="JOB")
+@click.option("--grace", type=float, help="Seconds between SIGTERM and SIGKILL "
+              "(default: the profile's stop_grace).")
+@click.pass_context
+def stop(ctx: click.Context, job_ref: str, grace: float | None) -> None:
+    """Stop a job: SIGTERM every node's container, SIGKILL after the grace period."""
+    run(_stop(ctx, job_ref, grace))
+
+
+async def _stop(ctx: click.Context, ref: str, grace: float | None) -> None:
+    profile = _profile(ctx)
+    store = Store()
+    sessions = Sessions(profile)
+    try:
+        job = find_job(store, ref)
+        session = sessions.for_job(job)
+        job = await refresh(session, store, job, teardown=False)
+        running = [n for n in job.nodes if n.state in ACTIVE_STATES]
+        if not running:
+            _err(f"job {job.id} is not running ({job.state})")
+            return
+        store.update_job(job.id, stop_requested_at=time.time())
+        g = session.profile.defaults.stop_grace if grace is None else grace
+        await stop_nodes(session, store, job, running, grace=g)
+        job = await refresh(session, store, job, teardown=False)
+        _summary(job)
+    finally:
+        await sessions.close()
+        store.close()
+
+
+@main.command()
+@click.argument("job_ref", metavar="JOB")
+@click.option("--force", is_flag=True, help="Stop the job first if it is running.")
+@click.pass_context
+def rm(ctx: click.Context, job_ref: str, force: bool) -> None:
+    """Remove a job's containers (its logs stay archived locally)."""
+    run(_rm(ctx, job_ref, force))
+
+
+async def _rm(ctx: click.Context, ref: str, force: bool) -> None:
+    profile = _profile(ctx)
+    store = Store()
+    sessions = Sessions(profile)
+    try:
+        job = find_job(store, ref)
+        session = sessions.for_job(job)
+        if job.removed_at is None:
+            job = await refresh(session, store, job)
+        running = [n for n in job.nodes if n.state in ACTIVE_STATES]
+        if running and not force:
+            raise JobError(f"job {job.id} is running", f"stop it first, or `rm --force {ref}`")
+        if running:
+            store.update_job(job.id, stop_requested_at=time.time())
+            await stop_nodes(session, store, job, running,
+                             grace=session.profile.defaults.stop_grace)
+        # archive every line before the containers go
+        await read_job_logs(session, store, job)
+        for n in job.nodes:
+            if n.container_id:
+                await session.engine(n.host).remove(n.container_id)
+        store.update_job(job.id, removed_at=time.time())
+        click.echo(job.id)
+    finally:
+        await sessions.close()
+        store.close()
+
+
+if __name__ == "__main__":
+    main()

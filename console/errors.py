@@ -1,0 +1,55 @@
+"""Console-side errors; all derive from :class:`remote.errors.GpuConsoleError`."""
+
+from __future__ import annotations
+
+from remote.errors import GpuConsoleError
+
+__all__ = [
+    "ConfigError",
+    "GpuConsoleError",
+    "JobError",
+    "JobNameInUse",
+    "JobNotFound",
+    "PlanError",
+]
+
+
+class ConfigError(GpuConsoleError):
+    """A profile or job spec is invalid.
+
+    The message starts with ``file:line:`` when the place is known, and names the field.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        hint: str | None = None,
+        *,
+        path: str | None = None,
+        line: int | None = None,
+        field: str | None = None,
+    ) -> None:
+        where = ""
+        if path:
+            where = f"{path}:{line}: " if line else f"{path}: "
+        what = f"{field}: " if field else ""
+        super().__init__(f"{where}{what}{message}", hint)
+        self.path = path
+        self.line = line
+        self.field = field
+
+
+class PlanError(GpuConsoleError):
+    """A valid spec cannot run on this fleet (unknown host, too few GPUs, ...)."""
+
+
+class JobError(GpuConsoleError):
+    """A job operation failed."""
+
+
+class JobNotFound(JobError):
+    """No job matches the id or name given."""
+
+
+class JobNameInUse(JobError):
+    """A job with this name is already running."""

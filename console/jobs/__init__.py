@@ -1,0 +1,1 @@
+"""Jobs: spec, plan, launch, state store, failure diagnosis."""

@@ -1,0 +1,83 @@
+"""Job labels: the data contract written on every container gpuconsole starts.
+
+The hosts' containers are the truth about a job; the local store is a cache plus history. Every
+label key starts with ``io.gpuconsole.``; ``format`` versions the set (bump it on any change of
+meaning, and keep reading older versions).
+
+| key                          | value                                        |
+|------------------------------|----------------------------------------------|
+| io.gpuconsole.format         | "1"                                          |
+| io.gpuconsole.job-id         | job id, ``<name>-<6 hex>``                    |
+| io.gpuconsole.job-name       | the spec's ``name``                          |
+| io.gpuconsole.node-rank      | this container's node index, "0".."N-1"      |
+| io.gpuconsole.node-count     | N, the number of nodes                       |
+| io.gpuconsole.nproc-per-node | torchrun processes in this container         |
+| io.gpuconsole.host           | the host's name in the profile               |
+| io.gpuconsole.spec-hash      | 12 hex of SHA-256 over the spec and workdir  |
+| io.gpuconsole.created-at     | Unix seconds when the job was submitted      |
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+PREFIX = "io.gpuconsole."
+FORMAT = "1"
+K_FORMAT = PREFIX + "format"
+K_JOB_ID = PREFIX + "job-id"
+K_JOB_NAME = PREFIX + "job-name"
+K_NODE_RANK = PREFIX + "node-rank"
+K_NODE_COUNT = PREFIX + "node-count"
+K_NPROC = PREFIX + "nproc-per-node"
+K_HOST = PREFIX + "host"
+K_SPEC_HASH = PREFIX + "spec-hash"
+K_CREATED = PREFIX + "created-at"
+
+
+@dataclass(frozen=True)
+class NodeLabels:
+    """The labels of one job container, parsed.
+
+    Raises (from :meth:`parse`): ``ValueError`` when a required label is missing or malformed.
+    """
+
+    job_id: str
+    job_name: str
+    node_rank: int
+    node_count: int
+    nproc_per_node: int
+    host: str
+    spec_hash: str
+    created_at: float
+
+    def to_labels(self) -> dict[str, str]:
+        """The label dict written on the container."""
+        return {
+            K_FORMAT: FORMAT,
+            K_JOB_ID: self.job_id,
+            K_JOB_NAME: self.job_name,
+            K_NODE_RANK: str(self.node_rank),
+            K_NODE_COUNT: str(self.node_count),
+            K_NPROC: str(self.nproc_per_node),
+            K_HOST: self.host,
+            K_SPEC_HASH: self.spec_hash,
+            K_CREATED: f"{self.created_at:.3f}",
+        }
+
+    @classmethod
+    def parse(cls, labels: Mapping[str, str]) -> NodeLabels:
+        """Read the labels back from a container."""
+        try:
+            return cls(
+                job_id=labels[K_JOB_ID],
+                job_name=labels[K_JOB_NAME],
+                node_rank=int(labels[K_NODE_RANK]),
+                node_count=int(labels[K_NODE_COUNT]),
+                nproc_per_node=int(labels.get(K_NPROC, "1")),
+                host=labels.get(K_HOST, ""),
+                spec_hash=labels.get(K_SPEC_HASH, ""),
+                created_at=float(labels.get(K_CREATED, "0")),
+            )
+        except (KeyError, ValueError) as e:
+            raise ValueError(f"not a gpuconsole job container: {e}") from e

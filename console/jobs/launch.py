@@ -1,0 +1,218 @@
+"""Launching: preflight every host, then create and start one container per node, all or none.
+
+Order of effects, so that bad input never leaves remote state half-made:
+
+1. validate the spec against the profile (no I/O);
+2. on every host at once: connect, ping the engine, check the image (pull if allowed), count
+   GPUs, refuse a job name that is already running, pick the rendezvous port on node 0;
+3. sync the workdir to every host (content-addressed, so nothing half-written is visible);
+4. record the job in the local store, create every container, then start every container;
+   if any create or start fails, every container made so far is removed and the record
+   deleted, and the first error is raised.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from console.errors import JobNameInUse, PlanError
+from console.jobs.labels import K_JOB_ID, K_JOB_NAME
+from console.jobs.plan import (
+    HostFacts,
+    JobPlan,
+    build_plan,
+    check_spec_against_gpus,
+    new_job_id,
+    select_hosts,
+)
+from console.jobs.spec import LoadedSpec
+from console.jobs.store import JobRecord, NodeRecord, Store
+from console.session import Session
+from remote.errors import GpuConsoleError
+
+log = logging.getLogger("gpuconsole.launch")
+
+T = TypeVar("T")
+
+_FREE_PORT = "import socket;s=socket.socket();s.bind(('',0));print(s.getsockname()[1])"
+_ACTIVE = ("created", "running", "restarting", "paused")
+
+
+async def gather_first_error(*aws: Awaitable[T]) -> list[T]:
+    """Await all; if any raised, raise the first error (in argument order) after all finish."""
+    results = await asyncio.gather(*aws, return_exceptions=True)
+    for r in results:
+        if isinstance(r, BaseException):
+            raise r
+    return results  # type: ignore[return-value]
+
+
+async def count_gpus(session: Session, host: str) -> int | None:
+    """GPUs on a host by ``nvidia-smi --query-gpu=index``; ``None`` when there is no driver.
+
+    Raises:
+        PlanError: nvidia-smi exists but fails (driver unreachable, version mismatch...).
+    """
+    t = await session.connected(host)
+    res = await t.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"], timeout=30)
+    if res.returncode == 127 or "not found" in res.stderr:
+        return None
+    if res.returncode != 0:
+        msg = (res.stdout + res.stderr).strip().splitlines()
+        raise PlanError(
+            f"host {host}: nvidia-smi failed: {msg[0] if msg else res.returncode}",
+            "check the NVIDIA driver on the host (`nvidia-smi`)",
+        )
+    return sum(1 for ln in res.stdout.splitlines() if ln.strip())
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """The outcome of preflight: the plan plus the hosts it runs on."""
+
+    plan: JobPlan
+    hosts: list[str]
+
+
+async def _host_facts(
+    session: Session, loaded: LoadedSpec, host: str, image: str, node0: bool, pull: str,
+    sync: bool,
+) -> HostFacts:
+    t = await session.connected(host)
+    engine = session.engine(host)
+    await engine.ping()
+    await engine.ensure_image(image, pull)
+    gpus = await count_gpus(session, host) if loaded.spec.gpus_per_node != 0 else None
+    home = await t.home()
+    port = None
+    if node0 and loaded.spec.rdzv_port is None:
+        res = await t.run(["python3", "-c", _FREE_PORT], timeout=30)
+        if res.returncode == 0 and res.stdout.strip().isdigit():
+            port = int(res.stdout.strip())
+    workdir = None
+    wd = loaded.workdir
+    if wd is not None:
+        if sync:
+            workdir = await t.sync_workdir(wd)
+        else:
+            from remote.transport import WORKDIR_CACHE, workdir_digest
+
+            workdir = f"{home}/{WORKDIR_CACHE}/{workdir_digest(wd)[:16]}"
+    return HostFacts(host, t.address(), gpus, home, workdir, port)
+
+
+async def check_name_free(session: Session, hosts: list[str], name: str) -> None:
+    """Refuse a job name that is running (or starting) on any of the hosts.
+
+    Raises:
+        JobNameInUse: naming the running job's id and hosts.
+    """
+    found = await gather_first_error(
+        *(session.engine(h).list({K_JOB_NAME: name}) for h in hosts)
+    )
+    active = {c.labels.get(K_JOB_ID, "?") for infos in found for c in infos
+              if c.status in _ACTIVE}
+    if active:
+        job = sorted(active)[0]
+        raise JobNameInUse(
+            f"a job named {name!r} is already running ({job})",
+            f"stop it first (`gpuconsole stop {job}`) or give this job another name (--name)",
+        )
+
+
+async def prepare(
+    session: Session, loaded: LoadedSpec, *, dry_run: bool = False
+) -> Prepared:
+    """Preflight every host and build the plan (steps 1-3 of the module docstring).
+
+    With ``dry_run`` nothing is written anywhere (the workdir is not synced).
+
+    Raises:
+        ConfigError, PlanError, JobNameInUse, TransportError, ImageNotFound.
+    """
+    profile = session.profile
+    hosts = select_hosts(loaded, profile)
+    check_spec_against_gpus(loaded)
+    image = loaded.spec.image or profile.defaults.image
+    if not image:
+        raise PlanError(
+            "no image: the spec has no `image` and the profile no `defaults.image`",
+            "add `image: <a PyTorch image>` to the spec",
+        )
+    await session.connect_all(hosts)
+    await check_name_free(session, hosts, loaded.spec.name)
+    facts_list = await gather_first_error(
+        *(
+            _host_facts(session, loaded, h, image, i == 0, profile.defaults.pull, False)
+            for i, h in enumerate(hosts)
+        )
+    )
+    facts = {f.host: f for f in facts_list}
+    job_id = new_job_id(loaded.spec.name)
+    # Plan once before any effect, so GPU and process errors come before the workdir sync.
+    plan = build_plan(loaded, profile, hosts, facts, job_id=job_id, created_at=time.time(),
+                      image=image)
+    if not dry_run and loaded.workdir is not None:
+        synced = await gather_first_error(
+            *(session.connected(h) for h in hosts)
+        )
+        paths = await gather_first_error(*(t.sync_workdir(loaded.workdir) for t in synced))
+        facts = {
+            h: HostFacts(f.host, f.address, f.gpu_count, f.home, p, f.rdzv_port)
+            for (h, f), p in zip(facts.items(), paths)
+        }
+        plan = build_plan(loaded, profile, hosts, facts, job_id=job_id,
+                          created_at=plan.created_at, image=image)
+    return Prepared(plan, hosts)
+
+
+async def launch(session: Session, store: Store, loaded: LoadedSpec, prepared: Prepared) -> str:
+    """Create and start every node's container (step 4); returns the job id.
+
+    Raises:
+        GpuConsoleError: the first create/start failure, after everything was rolled back.
+    """
+    plan = prepared.plan
+    record = JobRecord(
+        id=plan.job_id,
+        name=plan.name,
+        profile=session.profile.name,
+        profile_source=session.profile.source,
+        spec={**loaded.spec.model_dump(mode="json"),
+              "env": {k: ("${secret}" if k in loaded.secret_env else v)
+                      for k, v in loaded.env.items()}},
+        spec_hash=plan.spec_hash,
+        created_at=plan.created_at,
+        node_count=len(plan.nodes),
+        nodes=[NodeRecord(plan.job_id, n.node_rank, n.host, n.container.name) for n in plan.nodes],
+    )
+    store.add_job(record)
+    created: dict[int, str] = {}
+
+    async def create(n_rank: int) -> None:
+        node = plan.nodes[n_rank]
+        created[n_rank] = await session.engine(node.host).create(node.container)
+
+    try:
+        await gather_first_error(*(create(n.node_rank) for n in plan.nodes))
+        await gather_first_error(
+            *(session.engine(n.host).start(created[n.node_rank]) for n in plan.nodes)
+        )
+    except (GpuConsoleError, asyncio.CancelledError):
+        await asyncio.gather(
+            *(session.engine(plan.nodes[r].host).remove(cid) for r, cid in created.items()),
+            return_exceptions=True,
+        )
+        store.delete_job(plan.job_id)
+        raise
+    for n in record.nodes:
+        n.container_id = created[n.node_rank]
+        n.state = "running"
+    store.update_nodes(record.nodes)
+    store.update_job(plan.job_id, state="running")
+    return plan.job_id

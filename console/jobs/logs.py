@@ -1,0 +1,168 @@
+"""A job's logs: every node's container merged in time order, rank-tagged, archived locally.
+
+Each node's stream is a :func:`remote.logs.follow_container` (resumes after a dropped SSH
+connection, nothing lost or repeated). Lines are archived in the store as they arrive, so a
+job's logs outlive its containers; a node whose container is gone is read from the archive.
+
+Rank tags come from torchrun's per-worker prefix (``TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE``,
+set by gpuconsole to ``[rank${rank}]:``, the global rank); lines torchrun itself prints carry
+no rank.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import re
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+from console.jobs.store import JobRecord, NodeRecord, Store
+from console.session import Session
+from remote.docker import LogLine
+from remote.errors import GpuConsoleError
+from remote.logs import LogCursor, follow_container
+
+_RANK_RE = re.compile(r"^\[rank(\d+)\]:")
+
+
+@dataclass(frozen=True)
+class JobLogLine:
+    """One line of a job's log.
+
+    Attributes:
+        node_rank: the node (container) it came from.
+        host: that node's host.
+        rank: torchrun's global rank of the worker that wrote it, or ``None`` (torchrun itself).
+        ts_ns: Docker's timestamp, ns since the epoch.
+        text: the line, without the rank prefix.
+    """
+
+    node_rank: int
+    host: str
+    rank: int | None
+    ts_ns: int
+    text: str
+
+    def tag(self) -> str:
+        """``[n0 r1]`` or ``[n0]``."""
+        if self.rank is None:
+            return f"[n{self.node_rank}]"
+        return f"[n{self.node_rank} r{self.rank}]"
+
+
+def tag_line(node: NodeRecord, line: LogLine) -> JobLogLine:
+    """Split torchrun's rank prefix off a raw container line."""
+    m = _RANK_RE.match(line.text)
+    if m:
+        return JobLogLine(node.node_rank, node.host, int(m.group(1)), line.ts_ns,
+                          line.text[m.end():])
+    return JobLogLine(node.node_rank, node.host, None, line.ts_ns, line.text)
+
+
+async def _node_lines(
+    session: Session, store: Store, job: JobRecord, node: NodeRecord, since_ns: int | None
+) -> list[LogLine]:
+    """All lines of one node: from its container when it exists (archiving them), else the
+    archive."""
+    if node.container_id:
+        try:
+            await session.connected(node.host)
+            engine = session.engine(node.host)
+            if await engine.inspect(node.container_id) is not None:
+                lines = [ln async for ln in follow_container(engine, node.container_id,
+                                                             follow=False)]
+                store.archive(job.id, node.node_rank, lines)
+        except GpuConsoleError:
+            pass  # the archive is what we have
+    lines = list(store.read_archive(job.id, node.node_rank))
+    if since_ns is not None:
+        lines = [ln for ln in lines if ln.ts_ns >= since_ns]
+    return lines
+
+
+async def read_job_logs(
+    session: Session,
+    store: Store,
+    job: JobRecord,
+    *,
+    node: int | None = None,
+    since_ns: int | None = None,
+    tail: int | None = None,
+) -> list[JobLogLine]:
+    """A job's logs so far, merged in time order (stable per node)."""
+    nodes = [n for n in job.nodes if node is None or n.node_rank == node]
+    per_node = await asyncio.gather(
+        *(_node_lines(session, store, job, n, since_ns) for n in nodes)
+    )
+    tagged = [[tag_line(n, ln) for ln in lines] for n, lines in zip(nodes, per_node)]
+    merged = list(heapq.merge(*tagged, key=lambda ln: (ln.ts_ns, ln.node_rank)))
+    if tail is not None:
+        merged = merged[-tail:] if tail > 0 else []
+    return merged
+
+
+async def follow_job_logs(
+    session: Session,
+    store: Store,
+    job: JobRecord,
+    *,
+    node: int | None = None,
+    since_ns: int | None = None,
+    tail: int | None = None,
+    on_node_exit: Callable[[NodeRecord], None] | None = None,
+) -> AsyncIterator[JobLogLine]:
+    """Follow a job's logs until every followed node's container has exited.
+
+    Lines of different nodes are yielded as they arrive (time order within a node). Each is
+    archived. ``on_node_exit`` is called when a node's stream has ended (its container exited
+    or vanished), e.g. to trigger gang teardown.
+    """
+    nodes = [n for n in job.nodes if node is None or n.node_rank == node]
+    queue: asyncio.Queue[tuple[NodeRecord, LogLine] | NodeRecord] = asyncio.Queue()
+
+    async def pump(n: NodeRecord) -> None:
+        try:
+            if not n.container_id:
+                return
+            await session.connected(n.host)
+            engine = session.engine(n.host)
+            cursor = LogCursor()
+            if since_ns is not None:
+                cursor.ts_ns = since_ns - 1
+            async for ln in follow_container(engine, n.container_id, cursor, tail=tail):
+                await queue.put((n, ln))
+        except GpuConsoleError:
+            pass
+        finally:
+            await queue.put(n)
+
+    tasks = [asyncio.create_task(pump(n)) for n in nodes]
+    pending = len(tasks)
+    batch: dict[int, list[LogLine]] = {}
+    try:
+        while pending:
+            item = await queue.get()
+            if isinstance(item, NodeRecord):
+                pending -= 1
+                _flush(store, job, batch)
+                if on_node_exit is not None:
+                    on_node_exit(item)
+                continue
+            n, ln = item
+            batch.setdefault(n.node_rank, []).append(ln)
+            if queue.empty() or len(batch[n.node_rank]) >= 256:
+                _flush(store, job, batch)
+            yield tag_line(n, ln)
+    finally:
+        _flush(store, job, batch)
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _flush(store: Store, job: JobRecord, batch: dict[int, list[LogLine]]) -> None:
+    for rank, lines in batch.items():
+        if lines:
+            store.archive(job.id, rank, lines)
+    batch.clear()

@@ -1,0 +1,292 @@
+"""Planning: from a validated spec, a profile and facts about the hosts to one container per node.
+
+Planning is pure (no I/O): :func:`select_hosts` and :func:`check_spec_against_gpus` run before
+anything is contacted, :func:`build_plan` after the hosts were asked for their facts. A
+:class:`JobPlan` can be printed (:func:`render_plan`) for ``submit --dry-run``.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+
+from console.errors import ConfigError, PlanError
+from console.jobs.labels import NodeLabels
+from console.jobs.spec import LoadedSpec, parse_mount
+from console.profiles import Profile
+from remote.docker import Bind, ContainerSpec
+
+#: Where the synced workdir is mounted (read-only) and the job's working directory.
+WORKSPACE = "/workspace"
+#: torchrun writes the first failure here (``TORCHELASTIC_ERROR_FILE``); read back after exit.
+ERROR_FILE = "/tmp/gpuconsole-error.json"
+#: Rank tag torchrun puts before every worker line (``--tee 3``); ``${rank}`` = global rank.
+LOG_PREFIX_TEMPLATE = "[rank${rank}]:"
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """What planning needs to know about a host.
+
+    Attributes:
+        host: the host's profile name.
+        address: IP the other nodes reach it on.
+        gpu_count: GPUs seen by ``nvidia-smi``, or ``None`` when it has no NVIDIA driver.
+        home: the host user's home (expands ``~/`` in mounts).
+        workdir: the synced workdir's path on the host, or ``None`` without a workdir.
+        rdzv_port: a free TCP port on the host for the rendezvous store (node 0 only).
+    """
+
+    host: str
+    address: str
+    gpu_count: int | None
+    home: str
+    workdir: str | None = None
+    rdzv_port: int | None = None
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    """One node of a job: its host, GPUs and container."""
+
+    node_rank: int
+    host: str
+    gpu_ids: tuple[int, ...]
+    container: ContainerSpec
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    """A job ready to launch.
+
+    Attributes:
+        job_id: ``<name>-<6 hex>``.
+        rdzv_endpoint: ``<node 0 address>:<port>`` of the c10d rendezvous.
+        world_size: nodes x processes per node.
+        backend: ``nccl`` with GPUs, ``gloo`` without (what the example job picks).
+    """
+
+    job_id: str
+    name: str
+    spec_hash: str
+    created_at: float
+    nodes: tuple[NodePlan, ...]
+    rdzv_endpoint: str
+    nproc_per_node: int
+    world_size: int
+    backend: str
+
+
+def new_job_id(name: str) -> str:
+    """A fresh job id: the name plus 6 random hex digits."""
+    return f"{name}-{secrets.token_hex(3)}"
+
+
+def select_hosts(loaded: LoadedSpec, profile: Profile) -> list[str]:
+    """The hosts the job's nodes run on, node 0 first.
+
+    Raises:
+        ConfigError: a listed host is not in the profile, or the profile has too few hosts.
+    """
+    nodes = loaded.spec.nodes
+    if isinstance(nodes, list):
+        for i, h in enumerate(nodes):
+            if h not in profile.hosts:
+                raise ConfigError(
+                    f"unknown host {h!r} (profile {profile.name!r})",
+                    f"hosts in the profile: {', '.join(profile.hosts)}",
+                    path=loaded.source,
+                    field=f"nodes[{i}]",
+                )
+        return list(nodes)
+    if nodes > len(profile.hosts):
+        raise ConfigError(
+            f"{nodes} nodes asked, but profile {profile.name!r} has {len(profile.hosts)} host(s)",
+            "lower `nodes` or add hosts to the profile",
+            path=loaded.source,
+            field="nodes",
+        )
+    return list(profile.hosts)[:nodes]
+
+
+def check_spec_against_gpus(loaded: LoadedSpec) -> None:
+    """Checks that need no host: more processes than the GPUs asked for.
+
+    Raises:
+        ConfigError: ``nproc_per_node`` exceeds an explicit GPU count or list.
+    """
+    spec = loaded.spec
+    gpus = spec.gpus_per_node
+    n = len(gpus) if isinstance(gpus, list) else gpus if isinstance(gpus, int) else None
+    if n and spec.nproc_per_node is not None and spec.nproc_per_node > n:
+        raise ConfigError(
+            f"more processes than GPUs: nproc_per_node {spec.nproc_per_node} > "
+            f"{n} GPU(s) per node",
+            "one process per GPU: lower nproc_per_node or give more GPUs",
+            path=loaded.source,
+            field="nproc_per_node",
+        )
+
+
+def pick_gpus(loaded: LoadedSpec, facts: HostFacts) -> tuple[int, ...]:
+    """The GPU indices a node uses on its host.
+
+    Raises:
+        PlanError: the host has no GPUs, or too few, or an index does not exist there.
+    """
+    gpus = loaded.spec.gpus_per_node
+    if gpus == 0:
+        return ()
+    count = facts.gpu_count
+    if not count:
+        why = "no NVIDIA driver (nvidia-smi not found)" if count is None else "0 GPUs"
+        raise PlanError(
+            f"host {facts.host} has {why}, but the job asks for GPUs ({gpus!r})",
+            "set `gpus_per_node: 0` for a CPU job (gloo), or use a GPU host",
+        )
+    if gpus == "all":
+        return tuple(range(count))
+    if isinstance(gpus, int):
+        if gpus > count:
+            raise PlanError(
+                f"host {facts.host} has {count} GPU(s), the job asks for {gpus} per node",
+                "lower gpus_per_node",
+            )
+        return tuple(range(gpus))
+    missing = [i for i in gpus if i >= count]
+    if missing:
+        raise PlanError(
+            f"host {facts.host} has GPUs 0..{count - 1}; GPU index {missing[0]} does not exist",
+            "fix gpus_per_node",
+        )
+    return tuple(gpus)
+
+
+def _expand_home(path: str, home: str) -> str:
+    if path == "~":
+        return home
+    if path.startswith("~/"):
+        return f"{home.rstrip('/')}/{path[2:]}"
+    return path
+
+
+def build_plan(
+    loaded: LoadedSpec,
+    profile: Profile,
+    hosts: list[str],
+    facts: dict[str, HostFacts],
+    *,
+    job_id: str,
+    created_at: float,
+    image: str,
+) -> JobPlan:
+    """Build the containers of every node.
+
+    Args:
+        hosts: from :func:`select_hosts`, node 0 first.
+        facts: one :class:`HostFacts` per host.
+        image: the resolved image (spec, else profile default).
+
+    Raises:
+        PlanError: GPUs do not fit (see :func:`pick_gpus`), or more processes than GPUs.
+    """
+    spec = loaded.spec
+    d = profile.defaults
+    gpu_sets = [pick_gpus(loaded, facts[h]) for h in hosts]
+    n_gpus = len(gpu_sets[0])
+    if any(len(g) != n_gpus for g in gpu_sets):
+        counts = ", ".join(f"{h}: {len(g)}" for h, g in zip(hosts, gpu_sets))
+        raise PlanError(f"hosts have different GPU counts ({counts}) for `gpus_per_node: all`",
+                        "give gpus_per_node as a count")
+    nproc = spec.nproc_per_node or (n_gpus or 1)
+    if n_gpus and nproc > n_gpus:
+        raise PlanError(
+            f"more processes than GPUs: nproc_per_node {nproc} > {n_gpus} GPU(s) on {hosts[0]}",
+            "one process per GPU: lower nproc_per_node",
+        )
+    node0 = facts[hosts[0]]
+    port = spec.rdzv_port or node0.rdzv_port or d.rdzv_port
+    endpoint = f"{node0.address}:{port}"
+    spec_hash = loaded.spec_hash()
+    env_base = {**d.env, **loaded.env}
+    secret = loaded.secret_env
+    shm = spec.shm_size or d.shm_size
+    ipc = spec.ipc or d.ipc
+    nodes = []
+    for rank, host in enumerate(hosts):
+        f = facts[host]
+        cmd = [
+            "torchrun",
+            "--nnodes", str(len(hosts)),
+            "--nproc-per-node", str(nproc),
+            "--rdzv-backend", "c10d",
+            "--rdzv-endpoint", endpoint,
+            "--rdzv-id", job_id,
+            "--rdzv-conf", f"is_host={1 if rank == 0 else 0}",
+            "--local-addr", f.address,
+            "--max-restarts", str(spec.max_restarts),
+            "--tee", "3",
+            "--log-dir", "/tmp/torchelastic",
+            spec.script,
+            *spec.args,
+        ]
+        env = {
+            **env_base,
+            "PYTHONUNBUFFERED": "1",
+            "TORCHELASTIC_ERROR_FILE": ERROR_FILE,
+            "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": LOG_PREFIX_TEMPLATE,
+            "GPUCONSOLE_JOB_ID": job_id,
+            "GPUCONSOLE_NODE_RANK": str(rank),
+        }
+        binds = []
+        if f.workdir:
+            binds.append(Bind(f.workdir, WORKSPACE, read_only=True))
+        for m in [*d.mounts, *spec.mounts]:
+            src, dst, ro = parse_mount(m)
+            binds.append(Bind(_expand_home(src, f.home), dst, ro))
+        labels = NodeLabels(
+            job_id=job_id, job_name=spec.name, node_rank=rank, node_count=len(hosts),
+            nproc_per_node=nproc, host=host, spec_hash=spec_hash, created_at=created_at,
+        ).to_labels()
+        container = ContainerSpec(
+            name=f"gpuconsole-{job_id}-n{rank}",
+            image=image,
+            command=cmd,
+            env=env,
+            secret_env=secret,
+            labels=labels,
+            gpu_device_ids=tuple(str(i) for i in gpu_sets[rank]),
+            shm_size=None if ipc else shm,
+            ipc_mode=ipc,
+            binds=tuple(binds),
+            cap_add=tuple(d.cap_add),
+            privileged=d.privileged,
+            working_dir=WORKSPACE,
+            user=d.user,
+        )
+        nodes.append(NodePlan(rank, host, gpu_sets[rank], container))
+    return JobPlan(
+        job_id=job_id,
+        name=spec.name,
+        spec_hash=spec_hash,
+        created_at=created_at,
+        nodes=tuple(nodes),
+        rdzv_endpoint=endpoint,
+        nproc_per_node=nproc,
+        world_size=nproc * len(hosts),
+        backend="nccl" if n_gpus else "gloo",
+    )
+
+
+def render_plan(plan: JobPlan) -> str:
+    """The plan for people: a summary, then one ``docker run`` line per node (secrets masked)."""
+    lines = [
+        f"job {plan.job_id}: {len(plan.nodes)} node(s) x {plan.nproc_per_node} process(es) = "
+        f"world size {plan.world_size}, backend {plan.backend}, "
+        f"rendezvous c10d at {plan.rdzv_endpoint}",
+    ]
+    for n in plan.nodes:
+        gpus = ",".join(map(str, n.gpu_ids)) if n.gpu_ids else "none (CPU)"
+        lines.append(f"node {n.node_rank} on {n.host}: GPUs {gpus}")
+        lines.append(f"  {n.container.docker_run_line()}")
+    return "\n".join(lines)

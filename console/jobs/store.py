@@ -1,0 +1,316 @@
+"""Local state: job records in SQLite and archived logs, under the user state dir.
+
+The store is a cache plus history; the containers' labels on the hosts are the truth, and
+``ps`` reconciles the two (see :mod:`console.jobs.status`). Layout of the state dir
+(``$GPUCONSOLE_STATE_DIR`` or platformdirs' user state dir)::
+
+    jobs.sqlite3                  job and node records
+    logs/<job id>/node<R>.log     archived log lines, "<ts ns> <text>" per line
+
+Archive files are appended under an exclusive ``flock`` and deduplicated against their own
+last timestamp, so two followers of one job never write a line twice.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+
+from remote.docker import LogLine
+from remote.logs import LogCursor
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    profile TEXT NOT NULL,
+    profile_source TEXT,
+    spec_json TEXT NOT NULL,
+    spec_hash TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    node_count INTEGER NOT NULL,
+    state TEXT NOT NULL DEFAULT 'pending',
+    exit_code INTEGER,
+    failure_json TEXT,
+    stop_requested_at REAL,
+    removed_at REAL,
+    updated_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS nodes (
+    job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+    node_rank INTEGER NOT NULL,
+    host TEXT NOT NULL,
+    container_id TEXT,
+    container_name TEXT NOT NULL,
+    state TEXT NOT NULL DEFAULT 'pending',
+    exit_code INTEGER,
+    started_at TEXT,
+    finished_at TEXT,
+    stop_requested INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (job_id, node_rank)
+);
+"""
+
+
+def state_dir() -> Path:
+    """The state dir (``$GPUCONSOLE_STATE_DIR`` or platformdirs' user state dir), created."""
+    base = os.environ.get("GPUCONSOLE_STATE_DIR") or platformdirs.user_state_dir("gpuconsole")
+    p = Path(base)
+    p.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return p
+
+
+@dataclass
+class NodeRecord:
+    """One node of a job as last seen.
+
+    Attributes:
+        state: ``pending``, ``running``, ``succeeded``, ``failed``, ``stopped``, ``lost`` or
+            ``unreachable`` (host could not be asked).
+        exit_code: the container's exit status once exited.
+        started_at / finished_at: RFC 3339 times from Docker.
+        stop_requested: gpuconsole stopped this node (``stop``, or gang teardown after another
+            node failed), so a non-zero exit after it means ``stopped``, not ``failed``.
+    """
+
+    job_id: str
+    node_rank: int
+    host: str
+    container_name: str
+    container_id: str | None = None
+    state: str = "pending"
+    exit_code: int | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
+    stop_requested: bool = False
+
+
+@dataclass
+class JobRecord:
+    """A job as the store knows it.
+
+    Attributes:
+        spec: the spec as submitted (secret values replaced by ``${secret}``).
+        failure: the first failure, once known: ``{"node": R, "host": ..., "exit_code": N,
+            "rank": r or None, "reason": "...", "fix": "..."}``.
+        stop_requested_at: Unix seconds when ``stop`` was asked (nodes exiting after it are
+            ``stopped``, not ``failed``).
+    """
+
+    id: str
+    name: str
+    profile: str
+    profile_source: str | None
+    spec: dict[str, Any]
+    spec_hash: str
+    created_at: float
+    node_count: int
+    state: str = "pending"
+    exit_code: int | None = None
+    failure: dict[str, Any] | None = None
+    stop_requested_at: float | None = None
+    removed_at: float | None = None
+    nodes: list[NodeRecord] = field(default_factory=list)
+
+
+class Store:
+    """The SQLite job store. Thread-compatible: one connection per Store; use from one thread.
+
+    Args:
+        root: the state dir (default :func:`state_dir`).
+    """
+
+    def __init__(self, root: Path | None = None) -> None:
+        self.root = root or state_dir()
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(self.root / "jobs.sqlite3", timeout=30)
+        self.db.row_factory = sqlite3.Row
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA foreign_keys=ON")
+        self.db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        """Close the database."""
+        self.db.close()
+
+    # -- jobs -------------------------------------------------------------------------------
+
+    def add_job(self, job: JobRecord) -> None:
+        """Insert a job and its nodes (one transaction)."""
+        with self.db:
+            self.db.execute(
+                "INSERT INTO jobs (id, name, profile, profile_source, spec_json, spec_hash, "
+                "created_at, node_count, state, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                (job.id, job.name, job.profile, job.profile_source, json.dumps(job.spec),
+                 job.spec_hash, job.created_at, job.node_count, job.state, time.time()),
+            )
+            for n in job.nodes:
+                self._put_node(n)
+
+    def _put_node(self, n: NodeRecord) -> None:
+        self.db.execute(
+            "INSERT OR REPLACE INTO nodes (job_id, node_rank, host, container_id, "
+            "container_name, state, exit_code, started_at, finished_at, stop_requested) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?)",
+            (n.job_id, n.node_rank, n.host, n.container_id, n.container_name, n.state,
+             n.exit_code, n.started_at, n.finished_at, int(n.stop_requested)),
+        )
+
+    def update_nodes(self, nodes: list[NodeRecord]) -> None:
+        """Write back node records."""
+        with self.db:
+            for n in nodes:
+                self._put_node(n)
+
+    def update_job(self, job_id: str, **fields: Any) -> None:
+        """Set job columns: ``state``, ``exit_code``, ``failure``, ``stop_requested_at``,
+        ``removed_at``."""
+        allowed = {"state", "exit_code", "failure", "stop_requested_at", "removed_at"}
+        cols, vals = [], []
+        for k, v in fields.items():
+            if k not in allowed:
+                raise KeyError(k)
+            if k == "failure":
+                k, v = "failure_json", json.dumps(v) if v is not None else None
+            cols.append(f"{k}=?")
+            vals.append(v)
+        with self.db:
+            self.db.execute(
+                f"UPDATE jobs SET {', '.join(cols)}, updated_at=? WHERE id=?",
+                (*vals, time.time(), job_id),
+            )
+
+    def delete_job(self, job_id: str) -> None:
+        """Forget a job entirely (used when a launch is rolled back)."""
+        with self.db:
+            self.db.execute("DELETE FROM nodes WHERE job_id=?", (job_id,))
+            self.db.execute("DELETE FROM jobs WHERE id=?", (job_id,))
+
+    def _row_to_job(self, row: sqlite3.Row) -> JobRecord:
+        job = JobRecord(
+            id=row["id"], name=row["name"], profile=row["profile"],
+            profile_source=row["profile_source"], spec=json.loads(row["spec_json"]),
+            spec_hash=row["spec_hash"], created_at=row["created_at"],
+            node_count=row["node_count"], state=row["state"], exit_code=row["exit_code"],
+            failure=json.loads(row["failure_json"]) if row["failure_json"] else None,
+            stop_requested_at=row["stop_requested_at"], removed_at=row["removed_at"],
+        )
+        for n in self.db.execute(
+            "SELECT * FROM nodes WHERE job_id=? ORDER BY node_rank", (job.id,)
+        ):
+            job.nodes.append(NodeRecord(
+                job_id=n["job_id"], node_rank=n["node_rank"], host=n["host"],
+                container_name=n["container_name"], container_id=n["container_id"],
+                state=n["state"], exit_code=n["exit_code"], started_at=n["started_at"],
+                finished_at=n["finished_at"], stop_requested=bool(n["stop_requested"]),
+            ))
+        return job
+
+    def get(self, job_id: str) -> JobRecord | None:
+        """The job with this exact id, or ``None``."""
+        row = self.db.execute("SELECT * FROM jobs WHERE id=?", (job_id,)).fetchone()
+        return self._row_to_job(row) if row else None
+
+    def find(self, ref: str) -> list[JobRecord]:
+        """Jobs matching an id, an id prefix or a name (newest first)."""
+        rows = self.db.execute(
+            "SELECT * FROM jobs WHERE id=? OR id LIKE ? OR name=? ORDER BY created_at DESC",
+            (ref, ref.replace("%", "") + "%", ref),
+        ).fetchall()
+        exact = [r for r in rows if r["id"] == ref]
+        return [self._row_to_job(r) for r in (exact or rows)]
+
+    def jobs(self, include_removed: bool = False) -> list[JobRecord]:
+        """All jobs, newest first."""
+        q = "SELECT * FROM jobs"
+        if not include_removed:
+            q += " WHERE removed_at IS NULL"
+        return [self._row_to_job(r) for r in self.db.execute(q + " ORDER BY created_at DESC")]
+
+    # -- log archive ------------------------------------------------------------------------
+
+    def log_path(self, job_id: str, node_rank: int) -> Path:
+        """The archive file of one node's log."""
+        return self.root / "logs" / job_id / f"node{node_rank}.log"
+
+    def archive(self, job_id: str, node_rank: int, lines: list[LogLine]) -> int:
+        """Append lines newer than the archive's end; returns how many were written.
+
+        Lines at exactly the archive's last timestamp are compared by text (multiset), so a
+        resumed stream that repeats the boundary never duplicates it.
+        """
+        if not lines:
+            return 0
+        path = self.log_path(job_id, node_rank)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a+b") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                last_ts, at_last = _tail_cursor(f)
+                cursor = LogCursor(last_ts, at_last)
+                cursor.rewind()
+                out = [f"{ln.ts_ns} {ln.text}\n".encode() for ln in lines if cursor.accept(ln)]
+                f.seek(0, os.SEEK_END)
+                f.write(b"".join(out))
+                f.flush()
+                return len(out)
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+
+    def read_archive(self, job_id: str, node_rank: int) -> Iterator[LogLine]:
+        """The archived lines of one node, oldest first."""
+        path = self.log_path(job_id, node_rank)
+        if not path.exists():
+            return
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for raw in f:
+                ts, _, text = raw.rstrip("\n").partition(" ")
+                try:
+                    yield LogLine(int(ts), text)
+                except ValueError:
+                    continue
+
+    def archive_cursor(self, job_id: str, node_rank: int) -> int | None:
+        """Timestamp (ns) of the last archived line of a node, or ``None``."""
+        path = self.log_path(job_id, node_rank)
+        if not path.exists():
+            return None
+        with open(path, "rb") as f:
+            ts, _ = _tail_cursor(f)
+        return ts if ts >= 0 else None
+
+
+def _tail_cursor(f: Any) -> tuple[int, dict[str, int]]:
+    """Last timestamp of an archive file and the texts (with counts) written at it."""
+    f.seek(0, os.SEEK_END)
+    size = f.tell()
+    if size == 0:
+        return -1, {}
+    chunk = min(size, 1 << 16)
+    f.seek(size - chunk)
+    tail = f.read(chunk).decode(errors="replace").splitlines()
+    if chunk < size:
+        tail = tail[1:]
+    last_ts = -1
+    counts: dict[str, int] = {}
+    for raw in reversed(tail):
+        ts_s, _, text = raw.partition(" ")
+        try:
+            ts = int(ts_s)
+        except ValueError:
+            continue
+        if last_ts == -1:
+            last_ts = ts
+        if ts != last_ts:
+            break
+        counts[text] = counts.get(text, 0) + 1
+    return last_ts, counts

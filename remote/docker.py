@@ -1,0 +1,581 @@
+"""The Docker engine of one host, driven through the Docker SDK over the transport's socket.
+
+The SDK is synchronous: each call runs in a worker thread (``asyncio.to_thread``) while the
+event loop keeps serving the SSH-forwarded socket the call talks to. Log streams run in their
+own daemon threads and hand lines to the loop through a queue.
+
+Every container gpuconsole starts is described by a :class:`ContainerSpec`, which can also be
+rendered as the equivalent ``docker run`` command line (secrets masked) for dry runs and logs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+import shlex
+import tarfile
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, TypeVar
+
+import docker
+import docker.errors
+import requests.exceptions
+from docker.types import DeviceRequest
+
+from remote.errors import ConnectionLost, DockerError, ImageNotFound
+from remote.transport import Transport
+
+log = logging.getLogger("gpuconsole.remote.docker")
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Bind:
+    """A bind mount: host path ``source`` at ``target`` in the container."""
+
+    source: str
+    target: str
+    read_only: bool = False
+
+    def render(self) -> str:
+        """``source:target[:ro]``, as ``docker run -v`` takes it."""
+        return f"{self.source}:{self.target}" + (":ro" if self.read_only else "")
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    """Everything needed to create one container.
+
+    Attributes:
+        name: container name.
+        image: image reference.
+        command: argv run in the container (no shell).
+        env: environment; values of keys in ``secret_env`` are never printed.
+        secret_env: keys whose values come from the operator's secrets.
+        labels: container labels (the job's data contract, see docs/architecture.md).
+        gpu_device_ids: GPU indices given to the container (``--gpus device=...``); empty = none.
+        shm_size: ``/dev/shm`` size (``1g``), or ``None`` for Docker's 64 MB default.
+        ipc_mode: ``host`` to share the host's IPC namespace (then shm_size is ignored).
+        binds: bind mounts.
+        cap_add: capabilities added back after dropping all.
+        privileged: only when a profile asks for it.
+        network_mode: ``host`` (torchrun nodes reach each other on the hosts' addresses).
+        working_dir: working directory in the container.
+        user: ``uid:gid`` the container runs as, or ``None`` for the image's user.
+    """
+
+    name: str
+    image: str
+    command: list[str]
+    env: Mapping[str, str] = field(default_factory=dict)
+    secret_env: frozenset[str] = frozenset()
+    labels: Mapping[str, str] = field(default_factory=dict)
+    gpu_device_ids: tuple[str, ...] = ()
+    shm_size: str | None = None
+    ipc_mode: str | None = None
+    binds: tuple[Bind, ...] = ()
+    cap_add: tuple[str, ...] = ()
+    privileged: bool = False
+    network_mode: str = "host"
+    working_dir: str | None = None
+    user: str | None = None
+
+    def docker_run_argv(self) -> list[str]:
+        """The equivalent ``docker run`` argv; secret values are shown as ``***``."""
+        argv = ["docker", "run", "-d", "--name", self.name, "--network", self.network_mode]
+        for k, v in sorted(self.labels.items()):
+            argv += ["--label", f"{k}={v}"]
+        if self.gpu_device_ids:
+            argv += ["--gpus", f'"device={",".join(self.gpu_device_ids)}"']
+        if self.ipc_mode:
+            argv += ["--ipc", self.ipc_mode]
+        elif self.shm_size:
+            argv += ["--shm-size", self.shm_size]
+        if self.privileged:
+            argv += ["--privileged"]
+        else:
+            argv += ["--security-opt", "no-new-privileges", "--cap-drop", "ALL"]
+            for cap in self.cap_add:
+                argv += ["--cap-add", cap]
+        if self.user:
+            argv += ["--user", self.user]
+        for b in self.binds:
+            argv += ["-v", b.render()]
+        if self.working_dir:
+            argv += ["-w", self.working_dir]
+        for k, v in sorted(self.env.items()):
+            argv += ["-e", f"{k}=***" if k in self.secret_env else f"{k}={v}"]
+        return [*argv, self.image, *self.command]
+
+    def docker_run_line(self) -> str:
+        """:meth:`docker_run_argv` quoted for a POSIX shell."""
+        return shlex.join(self.docker_run_argv())
+
+    def create_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for ``docker.DockerClient.containers.create``."""
+        kw: dict[str, Any] = {
+            "name": self.name,
+            "command": list(self.command),
+            "environment": dict(self.env),
+            "labels": dict(self.labels),
+            "network_mode": self.network_mode,
+            "detach": True,
+        }
+        if self.gpu_device_ids:
+            kw["device_requests"] = [
+                DeviceRequest(device_ids=list(self.gpu_device_ids), capabilities=[["gpu"]])
+            ]
+        if self.ipc_mode:
+            kw["ipc_mode"] = self.ipc_mode
+        elif self.shm_size:
+            kw["shm_size"] = self.shm_size
+        if self.privileged:
+            kw["privileged"] = True
+        else:
+            kw["security_opt"] = ["no-new-privileges"]
+            kw["cap_drop"] = ["ALL"]
+            if self.cap_add:
+                kw["cap_add"] = list(self.cap_add)
+        if self.binds:
+            kw["volumes"] = {
+                b.source: {"bind": b.target, "mode": "ro" if b.read_only else "rw"}
+                for b in self.binds
+            }
+        if self.working_dir:
+            kw["working_dir"] = self.working_dir
+        if self.user:
+            kw["user"] = self.user
+        return kw
+
+
+@dataclass(frozen=True)
+class ContainerInfo:
+    """A container as the engine reports it (``docker inspect``).
+
+    Attributes:
+        id: full container id.
+        name: container name without the leading ``/``.
+        labels: its labels.
+        status: Docker's state: ``created``, ``running``, ``paused``, ``restarting``,
+            ``removing``, ``exited`` or ``dead``.
+        exit_code: exit status once exited (Docker's ``State.ExitCode``), else ``None``.
+        started_at: RFC 3339 start time, or ``None`` before start.
+        finished_at: RFC 3339 finish time, or ``None`` while running.
+        oom_killed: Docker's ``State.OOMKilled``.
+        error: Docker's ``State.Error`` (why it could not start), or ``""``.
+    """
+
+    id: str
+    name: str
+    labels: Mapping[str, str]
+    status: str
+    exit_code: int | None
+    started_at: str | None
+    finished_at: str | None
+    oom_killed: bool = False
+    error: str = ""
+
+    @classmethod
+    def from_attrs(cls, attrs: Mapping[str, Any]) -> ContainerInfo:
+        """Build from the engine's inspect JSON (``Container.attrs``)."""
+        state = attrs.get("State") or {}
+        status = str(state.get("Status", "unknown"))
+        started = _docker_time(state.get("StartedAt"))
+        finished = _docker_time(state.get("FinishedAt"))
+        exited = status in ("exited", "dead")
+        return cls(
+            id=str(attrs["Id"]),
+            name=str(attrs.get("Name", "")).lstrip("/"),
+            labels=dict((attrs.get("Config") or {}).get("Labels") or {}),
+            status=status,
+            exit_code=int(state.get("ExitCode", 0)) if exited else None,
+            started_at=started,
+            finished_at=finished if exited else None,
+            oom_killed=bool(state.get("OOMKilled", False)),
+            error=str(state.get("Error") or ""),
+        )
+
+
+def _docker_time(value: object) -> str | None:
+    """Docker reports 'never' as ``0001-01-01T00:00:00Z``; map that to ``None``."""
+    if not isinstance(value, str) or value.startswith("0001-01-01"):
+        return None
+    return value
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """One line a container wrote.
+
+    Attributes:
+        ts_ns: Docker's receive timestamp, in nanoseconds since the Unix epoch (the resume
+            cursor; from the ``timestamps=true`` prefix, RFC 3339 with nanoseconds).
+        text: the line without its trailing newline.
+    """
+
+    ts_ns: int
+    text: str
+
+
+def parse_rfc3339_ns(ts: str) -> int:
+    """Parse Docker's RFC 3339 (nano) timestamp into nanoseconds since the epoch.
+
+    Docker trims trailing zeros of the fraction (``...:05.1Z``) and writes UTC as ``Z``.
+
+    Raises:
+        ValueError: not such a timestamp.
+    """
+    main, _, frac_tz = ts.partition(".")
+    if frac_tz:
+        i = 0
+        while i < len(frac_tz) and frac_tz[i].isdigit():
+            i += 1
+        frac, tz = frac_tz[:i], frac_tz[i:]
+    else:
+        frac = ""
+        main, tz = (main[:-1], "Z") if main.endswith("Z") else (main[:19], main[19:])
+    if tz in ("Z", "z", ""):
+        tz = "+00:00"
+    dt = datetime.fromisoformat(main + tz)
+    return int(dt.timestamp()) * 1_000_000_000 + int((frac + "000000000")[:9])
+
+
+def format_ns(ts_ns: int) -> str:
+    """Nanoseconds since the epoch as RFC 3339 UTC with 9 fraction digits."""
+    secs, ns = divmod(ts_ns, 1_000_000_000)
+    dt = datetime.fromtimestamp(secs, tz=timezone.utc)
+    return dt.strftime("%Y-%m-%dT%H:%M:%S") + f".{ns:09d}Z"
+
+
+def split_log_line(raw: str) -> LogLine | None:
+    """Split ``<RFC3339Nano> <text>`` (Docker's ``timestamps=true`` form) into a LogLine."""
+    ts, sep, text = raw.partition(" ")
+    if not sep:
+        return None
+    try:
+        return LogLine(parse_rfc3339_ns(ts), text)
+    except ValueError:
+        return None
+
+
+#: Docker engine error texts with a known cause, mapped to (reason, fix).
+_KNOWN_ENGINE_ERRORS: tuple[tuple[str, str, str], ...] = (
+    (
+        "could not select device driver",
+        "Docker has no device driver offering GPUs: the NVIDIA Container Toolkit is not "
+        "installed or not registered with dockerd",
+        "install nvidia-container-toolkit, run `nvidia-ctk runtime configure --runtime=docker`, "
+        "restart dockerd",
+    ),
+    (
+        "nvidia-container-cli: initialization error",
+        "the NVIDIA container runtime could not initialise NVML on the host (the container "
+        "was never created; the GPUs are not implicated)",
+        "check `nvidia-smi` on the host as root, /dev/nvidia* permissions, SELinux/userns "
+        "settings and /etc/nvidia-container-runtime/config.toml",
+    ),
+)
+
+
+def explain_engine_error(text: str) -> tuple[str, str] | None:
+    """Map a Docker engine error text to ``(reason, fix)`` when its cause is known."""
+    for needle, reason, fix in _KNOWN_ENGINE_ERRORS:
+        if needle in text:
+            detail = ""
+            if "nvml error:" in text:
+                detail = " — " + text.split("nvml error:", 1)[1].strip().rstrip(".")
+            return reason + detail, fix
+    return None
+
+
+class Engine:
+    """The Docker engine of one host (see module docstring for the threading model).
+
+    Args:
+        transport: the host; its :meth:`~remote.transport.Transport.docker_socket` is used.
+        timeout: seconds for each non-streaming API call.
+    """
+
+    def __init__(self, transport: Transport, timeout: float = 60.0) -> None:
+        self.transport = transport
+        self.timeout = timeout
+        self._client: docker.DockerClient | None = None
+
+    @property
+    def host(self) -> str:
+        """The host's profile name."""
+        return self.transport.name
+
+    async def _get_client(self) -> docker.DockerClient:
+        if self._client is not None and not self.transport.connected:
+            self._client.close()
+            self._client = None
+        path = await self.transport.docker_socket()
+        if self._client is None:
+            self._client = docker.DockerClient(base_url=f"unix://{path}", timeout=int(self.timeout))
+        return self._client
+
+    async def call(self, fn: Callable[[docker.DockerClient], T]) -> T:
+        """Run ``fn(client)`` in a worker thread, mapping SDK errors to gpuconsole errors.
+
+        Raises:
+            ConnectionLost: the engine could not be reached (socket or connection dropped).
+            DockerError: the engine refused the request.
+        """
+        client = await self._get_client()
+        try:
+            return await asyncio.to_thread(fn, client)
+        except docker.errors.ImageNotFound as e:
+            raise ImageNotFound(self.host, _api_message(e)) from e
+        except docker.errors.APIError as e:
+            msg = _api_message(e)
+            known = explain_engine_error(msg)
+            if known:
+                raise DockerError(self.host, known[0], known[1]) from e
+            raise DockerError(self.host, f"Docker engine: {msg}") from e
+        except (requests.exceptions.ConnectionError, ConnectionError, OSError) as e:
+            self._drop_client()
+            raise ConnectionLost(self.host, f"Docker engine unreachable: {e}") from e
+
+    def _drop_client(self) -> None:
+        if self._client is not None:
+            try:
+                self._client.close()
+            except Exception:
+                pass
+            self._client = None
+
+    async def close(self) -> None:
+        """Close the SDK client (the transport stays open)."""
+        self._drop_client()
+
+    # -- queries ----------------------------------------------------------------------------
+
+    async def ping(self) -> None:
+        """Check the engine answers.
+
+        Raises:
+            DockerError: it does not, with the socket named.
+        """
+        await self.call(lambda c: c.ping())
+
+    async def has_image(self, image: str) -> bool:
+        """Whether ``image`` is present on the host."""
+
+        def probe(c: docker.DockerClient) -> bool:
+            try:
+                c.images.get(image)
+            except docker.errors.ImageNotFound:
+                return False
+            return True
+
+        return await self.call(probe)
+
+    async def ensure_image(self, image: str, pull: str = "missing") -> None:
+        """Make sure ``image`` is on the host, pulling it when ``pull`` is ``missing``.
+
+        Raises:
+            ImageNotFound: absent and not pulled, or the pull failed (the reason is kept).
+        """
+        if await self.has_image(image):
+            return
+        if pull == "never":
+            raise ImageNotFound(
+                self.host,
+                f"image {image!r} is not on the host",
+                "build or load it there, or set `pull: missing`",
+            )
+        try:
+            await self.call(lambda c: c.images.pull(image))
+        except (DockerError, ConnectionLost) as e:
+            raise ImageNotFound(
+                self.host,
+                f"image {image!r} is not on the host and could not be pulled: {e.message}",
+                "check the image name and tag, or build/load the image on the host",
+            ) from e
+
+    async def list(self, labels: Mapping[str, str | None]) -> list[ContainerInfo]:
+        """Containers (running or not) carrying all ``labels`` (a ``None`` value = key only)."""
+        filters = [k if v is None else f"{k}={v}" for k, v in labels.items()]
+
+        def ls(c: docker.DockerClient) -> list[ContainerInfo]:
+            out = c.api.containers(all=True, filters={"label": filters})
+            infos = []
+            for summary in out:
+                try:
+                    infos.append(ContainerInfo.from_attrs(c.api.inspect_container(summary["Id"])))
+                except docker.errors.NotFound:
+                    continue
+            return infos
+
+        return await self.call(ls)
+
+    async def inspect(self, container_id: str) -> ContainerInfo | None:
+        """The container's state, or ``None`` if it no longer exists."""
+
+        def get(c: docker.DockerClient) -> ContainerInfo | None:
+            try:
+                return ContainerInfo.from_attrs(c.api.inspect_container(container_id))
+            except docker.errors.NotFound:
+                return None
+
+        return await self.call(get)
+
+    # -- effects ----------------------------------------------------------------------------
+
+    async def create(self, spec: ContainerSpec) -> str:
+        """Create (not start) a container; returns its id."""
+        log.debug("[%s] %s", self.host, spec.docker_run_line())
+        kw = spec.create_kwargs()
+        return await self.call(lambda c: str(c.containers.create(spec.image, **kw).id))
+
+    async def start(self, container_id: str) -> None:
+        """Start a created container."""
+        await self.call(lambda c: c.api.start(container_id))
+
+    async def stop(self, container_id: str, grace: float = 10.0) -> None:
+        """SIGTERM, then SIGKILL after ``grace`` seconds (``docker stop -t``); gone is fine."""
+
+        def stop(c: docker.DockerClient) -> None:
+            try:
+                c.api.stop(container_id, timeout=int(grace))
+            except docker.errors.NotFound:
+                pass
+
+        client_timeout = self.timeout
+        self.timeout = max(self.timeout, grace + 30)
+        try:
+            await self.call(stop)
+        finally:
+            self.timeout = client_timeout
+
+    async def remove(self, container_id: str) -> None:
+        """Remove a container, force-killing it if it runs; a missing one is fine."""
+
+        def rm(c: docker.DockerClient) -> None:
+            try:
+                c.api.remove_container(container_id, force=True)
+            except docker.errors.NotFound:
+                pass
+
+        await self.call(rm)
+
+    async def read_file(self, container_id: str, path: str, limit: int = 1 << 20) -> bytes | None:
+        """Read one file from a container, running or exited (``docker cp``); ``None`` if absent.
+
+        Args:
+            limit: at most this many bytes are returned.
+        """
+
+        def get(c: docker.DockerClient) -> bytes | None:
+            try:
+                stream, _stat = c.api.get_archive(container_id, path)
+            except docker.errors.NotFound:
+                return None
+            buf = io.BytesIO()
+            for chunk in stream:
+                buf.write(chunk)
+                if buf.tell() > limit + 65536:
+                    break
+            buf.seek(0)
+            try:
+                with tarfile.open(fileobj=buf) as tar:
+                    member = tar.next()
+                    if member is None or not member.isfile():
+                        return None
+                    f = tar.extractfile(member)
+                    return f.read(limit) if f else None
+            except tarfile.TarError:
+                return None
+
+        return await self.call(get)
+
+    async def logs(
+        self,
+        container_id: str,
+        *,
+        since_ns: int | None = None,
+        tail: int | None = None,
+        follow: bool = False,
+    ) -> AsyncIterator[LogLine]:
+        """Yield a container's log lines (stdout and stderr), oldest first, with timestamps.
+
+        Args:
+            since_ns: only lines at or after this time (ns since the epoch). Docker takes
+                ``since`` as a float of seconds, so a few lines before the cursor may come back;
+                callers dedupe with the cursor (see :mod:`remote.logs`).
+            tail: only the last N lines.
+            follow: keep streaming until the container stops or the connection drops.
+
+        The stream simply ends when the connection drops; the caller decides whether to resume.
+        """
+        client = await self._get_client()
+        kwargs: dict[str, Any] = {
+            "stdout": True,
+            "stderr": True,
+            "timestamps": True,
+            "stream": True,
+            "follow": follow,
+        }
+        if since_ns is not None:
+            kwargs["since"] = max(since_ns / 1e9 - 0.001, 0.000001)
+        if tail is not None:
+            kwargs["tail"] = tail
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[LogLine | BaseException | None] = asyncio.Queue()
+        stop = threading.Event()
+
+        def put(item: LogLine | BaseException | None) -> None:
+            try:
+                loop.call_soon_threadsafe(queue.put_nowait, item)
+            except RuntimeError:  # the loop is closed: nobody is listening any more
+                stop.set()
+
+        def pump() -> None:
+            try:
+                chunks: Iterator[bytes] = client.api.logs(container_id, **kwargs)
+                pending = b""
+                for chunk in chunks:
+                    if stop.is_set():
+                        break
+                    pending += chunk
+                    while b"\n" in pending:
+                        raw, pending = pending.split(b"\n", 1)
+                        line = split_log_line(raw.decode(errors="replace").rstrip("\r"))
+                        if line is not None:
+                            put(line)
+                if pending and not stop.is_set():
+                    line = split_log_line(pending.decode(errors="replace"))
+                    if line is not None:
+                        put(line)
+                put(None)
+            except docker.errors.NotFound:
+                put(None)
+            except Exception as e:
+                log.debug("[%s] log stream of %s ended: %s", self.host, container_id[:12], e)
+                put(None)
+
+        thread = threading.Thread(target=pump, name=f"logs-{self.host}", daemon=True)
+        thread.start()
+        try:
+            while True:
+                item = await queue.get()
+                if item is None:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            stop.set()
+
+
+def _api_message(e: docker.errors.APIError) -> str:
+    explanation = getattr(e, "explanation", None)
+    if isinstance(explanation, bytes):
+        explanation = explanation.decode(errors="replace")
+    return str(explanation or e).strip()

@@ -1,0 +1,124 @@
+"""Resumable log streams: follow a container's log across SSH disconnects, losing nothing.
+
+The cursor is Docker's per-line receive timestamp (ns). A resumed stream asks Docker for lines
+``since`` the cursor (Docker takes a float of seconds, so it may repeat a few lines before and
+at the cursor); :class:`LogCursor` drops lines older than the cursor and, at exactly the
+cursor's timestamp, the texts already delivered (as a multiset), so each line comes once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from remote.docker import Engine, LogLine
+from remote.errors import ConnectionLost, TransportError
+
+log = logging.getLogger("gpuconsole.remote.logs")
+
+
+@dataclass
+class LogCursor:
+    """Position in a log: the last timestamp delivered and the texts delivered at it.
+
+    Attributes:
+        ts_ns: last delivered timestamp (ns since the epoch), or -1 before any line.
+        delivered: texts delivered at ``ts_ns``, with counts.
+    """
+
+    ts_ns: int = -1
+    delivered: dict[str, int] = field(default_factory=dict)
+    _skip: dict[str, int] = field(default_factory=dict, repr=False)
+
+    def rewind(self) -> None:
+        """Prepare for a resume: the lines delivered at the cursor will come again."""
+        self._skip = dict(self.delivered)
+
+    def accept(self, line: LogLine) -> bool:
+        """Whether ``line`` is new; if so the cursor advances past it."""
+        if line.ts_ns < self.ts_ns:
+            return False
+        if line.ts_ns == self.ts_ns:
+            if self._skip.get(line.text, 0) > 0:
+                self._skip[line.text] -= 1
+                return False
+            self.delivered[line.text] = self.delivered.get(line.text, 0) + 1
+            return True
+        self.ts_ns = line.ts_ns
+        self.delivered = {line.text: 1}
+        self._skip = {}
+        return True
+
+    @property
+    def since_ns(self) -> int | None:
+        """The ``since`` to resume from, or ``None`` before any line."""
+        return self.ts_ns if self.ts_ns >= 0 else None
+
+
+async def follow_container(
+    engine: Engine,
+    container_id: str,
+    cursor: LogCursor | None = None,
+    *,
+    follow: bool = True,
+    tail: int | None = None,
+    max_outage: float = 300.0,
+) -> AsyncIterator[LogLine]:
+    """Yield every line of a container once, resuming after dropped connections.
+
+    Args:
+        engine: the container's host engine.
+        cursor: where to start (updated as lines are yielded); ``None`` = from the beginning.
+        follow: keep following until the container has exited and its last line was read.
+        tail: only the last N lines on the first request.
+        max_outage: give up after the host stayed unreachable this many seconds.
+
+    Raises:
+        TransportError: the host stayed unreachable longer than ``max_outage``.
+    """
+    cursor = cursor or LogCursor()
+    first = True
+    outage_started: float | None = None
+    loop = asyncio.get_running_loop()
+    backoff = 0.5
+    while True:
+        cursor.rewind()
+        try:
+            async for line in engine.logs(
+                container_id,
+                since_ns=cursor.since_ns,
+                tail=tail if first else None,
+                follow=follow,
+            ):
+                if cursor.accept(line):
+                    yield line
+            first = False
+            outage_started = None
+            if not follow:
+                return
+            info = await engine.inspect(container_id)
+            if info is None:
+                return
+            if info.status in ("exited", "dead"):
+                # one last read without follow: lines written between the stream's end and exit
+                cursor.rewind()
+                async for line in engine.logs(container_id, since_ns=cursor.since_ns):
+                    if cursor.accept(line):
+                        yield line
+                return
+            backoff = 0.5
+        except (ConnectionLost, TransportError) as e:
+            now = loop.time()
+            outage_started = outage_started or now
+            if now - outage_started > max_outage:
+                raise
+            log.info("[%s] log stream interrupted (%s); reconnecting", engine.host, e)
+            await asyncio.sleep(backoff * (0.5 + random.random()))
+            backoff = min(backoff * 2, 5.0)
+            try:
+                await engine.transport.connect()
+            except TransportError as ce:
+                log.debug("[%s] reconnect failed: %s", engine.host, ce)

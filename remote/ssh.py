@@ -1,0 +1,330 @@
+"""SSH hosts through asyncssh: commands, SFTP copies and the Docker socket forwarded locally.
+
+Host keys are always verified against known_hosts. An unknown key is refused with the fix spelled
+out, unless the profile says ``accept_new_host_keys: true`` (OpenSSH's ``accept-new``): then a
+host absent from known_hosts has its key appended on first connect, while a host listed with a
+different key is still refused.
+
+``~/.ssh/config`` is read by asyncssh itself (Host/Match blocks, HostName, User, Port,
+IdentityFile, ProxyJump, Include), so a profile can name a config alias and set nothing else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shlex
+import socket
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncssh
+
+from remote.errors import (
+    AuthenticationFailed,
+    ConnectionLost,
+    DockerError,
+    HostKeyUnknown,
+    HostUnreachable,
+    TransportError,
+)
+from remote.transport import DEFAULT_DOCKER_SOCKET, CommandResult, Transport
+
+log = logging.getLogger("gpuconsole.remote.ssh")
+
+
+@dataclass(frozen=True)
+class SSHTarget:
+    """Where and how to reach one SSH host; ``None`` fields defer to ``~/.ssh/config``.
+
+    Attributes:
+        hostname: a host name, IP or ``~/.ssh/config`` alias.
+        port: TCP port.
+        user: remote user name.
+        identity_file: private key path (``~`` expanded).
+        jump: a jump host (``[user@]host[:port]``), like ``ssh -J``.
+        known_hosts: known_hosts file; ``None`` means ``~/.ssh/known_hosts``.
+        accept_new_host_keys: add the key of a host absent from known_hosts (never replaces one).
+        address: the IP other nodes use to reach this host; default: the connected peer's IP.
+        docker_socket: the engine's socket path on the host.
+        connect_timeout: seconds to wait for the TCP connect and SSH handshake.
+    """
+
+    hostname: str
+    port: int | None = None
+    user: str | None = None
+    identity_file: str | None = None
+    jump: str | None = None
+    known_hosts: str | None = None
+    accept_new_host_keys: bool = False
+    address: str | None = None
+    docker_socket: str = DEFAULT_DOCKER_SOCKET
+    connect_timeout: float = 10.0
+
+
+class SSHTransport(Transport):
+    """One SSH host (see :class:`SSHTarget`), connected lazily and reconnectable.
+
+    Logs carry the host name (``gpuconsole.remote.ssh``, ``[a] ...``).
+    """
+
+    def __init__(self, name: str, target: SSHTarget) -> None:
+        self.name = name
+        self.target = target
+        self._conn: asyncssh.SSHClientConnection | None = None
+        self._listener: asyncssh.SSHListener | None = None
+        self._sock_dir: str | None = None
+        self._peer_ip: str | None = None
+        self._home: str | None = None
+        self._lock = asyncio.Lock()
+
+    # -- connection -------------------------------------------------------------------------
+
+    @property
+    def connected(self) -> bool:
+        """Whether the SSH connection is open (a dropped one reads ``False`` at once)."""
+        conn = self._conn
+        return conn is not None and not conn.is_closed()
+
+    def describe(self) -> str:
+        """``ssh [user@]host[:port]`` as configured."""
+        t = self.target
+        user = f"{t.user}@" if t.user else ""
+        port = f":{t.port}" if t.port else ""
+        return f"ssh {user}{t.hostname}{port}"
+
+    def _known_hosts_path(self) -> str:
+        return os.path.expanduser(self.target.known_hosts or "~/.ssh/known_hosts")
+
+    def _options(self, known_hosts: object) -> dict[str, object]:
+        t = self.target
+        opts: dict[str, object] = {
+            "known_hosts": known_hosts,
+            "connect_timeout": t.connect_timeout,
+            "keepalive_interval": 10,
+            "keepalive_count_max": 3,
+        }
+        if t.port is not None:
+            opts["port"] = t.port
+        if t.user is not None:
+            opts["username"] = t.user
+        if t.identity_file is not None:
+            opts["client_keys"] = [os.path.expanduser(t.identity_file)]
+        if t.jump is not None:
+            opts["tunnel"] = t.jump
+        return opts
+
+    async def connect(self) -> None:
+        """Open the connection if it is not open (reconnects after a drop).
+
+        Raises:
+            HostUnreachable: refused, timed out or name not resolved.
+            HostKeyUnknown: the host key is not in known_hosts (or differs from it).
+            AuthenticationFailed: no offered key was accepted.
+        """
+        async with self._lock:
+            if self.connected:
+                return
+            await self._drop()
+            self._conn = await self._open()
+            peer = self._conn.get_extra_info("peername")
+            self._peer_ip = str(peer[0]) if peer else None
+            log.debug("[%s] connected (%s)", self.name, self.describe())
+
+    async def _open(self) -> asyncssh.SSHClientConnection:
+        t = self.target
+        kh_path = self._known_hosts_path()
+        kh: object = kh_path if os.path.exists(kh_path) else ()
+        try:
+            try:
+                return await asyncssh.connect(t.hostname, **self._options(kh))
+            except asyncssh.HostKeyNotVerifiable:
+                if not t.accept_new_host_keys or self._host_listed(kh_path):
+                    raise
+                conn = await asyncssh.connect(t.hostname, **self._options(None))
+                self._remember_host_key(conn, kh_path)
+                return conn
+        except asyncssh.HostKeyNotVerifiable as e:
+            port = t.port or 22
+            scan = shlex.join(["ssh-keyscan", "-p", str(port), t.hostname])
+            raise HostKeyUnknown(
+                self.name,
+                f"host key of {t.hostname}:{port} is not trusted ({e.reason}); "
+                f"known_hosts: {kh_path}",
+                f"check the key's fingerprint, then `{scan} >> {kh_path}`, "
+                "or set `accept_new_host_keys: true` in the profile (like OpenSSH accept-new)",
+            ) from e
+        except asyncssh.PermissionDenied as e:
+            raise AuthenticationFailed(
+                self.name,
+                f"authentication refused for {t.user or 'the configured user'}@{t.hostname}",
+                "check `user` and `identity_file` in the profile, or your ssh-agent",
+            ) from e
+        except (OSError, asyncio.TimeoutError, asyncssh.Error) as e:
+            reason = _describe_os_error(e)
+            raise HostUnreachable(
+                self.name,
+                f"cannot connect to {t.hostname}:{t.port or 22}: {reason}",
+                "check that the host is up, `hostname`/`port` in the profile, and your network",
+            ) from e
+
+    def _host_listed(self, kh_path: str) -> bool:
+        if not os.path.exists(kh_path):
+            return False
+        try:
+            known = asyncssh.read_known_hosts(kh_path)
+        except (OSError, ValueError):
+            return False
+        port = self.target.port or 22
+        host = self.target.hostname
+        keys = known.match(host, "", port)
+        return any(bool(k) for k in keys)
+
+    def _remember_host_key(self, conn: asyncssh.SSHClientConnection, kh_path: str) -> None:
+        key = conn.get_server_host_key()
+        if key is None:
+            return
+        port = self.target.port or 22
+        host = self.target.hostname if port == 22 else f"[{self.target.hostname}]:{port}"
+        line = f"{host} {key.export_public_key().decode().strip()}\n"
+        Path(kh_path).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with open(kh_path, "a", encoding="utf-8") as f:
+            f.write(line)
+        log.warning("[%s] added new host key for %s to %s", self.name, host, kh_path)
+
+    async def _drop(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+        if self._sock_dir is not None:
+            sock = os.path.join(self._sock_dir, "docker.sock")
+            if os.path.exists(sock):
+                os.unlink(sock)
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    async def close(self) -> None:
+        """Close the connection and the forwarded socket."""
+        async with self._lock:
+            await self._drop()
+            if self._sock_dir is not None:
+                try:
+                    os.rmdir(self._sock_dir)
+                except OSError:
+                    pass
+                self._sock_dir = None
+
+    def address(self) -> str:
+        """``address`` from the profile, else the IP this connection reached."""
+        if self.target.address:
+            return self.target.address
+        if self._peer_ip:
+            return self._peer_ip
+        raise TransportError(self.name, "address unknown before connecting")
+
+    async def _connection(self) -> asyncssh.SSHClientConnection:
+        await self.connect()
+        assert self._conn is not None
+        return self._conn
+
+    # -- operations -------------------------------------------------------------------------
+
+    async def run(
+        self, argv: list[str], *, input: bytes | None = None, timeout: float | None = 60.0
+    ) -> CommandResult:
+        """Run ``argv`` on the host (joined with :func:`shlex.join` for the remote shell)."""
+        conn = await self._connection()
+        cmd = shlex.join(argv)
+        log.debug("[%s] run %s", self.name, cmd)
+        try:
+            res = await conn.run(cmd, input=input, timeout=timeout, encoding=None)
+        except asyncssh.TimeoutError as e:
+            raise TransportError(self.name, f"`{cmd}` timed out after {timeout} s") from e
+        except (asyncssh.ConnectionLost, asyncssh.DisconnectError, OSError) as e:
+            raise ConnectionLost(self.name, f"connection lost while running `{cmd}`") from e
+        rc = res.exit_status
+        if rc is None:
+            rc = 128 + _signal_number(res.exit_signal[0]) if res.exit_signal else -1
+        out = res.stdout if isinstance(res.stdout, bytes) else (res.stdout or "").encode()
+        err = res.stderr if isinstance(res.stderr, bytes) else (res.stderr or "").encode()
+        return CommandResult(rc, out.decode(errors="replace"), err.decode(errors="replace"))
+
+    async def home(self) -> str:
+        """The remote user's home directory (SFTP's initial directory)."""
+        if self._home is None:
+            conn = await self._connection()
+            async with conn.start_sftp_client() as sftp:
+                self._home = await sftp.realpath(".")
+        return self._home
+
+    async def docker_socket(self) -> str:
+        """A local unix socket forwarded to the host's engine socket (``forward_local_path``).
+
+        The forward lives as long as the connection; after a reconnect a new one is opened at
+        the same local path.
+        """
+        conn = await self._connection()
+        async with self._lock:
+            if self._sock_dir is None:
+                self._sock_dir = tempfile.mkdtemp(prefix=f"gpuconsole-{self.name}-")
+            path = os.path.join(self._sock_dir, "docker.sock")
+            if self._listener is None:
+                if os.path.exists(path):
+                    os.unlink(path)
+                try:
+                    self._listener = await conn.forward_local_path(
+                        path, self.target.docker_socket
+                    )
+                except (asyncssh.Error, OSError) as e:
+                    raise DockerError(
+                        self.name,
+                        f"cannot forward the Docker socket {self.target.docker_socket}: {e}",
+                        "check that sshd allows AllowStreamLocalForwarding and that docker runs",
+                    ) from e
+            return path
+
+    async def _put_tree(self, local_dir: Path, remote_dir: str) -> None:
+        conn = await self._connection()
+        async with conn.start_sftp_client() as sftp:
+            await sftp.makedirs(os.path.dirname(remote_dir), exist_ok=True)
+            await sftp.put(str(local_dir), remote_dir, recurse=True, preserve=True)
+
+    async def _rename(self, src: str, dst: str) -> bool:
+        conn = await self._connection()
+        async with conn.start_sftp_client() as sftp:
+            try:
+                await sftp.rename(src, dst)
+            except asyncssh.SFTPError:
+                return False
+        return True
+
+    async def _exists(self, path: str) -> bool:
+        conn = await self._connection()
+        async with conn.start_sftp_client() as sftp:
+            return bool(await sftp.exists(path))
+
+
+def _signal_number(name: str | None) -> int:
+    import signal
+
+    if not name:
+        return 0
+    try:
+        return int(signal.Signals["SIG" + name.upper().removeprefix("SIG")])
+    except KeyError:
+        return 0
+
+
+def _describe_os_error(e: BaseException) -> str:
+    if isinstance(e, asyncio.TimeoutError):
+        return "timed out"
+    if isinstance(e, socket.gaierror):
+        return f"name not resolved ({e.strerror})"
+    if isinstance(e, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(e, OSError) and e.strerror:
+        return e.strerror.lower()
+    return str(e) or type(e).__name__

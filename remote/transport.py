@@ -1,0 +1,283 @@
+"""Transports: one object per host that runs commands, copies files and opens the Docker engine.
+
+:class:`LocalTransport` (this machine, no SSH) and :class:`remote.ssh.SSHTransport` (asyncssh)
+share the :class:`Transport` interface, so the ``local`` profile and an SSH host take the same
+code path everywhere above this module.
+
+Threading: every method is a coroutine run on the caller's asyncio loop. The Docker SDK is
+synchronous and is driven from worker threads (see :mod:`remote.docker`); it reaches the engine
+through the unix socket returned by :meth:`Transport.docker_socket`, which for SSH is a local
+socket forwarded over the connection by the same loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import shlex
+import shutil
+import socket
+import tempfile
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from remote.errors import RemoteCommandFailed, TransportError
+
+log = logging.getLogger("gpuconsole.remote")
+
+#: Names never copied when a workdir is synced to a host.
+WORKDIR_IGNORE = (".git", "__pycache__", ".venv", ".mypy_cache", ".pytest_cache", ".ruff_cache")
+
+#: Where synced workdirs live on a host, relative to the host user's home.
+WORKDIR_CACHE = ".cache/gpuconsole/workdirs"
+
+DEFAULT_DOCKER_SOCKET = "/var/run/docker.sock"
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """What a command run on a host returned.
+
+    Attributes:
+        returncode: exit status (a negative number is never produced; signals show as 128+N
+            the way a shell reports them, or -1 when the transport could not tell).
+        stdout: standard output, decoded as UTF-8 with replacement.
+        stderr: standard error, decoded likewise.
+    """
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+class Transport(ABC):
+    """One host, reached locally or over SSH.
+
+    Attributes:
+        name: the host's name in the profile (``a``, ``gpu-node-1``, ``local``).
+    """
+
+    name: str
+
+    @abstractmethod
+    async def connect(self) -> None:
+        """Open the connection (no-op when already open).
+
+        Raises:
+            HostUnreachable, HostKeyUnknown, AuthenticationFailed: see :mod:`remote.errors`.
+        """
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Close the connection and any socket forwarded over it."""
+
+    @property
+    @abstractmethod
+    def connected(self) -> bool:
+        """Whether the connection is open now."""
+
+    @abstractmethod
+    def address(self) -> str:
+        """An IP address of this host that other hosts can reach (rendezvous endpoint).
+
+        Only valid after :meth:`connect`.
+        """
+
+    @abstractmethod
+    def describe(self) -> str:
+        """How this host is reached, for people: ``ssh root@10.0.0.5:22`` or ``local``."""
+
+    @abstractmethod
+    async def run(
+        self, argv: list[str], *, input: bytes | None = None, timeout: float | None = 60.0
+    ) -> CommandResult:
+        """Run ``argv`` on the host and wait for it.
+
+        The argv list is never joined into a shell string on the local side; over SSH it is
+        joined with :func:`shlex.join`, so every element reaches the remote program unchanged.
+
+        Raises:
+            TransportError: the host could not be reached or the command timed out.
+        """
+
+    @abstractmethod
+    async def docker_socket(self) -> str:
+        """A local unix socket path that speaks to the host's Docker engine.
+
+        Raises:
+            DockerError: the engine's socket is missing or the forward could not be opened.
+        """
+
+    @abstractmethod
+    async def _put_tree(self, local_dir: Path, remote_dir: str) -> None:
+        """Copy ``local_dir`` (already filtered) to ``remote_dir``, which must not exist."""
+
+    @abstractmethod
+    async def _rename(self, src: str, dst: str) -> bool:
+        """Rename ``src`` to ``dst`` on the host; ``False`` when ``dst`` already exists."""
+
+    @abstractmethod
+    async def _exists(self, path: str) -> bool:
+        """Whether ``path`` exists on the host."""
+
+    @abstractmethod
+    async def home(self) -> str:
+        """The host user's home directory, as an absolute path."""
+
+    async def check(self, argv: list[str], *, timeout: float | None = 60.0) -> str:
+        """Run ``argv`` and return its stdout.
+
+        Raises:
+            RemoteCommandFailed: it exited non-zero.
+        """
+        res = await self.run(argv, timeout=timeout)
+        if res.returncode != 0:
+            raise RemoteCommandFailed(self.name, argv, res.returncode, res.stderr)
+        return res.stdout
+
+    async def sync_workdir(self, local_dir: Path) -> str:
+        """Copy a local folder to ``~/.cache/gpuconsole/workdirs/<sha256>`` on the host.
+
+        The folder is content-addressed: a workdir already there is not copied again, and two
+        nodes on one host (or two hosts sharing a home) never see a half-written copy, because
+        the copy is made under a temporary name and renamed into place.
+
+        Returns:
+            The absolute path of the synced copy on the host.
+
+        Raises:
+            TransportError: the copy failed.
+        """
+        digest = workdir_digest(local_dir)
+        base = f"{await self.home()}/{WORKDIR_CACHE}"
+        final = f"{base}/{digest[:16]}"
+        if await self._exists(final):
+            return final
+        tmp = f"{base}/.{digest[:16]}.{os.getpid()}.{id(self):x}.tmp"
+        with tempfile.TemporaryDirectory(prefix="gpuconsole-workdir-") as staging:
+            stage = Path(staging) / "w"
+            shutil.copytree(local_dir, stage, ignore=shutil.ignore_patterns(*WORKDIR_IGNORE))
+            await self._put_tree(stage, tmp)
+        if not await self._rename(tmp, final):
+            await self.run(["rm", "-rf", "--", tmp])
+        return final
+
+
+def iter_workdir_files(root: Path) -> Iterator[Path]:
+    """Yield the files of a workdir that are synced, in a stable order (relative paths)."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in WORKDIR_IGNORE)
+        for fn in sorted(filenames):
+            yield (Path(dirpath) / fn).relative_to(root)
+
+
+def workdir_digest(root: Path) -> str:
+    """SHA-256 (hex) over the relative paths, modes and contents of a workdir's synced files."""
+    h = hashlib.sha256()
+    for rel in iter_workdir_files(root):
+        p = root / rel
+        h.update(str(rel).encode() + b"\0" + oct(p.stat().st_mode & 0o777).encode() + b"\0")
+        h.update(hashlib.sha256(p.read_bytes()).digest())
+    return h.hexdigest()
+
+
+class LocalTransport(Transport):
+    """This machine, without SSH: commands run as subprocesses, the engine is the local socket.
+
+    Args:
+        name: the host's name in the profile.
+        docker_socket: path of the local engine's socket (``DOCKER_HOST=unix://...`` wins).
+        address: the IP other nodes use to reach this host (default ``127.0.0.1``).
+    """
+
+    def __init__(
+        self, name: str = "local", docker_socket: str | None = None, address: str | None = None
+    ) -> None:
+        self.name = name
+        env_host = os.environ.get("DOCKER_HOST", "")
+        if docker_socket is None and env_host.startswith("unix://"):
+            docker_socket = env_host[len("unix://") :]
+        self._socket = docker_socket or DEFAULT_DOCKER_SOCKET
+        self._address = address or "127.0.0.1"
+
+    async def connect(self) -> None:
+        """Nothing to open for the local machine."""
+
+    async def close(self) -> None:
+        """Nothing to close for the local machine."""
+
+    @property
+    def connected(self) -> bool:
+        """Always ``True``."""
+        return True
+
+    def address(self) -> str:
+        """The configured address, ``127.0.0.1`` by default."""
+        return self._address
+
+    def describe(self) -> str:
+        """``local``."""
+        return "local"
+
+    async def run(
+        self, argv: list[str], *, input: bytes | None = None, timeout: float | None = 60.0
+    ) -> CommandResult:
+        """Run ``argv`` as a local subprocess (no shell)."""
+        log.debug("[%s] run %s", self.name, shlex.join(argv))
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.PIPE if input is not None else asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+            )
+        except FileNotFoundError:
+            return CommandResult(127, "", f"{argv[0]}: command not found")
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(input), timeout)
+        except asyncio.TimeoutError as e:
+            proc.kill()
+            await proc.wait()
+            raise TransportError(
+                self.name, f"`{shlex.join(argv)}` timed out after {timeout} s"
+            ) from e
+        rc = proc.returncode if proc.returncode is not None else -1
+        if rc < 0:
+            rc = 128 - rc
+        return CommandResult(rc, out.decode(errors="replace"), err.decode(errors="replace"))
+
+    async def docker_socket(self) -> str:
+        """The local engine's socket path."""
+        return self._socket
+
+    async def home(self) -> str:
+        """``$HOME`` of the current user."""
+        return str(Path.home())
+
+    async def _put_tree(self, local_dir: Path, remote_dir: str) -> None:
+        Path(remote_dir).parent.mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(shutil.copytree, local_dir, remote_dir)
+
+    async def _rename(self, src: str, dst: str) -> bool:
+        try:
+            os.rename(src, dst)
+        except OSError:
+            return False
+        return True
+
+    async def _exists(self, path: str) -> bool:
+        return os.path.exists(path)
+
+
+def resolve_ip(host: str) -> str:
+    """Resolve a host name to an IPv4/IPv6 address string (returns IPs unchanged).
+
+    Raises:
+        OSError: the name does not resolve.
+    """
+    infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    return str(infos[0][4][0])
