@@ -317,7 +317,18 @@ class Engine:
             self._client = None
         path = await self.transport.docker_socket()
         if self._client is None:
-            self._client = docker.DockerClient(base_url=f"unix://{path}", timeout=int(self.timeout))
+            # The client asks the engine for its API version on construction: do it off the
+            # loop, which must stay free to serve the SSH-forwarded socket.
+            try:
+                self._client = await asyncio.to_thread(
+                    docker.DockerClient, base_url=f"unix://{path}", timeout=int(self.timeout)
+                )
+            except docker.errors.DockerException as e:
+                raise DockerError(
+                    self.host,
+                    f"the Docker engine does not answer on {self.transport.describe()}: {e}",
+                    "check that dockerd runs on the host and that its user may use the socket",
+                ) from e
         return self._client
 
     async def call(self, fn: Callable[[docker.DockerClient], T]) -> T:
@@ -341,6 +352,8 @@ class Engine:
         except (requests.exceptions.ConnectionError, ConnectionError, OSError) as e:
             self._drop_client()
             raise ConnectionLost(self.host, f"Docker engine unreachable: {e}") from e
+        except docker.errors.DockerException as e:
+            raise DockerError(self.host, f"Docker engine: {e}") from e
 
     def _drop_client(self) -> None:
         if self._client is not None:
@@ -395,7 +408,7 @@ class Engine:
         except (DockerError, ConnectionLost) as e:
             raise ImageNotFound(
                 self.host,
-                f"image {image!r} is not on the host and could not be pulled: {e.message}",
+                f"image {image!r} is not on the host and could not be pulled: {e.detail}",
                 "check the image name and tag, or build/load the image on the host",
             ) from e
 

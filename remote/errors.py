@@ -31,6 +31,7 @@ class TransportError(GpuConsoleError):
     def __init__(self, host: str, message: str, hint: str | None = None) -> None:
         super().__init__(f"host {host}: {message}", hint)
         self.host = host
+        self.detail = message
 
 
 class HostUnreachable(TransportError):

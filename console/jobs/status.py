@@ -222,9 +222,7 @@ async def explain_failure(session: Session, node: NodeRecord) -> dict[str, Any]:
     if raw:
         message = _error_file_message(raw)
         if message:
-            out["reason"] = (
-                f"rank {out['rank']}: {message}" if out["rank"] is not None else message
-            )
+            out["reason"] = message
     diag = diagnose(text) if text else None
     if diag is not None and diag.kind != "exception":
         out["reason"] = diag.summary
