@@ -83,6 +83,20 @@ def test_two_nodes_world_size_4(cli: CLI, engine: docker.DockerClient) -> None:
         assert "no-new-privileges" in hc["SecurityOpt"]
         assert hc["NetworkMode"] == "host"
         assert c.labels["io.gpuconsole.node-count"] == "2"
+    job_id = cs[0].labels["io.gpuconsole.job-id"]
+
+    # --node keeps one node's lines; --since in the future keeps none
+    node1 = cli.run("logs", job_id, "--node", "1").stdout.splitlines()
+    assert node1 and all(ln.startswith("[n1") for ln in node1)
+    assert cli.run("logs", job_id, "--since", "2999-01-01T00:00:00Z").stdout == ""
+
+    # a console that lost its state recovers the job from the containers' labels
+    fresh = CLI(cli.profile, cli.tmp / "fresh-state", cli.tmp)
+    recovered = the_job(fresh, job_id)
+    assert recovered["name"] == "twonode"
+    assert recovered["state"] == "succeeded"
+    assert [(n["node_rank"], n["host"], n["state"]) for n in recovered["nodes"]] == [
+        (0, "a", "succeeded"), (1, "b", "succeeded")]
 
 
 def test_failing_rank_tears_down_the_gang(cli: CLI, engine: docker.DockerClient) -> None:

@@ -1,0 +1,173 @@
+"""Spec validation (file:line:field errors), secrets, and the containers a plan describes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from console.errors import ConfigError, PlanError
+from console.jobs.plan import HostFacts, build_plan, check_spec_against_gpus, select_hosts
+from console.jobs.spec import LoadedSpec, load_spec
+from console.profiles import HostConfig, JobDefaults, Profile
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "scripts" / "examples"
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "job.yaml"
+    p.write_text(text)
+    return p
+
+
+BASE = f"name: demo\nscript: train_ddp.py\nworkdir: {EXAMPLES}\n"
+
+
+def profile(**defaults: object) -> Profile:
+    return Profile(
+        name="t",
+        hosts={"a": HostConfig(hostname="10.0.0.1"), "b": HostConfig(hostname="10.0.0.2")},
+        defaults=JobDefaults.model_validate({"image": "img:1", **defaults}),
+    )
+
+
+def facts(host: str, ip: str, gpus: int | None) -> HostFacts:
+    return HostFacts(host, ip, gpus, "/home/u", "/home/u/.cache/gpuconsole/workdirs/abc", 40000)
+
+
+def test_unknown_field_names_line_and_suggests(tmp_path: Path) -> None:
+    p = write(tmp_path, BASE + "gpus_per_nod: 2\n")
+    with pytest.raises(ConfigError) as e:
+        load_spec(p)
+    assert str(e.value) == f"{p}:4: gpus_per_nod: unknown field"
+    assert e.value.hint is not None and e.value.hint.startswith("did you mean `gpus_per_node`?")
+
+
+def test_nested_bad_value_points_at_its_line(tmp_path: Path) -> None:
+    p = write(tmp_path, BASE + "env:\n  GOOD: x\n  9BAD: y\n")
+    with pytest.raises(ConfigError) as e:
+        load_spec(p)
+    assert e.value.line == 4
+    assert "9BAD" in str(e.value)
+
+
+def test_malformed_yaml_line(tmp_path: Path) -> None:
+    p = write(tmp_path, "name: a\nargs: ['x'\nscript: y\n")
+    with pytest.raises(ConfigError) as e:
+        load_spec(p)
+    assert e.value.line == 3
+    assert "malformed YAML" in str(e.value)
+
+
+def test_missing_script_in_workdir(tmp_path: Path) -> None:
+    p = write(tmp_path, f"name: demo\nscript: nope.py\nworkdir: {EXAMPLES}\n")
+    with pytest.raises(ConfigError) as e:
+        load_spec(p)
+    assert e.value.field == "script" and e.value.line == 2
+
+
+@pytest.mark.parametrize("mount", ["rel/path:/x", "/abs:rel", "/a:/b:rx", "/a"])
+def test_bad_mounts(tmp_path: Path, mount: str) -> None:
+    p = write(tmp_path, BASE + f"mounts: ['{mount}']\n")
+    with pytest.raises(ConfigError) as e:
+        load_spec(p)
+    assert e.value.field == "mounts[0]" or e.value.field == "mounts"
+
+
+def test_secret_env_resolved_and_not_hashed(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MY_TOKEN", "abc")
+    p = write(tmp_path, BASE + "env:\n  TOKEN: 'Bearer ${MY_TOKEN}'\n  PLAIN: v\n")
+    loaded = load_spec(p)
+    assert loaded.env == {"TOKEN": "Bearer abc", "PLAIN": "v"}
+    assert loaded.secret_env == frozenset({"TOKEN"})
+    h1 = loaded.spec_hash()
+    monkeypatch.setenv("MY_TOKEN", "other")
+    assert load_spec(p).spec_hash() == h1  # the secret's value never enters the hash
+
+
+def test_cli_overrides_win(tmp_path: Path) -> None:
+    p = write(tmp_path, BASE + "nodes: 1\n")
+    loaded = load_spec(p, {"nodes": ["b", "a"], "name": None})
+    assert loaded.spec.nodes == ["b", "a"]
+    assert loaded.spec.name == "demo"
+
+
+def _loaded(tmp_path: Path, extra: str = "") -> LoadedSpec:
+    return load_spec(write(tmp_path, BASE + extra))
+
+
+def test_select_hosts(tmp_path: Path) -> None:
+    assert select_hosts(_loaded(tmp_path, "nodes: 2\n"), profile()) == ["a", "b"]
+    with pytest.raises(ConfigError) as e:
+        select_hosts(_loaded(tmp_path, "nodes: 3\n"), profile())
+    assert "3 nodes asked, but profile 't' has 2 host(s)" in str(e.value)
+    with pytest.raises(ConfigError) as e:
+        select_hosts(_loaded(tmp_path, "nodes: [a, c]\n"), profile())
+    assert e.value.field == "nodes[1]"
+
+
+def test_more_processes_than_gpus_is_caught_before_any_host(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as e:
+        check_spec_against_gpus(_loaded(tmp_path, "gpus_per_node: [0, 1]\nnproc_per_node: 3\n"))
+    assert e.value.field == "nproc_per_node"
+
+
+def test_plan_two_gpu_nodes(tmp_path: Path) -> None:
+    loaded = _loaded(tmp_path, "nodes: 2\ngpus_per_node: all\nargs: ['--lr', '0.1']\n")
+    f = {"a": facts("a", "10.0.0.1", 4), "b": facts("b", "10.0.0.2", 4)}
+    plan = build_plan(loaded, profile(), ["a", "b"], f, job_id="demo-abc123", created_at=1.0,
+                      image="img:1")
+    assert plan.world_size == 8 and plan.nproc_per_node == 4 and plan.backend == "nccl"
+    assert plan.rdzv_endpoint == "10.0.0.1:40000"
+    n1 = plan.nodes[1].container
+    assert n1.gpu_device_ids == ("0", "1", "2", "3")
+    cmd = n1.command
+    assert cmd[:2] == ["torchrun", "--nnodes"]
+    assert cmd[cmd.index("--rdzv-endpoint") + 1] == "10.0.0.1:40000"
+    assert cmd[cmd.index("--rdzv-id") + 1] == "demo-abc123"
+    assert cmd[cmd.index("--rdzv-conf") + 1] == "is_host=0"
+    assert plan.nodes[0].container.command[cmd.index("--rdzv-conf") + 1] == "is_host=1"
+    assert cmd[cmd.index("--local-addr") + 1] == "10.0.0.2"
+    assert cmd[-3:] == ["train_ddp.py", "--lr", "0.1"]
+    assert n1.labels["io.gpuconsole.node-rank"] == "1"
+    assert n1.labels["io.gpuconsole.node-count"] == "2"
+    assert n1.labels["io.gpuconsole.job-id"] == "demo-abc123"
+    assert n1.env["TORCHELASTIC_ERROR_FILE"] == "/tmp/gpuconsole-error.json"
+    kw = n1.create_kwargs()
+    assert kw["cap_drop"] == ["ALL"] and kw["security_opt"] == ["no-new-privileges"]
+    assert "privileged" not in kw
+    assert kw["network_mode"] == "host"
+    assert kw["shm_size"] == "1g"
+    assert kw["device_requests"][0]["DeviceIDs"] == ["0", "1", "2", "3"]
+    assert kw["volumes"]["/home/u/.cache/gpuconsole/workdirs/abc"] == {
+        "bind": "/workspace", "mode": "ro"}
+    line = n1.docker_run_line()
+    assert "--gpus '\"device=0,1,2,3\"'" in line
+    assert "--privileged" not in line
+
+
+def test_plan_cpu_job_ipc_host_mounts_and_caps(tmp_path: Path) -> None:
+    loaded = _loaded(tmp_path, "gpus_per_node: 0\nipc: host\nmounts: ['~/data:/data:ro']\n")
+    prof = profile(cap_add=["SYS_PTRACE"], mounts=["/scratch:/scratch"])
+    plan = build_plan(loaded, prof, ["a"], {"a": facts("a", "10.0.0.1", None)},
+                      job_id="demo-1", created_at=1.0, image="img:1")
+    c = plan.nodes[0].container
+    assert plan.backend == "gloo" and plan.world_size == 1 and c.gpu_device_ids == ()
+    kw = c.create_kwargs()
+    assert kw["ipc_mode"] == "host" and "shm_size" not in kw
+    assert kw["cap_add"] == ["SYS_PTRACE"]
+    assert kw["volumes"]["/home/u/data"] == {"bind": "/data", "mode": "ro"}
+    assert kw["volumes"]["/scratch"] == {"bind": "/scratch", "mode": "rw"}
+
+
+def test_plan_gpu_errors(tmp_path: Path) -> None:
+    with pytest.raises(PlanError, match="host a has no NVIDIA driver"):
+        build_plan(_loaded(tmp_path, "gpus_per_node: 1\n"), profile(), ["a"],
+                   {"a": facts("a", "1.1.1.1", None)}, job_id="x", created_at=0, image="i")
+    with pytest.raises(PlanError, match="GPU index 5 does not exist"):
+        build_plan(_loaded(tmp_path, "gpus_per_node: [0, 5]\n"), profile(), ["a"],
+                   {"a": facts("a", "1.1.1.1", 2)}, job_id="x", created_at=0, image="i")
+    with pytest.raises(PlanError, match="more processes than GPUs: nproc_per_node 4 > 2"):
+        build_plan(_loaded(tmp_path, "gpus_per_node: all\nnproc_per_node: 4\n"), profile(),
+                   ["a"], {"a": facts("a", "1.1.1.1", 2)}, job_id="x", created_at=0, image="i")
