@@ -460,12 +460,8 @@ class Engine:
             except docker.errors.NotFound:
                 pass
 
-        client_timeout = self.timeout
-        self.timeout = max(self.timeout, grace + 30)
-        try:
-            await self.call(stop)
-        finally:
-            self.timeout = client_timeout
+        # docker-py extends the HTTP timeout of this request by ``timeout`` itself
+        await self.call(stop)
 
     async def remove(self, container_id: str) -> None:
         """Remove a container, force-killing it if it runs; a missing one is fine."""

@@ -34,6 +34,7 @@ from console.jobs.spec import LoadedSpec
 from console.jobs.store import JobRecord, NodeRecord, Store
 from console.session import Session
 from remote.errors import GpuConsoleError
+from remote.transport import WORKDIR_CACHE, workdir_digest
 
 log = logging.getLogger("gpuconsole.launch")
 
@@ -80,9 +81,9 @@ class Prepared:
 
 
 async def _host_facts(
-    session: Session, loaded: LoadedSpec, host: str, image: str, node0: bool, pull: str,
-    sync: bool,
+    session: Session, loaded: LoadedSpec, host: str, image: str, node0: bool, pull: str
 ) -> HostFacts:
+    """Ask one host what planning needs; no effect on the host except an image pull."""
     t = await session.connected(host)
     engine = session.engine(host)
     await engine.ping()
@@ -94,15 +95,9 @@ async def _host_facts(
         res = await t.run(["python3", "-c", _FREE_PORT], timeout=30)
         if res.returncode == 0 and res.stdout.strip().isdigit():
             port = int(res.stdout.strip())
-    workdir = None
     wd = loaded.workdir
-    if wd is not None:
-        if sync:
-            workdir = await t.sync_workdir(wd)
-        else:
-            from remote.transport import WORKDIR_CACHE, workdir_digest
-
-            workdir = f"{home}/{WORKDIR_CACHE}/{workdir_digest(wd)[:16]}"
+    # where sync_workdir will put it (content-addressed), so a dry run can show it
+    workdir = f"{home}/{WORKDIR_CACHE}/{workdir_digest(wd)[:16]}" if wd is not None else None
     return HostFacts(host, t.address(), gpus, home, workdir, port)
 
 
@@ -148,7 +143,7 @@ async def prepare(
     await check_name_free(session, hosts, loaded.spec.name)
     facts_list = await gather_first_error(
         *(
-            _host_facts(session, loaded, h, image, i == 0, profile.defaults.pull, False)
+            _host_facts(session, loaded, h, image, i == 0, profile.defaults.pull)
             for i, h in enumerate(hosts)
         )
     )
