@@ -130,14 +130,17 @@ _TAGS = {"int", "str", "list", "dict", "bool", "float", "function-after", "funct
 
 def _model_at(model: type[BaseModel], loc: tuple[str | int, ...]) -> type[BaseModel] | None:
     current: Any = model
+    dict_key_next = False
     for part in loc:
-        if isinstance(part, int):
+        if isinstance(part, int) or dict_key_next:
+            dict_key_next = False
             continue
         if not (isinstance(current, type) and issubclass(current, BaseModel)):
             return None
         f = current.model_fields.get(str(part))
         if f is None:
             return None
+        dict_key_next = getattr(f.annotation, "__origin__", None) is dict
         current = _inner_model(f.annotation)
     return current if isinstance(current, type) and issubclass(current, BaseModel) else None
 
