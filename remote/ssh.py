@@ -12,6 +12,7 @@ IdentityFile, ProxyJump, Include), so a profile can name a config alias and set 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import os
 import shlex
@@ -74,6 +75,7 @@ class SSHTransport(Transport):
         self.name = name
         self.target = target
         self._conn: asyncssh.SSHClientConnection | None = None
+        self._jump: asyncssh.SSHClientConnection | None = None
         self._listener: asyncssh.SSHListener | None = None
         self._sock_dir: str | None = None
         self._peer_ip: str | None = None
@@ -98,7 +100,12 @@ class SSHTransport(Transport):
     def _known_hosts_path(self) -> str:
         return os.path.expanduser(self.target.known_hosts or "~/.ssh/known_hosts")
 
-    def _options(self, known_hosts: object) -> dict[str, object]:
+    def _options(
+        self, known_hosts: object, *, port: int | None, user: str | None
+    ) -> dict[str, object]:
+        """Options for one hop. Keepalives are always on (10 s x 3): a dead connection must be
+        noticed quickly so log follows and telemetry reconnect; the rest defers to the config.
+        """
         t = self.target
         opts: dict[str, object] = {
             "known_hosts": known_hosts,
@@ -106,15 +113,31 @@ class SSHTransport(Transport):
             "keepalive_interval": 10,
             "keepalive_count_max": 3,
         }
-        if t.port is not None:
-            opts["port"] = t.port
-        if t.user is not None:
-            opts["username"] = t.user
+        if port is not None:
+            opts["port"] = port
+        if user is not None:
+            opts["username"] = user
         if t.identity_file is not None:
             opts["client_keys"] = [os.path.expanduser(t.identity_file)]
-        if t.jump is not None:
-            opts["tunnel"] = t.jump
         return opts
+
+    async def _open_jump(self, known_hosts: object) -> asyncssh.SSHClientConnection:
+        """The jump hop, opened with the same known_hosts, key and timeouts as the target (so
+        the key is offered on both hops; asyncssh's own ``tunnel="user@host"`` would not)."""
+        assert self.target.jump is not None
+        user, host, port = parse_jump(self.target.jump)
+        try:
+            return await asyncssh.connect(host, **self._options(known_hosts, port=port,
+                                                                user=user))
+        except asyncssh.HostKeyNotVerifiable as e:
+            kh = self._known_hosts_path()
+            scan = shlex.join(["ssh-keyscan", "-p", str(port or 22), host])
+            raise HostKeyUnknown(
+                self.name,
+                f"host key of the jump host {host}:{port or 22} is not trusted ({e.reason}); "
+                f"known_hosts: {kh}",
+                f"check the key's fingerprint, then `{scan} >> {kh}`",
+            ) from e
 
     async def connect(self) -> None:
         """Open the connection if it is not open (reconnects after a drop).
@@ -138,12 +161,16 @@ class SSHTransport(Transport):
         kh_path = self._known_hosts_path()
         kh: object = kh_path if os.path.exists(kh_path) else ()
         try:
+            opts = self._options(kh, port=t.port, user=t.user)
+            if t.jump is not None:
+                self._jump = await self._open_jump(kh)
+                opts["tunnel"] = self._jump
             try:
-                return await asyncssh.connect(t.hostname, **self._options(kh))
+                return await asyncssh.connect(t.hostname, **opts)
             except asyncssh.HostKeyNotVerifiable:
                 if not t.accept_new_host_keys or self._host_listed(kh_path):
                     raise
-                conn = await asyncssh.connect(t.hostname, **self._options(None))
+                conn = await asyncssh.connect(t.hostname, **{**opts, "known_hosts": None})
                 self._remember_host_key(conn, kh_path)
                 return conn
         except asyncssh.HostKeyNotVerifiable as e:
@@ -161,6 +188,13 @@ class SSHTransport(Transport):
                 self.name,
                 f"authentication refused for {t.user or 'the configured user'}@{t.hostname}",
                 "check `user` and `identity_file` in the profile, or your ssh-agent",
+            ) from e
+        except FileNotFoundError as e:
+            # asyncssh refuses to start when a key it was told to load is missing
+            raise AuthenticationFailed(
+                self.name,
+                f"identity file {e.filename or '?'} does not exist",
+                "fix `identity_file` in the profile or IdentityFile in ~/.ssh/config",
             ) from e
         except (OSError, asyncio.TimeoutError, asyncssh.Error) as e:
             reason = _describe_os_error(e)
@@ -205,6 +239,9 @@ class SSHTransport(Transport):
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+        if self._jump is not None:
+            self._jump.close()
+            self._jump = None
 
     async def close(self) -> None:
         """Close the connection and the forwarded socket."""
@@ -218,12 +255,24 @@ class SSHTransport(Transport):
                 self._sock_dir = None
 
     def address(self) -> str:
-        """``address`` from the profile, else the IP this connection reached."""
+        """``address`` from the profile, else the IP this connection reached.
+
+        Raises:
+            TransportError: reached through a jump host by name, with no ``address`` set.
+        """
         if self.target.address:
             return self.target.address
         if self._peer_ip:
             return self._peer_ip
-        raise TransportError(self.name, "address unknown before connecting")
+        try:  # through a jump host there is no peer address; an IP host name will do
+            return str(ipaddress.ip_address(self.target.hostname))
+        except ValueError:
+            pass
+        raise TransportError(
+            self.name,
+            f"no address known for {self.target.hostname} (reached through a jump host)",
+            "set `address:` for this host in the profile: the IP the other nodes reach it on",
+        )
 
     async def _connection(self) -> asyncssh.SSHClientConnection:
         await self.connect()
@@ -305,6 +354,23 @@ class SSHTransport(Transport):
         conn = await self._connection()
         async with conn.start_sftp_client() as sftp:
             return bool(await sftp.exists(path))
+
+
+def parse_jump(spec: str) -> tuple[str | None, str, int | None]:
+    """Split ``[user@]host[:port]`` (``ssh -J`` form) into ``(user, host, port)``.
+
+    Raises:
+        ValueError: the port is not a number.
+    """
+    user, _, rest = spec.rpartition("@")
+    host, port = rest, None
+    if rest.startswith("["):  # [v6addr]:port
+        host, _, tail = rest[1:].partition("]")
+        port = int(tail[1:]) if tail.startswith(":") else None
+    elif rest.count(":") == 1:
+        host, p = rest.split(":")
+        port = int(p)
+    return (user or None), host, port
 
 
 def _signal_number(name: str | None) -> int:

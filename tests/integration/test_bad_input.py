@@ -178,3 +178,23 @@ def test_secret_reaches_the_container_but_not_the_store(
     assert "TOKEN=s3cr3t-value" in c.attrs["Config"]["Env"]
     assert "s3cr3t-value" not in (cli.state_dir / "jobs.sqlite3").read_bytes().decode(
         errors="replace")
+
+
+def test_jump_host_offers_the_profile_key_on_both_hops(cli: CLI) -> None:
+    key = yaml.safe_load(cli.profile.read_text())["hosts"]["a"]["identity_file"]
+    prof = _profile_with(cli, {}, {"bj": {"hostname": "127.0.0.12", "user": "root",
+                                          "identity_file": key, "jump": "root@127.0.0.11:22"}})
+    spec = cli.spec("viajump", nodes=["bj"])
+    res = cli.run("submit", str(spec), "--dry-run", profile=prof)
+    assert res.returncode == 0, res.stderr
+    assert "node 0 on bj" in res.stdout
+    # through the tunnel the peer address is unknown: the host name (an IP here) is used
+    assert "--local-addr 127.0.0.12" in res.stdout
+
+
+def test_missing_identity_file(cli: CLI, engine: docker.DockerClient) -> None:
+    prof = _profile_with(cli, {}, {"a": {"hostname": "127.0.0.11", "user": "root",
+                                         "identity_file": str(cli.tmp / "no-such-key")}})
+    res = cli.run("submit", str(cli.spec("nokey")), profile=prof)
+    assert_clean_error(res, 1, "host a", f"identity file {cli.tmp / 'no-such-key'} does not exist")
+    no_containers(engine, "nokey")
