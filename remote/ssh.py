@@ -31,7 +31,7 @@ from remote.errors import (
     HostUnreachable,
     TransportError,
 )
-from remote.transport import DEFAULT_DOCKER_SOCKET, CommandResult, Transport
+from remote.transport import DEFAULT_DOCKER_SOCKET, CommandResult, RemoteProcess, Transport
 
 log = logging.getLogger("gpuconsole.remote.ssh")
 
@@ -335,6 +335,25 @@ class SSHTransport(Transport):
                     ) from e
             return path
 
+    async def open_process(self, argv: list[str]) -> RemoteProcess:
+        """Start ``argv`` on the host (joined with :func:`shlex.join`) with stdin open."""
+        conn = await self._connection()
+        cmd = shlex.join(argv)
+        log.debug("[%s] open %s", self.name, cmd)
+        try:
+            proc = await conn.create_process(cmd, encoding="utf-8", errors="replace")
+        except (asyncssh.Error, OSError) as e:
+            raise ConnectionLost(self.name, f"cannot start `{cmd}`: {e}") from e
+        return _SSHProcess(proc)
+
+    async def _put_files(self, files: dict[str, bytes], remote_dir: str) -> None:
+        conn = await self._connection()
+        async with conn.start_sftp_client() as sftp:
+            await sftp.makedirs(remote_dir)
+            for name, data in files.items():
+                async with sftp.open(f"{remote_dir}/{name}", "wb") as f:
+                    await f.write(data)
+
     async def _put_tree(self, local_dir: Path, remote_dir: str) -> None:
         conn = await self._connection()
         async with conn.start_sftp_client() as sftp:
@@ -354,6 +373,45 @@ class SSHTransport(Transport):
         conn = await self._connection()
         async with conn.start_sftp_client() as sftp:
             return bool(await sftp.exists(path))
+
+
+class _SSHProcess(RemoteProcess):
+    def __init__(self, proc: asyncssh.SSHClientProcess[str]) -> None:
+        self.proc = proc
+
+    async def readline(self) -> str | None:
+        try:
+            line = await self.proc.stdout.readline()
+        except (asyncssh.Error, OSError):
+            return None
+        if not line:
+            return None
+        return line.rstrip("\n")
+
+    async def wait(self) -> int:
+        try:
+            res = await self.proc.wait()
+        except (asyncssh.Error, OSError):
+            return -1
+        if res.exit_status is not None:
+            return res.exit_status
+        return 128 + _signal_number(res.exit_signal[0]) if res.exit_signal else -1
+
+    async def stderr(self) -> str:
+        try:
+            return await self.proc.stderr.read()
+        except (asyncssh.Error, OSError):
+            return ""
+
+    async def close(self) -> None:
+        try:
+            self.proc.stdin.write_eof()
+        except (asyncssh.Error, OSError, BrokenPipeError):
+            pass
+        try:
+            await asyncio.wait_for(self.proc.wait_closed(), 5)
+        except (asyncio.TimeoutError, asyncssh.Error, OSError):
+            self.proc.close()
 
 
 def parse_jump(spec: str) -> tuple[str | None, str, int | None]:

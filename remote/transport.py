@@ -128,6 +128,42 @@ class Transport(ABC):
     async def home(self) -> str:
         """The host user's home directory, as an absolute path."""
 
+    @abstractmethod
+    async def open_process(self, argv: list[str]) -> RemoteProcess:
+        """Start a long-running command with stdin open (the liveness link: closing it tells
+        the program to exit) and its stdout readable line by line.
+
+        Raises:
+            TransportError: the host could not be reached.
+        """
+
+    @abstractmethod
+    async def _put_files(self, files: dict[str, bytes], remote_dir: str) -> None:
+        """Write ``files`` (name -> bytes) into ``remote_dir``, which must not exist."""
+
+    async def put_bundle(self, files: dict[str, bytes], base: str) -> str:
+        """Upload a set of files into ``~/<base>/<sha256[:16]>`` unless it is already there.
+
+        Content-addressed like :meth:`sync_workdir`: re-uploaded only when a file changes,
+        never seen half-written.
+
+        Returns:
+            The folder's absolute path on the host.
+        """
+        h = hashlib.sha256()
+        for name in sorted(files):
+            h.update(name.encode() + b"\0" + hashlib.sha256(files[name]).digest())
+        digest = h.hexdigest()[:16]
+        root = f"{await self.home()}/{base}"
+        final = f"{root}/{digest}"
+        if await self._exists(final):
+            return final
+        tmp = f"{root}/.{digest}.{os.getpid()}.{id(self):x}.tmp"
+        await self._put_files(files, tmp)
+        if not await self._rename(tmp, final):
+            await self.run(["rm", "-rf", "--", tmp])
+        return final
+
     async def check(self, argv: list[str], *, timeout: float | None = 60.0) -> str:
         """Run ``argv`` and return its stdout.
 
@@ -165,6 +201,55 @@ class Transport(ABC):
         if not await self._rename(tmp, final):
             await self.run(["rm", "-rf", "--", tmp])
         return final
+
+
+class RemoteProcess(ABC):
+    """A long-running command on a host (see :meth:`Transport.open_process`)."""
+
+    @abstractmethod
+    async def readline(self) -> str | None:
+        """The next stdout line without its newline, or ``None`` at end of output."""
+
+    @abstractmethod
+    async def wait(self) -> int:
+        """Wait for exit; the exit status (128+N for signal N, -1 when unknown)."""
+
+    @abstractmethod
+    async def stderr(self) -> str:
+        """What the command wrote to stderr (read after exit)."""
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Close stdin (the program's cue to exit), then end the process if it lingers."""
+
+
+class _LocalProcess(RemoteProcess):
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+
+    async def readline(self) -> str | None:
+        assert self.proc.stdout is not None
+        raw = await self.proc.stdout.readline()
+        if not raw:
+            return None
+        return raw.decode(errors="replace").rstrip("\n")
+
+    async def wait(self) -> int:
+        rc = await self.proc.wait()
+        return 128 - rc if rc < 0 else rc
+
+    async def stderr(self) -> str:
+        assert self.proc.stderr is not None
+        return (await self.proc.stderr.read()).decode(errors="replace")
+
+    async def close(self) -> None:
+        if self.proc.stdin is not None and not self.proc.stdin.is_closing():
+            self.proc.stdin.close()
+        try:
+            await asyncio.wait_for(self.proc.wait(), 5)
+        except asyncio.TimeoutError:
+            self.proc.kill()
+            await self.proc.wait()
 
 
 def iter_workdir_files(root: Path) -> Iterator[Path]:
@@ -257,6 +342,24 @@ class LocalTransport(Transport):
     async def home(self) -> str:
         """``$HOME`` of the current user."""
         return str(Path.home())
+
+    async def open_process(self, argv: list[str]) -> RemoteProcess:
+        """Start ``argv`` as a local subprocess with pipes."""
+        log.debug("[%s] open %s", self.name, shlex.join(argv))
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE, limit=1 << 22,
+            )
+        except FileNotFoundError as e:
+            raise TransportError(self.name, f"{argv[0]}: command not found") from e
+        return _LocalProcess(proc)
+
+    async def _put_files(self, files: dict[str, bytes], remote_dir: str) -> None:
+        d = Path(remote_dir)
+        d.mkdir(parents=True)
+        for name, data in files.items():
+            (d / name).write_bytes(data)
 
     async def _put_tree(self, local_dir: Path, remote_dir: str) -> None:
         Path(remote_dir).parent.mkdir(parents=True, exist_ok=True)
