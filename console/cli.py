@@ -176,11 +176,12 @@ def _parse_nodes(value: str | None) -> Any:
 @click.option("--nproc-per-node", type=int, help="torchrun processes per node.")
 @click.option("--max-restarts", type=int, help="torchrun --max-restarts.")
 @click.option("--arg", "args", multiple=True, help="Replace the script's arguments (repeat).")
+@click.option("--force", is_flag=True, help="Use GPUs that other processes hold.")
 @click.pass_context
 def submit(
     ctx: click.Context, spec: Path, follow: bool, dry_run: bool, name: str | None,
     image: str | None, nodes: str | None, gpus_per_node: str | None,
-    nproc_per_node: int | None, max_restarts: int | None, args: tuple[str, ...],
+    nproc_per_node: int | None, max_restarts: int | None, args: tuple[str, ...], force: bool,
 ) -> None:
     """Launch the job described by SPEC (YAML); flags override its fields."""
     try:
@@ -191,12 +192,13 @@ def submit(
         }
     except ValueError as e:
         raise click.BadParameter(str(e)) from e
-    code = run(_submit(ctx, spec, overrides, follow, dry_run))
+    code = run(_submit(ctx, spec, overrides, follow, dry_run, force))
     raise SystemExit(code)
 
 
 async def _submit(
-    ctx: click.Context, spec_path: Path, overrides: dict[str, Any], follow: bool, dry_run: bool
+    ctx: click.Context, spec_path: Path, overrides: dict[str, Any], follow: bool, dry_run: bool,
+    force: bool,
 ) -> int:
     if not spec_path.is_file():
         raise ConfigError("job spec not found", "give the path of a YAML job spec",
@@ -204,7 +206,7 @@ async def _submit(
     loaded = load_spec(spec_path, overrides)
     profile = _profile(ctx)
     async with Session(profile) as session:
-        prepared = await prepare(session, loaded, dry_run=dry_run)
+        prepared = await prepare(session, loaded, dry_run=dry_run, force=force)
         if dry_run:
             click.echo(render_plan(prepared.plan))
             return 0
@@ -468,6 +470,143 @@ async def _rm(ctx: click.Context, ref: str, force: bool) -> None:
     finally:
         await sessions.close()
         store.close()
+
+
+# -- top / gpus -----------------------------------------------------------------------------
+
+
+def _hosts_opt(profile: Profile, hosts: str | None) -> list[str]:
+    if not hosts:
+        return list(profile.hosts)
+    names = [h for h in hosts.split(",") if h]
+    for h in names:
+        if h not in profile.hosts:
+            raise ConfigError(f"unknown host {h!r} in profile {profile.name!r}",
+                              f"hosts in this profile: {', '.join(profile.hosts)}")
+    return names
+
+
+@main.command()
+@click.option("--once", is_flag=True, help="Print one fleet table (or snapshot) and exit.")
+@click.option("--json", "as_json", is_flag=True,
+              help="JSON: one {host, sample} line per sample; with --once, one snapshot.")
+@click.option("--interval", type=float, default=1.0, show_default=True,
+              help="Sampling interval on the hosts (s).")
+@click.option("--hosts", help="Only these hosts (comma separated).")
+@click.option("--record", "record", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write every sample to FILE (JSON lines).")
+@click.option("--replay", "replay", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              help="Show a recording instead of live hosts.")
+@click.option("--speed", type=float, default=1.0, show_default=True,
+              help="Replay speed factor (0 = as fast as possible).")
+@click.option("--source", type=click.Choice(["auto", "agent", "smi"]), default="auto",
+              show_default=True, help="Telemetry source on the hosts.")
+@click.pass_context
+def top(ctx: click.Context, once: bool, as_json: bool, interval: float, hosts: str | None,
+        record: Path | None, replay: Path | None, speed: float, source: str) -> None:
+    """Live per-GPU utilization, memory and processes across the fleet."""
+    run(_top(ctx, once, as_json, interval, hosts, record, replay, speed, source))
+
+
+async def _top(ctx: click.Context, once: bool, as_json: bool, interval: float,
+               hosts: str | None, record: Path | None, replay: Path | None, speed: float,
+               source: str) -> None:
+    from console.fleet.monitor import FleetMonitor, Recorder, read_recording
+    from console.fleet.render import render_fleet
+    from console.fleet.state import FleetState
+
+    tty = sys.stdout.isatty() and not as_json
+
+    def show(state: FleetState) -> None:
+        if as_json:
+            click.echo(json.dumps(state.snapshot()))
+            return
+        text = render_fleet(state)
+        click.echo(("\x1b[H\x1b[2J" if tty else "") + text + ("" if tty else "\n"))
+
+    if replay is not None:
+        state = FleetState([], interval)
+        last = 0.0
+        try:
+            async for host, sample in read_recording(replay, speed=0 if once else speed):
+                state.on_sample(host, sample, rx=time.monotonic())
+                if as_json and not once:
+                    click.echo(json.dumps({"host": host, "sample": sample}))
+                elif not once and time.monotonic() - last >= 1.0:
+                    last = time.monotonic()
+                    show(state)
+        except ValueError as e:
+            raise ConfigError(str(e), "give a file written by `gpuconsole top --record`") from e
+        if once or not as_json:
+            show(state)
+        return
+
+    profile = _profile(ctx)
+    names = _hosts_opt(profile, hosts)
+    state = FleetState(names, interval)
+    rec_file = open(record, "a", encoding="utf-8") if record else None
+    recorder = Recorder(rec_file) if rec_file else None
+
+    def on_sample(host: str, sample: dict[str, Any]) -> None:
+        if recorder:
+            recorder(host, sample)
+        if as_json and not once:
+            click.echo(json.dumps({"host": host, "sample": sample}))
+
+    async with Session(profile) as session:
+        mon = FleetMonitor(session, state, names, interval=interval, on_sample=on_sample,
+                           mode=source)
+        mon.start()
+        try:
+            if once:
+                await mon.wait_complete(timeout=max(15.0, 5 * interval))
+                await mon.refresh_containers()
+                show(state)
+                return
+            while True:
+                await asyncio.sleep(interval)
+                if not as_json:
+                    show(state)
+        finally:
+            await mon.stop()
+            if rec_file:
+                rec_file.close()
+
+
+@main.command()
+@click.option("--free", is_flag=True, help="Only GPUs with no process on them.")
+@click.option("--json", "as_json", is_flag=True, help="JSON output.")
+@click.option("--hosts", help="Only these hosts (comma separated).")
+@click.pass_context
+def gpus(ctx: click.Context, free: bool, as_json: bool, hosts: str | None) -> None:
+    """List the fleet's GPUs (one sample of every host)."""
+    run(_gpus(ctx, free, as_json, hosts))
+
+
+async def _gpus(ctx: click.Context, free: bool, as_json: bool, hosts: str | None) -> None:
+    from console.fleet.monitor import FleetMonitor
+    from console.fleet.render import render_fleet, render_free
+    from console.fleet.state import FleetState, free_gpus
+
+    profile = _profile(ctx)
+    names = _hosts_opt(profile, hosts)
+    state = FleetState(names)
+    async with Session(profile) as session:
+        mon = FleetMonitor(session, state, names)
+        mon.start()
+        try:
+            await mon.wait_complete(timeout=15.0)
+            await mon.refresh_containers()
+        finally:
+            await mon.stop()
+    for v in state.hosts.values():
+        if v.sample is None:
+            _err(f"warning: host {v.name}: {v.status}" + (f": {v.error}" if v.error else ""))
+    if as_json:
+        data: Any = free_gpus(state) if free else state.snapshot()
+        click.echo(json.dumps(data, indent=2))
+    else:
+        click.echo(render_free(state) if free else render_fleet(state))
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ Order of effects, so that bad input never leaves remote state half-made:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Awaitable
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from console.errors import JobNameInUse, PlanError
-from console.jobs.labels import K_JOB_ID, K_JOB_NAME
+from console.jobs.labels import K_JOB_ID, K_JOB_NAME, NodeLabels
 from console.jobs.plan import (
     HostFacts,
     JobPlan,
@@ -53,23 +54,67 @@ async def gather_first_error(*aws: Awaitable[T]) -> list[T]:
     return results  # type: ignore[return-value]
 
 
-async def count_gpus(session: Session, host: str) -> int | None:
-    """GPUs on a host by ``nvidia-smi --query-gpu=index``; ``None`` when there is no driver.
+@dataclass(frozen=True)
+class GpuFacts:
+    """A host's GPUs as one telemetry sample shows them.
+
+    Attributes:
+        count: GPUs on the host; ``None`` without an NVIDIA driver.
+        holders: GPU index -> processes holding it, described; ``None`` when unknown.
+        lost: indices of lost GPUs.
+    """
+
+    count: int | None
+    holders: dict[int, list[str]] | None
+    lost: frozenset[int]
+
+
+async def gpu_facts(session: Session, host: str) -> GpuFacts:
+    """One telemetry sample of a host (agent, else nvidia-smi), its processes mapped to
+    containers and jobs.
 
     Raises:
-        PlanError: nvidia-smi exists but fails (driver unreachable, version mismatch...).
+        PlanError: the host's GPUs are in a state that rules out a launch (driver
+            unreachable, version mismatch, ...), with the reason.
     """
+    from console.fleet.state import ContainerJob, FleetState, gpu_holders
+    from remote.telemetry.stream import host_samples
+
     t = await session.connected(host)
-    res = await t.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"], timeout=30)
-    if res.returncode == 127 or "not found" in res.stderr:
-        return None
-    if res.returncode != 0:
-        msg = (res.stdout + res.stderr).strip().splitlines()
+    sample = None
+    stream = host_samples(t, 0.5)
+    try:
+        async for s in stream:
+            sample = s
+            break
+    finally:
+        await stream.aclose()
+    if sample is None:
+        raise PlanError(f"host {host}: no GPU telemetry", "run `gpuconsole top --once -v`")
+    state = sample["state"]
+    if state in ("no_driver", "nvml_unavailable"):
+        return GpuFacts(None, None, frozenset())
+    if state not in ("ok", "gpu_lost", "no_gpus"):
         raise PlanError(
-            f"host {host}: nvidia-smi failed: {msg[0] if msg else res.returncode}",
-            "check the NVIDIA driver on the host (`nvidia-smi`)",
+            f"host {host}: GPUs unusable ({state}): {sample.get('state_detail') or ''}".rstrip(),
+            "see `gpuconsole top --once` for the host's GPU state",
         )
-    return sum(1 for ln in res.stdout.splitlines() if ln.strip())
+    fleet = FleetState([host])
+    fleet.on_sample(host, sample)
+    mapping = {}
+    for info in await session.engine(host).list({K_JOB_ID: None}):
+        try:
+            lab = NodeLabels.parse(info.labels)
+        except ValueError:
+            continue
+        mapping[info.id] = ContainerJob(lab.job_id, lab.job_name, lab.node_rank)
+    fleet.set_containers(mapping)
+    holders = gpu_holders(fleet, host)
+    described = None if holders is None else {
+        i: [h.describe() for h in hs] for i, hs in holders.items()
+    }
+    lost = frozenset(g["index"] for g in sample["gpus"] if g.get("lost"))
+    return GpuFacts(len(sample["gpus"]), described, lost)
 
 
 @dataclass(frozen=True)
@@ -88,7 +133,8 @@ async def _host_facts(
     engine = session.engine(host)
     await engine.ping()
     await engine.ensure_image(image, pull)
-    gpus = await count_gpus(session, host) if loaded.spec.gpus_per_node != 0 else None
+    gpus = (await gpu_facts(session, host) if loaded.spec.gpus_per_node != 0
+            else GpuFacts(None, None, frozenset()))
     home = await t.home()
     port = None
     if node0 and loaded.spec.rdzv_port is None:
@@ -98,7 +144,8 @@ async def _host_facts(
     wd = loaded.workdir
     # where sync_workdir will put it (content-addressed), so a dry run can show it
     workdir = f"{home}/{WORKDIR_CACHE}/{workdir_digest(wd)[:16]}" if wd is not None else None
-    return HostFacts(host, t.address(), gpus, home, workdir, port)
+    return HostFacts(host, t.address(), gpus.count, home, workdir, port, gpus.holders,
+                     gpus.lost)
 
 
 async def check_name_free(session: Session, hosts: list[str], name: str) -> None:
@@ -121,11 +168,12 @@ async def check_name_free(session: Session, hosts: list[str], name: str) -> None
 
 
 async def prepare(
-    session: Session, loaded: LoadedSpec, *, dry_run: bool = False
+    session: Session, loaded: LoadedSpec, *, dry_run: bool = False, force: bool = False
 ) -> Prepared:
     """Preflight every host and build the plan (steps 1-3 of the module docstring).
 
-    With ``dry_run`` nothing is written anywhere (the workdir is not synced).
+    With ``dry_run`` nothing is written anywhere (the workdir is not synced). ``force`` lets
+    the job use GPUs that other processes hold.
 
     Raises:
         ConfigError, PlanError, JobNameInUse, TransportError, ImageNotFound.
@@ -151,18 +199,17 @@ async def prepare(
     job_id = new_job_id(loaded.spec.name)
     # Plan once before any effect, so GPU and process errors come before the workdir sync.
     plan = build_plan(loaded, profile, hosts, facts, job_id=job_id, created_at=time.time(),
-                      image=image)
+                      image=image, force=force)
     if not dry_run and loaded.workdir is not None:
         synced = await gather_first_error(
             *(session.connected(h) for h in hosts)
         )
         paths = await gather_first_error(*(t.sync_workdir(loaded.workdir) for t in synced))
         facts = {
-            h: HostFacts(f.host, f.address, f.gpu_count, f.home, p, f.rdzv_port)
-            for (h, f), p in zip(facts.items(), paths)
+            h: dataclasses.replace(f, workdir=p) for (h, f), p in zip(facts.items(), paths)
         }
         plan = build_plan(loaded, profile, hosts, facts, job_id=job_id,
-                          created_at=plan.created_at, image=image)
+                          created_at=plan.created_at, image=image, force=force)
     return Prepared(plan, hosts)
 
 

@@ -31,10 +31,13 @@ class HostFacts:
     Attributes:
         host: the host's profile name.
         address: IP the other nodes reach it on.
-        gpu_count: GPUs seen by ``nvidia-smi``, or ``None`` when it has no NVIDIA driver.
+        gpu_count: GPUs on the host (telemetry), or ``None`` when it has no NVIDIA driver.
         home: the host user's home (expands ``~/`` in mounts).
         workdir: the synced workdir's path on the host, or ``None`` without a workdir.
         rdzv_port: a free TCP port on the host for the rendezvous store (node 0 only).
+        holders: GPU index -> descriptions of the processes holding it (pid, user, command,
+            container, job); ``None`` when the host's process list is unknown.
+        lost: indices of GPUs that are lost (never chosen).
     """
 
     host: str
@@ -43,6 +46,8 @@ class HostFacts:
     home: str
     workdir: str | None = None
     rdzv_port: int | None = None
+    holders: dict[int, list[str]] | None = None
+    lost: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -128,11 +133,29 @@ def check_spec_against_gpus(loaded: LoadedSpec) -> None:
         )
 
 
-def pick_gpus(loaded: LoadedSpec, facts: HostFacts) -> tuple[int, ...]:
-    """The GPU indices a node uses on its host.
+def _busy_error(facts: HostFacts, busy: list[int]) -> PlanError:
+    holders = facts.holders or {}
+    who = "; ".join(
+        f"GPU {i}: " + ("lost" if i in facts.lost else ", ".join(holders.get(i) or ["?"]))
+        for i in busy
+    )
+    what = ("lost or in use by processes gpuconsole did not start here" if facts.lost & set(busy)
+            else "in use by processes gpuconsole did not start here")
+    return PlanError(
+        f"host {facts.host}: GPU(s) {', '.join(map(str, busy))} {what} ({who})",
+        "pick other GPUs (`gpuconsole gpus --free`), stop those processes, or pass --force",
+    )
+
+
+def pick_gpus(loaded: LoadedSpec, facts: HostFacts, force: bool = False) -> tuple[int, ...]:
+    """The GPU indices a node uses on its host: free ones first.
+
+    A count takes the lowest-numbered free GPUs; ``all`` and explicit indices must all be
+    free. GPUs holding any process are refused unless ``force``; lost GPUs always.
 
     Raises:
-        PlanError: the host has no GPUs, or too few, or an index does not exist there.
+        PlanError: the host has no GPUs, too few (free), an index does not exist there, or
+            a chosen GPU is busy (naming the processes and containers holding it).
     """
     gpus = loaded.spec.gpus_per_node
     if gpus == 0:
@@ -144,22 +167,32 @@ def pick_gpus(loaded: LoadedSpec, facts: HostFacts) -> tuple[int, ...]:
             f"host {facts.host} has {why}, but the job asks for GPUs ({gpus!r})",
             "set `gpus_per_node: 0` for a CPU job (gloo), or use a GPU host",
         )
-    if gpus == "all":
-        return tuple(range(count))
+    holders = facts.holders or {}
+    busy = {i for i in range(count) if holders.get(i)} | set(facts.lost)
     if isinstance(gpus, int):
         if gpus > count:
             raise PlanError(
                 f"host {facts.host} has {count} GPU(s), the job asks for {gpus} per node",
                 "lower gpus_per_node",
             )
+        free = [i for i in range(count) if i not in busy]
+        if len(free) >= gpus:
+            return tuple(free[:gpus])
+        if not force or facts.lost & set(range(gpus)):
+            taken = sorted(busy)[: gpus - len(free)]
+            raise _busy_error(facts, taken)
         return tuple(range(gpus))
-    missing = [i for i in gpus if i >= count]
+    wanted = list(range(count)) if gpus == "all" else list(gpus)
+    missing = [i for i in wanted if i >= count]
     if missing:
         raise PlanError(
             f"host {facts.host} has GPUs 0..{count - 1}; GPU index {missing[0]} does not exist",
             "fix gpus_per_node",
         )
-    return tuple(gpus)
+    taken = [i for i in wanted if i in busy and (not force or i in facts.lost)]
+    if taken:
+        raise _busy_error(facts, taken)
+    return tuple(wanted)
 
 
 def _expand_home(path: str, home: str) -> str:
@@ -179,6 +212,7 @@ def build_plan(
     job_id: str,
     created_at: float,
     image: str,
+    force: bool = False,
 ) -> JobPlan:
     """Build the containers of every node.
 
@@ -186,13 +220,14 @@ def build_plan(
         hosts: from :func:`select_hosts`, node 0 first.
         facts: one :class:`HostFacts` per host.
         image: the resolved image (spec, else profile default).
+        force: use GPUs that other processes hold (never lost ones).
 
     Raises:
         PlanError: GPUs do not fit (see :func:`pick_gpus`), or more processes than GPUs.
     """
     spec = loaded.spec
     d = profile.defaults
-    gpu_sets = [pick_gpus(loaded, facts[h]) for h in hosts]
+    gpu_sets = [pick_gpus(loaded, facts[h], force) for h in hosts]
     n_gpus = len(gpu_sets[0])
     if any(len(g) != n_gpus for g in gpu_sets):
         counts = ", ".join(f"{h}: {len(g)}" for h, g in zip(hosts, gpu_sets))

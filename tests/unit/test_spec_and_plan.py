@@ -171,3 +171,25 @@ def test_plan_gpu_errors(tmp_path: Path) -> None:
     with pytest.raises(PlanError, match="more processes than GPUs: nproc_per_node 4 > 2"):
         build_plan(_loaded(tmp_path, "gpus_per_node: all\nnproc_per_node: 4\n"), profile(),
                    ["a"], {"a": facts("a", "1.1.1.1", 2)}, job_id="x", created_at=0, image="i")
+
+
+def test_count_takes_free_gpus_and_busy_ones_are_refused_with_holders(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from console.jobs.plan import pick_gpus
+
+    holder = "pid 4242 (bob: python x.py) in container 0123456789ab"
+    f = replace(facts("a", "1.1.1.1", 4), holders={0: [holder], 1: [], 2: [], 3: []},
+                lost=frozenset({3}))
+    assert pick_gpus(_loaded(tmp_path, "gpus_per_node: 2\n"), f) == (1, 2)
+    with pytest.raises(PlanError) as e:
+        pick_gpus(_loaded(tmp_path, "gpus_per_node: 3\n"), f)
+    assert str(e.value) == (f"host a: GPU(s) 0 in use by processes gpuconsole did not start "
+                            f"here (GPU 0: {holder})")
+    assert e.value.hint is not None and "--force" in e.value.hint
+    assert pick_gpus(_loaded(tmp_path, "gpus_per_node: [0, 1]\n"), f, force=True) == (0, 1)
+    with pytest.raises(PlanError, match="GPU 0: pid 4242"):
+        pick_gpus(_loaded(tmp_path, "gpus_per_node: [0, 1]\n"), f)
+    # a lost GPU is refused even with --force
+    with pytest.raises(PlanError, match="GPU 3: lost"):
+        pick_gpus(_loaded(tmp_path, "gpus_per_node: all\n"), f, force=True)

@@ -1,0 +1,1 @@
+"""Fleet telemetry: state, history, the monitor that feeds it, record and replay."""

@@ -1,0 +1,88 @@
+"""Plain-text rendering of the fleet for ``gpuconsole top`` and ``gpuconsole gpus``.
+
+Unknown readings print as ``?`` (never 0); a host that is not streaming prints its status and
+error on one line.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from console.fleet.state import FleetState, free_gpus, gpu_holders
+
+
+def _n(v: Any, fmt: str = "{:.0f}", unit: str = "") -> str:
+    return "?" if v is None else fmt.format(v) + unit
+
+
+def _table(rows: list[list[str]], right: set[int]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    out = []
+    for r in rows:
+        cells = [c.rjust(w) if i in right else c.ljust(w)
+                 for i, (c, w) in enumerate(zip(r, widths))]
+        out.append("  ".join(cells).rstrip())
+    return out
+
+
+def render_fleet(state: FleetState) -> str:
+    """The fleet table: one row per GPU, its processes mapped to containers and jobs."""
+    rows = [["HOST", "GPU", "NAME", "UTIL", "SM", "MEM MiB", "TEMP", "POWER W", "PROCESSES"]]
+    notes: list[str] = []
+    for v in state.hosts.values():
+        if v.sample is None or v.status == "down":
+            rows.append([v.name, "-", v.status + (f": {v.error}" if v.error else ""),
+                         "", "", "", "", "", ""])
+            continue
+        s = v.sample
+        tag = "" if v.status == "ok" else f" [{v.status}]"
+        if s["state"] != "ok":
+            notes.append(f"{v.name}: {s['state']}" + (f": {s['state_detail']}"
+                                                      if s.get("state_detail") else ""))
+        holders = gpu_holders(state, v.name)
+        gpus = s.get("gpus") or []
+        if not gpus:
+            rows.append([v.name + tag, "-", f"no GPUs ({s['state']})", "", "", "", "", "", ""])
+        for g in gpus:
+            idx = g.get("index")
+            gpm = g.get("gpm") or {}
+            if holders is None:
+                procs = "?"
+            else:
+                hs = holders.get(idx, []) if isinstance(idx, int) else []
+                procs = ", ".join(
+                    f"{h.pid}" + (f" {h.job.job_id} n{h.job.node_rank}" if h.job else
+                                  f" {(h.command or '').split(' ')[0].rsplit('/', 1)[-1]}")
+                    for h in hs) or "-"
+            name = ("LOST " if g.get("lost") else "") + str(g.get("name") or "?")
+            rows.append([
+                v.name + tag, str(idx), name.replace("NVIDIA ", ""),
+                _n(g.get("util_gpu_pct"), unit="%"), _n(gpm.get("sm_activity_pct"), unit="%"),
+                f"{_n(g.get('mem_used_mib'))} / {_n(g.get('mem_total_mib'))}",
+                _n(g.get("temp_c"), unit="C"),
+                f"{_n(g.get('power_w'))} / {_n(g.get('power_limit_w'))}",
+                procs,
+            ])
+    lines = _table(rows, right={3, 4, 5, 6, 7})
+    usage = state.job_usage()
+    if usage:
+        lines.append("")
+        for u in usage.values():
+            where = " ".join(f"{h}:{i}" for h, i in u.gpus)
+            lines.append(f"job {u.job_id}: {len(u.gpus)} GPU(s) [{where}] mean util "
+                         f"{_n(u.mean_util_pct, unit='%')}, {u.mem_used_mib:.0f} MiB")
+    if notes:
+        lines.append("")
+        lines.extend(notes)
+    return "\n".join(lines)
+
+
+def render_free(state: FleetState) -> str:
+    """Free GPUs, one row each: host, index, name, memory total."""
+    rows = [["HOST", "GPU", "NAME", "MEM MiB"]]
+    for host, idxs in free_gpus(state).items():
+        by_idx = {g.get("index"): g for g in state.hosts[host].gpus()}
+        for i in idxs:
+            g = by_idx.get(i, {})
+            rows.append([host, str(i), str(g.get("name") or "?"), _n(g.get("mem_total_mib"))])
+    return "\n".join(_table(rows, right={3}))

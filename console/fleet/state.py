@@ -1,0 +1,274 @@
+"""Fleet state: the latest sample of every host, bounded per-GPU history, jobs' GPU usage.
+
+Pure state, no I/O: the monitor (``console/fleet/monitor.py``) or a replay feeds it samples
+(schema v1, ``remote/telemetry/schema.py``) and ticks it; faces read it.
+
+Host status:
+
+- ``connecting``: no sample yet;
+- ``ok``: a sample arrived within the last 3 intervals;
+- ``stale``: 3 intervals passed without a sample (the stream may be stuck);
+- ``down``: the host cannot be reached (the error is kept).
+
+A host whose samples say ``state != "ok"`` (no driver, GPU lost...) is ``ok`` as a stream but
+unhealthy; :attr:`HostView.healthy` tells.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Missed intervals after which a host is ``stale``.
+STALE_AFTER_INTERVALS = 3
+
+
+@dataclass(frozen=True)
+class GpuPoint:
+    """One point of a GPU's history.
+
+    Attributes:
+        t: the host's time of the sample (Unix seconds).
+        util_pct: utilization.gpu (%), or ``None``.
+        mem_used_mib: memory used (MiB), or ``None``.
+        power_w: power draw (W), or ``None``.
+        sm_activity_pct: GPM SM activity (%), or ``None``.
+    """
+
+    t: float
+    util_pct: float | None
+    mem_used_mib: float | None
+    power_w: float | None
+    sm_activity_pct: float | None
+
+
+@dataclass
+class HostView:
+    """What the console knows of one host."""
+
+    name: str
+    status: str = "connecting"
+    error: str | None = None
+    sample: dict[str, Any] | None = None
+    last_rx: float | None = None
+    samples: int = 0
+    history: dict[int, deque[GpuPoint]] = field(default_factory=dict)
+
+    @property
+    def healthy(self) -> bool:
+        """Streaming, and the host itself says ``ok``."""
+        return self.status == "ok" and self.sample is not None and self.sample["state"] == "ok"
+
+    def gpus(self) -> list[dict[str, Any]]:
+        """The latest GPU records (empty before the first sample)."""
+        return list(self.sample["gpus"]) if self.sample else []
+
+    def processes(self) -> list[dict[str, Any]] | None:
+        """The latest process records, or ``None`` when unknown."""
+        if not self.sample:
+            return None
+        procs = self.sample.get("processes")
+        return list(procs) if procs is not None else None
+
+
+@dataclass(frozen=True)
+class JobUsage:
+    """A gpuconsole job's share of the fleet, from its containers' GPU processes.
+
+    Attributes:
+        job_id: the job.
+        gpus: ``(host, gpu index)`` pairs its processes run on.
+        mean_util_pct: mean utilization.gpu over those GPUs (%), or ``None`` if unknown.
+        mem_used_mib: GPU memory its processes use (MiB), summed.
+    """
+
+    job_id: str
+    gpus: tuple[tuple[str, int], ...]
+    mean_util_pct: float | None
+    mem_used_mib: float
+
+
+@dataclass(frozen=True)
+class ContainerJob:
+    """Which job and node a container belongs to (from its labels)."""
+
+    job_id: str
+    job_name: str
+    node_rank: int
+
+
+class FleetState:
+    """The fleet's telemetry state.
+
+    Args:
+        hosts: host names, in display order.
+        interval: the sampling interval (s).
+        history_s: how much history to keep per GPU (s); at least 10 minutes.
+    """
+
+    def __init__(self, hosts: Iterable[str], interval: float = 1.0,
+                 history_s: float = 900.0) -> None:
+        self.interval = interval
+        self.maxlen = max(int(max(history_s, 600.0) / interval), 1)
+        self.hosts: dict[str, HostView] = {h: HostView(h) for h in hosts}
+        self.containers: dict[str, ContainerJob] = {}
+
+    def host(self, name: str) -> HostView:
+        """The view of a host (added on first sight)."""
+        if name not in self.hosts:
+            self.hosts[name] = HostView(name)
+        return self.hosts[name]
+
+    def on_sample(self, host: str, sample: dict[str, Any], rx: float | None = None) -> None:
+        """Take one sample of a host (``rx``: local receive time, monotonic seconds)."""
+        v = self.host(host)
+        v.sample = sample
+        v.last_rx = time.monotonic() if rx is None else rx
+        v.status = "ok"
+        v.error = None
+        v.samples += 1
+        t = float(sample.get("host_time") or 0.0)
+        for g in sample.get("gpus") or []:
+            idx = g.get("index")
+            if not isinstance(idx, int):
+                continue
+            hist = v.history.get(idx)
+            if hist is None:
+                hist = v.history[idx] = deque(maxlen=self.maxlen)
+            gpm = g.get("gpm") or {}
+            hist.append(GpuPoint(t, g.get("util_gpu_pct"), g.get("mem_used_mib"),
+                                 g.get("power_w"), gpm.get("sm_activity_pct")))
+
+    def on_down(self, host: str, error: str) -> None:
+        """The host could not be reached."""
+        v = self.host(host)
+        v.status = "down"
+        v.error = error
+
+    def tick(self, now: float | None = None) -> list[str]:
+        """Mark hosts ``stale`` after 3 missed intervals; returns the names that turned stale.
+
+        A host whose last sample reported a fault state (no driver, ...) is polled slowly on
+        purpose and never turns stale.
+        """
+        now = time.monotonic() if now is None else now
+        turned = []
+        for v in self.hosts.values():
+            faulted = v.sample is not None and v.sample["state"] not in ("ok", "gpu_lost")
+            if (v.status == "ok" and v.last_rx is not None and not faulted
+                    and now - v.last_rx > STALE_AFTER_INTERVALS * self.interval):
+                v.status = "stale"
+                turned.append(v.name)
+        return turned
+
+    def complete(self) -> bool:
+        """Whether every host has delivered a sample or is known down."""
+        return all(v.sample is not None or v.status == "down" for v in self.hosts.values())
+
+    def set_containers(self, mapping: Mapping[str, ContainerJob]) -> None:
+        """Container id -> job, from the hosts' container labels."""
+        self.containers = dict(mapping)
+
+    def job_of(self, container_id: str | None) -> ContainerJob | None:
+        """The job a container belongs to, by full id or a 12+ hex prefix."""
+        if not container_id:
+            return None
+        job = self.containers.get(container_id)
+        if job is None and len(container_id) >= 12:
+            for cid, j in self.containers.items():
+                if cid.startswith(container_id) or container_id.startswith(cid):
+                    return j
+        return job
+
+    def job_usage(self) -> dict[str, JobUsage]:
+        """Per job: the GPUs its processes hold, their mean utilization and memory."""
+        gpus: dict[str, set[tuple[str, int]]] = {}
+        mem: dict[str, float] = {}
+        for v in self.hosts.values():
+            for p in v.processes() or []:
+                job = self.job_of(p.get("container_id"))
+                if job is None or not isinstance(p.get("gpu_index"), int):
+                    continue
+                gpus.setdefault(job.job_id, set()).add((v.name, p["gpu_index"]))
+                mem[job.job_id] = mem.get(job.job_id, 0.0) + float(p.get("used_mib") or 0)
+        out = {}
+        for job_id, pairs in gpus.items():
+            utils = []
+            for host, idx in pairs:
+                for g in self.hosts[host].gpus():
+                    if g.get("index") == idx and g.get("util_gpu_pct") is not None:
+                        utils.append(float(g["util_gpu_pct"]))
+            mean = sum(utils) / len(utils) if utils else None
+            out[job_id] = JobUsage(job_id, tuple(sorted(pairs)), mean, mem[job_id])
+        return out
+
+    def snapshot(self) -> dict[str, Any]:
+        """The fleet as JSON-ready data: ``{"hosts": [{name, status, error, sample}]}``."""
+        return {
+            "hosts": [
+                {"name": v.name, "status": v.status, "error": v.error, "sample": v.sample}
+                for v in self.hosts.values()
+            ]
+        }
+
+
+@dataclass(frozen=True)
+class GpuHolder:
+    """A process holding a GPU, for people: pid, user, command, container and job."""
+
+    pid: int
+    user: str | None
+    command: str | None
+    container_id: str | None
+    job: ContainerJob | None
+    used_mib: float | None
+
+    def describe(self) -> str:
+        """``pid 123 (alice: python train.py) in container 0123abcd4567 (job x-1a2b3c n0)``."""
+        who = ": ".join(x for x in (self.user, (self.command or "")[:60]) if x)
+        s = f"pid {self.pid}" + (f" ({who})" if who else "")
+        if self.container_id:
+            s += f" in container {self.container_id[:12]}"
+        if self.job:
+            s += f" (job {self.job.job_id} n{self.job.node_rank})"
+        return s
+
+
+def gpu_holders(state: FleetState, host: str) -> dict[int, list[GpuHolder]] | None:
+    """GPU index -> processes holding it on a host; ``None`` when the list is unknown."""
+    v = state.host(host)
+    procs = v.processes()
+    if procs is None:
+        return None
+    out: dict[int, list[GpuHolder]] = {int(g["index"]): [] for g in v.gpus()
+                                       if isinstance(g.get("index"), int)}
+    for p in procs:
+        idx = p.get("gpu_index")
+        if not isinstance(idx, int):
+            continue
+        out.setdefault(idx, []).append(GpuHolder(
+            int(p["pid"]), p.get("user"), p.get("command"), p.get("container_id"),
+            state.job_of(p.get("container_id")), p.get("used_mib"),
+        ))
+    return out
+
+
+def free_gpus(state: FleetState) -> dict[str, list[int]]:
+    """Host -> indices of GPUs with no process, on healthy hosts whose process list is known.
+
+    A lost GPU is never free.
+    """
+    out: dict[str, list[int]] = {}
+    for v in state.hosts.values():
+        usable = v.status == "ok" and v.sample is not None
+        if not usable or v.sample is None or v.sample["state"] not in ("ok", "gpu_lost"):
+            continue
+        holders = gpu_holders(state, v.name)
+        if holders is None:
+            continue
+        lost = {g["index"] for g in v.gpus() if g.get("lost")}
+        out[v.name] = sorted(i for i, hs in holders.items() if not hs and i not in lost)
+    return out

@@ -1,0 +1,1034 @@
+"""GPU fault classification from the texts a host gives when its GPUs misbehave.
+
+Three sources, each parsed into plain data that ``remote/telemetry/smi.py``, the host agent and
+``console/fleet`` can act on:
+
+* **pynvml tracebacks** (Python's traceback format around the NVML binding ``pynvml`` /
+  ``nvidia-ml-py``): :func:`classify_nvml_traceback` -> :class:`NvmlFault`, and
+  :func:`apply_nvml_fault` writes the consequence into a schema-v1 sample
+  (``remote/telemetry/schema.py``). Tracebacks are often cut (no final exception line, no head):
+  classification then uses the frames alone and never raises.
+* **the kernel log** (``dmesg``; NVIDIA's kernel module prints ``NVRM:`` lines):
+  :func:`parse_kernel_log` / :func:`scan_kernel_log` -> :class:`XidEvent` (Xid = NVIDIA's error
+  number, see NVIDIA's "Xid Errors" catalogue), :func:`summarize_xids` -> one
+  :class:`GpuXidSummary` per GPU with a diagnosis and an action.
+* **apt's history log** (``/var/log/apt/history.log``): :func:`classify_driver_upgrade` finds
+  NVIDIA driver packages changed under a running system (the usual cause of "driver
+  unreachable" / "version mismatch").
+
+:class:`HostFault` (a host-level state, as produced from nvidia-smi's messages by
+``smi.classify_smi_failure``) also lives here so both parsers share it. PCI bus ids come in
+several spellings (nvidia-smi/NVML ``00000000:3D:00.0``, nvidia-smi messages ``0000:01:00.0``,
+Xid lines ``PCI:0000:3d:00`` without the function); compare them with :func:`pci_key`.
+Times: ``dmesg -T`` stamps are the host's local wall time without a zone (kept naive);
+``dmesg`` plain stamps are seconds since boot.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+from remote.telemetry.schema import GPU_FIELDS
+
+# ---------------------------------------------------------------------------------------------
+# shared: PCI bus ids and host faults
+
+_PCI_RE = re.compile(
+    r"(?:PCI:)?(?:(?P<dom>[0-9a-fA-F]{4,8}):)?(?P<bus>[0-9a-fA-F]{2}):(?P<dev>[0-9a-fA-F]{2})"
+    r"(?:\.(?P<fn>[0-7]))?"
+)
+
+
+def pci_key(bus_id: str) -> tuple[int, int, int, int] | None:
+    """``(domain, bus, device, function)`` of a PCI bus id in any of NVIDIA's spellings.
+
+    Accepts ``00000000:3D:00.0`` (nvidia-smi ``pci.bus_id``, NVML), ``0000:01:00.0`` (nvidia-smi
+    messages, lspci -D), ``PCI:0000:3d:00`` / ``0000:3d:00`` (kernel Xid lines; the function is
+    omitted and means 0) and ``0a:00.0`` (``nvidia-smi -i``; domain 0). ``None`` if unparseable.
+    """
+    m = _PCI_RE.fullmatch(bus_id.strip())
+    if m is None:
+        return None
+    return (int(m["dom"] or "0", 16), int(m["bus"], 16), int(m["dev"], 16), int(m["fn"] or "0"))
+
+
+@dataclass(frozen=True)
+class GpuHandleError:
+    """One GPU that nvidia-smi could not open, named by the PCI bus id inside the message.
+
+    Attributes:
+        pci_bus_id: as printed in the message (e.g. ``0000:01:00.0``).
+        reason: nvidia-smi's reason, e.g. ``GPU is lost``.
+        lost: the GPU fell off the bus / is lost (only a reboot brings it back).
+        repeats: identical messages folded into this one event.
+        first_seen: the timestamp printed nearest before the first message, if the text had one.
+    """
+
+    pci_bus_id: str
+    reason: str
+    lost: bool
+    repeats: int = 1
+    first_seen: datetime | None = None
+
+
+@dataclass(frozen=True)
+class HostFault:
+    """A host-level telemetry state derived from a tool's failure output.
+
+    Attributes:
+        state: one of ``schema.HOST_STATES`` (never ``ok``).
+        detail: human-readable reason, for the sample's ``state_detail``.
+        hint: the fix or the next diagnostic step, or ``None``.
+        source: the tool whose output was classified (``nvidia-smi``, ``nvml``).
+        library_version: user-space NVML library version, when the output names it.
+        kernel_module_version: loaded kernel module version, when the output names it.
+        gpu_errors: GPUs that failed individually, attributed by PCI bus id (deduplicated).
+        invalid_field: a ``--query-gpu`` field the driver does not know (query must change).
+        evidence: further lines from other tools that show the same fault (not a second one).
+    """
+
+    state: str
+    detail: str
+    hint: str | None
+    source: str = "nvidia-smi"
+    library_version: str | None = None
+    kernel_module_version: str | None = None
+    gpu_errors: tuple[GpuHandleError, ...] = ()
+    invalid_field: str | None = None
+    evidence: tuple[str, ...] = ()
+
+    @property
+    def lost_pci_bus_ids(self) -> tuple[str, ...]:
+        """Bus ids of the GPUs that are lost (``gpu_errors`` with ``lost``)."""
+        return tuple(e.pci_bus_id for e in self.gpu_errors if e.lost)
+
+
+# ---------------------------------------------------------------------------------------------
+# pynvml tracebacks
+
+NvmlFaultKind = Literal[
+    "not_supported",  # the GPU has no such reading: that field is None, not a fault
+    "function_not_found",  # symbol missing from libnvidia-ml (driver older than the binding)
+    "gpu_lost",  # NVML_ERROR_GPU_IS_LOST: that GPU needs a reboot; others keep reporting
+    "library_not_found",  # libnvidia-ml.so.1 cannot be loaded: no user-space driver
+    "driver_not_loaded",  # NVML_ERROR_DRIVER_NOT_LOADED: kernel driver unreachable
+    "version_mismatch",  # NVML_ERROR_LIB_RM_VERSION_MISMATCH
+    "no_permission",  # NVML_ERROR_NO_PERMISSION
+    "error",  # any other NVML error
+    "unknown",  # nothing recognisable in the text
+]
+
+#: NVML getter -> the schema GPU fields it fills (``processes`` = the sample's process list).
+NVML_FUNCTION_FIELDS: dict[str, tuple[str, ...]] = {
+    "nvmlDeviceGetFanSpeed": ("fan_pct",),
+    "nvmlDeviceGetFanSpeed_v2": ("fan_pct",),
+    "nvmlDeviceGetTemperature": ("temp_c",),
+    "nvmlDeviceGetPowerUsage": ("power_w",),
+    "nvmlDeviceGetEnforcedPowerLimit": ("power_limit_w",),
+    "nvmlDeviceGetPowerManagementLimit": ("power_limit_w",),
+    "nvmlDeviceGetUtilizationRates": ("util_gpu_pct", "util_mem_pct"),
+    "nvmlDeviceGetMemoryInfo": ("mem_used_mib", "mem_total_mib"),
+    "nvmlDeviceGetMemoryInfo_v2": ("mem_used_mib", "mem_total_mib"),
+    "nvmlDeviceGetClockInfo": ("sm_clock_mhz", "mem_clock_mhz"),
+    "nvmlDeviceGetPerformanceState": ("pstate",),
+    "nvmlDeviceGetPowerState": ("pstate",),
+    "nvmlDeviceGetCurrentClocksThrottleReasons": ("throttle_reasons",),
+    "nvmlDeviceGetCurrentClocksEventReasons": ("throttle_reasons",),
+    "nvmlDeviceGetTotalEccErrors": ("ecc_volatile_uncorrected",),
+    "nvmlDeviceGetRemappedRows": ("remapped_rows_pending",),
+    "nvmlDeviceGetPersistenceMode": ("persistence_mode",),
+    "nvmlDeviceGetMigMode": ("mig_mode",),
+    "nvmlGpmQueryDeviceSupport": ("gpm",),
+    "nvmlGpmSampleGet": ("gpm",),
+    "nvmlGpmMetricsGet": ("gpm",),
+    "nvmlDeviceGetName": ("name",),
+    "nvmlDeviceGetUUID": ("uuid",),
+    "nvmlDeviceGetPciInfo": ("pci_bus_id",),
+    "nvmlDeviceGetPciInfo_v3": ("pci_bus_id",),
+    "nvmlDeviceGetComputeRunningProcesses": ("processes",),
+    "nvmlDeviceGetComputeRunningProcesses_v2": ("processes",),
+    "nvmlDeviceGetComputeRunningProcesses_v3": ("processes",),
+    "nvmlDeviceGetGraphicsRunningProcesses": ("processes",),
+    "nvmlDeviceGetGraphicsRunningProcesses_v2": ("processes",),
+    "nvmlDeviceGetGraphicsRunningProcesses_v3": ("processes",),
+    "nvmlDeviceGetMPSComputeRunningProcesses": ("processes",),
+    "nvmlDeviceGetMPSComputeRunningProcesses_v3": ("processes",),
+    "nvmlDeviceGetProcessUtilization": ("processes",),
+}
+
+#: pynvml exception class suffix (``NVMLError_<suffix>``) and message -> fault kind.
+_NVML_ERRORS: dict[str, NvmlFaultKind] = {
+    "NotSupported": "not_supported",
+    "FunctionNotFound": "function_not_found",
+    "GpuIsLost": "gpu_lost",
+    "LibraryNotFound": "library_not_found",
+    "DriverNotLoaded": "driver_not_loaded",
+    "LibRmVersionMismatch": "version_mismatch",
+    "NoPermission": "no_permission",
+}
+_NVML_MESSAGES: dict[str, NvmlFaultKind] = {
+    "not supported": "not_supported",
+    "function not found": "function_not_found",
+    "gpu is lost": "gpu_lost",
+    "nvml shared library not found": "library_not_found",
+    "driver not loaded": "driver_not_loaded",
+    "rm has detected an nvml/rm version mismatch.": "version_mismatch",
+    "insufficient permissions": "no_permission",
+}
+
+_FRAME_RE = re.compile(r'^\s*File "(?P<path>[^"]*)", line (?P<line>\d+), in (?P<func>\S+)\s*$')
+_EXC_RE = re.compile(
+    r"^(?P<name>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)(?:_\w+)?)(?::\s?(?P<msg>.*))?$"
+)
+_NVML_LIB_RE = re.compile(r"libnvidia-ml\.so(?:\.\d+)*|nvml\.dll", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class NvmlFault:
+    """What one pynvml traceback means for telemetry.
+
+    Attributes:
+        kind: see :data:`NvmlFaultKind`.
+        exception: the final exception class without its module (``NVMLError_NotSupported``),
+            or ``None`` when the traceback was cut before it.
+        message: the exception's message (``Not Supported``), or ``None``.
+        nvml_function: the innermost ``nvml*`` API call in the frames, or ``None``.
+        fields: schema GPU fields this fault makes unknown (``processes`` = the process list).
+        host_state: the host state it implies (``nvml_unavailable`` ...), or ``None`` when only
+            one field or one GPU is affected.
+        gpu_lost: the GPU being queried is lost (its index is the caller's, it is not printed).
+        processes_unknown: the sample's process list is unknown (never "no processes").
+        fallback: what to run instead: ``nvidia-smi`` (the whole CSV fallback,
+            ``smi.smi_argv``) or ``nvidia-smi-compute-apps`` (``smi.compute_apps_argv``).
+        reason: one line for the sample's ``errors`` map / ``state_detail``.
+        hint: the fix, or ``None``.
+        complete: the (last chained) traceback ended with its exception line.
+    """
+
+    kind: NvmlFaultKind
+    exception: str | None
+    message: str | None
+    nvml_function: str | None
+    fields: tuple[str, ...]
+    host_state: str | None
+    gpu_lost: bool
+    processes_unknown: bool
+    fallback: Literal["nvidia-smi", "nvidia-smi-compute-apps"] | None
+    reason: str
+    hint: str | None
+    complete: bool
+
+
+def classify_nvml_traceback(text: str) -> NvmlFault:
+    """Classify a (possibly truncated or chained) pynvml traceback. Never raises.
+
+    The exception line decides when present; otherwise the frames do: an ``OSError`` naming
+    libnvidia-ml or a ``_LoadNvmlLibrary`` frame -> library not found; a failing
+    ``_nvmlGetFunctionPointer`` frame -> function not found. A missing function whose caller was
+    cut off is taken to be the process-list getter (``nvmlDeviceGetComputeRunningProcesses_v2``
+    /``_v3``: the calls newer bindings make that older drivers lack).
+    """
+    frames: list[str] = []
+    exceptions: list[tuple[str, str | None]] = []
+    complete = False  # the last traceback block ended with its exception line
+    for raw in text.splitlines():
+        if raw.startswith("Traceback (most recent call last)"):
+            complete = False
+            continue
+        fm = _FRAME_RE.match(raw)
+        if fm:
+            frames.append(fm["func"])
+            complete = False
+            continue
+        em = _EXC_RE.match(raw.rstrip())
+        if em and not raw.startswith((" ", "\t")):
+            msg = em["msg"].strip() if em["msg"] is not None else None
+            exceptions.append((em["name"].rsplit(".", 1)[-1], msg))
+            complete = True
+    exc_name, exc_msg = exceptions[-1] if exceptions else (None, None)
+    nvml_funcs = [f for f in frames if f.startswith("nvml")]
+    nvml_function = nvml_funcs[-1] if nvml_funcs else None
+
+    kind: NvmlFaultKind = "unknown"
+    if exc_name is not None and exc_name.startswith("NVMLError"):
+        suffix = exc_name.partition("_")[2]
+        kind = _NVML_ERRORS.get(suffix, "error")
+        if kind == "error" and exc_msg is not None:
+            kind = _NVML_MESSAGES.get(exc_msg.lower(), "error")
+    if kind in ("unknown", "error"):
+        os_errors = [m for n, m in exceptions if n == "OSError" and m and _NVML_LIB_RE.search(m)]
+        if os_errors or (frames and "_LoadNvmlLibrary" in frames and exc_name in (None, "OSError")):
+            kind = "library_not_found"
+        elif frames and frames[-1] == "_nvmlGetFunctionPointer":
+            kind = "function_not_found"
+        elif kind == "unknown" and exc_msg is not None:
+            kind = _NVML_MESSAGES.get(exc_msg.lower(), "unknown")
+
+    fields: tuple[str, ...] = ()
+    if kind in ("not_supported", "function_not_found", "no_permission", "error"):
+        fields = NVML_FUNCTION_FIELDS.get(nvml_function or "", ())
+        if kind == "function_not_found" and nvml_function is None:
+            fields = ("processes",)
+    processes_unknown = "processes" in fields or kind in (
+        "library_not_found", "driver_not_loaded", "version_mismatch")
+    host_state = {
+        "library_not_found": "nvml_unavailable",
+        "driver_not_loaded": "driver_unreachable",
+        "version_mismatch": "version_mismatch",
+    }.get(kind)
+    fallback: Literal["nvidia-smi", "nvidia-smi-compute-apps"] | None = None
+    if host_state is not None:
+        fallback = "nvidia-smi"
+    elif "processes" in fields:
+        fallback = "nvidia-smi-compute-apps"
+    what = nvml_function or "an NVML call"
+    reasons: dict[str, str] = {
+        "not_supported": f"{what}: not supported on this GPU (NVML_ERROR_NOT_SUPPORTED)",
+        "function_not_found": f"{what}: function not found in libnvidia-ml (driver older than "
+                              "the NVML binding)",
+        "gpu_lost": f"{what}: GPU is lost (NVML_ERROR_GPU_IS_LOST); reboot to recover it",
+        "library_not_found": "NVML library not found: libnvidia-ml.so.1 cannot be loaded "
+                             "(no NVIDIA user-space driver, or not on the loader path)",
+        "driver_not_loaded": "NVML cannot reach the NVIDIA kernel driver (driver not loaded)",
+        "version_mismatch": "NVML library and kernel driver versions differ",
+        "no_permission": f"{what}: insufficient permissions",
+        "error": f"{what}: {exc_name or 'NVML error'}" + (f": {exc_msg}" if exc_msg else ""),
+        "unknown": "unrecognised NVML failure" + (f": {exc_name}" if exc_name else ""),
+    }
+    hints: dict[str, str | None] = {
+        "not_supported": None,
+        "function_not_found": "upgrade the NVIDIA driver or pin an older nvidia-ml-py; meanwhile "
+                              "read the process list with `nvidia-smi --query-compute-apps`"
+                              if "processes" in fields else
+                              "upgrade the NVIDIA driver or pin an older nvidia-ml-py",
+        "gpu_lost": "reboot the host (or power-cycle the GPU); if it recurs check PCIe seating, "
+                    "power and cooling",
+        "library_not_found": "install the NVIDIA driver (user-space libraries) or add its "
+                             "directory to the loader path; falling back to nvidia-smi",
+        "driver_not_loaded": "load the nvidia kernel module (`modprobe nvidia`) or reinstall the "
+                             "driver; check `dmesg` for NVRM errors",
+        "version_mismatch": "install one driver version for both library and kernel module, "
+                            "then reload the nvidia modules or reboot",
+        "no_permission": "run the agent with access to /dev/nvidia*",
+        "error": None,
+        "unknown": None,
+    }
+    return NvmlFault(
+        kind=kind, exception=exc_name, message=exc_msg, nvml_function=nvml_function,
+        fields=fields, host_state=host_state, gpu_lost=kind == "gpu_lost",
+        processes_unknown=processes_unknown, fallback=fallback, reason=reasons[kind],
+        hint=hints[kind], complete=complete,
+    )
+
+
+def apply_nvml_fault(sample: dict[str, Any], fault: NvmlFault, gpu_index: int | None = None,
+                     ) -> None:
+    """Write ``fault``'s consequence into a schema-v1 ``sample`` in place.
+
+    Field-level faults make only their fields ``None`` (reason in the GPU's ``errors``), except
+    ``mig_mode``, which is ``False`` when unsupported (schema: no MIG). A lost GPU (the one at
+    ``gpu_index``, which the caller was querying) gets ``lost`` and unknown readings; the other
+    GPUs keep theirs, and so does the process list (noted as partial). Host-level faults set
+    ``state`` and make every GPU reading unknown. An unknown process list is ``None`` with the
+    reason in ``errors["processes"]``.
+    """
+    gpus: list[dict[str, Any]] = sample.setdefault("gpus", [])
+    target = next((g for g in gpus if g.get("index") == gpu_index), None)
+    if fault.host_state is not None:
+        sample["state"] = fault.host_state
+        sample["state_detail"] = fault.reason
+        for g in gpus:
+            _unknown_readings(g, GPU_FIELDS, fault.reason)
+        if not gpus:  # unknown, not "0 GPUs"
+            sample.setdefault("errors", {})["gpus"] = f"GPU list unknown: {fault.reason}"
+    elif fault.gpu_lost:
+        sample["state"] = "gpu_lost"
+        sample["state_detail"] = (f"GPU {gpu_index} is lost (reboot required)"
+                                  if gpu_index is not None else fault.reason)
+        if target is not None:
+            target["lost"] = True
+            _unknown_readings(target, GPU_FIELDS, fault.reason)
+        if sample.get("processes") is not None:
+            sample.setdefault("errors", {})["processes"] = (
+                f"processes on GPU {gpu_index if gpu_index is not None else '?'} unknown "
+                "(GPU lost); the list covers the other GPUs")
+    elif target is not None:
+        gpu_fields = tuple(f for f in fault.fields if f != "processes")
+        if fault.kind == "not_supported" and "mig_mode" in gpu_fields:
+            target["mig_mode"] = False
+            gpu_fields = tuple(f for f in gpu_fields if f != "mig_mode")
+        _unknown_readings(target, gpu_fields, fault.reason)
+    if fault.processes_unknown:
+        sample["processes"] = None
+        why = fault.reason
+        if fault.fallback == "nvidia-smi-compute-apps":
+            why += "; fall back to nvidia-smi --query-compute-apps"
+        sample.setdefault("errors", {})["processes"] = why
+
+
+def _unknown_readings(gpu: dict[str, Any], fields: Iterable[str], reason: str) -> None:
+    errors: dict[str, str] = gpu.setdefault("errors", {})
+    for f in fields:
+        gpu[f] = None
+        errors[f] = reason
+
+
+# ---------------------------------------------------------------------------------------------
+# kernel log: Xid events
+
+_CTIME = r"[A-Z][a-z]{2} [A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d \d{4}"
+_PREFIXES: tuple[re.Pattern[str], ...] = (
+    # dmesg -T: [Wed Jan 27 23:04:35 2021] msg
+    re.compile(rf"^\[(?P<ctime>{_CTIME})\]\s?(?P<msg>.*)$"),
+    # dmesg: [14328.198504] msg
+    re.compile(r"^\[\s*(?P<up>\d+\.\d+)\]\s?(?P<msg>.*)$"),
+    # dmesg --time-format=iso / journalctl -o short-iso: 2021-01-27T23:04:35,123456+0100 [host
+    # kernel:] msg
+    re.compile(r"^(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[,.]\d+)?(?:Z|[+-]\d\d:?\d\d)?)"
+               r"(?: \S+ kernel:)? (?:\[\s*(?P<up>\d+\.\d+)\] )?(?P<msg>.*)$"),
+    # syslog / kern.log / journalctl: Jan 27 23:04:35 host kernel: [14328.198504] msg
+    re.compile(r"^(?P<sys>[A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d) \S+ kernel: "
+               r"(?:\[\s*(?P<up>\d+\.\d+)\] )?(?P<msg>.*)$"),
+)
+_XID_RE = re.compile(
+    r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9a-fA-F:.]+)\): (?P<xid>\d+)(?:, (?P<rest>.*))?$")
+_GPU_AT_RE = re.compile(
+    r"NVRM: GPU at (?:PCI:)?(?P<pci>[0-9a-fA-F:.]+): (?P<uuid>GPU-[0-9a-fA-F-]+)")
+_FALLEN_RE = re.compile(r"fallen off the bus", re.IGNORECASE)
+_GPU_PCI_RE = re.compile(
+    r"GPU (?:at )?(?:PCI:)?(?P<pci>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)")
+_PCI_ID_RE = re.compile(r"\(PCI ID: (?P<id>[0-9a-fA-F]{4}:[0-9a-fA-F]{4})\)")
+_PROBE_RE = re.compile(r"NVRM: The NVIDIA probe routine failed for (?P<n>\d+) device")
+_BANNER_RE = re.compile(
+    r"NVRM: loading NVIDIA UNIX (?P<what>.*?Kernel Module)(?: for \S+)?\s+"
+    r"(?P<ver>\d+\.\d+(?:\.\d+)?)")
+_PID_RE = re.compile(r"\bpid=(?:'(?P<q>[^']*)'|(?P<v>[^,\s]+))")
+_NAME_RE = re.compile(r"\bname=(?P<name>[^,]*)")
+_CH_RE = re.compile(r"\bCh (?P<ch>[0-9a-fA-F]{8})\b")
+_MMU_RE = re.compile(
+    r"MMU Fault: ENGINE (?P<engine>.+?)(?: (?P<client>\S*CLIENT\S*))? faulted @ "
+    r"(?P<addr>0x[0-9a-fA-F_]+)\.? Fault is of type (?P<ftype>\S+)(?: (?P<access>\S+))?")
+#: a "fallen off the bus" message within this many seconds of an Xid 79 for the same GPU is the
+#: same event.
+_SAME_EVENT_S = 10.0
+
+
+@dataclass(frozen=True)
+class MmuFault:
+    """The MMU fault details of an Xid 31 line (kernel log, ``NVRM: Xid ... MMU Fault: ...``).
+
+    Attributes:
+        engine: e.g. ``GRAPHICS``, ``CE2``.
+        client: e.g. ``GPCCLIENT_T1_10``, ``HUBCLIENT_CE0``, or ``None``.
+        address: the faulting GPU virtual address as printed (``0x7fd7_90743000``).
+        fault_type: e.g. ``FAULT_PDE``, ``FAULT_PRIV_VIOLATION``.
+        access_type: e.g. ``ACCESS_TYPE_VIRT_READ``, or ``None``.
+    """
+
+    engine: str
+    client: str | None
+    address: str
+    fault_type: str
+    access_type: str | None
+
+
+@dataclass(frozen=True)
+class XidEvent:
+    """One NVIDIA Xid event from the kernel log.
+
+    Attributes:
+        xid: the Xid number (79 for a "fallen off the bus" message that prints none).
+        pci_bus_id: as the kernel printed it, lower-case (``0000:3d:00``, ``0000:b3:00.0``).
+        time_text: the line's timestamp as printed (``Wed Jan 27 23:04:35 2021``,
+            ``14328.198504``).
+        wall_time: host-local wall time (naive) for ``dmesg -T``/syslog/ISO stamps, else ``None``.
+        uptime_s: seconds since boot for plain ``dmesg`` stamps, else ``None``.
+        pid: the process, or ``None`` when not printed or ``'<unknown>'``.
+        process_name: ``name=`` value, or ``None`` (absent or ``<unknown>``).
+        channel: ``Ch`` value (8 hex digits), or ``None``.
+        mmu: MMU fault details (Xid 31), or ``None``.
+        uuid: the GPU's UUID from an ``NVRM: GPU at PCI:...: GPU-...`` line, or ``None``.
+        pci_device_id: vendor:device (``10de:26b5``) when printed, else ``None``.
+        inferred: the Xid number was not printed but inferred (fallen off the bus -> 79).
+        detail: the text after the Xid number (or the whole joined message).
+        line_no: 1-based line of the message's first line.
+    """
+
+    xid: int
+    pci_bus_id: str
+    time_text: str
+    wall_time: datetime | None = None
+    uptime_s: float | None = None
+    pid: int | None = None
+    process_name: str | None = None
+    channel: str | None = None
+    mmu: MmuFault | None = None
+    uuid: str | None = None
+    pci_device_id: str | None = None
+    inferred: bool = False
+    detail: str = ""
+    line_no: int = 0
+
+    def to_schema(self, gpu_index: int | None = None, boot_time: float | None = None,
+                  tz: timezone | None = None) -> dict[str, Any]:
+        """The schema-v1 ``xid_events`` entry.
+
+        ``time`` (Unix seconds) is ``boot_time + uptime_s`` for boot-relative stamps, or the
+        wall time read in ``tz`` (the host's zone; this process's local zone when ``None``);
+        ``None`` when neither can be placed.
+        """
+        when: float | None = None
+        if self.uptime_s is not None and boot_time is not None:
+            when = boot_time + self.uptime_s
+        elif self.wall_time is not None:
+            wt = self.wall_time if tz is None else self.wall_time.replace(tzinfo=tz)
+            when = wt.timestamp()
+        return {"time": when, "gpu_index": gpu_index, "pci_bus_id": self.pci_bus_id,
+                "xid": self.xid, "pid": self.pid, "detail": self.detail or None}
+
+
+@dataclass
+class KernelLogScan:
+    """Everything NVIDIA-related :func:`scan_kernel_log` found in a kernel log.
+
+    Attributes:
+        events: Xid events in log order.
+        bus_to_uuid: PCI bus id (as printed) -> GPU UUID, from ``NVRM: GPU at`` lines.
+        probe_failed_devices: N from ``The NVIDIA probe routine failed for N device(s)``
+            (GPUs the driver could not bring up: the host shows that many fewer), or ``None``.
+        driver_version: version from the module load banner, or ``None``.
+        open_kernel_module: the banner names the open kernel module, ``None`` if no banner.
+    """
+
+    events: list[XidEvent] = field(default_factory=list)
+    bus_to_uuid: dict[str, str] = field(default_factory=dict)
+    probe_failed_devices: int | None = None
+    driver_version: str | None = None
+    open_kernel_module: bool | None = None
+
+
+def _parse_time(m: re.Match[str]) -> tuple[str, datetime | None, float | None]:
+    g = m.groupdict()
+    up = float(g["up"]) if g.get("up") else None
+    if g.get("ctime"):
+        text = g["ctime"]
+        try:
+            return text, datetime.strptime(text, "%a %b %d %H:%M:%S %Y"), up
+        except ValueError:
+            return text, None, up
+    if g.get("iso"):
+        text = g["iso"]
+        try:
+            iso = text.replace(",", ".")
+            if re.search(r"[+-]\d{4}$", iso):
+                iso = iso[:-2] + ":" + iso[-2:]
+            return text, datetime.fromisoformat(iso.replace("Z", "+00:00")), up
+        except ValueError:
+            return text, None, up
+    if g.get("sys"):
+        return g["sys"], None, up  # syslog stamps have no year
+    return g.get("up") or "", None, up
+
+
+def _records(text: str) -> list[tuple[int, str, datetime | None, float | None, str]]:
+    """Timestamped kernel messages with indented continuation lines joined on."""
+    out: list[tuple[int, str, datetime | None, float | None, str]] = []
+    for no, raw in enumerate(text.splitlines(), 1):
+        line = raw.rstrip()
+        if not line.strip():
+            continue
+        for rx in _PREFIXES:
+            m = rx.match(line)
+            if m:
+                tt, wall, up = _parse_time(m)
+                out.append((no, tt, wall, up, m["msg"].strip()))
+                break
+        else:
+            if line[:1].isspace() and out:
+                cont = line.strip()
+                prev = out[-1]
+                if cont.startswith("NVRM:") and prev[4].startswith("NVRM:"):
+                    cont = cont[len("NVRM:"):].strip()
+                out[-1] = (prev[0], prev[1], prev[2], prev[3], f"{prev[4]} {cont}".strip())
+            elif "NVRM:" in line:
+                out.append((no, "", None, None, line[line.index("NVRM:"):].strip()))
+    return out
+
+
+def _seconds(a: XidEvent, b: XidEvent) -> float | None:
+    """``b - a`` in seconds, when both stamps are comparable."""
+    if a.uptime_s is not None and b.uptime_s is not None:
+        return b.uptime_s - a.uptime_s
+    if a.wall_time is not None and b.wall_time is not None:
+        try:
+            return (b.wall_time - a.wall_time).total_seconds()
+        except TypeError:  # naive vs aware
+            return None
+    return None
+
+
+def scan_kernel_log(text: str) -> KernelLogScan:
+    """Parse NVIDIA kernel messages (``NVRM:``) from ``dmesg`` / ``dmesg -T`` / syslog text.
+
+    Unrelated lines are skipped. A message spread over indented continuation lines (no
+    timestamp) is one message. "GPU ... has fallen off the bus" without an Xid number is an
+    Xid 79 event (``inferred``); next to a printed Xid 79 for the same GPU it is not counted
+    twice. UUIDs from ``NVRM: GPU at`` lines are attached to every event of that bus id.
+    """
+    scan = KernelLogScan()
+    for no, tt, wall, up, msg in _records(text):
+        if "NVRM:" not in msg:
+            continue
+        m = _XID_RE.search(msg)
+        if m:
+            rest = m["rest"] or ""
+            scan.events.append(XidEvent(
+                xid=int(m["xid"]), pci_bus_id=m["pci"].lower(), time_text=tt, wall_time=wall,
+                uptime_s=up, pid=_xid_pid(rest), process_name=_xid_name(rest),
+                channel=(c["ch"] if (c := _CH_RE.search(rest)) else None),
+                mmu=_xid_mmu(rest), detail=rest, line_no=no,
+            ))
+            continue
+        if (g := _GPU_AT_RE.search(msg)) is not None:
+            scan.bus_to_uuid[g["pci"].lower()] = g["uuid"]
+        elif _FALLEN_RE.search(msg) and (p := _GPU_PCI_RE.search(msg)) is not None:
+            pid_m = _PCI_ID_RE.search(msg)
+            ev = XidEvent(
+                xid=79, pci_bus_id=p["pci"].lower(), time_text=tt, wall_time=wall, uptime_s=up,
+                pci_device_id=pid_m["id"].lower() if pid_m else None, inferred=True,
+                detail=msg[msg.index("NVRM:") + 5:].strip(), line_no=no,
+            )
+            if not any(e.xid == 79 and pci_key(e.pci_bus_id) == pci_key(ev.pci_bus_id)
+                       and (d := _seconds(e, ev)) is not None and abs(d) <= _SAME_EVENT_S
+                       for e in scan.events):
+                scan.events.append(ev)
+        elif (pr := _PROBE_RE.search(msg)) is not None:
+            scan.probe_failed_devices = int(pr["n"])
+        elif (b := _BANNER_RE.search(msg)) is not None:
+            scan.driver_version = b["ver"]
+            scan.open_kernel_module = "open" in b["what"].lower()
+    if scan.bus_to_uuid:
+        keyed = {pci_key(k): v for k, v in scan.bus_to_uuid.items()}
+        scan.events = [
+            XidEvent(**{**e.__dict__, "uuid": keyed[pci_key(e.pci_bus_id)]})
+            if e.uuid is None and pci_key(e.pci_bus_id) in keyed else e
+            for e in scan.events
+        ]
+    return scan
+
+
+def parse_kernel_log(text: str) -> list[XidEvent]:
+    """The Xid events of a kernel log (see :func:`scan_kernel_log`), in log order."""
+    return scan_kernel_log(text).events
+
+
+def _xid_pid(rest: str) -> int | None:
+    m = _PID_RE.search(rest)
+    if m is None:
+        return None
+    value = m["q"] if m["q"] is not None else m["v"]
+    return int(value) if value.isdigit() else None
+
+
+def _xid_name(rest: str) -> str | None:
+    m = _NAME_RE.search(rest)
+    if m is None:
+        return None
+    name = m["name"].strip().strip("'\"")
+    return None if not name or name == "<unknown>" else name
+
+
+def _xid_mmu(rest: str) -> MmuFault | None:
+    m = _MMU_RE.search(rest)
+    if m is None:
+        return None
+    return MmuFault(engine=m["engine"], client=m["client"], address=m["addr"],
+                    fault_type=m["ftype"], access_type=m["access"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Xid summaries
+
+#: Xid -> (short meaning, class). Classes: ``app`` (usually the application; GPU stays usable),
+#: ``consequence`` (cleanup after earlier errors), ``reset`` (GPU needs a reset / reboot before
+#: reuse), ``lost`` (off the bus: reboot / power cycle), ``hw`` (hardware health), ``info``.
+XID_INFO: dict[int, tuple[str, str]] = {
+    8: ("GPU stopped processing (timeout)", "app"),
+    13: ("graphics engine exception (application error, e.g. out-of-range access)", "app"),
+    31: ("GPU memory page fault (MMU fault: invalid address used by the application)", "app"),
+    32: ("invalid or corrupted push buffer stream", "hw"),
+    38: ("driver firmware error", "reset"),
+    43: ("GPU stopped processing (application fault; channel reset, GPU stays usable)", "app"),
+    45: ("preemptive cleanup after earlier errors", "consequence"),
+    48: ("double-bit ECC error", "reset"),
+    61: ("internal micro-controller breakpoint/warning", "hw"),
+    62: ("internal micro-controller halt", "reset"),
+    63: ("ECC page retirement / row remapping event", "info"),
+    64: ("ECC page retirement / row remapping failure", "reset"),
+    68: ("video processor exception", "app"),
+    69: ("graphics engine class error", "app"),
+    74: ("NVLink error", "hw"),
+    79: ("GPU has fallen off the bus", "lost"),
+    92: ("high single-bit ECC error rate", "hw"),
+    94: ("contained ECC error", "app"),
+    95: ("uncontained ECC error", "reset"),
+    109: ("context switch timeout", "app"),
+    119: ("GSP RPC timeout", "reset"),
+    120: ("GSP error", "reset"),
+    154: ("GPU recovery action changed", "info"),
+}
+_APP_FAULTS = frozenset(x for x, (_, c) in XID_INFO.items() if c == "app")
+#: app-class faults from at least this many events and distinct processes -> suspect hardware.
+SUSPECT_MIN_EVENTS = 3
+SUSPECT_MIN_PIDS = 3
+#: an app-class fault at most this long before a reset-class Xid started its chain.
+CHAIN_WINDOW_S = 300.0
+
+XidVerdict = Literal["gpu_lost", "needs_reset", "suspect_hardware", "application_fault",
+                     "hardware_warning", "info"]
+
+
+@dataclass(frozen=True)
+class GpuXidSummary:
+    """The Xid history of one GPU and what to do about it.
+
+    Attributes:
+        pci_bus_id: as first printed in the kernel log.
+        gpu_index: from ``bus_to_index``, or ``None``.
+        uuid: from the log's ``NVRM: GPU at`` lines, or ``None``.
+        counts: Xid -> number of events.
+        pids: distinct known pids in first-seen order (``<unknown>`` ones left out).
+        first: the earliest event; last: the latest.
+        events: this GPU's events in log order.
+        verdict: see :data:`XidVerdict` (the worst finding wins).
+        diagnosis: what happened, in one paragraph.
+        action: what to do.
+        drain: take the GPU out of scheduling.
+        chain_root: for a reset-class Xid, the earlier app-class event (with its pid) that began
+            the chain, or ``None``.
+    """
+
+    pci_bus_id: str
+    gpu_index: int | None
+    uuid: str | None
+    counts: dict[int, int]
+    pids: tuple[int, ...]
+    first: XidEvent
+    last: XidEvent
+    events: tuple[XidEvent, ...]
+    verdict: XidVerdict
+    diagnosis: str
+    action: str
+    drain: bool
+    chain_root: XidEvent | None
+
+
+def _xid_text(xid: int) -> str:
+    return XID_INFO.get(xid, (f"Xid {xid} (see NVIDIA's Xid catalogue)", "info"))[0]
+
+
+def summarize_xids(events: Sequence[XidEvent], bus_to_index: Mapping[str, int] | None = None,
+                   ) -> list[GpuXidSummary]:
+    """Group Xid events per GPU (by PCI bus id) and diagnose each GPU.
+
+    Verdicts, worst first: Xid 79 -> ``gpu_lost`` (reboot / power cycle; if it recurs check PCIe
+    seating, power, cooling). A reset-class Xid (62, 48, 95, ...) -> ``needs_reset`` (reset the
+    GPU or reboot before reuse); the Xid 45s after it are cleanup, and the chain began with the
+    last app-class fault (with a pid) within :data:`CHAIN_WINDOW_S` before it. App-class faults
+    (13, 31, 43, ...) repeated (>= :data:`SUSPECT_MIN_EVENTS`) across many processes (>=
+    :data:`SUSPECT_MIN_PIDS` pids) -> ``suspect_hardware`` (drain, run diagnostics). Otherwise
+    ``application_fault``: the GPU stays usable, look at the process.
+
+    Args:
+        events: from :func:`parse_kernel_log`.
+        bus_to_index: bus id (any spelling, e.g. nvidia-smi's ``00000000:3D:00.0``) -> index.
+    """
+    index_by_key = {pci_key(k): v for k, v in (bus_to_index or {}).items()}
+    groups: dict[tuple[int, int, int, int] | str, list[XidEvent]] = {}
+    for ev in events:
+        groups.setdefault(pci_key(ev.pci_bus_id) or ev.pci_bus_id, []).append(ev)
+    out: list[GpuXidSummary] = []
+    for key, evs in groups.items():
+        counts: dict[int, int] = {}
+        pids: list[int] = []
+        for ev in evs:
+            counts[ev.xid] = counts.get(ev.xid, 0) + 1
+            if ev.pid is not None and ev.pid not in pids:
+                pids.append(ev.pid)
+        ordered = sorted(evs, key=_order_key)
+        out.append(_diagnose(
+            evs, counts, tuple(pids), ordered[0], ordered[-1],
+            index_by_key.get(key) if isinstance(key, tuple) else None,
+        ))
+    return out
+
+
+def _order_key(e: XidEvent) -> tuple[float, int]:
+    if e.uptime_s is not None:
+        return e.uptime_s, e.line_no
+    if e.wall_time is not None:
+        wt = e.wall_time if e.wall_time.tzinfo else e.wall_time.replace(tzinfo=timezone.utc)
+        return wt.timestamp(), e.line_no
+    return 0.0, e.line_no
+
+
+def _diagnose(evs: list[XidEvent], counts: dict[int, int], pids: tuple[int, ...],
+              first: XidEvent, last: XidEvent, gpu_index: int | None) -> GpuXidSummary:
+    def span() -> str:
+        if first is last:
+            return f"at {first.time_text}"
+        return f"from {first.time_text} to {last.time_text}"
+
+    parts = [f"{n}x Xid {x} ({_xid_text(x)})" for x, n in counts.items()]
+    seen = "; ".join(parts) + f" {span()}"
+    if pids:
+        seen += f", pids {', '.join(map(str, pids))}"
+    classes = {XID_INFO.get(x, ("", "info"))[1] for x in counts}
+    chain_root: XidEvent | None = None
+    app_events = [e for e in evs if e.xid in _APP_FAULTS]
+    verdict: XidVerdict
+    if "lost" in classes:
+        verdict = "gpu_lost"
+        lost = next(e for e in evs if e.xid == 79)
+        diagnosis = (f"{seen}. The GPU fell off the bus at {lost.time_text} and no longer "
+                     "responds; the driver cannot use it until the host is power-cycled.")
+        action = ("reboot / power-cycle the host; if it recurs check PCIe seating, power "
+                  "delivery and cooling")
+    elif "reset" in classes:
+        verdict = "needs_reset"
+        trigger = next(e for e in evs if XID_INFO.get(e.xid, ("", ""))[1] == "reset")
+        for e in evs:
+            if e is trigger:
+                break
+            d = _seconds(e, trigger)
+            if e.xid in _APP_FAULTS and e.pid is not None and (d is None or d <= CHAIN_WINDOW_S):
+                chain_root = e
+        diagnosis = (f"{seen}. After Xid {trigger.xid} ({_xid_text(trigger.xid)}) the GPU "
+                     "needs a reset.")
+        if counts.get(45):
+            diagnosis += f" The {counts[45]} Xid 45 events are cleanup after it."
+        if chain_root is not None:
+            diagnosis += (f" The chain began with pid {chain_root.pid}'s Xid {chain_root.xid} at "
+                          f"{chain_root.time_text}.")
+        action = ("drain the GPU; reset it (`nvidia-smi -r -i <index>` once idle) or reboot the "
+                  "host before reuse")
+    elif len(app_events) >= SUSPECT_MIN_EVENTS and len(
+            {e.pid for e in app_events if e.pid is not None}) >= SUSPECT_MIN_PIDS:
+        verdict = "suspect_hardware"
+        diagnosis = (f"{seen}. The same GPU faults again and again for many different processes: "
+                     "suspect hardware rather than one application.")
+        action = ("drain the GPU and run diagnostics (`dcgmi diag -r 3`, vendor field "
+                  "diagnostics); replace it if they fail")
+    elif classes <= {"app", "consequence"}:
+        verdict = "application_fault"
+        diagnosis = f"{seen}. Application fault; the GPU stays usable."
+        action = ("look at the faulting process"
+                  + (f" (pid {', '.join(map(str, pids))})" if pids else "")
+                  + "; no action on the GPU unless it recurs for other processes")
+    elif "hw" in classes:
+        verdict = "hardware_warning"
+        diagnosis = f"{seen}. Hardware health warning."
+        action = "watch the GPU; run diagnostics (`dcgmi diag -r 3`) if it recurs"
+    else:
+        verdict = "info"
+        diagnosis = f"{seen}."
+        action = "none"
+    uuid = next((e.uuid for e in evs if e.uuid), None)
+    return GpuXidSummary(
+        pci_bus_id=evs[0].pci_bus_id, gpu_index=gpu_index, uuid=uuid, counts=counts, pids=pids,
+        first=first, last=last, events=tuple(evs), verdict=verdict, diagnosis=diagnosis,
+        action=action, drain=verdict in ("gpu_lost", "needs_reset", "suspect_hardware"),
+        chain_root=chain_root,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# apt history: driver packages changed under a running system
+
+_APT_ENTRY_RE = re.compile(r"^Start-Date:\s*(?P<date>\d{4}-\d\d-\d\d\s+\d\d:\d\d:\d\d)", re.M)
+_APT_ACTION_RE = re.compile(r"^(?P<action>Install|Upgrade|Downgrade|Remove|Purge|Reinstall): "
+                            r"(?P<pkgs>.*)$", re.M)
+_APT_PKG_RE = re.compile(r"(?P<name>[^\s:,()]+)(?::(?P<arch>[\w-]+))? \((?P<vers>[^)]*)\)")
+_NVIDIA_PKG_RE = re.compile(r"nvidia|^libcuda|^cuda-drivers|^libxnvctrl", re.IGNORECASE)
+_DRIVER_VER_RE = re.compile(r"^(?:\d+:)?(?P<v>\d+\.\d+(?:\.\d+)?)")
+
+
+@dataclass(frozen=True)
+class PackageChange:
+    """One package in an apt history entry (``/var/log/apt/history.log``).
+
+    Attributes:
+        action: ``Upgrade``, ``Install``, ``Remove``, ...
+        name: package name (``libnvidia-common-460``); arch: ``amd64`` or ``None``.
+        old_version / new_version: Debian versions (``460.73.01-0ubuntu0.20.04.1``); ``None``
+            where the action has none.
+        old_driver / new_driver: the NVIDIA driver version inside them (``460.73.01``).
+    """
+
+    action: str
+    name: str
+    arch: str | None
+    old_version: str | None
+    new_version: str | None
+
+    @property
+    def old_driver(self) -> str | None:
+        return _driver_version(self.old_version)
+
+    @property
+    def new_driver(self) -> str | None:
+        return _driver_version(self.new_version)
+
+
+@dataclass(frozen=True)
+class DriverUpgrade:
+    """An apt run that changed NVIDIA driver packages, with root cause and fix.
+
+    Attributes:
+        start: ``Start-Date`` (host local time, naive).
+        commandline: ``Commandline`` value, or ``None``.
+        unattended: run by unattended-upgrade (not by a person).
+        changes: the NVIDIA packages it changed.
+        root_cause / fix: one line each.
+    """
+
+    start: datetime
+    commandline: str | None
+    unattended: bool
+    changes: tuple[PackageChange, ...]
+    root_cause: str
+    fix: str
+
+
+def _driver_version(deb_version: str | None) -> str | None:
+    if deb_version is None:
+        return None
+    m = _DRIVER_VER_RE.match(deb_version)
+    return m["v"] if m else None
+
+
+def classify_driver_upgrade(apt_history_text: str) -> DriverUpgrade | None:
+    """The latest apt history entry that changed NVIDIA packages, or ``None``.
+
+    Reads Debian/Ubuntu ``/var/log/apt/history.log`` entries (``Start-Date:`` ... ``End-Date:``).
+    A driver package changed while the kernel module of the old version stays loaded is the
+    classic cause of "couldn't communicate with the NVIDIA driver" and "Driver/library version
+    mismatch".
+    """
+    starts = list(_APT_ENTRY_RE.finditer(apt_history_text))
+    found: DriverUpgrade | None = None
+    for i, st in enumerate(starts):
+        end = starts[i + 1].start() if i + 1 < len(starts) else len(apt_history_text)
+        body = apt_history_text[st.start():end]
+        changes: list[PackageChange] = []
+        for am in _APT_ACTION_RE.finditer(body):
+            for pm in _APT_PKG_RE.finditer(am["pkgs"]):
+                if not _NVIDIA_PKG_RE.search(pm["name"]):
+                    continue
+                vers = [v.strip() for v in pm["vers"].split(",") if v.strip() != "automatic"]
+                old = new = None
+                if am["action"] in ("Upgrade", "Downgrade") and len(vers) >= 2:
+                    old, new = vers[0], vers[1]
+                elif am["action"] in ("Install", "Reinstall") and vers:
+                    new = vers[0]
+                elif vers:
+                    old = vers[0]
+                changes.append(PackageChange(am["action"], pm["name"], pm["arch"], old, new))
+        if not changes:
+            continue
+        cm = re.search(r"^Commandline:\s*(?P<c>.*)$", body, re.M)
+        cmd = cm["c"].strip() if cm else None
+        req = re.search(r"^Requested-By:", body, re.M)
+        unattended = cmd is not None and "unattended-upgrade" in cmd and req is None
+        start = datetime.strptime(" ".join(st["date"].split()), "%Y-%m-%d %H:%M:%S")
+        who = "an automatic upgrade (unattended-upgrade)" if unattended else "a package upgrade"
+        moved = ", ".join(
+            f"{c.name} {c.old_version or '-'} -> {c.new_version or '-'}" for c in changes)
+        found = DriverUpgrade(
+            start=start, commandline=cmd, unattended=unattended, changes=tuple(changes),
+            root_cause=(f"{who} on {start:%Y-%m-%d %H:%M:%S} changed the NVIDIA driver "
+                        f"packages under the running system ({moved})"),
+            fix=("reinstall one consistent NVIDIA driver version and reboot; keep unattended "
+                 "upgrades away from NVIDIA packages (apt-mark hold them or add them to "
+                 "Unattended-Upgrade::Package-Blacklist, or disable unattended-upgrade)"),
+        )
+    return found
+
+
+# ---------------------------------------------------------------------------------------------
+# nvidia-docker-plugin (v1) log: GPU discovery that never finished
+
+_PLUGIN_RE = re.compile(r"^nvidia-docker-plugin \| (?P<ts>\d{4}/\d\d/\d\d \d\d:\d\d:\d\d) "
+                        r"(?P<msg>.*)$")
+
+
+@dataclass(frozen=True)
+class PluginDiscovery:
+    """GPU discovery progress in an ``nvidia-docker-plugin`` (nvidia-docker 1.x) log.
+
+    Attributes:
+        nvml_loaded: when ``Loading NVIDIA management library`` was logged, or ``None``.
+        discovery_started: when ``Discovering GPU devices`` was logged, or ``None``.
+        finished: a later line shows discovery completed (volumes provisioned / API served).
+    """
+
+    nvml_loaded: datetime | None
+    discovery_started: datetime | None
+    finished: bool
+
+    @property
+    def stalled(self) -> bool:
+        """Discovery started and never finished: the same fault as nvidia-smi's no GPUs."""
+        return self.discovery_started is not None and not self.finished
+
+
+def parse_plugin_discovery(text: str) -> PluginDiscovery:
+    """Read NVML load / GPU discovery times from an nvidia-docker-plugin log (local time)."""
+    nvml: datetime | None = None
+    disc: datetime | None = None
+    finished = False
+    for line in text.splitlines():
+        m = _PLUGIN_RE.match(line.strip())
+        if not m:
+            continue
+        ts = datetime.strptime(m["ts"], "%Y/%m/%d %H:%M:%S")
+        msg = m["msg"]
+        if msg.startswith("Loading NVIDIA management library"):
+            nvml = ts
+        elif msg.startswith("Discovering GPU devices"):
+            disc, finished = ts, False
+        elif disc is not None and msg.startswith(("Provisioning volumes", "Serving plugin API",
+                                                  "Serving remote API")):
+            finished = True
+    return PluginDiscovery(nvml_loaded=nvml, discovery_started=disc, finished=finished)
+
+
+__all__ = [
+    "CHAIN_WINDOW_S",
+    "NVML_FUNCTION_FIELDS",
+    "SUSPECT_MIN_EVENTS",
+    "SUSPECT_MIN_PIDS",
+    "XID_INFO",
+    "DriverUpgrade",
+    "GpuHandleError",
+    "GpuXidSummary",
+    "HostFault",
+    "KernelLogScan",
+    "MmuFault",
+    "NvmlFault",
+    "PackageChange",
+    "PluginDiscovery",
+    "XidEvent",
+    "apply_nvml_fault",
+    "classify_driver_upgrade",
+    "classify_nvml_traceback",
+    "parse_kernel_log",
+    "parse_plugin_discovery",
+    "pci_key",
+    "scan_kernel_log",
+    "summarize_xids",
+]

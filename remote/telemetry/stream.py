@@ -1,0 +1,160 @@
+"""One host's telemetry stream: the agent shipped over the connection, or nvidia-smi.
+
+The agent (``remote/agent/agent.py``, stdlib only) and the ``pynvml.py`` of the console's own
+nvidia-ml-py are uploaded into ``~/.cache/gpuconsole/agent/<sha256[:16]>/`` (re-uploaded only
+when they change) and run with the host's ``python3``. Its stdin stays open as the liveness
+link: when the connection or the console goes away, stdin closes and the agent exits, so
+nothing outlives the connection.
+
+When the host has no ``python3`` (exit 127) or NVML cannot load (the agent exits
+:data:`AGENT_EXIT_NO_NVML` after one sample saying why), the stream falls back to
+``nvidia-smi --query-gpu=... -lms`` over the same connection, parsed into the same schema.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import AsyncGenerator
+from pathlib import Path
+from typing import Any
+
+from remote.telemetry.schema import SCHEMA_VERSION
+from remote.transport import Transport
+
+log = logging.getLogger("gpuconsole.remote.telemetry")
+
+AGENT_BASE = ".cache/gpuconsole/agent"
+#: The agent's exit status when NVML cannot be used (the console falls back to nvidia-smi).
+AGENT_EXIT_NO_NVML = 3
+_AGENT_FILE = Path(__file__).resolve().parent.parent / "agent" / "agent.py"
+
+
+def agent_bundle() -> dict[str, bytes]:
+    """The files uploaded to a host: ``agent.py`` and nvidia-ml-py's ``pynvml.py``."""
+    import pynvml
+
+    return {
+        "agent.py": _AGENT_FILE.read_bytes(),
+        "pynvml.py": Path(pynvml.__file__).read_bytes(),
+    }
+
+
+async def deploy_agent(transport: Transport) -> str:
+    """Upload the agent bundle unless the host has this version; returns its folder."""
+    return await transport.put_bundle(agent_bundle(), AGENT_BASE)
+
+
+def _valid(sample: Any) -> bool:
+    return (
+        isinstance(sample, dict)
+        and sample.get("schema") == SCHEMA_VERSION
+        and sample.get("type") == "sample"
+    )
+
+
+async def agent_samples(
+    transport: Transport, interval: float, *, replay: str | None = None
+) -> AsyncGenerator[dict[str, Any], None]:
+    """Samples from the agent until its stream ends.
+
+    Args:
+        replay: a trace path on the host: the agent replays it instead of reading NVML
+            (benchmarks, demos).
+
+    The generator returns normally when the agent exits; the caller reads
+    :attr:`last_exit` semantics through :func:`host_samples`.
+    """
+    folder = await deploy_agent(transport)
+    argv = ["python3", f"{folder}/agent.py", "--interval", f"{interval:g}"]
+    if replay:
+        argv += ["--replay", replay]
+    proc = await transport.open_process(argv)
+    try:
+        while True:
+            line = await proc.readline()
+            if line is None:
+                break
+            try:
+                sample = json.loads(line)
+            except ValueError:
+                log.debug("[%s] agent wrote a non-JSON line: %.200s", transport.name, line)
+                continue
+            if _valid(sample):
+                yield sample
+        rc = await proc.wait()
+        if rc not in (0, AGENT_EXIT_NO_NVML):
+            err = (await proc.stderr()).strip().splitlines()
+            raise AgentExited(rc, err[-1] if err else "")
+        if rc == AGENT_EXIT_NO_NVML:
+            raise AgentExited(rc, "NVML unavailable")
+    finally:
+        await proc.close()
+
+
+class AgentExited(Exception):
+    """The agent ended with a status that calls for the nvidia-smi fallback or a restart."""
+
+    def __init__(self, returncode: int, detail: str) -> None:
+        super().__init__(f"agent exited {returncode}: {detail}")
+        self.returncode = returncode
+        self.detail = detail
+
+
+async def smi_samples(
+    transport: Transport, interval: float
+) -> AsyncGenerator[dict[str, Any], None]:
+    """Samples from ``nvidia-smi --query-gpu ... -lms`` until it exits.
+
+    When nvidia-smi fails at once (no driver, driver unreachable, version mismatch, no
+    devices), one sample carrying that host state is yielded, then the generator returns.
+    """
+    from remote.telemetry.smi import SmiStreamParser, classify_smi_failure, smi_argv
+
+    proc = await transport.open_process(smi_argv(int(interval * 1000)))
+    parser = SmiStreamParser(interval_s=interval)
+    produced = False
+    try:
+        while True:
+            line = await proc.readline()
+            if line is None:
+                break
+            for sample in parser.feed(line, time.time()):
+                produced = True
+                yield sample
+        for sample in parser.flush(time.time()):
+            produced = True
+            yield sample
+        rc = await proc.wait()
+        if not produced or rc != 0:
+            text = "\n".join(parser.unparsed) + "\n" + await proc.stderr()
+            if rc == 127:
+                text += "\nnvidia-smi: command not found"
+            yield parser.fault_sample(classify_smi_failure(text), time.time())
+    finally:
+        await proc.close()
+
+
+async def host_samples(
+    transport: Transport, interval: float = 1.0, *, mode: str = "auto",
+    replay: str | None = None,
+) -> AsyncGenerator[dict[str, Any], None]:
+    """A host's samples for as long as the connection lasts.
+
+    Args:
+        mode: ``auto`` (agent, then nvidia-smi when the agent cannot run), ``agent`` or
+            ``smi``.
+        replay: see :func:`agent_samples`.
+    """
+    if mode in ("auto", "agent"):
+        try:
+            async for s in agent_samples(transport, interval, replay=replay):
+                yield s
+            return
+        except AgentExited as e:
+            if mode == "agent" or e.returncode not in (127, AGENT_EXIT_NO_NVML):
+                raise
+            log.info("[%s] agent unavailable (%s); using nvidia-smi", transport.name, e)
+    async for s in smi_samples(transport, interval):
+        yield s

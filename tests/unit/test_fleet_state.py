@@ -1,0 +1,131 @@
+"""FleetState: staleness, bounded history, free GPUs, PID -> container -> job, rendering."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from console.fleet.monitor import Recorder, read_recording
+from console.fleet.render import render_fleet, render_free
+from console.fleet.state import ContainerJob, FleetState, free_gpus, gpu_holders
+from remote.telemetry.schema import empty_gpu, empty_sample
+
+CID = "a" * 64
+
+
+def sample(seq: int, *, utils: list[int | None], procs: list[dict[str, Any]] | None,
+           state: str = "ok") -> dict[str, Any]:
+    s = empty_sample("nvml", seq, 1000.0 + seq, 1.0)
+    s["state"] = state
+    for i, u in enumerate(utils):
+        g = empty_gpu(i)
+        g.update(name="NVIDIA H200", uuid=f"GPU-{i}", util_gpu_pct=u, mem_used_mib=100 * i,
+                 mem_total_mib=143771)
+        s["gpus"].append(g)
+    s["processes"] = procs
+    return s
+
+
+def proc(gpu: int, pid: int, cid: str | None, mib: int = 1000) -> dict[str, Any]:
+    return {"gpu_index": gpu, "gpu_uuid": f"GPU-{gpu}", "pid": pid, "used_mib": mib,
+            "type": "compute", "user": "root", "command": "/opt/venv/bin/python train.py",
+            "container_id": cid}
+
+
+def test_stale_after_three_missed_intervals() -> None:
+    st = FleetState(["a", "b"], interval=1.0)
+    st.on_sample("a", sample(1, utils=[0], procs=[]), rx=100.0)
+    assert st.tick(now=102.9) == []
+    assert st.hosts["a"].status == "ok"
+    assert st.tick(now=103.1) == ["a"]
+    assert st.hosts["a"].status == "stale"
+    assert st.hosts["b"].status == "connecting"
+    st.on_down("b", "host b: cannot connect to 127.0.0.12:22: connection refused")
+    assert st.complete()
+    st.on_sample("a", sample(2, utils=[0], procs=[]), rx=104.0)
+    assert st.hosts["a"].status == "ok"
+
+
+def test_history_is_bounded_to_at_least_ten_minutes() -> None:
+    st = FleetState(["a"], interval=1.0, history_s=60)
+    assert st.maxlen == 600
+    for i in range(700):
+        st.on_sample("a", sample(i, utils=[i % 100, None], procs=[]), rx=float(i))
+    h0 = st.hosts["a"].history[0]
+    assert len(h0) == 600
+    assert h0[0].t == 1000.0 + 100 and h0[-1].util_pct == 699 % 100
+    assert st.hosts["a"].history[1][-1].util_pct is None  # unknown stays unknown
+
+
+def test_free_gpus_and_holders_map_pid_to_container_to_job() -> None:
+    st = FleetState(["a", "b", "c"])
+    st.on_sample("a", sample(1, utils=[97, 0, 0], procs=[proc(0, 4242, CID),
+                                                        proc(2, 77, None, 500)]))
+    st.on_sample("b", sample(1, utils=[0, 0], procs=None))  # process list unknown
+    st.on_sample("c", sample(1, utils=[], procs=[], state="driver_unreachable"))
+    st.set_containers({CID: ContainerJob("ddp-1a2b3c", "ddp", 0)})
+    assert free_gpus(st) == {"a": [1]}
+    holders = gpu_holders(st, "a")
+    assert holders is not None
+    (h,) = holders[0]
+    assert (h.pid, h.job) == (4242, ContainerJob("ddp-1a2b3c", "ddp", 0))
+    assert h.describe() == (f"pid 4242 (root: /opt/venv/bin/python train.py) in container "
+                            f"{CID[:12]} (job ddp-1a2b3c n0)")
+    assert gpu_holders(st, "b") is None
+    usage = st.job_usage()["ddp-1a2b3c"]
+    assert usage.gpus == (("a", 0),) and usage.mean_util_pct == 97 and usage.mem_used_mib == 1000
+
+
+def test_lost_gpu_is_never_free() -> None:
+    st = FleetState(["a"])
+    s = sample(1, utils=[0, None], procs=[], state="gpu_lost")
+    s["gpus"][1]["lost"] = True
+    st.on_sample("a", s)
+    assert free_gpus(st) == {"a": [0]}
+
+
+def test_render_shows_unknown_as_question_mark_and_down_hosts() -> None:
+    st = FleetState(["a", "b"])
+    st.on_sample("a", sample(1, utils=[97, None], procs=[proc(0, 4242, CID)]))
+    st.on_down("b", "host b: cannot connect to 127.0.0.12:22: connection refused")
+    st.set_containers({CID: ContainerJob("ddp-1a2b3c", "ddp", 1)})
+    text = render_fleet(st)
+    lines = text.splitlines()
+    assert lines[0].split() == ["HOST", "GPU", "NAME", "UTIL", "SM", "MEM", "MiB", "TEMP",
+                                "POWER", "W", "PROCESSES"]
+    row0 = next(ln for ln in lines if ln.startswith("a ") and " 0 " in ln)
+    assert "97%" in row0 and "4242 ddp-1a2b3c n1" in row0
+    row1 = next(ln for ln in lines if ln.startswith("a ") and " 1 " in ln)
+    assert "?" in row1 and "0%" not in row1
+    assert any(ln.startswith("b ") and "down: host b: cannot connect" in ln for ln in lines)
+    assert "job ddp-1a2b3c: 1 GPU(s) [a:0] mean util 97%, 1000 MiB" in text
+    # GPU 1 holds no process: it is the free one
+    assert [ln.split()[:2] for ln in render_free(st).splitlines()[1:]] == [["a", "1"]]
+
+
+def test_record_then_replay_round_trip(tmp_path: Path) -> None:
+    import asyncio
+
+    path = tmp_path / "rec.jsonl"
+    with open(path, "w") as f:
+        rec = Recorder(f)
+        rec("a", sample(1, utils=[10], procs=[]))
+        rec("b", sample(1, utils=[20, 30], procs=[]))
+        rec("a", sample(2, utils=[11], procs=[]))
+
+    async def collect() -> list[tuple[str, int]]:
+        return [(h, s["seq"]) async for h, s in read_recording(path, speed=0)]
+
+    assert asyncio.run(collect()) == [("a", 1), ("b", 1), ("a", 2)]
+    path.write_text(path.read_text() + "not json\n")
+
+    async def bad() -> None:
+        async for _ in read_recording(path, speed=0):
+            pass
+
+    with pytest.raises(ValueError, match=r"rec.jsonl:4: not a gpuconsole recording line"):
+        asyncio.run(bad())
+    assert json.loads(path.read_text().splitlines()[0])["host"] == "a"
