@@ -20,6 +20,7 @@ from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
 
+from remote.errors import TransportError
 from remote.telemetry.schema import SCHEMA_VERSION
 from remote.transport import Transport
 
@@ -112,8 +113,15 @@ async def smi_samples(
     """
     from remote.telemetry.smi import SmiStreamParser, classify_smi_failure, smi_argv
 
-    proc = await transport.open_process(smi_argv(int(interval * 1000)))
     parser = SmiStreamParser(interval_s=interval)
+    try:
+        proc = await transport.open_process(smi_argv(int(interval * 1000)))
+    except TransportError as e:
+        if "command not found" not in e.detail:
+            raise
+        yield parser.fault_sample(
+            classify_smi_failure("nvidia-smi: command not found", 127), time.time())
+        return
     produced = False
     try:
         while True:
@@ -147,14 +155,28 @@ async def host_samples(
             ``smi``.
         replay: see :func:`agent_samples`.
     """
+    held: dict[str, Any] | None = None
     if mode in ("auto", "agent"):
         try:
             async for s in agent_samples(transport, interval, replay=replay):
+                if mode == "auto" and s["state"] == "nvml_unavailable":
+                    held = s  # the fallback decides the GPU state; keep the host record
+                    continue
                 yield s
+            if held is not None:
+                yield held
             return
         except AgentExited as e:
             if mode == "agent" or e.returncode not in (127, AGENT_EXIT_NO_NVML):
+                if held is not None:
+                    yield held
                 raise
             log.info("[%s] agent unavailable (%s); using nvidia-smi", transport.name, e)
     async for s in smi_samples(transport, interval):
+        if held is not None:
+            if not any(v is not None for k, v in s["host"].items() if k != "errors"):
+                s["host"] = held["host"]
+            if s["state"] != "ok" and held.get("state_detail"):
+                s["state_detail"] = f"{s.get('state_detail') or ''} (NVML: " \
+                    f"{held['state_detail']})".strip()
         yield s
