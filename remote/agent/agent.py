@@ -1,0 +1,1140 @@
+"""gpuconsole host agent: one telemetry sample (schema v1) per interval on stdout, from NVML.
+
+Run on a GPU host with the host's own ``python3`` (3.8 or newer, standard library only), from a
+folder that also holds ``pynvml.py`` (nvidia-ml-py)::
+
+    python3 agent.py --interval 1.0 [--pynvml-dir DIR] [--slow-every 10] [--count N]
+
+Each line on stdout is one JSON object in the format of ``remote/telemetry/schema.py`` (version
+1, ``"source": "nvml"``); stdout is flushed after each line. The agent exits with status 0 when
+its stdin reaches end of file (the console keeps stdin open as the liveness link: a dropped SSH
+session closes it), after ``--count`` samples, or when stdout is closed.
+
+Exit status 3: NVML could not be loaded (``libnvidia-ml.so.1`` or ``pynvml.py`` missing); one
+sample with state ``nvml_unavailable`` is written first, and the console falls back to
+``nvidia-smi``. Status 2: bad arguments.
+
+Costs: NVML is initialised once, device handles are cached, no subprocess is started. Fast
+fields are read every sample; slow ones (name, UUID, PCI bus id, power limit, ECC counters,
+remapped rows, persistence and MIG mode, versions) every ``--slow-every`` samples and cached. A
+field NVML reports as not supported is not asked again until the next slow refresh.
+
+Unknown is ``null``, never 0: a field that NVML does not support or that failed is ``null`` and
+the reason (NVML's error string, e.g. ``"Not Supported"``) is kept in the record's ``errors`` map
+under the field's name. One failing field or GPU never stops the others.
+
+This file is shipped to hosts as a file and never imported by the console at run time; it must
+keep Python 3.8 syntax and semantics (the annotations below are strings, never evaluated).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import importlib
+import json
+import math
+import os
+import pwd
+import re
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+#: Exit status when NVML cannot be loaded (the console then falls back to nvidia-smi).
+EXIT_NVML_UNAVAILABLE = 3
+
+# NVML return codes (nvml.h; stable ABI). Used instead of pynvml's generated exception classes
+# so that any pynvml version (and the test stand-in) is classified the same way.
+NVML_SUCCESS = 0
+NVML_ERROR_UNINITIALIZED = 1
+NVML_ERROR_INVALID_ARGUMENT = 2
+NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_NO_PERMISSION = 4
+NVML_ERROR_INSUFFICIENT_SIZE = 7
+NVML_ERROR_DRIVER_NOT_LOADED = 9
+NVML_ERROR_TIMEOUT = 10
+NVML_ERROR_LIBRARY_NOT_FOUND = 12
+NVML_ERROR_FUNCTION_NOT_FOUND = 13
+NVML_ERROR_GPU_IS_LOST = 15
+NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18
+NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25
+
+#: ``nvmlInitWithFlags`` flag: do not fail when the driver enumerates no GPU.
+NVML_INIT_FLAG_NO_GPUS = 1
+#: ``nvmlEventTypeXidCriticalError``.
+NVML_EVENT_XID = 0x8
+#: NVML's "value not available" for 64-bit counters (``NVML_VALUE_NOT_AVAILABLE_ulonglong``).
+NOT_AVAILABLE_U64 = (1 << 64) - 1
+MIB = 1024 * 1024
+
+#: Clock event (throttle) reason bits (``nvmlClocksEventReason*`` /
+#: ``nvmlClocksThrottleReason*``) -> names reported in ``throttle_reasons``.
+CLOCK_EVENT_REASONS = (
+    (0x001, "gpu_idle"),
+    (0x002, "applications_clocks_setting"),
+    (0x004, "sw_power_cap"),
+    (0x008, "hw_slowdown"),
+    (0x010, "sync_boost"),
+    (0x020, "sw_thermal"),
+    (0x040, "hw_thermal"),
+    (0x080, "hw_power_brake"),
+    (0x100, "display_clock_setting"),
+    (0x200, "board_limit"),
+    (0x400, "reliability"),
+)
+
+#: GPM metrics read on Hopper and newer: (NVML_GPM_METRIC_* id, key in the ``gpm`` record).
+GPM_METRICS = (
+    (2, "sm_activity_pct"),  # NVML_GPM_METRIC_SM_UTIL
+    (3, "sm_occupancy_pct"),  # NVML_GPM_METRIC_SM_OCCUPANCY
+    (5, "tensor_activity_pct"),  # NVML_GPM_METRIC_ANY_TENSOR_UTIL
+    (10, "dram_bw_util_pct"),  # NVML_GPM_METRIC_DRAM_BW_UTIL
+)
+
+#: Meanings of common Xid codes (NVIDIA's Xid catalog), for ``xid_events[].detail``.
+XID_MEANINGS = {
+    13: "graphics engine exception",
+    31: "GPU memory page fault",
+    43: "GPU stopped processing",
+    45: "preemptive cleanup, due to previous errors",
+    48: "double-bit ECC error",
+    61: "internal micro-controller breakpoint/warning",
+    62: "internal micro-controller halt",
+    63: "ECC page retirement or row remapping recorded",
+    64: "ECC page retirement or row remapper recording failure",
+    74: "NVLink error",
+    79: "GPU has fallen off the bus",
+    92: "high single-bit ECC error rate",
+    94: "contained ECC error",
+    95: "uncontained ECC error",
+    109: "context switch timeout",
+    119: "GSP RPC timeout",
+    120: "GSP error",
+}
+
+GPU_FIELDS = (
+    "util_gpu_pct", "util_mem_pct", "mem_used_mib", "mem_total_mib", "temp_c", "power_w",
+    "power_limit_w", "sm_clock_mhz", "mem_clock_mhz", "fan_pct", "pstate", "throttle_reasons",
+    "ecc_volatile_uncorrected", "remapped_rows_pending", "persistence_mode", "mig_mode", "gpm",
+)
+
+_CONTAINER_ID_RE = re.compile(
+    r"(?:docker|cri-containerd|crio|libpod)[-/]([0-9a-f]{64})\b"
+    r"|/kubepods[^:\s]*?/([0-9a-f]{64})\b"
+)
+
+
+# --------------------------------------------------------------------------------------------
+# helpers
+
+
+def nvml_code(exc: BaseException) -> int | None:
+    """The NVML return code carried by a pynvml ``NVMLError`` (its ``value``), else ``None``."""
+    value = getattr(exc, "value", None)
+    return value if isinstance(value, int) else None
+
+
+def reason_of(exc: BaseException) -> str:
+    """A short human-readable reason: NVML's own string (``"Not Supported"``) when it has one."""
+    if nvml_code(exc) is not None:
+        try:
+            return str(exc)
+        except Exception:  # pynvml's __str__ can itself call NVML
+            return f"NVML error {nvml_code(exc)}"
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _text(value: Any) -> str:
+    """NVML strings arrive as ``str`` or (char arrays in structs) as ``bytes``."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return str(value)
+
+
+def _finite(value: float) -> float | None:
+    """``value`` rounded to 2 decimals, or ``None`` for NaN/inf (JSON has neither)."""
+    return round(value, 2) if math.isfinite(value) else None
+
+
+def handle_key(handle: Any) -> int:
+    """A hashable identity for an NVML device handle (the ``nvmlDevice_t`` pointer value)."""
+    try:
+        ptr = ctypes.cast(handle, ctypes.c_void_p).value
+        if ptr is not None:
+            return int(ptr)
+    except Exception:  # not a ctypes pointer (the test stand-in): identity
+        pass
+    return id(handle)
+
+
+def parse_container_id(cgroup_text: str) -> str | None:
+    """The 64-hex container id in a ``/proc/PID/cgroup`` text, or ``None``.
+
+    Understands cgroup v1 (``12:memory:/docker/<id>``), cgroup v2 with systemd
+    (``0::/system.slice/docker-<id>.scope``), cgroup v2 with cgroupfs (``0::/docker/<id>``),
+    containerd/CRI-O/podman scopes (``cri-containerd-<id>.scope``, ``crio-<id>.scope``,
+    ``libpod-<id>.scope``) and Kubernetes cgroupfs paths (``/kubepods/<qos>/pod<uid>/<id>``).
+    The first (outermost) id wins: that is the container the host's engine knows.
+    """
+    for line in cgroup_text.splitlines():
+        parts = line.split(":", 2)
+        path = parts[2] if len(parts) == 3 else line
+        m = _CONTAINER_ID_RE.search(path)
+        if m:
+            return m.group(1) or m.group(2)
+    return None
+
+
+def format_cuda_version(value: int) -> str:
+    """NVML's CUDA driver version integer (``12080``) as ``"12.8"``."""
+    return f"{value // 1000}.{(value % 1000) // 10}"
+
+
+def decode_clock_reasons(mask: int) -> list[str]:
+    """Names of the set bits of a clock event reason mask; unknown bits as ``"0x..."``."""
+    names = [name for bit, name in CLOCK_EVENT_REASONS if mask & bit]
+    known = 0
+    for bit, _ in CLOCK_EVENT_REASONS:
+        known |= bit
+    rest = mask & ~known
+    bit = 1
+    while rest:
+        if rest & bit:
+            names.append(f"0x{bit:x}")
+            rest &= ~bit
+        bit <<= 1
+    return names
+
+
+def read_text(path: str) -> str:
+    """A small /proc file's text (raises OSError)."""
+    with open(path, "rb") as f:
+        return f.read().decode("utf-8", "replace")
+
+
+# --------------------------------------------------------------------------------------------
+# versioned NVML calls
+
+
+class Versioned:
+    """Call the newest of several NVML entry points the driver has, remembering the one found.
+
+    NVML versions functions by symbol (``nvmlDeviceGetComputeRunningProcesses_v3``, ``_v2``,
+    ...). An older driver lacks the newer symbols: pynvml then raises ``NVMLError`` with
+    ``NVML_ERROR_FUNCTION_NOT_FOUND`` (or a struct version the driver does not know raises
+    ``NVML_ERROR_ARGUMENT_VERSION_MISMATCH``); a pynvml without the wrapper raises
+    ``AttributeError``. Those move on to the next older entry point, for good.
+    """
+
+    FALLBACK_CODES = (NVML_ERROR_FUNCTION_NOT_FOUND, NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+
+    def __init__(self, name: str, variants: Sequence[tuple[str, Callable[..., Any]]]) -> None:
+        self.name = name
+        self.variants = list(variants)
+        self.pos = 0
+
+    @property
+    def used(self) -> str | None:
+        """The label of the variant in use (``"v3"``), ``None`` when none is left."""
+        return self.variants[self.pos][0] if self.pos < len(self.variants) else None
+
+    def __call__(self, *args: Any) -> Any:
+        """Call the current variant; fall back on a missing symbol/wrapper.
+
+        Raises:
+            Exception: the variant's own error, or the last fallback error when none is left.
+        """
+        last: BaseException | None = None
+        while self.pos < len(self.variants):
+            try:
+                return self.variants[self.pos][1](*args)
+            except AttributeError as e:
+                last = e
+            except Exception as e:
+                if nvml_code(e) not in self.FALLBACK_CODES:
+                    raise
+                last = e
+            self.pos += 1
+        assert last is not None
+        raise last
+
+
+class _ProcInfoV1:
+    """One entry of the v1 process list (``nvmlProcessInfo_v1_t``: pid, usedGpuMemory)."""
+
+    def __init__(self, pid: int, used: int | None) -> None:
+        self.pid = pid
+        self.usedGpuMemory = used
+
+
+def processes_v1(nv: Any, symbol: str, handle: Any) -> list[Any]:
+    """``nvmlDeviceGet{Compute,Graphics}RunningProcesses`` (v1 struct) through ctypes.
+
+    pynvml 12+ has no wrapper for the v1 symbols, which drivers older than R470 export alone.
+    Returns objects with ``pid`` and ``usedGpuMemory`` (bytes, ``None`` when not available).
+    """
+
+    class ProcessInfoV1(ctypes.Structure):
+        _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong)]
+
+    fn = nv._nvmlGetFunctionPointer(symbol)
+    count = ctypes.c_uint(0)
+    ret = fn(handle, ctypes.byref(count), None)
+    if ret == NVML_SUCCESS:
+        return []
+    for _ in range(3):  # the list can grow between the two calls
+        if ret != NVML_ERROR_INSUFFICIENT_SIZE:
+            raise nv.NVMLError(ret)
+        count.value = count.value * 2 + 5
+        arr = (ProcessInfoV1 * count.value)()
+        ret = fn(handle, ctypes.byref(count), arr)
+        if ret == NVML_SUCCESS:
+            return [
+                _ProcInfoV1(int(arr[i].pid), None if arr[i].usedGpuMemory == NOT_AVAILABLE_U64
+                            else int(arr[i].usedGpuMemory))
+                for i in range(count.value)
+            ]
+    raise nv.NVMLError(ret)
+
+
+# --------------------------------------------------------------------------------------------
+# host readings (/proc)
+
+
+class HostReader:
+    """Host fields from ``/proc`` (Linux): CPU %, load, memory, uptime; hostname from socket."""
+
+    def __init__(self, proc_root: str = "/proc") -> None:
+        self.proc = proc_root
+        self._prev_cpu = self._cpu_times()
+        self.hostname = socket.gethostname()
+
+    def _cpu_times(self) -> tuple[int, int] | None:
+        """``(idle, total)`` jiffies from the ``cpu`` line of /proc/stat (idle includes iowait;
+        guest time is already inside user/nice and is not added twice)."""
+        try:
+            with open(os.path.join(self.proc, "stat"), "rb") as f:
+                line = f.readline().split()
+        except OSError:
+            return None
+        vals = [int(v) for v in line[1:9]]
+        if len(vals) < 4:
+            return None
+        idle = vals[3] + (vals[4] if len(vals) > 4 else 0)
+        return idle, sum(vals)
+
+    def read(self) -> dict[str, Any]:
+        """The host record without the NVML version fields (the caller adds those)."""
+        rec: dict[str, Any] = {
+            "hostname": self.hostname, "cpu_pct": None, "load1": None, "load5": None,
+            "load15": None, "mem_used_mib": None, "mem_total_mib": None, "uptime_s": None,
+        }
+        errors: dict[str, str] = {}
+        cur = self._cpu_times()
+        if cur is None:
+            errors["cpu_pct"] = "/proc/stat unreadable"
+        elif self._prev_cpu is None or cur[1] <= self._prev_cpu[1]:
+            errors["cpu_pct"] = "no interval yet"
+        else:
+            didle, dtotal = cur[0] - self._prev_cpu[0], cur[1] - self._prev_cpu[1]
+            rec["cpu_pct"] = round(100.0 * (1.0 - didle / dtotal), 1)
+        if cur is not None:
+            self._prev_cpu = cur
+        try:
+            l1, l5, l15 = os.getloadavg()
+            rec["load1"], rec["load5"], rec["load15"] = round(l1, 2), round(l5, 2), round(l15, 2)
+        except OSError as e:
+            for k in ("load1", "load5", "load15"):
+                errors[k] = reason_of(e)
+        try:
+            info: dict[str, int] = {}
+            for line in read_text(os.path.join(self.proc, "meminfo")).splitlines():
+                key, _, rest = line.partition(":")
+                if key in ("MemTotal", "MemAvailable"):
+                    info[key] = int(rest.split()[0])  # kB
+            rec["mem_total_mib"] = info["MemTotal"] // 1024
+            rec["mem_used_mib"] = (info["MemTotal"] - info["MemAvailable"]) // 1024
+        except (OSError, KeyError, ValueError, IndexError) as e:
+            errors["mem_used_mib"] = errors["mem_total_mib"] = "/proc/meminfo: " + reason_of(e)
+        try:
+            rec["uptime_s"] = float(read_text(os.path.join(self.proc, "uptime")).split()[0])
+        except (OSError, ValueError, IndexError) as e:
+            errors["uptime_s"] = "/proc/uptime: " + reason_of(e)
+        rec["errors"] = errors
+        return rec
+
+
+class ProcessInfoReader:
+    """User, command and container id of a host PID, from ``/proc/PID/{status,cmdline,cgroup}``.
+
+    Results are cached per PID while the PID stays on a GPU (call :meth:`prune` each sample
+    with the PIDs seen), so a long-running job costs three small reads once.
+    """
+
+    COMMAND_MAX = 200
+
+    def __init__(self, proc_root: str = "/proc") -> None:
+        self.proc = proc_root
+        self._cache: dict[int, tuple[str | None, str | None, str | None]] = {}
+
+    def get(self, pid: int) -> tuple[str | None, str | None, str | None]:
+        """``(user, command, container_id)``; each ``None`` when unreadable (another PID
+        namespace, the process exited, no permission)."""
+        hit = self._cache.get(pid)
+        if hit is None:
+            hit = (self._user(pid), self._command(pid), self._container(pid))
+            self._cache[pid] = hit
+        return hit
+
+    def prune(self, live: Iterable[int]) -> None:
+        """Forget PIDs no longer on any GPU (so a reused PID is read afresh)."""
+        keep = set(live)
+        for pid in [p for p in self._cache if p not in keep]:
+            del self._cache[pid]
+
+    def _user(self, pid: int) -> str | None:
+        try:
+            for line in read_text(f"{self.proc}/{pid}/status").splitlines():
+                if line.startswith("Uid:"):
+                    uid = int(line.split()[1])  # real uid
+                    try:
+                        return pwd.getpwuid(uid).pw_name
+                    except KeyError:
+                        return str(uid)
+        except (OSError, ValueError, IndexError):
+            return None
+        return None
+
+    def _command(self, pid: int) -> str | None:
+        try:
+            raw = read_text(f"{self.proc}/{pid}/cmdline")
+        except OSError:
+            return None
+        cmd = " ".join(a for a in raw.split("\0") if a)
+        if not cmd:
+            try:
+                cmd = "[" + read_text(f"{self.proc}/{pid}/comm").strip() + "]"
+            except OSError:
+                return None
+        if len(cmd) > self.COMMAND_MAX:
+            cmd = cmd[: self.COMMAND_MAX - 3] + "..."
+        return cmd
+
+    def _container(self, pid: int) -> str | None:
+        try:
+            return parse_container_id(read_text(f"{self.proc}/{pid}/cgroup"))
+        except OSError:
+            return None
+
+
+# --------------------------------------------------------------------------------------------
+# the agent
+
+
+def _bus_suffix(g: GpuState) -> str:
+    bus = g.slow.get("pci_bus_id")
+    return f" ({bus})" if bus else ""
+
+
+class GpuState:
+    """What the agent keeps about one GPU between samples."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.handle: Any = None
+        #: why the handle could not be had (``nvmlDeviceGetHandleByIndex``), or None.
+        self.handle_error: str | None = None
+        #: set once any call on this GPU said NVML_ERROR_GPU_IS_LOST.
+        self.lost_reason: str | None = None
+        #: slow fields: values and reasons, refreshed every ``slow_every`` samples.
+        self.slow: dict[str, Any] = {"uuid": None, "name": None, "pci_bus_id": None}
+        self.slow_errors: dict[str, str] = {}
+        #: fast fields NVML said are not supported (skipped until the next slow refresh).
+        self.unsupported: dict[str, str] = {}
+        #: GPM: (previous sample, spare sample, metrics struct), or the reason it is off.
+        self.gpm: tuple[Any, Any, Any] | None = None
+        self.gpm_error: str | None = None
+        self.xid_registered = False
+
+    @property
+    def lost(self) -> bool:
+        """Whether the GPU is lost (its handle or a call said so)."""
+        return self.lost_reason is not None
+
+
+class Agent:
+    """Reads NVML and /proc and builds samples (schema v1).
+
+    Args:
+        nv: the pynvml module (or a stand-in with the same API); ``None`` when it could not be
+            imported (then ``import_error`` says why).
+        interval_s: the sampling interval reported in samples (s).
+        slow_every: read the slow fields every this many samples.
+        proc_root: where ``/proc`` is (tests point it elsewhere).
+        import_error: why pynvml could not be imported.
+    """
+
+    def __init__(
+        self,
+        nv: Any,
+        interval_s: float = 1.0,
+        slow_every: int = 10,
+        proc_root: str = "/proc",
+        import_error: str | None = None,
+    ) -> None:
+        self.nv = nv
+        self.interval_s = interval_s
+        self.slow_every = max(1, slow_every)
+        self.proc_root = proc_root
+        self.seq = 0
+        self.state = "ok"
+        self.state_detail: str | None = None
+        self.initialized = False
+        self.gpus: list[GpuState] = []
+        self.versions: dict[str, Any] = {
+            "driver_version": None, "cuda_version": None, "nvml_version": None,
+        }
+        self.version_errors: dict[str, str] = {}
+        self.event_set: Any = None
+        self.xid_error: str | None = None
+        self._by_handle: dict[int, GpuState] = {}
+        self.host = HostReader(proc_root)
+        self.procinfo = ProcessInfoReader(proc_root)
+        self._v: dict[str, Versioned] = {}
+        if nv is None:
+            self.state = "nvml_unavailable"
+            self.state_detail = f"pynvml could not be imported: {import_error or 'unknown'}"
+            return
+        self._v = self._versioned_calls(nv)
+        self._init_nvml()
+
+    # -- setup --------------------------------------------------------------------------------
+
+    def _versioned_calls(self, nv: Any) -> dict[str, Versioned]:
+        def attr(name: str) -> Callable[..., Any]:
+            return lambda *a: getattr(nv, name)(*a)
+
+        def procs_v1(symbol: str) -> Callable[..., Any]:
+            return lambda h: processes_v1(nv, symbol, h)
+
+        return {
+            "init": Versioned("init", [
+                ("flags", lambda: nv.nvmlInitWithFlags(NVML_INIT_FLAG_NO_GPUS)),
+                ("v1", attr("nvmlInit")),
+            ]),
+            "memory": Versioned("memory", [
+                ("v2", lambda h: nv.nvmlDeviceGetMemoryInfo(h, version=nv.nvmlMemory_v2)),
+                ("v1", lambda h: nv.nvmlDeviceGetMemoryInfo(h)),
+            ]),
+            "temperature": Versioned("temperature", [
+                ("V", lambda h: nv.nvmlDeviceGetTemperatureV(h, nv.NVML_TEMPERATURE_GPU)),
+                ("v1", lambda h: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)),
+            ]),
+            "clock_reasons": Versioned("clock_reasons", [
+                ("event", attr("nvmlDeviceGetCurrentClocksEventReasons")),
+                ("throttle", attr("nvmlDeviceGetCurrentClocksThrottleReasons")),
+            ]),
+            "compute_procs": Versioned("compute_procs", [
+                ("v3", attr("nvmlDeviceGetComputeRunningProcesses_v3")),
+                ("v2", attr("nvmlDeviceGetComputeRunningProcesses_v2")),
+                ("v1", procs_v1("nvmlDeviceGetComputeRunningProcesses")),
+            ]),
+            "graphics_procs": Versioned("graphics_procs", [
+                ("v3", attr("nvmlDeviceGetGraphicsRunningProcesses_v3")),
+                ("v2", attr("nvmlDeviceGetGraphicsRunningProcesses_v2")),
+                ("v1", procs_v1("nvmlDeviceGetGraphicsRunningProcesses")),
+            ]),
+            "cuda_version": Versioned("cuda_version", [
+                ("v2", attr("nvmlSystemGetCudaDriverVersion_v2")),
+                ("v1", attr("nvmlSystemGetCudaDriverVersion")),
+            ]),
+        }
+
+    def _init_nvml(self) -> None:
+        """``nvmlInitWithFlags`` once, then device count, handles, GPM and Xid registration.
+
+        Sets ``state``: ``nvml_unavailable`` (library missing), ``driver_unreachable``,
+        ``version_mismatch``, ``error`` (other init failures); ``no_gpus`` is decided per sample.
+        """
+        try:
+            self._v["init"]()
+        except OSError as e:
+            self._fail_init("nvml_unavailable",
+                            f"libnvidia-ml.so.1 could not be loaded: {reason_of(e)}")
+            return
+        except Exception as e:
+            code = nvml_code(e)
+            if code == NVML_ERROR_LIBRARY_NOT_FOUND:
+                self._fail_init("nvml_unavailable",
+                                f"libnvidia-ml.so.1 could not be loaded ({reason_of(e)})")
+            elif code == NVML_ERROR_DRIVER_NOT_LOADED:
+                self._fail_init("driver_unreachable",
+                                f"NVML cannot talk to the NVIDIA kernel driver ({reason_of(e)})")
+            elif code == NVML_ERROR_LIB_RM_VERSION_MISMATCH:
+                self._fail_init("version_mismatch",
+                                f"NVIDIA driver/library version mismatch ({reason_of(e)}); "
+                                "a reboot or driver reload is needed")
+            else:
+                self._fail_init("error", f"nvmlInit failed: {reason_of(e)}")
+            return
+        self.initialized = True
+        self.state, self.state_detail = "ok", None
+        try:
+            count = int(self.nv.nvmlDeviceGetCount())
+        except Exception as e:
+            self.state = "error"
+            self.state_detail = f"nvmlDeviceGetCount failed: {reason_of(e)}"
+            count = 0
+        self.gpus = [GpuState(i) for i in range(count)]
+        for g in self.gpus:
+            self._get_handle(g)
+        self._refresh_slow()
+        for g in self.gpus:
+            self._setup_gpm(g)
+        self._setup_xid()
+
+    def _fail_init(self, state: str, detail: str) -> None:
+        self.state, self.state_detail = state, detail
+        self.initialized = False
+
+    def _get_handle(self, g: GpuState) -> None:
+        """``nvmlDeviceGetHandleByIndex``; GpuIsLost marks the GPU lost."""
+        try:
+            g.handle = self.nv.nvmlDeviceGetHandleByIndex(g.index)
+        except Exception as e:
+            g.handle = None
+            if nvml_code(e) == NVML_ERROR_GPU_IS_LOST:
+                g.lost_reason = reason_of(e)
+                g.handle_error = None
+            else:
+                g.handle_error = reason_of(e)
+            return
+        g.handle_error = None
+        g.lost_reason = None
+        self._by_handle[handle_key(g.handle)] = g
+
+    def _setup_gpm(self, g: GpuState) -> None:
+        """GPM on Hopper+: ``nvmlGpmQueryDeviceSupport``, two ``nvmlGpmSampleAlloc`` buffers, a
+        ``c_nvmlGpmMetricsGet_t`` reused every sample, and a first ``nvmlGpmSampleGet`` so the
+        first emitted sample already has an interval to measure."""
+        if g.handle is None:
+            g.gpm_error = g.lost_reason or g.handle_error or "no handle"
+            return
+        nv = self.nv
+        try:
+            support = nv.nvmlGpmQueryDeviceSupport(g.handle)
+            if not support.isSupportedDevice:
+                g.gpm_error = "GPM not supported on this GPU (needs Hopper or newer)"
+                return
+            prev, spare = nv.nvmlGpmSampleAlloc(), nv.nvmlGpmSampleAlloc()
+            mg = nv.c_nvmlGpmMetricsGet_t()
+            mg.version = nv.NVML_GPM_METRICS_GET_VERSION
+            mg.numMetrics = len(GPM_METRICS)
+            for i, (mid, _) in enumerate(GPM_METRICS):
+                mg.metrics[i].metricId = mid
+            nv.nvmlGpmSampleGet(g.handle, prev)
+        except Exception as e:
+            g.gpm_error = reason_of(e)
+            self._note_lost(g, e)
+            return
+        g.gpm = (prev, spare, mg)
+        g.gpm_error = None
+
+    def _setup_xid(self) -> None:
+        """``nvmlEventSetCreate`` and ``nvmlDeviceRegisterEvents(nvmlEventTypeXidCriticalError)``
+        on every GPU; failures go to ``errors["xid"]``."""
+        usable = [g for g in self.gpus if g.handle is not None]
+        if not usable:
+            return
+        try:
+            self.event_set = self.nv.nvmlEventSetCreate()
+        except Exception as e:
+            self.xid_error = f"nvmlEventSetCreate: {reason_of(e)}"
+            return
+        failed: list[str] = []
+        for g in usable:
+            try:
+                self.nv.nvmlDeviceRegisterEvents(g.handle, NVML_EVENT_XID, self.event_set)
+                g.xid_registered = True
+            except Exception as e:
+                failed.append(f"GPU {g.index}: {reason_of(e)}")
+        if failed:
+            self.xid_error = "Xid events not registered: " + "; ".join(failed)
+
+    # -- per sample ---------------------------------------------------------------------------
+
+    def sample(self) -> dict[str, Any]:
+        """One sample (schema v1) of the host and every GPU; advances ``seq``."""
+        now = time.time()
+        s: dict[str, Any] = {
+            "schema": SCHEMA_VERSION, "type": "sample", "source": "nvml", "seq": self.seq,
+            "host_time": round(now, 3), "interval_s": self.interval_s, "state": self.state,
+            "state_detail": self.state_detail, "host": {}, "gpus": [], "processes": None,
+            "xid_events": [], "errors": {},
+        }
+        slow_tick = self.seq > 0 and self.seq % self.slow_every == 0
+        if self.nv is not None and not self.initialized and self.state != "nvml_unavailable":
+            if slow_tick:  # driver unreachable / mismatch: try again now and then
+                self._init_nvml()
+                s["state"], s["state_detail"] = self.state, self.state_detail
+        elif self.initialized and slow_tick:
+            self._refresh_slow()
+        host = self.host.read()
+        self._add_versions(host)
+        s["host"] = host
+        if self.initialized:
+            self._sample_gpus(s)
+        else:
+            s["errors"]["processes"] = s["state_detail"] or s["state"]
+        self.seq += 1
+        return s
+
+    def _add_versions(self, host: dict[str, Any]) -> None:
+        errors = host.pop("errors")
+        host.update(self.versions)
+        if not self.initialized:
+            for k in self.versions:
+                errors[k] = self.state_detail or self.state
+        else:
+            errors.update(self.version_errors)
+        host["errors"] = errors
+
+    def _refresh_slow(self) -> None:
+        """Versions (``nvmlSystemGetDriverVersion``, ``nvmlSystemGetCudaDriverVersion_v2``,
+        ``nvmlSystemGetNVMLVersion``) and each GPU's slow fields; retries lost handles."""
+        nv = self.nv
+        self.version_errors = {}
+        calls: list[tuple[str, Callable[[], Any]]] = [
+            ("driver_version", lambda: _text(nv.nvmlSystemGetDriverVersion())),
+            ("cuda_version", lambda: format_cuda_version(int(self._v["cuda_version"]()))),
+            ("nvml_version", lambda: _text(nv.nvmlSystemGetNVMLVersion())),
+        ]
+        for key, fn in calls:
+            try:
+                self.versions[key] = fn()
+            except Exception as e:
+                self.versions[key] = None
+                self.version_errors[key] = reason_of(e)
+        for g in self.gpus:
+            regained = False
+            if g.handle is None:
+                self._get_handle(g)
+                if g.handle is None:
+                    continue
+                regained = self.seq > 0
+            g.unsupported.clear()
+            self._read_slow(g)
+            if regained:
+                self._setup_gpm(g)
+
+    def _read_slow(self, g: GpuState) -> None:
+        """Name (``nvmlDeviceGetName``), UUID, PCI bus id (``nvmlDeviceGetPciInfo``), enforced
+        power limit (mW -> W), volatile uncorrected ECC total, remapped rows pending, persistence
+        mode, current MIG mode."""
+        nv, h = self.nv, g.handle
+        vals: dict[str, Any] = {}
+        errs: dict[str, str] = {}
+
+        def mig() -> bool:
+            try:
+                return bool(nv.nvmlDeviceGetMigMode(h)[0] == 1)  # NVML_DEVICE_MIG_ENABLE
+            except Exception as e:
+                if nvml_code(e) == NVML_ERROR_NOT_SUPPORTED:
+                    return False  # no MIG on this GPU: schema says false
+                raise
+
+        for key, fn in (
+            ("uuid", lambda: _text(nv.nvmlDeviceGetUUID(h))),
+            ("name", lambda: _text(nv.nvmlDeviceGetName(h))),
+            ("pci_bus_id", lambda: _text(nv.nvmlDeviceGetPciInfo(h).busId)),
+            ("power_limit_w", lambda: nv.nvmlDeviceGetEnforcedPowerLimit(h) / 1000.0),
+            ("ecc_volatile_uncorrected", lambda: int(nv.nvmlDeviceGetTotalEccErrors(
+                h, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_VOLATILE_ECC))),
+            ("remapped_rows_pending", lambda: bool(nv.nvmlDeviceGetRemappedRows(h)[2])),
+            ("persistence_mode", lambda: nv.nvmlDeviceGetPersistenceMode(h)
+             == nv.NVML_FEATURE_ENABLED),
+            ("mig_mode", mig),
+        ):
+            try:
+                vals[key] = fn()
+            except Exception as e:
+                vals[key] = g.slow.get(key) if key in ("uuid", "name", "pci_bus_id") else None
+                errs[key] = reason_of(e)
+                self._note_lost(g, e)
+        g.slow, g.slow_errors = vals, errs
+
+    def _note_lost(self, g: GpuState, exc: BaseException) -> None:
+        if nvml_code(exc) == NVML_ERROR_GPU_IS_LOST:
+            g.lost_reason = reason_of(exc)
+
+    def _field(
+        self, g: GpuState, rec: dict[str, Any], key: str, fn: Callable[[], Any],
+        also: tuple[str, ...] = (),
+    ) -> None:
+        """``rec[key] = fn()`` (with ``also``: ``fn()`` returns a tuple for ``(key, *also)``);
+        on failure the keys stay ``None`` and the reason goes to ``rec["errors"]``."""
+        keys = (key, *also)
+        skip = g.unsupported.get(key)
+        if skip is not None:
+            for k in keys:
+                rec["errors"][k] = skip
+            return
+        try:
+            value = fn()
+        except Exception as e:
+            reason = reason_of(e)
+            for k in keys:
+                rec["errors"][k] = reason
+            if nvml_code(e) in (NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_FUNCTION_NOT_FOUND):
+                g.unsupported[key] = reason
+            self._note_lost(g, e)
+            return
+        if also:
+            for k, val in zip(keys, value):
+                rec[k] = val
+        else:
+            rec[key] = value
+
+    def _gpu_record(self, g: GpuState) -> dict[str, Any]:
+        rec: dict[str, Any] = {"index": g.index, "uuid": g.slow.get("uuid"),
+                               "name": g.slow.get("name"), "pci_bus_id": g.slow.get("pci_bus_id"),
+                               "lost": False}
+        for f in GPU_FIELDS:
+            rec[f] = None
+        rec["errors"] = {}
+        if g.handle is None:
+            rec["lost"] = g.lost
+            rec["errors"]["handle"] = g.lost_reason or g.handle_error or "no handle"
+            return rec
+        nv, h, v = self.nv, g.handle, self._v
+
+        def util() -> tuple[int, int]:
+            u = nv.nvmlDeviceGetUtilizationRates(h)
+            return int(u.gpu), int(u.memory)
+
+        def memory() -> tuple[int, int]:
+            m = v["memory"](h)
+            return int(m.used) // MIB, int(m.total) // MIB
+
+        def pstate() -> str:
+            p = int(nv.nvmlDeviceGetPerformanceState(h))
+            if not 0 <= p <= 15:
+                raise ValueError(f"unknown performance state {p}")
+            return f"P{p}"
+
+        # fast fields, every sample (units: NVML's, converted where the key says so)
+        # nvmlDeviceGetUtilizationRates: % of the last sample period busy (kernel / memory)
+        self._field(g, rec, "util_gpu_pct", util, also=("util_mem_pct",))
+        # nvmlDeviceGetMemoryInfo_v2 (used excludes driver-reserved memory, as nvidia-smi
+        # shows it), else v1: bytes -> MiB
+        self._field(g, rec, "mem_used_mib", memory, also=("mem_total_mib",))
+        self._field(g, rec, "temp_c", lambda: int(v["temperature"](h)))  # GPU die sensor, C
+        self._field(g, rec, "power_w", lambda: nv.nvmlDeviceGetPowerUsage(h) / 1000.0)  # mW->W
+        self._field(g, rec, "sm_clock_mhz",
+                    lambda: int(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)))
+        self._field(g, rec, "mem_clock_mhz",
+                    lambda: int(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM)))
+        self._field(g, rec, "fan_pct", lambda: int(nv.nvmlDeviceGetFanSpeed(h)))
+        self._field(g, rec, "pstate", pstate)
+        self._field(g, rec, "throttle_reasons",
+                    lambda: decode_clock_reasons(int(v["clock_reasons"](h))))
+        # slow fields, cached
+        for key in ("power_limit_w", "ecc_volatile_uncorrected", "remapped_rows_pending",
+                    "persistence_mode", "mig_mode"):
+            rec[key] = g.slow.get(key)
+        for key, why in g.slow_errors.items():
+            rec["errors"][key] = why
+        self._gpm(g, rec)
+        if g.lost:
+            rec["lost"] = True
+        return rec
+
+    def _gpm(self, g: GpuState, rec: dict[str, Any]) -> None:
+        """SM activity, SM occupancy, any-tensor activity, DRAM bandwidth (%) between the
+        previous ``nvmlGpmSampleGet`` and this one (``nvmlGpmMetricsGet``)."""
+        if g.gpm is None:
+            rec["errors"]["gpm"] = g.gpm_error or "GPM not set up"
+            return
+        if rec.get("mig_mode"):
+            rec["errors"]["gpm"] = "MIG mode: GPM is per GPU instance (not collected)"
+            return
+        prev, cur, mg = g.gpm
+        nv = self.nv
+        try:
+            nv.nvmlGpmSampleGet(g.handle, cur)
+        except Exception as e:
+            rec["errors"]["gpm"] = reason_of(e)
+            self._note_lost(g, e)
+            return
+        g.gpm = (cur, prev, mg)  # this sample is the next one's start
+        try:
+            mg.sample1, mg.sample2 = prev, cur
+            nv.nvmlGpmMetricsGet(mg)
+        except Exception as e:
+            rec["errors"]["gpm"] = reason_of(e)
+            self._note_lost(g, e)
+            return
+        out: dict[str, float | None] = {}
+        for i, (_, key) in enumerate(GPM_METRICS):
+            m = mg.metrics[i]
+            ret = int(m.nvmlReturn)
+            if ret != NVML_SUCCESS:
+                out[key] = None
+                rec["errors"]["gpm." + key] = reason_of(nv.NVMLError(ret))
+            else:
+                out[key] = _finite(float(m.value))
+        rec["gpm"] = out
+
+    def _processes(self, g: GpuState, out: list[dict[str, Any]]) -> str | None:
+        """Append GPU ``g``'s compute and graphics processes to ``out``; the reason when the
+        compute list could not be read (a graphics list NVML does not support is empty)."""
+        lists = []
+        try:
+            lists.append(("compute", self._v["compute_procs"](g.handle)))
+        except Exception as e:
+            self._note_lost(g, e)
+            return reason_of(e)
+        try:
+            lists.append(("graphics", self._v["graphics_procs"](g.handle)))
+        except Exception as e:
+            if nvml_code(e) not in (NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_FUNCTION_NOT_FOUND):
+                self._note_lost(g, e)
+                return "graphics: " + reason_of(e)
+        for kind, procs in lists:
+            for p in procs:
+                pid = int(p.pid)
+                used = p.usedGpuMemory
+                user, cmd, cid = self.procinfo.get(pid)
+                out.append({
+                    "gpu_index": g.index, "gpu_uuid": g.slow.get("uuid"), "pid": pid,
+                    "used_mib": None if used is None or used >= NOT_AVAILABLE_U64
+                    else int(used) // MIB,
+                    "type": kind, "user": user, "command": cmd, "container_id": cid,
+                })
+        return None
+
+    def _xid_events(self, s: dict[str, Any]) -> None:
+        """Drain ``nvmlEventSetWait(set, 0)`` until it times out (at most 64 events).
+
+        ``time`` is when the agent drained the event (NVML gives none); ``xid`` is the event's
+        ``eventData``; ``pid`` is ``None`` (the v2 event data carries no PID).
+        """
+        if self.xid_error:
+            s["errors"]["xid"] = self.xid_error
+        if self.event_set is None or not any(g.xid_registered for g in self.gpus):
+            return
+        for _ in range(64):
+            try:
+                data = self.nv.nvmlEventSetWait(self.event_set, 0)
+            except Exception as e:
+                if nvml_code(e) != NVML_ERROR_TIMEOUT:
+                    s["errors"]["xid"] = f"nvmlEventSetWait: {reason_of(e)}"
+                return
+            if not int(data.eventType) & NVML_EVENT_XID:
+                continue
+            g = self._by_handle.get(handle_key(data.device))
+            xid = int(data.eventData)
+            s["xid_events"].append({
+                "time": round(time.time(), 3),
+                "gpu_index": g.index if g else None,
+                "pci_bus_id": g.slow.get("pci_bus_id") if g else None,
+                "xid": xid, "pid": None, "detail": XID_MEANINGS.get(xid),
+            })
+
+    def _sample_gpus(self, s: dict[str, Any]) -> None:
+        procs: list[dict[str, Any]] = []
+        proc_errors: list[str] = []
+        readable = 0
+        for g in self.gpus:
+            rec = self._gpu_record(g)
+            if g.handle is not None and not g.lost:
+                why = self._processes(g, procs)
+                if why is None:
+                    readable += 1
+                else:
+                    rec["errors"]["processes"] = why
+                    proc_errors.append(f"GPU {g.index}: {why}")
+            if g.lost:
+                rec["lost"] = True
+                self._drop_handle(g)
+            s["gpus"].append(rec)
+        self.procinfo.prune(p["pid"] for p in procs)
+        live = [g for g in self.gpus if g.handle is not None and not g.lost]
+        if proc_errors:
+            s["errors"]["processes"] = "; ".join(proc_errors)
+        if self.state != "ok":
+            s["errors"]["processes"] = self.state_detail or self.state
+        s["processes"] = procs if (readable or not live) and self.state == "ok" else None
+        self._xid_events(s)
+        lost = [g for g in self.gpus if g.lost]
+        broken = [g for g in self.gpus if g.handle is None and not g.lost]
+        if self.state != "ok":
+            pass  # nvmlDeviceGetCount failed: keep its state and detail
+        elif not self.gpus:
+            s["state"], s["state_detail"] = "no_gpus", "the NVIDIA driver enumerates 0 GPUs"
+        elif lost:
+            s["state"] = "gpu_lost"
+            s["state_detail"] = "; ".join(
+                f"GPU {g.index}{_bus_suffix(g)} is lost ({g.lost_reason})" for g in lost)
+        elif broken:
+            s["state"] = "error"
+            s["state_detail"] = "; ".join(
+                f"GPU {g.index}: nvmlDeviceGetHandleByIndex failed ({g.handle_error})"
+                for g in broken)
+
+    def _drop_handle(self, g: GpuState) -> None:
+        """Forget a lost GPU's handle; the slow refresh asks for it again."""
+        if g.handle is not None:
+            self._by_handle.pop(handle_key(g.handle), None)
+        g.handle = None
+        g.gpm = None
+        g.gpm_error = g.lost_reason
+        g.xid_registered = False
+
+    def close(self) -> None:
+        """Free GPM samples and the event set, ``nvmlShutdown`` (errors ignored)."""
+        if not self.initialized:
+            return
+        nv = self.nv
+        for g in self.gpus:
+            if g.gpm is not None:
+                for smp in g.gpm[:2]:
+                    try:
+                        nv.nvmlGpmSampleFree(smp)
+                    except Exception:
+                        pass
+                g.gpm = None
+        for fn, arg in (("nvmlEventSetFree", self.event_set), ("nvmlShutdown", None)):
+            try:
+                if fn == "nvmlShutdown":
+                    nv.nvmlShutdown()
+                elif arg is not None:
+                    getattr(nv, fn)(arg)
+            except Exception:
+                pass
+        self.initialized = False
+
+
+# --------------------------------------------------------------------------------------------
+# main loop
+
+
+def load_pynvml(pynvml_dir: str | None) -> tuple[Any, str | None]:
+    """Import ``pynvml`` (from ``pynvml_dir`` first when given, else next to this script).
+
+    Returns:
+        ``(module, None)`` or ``(None, reason)``.
+    """
+    here = os.path.dirname(os.path.abspath(__file__))
+    for d in ([pynvml_dir] if pynvml_dir else []) + [here]:
+        if d and d not in sys.path:
+            sys.path.insert(0, d)
+    if pynvml_dir:  # make sure the requested folder wins over the script's own
+        sys.path.remove(pynvml_dir)
+        sys.path.insert(0, pynvml_dir)
+    try:
+        return importlib.import_module("pynvml"), None
+    except Exception as e:
+        return None, reason_of(e)
+
+
+def watch_stdin(closed: threading.Event) -> threading.Thread:
+    """Set ``closed`` when stdin reaches end of file (or errors); input itself is ignored."""
+
+    def run() -> None:
+        try:
+            fd = sys.stdin.fileno()
+            while os.read(fd, 65536):
+                pass
+        except (OSError, ValueError, AttributeError):
+            pass
+        closed.set()
+
+    t = threading.Thread(target=run, name="stdin-watch", daemon=True)
+    t.start()
+    return t
+
+
+def emit(sample: dict[str, Any], out: Any) -> None:
+    """Write one sample as one JSON line and flush."""
+    out.write(json.dumps(sample, separators=(",", ":"), allow_nan=False) + "\n")
+    out.flush()
+
+
+def safe_sample(agent: Agent) -> dict[str, Any]:
+    """``agent.sample()``, or, should it raise (a bug), a sample with state ``error``."""
+    try:
+        return agent.sample()
+    except Exception as e:
+        seq = agent.seq
+        agent.seq += 1
+        return {
+            "schema": SCHEMA_VERSION, "type": "sample", "source": "nvml", "seq": seq,
+            "host_time": round(time.time(), 3), "interval_s": agent.interval_s,
+            "state": "error", "state_detail": f"agent failure: {reason_of(e)}",
+            "host": {"errors": {}}, "gpus": [], "processes": None, "xid_events": [],
+            "errors": {"processes": "agent failure"},
+        }
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    """Command-line options (see the module docstring)."""
+    p = argparse.ArgumentParser(description="gpuconsole host agent: NVML telemetry as JSON lines")
+    p.add_argument("--interval", type=float, default=1.0, help="seconds between samples")
+    p.add_argument("--pynvml-dir", default=None, help="folder holding pynvml.py")
+    p.add_argument("--slow-every", type=int, default=10,
+                   help="read slow fields every N samples (default 10)")
+    p.add_argument("--count", type=int, default=0, help="exit after N samples (0: run on)")
+    p.add_argument("--no-stdin-watch", action="store_true",
+                   help="do not exit when stdin closes")
+    args = p.parse_args(argv)
+    if not args.interval > 0:
+        p.error("--interval must be > 0")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Sample every ``--interval`` s until stdin closes; see the module docstring."""
+    args = parse_args(argv)
+    nv, import_error = load_pynvml(args.pynvml_dir)
+    agent = Agent(nv, args.interval, args.slow_every, import_error=import_error)
+    closed = threading.Event()
+    if not args.no_stdin_watch:
+        watch_stdin(closed)
+    out = sys.stdout
+    try:
+        if agent.state == "nvml_unavailable":
+            emit(agent.sample(), out)
+            return EXIT_NVML_UNAVAILABLE
+        next_t = time.monotonic() + args.interval
+        while True:
+            if closed.wait(max(0.0, next_t - time.monotonic())):
+                return 0
+            emit(safe_sample(agent), out)
+            if args.count and agent.seq >= args.count:
+                return 0
+            next_t += args.interval
+            now = time.monotonic()
+            if next_t < now:  # fell behind (suspended, slow NVML): skip, don't burst
+                next_t = now + args.interval
+    except BrokenPipeError:
+        try:  # the reader is gone; keep Python from complaining at exit
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return 0
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        agent.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
