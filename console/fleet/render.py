@@ -25,14 +25,23 @@ def _table(rows: list[list[str]], right: set[int]) -> list[str]:
     return out
 
 
+def _throttle(reasons: Any) -> str:
+    """Active clock-throttle reasons (NVML names) except ``gpu_idle``; ``?`` if unknown."""
+    if reasons is None:
+        return "?"
+    active = [r for r in reasons if r != "gpu_idle"]
+    return ",".join(active) or "-"
+
+
 def render_fleet(state: FleetState) -> str:
     """The fleet table: one row per GPU, its processes mapped to containers and jobs."""
-    rows = [["HOST", "GPU", "NAME", "UTIL", "SM", "MEM MiB", "TEMP", "POWER W", "PROCESSES"]]
+    rows = [["HOST", "GPU", "NAME", "UTIL", "SM", "MEM MiB", "TEMP", "POWER W", "SM MHz",
+             "THROTTLE", "PROCESSES"]]
     notes: list[str] = []
     for v in state.hosts.values():
         if v.sample is None or v.status == "down":
             rows.append([v.name, "-", v.status + (f": {v.error}" if v.error else ""),
-                         "", "", "", "", "", ""])
+                         "", "", "", "", "", "", "", ""])
             continue
         s = v.sample
         tag = "" if v.status == "ok" else f" [{v.status}]"
@@ -42,7 +51,8 @@ def render_fleet(state: FleetState) -> str:
         holders = gpu_holders(state, v.name)
         gpus = s.get("gpus") or []
         if not gpus:
-            rows.append([v.name + tag, "-", f"no GPUs ({s['state']})", "", "", "", "", "", ""])
+            rows.append([v.name + tag, "-", f"no GPUs ({s['state']})",
+                         "", "", "", "", "", "", "", ""])
         for g in gpus:
             idx = g.get("index")
             gpm = g.get("gpm") or {}
@@ -61,9 +71,11 @@ def render_fleet(state: FleetState) -> str:
                 f"{_n(g.get('mem_used_mib'))} / {_n(g.get('mem_total_mib'))}",
                 _n(g.get("temp_c"), unit="C"),
                 f"{_n(g.get('power_w'))} / {_n(g.get('power_limit_w'))}",
+                _n(g.get("sm_clock_mhz")),
+                _throttle(g.get("throttle_reasons")),
                 procs,
             ])
-    lines = _table(rows, right={3, 4, 5, 6, 7})
+    lines = _table(rows, right={3, 4, 5, 6, 7, 8})
     usage = state.job_usage()
     if usage:
         lines.append("")

@@ -1094,15 +1094,61 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--count", type=int, default=0, help="exit after N samples (0: run on)")
     p.add_argument("--no-stdin-watch", action="store_true",
                    help="do not exit when stdin closes")
+    p.add_argument("--replay", default=None, metavar="FILE",
+                   help="emit the samples of a trace (JSON lines of samples or of recording "
+                   "lines) in a loop, re-stamped with this host's time, instead of NVML")
     args = p.parse_args(argv)
     if not args.interval > 0:
         p.error("--interval must be > 0")
     return args
 
 
+def load_trace(path: str) -> list[dict[str, Any]]:
+    """The samples of a trace file: JSON lines of samples, or recording lines
+    (``{"host", "rx", "sample"}``)."""
+    samples = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            rec = json.loads(line)
+            samples.append(rec["sample"] if "sample" in rec else rec)
+    if not samples:
+        raise ValueError(path + ": no samples")
+    return samples
+
+
+def replay(path: str, interval: float, count: int, closed: threading.Event) -> int:
+    """Emit a trace's samples in a loop every ``interval`` s with fresh ``seq``/``host_time``
+    (benchmarks and demos: a console sees what a real host would send)."""
+    samples = load_trace(path)
+    seq = 0
+    next_t = time.monotonic() + interval
+    while True:
+        if closed.wait(max(0.0, next_t - time.monotonic())):
+            return 0
+        s = dict(samples[seq % len(samples)])
+        seq += 1
+        s["seq"] = seq
+        s["host_time"] = round(time.time(), 3)
+        s["interval_s"] = interval
+        emit(s, sys.stdout)
+        if count and seq >= count:
+            return 0
+        next_t += interval
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Sample every ``--interval`` s until stdin closes; see the module docstring."""
     args = parse_args(argv)
+    if args.replay:
+        closed_r = threading.Event()
+        if not args.no_stdin_watch:
+            watch_stdin(closed_r)
+        try:
+            return replay(args.replay, args.interval, args.count, closed_r)
+        except BrokenPipeError:
+            return 0
     nv, import_error = load_pynvml(args.pynvml_dir)
     agent = Agent(nv, args.interval, args.slow_every, import_error=import_error)
     closed = threading.Event()

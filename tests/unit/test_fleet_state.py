@@ -95,7 +95,7 @@ def test_render_shows_unknown_as_question_mark_and_down_hosts() -> None:
     text = render_fleet(st)
     lines = text.splitlines()
     assert lines[0].split() == ["HOST", "GPU", "NAME", "UTIL", "SM", "MEM", "MiB", "TEMP",
-                                "POWER", "W", "PROCESSES"]
+                                "POWER", "W", "SM", "MHz", "THROTTLE", "PROCESSES"]
     row0 = next(ln for ln in lines if ln.startswith("a ") and " 0 " in ln)
     assert "97%" in row0 and "4242 ddp-1a2b3c n1" in row0
     row1 = next(ln for ln in lines if ln.startswith("a ") and " 1 " in ln)
@@ -129,3 +129,23 @@ def test_record_then_replay_round_trip(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"rec.jsonl:4: not a gpuconsole recording line"):
         asyncio.run(bad())
     assert json.loads(path.read_text().splitlines()[0])["host"] == "a"
+
+
+def test_recorded_h200_trace_through_the_fleet_state() -> None:
+    traces = Path(__file__).resolve().parents[1] / "data" / "traces"
+    loader_pid = int((traces / "loader.pid").read_text())
+    st = FleetState(["h200"])
+    for line in (traces / "h200-load.jsonl").read_text().splitlines():
+        st.on_sample("h200", json.loads(line))
+    assert free_gpus(st) == {"h200": [1]}
+    holders = gpu_holders(st, "h200")
+    assert holders is not None
+    assert [h.pid for h in holders[0]] == [loader_pid] and holders[1] == []
+    hist = st.hosts["h200"].history
+    assert len(hist[0]) == 25
+    assert min(p.util_pct or 0 for p in hist[0]) >= 95
+    assert max(p.util_pct or 0 for p in hist[1]) == 0
+    assert all((p.sm_activity_pct or 0) > 50 for p in hist[0])
+    row = next(ln for ln in render_fleet(st).splitlines() if ln.startswith("h200") and
+               ln.split()[1] == "0")
+    assert "sw_power_cap" in row and str(loader_pid) in row
