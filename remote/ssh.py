@@ -76,6 +76,9 @@ class SSHTransport(Transport):
         self.target = target
         self._conn: asyncssh.SSHClientConnection | None = None
         self._jump: asyncssh.SSHClientConnection | None = None
+        self._sftp: asyncssh.SFTPClient | None = None
+        self._sftp_conn: asyncssh.SSHClientConnection | None = None
+        self._sftp_lock = asyncio.Lock()
         self._listener: asyncssh.SSHListener | None = None
         self._sock_dir: str | None = None
         self._peer_ip: str | None = None
@@ -236,6 +239,10 @@ class SSHTransport(Transport):
             sock = os.path.join(self._sock_dir, "docker.sock")
             if os.path.exists(sock):
                 os.unlink(sock)
+        if self._sftp is not None:
+            self._sftp.exit()
+            self._sftp = None
+            self._sftp_conn = None
         if self._conn is not None:
             self._conn.close()
             self._conn = None
@@ -301,12 +308,20 @@ class SSHTransport(Transport):
         err = res.stderr if isinstance(res.stderr, bytes) else (res.stderr or "").encode()
         return CommandResult(rc, out.decode(errors="replace"), err.decode(errors="replace"))
 
+    async def _sftp_client(self) -> asyncssh.SFTPClient:
+        """One SFTP session per connection, opened on first use and shared."""
+        conn = await self._connection()
+        async with self._sftp_lock:
+            if self._sftp is None or self._sftp_conn is not conn:
+                self._sftp = await conn.start_sftp_client()
+                self._sftp_conn = conn
+            return self._sftp
+
     async def home(self) -> str:
         """The remote user's home directory (SFTP's initial directory)."""
         if self._home is None:
-            conn = await self._connection()
-            async with conn.start_sftp_client() as sftp:
-                self._home = await sftp.realpath(".")
+            sftp = await self._sftp_client()
+            self._home = await sftp.realpath(".")
         return self._home
 
     async def docker_socket(self) -> str:
@@ -347,32 +362,28 @@ class SSHTransport(Transport):
         return _SSHProcess(proc)
 
     async def _put_files(self, files: dict[str, bytes], remote_dir: str) -> None:
-        conn = await self._connection()
-        async with conn.start_sftp_client() as sftp:
-            await sftp.makedirs(remote_dir)
-            for name, data in files.items():
-                async with sftp.open(f"{remote_dir}/{name}", "wb") as f:
-                    await f.write(data)
+        sftp = await self._sftp_client()
+        await sftp.makedirs(remote_dir)
+        for name, data in files.items():
+            async with sftp.open(f"{remote_dir}/{name}", "wb") as f:
+                await f.write(data)
 
     async def _put_tree(self, local_dir: Path, remote_dir: str) -> None:
-        conn = await self._connection()
-        async with conn.start_sftp_client() as sftp:
-            await sftp.makedirs(os.path.dirname(remote_dir), exist_ok=True)
-            await sftp.put(str(local_dir), remote_dir, recurse=True, preserve=True)
+        sftp = await self._sftp_client()
+        await sftp.makedirs(os.path.dirname(remote_dir), exist_ok=True)
+        await sftp.put(str(local_dir), remote_dir, recurse=True, preserve=True)
 
     async def _rename(self, src: str, dst: str) -> bool:
-        conn = await self._connection()
-        async with conn.start_sftp_client() as sftp:
-            try:
-                await sftp.rename(src, dst)
-            except asyncssh.SFTPError:
-                return False
+        sftp = await self._sftp_client()
+        try:
+            await sftp.rename(src, dst)
+        except asyncssh.SFTPError:
+            return False
         return True
 
     async def _exists(self, path: str) -> bool:
-        conn = await self._connection()
-        async with conn.start_sftp_client() as sftp:
-            return bool(await sftp.exists(path))
+        sftp = await self._sftp_client()
+        return bool(await sftp.exists(path))
 
 
 class _SSHProcess(RemoteProcess):

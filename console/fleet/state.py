@@ -26,7 +26,7 @@ from typing import Any
 STALE_AFTER_INTERVALS = 3
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class GpuPoint:
     """One point of a GPU's history.
 
