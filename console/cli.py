@@ -14,7 +14,8 @@ import logging
 import re
 import sys
 import time
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Coroutine
+from contextlib import asynccontextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -126,6 +127,18 @@ class Sessions:
         """Close every session."""
         for s in self._by_key.values():
             await s.close()
+
+
+@asynccontextmanager
+async def _job_context(ctx: click.Context) -> AsyncIterator[tuple[Store, Sessions]]:
+    """The store and per-profile sessions of a job command, closed together."""
+    store = Store()
+    sessions = Sessions(_profile(ctx))
+    try:
+        yield store, sessions
+    finally:
+        await sessions.close()
+        store.close()
 
 
 def find_job(store: Store, ref: str) -> JobRecord:
@@ -302,16 +315,10 @@ async def _refresh_all(sessions: Sessions, store: Store, jobs: list[JobRecord]) 
 
 
 async def _ps(ctx: click.Context, as_json: bool, show_all: bool) -> None:
-    profile = _profile(ctx)
-    store = Store()
-    sessions = Sessions(profile)
-    try:
-        await adopt_unknown(sessions.default_session(), store, list(profile.hosts))
+    async with _job_context(ctx) as (store, sessions):
+        await adopt_unknown(sessions.default_session(), store, list(sessions.default.hosts))
         await _refresh_all(sessions, store, store.jobs(include_removed=show_all))
         jobs = store.jobs(include_removed=show_all)
-    finally:
-        await sessions.close()
-        store.close()
     from console.jobs.status import JobView
 
     if as_json:
@@ -379,10 +386,7 @@ def logs(ctx: click.Context, job_ref: str, follow: bool, node: int | None, since
 
 async def _logs(ctx: click.Context, ref: str, follow: bool, node: int | None,
                 since_ns: int | None, tail: int | None, timestamps: bool) -> int:
-    profile = _profile(ctx)
-    store = Store()
-    sessions = Sessions(profile)
-    try:
+    async with _job_context(ctx) as (store, sessions):
         job = find_job(store, ref)
         if node is not None and node not in {n.node_rank for n in job.nodes}:
             raise JobError(f"job {job.id} has no node {node}",
@@ -395,9 +399,6 @@ async def _logs(ctx: click.Context, ref: str, follow: bool, node: int | None,
                                         tail=tail):
             _print_line(line, timestamps)
         return 0
-    finally:
-        await sessions.close()
-        store.close()
 
 
 # -- stop / rm ------------------------------------------------------------------------------
@@ -414,10 +415,7 @@ def stop(ctx: click.Context, job_ref: str, grace: float | None) -> None:
 
 
 async def _stop(ctx: click.Context, ref: str, grace: float | None) -> None:
-    profile = _profile(ctx)
-    store = Store()
-    sessions = Sessions(profile)
-    try:
+    async with _job_context(ctx) as (store, sessions):
         job = find_job(store, ref)
         session = sessions.for_job(job)
         job = await refresh(session, store, job, teardown=False)
@@ -430,9 +428,6 @@ async def _stop(ctx: click.Context, ref: str, grace: float | None) -> None:
         await stop_nodes(session, store, job, running, grace=g)
         job = await refresh(session, store, job, teardown=False)
         _summary(job)
-    finally:
-        await sessions.close()
-        store.close()
 
 
 @main.command()
@@ -445,10 +440,7 @@ def rm(ctx: click.Context, job_ref: str, force: bool) -> None:
 
 
 async def _rm(ctx: click.Context, ref: str, force: bool) -> None:
-    profile = _profile(ctx)
-    store = Store()
-    sessions = Sessions(profile)
-    try:
+    async with _job_context(ctx) as (store, sessions):
         job = find_job(store, ref)
         session = sessions.for_job(job)
         if job.removed_at is None:
@@ -467,9 +459,6 @@ async def _rm(ctx: click.Context, ref: str, force: bool) -> None:
                 await session.engine(n.host).remove(n.container_id)
         store.update_job(job.id, removed_at=time.time())
         click.echo(job.id)
-    finally:
-        await sessions.close()
-        store.close()
 
 
 # -- top / gpus -----------------------------------------------------------------------------

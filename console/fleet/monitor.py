@@ -32,6 +32,26 @@ log = logging.getLogger("gpuconsole.fleet")
 SampleHook = Callable[[str, dict[str, Any]], None]
 
 
+async def container_jobs(session: Session, hosts: list[str]) -> dict[str, ContainerJob]:
+    """Container id -> job for every gpuconsole container on the reachable hosts (labels)."""
+    mapping: dict[str, ContainerJob] = {}
+
+    async def one(host: str) -> None:
+        try:
+            infos = await session.engine(host).list({K_JOB_ID: None})
+        except GpuConsoleError:
+            return
+        for info in infos:
+            try:
+                lab = NodeLabels.parse(info.labels)
+            except ValueError:
+                continue
+            mapping[info.id] = ContainerJob(lab.job_id, lab.job_name, lab.node_rank)
+
+    await asyncio.gather(*(one(h) for h in hosts))
+    return mapping
+
+
 class FleetMonitor:
     """Streams telemetry from every host of a session into a :class:`FleetState`.
 
@@ -94,22 +114,7 @@ class FleetMonitor:
 
     async def refresh_containers(self) -> None:
         """Map container ids to jobs from the labels on every reachable host."""
-        mapping: dict[str, ContainerJob] = {}
-
-        async def one(host: str) -> None:
-            try:
-                infos = await self.session.engine(host).list({K_JOB_ID: None})
-            except GpuConsoleError:
-                return
-            for info in infos:
-                try:
-                    lab = NodeLabels.parse(info.labels)
-                except ValueError:
-                    continue
-                mapping[info.id] = ContainerJob(lab.job_id, lab.job_name, lab.node_rank)
-
-        await asyncio.gather(*(one(h) for h in self.hosts))
-        self.state.set_containers(mapping)
+        self.state.set_containers(await container_jobs(self.session, self.hosts))
 
     async def _housekeeping(self) -> None:
         last_labels = 0.0

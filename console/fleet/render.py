@@ -45,6 +45,10 @@ def render_fleet(state: FleetState) -> str:
             continue
         s = v.sample
         tag = "" if v.status == "ok" else f" [{v.status}]"
+        missing = v.missing_gpus()
+        if missing:
+            notes.append(f"{v.name}: {len(missing)} GPU(s) fewer than last seen, missing: "
+                         f"{', '.join(missing)}")
         if s["state"] != "ok":
             notes.append(f"{v.name}: {s['state']}" + (f": {s['state_detail']}"
                                                       if s.get("state_detail") else ""))

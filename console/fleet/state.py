@@ -56,6 +56,18 @@ class HostView:
     last_rx: float | None = None
     samples: int = 0
     history: dict[int, deque[GpuPoint]] = field(default_factory=dict)
+    known_gpus: dict[str, str] = field(default_factory=dict)
+
+    def missing_gpus(self) -> list[str]:
+        """PCI bus ids of GPUs seen on this host before but absent from its latest sample
+        (a GPU that fell off the bus, or failed to probe after a reboot)."""
+        if self.sample is None or self.sample["state"] in ("no_driver", "nvml_unavailable",
+                                                           "driver_unreachable",
+                                                           "version_mismatch"):
+            return []
+        now = {g.get("pci_bus_id") for g in self.sample.get("gpus") or []
+               if not g.get("lost")}
+        return sorted(b for b in self.known_gpus if b not in now)
 
     @property
     def healthy(self) -> bool:
@@ -132,6 +144,8 @@ class FleetState:
         v.samples += 1
         t = float(sample.get("host_time") or 0.0)
         for g in sample.get("gpus") or []:
+            if g.get("pci_bus_id"):
+                v.known_gpus.setdefault(g["pci_bus_id"], str(g.get("name") or "?"))
             idx = g.get("index")
             if not isinstance(idx, int):
                 continue
@@ -206,10 +220,12 @@ class FleetState:
         return out
 
     def snapshot(self) -> dict[str, Any]:
-        """The fleet as JSON-ready data: ``{"hosts": [{name, status, error, sample}]}``."""
+        """The fleet as JSON-ready data:
+        ``{"hosts": [{name, status, error, missing_gpus, sample}]}``."""
         return {
             "hosts": [
-                {"name": v.name, "status": v.status, "error": v.error, "sample": v.sample}
+                {"name": v.name, "status": v.status, "error": v.error,
+                 "missing_gpus": v.missing_gpus(), "sample": v.sample}
                 for v in self.hosts.values()
             ]
         }

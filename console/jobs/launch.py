@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from console.errors import JobNameInUse, PlanError
-from console.jobs.labels import K_JOB_ID, K_JOB_NAME, NodeLabels
+from console.jobs.labels import K_JOB_ID, K_JOB_NAME
 from console.jobs.plan import (
     HostFacts,
     JobPlan,
@@ -77,7 +77,8 @@ async def gpu_facts(session: Session, host: str) -> GpuFacts:
         PlanError: the host's GPUs are in a state that rules out a launch (driver
             unreachable, version mismatch, ...), with the reason.
     """
-    from console.fleet.state import ContainerJob, FleetState, gpu_holders
+    from console.fleet.monitor import container_jobs
+    from console.fleet.state import FleetState, gpu_holders
     from remote.telemetry.stream import host_samples
 
     t = await session.connected(host)
@@ -101,14 +102,7 @@ async def gpu_facts(session: Session, host: str) -> GpuFacts:
         )
     fleet = FleetState([host])
     fleet.on_sample(host, sample)
-    mapping = {}
-    for info in await session.engine(host).list({K_JOB_ID: None}):
-        try:
-            lab = NodeLabels.parse(info.labels)
-        except ValueError:
-            continue
-        mapping[info.id] = ContainerJob(lab.job_id, lab.job_name, lab.node_rank)
-    fleet.set_containers(mapping)
+    fleet.set_containers(await container_jobs(session, [host]))
     holders = gpu_holders(fleet, host)
     described = None if holders is None else {
         i: [h.describe() for h in hs] for i, hs in holders.items()

@@ -172,7 +172,7 @@ def main() -> None:
         prof = make_profile(args.hosts, Path(tmp))
         r = asyncio.run(run_console(prof, args.duration))
     base = baseline_parallel_ssh(args.hosts)
-    base_py = baseline_parallel_ssh(args.hosts, ["python3", "-c", "print(1)"])
+    base_py = baseline_parallel_ssh(args.hosts, ["python3 -c 'print(1)'"])
     lags = sorted(r["lags"])
     p50 = statistics.median(lags) * 1000
     p99 = lags[int(0.99 * (len(lags) - 1))] * 1000

@@ -149,3 +149,18 @@ def test_recorded_h200_trace_through_the_fleet_state() -> None:
     row = next(ln for ln in render_fleet(st).splitlines() if ln.startswith("h200") and
                ln.split()[1] == "0")
     assert "sw_power_cap" in row and str(loader_pid) in row
+
+
+def test_gpu_count_below_the_count_last_seen_names_the_missing_bus_id() -> None:
+    st = FleetState(["a"])
+    full = sample(1, utils=[0, 0], procs=[])
+    full["gpus"][0]["pci_bus_id"] = "00000000:3B:00.0"
+    full["gpus"][1]["pci_bus_id"] = "00000000:B3:00.0"
+    st.on_sample("a", full)
+    assert st.hosts["a"].missing_gpus() == []
+    fewer = sample(2, utils=[0], procs=[])  # after a reboot, b3:00.0 failed to probe
+    fewer["gpus"][0]["pci_bus_id"] = "00000000:3B:00.0"
+    st.on_sample("a", fewer)
+    assert st.hosts["a"].missing_gpus() == ["00000000:B3:00.0"]
+    assert st.snapshot()["hosts"][0]["missing_gpus"] == ["00000000:B3:00.0"]
+    assert "a: 1 GPU(s) fewer than last seen, missing: 00000000:B3:00.0" in render_fleet(st)
