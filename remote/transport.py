@@ -324,6 +324,10 @@ class LocalTransport(Transport):
             return CommandResult(127, "", f"{argv[0]}: command not found")
         try:
             out, err = await asyncio.wait_for(proc.communicate(input), timeout)
+        except asyncio.CancelledError:
+            proc.kill()  # never leave a child (or its pipes) behind a cancelled caller
+            await asyncio.shield(proc.wait())
+            raise
         except asyncio.TimeoutError as e:
             proc.kill()
             await proc.wait()

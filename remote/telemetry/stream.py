@@ -8,11 +8,13 @@ nothing outlives the connection.
 
 When the host has no ``python3`` (exit 127) or NVML cannot load (the agent exits
 :data:`AGENT_EXIT_NO_NVML` after one sample saying why), the stream falls back to
-``nvidia-smi --query-gpu=... -lms`` over the same connection, parsed into the same schema.
+``nvidia-smi --query-gpu=... -lms`` over the same connection, parsed into the same schema,
+with ``nvidia-smi --query-compute-apps`` run once per interval beside it for the processes.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -111,7 +113,14 @@ async def smi_samples(
     When nvidia-smi fails at once (no driver, driver unreachable, version mismatch, no
     devices), one sample carrying that host state is yielded, then the generator returns.
     """
-    from remote.telemetry.smi import SmiStreamParser, classify_smi_failure, smi_argv
+    from remote.telemetry.smi import (
+        COMPUTE_APPS_FIELDS,
+        SmiStreamParser,
+        classify_smi_failure,
+        compute_apps_argv,
+        parse_csv_rows,
+        smi_argv,
+    )
 
     parser = SmiStreamParser(interval_s=interval)
     try:
@@ -123,6 +132,20 @@ async def smi_samples(
             classify_smi_failure("nvidia-smi: command not found", 127), time.time())
         return
     produced = False
+
+    async def poll_processes() -> None:
+        # -lms streams GPU rows only; the process list needs its own query each round
+        while True:
+            try:
+                res = await transport.run(compute_apps_argv(), timeout=max(10.0, interval * 5))
+            except TransportError:
+                return
+            if res.returncode != 0:
+                return
+            parser.set_compute_apps(parse_csv_rows(res.stdout, COMPUTE_APPS_FIELDS))
+            await asyncio.sleep(interval)
+
+    poller = asyncio.create_task(poll_processes())
     try:
         while True:
             line = await proc.readline()
@@ -141,6 +164,8 @@ async def smi_samples(
                 text += "\nnvidia-smi: command not found"
             yield parser.fault_sample(classify_smi_failure(text), time.time())
     finally:
+        poller.cancel()
+        await asyncio.gather(poller, return_exceptions=True)
         await proc.close()
 
 

@@ -164,3 +164,24 @@ def test_gpu_count_below_the_count_last_seen_names_the_missing_bus_id() -> None:
     assert st.hosts["a"].missing_gpus() == ["00000000:B3:00.0"]
     assert st.snapshot()["hosts"][0]["missing_gpus"] == ["00000000:B3:00.0"]
     assert "a: 1 GPU(s) fewer than last seen, missing: 00000000:B3:00.0" in render_fleet(st)
+
+
+def test_recorded_nvidia_smi_fallback_trace() -> None:
+    traces = Path(__file__).resolve().parents[1] / "data" / "traces"
+    pid = int((traces / "h200-smi-fallback.pid").read_text())
+    samples = [json.loads(ln) for ln in
+               (traces / "h200-smi-fallback.jsonl").read_text().splitlines()]
+    assert {s["source"] for s in samples} == {"nvidia-smi"}
+    assert {s["state"] for s in samples} == {"ok"}
+    st = FleetState(["h200"])
+    for s in samples:
+        st.on_sample("h200", s)
+    last = samples[-1]
+    g0, g1 = last["gpus"]
+    assert "H200" in g0["name"] and g0["util_gpu_pct"] >= 95 and g1["util_gpu_pct"] == 0
+    assert g0["gpm"] is None and g0["fan_pct"] is None  # nvidia-smi has no GPM; SXM no fan
+    assert g0["errors"]["fan_pct"]  # the reason is kept
+    assert free_gpus(st) == {"h200": [1]}
+    holders = gpu_holders(st, "h200")
+    assert holders is not None and [h.pid for h in holders[0]] == [pid]
+    assert holders[0][0].used_mib is not None and holders[0][0].used_mib > 16000
