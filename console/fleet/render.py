@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from console.fleet.state import FleetState, free_gpus, gpu_holders
+from console.fleet.state import FleetState, GpuHolder, free_gpus, gpu_holders
 
 
 def _n(v: Any, fmt: str = "{:.0f}", unit: str = "") -> str:
@@ -23,6 +23,14 @@ def _table(rows: list[list[str]], right: set[int]) -> list[str]:
                  for i, (c, w) in enumerate(zip(r, widths))]
         out.append("  ".join(cells).rstrip())
     return out
+
+
+def _holder(h: GpuHolder) -> str:
+    """``4242 ddp-1a2b3c n0 r1`` for a job's worker, ``4242 python3`` otherwise."""
+    if h.job:
+        rank = f" r{h.rank}" if h.rank is not None else ""
+        return f"{h.pid} {h.job.job_id} n{h.job.node_rank}{rank}"
+    return f"{h.pid} {(h.command or '').split(' ')[0].rsplit('/', 1)[-1]}"
 
 
 def _throttle(reasons: Any) -> str:
@@ -64,10 +72,7 @@ def render_fleet(state: FleetState) -> str:
                 procs = "?"
             else:
                 hs = holders.get(idx, []) if isinstance(idx, int) else []
-                procs = ", ".join(
-                    f"{h.pid}" + (f" {h.job.job_id} n{h.job.node_rank}" if h.job else
-                                  f" {(h.command or '').split(' ')[0].rsplit('/', 1)[-1]}")
-                    for h in hs) or "-"
+                procs = ", ".join(_holder(h) for h in hs) or "-"
             name = ("LOST " if g.get("lost") else "") + str(g.get("name") or "?")
             rows.append([
                 v.name + tag, str(idx), name.replace("NVIDIA ", ""),

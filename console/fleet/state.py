@@ -241,15 +241,18 @@ class GpuHolder:
     container_id: str | None
     job: ContainerJob | None
     used_mib: float | None
+    rank: int | None = None
 
     def describe(self) -> str:
-        """``pid 123 (alice: python train.py) in container 0123abcd4567 (job x-1a2b3c n0)``."""
+        """``pid 123 (alice: python train.py) in container 0123abcd4567 (job x-1a2b3c n0 r1)``.
+        """
         who = ": ".join(x for x in (self.user, (self.command or "")[:60]) if x)
         s = f"pid {self.pid}" + (f" ({who})" if who else "")
         if self.container_id:
             s += f" in container {self.container_id[:12]}"
         if self.job:
-            s += f" (job {self.job.job_id} n{self.job.node_rank})"
+            rank = f" r{self.rank}" if self.rank is not None else ""
+            s += f" (job {self.job.job_id} n{self.job.node_rank}{rank})"
         return s
 
 
@@ -267,7 +270,7 @@ def gpu_holders(state: FleetState, host: str) -> dict[int, list[GpuHolder]] | No
             continue
         out.setdefault(idx, []).append(GpuHolder(
             int(p["pid"]), p.get("user"), p.get("command"), p.get("container_id"),
-            state.job_of(p.get("container_id")), p.get("used_mib"),
+            state.job_of(p.get("container_id")), p.get("used_mib"), p.get("rank"),
         ))
     return out
 

@@ -371,6 +371,13 @@ class HostReader:
         return rec
 
 
+def _int_or_none(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
 class ProcessInfoReader:
     """User, command and container id of a host PID, from ``/proc/PID/{status,cmdline,cgroup}``.
 
@@ -383,6 +390,7 @@ class ProcessInfoReader:
     def __init__(self, proc_root: str = "/proc") -> None:
         self.proc = proc_root
         self._cache: dict[int, tuple[str | None, str | None, str | None]] = {}
+        self._ranks: dict[int, tuple[int | None, int | None]] = {}
 
     def get(self, pid: int) -> tuple[str | None, str | None, str | None]:
         """``(user, command, container_id)``; each ``None`` when unreadable (another PID
@@ -398,6 +406,24 @@ class ProcessInfoReader:
         keep = set(live)
         for pid in [p for p in self._cache if p not in keep]:
             del self._cache[pid]
+        for pid in [p for p in self._ranks if p not in keep]:
+            del self._ranks[pid]
+
+    def ranks(self, pid: int) -> tuple[int | None, int | None]:
+        """``(RANK, LOCAL_RANK)`` that torchrun gave a worker, from ``/proc/PID/environ``;
+        ``None`` when unset or unreadable (environ is readable by the process's owner and
+        root only)."""
+        hit = self._ranks.get(pid)
+        if hit is None:
+            hit = (None, None)
+            try:
+                env = dict(kv.split("=", 1) for kv in
+                           read_text(f"{self.proc}/{pid}/environ").split("\0") if "=" in kv)
+                hit = (_int_or_none(env.get("RANK")), _int_or_none(env.get("LOCAL_RANK")))
+            except OSError:
+                pass
+            self._ranks[pid] = hit
+        return hit
 
     def _user(self, pid: int) -> str | None:
         try:
@@ -912,11 +938,13 @@ class Agent:
                 pid = int(p.pid)
                 used = p.usedGpuMemory
                 user, cmd, cid = self.procinfo.get(pid)
+                rank, local_rank = self.procinfo.ranks(pid)
                 out.append({
                     "gpu_index": g.index, "gpu_uuid": g.slow.get("uuid"), "pid": pid,
                     "used_mib": None if used is None or used >= NOT_AVAILABLE_U64
                     else int(used) // MIB,
                     "type": kind, "user": user, "command": cmd, "container_id": cid,
+                    "rank": rank, "local_rank": local_rank,
                 })
         return None
 

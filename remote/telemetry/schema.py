@@ -32,7 +32,8 @@ Sample::
       }],
       "processes": [{"gpu_index": int, "gpu_uuid": str, "pid": int, "used_mib": int | null,
                      "type": "compute" | "graphics", "user": str | null,
-                     "command": str | null, "container_id": str | null}] | null,
+                     "command": str | null, "container_id": str | null,
+                     "rank": int | null, "local_rank": int | null}] | null,
       "xid_events": [{"time": float, "gpu_index": int | null, "pci_bus_id": str | null,
                       "xid": int, "pid": int | null, "detail": str | null}],
       "errors": {"processes": reason, "xid": reason, ...}
@@ -40,7 +41,9 @@ Sample::
 
 ``processes`` is ``null`` when the list could not be read (never reported as "no processes").
 ``mig_mode``: ``false`` also when the GPU does not support MIG (nvidia-smi ``[N/A]``).
-``pid`` is the host PID; ``container_id`` (64 hex) comes from ``/proc/PID/cgroup``.
+``pid`` is the host PID; ``container_id`` (64 hex) comes from ``/proc/PID/cgroup``; ``rank``
+and ``local_rank`` are the ``RANK``/``LOCAL_RANK`` torchrun set for the worker
+(``/proc/PID/environ``; absent in the nvidia-smi fallback).
 """
 
 from __future__ import annotations

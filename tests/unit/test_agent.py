@@ -93,6 +93,7 @@ def proc_root(tmp_path: Path) -> Path:
     (p / "status").write_text("Name:\tpython\nUid:\t0\t0\t0\t0\nGid:\t0\t0\t0\t0\n")
     (p / "cmdline").write_bytes(b"python\0train.py\0--lr\0" + b"x" * 300 + b"\0")
     (p / "cgroup").write_text(f"0::/system.slice/docker-{ID_A}.scope\n")
+    (p / "environ").write_bytes(b"PATH=/usr/bin\0RANK=5\0LOCAL_RANK=1\0WORLD_SIZE=8\0")
     q = root / "4243"
     q.mkdir()
     (q / "status").write_text("Name:\tjob\nUid:\t12345\t12345\t12345\t12345\n")
@@ -157,7 +158,8 @@ def check_schema(s: dict[str, Any]) -> None:
         assert "processes" in s["errors"]
     else:
         for p in s["processes"]:
-            assert list(p) == PROC_KEYS
+            # traces recorded before the rank fields existed lack the last two keys
+            assert list(p) in (PROC_KEYS, [*PROC_KEYS, "rank", "local_rank"])
             assert p["type"] in ("compute", "graphics")
     for x in s["xid_events"]:
         assert list(x) == XID_KEYS
@@ -208,9 +210,11 @@ def test_two_gpus_exact_values(proc_root: Path) -> None:
     assert s["processes"] == [
         {"gpu_index": 0, "gpu_uuid": "GPU-aaaa", "pid": 4242, "used_mib": 16896,
          "type": "compute", "user": "root",
-         "command": "python train.py --lr " + "x" * 176 + "...", "container_id": ID_A},
+         "command": "python train.py --lr " + "x" * 176 + "...", "container_id": ID_A,
+         "rank": 5, "local_rank": 1},
         {"gpu_index": 0, "gpu_uuid": "GPU-aaaa", "pid": 4243, "used_mib": None,
-         "type": "compute", "user": "12345", "command": "[job]", "container_id": None},
+         "type": "compute", "user": "12345", "command": "[job]", "container_id": None,
+         "rank": None, "local_rank": None},
     ]
     assert len(s["processes"][0]["command"]) == 200
     assert s["xid_events"] == [] and s["errors"] == {}
@@ -806,3 +810,24 @@ def test_trace_polls_were_simultaneous() -> None:
             lag = float(smi[(phase, s["seq"], 0)]["t_before"]) - s["host_time"]
             assert 0 <= lag < 0.1
 
+
+
+def test_worker_ranks_come_from_the_process_environment() -> None:
+    import subprocess
+    import sys
+
+    env = dict(os.environ, RANK="3", LOCAL_RANK="1")
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], env=env)
+    plain_env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK")}
+    plain = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"],
+                             env=plain_env)
+    try:
+        reader = agent_mod.ProcessInfoReader()
+        assert reader.ranks(worker.pid) == (3, 1)
+        assert reader.ranks(plain.pid) == (None, None)
+        assert reader.ranks(2**22 + 12345) == (None, None)  # gone: unknown, no error
+    finally:
+        worker.kill()
+        plain.kill()
+        worker.wait()
+        plain.wait()
