@@ -58,6 +58,7 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
             _err(f"  fix: {e.hint}")
         raise SystemExit(2 if isinstance(e, (ConfigError, PlanError)) else 1) from None
     except KeyboardInterrupt:
+        _err("interrupted")
         raise SystemExit(130) from None
 
 
@@ -269,10 +270,25 @@ async def _follow(
     _summary(job)
     if job.state == "succeeded":
         return 0
+    if job.state == "stopped":
+        return 143  # 128 + SIGTERM, as a shell reports a stopped process
     codes = [n.exit_code for n in job.nodes if n.exit_code]
     if job.failure and job.failure.get("exit_code"):
         return int(job.failure["exit_code"])
     return codes[0] if codes else 1
+
+
+def _raise_if_unreachable(job: JobRecord) -> None:
+    """Refuse to act on a job whose hosts could not be asked (its state is unknown)."""
+    from console.jobs.status import UNREACHABLE
+
+    down = UNREACHABLE.get(job.id, {})
+    if down:
+        raise JobError(
+            f"job {job.id}: cannot reach {', '.join(sorted(down))}: "
+            f"{next(iter(down.values()))}",
+            "the job may still be running there; retry when the host is reachable",
+        )
 
 
 def _summary(job: JobRecord) -> None:
@@ -311,7 +327,26 @@ async def _refresh_all(sessions: Sessions, store: Store, jobs: list[JobRecord]) 
     todo = [j for j in jobs if j.removed_at is None and
             (j.state in (*ACTIVE_STATES, "unknown") or
              any(n.state in (*ACTIVE_STATES, "unreachable") for n in j.nodes))]
-    await asyncio.gather(*(refresh(sessions.for_job(j), store, j) for j in todo))
+    results = await asyncio.gather(*(refresh(sessions.for_job(j), store, j) for j in todo),
+                                   return_exceptions=True)
+    for j, r in zip(todo, results):
+        if isinstance(r, GpuConsoleError):
+            _err(f"warning: job {j.id}: {r.message}")
+        elif isinstance(r, BaseException):
+            raise r
+    _warn_unreachable(todo)
+
+
+def _warn_unreachable(jobs: list[JobRecord]) -> None:
+    """Say which hosts could not be asked (their jobs show the last known state)."""
+    from console.jobs.status import UNREACHABLE
+
+    seen: set[str] = set()
+    for j in jobs:
+        for host, why in UNREACHABLE.get(j.id, {}).items():
+            if host not in seen:
+                seen.add(host)
+                _err(f"warning: {why}")
 
 
 async def _ps(ctx: click.Context, as_json: bool, show_all: bool) -> None:
@@ -395,9 +430,14 @@ async def _logs(ctx: click.Context, ref: str, follow: bool, node: int | None,
         if follow and job.removed_at is None:
             return await _follow(session, store, job, tail=tail, timestamps=timestamps,
                                  node=node, since_ns=since_ns)
-        for line in await read_job_logs(session, store, job, node=node, since_ns=since_ns,
-                                        tail=tail):
+        lines = await read_job_logs(session, store, job, node=node, since_ns=since_ns,
+                                    tail=tail)
+        for line in lines:
             _print_line(line, timestamps)
+        from console.jobs.logs import UNREADABLE
+
+        for host, why in UNREADABLE.get(job.id, {}).items():
+            _err(f"warning: {why}; showed the lines archived from {host} so far")
         return 0
 
 
@@ -419,6 +459,7 @@ async def _stop(ctx: click.Context, ref: str, grace: float | None) -> None:
         job = find_job(store, ref)
         session = sessions.for_job(job)
         job = await refresh(session, store, job, teardown=False)
+        _raise_if_unreachable(job)
         running = [n for n in job.nodes if n.state in ACTIVE_STATES]
         if not running:
             _err(f"job {job.id} is not running ({job.state})")
@@ -445,6 +486,7 @@ async def _rm(ctx: click.Context, ref: str, force: bool) -> None:
         session = sessions.for_job(job)
         if job.removed_at is None:
             job = await refresh(session, store, job)
+            _raise_if_unreachable(job)
         running = [n for n in job.nodes if n.state in ACTIVE_STATES]
         if running and not force:
             raise JobError(f"job {job.id} is running", f"stop it first, or `rm --force {ref}`")
@@ -479,8 +521,8 @@ def _hosts_opt(profile: Profile, hosts: str | None) -> list[str]:
 @click.option("--once", is_flag=True, help="Print one fleet table (or snapshot) and exit.")
 @click.option("--json", "as_json", is_flag=True,
               help="JSON: one {host, sample} line per sample; with --once, one snapshot.")
-@click.option("--interval", type=float, default=1.0, show_default=True,
-              help="Sampling interval on the hosts (s).")
+@click.option("--interval", type=click.FloatRange(min=0.1), default=1.0, show_default=True,
+              help="Sampling interval on the hosts (s), at least 0.1.")
 @click.option("--hosts", help="Only these hosts (comma separated).")
 @click.option("--record", "record", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write every sample to FILE (JSON lines).")
@@ -526,6 +568,8 @@ async def _top(ctx: click.Context, once: bool, as_json: bool, interval: float,
                     show(state)
         except ValueError as e:
             raise ConfigError(str(e), "give a file written by `gpuconsole top --record`") from e
+        if not state.hosts:
+            raise ConfigError("the recording holds no samples", path=str(replay))
         if once or not as_json:
             show(state)
         return
@@ -533,7 +577,11 @@ async def _top(ctx: click.Context, once: bool, as_json: bool, interval: float,
     profile = _profile(ctx)
     names = _hosts_opt(profile, hosts)
     state = FleetState(names, interval)
-    rec_file = open(record, "a", encoding="utf-8") if record else None
+    try:
+        rec_file = open(record, "a", encoding="utf-8") if record else None
+    except OSError as e:
+        raise ConfigError(f"cannot write the recording: {e.strerror}",
+                          "give a path in an existing, writable folder", path=str(record)) from e
     recorder = Recorder(rec_file) if rec_file else None
 
     def on_sample(host: str, sample: dict[str, Any]) -> None:
@@ -551,6 +599,8 @@ async def _top(ctx: click.Context, once: bool, as_json: bool, interval: float,
                 await mon.wait_complete(timeout=max(15.0, 5 * interval))
                 await mon.refresh_containers()
                 show(state)
+                if all(v.sample is None for v in state.hosts.values()):
+                    raise JobError("no host answered", "see the errors above (`-v` for more)")
                 return
             while True:
                 await asyncio.sleep(interval)
@@ -590,12 +640,16 @@ async def _gpus(ctx: click.Context, free: bool, as_json: bool, hosts: str | None
             await mon.stop()
     for v in state.hosts.values():
         if v.sample is None:
-            _err(f"warning: host {v.name}: {v.status}" + (f": {v.error}" if v.error else ""))
+            _err(f"warning: {v.error or f'host {v.name}: {v.status}'}")
     if as_json:
         data: Any = free_gpus(state) if free else state.snapshot()
         click.echo(json.dumps(data, indent=2))
     else:
         click.echo(render_free(state) if free else render_fleet(state))
+        if free and not any(free_gpus(state).values()):
+            _err("no free GPU on the fleet (hosts without GPUs or NVIDIA driver have none)")
+    if all(v.sample is None for v in state.hosts.values()):
+        raise JobError("no host answered", "see the warnings above (`-v` for more)")
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ class ConfigError(GpuConsoleError):
             where = f"{path}:{line}: " if line else f"{path}: "
         what = f"{field}: " if field else ""
         super().__init__(f"{where}{what}{message}", hint)
+        self.detail = message
         self.path = path
         self.line = line
         self.field = field

@@ -43,7 +43,9 @@ class HostConfig(BaseModel):
     identity_file: str | None = None
     jump: str | None = Field(None, description="jump host, [user@]host[:port] like ssh -J")
     address: str | None = Field(None, description="IP other nodes use to reach this host")
-    docker_socket: str = DEFAULT_DOCKER_SOCKET
+    docker_socket: str | None = Field(
+        None, description="engine socket; default /var/run/docker.sock ($DOCKER_HOST=unix://"
+        "... wins for a local host)")
 
 
 class JobDefaults(BaseModel):
@@ -115,7 +117,7 @@ class Profile(BaseModel):
                 known_hosts=self.known_hosts,
                 accept_new_host_keys=self.accept_new_host_keys,
                 address=cfg.address,
-                docker_socket=cfg.docker_socket,
+                docker_socket=cfg.docker_socket or DEFAULT_DOCKER_SOCKET,
                 connect_timeout=self.connect_timeout,
             ),
         )

@@ -31,7 +31,16 @@ def load_yaml(path: Path, what: str = "file") -> tuple[Any, Lines]:
         text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise ConfigError(f"cannot read {what}: {e.strerror}", path=str(path)) from e
+    except UnicodeDecodeError as e:
+        line = text_line_of(path.read_bytes(), e.start)
+        raise ConfigError(f"not UTF-8 text (byte {e.start})", "save the file as UTF-8",
+                          path=str(path), line=line) from e
     return parse_yaml(text, str(path), what)
+
+
+def text_line_of(data: bytes, offset: int) -> int:
+    """1-based line number of a byte offset."""
+    return data.count(b"\n", 0, offset) + 1
 
 
 def parse_yaml(text: str, source: str, what: str = "file") -> tuple[Any, Lines]:
@@ -119,10 +128,30 @@ def validation_error(
     if kind == "missing":
         return ConfigError("required field is missing", f"add `{clean[-1]}:`", path=source,
                            line=line, field=field)
-    msg = first["msg"]
+    msg = str(first["msg"]).removeprefix("Value error, ")
     if first.get("input") is not None and kind not in ("value_error",):
         msg = f"{msg} (got {first['input']!r})"
-    return ConfigError(msg, None, path=source, line=line, field=field)
+    return ConfigError(msg, FIELD_HINTS.get(str(clean[0]) if clean else ""), path=source,
+                       line=line, field=field)
+
+
+#: The fix printed for a bad value of a job spec or profile field.
+FIELD_HINTS = {
+    "name": "lowercase letters, digits, '.', '_', '-'; e.g. `name: resnet-ddp`",
+    "nodes": "a count like `nodes: 2`, or host names like `nodes: [gpu1, gpu2]`",
+    "gpus_per_node": "`all`, a count like `2`, indices like `[0, 1]`, or `0` for a CPU job",
+    "nproc_per_node": "a whole number >= 1 (default: one per GPU)",
+    "args": "a list of strings, e.g. `args: [\"--lr\", \"3e-4\"]`",
+    "env": "a mapping of NAME: \"value\" (quote numbers and yes/no)",
+    "mounts": "a list like `[\"/data:/data:ro\", \"~/runs:/runs\"]`",
+    "shm_size": "a size like `8g`, or use `ipc: host`",
+    "ipc": "`ipc: host` or leave it out",
+    "max_restarts": "a whole number >= 0",
+    "rdzv_port": "a TCP port, 1-65535",
+    "image": "an image reference like `nvcr.io/nvidia/pytorch:24.10-py3`",
+    "hosts": "a mapping of host names to `{hostname: ..., user: ...}`",
+    "script": "a path inside workdir, e.g. `script: train.py`",
+}
 
 
 _TAGS = {"int", "str", "list", "dict", "bool", "float", "function-after", "function-before"}

@@ -17,6 +17,7 @@ import logging
 import os
 import shlex
 import socket
+import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -371,7 +372,20 @@ class SSHTransport(Transport):
     async def _put_tree(self, local_dir: Path, remote_dir: str) -> None:
         sftp = await self._sftp_client()
         await sftp.makedirs(os.path.dirname(remote_dir), exist_ok=True)
-        await sftp.put(str(local_dir), remote_dir, recurse=True, preserve=True)
+        try:
+            # no `preserve`: it would setstat through symlinks (a dangling one fails); the
+            # executable bits that matter are set afterwards
+            await sftp.put(str(local_dir), remote_dir, recurse=True)
+            for dirpath, _dirs, files in os.walk(local_dir):
+                for fn in files:
+                    p = Path(dirpath) / fn
+                    mode = p.lstat().st_mode
+                    if stat.S_ISREG(mode) and mode & 0o111:
+                        rel = p.relative_to(local_dir).as_posix()
+                        await sftp.chmod(f"{remote_dir}/{rel}", mode & 0o777)
+        except (asyncssh.SFTPError, OSError) as e:
+            raise TransportError(self.name, f"copying the workdir to {remote_dir} failed: {e}",
+                                 "check free space and permissions on the host") from e
 
     async def _rename(self, src: str, dst: str) -> bool:
         sftp = await self._sftp_client()

@@ -19,6 +19,7 @@ import os
 import shlex
 import shutil
 import socket
+import stat
 import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
@@ -196,7 +197,7 @@ class Transport(ABC):
         tmp = f"{base}/.{digest[:16]}.{os.getpid()}.{id(self):x}.tmp"
         with tempfile.TemporaryDirectory(prefix="gpuconsole-workdir-") as staging:
             stage = Path(staging) / "w"
-            shutil.copytree(local_dir, stage, ignore=shutil.ignore_patterns(*WORKDIR_IGNORE))
+            shutil.copytree(local_dir, stage, symlinks=True, ignore=_copy_ignore)
             await self._put_tree(stage, tmp)
         if not await self._rename(tmp, final):
             await self.run(["rm", "-rf", "--", tmp])
@@ -253,21 +254,44 @@ class _LocalProcess(RemoteProcess):
 
 
 def iter_workdir_files(root: Path) -> Iterator[Path]:
-    """Yield the files of a workdir that are synced, in a stable order (relative paths)."""
+    """Yield the entries of a workdir that are synced, in a stable order (relative paths):
+    regular files and symlinks (copied as links); FIFOs, sockets and devices are skipped."""
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if d not in WORKDIR_IGNORE)
         for fn in sorted(filenames):
-            yield (Path(dirpath) / fn).relative_to(root)
+            p = Path(dirpath) / fn
+            if p.is_symlink() or stat.S_ISREG(p.lstat().st_mode):
+                yield p.relative_to(root)
 
 
 def workdir_digest(root: Path) -> str:
-    """SHA-256 (hex) over the relative paths, modes and contents of a workdir's synced files."""
+    """SHA-256 (hex) over the relative paths, modes and contents (a symlink: its target) of a
+    workdir's synced entries; files are read in 1 MiB chunks."""
     h = hashlib.sha256()
     for rel in iter_workdir_files(root):
         p = root / rel
-        h.update(str(rel).encode() + b"\0" + oct(p.stat().st_mode & 0o777).encode() + b"\0")
-        h.update(hashlib.sha256(p.read_bytes()).digest())
+        st = p.lstat()
+        h.update(str(rel).encode() + b"\0" + oct(st.st_mode).encode() + b"\0")
+        if p.is_symlink():
+            h.update(os.readlink(p).encode())
+            continue
+        fh = hashlib.sha256()
+        with open(p, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                fh.update(chunk)
+        h.update(fh.digest())
     return h.hexdigest()
+
+
+def _copy_ignore(src: str, names: list[str]) -> set[str]:
+    """``shutil.copytree`` ignore: the ignored folders, and FIFOs/sockets/devices."""
+    out = {n for n in names if n in WORKDIR_IGNORE}
+    for n in names:
+        p = os.path.join(src, n)
+        mode = os.lstat(p).st_mode
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
+            out.add(n)
+    return out
 
 
 class LocalTransport(Transport):
@@ -367,7 +391,7 @@ class LocalTransport(Transport):
 
     async def _put_tree(self, local_dir: Path, remote_dir: str) -> None:
         Path(remote_dir).parent.mkdir(parents=True, exist_ok=True)
-        await asyncio.to_thread(shutil.copytree, local_dir, remote_dir)
+        await asyncio.to_thread(shutil.copytree, local_dir, remote_dir, symlinks=True)
 
     async def _rename(self, src: str, dst: str) -> bool:
         try:

@@ -25,7 +25,7 @@ from console.fleet.state import ContainerJob, FleetState
 from console.jobs.labels import K_JOB_ID, NodeLabels
 from console.session import Session
 from remote.errors import GpuConsoleError
-from remote.telemetry.stream import host_samples
+from remote.telemetry.stream import AGENT_EXIT_NO_NVML, AgentExited, host_samples
 
 log = logging.getLogger("gpuconsole.fleet")
 
@@ -93,7 +93,8 @@ class FleetMonitor:
                     if self.on_sample is not None:
                         self.on_sample(host, sample)
                     self.updated.set()
-                    backoff = 0.5
+                    if sample.get("seq", 0) >= 2:  # a stream that lives, not a retry loop
+                        backoff = 0.5
                 if last is not None and last["state"] not in ("ok", "gpu_lost"):
                     # a host fault (no driver, driver unreachable...): the stream ends after
                     # saying so; ask again now and then, the host itself is reachable
@@ -102,6 +103,10 @@ class FleetMonitor:
                 reason = "telemetry stream ended"
             except GpuConsoleError as e:
                 reason = e.message
+            except AgentExited as e:
+                reason = (f"host {host}: telemetry agent exited ({e.detail or e.returncode})"
+                          + ("; NVML is not usable there: use --source auto or smi"
+                             if e.returncode == AGENT_EXIT_NO_NVML else ""))
             except (OSError, ValueError) as e:
                 reason = f"telemetry stream failed: {e}"
             except Exception as e:
@@ -174,7 +179,8 @@ async def read_recording(
     path: Path, *, speed: float = 1.0
 ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
     """Yield ``(host, sample)`` from a recording, paced by its ``rx`` times / ``speed``
-    (``speed <= 0``: as fast as possible).
+    (``speed <= 0``: as fast as possible). A bare agent trace (JSON lines of samples) is read
+    as one host named by the samples' hostname.
 
     Raises:
         ValueError: a line is not a recording line (its number is named).
@@ -187,9 +193,17 @@ async def read_recording(
                 continue
             try:
                 rec = json.loads(raw)
-                host, sample, rx = rec["host"], rec["sample"], float(rec["rx"])
-            except (ValueError, KeyError, TypeError) as e:
-                raise ValueError(f"{path}:{n}: not a gpuconsole recording line ({e})") from e
+                if "sample" not in rec and rec.get("type") == "sample":
+                    # a bare agent trace: one host, named by the sample itself
+                    rec = {"host": (rec.get("host") or {}).get("hostname") or path.stem,
+                           "rx": rec["host_time"], "sample": rec}
+                host, sample, rx = str(rec["host"]), rec["sample"], float(rec["rx"])
+                if not isinstance(sample.get("gpus"), list) or "state" not in sample:
+                    raise ValueError("its sample has no `state` and `gpus`")
+            except (ValueError, KeyError, TypeError, AttributeError) as e:
+                raise ValueError(
+                    f"{path}:{n}: not a gpuconsole recording line "
+                    f"({e if isinstance(e, ValueError) else f'missing {e}'})") from e
             if speed > 0:
                 if first_rx is None:
                     first_rx = rx

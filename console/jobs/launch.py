@@ -120,13 +120,20 @@ class Prepared:
 
 
 async def _host_facts(
-    session: Session, loaded: LoadedSpec, host: str, image: str, node0: bool, pull: str
+    session: Session, loaded: LoadedSpec, host: str, image: str, node0: bool, pull: str,
+    dry_run: bool,
 ) -> HostFacts:
-    """Ask one host what planning needs; no effect on the host except an image pull."""
+    """Ask one host what planning needs; no effect on the host except an image pull (never
+    in a dry run)."""
     t = await session.connected(host)
     engine = session.engine(host)
     await engine.ping()
-    await engine.ensure_image(image, pull)
+    if not dry_run:
+        await engine.ensure_image(image, pull)
+    elif not await engine.has_image(image):
+        if pull == "never":
+            await engine.ensure_image(image, pull)  # raises: the real submit would fail
+        log.warning("host %s: image %s is not there; submit will pull it", host, image)
     gpus = (await gpu_facts(session, host) if loaded.spec.gpus_per_node != 0
             else GpuFacts(None, None, frozenset()))
     home = await t.home()
@@ -185,7 +192,7 @@ async def prepare(
     await check_name_free(session, hosts, loaded.spec.name)
     facts_list = await gather_first_error(
         *(
-            _host_facts(session, loaded, h, image, i == 0, profile.defaults.pull)
+            _host_facts(session, loaded, h, image, i == 0, profile.defaults.pull, dry_run)
             for i, h in enumerate(hosts)
         )
     )
@@ -234,17 +241,31 @@ async def launch(session: Session, store: Store, loaded: LoadedSpec, prepared: P
         node = plan.nodes[n_rank]
         created[n_rank] = await session.engine(node.host).create(node.container)
 
-    try:
+    async def create_and_start() -> None:
         await gather_first_error(*(create(n.node_rank) for n in plan.nodes))
         await gather_first_error(
             *(session.engine(n.host).start(created[n.node_rank]) for n in plan.nodes)
         )
-    except (GpuConsoleError, asyncio.CancelledError):
+
+    async def rollback() -> None:
         await asyncio.gather(
             *(session.engine(plan.nodes[r].host).remove(cid) for r, cid in created.items()),
             return_exceptions=True,
         )
         store.delete_job(plan.job_id)
+
+    # Shielded: an interrupt (Ctrl-C) lets the engine calls in flight finish, then undoes
+    # them all, so a launch is all or none.
+    effects = asyncio.ensure_future(create_and_start())
+    try:
+        await asyncio.shield(effects)
+    except asyncio.CancelledError:
+        await asyncio.gather(effects, return_exceptions=True)
+        await rollback()
+        log.warning("launch of %s interrupted; its containers were removed", plan.job_id)
+        raise
+    except GpuConsoleError:
+        await rollback()
         raise
     for n in record.nodes:
         n.container_id = created[n.node_rank]

@@ -25,6 +25,9 @@ from remote.logs import LogCursor, follow_container
 
 _RANK_RE = re.compile(r"^\[rank(\d+)\]:")
 
+#: Hosts whose containers could not be read by :func:`read_job_logs`, by job id: why.
+UNREADABLE: dict[str, dict[str, str]] = {}
+
 
 @dataclass(frozen=True)
 class JobLogLine:
@@ -65,7 +68,7 @@ async def _node_lines(
 ) -> list[LogLine]:
     """All lines of one node: from its container when it exists (archiving them), else the
     archive."""
-    if node.container_id:
+    if node.container_id and job.removed_at is None:
         try:
             await session.connected(node.host)
             engine = session.engine(node.host)
@@ -73,8 +76,8 @@ async def _node_lines(
                 lines = [ln async for ln in follow_container(engine, node.container_id,
                                                              follow=False)]
                 store.archive(job.id, node.node_rank, lines)
-        except GpuConsoleError:
-            pass  # the archive is what we have
+        except GpuConsoleError as e:
+            UNREADABLE.setdefault(job.id, {})[node.host] = e.message  # the archive will do
     lines = list(store.read_archive(job.id, node.node_rank))
     if since_ns is not None:
         lines = [ln for ln in lines if ln.ts_ns >= since_ns]

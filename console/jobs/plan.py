@@ -105,7 +105,7 @@ def select_hosts(loaded: LoadedSpec, profile: Profile) -> list[str]:
                 )
         return list(nodes)
     if nodes > len(profile.hosts):
-        raise ConfigError(
+        raise ConfigError(  # names the spec file: a --nodes flag is checked the same way
             f"{nodes} nodes asked, but profile {profile.name!r} has {len(profile.hosts)} host(s)",
             "lower `nodes` or add hosts to the profile",
             path=loaded.source,

@@ -185,8 +185,15 @@ def load_spec(path: Path, overrides: dict[str, Any] | None = None) -> LoadedSpec
             the file, the line and the field.
     """
     data, lines = load_yaml(path, "job spec")
-    data.update({k: v for k, v in (overrides or {}).items() if v is not None})
-    return validate_spec(data, str(path), path.parent.resolve(), lines)
+    given = {k: v for k, v in (overrides or {}).items() if v is not None}
+    data.update(given)
+    try:
+        return validate_spec(data, str(path), path.parent.resolve(), lines)
+    except ConfigError as e:
+        root = re.split(r"[.\[]", e.field or "")[0]
+        if root in given:  # the bad value came from a flag, not from the file
+            raise ConfigError(e.detail, e.hint, field=f"--{root.replace('_', '-')}") from e
+        raise
 
 
 def validate_spec(

@@ -93,8 +93,13 @@ def first_failed(nodes: list[NodeRecord]) -> NodeRecord | None:
     return min(failed, key=key)
 
 
+#: Why a host could not be asked, by job id and host, from the last :func:`refresh`.
+UNREACHABLE: dict[str, dict[str, str]] = {}
+
+
 async def _containers(session: Session, job: JobRecord) -> dict[str, list[ContainerInfo] | None]:
     hosts = list(dict.fromkeys(n.host for n in job.nodes))
+    UNREACHABLE[job.id] = {}
 
     async def one(host: str) -> list[ContainerInfo] | None:
         try:
@@ -102,6 +107,7 @@ async def _containers(session: Session, job: JobRecord) -> dict[str, list[Contai
             return await session.engine(host).list({K_JOB_ID: job.id})
         except GpuConsoleError as e:
             log.debug("[%s] cannot list containers of %s: %s", host, job.id, e)
+            UNREACHABLE[job.id][host] = e.message
             return None
 
     results = await asyncio.gather(*(one(h) for h in hosts))
@@ -117,6 +123,15 @@ async def refresh(
     """
     if job.removed_at is not None:
         return job
+    stored = store.get(job.id)
+    if stored is not None:  # `stop` in another terminal: its intent wins over ours
+        flags = {n.node_rank: n.stop_requested for n in stored.nodes}
+        for n in job.nodes:
+            n.stop_requested = n.stop_requested or flags.get(n.node_rank, False)
+        job.stop_requested_at = job.stop_requested_at or stored.stop_requested_at
+        job.removed_at = stored.removed_at
+        if job.removed_at is not None:
+            return job
     per_host = await _containers(session, job)
     by_rank: dict[int, ContainerInfo] = {}
     for infos in per_host.values():
@@ -197,9 +212,9 @@ async def explain_failure(session: Session, node: NodeRecord) -> dict[str, Any]:
     }
     if node.container_id is None:
         return out
-    engine = session.engine(node.host)
     text = ""
     try:
+        engine = session.engine(node.host)
         info = await engine.inspect(node.container_id)
         if info is not None and info.oom_killed:
             out["reason"] = "the container was killed by the OOM killer (host or cgroup memory)"
@@ -300,6 +315,10 @@ async def adopt_unknown(session: Session, store: Store, hosts: list[str]) -> lis
             try:
                 labels = NodeLabels.parse(info.labels)
             except ValueError:
+                continue
+            # a container labelled for a host this profile does not name belongs to another
+            # profile (or another console's name for this machine): leave it alone
+            if labels.host not in session.profile.hosts:
                 continue
             if store.get(labels.job_id) is None:
                 found.setdefault(labels.job_id, []).append((host, info, labels))

@@ -26,6 +26,7 @@ from typing import Any
 import platformdirs
 
 from remote.docker import LogLine
+from remote.errors import GpuConsoleError
 from remote.logs import LogCursor
 
 SCHEMA = """
@@ -65,7 +66,11 @@ def state_dir() -> Path:
     """The state dir (``$GPUCONSOLE_STATE_DIR`` or platformdirs' user state dir), created."""
     base = os.environ.get("GPUCONSOLE_STATE_DIR") or platformdirs.user_state_dir("gpuconsole")
     p = Path(base)
-    p.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        p.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as e:
+        raise GpuConsoleError(f"cannot create the state dir {p}: {e.strerror}",
+                              "set GPUCONSOLE_STATE_DIR to a writable folder") from e
     return p
 
 

@@ -223,3 +223,40 @@ def test_archive_written_while_following(cli: CLI) -> None:
     stamps = [int(ln.split(" ", 1)[0]) for ln in lines]
     assert stamps == sorted(stamps)
     time.sleep(0)  # the archive is complete once submit --follow returned
+
+
+def test_stop_from_another_terminal_while_following(cli: CLI) -> None:
+    spec = cli.spec("stopme", args=["--steps", "1000", "--out", "/out", "--workers", "0",
+                                    "--step-sleep", "0.2"])
+    sub = cli.run("submit", str(spec))
+    assert sub.returncode == 0, sub.stderr
+    job_id = sub.stdout.strip()
+    follower = cli.popen("logs", job_id, "--follow")
+    wait_for(lambda: "step 3/1000" in cli.run("logs", job_id).stdout, timeout=90)
+    stop = cli.run("stop", job_id, "--grace", "5")
+    assert stop.returncode == 0, stop.stderr
+    out, err = follower.communicate(timeout=120)
+    assert follower.returncode == 143, err  # stopped, not failed
+    assert f"job {job_id} stopped" in err
+    job = the_job(cli, job_id)
+    assert job["state"] == "stopped" and job["failure"] is None
+
+
+def test_ps_adopts_only_containers_of_its_own_hosts(cli: CLI, tmp_path: Path) -> None:
+    import yaml
+
+    spec = cli.spec("onb", nodes=["b"], args=["--steps", "1", "--out", "/out", "--workers", "0"])
+    res = cli.run("submit", str(spec), "--follow")
+    assert res.returncode == 0, res.stderr
+    job_id = json.loads(cli.run("ps", "--json").stdout)[0]["id"]
+    only_a = yaml.safe_load(cli.profile.read_text())
+    del only_a["hosts"]["b"]
+    prof_a = tmp_path / "only-a.yaml"
+    prof_a.write_text(yaml.safe_dump(only_a))
+    # both test hosts share one Docker engine: host a's engine shows b's container too
+    fresh_a = CLI(prof_a, tmp_path / "state-a", tmp_path)
+    res_a = fresh_a.run("ps", "--json")
+    assert res_a.returncode == 0, res_a.stderr
+    assert job_id not in {j["id"] for j in json.loads(res_a.stdout)}
+    fresh = CLI(cli.profile, tmp_path / "state-ab", tmp_path)
+    assert the_job(fresh, job_id)["nodes"][0]["host"] == "b"

@@ -185,3 +185,16 @@ def test_recorded_nvidia_smi_fallback_trace() -> None:
     holders = gpu_holders(st, "h200")
     assert holders is not None and [h.pid for h in holders[0]] == [pid]
     assert holders[0][0].used_mib is not None and holders[0][0].used_mib > 16000
+
+
+def test_replay_reads_a_bare_agent_trace() -> None:
+    import asyncio
+
+    trace = Path(__file__).resolve().parents[1] / "data" / "traces" / "h200-idle.jsonl"
+
+    async def collect() -> list[tuple[str, int]]:
+        return [(h, s["seq"]) async for h, s in read_recording(trace, speed=0)]
+
+    got = asyncio.run(collect())
+    assert len(got) == 15 and {h for h, _ in got} == {"vm"}  # the trace's own hostname
+    assert [seq for _, seq in got] == list(range(15))
