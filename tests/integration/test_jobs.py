@@ -235,7 +235,7 @@ def test_stop_from_another_terminal_while_following(cli: CLI) -> None:
     wait_for(lambda: "step 3/1000" in cli.run("logs", job_id).stdout, timeout=90)
     stop = cli.run("stop", job_id, "--grace", "5")
     assert stop.returncode == 0, stop.stderr
-    out, err = follower.communicate(timeout=120)
+    _out, err = follower.communicate(timeout=120)
     assert follower.returncode == 143, err  # stopped, not failed
     assert f"job {job_id} stopped" in err
     job = the_job(cli, job_id)
