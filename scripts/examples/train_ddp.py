@@ -173,6 +173,9 @@ def main() -> None:
     if last_saved != step:
         checkpoint(step)
     say(f"done steps {args.steps} final_loss {loss_value:.4f}")
+    # every rank (and rank 0's final checkpoint) done before the process group goes: tearing
+    # it down while a peer is still inside gloo/NCCL can abort that peer at exit
+    dist.barrier()
     dist.destroy_process_group()
 
 
