@@ -151,6 +151,7 @@ FIELD_HINTS = {
     "image": "an image reference like `nvcr.io/nvidia/pytorch:24.10-py3`",
     "hosts": "a mapping of host names to `{hostname: ..., user: ...}`",
     "script": "a path inside workdir, e.g. `script: train.py`",
+    "exclude": "a list of shell patterns, e.g. `exclude: [data, \"*.ckpt\"]`",
 }
 
 

@@ -13,6 +13,7 @@ socket forwarded over the connection by the same loop.
 from __future__ import annotations
 
 import asyncio
+import fnmatch
 import hashlib
 import logging
 import os
@@ -22,7 +23,7 @@ import socket
 import stat
 import tempfile
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -176,8 +177,11 @@ class Transport(ABC):
             raise RemoteCommandFailed(self.name, argv, res.returncode, res.stderr)
         return res.stdout
 
-    async def sync_workdir(self, local_dir: Path) -> str:
+    async def sync_workdir(self, local_dir: Path, exclude: Sequence[str] = ()) -> str:
         """Copy a local folder to ``~/.cache/gpuconsole/workdirs/<sha256>`` on the host.
+
+        Only the entries :func:`iter_workdir_files` yields are copied (``exclude`` patterns
+        and the always-ignored folders left out).
 
         The folder is content-addressed: a workdir already there is not copied again, and two
         nodes on one host (or two hosts sharing a home) never see a half-written copy, because
@@ -189,7 +193,7 @@ class Transport(ABC):
         Raises:
             TransportError: the copy failed.
         """
-        digest = workdir_digest(local_dir)
+        digest = workdir_digest(local_dir, exclude)
         base = f"{await self.home()}/{WORKDIR_CACHE}"
         final = f"{base}/{digest[:16]}"
         if await self._exists(final):
@@ -197,7 +201,14 @@ class Transport(ABC):
         tmp = f"{base}/.{digest[:16]}.{os.getpid()}.{id(self):x}.tmp"
         with tempfile.TemporaryDirectory(prefix="gpuconsole-workdir-") as staging:
             stage = Path(staging) / "w"
-            shutil.copytree(local_dir, stage, symlinks=True, ignore=_copy_ignore)
+            stage.mkdir()
+            for rel in iter_workdir_files(local_dir, exclude):
+                src, dst = local_dir / rel, stage / rel
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                if src.is_symlink():
+                    os.symlink(os.readlink(src), dst)
+                else:
+                    shutil.copy2(src, dst)
             await self._put_tree(stage, tmp)
         if not await self._rename(tmp, final):
             await self.run(["rm", "-rf", "--", tmp])
@@ -253,22 +264,36 @@ class _LocalProcess(RemoteProcess):
             await self.proc.wait()
 
 
-def iter_workdir_files(root: Path) -> Iterator[Path]:
+def excluded(rel: str, name: str, patterns: Sequence[str]) -> bool:
+    """Whether a workdir entry matches an exclude pattern (shell-style, ``fnmatch``): against
+    its name (``*.ckpt``, ``data``) or its relative path (``data/raw/*``); a trailing ``/``
+    is ignored."""
+    return any(fnmatch.fnmatchcase(name, p.rstrip("/")) or fnmatch.fnmatchcase(rel, p.rstrip("/"))
+               for p in patterns)
+
+
+def iter_workdir_files(root: Path, exclude: Sequence[str] = ()) -> Iterator[Path]:
     """Yield the entries of a workdir that are synced, in a stable order (relative paths):
-    regular files and symlinks (copied as links); FIFOs, sockets and devices are skipped."""
+    regular files and symlinks (copied as links); FIFOs, sockets and devices are skipped, as
+    are the :data:`WORKDIR_IGNORE` folders and whatever matches ``exclude``."""
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d not in WORKDIR_IGNORE)
+        reldir = os.path.relpath(dirpath, root)
+        base = "" if reldir == "." else reldir + "/"
+        dirnames[:] = sorted(d for d in dirnames if d not in WORKDIR_IGNORE
+                             and not excluded(base + d, d, exclude))
         for fn in sorted(filenames):
             p = Path(dirpath) / fn
+            if excluded(base + fn, fn, exclude):
+                continue
             if p.is_symlink() or stat.S_ISREG(p.lstat().st_mode):
                 yield p.relative_to(root)
 
 
-def workdir_digest(root: Path) -> str:
+def workdir_digest(root: Path, exclude: Sequence[str] = ()) -> str:
     """SHA-256 (hex) over the relative paths, modes and contents (a symlink: its target) of a
     workdir's synced entries; files are read in 1 MiB chunks."""
     h = hashlib.sha256()
-    for rel in iter_workdir_files(root):
+    for rel in iter_workdir_files(root, exclude):
         p = root / rel
         st = p.lstat()
         h.update(str(rel).encode() + b"\0" + oct(st.st_mode).encode() + b"\0")
@@ -281,17 +306,6 @@ def workdir_digest(root: Path) -> str:
                 fh.update(chunk)
         h.update(fh.digest())
     return h.hexdigest()
-
-
-def _copy_ignore(src: str, names: list[str]) -> set[str]:
-    """``shutil.copytree`` ignore: the ignored folders, and FIFOs/sockets/devices."""
-    out = {n for n in names if n in WORKDIR_IGNORE}
-    for n in names:
-        p = os.path.join(src, n)
-        mode = os.lstat(p).st_mode
-        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
-            out.add(n)
-    return out
 
 
 class LocalTransport(Transport):

@@ -144,7 +144,9 @@ async def _host_facts(
             port = int(res.stdout.strip())
     wd = loaded.workdir
     # where sync_workdir will put it (content-addressed), so a dry run can show it
-    workdir = f"{home}/{WORKDIR_CACHE}/{workdir_digest(wd)[:16]}" if wd is not None else None
+    ex = loaded.spec.exclude
+    workdir = (f"{home}/{WORKDIR_CACHE}/{workdir_digest(wd, ex)[:16]}" if wd is not None
+               else None)
     return HostFacts(host, t.address(), gpus.count, home, workdir, port, gpus.holders,
                      gpus.lost)
 
@@ -205,7 +207,8 @@ async def prepare(
         synced = await gather_first_error(
             *(session.connected(h) for h in hosts)
         )
-        paths = await gather_first_error(*(t.sync_workdir(loaded.workdir) for t in synced))
+        paths = await gather_first_error(
+            *(t.sync_workdir(loaded.workdir, loaded.spec.exclude) for t in synced))
         facts = {
             h: dataclasses.replace(f, workdir=p) for (h, f), p in zip(facts.items(), paths)
         }

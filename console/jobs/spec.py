@@ -8,6 +8,7 @@ Example (``scripts/examples/ddp-cpu.yaml``)::
     gpus_per_node: 0         # all | N | [0, 1] | 0 = CPU job (gloo)
     nproc_per_node: 2        # default: the GPU count, or 1
     workdir: .               # relative to the spec file; synced to each host, at /workspace
+    exclude: [data, "*.ckpt"]  # not synced (.git, .venv and caches never are)
     script: train_ddp.py
     args: ["--steps", "20"]
     env: {WANDB_API_KEY: "${WANDB_API_KEY}"}   # ${VAR} = taken from your environment, secret
@@ -45,6 +46,8 @@ class JobSpec(BaseModel):
             CPU job (gloo).
         nproc_per_node: torchrun processes per node; default the GPU count, or 1 on CPU.
         workdir: local folder, relative to the spec file; synced to every host.
+        exclude: shell patterns of workdir entries not synced (``data``, ``*.ckpt``,
+            ``runs/*``); ``.git``, ``.venv`` and caches are never synced.
         mounts: ``host_path:container_path[:ro]``; host paths absolute or ``~/...`` (the
             host user's home).
         shm_size: Docker ``--shm-size`` (``1g``, ``512m``); ignored with ``ipc: host``.
@@ -59,6 +62,7 @@ class JobSpec(BaseModel):
     gpus_per_node: Literal["all"] | int | list[int] = "all"
     nproc_per_node: int | None = Field(None, ge=1)
     workdir: str | None = None
+    exclude: list[str] = Field(default_factory=list)
     script: str
     args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)

@@ -49,3 +49,21 @@ def test_local_sync_is_content_addressed(workdir: Path, tmp_path: Path,
     assert not (dest / "fifo").exists() and not (dest / ".git").exists()
     assert asyncio.run(t.sync_workdir(workdir)) == str(dest)  # already there: reused
     assert len(list(dest.parent.iterdir())) == 1
+
+
+def test_exclude_patterns_by_name_and_path(workdir: Path) -> None:
+    (workdir / "data" / "raw").mkdir(parents=True)
+    (workdir / "data" / "raw" / "big.bin").write_bytes(b"x" * 1000)
+    (workdir / "model.ckpt").write_bytes(b"w")
+    (workdir / "pkg" / "cache.ckpt").write_bytes(b"w")
+    everything = [str(p) for p in iter_workdir_files(workdir)]
+    assert "data/raw/big.bin" in everything and "model.ckpt" in everything
+    kept = [str(p) for p in iter_workdir_files(workdir, ["data/", "*.ckpt"])]
+    assert kept == ["dangling", "run.sh", "train.py", "pkg/model.py"]
+    assert [str(p) for p in iter_workdir_files(workdir, ["pkg/*"])] == [
+        "dangling", "model.ckpt", "run.sh", "train.py", "data/raw/big.bin"]
+    # excluded entries do not change the digest
+    d = workdir_digest(workdir, ["data", "*.ckpt"])
+    (workdir / "data" / "raw" / "big.bin").write_bytes(b"y" * 1000)
+    assert workdir_digest(workdir, ["data", "*.ckpt"]) == d
+    assert workdir_digest(workdir) != d
