@@ -280,9 +280,7 @@ async def _follow(
 
 def _raise_if_unreachable(job: JobRecord) -> None:
     """Refuse to act on a job whose hosts could not be asked (its state is unknown)."""
-    from console.jobs.status import UNREACHABLE
-
-    down = UNREACHABLE.get(job.id, {})
+    down = job.unreachable
     if down:
         raise JobError(
             f"job {job.id}: cannot reach {', '.join(sorted(down))}: "
@@ -339,11 +337,9 @@ async def _refresh_all(sessions: Sessions, store: Store, jobs: list[JobRecord]) 
 
 def _warn_unreachable(jobs: list[JobRecord]) -> None:
     """Say which hosts could not be asked (their jobs show the last known state)."""
-    from console.jobs.status import UNREACHABLE
-
     seen: set[str] = set()
     for j in jobs:
-        for host, why in UNREACHABLE.get(j.id, {}).items():
+        for host, why in j.unreachable.items():
             if host not in seen:
                 seen.add(host)
                 _err(f"warning: {why}")
@@ -434,9 +430,7 @@ async def _logs(ctx: click.Context, ref: str, follow: bool, node: int | None,
                                     tail=tail)
         for line in lines:
             _print_line(line, timestamps)
-        from console.jobs.logs import UNREADABLE
-
-        for host, why in UNREADABLE.get(job.id, {}).items():
+        for host, why in job.unreachable.items():
             _err(f"warning: {why}; showed the lines archived from {host} so far")
         return 0
 

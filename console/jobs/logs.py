@@ -25,9 +25,6 @@ from remote.logs import LogCursor, follow_container
 
 _RANK_RE = re.compile(r"^\[rank(\d+)\]:")
 
-#: Hosts whose containers could not be read by :func:`read_job_logs`, by job id: why.
-UNREADABLE: dict[str, dict[str, str]] = {}
-
 
 @dataclass(frozen=True)
 class JobLogLine:
@@ -77,7 +74,7 @@ async def _node_lines(
                                                              follow=False)]
                 store.archive(job.id, node.node_rank, lines)
         except GpuConsoleError as e:
-            UNREADABLE.setdefault(job.id, {})[node.host] = e.message  # the archive will do
+            job.unreachable[node.host] = e.message  # the archive will do
     lines = list(store.read_archive(job.id, node.node_rank))
     if since_ns is not None:
         lines = [ln for ln in lines if ln.ts_ns >= since_ns]
@@ -93,7 +90,11 @@ async def read_job_logs(
     since_ns: int | None = None,
     tail: int | None = None,
 ) -> list[JobLogLine]:
-    """A job's logs so far, merged in time order (stable per node)."""
+    """A job's logs so far, merged in time order (stable per node).
+
+    A host whose containers cannot be read contributes its archived lines; why is recorded in
+    ``job.unreachable``.
+    """
     nodes = [n for n in job.nodes if node is None or n.node_rank == node]
     per_node = await asyncio.gather(
         *(_node_lines(session, store, job, n, since_ns) for n in nodes)

@@ -93,13 +93,9 @@ def first_failed(nodes: list[NodeRecord]) -> NodeRecord | None:
     return min(failed, key=key)
 
 
-#: Why a host could not be asked, by job id and host, from the last :func:`refresh`.
-UNREACHABLE: dict[str, dict[str, str]] = {}
-
-
 async def _containers(session: Session, job: JobRecord) -> dict[str, list[ContainerInfo] | None]:
     hosts = list(dict.fromkeys(n.host for n in job.nodes))
-    UNREACHABLE[job.id] = {}
+    job.unreachable = {}
 
     async def one(host: str) -> list[ContainerInfo] | None:
         try:
@@ -107,7 +103,7 @@ async def _containers(session: Session, job: JobRecord) -> dict[str, list[Contai
             return await session.engine(host).list({K_JOB_ID: job.id})
         except GpuConsoleError as e:
             log.debug("[%s] cannot list containers of %s: %s", host, job.id, e)
-            UNREACHABLE[job.id][host] = e.message
+            job.unreachable[host] = e.message
             return None
 
     results = await asyncio.gather(*(one(h) for h in hosts))

@@ -109,6 +109,8 @@ class JobRecord:
             "rank": r or None, "reason": "...", "fix": "..."}``.
         stop_requested_at: Unix seconds when ``stop`` was asked (nodes exiting after it are
             ``stopped``, not ``failed``).
+        unreachable: host -> why it could not be asked, from the last look at the hosts in
+            this process (not stored).
     """
 
     id: str
@@ -125,6 +127,7 @@ class JobRecord:
     stop_requested_at: float | None = None
     removed_at: float | None = None
     nodes: list[NodeRecord] = field(default_factory=list)
+    unreachable: dict[str, str] = field(default_factory=dict)
 
 
 class Store:
