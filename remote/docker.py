@@ -16,7 +16,7 @@ import logging
 import shlex
 import tarfile
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, TypeVar
@@ -199,6 +199,51 @@ class ContainerInfo:
             oom_killed=bool(state.get("OOMKilled", False)),
             error=str(state.get("Error") or ""),
         )
+
+
+def spec_from_attrs(attrs: Mapping[str, Any], secret_env: frozenset[str] = frozenset(),
+                    image_env: Sequence[str] = ()) -> ContainerSpec:
+    """Rebuild a :class:`ContainerSpec` from ``docker inspect`` JSON (the fields gpuconsole
+    sets: name, image, command, env, labels, GPUs, shm/ipc, binds, capabilities, privileges,
+    network, workdir, user). ``image_env`` (the image's ``KEY=value`` list) is left out of
+    the environment."""
+    cfg = attrs.get("Config") or {}
+    host = attrs.get("HostConfig") or {}
+    env: dict[str, str] = {}
+    inherited = set(image_env)
+    for item in cfg.get("Env") or []:
+        if item in inherited:
+            continue
+        k, _, v = str(item).partition("=")
+        env[k] = v
+    gpus: list[str] = []
+    for req in host.get("DeviceRequests") or []:
+        gpus += [str(d) for d in req.get("DeviceIDs") or []]
+    binds = []
+    for b in host.get("Binds") or []:
+        parts = str(b).split(":")
+        if len(parts) >= 2:
+            binds.append(Bind(parts[0], parts[1], read_only="ro" in parts[2:]))
+    shm = host.get("ShmSize")
+    ipc = host.get("IpcMode")
+    command = [*(cfg.get("Entrypoint") or []), *(cfg.get("Cmd") or [])]
+    return ContainerSpec(
+        name=str(attrs.get("Name", "")).lstrip("/"),
+        image=str(cfg.get("Image", "")),
+        command=[str(c) for c in command],
+        env=env,
+        secret_env=secret_env,
+        labels=dict(cfg.get("Labels") or {}),
+        gpu_device_ids=tuple(gpus),
+        shm_size=f"{int(shm) // (1 << 20)}m" if isinstance(shm, int) and shm else None,
+        ipc_mode="host" if ipc == "host" else None,
+        binds=tuple(binds),
+        cap_add=tuple(host.get("CapAdd") or ()),
+        privileged=bool(host.get("Privileged")),
+        network_mode=str(host.get("NetworkMode") or "default"),
+        working_dir=cfg.get("WorkingDir") or None,
+        user=cfg.get("User") or None,
+    )
 
 
 def _docker_time(value: object) -> str | None:
@@ -436,6 +481,27 @@ class Engine:
                 return ContainerInfo.from_attrs(c.api.inspect_container(container_id))
             except docker.errors.NotFound:
                 return None
+
+        return await self.call(get)
+
+    async def container_spec(self, container_id: str,
+                             secret_env: frozenset[str] | set[str] = frozenset(),
+                             ) -> ContainerSpec | None:
+        """The container's configuration read back as a :class:`ContainerSpec` (to show the
+        equivalent ``docker run`` line; ``secret_env`` values are masked there), or ``None``
+        if the container no longer exists."""
+
+        def get(c: docker.DockerClient) -> ContainerSpec | None:
+            try:
+                attrs = c.api.inspect_container(container_id)
+            except docker.errors.NotFound:
+                return None
+            try:  # the image's own environment (PATH, ...) is not part of the run line
+                image = c.api.inspect_image(attrs["Image"])  # type: ignore[no-untyped-call]
+                image_env = (image.get("Config") or {}).get("Env")
+            except docker.errors.APIError:
+                image_env = None
+            return spec_from_attrs(attrs, frozenset(secret_env), image_env or ())
 
         return await self.call(get)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from remote.docker import Engine, LogLine
@@ -66,6 +66,7 @@ async def follow_container(
     follow: bool = True,
     tail: int | None = None,
     max_outage: float = 300.0,
+    on_state: Callable[[str, str | None], None] | None = None,
 ) -> AsyncIterator[LogLine]:
     """Yield every line of a container once, resuming after dropped connections.
 
@@ -75,6 +76,8 @@ async def follow_container(
         follow: keep following until the container has exited and its last line was read.
         tail: only the last N lines on the first request.
         max_outage: give up after the host stayed unreachable this many seconds.
+        on_state: called with ``("reconnecting", why)`` when the stream drops and with
+            ``("following", None)`` once it resumed.
 
     Raises:
         TransportError: the host stayed unreachable longer than ``max_outage``.
@@ -86,6 +89,8 @@ async def follow_container(
     backoff = 0.5
     while True:
         cursor.rewind()
+        if outage_started is not None and on_state is not None:
+            on_state("following", None)
         try:
             async for line in engine.logs(
                 container_id,
@@ -116,6 +121,8 @@ async def follow_container(
             if now - outage_started > max_outage:
                 raise
             log.info("[%s] log stream interrupted (%s); reconnecting", engine.host, e)
+            if on_state is not None:
+                on_state("reconnecting", str(e))
             await asyncio.sleep(backoff * (0.5 + random.random()))
             backoff = min(backoff * 2, 5.0)
             try:

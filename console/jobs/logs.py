@@ -115,12 +115,14 @@ async def follow_job_logs(
     since_ns: int | None = None,
     tail: int | None = None,
     on_node_exit: Callable[[NodeRecord], None] | None = None,
+    on_state: Callable[[NodeRecord, str, str | None], None] | None = None,
 ) -> AsyncIterator[JobLogLine]:
     """Follow a job's logs until every followed node's container has exited.
 
     Lines of different nodes are yielded as they arrive (time order within a node). Each is
     archived. ``on_node_exit`` is called when a node's stream has ended (its container exited
-    or vanished), e.g. to trigger gang teardown.
+    or vanished), e.g. to trigger gang teardown; ``on_state(node, state, why)`` when a node's
+    stream drops (``reconnecting``) and resumes (``following``).
     """
     nodes = [n for n in job.nodes if node is None or n.node_rank == node]
     queue: asyncio.Queue[tuple[NodeRecord, LogLine] | NodeRecord] = asyncio.Queue()
@@ -134,7 +136,12 @@ async def follow_job_logs(
             cursor = LogCursor()
             if since_ns is not None:
                 cursor.ts_ns = since_ns - 1
-            async for ln in follow_container(engine, n.container_id, cursor, tail=tail):
+            def state(s: str, why: str | None) -> None:
+                if on_state is not None:
+                    on_state(n, s, why)
+
+            async for ln in follow_container(engine, n.container_id, cursor, tail=tail,
+                                             on_state=state):
                 await queue.put((n, ln))
         except GpuConsoleError:
             pass

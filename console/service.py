@@ -1,0 +1,619 @@
+"""The service: one object under both faces (the headless CLI and the Textual app).
+
+It owns the job store, the hosts' sessions (one per profile a job was submitted with), the
+fleet monitor and the log follows, and publishes what happens as typed events
+(:mod:`console.events`). The faces parse input, call a method here and show the result or the
+events; the domain logic (job lookup, submit, the stop and rm sequences, gang teardown, log
+archiving) lives here and in ``console/jobs`` and ``console/fleet``, never in a face.
+
+Threading: every method runs on the caller's event loop; blocking work (the Docker SDK, workdir
+hashing and copies, archive reads of whole files) goes to threads below this layer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shlex
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import yaml
+
+from console.errors import ConfigError, JobError, JobNotFound
+from console.events import (
+    ContainersMapped,
+    EventBus,
+    FollowStateChanged,
+    HostStateChanged,
+    JobChanged,
+    LogLinesReceived,
+    NodeExited,
+    SampleReceived,
+)
+from console.fleet.monitor import FleetMonitor, read_recording
+from console.fleet.state import ContainerJob, FleetState
+from console.jobs.launch import Prepared, launch, prepare
+from console.jobs.logs import JobLogLine, follow_job_logs, read_job_logs
+from console.jobs.plan import render_plan
+from console.jobs.spec import LoadedSpec, load_spec
+from console.jobs.status import ACTIVE_STATES, adopt_unknown, refresh, stop_nodes
+from console.jobs.store import JobRecord, NodeRecord, Store
+from console.profiles import Profile, load_profile_file, resolve_profile
+from console.session import Session
+from remote.errors import GpuConsoleError
+
+log = logging.getLogger("gpuconsole.service")
+
+
+def profile_of(job: JobRecord, fallback: Profile) -> Profile:
+    """The profile a job was submitted with (its file, else by name), else ``fallback``."""
+    if job.profile_source and Path(job.profile_source).is_file():
+        try:
+            return load_profile_file(Path(job.profile_source))
+        except ConfigError:
+            pass
+    if job.profile == fallback.name:
+        return fallback
+    try:
+        return resolve_profile(job.profile)
+    except ConfigError:
+        return fallback
+
+
+class ObservedFleetState(FleetState):
+    """A :class:`FleetState` that publishes what changes on an :class:`EventBus`.
+
+    Samples become :class:`SampleReceived`, status transitions :class:`HostStateChanged`, and
+    container maps :class:`ContainersMapped`. Subscribers are isolated by the bus, so a failing
+    view can never turn a host ``down``.
+    """
+
+    def __init__(self, bus: EventBus, hosts: list[str], interval: float = 1.0) -> None:
+        super().__init__(hosts, interval)
+        self.bus = bus
+
+    def _publish_status(self, host: str, before: str) -> None:
+        v = self.hosts[host]
+        if v.status != before:
+            self.bus.publish(HostStateChanged(host, v.status, before, v.error))
+
+    def on_sample(self, host: str, sample: dict[str, Any], rx: float | None = None) -> None:
+        """Take a sample (see :meth:`FleetState.on_sample`) and publish it."""
+        before = self.host(host).status
+        super().on_sample(host, sample, rx)
+        self._publish_status(host, before)
+        self.bus.publish(SampleReceived(host, sample))
+
+    def on_down(self, host: str, error: str) -> None:
+        """Mark a host down (see :meth:`FleetState.on_down`) and publish the change."""
+        v = self.host(host)
+        before, before_err = v.status, v.error
+        super().on_down(host, error)
+        if before != "down" or before_err != error:
+            self.bus.publish(HostStateChanged(host, "down", before, error))
+
+    def tick(self, now: float | None = None) -> list[str]:
+        """Mark stale hosts (see :meth:`FleetState.tick`) and publish each change."""
+        turned = super().tick(now)
+        for h in turned:
+            self.bus.publish(HostStateChanged(h, "stale", "ok", "no sample for 3 intervals"))
+        return turned
+
+    def set_containers(self, mapping: Mapping[str, ContainerJob]) -> None:
+        """Replace the container -> job map and publish it."""
+        super().set_containers(mapping)
+        self.bus.publish(ContainersMapped(dict(self.containers)))
+
+
+@dataclass(frozen=True)
+class Submission:
+    """A planned submit: the validated spec and the preflighted plan, not launched yet.
+
+    Attributes:
+        loaded: the spec as loaded (overrides applied, ``${VAR}`` resolved).
+        prepared: the plan and its hosts; the workdir is synced unless it was a dry run.
+        dry_run: planned without any effect on the hosts.
+    """
+
+    loaded: LoadedSpec
+    prepared: Prepared
+    dry_run: bool
+
+    def plan_text(self) -> str:
+        """The plan as ``submit --dry-run`` prints it (``docker run`` lines, secrets masked)."""
+        return render_plan(self.prepared.plan)
+
+
+@dataclass(frozen=True)
+class StopOutcome:
+    """What ``stop`` did.
+
+    Attributes:
+        job: the job after the stop.
+        stopped: nodes that were running and got SIGTERM (empty: nothing was running).
+    """
+
+    job: JobRecord
+    stopped: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class NodeDescription:
+    """One node of a job for ``describe``: where it runs and the exact commands.
+
+    Attributes:
+        node_rank: the node.
+        host: its host.
+        container_name: ``gpuconsole-<job id>-n<rank>``.
+        container_id: the container, once created.
+        state: node state (see :mod:`console.jobs.status`).
+        exit_code: once exited.
+        docker_run: the equivalent ``docker run`` line (secret values as ``***``), or ``None``
+            when the container is gone.
+        torchrun: the torchrun line run in the container, or ``None``.
+    """
+
+    node_rank: int
+    host: str
+    container_name: str
+    container_id: str | None
+    state: str
+    exit_code: int | None
+    docker_run: str | None
+    torchrun: str | None
+
+
+@dataclass(frozen=True)
+class JobDescription:
+    """A job for ``describe``: its record, its spec as YAML and each node's commands."""
+
+    job: JobRecord
+    spec_yaml: str
+    nodes: tuple[NodeDescription, ...]
+
+    def render(self) -> str:
+        """Plain text, the same in the CLI and the app."""
+        j = self.job
+        out = [f"job {j.id}  ({j.name})", f"state: {j.state}"
+               + (f", exit code {j.exit_code}" if j.exit_code is not None else ""),
+               f"profile: {j.profile}",
+               f"created: {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(j.created_at))}"]
+        if j.failure:
+            f = j.failure
+            rank = f" rank {f['rank']}" if f.get("rank") is not None else ""
+            out.append(f"first failure: node {f['node']} on {f['host']}{rank}, exit code "
+                       f"{f['exit_code']}: {f['reason']}")
+            if f.get("fix"):
+                out.append(f"  fix: {f['fix']}")
+        for n in self.nodes:
+            code = f" exit {n.exit_code}" if n.exit_code is not None else ""
+            out.append("")
+            out.append(f"node {n.node_rank} on {n.host}: {n.state}{code}  container "
+                       f"{n.container_name} {(n.container_id or '-')[:12]}")
+            if n.docker_run:
+                out.append(f"  {n.docker_run}")
+            if n.torchrun:
+                out.append(f"  torchrun: {n.torchrun}")
+        if self.spec_yaml.strip():
+            out += ["", "spec:", *("  " + ln for ln in self.spec_yaml.rstrip().splitlines())]
+        return "\n".join(out)
+
+
+@dataclass
+class Follow:
+    """A running log follow of one job (see :meth:`Service.start_follow`).
+
+    Attributes:
+        job_id: the job.
+        task: the task pumping lines; cancel it (or call :meth:`close`) to stop following.
+    """
+
+    job_id: str
+    task: asyncio.Task[JobRecord | None]
+    nodes_done: set[int] = field(default_factory=set)
+
+    async def close(self) -> None:
+        """Stop following; ends every reader of this follow."""
+        self.task.cancel()
+        await asyncio.gather(self.task, return_exceptions=True)
+
+
+class Service:
+    """The engine under both faces (see the module docstring).
+
+    Args:
+        profile: the profile of the command (its hosts are the fleet; new jobs run there).
+        store: the job store (default: the one in the state dir).
+
+    Use as ``async with Service(profile) as svc:``; :meth:`close` ends follows, the fleet
+    monitor and every connection.
+    """
+
+    def __init__(self, profile: Profile, *, store: Store | None = None) -> None:
+        self.profile = profile
+        self.bus = EventBus()
+        self._store = store
+        self._sessions: dict[str, Session] = {}
+        self.fleet: FleetState | None = None
+        self._monitor: FleetMonitor | None = None
+        self._replay: asyncio.Task[None] | None = None
+        self._follows: dict[str, Follow] = {}
+
+    async def __aenter__(self) -> Service:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        await self.close()
+
+    # -- store and sessions -----------------------------------------------------------------
+
+    @property
+    def store(self) -> Store:
+        """The job store, opened on first use.
+
+        Raises:
+            GpuConsoleError: the state dir cannot be created.
+        """
+        if self._store is None:
+            self._store = Store()
+        return self._store
+
+    def session(self, profile: Profile | None = None) -> Session:
+        """The session of a profile (default: the service's)."""
+        prof = profile or self.profile
+        key = prof.source or prof.name
+        s = self._sessions.get(key)
+        if s is None:
+            s = self._sessions[key] = Session(prof)
+        return s
+
+    def session_for(self, job: JobRecord) -> Session:
+        """The session of the profile the job was submitted with."""
+        return self.session(profile_of(job, self.profile))
+
+    async def close(self) -> None:
+        """End every follow, the fleet monitor and every connection; close the store."""
+        for f in list(self._follows.values()):
+            await f.close()
+        self._follows.clear()
+        await self.stop_fleet()
+        for s in self._sessions.values():
+            await s.close()
+        self._sessions.clear()
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+    # -- jobs -------------------------------------------------------------------------------
+
+    def find_job(self, ref: str) -> JobRecord:
+        """The one job matching an id, id prefix or name (the newest of that name).
+
+        Raises:
+            JobNotFound: none, or an ambiguous id prefix.
+        """
+        found = self.store.find(ref)
+        if not found:
+            raise JobNotFound(f"no job {ref!r}", "list jobs with `gpuconsole ps --all`")
+        by_name = [j for j in found if j.name == ref]
+        if by_name:
+            return by_name[0]
+        if len(found) > 1:
+            ids = ", ".join(j.id for j in found[:5])
+            raise JobNotFound(f"{ref!r} matches several jobs: {ids}", "give more of the job id")
+        return found[0]
+
+    async def refresh_job(self, job: JobRecord, *, teardown: bool = True) -> JobRecord:
+        """Reconcile a job with its containers (gang teardown on a failure unless
+        ``teardown=False``) and publish :class:`JobChanged`."""
+        job = await refresh(self.session_for(job), self.store, job, teardown=teardown)
+        self.bus.publish(JobChanged(job))
+        return job
+
+    async def list_jobs(self, *, include_removed: bool = False,
+                        warn: Callable[[str], None] | None = None) -> list[JobRecord]:
+        """Every job (newest first), reconciled with the hosts: jobs found by label on the
+        profile's hosts are adopted, unfinished ones refreshed.
+
+        Args:
+            include_removed: also jobs whose containers were removed.
+            warn: called with one line per host that could not be asked, or job that could
+                not be refreshed.
+        """
+        store = self.store
+        await adopt_unknown(self.session(), store, list(self.profile.hosts))
+        jobs = store.jobs(include_removed=include_removed)
+        todo = [j for j in jobs if j.removed_at is None and
+                (j.state in (*ACTIVE_STATES, "unknown") or
+                 any(n.state in (*ACTIVE_STATES, "unreachable") for n in j.nodes))]
+        results = await asyncio.gather(*(self.refresh_job(j) for j in todo),
+                                       return_exceptions=True)
+        seen: set[str] = set()
+        for j, r in zip(todo, results):
+            if isinstance(r, GpuConsoleError):
+                if warn:
+                    warn(f"job {j.id}: {r.message}")
+            elif isinstance(r, BaseException):
+                raise r
+            for host, why in j.unreachable.items():
+                if host not in seen and warn:
+                    seen.add(host)
+                    warn(why)
+        return store.jobs(include_removed=include_removed)
+
+    async def plan(self, spec_path: Path, overrides: dict[str, Any] | None = None, *,
+                   dry_run: bool = False, force: bool = False) -> Submission:
+        """Validate a spec and preflight every host (no container is created).
+
+        Without ``dry_run`` the workdir is synced to the hosts (content-addressed, so a
+        submission that is not launched leaves only a reusable copy).
+
+        Raises:
+            ConfigError: the spec file is missing or invalid (file, line, field).
+            PlanError, JobNameInUse, TransportError, ImageNotFound: see
+                :func:`console.jobs.launch.prepare`.
+        """
+        if not spec_path.is_file():
+            raise ConfigError("job spec not found", "give the path of a YAML job spec",
+                              path=str(spec_path))
+        loaded = await asyncio.to_thread(load_spec, spec_path, overrides)
+        prepared = await prepare(self.session(), loaded, dry_run=dry_run, force=force)
+        return Submission(loaded, prepared, dry_run)
+
+    async def submit(self, submission: Submission) -> JobRecord:
+        """Launch a planned submission (all nodes or none) and publish :class:`JobChanged`.
+
+        Raises:
+            JobError: the submission was a dry run.
+            GpuConsoleError: a create/start failure, after everything was rolled back.
+        """
+        if submission.dry_run:
+            raise JobError("a dry-run plan cannot be launched", "plan it again without dry_run")
+        job_id = await launch(self.session(), self.store, submission.loaded, submission.prepared)
+        job = self.store.get(job_id)
+        assert job is not None
+        self.bus.publish(JobChanged(job))
+        return job
+
+    @staticmethod
+    def _raise_if_unreachable(job: JobRecord) -> None:
+        if job.unreachable:
+            down = job.unreachable
+            raise JobError(
+                f"job {job.id}: cannot reach {', '.join(sorted(down))}: "
+                f"{next(iter(down.values()))}",
+                "the job may still be running there; retry when the host is reachable",
+            )
+
+    def stop_preview(self, job: JobRecord, grace: float | None = None) -> list[str]:
+        """What :meth:`stop` will run, one line per node: ``host: docker stop -t G NAME``."""
+        g = self._grace(job, grace)
+        return [f"{n.host}: docker stop --time {g:g} {n.container_name}"
+                for n in job.nodes if n.state in ACTIVE_STATES]
+
+    def _grace(self, job: JobRecord, grace: float | None) -> float:
+        return self.session_for(job).profile.defaults.stop_grace if grace is None else grace
+
+    async def stop(self, job: JobRecord, grace: float | None = None) -> StopOutcome:
+        """SIGTERM every running node's container, SIGKILL after ``grace`` s (default: the
+        profile's ``stop_grace``).
+
+        Raises:
+            JobError: a host of the job could not be reached (its state is unknown).
+        """
+        session = self.session_for(job)
+        job = await refresh(session, self.store, job, teardown=False)
+        self._raise_if_unreachable(job)
+        running = [n for n in job.nodes if n.state in ACTIVE_STATES]
+        if not running:
+            return StopOutcome(job, ())
+        self.store.update_job(job.id, stop_requested_at=time.time())
+        await stop_nodes(session, self.store, job, running, grace=self._grace(job, grace))
+        job = await self.refresh_job(job, teardown=False)
+        return StopOutcome(job, tuple(n.node_rank for n in running))
+
+    async def remove(self, job: JobRecord, *, force: bool = False) -> JobRecord:
+        """Remove a job's containers after archiving every line (``logs`` still works).
+
+        Raises:
+            JobError: the job is running and ``force`` is not set, or a host is unreachable.
+        """
+        session = self.session_for(job)
+        if job.removed_at is None:
+            job = await refresh(session, self.store, job)
+            self._raise_if_unreachable(job)
+        running = [n for n in job.nodes if n.state in ACTIVE_STATES]
+        if running and not force:
+            raise JobError(f"job {job.id} is running",
+                           f"stop it first, or `rm --force {job.id}`")
+        if running:
+            self.store.update_job(job.id, stop_requested_at=time.time())
+            await stop_nodes(session, self.store, job, running,
+                             grace=session.profile.defaults.stop_grace)
+        await read_job_logs(session, self.store, job)  # archive every line first
+        for n in job.nodes:
+            if n.container_id:
+                await session.engine(n.host).remove(n.container_id)
+        removed_at = time.time()
+        self.store.update_job(job.id, removed_at=removed_at)
+        job.removed_at = removed_at
+        self.bus.publish(JobChanged(job))
+        return job
+
+    async def describe(self, job: JobRecord) -> JobDescription:
+        """The job's spec, hosts, containers and each node's ``docker run`` and torchrun
+        lines (read back from the containers; secret values masked)."""
+        session = self.session_for(job)
+        secret = {k for k, v in (job.spec.get("env") or {}).items() if v == "${secret}"}
+        nodes = []
+        for n in job.nodes:
+            docker_run = torchrun = None
+            if n.container_id and job.removed_at is None:
+                try:
+                    spec = await session.engine(n.host).container_spec(n.container_id, secret)
+                except GpuConsoleError as e:
+                    log.debug("describe %s n%d: %s", job.id, n.node_rank, e)
+                    spec = None
+                if spec is not None:
+                    docker_run = spec.docker_run_line()
+                    torchrun = shlex.join(spec.command)
+            nodes.append(NodeDescription(n.node_rank, n.host, n.container_name, n.container_id,
+                                         n.state, n.exit_code, docker_run, torchrun))
+        spec_yaml = yaml.safe_dump(job.spec, sort_keys=False) if job.spec else ""
+        return JobDescription(job, spec_yaml, tuple(nodes))
+
+    # -- logs -------------------------------------------------------------------------------
+
+    async def read_logs(self, job: JobRecord, *, node: int | None = None,
+                        since_ns: int | None = None, tail: int | None = None
+                        ) -> list[JobLogLine]:
+        """A job's lines so far, merged in time order (containers first, else the archive).
+
+        Raises:
+            JobError: ``node`` is not a node of the job.
+        """
+        self.check_node(job, node)
+        return await read_job_logs(self.session_for(job), self.store, job, node=node,
+                                   since_ns=since_ns, tail=tail)
+
+    @staticmethod
+    def check_node(job: JobRecord, node: int | None) -> None:
+        """Raise :class:`JobError` unless ``node`` is ``None`` or a node rank of the job."""
+        if node is not None and node not in {n.node_rank for n in job.nodes}:
+            raise JobError(f"job {job.id} has no node {node}", f"nodes: 0..{len(job.nodes) - 1}")
+
+    async def follow(self, job: JobRecord, *, node: int | None = None,
+                     since_ns: int | None = None, tail: int | None = None
+                     ) -> AsyncIterator[JobLogLine]:
+        """Follow a job's lines until every followed node's container exited.
+
+        Each line is archived. When a node's stream ends the job is reconciled, so a node that
+        failed takes the others down (gang teardown) and :class:`JobChanged` and
+        :class:`NodeExited` are published. Reconnects publish :class:`FollowStateChanged`.
+        """
+        self.check_node(job, node)
+        session = self.session_for(job)
+        refreshing: set[asyncio.Task[JobRecord]] = set()
+
+        def on_exit(n: NodeRecord) -> None:
+            self.bus.publish(NodeExited(job.id, n.node_rank, n.host))
+            self.bus.publish(FollowStateChanged(job.id, n.node_rank, "ended"))
+            t = asyncio.create_task(self.refresh_job(job))
+            refreshing.add(t)
+            t.add_done_callback(refreshing.discard)
+
+        def on_state(n: NodeRecord, state: str, detail: str | None) -> None:
+            self.bus.publish(FollowStateChanged(job.id, n.node_rank, state, detail))
+
+        try:
+            async for line in follow_job_logs(session, self.store, job, node=node,
+                                              since_ns=since_ns, tail=tail,
+                                              on_node_exit=on_exit, on_state=on_state):
+                yield line
+        finally:
+            if refreshing:
+                await asyncio.gather(*refreshing, return_exceptions=True)
+
+    def start_follow(self, job: JobRecord, *, tail: int | None = None,
+                     batch_s: float = 0.05) -> Follow:
+        """Follow a job in the background, publishing :class:`LogLinesReceived` batches
+        (at most every ``batch_s`` s, or 500 lines) until every node exited; the task's
+        result is the job reconciled at the end. One follow per job: a second call returns
+        the running one.
+        """
+        running = self._follows.get(job.id)
+        if running is not None and not running.task.done():
+            return running
+
+        async def pump() -> JobRecord | None:
+            batch: list[JobLogLine] = []
+            last = time.monotonic()
+            try:
+                async for line in self.follow(job, tail=tail):
+                    batch.append(line)
+                    now = time.monotonic()
+                    if len(batch) >= 500 or now - last >= batch_s:
+                        self.bus.publish(LogLinesReceived(job.id, tuple(batch)))
+                        batch, last = [], now
+                if batch:
+                    self.bus.publish(LogLinesReceived(job.id, tuple(batch)))
+                    batch = []
+                return await self.refresh_job(job)
+            finally:
+                if batch:
+                    self.bus.publish(LogLinesReceived(job.id, tuple(batch)))
+
+        f = Follow(job.id, asyncio.create_task(pump(), name=f"follow-{job.id}"))
+        self._follows[job.id] = f
+        return f
+
+    async def stop_follow(self, job_id: str) -> None:
+        """End the background follow of a job, if any (its readers end with it)."""
+        f = self._follows.pop(job_id, None)
+        if f is not None:
+            await f.close()
+
+    # -- fleet ------------------------------------------------------------------------------
+
+    def start_fleet(self, hosts: list[str] | None = None, *, interval: float = 1.0,
+                    mode: str = "auto",
+                    on_sample: Callable[[str, dict[str, Any]], None] | None = None,
+                    ) -> FleetState:
+        """Start streaming telemetry from the hosts into :attr:`fleet` (publishing
+        :class:`SampleReceived`, :class:`HostStateChanged`, :class:`ContainersMapped`).
+
+        Args:
+            hosts: default: all of the profile's.
+            interval: sampling interval on the hosts (s).
+            mode: ``auto``, ``agent`` or ``smi``.
+            on_sample: also called with every ``(host, sample)`` (recording).
+        """
+        names = hosts or list(self.profile.hosts)
+        state = ObservedFleetState(self.bus, names, interval)
+        self.fleet = state
+        self._monitor = FleetMonitor(self.session(), state, names, interval=interval,
+                                     on_sample=on_sample, mode=mode)
+        self._monitor.start()
+        return state
+
+    def start_replay(self, path: Path, *, speed: float = 1.0) -> FleetState:
+        """Feed a recording (``top --record``) into :attr:`fleet` instead of live hosts.
+
+        Raises (from the task, logged): ValueError for a line that is not a recording line.
+        """
+        state = ObservedFleetState(self.bus, [], 1.0)
+        self.fleet = state
+
+        async def run() -> None:
+            async for host, sample in read_recording(path, speed=speed):
+                state.on_sample(host, sample, rx=time.monotonic())
+
+        self._replay = asyncio.create_task(run(), name="fleet-replay")
+        return state
+
+    async def wait_fleet(self, timeout: float) -> bool:
+        """Wait until every host has a sample or is down (``False`` on timeout)."""
+        if self._monitor is None:
+            return True
+        return await self._monitor.wait_complete(timeout)
+
+    async def refresh_containers(self) -> None:
+        """Map containers to jobs now (the monitor does it every 10 s by itself)."""
+        if self._monitor is not None:
+            await self._monitor.refresh_containers()
+
+    async def stop_fleet(self) -> None:
+        """Stop the monitor or replay (the hosts' agents exit with their stdin)."""
+        if self._monitor is not None:
+            await self._monitor.stop()
+            self._monitor = None
+        if self._replay is not None:
+            self._replay.cancel()
+            await asyncio.gather(self._replay, return_exceptions=True)
+            self._replay = None
