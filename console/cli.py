@@ -22,21 +22,13 @@ from typing import Any, TypeVar
 
 import click
 
-from console.errors import ConfigError, JobError, JobNotFound, PlanError
-from console.jobs.launch import launch, prepare
-from console.jobs.logs import JobLogLine, follow_job_logs, read_job_logs
-from console.jobs.plan import render_plan
-from console.jobs.spec import load_spec
-from console.jobs.status import (
-    ACTIVE_STATES,
-    adopt_unknown,
-    format_node_state,
-    refresh,
-    stop_nodes,
-)
-from console.jobs.store import JobRecord, NodeRecord, Store
-from console.profiles import Profile, load_profile_file, resolve_profile
-from console.session import Session
+from console.errors import ConfigError, JobError, PlanError
+from console.jobs.logs import JobLogLine
+from console.jobs.rows import job_row
+from console.jobs.status import JobView, format_node_state
+from console.jobs.store import JobRecord
+from console.profiles import Profile, resolve_profile
+from console.service import Service
 from remote.docker import format_ns
 from remote.errors import GpuConsoleError
 
@@ -87,77 +79,11 @@ def _profile(ctx: click.Context) -> Profile:
     return resolve_profile(ref)
 
 
-def _profile_of(job: JobRecord, fallback: Profile) -> Profile:
-    """The profile a job was submitted with (its file, else by name), else ``fallback``."""
-    if job.profile_source and Path(job.profile_source).is_file():
-        try:
-            return load_profile_file(Path(job.profile_source))
-        except ConfigError:
-            pass
-    if job.profile == fallback.name:
-        return fallback
-    try:
-        return resolve_profile(job.profile)
-    except ConfigError:
-        return fallback
-
-
-class Sessions:
-    """One :class:`Session` per profile, for commands that touch jobs of several profiles."""
-
-    def __init__(self, default: Profile) -> None:
-        self.default = default
-        self._by_key: dict[str, Session] = {}
-
-    def for_job(self, job: JobRecord) -> Session:
-        """The session of the job's profile."""
-        prof = _profile_of(job, self.default)
-        key = prof.source or prof.name
-        if key not in self._by_key:
-            self._by_key[key] = Session(prof)
-        return self._by_key[key]
-
-    def default_session(self) -> Session:
-        """The session of the command's profile."""
-        key = self.default.source or self.default.name
-        if key not in self._by_key:
-            self._by_key[key] = Session(self.default)
-        return self._by_key[key]
-
-    async def close(self) -> None:
-        """Close every session."""
-        for s in self._by_key.values():
-            await s.close()
-
-
 @asynccontextmanager
-async def _job_context(ctx: click.Context) -> AsyncIterator[tuple[Store, Sessions]]:
-    """The store and per-profile sessions of a job command, closed together."""
-    store = Store()
-    sessions = Sessions(_profile(ctx))
-    try:
-        yield store, sessions
-    finally:
-        await sessions.close()
-        store.close()
-
-
-def find_job(store: Store, ref: str) -> JobRecord:
-    """The one job matching an id, id prefix or name (the newest of that name).
-
-    Raises:
-        JobNotFound: none, or an ambiguous id prefix.
-    """
-    found = store.find(ref)
-    if not found:
-        raise JobNotFound(f"no job {ref!r}", "list jobs with `gpuconsole ps --all`")
-    by_name = [j for j in found if j.name == ref]
-    if by_name:
-        return by_name[0]
-    if len(found) > 1:
-        ids = ", ".join(j.id for j in found[:5])
-        raise JobNotFound(f"{ref!r} matches several jobs: {ids}", "give more of the job id")
-    return found[0]
+async def _service(ctx: click.Context) -> AsyncIterator[Service]:
+    """The service of a command (its profile, the state dir's store), closed at the end."""
+    async with Service(_profile(ctx)) as svc:
+        yield svc
 
 
 # -- submit ---------------------------------------------------------------------------------
@@ -214,31 +140,20 @@ async def _submit(
     ctx: click.Context, spec_path: Path, overrides: dict[str, Any], follow: bool, dry_run: bool,
     force: bool,
 ) -> int:
-    if not spec_path.is_file():
-        raise ConfigError("job spec not found", "give the path of a YAML job spec",
-                          path=str(spec_path))
-    loaded = load_spec(spec_path, overrides)
-    profile = _profile(ctx)
-    async with Session(profile) as session:
-        prepared = await prepare(session, loaded, dry_run=dry_run, force=force)
+    async with _service(ctx) as svc:
+        sub = await svc.plan(spec_path, overrides, dry_run=dry_run, force=force)
         if dry_run:
-            click.echo(render_plan(prepared.plan))
+            click.echo(sub.plan_text())
             return 0
-        store = Store()
-        try:
-            job_id = await launch(session, store, loaded, prepared)
-            plan = prepared.plan
-            _err(f"submitted {job_id}: {len(plan.nodes)} node(s) x {plan.nproc_per_node} "
-                 f"process(es), world size {plan.world_size}, on "
-                 f"{', '.join(n.host for n in plan.nodes)}")
-            if not follow:
-                click.echo(job_id)
-                return 0
-            job = store.get(job_id)
-            assert job is not None
-            return await _follow(session, store, job, tail=None, timestamps=False)
-        finally:
-            store.close()
+        job = await svc.submit(sub)
+        plan = sub.prepared.plan
+        _err(f"submitted {job.id}: {len(plan.nodes)} node(s) x {plan.nproc_per_node} "
+             f"process(es), world size {plan.world_size}, on "
+             f"{', '.join(n.host for n in plan.nodes)}")
+        if not follow:
+            click.echo(job.id)
+            return 0
+        return await _follow(svc, job, tail=None, timestamps=False)
 
 
 def _print_line(line: JobLogLine, timestamps: bool) -> None:
@@ -247,26 +162,17 @@ def _print_line(line: JobLogLine, timestamps: bool) -> None:
 
 
 async def _follow(
-    session: Session, store: Store, job: JobRecord, *, tail: int | None, timestamps: bool,
+    svc: Service, job: JobRecord, *, tail: int | None, timestamps: bool,
     node: int | None = None, since_ns: int | None = None,
 ) -> int:
-    """Follow a job's logs to its end; gang-teardown on a failure; return the exit code."""
-    refreshing: set[asyncio.Task[JobRecord]] = set()
-
-    def on_exit(_n: NodeRecord) -> None:
-        t = asyncio.create_task(refresh(session, store, job))
-        refreshing.add(t)
-        t.add_done_callback(refreshing.discard)
-
+    """Follow a job's logs to its end (gang teardown on a failure); return the exit code."""
     try:
-        async for line in follow_job_logs(session, store, job, node=node, since_ns=since_ns,
-                                          tail=tail, on_node_exit=on_exit):
+        async for line in svc.follow(job, node=node, since_ns=since_ns, tail=tail):
             _print_line(line, timestamps)
     except (KeyboardInterrupt, asyncio.CancelledError):
         _err(f"stopped following; the job keeps running (`gpuconsole stop {job.id}`)")
         return 130
-    await asyncio.gather(*refreshing, return_exceptions=True)
-    job = await refresh(session, store, job)
+    job = await svc.refresh_job(job)
     _summary(job)
     if job.state == "succeeded":
         return 0
@@ -276,17 +182,6 @@ async def _follow(
     if job.failure and job.failure.get("exit_code"):
         return int(job.failure["exit_code"])
     return codes[0] if codes else 1
-
-
-def _raise_if_unreachable(job: JobRecord) -> None:
-    """Refuse to act on a job whose hosts could not be asked (its state is unknown)."""
-    down = job.unreachable
-    if down:
-        raise JobError(
-            f"job {job.id}: cannot reach {', '.join(sorted(down))}: "
-            f"{next(iter(down.values()))}",
-            "the job may still be running there; retry when the host is reachable",
-        )
 
 
 def _summary(job: JobRecord) -> None:
@@ -304,14 +199,6 @@ def _summary(job: JobRecord) -> None:
 # -- ps -------------------------------------------------------------------------------------
 
 
-def _age(ts: float) -> str:
-    s = max(0, int(time.time() - ts))
-    for unit, n in (("d", 86400), ("h", 3600), ("m", 60)):
-        if s >= n:
-            return f"{s // n}{unit}"
-    return f"{s}s"
-
-
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the jobs as a JSON list.")
 @click.option("--all", "-a", "show_all", is_flag=True, help="Include removed jobs.")
@@ -321,52 +208,18 @@ def ps(ctx: click.Context, as_json: bool, show_all: bool) -> None:
     run(_ps(ctx, as_json, show_all))
 
 
-async def _refresh_all(sessions: Sessions, store: Store, jobs: list[JobRecord]) -> None:
-    todo = [j for j in jobs if j.removed_at is None and
-            (j.state in (*ACTIVE_STATES, "unknown") or
-             any(n.state in (*ACTIVE_STATES, "unreachable") for n in j.nodes))]
-    results = await asyncio.gather(*(refresh(sessions.for_job(j), store, j) for j in todo),
-                                   return_exceptions=True)
-    for j, r in zip(todo, results):
-        if isinstance(r, GpuConsoleError):
-            _err(f"warning: job {j.id}: {r.message}")
-        elif isinstance(r, BaseException):
-            raise r
-    _warn_unreachable(todo)
-
-
-def _warn_unreachable(jobs: list[JobRecord]) -> None:
-    """Say which hosts could not be asked (their jobs show the last known state)."""
-    seen: set[str] = set()
-    for j in jobs:
-        for host, why in j.unreachable.items():
-            if host not in seen:
-                seen.add(host)
-                _err(f"warning: {why}")
-
-
 async def _ps(ctx: click.Context, as_json: bool, show_all: bool) -> None:
-    async with _job_context(ctx) as (store, sessions):
-        await adopt_unknown(sessions.default_session(), store, list(sessions.default.hosts))
-        await _refresh_all(sessions, store, store.jobs(include_removed=show_all))
-        jobs = store.jobs(include_removed=show_all)
-    from console.jobs.status import JobView
-
+    async with _service(ctx) as svc:
+        jobs = await svc.list_jobs(include_removed=show_all,
+                                   warn=lambda m: _err(f"warning: {m}"))
     if as_json:
         click.echo(json.dumps([JobView(j).as_dict() for j in jobs], indent=2))
         return
+    now = time.time()
     rows = [("JOB", "STATE", "NODES", "AGE", "REASON")]
     for j in jobs:
-        nodes = " ".join(f"n{n.node_rank}@{n.host}:{format_node_state(n)}" for n in j.nodes)
-        reason = ""
-        if j.failure:
-            f = j.failure
-            rank = f" rank {f['rank']}" if f.get("rank") is not None else ""
-            reason = f"node {f['node']}{rank}: {f['reason']}"
-        state = "removed" if j.removed_at else j.state
-        if j.state == "failed" and j.exit_code is not None:
-            state = f"failed({j.exit_code})"
-        rows.append((j.id, state, nodes, _age(j.created_at), reason))
+        jr = job_row(j, now)
+        rows.append((jr.job_id, jr.state, jr.nodes, jr.age, jr.reason))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     for r in rows:
         click.echo("  ".join(c.ljust(w) for c, w in zip(r[:4], widths)) + "  " + r[4])
@@ -417,17 +270,13 @@ def logs(ctx: click.Context, job_ref: str, follow: bool, node: int | None, since
 
 async def _logs(ctx: click.Context, ref: str, follow: bool, node: int | None,
                 since_ns: int | None, tail: int | None, timestamps: bool) -> int:
-    async with _job_context(ctx) as (store, sessions):
-        job = find_job(store, ref)
-        if node is not None and node not in {n.node_rank for n in job.nodes}:
-            raise JobError(f"job {job.id} has no node {node}",
-                           f"nodes: 0..{len(job.nodes) - 1}")
-        session = sessions.for_job(job)
+    async with _service(ctx) as svc:
+        job = svc.find_job(ref)
+        svc.check_node(job, node)
         if follow and job.removed_at is None:
-            return await _follow(session, store, job, tail=tail, timestamps=timestamps,
-                                 node=node, since_ns=since_ns)
-        lines = await read_job_logs(session, store, job, node=node, since_ns=since_ns,
-                                    tail=tail)
+            return await _follow(svc, job, tail=tail, timestamps=timestamps, node=node,
+                                 since_ns=since_ns)
+        lines = await svc.read_logs(job, node=node, since_ns=since_ns, tail=tail)
         for line in lines:
             _print_line(line, timestamps)
         for host, why in job.unreachable.items():
@@ -449,20 +298,13 @@ def stop(ctx: click.Context, job_ref: str, grace: float | None) -> None:
 
 
 async def _stop(ctx: click.Context, ref: str, grace: float | None) -> None:
-    async with _job_context(ctx) as (store, sessions):
-        job = find_job(store, ref)
-        session = sessions.for_job(job)
-        job = await refresh(session, store, job, teardown=False)
-        _raise_if_unreachable(job)
-        running = [n for n in job.nodes if n.state in ACTIVE_STATES]
-        if not running:
-            _err(f"job {job.id} is not running ({job.state})")
+    async with _service(ctx) as svc:
+        job = svc.find_job(ref)
+        out = await svc.stop(job, grace)
+        if not out.stopped:
+            _err(f"job {out.job.id} is not running ({out.job.state})")
             return
-        store.update_job(job.id, stop_requested_at=time.time())
-        g = session.profile.defaults.stop_grace if grace is None else grace
-        await stop_nodes(session, store, job, running, grace=g)
-        job = await refresh(session, store, job, teardown=False)
-        _summary(job)
+        _summary(out.job)
 
 
 @main.command()
@@ -475,26 +317,45 @@ def rm(ctx: click.Context, job_ref: str, force: bool) -> None:
 
 
 async def _rm(ctx: click.Context, ref: str, force: bool) -> None:
-    async with _job_context(ctx) as (store, sessions):
-        job = find_job(store, ref)
-        session = sessions.for_job(job)
-        if job.removed_at is None:
-            job = await refresh(session, store, job)
-            _raise_if_unreachable(job)
-        running = [n for n in job.nodes if n.state in ACTIVE_STATES]
-        if running and not force:
-            raise JobError(f"job {job.id} is running", f"stop it first, or `rm --force {ref}`")
-        if running:
-            store.update_job(job.id, stop_requested_at=time.time())
-            await stop_nodes(session, store, job, running,
-                             grace=session.profile.defaults.stop_grace)
-        # archive every line before the containers go
-        await read_job_logs(session, store, job)
-        for n in job.nodes:
-            if n.container_id:
-                await session.engine(n.host).remove(n.container_id)
-        store.update_job(job.id, removed_at=time.time())
+    async with _service(ctx) as svc:
+        job = await svc.remove(svc.find_job(ref), force=force)
         click.echo(job.id)
+
+
+@main.command(name="exec", context_settings={"ignore_unknown_options": True})
+@click.argument("job_ref", metavar="JOB")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@click.option("--node", "-n", type=int, help="Node rank (default 0).")
+@click.pass_context
+def exec_(ctx: click.Context, job_ref: str, command: tuple[str, ...], node: int | None) -> None:
+    """Run COMMAND (default: a shell) in a job's container: `exec JOB [--node N] -- CMD...`.
+
+    With a terminal it gets a TTY (docker exec -it through an SSH PTY); else stdin and output
+    are piped. Exits with the command's exit code.
+    """
+    raise SystemExit(run(_exec(ctx, job_ref, list(command), node)))
+
+
+async def _exec(ctx: click.Context, ref: str, command: list[str], node: int | None) -> int:
+    tty = sys.stdin.isatty() and sys.stdout.isatty()
+    async with _service(ctx) as svc:
+        return await svc.exec(svc.find_job(ref), node, command, tty=tty)
+
+
+@main.command()
+@click.argument("job_ref", metavar="JOB")
+@click.pass_context
+def describe(ctx: click.Context, job_ref: str) -> None:
+    """Show a job: spec, hosts, containers, each node's docker run and torchrun lines."""
+    run(_describe(ctx, job_ref))
+
+
+async def _describe(ctx: click.Context, ref: str) -> None:
+    async with _service(ctx) as svc:
+        job = svc.find_job(ref)
+        if job.removed_at is None:
+            job = await svc.refresh_job(job, teardown=False)
+        click.echo((await svc.describe(job)).render())
 
 
 # -- top / gpus -----------------------------------------------------------------------------
@@ -536,7 +397,7 @@ def top(ctx: click.Context, once: bool, as_json: bool, interval: float, hosts: s
 async def _top(ctx: click.Context, once: bool, as_json: bool, interval: float,
                hosts: str | None, record: Path | None, replay: Path | None, speed: float,
                source: str) -> None:
-    from console.fleet.monitor import FleetMonitor, Recorder, read_recording
+    from console.fleet.monitor import Recorder, read_recording
     from console.fleet.render import render_fleet
     from console.fleet.state import FleetState
 
@@ -570,7 +431,6 @@ async def _top(ctx: click.Context, once: bool, as_json: bool, interval: float,
 
     profile = _profile(ctx)
     names = _hosts_opt(profile, hosts)
-    state = FleetState(names, interval)
     try:
         rec_file = open(record, "a", encoding="utf-8") if record else None
     except OSError as e:
@@ -584,14 +444,12 @@ async def _top(ctx: click.Context, once: bool, as_json: bool, interval: float,
         if as_json and not once:
             click.echo(json.dumps({"host": host, "sample": sample}))
 
-    async with Session(profile) as session:
-        mon = FleetMonitor(session, state, names, interval=interval, on_sample=on_sample,
-                           mode=source)
-        mon.start()
+    async with Service(profile) as svc:
+        state = svc.start_fleet(names, interval=interval, mode=source, on_sample=on_sample)
         try:
             if once:
-                await mon.wait_complete(timeout=max(15.0, 5 * interval))
-                await mon.refresh_containers()
+                await svc.wait_fleet(timeout=max(15.0, 5 * interval))
+                await svc.refresh_containers()
                 show(state)
                 if all(v.sample is None for v in state.hosts.values()):
                     raise JobError("no host answered", "see the errors above (`-v` for more)")
@@ -601,7 +459,7 @@ async def _top(ctx: click.Context, once: bool, as_json: bool, interval: float,
                 if not as_json:
                     show(state)
         finally:
-            await mon.stop()
+            await svc.stop_fleet()
             if rec_file:
                 rec_file.close()
 
@@ -617,21 +475,18 @@ def gpus(ctx: click.Context, free: bool, as_json: bool, hosts: str | None) -> No
 
 
 async def _gpus(ctx: click.Context, free: bool, as_json: bool, hosts: str | None) -> None:
-    from console.fleet.monitor import FleetMonitor
     from console.fleet.render import render_fleet, render_free
-    from console.fleet.state import FleetState, free_gpus
+    from console.fleet.state import free_gpus
 
     profile = _profile(ctx)
     names = _hosts_opt(profile, hosts)
-    state = FleetState(names)
-    async with Session(profile) as session:
-        mon = FleetMonitor(session, state, names)
-        mon.start()
+    async with Service(profile) as svc:
+        state = svc.start_fleet(names)
         try:
-            await mon.wait_complete(timeout=15.0)
-            await mon.refresh_containers()
+            await svc.wait_fleet(timeout=15.0)
+            await svc.refresh_containers()
         finally:
-            await mon.stop()
+            await svc.stop_fleet()
     for v in state.hosts.values():
         if v.sample is None:
             _err(f"warning: {v.error or f'host {v.name}: {v.status}'}")

@@ -468,6 +468,50 @@ class Service:
         spec_yaml = yaml.safe_dump(job.spec, sort_keys=False) if job.spec else ""
         return JobDescription(job, spec_yaml, tuple(nodes))
 
+    # -- exec -------------------------------------------------------------------------------
+
+    #: The shell ``exec`` starts when no command is given: bash when the image has it.
+    DEFAULT_SHELL = ("sh", "-c", "command -v bash >/dev/null 2>&1 && exec bash || exec sh")
+
+    def exec_target(self, job: JobRecord, node: int | None) -> NodeRecord:
+        """The node ``exec`` runs in: ``node``, else node 0.
+
+        Raises:
+            JobError: no such node, or its container is not running.
+        """
+        self.check_node(job, node)
+        n = next(n for n in job.nodes if n.node_rank == (node or 0))
+        if not n.container_id or n.state != "running" or job.removed_at is not None:
+            raise JobError(f"job {job.id}: node {n.node_rank} is not running ({n.state})",
+                           "exec needs a running container; see `gpuconsole ps`")
+        return n
+
+    def exec_argv(self, job: JobRecord, node: NodeRecord, command: list[str], *,
+                  tty: bool) -> list[str]:
+        """The ``docker exec`` argv run on the node's host (no shell string is built from
+        ``command``: the transport quotes each word)."""
+        t = self.session_for(job).transport(node.host)
+        assert node.container_id is not None
+        return ["docker", "-H", f"unix://{t.engine_socket_path()}", "exec", "-i",
+                *(["-t"] if tty else []), node.container_id,
+                *(command or self.DEFAULT_SHELL)]
+
+    async def exec(self, job: JobRecord, node: int | None, command: list[str], *,
+                   tty: bool) -> int:
+        """Run ``command`` (default: a shell) in a node's container, attached to this
+        terminal (``docker exec`` on the host, through an SSH PTY when ``tty``); returns its
+        exit code.
+
+        Raises:
+            JobError: the node is not running.
+            TransportError: the host cannot be reached.
+        """
+        job = await refresh(self.session_for(job), self.store, job, teardown=False)
+        self._raise_if_unreachable(job)
+        n = self.exec_target(job, node)
+        t = await self.session_for(job).connected(n.host)
+        return await t.interactive(self.exec_argv(job, n, command, tty=tty), tty=tty)
+
     # -- logs -------------------------------------------------------------------------------
 
     async def read_logs(self, job: JobRecord, *, node: int | None = None,

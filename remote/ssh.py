@@ -16,11 +16,16 @@ import ipaddress
 import logging
 import os
 import shlex
+import signal
 import socket
 import stat
+import sys
 import tempfile
+import termios
+import tty as tty_mod
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import asyncssh
 
@@ -351,6 +356,30 @@ class SSHTransport(Transport):
                     ) from e
             return path
 
+    def engine_socket_path(self) -> str:
+        """The engine's socket path on the host."""
+        return self.target.docker_socket
+
+    async def interactive(self, argv: list[str], *, tty: bool) -> int:
+        """Run ``argv`` on the host attached to the local terminal (see
+        :meth:`Transport.interactive`); with ``tty`` through a PTY of the SSH session."""
+        conn = await self._connection()
+        cmd = shlex.join(argv)
+        log.debug("[%s] interactive %s (tty=%s)", self.name, cmd, tty)
+        kwargs: dict[str, Any] = {"encoding": None}
+        if tty:
+            size = os.get_terminal_size(sys.stdout.fileno())
+            kwargs.update(term_type=os.environ.get("TERM") or "xterm-256color",
+                          term_size=(size.columns, size.lines))
+        try:
+            proc = await conn.create_process(cmd, **kwargs)
+        except (asyncssh.Error, OSError) as e:
+            raise TransportError(self.name, f"cannot start `{cmd}`: {e}") from e
+        try:
+            return await bridge_terminal(proc, tty=tty)
+        except (asyncssh.ConnectionLost, asyncssh.DisconnectError) as e:
+            raise ConnectionLost(self.name, f"connection lost during `{cmd}`") from e
+
     async def open_process(self, argv: list[str]) -> RemoteProcess:
         """Start ``argv`` on the host (joined with :func:`shlex.join`) with stdin open."""
         conn = await self._connection()
@@ -477,3 +506,56 @@ def _describe_os_error(e: BaseException) -> str:
     if isinstance(e, OSError) and e.strerror:
         return e.strerror.lower()
     return str(e) or type(e).__name__
+
+
+async def bridge_terminal(proc: asyncssh.SSHClientProcess[bytes], *, tty: bool) -> int:
+    """Connect an SSH process to this process's stdin/stdout until it exits.
+
+    With ``tty`` the local terminal is put in raw mode (restored on every exit path) and
+    window size changes (SIGWINCH) are forwarded. Returns the remote exit status, or 128 + the
+    signal number when it died of a signal.
+    """
+    loop = asyncio.get_running_loop()
+    in_fd, out_fd = sys.stdin.fileno(), sys.stdout.fileno()
+    saved = termios.tcgetattr(in_fd) if tty and os.isatty(in_fd) else None
+
+    def on_input() -> None:
+        try:
+            data = os.read(in_fd, 4096)
+        except OSError:
+            data = b""
+        if data:
+            proc.stdin.write(data)
+        else:
+            loop.remove_reader(in_fd)
+            proc.stdin.write_eof()
+
+    def on_resize() -> None:
+        try:
+            size = os.get_terminal_size(out_fd)
+        except OSError:
+            return
+        proc.change_terminal_size(size.columns, size.lines)
+
+    async def copy(reader: asyncssh.SSHReader[bytes], fd: int) -> None:
+        while True:
+            chunk = await reader.read(65536)
+            if not chunk:
+                return
+            os.write(fd, chunk)
+
+    try:
+        if saved is not None:
+            tty_mod.setraw(in_fd)
+            loop.add_signal_handler(signal.SIGWINCH, on_resize)
+        loop.add_reader(in_fd, on_input)
+        await asyncio.gather(copy(proc.stdout, out_fd), copy(proc.stderr, sys.stderr.fileno()))
+        await proc.wait_closed()
+    finally:
+        loop.remove_reader(in_fd)
+        if saved is not None:
+            loop.remove_signal_handler(signal.SIGWINCH)
+            termios.tcsetattr(in_fd, termios.TCSADRAIN, saved)
+    if proc.exit_status is not None:
+        return proc.exit_status
+    return 128 + _signal_number(proc.exit_signal[0]) if proc.exit_signal else 255

@@ -107,6 +107,23 @@ class Transport(ABC):
         """
 
     @abstractmethod
+    def engine_socket_path(self) -> str:
+        """The engine's socket path on the host itself (for a ``docker -H unix://...`` line
+        run there)."""
+
+    @abstractmethod
+    async def interactive(self, argv: list[str], *, tty: bool) -> int:
+        """Run ``argv`` on the host attached to this process's terminal; return its exit code.
+
+        With ``tty`` the command gets a pseudo-terminal (over SSH: a PTY of the session, the
+        local terminal in raw mode, window size changes forwarded); without it, stdin, stdout
+        and stderr are piped through as bytes.
+
+        Raises:
+            TransportError: the host cannot be reached or the command cannot start.
+        """
+
+    @abstractmethod
     async def docker_socket(self) -> str:
         """A local unix socket path that speaks to the host's Docker engine.
 
@@ -380,6 +397,25 @@ class LocalTransport(Transport):
     async def docker_socket(self) -> str:
         """The local engine's socket path."""
         return self._socket
+
+    def engine_socket_path(self) -> str:
+        """The local engine's socket path."""
+        return self._socket
+
+    async def interactive(self, argv: list[str], *, tty: bool) -> int:
+        """Run ``argv`` as a child sharing this process's terminal (no shell)."""
+        log.debug("[%s] interactive %s", self.name, shlex.join(argv))
+        try:
+            proc = await asyncio.create_subprocess_exec(*argv)
+        except FileNotFoundError as e:
+            raise TransportError(self.name, f"{argv[0]}: command not found") from e
+        try:
+            rc = await proc.wait()
+        except asyncio.CancelledError:
+            proc.kill()
+            await asyncio.shield(proc.wait())
+            raise
+        return 128 - rc if rc < 0 else rc
 
     async def home(self) -> str:
         """``$HOME`` of the current user."""

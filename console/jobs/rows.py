@@ -1,0 +1,84 @@
+"""Jobs as rows for any face (``ps`` and the app's jobs view use the same words).
+
+Pure: a :class:`~console.jobs.store.JobRecord` plus, optionally, the fleet's per-job GPU usage
+(:meth:`console.fleet.state.FleetState.job_usage`) become a :class:`JobRow`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from console.fleet.state import JobUsage
+from console.jobs.status import format_node_state
+from console.jobs.store import JobRecord
+
+
+def age(seconds: float) -> str:
+    """A duration as ``42s``, ``5m``, ``3h``, ``2d`` (the largest whole unit)."""
+    s = max(0, int(seconds))
+    for unit, n in (("d", 86400), ("h", 3600), ("m", 60)):
+        if s >= n:
+            return f"{s // n}{unit}"
+    return f"{s}s"
+
+
+def state_label(job: JobRecord) -> str:
+    """``removed``, ``failed(1)`` or the job state, as ``ps`` prints it."""
+    if job.removed_at:
+        return "removed"
+    if job.state == "failed" and job.exit_code is not None:
+        return f"failed({job.exit_code})"
+    return job.state
+
+
+def reason(job: JobRecord) -> str:
+    """The one-line diagnosis of a failed job: ``node 1 rank 3: <reason>``, or ``""``."""
+    f = job.failure
+    if not f:
+        return ""
+    rank = f" rank {f['rank']}" if f.get("rank") is not None else ""
+    return f"node {f['node']}{rank}: {f['reason']}"
+
+
+@dataclass(frozen=True)
+class JobRow:
+    """One job, ready to show.
+
+    Attributes:
+        job_id / name: the job.
+        state: :func:`state_label`.
+        nodes: ``n0@a:running n1@b:failed(1)``.
+        age: since submit (:func:`age`).
+        gpus: GPUs its processes hold now (from telemetry), or ``None`` when unknown.
+        util_pct: their mean utilization (%) while running, or ``None``.
+        exit_code: the job's exit code once finished, else ``None``.
+        reason: :func:`reason`.
+    """
+
+    job_id: str
+    name: str
+    state: str
+    nodes: str
+    age: str
+    gpus: int | None
+    util_pct: float | None
+    exit_code: int | None
+    reason: str
+
+
+def job_row(job: JobRecord, now: float, usage: Mapping[str, JobUsage] | None = None) -> JobRow:
+    """The row of one job at time ``now`` (Unix s); ``usage`` from the fleet, if watched."""
+    u = usage.get(job.id) if usage is not None else None
+    running = job.state in ("running", "pending") and not job.removed_at
+    return JobRow(
+        job_id=job.id,
+        name=job.name,
+        state=state_label(job),
+        nodes=" ".join(f"n{n.node_rank}@{n.host}:{format_node_state(n)}" for n in job.nodes),
+        age=age(now - job.created_at),
+        gpus=len(u.gpus) if u is not None else (0 if usage is not None and running else None),
+        util_pct=u.mean_util_pct if u is not None and running else None,
+        exit_code=job.exit_code if not running else None,
+        reason=reason(job),
+    )
