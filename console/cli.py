@@ -57,11 +57,22 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
 @click.group(invoke_without_command=True)
 @click.option("--profile", "-p", "profile", metavar="NAME|PATH", default=None,
               help="Profile to use (default: $GPUCONSOLE_PROFILE, your default, then `local`).")
-@click.option("--verbose", "-v", is_flag=True, help="Debug logging on stderr.")
+@click.option("--verbose", "-v", is_flag=True, help="Debug logging (stderr; the app's log "
+              "file while the app runs).")
+@click.option("--readonly", is_flag=True, help="App: hide stop, submit and exec.")
+@click.option("--replay", "replay", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              help="App: show a telemetry recording (`top --record`) instead of live hosts.")
 @click.version_option(package_name="gpuconsole")
 @click.pass_context
-def main(ctx: click.Context, profile: str | None, verbose: bool) -> None:
-    """Launch torchrun jobs in containers on your GPU hosts, follow their logs, watch the fleet."""
+def main(ctx: click.Context, profile: str | None, verbose: bool, readonly: bool,
+         replay: Path | None) -> None:
+    """Launch torchrun jobs in containers on your GPU hosts, follow their logs, watch the fleet.
+
+    Without a command: the interactive console (fleet, jobs, log panes).
+    """
+    ctx.obj = {"profile": profile}
+    if ctx.invoked_subcommand is None:
+        raise SystemExit(_app(ctx, verbose, readonly, replay))
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -69,9 +80,38 @@ def main(ctx: click.Context, profile: str | None, verbose: bool) -> None:
     )
     if not verbose:
         logging.getLogger("asyncssh").setLevel(logging.ERROR)
-    ctx.obj = {"profile": profile}
-    if ctx.invoked_subcommand is None:
-        click.echo(ctx.get_help())
+
+
+def _app(ctx: click.Context, verbose: bool, readonly: bool, replay: Path | None) -> int:
+    """Run the Textual app; logging goes to ``<state dir>/gpuconsole.log`` meanwhile (stderr
+    would corrupt the screen)."""
+    from console.config import load_config
+    from console.jobs.store import state_dir
+
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        _err("error: the interactive console needs a terminal")
+        _err("  fix: run it in a terminal, or use the headless commands (`gpuconsole --help`)")
+        return 2
+    try:
+        config = load_config()
+        profile = _profile(ctx)
+        log_file = state_dir() / "gpuconsole.log"
+    except GpuConsoleError as e:
+        _err(f"error: {e.message}")
+        if e.hint:
+            _err(f"  fix: {e.hint}")
+        return 2
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        filename=str(log_file),
+    )
+    logging.getLogger("asyncssh").setLevel(logging.DEBUG if verbose else logging.WARNING)
+    from console.app.app import GpuConsoleApp
+
+    app = GpuConsoleApp(Service(profile), config=config, readonly=readonly, replay=replay)
+    rc = app.run()
+    return rc or 0
 
 
 def _profile(ctx: click.Context) -> Profile:

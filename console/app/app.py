@@ -1,0 +1,454 @@
+"""The interactive console: ``gpuconsole`` with no subcommand.
+
+Screens: fleet (default, ``1``), jobs (``2``), log panes of a job (pushed from jobs or fleet).
+The app owns one :class:`console.service.Service`; it subscribes to the service's events
+(coalesced: latest per host/job per burst) and turns them into typed Textual messages. Calls
+into the engine run in workers; results come back as messages; no worker touches a widget.
+
+Bindings carry ids (``app.fleet``, ``jobs.stop``, ``logs.search``...) so ``config.yaml``'s
+``keymap`` can remap them; ``?`` lists them all. ``--readonly`` hides stop, submit and exec.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.text import Text
+from textual import work
+from textual.app import App, SystemCommand
+from textual.binding import Binding
+from textual.message import Message
+from textual.reactive import reactive
+from textual.screen import Screen
+from textual.widgets import Static
+
+from console.app.screens.jobs import JobsScreen
+from console.app.screens.modals import AskScreen, ConfirmScreen, HelpScreen, TextScreen
+from console.config import AppConfig
+from console.events import (
+    ContainersMapped,
+    Event,
+    FollowStateChanged,
+    HostStateChanged,
+    JobChanged,
+    LogLinesReceived,
+    SampleReceived,
+    Subscription,
+)
+from console.jobs.logs import JobLogLine
+from console.jobs.store import JobRecord
+from console.service import Service
+from remote.errors import GpuConsoleError
+
+log = logging.getLogger("gpuconsole.app")
+
+#: Actions that change remote state, hidden by ``--readonly``.
+WRITE_ACTIONS = frozenset({"stop", "submit", "exec"})
+
+_HOST_STYLE = {"ok": "green", "stale": "yellow", "down": "red", "connecting": "cyan"}
+
+
+# -- messages: what happened, posted by the service subscription and by workers -------------
+
+
+@dataclass
+class JobsListed(Message):
+    """The jobs were reconciled with the hosts (newest first)."""
+
+    jobs: list[JobRecord]
+
+
+@dataclass
+class JobUpdated(Message):
+    """One job's record changed (state, exit codes, diagnosis)."""
+
+    job: JobRecord
+
+
+@dataclass
+class LogLinesArrived(Message):
+    """A batch of a followed job's lines."""
+
+    job_id: str
+    lines: tuple[JobLogLine, ...]
+
+
+@dataclass
+class FollowStateUpdated(Message):
+    """A node's log follow is following / reconnecting / ended."""
+
+    job_id: str
+    node_rank: int
+    state: str
+    detail: str | None
+
+
+@dataclass
+class HostStatusUpdated(Message):
+    """A host's telemetry status changed."""
+
+    host: str
+    status: str
+    reason: str | None
+
+
+class StatusLine(Static):
+    """One line: each host's connection state (``a ● ok  b ● down: connection refused``)."""
+
+    DEFAULT_CSS = """
+    StatusLine { dock: bottom; height: 1; background: $panel; color: $text; padding: 0 1; }
+    """
+
+    def on_mount(self) -> None:
+        self.watch(self.app, "host_status", self._show, init=True)
+
+    def _show(self, value: tuple[tuple[str, str, str | None], ...]) -> None:
+        text = Text()
+        for host, status, reason in value:
+            text.append(f"{host} ", style="bold")
+            text.append("● ", style=_HOST_STYLE.get(status, ""))
+            text.append(status + (f": {reason[:40]}" if reason and status == "down" else ""),
+                        style=_HOST_STYLE.get(status, ""))
+            text.append("   ")
+        self.update(text)
+
+
+class GpuConsoleApp(App[int]):
+    """The console (see the module docstring).
+
+    Args:
+        service: the engine (the app closes it on exit).
+        config: settings (keymap, intervals, buffer sizes).
+        readonly: hide the actions that change remote state (stop, submit, exec).
+        replay: show a telemetry recording instead of live hosts (``top --record``).
+        replay_speed: pace of the replay (0: as fast as possible).
+        clock: wall clock (Unix s) for ages; frozen in snapshot tests.
+        live: poll the hosts (jobs, telemetry); ``False`` only in tests that feed data.
+    """
+
+    TITLE = "gpuconsole"
+    ENABLE_COMMAND_PALETTE = True
+    BINDINGS = [
+        Binding("1", "show('fleet')", "Fleet", id="app.fleet"),
+        Binding("2", "show('jobs')", "Jobs", id="app.jobs"),
+        Binding("question_mark", "help", "Help", id="app.help"),
+        Binding("q", "quit", "Quit", id="app.quit"),
+        Binding("ctrl+c", "quit", "Quit", show=False, priority=True, id="app.interrupt"),
+    ]
+
+    host_status: reactive[tuple[tuple[str, str, str | None], ...]] = reactive(())
+
+    def __init__(self, service: Service, *, config: AppConfig | None = None,
+                 readonly: bool = False, replay: Path | None = None, replay_speed: float = 1.0,
+                 clock: Callable[[], float] = time.time, live: bool = True) -> None:
+        super().__init__()
+        self.service = service
+        self.config = config or AppConfig()
+        self.readonly = readonly
+        self.replay = replay
+        self.replay_speed = replay_speed
+        self.clock = clock
+        self.live = live
+        self._sub: Subscription | None = None
+        self._fleet_dirty = False
+        self._hosts: dict[str, tuple[str, str | None]] = {
+            h: ("connecting", None) for h in ([] if replay else service.profile.hosts)}
+        if self.config.theme:
+            self.theme = self.config.theme
+        if self.config.keymap:
+            self.set_keymap(self.config.keymap)
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def on_mount(self) -> None:
+        from console.app.screens.fleet import FleetScreen
+
+        self._sub = self.service.bus.subscribe(self._on_event, coalesce=True)
+        self.install_screen(FleetScreen(), name="fleet")
+        self.install_screen(JobsScreen(clock=self.clock), name="jobs")
+        self.push_screen("fleet")
+        self._publish_hosts()
+        if self.replay is not None:
+            self.service.start_replay(self.replay, speed=self.replay_speed)
+        elif self.live:
+            self.service.start_fleet(interval=self.config.interval)
+        self.set_interval(0.5, self._flush_fleet)
+        if self.live and self.replay is None:
+            self.refresh_jobs()
+        else:
+            self.post_message(JobsListed(self.service.store.jobs()))
+
+    async def on_unmount(self) -> None:
+        if self._sub is not None:
+            self._sub.close()
+        await self.service.close()
+
+    def _on_event(self, ev: Event) -> None:
+        """Service events -> messages (runs on the loop; never raises into the service)."""
+        if isinstance(ev, (SampleReceived, ContainersMapped)):
+            self._fleet_dirty = True
+        elif isinstance(ev, HostStateChanged):
+            self._fleet_dirty = True
+            self.post_message(HostStatusUpdated(ev.host, ev.status, ev.reason))
+        elif isinstance(ev, JobChanged):
+            self.post_message(JobUpdated(ev.job))
+        elif isinstance(ev, LogLinesReceived):
+            self.post_message(LogLinesArrived(ev.job_id, ev.lines))
+        elif isinstance(ev, FollowStateChanged):
+            self.post_message(FollowStateUpdated(ev.job_id, ev.node_rank, ev.state, ev.detail))
+
+    def _publish_hosts(self) -> None:
+        self.host_status = tuple((h, s, r) for h, (s, r) in self._hosts.items())
+
+    def _flush_fleet(self) -> None:
+        """At most twice a second: show the fleet state if anything arrived."""
+        if not self._fleet_dirty or self.service.fleet is None:
+            return
+        self._fleet_dirty = False
+        state = self.service.fleet
+        fleet = self.get_screen("fleet")
+        fleet.update_fleet(state)  # type: ignore[attr-defined]
+        jobs = self.get_screen("jobs")
+        assert isinstance(jobs, JobsScreen)
+        jobs.usage = state.job_usage()
+        if jobs.is_mounted:
+            jobs.update_jobs()
+        if self.replay is not None:
+            for name, v in state.hosts.items():
+                self._hosts[name] = (v.status, v.error)
+            self._publish_hosts()
+
+    # -- messages ---------------------------------------------------------------------------
+
+    def on_host_status_updated(self, m: HostStatusUpdated) -> None:
+        self._hosts[m.host] = (m.status, m.reason)
+        self._publish_hosts()
+
+    def on_jobs_listed(self, m: JobsListed) -> None:
+        jobs = self.get_screen("jobs")
+        assert isinstance(jobs, JobsScreen)
+        jobs.jobs = {j.id: j for j in m.jobs}
+        if jobs.is_mounted:
+            jobs.update_jobs()
+
+    def on_job_updated(self, m: JobUpdated) -> None:
+        jobs = self.get_screen("jobs")
+        assert isinstance(jobs, JobsScreen)
+        jobs.jobs[m.job.id] = m.job
+        if jobs.is_mounted:
+            jobs.update_jobs()
+        self._forward_to_logs(m)
+
+    def on_log_lines_arrived(self, m: LogLinesArrived) -> None:
+        self._forward_to_logs(m)
+
+    def on_follow_state_updated(self, m: FollowStateUpdated) -> None:
+        self._forward_to_logs(m)
+
+    def _forward_to_logs(self, m: Message) -> None:
+        from console.app.screens.logs import LogsScreen
+
+        for screen in self.screen_stack:
+            if isinstance(screen, LogsScreen):
+                screen.take(m)
+
+    # -- actions ----------------------------------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Hide the write actions in ``--readonly`` mode."""
+        if self.readonly and action in WRITE_ACTIONS:
+            return False
+        return True
+
+    def action_show(self, name: str) -> None:
+        """Switch to the fleet or jobs screen (closing log panes)."""
+        while len(self.screen_stack) > 2:
+            self.pop_screen()
+        if self.screen is not self.get_screen(name):
+            self.switch_screen(name)
+        if name == "jobs":
+            jobs = self.get_screen("jobs")
+            assert isinstance(jobs, JobsScreen)
+            jobs.update_jobs()
+
+    def help_rows(self) -> list[tuple[str, str, str, str]]:
+        """(section, keys, description, id) of every binding that applies on this screen,
+        focused widget first, the app's last."""
+        grouped: dict[tuple[str, str], tuple[list[str], Binding]] = {}
+        for node, bindings in self.screen._binding_chain:
+            section = type(node).__name__.removesuffix("Screen")
+            if section == type(self).__name__:
+                section = "App"
+            for key, blist in bindings.key_to_bindings.items():
+                for b in blist:
+                    if self.readonly and b.action.split("(")[0] in WRITE_ACTIONS:
+                        continue
+                    keys, _ = grouped.setdefault((section, b.id or b.action), ([], b))
+                    display = self.get_key_display(Binding(key, b.action))
+                    if display not in keys:
+                        keys.append(display)
+        return [(sec, ",".join(keys), b.description or b.action, b.id or "")
+                for (sec, _), (keys, b) in grouped.items()]
+
+    def action_help(self) -> None:
+        """Show every binding of this screen with its id."""
+        if isinstance(self.screen, HelpScreen):
+            return
+        self.push_screen(HelpScreen(self.help_rows()))
+
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
+        """The command palette: Textual's own commands plus the views and job actions."""
+        yield from super().get_system_commands(screen)
+        yield SystemCommand("Fleet", "GPUs of every host", lambda: self.action_show("fleet"))
+        yield SystemCommand("Jobs", "jobs and their state", lambda: self.action_show("jobs"))
+        yield SystemCommand("Refresh jobs", "reconcile with the hosts", self.refresh_jobs)
+        jobs = self.get_screen("jobs")
+        assert isinstance(jobs, JobsScreen)
+        for j in sorted(jobs.jobs.values(), key=lambda j: -j.created_at)[:20]:
+            yield SystemCommand(f"Logs {j.id}", f"{j.state}: log panes of {j.name}",
+                                lambda j=j: self.open_logs(j))
+            if not self.readonly and j.state in ("running", "pending"):
+                yield SystemCommand(f"Stop {j.id}", "SIGTERM, then SIGKILL after the grace",
+                                    lambda j=j: self.confirm_stop(j))
+
+    # -- operations (workers; results come back as messages or notifications) ---------------
+
+    @work(exclusive=True, group="jobs-refresh")
+    async def refresh_jobs(self) -> None:
+        """Reconcile the jobs with the hosts; re-arms itself after it finished."""
+        warnings: list[str] = []
+        try:
+            jobs = await self.service.list_jobs(warn=warnings.append)
+        except GpuConsoleError as e:
+            self.notify(e.message, title="jobs", severity="error")
+        else:
+            self.post_message(JobsListed(jobs))
+            for w in warnings[:3]:
+                log.info("jobs: %s", w)
+        finally:
+            if self.live and self.replay is None:
+                self.set_timer(self.config.jobs_refresh_s, self.refresh_jobs)
+
+    def open_logs(self, job: JobRecord) -> None:
+        """Push the log panes of a job."""
+        from console.app.screens.logs import LogsScreen
+
+        self.push_screen(LogsScreen(job, buffer_lines=self.config.log_buffer_lines))
+
+    def confirm_stop(self, job: JobRecord) -> None:
+        """Ask, showing each ``docker stop`` that will run, then stop the job."""
+        if self.readonly:
+            return
+        preview = self.service.stop_preview(job)
+        if not preview:
+            self.notify(f"job {job.id} is not running ({job.state})", severity="warning")
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._stop(job)
+
+        self.push_screen(ConfirmScreen(f"Stop job {job.id}?", "\n".join(preview),
+                                       yes="Stop"), answered)
+
+    @work(group="stop")
+    async def _stop(self, job: JobRecord) -> None:
+        self.notify(f"stopping {job.id}…")
+        try:
+            out = await self.service.stop(job)
+        except GpuConsoleError as e:
+            self.notify(f"{e.message}\nfix: {e.hint}" if e.hint else e.message,
+                        title="stop failed", severity="error")
+            return
+        if out.stopped:
+            self.notify(f"job {out.job.id} {out.job.state}", title="stopped")
+        else:
+            self.notify(f"job {out.job.id} was not running ({out.job.state})")
+
+    @work(group="describe")
+    async def describe(self, job: JobRecord) -> None:
+        """Show the job's spec, hosts, containers and command lines."""
+        try:
+            d = await self.service.describe(job)
+        except GpuConsoleError as e:
+            self.notify(e.message, title="describe", severity="error")
+            return
+        self.push_screen(TextScreen(f"describe {job.id}", d.render()))
+
+    def ask_submit(self) -> None:
+        """Ask for a spec path, show the dry-run plan, confirm, launch."""
+        if self.readonly:
+            return
+
+        def got(path: str | None) -> None:
+            if path:
+                self._plan(Path(path).expanduser())
+
+        self.push_screen(AskScreen("Job spec to submit (YAML):", placeholder="path/to/job.yaml"),
+                         got)
+
+    @work(group="submit")
+    async def _plan(self, path: Path) -> None:
+        try:
+            sub = await self.service.plan(path, dry_run=True)
+        except GpuConsoleError as e:
+            self.push_screen(TextScreen("cannot submit", _error_text(e)))
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._submit(path)
+
+        self.push_screen(ConfirmScreen(f"Submit {path}?", sub.plan_text(), yes="Submit"),
+                         answered)
+
+    @work(group="submit")
+    async def _submit(self, path: Path) -> None:
+        self.notify(f"submitting {path}…")
+        try:
+            sub = await self.service.plan(path)
+            job = await self.service.submit(sub)
+        except GpuConsoleError as e:
+            self.push_screen(TextScreen("submit failed", _error_text(e)))
+            return
+        self.notify(f"submitted {job.id}", title="submit")
+        self.post_message(JobUpdated(job))
+        self.action_show("jobs")
+        self.open_logs(job)
+
+    def exec_shell(self, job: JobRecord, node: int | None = None) -> None:
+        """A shell in a node's container: the app suspends until it exits."""
+        if self.readonly:
+            return
+        running = [n.node_rank for n in job.nodes if n.state == "running"]
+        if node is None and len(running) > 1:
+            def got(value: str | None) -> None:
+                if value is not None and value.strip().isdigit():
+                    self._exec(job, int(value))
+
+            self.push_screen(AskScreen(f"Node of {job.id} ({', '.join(map(str, running))}):",
+                                       str(running[0])), got)
+            return
+        self._exec(job, node)
+
+    @work(exclusive=True, group="exec")
+    async def _exec(self, job: JobRecord, node: int | None) -> None:
+        try:
+            with self.suspend():
+                rc = await self.service.exec(job, node, [], tty=True)
+        except GpuConsoleError as e:
+            self.notify(e.message, title="exec", severity="error")
+            return
+        except Exception as e:  # SuspendNotSupported (no terminal), a dead host...
+            self.notify(f"{type(e).__name__}: {e}", title="exec", severity="error")
+            return
+        self.notify(f"shell in {job.id} exited {rc}")
+
+
+def _error_text(e: GpuConsoleError) -> str:
+    return f"error: {e.message}" + (f"\n  fix: {e.hint}" if e.hint else "")

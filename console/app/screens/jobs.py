@@ -1,0 +1,161 @@
+"""The jobs view: the jobs of ``ps`` with state per node, age, GPUs, utilization, diagnosis.
+
+Keys: enter/``l`` logs, ``S`` stop (confirm shows each ``docker stop``), ``d`` describe, ``n``
+submit a spec (its dry-run plan is shown before confirming), ``x`` a shell in the job's
+container, ``R`` reconcile now. The screen never calls the engine itself: it asks the app,
+whose workers post typed messages back.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, cast
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Static
+
+from console.fleet.state import JobUsage
+from console.jobs.rows import JobRow, job_row
+from console.jobs.store import JobRecord
+
+if TYPE_CHECKING:
+    from console.app.app import GpuConsoleApp
+
+_STATE_STYLE = {"running": "green", "pending": "cyan", "succeeded": "bold green",
+                "stopped": "yellow", "lost": "magenta", "removed": "dim", "unknown": "dim"}
+COLUMNS = ("JOB", "STATE", "NODES", "AGE", "GPUS", "UTIL", "EXIT", "REASON")
+
+
+def _cell_state(state: str) -> Text:
+    style = "bold red" if state.startswith("failed") else _STATE_STYLE.get(state, "")
+    return Text(state, style=style)
+
+
+def row_cells(r: JobRow) -> tuple[Text | str, ...]:
+    """The table cells of one row; unknown values show as ``?``."""
+    return (
+        r.job_id,
+        _cell_state(r.state),
+        r.nodes,
+        r.age,
+        "?" if r.gpus is None else str(r.gpus),
+        "?" if r.util_pct is None else f"{r.util_pct:.0f}%",
+        "" if r.exit_code is None else str(r.exit_code),
+        Text(r.reason, style="red") if r.reason else "",
+    )
+
+
+class JobsScreen(Screen[None]):
+    """The jobs table (see the module docstring)."""
+
+    BINDINGS = [
+        Binding("enter,l", "logs", "Logs", id="jobs.logs"),
+        Binding("S", "stop", "Stop", id="jobs.stop"),
+        Binding("d", "describe", "Describe", id="jobs.describe"),
+        Binding("n", "submit", "Submit", id="jobs.submit"),
+        Binding("x", "exec", "Shell", id="jobs.exec"),
+        Binding("R", "reconcile", "Refresh", id="jobs.refresh"),
+    ]
+    DEFAULT_CSS = """
+    JobsScreen DataTable { height: 1fr; }
+    JobsScreen #jobs-empty { height: auto; padding: 1 2; color: $text-muted; }
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        super().__init__(id="jobs")
+        self.clock = clock
+        self.jobs: dict[str, JobRecord] = {}
+        self.usage: Mapping[str, JobUsage] | None = None
+
+    @property
+    def gc(self) -> GpuConsoleApp:
+        """The app (typed)."""
+        return cast("GpuConsoleApp", self.app)
+
+    def compose(self) -> ComposeResult:
+        table: DataTable[Text | str] = DataTable(cursor_type="row", zebra_stripes=True,
+                                                 id="jobs-table")
+        table.add_columns(*COLUMNS)
+        yield table
+        yield Static("no jobs yet: press n to submit a spec, or run `gpuconsole submit`",
+                     id="jobs-empty")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one(DataTable).focus()
+
+    def selected_job(self) -> JobRecord | None:
+        """The job under the cursor, or ``None``."""
+        table = self.query_one(DataTable)
+        if table.row_count == 0:
+            return None
+        try:
+            key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key
+        except Exception:
+            return None
+        return self.jobs.get(str(key.value))
+
+    def update_jobs(self, jobs: list[JobRecord] | None = None,
+                    usage: Mapping[str, JobUsage] | None = None) -> None:
+        """Show ``jobs`` (newest first; ``None``: the ones shown, re-rendered) with the fleet's
+        per-job GPU usage; the cursor stays on the same job."""
+        if jobs is not None:
+            self.jobs = {j.id: j for j in jobs}
+        if usage is not None:
+            self.usage = usage
+        table = self.query_one(DataTable)
+        current = self.selected_job()
+        now = self.clock()
+        table.clear()
+        for j in sorted(self.jobs.values(), key=lambda j: -j.created_at):
+            table.add_row(*row_cells(job_row(j, now, self.usage)), key=j.id)
+        self.query_one("#jobs-empty").display = not self.jobs
+        if current is not None and current.id in self.jobs:
+            table.move_cursor(row=table.get_row_index(current.id))
+
+    def update_job(self, job: JobRecord) -> None:
+        """One job changed (or appeared)."""
+        self.jobs[job.id] = job
+        self.update_jobs()
+
+    def _need(self) -> JobRecord | None:
+        job = self.selected_job()
+        if job is None:
+            self.notify("no job selected", severity="warning")
+        return job
+
+    def action_logs(self) -> None:
+        """Open the job's log panes."""
+        job = self._need()
+        if job is not None:
+            self.gc.open_logs(job)
+
+    def action_stop(self) -> None:
+        """Confirm, then stop the job."""
+        job = self._need()
+        if job is not None:
+            self.gc.confirm_stop(job)
+
+    def action_describe(self) -> None:
+        """Show the job's spec, containers and command lines."""
+        job = self._need()
+        if job is not None:
+            self.gc.describe(job)
+
+    def action_submit(self) -> None:
+        """Ask for a spec file, show its plan, confirm, launch."""
+        self.gc.ask_submit()
+
+    def action_exec(self) -> None:
+        """A shell in the job's container (the app suspends until it exits)."""
+        job = self._need()
+        if job is not None:
+            self.gc.exec_shell(job)
+
+    def action_reconcile(self) -> None:
+        """Reconcile the jobs with the hosts now."""
+        self.gc.refresh_jobs()
