@@ -1,0 +1,280 @@
+"""The fleet view, the console's default screen: every host and its GPUs in one table.
+
+The app feeds it with :meth:`FleetScreen.update_fleet` (coalesced, about 2 Hz); the screen does
+no I/O. Keys (binding ids in brackets): ``s`` next sort column [fleet.sort], ``r`` reverse
+the sort [fleet.reverse], ``/`` filter [fleet.filter] (``free``, ``busy``, ``host:NAME``,
+``job:ID``, ``model:TEXT`` or any text; escape clears it [fleet.clear_filter]), enter on a GPU
+used by a gpuconsole job posts :class:`FleetScreen.JobSelected` [fleet.open_job].
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import ClassVar
+
+from rich.text import Text
+from textual import on
+from textual.actions import SkipAction
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Input, Static
+
+from console.app.widgets.fleet import FleetTable
+from console.fleet.rows import (
+    SORT_KEYS,
+    GpuRow,
+    HostGroup,
+    HostRow,
+    filter_groups,
+    fleet_rows,
+    host_detail_text,
+    num_text,
+    sort_groups,
+    users_text,
+)
+from console.fleet.state import FleetState
+
+#: Direction a sort column starts in: the host order ascending, readings highest first.
+DEFAULT_DESCENDING = {"host": False, "util": True, "mem": True, "temp": True, "power": True}
+
+
+def summary_text(groups: list[HostGroup], shown: list[HostGroup], sort_key: str,
+                 descending: bool, query: str) -> Text:
+    """The line above the table: hosts by status, GPUs busy/free, sort and filter."""
+    hosts = [g.host for g in groups]
+    gpus = [r for g in groups for r in g.gpus]
+    out = Text()
+    out.append(f"{len(hosts)} host{'s' if len(hosts) != 1 else ''}: ", style="bold")
+    parts: list[tuple[str, str]] = []
+    for status, style in (("up", "green"), ("stale", "yellow"), ("down", "red"),
+                          ("connecting", "dim")):
+        n = sum(1 for h in hosts if h.status == status and not (status == "up" and h.problem))
+        if n:
+            parts.append((f"{n} {status}", style))
+    problems = sum(1 for h in hosts if h.status == "up" and h.problem)
+    if problems:
+        parts.append((f"{problems} driver problem{'s' if problems != 1 else ''}", "magenta"))
+    for i, (word, style) in enumerate(parts):
+        out.append(("" if i == 0 else ", ") + word, style=style)
+    out.append("  │  ")
+    out.append(f"{len(gpus)} GPU{'s' if len(gpus) != 1 else ''}: ", style="bold")
+    out.append(f"{sum(1 for r in gpus if r.busy)} busy", style="cyan")
+    out.append(", ")
+    out.append(f"{sum(1 for r in gpus if r.free)} free", style="green")
+    out.append(f"  │  sort {sort_key} {'▼' if descending else '▲'}")
+    if query.strip():
+        n = sum(len(g.gpus) for g in shown)
+        out.append(f"  │  filter '{query.strip()}': {n} GPU{'s' if n != 1 else ''}",
+                   style="bold yellow")
+    return out
+
+
+def detail_text(row: HostRow | GpuRow | None) -> Text:
+    """The line below the table: everything about the cursor row, uncut."""
+    if row is None:
+        return Text("")
+    if isinstance(row, HostRow):
+        detail = host_detail_text(row)
+        text = Text(f"{row.name}: ", style="bold")
+        text.append(row.status)
+        if row.gpu_count is not None:
+            text.append(f", {row.gpu_count} GPU(s)")
+        if row.source is not None:
+            text.append(f", via {row.source}", style="dim")
+        if detail:
+            text.append(f" | {detail}", style="red" if row.status == "down" else "magenta")
+        return text
+    text = Text(f"{row.host} GPU {row.index} ", style="bold")
+    text.append(row.name or "?")
+    text.append(f" | fan {num_text(row.fan_pct, '%')}", style="dim")
+    if row.users is None:
+        text.append(" | processes unknown", style="dim")
+    elif not row.users:
+        text.append(" | no processes", style="dim")
+    for u in row.users or ():
+        used = f" ({num_text(u.used_mib)} MiB)" if u.used_mib is not None else ""
+        if u.job_id is not None:
+            text.append(f" | job {u.job_id} n{u.node_rank}", style="bold")
+            text.append(f" pids {','.join(str(p) for p in u.pids)}{used}; enter: open job")
+        else:
+            text.append(" | " + users_text((u,), command_limit=200) + used)
+    return text
+
+
+class FleetScreen(Screen[None]):
+    """Hosts and GPUs in one table (see the module docstring).
+
+    Args:
+        clock: the clock of the state's receive times (``time.monotonic`` for a live
+            monitor), for a stale host's age; tests inject a fixed one.
+        history_points: utilization points kept per GPU row (the sparkline shows the last
+            ``history_width``).
+        history_width: sparkline width in cells.
+        name, id, classes: as for any screen (``id`` defaults to ``fleet``).
+
+    Attributes:
+        sort_key: one of :data:`console.fleet.rows.SORT_KEYS`.
+        descending: the sort direction.
+        filter_query: the filter query (``""``: no filter).
+        groups: the last update's rows, unsorted and unfiltered.
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("s", "cycle_sort", "Sort", id="fleet.sort"),
+        Binding("r", "reverse_sort", "Reverse", id="fleet.reverse"),
+        Binding("slash", "open_filter", "Filter", id="fleet.filter"),
+        Binding("escape", "clear_filter", "Clear filter", id="fleet.clear_filter",
+                show=False),
+    ]
+
+    DEFAULT_CSS = """
+    FleetScreen #fleet-summary { height: 1; padding: 0 1; }
+    FleetScreen #fleet-filter { height: 3; display: none; }
+    FleetScreen #fleet-filter.-open { display: block; }
+    FleetScreen #fleet-detail { height: 1; padding: 0 1; background: $boost; }
+    """
+
+    class JobSelected(Message):
+        """A GPU row used by a gpuconsole job was selected (enter): open that job.
+
+        Attributes:
+            job_id: the job (its first one when several share the GPU).
+            host: the GPU's host.
+            gpu_index: the GPU's index.
+        """
+
+        def __init__(self, job_id: str, host: str, gpu_index: int) -> None:
+            super().__init__()
+            self.job_id = job_id
+            self.host = host
+            self.gpu_index = gpu_index
+
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic,
+                 history_points: int = 60, history_width: int = 8, name: str | None = None,
+                 id: str | None = "fleet", classes: str | None = None) -> None:
+        super().__init__(name=name, id=id, classes=classes)
+        self.clock = clock
+        self.history_points = history_points
+        self.history_width = history_width
+        self.sort_key = "host"
+        self.descending = False
+        self.filter_query = ""
+        self.groups: list[HostGroup] = []
+        self.shown: list[HostGroup] = []
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="fleet-summary")
+        yield Input(placeholder="filter: free  busy  host:NAME  job:ID  model:TEXT  or any text"
+                                "  (enter: keep, escape: clear)", id="fleet-filter")
+        yield FleetTable(history_width=self.history_width, id="fleet-table")
+        yield Static(id="fleet-detail")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.table.focus()
+        self._render_rows()
+
+    @property
+    def table(self) -> FleetTable:
+        """The fleet table widget."""
+        return self.query_one(FleetTable)
+
+    @property
+    def filter_input(self) -> Input:
+        """The filter input (hidden unless open or a filter is set)."""
+        return self.query_one("#fleet-filter", Input)
+
+    # -- data ------------------------------------------------------------------------------
+
+    def update_fleet(self, state: FleetState) -> None:
+        """Show the fleet's current state (sorted and filtered as set); no I/O.
+
+        The cursor stays on the same host/GPU row when it is still shown.
+        """
+        self.groups = fleet_rows(state, now=self.clock(), history_points=self.history_points)
+        self._render_rows()
+
+    def _render_rows(self) -> None:
+        if not self.is_mounted:
+            return
+        self.shown = sort_groups(filter_groups(self.groups, self.filter_query), self.sort_key,
+                                 self.descending)
+        table = self.table
+        table.set_sort_marker(self.sort_key, self.descending)
+        table.show(self.shown)
+        self.query_one("#fleet-summary", Static).update(summary_text(
+            self.groups, self.shown, self.sort_key, self.descending, self.filter_query))
+        self._show_detail()
+
+    def _show_detail(self) -> None:
+        self.query_one("#fleet-detail", Static).update(detail_text(self.table.row_data()))
+
+    def set_sort(self, key: str, descending: bool | None = None) -> None:
+        """Sort by ``key`` (see :data:`SORT_KEYS`); ``descending`` defaults to the column's
+        usual direction (readings highest first).
+
+        Raises:
+            ValueError: an unknown key.
+        """
+        if key not in SORT_KEYS:
+            raise ValueError(f"unknown sort key {key!r}; one of {', '.join(SORT_KEYS)}")
+        self.sort_key = key
+        self.descending = DEFAULT_DESCENDING[key] if descending is None else descending
+        self._render_rows()
+
+    def set_filter(self, query: str) -> None:
+        """Filter the rows (see :func:`console.fleet.rows.parse_query`); ``""`` clears."""
+        self.filter_query = query
+        self._render_rows()
+
+    # -- actions ---------------------------------------------------------------------------
+
+    def action_cycle_sort(self) -> None:
+        """Sort by the next column: host, util, mem, temp, power."""
+        self.set_sort(SORT_KEYS[(SORT_KEYS.index(self.sort_key) + 1) % len(SORT_KEYS)])
+
+    def action_reverse_sort(self) -> None:
+        """Reverse the sort direction."""
+        self.set_sort(self.sort_key, not self.descending)
+
+    def action_open_filter(self) -> None:
+        """Show the filter input and focus it."""
+        box = self.filter_input
+        box.add_class("-open")
+        box.focus()
+
+    def action_clear_filter(self) -> None:
+        """Clear and close the filter; without one, escape goes on to the app."""
+        box = self.filter_input
+        if not box.has_class("-open") and not self.filter_query:
+            raise SkipAction()
+        box.value = ""
+        box.remove_class("-open")
+        self.set_filter("")
+        self.table.focus()
+
+    @on(Input.Changed, "#fleet-filter")
+    def _filter_changed(self, event: Input.Changed) -> None:
+        self.set_filter(event.value)
+
+    @on(Input.Submitted, "#fleet-filter")
+    def _filter_submitted(self, event: Input.Submitted) -> None:
+        # keep the filter (and the input showing it) while it is set; back to the table
+        if not event.value.strip():
+            self.filter_input.remove_class("-open")
+        self.table.focus()
+
+    @on(DataTable.RowHighlighted, "#fleet-table")
+    def _highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self._show_detail()
+
+    @on(DataTable.RowSelected, "#fleet-table")
+    def _selected(self, event: DataTable.RowSelected) -> None:
+        row = self.table.row_data(str(event.row_key.value))
+        if isinstance(row, GpuRow) and row.job_ids:
+            self.post_message(self.JobSelected(row.job_ids[0], row.host, row.index))
+        elif isinstance(row, GpuRow):
+            self.notify("no gpuconsole job uses this GPU", severity="information")
