@@ -52,8 +52,10 @@ _BRACKET = rf"\[{_TIME}(?:<(?:{_TIME}|\?))?(?:,[^\]\[]*)?\]"
 # Known total with a percentage: "42%|###   | 42/100 [00:01<00:02, 3.1it/s]" (the bar itself
 # may be empty when the terminal is narrow; the bracket may be missing in custom formats).
 _PCT_FORM = rf"(?P<pct>\d{{1,3}})%\|[^|]*\|\s*(?P<n1>{_NUM})/(?P<t1>{_NUM})(?:\s*{_BRACKET})?"
-# Known total, no percentage: "42/100 [00:01<00:02, 3.1it/s]".
-_FRAC_FORM = rf"(?P<n2>{_NUM})/(?P<t2>{_NUM})\s*\[{_TIME}(?:<(?:{_TIME}|\?))?,[^\]\[]*/[^\]\[]*\]"
+# Known total without the bar: "42/100 [00:01<00:02, 3.1it/s]", or with tqdm's ncols=0
+# form "42% 42/100 [...]".
+_FRAC_FORM = (rf"(?:\d{{1,3}}%\s+)?(?P<n2>{_NUM})/(?P<t2>{_NUM})"
+              rf"\s*\[{_TIME}(?:<(?:{_TIME}|\?))?,[^\]\[]*/[^\]\[]*\]")
 # Unknown total: "42it [00:01, 3.1it/s]", "12.3MB [00:01, 10.2MB/s]".
 _OPEN_FORM = rf"(?P<n3>{_NUM})[A-Za-z]*\s*\[{_TIME},[^\]\[]*/[^\]\[]*\]"
 _BAR_RE = re.compile(f"{_PCT_FORM}|{_FRAC_FORM}|{_OPEN_FORM}")
@@ -237,11 +239,17 @@ def _render_overlay(text: str) -> str:
                 col = max(n, 1) - 1
     put(text[pos:])
     plain = "".join(cells)
-    # The last carriage-return segment may be all that is visible; then its colours are true.
     last = text.rpartition("\r")[2]
-    if "\x1b[" in last and not _OVERLAY_HINT_RE.search(last):
+    if not _OVERLAY_HINT_RE.search(last):
         coloured = _render_forward(last)
-        if strip_ansi(coloured).rstrip() == plain.rstrip():
+        last_plain = strip_ansi(coloured).rstrip()
+        # A progress bar redrawn last is the line's state: whatever a terminal still shows
+        # beyond its end is left over from a longer, older redraw (another process's bar, or
+        # a narrower redraw tqdm did not pad), so it is dropped.
+        if progress_key(last_plain) is not None and plain.startswith(last_plain):
+            return coloured
+        # The last segment may be all that is visible; then its colours are true.
+        if "\x1b[" in last and last_plain == plain.rstrip():
             return coloured
     return plain
 
@@ -252,9 +260,9 @@ def _split_glued_bars(text: str) -> list[str]:
         return [text]
     pieces: list[str] = []
     pos = 0
-    for m in _BAR_END_RE.finditer(text):
-        rest = text[m.end() :]
-        if not rest.strip() or not strip_ansi(rest).strip():
+    end = _content_end(text)
+    for m in _BAR_END_RE.finditer(text, 0, end):
+        if m.end() >= end:
             break
         pieces.append(text[pos : m.end()])
         pos = m.end()
@@ -270,6 +278,21 @@ def _split_glued_bars(text: str) -> list[str]:
                 continue
         out.append(piece)
     return out
+
+
+def _content_end(text: str) -> int:
+    """Index just past the last visible character (trailing whitespace and SGR excluded)."""
+    end = len(text)
+    while end:
+        while end and text[end - 1].isspace():
+            end -= 1
+        if not end or text[end - 1] != "m":
+            break
+        esc = text.rfind("\x1b[", 0, end)
+        if esc < 0 or not _SGR_RE.fullmatch(text, esc, end):
+            break
+        end = esc
+    return end
 
 
 def _same_bar(prev: str, new: str) -> bool:
