@@ -164,6 +164,7 @@ class FleetScreen(Screen[None]):
         self.filter_query = ""
         self.groups: list[HostGroup] = []
         self.shown: list[HostGroup] = []
+        self._ready = False
 
     def compose(self) -> ComposeResult:
         yield Static(id="fleet-summary")
@@ -174,6 +175,7 @@ class FleetScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
+        self._ready = True  # is_mounted turns true only after this handler
         self.table.focus()
         self._render_rows()
 
@@ -198,7 +200,7 @@ class FleetScreen(Screen[None]):
         self._render_rows()
 
     def _render_rows(self) -> None:
-        if not self.is_mounted:
+        if not self._ready:
             return
         self.shown = sort_groups(filter_groups(self.groups, self.filter_query), self.sort_key,
                                  self.descending)

@@ -58,6 +58,10 @@ PROBLEM_WORDS = {
     "error": "error",
 }
 
+#: Bar widths (cells) in the UTIL and MEMORY columns: the numbers follow the bars.
+UTIL_BAR = 5
+MEM_BAR = 3
+
 STATUS_STYLE = {"up": "green", "stale": "yellow", "down": "bold red", "connecting": "dim"}
 PROBLEM_STYLE = "bold magenta"
 
@@ -83,7 +87,7 @@ def _throttle_style(reasons: Sequence[str] | None) -> str:
     return "yellow" if any(r != "gpu_idle" for r in reasons) else "dim"
 
 
-def host_cells(h: HostRow, n_gpus: int, info_limit: int = 48) -> list[Text]:
+def host_cells(h: HostRow, n_gpus: int, info_limit: int = 72) -> list[Text]:
     """The cells of a host row (one per :data:`COLUMNS` entry).
 
     STATE is the status (up green, stale yellow with its age, down red, connecting dim) or,
@@ -137,8 +141,9 @@ def gpu_cells(r: GpuRow, *, history_width: int, users_limit: int) -> list[Text]:
     return [
         Text(f" {r.index:>2} {model}"),
         state,
-        _right(util_text(r.util_pct), "green" if util_frac is not None else "dim"),
-        _right(mem_text(r.mem_used_mib, r.mem_total_mib), _level_style(mem_frac, 0.8, 0.95)),
+        _right(util_text(r.util_pct, UTIL_BAR), "green" if util_frac is not None else "dim"),
+        _right(mem_text(r.mem_used_mib, r.mem_total_mib, MEM_BAR),
+               _level_style(mem_frac, 0.8, 0.95)),
         _right(num_text(r.sm_activity_pct, "%"), "" if r.sm_activity_pct is not None
                else "dim"),
         _right(num_text(r.temp_c, "C"), temp_style),
@@ -184,7 +189,7 @@ class FleetTable(DataTable[Text]):
     def on_mount(self) -> None:
         """Add the columns, then show what arrived before mounting."""
         for key, label in COLUMNS:
-            width = {"util": 11, "mem": 21, "sm": 4, "temp": 4,
+            width = {"util": 5 + UTIL_BAR, "mem": 17 + MEM_BAR, "sm": 4, "temp": 4,
                      "hist": self.history_width}.get(key)
             self.add_column(Text(label, justify="right" if key in (
                 "util", "mem", "sm", "temp", "power") else "left"), key=key, width=width)
@@ -239,7 +244,8 @@ class FleetTable(DataTable[Text]):
 
     def show(self, groups: Sequence[HostGroup]) -> None:
         """Show these host groups (already sorted and filtered), keeping the cursor on the
-        same row key when it is still shown (else on the same line, clamped).
+        same row key when it is still shown (else on its host's row, else on the same line,
+        clamped).
 
         Only changed cells are rewritten when the rows and their order did not change;
         otherwise the table is rebuilt and the scroll position kept.
@@ -264,6 +270,8 @@ class FleetTable(DataTable[Text]):
             self.rows_by_key = {k: r for k, r, _ in rows}
             return
         keep_key, keep_line = self.cursor_key, self.cursor_row
+        was = self.rows_by_key.get(keep_key) if keep_key is not None else None
+        host_key = f"host:{was.host}" if isinstance(was, GpuRow) else None
         scroll_x, scroll_y = self.scroll_x, self.scroll_y
         self.clear()
         for key, _, cells in rows:
@@ -272,6 +280,11 @@ class FleetTable(DataTable[Text]):
         self.rows_by_key = {k: r for k, r, _ in rows}
         if not order:
             return
-        target = order.index(keep_key) if keep_key in order else min(keep_line, len(order) - 1)
+        if keep_key in order:
+            target = order.index(keep_key)
+        elif host_key in order:  # a GPU row that left: its host's row
+            target = order.index(host_key)
+        else:
+            target = min(keep_line, len(order) - 1)
         self.scroll_to(scroll_x, scroll_y, animate=False, immediate=True)
         self.move_cursor(row=max(target, 0), animate=False)
