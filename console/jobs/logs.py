@@ -61,10 +61,11 @@ def tag_line(node: NodeRecord, line: LogLine) -> JobLogLine:
 
 
 async def _node_lines(
-    session: Session, store: Store, job: JobRecord, node: NodeRecord, since_ns: int | None
+    session: Session, store: Store, job: JobRecord, node: NodeRecord, since_ns: int | None,
+    tail: int | None = None,
 ) -> list[LogLine]:
-    """All lines of one node: from its container when it exists (archiving them), else the
-    archive."""
+    """The lines of one node (all, or its last ``tail``): from its container when it exists
+    (archiving them), then read back from the archive (only its end when ``tail`` is given)."""
     if node.container_id and job.removed_at is None:
         try:
             await session.connected(node.host)
@@ -75,7 +76,12 @@ async def _node_lines(
                 store.archive(job.id, node.node_rank, lines)
         except GpuConsoleError as e:
             job.unreachable[node.host] = e.message  # the archive will do
-    lines = list(store.read_archive(job.id, node.node_rank))
+    if tail is not None:
+        # the archive is in time order, so the last `tail` lines at or after `since_ns` are
+        # the last `tail` lines, filtered
+        lines = store.read_archive_tail(job.id, node.node_rank, tail)
+    else:
+        lines = list(store.read_archive(job.id, node.node_rank))
     if since_ns is not None:
         lines = [ln for ln in lines if ln.ts_ns >= since_ns]
     return lines
@@ -97,7 +103,7 @@ async def read_job_logs(
     """
     nodes = [n for n in job.nodes if node is None or n.node_rank == node]
     per_node = await asyncio.gather(
-        *(_node_lines(session, store, job, n, since_ns) for n in nodes)
+        *(_node_lines(session, store, job, n, since_ns, tail) for n in nodes)
     )
     tagged = [[tag_line(n, ln) for ln in lines] for n, lines in zip(nodes, per_node)]
     merged = list(heapq.merge(*tagged, key=lambda ln: (ln.ts_ns, ln.node_rank)))

@@ -275,17 +275,102 @@ class Store:
                 fcntl.flock(f, fcntl.LOCK_UN)
 
     def read_archive(self, job_id: str, node_rank: int) -> Iterator[LogLine]:
-        """The archived lines of one node, oldest first."""
+        """The archived lines of one node, oldest first.
+
+        Lines are split on ``\n`` only, so a text holding ``\r`` (tqdm redraws) comes back
+        exactly as it was archived.
+        """
         path = self.log_path(job_id, node_rank)
         if not path.exists():
             return
-        with open(path, encoding="utf-8", errors="replace") as f:
-            for raw in f:
-                ts, _, text = raw.rstrip("\n").partition(" ")
-                try:
-                    yield LogLine(int(ts), text)
-                except ValueError:
-                    continue
+        with open(path, "rb") as f:
+            for raw in f:  # binary files split on b"\n" only
+                line = _parse_archive_line(raw.rstrip(b"\n"))
+                if line is not None:
+                    yield line
+
+    def read_archive_tail(self, job_id: str, node_rank: int, n: int) -> list[LogLine]:
+        """The last ``n`` archived lines of one node, oldest first.
+
+        Reads backwards from the end in 64 KiB blocks and stops once ``n`` lines are found, so
+        the cost follows the size of those lines, not of the file. A final line without its
+        ``\n`` (an append in progress) is left out. Missing archive or ``n <= 0``: ``[]``.
+        """
+        path = self.log_path(job_id, node_rank)
+        if n <= 0 or not path.exists():
+            return []
+        out: list[LogLine] = []  # newest first
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            pos = f.tell()
+            carry = b""  # the part of a line that lies after this block
+            at_end = True  # still looking for the "\n" of the last whole line
+            while pos > 0 and len(out) < n:
+                size = min(_BLOCK, pos)
+                pos -= size
+                f.seek(pos)
+                block = f.read(size)
+                if at_end:
+                    nl = block.rfind(b"\n")
+                    if nl < 0:
+                        continue  # all of it belongs to an unfinished last line
+                    block = block[:nl]
+                    at_end = False
+                else:
+                    block += carry
+                # every part but the first ends at a "\n"; the first may begin in an
+                # earlier block, unless this block starts the file
+                parts = block.split(b"\n")
+                carry = parts[0] if pos > 0 else b""
+                for raw in reversed(parts[1:] if pos > 0 else parts):
+                    line = _parse_archive_line(raw)
+                    if line is not None:
+                        out.append(line)
+                        if len(out) == n:
+                            break
+        out.reverse()
+        return out
+
+    def read_archive_range(
+        self, job_id: str, node_rank: int, offset: int, max_lines: int
+    ) -> tuple[list[LogLine], int]:
+        """Up to ``max_lines`` archived lines from byte ``offset`` on, for paging and
+        incremental reads.
+
+        Args:
+            offset: a line start: 0, or an offset this method returned.
+            max_lines: at most this many lines.
+
+        Returns:
+            ``(lines, next_offset)``: the lines, oldest first, and the byte offset just after
+            the last whole line consumed (pass it back to continue). A final line without its
+            ``\n`` is not consumed. Missing archive: ``([], offset)``.
+        """
+        path = self.log_path(job_id, node_rank)
+        if max_lines <= 0 or not path.exists():
+            return [], offset
+        out: list[LogLine] = []
+        with open(path, "rb") as f:
+            f.seek(offset)
+            pos = offset
+            pending = b""
+            while len(out) < max_lines:
+                block = f.read(_BLOCK)
+                if not block:
+                    break
+                pending += block
+                start = 0
+                while len(out) < max_lines:
+                    nl = pending.find(b"\n", start)
+                    if nl < 0:
+                        break
+                    line = _parse_archive_line(pending[start:nl])
+                    if line is not None:
+                        out.append(line)
+                    pos += nl + 1 - start
+                    start = nl + 1
+                pending = pending[start:]
+        return out, pos
 
     def archive_cursor(self, job_id: str, node_rank: int) -> int | None:
         """Timestamp (ns) of the last archived line of a node, or ``None``."""
@@ -297,6 +382,20 @@ class Store:
         return ts if ts >= 0 else None
 
 
+_BLOCK = 1 << 16
+
+
+def _parse_archive_line(raw: bytes) -> LogLine | None:
+    """``b"<ts ns> <text>"`` -> LogLine (invalid UTF-8 replaced); ``None`` if malformed."""
+    ts, sep, text = raw.partition(b" ")
+    if not sep:
+        return None
+    try:
+        return LogLine(int(ts), text.decode("utf-8", errors="replace"))
+    except ValueError:
+        return None
+
+
 def _tail_cursor(f: Any) -> tuple[int, dict[str, int]]:
     """Last timestamp of an archive file and the texts (with counts) written at it."""
     f.seek(0, os.SEEK_END)
@@ -305,7 +404,10 @@ def _tail_cursor(f: Any) -> tuple[int, dict[str, int]]:
         return -1, {}
     chunk = min(size, 1 << 16)
     f.seek(size - chunk)
-    tail = f.read(chunk).decode(errors="replace").splitlines()
+    # split on "\n" only: str.splitlines would also split a text at its "\r" (tqdm)
+    tail = [raw.decode(errors="replace") for raw in f.read(chunk).split(b"\n")]
+    if tail and tail[-1] == "":
+        tail.pop()
     if chunk < size:
         tail = tail[1:]
     last_ts = -1

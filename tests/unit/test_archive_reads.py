@@ -1,0 +1,130 @@
+"""Archive reads that do not read whole files: tail, range, exact round trip of "\\r" lines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import cast
+
+import pytest
+
+from console.jobs.logs import read_job_logs
+from console.jobs.store import JobRecord, NodeRecord, Store
+from console.session import Session
+from remote.docker import LogLine
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    s = Store(tmp_path)
+    s.add_job(JobRecord("j-1", "j", "p", None, {}, "h", 0.0, 2,
+                        nodes=[NodeRecord("j-1", 0, "a", "c0"), NodeRecord("j-1", 1, "b", "c1")]))
+    return s
+
+
+def test_carriage_return_lines_round_trip(store: Store) -> None:
+    bar = "\rA:  50%|#####     | 5/10 [00:01<00:01]\rA: 100%|##########| 10/10 [00:02<00:00]"
+    lines = [LogLine(1, "before"), LogLine(2, bar), LogLine(3, "x\x0by\x1cz\u2028w"),
+             LogLine(4, ""), LogLine(5, "after")]
+    assert store.archive("j-1", 0, lines) == 5
+    assert list(store.read_archive("j-1", 0)) == lines
+    assert store.read_archive_tail("j-1", 0, 10) == lines
+    assert store.read_archive_range("j-1", 0, 0, 10)[0] == lines
+    # the dedupe cursor reads the file's end the same way: nothing is written twice
+    assert store.archive("j-1", 0, lines[3:]) == 0
+    assert store.archive("j-1", 0, [LogLine(5, "after"), LogLine(6, bar)]) == 1
+    assert store.archive("j-1", 0, [LogLine(6, bar)]) == 0
+    assert store.read_archive_tail("j-1", 0, 1) == [LogLine(6, bar)]
+
+
+def test_invalid_utf8_is_replaced(store: Store) -> None:
+    path = store.log_path("j-1", 0)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"1 ok\n2 torn \xe2\x96 glyph\nnot-a-line\n3 end\n")
+    want = [LogLine(1, "ok"), LogLine(2, "torn \ufffd glyph"), LogLine(3, "end")]
+    assert list(store.read_archive("j-1", 0)) == want
+    assert store.read_archive_tail("j-1", 0, 3) == want
+    assert store.read_archive_tail("j-1", 0, 2) == want[1:]
+    lines, nxt = store.read_archive_range("j-1", 0, 0, 10)
+    assert lines == want and nxt == path.stat().st_size
+
+
+def test_tail_and_range_edges(store: Store) -> None:
+    assert store.read_archive_tail("j-1", 0, 5) == []
+    assert store.read_archive_range("j-1", 0, 0, 5) == ([], 0)
+    path = store.log_path("j-1", 0)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"1 a\n2 b\n3 unfinish")  # an append in progress
+    assert store.read_archive_tail("j-1", 0, 5) == [LogLine(1, "a"), LogLine(2, "b")]
+    assert store.read_archive_tail("j-1", 0, 0) == []
+    assert store.read_archive_range("j-1", 0, 0, 5) == ([LogLine(1, "a"), LogLine(2, "b")], 8)
+    assert store.read_archive_range("j-1", 0, 8, 5) == ([], 8)
+    with open(path, "ab") as f:
+        f.write(b"ed\n")
+    assert store.read_archive_range("j-1", 0, 8, 5) == ([LogLine(3, "unfinished")], 21)
+    path.write_bytes(b"1 only-unfinished")
+    assert store.read_archive_tail("j-1", 0, 5) == []
+
+
+def test_lines_longer_than_a_block(store: Store) -> None:
+    long_a, long_b = "a" * 200_000, "\r".join(["b" * 50_000] * 3)
+    lines = [LogLine(1, "x"), LogLine(2, long_a), LogLine(3, "y"), LogLine(4, long_b)]
+    store.archive("j-1", 0, lines)
+    assert store.read_archive_tail("j-1", 0, 1) == [lines[3]]
+    assert store.read_archive_tail("j-1", 0, 3) == lines[1:]
+    assert store.read_archive_tail("j-1", 0, 9) == lines
+    got, off = store.read_archive_range("j-1", 0, 0, 2)
+    assert got == lines[:2]
+    got2, off2 = store.read_archive_range("j-1", 0, off, 5)
+    assert got2 == lines[2:] and off2 == store.log_path("j-1", 0).stat().st_size
+
+
+def test_range_pages_through_everything(store: Store) -> None:
+    lines = [LogLine(i, f"line {i} " + "z" * (i % 37)) for i in range(5000)]
+    store.archive("j-1", 0, lines)
+    got: list[LogLine] = []
+    off = 0
+    while True:
+        page, off = store.read_archive_range("j-1", 0, off, 333)
+        if not page:
+            break
+        assert len(page) <= 333
+        got += page
+    assert got == lines
+
+
+def test_tail_of_a_50_mb_archive(store: Store) -> None:
+    path = store.log_path("j-1", 1)
+    path.parent.mkdir(parents=True)
+    n = 500_000
+    pad = "p" * 90
+    with open(path, "wb") as f:
+        for start in range(0, n, 50_000):
+            f.write("".join(f"{i} line {i:07d} {pad}\n" for i in range(start, start + 50_000))
+                    .encode())
+    assert path.stat().st_size > 50_000_000
+    tail = store.read_archive_tail("j-1", 1, 100)
+    assert [ln.ts_ns for ln in tail] == list(range(n - 100, n))
+    assert tail[0].text == f"line {n - 100:07d} {pad}"
+    assert tail[-1].text == f"line {n - 1:07d} {pad}"
+    page, off = store.read_archive_range("j-1", 1, 0, 3)
+    assert [ln.text for ln in page] == [f"line {i:07d} {pad}" for i in range(3)]
+    assert off == 3 * len(f"0 line 0000000 {pad}\n")
+
+
+async def test_read_job_logs_tail_reads_each_node_tail(store: Store) -> None:
+    store.archive("j-1", 0, [LogLine(t, f"n0 {t}") for t in range(0, 100, 2)])
+    store.archive("j-1", 1, [LogLine(t, f"[rank3]:n1 {t}") for t in range(1, 100, 2)])
+    job = store.get("j-1")
+    assert job is not None
+    for n in job.nodes:  # no containers: the archive alone answers
+        n.container_id = None
+    session = cast(Session, None)
+    got = await read_job_logs(session, store, job, tail=5)
+    assert [(ln.node_rank, ln.rank, ln.ts_ns, ln.text) for ln in got] == [
+        (1, 3, 95, "n1 95"), (0, None, 96, "n0 96"), (1, 3, 97, "n1 97"), (0, None, 98, "n0 98"),
+        (1, 3, 99, "n1 99")]
+    got = await read_job_logs(session, store, job, tail=3, since_ns=97, node=0)
+    assert [ln.text for ln in got] == ["n0 98"]
+    assert await read_job_logs(session, store, job, tail=0) == []
+    everything = await read_job_logs(session, store, job)
+    assert len(everything) == 100
