@@ -1,0 +1,1 @@
+"""The interactive Textual console (the only package that imports textual)."""

@@ -1,0 +1,1 @@
+"""Tests of the Textual console (pilot-driven, 120x36)."""

@@ -1,0 +1,846 @@
+"""One log pane: a Line API view of a :class:`~console.jobs.logbuffer.LogBuffer`.
+
+The pane never holds a copy of the log. It keeps a *view*: the absolute positions of the
+buffer's lines it shows (all of them, or those passing the ``&`` filter), and in wrap mode
+the first screen row of each. ``render_line`` is called by Textual for the visible rows only
+and formats just those lines (ANSI SGR through ``rich.text.Text.from_ansi``), so a pane over
+100,000 lines costs what its height costs.
+
+Absolute position of buffer line ``i`` = ``buffer.total - len(buffer) + i``: it never changes
+while the line is kept (eviction and ``clear`` only move the front), so the view survives
+appends, evictions and in-place progress-bar replacements with incremental updates.
+
+Updates are coalesced: the owner calls :meth:`LogPane.notify_appended` after appending (as
+often as it likes); the pane syncs with the buffer at most every :data:`REFRESH_INTERVAL_S`.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import ClassVar, Literal
+
+from rich.cells import cell_len
+from rich.text import Text
+from textual import events
+from textual.actions import SkipAction
+from textual.binding import Binding, BindingType
+from textual.cache import LRUCache
+from textual.content import Content
+from textual.geometry import Size
+from textual.message import Message
+from textual.scroll_view import ScrollView
+from textual.scrollbar import ScrollDown, ScrollTo, ScrollUp
+from textual.strip import Strip
+from textual.widget import Widget
+from textual.widgets import Input
+
+from console.jobs.logbuffer import DisplayLine, LogBuffer
+
+REFRESH_INTERVAL_S = 0.05
+"""Minimum seconds between two syncs with the buffer (at most ~20 repaints per second)."""
+
+MAX_RENDER_CHARS = 20_000
+"""Characters of one line the pane formats at most (the buffer already caps lines at 10,000;
+this guards the layout against a buffer that does not)."""
+
+RESCAN_TAIL = 256
+"""Lines before the previous end re-checked on every sync: a progress bar replaced in place
+may change whether it passes the filter, or its wrapped height."""
+
+_TS_WIDTH = len("HH:MM:SS.mmm ")
+_CONTROL = str.maketrans({c: "\ufffd" for c in [*range(0, 9), *range(11, 27), *range(28, 32), 127]})
+
+PromptKind = Literal["search", "filter"]
+_MATCH = Binding.Group("Match", compact=True)
+_ERROR = Binding.Group("Error", compact=True)
+
+
+def format_ts(ts_ns: int) -> str:
+    """Docker timestamp (ns since the epoch) as local ``HH:MM:SS.mmm``."""
+    seconds, ns = divmod(ts_ns, 1_000_000_000)
+    return datetime.fromtimestamp(seconds).strftime("%H:%M:%S.") + f"{ns // 1_000_000:03d}"
+
+
+def parse_filter(text: str) -> tuple[str, bool]:
+    """``&`` filter text -> (lower-case needle, inverted). A leading ``!`` inverts; an empty
+    needle (``""`` or ``"!"``) means no filter."""
+    if text.startswith("!"):
+        return text[1:].lower(), True
+    return text.lower(), False
+
+
+class LogPrompt(Input):
+    """The one-line input under a pane for ``/`` (search) and ``&`` (filter).
+
+    Typing applies live; enter keeps the value, escape restores the value the prompt opened
+    with. Either way the prompt is removed and focus goes back to the pane.
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "cancel", "Cancel", show=False, id="logs.prompt_cancel"),
+    ]
+    DEFAULT_CSS = """
+    LogPrompt, LogPrompt:focus { height: 1; border: none; padding: 0 1; }
+    """
+
+    def __init__(self, pane: LogPane, kind: PromptKind, value: str) -> None:
+        super().__init__(
+            value=value,
+            placeholder="search (substring)" if kind == "search"
+            else "filter (substring, !inverts, empty clears)",
+        )
+        self.pane = pane
+        self.kind: PromptKind = kind
+        self.original = value
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        event.stop()
+        self.pane._prompt_changed(self.kind, event.value)
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.pane._prompt_closed(self, self.kind, event.value, accepted=True)
+
+    def action_cancel(self) -> None:
+        self.pane._prompt_closed(self, self.kind, self.original, accepted=False)
+
+
+class LogPane(ScrollView, can_focus=True):
+    """A scrolling, following view of one :class:`LogBuffer`.
+
+    Args:
+        buffer: the lines to show; the owner appends to it and then calls
+            :meth:`notify_appended`. It may keep doing so across reconnects.
+        title: shown in the border, e.g. ``"node 0 · host-a"``.
+        merged: prefix every line with its dimmed ``[node:rank]`` tag (the all-ranks pane).
+
+    Public state (read-only): :attr:`following`, :attr:`new_lines`, :attr:`line_count`,
+    :attr:`row_count`, :attr:`wrap`, :attr:`timestamps`, :attr:`search_term`,
+    :attr:`filter_text`, :attr:`cursor_line`, :attr:`exit_code`, :attr:`lines_rendered`.
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("G,end", "follow", "Follow", key_display="G", id="logs.follow"),
+        Binding("slash", "search", "Search", key_display="/", id="logs.search"),
+        Binding("n", "search_next", "Next match", id="logs.search_next", group=_MATCH),
+        Binding("N", "search_prev", "Previous match", id="logs.search_prev", group=_MATCH),
+        Binding("ampersand", "filter", "Filter", key_display="&", id="logs.filter"),
+        Binding("w", "toggle_wrap", "Wrap", id="logs.wrap"),
+        Binding("t", "toggle_timestamps", "Time", id="logs.timestamps"),
+        Binding("e", "error_next", "Next error", id="logs.error_next", group=_ERROR),
+        Binding("E", "error_prev", "Previous error", id="logs.error_prev", group=_ERROR),
+        Binding("ctrl+s", "save", "Save", id="logs.save"),
+        Binding("escape", "clear_search", "Clear search", show=False, id="logs.clear_search"),
+    ]
+
+    COMPONENT_CLASSES: ClassVar[set[str]] = {
+        "logpane--match",
+        "logpane--cursor",
+        "logpane--tag",
+        "logpane--timestamp",
+    }
+
+    DEFAULT_CSS = """
+    LogPane {
+        height: 1fr;
+        width: 1fr;
+        border: round $border-blurred;
+        border-title-align: left;
+        border-subtitle-align: right;
+        border-subtitle-color: $warning;
+        scrollbar-gutter: stable;
+        overflow-x: auto;
+        overflow-y: scroll;
+        &:focus { border: round $border; }
+        &.-wrap { overflow-x: hidden; }
+        & > .logpane--match { background: $warning 70%; color: $background; }
+        & > .logpane--cursor { background: $accent 30%; }
+        & > .logpane--tag { color: $text-muted; }
+        & > .logpane--timestamp { color: $text-muted; }
+    }
+    """
+
+    @dataclass
+    class SaveRequested(Message):
+        """ctrl+s: the user asked to save this pane's whole log (the owner does the I/O)."""
+
+        pane: LogPane
+
+        @property
+        def control(self) -> LogPane:
+            """The pane (for ``@on(LogPane.SaveRequested, "#id")``)."""
+            return self.pane
+
+    @dataclass
+    class FollowChanged(Message):
+        """Follow mode was paused (the user scrolled up, jumped to a match) or resumed."""
+
+        pane: LogPane
+        following: bool
+
+        @property
+        def control(self) -> LogPane:
+            """The pane."""
+            return self.pane
+
+    def __init__(
+        self,
+        buffer: LogBuffer,
+        title: str,
+        *,
+        merged: bool = False,
+        name: str | None = None,
+        id: str | None = None,
+        classes: str | None = None,
+    ) -> None:
+        super().__init__(name=name, id=id, classes=classes)
+        self.buffer = buffer
+        self.title = title
+        self.merged = merged
+        self._following = True
+        self._paused_end: int | None = None  # view end (absolute) when follow was paused
+        self._exit_code: int | None = None
+        self._wrap = False
+        self._timestamps = False
+        self._search = ""
+        self._filter = ""
+        self._cursor: int | None = None  # absolute position of the current match / error
+        # view, synced with the buffer by _sync()
+        self._view: list[int] = []  # absolute positions shown, ascending
+        self._rows: list[int] | None = None  # wrap mode: first row of each view line, + end
+        self._rows_width = 0
+        self._synced_version = -1
+        self._synced_base = 0
+        self._synced_end = 0
+        self._max_width = 0  # widest line body in cells (no prefix)
+        self._sync_scheduled = False
+        self._strips: LRUCache[tuple[object, ...], Strip] = LRUCache(1024)
+        self._prompt: LogPrompt | None = None
+        self.lines_rendered = 0
+        """render_line calls so far (each renders one visible row)."""
+        self.syncs = 0
+        """Times the pane caught up with a changed buffer (coalesced refreshes)."""
+
+    # -- owner API -----------------------------------------------------------------------------
+
+    def notify_appended(self) -> None:
+        """Tell the pane its buffer changed. Cheap; call after every append or batch.
+
+        The pane syncs at most every :data:`REFRESH_INTERVAL_S`, on the loop's thread.
+        """
+        if self._sync_scheduled or not self.is_mounted:
+            return
+        self._sync_scheduled = True
+        self.set_timer(REFRESH_INTERVAL_S, self._scheduled_sync)
+
+    def flush(self) -> None:
+        """Sync with the buffer now (instead of at the next coalesced refresh)."""
+        self._sync()
+
+    def set_exit_code(self, code: int | None) -> None:
+        """Show ``exited <code>`` in the border (``None`` removes it)."""
+        self._exit_code = code
+        self._update_title()
+
+    def set_title(self, title: str) -> None:
+        """Change the title part of the border (e.g. the host after a reconnect)."""
+        self.title = title
+        self._update_title()
+
+    # -- public state --------------------------------------------------------------------------
+
+    @property
+    def following(self) -> bool:
+        """Whether new lines scroll the view to the bottom."""
+        return self._following
+
+    @property
+    def new_lines(self) -> int:
+        """Lines shown since follow was paused (the ``+N`` badge); 0 while following."""
+        if self._following or self._paused_end is None:
+            return 0
+        return len(self._view) - bisect.bisect_left(self._view, self._paused_end)
+
+    @property
+    def line_count(self) -> int:
+        """Lines in the view (after the filter)."""
+        return len(self._view)
+
+    @property
+    def row_count(self) -> int:
+        """Screen rows of the whole view (= :attr:`line_count` unless wrapping)."""
+        rows = self._rows
+        return rows[-1] - rows[0] if rows is not None else len(self._view)
+
+    @property
+    def wrap(self) -> bool:
+        """Long lines wrap (else they scroll horizontally)."""
+        return self._wrap
+
+    @property
+    def timestamps(self) -> bool:
+        """Lines start with their Docker timestamp as local ``HH:MM:SS.mmm``."""
+        return self._timestamps
+
+    @property
+    def search_term(self) -> str:
+        """The ``/`` search text ("" = none)."""
+        return self._search
+
+    @property
+    def filter_text(self) -> str:
+        """The ``&`` filter text as typed ("" = none, leading ``!`` = inverted)."""
+        return self._filter
+
+    @property
+    def exit_code(self) -> int | None:
+        """The node's exit code, once :meth:`set_exit_code` was called."""
+        return self._exit_code
+
+    @property
+    def cursor_line(self) -> int | None:
+        """Buffer index (current, 0 = oldest kept) of the line ``n``/``N``/``e``/``E`` went to,
+        or ``None``."""
+        if self._cursor is None:
+            return None
+        i = self._cursor - self._base()
+        return i if 0 <= i < len(self.buffer) else None
+
+    @property
+    def match_count(self) -> int:
+        """Lines in the view containing :attr:`search_term` (case-insensitive)."""
+        needle = self._search.lower()
+        if not needle:
+            return 0
+        return sum(1 for a in self._view if needle in self._plain(a).lower())
+
+    def visible_lines(self) -> list[DisplayLine]:
+        """The buffer lines currently on screen, top to bottom (each once, even if wrapped)."""
+        height = self.scrollable_content_region.height
+        top = round(self.scroll_y)
+        out: list[DisplayLine] = []
+        seen: set[int] = set()
+        for row in range(top, top + height):
+            found = self._locate(row)
+            if found is None:
+                break
+            a = self._view[found[0]]
+            if a not in seen and (line := self._line(a)) is not None:
+                seen.add(a)
+                out.append(line)
+        return out
+
+    # -- syncing with the buffer ---------------------------------------------------------------
+
+    def _base(self) -> int:
+        """Absolute position of buffer index 0."""
+        return self.buffer.total - len(self.buffer)
+
+    def _line(self, a: int) -> DisplayLine | None:
+        i = a - self._base()
+        if 0 <= i < len(self.buffer):
+            return self.buffer[i]
+        return None
+
+    def _plain(self, a: int) -> str:
+        line = self._line(a)
+        return line.plain if line is not None else ""
+
+    def _passes(self, line: DisplayLine) -> bool:
+        needle, invert = parse_filter(self._filter)
+        if not needle:
+            return True
+        return (needle in line.plain.lower()) != invert
+
+    def _prefix_width(self, line: DisplayLine) -> int:
+        width = _TS_WIDTH if self._timestamps else 0
+        if self.merged:
+            width += len(line.tag()) + 1
+        return width
+
+    def _height(self, line: DisplayLine, width: int) -> int:
+        cells = self._prefix_width(line) + cell_len(line.plain[:MAX_RENDER_CHARS])
+        return max(1, -(-cells // max(1, width)))
+
+    def _scheduled_sync(self) -> None:
+        self._sync_scheduled = False
+        self._sync()
+
+    def _sync(self) -> None:
+        """Bring the view up to date with the buffer (incrementally) and repaint."""
+        buf = self.buffer
+        if buf.version == self._synced_version:
+            return
+        self.syncs += 1
+        top_before = self._top_line()
+        base, end = self._base(), buf.total
+        view = self._view
+        # evicted (or cleared) lines leave the front of the view
+        gone = bisect.bisect_left(view, base)
+        removed_rows = gone
+        if gone:
+            if self._rows is not None:
+                removed_rows = self._rows[gone] - self._rows[0]
+                del self._rows[:gone]
+            del view[:gone]
+        # re-check the tail (in-place replacements), then add the new lines
+        start = max(base, self._synced_end - RESCAN_TAIL)
+        cut = bisect.bisect_left(view, start)
+        del view[cut:]
+        if self._rows is not None:
+            del self._rows[cut + 1 :]
+        width = self._rows_width
+        for i in range(start - base, end - base):
+            line = buf[i]
+            self._max_width = max(self._max_width, cell_len(line.plain[:MAX_RENDER_CHARS]))
+            if self._passes(line):
+                view.append(base + i)
+                if self._rows is not None:
+                    self._rows.append(self._rows[-1] + self._height(line, width))
+        self._synced_version, self._synced_base, self._synced_end = buf.version, base, end
+        self._after_view_change(top_before, removed_rows)
+
+    def _rebuild(self) -> None:
+        """Recompute the view from scratch (filter, wrap width or prefix changed)."""
+        top_before = self._top_line()
+        buf = self.buffer
+        base = self._base()
+        self._view = [base + i for i in range(len(buf)) if self._passes(buf[i])]
+        self._max_width = max(
+            (cell_len(buf[i].plain[:MAX_RENDER_CHARS]) for i in range(len(buf))), default=0
+        )
+        self._rebuild_rows()
+        self._synced_version, self._synced_base, self._synced_end = buf.version, base, buf.total
+        self._after_view_change(top_before, None)
+
+    def _rebuild_rows(self) -> None:
+        if not self._wrap:
+            self._rows = None
+            return
+        width = max(1, self.scrollable_content_region.width)
+        self._rows_width = width
+        rows = [0]
+        for a in self._view:
+            line = self._line(a)
+            rows.append(rows[-1] + (self._height(line, width) if line is not None else 1))
+        self._rows = rows
+
+    def _after_view_change(self, top_before: int | None, removed_rows: int | None) -> None:
+        """Resize the virtual canvas, then stick to the bottom or keep the same top line."""
+        prefix = (_TS_WIDTH if self._timestamps else 0) + (8 if self.merged else 0)
+        width = 0 if self._wrap else self._max_width + prefix
+        self.virtual_size = Size(min(width, MAX_RENDER_CHARS + prefix), self.row_count)
+        self._strips.clear()
+        if self._following:
+            self._scroll_bottom()
+        elif removed_rows is not None:
+            self.scroll_to(y=max(0, self.scroll_y - removed_rows), animate=False, force=True)
+        elif top_before is not None:
+            self.scroll_to(y=self._row_of(self._index_at_or_after(top_before)), animate=False,
+                           force=True)
+        self._update_title()
+        self.refresh()
+
+    def _scroll_bottom(self) -> None:
+        self.scroll_to(y=self.max_scroll_y, animate=False, force=True)
+        # the horizontal scrollbar may appear at the next layout and move the bottom
+        self.call_after_refresh(self._stick_bottom)
+
+    def _stick_bottom(self) -> None:
+        if self._following and self.scroll_y != self.max_scroll_y:
+            self.scroll_to(y=self.max_scroll_y, animate=False, force=True)
+
+    # -- rows <-> lines ------------------------------------------------------------------------
+
+    def _locate(self, row: int) -> tuple[int, int] | None:
+        """Screen row of the virtual canvas -> (view index, row within the wrapped line)."""
+        if row < 0:
+            return None
+        rows = self._rows
+        if rows is None:
+            return (row, 0) if row < len(self._view) else None
+        target = rows[0] + row
+        if target >= rows[-1]:
+            return None
+        vi = bisect.bisect_right(rows, target) - 1
+        return vi, target - rows[vi]
+
+    def _row_of(self, vi: int) -> int:
+        rows = self._rows
+        if rows is None:
+            return vi
+        vi = max(0, min(vi, len(rows) - 1))
+        return rows[vi] - rows[0]
+
+    def _index_at_or_after(self, a: int) -> int:
+        return bisect.bisect_left(self._view, a)
+
+    def _top_line(self) -> int | None:
+        found = self._locate(round(self.scroll_y))
+        return self._view[found[0]] if found is not None else None
+
+    # -- rendering -----------------------------------------------------------------------------
+
+    def notify_style_update(self) -> None:
+        """Styles changed: cached strips carry old colours."""
+        super().notify_style_update()
+        self._strips.clear()
+
+    def on_resize(self, event: events.Resize) -> None:
+        """Wrap mode: row heights depend on the width."""
+        if self._wrap and self.scrollable_content_region.width != self._rows_width:
+            top = self._top_line()
+            self._rebuild_rows()
+            self._after_view_change(top, None)
+
+    def _line_text(self, line: DisplayLine, is_cursor: bool) -> Text:
+        raw = line.text if len(line.text) <= MAX_RENDER_CHARS else line.text[:MAX_RENDER_CHARS]
+        body = Text.from_ansi(raw.translate(_CONTROL), no_wrap=True, end="")
+        if self._search:
+            body.highlight_words([self._search], self.get_component_rich_style("logpane--match"),
+                                 case_sensitive=False)
+        parts: list[Text] = []
+        if self._timestamps:
+            parts.append(Text(format_ts(line.ts_ns) + " ",
+                              self.get_component_rich_style("logpane--timestamp")))
+        if self.merged:
+            parts.append(Text(line.tag() + " ", self.get_component_rich_style("logpane--tag")))
+        text = Text.assemble(*parts, body, no_wrap=True, end="") if parts else body
+        text.stylize_before(self.rich_style)
+        if is_cursor:
+            text.stylize_before(self.get_component_rich_style("logpane--cursor"))
+        return text
+
+    def _full_strip(self, a: int, line: DisplayLine) -> Strip:
+        is_cursor = a == self._cursor
+        key = (line.seq, self._timestamps, self.merged, self._search, is_cursor)
+        strip = self._strips.get(key)
+        if strip is None:
+            text = self._line_text(line, is_cursor)
+            strip = Strip(text.render(self.app.console), text.cell_len)
+            self._strips[key] = strip
+        return strip
+
+    def render_line(self, y: int) -> Strip:
+        """Textual's Line API: row ``y`` of the visible region (only visible rows are asked)."""
+        self.lines_rendered += 1
+        scroll_x, scroll_y = self.scroll_offset
+        width = self.scrollable_content_region.width
+        style = self.rich_style
+        found = self._locate(scroll_y + y)
+        if found is None:
+            return Strip.blank(width, style)
+        vi, sub = found
+        a = self._view[vi]
+        line = self._line(a)
+        if line is None:  # evicted since the last sync
+            return Strip.blank(width, style)
+        strip = self._full_strip(a, line)
+        if self._wrap:
+            wrap_width = max(1, self._rows_width)
+            start = sub * wrap_width
+            if start >= strip.cell_length and sub:
+                return Strip.blank(width, style)
+            return strip.crop_extend(start, start + wrap_width, style).adjust_cell_length(
+                width, style)
+        return strip.crop_extend(scroll_x, scroll_x + width, style)
+
+    def _update_title(self) -> None:
+        parts = [self.title]
+        n = self.new_lines
+        parts.append("following" if self._following else f"paused +{n}")
+        total = len(self.buffer)
+        if self._filter and parse_filter(self._filter)[0]:
+            parts.append(f"{len(self._view):,}/{total:,} lines")
+        else:
+            parts.append(f"{total:,} lines")
+        if self._exit_code is not None:
+            parts.append(f"exited {self._exit_code}")
+        self.border_title = Content(" · ".join(parts))
+        badges = []
+        if not self._following and n:
+            badges.append(f"+{n} new lines")
+        if self._search:
+            badges.append(f"/{self._search}")
+        if self._filter:
+            badges.append(f"&{self._filter}")
+        self.border_subtitle = Content(" ".join(badges)) if badges else None
+
+    # -- follow --------------------------------------------------------------------------------
+
+    def _set_following(self, following: bool) -> None:
+        if following == self._following:
+            return
+        self._following = following
+        self._paused_end = None if following else self._synced_end
+        if following:
+            self._cursor = None
+            self._strips.clear()
+            self.refresh()
+        self._update_title()
+        self.post_message(self.FollowChanged(self, following))
+
+    def _follow_from_position(self) -> None:
+        """After a user scroll: following exactly when the view is at the bottom."""
+        self._set_following(self.scroll_y >= self.max_scroll_y)
+
+    def _scroll_rows_to(self, y: float) -> None:
+        self.scroll_to(y=max(0.0, min(y, self.max_scroll_y)), animate=False, force=True)
+        self._follow_from_position()
+
+    def on_mount(self) -> None:
+        """First sync (the buffer may already hold lines)."""
+        self._rebuild()
+
+    def action_follow(self) -> None:
+        """``G``/``end``: jump to the last line and resume follow."""
+        self._sync()
+        self._set_following(True)
+        self._scroll_bottom()
+
+    def action_scroll_up(self) -> None:
+        """``up``: one row up (pauses follow)."""
+        self._scroll_rows_to(self.scroll_y - 1)
+
+    def action_scroll_down(self) -> None:
+        """``down``: one row down (reaching the bottom resumes follow)."""
+        self._scroll_rows_to(self.scroll_y + 1)
+
+    def action_page_up(self) -> None:
+        """``pageup``: one page up (pauses follow)."""
+        self._scroll_rows_to(self.scroll_y - max(1, self.scrollable_content_region.height))
+
+    def action_page_down(self) -> None:
+        """``pagedown``: one page down."""
+        self._scroll_rows_to(self.scroll_y + max(1, self.scrollable_content_region.height))
+
+    def action_scroll_home(self) -> None:
+        """``home``: first line (pauses follow)."""
+        self._scroll_rows_to(0)
+
+    def action_scroll_left(self) -> None:
+        """``left``: 8 columns left (long lines, no wrap)."""
+        self.scroll_to(x=max(0.0, self.scroll_x - 8), animate=False, force=True)
+
+    def action_scroll_right(self) -> None:
+        """``right``: 8 columns right."""
+        self.scroll_to(x=min(self.scroll_x + 8, self.max_scroll_x), animate=False, force=True)
+
+    def action_scroll_end(self) -> None:
+        """Same as ``G``."""
+        self.action_follow()
+
+    # Textual calls the handler of every class in the MRO: ours run first, do the base's work
+    # themselves (without animation, so the position is final) and prevent the base's.
+
+    def _on_mouse_scroll_up(self, event: events.MouseScrollUp) -> None:
+        event.prevent_default()
+        super()._on_mouse_scroll_up(event)
+        if not (event.ctrl or event.shift):
+            self._follow_from_position()
+
+    def _on_mouse_scroll_down(self, event: events.MouseScrollDown) -> None:
+        event.prevent_default()
+        super()._on_mouse_scroll_down(event)
+        if not (event.ctrl or event.shift):
+            self._follow_from_position()
+
+    def _on_scroll_to(self, message: ScrollTo) -> None:
+        # the scrollbar was dragged
+        if message.y is not None:
+            message.stop()
+            message.prevent_default()
+            if message.x is not None:
+                self.scroll_to(x=message.x, animate=False, force=True)
+            self._scroll_rows_to(message.y)
+
+    def _on_scroll_up(self, event: ScrollUp) -> None:
+        # a click on the vertical scrollbar's track above the thumb
+        event.stop()
+        event.prevent_default()
+        self.action_page_up()
+
+    def _on_scroll_down(self, event: ScrollDown) -> None:
+        event.stop()
+        event.prevent_default()
+        self.action_page_down()
+
+    # -- search, filter, errors ----------------------------------------------------------------
+
+    def action_search(self) -> None:
+        """``/``: open the search prompt."""
+        self._open_prompt("search", self._search)
+
+    def action_filter(self) -> None:
+        """``&``: open the filter prompt."""
+        self._open_prompt("filter", self._filter)
+
+    def _open_prompt(self, kind: PromptKind, value: str) -> None:
+        if self._prompt is not None:
+            self._prompt.remove()
+        parent = self.parent
+        if not isinstance(parent, Widget):  # a pane directly on a Screen
+            parent = self.screen
+        self._prompt = LogPrompt(self, kind, value)
+        parent.mount(self._prompt, after=self)
+        self._prompt.focus()
+
+    def _prompt_changed(self, kind: PromptKind, value: str) -> None:
+        if kind == "search":
+            self.set_search(value, jump=False)
+        else:
+            self.set_filter(value)
+
+    def _prompt_closed(self, prompt: LogPrompt, kind: PromptKind, value: str, *,
+                       accepted: bool) -> None:
+        self._prompt_changed(kind, value)
+        if prompt is self._prompt:
+            self._prompt = None
+        prompt.remove()
+        self.focus()
+        if accepted and kind == "search" and value:
+            self.search_next()
+
+    def set_search(self, term: str, *, jump: bool = True) -> None:
+        """Highlight ``term`` (case-insensitive substring; "" clears) and, with ``jump``, go to
+        the next match."""
+        if term != self._search:
+            self._search = term
+            self._strips.clear()
+            self._update_title()
+            self.refresh()
+        if jump and term:
+            self.search_next()
+
+    def set_filter(self, text: str) -> None:
+        """Show only lines containing ``text`` (case-insensitive); a leading ``!`` inverts;
+        "" (or "!") shows every line."""
+        if text == self._filter:
+            return
+        self._filter = text
+        self._rebuild()
+
+    def set_wrap(self, wrap: bool) -> None:
+        """Wrap long lines at the pane's width (else scroll horizontally)."""
+        if wrap == self._wrap:
+            return
+        self._wrap = wrap
+        self.set_class(wrap, "-wrap")
+        if wrap:
+            self.scroll_to(x=0, animate=False, force=True)
+        top = self._top_line()
+        self._rebuild_rows()
+        self._after_view_change(top, None)
+
+    def set_timestamps(self, show: bool) -> None:
+        """Prefix lines with their local ``HH:MM:SS.mmm`` timestamp."""
+        if show == self._timestamps:
+            return
+        self._timestamps = show
+        top = self._top_line()
+        self._rebuild_rows()
+        self._after_view_change(top, None)
+
+    def action_toggle_wrap(self) -> None:
+        """``w``."""
+        self.set_wrap(not self._wrap)
+
+    def action_toggle_timestamps(self) -> None:
+        """``t``."""
+        self.set_timestamps(not self._timestamps)
+
+    def action_clear_search(self) -> None:
+        """``escape``: clear the search highlight (else let escape through)."""
+        if not self._search:
+            raise SkipAction()
+        self.set_search("")
+
+    def search_next(self) -> bool:
+        """Go to the next line containing the search term (wraps around). False if none."""
+        needle = self._search.lower()
+        return bool(needle) and self._step(+1, lambda a: needle in self._plain(a).lower())
+
+    def search_prev(self) -> bool:
+        """Go to the previous line containing the search term (wraps around)."""
+        needle = self._search.lower()
+        return bool(needle) and self._step(-1, lambda a: needle in self._plain(a).lower())
+
+    def error_next(self) -> bool:
+        """Go to the next error-like line (``logtext.is_error_like``), wrapping around."""
+        base = self._base()
+        errors = {base + i for i in self.buffer.errors()}
+        return self._step(+1, errors.__contains__)
+
+    def error_prev(self) -> bool:
+        """Go to the previous error-like line, wrapping around."""
+        base = self._base()
+        errors = {base + i for i in self.buffer.errors()}
+        return self._step(-1, errors.__contains__)
+
+    def action_search_next(self) -> None:
+        """``n``."""
+        if not self.search_next():
+            self.app.bell()
+
+    def action_search_prev(self) -> None:
+        """``N``."""
+        if not self.search_prev():
+            self.app.bell()
+
+    def action_error_next(self) -> None:
+        """``e``."""
+        if not self.error_next():
+            self.app.bell()
+
+    def action_error_prev(self) -> None:
+        """``E``."""
+        if not self.error_prev():
+            self.app.bell()
+
+    def _step(self, direction: int, hit: Callable[[int], bool]) -> bool:
+        """Move the cursor to the next view line (in ``direction``) for which ``hit`` holds.
+
+        Starts after the cursor, or, without one, from the top (forward) / bottom (backward)
+        visible line inclusive. Wraps around once. Pauses follow.
+        """
+        self._sync()
+        view = self._view
+        n = len(view)
+        if not n:
+            return False
+        if self._cursor is not None and (ci := bisect.bisect_left(view, self._cursor)) < n \
+                and view[ci] == self._cursor:
+            anchor = ci
+        else:
+            top = self._locate(round(self.scroll_y))
+            top_vi = top[0] if top is not None else n - 1
+            if direction > 0:
+                anchor = top_vi - 1
+            else:
+                bottom = self._locate(round(self.scroll_y) + self.scrollable_content_region.height
+                                      - 1)
+                anchor = (bottom[0] if bottom is not None else n - 1) + 1
+        for k in range(1, n + 1):
+            vi = (anchor + direction * k) % n
+            if hit(view[vi]):
+                self._goto(vi)
+                return True
+        return False
+
+    def _goto(self, vi: int) -> None:
+        self._cursor = self._view[vi]
+        self._set_following(False)
+        self._strips.clear()
+        height = max(1, self.scrollable_content_region.height)
+        row = self._row_of(vi)
+        self.scroll_to(y=max(0, min(row - height // 3, self.max_scroll_y)), animate=False,
+                       force=True)
+        self._update_title()
+        self.refresh()
+
+    def action_save(self) -> None:
+        """``ctrl+s``: ask the owner to save the whole log."""
+        self.post_message(self.SaveRequested(self))
