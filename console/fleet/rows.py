@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
+from itertools import islice
 from typing import Any, Literal
 
 from console.fleet.state import FleetState, GpuHolder, HostView, gpu_holders
@@ -141,6 +142,11 @@ class GpuRow:
         users: who holds the GPU (jobs first, then foreign processes by PID); ``None`` when
             the host's process list is unknown.
         usable: the host streams and its driver answers (``free`` needs it).
+        pstate: performance state (``P0``), or ``None``.
+        sm_clock_mhz: SM clock (MHz), or ``None``.
+        tensor_activity_pct: GPM tensor-core activity (%), or ``None``.
+        dram_bw_util_pct: GPM DRAM bandwidth utilization (%), or ``None``.
+        ecc_uncorrected: volatile uncorrected ECC errors, or ``None``.
     """
 
     key: str
@@ -160,6 +166,11 @@ class GpuRow:
     history: tuple[float | None, ...]
     users: tuple[GpuUser, ...] | None
     usable: bool
+    pstate: str | None = None
+    sm_clock_mhz: float | None = None
+    tensor_activity_pct: float | None = None
+    dram_bw_util_pct: float | None = None
+    ecc_uncorrected: float | None = None
 
     @property
     def free(self) -> bool:
@@ -281,8 +292,10 @@ def fleet_rows(state: FleetState, *, now: float | None = None,
             if not isinstance(idx, int):
                 continue
             gpm = g.get("gpm") or {}
-            hist = v.history.get(idx) or ()
-            tail = list(hist)[-history_points:] if history_points > 0 else []
+            hist = v.history.get(idx)
+            # only the tail: the deque holds up to 15 minutes of points
+            tail = (list(islice(reversed(hist), history_points))[::-1]
+                    if hist and history_points > 0 else [])
             reasons = g.get("throttle_reasons")
             gpus.append(GpuRow(
                 key=f"gpu:{v.name}:{idx}", host=v.name, index=idx,
@@ -294,9 +307,14 @@ def fleet_rows(state: FleetState, *, now: float | None = None,
                 sm_activity_pct=_num(gpm.get("sm_activity_pct")),
                 throttle_reasons=tuple(str(r) for r in reasons) if reasons is not None
                 else None,
-                history=tuple(_num(p.util_pct) for p in tail),
+                history=tuple(None if p.util_pct is None else float(p.util_pct)
+                              for p in tail),
                 users=None if holders is None else _users(holders.get(idx, [])),
-                usable=usable,
+                usable=usable, pstate=g.get("pstate") or None,
+                sm_clock_mhz=_num(g.get("sm_clock_mhz")),
+                tensor_activity_pct=_num(gpm.get("tensor_activity_pct")),
+                dram_bw_util_pct=_num(gpm.get("dram_bw_util_pct")),
+                ecc_uncorrected=_num(g.get("ecc_volatile_uncorrected")),
             ))
         out.append(HostGroup(row, tuple(sorted(gpus, key=lambda r: r.index))))
     return out

@@ -98,8 +98,8 @@ async def test_cells_show_the_traces_readings() -> None:
         # the detail line: the cursor row uncut, fan unknown on the H200 SXM
         await pilot.press("down")
         detail = str(app.screen.query_one("#fleet-detail").render())
-        assert detail == ("h200-a GPU 0 NVIDIA H200 | fan ? | pid 653 root python3 "
-                          "…/matmul_load.py 90 16 (17604 MiB)")
+        assert detail == ("h200-a GPU 0 NVIDIA H200 | pid 653 root python3 …/matmul_load.py "
+                          "90 16 (17604 MiB) | P0 1500 MHz | tensor 93% dram 17% | fan ?")
         fleet(app).table.move_to_key("host:gpu-c")
         await pilot.pause()
         detail = str(app.screen.query_one("#fleet-detail").render())
@@ -188,6 +188,10 @@ async def test_updates_keep_the_cursor_and_select_posts_the_job() -> None:
         screen = fleet(app)
         assert cells(app, "gpu:h200-a:0")["users"] == "ddp-x-1a2b3c n0 r0,r1"
         assert screen.table.move_to_key("gpu:h200-a:0")
+        await pilot.pause()
+        detail = str(screen.query_one("#fleet-detail").render())
+        assert detail.startswith("h200-a GPU 0 NVIDIA H200 | job ddp-x-1a2b3c n0 r0,r1 pids "
+                                 "653,654 (18628 MiB) (enter: open) | P0 1500 MHz")
         await pilot.press("enter")
         await pilot.pause()
         assert app.jobs == [("ddp-x-1a2b3c", "h200-a", 0)]

@@ -94,6 +94,8 @@ def test_rows_carry_the_traces_last_readings() -> None:
     assert (g0.power_w, g0.power_limit_w, g0.sm_activity_pct) == (691.842, 700.0, 96.27)
     assert g0.fan_pct is None  # the H200 SXM has no fan: unknown, not 0
     assert g0.throttle_reasons == ("sw_power_cap",)
+    assert (g0.pstate, g0.sm_clock_mhz, g0.tensor_activity_pct, g0.dram_bw_util_pct,
+            g0.ecc_uncorrected) == ("P0", 1500, 93.45, 17.34, 0)
     assert g0.history == (100.0,) * 25
     assert g0.users == (GpuUser(
         job_id=None, job_name=None, node_rank=None, ranks=(), pids=(653,), user="root",

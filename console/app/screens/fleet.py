@@ -33,6 +33,7 @@ from console.fleet.rows import (
     host_detail_text,
     num_text,
     sort_groups,
+    user_text,
     users_text,
 )
 from console.fleet.state import FleetState
@@ -73,7 +74,8 @@ def summary_text(groups: list[HostGroup], shown: list[HostGroup], sort_key: str,
 
 
 def detail_text(row: HostRow | GpuRow | None) -> Text:
-    """The line below the table: everything about the cursor row, uncut."""
+    """The line below the table: the cursor row's whole story (not cut to a column:
+    the down reason, every process with its full command, clocks, GPM, fan, ECC)."""
     if row is None:
         return Text("")
     if isinstance(row, HostRow):
@@ -89,7 +91,6 @@ def detail_text(row: HostRow | GpuRow | None) -> Text:
         return text
     text = Text(f"{row.host} GPU {row.index} ", style="bold")
     text.append(row.name or "?")
-    text.append(f" | fan {num_text(row.fan_pct, '%')}", style="dim")
     if row.users is None:
         text.append(" | processes unknown", style="dim")
     elif not row.users:
@@ -97,10 +98,16 @@ def detail_text(row: HostRow | GpuRow | None) -> Text:
     for u in row.users or ():
         used = f" ({num_text(u.used_mib)} MiB)" if u.used_mib is not None else ""
         if u.job_id is not None:
-            text.append(f" | job {u.job_id} n{u.node_rank}", style="bold")
-            text.append(f" pids {','.join(str(p) for p in u.pids)}{used}; enter: open job")
+            text.append(f" | job {user_text(u)}", style="bold")
+            text.append(f" pids {','.join(str(p) for p in u.pids)}{used} (enter: open)")
         else:
             text.append(" | " + users_text((u,), command_limit=200) + used)
+    if row.ecc_uncorrected:  # uncorrected ECC errors since the driver loaded
+        text.append(f" | ECC {row.ecc_uncorrected:.0f} uncorrected", style="bold red")
+    text.append(f" | {row.pstate or '?'} {num_text(row.sm_clock_mhz)} MHz"
+                f" | tensor {num_text(row.tensor_activity_pct, '%')}"
+                f" dram {num_text(row.dram_bw_util_pct, '%')}"
+                f" | fan {num_text(row.fan_pct, '%')}", style="dim")
     return text
 
 
@@ -110,8 +117,8 @@ class FleetScreen(Screen[None]):
     Args:
         clock: the clock of the state's receive times (``time.monotonic`` for a live
             monitor), for a stale host's age; tests inject a fixed one.
-        history_points: utilization points kept per GPU row (the sparkline shows the last
-            ``history_width``).
+        history_points: utilization points kept per GPU row (default: ``history_width``,
+            what the sparkline shows).
         history_width: sparkline width in cells.
         name, id, classes: as for any screen (``id`` defaults to ``fleet``).
 
@@ -153,11 +160,12 @@ class FleetScreen(Screen[None]):
             self.gpu_index = gpu_index
 
     def __init__(self, *, clock: Callable[[], float] = time.monotonic,
-                 history_points: int = 60, history_width: int = 8, name: str | None = None,
+                 history_points: int | None = None, history_width: int = 8,
+                 name: str | None = None,
                  id: str | None = "fleet", classes: str | None = None) -> None:
         super().__init__(name=name, id=id, classes=classes)
         self.clock = clock
-        self.history_points = history_points
+        self.history_points = history_width if history_points is None else history_points
         self.history_width = history_width
         self.sort_key = "host"
         self.descending = False

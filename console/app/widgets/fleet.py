@@ -14,7 +14,7 @@ from typing import ClassVar
 from rich.text import Text
 from textual.binding import Binding, BindingType
 from textual.widgets import DataTable
-from textual.widgets.data_table import ColumnKey
+from textual.widgets.data_table import CellKey, ColumnKey, RowKey
 
 from console.fleet.rows import (
     GpuRow,
@@ -43,6 +43,9 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("hist", "HISTORY"),
     ("users", "USED BY"),
 )
+
+#: Columns sized to their content (the others have fixed widths).
+AUTO_WIDTH = frozenset({"name", "state", "power", "throttle", "users"})
 
 #: Sort key (rows.SORT_KEYS) -> the column whose header carries the sort arrow.
 SORT_COLUMN = {"host": "name", "util": "util", "mem": "mem", "temp": "temp", "power": "power"}
@@ -260,14 +263,26 @@ class FleetTable(DataTable[Text]):
         order = [k for k, _, _ in rows]
         col_keys = [k for k, _ in COLUMNS]
         if order == self._order:
+            # Same rows in the same order: write the changed cells, then refresh once.
+            # DataTable.update_cell refreshes the widget per cell (a fleet of 64 x 8 GPUs
+            # changes thousands of cells per update), so this does what it does in bulk:
+            # the data, the cells whose column widths may change, one update count.
+            changed = False
             for key, _, cells in rows:
-                old = self.get_row(key)
-                for col, new_cell, old_cell in zip(col_keys, cells, old):
-                    if new_cell != old_cell:
-                        self.update_cell(key, col, new_cell,
-                                         update_width=col in ("name", "state", "power",
-                                                              "users", "throttle"))
+                row_key = RowKey(key)
+                data = self._data[row_key]
+                for col, new_cell in zip(col_keys, cells):
+                    col_key = ColumnKey(col)
+                    if data.get(col_key) != new_cell:
+                        data[col_key] = new_cell
+                        changed = True
+                        if col in AUTO_WIDTH:
+                            self._updated_cells.add(CellKey(row_key, col_key))
+                            self._require_update_dimensions = True
             self.rows_by_key = {k: r for k, r, _ in rows}
+            if changed:
+                self._update_count += 1
+                self.refresh()
             return
         keep_key, keep_line = self.cursor_key, self.cursor_row
         was = self.rows_by_key.get(keep_key) if keep_key is not None else None
