@@ -225,3 +225,19 @@ def test_snapshot(snap_compare: Any) -> None:
 
     assert snap_compare(FleetApp(build_fleet(job=True)), terminal_size=(120, 36),
                         run_before=feed)
+
+
+async def test_host_with_a_missing_gpu_is_flagged() -> None:
+    st = FleetState(["h200"])
+    samples = trace("h200-load.jsonl")
+    st.on_sample("h200", samples[0], rx=NOW - 1)
+    fell = copy.deepcopy(samples[1])
+    fell["gpus"] = fell["gpus"][:1]
+    st.on_sample("h200", fell, rx=NOW)
+    app = FleetApp(st)
+    async with app.run_test(size=(160, 20)) as pilot:
+        await pilot.pause()
+        host = cells(app, "host:h200")
+        assert (host["state"], host["users"]) == ("gpu lost",
+                                                  "1 GPU(s) missing: 00000000:00:07.0")
+        assert keys(app) == ["h200", "h200:0"]

@@ -226,3 +226,18 @@ def test_text_cells() -> None:
                 "python3 /work/main/scripts/device/matmul_load.py 90 16", None, 17604)
     assert user_text(u) == "pid 653 root python3 …/matmul_load.py 90 16"
     assert user_text(u, command_limit=12) == "pid 653 root python3 …/m…"
+
+
+def test_connecting_host_and_missing_gpu() -> None:
+    st = FleetState(["new", "h200"])
+    samples = trace("h200-load.jsonl")
+    st.on_sample("h200", samples[0], rx=1.0)
+    fell = copy.deepcopy(samples[1])
+    fell["gpus"] = fell["gpus"][:1]  # GPU 1 (00000000:00:07.0) is gone from the bus
+    st.on_sample("h200", fell, rx=2.0)
+    new, h200 = fleet_rows(st)
+    assert (new.host.status, new.host.gpu_count, new.host.cpu_pct, new.gpus) == (
+        "connecting", None, None, ())
+    assert (h200.host.gpu_count, h200.host.missing_gpus) == (1, ("00000000:00:07.0",))
+    assert [r.index for r in h200.gpus] == [0]
+    assert host_detail_text(h200.host) == "1 GPU(s) missing: 00000000:00:07.0"

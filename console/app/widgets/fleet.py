@@ -94,12 +94,15 @@ def host_cells(h: HostRow, n_gpus: int, info_limit: int = 72) -> list[Text]:
     """The cells of a host row (one per :data:`COLUMNS` entry).
 
     STATE is the status (up green, stale yellow with its age, down red, connecting dim) or,
-    on a streaming host whose driver reports a problem, that problem in magenta. UTIL/CPU
+    on a streaming host whose driver reports a problem or that lost GPUs, that problem in
+    magenta. UTIL/CPU
     holds the host CPU, MEMORY the host memory, USED BY what is wrong (down reason, driver
     problem detail, missing GPUs; cut to ``info_limit`` characters) or the GPU count.
     """
     if h.status == "up" and h.problem is not None:
         state = Text(PROBLEM_WORDS.get(h.problem, h.problem), style=PROBLEM_STYLE)
+    elif h.status == "up" and h.missing_gpus:
+        state = Text("gpu lost", style=PROBLEM_STYLE)  # fewer GPUs than seen before
     elif h.status == "stale" and h.age_s is not None:
         state = Text(f"stale {h.age_s:.0f}s", style=STATUS_STYLE["stale"])
     else:
