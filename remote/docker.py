@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
+import re
 import shlex
 import tarfile
 import threading
@@ -295,6 +296,55 @@ def format_ns(ts_ns: int) -> str:
     secs, ns = divmod(ts_ns, 1_000_000_000)
     dt = datetime.fromtimestamp(secs, tz=timezone.utc)
     return dt.strftime("%Y-%m-%dT%H:%M:%S") + f".{ns:09d}Z"
+
+
+#: Docker's log copier cuts a line longer than this into "partial" messages (json-file and
+#: local drivers; moby daemon/logger/copier.go, bufSize 16 KiB).
+PARTIAL_CHUNK_BYTES = 16 * 1024
+
+#: A joined line is handed on once it reaches this size even without its "\n" (memory bound).
+MAX_LINE_BYTES = 64 * 1024 * 1024
+
+# RFC3339Nano as Docker writes it in front of each message with timestamps=true
+_TS_PREFIX_RE = re.compile(rb"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:\d\d) ")
+
+
+def join_partial_chunks(raw: bytes, chunk: int = PARTIAL_CHUNK_BYTES) -> bytes:
+    """Undo Docker's split of a long line into partial messages, within one byte record.
+
+    With ``timestamps=true`` a line longer than 16 KiB comes from the logs API as
+    ``<ts1> <16384 bytes><ts2> <16384 bytes>...<tsN> <rest>\n``: every partial message
+    carries its own RFC 3339 timestamp (on dockerd 20.10 all parts carry the first one's)
+    and only the last ends in ``\n``. This returns ``<ts1> <all the text>``.
+
+    :meth:`Engine.logs` joins parts by message (one SDK chunk per message), which also
+    covers parts that are not 16384 bytes long: the json-file driver stores each part as a
+    JSON string, so the bytes of a UTF-8 character cut at a boundary come back as one
+    U+FFFD each (dockerd's loss, not recoverable), making that part longer. This function is
+    the fallback for records whose parts arrived in one chunk (tty streams).
+
+    Args:
+        raw: one record up to (not including) its ``\n``, starting with its timestamp.
+        chunk: the driver's partial size.
+    """
+    head = _TS_PREFIX_RE.match(raw)
+    if head is None or len(raw) - head.end() <= chunk:
+        return raw
+    pos = head.end()
+    parts = [raw[:pos]]
+    while len(raw) - pos > chunk:
+        m = _TS_PREFIX_RE.match(raw, pos + chunk)
+        if m is None:
+            break
+        parts.append(raw[pos : pos + chunk])
+        pos = m.end()
+    parts.append(raw[pos:])
+    return b"".join(parts)
+
+
+def _record_to_line(raw: bytes) -> LogLine | None:
+    """One ``\n``-terminated record of the logs stream (without the ``\n``) -> LogLine."""
+    return split_log_line(join_partial_chunks(raw).decode(errors="replace").rstrip("\r"))
 
 
 def split_log_line(raw: str) -> LogLine | None:
@@ -611,23 +661,43 @@ class Engine:
             except RuntimeError:  # the loop is closed: nobody is listening any more
                 stop.set()
 
+        def emit(raw: bytes) -> None:
+            line = _record_to_line(raw)
+            if line is not None:
+                put(line)
+
         def pump() -> None:
             try:
                 chunks: Iterator[bytes] = client.api.logs(container_id, **kwargs)
-                pending = b""
+                # The current line's pieces. Docker sends a line longer than 16 KiB as
+                # partial messages, each with its own "<ts> " and only the last ending in
+                # "\n"; the SDK yields one message per chunk (non-tty containers), so a chunk
+                # arriving while a line is pending continues it: its timestamp is dropped and
+                # the line keeps the first part's. Only each new chunk is searched for "\n".
+                pending: list[bytes] = []
+                size = 0
                 for chunk in chunks:
                     if stop.is_set():
                         break
-                    pending += chunk
-                    while b"\n" in pending:
-                        raw, pending = pending.split(b"\n", 1)
-                        line = split_log_line(raw.decode(errors="replace").rstrip("\r"))
-                        if line is not None:
-                            put(line)
+                    if pending:
+                        head = _TS_PREFIX_RE.match(chunk)
+                        if head is not None:
+                            chunk = chunk[head.end() :]
+                    if b"\n" not in chunk:
+                        pending.append(chunk)
+                        size += len(chunk)
+                        if size >= MAX_LINE_BYTES:
+                            emit(b"".join(pending))
+                            pending, size = [], 0
+                        continue
+                    records = chunk.split(b"\n")
+                    emit(b"".join([*pending, records[0]]))
+                    for raw in records[1:-1]:
+                        emit(raw)
+                    pending = [records[-1]] if records[-1] else []
+                    size = len(records[-1])
                 if pending and not stop.is_set():
-                    line = split_log_line(pending.decode(errors="replace"))
-                    if line is not None:
-                        put(line)
+                    emit(b"".join(pending))
                 put(None)
             except docker.errors.NotFound:
                 put(None)
