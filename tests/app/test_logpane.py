@@ -236,6 +236,60 @@ async def test_scroll_up_pauses_badge_counts_and_G_resumes() -> None:
         assert pane.following
 
 
+async def test_scrolling_back_down_to_the_bottom_resumes_follow() -> None:
+    buf = LogBuffer()
+    fill(buf, numbered(100))
+    app = PaneApp(buf)
+    async with app.run_test(size=SIZE) as pilot:
+        pane = app.query_one(LogPane)
+        await pilot.pause()
+        await pilot.press("up", "up")
+        assert not pane.following
+        await pilot.press("down")
+        assert not pane.following
+        await pilot.press("down")
+        assert pane.following
+        assert app.follow_events == [False, True]
+
+
+async def test_progress_bar_redrawn_in_place_while_following() -> None:
+    buf = LogBuffer()
+    fill(buf, ["epoch 1"])
+    app = PaneApp(buf)
+    async with app.run_test(size=SIZE) as pilot:
+        pane = app.query_one(LogPane)
+        await pilot.pause()
+        for n in range(1, 11):
+            bar = "#" * n + " " * (10 - n)
+            buf.append(line(f"train: {n * 10}%|{bar}| {n}/10 [00:{n:02d}<00:00, 1.00it/s]", i=n))
+            pane.notify_appended()
+        await settle(pilot, pane)
+        assert pane.line_count == 2
+        assert pane_rows(app, pane)[:3] == [
+            "epoch 1", "train: 100%|##########| 10/10 [00:10<00:00, 1.00it/s]", ""]
+
+
+async def test_wrap_mode_follows_appends() -> None:
+    buf = LogBuffer()
+    fill(buf, ["x" * 250] * 20)
+    app = PaneApp(buf)
+    async with app.run_test(size=SIZE) as pilot:
+        pane = app.query_one(LogPane)
+        await pilot.pause()
+        await pilot.press("w")
+        await pilot.pause()
+        width = pane.scrollable_content_region.width
+        per_line = math.ceil(250 / width)
+        assert pane.row_count == 20 * per_line
+        assert pane.following
+        for i in range(5):
+            buf.append(line(f"short {i}", i=100 + i))
+        await settle(pilot, pane)
+        assert pane.row_count == 20 * per_line + 5
+        assert pane.scroll_y == pane.max_scroll_y
+        assert pane_rows(app, pane)[-1] == "short 4"
+
+
 async def test_mouse_wheel_up_pauses_follow() -> None:
     buf = LogBuffer()
     fill(buf, numbered(200))
@@ -586,6 +640,20 @@ async def test_four_and_eight_panes_tile() -> None:
         xs = sorted({q.region.x for q in panes.panes})
         ys = sorted({q.region.y for q in panes.panes})
         assert (len(xs), len(ys)) == (2, 4)
+
+
+async def test_prompt_keys_are_text_not_pane_commands() -> None:
+    app = PanesApp(node_buffers(2), LogBuffer())
+    async with app.run_test(size=SIZE) as pilot:
+        panes = app.query_one(LogPanes)
+        await pilot.pause()
+        p0 = panes.panes[0]
+        await pilot.press("ampersand", *"zane wGet", "enter")
+        await pilot.pause()
+        assert p0.filter_text == "zane wGet"
+        assert panes.zoomed is None and not panes.merged_shown
+        assert not p0.wrap and p0.following
+        assert pane_rows(app, p0)[0] == ""  # no line contains it
 
 
 async def test_merged_pane_shows_tags() -> None:
