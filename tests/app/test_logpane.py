@@ -19,6 +19,7 @@ from console.app.widgets.logpane import LogPane
 from console.app.widgets.logpanes import LogPanes, grid_shape
 from console.jobs.logbuffer import LogBuffer
 from console.jobs.logs import JobLogLine
+from console.jobs.logtext import progress_key
 
 SIZE = (120, 36)
 TS0 = 1_700_000_000_123_456_789  # 2023-11-14 22:13:20.123 UTC
@@ -427,7 +428,7 @@ async def test_timestamps_toggle(monkeypatch: pytest.MonkeyPatch) -> None:
             await pilot.pause()
             assert pane_rows(app, pane)[:2] == ["first", "second"]
     finally:
-        monkeypatch.delenv("TZ")
+        monkeypatch.undo()  # the original TZ (or none), then make the C library see it
         time.tzset()
 
 
@@ -553,6 +554,10 @@ async def test_tail_03_two_finished_bars() -> None:
         pane = app.query_one(LogPane)
         await pilot.pause()
         assert pane.row_count == 2
+        shown = [ln.plain for ln in pane.visible_lines()]
+        assert [progress_key(p) for p in shown] == [("Loading pt checkpoint shards", True)] * 2
+        assert [p.split("| ")[-1] for p in shown] == [
+            "1/1 [00:00<00:00,  6.22it/s]", "1/1 [00:00<00:00,  5.96it/s]"]
         rows = pane_rows(app, pane)
         assert rows[0].startswith("Loading pt checkpoint shards: 100%|███")
         assert rows[1] == ("Loading pt checkpoint shards: 100%|██████████| 1/1 "
