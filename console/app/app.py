@@ -18,14 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rich.text import Text
 from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.message import Message
 from textual.reactive import reactive
 from textual.screen import Screen
-from textual.widgets import Static
 
 from console.app.screens.jobs import JobsScreen
 from console.app.screens.modals import AskScreen, ConfirmScreen, HelpScreen, TextScreen
@@ -49,9 +47,6 @@ log = logging.getLogger("gpuconsole.app")
 
 #: Actions that change remote state, hidden by ``--readonly``.
 WRITE_ACTIONS = frozenset({"stop", "submit", "exec"})
-
-_HOST_STYLE = {"ok": "green", "stale": "yellow", "down": "red", "connecting": "cyan"}
-
 
 # -- messages: what happened, posted by the service subscription and by workers -------------
 
@@ -95,27 +90,6 @@ class HostStatusUpdated(Message):
     host: str
     status: str
     reason: str | None
-
-
-class StatusLine(Static):
-    """One line: each host's connection state (``a ● ok  b ● down: connection refused``)."""
-
-    DEFAULT_CSS = """
-    StatusLine { dock: bottom; height: 1; background: $panel; color: $text; padding: 0 1; }
-    """
-
-    def on_mount(self) -> None:
-        self.watch(self.app, "host_status", self._show, init=True)
-
-    def _show(self, value: tuple[tuple[str, str, str | None], ...]) -> None:
-        text = Text()
-        for host, status, reason in value:
-            text.append(f"{host} ", style="bold")
-            text.append("● ", style=_HOST_STYLE.get(status, ""))
-            text.append(status + (f": {reason[:40]}" if reason and status == "down" else ""),
-                        style=_HOST_STYLE.get(status, ""))
-            text.append("   ")
-        self.update(text)
 
 
 class GpuConsoleApp(App[int]):
@@ -215,15 +189,23 @@ class GpuConsoleApp(App[int]):
         fleet.update_fleet(state)  # type: ignore[attr-defined]
         jobs = self.get_screen("jobs")
         assert isinstance(jobs, JobsScreen)
-        jobs.usage = state.job_usage()
-        if jobs.is_mounted:
-            jobs.update_jobs()
+        jobs.update_jobs(usage=state.job_usage())
         if self.replay is not None:
             for name, v in state.hosts.items():
                 self._hosts[name] = (v.status, v.error)
             self._publish_hosts()
 
     # -- messages ---------------------------------------------------------------------------
+
+    def on_fleet_screen_job_selected(self, m: Message) -> None:
+        """A GPU row of a job was chosen in the fleet view: open that job's log panes."""
+        job_id = str(getattr(m, "job_id", ""))
+        job = self.service.store.get(job_id)
+        if job is None:
+            self.notify(f"job {job_id} is not in this console's store; `gpuconsole ps` adopts it",
+                        severity="warning")
+            return
+        self.open_logs(job)
 
     def on_host_status_updated(self, m: HostStatusUpdated) -> None:
         self._hosts[m.host] = (m.status, m.reason)
@@ -232,16 +214,12 @@ class GpuConsoleApp(App[int]):
     def on_jobs_listed(self, m: JobsListed) -> None:
         jobs = self.get_screen("jobs")
         assert isinstance(jobs, JobsScreen)
-        jobs.jobs = {j.id: j for j in m.jobs}
-        if jobs.is_mounted:
-            jobs.update_jobs()
+        jobs.update_jobs(m.jobs)
 
     def on_job_updated(self, m: JobUpdated) -> None:
         jobs = self.get_screen("jobs")
         assert isinstance(jobs, JobsScreen)
-        jobs.jobs[m.job.id] = m.job
-        if jobs.is_mounted:
-            jobs.update_jobs()
+        jobs.update_job(m.job)
         self._forward_to_logs(m)
 
     def on_log_lines_arrived(self, m: LogLinesArrived) -> None:
@@ -271,10 +249,6 @@ class GpuConsoleApp(App[int]):
             self.pop_screen()
         if self.screen is not self.get_screen(name):
             self.switch_screen(name)
-        if name == "jobs":
-            jobs = self.get_screen("jobs")
-            assert isinstance(jobs, JobsScreen)
-            jobs.update_jobs()
 
     def help_rows(self) -> list[tuple[str, str, str, str]]:
         """(section, keys, description, id) of every binding that applies on this screen,

@@ -23,6 +23,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Static
 
 from console.app.widgets.fleet import FleetTable
+from console.app.widgets.status import StatusLine
 from console.fleet.rows import (
     SORT_KEYS,
     GpuRow,
@@ -180,6 +181,7 @@ class FleetScreen(Screen[None]):
                                 "  (enter: keep, escape: clear)", id="fleet-filter")
         yield FleetTable(history_width=self.history_width, id="fleet-table")
         yield Static(id="fleet-detail")
+        yield StatusLine()
         yield Footer()
 
     def on_mount(self) -> None:

@@ -18,6 +18,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
+from console.app.widgets.status import StatusLine
 from console.fleet.state import JobUsage
 from console.jobs.rows import JobRow, job_row
 from console.jobs.store import JobRecord
@@ -83,10 +84,20 @@ class JobsScreen(Screen[None]):
         yield table
         yield Static("no jobs yet: press n to submit a spec, or run `gpuconsole submit`",
                      id="jobs-empty")
+        yield StatusLine()
         yield Footer()
 
     def on_mount(self) -> None:
         self.query_one(DataTable).focus()
+        self.update_jobs()
+
+    def on_screen_resume(self) -> None:
+        self.update_jobs()
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        """Enter on a row (the table takes the key first): its logs."""
+        event.stop()
+        self.action_logs()
 
     def selected_job(self) -> JobRecord | None:
         """The job under the cursor, or ``None``."""
@@ -107,6 +118,8 @@ class JobsScreen(Screen[None]):
             self.jobs = {j.id: j for j in jobs}
         if usage is not None:
             self.usage = usage
+        if not self.is_mounted:
+            return  # shown on mount
         table = self.query_one(DataTable)
         current = self.selected_job()
         now = self.clock()

@@ -357,10 +357,20 @@ class LogPane(ScrollView, can_focus=True):
             return True
         return (needle in line.plain.lower()) != invert
 
+    def _tag(self, line: DisplayLine) -> str:
+        """The dimmed prefix: ``[node:rank]`` in the merged pane; ``r<rank>`` in a node pane
+        (``r-`` for torchrun's own lines); nothing in a rank pane."""
+        if self.merged:
+            return line.tag()
+        if self.buffer.node is not None and self.buffer.rank is None:
+            return f"r{line.rank}" if line.rank is not None else "r-"
+        return ""
+
     def _prefix_width(self, line: DisplayLine) -> int:
         width = _TS_WIDTH if self._timestamps else 0
-        if self.merged:
-            width += len(line.tag()) + 1
+        tag = self._tag(line)
+        if tag:
+            width += len(tag) + 1
         return width
 
     def _height(self, line: DisplayLine, width: int) -> int:
@@ -434,7 +444,7 @@ class LogPane(ScrollView, can_focus=True):
 
     def _after_view_change(self, top_before: int | None, removed_rows: int | None) -> None:
         """Resize the virtual canvas, then stick to the bottom or keep the same top line."""
-        prefix = (_TS_WIDTH if self._timestamps else 0) + (8 if self.merged else 0)
+        prefix = (_TS_WIDTH if self._timestamps else 0) + (8 if self.merged else 4)
         width = 0 if self._wrap else self._max_width + prefix
         self.virtual_size = Size(min(width, MAX_RENDER_CHARS + prefix), self.row_count)
         self._strips.clear()
@@ -513,8 +523,9 @@ class LogPane(ScrollView, can_focus=True):
         if self._timestamps:
             parts.append(Text(format_ts(line.ts_ns) + " ",
                               self.get_component_rich_style("logpane--timestamp")))
-        if self.merged:
-            parts.append(Text(line.tag() + " ", self.get_component_rich_style("logpane--tag")))
+        tag = self._tag(line)
+        if tag:
+            parts.append(Text(tag + " ", self.get_component_rich_style("logpane--tag")))
         text = Text.assemble(*parts, body, no_wrap=True, end="") if parts else body
         text.stylize_before(self.rich_style)
         if is_cursor:

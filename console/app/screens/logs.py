@@ -1,0 +1,254 @@
+"""The log panes of one job: one pane per node (or per rank), tiled, tmux-like.
+
+Lines come from the service's follow of the job (:meth:`console.service.Service.start_follow`)
+as :class:`console.app.app.LogLinesArrived` batches, forwarded here by the app. Each line goes
+to its node's buffer, its rank's buffer and the merged buffer (all bounded); the panes render
+only their visible rows. A node that reconnects continues in the same pane: the service's
+follow resumes from its cursor, so nothing is lost or repeated. A removed job is read from the
+local archive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import TYPE_CHECKING, cast
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import Footer, Static
+
+from console.app.widgets.logpane import LogPane
+from console.app.widgets.logpanes import LogPanes
+from console.app.widgets.status import StatusLine
+from console.jobs.logbuffer import LogBuffer
+from console.jobs.logs import JobLogLine
+from console.jobs.rows import state_label
+from console.jobs.store import JobRecord
+from remote.docker import format_ns
+from remote.errors import GpuConsoleError
+
+if TYPE_CHECKING:
+    from console.app.app import GpuConsoleApp
+
+
+class LogsScreen(Screen[None]):
+    """Log panes of ``job`` (see the module docstring).
+
+    Args:
+        job: the job.
+        buffer_lines: lines each pane keeps (the archive keeps every line).
+        follow: follow live (``False``: tests that feed lines themselves).
+    """
+
+    BINDINGS = [
+        Binding("escape", "back", "Back", id="logs.back"),
+        Binding("r", "split_ranks", "Per rank", id="logs.split_ranks"),
+        Binding("S", "stop", "Stop job", id="logs.stop_job"),
+        Binding("x", "exec", "Shell", id="logs.exec"),
+    ]
+    DEFAULT_CSS = """
+    LogsScreen #logs-header { height: 1; background: $boost; padding: 0 1; }
+    LogsScreen LogPanes { height: 1fr; }
+    """
+
+    def __init__(self, job: JobRecord, *, buffer_lines: int = 100_000,
+                 follow: bool = True) -> None:
+        super().__init__()
+        self.job = job
+        self.buffer_lines = buffer_lines
+        self.live = follow
+        self.by_node: dict[int, LogBuffer] = {
+            n.node_rank: LogBuffer(buffer_lines, node=n.node_rank) for n in job.nodes}
+        self.by_rank: dict[tuple[int, int], LogBuffer] = {}
+        self.merged = LogBuffer(buffer_lines)
+        self.split_ranks = False
+        self.follow_state: dict[int, str] = {}
+        self.lines_taken = 0
+
+    @property
+    def gc(self) -> GpuConsoleApp:
+        """The app (typed)."""
+        return cast("GpuConsoleApp", self.app)
+
+    # -- layout -----------------------------------------------------------------------------
+
+    def _node_title(self, node_rank: int) -> str:
+        n = next((n for n in self.job.nodes if n.node_rank == node_rank), None)
+        title = f"node {node_rank}" + (f" · {n.host}" if n else "")
+        state = self.follow_state.get(node_rank)
+        if state == "reconnecting":
+            title += " · reconnecting…"
+        return title
+
+    def _pane_specs(self) -> list[tuple[str, LogBuffer]]:
+        if self.split_ranks and self.by_rank:
+            return [(f"node {n} rank {r}", buf) for (n, r), buf in sorted(self.by_rank.items())]
+        return [(self._node_title(n), buf) for n, buf in sorted(self.by_node.items())]
+
+    def compose(self) -> ComposeResult:
+        yield Static(self._header(), id="logs-header")
+        yield LogPanes(self._pane_specs(), merged=self.merged, id="panes")
+        yield StatusLine()
+        yield Footer()
+
+    def _header(self) -> Text:
+        j = self.job
+        text = Text()
+        text.append(f" {j.id} ", style="bold reverse")
+        text.append(f"  {state_label(j)}", style="bold")
+        text.append(f"  {len(j.nodes)} node(s)  lines {self.lines_taken}")
+        if j.failure:
+            f = j.failure
+            rank = f" rank {f['rank']}" if f.get("rank") is not None else ""
+            text.append(f"  first failure: node {f['node']}{rank}: {f['reason']}", style="red")
+        return text
+
+    def on_mount(self) -> None:
+        self._show_exit_codes()
+        panes = self.query_one(LogPanes).panes
+        if panes:
+            panes[0].focus()
+        if not self.live:
+            return
+        if self.job.removed_at is not None:
+            self._read_archive()
+        else:
+            self.gc.service.start_follow(self.job, tail=self.buffer_lines)
+
+    async def on_unmount(self) -> None:
+        if self.live:
+            await self.gc.service.stop_follow(self.job.id)
+
+    @work(group="logs-archive")
+    async def _read_archive(self) -> None:
+        try:
+            lines = await self.gc.service.read_logs(self.job, tail=self.buffer_lines)
+        except GpuConsoleError as e:
+            self.notify(e.message, title="logs", severity="error")
+            return
+        self.take_lines(tuple(lines))
+
+    # -- data -------------------------------------------------------------------------------
+
+    def take(self, m: Message) -> None:
+        """A message the app forwards: lines, job changes, follow state of this job."""
+        from console.app.app import FollowStateUpdated, JobUpdated, LogLinesArrived
+
+        if isinstance(m, LogLinesArrived) and m.job_id == self.job.id:
+            self.take_lines(m.lines)
+        elif isinstance(m, JobUpdated) and m.job.id == self.job.id:
+            self.job = m.job
+            self._show_exit_codes()
+            self.query_one("#logs-header", Static).update(self._header())
+        elif isinstance(m, FollowStateUpdated) and m.job_id == self.job.id:
+            self.follow_state[m.node_rank] = m.state
+            if not self.split_ranks:
+                buf = self.by_node.get(m.node_rank)
+                pane = self.query_one(LogPanes).pane_for(buf) if buf is not None else None
+                if pane is not None:
+                    pane.set_title(self._node_title(m.node_rank))
+
+    def take_lines(self, lines: tuple[JobLogLine, ...]) -> None:
+        """Append lines to their node's, rank's and the merged buffer; repaint coalesced."""
+        panes = self.query_one(LogPanes)
+        for line in lines:
+            buf = self.by_node.get(line.node_rank)
+            if buf is None:  # a node the record did not list (adopted job): give it a pane
+                buf = self.by_node[line.node_rank] = LogBuffer(self.buffer_lines,
+                                                               node=line.node_rank)
+                if not self.split_ranks:
+                    panes.add_pane(self._node_title(line.node_rank), buf)
+            buf.append(line)
+            if line.rank is not None:
+                key = (line.node_rank, line.rank)
+                rbuf = self.by_rank.get(key)
+                if rbuf is None:
+                    rbuf = self.by_rank[key] = LogBuffer(self.buffer_lines, node=line.node_rank,
+                                                         rank=line.rank)
+                    if self.split_ranks:
+                        panes.add_pane(f"node {key[0]} rank {key[1]}", rbuf)
+                rbuf.append(line)
+            self.merged.append(line)
+        self.lines_taken += len(lines)
+        panes.notify_appended()
+        self.query_one("#logs-header", Static).update(self._header())
+
+    def _show_exit_codes(self) -> None:
+        if not self.is_mounted:
+            return
+        panes = self.query_one(LogPanes)
+        for n in self.job.nodes:
+            buf = self.by_node.get(n.node_rank)
+            pane = panes.pane_for(buf) if buf is not None else None
+            if pane is not None and n.state not in ("pending", "running"):
+                pane.set_exit_code(n.exit_code)
+
+    # -- actions ----------------------------------------------------------------------------
+
+    def action_back(self) -> None:
+        """Back to the previous screen (the follow ends with this screen)."""
+        self.app.pop_screen()
+
+    async def action_split_ranks(self) -> None:
+        """Toggle one pane per node / one pane per rank."""
+        if not self.by_rank and not self.split_ranks:
+            self.notify("no rank has written a line yet")
+            return
+        self.split_ranks = not self.split_ranks
+        old = self.query_one(LogPanes)
+        new = LogPanes(self._pane_specs(), merged=self.merged, id="panes")
+        await old.remove()
+        await self.mount(new, after=self.query_one("#logs-header"))
+        self._show_exit_codes()
+        if new.panes:
+            new.panes[0].focus()
+
+    def action_stop(self) -> None:
+        """Stop the job (with the confirmation showing what runs where)."""
+        self.gc.confirm_stop(self.job)
+
+    def action_exec(self) -> None:
+        """A shell in the job's container."""
+        self.gc.exec_shell(self.job)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Hide stop and exec in ``--readonly`` mode."""
+        if action in ("stop", "exec") and getattr(self.app, "readonly", False):
+            return False
+        return True
+
+    def on_log_pane_save_requested(self, m: LogPane.SaveRequested) -> None:
+        buf = m.pane.buffer
+        node = next((n for n, b in self.by_node.items() if b is buf), None)
+        if node is None:
+            node = next((k[0] for k, b in self.by_rank.items() if b is buf), None)
+        self._save(node)
+
+    @work(group="logs-save")
+    async def _save(self, node: int | None) -> None:
+        """Write the whole log (every archived line, not just the pane's buffer) to a file in
+        the current directory."""
+        try:
+            lines = await self.gc.service.read_logs(self.job, node=node)
+        except GpuConsoleError as e:
+            self.notify(e.message, title="save", severity="error")
+            return
+        name = f"{self.job.id}" + (f"-node{node}" if node is not None else "") + ".log"
+        path = Path.cwd() / name
+
+        def write() -> None:
+            with open(path, "w", encoding="utf-8", errors="replace") as f:
+                for ln in lines:
+                    f.write(f"{format_ns(ln.ts_ns)} {ln.tag()} {ln.text}\n")
+
+        try:
+            await asyncio.to_thread(write)
+        except OSError as e:
+            self.notify(f"cannot write {path}: {e.strerror}", title="save", severity="error")
+            return
+        self.notify(f"saved {len(lines)} lines to {path}", title="save")
