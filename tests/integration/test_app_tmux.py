@@ -98,10 +98,24 @@ def test_app_in_tmux_logs_help_and_clean_exit(cli: CLI, tmux: Tmux) -> None:
     assert "following" in screen
 
     tmux.keys("?")
-    screen = tmux.wait_for("logs.search", timeout=20)
-    assert "app.quit" in screen
+    screen = tmux.wait_for("Keys (? or escape closes)", timeout=20)
+    for binding_id in ("logs.search", "logs.follow", "logs.filter", "logs.zoom"):
+        assert binding_id in screen, screen
     tmux.keys("Escape")
     time.sleep(0.5)
+
+    # x: the app suspends, a shell runs in the job's container through an SSH PTY
+    tmux.keys("x")
+    tmux.wait_for("/workspace#", timeout=30)
+    assert tmux.fmt("#{alternate_on}") == "0"
+    tmux.type("echo exec-$((6*7)) $GPUCONSOLE_JOB_ID; tty")
+    tmux.keys("Enter")
+    tmux.wait_for(f"exec-42 {job_id}", timeout=15)
+    tmux.wait_for("/dev/pts/", timeout=15)  # a real terminal in the container
+    tmux.type("exit")
+    tmux.keys("Enter")
+    screen = tmux.wait_for(f"shell in {job_id} exited 0", timeout=30)
+    assert tmux.fmt("#{alternate_on}") == "1"
 
     tmux.keys("q")
     deadline = time.monotonic() + 30
@@ -111,8 +125,7 @@ def test_app_in_tmux_logs_help_and_clean_exit(cli: CLI, tmux: Tmux) -> None:
     # the shell is back, in a sane mode: echo and canonical input restored
     tmux.type("stty -a | tr ' ' '\\n' | grep -x -e icanon -e echo | sort | tr '\\n' ,; echo END")
     tmux.keys("Enter")
-    screen = tmux.wait_for("END", timeout=10)
-    assert "echo,icanon,END" in screen.replace(" ", ""), screen
+    screen = tmux.wait_for("echo,icanon,END", timeout=10)
     assert "\x1b" not in screen and "^[[" not in screen
     assert tmux.fmt("#{cursor_flag}") == "1"
     cli.run("stop", job_id, "--grace", "1")
