@@ -94,6 +94,12 @@ class JobsScreen(Screen[None]):
     def on_screen_resume(self) -> None:
         self.update_jobs()
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Hide stop, submit and exec in ``--readonly`` mode."""
+        if action in ("stop", "submit", "exec") and getattr(self.app, "readonly", False):
+            return False
+        return True
+
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         """Enter on a row (the table takes the key first): its logs."""
         event.stop()

@@ -1,0 +1,216 @@
+"""The app driven by Textual's pilot against the real test hosts (sshd + dockerd + torchrun):
+submit from the jobs view, follow both nodes' panes to the end, stop with its confirmation,
+describe, readonly, a remapped key, and a host whose sshd dies and comes back."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from console.app.app import GpuConsoleApp
+from console.app.screens.jobs import JobsScreen
+from console.app.screens.logs import LogsScreen
+from console.app.screens.modals import ConfirmScreen, TextScreen
+from console.app.widgets.logpanes import LogPanes
+from console.config import AppConfig
+from console.profiles import load_profile_file
+from console.service import Service
+from tests.integration.conftest import CLI, REPO
+
+SIZE = (160, 48)
+
+
+async def until(pilot: object, pred: Callable[[], object], timeout: float = 90,
+                what: str = "") -> object:
+    """Wait (letting the app run) until ``pred()`` is truthy."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        await asyncio.sleep(0.2)
+    pytest.fail(f"timed out after {timeout} s waiting for {what or pred}")
+
+
+@pytest.fixture
+def app_env(cli: CLI, monkeypatch: pytest.MonkeyPatch) -> CLI:
+    """The app in this process uses the test's private state and config dirs."""
+    for k, v in cli.env().items():
+        if k.startswith("GPUCONSOLE_"):
+            monkeypatch.setenv(k, v)
+    monkeypatch.delenv("GPUCONSOLE_PROFILE", raising=False)
+    return cli
+
+
+def make_app(cli: CLI, **kw: object) -> GpuConsoleApp:
+    profile = load_profile_file(cli.profile)
+    config = kw.pop("config", None) or AppConfig(jobs_refresh_s=2)
+    return GpuConsoleApp(Service(profile), config=config, **kw)  # type: ignore[arg-type]
+
+
+def jobs_screen(app: GpuConsoleApp) -> JobsScreen:
+    s = app.get_screen("jobs")
+    assert isinstance(s, JobsScreen)
+    return s
+
+
+async def test_submit_from_jobs_view_follow_both_nodes_to_success(app_env: CLI) -> None:
+    cli = app_env
+    name = f"pilot-{uuid.uuid4().hex[:4]}"
+    spec = cli.spec(name, nodes=["a", "b"], args=["--steps", "40", "--out", "/out",
+                                                  "--workers", "0", "--step-sleep", "0.05"])
+    app = make_app(cli)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("2")
+        await until(pilot, lambda: isinstance(app.screen, JobsScreen), what="jobs view")
+        await pilot.press("n")
+        await pilot.pause()
+        for ch in str(spec):
+            await pilot.press(ch if ch != "/" else "slash")
+        await pilot.press("enter")
+        confirm = await until(pilot, lambda: isinstance(app.screen, ConfirmScreen)
+                              and app.screen, what="the plan to confirm")
+        assert isinstance(confirm, ConfirmScreen)
+        # the dry-run plan: both nodes' docker run lines and torchrun with world size 4
+        assert "docker run" in confirm.detail
+        assert "--nnodes 2" in confirm.detail or "--nnodes=2" in confirm.detail
+        assert confirm.detail.count("docker run") == 2
+        await pilot.press("y")
+        logs = await until(pilot, lambda: isinstance(app.screen, LogsScreen) and app.screen,
+                           what="log panes of the new job")
+        assert isinstance(logs, LogsScreen)
+        job_id = logs.job.id
+        assert job_id.startswith(name)
+        panes = logs.query_one(LogPanes)
+        assert len(panes.panes) == 2
+        # both nodes' panes get their ranks' step lines
+        await until(pilot, lambda: all(
+            any("step 40/40" in b[i].plain for i in range(len(b)))
+            for b in logs.by_node.values()), timeout=180, what="the last step on both nodes")
+        ranks = {k for k in logs.by_rank}
+        assert ranks == {(0, 0), (0, 1), (1, 2), (1, 3)}
+        await until(pilot, lambda: logs.job.state == "succeeded", timeout=120,
+                    what="job succeeded")
+        assert all(n.exit_code == 0 for n in logs.job.nodes)
+        await pilot.pause(0.3)
+        for pane in panes.panes:
+            assert pane.exit_code == 0
+            assert "exited 0" in str(pane.border_title)
+        # pane behaviour on the real lines: zoom, pause on scroll up, G resumes, search
+        p0 = panes.panes[0]
+        p0.focus()
+        await pilot.press("z")
+        await pilot.pause()
+        assert panes.zoomed is p0
+        await pilot.press("z")
+        await pilot.press("up", "up")
+        await pilot.pause()
+        assert not p0.following
+        await pilot.press("G")
+        await pilot.pause()
+        assert p0.following
+        p0.set_search("step 3/40 ")
+        await pilot.pause()
+        assert p0.match_count == 2  # ranks 0 and 1 of node 0
+        await pilot.press("escape")  # clear search
+        await pilot.press("escape")  # back to the jobs view
+        await until(pilot, lambda: isinstance(app.screen, JobsScreen), what="jobs view")
+        row = jobs_screen(app).jobs[job_id]
+        assert row.state == "succeeded"
+    # the archive has both nodes' lines: the CLI reads them back
+    res = cli.run("logs", job_id)
+    assert "[n1 r3] step 40/40" in res.stdout
+
+
+async def test_stop_with_confirmation_describe_and_readonly(app_env: CLI) -> None:
+    cli = app_env
+    spec = cli.spec(f"stop-{uuid.uuid4().hex[:4]}",
+                    args=["--steps", "500", "--step-sleep", "0.2", "--out", "/out",
+                          "--workers", "0"])
+    res = cli.run("submit", str(spec))
+    assert res.returncode == 0, res.stderr
+    job_id = res.stdout.strip()
+
+    ro = make_app(cli, readonly=True)
+    async with ro.run_test(size=SIZE) as pilot:
+        await pilot.press("2")
+        await until(pilot, lambda: job_id in jobs_screen(ro).jobs, what="job listed")
+        await pilot.press("S")
+        await pilot.pause()
+        assert not isinstance(ro.screen, ConfirmScreen)  # stop is hidden and inert
+        footer = [str(k.description) for k in ro.screen.query("FooterKey")]
+        assert "Logs" in footer and "Describe" in footer
+        helped = {desc for _, _, desc, _ in ro.help_rows()}
+        assert "Logs" in helped and not {"Stop", "Submit", "Shell"} & helped
+        assert "Stop" not in footer and "Submit" not in footer and "Shell" not in footer
+
+    app = make_app(cli)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("2")
+        await until(pilot, lambda: job_id in jobs_screen(app).jobs, what="job listed")
+        await pilot.press("d")
+        text = await until(pilot, lambda: isinstance(app.screen, TextScreen) and app.screen,
+                           what="describe")
+        assert isinstance(text, TextScreen)
+        assert f"job {job_id}" in text.text
+        assert "docker run" in text.text and "--cap-drop ALL" in text.text
+        assert "torchrun: torchrun --nnodes 1 --nproc-per-node 2" in text.text.replace(
+            "=", " ")
+        await pilot.press("escape")
+        await pilot.press("S")
+        confirm = await until(pilot, lambda: isinstance(app.screen, ConfirmScreen)
+                              and app.screen, what="stop confirmation")
+        assert isinstance(confirm, ConfirmScreen)
+        assert confirm.detail.startswith("a: docker stop --time ")
+        assert f"gpuconsole-{job_id}-n0" in confirm.detail
+        await pilot.press("y")
+        await until(pilot, lambda: jobs_screen(app).jobs[job_id].state == "stopped",
+                    timeout=60, what="job stopped")
+    res = cli.run("ps", "--json")
+    assert f'"{job_id}"' in res.stdout and '"stopped"' in res.stdout
+
+
+async def test_keymap_remaps_a_binding_by_id(app_env: CLI) -> None:
+    app = make_app(app_env, config=AppConfig(keymap={"app.jobs": "j"}), live=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("2")  # no longer bound
+        await pilot.pause()
+        assert not isinstance(app.screen, JobsScreen)
+        await pilot.press("j")
+        await until(pilot, lambda: isinstance(app.screen, JobsScreen), what="jobs via j")
+
+
+async def test_host_whose_sshd_stops_shows_down_and_comes_back(app_env: CLI) -> None:
+    pidfile = Path("/var/tmp/gpuconsole-testhosts/b/sshd.pid")
+    app = make_app(app_env)
+    async with app.run_test(size=SIZE) as pilot:
+        def status(h: str) -> str:
+            return dict((n, s) for n, s, _ in app.host_status).get(h, "")
+
+        await until(pilot, lambda: status("a") == "ok" and status("b") == "ok",
+                    timeout=60, what="both hosts ok")
+        master = int(pidfile.read_text().split()[0])
+        children = subprocess.run(["pgrep", "-P", str(master)], capture_output=True,
+                                  text=True).stdout.split()
+        try:
+            os.kill(master, signal.SIGTERM)
+            for pid in children:
+                os.kill(int(pid), signal.SIGKILL)
+            await until(pilot, lambda: status("b") == "down", timeout=60, what="b down")
+            assert status("a") == "ok"
+            reason = dict((n, r) for n, _, r in app.host_status)["b"]
+            assert reason
+            assert "b ● down" in " ".join(
+                str(w.render()) for w in app.screen.query("StatusLine"))
+        finally:
+            subprocess.run(["bash", str(REPO / "scripts/testhosts/up")], check=True,
+                           capture_output=True)
+        await until(pilot, lambda: status("b") == "ok", timeout=90, what="b back")
