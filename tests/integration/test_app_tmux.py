@@ -78,8 +78,9 @@ def test_app_in_tmux_logs_help_and_clean_exit(cli: CLI, tmux: Tmux) -> None:
     assert res.returncode == 0, res.stderr
     job_id = res.stdout.strip()
 
-    tmux.start({k: v for k, v in cli.env().items()
-                if k.startswith(("GPUCONSOLE_", "PATH", "HOME", "LANG"))} | {"TERM": "xterm-256color"})
+    env = {k: v for k, v in cli.env().items()
+           if k.startswith(("GPUCONSOLE_", "PATH", "HOME", "LANG"))}
+    tmux.start(env | {"TERM": "xterm-256color"})
     cmd = shlex.join([sys.executable, "-m", "console.cli", "-p", str(cli.profile)])
     tmux.type(f"cd {shlex.quote(str(REPO))} && {cmd}")
     tmux.keys("Enter")
