@@ -654,6 +654,7 @@ class Engine:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[LogLine | BaseException | None] = asyncio.Queue()
         stop = threading.Event()
+        streams: list[Any] = []  # the SDK's CancellableStream, to close from the loop
 
         def put(item: LogLine | BaseException | None) -> None:
             try:
@@ -669,6 +670,10 @@ class Engine:
         def pump() -> None:
             try:
                 chunks: Iterator[bytes] = client.api.logs(container_id, **kwargs)
+                streams.append(chunks)
+                if stop.is_set():  # closed before the request came back
+                    getattr(chunks, "close", lambda: None)()
+                    return
                 # The current line's pieces. Docker sends a line longer than 16 KiB as
                 # partial messages, each with its own "<ts> " and only the last ending in
                 # "\n"; the SDK yields one message per chunk (non-tty containers), so a chunk
@@ -702,10 +707,13 @@ class Engine:
             except docker.errors.NotFound:
                 put(None)
             except Exception as e:
-                log.debug("[%s] log stream of %s ended: %s", self.host, container_id[:12], e)
+                if not stop.is_set():
+                    log.debug("[%s] log stream of %s ended: %s", self.host, container_id[:12],
+                              e)
                 put(None)
 
-        thread = threading.Thread(target=pump, name=f"logs-{self.host}", daemon=True)
+        thread = threading.Thread(target=pump, name=f"logs-{self.host}-{container_id[:12]}",
+                                  daemon=True)
         thread.start()
         try:
             while True:
@@ -716,7 +724,16 @@ class Engine:
                     raise item
                 yield item
         finally:
+            # Closing the follow ends its reader now: shutting the HTTP stream's socket wakes
+            # the thread blocked in recv(), instead of leaving it parked until the next chunk.
             stop.set()
+            for stream in streams:
+                close = getattr(stream, "close", None)
+                if close is not None:
+                    try:
+                        close()
+                    except Exception as e:  # already closed by the engine or the drop
+                        log.debug("[%s] closing log stream: %s", self.host, e)
 
 
 def _api_message(e: docker.errors.APIError) -> str:

@@ -1,0 +1,74 @@
+"""Closing a log follow ends its reader thread at once (it used to stay parked in recv()
+until the container wrote again), over the local engine and over SSH."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+
+import docker
+import pytest
+
+from console.profiles import load_profile_file
+from console.session import Session
+from remote.docker import Engine
+from remote.transport import LocalTransport
+from tests.integration.conftest import CLI, IMAGE
+
+
+def _readers(cid: str) -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.endswith(cid[:12])]
+
+
+async def _follow_then_close(engine: Engine, cid: str) -> tuple[int, float]:
+    got: list[str] = []
+
+    async def consume() -> None:
+        async for line in engine.logs(cid, follow=True):
+            got.append(line.text)
+
+    task = asyncio.create_task(consume())
+    deadline = time.monotonic() + 30
+    while not got and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    assert got == ["ready"]
+    assert len(_readers(cid)) == 1
+    t0 = time.monotonic()
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    while _readers(cid) and time.monotonic() - t0 < 10:
+        await asyncio.sleep(0.02)
+    return len(_readers(cid)), time.monotonic() - t0
+
+
+@pytest.fixture
+def quiet_container(engine: docker.DockerClient) -> str:
+    c = engine.containers.run(IMAGE, ["python3", "-c", "print('ready', flush=True); "
+                                      "import time; time.sleep(120)"],
+                              detach=True, name=f"gc-quiet-{uuid.uuid4().hex[:6]}")
+    yield c.id
+    c.remove(force=True)
+
+
+async def test_closing_a_follow_ends_its_reader_local(quiet_container: str) -> None:
+    engine = Engine(LocalTransport())
+    try:
+        left, took = await _follow_then_close(engine, quiet_container)
+    finally:
+        await engine.close()
+    assert left == 0
+    assert took < 5  # it ended on close, not at the container's next line (120 s away)
+
+
+async def test_closing_a_follow_ends_its_reader_over_ssh(quiet_container: str,
+                                                         cli: CLI) -> None:
+    session = Session(load_profile_file(cli.profile))
+    try:
+        await session.connected("a")
+        left, took = await _follow_then_close(session.engine("a"), quiet_container)
+    finally:
+        await session.close()
+    assert left == 0
+    assert took < 5
