@@ -7,6 +7,7 @@ import asyncio
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 
 import docker
 import pytest
@@ -44,7 +45,7 @@ async def _follow_then_close(engine: Engine, cid: str) -> tuple[int, float]:
 
 
 @pytest.fixture
-def quiet_container(engine: docker.DockerClient) -> str:
+def quiet_container(engine: docker.DockerClient) -> Iterator[str]:
     c = engine.containers.run(IMAGE, ["python3", "-c", "print('ready', flush=True); "
                                       "import time; time.sleep(120)"],
                               detach=True, name=f"gc-quiet-{uuid.uuid4().hex[:6]}")
