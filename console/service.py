@@ -328,7 +328,7 @@ class Service:
         """
         store = self.store
         await adopt_unknown(self.session(), store, list(self.profile.hosts))
-        jobs = store.jobs(include_removed=include_removed)
+        jobs = await store.call(store.jobs, include_removed=include_removed)
         todo = [j for j in jobs if j.removed_at is None and
                 (j.state in (*ACTIVE_STATES, "unknown") or
                  any(n.state in (*ACTIVE_STATES, "unreachable") for n in j.nodes))]
@@ -345,7 +345,7 @@ class Service:
                 if host not in seen and warn:
                     seen.add(host)
                     warn(why)
-        return store.jobs(include_removed=include_removed)
+        return await store.call(store.jobs, include_removed=include_removed)
 
     async def plan(self, spec_path: Path, overrides: dict[str, Any] | None = None, *,
                    dry_run: bool = False, force: bool = False) -> Submission:
@@ -376,7 +376,7 @@ class Service:
         if submission.dry_run:
             raise JobError("a dry-run plan cannot be launched", "plan it again without dry_run")
         job_id = await launch(self.session(), self.store, submission.loaded, submission.prepared)
-        job = self.store.get(job_id)
+        job = await self.store.call(self.store.get, job_id)
         assert job is not None
         self.bus.publish(JobChanged(job))
         return job
@@ -413,7 +413,7 @@ class Service:
         running = [n for n in job.nodes if n.state in ACTIVE_STATES]
         if not running:
             return StopOutcome(job, ())
-        self.store.update_job(job.id, stop_requested_at=time.time())
+        await self.store.call(self.store.update_job, job.id, stop_requested_at=time.time())
         await stop_nodes(session, self.store, job, running, grace=self._grace(job, grace))
         job = await self.refresh_job(job, teardown=False)
         return StopOutcome(job, tuple(n.node_rank for n in running))
@@ -433,7 +433,7 @@ class Service:
             raise JobError(f"job {job.id} is running",
                            f"stop it first, or `rm --force {job.id}`")
         if running:
-            self.store.update_job(job.id, stop_requested_at=time.time())
+            await self.store.call(self.store.update_job, job.id, stop_requested_at=time.time())
             await stop_nodes(session, self.store, job, running,
                              grace=session.profile.defaults.stop_grace)
         await read_job_logs(session, self.store, job)  # archive every line first
@@ -441,7 +441,7 @@ class Service:
             if n.container_id:
                 await session.engine(n.host).remove(n.container_id)
         removed_at = time.time()
-        self.store.update_job(job.id, removed_at=removed_at)
+        await self.store.call(self.store.update_job, job.id, removed_at=removed_at)
         job.removed_at = removed_at
         self.bus.publish(JobChanged(job))
         return job

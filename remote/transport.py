@@ -210,7 +210,8 @@ class Transport(ABC):
         Raises:
             TransportError: the copy failed.
         """
-        digest = workdir_digest(local_dir, exclude)
+        # hashing and the staging copy read every file: worker threads, never the loop
+        digest = await asyncio.to_thread(workdir_digest, local_dir, exclude)
         base = f"{await self.home()}/{WORKDIR_CACHE}"
         final = f"{base}/{digest[:16]}"
         if await self._exists(final):
@@ -218,18 +219,23 @@ class Transport(ABC):
         tmp = f"{base}/.{digest[:16]}.{os.getpid()}.{id(self):x}.tmp"
         with tempfile.TemporaryDirectory(prefix="gpuconsole-workdir-") as staging:
             stage = Path(staging) / "w"
-            stage.mkdir()
-            for rel in iter_workdir_files(local_dir, exclude):
-                src, dst = local_dir / rel, stage / rel
-                dst.parent.mkdir(parents=True, exist_ok=True)
-                if src.is_symlink():
-                    os.symlink(os.readlink(src), dst)
-                else:
-                    shutil.copy2(src, dst)
+            await asyncio.to_thread(_stage_workdir, local_dir, stage, exclude)
             await self._put_tree(stage, tmp)
         if not await self._rename(tmp, final):
             await self.run(["rm", "-rf", "--", tmp])
         return final
+
+
+def _stage_workdir(local_dir: Path, stage: Path, exclude: Sequence[str]) -> None:
+    """Copy the workdir's synced entries into ``stage`` (symlinks kept as links)."""
+    stage.mkdir()
+    for rel in iter_workdir_files(local_dir, exclude):
+        src, dst = local_dir / rel, stage / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_symlink():
+            os.symlink(os.readlink(src), dst)
+        else:
+            shutil.copy2(src, dst)
 
 
 class RemoteProcess(ABC):

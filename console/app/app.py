@@ -101,7 +101,8 @@ class GpuConsoleApp(App[int]):
         readonly: hide the actions that change remote state (stop, submit, exec).
         replay: show a telemetry recording instead of live hosts (``top --record``).
         replay_speed: pace of the replay (0: as fast as possible).
-        clock: wall clock (Unix s) for ages; frozen in snapshot tests.
+        clock: wall clock (Unix s) for job ages; frozen in snapshot tests.
+        monotonic: the clock samples are received on (host ages in the fleet view).
         live: poll the hosts (jobs, telemetry); ``False`` only in tests that feed data.
     """
 
@@ -119,7 +120,8 @@ class GpuConsoleApp(App[int]):
 
     def __init__(self, service: Service, *, config: AppConfig | None = None,
                  readonly: bool = False, replay: Path | None = None, replay_speed: float = 1.0,
-                 clock: Callable[[], float] = time.time, live: bool = True) -> None:
+                 clock: Callable[[], float] = time.time,
+                 monotonic: Callable[[], float] = time.monotonic, live: bool = True) -> None:
         super().__init__()
         self.service = service
         self.config = config or AppConfig()
@@ -127,6 +129,7 @@ class GpuConsoleApp(App[int]):
         self.replay = replay
         self.replay_speed = replay_speed
         self.clock = clock
+        self.monotonic = monotonic
         self.live = live
         self._sub: Subscription | None = None
         self._fleet_dirty = False
@@ -143,7 +146,7 @@ class GpuConsoleApp(App[int]):
         from console.app.screens.fleet import FleetScreen
 
         self._sub = self.service.bus.subscribe(self._on_event, coalesce=True)
-        self.install_screen(FleetScreen(), name="fleet")
+        self.install_screen(FleetScreen(clock=self.monotonic), name="fleet")
         self.install_screen(JobsScreen(clock=self.clock), name="jobs")
         self.push_screen("fleet")
         self._publish_hosts()
@@ -151,7 +154,7 @@ class GpuConsoleApp(App[int]):
             self.service.start_replay(self.replay, speed=self.replay_speed)
         elif self.live:
             self.service.start_fleet(interval=self.config.interval)
-        self.set_interval(0.5, self._flush_fleet)
+        self.set_interval(0.5, self.refresh_fleet_view)
         if self.live and self.replay is None:
             self.refresh_jobs()
         else:
@@ -179,9 +182,9 @@ class GpuConsoleApp(App[int]):
     def _publish_hosts(self) -> None:
         self.host_status = tuple((h, s, r) for h, (s, r) in self._hosts.items())
 
-    def _flush_fleet(self) -> None:
-        """At most twice a second: show the fleet state if anything arrived."""
-        if not self._fleet_dirty or self.service.fleet is None:
+    def refresh_fleet_view(self, *, force: bool = False) -> None:
+        """Show the fleet state if anything arrived (the app calls it twice a second)."""
+        if not (self._fleet_dirty or force) or self.service.fleet is None:
             return
         self._fleet_dirty = False
         state = self.service.fleet
@@ -190,10 +193,9 @@ class GpuConsoleApp(App[int]):
         jobs = self.get_screen("jobs")
         assert isinstance(jobs, JobsScreen)
         jobs.update_jobs(usage=state.job_usage())
-        if self.replay is not None:
-            for name, v in state.hosts.items():
-                self._hosts[name] = (v.status, v.error)
-            self._publish_hosts()
+        for name, v in state.hosts.items():  # the fleet state is the truth for the line
+            self._hosts[name] = (v.status, v.error)
+        self._publish_hosts()
 
     # -- messages ---------------------------------------------------------------------------
 

@@ -145,8 +145,8 @@ async def _host_facts(
     wd = loaded.workdir
     # where sync_workdir will put it (content-addressed), so a dry run can show it
     ex = loaded.spec.exclude
-    workdir = (f"{home}/{WORKDIR_CACHE}/{workdir_digest(wd, ex)[:16]}" if wd is not None
-               else None)
+    workdir = (f"{home}/{WORKDIR_CACHE}/{(await asyncio.to_thread(workdir_digest, wd, ex))[:16]}"
+               if wd is not None else None)
     return HostFacts(host, t.address(), gpus.count, home, workdir, port, gpus.holders,
                      gpus.lost)
 
@@ -237,7 +237,7 @@ async def launch(session: Session, store: Store, loaded: LoadedSpec, prepared: P
         node_count=len(plan.nodes),
         nodes=[NodeRecord(plan.job_id, n.node_rank, n.host, n.container.name) for n in plan.nodes],
     )
-    store.add_job(record)
+    await store.call(store.add_job, record)
     created: dict[int, str] = {}
 
     async def create(n_rank: int) -> None:
@@ -255,7 +255,7 @@ async def launch(session: Session, store: Store, loaded: LoadedSpec, prepared: P
             *(session.engine(plan.nodes[r].host).remove(cid) for r, cid in created.items()),
             return_exceptions=True,
         )
-        store.delete_job(plan.job_id)
+        await store.call(store.delete_job, plan.job_id)
 
     # Shielded: an interrupt (Ctrl-C) lets the engine calls in flight finish, then undoes
     # them all, so a launch is all or none.
@@ -273,6 +273,6 @@ async def launch(session: Session, store: Store, loaded: LoadedSpec, prepared: P
     for n in record.nodes:
         n.container_id = created[n.node_rank]
         n.state = "running"
-    store.update_nodes(record.nodes)
-    store.update_job(plan.job_id, state="running")
+    await store.call(store.update_nodes, record.nodes)
+    await store.call(store.update_job, plan.job_id, state="running")
     return plan.job_id

@@ -73,15 +73,15 @@ async def _node_lines(
             if await engine.inspect(node.container_id) is not None:
                 lines = [ln async for ln in follow_container(engine, node.container_id,
                                                              follow=False)]
-                store.archive(job.id, node.node_rank, lines)
+                await store.call(store.archive, job.id, node.node_rank, lines)
         except GpuConsoleError as e:
             job.unreachable[node.host] = e.message  # the archive will do
     if tail is not None:
         # the archive is in time order, so the last `tail` lines at or after `since_ns` are
         # the last `tail` lines, filtered
-        lines = store.read_archive_tail(job.id, node.node_rank, tail)
+        lines = await store.call(store.read_archive_tail, job.id, node.node_rank, tail)
     else:
-        lines = list(store.read_archive(job.id, node.node_rank))
+        lines = await store.call(lambda: list(store.read_archive(job.id, node.node_rank)))
     if since_ns is not None:
         lines = [ln for ln in lines if ln.ts_ns >= since_ns]
     return lines
@@ -162,20 +162,28 @@ async def follow_job_logs(
             item = await queue.get()
             if isinstance(item, NodeRecord):
                 pending -= 1
-                _flush(store, job, batch)
+                await _flush_async(store, job, batch)
                 if on_node_exit is not None:
                     on_node_exit(item)
                 continue
             n, ln = item
             batch.setdefault(n.node_rank, []).append(ln)
             if queue.empty() or len(batch[n.node_rank]) >= 256:
-                _flush(store, job, batch)
+                await _flush_async(store, job, batch)
             yield tag_line(n, ln)
     finally:
-        _flush(store, job, batch)
+        _flush(store, job, batch)  # what is left (no await: this may run at generator close)
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _flush_async(store: Store, job: JobRecord, batch: dict[int, list[LogLine]]) -> None:
+    """Archive the batch in a worker thread (the loop never waits on the disk)."""
+    todo = {rank: lines for rank, lines in batch.items() if lines}
+    batch.clear()
+    if todo:
+        await store.call(_flush, store, job, todo)
 
 
 def _flush(store: Store, job: JobRecord, batch: dict[int, list[LogLine]]) -> None:

@@ -54,6 +54,7 @@ class JobRow:
         util_pct: their mean utilization (%) while running, or ``None``.
         exit_code: the job's exit code once finished, else ``None``.
         reason: :func:`reason`.
+        active: pending or running (GPUs and utilization apply).
     """
 
     job_id: str
@@ -65,6 +66,7 @@ class JobRow:
     util_pct: float | None
     exit_code: int | None
     reason: str
+    active: bool = False
 
 
 def job_row(job: JobRecord, now: float, usage: Mapping[str, JobUsage] | None = None) -> JobRow:
@@ -81,4 +83,5 @@ def job_row(job: JobRecord, now: float, usage: Mapping[str, JobUsage] | None = N
         util_pct=u.mean_util_pct if u is not None and running else None,
         exit_code=job.exit_code if not running else None,
         reason=reason(job),
+        active=running,
     )

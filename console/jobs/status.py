@@ -119,7 +119,7 @@ async def refresh(
     """
     if job.removed_at is not None:
         return job
-    stored = store.get(job.id)
+    stored = await store.call(store.get, job.id)
     if stored is not None:  # `stop` in another terminal: its intent wins over ours
         flags = {n.node_rank: n.stop_requested for n in stored.nodes}
         for n in job.nodes:
@@ -157,7 +157,7 @@ async def refresh(
             grace = session.profile.defaults.stop_grace
             await stop_nodes(session, store, job, running, grace=min(grace, 10.0))
             return await refresh(session, store, job, teardown=False)
-    store.update_nodes(job.nodes)
+    await store.call(store.update_nodes, job.nodes)
     state = job_state(job.nodes)
     fields: dict[str, Any] = {"state": state}
     if failed is not None:
@@ -167,7 +167,7 @@ async def refresh(
             fields["failure"] = job.failure
     elif state == "succeeded":
         fields["exit_code"] = 0
-    store.update_job(job.id, **fields)
+    await store.call(store.update_job, job.id, **fields)
     job.state = state
     job.exit_code = fields.get("exit_code", job.exit_code)
     return job
@@ -179,7 +179,7 @@ async def stop_nodes(
     """``docker stop`` (SIGTERM, then SIGKILL after ``grace`` s) the nodes, all at once."""
     for n in nodes:
         n.stop_requested = True
-    store.update_nodes(job.nodes)
+    await store.call(store.update_nodes, job.nodes)
 
     async def one(n: NodeRecord) -> None:
         if n.container_id:
@@ -316,7 +316,7 @@ async def adopt_unknown(session: Session, store: Store, hosts: list[str]) -> lis
             # profile (or another console's name for this machine): leave it alone
             if labels.host not in session.profile.hosts:
                 continue
-            if store.get(labels.job_id) is None:
+            if await store.call(store.get, labels.job_id) is None:
                 found.setdefault(labels.job_id, []).append((host, info, labels))
     adopted = []
     for job_id, items in found.items():
@@ -333,6 +333,6 @@ async def adopt_unknown(session: Session, store: Store, hosts: list[str]) -> lis
             created_at=lab.created_at or time.time(), node_count=lab.node_count,
             nodes=[nodes[r] for r in sorted(nodes)],
         )
-        store.add_job(rec)
+        await store.call(store.add_job, rec)
         adopted.append(job_id)
     return adopted

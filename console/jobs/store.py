@@ -13,15 +13,18 @@ last timestamp, so two followers of one job never write a line twice.
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
+import functools
 import json
 import os
 import sqlite3
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import platformdirs
 
@@ -130,8 +133,28 @@ class JobRecord:
     unreachable: dict[str, str] = field(default_factory=dict)
 
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _locked(method: Callable[P, R]) -> Callable[P, R]:
+    """Serialize a Store method on the store's lock (the connection is shared by threads)."""
+
+    @functools.wraps(method)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        store = args[0]
+        assert isinstance(store, Store)
+        with store._lock:
+            return method(*args, **kwargs)
+
+    return wrapper
+
+
 class Store:
-    """The SQLite job store. Thread-compatible: one connection per Store; use from one thread.
+    """The SQLite job store and the log archive.
+
+    Thread-safe: one connection shared under a lock, so event-loop code hands its writes and
+    file reads to a worker thread with :meth:`call` and the loop never waits on the disk.
 
     Args:
         root: the state dir (default :func:`state_dir`).
@@ -140,18 +163,27 @@ class Store:
     def __init__(self, root: Path | None = None) -> None:
         self.root = root or state_dir()
         self.root.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(self.root / "jobs.sqlite3", timeout=30)
+        self._lock = threading.RLock()
+        self.db = sqlite3.connect(self.root / "jobs.sqlite3", timeout=30,
+                                  check_same_thread=False)
         self.db.row_factory = sqlite3.Row
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA foreign_keys=ON")
         self.db.executescript(SCHEMA)
 
+    @_locked
     def close(self) -> None:
         """Close the database."""
         self.db.close()
 
+    async def call(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+        """Run a store method (``store.update_job``, ``store.archive``...) in a worker thread,
+        so SQLite writes and archive I/O never block the event loop."""
+        return await asyncio.to_thread(fn, *args, **kwargs)
+
     # -- jobs -------------------------------------------------------------------------------
 
+    @_locked
     def add_job(self, job: JobRecord) -> None:
         """Insert a job and its nodes (one transaction)."""
         with self.db:
@@ -173,12 +205,14 @@ class Store:
              n.exit_code, n.started_at, n.finished_at, int(n.stop_requested)),
         )
 
+    @_locked
     def update_nodes(self, nodes: list[NodeRecord]) -> None:
         """Write back node records."""
         with self.db:
             for n in nodes:
                 self._put_node(n)
 
+    @_locked
     def update_job(self, job_id: str, **fields: Any) -> None:
         """Set job columns: ``state``, ``exit_code``, ``failure``, ``stop_requested_at``,
         ``removed_at``."""
@@ -197,6 +231,7 @@ class Store:
                 (*vals, time.time(), job_id),
             )
 
+    @_locked
     def delete_job(self, job_id: str) -> None:
         """Forget a job entirely (used when a launch is rolled back)."""
         with self.db:
@@ -223,11 +258,13 @@ class Store:
             ))
         return job
 
+    @_locked
     def get(self, job_id: str) -> JobRecord | None:
         """The job with this exact id, or ``None``."""
         row = self.db.execute("SELECT * FROM jobs WHERE id=?", (job_id,)).fetchone()
         return self._row_to_job(row) if row else None
 
+    @_locked
     def find(self, ref: str) -> list[JobRecord]:
         """Jobs matching an id, an id prefix or a name (newest first)."""
         rows = self.db.execute(
@@ -237,6 +274,7 @@ class Store:
         exact = [r for r in rows if r["id"] == ref]
         return [self._row_to_job(r) for r in (exact or rows)]
 
+    @_locked
     def jobs(self, include_removed: bool = False) -> list[JobRecord]:
         """All jobs, newest first."""
         q = "SELECT * FROM jobs"

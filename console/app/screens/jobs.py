@@ -37,14 +37,15 @@ def _cell_state(state: str) -> Text:
 
 
 def row_cells(r: JobRow) -> tuple[Text | str, ...]:
-    """The table cells of one row; unknown values show as ``?``."""
+    """The table cells of one row; unknown values show as ``?``, values that do not apply
+    (GPUs of a finished job) as ``-``."""
     return (
         r.job_id,
         _cell_state(r.state),
         r.nodes,
         r.age,
-        "?" if r.gpus is None else str(r.gpus),
-        "?" if r.util_pct is None else f"{r.util_pct:.0f}%",
+        "-" if not r.active else "?" if r.gpus is None else str(r.gpus),
+        "-" if not r.active else "?" if r.util_pct is None else f"{r.util_pct:.0f}%",
         "" if r.exit_code is None else str(r.exit_code),
         Text(r.reason, style="red") if r.reason else "",
     )
@@ -64,6 +65,7 @@ class JobsScreen(Screen[None]):
     DEFAULT_CSS = """
     JobsScreen DataTable { height: 1fr; }
     JobsScreen #jobs-empty { height: auto; padding: 1 2; color: $text-muted; }
+    JobsScreen #jobs-detail { height: auto; max-height: 4; padding: 0 1; background: $boost; }
     """
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
@@ -84,6 +86,7 @@ class JobsScreen(Screen[None]):
         yield table
         yield Static("no jobs yet: press n to submit a spec, or run `gpuconsole submit`",
                      id="jobs-empty")
+        yield Static(id="jobs-detail")
         yield StatusLine()
         yield Footer()
 
@@ -93,6 +96,30 @@ class JobsScreen(Screen[None]):
 
     def on_screen_resume(self) -> None:
         self.update_jobs()
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self._show_detail()
+
+    def _show_detail(self) -> None:
+        """The selected job in full under the table: nodes, diagnosis and its fix."""
+        job = self.selected_job()
+        detail = self.query_one("#jobs-detail", Static)
+        if job is None:
+            detail.update("")
+            return
+        text = Text()
+        text.append(job.id, style="bold")
+        text.append(f"  {job.name}  " + " ".join(
+            f"n{n.node_rank}@{n.host}:{n.state}"
+            + (f"({n.exit_code})" if n.exit_code is not None else "") for n in job.nodes))
+        f = job.failure
+        if f:
+            rank = f" rank {f['rank']}" if f.get("rank") is not None else ""
+            text.append(f"\nfirst failure: node {f['node']} on {f['host']}{rank}, exit code "
+                        f"{f['exit_code']}: {f['reason']}", style="red")
+            if f.get("fix"):
+                text.append(f"\nfix: {f['fix']}", style="yellow")
+        detail.update(text)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Hide stop, submit and exec in ``--readonly`` mode."""
@@ -135,6 +162,7 @@ class JobsScreen(Screen[None]):
         self.query_one("#jobs-empty").display = not self.jobs
         if current is not None and current.id in self.jobs:
             table.move_cursor(row=table.get_row_index(current.id))
+        self._show_detail()
 
     def update_job(self, job: JobRecord) -> None:
         """One job changed (or appeared)."""
