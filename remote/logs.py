@@ -87,10 +87,12 @@ async def follow_container(
     outage_started: float | None = None
     loop = asyncio.get_running_loop()
     backoff = 0.5
+    resuming = False
     while True:
         cursor.rewind()
-        if outage_started is not None and on_state is not None:
+        if (outage_started is not None or resuming) and on_state is not None:
             on_state("following", None)
+        resuming = False
         try:
             async for line in engine.logs(
                 container_id,
@@ -114,6 +116,11 @@ async def follow_container(
                     if cursor.accept(line):
                         yield line
                 return
+            # the stream ended while the container runs: the connection under it dropped
+            # (and was re-opened by the inspect above); resume from the cursor
+            resuming = True
+            if on_state is not None:
+                on_state("reconnecting", "log stream ended while the container runs")
             backoff = 0.5
         except (ConnectionLost, TransportError) as e:
             now = loop.time()

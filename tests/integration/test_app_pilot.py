@@ -21,6 +21,7 @@ from console.app.screens.logs import LogsScreen
 from console.app.screens.modals import ConfirmScreen, TextScreen
 from console.app.widgets.logpanes import LogPanes
 from console.config import AppConfig
+from console.events import FollowStateChanged
 from console.profiles import load_profile_file
 from console.service import Service
 from tests.integration.conftest import CLI, REPO
@@ -214,3 +215,61 @@ async def test_host_whose_sshd_stops_shows_down_and_comes_back(app_env: CLI) -> 
             subprocess.run(["bash", str(REPO / "scripts/testhosts/up")], check=True,
                            capture_output=True)
         await until(pilot, lambda: status("b") == "ok", timeout=90, what="b back")
+
+
+async def test_pane_continues_after_a_cut_ssh_connection(app_env: CLI,
+                                                         engine: object) -> None:
+    """The sshd session processes of host a are SIGKILLed mid-job: the node's pane goes on in
+    the same pane, and at the end holds exactly the container's lines (none lost, none
+    repeated)."""
+    import docker as docker_sdk
+
+    from console.jobs.store import Store
+
+    cli = app_env
+    pidfile = Path("/var/tmp/gpuconsole-testhosts/a/sshd.pid")
+    spec = cli.spec(f"cut-{uuid.uuid4().hex[:4]}",
+                    args=["--steps", "40", "--out", "/out", "--workers", "0",
+                          "--step-sleep", "0.15"])
+    res = cli.run("submit", str(spec))
+    assert res.returncode == 0, res.stderr
+    job_id = res.stdout.strip()
+    app = make_app(cli)
+    seen: list[str] = []
+    app.service.bus.subscribe(lambda ev: seen.append(ev.state),  # type: ignore[union-attr]
+                              kinds=(FollowStateChanged,))
+    async with app.run_test(size=SIZE) as pilot:
+        job = Store().get(job_id)
+        assert job is not None
+        app.open_logs(job)
+        logs = await until(pilot, lambda: isinstance(app.screen, LogsScreen) and app.screen,
+                           what="log panes")
+        assert isinstance(logs, LogsScreen)
+        buf = logs.by_node[0]
+        await until(pilot, lambda: any("step 5/40" in buf[i].plain for i in range(len(buf))),
+                    what="step 5")
+        master = int(pidfile.read_text().split()[0])
+        sessions = subprocess.run(["pgrep", "-P", str(master)], capture_output=True,
+                                  text=True).stdout.split()
+        assert sessions
+        for pid in sessions:
+            os.kill(int(pid), signal.SIGKILL)
+        await until(pilot, lambda: logs.job.state == "succeeded", timeout=180,
+                    what="job succeeded after the cut")
+        await pilot.pause(0.5)
+        pane_lines = [(buf[i].rank, buf[i].plain) for i in range(len(buf))]
+        client = docker_sdk.from_env()
+        (container,) = client.containers.list(
+            all=True, filters={"label": f"io.gpuconsole.job-id={job_id}"})
+        raw = container.logs(stdout=True, stderr=True).decode().splitlines()
+        client.close()
+    expected = []
+    for ln in raw:
+        if ln.startswith("[rank"):
+            rank, _, text = ln[len("[rank"):].partition("]:")
+            expected.append((int(rank), text.rstrip()))
+        else:
+            expected.append((None, ln.rstrip()))
+    assert "reconnecting" in seen and "following" in seen  # the cut hit the live follow
+    assert pane_lines == expected
+    assert sum(1 for r, t in pane_lines if t.startswith("step ")) == 80
