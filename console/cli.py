@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import click
 
-from console.errors import ConfigError, JobError, PlanError
+from console.errors import ConfigError, JobError, PlanError, UsageError
 from console.jobs.logs import JobLogLine
 from console.jobs.rows import job_row
 from console.jobs.status import JobView, format_node_state
@@ -48,7 +48,7 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
         _err(f"error: {e.message}")
         if e.hint:
             _err(f"  fix: {e.hint}")
-        raise SystemExit(2 if isinstance(e, (ConfigError, PlanError)) else 1) from None
+        raise SystemExit(2 if isinstance(e, (ConfigError, PlanError, UsageError)) else 1) from None
     except KeyboardInterrupt:
         _err("interrupted")
         raise SystemExit(130) from None

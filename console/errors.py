@@ -11,6 +11,7 @@ __all__ = [
     "JobNameInUse",
     "JobNotFound",
     "PlanError",
+    "UsageError",
 ]
 
 
@@ -54,3 +55,8 @@ class JobNotFound(JobError):
 
 class JobNameInUse(JobError):
     """A job with this name is already running."""
+
+
+class UsageError(GpuConsoleError):
+    """A flag or argument names something that does not exist (``--node 9``): bad input,
+    exit status 2. The message starts with the flag."""

@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from console.errors import ConfigError, JobError, JobNotFound
+from console.errors import ConfigError, JobError, JobNotFound, UsageError
 from console.events import (
     ContainersMapped,
     EventBus,
@@ -477,7 +477,8 @@ class Service:
         """The node ``exec`` runs in: ``node``, else node 0.
 
         Raises:
-            JobError: no such node, or its container is not running.
+            UsageError: no such node.
+            JobError: its container is not running.
         """
         self.check_node(job, node)
         n = next(n for n in job.nodes if n.node_rank == (node or 0))
@@ -520,7 +521,7 @@ class Service:
         """A job's lines so far, merged in time order (containers first, else the archive).
 
         Raises:
-            JobError: ``node`` is not a node of the job.
+            UsageError: ``node`` is not a node of the job.
         """
         self.check_node(job, node)
         return await read_job_logs(self.session_for(job), self.store, job, node=node,
@@ -528,9 +529,10 @@ class Service:
 
     @staticmethod
     def check_node(job: JobRecord, node: int | None) -> None:
-        """Raise :class:`JobError` unless ``node`` is ``None`` or a node rank of the job."""
+        """Raise :class:`UsageError` unless ``node`` is ``None`` or a node rank of the job."""
         if node is not None and node not in {n.node_rank for n in job.nodes}:
-            raise JobError(f"job {job.id} has no node {node}", f"nodes: 0..{len(job.nodes) - 1}")
+            raise UsageError(f"--node {node}: job {job.id} has no node {node}",
+                             f"nodes: 0..{len(job.nodes) - 1}")
 
     async def follow(self, job: JobRecord, *, node: int | None = None,
                      since_ns: int | None = None, tail: int | None = None

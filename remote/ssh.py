@@ -544,14 +544,26 @@ async def bridge_terminal(proc: asyncssh.SSHClientProcess[bytes], *, tty: bool) 
                 return
             os.write(fd, chunk)
 
+    def feed_file() -> None:
+        # stdin is a regular file or /dev/null (epoll refuses those; reads never block)
+        while data := os.read(in_fd, 65536):
+            loop.call_soon_threadsafe(proc.stdin.write, data)
+        loop.call_soon_threadsafe(proc.stdin.write_eof)
+
+    feeder: asyncio.Future[None] | None = None
     try:
         if saved is not None:
             tty_mod.setraw(in_fd)
             loop.add_signal_handler(signal.SIGWINCH, on_resize)
-        loop.add_reader(in_fd, on_input)
+        try:
+            loop.add_reader(in_fd, on_input)
+        except PermissionError:
+            feeder = asyncio.ensure_future(asyncio.to_thread(feed_file))
         await asyncio.gather(copy(proc.stdout, out_fd), copy(proc.stderr, sys.stderr.fileno()))
         await proc.wait_closed()
     finally:
+        if feeder is not None:
+            await asyncio.gather(feeder, return_exceptions=True)
         loop.remove_reader(in_fd)
         if saved is not None:
             loop.remove_signal_handler(signal.SIGWINCH)
