@@ -625,9 +625,9 @@ def bench(args: argparse.Namespace, run: Run) -> dict[str, Any]:
     t_end = t0 + args.seconds + args.drain
     out["t0"] = t0
     streams.go(t0)
-    threads = [threading.Thread(target=run_side, args=(side, prober, sample, t0, t_end,
-                                                       args.drain, stop, args.floor_probes), daemon=True)
-               for side, prober, sample in probers]
+    threads = [threading.Thread(target=run_side, daemon=True, args=(
+        side, prober, sample, t0, t_end, args.drain, stop, args.floor_probes))
+        for side, prober, sample in probers]
     machine = Side("machine")
     out["machine"] = machine
     threads.append(threading.Thread(target=sample_resources, args=(res_sides, stop, machine),
