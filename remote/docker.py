@@ -652,20 +652,28 @@ class Engine:
         if tail is not None:
             kwargs["tail"] = tail
         loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[LogLine | BaseException | None] = asyncio.Queue()
+        queue: asyncio.Queue[list[LogLine] | BaseException | None] = asyncio.Queue()
         stop = threading.Event()
         streams: list[Any] = []  # the SDK's CancellableStream, to close from the loop
 
-        def put(item: LogLine | BaseException | None) -> None:
+        def put(item: list[LogLine] | BaseException | None) -> None:
             try:
                 loop.call_soon_threadsafe(queue.put_nowait, item)
             except RuntimeError:  # the loop is closed: nobody is listening any more
                 stop.set()
 
+        batch: list[LogLine] = []  # one loop wake-up per chunk, not per line
+
         def emit(raw: bytes) -> None:
             line = _record_to_line(raw)
             if line is not None:
-                put(line)
+                batch.append(line)
+
+        def flush() -> None:
+            nonlocal batch
+            if batch:
+                put(batch)
+                batch = []
 
         def pump() -> None:
             try:
@@ -701,8 +709,10 @@ class Engine:
                         emit(raw)
                     pending = [records[-1]] if records[-1] else []
                     size = len(records[-1])
+                    flush()
                 if pending and not stop.is_set():
                     emit(b"".join(pending))
+                flush()
                 put(None)
             except docker.errors.NotFound:
                 put(None)
@@ -722,7 +732,8 @@ class Engine:
                     return
                 if isinstance(item, BaseException):
                     raise item
-                yield item
+                for line in item:
+                    yield line
         finally:
             # Closing the follow ends its reader now: shutting the HTTP stream's socket wakes
             # the thread blocked in recv(), instead of leaving it parked until the next chunk.

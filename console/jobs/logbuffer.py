@@ -14,11 +14,24 @@ from __future__ import annotations
 
 import bisect
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from console.jobs.logs import JobLogLine
 from console.jobs.logtext import is_error_like, shape, strip_ansi, supersedes
+
+
+ShapedText = tuple[str, str, bool]
+"""One display line of a raw line: (text with ANSI SGR, plain text, error-like)."""
+
+
+def shape_line(text: str) -> list[ShapedText]:
+    """:func:`~console.jobs.logtext.shape` a raw line and classify each display line."""
+    out = []
+    for t in shape(text):
+        plain = strip_ansi(t) if "\x1b" in t else t
+        out.append((t, plain, is_error_like(plain)))
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +105,15 @@ class LogBuffer:
         return self.rank is None or line.rank == self.rank
 
     def append(self, line: JobLogLine) -> int:
-        """Shape one raw line and add its display lines.
+        """Shape one raw line (:func:`shape_line`) and add its display lines; see
+        :meth:`append_shaped`."""
+        if not self.accepts(line):
+            return 0  # not shaped at all
+        return self.append_shaped(line, shape_line(line.text))
+
+    def append_shaped(self, line: JobLogLine, shaped: Sequence[ShapedText]) -> int:
+        """Add the display lines of one raw line, shaped once by :func:`shape_line` (several
+        buffers fed the same line share that work).
 
         A progress update that :func:`~console.jobs.logtext.supersedes` the last display line
         of the same (node_rank, rank) stream replaces that line in place (same index, new
@@ -103,10 +124,11 @@ class LogBuffer:
         """
         if not self.accepts(line):
             return 0
+        if not self.accepts(line):
+            return 0
         stream = (line.node_rank, line.rank)
         added = 0
-        for text in shape(line.text):
-            plain = strip_ansi(text) if "\x1b" in text else text
+        for text, plain, error in shaped:
             self._seq += 1
             dl = DisplayLine(self._seq, line.node_rank, line.rank, line.ts_ns, text, plain)
             last_abs = self._last.get(stream)
@@ -114,7 +136,7 @@ class LogBuffer:
                 i = self._head + last_abs - self._base
                 if supersedes(self._items[i].plain, plain):
                     self._items[i] = dl
-                    self._set_error(last_abs, is_error_like(plain))
+                    self._set_error(last_abs, error)
                     self.version += 1
                     continue
             abs_pos = self.total
@@ -122,7 +144,7 @@ class LogBuffer:
             self.total += 1
             added += 1
             self._last[stream] = abs_pos
-            if is_error_like(plain):
+            if error:
                 self._errors.append(abs_pos)
             self.version += 1
         self._evict()

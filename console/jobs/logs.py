@@ -55,8 +55,14 @@ def tag_line(node: NodeRecord, line: LogLine) -> JobLogLine:
     """Split torchrun's rank prefix off a raw container line."""
     m = _RANK_RE.match(line.text)
     if m:
-        return JobLogLine(node.node_rank, node.host, int(m.group(1)), line.ts_ns,
-                          line.text[m.end():])
+        body = line.text[m.end():]
+        prefix = m.group(0)
+        if prefix in body:
+            # torchrun's tee splits a worker's "\r" redraws into lines and glues the prefix of
+            # the next (empty) segment onto a bar: "<bar>[rank0]:". Each inner prefix of the
+            # same rank is where a carriage return was.
+            body = body.replace(prefix, "\r")
+        return JobLogLine(node.node_rank, node.host, int(m.group(1)), line.ts_ns, body)
     return JobLogLine(node.node_rank, node.host, None, line.ts_ns, line.text)
 
 

@@ -83,8 +83,17 @@ def strip_ansi(text: str) -> str:
     return _ANY_ESC_RE.sub("", text)
 
 
+#: Every line :data:`ERROR_RE` can match contains one of these (lower-cased): a cheap test
+#: that spares the regex on ordinary lines (most of a training log).
+_ERROR_WORDS = ("error", "exception", "traceback", "fatal", "critical", "nccl warn",
+                "out of memory", "killed", "segmentation", "core dumped", "exit", "sig")
+
+
 def is_error_like(plain: str) -> bool:
     """Whether a plain (escape-free) display line looks like an error (:data:`ERROR_RE`)."""
+    low = plain.lower()
+    if not any(w in low for w in _ERROR_WORDS):
+        return False
     return ERROR_RE.search(plain) is not None
 
 
@@ -128,7 +137,11 @@ def supersedes(prev_plain: str, new_plain: str) -> bool:
 
     True when ``prev_plain`` is an unfinished progress bar and ``new_plain`` is a progress bar
     with the same description: a terminal would have redrawn it, so the view replaces it.
+    Also when ``prev_plain`` is empty and ``new_plain`` a bar: torchrun's ``--tee`` turns the
+    ``\r`` that starts a tqdm bar into a line break, leaving an empty line before it.
     """
+    if not prev_plain.strip():
+        return progress_key(new_plain) is not None
     prev = progress_key(prev_plain)
     if prev is None or prev[1]:
         return False

@@ -11,6 +11,9 @@ local archive.
 from __future__ import annotations
 
 import asyncio
+import time
+from collections import deque
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
@@ -25,7 +28,7 @@ from textual.widgets import Footer, Static
 from console.app.widgets.logpane import LogPane
 from console.app.widgets.logpanes import LogPanes
 from console.app.widgets.status import StatusLine
-from console.jobs.logbuffer import LogBuffer
+from console.jobs.logbuffer import LogBuffer, shape_line
 from console.jobs.logs import JobLogLine
 from console.jobs.rows import state_label
 from console.jobs.store import JobRecord
@@ -35,6 +38,11 @@ from remote.errors import GpuConsoleError
 if TYPE_CHECKING:
     from console.app.app import GpuConsoleApp
 
+#: Longest stretch of line intake before the loop gets keys and repaints again (s).
+DRAIN_BUDGET_S = 0.025
+#: Pause between intake stretches while a backlog remains (s).
+DRAIN_PAUSE_S = 0.01
+
 
 class LogsScreen(Screen[None]):
     """Log panes of ``job`` (see the module docstring).
@@ -43,6 +51,7 @@ class LogsScreen(Screen[None]):
         job: the job.
         buffer_lines: lines each pane keeps (the archive keeps every line).
         follow: follow live (``False``: tests that feed lines themselves).
+        max_backlog: lines waiting to be shown beyond which the oldest are skipped on screen.
     """
 
     BINDINGS = [
@@ -57,7 +66,7 @@ class LogsScreen(Screen[None]):
     """
 
     def __init__(self, job: JobRecord, *, buffer_lines: int = 100_000,
-                 follow: bool = True) -> None:
+                 follow: bool = True, max_backlog: int = 50_000) -> None:
         super().__init__()
         self.job = job
         self.buffer_lines = buffer_lines
@@ -69,6 +78,12 @@ class LogsScreen(Screen[None]):
         self.split_ranks = False
         self.follow_state: dict[int, str] = {}
         self.lines_taken = 0
+        self.skipped = 0
+        self.max_backlog = max_backlog
+        self._pending: deque[JobLogLine] = deque()
+        self._skipped_by_node: dict[int, int] = {}
+        self._drain_scheduled = False
+        self._header_at = 0.0
 
     @property
     def gc(self) -> GpuConsoleApp:
@@ -102,6 +117,10 @@ class LogsScreen(Screen[None]):
         text.append(f" {j.id} ", style="bold reverse")
         text.append(f"  {state_label(j)}", style="bold")
         text.append(f"  {len(j.nodes)} node(s)  lines {self.lines_taken}")
+        if self._pending:
+            text.append(f"  catching up: {len(self._pending)} queued", style="yellow")
+        if self.skipped:
+            text.append(f"  {self.skipped} not shown (archived)", style="yellow")
         if j.failure:
             f = j.failure
             rank = f" rank {f['rank']}" if f.get("rank") is not None else ""
@@ -131,7 +150,7 @@ class LogsScreen(Screen[None]):
         except GpuConsoleError as e:
             self.notify(e.message, title="logs", severity="error")
             return
-        self.take_lines(tuple(lines))
+        self.take_lines(lines)
 
     # -- data -------------------------------------------------------------------------------
 
@@ -153,30 +172,82 @@ class LogsScreen(Screen[None]):
                 if pane is not None:
                     pane.set_title(self._node_title(m.node_rank))
 
-    def take_lines(self, lines: tuple[JobLogLine, ...]) -> None:
-        """Append lines to their node's, rank's and the merged buffer; repaint coalesced."""
+    def take_lines(self, lines: Iterable[JobLogLine]) -> None:
+        """Queue lines for the panes. They are shaped and shown by :meth:`_drain`, a few
+        milliseconds of work at a time, so keys are never stuck behind a burst of lines; a
+        backlog beyond :attr:`max_backlog` lines is skipped on screen (counted in the header,
+        every line stays in the archive: ``ctrl+s``)."""
+        self._pending.extend(lines)
+        excess = len(self._pending) - self.max_backlog
+        if excess > 0:
+            for _ in range(excess):
+                ln = self._pending.popleft()
+                self._skipped_by_node[ln.node_rank] = self._skipped_by_node.get(
+                    ln.node_rank, 0) + 1
+            self.skipped += excess
+        if not self._drain_scheduled and self.is_mounted:
+            self._drain_scheduled = True
+            self.call_later(self._drain)
+
+    def _drain(self) -> None:
+        """Move queued lines into the buffers for at most :data:`DRAIN_BUDGET_S`, then yield
+        to the event loop (keys, repaint) and continue on a timer."""
+        self._drain_scheduled = False
+        if not self.is_mounted:
+            return
         panes = self.query_one(LogPanes)
-        for line in lines:
-            buf = self.by_node.get(line.node_rank)
-            if buf is None:  # a node the record did not list (adopted job): give it a pane
-                buf = self.by_node[line.node_rank] = LogBuffer(self.buffer_lines,
-                                                               node=line.node_rank)
-                if not self.split_ranks:
-                    panes.add_pane(self._node_title(line.node_rank), buf)
-            buf.append(line)
-            if line.rank is not None:
-                key = (line.node_rank, line.rank)
-                rbuf = self.by_rank.get(key)
-                if rbuf is None:
-                    rbuf = self.by_rank[key] = LogBuffer(self.buffer_lines, node=line.node_rank,
-                                                         rank=line.rank)
-                    if self.split_ranks:
-                        panes.add_pane(f"node {key[0]} rank {key[1]}", rbuf)
-                rbuf.append(line)
-            self.merged.append(line)
-        self.lines_taken += len(lines)
-        panes.notify_appended()
-        self.query_one("#logs-header", Static).update(self._header())
+        deadline = time.perf_counter() + DRAIN_BUDGET_S
+        taken = 0
+        pending = self._pending
+        if self._skipped_by_node:
+            self._mark_skipped(panes)
+        while pending:
+            line = pending.popleft()
+            self._append(panes, line)
+            taken += 1
+            if taken % 64 == 0 and time.perf_counter() > deadline:
+                break
+        self.lines_taken += taken
+        if taken:
+            panes.notify_appended()
+        now = time.monotonic()
+        if now - self._header_at >= 0.25 or not pending:
+            self._header_at = now
+            self.query_one("#logs-header", Static).update(self._header())
+        if pending:
+            self._drain_scheduled = True
+            self.set_timer(DRAIN_PAUSE_S, self._drain)
+
+    def _mark_skipped(self, panes: LogPanes) -> None:
+        """One line in each node's pane saying how many of its lines were not shown."""
+        skipped, self._skipped_by_node = self._skipped_by_node, {}
+        for node, count in sorted(skipped.items()):
+            ts = self._pending[0].ts_ns if self._pending else 0
+            n = next((x for x in self.job.nodes if x.node_rank == node), None)
+            self._append(panes, JobLogLine(
+                node, n.host if n else "?", None, ts,
+                f"\x1b[2m… {count} lines not shown (the console fell behind); "
+                f"all are archived: ctrl+s saves them\x1b[0m"))
+
+    def _append(self, panes: LogPanes, line: JobLogLine) -> None:
+        shaped = shape_line(line.text)
+        buf = self.by_node.get(line.node_rank)
+        if buf is None:  # a node the record did not list (adopted job): give it a pane
+            buf = self.by_node[line.node_rank] = LogBuffer(self.buffer_lines,
+                                                           node=line.node_rank)
+            if not self.split_ranks:
+                panes.add_pane(self._node_title(line.node_rank), buf)
+        buf.append_shaped(line, shaped)
+        if line.rank is not None:
+            key = (line.node_rank, line.rank)
+            rbuf = self.by_rank.get(key)
+            if rbuf is None:
+                rbuf = self.by_rank[key] = LogBuffer(self.buffer_lines, node=line.node_rank,
+                                                     rank=line.rank)
+                if self.split_ranks:
+                    panes.add_pane(f"node {key[0]} rank {key[1]}", rbuf)
+            rbuf.append_shaped(line, shaped)
+        self.merged.append_shaped(line, shaped)
 
     def _show_exit_codes(self) -> None:
         if not self.is_mounted:
