@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from console.jobs.logs import JobLogLine
 from console.jobs.logtext import is_error_like, shape, strip_ansi, supersedes
 
-
 ShapedText = tuple[str, str, bool]
 """One display line of a raw line: (text with ANSI SGR, plain text, error-like)."""
 
