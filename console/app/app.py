@@ -40,7 +40,7 @@ from console.events import (
 )
 from console.jobs.logs import JobLogLine
 from console.jobs.store import JobRecord
-from console.service import Service
+from console.service import Service, Submission
 from remote.errors import GpuConsoleError
 
 log = logging.getLogger("gpuconsole.app")
@@ -239,6 +239,25 @@ class GpuConsoleApp(App[int]):
 
     # -- actions ----------------------------------------------------------------------------
 
+    async def action_quit(self) -> None:
+        """Quit; a submit or stop in flight finishes first (a launch is all or nothing, and
+        leaving in its middle would leave the hosts half-made or the job unrecorded)."""
+        busy = [w for w in self.workers if w.group in ("submit", "stop") and not w.is_finished]
+        if not busy:
+            self.exit()
+            return
+        self.notify("waiting for the submit/stop in flight to finish…", timeout=30)
+
+        async def finish_then_exit() -> None:
+            for w in busy:
+                try:
+                    await w.wait()
+                except Exception as e:  # its own failure was already shown
+                    log.info("worker %s ended with %s", w.name, e)
+            self.exit()
+
+        self.run_worker(finish_then_exit(), group="quit", exclusive=True)
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Hide the write actions in ``--readonly`` mode."""
         if self.readonly and action in WRITE_ACTIONS:
@@ -370,27 +389,30 @@ class GpuConsoleApp(App[int]):
 
     @work(group="submit")
     async def _plan(self, path: Path) -> None:
+        """Preflight the spec on the hosts (the workdir is synced into the hosts'
+        content-addressed cache; no container is created) and show the exact plan that
+        confirming launches: the same job id, hosts, ports and ``docker run`` lines."""
+        self.notify(f"planning {path}…")
         try:
-            sub = await self.service.plan(path, dry_run=True)
+            sub = await self.service.plan(path)
         except GpuConsoleError as e:
-            self.push_screen(TextScreen("cannot submit", _error_text(e)))
+            self.push_screen(TextScreen("cannot submit (escape closes)", _error_text(e)))
             return
 
         def answered(yes: bool | None) -> None:
             if yes:
-                self._submit(path)
+                self._submit(sub)
 
-        self.push_screen(ConfirmScreen(f"Submit {path}?", sub.plan_text(), yes="Submit"),
-                         answered)
+        self.push_screen(ConfirmScreen(
+            f"Submit {path}? Nothing runs until you confirm.", sub.plan_text(), yes="Submit"),
+            answered)
 
     @work(group="submit")
-    async def _submit(self, path: Path) -> None:
-        self.notify(f"submitting {path}…")
+    async def _submit(self, sub: Submission) -> None:
         try:
-            sub = await self.service.plan(path)
             job = await self.service.submit(sub)
         except GpuConsoleError as e:
-            self.push_screen(TextScreen("submit failed", _error_text(e)))
+            self.push_screen(TextScreen("submit failed (escape closes)", _error_text(e)))
             return
         self.notify(f"submitted {job.id}", title="submit")
         self.post_message(JobUpdated(job))

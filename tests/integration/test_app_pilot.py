@@ -90,6 +90,7 @@ async def test_submit_from_jobs_view_follow_both_nodes_to_success(app_env: CLI) 
         assert isinstance(logs, LogsScreen)
         job_id = logs.job.id
         assert job_id.startswith(name)
+        assert f"gpuconsole-{job_id}-n0" in confirm.detail  # the confirmed plan is what ran
         panes = logs.query_one(LogPanes)
         assert len(panes.panes) == 2
         # both nodes' panes get their ranks' step lines
@@ -273,3 +274,41 @@ async def test_pane_continues_after_a_cut_ssh_connection(app_env: CLI,
     assert "reconnecting" in seen and "following" in seen  # the cut hit the live follow
     assert pane_lines == expected
     assert sum(1 for r, t in pane_lines if t.startswith("step ")) == 80
+
+
+async def test_quit_right_after_confirming_a_submit_waits_for_the_launch(
+        app_env: CLI) -> None:
+    """`q` 0.1 s after `y`: the launch finishes (all nodes) before the app exits; the job is
+    recorded and running, never half-made or unrecorded."""
+    import docker as docker_sdk
+
+    from console.jobs.store import Store
+
+    cli = app_env
+    name = f"quit-{uuid.uuid4().hex[:4]}"
+    spec = cli.spec(name, nodes=["a", "b"], args=["--steps", "300", "--out", "/out",
+                                                  "--workers", "0", "--step-sleep", "0.2"])
+    app = make_app(cli)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("2")
+        await until(pilot, lambda: isinstance(app.screen, JobsScreen), what="jobs view")
+        app.ask_submit()
+        await pilot.pause()
+        for ch in str(spec):
+            await pilot.press(ch if ch != "/" else "slash")
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="plan")
+        await pilot.press("y")
+        await asyncio.sleep(0.1)
+        await pilot.press("q")
+        await until(pilot, lambda: not app.is_running, timeout=120, what="app exit")
+    jobs = [j for j in Store().jobs() if j.name == name]
+    assert len(jobs) == 1
+    client = docker_sdk.from_env()
+    try:
+        found = client.containers.list(
+            all=True, filters={"label": f"io.gpuconsole.job-id={jobs[0].id}"})
+        assert len(found) == 2 and {c.status for c in found} == {"running"}
+    finally:
+        client.close()
+    cli.run("stop", jobs[0].id, "--grace", "1")
