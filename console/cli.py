@@ -85,13 +85,9 @@ def main(ctx: click.Context, profile: str | None, verbose: bool, readonly: bool,
 def _app(ctx: click.Context, verbose: bool, readonly: bool, replay: Path | None) -> int:
     """Run the Textual app; logging goes to ``<state dir>/gpuconsole.log`` meanwhile (stderr
     would corrupt the screen)."""
-    from console.config import load_config
+    from console.config import config_dir, load_config
     from console.jobs.store import state_dir
 
-    if not (sys.stdin.isatty() and sys.stdout.isatty()):
-        _err("error: the interactive console needs a terminal")
-        _err("  fix: run it in a terminal, or use the headless commands (`gpuconsole --help`)")
-        return 2
     try:
         config = load_config()
         profile = _profile(ctx)
@@ -107,8 +103,18 @@ def _app(ctx: click.Context, verbose: bool, readonly: bool, replay: Path | None)
         filename=str(log_file),
     )
     logging.getLogger("asyncssh").setLevel(logging.DEBUG if verbose else logging.WARNING)
-    from console.app.app import GpuConsoleApp
+    from console.app.app import GpuConsoleApp, keymap_errors
 
+    problems = keymap_errors(config.keymap)
+    if problems:
+        for p in problems:
+            _err(f"error: {config_dir() / 'config.yaml'}: {p}")
+        _err("  fix: use the binding ids listed by `?` in the console (or docs/architecture.md)")
+        return 2
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        _err("error: the interactive console needs a terminal")
+        _err("  fix: run it in a terminal, or use the headless commands (`gpuconsole --help`)")
+        return 2
     app = GpuConsoleApp(Service(profile), config=config, readonly=readonly, replay=replay)
     rc = app.run()
     return rc or 0

@@ -48,6 +48,58 @@ log = logging.getLogger("gpuconsole.app")
 #: Actions that change remote state, hidden by ``--readonly``.
 WRITE_ACTIONS = frozenset({"stop", "submit", "exec"})
 
+_MODIFIERS = ("ctrl+", "shift+", "alt+", "super+", "meta+", "hyper+")
+
+
+def valid_key(key: str) -> bool:
+    """Whether Textual knows ``key`` (``j``, ``ctrl+f``, ``f5``, ``question_mark``...)."""
+    from textual.keys import Keys, key_to_character
+
+    base = key.strip()
+    while base.startswith(_MODIFIERS):
+        base = base.split("+", 1)[1]
+    if len(base) == 1:
+        return base.isprintable() and not base.isspace()
+    return base in {k.value for k in Keys} or key_to_character(base) is not None or (
+        base in ("space", "tab", "enter", "escape", "backspace", "delete", "insert"))
+
+
+def binding_ids() -> set[str]:
+    """Every binding id of the app's screens and widgets (what a keymap may name)."""
+    from console.app.screens.fleet import FleetScreen
+    from console.app.screens.logs import LogsScreen
+    from console.app.widgets.fleet import FleetTable
+    from console.app.widgets.logpane import LogPane, LogPrompt
+    from console.app.widgets.logpanes import LogPanes
+
+    ids: set[str] = set()
+    for cls in (GpuConsoleApp, FleetScreen, FleetTable, JobsScreen, LogsScreen, LogPane,
+                LogPrompt, LogPanes, ConfirmScreen, TextScreen, AskScreen, HelpScreen):
+        for b in getattr(cls, "BINDINGS", []):
+            if isinstance(b, Binding) and b.id:
+                ids.add(b.id)
+    return ids
+
+
+def keymap_errors(keymap: dict[str, str]) -> list[str]:
+    """Problems of a ``config.yaml`` keymap: unknown binding ids (with the closest id) and
+    keys Textual does not know; empty when it is fine."""
+    import difflib
+
+    known = binding_ids()
+    errors = []
+    for bid, keys in keymap.items():
+        if bid not in known:
+            close = difflib.get_close_matches(bid, sorted(known), n=1)
+            errors.append(f"keymap: unknown binding id {bid!r}"
+                          + (f" (did you mean {close[0]!r}?)" if close else ""))
+        for key in keys.split(","):
+            if not valid_key(key):
+                errors.append(f"keymap: {bid}: {key.strip()!r} is not a key "
+                              "(examples: j, ctrl+f, f5, question_mark)")
+    return errors
+
+
 # -- messages: what happened, posted by the service subscription and by workers -------------
 
 
