@@ -14,11 +14,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from textual.widgets import Input
 
 from console.app.app import GpuConsoleApp
 from console.app.screens.jobs import JobsScreen
 from console.app.screens.logs import LogsScreen
-from console.app.screens.modals import ConfirmScreen, TextScreen
+from console.app.screens.modals import AskScreen, ConfirmScreen, TextScreen
 from console.app.widgets.logpanes import LogPanes
 from console.config import AppConfig
 from console.events import FollowStateChanged
@@ -123,6 +124,20 @@ async def test_submit_from_jobs_view_follow_both_nodes_to_success(app_env: CLI) 
         await pilot.pause()
         assert p0.match_count == 2  # ranks 0 and 1 of node 0
         await pilot.press("escape")  # clear search
+        # ctrl+s: asks where (default: the cwd), writes the whole log of the node
+        await pilot.press("ctrl+s")
+        ask = await until(pilot, lambda: isinstance(app.screen, AskScreen) and app.screen,
+                          what="save prompt")
+        field = ask.query_one(Input)  # type: ignore[union-attr]
+        assert field.value == str(Path.cwd() / f"{job_id}-node0.log")
+        saved = cli.tmp / "saved-node0.log"
+        field.value = str(saved)
+        await pilot.press("enter")
+        await until(pilot, lambda: saved.is_file() and "step 40/40" in saved.read_text(),
+                    what="saved log")
+        text = saved.read_text()
+        assert "[n0 r0] step 40/40" in text and "[n0 r1] step 40/40" in text
+        assert "[n1 " not in text
         await pilot.press("escape")  # back to the jobs view
         await until(pilot, lambda: isinstance(app.screen, JobsScreen), what="jobs view")
         row = jobs_screen(app).jobs[job_id]

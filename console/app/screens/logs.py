@@ -25,6 +25,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
+from console.app.screens.modals import AskScreen
 from console.app.widgets.logpane import LogPane
 from console.app.widgets.logpanes import LogPanes
 from console.app.widgets.status import StatusLine
@@ -298,22 +299,36 @@ class LogsScreen(Screen[None]):
         node = next((n for n, b in self.by_node.items() if b is buf), None)
         if node is None:
             node = next((k[0] for k, b in self.by_rank.items() if b is buf), None)
-        self._save(node)
+        name = f"{self.job.id}" + (f"-node{node}" if node is not None else "") + ".log"
+        what = f"node {node}" if node is not None else "all nodes"
+
+        def chosen(value: str | None) -> None:
+            if not value:
+                return
+            path = Path(value).expanduser()
+            if not path.is_absolute():
+                path = Path.cwd() / path
+            if path.exists():
+                self.notify(f"{path} exists: give another name", title="save",
+                            severity="warning")
+                return
+            self._save(node, path)
+
+        self.app.push_screen(AskScreen(f"Save the whole log of {self.job.id} ({what}) to:",
+                                       str(Path.cwd() / name)), chosen)
 
     @work(group="logs-save")
-    async def _save(self, node: int | None) -> None:
-        """Write the whole log (every archived line, not just the pane's buffer) to a file in
-        the current directory."""
+    async def _save(self, node: int | None, path: Path) -> None:
+        """Write the whole log (every archived line, not just the pane's buffer) to ``path``
+        (``<RFC 3339 time> [n<node> r<rank>] text`` per line)."""
         try:
             lines = await self.gc.service.read_logs(self.job, node=node)
         except GpuConsoleError as e:
             self.notify(e.message, title="save", severity="error")
             return
-        name = f"{self.job.id}" + (f"-node{node}" if node is not None else "") + ".log"
-        path = Path.cwd() / name
 
         def write() -> None:
-            with open(path, "w", encoding="utf-8", errors="replace") as f:
+            with open(path, "x", encoding="utf-8", errors="replace") as f:
                 for ln in lines:
                     f.write(f"{format_ns(ln.ts_ns)} {ln.tag()} {ln.text}\n")
 
