@@ -25,6 +25,7 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.screen import Screen
 
+from console.app.screens.fleet import FleetScreen
 from console.app.screens.jobs import JobsScreen
 from console.app.screens.modals import AskScreen, ConfirmScreen, HelpScreen, TextScreen
 from console.config import AppConfig
@@ -66,7 +67,6 @@ def valid_key(key: str) -> bool:
 
 def binding_ids() -> set[str]:
     """Every binding id of the app's screens and widgets (what a keymap may name)."""
-    from console.app.screens.fleet import FleetScreen
     from console.app.screens.logs import LogsScreen
     from console.app.widgets.fleet import FleetTable
     from console.app.widgets.logpane import LogPane, LogPrompt
@@ -195,8 +195,6 @@ class GpuConsoleApp(App[int]):
     # -- lifecycle --------------------------------------------------------------------------
 
     def on_mount(self) -> None:
-        from console.app.screens.fleet import FleetScreen
-
         self._sub = self.service.bus.subscribe(self._on_event, coalesce=True)
         self.install_screen(FleetScreen(clock=self.monotonic), name="fleet")
         self.install_screen(JobsScreen(clock=self.clock), name="jobs")
@@ -241,7 +239,8 @@ class GpuConsoleApp(App[int]):
         self._fleet_dirty = False
         state = self.service.fleet
         fleet = self.get_screen("fleet")
-        fleet.update_fleet(state)  # type: ignore[attr-defined]
+        assert isinstance(fleet, FleetScreen)
+        fleet.update_fleet(state)
         jobs = self.get_screen("jobs")
         assert isinstance(jobs, JobsScreen)
         jobs.update_jobs(usage=state.job_usage())
@@ -251,9 +250,9 @@ class GpuConsoleApp(App[int]):
 
     # -- messages ---------------------------------------------------------------------------
 
-    def on_fleet_screen_job_selected(self, m: Message) -> None:
+    def on_fleet_screen_job_selected(self, m: FleetScreen.JobSelected) -> None:
         """A GPU row of a job was chosen in the fleet view: open that job's log panes."""
-        job_id = str(getattr(m, "job_id", ""))
+        job_id = m.job_id
         job = self.service.store.get(job_id)
         if job is None:
             self.notify(f"job {job_id} is not in this console's store; `gpuconsole ps` adopts it",

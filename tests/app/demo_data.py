@@ -6,10 +6,12 @@ and log lines are built here with fixed times, so nothing depends on the wall cl
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from console.app.app import GpuConsoleApp
 from console.app.screens.logs import LogsScreen
+from console.app.widgets.logpanes import LogPanes
 from console.fleet.state import FleetState
 from console.jobs.logs import JobLogLine
 from console.jobs.store import JobRecord, NodeRecord, Store
@@ -108,4 +110,7 @@ async def show_logs(app: GpuConsoleApp) -> LogsScreen:
     screen = LogsScreen(job, follow=False)
     await app.push_screen(screen)
     screen.take_lines(tuple(log_lines(job)))
+    while screen.backlog:  # intake is drained on the loop in short stretches
+        await asyncio.sleep(0.01)
+    screen.query_one(LogPanes).flush()
     return screen

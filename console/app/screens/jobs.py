@@ -122,10 +122,8 @@ class JobsScreen(Screen[None]):
         detail.update(text)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """Hide stop, submit and exec in ``--readonly`` mode."""
-        if action in ("stop", "submit", "exec") and getattr(self.app, "readonly", False):
-            return False
-        return True
+        """The app decides: ``--readonly`` hides stop, submit and exec."""
+        return self.gc.check_action(action, parameters)
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         """Enter on a row (the table takes the key first): its logs."""

@@ -190,6 +190,11 @@ class LogsScreen(Screen[None]):
             self._drain_scheduled = True
             self.call_later(self._drain)
 
+    @property
+    def backlog(self) -> int:
+        """Lines received but not yet in the panes' buffers."""
+        return len(self._pending)
+
     def _drain(self) -> None:
         """Move queued lines into the buffers for at most :data:`DRAIN_BUDGET_S`, then yield
         to the event loop (keys, repaint) and continue on a timer."""
@@ -289,10 +294,8 @@ class LogsScreen(Screen[None]):
         self.gc.exec_shell(self.job)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """Hide stop and exec in ``--readonly`` mode."""
-        if action in ("stop", "exec") and getattr(self.app, "readonly", False):
-            return False
-        return True
+        """The app decides: ``--readonly`` hides stop and exec."""
+        return self.gc.check_action(action, parameters)
 
     def on_log_pane_save_requested(self, m: LogPane.SaveRequested) -> None:
         buf = m.pane.buffer
