@@ -38,7 +38,7 @@ from console.events import (
 from console.fleet.monitor import FleetMonitor, read_recording
 from console.fleet.state import ContainerJob, FleetState
 from console.jobs.launch import Prepared, launch, prepare
-from console.jobs.logs import JobLogLine, follow_job_logs, read_job_logs
+from console.jobs.logs import JobLogLine, follow_job_log_batches, read_job_logs
 from console.jobs.plan import render_plan
 from console.jobs.spec import LoadedSpec, load_spec
 from console.jobs.status import ACTIVE_STATES, adopt_unknown, refresh, stop_nodes
@@ -537,11 +537,24 @@ class Service:
     async def follow(self, job: JobRecord, *, node: int | None = None,
                      since_ns: int | None = None, tail: int | None = None
                      ) -> AsyncIterator[JobLogLine]:
-        """Follow a job's lines until every followed node's container exited.
+        """Follow a job's lines until every followed node's container exited; one line at a
+        time over :meth:`follow_batches` (same arguments, same events)."""
+        async for batch in self.follow_batches(job, node=node, since_ns=since_ns, tail=tail):
+            for line in batch:
+                yield line
+
+    async def follow_batches(self, job: JobRecord, *, node: int | None = None,
+                             since_ns: int | None = None, tail: int | None = None
+                             ) -> AsyncIterator[list[JobLogLine]]:
+        """Follow a job's lines, in batches as they arrive (one node per batch, never
+        empty), until every followed node's container exited.
 
         Each line is archived. When a node's stream ends the job is reconciled, so a node that
         failed takes the others down (gang teardown) and :class:`JobChanged` and
         :class:`NodeExited` are published. Reconnects publish :class:`FollowStateChanged`.
+
+        Raises:
+            UsageError: ``node`` is not a node of the job.
         """
         self.check_node(job, node)
         session = self.session_for(job)
@@ -558,10 +571,11 @@ class Service:
             self.bus.publish(FollowStateChanged(job.id, n.node_rank, state, detail))
 
         try:
-            async for line in follow_job_logs(session, self.store, job, node=node,
-                                              since_ns=since_ns, tail=tail,
-                                              on_node_exit=on_exit, on_state=on_state):
-                yield line
+            async for batch in follow_job_log_batches(session, self.store, job, node=node,
+                                                      since_ns=since_ns, tail=tail,
+                                                      on_node_exit=on_exit,
+                                                      on_state=on_state):
+                yield batch
         finally:
             if refreshing:
                 await asyncio.gather(*refreshing, return_exceptions=True)
@@ -569,31 +583,43 @@ class Service:
     def start_follow(self, job: JobRecord, *, tail: int | None = None,
                      batch_s: float = 0.05) -> Follow:
         """Follow a job in the background, publishing :class:`LogLinesReceived` batches
-        (at most every ``batch_s`` s, or 500 lines) until every node exited; the task's
-        result is the job reconciled at the end. One follow per job: a second call returns
-        the running one.
+        (at most one per ``batch_s`` s while lines keep coming, the first at once) until
+        every node exited; the task's result is the job reconciled at the end. One follow per
+        job: a second call returns the running one.
         """
         running = self._follows.get(job.id)
         if running is not None and not running.task.done():
             return running
 
-        async def pump() -> JobRecord | None:
-            batch: list[JobLogLine] = []
+        loop = asyncio.get_running_loop()
+        batch: list[JobLogLine] = []
+        last = 0.0
+        timer: asyncio.TimerHandle | None = None
+
+        def publish() -> None:
+            nonlocal batch, last, timer
+            if timer is not None:
+                timer.cancel()
+                timer = None
+            if batch:
+                self.bus.publish(LogLinesReceived(job.id, tuple(batch)))
+                batch = []
             last = time.monotonic()
+
+        async def pump() -> JobRecord | None:
+            nonlocal timer
             try:
-                async for line in self.follow(job, tail=tail):
-                    batch.append(line)
-                    now = time.monotonic()
-                    if len(batch) >= 500 or now - last >= batch_s:
-                        self.bus.publish(LogLinesReceived(job.id, tuple(batch)))
-                        batch, last = [], now
-                if batch:
-                    self.bus.publish(LogLinesReceived(job.id, tuple(batch)))
-                    batch = []
+                async for lines in self.follow_batches(job, tail=tail):
+                    batch.extend(lines)
+                    wait = last + batch_s - time.monotonic()
+                    if wait <= 0:
+                        publish()
+                    elif timer is None:  # lines that come alone are not held back
+                        timer = loop.call_later(wait, publish)
+                publish()
                 return await self.refresh_job(job)
             finally:
-                if batch:
-                    self.bus.publish(LogLinesReceived(job.id, tuple(batch)))
+                publish()
 
         f = Follow(job.id, asyncio.create_task(pump(), name=f"follow-{job.id}"))
         self._follows[job.id] = f

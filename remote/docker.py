@@ -1,8 +1,8 @@
 """The Docker engine of one host, driven through the Docker SDK over the transport's socket.
 
 The SDK is synchronous: each call runs in a worker thread (``asyncio.to_thread``) while the
-event loop keeps serving the SSH-forwarded socket the call talks to. Log streams run in their
-own daemon threads and hand lines to the loop through a queue.
+event loop keeps serving the SSH-forwarded socket the call talks to. Log streams are read on the
+loop itself, in bulk (:mod:`remote.dockerlogs`).
 
 Every container gpuconsole starts is described by a :class:`ContainerSpec`, which can also be
 rendered as the equivalent ``docker run`` command line (secrets masked) for dry runs and logs.
@@ -11,15 +11,13 @@ rendered as the equivalent ``docker run`` command line (secrets masked) for dry 
 from __future__ import annotations
 
 import asyncio
+import builtins
 import io
 import logging
-import re
 import shlex
 import tarfile
-import threading
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any, TypeVar
 
 import docker
@@ -27,6 +25,31 @@ import docker.errors
 import requests.exceptions
 from docker.types import DeviceRequest
 
+from remote.dockerlogs import (
+    MAX_LINE_BYTES as MAX_LINE_BYTES,
+)
+from remote.dockerlogs import (
+    PARTIAL_CHUNK_BYTES as PARTIAL_CHUNK_BYTES,
+)
+from remote.dockerlogs import (
+    LogLine as LogLine,
+)
+from remote.dockerlogs import (
+    LogsRequestError,
+    read_log_batches,
+)
+from remote.dockerlogs import (
+    format_ns as format_ns,
+)
+from remote.dockerlogs import (
+    join_partial_chunks as join_partial_chunks,
+)
+from remote.dockerlogs import (
+    parse_rfc3339_ns as parse_rfc3339_ns,
+)
+from remote.dockerlogs import (
+    split_log_line as split_log_line,
+)
 from remote.errors import ConnectionLost, DockerError, ImageNotFound
 from remote.transport import Transport
 
@@ -253,109 +276,6 @@ def _docker_time(value: object) -> str | None:
         return None
     return value
 
-
-@dataclass(frozen=True)
-class LogLine:
-    """One line a container wrote.
-
-    Attributes:
-        ts_ns: Docker's receive timestamp, in nanoseconds since the Unix epoch (the resume
-            cursor; from the ``timestamps=true`` prefix, RFC 3339 with nanoseconds).
-        text: the line without its trailing newline.
-    """
-
-    ts_ns: int
-    text: str
-
-
-def parse_rfc3339_ns(ts: str) -> int:
-    """Parse Docker's RFC 3339 (nano) timestamp into nanoseconds since the epoch.
-
-    Docker trims trailing zeros of the fraction (``...:05.1Z``) and writes UTC as ``Z``.
-
-    Raises:
-        ValueError: not such a timestamp.
-    """
-    main, _, frac_tz = ts.partition(".")
-    if frac_tz:
-        i = 0
-        while i < len(frac_tz) and frac_tz[i].isdigit():
-            i += 1
-        frac, tz = frac_tz[:i], frac_tz[i:]
-    else:
-        frac = ""
-        main, tz = (main[:-1], "Z") if main.endswith("Z") else (main[:19], main[19:])
-    if tz in ("Z", "z", ""):
-        tz = "+00:00"
-    dt = datetime.fromisoformat(main + tz)
-    return int(dt.timestamp()) * 1_000_000_000 + int((frac + "000000000")[:9])
-
-
-def format_ns(ts_ns: int) -> str:
-    """Nanoseconds since the epoch as RFC 3339 UTC with 9 fraction digits."""
-    secs, ns = divmod(ts_ns, 1_000_000_000)
-    dt = datetime.fromtimestamp(secs, tz=timezone.utc)
-    return dt.strftime("%Y-%m-%dT%H:%M:%S") + f".{ns:09d}Z"
-
-
-#: Docker's log copier cuts a line longer than this into "partial" messages (json-file and
-#: local drivers; moby daemon/logger/copier.go, bufSize 16 KiB).
-PARTIAL_CHUNK_BYTES = 16 * 1024
-
-#: A joined line is handed on once it reaches this size even without its "\n" (memory bound).
-MAX_LINE_BYTES = 64 * 1024 * 1024
-
-# RFC3339Nano as Docker writes it in front of each message with timestamps=true
-_TS_PREFIX_RE = re.compile(rb"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:\d\d) ")
-
-
-def join_partial_chunks(raw: bytes, chunk: int = PARTIAL_CHUNK_BYTES) -> bytes:
-    """Undo Docker's split of a long line into partial messages, within one byte record.
-
-    With ``timestamps=true`` a line longer than 16 KiB comes from the logs API as
-    ``<ts1> <16384 bytes><ts2> <16384 bytes>...<tsN> <rest>\n``: every partial message
-    carries its own RFC 3339 timestamp (on dockerd 20.10 all parts carry the first one's)
-    and only the last ends in ``\n``. This returns ``<ts1> <all the text>``.
-
-    :meth:`Engine.logs` joins parts by message (one SDK chunk per message), which also
-    covers parts that are not 16384 bytes long: the json-file driver stores each part as a
-    JSON string, so the bytes of a UTF-8 character cut at a boundary come back as one
-    U+FFFD each (dockerd's loss, not recoverable), making that part longer. This function is
-    the fallback for records whose parts arrived in one chunk (tty streams).
-
-    Args:
-        raw: one record up to (not including) its ``\n``, starting with its timestamp.
-        chunk: the driver's partial size.
-    """
-    head = _TS_PREFIX_RE.match(raw)
-    if head is None or len(raw) - head.end() <= chunk:
-        return raw
-    pos = head.end()
-    parts = [raw[:pos]]
-    while len(raw) - pos > chunk:
-        m = _TS_PREFIX_RE.match(raw, pos + chunk)
-        if m is None:
-            break
-        parts.append(raw[pos : pos + chunk])
-        pos = m.end()
-    parts.append(raw[pos:])
-    return b"".join(parts)
-
-
-def _record_to_line(raw: bytes) -> LogLine | None:
-    """One ``\n``-terminated record of the logs stream (without the ``\n``) -> LogLine."""
-    return split_log_line(join_partial_chunks(raw).decode(errors="replace").rstrip("\r"))
-
-
-def split_log_line(raw: str) -> LogLine | None:
-    """Split ``<RFC3339Nano> <text>`` (Docker's ``timestamps=true`` form) into a LogLine."""
-    ts, sep, text = raw.partition(" ")
-    if not sep:
-        return None
-    try:
-        return LogLine(parse_rfc3339_ns(ts), text)
-    except ValueError:
-        return None
 
 
 #: Docker engine error texts with a known cause, mapped to (reason, fix).
@@ -630,122 +550,47 @@ class Engine:
     ) -> AsyncIterator[LogLine]:
         """Yield a container's log lines (stdout and stderr), oldest first, with timestamps.
 
+        One line at a time over :meth:`log_batches` (same arguments, same ending).
+        """
+        async for batch in self.log_batches(container_id, since_ns=since_ns, tail=tail,
+                                            follow=follow):
+            for line in batch:
+                yield line
+
+    async def log_batches(
+        self,
+        container_id: str,
+        *,
+        since_ns: int | None = None,
+        tail: int | None = None,
+        follow: bool = False,
+    ) -> AsyncIterator[builtins.list[LogLine]]:
+        """Yield a container's log lines (stdout and stderr), oldest first, in batches (one
+        per socket read; see :mod:`remote.dockerlogs`: no thread, no per-line wake-up).
+
         Args:
-            since_ns: only lines at or after this time (ns since the epoch). Docker takes
-                ``since`` as a float of seconds, so a few lines before the cursor may come back;
-                callers dedupe with the cursor (see :mod:`remote.logs`).
+            since_ns: only lines at or after this time (ns since the epoch). Docker may send
+                a few lines at the cursor again; callers dedupe with the cursor (see
+                :mod:`remote.logs`).
             tail: only the last N lines.
             follow: keep streaming until the container stops or the connection drops.
 
-        The stream simply ends when the connection drops; the caller decides whether to resume.
+        The stream simply ends when the connection drops or the container does not exist;
+        the caller decides whether to resume. Closing the iterator closes the connection.
+
+        Raises:
+            DockerError: the engine refused the request (with its message).
         """
-        client = await self._get_client()
-        kwargs: dict[str, Any] = {
-            "stdout": True,
-            "stderr": True,
-            "timestamps": True,
-            "stream": True,
-            "follow": follow,
-        }
-        if since_ns is not None:
-            kwargs["since"] = max(since_ns / 1e9 - 0.001, 0.000001)
-        if tail is not None:
-            kwargs["tail"] = tail
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[list[LogLine] | BaseException | None] = asyncio.Queue()
-        stop = threading.Event()
-        streams: list[Any] = []  # the SDK's CancellableStream, to close from the loop
-
-        def put(item: list[LogLine] | BaseException | None) -> None:
-            try:
-                loop.call_soon_threadsafe(queue.put_nowait, item)
-            except RuntimeError:  # the loop is closed: nobody is listening any more
-                stop.set()
-
-        batch: list[LogLine] = []  # one loop wake-up per chunk, not per line
-
-        def emit(raw: bytes) -> None:
-            line = _record_to_line(raw)
-            if line is not None:
-                batch.append(line)
-
-        def flush() -> None:
-            nonlocal batch
-            if batch:
-                put(batch)
-                batch = []
-
-        def pump() -> None:
-            try:
-                chunks: Iterator[bytes] = client.api.logs(container_id, **kwargs)
-                streams.append(chunks)
-                if stop.is_set():  # closed before the request came back
-                    getattr(chunks, "close", lambda: None)()
-                    return
-                # The current line's pieces. Docker sends a line longer than 16 KiB as
-                # partial messages, each with its own "<ts> " and only the last ending in
-                # "\n"; the SDK yields one message per chunk (non-tty containers), so a chunk
-                # arriving while a line is pending continues it: its timestamp is dropped and
-                # the line keeps the first part's. Only each new chunk is searched for "\n".
-                pending: list[bytes] = []
-                size = 0
-                for chunk in chunks:
-                    if stop.is_set():
-                        break
-                    if pending:
-                        head = _TS_PREFIX_RE.match(chunk)
-                        if head is not None:
-                            chunk = chunk[head.end() :]
-                    if b"\n" not in chunk:
-                        pending.append(chunk)
-                        size += len(chunk)
-                        if size >= MAX_LINE_BYTES:
-                            emit(b"".join(pending))
-                            pending, size = [], 0
-                        continue
-                    records = chunk.split(b"\n")
-                    emit(b"".join([*pending, records[0]]))
-                    for raw in records[1:-1]:
-                        emit(raw)
-                    pending = [records[-1]] if records[-1] else []
-                    size = len(records[-1])
-                    flush()
-                if pending and not stop.is_set():
-                    emit(b"".join(pending))
-                flush()
-                put(None)
-            except docker.errors.NotFound:
-                put(None)
-            except Exception as e:
-                if not stop.is_set():
-                    log.debug("[%s] log stream of %s ended: %s", self.host, container_id[:12],
-                              e)
-                put(None)
-
-        thread = threading.Thread(target=pump, name=f"logs-{self.host}-{container_id[:12]}",
-                                  daemon=True)
-        thread.start()
+        path = await self.transport.docker_socket()
+        stream = read_log_batches(path, container_id, since_ns=since_ns, tail=tail,
+                                  follow=follow)
         try:
-            while True:
-                item = await queue.get()
-                if item is None:
-                    return
-                if isinstance(item, BaseException):
-                    raise item
-                for line in item:
-                    yield line
+            async for batch in stream:
+                yield batch
+        except LogsRequestError as e:
+            raise DockerError(self.host, f"logs of {container_id[:12]}: {e.message}") from e
         finally:
-            # Closing the follow ends its reader now: shutting the HTTP stream's socket wakes
-            # the thread blocked in recv(), instead of leaving it parked until the next chunk.
-            stop.set()
-            for stream in streams:
-                close = getattr(stream, "close", None)
-                if close is not None:
-                    try:
-                        close()
-                    except Exception as e:  # already closed by the engine or the drop
-                        log.debug("[%s] closing log stream: %s", self.host, e)
-
+            await stream.aclose()
 
 def _api_message(e: docker.errors.APIError) -> str:
     explanation = getattr(e, "explanation", None)

@@ -68,7 +68,27 @@ async def follow_container(
     max_outage: float = 300.0,
     on_state: Callable[[str, str | None], None] | None = None,
 ) -> AsyncIterator[LogLine]:
-    """Yield every line of a container once, resuming after dropped connections.
+    """Yield every line of a container once, resuming after dropped connections: one line at
+    a time over :func:`follow_container_batches` (same arguments, same errors)."""
+    async for batch in follow_container_batches(engine, container_id, cursor, follow=follow,
+                                                tail=tail, max_outage=max_outage,
+                                                on_state=on_state):
+        for line in batch:
+            yield line
+
+
+async def follow_container_batches(
+    engine: Engine,
+    container_id: str,
+    cursor: LogCursor | None = None,
+    *,
+    follow: bool = True,
+    tail: int | None = None,
+    max_outage: float = 300.0,
+    on_state: Callable[[str, str | None], None] | None = None,
+) -> AsyncIterator[list[LogLine]]:
+    """Yield every line of a container once, in batches as they arrive (never empty),
+    resuming after dropped connections.
 
     Args:
         engine: the container's host engine.
@@ -88,20 +108,22 @@ async def follow_container(
     loop = asyncio.get_running_loop()
     backoff = 0.5
     resuming = False
+    accept = cursor.accept
     while True:
         cursor.rewind()
         if (outage_started is not None or resuming) and on_state is not None:
             on_state("following", None)
         resuming = False
         try:
-            async for line in engine.logs(
+            async for batch in engine.log_batches(
                 container_id,
                 since_ns=cursor.since_ns,
                 tail=tail if first else None,
                 follow=follow,
             ):
-                if cursor.accept(line):
-                    yield line
+                fresh = [line for line in batch if accept(line)]
+                if fresh:
+                    yield fresh
             first = False
             outage_started = None
             if not follow:
@@ -112,9 +134,10 @@ async def follow_container(
             if info.status in ("exited", "dead"):
                 # one last read without follow: lines written between the stream's end and exit
                 cursor.rewind()
-                async for line in engine.logs(container_id, since_ns=cursor.since_ns):
-                    if cursor.accept(line):
-                        yield line
+                async for batch in engine.log_batches(container_id, since_ns=cursor.since_ns):
+                    fresh = [line for line in batch if accept(line)]
+                    if fresh:
+                        yield fresh
                 return
             # the stream ended while the container runs: the connection under it dropped
             # (and was re-opened by the inspect above); resume from the cursor

@@ -11,6 +11,7 @@ Bindings carry ids (``app.fleet``, ``jobs.stop``, ``logs.search``...) so ``confi
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -209,8 +210,21 @@ class GpuConsoleApp(App[int]):
             self.refresh_jobs()
         else:
             self.post_message(JobsListed(self.service.store.jobs()))
+        self.call_after_refresh(self._freeze_startup_heap)
+
+    @staticmethod
+    def _freeze_startup_heap() -> None:
+        """Exempt what exists once the first screen is up (modules, classes, widgets: about
+        150,000 objects) from the cyclic GC's full passes, which otherwise grow with it and
+        stall the loop under a busy log stream (``gc.freeze``, as the Python docs advise for
+        objects that live as long as the process). Log lines are kept as untracked tuples
+        (:mod:`console.jobs.logbuffer`), so what the GC still scans stays small. Undone at
+        unmount."""
+        gc.collect()
+        gc.freeze()
 
     async def on_unmount(self) -> None:
+        gc.unfreeze()
         if self._sub is not None:
             self._sub.close()
         await self.service.close()

@@ -8,43 +8,53 @@ never replaces rank 0's.
 
 Storage is a list with a moving head, so indexing, appending and evicting from the front are
 all O(1) (amortised); indices are relative to the oldest line kept.
+
+A raw line is shaped once (:func:`display_lines`) and the same rows go into every buffer
+that shows it (a node's pane, its rank's pane, the merged pane); what each display line needs
+later (plain text, error-like, progress-bar key) is computed then.
+
+Rows are stored as plain tuples of strings, numbers and ``None`` (:data:`Row`): CPython's
+cyclic garbage collector stops tracking such tuples after their first collection, so a
+million buffered lines add nothing to its full passes (as dataclass instances they made
+each full pass take about 0.4 s: the console froze). Readers get :class:`DisplayLine`
+(the same fields, named) from indexing.
 """
 
 from __future__ import annotations
 
 import bisect
+import itertools
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from typing import Final, NamedTuple
 
 from console.jobs.logs import JobLogLine
-from console.jobs.logtext import is_error_like, shape, strip_ansi, supersedes
+from console.jobs.logtext import is_error_like, progress_key, shape, strip_ansi
 
-ShapedText = tuple[str, str, bool]
-"""One display line of a raw line: (text with ANSI SGR, plain text, error-like)."""
-
-
-def shape_line(text: str) -> list[ShapedText]:
-    """:func:`~console.jobs.logtext.shape` a raw line and classify each display line."""
-    out = []
-    for t in shape(text):
-        plain = strip_ansi(t) if "\x1b" in t else t
-        out.append((t, plain, is_error_like(plain)))
-    return out
+_SEQ = itertools.count(1)
 
 
-@dataclass(frozen=True, slots=True)
-class DisplayLine:
-    """One line as the pane shows it.
+Row = tuple[int, int, int | None, int, str, str, bool, tuple[str, bool] | None]
+"""A display line as stored: the fields of :class:`DisplayLine`, in order, as a plain tuple."""
+
+_PLAIN: Final = 5
+_ERROR: Final = 6
+_BAR: Final = 7
+
+
+class DisplayLine(NamedTuple):
+    """One line as the pane shows it (a :data:`Row` with names).
 
     Attributes:
-        seq: unique, increasing id of this display line within its buffer (a replaced
-            progress bar gets a new one).
+        seq: unique, increasing id of this display line (process-wide; a progress bar
+            redrawn in place is a new display line with a new one).
         node_rank: the node (container) it came from.
         rank: torchrun's global rank, ``None`` for torchrun's own lines.
         ts_ns: Docker's timestamp, ns since the epoch.
         text: the shaped text; may contain ANSI SGR sequences.
         plain: ``text`` without escapes (what search and filters see).
+        error: :func:`~console.jobs.logtext.is_error_like` of ``plain``.
+        bar: :func:`~console.jobs.logtext.progress_key` of ``plain`` (``None``: not a bar).
     """
 
     seq: int
@@ -53,12 +63,38 @@ class DisplayLine:
     ts_ns: int
     text: str
     plain: str
+    error: bool = False
+    bar: tuple[str, bool] | None = None
 
     def tag(self) -> str:
         """``[0:1]`` (node:rank), or ``[0]`` when the rank is ``None``."""
         if self.rank is None:
             return f"[{self.node_rank}]"
         return f"[{self.node_rank}:{self.rank}]"
+
+
+def display_lines(line: JobLogLine) -> list[Row]:
+    """Shape a raw line (:func:`~console.jobs.logtext.shape`: carriage returns resolved,
+    escapes cleaned, glued bars split) into its display lines, classified once."""
+    out: list[Row] = []
+    for text in shape(line.text):
+        plain = strip_ansi(text) if "\x1b" in text else text
+        out.append((next(_SEQ), line.node_rank, line.rank, line.ts_ns, text, plain,
+                    is_error_like(plain), progress_key(plain)))
+    return out
+
+
+def redraws(prev: Row, new: Row) -> bool:
+    """:func:`~console.jobs.logtext.supersedes` on classified display lines: ``new`` is a
+    progress bar and ``prev`` an unfinished bar of the same description, or an empty line
+    (torchrun's ``--tee`` turns the ``\r`` before a bar into a line break)."""
+    bar = new[_BAR]
+    if bar is None:
+        return False
+    old = prev[_BAR]
+    if old is None:
+        return not prev[_PLAIN].strip()
+    return not old[1] and old[0] == bar[0]
 
 
 class LogBuffer:
@@ -86,7 +122,7 @@ class LogBuffer:
         self.version = 0
         self.dropped = 0
         self.total = 0
-        self._items: list[DisplayLine] = []
+        self._items: list[Row] = []
         self._head = 0  # index in _items of the oldest kept line
         self._base = 0  # absolute position (count of lines added before it) of that line
         self._seq = 0
@@ -104,49 +140,49 @@ class LogBuffer:
         return self.rank is None or line.rank == self.rank
 
     def append(self, line: JobLogLine) -> int:
-        """Shape one raw line (:func:`shape_line`) and add its display lines; see
-        :meth:`append_shaped`."""
+        """Shape one raw line (:func:`display_lines`) and add its display lines; see
+        :meth:`append_display`."""
         if not self.accepts(line):
             return 0  # not shaped at all
-        return self.append_shaped(line, shape_line(line.text))
+        return self.append_display(line, display_lines(line))
 
-    def append_shaped(self, line: JobLogLine, shaped: Sequence[ShapedText]) -> int:
-        """Add the display lines of one raw line, shaped once by :func:`shape_line` (several
-        buffers fed the same line share that work).
+    def append_display(self, line: JobLogLine, shown: Sequence[Row]) -> int:
+        """Add the display lines of one raw line, made once by :func:`display_lines` (every
+        buffer that shows the line gets the same objects).
 
-        A progress update that :func:`~console.jobs.logtext.supersedes` the last display line
-        of the same (node_rank, rank) stream replaces that line in place (same index, new
-        ``seq``) while it is still in the buffer.
+        A progress update that :func:`redraws` the last display line of the same
+        (node_rank, rank) stream replaces that line in place (same index) while it is still
+        in the buffer.
 
         Returns:
             Display lines added (0 for a pure replacement or a line the filter rejects).
         """
         if not self.accepts(line):
             return 0
-        if not self.accepts(line):
-            return 0
         stream = (line.node_rank, line.rank)
         added = 0
-        for text, plain, error in shaped:
-            self._seq += 1
-            dl = DisplayLine(self._seq, line.node_rank, line.rank, line.ts_ns, text, plain)
-            last_abs = self._last.get(stream)
-            if last_abs is not None and last_abs >= self._base:
-                i = self._head + last_abs - self._base
-                if supersedes(self._items[i].plain, plain):
-                    self._items[i] = dl
-                    self._set_error(last_abs, error)
-                    self.version += 1
-                    continue
+        items = self._items
+        for dl in shown:
+            if dl[_BAR] is not None:
+                last_abs = self._last.get(stream)
+                if last_abs is not None and last_abs >= self._base:
+                    i = self._head + last_abs - self._base
+                    if redraws(items[i], dl):
+                        items[i] = dl
+                        self._set_error(last_abs, dl[_ERROR])
+                        self.version += 1
+                        continue
             abs_pos = self.total
-            self._items.append(dl)
+            items.append(dl)
             self.total += 1
             added += 1
             self._last[stream] = abs_pos
-            if error:
+            if dl[_ERROR]:
                 self._errors.append(abs_pos)
+        if added or shown:
             self.version += 1
-        self._evict()
+        if len(items) - self._head > self.maxlen:
+            self._evict()
         return added
 
     def extend(self, lines: Iterable[JobLogLine]) -> int:
@@ -201,14 +237,14 @@ class LogBuffer:
             i += n
         if not 0 <= i < n:
             raise IndexError(i)
-        return self._items[self._head + i]
+        return DisplayLine._make(self._items[self._head + i])
 
     def slice(self, start: int, stop: int) -> list[DisplayLine]:
         """Lines ``start`` (inclusive) to ``stop`` (exclusive), clamped to the buffer."""
         n = len(self)
         start = max(0, min(start, n))
         stop = max(start, min(stop, n))
-        return self._items[self._head + start : self._head + stop]
+        return [DisplayLine._make(r) for r in self._items[self._head + start : self._head + stop]]
 
     def search(self, pattern: str, *, regex: bool = False, ignore_case: bool = True) -> list[int]:
         """Indices (current) of lines whose plain text contains ``pattern``.
@@ -222,7 +258,7 @@ class LogBuffer:
             return []
         rx = _compile(pattern, regex=regex, ignore_case=ignore_case)
         items, head = self._items, self._head
-        return [i - head for i in range(head, len(items)) if rx.search(items[i].plain)]
+        return [i - head for i in range(head, len(items)) if rx.search(items[i][_PLAIN])]
 
     def matching(self, pattern: str, *, invert: bool = False) -> list[int]:
         """Indices of lines matching ``pattern`` (or not, with ``invert``), for the ``&`` filter.
@@ -236,7 +272,21 @@ class LogBuffer:
         rx = _compile(pattern, regex=True, ignore_case=True)
         items, head = self._items, self._head
         return [i - head for i in range(head, len(items))
-                if (rx.search(items[i].plain) is None) == invert]
+                if (rx.search(items[i][_PLAIN]) is None) == invert]
+
+    def plain(self, i: int) -> str:
+        """The plain text of the ``i``-th kept line (as ``self[i].plain``, without building a
+        :class:`DisplayLine`).
+
+        Raises:
+            IndexError: out of range.
+        """
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(i)
+        return self._items[self._head + i][_PLAIN]
 
     def errors(self) -> list[int]:
         """Indices (current) of error-like lines (:func:`~console.jobs.logtext.is_error_like`)."""

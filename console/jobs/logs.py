@@ -21,7 +21,7 @@ from console.jobs.store import JobRecord, NodeRecord, Store
 from console.session import Session
 from remote.docker import LogLine
 from remote.errors import GpuConsoleError
-from remote.logs import LogCursor, follow_container
+from remote.logs import LogCursor, follow_container, follow_container_batches
 
 _RANK_RE = re.compile(r"^\[rank(\d+)\]:")
 
@@ -129,15 +129,39 @@ async def follow_job_logs(
     on_node_exit: Callable[[NodeRecord], None] | None = None,
     on_state: Callable[[NodeRecord, str, str | None], None] | None = None,
 ) -> AsyncIterator[JobLogLine]:
-    """Follow a job's logs until every followed node's container has exited.
+    """Follow a job's logs until every followed node's container has exited, one line at a
+    time over :func:`follow_job_log_batches` (same arguments)."""
+    async for batch in follow_job_log_batches(session, store, job, node=node,
+                                              since_ns=since_ns, tail=tail,
+                                              on_node_exit=on_node_exit, on_state=on_state):
+        for line in batch:
+            yield line
 
-    Lines of different nodes are yielded as they arrive (time order within a node). Each is
-    archived. ``on_node_exit`` is called when a node's stream has ended (its container exited
-    or vanished), e.g. to trigger gang teardown; ``on_state(node, state, why)`` when a node's
-    stream drops (``reconnecting``) and resumes (``following``).
+
+async def follow_job_log_batches(
+    session: Session,
+    store: Store,
+    job: JobRecord,
+    *,
+    node: int | None = None,
+    since_ns: int | None = None,
+    tail: int | None = None,
+    on_node_exit: Callable[[NodeRecord], None] | None = None,
+    on_state: Callable[[NodeRecord, str, str | None], None] | None = None,
+) -> AsyncIterator[list[JobLogLine]]:
+    """Follow a job's logs until every followed node's container has exited, in batches.
+
+    Each batch holds the lines of one node in time order, as they arrived (never empty); the
+    batches of different nodes interleave as they arrive. Lines are archived (in a worker
+    thread) whenever no other batch is waiting, so at most a burst is archived after it was
+    yielded; what is left is archived when the follow ends.
+
+    ``on_node_exit`` is called when a node's stream has ended (its container exited or
+    vanished), after its lines were archived, e.g. to trigger gang teardown; ``on_state(node,
+    state, why)`` when a node's stream drops (``reconnecting``) and resumes (``following``).
     """
     nodes = [n for n in job.nodes if node is None or n.node_rank == node]
-    queue: asyncio.Queue[tuple[NodeRecord, LogLine] | NodeRecord] = asyncio.Queue()
+    queue: asyncio.Queue[tuple[NodeRecord, list[LogLine]] | NodeRecord] = asyncio.Queue()
 
     async def pump(n: NodeRecord) -> None:
         try:
@@ -148,37 +172,42 @@ async def follow_job_logs(
             cursor = LogCursor()
             if since_ns is not None:
                 cursor.ts_ns = since_ns - 1
+
             def state(s: str, why: str | None) -> None:
                 if on_state is not None:
                     on_state(n, s, why)
 
-            async for ln in follow_container(engine, n.container_id, cursor, tail=tail,
-                                             on_state=state):
-                await queue.put((n, ln))
+            async for batch in follow_container_batches(engine, n.container_id, cursor,
+                                                        tail=tail, on_state=state):
+                queue.put_nowait((n, batch))
         except GpuConsoleError:
             pass
         finally:
-            await queue.put(n)
+            queue.put_nowait(n)
 
     tasks = [asyncio.create_task(pump(n)) for n in nodes]
     pending = len(tasks)
-    batch: dict[int, list[LogLine]] = {}
+    unsaved: dict[int, list[LogLine]] = {}
+    waiting = 0
     try:
         while pending:
             item = await queue.get()
             if isinstance(item, NodeRecord):
                 pending -= 1
-                await _flush_async(store, job, batch)
+                waiting = 0
+                await _flush_async(store, job, unsaved)
                 if on_node_exit is not None:
                     on_node_exit(item)
                 continue
-            n, ln = item
-            batch.setdefault(n.node_rank, []).append(ln)
-            if queue.empty() or len(batch[n.node_rank]) >= 256:
-                await _flush_async(store, job, batch)
-            yield tag_line(n, ln)
+            n, lines = item
+            unsaved.setdefault(n.node_rank, []).extend(lines)
+            waiting += len(lines)
+            if queue.empty() or waiting >= 4096:  # one archive write per burst
+                waiting = 0
+                await _flush_async(store, job, unsaved)
+            yield [tag_line(n, ln) for ln in lines]
     finally:
-        _flush(store, job, batch)  # what is left (no await: this may run at generator close)
+        _flush(store, job, unsaved)  # what is left (no await: this may run at generator close)
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

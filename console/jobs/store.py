@@ -435,30 +435,41 @@ def _parse_archive_line(raw: bytes) -> LogLine | None:
 
 
 def _tail_cursor(f: Any) -> tuple[int, dict[str, int]]:
-    """Last timestamp of an archive file and the texts (with counts) written at it."""
+    """Last timestamp of an archive file and the texts (with counts) written at it.
+
+    Reads backwards from the end in growing windows (4 KiB first) and decodes only the lines
+    at the last timestamp, so appending a batch costs the same however long the archive is.
+    """
     f.seek(0, os.SEEK_END)
     size = f.tell()
     if size == 0:
         return -1, {}
-    chunk = min(size, 1 << 16)
-    f.seek(size - chunk)
-    # split on "\n" only: str.splitlines would also split a text at its "\r" (tqdm)
-    tail = [raw.decode(errors="replace") for raw in f.read(chunk).split(b"\n")]
-    if tail and tail[-1] == "":
-        tail.pop()
-    if chunk < size:
-        tail = tail[1:]
-    last_ts = -1
-    counts: dict[str, int] = {}
-    for raw in reversed(tail):
-        ts_s, _, text = raw.partition(" ")
-        try:
-            ts = int(ts_s)
-        except ValueError:
-            continue
-        if last_ts == -1:
-            last_ts = ts
-        if ts != last_ts:
-            break
-        counts[text] = counts.get(text, 0) + 1
-    return last_ts, counts
+    window = 1 << 12
+    while True:
+        chunk = min(size, window)
+        f.seek(size - chunk)
+        # split on "\n" only: str.splitlines would also split a text at its "\r" (tqdm)
+        tail = f.read(chunk).split(b"\n")
+        if tail and tail[-1] == b"":
+            tail.pop()
+        if chunk < size:
+            tail = tail[1:]  # the first piece may be cut
+        last_ts = -1
+        counts: dict[str, int] = {}
+        closed = False  # a line before the last timestamp's group was seen
+        for raw in reversed(tail):
+            ts_b, _, text = raw.partition(b" ")
+            try:
+                ts = int(ts_b)
+            except ValueError:
+                continue
+            if last_ts == -1:
+                last_ts = ts
+            if ts != last_ts:
+                closed = True
+                break
+            key = text.decode(errors="replace")
+            counts[key] = counts.get(key, 0) + 1
+        if closed or chunk == size:
+            return last_ts, counts
+        window *= 8

@@ -394,6 +394,8 @@ def sample_resources(sides: list[tuple[Side, Callable[[], list[int]]]], stop: th
 def run_app(job_id: str, stats_path: Path, profile_path: Path) -> int:
     """The real app on ``profile_path``; opens ``job_id``'s log panes once adopted; writes
     in-process numbers to ``stats_path`` every 2 s and at exit."""
+    import asyncio
+    import gc
     import logging
 
     from textual import events
@@ -423,6 +425,26 @@ def run_app(job_id: str, stats_path: Path, profile_path: Path) -> int:
         def on_mount(self) -> None:  # Textual also runs GpuConsoleApp.on_mount
             self.set_interval(0.2, self._open_when_adopted)
             self.set_interval(1.0, self._tick)
+            self.stalls: list[tuple[float, float]] = []  # (time, ms a 20 ms heartbeat ran late)
+            self.gc_pauses: list[tuple[float, int, float]] = []  # (time, generation, ms)
+            gc_started: list[float] = []
+
+            def on_gc(phase: str, info: dict[str, int]) -> None:
+                if phase == "start":
+                    gc_started[:] = [time.perf_counter()]
+                elif gc_started:
+                    self.gc_pauses.append((time.time(), info["generation"],
+                                           1000 * (time.perf_counter() - gc_started[0])))
+
+            gc.callbacks.append(on_gc)
+            loop = asyncio.get_running_loop()
+
+            def beat(due: float) -> None:
+                now = time.perf_counter()
+                self.stalls.append((time.time(), 1000 * (now - due)))
+                loop.call_later(0.02, beat, now + 0.02)
+
+            loop.call_later(0.02, beat, time.perf_counter() + 0.02)
 
         def _open_when_adopted(self) -> None:
             if self.logs is not None:
@@ -454,12 +476,18 @@ def run_app(job_id: str, stats_path: Path, profile_path: Path) -> int:
                 "lines_taken": logs.lines_taken if logs else 0,
                 "buffers": {str(n): len(b) for n, b in logs.by_node.items()} if logs else {},
                 "merged": len(logs.merged) if logs else 0,
+                "stalls": self.stalls, "gc": self.gc_pauses,
+                "gc_objects": getattr(self, "gc_objects", None),
             }
             tmp = stats_path.with_suffix(".tmp")
             tmp.write_text(json.dumps(data))
             tmp.replace(stats_path)
 
         async def on_unmount(self) -> None:  # runs before GpuConsoleApp.on_unmount
+            from collections import Counter
+
+            kinds = Counter(type(o).__qualname__ for o in gc.get_objects())
+            self.gc_objects = [len(gc.get_objects()), kinds.most_common(8)]
             self.write_stats()
 
     app = BenchApp(Service(load_profile_file(profile_path)), config=load_config())
@@ -552,7 +580,8 @@ def bench(args: argparse.Namespace, run: Run) -> dict[str, Any]:
             spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
             argv = [spy, "record", "--threads", "--nonblocking", "-r", "50", "-o",
                     str(Path(args.py_spy).resolve()), "--format",
-                    "speedscope" if args.py_spy.endswith(".json") else "flamegraph", "--",
+                    {".json": "speedscope", ".txt": "raw"}.get(Path(args.py_spy).suffix, "flamegraph"),
+                    "--",
                     *argv]
         tm.start(f"cd {shlex.quote(str(ROOT))} && exec {shlex.join(argv)}", env)
         pane = tm.panes()[0][0]
@@ -781,6 +810,20 @@ def report(args: argparse.Namespace, out: dict[str, Any], wall: float) -> str:
             d = [1000 * (k - s_) for k, s_ in zip(ks, sent)]
             notes.append(f"key received by the app after send-keys: p50 {pct(d, .5):.0f} ms, "
                          f"p95 {pct(d, .95):.0f} ms")
+        late = [ms for t, ms in app.get("stalls", []) if t0 <= t <= t0 + secs]
+        if late:
+            notes.append(f"event loop during the streams: a 20 ms heartbeat ran late by p50 "
+                         f"{pct(late, .5):.0f} / p95 {pct(late, .95):.0f} / max {max(late):.0f} ms")
+        if app.get("gc_objects"):
+            total, kinds = app["gc_objects"]
+            notes.append(f"objects tracked by the GC at exit: {total:,} (most: "
+                         + ", ".join(f"{k} {n:,}" for k, n in kinds) + ")")
+        pauses = [(g, ms) for t, g, ms in app.get("gc", []) if t0 <= t <= t0 + secs + 10]
+        for gen in (0, 1, 2):
+            ms = [p for g, p in pauses if g == gen]
+            if ms:
+                notes.append(f"GC generation {gen}: {len(ms)} collections, max {max(ms):.0f} ms, "
+                             f"total {sum(ms):.0f} ms")
     m = summarize(out["machine"], t0, secs)
     notes.append(f"whole machine busy during the streams: {m['cpu']:.0f} % of one core "
                  f"(of {100 * (os.cpu_count() or 1)} %; includes dockerd, sshd, the generators "
@@ -809,7 +852,7 @@ def main() -> None:
                     help="seconds the stream containers must survive before the run starts")
     ap.add_argument("--attempts", type=int, default=3,
                     help="runs tried when another process removes the stream containers")
-    ap.add_argument("--py-spy", help="profile the app with py-spy into this file (.svg/.json)")
+    ap.add_argument("--py-spy", help="profile the app with py-spy into this file (.svg/.json/.txt)")
     ap.add_argument("--json", type=Path, help="also write the raw numbers here")
     args = ap.parse_args()
     if args.cmd == "app":

@@ -13,6 +13,7 @@ from textual import events
 from textual.app import App, ComposeResult
 from textual.containers import Vertical
 from textual.pilot import Pilot
+from textual.strip import Strip
 from textual.widgets import Footer, Input
 
 from console.app.widgets.logpane import LogPane
@@ -716,3 +717,31 @@ def test_two_panes_snapshot(snap_compare: object) -> None:
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=SIZE, run_before=before)  # type: ignore[operator]
+
+
+@pytest.mark.parametrize("merged", [False, True])
+async def test_plain_line_fast_path_renders_as_the_rich_path(merged: bool) -> None:
+    buf = LogBuffer()
+    fill(buf, ["step 12 loss 2.5 lr 3e-4", "世界 wide cells ok", "needle in here"])
+    app = PaneApp(buf, merged=merged)
+    async with app.run_test(size=SIZE) as pilot:
+        pane = app.query_one(LogPane)
+        await settle(pilot, pane)
+        for timestamps in (False, True):
+            pane._timestamps = timestamps
+            pane.set_search("needle", jump=False)
+            for i in range(len(buf)):
+                dl = buf[i]
+                fast = pane._plain_strip(dl)
+                text = pane._line_text(dl, False)
+                slow = Strip(text.render(app.console), text.cell_len)
+                if "needle" in dl.plain:
+                    assert fast is None  # highlighted matches take the rich path
+                    continue
+                assert fast is not None
+                assert fast.cell_length == slow.cell_length
+                assert [(s.text, s.style) for s in fast.simplify()] == \
+                    [(s.text, s.style) for s in slow.simplify()]
+        colored = LogBuffer()
+        fill(colored, ["\x1b[31mred\x1b[0m"])
+        assert pane._plain_strip(colored[0]) is None

@@ -128,3 +128,16 @@ async def test_read_job_logs_tail_reads_each_node_tail(store: Store) -> None:
     assert await read_job_logs(session, store, job, tail=0) == []
     everything = await read_job_logs(session, store, job)
     assert len(everything) == 100
+
+
+def test_resumed_batch_is_not_archived_twice_when_its_last_time_spans_many_blocks(
+        store: Store) -> None:
+    """3,000 lines at one timestamp (about 60 KiB, beyond the first 4 KiB window read back
+    from the end): a resumed stream repeating all of them adds only what is new."""
+    same = [LogLine(2_000, f"line {i:05d} " + "x" * 8) for i in range(3_000)]
+    first = [LogLine(1_000, "before"), *same[:2_000]]
+    assert store.archive("j-1", 0, first) == 2_001
+    assert store.archive("j-1", 0, [*same, LogLine(3_000, "after")]) == 1_001
+    assert store.archive("j-1", 0, [*same, LogLine(3_000, "after")]) == 0
+    back = list(store.read_archive("j-1", 0))
+    assert [ln.text for ln in back] == ["before", *(ln.text for ln in same), "after"]

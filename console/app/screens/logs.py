@@ -29,7 +29,7 @@ from console.app.screens.modals import AskScreen
 from console.app.widgets.logpane import LogPane
 from console.app.widgets.logpanes import LogPanes
 from console.app.widgets.status import StatusLine
-from console.jobs.logbuffer import LogBuffer, shape_line
+from console.jobs.logbuffer import LogBuffer, display_lines
 from console.jobs.logs import JobLogLine
 from console.jobs.rows import state_label
 from console.jobs.store import JobRecord
@@ -236,14 +236,14 @@ class LogsScreen(Screen[None]):
                 f"all are archived: ctrl+s saves them\x1b[0m"))
 
     def _append(self, panes: LogPanes, line: JobLogLine) -> None:
-        shaped = shape_line(line.text)
+        shown = display_lines(line)
         buf = self.by_node.get(line.node_rank)
         if buf is None:  # a node the record did not list (adopted job): give it a pane
             buf = self.by_node[line.node_rank] = LogBuffer(self.buffer_lines,
                                                            node=line.node_rank)
             if not self.split_ranks:
                 panes.add_pane(self._node_title(line.node_rank), buf)
-        buf.append_shaped(line, shaped)
+        buf.append_display(line, shown)
         if line.rank is not None:
             key = (line.node_rank, line.rank)
             rbuf = self.by_rank.get(key)
@@ -252,8 +252,8 @@ class LogsScreen(Screen[None]):
                                                      rank=line.rank)
                 if self.split_ranks:
                     panes.add_pane(f"node {key[0]} rank {key[1]}", rbuf)
-            rbuf.append_shaped(line, shaped)
-        self.merged.append_shaped(line, shaped)
+            rbuf.append_display(line, shown)
+        self.merged.append_display(line, shown)
 
     def _show_exit_codes(self) -> None:
         if not self.is_mounted:

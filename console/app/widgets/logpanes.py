@@ -20,7 +20,7 @@ from textual.containers import Vertical
 from textual.message import Message
 from textual.widget import Widget
 
-from console.app.widgets.logpane import LogPane
+from console.app.widgets.logpane import REFRESH_INTERVAL_S, LogPane
 from console.jobs.logbuffer import LogBuffer
 
 WIDE_COLUMNS = 150
@@ -119,6 +119,7 @@ class LogPanes(Widget):
         self._merged = LogPane(merged, merged_title, merged=True) if merged is not None else None
         self._zoomed: LogPane | None = None
         self._merged_shown = False
+        self._sync_scheduled = False
 
     def compose(self) -> ComposeResult:
         """One tile per node pane, then the (hidden) merged pane's tile."""
@@ -201,9 +202,17 @@ class LogPanes(Widget):
         return self._merged
 
     def notify_appended(self) -> None:
-        """Tell every pane its buffer may have changed (each coalesces; unchanged is free)."""
-        for pane in self._all():
-            pane.notify_appended()
+        """Tell the panes their buffers may have changed. Cheap: every pane syncs at the
+        next shared tick (at most one per :data:`~console.app.widgets.logpane.REFRESH_INTERVAL_S`),
+        all in the same frame; an unchanged pane costs nothing."""
+        if self._sync_scheduled or not self.is_mounted:
+            return
+        self._sync_scheduled = True
+        self.set_timer(REFRESH_INTERVAL_S, self._sync_all)
+
+    def _sync_all(self) -> None:
+        self._sync_scheduled = False
+        self.flush()
 
     def flush(self) -> None:
         """Sync every pane with its buffer now."""
