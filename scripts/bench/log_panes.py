@@ -578,11 +578,10 @@ def bench(args: argparse.Namespace, run: Run) -> dict[str, Any]:
                 "--stats", str(stats_path), "--profile", str(profile)]
         if args.py_spy:
             spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+            fmt = {".json": "speedscope", ".txt": "raw"}.get(Path(args.py_spy).suffix,
+                                                             "flamegraph")
             argv = [spy, "record", "--threads", "--nonblocking", "-r", "50", "-o",
-                    str(Path(args.py_spy).resolve()), "--format",
-                    {".json": "speedscope", ".txt": "raw"}.get(Path(args.py_spy).suffix, "flamegraph"),
-                    "--",
-                    *argv]
+                    str(Path(args.py_spy).resolve()), "--format", fmt, "--", *argv]
         tm.start(f"cd {shlex.quote(str(ROOT))} && exec {shlex.join(argv)}", env)
         pane = tm.panes()[0][0]
         wait_until(lambda: f"node {NODES - 1}" in tm.capture(pane)
