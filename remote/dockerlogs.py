@@ -40,7 +40,7 @@ _HEADER = struct.Struct(">BxxxL")
 _READ_SIZE = 1 << 18
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LogLine:
     """One line a container wrote.
 

@@ -145,6 +145,9 @@ class HostStatusUpdated(Message):
     reason: str | None
 
 
+_GC_DEFAULTS = gc.get_threshold()
+
+
 class GpuConsoleApp(App[int]):
     """The console (see the module docstring).
 
@@ -222,8 +225,14 @@ class GpuConsoleApp(App[int]):
         unmount."""
         gc.collect()
         gc.freeze()
+        # A busy log stream allocates some 100,000 container objects a second, almost all
+        # freed at once by reference counting; the default first threshold (700) ran a
+        # collection 100+ times a second and a full one every few seconds. These run the
+        # full pass after 2,000,000 net allocations instead of 70,000; cycles still go.
+        gc.set_threshold(20_000, 10, 10)
 
     async def on_unmount(self) -> None:
+        gc.set_threshold(*_GC_DEFAULTS)
         gc.unfreeze()
         if self._sub is not None:
             self._sub.close()

@@ -26,7 +26,7 @@ from remote.logs import LogCursor, follow_container, follow_container_batches
 _RANK_RE = re.compile(r"^\[rank(\d+)\]:")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class JobLogLine:
     """One line of a job's log.
 
