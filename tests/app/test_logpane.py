@@ -615,6 +615,14 @@ async def test_two_panes_side_by_side_zoom_and_tab() -> None:
         assert not p0.display or not p0.parent.display  # type: ignore[union-attr]
         assert (p1.region.x, p1.region.width) == (0, 120)
         assert "n0 line" not in "\n".join(screen(app))
+        await pilot.press("tab")  # zoomed: tab pages to the next node, still zoomed
+        await pilot.pause()
+        assert panes.zoomed is p0 and app.focused is p0
+        assert (p0.region.x, p0.region.width) == (0, 120)
+        assert "n1 line" not in "\n".join(screen(app))
+        await pilot.press("shift+tab")
+        await pilot.pause()
+        assert panes.zoomed is p1
         await pilot.press("z")
         await pilot.pause()
         assert panes.zoomed is None

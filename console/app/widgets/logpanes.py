@@ -276,7 +276,15 @@ class LogPanes(Widget):
         self.post_message(self.MergedToggled(self, self._merged_shown))
 
     def action_focus_pane(self, step: int) -> None:
-        """``tab``/``shift+tab``: focus the next/previous visible pane (wraps around)."""
+        """``tab``/``shift+tab``: focus the next/previous visible pane (wraps around); while
+        zoomed, zoom the next/previous node's pane instead (page through nodes full size)."""
+        if self._zoomed is not None and self._zoomed in self._panes and len(self._panes) > 1:
+            i = self._panes.index(self._zoomed)
+            self._zoomed = self._panes[(i + step) % len(self._panes)]
+            self._relayout()
+            self._zoomed.focus()
+            self.post_message(self.ZoomChanged(self, self._zoomed))
+            return
         visible = self.visible_panes
         if not visible:
             return
