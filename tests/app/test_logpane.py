@@ -464,9 +464,13 @@ async def test_save_exit_code_and_footer() -> None:
         await pilot.press("ctrl+s")
         await pilot.pause()
         assert app.saved == [pane]
-        pane.set_exit_code(1)
+        assert screen(app)[0].startswith("╭─ node 0 · host a · following · 1 lines ─")
+        pane.set_exit_code(1)  # the node ended: nothing more is followed
         await pilot.pause()
-        assert screen(app)[0].startswith("╭─ node 0 · host a · following · 1 lines · exited 1 ")
+        assert screen(app)[0].startswith("╭─ node 0 · host a · 1 lines · exited 1 ")
+        pane.set_exit_code(None)  # ended, code unknown (e.g. a removed job's archive)
+        await pilot.pause()
+        assert screen(app)[0].startswith("╭─ node 0 · host a · 1 lines · ended ")
         footer = screen(app)[35]
         for label in ["G Follow", "/ Search", "nN Match", "& Filter", "w Wrap", "t Time",
                       "eE Error", "^s Save"]:

@@ -209,6 +209,7 @@ class LogPane(ScrollView, can_focus=True):
         self._following = True
         self._paused_end: int | None = None  # view end (absolute) when follow was paused
         self._exit_code: int | None = None
+        self._ended = False
         self._wrap = False
         self._timestamps = False
         self._search = ""
@@ -251,8 +252,10 @@ class LogPane(ScrollView, can_focus=True):
         self._sync()
 
     def set_exit_code(self, code: int | None) -> None:
-        """Show ``exited <code>`` in the border (``None`` removes it)."""
+        """The stream ended: the border says ``exited <code>`` (``ended`` when the code is
+        unknown) instead of ``following``."""
         self._exit_code = code
+        self._ended = True
         self._update_title()
 
     def set_title(self, title: str) -> None:
@@ -604,7 +607,10 @@ class LogPane(ScrollView, can_focus=True):
     def _update_title(self) -> None:
         parts = [self.title]
         n = self.new_lines
-        parts.append("following" if self._following else f"paused +{n}")
+        if not self._ended:
+            parts.append("following" if self._following else f"paused +{n}")
+        elif not self._following:
+            parts.append("paused")
         total = len(self.buffer)
         if self._filter and parse_filter(self._filter)[0]:
             parts.append(f"{len(self._view):,}/{total:,} lines")
@@ -612,6 +618,8 @@ class LogPane(ScrollView, can_focus=True):
             parts.append(f"{total:,} lines")
         if self._exit_code is not None:
             parts.append(f"exited {self._exit_code}")
+        elif self._ended:
+            parts.append("ended")
         self.border_title = Content(" · ".join(parts))
         badges = []
         if not self._following and n:
