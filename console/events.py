@@ -6,8 +6,11 @@ never poll the engine themselves.
 
 Delivery rules:
 
-- Subscribers run on the event loop's thread, in subscription order, synchronously from
-  :meth:`EventBus.publish` (or, for coalescing subscribers, from one ``call_soon`` after a burst).
+- Subscribers run on the thread of the event loop they subscribed from, in subscription
+  order: synchronously from :meth:`EventBus.publish` when it is called on that loop's thread
+  (for coalescing subscribers, from one ``call_soon`` after a burst); an event published on
+  another thread (the service's log intake runs its own loop) is handed to the subscriber's
+  loop with ``call_soon_threadsafe``, in publishing order.
 - A subscriber that raises is logged (``gpuconsole.events``) and isolated: the publisher never
   sees the exception, so a broken view can never mark a host down or stop a monitor.
 - A subscriber created with ``coalesce=True`` receives, per burst, only the latest event of
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -183,6 +187,15 @@ class Subscription:
     _unkeyed: list[Event] = field(default_factory=list)
     _scheduled: bool = False
     errors: int = 0
+    _loop: asyncio.AbstractEventLoop | None = None
+    _thread: int | None = None
+
+    def __post_init__(self) -> None:
+        try:
+            self._loop = asyncio.get_running_loop()
+        except RuntimeError:  # subscribed outside a loop: delivered on the publisher's thread
+            return
+        self._thread = threading.get_ident()
 
     def wants(self, event: Event) -> bool:
         """Whether this subscriber takes events of this kind."""
@@ -201,6 +214,14 @@ class Subscription:
                           self.handler, type(event).__name__)
 
     def _offer(self, event: Event) -> None:
+        if self._thread is not None and threading.get_ident() != self._thread:
+            loop = self._loop
+            assert loop is not None
+            try:
+                loop.call_soon_threadsafe(self._offer, event)
+            except RuntimeError:  # the subscriber's loop is closed: nobody is listening
+                pass
+            return
         if not self.coalesce:
             self._call(event)
             return

@@ -16,7 +16,7 @@ import asyncio
 import logging
 import shlex
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -43,6 +43,7 @@ from console.jobs.plan import render_plan
 from console.jobs.spec import LoadedSpec, load_spec
 from console.jobs.status import ACTIVE_STATES, adopt_unknown, refresh, stop_nodes
 from console.jobs.store import JobRecord, NodeRecord, Store
+from console.loopthread import LoopThread
 from console.profiles import Profile, load_profile_file, resolve_profile
 from console.session import Session
 from remote.errors import GpuConsoleError
@@ -243,6 +244,8 @@ class Service:
         self._monitor: FleetMonitor | None = None
         self._replay: asyncio.Task[None] | None = None
         self._follows: dict[str, Follow] = {}
+        self._intake: LoopThread | None = None
+        self._intake_sessions: dict[str, Session] = {}  # used on the intake loop only
 
     async def __aenter__(self) -> Service:
         return self
@@ -277,6 +280,21 @@ class Service:
         """The session of the profile the job was submitted with."""
         return self.session(profile_of(job, self.profile))
 
+    def _intake_loop(self) -> LoopThread:
+        if self._intake is None:
+            self._intake = LoopThread("gpuconsole-intake")
+        return self._intake
+
+    def _intake_session(self, job: JobRecord) -> Session:
+        """The session of the job's profile on the intake loop (its own SSH connections:
+        asyncssh connections belong to the loop that opened them)."""
+        prof = profile_of(job, self.profile)
+        key = prof.source or prof.name
+        s = self._intake_sessions.get(key)
+        if s is None:
+            s = self._intake_sessions[key] = Session(prof)
+        return s
+
     async def close(self) -> None:
         """End every follow, the fleet monitor and every connection; close the store."""
         for f in list(self._follows.values()):
@@ -286,6 +304,19 @@ class Service:
         for s in self._sessions.values():
             await s.close()
         self._sessions.clear()
+        if self._intake is not None:
+            intake, self._intake = self._intake, None
+            sessions = list(self._intake_sessions.values())
+            self._intake_sessions.clear()
+
+            async def close_sessions() -> None:
+                for s in sessions:
+                    await s.close()
+
+            try:
+                await intake.run(close_sessions())
+            finally:
+                await asyncio.to_thread(intake.stop)
         if self._store is not None:
             self._store.close()
             self._store = None
@@ -557,13 +588,31 @@ class Service:
             UsageError: ``node`` is not a node of the job.
         """
         self.check_node(job, node)
-        session = self.session_for(job)
-        refreshing: set[asyncio.Task[JobRecord]] = set()
+        async for batch in self._follow_batches(job, self.session_for(job), node=node,
+                                                since_ns=since_ns, tail=tail, main=None):
+            yield batch
+
+    @staticmethod
+    def _on_main(coro: Coroutine[Any, Any, JobRecord],
+                 main: asyncio.AbstractEventLoop | None) -> asyncio.Future[JobRecord]:
+        """Run ``coro`` on the service's own loop: here when ``main`` is ``None``, else on
+        ``main`` (the intake loop asks the service's loop, whose sessions it must not use)."""
+        if main is None:
+            return asyncio.ensure_future(coro)
+        return asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, main))
+
+    async def _follow_batches(self, job: JobRecord, session: Session, *, node: int | None,
+                              since_ns: int | None, tail: int | None,
+                              main: asyncio.AbstractEventLoop | None,
+                              ) -> AsyncIterator[list[JobLogLine]]:
+        """:meth:`follow_batches` over ``session``; ``main``: the service's loop when this
+        runs on the intake loop (reconciles run there), else ``None``."""
+        refreshing: set[asyncio.Future[JobRecord]] = set()
 
         def on_exit(n: NodeRecord) -> None:
             self.bus.publish(NodeExited(job.id, n.node_rank, n.host))
             self.bus.publish(FollowStateChanged(job.id, n.node_rank, "ended"))
-            t = asyncio.create_task(self.refresh_job(job))
+            t = self._on_main(self.refresh_job(job), main)
             refreshing.add(t)
             t.add_done_callback(refreshing.discard)
 
@@ -581,35 +630,43 @@ class Service:
                 await asyncio.gather(*refreshing, return_exceptions=True)
 
     def start_follow(self, job: JobRecord, *, tail: int | None = None,
-                     batch_s: float = 0.05) -> Follow:
+                     batch_s: float = 0.05, thread: bool = False) -> Follow:
         """Follow a job in the background, publishing :class:`LogLinesReceived` batches
         (at most one per ``batch_s`` s while lines keep coming, the first at once) until
         every node exited; the task's result is the job reconciled at the end. One follow per
         job: a second call returns the running one.
+
+        Args:
+            thread: read the streams on the service's intake thread (its own loop and SSH
+                connections), so that this loop only receives the batches: what the Textual
+                app does. Events still reach each subscriber on its own loop.
         """
         running = self._follows.get(job.id)
         if running is not None and not running.task.done():
             return running
-
-        loop = asyncio.get_running_loop()
-        batch: list[JobLogLine] = []
-        last = 0.0
-        timer: asyncio.TimerHandle | None = None
-
-        def publish() -> None:
-            nonlocal batch, last, timer
-            if timer is not None:
-                timer.cancel()
-                timer = None
-            if batch:
-                self.bus.publish(LogLinesReceived(job.id, tuple(batch)))
-                batch = []
-            last = time.monotonic()
+        main = asyncio.get_running_loop()
 
         async def pump() -> JobRecord | None:
-            nonlocal timer
+            loop = asyncio.get_running_loop()
+            away = loop is not main
+            session = self._intake_session(job) if away else self.session_for(job)
+            batch: list[JobLogLine] = []
+            last = 0.0
+            timer: asyncio.TimerHandle | None = None
+
+            def publish() -> None:
+                nonlocal batch, last, timer
+                if timer is not None:
+                    timer.cancel()
+                    timer = None
+                if batch:
+                    self.bus.publish(LogLinesReceived(job.id, tuple(batch)))
+                    batch = []
+                last = time.monotonic()
+
             try:
-                async for lines in self.follow_batches(job, tail=tail):
+                async for lines in self._follow_batches(job, session, node=None, since_ns=None,
+                                                        tail=tail, main=main if away else None):
                     batch.extend(lines)
                     wait = last + batch_s - time.monotonic()
                     if wait <= 0:
@@ -617,11 +674,12 @@ class Service:
                     elif timer is None:  # lines that come alone are not held back
                         timer = loop.call_later(wait, publish)
                 publish()
-                return await self.refresh_job(job)
+                return await self._on_main(self.refresh_job(job), main if away else None)
             finally:
                 publish()
 
-        f = Follow(job.id, asyncio.create_task(pump(), name=f"follow-{job.id}"))
+        coro = self._intake_loop().run(pump()) if thread else pump()
+        f = Follow(job.id, asyncio.create_task(coro, name=f"follow-{job.id}"))
         self._follows[job.id] = f
         return f
 

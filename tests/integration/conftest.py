@@ -9,6 +9,7 @@ own per test.
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
 import time
@@ -109,11 +110,22 @@ def engine() -> Iterator[docker.DockerClient]:
 
 @pytest.fixture(autouse=True)
 def _cleanup_containers(engine: docker.DockerClient, tmp_path: Path) -> Iterator[None]:
-    """Remove every container a test's jobs left (jobs are named after tmp dirs' tests)."""
-    before = {c.id for c in engine.containers.list(all=True, filters={"label": LABEL_JOB_ID})}
+    """Remove the containers of the jobs this test submitted (jobs in the stores under its
+    tmp dir), and only those: other test runs and benchmarks share the engine."""
     yield
+    ids: set[str] = set()
+    for db in tmp_path.rglob("jobs.sqlite3"):
+        con = sqlite3.connect(db)
+        try:
+            ids.update(row[0] for row in con.execute("SELECT id FROM jobs"))
+        except sqlite3.Error:
+            pass
+        finally:
+            con.close()
+    if not ids:
+        return
     for c in engine.containers.list(all=True, filters={"label": LABEL_JOB_ID}):
-        if c.id not in before:
+        if c.labels.get(LABEL_JOB_ID) in ids:
             c.remove(force=True)
 
 

@@ -138,7 +138,7 @@ class LogsScreen(Screen[None]):
         if self.job.removed_at is not None:
             self._read_archive()
         else:
-            self.gc.service.start_follow(self.job, tail=self.buffer_lines)
+            self.gc.service.start_follow(self.job, tail=self.buffer_lines, thread=True)
 
     async def on_unmount(self) -> None:
         if self.live:
