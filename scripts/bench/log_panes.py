@@ -391,7 +391,7 @@ def sample_resources(sides: list[tuple[Side, Callable[[], list[int]]]], stop: th
 # -- the app launcher (runs inside the gpuconsole tmux server) --------------------------------
 
 
-def run_app(job_id: str, stats_path: Path, profile_path: Path) -> int:
+def run_app(job_id: str, stats_path: Path, profile_path: Path, on_loop: bool = False) -> int:
     """The real app on ``profile_path``; opens ``job_id``'s log panes once adopted; writes
     in-process numbers to ``stats_path`` every 2 s and at exit."""
     import asyncio
@@ -407,6 +407,7 @@ def run_app(job_id: str, stats_path: Path, profile_path: Path) -> int:
     from console.profiles import load_profile_file
     from console.service import Service
 
+    LogsScreen.follow_on_thread = not on_loop
     logging.basicConfig(level=logging.INFO, filename=str(state_dir() / "gpuconsole.log"),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("asyncssh").setLevel(logging.WARNING)
@@ -575,6 +576,7 @@ def bench(args: argparse.Namespace, run: Run) -> dict[str, Any]:
                "TERM": "xterm-256color", "LANG": os.environ.get("LANG", "C.UTF-8"),
                "PATH": os.environ.get("PATH", "")}
         argv = [sys.executable, str(Path(__file__).resolve()), "app", "--job", job_id,
+                *(["--intake-on-loop"] if args.intake_on_loop else []),
                 "--stats", str(stats_path), "--profile", str(profile)]
         if args.py_spy:
             spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
@@ -837,6 +839,7 @@ def main() -> None:
     a.add_argument("--job", required=True)
     a.add_argument("--stats", type=Path, required=True)
     a.add_argument("--profile", type=Path, required=True)
+    a.add_argument("--intake-on-loop", action="store_true")
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--rate", type=int, default=2000, help="lines/s per stream")
     ap.add_argument("--drain", type=float, default=10.0,
@@ -853,9 +856,11 @@ def main() -> None:
                     help="runs tried when another process removes the stream containers")
     ap.add_argument("--py-spy", help="profile the app with py-spy into this file (.svg/.json/.txt)")
     ap.add_argument("--json", type=Path, help="also write the raw numbers here")
+    ap.add_argument("--intake-on-loop", action="store_true",
+                    help="read the log streams on the app's loop instead of the intake thread")
     args = ap.parse_args()
     if args.cmd == "app":
-        sys.exit(run_app(args.job, args.stats, args.profile))
+        sys.exit(run_app(args.job, args.stats, args.profile, args.intake_on_loop))
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt

@@ -15,7 +15,7 @@ import time
 from collections import deque
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, ClassVar, cast
 
 from rich.text import Text
 from textual import work
@@ -40,9 +40,9 @@ if TYPE_CHECKING:
     from console.app.app import GpuConsoleApp
 
 #: Longest stretch of line intake before the loop gets keys and repaints again (s).
-DRAIN_BUDGET_S = 0.025
+DRAIN_BUDGET_S = 0.010
 #: Pause between intake stretches while a backlog remains (s).
-DRAIN_PAUSE_S = 0.01
+DRAIN_PAUSE_S = 0.005
 
 
 class LogsScreen(Screen[None]):
@@ -61,6 +61,10 @@ class LogsScreen(Screen[None]):
         Binding("S", "stop", "Stop job", id="logs.stop_job"),
         Binding("x", "exec", "Shell", id="logs.exec"),
     ]
+    follow_on_thread: ClassVar[bool] = True
+    """Read the job's streams on the service's intake thread (``False``: on the app's loop;
+    the benchmark compares both)."""
+
     DEFAULT_CSS = """
     LogsScreen #logs-header { height: 1; background: $boost; padding: 0 1; }
     LogsScreen LogPanes { height: 1fr; }
@@ -138,7 +142,8 @@ class LogsScreen(Screen[None]):
         if self.job.removed_at is not None:
             self._read_archive()
         else:
-            self.gc.service.start_follow(self.job, tail=self.buffer_lines, thread=True)
+            self.gc.service.start_follow(self.job, tail=self.buffer_lines,
+                                         thread=self.follow_on_thread)
 
     async def on_unmount(self) -> None:
         if self.live:
