@@ -23,6 +23,9 @@ from textual.widget import Widget
 from console.app.widgets.logpane import REFRESH_INTERVAL_S, LogPane
 from console.jobs.logbuffer import LogBuffer
 
+BUSY_LINES = 500
+"""New display lines (all panes) in one tick beyond which the next tick waits twice as long."""
+
 WIDE_COLUMNS = 150
 """From this many terminal columns on, 5 or more panes are tiled in 3 columns (else 2)."""
 
@@ -120,6 +123,8 @@ class LogPanes(Widget):
         self._zoomed: LogPane | None = None
         self._merged_shown = False
         self._sync_scheduled = False
+        self._interval = REFRESH_INTERVAL_S
+        self._synced_total = 0
 
     def compose(self) -> ComposeResult:
         """One tile per node pane, then the (hidden) merged pane's tile."""
@@ -208,10 +213,16 @@ class LogPanes(Widget):
         if self._sync_scheduled or not self.is_mounted:
             return
         self._sync_scheduled = True
-        self.set_timer(REFRESH_INTERVAL_S, self._sync_all)
+        self.set_timer(self._interval, self._sync_all)
 
     def _sync_all(self) -> None:
         self._sync_scheduled = False
+        total = sum(p.buffer.total for p in self._all())
+        # a flood (more than BUSY_LINES new lines since the last tick) repaints half as often:
+        # nobody reads 5,000 lines a second, and the keys keep the time the repaints free
+        busy = total - self._synced_total > BUSY_LINES
+        self._interval = REFRESH_INTERVAL_S * (2 if busy else 1)
+        self._synced_total = total
         self.flush()
 
     def flush(self) -> None:
