@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from console.fleet.state import ContainerJob
+from console.jobs.logbuffer import Row
 from console.jobs.logs import JobLogLine
 from console.jobs.store import JobRecord
 
@@ -133,10 +134,14 @@ class LogLinesReceived:
     Attributes:
         job_id: the job.
         lines: the lines, each tagged with node rank, torchrun rank and Docker timestamp.
+        shown: each line's display rows (:func:`console.jobs.logbuffer.display_lines`),
+            when they were made where the lines were read (the intake process); ``None``:
+            a receiver that shows lines shapes them itself.
     """
 
     job_id: str
     lines: tuple[JobLogLine, ...]
+    shown: tuple[tuple[Row, ...], ...] | None = None
 
     key = None
 

@@ -13,14 +13,18 @@ hashing and copies, archive reads of whole files) goes to threads below this lay
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
+import pickle
 import shlex
+import sys
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 
@@ -37,6 +41,7 @@ from console.events import (
 )
 from console.fleet.monitor import FleetMonitor, read_recording
 from console.fleet.state import ContainerJob, FleetState
+from console.intake import HEADER, IntakeRequest, from_tuple
 from console.jobs.launch import Prepared, launch, prepare
 from console.jobs.logs import JobLogLine, follow_job_log_batches, read_job_logs
 from console.jobs.plan import render_plan
@@ -49,6 +54,9 @@ from console.session import Session
 from remote.errors import GpuConsoleError
 
 log = logging.getLogger("gpuconsole.service")
+
+Intake = Literal["loop", "thread", "process"]
+"""Where :meth:`Service.start_follow` reads a job's log streams."""
 
 
 def profile_of(job: JobRecord, fallback: Profile) -> Profile:
@@ -630,16 +638,18 @@ class Service:
                 await asyncio.gather(*refreshing, return_exceptions=True)
 
     def start_follow(self, job: JobRecord, *, tail: int | None = None,
-                     batch_s: float = 0.05, thread: bool = False) -> Follow:
+                     batch_s: float = 0.05, where: Intake = "loop") -> Follow:
         """Follow a job in the background, publishing :class:`LogLinesReceived` batches
         (at most one per ``batch_s`` s while lines keep coming, the first at once) until
         every node exited; the task's result is the job reconciled at the end. One follow per
         job: a second call returns the running one.
 
         Args:
-            thread: read the streams on the service's intake thread (its own loop and SSH
-                connections), so that this loop only receives the batches: what the Textual
-                app does. Events still reach each subscriber on its own loop.
+            where: where the streams are read: ``loop`` (this loop), ``thread`` (the
+                service's intake thread: its own loop and SSH connections) or ``process``
+                (a child process, :mod:`console.intake`: its own interpreter, so the intake
+                holds no GIL against this loop; what the Textual app uses). Events reach
+                each subscriber on its own loop in every case.
         """
         running = self._follows.get(job.id)
         if running is not None and not running.task.done():
@@ -678,10 +688,82 @@ class Service:
             finally:
                 publish()
 
-        coro = self._intake_loop().run(pump()) if thread else pump()
+        coro: Coroutine[Any, Any, JobRecord | None]
+        if where == "process":
+            coro = self._follow_in_process(job, tail=tail, batch_s=batch_s)
+        elif where == "thread":
+            coro = self._intake_loop().run(pump())
+        else:
+            coro = pump()
         f = Follow(job.id, asyncio.create_task(coro, name=f"follow-{job.id}"))
         self._follows[job.id] = f
         return f
+
+    async def _follow_in_process(self, job: JobRecord, *, tail: int | None,
+                                 batch_s: float) -> JobRecord | None:
+        """:meth:`start_follow` with ``where="process"`` (protocol: :mod:`console.intake`).
+
+        Raises:
+            JobError: the intake process could not be started.
+        """
+        log_file = next((Path(h.baseFilename) for h in logging.getLogger().handlers
+                         if isinstance(h, logging.FileHandler)), None)
+        request = IntakeRequest(profile_of(job, self.profile), self.store.root, job, tail,
+                                batch_s, log_file)
+        # the child imports this same console package, wherever it was imported from
+        here = str(Path(__file__).resolve().parents[1])
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "console.intake", stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL, env=env,
+                limit=1 << 26)
+        except OSError as e:
+            raise JobError(f"cannot start the log intake process: {e}") from e
+        assert proc.stdin is not None and proc.stdout is not None
+        refreshing: set[asyncio.Task[JobRecord]] = set()
+        error: str | None = "the log intake process ended unexpectedly"
+        try:
+            proc.stdin.write(pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL))
+            await proc.stdin.drain()
+            while True:
+                try:
+                    head = await proc.stdout.readexactly(HEADER.size)
+                    msg = pickle.loads(await proc.stdout.readexactly(HEADER.unpack(head)[0]))
+                except asyncio.IncompleteReadError:
+                    break
+                kind = msg[0]
+                if kind == "lines":
+                    pairs = msg[1]
+                    self.bus.publish(LogLinesReceived(
+                        job.id, tuple(from_tuple(t) for t, _ in pairs),
+                        tuple(tuple(rows) for _, rows in pairs)))
+                elif kind == "state":
+                    self.bus.publish(FollowStateChanged(job.id, msg[1], msg[2], msg[3]))
+                elif kind == "exit":
+                    self.bus.publish(NodeExited(job.id, msg[1], msg[2]))
+                    self.bus.publish(FollowStateChanged(job.id, msg[1], "ended"))
+                    t = asyncio.create_task(self.refresh_job(job))
+                    refreshing.add(t)
+                    t.add_done_callback(refreshing.discard)
+                elif kind == "done":
+                    error = msg[1]
+                    break
+            if error:
+                log.warning("log intake of %s: %s", job.id, error)
+            if refreshing:
+                await asyncio.gather(*refreshing, return_exceptions=True)
+            return await self.refresh_job(job)
+        finally:
+            if proc.stdin is not None:
+                proc.stdin.close()  # its EOF: the child stops
+            try:
+                await asyncio.wait_for(asyncio.shield(proc.wait()), 5)
+            except (asyncio.TimeoutError, asyncio.CancelledError):
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                await proc.wait()
 
     async def stop_follow(self, job_id: str) -> None:
         """End the background follow of a job, if any (its readers end with it)."""

@@ -40,6 +40,7 @@ from console.events import (
     SampleReceived,
     Subscription,
 )
+from console.jobs.logbuffer import Row
 from console.jobs.logs import JobLogLine
 from console.jobs.store import JobRecord
 from console.service import Service, Submission
@@ -124,6 +125,7 @@ class LogLinesArrived(Message):
 
     job_id: str
     lines: tuple[JobLogLine, ...]
+    shown: tuple[tuple[Row, ...], ...] | None = None
 
 
 @dataclass
@@ -249,7 +251,7 @@ class GpuConsoleApp(App[int]):
         elif isinstance(ev, JobChanged):
             self.post_message(JobUpdated(ev.job))
         elif isinstance(ev, LogLinesReceived):
-            self.post_message(LogLinesArrived(ev.job_id, ev.lines))
+            self.post_message(LogLinesArrived(ev.job_id, ev.lines, ev.shown))
         elif isinstance(ev, FollowStateChanged):
             self.post_message(FollowStateUpdated(ev.job_id, ev.node_rank, ev.state, ev.detail))
 

@@ -28,18 +28,21 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Final, NamedTuple
 
+from rich.cells import cell_len
+
 from console.jobs.logs import JobLogLine
 from console.jobs.logtext import is_error_like, progress_key, shape, strip_ansi
 
 _SEQ = itertools.count(1)
 
 
-Row = tuple[int, int, int | None, int, str, str, bool, tuple[str, bool] | None]
+Row = tuple[int, int, int | None, int, str, str, bool, tuple[str, bool] | None, int]
 """A display line as stored: the fields of :class:`DisplayLine`, in order, as a plain tuple."""
 
 _PLAIN: Final = 5
 _ERROR: Final = 6
 _BAR: Final = 7
+_WIDTH: Final = 8
 
 
 class DisplayLine(NamedTuple):
@@ -55,6 +58,7 @@ class DisplayLine(NamedTuple):
         plain: ``text`` without escapes (what search and filters see).
         error: :func:`~console.jobs.logtext.is_error_like` of ``plain``.
         bar: :func:`~console.jobs.logtext.progress_key` of ``plain`` (``None``: not a bar).
+        width: terminal cells of ``plain`` (``rich.cells.cell_len``).
     """
 
     seq: int
@@ -65,6 +69,7 @@ class DisplayLine(NamedTuple):
     plain: str
     error: bool = False
     bar: tuple[str, bool] | None = None
+    width: int = 0
 
     def tag(self) -> str:
         """``[0:1]`` (node:rank), or ``[0]`` when the rank is ``None``."""
@@ -80,8 +85,14 @@ def display_lines(line: JobLogLine) -> list[Row]:
     for text in shape(line.text):
         plain = strip_ansi(text) if "\x1b" in text else text
         out.append((next(_SEQ), line.node_rank, line.rank, line.ts_ns, text, plain,
-                    is_error_like(plain), progress_key(plain)))
+                    is_error_like(plain), progress_key(plain), cell_len(plain)))
     return out
+
+
+def renumbered(rows: Iterable[Row]) -> list[Row]:
+    """``rows`` with this process's sequence numbers (rows shaped in another process, e.g.
+    the log intake, carry that process's numbers, which may collide with ours)."""
+    return [(next(_SEQ), *r[1:]) for r in rows]
 
 
 def redraws(prev: Row, new: Row) -> bool:
@@ -273,6 +284,14 @@ class LogBuffer:
         items, head = self._items, self._head
         return [i - head for i in range(head, len(items))
                 if (rx.search(items[i][_PLAIN]) is None) == invert]
+
+    def rows(self, start: int, stop: int) -> list[Row]:
+        """The stored rows ``start`` (inclusive) to ``stop`` (exclusive), clamped (fields as
+        :class:`DisplayLine`, without building one per row)."""
+        n = len(self)
+        start = max(0, min(start, n))
+        stop = max(start, min(stop, n))
+        return self._items[self._head + start : self._head + stop]
 
     def plain(self, i: int) -> str:
         """The plain text of the ``i``-th kept line (as ``self[i].plain``, without building a

@@ -35,7 +35,8 @@ Measured (both sides, from outside, through ``tmux capture-pane`` as a person se
   archive, against the lines produced (nodes x rate x seconds). The baseline's pty is lossless
   and in order: its count is the newest sequence number on screen at the end.
 - memory and CPU: RSS (``/proc/PID/status`` VmRSS) each second, CPU (utime + stime) of the
-  app process and its tmux server; of the 8 ssh clients and the baseline's tmux server.
+  app process with its children (the log intake process) and its tmux server; of the 8 ssh
+  clients and the baseline's tmux server.
 
 Run (needs ``scripts/testhosts/up``)::
 
@@ -66,7 +67,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, cast
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -133,6 +134,23 @@ def proc_cpu_s(pid: int) -> float:
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def descendants(pid: int) -> list[int]:
+    """Child processes of ``pid``, recursively (the app's log intake process among them)."""
+    out: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tasks:
+        try:
+            kids = Path(f"/proc/{pid}/task/{tid}/children").read_text().split()
+        except OSError:
+            continue
+        for k in map(int, kids):
+            out += [k, *descendants(k)]
+    return out
 
 
 def proc_rss_mib(pid: int) -> float:
@@ -391,7 +409,7 @@ def sample_resources(sides: list[tuple[Side, Callable[[], list[int]]]], stop: th
 # -- the app launcher (runs inside the gpuconsole tmux server) --------------------------------
 
 
-def run_app(job_id: str, stats_path: Path, profile_path: Path, on_loop: bool = False) -> int:
+def run_app(job_id: str, stats_path: Path, profile_path: Path, intake: str = "process") -> int:
     """The real app on ``profile_path``; opens ``job_id``'s log panes once adopted; writes
     in-process numbers to ``stats_path`` every 2 s and at exit."""
     import asyncio
@@ -405,9 +423,9 @@ def run_app(job_id: str, stats_path: Path, profile_path: Path, on_loop: bool = F
     from console.config import load_config
     from console.jobs.store import state_dir
     from console.profiles import load_profile_file
-    from console.service import Service
+    from console.service import Intake, Service
 
-    LogsScreen.follow_on_thread = not on_loop
+    LogsScreen.intake = cast(Intake, intake)
     logging.basicConfig(level=logging.INFO, filename=str(state_dir() / "gpuconsole.log"),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("asyncssh").setLevel(logging.WARNING)
@@ -576,7 +594,7 @@ def bench(args: argparse.Namespace, run: Run) -> dict[str, Any]:
                "TERM": "xterm-256color", "LANG": os.environ.get("LANG", "C.UTF-8"),
                "PATH": os.environ.get("PATH", "")}
         argv = [sys.executable, str(Path(__file__).resolve()), "app", "--job", job_id,
-                *(["--intake-on-loop"] if args.intake_on_loop else []),
+                "--intake", args.intake,
                 "--stats", str(stats_path), "--profile", str(profile)]
         if args.py_spy:
             spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
@@ -606,7 +624,8 @@ def bench(args: argparse.Namespace, run: Run) -> dict[str, Any]:
         prober = Prober(app_send, app_shown,
                         lambda: tm.capture(pane), poll_s)
         probers.append((side, prober, lambda: tm.capture(pane)))
-        res_sides.append((side, lambda: [app_pid]))
+        # the app and its children (the log intake process): CPU and RSS summed
+        res_sides.append((side, lambda: [app_pid, *descendants(app_pid)]))
         res_sides.append((sides.setdefault("gpuconsole tmux", Side("gpuconsole tmux")),
                           lambda: [tm_pid]))
 
@@ -839,7 +858,7 @@ def main() -> None:
     a.add_argument("--job", required=True)
     a.add_argument("--stats", type=Path, required=True)
     a.add_argument("--profile", type=Path, required=True)
-    a.add_argument("--intake-on-loop", action="store_true")
+    a.add_argument("--intake", default="process")
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--rate", type=int, default=2000, help="lines/s per stream")
     ap.add_argument("--drain", type=float, default=10.0,
@@ -856,11 +875,11 @@ def main() -> None:
                     help="runs tried when another process removes the stream containers")
     ap.add_argument("--py-spy", help="profile the app with py-spy into this file (.svg/.json/.txt)")
     ap.add_argument("--json", type=Path, help="also write the raw numbers here")
-    ap.add_argument("--intake-on-loop", action="store_true",
-                    help="read the log streams on the app's loop instead of the intake thread")
+    ap.add_argument("--intake", choices=["process", "thread", "loop"], default="process",
+                    help="where the app reads the log streams (default: the app's own choice)")
     args = ap.parse_args()
     if args.cmd == "app":
-        sys.exit(run_app(args.job, args.stats, args.profile, args.intake_on_loop))
+        sys.exit(run_app(args.job, args.stats, args.profile, args.intake))
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, cast
 
@@ -29,10 +29,11 @@ from console.app.screens.modals import AskScreen
 from console.app.widgets.logpane import LogPane
 from console.app.widgets.logpanes import LogPanes
 from console.app.widgets.status import StatusLine
-from console.jobs.logbuffer import LogBuffer, display_lines
+from console.jobs.logbuffer import LogBuffer, Row, display_lines, renumbered
 from console.jobs.logs import JobLogLine
 from console.jobs.rows import state_label
 from console.jobs.store import JobRecord
+from console.service import Intake
 from remote.docker import format_ns
 from remote.errors import GpuConsoleError
 
@@ -61,9 +62,10 @@ class LogsScreen(Screen[None]):
         Binding("S", "stop", "Stop job", id="logs.stop_job"),
         Binding("x", "exec", "Shell", id="logs.exec"),
     ]
-    follow_on_thread: ClassVar[bool] = True
-    """Read the job's streams on the service's intake thread (``False``: on the app's loop;
-    the benchmark compares both)."""
+    intake: ClassVar[Intake] = "process"
+    """Where the job's streams are read (:meth:`console.service.Service.start_follow`): in a
+    child process, so the intake never holds the GIL against keys and repaints (the
+    benchmark compares the three choices)."""
 
     DEFAULT_CSS = """
     LogsScreen #logs-header { height: 1; background: $boost; padding: 0 1; }
@@ -85,7 +87,7 @@ class LogsScreen(Screen[None]):
         self.lines_taken = 0
         self.skipped = 0
         self.max_backlog = max_backlog
-        self._pending: deque[JobLogLine] = deque()
+        self._pending: deque[tuple[JobLogLine, Sequence[Row] | None]] = deque()
         self._skipped_by_node: dict[int, int] = {}
         self._drain_scheduled = False
         self._header_at = 0.0
@@ -143,7 +145,7 @@ class LogsScreen(Screen[None]):
             self._read_archive()
         else:
             self.gc.service.start_follow(self.job, tail=self.buffer_lines,
-                                         thread=self.follow_on_thread)
+                                         where=self.intake)
 
     async def on_unmount(self) -> None:
         if self.live:
@@ -165,7 +167,7 @@ class LogsScreen(Screen[None]):
         from console.app.app import FollowStateUpdated, JobUpdated, LogLinesArrived
 
         if isinstance(m, LogLinesArrived) and m.job_id == self.job.id:
-            self.take_lines(m.lines)
+            self.take_lines(m.lines, m.shown)
         elif isinstance(m, JobUpdated) and m.job.id == self.job.id:
             self.job = m.job
             self._show_exit_codes()
@@ -178,16 +180,21 @@ class LogsScreen(Screen[None]):
                 if pane is not None:
                     pane.set_title(self._node_title(m.node_rank))
 
-    def take_lines(self, lines: Iterable[JobLogLine]) -> None:
-        """Queue lines for the panes. They are shaped and shown by :meth:`_drain`, a few
-        milliseconds of work at a time, so keys are never stuck behind a burst of lines; a
-        backlog beyond :attr:`max_backlog` lines is skipped on screen (counted in the header,
-        every line stays in the archive: ``ctrl+s``)."""
-        self._pending.extend(lines)
+    def take_lines(self, lines: Sequence[JobLogLine],
+                   shown: Sequence[Sequence[Row]] | None = None) -> None:
+        """Queue lines for the panes. They are shaped (unless ``shown`` has their display
+        rows, made by the intake process) and shown by :meth:`_drain`, a few milliseconds of
+        work at a time, so keys are never stuck behind a burst of lines; a backlog beyond
+        :attr:`max_backlog` lines is skipped on screen (counted in the header, every line
+        stays in the archive: ``ctrl+s``)."""
+        if shown is None:
+            self._pending.extend((ln, None) for ln in lines)
+        else:
+            self._pending.extend(zip(lines, shown))
         excess = len(self._pending) - self.max_backlog
         if excess > 0:
             for _ in range(excess):
-                ln = self._pending.popleft()
+                ln, _rows = self._pending.popleft()
                 self._skipped_by_node[ln.node_rank] = self._skipped_by_node.get(
                     ln.node_rank, 0) + 1
             self.skipped += excess
@@ -213,8 +220,8 @@ class LogsScreen(Screen[None]):
         if self._skipped_by_node:
             self._mark_skipped(panes)
         while pending:
-            line = pending.popleft()
-            self._append(panes, line)
+            line, rows = pending.popleft()
+            self._append(panes, line, rows)
             taken += 1
             if taken % 64 == 0 and time.perf_counter() > deadline:
                 break
@@ -233,15 +240,16 @@ class LogsScreen(Screen[None]):
         """One line in each node's pane saying how many of its lines were not shown."""
         skipped, self._skipped_by_node = self._skipped_by_node, {}
         for node, count in sorted(skipped.items()):
-            ts = self._pending[0].ts_ns if self._pending else 0
+            ts = self._pending[0][0].ts_ns if self._pending else 0
             n = next((x for x in self.job.nodes if x.node_rank == node), None)
             self._append(panes, JobLogLine(
                 node, n.host if n else "?", None, ts,
                 f"\x1b[2m… {count} lines not shown (the console fell behind); "
                 f"all are archived: ctrl+s saves them\x1b[0m"))
 
-    def _append(self, panes: LogPanes, line: JobLogLine) -> None:
-        shown = display_lines(line)
+    def _append(self, panes: LogPanes, line: JobLogLine,
+                rows: Sequence[Row] | None = None) -> None:
+        shown = display_lines(line) if rows is None else renumbered(rows)
         buf = self.by_node.get(line.node_rank)
         if buf is None:  # a node the record did not list (adopted job): give it a pane
             buf = self.by_node[line.node_rank] = LogBuffer(self.buffer_lines,

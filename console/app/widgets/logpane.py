@@ -416,13 +416,20 @@ class LogPane(ScrollView, can_focus=True):
         if self._rows is not None:
             del self._rows[cut + 1 :]
         width = self._rows_width
-        for i in range(start - base, end - base):
-            line = buf[i]
-            self._max_width = max(self._max_width, cell_len(line.plain[:MAX_RENDER_CHARS]))
-            if self._passes(line):
-                view.append(base + i)
-                if self._rows is not None:
-                    self._rows.append(self._rows[-1] + self._height(line, width))
+        needle, invert = parse_filter(self._filter)
+        widest = self._max_width
+        wrapped = self._rows
+        a = start
+        # raw rows (fields as DisplayLine: 5 plain, 8 cells): thousands a second pass here
+        for row in buf.rows(start - base, end - base):
+            if row[8] > widest:
+                widest = min(row[8], MAX_RENDER_CHARS)
+            if not needle or (needle in row[5].lower()) != invert:
+                view.append(a)
+                if wrapped is not None:
+                    wrapped.append(wrapped[-1] + self._height(DisplayLine._make(row), width))
+            a += 1
+        self._max_width = widest
         self._synced_version, self._synced_base, self._synced_end = buf.version, base, end
         self._after_view_change(top_before, removed_rows)
 

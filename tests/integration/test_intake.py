@@ -5,6 +5,7 @@ job reconciled at the end, nothing left running after close. Plus :class:`LoopTh
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import uuid
 from collections import Counter
@@ -12,11 +13,30 @@ from collections import Counter
 import pytest
 
 from console.events import Event, FollowStateChanged, JobChanged, LogLinesReceived
+from console.jobs.logbuffer import display_lines
 from console.jobs.store import Store
 from console.loopthread import LoopThread
 from console.profiles import load_profile_file
-from console.service import Service
+from console.service import Intake, Service
 from tests.integration.conftest import CLI
+
+
+def _intake_children() -> list[int]:
+    """This process's children running ``console.intake``."""
+    pids = []
+    for tid in os.listdir(f"/proc/{os.getpid()}/task"):
+        try:
+            kids = open(f"/proc/{os.getpid()}/task/{tid}/children").read().split()
+        except OSError:
+            continue
+        for pid in kids:
+            try:
+                cmd = open(f"/proc/{pid}/cmdline", "rb").read()
+            except OSError:
+                continue
+            if b"console.intake" in cmd:
+                pids.append(int(pid))
+    return pids
 
 
 async def test_loop_thread_runs_cancels_and_stops() -> None:
@@ -56,7 +76,8 @@ async def test_loop_thread_runs_cancels_and_stops() -> None:
     assert not [t for t in threading.enumerate() if t.name == "test-loop"]
 
 
-async def test_threaded_follow_of_a_two_node_job(cli: CLI) -> None:
+@pytest.mark.parametrize("where", ["thread", "process"])
+async def test_background_follow_of_a_two_node_job(cli: CLI, where: Intake) -> None:
     spec = cli.spec(f"intake-{uuid.uuid4().hex[:4]}", nodes=["a", "b"],
                     args=["--steps", "30", "--step-sleep", "0.05", "--out", "/out",
                           "--workers", "0"])
@@ -70,10 +91,13 @@ async def test_threaded_follow_of_a_two_node_job(cli: CLI) -> None:
     svc.bus.subscribe(lambda ev: seen.append((ev, threading.get_ident())))
     try:
         job = svc.find_job(job_id)
-        follow = svc.start_follow(job, thread=True)
+        follow = svc.start_follow(job, where=where)
         final = await asyncio.wait_for(follow.task, 180)
         assert final is not None and final.state == "succeeded"
-        assert any(t.name == "gpuconsole-intake" for t in threading.enumerate())
+        if where == "thread":
+            assert any(t.name == "gpuconsole-intake" for t in threading.enumerate())
+        else:
+            assert not _intake_children()  # it ended with the job's streams
 
         followed = [ln for ev, _ in seen if isinstance(ev, LogLinesReceived)
                     for ln in ev.lines]
@@ -85,6 +109,14 @@ async def test_threaded_follow_of_a_two_node_job(cli: CLI) -> None:
             assert Counter(ln.rank for ln in followed if ln.node_rank == node)[None] >= 1
         ranks = {ln.rank for ln in followed if "done steps 30" in ln.text}
         assert ranks == {0, 1, 2, 3}
+        if where == "process":  # the child also shaped them, exactly as the app would
+            batches = [ev for ev, _ in seen if isinstance(ev, LogLinesReceived)]
+            assert all(ev.shown is not None and len(ev.shown) == len(ev.lines)
+                       for ev in batches)
+            for ev in batches:
+                assert ev.shown is not None
+                for line, rows in zip(ev.lines, ev.shown):
+                    assert [r[1:] for r in rows] == [r[1:] for r in display_lines(line)]
         # events reached the subscriber on its own loop's thread
         assert {tid for _, tid in seen} == {main}
         ended = {ev.node_rank for ev, _ in seen
@@ -95,3 +127,28 @@ async def test_threaded_follow_of_a_two_node_job(cli: CLI) -> None:
     finally:
         await svc.close()
     assert not [t for t in threading.enumerate() if t.name == "gpuconsole-intake"]
+    assert not _intake_children()  # the intake process ended with the follow
+
+
+async def test_closing_a_process_follow_ends_the_child(cli: CLI) -> None:
+    spec = cli.spec(f"intake-close-{uuid.uuid4().hex[:4]}",
+                    args=["--steps", "2000", "--step-sleep", "0.05", "--out", "/out",
+                          "--workers", "0"])
+    res = cli.run("submit", str(spec))
+    assert res.returncode == 0, res.stderr
+    job_id = res.stdout.strip()
+    svc = Service(load_profile_file(cli.profile), store=Store(cli.state_dir))
+    got: list[LogLinesReceived] = []
+    svc.bus.subscribe(lambda ev: got.append(ev) if isinstance(ev, LogLinesReceived) else None)
+    try:
+        svc.start_follow(svc.find_job(job_id), where="process")
+        for _ in range(600):
+            if any("step " in ln.text for ev in got for ln in ev.lines):
+                break
+            await asyncio.sleep(0.1)
+        assert len(_intake_children()) == 1
+        await svc.stop_follow(job_id)
+        assert not _intake_children()  # closing the follow ended the child at once
+    finally:
+        await svc.close()
+        cli.run("stop", job_id, "--grace", "1")
