@@ -159,7 +159,11 @@ class LogBuffer:
 
     def append_display(self, line: JobLogLine, shown: Sequence[Row]) -> int:
         """Add the display lines of one raw line, made once by :func:`display_lines` (every
-        buffer that shows the line gets the same objects).
+        buffer that shows the line gets the same objects); see :meth:`append_rows`."""
+        return self.append_rows(line.node_rank, line.rank, shown)
+
+    def append_rows(self, node_rank: int, rank: int | None, shown: Sequence[Row]) -> int:
+        """Add the display rows of one raw line of ``(node_rank, rank)``.
 
         A progress update that :func:`redraws` the last display line of the same
         (node_rank, rank) stream replaces that line in place (same index) while it is still
@@ -168,9 +172,11 @@ class LogBuffer:
         Returns:
             Display lines added (0 for a pure replacement or a line the filter rejects).
         """
-        if not self.accepts(line):
+        if self.node is not None and node_rank != self.node:
             return 0
-        stream = (line.node_rank, line.rank)
+        if self.rank is not None and rank != self.rank:
+            return 0
+        stream = (node_rank, rank)
         added = 0
         items = self._items
         for dl in shown:

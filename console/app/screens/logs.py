@@ -46,6 +46,14 @@ DRAIN_BUDGET_S = 0.010
 DRAIN_PAUSE_S = 0.005
 
 
+def _origin(item: JobLogLine | tuple[Row, ...]) -> tuple[int, int | None, int]:
+    """(node rank, rank, Docker timestamp in ns) of a queued line or of its display rows."""
+    if isinstance(item, JobLogLine):
+        return item.node_rank, item.rank, item.ts_ns
+    first = item[0]
+    return first[1], first[2], first[3]
+
+
 class LogsScreen(Screen[None]):
     """Log panes of ``job`` (see the module docstring).
 
@@ -87,7 +95,9 @@ class LogsScreen(Screen[None]):
         self.lines_taken = 0
         self.skipped = 0
         self.max_backlog = max_backlog
-        self._pending: deque[tuple[JobLogLine, Sequence[Row] | None]] = deque()
+        # raw lines to shape, or the display rows of one line shaped by the intake process
+        # (plain tuples: a backlog of them costs the cyclic GC nothing)
+        self._pending: deque[JobLogLine | tuple[Row, ...]] = deque()
         self._skipped_by_node: dict[int, int] = {}
         self._drain_scheduled = False
         self._header_at = 0.0
@@ -188,15 +198,14 @@ class LogsScreen(Screen[None]):
         :attr:`max_backlog` lines is skipped on screen (counted in the header, every line
         stays in the archive: ``ctrl+s``)."""
         if shown is None:
-            self._pending.extend((ln, None) for ln in lines)
+            self._pending.extend(lines)
         else:
-            self._pending.extend(zip(lines, shown))
+            self._pending.extend(tuple(rows) for rows in shown if rows)
         excess = len(self._pending) - self.max_backlog
         if excess > 0:
             for _ in range(excess):
-                ln, _rows = self._pending.popleft()
-                self._skipped_by_node[ln.node_rank] = self._skipped_by_node.get(
-                    ln.node_rank, 0) + 1
+                node = _origin(self._pending.popleft())[0]
+                self._skipped_by_node[node] = self._skipped_by_node.get(node, 0) + 1
             self.skipped += excess
         if not self._drain_scheduled and self.is_mounted:
             self._drain_scheduled = True
@@ -220,8 +229,7 @@ class LogsScreen(Screen[None]):
         if self._skipped_by_node:
             self._mark_skipped(panes)
         while pending:
-            line, rows = pending.popleft()
-            self._append(panes, line, rows)
+            self._append(panes, pending.popleft())
             taken += 1
             if taken % 64 == 0 and time.perf_counter() > deadline:
                 break
@@ -240,33 +248,35 @@ class LogsScreen(Screen[None]):
         """One line in each node's pane saying how many of its lines were not shown."""
         skipped, self._skipped_by_node = self._skipped_by_node, {}
         for node, count in sorted(skipped.items()):
-            ts = self._pending[0][0].ts_ns if self._pending else 0
+            ts = _origin(self._pending[0])[2] if self._pending else 0
             n = next((x for x in self.job.nodes if x.node_rank == node), None)
             self._append(panes, JobLogLine(
                 node, n.host if n else "?", None, ts,
                 f"\x1b[2m… {count} lines not shown (the console fell behind); "
                 f"all are archived: ctrl+s saves them\x1b[0m"))
 
-    def _append(self, panes: LogPanes, line: JobLogLine,
-                rows: Sequence[Row] | None = None) -> None:
-        shown = display_lines(line) if rows is None else renumbered(rows)
-        buf = self.by_node.get(line.node_rank)
+    def _append(self, panes: LogPanes, item: JobLogLine | tuple[Row, ...]) -> None:
+        if isinstance(item, JobLogLine):
+            shown = display_lines(item)
+        else:
+            shown = renumbered(item)
+        node_rank, rank, _ts = _origin(item)
+        buf = self.by_node.get(node_rank)
         if buf is None:  # a node the record did not list (adopted job): give it a pane
-            buf = self.by_node[line.node_rank] = LogBuffer(self.buffer_lines,
-                                                           node=line.node_rank)
+            buf = self.by_node[node_rank] = LogBuffer(self.buffer_lines, node=node_rank)
             if not self.split_ranks:
-                panes.add_pane(self._node_title(line.node_rank), buf)
-        buf.append_display(line, shown)
-        if line.rank is not None:
-            key = (line.node_rank, line.rank)
+                panes.add_pane(self._node_title(node_rank), buf)
+        buf.append_rows(node_rank, rank, shown)
+        if rank is not None:
+            key = (node_rank, rank)
             rbuf = self.by_rank.get(key)
             if rbuf is None:
-                rbuf = self.by_rank[key] = LogBuffer(self.buffer_lines, node=line.node_rank,
-                                                     rank=line.rank)
+                rbuf = self.by_rank[key] = LogBuffer(self.buffer_lines, node=node_rank,
+                                                     rank=rank)
                 if self.split_ranks:
                     panes.add_pane(f"node {key[0]} rank {key[1]}", rbuf)
-            rbuf.append_display(line, shown)
-        self.merged.append_display(line, shown)
+            rbuf.append_rows(node_rank, rank, shown)
+        self.merged.append_rows(node_rank, rank, shown)
 
     def _show_exit_codes(self) -> None:
         if not self.is_mounted:
