@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -140,7 +140,7 @@ class LogLinesReceived:
     """
 
     job_id: str
-    lines: tuple[JobLogLine, ...]
+    lines: Sequence[JobLogLine]
     shown: tuple[tuple[Row, ...], ...] | None = None
 
     key = None

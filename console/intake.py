@@ -12,10 +12,10 @@ carries one pickled :class:`IntakeRequest`, then stays open (its end, EOF, tells
 stop); its stdout carries the messages, each a 4-byte big-endian length and a pickle (both
 ends are the same installed code). Messages (child -> parent):
 
-- ``("lines", [((node_rank, host, rank, ts_ns, text), rows), ...])``: a batch, at most one
-  per ``batch_s`` while lines keep coming: each line (the fields of
-  :class:`~console.jobs.logs.JobLogLine`) with its display rows, shaped here
-  (:func:`~console.jobs.logbuffer.display_lines`; the console renumbers them);
+- ``("lines", [(node_rank, host, rank, ts_ns, text), ...], [rows, ...])``: a batch, at most
+  one per ``batch_s`` while lines keep coming: the lines (the fields of
+  :class:`~console.jobs.logs.JobLogLine`) and, in the same order, each line's display rows
+  shaped here (:func:`~console.jobs.logbuffer.display_lines`; the console renumbers them);
 - ``("state", node_rank, state, why)``: a node's stream dropped (``reconnecting``) or
   resumed (``following``);
 - ``("exit", node_rank, host)``: a node's stream ended (its container exited);
@@ -36,9 +36,10 @@ import pickle
 import struct
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, overload
 
 from console.jobs.logbuffer import Row, display_lines
 from console.jobs.logs import JobLogLine, follow_job_log_batches
@@ -48,7 +49,7 @@ from console.session import Session
 
 log = logging.getLogger("gpuconsole.intake")
 
-LineTuple = tuple[int, str, "int | None", int, str]
+LineTuple = tuple[int, str, int | None, int, str]
 """A :class:`~console.jobs.logs.JobLogLine` as sent over the pipe (its fields, in order)."""
 
 
@@ -60,6 +61,33 @@ def as_tuple(line: JobLogLine) -> LineTuple:
 def from_tuple(t: LineTuple) -> JobLogLine:
     """A line from its pipe form."""
     return JobLogLine(*t)
+
+
+class PackedLines(Sequence[JobLogLine]):
+    """The lines of one batch from the child, kept in their pipe form (plain tuples, which
+    the cyclic GC stops tracking) and made :class:`~console.jobs.logs.JobLogLine` only when
+    read: the app shows the child's display rows and never reads most of them.
+
+    Args:
+        packed: the lines as the child sent them.
+    """
+
+    def __init__(self, packed: Sequence[LineTuple]) -> None:
+        self._packed = packed
+
+    def __len__(self) -> int:
+        return len(self._packed)
+
+    @overload
+    def __getitem__(self, i: int) -> JobLogLine: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[JobLogLine]: ...
+
+    def __getitem__(self, i: int | slice) -> JobLogLine | list[JobLogLine]:
+        if isinstance(i, slice):
+            return [JobLogLine(*t) for t in self._packed[i]]
+        return JobLogLine(*self._packed[i])
 
 
 @dataclass(frozen=True)
@@ -112,7 +140,8 @@ async def _run(out: BinaryIO, req: IntakeRequest) -> None:
     session = Session(req.profile)
     stop = asyncio.Event()
     loop.add_reader(0, stop.set)  # stdin readable = its EOF: the console wants us gone
-    batch: list[tuple[LineTuple, list[Row]]] = []
+    batch: list[LineTuple] = []
+    shown: list[tuple[Row, ...]] = []
     last = 0.0
     timer: asyncio.TimerHandle | None = None
 
@@ -125,13 +154,13 @@ async def _run(out: BinaryIO, req: IntakeRequest) -> None:
             stop.set()
 
     def publish() -> None:
-        nonlocal batch, last, timer
+        nonlocal batch, shown, last, timer
         if timer is not None:
             timer.cancel()
             timer = None
         if batch:
-            send(("lines", batch))
-            batch = []
+            send(("lines", batch, shown))
+            batch, shown = [], []
         last = time.monotonic()
 
     def on_exit(n: NodeRecord) -> None:
@@ -145,7 +174,8 @@ async def _run(out: BinaryIO, req: IntakeRequest) -> None:
         nonlocal timer
         async for lines in follow_job_log_batches(session, store, req.job, tail=req.tail,
                                                   on_node_exit=on_exit, on_state=on_state):
-            batch.extend((as_tuple(ln), display_lines(ln)) for ln in lines)
+            batch.extend(as_tuple(ln) for ln in lines)
+            shown.extend(tuple(display_lines(ln)) for ln in lines)
             wait = last + req.batch_s - time.monotonic()
             if wait <= 0:
                 publish()

@@ -41,7 +41,7 @@ from console.events import (
 )
 from console.fleet.monitor import FleetMonitor, read_recording
 from console.fleet.state import ContainerJob, FleetState
-from console.intake import HEADER, IntakeRequest, from_tuple
+from console.intake import HEADER, IntakeRequest, PackedLines
 from console.jobs.launch import Prepared, launch, prepare
 from console.jobs.logs import JobLogLine, follow_job_log_batches, read_job_logs
 from console.jobs.plan import render_plan
@@ -735,10 +735,8 @@ class Service:
                     break
                 kind = msg[0]
                 if kind == "lines":
-                    pairs = msg[1]
-                    self.bus.publish(LogLinesReceived(
-                        job.id, tuple(from_tuple(t) for t, _ in pairs),
-                        tuple(tuple(rows) for _, rows in pairs)))
+                    self.bus.publish(LogLinesReceived(job.id, PackedLines(msg[1]),
+                                                      tuple(msg[2])))
                 elif kind == "state":
                     self.bus.publish(FollowStateChanged(job.id, msg[1], msg[2], msg[3]))
                 elif kind == "exit":

@@ -14,7 +14,7 @@ from __future__ import annotations
 import gc
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -124,7 +124,7 @@ class LogLinesArrived(Message):
     """A batch of a followed job's lines."""
 
     job_id: str
-    lines: tuple[JobLogLine, ...]
+    lines: Sequence[JobLogLine]
     shown: tuple[tuple[Row, ...], ...] | None = None
 
 
