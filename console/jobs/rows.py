@@ -6,6 +6,7 @@ Pure: a :class:`~console.jobs.store.JobRecord` plus, optionally, the fleet's per
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -48,7 +49,9 @@ class JobRow:
     Attributes:
         job_id / name: the job.
         state: :func:`state_label`.
-        nodes: ``n0@a:running n1@b:failed(1)``.
+        nodes: ``n0@a:running n1@b:failed(1)``; beyond :data:`LIST_NODES` nodes, counts
+            per state and the nodes that differ from the most common one
+            (:func:`nodes_text`).
         age: since submit (:func:`age`).
         gpus: GPUs its processes hold now (from telemetry), or ``None`` when unknown.
         util_pct: their mean utilization (%) while running, or ``None``.
@@ -69,6 +72,29 @@ class JobRow:
     active: bool = False
 
 
+LIST_NODES = 4
+"""Jobs with up to this many nodes list every node in their row."""
+
+
+def nodes_text(job: JobRecord, *, listed: int = 3) -> str:
+    """Each node's state, compact for many nodes.
+
+    Up to :data:`LIST_NODES` nodes: ``n0@a:running n1@b:failed(1)``. More:
+    ``16 nodes: 15 running, 1 failed(1): n3@h3:failed(1)`` (counts per state, most common
+    first, then up to ``listed`` nodes whose state is not the most common one, ``…`` if more).
+    """
+    states = [(n, format_node_state(n)) for n in job.nodes]
+    if len(states) <= LIST_NODES:
+        return " ".join(f"n{n.node_rank}@{n.host}:{st}" for n, st in states)
+    counts = Counter(st for _, st in states)
+    common = counts.most_common(1)[0][0]
+    text = f"{len(states)} nodes: " + ", ".join(f"{c} {st}" for st, c in counts.most_common())
+    odd = [f"n{n.node_rank}@{n.host}:{st}" for n, st in states if st != common]
+    if odd:
+        text += ": " + " ".join(odd[:listed]) + (" …" if len(odd) > listed else "")
+    return text
+
+
 def job_row(job: JobRecord, now: float, usage: Mapping[str, JobUsage] | None = None) -> JobRow:
     """The row of one job at time ``now`` (Unix s); ``usage`` from the fleet, if watched."""
     u = usage.get(job.id) if usage is not None else None
@@ -77,7 +103,7 @@ def job_row(job: JobRecord, now: float, usage: Mapping[str, JobUsage] | None = N
         job_id=job.id,
         name=job.name,
         state=state_label(job),
-        nodes=" ".join(f"n{n.node_rank}@{n.host}:{format_node_state(n)}" for n in job.nodes),
+        nodes=nodes_text(job),
         age=age(now - job.created_at),
         gpus=len(u.gpus) if u is not None else (0 if usage is not None and running else None),
         util_pct=u.mean_util_pct if u is not None and running else None,

@@ -21,7 +21,7 @@ class ConfirmScreen(ModalScreen[bool]):
     ConfirmScreen > Vertical { width: 90%; max-width: 120; height: auto; max-height: 80%;
         border: thick $warning; background: $surface; padding: 1 2; }
     ConfirmScreen #detail { height: auto; max-height: 30; }
-    ConfirmScreen Horizontal { height: auto; align-horizontal: right; margin-top: 1; }
+    ConfirmScreen Horizontal { height: auto; align-horizontal: right; margin: 1 0; }
     ConfirmScreen Button { margin-left: 2; }
     """
     BINDINGS = [
@@ -36,13 +36,15 @@ class ConfirmScreen(ModalScreen[bool]):
         self.yes = yes
 
     def compose(self) -> ComposeResult:
+        # the buttons come before the (scrolling) detail, so a long detail on a small
+        # terminal never pushes them off the screen
         with Vertical():
             yield Label(Text(self.title_text, style="bold"))
-            with VerticalScroll(id="detail"):
-                yield Static(Text(self.detail), id="detail-text")
             with Horizontal():
                 yield Button(f"{self.yes} (y)", variant="error", id="yes")
                 yield Button("No (n)", variant="primary", id="no")
+            with VerticalScroll(id="detail"):
+                yield Static(Text(self.detail), id="detail-text")
 
     def on_mount(self) -> None:
         self.query_one("#no", Button).focus()
