@@ -250,7 +250,7 @@ class Service:
         self._sessions: dict[str, Session] = {}
         self.fleet: FleetState | None = None
         self._monitor: FleetMonitor | None = None
-        self._replay: asyncio.Task[None] | None = None
+        self._replay: asyncio.Task[int] | None = None
         self._follows: dict[str, Follow] = {}
         self._intake: LoopThread | None = None
         self._intake_sessions: dict[str, Session] = {}  # used on the intake loop only
@@ -800,12 +800,26 @@ class Service:
         state = ObservedFleetState(self.bus, [], 1.0)
         self.fleet = state
 
-        async def run() -> None:
+        async def run() -> int:
+            n = 0
             async for host, sample in read_recording(path, speed=speed):
                 state.on_sample(host, sample, rx=time.monotonic())
+                n += 1
+            return n
 
         self._replay = asyncio.create_task(run(), name="fleet-replay")
         return state
+
+    async def replay_finished(self) -> int:
+        """Wait until the replay started by :meth:`start_replay` has fed its last sample;
+        returns how many samples it fed (0 without a replay).
+
+        Raises:
+            ValueError: the recording has a line that is not a recording line.
+        """
+        if self._replay is None:
+            return 0
+        return await asyncio.shield(self._replay)
 
     async def wait_fleet(self, timeout: float) -> bool:
         """Wait until every host has a sample or is down (``False`` on timeout)."""

@@ -186,6 +186,8 @@ class GpuConsoleApp(App[int]):
         self.readonly = readonly
         self.replay = replay
         self.replay_speed = replay_speed
+        self.replay_ended = False
+        """The replay fed its last sample (``--replay``)."""
         self.clock = clock
         self.monotonic = monotonic
         self.live = live
@@ -208,6 +210,7 @@ class GpuConsoleApp(App[int]):
         self._publish_hosts()
         if self.replay is not None:
             self.service.start_replay(self.replay, speed=self.replay_speed)
+            self._announce_replay_end()
         elif self.live:
             self.service.start_fleet(interval=self.config.interval)
         self.set_interval(0.5, self.refresh_fleet_view)
@@ -216,6 +219,19 @@ class GpuConsoleApp(App[int]):
         else:
             self.post_message(JobsListed(self.service.store.jobs()))
         self.call_after_refresh(self._freeze_startup_heap)
+
+    @work(group="replay", exit_on_error=False)
+    async def _announce_replay_end(self) -> None:
+        """Say when the recording is over: the view then holds its last samples."""
+        try:
+            n = await self.service.replay_finished()
+        except ValueError as e:
+            self.notify(f"replay stopped: {e}", title="replay", severity="error", timeout=30)
+            return
+        self.replay_ended = True
+        self.sub_title = "replay ended"
+        self.notify(f"replay ended after {n} samples: the view shows the last ones",
+                    title="replay", timeout=30)
 
     @staticmethod
     def _freeze_startup_heap() -> None:

@@ -57,3 +57,11 @@ async def test_replay_shows_the_recorded_gpus(recording: Path) -> None:
         assert any("17612/143771 MiB" in c for c in row)
         assert any("692/700 W" in c for c in row)
         assert dict((h, s) for h, s, _ in app.host_status) == {"gpu-a": "ok", "gpu-b": "ok"}
+        # the end of the recording is said, with the number of samples fed
+        samples = len(recording.read_text().splitlines())
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not app.replay_ended:
+            await asyncio.sleep(0.05)
+        assert app.replay_ended and app.sub_title == "replay ended"
+        assert any(f"replay ended after {samples} samples" in n.message
+                   for n in app._notifications)
