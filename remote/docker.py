@@ -576,7 +576,10 @@ class Engine:
             follow: keep streaming until the container stops or the connection drops.
 
         The stream simply ends when the connection drops or the container does not exist;
-        the caller decides whether to resume. Closing the iterator closes the connection.
+        the caller decides whether to resume. Closing the iterator closes the connection. A
+        followed stream that ends in the middle of a line does not yield that unfinished line
+        (the connection may have been cut); :func:`remote.logs.follow_container_batches`
+        reads once more without follow after the container exited.
 
         Raises:
             DockerError: the engine refused the request (with its message).

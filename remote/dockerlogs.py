@@ -345,9 +345,13 @@ async def read_log_batches(
             lines = parser.feed(data)
             if lines:
                 yield lines
-        lines = parser.close()
-        if lines:
-            yield lines
+        if not follow:
+            # the engine sent everything it has: a last line without "\n" is a line. A
+            # follow that ends mid-line was cut (or its container exited): the caller resumes
+            # or reads once more without follow, and gets the whole line then, not twice.
+            lines = parser.close()
+            if lines:
+                yield lines
     finally:
         writer.close()
 

@@ -3,7 +3,9 @@ socket, partial (16 KiB) messages joined, tty raw streams, Docker's timestamp fo
 
 from __future__ import annotations
 
+import asyncio
 import struct
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +15,7 @@ from remote.dockerlogs import (
     TimestampParser,
     _parse_head,
     parse_rfc3339_ns,
+    read_log_batches,
     since_param,
 )
 
@@ -94,3 +97,37 @@ def test_response_head() -> None:
     assert _parse_head(head) == (200, "application/vnd.docker.multiplexed-stream")
     assert _parse_head(b"HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\n\r\n") \
         == (404, "application/json")
+
+
+async def _serve_fake_engine_dropping_mid_line(path: str) -> asyncio.AbstractServer:
+    """A fake engine (a unix socket speaking just enough HTTP/1.0) whose answer ends in the
+    middle of a long line, as a cut SSH connection does; a real engine cannot be made to."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.0 200 OK\r\n"
+                     b"Content-Type: application/vnd.docker.multiplexed-stream\r\n\r\n")
+        writer.write(frame(f"{T0}.1Z whole\n".encode()))
+        writer.write(frame(f"{T0}.2Z ".encode() + b"y" * 16384))  # first part of a long line
+        await writer.drain()
+        writer.close()
+
+    return await asyncio.start_unix_server(answer, path)
+
+
+@pytest.mark.parametrize("follow", [True, False])
+async def test_a_stream_cut_mid_line_does_not_emit_half_a_line_when_following(
+        tmp_path: Path, follow: bool) -> None:
+    sock = str(tmp_path / "engine.sock")
+    server = await _serve_fake_engine_dropping_mid_line(sock)
+    try:
+        got = [ln async for batch in read_log_batches(sock, "c1", follow=follow)
+               for ln in batch]
+    finally:
+        server.close()
+        await server.wait_closed()
+    whole = LogLine(NS0 + 100_000_000, "whole")
+    if follow:  # the resume (or the final read) brings the whole long line, once
+        assert got == [whole]
+    else:  # the engine said all it had: the unfinished line is the last line
+        assert got == [whole, LogLine(NS0 + 200_000_000, "y" * 16384)]
