@@ -249,19 +249,19 @@ class LogBuffer:
         Raises:
             IndexError: out of range.
         """
+        return DisplayLine._make(self._row(i))
+
+    def _row(self, i: int) -> Row:
         n = len(self)
         if i < 0:
             i += n
         if not 0 <= i < n:
             raise IndexError(i)
-        return DisplayLine._make(self._items[self._head + i])
+        return self._items[self._head + i]
 
     def slice(self, start: int, stop: int) -> list[DisplayLine]:
         """Lines ``start`` (inclusive) to ``stop`` (exclusive), clamped to the buffer."""
-        n = len(self)
-        start = max(0, min(start, n))
-        stop = max(start, min(stop, n))
-        return [DisplayLine._make(r) for r in self._items[self._head + start : self._head + stop]]
+        return [DisplayLine._make(r) for r in self.rows(start, stop)]
 
     def search(self, pattern: str, *, regex: bool = False, ignore_case: bool = True) -> list[int]:
         """Indices (current) of lines whose plain text contains ``pattern``.
@@ -306,12 +306,7 @@ class LogBuffer:
         Raises:
             IndexError: out of range.
         """
-        n = len(self)
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            raise IndexError(i)
-        return self._items[self._head + i][_PLAIN]
+        return self._row(i)[_PLAIN]
 
     def errors(self) -> list[int]:
         """Indices (current) of error-like lines (:func:`~console.jobs.logtext.is_error_like`)."""
