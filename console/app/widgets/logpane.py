@@ -49,6 +49,10 @@ MAX_RENDER_CHARS = 20_000
 """Characters of one line the pane formats at most (the buffer already caps lines at 10,000;
 this guards the layout against a buffer that does not)."""
 
+GROW_ROWS = 4096
+"""While following, the virtual canvas grows in steps of this many rows (one layout pass per
+step instead of per repaint)."""
+
 RESCAN_TAIL = 256
 """Lines before the previous end re-checked on every sync: a progress bar replaced in place
 may change whether it passes the filter, or its wrapped height."""
@@ -283,6 +287,13 @@ class LogPane(ScrollView, can_focus=True):
         return len(self._view)
 
     @property
+    def max_scroll_y(self) -> int:
+        """The last row's scroll offset: the virtual canvas may be taller than the view while
+        following (see :meth:`_after_view_change`), never scrolled past its last row."""
+        return max(0, self.row_count - self.container_size.height
+                   + self.scrollbar_size_horizontal)
+
+    @property
     def row_count(self) -> int:
         """Screen rows of the whole view (= :attr:`line_count` unless wrapping)."""
         rows = self._rows
@@ -464,7 +475,15 @@ class LogPane(ScrollView, can_focus=True):
         """Resize the virtual canvas, then stick to the bottom or keep the same top line."""
         prefix = (_TS_WIDTH if self._timestamps else 0) + (8 if self.merged else 4)
         width = 0 if self._wrap else self._max_width + prefix
-        self.virtual_size = Size(min(width, MAX_RENDER_CHARS + prefix), self.row_count)
+        rows = self.row_count
+        if self._following:
+            # a new virtual size costs the whole screen a layout pass: while following, grow
+            # it in steps of GROW_ROWS (the rows past the end are never scrolled to:
+            # max_scroll_y stops at the last row); exact again once the view is paused
+            rows = -(-max(rows, 1) // GROW_ROWS) * GROW_ROWS
+        size = Size(min(width, MAX_RENDER_CHARS + prefix), rows)
+        if size != self.virtual_size:
+            self.virtual_size = size
         if self._following:
             self._scroll_bottom()
         elif removed_rows is not None:
@@ -645,6 +664,9 @@ class LogPane(ScrollView, can_focus=True):
         self._following = following
         self.set_class(following, "-following")
         self._paused_end = None if following else self._synced_end
+        if not following and self.virtual_size.height != self.row_count:
+            # paused: the scrollbar shows, so the canvas is exactly the view's rows
+            self.virtual_size = Size(self.virtual_size.width, self.row_count)
         if following:
             self._cursor = None
             self._strips.clear()
