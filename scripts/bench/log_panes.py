@@ -41,7 +41,11 @@ Measured (both sides, from outside, through ``tmux capture-pane`` as a person se
 Run (needs ``scripts/testhosts/up``)::
 
     .venv/bin/python scripts/bench/log_panes.py --seconds 60 [--rate 2000] [--buffer-lines N]
-        [--sides both|app|tmux] [--py-spy FILE.svg]
+        [--sides both|app|tmux] [--intake process|thread|loop] [--py-spy FILE.svg|.json|.txt]
+
+``--intake`` picks where the app reads the streams (default: the app's own choice, a child
+process). Besides the table it prints how late a 20 ms heartbeat on the app's loop ran, the
+cyclic GC's pauses by generation and the objects it tracks at exit.
 
 Prints a markdown table with the gpuconsole column, the baseline column and their ratio.
 Every container and tmux server it started is removed at the end, also on Ctrl-C.
