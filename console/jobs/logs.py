@@ -118,26 +118,6 @@ async def read_job_logs(
     return merged
 
 
-async def follow_job_logs(
-    session: Session,
-    store: Store,
-    job: JobRecord,
-    *,
-    node: int | None = None,
-    since_ns: int | None = None,
-    tail: int | None = None,
-    on_node_exit: Callable[[NodeRecord], None] | None = None,
-    on_state: Callable[[NodeRecord, str, str | None], None] | None = None,
-) -> AsyncIterator[JobLogLine]:
-    """Follow a job's logs until every followed node's container has exited, one line at a
-    time over :func:`follow_job_log_batches` (same arguments)."""
-    async for batch in follow_job_log_batches(session, store, job, node=node,
-                                              since_ns=since_ns, tail=tail,
-                                              on_node_exit=on_node_exit, on_state=on_state):
-        for line in batch:
-            yield line
-
-
 async def follow_job_log_batches(
     session: Session,
     store: Store,
