@@ -124,9 +124,9 @@ async def test_renders_only_visible_lines_of_100k() -> None:
         height = pane.scrollable_content_region.height
         assert height == 33  # 36 rows - footer - 2 border rows
         assert pane.line_count == 100_000
-        # following: the canvas grows in steps (no layout pass per repaint), the scroll
+        # following: the canvas doubles as it grows (no layout pass per repaint), the scroll
         # stops at the last line
-        assert pane.virtual_size.height == 102_400  # 25 x GROW_ROWS
+        assert pane.virtual_size.height == 131_072  # GROW_ROWS doubled 5 times
         assert pane.max_scroll_y == pane.scroll_y == 100_000 - height
         assert "100,000 lines" in screen(app)[0]
         rows = pane_rows(app, pane)
@@ -185,6 +185,31 @@ async def test_megabyte_line_does_not_break_layout_and_scrolls_horizontally() ->
         assert pane.scroll_x == 8
         assert pane_rows(app, pane)[1].startswith("89012345")
         assert pane.virtual_size.width <= 20_000
+
+
+async def test_canvas_width_grows_in_steps_while_following_and_scroll_stops_at_the_text() -> None:
+    buf = LogBuffer()
+    fill(buf, [*numbered(40), "0123456789" * 20])  # 200 cells (+4 for the pane's prefix)
+    app = PaneApp(buf)
+    async with app.run_test(size=SIZE) as pilot:
+        pane = app.query_one(LogPane)
+        await pilot.pause()
+        assert pane.following
+        stepped = pane.virtual_size.width
+        assert stepped % 64 == 0 and stepped >= 204
+        buf.append(line("9" * 205, i=41))  # wider, but inside the step: no new canvas
+        await settle(pilot, pane)
+        assert pane.virtual_size.width == stepped
+        # the scroll stops where the widest line ends, not at the stepped canvas's edge
+        pane.scroll_to(x=10_000, animate=False, force=True)
+        await pilot.pause()
+        width = pane.scrollable_content_region.width
+        assert pane.scroll_x == pane.max_scroll_x == 209 - width
+        assert pane_rows(app, pane)[-1] == "9" * (width - 4)  # the 4 reserved cells blank
+        await pilot.press("up")  # paused: the scrollbars show, the canvas is exact
+        await pilot.pause()
+        assert not pane.following
+        assert pane.virtual_size.width == 209
 
 
 async def test_follow_on_append_and_coalesced_refresh() -> None:

@@ -20,9 +20,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input, Static
+from textual.widgets import DataTable, Footer, Input
 
 from console.app.widgets.fleet import FleetTable
+from console.app.widgets.oneline import OneLine
 from console.app.widgets.status import StatusLine
 from console.fleet.rows import (
     SORT_KEYS,
@@ -176,11 +177,11 @@ class FleetScreen(Screen[None]):
         self._ready = False
 
     def compose(self) -> ComposeResult:
-        yield Static(id="fleet-summary")
+        yield OneLine(id="fleet-summary")
         yield Input(placeholder="filter: free  busy  host:NAME  job:ID  model:TEXT  or any text"
                                 "  (enter: keep, escape: clear)", id="fleet-filter")
         yield FleetTable(history_width=self.history_width, id="fleet-table")
-        yield Static(id="fleet-detail")
+        yield OneLine(id="fleet-detail")
         yield StatusLine()
         yield Footer()
 
@@ -217,12 +218,12 @@ class FleetScreen(Screen[None]):
         table = self.table
         table.set_sort_marker(self.sort_key, self.descending)
         table.show(self.shown)
-        self.query_one("#fleet-summary", Static).update(summary_text(
+        self.query_one("#fleet-summary", OneLine).show(summary_text(
             self.groups, self.shown, self.sort_key, self.descending, self.filter_query))
         self._show_detail()
 
     def _show_detail(self) -> None:
-        self.query_one("#fleet-detail", Static).update(detail_text(self.table.row_data()))
+        self.query_one("#fleet-detail", OneLine).show(detail_text(self.table.row_data()))
 
     def set_sort(self, key: str, descending: bool | None = None) -> None:
         """Sort by ``key`` (see :data:`SORT_KEYS`); ``descending`` defaults to the column's

@@ -23,11 +23,12 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Footer
 
 from console.app.screens.modals import AskScreen
 from console.app.widgets.logpane import LogPane
 from console.app.widgets.logpanes import LogPanes
+from console.app.widgets.oneline import OneLine
 from console.app.widgets.status import StatusLine
 from console.jobs.logbuffer import LogBuffer, Row, display_lines, renumbered
 from console.jobs.logs import JobLogLine
@@ -123,7 +124,7 @@ class LogsScreen(Screen[None]):
         return [(self._node_title(n), buf) for n, buf in sorted(self.by_node.items())]
 
     def compose(self) -> ComposeResult:
-        yield Static(self._header(), id="logs-header")
+        yield OneLine(self._header(), id="logs-header")
         yield LogPanes(self._pane_specs(), merged=self.merged, id="panes")
         yield StatusLine()
         yield Footer()
@@ -181,7 +182,7 @@ class LogsScreen(Screen[None]):
         elif isinstance(m, JobUpdated) and m.job.id == self.job.id:
             self.job = m.job
             self._show_exit_codes()
-            self.query_one("#logs-header", Static).update(self._header())
+            self.query_one("#logs-header", OneLine).show(self._header())
         elif isinstance(m, FollowStateUpdated) and m.job_id == self.job.id:
             self.follow_state[m.node_rank] = m.state
             if not self.split_ranks:
@@ -239,7 +240,7 @@ class LogsScreen(Screen[None]):
         now = time.monotonic()
         if now - self._header_at >= 0.25 or not pending:
             self._header_at = now
-            self.query_one("#logs-header", Static).update(self._header())
+            self.query_one("#logs-header", OneLine).show(self._header())
         if pending:
             self._drain_scheduled = True
             self.set_timer(DRAIN_PAUSE_S, self._drain)

@@ -50,8 +50,11 @@ MAX_RENDER_CHARS = 20_000
 this guards the layout against a buffer that does not)."""
 
 GROW_ROWS = 4096
-"""While following, the virtual canvas grows in steps of this many rows (one layout pass per
-step instead of per repaint)."""
+"""While following, the virtual canvas starts this many rows tall and doubles when the view
+outgrows it (a layout pass per doubling instead of per repaint)."""
+
+GROW_COLUMNS = 64
+"""While following, the canvas's width grows in steps of this many cells."""
 
 RESCAN_TAIL = 256
 """Lines before the previous end re-checked on every sync: a progress bar replaced in place
@@ -294,6 +297,20 @@ class LogPane(ScrollView, can_focus=True):
                    + self.scrollbar_size_horizontal)
 
     @property
+    def max_scroll_x(self) -> int:
+        """The widest line's scroll offset (the canvas may be wider while following)."""
+        return max(0, self._content_width() - self.container_size.width
+                   + self.scrollbar_size_vertical)
+
+    def _content_width(self) -> int:
+        """Cells of the widest line with its prefix (0 when wrapping: nothing scrolls
+        sideways)."""
+        if self._wrap:
+            return 0
+        prefix = (_TS_WIDTH if self._timestamps else 0) + (8 if self.merged else 4)
+        return min(self._max_width, MAX_RENDER_CHARS) + prefix
+
+    @property
     def row_count(self) -> int:
         """Screen rows of the whole view (= :attr:`line_count` unless wrapping)."""
         rows = self._rows
@@ -473,15 +490,19 @@ class LogPane(ScrollView, can_focus=True):
 
     def _after_view_change(self, top_before: int | None, removed_rows: int | None) -> None:
         """Resize the virtual canvas, then stick to the bottom or keep the same top line."""
-        prefix = (_TS_WIDTH if self._timestamps else 0) + (8 if self.merged else 4)
-        width = 0 if self._wrap else self._max_width + prefix
+        width = self._content_width()
         rows = self.row_count
         if self._following:
-            # a new virtual size costs the whole screen a layout pass: while following, grow
-            # it in steps of GROW_ROWS (the rows past the end are never scrolled to:
-            # max_scroll_y stops at the last row); exact again once the view is paused
-            rows = -(-max(rows, 1) // GROW_ROWS) * GROW_ROWS
-        size = Size(min(width, MAX_RENDER_CHARS + prefix), rows)
+            # a new virtual size costs the whole screen a layout pass: while following, the
+            # canvas at least doubles when it grows (GROW_ROWS first; a few passes in all up
+            # to the buffer's cap) and the rows past the end are never scrolled to
+            # (max_scroll_y stops at the last row); exact again once the view is paused
+            grown = max(self.virtual_size.height, GROW_ROWS)
+            while grown < rows:
+                grown *= 2
+            rows = grown
+            width = -(-width // GROW_COLUMNS) * GROW_COLUMNS
+        size = Size(width, rows)
         if size != self.virtual_size:
             self.virtual_size = size
         if self._following:
@@ -664,9 +685,10 @@ class LogPane(ScrollView, can_focus=True):
         self._following = following
         self.set_class(following, "-following")
         self._paused_end = None if following else self._synced_end
-        if not following and self.virtual_size.height != self.row_count:
-            # paused: the scrollbar shows, so the canvas is exactly the view's rows
-            self.virtual_size = Size(self.virtual_size.width, self.row_count)
+        exact = Size(self._content_width(), self.row_count)
+        if not following and self.virtual_size != exact:
+            # paused: the scrollbars show, so the canvas is exactly the view
+            self.virtual_size = exact
         if following:
             self._cursor = None
             self._strips.clear()

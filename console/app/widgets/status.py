@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import Static
+
+from console.app.widgets.oneline import OneLine
 
 _HOST_STYLE = {"ok": "green", "stale": "yellow", "down": "red", "connecting": "cyan"}
 
 
-class StatusLine(Static):
+class StatusLine(OneLine):
     """One line: each host's connection state (``a ● ok  b ● down: connection refused``)."""
 
     DEFAULT_CSS = """
@@ -29,4 +30,4 @@ class StatusLine(Static):
             text.append(status + (f": {reason[:40]}" if reason and status == "down" else ""),
                         style=_HOST_STYLE.get(status, ""))
             text.append("   ")
-        self.update(text)
+        self.show(text)
