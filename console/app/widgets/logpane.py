@@ -56,6 +56,11 @@ outgrows it (a layout pass per doubling instead of per repaint)."""
 GROW_COLUMNS = 64
 """While following, the canvas's width grows in steps of this many cells."""
 
+STRIP_CACHE = 96
+"""Rendered lines a pane keeps (a screenful or two, for scrolling): each strip holds
+Textual's caches of its crops and styles, objects the cyclic GC walks at every pass, so a
+flood of new lines should not leave hundreds of them alive."""
+
 RESCAN_TAIL = 256
 """Lines before the previous end re-checked on every sync: a progress bar replaced in place
 may change whether it passes the filter, or its wrapped height."""
@@ -231,8 +236,8 @@ class LogPane(ScrollView, can_focus=True):
         self._synced_end = 0
         self._max_width = 0  # widest line body in cells (no prefix)
         self._sync_scheduled = False
-        self._strips: LRUCache[tuple[object, ...], Strip] = LRUCache(256)
-        self._segment_styles: dict[str, Style] = {}  # for _plain_strip, until styles change
+        self._strips: LRUCache[tuple[object, ...], Strip] = LRUCache(STRIP_CACHE)
+        self._segment_styles: dict[str, Style] = {}  # see _styles(); until styles change
         self.add_class("-following")
         self._prompt: LogPrompt | None = None
         self.lines_rendered = 0
@@ -585,7 +590,7 @@ class LogPane(ScrollView, can_focus=True):
         if tag:
             parts.append(Text(tag + " ", self.get_component_rich_style("logpane--tag")))
         text = Text.assemble(*parts, body, no_wrap=True, end="") if parts else body
-        text.stylize_before(self.rich_style)
+        text.stylize_before(self._styles()["base"])
         if is_cursor:
             text.stylize_before(self.get_component_rich_style("logpane--cursor"))
         return text
@@ -611,12 +616,7 @@ class LogPane(ScrollView, can_focus=True):
             return None
         if self._search and self._search.lower() in line.plain.lower():
             return None
-        styles = self._segment_styles
-        if not styles:
-            base = self.rich_style
-            styles["base"] = base
-            for name in ("logpane--timestamp", "logpane--tag"):
-                styles[name] = base + self.get_component_rich_style(name)
+        styles = self._styles()
         base = styles["base"]
         segments: list[Segment] = []
         if self._timestamps:
@@ -627,12 +627,23 @@ class LogPane(ScrollView, can_focus=True):
         segments.append(Segment(raw, base))
         return Strip(segments, sum(seg.cell_length for seg in segments))
 
+    def _styles(self) -> dict[str, Style]:
+        """The pane's own style (``"base"``: computed from its ancestors, too slow to ask
+        per row) and the prefixes' styles on it, until the styles change."""
+        styles = self._segment_styles
+        if not styles:
+            base = self.rich_style
+            styles["base"] = base
+            for name in ("logpane--timestamp", "logpane--tag"):
+                styles[name] = base + self.get_component_rich_style(name)
+        return styles
+
     def render_line(self, y: int) -> Strip:
         """Textual's Line API: row ``y`` of the visible region (only visible rows are asked)."""
         self.lines_rendered += 1
         scroll_x, scroll_y = self.scroll_offset
         width = self.scrollable_content_region.width
-        style = self.rich_style
+        style = self._styles()["base"]
         found = self._locate(scroll_y + y)
         if found is None:
             return Strip.blank(width, style)
