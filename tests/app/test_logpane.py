@@ -16,7 +16,7 @@ from textual.pilot import Pilot
 from textual.strip import Strip
 from textual.widgets import Footer, Input
 
-from console.app.widgets.logpane import LogPane
+from console.app.widgets.logpane import LogPane, ascii_window
 from console.app.widgets.logpanes import LogPanes, grid_shape
 from console.jobs.logbuffer import LogBuffer
 from console.jobs.logs import JobLogLine
@@ -769,26 +769,38 @@ def test_two_panes_snapshot(snap_compare: object) -> None:
 @pytest.mark.parametrize("merged", [False, True])
 async def test_plain_line_fast_path_renders_as_the_rich_path(merged: bool) -> None:
     buf = LogBuffer()
-    fill(buf, ["step 12 loss 2.5 lr 3e-4", "世界 wide cells ok", "needle in here"])
+    fill(buf, ["step 12 loss 2.5 lr 3e-4", "世界 wide cells ok", "needle in here", "x" * 300])
     app = PaneApp(buf, merged=merged)
     async with app.run_test(size=SIZE) as pilot:
         pane = app.query_one(LogPane)
         await settle(pilot, pane)
+        base = pane.rich_style
+        checked = 0
         for timestamps in (False, True):
             pane._timestamps = timestamps
             pane.set_search("needle", jump=False)
             for i in range(len(buf)):
                 dl = buf[i]
-                fast = pane._plain_strip(dl)
+                fast = pane._plain_segments(dl)
                 text = pane._line_text(dl, False)
                 slow = Strip(text.render(app.console), text.cell_len)
-                if "needle" in dl.plain:
-                    assert fast is None  # highlighted matches take the rich path
+                if "needle" in dl.plain or not dl.plain.isascii():
+                    assert fast is None  # matches and wide cells take the rich path
                     continue
                 assert fast is not None
-                assert fast.cell_length == slow.cell_length
-                assert [(s.text, s.style) for s in fast.simplify()] == \
+                assert [(s.text, s.style) for s in Strip(fast).simplify()] == \
                     [(s.text, s.style) for s in slow.simplify()]
+                # every window the pane asks for: scrolled, cut, past the end, wrapped rows
+                for start, span, width in [(0, 100, 100), (7, 100, 100), (0, 10, 100),
+                                           (295, 50, 50), (400, 30, 30), (100, 100, 80)]:
+                    window = ascii_window(fast, start, span, width, base)
+                    want = slow.crop_extend(start, start + span, base).adjust_cell_length(
+                        width, base)
+                    assert window.cell_length == width
+                    assert [(s.text, s.style) for s in window.simplify()] == \
+                        [(s.text, s.style) for s in want.simplify()], (dl.plain, start)
+                    checked += 1
+        assert checked == 2 * 2 * 6
         colored = LogBuffer()
         fill(colored, ["\x1b[31mred\x1b[0m"])
-        assert pane._plain_strip(colored[0]) is None
+        assert pane._plain_segments(colored[0]) is None

@@ -87,6 +87,31 @@ def parse_filter(text: str) -> tuple[str, bool]:
     return text.lower(), False
 
 
+def ascii_window(segments: list[Segment], start: int, span: int, width: int,
+                 pad: Style) -> Strip:
+    """Cells ``[start, start + span)`` of a line whose segments hold one cell per character
+    (printable ASCII), padded with ``pad`` (or cut) to ``width`` cells.
+
+    The same cells and styles as ``Strip(segments).crop_extend(start, start + span, pad)
+    .adjust_cell_length(width, pad)``, without the intermediate strips (each strip carries
+    Textual's caches of its crops, objects the cyclic GC would walk).
+    """
+    end = start + min(span, width)
+    out: list[Segment] = []
+    pos = 0
+    for seg in segments:
+        n = len(seg.text)
+        if pos + n > start:
+            out.append(Segment(seg.text[max(0, start - pos) : end - pos], seg.style))
+        pos += n
+        if pos >= end:
+            break
+    used = max(0, min(pos, end) - start)
+    if used < width:
+        out.append(Segment(" " * (width - used), pad))
+    return Strip(out, width)
+
+
 class LogPrompt(Input):
     """The one-line input under a pane for ``/`` (search) and ``&`` (filter).
 
@@ -595,38 +620,6 @@ class LogPane(ScrollView, can_focus=True):
             text.stylize_before(self.get_component_rich_style("logpane--cursor"))
         return text
 
-    def _full_strip(self, a: int, line: DisplayLine) -> Strip:
-        is_cursor = a == self._cursor
-        key = (line.seq, self._timestamps, self.merged, self._search, is_cursor)
-        strip = self._strips.get(key)
-        if strip is None:
-            strip = None if is_cursor else self._plain_strip(line)
-            if strip is None:
-                text = self._line_text(line, is_cursor)
-                strip = Strip(text.render(self.app.console), text.cell_len)
-            self._strips[key] = strip
-        return strip
-
-    def _plain_strip(self, line: DisplayLine) -> Strip | None:
-        """The strip of a line without escapes, controls or a search match, built from
-        segments directly (most lines of a busy log; the same result as :meth:`_line_text`
-        at a fraction of its cost); ``None`` for any other line."""
-        raw = line.text
-        if len(raw) > MAX_RENDER_CHARS or "\x1b" in raw or not raw.isprintable():
-            return None
-        if self._search and self._search.lower() in line.plain.lower():
-            return None
-        styles = self._styles()
-        base = styles["base"]
-        segments: list[Segment] = []
-        if self._timestamps:
-            segments.append(Segment(format_ts(line.ts_ns) + " ", styles["logpane--timestamp"]))
-        tag = self._tag(line)
-        if tag:
-            segments.append(Segment(tag + " ", styles["logpane--tag"]))
-        segments.append(Segment(raw, base))
-        return Strip(segments, sum(seg.cell_length for seg in segments))
-
     def _styles(self) -> dict[str, Style]:
         """The pane's own style (``"base"``: computed from its ancestors, too slow to ask
         per row) and the prefixes' styles on it, until the styles change."""
@@ -638,8 +631,42 @@ class LogPane(ScrollView, can_focus=True):
                 styles[name] = base + self.get_component_rich_style(name)
         return styles
 
+    def _plain_segments(self, line: DisplayLine) -> list[Segment] | None:
+        """The segments of a line of printable ASCII with no search match (one cell per
+        character, so a window of it is a string slice): most lines of a busy log, built
+        without Rich's markup and ANSI parsing; ``None`` for any other line (it takes
+        :meth:`_line_text`, which gives the same result for these)."""
+        raw = line.text
+        if len(raw) > MAX_RENDER_CHARS or not raw.isascii() or not raw.isprintable():
+            return None
+        if self._search and self._search.lower() in line.plain.lower():
+            return None
+        styles = self._styles()
+        segments: list[Segment] = []
+        if self._timestamps:
+            segments.append(Segment(format_ts(line.ts_ns) + " ", styles["logpane--timestamp"]))
+        tag = self._tag(line)
+        if tag:
+            segments.append(Segment(tag + " ", styles["logpane--tag"]))
+        segments.append(Segment(raw, styles["base"]))
+        return segments
+
+    def _render_row(self, line: DisplayLine, is_cursor: bool, start: int, span: int,
+                    width: int, style: Style) -> Strip:
+        """Cells ``[start, start + span)`` of the line as shown (prefix included), padded or
+        cut to ``width`` cells."""
+        segments = None if is_cursor else self._plain_segments(line)
+        if segments is not None:
+            return ascii_window(segments, start, span, width, style)
+        text = self._line_text(line, is_cursor)
+        full = Strip(text.render(self.app.console), text.cell_len)
+        return full.crop_extend(start, start + span, style).adjust_cell_length(width, style)
+
     def render_line(self, y: int) -> Strip:
-        """Textual's Line API: row ``y`` of the visible region (only visible rows are asked)."""
+        """Textual's Line API: row ``y`` of the visible region (only visible rows are asked).
+
+        Rows are cached as shown (window and width in the key), not as whole lines: a
+        whole line's strip would keep Textual's caches of its crops alive with it."""
         self.lines_rendered += 1
         scroll_x, scroll_y = self.scroll_offset
         width = self.scrollable_content_region.width
@@ -652,15 +679,19 @@ class LogPane(ScrollView, can_focus=True):
         line = self._line(a)
         if line is None:  # evicted since the last sync
             return Strip.blank(width, style)
-        strip = self._full_strip(a, line)
         if self._wrap:
-            wrap_width = max(1, self._rows_width)
-            start = sub * wrap_width
-            if start >= strip.cell_length and sub:
-                return Strip.blank(width, style)
-            return strip.crop_extend(start, start + wrap_width, style).adjust_cell_length(
-                width, style)
-        return strip.crop_extend(scroll_x, scroll_x + width, style)
+            span = max(1, self._rows_width)
+            start = sub * span
+        else:
+            span, start = width, scroll_x
+        is_cursor = a == self._cursor
+        key = (line.seq, self._timestamps, self.merged, self._search, is_cursor, start, span,
+               width)
+        strip = self._strips.get(key)
+        if strip is None:
+            strip = self._render_row(line, is_cursor, start, span, width, style)
+            self._strips[key] = strip
+        return strip
 
     def _update_title(self) -> None:
         parts = [self.title]
