@@ -1,0 +1,13 @@
+"""The headless CLI: ``gpuconsole submit|ps|logs|stop|rm|exec|describe|top|gpus``.
+
+:data:`main` is the click group (the ``gpuconsole`` entry point); each module below adds its
+commands to it. The CLI only parses, calls :class:`console.service.Service` and prints (see
+:mod:`console.cli.base` for the output and exit-code conventions).
+"""
+
+from __future__ import annotations
+
+from console.cli import fleet, jobs, submit  # noqa: F401  (each registers its commands)
+from console.cli.base import main, run
+
+__all__ = ["main", "run"]

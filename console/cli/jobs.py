@@ -1,0 +1,174 @@
+"""``gpuconsole ps|logs|stop|rm|exec|describe``: the jobs in the state dir and on the hosts."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+from datetime import datetime
+
+import click
+
+from console.cli.base import command_service, err, follow_job, main, print_line, print_summary, run
+from console.jobs.rows import job_row
+from console.jobs.status import JobView
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the jobs as a JSON list.")
+@click.option("--all", "-a", "show_all", is_flag=True, help="Include removed jobs.")
+@click.pass_context
+def ps(ctx: click.Context, as_json: bool, show_all: bool) -> None:
+    """List jobs and each node's state (reconciled with the hosts' containers)."""
+    run(_ps(ctx, as_json, show_all))
+
+
+async def _ps(ctx: click.Context, as_json: bool, show_all: bool) -> None:
+    async with command_service(ctx) as svc:
+        jobs = await svc.list_jobs(include_removed=show_all,
+                                   warn=lambda m: err(f"warning: {m}"))
+    if as_json:
+        click.echo(json.dumps([JobView(j).as_dict() for j in jobs], indent=2))
+        return
+    now = time.time()
+    rows = [("JOB", "STATE", "NODES", "AGE", "REASON")]
+    for j in jobs:
+        jr = job_row(j, now)
+        rows.append((jr.job_id, jr.state, jr.nodes, jr.age, jr.reason))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    for r in rows:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(r[:4], widths)) + "  " + r[4])
+
+
+# -- logs -----------------------------------------------------------------------------------
+
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
+
+
+def parse_since(value: str) -> int:
+    """``--since``: a duration back from now (``90s``, ``10m``, ``2h``, ``1d``) or an ISO 8601
+    time; returns ns since the epoch.
+
+    Raises:
+        click.BadParameter: neither form.
+    """
+    m = _DURATION.match(value)
+    if m:
+        secs = float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+        return int((time.time() - secs) * 1e9)
+    try:
+        dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError as e:
+        raise click.BadParameter(
+            f"{value!r} is neither a duration (10m, 2h) nor an ISO 8601 time"
+        ) from e
+    if dt.tzinfo is None:
+        dt = dt.astimezone()
+    return int(dt.timestamp() * 1e9)
+
+
+@main.command()
+@click.argument("job_ref", metavar="JOB")
+@click.option("--follow", "-f", is_flag=True, help="Keep following until the job ends.")
+@click.option("--node", "-n", type=int, help="Only this node rank.")
+@click.option("--since", help="Only lines newer than a duration (10m) or an ISO time.")
+@click.option("--tail", type=int, help="Only the last N lines.")
+@click.option("--timestamps", "-t", is_flag=True, help="Show Docker's timestamps.")
+@click.pass_context
+def logs(ctx: click.Context, job_ref: str, follow: bool, node: int | None, since: str | None,
+         tail: int | None, timestamps: bool) -> None:
+    """Print a job's logs, every node merged in time order, tagged [node rank]."""
+    since_ns = parse_since(since) if since else None
+    raise SystemExit(run(_logs(ctx, job_ref, follow, node, since_ns, tail, timestamps)))
+
+
+async def _logs(ctx: click.Context, ref: str, follow: bool, node: int | None,
+                since_ns: int | None, tail: int | None, timestamps: bool) -> int:
+    async with command_service(ctx) as svc:
+        job = svc.find_job(ref)
+        svc.check_node(job, node)
+        if follow and job.removed_at is None:
+            return await follow_job(svc, job, tail=tail, timestamps=timestamps, node=node,
+                                 since_ns=since_ns)
+        lines = await svc.read_logs(job, node=node, since_ns=since_ns, tail=tail)
+        for line in lines:
+            print_line(line, timestamps)
+        for host, why in job.unreachable.items():
+            err(f"warning: {why}; showed the lines archived from {host} so far")
+        return 0
+
+
+# -- stop / rm ------------------------------------------------------------------------------
+
+
+@main.command()
+@click.argument("job_ref", metavar="JOB")
+@click.option("--grace", type=float, help="Seconds between SIGTERM and SIGKILL "
+              "(default: the profile's stop_grace).")
+@click.pass_context
+def stop(ctx: click.Context, job_ref: str, grace: float | None) -> None:
+    """Stop a job: SIGTERM every node's container, SIGKILL after the grace period."""
+    run(_stop(ctx, job_ref, grace))
+
+
+async def _stop(ctx: click.Context, ref: str, grace: float | None) -> None:
+    async with command_service(ctx) as svc:
+        job = svc.find_job(ref)
+        out = await svc.stop(job, grace)
+        if not out.stopped:
+            err(f"job {out.job.id} is not running ({out.job.state})")
+            return
+        print_summary(out.job)
+
+
+@main.command()
+@click.argument("job_ref", metavar="JOB")
+@click.option("--force", is_flag=True, help="Stop the job first if it is running.")
+@click.pass_context
+def rm(ctx: click.Context, job_ref: str, force: bool) -> None:
+    """Remove a job's containers (its logs stay archived locally)."""
+    run(_rm(ctx, job_ref, force))
+
+
+async def _rm(ctx: click.Context, ref: str, force: bool) -> None:
+    async with command_service(ctx) as svc:
+        job = await svc.remove(svc.find_job(ref), force=force)
+        click.echo(job.id)
+
+
+@main.command(name="exec", context_settings={"ignore_unknown_options": True})
+@click.argument("job_ref", metavar="JOB")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@click.option("--node", "-n", type=int, help="Node rank (default 0).")
+@click.pass_context
+def exec_(ctx: click.Context, job_ref: str, command: tuple[str, ...], node: int | None) -> None:
+    """Run COMMAND (default: a shell) in a job's container: `exec JOB [--node N] -- CMD...`.
+
+    With a terminal it gets a TTY (docker exec -it through an SSH PTY); else stdin and output
+    are piped. Exits with the command's exit code.
+    """
+    raise SystemExit(run(_exec(ctx, job_ref, list(command), node)))
+
+
+async def _exec(ctx: click.Context, ref: str, command: list[str], node: int | None) -> int:
+    tty = sys.stdin.isatty() and sys.stdout.isatty()
+    async with command_service(ctx) as svc:
+        return await svc.exec(svc.find_job(ref), node, command, tty=tty)
+
+
+@main.command()
+@click.argument("job_ref", metavar="JOB")
+@click.pass_context
+def describe(ctx: click.Context, job_ref: str) -> None:
+    """Show a job: spec, hosts, containers, each node's docker run and torchrun lines."""
+    run(_describe(ctx, job_ref))
+
+
+async def _describe(ctx: click.Context, ref: str) -> None:
+    async with command_service(ctx) as svc:
+        job = svc.find_job(ref)
+        if job.removed_at is None:
+            job = await svc.refresh_job(job, teardown=False)
+        click.echo((await svc.describe(job)).render())
