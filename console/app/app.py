@@ -11,7 +11,6 @@ Bindings carry ids (``app.fleet``, ``jobs.stop``, ``logs.search``...) so ``confi
 
 from __future__ import annotations
 
-import gc
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -26,6 +25,7 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.screen import Screen
 
+from console.app.gcpolicy import GcPolicy
 from console.app.screens.fleet import FleetScreen
 from console.app.screens.jobs import JobsScreen
 from console.app.screens.modals import AskScreen, ConfirmScreen, HelpScreen, TextScreen
@@ -147,9 +147,6 @@ class HostStatusUpdated(Message):
     reason: str | None
 
 
-_GC_DEFAULTS = gc.get_threshold()
-
-
 class GpuConsoleApp(App[int]):
     """The console (see the module docstring).
 
@@ -186,6 +183,9 @@ class GpuConsoleApp(App[int]):
         self.readonly = readonly
         self.replay = replay
         self.replay_speed = replay_speed
+        self.gc_policy = GcPolicy()
+        """The cyclic-GC policy (:mod:`console.app.gcpolicy`), started after the first
+        screen; screens call its ``sweep`` at natural pauses."""
         self.replay_ended = False
         """The replay fed its last sample (``--replay``)."""
         self.clock = clock
@@ -218,7 +218,7 @@ class GpuConsoleApp(App[int]):
             self.refresh_jobs()
         else:
             self.post_message(JobsListed(self.service.store.jobs()))
-        self.call_after_refresh(self._freeze_startup_heap)
+        self.call_after_refresh(self.gc_policy.start)
 
     @work(group="replay", exit_on_error=False)
     async def _announce_replay_end(self) -> None:
@@ -233,26 +233,8 @@ class GpuConsoleApp(App[int]):
         self.notify(f"replay ended after {n} samples: the view shows the last ones",
                     title="replay", timeout=30)
 
-    @staticmethod
-    def _freeze_startup_heap() -> None:
-        """Exempt what exists once the first screen is up (modules, classes, widgets: about
-        150,000 objects) from the cyclic GC's full passes, which otherwise grow with it and
-        stall the loop under a busy log stream (``gc.freeze``, as the Python docs advise for
-        objects that live as long as the process). Log lines are kept as untracked tuples
-        (:mod:`console.jobs.logbuffer`), so what the GC still scans stays small. Undone at
-        unmount."""
-        gc.collect()
-        gc.freeze()
-        # A busy log stream allocates some 100,000 container objects a second, almost all
-        # freed at once by reference counting; the default first threshold (700) ran a
-        # collection 100+ times a second and a full one every few seconds. These run the
-        # full pass after 500,000 net allocations instead of 70,000 (measured at 8,000
-        # lines/s: one full pass in 30 s, young passes at most ~20 ms); cycles still go.
-        gc.set_threshold(5_000, 10, 10)
-
     async def on_unmount(self) -> None:
-        gc.set_threshold(*_GC_DEFAULTS)
-        gc.unfreeze()
+        self.gc_policy.stop()
         if self._sub is not None:
             self._sub.close()
         await self.service.close()

@@ -161,6 +161,9 @@ class LogsScreen(Screen[None]):
     async def on_unmount(self) -> None:
         if self.live:
             await self.gc.service.stop_follow(self.job.id)
+        # the panes' buffers and strips just became garbage: once the next screen is drawn,
+        # a natural pause to collect the cycles the GC policy left frozen while lines streamed
+        self.gc.call_after_refresh(self.gc.gc_policy.sweep)
 
     @work(group="logs-archive")
     async def _read_archive(self) -> None:
