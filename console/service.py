@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import pickle
 import shlex
@@ -46,7 +47,15 @@ from console.jobs.launch import Prepared, launch, prepare
 from console.jobs.logs import JobLogLine, follow_job_log_batches, read_job_logs
 from console.jobs.plan import render_plan
 from console.jobs.spec import LoadedSpec, load_spec
-from console.jobs.status import ACTIVE_STATES, adopt_unknown, refresh, stop_nodes
+from console.jobs.status import (
+    ACTIVE_STATES,
+    NEVER_STARTED,
+    adopt_unknown,
+    job_summary,
+    refresh,
+    shown_state,
+    stop_nodes,
+)
 from console.jobs.store import JobRecord, NodeRecord, Store
 from console.loopthread import LoopThread
 from console.profiles import Profile, load_profile_file, resolve_profile
@@ -54,6 +63,9 @@ from console.session import Session
 from remote.errors import GpuConsoleError
 
 log = logging.getLogger("gpuconsole.service")
+
+STOPPABLE = (*ACTIVE_STATES, NEVER_STARTED)
+"""Node states that ``stop`` acts on: running, starting, or created and never started."""
 
 Intake = Literal["loop", "thread", "process"]
 """Where :meth:`Service.start_follow` reads a job's log streams."""
@@ -188,17 +200,22 @@ class JobDescription:
     def render(self) -> str:
         """Plain text, the same in the CLI and the app."""
         j = self.job
-        out = [f"job {j.id}  ({j.name})", f"state: {j.state}"
+        state = shown_state(j)
+        out = [f"job {j.id}  ({j.name})", f"state: {state}"
+               + (f" (was {j.state})" if state != j.state else "")
                + (f", exit code {j.exit_code}" if j.exit_code is not None else ""),
                f"profile: {j.profile}",
                f"created: {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(j.created_at))}"]
         if j.failure:
             f = j.failure
             rank = f" rank {f['rank']}" if f.get("rank") is not None else ""
-            out.append(f"first failure: node {f['node']} on {f['host']}{rank}, exit code "
-                       f"{f['exit_code']}: {f['reason']}")
+            code = f", exit code {f['exit_code']}" if f.get("exit_code") is not None else ""
+            out.append(f"first failure: node {f['node']} on {f['host']}{rank}{code}: "
+                       f"{f['reason']}")
             if f.get("fix"):
                 out.append(f"  fix: {f['fix']}")
+        elif job_summary(j):
+            out.append(job_summary(j))
         for n in self.nodes:
             code = f" exit {n.exit_code}" if n.exit_code is not None else ""
             out.append("")
@@ -370,7 +387,7 @@ class Service:
         jobs = await store.call(store.jobs, include_removed=include_removed)
         todo = [j for j in jobs if j.removed_at is None and
                 (j.state in (*ACTIVE_STATES, "unknown") or
-                 any(n.state in (*ACTIVE_STATES, "unreachable") for n in j.nodes))]
+                 any(n.state in (*STOPPABLE, "unreachable") for n in j.nodes))]
         results = await asyncio.gather(*(self.refresh_job(j) for j in todo),
                                        return_exceptions=True)
         seen: set[str] = set()
@@ -431,29 +448,65 @@ class Service:
             )
 
     def stop_preview(self, job: JobRecord, grace: float | None = None) -> list[str]:
-        """What :meth:`stop` will run, one line per node: ``host: docker stop -t G NAME``."""
-        g = self._grace(job, grace)
-        return [f"{n.host}: docker stop --time {g:g} {n.container_name}"
-                for n in job.nodes if n.state in ACTIVE_STATES]
+        """What :meth:`stop` will run, one line per node: ``host: docker stop -t G NAME``
+        (``docker rm`` for a container that never started). An invalid grace period shows
+        as ``?`` here; :meth:`stop` then refuses it with the error.
+        """
+        try:
+            g = str(math.ceil(self.stop_grace(job, grace)))
+        except (UsageError, ConfigError):
+            g = "?"
+        return [f"{n.host}: docker rm {n.container_name}  (never started)"
+                if n.state == NEVER_STARTED else
+                f"{n.host}: docker stop --time {g} {n.container_name}"
+                for n in job.nodes if n.state in STOPPABLE]
 
-    def _grace(self, job: JobRecord, grace: float | None) -> float:
-        return self.session_for(job).profile.defaults.stop_grace if grace is None else grace
+    def stop_grace(self, job: JobRecord, grace: float | None) -> float:
+        """The grace period of a stop (s): ``grace`` (the ``--grace`` flag), else the job's
+        profile's ``defaults.stop_grace``.
+
+        Raises:
+            UsageError: ``grace`` is negative, infinite or NaN.
+            ConfigError: the profile's ``stop_grace`` is (naming the profile file and field).
+        """
+        if grace is not None:
+            if not math.isfinite(grace) or grace < 0:
+                raise UsageError(
+                    f"--grace {grace:g}: must be a finite number of seconds >= 0",
+                    "give the seconds between SIGTERM and SIGKILL, e.g. `--grace 30`",
+                )
+            return grace
+        profile = self.session_for(job).profile
+        value = profile.defaults.stop_grace
+        if not math.isfinite(value) or value < 0:
+            raise ConfigError(
+                f"must be a finite number of seconds >= 0, not {value:g}",
+                "set `stop_grace: 30` under `defaults:` (or pass `--grace SECONDS`)",
+                path=profile.source or profile.name, field="defaults.stop_grace",
+            )
+        return value
 
     async def stop(self, job: JobRecord, grace: float | None = None) -> StopOutcome:
         """SIGTERM every running node's container, SIGKILL after ``grace`` s (default: the
-        profile's ``stop_grace``).
+        profile's ``stop_grace``); remove the containers of an interrupted launch (created,
+        never started: nothing runs in them, and Docker cannot stop them).
 
         Raises:
+            UsageError, ConfigError: a grace period that is negative, infinite or NaN (see
+                :meth:`stop_grace`), before anything is done.
             JobError: a host of the job could not be reached (its state is unknown).
         """
+        seconds = self.stop_grace(job, grace)
         session = self.session_for(job)
         job = await refresh(session, self.store, job, teardown=False)
         self._raise_if_unreachable(job)
-        running = [n for n in job.nodes if n.state in ACTIVE_STATES]
+        running = [n for n in job.nodes if n.state in STOPPABLE]
         if not running:
             return StopOutcome(job, ())
-        await self.store.call(self.store.update_job, job.id, stop_requested_at=time.time())
-        await stop_nodes(session, self.store, job, running, grace=self._grace(job, grace))
+        now = time.time()
+        await self.store.call(self.store.update_job, job.id, stop_requested_at=now)
+        job.stop_requested_at = now
+        await stop_nodes(session, self.store, job, running, grace=seconds)
         job = await self.refresh_job(job, teardown=False)
         return StopOutcome(job, tuple(n.node_rank for n in running))
 
@@ -469,12 +522,17 @@ class Service:
             self._raise_if_unreachable(job)
         running = [n for n in job.nodes if n.state in ACTIVE_STATES]
         if running and not force:
-            raise JobError(f"job {job.id} is running",
+            what = "running" if any(n.state == "running" for n in running) else "starting"
+            raise JobError(f"job {job.id} is {what}",
                            f"stop it first, or `rm --force {job.id}`")
         if running:
-            await self.store.call(self.store.update_job, job.id, stop_requested_at=time.time())
-            await stop_nodes(session, self.store, job, running,
-                             grace=session.profile.defaults.stop_grace)
+            grace = self.stop_grace(job, None)
+            now = time.time()
+            await self.store.call(self.store.update_job, job.id, stop_requested_at=now)
+            job.stop_requested_at = now
+            await stop_nodes(session, self.store, job, running, grace=grace)
+            # record how it ended (stopped) before the record is marked removed
+            job = await refresh(session, self.store, job, teardown=False)
         await read_job_logs(session, self.store, job)  # archive every line first
         for n in job.nodes:
             if n.container_id:

@@ -14,6 +14,8 @@ import asyncio
 import builtins
 import io
 import logging
+import math
+import re
 import shlex
 import tarfile
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -91,6 +93,10 @@ class ContainerSpec:
         network_mode: ``host`` (torchrun nodes reach each other on the hosts' addresses).
         working_dir: working directory in the container.
         user: ``uid:gid`` the container runs as, or ``None`` for the image's user.
+        init: run Docker's init (``--init``, tini) as PID 1, so signals reach the command:
+            without it torchrun is PID 1, and the kernel drops a SIGTERM that PID 1 has no
+            handler for yet (a ``docker stop`` in torchrun's first second waits out the
+            whole grace period).
     """
 
     name: str
@@ -108,10 +114,12 @@ class ContainerSpec:
     network_mode: str = "host"
     working_dir: str | None = None
     user: str | None = None
+    init: bool = True
 
     def docker_run_argv(self) -> list[str]:
         """The equivalent ``docker run`` argv; secret values are shown as ``***``."""
-        argv = ["docker", "run", "-d", "--name", self.name, "--network", self.network_mode]
+        argv = ["docker", "run", "-d", *(["--init"] if self.init else []), "--name", self.name,
+                "--network", self.network_mode]
         for k, v in sorted(self.labels.items()):
             argv += ["--label", f"{k}={v}"]
         if self.gpu_device_ids:
@@ -150,6 +158,8 @@ class ContainerSpec:
             "network_mode": self.network_mode,
             "detach": True,
         }
+        if self.init:
+            kw["init"] = True
         if self.gpu_device_ids:
             kw["device_requests"] = [
                 DeviceRequest(device_ids=list(self.gpu_device_ids), capabilities=[["gpu"]])
@@ -192,6 +202,11 @@ class ContainerInfo:
         finished_at: RFC 3339 finish time, or ``None`` while running.
         oom_killed: Docker's ``State.OOMKilled``.
         error: Docker's ``State.Error`` (why it could not start), or ``""``.
+        created_s: when the container was created (Unix s), or ``None`` if unknown.
+        detailed: built from ``docker inspect`` (every field known); ``False`` when built from
+            the container list (:meth:`from_summary`): ``started_at``, ``finished_at``,
+            ``oom_killed`` and ``error`` are then unknown (``None``/``False``/``""``) and the
+            exit code is read from the list's status text.
     """
 
     id: str
@@ -203,6 +218,35 @@ class ContainerInfo:
     finished_at: str | None
     oom_killed: bool = False
     error: str = ""
+    created_s: float | None = None
+    detailed: bool = True
+
+    @classmethod
+    def from_summary(cls, summary: Mapping[str, Any]) -> ContainerInfo:
+        """Build from one entry of the engine's container list (``GET /containers/json``:
+        ``Id``, ``Names``, ``Labels``, ``State``, ``Status``, ``Created``), without an inspect.
+
+        The exit code of an exited container comes from its status text
+        (``Exited (137) 3 seconds ago``); it is ``None`` when the text has none (``dead``).
+        """
+        status = str(summary.get("State") or "unknown")
+        code = None
+        if status in ("exited", "dead"):
+            m = _EXITED.match(str(summary.get("Status") or ""))
+            code = int(m.group(1)) if m else None
+        names = summary.get("Names") or [""]
+        created = summary.get("Created")
+        return cls(
+            id=str(summary["Id"]),
+            name=str(names[0]).lstrip("/"),
+            labels=dict(summary.get("Labels") or {}),
+            status=status,
+            exit_code=code,
+            started_at=None,
+            finished_at=None,
+            created_s=float(created) if isinstance(created, (int, float)) else None,
+            detailed=False,
+        )
 
     @classmethod
     def from_attrs(cls, attrs: Mapping[str, Any]) -> ContainerInfo:
@@ -222,6 +266,7 @@ class ContainerInfo:
             finished_at=finished if exited else None,
             oom_killed=bool(state.get("OOMKilled", False)),
             error=str(state.get("Error") or ""),
+            created_s=_docker_time_s(attrs.get("Created")),
         )
 
 
@@ -267,7 +312,22 @@ def spec_from_attrs(attrs: Mapping[str, Any], secret_env: frozenset[str] = froze
         network_mode=str(host.get("NetworkMode") or "default"),
         working_dir=cfg.get("WorkingDir") or None,
         user=cfg.get("User") or None,
+        init=bool(host.get("Init")),
     )
+
+
+_EXITED = re.compile(r"^Exited \((-?\d+)\)")
+
+
+def _docker_time_s(value: object) -> float | None:
+    """An RFC 3339 time from Docker as Unix seconds, or ``None``."""
+    t = _docker_time(value)
+    if t is None:
+        return None
+    try:
+        return parse_rfc3339_ns(t) / 1e9
+    except ValueError:
+        return None
 
 
 def _docker_time(value: object) -> str | None:
@@ -427,18 +487,30 @@ class Engine:
                 "check the image name and tag, or build/load the image on the host",
             ) from e
 
-    async def list(self, labels: Mapping[str, str | None]) -> list[ContainerInfo]:
-        """Containers (running or not) carrying all ``labels`` (a ``None`` value = key only)."""
+    async def list(self, labels: Mapping[str, str | None], *,
+                   detail: Callable[[ContainerInfo], bool] | None = None,
+                   ) -> builtins.list[ContainerInfo]:
+        """Containers (running or not) carrying all ``labels`` (a ``None`` value = key only).
+
+        One list request: each container comes from the list's own data (id, name, labels,
+        state, exit code from the status text, creation time; see
+        :meth:`ContainerInfo.from_summary`). Only those for which ``detail(info)`` is true are
+        inspected (start and finish times, OOM flag, start error); a container removed
+        between the list and its inspect is left out.
+        """
         filters = [k if v is None else f"{k}={v}" for k, v in labels.items()]
 
-        def ls(c: docker.DockerClient) -> list[ContainerInfo]:
+        def ls(c: docker.DockerClient) -> builtins.list[ContainerInfo]:
             out = c.api.containers(all=True, filters={"label": filters})
             infos = []
             for summary in out:
-                try:
-                    infos.append(ContainerInfo.from_attrs(c.api.inspect_container(summary["Id"])))
-                except docker.errors.NotFound:
-                    continue
+                info = ContainerInfo.from_summary(summary)
+                if detail is not None and detail(info):
+                    try:
+                        info = ContainerInfo.from_attrs(c.api.inspect_container(info.id))
+                    except docker.errors.NotFound:
+                        continue
+                infos.append(info)
             return infos
 
         return await self.call(ls)
@@ -488,11 +560,19 @@ class Engine:
         await self.call(lambda c: c.api.start(container_id))
 
     async def stop(self, container_id: str, grace: float = 10.0) -> None:
-        """SIGTERM, then SIGKILL after ``grace`` seconds (``docker stop -t``); gone is fine."""
+        """SIGTERM, then SIGKILL after ``grace`` seconds (``docker stop -t``, whole seconds,
+        rounded up); gone is fine.
+
+        Raises:
+            ValueError: ``grace`` is negative, infinite or NaN (callers validate input first).
+        """
+        if not math.isfinite(grace) or grace < 0:
+            raise ValueError(f"stop grace must be a finite number >= 0, not {grace!r}")
+        seconds = math.ceil(grace)
 
         def stop(c: docker.DockerClient) -> None:
             try:
-                c.api.stop(container_id, timeout=int(grace))
+                c.api.stop(container_id, timeout=seconds)
             except docker.errors.NotFound:
                 pass
 

@@ -12,7 +12,7 @@ import click
 
 from console.cli.base import command_service, err, follow_job, main, print_line, print_summary, run
 from console.jobs.rows import job_row
-from console.jobs.status import JobView
+from console.jobs.status import JobView, job_summary, shown_state
 
 
 @main.command()
@@ -105,8 +105,8 @@ async def _logs(ctx: click.Context, ref: str, follow: bool, node: int | None,
 
 @main.command()
 @click.argument("job_ref", metavar="JOB")
-@click.option("--grace", type=float, help="Seconds between SIGTERM and SIGKILL "
-              "(default: the profile's stop_grace).")
+@click.option("--grace", type=float, help="Seconds between SIGTERM and SIGKILL, a finite "
+              "number >= 0 (default: the profile's stop_grace).")
 @click.pass_context
 def stop(ctx: click.Context, job_ref: str, grace: float | None) -> None:
     """Stop a job: SIGTERM every node's container, SIGKILL after the grace period."""
@@ -118,9 +118,11 @@ async def _stop(ctx: click.Context, ref: str, grace: float | None) -> None:
         job = svc.find_job(ref)
         out = await svc.stop(job, grace)
         if not out.stopped:
-            err(f"job {out.job.id} is not running ({out.job.state})")
+            err(f"job {out.job.id} is not running ({shown_state(out.job)})")
             return
         print_summary(out.job)
+        if not out.job.failure and job_summary(out.job):
+            err(f"  {job_summary(out.job)}")
 
 
 @main.command()

@@ -812,9 +812,14 @@ def _nccl_timeout(ctx: _Context) -> Diagnosis | None:
 # Exceptions that only report another rank's failure (its peer vanished or timed out).
 _CONSEQUENCE = re.compile(
     r"Connection (?:closed|reset) by (?:remote )?peer|ChildFailedError|Broken pipe"
-    r"|Socket Timeout|NCCL communicator was aborted|Watchdog caught collective",
+    r"|Socket Timeout|NCCL communicator was aborted|Watchdog caught collective"
+    r"|SignalException: Process \d+ got signal",
     re.I,
 )
+
+# torchrun's agent turning a signal it got into an exception (its traceback is the last thing
+# a stopped job prints): what stopped the job, never a bug in the training script
+_AGENT_SIGNAL = re.compile(r"SignalException: Process (?P<pid>\d+) got signal: (?P<sig>\d+)")
 
 
 def _rank_exceptions(lines: Sequence[_Line]) -> list[tuple[int | None, _Line]]:
@@ -967,6 +972,34 @@ def _signal(ctx: _Context) -> Diagnosis | None:
     )
 
 
+def _stopped(ctx: _Context) -> Diagnosis | None:
+    """torchrun itself got a signal (``SignalException: Process 1 got signal: 15``) and
+    nothing else explains the end: the container was stopped from outside (``gpuconsole
+    stop`` records that as ``stopped``, so this is seen for a ``docker stop``, a host shutdown
+    or a scheduler's kill)."""
+    for ln in reversed(ctx.lines):
+        m = _AGENT_SIGNAL.search(ln.text)
+        if m is None:
+            continue
+        try:
+            name = signal.Signals(int(m["sig"])).name
+        except ValueError:
+            name = f"signal {m['sig']}"
+        return _diag(
+            "stopped",
+            f"torchrun was stopped by {name} (process {m['pid']} in the container got it): "
+            "the job was stopped from outside (docker stop, a host shutdown, a scheduler), "
+            "not by a failure of the training script",
+            (),
+            "Nothing to fix if it was stopped on purpose; else find who stopped the container "
+            "(`docker events` on the host)",
+            [ln.raw],
+            {"signal": name, "pid": int(m["pid"])},
+            ctx.failure,
+        )
+    return None
+
+
 # Root causes first, consequences last: the first detector that matches wins.
 _DETECTORS: tuple[Callable[[_Context], Diagnosis | None], ...] = (
     _nccl_cuda_oom,
@@ -977,6 +1010,7 @@ _DETECTORS: tuple[Callable[[_Context], Diagnosis | None], ...] = (
     _exception,
     _nccl_timeout,
     _signal,
+    _stopped,
 )
 
 
@@ -989,7 +1023,8 @@ def diagnose(text: str) -> Diagnosis | None:
     ``rendezvous_failed`` (no worker started), ``exception`` (a Python exception in a rank),
     ``nccl_timeout`` (watchdog timeout: victims reported it, the blamed ranks are those that
     did not), ``sigkill`` (likely the OOM killer), ``sigabrt``, ``sigsegv``, ``signal``,
-    ``exit_code`` (from the torchelastic summary's root cause). When several apply, the root
+    ``exit_code`` (from the torchelastic summary's root cause), ``stopped`` (torchrun itself
+    got a signal such as SIGTERM and nothing else failed). When several apply, the root
     cause is preferred over its consequences, in that order.
     """
     ctx = _Context(_split_lines(text), parse_torchelastic_failure(text))

@@ -6,9 +6,15 @@ Order of effects, so that bad input never leaves remote state half-made:
 2. on every host at once: connect, ping the engine, check the image (pull if allowed), count
    GPUs, refuse a job name that is already running, pick the rendezvous port on node 0;
 3. sync the workdir to every host (content-addressed, so nothing half-written is visible);
-4. record the job in the local store, create every container, then start every container;
-   if any create or start fails, every container made so far is removed and the record
-   deleted, and the first error is raised.
+4. record the job in the local store (with this process as its launcher), create every
+   container, then start every container; if any create or start fails, every container made
+   so far is removed and the record deleted, and the first error is raised. Once all started,
+   the launcher is cleared.
+
+A launch killed outright (SIGKILL, a closed terminal, a crash) between create and start cannot
+undo itself: its containers stay ``created``. The record's launcher says whether the launch is
+still in flight (:func:`launch_in_flight`), so ``ps`` shows such a job as an interrupted launch
+(node state ``created``, see :mod:`console.jobs.status`) that ``stop``/``rm`` clean up.
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import os
+import socket
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
@@ -43,6 +51,68 @@ T = TypeVar("T")
 
 _FREE_PORT = "import socket;s=socket.socket();s.bind(('',0));print(s.getsockname()[1])"
 _ACTIVE = ("created", "running", "restarting", "paused")
+
+
+LAUNCH_STALE_S = 120.0
+"""A container still ``created`` this long after its creation, whose launcher cannot be asked
+(another machine, an adopted job), belongs to an interrupted launch (s). Creating and starting
+every container of a job takes seconds; image pulls and workdir syncs happen before."""
+
+
+def _start_ticks(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (``/proc/PID/stat`` field 22), so a
+    reused pid is not taken for the launcher; ``None`` where there is no ``/proc``."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read().decode(errors="replace")
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 2:].split()
+    return fields[19] if len(fields) > 19 else None
+
+
+def launcher_token() -> str:
+    """This process as a job's launcher: ``<hostname> <pid> <start ticks or ->``."""
+    pid = os.getpid()
+    return f"{socket.gethostname()} {pid} {_start_ticks(pid) or '-'}"
+
+
+def launcher_alive(token: str) -> bool | None:
+    """Whether the process named by :func:`launcher_token` still runs: ``None`` when it ran on
+    another machine (it cannot be asked from here)."""
+    parts = token.split()
+    if len(parts) != 3 or not parts[1].isdigit():
+        return None
+    host, pid, ticks = parts[0], int(parts[1]), parts[2]
+    if host != socket.gethostname():
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # it exists, as another user
+    return ticks == "-" or _start_ticks(pid) in (ticks, None)
+
+
+def launch_in_flight(launcher: str | None, created_s: float | None, now: float) -> bool:
+    """Whether a job's launch may still be creating or starting its containers.
+
+    Args:
+        launcher: the job record's launcher (``None``: finished, or not launched from this
+            store).
+        created_s: when its oldest never-started container was created (Unix s), else when
+            the job was submitted.
+        now: Unix seconds.
+
+    The launcher's process decides when it can be asked (same machine); else a container
+    that is still ``created`` after :data:`LAUNCH_STALE_S` counts as abandoned.
+    """
+    if launcher is not None:
+        alive = launcher_alive(launcher)
+        if alive is not None:
+            return alive
+    return created_s is not None and now - created_s < LAUNCH_STALE_S
 
 
 async def gather_first_error(*aws: Awaitable[T]) -> list[T]:
@@ -160,13 +230,25 @@ async def check_name_free(session: Session, hosts: list[str], name: str) -> None
     found = await gather_first_error(
         *(session.engine(h).list({K_JOB_NAME: name}) for h in hosts)
     )
-    active = {c.labels.get(K_JOB_ID, "?") for infos in found for c in infos
-              if c.status in _ACTIVE}
-    if active:
-        job = sorted(active)[0]
+    running = {c.labels.get(K_JOB_ID, "?") for infos in found for c in infos
+               if c.status in _ACTIVE and c.status != "created"}
+    created = {c.labels.get(K_JOB_ID, "?") for infos in found for c in infos
+               if c.status == "created"}
+    if running:
+        job = sorted(running)[0]
         raise JobNameInUse(
             f"a job named {name!r} is already running ({job})",
             f"stop it first (`gpuconsole stop {job}`) or give this job another name (--name)",
+        )
+    if created:
+        # being launched right now, or a launch that was interrupted between create and
+        # start: the containers are not gpuconsole's to take over silently
+        job = sorted(created)[0]
+        raise JobNameInUse(
+            f"a job named {name!r} has containers created but never started ({job}: being "
+            "launched, or its launch was interrupted)",
+            f"see `gpuconsole ps`; `gpuconsole rm {job}` removes them, or give this job "
+            "another name (--name)",
         )
 
 
@@ -236,6 +318,7 @@ async def launch(session: Session, store: Store, loaded: LoadedSpec, prepared: P
         created_at=plan.created_at,
         node_count=len(plan.nodes),
         nodes=[NodeRecord(plan.job_id, n.node_rank, n.host, n.container.name) for n in plan.nodes],
+        launcher=launcher_token(),
     )
     await store.call(store.add_job, record)
     created: dict[int, str] = {}
@@ -274,5 +357,5 @@ async def launch(session: Session, store: Store, loaded: LoadedSpec, prepared: P
         n.container_id = created[n.node_rank]
         n.state = "running"
     await store.call(store.update_nodes, record.nodes)
-    await store.call(store.update_job, plan.job_id, state="running")
+    await store.call(store.update_job, plan.job_id, state="running", launcher=None)
     return plan.job_id

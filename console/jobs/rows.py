@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from console.fleet.state import JobUsage
-from console.jobs.status import format_node_state
+from console.jobs.status import format_node_state, job_summary, shown_state
 from console.jobs.store import JobRecord
 
 
@@ -26,20 +26,16 @@ def age(seconds: float) -> str:
 
 def state_label(job: JobRecord) -> str:
     """``removed``, ``failed(1)`` or the job state, as ``ps`` prints it."""
-    if job.removed_at:
-        return "removed"
-    if job.state == "failed" and job.exit_code is not None:
+    state = shown_state(job)
+    if state == "failed" and job.exit_code is not None:
         return f"failed({job.exit_code})"
-    return job.state
+    return state
 
 
 def reason(job: JobRecord) -> str:
-    """The one-line diagnosis of a failed job: ``node 1 rank 3: <reason>``, or ``""``."""
-    f = job.failure
-    if not f:
-        return ""
-    rank = f" rank {f['rank']}" if f.get("rank") is not None else ""
-    return f"node {f['node']}{rank}: {f['reason']}"
+    """Why the job ended where it did, in one line (:func:`console.jobs.status.job_summary`):
+    ``node 1 rank 3: <reason>``, ``stopped by the user (SIGTERM)``, or ``""``."""
+    return job_summary(job)
 
 
 @dataclass(frozen=True)

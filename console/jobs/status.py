@@ -2,19 +2,32 @@
 
 Node states (shown by ``ps``):
 
-- ``pending``: container created, not started;
+- ``pending``: its launch is in flight (container not created yet, or created and about to
+  start);
+- ``created``: the container was created but never started and its launch is over (the
+  launching process died between create and start: SIGKILL, a closed terminal, a crash);
 - ``running``;
 - ``succeeded``: exited 0;
 - ``failed``: exited non-zero by itself (``failed(<code>)``);
-- ``stopped``: exited after gpuconsole stopped it (``stop``, or gang teardown);
-- ``lost``: the container is gone although the job was not removed;
+- ``stopped``: exited after gpuconsole stopped it (``stop``, ``rm --force``, or gang
+  teardown), or a never-started container that ``stop`` removed;
+- ``lost``: the container is gone although the job was not removed (or was never created
+  by a launch that is over);
 - ``unreachable``: its host could not be asked (last known values kept).
 
-A job is ``failed`` when any node failed, else ``running``/``pending`` while any node is, else
-``stopped``, ``succeeded``, ``lost`` or ``unknown``. When one node fails while others still
-run, the others are stopped (gang teardown) and the first failure is explained once: the node
-that finished first with a non-zero code, the torchrun rank from its failure summary or error
-file, and one reason from :mod:`console.jobs.diagnose`.
+A job is ``failed`` when any node failed or is ``created`` (an interrupted launch: its
+failure reason says ``launch interrupted: containers created but never started on ...``),
+else ``running``/``pending`` while any node is, else ``stopped``, ``succeeded``, ``lost`` or
+``unknown``. Whether a launch is in flight comes from the launcher recorded with the job
+(:func:`console.jobs.launch.launch_in_flight`). When one node fails, or a launch left some
+nodes never started, while others still run, the others are stopped (gang teardown) and the
+first failure is explained once: the node that finished first with a non-zero code, the
+torchrun rank from its failure summary or error file, and one reason from
+:mod:`console.jobs.diagnose`. A job that the user stopped says so (:func:`job_summary`), never
+a reason read from torchrun's SignalException traceback.
+
+``rm`` keeps the job's record with ``removed_at`` set; it then shows as ``removed``
+(:func:`shown_state`), its last state kept as ``final_state``.
 """
 
 from __future__ import annotations
@@ -22,12 +35,15 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from console.jobs.diagnose import diagnose, parse_torchelastic_failure, signal_name
 from console.jobs.labels import K_JOB_ID, NodeLabels
+from console.jobs.launch import launch_in_flight
 from console.jobs.plan import ERROR_FILE
 from console.jobs.store import JobRecord, NodeRecord, Store
 from console.session import Session
@@ -38,12 +54,17 @@ log = logging.getLogger("gpuconsole.status")
 
 ACTIVE_STATES = ("pending", "running")
 FINAL_JOB_STATES = ("succeeded", "failed", "stopped", "lost")
+NEVER_STARTED = "created"
+"""Node state of a container created but never started, its launch over."""
+INTERRUPTED = "launch interrupted"
+"""How an interrupted launch's failure reason starts."""
 
 
-def node_state(info: ContainerInfo, stop_requested: bool) -> str:
-    """The node state of one container (see the module docstring)."""
+def node_state(info: ContainerInfo, stop_requested: bool, launching: bool = True) -> str:
+    """The node state of one container (see the module docstring); ``launching``: its job's
+    launch may still be in flight (a ``created`` container is then ``pending``)."""
     if info.status == "created":
-        return "pending"
+        return "pending" if launching else NEVER_STARTED
     if info.status in ("running", "restarting", "paused", "removing"):
         return "running"
     if info.exit_code == 0:
@@ -54,7 +75,7 @@ def node_state(info: ContainerInfo, stop_requested: bool) -> str:
 def job_state(nodes: list[NodeRecord]) -> str:
     """Aggregate node states into the job state."""
     states = [n.state for n in nodes]
-    if "failed" in states:
+    if "failed" in states or NEVER_STARTED in states:
         return "failed"
     if "running" in states:
         return "running"
@@ -69,6 +90,28 @@ def job_state(nodes: list[NodeRecord]) -> str:
     if "lost" in states:
         return "lost"
     return "unknown"
+
+
+def shown_state(job: JobRecord) -> str:
+    """The job's state as every face shows it: ``removed`` once ``rm`` removed it, else
+    :attr:`JobRecord.state`."""
+    return "removed" if job.removed_at is not None else job.state
+
+
+def job_summary(job: JobRecord) -> str:
+    """One line saying why the job ended where it did, or ``""``.
+
+    A failure (or an interrupted launch): ``node 1 rank 3: <reason>``. A job the user stopped
+    (``stop``, ``rm --force``): ``stopped by the user (SIGTERM)``, never the SignalException
+    traceback torchrun prints when it gets that SIGTERM.
+    """
+    f = job.failure
+    if f:
+        rank = f" rank {f['rank']}" if f.get("rank") is not None else ""
+        return f"node {f['node']}{rank}: {f['reason']}"
+    if job.state == "stopped" and job.stop_requested_at is not None:
+        return "stopped by the user (SIGTERM)"
+    return ""
 
 
 def format_node_state(n: NodeRecord) -> str:
@@ -93,14 +136,38 @@ def first_failed(nodes: list[NodeRecord]) -> NodeRecord | None:
     return min(failed, key=key)
 
 
+def _needs_inspect(n: NodeRecord | None) -> Callable[[ContainerInfo], bool]:
+    """Which listed containers of a node to inspect: only where the list's data is not
+    enough, i.e. a start or finish time not recorded yet (a container first seen running or
+    exited, or a new container)."""
+
+    def need(info: ContainerInfo) -> bool:
+        if info.status == "created":
+            return False
+        if n is None or n.container_id != info.id or n.started_at is None:
+            return True
+        return info.status in ("exited", "dead") and (
+            n.finished_at is None or info.exit_code is None or n.state in ACTIVE_STATES)
+
+    return need
+
+
 async def _containers(session: Session, job: JobRecord) -> dict[str, list[ContainerInfo] | None]:
     hosts = list(dict.fromkeys(n.host for n in job.nodes))
     job.unreachable = {}
+    by_rank = {n.node_rank: n for n in job.nodes}
+
+    def need(info: ContainerInfo) -> bool:
+        try:
+            rank = NodeLabels.parse(info.labels).node_rank
+        except ValueError:
+            return False
+        return _needs_inspect(by_rank.get(rank))(info)
 
     async def one(host: str) -> list[ContainerInfo] | None:
         try:
             await session.connected(host)
-            return await session.engine(host).list({K_JOB_ID: job.id})
+            return await session.engine(host).list({K_JOB_ID: job.id}, detail=need)
         except GpuConsoleError as e:
             log.debug("[%s] cannot list containers of %s: %s", host, job.id, e)
             job.unreachable[host] = e.message
@@ -110,10 +177,41 @@ async def _containers(session: Session, job: JobRecord) -> dict[str, list[Contai
     return dict(zip(hosts, results))
 
 
+def _merge_stored(job: JobRecord, stored: JobRecord) -> None:
+    """Take another process's intent from the store: its stop flags, stop time, removal,
+    launcher state."""
+    flags = {n.node_rank: n.stop_requested for n in stored.nodes}
+    for n in job.nodes:
+        n.stop_requested = n.stop_requested or flags.get(n.node_rank, False)
+    job.stop_requested_at = job.stop_requested_at or stored.stop_requested_at
+    job.removed_at = stored.removed_at
+    job.launcher = stored.launcher
+
+
+def _interruption(job: JobRecord, never_started: list[NodeRecord]) -> dict[str, Any]:
+    """The failure record of an interrupted launch (``never_started``: its nodes that have
+    no started container)."""
+    created = [n for n in never_started if n.state == NEVER_STARTED]
+    where = ", ".join(f"{n.host} (n{n.node_rank})" for n in (created or never_started))
+    first = (created or never_started)[0]
+    reason = (f"{INTERRUPTED}: containers created but never started on {where}" if created
+              else f"{INTERRUPTED} before the containers were created on {where}")
+    return {
+        "node": first.node_rank,
+        "host": first.host,
+        "exit_code": None,
+        "rank": None,
+        "reason": reason,
+        "fix": f"`gpuconsole rm {job.id}` removes what is left; then submit again",
+        "interrupted": True,
+    }
+
+
 async def refresh(
     session: Session, store: Store, job: JobRecord, *, teardown: bool = True
 ) -> JobRecord:
-    """Reconcile one job with its containers, tear down a half-failed gang, explain a failure.
+    """Reconcile one job with its containers, tear down a half-failed (or half-launched)
+    gang, explain a failure.
 
     Returns the updated record (also written to the store).
     """
@@ -121,11 +219,7 @@ async def refresh(
         return job
     stored = await store.call(store.get, job.id)
     if stored is not None:  # `stop` in another terminal: its intent wins over ours
-        flags = {n.node_rank: n.stop_requested for n in stored.nodes}
-        for n in job.nodes:
-            n.stop_requested = n.stop_requested or flags.get(n.node_rank, False)
-        job.stop_requested_at = job.stop_requested_at or stored.stop_requested_at
-        job.removed_at = stored.removed_at
+        _merge_stored(job, stored)
         if job.removed_at is not None:
             return job
     per_host = await _containers(session, job)
@@ -137,36 +231,64 @@ async def refresh(
             except ValueError:
                 continue
             by_rank.setdefault(rank, info)
+    if stored is not None and any(
+            i.status in ("exited", "dead") and i.exit_code != 0 for i in by_rank.values()):
+        # a `stop` flags its nodes before it signals them: read the flags again after the
+        # list, so an exit that the stop caused is never taken for a failure
+        again = await store.call(store.get, job.id)
+        if again is not None:
+            _merge_stored(job, again)
+    now = time.time()
+    never = [i.created_s if i.created_s is not None else job.created_at
+             for i in by_rank.values() if i.status == "created"]
+    launching = launch_in_flight(job.launcher, min(never, default=job.created_at), now)
     for n in job.nodes:
         found = by_rank.get(n.node_rank)
         if found is not None:
             n.container_id = found.id
-            n.state = node_state(found, n.stop_requested)
+            n.state = node_state(found, n.stop_requested, launching)
             n.exit_code = found.exit_code
-            n.started_at = found.started_at
-            n.finished_at = found.finished_at
+            if found.detailed or found.status == "created":
+                n.started_at = found.started_at
+                n.finished_at = found.finished_at
         elif per_host.get(n.host) is None:
             if n.state in ACTIVE_STATES:
                 n.state = "unreachable"
         elif n.container_id is not None:
-            n.state = "lost"
+            # a never-started container that `stop` removed stays stopped
+            n.state = ("stopped" if n.stop_requested and n.started_at is None
+                       and n.state in (NEVER_STARTED, "pending", "stopped") else "lost")
+        elif not launching:
+            n.state = "lost"  # its launch ended before creating its container
+    never_started = [n for n in job.nodes if n.state == NEVER_STARTED
+                     or (n.state == "lost" and n.container_id is None)]
     failed = first_failed(job.nodes)
-    if teardown and failed is not None:
+    if teardown and (failed is not None or never_started):
         running = [n for n in job.nodes if n.state in ACTIVE_STATES]
         if running:
             grace = session.profile.defaults.stop_grace
-            await stop_nodes(session, store, job, running, grace=min(grace, 10.0))
+            grace = min(grace, 10.0) if math.isfinite(grace) and grace >= 0 else 10.0
+            await stop_nodes(session, store, job, running, grace=grace)
             return await refresh(session, store, job, teardown=False)
     await store.call(store.update_nodes, job.nodes)
     state = job_state(job.nodes)
     fields: dict[str, Any] = {"state": state}
-    if failed is not None:
+    interrupted = bool(job.failure and job.failure.get("interrupted"))
+    if never_started and (not interrupted or failed is None):
+        job.failure = _interruption(job, never_started)
+        fields["failure"] = job.failure
+        fields["exit_code"] = failed.exit_code if failed is not None else None
+    elif failed is not None and not interrupted:
         fields["exit_code"] = failed.exit_code
         if job.failure is None or job.failure.get("node") != failed.node_rank:
             job.failure = await explain_failure(session, failed)
             fields["failure"] = job.failure
     elif state == "succeeded":
         fields["exit_code"] = 0
+    elif state == "stopped" and job.failure is not None and not interrupted:
+        # a failure recorded by a process that looked before this stop's flags were written
+        job.failure = None
+        fields["failure"] = None
     await store.call(store.update_job, job.id, **fields)
     job.state = state
     job.exit_code = fields.get("exit_code", job.exit_code)
@@ -176,14 +298,21 @@ async def refresh(
 async def stop_nodes(
     session: Session, store: Store, job: JobRecord, nodes: list[NodeRecord], grace: float
 ) -> None:
-    """``docker stop`` (SIGTERM, then SIGKILL after ``grace`` s) the nodes, all at once."""
+    """Stop the nodes, all at once: ``docker stop`` (SIGTERM, then SIGKILL after ``grace``
+    s) a started container; remove one that never started (``created``: it has no process
+    to signal and no log, and Docker cannot stop it)."""
     for n in nodes:
         n.stop_requested = True
     await store.call(store.update_nodes, job.nodes)
 
     async def one(n: NodeRecord) -> None:
-        if n.container_id:
-            await session.engine(n.host).stop(n.container_id, grace=grace)
+        if not n.container_id:
+            return
+        engine = session.engine(n.host)
+        if n.state in (NEVER_STARTED, "pending") and n.started_at is None:
+            await engine.remove(n.container_id)
+        else:
+            await engine.stop(n.container_id, grace=grace)
 
     results = await asyncio.gather(*(one(n) for n in nodes), return_exceptions=True)
     for n, r in zip(nodes, results):
@@ -266,16 +395,21 @@ class JobView:
     job: JobRecord
 
     def as_dict(self) -> dict[str, Any]:
-        """The documented ``ps --json`` object."""
+        """The documented ``ps --json`` object: ``state`` is :func:`shown_state` (``removed``
+        after ``rm``), ``final_state`` the state the job was in when last seen, ``summary``
+        :func:`job_summary`."""
         j = self.job
         return {
             "id": j.id,
             "name": j.name,
             "profile": j.profile,
-            "state": j.state,
+            "state": shown_state(j),
+            "final_state": j.state,
             "exit_code": j.exit_code,
             "created_at": j.created_at,
+            "removed_at": j.removed_at,
             "failure": j.failure,
+            "summary": job_summary(j),
             "nodes": [
                 {
                     "node_rank": n.node_rank,
@@ -301,10 +435,15 @@ async def adopt_unknown(session: Session, store: Store, hosts: list[str]) -> lis
     from console.jobs.labels import K_JOB_NAME
 
     found: dict[str, list[tuple[str, ContainerInfo, NodeLabels]]] = {}
+    known = {j.id for j in await store.call(store.jobs, include_removed=True)}
+
+    def unknown(info: ContainerInfo) -> bool:  # inspected: only containers to adopt
+        return info.status != "created" and info.labels.get(K_JOB_ID) not in known
+
     for host in hosts:
         try:
             await session.connected(host)
-            infos = await session.engine(host).list({K_JOB_NAME: None})
+            infos = await session.engine(host).list({K_JOB_NAME: None}, detail=unknown)
         except GpuConsoleError:
             continue
         for info in infos:
@@ -316,16 +455,19 @@ async def adopt_unknown(session: Session, store: Store, hosts: list[str]) -> lis
             # profile (or another console's name for this machine): leave it alone
             if labels.host not in session.profile.hosts:
                 continue
-            if await store.call(store.get, labels.job_id) is None:
+            if labels.job_id not in known:
                 found.setdefault(labels.job_id, []).append((host, info, labels))
     adopted = []
+    now = time.time()
     for job_id, items in found.items():
         lab = items[0][2]
         nodes: dict[int, NodeRecord] = {}
         for host, info, labels in items:
+            launching = launch_in_flight(None, info.created_s, now)
             nodes.setdefault(labels.node_rank, NodeRecord(
                 job_id, labels.node_rank, labels.host or host, info.name, info.id,
-                node_state(info, False), info.exit_code, info.started_at, info.finished_at,
+                node_state(info, False, launching), info.exit_code, info.started_at,
+                info.finished_at,
             ))
         rec = JobRecord(
             id=job_id, name=lab.job_name, profile=session.profile.name,

@@ -32,7 +32,7 @@ from remote.docker import LogLine
 from remote.errors import GpuConsoleError
 from remote.logs import LogCursor
 
-SCHEMA = """
+SCHEMA_V1 = """
 CREATE TABLE IF NOT EXISTS jobs (
     id TEXT PRIMARY KEY,
     name TEXT NOT NULL,
@@ -63,6 +63,19 @@ CREATE TABLE IF NOT EXISTS nodes (
     PRIMARY KEY (job_id, node_rank)
 );
 """
+
+#: Schema migrations: ``MIGRATIONS[v]`` takes a database from version ``v - 1`` to ``v``
+#: (``PRAGMA user_version``). Version 0 is an empty file or a store written before the
+#: schema was versioned (the tables of version 1, which ``CREATE TABLE IF NOT EXISTS`` keeps).
+#: Append a step for every change; never edit a released one.
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: tuple(st.strip() for st in SCHEMA_V1.split(";") if st.strip()),
+    # the launching process while a launch is in flight ("<hostname> <pid> <start ticks>"),
+    # NULL once it finished: a job whose launcher died between create and start is known
+    2: ("ALTER TABLE jobs ADD COLUMN launcher TEXT",),
+}
+SCHEMA_VERSION = max(MIGRATIONS)
+"""The schema version this code writes."""
 
 
 def state_dir() -> Path:
@@ -114,6 +127,9 @@ class JobRecord:
             ``stopped``, not ``failed``).
         unreachable: host -> why it could not be asked, from the last look at the hosts in
             this process (not stored).
+        launcher: the process launching the job (``<hostname> <pid> <start ticks>``, see
+            :func:`console.jobs.launch.launcher_token`) while its launch is in flight;
+            ``None`` once the launch finished, and for jobs adopted from the hosts.
     """
 
     id: str
@@ -131,6 +147,7 @@ class JobRecord:
     removed_at: float | None = None
     nodes: list[NodeRecord] = field(default_factory=list)
     unreachable: dict[str, str] = field(default_factory=dict)
+    launcher: str | None = None
 
 
 P = ParamSpec("P")
@@ -153,11 +170,17 @@ def _locked(method: Callable[P, R]) -> Callable[P, R]:
 class Store:
     """The SQLite job store and the log archive.
 
+    Opening it migrates the database to :data:`SCHEMA_VERSION` (see :func:`migrate`).
+
     Thread-safe: one connection shared under a lock, so event-loop code hands its writes and
     file reads to a worker thread with :meth:`call` and the loop never waits on the disk.
 
     Args:
         root: the state dir (default :func:`state_dir`).
+
+    Raises:
+        GpuConsoleError: the database was written by a newer gpuconsole, or cannot be
+            migrated.
     """
 
     def __init__(self, root: Path | None = None) -> None:
@@ -169,7 +192,11 @@ class Store:
         self.db.row_factory = sqlite3.Row
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA foreign_keys=ON")
-        self.db.executescript(SCHEMA)
+        try:
+            self.schema_version = migrate(self.db, self.root / "jobs.sqlite3")
+        except BaseException:
+            self.db.close()
+            raise
 
     @_locked
     def close(self) -> None:
@@ -189,9 +216,11 @@ class Store:
         with self.db:
             self.db.execute(
                 "INSERT INTO jobs (id, name, profile, profile_source, spec_json, spec_hash, "
-                "created_at, node_count, state, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                "created_at, node_count, state, launcher, updated_at) "
+                "VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                 (job.id, job.name, job.profile, job.profile_source, json.dumps(job.spec),
-                 job.spec_hash, job.created_at, job.node_count, job.state, time.time()),
+                 job.spec_hash, job.created_at, job.node_count, job.state, job.launcher,
+                 time.time()),
             )
             for n in job.nodes:
                 self._put_node(n)
@@ -215,8 +244,13 @@ class Store:
     @_locked
     def update_job(self, job_id: str, **fields: Any) -> None:
         """Set job columns: ``state``, ``exit_code``, ``failure``, ``stop_requested_at``,
-        ``removed_at``."""
-        allowed = {"state", "exit_code", "failure", "stop_requested_at", "removed_at"}
+        ``removed_at``, ``launcher``.
+
+        Raises:
+            KeyError: another field.
+        """
+        allowed = {"state", "exit_code", "failure", "stop_requested_at", "removed_at",
+                   "launcher"}
         cols, vals = [], []
         for k, v in fields.items():
             if k not in allowed:
@@ -246,6 +280,7 @@ class Store:
             node_count=row["node_count"], state=row["state"], exit_code=row["exit_code"],
             failure=json.loads(row["failure_json"]) if row["failure_json"] else None,
             stop_requested_at=row["stop_requested_at"], removed_at=row["removed_at"],
+            launcher=row["launcher"],
         )
         for n in self.db.execute(
             "SELECT * FROM nodes WHERE job_id=? ORDER BY node_rank", (job.id,)
@@ -418,6 +453,47 @@ class Store:
         with open(path, "rb") as f:
             ts, _ = _tail_cursor(f)
         return ts if ts >= 0 else None
+
+
+def migrate(db: sqlite3.Connection, path: Path) -> int:
+    """Bring a job database to :data:`SCHEMA_VERSION`, one :data:`MIGRATIONS` step at a time,
+    all in one ``BEGIN IMMEDIATE`` transaction (two consoles opening an old store at once
+    migrate it once; a failed step leaves it as it was). Returns the version now.
+
+    Raises:
+        GpuConsoleError: the file's version is newer than this code knows (written by a
+            newer gpuconsole), or a step failed (naming the file and the step).
+    """
+    old_isolation = db.isolation_level
+    db.isolation_level = None  # explicit transaction control below
+    try:
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            version = int(db.execute("PRAGMA user_version").fetchone()[0])
+            if version > SCHEMA_VERSION:
+                raise GpuConsoleError(
+                    f"{path}: written by a newer gpuconsole (store schema {version}; this "
+                    f"one reads up to {SCHEMA_VERSION})",
+                    "upgrade gpuconsole, or set GPUCONSOLE_STATE_DIR to another folder",
+                )
+            for v in range(version + 1, SCHEMA_VERSION + 1):
+                try:
+                    for statement in MIGRATIONS[v]:
+                        db.execute(statement)
+                except sqlite3.Error as e:
+                    raise GpuConsoleError(
+                        f"{path}: cannot migrate the job store to schema {v}: {e}",
+                        "move the file aside (the jobs on the hosts are found again by "
+                        "their labels) and report this",
+                    ) from e
+                db.execute(f"PRAGMA user_version = {v:d}")
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+    finally:
+        db.isolation_level = old_isolation
+    return SCHEMA_VERSION
 
 
 _BLOCK = 1 << 16
