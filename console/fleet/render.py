@@ -6,9 +6,11 @@ error on one line.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from console.fleet.state import FleetState, GpuHolder, free_gpus, gpu_holders
+from remote.telemetry.schema import is_limit
 
 
 def _n(v: Any, fmt: str = "{:.0f}", unit: str = "") -> str:
@@ -33,11 +35,12 @@ def _holder(h: GpuHolder) -> str:
     return f"{h.pid} {(h.command or '').split(' ')[0].rsplit('/', 1)[-1]}"
 
 
-def _throttle(reasons: Any) -> str:
-    """Active clock-throttle reasons (NVML names) except ``gpu_idle``; ``?`` if unknown."""
+def _throttle(reasons: Sequence[str] | None) -> str:
+    """Active clock-event reasons (``schema.THROTTLE_REASONS`` names) except ``gpu_idle``;
+    ``?`` if unknown."""
     if reasons is None:
         return "?"
-    active = [r for r in reasons if r != "gpu_idle"]
+    active = [r for r in reasons if is_limit(r)]
     return ",".join(active) or "-"
 
 
@@ -59,29 +62,30 @@ def render_fleet(state: FleetState) -> str:
                          f"{', '.join(missing)}")
         if s["state"] != "ok":
             notes.append(f"{v.name}: {s['state']}" + (f": {s['state_detail']}"
-                                                      if s.get("state_detail") else ""))
+                                                      if s["state_detail"] else ""))
         holders = gpu_holders(state, v.name)
-        gpus = s.get("gpus") or []
+        gpus = s["gpus"]
         if not gpus:
             rows.append([v.name + tag, "-", f"no GPUs ({s['state']})",
                          "", "", "", "", "", "", "", ""])
         for g in gpus:
-            idx = g.get("index")
-            gpm = g.get("gpm") or {}
+            idx = g["index"]
+            gpm = g["gpm"]
             if holders is None:
                 procs = "?"
             else:
-                hs = holders.get(idx, []) if isinstance(idx, int) else []
+                hs = holders.get(idx, []) if idx is not None else []
                 procs = ", ".join(_holder(h) for h in hs) or "-"
-            name = ("LOST " if g.get("lost") else "") + str(g.get("name") or "?")
+            name = ("LOST " if g["lost"] else "") + (g["name"] or "?")
             rows.append([
                 v.name + tag, str(idx), name.replace("NVIDIA ", ""),
-                _n(g.get("util_gpu_pct"), unit="%"), _n(gpm.get("sm_activity_pct"), unit="%"),
-                f"{_n(g.get('mem_used_mib'))} / {_n(g.get('mem_total_mib'))}",
-                _n(g.get("temp_c"), unit="C"),
-                f"{_n(g.get('power_w'))} / {_n(g.get('power_limit_w'))}",
-                _n(g.get("sm_clock_mhz")),
-                _throttle(g.get("throttle_reasons")),
+                _n(g["util_gpu_pct"], unit="%"),
+                _n(gpm["sm_activity_pct"] if gpm else None, unit="%"),
+                f"{_n(g['mem_used_mib'])} / {_n(g['mem_total_mib'])}",
+                _n(g["temp_c"], unit="C"),
+                f"{_n(g['power_w'])} / {_n(g['power_limit_w'])}",
+                _n(g["sm_clock_mhz"]),
+                _throttle(g["throttle_reasons"]),
                 procs,
             ])
     lines = _table(rows, right={3, 4, 5, 6, 7, 8})
@@ -91,7 +95,7 @@ def render_fleet(state: FleetState) -> str:
         for u in usage.values():
             where = " ".join(f"{h}:{i}" for h, i in u.gpus)
             lines.append(f"job {u.job_id}: {len(u.gpus)} GPU(s) [{where}] mean util "
-                         f"{_n(u.mean_util_pct, unit='%')}, {u.mem_used_mib:.0f} MiB")
+                         f"{_n(u.mean_util_pct, unit='%')}, {_n(u.mem_used_mib)} MiB")
     if notes:
         lines.append("")
         lines.extend(notes)
@@ -102,8 +106,9 @@ def render_free(state: FleetState) -> str:
     """Free GPUs, one row each: host, index, name, memory total."""
     rows = [["HOST", "GPU", "NAME", "MEM MiB"]]
     for host, idxs in free_gpus(state).items():
-        by_idx = {g.get("index"): g for g in state.hosts[host].gpus()}
+        by_idx = {g["index"]: g for g in state.hosts[host].gpus()}
         for i in idxs:
-            g = by_idx.get(i, {})
-            rows.append([host, str(i), str(g.get("name") or "?"), _n(g.get("mem_total_mib"))])
+            g = by_idx.get(i)
+            rows.append([host, str(i), (g["name"] if g else None) or "?",
+                         _n(g["mem_total_mib"] if g else None)])
     return "\n".join(_table(rows, right={3}))

@@ -20,7 +20,14 @@ from dataclasses import dataclass, replace
 from itertools import islice
 from typing import Any, Literal
 
-from console.fleet.state import FleetState, GpuHolder, HostView, gpu_holders
+from console.fleet.state import FleetState, GpuHolder, GpuPoint, HostView, gpu_holders
+from remote.telemetry.schema import (
+    DRIVER_DOWN_STATES,
+    USABLE_STATES,
+    GpuRecord,
+    is_limit,
+    is_slowdown,
+)
 
 #: Host statuses as the faces name them (``FleetState``'s ``ok`` is ``up``).
 HostStatus = Literal["up", "stale", "down", "connecting"]
@@ -28,8 +35,8 @@ HostStatus = Literal["up", "stale", "down", "connecting"]
 #: Sort columns, in the order ``s`` cycles through them.
 SORT_KEYS: tuple[str, ...] = ("host", "util", "mem", "temp", "power")
 
-#: NVML clock-event (throttle) reason -> a short word for a table cell. ``gpu_idle`` is not
-#: a limit on a working GPU and is left out of :func:`throttle_text`.
+#: Clock-event (throttle) reason (``schema.THROTTLE_REASONS``) -> a short word for a table
+#: cell. ``gpu_idle`` is not a limit on a working GPU and is left out of :func:`throttle_text`.
 THROTTLE_WORDS: dict[str, str] = {
     "applications_clocks_setting": "app-clk",
     "sw_power_cap": "pwr-cap",
@@ -49,8 +56,6 @@ SPARK_LEVELS = "▁▂▃▄▅▆▇█"
 #: Left-aligned eighth blocks for bars: index n draws n/8 of one cell.
 _EIGHTHS = " ▏▎▍▌▋▊▉█"
 
-#: Sample states in which the GPU list cannot be trusted (the driver did not answer).
-_DRIVER_DOWN = ("no_driver", "nvml_unavailable", "driver_unreachable", "version_mismatch")
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,20 +251,20 @@ def _status(v: HostView) -> HostStatus:
 
 def _host_row(v: HostView, now: float | None) -> HostRow:
     s = v.sample
-    host: dict[str, Any] = (s.get("host") or {}) if s else {}
-    state = s.get("state") if s else None
-    driver_down = state in _DRIVER_DOWN
     age = now - v.last_rx if now is not None and v.last_rx is not None else None
+    host = s["host"] if s else None
+    state = s["state"] if s else None
     return HostRow(
         key=f"host:{v.name}", name=v.name, status=_status(v),
         error=v.error if v.status == "down" else None,
-        problem=str(state) if s and state != "ok" else None,
-        problem_detail=(s.get("state_detail") or None) if s and state != "ok" else None,
-        cpu_pct=_num(host.get("cpu_pct")), mem_used_mib=_num(host.get("mem_used_mib")),
-        mem_total_mib=_num(host.get("mem_total_mib")),
-        gpu_count=None if s is None or driver_down else len(s.get("gpus") or []),
+        problem=state if s and state != "ok" else None,
+        problem_detail=(s["state_detail"] or None) if s and state != "ok" else None,
+        cpu_pct=_num(host["cpu_pct"]) if host else None,
+        mem_used_mib=_num(host["mem_used_mib"]) if host else None,
+        mem_total_mib=_num(host["mem_total_mib"]) if host else None,
+        gpu_count=None if s is None or s["state"] in DRIVER_DOWN_STATES else len(s["gpus"]),
         missing_gpus=tuple(v.missing_gpus()), age_s=max(age, 0.0) if age is not None else None,
-        source=s.get("source") if s else None,
+        source=s["source"] if s else None,
     )
 
 
@@ -281,43 +286,44 @@ def fleet_rows(state: FleetState, *, now: float | None = None,
     for v in state.hosts.values():
         row = _host_row(v, now)
         s = v.sample
-        if s is None or row.status == "down" or s.get("state") in _DRIVER_DOWN:
+        if s is None or row.status == "down" or s["state"] in DRIVER_DOWN_STATES:
             out.append(HostGroup(row, ()))
             continue
-        usable = row.status == "up" and s.get("state") in ("ok", "gpu_lost")
+        usable = row.status == "up" and s["state"] in USABLE_STATES
         holders = gpu_holders(state, v.name)
         gpus: list[GpuRow] = []
-        for g in s.get("gpus") or []:
-            idx = g.get("index")
-            if not isinstance(idx, int):
+        for g in s["gpus"]:
+            idx = g["index"]
+            if idx is None:
                 continue
-            gpm = g.get("gpm") or {}
             hist = v.history.get(idx)
             # only the tail: the deque holds up to 15 minutes of points
             tail = (list(islice(reversed(hist), history_points))[::-1]
                     if hist and history_points > 0 else [])
-            reasons = g.get("throttle_reasons")
-            gpus.append(GpuRow(
-                key=f"gpu:{v.name}:{idx}", host=v.name, index=idx,
-                name=g.get("name") or None, lost=bool(g.get("lost")),
-                util_pct=_num(g.get("util_gpu_pct")), mem_used_mib=_num(g.get("mem_used_mib")),
-                mem_total_mib=_num(g.get("mem_total_mib")), temp_c=_num(g.get("temp_c")),
-                fan_pct=_num(g.get("fan_pct")), power_w=_num(g.get("power_w")),
-                power_limit_w=_num(g.get("power_limit_w")),
-                sm_activity_pct=_num(gpm.get("sm_activity_pct")),
-                throttle_reasons=tuple(str(r) for r in reasons) if reasons is not None
-                else None,
-                history=tuple(None if p.util_pct is None else float(p.util_pct)
-                              for p in tail),
-                users=None if holders is None else _users(holders.get(idx, [])),
-                usable=usable, pstate=g.get("pstate") or None,
-                sm_clock_mhz=_num(g.get("sm_clock_mhz")),
-                tensor_activity_pct=_num(gpm.get("tensor_activity_pct")),
-                dram_bw_util_pct=_num(gpm.get("dram_bw_util_pct")),
-                ecc_uncorrected=_num(g.get("ecc_volatile_uncorrected")),
-            ))
+            gpus.append(_gpu_row(v.name, idx, g, tail, holders, usable))
         out.append(HostGroup(row, tuple(sorted(gpus, key=lambda r: r.index))))
     return out
+
+
+def _gpu_row(host: str, idx: int, g: GpuRecord, tail: Sequence[GpuPoint],
+             holders: dict[int, list[GpuHolder]] | None, usable: bool) -> GpuRow:
+    gpm = g["gpm"]
+    reasons = g["throttle_reasons"]
+    return GpuRow(
+        key=f"gpu:{host}:{idx}", host=host, index=idx, name=g["name"] or None, lost=g["lost"],
+        util_pct=_num(g["util_gpu_pct"]), mem_used_mib=_num(g["mem_used_mib"]),
+        mem_total_mib=_num(g["mem_total_mib"]), temp_c=_num(g["temp_c"]),
+        fan_pct=_num(g["fan_pct"]), power_w=_num(g["power_w"]),
+        power_limit_w=_num(g["power_limit_w"]),
+        sm_activity_pct=_num(gpm["sm_activity_pct"]) if gpm else None,
+        throttle_reasons=tuple(reasons) if reasons is not None else None,
+        history=tuple(None if p.util_pct is None else float(p.util_pct) for p in tail),
+        users=None if holders is None else _users(holders.get(idx, [])),
+        usable=usable, pstate=g["pstate"] or None, sm_clock_mhz=_num(g["sm_clock_mhz"]),
+        tensor_activity_pct=_num(gpm["tensor_activity_pct"]) if gpm else None,
+        dram_bw_util_pct=_num(gpm["dram_bw_util_pct"]) if gpm else None,
+        ecc_uncorrected=_num(g["ecc_volatile_uncorrected"]),
+    )
 
 
 # -- sorting ---------------------------------------------------------------------------------
@@ -499,8 +505,20 @@ def throttle_text(reasons: Sequence[str] | None) -> str:
     ``?`` when unknown. ``gpu_idle`` is not shown."""
     if reasons is None:
         return "?"
-    words = [THROTTLE_WORDS.get(r, r) for r in reasons if r != "gpu_idle"]
+    words = [THROTTLE_WORDS.get(r, r) for r in reasons if is_limit(r)]
     return ",".join(words) or "-"
+
+
+def throttle_severity(reasons: Sequence[str] | None,
+                      ) -> Literal["unknown", "none", "limit", "slowdown"]:
+    """How hard the clocks are held: ``slowdown`` (a thermal or hardware slowdown,
+    ``schema.SLOWDOWN_REASONS``), ``limit`` (another reason, e.g. the power cap), ``none``
+    (idle or no reason), ``unknown`` (the reasons could not be read)."""
+    if reasons is None:
+        return "unknown"
+    if any(is_slowdown(r) for r in reasons):
+        return "slowdown"
+    return "limit" if any(is_limit(r) for r in reasons) else "none"
 
 
 def sparkline(points: Sequence[float | None], width: int, top: float = 100.0) -> str:

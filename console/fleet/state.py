@@ -1,7 +1,9 @@
 """Fleet state: the latest sample of every host, bounded per-GPU history, jobs' GPU usage.
 
 Pure state, no I/O: the monitor (``console/fleet/monitor.py``) or a replay feeds it samples
-(schema v1, ``remote/telemetry/schema.py``) and ticks it; faces read it.
+(schema v1, ``remote/telemetry/schema.py``) and ticks it; faces read it. Every sample is
+read once on arrival (:func:`~remote.telemetry.schema.read_sample`: checked, older spellings
+normalised) and kept as a typed :class:`~remote.telemetry.schema.Sample`.
 
 Host status:
 
@@ -21,6 +23,15 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from remote.telemetry.schema import (
+    DRIVER_DOWN_STATES,
+    USABLE_STATES,
+    GpuRecord,
+    ProcessRecord,
+    Sample,
+    read_sample,
+)
 
 #: Missed intervals after which a host is ``stale``.
 STALE_AFTER_INTERVALS = 3
@@ -52,7 +63,7 @@ class HostView:
     name: str
     status: str = "connecting"
     error: str | None = None
-    sample: dict[str, Any] | None = None
+    sample: Sample | None = None
     last_rx: float | None = None
     samples: int = 0
     history: dict[int, deque[GpuPoint]] = field(default_factory=dict)
@@ -61,12 +72,9 @@ class HostView:
     def missing_gpus(self) -> list[str]:
         """PCI bus ids of GPUs seen on this host before but absent from its latest sample
         (a GPU that fell off the bus, or failed to probe after a reboot)."""
-        if self.sample is None or self.sample["state"] in ("no_driver", "nvml_unavailable",
-                                                           "driver_unreachable",
-                                                           "version_mismatch"):
+        if self.sample is None or self.sample["state"] in DRIVER_DOWN_STATES:
             return []
-        now = {g.get("pci_bus_id") for g in self.sample.get("gpus") or []
-               if not g.get("lost")}
+        now = {g["pci_bus_id"] for g in self.sample["gpus"] if not g["lost"]}
         return sorted(b for b in self.known_gpus if b not in now)
 
     @property
@@ -74,15 +82,15 @@ class HostView:
         """Streaming, and the host itself says ``ok``."""
         return self.status == "ok" and self.sample is not None and self.sample["state"] == "ok"
 
-    def gpus(self) -> list[dict[str, Any]]:
+    def gpus(self) -> list[GpuRecord]:
         """The latest GPU records (empty before the first sample)."""
         return list(self.sample["gpus"]) if self.sample else []
 
-    def processes(self) -> list[dict[str, Any]] | None:
+    def processes(self) -> list[ProcessRecord] | None:
         """The latest process records, or ``None`` when unknown."""
         if not self.sample:
             return None
-        procs = self.sample.get("processes")
+        procs = self.sample["processes"]
         return list(procs) if procs is not None else None
 
 
@@ -94,13 +102,14 @@ class JobUsage:
         job_id: the job.
         gpus: ``(host, gpu index)`` pairs its processes run on.
         mean_util_pct: mean utilization.gpu over those GPUs (%), or ``None`` if unknown.
-        mem_used_mib: GPU memory its processes use (MiB), summed.
+        mem_used_mib: GPU memory its processes use (MiB), summed over the known values;
+            ``None`` when no process's memory is known (MIG, nvidia-smi ``[N/A]``).
     """
 
     job_id: str
     gpus: tuple[tuple[str, int], ...]
     mean_util_pct: float | None
-    mem_used_mib: float
+    mem_used_mib: float | None
 
 
 @dataclass(frozen=True)
@@ -135,26 +144,34 @@ class FleetState:
         return self.hosts[name]
 
     def on_sample(self, host: str, sample: dict[str, Any], rx: float | None = None) -> None:
-        """Take one sample of a host (``rx``: local receive time, monotonic seconds)."""
+        """Take one sample of a host (``rx``: local receive time, monotonic seconds).
+
+        ``sample`` is a decoded JSON sample (a stream's or a recording's); it is normalised in
+        place by :func:`~remote.telemetry.schema.read_sample` and kept as a ``Sample``.
+
+        Raises:
+            ValueError: ``sample`` is not a schema-1 sample (the message names the field).
+        """
+        typed = read_sample(sample)
         v = self.host(host)
-        v.sample = sample
+        v.sample = typed
         v.last_rx = time.monotonic() if rx is None else rx
         v.status = "ok"
         v.error = None
         v.samples += 1
-        t = float(sample.get("host_time") or 0.0)
-        for g in sample.get("gpus") or []:
-            if g.get("pci_bus_id"):
-                v.known_gpus.setdefault(g["pci_bus_id"], str(g.get("name") or "?"))
-            idx = g.get("index")
-            if not isinstance(idx, int):
+        t = float(typed["host_time"] or 0.0)
+        for g in typed["gpus"]:
+            if g["pci_bus_id"]:
+                v.known_gpus.setdefault(g["pci_bus_id"], g["name"] or "?")
+            idx = g["index"]
+            if idx is None:
                 continue
             hist = v.history.get(idx)
             if hist is None:
                 hist = v.history[idx] = deque(maxlen=self.maxlen)
-            gpm = g.get("gpm") or {}
-            hist.append(GpuPoint(t, g.get("util_gpu_pct"), g.get("mem_used_mib"),
-                                 g.get("power_w"), gpm.get("sm_activity_pct")))
+            gpm = g["gpm"]
+            hist.append(GpuPoint(t, g["util_gpu_pct"], g["mem_used_mib"], g["power_w"],
+                                 gpm["sm_activity_pct"] if gpm else None))
 
     def on_down(self, host: str, error: str) -> None:
         """The host could not be reached."""
@@ -171,7 +188,7 @@ class FleetState:
         now = time.monotonic() if now is None else now
         turned = []
         for v in self.hosts.values():
-            faulted = v.sample is not None and v.sample["state"] not in ("ok", "gpu_lost")
+            faulted = v.sample is not None and v.sample["state"] not in USABLE_STATES
             if (v.status == "ok" and v.last_rx is not None and not faulted
                     and now - v.last_rx > STALE_AFTER_INTERVALS * self.interval):
                 v.status = "stale"
@@ -203,20 +220,23 @@ class FleetState:
         mem: dict[str, float] = {}
         for v in self.hosts.values():
             for p in v.processes() or []:
-                job = self.job_of(p.get("container_id"))
-                if job is None or not isinstance(p.get("gpu_index"), int):
+                job = self.job_of(p["container_id"])
+                idx = p["gpu_index"]
+                if job is None or idx is None:
                     continue
-                gpus.setdefault(job.job_id, set()).add((v.name, p["gpu_index"]))
-                mem[job.job_id] = mem.get(job.job_id, 0.0) + float(p.get("used_mib") or 0)
+                gpus.setdefault(job.job_id, set()).add((v.name, idx))
+                if p["used_mib"] is not None:  # unknown adds nothing (never counted as 0)
+                    mem[job.job_id] = mem.get(job.job_id, 0.0) + p["used_mib"]
         out = {}
         for job_id, pairs in gpus.items():
             utils = []
             for host, idx in pairs:
                 for g in self.hosts[host].gpus():
-                    if g.get("index") == idx and g.get("util_gpu_pct") is not None:
-                        utils.append(float(g["util_gpu_pct"]))
+                    util = g["util_gpu_pct"]
+                    if g["index"] == idx and util is not None:
+                        utils.append(float(util))
             mean = sum(utils) / len(utils) if utils else None
-            out[job_id] = JobUsage(job_id, tuple(sorted(pairs)), mean, mem[job_id])
+            out[job_id] = JobUsage(job_id, tuple(sorted(pairs)), mean, mem.get(job_id))
         return out
 
     def snapshot(self) -> dict[str, Any]:
@@ -262,15 +282,15 @@ def gpu_holders(state: FleetState, host: str) -> dict[int, list[GpuHolder]] | No
     procs = v.processes()
     if procs is None:
         return None
-    out: dict[int, list[GpuHolder]] = {int(g["index"]): [] for g in v.gpus()
-                                       if isinstance(g.get("index"), int)}
+    out: dict[int, list[GpuHolder]] = {g["index"]: [] for g in v.gpus()
+                                       if g["index"] is not None}
     for p in procs:
-        idx = p.get("gpu_index")
-        if not isinstance(idx, int):
+        idx = p["gpu_index"]
+        if idx is None:
             continue
         out.setdefault(idx, []).append(GpuHolder(
-            int(p["pid"]), p.get("user"), p.get("command"), p.get("container_id"),
-            state.job_of(p.get("container_id")), p.get("used_mib"), p.get("rank"),
+            p["pid"], p["user"], p["command"], p["container_id"],
+            state.job_of(p["container_id"]), p["used_mib"], p["rank"],
         ))
     return out
 
@@ -283,11 +303,11 @@ def free_gpus(state: FleetState) -> dict[str, list[int]]:
     out: dict[str, list[int]] = {}
     for v in state.hosts.values():
         usable = v.status == "ok" and v.sample is not None
-        if not usable or v.sample is None or v.sample["state"] not in ("ok", "gpu_lost"):
+        if not usable or v.sample is None or v.sample["state"] not in USABLE_STATES:
             continue
         holders = gpu_holders(state, v.name)
         if holders is None:
             continue
-        lost = {g["index"] for g in v.gpus() if g.get("lost")}
+        lost = {g["index"] for g in v.gpus() if g["lost"]}
         out[v.name] = sorted(i for i, hs in holders.items() if not hs and i not in lost)
     return out

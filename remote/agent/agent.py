@@ -35,7 +35,6 @@ import importlib
 import json
 import math
 import os
-import pwd
 import re
 import socket
 import sys
@@ -44,7 +43,132 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+# --------------------------------------------------------------------------------------------
+# the record's vocabulary: the single source of these names and keys
+#
+# This file runs on hosts by itself (only pynvml.py is shipped with it), so the names and keys
+# that appear in its JSON lines are defined here, once. The console's typed view of the record,
+# remote/telemetry/schema.py, imports them from this file, and the nvidia-smi fallback
+# (remote/telemetry/smi.py) builds its records with them: both paths spell everything alike.
+
 SCHEMA_VERSION = 1
+
+#: ``source``: where a sample's GPU readings came from.
+SOURCES = ("nvml", "nvidia-smi")
+
+#: Host states (``state``): everything but ``ok`` means the host is unhealthy.
+HOST_STATES = (
+    "ok",
+    "no_driver",  # no NVIDIA driver / nvidia-smi on the host
+    "nvml_unavailable",  # libnvidia-ml.so.1 cannot be loaded (no user-space driver)
+    "driver_unreachable",  # nvidia-smi/NVML cannot talk to the kernel driver
+    "version_mismatch",  # driver/library version mismatch (NVML_ERROR_LIB_RM_VERSION_MISMATCH)
+    "no_gpus",  # the driver answers but enumerates 0 GPUs
+    "gpu_lost",  # at least one GPU fell off the bus / is lost
+    "error",  # anything else; see state_detail
+)
+
+#: Clock event (throttle) reason bits (``nvmlClocksEventReason*``, before R535
+#: ``nvmlClocksThrottleReason*``; nvidia-smi's ``clocks_event_reasons.active`` mask has the same
+#: bits) -> the names reported in ``throttle_reasons``. A set bit not listed here is reported
+#: as ``"0x<bit>"`` (see :func:`decode_clock_reasons`).
+CLOCK_EVENT_REASONS = (
+    (0x001, "gpu_idle"),  # nothing runs; clocks drop to idle
+    (0x002, "applications_clocks_setting"),  # application clocks set (was UserDefinedClocks)
+    (0x004, "sw_power_cap"),  # software power scaling holds clocks under the power limit
+    (0x008, "hw_slowdown"),  # HW slowdown (clocks / 2 or more): temperature, power brake
+    (0x010, "sync_boost"),  # in a sync-boost group
+    (0x020, "sw_thermal"),  # SwThermalSlowdown: software thermal slowdown
+    (0x040, "hw_thermal"),  # HwThermalSlowdown: hardware thermal slowdown
+    (0x080, "hw_power_brake"),  # HwPowerBrakeSlowdown: external power brake asserted
+    (0x100, "display_clock_setting"),  # limited by the display clock setting
+    (0x200, "board_limit"),  # BoardLimit
+    (0x400, "reliability"),  # Reliability
+)
+
+#: Other spellings of the reasons (NVML's ``...Slowdown`` names as nvidia-smi's per-reason
+#: fields spell them, and NVML's deprecated alias) -> the name above. Records read from
+#: older recordings are normalised with this map.
+THROTTLE_REASON_ALIASES = {
+    "sw_thermal_slowdown": "sw_thermal",
+    "hw_thermal_slowdown": "hw_thermal",
+    "hw_power_brake_slowdown": "hw_power_brake",
+    "user_defined_clocks": "applications_clocks_setting",
+}
+
+#: The reason that is no limit on a working GPU (faces leave it out).
+IDLE_REASON = "gpu_idle"
+
+#: Reasons that cut clocks hard (thermal or hardware slowdowns), as opposed to power capping.
+SLOWDOWN_REASONS = ("hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake")
+
+#: A GPU's identity keys, in record order (before :data:`GPU_FIELDS`, then ``errors``).
+GPU_IDENTITY = ("index", "uuid", "name", "pci_bus_id", "lost")
+
+#: GPU readings, in record order. Units are in the names: ``_pct`` percent (0-100), ``_mib``
+#: MiB, ``_c`` degrees C, ``_w`` W (2 decimals, as nvidia-smi prints them), ``_mhz`` MHz.
+GPU_FIELDS = (
+    "util_gpu_pct", "util_mem_pct", "mem_used_mib", "mem_total_mib", "temp_c", "power_w",
+    "power_limit_w", "sm_clock_mhz", "mem_clock_mhz", "fan_pct", "pstate", "throttle_reasons",
+    "ecc_volatile_uncorrected", "remapped_rows_pending", "persistence_mode", "mig_mode", "gpm",
+)
+
+#: Host readings, in record order (then ``errors``): hostname, CPU %, load averages, memory
+#: (MiB), uptime (s), driver / CUDA / NVML versions.
+HOST_FIELDS = (
+    "hostname", "cpu_pct", "load1", "load5", "load15", "mem_used_mib", "mem_total_mib",
+    "uptime_s", "driver_version", "cuda_version", "nvml_version",
+)
+
+#: A process record's keys, in order. ``used_mib`` MiB; ``rank``/``local_rank`` from the
+#: process's environment (``None`` when unreadable, and always from nvidia-smi).
+PROCESS_FIELDS = (
+    "gpu_index", "gpu_uuid", "pid", "used_mib", "type", "user", "command", "container_id",
+    "rank", "local_rank",
+)
+#: ``processes[].type``.
+PROCESS_TYPES = ("compute", "graphics")
+
+#: An Xid event record's keys, in order (``time`` Unix s).
+XID_FIELDS = ("time", "gpu_index", "pci_bus_id", "xid", "pid", "detail")
+
+#: GPM metrics read on Hopper and newer: (NVML_GPM_METRIC_* id, key in the ``gpm`` record, %).
+GPM_METRICS = (
+    (2, "sm_activity_pct"),  # NVML_GPM_METRIC_SM_UTIL
+    (3, "sm_occupancy_pct"),  # NVML_GPM_METRIC_SM_OCCUPANCY
+    (5, "tensor_activity_pct"),  # NVML_GPM_METRIC_ANY_TENSOR_UTIL
+    (10, "dram_bw_util_pct"),  # NVML_GPM_METRIC_DRAM_BW_UTIL
+)
+
+
+def empty_host() -> dict[str, Any]:
+    """A host record with every reading unknown (``None``) and no reasons yet."""
+    rec: dict[str, Any] = {k: None for k in HOST_FIELDS}
+    rec["errors"] = {}
+    return rec
+
+
+def empty_gpu(index: int | None) -> dict[str, Any]:
+    """A GPU record with every reading unknown (``None``), not lost, no reasons yet."""
+    rec: dict[str, Any] = {"index": index, "uuid": None, "name": None, "pci_bus_id": None,
+                           "lost": False}
+    for f in GPU_FIELDS:
+        rec[f] = None
+    rec["errors"] = {}
+    return rec
+
+
+def empty_sample(source: str, seq: int, host_time: float, interval_s: float) -> dict[str, Any]:
+    """A sample with state ``ok``, an unknown host, no GPUs, an unknown process list."""
+    return {
+        "schema": SCHEMA_VERSION, "type": "sample", "source": source, "seq": seq,
+        "host_time": host_time, "interval_s": interval_s, "state": "ok", "state_detail": None,
+        "host": empty_host(), "gpus": [], "processes": None, "xid_events": [], "errors": {},
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# NVML facts
 
 #: Exit status when NVML cannot be loaded (the console then falls back to nvidia-smi).
 EXIT_NVML_UNAVAILABLE = 3
@@ -73,30 +197,6 @@ NVML_EVENT_XID = 0x8
 NOT_AVAILABLE_U64 = (1 << 64) - 1
 MIB = 1024 * 1024
 
-#: Clock event (throttle) reason bits (``nvmlClocksEventReason*`` /
-#: ``nvmlClocksThrottleReason*``) -> names reported in ``throttle_reasons``.
-CLOCK_EVENT_REASONS = (
-    (0x001, "gpu_idle"),
-    (0x002, "applications_clocks_setting"),
-    (0x004, "sw_power_cap"),
-    (0x008, "hw_slowdown"),
-    (0x010, "sync_boost"),
-    (0x020, "sw_thermal"),
-    (0x040, "hw_thermal"),
-    (0x080, "hw_power_brake"),
-    (0x100, "display_clock_setting"),
-    (0x200, "board_limit"),
-    (0x400, "reliability"),
-)
-
-#: GPM metrics read on Hopper and newer: (NVML_GPM_METRIC_* id, key in the ``gpm`` record).
-GPM_METRICS = (
-    (2, "sm_activity_pct"),  # NVML_GPM_METRIC_SM_UTIL
-    (3, "sm_occupancy_pct"),  # NVML_GPM_METRIC_SM_OCCUPANCY
-    (5, "tensor_activity_pct"),  # NVML_GPM_METRIC_ANY_TENSOR_UTIL
-    (10, "dram_bw_util_pct"),  # NVML_GPM_METRIC_DRAM_BW_UTIL
-)
-
 #: Meanings of common Xid codes (NVIDIA's Xid catalog), for ``xid_events[].detail``.
 XID_MEANINGS = {
     13: "graphics engine exception",
@@ -117,12 +217,6 @@ XID_MEANINGS = {
     119: "GSP RPC timeout",
     120: "GSP error",
 }
-
-GPU_FIELDS = (
-    "util_gpu_pct", "util_mem_pct", "mem_used_mib", "mem_total_mib", "temp_c", "power_w",
-    "power_limit_w", "sm_clock_mhz", "mem_clock_mhz", "fan_pct", "pstate", "throttle_reasons",
-    "ecc_volatile_uncorrected", "remapped_rows_pending", "persistence_mode", "mig_mode", "gpm",
-)
 
 _CONTAINER_ID_RE = re.compile(
     r"(?:docker|cri-containerd|crio|libpod)[-/]([0-9a-f]{64})\b"
@@ -198,7 +292,9 @@ def format_cuda_version(value: int) -> str:
 
 
 def decode_clock_reasons(mask: int) -> list[str]:
-    """Names of the set bits of a clock event reason mask; unknown bits as ``"0x..."``."""
+    """Names of the set bits of a clock event reason mask (:data:`CLOCK_EVENT_REASONS`), in
+    bit order; bits without a name as ``"0x..."``. Used by the agent and the nvidia-smi
+    fallback alike."""
     names = [name for bit, name in CLOCK_EVENT_REASONS if mask & bit]
     known = 0
     for bit, _ in CLOCK_EVENT_REASONS:
@@ -211,6 +307,11 @@ def decode_clock_reasons(mask: int) -> list[str]:
             rest &= ~bit
         bit <<= 1
     return names
+
+
+def watts(milliwatts: float) -> float:
+    """NVML's mW as W with 2 decimals (the precision nvidia-smi prints, so both paths agree)."""
+    return round(milliwatts / 1000.0, 2)
 
 
 def read_text(path: str) -> str:
@@ -332,10 +433,10 @@ class HostReader:
 
     def read(self) -> dict[str, Any]:
         """The host record without the NVML version fields (the caller adds those)."""
-        rec: dict[str, Any] = {
-            "hostname": self.hostname, "cpu_pct": None, "load1": None, "load5": None,
-            "load15": None, "mem_used_mib": None, "mem_total_mib": None, "uptime_s": None,
-        }
+        rec = empty_host()
+        for k in ("driver_version", "cuda_version", "nvml_version", "errors"):
+            del rec[k]
+        rec["hostname"] = self.hostname
         errors: dict[str, str] = {}
         cur = self._cpu_times()
         if cur is None:
@@ -430,6 +531,8 @@ class ProcessInfoReader:
             for line in read_text(f"{self.proc}/{pid}/status").splitlines():
                 if line.startswith("Uid:"):
                     uid = int(line.split()[1])  # real uid
+                    import pwd  # here: the console imports this file on any platform
+
                     try:
                         return pwd.getpwuid(uid).pw_name
                     except KeyError:
@@ -699,12 +802,8 @@ class Agent:
     def sample(self) -> dict[str, Any]:
         """One sample (schema v1) of the host and every GPU; advances ``seq``."""
         now = time.time()
-        s: dict[str, Any] = {
-            "schema": SCHEMA_VERSION, "type": "sample", "source": "nvml", "seq": self.seq,
-            "host_time": round(now, 3), "interval_s": self.interval_s, "state": self.state,
-            "state_detail": self.state_detail, "host": {}, "gpus": [], "processes": None,
-            "xid_events": [], "errors": {},
-        }
+        s = empty_sample("nvml", self.seq, round(now, 3), self.interval_s)
+        s["state"], s["state_detail"] = self.state, self.state_detail
         slow_tick = self.seq > 0 and self.seq % self.slow_every == 0
         if self.nv is not None and not self.initialized and self.state != "nvml_unavailable":
             if slow_tick:  # driver unreachable / mismatch: try again now and then
@@ -780,7 +879,7 @@ class Agent:
             ("uuid", lambda: _text(nv.nvmlDeviceGetUUID(h))),
             ("name", lambda: _text(nv.nvmlDeviceGetName(h))),
             ("pci_bus_id", lambda: _text(nv.nvmlDeviceGetPciInfo(h).busId)),
-            ("power_limit_w", lambda: nv.nvmlDeviceGetEnforcedPowerLimit(h) / 1000.0),
+            ("power_limit_w", lambda: watts(nv.nvmlDeviceGetEnforcedPowerLimit(h))),
             ("ecc_volatile_uncorrected", lambda: int(nv.nvmlDeviceGetTotalEccErrors(
                 h, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_VOLATILE_ECC))),
             ("remapped_rows_pending", lambda: bool(nv.nvmlDeviceGetRemappedRows(h)[2])),
@@ -829,12 +928,9 @@ class Agent:
             rec[key] = value
 
     def _gpu_record(self, g: GpuState) -> dict[str, Any]:
-        rec: dict[str, Any] = {"index": g.index, "uuid": g.slow.get("uuid"),
-                               "name": g.slow.get("name"), "pci_bus_id": g.slow.get("pci_bus_id"),
-                               "lost": False}
-        for f in GPU_FIELDS:
-            rec[f] = None
-        rec["errors"] = {}
+        rec = empty_gpu(g.index)
+        for k in ("uuid", "name", "pci_bus_id"):
+            rec[k] = g.slow.get(k)
         if g.handle is None:
             rec["lost"] = g.lost
             rec["errors"]["handle"] = g.lost_reason or g.handle_error or "no handle"
@@ -862,7 +958,7 @@ class Agent:
         # shows it), else v1: bytes -> MiB
         self._field(g, rec, "mem_used_mib", memory, also=("mem_total_mib",))
         self._field(g, rec, "temp_c", lambda: int(v["temperature"](h)))  # GPU die sensor, C
-        self._field(g, rec, "power_w", lambda: nv.nvmlDeviceGetPowerUsage(h) / 1000.0)  # mW->W
+        self._field(g, rec, "power_w", lambda: watts(nv.nvmlDeviceGetPowerUsage(h)))
         self._field(g, rec, "sm_clock_mhz",
                     lambda: int(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)))
         self._field(g, rec, "mem_clock_mhz",
@@ -1007,6 +1103,9 @@ class Agent:
             pass  # nvmlDeviceGetCount failed: keep its state and detail
         elif not self.gpus:
             s["state"], s["state_detail"] = "no_gpus", "the NVIDIA driver enumerates 0 GPUs"
+            # GPUs the driver no longer sees may still hold processes: unknown, not "idle"
+            s["processes"] = None
+            s["errors"]["processes"] = s["state_detail"]
         elif lost:
             s["state"] = "gpu_lost"
             s["state_detail"] = "; ".join(
@@ -1103,13 +1202,10 @@ def safe_sample(agent: Agent) -> dict[str, Any]:
     except Exception as e:
         seq = agent.seq
         agent.seq += 1
-        return {
-            "schema": SCHEMA_VERSION, "type": "sample", "source": "nvml", "seq": seq,
-            "host_time": round(time.time(), 3), "interval_s": agent.interval_s,
-            "state": "error", "state_detail": f"agent failure: {reason_of(e)}",
-            "host": {"errors": {}}, "gpus": [], "processes": None, "xid_events": [],
-            "errors": {"processes": "agent failure"},
-        }
+        s = empty_sample("nvml", seq, round(time.time(), 3), agent.interval_s)
+        s["state"], s["state_detail"] = "error", f"agent failure: {reason_of(e)}"
+        s["errors"]["processes"] = "agent failure"
+        return s
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

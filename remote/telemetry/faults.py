@@ -30,9 +30,9 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
-from remote.telemetry.schema import GPU_FIELDS
+from remote.telemetry.schema import GPU_FIELDS, GpuRecord, HostState, Sample, XidRecord
 
 # ---------------------------------------------------------------------------------------------
 # shared: PCI bus ids and host faults
@@ -91,7 +91,7 @@ class HostFault:
         evidence: further lines from other tools that show the same fault (not a second one).
     """
 
-    state: str
+    state: HostState
     detail: str
     hint: str | None
     source: str = "nvidia-smi"
@@ -214,7 +214,7 @@ class NvmlFault:
     message: str | None
     nvml_function: str | None
     fields: tuple[str, ...]
-    host_state: str | None
+    host_state: HostState | None
     gpu_lost: bool
     processes_unknown: bool
     fallback: Literal["nvidia-smi", "nvidia-smi-compute-apps"] | None
@@ -275,11 +275,12 @@ def classify_nvml_traceback(text: str) -> NvmlFault:
             fields = ("processes",)
     processes_unknown = "processes" in fields or kind in (
         "library_not_found", "driver_not_loaded", "version_mismatch")
-    host_state = {
+    host_states: dict[NvmlFaultKind, HostState] = {
         "library_not_found": "nvml_unavailable",
         "driver_not_loaded": "driver_unreachable",
         "version_mismatch": "version_mismatch",
-    }.get(kind)
+    }
+    host_state = host_states.get(kind)
     fallback: Literal["nvidia-smi", "nvidia-smi-compute-apps"] | None = None
     if host_state is not None:
         fallback = "nvidia-smi"
@@ -325,8 +326,7 @@ def classify_nvml_traceback(text: str) -> NvmlFault:
     )
 
 
-def apply_nvml_fault(sample: dict[str, Any], fault: NvmlFault, gpu_index: int | None = None,
-                     ) -> None:
+def apply_nvml_fault(sample: Sample, fault: NvmlFault, gpu_index: int | None = None) -> None:
     """Write ``fault``'s consequence into a schema-v1 ``sample`` in place.
 
     Field-level faults make only their fields ``None`` (reason in the GPU's ``errors``), except
@@ -336,15 +336,15 @@ def apply_nvml_fault(sample: dict[str, Any], fault: NvmlFault, gpu_index: int | 
     ``state`` and make every GPU reading unknown. An unknown process list is ``None`` with the
     reason in ``errors["processes"]``.
     """
-    gpus: list[dict[str, Any]] = sample.setdefault("gpus", [])
-    target = next((g for g in gpus if g.get("index") == gpu_index), None)
+    gpus = sample["gpus"]
+    target = next((g for g in gpus if g["index"] == gpu_index), None)
     if fault.host_state is not None:
         sample["state"] = fault.host_state
         sample["state_detail"] = fault.reason
         for g in gpus:
             _unknown_readings(g, GPU_FIELDS, fault.reason)
         if not gpus:  # unknown, not "0 GPUs"
-            sample.setdefault("errors", {})["gpus"] = f"GPU list unknown: {fault.reason}"
+            sample["errors"]["gpus"] = f"GPU list unknown: {fault.reason}"
     elif fault.gpu_lost:
         sample["state"] = "gpu_lost"
         sample["state_detail"] = (f"GPU {gpu_index} is lost (reboot required)"
@@ -352,8 +352,8 @@ def apply_nvml_fault(sample: dict[str, Any], fault: NvmlFault, gpu_index: int | 
         if target is not None:
             target["lost"] = True
             _unknown_readings(target, GPU_FIELDS, fault.reason)
-        if sample.get("processes") is not None:
-            sample.setdefault("errors", {})["processes"] = (
+        if sample["processes"] is not None:
+            sample["errors"]["processes"] = (
                 f"processes on GPU {gpu_index if gpu_index is not None else '?'} unknown "
                 "(GPU lost); the list covers the other GPUs")
     elif target is not None:
@@ -367,14 +367,14 @@ def apply_nvml_fault(sample: dict[str, Any], fault: NvmlFault, gpu_index: int | 
         why = fault.reason
         if fault.fallback == "nvidia-smi-compute-apps":
             why += "; fall back to nvidia-smi --query-compute-apps"
-        sample.setdefault("errors", {})["processes"] = why
+        sample["errors"]["processes"] = why
 
 
-def _unknown_readings(gpu: dict[str, Any], fields: Iterable[str], reason: str) -> None:
-    errors: dict[str, str] = gpu.setdefault("errors", {})
+def _unknown_readings(gpu: GpuRecord, fields: Iterable[str], reason: str) -> None:
+    values = cast(dict[str, Any], gpu)  # the same record, written by field name
     for f in fields:
-        gpu[f] = None
-        errors[f] = reason
+        values[f] = None
+        gpu["errors"][f] = reason
 
 
 # ---------------------------------------------------------------------------------------------
@@ -474,7 +474,7 @@ class XidEvent:
     line_no: int = 0
 
     def to_schema(self, gpu_index: int | None = None, boot_time: float | None = None,
-                  tz: timezone | None = None) -> dict[str, Any]:
+                  tz: timezone | None = None) -> XidRecord:
         """The schema-v1 ``xid_events`` entry.
 
         ``time`` (Unix seconds) is ``boot_time + uptime_s`` for boot-relative stamps, or the

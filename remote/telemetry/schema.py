@@ -1,89 +1,327 @@
-"""The telemetry sample schema (version 1): one JSON object per line, per host, per interval.
+"""The telemetry sample (schema version 1), typed: one record per host, per interval.
 
-Produced by the host agent (``remote/agent/agent.py``, NVML) and by the nvidia-smi fallback
-parser (``remote/telemetry/smi.py``); consumed by ``console/fleet``. Unknown is ``null``, never
-0: a field NVML does not support or that failed is ``null`` and its reason is kept in the
-record's ``errors`` map (field name -> reason). Units are in the key names: ``_pct`` (percent,
-0-100), ``_mib`` (MiB), ``_c`` (degrees C), ``_w`` (W), ``_mhz`` (MHz), ``_s`` (seconds).
+Produced by the host agent (``remote/agent/agent.py``, NVML, ``source: "nvml"``) and by the
+nvidia-smi fallback (``remote/telemetry/smi.py``, ``source: "nvidia-smi"``); consumed by
+``console/fleet``. On the wire it is one JSON object per line; in the console it is the same
+object typed as :class:`Sample` (TypedDicts: the record *is* the JSON object, no conversion).
 
-Sample::
+Where the vocabulary lives: the agent runs on hosts as a single stdlib-only file (only it and
+``pynvml.py`` are uploaded), so it cannot import this module there. The names and keys are
+therefore defined once, in the agent file (its "record vocabulary" block: host states,
+clock-event reasons and their bits, field names, record builders), and this module imports
+them from ``remote.agent.agent`` and adds the static types. The ``Literal`` types below repeat
+the vocabularies for mypy; ``tests/unit/test_schema.py`` checks they equal the agent's tuples.
 
-    {
-      "schema": 1, "type": "sample", "source": "nvml" | "nvidia-smi",
-      "seq": 17, "host_time": 1795971600.25, "interval_s": 1.0,
-      "state": "ok" | "no_driver" | "nvml_unavailable" | "driver_unreachable"
-               | "version_mismatch" | "no_gpus" | "gpu_lost" | "error",
-      "state_detail": "human-readable reason, or null",
-      "host": {"hostname": str, "cpu_pct": float, "load1": float, "load5": float,
-               "load15": float, "mem_used_mib": int, "mem_total_mib": int, "uptime_s": float,
-               "driver_version": str, "cuda_version": str, "nvml_version": str,
-               "errors": {field: reason}},
-      "gpus": [{
-          "index": int, "uuid": str, "name": str, "pci_bus_id": "00000000:3D:00.0",
-          "lost": bool,
-          "util_gpu_pct": int, "util_mem_pct": int, "mem_used_mib": int, "mem_total_mib": int,
-          "temp_c": int, "power_w": float, "power_limit_w": float, "sm_clock_mhz": int,
-          "mem_clock_mhz": int, "fan_pct": int, "pstate": "P0",
-          "throttle_reasons": ["sw_power_cap", ...], "ecc_volatile_uncorrected": int,
-          "remapped_rows_pending": bool, "persistence_mode": bool, "mig_mode": bool,
-          "gpm": {"sm_activity_pct": float, "sm_occupancy_pct": float,
-                  "tensor_activity_pct": float, "dram_bw_util_pct": float} | null,
-          "errors": {field: reason}
-      }],
-      "processes": [{"gpu_index": int, "gpu_uuid": str, "pid": int, "used_mib": int | null,
-                     "type": "compute" | "graphics", "user": str | null,
-                     "command": str | null, "container_id": str | null,
-                     "rank": int | null, "local_rank": int | null}] | null,
-      "xid_events": [{"time": float, "gpu_index": int | null, "pci_bus_id": str | null,
-                      "xid": int, "pid": int | null, "detail": str | null}],
-      "errors": {"processes": reason, "xid": reason, ...}
-    }
+Unknown is ``None`` (JSON ``null``), never 0: a reading NVML/nvidia-smi does not support or
+that failed is ``None`` and its reason is kept in the record's ``errors`` map (field name ->
+reason). Faces show it as ``?``. Units are in the key names: ``_pct`` percent (0-100),
+``_mib`` MiB, ``_c`` degrees C, ``_w`` W, ``_mhz`` MHz, ``_s`` seconds.
 
-``processes`` is ``null`` when the list could not be read (never reported as "no processes").
-``mig_mode``: ``false`` also when the GPU does not support MIG (nvidia-smi ``[N/A]``).
-``pid`` is the host PID; ``container_id`` (64 hex) comes from ``/proc/PID/cgroup``; ``rank``
-and ``local_rank`` are the ``RANK``/``LOCAL_RANK`` torchrun set for the worker
-(``/proc/PID/environ``; absent in the nvidia-smi fallback).
+``processes`` is ``None`` when the list could not be read (never reported as "no
+processes"). ``mig_mode``: ``False`` also when the GPU does not support MIG (nvidia-smi
+``[N/A]``). ``pid`` is the host PID; ``container_id`` (64 hex) comes from ``/proc/PID/cgroup``;
+``rank`` and ``local_rank`` are the ``RANK``/``LOCAL_RANK`` torchrun set for the worker
+(``/proc/PID/environ``; always ``None`` from nvidia-smi). ``throttle_reasons`` lists the
+names of :data:`CLOCK_EVENT_REASONS` (bits without a name as ``"0x..."``).
+
+Reading: :func:`read_sample` turns any decoded JSON line (a live stream's, a recording's) into
+a :class:`Sample`: it checks the schema version and normalises what older writers spelled
+otherwise (keys they did not write are added as unknown, the nvidia-smi spellings of throttle
+reasons become the names above).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal, TypedDict, cast
 
-SCHEMA_VERSION = 1
-
-#: Host states (``state``): everything but ``ok`` means the host is unhealthy.
-HOST_STATES = (
-    "ok",
-    "no_driver",  # no NVIDIA driver / nvidia-smi on the host
-    "nvml_unavailable",  # libnvidia-ml.so.1 cannot be loaded (no user-space driver)
-    "driver_unreachable",  # nvidia-smi/NVML cannot talk to the kernel driver
-    "version_mismatch",  # driver/library version mismatch (NVML_ERROR_LIB_RM_VERSION_MISMATCH)
-    "no_gpus",  # the driver answers but enumerates 0 GPUs
-    "gpu_lost",  # at least one GPU fell off the bus / is lost
-    "error",  # anything else; see state_detail
+from remote.agent.agent import (
+    CLOCK_EVENT_REASONS,
+    GPM_METRICS,
+    GPU_FIELDS,
+    GPU_IDENTITY,
+    HOST_FIELDS,
+    HOST_STATES,
+    IDLE_REASON,
+    PROCESS_FIELDS,
+    PROCESS_TYPES,
+    SCHEMA_VERSION,
+    SLOWDOWN_REASONS,
+    SOURCES,
+    THROTTLE_REASON_ALIASES,
+    XID_FIELDS,
+    decode_clock_reasons,
 )
+from remote.agent.agent import empty_gpu as _empty_gpu
+from remote.agent.agent import empty_host as _empty_host
+from remote.agent.agent import empty_sample as _empty_sample
 
-GPU_FIELDS = (
-    "util_gpu_pct", "util_mem_pct", "mem_used_mib", "mem_total_mib", "temp_c", "power_w",
-    "power_limit_w", "sm_clock_mhz", "mem_clock_mhz", "fan_pct", "pstate", "throttle_reasons",
-    "ecc_volatile_uncorrected", "remapped_rows_pending", "persistence_mode", "mig_mode", "gpm",
-)
+#: ``state``: see :data:`HOST_STATES` (the agent's comments say what each means).
+HostState = Literal["ok", "no_driver", "nvml_unavailable", "driver_unreachable",
+                    "version_mismatch", "no_gpus", "gpu_lost", "error"]
+#: ``source``.
+Source = Literal["nvml", "nvidia-smi"]
+#: ``processes[].type``.
+ProcessType = Literal["compute", "graphics"]
+
+#: States in which the driver did not answer: the GPU list of the sample cannot be trusted.
+DRIVER_DOWN_STATES: frozenset[str] = frozenset(
+    {"no_driver", "nvml_unavailable", "driver_unreachable", "version_mismatch"})
+#: States in which the GPUs that are listed can be used (a lost GPU is marked ``lost``).
+USABLE_STATES: frozenset[str] = frozenset({"ok", "gpu_lost"})
+#: Clock-event reason names, in bit order.
+THROTTLE_REASONS: tuple[str, ...] = tuple(name for _, name in CLOCK_EVENT_REASONS)
+#: GPM keys (all %), in record order.
+GPM_KEYS: tuple[str, ...] = tuple(key for _, key in GPM_METRICS)
 
 
-def empty_gpu(index: int) -> dict[str, Any]:
-    """A GPU record with every reading unknown (``None``)."""
-    rec: dict[str, Any] = {"index": index, "uuid": None, "name": None, "pci_bus_id": None,
-                           "lost": False}
-    rec.update({f: None for f in GPU_FIELDS})
-    rec["errors"] = {}
-    return rec
+class GpmRecord(TypedDict):
+    """NVML GPM metrics over the last interval (%), each ``None`` when NVML had no value."""
+
+    sm_activity_pct: float | None
+    sm_occupancy_pct: float | None
+    tensor_activity_pct: float | None
+    dram_bw_util_pct: float | None
 
 
-def empty_sample(source: str, seq: int, host_time: float, interval_s: float) -> dict[str, Any]:
-    """A sample with no GPUs and state ``ok`` (fill in ``host``, ``gpus``, ...)."""
-    return {
-        "schema": SCHEMA_VERSION, "type": "sample", "source": source, "seq": seq,
-        "host_time": host_time, "interval_s": interval_s, "state": "ok", "state_detail": None,
-        "host": {"errors": {}}, "gpus": [], "processes": None, "xid_events": [], "errors": {},
-    }
+class GpuRecord(TypedDict):
+    """One GPU. ``index`` is ``None`` only for a GPU known by its PCI bus id alone (a failure
+    message named it). Readings are ``None`` when unknown (reason in ``errors``)."""
+
+    index: int | None
+    uuid: str | None
+    name: str | None
+    pci_bus_id: str | None  # "00000000:3D:00.0"
+    lost: bool
+    util_gpu_pct: int | None  # % of the last sample period a kernel ran
+    util_mem_pct: int | None  # % of the period memory was read or written
+    mem_used_mib: int | None  # MiB (driver-reserved memory excluded, as nvidia-smi)
+    mem_total_mib: int | None  # MiB
+    temp_c: int | None  # degrees C, GPU die
+    power_w: float | None  # W, 2 decimals
+    power_limit_w: float | None  # W, enforced limit, 2 decimals
+    sm_clock_mhz: int | None  # MHz
+    mem_clock_mhz: int | None  # MHz
+    fan_pct: int | None  # % of maximum speed (None on fanless SXM parts)
+    pstate: str | None  # "P0".."P15"
+    throttle_reasons: list[str] | None  # THROTTLE_REASONS names, gpu_idle included
+    ecc_volatile_uncorrected: int | None  # errors since the driver loaded
+    remapped_rows_pending: bool | None
+    persistence_mode: bool | None
+    mig_mode: bool | None  # False also when the GPU has no MIG
+    gpm: GpmRecord | None
+    errors: dict[str, str]  # field -> reason it is None
+
+
+class HostRecord(TypedDict):
+    """The host (``/proc``, NVML versions); the nvidia-smi fallback knows the driver only."""
+
+    hostname: str | None
+    cpu_pct: float | None  # %, since the previous sample
+    load1: float | None
+    load5: float | None
+    load15: float | None
+    mem_used_mib: int | None  # MiB (MemTotal - MemAvailable)
+    mem_total_mib: int | None  # MiB
+    uptime_s: float | None  # s
+    driver_version: str | None  # "580.159.04"
+    cuda_version: str | None  # "13.0"
+    nvml_version: str | None
+    errors: dict[str, str]
+
+
+class ProcessRecord(TypedDict):
+    """A process on a GPU. ``user``, ``command``, ``container_id``, ``rank``, ``local_rank``
+    are ``None`` when unreadable (and always from nvidia-smi)."""
+
+    gpu_index: int | None
+    gpu_uuid: str | None
+    pid: int  # host PID
+    used_mib: int | None  # MiB; None under MIG / when NVML has no value
+    type: ProcessType
+    user: str | None
+    command: str | None
+    container_id: str | None  # 64 hex
+    rank: int | None
+    local_rank: int | None
+
+
+class XidRecord(TypedDict):
+    """An Xid (NVIDIA driver error) event."""
+
+    time: float | None  # Unix s
+    gpu_index: int | None
+    pci_bus_id: str | None
+    xid: int
+    pid: int | None
+    detail: str | None
+
+
+class Sample(TypedDict):
+    """One sample of one host."""
+
+    schema: int  # SCHEMA_VERSION
+    type: Literal["sample"]
+    source: Source
+    seq: int
+    host_time: float  # Unix s, the host's clock
+    interval_s: float
+    state: HostState
+    state_detail: str | None  # a person's sentence when state != "ok"
+    host: HostRecord
+    gpus: list[GpuRecord]
+    processes: list[ProcessRecord] | None  # None: unknown (never "no processes")
+    xid_events: list[XidRecord]
+    errors: dict[str, str]  # "processes", "xid", "gpus" -> reason
+
+
+def empty_host() -> HostRecord:
+    """A host record with every reading unknown (``None``)."""
+    return cast(HostRecord, _empty_host())
+
+
+def empty_gpu(index: int | None) -> GpuRecord:
+    """A GPU record with every reading unknown (``None``), not lost."""
+    return cast(GpuRecord, _empty_gpu(index))
+
+
+def empty_sample(source: Source, seq: int, host_time: float, interval_s: float) -> Sample:
+    """A sample with state ``ok``, an unknown host, no GPUs and an unknown process list (fill
+    in ``host``, ``gpus``, ...)."""
+    return cast(Sample, _empty_sample(source, seq, host_time, interval_s))
+
+
+def throttle_reasons(mask: int) -> list[str]:
+    """The ``throttle_reasons`` of a clock-event mask (NVML's value or nvidia-smi's
+    ``clocks_event_reasons.active``), in bit order; bits without a name as ``"0x..."``."""
+    return decode_clock_reasons(mask)
+
+
+def normalize_throttle_reasons(names: Iterable[str]) -> list[str]:
+    """Reason names as this schema spells them (nvidia-smi's ``sw_thermal_slowdown`` ->
+    ``sw_thermal``...), in bit order, each once; names it does not know are kept, last."""
+    canon = [THROTTLE_REASON_ALIASES.get(str(n), str(n)) for n in names]
+    known = [n for n in THROTTLE_REASONS if n in canon]
+    rest = [n for n in dict.fromkeys(canon) if n not in THROTTLE_REASONS]
+    rest.sort(key=lambda n: (0, int(n, 16)) if n.startswith("0x") and _is_hex(n[2:])
+              else (1, 0))
+    return known + rest
+
+
+def _is_hex(text: str) -> bool:
+    try:
+        int(text, 16)
+    except ValueError:
+        return False
+    return bool(text)
+
+
+def is_limit(reason: str) -> bool:
+    """Whether a reason holds a working GPU's clocks down (every reason but ``gpu_idle``)."""
+    return reason != IDLE_REASON
+
+
+def is_slowdown(reason: str) -> bool:
+    """Whether a reason is a thermal or hardware slowdown (:data:`SLOWDOWN_REASONS`)."""
+    return reason in SLOWDOWN_REASONS
+
+
+def _fill(rec: dict[str, Any], keys: Iterable[str], errors: bool) -> None:
+    for k in keys:
+        rec.setdefault(k, None)
+    if errors and not isinstance(rec.get("errors"), dict):
+        rec["errors"] = {}
+
+
+def read_sample(obj: Mapping[str, Any] | Any) -> Sample:
+    """A decoded JSON sample as a :class:`Sample`, normalised in place.
+
+    Adds keys an older writer did not write as unknown (``None``; ``rank``/``local_rank`` of
+    processes, host readings the nvidia-smi fallback had no key for), spells throttle reasons
+    as :data:`THROTTLE_REASONS` (recordings of the nvidia-smi fallback before the names were
+    shared wrote ``sw_thermal_slowdown``...), and leaves every known value as it is. Cheap on a
+    record that is already complete (a few dict lookups per GPU).
+
+    Raises:
+        ValueError: ``obj`` is not a schema-1 sample (not a dict, another ``schema`` or
+            ``type``, or ``gpus`` / ``state`` missing); the message names the field.
+    """
+    if not isinstance(obj, dict):
+        raise ValueError(f"a sample must be a JSON object, not {type(obj).__name__}")
+    if obj.get("schema") != SCHEMA_VERSION:
+        raise ValueError(f"field `schema`: {obj.get('schema')!r}, expected {SCHEMA_VERSION}")
+    if obj.get("type") != "sample":
+        raise ValueError(f"field `type`: {obj.get('type')!r}, expected 'sample'")
+    if obj.get("state") not in HOST_STATES:
+        raise ValueError(f"field `state`: {obj.get('state')!r}, expected one of "
+                         f"{', '.join(HOST_STATES)}")
+    if not isinstance(obj.get("gpus"), list):
+        raise ValueError("field `gpus`: missing or not a list")
+    if obj.get("source") not in SOURCES:
+        raise ValueError(f"field `source`: {obj.get('source')!r}, expected one of "
+                         f"{', '.join(SOURCES)}")
+    _fill(obj, ("seq", "host_time", "interval_s", "state_detail", "processes"), False)
+    if not isinstance(obj.get("errors"), dict):
+        obj["errors"] = {}
+    if not isinstance(obj.get("xid_events"), list):
+        obj["xid_events"] = []
+    host = obj.get("host")
+    if not isinstance(host, dict):
+        host = obj["host"] = {}
+    _fill(host, HOST_FIELDS, True)
+    for g in obj["gpus"]:
+        _fill(g, GPU_IDENTITY, False)
+        if g["lost"] is None:
+            g["lost"] = False
+        _fill(g, GPU_FIELDS, True)
+        reasons = g["throttle_reasons"]
+        if reasons is not None and any(r not in _CANONICAL for r in reasons):
+            g["throttle_reasons"] = normalize_throttle_reasons(reasons)
+        gpm = g["gpm"]
+        if isinstance(gpm, dict):
+            _fill(gpm, GPM_KEYS, False)
+    for p in obj["processes"] or ():
+        _fill(p, PROCESS_FIELDS, False)
+    for x in obj["xid_events"]:
+        _fill(x, XID_FIELDS, False)
+    return cast(Sample, obj)
+
+
+_CANONICAL = frozenset(THROTTLE_REASONS)
+
+__all__ = [
+    "CLOCK_EVENT_REASONS",
+    "DRIVER_DOWN_STATES",
+    "GPM_KEYS",
+    "GPU_FIELDS",
+    "GPU_IDENTITY",
+    "HOST_FIELDS",
+    "HOST_STATES",
+    "IDLE_REASON",
+    "PROCESS_FIELDS",
+    "PROCESS_TYPES",
+    "SCHEMA_VERSION",
+    "SLOWDOWN_REASONS",
+    "SOURCES",
+    "THROTTLE_REASONS",
+    "THROTTLE_REASON_ALIASES",
+    "USABLE_STATES",
+    "XID_FIELDS",
+    "GpmRecord",
+    "GpuRecord",
+    "HostRecord",
+    "HostState",
+    "ProcessRecord",
+    "ProcessType",
+    "Sample",
+    "Source",
+    "XidRecord",
+    "empty_gpu",
+    "empty_host",
+    "empty_sample",
+    "is_limit",
+    "is_slowdown",
+    "normalize_throttle_reasons",
+    "read_sample",
+    "throttle_reasons",
+]

@@ -18,21 +18,26 @@ and turns the rows into schema-v1 samples (``remote/telemetry/schema.py``, sourc
   (``N/A``, ``ERR!``): all are ``None`` with the reason kept, never 0;
 * ``mig.mode.current`` is ``Enabled`` / ``Disabled``, or ``[N/A]`` on GPUs without MIG;
 * ``clocks_event_reasons.active`` (``clocks_throttle_reasons.active`` before driver R535) is a
-  hex bitmask of NVML's ``nvmlClocksEventReason*`` bits;
+  hex bitmask of NVML's ``nvmlClocksEventReason*`` bits, decoded with the agent's own table
+  (``schema.throttle_reasons``), so both paths name the reasons alike;
 * when nvidia-smi cannot run at all it prints one of a few messages instead of rows
   (:func:`classify_smi_failure` maps them to host states).
 
 Units in the sample: percent, MiB, degrees C, W, MHz (see the schema's key suffixes).
+The records are :class:`~remote.telemetry.schema.Sample` s, identical to the agent's for the
+same GPU state except where nvidia-smi cannot know a value (:data:`SMI_UNKNOWN_GPU_FIELDS`,
+:data:`SMI_UNKNOWN_PROCESS_FIELDS`, the host readings but the driver version): those are
+``None`` with the reason in ``errors``.
 """
 
 from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, cast
 
 from remote.telemetry.faults import (
     GpuHandleError,
@@ -40,9 +45,27 @@ from remote.telemetry.faults import (
     parse_plugin_discovery,
     pci_key,
 )
-from remote.telemetry.schema import GPU_FIELDS, empty_gpu, empty_sample
+from remote.telemetry.schema import (
+    GPU_FIELDS,
+    HOST_FIELDS,
+    GpuRecord,
+    HostState,
+    ProcessRecord,
+    Sample,
+    Source,
+    empty_gpu,
+    empty_sample,
+    throttle_reasons,
+)
 
-SOURCE = "nvidia-smi"
+SOURCE: Source = "nvidia-smi"
+
+#: GPU readings nvidia-smi's ``--query-gpu`` does not give (always ``None``, reason kept).
+SMI_UNKNOWN_GPU_FIELDS: tuple[str, ...] = ("remapped_rows_pending", "gpm")
+#: Process keys ``--query-compute-apps`` does not give (always ``None``); every listed process
+#: is of ``type`` ``compute``.
+SMI_UNKNOWN_PROCESS_FIELDS: tuple[str, ...] = ("user", "command", "container_id", "rank",
+                                                "local_rank")
 
 #: The ``--query-gpu`` fields gpuconsole asks for, in this order.
 QUERY_FIELDS: tuple[str, ...] = (
@@ -123,18 +146,6 @@ _BARE_MISSING = frozenset({"n/a", "err!", "not supported", "unknown error", "unk
 _NUM_RE = re.compile(
     r"^(?P<num>[-+]?\d+(?:\.\d+)?)(?:\s*(?P<unit>%|W|mW|MHz|MiB|KiB|GiB|C|ms|us|s|KB/s|MB/s))?$")
 
-#: ``nvmlClocksEventReason*`` bits (NVML ``nvml.h``) -> the schema's ``throttle_reasons`` names.
-THROTTLE_REASON_BITS: dict[int, str] = {
-    0x1: "gpu_idle",
-    0x2: "applications_clocks_setting",
-    0x4: "sw_power_cap",
-    0x8: "hw_slowdown",
-    0x10: "sync_boost",
-    0x20: "sw_thermal_slowdown",
-    0x40: "hw_thermal_slowdown",
-    0x80: "hw_power_brake_slowdown",
-    0x100: "display_clock_setting",
-}
 
 
 def _kind(name: str) -> str:
@@ -181,17 +192,6 @@ def parse_value(name: str, raw: str) -> tuple[SmiValue, str | None]:
     except (ValueError, KeyError):
         return None, f"unparseable value {text!r}"
     return text, None
-
-
-def throttle_reason_names(mask: int) -> list[str]:
-    """Names of the bits set in a clock-event mask; unknown bits as ``0x...``."""
-    out: list[str] = []
-    bit = 1
-    while bit <= mask:
-        if mask & bit:
-            out.append(THROTTLE_REASON_BITS.get(bit, f"0x{bit:x}"))
-        bit <<= 1
-    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -305,15 +305,14 @@ _KEY_SOURCES: dict[str, tuple[str, ...]] = {
     "mig_mode": ("mig.mode.current",),
 }
 _NOT_QUERIED = "not queried by the nvidia-smi fallback"
-_HOST_KEYS = ("hostname", "cpu_pct", "load1", "load5", "load15", "mem_used_mib",
-              "mem_total_mib", "uptime_s", "driver_version", "cuda_version", "nvml_version")
 
 
-def gpu_from_row(row: CsvRow, position: int) -> dict[str, Any]:
+def gpu_from_row(row: CsvRow, position: int) -> GpuRecord:
     """A schema GPU record from one row; ``position`` is the index when ``index`` is absent."""
     idx = row.values.get("index")
     gpu = empty_gpu(idx if isinstance(idx, int) and not isinstance(idx, bool) else position)
-    errors: dict[str, str] = gpu["errors"]
+    fields = cast(dict[str, Any], gpu)  # the same record, written by key name below
+    errors = gpu["errors"]
     if "index" in row.values and not isinstance(idx, int):
         errors["index"] = row.errors.get("index", "index unknown; row order used")
     for key, sources in _KEY_SOURCES.items():
@@ -324,38 +323,40 @@ def gpu_from_row(row: CsvRow, position: int) -> dict[str, Any]:
             continue
         src = next((s for s in present if row.values[s] is not None), present[0])
         value = row.values[src]
-        gpu[key] = (throttle_reason_names(value)
-                    if key == "throttle_reasons" and isinstance(value, int) else value)
+        fields[key] = (throttle_reasons(value)
+                       if key == "throttle_reasons" and isinstance(value, int) else value)
         if value is None:
             errors[key] = row.errors.get(src, "unknown")
     errors["gpm"] = "not available from nvidia-smi"
     return gpu
 
 
-def processes_from_compute_apps(rows: Iterable[CsvRow], gpus: Sequence[Mapping[str, Any]],
-                                ) -> list[dict[str, Any]]:
+def processes_from_compute_apps(rows: Iterable[CsvRow], gpus: Sequence[GpuRecord],
+                                ) -> list[ProcessRecord]:
     """Schema process records from ``--query-compute-apps=gpu_uuid,pid,used_memory`` rows.
 
     ``gpu_index`` comes from the GPU with that UUID (``None`` if unknown); ``used_mib`` is
     ``None`` where nvidia-smi prints no value (e.g. ``[N/A]`` under MIG or WDDM).
     """
-    by_uuid = {g.get("uuid"): g.get("index") for g in gpus if g.get("uuid")}
-    out: list[dict[str, Any]] = []
+    by_uuid = {g["uuid"]: g["index"] for g in gpus if g["uuid"]}
+    out: list[ProcessRecord] = []
     for r in rows:
         pid = r.values.get("pid")
         if not isinstance(pid, int):
             continue
         uuid = r.values.get("gpu_uuid")
+        uuid = uuid if isinstance(uuid, str) else None
         used = r.values.get("used_memory", r.values.get("used_gpu_memory"))
-        out.append({"gpu_index": by_uuid.get(uuid), "gpu_uuid": uuid, "pid": pid,
+        out.append({"gpu_index": by_uuid.get(uuid) if uuid else None, "gpu_uuid": uuid, "pid": pid,
                     "used_mib": used if isinstance(used, int) else None, "type": "compute",
-                    "user": None, "command": None, "container_id": None})
+                    "user": None, "command": None, "container_id": None, "rank": None,
+                    "local_rank": None})
     return out
 
 
 def sample_from_smi(rows: Sequence[CsvRow], compute_apps: Sequence[CsvRow] | None, seq: int,
                     host_time: float, interval_s: float, *, fault: HostFault | None = None,
-                    known_gpus: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
+                    known_gpus: Sequence[GpuRecord] | None = None) -> Sample:
     """A schema-v1 sample (source ``nvidia-smi``) from one polling round.
 
     Args:
@@ -373,13 +374,12 @@ def sample_from_smi(rows: Sequence[CsvRow], compute_apps: Sequence[CsvRow] | Non
     sample["gpus"] = gpus
     driver = next((r.values.get("driver_version") for r in rows
                    if isinstance(r.values.get("driver_version"), str)), None)
-    host: dict[str, Any] = {k: None for k in _HOST_KEYS}
-    host["driver_version"] = driver
+    host = sample["host"]
+    host["driver_version"] = driver if isinstance(driver, str) else None
     host["errors"] = {k: "not collected by the nvidia-smi fallback"
-                      for k in _HOST_KEYS if k != "driver_version"}
+                      for k in HOST_FIELDS if k != "driver_version"}
     if driver is None:
         host["errors"]["driver_version"] = "not reported by nvidia-smi"
-    sample["host"] = host
     if compute_apps is None:
         sample["errors"]["processes"] = "nvidia-smi --query-compute-apps not run for this sample"
     else:
@@ -393,7 +393,7 @@ def sample_from_smi(rows: Sequence[CsvRow], compute_apps: Sequence[CsvRow] | Non
 
 
 def sample_from_fault(fault: HostFault, seq: int, host_time: float, interval_s: float,
-                      known_gpus: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
+                      known_gpus: Sequence[GpuRecord] | None = None) -> Sample:
     """A schema-v1 sample for a round where nvidia-smi printed only a failure.
 
     GPUs from ``known_gpus`` (the last good sample) are listed with every reading ``None``;
@@ -405,27 +405,26 @@ def sample_from_fault(fault: HostFault, seq: int, host_time: float, interval_s: 
     return sample
 
 
-def _identity(g: Mapping[str, Any]) -> dict[str, Any]:
-    rec = empty_gpu(0)
-    rec["index"] = g.get("index")
-    for k in ("uuid", "name", "pci_bus_id"):
-        rec[k] = g.get(k)
+def _identity(g: GpuRecord) -> GpuRecord:
+    rec = empty_gpu(g["index"])
+    rec["uuid"], rec["name"], rec["pci_bus_id"] = g["uuid"], g["name"], g["pci_bus_id"]
     return rec
 
 
-def _readings_unknown(gpu: dict[str, Any], reason: str) -> None:
+def _readings_unknown(gpu: GpuRecord, reason: str) -> None:
+    fields = cast(dict[str, Any], gpu)
     for f in GPU_FIELDS:
-        gpu[f] = None
+        fields[f] = None
         gpu["errors"][f] = reason
 
 
-def _apply_host_fault(sample: dict[str, Any], fault: HostFault,
-                      known_gpus: Sequence[Mapping[str, Any]] | None) -> None:
+def _apply_host_fault(sample: Sample, fault: HostFault,
+                      known_gpus: Sequence[GpuRecord] | None) -> None:
     sample["state"] = fault.state
     sample["state_detail"] = fault.detail
-    gpus: list[dict[str, Any]] = sample["gpus"]
-    have = {pci_key(g["pci_bus_id"]) for g in gpus if g.get("pci_bus_id")}
-    have_idx = {g.get("index") for g in gpus}
+    gpus = sample["gpus"]
+    have = {pci_key(g["pci_bus_id"]) for g in gpus if g["pci_bus_id"]}
+    have_idx = {g["index"] for g in gpus}
     if fault.state == "no_gpus":
         sample["gpus"] = []
         sample["processes"] = None
@@ -433,20 +432,19 @@ def _apply_host_fault(sample: dict[str, Any], fault: HostFault,
         return
     missing_reason = f"readings missing for this sample: {fault.detail}"
     for g in known_gpus or ():
-        key = pci_key(g["pci_bus_id"]) if g.get("pci_bus_id") else None
-        if (key is not None and key in have) or g.get("index") in have_idx:
+        key = pci_key(g["pci_bus_id"]) if g["pci_bus_id"] else None
+        if (key is not None and key in have) or g["index"] in have_idx:
             continue
         rec = _identity(g)
         _readings_unknown(rec, missing_reason)
         gpus.append(rec)
     for err in fault.gpu_errors:
         key = pci_key(err.pci_bus_id)
-        found = [g for g in gpus if g.get("pci_bus_id") and pci_key(g["pci_bus_id"]) == key]
+        found = [g for g in gpus if g["pci_bus_id"] and pci_key(g["pci_bus_id"]) == key]
         if found:
             rec = found[0]
         else:
-            rec = empty_gpu(0)
-            rec["index"] = None
+            rec = empty_gpu(None)
             rec["pci_bus_id"] = err.pci_bus_id
             rec["errors"]["index"] = "index unknown: GPU known only by its PCI bus id"
             gpus.append(rec)
@@ -499,7 +497,7 @@ class SmiStreamParser:
         self.seq = start_seq
         self.clock = clock
         #: GPUs of the last sample built from rows (identities for failure samples).
-        self.known_gpus: list[dict[str, Any]] = []
+        self.known_gpus: list[GpuRecord] = []
         #: non-data lines seen (failure messages, lines of another shape), oldest first.
         self.unparsed: list[str] = []
         self._rows: list[CsvRow] = []
@@ -513,11 +511,11 @@ class SmiStreamParser:
         """Process rows to attach to the next sample (then cleared: never reused stale)."""
         self._apps = list(rows) if rows is not None else None
 
-    def feed(self, line: str, host_time: float | None = None) -> list[dict[str, Any]]:
+    def feed(self, line: str, host_time: float | None = None) -> list[Sample]:
         """Consume one line; returns the samples it completed (usually zero or one)."""
         self._line_no += 1
         now = self.clock() if host_time is None else host_time
-        out: list[dict[str, Any]] = []
+        out: list[Sample] = []
         text = line.strip()
         kind = _message_kind(text) if text else None
         if kind is not None:
@@ -549,14 +547,14 @@ class SmiStreamParser:
             out.extend(self._emit())
         return out
 
-    def flush(self, host_time: float | None = None) -> list[dict[str, Any]]:
+    def flush(self, host_time: float | None = None) -> list[Sample]:
         """End of stream: the pending partial round as a sample (zero or one samples)."""
         if self._t0 is None and host_time is not None:
             self._t0 = host_time
         return self._emit()
 
     def fault_sample(self, fault: HostFault | None, host_time: float | None = None,
-                     ) -> dict[str, Any]:
+                     ) -> Sample:
         """A sample for a stream that failed (``fault`` from :func:`classify_smi_failure`;
         ``None`` -> state ``error``), keeping the identities of the GPUs seen so far."""
         if fault is None:
@@ -580,7 +578,7 @@ class SmiStreamParser:
         return (isinstance(key, int) and isinstance(last, int) and not isinstance(key, bool)
                 and key < last)
 
-    def _emit(self) -> list[dict[str, Any]]:
+    def _emit(self) -> list[Sample]:
         rows, apps, messages = self._rows, self._apps, self._messages
         host_time = self._t0 if self._t0 is not None else self.clock()
         self._rows, self._keys, self._messages, self._t0, self._apps = [], [], [], None, None
@@ -592,12 +590,12 @@ class SmiStreamParser:
         if fault is None:
             have = {g["index"] for g in sample["gpus"]}
             for g in self.known_gpus:
-                if g.get("index") not in have:
+                if g["index"] not in have:
                     rec = _identity(g)
                     _readings_unknown(rec, "no row for this GPU in this polling round")
                     sample["gpus"].append(rec)
         sample["gpus"].sort(key=lambda g: (g["index"] is None, g["index"] or 0))
-        self.known_gpus = [g for g in sample["gpus"] if g.get("index") is not None]
+        self.known_gpus = [g for g in sample["gpus"] if g["index"] is not None]
         self.seq += 1
         return [sample]
 
@@ -705,7 +703,7 @@ def classify_smi_failure(text: str, returncode: int | None = None) -> HostFault 
     lib = next((m["v"] for _, ln in kinds if (m := _LIBVER_RE.match(ln))), None)
     kver = next((m["v"] for _, ln in kinds if (m := _KERNELVER_RE.search(ln))), None)
 
-    def fault(state: str, detail: str, hint: str | None, **kw: Any) -> HostFault:
+    def fault(state: HostState, detail: str, hint: str | None, **kw: Any) -> HostFault:
         return HostFault(state=state, detail=detail, hint=hint, source=SOURCE,
                          library_version=lib, kernel_module_version=kver, evidence=evidence,
                          **kw)
@@ -796,8 +794,9 @@ __all__ = [
     "OPTIONAL_FIELDS",
     "QUERY_FIELDS",
     "QUERY_FIELDS_LEGACY",
+    "SMI_UNKNOWN_GPU_FIELDS",
+    "SMI_UNKNOWN_PROCESS_FIELDS",
     "SOURCE",
-    "THROTTLE_REASON_BITS",
     "CsvRow",
     "SmiStreamParser",
     "SmiValue",
@@ -812,5 +811,4 @@ __all__ = [
     "sample_from_fault",
     "sample_from_smi",
     "smi_argv",
-    "throttle_reason_names",
 ]

@@ -192,7 +192,7 @@ def test_two_gpus_exact_values(proc_root: Path) -> None:
     assert g0 == {
         "index": 0, "uuid": "GPU-aaaa", "name": "NVIDIA H200", "pci_bus_id": "00000000:19:00.0",
         "lost": False, "util_gpu_pct": 97, "util_mem_pct": 41, "mem_used_mib": 17000,
-        "mem_total_mib": 143771, "temp_c": 55, "power_w": 512.345, "power_limit_w": 700.0,
+        "mem_total_mib": 143771, "temp_c": 55, "power_w": 512.35, "power_limit_w": 700.0,
         "sm_clock_mhz": 1980, "mem_clock_mhz": 3201, "fan_pct": 30, "pstate": "P0",
         "throttle_reasons": ["sw_power_cap", "sw_thermal"], "ecc_volatile_uncorrected": 2,
         "remapped_rows_pending": True, "persistence_mode": True, "mig_mode": False,
@@ -479,7 +479,9 @@ def test_driver_comes_back_after_retry() -> None:
 def test_zero_gpus_is_a_valid_sample() -> None:
     s = make({"gpus": []})[0].sample()
     check_schema(s)
-    assert s["state"] == "no_gpus" and s["gpus"] == [] and s["processes"] == []
+    assert s["state"] == "no_gpus" and s["gpus"] == []
+    assert s["processes"] is None  # unknown, not "idle" (as the nvidia-smi fallback says)
+    assert s["errors"]["processes"] == "the NVIDIA driver enumerates 0 GPUs"
     assert s["state_detail"] == "the NVIDIA driver enumerates 0 GPUs"
 
 

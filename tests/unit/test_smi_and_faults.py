@@ -279,9 +279,9 @@ def test_mig_off_gpus_still_get_processes() -> None:
     assert [g["mig_mode"] for g in sample["gpus"]] == [False, False]
     assert sample["processes"] == [
         {"gpu_index": 0, "gpu_uuid": "GPU-a0", "pid": 4242, "used_mib": 29500, "type": "compute",
-         "user": None, "command": None, "container_id": None},
+         "user": None, "command": None, "container_id": None, "rank": None, "local_rank": None},
         {"gpu_index": 1, "gpu_uuid": "GPU-a1", "pid": 4243, "used_mib": None, "type": "compute",
-         "user": None, "command": None, "container_id": None},
+         "user": None, "command": None, "container_id": None, "rank": None, "local_rank": None},
     ]
     g = sample["gpus"][0]
     assert g["pci_bus_id"] == "00000000:07:00.0" and g["throttle_reasons"] == ["sw_power_cap"]

@@ -25,6 +25,7 @@ from console.fleet.rows import (
     num_text,
     power_text,
     sparkline,
+    throttle_severity,
     throttle_text,
     users_text,
     util_text,
@@ -82,12 +83,12 @@ def _level_style(frac: float | None, warn: float, crit: float) -> str:
     return "red" if frac >= crit else "yellow" if frac >= warn else "green"
 
 
+#: ``rows.throttle_severity`` -> the THROTTLE cell's style.
+THROTTLE_STYLE = {"unknown": "dim", "none": "dim", "limit": "yellow", "slowdown": "bold red"}
+
+
 def _throttle_style(reasons: Sequence[str] | None) -> str:
-    if not reasons:
-        return "dim"
-    if any(r in ("hw_slowdown", "hw_thermal", "sw_thermal", "hw_power_brake") for r in reasons):
-        return "bold red"
-    return "yellow" if any(r != "gpu_idle" for r in reasons) else "dim"
+    return THROTTLE_STYLE[throttle_severity(reasons)]
 
 
 def host_cells(h: HostRow, n_gpus: int, info_limit: int = 72) -> list[Text]:
