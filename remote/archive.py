@@ -648,36 +648,53 @@ async def copy_to_container(engine: Engine, container: str, src: Path, dest: str
             raise ContainerPathNotFound(host, container, into, "directory")
     reader, writer = await _connect(host, socket_path)
     target = _target(container, into, noOverwriteDirNonDir="true")
+    answer: asyncio.Task[tuple[_Response, str]] | None = None
     try:
         writer.write(f"PUT {target} HTTP/1.1\r\nHost: docker\r\nConnection: close\r\n"
                      "Content-Type: application/x-tar\r\nTransfer-Encoding: chunked\r\n\r\n"
                      .encode())
         sink = ThreadToLoopWriter(asyncio.get_running_loop())
 
+        async def read_answer() -> tuple[_Response, str]:
+            # read while the body is sent: an engine that refuses (a read-only mount)
+            # answers at once and closes, and later writes fail
+            resp = await _read_head(host, reader)
+            return resp, "" if resp.status == 200 else await _read_body(reader, resp)
+
+        answer = asyncio.create_task(read_answer())
+
         async def feed() -> None:
             try:
                 async for chunk in sink.chunks():
+                    if answer.done():
+                        raise ConnectionLost(host, f"the engine answered the copy to {dest} "
+                                             "before its end")
                     writer.write(b"%x\r\n" % len(chunk) + chunk + b"\r\n")
                     await writer.drain()
                 writer.write(b"0\r\n\r\n")
                 await writer.drain()
-            except OSError as e:  # the engine answered early (an error) and closed
+            except OSError as e:
                 log.debug("copy to %s:%s: body cut: %s", container[:12], dest, e)
                 raise ConnectionLost(host, f"the copy to {dest} was cut: {e}") from e
 
+        stats: CopyStats | None = None
         try:
             stats = await run_with_pipe(lambda: write_tar(sink, src, root), sink.abort,
                                         asyncio.create_task(feed()), finish_feed=True)
-        except ConnectionLost:
-            stats = None  # the engine's answer says why, when it sent one
+        except ConnectionLost as e:
+            cut: ConnectionLost | None = e  # the engine's answer says why, when it sent one
+        else:
+            cut = None
         try:
-            resp = await _read_head(host, reader)
+            resp, body = await answer
         except (asyncio.IncompleteReadError, OSError) as e:
-            raise ConnectionLost(host, f"no answer to the copy to {dest}: {e}") from e
+            raise cut or ConnectionLost(host, f"no answer to the copy to {dest}: {e}") from e
         if resp.status != 200:
-            _raise_for(host, container, into, resp, await _read_body(reader, resp))
+            _raise_for(host, container, into, resp, body)
         if stats is None:
-            raise ConnectionLost(host, f"the copy to {dest} was cut")
+            raise cut or ConnectionLost(host, f"the copy to {dest} was cut")
         return CopyStats(stats.files, stats.bytes, posixpath.join(into, root))
     finally:
+        if answer is not None and not answer.done():
+            answer.cancel()
         writer.close()
