@@ -33,6 +33,9 @@ Everything missing from a GPU takes the defaults in :data:`GPU_DEFAULTS`. ``call
 calls per function name, so tests can check what the agent asked and how often. Use it in
 process (``Agent(FakeNVML(scenario))``) or, for a real subprocess of ``agent.py``, through a
 ``pynvml.py`` shim written by :func:`write_shim` into the folder given as ``--pynvml-dir``.
+
+:func:`fake_nvidia_smi` prints the same scenario as nvidia-smi's CSV would show it, so a test
+can feed one GPU state to the agent and to the nvidia-smi parser and compare the records.
 """
 
 from __future__ import annotations
@@ -532,6 +535,99 @@ class FakeNVML(types.ModuleType):
             else:
                 m.nvmlReturn, m.value = 0, float(spec["gpm"].get(str(m.metricId), 0.0))
         return mg
+
+
+# ---------------------------------------------------------------------------------------------
+# the same GPU state as nvidia-smi would print it
+
+
+#: NVML error suffix -> the token nvidia-smi prints instead of a value.
+SMI_TOKENS: dict[str, str] = {
+    "NotSupported": "[N/A]",
+    "FunctionNotFound": "[N/A]",
+    "NoPermission": "[Insufficient Permissions]",
+    "ResetRequired": "[GPU requires reset]",
+}
+
+
+def _smi_value(nv: FakeNVML, h: FakeHandle, index: int, field: str) -> str:
+    """One ``--query-gpu`` value as nvidia-smi prints it with ``nounits`` (it is an NVML client:
+    the same calls, formatted): W with 2 decimals, MiB as whole numbers, masks as 0x%016x."""
+    if field == "index":
+        return str(index)
+    if field == "uuid":
+        return nv.nvmlDeviceGetUUID(h)
+    if field == "name":
+        return nv.nvmlDeviceGetName(h)
+    if field == "pci.bus_id":
+        return nv.nvmlDeviceGetPciInfo(h).busId.decode()
+    if field in ("utilization.gpu", "utilization.memory"):
+        u = nv.nvmlDeviceGetUtilizationRates(h)
+        return str(u.gpu if field == "utilization.gpu" else u.memory)
+    if field in ("memory.used", "memory.total"):
+        m = nv.nvmlDeviceGetMemoryInfo(h, version=nv.nvmlMemory_v2)
+        return str((m.used if field == "memory.used" else m.total) // MIB)
+    if field == "temperature.gpu":
+        return str(nv.nvmlDeviceGetTemperatureV(h, nv.NVML_TEMPERATURE_GPU))
+    if field == "power.draw":
+        return f"{nv.nvmlDeviceGetPowerUsage(h) / 1000:.2f}"
+    if field == "enforced.power.limit":
+        return f"{nv.nvmlDeviceGetEnforcedPowerLimit(h) / 1000:.2f}"
+    if field in ("clocks.sm", "clocks.mem"):
+        return str(nv.nvmlDeviceGetClockInfo(
+            h, nv.NVML_CLOCK_SM if field == "clocks.sm" else nv.NVML_CLOCK_MEM))
+    if field == "fan.speed":
+        return str(nv.nvmlDeviceGetFanSpeed(h))
+    if field == "pstate":
+        return f"P{nv.nvmlDeviceGetPerformanceState(h)}"
+    if field == "clocks_event_reasons.active":
+        return f"0x{nv.nvmlDeviceGetCurrentClocksEventReasons(h):016x}"
+    if field == "clocks_throttle_reasons.active":
+        return f"0x{nv.nvmlDeviceGetCurrentClocksThrottleReasons(h):016x}"
+    if field == "ecc.errors.uncorrected.volatile.total":
+        return str(nv.nvmlDeviceGetTotalEccErrors(
+            h, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_VOLATILE_ECC))
+    if field == "persistence_mode":
+        return "Enabled" if nv.nvmlDeviceGetPersistenceMode(h) == 1 else "Disabled"
+    if field == "mig.mode.current":
+        return "Enabled" if nv.nvmlDeviceGetMigMode(h)[0] == 1 else "Disabled"
+    if field == "driver_version":
+        return nv.nvmlSystemGetDriverVersion()
+    raise KeyError(f"fake nvidia-smi: no rendering for field {field!r}")
+
+
+def fake_nvidia_smi(scenario: dict[str, Any], fields: list[str] | tuple[str, ...],
+                    ) -> tuple[str, str]:
+    """What ``nvidia-smi --query-gpu=<fields> --format=csv,noheader,nounits`` and
+    ``nvidia-smi --query-compute-apps=gpu_uuid,pid,used_memory --format=csv,noheader,nounits``
+    print for a scenario's GPU state: ``(query_gpu_text, compute_apps_text)``.
+
+    A stand-in for nvidia-smi, for tests that feed one GPU state to both the agent and the
+    nvidia-smi parser. Values come from a FakeNVML of the same scenario (nvidia-smi reads
+    NVML too); a call that fails prints nvidia-smi's token (:data:`SMI_TOKENS`, else
+    ``[Unknown Error]``). No GPU: ``No devices were found``. Lost GPUs are not rendered.
+    """
+    nv = FakeNVML(scenario)
+    nv.nvmlInit()
+    count = nv.nvmlDeviceGetCount()
+    if count == 0:
+        return "No devices were found\n", ""
+    lines, apps = [], []
+    for i in range(count):
+        h = nv.nvmlDeviceGetHandleByIndex(i)
+        values = []
+        for f in fields:
+            try:
+                values.append(_smi_value(nv, h, i, f))
+            except NVMLError as e:
+                suffix = type(e).__name__.partition("_")[2]
+                values.append(SMI_TOKENS.get(suffix, "[Unknown Error]"))
+        lines.append(", ".join(values))
+        uuid = nv.nvmlDeviceGetUUID(h)
+        for p in nv.nvmlDeviceGetComputeRunningProcesses_v3(h):
+            used = "[N/A]" if p.usedGpuMemory is None else str(p.usedGpuMemory // MIB)
+            apps.append(f"{uuid}, {p.pid}, {used}")
+    return "".join(ln + "\n" for ln in lines), "".join(ln + "\n" for ln in apps)
 
 
 SHIM = '''"""pynvml shim (tests): becomes a FakeNVML built from $FAKE_NVML_SCENARIO."""

@@ -374,12 +374,7 @@ def sample_from_smi(rows: Sequence[CsvRow], compute_apps: Sequence[CsvRow] | Non
     sample["gpus"] = gpus
     driver = next((r.values.get("driver_version") for r in rows
                    if isinstance(r.values.get("driver_version"), str)), None)
-    host = sample["host"]
-    host["driver_version"] = driver if isinstance(driver, str) else None
-    host["errors"] = {k: "not collected by the nvidia-smi fallback"
-                      for k in HOST_FIELDS if k != "driver_version"}
-    if driver is None:
-        host["errors"]["driver_version"] = "not reported by nvidia-smi"
+    _host(sample, driver if isinstance(driver, str) else None)
     if compute_apps is None:
         sample["errors"]["processes"] = "nvidia-smi --query-compute-apps not run for this sample"
     else:
@@ -401,8 +396,19 @@ def sample_from_fault(fault: HostFault, seq: int, host_time: float, interval_s: 
     "driver unreachable" never reads as "0 GPUs". Lost GPUs are found by PCI bus id.
     """
     sample = empty_sample(SOURCE, seq, host_time, interval_s)
+    _host(sample, None)
     _apply_host_fault(sample, fault, known_gpus)
     return sample
+
+
+def _host(sample: Sample, driver: str | None) -> None:
+    """The host record: the driver version is all nvidia-smi tells (the rest is unknown)."""
+    host = sample["host"]
+    host["driver_version"] = driver
+    host["errors"] = {k: "not collected by the nvidia-smi fallback"
+                      for k in HOST_FIELDS if k != "driver_version"}
+    if driver is None:
+        host["errors"]["driver_version"] = "not reported by nvidia-smi"
 
 
 def _identity(g: GpuRecord) -> GpuRecord:
