@@ -10,21 +10,33 @@ bundled profiles.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Literal
 
 import platformdirs
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from console.errors import ConfigError
-from console.yamlsrc import load_yaml, validation_error
-from remote.ssh import SSHTarget, SSHTransport
+from console.fields import ImageRef, Mount, NoNul, OneLine, Size, Word
+from console.yamlsrc import Lines, combine, line_of, load_yaml, validation_errors
+from remote.ssh import (
+    SSHTarget,
+    SSHTransport,
+    check_hostname,
+    check_known_hosts,
+    check_private_key,
+    parse_jump,
+)
 from remote.transport import DEFAULT_DOCKER_SOCKET, LocalTransport, Transport
 
 #: The repo's ``profiles/`` folder (bundled profiles).
 BUNDLED_DIR = Path(__file__).resolve().parent.parent / "profiles"
 
 _Strict = ConfigDict(extra="forbid")
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_CAP_RE = re.compile(r"^(CAP_)?[A-Z][A-Z0-9_]{0,40}$")
+_HOST_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 
 
 class HostConfig(BaseModel):
@@ -37,15 +49,41 @@ class HostConfig(BaseModel):
     model_config = _Strict
 
     transport: Literal["ssh", "local"] = "ssh"
-    hostname: str | None = Field(None, description="host name, IP or ~/.ssh/config alias")
+    hostname: Word | None = Field(None, description="host name, IP or ~/.ssh/config alias")
     port: int | None = Field(None, ge=1, le=65535)
-    user: str | None = None
-    identity_file: str | None = None
+    user: Word | None = None
+    identity_file: OneLine | None = None
     jump: str | None = Field(None, description="jump host, [user@]host[:port] like ssh -J")
-    address: str | None = Field(None, description="IP other nodes use to reach this host")
-    docker_socket: str | None = Field(
+    address: Word | None = Field(None, description="IP other nodes use to reach this host")
+    docker_socket: OneLine | None = Field(
         None, description="engine socket; default /var/run/docker.sock ($DOCKER_HOST=unix://"
         "... wins for a local host)")
+
+    @field_validator("hostname")
+    @classmethod
+    def _hostname(cls, v: str | None) -> str | None:
+        return None if v is None else check_hostname(v)
+
+    @field_validator("user")
+    @classmethod
+    def _user(cls, v: str | None) -> str | None:
+        if v is not None and (not v or len(v) > 256 or any(c in v for c in ":/")):
+            raise ValueError(f"{v[:40]!r} is not a user name (1-256 characters, no ':' or '/')")
+        return v
+
+    @field_validator("jump")
+    @classmethod
+    def _jump(cls, v: str | None) -> str | None:
+        if v is not None:
+            parse_jump(v)
+        return v
+
+    @field_validator("docker_socket")
+    @classmethod
+    def _socket(cls, v: str | None) -> str | None:
+        if v is not None and not v.startswith("/"):
+            raise ValueError(f"{v!r} is not an absolute path")
+        return v
 
 
 class JobDefaults(BaseModel):
@@ -53,17 +91,35 @@ class JobDefaults(BaseModel):
 
     model_config = _Strict
 
-    image: str | None = None
-    shm_size: str | None = "1g"
+    image: ImageRef | None = None
+    shm_size: Size | None = "1g"
     ipc: Literal["host"] | None = None
-    mounts: list[str] = Field(default_factory=list)
-    env: dict[str, str] = Field(default_factory=dict)
+    mounts: list[Mount] = Field(default_factory=list)
+    env: dict[str, NoNul] = Field(default_factory=dict,
+                                  description="${VAR} is taken from your environment, secret")
     cap_add: list[str] = Field(default_factory=list)
     privileged: bool = False
-    user: str | None = Field(None, description="uid:gid the container runs as")
+    user: Word | None = Field(None, description="uid:gid the container runs as")
     pull: Literal["missing", "never"] = "missing"
     rdzv_port: int = Field(29400, ge=1, le=65535)
-    stop_grace: float = Field(30.0, ge=0, description="seconds between SIGTERM and SIGKILL")
+    stop_grace: float = Field(30.0, ge=0, le=3600,
+                              description="seconds between SIGTERM and SIGKILL")
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, v: dict[str, str]) -> dict[str, str]:
+        for k in v:
+            if not _ENV_NAME_RE.match(k):
+                raise ValueError(f"{k!r} is not a valid environment variable name")
+        return v
+
+    @field_validator("cap_add")
+    @classmethod
+    def _caps(cls, v: list[str]) -> list[str]:
+        for c in v:
+            if not _CAP_RE.match(c):
+                raise ValueError(f"{c[:40]!r} is not a capability name like SYS_PTRACE")
+        return v
 
 
 class Profile(BaseModel):
@@ -76,21 +132,31 @@ class Profile(BaseModel):
 
     model_config = _Strict
 
-    name: str = "local"
+    name: OneLine = "local"
     source: str | None = None
     hosts: dict[str, HostConfig] = Field(min_length=1)
-    known_hosts: str | None = None
+    known_hosts: OneLine | None = None
     accept_new_host_keys: bool = False
     connect_timeout: float = Field(10.0, gt=0)
     defaults: JobDefaults = Field(default_factory=JobDefaults)
+    _lines: Lines = PrivateAttr(default_factory=dict)
 
     @field_validator("hosts")
     @classmethod
     def _names(cls, hosts: dict[str, HostConfig]) -> dict[str, HostConfig]:
         for name in hosts:
-            if not name or any(c.isspace() or c in "/:" for c in name):
-                raise ValueError(f"host name {name!r} must not contain spaces, '/' or ':'")
+            if not _HOST_NAME_RE.match(name):
+                shown = (repr(name) if len(name) <= 40
+                         else f"{name[:20]!r}... ({len(name)} characters)")
+                raise ValueError(
+                    f"host name {shown} must be 1-63 letters, digits, '.', '_' or '-', "
+                    "starting with a letter or digit")
         return hosts
+
+    @property
+    def lines(self) -> Lines:
+        """The profile file's key paths -> 1-based lines (empty for a built-in profile)."""
+        return self._lines
 
     def transport(self, host: str) -> Transport:
         """A transport for the named host.
@@ -139,9 +205,37 @@ def load_profile_file(path: Path) -> Profile:
     data.setdefault("name", path.stem)
     data["source"] = str(path)
     try:
-        return Profile.model_validate(data)
+        profile = Profile.model_validate(data)
     except ValidationError as e:
-        raise validation_error(e, Profile, str(path), lines) from e
+        raise combine(validation_errors(e, Profile, str(path), lines)) from e
+    problems = file_problems(profile, lines)
+    if problems:
+        raise combine(problems)
+    profile._lines = lines
+    return profile
+
+
+def file_problems(profile: Profile, lines: Lines) -> list[ConfigError]:
+    """The profile's local files that exist but cannot be used: an identity file that is not
+    a private key, a known_hosts file that is not one (binary, not UTF-8). Missing files are
+    left to the connection (a missing key is reported with the host)."""
+    out: list[ConfigError] = []
+    source = profile.source
+    if profile.known_hosts is not None:
+        why = check_known_hosts(profile.known_hosts)
+        if why:
+            out.append(ConfigError(why, "point known_hosts at an OpenSSH known_hosts file "
+                                   "(lines of `host key-type base64-key`)", path=source,
+                                   line=line_of(lines, ("known_hosts",)), field="known_hosts"))
+    for name, host in profile.hosts.items():
+        if host.identity_file is not None:
+            why = check_private_key(host.identity_file)
+            if why:
+                loc = ("hosts", name, "identity_file")
+                out.append(ConfigError(why, "point identity_file at a private key such as "
+                                       "~/.ssh/id_ed25519 (not the .pub file)", path=source,
+                                       line=line_of(lines, loc), field=".".join(loc)))
+    return out
 
 
 def _find(name: str) -> Path | None:

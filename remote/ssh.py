@@ -205,6 +205,13 @@ class SSHTransport(Transport):
                 f"identity file {e.filename or '?'} does not exist",
                 "fix `identity_file` in the profile or IdentityFile in ~/.ssh/config",
             ) from e
+        except ValueError as e:
+            # an unreadable known_hosts or key file asyncssh was pointed at (binary, not a key)
+            raise TransportError(
+                self.name,
+                f"cannot read the known_hosts ({kh_path}) or key files for {t.hostname}: {e}",
+                "fix `known_hosts` and `identity_file` in the profile, or ~/.ssh/config",
+            ) from e
         except (OSError, asyncio.TimeoutError, asyncssh.Error) as e:
             reason = _describe_os_error(e)
             raise HostUnreachable(
@@ -472,17 +479,101 @@ def parse_jump(spec: str) -> tuple[str | None, str, int | None]:
     """Split ``[user@]host[:port]`` (``ssh -J`` form) into ``(user, host, port)``.
 
     Raises:
-        ValueError: the port is not a number.
+        ValueError: an empty host or user, white space or control characters, a port that
+            is not a number from 1 to 65535.
     """
-    user, _, rest = spec.rpartition("@")
-    host, port = rest, None
+    if not spec or any(c.isspace() or not c.isprintable() for c in spec):
+        raise ValueError(f"jump host {spec!r} must be [user@]host[:port] without spaces or "
+                         "control characters")
+    user, at, rest = spec.rpartition("@")
+    if at and not user:
+        raise ValueError(f"jump host {spec!r} has an empty user before '@'")
+    host, port_text = rest, None
     if rest.startswith("["):  # [v6addr]:port
         host, _, tail = rest[1:].partition("]")
-        port = int(tail[1:]) if tail.startswith(":") else None
+        if tail and not tail.startswith(":"):
+            raise ValueError(f"jump host {spec!r}: text after ']' must be :port")
+        port_text = tail[1:] if tail else None
     elif rest.count(":") == 1:
-        host, p = rest.split(":")
-        port = int(p)
+        host, port_text = rest.split(":")
+    if not host:
+        raise ValueError(f"jump host {spec!r} has no host name")
+    check_hostname(host)
+    port = None
+    if port_text is not None:
+        if not port_text.isdigit():
+            raise ValueError(f"jump host {spec!r}: port {port_text!r} is not a number")
+        port = int(port_text)
+        if not 1 <= port <= 65535:
+            raise ValueError(f"jump host {spec!r}: port {port} is not in 1-65535")
     return (user or None), host, port
+
+
+#: Longest host name (RFC 1035: 253 characters, labels of at most 63).
+HOSTNAME_MAX = 253
+
+
+def check_hostname(host: str) -> str:
+    """Check a host name, IP or ssh config alias before it reaches the resolver (whose IDNA
+    codec raises on labels over 63 characters).
+
+    Raises:
+        ValueError: empty, white space or control characters, over 253 characters, or a
+            dot-separated label over 63.
+    """
+    if not host or any(c.isspace() or not c.isprintable() for c in host):
+        raise ValueError(f"host name {host!r} must be one word of printable characters")
+    if len(host) > HOSTNAME_MAX:
+        raise ValueError(f"host name {host[:20]!r}... is {len(host)} characters long "
+                         f"(at most {HOSTNAME_MAX})")
+    if not host.startswith("[") and any(len(label) > 63 for label in host.split(".")):
+        raise ValueError(f"host name {host[:20]!r}... has a part longer than 63 characters")
+    return host
+
+
+def check_private_key(path: str) -> str | None:
+    """Why the file at ``path`` cannot be used as an SSH identity, or ``None`` when it is a
+    private key asyncssh can read (an encrypted one counts: its passphrase comes later) or
+    does not exist (the connection reports a missing key).
+    """
+    p = os.path.expanduser(path)
+    if not os.path.exists(p):
+        return None
+    if not os.path.isfile(p):
+        return f"{p} is not a file"
+    try:
+        asyncssh.read_private_key(p)
+    except asyncssh.KeyImportError as e:
+        if "assphrase" in str(e):
+            return None
+        hint = " (that is a public key; give the file without .pub)" if p.endswith(
+            ".pub") else ""
+        return f"{p} is not a private key: {e}{hint}"
+    except (OSError, ValueError) as e:
+        return f"{p} is not a private key: {e}"
+    return None
+
+
+def check_known_hosts(path: str) -> str | None:
+    """Why the file at ``path`` cannot be used as known_hosts, or ``None`` when asyncssh can
+    read it or it does not exist (an unknown host key is reported at connect)."""
+    p = os.path.expanduser(path)
+    if not os.path.exists(p):
+        return None
+    if not os.path.isfile(p):
+        return f"{p} is not a file"
+    try:
+        with open(p, "rb") as f:
+            data = f.read()
+        if b"\x00" in data:
+            return f"{p} is not a known_hosts file (it holds NUL bytes: binary data)"
+        data.decode("utf-8")
+        asyncssh.import_known_hosts(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        return f"{p} is not a known_hosts file (not UTF-8 text)"
+    except (OSError, ValueError) as e:
+        return f"{p} is not a known_hosts file: {e}"
+    return None
 
 
 def _signal_number(name: str | None) -> int:

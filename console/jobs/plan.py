@@ -7,17 +7,24 @@ anything is contacted, :func:`build_plan` after the hosts were asked for their f
 
 from __future__ import annotations
 
+import re
 import secrets
+import shlex
 from dataclasses import dataclass
 
+from console import fields
 from console.errors import ConfigError, PlanError
 from console.jobs.labels import NodeLabels
-from console.jobs.spec import LoadedSpec, parse_mount
+from console.jobs.spec import LoadedSpec, parse_mount, resolve_env
 from console.profiles import Profile
+from console.yamlsrc import combine
 from remote.docker import Bind, ContainerSpec
 
 #: Where the synced workdir is mounted (read-only) and the job's working directory.
-WORKSPACE = "/workspace"
+WORKSPACE = fields.WORKSPACE
+#: What torchrun itself replaces in the script's arguments with each worker's local rank
+#: (torch.distributed.elastic ``macros.local_rank``, substituted per worker).
+LOCAL_RANK_MACRO = "${local_rank}"
 #: torchrun writes the first failure here (``TORCHELASTIC_ERROR_FILE``); read back after exit.
 ERROR_FILE = "/tmp/gpuconsole-error.json"
 #: Rank tag torchrun puts before every worker line (``--tee 3``); ``${rank}`` = global rank.
@@ -69,6 +76,7 @@ class JobPlan:
         rdzv_endpoint: ``<node 0 address>:<port>`` of the c10d rendezvous.
         world_size: nodes x processes per node.
         backend: ``nccl`` with GPUs, ``gloo`` without (what the example job picks).
+        script_args: the script's arguments as given (what :func:`render_plan` annotates).
     """
 
     job_id: str
@@ -80,6 +88,7 @@ class JobPlan:
     nproc_per_node: int
     world_size: int
     backend: str
+    script_args: tuple[str, ...] = ()
 
 
 def new_job_id(name: str) -> str:
@@ -90,28 +99,50 @@ def new_job_id(name: str) -> str:
 def select_hosts(loaded: LoadedSpec, profile: Profile) -> list[str]:
     """The hosts the job's nodes run on, node 0 first.
 
+    Also resolves the job's environment (:func:`job_env`) so that an unset ``${VAR}`` of the
+    profile is reported before any host is contacted.
+
     Raises:
-        ConfigError: a listed host is not in the profile, or the profile has too few hosts.
+        ConfigError: a listed host is not in the profile, the profile has too few hosts
+            (naming the spec's line, or the ``--nodes`` flag), or :func:`job_env` fails.
     """
     nodes = loaded.spec.nodes
     if isinstance(nodes, list):
-        for i, h in enumerate(nodes):
-            if h not in profile.hosts:
-                raise ConfigError(
-                    f"unknown host {h!r} (profile {profile.name!r})",
-                    f"hosts in the profile: {', '.join(profile.hosts)}",
-                    path=loaded.source,
-                    field=f"nodes[{i}]",
-                )
-        return list(nodes)
-    if nodes > len(profile.hosts):
-        raise ConfigError(  # names the spec file: a --nodes flag is checked the same way
+        unknown = [ConfigError(
+            f"unknown host {h!r} (profile {profile.name!r})",
+            f"hosts in the profile: {', '.join(profile.hosts)}",
+            **loaded.blame(f"nodes[{i}]"),
+        ) for i, h in enumerate(nodes) if h not in profile.hosts]
+        if unknown:
+            raise combine(unknown)
+        hosts = list(nodes)
+    elif nodes > len(profile.hosts):
+        raise ConfigError(
             f"{nodes} nodes asked, but profile {profile.name!r} has {len(profile.hosts)} host(s)",
             "lower `nodes` or add hosts to the profile",
-            path=loaded.source,
-            field="nodes",
+            **loaded.blame("nodes"),
         )
-    return list(profile.hosts)[:nodes]
+    else:
+        hosts = list(profile.hosts)[:nodes]
+    job_env(loaded, profile)
+    return hosts
+
+
+def job_env(loaded: LoadedSpec, profile: Profile) -> tuple[dict[str, str], frozenset[str]]:
+    """The job's environment: the profile's ``defaults.env`` (``${VAR}`` resolved from your
+    environment like the spec's, and secret) updated with the spec's ``env``.
+
+    Returns:
+        ``(env, secret keys)``.
+
+    Raises:
+        ConfigError: the profile references unset variables (profile file, line, field).
+    """
+    penv, psecret = resolve_env(profile.defaults.env, profile.source, profile.lines,
+                                ("defaults", "env"))
+    env = {**penv, **loaded.env}
+    secret = (psecret - loaded.env.keys()) | loaded.secret_env
+    return env, frozenset(secret)
 
 
 def check_spec_against_gpus(loaded: LoadedSpec) -> None:
@@ -128,12 +159,11 @@ def check_spec_against_gpus(loaded: LoadedSpec) -> None:
             f"more processes than GPUs: nproc_per_node {spec.nproc_per_node} > "
             f"{n} GPU(s) per node",
             "one process per GPU: lower nproc_per_node or give more GPUs",
-            path=loaded.source,
-            field="nproc_per_node",
+            **loaded.blame("nproc_per_node"),
         )
 
 
-def _busy_error(facts: HostFacts, busy: list[int]) -> PlanError:
+def _busy_error(facts: HostFacts, busy: list[int], at: str = "") -> PlanError:
     holders = facts.holders or {}
     who = "; ".join(
         f"GPU {i}: " + ("lost" if i in facts.lost else ", ".join(holders.get(i) or ["?"]))
@@ -142,7 +172,7 @@ def _busy_error(facts: HostFacts, busy: list[int]) -> PlanError:
     what = ("lost or in use by processes gpuconsole did not start here" if facts.lost & set(busy)
             else "in use by processes gpuconsole did not start here")
     return PlanError(
-        f"host {facts.host}: GPU(s) {', '.join(map(str, busy))} {what} ({who})",
+        f"{at}host {facts.host}: GPU(s) {', '.join(map(str, busy))} {what} ({who})",
         "pick other GPUs (`gpuconsole gpus --free`), stop those processes, or pass --force",
     )
 
@@ -155,16 +185,18 @@ def pick_gpus(loaded: LoadedSpec, facts: HostFacts, force: bool = False) -> tupl
 
     Raises:
         PlanError: the host has no GPUs, too few (free), an index does not exist there, or
-            a chosen GPU is busy (naming the processes and containers holding it).
+            a chosen GPU is busy (naming the processes and containers holding it); the
+            message starts with the spec's ``file:line: gpus_per_node:`` (or the flag).
     """
     gpus = loaded.spec.gpus_per_node
     if gpus == 0:
         return ()
+    at = loaded.place("gpus_per_node")
     count = facts.gpu_count
     if not count:
         why = "no NVIDIA driver (nvidia-smi not found)" if count is None else "0 GPUs"
         raise PlanError(
-            f"host {facts.host} has {why}, but the job asks for GPUs ({gpus!r})",
+            f"{at}host {facts.host} has {why}, but the job asks for GPUs ({gpus!r})",
             "set `gpus_per_node: 0` for a CPU job (gloo), or use a GPU host",
         )
     holders = facts.holders or {}
@@ -172,7 +204,7 @@ def pick_gpus(loaded: LoadedSpec, facts: HostFacts, force: bool = False) -> tupl
     if isinstance(gpus, int):
         if gpus > count:
             raise PlanError(
-                f"host {facts.host} has {count} GPU(s), the job asks for {gpus} per node",
+                f"{at}host {facts.host} has {count} GPU(s), the job asks for {gpus} per node",
                 "lower gpus_per_node",
             )
         free = [i for i in range(count) if i not in busy]
@@ -180,18 +212,19 @@ def pick_gpus(loaded: LoadedSpec, facts: HostFacts, force: bool = False) -> tupl
             return tuple(free[:gpus])
         if not force or facts.lost & set(range(gpus)):
             taken = sorted(busy)[: gpus - len(free)]
-            raise _busy_error(facts, taken)
+            raise _busy_error(facts, taken, at)
         return tuple(range(gpus))
     wanted = list(range(count)) if gpus == "all" else list(gpus)
     missing = [i for i in wanted if i >= count]
     if missing:
         raise PlanError(
-            f"host {facts.host} has GPUs 0..{count - 1}; GPU index {missing[0]} does not exist",
+            f"{at}host {facts.host} has GPUs 0..{count - 1}; GPU index {missing[0]} does not "
+            "exist",
             "fix gpus_per_node",
         )
     taken = [i for i in wanted if i in busy and (not force or i in facts.lost)]
     if taken:
-        raise _busy_error(facts, taken)
+        raise _busy_error(facts, taken, at)
     return tuple(wanted)
 
 
@@ -224,27 +257,28 @@ def build_plan(
 
     Raises:
         PlanError: GPUs do not fit (see :func:`pick_gpus`), or more processes than GPUs.
+        ConfigError: the profile's ``defaults.env`` references an unset variable.
     """
     spec = loaded.spec
     d = profile.defaults
+    env_base, secret = job_env(loaded, profile)
     gpu_sets = [pick_gpus(loaded, facts[h], force) for h in hosts]
     n_gpus = len(gpu_sets[0])
     if any(len(g) != n_gpus for g in gpu_sets):
         counts = ", ".join(f"{h}: {len(g)}" for h, g in zip(hosts, gpu_sets))
-        raise PlanError(f"hosts have different GPU counts ({counts}) for `gpus_per_node: all`",
-                        "give gpus_per_node as a count")
+        raise PlanError(f"{loaded.place('gpus_per_node')}hosts have different GPU counts "
+                        f"({counts}) for `gpus_per_node: all`", "give gpus_per_node as a count")
     nproc = spec.nproc_per_node or (n_gpus or 1)
     if n_gpus and nproc > n_gpus:
         raise PlanError(
-            f"more processes than GPUs: nproc_per_node {nproc} > {n_gpus} GPU(s) on {hosts[0]}",
+            f"{loaded.place('nproc_per_node')}more processes than GPUs: nproc_per_node "
+            f"{nproc} > {n_gpus} GPU(s) on {hosts[0]}",
             "one process per GPU: lower nproc_per_node",
         )
     node0 = facts[hosts[0]]
     port = spec.rdzv_port or node0.rdzv_port or d.rdzv_port
     endpoint = f"{node0.address}:{port}"
     spec_hash = loaded.spec_hash()
-    env_base = {**d.env, **loaded.env}
-    secret = loaded.secret_env
     shm = spec.shm_size or d.shm_size
     ipc = spec.ipc or d.ipc
     nodes = []
@@ -310,11 +344,18 @@ def build_plan(
         nproc_per_node=nproc,
         world_size=nproc * len(hosts),
         backend="nccl" if n_gpus else "gloo",
+        script_args=tuple(spec.args),
     )
 
 
 def render_plan(plan: JobPlan) -> str:
-    """The plan for people: a summary, then one ``docker run`` line per node (secrets masked)."""
+    """The plan for people: a summary, then one ``docker run`` line per node (secrets masked),
+    then notes on the script's arguments.
+
+    Every word is quoted for a POSIX shell; a word holding control or format characters (CR,
+    BEL, ESC, bidi overrides, newlines) is written as bash ``$'...'`` with escapes, so the
+    text is the same on a terminal and in a pipe and shows every character.
+    """
     lines = [
         f"job {plan.job_id}: {len(plan.nodes)} node(s) x {plan.nproc_per_node} process(es) = "
         f"world size {plan.world_size}, backend {plan.backend}, "
@@ -323,5 +364,57 @@ def render_plan(plan: JobPlan) -> str:
     for n in plan.nodes:
         gpus = ",".join(map(str, n.gpu_ids)) if n.gpu_ids else "none (CPU)"
         lines.append(f"node {n.node_rank} on {n.host}: GPUs {gpus}")
-        lines.append(f"  {n.container.docker_run_line()}")
-    return "\n".join(lines)
+        lines.append("  " + " ".join(shell_word(w) for w in n.container.docker_run_argv()))
+    lines += args_notes(plan.script_args, plan.nproc_per_node)
+    return "\n".join(escape_text(ln) for ln in lines)
+
+
+def args_notes(args: tuple[str, ...], nproc: int) -> list[str]:
+    """Notes on arguments: where torchrun replaces ``${local_rank}`` (per worker, 0..P-1),
+    and that other ``${...}`` reach the script as written (no shell runs)."""
+    out = []
+    ranked = [i for i, a in enumerate(args) if LOCAL_RANK_MACRO in a]
+    if ranked:
+        where = ", ".join(f"args[{i}] {shell_word(args[i])}" for i in ranked)
+        out.append(f"note: torchrun replaces {LOCAL_RANK_MACRO} in {where} with each "
+                   f"process's local rank (0..{nproc - 1})")
+    literal = [i for i, a in enumerate(args)
+               if re.search(r"\$\{(?!local_rank\})[^}]*\}", a)]
+    if literal:
+        where = ", ".join(f"args[{i}] {shell_word(args[i])}" for i in literal)
+        out.append(f"note: no shell runs the script: {where} reach(es) it as written "
+                   "(only env values take ${VAR} from your environment)")
+    return out
+
+
+_C_ESCAPES = {"\a": "\\a", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\v": "\\v",
+              "\f": "\\f", "\r": "\\r", "\x1b": "\\E", "\\": "\\\\", "'": "\\'"}
+
+
+def shell_word(word: str) -> str:
+    """``word`` quoted for a POSIX shell; with control or format characters, as bash
+    ``$'...'`` (ANSI-C quoting) with each such character escaped."""
+    if fields.unprintable(word) is None:
+        return shlex.quote(word)
+    out = []
+    for c in word:
+        if c in _C_ESCAPES:
+            out.append(_C_ESCAPES[c])
+        elif fields.unprintable(c) is not None:
+            out.append(_code_escape(c))
+        else:
+            out.append(c)
+    return "$'" + "".join(out) + "'"
+
+
+def escape_text(text: str) -> str:
+    """``text`` with control and format characters written as ``\\xHH``/``\\uHHHH`` (a
+    last guard for words that were not quoted by :func:`shell_word`)."""
+    if fields.unprintable(text) is None:
+        return text
+    return "".join(_code_escape(c) if fields.unprintable(c) is not None else c for c in text)
+
+
+def _code_escape(c: str) -> str:
+    n = ord(c)
+    return f"\\x{n:02x}" if n < 0x100 else f"\\u{n:04x}" if n < 0x10000 else f"\\U{n:08x}"

@@ -12,7 +12,7 @@ Example (``scripts/examples/ddp-cpu.yaml``)::
     script: train_ddp.py
     args: ["--steps", "20"]
     env: {WANDB_API_KEY: "${WANDB_API_KEY}"}   # ${VAR} = taken from your environment, secret
-    mounts: ["~/.cache/gpuconsole/example-out:/out"]
+    mounts: ["~/.cache/gpuconsole/example-out:/out"]  # host path: absolute or ~/ on the host
     shm_size: 1g             # or ipc: host
     max_restarts: 0
     rdzv_port: 29400
@@ -25,31 +25,50 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from console.errors import ConfigError
-from console.yamlsrc import Lines, load_yaml, validation_error
+from console.fields import ImageRef, Mount, NoNul, OneLine, Size, parse_mount
+from console.yamlsrc import Lines, combine, load_yaml, validation_errors
+
+__all__ = [
+    "JobSpec",
+    "LoadedSpec",
+    "load_spec",
+    "parse_mount",
+    "resolve_env",
+    "validate_spec",
+]
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,47}$")
 _VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-_SHM_RE = re.compile(r"^\d+(\.\d+)?[bkmgBKMG]?$")
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: Most torchrun processes per node (a sanity bound: hosts have at most a few hundred cores).
+MAX_NPROC = 1024
+#: Most nodes of one job.
+MAX_NODES = 1024
 
 
 class JobSpec(BaseModel):
     """A job as written by a person (see the module docstring for an example).
 
     Attributes:
+        image: a Docker image reference (checked against Docker's reference grammar).
         gpus_per_node: ``"all"``, a count, a list of GPU indices (nvidia-smi order), or 0 for a
             CPU job (gloo).
-        nproc_per_node: torchrun processes per node; default the GPU count, or 1 on CPU.
+        nproc_per_node: torchrun processes per node, 1-1024; default the GPU count, or 1 on
+            CPU.
         workdir: local folder, relative to the spec file; synced to every host.
         exclude: shell patterns of workdir entries not synced (``data``, ``*.ckpt``,
             ``runs/*``); ``.git``, ``.venv`` and caches are never synced.
+        script: a path inside ``workdir`` (relative; ``..`` may not leave it).
+        args: the script's arguments, passed as given (no shell); torchrun itself replaces
+            ``${local_rank}`` with each process's local rank.
         mounts: ``host_path:container_path[:ro]``; host paths absolute or ``~/...`` (the
-            host user's home).
+            host user's home) on the GPU host; relative host paths are refused.
         shm_size: Docker ``--shm-size`` (``1g``, ``512m``); ignored with ``ipc: host``.
         rdzv_port: TCP port of the c10d rendezvous store on node 0.
     """
@@ -57,19 +76,19 @@ class JobSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str
-    image: str | None = None
-    nodes: int | list[str] = 1
+    image: ImageRef | None = None
+    nodes: int | list[OneLine] = 1
     gpus_per_node: Literal["all"] | int | list[int] = "all"
-    nproc_per_node: int | None = Field(None, ge=1)
-    workdir: str | None = None
-    exclude: list[str] = Field(default_factory=list)
-    script: str
-    args: list[str] = Field(default_factory=list)
-    env: dict[str, str] = Field(default_factory=dict)
-    mounts: list[str] = Field(default_factory=list)
-    shm_size: str | None = None
+    nproc_per_node: int | None = Field(None, ge=1, le=MAX_NPROC)
+    workdir: OneLine | None = None
+    exclude: list[OneLine] = Field(default_factory=list)
+    script: OneLine
+    args: list[NoNul] = Field(default_factory=list)
+    env: dict[str, NoNul] = Field(default_factory=dict)
+    mounts: list[Mount] = Field(default_factory=list)
+    shm_size: Size | None = None
     ipc: Literal["host"] | None = None
-    max_restarts: int = Field(0, ge=0)
+    max_restarts: int = Field(0, ge=0, le=1000)
     rdzv_port: int | None = Field(None, ge=1, le=65535)
 
     @field_validator("name")
@@ -85,8 +104,8 @@ class JobSpec(BaseModel):
     @field_validator("nodes")
     @classmethod
     def _nodes(cls, v: int | list[str]) -> int | list[str]:
-        if isinstance(v, int) and v < 1:
-            raise ValueError("must be at least 1")
+        if isinstance(v, int) and not 1 <= v <= MAX_NODES:
+            raise ValueError(f"must be from 1 to {MAX_NODES}")
         if isinstance(v, list):
             if not v:
                 raise ValueError("the host list is empty")
@@ -97,51 +116,20 @@ class JobSpec(BaseModel):
     @field_validator("gpus_per_node")
     @classmethod
     def _gpus(cls, v: str | int | list[int]) -> str | int | list[int]:
-        if isinstance(v, int) and v < 0:
-            raise ValueError("must be 'all', a count >= 0 or a list of GPU indices")
+        if isinstance(v, int) and not 0 <= v <= 1024:
+            raise ValueError("must be 'all', a count from 0 to 1024, or a list of GPU indices")
         if isinstance(v, list):
-            if not v or any(i < 0 for i in v) or len(set(v)) != len(v):
-                raise ValueError("the GPU index list must be non-empty, distinct and >= 0")
-        return v
-
-    @field_validator("mounts")
-    @classmethod
-    def _mounts(cls, v: list[str]) -> list[str]:
-        for m in v:
-            parse_mount(m)
-        return v
-
-    @field_validator("shm_size")
-    @classmethod
-    def _shm(cls, v: str | None) -> str | None:
-        if v is not None and not _SHM_RE.match(v):
-            raise ValueError("must be a size like 512m or 8g")
+            if not v or any(not 0 <= i < 1024 for i in v) or len(set(v)) != len(v):
+                raise ValueError("the GPU index list must be non-empty, distinct and 0-1023")
         return v
 
     @field_validator("env")
     @classmethod
     def _env(cls, v: dict[str, str]) -> dict[str, str]:
         for k in v:
-            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", k):
+            if not _ENV_NAME_RE.match(k):
                 raise ValueError(f"{k!r} is not a valid environment variable name")
         return v
-
-
-def parse_mount(m: str) -> tuple[str, str, bool]:
-    """Split ``host:container[:ro|rw]`` into ``(host, container, read_only)``.
-
-    Raises:
-        ValueError: wrong form, or a relative path.
-    """
-    parts = m.split(":")
-    if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] not in ("ro", "rw")):
-        raise ValueError(f"mount {m!r} must be host_path:container_path[:ro]")
-    src, dst = parts[0], parts[1]
-    if not (src.startswith("/") or src == "~" or src.startswith("~/")):
-        raise ValueError(f"mount {m!r}: the host path must be absolute or start with ~/")
-    if not dst.startswith("/"):
-        raise ValueError(f"mount {m!r}: the container path must be absolute")
-    return src, dst, len(parts) == 3 and parts[2] == "ro"
 
 
 @dataclass(frozen=True)
@@ -154,6 +142,8 @@ class LoadedSpec:
         base_dir: folder that relative paths (``workdir``) are taken from.
         env: the environment with ``${VAR}`` references resolved from the local environment.
         secret_env: keys whose value came from a ``${VAR}`` reference (never printed).
+        lines: the file's key paths -> 1-based lines (see :mod:`console.yamlsrc`).
+        flags: top-level fields whose value came from a command-line flag.
     """
 
     spec: JobSpec
@@ -161,6 +151,8 @@ class LoadedSpec:
     base_dir: Path
     env: dict[str, str] = field(default_factory=dict)
     secret_env: frozenset[str] = frozenset()
+    lines: Lines = field(default_factory=dict)
+    flags: frozenset[str] = frozenset()
 
     @property
     def workdir(self) -> Path | None:
@@ -169,12 +161,38 @@ class LoadedSpec:
             return None
         return (self.base_dir / os.path.expanduser(self.spec.workdir)).resolve()
 
+    def blame(self, field_name: str) -> dict[str, Any]:
+        """Where a field's value came from, as :class:`ConfigError` keyword arguments:
+        ``--flag`` when a flag gave it, else the spec file, its line and the field."""
+        return blame(field_name, self.source, self.lines, self.flags)
+
+    def place(self, field_name: str) -> str:
+        """``file:line: field: `` (or ``--flag: ``): a prefix for messages about a field."""
+        b = self.blame(field_name)
+        where = f"{b['path']}:{b['line']}: " if b.get("line") else (
+            f"{b['path']}: " if b.get("path") else "")
+        return f"{where}{b['field']}: "
+
     def spec_hash(self, extra: str = "") -> str:
         """12 hex digits of SHA-256 over the spec (secrets by name only) and ``extra``."""
         data = self.spec.model_dump(mode="json")
         data["env"] = {k: ("${secret}" if k in self.secret_env else v) for k, v in self.env.items()}
         blob = json.dumps(data, sort_keys=True) + extra
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def blame(field_name: str, source: str, lines: Lines, flags: frozenset[str] = frozenset(),
+          ) -> dict[str, Any]:
+    """See :meth:`LoadedSpec.blame`; ``field_name`` like ``nodes[1]`` or ``env.TOKEN``."""
+    root = re.split(r"[.\[]", field_name)[0]
+    if root in flags:
+        return {"field": f"--{root.replace('_', '-')}"}
+    loc: list[str | int] = []
+    for part in re.findall(r"[^.\[\]]+|\[\d+\]", field_name):
+        loc.append(int(part[1:-1]) if part.startswith("[") else part)
+    from console.yamlsrc import line_of
+
+    return {"path": source, "line": line_of(lines, tuple(loc)), "field": field_name}
 
 
 def load_spec(path: Path, overrides: dict[str, Any] | None = None) -> LoadedSpec:
@@ -186,74 +204,114 @@ def load_spec(path: Path, overrides: dict[str, Any] | None = None) -> LoadedSpec
 
     Raises:
         ConfigError: malformed YAML, unknown field, bad value or an unset ``${VAR}``, naming
-            the file, the line and the field.
+            the file, the line and the field (or the flag, for a flag's value); every
+            problem of the file at once (:class:`console.yamlsrc.ConfigErrors`).
     """
     data, lines = load_yaml(path, "job spec")
     given = {k: v for k, v in (overrides or {}).items() if v is not None}
     data.update(given)
-    try:
-        return validate_spec(data, str(path), path.parent.resolve(), lines)
-    except ConfigError as e:
-        root = re.split(r"[.\[]", e.field or "")[0]
-        if root in given:  # the bad value came from a flag, not from the file
-            raise ConfigError(e.detail, e.hint, field=f"--{root.replace('_', '-')}") from e
-        raise
+    return validate_spec(data, str(path), path.parent.resolve(), lines, frozenset(given))
+
+
+def _flag_blamed(e: ConfigError, flags: frozenset[str]) -> ConfigError:
+    root = re.split(r"[.\[]", e.field or "")[0]
+    if root in flags:  # the bad value came from a flag, not from the file
+        return ConfigError(e.detail, e.hint, field=f"--{root.replace('_', '-')}")
+    return e
 
 
 def validate_spec(
-    data: dict[str, Any], source: str, base_dir: Path, lines: Lines | None = None
+    data: dict[str, Any], source: str, base_dir: Path, lines: Lines | None = None,
+    flags: frozenset[str] = frozenset(),
 ) -> LoadedSpec:
-    """Validate spec data (see :func:`load_spec`)."""
+    """Validate spec data (see :func:`load_spec`); ``flags`` names the fields that came from
+    flags."""
     lines = lines or {}
     try:
         spec = JobSpec.model_validate(data)
     except ValidationError as e:
-        raise validation_error(e, JobSpec, source, lines) from e
-    env, secrets = resolve_env(spec.env, source, lines)
-    loaded = LoadedSpec(spec, source, base_dir, env, secrets)
-    wd = loaded.workdir
-    if wd is not None and not wd.is_dir():
-        raise ConfigError(
-            f"workdir {wd} is not a folder",
-            "workdir is relative to the spec file's folder",
-            path=source,
-            line=lines.get(("workdir",)),
-            field="workdir",
-        )
-    if wd is not None and not (wd / spec.script).is_file():
-        raise ConfigError(
-            f"script {spec.script!r} is not in the workdir {wd}",
-            "script is a path inside workdir",
-            path=source,
-            line=lines.get(("script",)),
-            field="script",
-        )
+        problems = validation_errors(e, JobSpec, source, lines)
+        raise combine([_flag_blamed(p, flags) for p in problems]) from e
+    problems = []
+    try:
+        env, secrets = resolve_env(spec.env, source, lines)
+    except ConfigError as e:
+        problems.append(e)
+        env, secrets = dict(spec.env), frozenset()
+    loaded = LoadedSpec(spec, source, base_dir, env, secrets, lines, flags)
+    problems += _workdir_problems(loaded)
+    if problems:
+        raise combine([_flag_blamed(p, flags) for p in problems])
     return loaded
 
 
+def _workdir_problems(loaded: LoadedSpec) -> list[ConfigError]:
+    spec = loaded.spec
+    wd = loaded.workdir
+    if wd is not None and not wd.is_dir():
+        return [ConfigError(f"workdir {wd} is not a folder",
+                            "workdir is relative to the spec file's folder",
+                            **loaded.blame("workdir"))]
+    script = PurePosixPath(spec.script)
+    if wd is not None and script.is_absolute():
+        return [ConfigError(f"{spec.script!r} is an absolute path; it must be inside the "
+                            f"workdir {wd}", "give the path relative to workdir",
+                            **loaded.blame("script"))]
+    depth = 0
+    for part in script.parts:
+        depth += -1 if part == ".." else (0 if part in (".", "/") else 1)
+        if depth < 0:
+            return [ConfigError(f"{spec.script!r} leaves the workdir",
+                                "script is a path inside workdir (no `..` above it)",
+                                **loaded.blame("script"))]
+    if wd is None:
+        return []
+    target = (wd / spec.script).resolve()
+    if not target.is_relative_to(wd):
+        return [ConfigError(f"{spec.script!r} leads outside the workdir {wd} (a symbolic "
+                            "link)", "script is a file inside workdir",
+                            **loaded.blame("script"))]
+    if not target.is_file():
+        return [ConfigError(f"{spec.script!r} is not in the workdir {wd}",
+                            "script is a path inside workdir", **loaded.blame("script"))]
+    return []
+
+
 def resolve_env(
-    env: dict[str, str], source: str, lines: Lines
+    env: dict[str, str], source: str | None, lines: Lines, prefix: tuple[str, ...] = ("env",),
 ) -> tuple[dict[str, str], frozenset[str]]:
     """Replace ``${VAR}`` with the local environment's value; such keys become secret.
 
+    Args:
+        prefix: the key path of ``env`` in the file (``("defaults", "env")`` in a profile).
+
     Raises:
-        ConfigError: a referenced variable is not set locally.
+        ConfigError: referenced variables are not set locally (all of them, each with its
+            line).
     """
     out: dict[str, str] = {}
     secrets: set[str] = set()
+    problems: list[ConfigError] = []
     for key, value in env.items():
         names = _VAR_RE.findall(value)
         for name in names:
             if name not in os.environ:
-                raise ConfigError(
+                problems.append(ConfigError(
                     f"references ${{{name}}}, which is not set in your environment",
                     f"export {name}=... before submitting, or remove the reference",
                     path=source,
-                    line=lines.get(("env", key)),
-                    field=f"env.{key}",
-                )
+                    line=lines.get((*prefix, key)),
+                    field=".".join((*prefix, key)),
+                ))
+            elif "\x00" in os.environ[name]:
+                problems.append(ConfigError(
+                    f"${{{name}}} holds a NUL character", f"fix the value of {name}",
+                    path=source, line=lines.get((*prefix, key)),
+                    field=".".join((*prefix, key))))
         if names:
             secrets.add(key)
-            value = _VAR_RE.sub(lambda m: os.environ[m.group(1)], value)
+            value = _VAR_RE.sub(lambda m: os.environ.get(m.group(1), ""), value)
         out[key] = value
+    if problems:
+        raise combine(problems)
     return out, frozenset(secrets)

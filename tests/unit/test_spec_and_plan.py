@@ -184,8 +184,8 @@ def test_count_takes_free_gpus_and_busy_ones_are_refused_with_holders(tmp_path: 
     assert pick_gpus(_loaded(tmp_path, "gpus_per_node: 2\n"), f) == (1, 2)
     with pytest.raises(PlanError) as e:
         pick_gpus(_loaded(tmp_path, "gpus_per_node: 3\n"), f)
-    assert str(e.value) == (f"host a: GPU(s) 0 in use by processes gpuconsole did not start "
-                            f"here (GPU 0: {holder})")
+    assert str(e.value) == (f"{tmp_path / 'job.yaml'}:4: gpus_per_node: host a: GPU(s) 0 in "
+                            f"use by processes gpuconsole did not start here (GPU 0: {holder})")
     assert e.value.hint is not None and "--force" in e.value.hint
     assert pick_gpus(_loaded(tmp_path, "gpus_per_node: [0, 1]\n"), f, force=True) == (0, 1)
     with pytest.raises(PlanError, match="GPU 0: pid 4242"):
@@ -193,3 +193,168 @@ def test_count_takes_free_gpus_and_busy_ones_are_refused_with_holders(tmp_path: 
     # a lost GPU is refused even with --force
     with pytest.raises(PlanError, match="GPU 3: lost"):
         pick_gpus(_loaded(tmp_path, "gpus_per_node: all\n"), f, force=True)
+
+
+# -- issue 7: bad input never tracebacks ---------------------------------------------------------
+
+
+def test_all_errors_of_a_file_are_reported_each_with_its_line_and_fix(tmp_path: Path) -> None:
+    p = write(tmp_path, "name: Bad Name\nscript: train_ddp.py\n"
+                        f"workdir: {EXAMPLES}\nnodes: 0\nmax_restarts: -1\n")
+    with pytest.raises(ConfigError) as e:
+        load_spec(p)
+    lines = str(e.value).splitlines()
+    assert lines[0].startswith(f"{p}:1: name: must be lowercase") and lines[0].endswith(
+        "(and 2 more)")
+    assert lines[1] == ("  fix: lowercase letters, digits, '.', '_', '-'; e.g. "
+                        "`name: resnet-ddp`")
+    assert lines[2] == f"  also: {p}:4: nodes: must be from 1 to 1024"
+    assert lines[4] == (f"  also: {p}:5: max_restarts: Input should be greater than or equal "
+                        "to 0 (got -1)")
+    assert e.value.hint == "a whole number from 0 to 1000"
+
+
+@pytest.mark.parametrize(("image", "ok"), [
+    ("nvcr.io/nvidia/pytorch:24.10-py3", True),
+    ("localhost:5000/team/img@sha256:" + "a" * 64, True),
+    ("ubuntu", True), ("my_org/img__x:v1.2-rc", True), ("[::1]:5000/x", True),
+    ("/", False), ("UPPER/x", False), ("Ubuntu", False), ("a b", False), ("x:", False),
+    ("a//b", False), ("a@sha256:12", False), ("a" * 256, False), ("img:" + "t" * 129, False),
+])
+def test_image_reference_grammar(tmp_path: Path, image: str, ok: bool) -> None:
+    p = write(tmp_path, BASE + f"image: '{image}'\n")
+    if ok:
+        assert load_spec(p).spec.image == image
+        return
+    with pytest.raises(ConfigError) as e:
+        load_spec(p)
+    assert e.value.field == "image" and e.value.line == 4
+
+
+def test_script_must_stay_inside_the_workdir(tmp_path: Path) -> None:
+    wd = tmp_path / "wd"
+    wd.mkdir()
+    (wd / "train.py").write_text("")
+    (tmp_path / "outside.py").write_text("")
+    (wd / "link.py").symlink_to(tmp_path / "outside.py")
+    base = f"name: a\nworkdir: {wd}\n"
+    for script, msg in [("../outside.py", "'../outside.py' leaves the workdir"),
+                        ("sub/../../outside.py", "leaves the workdir"),
+                        ("/etc/passwd", "'/etc/passwd' is an absolute path"),
+                        ("link.py", "'link.py' leads outside the workdir")]:
+        p = write(tmp_path, base + f"script: {script}\n")
+        with pytest.raises(ConfigError) as e:
+            load_spec(p)
+        assert e.value.field == "script" and e.value.line == 3 and msg in str(e.value), script
+    assert load_spec(write(tmp_path, base + "script: ./train.py\n")).spec.script == "./train.py"
+
+
+def test_relative_mount_is_refused_with_its_meaning(tmp_path: Path) -> None:
+    p = write(tmp_path, BASE + "mounts:\n  - /data:/data:ro\n"
+                               "  - ./checkpoints:/workspace/checkpoints\n")
+    with pytest.raises(ConfigError) as e:
+        load_spec(p)
+    assert str(e.value).startswith(
+        f"{p}:6: mounts[1]: mount './checkpoints:/workspace/checkpoints': the host path "
+        "'./checkpoints' is relative; a mount's host path is a folder on the GPU host")
+    ok = load_spec(write(tmp_path, BASE + "mounts: ['~/ckpt:/workspace/checkpoints']\n"))
+    assert ok.spec.mounts == ["~/ckpt:/workspace/checkpoints"]
+
+
+def test_nproc_per_node_has_an_upper_bound(tmp_path: Path) -> None:
+    assert load_spec(write(tmp_path, BASE + "nproc_per_node: 1024\n")).spec.nproc_per_node == 1024
+    with pytest.raises(ConfigError) as e:
+        load_spec(write(tmp_path, BASE + "nproc_per_node: 1025\n"))
+    assert e.value.field == "nproc_per_node" and e.value.line == 4
+
+
+def test_flag_values_blame_the_flag_not_the_file(tmp_path: Path) -> None:
+    p = write(tmp_path, BASE)
+    with pytest.raises(ConfigError) as e:
+        load_spec(p, {"name": "Bad Name"})
+    assert str(e.value).startswith("--name: must be lowercase")
+    loaded = load_spec(p, {"nodes": ["a", "zz"]})
+    with pytest.raises(ConfigError) as e2:
+        select_hosts(loaded, profile())
+    assert str(e2.value) == "--nodes: unknown host 'zz' (profile 't')"
+
+
+def test_plan_errors_carry_the_spec_line(tmp_path: Path) -> None:
+    loaded = _loaded(tmp_path, "nodes: [a, zz]\n")
+    with pytest.raises(ConfigError) as e:
+        select_hosts(loaded, profile())
+    assert str(e.value) == f"{tmp_path / 'job.yaml'}:4: nodes[1]: unknown host 'zz' (profile 't')"
+    loaded = _loaded(tmp_path, "gpus_per_node: 2\nnproc_per_node: 4\n")
+    with pytest.raises(ConfigError) as e:
+        check_spec_against_gpus(loaded)
+    assert e.value.line == 5 and e.value.field == "nproc_per_node"
+    loaded = _loaded(tmp_path, "gpus_per_node: 8\n")
+    with pytest.raises(PlanError) as e3:
+        build_plan(loaded, profile(), ["a"], {"a": facts("a", "10.0.0.1", 4)},
+                   job_id="demo-000000", created_at=0.0, image="img:1")
+    assert str(e3.value) == (f"{tmp_path / 'job.yaml'}:4: gpus_per_node: host a has 4 GPU(s), "
+                             "the job asks for 8 per node")
+
+
+def test_profile_env_references_are_resolved_and_secret(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from console.jobs.plan import render_plan
+
+    monkeypatch.setenv("GPUCONSOLE_T_KEY", "s3cr3t")
+    monkeypatch.delenv("GPUCONSOLE_T_UNSET", raising=False)
+    prof = profile(env={"WANDB_API_KEY": "${GPUCONSOLE_T_KEY}", "LEVEL": "x"})
+    loaded = _loaded(tmp_path, "gpus_per_node: 0\nenv: {LEVEL: mine}\n")
+    plan = build_plan(loaded, prof, ["a"], {"a": facts("a", "10.0.0.1", None)},
+                      job_id="demo-000000", created_at=0.0, image="img:1")
+    c = plan.nodes[0].container
+    assert c.env["WANDB_API_KEY"] == "s3cr3t" and c.env["LEVEL"] == "mine"
+    assert c.secret_env == frozenset({"WANDB_API_KEY"})
+    text = render_plan(plan)
+    assert "WANDB_API_KEY=***" in text and "s3cr3t" not in text
+    with pytest.raises(ConfigError) as e:
+        select_hosts(loaded, profile(env={"T": "${GPUCONSOLE_T_UNSET}"}))
+    assert str(e.value) == ("defaults.env.T: references ${GPUCONSOLE_T_UNSET}, which is not set "
+                            "in your environment")
+
+
+def test_dry_run_escapes_control_characters_and_notes_local_rank(tmp_path: Path) -> None:
+    from console.jobs.plan import render_plan
+
+    loaded = _loaded(tmp_path, "gpus_per_node: 0\nargs: [\"--local-rank=${local_rank}\", "
+                               "\"a\\rEVIL\\a\", \"x\\u202ey\", \"it's\\nnew\", \"${HOME}\", "
+                               "\"\\e[31mred\"]\n")
+    plan = build_plan(loaded, profile(), ["a"], {"a": facts("a", "10.0.0.1", None)},
+                      job_id="demo-000000", created_at=0.0, image="img:1")
+    text = render_plan(plan)
+    assert not any(c in text for c in "\r\x07\x1b\u202e")
+    run = text.splitlines()[2]
+    assert run.endswith("train_ddp.py '--local-rank=${local_rank}' $'a\\rEVIL\\a' "
+                        "$'x\\u202ey' $'it\\'s\\nnew' '${HOME}' $'\\E[31mred'")
+    notes = text.splitlines()[3:]
+    assert notes == [
+        "note: torchrun replaces ${local_rank} in args[0] '--local-rank=${local_rank}' with "
+        "each process's local rank (0..0)",
+        "note: no shell runs the script: args[4] '${HOME}' reach(es) it as written (only env "
+        "values take ${VAR} from your environment)",
+    ]
+
+
+def test_yaml_guards(tmp_path: Path) -> None:
+    from console.yamlsrc import MAX_DEPTH, parse_yaml
+
+    cases = {
+        "a: " + "[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1): "nested deeper than 64 levels",
+        "a: 1\nb: 2\na: 3\n": "duplicate key 'a' (first at line 1)",
+        "a: &x [1, *x]\n": "alias *x is inside the node &x it names (a cycle)",
+        "a: !!binary AAAA\n": "binary values (!!binary) are not accepted",
+        'a: "x\\0"\n': "contains U+0000 (NUL)",
+        "a: b\x00\n": "the file contains the control character U+0000",
+    }
+    for text, msg in cases.items():
+        with pytest.raises(ConfigError) as e:
+            parse_yaml(text, "f.yaml")
+        assert msg in str(e.value) and e.value.hint and str(e.value).startswith("f.yaml:"), text
+    ok = "a: " + "[" * (MAX_DEPTH - 1) + "]" * (MAX_DEPTH - 1) + "\nON: 1\nb: &x {c: 1}\nd: *x\n"
+    data, _ = parse_yaml(ok, "f.yaml")
+    assert data["ON"] == 1 and data["d"] == {"c": 1}  # plain keys are names, not booleans

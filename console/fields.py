@@ -1,0 +1,169 @@
+"""Value checks shared by job specs and profiles: one-line text, image references, mounts.
+
+Each check raises ``ValueError`` with a message that reads after ``file:line: field:`` (pydantic
+turns it into a validation error; :mod:`console.yamlsrc` into a :class:`ConfigError`).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from typing import Annotated
+
+from pydantic import AfterValidator
+
+#: Unicode categories refused in one-line fields: controls (NUL, CR, ESC, BEL...), format
+#: characters (bidi overrides, zero-width), line and paragraph separators.
+_UNPRINTABLE = frozenset({"Cc", "Cf", "Zl", "Zp"})
+
+# Docker's reference grammar (github.com/distribution/reference, reference.go v0.5.0):
+#   reference := name [ ":" tag ] [ "@" digest ];  name := [domain '/'] path
+#   domain := host [':' port];  path-component := [a-z0-9]+ (separator [a-z0-9]+)*
+#   separator := [_.] | "__" | "-"+;  tag := [\w][\w.-]{0,127};  digest := alg ":" hex{32,}
+_DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_DOMAIN = (rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[a-fA-F0-9:]+\])"
+           r"(?::[0-9]+)?")
+_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[_.]|__|-+)[a-z0-9]+)*"
+_NAME = rf"(?:{_DOMAIN}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*"
+_TAG = r"[\w][\w.-]{0,127}"
+_DIGEST = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}"
+IMAGE_REF_RE = re.compile(rf"^(?P<name>{_NAME})(?::{_TAG})?(?:@{_DIGEST})?$", re.ASCII)
+_PATH_RE = re.compile(rf"^{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*$", re.ASCII)
+#: Docker refuses names (domain and path, without tag or digest) longer than this.
+IMAGE_NAME_MAX = 255
+
+
+def unprintable(text: str) -> str | None:
+    """The first character of ``text`` that has no place in one line of text, or ``None``."""
+    return next((c for c in text if unicodedata.category(c) in _UNPRINTABLE), None)
+
+
+def char_name(c: str) -> str:
+    """``U+000A (line feed)``-style name of a character, for messages."""
+    names = {"\x00": "NUL", "\n": "line feed", "\r": "carriage return", "\t": "tab",
+             "\x07": "BEL", "\x1b": "escape"}
+    name = names.get(c) or unicodedata.name(c, None) or "control character"
+    return f"U+{ord(c):04X} ({name.lower() if len(name) > 3 else name})"
+
+
+def one_line(v: str) -> str:
+    """Refuse control and format characters (newline, NUL, escape, bidi overrides...)."""
+    bad = unprintable(v)
+    if bad is not None:
+        raise ValueError(f"contains {char_name(bad)}; it must be one line of printable text")
+    return v
+
+
+def no_nul(v: str) -> str:
+    """Refuse NUL, which no argument or environment value can carry (execve ends it there)."""
+    if "\x00" in v:
+        raise ValueError("contains U+0000 (NUL), which no argument or environment value can "
+                         "carry")
+    return v
+
+
+def no_space(v: str) -> str:
+    """One line, and no white space at all."""
+    one_line(v)
+    if any(c.isspace() for c in v):
+        raise ValueError(f"{v!r} contains white space")
+    return v
+
+
+#: A one-line string (names, paths, hosts).
+OneLine = Annotated[str, AfterValidator(one_line)]
+#: A string without NUL (arguments, environment values: newlines allowed).
+NoNul = Annotated[str, AfterValidator(no_nul)]
+#: One line without white space (user names, host names, addresses).
+Word = Annotated[str, AfterValidator(no_space)]
+
+
+def image_reference(v: str) -> str:
+    """Check a Docker image reference against Docker's reference grammar.
+
+    Raises:
+        ValueError: not a reference Docker would accept (``/``, upper case in the path,
+            spaces, an empty tag), or a name over 255 characters.
+    """
+    one_line(v)
+    m = IMAGE_REF_RE.match(v)
+    if m is None:
+        raise ValueError(
+            f"{v!r} is not a Docker image reference ([registry/]path[:tag][@digest], path in "
+            "lowercase letters, digits and . _ -)"
+        )
+    name = m.group("name")
+    first, slash, _ = name.partition("/")
+    # Docker reads the first component as a registry only when it has '.' or ':' or is
+    # localhost; otherwise it is part of the (lowercase) path on Docker Hub
+    if not (slash and (any(c in first for c in ".:") or first == "localhost")) \
+            and not _PATH_RE.match(name):
+        raise ValueError(f"{v!r} is not a Docker image reference: the repository name must "
+                         "be lowercase")
+    if len(name) > IMAGE_NAME_MAX:
+        raise ValueError(f"the image name is longer than {IMAGE_NAME_MAX} characters")
+    return v
+
+
+#: An image reference (see :func:`image_reference`).
+ImageRef = Annotated[str, AfterValidator(image_reference)]
+
+#: Where the synced workdir is mounted in every container (read-only).
+WORKSPACE = "/workspace"
+
+
+def parse_mount(m: str) -> tuple[str, str, bool]:
+    """Split ``host:container[:ro|rw]`` into ``(host, container, read_only)``.
+
+    Host paths are folders on the GPU host: absolute, or ``~``/``~/...`` (the host user's
+    home). A relative host path (``./checkpoints``) is refused: it has no folder to be
+    relative to on the host (the synced workdir is shared, content-addressed and read-only).
+
+    Raises:
+        ValueError: wrong form, a relative path, a control character, or a container path
+            that would hide the workdir (``/workspace``).
+    """
+    one_line(m)
+    parts = m.split(":")
+    if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] not in ("ro", "rw")):
+        raise ValueError(f"mount {m!r} must be host_path:container_path[:ro]")
+    src, dst = parts[0], parts[1]
+    if not (src.startswith("/") or src == "~" or src.startswith("~/")):
+        raise ValueError(
+            f"mount {m!r}: the host path {src!r} is relative; a mount's host path is a folder "
+            "on the GPU host, absolute or ~/... (the synced workdir is read-only and shared "
+            "between jobs, so nothing is mounted relative to it)"
+        )
+    if not dst.startswith("/"):
+        raise ValueError(f"mount {m!r}: the container path must be absolute")
+    if dst.rstrip("/") in ("", WORKSPACE):
+        raise ValueError(f"mount {m!r}: the container path {dst!r} would hide "
+                         f"{'the root' if dst.rstrip('/') == '' else 'the synced workdir'}")
+    return src, dst, len(parts) == 3 and parts[2] == "ro"
+
+
+def mount(v: str) -> str:
+    """:func:`parse_mount` as a validator (returns the mount unchanged)."""
+    parse_mount(v)
+    return v
+
+
+#: A ``host:container[:ro]`` mount (see :func:`parse_mount`).
+Mount = Annotated[str, AfterValidator(mount)]
+
+_SIZE_RE = re.compile(r"^(\d{1,15})(\.\d+)?([bkmgBKMG]?)$")
+
+
+def size(v: str) -> str:
+    """A Docker size like ``512m`` or ``8g``, at most 1 TiB."""
+    m = _SIZE_RE.match(v)
+    if m is None:
+        raise ValueError("must be a size like 512m or 8g")
+    mult = {"": 1, "b": 1, "k": 2**10, "m": 2**20, "g": 2**30}[m.group(3).lower()]
+    if float(m.group(1) + (m.group(2) or "")) * mult > 2**40:
+        raise ValueError("is larger than 1 TiB")
+    return v
+
+
+#: A Docker size (see :func:`size`).
+Size = Annotated[str, AfterValidator(size)]
