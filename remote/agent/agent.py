@@ -23,8 +23,13 @@ Unknown is ``null``, never 0: a field that NVML does not support or that failed 
 the reason (NVML's error string, e.g. ``"Not Supported"``) is kept in the record's ``errors`` map
 under the field's name. One failing field or GPU never stops the others.
 
-This file is shipped to hosts as a file and never imported by the console at run time; it must
-keep Python 3.8 syntax and semantics (the annotations below are strings, never evaluated).
+This file is shipped to hosts as a file (with ``pynvml.py`` only) and run there by itself, so it
+is also the single source of the record's vocabulary (host states, clock-event reason names and
+bits, keys, record builders: the block below the imports). The console imports this module for
+that vocabulary only (``remote/telemetry/schema.py`` types it; the nvidia-smi fallback builds
+its records with it); it never runs the agent in process. Hence: standard library only, no
+Unix-only module imported at import time (``pwd`` is imported where it is used), and Python 3.8
+syntax and semantics (the annotations below are strings, never evaluated).
 """
 
 from __future__ import annotations

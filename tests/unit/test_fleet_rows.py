@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from console.fleet.rows import (
+    THROTTLE_WORDS,
     GpuRow,
     GpuUser,
     HostGroup,
@@ -22,13 +23,14 @@ from console.fleet.rows import (
     power_text,
     sort_groups,
     sparkline,
+    throttle_severity,
     throttle_text,
     user_text,
     users_text,
     util_text,
 )
 from console.fleet.state import ContainerJob, FleetState
-from remote.telemetry.schema import empty_sample
+from remote.telemetry.schema import THROTTLE_REASONS, empty_sample
 
 TRACES = Path(__file__).resolve().parents[1] / "data" / "traces"
 CID = "c0ffee" + "0" * 58
@@ -241,3 +243,14 @@ def test_connecting_host_and_missing_gpu() -> None:
     assert (h200.host.gpu_count, h200.host.missing_gpus) == (1, ("00000000:00:07.0",))
     assert [r.index for r in h200.gpus] == [0]
     assert host_detail_text(h200.host) == "1 GPU(s) missing: 00000000:00:07.0"
+
+
+def test_throttle_severity_from_the_shared_vocabulary() -> None:
+    assert throttle_severity(None) == "unknown"
+    assert throttle_severity([]) == "none" and throttle_severity(["gpu_idle"]) == "none"
+    assert throttle_severity(["gpu_idle", "sw_power_cap"]) == "limit"
+    assert throttle_severity(["0x800"]) == "limit"  # a bit without a name still limits
+    for r in ("hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake"):
+        assert throttle_severity(["sw_power_cap", r]) == "slowdown"
+    # every named reason has a short word
+    assert set(THROTTLE_WORDS) == set(THROTTLE_REASONS) - {"gpu_idle"}

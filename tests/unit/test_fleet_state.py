@@ -198,3 +198,33 @@ def test_replay_reads_a_bare_agent_trace() -> None:
     got = asyncio.run(collect())
     assert len(got) == 15 and {h for h, _ in got} == {"vm"}  # the trace's own hostname
     assert [seq for _, seq in got] == list(range(15))
+
+
+def test_job_memory_unknown_is_not_zero() -> None:
+    # nvidia-smi under MIG prints [N/A] for a process's memory: the job's memory is unknown
+    st = FleetState(["a"])
+    p = proc(0, 4242, CID)
+    p["used_mib"] = None
+    st.on_sample("a", sample(1, utils=[50], procs=[p]))
+    st.set_containers({CID: ContainerJob("ddp-1a2b3c", "ddp", 0)})
+    usage = st.job_usage()["ddp-1a2b3c"]
+    assert usage.gpus == (("a", 0),) and usage.mem_used_mib is None
+    assert "mean util 50%, ? MiB" in render_fleet(st)
+
+
+def test_samples_are_read_once_on_arrival() -> None:
+    # a recording of the nvidia-smi fallback from before the names were shared
+    s = sample(1, utils=[100], procs=[proc(0, 9, None)])
+    s["source"] = "nvidia-smi"
+    s["gpus"][0]["throttle_reasons"] = ["hw_thermal_slowdown", "sw_power_cap"]
+    del s["processes"][0]["container_id"]
+    s["host"] = {"errors": {}}
+    st = FleetState(["a"])
+    st.on_sample("a", s)
+    kept = st.hosts["a"].sample
+    assert kept is not None
+    assert kept["gpus"][0]["throttle_reasons"] == ["sw_power_cap", "hw_thermal"]
+    assert kept["processes"] is not None and kept["processes"][0]["container_id"] is None
+    assert kept["host"]["cpu_pct"] is None
+    with pytest.raises(ValueError, match="field `state`"):
+        st.on_sample("a", dict(s, state="fine"))
