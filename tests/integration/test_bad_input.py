@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import docker
 import pytest
 import yaml
 
-from tests.integration.conftest import CLI, job_containers
+from tests.integration.conftest import CLI, REPO, job_containers
 
 
 def assert_clean_error(res: subprocess.CompletedProcess[str], code: int, *needles: str) -> str:
@@ -198,3 +199,39 @@ def test_missing_identity_file(cli: CLI, engine: docker.DockerClient) -> None:
     res = cli.run("submit", str(cli.spec("nokey")), profile=prof)
     assert_clean_error(res, 1, "host a", f"identity file {cli.tmp / 'no-such-key'} does not exist")
     no_containers(engine, "nokey")
+
+
+def test_dry_run_is_the_same_on_a_terminal_and_in_a_pipe(cli: CLI) -> None:
+    """Control characters in args are escaped (nothing for a terminal to act on, nothing for
+    click to strip from a pipe), and torchrun's own ${local_rank} is pointed out."""
+    import os
+    import pty
+
+    spec = cli.spec("escapes", args=["--local-rank=${local_rank}", "a\rEVIL\a", "\x1b[31mred",
+                                      "x\u202ey"])
+    piped = cli.run("submit", str(spec), "--dry-run")
+    assert piped.returncode == 0, piped.stderr
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.run(cli.argv("submit", str(spec), "--dry-run"), env=cli.env(),
+                              cwd=REPO, stdout=slave, stderr=subprocess.PIPE, timeout=240)
+        os.close(slave)
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the terminal's other side is closed and drained
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(master)
+    assert proc.returncode == 0, proc.stderr
+    on_tty = b"".join(chunks).decode().replace("\r\n", "\n")
+    strip_ids = re.compile(
+        r"escapes-[0-9a-f]{6}|created-at=[0-9.]+|rdzv-endpoint \S+|c10d at \S+")
+    assert strip_ids.sub("", on_tty) == strip_ids.sub("", piped.stdout)
+    assert not re.search("[\x00-\x09\x0b-\x1f\x7f\u202e]", piped.stdout)
+    assert "$'a\\rEVIL\\a' $'\\E[31mred' $'x\\u202ey'" in piped.stdout
+    assert "note: torchrun replaces ${local_rank} in args[0]" in piped.stdout

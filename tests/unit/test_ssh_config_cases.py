@@ -20,6 +20,7 @@ instead of reading them; ssh-03 uses real generated keys and compares the keys a
 from __future__ import annotations
 
 import asyncio
+import re
 import shlex
 import shutil
 from dataclasses import dataclass, field
@@ -456,3 +457,39 @@ def test_ssh06_connect_offers_the_key_on_both_hops(
     assert hop.config.get("IdentityFile") == [SSH06_KEY]
     # the key is loaded for the target and again for the hop
     assert key_loads.keypairs == [[SSH06_KEY], [SSH06_KEY]]
+
+
+# ---------------------------------------------------------------------------------------------
+# validation of profile values before asyncssh sees them (issue 7)
+
+
+def test_parse_jump_forms_and_errors() -> None:
+    from remote.ssh import parse_jump
+
+    assert parse_jump("bastion") == (None, "bastion", None)
+    assert parse_jump("me@bastion:2222") == ("me", "bastion", 2222)
+    assert parse_jump("[fe80::1]:22") == (None, "fe80::1", 22)
+    for bad, msg in [("b:notaport", "port 'notaport' is not a number"),
+                     ("b:99999", "port 99999 is not in 1-65535"), ("b:0", "not in 1-65535"),
+                     ("", "must be [user@]host[:port]"), ("a b", "without spaces"),
+                     ("me@", "has no host name"), ("[::1]x", "text after ']' must be :port"),
+                     ("b" * 300, "characters long (at most 253)")]:
+        with pytest.raises(ValueError, match=re.escape(msg)):
+            parse_jump(bad)
+
+
+def test_key_and_known_hosts_checks(tmp_path: Path) -> None:
+    from remote.ssh import check_known_hosts, check_private_key
+
+    key = asyncssh.generate_private_key("ssh-ed25519")
+    (tmp_path / "id").write_bytes(key.export_private_key())
+    (tmp_path / "id.pub").write_bytes(key.export_public_key())
+    assert check_private_key(str(tmp_path / "id")) is None
+    assert check_private_key(str(tmp_path / "missing")) is None
+    assert "is not a private key" in (check_private_key(str(tmp_path / "id.pub")) or "")
+    assert "give the file without .pub" in (check_private_key(str(tmp_path / "id.pub")) or "")
+    kh = tmp_path / "kh"
+    kh.write_text("host " + key.export_public_key().decode())
+    assert check_known_hosts(str(kh)) is None
+    kh.write_bytes(b"caf\xe9 ssh-ed25519 AAAA\n")
+    assert check_known_hosts(str(kh)) == f"{kh} is not a known_hosts file (not UTF-8 text)"
