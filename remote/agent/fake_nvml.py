@@ -560,12 +560,13 @@ def _smi_value(nv: FakeNVML, h: FakeHandle, index: int, field: str) -> str:
     if field == "name":
         return nv.nvmlDeviceGetName(h)
     if field == "pci.bus_id":
-        return nv.nvmlDeviceGetPciInfo(h).busId.decode()
+        pci: Any = nv.nvmlDeviceGetPciInfo(h)  # a Struct: fields as attributes
+        return str(pci.busId.decode())
     if field in ("utilization.gpu", "utilization.memory"):
-        u = nv.nvmlDeviceGetUtilizationRates(h)
+        u: Any = nv.nvmlDeviceGetUtilizationRates(h)
         return str(u.gpu if field == "utilization.gpu" else u.memory)
     if field in ("memory.used", "memory.total"):
-        m = nv.nvmlDeviceGetMemoryInfo(h, version=nv.nvmlMemory_v2)
+        m: Any = nv.nvmlDeviceGetMemoryInfo(h, version=nv.nvmlMemory_v2)
         return str((m.used if field == "memory.used" else m.total) // MIB)
     if field == "temperature.gpu":
         return str(nv.nvmlDeviceGetTemperatureV(h, nv.NVML_TEMPERATURE_GPU))
@@ -624,7 +625,8 @@ def fake_nvidia_smi(scenario: dict[str, Any], fields: list[str] | tuple[str, ...
                 values.append(SMI_TOKENS.get(suffix, "[Unknown Error]"))
         lines.append(", ".join(values))
         uuid = nv.nvmlDeviceGetUUID(h)
-        for p in nv.nvmlDeviceGetComputeRunningProcesses_v3(h):
+        procs: list[Any] = nv.nvmlDeviceGetComputeRunningProcesses_v3(h)
+        for p in procs:
             used = "[N/A]" if p.usedGpuMemory is None else str(p.usedGpuMemory // MIB)
             apps.append(f"{uuid}, {p.pid}, {used}")
     return "".join(ln + "\n" for ln in lines), "".join(ln + "\n" for ln in apps)
