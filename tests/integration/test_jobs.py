@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import signal
+import sqlite3
 import subprocess
 import threading
 import time
@@ -28,6 +29,19 @@ def the_job(cli: CLI, job_id: str) -> dict[str, Any]:
     jobs = [j for j in ps_json(cli) if j["id"] == job_id]
     assert len(jobs) == 1, jobs
     return jobs[0]
+
+
+def job_named(cli: CLI, name: str) -> str:
+    """The id of the job of that name this test submitted (``ps`` also lists jobs that other
+    tests run on the shared test hosts, adopted from their labels, with an empty spec)."""
+    con = sqlite3.connect(cli.state_dir / "jobs.sqlite3")
+    try:
+        ids = [r[0] for r in con.execute(
+            "SELECT id FROM jobs WHERE name=? AND spec_json != '{}'", (name,))]
+    finally:
+        con.close()
+    assert len(ids) == 1, ids
+    return str(ids[0])
 
 
 def steps_by_rank(lines: list[str]) -> dict[int, list[int]]:
@@ -108,7 +122,7 @@ def test_failing_rank_tears_down_the_gang(cli: CLI, engine: docker.DockerClient)
     res = cli.run("submit", str(spec), "--follow")
     assert res.returncode == 1, res.stdout + res.stderr
     assert "injected failure on rank 3 at step 3" in res.stderr
-    job_id = json.loads(cli.run("ps", "--json").stdout)[0]["id"]
+    job_id = job_named(cli, "failing")
     job = the_job(cli, job_id)
     assert job["state"] == "failed"
     assert job["exit_code"] == 1
@@ -215,7 +229,7 @@ def test_archive_written_while_following(cli: CLI) -> None:
     spec = cli.spec("archived", args=["--steps", "3", "--out", "/out", "--workers", "1"])
     res = cli.run("submit", str(spec), "--follow")
     assert res.returncode == 0, res.stderr
-    job_id = json.loads(cli.run("ps", "--json").stdout)[0]["id"]
+    job_id = job_named(cli, "archived")
     archive = cli.state_dir / "logs" / job_id / "node0.log"
     lines = archive.read_text().splitlines()
     texts = [ln.split(" ", 1)[1] for ln in lines]
@@ -248,7 +262,7 @@ def test_ps_adopts_only_containers_of_its_own_hosts(cli: CLI, tmp_path: Path) ->
     spec = cli.spec("onb", nodes=["b"], args=["--steps", "1", "--out", "/out", "--workers", "0"])
     res = cli.run("submit", str(spec), "--follow")
     assert res.returncode == 0, res.stderr
-    job_id = json.loads(cli.run("ps", "--json").stdout)[0]["id"]
+    job_id = job_named(cli, "onb")
     only_a = yaml.safe_load(cli.profile.read_text())
     del only_a["hosts"]["b"]
     prof_a = tmp_path / "only-a.yaml"

@@ -26,3 +26,28 @@ def test_many_nodes_are_counted_and_the_odd_ones_named() -> None:
     states = [("stopped", None)] * 8 + [("failed", 137)] * 5
     assert nodes_text(job(states)) == ("13 nodes: 8 stopped, 5 failed(137): n8@h8:failed(137) "
                                        "n9@h9:failed(137) n10@h10:failed(137) …")
+
+
+def test_removed_stopped_and_interrupted_rows() -> None:
+    from console.jobs.rows import job_row
+    from console.jobs.status import JobView
+
+    failed = job([("failed", 1)])
+    failed.state, failed.exit_code = "failed", 1
+    failed.failure = {"node": 0, "host": "h0", "exit_code": 1, "rank": 2, "reason": "boom"}
+    assert job_row(failed, 10.0).state == "failed(1)"
+    failed.removed_at = 5.0
+    row = job_row(failed, 10.0)
+    assert (row.state, row.reason, row.active) == ("removed", "node 0 rank 2: boom", False)
+    view = JobView(failed).as_dict()
+    assert (view["state"], view["final_state"], view["removed_at"]) == ("removed", "failed", 5.0)
+
+    stopped = job([("stopped", 143)])
+    stopped.state = "stopped"
+    assert job_row(stopped, 1.0).reason == ""  # not stopped by gpuconsole's `stop`
+    stopped.stop_requested_at = 0.5
+    assert job_row(stopped, 1.0).reason == "stopped by the user (SIGTERM)"
+    assert JobView(stopped).as_dict()["summary"] == "stopped by the user (SIGTERM)"
+
+    half = job([("created", None), ("created", None)])
+    assert nodes_text(half) == "n0@h0:created n1@h1:created"

@@ -1,12 +1,17 @@
-"""Log cursors, timestamps and the archive: resumed streams never lose or repeat a line."""
+"""Log cursors, timestamps and the archive: resumed streams never lose or repeat a line; the
+store's schema migrations."""
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
+import pytest
+
 from console.jobs.logs import JobLogLine, tag_line
-from console.jobs.store import JobRecord, NodeRecord, Store
+from console.jobs.store import SCHEMA_VERSION, JobRecord, NodeRecord, Store
 from remote.docker import LogLine, format_ns, parse_rfc3339_ns, split_log_line
+from remote.errors import GpuConsoleError
 from remote.logs import LogCursor
 
 
@@ -71,3 +76,90 @@ def test_rank_tags() -> None:
     untagged = tag_line(node, LogLine(6, "W1129 torch/distributed/run.py:874]"))
     assert untagged.rank is None and untagged.tag() == "[n1]"
     assert tag_line(node, LogLine(7, "[rank12]:x")).tag() == "[n1 r12]"
+
+
+# The schema as gpuconsole wrote it before the store was versioned (user_version 0).
+_SCHEMA_UNVERSIONED = """
+CREATE TABLE jobs (
+    id TEXT PRIMARY KEY, name TEXT NOT NULL, profile TEXT NOT NULL, profile_source TEXT,
+    spec_json TEXT NOT NULL, spec_hash TEXT NOT NULL, created_at REAL NOT NULL,
+    node_count INTEGER NOT NULL, state TEXT NOT NULL DEFAULT 'pending', exit_code INTEGER,
+    failure_json TEXT, stop_requested_at REAL, removed_at REAL, updated_at REAL NOT NULL
+);
+CREATE TABLE nodes (
+    job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE, node_rank INTEGER NOT NULL,
+    host TEXT NOT NULL, container_id TEXT, container_name TEXT NOT NULL,
+    state TEXT NOT NULL DEFAULT 'pending', exit_code INTEGER, started_at TEXT,
+    finished_at TEXT, stop_requested INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (job_id, node_rank)
+);
+INSERT INTO jobs VALUES ('old-abc123', 'old', 'lab', NULL, '{"name": "old"}', 'h', 7.0, 1,
+                         'failed', 1, '{"node": 0, "reason": "boom"}', NULL, NULL, 8.0);
+INSERT INTO nodes VALUES ('old-abc123', 0, 'a', 'cid', 'gpuconsole-old-abc123-n0', 'failed',
+                          1, NULL, NULL, 0);
+"""
+
+
+def _user_version(path: Path) -> int:
+    con = sqlite3.connect(path)
+    try:
+        return int(con.execute("PRAGMA user_version").fetchone()[0])
+    finally:
+        con.close()
+
+
+def test_store_migrates_an_unversioned_store(tmp_path: Path) -> None:
+    db = tmp_path / "jobs.sqlite3"
+    con = sqlite3.connect(db)
+    con.executescript(_SCHEMA_UNVERSIONED)
+    con.close()
+    assert _user_version(db) == 0
+    store = Store(tmp_path)
+    assert store.schema_version == SCHEMA_VERSION == 2
+    old = store.get("old-abc123")
+    assert old is not None
+    assert (old.state, old.exit_code, old.failure, old.launcher) == (
+        "failed", 1, {"node": 0, "reason": "boom"}, None)
+    assert [(n.host, n.container_id, n.state) for n in old.nodes] == [("a", "cid", "failed")]
+    # the column added by schema 2 is written and read back
+    rec = JobRecord("new-def456", "new", "lab", None, {}, "h", 9.0, 1,
+                    nodes=[NodeRecord("new-def456", 0, "a", "c")], launcher="box 42 1234")
+    store.add_job(rec)
+    got = store.get("new-def456")
+    assert got is not None and got.launcher == "box 42 1234"
+    store.update_job("new-def456", launcher=None)
+    assert store.get("new-def456").launcher is None  # type: ignore[union-attr]
+    store.close()
+    assert _user_version(db) == 2
+    # opening it again migrates nothing and keeps everything
+    again = Store(tmp_path)
+    assert [j.id for j in again.jobs()] == ["new-def456", "old-abc123"]
+    again.close()
+
+
+def test_store_migrates_schema_1_and_a_fresh_file(tmp_path: Path) -> None:
+    v1 = tmp_path / "v1"
+    v1.mkdir()
+    con = sqlite3.connect(v1 / "jobs.sqlite3")
+    con.executescript(_SCHEMA_UNVERSIONED + "PRAGMA user_version = 1;")
+    con.close()
+    store = Store(v1)
+    assert store.get("old-abc123") is not None
+    store.close()
+    assert _user_version(v1 / "jobs.sqlite3") == 2
+    fresh = Store(tmp_path / "fresh")
+    assert fresh.jobs() == []
+    fresh.close()
+    assert _user_version(tmp_path / "fresh" / "jobs.sqlite3") == 2
+
+
+def test_store_refuses_a_newer_schema(tmp_path: Path) -> None:
+    con = sqlite3.connect(tmp_path / "jobs.sqlite3")
+    con.executescript(_SCHEMA_UNVERSIONED + "PRAGMA user_version = 99;")
+    con.close()
+    with pytest.raises(GpuConsoleError) as e:
+        Store(tmp_path)
+    assert e.value.message == (f"{tmp_path / 'jobs.sqlite3'}: written by a newer gpuconsole "
+                               "(store schema 99; this one reads up to 2)")
+    assert e.value.hint is not None and "GPUCONSOLE_STATE_DIR" in e.value.hint
+    assert _user_version(tmp_path / "jobs.sqlite3") == 99  # left as it was

@@ -1,0 +1,184 @@
+"""Node and job states of the lifecycle (interrupted launches, stops), the launcher record,
+and the container data the engine's list gives without an inspect."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from console.jobs.launch import (
+    LAUNCH_STALE_S,
+    launch_in_flight,
+    launcher_alive,
+    launcher_token,
+)
+from console.jobs.status import job_state, node_state
+from console.jobs.store import NodeRecord
+from remote.docker import ContainerInfo, ContainerSpec, Engine, spec_from_attrs
+
+
+def info(status: str, code: int | None = None) -> ContainerInfo:
+    return ContainerInfo("c", "n", {}, status, code, None, None)
+
+
+def nodes(*states: str) -> list[NodeRecord]:
+    return [NodeRecord("j", i, "h", "c", state=s) for i, s in enumerate(states)]
+
+
+def test_node_states() -> None:
+    assert node_state(info("created"), False, launching=True) == "pending"
+    assert node_state(info("created"), False, launching=False) == "created"
+    assert node_state(info("running"), False) == "running"
+    assert node_state(info("exited", 0), True) == "succeeded"
+    assert node_state(info("exited", 1), False) == "failed"
+    assert node_state(info("exited", 143), True) == "stopped"
+
+
+def test_job_states() -> None:
+    assert job_state(nodes("created", "created")) == "failed"
+    assert job_state(nodes("running", "created")) == "failed"
+    assert job_state(nodes("pending", "pending")) == "pending"
+    assert job_state(nodes("stopped", "stopped")) == "stopped"
+    assert job_state(nodes("running", "unreachable")) == "running"
+    assert job_state(nodes("succeeded", "lost")) == "lost"
+
+
+def test_launcher_token_names_this_process() -> None:
+    token = launcher_token()
+    host, pid, ticks = token.split()
+    assert (host, int(pid)) == (socket.gethostname(), os.getpid())
+    assert ticks.isdigit()  # Linux: start ticks from /proc
+    assert launcher_alive(token) is True
+    assert launcher_alive(f"{host} {pid} 1") is False  # the pid, reused by another process
+    assert launcher_alive(f"another-machine-{host} {pid} {ticks}") is None
+    assert launcher_alive("garbage") is None
+
+
+def test_a_dead_launcher_is_not_alive() -> None:
+    child = subprocess.run([sys.executable, "-c",
+                            "from console.jobs.launch import launcher_token as t; print(t())"],
+                           capture_output=True, text=True, check=True,
+                           cwd=Path(__file__).resolve().parents[2])
+    assert launcher_alive(child.stdout.strip()) is False
+
+
+def test_launch_in_flight() -> None:
+    now = 1000.0
+    assert launch_in_flight(launcher_token(), None, now) is True
+    elsewhere = f"other-{socket.gethostname()} 1 1"
+    # a launcher that cannot be asked: the never-started container's age decides
+    assert launch_in_flight(elsewhere, now - 5, now) is True
+    assert launch_in_flight(elsewhere, now - LAUNCH_STALE_S - 1, now) is False
+    assert launch_in_flight(None, now - LAUNCH_STALE_S - 1, now) is False
+    assert launch_in_flight(None, None, now) is False
+
+
+def test_container_info_from_the_list_without_inspect() -> None:
+    summary = {"Id": "abc", "Names": ["/gpuconsole-j-1-n0"], "Labels": {"k": "v"},
+               "State": "exited", "Status": "Exited (137) 3 seconds ago", "Created": 1700}
+    i = ContainerInfo.from_summary(summary)
+    assert (i.id, i.name, dict(i.labels), i.status, i.exit_code, i.created_s, i.detailed) == (
+        "abc", "gpuconsole-j-1-n0", {"k": "v"}, "exited", 137, 1700.0, False)
+    assert ContainerInfo.from_summary({**summary, "State": "dead", "Status": "Dead"}
+                                      ).exit_code is None
+    up = ContainerInfo.from_summary({**summary, "State": "running", "Status": "Up 2 seconds"})
+    assert (up.status, up.exit_code, up.started_at) == ("running", None, None)
+
+
+def test_containers_run_with_init() -> None:
+    spec = ContainerSpec(name="n", image="img", command=["torchrun", "x.py"])
+    assert spec.create_kwargs()["init"] is True
+    assert spec.docker_run_argv()[:4] == ["docker", "run", "-d", "--init"]
+    back = spec_from_attrs({"Name": "/n", "Config": {"Image": "img", "Cmd": ["x"]},
+                            "HostConfig": {"Init": True}})
+    assert back.init is True
+    off = ContainerSpec(name="n", image="img", command=["x"], init=False)
+    assert "init" not in off.create_kwargs() and "--init" not in off.docker_run_argv()
+
+
+class FakeTransportForList:
+    """Stands in for a transport: the engine only asks it for its name and socket here."""
+
+    name = "a"
+    connected = True
+
+    async def docker_socket(self) -> str:
+        return "/nonexistent.sock"
+
+
+class FakeApiCountingInspects:
+    """Stands in for docker-py's low-level API: a fixed container list; counts inspects."""
+
+    def __init__(self, summaries: list[Mapping[str, Any]]) -> None:
+        self.summaries = summaries
+        self.inspected: list[str] = []
+
+    def containers(self, all: bool, filters: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+        assert all is True and filters == {"label": ["io.gpuconsole.job-id=j-1"]}
+        return self.summaries
+
+    def inspect_container(self, cid: str) -> Mapping[str, Any]:
+        self.inspected.append(cid)
+        return {"Id": cid, "Name": "/x", "Config": {"Labels": {}},
+                "State": {"Status": "exited", "ExitCode": 3,
+                          "StartedAt": "2026-01-01T00:00:00Z",
+                          "FinishedAt": "2026-01-01T00:00:05Z"}}
+
+
+def test_engine_list_inspects_only_what_detail_asks_for() -> None:
+    summaries: list[Mapping[str, Any]] = [
+        {"Id": cid, "Names": [f"/{cid}"], "Labels": {}, "State": st, "Status": stat,
+         "Created": 1}
+        for cid, st, stat in (("r", "running", "Up 1 second"),
+                             ("e", "exited", "Exited (3) 1 second ago"),
+                             ("c", "created", "Created"))]
+    api = FakeApiCountingInspects(summaries)
+    engine = Engine(FakeTransportForList())  # type: ignore[arg-type]
+
+    class Client:
+        pass
+
+    client = Client()
+    client.api = api  # type: ignore[attr-defined]
+    engine._client = client  # type: ignore[assignment]
+    plain = asyncio.run(engine.list({"io.gpuconsole.job-id": "j-1"}))
+    assert api.inspected == []
+    assert [(i.id, i.status, i.exit_code) for i in plain] == [
+        ("r", "running", None), ("e", "exited", 3), ("c", "created", None)]
+    detailed = asyncio.run(engine.list({"io.gpuconsole.job-id": "j-1"},
+                                       detail=lambda i: i.status == "exited"))
+    assert api.inspected == ["e"]
+    e = next(i for i in detailed if i.id == "e")
+    assert (e.detailed, e.finished_at) == (True, "2026-01-01T00:00:05Z")
+
+
+_STOPPED_TAIL = """[rank0]:step 3/1000 loss 0.7
+Traceback (most recent call last):
+  File "/opt/venv/bin/torchrun", line 8, in <module>
+    time.sleep(monitor_interval)
+  File "/opt/venv/lib/python3.11/site-packages/torch/distributed/elastic/multiprocessing/api.py", line 86, in _terminate_process_handler
+    raise SignalException(f"Process {os.getpid()} got signal: {sigval}", sigval=sigval)
+torch.distributed.elastic.multiprocessing.api.SignalException: Process 7 got signal: 15
+"""  # noqa: E501  (torchrun's own lines, as a `docker stop` leaves them)
+
+
+def test_torchruns_signal_exception_is_a_stop_not_a_script_failure() -> None:
+    from console.jobs.diagnose import diagnose
+
+    d = diagnose(_STOPPED_TAIL)
+    assert d is not None
+    assert d.kind == "stopped"
+    assert d.summary.startswith("torchrun was stopped by SIGTERM (process 7 in the container")
+    assert "not by a failure of the training script" in d.summary
+    # a rank's own exception before it is still the root cause
+    failing = ("[rank1]:Traceback (most recent call last):\n"
+               "[rank1]:  File \"train.py\", line 3, in <module>\n"
+               "[rank1]:ValueError: bad batch\n") + _STOPPED_TAIL
+    d2 = diagnose(failing)
+    assert d2 is not None and d2.kind == "exception" and "ValueError: bad batch" in d2.summary
