@@ -169,10 +169,7 @@ class Transport(ABC):
         Returns:
             The folder's absolute path on the host.
         """
-        h = hashlib.sha256()
-        for name in sorted(files):
-            h.update(name.encode() + b"\0" + hashlib.sha256(files[name]).digest())
-        digest = h.hexdigest()[:16]
+        digest = bundle_digest(files)
         root = f"{await self.home()}/{base}"
         final = f"{root}/{digest}"
         if await self._exists(final):
@@ -224,6 +221,15 @@ class Transport(ABC):
         if not await self._rename(tmp, final):
             await self.run(["rm", "-rf", "--", tmp])
         return final
+
+
+def bundle_digest(files: dict[str, bytes]) -> str:
+    """16 hex of SHA-256 over a bundle's names and contents: its folder name on a host
+    (see :meth:`Transport.put_bundle`)."""
+    h = hashlib.sha256()
+    for name in sorted(files):
+        h.update(name.encode() + b"\0" + hashlib.sha256(files[name]).digest())
+    return h.hexdigest()[:16]
 
 
 def _stage_workdir(local_dir: Path, stage: Path, exclude: Sequence[str]) -> None:
