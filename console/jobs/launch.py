@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from console.errors import JobNameInUse, PlanError
+from console.jobs import gang
 from console.jobs.labels import K_JOB_ID, K_JOB_NAME
 from console.jobs.plan import (
     HostFacts,
@@ -296,6 +297,9 @@ async def prepare(
         }
         plan = build_plan(loaded, profile, hosts, facts, job_id=job_id,
                           created_at=plan.created_at, image=image, force=force)
+    # gang teardown on the hosts: every node of a multi-node job runs under the supervisor
+    # (console/jobs/gang.py, remote/agent/gang.py)
+    plan = await gang.attach(session, plan, dry_run=dry_run)
     return Prepared(plan, hosts)
 
 
