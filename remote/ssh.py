@@ -20,7 +20,6 @@ import signal
 import socket
 import stat
 import sys
-import tempfile
 import termios
 import tty as tty_mod
 from dataclasses import dataclass
@@ -37,7 +36,13 @@ from remote.errors import (
     HostUnreachable,
     TransportError,
 )
-from remote.transport import DEFAULT_DOCKER_SOCKET, CommandResult, RemoteProcess, Transport
+from remote.transport import (
+    DEFAULT_DOCKER_SOCKET,
+    CommandResult,
+    RemoteProcess,
+    Transport,
+    local_temp_dir,
+)
 
 log = logging.getLogger("gpuconsole.remote.ssh")
 
@@ -346,7 +351,7 @@ class SSHTransport(Transport):
         conn = await self._connection()
         async with self._lock:
             if self._sock_dir is None:
-                self._sock_dir = tempfile.mkdtemp(prefix=f"gpuconsole-{self.name}-")
+                self._sock_dir = local_temp_dir(f"sock-{self.name}")
             path = os.path.join(self._sock_dir, "docker.sock")
             if self._listener is None:
                 if os.path.exists(path):

@@ -17,11 +17,14 @@ import fnmatch
 import hashlib
 import logging
 import os
+import re
+import secrets
 import shlex
 import shutil
 import socket
 import stat
 import tempfile
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -38,6 +41,86 @@ WORKDIR_IGNORE = (".git", "__pycache__", ".venv", ".mypy_cache", ".pytest_cache"
 WORKDIR_CACHE = ".cache/gpuconsole/workdirs"
 
 DEFAULT_DOCKER_SOCKET = "/var/run/docker.sock"
+
+#: Local temporary folders: ``gpuconsole-<owner pid>-<kind>-<random>`` in the temp dir.
+_LOCAL_TMP = re.compile(r"^gpuconsole-(\d+)-(sock|workdir)-")
+#: A host staging folder left by a console of another machine is removed after this long.
+STAGING_MAX_AGE_S = 24 * 3600.0
+#: A synced workdir no container uses is collected once untouched for this long.
+WORKDIR_IDLE_S = 24 * 3600.0
+
+_swept = False
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this PID exists on this machine (a PID reused by another
+    process counts as alive: its folders wait for that one to end)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_local_temp(tmpdir: str | None = None) -> list[str]:
+    """Remove the local temporary folders (forwarded socket dirs, workdir staging copies) of
+    gpuconsole processes that are gone, e.g. SIGKILLed; returns the paths removed.
+
+    Folders are recognised by name (:func:`local_temp_dir`), owned by the PID in it, and only
+    this user's folders are touched.
+    """
+    root = tmpdir or tempfile.gettempdir()
+    removed = []
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return []
+    for e in entries:
+        m = _LOCAL_TMP.match(e.name)
+        if m is None or pid_alive(int(m.group(1))):
+            continue
+        try:
+            if not e.is_dir(follow_symlinks=False) or e.stat(
+                    follow_symlinks=False).st_uid != os.getuid():
+                continue
+        except OSError:
+            continue
+        shutil.rmtree(e.path, ignore_errors=True)
+        removed.append(e.path)
+        log.debug("removed %s (its gpuconsole process %s is gone)", e.path, m.group(1))
+    return removed
+
+
+def local_temp_dir(kind: str) -> str:
+    """A new private temporary folder named for this process: ``gpuconsole-<pid>-<kind>-*``
+    (``kind``: ``sock-<host>`` or ``workdir``). The first call in a process first sweeps the
+    folders of dead gpuconsole processes (:func:`sweep_local_temp`)."""
+    global _swept
+    if not _swept:
+        _swept = True
+        sweep_local_temp()
+    return tempfile.mkdtemp(prefix=f"gpuconsole-{os.getpid()}-{kind}-")
+
+
+def staging_name(digest: str) -> str:
+    """Name of a host staging folder: ``.<digest>.<this machine>.<pid>.<random>.tmp``, so the
+    next sync from this machine can tell whether its owner is gone."""
+    return f".{digest}.{_machine()}.{os.getpid()}.{secrets.token_hex(3)}.tmp"
+
+
+def _machine() -> str:
+    return re.sub(r"[^A-Za-z0-9_-]", "_", socket.gethostname())[:64] or "localhost"
+
+
+def stale_staging(name: str, age_s: float) -> bool:
+    """Whether a host staging folder (:func:`staging_name`) was left by an interrupted copy:
+    made by a process of this machine that is gone, or older than :data:`STAGING_MAX_AGE_S`."""
+    parts = name.split(".")
+    if len(parts) == 6 and parts[2] == _machine() and parts[3].isdigit():
+        return not pid_alive(int(parts[3]))
+    return age_s > STAGING_MAX_AGE_S
 
 
 @dataclass(frozen=True)
@@ -174,7 +257,8 @@ class Transport(ABC):
         final = f"{root}/{digest}"
         if await self._exists(final):
             return final
-        tmp = f"{root}/.{digest}.{os.getpid()}.{id(self):x}.tmp"
+        await self.sweep_staging(root)
+        tmp = f"{root}/{staging_name(digest)}"
         await self._put_files(files, tmp)
         if not await self._rename(tmp, final):
             await self.run(["rm", "-rf", "--", tmp])
@@ -211,16 +295,78 @@ class Transport(ABC):
         digest = await asyncio.to_thread(workdir_digest, local_dir, exclude)
         base = f"{await self.home()}/{WORKDIR_CACHE}"
         final = f"{base}/{digest[:16]}"
+        await self.sweep_staging(base)
         if await self._exists(final):
+            # in use again: its mtime keeps :meth:`collect_workdirs` off it for a while
+            await self.run(["touch", "-c", "--", final])
             return final
-        tmp = f"{base}/.{digest[:16]}.{os.getpid()}.{id(self):x}.tmp"
-        with tempfile.TemporaryDirectory(prefix="gpuconsole-workdir-") as staging:
+        tmp = f"{base}/{staging_name(digest[:16])}"
+        staging = await asyncio.to_thread(local_temp_dir, "workdir")
+        try:
             stage = Path(staging) / "w"
             await asyncio.to_thread(_stage_workdir, local_dir, stage, exclude)
             await self._put_tree(stage, tmp)
+        finally:
+            await asyncio.to_thread(shutil.rmtree, staging, True)
         if not await self._rename(tmp, final):
             await self.run(["rm", "-rf", "--", tmp])
         return final
+
+    async def _list_dir(self, path: str) -> list[tuple[str, float, float]]:
+        """Entries of a folder on the host directly below ``path``: ``(name, mtime, age)`` in
+        the host's Unix seconds; empty when it does not exist."""
+        res = await self.run(["find", path, "-mindepth", "1", "-maxdepth", "1",
+                              "-printf", "%f\\t%T@\\n"], timeout=60)
+        if res.returncode != 0:
+            return []
+        now_s = (await self.run(["date", "+%s"])).stdout.strip()
+        now = float(now_s) if now_s.isdigit() else time.time()
+        out = []
+        for line in res.stdout.splitlines():
+            name, _, mtime = line.rpartition("\t")
+            try:
+                out.append((name, float(mtime), max(0.0, now - float(mtime))))
+            except ValueError:
+                continue
+        return out
+
+    async def sweep_staging(self, folder: str) -> list[str]:
+        """Remove staging folders in ``folder`` (on the host) left by interrupted copies
+        (:func:`stale_staging`); returns their paths."""
+        stale = [f"{folder}/{n}" for n, _, age in await self._list_dir(folder)
+                 if n.startswith(".") and n.endswith(".tmp") and stale_staging(n, age)]
+        if stale:
+            log.info("[%s] removing staging folders of interrupted copies: %s", self.name,
+                     ", ".join(stale))
+            await self.run(["rm", "-rf", "--", *stale], timeout=300)
+        return stale
+
+    async def collect_workdirs(self, in_use: set[str], *, only: set[str] | None = None,
+                               idle_s: float = WORKDIR_IDLE_S,
+                               synced_before: float | None = None) -> list[str]:
+        """Remove synced workdirs (``~/.cache/gpuconsole/workdirs/<hash>``) that no container
+        uses; returns their paths.
+
+        Args:
+            in_use: host paths that containers on this host bind-mount (any state).
+            only: remove only these paths (``None``: any synced workdir).
+            idle_s: keep a workdir synced, or reused by a sync, less than this many seconds ago.
+            synced_before: instead of ``idle_s``: keep a workdir synced or reused after this
+                time (host Unix seconds): a later submit shares it.
+        """
+        base = f"{await self.home()}/{WORKDIR_CACHE}"
+        gone = []
+        for n, mtime, age in await self._list_dir(base):
+            path = f"{base}/{n}"
+            if n.startswith(".") or path in in_use or (only is not None and path not in only):
+                continue
+            if (mtime <= synced_before) if synced_before is not None else age >= idle_s:
+                gone.append(path)
+        if gone:
+            log.info("[%s] removing synced workdirs no container uses: %s", self.name,
+                     ", ".join(gone))
+            await self.run(["rm", "-rf", "--", *gone], timeout=300)
+        return gone
 
 
 def bundle_digest(files: dict[str, bytes]) -> str:
