@@ -43,6 +43,7 @@ from console.events import (
 from console.fleet.monitor import FleetMonitor, read_recording
 from console.fleet.state import ContainerJob, FleetState
 from console.intake import HEADER, IntakeRequest, PackedLines
+from console.jobs import leftovers
 from console.jobs.launch import Prepared, launch, prepare
 from console.jobs.logs import JobLogLine, follow_job_log_batches, read_job_logs
 from console.jobs.plan import render_plan
@@ -534,9 +535,8 @@ class Service:
             # record how it ended (stopped) before the record is marked removed
             job = await refresh(session, self.store, job, teardown=False)
         await read_job_logs(session, self.store, job)  # archive every line first
-        for n in job.nodes:
-            if n.container_id:
-                await session.engine(n.host).remove(n.container_id)
+        # containers, then the synced workdirs no container uses (console/jobs/leftovers.py)
+        await leftovers.remove_containers(session, job)
         removed_at = time.time()
         await self.store.call(self.store.update_job, job.id, removed_at=removed_at)
         job.removed_at = removed_at
