@@ -5,6 +5,11 @@ and on any failure mark the host ``down`` and retry after a jittered exponential
 (0.5 s doubling to 30 s, x0.5-1.5). A separate task re-arms itself after it finishes to tick
 the state (``stale`` hosts) and, every 10 s, to map containers to jobs by their labels.
 
+What the monitor's ``on_sample`` hook does is not the hosts' business: a hook that raises is
+logged and counted (:attr:`FleetMonitor.hook_errors`), never taken for a host failure.
+:meth:`FleetMonitor.stop` ends every task the monitor started, in whatever phase each host is
+(:attr:`FleetMonitor.phase`), within a bound.
+
 Record and replay: a recording is JSON lines ``{"host": NAME, "rx": UNIX_S, "sample": {...}}``
 in arrival order; :func:`replay` feeds one back into a FleetState at its recorded pace (or
 faster).
@@ -18,6 +23,7 @@ import logging
 import random
 import time
 from collections.abc import AsyncIterator, Callable
+from contextlib import aclosing
 from pathlib import Path
 from typing import IO, Any
 
@@ -30,6 +36,17 @@ from remote.telemetry.stream import AGENT_EXIT_NO_NVML, AgentExited, host_sample
 log = logging.getLogger("gpuconsole.fleet")
 
 SampleHook = Callable[[str, dict[str, Any]], None]
+
+#: A host's phase in its task (:attr:`FleetMonitor.phase`): opening the SSH connection ...
+PHASE_CONNECTING = "connecting"
+#: ... samples arriving ...
+PHASE_STREAMING = "streaming"
+#: ... the host reported a fault state (no driver...): asking again in 10 s ...
+PHASE_FAULT_WAIT = "fault wait"
+#: ... the stream failed: waiting out the backoff before the next attempt ...
+PHASE_BACKOFF = "backoff"
+#: ... the task has ended (:meth:`FleetMonitor.stop`).
+PHASE_STOPPED = "stopped"
 
 
 async def container_jobs(session: Session, hosts: list[str]) -> dict[str, ContainerJob]:
@@ -63,7 +80,20 @@ class FleetMonitor:
         on_sample: called with ``(host, sample)`` after the state took it (recording, UI).
         mode: ``auto``, ``agent`` or ``smi`` (see :func:`remote.telemetry.stream.host_samples`).
         replay_path: a trace on the hosts for the agent to replay instead of NVML.
+
+    Attributes:
+        phase: host -> what its task is doing now: :data:`PHASE_CONNECTING`,
+            :data:`remote.telemetry.stream.PHASE_AGENT_STARTING` and ``PHASE_SMI_FALLBACK``,
+            :data:`PHASE_STREAMING`,
+            :data:`PHASE_FAULT_WAIT`, :data:`PHASE_BACKOFF` or :data:`PHASE_STOPPED`.
+        hook_errors: how many times ``on_sample`` raised (each is logged; the stream goes on).
+        stop_grace_s: how long :meth:`stop` lets cancelled tasks clean up (close their agent:
+            up to 5 s for it to exit) before it cancels them again.
     """
+
+    stop_grace_s: float = 6.0
+    #: After the grace, how long :meth:`stop` keeps cancelling a task that will not end.
+    stop_insist_s: float = 5.0
 
     def __init__(
         self, session: Session, state: FleetState, hosts: list[str] | None = None, *,
@@ -79,25 +109,46 @@ class FleetMonitor:
         self.replay_path = replay_path
         self._tasks: list[asyncio.Task[None]] = []
         self.updated = asyncio.Event()
+        self.phase: dict[str, str] = {}
+        self.hook_errors = 0
+
+    def _hook(self, host: str, sample: dict[str, Any]) -> None:
+        """Call ``on_sample``; what it raises is logged and counted, never a host failure."""
+        if self.on_sample is None:
+            return
+        try:
+            self.on_sample(host, sample)
+        except Exception:
+            self.hook_errors += 1
+            log.exception("the on_sample hook failed on a sample of %s (the stream goes on)",
+                          host)
 
     async def _host_loop(self, host: str) -> None:
         backoff = 0.5
+
+        def phase(p: str) -> None:
+            self.phase[host] = p
+
         while True:
             last: dict[str, Any] | None = None
             try:
+                phase(PHASE_CONNECTING)
                 t = await self.session.connected(host)
-                async for sample in host_samples(t, self.interval, mode=self.mode,
-                                                 replay=self.replay_path):
-                    last = sample
-                    self.state.on_sample(host, sample)
-                    if self.on_sample is not None:
-                        self.on_sample(host, sample)
-                    self.updated.set()
-                    if sample.get("seq", 0) >= 2:  # a stream that lives, not a retry loop
-                        backoff = 0.5
+                stream = host_samples(t, self.interval, mode=self.mode,
+                                      replay=self.replay_path, on_phase=phase)
+                async with aclosing(stream):  # closed here, whatever ends the loop
+                    async for sample in stream:
+                        last = sample
+                        self.state.on_sample(host, sample)
+                        phase(PHASE_STREAMING)
+                        self._hook(host, sample)
+                        self.updated.set()
+                        if sample.get("seq", 0) >= 2:  # a stream that lives, not a retry loop
+                            backoff = 0.5
                 if last is not None and last["state"] not in ("ok", "gpu_lost"):
                     # a host fault (no driver, driver unreachable...): the stream ends after
                     # saying so; ask again now and then, the host itself is reachable
+                    phase(PHASE_FAULT_WAIT)
                     await asyncio.sleep(max(10.0, self.interval))
                     continue
                 reason = "telemetry stream ended"
@@ -114,12 +165,18 @@ class FleetMonitor:
                 reason = f"telemetry stream crashed: {type(e).__name__}: {e}"
             self.state.on_down(host, reason)
             self.updated.set()
+            phase(PHASE_BACKOFF)
             await asyncio.sleep(backoff * (0.5 + random.random()))
             backoff = min(backoff * 2, 30.0)
 
     async def refresh_containers(self) -> None:
-        """Map container ids to jobs from the labels on every reachable host."""
-        self.state.set_containers(await container_jobs(self.session, self.hosts))
+        """Map container ids to jobs from the labels on every host that is streaming
+        (a host that has not answered yet or is down is not asked: it would only hold the
+        map back until its connection timed out)."""
+        live = [h for h in self.hosts
+                if (v := self.state.hosts.get(h)) is not None and v.sample is not None
+                and v.status != "down"]
+        self.state.set_containers(await container_jobs(self.session, live))
 
     async def _housekeeping(self) -> None:
         last_labels = 0.0
@@ -156,11 +213,50 @@ class FleetMonitor:
         return True
 
     async def stop(self) -> None:
-        """Cancel every task (closing the agents' stdin, so they exit)."""
-        for t in self._tasks:
+        """End every task the monitor started, whatever phase its host is in.
+
+        Each task is cancelled (its stream closes the agent's stdin, so the agent exits) and
+        given :attr:`stop_grace_s` to clean up; a task still running then (a cancellation lost
+        in a race, a close that hangs) is cancelled again every 0.5 s for up to
+        :attr:`stop_insist_s`. One that still runs after that is logged with its host's
+        phase and left behind; :meth:`stop` returns either way.
+        """
+        tasks, self._tasks = self._tasks, []
+        for t in tasks:
             t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks = []
+        loop = asyncio.get_running_loop()
+        grace_end = loop.time() + self.stop_grace_s
+        give_up = grace_end + self.stop_insist_s
+        pending = {t for t in tasks if not t.done()}
+        try:
+            while pending:
+                now = loop.time()
+                if now >= give_up:
+                    break
+                wait = grace_end - now if now < grace_end else 0.5
+                _done, pending = await asyncio.wait(pending, timeout=wait)
+                if pending and loop.time() >= grace_end:
+                    for t in pending:
+                        log.debug("fleet monitor: %s still runs (%s); cancelling it again",
+                                  t.get_name(), self._phase_of(t))
+                        t.cancel()
+        except asyncio.CancelledError:
+            for t in pending:
+                t.cancel()
+            raise
+        for t in pending:
+            log.warning("fleet monitor: task %s did not end (%s)", t.get_name(),
+                        self._phase_of(t))
+        for t in tasks:
+            if t.done() and not t.cancelled() and t.exception() is not None:
+                log.debug("fleet monitor: %s ended with %r", t.get_name(), t.exception())
+        for h in self.hosts:
+            self.phase[h] = PHASE_STOPPED
+
+    def _phase_of(self, task: asyncio.Task[None]) -> str:
+        name = task.get_name()
+        host = name.removeprefix("telemetry-")
+        return self.phase.get(host, "?") if host != name else "housekeeping"
 
 
 class Recorder:

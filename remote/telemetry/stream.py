@@ -18,7 +18,8 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
+from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
@@ -145,7 +146,7 @@ async def smi_samples(
             parser.set_compute_apps(parse_csv_rows(res.stdout, COMPUTE_APPS_FIELDS))
             await asyncio.sleep(interval)
 
-    poller = asyncio.create_task(poll_processes())
+    poller = asyncio.create_task(poll_processes(), name=f"smi-processes-{transport.name}")
     try:
         while True:
             line = await proc.readline()
@@ -164,14 +165,34 @@ async def smi_samples(
                 text += "\nnvidia-smi: command not found"
             yield parser.fault_sample(classify_smi_failure(text), time.time())
     finally:
-        poller.cancel()
-        await asyncio.gather(poller, return_exceptions=True)
+        await end_task(poller)
         await proc.close()
+
+
+#: Phases of a host's stream, reported through ``host_samples(on_phase=...)``.
+PHASE_AGENT_STARTING = "agent starting"
+PHASE_SMI_FALLBACK = "nvidia-smi fallback"
+
+
+async def end_task(task: asyncio.Task[Any]) -> None:
+    """Cancel ``task`` and wait until it has ended, cancelling it again every 0.5 s while it
+    runs (a cancellation can be lost: Python 3.11's ``asyncio.wait_for`` returns the inner
+    result when it completes in the same loop turn as the cancel). Never raises the task's
+    exception; a cancellation of the caller cancels the task once more and propagates."""
+    try:
+        while not task.done():
+            task.cancel()
+            await asyncio.wait({task}, timeout=0.5)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    if not task.cancelled():
+        task.exception()  # retrieved: never "exception was never retrieved"
 
 
 async def host_samples(
     transport: Transport, interval: float = 1.0, *, mode: str = "auto",
-    replay: str | None = None,
+    replay: str | None = None, on_phase: Callable[[str], None] | None = None,
 ) -> AsyncGenerator[dict[str, Any], None]:
     """A host's samples for as long as the connection lasts.
 
@@ -179,15 +200,23 @@ async def host_samples(
         mode: ``auto`` (agent, then nvidia-smi when the agent cannot run), ``agent`` or
             ``smi``.
         replay: see :func:`agent_samples`.
+        on_phase: called with :data:`PHASE_AGENT_STARTING` before the agent is uploaded and
+            started and with :data:`PHASE_SMI_FALLBACK` before nvidia-smi is started.
+
+    Closing this generator closes the stream under it at once (each inner stream is closed
+    by ``aclosing``, never left to the garbage collector's finalizer task).
     """
     held: dict[str, Any] | None = None
     if mode in ("auto", "agent"):
+        if on_phase is not None:
+            on_phase(PHASE_AGENT_STARTING)
         try:
-            async for s in agent_samples(transport, interval, replay=replay):
-                if mode == "auto" and s["state"] == "nvml_unavailable":
-                    held = s  # the fallback decides the GPU state; keep the host record
-                    continue
-                yield s
+            async with aclosing(agent_samples(transport, interval, replay=replay)) as agent:
+                async for s in agent:
+                    if mode == "auto" and s["state"] == "nvml_unavailable":
+                        held = s  # the fallback decides the GPU state; keep the host record
+                        continue
+                    yield s
             if held is not None:
                 yield held
             return
@@ -197,11 +226,14 @@ async def host_samples(
                     yield held
                 raise
             log.info("[%s] agent unavailable (%s); using nvidia-smi", transport.name, e)
-    async for s in smi_samples(transport, interval):
-        if held is not None:
-            if not any(v is not None for k, v in s["host"].items() if k != "errors"):
-                s["host"] = held["host"]
-            if s["state"] != "ok" and held.get("state_detail"):
-                s["state_detail"] = f"{s.get('state_detail') or ''} (NVML: " \
-                    f"{held['state_detail']})".strip()
-        yield s
+    if on_phase is not None:
+        on_phase(PHASE_SMI_FALLBACK)
+    async with aclosing(smi_samples(transport, interval)) as smi:
+        async for s in smi:
+            if held is not None:
+                if not any(v is not None for k, v in s["host"].items() if k != "errors"):
+                    s["host"] = held["host"]
+                if s["state"] != "ok" and held.get("state_detail"):
+                    s["state_detail"] = f"{s.get('state_detail') or ''} (NVML: " \
+                        f"{held['state_detail']})".strip()
+            yield s
