@@ -96,8 +96,10 @@ async def follow_container_batches(
         follow: keep following until the container has exited and its last line was read.
         tail: only the last N lines on the first request.
         max_outage: give up after the host stayed unreachable this many seconds.
-        on_state: called with ``("reconnecting", why)`` when the stream drops and with
-            ``("following", None)`` once it resumed.
+        on_state: called with ``("reconnecting", why)`` once when the stream drops (not
+            again for each failed attempt of the same outage) and with ``("following",
+            None)`` once it resumed: the host's engine answered again about the container
+            and the stream was asked for again from the cursor.
 
     Raises:
         TransportError: the host stayed unreachable longer than ``max_outage``.
@@ -107,14 +109,27 @@ async def follow_container_batches(
     outage_started: float | None = None
     loop = asyncio.get_running_loop()
     backoff = 0.5
-    resuming = False
+    reconnecting = False  # an outage was announced and has not been resolved yet
     accept = cursor.accept
+
+    def announce(why: str) -> None:
+        nonlocal reconnecting
+        if not reconnecting:
+            reconnecting = True
+            if on_state is not None:
+                on_state("reconnecting", why)
+
     while True:
         cursor.rewind()
-        if (outage_started is not None or resuming) and on_state is not None:
-            on_state("following", None)
-        resuming = False
         try:
+            if reconnecting:
+                # the engine answers about the container again (raises while the host is
+                # still away): the stream resumes from the cursor
+                if await engine.inspect(container_id) is None:
+                    return
+                reconnecting = False
+                if on_state is not None:
+                    on_state("following", None)
             async for batch in engine.log_batches(
                 container_id,
                 since_ns=cursor.since_ns,
@@ -141,9 +156,7 @@ async def follow_container_batches(
                 return
             # the stream ended while the container runs: the connection under it dropped
             # (and was re-opened by the inspect above); resume from the cursor
-            resuming = True
-            if on_state is not None:
-                on_state("reconnecting", "log stream ended while the container runs")
+            announce("log stream ended while the container runs")
             backoff = 0.5
         except (ConnectionLost, TransportError) as e:
             now = loop.time()
@@ -151,8 +164,7 @@ async def follow_container_batches(
             if now - outage_started > max_outage:
                 raise
             log.info("[%s] log stream interrupted (%s); reconnecting", engine.host, e)
-            if on_state is not None:
-                on_state("reconnecting", str(e))
+            announce(e.message)
             await asyncio.sleep(backoff * (0.5 + random.random()))
             backoff = min(backoff * 2, 5.0)
             try:

@@ -5,14 +5,25 @@ Data goes to stdout (job ids, tables, JSON, log lines); diagnostics go to stderr
 deliberate error prints ``error: <what, where>`` and ``  fix: <how>`` on stderr and exits 2 for
 bad input (spec, profile, flags) or 1 for everything else. ``submit --follow`` exits with the
 job's exit code.
+
+A closed stdout (``gpuconsole top --json | head -n 1``, a pager quit early) ends the command at
+once with exit 0, like any Unix filter: data is written with :func:`out`, which turns the
+broken pipe into :class:`OutputClosed`; streaming commands also watch stdout while they wait
+(:func:`while_stdout_open`), so a quiet stream ends too. :func:`run` then points stdout at
+``/dev/null`` so the interpreter's last flush cannot fail again (Python docs, "signal: Note on
+SIGPIPE").
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
+import os
+import select
+import stat
 import sys
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncGenerator, AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -20,6 +31,7 @@ from typing import Any, TypeVar
 import click
 
 from console.errors import ConfigError, PlanError, UsageError
+from console.events import FollowStateChanged
 from console.jobs.logs import JobLogLine
 from console.jobs.status import format_node_state
 from console.jobs.store import JobRecord
@@ -33,14 +45,104 @@ log = logging.getLogger("gpuconsole")
 
 
 def err(msg: str) -> None:
-    """Print a diagnostic line on stderr (data goes to stdout)."""
-    click.echo(msg, err=True)
+    """Print a diagnostic line on stderr (data goes to stdout); a closed stderr is ignored."""
+    try:
+        click.echo(msg, err=True)
+    except OSError:
+        pass
+
+
+class OutputClosed(Exception):
+    """Stdout was closed by its reader (a pipe's reader exited, a pager quit): the command
+    ends with exit 0 (see :func:`run`). Not an ``OSError``, so no handler of I/O errors on
+    the way up mistakes it for a host or file failure."""
+
+
+def out(text: str) -> None:
+    """Print a line of data on stdout.
+
+    Raises:
+        OutputClosed: stdout's reader is gone (EPIPE).
+    """
+    try:
+        click.echo(text)
+    except BrokenPipeError as e:
+        raise OutputClosed() from e
+    except OSError as e:
+        if e.errno in (errno.EPIPE, errno.ESHUTDOWN):
+            raise OutputClosed() from e
+        raise
+
+
+def stdout_closed() -> bool:
+    """Whether stdout is a pipe or socket whose reader is gone (poll says ``POLLERR`` or
+    ``POLLHUP`` on the writing end, as Linux does for a pipe without readers). ``False`` for
+    terminals and files, and where it cannot be told."""
+    try:
+        fd = sys.stdout.fileno()
+        mode = os.fstat(fd).st_mode
+        if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)) or not hasattr(select, "poll"):
+            return False
+        p = select.poll()
+        p.register(fd, select.POLLOUT)
+        return any(ev & (select.POLLERR | select.POLLHUP) for _fd, ev in p.poll(0))
+    except (OSError, ValueError, AttributeError):  # no real stdout (tests, a closed fd)
+        return False
+
+
+#: How often a waiting streaming command checks whether stdout's reader is gone (s).
+STDOUT_WATCH_S = 0.2
+
+
+async def while_stdout_open(aw: Coroutine[Any, Any, T]) -> T:
+    """Run ``aw`` until it returns, or until stdout's reader is gone (checked every
+    :data:`STDOUT_WATCH_S` s): then ``aw`` is cancelled and awaited.
+
+    Raises:
+        OutputClosed: stdout was closed while ``aw`` ran (or ``aw`` itself raised it).
+    """
+    task: asyncio.Task[T] = asyncio.ensure_future(aw)
+
+    async def watch() -> None:
+        while not stdout_closed():
+            await asyncio.sleep(STDOUT_WATCH_S)
+
+    watcher = asyncio.create_task(watch(), name="stdout-watch")
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            return task.result()
+        raise OutputClosed()
+    finally:
+        for t in (watcher, task):
+            t.cancel()
+        await asyncio.gather(watcher, task, return_exceptions=True)
+
+
+def _discard_stdout() -> None:
+    """Point stdout's descriptor at /dev/null: the interpreter's final flush of what is still
+    buffered must not raise ``BrokenPipeError`` again (Python docs, "Note on SIGPIPE")."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a command's coroutine; map gpuconsole errors to a message and an exit status."""
+    """Run a command's coroutine; map gpuconsole errors to a message and an exit status
+    (a closed stdout: exit 0, see the module docstring)."""
     try:
         return asyncio.run(coro)
+    except OutputClosed:
+        _discard_stdout()
+        raise SystemExit(0) from None
+    except BrokenPipeError:
+        if not stdout_closed():
+            raise
+        _discard_stdout()  # a write to stdout outside `out` (click.echo of a table)
+        raise SystemExit(0) from None
     except GpuConsoleError as e:
         err(f"error: {e.message}")
         if e.hint:
@@ -135,22 +237,74 @@ async def command_service(ctx: click.Context) -> AsyncIterator[Service]:
 
 
 def print_line(line: JobLogLine, timestamps: bool) -> None:
-    """One log line on stdout: ``[node:rank] text``, after Docker's timestamp if asked."""
+    """One log line on stdout: ``[node:rank] text``, after Docker's timestamp if asked.
+
+    Raises:
+        OutputClosed: stdout's reader is gone.
+    """
     prefix = f"{format_ns(line.ts_ns)} " if timestamps else ""
-    click.echo(f"{prefix}{line.tag()} {line.text}")
+    out(f"{prefix}{line.tag()} {line.text}")
+
+
+class FollowStateLines:
+    """Says on stderr when a followed node's log stream drops and when it resumes: one
+    ``n<node> on <host>: log stream lost (<why>); reconnecting`` line per outage and one
+    ``n<node> on <host>: log stream resumed`` line after it (stdout carries only log lines).
+
+    Args:
+        job: the followed job (its nodes name the hosts).
+    """
+
+    def __init__(self, job: JobRecord) -> None:
+        self.job_id = job.id
+        self.hosts = {n.node_rank: n.host for n in job.nodes}
+        self.reconnecting: set[int] = set()
+
+    def __call__(self, event: object) -> None:
+        """Take a :class:`~console.events.FollowStateChanged` (others are ignored)."""
+        if not isinstance(event, FollowStateChanged) or event.job_id != self.job_id:
+            return
+        node = event.node_rank
+        where = f"n{node} on {self.hosts.get(node, '?')}"
+        if event.state == "reconnecting" and node not in self.reconnecting:
+            self.reconnecting.add(node)
+            why = f" ({event.detail})" if event.detail else ""
+            err(f"{where}: log stream lost{why}; reconnecting")
+        elif event.state == "following" and node in self.reconnecting:
+            self.reconnecting.discard(node)
+            err(f"{where}: log stream resumed")
+        elif event.state == "ended":
+            self.reconnecting.discard(node)
 
 
 async def follow_job(
     svc: Service, job: JobRecord, *, tail: int | None, timestamps: bool,
     node: int | None = None, since_ns: int | None = None,
 ) -> int:
-    """Follow a job's logs to its end (gang teardown on a failure); return the exit code."""
+    """Follow a job's logs to its end (gang teardown on a failure); return the exit code.
+
+    A node's reconnects are said on stderr (:class:`FollowStateLines`).
+
+    Raises:
+        OutputClosed: stdout's reader is gone (the job keeps running).
+    """
+    async def pump() -> None:
+        lines = svc.follow(job, node=node, since_ns=since_ns, tail=tail)
+        try:
+            async for line in lines:
+                print_line(line, timestamps)
+        finally:  # a closed stdout ends the follow here, not in a finalizer task later
+            if isinstance(lines, AsyncGenerator):
+                await lines.aclose()
+
+    sub = svc.bus.subscribe(FollowStateLines(job), kinds=(FollowStateChanged,))
     try:
-        async for line in svc.follow(job, node=node, since_ns=since_ns, tail=tail):
-            print_line(line, timestamps)
+        await while_stdout_open(pump())
     except (KeyboardInterrupt, asyncio.CancelledError):
         err(f"stopped following; the job keeps running (`gpuconsole stop {job.id}`)")
         return 130
+    finally:
+        sub.close()
     job = await svc.refresh_job(job)
     print_summary(job)
     if job.state == "succeeded":

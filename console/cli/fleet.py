@@ -1,4 +1,10 @@
-"""``gpuconsole top|gpus``: live and one-shot fleet telemetry."""
+"""``gpuconsole top|gpus``: live and one-shot fleet telemetry.
+
+One-shot reads (``top --once``, ``gpus``) wait up to ``--timeout`` for every host's first
+sample, print what came, name each host that gave none (with its state) on stderr and exit 1
+when any did. Live ``top`` writes from its own task, never from the monitor's: a closed stdout
+ends it (exit 0) and is never a host failure.
+"""
 
 from __future__ import annotations
 
@@ -11,10 +17,21 @@ from typing import Any
 
 import click
 
-from console.cli.base import command_profile, err, main, run
+from console.cli.base import command_profile, err, main, out, run, while_stdout_open
 from console.errors import ConfigError, JobError
+from console.fleet.state import FleetState
 from console.profiles import Profile
 from console.service import Service
+
+#: Default of ``--timeout``: seconds a one-shot read waits for every host's first sample.
+ONCE_TIMEOUT_S = 15.0
+#: The container -> job map is read after the samples within what is left of ``--timeout``,
+#: but gets at least this long (s).
+MIN_MAP_S = 2.0
+
+_TIMEOUT_HELP = ("With --once: seconds to wait for every host's first sample (connect, "
+                 "agent start, first reading); hosts without one are named on stderr and the "
+                 "exit status is 1.")
 
 
 def _hosts_opt(profile: Profile, hosts: str | None) -> list[str]:
@@ -43,28 +60,85 @@ def _hosts_opt(profile: Profile, hosts: str | None) -> list[str]:
               help="Replay speed factor (0 = as fast as possible).")
 @click.option("--source", type=click.Choice(["auto", "agent", "smi"]), default="auto",
               show_default=True, help="Telemetry source on the hosts.")
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=ONCE_TIMEOUT_S,
+              show_default=True, help=_TIMEOUT_HELP)
 @click.pass_context
 def top(ctx: click.Context, once: bool, as_json: bool, interval: float, hosts: str | None,
-        record: Path | None, replay: Path | None, speed: float, source: str) -> None:
-    """Live per-GPU utilization, memory and processes across the fleet."""
-    run(_top(ctx, once, as_json, interval, hosts, record, replay, speed, source))
+        record: Path | None, replay: Path | None, speed: float, source: str,
+        timeout: float) -> None:
+    """Live per-GPU utilization, memory and processes across the fleet.
+
+    Stops when its output is closed (`top --json | head -n 1`), with exit status 0.
+    """
+    run(_top(ctx, once, as_json, interval, hosts, record, replay, speed, source, timeout))
+
+
+def missing_hosts(state: FleetState, timeout: float) -> list[str]:
+    """One line per host that gave no sample: its name and state (``down`` and why, or
+    still ``connecting`` after ``timeout`` s)."""
+    lines = []
+    for v in state.hosts.values():
+        if v.sample is not None:
+            continue
+        if v.status == "down":
+            lines.append(f"host {v.name}: down: {v.error or 'unreachable'}")
+        else:
+            lines.append(f"host {v.name}: still {v.status} after {timeout:g} s")
+    return lines
+
+
+async def read_fleet_once(svc: Service, state: FleetState, timeout: float) -> None:
+    """Wait up to ``timeout`` s for every host's first sample, then map containers to jobs
+    in what is left of it (at least :data:`MIN_MAP_S`); print each host that gave no sample
+    on stderr.
+
+    Raises:
+        JobError: some host gave no sample (exit 1): after the caller printed what came.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    await svc.wait_fleet(timeout=timeout)
+    try:
+        await asyncio.wait_for(svc.refresh_containers(),
+                               max(deadline - loop.time(), MIN_MAP_S))
+    except asyncio.TimeoutError:
+        err(f"warning: the hosts' container labels were not read within --timeout "
+            f"{timeout:g} s: GPU processes are not matched to jobs")
+
+
+def raise_if_missing(state: FleetState, timeout: float) -> None:
+    """Say on stderr which hosts gave no sample, then fail.
+
+    Raises:
+        JobError: at least one host gave no sample (exit 1).
+    """
+    lines = missing_hosts(state, timeout)
+    if not lines:
+        return
+    for line in lines:
+        err(line)
+    names = [v.name for v in state.hosts.values() if v.sample is None]
+    raise JobError(
+        f"{len(names)} of {len(state.hosts)} hosts gave no sample within {timeout:g} s: "
+        f"{', '.join(names)}",
+        "see each host's state above; `-v` shows the connection steps; a slow host may "
+        "need a longer --timeout")
 
 
 async def _top(ctx: click.Context, once: bool, as_json: bool, interval: float,
                hosts: str | None, record: Path | None, replay: Path | None, speed: float,
-               source: str) -> None:
+               source: str, timeout: float) -> None:
     from console.fleet.monitor import Recorder, read_recording
     from console.fleet.render import render_fleet
-    from console.fleet.state import FleetState
 
     tty = sys.stdout.isatty() and not as_json
 
     def show(state: FleetState) -> None:
         if as_json:
-            click.echo(json.dumps(state.snapshot()))
+            out(json.dumps(state.snapshot()))
             return
         text = render_fleet(state)
-        click.echo(("\x1b[H\x1b[2J" if tty else "") + text + ("" if tty else "\n"))
+        out(("\x1b[H\x1b[2J" if tty else "") + text + ("" if tty else "\n"))
 
     if replay is not None:
         state = FleetState([], interval)
@@ -73,7 +147,7 @@ async def _top(ctx: click.Context, once: bool, as_json: bool, interval: float,
             async for host, sample in read_recording(replay, speed=0 if once else speed):
                 state.on_sample(host, sample, rx=time.monotonic())
                 if as_json and not once:
-                    click.echo(json.dumps({"host": host, "sample": sample}))
+                    out(json.dumps({"host": host, "sample": sample}))
                 elif not once and time.monotonic() - last >= 1.0:
                     last = time.monotonic()
                     show(state)
@@ -93,27 +167,51 @@ async def _top(ctx: click.Context, once: bool, as_json: bool, interval: float,
         raise ConfigError(f"cannot write the recording: {e.strerror}",
                           "give a path in an existing, writable folder", path=str(record)) from e
     recorder = Recorder(rec_file) if rec_file else None
+    # the monitor only queues samples; this command's own task records and prints them, so
+    # a failed write (a closed stdout, a full disk) ends the command, never a host's stream
+    queue: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue()
 
     def on_sample(host: str, sample: dict[str, Any]) -> None:
-        if recorder:
-            recorder(host, sample)
-        if as_json and not once:
-            click.echo(json.dumps({"host": host, "sample": sample}))
+        queue.put_nowait((host, sample))
 
+    def write(batch: list[tuple[str, dict[str, Any]]]) -> None:
+        for host, sample in batch:
+            if recorder:
+                try:
+                    recorder(host, sample)
+                except OSError as e:
+                    raise JobError(f"{record}: cannot write the recording: {e.strerror}",
+                                   "free space or give another --record path") from e
+            if as_json:
+                out(json.dumps({"host": host, "sample": sample}))
+
+    async def stream(state: FleetState) -> None:
+        while True:
+            if as_json:
+                batch = [await queue.get()]
+            else:
+                await asyncio.sleep(interval)
+                batch = []
+            while not queue.empty():
+                batch.append(queue.get_nowait())
+            write(batch)
+            if not as_json:
+                show(state)
+
+    hook = on_sample if (recorder or (as_json and not once)) else None
     async with Service(profile) as svc:
-        state = svc.start_fleet(names, interval=interval, mode=source, on_sample=on_sample)
+        state = svc.start_fleet(names, interval=interval, mode=source, on_sample=hook)
         try:
             if once:
-                await svc.wait_fleet(timeout=max(15.0, 5 * interval))
-                await svc.refresh_containers()
+                await read_fleet_once(svc, state, timeout)
+                batch = []
+                while not queue.empty():
+                    batch.append(queue.get_nowait())
+                write(batch)
                 show(state)
-                if all(v.sample is None for v in state.hosts.values()):
-                    raise JobError("no host answered", "see the errors above (`-v` for more)")
+                raise_if_missing(state, timeout)
                 return
-            while True:
-                await asyncio.sleep(interval)
-                if not as_json:
-                    show(state)
+            await while_stdout_open(stream(state))
         finally:
             await svc.stop_fleet()
             if rec_file:
@@ -124,13 +222,19 @@ async def _top(ctx: click.Context, once: bool, as_json: bool, interval: float,
 @click.option("--free", is_flag=True, help="Only GPUs with no process on them.")
 @click.option("--json", "as_json", is_flag=True, help="JSON output.")
 @click.option("--hosts", help="Only these hosts (comma separated).")
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=ONCE_TIMEOUT_S,
+              show_default=True,
+              help="Seconds to wait for every host's sample (connect, agent start, first "
+                   "reading); hosts without one are named on stderr and the exit status is 1.")
 @click.pass_context
-def gpus(ctx: click.Context, free: bool, as_json: bool, hosts: str | None) -> None:
+def gpus(ctx: click.Context, free: bool, as_json: bool, hosts: str | None,
+         timeout: float) -> None:
     """List the fleet's GPUs (one sample of every host)."""
-    run(_gpus(ctx, free, as_json, hosts))
+    run(_gpus(ctx, free, as_json, hosts, timeout))
 
 
-async def _gpus(ctx: click.Context, free: bool, as_json: bool, hosts: str | None) -> None:
+async def _gpus(ctx: click.Context, free: bool, as_json: bool, hosts: str | None,
+                timeout: float) -> None:
     from console.fleet.render import render_fleet, render_free
     from console.fleet.state import free_gpus
 
@@ -139,19 +243,14 @@ async def _gpus(ctx: click.Context, free: bool, as_json: bool, hosts: str | None
     async with Service(profile) as svc:
         state = svc.start_fleet(names)
         try:
-            await svc.wait_fleet(timeout=15.0)
-            await svc.refresh_containers()
+            await read_fleet_once(svc, state, timeout)
         finally:
             await svc.stop_fleet()
-    for v in state.hosts.values():
-        if v.sample is None:
-            err(f"warning: {v.error or f'host {v.name}: {v.status}'}")
     if as_json:
         data: Any = free_gpus(state) if free else state.snapshot()
-        click.echo(json.dumps(data, indent=2))
+        out(json.dumps(data, indent=2))
     else:
-        click.echo(render_free(state) if free else render_fleet(state))
+        out(render_free(state) if free else render_fleet(state))
         if free and not any(free_gpus(state).values()):
             err("no free GPU on the fleet (hosts without GPUs or NVIDIA driver have none)")
-    if all(v.sample is None for v in state.hosts.values()):
-        raise JobError("no host answered", "see the warnings above (`-v` for more)")
+    raise_if_missing(state, timeout)
