@@ -25,12 +25,12 @@ import logging
 import threading
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from console.fleet.state import ContainerJob
 from console.jobs.logbuffer import Row
 from console.jobs.logs import JobLogLine
 from console.jobs.store import JobRecord
+from remote.telemetry.schema import Sample
 
 log = logging.getLogger("gpuconsole.events")
 
@@ -45,7 +45,7 @@ class SampleReceived:
     """
 
     host: str
-    sample: Mapping[str, Any]
+    sample: Sample
 
     @property
     def key(self) -> Hashable:

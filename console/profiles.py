@@ -30,8 +30,18 @@ from remote.ssh import (
 )
 from remote.transport import DEFAULT_DOCKER_SOCKET, LocalTransport, Transport
 
+
 #: The repo's ``profiles/`` folder (bundled profiles).
-BUNDLED_DIR = Path(__file__).resolve().parent.parent / "profiles"
+def _bundled_dir() -> Path:
+    """The bundled profiles: the installed wheel's ``console/bundled_profiles`` (pyproject.toml
+    maps the repo's ``profiles/`` there), else the checkout's top-level ``profiles/``."""
+    here = Path(__file__).resolve().parent
+    packaged = here / "bundled_profiles"
+    return packaged if packaged.is_dir() else here.parent / "profiles"
+
+
+BUNDLED_DIR = _bundled_dir()
+"""The bundled profiles' folder (see :func:`_bundled_dir`)."""
 
 _Strict = ConfigDict(extra="forbid")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -102,7 +112,7 @@ class JobDefaults(BaseModel):
     user: Word | None = Field(None, description="uid:gid the container runs as")
     pull: Literal["missing", "never"] = "missing"
     rdzv_port: int = Field(29400, ge=1, le=65535)
-    stop_grace: float = Field(30.0, ge=0, le=3600,
+    stop_grace: float = Field(30.0, ge=0, le=3600, allow_inf_nan=False,
                               description="seconds between SIGTERM and SIGKILL")
 
     @field_validator("env")

@@ -44,6 +44,7 @@ from console.fleet.monitor import FleetMonitor, read_recording
 from console.fleet.state import ContainerJob, FleetState
 from console.intake import HEADER, IntakeRequest, PackedLines
 from console.jobs import leftovers
+from console.jobs.copy import CopyRequest, CopyResult, copy_job_files
 from console.jobs.launch import Prepared, launch, prepare
 from console.jobs.logs import JobLogLine, follow_job_log_batches, read_job_logs
 from console.jobs.plan import render_plan
@@ -61,7 +62,9 @@ from console.jobs.store import JobRecord, NodeRecord, Store
 from console.loopthread import LoopThread
 from console.profiles import Profile, load_profile_file, resolve_profile
 from console.session import Session
+from remote import gang
 from remote.errors import GpuConsoleError
+from remote.telemetry.schema import Sample
 
 log = logging.getLogger("gpuconsole.service")
 
@@ -104,7 +107,7 @@ class ObservedFleetState(FleetState):
         if v.status != before:
             self.bus.publish(HostStateChanged(host, v.status, before, v.error))
 
-    def on_sample(self, host: str, sample: dict[str, Any], rx: float | None = None) -> None:
+    def on_sample(self, host: str, sample: Sample, rx: float | None = None) -> None:
         """Take a sample (see :meth:`FleetState.on_sample`) and publish it."""
         before = self.host(host).status
         super().on_sample(host, sample, rx)
@@ -559,7 +562,7 @@ class Service:
                     spec = None
                 if spec is not None:
                     docker_run = spec.docker_run_line()
-                    torchrun = shlex.join(spec.command)
+                    torchrun = shlex.join(gang.unwrap(spec.command))
             nodes.append(NodeDescription(n.node_rank, n.host, n.container_name, n.container_id,
                                          n.state, n.exit_code, docker_run, torchrun))
         spec_yaml = yaml.safe_dump(job.spec, sort_keys=False) if job.spec else ""
@@ -611,6 +614,12 @@ class Service:
         return await t.interactive(self.exec_argv(job, n, command, tty=tty), tty=tty)
 
     # -- logs -------------------------------------------------------------------------------
+
+    async def copy(self, job: JobRecord, node: int | None, request: CopyRequest) -> CopyResult:
+        """``cp``: copy between this machine and one node's container of ``job`` over the
+        job's SSH connection (see :func:`console.jobs.copy.copy_job_files` for the rules and
+        the errors raised)."""
+        return await copy_job_files(self.session_for(job), job, node, request)
 
     async def read_logs(self, job: JobRecord, *, node: int | None = None,
                         since_ns: int | None = None, tail: int | None = None
@@ -831,7 +840,7 @@ class Service:
 
     def start_fleet(self, hosts: list[str] | None = None, *, interval: float = 1.0,
                     mode: str = "auto",
-                    on_sample: Callable[[str, dict[str, Any]], None] | None = None,
+                    on_sample: Callable[[str, Sample], None] | None = None,
                     ) -> FleetState:
         """Start streaming telemetry from the hosts into :attr:`fleet` (publishing
         :class:`SampleReceived`, :class:`HostStateChanged`, :class:`ContainersMapped`).

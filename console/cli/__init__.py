@@ -1,4 +1,4 @@
-"""The headless CLI: ``gpuconsole submit|ps|logs|stop|rm|exec|describe|top|gpus``.
+"""The headless CLI: ``gpuconsole submit|ps|logs|stop|rm|exec|describe|cp|top|gpus``.
 
 :data:`main` is the click group (the ``gpuconsole`` entry point); each module below adds its
 commands to it. The CLI only parses, calls :class:`console.service.Service` and prints (see

@@ -33,7 +33,7 @@ import click
 from console.errors import ConfigError, PlanError, UsageError
 from console.events import FollowStateChanged
 from console.jobs.logs import JobLogLine
-from console.jobs.status import format_node_state
+from console.jobs.status import format_node_state, job_summary
 from console.jobs.store import JobRecord
 from console.profiles import Profile, resolve_profile
 from console.service import Service
@@ -324,7 +324,9 @@ def print_summary(job: JobRecord) -> None:
     if job.failure:
         f = job.failure
         rank = f" rank {f['rank']}" if f.get("rank") is not None else ""
-        err(f"  first failure: node {f['node']} on {f['host']}{rank}, exit code "
-             f"{f['exit_code']}: {f['reason']}")
+        code = f", exit code {f['exit_code']}" if f.get("exit_code") is not None else ""
+        err(f"  first failure: node {f['node']} on {f['host']}{rank}{code}: {f['reason']}")
         if f.get("fix"):
             err(f"  fix: {f['fix']}")
+    elif summary := job_summary(job):
+        err(f"  {summary}")

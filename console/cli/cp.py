@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from console.cli.base import command_service, err, main, run
-from console.jobs.copy import copy_job_files, parse_copy
+from console.jobs.copy import parse_copy
 
 
 def format_size(n: int) -> str:
@@ -49,7 +49,7 @@ async def _cp(ctx: click.Context, src: str, dest: str, node: int | None) -> None
     request = parse_copy(src, dest)
     async with command_service(ctx) as svc:
         job = svc.find_job(request.job_ref)
-        out = await copy_job_files(svc.session_for(job), job, node, request)
+        out = await svc.copy(job, node, request)
     where = f"{out.job_id}:{request.container_path} (node {out.node_rank} on {out.host})"
     what = f"{out.stats.files} file(s), {format_size(out.stats.bytes)}"
     if request.direction == "from":

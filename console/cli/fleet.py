@@ -22,6 +22,7 @@ from console.errors import ConfigError, JobError
 from console.fleet.state import FleetState
 from console.profiles import Profile
 from console.service import Service
+from remote.telemetry.schema import Sample
 
 #: Default of ``--timeout``: seconds a one-shot read waits for every host's first sample.
 ONCE_TIMEOUT_S = 15.0
@@ -169,12 +170,12 @@ async def _top(ctx: click.Context, once: bool, as_json: bool, interval: float,
     recorder = Recorder(rec_file) if rec_file else None
     # the monitor only queues samples; this command's own task records and prints them, so
     # a failed write (a closed stdout, a full disk) ends the command, never a host's stream
-    queue: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue()
+    queue: asyncio.Queue[tuple[str, Sample]] = asyncio.Queue()
 
-    def on_sample(host: str, sample: dict[str, Any]) -> None:
+    def on_sample(host: str, sample: Sample) -> None:
         queue.put_nowait((host, sample))
 
-    def write(batch: list[tuple[str, dict[str, Any]]]) -> None:
+    def write(batch: list[tuple[str, Sample]]) -> None:
         for host, sample in batch:
             if recorder:
                 try:

@@ -25,17 +25,18 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from console.fleet.state import ContainerJob, FleetState
 from console.jobs.labels import K_JOB_ID, NodeLabels
 from console.session import Session
 from remote.errors import GpuConsoleError
+from remote.telemetry.schema import Sample, read_sample
 from remote.telemetry.stream import AGENT_EXIT_NO_NVML, AgentExited, host_samples
 
 log = logging.getLogger("gpuconsole.fleet")
 
-SampleHook = Callable[[str, dict[str, Any]], None]
+SampleHook = Callable[[str, Sample], None]
 
 #: A host's phase in its task (:attr:`FleetMonitor.phase`): opening the SSH connection ...
 PHASE_CONNECTING = "connecting"
@@ -112,7 +113,7 @@ class FleetMonitor:
         self.phase: dict[str, str] = {}
         self.hook_errors = 0
 
-    def _hook(self, host: str, sample: dict[str, Any]) -> None:
+    def _hook(self, host: str, sample: Sample) -> None:
         """Call ``on_sample``; what it raises is logged and counted, never a host failure."""
         if self.on_sample is None:
             return
@@ -130,7 +131,7 @@ class FleetMonitor:
             self.phase[host] = p
 
         while True:
-            last: dict[str, Any] | None = None
+            last: Sample | None = None
             try:
                 phase(PHASE_CONNECTING)
                 t = await self.session.connected(host)
@@ -143,7 +144,7 @@ class FleetMonitor:
                         phase(PHASE_STREAMING)
                         self._hook(host, sample)
                         self.updated.set()
-                        if sample.get("seq", 0) >= 2:  # a stream that lives, not a retry loop
+                        if (sample["seq"] or 0) >= 2:  # a stream that lives, not a retry loop
                             backoff = 0.5
                 if last is not None and last["state"] not in ("ok", "gpu_lost"):
                     # a host fault (no driver, driver unreachable...): the stream ends after
@@ -265,7 +266,7 @@ class Recorder:
     def __init__(self, f: IO[str]) -> None:
         self.f = f
 
-    def __call__(self, host: str, sample: dict[str, Any]) -> None:
+    def __call__(self, host: str, sample: Sample) -> None:
         self.f.write(json.dumps({"host": host, "rx": time.time(), "sample": sample},
                                 separators=(",", ":")) + "\n")
         self.f.flush()
@@ -273,7 +274,7 @@ class Recorder:
 
 async def read_recording(
     path: Path, *, speed: float = 1.0
-) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+) -> AsyncIterator[tuple[str, Sample]]:
     """Yield ``(host, sample)`` from a recording, paced by its ``rx`` times / ``speed``
     (``speed <= 0``: as fast as possible). A bare agent trace (JSON lines of samples) is read
     as one host named by the samples' hostname.
@@ -293,9 +294,8 @@ async def read_recording(
                     # a bare agent trace: one host, named by the sample itself
                     rec = {"host": (rec.get("host") or {}).get("hostname") or path.stem,
                            "rx": rec["host_time"], "sample": rec}
-                host, sample, rx = str(rec["host"]), rec["sample"], float(rec["rx"])
-                if not isinstance(sample.get("gpus"), list) or "state" not in sample:
-                    raise ValueError("its sample has no `state` and `gpus`")
+                host, rx = str(rec["host"]), float(rec["rx"])
+                sample = read_sample(rec["sample"])  # older spellings normalised
             except (ValueError, KeyError, TypeError, AttributeError) as e:
                 raise ValueError(
                     f"{path}:{n}: not a gpuconsole recording line "

@@ -143,7 +143,7 @@ class FleetState:
             self.hosts[name] = HostView(name)
         return self.hosts[name]
 
-    def on_sample(self, host: str, sample: dict[str, Any], rx: float | None = None) -> None:
+    def on_sample(self, host: str, sample: Sample, rx: float | None = None) -> None:
         """Take one sample of a host (``rx``: local receive time, monotonic seconds).
 
         ``sample`` is a decoded JSON sample (a stream's or a recording's); it is normalised in

@@ -178,7 +178,7 @@ async def gpu_facts(session: Session, host: str) -> GpuFacts:
     described = None if holders is None else {
         i: [h.describe() for h in hs] for i, hs in holders.items()
     }
-    lost = frozenset(g["index"] for g in sample["gpus"] if g.get("lost"))
+    lost = frozenset(g["index"] for g in sample["gpus"] if g["lost"] and g["index"] is not None)
     return GpuFacts(len(sample["gpus"]), described, lost)
 
 

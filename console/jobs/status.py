@@ -10,7 +10,8 @@ Node states (shown by ``ps``):
 - ``succeeded``: exited 0;
 - ``failed``: exited non-zero by itself (``failed(<code>)``);
 - ``stopped``: exited after gpuconsole stopped it (``stop``, ``rm --force``, or gang
-  teardown), or a never-started container that ``stop`` removed;
+  teardown: a node its supervisor ended with exit 75 because a peer failed, see
+  :mod:`remote.gang`), or a never-started container that ``stop`` removed;
 - ``lost``: the container is gone although the job was not removed (or was never created
   by a launch that is over);
 - ``unreachable``: its host could not be asked (last known values kept).
@@ -42,13 +43,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from console.jobs.diagnose import diagnose, parse_torchelastic_failure, signal_name
-from console.jobs.labels import K_JOB_ID, NodeLabels
+from console.jobs.labels import K_JOB_ID, K_NODE_COUNT, NodeLabels
 from console.jobs.launch import launch_in_flight
 from console.jobs.plan import ERROR_FILE
 from console.jobs.store import JobRecord, NodeRecord, Store
 from console.session import Session
 from remote.docker import ContainerInfo, parse_rfc3339_ns
 from remote.errors import GpuConsoleError
+from remote.gang import TEARDOWN_EXIT_CODE
 
 log = logging.getLogger("gpuconsole.status")
 
@@ -69,7 +71,19 @@ def node_state(info: ContainerInfo, stop_requested: bool, launching: bool = True
         return "running"
     if info.exit_code == 0:
         return "succeeded"
-    return "stopped" if stop_requested else "failed"
+    if stop_requested or _torn_down(info):
+        return "stopped"
+    return "failed"
+
+
+def _torn_down(info: ContainerInfo) -> bool:
+    """A node of a multi-node job whose gang supervisor ended it because a peer failed
+    (exit :data:`remote.gang.TEARDOWN_EXIT_CODE`): a consequence, never the cause."""
+    try:
+        nodes = int(info.labels.get(K_NODE_COUNT, "1"))
+    except ValueError:
+        return False
+    return nodes > 1 and info.exit_code == TEARDOWN_EXIT_CODE
 
 
 def job_state(nodes: list[NodeRecord]) -> str:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from remote.errors import TransportError
-from remote.telemetry.schema import SCHEMA_VERSION
+from remote.telemetry.schema import Sample, read_sample
 from remote.transport import Transport
 
 log = logging.getLogger("gpuconsole.remote.telemetry")
@@ -50,17 +50,9 @@ async def deploy_agent(transport: Transport) -> str:
     return await transport.put_bundle(agent_bundle(), AGENT_BASE)
 
 
-def _valid(sample: Any) -> bool:
-    return (
-        isinstance(sample, dict)
-        and sample.get("schema") == SCHEMA_VERSION
-        and sample.get("type") == "sample"
-    )
-
-
 async def agent_samples(
     transport: Transport, interval: float, *, replay: str | None = None
-) -> AsyncGenerator[dict[str, Any], None]:
+) -> AsyncGenerator[Sample, None]:
     """Samples from the agent until its stream ends.
 
     Args:
@@ -81,12 +73,11 @@ async def agent_samples(
             if line is None:
                 break
             try:
-                sample = json.loads(line)
-            except ValueError:
-                log.debug("[%s] agent wrote a non-JSON line: %.200s", transport.name, line)
+                sample = read_sample(json.loads(line))
+            except ValueError:  # not JSON, or not a schema-1 sample
+                log.debug("[%s] agent wrote a non-sample line: %.200s", transport.name, line)
                 continue
-            if _valid(sample):
-                yield sample
+            yield sample
         rc = await proc.wait()
         if rc not in (0, AGENT_EXIT_NO_NVML):
             err = (await proc.stderr()).strip().splitlines()
@@ -108,7 +99,7 @@ class AgentExited(Exception):
 
 async def smi_samples(
     transport: Transport, interval: float
-) -> AsyncGenerator[dict[str, Any], None]:
+) -> AsyncGenerator[Sample, None]:
     """Samples from ``nvidia-smi --query-gpu ... -lms`` until it exits.
 
     When nvidia-smi fails at once (no driver, driver unreachable, version mismatch, no
@@ -193,7 +184,7 @@ async def end_task(task: asyncio.Task[Any]) -> None:
 async def host_samples(
     transport: Transport, interval: float = 1.0, *, mode: str = "auto",
     replay: str | None = None, on_phase: Callable[[str], None] | None = None,
-) -> AsyncGenerator[dict[str, Any], None]:
+) -> AsyncGenerator[Sample, None]:
     """A host's samples for as long as the connection lasts.
 
     Args:
@@ -206,7 +197,7 @@ async def host_samples(
     Closing this generator closes the stream under it at once (each inner stream is closed
     by ``aclosing``, never left to the garbage collector's finalizer task).
     """
-    held: dict[str, Any] | None = None
+    held: Sample | None = None
     if mode in ("auto", "agent"):
         if on_phase is not None:
             on_phase(PHASE_AGENT_STARTING)
@@ -233,7 +224,7 @@ async def host_samples(
             if held is not None:
                 if not any(v is not None for k, v in s["host"].items() if k != "errors"):
                     s["host"] = held["host"]
-                if s["state"] != "ok" and held.get("state_detail"):
+                if s["state"] != "ok" and held["state_detail"]:
                     s["state_detail"] = f"{s.get('state_detail') or ''} (NVML: " \
                         f"{held['state_detail']})".strip()
             yield s

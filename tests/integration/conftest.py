@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -111,7 +112,9 @@ def engine() -> Iterator[docker.DockerClient]:
 @pytest.fixture(autouse=True)
 def _cleanup_containers(engine: docker.DockerClient, tmp_path: Path) -> Iterator[None]:
     """Remove the containers of the jobs this test submitted (jobs in the stores under its
-    tmp dir), and only those: other test runs and benchmarks share the engine."""
+    tmp dir, created while it ran), and only those: other test runs and benchmarks share the
+    engine, and a ``ps`` in the test adopts their jobs into its store."""
+    started = time.time() - 1.0
     yield
     ids: set[str] = set()
     for db in tmp_path.rglob("jobs.sqlite3"):
@@ -125,8 +128,19 @@ def _cleanup_containers(engine: docker.DockerClient, tmp_path: Path) -> Iterator
     if not ids:
         return
     for c in engine.containers.list(all=True, filters={"label": LABEL_JOB_ID}):
-        if c.labels.get(LABEL_JOB_ID) in ids:
+        if c.labels.get(LABEL_JOB_ID) in ids and _created_s(c) >= started:
             c.remove(force=True)
+
+
+def _created_s(container: Any) -> float:
+    """Docker's ``Created`` (RFC 3339, ns digits) as Unix seconds; 0 if unreadable."""
+    raw = str(container.attrs.get("Created", ""))
+    try:
+        head, _, frac = raw.rstrip("Z").partition(".")
+        base = datetime.fromisoformat(head).replace(tzinfo=timezone.utc).timestamp()
+        return base + float("0." + frac[:6]) if frac else base
+    except ValueError:
+        return 0.0
 
 
 def job_containers(engine: docker.DockerClient, **labels: str) -> list[Any]:

@@ -115,8 +115,9 @@ class JobsScreen(Screen[None]):
         f = job.failure
         if f:
             rank = f" rank {f['rank']}" if f.get("rank") is not None else ""
-            text.append(f"\nfirst failure: node {f['node']} on {f['host']}{rank}, exit code "
-                        f"{f['exit_code']}: {f['reason']}", style="red")
+            code = f", exit code {f['exit_code']}" if f.get("exit_code") is not None else ""
+            text.append(f"\nfirst failure: node {f['node']} on {f['host']}{rank}{code}: "
+                        f"{f['reason']}", style="red")
             if f.get("fix"):
                 text.append(f"\nfix: {f['fix']}", style="yellow")
         detail.update(text)
