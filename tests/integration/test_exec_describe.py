@@ -42,7 +42,7 @@ def test_exec_and_describe(cli: CLI) -> None:
         out = res.stdout
         assert out.startswith(f"job {job_id}")
         assert f"node 0 on a: running  container gpuconsole-{job_id}-n0" in out
-        assert "docker run -d --name" in out and "--cap-drop ALL" in out
+        assert "docker run -d --init --name" in out and "--cap-drop ALL" in out
         assert "--security-opt no-new-privileges" in out
         assert "torchrun: torchrun --nnodes 1 --nproc-per-node 2" in out
         assert "RUN_TOKEN=***" in out  # a ${VAR} secret is masked...
