@@ -62,6 +62,19 @@ def no_nul(v: str) -> str:
     return v
 
 
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+"""A POSIX environment variable name (letters, digits, ``_``; not starting with a digit)."""
+
+
+def env_names(v: dict[str, str]) -> dict[str, str]:
+    """Validator of an ``env:`` mapping's keys; raises ``ValueError`` naming the first key
+    that is not a valid environment variable name."""
+    for k in v:
+        if not ENV_NAME_RE.match(k):
+            raise ValueError(f"{k!r} is not a valid environment variable name")
+    return v
+
+
 def no_space(v: str) -> str:
     """One line, and no white space at all."""
     one_line(v)

@@ -18,7 +18,7 @@ import platformdirs
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from console.errors import ConfigError
-from console.fields import ImageRef, Mount, NoNul, OneLine, Size, Word
+from console.fields import ImageRef, Mount, NoNul, OneLine, Size, Word, env_names
 from console.yamlsrc import Lines, combine, line_of, load_yaml, validation_errors
 from remote.ssh import (
     SSHTarget,
@@ -44,7 +44,6 @@ BUNDLED_DIR = _bundled_dir()
 """The bundled profiles' folder (see :func:`_bundled_dir`)."""
 
 _Strict = ConfigDict(extra="forbid")
-_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _CAP_RE = re.compile(r"^(CAP_)?[A-Z][A-Z0-9_]{0,40}$")
 _HOST_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 
@@ -118,10 +117,7 @@ class JobDefaults(BaseModel):
     @field_validator("env")
     @classmethod
     def _env(cls, v: dict[str, str]) -> dict[str, str]:
-        for k in v:
-            if not _ENV_NAME_RE.match(k):
-                raise ValueError(f"{k!r} is not a valid environment variable name")
-        return v
+        return env_names(v)
 
     @field_validator("cap_add")
     @classmethod

@@ -31,7 +31,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from console.errors import ConfigError
-from console.fields import ImageRef, Mount, NoNul, OneLine, Size, parse_mount
+from console.fields import ImageRef, Mount, NoNul, OneLine, Size, env_names, parse_mount
 from console.yamlsrc import Lines, combine, load_yaml, validation_errors
 
 __all__ = [
@@ -45,7 +45,6 @@ __all__ = [
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,47}$")
 _VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: Most torchrun processes per node (a sanity bound: hosts have at most a few hundred cores).
 MAX_NPROC = 1024
 #: Most nodes of one job.
@@ -126,10 +125,7 @@ class JobSpec(BaseModel):
     @field_validator("env")
     @classmethod
     def _env(cls, v: dict[str, str]) -> dict[str, str]:
-        for k in v:
-            if not _ENV_NAME_RE.match(k):
-                raise ValueError(f"{k!r} is not a valid environment variable name")
-        return v
+        return env_names(v)
 
 
 @dataclass(frozen=True)
