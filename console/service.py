@@ -894,6 +894,12 @@ class Service:
             return True
         return await self._monitor.wait_complete(timeout)
 
+    def fleet_phases(self) -> dict[str, str]:
+        """Host -> what its telemetry task is doing now (``connecting``, ``agent starting``,
+        ``nvidia-smi fallback``, ``streaming``, ``fault wait``, ``backoff``; see
+        :attr:`console.fleet.monitor.FleetMonitor.phase`); empty without a running fleet."""
+        return dict(self._monitor.phase) if self._monitor is not None else {}
+
     async def refresh_containers(self) -> None:
         """Map containers to jobs now (the monitor does it every 10 s by itself)."""
         if self._monitor is not None:

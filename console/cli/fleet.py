@@ -74,9 +74,11 @@ def top(ctx: click.Context, once: bool, as_json: bool, interval: float, hosts: s
     run(_top(ctx, once, as_json, interval, hosts, record, replay, speed, source, timeout))
 
 
-def missing_hosts(state: FleetState, timeout: float) -> list[str]:
+def missing_hosts(state: FleetState, timeout: float,
+                  phases: dict[str, str] | None = None) -> list[str]:
     """One line per host that gave no sample: its name and state (``down`` and why, or
-    still ``connecting`` after ``timeout`` s)."""
+    still ``connecting`` after ``timeout`` s, with the step it was in when that is more
+    precise: ``agent starting``, ``nvidia-smi fallback``, ``backoff``)."""
     lines = []
     for v in state.hosts.values():
         if v.sample is not None:
@@ -84,36 +86,42 @@ def missing_hosts(state: FleetState, timeout: float) -> list[str]:
         if v.status == "down":
             lines.append(f"host {v.name}: down: {v.error or 'unreachable'}")
         else:
-            lines.append(f"host {v.name}: still {v.status} after {timeout:g} s")
+            phase = (phases or {}).get(v.name)
+            step = f" ({phase})" if phase and phase != v.status else ""
+            lines.append(f"host {v.name}: still {v.status} after {timeout:g} s{step}")
     return lines
 
 
-async def read_fleet_once(svc: Service, state: FleetState, timeout: float) -> None:
+async def read_fleet_once(svc: Service, state: FleetState, timeout: float) -> dict[str, str]:
     """Wait up to ``timeout`` s for every host's first sample, then map containers to jobs
     in what is left of it (at least :data:`MIN_MAP_S`); print each host that gave no sample
     on stderr.
 
-    Raises:
-        JobError: some host gave no sample (exit 1): after the caller printed what came.
+    Returns:
+        each host's phase when the wait ended (:meth:`Service.fleet_phases`), for
+        :func:`raise_if_missing`.
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     await svc.wait_fleet(timeout=timeout)
+    phases = svc.fleet_phases()
     try:
         await asyncio.wait_for(svc.refresh_containers(),
                                max(deadline - loop.time(), MIN_MAP_S))
     except asyncio.TimeoutError:
         err(f"warning: the hosts' container labels were not read within --timeout "
             f"{timeout:g} s: GPU processes are not matched to jobs")
+    return phases
 
 
-def raise_if_missing(state: FleetState, timeout: float) -> None:
+def raise_if_missing(state: FleetState, timeout: float,
+                     phases: dict[str, str] | None = None) -> None:
     """Say on stderr which hosts gave no sample, then fail.
 
     Raises:
         JobError: at least one host gave no sample (exit 1).
     """
-    lines = missing_hosts(state, timeout)
+    lines = missing_hosts(state, timeout, phases)
     if not lines:
         return
     for line in lines:
@@ -204,13 +212,13 @@ async def _top(ctx: click.Context, once: bool, as_json: bool, interval: float,
         state = svc.start_fleet(names, interval=interval, mode=source, on_sample=hook)
         try:
             if once:
-                await read_fleet_once(svc, state, timeout)
+                phases = await read_fleet_once(svc, state, timeout)
                 batch = []
                 while not queue.empty():
                     batch.append(queue.get_nowait())
                 write(batch)
                 show(state)
-                raise_if_missing(state, timeout)
+                raise_if_missing(state, timeout, phases)
                 return
             await while_stdout_open(stream(state))
         finally:
@@ -244,7 +252,7 @@ async def _gpus(ctx: click.Context, free: bool, as_json: bool, hosts: str | None
     async with Service(profile) as svc:
         state = svc.start_fleet(names)
         try:
-            await read_fleet_once(svc, state, timeout)
+            phases = await read_fleet_once(svc, state, timeout)
         finally:
             await svc.stop_fleet()
     if as_json:
@@ -254,4 +262,4 @@ async def _gpus(ctx: click.Context, free: bool, as_json: bool, hosts: str | None
         out(render_free(state) if free else render_fleet(state))
         if free and not any(free_gpus(state).values()):
             err("no free GPU on the fleet (hosts without GPUs or NVIDIA driver have none)")
-    raise_if_missing(state, timeout)
+    raise_if_missing(state, timeout, phases)
