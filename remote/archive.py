@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote, urlencode
 
+from remote.dockerlogs import engine_error_message
 from remote.errors import ConnectionLost, DockerError, GpuConsoleError
 
 if TYPE_CHECKING:
@@ -211,16 +212,6 @@ async def _read_body(reader: asyncio.StreamReader, resp: _Response, limit: int =
     return data.decode(errors="replace").strip()
 
 
-def _engine_message(body: str) -> str:
-    """The ``message`` of the engine's JSON error body, else the body."""
-    try:
-        value = json.loads(body)
-    except ValueError:
-        return body
-    message = value.get("message") if isinstance(value, dict) else None
-    return message if isinstance(message, str) else body
-
-
 def _target(container: str, path: str, **params: str) -> str:
     query = urlencode({"path": path, **params})
     return f"/containers/{quote(container, safe='')}/archive?{query}"
@@ -235,7 +226,7 @@ async def _connect(host: str, socket_path: str) -> tuple[asyncio.StreamReader,
 
 
 def _raise_for(host: str, container: str, path: str, resp: _Response, body: str) -> None:
-    message = _engine_message(body) or f"HTTP {resp.status}"
+    message = engine_error_message(body) or f"HTTP {resp.status}"
     if resp.status == 404 and "no such container" not in message.lower():
         raise ContainerPathNotFound(host, container, path)
     hint = None

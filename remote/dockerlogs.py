@@ -332,7 +332,7 @@ async def read_log_batches(
             return
         if status != 200:
             body = (await reader.read(65536)).decode(errors="replace").strip()
-            raise LogsRequestError(status, _error_message(body))
+            raise LogsRequestError(status, engine_error_message(body))
         parser = LogStreamParser(multiplexed=content_type != RAW)
         while True:
             try:
@@ -374,8 +374,9 @@ def _parse_head(head: bytes) -> tuple[int, str]:
     return int(parts[1]), content_type
 
 
-def _error_message(body: str) -> str:
-    """The ``message`` of Docker's JSON error body, else the body."""
+def engine_error_message(body: str) -> str:
+    """The ``message`` of the Docker Engine API's JSON error body (``{"message": ...}``),
+    else the body as given."""
     try:
         value = json.loads(body)
     except ValueError:
