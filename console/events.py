@@ -26,6 +26,7 @@ import threading
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from console.alerts.model import AlertChanged
 from console.fleet.state import ContainerJob
 from console.jobs.logbuffer import Row
 from console.jobs.logs import JobLogLine
@@ -169,8 +170,8 @@ class FollowStateChanged:
         return ("follow", self.job_id, self.node_rank)
 
 
-Event = (SampleReceived | HostStateChanged | ContainersMapped | JobChanged | NodeExited
-         | LogLinesReceived | FollowStateChanged)
+Event = (AlertChanged | SampleReceived | HostStateChanged | ContainersMapped | JobChanged
+         | NodeExited | LogLinesReceived | FollowStateChanged)
 Handler = Callable[[Event], None]
 
 
