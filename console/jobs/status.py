@@ -24,7 +24,7 @@ else ``running``/``pending`` while any node is, else ``stopped``, ``succeeded``,
 nodes never started, while others still run, the others are stopped (gang teardown) and the
 first failure is explained once: the node that finished first with a non-zero code, the
 torchrun rank from its failure summary or error file, and one reason from
-:mod:`console.jobs.diagnose`. A job that the user stopped says so (:func:`job_summary`), never
+:mod:`console.diagnosis`. A job that the user stopped says so (:func:`job_summary`), never
 a reason read from torchrun's SignalException traceback.
 
 ``rm`` keeps the job's record with ``removed_at`` set; it then shows as ``removed``
@@ -42,7 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from console.jobs.diagnose import diagnose, parse_torchelastic_failure, signal_name
+from console.diagnosis import diagnose, parse_torchelastic_failure, signal_name
 from console.jobs.labels import K_JOB_ID, K_NODE_COUNT, NodeLabels
 from console.jobs.launch import launch_in_flight
 from console.jobs.plan import ERROR_FILE
@@ -339,7 +339,7 @@ async def explain_failure(session: Session, node: NodeRecord) -> dict[str, Any]:
 
     Sources, best first: torchrun's error file (``TORCHELASTIC_ERROR_FILE``, written when the
     failing worker's entry point is wrapped by ``@record``), the failure summary torchrun
-    prints, and the rest of the node's log (see :func:`console.jobs.diagnose.diagnose`).
+    prints, and the rest of the node's log (see :func:`console.diagnosis.diagnose`).
     """
     out: dict[str, Any] = {
         "node": node.node_rank,

@@ -1,4 +1,4 @@
-"""Tests of console.jobs.diagnose against real torchrun/NCCL/PyTorch failure logs.
+"""Tests of console.diagnosis against real torchrun/NCCL/PyTorch failure logs.
 
 The case files under tests/data/cases/torchrun/ are copies of shared/cases/torchrun/ (expected
 values from its README table, rows trun-01 … trun-12) plus the output of ``torchrun
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from console.jobs.diagnose import (
+from console.diagnosis import (
     Diagnosis,
     TorchelasticFailure,
     diagnose,

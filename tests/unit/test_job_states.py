@@ -169,7 +169,7 @@ torch.distributed.elastic.multiprocessing.api.SignalException: Process 7 got sig
 
 
 def test_torchruns_signal_exception_is_a_stop_not_a_script_failure() -> None:
-    from console.jobs.diagnose import diagnose
+    from console.diagnosis import diagnose
 
     d = diagnose(_STOPPED_TAIL)
     assert d is not None

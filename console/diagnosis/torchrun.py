@@ -1,361 +1,27 @@
-"""Turn the log text of a failed torchrun job into one clear reason for the failure.
+"""Rules for torchrun / PyTorch / NCCL failures in a job's log.
 
-Pure functions over text (stdlib only, no I/O). Two entry points:
-
-* :func:`parse_torchelastic_failure` reads the failure summary that torchelastic's
-  ``ChildFailedError`` prints when a worker of ``torchrun`` fails (the ``====``/``----`` block
-  with ``<script> FAILED``, ``Failures:``, ``Root Cause (first observed failure):`` and one
-  ``[N]:`` entry per failed process).
-* :func:`diagnose` looks at the whole log (the summary, the ranks' own output, NCCL's
-  ``NCCL_DEBUG`` lines, PyTorch's ``ProcessGroupNCCL`` watchdog messages, DataLoader errors)
-  and names the root cause, preferring it over its consequences (a rank that ran out of GPU
-  memory in NCCL makes its peers see "Connection closed by remote peer"; a missing rank makes
-  the others hit the watchdog timeout).
-
-Log lines are accepted as torchrun prints them, with its per-rank prefixes ``[rank3]:``
-(global rank, ``--local-ranks-filter``/PyTorch's own prefix) or ``[default0]:`` (role and
-local rank, ``--tee``), and with a log viewer's ``[NNNNN] `` line-number prefix.
+Each rule reads the normalised lines (:mod:`console.diagnosis.lines`) and torchelastic's
+failure summary (:mod:`console.diagnosis.elastic`) and returns a :class:`Diagnosis` or None;
+:mod:`console.diagnosis.engine` runs every rule and picks the root cause. Sources: PyTorch's
+``ProcessGroupNCCL`` watchdog and c10d store messages (``torch/csrc/distributed/c10d``),
+torchelastic's rendezvous errors (``torch/distributed/elastic/rendezvous/api.py``), NCCL's
+``NCCL_DEBUG`` line format and result codes (``src/include/nccl.h``: ``ncclResult_t``),
+DataLoader's worker-signal messages (``torch/utils/data/_utils/signal_handling.py``).
 """
 
 from __future__ import annotations
 
 import re
 import signal
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
 from types import MappingProxyType
-from typing import TypeAlias
 
-__all__ = [
-    "Diagnosis",
-    "FactValue",
-    "ProcessFailure",
-    "TorchelasticFailure",
-    "diagnose",
-    "parse_torchelastic_failure",
-    "parse_torchelastic_failures",
-    "signal_name",
-]
+from console.diagnosis.elastic import EXCEPTION_LINE, ProcessFailure
+from console.diagnosis.lines import Line
+from console.diagnosis.model import Context, Diagnosis, FactValue
+from console.diagnosis.model import make_diagnosis as _diag
 
-FactValue: TypeAlias = str | int | float | tuple[int, ...] | Mapping[int, int]
-"""A value in :attr:`Diagnosis.facts`: numbers are in the units their key names (``_ms``,
-``_s``, ``bytes``); tuples hold ranks or pids; a mapping goes from rank to a number."""
-
-
-def signal_name(exitcode: int | None) -> str | None:
-    """Name of the signal behind a negative exit code (``-9`` → ``"SIGKILL"``).
-
-    torchelastic reports a worker killed by signal N with exit code ``-N`` (Python's
-    ``subprocess`` convention). Returns None for None, a non-negative code or an unknown number.
-    """
-    if exitcode is None or exitcode >= 0:
-        return None
-    try:
-        return signal.Signals(-exitcode).name
-    except ValueError:
-        return None
-
-
-# --------------------------------------------------------------------------------------------
-# Line cleanup: viewer line numbers and torchrun's per-rank prefixes.
-
-_LINE_NUMBER = re.compile(r"^\[\d+\] ")
-_RANK_PREFIX = re.compile(r"^\[(?P<role>[A-Za-z_][A-Za-z_-]*?)(?P<num>\d+)\]: ?")
-
-
-@dataclass(frozen=True)
-class _Line:
-    """One log line: ``raw`` without a viewer line number, ``text`` also without rank prefixes."""
-
-    index: int
-    raw: str
-    text: str
-    rank: int | None  # from a "[rankN]:" prefix (global rank)
-    local_rank: int | None  # from a "[<role>N]:" prefix such as "[default0]:" (local rank)
-
-
-def _split_lines(text: str) -> list[_Line]:
-    lines: list[_Line] = []
-    for index, original in enumerate(text.splitlines()):
-        raw = _LINE_NUMBER.sub("", original, count=1).rstrip()
-        body, rank, local_rank = raw, None, None
-        while (m := _RANK_PREFIX.match(body)) is not None:
-            if m["role"] == "rank":
-                rank = int(m["num"])
-            else:
-                local_rank = int(m["num"])
-            body = body[m.end() :]
-        lines.append(_Line(index, raw, body, rank, local_rank))
-    return lines
-
-
-# --------------------------------------------------------------------------------------------
-# torchelastic failure summary.
-
-
-@dataclass(frozen=True)
-class ProcessFailure:
-    """One ``[N]:`` entry of torchelastic's failure summary (one failed worker process).
-
-    ``time`` is printed by the agent as ``YYYY-MM-DD_HH:MM:SS`` in its host's local time and
-    kept as printed. ``exitcode`` is the worker's exit status; negative means it was killed by
-    signal ``-exitcode`` (named in ``signal``). ``error_file`` is the JSON error file that
-    ``@record`` wrote (None when ``<N/A>``). ``traceback`` is the entry's traceback text with
-    the summary's indentation removed: the Python traceback from the error file, or a line
-    such as ``Signal 9 (SIGKILL) received by PID 14750``. ``exception`` is the final exception
-    line of a Python traceback (``RuntimeError: ...``), when the traceback has one.
-    ``lines`` are the entry's lines as printed (stripped).
-    """
-
-    index: int
-    time: str | None
-    host: str | None
-    rank: int | None
-    local_rank: int | None
-    exitcode: int | None
-    pid: int | None
-    signal: str | None
-    error_file: str | None
-    traceback: str | None
-    exception: str | None
-    lines: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class TorchelasticFailure:
-    """A parsed torchelastic ``ChildFailedError`` summary.
-
-    ``script`` is the title's ``<script> FAILED`` entrypoint; ``root_cause`` the entry under
-    "Root Cause (first observed failure)" (None if the text was cut before it); ``others`` the
-    entries under "Failures:" (empty for ``<NO_OTHER_FAILURES>``).
-    """
-
-    script: str | None
-    root_cause: ProcessFailure | None
-    others: tuple[ProcessFailure, ...]
-
-    @property
-    def failed_ranks(self) -> tuple[int, ...]:
-        """Global ranks of every failed process, root cause first."""
-        entries = ((self.root_cause,) if self.root_cause else ()) + self.others
-        return tuple(e.rank for e in entries if e.rank is not None)
-
-
-_BORDER = re.compile(r"^\s*(?:={8,}|-{8,}|\*{8,})\s*$")
-_TITLE = re.compile(r"^\s*(?P<script>\S.*?) FAILED\s*$")
-_ROOT_HEADER = re.compile(r"^\s*Root Cause\b.*:\s*$")
-_OTHERS_HEADER = re.compile(r"^\s*(?:Other )?Failures:\s*$")
-_ENTRY = re.compile(r"^\s*\[(?P<idx>\d+)\]:\s*$")
-_FIELD = re.compile(
-    r"^\s{0,4}(?P<key>time|host|rank|exitcode|error_file|traceback|msg)\s*:\s?(?P<value>.*)$"
-)
-_RANK_VALUE = re.compile(r"(?P<rank>-?\d+)(?:\s*\(local_rank:\s*(?P<local>-?\d+)\))?")
-_EXIT_VALUE = re.compile(r"(?P<code>-?\d+)(?:\s*\(pid:\s*(?P<pid>\d+)\))?")
-_NOT_AVAILABLE = {"", "<N/A>", "N/A", "<NONE>"}
-
-
-def _value(raw: str | None) -> str | None:
-    if raw is None:
-        return None
-    value = raw.strip()
-    return None if value in _NOT_AVAILABLE else value
-
-
-# The last line of a Python traceback: "module.Type: message" (or a bare "Type").
-_EXCEPTION = re.compile(r"^(?P<type>[A-Za-z_][\w.:]*)(?::\s*(?P<msg>.*))?$")
-
-
-def _exception_line(traceback: str) -> str | None:
-    """The final exception line (``Type: message``) of a Python traceback, or None.
-
-    That is the first unindented line after the last ``File "..."`` frame; None when the
-    traceback has no frame or was cut before its exception line.
-    """
-    lines = traceback.splitlines()
-    frames = [i for i, line in enumerate(lines) if line.lstrip().startswith('File "')]
-    if not frames:
-        return None
-    for line in lines[frames[-1] + 1 :]:
-        if line and not line[0].isspace():
-            return line.strip() if _EXCEPTION.match(line) else None
-    return None
-
-
-def _build_entry(index: int, fields: dict[str, list[str]], lines: list[str]) -> ProcessFailure:
-    def first(key: str) -> str | None:
-        return _value(fields[key][0]) if key in fields else None
-
-    rank = local_rank = exitcode = pid = None
-    if (raw_rank := first("rank")) and (m := _RANK_VALUE.match(raw_rank)):
-        rank = int(m["rank"])
-        local_rank = int(m["local"]) if m["local"] is not None else None
-    if (raw_exit := first("exitcode")) and (m := _EXIT_VALUE.match(raw_exit)):
-        exitcode = int(m["code"])
-        pid = int(m["pid"]) if m["pid"] is not None else None
-    tb_lines = fields.get("traceback") or fields.get("msg") or []
-    if tb_lines:
-        # Continuation lines carry the summary's two-space indent: remove it.
-        body = [tb_lines[0].strip()] + [
-            ln[2:] if ln.startswith("  ") else ln for ln in tb_lines[1:]
-        ]
-        traceback: str | None = _value("\n".join(body).rstrip().strip('"'))
-    else:
-        traceback = None
-    return ProcessFailure(
-        index=index,
-        time=first("time"),
-        host=first("host"),
-        rank=rank,
-        local_rank=local_rank,
-        exitcode=exitcode,
-        pid=pid,
-        signal=signal_name(exitcode),
-        error_file=first("error_file"),
-        traceback=traceback,
-        exception=_exception_line(traceback) if traceback else None,
-        lines=tuple(ln.strip() for ln in lines if ln.strip()),
-    )
-
-
-def _parse_summary(lines: Sequence[str], start: int) -> tuple[TorchelasticFailure, int]:
-    """Parse one summary whose title line is ``lines[start]``; return it and the next index."""
-    title = _TITLE.match(lines[start])
-    script = title["script"] if title else None
-    root: ProcessFailure | None = None
-    others: list[ProcessFailure] = []
-    section = "others"
-    entry_idx: int | None = None
-    fields: dict[str, list[str]] = {}
-    entry_lines: list[str] = []
-    key: str | None = None
-
-    def close() -> None:
-        nonlocal root, entry_idx, fields, entry_lines, key
-        if entry_idx is not None:
-            entry = _build_entry(entry_idx, fields, entry_lines)
-            if section == "root" and root is None:
-                root = entry
-            else:
-                others.append(entry)
-        entry_idx, fields, entry_lines, key = None, {}, [], None
-
-    i = start + 1
-    while i < len(lines):
-        line = lines[i]
-        if _BORDER.match(line):
-            close()
-            following = lines[i + 1] if i + 1 < len(lines) else ""
-            heads_section = _ROOT_HEADER.match(following) or _OTHERS_HEADER.match(following)
-            # "----" separates sections; a "====" (or old-style "****") not followed by a
-            # section header closes the summary (the one after the title opens a section).
-            if line.strip()[0] in "=*" and not heads_section and i > start + 1:
-                i += 1
-                break
-        elif _ROOT_HEADER.match(line):
-            close()
-            section = "root"
-        elif _OTHERS_HEADER.match(line):
-            close()
-            section = "others"
-        elif m := _ENTRY.match(line):
-            close()
-            entry_idx = int(m["idx"])
-            entry_lines = [line]
-        elif entry_idx is not None and key in ("traceback", "msg"):
-            # The traceback is an entry's last field: everything up to the next border,
-            # header or entry belongs to it.
-            fields[key].append(line)
-            entry_lines.append(line)
-        elif entry_idx is not None and (m := _FIELD.match(line)):
-            key = m["key"]
-            fields.setdefault(key, []).append(m["value"])
-            entry_lines.append(line)
-        i += 1
-    close()
-    return TorchelasticFailure(script, root, tuple(others)), i
-
-
-def parse_torchelastic_failures(text: str) -> tuple[TorchelasticFailure, ...]:
-    """Every torchelastic failure summary in ``text``, in order (one per agent / node).
-
-    See :func:`parse_torchelastic_failure`; a multi-node log holds one summary per node.
-    """
-    lines = [ln.text for ln in _split_lines(text)]
-    found: list[TorchelasticFailure] = []
-    i = 0
-    while i < len(lines):
-        near_border = any(_BORDER.match(lines[j]) for j in range(max(0, i - 2), i))
-        if _TITLE.match(lines[i]) and near_border:
-            summary, i = _parse_summary(lines, i)
-            if summary.root_cause is not None or summary.others:
-                found.append(summary)
-            continue
-        i += 1
-    return tuple(found)
-
-
-def parse_torchelastic_failure(text: str) -> TorchelasticFailure | None:
-    """Parse torchelastic's ``ChildFailedError`` failure summary out of ``text``.
-
-    The root cause is the entry under "Root Cause (first observed failure)" (not the first
-    entry printed). A summary cut short (a missing last line or block) still parses: fields
-    that were not printed are None. With several summaries (one per node of a multi-node
-    job) the one whose root cause happened first is returned. None when there is no summary.
-    """
-    summaries = parse_torchelastic_failures(text)
-    if not summaries:
-        return None
-
-    def when(s: TorchelasticFailure) -> str:
-        return (s.root_cause.time if s.root_cause else None) or "~"
-
-    return min(summaries, key=when)
-
-
-# --------------------------------------------------------------------------------------------
-# Diagnosis.
-
-
-@dataclass(frozen=True)
-class Diagnosis:
-    """One reason for a failed job, for a person to read.
-
-    ``kind`` is a short stable id (see :func:`diagnose`); ``summary`` one line saying what
-    happened; ``ranks`` the global ranks blamed for it (empty when the log does not say which,
-    or no worker ever started); ``fix`` one line saying what to do; ``evidence`` the log lines
-    the diagnosis rests on (stripped, without a viewer's line numbers). ``facts`` holds the
-    values read from the log, keyed by name (units in the key: ``timeout_ms``, ``bytes``...).
-    ``failure`` is the torchelastic summary when the log had one.
-    """
-
-    kind: str
-    summary: str
-    ranks: tuple[int, ...]
-    fix: str
-    evidence: tuple[str, ...]
-    facts: Mapping[str, FactValue] = field(default_factory=lambda: MappingProxyType({}))
-    failure: TorchelasticFailure | None = None
-
-
-def _diag(
-    kind: str,
-    summary: str,
-    ranks: Iterable[int],
-    fix: str,
-    evidence: Iterable[str],
-    facts: dict[str, FactValue | None],
-    failure: TorchelasticFailure | None,
-) -> Diagnosis:
-    kept = {k: v for k, v in facts.items() if v is not None}
-    return Diagnosis(
-        kind=kind,
-        summary=summary,
-        ranks=tuple(ranks),
-        fix=fix,
-        evidence=tuple(dict.fromkeys(e.strip() for e in evidence)),
-        facts=MappingProxyType(kept),
-        failure=failure,
-    )
+__all__ = ["RULES"]
 
 
 def _human_bytes(n: int) -> str:
@@ -386,11 +52,6 @@ def _who(entry: ProcessFailure) -> str:
     return f"rank {entry.rank} ({where})" if where else f"rank {entry.rank}"
 
 
-@dataclass(frozen=True)
-class _Context:
-    lines: list[_Line]
-    failure: TorchelasticFailure | None
-
 
 # NCCL_DEBUG lines: "host:pid:tid [cudaDev] file:line NCCL WARN msg",
 # and return traces: "host:pid:tid [cudaDev] NCCL INFO file:line -> 3"
@@ -413,7 +74,7 @@ _NCCL_RESULTS = {
 }
 
 
-def _nccl_cuda_oom(ctx: _Context) -> Diagnosis | None:
+def _nccl_cuda_oom(ctx: Context) -> Diagnosis | None:
     """NCCL could not allocate GPU memory (typically its buffers during communicator init)."""
     hit = next((ln for ln in ctx.lines if _NCCL_OOM.search(ln.text)), None)
     if hit is None:
@@ -492,13 +153,13 @@ _PG_NAME = re.compile(r"\((?P<name>[A-Za-z_]\w*)\)")
 _TERMINATE = re.compile(r"terminate called after throwing an instance of '(?P<type>[^']+)'")
 
 
-def _rank_of(line: _Line) -> int | None:
+def _rank_of(line: Line) -> int | None:
     if (m := _PG_RANK.search(line.text)) is not None:
         return int(m["rank"])
     return line.rank
 
 
-def _cuda_error(ctx: _Context) -> Diagnosis | None:
+def _cuda_error(ctx: Context) -> Diagnosis | None:
     """A ``CUDA error: ...`` (illegal memory access, device-side assert, out of memory...)."""
     hit = next((ln for ln in ctx.lines if _CUDA_ERROR.search(ln.text)), None)
     if hit is None:
@@ -568,7 +229,7 @@ _TORCH_OOM = re.compile(
 )
 
 
-def _cuda_oom(ctx: _Context) -> Diagnosis | None:
+def _cuda_oom(ctx: Context) -> Diagnosis | None:
     """PyTorch's caching allocator ran out of GPU memory (``torch.OutOfMemoryError``)."""
     hit = next((ln for ln in ctx.lines if _TORCH_OOM.search(ln.text)), None)
     if hit is None:
@@ -598,7 +259,7 @@ _SHM = re.compile(
 )
 
 
-def _shm_exhausted(ctx: _Context) -> Diagnosis | None:
+def _shm_exhausted(ctx: Context) -> Diagnosis | None:
     """A DataLoader worker died of SIGBUS: the container's /dev/shm is too small."""
     hits = [ln for ln in ctx.lines if _SHM.search(ln.text)]
     if not hits:
@@ -641,7 +302,7 @@ _RDZV_ERROR = re.compile(r"(?P<type>Rendezvous\w*Error)\b(?::\s*(?P<msg>.*))?")
 _RDZV_ENDPOINT = re.compile(r"--(?:rdzv[_-]endpoint|master[_-]addr)[= ]\"?(?P<ep>[^\s\"]+)\"?")
 
 
-def _rendezvous(ctx: _Context) -> Diagnosis | None:
+def _rendezvous(ctx: Context) -> Diagnosis | None:
     """The torchrun agent could not reach the c10d rendezvous store: no worker started.
 
     A log with a failure summary had workers running: a rendezvous error there (e.g. the
@@ -720,7 +381,7 @@ _WORLD_SIZE = (
 )
 
 
-def _world_size(lines: Sequence[_Line]) -> int | None:
+def _world_size(lines: Sequence[Line]) -> int | None:
     for pattern in _WORLD_SIZE:
         for ln in lines:
             if m := pattern.search(ln.text):
@@ -733,7 +394,7 @@ def _arg(pattern: str, args: str) -> str | None:
     return m.group(1) if m else None
 
 
-def _nccl_timeout(ctx: _Context) -> Diagnosis | None:
+def _nccl_timeout(ctx: Context) -> Diagnosis | None:
     """The ProcessGroupNCCL watchdog timed out a collective: some rank never joined it."""
     reports = [ln for ln in ctx.lines if _WATCHDOG.search(ln.text)]
     works = [ln for ln in ctx.lines if _WATCHDOG_WORK.search(ln.text)]
@@ -822,22 +483,22 @@ _CONSEQUENCE = re.compile(
 _AGENT_SIGNAL = re.compile(r"SignalException: Process (?P<pid>\d+) got signal: (?P<sig>\d+)")
 
 
-def _rank_exceptions(lines: Sequence[_Line]) -> list[tuple[int | None, _Line]]:
+def _rank_exceptions(lines: Sequence[Line]) -> list[tuple[int | None, Line]]:
     """Final exception lines of the Python tracebacks printed by ranks (with a rank prefix)."""
-    found: list[tuple[int | None, _Line]] = []
+    found: list[tuple[int | None, Line]] = []
     in_tb: dict[tuple[int | None, int | None], bool] = {}
     for ln in lines:
         who = (ln.rank, ln.local_rank)
         if ln.text.startswith("Traceback (most recent call last)"):
             in_tb[who] = True
         elif in_tb.get(who) and ln.text and not ln.text[0].isspace():
-            if _EXCEPTION.match(ln.text):
+            if EXCEPTION_LINE.match(ln.text):
                 found.append((ln.rank, ln))
             in_tb[who] = False
     return found
 
 
-def _exception(ctx: _Context) -> Diagnosis | None:
+def _exception(ctx: Context) -> Diagnosis | None:
     """A Python exception raised by the training script of one rank.
 
     Taken from the torchelastic summary (the root cause's traceback, or when that is only a
@@ -866,7 +527,7 @@ def _exception(ctx: _Context) -> Diagnosis | None:
         entry = root
         rank = root.rank if rank is None and root is not None else rank
         line, evidence = found.text.strip(), found.raw
-    m = _EXCEPTION.match(line)
+    m = EXCEPTION_LINE.match(line)
     etype = m["type"] if m else None
     on = f"rank {rank}" if rank is not None else "a rank"
     where = f" ({_where(entry)})" if entry and entry.rank == rank and _where(entry) else ""
@@ -917,7 +578,7 @@ _SIGNAL_HINTS = {
 }
 
 
-def _signal(ctx: _Context) -> Diagnosis | None:
+def _signal(ctx: Context) -> Diagnosis | None:
     """The root-cause worker of the torchelastic summary died of a signal or an exit code."""
     failure = ctx.failure
     root = failure.root_cause if failure else None
@@ -972,7 +633,7 @@ def _signal(ctx: _Context) -> Diagnosis | None:
     )
 
 
-def _stopped(ctx: _Context) -> Diagnosis | None:
+def _stopped(ctx: Context) -> Diagnosis | None:
     """torchrun itself got a signal (``SignalException: Process 1 got signal: 15``) and
     nothing else explains the end: the container was stopped from outside (``gpuconsole
     stop`` records that as ``stopped``, so this is seen for a ``docker stop``, a host shutdown
@@ -1000,8 +661,8 @@ def _stopped(ctx: _Context) -> Diagnosis | None:
     return None
 
 
-# Root causes first, consequences last: the first detector that matches wins.
-_DETECTORS: tuple[Callable[[_Context], Diagnosis | None], ...] = (
+#: The rules of this module (order does not matter: the engine ranks what they find).
+RULES: tuple[Callable[[Context], Diagnosis | None], ...] = (
     _nccl_cuda_oom,
     _cuda_oom,
     _cuda_error,
@@ -1012,23 +673,3 @@ _DETECTORS: tuple[Callable[[_Context], Diagnosis | None], ...] = (
     _signal,
     _stopped,
 )
-
-
-def diagnose(text: str) -> Diagnosis | None:
-    """Name the one root cause of a torchrun job failure from its log text, or None.
-
-    ``kind`` is one of: ``nccl_cuda_oom`` (NCCL could not allocate GPU memory),
-    ``cuda_oom`` (PyTorch CUDA out of memory), ``cuda_illegal_memory_access``, ``cuda_error``,
-    ``shm_exhausted`` (DataLoader worker killed by SIGBUS), ``rendezvous_connection`` /
-    ``rendezvous_failed`` (no worker started), ``exception`` (a Python exception in a rank),
-    ``nccl_timeout`` (watchdog timeout: victims reported it, the blamed ranks are those that
-    did not), ``sigkill`` (likely the OOM killer), ``sigabrt``, ``sigsegv``, ``signal``,
-    ``exit_code`` (from the torchelastic summary's root cause), ``stopped`` (torchrun itself
-    got a signal such as SIGTERM and nothing else failed). When several apply, the root
-    cause is preferred over its consequences, in that order.
-    """
-    ctx = _Context(_split_lines(text), parse_torchelastic_failure(text))
-    for detector in _DETECTORS:
-        if (found := detector(ctx)) is not None:
-            return found
-    return None

@@ -1,0 +1,103 @@
+"""What a diagnosis says: :class:`Diagnosis` (one root cause) and its :class:`Consequence`s.
+
+Shared by every face: ``gpuconsole diagnose``, ``ps``/``describe`` (console/jobs/status.py),
+the TUI's jobs view and the job-failed alert.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, TypeAlias
+
+if TYPE_CHECKING:
+    from console.diagnosis.elastic import TorchelasticFailure
+    from console.diagnosis.lines import Line
+
+__all__ = ["Consequence", "Context", "Diagnosis", "FactValue", "make_diagnosis"]
+
+FactValue: TypeAlias = str | int | float | tuple[int, ...] | Mapping[int, int]
+"""A value in :attr:`Diagnosis.facts`: numbers are in the units their key names (``_ms``,
+``_s``, ``bytes``); tuples hold ranks or pids; a mapping goes from rank to a number."""
+
+
+@dataclass(frozen=True)
+class Consequence:
+    """Something else the text shows that follows from the root cause (the SIGTERMs of the
+    surviving ranks, an Xid 45 after a reset-class Xid, Slurm cancelling the step...).
+
+    Attributes:
+        kind: its cause id, as it would be named on its own (see :class:`Diagnosis`).
+        summary: one line.
+        evidence: the lines it was read from.
+    """
+
+    kind: str
+    summary: str
+    evidence: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """One reason for a failure, for a person to read.
+
+    ``kind`` is a short stable id (the table in ``tests/data/diagnose/README.md`` and
+    ``docs/diagnose.md``); ``summary`` one line saying what happened; ``ranks`` the global
+    ranks blamed for it (empty when the text does not say which, or no worker ever started);
+    ``fix`` one line saying what to do; ``evidence`` the lines the diagnosis rests on
+    (decorations such as timestamps removed, a rank prefix kept). ``facts`` holds the values
+    read from the text, keyed by name (units in the key: ``timeout_ms``, ``bytes``...).
+    ``failure`` is torchelastic's failure summary when the text had one. ``consequences``
+    are the other failures the text shows, each a consequence of this one. ``inputs`` names
+    what the text was recognised as (``torchrun log``, ``kernel log``, ``docker output``...).
+    """
+
+    kind: str
+    summary: str
+    ranks: tuple[int, ...]
+    fix: str
+    evidence: tuple[str, ...]
+    facts: Mapping[str, FactValue] = field(default_factory=lambda: MappingProxyType({}))
+    failure: TorchelasticFailure | None = None
+    consequences: tuple[Consequence, ...] = ()
+    inputs: tuple[str, ...] = ()
+
+
+def make_diagnosis(
+    kind: str,
+    summary: str,
+    ranks: Iterable[int],
+    fix: str,
+    evidence: Iterable[str],
+    facts: Mapping[str, FactValue | None],
+    failure: TorchelasticFailure | None = None,
+) -> Diagnosis:
+    """A :class:`Diagnosis` with None facts dropped and evidence stripped and de-duplicated."""
+    kept = {k: v for k, v in facts.items() if v is not None}
+    return Diagnosis(
+        kind=kind,
+        summary=summary,
+        ranks=tuple(ranks),
+        fix=fix,
+        evidence=tuple(dict.fromkeys(e.strip() for e in evidence if e.strip())),
+        facts=MappingProxyType(kept),
+        failure=failure,
+    )
+
+
+@dataclass(frozen=True)
+class Context:
+    """What every rule reads.
+
+    Attributes:
+        text: the input as given (rules that parse a format with its own prefixes, such as
+            the kernel log's timestamps, read this).
+        lines: the normalised lines (:func:`console.diagnosis.lines.normalize`).
+        failure: torchelastic's failure summary (the earliest root cause when several nodes
+            printed one), None when the text has none.
+    """
+
+    text: str
+    lines: list[Line]
+    failure: TorchelasticFailure | None
