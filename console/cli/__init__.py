@@ -7,7 +7,7 @@ commands to it. The CLI only parses, calls :class:`console.service.Service` and 
 
 from __future__ import annotations
 
-from console.cli import cp, fleet, jobs, submit  # noqa: F401  (each registers its commands)
+from console.cli import cp, diagnose, fleet, jobs, submit  # noqa: F401  (each registers its commands)
 from console.cli.base import main, run
 
 __all__ = ["main", "run"]
