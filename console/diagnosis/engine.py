@@ -162,11 +162,12 @@ def diagnose(text: str) -> Diagnosis | None:
     if not found:
         return None
     root = found[0]
-    seen = {root.kind}
+    seen = {root.kind} | {c.kind for c in root.consequences}
     consequences: list[Consequence] = []
     for d in found[1:]:
         if d.kind in seen or _restates(d, root):
             continue
         seen.add(d.kind)
         consequences.append(Consequence(d.kind, d.summary, d.evidence))
-    return replace(root, consequences=tuple(consequences), inputs=detect_inputs(text))
+    return replace(root, consequences=root.consequences + tuple(consequences),
+                   inputs=detect_inputs(text))

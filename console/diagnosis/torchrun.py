@@ -13,244 +13,15 @@ from __future__ import annotations
 
 import re
 import signal
-from collections.abc import Callable, Iterable, Sequence
-from types import MappingProxyType
+from collections.abc import Callable, Sequence
 
-from console.diagnosis.elastic import EXCEPTION_LINE, ProcessFailure
+from console.diagnosis.common import join_ranks, place_of, rank_and_place
+from console.diagnosis.elastic import EXCEPTION_LINE
 from console.diagnosis.lines import Line
 from console.diagnosis.model import Context, Diagnosis, FactValue
 from console.diagnosis.model import make_diagnosis as _diag
 
 __all__ = ["RULES"]
-
-
-def _human_bytes(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:g} {unit}" if unit == "B" or size != int(size) else f"{int(size)} {unit}"
-        size /= 1024
-    return f"{n} B"
-
-
-def _join(ranks: Iterable[int]) -> str:
-    return ", ".join(str(r) for r in ranks)
-
-
-def _where(entry: ProcessFailure) -> str:
-    """``"local_rank 0, pid 14750 on host"`` for an entry, from the parts it has."""
-    parts = [f"local_rank {entry.local_rank}"] if entry.local_rank is not None else []
-    if entry.pid is not None:
-        parts.append(f"pid {entry.pid}")
-    if entry.host:
-        parts.append(f"on {entry.host}")
-    return ", ".join(parts)
-
-
-def _who(entry: ProcessFailure) -> str:
-    where = _where(entry)
-    return f"rank {entry.rank} ({where})" if where else f"rank {entry.rank}"
-
-
-
-# NCCL_DEBUG lines: "host:pid:tid [cudaDev] file:line NCCL WARN msg",
-# and return traces: "host:pid:tid [cudaDev] NCCL INFO file:line -> 3"
-_NCCL_LINE = re.compile(
-    r"^(?P<host>[^\s:]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
-    r"(?:(?P<src>\S+:\d+) )?NCCL (?P<level>WARN|INFO|ERROR|TRACE|ABORT) (?P<msg>.*)$"
-)
-_NCCL_RETURN = re.compile(r"(?P<src>\S+:\d+) -> (?P<code>\d+)")
-_NCCL_OOM = re.compile(r"Cuda failure '?out of memory'?", re.I)
-_NCCL_ALLOC = re.compile(
-    r"Failed to CUDA (?:calloc|malloc|host alloc)\w* (?P<bytes>\d+) bytes", re.I
-)
-_NCCL_RESULTS = {
-    1: "unhandled CUDA error",
-    2: "system error",
-    3: "internal error",
-    4: "invalid argument",
-    5: "invalid usage",
-    6: "remote error",
-}
-
-
-def _nccl_cuda_oom(ctx: Context) -> Diagnosis | None:
-    """NCCL could not allocate GPU memory (typically its buffers during communicator init)."""
-    hit = next((ln for ln in ctx.lines if _NCCL_OOM.search(ln.text)), None)
-    if hit is None:
-        return None
-    head = _NCCL_LINE.match(hit.text)
-    same = [
-        ln
-        for ln in ctx.lines[hit.index :]
-        if head is None or ((m := _NCCL_LINE.match(ln.text)) and m["pid"] == head["pid"])
-    ]
-    evidence = [hit.raw]
-    size = result = None
-    for ln in same[1:]:
-        if size is None and (m := _NCCL_ALLOC.search(ln.text)):
-            size = int(m["bytes"])
-            evidence.append(ln.raw)
-        if result is None and (m := _NCCL_RETURN.search(ln.text)) and "NCCL INFO" in ln.text:
-            result = int(m["code"])
-    # NCCL's return traces ("NCCL INFO init.cc:1358 -> 3") tell which stage failed.
-    traced = {m["src"].split(":")[0] for ln in ctx.lines for m in _NCCL_RETURN.finditer(ln.text)}
-    stage = []
-    if any("p2p" in m["src"] for ln in same for m in _NCCL_RETURN.finditer(ln.text)):
-        stage.append("setting up its P2P buffers")
-    if "init.cc" in traced:
-        stage.append("during communicator init")
-    device = int(head["dev"]) if head else None
-    pid = int(head["pid"]) if head else None
-    host = head["host"] if head else None
-    rank = hit.rank
-    # Other processes' NCCL warnings (closed connections, failed receives) are consequences.
-    others = {
-        int(m["pid"])
-        for ln in ctx.lines
-        if (m := _NCCL_LINE.match(ln.text)) and m["level"] == "WARN" and m["pid"] != str(pid)
-    }
-    who = f"CUDA device {device}" if device is not None else "a GPU"
-    if pid is not None:
-        who += f" (pid {pid}" + (f" on {host})" if host else ")")
-    what = (
-        f"a {size}-byte ({_human_bytes(size)}) allocation failed" if size else "cudaMalloc failed"
-    )
-    res = f", result {result} ({_NCCL_RESULTS.get(result, 'error')})" if result else ""
-    summary = (
-        f"{who} ran out of GPU memory inside NCCL: {what}"
-        + (f" while {' '.join(stage)}" if stage else "")
-        + res
-        + (f"; the errors of pid {_join(sorted(others))} follow from it" if others else "")
-    )
-    gpu = f"GPU {device}" if device is not None else "the GPU"
-    fix = (
-        f"Free {gpu} before NCCL init: stop the other process using it, or have the job use "
-        "less memory before init_process_group / its first collective"
-    )
-    return _diag(
-        "nccl_cuda_oom",
-        summary,
-        (rank,) if rank is not None else (),
-        fix,
-        evidence,
-        {
-            "device": device,
-            "pid": pid,
-            "host": host,
-            "bytes": size,
-            "nccl_result": result,
-            "other_pids": tuple(sorted(others)),
-        },
-        ctx.failure,
-    )
-
-
-_CUDA_ERROR = re.compile(r"CUDA error: (?P<msg>[^.(\n]+)")
-_PG_RANK = re.compile(r"\[(?P<inside>[^\[\]]*?)\bRank (?P<rank>\d+)\]")
-_PG_ID = re.compile(r"\bPG (?:ID )?(?P<pg>\d+)")
-_PG_NAME = re.compile(r"\((?P<name>[A-Za-z_]\w*)\)")
-_TERMINATE = re.compile(r"terminate called after throwing an instance of '(?P<type>[^']+)'")
-
-
-def _rank_of(line: Line) -> int | None:
-    if (m := _PG_RANK.search(line.text)) is not None:
-        return int(m["rank"])
-    return line.rank
-
-
-def _cuda_error(ctx: Context) -> Diagnosis | None:
-    """A ``CUDA error: ...`` (illegal memory access, device-side assert, out of memory...)."""
-    hit = next((ln for ln in ctx.lines if _CUDA_ERROR.search(ln.text)), None)
-    if hit is None:
-        return None
-    message = _CUDA_ERROR.search(hit.text)
-    assert message is not None
-    error = message["msg"].strip()
-    rank = _rank_of(hit)
-    if rank is None and ctx.failure and ctx.failure.root_cause:
-        rank = ctx.failure.root_cause.rank
-    pg = pg_name = None
-    if m := _PG_RANK.search(hit.text):
-        if p := _PG_ID.search(m["inside"]):
-            pg = int(p["pg"])
-        if n := _PG_NAME.search(m["inside"]):
-            pg_name = n["name"]
-    thrown = next((m["type"] for ln in ctx.lines if (m := _TERMINATE.search(ln.text))), None)
-    evidence = [ln.raw for ln in ctx.lines if _TERMINATE.search(ln.text)] + [hit.raw]
-    on = f"rank {rank}" if rank is not None else "a rank"
-    where = ""
-    if pg is not None:
-        where = f" (process group {pg}, {pg_name})" if pg_name else f" (process group {pg})"
-    watchdog = "watchdog" in hit.text.lower()
-    by = "the NCCL watchdog hit " if watchdog else ""
-    end = "; the process aborts (SIGABRT)" if thrown or watchdog else ""
-    if "out of memory" in error:
-        kind = "cuda_oom"
-        summary = f"{on}{where} ran out of GPU memory: {by}'{error}'{end}"
-        fix = "Lower the batch size, or free the GPU of other processes"
-    elif "illegal memory access" in error or "illegal address" in error:
-        kind = "cuda_illegal_memory_access"
-        summary = (
-            f"CUDA illegal memory access on {on}{where}: {by}'{error}'{end}. A kernel bug or a "
-            "faulty GPU; failures of other ranks after it are consequences"
-        )
-        fix = (
-            f"Check the kernel log (dmesg) of {on}'s host for Xid 13/31/43 on its GPU; rerun with "
-            "CUDA_LAUNCH_BLOCKING=1 to find the kernel that faults"
-        )
-    else:
-        kind = "cuda_error"
-        summary = f"CUDA error on {on}{where}: {by}'{error}'{end}"
-        fix = (
-            "Rerun with CUDA_LAUNCH_BLOCKING=1 (and TORCH_USE_CUDA_DSA for device-side asserts) "
-            "to find the failing kernel; check dmesg for Xid errors"
-        )
-    return _diag(
-        kind,
-        summary,
-        (rank,) if rank is not None else (),
-        fix,
-        evidence,
-        {
-            "rank": rank,
-            "error": error,
-            "process_group": pg,
-            "pg_name": pg_name,
-            "exception_type": thrown,
-        },
-        ctx.failure,
-    )
-
-
-_TORCH_OOM = re.compile(
-    r"CUDA out of memory\. Tried to allocate (?P<size>[\d.]+ [KMGT]?i?B)"
-    r"(?:.*?GPU (?P<gpu>\d+))?",
-)
-
-
-def _cuda_oom(ctx: Context) -> Diagnosis | None:
-    """PyTorch's caching allocator ran out of GPU memory (``torch.OutOfMemoryError``)."""
-    hit = next((ln for ln in ctx.lines if _TORCH_OOM.search(ln.text)), None)
-    if hit is None:
-        return None
-    m = _TORCH_OOM.search(hit.text)
-    assert m is not None
-    rank = hit.rank
-    if rank is None and ctx.failure and ctx.failure.root_cause:
-        rank = ctx.failure.root_cause.rank
-    gpu = f" on GPU {m['gpu']}" if m["gpu"] else ""
-    on = f"rank {rank}" if rank is not None else "a rank"
-    return _diag(
-        "cuda_oom",
-        f"{on} ran out of GPU memory{gpu}: tried to allocate {m['size']}",
-        (rank,) if rank is not None else (),
-        "Lower the batch size or sequence length, or use activation checkpointing / mixed "
-        "precision; check no other process holds memory on that GPU",
-        [hit.raw],
-        {"rank": rank, "gpu": int(m["gpu"]) if m["gpu"] else None, "size": m["size"]},
-        ctx.failure,
-    )
 
 
 _SHM = re.compile(
@@ -272,7 +43,8 @@ def _shm_exhausted(ctx: Context) -> Diagnosis | None:
     rank = next((ln.rank for ln in hits if ln.rank is not None), None)
     if rank is None and ctx.failure and ctx.failure.root_cause:
         rank = ctx.failure.root_cause.rank
-    who = f"DataLoader worker (pid {_join(dict.fromkeys(pids))})" if pids else "A DataLoader worker"
+    pid_list = join_ranks(dict.fromkeys(pids))
+    who = f"DataLoader worker (pid {pid_list})" if pids else "A DataLoader worker"
     on = f" of rank {rank}" if rank is not None else ""
     return _diag(
         "shm_exhausted",
@@ -365,111 +137,6 @@ def _rendezvous(ctx: Context) -> Diagnosis | None:
     )
 
 
-_WATCHDOG = re.compile(
-    r"Watchdog caught collective operation timeout: WorkNCCL\((?P<args>.*?)\) "
-    r"ran for (?P<ran>\d+) milliseconds"
-)
-_WATCHDOG_WORK = re.compile(
-    r"(?:detected by watchdog at work|Timeout at NCCL work): (?P<seq>\d+), "
-    r"last enqueued NCCL work: (?P<enq>-?\d+), last completed NCCL work: (?P<done>-?\d+)"
-)
-_GLOG_TIME = re.compile(r"\[[IWEF](?P<mm>\d{1,2}?)(?P<dd>\d\d) (?P<hms>\d\d:\d\d:\d\d)")
-_WORLD_SIZE = (
-    re.compile(r"\brank \d+/(?P<n>\d+) local_rank\b"),
-    re.compile(r"\bworld_size[ =:]+(?P<n>\d+)\b", re.I),
-    re.compile(r"\bnranks (?P<n>\d+)\b"),
-)
-
-
-def _world_size(lines: Sequence[Line]) -> int | None:
-    for pattern in _WORLD_SIZE:
-        for ln in lines:
-            if m := pattern.search(ln.text):
-                return int(m["n"])
-    return None
-
-
-def _arg(pattern: str, args: str) -> str | None:
-    m = re.search(pattern, args)
-    return m.group(1) if m else None
-
-
-def _nccl_timeout(ctx: Context) -> Diagnosis | None:
-    """The ProcessGroupNCCL watchdog timed out a collective: some rank never joined it."""
-    reports = [ln for ln in ctx.lines if _WATCHDOG.search(ln.text)]
-    works = [ln for ln in ctx.lines if _WATCHDOG_WORK.search(ln.text)]
-    if not reports and not works:
-        return None
-    waited: dict[int, int] = {}
-    seq = op = numel = timeout_ms = None
-    for ln in reports:
-        m = _WATCHDOG.search(ln.text)
-        assert m is not None
-        args = m["args"]
-        seq = seq or _arg(r"SeqNum=(\d+)", args)
-        op = op or _arg(r"OpType=(\w+)", args)
-        numel = numel or _arg(r"NumelIn=(\d+)", args)
-        timeout_ms = timeout_ms or _arg(r"Timeout\(ms\)=(\d+)", args)
-        if (rank := _rank_of(ln)) is not None:
-            waited.setdefault(rank, int(m["ran"]))
-    enqueued: dict[int, int] = {}
-    completed: dict[int, int] = {}
-    pg = None
-    for ln in works:
-        m = _WATCHDOG_WORK.search(ln.text)
-        assert m is not None
-        seq = seq or m["seq"]
-        if (r := _PG_RANK.search(ln.text)) and (p := _PG_ID.search(r["inside"])):
-            pg = pg if pg is not None else int(p["pg"])
-        if (rank := _rank_of(ln)) is not None:
-            enqueued.setdefault(rank, int(m["enq"]))
-            completed.setdefault(rank, int(m["done"]))
-    victims = sorted(set(waited) | set(enqueued))
-    world = _world_size(ctx.lines)
-    missing = tuple(r for r in range(world) if r not in victims) if world else ()
-    stamp = next((m for ln in reports + works if (m := _GLOG_TIME.search(ln.text))), None)
-    when = f"{int(stamp['mm']):02d}-{stamp['dd']} {stamp['hms']}" if stamp else None
-    what = f"{op} " if op else ""
-    size = f" of {numel} elements" if numel else ""
-    limit = f", timeout {timeout_ms} ms ({int(timeout_ms) / 60000:g} min)" if timeout_ms else ""
-    in_pg = f" in process group {pg}" if pg is not None else ""
-    culprits = (
-        f"rank(s) {_join(missing)}, which did not report,"
-        if missing
-        else "a rank missing from these reports (not one of them)"
-    )
-    summary = (
-        f"NCCL watchdog timeout{in_pg}: collective {what}SeqNum {seq}{size}{limit}. "
-        f"Ranks {_join(victims)} waited for it (victims); the cause is {culprits} that never "
-        "entered it (hung, dead, slow, or on another code path)"
-    )
-    fix = (
-        "Inspect the last output and stack (py-spy dump) of the rank(s) that did not report the "
-        "timeout; TORCH_NCCL_DUMP_ON_TIMEOUT=1 and NCCL_DEBUG=INFO help locate it"
-    )
-    return _diag(
-        "nccl_timeout",
-        summary,
-        missing,
-        fix,
-        [ln.raw for ln in reports + works],
-        {
-            "process_group": pg,
-            "seqnum": int(seq) if seq else None,
-            "op": op,
-            "numel": int(numel) if numel else None,
-            "timeout_ms": int(timeout_ms) if timeout_ms else None,
-            "waited_ms": MappingProxyType(waited) if waited else None,
-            "last_enqueued": MappingProxyType(enqueued) if enqueued else None,
-            "last_completed": MappingProxyType(completed) if completed else None,
-            "victims": tuple(victims),
-            "time": when,
-            "world_size": world,
-        },
-        ctx.failure,
-    )
-
-
 # Exceptions that only report another rank's failure (its peer vanished or timed out).
 _CONSEQUENCE = re.compile(
     r"Connection (?:closed|reset) by (?:remote )?peer|ChildFailedError|Broken pipe"
@@ -530,7 +197,7 @@ def _exception(ctx: Context) -> Diagnosis | None:
     m = EXCEPTION_LINE.match(line)
     etype = m["type"] if m else None
     on = f"rank {rank}" if rank is not None else "a rank"
-    where = f" ({_where(entry)})" if entry and entry.rank == rank and _where(entry) else ""
+    where = f" ({place_of(entry)})" if entry and entry.rank == rank and place_of(entry) else ""
     return _diag(
         "exception",
         f"{on}{where} raised {line}",
@@ -588,7 +255,7 @@ def _signal(ctx: Context) -> Diagnosis | None:
     also = ""
     if others:
         how = sorted({e.signal or f"exit {e.exitcode}" for e in others})
-        also = f"; also failed: ranks {_join(e.rank for e in others if e.rank is not None)}"
+        also = f"; also failed: ranks {join_ranks(e.rank for e in others if e.rank is not None)}"
         also += f" ({', '.join(how)})"
     at = f" at {root.time}" if root.time else ""
     evidence = [ln for ln in root.lines if ln.startswith(("rank", "exitcode", "traceback"))]
@@ -606,8 +273,8 @@ def _signal(ctx: Context) -> Diagnosis | None:
     if root.signal is None:
         return _diag(
             "exit_code",
-            f"{_who(root)} exited with code {root.exitcode}{at}, without a Python traceback in "
-            f"the summary{also}",
+            f"{rank_and_place(root)} exited with code {root.exitcode}{at}, without a Python "
+            f"traceback in the summary{also}",
             (root.rank,) if root.rank is not None else (),
             f"Read rank {root.rank}'s own output; decorate the entrypoint with "
             "torch.distributed.elastic.multiprocessing.errors.record to get its traceback",
@@ -623,8 +290,8 @@ def _signal(ctx: Context) -> Diagnosis | None:
     )
     return _diag(
         kind,
-        f"{_who(root)} was killed by {root.signal} (exit code {root.exitcode}){at}: {meaning}"
-        f"{also}",
+        f"{rank_and_place(root)} was killed by {root.signal} (exit code {root.exitcode}){at}: "
+        f"{meaning}{also}",
         (root.rank,) if root.rank is not None else (),
         fix.format(pid=root.pid, rank=root.rank),
         evidence,
@@ -661,15 +328,11 @@ def _stopped(ctx: Context) -> Diagnosis | None:
     return None
 
 
-#: The rules of this module (order does not matter: the engine ranks what they find).
+#: The rules of this module (the engine ranks what they find).
 RULES: tuple[Callable[[Context], Diagnosis | None], ...] = (
-    _nccl_cuda_oom,
-    _cuda_oom,
-    _cuda_error,
     _shm_exhausted,
     _rendezvous,
     _exception,
-    _nccl_timeout,
     _signal,
     _stopped,
 )

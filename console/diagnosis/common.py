@@ -1,0 +1,101 @@
+"""Helpers the rule modules share: naming ranks and processes, reading PyTorch's process-group
+prefixes (``[PG ID 0 PG GUID 0(default_pg) Rank 2]``, ``ProcessGroupNCCL.cpp``)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+
+from console.diagnosis.elastic import ProcessFailure
+from console.diagnosis.lines import Line
+
+__all__ = [
+    "GLOG_TIME",
+    "NCCL_LINE",
+    "NCCL_RESULTS",
+    "NCCL_RETURN",
+    "PG_ID",
+    "PG_NAME",
+    "PG_RANK",
+    "TERMINATE",
+    "human_bytes",
+    "join_ranks",
+    "place_of",
+    "rank_and_place",
+    "rank_of",
+    "world_size",
+]
+
+
+def human_bytes(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:g} {unit}" if unit == "B" or size != int(size) else f"{int(size)} {unit}"
+        size /= 1024
+    return f"{n} B"
+
+
+def join_ranks(ranks: Iterable[int]) -> str:
+    return ", ".join(str(r) for r in ranks)
+
+
+def place_of(entry: ProcessFailure) -> str:
+    """``"local_rank 0, pid 14750 on host"`` for an entry, from the parts it has."""
+    parts = [f"local_rank {entry.local_rank}"] if entry.local_rank is not None else []
+    if entry.pid is not None:
+        parts.append(f"pid {entry.pid}")
+    if entry.host:
+        parts.append(f"on {entry.host}")
+    return ", ".join(parts)
+
+
+def rank_and_place(entry: ProcessFailure) -> str:
+    place = place_of(entry)
+    return f"rank {entry.rank} ({place})" if place else f"rank {entry.rank}"
+
+
+
+PG_RANK = re.compile(r"\[(?P<inside>[^\[\]]*?)\bRank (?P<rank>\d+)\]")
+PG_ID = re.compile(r"\bPG (?:ID )?(?P<pg>\d+)")
+PG_NAME = re.compile(r"\((?P<name>[A-Za-z_]\w*)\)")
+TERMINATE = re.compile(r"terminate called after throwing an instance of '(?P<type>[^']+)'")
+
+
+def rank_of(line: Line) -> int | None:
+    if (m := PG_RANK.search(line.text)) is not None:
+        return int(m["rank"])
+    return line.rank
+
+
+# NCCL_DEBUG lines: "host:pid:tid [cudaDev] file:line NCCL WARN msg",
+# and return traces: "host:pid:tid [cudaDev] NCCL INFO file:line -> 3"
+NCCL_LINE = re.compile(
+    r"^(?P<host>[^\s:]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
+    r"(?:(?P<src>\S+:\d+) )?NCCL (?P<level>WARN|INFO|ERROR|TRACE|ABORT) (?P<msg>.*)$"
+)
+NCCL_RETURN = re.compile(r"(?P<src>\S+:\d+) -> (?P<code>\d+)")
+NCCL_RESULTS = {
+    1: "unhandled CUDA error",
+    2: "system error",
+    3: "internal error",
+    4: "invalid argument",
+    5: "invalid usage",
+    6: "remote error",
+}
+
+
+GLOG_TIME = re.compile(r"\[[IWEF](?P<mm>\d{1,2}?)(?P<dd>\d\d) (?P<hms>\d\d:\d\d:\d\d)")
+WORLD_SIZE = (
+    re.compile(r"\brank \d+/(?P<n>\d+) local_rank\b"),
+    re.compile(r"\bworld_size[ =:]+(?P<n>\d+)\b", re.I),
+    re.compile(r"\bnranks (?P<n>\d+)\b"),
+)
+
+
+def world_size(lines: Sequence[Line]) -> int | None:
+    for pattern in WORLD_SIZE:
+        for ln in lines:
+            if m := pattern.search(ln.text):
+                return int(m["n"])
+    return None
