@@ -33,6 +33,16 @@ from datetime import datetime, timezone
 from typing import Any, Literal, cast
 
 from remote.telemetry.schema import GPU_FIELDS, GpuRecord, HostState, Sample, XidRecord
+from remote.telemetry.xid_catalog import (
+    ACTION_RANK,
+    ACTION_TEXT,
+    CAUSED_BY_RE,
+    GSP_DETAIL_RE,
+    GSP_TIMEOUT_RE,
+    XID_CATALOG,
+    recovery_action,
+    xid_info,
+)
 
 # ---------------------------------------------------------------------------------------------
 # shared: PCI bus ids and host faults
@@ -384,6 +394,8 @@ _CTIME = r"[A-Z][a-z]{2} [A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d \d{4}"
 _PREFIXES: tuple[re.Pattern[str], ...] = (
     # dmesg -T: [Wed Jan 27 23:04:35 2021] msg
     re.compile(rf"^\[(?P<ctime>{_CTIME})\]\s?(?P<msg>.*)$"),
+    # journalctl -k -o short-monotonic: [14328.198504] host kernel: msg
+    re.compile(r"^\[\s*(?P<up>\d+\.\d+)\] \S+ kernel: (?P<msg>.*)$"),
     # dmesg: [14328.198504] msg
     re.compile(r"^\[\s*(?P<up>\d+\.\d+)\]\s?(?P<msg>.*)$"),
     # dmesg --time-format=iso / journalctl -o short-iso: 2021-01-27T23:04:35,123456+0100 [host
@@ -453,9 +465,16 @@ class XidEvent:
         mmu: MMU fault details (Xid 31), or ``None``.
         uuid: the GPU's UUID from an ``NVRM: GPU at PCI:...: GPU-...`` line, or ``None``.
         pci_device_id: vendor:device (``10de:26b5``) when printed, else ``None``.
-        inferred: the Xid number was not printed but inferred (fallen off the bus -> 79).
+        inferred: the Xid number was not printed but inferred (fallen off the bus -> 79, a GSP
+            RPC timeout printed without an Xid -> 119).
         detail: the text after the Xid number (or the whole joined message).
         line_no: 1-based line of the message's first line.
+        caused_by: the earlier Xid an Xid 45 line names (``caused by previous Xid 149``).
+        recovery: for Xid 154, the new recovery action (``xid_catalog.Action``, e.g.
+            ``reset_gpu`` for ``0x1 (GPU Reset Required)``), else ``None``.
+
+    ``pci_bus_id`` of a GSP message that names no bus is the driver's GPU number (``GPU4``),
+    which :func:`pci_key` does not read as a bus id.
     """
 
     xid: int
@@ -472,6 +491,8 @@ class XidEvent:
     inferred: bool = False
     detail: str = ""
     line_no: int = 0
+    caused_by: int | None = None
+    recovery: str | None = None
 
     def to_schema(self, gpu_index: int | None = None, boot_time: float | None = None,
                   tz: timezone | None = None) -> XidRecord:
@@ -574,10 +595,15 @@ def _seconds(a: XidEvent, b: XidEvent) -> float | None:
 def scan_kernel_log(text: str) -> KernelLogScan:
     """Parse NVIDIA kernel messages (``NVRM:``) from ``dmesg`` / ``dmesg -T`` / syslog text.
 
+    Also reads ``journalctl -k -o short-monotonic`` lines (``[uptime] host kernel: msg``).
     Unrelated lines are skipped. A message spread over indented continuation lines (no
     timestamp) is one message. "GPU ... has fallen off the bus" without an Xid number is an
     Xid 79 event (``inferred``); next to a printed Xid 79 for the same GPU it is not counted
-    twice. UUIDs from ``NVRM: GPU at`` lines are attached to every event of that bus id.
+    twice. A GSP RPC timeout printed without an Xid (``Timeout waiting for RPC from GSP``) is an
+    Xid 119 event (``inferred``, the catalogue's meaning) unless a printed Xid 119/120 is
+    within 10 s of it; the ``GPUn GSP RPC buffer`` / ``RPC history`` lines after one are its
+    details, never events. UUIDs from ``NVRM: GPU at`` lines are attached to every event of
+    that bus id.
     """
     scan = KernelLogScan()
     for no, tt, wall, up, msg in _records(text):
@@ -586,12 +612,29 @@ def scan_kernel_log(text: str) -> KernelLogScan:
         m = _XID_RE.search(msg)
         if m:
             rest = m["rest"] or ""
+            cause = CAUSED_BY_RE.search(rest)
+            rec = recovery_action(rest) if int(m["xid"]) == 154 else None
             scan.events.append(XidEvent(
                 xid=int(m["xid"]), pci_bus_id=m["pci"].lower(), time_text=tt, wall_time=wall,
                 uptime_s=up, pid=_xid_pid(rest), process_name=_xid_name(rest),
                 channel=(c["ch"] if (c := _CH_RE.search(rest)) else None),
                 mmu=_xid_mmu(rest), detail=rest, line_no=no,
+                caused_by=int(cause["xid"]) if cause else None,
+                recovery=rec[2] if rec else None,
             ))
+            continue
+        if GSP_DETAIL_RE.search(msg):
+            continue  # the RPC buffer / history lines after a GSP timeout: details of it
+        if (gsp := GSP_TIMEOUT_RE.search(msg)) is not None:
+            ev = XidEvent(
+                xid=119, pci_bus_id=f"GPU{gsp['gpu']}" if gsp["gpu"] else "GPU?",
+                time_text=tt, wall_time=wall, uptime_s=up, inferred=True,
+                detail=msg[msg.index("NVRM:") + 5:].strip(), line_no=no,
+            )
+            if not any(e.xid in (119, 120) and not e.inferred
+                       and (d := _seconds(e, ev)) is not None and abs(d) <= _SAME_EVENT_S
+                       for e in scan.events):
+                scan.events.append(ev)
             continue
         if (g := _GPU_AT_RE.search(msg)) is not None:
             scan.bus_to_uuid[g["pci"].lower()] = g["uuid"]
@@ -653,34 +696,29 @@ def _xid_mmu(rest: str) -> MmuFault | None:
 # ---------------------------------------------------------------------------------------------
 # Xid summaries
 
-#: Xid -> (short meaning, class). Classes: ``app`` (usually the application; GPU stays usable),
-#: ``consequence`` (cleanup after earlier errors), ``reset`` (GPU needs a reset / reboot before
-#: reuse), ``lost`` (off the bus: reboot / power cycle), ``hw`` (hardware health), ``info``.
-XID_INFO: dict[int, tuple[str, str]] = {
-    8: ("GPU stopped processing (timeout)", "app"),
-    13: ("graphics engine exception (application error, e.g. out-of-range access)", "app"),
-    31: ("GPU memory page fault (MMU fault: invalid address used by the application)", "app"),
-    32: ("invalid or corrupted push buffer stream", "hw"),
-    38: ("driver firmware error", "reset"),
-    43: ("GPU stopped processing (application fault; channel reset, GPU stays usable)", "app"),
-    45: ("preemptive cleanup after earlier errors", "consequence"),
-    48: ("double-bit ECC error", "reset"),
-    61: ("internal micro-controller breakpoint/warning", "hw"),
-    62: ("internal micro-controller halt", "reset"),
-    63: ("ECC page retirement / row remapping event", "info"),
-    64: ("ECC page retirement / row remapping failure", "reset"),
-    68: ("video processor exception", "app"),
-    69: ("graphics engine class error", "app"),
-    74: ("NVLink error", "hw"),
-    79: ("GPU has fallen off the bus", "lost"),
-    92: ("high single-bit ECC error rate", "hw"),
-    94: ("contained ECC error", "app"),
-    95: ("uncontained ECC error", "reset"),
-    109: ("context switch timeout", "app"),
-    119: ("GSP RPC timeout", "reset"),
-    120: ("GSP error", "reset"),
-    154: ("GPU recovery action changed", "info"),
-}
+#: Xid -> (short meaning, class), for every Xid NVIDIA's catalogue uses, derived from
+#: ``remote/telemetry/xid_catalog.py``. Classes: ``lost`` (RESTART_BM: off the bus, reboot /
+#: power cycle), ``consequence`` (Xid 45 cleanup after earlier errors, Xid 154 the driver's
+#: verdict on one), ``reset`` (RESET_GPU / RESTART_VM, and Xid 48: reset before reuse), ``app``
+#: (the application's fault; the GPU stays usable), ``hw`` (other GPU, memory, power or
+#: interconnect events: NVLink, row remapping, ECC rates, mechanicals), ``info`` (IGNORE).
+XID_INFO: dict[int, tuple[str, str]] = {}
+for _code, _info in XID_CATALOG.items():
+    if not _info.used:
+        continue
+    if _info.action == "reboot":
+        _cls = "lost"
+    elif _info.role in ("consequence", "summary"):
+        _cls = "consequence"
+    elif _info.action in ("reset_gpu", "restart_vm"):
+        _cls = "reset"
+    elif _info.role == "app":
+        _cls = "app"
+    elif _info.role == "root":
+        _cls = "hw"
+    else:
+        _cls = "info"
+    XID_INFO[_code] = (_info.short, _cls)
 _APP_FAULTS = frozenset(x for x, (_, c) in XID_INFO.items() if c == "app")
 #: app-class faults from at least this many events and distinct processes -> suspect hardware.
 SUSPECT_MIN_EVENTS = 3
@@ -710,6 +748,7 @@ class GpuXidSummary:
         drain: take the GPU out of scheduling.
         chain_root: for a reset-class Xid, the earlier app-class event (with its pid) that began
             the chain, or ``None``.
+        headline: the chain's root Xid and its action (:func:`xid_headline`).
     """
 
     pci_bus_id: str
@@ -725,10 +764,98 @@ class GpuXidSummary:
     action: str
     drain: bool
     chain_root: XidEvent | None
+    headline: XidHeadline | None = None
+
+    @property
+    def line(self) -> str:
+        """One line for a table: the headline (``Xid 79 fallen off the bus: reboot``), with
+        what the history adds (faults across many processes: drain, run diagnostics)."""
+        text = self.headline.text if self.headline else ""
+        if self.verdict == "suspect_hardware":
+            text += f"; {len(self.pids)} processes hit: drain, run diagnostics"
+        return text
+
+
+#: Longer words for a diagnosis where the catalogue's short ones leave out what matters.
+_XID_EXPLAIN: dict[int, str] = {
+    13: "graphics engine exception: application error, e.g. out-of-range access",
+    31: "GPU memory page fault: MMU fault, invalid address used by the application",
+    43: "GPU stopped processing: application fault, channel reset, GPU stays usable",
+}
 
 
 def _xid_text(xid: int) -> str:
-    return XID_INFO.get(xid, (f"Xid {xid} (see NVIDIA's Xid catalogue)", "info"))[0]
+    return _XID_EXPLAIN.get(xid) or XID_INFO.get(xid, (xid_info(xid).short, "info"))[0]
+
+
+@dataclass(frozen=True)
+class XidHeadline:
+    """The one Xid to show for a GPU: the root of its chain, with the action to take.
+
+    Attributes:
+        xid: the root's Xid number (for a GPU with only Xid 45 lines, the Xid they name).
+        short: its catalogue words (``fallen off the bus``).
+        action: ``xid_catalog.Action``: the root's catalogue action, or the recovery action an
+            Xid 154 line named when that one is harder.
+        event: the event shown (the root, or the Xid 45 line that named it).
+        consequences: Xid 45/154 events on this GPU that follow from the chain.
+        text: ``Xid 79 fallen off the bus: reboot`` (``(via Xid 45)`` when the root was only
+            named by cleanup lines).
+    """
+
+    xid: int
+    short: str
+    action: str
+    event: XidEvent
+    consequences: int
+    text: str
+
+    @property
+    def action_text(self) -> str:
+        """The action in a person's words (``reset GPU``)."""
+        return ACTION_TEXT.get(self.action, self.action)
+
+    @property
+    def severe(self) -> bool:
+        """The GPU should leave scheduling now (reboot, reset, NVLink, mechanicals)."""
+        return ACTION_RANK.get(self.action, 0) >= ACTION_RANK["nvlink"]
+
+
+def xid_headline(events: Sequence[XidEvent]) -> XidHeadline | None:
+    """The root of one GPU's Xid chain and its action, ``None`` without events.
+
+    Consequences (Xid 45) and summaries (Xid 154) are never the root while any other Xid is
+    known: among the others the one whose catalogue action hits hardest wins (reboot > reset
+    > NVLink/mechanicals > support > restart app > ignore), the latest of equals. A GPU with
+    only Xid 45 lines takes the Xid they name (``caused by previous Xid 149``). An Xid 154's
+    recovery action (``GPU Reset Required``, ``Node Reboot Required``) replaces the root's
+    action when it is harder.
+    """
+    if not events:
+        return None
+    ordered = sorted(events, key=_order_key)
+    tail = {"consequence", "summary"}
+    roots = [e for e in ordered if xid_info(e.xid).role not in tail]
+    follow = [e for e in ordered if xid_info(e.xid).role in tail]
+    via = ""
+    if roots:
+        event = max(reversed(roots), key=lambda e: ACTION_RANK[xid_info(e.xid).action])
+        code = event.xid
+    else:
+        named = [e for e in follow if e.caused_by is not None]
+        event = named[-1] if named else ordered[-1]
+        code = event.caused_by if event.caused_by is not None else event.xid
+        via = f" (via Xid {event.xid})" if code != event.xid else ""
+    info = xid_info(code)
+    action: str = info.action
+    for e in follow:
+        if e.recovery is not None and ACTION_RANK.get(e.recovery, 0) > ACTION_RANK[action]:
+            action = e.recovery
+    if action in ("follow_root", "recovery_action"):
+        action = "unknown"
+    text = f"Xid {code} {info.short}: {ACTION_TEXT.get(action, action)}{via}"
+    return XidHeadline(xid=code, short=info.short, action=action, event=event,
+                       consequences=len(follow), text=text)
 
 
 def summarize_xids(events: Sequence[XidEvent], bus_to_index: Mapping[str, int] | None = None,
@@ -785,6 +912,11 @@ def _diagnose(evs: list[XidEvent], counts: dict[int, int], pids: tuple[int, ...]
 
     parts = [f"{n}x Xid {x} ({_xid_text(x)})" for x, n in counts.items()]
     seen = "; ".join(parts) + f" {span()}"
+    mmus = list(dict.fromkeys(
+        " ".join(x for x in (e.mmu.engine, e.mmu.client, e.mmu.fault_type, e.mmu.access_type) if x)
+        for e in evs if e.mmu is not None))
+    if mmus:
+        seen += f" (MMU fault: {'; '.join(mmus)})"
     if pids:
         seen += f", pids {', '.join(map(str, pids))}"
     classes = {XID_INFO.get(x, ("", "info"))[1] for x in counts}
@@ -842,7 +974,7 @@ def _diagnose(evs: list[XidEvent], counts: dict[int, int], pids: tuple[int, ...]
         pci_bus_id=evs[0].pci_bus_id, gpu_index=gpu_index, uuid=uuid, counts=counts, pids=pids,
         first=first, last=last, events=tuple(evs), verdict=verdict, diagnosis=diagnosis,
         action=action, drain=verdict in ("gpu_lost", "needs_reset", "suspect_hardware"),
-        chain_root=chain_root,
+        chain_root=chain_root, headline=xid_headline(evs),
     )
 
 
@@ -1023,6 +1155,7 @@ __all__ = [
     "PackageChange",
     "PluginDiscovery",
     "XidEvent",
+    "XidHeadline",
     "apply_nvml_fault",
     "classify_driver_upgrade",
     "classify_nvml_traceback",
@@ -1031,4 +1164,5 @@ __all__ = [
     "pci_key",
     "scan_kernel_log",
     "summarize_xids",
+    "xid_headline",
 ]
