@@ -1,4 +1,4 @@
-"""The headless CLI: ``gpuconsole submit|ps|logs|stop|rm|exec|describe|cp|top|gpus``.
+"""The headless CLI: ``gpuconsole submit|ps|logs|stop|rm|exec|describe|cp|top|gpus|watch``.
 
 :data:`main` is the click group (the ``gpuconsole`` entry point); each module below adds its
 commands to it. The CLI only parses, calls :class:`console.service.Service` and prints (see
@@ -7,7 +7,14 @@ commands to it. The CLI only parses, calls :class:`console.service.Service` and 
 
 from __future__ import annotations
 
-from console.cli import cp, diagnose, fleet, jobs, submit  # noqa: F401  (each registers its commands)
+from console.cli import (  # noqa: F401  (each registers its commands)
+    cp,
+    diagnose,
+    fleet,
+    jobs,
+    submit,
+    watch,
+)
 from console.cli.base import main, run
 
 __all__ = ["main", "run"]

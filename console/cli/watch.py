@@ -1,0 +1,89 @@
+"""``gpuconsole watch``: headless, long-running alerting over the fleet and its jobs.
+
+Starts the fleet monitor and job reconciles through the service, evaluates the alert rules,
+prints each alert transition (a text line, or a JSON line with ``--json``), pages the
+profile's ``notify:`` URLs and ``--notify`` (Apprise, :mod:`console.watch.notify`) and, with
+``--metrics-port``, serves the fleet as Prometheus metrics under dcgm-exporter's names
+(:mod:`console.watch.metrics`; loopback only unless ``--metrics-addr`` says otherwise).
+
+Ctrl-C and SIGTERM end it cleanly with exit 0; a closed stdout too (like ``top``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from pathlib import Path
+
+import click
+
+from console.cli.base import command_profile, err, main, out, run, while_stdout_open
+from console.service import Service
+from console.watch.notify import check_urls, redact_url
+from console.watch.runner import HOST_DOWN_FOR_S, HostUnreachableRule, Watch, WatchOptions
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True,
+              help="One JSON object per alert transition: {type, change, at, alert}.")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
+              help="Serve Prometheus metrics (dcgm-exporter names) on this port; 0 picks a "
+                   "free one (the address is said on stderr).")
+@click.option("--metrics-addr", default="127.0.0.1", show_default=True,
+              help="Address the metrics server binds; give 0.0.0.0 or :: to let other "
+                   "machines scrape it.")
+@click.option("--notify", "notify", multiple=True, metavar="URL",
+              help="Also page this Apprise URL (repeatable; added to the profile's notify:).")
+@click.option("--interval", type=click.FloatRange(min=0.1), default=1.0, show_default=True,
+              help="Sampling interval on the hosts (s).")
+@click.option("--replay", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              help="Watch a telemetry recording (`top --record`) instead of live hosts.")
+@click.option("--speed", type=float, default=1.0, show_default=True,
+              help="Replay speed factor (0 = as fast as possible).")
+@click.option("--jobs-refresh", type=click.FloatRange(min=0), default=10.0,
+              show_default=True, help="Seconds between job reconciles (0: none).")
+@click.option("--host-down-for", type=click.FloatRange(min=0), default=HOST_DOWN_FOR_S,
+              show_default=True,
+              help="Seconds a host must stay unreachable before host_unreachable fires.")
+@click.pass_context
+def watch(ctx: click.Context, as_json: bool, metrics_port: int | None, metrics_addr: str,
+          notify: tuple[str, ...], interval: float, replay: Path | None, speed: float,
+          jobs_refresh: float, host_down_for: float) -> None:
+    """Alert on the fleet and its jobs: print, page (Apprise) and serve metrics.
+
+    Runs until Ctrl-C or SIGTERM (exit 0).
+    """
+    opts = WatchOptions(as_json=as_json, metrics_port=metrics_port, metrics_addr=metrics_addr,
+                        notify_urls=list(notify), interval=interval, replay=replay,
+                        speed=speed, jobs_refresh_s=jobs_refresh)
+    run(_watch(ctx, opts, host_down_for))
+
+
+async def _watch(ctx: click.Context, opts: WatchOptions, host_down_for: float) -> None:
+    profile = command_profile(ctx)
+    profile_urls: list[str] = list(getattr(profile, "notify", None) or [])
+    opts.notify_urls = list(dict.fromkeys([*profile_urls, *opts.notify_urls]))
+    check_urls(opts.notify_urls)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        async with Service(profile) as svc:
+            w = Watch(svc, opts, HostUnreachableRule(host_down_for), emit=out, say=err)
+            await while_stdout_open(
+                w.run(stop, on_started=lambda: _say_started(w, profile.name,
+                                                            len(profile.hosts))))
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+
+def _say_started(w: Watch, profile: str, hosts: int) -> None:
+    what = (f"replaying {w.opts.replay}" if w.opts.replay is not None
+            else f"watching {hosts} host{'s' if hosts != 1 else ''} of profile {profile}")
+    err(what)
+    if w.metrics_url:
+        err(f"metrics: {w.metrics_url}")
+    if w.opts.notify_urls:
+        err("notifying: " + ", ".join(redact_url(u) for u in w.opts.notify_urls))

@@ -1,0 +1,387 @@
+"""The ``gpuconsole watch`` loop: fleet monitor and job reconciles through the
+:class:`~console.service.Service`, an alert source on its event bus, alert lines printed,
+transitions paged (:mod:`console.watch.notify`), the fleet served as Prometheus metrics
+(:mod:`console.watch.metrics`).
+
+Threads: everything here runs on the command's loop except the metrics server (its own
+thread; it reads the fleet state and a copy of the firing alerts) and the notifier (one
+thread per URL). Subscribers only queue: the printer task writes, so a closed stdout ends
+the command (``OutputClosed``) and never becomes a subscriber error.
+
+The alert source: :class:`AlertSource` is what ``watch`` needs from a rule engine (start on a
+service, stop, the alerts firing now; transitions published as
+:class:`~console.alerts.model.AlertChanged` on the service's bus). Until the rule engine
+(``console/alerts/engine.py``) is wired, :class:`HostUnreachableRule` is the one built-in
+rule.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from console.alerts.model import Alert, AlertChanged, alert_key
+from console.events import EventBus, HostStateChanged, SampleReceived
+from console.service import Service
+from console.watch.metrics import FleetCollector, XidTracker, make_registry
+from console.watch.notify import Delivery, Ledger, Notifier
+
+__all__ = [
+    "AlertSource",
+    "HostUnreachableRule",
+    "Watch",
+    "WatchOptions",
+    "alert_json",
+    "alert_line",
+]
+
+log = logging.getLogger("gpuconsole.watch")
+
+#: Default seconds a host must stay unreachable before ``host_unreachable`` fires.
+HOST_DOWN_FOR_S = 60.0
+
+
+class AlertSource(Protocol):
+    """What ``watch`` needs from a rule engine."""
+
+    def start(self, service: Service) -> None:
+        """Begin evaluating; publish every transition as ``AlertChanged`` on
+        ``service.bus``."""
+
+    async def stop(self) -> None:
+        """Stop evaluating (no transition is published after this returns)."""
+
+    def firing(self) -> list[Alert]:
+        """The alerts firing now."""
+
+
+class HostUnreachableRule:
+    """``host_unreachable``: a host whose telemetry has been ``down`` for ``for_s`` s fires
+    (critical); it resolves when a sample arrives again.
+
+    Args:
+        for_s: how long the host must stay down (s).
+        clock: wall clock (Unix s).
+        tick_s: how often a pending host is checked (s).
+    """
+
+    def __init__(self, for_s: float = HOST_DOWN_FOR_S, *, clock: Callable[[], float] = time.time,
+                 tick_s: float = 0.5) -> None:
+        self.for_s = for_s
+        self.clock = clock
+        self.tick_s = tick_s
+        self._down: dict[str, tuple[float, str | None]] = {}
+        self._firing: dict[str, Alert] = {}
+        self._bus: EventBus | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._sub: Any = None
+
+    def start(self, service: Service) -> None:
+        """Subscribe to host state changes on the service's bus; start the timer."""
+        self._bus = service.bus
+        self._sub = service.bus.subscribe(self._on_event, kinds=(HostStateChanged,))
+        self._task = asyncio.create_task(self._tick_loop(), name="alert-host-unreachable")
+
+    async def stop(self) -> None:
+        """Unsubscribe and stop the timer."""
+        if self._sub is not None:
+            self._sub.close()
+            self._sub = None
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    def firing(self) -> list[Alert]:
+        """The hosts firing now."""
+        return list(self._firing.values())
+
+    def _on_event(self, ev: object) -> None:
+        if not isinstance(ev, HostStateChanged):
+            return
+        now = self.clock()
+        if ev.status == "down":
+            since, _ = self._down.get(ev.host, (now, None))
+            self._down[ev.host] = (since, ev.reason)
+            self.evaluate(now)
+        elif ev.status == "ok":
+            self._down.pop(ev.host, None)
+            a = self._firing.pop(ev.host, None)
+            if a is not None:
+                resolved = _replace(a, resolved_at=now)
+                self._publish(AlertChanged(resolved, "resolved", now))
+
+    def evaluate(self, now: float) -> None:
+        """Fire every host down for ``for_s`` s by ``now`` (Unix s)."""
+        for host, (since, reason) in list(self._down.items()):
+            if host in self._firing or now - since < self.for_s:
+                continue
+            why = f": {reason}" if reason else ""
+            a = Alert(key=alert_key("host_unreachable", host=host), rule="host_unreachable",
+                      severity="critical",
+                      summary=f"host {host} unreachable for {now - since:.0f} s{why}",
+                      host=host, since=since, fired_at=now,
+                      details={"for_s": self.for_s, "reason": reason})
+            self._firing[host] = a
+            self._publish(AlertChanged(a, "fired", now))
+
+    async def _tick_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.tick_s)
+            if self._down:
+                self.evaluate(self.clock())
+
+    def _publish(self, ev: AlertChanged) -> None:
+        if self._bus is not None:
+            self._bus.publish(ev)
+
+
+def _replace(a: Alert, **changes: Any) -> Alert:
+    import dataclasses
+    return dataclasses.replace(a, **changes)
+
+
+def alert_json(ev: AlertChanged) -> dict[str, Any]:
+    """A transition as a JSON object: ``{"type": "alert", "change", "at", "alert": {...}}``
+    (times Unix s; the alert's fields as :class:`~console.alerts.model.Alert` names them)."""
+    a = asdict(ev.alert)
+    a["details"] = dict(ev.alert.details)
+    return {"type": "alert", "change": ev.change, "at": ev.at, "alert": a}
+
+
+def alert_line(ev: AlertChanged) -> str:
+    """A transition for people: ``2026-11-29 12:00:01  CRITICAL  fired     <summary>  [key]``.
+    """
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ev.at))
+    sev = "RESOLVED" if ev.change == "resolved" else ev.alert.severity.upper()
+    return f"{when}  {sev:<8}  {ev.change:<9} {ev.alert.summary}  [{ev.alert.key}]"
+
+
+@dataclass
+class WatchOptions:
+    """What ``watch`` was asked to do.
+
+    Attributes:
+        as_json: JSON lines instead of text lines.
+        metrics_port: serve metrics on this port (0: any free one; ``None``: no server).
+        metrics_addr: the address the server binds (default loopback only).
+        notify_urls: Apprise URLs to page.
+        interval: telemetry sampling interval (s).
+        replay: a recording to feed instead of live hosts.
+        speed: replay speed (0: as fast as possible).
+        jobs_refresh_s: seconds between job reconciles (0: none).
+        ledger: the notification ledger's file.
+        notify_attempts: tries per notification.
+        notify_backoff_s: first retry delay (s).
+    """
+
+    as_json: bool = False
+    metrics_port: int | None = None
+    metrics_addr: str = "127.0.0.1"
+    notify_urls: list[str] = field(default_factory=list)
+    interval: float = 1.0
+    replay: Path | None = None
+    speed: float = 1.0
+    jobs_refresh_s: float = 10.0
+    ledger: Path | None = None
+    notify_attempts: int = 5
+    notify_backoff_s: float = 1.0
+
+
+class Watch:
+    """One ``watch`` run over a service.
+
+    Args:
+        service: the service (its profile's hosts are watched).
+        options: what to do.
+        source: the alert source.
+        emit: writes one line of data (stdout; may raise ``OutputClosed``).
+        say: writes one diagnostic line (stderr).
+    """
+
+    def __init__(self, service: Service, options: WatchOptions, source: AlertSource,
+                 emit: Callable[[str], None], say: Callable[[str], None]) -> None:
+        self.svc = service
+        self.opts = options
+        self.source = source
+        self.emit = emit
+        self.say = say
+        self.xids = XidTracker()
+        self._alerts_lock = threading.Lock()
+        self._alerts: dict[str, Alert] = {}
+        self._queue: asyncio.Queue[AlertChanged] = asyncio.Queue()
+        self.notifier: Notifier | None = None
+        self.metrics_url: str | None = None
+        self._server: Any = None
+
+    # -- what the metrics thread reads ------------------------------------------------------
+
+    def firing(self) -> list[Alert]:
+        """A copy of the alerts firing now (any thread)."""
+        with self._alerts_lock:
+            return list(self._alerts.values())
+
+    def _on_alert(self, ev: object) -> None:
+        if not isinstance(ev, AlertChanged):
+            return
+        with self._alerts_lock:
+            if ev.change == "resolved":
+                self._alerts.pop(ev.alert.key, None)
+            else:
+                self._alerts[ev.alert.key] = ev.alert
+        if self.notifier is not None:
+            self.notifier.submit(ev)
+        self._queue.put_nowait(ev)
+
+    def _on_sample(self, ev: object) -> None:
+        if isinstance(ev, SampleReceived):
+            self.xids.on_sample(ev.host, ev.sample)
+
+    # -- run --------------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event,
+                  on_started: Callable[[], None] | None = None) -> None:
+        """Watch until ``stop`` is set; then end everything started here.
+
+        Args:
+            stop: set to end the watch.
+            on_started: called once the fleet, the server and the notifier are up.
+
+        Raises:
+            OutputClosed: stdout's reader went away (from :attr:`emit`).
+            GpuConsoleError: the metrics port cannot be bound.
+        """
+        loop = asyncio.get_running_loop()
+        subs = [self.svc.bus.subscribe(self._on_alert, kinds=(AlertChanged,)),
+                self.svc.bus.subscribe(self._on_sample, kinds=(SampleReceived,))]
+        tasks: list[asyncio.Task[Any]] = []
+        try:
+            if self.opts.notify_urls:
+                self._start_notifier(loop)
+            if self.opts.metrics_port is not None:
+                self._start_metrics()
+            if self.opts.replay is not None:
+                self.svc.start_replay(self.opts.replay, speed=self.opts.speed)
+                tasks.append(asyncio.create_task(self._replay_done(), name="watch-replay"))
+            else:
+                self.svc.start_fleet(interval=self.opts.interval)
+                if self.opts.jobs_refresh_s > 0:
+                    tasks.append(asyncio.create_task(self._jobs_loop(), name="watch-jobs"))
+            self.source.start(self.svc)
+            if on_started is not None:
+                on_started()
+            printer = asyncio.create_task(self._print_loop(), name="watch-print")
+            stopper = asyncio.create_task(stop.wait(), name="watch-stop")
+            done, _ = await asyncio.wait({printer, stopper},
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if printer in done:
+                printer.result()  # OutputClosed or a bug: raised here
+            printer.cancel()
+            await asyncio.gather(printer, return_exceptions=True)
+            self._drain_printed()
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self.source.stop()
+            for s in subs:
+                s.close()
+            await self.svc.stop_fleet()
+            if self._server is not None:
+                await asyncio.to_thread(self._stop_metrics)
+            if self.notifier is not None:
+                await asyncio.to_thread(self.notifier.close)
+
+    def _drain_printed(self) -> None:
+        """Print the transitions still queued (stop came right after them)."""
+        while not self._queue.empty():
+            self._print(self._queue.get_nowait())
+
+    async def _print_loop(self) -> None:
+        while True:
+            self._print(await self._queue.get())
+
+    def _print(self, ev: AlertChanged) -> None:
+        self.emit(json.dumps(alert_json(ev)) if self.opts.as_json else alert_line(ev))
+
+    def _start_notifier(self, loop: asyncio.AbstractEventLoop) -> None:
+        from console.jobs.store import state_dir
+
+        path = self.opts.ledger or state_dir() / "notify.sqlite3"
+
+        def report(d: Delivery) -> None:  # on a worker thread
+            if d.outcome in ("failed", "retrying"):
+                text = (f"notify {d.url}: {d.message.change} {d.message.key}: attempt "
+                        f"{d.attempts} failed ({d.error})"
+                        + ("; retrying" if d.outcome == "retrying" else "; giving up"))
+            else:
+                text = f"notify {d.url}: {d.message.change} {d.message.key}: {d.outcome}"
+                if d.outcome == "duplicate":
+                    text += " (already paged)"
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody to tell
+                loop.call_soon_threadsafe(self.say, text)
+
+        self.notifier = Notifier(self.opts.notify_urls, Ledger(path), report=report,
+                                 attempts=self.opts.notify_attempts,
+                                 backoff_s=self.opts.notify_backoff_s)
+        self.notifier.start()
+
+    def _start_metrics(self) -> None:
+        from prometheus_client import start_http_server
+
+        from remote.errors import GpuConsoleError
+
+        collector = FleetCollector(lambda: self.svc.fleet, self.firing, self.xids)
+        port = self.opts.metrics_port or 0
+        try:
+            server, _thread = start_http_server(port, addr=self.opts.metrics_addr,
+                                                registry=make_registry(collector))
+        except OSError as e:
+            raise GpuConsoleError(
+                f"cannot serve metrics on {self.opts.metrics_addr}:{port}: {e.strerror or e}",
+                "pick a free --metrics-port (or 0 for any free port)") from e
+        self._server = server
+        host, bound = str(server.server_address[0]), int(server.server_address[1])
+        shown = f"[{host}]" if ":" in host else host
+        self.metrics_url = f"http://{shown}:{bound}/metrics"
+
+    def _stop_metrics(self) -> None:
+        server, self._server = self._server, None
+        server.shutdown()
+        server.server_close()
+
+    async def _replay_done(self) -> None:
+        try:
+            n = await self.svc.replay_finished()
+        except ValueError as e:
+            self.say(f"error: {e}")
+            return
+        self.say(f"replay finished: {n} samples")
+
+    async def _jobs_loop(self) -> None:
+        """Reconcile the jobs every ``jobs_refresh_s`` s (publishes ``JobChanged``; gang
+        teardown like any observer); each distinct problem is said once."""
+        said: set[str] = set()
+
+        def warn(line: str) -> None:
+            if line not in said:
+                said.add(line)
+                self.say(f"warning: {line}")
+
+        while True:
+            try:
+                await self.svc.list_jobs(warn=warn)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # a store or host error: say it, try again next round
+                warn(f"jobs not reconciled: {e}")
+                log.debug("job reconcile failed", exc_info=True)
+            await asyncio.sleep(self.opts.jobs_refresh_s)
