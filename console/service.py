@@ -53,6 +53,7 @@ from console.jobs.status import (
     ACTIVE_STATES,
     NEVER_STARTED,
     adopt_unknown,
+    failure_lines,
     job_summary,
     refresh,
     shown_state,
@@ -211,13 +212,7 @@ class JobDescription:
                f"profile: {j.profile}",
                f"created: {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(j.created_at))}"]
         if j.failure:
-            f = j.failure
-            rank = f" rank {f['rank']}" if f.get("rank") is not None else ""
-            code = f", exit code {f['exit_code']}" if f.get("exit_code") is not None else ""
-            out.append(f"first failure: node {f['node']} on {f['host']}{rank}{code}: "
-                       f"{f['reason']}")
-            if f.get("fix"):
-                out.append(f"  fix: {f['fix']}")
+            out += failure_lines(j.failure)
         elif job_summary(j):
             out.append(job_summary(j))
         for n in self.nodes:

@@ -312,8 +312,8 @@ async def follow_job(
     if job.state == "stopped":
         return 143  # 128 + SIGTERM, as a shell reports a stopped process
     codes = [n.exit_code for n in job.nodes if n.exit_code]
-    if job.failure and job.failure.get("exit_code"):
-        return int(job.failure["exit_code"])
+    if job.failure and (code := job.failure.get("exit_code")):
+        return int(code)
     return codes[0] if codes else 1
 
 

@@ -46,7 +46,7 @@ from console.diagnosis import diagnose, parse_torchelastic_failure, signal_name
 from console.jobs.labels import K_JOB_ID, K_NODE_COUNT, NodeLabels
 from console.jobs.launch import launch_in_flight
 from console.jobs.plan import ERROR_FILE
-from console.jobs.store import JobRecord, NodeRecord, Store
+from console.jobs.store import FailureRecord, JobRecord, NodeRecord, Store
 from console.session import Session
 from remote.docker import ContainerInfo, parse_rfc3339_ns
 from remote.errors import GpuConsoleError
@@ -202,7 +202,7 @@ def _merge_stored(job: JobRecord, stored: JobRecord) -> None:
     job.launcher = stored.launcher
 
 
-def _interruption(job: JobRecord, never_started: list[NodeRecord]) -> dict[str, Any]:
+def _interruption(job: JobRecord, never_started: list[NodeRecord]) -> FailureRecord:
     """The failure record of an interrupted launch (``never_started``: its nodes that have
     no started container)."""
     created = [n for n in never_started if n.state == NEVER_STARTED]
@@ -334,14 +334,25 @@ async def stop_nodes(
             log.warning("could not stop node %d on %s: %s", n.node_rank, n.host, r)
 
 
-async def explain_failure(session: Session, node: NodeRecord) -> dict[str, Any]:
-    """The first failure, explained: node, host, exit code, rank, reason, fix.
+#: How much of a failed node's log the diagnosis reads (lines from the end): the root cause
+#: is often far above the teardown noise of a large job.
+DIAGNOSIS_TAIL = 3000
 
-    Sources, best first: torchrun's error file (``TORCHELASTIC_ERROR_FILE``, written when the
-    failing worker's entry point is wrapped by ``@record``), the failure summary torchrun
-    prints, and the rest of the node's log (see :func:`console.diagnosis.diagnose`).
+#: Diagnosis ids that only say how a process ended: a container the kernel OOM-killed says more.
+_ENDINGS = frozenset({"sigkill", "exit_code", "signal", "stopped"})
+
+
+async def explain_failure(session: Session, node: NodeRecord) -> FailureRecord:
+    """The first failure, explained: node, host, exit code, rank, reason, fix, cause id,
+    evidence and consequences.
+
+    Reads the node's log (the last :data:`DIAGNOSIS_TAIL` lines), torchrun's error file
+    (``TORCHELASTIC_ERROR_FILE``, written when the failing worker's entry point is wrapped by
+    ``@record``) and Docker's ``State.OOMKilled``, and names one root cause with
+    :func:`console.diagnosis.diagnose`. A host that cannot be read leaves the exit code as
+    the reason.
     """
-    out: dict[str, Any] = {
+    out: FailureRecord = {
         "node": node.node_rank,
         "host": node.host,
         "exit_code": node.exit_code,
@@ -352,18 +363,17 @@ async def explain_failure(session: Session, node: NodeRecord) -> dict[str, Any]:
     if node.container_id is None:
         return out
     text = ""
+    oom_killed = False
+    raw: bytes | None = None
     try:
         engine = session.engine(node.host)
         info = await engine.inspect(node.container_id)
-        if info is not None and info.oom_killed:
-            out["reason"] = "the container was killed by the OOM killer (host or cgroup memory)"
-            out["fix"] = "lower host memory use (DataLoader workers, batch size) or raise the limit"
-        lines = [ln.text async for ln in engine.logs(node.container_id, tail=400)]
+        oom_killed = bool(info is not None and info.oom_killed)
+        lines = [ln.text async for ln in engine.logs(node.container_id, tail=DIAGNOSIS_TAIL)]
         text = "\n".join(lines)
         raw = await engine.read_file(node.container_id, ERROR_FILE)
     except GpuConsoleError as e:
         log.debug("cannot read failure details of node %d: %s", node.node_rank, e)
-        raw = None
     failure = parse_torchelastic_failure(text) if text else None
     if failure is not None and failure.root_cause is not None:
         rc = failure.root_cause
@@ -373,19 +383,46 @@ async def explain_failure(session: Session, node: NodeRecord) -> dict[str, Any]:
         out["reason"] = f"rank {rc.rank} failed with {code}"
         if rc.exception:
             out["reason"] += f": {rc.exception}"
-    if raw:
-        message = _error_file_message(raw)
+    message = _error_file_message(raw) if raw else None
+    if raw:  # the error file's traceback joins the log: the normaliser opens its JSON
+        text += "\n" + raw.decode("utf-8", errors="replace")
+    diag = diagnose(text) if text else None
+    if oom_killed and (diag is None or diag.kind in _ENDINGS):
+        out["kind"] = "oom_killed"
+        out["reason"] = ("the container was killed by the kernel's OOM killer (Docker "
+                         "State.OOMKilled: host or container memory limit)")
+        out["fix"] = ("lower host memory use (DataLoader workers, batch size, pinned memory) "
+                      "or raise the container's memory limit")
+        if diag is not None:
+            out["consequences"] = [diag.summary]
+        return out
+    if diag is None:
         if message:
             out["reason"] = message
-    diag = diagnose(text) if text else None
-    if diag is not None and diag.kind != "exception":
-        out["reason"] = diag.summary
-        out["fix"] = diag.fix
-        if out["rank"] is None and diag.ranks:
-            out["rank"] = diag.ranks[0]
-    elif diag is not None and out["fix"] is None:
-        out["fix"] = diag.fix
+        return out
+    out["kind"] = diag.kind
+    out["reason"] = message if diag.kind == "exception" and message else diag.summary
+    out["fix"] = diag.fix
+    out["evidence"] = list(diag.evidence[:8])
+    if diag.consequences:
+        out["consequences"] = [f"{c.kind}: {c.summary}" for c in diag.consequences]
+    if out["rank"] is None and diag.ranks:
+        out["rank"] = diag.ranks[0]
     return out
+
+
+def failure_lines(f: FailureRecord) -> list[str]:
+    """A stored failure as text lines, the same in ``describe``, ``ps`` and the app:
+    ``first failure: node N on HOST rank R, exit code C: REASON``, then ``  fix: ...`` and
+    ``  then: ...`` per consequence."""
+    rank = f" rank {f['rank']}" if f.get("rank") is not None else ""
+    code = f", exit code {f['exit_code']}" if f.get("exit_code") is not None else ""
+    lines = [f"first failure: node {f.get('node')} on {f.get('host')}{rank}{code}: "
+             f"{f.get('reason')}"]
+    if f.get("fix"):
+        lines.append(f"  fix: {f.get('fix')}")
+    lines += [f"  then: {c}" for c in f.get("consequences", [])[:5]]
+    return lines
 
 
 def _error_file_message(raw: bytes) -> str | None:

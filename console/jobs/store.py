@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypedDict, TypeVar, cast
 
 import platformdirs
 
@@ -115,14 +115,36 @@ class NodeRecord:
     stop_requested: bool = False
 
 
+class FailureRecord(TypedDict, total=False):
+    """A job's first failure as stored (``failure_json``) and shown by ``ps``, ``describe``,
+    the app and the job-failed alert.
+
+    Keys: ``node`` (node rank), ``host``, ``exit_code`` (the node's container exit code),
+    ``rank`` (global torchrun rank blamed, or None), ``reason`` (one line), ``fix`` (one line
+    or None), ``kind`` (the diagnosis cause id, ``console/diagnosis``), ``evidence`` (the log
+    lines it rests on), ``consequences`` (one line each: what followed from it),
+    ``interrupted`` (True for a launch interrupted before every container started).
+    """
+
+    node: int
+    host: str
+    exit_code: int | None
+    rank: int | None
+    reason: str
+    fix: str | None
+    kind: str
+    evidence: list[str]
+    consequences: list[str]
+    interrupted: bool
+
+
 @dataclass
 class JobRecord:
     """A job as the store knows it.
 
     Attributes:
         spec: the spec as submitted (secret values replaced by ``${secret}``).
-        failure: the first failure, once known: ``{"node": R, "host": ..., "exit_code": N,
-            "rank": r or None, "reason": "...", "fix": "..."}``.
+        failure: the first failure, once known (:class:`FailureRecord`).
         stop_requested_at: Unix seconds when ``stop`` was asked (nodes exiting after it are
             ``stopped``, not ``failed``).
         unreachable: host -> why it could not be asked, from the last look at the hosts in
@@ -142,7 +164,7 @@ class JobRecord:
     node_count: int
     state: str = "pending"
     exit_code: int | None = None
-    failure: dict[str, Any] | None = None
+    failure: FailureRecord | None = None
     stop_requested_at: float | None = None
     removed_at: float | None = None
     nodes: list[NodeRecord] = field(default_factory=list)
@@ -278,7 +300,8 @@ class Store:
             profile_source=row["profile_source"], spec=json.loads(row["spec_json"]),
             spec_hash=row["spec_hash"], created_at=row["created_at"],
             node_count=row["node_count"], state=row["state"], exit_code=row["exit_code"],
-            failure=json.loads(row["failure_json"]) if row["failure_json"] else None,
+            failure=cast(FailureRecord, json.loads(row["failure_json"])) if row["failure_json"]
+            else None,
             stop_requested_at=row["stop_requested_at"], removed_at=row["removed_at"],
             launcher=row["launcher"],
         )

@@ -21,6 +21,7 @@ from textual.widgets import DataTable, Footer, Static
 from console.app.widgets.status import StatusLine
 from console.fleet.state import JobUsage
 from console.jobs.rows import JobRow, job_row
+from console.jobs.status import failure_lines
 from console.jobs.store import JobRecord
 
 if TYPE_CHECKING:
@@ -114,12 +115,10 @@ class JobsScreen(Screen[None]):
             + (f"({n.exit_code})" if n.exit_code is not None else "") for n in job.nodes))
         f = job.failure
         if f:
-            rank = f" rank {f['rank']}" if f.get("rank") is not None else ""
-            code = f", exit code {f['exit_code']}" if f.get("exit_code") is not None else ""
-            text.append(f"\nfirst failure: node {f['node']} on {f['host']}{rank}{code}: "
-                        f"{f['reason']}", style="red")
-            if f.get("fix"):
-                text.append(f"\nfix: {f['fix']}", style="yellow")
+            first, *rest = failure_lines(f)
+            text.append("\n" + first, style="red")
+            for line in rest:
+                text.append("\n" + line, style="yellow" if "fix:" in line else "dim")
         detail.update(text)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
