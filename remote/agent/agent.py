@@ -14,7 +14,13 @@ Exit status 3: NVML could not be loaded (``libnvidia-ml.so.1`` or ``pynvml.py`` 
 sample with state ``nvml_unavailable`` is written first, and the console falls back to
 ``nvidia-smi``. Status 2: bad arguments.
 
-Costs: NVML is initialised once, device handles are cached, no subprocess is started. Fast
+Kernel log: every ``--kernel-log-every`` s (default 10, and at the first sample) the agent reads
+new ``NVRM:`` kernel messages (Xids) with ``journalctl -k`` or ``dmesg``, whichever this user may
+run, keeping a cursor (:class:`KernelLogReader`); they go into the sample's ``kernel_log``, and
+while neither works ``errors["kernel_log"]`` says why.
+
+Costs: NVML is initialised once, device handles are cached; the only subprocesses are the
+kernel log reads (one ``journalctl`` or ``dmesg`` per ``--kernel-log-every``). Fast
 fields are read every sample; slow ones (name, UUID, PCI bus id, power limit, ECC counters,
 remapped rows, persistence and MIG mode, versions) every ``--slow-every`` samples and cached. A
 field NVML reports as not supported is not asked again until the next slow refresh.
@@ -169,6 +175,7 @@ def empty_sample(source: str, seq: int, host_time: float, interval_s: float) -> 
         "schema": SCHEMA_VERSION, "type": "sample", "source": source, "seq": seq,
         "host_time": host_time, "interval_s": interval_s, "state": "ok", "state_detail": None,
         "host": empty_host(), "gpus": [], "processes": None, "xid_events": [], "errors": {},
+        "kernel_log": None,
     }
 
 
@@ -202,25 +209,122 @@ NVML_EVENT_XID = 0x8
 NOT_AVAILABLE_U64 = (1 << 64) - 1
 MIB = 1024 * 1024
 
-#: Meanings of common Xid codes (NVIDIA's Xid catalog), for ``xid_events[].detail``.
+#: Xid -> its short meaning, every Xid NVIDIA's catalogue uses (``xid_events[].detail``).
+#: A copy of ``remote/telemetry/xid_catalog.agent_meanings()`` (this file is shipped alone);
+#: ``tests/unit/test_xid_catalog.py`` checks the two are equal.
 XID_MEANINGS = {
-    13: "graphics engine exception",
+    8: "GPU stopped processing",
+    11: "Invalid or corrupted push buffer stream",
+    13: "Graphics Engine Exception",
+    25: "Invalid or illegal push buffer stream",
     31: "GPU memory page fault",
+    32: "Invalid or corrupted push buffer stream",
+    37: "Driver firmware error",
+    38: "Driver firmware error",
+    39: "Copy Engine Exception",
+    40: "Copy Engine Exception",
+    41: "Copy Engine Exception",
     43: "GPU stopped processing",
-    45: "preemptive cleanup, due to previous errors",
-    48: "double-bit ECC error",
-    61: "internal micro-controller breakpoint/warning",
-    62: "internal micro-controller halt",
-    63: "ECC page retirement or row remapping recorded",
-    64: "ECC page retirement or row remapper recording failure",
-    74: "NVLink error",
+    44: "Graphics Engine fault during context switch",
+    45: ("Preemptive cleanup, due to previous errors -- Most likely to see when running "
+         "multiple cuda applications and hitting a DBE"),
+    46: "GPU stopped processing",
+    48: "Double Bit ECC Error",
+    54: "Auxiliary power is not connected to the GPU board",
+    60: "Video processor exception",
+    62: "Internal micro-controller halt (newer drivers)",
+    63: "GPU memory remapping event",
+    64: "GPU memory remapping failure",
+    66: "Illegal access by driver",
+    67: "Illegal access by driver",
+    68: "NVDEC0 Exception",
+    69: "Graphics Engine class error",
+    70: "CE3: Unknown Error",
+    71: "CE4: Unknown Error",
+    72: "CE5: Unknown Error",
+    74: "NVLINK Error",
+    75: "CE6: Unknown Error",
+    76: "CE7: Unknown Error",
+    77: "CE8: Unknown Error",
+    78: "vGPU Start Error",
     79: "GPU has fallen off the bus",
-    92: "high single-bit ECC error rate",
-    94: "contained ECC error",
-    95: "uncontained ECC error",
-    109: "context switch timeout",
-    119: "GSP RPC timeout",
-    120: "GSP error",
+    80: "Corrupted data sent to GPU",
+    82: "NVJPG0 Error",
+    83: "NVDEC1 Error",
+    84: "NVDEC2 Error",
+    85: "CE9: Unknown Error",
+    86: "OFA Exception",
+    88: "NVDEC3 Error",
+    89: "NVDEC4 Error",
+    92: "High single-bit ECC error rate",
+    93: "Non-fatal violation of provisioned InfoROM wear limit",
+    94: "Contained memory error",
+    95: "Uncontained memory error",
+    96: "NVDEC5 Error",
+    97: "NVDEC6 Error",
+    98: "NVDEC7 Error",
+    99: "NVJPG1 Error",
+    100: "NVJPG2 Error",
+    101: "NVJPG3 Error",
+    102: "NVJPG4 Error",
+    103: "NVJPG5 Error",
+    104: "NVJPG6 Error",
+    105: "NVJPG7 Error",
+    106: "SMBPBI Test Message",
+    107: "SMBPBI Test Message Silent",
+    109: "Context Switch Timeout Error",
+    110: "Security Fault Error",
+    119: "GSP RPC Timeout",
+    120: "GSP Error",
+    121: "C2C Error",
+    126: "CE10: Unknown Error",
+    127: "CE11: Unknown Error",
+    128: "CE12: Unknown Error",
+    129: "CE13: Unknown Error",
+    130: "CE14: Unknown Error",
+    131: "CE15: Unknown Error",
+    132: "CE16: Unknown Error",
+    133: "CE17: Unknown Error",
+    134: "CE18: Unknown Error",
+    135: "CE19: Unknown Error",
+    136: "Link Training Failed",
+    137: "NVLink Privilege Error",
+    139: "OFA1 Error",
+    140: "ECC Unrecovered Error",
+    141: "CUDA Fast Path Error",
+    142: "NVENC3 Error",
+    143: "GPU Initialization Error",
+    144: "NVLINK: SAW Error",
+    145: "NVLINK: RLW Error",
+    146: "NVLINK: TLW Error",
+    147: "NVLINK: TREX Error",
+    148: "NVLINK: NVLPW_CTRL Error",
+    149: "NVLINK: NETIR Error",
+    150: "NVLINK: MSE Error",
+    151: "Key rotation Error",
+    152: "DLA SMMU Error",
+    153: "DLA timeout Error",
+    154: "GPU Recovery Action Changed",
+    155: "NVLINK: SW Defined Error",
+    156: "Resource Retirement Event",
+    157: "Resource Retirement Failure",
+    158: "GPU Fatal Timeout",
+    159: "CHI Non-Data Error",
+    160: "Channel Retirement Event",
+    161: "Channel Retirement Failure",
+    162: "Power Smoothing HW Circuitry capability reengaged",
+    163: "Power Smoothing HW Circuitry capability disengaged",
+    164: "Power Smoothing HW Circuitry low lifetime reached",
+    165: "Power Smoothing HW Circuitry lifetime exhausted",
+    166: "CC traffic seen prior to link properly being configured for encrypted traffic",
+    167: "PCIE_FATAL_TIMEOUT",
+    168: "Errors found in WPR (write protected region)",
+    169: "Internal micro-controller halt",
+    170: "Interrupt seen in CC mode",
+    171: ("Additional to Xid 48 providing more details on particulars of fault to "
+         "differentiate DRAM/SRAM"),
+    172: ("Additional to Xid 48 providing more details on particulars of fault to "
+         "differentiate DRAM/SRAM"),
 }
 
 _CONTAINER_ID_RE = re.compile(
@@ -408,6 +512,244 @@ def processes_v1(nv: Any, symbol: str, handle: Any) -> list[Any]:
                 for i in range(count.value)
             ]
     raise nv.NVMLError(ret)
+
+
+# --------------------------------------------------------------------------------------------
+# kernel log: NVRM lines (Xids) read where the SSH user may read them
+
+
+#: Seconds between kernel log reads (the first sample always reads; 0 turns reading off).
+KERNEL_LOG_EVERY_S = 10.0
+#: Most NVRM lines one sample carries: the latest are kept, the others counted in ``dropped``.
+KERNEL_LOG_MAX_LINES = 500
+#: Seconds one ``journalctl`` / ``dmesg`` may run.
+KERNEL_LOG_TIMEOUT_S = 5.0
+#: The ``kernel_log`` record's keys, in order.
+KERNEL_LOG_FIELDS = ("source", "lines", "since_boot", "dropped", "gap")
+#: ``kernel_log.source`` values (``file``: a test's file standing in for the kernel log).
+KERNEL_LOG_SOURCES = ("journalctl", "dmesg", "file")
+
+_STAMP_RE = re.compile(r"^\[\s*(\d+\.\d+)\]")
+#: journalctl's words when it runs but cannot show the kernel's messages to this user.
+_JOURNAL_REFUSALS = ("not seeing messages from other users", "No journal files were",
+                     "insufficient permissions", "Permission denied")
+
+
+def run_command(argv: Sequence[str], timeout: float) -> tuple[int, str, str]:
+    """Run ``argv`` (C locale); ``(returncode, stdout, stderr)``; 127 when the program is not
+    installed, 124 when it ran past ``timeout`` s. Never raises for these."""
+    import subprocess  # only the kernel log reader starts processes
+
+    env = dict(os.environ, LC_ALL="C")
+    try:
+        res = subprocess.run(list(argv), capture_output=True, timeout=timeout, env=env,
+                             stdin=subprocess.DEVNULL)
+    except FileNotFoundError:
+        return 127, "", argv[0] + ": not installed"
+    except subprocess.TimeoutExpired:
+        return 124, "", f"{argv[0]}: no answer within {timeout:g}s"
+    except OSError as e:
+        return 126, "", f"{argv[0]}: {reason_of(e)}"
+    return (res.returncode, res.stdout.decode("utf-8", "replace"),
+            res.stderr.decode("utf-8", "replace"))
+
+
+def nvrm_lines(lines: Iterable[str]) -> list[str]:
+    """The lines of the kernel messages that mention ``NVRM``: a message is a line and the
+    indented continuation lines after it (dmesg and journalctl indent them); a message is kept
+    whole when any of its lines mentions NVRM."""
+    out: list[str] = []
+    msg: list[str] = []
+
+    def flush() -> None:
+        if any("NVRM" in m for m in msg):
+            out.extend(msg)
+
+    for line in lines:
+        if not line.strip():
+            continue
+        if line[:1].isspace() and msg:
+            msg.append(line)
+            continue
+        flush()
+        msg = [line]
+    flush()
+    return out
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else ""
+
+
+class KernelLogReader:
+    """Reads new NVIDIA kernel messages (``NVRM:`` lines) every ``every_s`` seconds, with a
+    cursor so that no line is shipped twice and none is skipped.
+
+    Sources, the first that works is kept (the SSH user is often not root):
+
+    * ``journalctl -k -b -o short-monotonic --show-cursor`` (first read: this boot; then
+      ``--after-cursor``). Needs the journal and, for a non-root user, the ``adm`` or
+      ``systemd-journal`` group; journalctl then exits 0 showing no kernel lines and says so
+      on stderr, which counts as refused.
+    * ``dmesg`` (boot-relative stamps); the cursor is the last stamp and how many messages
+      carried it. ``kernel.dmesg_restrict=1`` refuses it to users without CAP_SYSLOG. When the
+      oldest message left is newer than the cursor, the ring buffer wrapped: ``gap``.
+    * ``file``: a file read from a byte offset, standing in for the kernel log in tests
+      (``--kernel-log-file``); no other source is tried then.
+
+    :meth:`read` returns the ``kernel_log`` record (``source``, ``lines``: the new NVRM lines
+    as the source printed them, ``since_boot``: the first read of a source, every NVRM line of
+    this boot so far, ``dropped``: lines left out over :data:`KERNEL_LOG_MAX_LINES`, ``gap``:
+    lines may be missing before these) or ``None`` with the reason no source works.
+
+    Args:
+        every_s: seconds between reads.
+        file: the test source, or ``None``.
+        run: runs a command (:func:`run_command`; tests give a fake).
+        clock: monotonic seconds.
+        restrict_path: where ``kernel.dmesg_restrict`` is read, to explain a refusal.
+    """
+
+    def __init__(self, every_s: float = KERNEL_LOG_EVERY_S, file: str | None = None,
+                 run: Callable[[Sequence[str], float], tuple[int, str, str]] = run_command,
+                 clock: Callable[[], float] = time.monotonic,
+                 restrict_path: str = "/proc/sys/kernel/dmesg_restrict") -> None:
+        self.every_s = every_s
+        self.file = file
+        self.run = run
+        self.clock = clock
+        self.restrict_path = restrict_path
+        #: the source in use (``None``: none works yet).
+        self.source: str | None = None
+        #: why no source works after the last read, or ``None``.
+        self.error: str | None = None
+        self._next: float | None = None
+        self._journal_cursor: str | None = None
+        self._dmesg_cursor: tuple[float, int] | None = None
+        self._file_offset: int | None = None
+
+    def due(self) -> bool:
+        """Whether a read is due (always for the first)."""
+        return self._next is None or self.clock() >= self._next
+
+    def read(self) -> dict[str, Any] | None:
+        """Read what is new; sets :attr:`error` when no source works (never raises)."""
+        self._next = self.clock() + self.every_s
+        order = ["file"] if self.file else ["journalctl", "dmesg"]
+        if self.source in order:  # the working source first
+            order.remove(self.source)
+            order.insert(0, self.source)
+        why: list[str] = []
+        for name in order:
+            try:
+                got = getattr(self, "_read_" + name)()
+            except Exception as e:  # a bug here must never stop the samples
+                got = f"{name}: {reason_of(e)}"
+            if isinstance(got, str):
+                why.append(got)
+                if self.source == name:
+                    self.source = None
+                continue
+            lines, since_boot, gap = got
+            self.source, self.error = name, None
+            keep = nvrm_lines(lines)
+            dropped = max(0, len(keep) - KERNEL_LOG_MAX_LINES)
+            return {"source": name, "lines": keep[dropped:], "since_boot": since_boot,
+                    "dropped": dropped, "gap": gap}
+        self.error = "kernel log unreadable: " + "; ".join(why)
+        return None
+
+    # -- sources: each returns (new lines, since_boot, gap) or the reason it cannot --------------
+
+    def _read_journalctl(self) -> tuple[list[str], bool, bool] | str:
+        argv = ["journalctl", "-k", "-b", "-o", "short-monotonic", "--no-pager",
+                "--show-cursor"]
+        first = self._journal_cursor is None
+        if not first:
+            argv.append(f"--after-cursor={self._journal_cursor}")
+        rc, out, err = self.run(argv, KERNEL_LOG_TIMEOUT_S)
+        if rc != 0:
+            self._journal_cursor = None
+            return "journalctl: " + (_last_line(err) or f"exit status {rc}")
+        refused = next((r for r in _JOURNAL_REFUSALS if r in err or r in out), None)
+        if refused is not None:
+            return "journalctl: " + (_last_line(err) or refused)
+        lines: list[str] = []
+        cursor = self._journal_cursor
+        for line in out.splitlines():
+            if line.startswith("-- cursor: "):
+                cursor = line[len("-- cursor: "):].strip()
+            elif not line.startswith("-- "):  # "-- No entries --", "-- Logs begin at ..."
+                lines.append(line)
+        if first and not lines:
+            return "journalctl: no kernel messages in the journal of this boot"
+        self._journal_cursor = cursor
+        return lines, first, False
+
+    def _read_dmesg(self) -> tuple[list[str], bool, bool] | str:
+        rc, out, err = self.run(["dmesg"], KERNEL_LOG_TIMEOUT_S)
+        if rc != 0:
+            why = "dmesg: " + (_last_line(err) or f"exit status {rc}")
+            try:
+                restricted = read_text(self.restrict_path).strip() == "1"
+            except OSError:
+                restricted = False
+            if restricted:
+                why += (" (kernel.dmesg_restrict=1: only root or CAP_SYSLOG may read the "
+                        "kernel log; journalctl needs the adm or systemd-journal group)")
+            return why
+        records: list[tuple[float, list[str]]] = []
+        for line in out.splitlines():
+            m = _STAMP_RE.match(line)
+            if m:
+                records.append((float(m.group(1)), [line]))
+            elif records and line.strip():
+                records[-1][1].append(line)
+        if out.strip() and not records:
+            return "dmesg: no timestamps on its lines (printk.time=0): no cursor can be kept"
+        first = self._dmesg_cursor is None
+        gap = False
+        new: list[str] = []
+        if first:
+            for _, msg in records:
+                new.extend(msg)
+        else:
+            assert self._dmesg_cursor is not None
+            last, seen = self._dmesg_cursor
+            gap = bool(records) and records[0][0] > last
+            same = 0
+            for stamp, msg in records:
+                if stamp < last:
+                    continue
+                if stamp == last:
+                    same += 1
+                    if same <= seen:
+                        continue
+                new.extend(msg)
+        if records:
+            top = records[-1][0]
+            n_top = sum(1 for stamp, _ in records if stamp == top)
+            self._dmesg_cursor = (top, n_top)
+        return new, first, gap
+
+    def _read_file(self) -> tuple[list[str], bool, bool] | str:
+        assert self.file is not None
+        try:
+            with open(self.file, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                first = self._file_offset is None
+                start = self._file_offset or 0
+                gap = False
+                if start > size:  # truncated or replaced: read it again from the start
+                    start, first, gap = 0, True, True
+                f.seek(start)
+                data = f.read()
+        except OSError as e:
+            return f"file {self.file}: {reason_of(e)}"
+        end = data.rfind(b"\n") + 1  # whole lines only; a partial last line waits
+        self._file_offset = start + end
+        return data[:end].decode("utf-8", "replace").splitlines(), first, gap
 
 
 # --------------------------------------------------------------------------------------------
@@ -613,6 +955,8 @@ class Agent:
         slow_every: read the slow fields every this many samples.
         proc_root: where ``/proc`` is (tests point it elsewhere).
         import_error: why pynvml could not be imported.
+        kernel_log: reads the host's NVRM kernel messages into ``kernel_log`` (``None``: not
+            read; the command line always gives one unless ``--kernel-log-every 0``).
     """
 
     def __init__(
@@ -622,7 +966,9 @@ class Agent:
         slow_every: int = 10,
         proc_root: str = "/proc",
         import_error: str | None = None,
+        kernel_log: KernelLogReader | None = None,
     ) -> None:
+        self.kernel_log = kernel_log
         self.nv = nv
         self.interval_s = interval_s
         self.slow_every = max(1, slow_every)
@@ -823,8 +1169,20 @@ class Agent:
             self._sample_gpus(s)
         else:
             s["errors"]["processes"] = s["state_detail"] or s["state"]
+        self._read_kernel_log(s)
         self.seq += 1
         return s
+
+    def _read_kernel_log(self, s: dict[str, Any]) -> None:
+        """New NVRM kernel lines into ``kernel_log`` when a read is due; while no source
+        works, every sample says why in ``errors["kernel_log"]``."""
+        reader = self.kernel_log
+        if reader is None:
+            return
+        if reader.due():
+            s["kernel_log"] = reader.read()
+        if reader.error:
+            s["errors"]["kernel_log"] = reader.error
 
     def _add_versions(self, host: dict[str, Any]) -> None:
         errors = host.pop("errors")
@@ -1226,9 +1584,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--replay", default=None, metavar="FILE",
                    help="emit the samples of a trace (JSON lines of samples or of recording "
                    "lines) in a loop, re-stamped with this host's time, instead of NVML")
+    p.add_argument("--kernel-log-every", type=float, default=KERNEL_LOG_EVERY_S,
+                   help="seconds between kernel log (NVRM/Xid) reads; 0: do not read it")
+    # tests only: a file stands in for the kernel log (hosts without an NVIDIA driver)
+    p.add_argument("--kernel-log-file", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if not args.interval > 0:
         p.error("--interval must be > 0")
+    if args.kernel_log_every < 0:
+        p.error("--kernel-log-every must be >= 0")
     return args
 
 
@@ -1279,7 +1643,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         except BrokenPipeError:
             return 0
     nv, import_error = load_pynvml(args.pynvml_dir)
-    agent = Agent(nv, args.interval, args.slow_every, import_error=import_error)
+    reader = (KernelLogReader(args.kernel_log_every, file=args.kernel_log_file)
+              if args.kernel_log_every > 0 else None)
+    agent = Agent(nv, args.interval, args.slow_every, import_error=import_error,
+                  kernel_log=reader)
     closed = threading.Event()
     if not args.no_stdin_watch:
         watch_stdin(closed)

@@ -24,6 +24,11 @@ processes"). ``mig_mode``: ``False`` also when the GPU does not support MIG (nvi
 (``/proc/PID/environ``; always ``None`` from nvidia-smi). ``throttle_reasons`` lists the
 names of :data:`CLOCK_EVENT_REASONS` (bits without a name as ``"0x..."``).
 
+``kernel_log`` carries new ``NVRM:`` kernel lines (Xids) when the agent read them this sample
+(``None`` otherwise, from nvidia-smi, and in recordings made before it existed: still schema
+1, :func:`read_sample` adds it as ``None``); ``errors["kernel_log"]`` says why while the host's
+kernel log cannot be read (``kernel.dmesg_restrict``, no journal access).
+
 Reading: :func:`read_sample` turns any decoded JSON line (a live stream's, a recording's) into
 a :class:`Sample`: it checks the schema version and normalises what older writers spelled
 otherwise (keys they did not write are added as unknown, the nvidia-smi spellings of throttle
@@ -43,6 +48,8 @@ from remote.agent.agent import (
     HOST_FIELDS,
     HOST_STATES,
     IDLE_REASON,
+    KERNEL_LOG_FIELDS,
+    KERNEL_LOG_SOURCES,
     PROCESS_FIELDS,
     PROCESS_TYPES,
     SCHEMA_VERSION,
@@ -63,6 +70,8 @@ HostState = Literal["ok", "no_driver", "nvml_unavailable", "driver_unreachable",
 Source = Literal["nvml", "nvidia-smi"]
 #: ``processes[].type``.
 ProcessType = Literal["compute", "graphics"]
+#: ``kernel_log.source`` (``file``: a test's stand-in for the kernel log).
+KernelLogSource = Literal["journalctl", "dmesg", "file"]
 
 #: States in which the driver did not answer: the GPU list of the sample cannot be trusted.
 DRIVER_DOWN_STATES: frozenset[str] = frozenset(
@@ -157,6 +166,18 @@ class XidRecord(TypedDict):
     detail: str | None
 
 
+class KernelLogRecord(TypedDict):
+    """New NVIDIA kernel messages (``NVRM:`` lines, Xids) the agent read since the previous
+    read (``KernelLogReader`` in the agent; parsed console-side by
+    ``faults.scan_kernel_log``)."""
+
+    source: KernelLogSource
+    lines: list[str]  # as the source printed them (journalctl short-monotonic, dmesg)
+    since_boot: bool  # the first read of this source: every NVRM line of the boot so far
+    dropped: int  # NVRM lines left out (more than the agent's KERNEL_LOG_MAX_LINES)
+    gap: bool  # lines may be missing before these (ring buffer wrapped, file truncated)
+
+
 class Sample(TypedDict):
     """One sample of one host."""
 
@@ -172,7 +193,8 @@ class Sample(TypedDict):
     gpus: list[GpuRecord]
     processes: list[ProcessRecord] | None  # None: unknown (never "no processes")
     xid_events: list[XidRecord]
-    errors: dict[str, str]  # "processes", "xid", "gpus" -> reason
+    errors: dict[str, str]  # "processes", "xid", "gpus", "kernel_log" -> reason
+    kernel_log: KernelLogRecord | None  # None: not read this sample (reason in errors if any)
 
 
 def empty_host() -> HostRecord:
@@ -284,6 +306,14 @@ def read_sample(obj: Mapping[str, Any] | Any) -> Sample:
         _fill(p, PROCESS_FIELDS, False)
     for x in obj["xid_events"]:
         _fill(x, XID_FIELDS, False)
+    kl = obj.get("kernel_log")  # absent before the kernel log was read: nothing was read
+    if not isinstance(kl, dict) or not isinstance(kl.get("lines"), list):
+        obj["kernel_log"] = None
+    else:
+        kl.setdefault("source", None)
+        kl.setdefault("since_boot", False)
+        kl.setdefault("dropped", 0)
+        kl.setdefault("gap", False)
     return cast(Sample, obj)
 
 
@@ -298,6 +328,8 @@ __all__ = [
     "HOST_FIELDS",
     "HOST_STATES",
     "IDLE_REASON",
+    "KERNEL_LOG_FIELDS",
+    "KERNEL_LOG_SOURCES",
     "PROCESS_FIELDS",
     "PROCESS_TYPES",
     "SCHEMA_VERSION",
@@ -311,6 +343,8 @@ __all__ = [
     "GpuRecord",
     "HostRecord",
     "HostState",
+    "KernelLogRecord",
+    "KernelLogSource",
     "ProcessRecord",
     "ProcessType",
     "Sample",

@@ -478,8 +478,9 @@ def xid_info(code: int) -> XidInfo:
 
 
 def agent_meanings() -> dict[int, str]:
-    """What the host agent's ``XID_MEANINGS`` must hold: every used Xid -> its short words."""
-    return {c: i.short for c, i in XID_CATALOG.items() if i.used}
+    """What the host agent's ``XID_MEANINGS`` must hold: every used Xid -> NVIDIA's
+    description (the ``detail`` of an NVML Xid event, which carries no text of its own)."""
+    return {c: i.description for c, i in XID_CATALOG.items() if i.used}
 
 
 # -- kernel-log wording that carries catalogue facts -------------------------------------------
