@@ -62,7 +62,8 @@ _PREFIXES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("quote", re.compile(r"^\s{0,3}>(?:\s?>)*\s?(?!>)")),
     # Kubernetes CRI: "2024-01-02T03:04:05.123456789Z stderr F "
     ("cri", re.compile(r"^" + _ISO_TS + r" (?:stdout|stderr) [FP] ")),
-    ("iso", re.compile(r"^" + _ISO_TS + r"(?:\s*[|,:-]\s*|\s+)")),
+    # one separator only: the indentation after it belongs to the process's line
+    ("iso", re.compile(r"^" + _ISO_TS + r"(?: [|-] | ?[|,:] ?| |$)")),
     # syslog / journalctl: "Mar 21 02:07:08 gpu-node-01 kernel: " (the host and tag dropped)
     ("syslog", re.compile(
         r"^[A-Z][a-z]{2} [ \d]?\d \d\d:\d\d:\d\d(?:\.\d+)? (?P<src>[\w.-]+) "
@@ -77,7 +78,7 @@ _PREFIXES: tuple[tuple[str, re.Pattern[str]], ...] = (
     # kubectl logs --prefix: "[pod/trainer-0/pytorch] "
     ("kubectl", re.compile(r"^\[(?P<src>pod/[^\]\s]+)\] ")),
     # srun --label: "3: " (task id)
-    ("srun", re.compile(r"^(?P<src>\d{1,5}): (?=\S)")),
+    ("srun", re.compile(r"^(?P<src>\d{1,5}): ")),
     # Open MPI --tag-output: "[1,3]<stderr>:"
     ("mpi", re.compile(r"^\[\d+,(?P<rank>\d+)\]<(?:stdout|stderr|stddiag)>:\s?")),
 )
@@ -87,7 +88,7 @@ _RANK_PREFIX = re.compile(r"^\[(?P<role>[A-Za-z_][A-Za-z_-]*?)(?P<num>\d+)\]: ?"
 # the same glued mid-line: "...done[rank1]: Traceback"
 _GLUED_RANK = re.compile(r"(?<=.)(?=\[(?:rank\d+|default\d+)\]:)")
 # "gpu-node-01: " from pdsh / clush / `parallel --tag`: only stripped when it repeats
-_HOST_TAG = re.compile(r"^(?P<src>[A-Za-z0-9][\w.@-]*[\d.-][\w.@-]*): (?=\S)")
+_HOST_TAG = re.compile(r"^(?P<src>[A-Za-z0-9][\w.@-]*[\d.-][\w.@-]*): ")
 _PY_NAME = re.compile(r"^[A-Z]\w*(?:Error|Exception|Warning|Interrupt|Exit)$")
 
 _JSON_TEXT_KEYS = ("log", "message", "msg", "MESSAGE", "py_callstack", "error", "stack")
