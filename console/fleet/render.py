@@ -1,7 +1,8 @@
 """Plain-text rendering of the fleet for ``gpuconsole top`` and ``gpuconsole gpus``.
 
 Unknown readings print as ``?`` (never 0); a host that is not streaming prints its status and
-error on one line.
+error on one line. Below the table, one line per GPU with Xids this boot: the root of its
+chain with NVIDIA's action (``a GPU 3: Xid 79 fallen off the bus: reboot``).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ def render_fleet(state: FleetState) -> str:
     rows = [["HOST", "GPU", "NAME", "UTIL", "SM", "MEM MiB", "TEMP", "POWER W", "SM MHz",
              "THROTTLE", "PROCESSES"]]
     notes: list[str] = []
+    xid_notes: list[str] = []  # each GPU's Xid chain root with its action
     for v in state.hosts.values():
         if v.sample is None or v.status == "down":
             rows.append([v.name, "-", v.status + (f": {v.error}" if v.error else ""),
@@ -63,6 +65,11 @@ def render_fleet(state: FleetState) -> str:
         if s["state"] != "ok":
             notes.append(f"{v.name}: {s['state']}" + (f": {s['state_detail']}"
                                                       if s["state_detail"] else ""))
+        xids = [(x.gpu_index, x.pci_bus_id, x.line) for x in v.xid_summaries()]
+        xid_notes.extend(f"{v.name} GPU {i}: {line}" if i is not None else
+                         f"{v.name} {bus}: {line}" for i, bus, line in xids)
+        if v.kernel_log_error and not xids:
+            notes.append(f"{v.name}: Xids from NVML events only: {v.kernel_log_error}")
         holders = gpu_holders(state, v.name)
         gpus = s["gpus"]
         if not gpus:
@@ -96,6 +103,9 @@ def render_fleet(state: FleetState) -> str:
             where = " ".join(f"{h}:{i}" for h, i in u.gpus)
             lines.append(f"job {u.job_id}: {len(u.gpus)} GPU(s) [{where}] mean util "
                          f"{_n(u.mean_util_pct, unit='%')}, {_n(u.mem_used_mib)} MiB")
+    if xid_notes:
+        lines.append("")
+        lines.extend(xid_notes)
     if notes:
         lines.append("")
         lines.extend(notes)

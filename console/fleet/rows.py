@@ -80,6 +80,8 @@ class HostRow:
         age_s: seconds since the last sample (from the ``now`` given to :func:`fleet_rows`),
             or ``None``.
         source: ``nvml`` or ``nvidia-smi`` (where the sample came from), or ``None``.
+        xid_notes: Xid headlines of GPUs that have no row (lost from the sample, or a GSP
+            message naming only the driver's GPU number): ``0000:b3:00.0: Xid 79 ...``.
     """
 
     key: str
@@ -95,6 +97,7 @@ class HostRow:
     missing_gpus: tuple[str, ...]
     age_s: float | None
     source: str | None
+    xid_notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +155,12 @@ class GpuRow:
         tensor_activity_pct: GPM tensor-core activity (%), or ``None``.
         dram_bw_util_pct: GPM DRAM bandwidth utilization (%), or ``None``.
         ecc_uncorrected: volatile uncorrected ECC errors, or ``None``.
+        xid: the root of the GPU's Xid chain this boot with its action (``Xid 79 fallen off
+            the bus: reboot``; Xid 45 cleanup is never shown in place of its cause), or
+            ``None`` without Xids.
+        xid_code: that Xid's number, or ``None``.
+        xid_severe: its action takes the GPU out (reboot, reset, NVLink, mechanicals) or the
+            same faults hit many processes (drain).
     """
 
     key: str
@@ -176,6 +185,9 @@ class GpuRow:
     tensor_activity_pct: float | None = None
     dram_bw_util_pct: float | None = None
     ecc_uncorrected: float | None = None
+    xid: str | None = None
+    xid_code: int | None = None
+    xid_severe: bool = False
 
     @property
     def free(self) -> bool:
@@ -264,8 +276,14 @@ def _host_row(v: HostView, now: float | None) -> HostRow:
         mem_total_mib=_num(host["mem_total_mib"]) if host else None,
         gpu_count=None if s is None or s["state"] in DRIVER_DOWN_STATES else len(s["gpus"]),
         missing_gpus=tuple(v.missing_gpus()), age_s=max(age, 0.0) if age is not None else None,
-        source=s["source"] if s else None,
+        source=s["source"] if s else None, xid_notes=_xid_notes(v),
     )
+
+
+def _xid_notes(v: HostView) -> tuple[str, ...]:
+    shown = {g["index"] for g in v.gpus() if g["index"] is not None}
+    return tuple(f"{x.pci_bus_id}: {x.line}" for x in v.xid_summaries()
+                 if x.gpu_index is None or x.gpu_index not in shown)
 
 
 def fleet_rows(state: FleetState, *, now: float | None = None,
@@ -300,7 +318,12 @@ def fleet_rows(state: FleetState, *, now: float | None = None,
             # only the tail: the deque holds up to 15 minutes of points
             tail = (list(islice(reversed(hist), history_points))[::-1]
                     if hist and history_points > 0 else [])
-            gpus.append(_gpu_row(v.name, idx, g, tail, holders, usable))
+            gpu_row = _gpu_row(v.name, idx, g, tail, holders, usable)
+            xs = v.gpu_xids(idx)
+            if xs is not None and xs.headline is not None:
+                gpu_row = replace(gpu_row, xid=xs.line, xid_code=xs.headline.xid,
+                                  xid_severe=xs.headline.severe or xs.drain)
+            gpus.append(gpu_row)
         out.append(HostGroup(row, tuple(sorted(gpus, key=lambda r: r.index))))
     return out
 
@@ -570,7 +593,7 @@ def users_text(users: Sequence[GpuUser] | None, command_limit: int = 40) -> str:
 
 def host_detail_text(h: HostRow) -> str:
     """What is wrong with a host, for people: the down reason, the driver problem, missing
-    GPUs; empty when nothing is."""
+    GPUs, Xids of GPUs without a row; empty when nothing is."""
     parts = []
     if h.status == "down":
         parts.append(h.error or "unreachable")
@@ -578,6 +601,7 @@ def host_detail_text(h: HostRow) -> str:
         parts.append(h.problem + (f": {h.problem_detail}" if h.problem_detail else ""))
     if h.missing_gpus:
         parts.append(f"{len(h.missing_gpus)} GPU(s) missing: {', '.join(h.missing_gpus)}")
+    parts.extend(h.xid_notes)
     if h.status == "stale" and h.age_s is not None:
         parts.append(f"no sample for {h.age_s:.0f}s")
     return "; ".join(parts)

@@ -22,8 +22,10 @@ import time
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
+from remote.telemetry.faults import GpuXidSummary, XidEvent, scan_kernel_log, summarize_xids
 from remote.telemetry.schema import (
     DRIVER_DOWN_STATES,
     USABLE_STATES,
@@ -35,6 +37,8 @@ from remote.telemetry.schema import (
 
 #: Missed intervals after which a host is ``stale``.
 STALE_AFTER_INTERVALS = 3
+#: Xid events kept per host (the oldest go first).
+XID_HISTORY_MAX = 2000
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +72,31 @@ class HostView:
     samples: int = 0
     history: dict[int, deque[GpuPoint]] = field(default_factory=dict)
     known_gpus: dict[str, str] = field(default_factory=dict)
+    #: PCI bus id (as the samples spell it) -> GPU index, every GPU seen (a GPU that fell off
+    #: the bus keeps its index for its Xids).
+    bus_index: dict[str, int] = field(default_factory=dict)
+    #: Xid events of this boot, oldest first (at most :data:`XID_HISTORY_MAX`): from the
+    #: host's kernel log (``kernel_log`` of the samples, parsed by ``faults.scan_kernel_log``),
+    #: or from NVML's Xid events while the kernel log cannot be read.
+    xid_events: list[XidEvent] = field(default_factory=list)
+    #: where the kernel log is read (``journalctl``, ``dmesg``...), ``None`` until it is.
+    kernel_log_source: str | None = None
+    #: why the host's kernel log cannot be read (the latest sample's reason), or ``None``.
+    kernel_log_error: str | None = None
+    _xid_gen: int = 0  # counts changes of xid_events (the summaries' cache key)
+    _xid_cache: tuple[tuple[int, int], list[GpuXidSummary]] | None = None
+
+    def xid_summaries(self) -> list[GpuXidSummary]:
+        """One Xid summary per GPU with events (``faults.summarize_xids``: verdict, action,
+        the chain's root as ``headline``), GPU indices mapped from the PCI bus ids."""
+        key = (self._xid_gen, len(self.bus_index))
+        if self._xid_cache is None or self._xid_cache[0] != key:
+            self._xid_cache = (key, summarize_xids(self.xid_events, self.bus_index))
+        return self._xid_cache[1]
+
+    def gpu_xids(self, index: int) -> GpuXidSummary | None:
+        """The Xid summary of the GPU with this index, or ``None``."""
+        return next((x for x in self.xid_summaries() if x.gpu_index == index), None)
 
     def missing_gpus(self) -> list[str]:
         """PCI bus ids of GPUs seen on this host before but absent from its latest sample
@@ -163,6 +192,8 @@ class FleetState:
         for g in typed["gpus"]:
             if g["pci_bus_id"]:
                 v.known_gpus.setdefault(g["pci_bus_id"], g["name"] or "?")
+                if g["index"] is not None:
+                    v.bus_index[g["pci_bus_id"]] = g["index"]
             idx = g["index"]
             if idx is None:
                 continue
@@ -172,6 +203,7 @@ class FleetState:
             gpm = g["gpm"]
             hist.append(GpuPoint(t, g["util_gpu_pct"], g["mem_used_mib"], g["power_w"],
                                  gpm["sm_activity_pct"] if gpm else None))
+        _take_xids(v, typed)
 
     def on_down(self, host: str, error: str) -> None:
         """The host could not be reached."""
@@ -241,14 +273,62 @@ class FleetState:
 
     def snapshot(self) -> dict[str, Any]:
         """The fleet as JSON-ready data:
-        ``{"hosts": [{name, status, error, missing_gpus, sample}]}``."""
+        ``{"hosts": [{name, status, error, missing_gpus, sample, xids, kernel_log}]}``.
+
+        ``xids``: one entry per GPU with Xid events this boot (:func:`xid_json`);
+        ``kernel_log``: ``{"source", "error"}`` (where the host's kernel log is read, or why it
+        cannot be).
+        """
         return {
             "hosts": [
                 {"name": v.name, "status": v.status, "error": v.error,
-                 "missing_gpus": v.missing_gpus(), "sample": v.sample}
+                 "missing_gpus": v.missing_gpus(), "sample": v.sample,
+                 "xids": [xid_json(x) for x in v.xid_summaries()],
+                 "kernel_log": {"source": v.kernel_log_source, "error": v.kernel_log_error}}
                 for v in self.hosts.values()
             ]
         }
+
+
+def xid_json(x: GpuXidSummary) -> dict[str, Any]:
+    """One GPU's Xid summary as JSON: ``gpu_index`` (``None`` for a GPU the samples no longer
+    list), ``pci_bus_id``, ``xid`` (the chain's root), ``action``
+    (``xid_catalog.Action``), ``text`` (``Xid 79 fallen off the bus: reboot``), ``verdict``,
+    ``diagnosis``, ``counts`` (Xid -> events), ``pids``, ``last`` (the latest event's time as
+    the kernel printed it)."""
+    h = x.headline
+    return {"gpu_index": x.gpu_index, "pci_bus_id": x.pci_bus_id,
+            "xid": h.xid if h else None, "action": h.action if h else None, "text": x.line,
+            "verdict": x.verdict, "diagnosis": x.diagnosis,
+            "counts": {str(k): n for k, n in x.counts.items()}, "pids": list(x.pids),
+            "last": x.last.time_text}
+
+
+def _take_xids(v: HostView, s: Sample) -> None:
+    """Add a sample's Xid events to the host's history: its kernel log lines when the agent
+    read them (``since_boot`` replaces the history: an agent that started again re-reads the
+    boot), else NVML's Xid events while the kernel log is not read."""
+    v.kernel_log_error = s["errors"].get("kernel_log")
+    kl = s["kernel_log"]
+    new: list[XidEvent] = []
+    if kl is not None:
+        v.kernel_log_source = kl["source"]
+        if kl["since_boot"] and v.xid_events:
+            v.xid_events = []
+            v._xid_gen += 1
+        new = scan_kernel_log("\n".join(kl["lines"])).events
+    elif v.kernel_log_source is None:
+        for x in s["xid_events"]:
+            when = x["time"]
+            wall = datetime.fromtimestamp(when) if when is not None else None
+            new.append(XidEvent(
+                xid=x["xid"], pci_bus_id=x["pci_bus_id"] or f"GPU{x['gpu_index']}",
+                time_text=wall.isoformat(sep=" ", timespec="seconds") if wall else "",
+                wall_time=wall, pid=x["pid"], detail=x["detail"] or ""))
+    if new:
+        v.xid_events.extend(new)
+        del v.xid_events[:-XID_HISTORY_MAX]
+        v._xid_gen += 1
 
 
 @dataclass(frozen=True)
