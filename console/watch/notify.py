@@ -86,14 +86,14 @@ def redact_url(url: str) -> str:
     """
     try:
         parts = urlsplit(url)
-        host = parts.hostname or ""
         port = parts.port
     except ValueError:
         return f"{url.split(':', 1)[0]}://***" if "://" in url else "***"
     scheme = parts.scheme or "?"
-    netloc = parts.netloc.rsplit("@", 1)[-1]
+    netloc = parts.netloc.rsplit("@", 1)[-1]  # as written (hostname would lowercase it)
+    host = netloc.rsplit(":", 1)[0] if port is not None else netloc
     if _HOSTLIKE.match(host) and not re.fullmatch(r"[0-9]{6,}", host):
-        shown = netloc if port is not None or ":" not in netloc else host
+        shown = netloc
     elif len(host) > 4:
         shown = f"{host[0]}***{host[-1]}"
     else:
