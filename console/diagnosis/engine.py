@@ -22,7 +22,9 @@ from console.diagnosis.elastic import parse_torchelastic_failure
 from console.diagnosis.lines import Line, normalize
 from console.diagnosis.model import Consequence, Context, Diagnosis
 
-__all__ = ["PRECEDENCE", "RULE_MODULES", "detect_inputs", "diagnose", "findings"]
+__all__ = [
+    "PRECEDENCE", "RULE_MODULES", "detect_inputs", "diagnose", "findings", "precedence_of",
+]
 
 log = logging.getLogger("gpuconsole.diagnosis")
 
@@ -73,6 +75,14 @@ _RANK = {kind: i for i, kind in enumerate(PRECEDENCE)}
 _EXIT_KINDS = frozenset({"sigkill", "sigsegv", "sigabrt", "signal", "exit_code"})
 
 
+def precedence_of(d: Diagnosis) -> int:
+    """Where ``d``'s cause id stands in :data:`PRECEDENCE` (lower = nearer the root); ids not
+    listed rank after every listed one. Compares diagnoses of different texts (the nodes of
+    one job)."""
+    kind = "xid_app" if d.kind == "xid" and d.facts.get("xid_class") == "app" else d.kind
+    return _RANK.get(kind, len(_RANK))
+
+
 def _rules() -> list[Rule]:
     rules: list[Rule] = []
     for name in RULE_MODULES:
@@ -100,8 +110,7 @@ def _position(d: Diagnosis, lines: Sequence[Line]) -> int:
 
 
 def _order(d: Diagnosis, lines: Sequence[Line]) -> tuple[int, int]:
-    kind = "xid_app" if d.kind == "xid" and d.facts.get("xid_class") == "app" else d.kind
-    return (_RANK.get(kind, len(_RANK)), _position(d, lines))
+    return (precedence_of(d), _position(d, lines))
 
 
 def findings(ctx: Context) -> list[Diagnosis]:

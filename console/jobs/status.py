@@ -38,11 +38,12 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from console.diagnosis import diagnose, parse_torchelastic_failure, signal_name
+from console.diagnosis import Diagnosis, diagnose, parse_torchelastic_failure, signal_name
+from console.diagnosis.engine import precedence_of
 from console.jobs.labels import K_JOB_ID, K_NODE_COUNT, NodeLabels
 from console.jobs.launch import launch_in_flight
 from console.jobs.plan import ERROR_FILE
@@ -295,7 +296,7 @@ async def refresh(
     elif failed is not None and not interrupted:
         fields["exit_code"] = failed.exit_code
         if job.failure is None or job.failure.get("node") != failed.node_rank:
-            job.failure = await explain_failure(session, failed)
+            job.failure = await explain_failure(session, failed, job.nodes)
             fields["failure"] = job.failure
     elif state == "succeeded":
         fields["exit_code"] = 0
@@ -342,29 +343,12 @@ DIAGNOSIS_TAIL = 3000
 _ENDINGS = frozenset({"sigkill", "exit_code", "signal", "stopped"})
 
 
-async def explain_failure(session: Session, node: NodeRecord) -> FailureRecord:
-    """The first failure, explained: node, host, exit code, rank, reason, fix, cause id,
-    evidence and consequences.
-
-    Reads the node's log (the last :data:`DIAGNOSIS_TAIL` lines), torchrun's error file
-    (``TORCHELASTIC_ERROR_FILE``, written when the failing worker's entry point is wrapped by
-    ``@record``) and Docker's ``State.OOMKilled``, and names one root cause with
-    :func:`console.diagnosis.diagnose`. A host that cannot be read leaves the exit code as
-    the reason.
-    """
-    out: FailureRecord = {
-        "node": node.node_rank,
-        "host": node.host,
-        "exit_code": node.exit_code,
-        "rank": None,
-        "reason": f"node {node.node_rank} exited with code {node.exit_code}",
-        "fix": None,
-    }
+async def _node_evidence(session: Session, node: NodeRecord) -> tuple[str, bool, bytes | None]:
+    """A node's log tail, Docker's ``State.OOMKilled`` and torchrun's error file; empty when
+    the host cannot be read (logged)."""
     if node.container_id is None:
-        return out
-    text = ""
-    oom_killed = False
-    raw: bytes | None = None
+        return "", False, None
+    text, oom_killed, raw = "", False, None
     try:
         engine = session.engine(node.host)
         info = await engine.inspect(node.container_id)
@@ -374,6 +358,34 @@ async def explain_failure(session: Session, node: NodeRecord) -> FailureRecord:
         raw = await engine.read_file(node.container_id, ERROR_FILE)
     except GpuConsoleError as e:
         log.debug("cannot read failure details of node %d: %s", node.node_rank, e)
+    return text, oom_killed, raw
+
+
+async def explain_failure(session: Session, node: NodeRecord,
+                          others: Sequence[NodeRecord] = ()) -> FailureRecord:
+    """The first failure, explained: node, host, exit code, rank, reason, fix, cause id,
+    evidence and consequences.
+
+    Reads the failed node's log (the last :data:`DIAGNOSIS_TAIL` lines), torchrun's error
+    file (``TORCHELASTIC_ERROR_FILE``, written when the failing worker's entry point is wrapped
+    by ``@record``) and Docker's ``State.OOMKilled``, and names one root cause with
+    :func:`console.diagnosis.diagnose`. The logs of ``others`` (the job's other nodes, at most
+    3 read) are diagnosed too: when one of them shows a cause nearer the root (a CUDA error
+    on node 0 behind node 1's NCCL remote error), that is the job's root cause and the failed
+    node's own reading becomes a consequence. A host that cannot be read leaves the exit code
+    as the reason.
+    """
+    out: FailureRecord = {
+        "node": node.node_rank,
+        "host": node.host,
+        "exit_code": node.exit_code,
+        "rank": None,
+        "reason": f"node {node.node_rank} exited with code {node.exit_code}",
+        "fix": None,
+    }
+    text, oom_killed, raw = await _node_evidence(session, node)
+    if not text and raw is None:
+        return out
     failure = parse_torchelastic_failure(text) if text else None
     if failure is not None and failure.root_cause is not None:
         rc = failure.root_cause
@@ -396,6 +408,17 @@ async def explain_failure(session: Session, node: NodeRecord) -> FailureRecord:
         if diag is not None:
             out["consequences"] = [diag.summary]
         return out
+    own: Diagnosis | None = diag
+    for other in [n for n in others if n.node_rank != node.node_rank][:3]:
+        other_text, _, other_raw = await _node_evidence(session, other)
+        if other_raw:
+            other_text += "\n" + other_raw.decode("utf-8", errors="replace")
+        found = diagnose(other_text) if other_text else None
+        if found is not None and (diag is None or precedence_of(found) < precedence_of(diag)):
+            diag = found
+            out["node"], out["host"] = other.node_rank, other.host
+            out["exit_code"], out["rank"] = other.exit_code, None
+            message = None
     if diag is None:
         if message:
             out["reason"] = message
@@ -404,8 +427,11 @@ async def explain_failure(session: Session, node: NodeRecord) -> FailureRecord:
     out["reason"] = message if diag.kind == "exception" and message else diag.summary
     out["fix"] = diag.fix
     out["evidence"] = list(diag.evidence[:8])
-    if diag.consequences:
-        out["consequences"] = [f"{c.kind}: {c.summary}" for c in diag.consequences]
+    consequences = [f"{c.kind}: {c.summary}" for c in diag.consequences]
+    if own is not None and own is not diag:
+        consequences.insert(0, f"node {node.node_rank}: {own.kind}: {own.summary}")
+    if consequences:
+        out["consequences"] = consequences
     if out["rank"] is None and diag.ranks:
         out["rank"] = diag.ranks[0]
     return out
