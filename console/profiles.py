@@ -17,6 +17,7 @@ from typing import Literal
 import platformdirs
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
+from console.alerts.config import AlertsConfig, AppriseUrl
 from console.errors import ConfigError
 from console.fields import ImageRef, Mount, NoNul, OneLine, Size, Word, env_names
 from console.yamlsrc import Lines, combine, line_of, load_yaml, validation_errors
@@ -145,6 +146,12 @@ class Profile(BaseModel):
     accept_new_host_keys: bool = False
     connect_timeout: float = Field(10.0, gt=0)
     defaults: JobDefaults = Field(default_factory=JobDefaults)
+    alerts: AlertsConfig = Field(default_factory=AlertsConfig,
+                                 description="alert rules (console/alerts/config.py)")
+    price_per_gpu_hour: float | None = Field(
+        None, ge=0, allow_inf_nan=False, description="USD per GPU hour (idle GPUs' cost)")
+    notify: list[AppriseUrl] = Field(default_factory=list,
+                                     description="Apprise URLs alerts are sent to")
     _lines: Lines = PrivateAttr(default_factory=dict)
 
     @field_validator("hosts")

@@ -63,7 +63,8 @@ class Alert:
     Attributes:
         key: de-duplication key, stable while the condition holds and across restarts of
             ``watch``: ``"<rule>/<host>"``, ``"<rule>/<host>/gpu<index>"`` or
-            ``"<rule>/job/<job name>"`` (see :func:`alert_key`).
+            ``"<rule>/job/<job name>"``, optionally with one more component (see
+            :func:`alert_key`).
         rule: the rule that raised it.
         severity: ``critical`` | ``warning`` | ``info``.
         summary: one line for a person (what, where, how long, the number that crossed).
@@ -104,17 +105,24 @@ class Alert:
 
 
 def alert_key(rule: RuleId, *, host: str | None = None, gpu: int | None = None,
-              job: str | None = None) -> str:
+              job: str | None = None, part: str | None = None) -> str:
     """The de-duplication key of ``rule`` on a subject (see :attr:`Alert.key`).
+
+    ``part`` narrows the subject further and is appended as one more ``/``-separated
+    component: the Xid number (``"xid/a/gpu0/xid79"``: a new kind of Xid on a GPU is a new
+    page) or the PCI bus id of a GPU whose index is unknown
+    (``"gpu_lost/a/00000000:3D:00.0"``).
 
     Raises:
         ValueError: when no subject is given, or a GPU without its host.
     """
     if job is not None:
-        return f"{rule}/job/{job}"
-    if host is None:
+        base = f"{rule}/job/{job}"
+    elif host is None:
         raise ValueError(f"alert {rule}: a host or a job is required")
-    return f"{rule}/{host}" if gpu is None else f"{rule}/{host}/gpu{gpu}"
+    else:
+        base = f"{rule}/{host}" if gpu is None else f"{rule}/{host}/gpu{gpu}"
+    return base if part is None else f"{base}/{part}"
 
 
 @dataclass(frozen=True)
