@@ -75,7 +75,7 @@ async def test_cells_show_the_traces_readings() -> None:
             "name": "  0 H200", "state": "busy", "util": "█████ 100%",
             "mem": "▍   17612/143771 MiB", "sm": "96%", "temp": "62C",
             "power": "692/700 W", "throttle": "pwr-cap", "hist": "████████",
-            "users": "pid 653 root python3 …/matmul_load.p…",
+            "users": "pid 653 root python3 …/matmul_load.p…", "xid": "-",
         }
         g1 = cells(app, "gpu:h200-a:1")
         assert (g1["state"], g1["util"], g1["mem"], g1["power"], g1["users"]) == (
@@ -128,6 +128,7 @@ async def test_unknown_readings_show_question_marks() -> None:
             "name": "  1 H200", "state": "?", "util": "         ?",
             "mem": "    ?/143771 MiB", "sm": "0%", "temp": "?", "power": "?/700 W",
             "throttle": "?", "hist": "       ?", "users": "?",  # one sample, unknown
+            "xid": "-",
         }
 
 

@@ -3,7 +3,8 @@
 :class:`FleetTable` is a :class:`~textual.widgets.DataTable` (row cursor) whose rows are keyed
 ``host:<name>`` and ``gpu:<host>:<index>``. :meth:`FleetTable.show` replaces its content with
 new host groups and keeps the cursor on the same key; it does no I/O. Unknown readings show
-``?``, never 0.
+``?``, never 0. The last column, XID, shows each GPU's latest Xid chain decoded with NVIDIA's
+action (``console/fleet/rows.py`` ``GpuRow.xid``).
 """
 
 from __future__ import annotations
@@ -43,10 +44,11 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("throttle", "THROTTLE"),
     ("hist", "HISTORY"),
     ("users", "USED BY"),
+    ("xid", "XID"),
 )
 
 #: Columns sized to their content (the others have fixed widths).
-AUTO_WIDTH = frozenset({"name", "state", "power", "throttle", "users"})
+AUTO_WIDTH = frozenset({"name", "state", "power", "throttle", "users", "xid"})
 
 #: Sort key (rows.SORT_KEYS) -> the column whose header carries the sort arrow.
 SORT_COLUMN = {"host": "name", "util": "util", "mem": "mem", "temp": "temp", "power": "power"}
@@ -123,16 +125,22 @@ def host_cells(h: HostRow, n_gpus: int, info_limit: int = 72) -> list[Text]:
     cpu = (_right(f"cpu {num_text(h.cpu_pct, '%'):>4}", "dim") if has_readings else Text(""))
     mem = (_right(mem_text(h.mem_used_mib, h.mem_total_mib, width=0).strip(), "dim")
            if has_readings else Text(""))
+    xid = Text(f"{len(h.xid_notes)} GPU(s) off the table with Xids", style=PROBLEM_STYLE) \
+        if h.xid_notes else Text("")
     return [Text(h.name, style="bold"), state, cpu, mem, Text(""), Text(""), Text(""),
-            Text(""), Text(""), info]
+            Text(""), Text(""), info, xid]
 
 
 def gpu_cells(r: GpuRow, *, history_width: int, users_limit: int) -> list[Text]:
     """The cells of a GPU row (one per :data:`COLUMNS` entry): bars with numbers for
-    utilization and memory, ``?`` for unknown readings."""
+    utilization and memory, ``?`` for unknown readings. XID is the root of the GPU's Xid
+    chain with NVIDIA's action (``Xid 62 micro-controller halt: reset GPU``), red when the GPU
+    must leave scheduling (then STATE says ``xid 62`` too)."""
     model = (r.name or "?").removeprefix("NVIDIA ")
     if r.lost:
         state = Text("lost", style="bold red")
+    elif r.xid_severe and r.xid_code is not None:
+        state = Text(f"xid {r.xid_code}", style="bold red")
     elif r.users is None:
         state = Text("?", style="dim")
     elif r.users:
@@ -158,6 +166,8 @@ def gpu_cells(r: GpuRow, *, history_width: int, users_limit: int) -> list[Text]:
         Text(throttle_text(r.throttle_reasons), style=_throttle_style(r.throttle_reasons)),
         Text(sparkline(r.history, history_width), style="cyan"),
         Text(users, style="bold" if r.job_ids else "dim" if users in ("-", "?") else ""),
+        Text(r.xid, style="bold red" if r.xid_severe else "yellow") if r.xid
+        else Text("-", style="dim"),
     ]
 
 
