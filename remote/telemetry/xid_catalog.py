@@ -301,7 +301,7 @@ ACTION_TEXT: dict[str, str] = {
     "restart_vm": "restart VM",
     "restart_app": "restart app",
     "check_mechanicals": "check power/seating",
-    "nvlink": "NVLink: reset GPU if fatal",
+    "nvlink": "reset GPU if the link error is fatal",
     "check_uvm": "check UVM",
     "update_sw": "update driver/firmware",
     "contact_support": "contact support",
