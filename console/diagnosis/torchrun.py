@@ -26,12 +26,17 @@ __all__ = ["RULES"]
 
 _SHM = re.compile(
     r"DataLoader worker \(pids?\)?\s*\(?(?P<pids>\d+(?:,\s*\d+)*)\) is killed by signal: Bus error"
-    r"|Unexpected bus error encountered in worker",
+    r"|Unexpected bus error encountered in worker"
+    # PyTorch >= 2.x allocates a worker's shared-memory file up front (ENOSPC, not SIGBUS):
+    # "unable to allocate shared memory(shm) for file </torch_9_38_0>: No space left on device"
+    # (torch/csrc/.../MapAllocator.cpp); older wording "unable to write to file </torch_...>"
+    r"|unable to (?:allocate shared memory\(shm\) for|write to) file </torch_[^>]*>",
 )
 
 
 def _shm_exhausted(ctx: Context) -> Diagnosis | None:
-    """A DataLoader worker died of SIGBUS: the container's /dev/shm is too small."""
+    """A DataLoader worker died of SIGBUS or could not allocate its shared-memory file:
+    the container's /dev/shm is too small."""
     hits = [ln for ln in ctx.lines if _SHM.search(ln.text)]
     if not hits:
         return None
@@ -46,15 +51,18 @@ def _shm_exhausted(ctx: Context) -> Diagnosis | None:
     pid_list = join_ranks(dict.fromkeys(pids))
     who = f"DataLoader worker (pid {pid_list})" if pids else "A DataLoader worker"
     on = f" of rank {rank}" if rank is not None else ""
+    bus = any("Bus error" in ln.text or "bus error" in ln.text for ln in hits)
+    how = ("was killed by SIGBUS (Bus error)" if bus
+           else "could not allocate shared memory (No space left on device)")
     return _diag(
         "shm_exhausted",
-        f"{who}{on} was killed by SIGBUS (Bus error): shared memory (/dev/shm) ran out. The "
-        "container's /dev/shm is too small (Docker's default is 64 MB); not a GPU or NCCL fault",
+        f"{who}{on} {how}: shared memory (/dev/shm) ran out. The container's /dev/shm is too "
+        "small (Docker's default is 64 MB); not a GPU or NCCL fault",
         (rank,) if rank is not None else (),
         "Restart the container with a larger --shm-size (e.g. 16g, or the job's shm_size) or "
         "with --ipc=host (compose: shm_size / ipc: host); or use fewer DataLoader workers",
         [ln.raw for ln in hits],
-        {"pids": tuple(dict.fromkeys(pids)), "signal": "SIGBUS", "rank": rank},
+        {"pids": tuple(dict.fromkeys(pids)), "signal": "SIGBUS" if bus else None, "rank": rank},
         ctx.failure,
     )
 
