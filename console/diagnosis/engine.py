@@ -44,7 +44,8 @@ RULE_MODULES: tuple[str, ...] = (
 PRECEDENCE: tuple[str, ...] = (
     # the host and its GPUs
     "xid", "gpu_lost", "gsp_timeout", "driver_unreachable", "driver_version_mismatch",
-    "nvml_library_not_found", "no_gpus", "fabric_manager", "nvml_lost_in_container",
+    "nvml_library_not_found", "nvml_function_not_found", "no_gpus", "fabric_manager",
+    "nvml_lost_in_container",
     # the container engine, the registry, the toolkit
     "docker_daemon_unreachable", "docker_permission", "disk_full", "docker_no_gpu_driver",
     "docker_unknown_runtime", "toolkit_nvml_init", "toolkit_library_missing", "driver_too_old",
