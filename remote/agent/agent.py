@@ -673,8 +673,10 @@ class KernelLogReader:
             self._journal_cursor = None
             return "journalctl: " + (_last_line(err) or f"exit status {rc}")
         refused = next((r for r in _JOURNAL_REFUSALS if r in err or r in out), None)
-        if refused is not None:
-            return "journalctl: " + (_last_line(err) or refused)
+        if refused is not None:  # the line that says so ("Hint: You are currently not ...")
+            said = next((ln.strip() for ln in (err + "\n" + out).splitlines() if refused in ln),
+                        refused)
+            return "journalctl: " + said
         lines: list[str] = []
         cursor = self._journal_cursor
         for line in out.splitlines():

@@ -1,0 +1,229 @@
+"""The agent's kernel log reader (remote/agent/agent.py KernelLogReader) and the console side
+of the Xid path (FleetState -> rows -> top/gpus text and JSON).
+
+``FakeRunner`` stands in for running journalctl/dmesg: it answers with text built from the
+real kernel logs in tests/data/cases/dmesg-xid/ (what dmesg would print as the ring buffer
+fills), and with util-linux's and systemd's own refusal messages. ``FakeNVML`` is the named
+stand-in for pynvml (remote/agent/fake_nvml.py). tests/integration/test_xid_path.py runs the
+reader on a real host.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from console.fleet.render import render_fleet
+from console.fleet.rows import fleet_rows
+from console.fleet.state import FleetState
+from remote.agent.agent import Agent, KernelLogReader, nvrm_lines
+from remote.agent.fake_nvml import FakeNVML
+from remote.telemetry.schema import read_sample
+
+CASES = Path(__file__).resolve().parents[1] / "data" / "cases" / "dmesg-xid"
+# util-linux dmesg and systemd journalctl, as they refuse a user without the rights
+DMESG_EPERM = "dmesg: read kernel buffer failed: Operation not permitted\n"
+JOURNAL_HINT = ("Hint: You are currently not seeing messages from other users and the system.\n"
+                "      Users in groups 'adm', 'systemd-journal' can see all messages.\n"
+                "      Pass -q to turn off this notice.\n")
+
+
+def case(name: str) -> str:
+    return (CASES / f"{name}.txt").read_text()
+
+
+class FakeRunner:
+    """Answers journalctl/dmesg command lines from scripted (rc, stdout, stderr) per program;
+    records every argv."""
+
+    def __init__(self, **answers: tuple[int, str, str]) -> None:
+        self.answers = answers
+        self.calls: list[list[str]] = []
+
+    def __call__(self, argv: Sequence[str], timeout: float) -> tuple[int, str, str]:
+        self.calls.append(list(argv))
+        return self.answers.get(argv[0], (127, "", f"{argv[0]}: not installed"))
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_nvrm_lines_keep_messages_whole() -> None:
+    text = case("xid-02") + case("xid-04")
+    kept = nvrm_lines(text.splitlines())
+    assert "sched: RT throttling activated" not in "\n".join(kept)
+    assert len(kept) == len(text.splitlines()) - 1  # every other line is NVRM or its continuation
+    assert kept[-5:-2] == case("xid-04").splitlines()[:3]  # continuation lines follow their head
+
+
+def test_dmesg_cursor_no_repeats_no_loss(tmp_path: Path) -> None:
+    """The ring buffer grows between two reads: the second read ships only the new lines."""
+    full = case("xid-02")
+    lines = full.splitlines()
+    no_journal = (1, "", "No journal files were found.\n")
+    run = FakeRunner(journalctl=no_journal, dmesg=(0, "\n".join(lines[:4]) + "\n", ""))
+    clock = Clock()
+    r = KernelLogReader(every_s=10, run=run, clock=clock)
+    assert r.due()
+    first = r.read()
+    assert first is not None and first["source"] == "dmesg" and first["since_boot"]
+    assert first["lines"] == lines[:4] and not first["gap"]
+    assert not r.due()
+    clock.t = 10.0
+    run.answers["dmesg"] = (0, full, "")
+    second = r.read()
+    assert second is not None and not second["since_boot"] and not second["gap"]
+    new = [ln for ln in lines[4:] if "NVRM" in ln]
+    assert second["lines"] == new
+    assert first["lines"] + second["lines"] == [ln for ln in lines if "NVRM" in ln]
+    # nothing new: nothing shipped; dmesg stays the source (journalctl is not asked again)
+    calls = len(run.calls)
+    third = r.read()
+    assert third is not None and third["lines"] == [] and run.calls[calls:] == [["dmesg"]]
+
+
+def test_dmesg_same_stamp_and_wrapped_buffer() -> None:
+    msg = "[  100.000001] NVRM: Xid (PCI:0000:0a:00): 45, pid='<unknown>', name=<unknown>, Ch "
+    two = f"{msg}00000008\n{msg}00000009\n"
+    run = FakeRunner(journalctl=(1, "", "No journal files were found.\n"), dmesg=(0, two, ""))
+    r = KernelLogReader(run=run, clock=Clock())
+    assert r.read() is not None
+    run.answers["dmesg"] = (0, two + f"{msg}0000000a\n", "")  # a third line, same stamp
+    got = r.read()
+    assert got is not None and got["lines"] == [f"{msg}0000000a"]
+    # the buffer wrapped past the cursor: what is left is shipped, flagged as a gap
+    later = case("xid-02").splitlines()[-1]  # stamp 14397.3 > 100.0
+    run.answers["dmesg"] = (0, later + "\n", "")
+    got = r.read()
+    assert got is not None and got["gap"] and got["lines"] == [later]
+
+
+def test_journalctl_cursor() -> None:
+    lines = [f"[14328.198504] gpu-node-01 kernel: {ln.split('] ', 1)[1]}"
+             for ln in case("xid-02").splitlines()]  # the short-monotonic spelling
+    out1 = "\n".join(lines[:3]) + "\n-- cursor: s=aa;i=1\n"
+    run = FakeRunner(journalctl=(0, out1, ""))
+    r = KernelLogReader(run=run, clock=Clock())
+    first = r.read()
+    assert first is not None and first["source"] == "journalctl" and first["lines"] == lines[:3]
+    assert run.calls[0][:3] == ["journalctl", "-k", "-b"]
+    assert not any(a.startswith("--after-cursor") for a in run.calls[0])
+    run.answers["journalctl"] = (0, "\n".join(lines[3:]) + "\n-- cursor: s=aa;i=2\n", "")
+    second = r.read()
+    assert "--after-cursor=s=aa;i=1" in run.calls[1]
+    assert second is not None and not second["since_boot"]
+    assert second["lines"] == [ln for ln in lines[3:] if "NVRM" in ln]
+    run.answers["journalctl"] = (0, "-- No entries --\n", "")  # nothing new, no new cursor
+    assert r.read() == {"source": "journalctl", "lines": [], "since_boot": False,
+                        "dropped": 0, "gap": False}
+    r.read()
+    assert "--after-cursor=s=aa;i=2" in run.calls[3]
+
+
+def test_permission_denied_is_a_reason_not_a_crash(tmp_path: Path) -> None:
+    restrict = tmp_path / "dmesg_restrict"
+    restrict.write_text("1\n")
+    run = FakeRunner(journalctl=(0, "-- No entries --\n", JOURNAL_HINT),
+                     dmesg=(1, "", DMESG_EPERM))
+    reader = KernelLogReader(run=run, clock=Clock(), restrict_path=str(restrict))
+    agent = Agent(FakeNVML({"gpus": [{}]}), kernel_log=reader)
+    s = agent.sample()
+    assert s["kernel_log"] is None and s["state"] == "ok"
+    why = s["errors"]["kernel_log"]
+    assert why.startswith("kernel log unreadable: journalctl: Hint: You are currently not "
+                          "seeing messages from other users and the system.; ")
+    assert "dmesg: dmesg: read kernel buffer failed: Operation not permitted" in why
+    assert "kernel.dmesg_restrict=1" in why
+    s2 = agent.sample()  # not due: still says why
+    assert s2["kernel_log"] is None and s2["errors"]["kernel_log"] == why
+    state = FleetState(["h"])
+    state.on_sample("h", read_sample(s))
+    assert state.hosts["h"].kernel_log_error == why
+    assert "h: Xids from NVML events only: kernel log unreadable" in render_fleet(state)
+    assert state.snapshot()["hosts"][0]["kernel_log"] == {"source": None, "error": why}
+
+
+def test_file_source_offsets(tmp_path: Path) -> None:
+    f = tmp_path / "kmsg"
+    lines = case("xid-02").splitlines()
+    f.write_text("\n".join(lines[:2]) + "\n" + lines[2][:30])  # the last line half written
+    r = KernelLogReader(file=str(f), clock=Clock())
+    got = r.read()
+    assert got is not None and got["source"] == "file" and got["lines"] == lines[:2]
+    with f.open("a") as fh:
+        fh.write(lines[2][30:] + "\n")
+    got = r.read()
+    assert got is not None and got["lines"] == [lines[2]] and not got["since_boot"]
+    f.write_text(lines[0] + "\n")  # replaced by a shorter file
+    got = r.read()
+    assert got is not None and got["since_boot"] and got["gap"] and got["lines"] == [lines[0]]
+    f.unlink()
+    assert r.read() is None and r.error is not None and "No such file" in r.error
+
+
+def agent_with_log(f: Path, text: str, buses: list[str]) -> tuple[Agent, Clock]:
+    """An agent over FakeNVML GPUs at ``buses`` whose kernel log is the file ``f``."""
+    f.write_text(text)
+    nv = FakeNVML({"gpus": [{"pci_bus_id": b, "name": "NVIDIA H200"} for b in buses]})
+    clock = Clock()
+    return Agent(nv, kernel_log=KernelLogReader(file=str(f), clock=clock)), clock
+
+
+def test_sample_to_fleet_rows_and_text(tmp_path: Path) -> None:
+    """xid-02 on GPU 1 of a two-GPU host: the row shows Xid 62 and its action, not the 45s."""
+    buses = ["00000000:19:00.0", "00000000:0A:00.0"]
+    agent, _ = agent_with_log(tmp_path / "kmsg", case("xid-02"), buses)
+    s = json.loads(json.dumps(agent.sample()))  # as it travels
+    assert s["kernel_log"]["since_boot"] and len(s["kernel_log"]["lines"]) == 11
+    state = FleetState(["h"])
+    state.on_sample("h", s)
+    (group,) = fleet_rows(state)
+    g0, g1 = group.gpus
+    assert (g0.xid, g0.xid_severe) == (None, False)
+    assert (g1.xid, g1.xid_code, g1.xid_severe) == (
+        "Xid 62 micro-controller halt: reset GPU", 62, True)
+    text = render_fleet(state)
+    assert "h GPU 1: Xid 62 micro-controller halt: reset GPU" in text
+    (x,) = state.snapshot()["hosts"][0]["xids"]
+    assert (x["gpu_index"], x["xid"], x["action"], x["verdict"]) == (1, 62, "reset_gpu",
+                                                                    "needs_reset")
+    assert x["counts"] == {"31": 1, "62": 1, "45": 8}
+    # the next sample carries nothing new; a new agent re-reads the boot: no double count
+    state.on_sample("h", json.loads(json.dumps(agent.sample())))
+    again, _ = agent_with_log(tmp_path / "kmsg2", case("xid-02"), buses)
+    state.on_sample("h", json.loads(json.dumps(again.sample())))
+    assert len(state.hosts["h"].xid_events) == 10
+
+
+def test_lost_gpu_keeps_its_index(tmp_path: Path) -> None:
+    """xid-04: the GPU at b3:00.0 was GPU 1; after it fell off the bus the sample lists one
+    GPU, and its Xid 79 still reads as GPU 1 with 'reboot'."""
+    f = tmp_path / "kmsg"
+    agent, clock = agent_with_log(f, "", ["00000000:19:00.0", "00000000:B3:00.0"])
+    state = FleetState(["h"])
+    state.on_sample("h", read_sample(agent.sample()))
+    f.write_text(case("xid-04"))
+    clock.t = 10.0  # the next read is due
+    lost = read_sample(json.loads(json.dumps(agent.sample())))
+    lost["gpus"] = lost["gpus"][:1]  # the driver no longer lists it
+    state.on_sample("h", lost)
+    text = render_fleet(state)
+    assert "h GPU 1: Xid 79 fallen off the bus: reboot" in text
+    (group,) = fleet_rows(state)
+    assert group.host.xid_notes == ("0000:b3:00.0: Xid 79 fallen off the bus: reboot",)
+
+
+def test_nvml_events_only_while_the_kernel_log_is_unread() -> None:
+    nv = FakeNVML({"gpus": [{}, {}], "xid_events": [{"gpu": 1, "xid": 79}]})
+    s = read_sample(Agent(nv).sample())
+    assert s["kernel_log"] is None and s["xid_events"][0]["xid"] == 79
+    state = FleetState(["h"])
+    state.on_sample("h", s)
+    (group,) = fleet_rows(state)
+    assert group.gpus[1].xid == "Xid 79 fallen off the bus: reboot"
