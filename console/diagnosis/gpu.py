@@ -1,0 +1,798 @@
+"""Rules for GPU, driver and NVML failures: kernel Xids, lost GPUs, GSP timeouts, nvidia-smi's
+and NVML's failures, Fabric Manager, and the apt upgrade behind a broken driver.
+
+The parsing is :mod:`remote.telemetry.faults` (kernel log: :func:`scan_kernel_log`; pynvml
+tracebacks: :func:`classify_nvml_traceback`; apt history: :func:`classify_driver_upgrade`) and
+:func:`remote.telemetry.smi.classify_smi_failure` (nvidia-smi's messages); the Xid meanings and
+actions are NVIDIA's catalogue as data (:mod:`remote.telemetry.xid_catalog`). This module feeds
+them text they accept (collector decorations removed by the normaliser, the kernel log's own
+timestamps put back) and turns what they find into :class:`Diagnosis` values.
+
+Primary sources of the wording matched here:
+
+* Xid lines, ``fallen off the bus``, GSP timeouts, ``RmInitAdapter failed``, the wrapped
+  ``API mismatch`` notice: NVIDIA's kernel module (``open-gpu-kernel-modules``:
+  ``kernel-open/nvidia/nv.c``, ``src/nvidia/src/kernel/gpu/gsp/kernel_gsp.c``) and NVIDIA's Xid
+  catalogue, https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html (chain roots,
+  immediate actions; saved in ``tests/data/diagnose/xid-catalog-sources.md``).
+* nvidia-smi / NVML: ``nvmlErrorString`` texts (``Driver/library version mismatch``, ``GPU is
+  lost``, ``Unknown Error``, ``Function Not Found``; NVML API reference, ``nvmlReturn_t``) and
+  pynvml's ``NVMLError_*`` classes (``nvidia-ml-py`` ``pynvml.py``).
+* ``Failed to initialize NVML: Unknown Error`` in a running container after a systemd reload:
+  NVIDIA's notice https://github.com/NVIDIA/nvidia-container-toolkit/issues/48.
+* CUDA error 802 ``system not yet initialized`` (``cudaErrorSystemNotReady``,
+  ``CUDA_ERROR_SYSTEM_NOT_READY``): CUDA Runtime API ``cudaError_t``, "This error indicates that
+  the system is not yet ready to start any CUDA work ... the fabric manager"; NVIDIA Fabric
+  Manager user guide (``nvidia-fabricmanager`` must run at the driver's version on NVSwitch
+  systems).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from console.diagnosis.lines import Line
+from console.diagnosis.model import Consequence, Context, Diagnosis, FactValue
+from console.diagnosis.model import make_diagnosis as _diag
+from remote.telemetry.faults import (
+    DriverUpgrade,
+    GpuXidSummary,
+    XidEvent,
+    classify_driver_upgrade,
+    classify_nvml_traceback,
+    parse_plugin_discovery,
+    pci_key,
+    scan_kernel_log,
+    summarize_xids,
+)
+from remote.telemetry.smi import classify_smi_failure
+from remote.telemetry.xid_catalog import ACTION_RANK, ACTION_TEXT, xid_info
+
+__all__ = ["RULES", "kernel_text"]
+
+
+# ---------------------------------------------------------------------------------------------
+# kernel log: the text faults.scan_kernel_log reads, rebuilt from the normalised lines
+
+# The kernel's own stamps inside a stripped prefix: dmesg ``[ 1843.308145]``, ``dmesg -T``
+# ``[Fri Mar  3 04:44:24 2023]``, ISO (``dmesg --time-format=iso``, journalctl ``short-iso``).
+_UPTIME = re.compile(r"\[\s*(?P<up>\d+\.\d+)\]")
+_CTIME = re.compile(r"\[(?P<ctime>[A-Z][a-z]{2} [A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d \d{4})\]")
+_ISO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[,.]\d+)?(?:Z|[+-]\d\d:?\d\d)?")
+_NVRM = "NVRM:"
+# A driver message wrapped by the driver itself over several ``NVRM:`` lines (nv.c prints
+# "The NVIDIA GPU %s\nNVRM: (PCI ID: %s) installed in this system has\nNVRM: fallen off the
+# bus ..." and "API mismatch: the client has the version %s, but\nNVRM: this kernel module
+# ..."): its later lines begin in lower case or with "(", its earlier ones end mid-sentence.
+_WRAPPED = re.compile(r"^NVRM:\s+(?:[a-z(]|\d+\.\d+)")
+_SENTENCE_END = re.compile(r"[.!:]\s*$")
+
+
+def _indent(s: str) -> int:
+    return len(s) - len(s.lstrip())
+
+
+def kernel_text(lines: Sequence[Line], text: str) -> str:
+    """The ``NVRM:`` messages of ``lines`` as a kernel log :func:`scan_kernel_log` reads.
+
+    One output line per normalised line (so ``XidEvent.line_no - 1`` is a :class:`Line`
+    index). Each line gets back the kernel stamp the normaliser stripped (uptime, ``dmesg -T``
+    or ISO; syslog stamps carry no year and are dropped), indentation common to the block
+    (Markdown code blocks) is removed, and a driver message wrapped over several stamped
+    ``NVRM:`` lines (journalctl prints a stamp on each) is turned back into one message with
+    indented continuation lines, the form ``scan_kernel_log`` joins.
+    """
+    physical = text.splitlines()
+    staged: list[tuple[str | None, str]] = []
+    for ln in lines:
+        stamp: str | None = None
+        if _NVRM in ln.raw and 0 <= ln.source_line < len(physical):
+            row = physical[ln.source_line]
+            body = ln.raw.strip()
+            cut = row.find(body) if body else -1
+            prefix = row[:cut] if cut > 0 else ""
+            if m := _UPTIME.search(prefix):
+                stamp = f"[{m['up']}]"
+            elif m := _CTIME.search(prefix):
+                stamp = f"[{m['ctime']}]"
+            elif m := _ISO.search(prefix):
+                stamp = m.group(0)
+        staged.append((stamp, ln.raw))
+    nvrm = [_indent(raw) if stamp is None else 0
+            for stamp, raw in staged if _NVRM in raw and raw.strip()]
+    base = min(nvrm, default=0)
+    out: list[str] = []
+    previous = ""  # the last NVRM message emitted, to recognise a wrapped one
+    for stamp, raw in staged:
+        body = raw.strip()
+        if _NVRM not in raw or not body:
+            out.append("")
+            continue
+        wrapped = (body.startswith(_NVRM) and _WRAPPED.match(body) is not None
+                   and previous != "" and not _SENTENCE_END.search(previous))
+        if wrapped:
+            out.append("    " + body)
+            previous = body
+            continue
+        if stamp is not None:
+            out.append(f"{stamp} {body}")
+        else:
+            out.append(raw[min(base, _indent(raw)):].rstrip())
+        previous = body
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# Xid chains
+
+
+@dataclass(frozen=True)
+class _Chain:
+    """One GPU's Xid events and the root NVIDIA's catalogue blames."""
+
+    pci: str
+    events: tuple[XidEvent, ...]
+    root: XidEvent
+    root_xid: int  # the root's Xid, or the one an Xid 45 names ("caused by previous Xid N")
+    action: str  # xid_catalog.Action
+    summary: GpuXidSummary | None
+
+    @property
+    def cls(self) -> int:
+        """How strongly this chain blames the GPU: 3 a root Xid, 2 a context-switch timeout
+        with nothing before it, 1 an application's fault, 0 cleanup lines only."""
+        if self.root_xid in _FOLLOWERS:
+            return 2
+        return {"root": 3, "app": 1}.get(xid_info(self.root_xid).role, 0)
+
+
+#: Xid 109 (context switch timeout, RESET_GPU) is the catalogue's root only when nothing on that
+#: GPU faulted before it: after an Xid 13/31 it is the faulted context failing to switch out
+#: (the catalogue lists it among the Xids that follow, with 45 and 154).
+_FOLLOWERS = frozenset({109})
+_TAIL_ROLES = frozenset({"consequence", "summary"})
+
+
+def _root_of(events: Sequence[XidEvent]) -> tuple[XidEvent, int]:
+    """The event that begins a GPU's chain, and the Xid it stands for (see ``_Chain.cls``).
+
+    Root-role Xids (NVLink 74/144-150, GSP 119/120, 79, ECC 48/94/95, 62, 63/64, ...) first,
+    the one whose catalogue action hits hardest, the earliest of equals; then a 109 with
+    nothing before it; then the application's faults (13, 31, 43: the hardest action, the
+    earliest of equals); a GPU with only Xid 45/154 lines takes the Xid the first 45 names.
+    """
+    heads = [e for e in events if xid_info(e.xid).role not in _TAIL_ROLES]
+    roots = [e for e in heads if xid_info(e.xid).role == "root" and e.xid not in _FOLLOWERS]
+    apps = [e for e in heads if xid_info(e.xid).role != "root"]
+    followers = [e for e in heads if e.xid in _FOLLOWERS]
+    for group in (roots, [] if apps else followers, apps, followers):
+        if group:
+            best = max(ACTION_RANK.get(xid_info(e.xid).action, 0) for e in group)
+            event = next(e for e in group if ACTION_RANK.get(xid_info(e.xid).action, 0) == best)
+            return event, event.xid
+    named = next((e for e in events if e.caused_by is not None), None)
+    if named is not None and named.caused_by is not None:
+        return named, named.caused_by
+    return events[0], events[0].xid
+
+
+def _chains(events: Sequence[XidEvent]) -> list[_Chain]:
+    summaries = {pci_key(s.pci_bus_id) or s.pci_bus_id: s for s in summarize_xids(events)}
+    groups: dict[tuple[int, int, int, int] | str, list[XidEvent]] = {}
+    for e in events:
+        groups.setdefault(pci_key(e.pci_bus_id) or e.pci_bus_id, []).append(e)
+    out: list[_Chain] = []
+    for key, evs in groups.items():
+        root, code = _root_of(evs)
+        action: str = xid_info(code).action
+        for e in evs:  # an Xid 154 names the recovery the driver wants; a harder one wins
+            if e.recovery is not None and ACTION_RANK.get(e.recovery, 0) > ACTION_RANK.get(
+                    action, 0):
+                action = e.recovery
+        if action in ("follow_root", "recovery_action"):
+            action = "unknown"
+        out.append(_Chain(evs[0].pci_bus_id, tuple(evs), root, code, action,
+                          summaries.get(key)))
+    return out
+
+
+def _evidence_of(event: XidEvent, lines: Sequence[Line], kernel: list[str],
+                 extras: int = 2) -> list[str]:
+    """The lines of ``event``'s message (continuations included), and the driver's non-Xid
+    ``NVRM:`` lines right after it (``PMU has halted``, ``GPU has fallen off the bus.``)."""
+    i = event.line_no - 1
+    if not 0 <= i < len(lines):
+        return []
+    out = [lines[i].raw]
+    j = i + 1
+    while j < len(lines) and j < len(kernel) and kernel[j][:1].isspace():
+        out.append(lines[j].raw)
+        j += 1
+    extra = 0
+    while j < len(lines) and extra < extras:
+        k = kernel[j] if j < len(kernel) else ""
+        if not k.strip():
+            j += 1
+            if j - i > 6:
+                break
+            continue
+        if "Xid" in k or _NOT_DETAIL.search(k):
+            break
+        out.append(lines[j].raw)
+        extra += 1
+        j += 1
+    return out
+
+
+#: Driver lines after an Xid that are not about it (the next GPU's banner, the module loading).
+_NOT_DETAIL = re.compile(r"Board Serial|serial number|loading NVIDIA|GPU at PCI:|probe routine")
+
+
+def _where(e: XidEvent, group: Sequence[XidEvent] = ()) -> str:
+    """``pid 13332 (name) at <time>``; for a repeated Xid its pids and first/last times."""
+    evs = list(group) or [e]
+    pids = list(dict.fromkeys(x.pid for x in evs if x.pid is not None))
+    who = []
+    if len(pids) > 1:
+        who.append("pids " + ", ".join(map(str, pids)))
+    elif e.pid is not None:
+        who.append(f"pid {e.pid}" + (f" ({e.process_name})" if e.process_name else ""))
+    first, last = evs[0].time_text, evs[-1].time_text
+    if first and last and last != first:
+        who.append(f"from {first} to {last}")
+    elif first:
+        who.append(f"at {first}")
+    return " ".join(who)
+
+
+_FIXES: dict[str, str] = {
+    "reboot": ("Drain the node and reboot (power-cycle) it: only that brings the GPU back; if it "
+               "falls off again, check its PCIe seating, riser, power cables and cooling, then "
+               "RMA"),
+    "reset_gpu": ("Drain GPU {pci} and reset it once idle (`nvidia-smi -r -i <index>`) or reboot "
+                  "the node before reuse; if it recurs, run `dcgmi diag -r 3` and contact NVIDIA "
+                  "support / RMA"),
+    "restart_vm": "Restart the VM (or reset the GPU from the host) before reuse",
+    "nvlink": ("Drain the node; read the NVLink errors (`nvidia-smi nvlink -e`, the Xid's "
+               "details) and reset the GPUs if a link is down; persistent link errors: contact "
+               "NVIDIA support / RMA"),
+    "check_mechanicals": ("Check the GPU's power cables, seating and cooling, then reset the GPU "
+                          "or reboot"),
+    "restart_app": ("Restart the application: its kernel faulted on GPU {pci} (debug with "
+                    "compute-sanitizer / CUDA_LAUNCH_BLOCKING=1); the GPU stays usable unless "
+                    "other processes fault on it too"),
+    "ignore": ("No action on the GPU; if it repeats for other processes, run `dcgmi diag -r 3` "
+               "on it"),
+    "contact_support": "Collect `nvidia-bug-report.sh` and contact NVIDIA support",
+    "update_sw": "Update the NVIDIA driver / GPU firmware",
+    "check_uvm": "Check the nvidia-uvm module and the application's unified memory use",
+    "unknown": "Look the Xid up in NVIDIA's Xid catalogue; collect `nvidia-bug-report.sh`",
+}
+
+
+def _xid_findings(ctx: Context) -> list[Diagnosis]:
+    """Kernel Xids (``kind: xid``), and a GPU lost (``gpu_lost``) or a GSP RPC timeout
+    (``gsp_timeout``) printed without an Xid number."""
+    if _NVRM not in ctx.text:
+        return []
+    kernel = kernel_text(ctx.lines, ctx.text)
+    scan = scan_kernel_log(kernel)
+    printed = [e for e in scan.events if not e.inferred]
+    seen = {(e.xid, pci_key(e.pci_bus_id)) for e in printed}
+    has_gsp_xid = any(e.xid in (119, 120) for e in printed)
+    inferred = [e for e in scan.events if e.inferred
+                and (e.xid, pci_key(e.pci_bus_id)) not in seen
+                and not (e.xid == 119 and has_gsp_xid)]
+    kernel_lines = kernel.split("\n")
+    found: list[Diagnosis] = []
+    if printed:
+        found.append(_xid_diagnosis(printed, ctx.lines, kernel_lines))
+    lost = [e for e in inferred if e.xid == 79]
+    if lost:
+        e = lost[0]
+        evidence = _evidence_of(e, ctx.lines, kernel_lines, extras=0)
+        missing = scan.probe_failed_devices
+        if missing:
+            evidence += [ln.raw for ln in ctx.lines if "probe routine failed" in ln.text]
+        more = f"; the driver's probe then failed for {missing} device(s)" if missing else ""
+        others = ", ".join(x.pci_bus_id for x in lost[1:])
+        found.append(_diag(
+            "gpu_lost",
+            f"GPU {e.pci_bus_id}" + (f" (PCI ID {e.pci_device_id})" if e.pci_device_id else "")
+            + f" fell off the bus{' at ' + e.time_text if e.time_text else ''} and no longer "
+            "responds (the kernel names no Xid: it is Xid 79, fallen off the bus)" + more
+            + (f"; also lost: {others}" if others else ""),
+            (),
+            _FIXES["reboot"],
+            evidence,
+            {"pci": e.pci_bus_id, "xid": 79, "action": ACTION_TEXT["reboot"],
+             "pci_device_id": e.pci_device_id, "gpus_missing": missing,
+             "driver_version": scan.driver_version},
+        ))
+    gsp = [e for e in inferred if e.xid == 119]
+    if gsp:
+        e = gsp[0]
+        gpu = int(e.pci_bus_id[3:]) if e.pci_bus_id[3:].isdigit() else None
+        found.append(_diag(
+            "gsp_timeout",
+            f"the GPU's GSP firmware stopped answering the driver's RPCs"
+            f"{' on GPU' + str(gpu) if gpu is not None else ''}"
+            f"{' at ' + e.time_text if e.time_text else ''} ({len(gsp)}x, no Xid printed: "
+            "what Xid 119, GSP RPC timeout, means); NVIDIA's action: reset the GPU",
+            (),
+            ("Reset the GPU or reboot the node; if it recurs, update the driver, or load the "
+             "proprietary module with NVreg_EnableGpuFirmware=0 (GSP off)"),
+            _evidence_of(e, ctx.lines, kernel_lines)[:1],
+            {"gpu": gpu, "count": len(gsp), "xid": 119, "action": ACTION_TEXT["reset_gpu"]},
+        ))
+    return found
+
+
+def _group_text(evs: Sequence[XidEvent]) -> str:
+    code = evs[0].xid
+    info = xid_info(code)
+    n = f"{len(evs)}x " if len(evs) > 1 else ""
+    when = evs[0].time_text
+    if len(evs) > 1 and evs[-1].time_text and evs[-1].time_text != when:
+        when = f"{when} to {evs[-1].time_text}"
+    return (f"{n}Xid {code} ({info.short}) on {evs[0].pci_bus_id}"
+            + (f" {'from' if ' to ' in when else 'at'} {when}" if when else ""))
+
+
+def _xid_diagnosis(events: list[XidEvent], lines: Sequence[Line],
+                   kernel: list[str]) -> Diagnosis:
+    chains = _chains(events)
+    order = {id(e): i for i, e in enumerate(events)}
+
+    def severity(c: _Chain) -> tuple[int, int, int]:
+        return (c.cls, ACTION_RANK.get(c.action, 0), -order[id(c.root)])
+
+    chain = max(chains, key=severity)
+    root, code = chain.root, chain.root_xid
+    info = xid_info(code)
+    verdict = chain.summary.verdict if chain.summary is not None else None
+    suspect = [c for c in chains if c.summary is not None
+               and c.summary.verdict == "suspect_hardware"]
+    root_group = [e for e in chain.events if e.xid == root.xid]
+    if root.xid != code:  # only cleanup lines that name the root
+        root_group = [e for e in chain.events if e.caused_by == code]
+    via = f" (named by Xid {root.xid} 'caused by previous Xid {code}')" if root.xid != code else ""
+    n = f"{len(root_group)}x " if len(root_group) > 1 else ""
+    where = _where(root, root_group)
+    summary = (f"{n}Xid {code} ({info.short}, {info.mnemonic.split(' /')[0]}) on GPU "
+               f"{chain.pci}{' ' + where if where else ''}{via}; NVIDIA's action: "
+               f"{ACTION_TEXT.get(chain.action, chain.action)}")
+    facts: dict[str, FactValue | None] = {
+        "xid": code, "pci": chain.pci, "action": ACTION_TEXT.get(chain.action, chain.action),
+        "xid_name": info.mnemonic.split(" /")[0] or None, "count": len(root_group),
+        "pid": root.pid, "uuid": root.uuid, "verdict": verdict,
+        "gpus": len(chains) if len(chains) > 1 else None,
+    }
+    # the application's fault that began a reset-class chain (faults.summarize_xids)
+    first = chain.summary.chain_root if chain.summary is not None else None
+    earlier = [e for e in chain.events if order[id(e)] < order[id(root)]
+               and e.xid != root.xid and xid_info(e.xid).role not in _TAIL_ROLES]
+    if first is None and earlier:
+        first = earlier[0]
+    if first is not None and first.xid != code:
+        summary += f"; it followed Xid {first.xid} ({xid_info(first.xid).short})"
+        summary += f" {_where(first)}" if _where(first) else ""
+        facts["chain_xid"] = first.xid
+        facts["chain_pid"] = first.pid
+    fix = _FIXES.get(chain.action, _FIXES["unknown"]).format(pci=chain.pci)
+    if info.role == "app" and chain in suspect:
+        facts["xid_class"] = "hw"
+    elif info.role == "app":
+        facts["xid_class"] = "app"
+        summary += "; an application fault, the GPU stays usable"
+    else:
+        facts["xid_class"] = "hw"
+    if suspect:
+        names = ", ".join(c.pci for c in suspect)
+        pids = sorted({p for c in suspect if c.summary is not None for p in c.summary.pids})
+        summary += (f"; the same fault repeats for {len(pids)} processes on {names}: suspect "
+                    "hardware")
+        fix = (f"Drain GPU {names} and run diagnostics (`dcgmi diag -r 3`, field diagnostics); "
+               "replace the GPU if they fail")
+    evidence = _evidence_of(root, lines, kernel)
+    if root.xid != code:
+        evidence = [lines[root.line_no - 1].raw] if 0 < root.line_no <= len(lines) else []
+    # what follows: the other Xids of this GPU, then the other GPUs' chains
+    consequences: list[Consequence] = []
+    by_code: dict[int, list[XidEvent]] = {}
+    for e in chain.events:
+        if e.xid != root.xid and (first is None or e is not first):
+            by_code.setdefault(e.xid, []).append(e)
+    for xid, evs in by_code.items():
+        text = _group_text(evs)
+        if xid == 45:
+            text += f": channels torn down after Xid {code}"
+        elif xid == 154 and evs[-1].recovery:
+            text += (f": the driver now asks to "
+                     f"{ACTION_TEXT.get(evs[-1].recovery, evs[-1].recovery)}")
+        consequences.append(Consequence("xid", text, tuple(_line(lines, e) for e in evs[:1])))
+    for other in chains:
+        if other is chain:
+            continue
+        text = _group_text([e for e in other.events if e.xid == other.root.xid])
+        if other.root_xid != other.root.xid:
+            text += f" caused by previous Xid {other.root_xid}"
+        if other.summary is not None and other.summary.verdict == "suspect_hardware":
+            text += f", {len(other.summary.pids)} processes: suspect hardware"
+        else:
+            text += f": {ACTION_TEXT.get(other.action, other.action)}"
+        consequences.append(Consequence("xid", text, (_line(lines, other.root),)))
+    d = _diag("xid", summary, (), fix, evidence, facts)
+    return Diagnosis(d.kind, d.summary, d.ranks, d.fix, d.evidence, d.facts,
+                     consequences=tuple(consequences))
+
+
+def _line(lines: Sequence[Line], e: XidEvent) -> str:
+    i = e.line_no - 1
+    return lines[i].raw.strip() if 0 <= i < len(lines) else e.detail
+
+
+# ---------------------------------------------------------------------------------------------
+# nvidia-smi, NVML, apt history
+
+
+#: Where nvidia-smi's / NVML's messages begin inside a line a wrapper decorated
+#: (``[nvidia-smi(stdout)] Failed to initialize NVML: ...``): everything before is cut.
+_SMI_START = re.compile(
+    r"(?:NVIDIA-SMI has failed|Failed to initialize NVML|NVML library version|No devices were "
+    r"found|No devices found|Unable to determine the device handle|NVIDIA-SMI couldn't find)",
+    re.I)
+_APOSTROPHES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u02bc": "'", "`": "'"})
+
+
+def _smi_lines(lines: Sequence[Line]) -> list[tuple[int, str]]:
+    out: list[tuple[int, str]] = []
+    for ln in lines:
+        t = ln.text.translate(_APOSTROPHES)
+        if m := _SMI_START.search(t):
+            out.append((ln.index, t[m.start():].strip()))
+    return out
+
+
+_HANDLE_LOST = re.compile(r"GPU is lost|fallen off the bus|Unknown Error|GPU requires reset",
+                          re.I)
+_NVML_UNKNOWN = re.compile(r"Failed to initialize NVML: Unknown Error", re.I)
+_API_MISMATCH = re.compile(
+    r"API mismatch: the client has the version (?P<client>\d+(?:\.\d+)+), but\s+(?:NVRM:\s+)?"
+    r"this kernel module has the version (?P<kernel>\d+(?:\.\d+)+)")
+_CONTAINER_HINT = re.compile(
+    r"docker|container|podman|kubectl|\bpod\b|root@[0-9a-f]{12}\b|daemon-reload", re.I)
+
+
+def _upgrade(ctx: Context) -> tuple[DriverUpgrade | None, list[str]]:
+    """The apt history entry that changed NVIDIA packages, and its lines, when the text has one."""
+    if "Start-Date:" not in ctx.text:
+        return None, []
+    upgrade = classify_driver_upgrade("\n".join(ln.text.strip() for ln in ctx.lines))
+    if upgrade is None:
+        return None, []
+    names = [c.name for c in upgrade.changes]
+    evidence = [ln.raw for ln in ctx.lines
+                if ln.text.strip().startswith("Start-Date:")
+                or (re.match(r"\s*(?:Upgrade|Install|Remove|Purge|Downgrade|Reinstall): ", ln.text)
+                    and any(n in ln.text for n in names))]
+    return upgrade, evidence
+
+
+def _with_upgrade(ctx: Context, kind: str, summary: str, fix: str, evidence: list[str],
+                  facts: dict[str, FactValue | None]) -> Diagnosis:
+    upgrade, lines = _upgrade(ctx)
+    if upgrade is not None:
+        summary += f": {upgrade.root_cause}"
+        fix = upgrade.fix[0].upper() + upgrade.fix[1:]
+        evidence = evidence + lines
+        moved = next((c for c in upgrade.changes if c.new_driver or c.old_driver), None)
+        facts.update({
+            "upgrade_time": f"{upgrade.start:%Y-%m-%d %H:%M:%S}",
+            "unattended": "yes" if upgrade.unattended else "no",
+            "package": moved.name if moved else None,
+            "old_driver": moved.old_driver if moved else None,
+            "new_driver": moved.new_driver if moved else None,
+        })
+    return _diag(kind, summary, (), fix, evidence, facts)
+
+
+def _smi_findings(ctx: Context) -> list[Diagnosis]:
+    """nvidia-smi's failures (``faults``' :class:`HostFault` states) as cause ids."""
+    picked = _smi_lines(ctx.lines)
+    if not picked:
+        return []
+    fault = classify_smi_failure("\n".join(t for _, t in picked))
+    if fault is None:
+        return []
+    raws = {i: ctx.lines[i].raw for i, _ in picked}
+    found: list[Diagnosis] = []
+
+    def lines_with(pattern: str) -> list[str]:
+        return [raws[i] for i, t in picked if re.search(pattern, t, re.I)]
+
+    if fault.state == "version_mismatch":
+        lib = fault.library_version
+        found.append(_with_upgrade(
+            ctx, "driver_version_mismatch",
+            "NVML cannot start: Driver/library version mismatch, the user-space NVIDIA library"
+            + (f" ({lib})" if lib else "") + " differs from the loaded kernel module"
+            + (f" ({fault.kernel_module_version})" if fault.kernel_module_version else "")
+            + "; every GPU reading is unknown",
+            "Run a kernel module of the user-space driver's version" + (f" ({lib})" if lib else "")
+            + ": reboot the node (or reload the nvidia modules); compare "
+            "/proc/driver/nvidia/version",
+            lines_with(r"version mismatch|NVML library version"),
+            {"library_version": lib, "kernel_module_version": fault.kernel_module_version},
+        ))
+    elif fault.state == "driver_unreachable":
+        found.append(_with_upgrade(
+            ctx, "driver_unreachable",
+            "nvidia-smi couldn't communicate with the NVIDIA driver: the kernel module is not "
+            "loaded (or not built for the running kernel); every GPU reading is unknown",
+            ("Check `lsmod | grep nvidia` and `dmesg | grep NVRM`; rebuild / reinstall the driver "
+             "for the running kernel (DKMS) and reboot"),
+            lines_with(r"couldn't communicate"),
+            {},
+        ))
+    elif fault.state == "nvml_unavailable":
+        found.append(_diag(
+            "nvml_library_not_found",
+            "nvidia-smi cannot load the NVML library (libnvidia-ml.so): no NVIDIA user-space "
+            "driver on this host or in this container", (),
+            "Install the NVIDIA driver (user-space libraries) or run the container with the "
+            "NVIDIA runtime (`--gpus`)",
+            lines_with(r"libnvidia-ml|NVML Shared Library"), {}))
+    if fault.state in ("gpu_lost", "error") and fault.gpu_errors:
+        errs = [e for e in fault.gpu_errors if e.lost or _HANDLE_LOST.search(e.reason)]
+        if errs:
+            e = errs[0]
+            when = f" at {e.first_seen:%Y-%m-%d %H:%M:%S %z}".rstrip() if e.first_seen else ""
+            rep = f" ({e.repeats} identical messages, one event)" if e.repeats > 1 else ""
+            found.append(_diag(
+                "gpu_lost",
+                f"GPU {e.pci_bus_id} is lost: nvidia-smi cannot open it ('{e.reason}'){when}"
+                f"{rep}; only a reboot brings it back",
+                (), _FIXES["reboot"], lines_with(r"Unable to determine the device handle"),
+                {"pci": e.pci_bus_id, "reason": e.reason, "action": ACTION_TEXT["reboot"],
+                 "repeats": e.repeats if e.repeats > 1 else None,
+                 "lost": ", ".join(x.pci_bus_id for x in errs) if len(errs) > 1 else None}))
+    if fault.state == "no_gpus" or any(re.match(r"No devices (?:were )?found", t, re.I)
+                                       for _, t in picked):
+        found.append(_no_gpus(ctx, lines_with(r"No devices")))
+    unknown = [raws[i] for i, t in picked if _NVML_UNKNOWN.search(t)]
+    if unknown:
+        found.append(_nvml_lost(ctx, unknown))
+    return found
+
+
+_RM_INIT = re.compile(r"RmInitAdapter failed|rm_init_adapter failed|probe routine failed|"
+                      r"None of the NVIDIA devices were initialized", re.I)
+
+
+def _no_gpus(ctx: Context, evidence: list[str]) -> Diagnosis:
+    kernel = [ln.raw for ln in ctx.lines if _RM_INIT.search(ln.text)]
+    why = ""
+    if m := re.search(r"GPU (?P<pci>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.\d): "
+                      r"RmInitAdapter failed! \((?P<code>[^)]*)\)",
+                      "\n".join(ln.text for ln in ctx.lines)):
+        why = (f"; the driver could not initialise GPU {m['pci']} (RmInitAdapter failed, "
+               f"{m['code']})")
+    plugin = [ln.raw for ln in ctx.lines if "Discovering GPU devices" in ln.text]
+    return _diag(
+        "no_gpus",
+        ("the NVIDIA driver answers but finds no GPU (nvidia-smi: No devices were found)" + why
+         + ("; nvidia-docker-plugin's GPU discovery never finished (the same fault)"
+            if plugin else "")) if evidence or not plugin else
+        ("nvidia-docker-plugin began discovering GPUs and never finished: the driver finds no "
+         "GPU (the fault nvidia-smi shows as 'No devices were found')" + why),
+        (),
+        ("Look for the GPUs in `lspci -d 10de:` and the kernel log (`dmesg | grep NVRM`): an "
+         "RmInitAdapter failure points at BIOS PCIe settings (Above 4G decoding / Resizable "
+         "BAR), power or a driver too old for the GPU"),
+        evidence + kernel + plugin,
+        {"pci": m["pci"] if m else None, "rm_init_code": m["code"] if m else None},
+    )
+
+
+def _nvml_lost(ctx: Context, evidence: list[str]) -> Diagnosis:
+    """``Failed to initialize NVML: Unknown Error``: a running container lost its GPU devices."""
+    first = next(ln for ln in ctx.lines if ln.raw in evidence)
+    cmd = next((ln.raw for ln in reversed(ctx.lines[max(0, first.index - 3):first.index])
+                if "nvidia-smi" in ln.text), None)
+    contained = _CONTAINER_HINT.search(ctx.text) is not None
+    where = "in a running container" if contained else "(typically inside a running container)"
+    return _diag(
+        "nvml_lost_in_container",
+        f"NVML cannot start {where}: 'Failed to initialize NVML: Unknown Error'; the container "
+        "lost access to /dev/nvidia* (its device cgroup rewritten, e.g. by `systemctl "
+        "daemon-reload` on the host)",
+        (),
+        ("Recreate the container; stop it recurring with NVIDIA's workaround: `nvidia-ctk system "
+         "create-dev-char-symlinks --create-all` (or the cgroupfs driver / a fixed toolkit), see "
+         "NVIDIA/nvidia-container-toolkit#48"),
+        ([cmd] if cmd else []) + evidence,
+        {"in_container": "yes" if contained else None},
+    )
+
+
+def _kernel_mismatch(ctx: Context) -> Diagnosis | None:
+    """The kernel's own notice: ``NVRM: API mismatch: the client has the version X, but
+    NVRM: this kernel module has the version Y``."""
+    if "API mismatch" not in ctx.text:
+        return None
+    flat = " ".join(ln.text.strip() for ln in ctx.lines)
+    m = _API_MISMATCH.search(flat)
+    if m is None:
+        return None
+    evidence = [ln.raw for ln in ctx.lines if "API mismatch" in ln.text
+                or "this kernel module has the version" in ln.text]
+    return _with_upgrade(
+        ctx, "driver_version_mismatch",
+        f"Driver/library version mismatch: the user-space driver is {m['client']} but the loaded "
+        f"kernel module is {m['kernel']}",
+        f"Reboot the node (or reload the nvidia modules) so the kernel module is {m['client']}; "
+        "reinstall one consistent driver version if the reboot does not fix it",
+        evidence,
+        {"library_version": m["client"], "kernel_module_version": m["kernel"]},
+    )
+
+
+_NVML_KINDS: dict[str, str] = {
+    "library_not_found": "nvml_library_not_found",
+    "function_not_found": "nvml_function_not_found",
+    "gpu_lost": "gpu_lost",
+    "driver_not_loaded": "driver_unreachable",
+    "version_mismatch": "driver_version_mismatch",
+}
+_NVML_TRACE = re.compile(r"pynvml|nvml\.py|NVMLError|_nvmlGetFunctionPointer|_LoadNvmlLibrary|"
+                         r"libnvidia-ml\.so")
+#: ``AttributeError: .../libnvidia-ml.so.1: undefined symbol: nvmlDeviceGet..._v2``: ctypes'
+#: words for the symbol pynvml's ``_nvmlGetFunctionPointer`` looks up (NVML_ERROR_FUNCTION_NOT_
+#: FOUND when it reaches its exception line).
+_UNDEFINED_SYMBOL = re.compile(r"undefined symbol: (?P<sym>nvml\w+)|Function Not Found")
+
+
+def _nvml_findings(ctx: Context) -> list[Diagnosis]:
+    """A pynvml traceback: what NVML's failure says about the host."""
+    if _NVML_TRACE.search(ctx.text) is None:
+        return []
+    body = "\n".join(ln.raw for ln in ctx.lines)
+    fault = classify_nvml_traceback(_dedent(body))
+    kind = _NVML_KINDS.get(fault.kind)
+    symbol = next((m["sym"] for ln in ctx.lines if (m := _UNDEFINED_SYMBOL.search(ln.text))),
+                  None)
+    if kind is None and (symbol or any(_UNDEFINED_SYMBOL.search(ln.text) for ln in ctx.lines)):
+        kind = "nvml_function_not_found"
+    if kind is None:
+        return []
+    pattern = {
+        "nvml_library_not_found": r"libnvidia-ml\.so|LibraryNotFound|NVML Shared Library",
+        "nvml_function_not_found": r"_nvmlGetFunctionPointer|undefined symbol: nvml|"
+                                   r"FunctionNotFound|Function Not Found",
+        "gpu_lost": r"GpuIsLost|GPU is lost",
+        "driver_unreachable": r"DriverNotLoaded|Driver Not Loaded",
+        "driver_version_mismatch": r"LibRmVersionMismatch|version mismatch",
+    }[kind]
+    evidence = [ln.raw for ln in ctx.lines if re.search(pattern, ln.text, re.I)]
+    call = fault.nvml_function or symbol
+    texts = {
+        "nvml_library_not_found": (
+            "NVML cannot be loaded: libnvidia-ml.so.1 is not on this host's loader path (no "
+            "NVIDIA user-space driver here, or not mounted into the container)",
+            "Install the NVIDIA driver (or run with the NVIDIA container runtime, `--gpus`); the "
+            "tool itself is fine"),
+        "nvml_function_not_found": (
+            f"the NVML binding (pynvml / nvidia-ml-py) is newer than the driver: "
+            f"{call or 'an NVML function'} is missing from libnvidia-ml (Function Not Found)",
+            "Install an nvidia-ml-py / pynvml release that matches the driver, or upgrade the "
+            "driver; meanwhile read processes with `nvidia-smi --query-compute-apps`"),
+        "gpu_lost": (
+            f"NVML reports a GPU lost (NVML_ERROR_GPU_IS_LOST) in {call or 'an NVML call'}: it "
+            "stopped answering on the bus; the text does not say which",
+            "Find the lost GPU in the kernel log (`dmesg | grep -e NVRM -e Xid`, Xid 79) and "
+            "reboot the node; if it recurs check PCIe seating, power and cooling"),
+        "driver_unreachable": (
+            "NVML cannot reach the NVIDIA kernel driver (Driver Not Loaded)",
+            "Load the nvidia kernel module (`modprobe nvidia`) or reinstall the driver for the "
+            "running kernel; check `dmesg | grep NVRM`"),
+        "driver_version_mismatch": (
+            "NVML: the user-space library and the loaded kernel module differ (RM version "
+            "mismatch)",
+            "Reboot the node (or reload the nvidia modules) so module and library match"),
+    }
+    summary, fix = texts[kind]
+    facts: dict[str, FactValue | None] = {"nvml_function": call, "exception": fault.exception}
+    if kind == "gpu_lost":
+        facts["action"] = ACTION_TEXT["reboot"]
+    if kind in ("driver_unreachable", "driver_version_mismatch"):
+        return [_with_upgrade(ctx, kind, summary, fix, evidence, facts)]
+    return [_diag(kind, summary, (), fix, evidence, facts)]
+
+
+def _dedent(text: str) -> str:
+    """``text`` with the indentation of a Markdown code block removed: the least indentation
+    of the lines that start a traceback or name an exception."""
+    rows = text.split("\n")
+    heads = [r for r in rows if re.match(r"\s*(?:Traceback \(most recent|[A-Za-z_][\w.]*"
+                                         r"(?:Error|Exception)\w*:)", r)]
+    cut = min((len(r) - len(r.lstrip()) for r in heads), default=0)
+    if cut == 0:
+        return text
+    return "\n".join(r[cut:] if r[:cut].isspace() else r.lstrip() for r in rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# Fabric Manager
+
+#: CUDA error 802 in its spellings: ``Error 802: system not yet initialized`` (PyTorch's
+#: cudaGetDeviceCount warning), ``CUDA error: system not yet initialized``,
+#: ``cudaErrorSystemNotReady``, ``CUDA_ERROR_SYSTEM_NOT_READY``, ``cuInit ... 802``.
+_ERR_802 = re.compile(
+    r"system not yet initiali[sz]ed|cudaErrorSystemNotReady|CUDA_ERROR_SYSTEM_NOT_READY|"
+    r"\bcuInit\b.{0,40}\b802\b", re.I)
+#: Fabric Manager's own failure (its log / ``systemctl status nvidia-fabricmanager``).
+_FM_DOWN = re.compile(
+    r"fabric ?manager.{0,80}(?:don't match|does not match|version mismatch|failed|not running)|"
+    r"nvidia-fabricmanager\.service.{0,40}(?:failed|Failed)", re.I)
+
+
+def _fabric_manager(ctx: Context) -> Diagnosis | None:
+    hits = [ln for ln in ctx.lines if _ERR_802.search(ln.text) or _FM_DOWN.search(ln.text)]
+    if not hits:
+        return None
+    return _diag(
+        "fabric_manager",
+        "CUDA cannot start on this NVSwitch system: error 802 'system not yet initialized' "
+        "(cudaErrorSystemNotReady): the NVLink fabric is not initialised because "
+        "nvidia-fabricmanager is not running or not at the driver's exact version",
+        (),
+        ("Install nvidia-fabricmanager of exactly the driver's version and start it "
+         "(`systemctl enable --now nvidia-fabricmanager`); check `nvidia-smi -q | grep -A2 "
+         "Fabric`, then rerun"),
+        [ln.raw for ln in hits[:3]],
+        {},
+    )
+
+
+def _kernel_no_gpus(ctx: Context) -> Diagnosis | None:
+    """The driver failed to bring up its GPUs (``RmInitAdapter failed``), with no nvidia-smi
+    output in the text (that case is :func:`_smi_findings`)."""
+    if not any(_RM_INIT.search(ln.text) and "RmInitAdapter" in ln.text.replace("rm_init_adapter",
+                                                                             "RmInitAdapter")
+               for ln in ctx.lines):
+        return None
+    if any(_SMI_START.search(ln.text) for ln in ctx.lines):
+        return None
+    return _no_gpus(ctx, [])
+
+
+def _plugin_stalled(ctx: Context) -> Diagnosis | None:
+    """nvidia-docker-plugin (1.x) began discovering GPUs and never finished: the same fault as
+    nvidia-smi's ``No devices were found`` (:func:`faults.parse_plugin_discovery`)."""
+    if "nvidia-docker-plugin" not in ctx.text or any(_SMI_START.search(ln.text)
+                                                     for ln in ctx.lines):
+        return None
+    disc = parse_plugin_discovery("\n".join(r.strip() for r in ctx.text.splitlines()))
+    if not disc.stalled:
+        return None
+    return _no_gpus(ctx, [])
+
+
+def _rules_xid(ctx: Context) -> Iterable[Diagnosis]:
+    return _xid_findings(ctx)
+
+
+def _rules_smi(ctx: Context) -> Iterable[Diagnosis]:
+    return _smi_findings(ctx)
+
+
+def _rules_nvml(ctx: Context) -> Iterable[Diagnosis]:
+    return _nvml_findings(ctx)
+
+
+#: The rules of this module (the engine ranks what they find).
+RULES = (_rules_xid, _rules_smi, _rules_nvml, _kernel_mismatch, _fabric_manager,
+         _kernel_no_gpus, _plugin_stalled)
