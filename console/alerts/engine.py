@@ -31,7 +31,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -152,6 +152,7 @@ class AlertEngine:
         if not met:
             if firing is not None:  # no longer for long enough (a log line came)
                 changes.append(self._resolve(key, now))
+                self._pending[key] = start  # still holding: the count goes on
             return
         if firing is None:
             alert = Alert(key=key, rule=obs.rule, severity=obs.severity, summary=obs.summary,
@@ -232,9 +233,9 @@ class AlertEngine:
 
 
 def build_inputs(fleet: FleetState | None, jobs: Iterable[JobRecord], *,
-                 last_log: dict[str, float] | None = None, xids: Iterable[SeenXid] = (),
-                 status_since: dict[str, float] | None = None,
-                 known_gpus: dict[str, dict[str, int | None]] | None = None,
+                 last_log: Mapping[str, float] | None = None, xids: Iterable[SeenXid] = (),
+                 status_since: Mapping[str, float] | None = None,
+                 known_gpus: Mapping[str, Mapping[str, int | None]] | None = None,
                  jobs_complete: bool = True,
                  price_per_gpu_hour: float | None = None) -> Inputs:
     """:class:`Inputs` from a fleet state (hosts, samples, container -> job map) and job

@@ -497,7 +497,8 @@ def job_failed(inputs: Inputs, cfg: JobFailedRule, ctx: RuleContext) -> Iterator
         summary = job_summary(job) or "failed"
         yield _obs("job_failed", cfg, failed, f"job {job.name} ({job.id}) failed: {summary}",
                    job=job.name, since=at, job_id=job.id, diagnosis=summary,
-                   fix=f.get("fix"), node=f.get("node"), node_host=f.get("host"),
+                   fix=f.get("fix"), cause=f.get("kind"), node=f.get("node"),
+                   node_host=f.get("host"),
                    rank=f.get("rank"), exit_code=f.get("exit_code", job.exit_code))
     if inputs.jobs_complete:
         for key, alert in ctx.firing.items():
