@@ -692,7 +692,9 @@ class KernelLogReader:
     def _read_dmesg(self) -> tuple[list[str], bool, bool] | str:
         rc, out, err = self.run(["dmesg"], KERNEL_LOG_TIMEOUT_S)
         if rc != 0:
-            why = "dmesg: " + (_last_line(err) or f"exit status {rc}")
+            said = _last_line(err)
+            said = said[len("dmesg: "):] if said.startswith("dmesg: ") else said
+            why = "dmesg: " + (said or f"exit status {rc}")
             try:
                 restricted = read_text(self.restrict_path).strip() == "1"
             except OSError:

@@ -138,7 +138,7 @@ def test_permission_denied_is_a_reason_not_a_crash(tmp_path: Path) -> None:
     why = s["errors"]["kernel_log"]
     assert why.startswith("kernel log unreadable: journalctl: Hint: You are currently not "
                           "seeing messages from other users and the system.; ")
-    assert "dmesg: dmesg: read kernel buffer failed: Operation not permitted" in why
+    assert "; dmesg: read kernel buffer failed: Operation not permitted" in why
     assert "kernel.dmesg_restrict=1" in why
     s2 = agent.sample()  # not due: still says why
     assert s2["kernel_log"] is None and s2["errors"]["kernel_log"] == why
