@@ -1,0 +1,705 @@
+"""Rules for the container engine, the image registry and the NVIDIA Container Toolkit.
+
+What fails before (or around) the training process: the daemon or its socket, creating the
+container (device driver, runtime, the toolkit's prestart hook), pulling the image, names and
+published ports, and the memory limit that kills the container.
+
+Primary sources (message format strings, matched on their stable part):
+
+- moby/moby: ``daemon/errors.go`` ``incompatibleDeviceRequest`` (``could not select device
+  driver %q with capabilities: %v``), ``daemon/runtime_unix.go`` (``unknown or invalid runtime
+  name: %s``), ``daemon/names.go`` (``Conflict. The container name %q is already in use by
+  container %q. You have to remove (or rename) that container to be able to reuse that
+  name.``), ``distribution/errors.go`` (``manifest for %s not found: %v``, ``pull access
+  denied for %s, repository does not exist or may require 'docker login'``), libnetwork's
+  port mapper (``Bind for %s failed: port is already allocated``, newer ``failed to bind host
+  port for %s: address already in use``), ``State.OOMKilled`` of ``docker inspect``.
+- docker/cli: ``Cannot connect to the Docker daemon at %s. Is the docker daemon running?``,
+  ``permission denied while trying to connect to the Docker daemon socket at %s`` (older:
+  ``Got permission denied ...``), the platform warning ``WARNING: The requested image's
+  platform (%s) does not match the detected host platform (%s) and no specific platform was
+  requested``.
+- OCI distribution spec, error codes: ``MANIFEST_UNKNOWN``, ``NAME_UNKNOWN``,
+  ``UNAUTHORIZED``, ``DENIED``, ``TOOMANYREQUESTS`` (the daemon prints them lower-cased:
+  ``manifest unknown``, ``unauthorized: ...``, ``toomanyrequests: You have reached your pull
+  rate limit``).
+- NVIDIA/libnvidia-container ``src/cli/*.c``, ``src/nvc_*.c``: ``nvidia-container-cli:
+  <stage> error: <msg>`` with stages ``initialization`` (``nvml error: %s``, ``load library
+  failed: %s``), ``requirement`` (``unsatisfied condition: %s``), ``mount``, ``container``,
+  ``ldcache``, ``detection``; nvidia-container-toolkit's runtime hook and CDI injection
+  (``unresolvable CDI devices``).
+- podman/containers-common and nerdctl wording of the same failures (``reading manifest %s
+  in %s: manifest unknown``, ``the container name %q is already in use``, ``Cannot connect
+  to Podman``, ``rootlessport listen tcp ...: bind: address already in use``).
+- Linux ``mm/oom_kill.c`` / ``mm/memcontrol.c``: ``Memory cgroup out of memory: Kill(ed)
+  process %d (%s)``, ``oom-kill:constraint=CONSTRAINT_MEMCG``; ``Out of memory: Kill(ed)
+  process %d (%s)`` for the whole host.
+
+A console paste often shows several attempts (a first ``docker run`` before the daemon was
+up, a second one failing on a port): only the errors of the LAST attempt that failed are the
+current cause (:func:`_last_attempt`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+
+from console.diagnosis.lines import Line
+from console.diagnosis.model import Consequence, Context, Diagnosis, FactValue
+from console.diagnosis.model import make_diagnosis as _diag
+
+__all__ = ["RULES", "image_of", "is_docker_command"]
+
+
+# -- the command a line runs, the image it names ------------------------------------------
+
+#: A shell line that runs a container engine: ``$ docker run ...``, ``➜  ~ sudo docker pull``,
+#: ``+ docker run`` (set -x), ``# podman run``, a command in backticks. ``docker:`` (the
+#: client's error prefix) is not a command.
+_COMMAND = re.compile(
+    r"^[`'\"]?(?:\([\w.-]+\)\s+)?(?:[^\s`]*[$#%>➜]\s*(?:~\S*\s+)?|\+\s+)?(?:sudo\s+(?:-\S+\s+)*)?"
+    r"(?P<tool>docker(?:-compose)?|podman|nerdctl|nvidia-docker)\s+(?P<sub>[a-z][\w-]*)\b"
+)
+#: ``docker run`` / ``create`` options that take no value (so the next word is not theirs).
+_BOOL_FLAGS = frozenset({
+    "--rm", "--init", "--privileged", "--detach", "--interactive", "--tty", "--read-only",
+    "--no-healthcheck", "--publish-all", "--oom-kill-disable", "--quiet", "--all-tags",
+    "--disable-content-trust", "--help", "-q", "-a", "-P", "-d", "-i", "-t",
+})
+
+
+def is_docker_command(text: str) -> bool:
+    """Whether ``text`` is a shell line running docker/podman/nerdctl (``$ docker run ...``)."""
+    return _COMMAND.match(text.strip()) is not None
+
+
+def _image_in_command(text: str) -> str | None:
+    """The image a ``docker run|create|pull`` command line names (its first operand)."""
+    m = _COMMAND.match(text.strip())
+    if m is None or m["sub"] not in ("run", "create", "pull"):
+        return None
+    words = text.strip()[m.end():].replace("`", " ").split()
+    skip = False
+    for word in words:
+        if skip:
+            skip = False
+            continue
+        if word.startswith("-"):
+            if "=" in word or word in _BOOL_FLAGS:
+                continue
+            if re.fullmatch(r"-[a-zA-Z]{2,}", word) and set(word[1:]) <= set("itdPqa"):
+                continue  # -it, -dit
+            skip = True
+            continue
+        image = word.strip("'\".,;")
+        return image or None
+    return None
+
+
+_IMAGE_IN_ERROR = (
+    re.compile(r"manifest for (?P<image>[^\s'\"]+) not found"),
+    re.compile(r"pull access denied for (?P<image>[^\s,'\"]+)"),
+    re.compile(r"repository (?P<image>[^\s'\"]+) not found"),
+    re.compile(r"failed to resolve reference \\?\"(?P<image>[^\"\\\s]+)\\?\""),
+    re.compile(r"initializing source docker://(?P<image>[^\s:'\"]+(?::[^\s:'\"]+)?)"),
+    re.compile(r"Unable to find image '(?P<image>[^']+)' locally"),
+)
+# ".../v2/<repository>/manifests/<tag>" (the registry URL the daemon fetched)
+_MANIFEST_URL = re.compile(
+    r"https?://(?P<host>[^/\s\"']+)/v2/(?P<repo>[^\s\"']+?)/manifests/(?P<tag>[^\s\"'/:]+)"
+)
+_DOCKER_HUB = ("registry-1.docker.io", "index.docker.io", "docker.io")
+
+
+def image_of(lines: Sequence[Line]) -> str | None:
+    """The image the text is about: named by an error message, else by the last ``docker
+    run|create|pull`` command, else rebuilt from a registry manifest URL."""
+    for pattern in _IMAGE_IN_ERROR:
+        for ln in lines:
+            if m := pattern.search(ln.text):
+                return m["image"].rstrip(".")
+    for ln in reversed(lines):
+        if image := _image_in_command(ln.text):
+            return image
+    for ln in lines:
+        if m := _MANIFEST_URL.search(ln.text):
+            repo = m["repo"]
+            if m["host"] in _DOCKER_HUB:
+                repo = repo.removeprefix("library/")
+                return f"{repo}:{m['tag']}"
+            return f"{m['host']}/{repo}:{m['tag']}"
+    return None
+
+
+def _registry_of_image(image: str | None) -> str | None:
+    """The registry host an image reference names (its first part with a dot, a port or
+    ``localhost``); None for Docker Hub's short names."""
+    if not image or "/" not in image:
+        return None
+    first = image.split("/", 1)[0]
+    return first if ("." in first or ":" in first or first == "localhost") else None
+
+
+# -- findings ------------------------------------------------------------------------------
+
+def _first(lines: Sequence[Line], pattern: re.Pattern[str],
+           exclude: re.Pattern[str] | None = None) -> tuple[Line, re.Match[str]] | None:
+    for ln in lines:
+        if (m := pattern.search(ln.text)) and not (exclude and exclude.search(ln.text)):
+            return ln, m
+    return None
+
+
+def _make(kind: str, summary: str, fix: str, evidence: Iterable[str],
+          facts: dict[str, FactValue | None]) -> Diagnosis:
+    return _diag(kind, summary, (), fix, evidence, facts)
+
+
+_HOOK = re.compile(
+    r"error running (?:prestart )?hook|running prestart hook|Running hook #\d+"
+    r"|OCI runtime create failed|failed to create shim task", re.I)
+
+_NO_GPU_DRIVER = re.compile(
+    r"could not select device driver \\?\"?(?P<driver>[^\"\\\s]*)\\?\"? with capabilities: "
+    r"(?P<caps>\[\[[^\]]*\]\])")
+
+
+def _no_gpu_driver(lines: Sequence[Line], image: str | None) -> Diagnosis | None:
+    if (hit := _first(lines, _NO_GPU_DRIVER)) is None:
+        return None
+    ln, m = hit
+    driver = m["driver"] or ""
+    named = f"named {driver!r} " if driver else ""
+    return _make(
+        "docker_no_gpu_driver",
+        f"Docker has no device driver {named}offering the {m['caps']} capability: the NVIDIA "
+        "Container Toolkit is not installed or not registered with dockerd, so the container "
+        "was never created (no GPU fault)",
+        "install nvidia-container-toolkit, run `sudo nvidia-ctk runtime configure "
+        "--runtime=docker`, restart dockerd (`sudo systemctl restart docker`); on a host "
+        "without an NVIDIA GPU drop --gpus",
+        [ln.raw],
+        {"image": image, "driver": driver or None, "capabilities": m["caps"]},
+    )
+
+
+_UNKNOWN_RUNTIME = re.compile(
+    r"unknown or invalid runtime name: (?P<name>[\w.-]+)"
+    r"|default OCI runtime \\?\"(?P<pname>[\w.-]+)\\?\" not found"  # podman
+    r"|runtime \\?\"(?P<cname>[\w.-]+)\\?\" binary not installed")  # containerd shim
+_RUNTIMES = re.compile(r"^\s*Runtimes:\s*(?P<list>.+)$")
+
+
+def _unknown_runtime(lines: Sequence[Line], image: str | None) -> Diagnosis | None:
+    if (hit := _first(lines, _UNKNOWN_RUNTIME)) is None:
+        return None
+    ln, m = hit
+    name = m["name"] or m["pname"] or m["cname"]
+    have = next((r["list"].strip() for x in lines if (r := _RUNTIMES.match(x.text))), None)
+    known = f" (docker info lists only: {have})" if have else ""
+    evidence = [ln.raw] + [x.raw for x in lines if _RUNTIMES.match(x.text)]
+    return _make(
+        "docker_unknown_runtime",
+        f"the Docker daemon has no runtime named {name!r}{known}: the NVIDIA Container Toolkit "
+        "is not configured in daemon.json, or dockerd was not restarted after it was; the "
+        "container was never created",
+        "run `sudo nvidia-ctk runtime configure --runtime=docker` and restart dockerd (check "
+        "with `docker info | grep -i runtime`), or drop `--runtime=nvidia` / `runtime: nvidia` "
+        "and request GPUs with `--gpus all` (compose: deploy.resources.reservations.devices)",
+        evidence,
+        {"image": image, "runtime": name, "runtimes": have},
+    )
+
+
+# nvidia-container-cli: <stage> error: <message>  (libnvidia-container's error_exit format)
+_TOOLKIT = re.compile(
+    r"nvidia-container-cli[:\s*_]+(?P<stage>initialization|requirement|mount|container|ldcache"
+    r"|detection|device|driver|configuration|list|info)\s+error[:\s*_]+(?P<msg>.*)", re.I)
+_NVML = re.compile(r"nvml error[:\s]+(?P<why>[^:\\\"]+)", re.I)
+_LOAD_LIBRARY = re.compile(r"load library failed[:\s]+(?P<lib>[\w.+-]+\.so[\w.]*)", re.I)
+_UNSATISFIED = re.compile(r"unsatisfied condition[:\s]+(?P<cond>[^,\s\\\"]+)", re.I)
+_CUDA_COND = re.compile(r"cuda\s*>=?\s*(?P<v>\d+(?:\.\d+)*)", re.I)
+_DRIVER_COND = re.compile(r"driver\s*>=?\s*(?P<v>\d+(?:\.\d+)*)", re.I)
+# nvidia-container-toolkit (CDI mode) and a missing hook binary
+_TOOLKIT_OTHER = re.compile(
+    r"unresolvable CDI devices? (?P<dev>[^\s:]+)"
+    r"|exec: \\?\"(?P<bin>nvidia-container-runtime(?:-hook)?|nvidia-ctk)\\?\": "
+    r"executable file not found"
+    r"|nvidia-container-runtime-hook: (?P<msg>.+)", re.I)
+
+
+def _clean(msg: str) -> str:
+    """A toolkit message without OCI quoting, Markdown markers and the trailing ``: unknown``."""
+    msg = re.sub(r"[*_]{1,3}(?=\S)|(?<=\S)[*_]{1,3}(?=\s|$)", "", msg)
+    msg = msg.replace("\\\\n", " ").replace("\\n", " ").replace('\\"', "").replace("\\", "")
+    msg = re.sub(r"[\"']+", "", msg)
+    msg = re.sub(r"(?::\s*unknown)?[.\s]*$", "", msg.strip())
+    return msg.strip()
+
+
+def _toolkit(lines: Sequence[Line], image: str | None) -> Diagnosis | None:
+    hit = _first(lines, _TOOLKIT)
+    hook = next((ln for ln in lines if _HOOK.search(ln.text)), None)
+    consequence: tuple[Consequence, ...] = ()
+    if hook is not None:
+        consequence = (Consequence(
+            "toolkit_hook_failed",
+            "the NVIDIA prestart hook (nvidia-container-runtime-hook) exited 1, so runc "
+            "aborted creating the container",
+            (hook.raw,)),)
+    if hit is None:
+        other = _first(lines, _TOOLKIT_OTHER)
+        if other is None:
+            return None
+        ln, m = other
+        if m["dev"]:
+            what = (f"the CDI device {m['dev']} cannot be resolved: no CDI spec for the GPUs "
+                    "(/etc/cdi/nvidia.yaml or /var/run/cdi) or it is out of date")
+            fix = ("generate the CDI spec: `sudo nvidia-ctk cdi generate --output="
+                   "/etc/cdi/nvidia.yaml` (again after every driver upgrade), then retry")
+        elif m["bin"]:
+            what = f"the runtime hook binary {m['bin']} is not installed on the host"
+            fix = "install nvidia-container-toolkit, then restart dockerd"
+        else:
+            what = f"the NVIDIA runtime hook failed: {_clean(m['msg'])}"
+            fix = "run `nvidia-container-cli -k -d /dev/tty info` on the host to see why"
+        return _make(
+            "toolkit_hook_failed",
+            f"NVIDIA Container Toolkit: {what}; the container was never created",
+            fix, [ln.raw], {"image": image})
+    ln, m = hit
+    stage, msg = m["stage"].lower(), _clean(m["msg"])
+    facts: dict[str, FactValue | None] = {"image": image, "stage": stage, "error": msg}
+    nvml = _NVML.search(ln.text)
+    library = _LOAD_LIBRARY.search(ln.text)
+    cond = _UNSATISFIED.search(ln.text)
+    evidence = [ln.raw]
+    if stage == "initialization" and nvml:
+        why = _clean(nvml["why"])
+        d = _make(
+            "toolkit_nvml_init",
+            "the NVIDIA Container Toolkit's prestart hook could not initialise NVML on the "
+            f"host: {why}. The container was never created, so the command in it never ran; "
+            "the GPUs are not implicated",
+            _NVML_FIXES.get(why.lower(), _NVML_FIXES["insufficient permissions"]),
+            evidence, {**facts, "nvml_error": why})
+    elif library:
+        d = _make(
+            "toolkit_library_missing",
+            f"the NVIDIA Container Toolkit cannot load {library['lib']}: the NVIDIA driver's "
+            "user-space libraries are not installed (or not in the ld cache) on the host; the "
+            "container was never created",
+            "install the NVIDIA driver on the host (so that `nvidia-smi` works and "
+            f"`ldconfig -p | grep {library['lib'].split('.so')[0]}` lists it), then retry",
+            evidence, {**facts, "library": library["lib"]})
+    elif cond and (c := _CUDA_COND.search(cond["cond"])):
+        d = _make(
+            "driver_too_old",
+            f"the image requires CUDA >= {c['v']} (NVIDIA_REQUIRE_CUDA) and the host's NVIDIA "
+            "driver supports an older CUDA: the toolkit's hook refused to start the container",
+            f"update the host's NVIDIA driver to a branch that supports CUDA {c['v']}, or use "
+            "an image built for the CUDA the driver supports (nvidia-smi shows it)",
+            evidence, {**facts, "cuda": c["v"], "condition": cond["cond"]})
+    elif cond and (c := _DRIVER_COND.search(cond["cond"])):
+        d = _make(
+            "driver_too_old",
+            f"the image requires NVIDIA driver >= {c['v']} and the host's driver is older: "
+            "the toolkit's hook refused to start the container",
+            f"update the host's NVIDIA driver to >= {c['v']}, or use an older image",
+            evidence, {**facts, "driver": c["v"], "condition": cond["cond"]})
+    else:
+        hint = _HOOK_HINTS.get(stage, "")
+        d = _make(
+            "toolkit_hook_failed",
+            f"the NVIDIA Container Toolkit's hook failed ({stage} error: {msg}); the container "
+            "was never created",
+            hint or "run `nvidia-container-cli -k -d /dev/tty info` on the host to see the "
+            "full error; upgrade nvidia-container-toolkit",
+            evidence, facts)
+        consequence = ()
+    return replace(d, consequences=consequence)
+
+
+_NVML_FIXES = {
+    "driver not loaded": (
+        "make `nvidia-smi` work on the host first: install/load the NVIDIA driver "
+        "(`sudo modprobe nvidia`; check Secure Boot and the dkms build for the running "
+        "kernel; reboot after a driver install), then retry"),
+    "insufficient permissions": (
+        "check `nvidia-smi` on the host as root, /dev/nvidia* permissions, SELinux / "
+        "user-namespace (userns-remap, rootless) settings and "
+        "/etc/nvidia-container-runtime/config.toml (no-cgroups, user)"),
+    "unknown error": (
+        "run `nvidia-smi` on the host: if it fails too, reboot the host (driver state); if "
+        "not, check /dev/nvidia* and /etc/nvidia-container-runtime/config.toml"),
+    "driver/library version mismatch": (
+        "the NVIDIA driver was upgraded without reloading its kernel module: reboot the host "
+        "(or reload the nvidia modules), then retry"),
+}
+_HOOK_HINTS = {
+    "mount": ("the driver files under /proc/driver/nvidia or the libraries do not match the "
+              "loaded driver (upgraded without reboot): reboot the host, then retry"),
+    "container": ("if it names a cgroup subsystem (cgroup v2 host), upgrade "
+                  "nvidia-container-toolkit / libnvidia-container to >= 1.8; else run "
+                  "`nvidia-container-cli -k -d /dev/tty info` on the host"),
+    "ldcache": "run `sudo ldconfig` on the host and check the image's /etc/ld.so.cache",
+}
+
+
+# -- registry ------------------------------------------------------------------------------
+
+_NOT_FOUND = re.compile(
+    r"manifest unknown|MANIFEST_UNKNOWN|name unknown|NAME_UNKNOWN"
+    r"|pull access denied for \S+ repository does not exist"
+    r"|pull access denied for [^,\s]+, repository does not exist"
+    r"|repository \S+ not found: does not exist or no pull access"
+    r"|failed to resolve reference \S+: \S+: not found"
+    r"|manifest for \S+ not found", re.I)
+
+
+def _image_not_found(lines: Sequence[Line], image: str | None) -> Diagnosis | None:
+    if (hit := _first(lines, _NOT_FOUND)) is None:
+        return None
+    ln, m = hit
+    name = image or "the image"
+    repo = "pull access denied" in m[0] or "repository" in m[0]
+    tag = "repository or tag" if repo else "tag"
+    if repo:
+        summary = (f"image not found: {name} does not exist on the registry (or is private "
+                   "and needs `docker login`)")
+    else:
+        summary = (f"image tag not found: the registry has no {name} ({m[0]}); not an "
+                   "authentication, network or disk problem")
+    return _make(
+        "image_not_found",
+        summary,
+        f"check the image name and {tag} (list the repository's tags on its registry), fix "
+        "`image:` in the spec, or `docker login` if the repository is private",
+        [ln.raw], {"image": image, "registry": _registry_of_image(image)})
+
+
+_AUTH = re.compile(
+    r"(?<![\w-])(?:unauthorized|UNAUTHORIZED)\b|\bDENIED\b|(?<!pull access )\bdenied: "
+    r"|authentication required|no basic auth credentials|incorrect username or password"
+    r"|requested access to the resource is denied|invalid username/password"
+    r"|authorization failed|401 Unauthorized")
+_URL_HOST = re.compile(r"https?://(?P<host>[^/\s\"']+)")
+
+
+def _registry_auth(lines: Sequence[Line], image: str | None) -> Diagnosis | None:
+    hit = _first(lines, _AUTH, exclude=_NOT_FOUND)
+    if hit is None:
+        return None
+    ln, _m = hit
+    url = _URL_HOST.search(ln.text)
+    registry = url["host"] if url else _registry_of_image(image)
+    where = registry or "the registry"
+    ngc = " (nvcr.io: user `$oauthtoken`, an NGC API key as password)" if (
+        registry or "").endswith("nvcr.io") else ""
+    return _make(
+        "registry_auth",
+        f"{where} refused the credentials for {image or 'the image'}: not logged in, a wrong "
+        "login, or an account without access to that repository",
+        f"`docker login {registry or '<registry>'}` on the host with an account that may pull "
+        f"it{ngc}; if access is denied after login, request access or use a public image",
+        [ln.raw], {"registry": registry, "image": image})
+
+
+_RATE = re.compile(r"toomanyrequests|TOOMANYREQUESTS|pull rate limit|429 Too Many Requests",
+                   re.I)
+
+
+def _rate_limited(lines: Sequence[Line], image: str | None) -> Diagnosis | None:
+    if (hit := _first(lines, _RATE)) is None:
+        return None
+    url = _URL_HOST.search(hit[0].text)
+    registry = url["host"] if url else _registry_of_image(image) or (
+        "Docker Hub" if "docker.com" in hit[0].text else None)
+    return _make(
+        "registry_rate_limited",
+        f"{registry or 'the registry'} refused the pull: pull rate limit reached "
+        "(toomanyrequests); anonymous pulls share the host's IP address quota",
+        "`docker login` so pulls count against an account, use a registry mirror / pull "
+        "through cache, or retry after the limit window",
+        [hit[0].raw], {"registry": registry, "image": image})
+
+
+_REGISTRY_CONTEXT = re.compile(
+    r"/v2/|registry|pinging container registry|failed to (?:resolve|do request|fetch|copy)"
+    r"|Error response from daemon: Get|error pulling image|Pulling|pull", re.I)
+_NET_ERROR = re.compile(
+    r"no such host|i/o timeout|TLS handshake timeout|connection refused|connection reset"
+    r"|network is unreachable|no route to host|Temporary failure in name resolution"
+    r"|server misbehaving|context deadline exceeded|Client\.Timeout exceeded"
+    r"|request canceled while waiting for connection|x509: |proxyconnect"
+    r"|server gave HTTP response to HTTPS client|EOF$", re.I)
+_LOOKUP = re.compile(r"lookup (?P<host>[\w.-]+\.[a-z]{2,})(?: on [\d.:\[\]]+)?: ", re.I)
+_PINGING = re.compile(r"pinging container registry (?P<host>[\w.:-]+)", re.I)
+
+
+def _registry_unreachable(lines: Sequence[Line], image: str | None) -> Diagnosis | None:
+    hit = next((ln for ln in lines if _NET_ERROR.search(ln.text)
+                and _REGISTRY_CONTEXT.search(ln.text)
+                and not _NOT_FOUND.search(ln.text)), None)
+    if hit is None:
+        return None
+    registry = None
+    for pattern in (_PINGING, _URL_HOST, _LOOKUP):
+        if m := pattern.search(hit.text):
+            registry = m["host"]
+            break
+    registry = registry or _registry_of_image(image)
+    why = _NET_ERROR.search(hit.text)
+    assert why is not None
+    return _make(
+        "registry_unreachable",
+        f"the host could not reach {registry or 'the registry'} to pull "
+        f"{image or 'the image'}: {why[0].rstrip(': ')} (DNS, network, proxy or TLS between "
+        "the Docker daemon and the registry); nothing was pulled",
+        "check the daemon's network from the host: DNS (`getent hosts "
+        f"{registry or '<registry>'}`), proxy settings of the docker service (`systemctl "
+        "show docker --property=Environment`), firewall/TLS; retry or use a reachable mirror",
+        [hit.raw], {"registry": registry, "image": image})
+
+
+# -- the host and the daemon ---------------------------------------------------------------
+
+_DISK_FULL = re.compile(r"no space left on device|\bENOSPC\b", re.I)
+# /dev/shm (NCCL segments, torch's shared-memory files) is shm_exhausted, not the disk
+_SHM = re.compile(r"/dev/shm|shared memory|\bshm\b|posix_fallocate|NCCL|</torch_|torch_\d+",
+                  re.I)
+_PATH = re.compile(r"(?:write|open|mkdir|create|copy)\s+(?P<path>/[^\s:]+)")
+
+
+def _disk_full(lines: Sequence[Line], image: str | None) -> Diagnosis | None:
+    if (hit := _first(lines, _DISK_FULL, exclude=_SHM)) is None:
+        return None
+    ln, _m = hit
+    path = m["path"] if (m := _PATH.search(ln.text)) else None
+    pulling = re.search(r"register layer|extract|pull|tar file|overlay|/var/lib/docker",
+                        ln.text, re.I)
+    what = f"pulling {image or 'the image'}" if pulling else f"writing {path or 'a file'}"
+    return _make(
+        "disk_full",
+        f"no space left on device while {what}: the filesystem "
+        f"{'of Docker data-root (/var/lib/docker)' if pulling else 'written to'} is full",
+        "free space on the host (`docker system df`, `docker system prune`, old checkpoints), "
+        "or grow the volume / move Docker's data-root to a larger disk",
+        [ln.raw], {"image": image, "path": path})
+
+
+_DAEMON_DOWN = re.compile(
+    r"Cannot connect to the Docker daemon(?: at (?P<sock>[^\s.]+(?:\.sock)?))?"
+    r"|Is the docker daemon running"
+    r"|Cannot connect to Podman|unable to connect to Podman socket"
+    r"|cannot access containerd socket|failed to dial \\?\"?/run/containerd/containerd\.sock"
+    r"|Error while fetching server API version: \('Connection aborted\.', "
+    r"(?:FileNotFoundError|ConnectionRefusedError)"
+    r"|dial unix (?P<sock2>\S+\.sock): connect: (?:no such file or directory|connection refused)"
+    r"|open //\./pipe/docker_engine", re.I)
+
+
+def _daemon_unreachable(lines: Sequence[Line], image: str | None) -> Diagnosis | None:
+    if (hit := _first(lines, _DAEMON_DOWN)) is None:
+        return None
+    ln, m = hit
+    sock = m["sock"] or m["sock2"]
+    return _make(
+        "docker_daemon_unreachable",
+        f"no container engine answers on {sock or 'its socket'}: the daemon is not running "
+        "(or not started yet, or this shell is inside a container without it)",
+        "start the daemon on the host (`sudo systemctl start docker`; `systemctl status "
+        "docker` / `journalctl -u docker` say why it stopped) and retry; check DOCKER_HOST "
+        "and the docker context",
+        [ln.raw], {"socket": sock, "image": image})
+
+
+_PERMISSION = re.compile(
+    r"permission denied while trying to connect to the (?:Docker )?daemon socket"
+    r"|dial unix (?P<sock>\S+\.sock): connect: permission denied"
+    r"|Error while fetching server API version: \('Connection aborted\.', PermissionError", re.I)
+
+
+def _permission(lines: Sequence[Line], image: str | None) -> Diagnosis | None:
+    if _first(lines, _PERMISSION) is None:
+        return None
+    sock = next((m["sock"] for x in lines if (m := _PERMISSION.search(x.text)) and m["sock"]),
+                None)
+    return _make(
+        "docker_permission",
+        f"this user may not use the Docker socket ({sock or '/var/run/docker.sock'}: "
+        "permission denied): not root and not in the `docker` group",
+        "`sudo usermod -aG docker $USER` and log in again (or use sudo / rootless docker)",
+        [x.raw for x in lines if _PERMISSION.search(x.text)][:2],
+        {"socket": sock or None, "image": image})
+
+
+_NAME_CONFLICT = re.compile(
+    r"container name \\?\"?(?P<name>/?[\w.-]+)\\?\"? is already in use"
+    r"|name \\?\"(?P<name2>[\w.-]+)\\?\" is already used by", re.I)
+
+
+def _name_conflict(lines: Sequence[Line], image: str | None) -> Diagnosis | None:
+    if (hit := _first(lines, _NAME_CONFLICT)) is None:
+        return None
+    ln, m = hit
+    name = (m["name"] or m["name2"] or "").lstrip("/")
+    return _make(
+        "name_conflict",
+        f"the container name {name!r} is already in use by another container (running, "
+        "stopped, or still being removed), so this one was not created",
+        f"remove the old container (`docker rm -f {name}`; if its removal hangs, restart "
+        "dockerd) or use another name",
+        [ln.raw], {"name": name, "image": image})
+
+
+_PORT = re.compile(
+    r"Bind for (?P<a1>[\w.:\[\]]*?):(?P<p1>\d+) failed: port is already allocated"
+    r"|failed to bind host port for (?P<a2>[\w.\[\]:]*?):(?P<p2>\d+):[\w.\[\]:]*?/(?:tcp|udp)"
+    r": address already in use"
+    r"|(?:listen|bind) (?:tcp|udp)[46]? (?P<a3>[\w.\[\]:]*?):(?P<p3>\d+): bind: "
+    r"address already in use"
+    r"|exposing port (?:TCP|UDP) (?P<a4>[\w.\[\]:]*?):(?P<p4>\d+) ->", re.I)
+
+
+def _port_in_use(lines: Sequence[Line], image: str | None) -> Diagnosis | None:
+    hit = _first(lines, _PORT)
+    if hit is None:
+        return None
+    ln, m = hit
+    port = int(next(p for p in (m["p1"], m["p2"], m["p3"], m["p4"]) if p))
+    addr = next((a for a in (m["a1"], m["a2"], m["a3"], m["a4"]) if a), "")
+    return _make(
+        "port_in_use",
+        f"host port {port} is already taken (another container or process listens on "
+        f"{addr or '*'}:{port}), so Docker could not publish it and the container did not "
+        "start",
+        f"publish another host port (`-p <free>:<container port>`) or free {port} (`ss -ltnp "
+        f"'sport = :{port}'`); `docker rm` the container that was created",
+        [ln.raw], {"port": port, "address": addr or None, "image": image})
+
+
+_PLATFORM = re.compile(
+    r"requested image's platform \((?P<platform>[^)]+)\) does not match the detected host "
+    r"platform \((?P<host>[^)]+)\)")
+_EXEC_FORMAT = re.compile(r"exec format error", re.I)
+
+
+def _platform_mismatch(lines: Sequence[Line], image: str | None) -> Diagnosis | None:
+    if (hit := _first(lines, _EXEC_FORMAT)) is None:
+        return None
+    warn = _first(lines, _PLATFORM)
+    platform = warn[1]["platform"] if warn else None
+    host = warn[1]["host"] if warn else None
+    evidence = ([warn[0].raw] if warn else []) + [hit[0].raw]
+    archs = f" ({platform} image on a {host} host)" if warn else ""
+    return _make(
+        "image_platform_mismatch",
+        f"the container's program cannot run on this CPU{archs}: exec format error when the "
+        "container starts",
+        f"use a build of the image for {host or 'the host'}'s architecture (`--platform`), or "
+        "install binfmt/qemu emulation and run with the image's --platform",
+        evidence, {"platform": platform, "host_platform": host, "image": image})
+
+
+# -- memory ----------------------------------------------------------------------------------
+
+_CGROUP_OOM = re.compile(
+    r"Memory cgroup out of memory: Kill(?:ed)? process (?P<pid>\d+) \((?P<comm>[^)]*)\)"
+    r"|oom-kill:.*constraint=CONSTRAINT_MEMCG.*?,task=(?P<comm2>[^,]+),pid=(?P<pid2>\d+)")
+_HOST_OOM = re.compile(
+    r"(?<!cgroup )Out of memory: Kill(?:ed)? process (?P<pid>\d+) \((?P<comm>[^)]*)\)")
+# docker inspect's State.OOMKilled, Kubernetes' "Reason: OOMKilled"; never "OOMKilled": false
+_OOM_FLAG = re.compile(r"\bOOMKilled\b(?!\"?\s*[:=]\s*false)", re.I)
+_EXIT_137 = re.compile(r"(?:exit(?:ed)?(?: with)?(?: code| status)?|Exited) \(?137\)?", re.I)
+_MEM_LIMIT = re.compile(r"(?:^|\s)(?:-m|--memory)[ =]\d|mem_limit|memory limit|limits?:.*memory",
+                        re.I)
+
+
+def oom_from_kernel(lines: Sequence[Line]) -> tuple[Line, int | None, str, str | None] | None:
+    """The kernel's OOM kill line: (line, pid, scope ``container`` for a memory cgroup /
+    ``host``, process name); None when there is none."""
+    for ln in lines:
+        if m := _CGROUP_OOM.search(ln.text):
+            pid = m["pid"] or m["pid2"]
+            return ln, int(pid), "container", m["comm"] or m["comm2"]
+    for ln in lines:
+        if m := _HOST_OOM.search(ln.text):
+            return ln, int(m["pid"]), "host", m["comm"]
+    return None
+
+
+def _oom(lines: Sequence[Line], image: str | None) -> Diagnosis | None:
+    kernel = oom_from_kernel(lines)
+    flag = _first(lines, _OOM_FLAG)
+    code = _first(lines, _EXIT_137)
+    limit = _first(lines, _MEM_LIMIT)
+    if kernel is None and flag is None and not (code and limit):
+        return None
+    evidence: list[str] = []
+    pid = comm = None
+    scope = "container"
+    if kernel is not None:
+        ln, pid, scope, comm = kernel
+        evidence.append(ln.raw)
+        if scope == "host" and (flag or limit):
+            scope = "container"
+    if flag is not None:
+        evidence.append(flag[0].raw)
+    elif code is not None and limit is not None:
+        evidence += [limit[0].raw, code[0].raw]
+    who = f"process {pid} ({comm})" if pid is not None else "the container's main process"
+    if scope == "host":
+        summary = (f"the kernel OOM killer killed {who}: the host ran out of RAM (not GPU "
+                   "memory)")
+        fix = ("lower host memory use (fewer DataLoader workers, smaller prefetch, no dataset "
+               "held in RAM per rank) or run on a host with more RAM")
+    else:
+        summary = (f"the container hit its memory limit and the cgroup OOM killer killed "
+                   f"{who} (OOMKilled; exit 137); host RAM, not GPU memory")
+        fix = ("raise the container's memory limit (docker run -m / the job's memory) or "
+               "lower host memory use (fewer DataLoader workers, smaller batches in RAM)")
+    return _make("oom_killed", summary, fix, evidence,
+                 {"pid": pid, "scope": scope, "process": comm, "image": image})
+
+
+# -- attempts ------------------------------------------------------------------------------
+
+_CHECKS = (
+    _daemon_unreachable, _permission, _disk_full, _no_gpu_driver, _unknown_runtime, _toolkit,
+    _image_not_found, _registry_auth, _rate_limited, _registry_unreachable,
+    _name_conflict, _port_in_use, _platform_mismatch, _oom,
+)
+
+
+def _attempts(lines: Sequence[Line]) -> list[list[Line]]:
+    """The lines split where a new engine command starts (``$ docker run ...``); the first
+    part holds whatever came before the first command."""
+    parts: list[list[Line]] = [[]]
+    for ln in lines:
+        if is_docker_command(ln.text) and parts[-1]:
+            parts.append([])
+        parts[-1].append(ln)
+    return parts
+
+
+def _last_attempt(lines: Sequence[Line]) -> list[Diagnosis]:
+    """The findings of the last attempt that failed: an earlier attempt's error (a daemon
+    not up yet, a typo since corrected) is history, not the current cause."""
+    for part in reversed(_attempts(lines)):
+        image = image_of(part) or image_of(lines)
+        found = [d for check in _CHECKS if (d := check(part, image)) is not None]
+        if found:
+            return found
+    return []
+
+
+def _docker(ctx: Context) -> list[Diagnosis]:
+    """Every container-engine / registry / toolkit failure of the last failed attempt."""
+    return _last_attempt(ctx.lines)
+
+
+#: The rules of this module (the engine ranks what they find).
+RULES = (_docker,)

@@ -1,0 +1,253 @@
+"""Rules for Slurm: the scheduler's time limit, cancellations, the job cgroup's OOM killer,
+and srun's per-task exit lines as consequences of a real error above them.
+
+Primary sources (SchedMD/slurm):
+
+- ``src/slurmd/slurmstepd/req.c`` (``_handle_signal_container``): ``error("*** %s ON %s
+  CANCELLED AT %s DUE TO TIME LIMIT ***")``, ``... DUE TO PREEMPTION ***``, ``... DUE TO NODE
+  FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***`` and, for scancel, ``*** %s ON %s CANCELLED AT
+  %s ***``, where ``%s`` is ``JOB <id>`` or ``STEP <id>.<step>`` (Slurm before 15.08 wrote
+  ``*** JOB %u CANCELLED AT %s DUE TO TIME LIMIT on %s ***``, the node last).
+- ``src/plugins/task/cgroup/task_cgroup_memory.c`` and ``src/plugins/cgroup/v1|v2``:
+  ``Detected %u oom-kill event(s) in %ps cgroup. Some of your processes may have been killed
+  by the cgroup out-of-memory handler.`` (newer: ``Detected %u oom_kill event%s in %ps. Some
+  of the step tasks have been OOM Killed.``).
+- ``src/srun/srun_job.c`` / ``launch``: ``srun: error: %s: task%s %s: Exited with exit code
+  %d``, ``...: Killed``, ``...: Out Of Memory``, ``srun: Job step aborted: Waiting up to %d
+  seconds for job step to finish.``, ``srun: forcing job termination``.
+- bash's job-control report of a killed child (``script: line N:  PID Killed  command``).
+
+A Slurm cancellation or srun's exit lines never hide the error above them: a Python
+exception a task printed before srun reported its exit is the root cause (the exit lines and
+the step's cancellation are its consequences).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import replace
+
+from console.diagnosis.elastic import EXCEPTION_LINE
+from console.diagnosis.lines import Line
+from console.diagnosis.model import Consequence, Context, Diagnosis, FactValue
+from console.diagnosis.model import make_diagnosis as _diag
+
+__all__ = ["RULES", "parse_tasks"]
+
+
+_CANCELLED = re.compile(
+    r"\*\*\*\s*(?P<what>JOB|STEP)\s+(?P<id>[\w.+]+)\s+(?:ON\s+(?P<node>\S+)\s+)?"
+    r"CANCELLED AT\s+(?P<at>\S+)(?:\s+DUE TO\s+(?P<why>[^*]+?))?"
+    r"(?:\s+on\s+(?P<node_old>\S+))?\s*\*\*\*")
+_STEPD_KILLED = re.compile(
+    r"\*\*\*\s*(?P<what>JOB|STEP)\s+(?P<id>[\w.+]+)\s+STEPD TERMINATED ON\s+(?P<node>\S+)"
+    r"\s+AT\s+(?P<at>\S+)\s+DUE TO\s+(?P<why>[^*]+?)\s*\*\*\*")
+_OOM_EVENT = re.compile(
+    r"Detected (?P<n>\d+) oom[-_]kill events?(?:\(s\))? in (?P<step>.+?)(?: cgroup)?\."
+    r"|(?P<n2>\d+) oom[-_]kill events?(?:\(s\))? in (?P<step2>\S+)", re.I)
+_SRUN_TASK = re.compile(
+    r"srun: error: (?P<node>\S+): tasks? (?P<tasks>[\d,\-\[\] ]+): (?P<how>Exited with exit "
+    r"code (?P<code>\d+)|Killed|Terminated|Out Of Memory|Segmentation fault|Aborted"
+    r"|Bus error)")
+_BASH_KILLED = re.compile(r"line \d+:\s+(?P<pid>\d+) Killed\s+(?P<cmd>\S.*)")
+_TERM = re.compile(
+    r"Received SIGTERM|got signal: 15|SIGTERM received|signal 15\b|Job step aborted"
+    r"|forcing job termination|Force Terminated", re.I)
+
+
+def parse_tasks(spec: str) -> tuple[int, ...]:
+    """srun's task list (``2-7``, ``8-13,15``) as task ids."""
+    out: list[int] = []
+    for part in spec.replace("[", "").replace("]", "").replace(" ", "").split(","):
+        if "-" in part:
+            a, _, b = part.partition("-")
+            if a.isdigit() and b.isdigit() and int(b) - int(a) < 100_000:
+                out += range(int(a), int(b) + 1)
+        elif part.isdigit():
+            out.append(int(part))
+    return tuple(out)
+
+
+def _stopped_consequences(lines: Sequence[Line], after: int) -> tuple[Consequence, ...]:
+    """The SIGTERMs Slurm sent the tasks once it cancelled the step (a consequence)."""
+    hits = [ln.raw for ln in lines if ln.index > after and _TERM.search(ln.text)]
+    if not hits:
+        return ()
+    return (Consequence("stopped", "Slurm sent the tasks SIGTERM (then SIGKILL after the "
+                        "grace period) when it ended the step", tuple(hits[:4])),)
+
+
+def _killed_consequences(lines: Sequence[Line]) -> tuple[Consequence, ...]:
+    killed = [ln.raw for ln in lines if (m := _SRUN_TASK.search(ln.text)) and m["how"] == "Killed"]
+    if not killed:
+        return ()
+    return (Consequence("sigkill", "srun reports tasks Killed (SIGKILL after the step was "
+                        "cancelled)", tuple(killed)),)
+
+
+def _cancelled(ctx: Context) -> Diagnosis | None:
+    """``*** JOB/STEP ... CANCELLED AT ... [DUE TO ...] ***``: the time limit, a preemption,
+    a node failure, or scancel."""
+    hits = [(ln, m) for ln in ctx.lines if (m := _CANCELLED.search(ln.text))]
+    stepd = [(ln, m) for ln in ctx.lines if (m := _STEPD_KILLED.search(ln.text))]
+    if not hits and not stepd:
+        return None
+    pick = next(((ln, m) for ln, m in hits if "TIME LIMIT" in (m["why"] or "").upper()),
+                (hits or stepd)[0])
+    ln, m = pick
+    why = (m["why"] or "").strip().rstrip(",")
+    node = m["node"] if m["node"] not in (None, "...") else m.groupdict().get("node_old")
+    entity = f"{m['what'].lower()} {m['id']}"
+    on = f" on {node}" if node else ""
+    evidence = [x.raw for x, y in hits if (y["why"] or "") == (m["why"] or "")] or [ln.raw]
+    facts: dict[str, FactValue | None] = {
+        "job": m["id"].split(".")[0], "step": m["id"] if "." in m["id"] else None,
+        "node": node, "time": m["at"], "reason": why or None}
+    consequences = _stopped_consequences(ctx.lines, ln.index) + _killed_consequences(ctx.lines)
+    if "TIME LIMIT" in why.upper():
+        d = _diag(
+            "slurm_time_limit",
+            f"Slurm cancelled {entity}{on} at {m['at']}: it reached its time limit (--time); "
+            "the SIGTERM/SIGKILL the tasks got after it are consequences",
+            (),
+            "request more time (`--time`), or checkpoint and requeue before the limit "
+            "(`--signal=USR1@120` with a handler that saves, `--requeue`)",
+            evidence[:2], facts)
+    else:
+        if "PREEMPT" in why.upper():
+            what = "preempted: a higher-priority job took its resources"
+            fix = ("resubmit or let the workflow retry; use `--requeue` with checkpointing, or a "
+                   "partition/QOS that is not preemptible")
+        elif "NODE FAIL" in why.upper():
+            what = "ended because its node failed (see slurmctld's log for the node)"
+            fix = ("resubmit (excluding the node: `--exclude`) and ask the admins about the "
+                   "node; checkpoint so a restart resumes")
+        elif why:
+            what = f"ended by Slurm ({why.lower()})"
+            fix = "see `sacct -j <job> -o JobID,State,ExitCode,Reason` and resubmit"
+        else:
+            what = ("cancelled from outside (scancel by a user or an admin, or srun ending the "
+                    "step after another task failed)")
+            fix = ("find who cancelled it (`sacct -j <job> -o JobID,State,ExitCode` and the "
+                   "job's log before this line); resubmit if it was not on purpose")
+        d = _diag("slurm_cancelled", f"Slurm {entity}{on} was {what} at {m['at']}", (), fix,
+                  evidence[:2], facts)
+    return replace(d, consequences=consequences)
+
+
+def _oom(ctx: Context) -> Diagnosis | None:
+    """The job cgroup's OOM killer (slurmstepd's ``oom-kill event``, srun's ``Out Of Memory``)."""
+    event = next(((ln, m) for ln in ctx.lines if (m := _OOM_EVENT.search(ln.text))), None)
+    task = next(((ln, m) for ln in ctx.lines
+                 if (m := _SRUN_TASK.search(ln.text)) and m["how"] == "Out Of Memory"), None)
+    if event is None and task is None:
+        return None
+    killed = next(((ln, m) for ln in ctx.lines if (m := _BASH_KILLED.search(ln.text))), None)
+    pid = int(killed[1]["pid"]) if killed else None
+    evidence: list[str] = []
+    step = None
+    if event is not None:
+        ln, m = event
+        evidence.append(ln.raw)
+        step = (m["step"] or m["step2"] or "").strip()
+        step = step.removeprefix("StepId=").removeprefix("step ").strip() or None
+    if task is not None:
+        evidence.append(task[0].raw)
+    if killed is not None:
+        evidence.append(killed[0].raw)
+    tasks = parse_tasks(task[1]["tasks"]) if task else ()
+    who = f"process {pid} ({killed[1]['cmd'].split()[0]})" if killed else (
+        f"task {', '.join(map(str, tasks))}" if tasks else "a process")
+    where = f" of step {step}" if step else ""
+    return _diag(
+        "oom_killed",
+        f"the cgroup OOM killer killed {who}{where}: the job used more host RAM than it "
+        "requested from Slurm (not GPU memory)",
+        (),
+        "request more memory (`--mem`, `--mem-per-cpu`, or `--exclusive` for the whole node), "
+        "fewer tasks per node, or lower host memory use (DataLoader workers, data in RAM)",
+        evidence,
+        {"scope": "slurm", "pid": pid, "step": step, "tasks": tasks or None},
+    )
+
+
+def _task_exits(ctx: Context) -> list[Diagnosis]:
+    """srun's per-task exit lines: how tasks ended (a consequence when anything explains it),
+    and a Python exception printed above the first of them, the real error."""
+    exits = [(ln, m) for ln in ctx.lines if (m := _SRUN_TASK.search(ln.text))
+             and m["how"] != "Out Of Memory"]
+    if not exits:
+        return []
+    out: list[Diagnosis] = []
+    coded = [(ln, m) for ln, m in exits if m["code"] and m["code"] != "0"]
+    killed = [(ln, m) for ln, m in exits if m["how"] == "Killed"]
+    cancelled = any(_CANCELLED.search(ln.text) for ln in ctx.lines)
+    if coded:
+        tasks = tuple(t for _ln, m in coded for t in parse_tasks(m["tasks"]))
+        codes = sorted({int(m["code"]) for _ln, m in coded})
+        nodes = sorted({m["node"] for _ln, m in coded})
+        out.append(_diag(
+            "exit_code",
+            f"srun: tasks {_span(tasks)} on {', '.join(nodes)} exited with code "
+            f"{', '.join(map(str, codes))}",
+            tasks,
+            "read the tasks' own output above srun's lines for the error that made them exit",
+            [ln.raw for ln, _m in coded][:4],
+            {"exitcode": codes[0], "tasks": tasks, "launcher": "srun"},
+            ctx.failure,
+        ))
+    if killed and not cancelled:
+        tasks = tuple(t for _ln, m in killed for t in parse_tasks(m["tasks"]))
+        out.append(_diag(
+            "sigkill",
+            f"srun: tasks {_span(tasks)} were killed (SIGKILL) with no cancellation or OOM "
+            "line in the text: most likely the kernel OOM killer or an admin",
+            tasks,
+            "check `sacct -j <job> -o JobID,State,ExitCode,MaxRSS,ReqMem` and the node's "
+            "kernel log (dmesg | grep -i oom)",
+            [ln.raw for ln, _m in killed][:4],
+            {"tasks": tasks, "launcher": "srun"},
+            ctx.failure,
+        ))
+    if ctx.failure is None and coded:
+        first = min(ln.index for ln, _m in coded)
+        raised = _exception_above(ctx.lines, first)
+        if raised is not None:
+            m2 = EXCEPTION_LINE.match(raised.text.strip())
+            etype = m2["type"] if m2 else None
+            out.append(_diag(
+                "exception",
+                f"the tasks raised {raised.text.strip()}; srun then reported them exiting",
+                (),
+                f"fix the {etype or 'error'} in the training script (its traceback is in the "
+                "tasks' output)",
+                [raised.raw],
+                {"exception": etype, "exception_type": etype,
+                 "message": (m2["msg"] or "") if m2 else None},
+            ))
+    return out
+
+
+_PY_ERROR = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception)(?::|$)")
+
+
+def _exception_above(lines: Sequence[Line], before: int) -> Line | None:
+    """The last Python exception line (``RuntimeError: ...``) a task printed before srun's
+    first exit line, or None."""
+    for ln in reversed(lines[:before]):
+        if _PY_ERROR.match(ln.text.strip()):
+            return ln
+    return None
+
+
+def _span(tasks: Sequence[int]) -> str:
+    """``2-15`` for a contiguous run of task ids, else the list."""
+    s = sorted(set(tasks))
+    if len(s) > 2 and s == list(range(s[0], s[-1] + 1)):
+        return f"{s[0]}-{s[-1]}"
+    return ", ".join(map(str, s))
+
+
+#: The rules of this module (the engine ranks what they find).
+RULES = (_cancelled, _oom, _task_exits)
