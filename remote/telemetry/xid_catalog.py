@@ -16,6 +16,11 @@ Sources:
   https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/error-recovery-and-response-flags.html,
   and NVML's ``nvmlDeviceGpuRecoveryAction_t``: the recovery actions an Xid 154 line names
   (:data:`RECOVERY_ACTIONS`).
+* ``tests/data/diagnose/xid-catalog-sources.md``: the same page read independently (plus
+  NVIDIA/NVSentinel's xiderrorsmapping.csv and dcgm-exporter's Xid texts, with URLs and
+  commits); ``tests/unit/test_xid_catalog.py`` checks every mnemonic and immediate bucket here
+  against its table. Where that table has prose instead of a bucket (Xid 162-170, power
+  smoothing and confidential computing), the action here is ``unknown``.
 * Kernel log spellings of Xid 45, 119 and 154 and of GSP messages: the real reports in
   ``tests/data/diagnose/corpus/gpu/`` (gpu-001 Xid 119, gpu-002 Xid 45 "caused by previous
   Xid 149", gpu-004 Xid 62 then 154) and ``tests/data/cases/dmesg-xid/``.

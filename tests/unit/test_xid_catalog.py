@@ -55,6 +55,23 @@ def test_catalogue_has_every_number_once_with_known_buckets() -> None:
     assert XID_CATALOG[1].description == "Unused" and not XID_CATALOG[1].used
 
 
+def test_catalogue_agrees_with_the_saved_sources() -> None:
+    """tests/data/diagnose/xid-catalog-sources.md: NVIDIA's page read by another helper."""
+    rows: dict[int, list[str]] = {}
+    for ln in (DATA / "diagnose" / "xid-catalog-sources.md").read_text().splitlines():
+        cells = [c.strip() for c in ln.strip().strip("|").split("|")]
+        if ln.startswith("| ") and cells[0].isdigit():
+            rows[int(cells[0])] = cells
+    assert set(rows) == set(XID_CATALOG)
+    for code, cells in rows.items():
+        info = XID_CATALOG[code]
+        assert cells[1] == info.mnemonic, code
+        if cells[3].startswith("(no bucket; text)"):
+            assert info.action == "unknown", code
+        else:
+            assert cells[3] == info.immediate, code
+
+
 def test_actions_and_roles_follow_nvidia_buckets() -> None:
     assert XID_CATALOG[79].headline == "Xid 79 fallen off the bus: reboot"
     assert {c: XID_CATALOG[c].action for c in (13, 31, 48, 62, 95, 119, 120, 74, 149, 54, 45,
