@@ -337,37 +337,6 @@ def _docker_time(value: object) -> str | None:
     return value
 
 
-
-#: Docker engine error texts with a known cause, mapped to (reason, fix).
-_KNOWN_ENGINE_ERRORS: tuple[tuple[str, str, str], ...] = (
-    (
-        "could not select device driver",
-        "Docker has no device driver offering GPUs: the NVIDIA Container Toolkit is not "
-        "installed or not registered with dockerd",
-        "install nvidia-container-toolkit, run `nvidia-ctk runtime configure --runtime=docker`, "
-        "restart dockerd",
-    ),
-    (
-        "nvidia-container-cli: initialization error",
-        "the NVIDIA container runtime could not initialise NVML on the host (the container "
-        "was never created; the GPUs are not implicated)",
-        "check `nvidia-smi` on the host as root, /dev/nvidia* permissions, SELinux/userns "
-        "settings and /etc/nvidia-container-runtime/config.toml",
-    ),
-)
-
-
-def explain_engine_error(text: str) -> tuple[str, str] | None:
-    """Map a Docker engine error text to ``(reason, fix)`` when its cause is known."""
-    for needle, reason, fix in _KNOWN_ENGINE_ERRORS:
-        if needle in text:
-            detail = ""
-            if "nvml error:" in text:
-                detail = " — " + text.split("nvml error:", 1)[1].strip().rstrip(".")
-            return reason + detail, fix
-    return None
-
-
 class Engine:
     """The Docker engine of one host (see module docstring for the threading model).
 
@@ -419,11 +388,8 @@ class Engine:
         except docker.errors.ImageNotFound as e:
             raise ImageNotFound(self.host, _api_message(e)) from e
         except docker.errors.APIError as e:
-            msg = _api_message(e)
-            known = explain_engine_error(msg)
-            if known:
-                raise DockerError(self.host, known[0], known[1]) from e
-            raise DockerError(self.host, f"Docker engine: {msg}") from e
+            # the engine's own words: console explains them (console.diagnosis, at launch)
+            raise DockerError(self.host, f"Docker engine: {_api_message(e)}") from e
         except (requests.exceptions.ConnectionError, ConnectionError, OSError) as e:
             self._drop_client()
             raise ConnectionLost(self.host, f"Docker engine unreachable: {e}") from e

@@ -29,6 +29,7 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import TypeVar
 
+from console.diagnosis import diagnose
 from console.errors import JobNameInUse, PlanError
 from console.jobs import gang
 from console.jobs.labels import K_JOB_ID, K_JOB_NAME
@@ -43,7 +44,7 @@ from console.jobs.plan import (
 from console.jobs.spec import LoadedSpec
 from console.jobs.store import JobRecord, NodeRecord, Store
 from console.session import Session
-from remote.errors import GpuConsoleError
+from remote.errors import DockerError, GpuConsoleError
 from remote.transport import WORKDIR_CACHE, workdir_digest
 
 log = logging.getLogger("gpuconsole.launch")
@@ -70,6 +71,21 @@ def _start_ticks(pid: int) -> str | None:
         return None
     fields = stat[stat.rfind(")") + 2:].split()
     return fields[19] if len(fields) > 19 else None
+
+
+def explain_engine_error(error: GpuConsoleError) -> GpuConsoleError:
+    """A Docker engine error (a refused create/start, a failed pull) restated with the root
+    cause :func:`console.diagnosis.diagnose` names in the engine's text: its summary as the
+    message and its fix as the hint, the same explanation ``gpuconsole diagnose`` gives for
+    that text. Any other error, or an engine text with no known cause, is returned as is."""
+    if not isinstance(error, DockerError):
+        return error
+    found = diagnose(error.detail)
+    if found is None:
+        return error
+    log.info("host %s: Docker engine error read as %s: %s", error.host, found.kind,
+             error.detail)
+    return type(error)(error.host, found.summary, found.fix)
 
 
 def launcher_token() -> str:
@@ -275,12 +291,18 @@ async def prepare(
         )
     await session.connect_all(hosts)
     await check_name_free(session, hosts, loaded.spec.name)
-    facts_list = await gather_first_error(
-        *(
-            _host_facts(session, loaded, h, image, i == 0, profile.defaults.pull, dry_run)
-            for i, h in enumerate(hosts)
+    try:
+        facts_list = await gather_first_error(
+            *(
+                _host_facts(session, loaded, h, image, i == 0, profile.defaults.pull, dry_run)
+                for i, h in enumerate(hosts)
+            )
         )
-    )
+    except DockerError as e:  # a pull the registry refused, an engine that answers oddly
+        explained = explain_engine_error(e)
+        if explained is e:
+            raise
+        raise explained from e
     facts = {f.host: f for f in facts_list}
     job_id = new_job_id(loaded.spec.name)
     # Plan once before any effect, so GPU and process errors come before the workdir sync.
@@ -354,9 +376,12 @@ async def launch(session: Session, store: Store, loaded: LoadedSpec, prepared: P
         await rollback()
         log.warning("launch of %s interrupted; its containers were removed", plan.job_id)
         raise
-    except GpuConsoleError:
+    except GpuConsoleError as e:
         await rollback()
-        raise
+        explained = explain_engine_error(e)
+        if explained is e:
+            raise
+        raise explained from e
     for n in record.nodes:
         n.container_id = created[n.node_rank]
         n.state = "running"
