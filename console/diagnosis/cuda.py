@@ -1,114 +1,287 @@
-"""Rules for CUDA errors a rank raised: CUDA runtime error strings (``cudaGetErrorString``,
-CUDA Runtime API "Error Handling" / ``cudaError_t``) and PyTorch's caching allocator's
-``torch.OutOfMemoryError`` (``c10/cuda/CUDACachingAllocator.cpp``)."""
+"""Rules for CUDA errors a process raised.
+
+Sources, by rule:
+
+- CUDA Runtime API, "Error Handling" / ``cudaError_t``: the strings ``cudaGetErrorString``
+  returns, which PyTorch prints as ``CUDA error: <string>`` (``c10/cuda/CUDAException.cpp``,
+  ``C10_CUDA_CHECK``), older PyTorch as ``THCudaCheck FAIL file=... error=<n> : <string>`` or
+  ``cuda runtime error (<n>) : <string>``: cudaErrorMemoryAllocation (2, "out of memory"),
+  cudaErrorInsufficientDriver (35, "CUDA driver version is insufficient for CUDA runtime
+  version"), cudaErrorNoDevice (100, "no CUDA-capable device is detected"),
+  cudaErrorInvalidDevice (101, "invalid device ordinal"), cudaErrorInvalidDeviceFunction (98,
+  "invalid device function"), cudaErrorNoKernelImageForDevice (209, "no kernel image is
+  available for execution on the device"), cudaErrorECCUncorrectable (214, "uncorrectable ECC
+  error encountered"), cudaErrorIllegalAddress (700, "an illegal memory access was
+  encountered"), cudaErrorAssert (710, "device-side assert triggered"), cudaErrorSystemNotReady
+  (802, "system not yet initialized": on NVSwitch systems, Fabric Manager not running),
+  cudaErrorSystemDriverMismatch (803, "system has unsupported display driver / cuda driver
+  combination"), cudaErrorCompatNotSupportedOnDevice (804, "forward compatibility was attempted
+  on non supported HW"); the driver API names (``CUDA_ERROR_*``) of the same codes.
+- PyTorch's caching allocator: ``torch.OutOfMemoryError: CUDA out of memory. Tried to allocate
+  <size>. GPU <n> has a total capacity of ...`` (2.x) / ``... (GPU <n>; <size> total capacity``
+  (1.x) (``c10/cuda/CUDACachingAllocator.cpp``).
+- ``torch/cuda/__init__.py``: ``_check_driver`` ("The NVIDIA driver on your system is too old
+  (found version <n>)", "Found no NVIDIA driver on your system"), ``_check_capability`` ("...
+  with CUDA capability sm_<n> is not compatible with the current PyTorch installation"),
+  ``_lazy_init`` ("No CUDA GPUs are available", "CUDA driver initialization failed").
+- A device-side ``assert`` in a kernel prints ``<file>.cu:<line>: <kernel>: block: [x,y,z],
+  thread: [x,y,z] Assertion `<condition>` failed.`` (CUDA C Programming Guide, "Assertion";
+  the closing backtick tells it from glibc's host-side ``Assertion `cond' failed.``).
+"""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from dataclasses import replace
 
 from console.diagnosis.common import PG_ID, PG_NAME, PG_RANK, TERMINATE, rank_of
-from console.diagnosis.model import Context, Diagnosis
+from console.diagnosis.lines import Line
+from console.diagnosis.model import Consequence, Context, Diagnosis, FactValue
 from console.diagnosis.model import make_diagnosis as _diag
 
-__all__ = ["RULES"]
+__all__ = ["RULES", "SIGNATURES"]
 
+# Lines NCCL prints about a CUDA call of its own ("Cuda failure 'out of memory'") are the NCCL
+# rules' (nccl_cuda_oom, nccl_unhandled_cuda), never these.
+_NCCL_OWN = re.compile(r"Cuda failure|NCCL (?:WARN|INFO)|ncclUnhandledCudaError")
 
-_CUDA_ERROR = re.compile(r"CUDA error: (?P<msg>[^.(\n]+)")
-def _cuda_error(ctx: Context) -> Diagnosis | None:
-    """A ``CUDA error: ...`` (illegal memory access, device-side assert, out of memory...)."""
-    hit = next((ln for ln in ctx.lines if _CUDA_ERROR.search(ln.text)), None)
-    if hit is None:
-        return None
-    message = _CUDA_ERROR.search(hit.text)
-    assert message is not None
-    error = message["msg"].strip()
-    rank = rank_of(hit)
-    if rank is None and ctx.failure and ctx.failure.root_cause:
-        rank = ctx.failure.root_cause.rank
-    pg = pg_name = None
-    if m := PG_RANK.search(hit.text):
-        if p := PG_ID.search(m["inside"]):
-            pg = int(p["pg"])
-        if n := PG_NAME.search(m["inside"]):
-            pg_name = n["name"]
-    thrown = next((m["type"] for ln in ctx.lines if (m := TERMINATE.search(ln.text))), None)
-    evidence = [ln.raw for ln in ctx.lines if TERMINATE.search(ln.text)] + [hit.raw]
-    on = f"rank {rank}" if rank is not None else "a rank"
-    where = ""
-    if pg is not None:
-        where = f" (process group {pg}, {pg_name})" if pg_name else f" (process group {pg})"
-    watchdog = "watchdog" in hit.text.lower()
-    by = "the NCCL watchdog hit " if watchdog else ""
-    end = "; the process aborts (SIGABRT)" if thrown or watchdog else ""
-    if "out of memory" in error:
-        kind = "cuda_oom"
-        summary = f"{on}{where} ran out of GPU memory: {by}'{error}'{end}"
-        fix = "Lower the batch size, or free the GPU of other processes"
-    elif "illegal memory access" in error or "illegal address" in error:
-        kind = "cuda_illegal_memory_access"
-        summary = (
-            f"CUDA illegal memory access on {on}{where}: {by}'{error}'{end}. A kernel bug or a "
-            "faulty GPU; failures of other ranks after it are consequences"
-        )
-        fix = (
-            f"Check the kernel log (dmesg) of {on}'s host for Xid 13/31/43 on its GPU; rerun with "
-            "CUDA_LAUNCH_BLOCKING=1 to find the kernel that faults"
-        )
-    else:
-        kind = "cuda_error"
-        summary = f"CUDA error on {on}{where}: {by}'{error}'{end}"
-        fix = (
-            "Rerun with CUDA_LAUNCH_BLOCKING=1 (and TORCH_USE_CUDA_DSA for device-side asserts) "
-            "to find the failing kernel; check dmesg for Xid errors"
-        )
-    return _diag(
-        kind,
-        summary,
-        (rank,) if rank is not None else (),
-        fix,
-        evidence,
-        {
-            "rank": rank,
-            "error": error,
-            "process_group": pg,
-            "pg_name": pg_name,
-            "exception_type": thrown,
-        },
-        ctx.failure,
-    )
+#: (cause id, pattern) for the CUDA errors that have an id of their own, most specific first.
+SIGNATURES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("fabric_manager", re.compile(
+        r"system not yet initialized|cudaErrorSystemNotReady|CUDA_ERROR_SYSTEM_NOT_READY")),
+    ("driver_version_mismatch", re.compile(
+        r"system has unsupported display driver / cuda driver combination"
+        r"|cudaErrorSystemDriverMismatch|CUDA_ERROR_SYSTEM_DRIVER_MISMATCH")),
+    ("driver_too_old", re.compile(
+        r"CUDA driver version is insufficient for CUDA runtime version"
+        r"|NVIDIA driver on your system is too old|cudaErrorInsufficientDriver"
+        r"|forward compatibility was attempted on non supported HW"
+        r"|cudaErrorCompatNotSupportedOnDevice|CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE",
+        re.I)),
+    ("cuda_no_device", re.compile(
+        r"no CUDA-capable device is detected|No CUDA GPUs are available"
+        r"|CUDA driver initialization failed|Found no NVIDIA driver on your system"
+        r"|cudaErrorNoDevice\b|CUDA_ERROR_NO_DEVICE")),
+    ("cuda_invalid_device", re.compile(
+        r"invalid device ordinal|cudaErrorInvalidDevice\b|CUDA_ERROR_INVALID_DEVICE\b")),
+    ("cuda_unsupported_arch", re.compile(
+        r"no kernel image is available for execution on the device"
+        r"|cudaErrorNoKernelImageForDevice|CUDA_ERROR_NO_BINARY_FOR_GPU"
+        r"|with CUDA capability (?P<arch>sm_\d+) is not compatible with the current PyTorch"
+        r"|CUDA error: invalid device function")),
+    ("cuda_ecc", re.compile(
+        r"uncorrectable ECC error encountered|cudaErrorECCUncorrectable"
+        r"|CUDA_ERROR_ECC_UNCORRECTABLE")),
+    ("cuda_illegal_memory_access", re.compile(
+        r"an illegal memory access was encountered|cudaErrorIllegalAddress"
+        r"|CUDA_ERROR_ILLEGAL_ADDRESS")),
+    ("cuda_device_assert", re.compile(
+        r"device-side assert(?:ion)? triggered|cudaErrorAssert\b|CUDA_ERROR_ASSERT\b"
+        r"|Assertion `(?P<cond>[^`']+)` failed")),
+    ("cuda_oom", re.compile(
+        r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory"
+        r"|cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY")),
+)
 
+# Any other CUDA error string, in PyTorch's wordings of several versions.
+_CUDA_ERROR = re.compile(
+    r"CUDA (?:driver )?error: (?P<msg>[^.(\n]+)"
+    r"|cuda runtime error \((?P<code>\d+)\) : (?P<msg2>[^\n]+?)(?: at \S+)?$"
+    r"|THCudaCheck FAIL file=\S+ line=\d+ error=(?P<code3>\d+) : (?P<msg3>.+)$"
+    r"|cuDNN error: (?P<msg4>CUDNN_STATUS_\w+)"
+)
+
+_WHAT = {
+    "cuda_oom": "ran out of GPU memory",
+    "cuda_illegal_memory_access": "hit a CUDA illegal memory access",
+    "cuda_device_assert": "hit a device-side assert in a CUDA kernel",
+    "cuda_ecc": "hit an uncorrectable ECC error on its GPU",
+    "cuda_no_device": "found no usable GPU",
+    "cuda_invalid_device": "asked for a GPU that does not exist (invalid device ordinal)",
+    "cuda_unsupported_arch": "has no CUDA kernels for this GPU's architecture",
+    "driver_too_old": "needs a newer NVIDIA driver than the host has",
+    "fabric_manager": "could not initialise CUDA: error 802 'system not yet initialized'",
+    "driver_version_mismatch": "found a CUDA driver library that does not match the kernel "
+    "module",
+    "cuda_error": "hit a CUDA error",
+}
+
+_MEANING = {
+    "cuda_illegal_memory_access": "a kernel bug or a faulty GPU; failures of other ranks after "
+    "it are consequences",
+    "cuda_device_assert": "an index out of range in a kernel (e.g. a token id >= the "
+    "embedding size, a label >= the number of classes)",
+    "cuda_ecc": "a GPU memory hardware fault, not a code bug",
+    "cuda_no_device": "CUDA_VISIBLE_DEVICES names no existing GPU, the container got no GPU, "
+    "or the driver is not loaded",
+    "cuda_invalid_device": "more local ranks (or a higher device index) than visible GPUs",
+    "cuda_unsupported_arch": "the PyTorch build was compiled without this GPU's compute "
+    "capability",
+    "driver_too_old": "the host driver supports an older CUDA than the one PyTorch was built for",
+    "fabric_manager": "on an NVSwitch host (HGX/DGX) this means nvidia-fabricmanager is not "
+    "running, not finished, or not the driver's exact version",
+    "driver_version_mismatch": "the user-space driver (libcuda) and the loaded kernel module "
+    "come from different driver versions",
+}
+
+_FIX = {
+    "cuda_oom": "Lower the batch size or sequence length, or use activation checkpointing / mixed "
+    "precision; check no other process holds memory on that GPU "
+    "(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against fragmentation)",
+    "cuda_illegal_memory_access": "Check the kernel log (dmesg) of {on}'s host for Xid 13/31/43 "
+    "on its GPU; rerun with CUDA_LAUNCH_BLOCKING=1 to find the kernel that faults",
+    "cuda_device_assert": "Rerun with CUDA_LAUNCH_BLOCKING=1 (and TORCH_USE_CUDA_DSA) to find the "
+    "op; check the index ranges it uses (vocabulary/embedding size, number of classes)",
+    "cuda_ecc": "Drain the node; check `nvidia-smi -q -d ECC` and dmesg for Xid 48/63/94, then "
+    "reset or replace the GPU",
+    "cuda_no_device": "Check CUDA_VISIBLE_DEVICES and that the container was started with its "
+    "GPUs (--gpus / the device request); `nvidia-smi` inside it must list them",
+    "cuda_invalid_device": "Start no more processes per node than visible GPUs "
+    "(--nproc-per-node <= torch.cuda.device_count()); check CUDA_VISIBLE_DEVICES and gpu ids",
+    "cuda_unsupported_arch": "Install a PyTorch build whose CUDA version supports this GPU "
+    "(torch.cuda.get_arch_list() must include its sm_XX)",
+    "driver_too_old": "Update the host's NVIDIA driver, or use a PyTorch / image built for the "
+    "CUDA version the driver supports",
+    "fabric_manager": "On the host: start nvidia-fabricmanager with exactly the driver's version "
+    "and wait until `nvidia-smi -q` shows the fabric state Completed, then rerun",
+    "driver_version_mismatch": "Reboot the host (or reload the nvidia kernel modules) after the "
+    "driver upgrade so the module and libraries match",
+    "cuda_error": "Rerun with CUDA_LAUNCH_BLOCKING=1 to find the failing kernel; check dmesg for "
+    "Xid errors",
+}
 
 _TORCH_OOM = re.compile(
     r"CUDA out of memory\. Tried to allocate (?P<size>[\d.]+ [KMGT]?i?B)"
     r"(?:.*?GPU (?P<gpu>\d+))?",
 )
+_DRIVER_FOUND = re.compile(r"too old \(found version (?P<v>\d+)\)")
+_SUPPORTED_ARCHS = re.compile(r"supports CUDA capabilities (?P<archs>(?:sm_\d+\s*)+)")
+# The process aborting on the error: faulthandler's report or the shell's.
+_ABORT = re.compile(r"Fatal Python error: Aborted|Aborted \(core dumped\)")
+# Supporting lines for error 802: the reporter's or the tool's words about the fabric manager.
+_FABRIC_WORDS = re.compile(r"fabric ?manager|nv-fabricmanager|NVSwitch", re.I)
 
 
-def _cuda_oom(ctx: Context) -> Diagnosis | None:
-    """PyTorch's caching allocator ran out of GPU memory (``torch.OutOfMemoryError``)."""
-    hit = next((ln for ln in ctx.lines if _TORCH_OOM.search(ln.text)), None)
-    if hit is None:
-        return None
-    m = _TORCH_OOM.search(hit.text)
-    assert m is not None
-    rank = hit.rank
-    if rank is None and ctx.failure and ctx.failure.root_cause:
-        rank = ctx.failure.root_cause.rank
-    gpu = f" on GPU {m['gpu']}" if m["gpu"] else ""
-    on = f"rank {rank}" if rank is not None else "a rank"
-    return _diag(
-        "cuda_oom",
-        f"{on} ran out of GPU memory{gpu}: tried to allocate {m['size']}",
+def _rank(ctx: Context, hits: Sequence[Line]) -> int | None:
+    """The global rank the error belongs to: a rank prefix or ``[Rank N]`` on one of its lines,
+    else the root cause of torchelastic's summary."""
+    for ln in hits:
+        if (rank := rank_of(ln)) is not None:
+            return rank
+    if ctx.failure and ctx.failure.root_cause:
+        return ctx.failure.root_cause.rank
+    return None
+
+
+def _message(kind: str, hit: Line) -> str:
+    """The error string the line carries (``CUDA error: <this>`` or the signature matched)."""
+    if (m := _CUDA_ERROR.search(hit.text)) is not None:
+        msg = m["msg"] or m["msg2"] or m["msg3"] or m["msg4"] or ""
+        if msg.strip():
+            return msg.strip()
+    sig = dict(SIGNATURES).get(kind)
+    if sig is not None and (m := sig.search(hit.text)) is not None:
+        return m.group(0)
+    return hit.text.strip()
+
+
+def _diagnosis(ctx: Context, kind: str, hits: list[Line]) -> Diagnosis:
+    hit = hits[0]
+    error = _message(kind, hit)
+    rank = _rank(ctx, hits)
+    pg = pg_name = None
+    for ln in hits:
+        if m := PG_RANK.search(ln.text):
+            if p := PG_ID.search(m["inside"]):
+                pg = int(p["pg"])
+            if n := PG_NAME.search(m["inside"]):
+                pg_name = n["name"]
+            break
+    thrown = next((m["type"] for ln in ctx.lines if (m := TERMINATE.search(ln.text))), None)
+    on = f"rank {rank}" if rank is not None else "a rank" if ctx.failure else "the process"
+    where = ""
+    if pg is not None:
+        where = f" (process group {pg}, {pg_name})" if pg_name else f" (process group {pg})"
+    watchdog = any("watchdog" in ln.text.lower() for ln in hits)
+    by = "the NCCL watchdog hit " if watchdog else ""
+    end = "; the process aborts (SIGABRT)" if thrown or watchdog else ""
+    facts: dict[str, FactValue | None] = {
+        "rank": rank,
+        "error": error,
+        "cuda_error": error,
+        "process_group": pg,
+        "pg_name": pg_name,
+        "exception_type": thrown,
+    }
+    meaning = _MEANING.get(kind)
+    evidence = [ln.raw for ln in ctx.lines if TERMINATE.search(ln.text)] + [
+        ln.raw for ln in hits[:3]
+    ]
+    if kind == "cuda_oom" and (m := next(
+            (m for ln in hits if (m := _TORCH_OOM.search(ln.text))), None)) is not None:
+        gpu = int(m["gpu"]) if m["gpu"] else None
+        on_gpu = f" on GPU {gpu}" if gpu is not None else ""
+        summary = f"{on}{where} ran out of GPU memory{on_gpu}: tried to allocate {m['size']}"
+        facts.update({"gpu": gpu, "size": m["size"]})
+    else:
+        summary = f"{on[0].upper()}{on[1:]}{where} {_WHAT[kind]}: {by}'{error}'{end}"
+        if meaning:
+            summary += f". {meaning[0].upper()}{meaning[1:]}"
+    if kind == "driver_too_old" and (m := next(
+            (m for ln in hits if (m := _DRIVER_FOUND.search(ln.text))), None)) is not None:
+        found = int(m["v"])
+        facts["driver_cuda"] = f"{found // 1000}.{found % 1000 // 10}"
+        summary += f" (the driver supports CUDA {facts['driver_cuda']})"
+    if kind == "cuda_unsupported_arch":
+        for ln in ctx.lines:
+            sig = dict(SIGNATURES)["cuda_unsupported_arch"].search(ln.text)
+            if sig and sig["arch"]:
+                facts["arch"] = sig["arch"]
+                evidence.append(ln.raw)
+            if m := _SUPPORTED_ARCHS.search(ln.text):
+                facts["supported_archs"] = m["archs"].strip()
+                evidence.append(ln.raw)
+    if kind == "cuda_device_assert":
+        cond = next((m["cond"] for ln in ctx.lines
+                     if (m := dict(SIGNATURES)[kind].search(ln.text)) and m["cond"]), None)
+        facts["assertion"] = cond
+        if cond:
+            summary += f" (Assertion `{cond}` failed)"
+            evidence += [next(ln.raw for ln in ctx.lines if f"`{cond}` failed" in ln.text)]
+    if kind == "fabric_manager":
+        evidence += [ln.raw for ln in ctx.lines if _FABRIC_WORDS.search(ln.text)][:3]
+    d = _diag(
+        kind,
+        summary,
         (rank,) if rank is not None else (),
-        "Lower the batch size or sequence length, or use activation checkpointing / mixed "
-        "precision; check no other process holds memory on that GPU",
-        [hit.raw],
-        {"rank": rank, "gpu": int(m["gpu"]) if m["gpu"] else None, "size": m["size"]},
+        _FIX[kind].format(on=on),
+        evidence,
+        facts,
         ctx.failure,
     )
+    aborted = next((ln for ln in ctx.lines if _ABORT.search(ln.text)), None)
+    if aborted is not None:
+        d = replace(d, consequences=(Consequence(
+            "sigabrt", f"{on[0].upper()}{on[1:]} aborted (SIGABRT) on this error",
+            (aborted.raw,)),))
+    return d
 
 
+def _cuda(ctx: Context) -> list[Diagnosis]:
+    """One diagnosis per CUDA error kind the text shows (the engine ranks them: an ECC error
+    explains the illegal address that follows it...)."""
+    by_kind: dict[str, list[Line]] = {}
+    for ln in ctx.lines:
+        if _NCCL_OWN.search(ln.text):
+            continue
+        kind = next((k for k, sig in SIGNATURES if sig.search(ln.text)), None)
+        if kind is None and _CUDA_ERROR.search(ln.text):
+            kind = "cuda_error"
+        if kind is not None:
+            by_kind.setdefault(kind, []).append(ln)
+    return [_diagnosis(ctx, kind, hits) for kind, hits in by_kind.items()]
 
 
 #: The rules of this module (the engine ranks what they find).
-RULES = (_cuda_error, _cuda_oom)
+RULES = (_cuda,)

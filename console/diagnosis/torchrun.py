@@ -1,42 +1,87 @@
-"""Rules for torchrun / PyTorch / NCCL failures in a job's log.
+"""Rules for torchrun / torchelastic / c10d failures in a job's log.
 
 Each rule reads the normalised lines (:mod:`console.diagnosis.lines`) and torchelastic's
-failure summary (:mod:`console.diagnosis.elastic`) and returns a :class:`Diagnosis` or None;
-:mod:`console.diagnosis.engine` runs every rule and picks the root cause. Sources: PyTorch's
-``ProcessGroupNCCL`` watchdog and c10d store messages (``torch/csrc/distributed/c10d``),
-torchelastic's rendezvous errors (``torch/distributed/elastic/rendezvous/api.py``), NCCL's
-``NCCL_DEBUG`` line format and result codes (``src/include/nccl.h``: ``ncclResult_t``),
-DataLoader's worker-signal messages (``torch/utils/data/_utils/signal_handling.py``).
+failure summary (:mod:`console.diagnosis.elastic`) and returns what it found;
+:mod:`console.diagnosis.engine` runs every rule and picks the root cause. Sources (PyTorch):
+
+- ``torch/distributed/elastic/multiprocessing/errors/__init__.py``: ``ChildFailedError``'s
+  summary and the JSON error file ``@record`` writes (``{"message": {"message": "<Type>: ...",
+  "extraInfo": {"py_callstack": ...}}}``), logged by ``error_handler``.
+- ``torch/distributed/elastic/multiprocessing/api.py``: ``SignalException("Process {pid} got
+  signal: {signum}")`` raised in the agent by its signal handler (SIGTERM, SIGINT, SIGHUP,
+  SIGQUIT), ``"Sending process %s closing signal %s"``, and ``"failed (exitcode: %s)
+  local_rank: %s (pid: %s) of binary: %s"`` when a worker exits non-zero.
+- ``torch/distributed/elastic/agent/server/api.py``: ``"Received %s death signal, shutting
+  down workers"`` (``%s`` is ``Signals.SIGTERM`` before Python 3.11, ``15`` after).
+- ``torch/distributed/elastic/rendezvous/api.py``: ``RendezvousError`` and its subclasses
+  ``RendezvousClosedError``, ``RendezvousTimeoutError``, ``RendezvousConnectionError``,
+  ``RendezvousStateError``.
+- ``torch/csrc/distributed/c10d/socket.cpp``: ``"The server socket has failed to bind to {addr}
+  (errno: 98 - Address already in use)."``, ``"The server socket has failed to listen on any
+  local network address."``, ``"The {IPv4 |IPv6 }network addresses of ({host}, {port}) cannot be
+  retrieved (gai error: {n} - {gai_strerror})."``, ``"The client socket has failed to connect to
+  {addr} (errno: {n} - {strerror})."``, ``"... to any network address of ({host}, {port})."``,
+  ``"The client socket has timed out after {t} while trying to connect to ({host}, {port})."``;
+  ``TCPStoreLibUvBackend.cpp`` (2.4+): ``"The server socket has failed to listen on any local
+  network address. port: {}, useIpv6: {}, code: {}, name: {}, message: {}"`` (libuv's
+  ``UV_EADDRINUSE``); before 1.11 TCPStore raised a bare ``RuntimeError: Address already in
+  use`` / ``ValueError: host not found: <gai_strerror>`` / ``connect() timed out``;
+  ``TCPStore.cpp``: ``"Timed out after {} seconds waiting for clients. {}/{} clients joined."``.
+- the Linux OOM killer (``mm/oom_kill.c``): ``"Out of memory: Killed process {pid} ({comm})"``
+  (``Kill process`` before 4.19), ``"Memory cgroup out of memory: ..."``, ``"oom-kill:
+  constraint=...,task=...,pid=..."``; Docker's ``"OOMKilled": true``; Slurm's ``oom-kill event``.
+- DataLoader's worker-signal messages (``torch/utils/data/_utils/signal_handling.py``).
 """
 
 from __future__ import annotations
 
 import re
 import signal
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 
 from console.diagnosis.common import join_ranks, place_of, rank_and_place
-from console.diagnosis.elastic import EXCEPTION_LINE
+from console.diagnosis.elastic import EXCEPTION_LINE, ProcessFailure, signal_name
 from console.diagnosis.lines import Line
-from console.diagnosis.model import Context, Diagnosis, FactValue
+from console.diagnosis.model import Consequence, Context, Diagnosis, FactValue
 from console.diagnosis.model import make_diagnosis as _diag
 
 __all__ = ["RULES"]
 
+# A line longer than this (a console paste wrapped into one physical line) is shown as the
+# matched part only.
+_LONG = 300
+
+
+def _shown(ln: Line, m: re.Match[str] | None = None, tail: int = 120) -> str:
+    """What evidence shows of ``ln``: the line, or around the match when the line is huge."""
+    if m is None or len(ln.raw) <= _LONG:
+        return ln.raw
+    start = ln.raw.find(m.group(0))
+    start = max(start, 0)
+    return ln.raw[start:start + len(m.group(0)) + tail].strip()
+
+
+# Any sign the text comes from PyTorch's distributed stack (guards the generic wordings).
+_TORCH = re.compile(
+    r"torch|c10d|TCPStore|init_process_group|MASTER_(?:ADDR|PORT)|rendezvous|rdzv|torchrun", re.I
+)
+
+
+# --------------------------------------------------------------------------------------------
+# DataLoader shared memory.
 
 _SHM = re.compile(
     r"DataLoader worker \(pids?\)?\s*\(?(?P<pids>\d+(?:,\s*\d+)*)\) is killed by signal: Bus error"
     r"|Unexpected bus error encountered in worker"
-    # PyTorch >= 2.x allocates a worker's shared-memory file up front (ENOSPC, not SIGBUS):
-    # "unable to allocate shared memory(shm) for file </torch_9_38_0>: No space left on device"
-    # (torch/csrc/.../MapAllocator.cpp); older wording "unable to write to file </torch_...>"
-    r"|unable to (?:allocate shared memory\(shm\) for|write to) file </torch_[^>]*>",
+    # at::MapAllocator (newer PyTorch allocates the worker's shm file up front: ENOSPC)
+    r"|unable to (?:allocate shared memory\(shm\) for|write to) file </torch_[^>]*>: "
+    r"No space left on device",
 )
 
 
 def _shm_exhausted(ctx: Context) -> Diagnosis | None:
-    """A DataLoader worker died of SIGBUS or could not allocate its shared-memory file:
-    the container's /dev/shm is too small."""
+    """A DataLoader worker died of SIGBUS: the container's /dev/shm is too small."""
     hits = [ln for ln in ctx.lines if _SHM.search(ln.text)]
     if not hits:
         return None
@@ -51,18 +96,112 @@ def _shm_exhausted(ctx: Context) -> Diagnosis | None:
     pid_list = join_ranks(dict.fromkeys(pids))
     who = f"DataLoader worker (pid {pid_list})" if pids else "A DataLoader worker"
     on = f" of rank {rank}" if rank is not None else ""
-    bus = any("Bus error" in ln.text or "bus error" in ln.text for ln in hits)
-    how = ("was killed by SIGBUS (Bus error)" if bus
-           else "could not allocate shared memory (No space left on device)")
     return _diag(
         "shm_exhausted",
-        f"{who}{on} {how}: shared memory (/dev/shm) ran out. The container's /dev/shm is too "
-        "small (Docker's default is 64 MB); not a GPU or NCCL fault",
+        f"{who}{on} was killed by SIGBUS (Bus error): shared memory (/dev/shm) ran out. The "
+        "container's /dev/shm is too small (Docker's default is 64 MB); not a GPU or NCCL fault",
         (rank,) if rank is not None else (),
         "Restart the container with a larger --shm-size (e.g. 16g, or the job's shm_size) or "
         "with --ipc=host (compose: shm_size / ipc: host); or use fewer DataLoader workers",
         [ln.raw for ln in hits],
-        {"pids": tuple(dict.fromkeys(pids)), "signal": "SIGBUS" if bus else None, "rank": rank},
+        {"pids": tuple(dict.fromkeys(pids)), "signal": "SIGBUS", "rank": rank},
+        ctx.failure,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# The c10d store: port taken, address not resolvable, no connection, rendezvous failed.
+
+_PORT_IN_USE = re.compile(
+    # socket.cpp (1.11+): "failed to bind to [::]:29500 (errno: 98 - Address already in use)"
+    r"failed to (?:bind to|listen on) (?:\[[^\]]*\]|[^\s\[\]]+?):(?P<port>\d+) "
+    r"\(errno: \d+ - Address already in use\)"
+    # TCPStoreLibUvBackend.cpp (2.4+): "port: 29500, useIpv6: false, code: -98, name: EADDRINUSE"
+    r"|port: (?P<port2>\d+), useIpv6: \w+, code: -?\d+, name: EADDRINUSE"
+    # TCPStore before 1.11, or any other wording of EADDRINUSE
+    r"|\bError: Address already in use\b|\bEADDRINUSE\b|\[Errno 98\] Address already in use",
+    re.I,
+)
+_PORT_ARG = re.compile(
+    r"(?:--master[_-]port[= ]|MASTER_PORT=|--main_process_port[= ]|tcp://[^\s:/]+:"
+    r"|--rdzv[_-]endpoint[= ]\"?[^\s:\"]+:)(?P<port>\d{2,5})\b"
+)
+_HOST_ARG = re.compile(
+    r"(?:--master[_-]addr[= ]|MASTER_ADDR=|tcp://|--rdzv[_-]endpoint[= ])\"?(?P<host>[^\s:\"/]+)"
+)
+
+
+def _port_in_use(ctx: Context) -> Diagnosis | None:
+    """The c10d store could not listen: its port is taken (errno 98, ``EADDRINUSE``)."""
+    hits = [(ln, m) for ln in ctx.lines if (m := _PORT_IN_USE.search(ln.text))]
+    if not hits or not (_TORCH.search(ctx.text) or any("server socket" in ln.text
+                                                      for ln, _ in hits)):
+        return None
+    port: int | None = None
+    for _, m in hits:
+        if p := m["port"] or m["port2"]:
+            port = int(p)
+            break
+    if port is None:
+        port = next((int(m["port"]) for ln in ctx.lines if (m := _PORT_ARG.search(ln.text))),
+                    None)
+    which = f"port {port}" if port is not None else "its port"
+    return _diag(
+        "port_in_use",
+        f"The c10d store (TCPStore) could not listen: {which} is already in use (EADDRINUSE): "
+        "another job or a stale run on this host holds it; not a network or DNS problem",
+        (),
+        f"Stop the process that holds {which} (`ss -ltnp | grep {port or '<port>'}`) or start "
+        "the job with another --master-port / --rdzv-endpoint port",
+        [_shown(ln, m) for ln, m in hits[:3]],
+        {"port": port},
+        ctx.failure,
+    )
+
+
+_GAI = re.compile(
+    r"network addresses of \((?P<host>[^,()\s]+), (?P<port>\d+)\) cannot be retrieved"
+    r" \(gai error: (?P<code>-?\d+) - (?P<why>[^)]*)\)"
+)
+_UNRESOLVED = re.compile(
+    r"host not found: (?P<why>.+)$"
+    r"|Name or service not known|nodename nor servname provided, or not known"
+    r"|Temporary failure in name resolution|No address associated with hostname"
+    r"|getaddrinfo failed|\bunknown host\b",
+    re.I,
+)
+
+
+def _store_unresolved(ctx: Context) -> Diagnosis | None:
+    """The master / rendezvous host name does not resolve (getaddrinfo failed)."""
+    gai = [(ln, m) for ln in ctx.lines if (m := _GAI.search(ln.text))]
+    other = [(ln, m) for ln in ctx.lines if not _GAI.search(ln.text)
+             and (m := _UNRESOLVED.search(ln.text))]
+    if not gai and not (other and _TORCH.search(ctx.text)):
+        return None
+    host: str | None = None
+    port: int | None = None
+    why: str | None = None
+    if gai:
+        m = gai[0][1]
+        host, port, why = m["host"], int(m["port"]), m["why"].strip()
+    else:
+        m = other[0][1]
+        why = (m["why"] or m.group(0)).strip()
+        host = next((h["host"] for ln in ctx.lines if (h := _HOST_ARG.search(ln.text))), None)
+        port = next((int(p["port"]) for ln in ctx.lines if (p := _PORT_ARG.search(ln.text))),
+                    None)
+    name = f"'{host}'" if host else "The master address"
+    return _diag(
+        "store_address_unresolved",
+        f"{name} does not resolve ({why}): the workers cannot find the c10d store"
+        + (f" on port {port}" if port else "") + "; no connection to it was possible",
+        (),
+        f"Use a MASTER_ADDR / --rdzv-endpoint that every node can resolve (`getent hosts "
+        f"{host or '<host>'}` on each node): the store host's IP or a DNS name; containers on "
+        "Docker's default bridge cannot resolve each other's names",
+        [_shown(ln, m) for ln, m in (gai or other)[:3]],
+        {"host": host, "port": port, "reason": why},
         ctx.failure,
     )
 
@@ -72,51 +211,105 @@ _HOST_PORT = r"\(?(?:\[(?P<host6>[^\]]+)\]|(?P<host>[^\s,()\[\]:]+))(?::|,\s*)(?
 _RDZV_TIMEOUT = re.compile(
     r"client socket has timed out after (?P<n>\d+(?:\.\d+)?)(?P<unit>ms|s|m)\b"
     r".*?connect to " + _HOST_PORT
+    + r"|connect\(\) timed out\. Original timeout was (?P<ms>\d+) ms"
 )
 _RDZV_CONNECT = re.compile(
-    r"client socket has failed to connect to "
+    r"client socket has failed to connect to (?:any network address of )?"
     + _HOST_PORT
     + r"(?:\s*\(errno: (?P<errno>\d+) - (?P<why>[^)]*)\))?"
+    + r"|^(?:\w+\.)*\w*Error: (?P<why2>Connection refused)\s*$"
 )
 _RDZV_ERROR = re.compile(r"(?P<type>Rendezvous\w*Error)\b(?::\s*(?P<msg>.*))?")
+_CLIENTS = re.compile(
+    r"Timed out after (?P<s>\d+) seconds waiting for clients\. (?P<n>\d+)/(?P<of>\d+) clients"
+)
 _RDZV_ENDPOINT = re.compile(r"--(?:rdzv[_-]endpoint|master[_-]addr)[= ]\"?(?P<ep>[^\s\"]+)\"?")
+_DEATH = re.compile(r"Received (?:Signals\.)?(?P<sig>SIG[A-Z]+|\d+) death signal")
+
+
+def _unmapped(host: str | None) -> str | None:
+    """``::ffff:192.0.2.1`` (an IPv4-mapped IPv6 address) as ``192.0.2.1``."""
+    if host and host.lower().startswith("::ffff:") and "." in host:
+        return host[7:]
+    return host
 
 
 def _rendezvous(ctx: Context) -> Diagnosis | None:
-    """The torchrun agent could not reach the c10d rendezvous store: no worker started.
+    """The agent or a rank could not reach the c10d store / rendezvous, or the rendezvous
+    timed out or was closed.
 
     A log with a failure summary had workers running: a rendezvous error there (e.g. the
-    RendezvousClosedError of other nodes once the job stops) is a consequence, not the cause.
+    RendezvousClosedError of other nodes once the job stops) is a consequence, not the cause;
+    so is a RendezvousClosedError after an agent was stopped by a signal (the stopping agent
+    closes the rendezvous; :func:`_agent_signal` names it).
     """
     if ctx.failure is not None and ctx.failure.root_cause is not None:
         return None
     timeout = next((ln for ln in ctx.lines if _RDZV_TIMEOUT.search(ln.text)), None)
-    refused = next((ln for ln in ctx.lines if _RDZV_CONNECT.search(ln.text)), None)
-    error = next((ln for ln in ctx.lines if _RDZV_ERROR.search(ln.text)), None)
-    if timeout is None and refused is None and error is None:
+    refused = [ln for ln in ctx.lines if _RDZV_CONNECT.search(ln.text)]
+    errors = [ln for ln in ctx.lines if _RDZV_ERROR.search(ln.text)]
+    clients = next((ln for ln in ctx.lines if _CLIENTS.search(ln.text)), None)
+    stopped = any(_DEATH.search(ln.text) or _AGENT_SIGNAL.search(ln.text) for ln in ctx.lines)
+    if stopped:
+        errors = [ln for ln in errors if "Closed" not in ln.text]
+    if timeout is None and not refused and not errors and clients is None:
         return None
-    host = port = seconds = why = None
-    if timeout and (m := _RDZV_TIMEOUT.search(timeout.text)):
-        host, port = m["host"] or m["host6"], int(m["port"])
-        n = float(m["n"])
-        seconds = n / 1000 if m["unit"] == "ms" else n * 60 if m["unit"] == "m" else n
-    elif refused and (m := _RDZV_CONNECT.search(refused.text)):
-        host, port, why = m["host"] or m["host6"], int(m["port"]), m["why"]
-    elif ep := next((m["ep"] for ln in ctx.lines if (m := _RDZV_ENDPOINT.search(ln.text))), None):
-        host, _, p = ep.rpartition(":") if ":" in ep else (ep, "", "")
-        port = int(p) if p.isdigit() else None
+    error = errors[0] if errors else None
     etype = m["type"] if error and (m := _RDZV_ERROR.search(error.text)) else None
-    if etype and etype != "RendezvousConnectionError" and timeout is None and refused is None:
-        return _diag(
-            "rendezvous_failed",
-            f"Rendezvous failed ({etype}) before any worker started",
-            (),
-            "Check that every node was started with the same --rdzv-id/--rdzv-endpoint and "
-            "--nnodes, and that enough nodes joined within the rendezvous timeout",
-            [error.raw] if error else [],
-            {"error_type": etype},
-            ctx.failure,
-        )
+    if timeout is None and not refused:
+        if clients is not None and (c := _CLIENTS.search(clients.text)):
+            return _diag(
+                "rendezvous_failed",
+                f"The c10d store waited {c['s']} s but only {c['n']} of {c['of']} processes "
+                "joined: the others never started or could not reach it",
+                (),
+                "Start every node / rank of the job (same MASTER_ADDR/MASTER_PORT, world size), "
+                "and check the missing ones' logs",
+                [clients.raw] + ([error.raw] if error else []),
+                {"timeout_s": int(c["s"]), "joined": int(c["n"]), "world_size": int(c["of"]),
+                 "error_type": etype},
+                ctx.failure,
+            )
+        if etype and etype != "RendezvousConnectionError":
+            what = ("the rendezvous was closed (an agent of the job shut down)"
+                    if "Closed" in etype else "not enough nodes joined in time"
+                    if "Timeout" in etype else "the rendezvous failed")
+            return _diag(
+                "rendezvous_failed",
+                f"Rendezvous failed ({etype}): {what}; no worker started",
+                (),
+                "Check that every node was started with the same --rdzv-id/--rdzv-endpoint and "
+                "--nnodes, and that enough nodes joined within the rendezvous timeout",
+                [error.raw] if error else [],
+                {"error_type": etype},
+                ctx.failure,
+            )
+        if etype is None:
+            return None
+    host: str | None = None
+    port: int | None = None
+    seconds: float | None = None
+    why: str | None = None
+    if timeout and (m := _RDZV_TIMEOUT.search(timeout.text)):
+        if m["ms"]:
+            seconds = int(m["ms"]) / 1000
+        else:
+            host, port = _unmapped(m["host"] or m["host6"]), int(m["port"])
+            n = float(m["n"])
+            seconds = n / 1000 if m["unit"] == "ms" else n * 60 if m["unit"] == "m" else n
+    matches = [m for ln in refused if (m := _RDZV_CONNECT.search(ln.text))]
+    # Prefer an address the resolver produced (IPv4 first) to the name that was asked for.
+    with_errno = [m for m in matches if m["errno"]]
+    ipv4 = [m for m in with_errno if m["host"]] or with_errno
+    best = ipv4[0] if ipv4 else matches[0] if matches else None
+    if host is None and best is not None and best["port"]:
+        host, port = _unmapped(best["host"] or best["host6"]), int(best["port"])
+    if best is not None:
+        why = best["why"] or best["why2"]
+    if host is None and (ep := next(
+            (m["ep"] for ln in ctx.lines if (m := _RDZV_ENDPOINT.search(ln.text))), None)):
+        h, _, p = ep.rpartition(":") if ":" in ep else (ep, "", "")
+        host, port = h, int(p) if p.isdigit() else None
     endpoint = f"{host}:{port}" if host and port else host or "the rendezvous endpoint"
     after = f" after {seconds:g} s" if seconds is not None else ""
     how = f"timed out{after}" if timeout else f"was refused ({why})" if why else "failed"
@@ -131,31 +324,389 @@ def _rendezvous(ctx: Context) -> Diagnosis | None:
     }
     fix = (
         f"Make sure the store host {host or '(rdzv endpoint)'} is up with its torchrun agent "
-        f"started, the address and port are right, and TCP {port or 'port'} is reachable "
-        "(firewall)"
+        f"(or rank 0) started, the address and port are right, and TCP {port or 'port'} is "
+        "reachable (firewall)"
     )
+    distinct = list(dict.fromkeys(ln.text for ln in refused))
+    shown = [next(ln.raw for ln in refused if ln.text == t) for t in distinct[:4]]
     return _diag(
         "rendezvous_connection",
-        f"Connecting to the c10d rendezvous store at {endpoint} {how}{rest}; no worker started",
+        f"Connecting to the c10d store at {endpoint} {how}{rest}; no worker started",
         (),
         fix,
-        [ln.raw for ln in (timeout, refused, error) if ln is not None],
+        ([timeout.raw] if timeout else []) + shown + ([error.raw] if error else []),
         facts,
         ctx.failure,
     )
 
 
-# Exceptions that only report another rank's failure (its peer vanished or timed out).
-_CONSEQUENCE = re.compile(
-    r"Connection (?:closed|reset) by (?:remote )?peer|ChildFailedError|Broken pipe"
-    r"|Socket Timeout|NCCL communicator was aborted|Watchdog caught collective"
-    r"|SignalException: Process \d+ got signal",
+# --------------------------------------------------------------------------------------------
+# The agent got a signal: hangup (SIGHUP) or stopped (SIGTERM / SIGINT).
+
+_AGENT_SIGNAL = re.compile(r"SignalException: Process (?P<pid>\d+) got signal: (?P<sig>\d+)")
+_CLOSING = re.compile(r"Sending process (?P<pid>\d+) closing signal (?P<sig>SIG[A-Z]+)")
+# PyTorch's glog-style prefix "W0409 07:28:49.530000 1359 torch/...": 1359 is the process id
+_GLOG_PID = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+(?P<pid>\d+) ")
+_KEYBOARD = re.compile(r"^KeyboardInterrupt\s*$")
+
+
+def _sig_name(value: str) -> str:
+    if value.isdigit():
+        try:
+            return signal.Signals(int(value)).name
+        except ValueError:
+            return f"signal {value}"
+    return value
+
+
+def _agent_signal(ctx: Context) -> Diagnosis | None:
+    """torchrun's agent got SIGHUP / SIGTERM / SIGINT and shut its workers down.
+
+    SIGHUP means the terminal or SSH session that started the run went away (``hangup``);
+    SIGTERM / SIGINT that someone or something stopped it (``stopped``: docker stop, a
+    scheduler, Ctrl-C). A RendezvousClosedError printed by another node afterwards is named as
+    a consequence (the stopping agent closed the rendezvous).
+    """
+    death = next((ln for ln in ctx.lines if _DEATH.search(ln.text)), None)
+    raised = next((ln for ln in reversed(ctx.lines) if _AGENT_SIGNAL.search(ln.text)), None)
+    keyboard = next((ln for ln in ctx.lines if _KEYBOARD.match(ln.text)), None)
+    if death is None and raised is None:
+        if keyboard is None or not _TORCH.search(ctx.text):
+            return None
+    pid: int | None = None
+    name = "SIGINT"
+    if raised is not None and (m := _AGENT_SIGNAL.search(raised.text)):
+        pid, name = int(m["pid"]), _sig_name(m["sig"])
+    if death is not None and (m := _DEATH.search(death.text)):
+        name = _sig_name(m["sig"])
+        if pid is None and (g := _GLOG_PID.match(death.raw)):
+            pid = int(g["pid"])
+    workers = tuple(
+        int(m["pid"]) for ln in ctx.lines if (m := _CLOSING.search(ln.text)) and m["sig"] == name
+    )
+    evidence = [ln.raw for ln in (death, raised) if ln is not None]
+    if death is None and raised is None and keyboard is not None:
+        evidence = [keyboard.raw]
+    agent = f"torchrun's agent (pid {pid})" if pid is not None else "torchrun's agent"
+    to = f" and forwarded it to its workers (pid {join_ranks(workers)})" if workers else ""
+    facts: dict[str, FactValue | None] = {
+        "signal": name,
+        "pid": pid,
+        "worker_pids": workers or None,
+    }
+    if name == "SIGHUP":
+        d = _diag(
+            "hangup",
+            f"{agent} received SIGHUP{to}: the terminal or SSH session that started the run "
+            "went away. Not a crash, not OOM, no rank at fault",
+            (),
+            "Run the job detached from the terminal (tmux/screen, a container, a scheduler; "
+            "nohup alone does not protect torchrun's agent)",
+            evidence,
+            facts,
+            ctx.failure,
+        )
+    elif name in ("SIGTERM", "SIGINT", "SIGQUIT"):
+        d = _diag(
+            "stopped",
+            f"{agent} was stopped by {name}{to}: the job was stopped from outside (docker "
+            "stop, a host shutdown, a scheduler, Ctrl-C), not by a failure of the training "
+            "script",
+            (),
+            "Nothing to fix if it was stopped on purpose; else find who stopped it (`docker "
+            "events`, the scheduler's log, the other nodes' logs)",
+            evidence,
+            facts,
+            ctx.failure,
+        )
+    else:
+        d = _diag(
+            "signal",
+            f"{agent} received {name}{to} and shut the job down",
+            (),
+            f"Find who sent {name} to the agent",
+            evidence,
+            facts,
+            ctx.failure,
+        )
+    closed = [ln for ln in ctx.lines if _RDZV_ERROR.search(ln.text) and "Closed" in ln.text]
+    if closed:
+        d = replace(d, consequences=(Consequence(
+            "rendezvous_failed",
+            "The rendezvous was closed (RendezvousClosedError) because this agent shut down",
+            (closed[0].raw,),
+        ),))
+    return d
+
+
+# --------------------------------------------------------------------------------------------
+# How a worker ended: a signal, an exit code, the OOM killer.
+
+# multiprocessing/api.py: "failed (exitcode: -9) local_rank: 4 (pid: 899509) of binary: ..."
+_AGENT_FAILED = re.compile(
+    r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<local>\d+) \(pid: (?P<pid>\d+)\)"
+    r"(?: of binary: (?P<binary>\S+))?"
+)
+# A summary entry's fields printed without its header (a paste cut above them)
+_LOOSE_RANK = re.compile(r"^\s*rank\s*:\s*(?P<rank>\d+)\s*\(local_rank:\s*(?P<local>\d+)\)")
+_LOOSE_EXIT = re.compile(r"^\s*exitcode\s*:\s*(?P<code>-?\d+)\s*\(pid:\s*(?P<pid>\d+)\)")
+_LOOSE_TB = re.compile(
+    r"^\s*(?:traceback|msg)\s*:\s*\"?(?P<tb>Signal \d+ \(SIG[A-Z]+\) received by PID \d+)"
+)
+_LOOSE_FIELD = re.compile(r"^\s*(?P<key>time|host)\s*:\s*(?P<value>\S+)")
+_ROOT_HEADER = re.compile(r"^\s*Root Cause\b.*:\s*$")
+
+
+def _entry(
+    lines: Sequence[str], rank: int | None, local: int | None, code: int, pid: int | None,
+    fields: dict[str, str] | None = None, traceback: str | None = None,
+) -> ProcessFailure:
+    fields = fields or {}
+    return ProcessFailure(
+        index=0, time=fields.get("time"), host=fields.get("host"), rank=rank, local_rank=local,
+        exitcode=code, pid=pid, signal=signal_name(code), error_file=None, traceback=traceback,
+        exception=None, lines=tuple(s.strip() for s in lines if s.strip()),
+    )
+
+
+def _loose_entry(ctx: Context) -> ProcessFailure | None:
+    """A failed worker named outside a parsable summary: the agent's ``failed (exitcode: N)``
+    line, or a summary entry whose header was cut off (``rank :``/``exitcode :`` lines)."""
+    for i, ln in enumerate(ctx.lines):
+        if m := _LOOSE_EXIT.match(ln.text):
+            near = ctx.lines[max(0, i - 4):i + 4]
+            rank = local = None
+            fields: dict[str, str] = {}
+            tb = None
+            shown = []
+            for other in near:
+                if r := _LOOSE_RANK.match(other.text):
+                    rank, local = int(r["rank"]), int(r["local"])
+                    shown.append(other.text)
+                elif t := _LOOSE_TB.match(other.text):
+                    tb = t["tb"]
+                    shown.append(other.text)
+                elif f := _LOOSE_FIELD.match(other.text):
+                    fields[f["key"]] = f["value"]
+            return _entry([*shown, ln.text], rank, local, int(m["code"]), int(m["pid"]), fields,
+                          tb)
+    for ln in ctx.lines:
+        if m := _AGENT_FAILED.search(ln.text):
+            return _entry([_shown(ln, m)], None, int(m["local"]), int(m["code"]), int(m["pid"]))
+    return None
+
+
+_SIGNAL_HINTS = {
+    "SIGKILL": (
+        "killed from outside, most likely by the kernel OOM killer (host RAM or a container / "
+        "cgroup memory limit)",
+        "Look for pid {pid} in the host's kernel log (dmesg | grep -i oom) and for OOMKilled on "
+        "the container; lower host memory use (fewer DataLoader workers, smaller batches, "
+        "loading checkpoints with low_cpu_mem_usage) or raise the memory limit",
+    ),
+    "SIGABRT": (
+        "a native abort: an uncaught C++ exception or a failed assertion, often from CUDA/NCCL; "
+        "the reason is in the rank's own output, not in this summary",
+        "Read rank {rank}'s own output before the summary ('terminate called ...', 'what():', "
+        "NCCL/CUDA errors); rerun with NCCL_DEBUG=INFO if it names NCCL",
+    ),
+    "SIGSEGV": (
+        "a segmentation fault in native code (an extension, a driver, or a version mismatch)",
+        "Run with PYTHONFAULTHANDLER=1 (or a core dump) to get the crashing stack; check that "
+        "compiled extensions match the installed torch/CUDA versions",
+    ),
+    "SIGBUS": (
+        "a bus error, usually shared memory (/dev/shm) exhausted",
+        "Give the container a larger --shm-size or --ipc=host",
+    ),
+    "SIGTERM": (
+        "terminated from outside (docker stop, a scheduler, or the agent stopping its workers)",
+        "Find who stopped the job: the agent's log, the container's events",
+    ),
+    "SIGINT": (
+        "interrupted (Ctrl-C or a scheduler's SIGINT)",
+        "Find who interrupted the job",
+    ),
+    "SIGHUP": (
+        "the terminal or SSH session that started the run went away",
+        "Run the job detached from the terminal (tmux/screen, a container, a scheduler)",
+    ),
+}
+_SIGNAL_KINDS = {
+    "SIGKILL": "sigkill", "SIGABRT": "sigabrt", "SIGSEGV": "sigsegv", "SIGHUP": "hangup",
+    "SIGTERM": "stopped", "SIGINT": "stopped",
+}
+
+
+def _failed_worker(ctx: Context) -> tuple[ProcessFailure | None, bool]:
+    """The worker that failed first, and whether it comes from a full summary."""
+    if ctx.failure is not None and ctx.failure.root_cause is not None:
+        return ctx.failure.root_cause, True
+    return _loose_entry(ctx), False
+
+
+def _signal(ctx: Context) -> Diagnosis | None:
+    """The first failed worker died of a signal or exited non-zero (torchelastic's summary, or
+    the agent's ``failed (exitcode: N)`` line when no summary was printed)."""
+    root, full = _failed_worker(ctx)
+    if root is None or root.exitcode is None or root.exitcode == 0:
+        return None
+    failure = ctx.failure
+    others = [e for e in failure.others if e.rank is not None] if failure and full else []
+    also = ""
+    if others:
+        how = sorted({e.signal or f"exit {e.exitcode}" for e in others})
+        also = f"; also failed: ranks {join_ranks(e.rank for e in others if e.rank is not None)}"
+        also += f" ({', '.join(how)})"
+    at = f" at {root.time}" if root.time else ""
+    evidence = [ln for ln in root.lines
+                if ln.startswith(("rank", "exitcode", "traceback", "msg", "failed ("))]
+    evidence = evidence or list(root.lines)
+    if full:
+        header = next((ln.raw for ln in ctx.lines if _ROOT_HEADER.match(ln.text)), None)
+        evidence = ([header] if header else []) + evidence
+    facts: dict[str, FactValue | None] = {
+        "rank": root.rank,
+        "local_rank": root.local_rank,
+        "pid": root.pid,
+        "host": root.host,
+        "exitcode": root.exitcode,
+        "signal": root.signal,
+        "time": root.time,
+        "script": failure.script if failure else None,
+        "other_ranks": tuple(e.rank for e in others if e.rank is not None) if full else None,
+    }
+    who = rank_and_place(root) if root.rank is not None else (
+        f"local rank {root.local_rank} (pid {root.pid})" if root.local_rank is not None
+        else f"pid {root.pid}")
+    ranks = (root.rank,) if root.rank is not None else ()
+    if root.signal is None:
+        if root.exitcode < 0:
+            return None
+        return _diag(
+            "exit_code",
+            f"{who} exited with code {root.exitcode}{at}, without a Python traceback in the "
+            f"summary{also}",
+            ranks,
+            f"Read rank {root.rank if root.rank is not None else root.local_rank}'s own output; "
+            "decorate the entrypoint with "
+            "torch.distributed.elastic.multiprocessing.errors.record to get its traceback",
+            evidence,
+            facts,
+            failure,
+        )
+    meaning, fix = _SIGNAL_HINTS.get(
+        root.signal, ("a signal from outside or from native code", "Read the rank's own output")
+    )
+    kind = _SIGNAL_KINDS.get(root.signal, "signal")
+    return _diag(
+        kind,
+        f"{who} was killed by {root.signal} (exit code {root.exitcode}){at}: {meaning}{also}",
+        ranks,
+        fix.format(pid=root.pid, rank=root.rank if root.rank is not None else root.local_rank),
+        evidence,
+        facts,
+        failure,
+    )
+
+
+# Python's faulthandler ("Fatal Python error: Aborted") and the shell's job report
+# ("Segmentation fault (core dumped)") when no torchelastic line names the worker.
+_FATAL = re.compile(
+    r"Fatal Python error: (?P<py>Segmentation fault|Aborted|Bus error)"
+    r"|^(?:.*\s)?(?P<sh>Segmentation fault|Aborted|Bus error) \(core dumped\)"
+)
+_FATAL_SIGNALS = {"Segmentation fault": "SIGSEGV", "Aborted": "SIGABRT", "Bus error": "SIGBUS"}
+
+
+def _fatal_signal(ctx: Context) -> Diagnosis | None:
+    """A process died of SIGSEGV / SIGABRT / SIGBUS, reported by faulthandler or the shell."""
+    root, _ = _failed_worker(ctx)
+    if root is not None:
+        return None
+    hit = next(((ln, m) for ln in ctx.lines if (m := _FATAL.search(ln.text))), None)
+    if hit is None:
+        return None
+    ln, m = hit
+    name = _FATAL_SIGNALS[m["py"] or m["sh"]]
+    rank = ln.rank
+    meaning, fix = _SIGNAL_HINTS[name]
+    on = f"rank {rank}" if rank is not None else "a process"
+    return _diag(
+        _SIGNAL_KINDS.get(name, "signal"),
+        f"{on[0].upper()}{on[1:]} died of {name}: {meaning}",
+        (rank,) if rank is not None else (),
+        fix.format(pid="<pid>", rank=rank if rank is not None else "the"),
+        [ln.raw],
+        {"signal": name, "rank": rank},
+        ctx.failure,
+    )
+
+
+_OOM = re.compile(
+    r"(?P<cg>Memory cgroup )?[Oo]ut of memory: Kill(?:ed)? process (?P<pid>\d+) \((?P<comm>[^)]*)\)"
+    r"|oom-kill:constraint=(?P<constraint>\w+).*?\bpid=(?P<pid2>\d+)"
+    r"|\"?OOMKilled\"?\s*[:=]?\s*true|\bReason:\s+OOMKilled\b"
+    r"|oom[-_]kill events?\b",
     re.I,
 )
 
-# torchrun's agent turning a signal it got into an exception (its traceback is the last thing
-# a stopped job prints): what stopped the job, never a bug in the training script
-_AGENT_SIGNAL = re.compile(r"SignalException: Process (?P<pid>\d+) got signal: (?P<sig>\d+)")
+
+def _oom_killed(ctx: Context) -> Diagnosis | None:
+    """A worker killed by SIGKILL, and the text also holds the OOM killer's own record."""
+    root, _ = _failed_worker(ctx)
+    if root is None or root.signal != "SIGKILL":
+        return None
+    hits = [(ln, m) for ln in ctx.lines if (m := _OOM.search(ln.text))]
+    if not hits:
+        return None
+    pids = [int(p) for _, m in hits if (p := m["pid"] or m["pid2"])]
+    pid = root.pid if root.pid in pids else pids[0] if pids else root.pid
+    first = hits[0][1]
+    text = first.group(0)
+    if "oom" in text.lower() and "event" in text.lower():
+        scope = "slurm"
+    elif first["cg"] or (first["constraint"] or "").upper() == "CONSTRAINT_MEMCG" \
+            or "OOMKilled" in text:
+        scope = "container"
+    else:
+        scope = "host"
+    limit = {"host": "the host's RAM", "container": "the container's (cgroup's) memory limit",
+             "slurm": "the job's Slurm memory request"}[scope]
+    who = rank_and_place(root) if root.rank is not None else f"pid {root.pid}"
+    return _diag(
+        "oom_killed",
+        f"{who} was killed by the kernel OOM killer (SIGKILL, pid {pid}): the processes used "
+        f"more memory than {limit}",
+        (root.rank,) if root.rank is not None else (),
+        "Lower host memory use (fewer DataLoader workers or ranks per node, load checkpoints "
+        "with low_cpu_mem_usage / mmap) or raise the memory limit",
+        [_shown(ln, m) for ln, m in hits[:2]] + [e for e in root.lines if "exitcode" in e][:1],
+        {"pid": pid, "scope": scope, "rank": root.rank, "exitcode": root.exitcode},
+        ctx.failure,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# A Python exception in a rank.
+
+# Exceptions that only wrap an error another rule names (CUDA, NCCL, the store), report a
+# peer's death, or the agent's own stop: never the root cause themselves.
+_WRAPS = re.compile(
+    r"Connection (?:closed|reset) by (?:remote )?peer|ChildFailedError|Broken pipe"
+    r"|Socket Timeout|NCCL communicator was aborted|Watchdog caught collective"
+    r"|SignalException|KeyboardInterrupt|ProcessExitedException|process \d+ terminated with"
+    r"|CUDA (?:driver )?error|CUDA out of memory|OutOfMemoryError|cuDNN error"
+    r"|no kernel image|NVIDIA driver|CUDA-capable|No CUDA GPUs|invalid device ordinal"
+    r"|CUDA driver initialization|system not yet initialized"
+    r"|ncclUnhandledCudaError|ncclSystemError|ncclInternalError|ncclInvalidUsage|ncclRemoteError"
+    r"|unhandled (?:cuda|system) error|internal error|invalid usage|remote process exited"
+    r"|DistNetworkError|DistStoreError|Rendezvous\w*Error|Address already in use|EADDRINUSE"
+    r"|host not found|Name or service not known|client socket has"
+    r"|DataLoader worker \(pid|Caught \w+ in DataLoader worker process"
+    r"|unable to (?:allocate shared memory|write to file </torch_)",
+    re.I,
+)
 
 
 def _rank_exceptions(lines: Sequence[Line]) -> list[tuple[int | None, Line]]:
@@ -164,12 +715,15 @@ def _rank_exceptions(lines: Sequence[Line]) -> list[tuple[int | None, Line]]:
     in_tb: dict[tuple[int | None, int | None], bool] = {}
     for ln in lines:
         who = (ln.rank, ln.local_rank)
-        if ln.text.startswith("Traceback (most recent call last)"):
+        if ln.text.startswith(("Traceback (most recent call last)",
+                               "Original Traceback (most recent call last)")):
             in_tb[who] = True
         elif in_tb.get(who) and ln.text and not ln.text[0].isspace():
-            if EXCEPTION_LINE.match(ln.text):
+            if EXCEPTION_LINE.match(ln.text) and not ln.text.startswith("File "):
                 found.append((ln.rank, ln))
-            in_tb[who] = False
+                in_tb[who] = False
+            elif not ln.text.startswith(("File ", "^", "~")):
+                in_tb[who] = False
     return found
 
 
@@ -185,14 +739,14 @@ def _exception(ctx: Context) -> Diagnosis | None:
     entries = ([root] if root else []) + sorted(
         failure.others if failure else (), key=lambda e: e.time or "~"
     )
-    entry = next((e for e in entries if e.exception and not _CONSEQUENCE.search(e.exception)), None)
+    entry = next((e for e in entries if e.exception and not _WRAPS.search(e.exception)), None)
     if entry is not None and entry.exception:
         rank, line, evidence = entry.rank, entry.exception, entry.exception
     elif root is not None and root.signal is not None:
         return None
     else:
         printed = [
-            (r, ln) for r, ln in _rank_exceptions(ctx.lines) if not _CONSEQUENCE.search(ln.text)
+            (r, ln) for r, ln in _rank_exceptions(ctx.lines) if not _WRAPS.search(ln.text)
         ]
         if root is not None:  # exit code without a traceback: look for that rank's own
             printed = [(r, ln) for r, ln in printed if r in (None, root.rank)]
@@ -204,16 +758,18 @@ def _exception(ctx: Context) -> Diagnosis | None:
         line, evidence = found.text.strip(), found.raw
     m = EXCEPTION_LINE.match(line)
     etype = m["type"] if m else None
-    on = f"rank {rank}" if rank is not None else "a rank"
+    on = f"rank {rank}" if rank is not None else "a rank" if failure else "the process"
     where = f" ({place_of(entry)})" if entry and entry.rank == rank and place_of(entry) else ""
+    short = (etype or "").rsplit(".", 1)[-1] or None
     return _diag(
         "exception",
         f"{on}{where} raised {line}",
         (rank,) if rank is not None else (),
-        f"Fix the {etype or 'error'} in the training script: see {on}'s traceback",
+        f"Fix the {short or 'error'} in the training script: see {on}'s traceback",
         [evidence],
         {
             "rank": rank,
+            "exception": short,
             "exception_type": etype,
             "message": (m["msg"] or "") if m else line,
             "pid": entry.pid if entry else None,
@@ -224,123 +780,17 @@ def _exception(ctx: Context) -> Diagnosis | None:
     )
 
 
-_SIGNAL_HINTS = {
-    "SIGKILL": (
-        "killed from outside, most likely by the kernel OOM killer (host RAM or a container / "
-        "cgroup memory limit)",
-        "Look for pid {pid} in the host's kernel log (dmesg | grep -i oom) and for OOMKilled on "
-        "the container; lower host memory use (fewer DataLoader workers, smaller batches) or "
-        "raise the memory limit",
-    ),
-    "SIGABRT": (
-        "a native abort: an uncaught C++ exception or a failed assertion, often from CUDA/NCCL; "
-        "the reason is in the rank's own output, not in this summary",
-        "Read rank {rank}'s own output before the summary ('terminate called ...', 'what():', "
-        "NCCL/CUDA errors); rerun with NCCL_DEBUG=INFO if it names NCCL",
-    ),
-    "SIGSEGV": (
-        "a segmentation fault in native code (an extension, a driver, or a version mismatch)",
-        "Run with PYTHONFAULTHANDLER=1 to get the crashing stack; check library versions",
-    ),
-    "SIGBUS": (
-        "a bus error, usually shared memory (/dev/shm) exhausted",
-        "Give the container a larger --shm-size or --ipc=host",
-    ),
-    "SIGTERM": (
-        "terminated from outside (docker stop, a scheduler, or the agent stopping its workers)",
-        "Find who stopped the job: the agent's log, the container's events",
-    ),
-}
-
-
-def _signal(ctx: Context) -> Diagnosis | None:
-    """The root-cause worker of the torchelastic summary died of a signal or an exit code."""
-    failure = ctx.failure
-    root = failure.root_cause if failure else None
-    if failure is None or root is None:
-        return None
-    others = [e for e in failure.others if e.rank is not None]
-    also = ""
-    if others:
-        how = sorted({e.signal or f"exit {e.exitcode}" for e in others})
-        also = f"; also failed: ranks {join_ranks(e.rank for e in others if e.rank is not None)}"
-        also += f" ({', '.join(how)})"
-    at = f" at {root.time}" if root.time else ""
-    evidence = [ln for ln in root.lines if ln.startswith(("rank", "exitcode", "traceback"))]
-    facts: dict[str, FactValue | None] = {
-        "rank": root.rank,
-        "local_rank": root.local_rank,
-        "pid": root.pid,
-        "host": root.host,
-        "exitcode": root.exitcode,
-        "signal": root.signal,
-        "time": root.time,
-        "script": failure.script,
-        "other_ranks": tuple(e.rank for e in others if e.rank is not None),
-    }
-    if root.signal is None:
-        return _diag(
-            "exit_code",
-            f"{rank_and_place(root)} exited with code {root.exitcode}{at}, without a Python "
-            f"traceback in the summary{also}",
-            (root.rank,) if root.rank is not None else (),
-            f"Read rank {root.rank}'s own output; decorate the entrypoint with "
-            "torch.distributed.elastic.multiprocessing.errors.record to get its traceback",
-            evidence,
-            facts,
-            failure,
-        )
-    meaning, fix = _SIGNAL_HINTS.get(
-        root.signal, ("a signal from outside or from native code", "Read the rank's own output")
-    )
-    kind = {"SIGKILL": "sigkill", "SIGABRT": "sigabrt", "SIGSEGV": "sigsegv"}.get(
-        root.signal, "signal"
-    )
-    return _diag(
-        kind,
-        f"{rank_and_place(root)} was killed by {root.signal} (exit code {root.exitcode}){at}: "
-        f"{meaning}{also}",
-        (root.rank,) if root.rank is not None else (),
-        fix.format(pid=root.pid, rank=root.rank),
-        evidence,
-        facts,
-        failure,
-    )
-
-
-def _stopped(ctx: Context) -> Diagnosis | None:
-    """torchrun itself got a signal (``SignalException: Process 1 got signal: 15``) and
-    nothing else explains the end: the container was stopped from outside (``gpuconsole
-    stop`` records that as ``stopped``, so this is seen for a ``docker stop``, a host shutdown
-    or a scheduler's kill)."""
-    for ln in reversed(ctx.lines):
-        m = _AGENT_SIGNAL.search(ln.text)
-        if m is None:
-            continue
-        try:
-            name = signal.Signals(int(m["sig"])).name
-        except ValueError:
-            name = f"signal {m['sig']}"
-        return _diag(
-            "stopped",
-            f"torchrun was stopped by {name} (process {m['pid']} in the container got it): "
-            "the job was stopped from outside (docker stop, a host shutdown, a scheduler), "
-            "not by a failure of the training script",
-            (),
-            "Nothing to fix if it was stopped on purpose; else find who stopped the container "
-            "(`docker events` on the host)",
-            [ln.raw],
-            {"signal": name, "pid": int(m["pid"])},
-            ctx.failure,
-        )
-    return None
-
+Rule = Callable[[Context], "Diagnosis | Iterable[Diagnosis] | None"]
 
 #: The rules of this module (the engine ranks what they find).
-RULES: tuple[Callable[[Context], Diagnosis | None], ...] = (
+RULES: tuple[Rule, ...] = (
     _shm_exhausted,
+    _port_in_use,
+    _store_unresolved,
     _rendezvous,
+    _agent_signal,
+    _oom_killed,
     _exception,
     _signal,
-    _stopped,
+    _fatal_signal,
 )
