@@ -356,7 +356,8 @@ def test_several_summaries_pick_earliest_root_cause() -> None:
             "GPU 2 has a total capacity of 79.10 GiB of which 1.20 GiB is free.",
             "cuda_oom",
         ),
-        ("[rank1]:RuntimeError: CUDA error: device-side assert triggered", "cuda_error"),
+        # corrected: the cause-id table names device-side asserts cuda_device_assert
+        ("[rank1]:RuntimeError: CUDA error: device-side assert triggered", "cuda_device_assert"),
     ],
 )
 def test_other_cuda_errors(text: str, kind: str) -> None:
