@@ -367,7 +367,8 @@ def _xid_diagnosis(events: list[XidEvent], lines: Sequence[Line],
     facts: dict[str, FactValue | None] = {
         "xid": code, "pci": chain.pci, "action": ACTION_TEXT.get(chain.action, chain.action),
         "xid_name": info.mnemonic.split(" /")[0] or None, "count": len(root_group),
-        "pid": root.pid, "uuid": root.uuid, "verdict": verdict,
+        "pid": root.pid, "uuid": root.uuid,
+        "verdict": verdict if root.xid == code else None,
         "gpus": len(chains) if len(chains) > 1 else None,
     }
     # the application's fault that began a reset-class chain (faults.summarize_xids)
@@ -386,7 +387,18 @@ def _xid_diagnosis(events: list[XidEvent], lines: Sequence[Line],
         facts["xid_class"] = "hw"
     elif info.role == "app":
         facts["xid_class"] = "app"
-        summary += "; an application fault, the GPU stays usable"
+        harder = [e for e in chain.events if ACTION_RANK.get(xid_info(e.xid).action, 0)
+                  > ACTION_RANK.get(chain.action, 0) and e.xid != code
+                  and xid_info(e.xid).role not in _TAIL_ROLES]
+        if harder:
+            after = harder[0]
+            summary += (f"; an application fault, followed by Xid {after.xid} "
+                        f"({xid_info(after.xid).short})")
+            fix += (f"; the Xid {after.xid} after it asks to "
+                    f"{ACTION_TEXT.get(xid_info(after.xid).action, 'act')}: do so if the GPU "
+                    "does not recover")
+        else:
+            summary += "; an application fault, the GPU stays usable"
     else:
         facts["xid_class"] = "hw"
     if suspect:
@@ -459,9 +471,14 @@ def _smi_lines(lines: Sequence[Line]) -> list[tuple[int, str]]:
 _HANDLE_LOST = re.compile(r"GPU is lost|fallen off the bus|Unknown Error|GPU requires reset",
                           re.I)
 _NVML_UNKNOWN = re.compile(r"Failed to initialize NVML: Unknown Error", re.I)
+#: nv.c's notice, read after the wrapping ``NVRM:`` tokens and rsyslog's ``#012`` newlines are
+#: removed: "the client has the version X, but this kernel module has the version Y" (older
+#: drivers) and "the client 'kwin_wayland' (pid 1005) has the version X, ..." (newer ones).
 _API_MISMATCH = re.compile(
-    r"API mismatch: the client has the version (?P<client>\d+(?:\.\d+)+), but\s+(?:NVRM:\s+)?"
-    r"this kernel module has the version (?P<kernel>\d+(?:\.\d+)+)")
+    r"API mismatch: the client (?:'[^']*' \(pid \d+\) )?has the version "
+    r"(?P<client>\d+(?:\.\d+)+), but this kernel module has the version "
+    r"(?P<kernel>\d+(?:\.\d+)+)")
+_WRAP_TOKENS = re.compile(r"(?:#012|\s)+(?:NVRM:\s*)?")
 _CONTAINER_HINT = re.compile(
     r"docker|container|podman|kubectl|\bpod\b|root@[0-9a-f]{12}\b|daemon-reload", re.I)
 
@@ -585,9 +602,10 @@ def _no_gpus(ctx: Context, evidence: list[str]) -> Diagnosis:
         "no_gpus",
         ("the NVIDIA driver answers but finds no GPU (nvidia-smi: No devices were found)" + why
          + ("; nvidia-docker-plugin's GPU discovery never finished (the same fault)"
-            if plugin else "")) if evidence or not plugin else
+            if plugin else "")) if evidence else
         ("nvidia-docker-plugin began discovering GPUs and never finished: the driver finds no "
-         "GPU (the fault nvidia-smi shows as 'No devices were found')" + why),
+         "GPU (the fault nvidia-smi shows as 'No devices were found')" + why) if plugin else
+        ("the NVIDIA driver brings up no GPU" + why),
         (),
         ("Look for the GPUs in `lspci -d 10de:` and the kernel log (`dmesg | grep NVRM`): an "
          "RmInitAdapter failure points at BIOS PCIe settings (Above 4G decoding / Resizable "
@@ -623,7 +641,7 @@ def _kernel_mismatch(ctx: Context) -> Diagnosis | None:
     NVRM: this kernel module has the version Y``."""
     if "API mismatch" not in ctx.text:
         return None
-    flat = " ".join(ln.text.strip() for ln in ctx.lines)
+    flat = _WRAP_TOKENS.sub(" ", " ".join(ln.text.strip() for ln in ctx.lines))
     m = _API_MISMATCH.search(flat)
     if m is None:
         return None
@@ -734,9 +752,9 @@ _ERR_802 = re.compile(
     r"system not yet initiali[sz]ed|cudaErrorSystemNotReady|CUDA_ERROR_SYSTEM_NOT_READY|"
     r"\bcuInit\b.{0,40}\b802\b", re.I)
 #: Fabric Manager's own failure (its log / ``systemctl status nvidia-fabricmanager``).
-_FM_DOWN = re.compile(
-    r"fabric ?manager.{0,80}(?:don't match|does not match|version mismatch|failed|not running)|"
-    r"nvidia-fabricmanager\.service.{0,40}(?:failed|Failed)", re.I)
+#: Fabric Manager's own refusal to start at another version than the driver's: "fabric manager
+#: NVIDIA GPU driver interface version X don't match with driver version Y".
+_FM_DOWN = re.compile(r"fabric ?manager.{0,80}(?:don't|does not) match with driver version", re.I)
 
 
 def _fabric_manager(ctx: Context) -> Diagnosis | None:
