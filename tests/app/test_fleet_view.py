@@ -242,3 +242,19 @@ async def test_host_with_a_missing_gpu_is_flagged() -> None:
         assert (host["state"], host["users"]) == ("gpu lost",
                                                   "1 GPU(s) missing: 00000000:00:07.0")
         assert keys(app) == ["h200", "h200:0"]
+
+
+def test_detail_line_names_the_xid_root_and_its_action() -> None:
+    from console.app.screens.fleet import detail_text
+    from console.fleet.rows import GpuRow
+
+    row = GpuRow(key="a/1", host="a", index=1, name="NVIDIA H200", lost=False, util_pct=0.0,
+                 mem_used_mib=0.0, mem_total_mib=143771.0, temp_c=40.0, fan_pct=None,
+                 power_w=80.0, power_limit_w=700.0, sm_activity_pct=None,
+                 throttle_reasons=(), history=(), users=(), usable=True,
+                 xid="Xid 79 fallen off the bus: reboot", xid_code=79, xid_severe=True)
+    text = detail_text(row)
+    assert "| Xid 79 fallen off the bus: reboot |" in text.plain
+    span = next(s for s in text.spans if text.plain[s.start:s.end].strip(" |").startswith("Xid"))
+    assert "red" in str(span.style)
+    assert "Xid" not in detail_text(GpuRow(**{**row.__dict__, "xid": None})).plain

@@ -77,7 +77,8 @@ def summary_text(groups: list[HostGroup], shown: list[HostGroup], sort_key: str,
 
 def detail_text(row: HostRow | GpuRow | None) -> Text:
     """The line below the table: the cursor row's whole story (not cut to a column:
-    the down reason, every process with its full command, clocks, GPM, fan, ECC)."""
+    the down reason, every process with its full command, the Xid chain's root and its
+    action, clocks, GPM, fan, ECC)."""
     if row is None:
         return Text("")
     if isinstance(row, HostRow):
@@ -104,6 +105,8 @@ def detail_text(row: HostRow | GpuRow | None) -> Text:
             text.append(f" pids {','.join(str(p) for p in u.pids)}{used} (enter: open)")
         else:
             text.append(" | " + users_text((u,), command_limit=200) + used)
+    if row.xid:  # the root of this GPU's Xid chain this boot, with NVIDIA's action
+        text.append(f" | {row.xid}", style="bold red" if row.xid_severe else "yellow")
     if row.ecc_uncorrected:  # uncorrected ECC errors since the driver loaded
         text.append(f" | ECC {row.ecc_uncorrected:.0f} uncorrected", style="bold red")
     text.append(f" | {row.pstate or '?'} {num_text(row.sm_clock_mhz)} MHz"
