@@ -20,7 +20,7 @@ import click
 from console.cli.base import command_profile, err, main, out, run, while_stdout_open
 from console.service import Service
 from console.watch.notify import check_urls, redact_url
-from console.watch.runner import HOST_DOWN_FOR_S, HostUnreachableRule, Watch, WatchOptions
+from console.watch.runner import Watch, WatchOptions
 
 
 @main.command()
@@ -40,29 +40,24 @@ from console.watch.runner import HOST_DOWN_FOR_S, HostUnreachableRule, Watch, Wa
               help="Watch a telemetry recording (`top --record`) instead of live hosts.")
 @click.option("--speed", type=float, default=1.0, show_default=True,
               help="Replay speed factor (0 = as fast as possible).")
-@click.option("--jobs-refresh", type=click.FloatRange(min=0), default=10.0,
-              show_default=True, help="Seconds between job reconciles (0: none).")
-@click.option("--host-down-for", type=click.FloatRange(min=0), default=HOST_DOWN_FOR_S,
-              show_default=True,
-              help="Seconds a host must stay unreachable before host_unreachable fires.")
 @click.pass_context
 def watch(ctx: click.Context, as_json: bool, metrics_port: int | None, metrics_addr: str,
-          notify: tuple[str, ...], interval: float, replay: Path | None, speed: float,
-          jobs_refresh: float, host_down_for: float) -> None:
+          notify: tuple[str, ...], interval: float, replay: Path | None,
+          speed: float) -> None:
     """Alert on the fleet and its jobs: print, page (Apprise) and serve metrics.
 
-    Runs until Ctrl-C or SIGTERM (exit 0).
+    Rules, delays and thresholds come from the profile's `alerts:`, the pages go to its
+    `notify:` URLs (and --notify). Runs until Ctrl-C or SIGTERM (exit 0).
     """
     opts = WatchOptions(as_json=as_json, metrics_port=metrics_port, metrics_addr=metrics_addr,
                         notify_urls=list(notify), interval=interval, replay=replay,
-                        speed=speed, jobs_refresh_s=jobs_refresh)
-    run(_watch(ctx, opts, host_down_for))
+                        speed=speed)
+    run(_watch(ctx, opts))
 
 
-async def _watch(ctx: click.Context, opts: WatchOptions, host_down_for: float) -> None:
+async def _watch(ctx: click.Context, opts: WatchOptions) -> None:
     profile = command_profile(ctx)
-    profile_urls: list[str] = list(getattr(profile, "notify", None) or [])
-    opts.notify_urls = list(dict.fromkeys([*profile_urls, *opts.notify_urls]))
+    opts.notify_urls = list(dict.fromkeys([*profile.notify, *opts.notify_urls]))
     check_urls(opts.notify_urls)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -70,7 +65,7 @@ async def _watch(ctx: click.Context, opts: WatchOptions, host_down_for: float) -
         loop.add_signal_handler(sig, stop.set)
     try:
         async with Service(profile) as svc:
-            w = Watch(svc, opts, HostUnreachableRule(host_down_for), emit=out, say=err)
+            w = Watch(svc, opts, emit=out, say=err)
             await while_stdout_open(
                 w.run(stop, on_started=lambda: _say_started(w, profile.name,
                                                             len(profile.hosts))))

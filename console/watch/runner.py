@@ -8,11 +8,9 @@ thread; it reads the fleet state and a copy of the firing alerts) and the notifi
 thread per URL). Subscribers only queue: the printer task writes, so a closed stdout ends
 the command (``OutputClosed``) and never becomes a subscriber error.
 
-The alert source: :class:`AlertSource` is what ``watch`` needs from a rule engine (start on a
-service, stop, the alerts firing now; transitions published as
-:class:`~console.alerts.model.AlertChanged` on the service's bus). Until the rule engine
-(``console/alerts/engine.py``) is wired, :class:`HostUnreachableRule` is the one built-in
-rule.
+The alert source is the rule engine's live adapter,
+:class:`console.alerts.engine.AlertWatcher` (rules, ``for_s`` delays, the alert store across
+restarts, job reconciles and last-log probes); ``watch`` needs only :class:`AlertSource` of it.
 """
 
 from __future__ import annotations
@@ -24,19 +22,20 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from console.alerts.model import Alert, AlertChanged, alert_key
-from console.events import EventBus, HostStateChanged, SampleReceived
+from console.alerts.engine import AlertWatcher
+from console.alerts.model import Alert, AlertChanged
+from console.alerts.store import alert_to_json
+from console.events import SampleReceived
 from console.service import Service
 from console.watch.metrics import FleetCollector, XidTracker, make_registry
 from console.watch.notify import Delivery, Ledger, Notifier
 
 __all__ = [
     "AlertSource",
-    "HostUnreachableRule",
     "Watch",
     "WatchOptions",
     "alert_json",
@@ -45,116 +44,26 @@ __all__ = [
 
 log = logging.getLogger("gpuconsole.watch")
 
-#: Default seconds a host must stay unreachable before ``host_unreachable`` fires.
-HOST_DOWN_FOR_S = 60.0
-
 
 class AlertSource(Protocol):
-    """What ``watch`` needs from a rule engine."""
+    """What ``watch`` needs from the rule engine (:class:`~console.alerts.engine.AlertWatcher`
+    has it): transitions are published as ``AlertChanged`` on the service's bus."""
 
-    def start(self, service: Service) -> None:
-        """Begin evaluating; publish every transition as ``AlertChanged`` on
-        ``service.bus``."""
+    async def start(self) -> None:
+        """Load the stored alerts and begin evaluating (the fleet is already started)."""
 
-    async def stop(self) -> None:
-        """Stop evaluating (no transition is published after this returns)."""
+    async def close(self) -> None:
+        """Stop evaluating; nothing is published after this returns."""
 
-    def firing(self) -> list[Alert]:
-        """The alerts firing now."""
-
-
-class HostUnreachableRule:
-    """``host_unreachable``: a host whose telemetry has been ``down`` for ``for_s`` s fires
-    (critical); it resolves when a sample arrives again.
-
-    Args:
-        for_s: how long the host must stay down (s).
-        clock: wall clock (Unix s).
-        tick_s: how often a pending host is checked (s).
-    """
-
-    def __init__(self, for_s: float = HOST_DOWN_FOR_S, *, clock: Callable[[], float] = time.time,
-                 tick_s: float = 0.5) -> None:
-        self.for_s = for_s
-        self.clock = clock
-        self.tick_s = tick_s
-        self._down: dict[str, tuple[float, str | None]] = {}
-        self._firing: dict[str, Alert] = {}
-        self._bus: EventBus | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._sub: Any = None
-
-    def start(self, service: Service) -> None:
-        """Subscribe to host state changes on the service's bus; start the timer."""
-        self._bus = service.bus
-        self._sub = service.bus.subscribe(self._on_event, kinds=(HostStateChanged,))
-        self._task = asyncio.create_task(self._tick_loop(), name="alert-host-unreachable")
-
-    async def stop(self) -> None:
-        """Unsubscribe and stop the timer."""
-        if self._sub is not None:
-            self._sub.close()
-            self._sub = None
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
-
-    def firing(self) -> list[Alert]:
-        """The hosts firing now."""
-        return list(self._firing.values())
-
-    def _on_event(self, ev: object) -> None:
-        if not isinstance(ev, HostStateChanged):
-            return
-        now = self.clock()
-        if ev.status == "down":
-            since, _ = self._down.get(ev.host, (now, None))
-            self._down[ev.host] = (since, ev.reason)
-            self.evaluate(now)
-        elif ev.status == "ok":
-            self._down.pop(ev.host, None)
-            a = self._firing.pop(ev.host, None)
-            if a is not None:
-                resolved = _replace(a, resolved_at=now)
-                self._publish(AlertChanged(resolved, "resolved", now))
-
-    def evaluate(self, now: float) -> None:
-        """Fire every host down for ``for_s`` s by ``now`` (Unix s)."""
-        for host, (since, reason) in list(self._down.items()):
-            if host in self._firing or now - since < self.for_s:
-                continue
-            why = f": {reason}" if reason else ""
-            a = Alert(key=alert_key("host_unreachable", host=host), rule="host_unreachable",
-                      severity="critical",
-                      summary=f"host {host} unreachable for {now - since:.0f} s{why}",
-                      host=host, since=since, fired_at=now,
-                      details={"for_s": self.for_s, "reason": reason})
-            self._firing[host] = a
-            self._publish(AlertChanged(a, "fired", now))
-
-    async def _tick_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.tick_s)
-            if self._down:
-                self.evaluate(self.clock())
-
-    def _publish(self, ev: AlertChanged) -> None:
-        if self._bus is not None:
-            self._bus.publish(ev)
-
-
-def _replace(a: Alert, **changes: Any) -> Alert:
-    import dataclasses
-    return dataclasses.replace(a, **changes)
+    def active(self) -> list[Alert]:
+        """The alerts firing now (also those loaded from the store at start)."""
 
 
 def alert_json(ev: AlertChanged) -> dict[str, Any]:
     """A transition as a JSON object: ``{"type": "alert", "change", "at", "alert": {...}}``
-    (times Unix s; the alert's fields as :class:`~console.alerts.model.Alert` names them)."""
-    a = asdict(ev.alert)
-    a["details"] = dict(ev.alert.details)
-    return {"type": "alert", "change": ev.change, "at": ev.at, "alert": a}
+    (times Unix s; the alert as the alert store writes it, ``alert_to_json``)."""
+    alert: dict[str, Any] = json.loads(alert_to_json(ev.alert))
+    return {"type": "alert", "change": ev.change, "at": ev.at, "alert": alert}
 
 
 def alert_line(ev: AlertChanged) -> str:
@@ -175,9 +84,8 @@ class WatchOptions:
         metrics_addr: the address the server binds (default loopback only).
         notify_urls: Apprise URLs to page.
         interval: telemetry sampling interval (s).
-        replay: a recording to feed instead of live hosts.
+        replay: a recording to feed instead of live hosts (no job reconciles then).
         speed: replay speed (0: as fast as possible).
-        jobs_refresh_s: seconds between job reconciles (0: none).
         ledger: the notification ledger's file.
         notify_attempts: tries per notification.
         notify_backoff_s: first retry delay (s).
@@ -190,7 +98,6 @@ class WatchOptions:
     interval: float = 1.0
     replay: Path | None = None
     speed: float = 1.0
-    jobs_refresh_s: float = 10.0
     ledger: Path | None = None
     notify_attempts: int = 5
     notify_backoff_s: float = 1.0
@@ -200,15 +107,17 @@ class Watch:
     """One ``watch`` run over a service.
 
     Args:
-        service: the service (its profile's hosts are watched).
+        service: the service (its profile's hosts are watched; its ``alerts:``, ``notify:``).
         options: what to do.
-        source: the alert source.
+        source: the alert source (default: the rule engine's
+            :class:`~console.alerts.engine.AlertWatcher` over ``service``).
         emit: writes one line of data (stdout; may raise ``OutputClosed``).
         say: writes one diagnostic line (stderr).
     """
 
-    def __init__(self, service: Service, options: WatchOptions, source: AlertSource,
-                 emit: Callable[[str], None], say: Callable[[str], None]) -> None:
+    def __init__(self, service: Service, options: WatchOptions, *,
+                 emit: Callable[[str], None], say: Callable[[str], None],
+                 source: AlertSource | None = None) -> None:
         self.svc = service
         self.opts = options
         self.source = source
@@ -268,16 +177,19 @@ class Watch:
                 self._start_notifier(loop)
             if self.opts.metrics_port is not None:
                 self._start_metrics()
-            if self.opts.replay is not None:
-                self.svc.start_replay(self.opts.replay, speed=self.opts.speed)
-                tasks.append(asyncio.create_task(self._replay_done(), name="watch-replay"))
-            else:
+            replay = self.opts.replay
+            if replay is None:
                 self.svc.start_fleet(interval=self.opts.interval)
-                if self.opts.jobs_refresh_s > 0:
-                    tasks.append(asyncio.create_task(self._jobs_loop(), name="watch-jobs"))
-            self.source.start(self.svc)
+            if self.source is None:
+                self.source = AlertWatcher(self.svc) if replay is None \
+                    else _ReplayWatcher(self.svc)
+            await self.source.start()
             if on_started is not None:
                 on_started()
+            self._carried_over(self.source.active())
+            if replay is not None:  # after the start lines: at speed 0 it is over at once
+                self.svc.start_replay(replay, speed=self.opts.speed)
+                tasks.append(asyncio.create_task(self._replay_done(), name="watch-replay"))
             printer = asyncio.create_task(self._print_loop(), name="watch-print")
             stopper = asyncio.create_task(stop.wait(), name="watch-stop")
             done, _ = await asyncio.wait({printer, stopper},
@@ -291,7 +203,8 @@ class Watch:
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            await self.source.stop()
+            if self.source is not None:
+                await self.source.close()
             for s in subs:
                 s.close()
             await self.svc.stop_fleet()
@@ -299,6 +212,16 @@ class Watch:
                 await asyncio.to_thread(self._stop_metrics)
             if self.notifier is not None:
                 await asyncio.to_thread(self.notifier.close)
+
+    def _carried_over(self, firing: list[Alert]) -> None:
+        """Alerts still firing from the last run (the alert store): kept for the metrics and
+        said on stderr; not printed as transitions and not paged again."""
+        with self._alerts_lock:
+            for a in firing:
+                self._alerts.setdefault(a.key, a)
+        for a in firing:
+            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(a.fired_at))
+            self.say(f"still firing since {when}: {a.summary} [{a.key}]")
 
     def _drain_printed(self) -> None:
         """Print the transitions still queued (stop came right after them)."""
@@ -366,22 +289,10 @@ class Watch:
             return
         self.say(f"replay finished: {n} samples")
 
-    async def _jobs_loop(self) -> None:
-        """Reconcile the jobs every ``jobs_refresh_s`` s (publishes ``JobChanged``; gang
-        teardown like any observer); each distinct problem is said once."""
-        said: set[str] = set()
 
-        def warn(line: str) -> None:
-            if line not in said:
-                said.add(line)
-                self.say(f"warning: {line}")
+class _ReplayWatcher(AlertWatcher):
+    """The engine over a replayed recording: the recording's hosts only, no job reconciles
+    (the profile's hosts are not the recording's)."""
 
-        while True:
-            try:
-                await self.svc.list_jobs(warn=warn)
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:  # a store or host error: say it, try again next round
-                warn(f"jobs not reconciled: {e}")
-                log.debug("job reconcile failed", exc_info=True)
-            await asyncio.sleep(self.opts.jobs_refresh_s)
+    async def refresh_jobs(self) -> None:
+        """Nothing to reconcile during a replay."""

@@ -187,3 +187,83 @@ def test_firing_alerts_follow_prometheus_alerts_convention() -> None:
     assert not [lb for lb, _ in got["ALERTS"] if lb["alertname"] == "host_unreachable"]
     assert one(got, "ALERTS_FOR_STATE", alertname="gpu_temperature") == 100.0
     assert "DCGM_FI_DEV_GPU_UTIL" not in got  # no fleet yet: alerts only
+
+
+class FakeAlertSource:
+    """A stand-in for the rule engine: one alert carried over from a previous run, and
+    whatever the test publishes on the bus."""
+
+    def __init__(self, carried: list[Alert]) -> None:
+        self.carried = carried
+        self.closed = False
+
+    async def start(self) -> None:
+        pass
+
+    async def close(self) -> None:
+        self.closed = True
+
+    def active(self) -> list[Alert]:
+        return list(self.carried)
+
+
+async def test_watch_prints_transitions_and_serves_them(tmp_path: Path) -> None:
+    """The runner over a replay: a published transition is printed (text and JSON), carried
+    over and new alerts are on the endpoint, a resolved one leaves it."""
+    import asyncio
+    import urllib.request
+
+    from console.alerts.model import AlertChanged
+    from console.profiles import Profile
+    from console.service import Service
+    from console.watch.runner import Watch, WatchOptions, alert_json
+
+    old = Alert("gpu_lost/vm/00000000:00:07.0", "gpu_lost", "critical", "GPU lost", host="vm",
+                fired_at=50.0)
+    hot = Alert("gpu_temperature/vm/gpu0", "gpu_temperature", "warning",
+                "GPU 0 on vm at 91 C for 60 s", host="vm", gpu=0, since=40.0, fired_at=100.0)
+    for as_json in (False, True):
+        lines: list[str] = []
+        said: list[str] = []
+        source = FakeAlertSource([old])
+        profile = Profile(name="t", hosts={"vm": {"transport": "local"}})
+        async with Service(profile) as svc:
+            w = Watch(svc, WatchOptions(as_json=as_json, metrics_port=0,
+                                        replay=TRACES / "h200-idle.jsonl", speed=0),
+                      emit=lines.append, say=said.append, source=source)
+            stop = asyncio.Event()
+            task = asyncio.create_task(w.run(stop))
+            while not any(s.startswith("replay finished") for s in said):
+                await asyncio.sleep(0.02)
+            svc.bus.publish(AlertChanged(hot, "fired", 100.0))
+            await asyncio.sleep(0.05)
+            url = w.metrics_url
+            assert url is not None and url.startswith("http://127.0.0.1:")
+
+            def get(url: str = url) -> str:
+                with urllib.request.urlopen(url, timeout=5) as r:
+                    return str(r.read().decode())
+
+            text = await asyncio.to_thread(get)
+            firing = {lb["alertname"] for fam in text_string_to_metric_families(text)
+                      if fam.name == "ALERTS" for s in fam.samples for lb in [s.labels]}
+            assert firing == {"gpu_lost", "gpu_temperature"}
+            import dataclasses
+            svc.bus.publish(AlertChanged(dataclasses.replace(hot, resolved_at=130.0),
+                                         "resolved", 130.0))
+            await asyncio.sleep(0.05)
+            assert [a.key for a in w.firing()] == [old.key]
+            stop.set()
+            await asyncio.wait_for(task, 10)
+        assert source.closed
+        assert any(s.startswith("still firing since") and old.key in s for s in said)
+        assert len(lines) == 2
+        if as_json:
+            assert [json.loads(ln) for ln in lines] == [
+                alert_json(AlertChanged(hot, "fired", 100.0)),
+                alert_json(AlertChanged(dataclasses.replace(hot, resolved_at=130.0),
+                                        "resolved", 130.0))]
+            assert json.loads(lines[0])["alert"]["gpu"] == 0
+        else:
+            assert "WARNING" in lines[0] and "fired" in lines[0] and hot.summary in lines[0]
+            assert "RESOLVED" in lines[1] and hot.key in lines[1]
