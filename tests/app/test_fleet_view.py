@@ -245,6 +245,8 @@ async def test_host_with_a_missing_gpu_is_flagged() -> None:
 
 
 def test_detail_line_names_the_xid_root_and_its_action() -> None:
+    from dataclasses import replace
+
     from console.app.screens.fleet import detail_text
     from console.fleet.rows import GpuRow
 
@@ -257,4 +259,4 @@ def test_detail_line_names_the_xid_root_and_its_action() -> None:
     assert "| Xid 79 fallen off the bus: reboot |" in text.plain
     span = next(s for s in text.spans if text.plain[s.start:s.end].strip(" |").startswith("Xid"))
     assert "red" in str(span.style)
-    assert "Xid" not in detail_text(GpuRow(**{**row.__dict__, "xid": None})).plain
+    assert "Xid" not in detail_text(replace(row, xid=None)).plain
