@@ -319,6 +319,18 @@ class AlertWatcher:
         Raises:
             GpuConsoleError: the alert store cannot be opened.
         """
+        await self.load()
+        self.subscribe()
+        self._tasks = [asyncio.create_task(self._evaluate_loop(), name="alerts-evaluate"),
+                       asyncio.create_task(self._jobs_loop(), name="alerts-jobs")]
+
+    async def load(self) -> None:
+        """Read the stored alerts, acks and silences and the job store's jobs (what
+        :meth:`start` does first; rounds may then be run by hand with :meth:`evaluate_now`).
+
+        Raises:
+            GpuConsoleError: the alert store cannot be opened.
+        """
         store = await asyncio.to_thread(lambda: self.store)
         now = self.clock()
         firing = await asyncio.to_thread(store.firing)
@@ -327,11 +339,13 @@ class AlertWatcher:
         jobs = await self.service.store.call(self.service.store.jobs)
         self._jobs = {j.id: j for j in jobs}
         self._jobs_complete = True
-        self._sub = self.service.bus.subscribe(
-            self._on_event, kinds=(SampleReceived, HostStateChanged, ContainersMapped,
-                                   JobChanged, LogLinesReceived))
-        self._tasks = [asyncio.create_task(self._evaluate_loop(), name="alerts-evaluate"),
-                       asyncio.create_task(self._jobs_loop(), name="alerts-jobs")]
+
+    def subscribe(self) -> None:
+        """Take the service's events (:meth:`start` does it)."""
+        if self._sub is None:
+            self._sub = self.service.bus.subscribe(
+                self._on_event, kinds=(SampleReceived, HostStateChanged, ContainersMapped,
+                                       JobChanged, LogLinesReceived))
 
     async def stop(self) -> None:
         """End the loops and the subscription (the store stays open until :meth:`close`)."""

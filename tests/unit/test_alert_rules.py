@@ -493,3 +493,71 @@ def test_profile_alerts_section_errors_name_the_field(tmp_path: Path) -> None:
                   "alerts.job_hang", "notify"):
         assert field in text, field
     assert e.value.line == 5  # limit_c: the first problem in the file
+
+
+# -- the live adapter over a replayed recording (no hosts, explicit clock) --------------------
+
+
+async def test_watcher_over_a_replayed_trace_acks_silences_and_restarts(tmp_path: Path) -> None:
+    """``AlertWatcher`` over a real ``Service`` fed by ``start_replay`` of the load recording
+    (the local profile; nothing is asked of Docker: the job loop is not started). One
+    sample arrives over the bus with the real Xid lines of ``xid-01.txt`` on GPU 0."""
+    from console.alerts.engine import AlertWatcher
+    from console.events import AlertChanged as Changed
+    from console.events import SampleReceived
+    from console.jobs.store import Store
+    from console.profiles import HostConfig, Profile
+    from console.service import Service
+
+    now = [T0 + 100]
+    profile = Profile(name="t", hosts={"vm": HostConfig(transport="local")})
+    config = cfg(gpu_temperature={"limit_c": 55, "for_s": 0},
+                 **{r: {"enabled": False} for r in ("host_unreachable", "job_failed")})
+    svc = Service(profile, store=Store(tmp_path))
+    seen: list[Changed] = []
+    svc.bus.subscribe(lambda ev: seen.append(ev) if isinstance(ev, Changed) else None)
+    try:
+        svc.start_replay(TRACES / "h200-load.jsonl", speed=0)
+        assert await svc.replay_finished() == len(LOAD)
+        w = AlertWatcher(svc, config=config, clock=lambda: now[0])
+        await w.load()
+        w.subscribe()
+        xid = copy.deepcopy(LOAD[-1])
+        xid["xid_events"] = [e.record for e in seen_xids("xid-01.txt", "vm", 0.0)]
+        for e in xid["xid_events"]:
+            e["time"] = None  # seen when the sample arrived (the agent's NVML events)
+        svc.bus.publish(SampleReceived("vm", xid))
+        ch = await w.evaluate_now()
+        assert sorted(changes_of(ch)) == [("fired", "gpu_temperature/vm/gpu0"),
+                                          ("fired", "xid/vm/gpu0/xid31"),
+                                          ("fired", "xid/vm/gpu0/xid43")]
+        assert changes_of(seen) == changes_of(ch)  # published on the bus
+        a = await w.acknowledge("gpu_temperature/vm/gpu0", by="oncall")
+        assert a.acked_at == now[0] and a.firing
+        now[0] += 1
+        s = await w.silence(rule="xid", duration_s=60, comment="known bad GPU")
+        assert {(c.change, c.alert.key) for c in seen[-2:]} == {
+            ("silenced", "xid/vm/gpu0/xid31"), ("silenced", "xid/vm/gpu0/xid43")}
+        now[0] += 1
+        assert await w.evaluate_now() == []  # dedupe: nothing new
+        # a restarted watch over the same store: nothing fires again, acks and silences hold
+        w2 = AlertWatcher(svc, config=config, clock=lambda: now[0])
+        await w2.load()
+        assert {x.key: (x.acked_at is not None, x.silenced_until) for x in w2.active()} == {
+            "gpu_temperature/vm/gpu0": (True, None),
+            "xid/vm/gpu0/xid31": (False, s.until), "xid/vm/gpu0/xid43": (False, s.until)}
+        w2._xids.extend(w._xids)
+        assert await w2.evaluate_now() == []
+        # an ack written by another process is read at the next round
+        AlertStore(tmp_path).acknowledge("xid/vm/gpu0/xid31", now[0], by="cli")
+        ch = await w2.evaluate_now()
+        assert changes_of(ch) == [("acknowledged", "xid/vm/gpu0/xid31")]
+        now[0] = s.until
+        ch = await w2.evaluate_now()
+        assert sorted(changes_of(ch)) == [("unsilenced", "xid/vm/gpu0/xid31"),
+                                          ("unsilenced", "xid/vm/gpu0/xid43")]
+        assert await w2.unsilence(s.id) and not await w2.unsilence(s.id)
+        await w.close()
+        await w2.close()
+    finally:
+        await svc.close()
