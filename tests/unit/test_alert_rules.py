@@ -503,7 +503,6 @@ async def test_watcher_over_a_replayed_trace_acks_silences_and_restarts(tmp_path
     (the local profile; nothing is asked of Docker: the job loop is not started). One
     sample arrives over the bus with the real Xid lines of ``xid-01.txt`` on GPU 0."""
     from console.alerts.engine import AlertWatcher
-    from console.events import AlertChanged as Changed
     from console.events import SampleReceived
     from console.jobs.store import Store
     from console.profiles import HostConfig, Profile
@@ -514,8 +513,8 @@ async def test_watcher_over_a_replayed_trace_acks_silences_and_restarts(tmp_path
     config = cfg(gpu_temperature={"limit_c": 55, "for_s": 0},
                  **{r: {"enabled": False} for r in ("host_unreachable", "job_failed")})
     svc = Service(profile, store=Store(tmp_path))
-    seen: list[Changed] = []
-    svc.bus.subscribe(lambda ev: seen.append(ev) if isinstance(ev, Changed) else None)
+    seen: list[AlertChanged] = []
+    svc.bus.subscribe(lambda ev: seen.append(ev) if isinstance(ev, AlertChanged) else None)
     try:
         svc.start_replay(TRACES / "h200-load.jsonl", speed=0)
         assert await svc.replay_finished() == len(LOAD)
