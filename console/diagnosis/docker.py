@@ -13,7 +13,9 @@ Primary sources (message format strings, matched on their stable part):
   name.``), ``distribution/errors.go`` (``manifest for %s not found: %v``, ``pull access
   denied for %s, repository does not exist or may require 'docker login'``), libnetwork's
   port mapper (``Bind for %s failed: port is already allocated``, newer ``failed to bind host
-  port for %s: address already in use``), ``State.OOMKilled`` of ``docker inspect``.
+  port for %s: address already in use``; Docker for Mac's ``Bind for %s: unexpected error
+  (Failure EADDRINUSE)``, Windows' ``bind: Only one usage of each socket address``),
+  ``State.OOMKilled`` of ``docker inspect``.
 - docker/cli: ``Cannot connect to the Docker daemon at %s. Is the docker daemon running?``,
   ``permission denied while trying to connect to the Docker daemon socket at %s`` (older:
   ``Got permission denied ...``), the platform warning ``WARNING: The requested image's
@@ -560,7 +562,8 @@ _PORT = re.compile(
     r"|failed to bind host port for (?P<a2>[\w.\[\]:]*?):(?P<p2>\d+):[\w.\[\]:]*?/(?:tcp|udp)"
     r": address already in use"
     r"|(?:listen|bind) (?:tcp|udp)[46]? (?P<a3>[\w.\[\]:]*?):(?P<p3>\d+): bind: "
-    r"address already in use"
+    r"(?:address already in use|Only one usage of each socket address)"  # Linux, Windows
+    r"|Bind for (?P<a5>[\w.:\[\]]*?):(?P<p5>\d+): unexpected error \(Failure EADDRINUSE\)"
     r"|exposing port (?:TCP|UDP) (?P<a4>[\w.\[\]:]*?):(?P<p4>\d+) ->", re.I)
 
 
@@ -569,8 +572,8 @@ def _port_in_use(lines: Sequence[Line], image: str | None) -> Diagnosis | None:
     if hit is None:
         return None
     ln, m = hit
-    port = int(next(p for p in (m["p1"], m["p2"], m["p3"], m["p4"]) if p))
-    addr = next((a for a in (m["a1"], m["a2"], m["a3"], m["a4"]) if a), "")
+    port = int(next(p for p in (m["p1"], m["p2"], m["p3"], m["p4"], m["p5"]) if p))
+    addr = next((a for a in (m["a1"], m["a2"], m["a3"], m["a4"], m["a5"]) if a), "")
     return _make(
         "port_in_use",
         f"host port {port} is already taken (another container or process listens on "
