@@ -459,12 +459,23 @@ _SMI_START = re.compile(
 _APOSTROPHES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u02bc": "'", "`": "'"})
 
 
+#: A wrapper's own timestamp (``WARNING: Tue Mar  5 15:17:06 +0330 2019 - ...``): passed on
+#: alone so ``classify_smi_failure`` can date the messages after it.
+_WRAPPER_STAMP = re.compile(
+    r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) [A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d"
+    r"(?: [+-]\d{4}| [A-Z]{2,5})? \d{4}|\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[+-]\d\d:?\d\d)?")
+
+
 def _smi_lines(lines: Sequence[Line]) -> list[tuple[int, str]]:
+    """nvidia-smi's messages cut from their wrappers, and the wrappers' bare timestamps
+    (index -1: not evidence)."""
     out: list[tuple[int, str]] = []
     for ln in lines:
         t = ln.text.translate(_APOSTROPHES)
         if m := _SMI_START.search(t):
             out.append((ln.index, t[m.start():].strip()))
+        elif st := _WRAPPER_STAMP.search(t):
+            out.append((-1, st.group(0)))
     return out
 
 
@@ -519,16 +530,16 @@ def _with_upgrade(ctx: Context, kind: str, summary: str, fix: str, evidence: lis
 def _smi_findings(ctx: Context) -> list[Diagnosis]:
     """nvidia-smi's failures (``faults``' :class:`HostFault` states) as cause ids."""
     picked = _smi_lines(ctx.lines)
-    if not picked:
+    if not any(i >= 0 for i, _ in picked):
         return []
     fault = classify_smi_failure("\n".join(t for _, t in picked))
     if fault is None:
         return []
-    raws = {i: ctx.lines[i].raw for i, _ in picked}
+    raws = {i: ctx.lines[i].raw for i, _ in picked if i >= 0}
     found: list[Diagnosis] = []
 
     def lines_with(pattern: str) -> list[str]:
-        return [raws[i] for i, t in picked if re.search(pattern, t, re.I)]
+        return [raws[i] for i, t in picked if i >= 0 and re.search(pattern, t, re.I)]
 
     if fault.state == "version_mismatch":
         lib = fault.library_version
@@ -579,7 +590,7 @@ def _smi_findings(ctx: Context) -> list[Diagnosis]:
     if fault.state == "no_gpus" or any(re.match(r"No devices (?:were )?found", t, re.I)
                                        for _, t in picked):
         found.append(_no_gpus(ctx, lines_with(r"No devices")))
-    unknown = [raws[i] for i, t in picked if _NVML_UNKNOWN.search(t)]
+    unknown = [raws[i] for i, t in picked if i >= 0 and _NVML_UNKNOWN.search(t)]
     if unknown:
         found.append(_nvml_lost(ctx, unknown))
     return found
