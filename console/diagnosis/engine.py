@@ -156,6 +156,10 @@ def detect_inputs(text: str) -> tuple[str, ...]:
 
 
 def _restates(d: Diagnosis, root: Diagnosis) -> bool:
+    """``d`` only says how the root cause's rank ended. A launcher's report (srun's
+    ``task N: Exited``, whose task ids are not ranks under torchrun) is never one."""
+    if "launcher" in d.facts:
+        return False
     return d.kind in _EXIT_KINDS and (not d.ranks or bool(set(d.ranks) & set(root.ranks)))
 
 
