@@ -119,7 +119,7 @@ _PORT_IN_USE = re.compile(
     # TCPStoreLibUvBackend.cpp (2.4+): "port: 29500, useIpv6: false, code: -98, name: EADDRINUSE"
     r"|port: (?P<port2>\d+), useIpv6: \w+, code: -?\d+, name: EADDRINUSE"
     # TCPStore before 1.11, or any other wording of EADDRINUSE
-    r"|\bError: Address already in use\b|\bEADDRINUSE\b|\[Errno 98\] Address already in use",
+    r"|Error: Address already in use\b|\bEADDRINUSE\b|\[Errno 98\] Address already in use",
     re.I,
 )
 _PORT_ARG = re.compile(
@@ -387,7 +387,7 @@ def _agent_signal(ctx: Context) -> Diagnosis | None:
     evidence = [ln.raw for ln in (death, raised) if ln is not None]
     if death is None and raised is None and keyboard is not None:
         evidence = [keyboard.raw]
-    agent = f"torchrun's agent (pid {pid})" if pid is not None else "torchrun's agent"
+    agent = f"Torchrun's agent (pid {pid})" if pid is not None else "Torchrun's agent"
     to = f" and forwarded it to its workers (pid {join_ranks(workers)})" if workers else ""
     facts: dict[str, FactValue | None] = {
         "signal": name,
@@ -579,6 +579,7 @@ def _signal(ctx: Context) -> Diagnosis | None:
     who = rank_and_place(root) if root.rank is not None else (
         f"local rank {root.local_rank} (pid {root.pid})" if root.local_rank is not None
         else f"pid {root.pid}")
+    who = who[0].upper() + who[1:]
     ranks = (root.rank,) if root.rank is not None else ()
     if root.signal is None:
         if root.exitcode < 0:
@@ -586,7 +587,7 @@ def _signal(ctx: Context) -> Diagnosis | None:
         return _diag(
             "exit_code",
             f"{who} exited with code {root.exitcode}{at}, without a Python traceback in the "
-            f"summary{also}",
+            f"{'summary' if full else 'log'}{also}",
             ranks,
             f"Read rank {root.rank if root.rank is not None else root.local_rank}'s own output; "
             "decorate the entrypoint with "
