@@ -160,7 +160,7 @@ def _restates(d: Diagnosis, root: Diagnosis) -> bool:
     ``task N: Exited``, whose task ids are not ranks under torchrun) is never one."""
     if "launcher" in d.facts:
         return False
-    return d.kind in _EXIT_KINDS and (not d.ranks or bool(set(d.ranks) & set(root.ranks)))
+    return d.kind in _EXIT_KINDS and bool(d.ranks) and set(d.ranks) <= set(root.ranks)
 
 
 def diagnose(text: str) -> Diagnosis | None:
