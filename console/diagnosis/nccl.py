@@ -1,10 +1,56 @@
-"""Rules for NCCL failures: NCCL's own ``NCCL_DEBUG`` WARN lines and result codes
-(``ncclResult_t`` in NCCL's ``src/nccl.h.in``), and PyTorch's ``ProcessGroupNCCL`` watchdog
-(``torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp``)."""
+"""Rules for NCCL failures: NCCL's result codes as PyTorch and NCCL report them, NCCL's own
+``NCCL_DEBUG`` WARN lines, and PyTorch's ``ProcessGroupNCCL`` watchdog.
+
+Sources, by rule:
+
+- Result codes: ``ncclResult_t`` in NCCL's ``src/nccl.h.in`` (1 ncclUnhandledCudaError,
+  2 ncclSystemError, 3 ncclInternalError, 4 ncclInvalidArgument, 5 ncclInvalidUsage,
+  6 ncclRemoteError (NCCL >= 2.12), 7 ncclInProgress, 8 ncclTimeout (NCCL 2.30)) and their
+  strings from ``ncclGetErrorString`` (``src/init.cc``: "unhandled cuda error", "unhandled
+  system error", "internal error - please report this issue to the NCCL developers", "invalid
+  argument", "invalid usage", "remote process exited or there was a network error", "NCCL
+  operation in progress"). PyTorch prints them as ``NCCL error in: <file>:<line>, <string>,
+  NCCL version <v>`` (``C10D_NCCL_CHECK`` in ``torch/csrc/distributed/c10d/NCCLUtils.hpp``),
+  newer as ``NCCL error: <string>, NCCL version <v>`` inside "Collective WorkNCCL(...) raised
+  the following async exception" / "Process group watchdog thread terminated with exception",
+  followed by ``getNcclErrorDetailStr``'s line (``ncclSystemError: System call (e.g. socket,
+  malloc) or external library call failed or device error.``, older "System call (socket,
+  malloc, munmap, etc) failed.") and ``Last error:`` with ``ncclGetLastError``'s text; older
+  ``torch.cuda.nccl`` / NCCL tests print ``NCCL Error <n>: <string>`` / ``NCCL failure
+  <file>:<line> '<string>'``. ncclInvalidArgument (4) is reported as ``nccl_invalid_usage``:
+  both mean the caller handed NCCL something wrong and have the same fix (fix the call).
+- ``NCCL_DEBUG`` lines: ``host:pid:tid [cudaDev] file.cc:line NCCL WARN <msg>`` (``WARN`` in
+  ``src/include/debug.h``) and the return traces ``... NCCL INFO file.cc:line -> <result>``
+  (``NCCLCHECK``). WARN messages read here, by their format strings in NCCL's source:
+  ``Cuda failure '%s'`` / ``Cuda failure %d '%s'`` (``src/include/checks.h``, ``cudawrap.h``),
+  ``Failed to CUDA calloc %ld bytes`` (``alloc.h``), ``Duplicate GPU detected : rank %d and
+  rank %d both on CUDA device %lx`` (``init.cc``, ncclInvalidUsage; NCCL 2.30 lets ranks share
+  a GPU instead), ``Invalid rank requested : %d/%d`` (``init.cc``, ncclInvalidArgument),
+  ``%s : %s %p is not a valid pointer`` (``argcheck.cc``), ``Error while creating shared memory
+  segment %s (size %ld)`` (``shmutils.cc``; newer with ``, error: %s (%d)``), ``Call to
+  posix_fallocate failed``, ``failed to extend ... to %d bytes``, ``Call to ibv_%s failed``
+  (``ibvwrap.cc``), ``NET/IB : Got completion from peer %s with error %d`` / ``with
+  status=%d`` (``net_ib.cc``), ``socketStartConnect: Connect to %s failed : %s``,
+  ``socketProgress: Connection closed by remote peer %s`` (``misc/socket.cc``), ``Net : Call
+  to recv from %s failed : %s``, ``Message truncated : received %d bytes instead of %d``
+  (``bootstrap.cc``, ncclInternalError).
+- ``ProcessGroupNCCL`` (``torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp``): "Watchdog caught
+  collective operation timeout: WorkNCCL(SeqNum=, OpType=, NumelIn=, Timeout(ms)=) ran for N
+  milliseconds before timing out" (1.8: "Caught collective operation timeout"), "Exception
+  (either an error or timeout) detected by watchdog at work: N, last enqueued NCCL work: N,
+  last completed NCCL work: N" / "Timeout at NCCL work: N", "NCCL communicator was aborted on
+  rank N. Original reason for failure was: ..." (1.x), the heartbeat monitor
+  "ProcessGroupNCCL's watchdog got stuck for N seconds" (2.3+; 2.2: "Heartbeat monitor timed
+  out!"), the flight recorder's "Received a dump signal due to a collective timeout from rank
+  N". A timeout names the ranks that reported it as victims; the cause is a rank that did not.
+"""
 
 from __future__ import annotations
 
+import bisect
 import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from console.diagnosis.common import (
@@ -19,34 +65,72 @@ from console.diagnosis.common import (
     rank_of,
     world_size,
 )
-from console.diagnosis.model import Context, Diagnosis
+from console.diagnosis.cuda import SIGNATURES as CUDA_SIGNATURES
+from console.diagnosis.lines import Line
+from console.diagnosis.model import Context, Diagnosis, FactValue
 from console.diagnosis.model import make_diagnosis as _diag
 
 __all__ = ["RULES"]
 
+_NAMES = {
+    1: "ncclUnhandledCudaError",
+    2: "ncclSystemError",
+    3: "ncclInternalError",
+    4: "ncclInvalidArgument",
+    5: "ncclInvalidUsage",
+    6: "ncclRemoteError",
+    7: "ncclInProgress",
+    8: "ncclTimeout",
+}
+_CODES = {name: code for code, name in _NAMES.items()}
+#: The cause id each result code is reported as when nothing more specific is known.
+_KIND_OF_CODE = {
+    1: "nccl_unhandled_cuda",
+    2: "nccl_system_error",
+    3: "nccl_internal_error",
+    4: "nccl_invalid_usage",
+    5: "nccl_invalid_usage",
+    6: "nccl_remote_error",
+    7: "nccl_internal_error",
+    8: "nccl_timeout",
+}
+_STRING_CODES = {
+    "unhandled cuda error": 1,
+    "unhandled system error": 2,
+    "internal error": 3,
+    "invalid argument": 4,
+    "invalid usage": 5,
+    "remote process exited or there was a network error": 6,
+    "NCCL operation in progress": 7,
+}
+_VERSION = re.compile(r"\bNCCL version:? (?P<v>\d+\.\d+\.\d+)")
 
-_NCCL_OOM = re.compile(r"Cuda failure '?out of memory'?", re.I)
-_NCCL_ALLOC = re.compile(
-    r"Failed to CUDA (?:calloc|malloc|host alloc)\w* (?P<bytes>\d+) bytes", re.I
-)
+
+def _nccl_version(lines: Sequence[Line]) -> str | None:
+    return next((m["v"] for ln in lines if (m := _VERSION.search(ln.text))), None)
 
 
-_NCCL_OOM = re.compile(r"Cuda failure '?out of memory'?", re.I)
+# ---------------------------------------------------------------------------------------------
+# NCCL ran out of GPU memory
+
+
+_NCCL_OOM = re.compile(r"Cuda failure (?:2 )?'out of memory'", re.I)
 _NCCL_ALLOC = re.compile(
     r"Failed to CUDA (?:calloc|malloc|host alloc)\w* (?P<bytes>\d+) bytes", re.I
 )
 
 
 def _nccl_cuda_oom(ctx: Context) -> Diagnosis | None:
-    """NCCL could not allocate GPU memory (typically its buffers during communicator init)."""
+    """NCCL could not allocate GPU memory (its buffers at communicator init or a launch)."""
     hit = next((ln for ln in ctx.lines if _NCCL_OOM.search(ln.text)), None)
     if hit is None:
         return None
-    head = NCCL_LINE.match(hit.text)
+    head = _WARN.search(hit.text)
+    pid_of = head["pid"] if head else None
     same = [
         ln
         for ln in ctx.lines[hit.index :]
-        if head is None or ((m := NCCL_LINE.match(ln.text)) and m["pid"] == head["pid"])
+        if pid_of is None or ((m := _WARN_OR_INFO.search(ln.text)) and m["pid"] == pid_of)
     ]
     evidence = [hit.raw]
     size = result = None
@@ -63,10 +147,12 @@ def _nccl_cuda_oom(ctx: Context) -> Diagnosis | None:
         stage.append("setting up its P2P buffers")
     if "init.cc" in traced:
         stage.append("during communicator init")
-    device = int(head["dev"]) if head else None
-    pid = int(head["pid"]) if head else None
+    if not stage and head and head["src"] and head["src"].startswith("enqueue"):
+        stage.append("launching a collective")
+    device = int(head["dev"]) if head and head["dev"] else None
+    pid = int(head["pid"]) if head and head["pid"] else None
     host = head["host"] if head else None
-    rank = hit.rank
+    rank = rank_of(hit)
     # Other processes' NCCL warnings (closed connections, failed receives) are consequences.
     others = {
         int(m["pid"])
@@ -76,6 +162,8 @@ def _nccl_cuda_oom(ctx: Context) -> Diagnosis | None:
     who = f"CUDA device {device}" if device is not None else "a GPU"
     if pid is not None:
         who += f" (pid {pid}" + (f" on {host})" if host else ")")
+    if rank is not None:
+        who = f"rank {rank}, {who}"
     what = (
         f"a {size}-byte ({human_bytes(size)}) allocation failed" if size else "cudaMalloc failed"
     )
@@ -101,88 +189,614 @@ def _nccl_cuda_oom(ctx: Context) -> Diagnosis | None:
             "device": device,
             "pid": pid,
             "host": host,
+            "rank": rank,
             "bytes": size,
             "nccl_result": result,
+            "nccl_version": _nccl_version(ctx.lines),
             "other_pids": tuple(sorted(others)),
         },
         ctx.failure,
     )
 
 
+# ---------------------------------------------------------------------------------------------
+# What one NCCL message means
+
+
+# NCCL_DEBUG's prefix, also without host:pid:tid (some collectors keep only "[cudaDev]").
+# A log viewer may have taken "[cudaDev] " for a line number and dropped it (nccl-013).
+_PREFIX = (
+    r"(?:^|(?<=\s))(?:(?:(?P<host>[^\s:\[\]]+):(?P<pid>\d+):(?P<tid>\d+) )?"
+    r"\[(?P<dev>\d+)\] )?"
+)
+_WARN = re.compile(_PREFIX + r"(?:(?P<src>\S+:\d+) )?NCCL WARN (?P<msg>.*)$")
+_WARN_OR_INFO = re.compile(_PREFIX + r"(?:\S+:\d+ )?NCCL (?:WARN|INFO) ")
+_TRACE = re.compile(_PREFIX + r"NCCL INFO (?P<src>\S+:\d+) -> (?P<code>\d+)")
+# A WARN that only passes on an earlier failure's code.
+_FOLLOW_ON = re.compile(r"Failed to execute operation \w+ from rank \d+, retcode (?P<code>\d+)")
+
+_CUDA_FAILURE = re.compile(r"Cuda failure (?:(?P<code>\d+) )?'(?P<err>[^']*)'")
+_SHM = re.compile(r"shared memory segment|/dev/shm|posix_fallocate|\bshm\w*\.(?:h|cc)\b")
+_SHM_FULL = re.compile(
+    r"No space left on device|\(28\)|Error while creating shared memory segment|failed to extend"
+)
+_USAGE = re.compile(
+    r"Duplicate GPU detected|Invalid rank requested|is not a valid pointer"
+    r"|Invalid config \w+ attribute|\binvalid (?:root|type|redop|reduction op|peer)\b",
+    re.I,
+)
+_IB = re.compile(r"NET/IB|\bibv_\w+|\bmlx5_\d|\bRoCE\b|\bGID\b")
+_REMOTE = re.compile(
+    r"Connection closed by (?:remote peer|localRank)|Connection reset by peer|Broken pipe"
+    r"|remote process exited|Call to recv from \S+ failed"
+)
+_SOCKET = re.compile(
+    r"Connect to \S+ failed|Call to (?:connect|socket|bind|listen|accept)\b|NET/Socket"
+    r"|Network is unreachable|No route to host|Connection refused|Connection timed out"
+    r"|Cannot assign requested address|Software caused connection abort"
+    r"|bootstrap\w*\s*:.*(?:failed|timed? ?out)",
+    re.I,
+)
+_INTERNAL = re.compile(
+    r"Message truncated|Attribute \w+ of node \w+ not found|Socket recv failed while polling"
+)
+_IB_STATUS = re.compile(r"with (?:status=|error )(?P<status>\d+)")
+_PEER = re.compile(r"(?:peer|from|to) (?P<peer>[^\s<]+<\d+>)")
+_DUPLICATE = re.compile(
+    r"Duplicate GPU detected : rank (?P<a>\d+) and rank (?P<b>\d+) both on CUDA device "
+    r"(?P<bus>[0-9a-fA-F]+)"
+)
+
+
+def _cuda_kind(error: str) -> str:
+    """The cause id of a CUDA error string NCCL reported (cuda.py's signatures)."""
+    if "out of memory" in error.lower():
+        return "nccl_cuda_oom"
+    return next((k for k, sig in CUDA_SIGNATURES if sig.search(error)), "nccl_unhandled_cuda")
+
+
+def _classify(message: str) -> tuple[str, str] | None:
+    """(cause id, transport or detail) of one NCCL message, or None when it says nothing."""
+    if m := _CUDA_FAILURE.search(message):
+        return _cuda_kind(m["err"]), "cuda"
+    if _NCCL_ALLOC.search(message):
+        return "nccl_cuda_oom", "cuda"
+    if _SHM.search(message):
+        if _SHM_FULL.search(message):
+            return "shm_exhausted", "shm"
+        return "nccl_system_error", "shm"
+    if _USAGE.search(message):
+        return "nccl_invalid_usage", "usage"
+    if _IB.search(message):
+        return "nccl_system_error", "IB/RoCE"
+    if _REMOTE.search(message):
+        return "nccl_remote_error", "socket"
+    if _SOCKET.search(message):
+        return "nccl_system_error", "socket"
+    if _INTERNAL.search(message):
+        return "nccl_internal_error", "internal"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# NCCL_DEBUG WARN lines
+
+
+@dataclass
+class _Finding:
+    """One cause id's hits, gathered before they become a Diagnosis."""
+
+    kind: str
+    transport: str
+    lines: list[Line] = field(default_factory=list)
+    messages: list[str] = field(default_factory=list)
+    heads: list[re.Match[str]] = field(default_factory=list)
+    code: int | None = None
+    ranks: list[int] = field(default_factory=list)
+
+
+def _thread(m: re.Match[str]) -> tuple[str | None, str | None, str | None]:
+    return (m["pid"], m["tid"], m["dev"])
+
+
+def _warn_findings(lines: Sequence[Line]) -> dict[str, _Finding]:
+    found: dict[str, _Finding] = {}
+    follow_ons: list[tuple[Line, re.Match[str], int]] = []
+    for ln in lines:
+        m = _WARN.search(ln.text)
+        if m is None:
+            continue
+        msg = m["msg"].strip()
+        if f := _FOLLOW_ON.search(msg):
+            follow_ons.append((ln, m, int(f["code"])))
+            continue
+        code, trace = _trace_after(lines, ln.index, m)
+        what = _classify(msg)
+        if what is None:
+            if code is None or code not in _KIND_OF_CODE:
+                continue
+            what = (_KIND_OF_CODE[code], "")
+        kind, transport = what
+        if kind == "nccl_cuda_oom":
+            continue  # _nccl_cuda_oom's
+        entry = found.setdefault(kind, _Finding(kind, transport))
+        if len(entry.lines) < 3 and msg not in entry.messages:
+            entry.lines.append(ln)
+            if trace is not None and not entry.messages:
+                entry.lines.append(trace)
+            entry.messages.append(msg)
+            entry.heads.append(m)
+        entry.code = entry.code if entry.code is not None else code
+        rank = rank_of(ln)
+        if rank is not None and rank not in entry.ranks:
+            entry.ranks.append(rank)
+        # A message NCCL returns with another code (an IB completion error traced as 6):
+        # that code's kind is seen too, as a consequence.
+        if code in _KIND_OF_CODE and _KIND_OF_CODE[code] != kind and kind != "shm_exhausted":
+            other = found.setdefault(_KIND_OF_CODE[code], _Finding(_KIND_OF_CODE[code], ""))
+            if trace is not None and not other.lines:
+                other.lines.append(trace)
+                other.code = code
+    for ln, m, code in follow_ons:
+        for entry in found.values():
+            if entry.code == code and any(h["pid"] == m["pid"] for h in entry.heads):
+                entry.lines.append(ln)
+    return found
+
+
+def _trace_after(
+    lines: Sequence[Line], index: int, head: re.Match[str]
+) -> tuple[int | None, Line | None]:
+    """The result code NCCL returned right after a WARN line (the next trace of its thread)."""
+    for ln in lines[index + 1 : index + 40]:
+        if (m := _TRACE.search(ln.text)) is not None and _thread(m) == _thread(head):
+            return int(m["code"]), ln
+        if (w := _WARN.search(ln.text)) is not None and _thread(w) == _thread(head):
+            return None, None
+    return None, None
+
+
+_WHAT = {
+    "nccl_invalid_usage": "NCCL was called wrongly",
+    "nccl_system_error": "a system call or the network failed under NCCL",
+    "nccl_internal_error": "NCCL hit an internal error",
+    "nccl_remote_error": "a peer of NCCL went away",
+    "nccl_unhandled_cuda": "a CUDA call inside NCCL failed",
+    "shm_exhausted": "NCCL could not create its shared-memory segment: /dev/shm is full",
+    "nccl_timeout": "an NCCL operation timed out",
+}
+
+#: What a person should read into each id (said after the message).
+_MEANING = {
+    "nccl_invalid_usage": "ranks sharing a GPU, a wrong rank / world size, or wrong arguments "
+    "to a collective",
+    "nccl_system_error": "a system call, the network (socket or IB/RoCE) or shared memory "
+    "failed",
+    "nccl_internal_error": "often a version mismatch between ranks or an unsupported "
+    "network/topology",
+    "nccl_remote_error": "a peer process exited or the network between the hosts broke; this "
+    "rank is a victim",
+    "nccl_unhandled_cuda": "a CUDA call NCCL made failed (driver/CUDA/NCCL mismatch, P2P or "
+    "cuMem not supported, or an earlier CUDA error)",
+    "shm_exhausted": "the container's /dev/shm is too small (Docker's default is 64 MB)",
+}
+
+_FIX = {
+    "nccl_invalid_usage": "Give every rank its own GPU (torch.cuda.set_device(local_rank) before "
+    "init_process_group, --nproc-per-node <= GPUs) and consistent RANK / WORLD_SIZE; fix the "
+    "arguments of the NCCL call",
+    "nccl_system_error": "Check the network between the hosts: NCCL_SOCKET_IFNAME / NCCL_IB_HCA "
+    "name the right interfaces, ports are open, IB/RoCE links are up (ibstat, "
+    "NCCL_IB_GID_INDEX for RoCE); rerun with NCCL_DEBUG=INFO",
+    "nccl_internal_error": "Use the same NCCL/PyTorch version on every node and rerun with "
+    "NCCL_DEBUG=INFO; with a network or topology message, set NCCL_SOCKET_IFNAME / "
+    "NCCL_IB_DISABLE to what the hosts really have",
+    "nccl_remote_error": "Find the rank or host that failed first (its own log, dmesg, the "
+    "scheduler); this rank only saw its peer disappear. If none failed, check the network",
+    "nccl_unhandled_cuda": "Rerun with NCCL_DEBUG=INFO to see the failing CUDA call; check that "
+    "the driver, CUDA and NCCL versions match, try NCCL_P2P_DISABLE=1 / NCCL_CUMEM_ENABLE=0",
+    "shm_exhausted": "Give the container a larger /dev/shm (--shm-size, --ipc=host, or a "
+    "Kubernetes emptyDir with medium: Memory); NCCL_SHM_DISABLE=1 works around it, slower",
+}
+
+_CUDA_FIX = (
+    "Rerun with CUDA_LAUNCH_BLOCKING=1 to find the kernel that failed before NCCL's call; "
+    "check dmesg for Xid errors on that GPU"
+)
+
+
+def _where(heads: Sequence[re.Match[str]], ranks: Sequence[int]) -> str:
+    parts: list[str] = []
+    if ranks:
+        parts.append(f"rank {join_ranks(ranks)}")
+    head = heads[0] if heads else None
+    if head is not None and head["dev"]:
+        dev = f"CUDA device {head['dev']}"
+        if head["pid"]:
+            dev += f" (pid {head['pid']}" + (f" on {head['host']})" if head["host"] else ")")
+        parts.append(dev)
+    return ", ".join(parts)
+
+
+_INVALID_RANK = re.compile(r"Invalid rank requested : (?P<rank>-?\d+)/(?P<n>\d+)")
+
+
+_Usage = tuple[str, dict[str, FactValue | None], tuple[int, ...]]
+
+
+def _usage(messages: Sequence[str]) -> _Usage | None:
+    """Summary, facts and the ranks at fault for the invalid-usage messages that name them."""
+    dup = [d for d in (_DUPLICATE.search(x) for x in messages) if d]
+    if dup:
+        sharing = tuple(sorted({int(r) for d in dup for r in (d["a"], d["b"])}))
+        return (
+            f"Ranks {join_ranks(sharing)} use the same GPU (bus id {dup[0]['bus']}): NCCL refuses "
+            "two ranks on one device (Duplicate GPU detected, ncclInvalidUsage). Each rank must "
+            "select its own GPU before NCCL init",
+            {"bus_id": dup[0]["bus"], "sharing_ranks": sharing},
+            sharing,
+        )
+    bad = next((m for m in (_INVALID_RANK.search(x) for x in messages) if m), None)
+    if bad:
+        n = int(bad["n"])
+        return (
+            f"NCCL was asked for rank {bad['rank']} in a communicator of {n} ranks (valid: "
+            f"0..{n - 1}): the RANK / WORLD_SIZE the launcher gives the workers do not match",
+            {"requested_rank": int(bad["rank"]), "nranks": n},
+            (),
+        )
+    return None
+
+
+def _nccl_warnings(ctx: Context) -> list[Diagnosis]:
+    """What the NCCL_DEBUG WARN lines say, one diagnosis per cause id."""
+    version = _nccl_version(ctx.lines)
+    out: list[Diagnosis] = []
+    for kind, f in _warn_findings(ctx.lines).items():
+        head = f.heads[0] if f.heads else None
+        message = f.messages[0] if f.messages else None
+        where = _where(f.heads, f.ranks)
+        code = f.code
+        named = f"{_NAMES.get(code, 'result')} ({code})" if code is not None else ""
+        facts: dict[str, FactValue | None] = {
+            "device": int(head["dev"]) if head and head["dev"] else None,
+            "pid": int(head["pid"]) if head and head["pid"] else None,
+            "host": head["host"] if head else None,
+            "rank": f.ranks[0] if len(f.ranks) == 1 else None,
+            "nccl_result": code,
+            "nccl_version": version,
+            "transport": f.transport or None,
+            "message": message,
+        }
+        ranks: tuple[int, ...] = tuple(f.ranks)
+        fix = _FIX.get(kind, _CUDA_FIX)
+        if message is None:  # only a return trace: a consequence of another finding
+            summary = f"NCCL returned {named or 'an error'}"
+        elif f.transport == "cuda":
+            m = _CUDA_FAILURE.search(message)
+            error = m["err"] if m else message
+            facts.update({"cuda_error": error, "error": error})
+            facts["cuda_code"] = int(m["code"]) if m and m["code"] else None
+            summary = (
+                f"CUDA error '{error}' in a CUDA call of NCCL on {where or 'a GPU'}"
+                + (f" ({named})" if named else "")
+                + (": an earlier kernel fault; NCCL's errors follow from it"
+                   if kind != "nccl_unhandled_cuda" else "")
+            )
+        else:
+            what = _WHAT[kind]
+            summary = f"{what[0].upper()}{what[1:]}" + (f" on {where}" if where else "")
+            summary += f": {message}" + (f" -> {named}" if named else "")
+            if kind in _MEANING:
+                summary += f". {_MEANING[kind][0].upper()}{_MEANING[kind][1:]}"
+            if kind == "nccl_invalid_usage" and (usage := _usage(f.messages)) is not None:
+                summary, more, sharing = usage
+                facts.update(more)
+                ranks = sharing or ranks
+            if f.transport == "IB/RoCE" and (s := _IB_STATUS.search(message)):
+                facts["ib_status"] = int(s["status"])
+            if p := _PEER.search(message):
+                facts["peer"] = p["peer"]
+            if version:
+                summary += f"; NCCL {version}"
+        out.append(
+            _diag(kind, summary, ranks, fix, [ln.raw for ln in f.lines], facts, ctx.failure)
+        )
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Result codes as PyTorch / NCCL report them
+
+
+_RESULT = re.compile(
+    r"NCCL (?:error|Error (?P<num>\d+)|failure)(?: in)?:?\s*(?:[^\s,']+:\d+,?\s*'?)?"
+    r"(?P<what>unhandled cuda error|unhandled system error|internal error|invalid argument"
+    r"|invalid usage|remote process exited or there was a network error"
+    r"|NCCL operation in progress)"
+    r"|\b(?P<name>nccl(?:UnhandledCudaError|SystemError|InternalError|InvalidArgument"
+    r"|InvalidUsage|RemoteError|InProgress|Timeout))\b"
+)
+_LAST_ERROR = re.compile(r"Last error:\s*(?P<rest>.*)$")
+_SEQ_OF_WORK = re.compile(r"WorkNCCL\(SeqNum=(?P<seq>\d+)(?:, OpType=(?P<op>\w+))?")
+
+
+def _code(m: re.Match[str]) -> int | None:
+    if m["what"]:
+        return _STRING_CODES.get(m["what"])
+    if m["name"]:
+        return _CODES.get(m["name"])
+    return None
+
+
+def _last_error(lines: Sequence[Line], start: int) -> tuple[str | None, Line | None]:
+    """The text after ``Last error:`` in the few lines from ``start`` (same or next line)."""
+    for ln in lines[start : start + 5]:
+        m = _LAST_ERROR.search(ln.text)
+        if m is None:
+            continue
+        if m["rest"].strip():
+            return m["rest"].strip(), ln
+        nxt = lines[ln.index + 1] if ln.index + 1 < len(lines) else None
+        if nxt is None or not nxt.text.strip() or nxt.text.startswith("Exception raised"):
+            return None, None
+        text = nxt.text
+        prefix = ln.text[: m.start()]
+        if prefix.strip() and text.startswith(prefix):  # a collector's prefix on every line
+            text = text[len(prefix) :]
+        return text.strip(), nxt
+    return None, None
+
+
+def _nccl_results(ctx: Context) -> list[Diagnosis]:
+    """NCCL result codes in PyTorch's errors (``NCCL error in: ..., unhandled system error``)
+    and NCCL's own (``NCCL Error 2``, ``NCCL failure ... 'internal error'``)."""
+    blocks: dict[str, list[tuple[Line, int, str | None, Line | None]]] = {}
+    skip_until = -1
+    for ln in ctx.lines:
+        if ln.index <= skip_until:
+            continue
+        m = _RESULT.search(ln.text)
+        if m is None or _WARN.search(ln.text):
+            continue
+        code = _code(m)
+        if code is None:
+            continue
+        last, last_line = _last_error(ctx.lines, ln.index)
+        # The detail line and the Last error belong to this block.
+        skip_until = last_line.index if last_line is not None else ln.index + 1
+        kind = _KIND_OF_CODE.get(code, "nccl_internal_error")
+        if last and (what := _classify(last)) is not None:
+            kind = what[0]
+        blocks.setdefault(kind, []).append((ln, code, last, last_line))
+    version = _nccl_version(ctx.lines)
+    out: list[Diagnosis] = []
+    for kind, hits in blocks.items():
+        ln, code, last, last_line = hits[0]
+        evidence = [ln.raw]
+        detail = ctx.lines[ln.index + 1] if ln.index + 1 < len(ctx.lines) else None
+        if detail is not None and _RESULT.search(detail.text) and detail is not last_line:
+            evidence.append(detail.raw)
+        if last_line is not None:
+            evidence.append(last_line.raw)
+        elif last:
+            evidence.append(ln.raw)
+        ranks = sorted({r for h in hits if (r := rank_of(h[0])) is not None})
+        pg = None
+        if (pr := PG_RANK.search(ln.text)) and (p := PG_ID.search(pr["inside"])):
+            pg = int(p["pg"])
+        work = _SEQ_OF_WORK.search(ln.text)
+        name = _NAMES.get(code, "an NCCL error")
+        facts: dict[str, FactValue | None] = {
+            "rank": ranks[0] if len(ranks) == 1 else None,
+            "nccl_result": code,
+            "nccl_error": name,
+            "nccl_version": version,
+            "last_error": last,
+            "process_group": pg,
+            "seq": int(work["seq"]) if work else None,
+            "op": work["op"] if work and work["op"] else None,
+        }
+        ver = f", NCCL {version}" if version else ""
+        because = (
+            f"; last error: {last}" if last
+            else "; NCCL gave no detail (rerun with NCCL_DEBUG=INFO)"
+        )
+        on = f"Rank {join_ranks(ranks)}: NCCL" if ranks else "NCCL"
+        work_of = f" in {facts['op'] or 'collective'} SeqNum {facts['seq']}" if work else ""
+        if kind.startswith("cuda_") or kind == "nccl_cuda_oom" or (
+            kind == "nccl_unhandled_cuda" and last
+        ):
+            m = _CUDA_FAILURE.search(last or "")
+            error = m["err"] if m else last
+            facts.update({"cuda_error": error, "error": error})
+            summary = (
+                f"{on} failed with {name} ({code}{ver}){work_of}: CUDA error '{error}' in a CUDA "
+                "call of NCCL"
+            )
+            fix = _FIX["nccl_unhandled_cuda"] if kind == "nccl_unhandled_cuda" else _CUDA_FIX
+        else:
+            summary = f"{on} failed with {name} ({code}{ver}){work_of}{because}"
+            if kind in _MEANING:
+                summary += f". {_MEANING[kind][0].upper()}{_MEANING[kind][1:]}"
+            if kind == "nccl_invalid_usage" and last and (usage := _usage([last])) is not None:
+                summary, more, sharing = usage
+                facts.update(more)
+                ranks = sorted(set(ranks) | set(sharing))
+            fix = _FIX.get(kind, _CUDA_FIX)
+        out.append(_diag(kind, summary, ranks, fix, evidence, facts, ctx.failure))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# ProcessGroupNCCL's watchdog
+
+
+# Matched over the lines joined without separators, so that a message hard-wrapped at a fixed
+# width ("...OpTy" / "pe=BROADCAST...") reads whole.
 _WATCHDOG = re.compile(
-    r"Watchdog caught collective operation timeout: WorkNCCL\((?P<args>.*?)\) "
-    r"ran for (?P<ran>\d+) milliseconds"
+    r"(?:Watchdog c|C)aught collective operation timeout: "
+    r"WorkNCCL\((?P<args>(?:[^()]|\(ms\))*)\) ran for (?P<ran>\d+) milliseconds"
 )
 _WATCHDOG_WORK = re.compile(
     r"(?:detected by watchdog at work|Timeout at NCCL work): (?P<seq>\d+), "
     r"last enqueued NCCL work: (?P<enq>-?\d+), last completed NCCL work: (?P<done>-?\d+)"
 )
+_HEARTBEAT = re.compile(
+    r"watchdog got stuck for (?P<s>\d+) seconds|Heartbeat monitor timed out"
+)
+_ABORTED = re.compile(r"NCCL communicator was aborted(?: on rank (?P<rank>\d+))?")
+_DUMP = re.compile(
+    r"Received a dump signal due to a collective timeout from (?:this local rank|rank (?P<r>\d+))"
+)
+_RANK_BEFORE = re.compile(r"\[(?:[^\[\]]*?\b)?Rank (?P<rank>\d+)\]\s*(?:[^\[\]]{0,80})$")
+
+
 def _arg(pattern: str, args: str) -> str | None:
     m = re.search(pattern, args)
     return m.group(1) if m else None
 
 
+class _Flat:
+    """The lines' texts joined without separators, with a way back to the lines."""
+
+    def __init__(self, lines: Sequence[Line]) -> None:
+        self.lines = lines
+        self.starts: list[int] = []
+        parts: list[str] = []
+        pos = 0
+        for ln in lines:
+            self.starts.append(pos)
+            parts.append(ln.text)
+            pos += len(ln.text)
+        self.text = "".join(parts)
+
+    def line_at(self, pos: int) -> Line:
+        return self.lines[max(0, bisect.bisect_right(self.starts, pos) - 1)]
+
+    def spanned(self, m: re.Match[str]) -> list[Line]:
+        first = self.line_at(m.start()).index
+        last = self.line_at(max(m.start(), m.end() - 1)).index
+        return list(self.lines[first : last + 1])
+
+    def rank_at(self, m: re.Match[str]) -> int | None:
+        """``[Rank N]`` just before the match on its own line, else the line's rank prefix."""
+        line = self.line_at(m.start())
+        before = self.text[self.starts[line.index] : m.start()]
+        if (r := _RANK_BEFORE.search(before)) is not None:
+            return int(r["rank"])
+        return rank_of(line)
+
+
 def _nccl_timeout(ctx: Context) -> Diagnosis | None:
     """The ProcessGroupNCCL watchdog timed out a collective: some rank never joined it."""
-    reports = [ln for ln in ctx.lines if _WATCHDOG.search(ln.text)]
-    works = [ln for ln in ctx.lines if _WATCHDOG_WORK.search(ln.text)]
-    if not reports and not works:
+    if not any("NCCL" in ln.text or "atchdog" in ln.text for ln in ctx.lines):
         return None
+    flat = _Flat(ctx.lines)
+    reports = list(_WATCHDOG.finditer(flat.text))
+    works = list(_WATCHDOG_WORK.finditer(flat.text))
+    beats = list(_HEARTBEAT.finditer(flat.text))
+    aborted = list(_ABORTED.finditer(flat.text))
+    dumps = list(_DUMP.finditer(flat.text))
+    if not reports and not works and not beats:
+        if not aborted or any(_RESULT.search(ln.text) for ln in ctx.lines):
+            return None
+    evidence: list[str] = []
     waited: dict[int, int] = {}
     seq = op = numel = timeout_ms = None
-    for ln in reports:
-        m = _WATCHDOG.search(ln.text)
-        assert m is not None
+    for m in reports:
         args = m["args"]
         seq = seq or _arg(r"SeqNum=(\d+)", args)
         op = op or _arg(r"OpType=(\w+)", args)
         numel = numel or _arg(r"NumelIn=(\d+)", args)
         timeout_ms = timeout_ms or _arg(r"Timeout\(ms\)=(\d+)", args)
-        if (rank := rank_of(ln)) is not None:
+        if (rank := flat.rank_at(m)) is not None:
             waited.setdefault(rank, int(m["ran"]))
+        evidence += [ln.raw for ln in flat.spanned(m)]
     enqueued: dict[int, int] = {}
     completed: dict[int, int] = {}
     pg = None
-    for ln in works:
-        m = _WATCHDOG_WORK.search(ln.text)
-        assert m is not None
+    for m in works:
         seq = seq or m["seq"]
-        if (r := PG_RANK.search(ln.text)) and (p := PG_ID.search(r["inside"])):
+        line = flat.line_at(m.start())
+        if (r := PG_RANK.search(line.text)) and (p := PG_ID.search(r["inside"])):
             pg = pg if pg is not None else int(p["pg"])
-        if (rank := rank_of(ln)) is not None:
+        if (rank := flat.rank_at(m)) is not None:
             enqueued.setdefault(rank, int(m["enq"]))
             completed.setdefault(rank, int(m["done"]))
-    victims = sorted(set(waited) | set(enqueued))
+        evidence += [ln.raw for ln in flat.spanned(m)]
+    stuck: dict[int, int] = {}
+    heartbeat_s = None
+    for m in beats:
+        if m["s"]:
+            heartbeat_s = heartbeat_s or int(m["s"])
+        line = flat.line_at(m.start())
+        rank = rank_of(line)
+        if rank is None and line.index > 0:  # the message wrapped right after its "[Rank N]"
+            rank = rank_of(ctx.lines[line.index - 1])
+        if rank is not None:
+            stuck.setdefault(rank, int(m["s"]) if m["s"] else 0)
+        evidence += [ln.raw for ln in flat.spanned(m)][:1]
+    aborted_ranks = [int(m["rank"]) for m in aborted if m["rank"]]
+    evidence += [flat.line_at(m.start()).raw for m in aborted + dumps]
+    dumped = [int(m["r"]) for m in dumps if m["r"]]
+    victims = sorted(set(waited) | set(enqueued) | set(stuck) | set(aborted_ranks))
     world = world_size(ctx.lines)
     missing = tuple(r for r in range(world) if r not in victims) if world else ()
-    stamp = next((m for ln in reports + works if (m := GLOG_TIME.search(ln.text))), None)
+    stamped = (GLOG_TIME.search(flat.line_at(m.start()).text) for m in reports + works + beats)
+    stamp = next((g for g in stamped if g), None)
     when = f"{int(stamp['mm']):02d}-{stamp['dd']} {stamp['hms']}" if stamp else None
-    what = f"{op} " if op else ""
-    size = f" of {numel} elements" if numel else ""
-    limit = f", timeout {timeout_ms} ms ({int(timeout_ms) / 60000:g} min)" if timeout_ms else ""
     in_pg = f" in process group {pg}" if pg is not None else ""
-    culprits = (
-        f"rank(s) {join_ranks(missing)}, which did not report,"
-        if missing
-        else "a rank missing from these reports (not one of them)"
-    )
-    summary = (
-        f"NCCL watchdog timeout{in_pg}: collective {what}SeqNum {seq}{size}{limit}. "
-        f"Ranks {join_ranks(victims)} waited for it (victims); the cause is {culprits} that never "
-        "entered it (hung, dead, slow, or on another code path)"
-    )
+    if reports or works:
+        what = f"{op} " if op else ""
+        size = f" of {numel} elements" if numel else ""
+        limit = (
+            f", timeout {timeout_ms} ms ({int(timeout_ms) / 60000:g} min)" if timeout_ms else ""
+        )
+        culprits = (
+            f"rank(s) {join_ranks(missing)}, which did not report,"
+            if missing
+            else "a rank missing from these reports (not one of them)"
+        )
+        summary = (
+            f"NCCL watchdog timeout{in_pg}: collective {what}SeqNum {seq}{size}{limit}. "
+            f"{'Rank' if len(victims) == 1 else 'Ranks'} {join_ranks(victims)} waited for it "
+            f"(victims); the cause is {culprits} that "
+            "never entered it (hung, dead, slow, or on another code path)"
+        )
+        if stuck:
+            summary += f"; the watchdog of rank {join_ranks(sorted(stuck))} then got stuck"
+    elif stuck or beats:
+        secs = f" for {heartbeat_s} s" if heartbeat_s else ""
+        who = f"rank {join_ranks(sorted(stuck))}" if stuck else "a rank"
+        summary = (
+            f"ProcessGroupNCCL's watchdog on {who} made no progress{secs} (heartbeat monitor): "
+            "an NCCL/CUDA call hung, typically a collective some rank never joined or a GIL "
+            "deadlock; the process is terminated after the debug dump"
+        )
+    else:
+        who = f"rank {join_ranks(aborted_ranks)}" if aborted_ranks else "a rank"
+        summary = (
+            f"The NCCL communicator of {who} was aborted by its watchdog (a collective timed out "
+            "or a peer failed; the reason is not in the text). That rank is a victim"
+        )
+    if dumped:
+        summary += f"; rank {join_ranks(sorted(set(dumped)))} detected it first (flight recorder)"
     fix = (
         "Inspect the last output and stack (py-spy dump) of the rank(s) that did not report the "
-        "timeout; TORCH_NCCL_DUMP_ON_TIMEOUT=1 and NCCL_DEBUG=INFO help locate it"
+        "timeout; TORCH_NCCL_DUMP_ON_TIMEOUT=1 (flight recorder) and NCCL_DEBUG=INFO help "
+        "locate it. Raise the timeout only for a known slow step (checkpoint, eval on rank 0)"
     )
+    single = victims[0] if len(victims) == 1 else None
     return _diag(
         "nccl_timeout",
         summary,
         missing,
         fix,
-        [ln.raw for ln in reports + works],
+        evidence,
         {
             "process_group": pg,
+            "seq": int(seq) if seq else None,
             "seqnum": int(seq) if seq else None,
             "op": op,
             "numel": int(numel) if numel else None,
@@ -191,14 +805,16 @@ def _nccl_timeout(ctx: Context) -> Diagnosis | None:
             "last_enqueued": MappingProxyType(enqueued) if enqueued else None,
             "last_completed": MappingProxyType(completed) if completed else None,
             "victims": tuple(victims),
+            "rank": single,
+            "heartbeat_timeout_s": heartbeat_s,
+            "detected_by": tuple(sorted(set(dumped))) if dumped else None,
             "time": when,
             "world_size": world,
+            "nccl_version": _nccl_version(ctx.lines),
         },
         ctx.failure,
     )
 
 
-
-
 #: The rules of this module (the engine ranks what they find).
-RULES = (_nccl_cuda_oom, _nccl_timeout)
+RULES = (_nccl_cuda_oom, _nccl_warnings, _nccl_results, _nccl_timeout)
