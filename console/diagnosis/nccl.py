@@ -600,7 +600,8 @@ def _nccl_results(ctx: Context) -> list[Diagnosis]:
         ver = f", NCCL {version}" if version else ""
         because = (
             f"; last error: {last}" if last
-            else "; NCCL gave no detail (rerun with NCCL_DEBUG=INFO)"
+            else "; NCCL gave no detail (rerun with NCCL_DEBUG="
+            + ("WARN)" if code in (4, 5) else "INFO)")
         )
         on = f"Rank {join_ranks(ranks)}: NCCL" if ranks else "NCCL"
         work_of = f" in {facts['op'] or 'collective'} SeqNum {facts['seq']}" if work else ""
