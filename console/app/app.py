@@ -1,6 +1,7 @@
 """The interactive console: ``gpuconsole`` with no subcommand.
 
-Screens: fleet (default, ``1``), jobs (``2``), log panes of a job (pushed from jobs or fleet).
+Screens: fleet (default, ``1``), jobs (``2``), alerts (``3``; a toast for each new alert), log
+panes of a job (pushed from jobs or fleet).
 The app owns one :class:`console.service.Service`; it subscribes to the service's events
 (coalesced: latest per host/job per burst) and turns them into typed Textual messages. Calls
 into the engine run in workers; results come back as messages; no worker touches a widget.
@@ -25,7 +26,10 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.screen import Screen
 
+from console.alerts.engine import AlertWatcher
+from console.alerts.model import Alert, AlertChanged
 from console.app.gcpolicy import GcPolicy
+from console.app.screens.alerts import AlertsScreen
 from console.app.screens.fleet import FleetScreen
 from console.app.screens.jobs import JobsScreen
 from console.app.screens.modals import AskScreen, ConfirmScreen, HelpScreen, TextScreen
@@ -75,7 +79,8 @@ def binding_ids() -> set[str]:
     from console.app.widgets.logpanes import LogPanes
 
     ids: set[str] = set()
-    for cls in (GpuConsoleApp, FleetScreen, FleetTable, JobsScreen, LogsScreen, LogPane,
+    for cls in (GpuConsoleApp, FleetScreen, FleetTable, JobsScreen, AlertsScreen, LogsScreen,
+                LogPane,
                 LogPrompt, LogPanes, ConfirmScreen, TextScreen, AskScreen, HelpScreen):
         for b in getattr(cls, "BINDINGS", []):
             if isinstance(b, Binding) and b.id:
@@ -139,6 +144,15 @@ class FollowStateUpdated(Message):
 
 
 @dataclass
+class AlertsUpdated(Message):
+    """An alert fired, resolved, was acknowledged or silenced; ``active`` is every firing
+    alert after it (most severe first)."""
+
+    change: AlertChanged
+    active: list[Alert]
+
+
+@dataclass
 class HostStatusUpdated(Message):
     """A host's telemetry status changed."""
 
@@ -166,6 +180,7 @@ class GpuConsoleApp(App[int]):
     BINDINGS = [
         Binding("1", "show('fleet')", "Fleet", id="app.fleet"),
         Binding("2", "show('jobs')", "Jobs", id="app.jobs"),
+        Binding("3", "show('alerts')", "Alerts", id="app.alerts"),
         Binding("question_mark", "help", "Help", id="app.help"),
         Binding("q", "quit", "Quit", id="app.quit"),
         Binding("ctrl+c", "quit", "Quit", show=False, priority=True, id="app.interrupt"),
@@ -192,6 +207,9 @@ class GpuConsoleApp(App[int]):
         self.monotonic = monotonic
         self.live = live
         self._sub: Subscription | None = None
+        self.alerts: AlertWatcher | None = None
+        """The alert rule engine over the live fleet (``None`` in replays and tests that
+        feed data)."""
         self._fleet_dirty = False
         self._hosts: dict[str, tuple[str, str | None]] = {
             h: ("connecting", None) for h in ([] if replay else service.profile.hosts)}
@@ -206,6 +224,7 @@ class GpuConsoleApp(App[int]):
         self._sub = self.service.bus.subscribe(self._on_event, coalesce=True)
         self.install_screen(FleetScreen(clock=self.monotonic), name="fleet")
         self.install_screen(JobsScreen(clock=self.clock), name="jobs")
+        self.install_screen(AlertsScreen(clock=self.clock), name="alerts")
         self.push_screen("fleet")
         self._publish_hosts()
         if self.replay is not None:
@@ -213,6 +232,7 @@ class GpuConsoleApp(App[int]):
             self._announce_replay_end()
         elif self.live:
             self.service.start_fleet(interval=self.config.interval)
+            self.start_alerts()
         self.set_interval(0.5, self.refresh_fleet_view)
         if self.live and self.replay is None:
             self.refresh_jobs()
@@ -233,7 +253,24 @@ class GpuConsoleApp(App[int]):
         self.notify(f"replay ended after {n} samples: the view shows the last ones",
                     title="replay", timeout=30)
 
+    @work(group="alerts", exit_on_error=False)
+    async def start_alerts(self) -> None:
+        """Run the profile's alert rules over the live fleet and the jobs (``console/alerts``);
+        a store that cannot be opened is said once, the app runs on without alerts."""
+        watcher = AlertWatcher(self.service)
+        try:
+            await watcher.start()
+        except GpuConsoleError as e:
+            self.notify(f"alerts are off: {e.message}", title="alerts", severity="error")
+            return
+        self.alerts = watcher
+        screen = self.get_screen("alerts")
+        assert isinstance(screen, AlertsScreen)
+        screen.update_alerts(watcher.active())
+
     async def on_unmount(self) -> None:
+        if self.alerts is not None:
+            await self.alerts.close()
         self.gc_policy.stop()
         if self._sub is not None:
             self._sub.close()
@@ -252,6 +289,8 @@ class GpuConsoleApp(App[int]):
             self.post_message(LogLinesArrived(ev.job_id, ev.lines, ev.shown))
         elif isinstance(ev, FollowStateChanged):
             self.post_message(FollowStateUpdated(ev.job_id, ev.node_rank, ev.state, ev.detail))
+        elif isinstance(ev, AlertChanged) and self.alerts is not None:
+            self.post_message(AlertsUpdated(ev, self.alerts.active()))
 
     def _publish_hosts(self) -> None:
         self.host_status = tuple((h, s, r) for h, (s, r) in self._hosts.items())
@@ -283,6 +322,19 @@ class GpuConsoleApp(App[int]):
                         severity="warning")
             return
         self.open_logs(job)
+
+    def on_alerts_updated(self, m: AlertsUpdated) -> None:
+        """Refresh the alerts view; a new alert (not silenced) pops a toast."""
+        screen = self.get_screen("alerts")
+        assert isinstance(screen, AlertsScreen)
+        screen.update_alerts(m.active)
+        alert = m.change.alert
+        if m.change.change != "fired" or alert.silenced(m.change.at) or alert.acked_at:
+            return
+        self.notify(f"{alert.summary}\n(3: alerts, a: acknowledge)",
+                    title=f"{alert.severity} alert: {alert.rule}",
+                    severity="error" if alert.severity == "critical" else "warning",
+                    timeout=15)
 
     def on_host_status_updated(self, m: HostStatusUpdated) -> None:
         self._hosts[m.host] = (m.status, m.reason)
@@ -340,7 +392,7 @@ class GpuConsoleApp(App[int]):
         return True
 
     def action_show(self, name: str) -> None:
-        """Switch to the fleet or jobs screen (closing log panes)."""
+        """Switch to the fleet, jobs or alerts screen (closing log panes)."""
         while len(self.screen_stack) > 2:
             self.pop_screen()
         if self.screen is not self.get_screen(name):
@@ -376,6 +428,8 @@ class GpuConsoleApp(App[int]):
         yield from super().get_system_commands(screen)
         yield SystemCommand("Fleet", "GPUs of every host", lambda: self.action_show("fleet"))
         yield SystemCommand("Jobs", "jobs and their state", lambda: self.action_show("jobs"))
+        yield SystemCommand("Alerts", "firing alerts (acknowledge, silence)",
+                            lambda: self.action_show("alerts"))
         yield SystemCommand("Refresh jobs", "reconcile with the hosts", self.refresh_jobs)
         jobs = self.get_screen("jobs")
         assert isinstance(jobs, JobsScreen)
@@ -403,6 +457,24 @@ class GpuConsoleApp(App[int]):
         finally:
             if self.live and self.replay is None:
                 self.set_timer(self.config.jobs_refresh_s, self.refresh_jobs)
+
+    @work(group="alerts-ack", exit_on_error=False)
+    async def acknowledge_alert(self, key: str) -> None:
+        """Acknowledge a firing alert: no more notifications for it (stored: ``watch`` in
+        another process sees it too)."""
+        if self.alerts is None:
+            return
+        try:
+            await self.alerts.acknowledge(key, by="gpuconsole app")
+        except KeyError:
+            self.notify(f"{key} is no longer firing", severity="warning")
+
+    @work(group="alerts-ack", exit_on_error=False)
+    async def silence_alert(self, key: str, seconds: float) -> None:
+        """Silence an alert's notifications for ``seconds``."""
+        if self.alerts is not None:
+            await self.alerts.silence(duration_s=seconds, key=key, comment="from the app")
+            self.notify(f"{key} silenced for {seconds / 3600:g} h")
 
     def open_logs(self, job: JobRecord) -> None:
         """Push the log panes of a job."""

@@ -1,0 +1,194 @@
+"""The alerts view: every firing alert of the rule engine (``console/alerts``), most severe
+first, with its state (firing, acknowledged, silenced), age, rule, subject and summary.
+
+Keys: ``a`` acknowledge (keeps it listed, no more notifications), ``s`` silence it for an hour,
+enter on a job's alert opens that job's log panes. The screen never calls the engine itself:
+it asks the app, whose workers post typed messages back.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, cast
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Static
+
+from console.alerts.model import Alert
+from console.app.widgets.status import StatusLine
+
+if TYPE_CHECKING:
+    from console.app.app import GpuConsoleApp
+
+COLUMNS = ("SEV", "STATE", "FOR", "RULE", "WHERE", "SUMMARY")
+_SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
+#: How long ``s`` silences an alert, in seconds.
+SILENCE_S = 3600.0
+
+
+def _age(seconds: float) -> str:
+    s = max(0, int(seconds))
+    if s < 120:
+        return f"{s}s"
+    if s < 7200:
+        return f"{s // 60}m"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def alert_state(alert: Alert, now: float) -> str:
+    """``silenced``, ``acked`` or ``firing`` (resolved alerts are not listed)."""
+    if alert.silenced(now):
+        return "silenced"
+    return "acked" if alert.acked_at is not None else "firing"
+
+
+def where(alert: Alert) -> str:
+    """The alert's subject: ``job NAME``, ``HOST GPU N`` or ``HOST``."""
+    if alert.job is not None:
+        return f"job {alert.job}"
+    if alert.gpu is not None:
+        return f"{alert.host} GPU {alert.gpu}"
+    return alert.host or "?"
+
+
+def row_cells(alert: Alert, now: float) -> tuple[Text | str, ...]:
+    """The table cells of one alert (times from its ``since``, Unix s)."""
+    state = alert_state(alert, now)
+    return (
+        Text(alert.severity, style=_SEVERITY_STYLE.get(alert.severity, "")),
+        Text(state, style="bold" if state == "firing" else "dim"),
+        _age(now - alert.since),
+        alert.rule,
+        where(alert),
+        alert.summary,
+    )
+
+
+class AlertsScreen(Screen[None]):
+    """The alerts table (see the module docstring)."""
+
+    BINDINGS = [
+        Binding("a", "ack", "Acknowledge", id="alerts.ack"),
+        Binding("s", "silence", "Silence 1h", id="alerts.silence"),
+        Binding("enter,l", "logs", "Job logs", id="alerts.logs"),
+    ]
+    DEFAULT_CSS = """
+    AlertsScreen DataTable { height: 1fr; }
+    AlertsScreen #alerts-empty { height: auto; padding: 1 2; color: $text-muted; }
+    AlertsScreen #alerts-detail { height: auto; max-height: 4; padding: 0 1; background: $boost; }
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        super().__init__(id="alerts")
+        self.clock = clock
+        self.alerts: list[Alert] = []
+
+    @property
+    def gc(self) -> GpuConsoleApp:
+        """The app (typed)."""
+        return cast("GpuConsoleApp", self.app)
+
+    def compose(self) -> ComposeResult:
+        table: DataTable[Text | str] = DataTable(cursor_type="row", zebra_stripes=True,
+                                                 id="alerts-table")
+        table.add_columns(*COLUMNS)
+        yield table
+        yield Static("no alerts firing", id="alerts-empty")
+        yield Static(id="alerts-detail")
+        yield StatusLine()
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one(DataTable).focus()
+        self.update_alerts()
+
+    def on_screen_resume(self) -> None:
+        self.update_alerts()
+
+    def update_alerts(self, alerts: Sequence[Alert] | None = None) -> None:
+        """Show ``alerts`` (``None``: the ones shown, re-rendered); the cursor stays on the
+        same alert."""
+        if alerts is not None:
+            self.alerts = list(alerts)
+        if not self.is_mounted:
+            return
+        table = self.query_one(DataTable)
+        current = self.selected()
+        now = self.clock()
+        table.clear()
+        for a in self.alerts:
+            table.add_row(*row_cells(a, now), key=a.key)
+        self.query_one("#alerts-empty").display = not self.alerts
+        if current is not None and any(a.key == current.key for a in self.alerts):
+            table.move_cursor(row=table.get_row_index(current.key))
+        self._show_detail()
+
+    def selected(self) -> Alert | None:
+        """The alert under the cursor, or ``None``."""
+        table = self.query_one(DataTable)
+        if table.row_count == 0:
+            return None
+        try:
+            key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key
+        except Exception:
+            return None
+        return next((a for a in self.alerts if a.key == key.value), None)
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self._show_detail()
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        self.action_logs()
+
+    def _show_detail(self) -> None:
+        alert = self.selected()
+        detail = self.query_one("#alerts-detail", Static)
+        if alert is None:
+            detail.update("")
+            return
+        text = Text(alert.key, style="bold")
+        text.append(f"  {alert.summary}")
+        extra = ", ".join(f"{k} {v}" for k, v in alert.details.items()
+                          if v is not None and k not in ("diagnosis",))
+        if diagnosis := alert.details.get("diagnosis"):
+            text.append(f"\ndiagnosis: {diagnosis}", style="red")
+        if fix := alert.details.get("fix"):
+            text.append(f"\nfix: {fix}", style="yellow")
+        if extra:
+            text.append(f"\n{extra}", style="dim")
+        detail.update(text)
+
+    def _need(self) -> Alert | None:
+        alert = self.selected()
+        if alert is None:
+            self.notify("no alert selected", severity="warning")
+        return alert
+
+    def action_ack(self) -> None:
+        """Acknowledge the alert: it stays listed until it resolves, without more pages."""
+        alert = self._need()
+        if alert is not None:
+            self.gc.acknowledge_alert(alert.key)
+
+    def action_silence(self) -> None:
+        """Silence the alert's notifications for an hour."""
+        alert = self._need()
+        if alert is not None:
+            self.gc.silence_alert(alert.key, SILENCE_S)
+
+    def action_logs(self) -> None:
+        """The log panes of the alert's job (for job alerts)."""
+        alert = self._need()
+        if alert is None:
+            return
+        job = next((j for j in self.gc.service.store.jobs() if j.name == alert.job
+                    and j.state in ("running", "failed", "pending")), None) if alert.job else None
+        if job is None:
+            self.notify("this alert is not about a job", severity="information")
+            return
+        self.gc.open_logs(job)
