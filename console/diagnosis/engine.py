@@ -62,10 +62,13 @@ PRECEDENCE: tuple[str, ...] = (
     # the application
     "exception",
     "nccl_system_error", "nccl_internal_error",
+    # a rank killed from outside (the OOM killer) or crashed: its peers' timeouts and
+    # closed connections follow from it
+    "sigkill", "sigsegv",
     # the scheduler's clock, then what peers see when one rank is gone
     "slurm_time_limit", "nccl_timeout", "nccl_remote_error",
-    # how processes ended
-    "sigkill", "sigsegv", "sigabrt", "signal", "exit_code", "hangup", "stopped",
+    # how the other processes ended
+    "sigabrt", "signal", "exit_code", "hangup", "stopped",
     "slurm_cancelled",
     # an Xid the application caused (13, 31, 43...) ranks below the application's own error
     "xid_app",
