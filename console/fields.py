@@ -180,3 +180,15 @@ def size(v: str) -> str:
 
 #: A Docker size (see :func:`size`).
 Size = Annotated[str, AfterValidator(size)]
+
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
+
+
+def duration_s(value: str) -> float | None:
+    """Seconds in a duration written ``90s``, ``10m``, ``2h`` or ``1d``; None when ``value``
+    is not one."""
+    m = _DURATION.match(value.strip())
+    if m is None:
+        return None
+    return float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]

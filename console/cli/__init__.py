@@ -1,4 +1,4 @@
-"""The headless CLI: ``gpuconsole submit|ps|logs|stop|rm|exec|describe|cp|top|gpus|watch``.
+"""The headless CLI: ``gpuconsole submit|ps|logs|stop|rm|exec|describe|cp|top|gpus|watch|alerts|diagnose``.
 
 :data:`main` is the click group (the ``gpuconsole`` entry point); each module below adds its
 commands to it. The CLI only parses, calls :class:`console.service.Service` and prints (see
@@ -8,6 +8,7 @@ commands to it. The CLI only parses, calls :class:`console.service.Service` and 
 from __future__ import annotations
 
 from console.cli import (  # noqa: F401  (each registers its commands)
+    alerts,
     cp,
     diagnose,
     fleet,

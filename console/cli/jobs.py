@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 import sys
 import time
 from datetime import datetime
@@ -11,6 +10,7 @@ from datetime import datetime
 import click
 
 from console.cli.base import command_service, err, follow_job, main, print_line, print_summary, run
+from console.fields import duration_s
 from console.jobs.rows import job_row
 from console.jobs.status import JobView, job_summary, shown_state
 
@@ -44,9 +44,6 @@ async def _ps(ctx: click.Context, as_json: bool, show_all: bool) -> None:
 # -- logs -----------------------------------------------------------------------------------
 
 
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
-
-
 def parse_since(value: str) -> int:
     """``--since``: a duration back from now (``90s``, ``10m``, ``2h``, ``1d``) or an ISO 8601
     time; returns ns since the epoch.
@@ -54,9 +51,8 @@ def parse_since(value: str) -> int:
     Raises:
         click.BadParameter: neither form.
     """
-    m = _DURATION.match(value)
-    if m:
-        secs = float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+    secs = duration_s(value)
+    if secs is not None:
         return int((time.time() - secs) * 1e9)
     try:
         dt = datetime.fromisoformat(value.replace("Z", "+00:00"))

@@ -19,6 +19,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from console.alerts.model import Alert
+from console.alerts.rows import age_text, alert_state, subject
 from console.app.widgets.status import StatusLine
 
 if TYPE_CHECKING:
@@ -30,40 +31,15 @@ _SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 SILENCE_S = 3600.0
 
 
-def _age(seconds: float) -> str:
-    s = max(0, int(seconds))
-    if s < 120:
-        return f"{s}s"
-    if s < 7200:
-        return f"{s // 60}m"
-    return f"{s // 3600}h{s % 3600 // 60:02d}m"
-
-
-def alert_state(alert: Alert, now: float) -> str:
-    """``silenced``, ``acked`` or ``firing`` (resolved alerts are not listed)."""
-    if alert.silenced(now):
-        return "silenced"
-    return "acked" if alert.acked_at is not None else "firing"
-
-
-def where(alert: Alert) -> str:
-    """The alert's subject: ``job NAME``, ``HOST GPU N`` or ``HOST``."""
-    if alert.job is not None:
-        return f"job {alert.job}"
-    if alert.gpu is not None:
-        return f"{alert.host} GPU {alert.gpu}"
-    return alert.host or "?"
-
-
 def row_cells(alert: Alert, now: float) -> tuple[Text | str, ...]:
     """The table cells of one alert (times from its ``since``, Unix s)."""
     state = alert_state(alert, now)
     return (
         Text(alert.severity, style=_SEVERITY_STYLE.get(alert.severity, "")),
         Text(state, style="bold" if state == "firing" else "dim"),
-        _age(now - alert.since),
+        age_text(now - alert.since),
         alert.rule,
-        where(alert),
+        subject(alert),
         alert.summary,
     )
 

@@ -1,0 +1,172 @@
+"""``gpuconsole alerts``: the firing alerts, acknowledge, silence (headless; the store is the
+one ``watch`` and the app use, so an ack here stops their pages too).
+
+``alerts`` lists firing alerts (``--json``: one object per alert; ``--history N``: the last
+transitions); ``alerts ack KEY`` acknowledges; ``alerts silence KEY --for 2h`` (or
+``--rule``/``--host``/``--job`` globs) silences notifications; ``alerts silences`` and
+``alerts unsilence ID``. An unknown key or a bad duration is bad input (exit 2).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict
+
+import click
+
+from console.alerts.model import Alert
+from console.alerts.rows import age_text, alert_state
+from console.alerts.store import AlertStore, Silence, alert_to_json
+from console.cli.base import main, out, run
+from console.errors import UsageError
+from console.fields import duration_s
+
+__all__ = ["alert_json"]
+
+
+def alert_json(alert: Alert, now: float) -> dict[str, object]:
+    """The ``--json`` object of one alert: its fields (times in Unix s) plus ``state``."""
+    data: dict[str, object] = json.loads(alert_to_json(alert))
+    data["state"] = alert_state(alert, now)
+    return data
+
+
+@main.group(invoke_without_command=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per alert.")
+@click.option("--history", type=click.IntRange(1, 10_000), default=None, metavar="N",
+              help="Show the last N transitions (fired, resolved, acknowledged...) instead.")
+@click.pass_context
+def alerts(ctx: click.Context, as_json: bool, history: int | None) -> None:
+    """Firing alerts of `watch` and the app; ack and silence them."""
+    if ctx.invoked_subcommand is not None:
+        return
+    run(_list(as_json, history))
+
+
+async def _list(as_json: bool, history: int | None) -> None:
+    store = AlertStore()
+    now = time.time()
+    try:
+        if history is not None:
+            for ch in reversed(store.history(history)):
+                if as_json:
+                    out(json.dumps({"change": ch.change, "at": ch.at,
+                                    "alert": alert_json(ch.alert, now)}))
+                else:
+                    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ch.at))
+                    out(f"{when}  {ch.change:<12} {ch.alert.key}  {ch.alert.summary}")
+            return
+        firing = store.firing()
+        if as_json:
+            for a in firing:
+                out(json.dumps(alert_json(a, now)))
+            return
+        if not firing:
+            out("no alerts firing")
+            return
+        out(f"{'SEV':<9}{'STATE':<9}{'FOR':<8}{'KEY':<40}SUMMARY")
+        for a in firing:
+            out(f"{a.severity:<9}{alert_state(a, now):<9}{age_text(now - a.since):<8}"
+                f"{a.key:<40}{a.summary}")
+    finally:
+        store.close()
+
+
+def _firing_keys(store: AlertStore) -> str:
+    keys = [a.key for a in store.firing()]
+    return ", ".join(keys[:8]) + (" ..." if len(keys) > 8 else "") if keys else "none"
+
+
+@alerts.command("ack")
+@click.argument("key")
+def ack(key: str) -> None:
+    """Acknowledge a firing alert: it stays listed until it resolves, with no more pages."""
+    run(_ack(key))
+
+
+async def _ack(key: str) -> None:
+    store = AlertStore()
+    try:
+        got = store.acknowledge(key, time.time(), by="gpuconsole alerts ack")
+    except KeyError:
+        raise UsageError(f"KEY: no firing alert {key!r}",
+                         f"give one of the firing keys: {_firing_keys(store)}") from None
+    finally:
+        store.close()
+    out(f"acknowledged {got.key}")
+
+
+@alerts.command("silence")
+@click.argument("key", required=False)
+@click.option("--for", "duration", required=True, metavar="DURATION",
+              help="How long: 30m, 2h, 1d.")
+@click.option("--rule", help="Silence every alert of this rule (glob).")
+@click.option("--host", help="Silence every alert of this host (glob).")
+@click.option("--job", help="Silence every alert of this job name (glob).")
+@click.option("--comment", help="Why (kept with the silence).")
+def silence(key: str | None, duration: str, rule: str | None, host: str | None,
+            job: str | None, comment: str | None) -> None:
+    """Silence notifications of an alert KEY (or of --rule/--host/--job globs) for a while."""
+    run(_silence(key, duration, rule, host, job, comment))
+
+
+async def _silence(key: str | None, duration: str, rule: str | None, host: str | None,
+                   job: str | None, comment: str | None) -> None:
+    seconds = duration_s(duration)
+    if seconds is None or seconds <= 0:
+        raise UsageError(f"--for: {duration!r} is not a duration", "write it as 30m, 2h or 1d")
+    if not any((key, rule, host, job)):
+        raise UsageError("KEY: give an alert key or --rule/--host/--job",
+                         "`gpuconsole alerts` lists the firing keys")
+    now = time.time()
+    store = AlertStore()
+    try:
+        got = store.add_silence(Silence(id=0, until=now + seconds, created_at=now, key=key,
+                                        rule=rule, host=host, job=job,
+                                        by="gpuconsole alerts silence", comment=comment))
+    finally:
+        store.close()
+    until = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(got.until))
+    out(f"silence {got.id}: {got.describe()} until {until}")
+
+
+@alerts.command("silences")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per silence.")
+def silences(as_json: bool) -> None:
+    """The silences in force (and those ended within the last day)."""
+    run(_silences(as_json))
+
+
+async def _silences(as_json: bool) -> None:
+    now = time.time()
+    store = AlertStore()
+    try:
+        found = store.silences(now)
+    finally:
+        store.close()
+    for s in found:
+        if as_json:
+            out(json.dumps({**asdict(s), "active": s.active(now)}))
+        else:
+            state = "active" if s.active(now) else "ended"
+            out(f"{s.id:>4}  {state:<7}{age_text(s.until - now) if s.active(now) else '':<8}"
+                f"{s.describe()}" + (f"  ({s.comment})" if s.comment else ""))
+
+
+@alerts.command("unsilence")
+@click.argument("silence_id", type=int, metavar="ID")
+def unsilence(silence_id: int) -> None:
+    """End a silence now (its ID from `alerts silences`)."""
+    run(_unsilence(silence_id))
+
+
+async def _unsilence(silence_id: int) -> None:
+    store = AlertStore()
+    try:
+        if not store.remove_silence(silence_id):
+            raise UsageError(f"ID: no silence {silence_id}",
+                             "`gpuconsole alerts silences` lists them")
+    finally:
+        store.close()
+    out(f"silence {silence_id} ended")
