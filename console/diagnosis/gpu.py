@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 
 from console.diagnosis.lines import Line
 from console.diagnosis.model import Consequence, Context, Diagnosis, FactValue
@@ -40,14 +39,15 @@ from remote.telemetry.faults import (
     DriverUpgrade,
     GpuXidSummary,
     XidEvent,
+    XidHeadline,
     classify_driver_upgrade,
     classify_nvml_traceback,
+    find_api_mismatch,
     parse_plugin_discovery,
-    pci_key,
     scan_kernel_log,
     summarize_xids,
 )
-from remote.telemetry.smi import classify_smi_failure
+from remote.telemetry.smi import SMI_MESSAGE_RE, classify_smi_failure
 from remote.telemetry.xid_catalog import ACTION_RANK, ACTION_TEXT, xid_info
 
 __all__ = ["RULES", "kernel_text"]
@@ -59,39 +59,30 @@ __all__ = ["RULES", "kernel_text"]
 # The kernel's own stamps inside a stripped prefix: dmesg ``[ 1843.308145]``, ``dmesg -T``
 # ``[Fri Mar  3 04:44:24 2023]``, ISO (``dmesg --time-format=iso``, journalctl ``short-iso``).
 _UPTIME = re.compile(r"\[\s*(?P<up>\d+\.\d+)\]")
-_CTIME = re.compile(r"\[(?P<ctime>[A-Z][a-z]{2} [A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d \d{4})\]")
+_CTIME = re.compile(r"\[(?P<ctime>[A-Za-z]{3,9} [A-Za-z]{3,9} +\d{1,2} \d\d:\d\d:\d\d \d{4})\]")
 _ISO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[,.]\d+)?(?:Z|[+-]\d\d:?\d\d)?")
 _NVRM = "NVRM:"
-# A driver message wrapped by the driver itself over several ``NVRM:`` lines (nv.c prints
-# "The NVIDIA GPU %s\nNVRM: (PCI ID: %s) installed in this system has\nNVRM: fallen off the
-# bus ..." and "API mismatch: the client has the version %s, but\nNVRM: this kernel module
-# ..."): its later lines begin in lower case or with "(", its earlier ones end mid-sentence.
-_WRAPPED = re.compile(r"^NVRM:\s+(?:[a-z(]|\d+\.\d+)")
-_SENTENCE_END = re.compile(r"[.!:]\s*$")
-
-
-def _indent(s: str) -> int:
-    return len(s) - len(s.lstrip())
 
 
 def kernel_text(lines: Sequence[Line], text: str) -> str:
     """The ``NVRM:`` messages of ``lines`` as a kernel log :func:`scan_kernel_log` reads.
 
     One output line per normalised line (so ``XidEvent.line_no - 1`` is a :class:`Line`
-    index). Each line gets back the kernel stamp the normaliser stripped (uptime, ``dmesg -T``
-    or ISO; syslog stamps carry no year and are dropped), indentation common to the block
-    (Markdown code blocks) is removed, and a driver message wrapped over several stamped
-    ``NVRM:`` lines (journalctl prints a stamp on each) is turned back into one message with
-    indented continuation lines, the form ``scan_kernel_log`` joins.
+    index; other lines are left empty). Each line gets back the kernel stamp the normaliser
+    stripped (uptime, ``dmesg -T`` or ISO; syslog stamps carry no year and are dropped);
+    ``scan_kernel_log`` itself joins wrapped messages and removes a block's indentation.
     """
     physical = text.splitlines()
-    staged: list[tuple[str | None, str]] = []
+    out: list[str] = []
     for ln in lines:
+        body = ln.raw.strip()
+        if _NVRM not in ln.raw or not body:
+            out.append("")
+            continue
         stamp: str | None = None
-        if _NVRM in ln.raw and 0 <= ln.source_line < len(physical):
+        if 0 <= ln.source_line < len(physical):
             row = physical[ln.source_line]
-            body = ln.raw.strip()
-            cut = row.find(body) if body else -1
+            cut = row.find(body)
             prefix = row[:cut] if cut > 0 else ""
             if m := _UPTIME.search(prefix):
                 stamp = f"[{m['up']}]"
@@ -99,28 +90,7 @@ def kernel_text(lines: Sequence[Line], text: str) -> str:
                 stamp = f"[{m['ctime']}]"
             elif m := _ISO.search(prefix):
                 stamp = m.group(0)
-        staged.append((stamp, ln.raw))
-    nvrm = [_indent(raw) if stamp is None else 0
-            for stamp, raw in staged if _NVRM in raw and raw.strip()]
-    base = min(nvrm, default=0)
-    out: list[str] = []
-    previous = ""  # the last NVRM message emitted, to recognise a wrapped one
-    for stamp, raw in staged:
-        body = raw.strip()
-        if _NVRM not in raw or not body:
-            out.append("")
-            continue
-        wrapped = (body.startswith(_NVRM) and _WRAPPED.match(body) is not None
-                   and previous != "" and not _SENTENCE_END.search(previous))
-        if wrapped:
-            out.append("    " + body)
-            previous = body
-            continue
-        if stamp is not None:
-            out.append(f"{stamp} {body}")
-        else:
-            out.append(raw[min(base, _indent(raw)):].rstrip())
-        previous = body
+        out.append(f"{stamp} {body}" if stamp is not None else ln.raw.rstrip())
     return "\n".join(out)
 
 
@@ -128,74 +98,15 @@ def kernel_text(lines: Sequence[Line], text: str) -> str:
 # Xid chains
 
 
-@dataclass(frozen=True)
-class _Chain:
-    """One GPU's Xid events and the root NVIDIA's catalogue blames."""
-
-    pci: str
-    events: tuple[XidEvent, ...]
-    root: XidEvent
-    root_xid: int  # the root's Xid, or the one an Xid 45 names ("caused by previous Xid N")
-    action: str  # xid_catalog.Action
-    summary: GpuXidSummary | None
-
-    @property
-    def cls(self) -> int:
-        """How strongly this chain blames the GPU: 3 a root Xid, 2 a context-switch timeout
-        with nothing before it, 1 an application's fault, 0 cleanup lines only."""
-        if self.root_xid in _FOLLOWERS:
-            return 2
-        return {"root": 3, "app": 1}.get(xid_info(self.root_xid).role, 0)
+def _chains(events: Sequence[XidEvent]) -> list[GpuXidSummary]:
+    """One summary per GPU (``faults.summarize_xids``), each with its chain's root
+    (``headline``: ``faults.chain_root``, NVIDIA's catalogue order)."""
+    return [s for s in summarize_xids(events) if s.headline is not None]
 
 
-#: Xid 109 (context switch timeout, RESET_GPU) is the catalogue's root only when nothing on that
-#: GPU faulted before it: after an Xid 13/31 it is the faulted context failing to switch out
-#: (the catalogue lists it among the Xids that follow, with 45 and 154).
-_FOLLOWERS = frozenset({109})
-_TAIL_ROLES = frozenset({"consequence", "summary"})
-
-
-def _root_of(events: Sequence[XidEvent]) -> tuple[XidEvent, int]:
-    """The event that begins a GPU's chain, and the Xid it stands for (see ``_Chain.cls``).
-
-    Root-role Xids (NVLink 74/144-150, GSP 119/120, 79, ECC 48/94/95, 62, 63/64, ...) first,
-    the one whose catalogue action hits hardest, the earliest of equals; then a 109 with
-    nothing before it; then the application's faults (13, 31, 43: the hardest action, the
-    earliest of equals); a GPU with only Xid 45/154 lines takes the Xid the first 45 names.
-    """
-    heads = [e for e in events if xid_info(e.xid).role not in _TAIL_ROLES]
-    roots = [e for e in heads if xid_info(e.xid).role == "root" and e.xid not in _FOLLOWERS]
-    apps = [e for e in heads if xid_info(e.xid).role != "root"]
-    followers = [e for e in heads if e.xid in _FOLLOWERS]
-    for group in (roots, [] if apps else followers, apps, followers):
-        if group:
-            best = max(ACTION_RANK.get(xid_info(e.xid).action, 0) for e in group)
-            event = next(e for e in group if ACTION_RANK.get(xid_info(e.xid).action, 0) == best)
-            return event, event.xid
-    named = next((e for e in events if e.caused_by is not None), None)
-    if named is not None and named.caused_by is not None:
-        return named, named.caused_by
-    return events[0], events[0].xid
-
-
-def _chains(events: Sequence[XidEvent]) -> list[_Chain]:
-    summaries = {pci_key(s.pci_bus_id) or s.pci_bus_id: s for s in summarize_xids(events)}
-    groups: dict[tuple[int, int, int, int] | str, list[XidEvent]] = {}
-    for e in events:
-        groups.setdefault(pci_key(e.pci_bus_id) or e.pci_bus_id, []).append(e)
-    out: list[_Chain] = []
-    for key, evs in groups.items():
-        root, code = _root_of(evs)
-        action: str = xid_info(code).action
-        for e in evs:  # an Xid 154 names the recovery the driver wants; a harder one wins
-            if e.recovery is not None and ACTION_RANK.get(e.recovery, 0) > ACTION_RANK.get(
-                    action, 0):
-                action = e.recovery
-        if action in ("follow_root", "recovery_action"):
-            action = "unknown"
-        out.append(_Chain(evs[0].pci_bus_id, tuple(evs), root, code, action,
-                          summaries.get(key)))
-    return out
+def _head(chain: GpuXidSummary) -> XidHeadline:
+    assert chain.headline is not None  # _chains keeps only GPUs with events
+    return chain.headline
 
 
 def _evidence_of(event: XidEvent, lines: Sequence[Line], kernel: list[str],
@@ -205,11 +116,8 @@ def _evidence_of(event: XidEvent, lines: Sequence[Line], kernel: list[str],
     i = event.line_no - 1
     if not 0 <= i < len(lines):
         return []
-    out = [lines[i].raw]
-    j = i + 1
-    while j < len(lines) and j < len(kernel) and kernel[j][:1].isspace():
-        out.append(lines[j].raw)
-        j += 1
+    j = max(i + 1, min(event.end_line_no, len(lines)))
+    out = [ln.raw for ln in lines[i:j] if ln.raw.strip()]
     extra = 0
     while j < len(lines) and extra < extras:
         k = kernel[j] if j < len(kernel) else ""
@@ -280,11 +188,7 @@ def _xid_findings(ctx: Context) -> list[Diagnosis]:
     kernel = kernel_text(ctx.lines, ctx.text)
     scan = scan_kernel_log(kernel)
     printed = [e for e in scan.events if not e.inferred]
-    seen = {(e.xid, pci_key(e.pci_bus_id)) for e in printed}
-    has_gsp_xid = any(e.xid in (119, 120) for e in printed)
-    inferred = [e for e in scan.events if e.inferred
-                and (e.xid, pci_key(e.pci_bus_id)) not in seen
-                and not (e.xid == 119 and has_gsp_xid)]
+    inferred = [e for e in scan.events if e.inferred]
     kernel_lines = kernel.split("\n")
     found: list[Diagnosis] = []
     if printed:
@@ -346,15 +250,15 @@ def _xid_diagnosis(events: list[XidEvent], lines: Sequence[Line],
     chains = _chains(events)
     order = {id(e): i for i, e in enumerate(events)}
 
-    def severity(c: _Chain) -> tuple[int, int, int]:
-        return (c.cls, ACTION_RANK.get(c.action, 0), -order[id(c.root)])
+    def severity(c: GpuXidSummary) -> tuple[int, int, int]:
+        h = _head(c)
+        return (h.blame, ACTION_RANK.get(h.action, 0), -order[id(h.event)])
 
     chain = max(chains, key=severity)
-    root, code = chain.root, chain.root_xid
+    head = _head(chain)
+    root, code, action, pci = head.event, head.xid, head.action, chain.pci_bus_id
     info = xid_info(code)
-    verdict = chain.summary.verdict if chain.summary is not None else None
-    suspect = [c for c in chains if c.summary is not None
-               and c.summary.verdict == "suspect_hardware"]
+    suspect = [c for c in chains if c.verdict == "suspect_hardware"]
     root_group = [e for e in chain.events if e.xid == root.xid]
     if root.xid != code:  # only cleanup lines that name the root
         root_group = [e for e in chain.events if e.caused_by == code]
@@ -362,19 +266,18 @@ def _xid_diagnosis(events: list[XidEvent], lines: Sequence[Line],
     n = f"{len(root_group)}x " if len(root_group) > 1 else ""
     where = _where(root, root_group)
     summary = (f"{n}Xid {code} ({info.short}, {info.mnemonic.split(' /')[0]}) on GPU "
-               f"{chain.pci}{' ' + where if where else ''}{via}; NVIDIA's action: "
-               f"{ACTION_TEXT.get(chain.action, chain.action)}")
+               f"{pci}{' ' + where if where else ''}{via}; NVIDIA's action: "
+               f"{ACTION_TEXT.get(action, action)}")
     facts: dict[str, FactValue | None] = {
-        "xid": code, "pci": chain.pci, "action": ACTION_TEXT.get(chain.action, chain.action),
+        "xid": code, "pci": pci, "action": ACTION_TEXT.get(action, action),
         "xid_name": info.mnemonic.split(" /")[0] or None, "count": len(root_group),
-        "pid": root.pid, "uuid": root.uuid,
-        "verdict": verdict if root.xid == code else None,
+        "pid": root.pid, "uuid": root.uuid, "verdict": chain.verdict,
         "gpus": len(chains) if len(chains) > 1 else None,
     }
     # the application's fault that began a reset-class chain (faults.summarize_xids)
-    first = chain.summary.chain_root if chain.summary is not None else None
+    first = chain.chain_root
     earlier = [e for e in chain.events if order[id(e)] < order[id(root)]
-               and e.xid != root.xid and xid_info(e.xid).role not in _TAIL_ROLES]
+               and e.xid != root.xid and xid_info(e.xid).role not in ("consequence", "summary")]
     if first is None and earlier:
         first = earlier[0]
     if first is not None and first.xid != code:
@@ -382,14 +285,14 @@ def _xid_diagnosis(events: list[XidEvent], lines: Sequence[Line],
         summary += f" {_where(first)}" if _where(first) else ""
         facts["chain_xid"] = first.xid
         facts["chain_pid"] = first.pid
-    fix = _FIXES.get(chain.action, _FIXES["unknown"]).format(pci=chain.pci)
+    fix = _FIXES.get(action, _FIXES["unknown"]).format(pci=pci)
     if info.role == "app" and chain in suspect:
         facts["xid_class"] = "hw"
     elif info.role == "app":
         facts["xid_class"] = "app"
         harder = [e for e in chain.events if ACTION_RANK.get(xid_info(e.xid).action, 0)
-                  > ACTION_RANK.get(chain.action, 0) and e.xid != code
-                  and xid_info(e.xid).role not in _TAIL_ROLES]
+                  > ACTION_RANK.get(action, 0) and e.xid != code
+                  and xid_info(e.xid).role not in ("consequence", "summary")]
         if harder:
             after = harder[0]
             summary += (f"; an application fault, followed by Xid {after.xid} "
@@ -402,8 +305,8 @@ def _xid_diagnosis(events: list[XidEvent], lines: Sequence[Line],
     else:
         facts["xid_class"] = "hw"
     if suspect:
-        names = ", ".join(c.pci for c in suspect)
-        pids = sorted({p for c in suspect if c.summary is not None for p in c.summary.pids})
+        names = ", ".join(c.pci_bus_id for c in suspect)
+        pids = sorted({p for c in suspect for p in c.pids})
         summary += (f"; the same fault repeats for {len(pids)} processes on {names}: suspect "
                     "hardware")
         fix = (f"Drain GPU {names} and run diagnostics (`dcgmi diag -r 3`, field diagnostics); "
@@ -428,14 +331,15 @@ def _xid_diagnosis(events: list[XidEvent], lines: Sequence[Line],
     for other in chains:
         if other is chain:
             continue
-        text = _group_text([e for e in other.events if e.xid == other.root.xid])
-        if other.root_xid != other.root.xid:
-            text += f" caused by previous Xid {other.root_xid}"
-        if other.summary is not None and other.summary.verdict == "suspect_hardware":
-            text += f", {len(other.summary.pids)} processes: suspect hardware"
+        oh = _head(other)
+        text = _group_text([e for e in other.events if e.xid == oh.event.xid])
+        if oh.xid != oh.event.xid:
+            text += f" caused by previous Xid {oh.xid}"
+        if other.verdict == "suspect_hardware":
+            text += f", {len(other.pids)} processes: suspect hardware"
         else:
-            text += f": {ACTION_TEXT.get(other.action, other.action)}"
-        consequences.append(Consequence("xid", text, (_line(lines, other.root),)))
+            text += f": {ACTION_TEXT.get(oh.action, oh.action)}"
+        consequences.append(Consequence("xid", text, (_line(lines, oh.event),)))
     d = _diag("xid", summary, (), fix, evidence, facts)
     return Diagnosis(d.kind, d.summary, d.ranks, d.fix, d.evidence, d.facts,
                      consequences=tuple(consequences))
@@ -450,15 +354,6 @@ def _line(lines: Sequence[Line], e: XidEvent) -> str:
 # nvidia-smi, NVML, apt history
 
 
-#: Where nvidia-smi's / NVML's messages begin inside a line a wrapper decorated
-#: (``[nvidia-smi(stdout)] Failed to initialize NVML: ...``): everything before is cut.
-_SMI_START = re.compile(
-    r"(?:NVIDIA-SMI has failed|Failed to initialize NVML|NVML library version|No devices were "
-    r"found|No devices found|Unable to determine the device handle|NVIDIA-SMI couldn't find)",
-    re.I)
-_APOSTROPHES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u02bc": "'", "`": "'"})
-
-
 #: A wrapper's own timestamp (``WARNING: Tue Mar  5 15:17:06 +0330 2019 - ...``): passed on
 #: alone so ``classify_smi_failure`` can date the messages after it.
 _WRAPPER_STAMP = re.compile(
@@ -471,8 +366,8 @@ def _smi_lines(lines: Sequence[Line]) -> list[tuple[int, str]]:
     (index -1: not evidence)."""
     out: list[tuple[int, str]] = []
     for ln in lines:
-        t = ln.text.translate(_APOSTROPHES)
-        if m := _SMI_START.search(t):
+        t = ln.text
+        if m := SMI_MESSAGE_RE.search(t):
             out.append((ln.index, t[m.start():].strip()))
         elif st := _WRAPPER_STAMP.search(t):
             out.append((-1, st.group(0)))
@@ -482,14 +377,6 @@ def _smi_lines(lines: Sequence[Line]) -> list[tuple[int, str]]:
 _HANDLE_LOST = re.compile(r"GPU is lost|fallen off the bus|Unknown Error|GPU requires reset",
                           re.I)
 _NVML_UNKNOWN = re.compile(r"Failed to initialize NVML: Unknown Error", re.I)
-#: nv.c's notice, read after the wrapping ``NVRM:`` tokens and rsyslog's ``#012`` newlines are
-#: removed: "the client has the version X, but this kernel module has the version Y" (older
-#: drivers) and "the client 'kwin_wayland' (pid 1005) has the version X, ..." (newer ones).
-_API_MISMATCH = re.compile(
-    r"API mismatch: the client (?:'[^']*' \(pid \d+\) )?has the version "
-    r"(?P<client>\d+(?:\.\d+)+), but this kernel module has the version "
-    r"(?P<kernel>\d+(?:\.\d+)+)")
-_WRAP_TOKENS = re.compile(r"(?:#012|\s)+(?:NVRM:\s*)?")
 _CONTAINER_HINT = re.compile(
     r"docker|container|podman|kubectl|\bpod\b|root@[0-9a-f]{12}\b|daemon-reload", re.I)
 
@@ -562,7 +449,7 @@ def _smi_findings(ctx: Context) -> list[Diagnosis]:
             "loaded (or not built for the running kernel); every GPU reading is unknown",
             ("Check `lsmod | grep nvidia` and `dmesg | grep NVRM`; rebuild / reinstall the driver "
              "for the running kernel (DKMS) and reboot"),
-            lines_with(r"couldn't communicate"),
+            lines_with(r"couldn.t communicate"),
             {},
         ))
     elif fault.state == "nvml_unavailable":
@@ -648,24 +535,24 @@ def _nvml_lost(ctx: Context, evidence: list[str]) -> Diagnosis:
 
 
 def _kernel_mismatch(ctx: Context) -> Diagnosis | None:
-    """The kernel's own notice: ``NVRM: API mismatch: the client has the version X, but
-    NVRM: this kernel module has the version Y``."""
+    """The kernel's own notice (``faults.find_api_mismatch``): ``NVRM: API mismatch: the
+    client has the version X, but NVRM: this kernel module has the version Y``."""
     if "API mismatch" not in ctx.text:
         return None
-    flat = _WRAP_TOKENS.sub(" ", " ".join(ln.text.strip() for ln in ctx.lines))
-    m = _API_MISMATCH.search(flat)
+    m = find_api_mismatch("\n".join(ln.text for ln in ctx.lines))
     if m is None:
         return None
     evidence = [ln.raw for ln in ctx.lines if "API mismatch" in ln.text
                 or "this kernel module has the version" in ln.text]
     return _with_upgrade(
         ctx, "driver_version_mismatch",
-        f"Driver/library version mismatch: the user-space driver is {m['client']} but the loaded "
-        f"kernel module is {m['kernel']}",
-        f"Reboot the node (or reload the nvidia modules) so the kernel module is {m['client']}; "
-        "reinstall one consistent driver version if the reboot does not fix it",
+        f"Driver/library version mismatch: the user-space driver is {m.client_version} but the "
+        f"loaded kernel module is {m.kernel_module_version}",
+        f"Reboot the node (or reload the nvidia modules) so the kernel module is "
+        f"{m.client_version}; reinstall one consistent driver version if the reboot does not "
+        "fix it",
         evidence,
-        {"library_version": m["client"], "kernel_module_version": m["kernel"]},
+        {"library_version": m.client_version, "kernel_module_version": m.kernel_module_version},
     )
 
 
@@ -678,23 +565,13 @@ _NVML_KINDS: dict[str, str] = {
 }
 _NVML_TRACE = re.compile(r"pynvml|nvml\.py|NVMLError|_nvmlGetFunctionPointer|_LoadNvmlLibrary|"
                          r"libnvidia-ml\.so")
-#: ``AttributeError: .../libnvidia-ml.so.1: undefined symbol: nvmlDeviceGet..._v2``: ctypes'
-#: words for the symbol pynvml's ``_nvmlGetFunctionPointer`` looks up (NVML_ERROR_FUNCTION_NOT_
-#: FOUND when it reaches its exception line).
-_UNDEFINED_SYMBOL = re.compile(r"undefined symbol: (?P<sym>nvml\w+)|Function Not Found")
-
 
 def _nvml_findings(ctx: Context) -> list[Diagnosis]:
     """A pynvml traceback: what NVML's failure says about the host."""
     if _NVML_TRACE.search(ctx.text) is None:
         return []
-    body = "\n".join(ln.raw for ln in ctx.lines)
-    fault = classify_nvml_traceback(_dedent(body))
+    fault = classify_nvml_traceback("\n".join(ln.raw for ln in ctx.lines))
     kind = _NVML_KINDS.get(fault.kind)
-    symbol = next((m["sym"] for ln in ctx.lines if (m := _UNDEFINED_SYMBOL.search(ln.text))),
-                  None)
-    if kind is None and (symbol or any(_UNDEFINED_SYMBOL.search(ln.text) for ln in ctx.lines)):
-        kind = "nvml_function_not_found"
     if kind is None:
         return []
     pattern = {
@@ -706,7 +583,7 @@ def _nvml_findings(ctx: Context) -> list[Diagnosis]:
         "driver_version_mismatch": r"LibRmVersionMismatch|version mismatch",
     }[kind]
     evidence = [ln.raw for ln in ctx.lines if re.search(pattern, ln.text, re.I)]
-    call = fault.nvml_function or symbol
+    call = fault.nvml_function
     texts = {
         "nvml_library_not_found": (
             "NVML cannot be loaded: libnvidia-ml.so.1 is not on this host's loader path (no "
@@ -739,18 +616,6 @@ def _nvml_findings(ctx: Context) -> list[Diagnosis]:
     if kind in ("driver_unreachable", "driver_version_mismatch"):
         return [_with_upgrade(ctx, kind, summary, fix, evidence, facts)]
     return [_diag(kind, summary, (), fix, evidence, facts)]
-
-
-def _dedent(text: str) -> str:
-    """``text`` with the indentation of a Markdown code block removed: the least indentation
-    of the lines that start a traceback or name an exception."""
-    rows = text.split("\n")
-    heads = [r for r in rows if re.match(r"\s*(?:Traceback \(most recent|[A-Za-z_][\w.]*"
-                                         r"(?:Error|Exception)\w*:)", r)]
-    cut = min((len(r) - len(r.lstrip()) for r in heads), default=0)
-    if cut == 0:
-        return text
-    return "\n".join(r[cut:] if r[:cut].isspace() else r.lstrip() for r in rows)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -793,7 +658,7 @@ def _kernel_no_gpus(ctx: Context) -> Diagnosis | None:
                                                                              "RmInitAdapter")
                for ln in ctx.lines):
         return None
-    if any(_SMI_START.search(ln.text) for ln in ctx.lines):
+    if any(SMI_MESSAGE_RE.search(ln.text) for ln in ctx.lines):
         return None
     return _no_gpus(ctx, [])
 
@@ -801,7 +666,7 @@ def _kernel_no_gpus(ctx: Context) -> Diagnosis | None:
 def _plugin_stalled(ctx: Context) -> Diagnosis | None:
     """nvidia-docker-plugin (1.x) began discovering GPUs and never finished: the same fault as
     nvidia-smi's ``No devices were found`` (:func:`faults.parse_plugin_discovery`)."""
-    if "nvidia-docker-plugin" not in ctx.text or any(_SMI_START.search(ln.text)
+    if "nvidia-docker-plugin" not in ctx.text or any(SMI_MESSAGE_RE.search(ln.text)
                                                      for ln in ctx.lines):
         return None
     disc = parse_plugin_discovery("\n".join(r.strip() for r in ctx.text.splitlines()))

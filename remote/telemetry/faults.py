@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any, Literal, cast
 
@@ -195,6 +195,25 @@ _EXC_RE = re.compile(
     r"^(?P<name>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)(?:_\w+)?)(?::\s?(?P<msg>.*))?$"
 )
 _NVML_LIB_RE = re.compile(r"libnvidia-ml\.so(?:\.\d+)*|nvml\.dll", re.IGNORECASE)
+#: ctypes' words when pynvml's ``_nvmlGetFunctionPointer`` looks up a symbol the loaded
+#: libnvidia-ml lacks (CPython ``Modules/_ctypes``: ``dlsym`` error text, ``<lib>: undefined
+#: symbol: <name>``), raised as ``AttributeError`` before pynvml turns it into
+#: ``NVMLError_FunctionNotFound`` (a cut traceback often ends there).
+_UNDEFINED_SYMBOL_RE = re.compile(r"undefined symbol: (?P<sym>_?nvml\w+)")
+#: The start of a traceback or of its exception line (for a traceback indented as a block).
+_TB_HEAD_RE = re.compile(r"\s*(?:Traceback \(most recent|[A-Za-z_][\w.]*(?:Error|Exception)\w*:)")
+
+
+def _dedent_traceback(text: str) -> str:
+    """``text`` without the indentation of a quoted block (a Markdown code block indented by
+    four spaces, a log viewer's margin): the least indentation of the lines that begin a
+    traceback or name an exception is cut from every line (lines indented less lose theirs)."""
+    rows = text.split("\n")
+    heads = [r for r in rows if _TB_HEAD_RE.match(r)]
+    cut = min((len(r) - len(r.lstrip()) for r in heads), default=0)
+    if cut == 0:
+        return text
+    return "\n".join(r[cut:] if r[:cut].isspace() else r.lstrip() for r in rows)
 
 
 @dataclass(frozen=True)
@@ -240,11 +259,16 @@ def classify_nvml_traceback(text: str) -> NvmlFault:
     libnvidia-ml or a ``_LoadNvmlLibrary`` frame -> library not found; a failing
     ``_nvmlGetFunctionPointer`` frame -> function not found. A missing function whose caller was
     cut off is taken to be the process-list getter (``nvmlDeviceGetComputeRunningProcesses_v2``
-    /``_v3``: the calls newer bindings make that older drivers lack).
+    /``_v3``: the calls newer bindings make that older drivers lack). ctypes' ``AttributeError:
+    .../libnvidia-ml.so.1: undefined symbol: nvml...`` (the lookup inside
+    ``_nvmlGetFunctionPointer``, before pynvml re-raises it) is a function not found too, and
+    names the missing function. A traceback indented as a block (quoted in Markdown) is read
+    without that indentation.
     """
     frames: list[str] = []
     exceptions: list[tuple[str, str | None]] = []
     complete = False  # the last traceback block ended with its exception line
+    text = _dedent_traceback(text)
     for raw in text.splitlines():
         if raw.startswith("Traceback (most recent call last)"):
             complete = False
@@ -262,6 +286,8 @@ def classify_nvml_traceback(text: str) -> NvmlFault:
     exc_name, exc_msg = exceptions[-1] if exceptions else (None, None)
     nvml_funcs = [f for f in frames if f.startswith("nvml")]
     nvml_function = nvml_funcs[-1] if nvml_funcs else None
+    sm = _UNDEFINED_SYMBOL_RE.search(text)
+    symbol = sm["sym"] if sm is not None else None
 
     kind: NvmlFaultKind = "unknown"
     if exc_name is not None and exc_name.startswith("NVMLError"):
@@ -273,11 +299,13 @@ def classify_nvml_traceback(text: str) -> NvmlFault:
         os_errors = [m for n, m in exceptions if n == "OSError" and m and _NVML_LIB_RE.search(m)]
         if os_errors or (frames and "_LoadNvmlLibrary" in frames and exc_name in (None, "OSError")):
             kind = "library_not_found"
-        elif frames and frames[-1] == "_nvmlGetFunctionPointer":
+        elif (frames and frames[-1] == "_nvmlGetFunctionPointer") or symbol is not None:
             kind = "function_not_found"
         elif kind == "unknown" and exc_msg is not None:
             kind = _NVML_MESSAGES.get(exc_msg.lower(), "unknown")
 
+    if kind == "function_not_found" and symbol is not None:
+        nvml_function = symbol  # the function the library lacks, not its caller
     fields: tuple[str, ...] = ()
     if kind in ("not_supported", "function_not_found", "no_permission", "error"):
         fields = NVML_FUNCTION_FIELDS.get(nvml_function or "", ())
@@ -390,7 +418,9 @@ def _unknown_readings(gpu: GpuRecord, fields: Iterable[str], reason: str) -> Non
 # ---------------------------------------------------------------------------------------------
 # kernel log: Xid events
 
-_CTIME = r"[A-Z][a-z]{2} [A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d \d{4}"
+#: Day and month names as printed, in any case, short or long (``Fri``, ``april``, ``Sept.``).
+_NAME = r"[A-Za-z]{3,9}\.?"
+_CTIME = rf"{_NAME} {_NAME} +\d{{1,2}} \d\d:\d\d:\d\d \d{{4}}"
 _PREFIXES: tuple[re.Pattern[str], ...] = (
     # dmesg -T: [Wed Jan 27 23:04:35 2021] msg
     re.compile(rf"^\[(?P<ctime>{_CTIME})\]\s?(?P<msg>.*)$"),
@@ -402,10 +432,22 @@ _PREFIXES: tuple[re.Pattern[str], ...] = (
     # kernel:] msg
     re.compile(r"^(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[,.]\d+)?(?:Z|[+-]\d\d:?\d\d)?)"
                r"(?: \S+ kernel:)? (?:\[\s*(?P<up>\d+\.\d+)\] )?(?P<msg>.*)$"),
-    # syslog / kern.log / journalctl: Jan 27 23:04:35 host kernel: [14328.198504] msg
-    re.compile(r"^(?P<sys>[A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d) \S+ kernel: "
+    # syslog / kern.log / journalctl: Jan 27 23:04:35 host kernel: [14328.198504] msg (month
+    # names as the locale prints them: ``april 24``, ``Sept 3``)
+    re.compile(rf"^(?P<sys>{_NAME} +\d{{1,2}} \d\d:\d\d:\d\d) \S+ kernel: "
                r"(?:\[\s*(?P<up>\d+\.\d+)\] )?(?P<msg>.*)$"),
 )
+#: A Markdown quote (``> ``, ``>> ``) in front of a pasted kernel log line.
+_QUOTE_RE = re.compile(r"^\s*(?:>\s?)+")
+#: rsyslog's escape for a newline inside one record (``...but#012NVRM: this kernel module``).
+_SYSLOG_NL_RE = re.compile(r"#012\s*(?:NVRM:\s*)?")
+#: A driver message wrapped by the driver itself over several ``NVRM:`` lines, each printed
+#: with its own stamp by journalctl and newer dmesg (nv.c: "The NVIDIA GPU %s\nNVRM: (PCI ID:
+#: %s) installed in this system has\nNVRM: fallen off the bus ...", "API mismatch: the client
+#: has the version %s, but\nNVRM: this kernel module ..."): its later lines begin in lower case,
+#: with "(" or a version number, and the line before ends mid-sentence.
+_WRAPPED_RE = re.compile(r"^NVRM:\s+(?:[a-z(]|\d+\.\d+)")
+_SENTENCE_END_RE = re.compile(r"[.!:]\s*$")
 _XID_RE = re.compile(
     r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9a-fA-F:.]+)\): (?P<xid>\d+)(?:, (?P<rest>.*))?$")
 _GPU_AT_RE = re.compile(
@@ -469,6 +511,8 @@ class XidEvent:
             RPC timeout printed without an Xid -> 119).
         detail: the text after the Xid number (or the whole joined message).
         line_no: 1-based line of the message's first line.
+        end_line_no: 1-based line of the message's last line (its continuation lines are
+            ``line_no`` .. ``end_line_no``; 0 when unknown).
         caused_by: the earlier Xid an Xid 45 line names (``caused by previous Xid 149``).
         recovery: for Xid 154, the new recovery action (``xid_catalog.Action``, e.g.
             ``reset_gpu`` for ``0x1 (GPU Reset Required)``), else ``None``.
@@ -493,6 +537,7 @@ class XidEvent:
     line_no: int = 0
     caused_by: int | None = None
     recovery: str | None = None
+    end_line_no: int = 0
 
     def to_schema(self, gpu_index: int | None = None, boot_time: float | None = None,
                   tz: timezone | None = None) -> XidRecord:
@@ -512,6 +557,52 @@ class XidEvent:
                 "xid": self.xid, "pid": self.pid, "detail": self.detail or None}
 
 
+#: nv.c's notice after its wrapping ``NVRM:`` tokens and rsyslog's ``#012`` newlines are
+#: removed: "API mismatch: the client has the version X, but this kernel module has the version
+#: Y" (older drivers) and "the client 'kwin_wayland' (pid 1005) has the version X, ..." (newer).
+_API_MISMATCH_RE = re.compile(
+    r"API mismatch: the client (?:'(?P<client>[^']*)' \(pid (?P<pid>\d+)\) )?has the version "
+    r"(?P<cv>\d+(?:\.\d+)+), but this kernel module has the version (?P<kv>\d+(?:\.\d+)+)")
+_WRAP_TOKENS_RE = re.compile(r"(?:#012|\s)+(?:NVRM:\s*)?")
+
+
+@dataclass(frozen=True)
+class ApiMismatch:
+    """The kernel module's ``API mismatch`` notice (``open-gpu-kernel-modules``
+    ``kernel-open/nvidia/nv.c``): a user-space driver component of one version called the
+    loaded kernel module of another, the kernel's side of nvidia-smi's "Driver/library version
+    mismatch".
+
+    Attributes:
+        client_version: the user-space driver's version (``535.54.03``).
+        kernel_module_version: the loaded module's version (``530.30.02``).
+        client: the calling process's name when printed (newer drivers), else ``None``.
+        pid: its pid when printed, else ``None``.
+        count: how many such notices the text holds.
+    """
+
+    client_version: str
+    kernel_module_version: str
+    client: str | None = None
+    pid: int | None = None
+    count: int = 1
+
+
+def find_api_mismatch(text: str) -> ApiMismatch | None:
+    """The ``API mismatch`` notice in ``text`` (kernel log lines, any decoration before the
+    ``NVRM:`` tokens, wrapped over several lines or joined by rsyslog's ``#012``), the first
+    one with the number of notices; ``None`` without one."""
+    if "API mismatch" not in text:
+        return None
+    found = list(_API_MISMATCH_RE.finditer(_WRAP_TOKENS_RE.sub(" ", text)))
+    if not found:
+        return None
+    m = found[0]
+    return ApiMismatch(client_version=m["cv"], kernel_module_version=m["kv"],
+                       client=m["client"], pid=int(m["pid"]) if m["pid"] else None,
+                       count=len(found))
+
+
 @dataclass
 class KernelLogScan:
     """Everything NVIDIA-related :func:`scan_kernel_log` found in a kernel log.
@@ -523,6 +614,8 @@ class KernelLogScan:
             (GPUs the driver could not bring up: the host shows that many fewer), or ``None``.
         driver_version: version from the module load banner, or ``None``.
         open_kernel_module: the banner names the open kernel module, ``None`` if no banner.
+        api_mismatch: the kernel's ``API mismatch`` notice (a client of another driver version
+            than the loaded module), the latest one, or ``None``.
     """
 
     events: list[XidEvent] = field(default_factory=list)
@@ -530,17 +623,29 @@ class KernelLogScan:
     probe_failed_devices: int | None = None
     driver_version: str | None = None
     open_kernel_module: bool | None = None
+    api_mismatch: ApiMismatch | None = None
+
+
+_CTIME_FORMATS = ("%a %b %d %H:%M:%S %Y", "%A %B %d %H:%M:%S %Y", "%a %B %d %H:%M:%S %Y",
+                  "%A %b %d %H:%M:%S %Y")
+
+
+def _parse_ctime(text: str) -> datetime | None:
+    """``dmesg -T``'s ``Wed Jan 27 23:04:35 2021`` in any case, short or long names."""
+    flat = " ".join(text.replace(".", "").split())
+    for fmt in _CTIME_FORMATS:
+        try:
+            return datetime.strptime(flat, fmt)  # strptime reads names in any case
+        except ValueError:
+            continue
+    return None
 
 
 def _parse_time(m: re.Match[str]) -> tuple[str, datetime | None, float | None]:
     g = m.groupdict()
     up = float(g["up"]) if g.get("up") else None
     if g.get("ctime"):
-        text = g["ctime"]
-        try:
-            return text, datetime.strptime(text, "%a %b %d %H:%M:%S %Y"), up
-        except ValueError:
-            return text, None, up
+        return g["ctime"], _parse_ctime(g["ctime"]), up
     if g.get("iso"):
         text = g["iso"]
         try:
@@ -555,28 +660,72 @@ def _parse_time(m: re.Match[str]) -> tuple[str, datetime | None, float | None]:
     return g.get("up") or "", None, up
 
 
-def _records(text: str) -> list[tuple[int, str, datetime | None, float | None, str]]:
-    """Timestamped kernel messages with indented continuation lines joined on."""
-    out: list[tuple[int, str, datetime | None, float | None, str]] = []
-    for no, raw in enumerate(text.splitlines(), 1):
-        line = raw.rstrip()
+_Record = tuple[int, str, datetime | None, float | None, str, int]
+#: The lines of one wrapped message are printed together: at most this far apart (seconds).
+_WRAP_S = 1.0
+
+
+def _same_moment(wall_a: datetime | None, up_a: float | None, wall_b: datetime | None,
+                 up_b: float | None) -> bool:
+    """Two stamps at most :data:`_WRAP_S` apart, or not comparable (missing, or of different
+    kinds: a collector's own time in front of a continuation line)."""
+    if up_a is not None and up_b is not None:
+        return abs(up_b - up_a) <= _WRAP_S
+    if wall_a is not None and wall_b is not None:
+        try:
+            return abs((wall_b - wall_a).total_seconds()) <= _WRAP_S
+        except TypeError:  # naive vs aware
+            return True
+    return True
+
+
+def _records(text: str) -> list[_Record]:
+    """Kernel messages: ``(line_no, time_text, wall, uptime, message, last_line_no)``.
+
+    A Markdown quote before a line is dropped. A message continues on indented lines without
+    a stamp (``dmesg``), and on ``NVRM:`` lines stamped at the same moment (within
+    :data:`_WRAP_S`, or stamps that cannot be compared) when the driver wrapped one message
+    over several lines (:data:`_WRAPPED_RE`; journalctl and newer dmesg stamp each line);
+    rsyslog's ``#012`` inside a line is such a wrap too. Continuations
+    are joined with one space, their ``NVRM:`` tokens removed.
+    """
+    out: list[_Record] = []
+
+    def join(cont: str, no: int) -> None:
+        prev = out[-1]
+        if cont.startswith("NVRM:") and prev[4].startswith("NVRM:"):
+            cont = cont[len("NVRM:"):].strip()
+        out[-1] = (prev[0], prev[1], prev[2], prev[3], f"{prev[4]} {cont}".strip(), no)
+
+    rows = [_QUOTE_RE.sub("", r.rstrip()) if r.lstrip().startswith(">") else r.rstrip()
+            for r in text.splitlines()]
+    # indentation common to the whole block (a log pasted as a Markdown code block)
+    base = min((len(r) - len(r.lstrip()) for r in rows if r.strip()), default=0)
+    for no, row in enumerate(rows, 1):
+        line = row[base:]
         if not line.strip():
             continue
         for rx in _PREFIXES:
             m = rx.match(line)
             if m:
                 tt, wall, up = _parse_time(m)
-                out.append((no, tt, wall, up, m["msg"].strip()))
+                msg = m["msg"].strip()
                 break
         else:
             if line[:1].isspace() and out:
-                cont = line.strip()
-                prev = out[-1]
-                if cont.startswith("NVRM:") and prev[4].startswith("NVRM:"):
-                    cont = cont[len("NVRM:"):].strip()
-                out[-1] = (prev[0], prev[1], prev[2], prev[3], f"{prev[4]} {cont}".strip())
-            elif "NVRM:" in line:
-                out.append((no, "", None, None, line[line.index("NVRM:"):].strip()))
+                join(line.strip(), no)
+                continue
+            if "NVRM:" not in line:
+                continue
+            tt, wall, up, msg = "", None, None, line[line.index("NVRM:"):].strip()
+        if "#012" in msg:
+            msg = _SYSLOG_NL_RE.sub(" ", msg)
+        if (out and _WRAPPED_RE.match(msg) and "NVRM:" in out[-1][4]
+                and not _SENTENCE_END_RE.search(out[-1][4])
+                and _same_moment(out[-1][2], out[-1][3], wall, up)):
+            join(msg, no)
+            continue
+        out.append((no, tt, wall, up, msg, no))
     return out
 
 
@@ -595,18 +744,23 @@ def _seconds(a: XidEvent, b: XidEvent) -> float | None:
 def scan_kernel_log(text: str) -> KernelLogScan:
     """Parse NVIDIA kernel messages (``NVRM:``) from ``dmesg`` / ``dmesg -T`` / syslog text.
 
-    Also reads ``journalctl -k -o short-monotonic`` lines (``[uptime] host kernel: msg``).
-    Unrelated lines are skipped. A message spread over indented continuation lines (no
-    timestamp) is one message. "GPU ... has fallen off the bus" without an Xid number is an
-    Xid 79 event (``inferred``); next to a printed Xid 79 for the same GPU it is not counted
-    twice. A GSP RPC timeout printed without an Xid (``Timeout waiting for RPC from GSP``) is an
-    Xid 119 event (``inferred``, the catalogue's meaning) unless a printed Xid 119/120 is
-    within 10 s of it; the ``GPUn GSP RPC buffer`` / ``RPC history`` lines after one are its
-    details, never events. UUIDs from ``NVRM: GPU at`` lines are attached to every event of
-    that bus id.
+    Also reads ``journalctl -k -o short-monotonic`` lines (``[uptime] host kernel: msg``),
+    lines quoted in Markdown and a log indented as a block. Unrelated lines are skipped. A
+    message spread over several lines (indented continuations without a stamp, or the driver's
+    wrapped ``NVRM:`` lines each with the same stamp, see :func:`_records`) is one message.
+    "GPU ... has fallen off the bus" without an Xid number is an Xid 79 event (``inferred``);
+    with a printed Xid 79 for the same GPU within 10 s of it, or when the stamps cannot be
+    compared (syslog stamps have no year, unstamped pastes), it is the same event and not
+    counted twice. A GSP RPC timeout printed without an Xid (``Timeout waiting for RPC from
+    GSP``) is an Xid 119 event (``inferred``, the catalogue's meaning) unless a printed Xid
+    119/120 is within 10 s of it (or cannot be placed against it); the ``GPUn GSP RPC buffer``
+    / ``RPC history`` lines after one are its details, never events. UUIDs from ``NVRM: GPU
+    at`` lines are attached to every event of that bus id. The kernel's ``API mismatch``
+    notice is :attr:`KernelLogScan.api_mismatch`.
     """
     scan = KernelLogScan()
-    for no, tt, wall, up, msg in _records(text):
+    mismatches: list[ApiMismatch] = []
+    for no, tt, wall, up, msg, last in _records(text):
         if "NVRM:" not in msg:
             continue
         m = _XID_RE.search(msg)
@@ -620,48 +774,68 @@ def scan_kernel_log(text: str) -> KernelLogScan:
                 channel=(c["ch"] if (c := _CH_RE.search(rest)) else None),
                 mmu=_xid_mmu(rest), detail=rest, line_no=no,
                 caused_by=int(cause["xid"]) if cause else None,
-                recovery=rec[2] if rec else None,
+                recovery=rec[2] if rec else None, end_line_no=last,
             ))
             continue
         if GSP_DETAIL_RE.search(msg):
             continue  # the RPC buffer / history lines after a GSP timeout: details of it
         if (gsp := GSP_TIMEOUT_RE.search(msg)) is not None:
-            ev = XidEvent(
+            scan.events.append(XidEvent(
                 xid=119, pci_bus_id=f"GPU{gsp['gpu']}" if gsp["gpu"] else "GPU?",
                 time_text=tt, wall_time=wall, uptime_s=up, inferred=True,
-                detail=msg[msg.index("NVRM:") + 5:].strip(), line_no=no,
-            )
-            if not any(e.xid in (119, 120) and not e.inferred
-                       and (d := _seconds(e, ev)) is not None and abs(d) <= _SAME_EVENT_S
-                       for e in scan.events):
-                scan.events.append(ev)
+                detail=msg[msg.index("NVRM:") + 5:].strip(), line_no=no, end_line_no=last,
+            ))
             continue
         if (g := _GPU_AT_RE.search(msg)) is not None:
             scan.bus_to_uuid[g["pci"].lower()] = g["uuid"]
         elif _FALLEN_RE.search(msg) and (p := _GPU_PCI_RE.search(msg)) is not None:
             pid_m = _PCI_ID_RE.search(msg)
-            ev = XidEvent(
+            scan.events.append(XidEvent(
                 xid=79, pci_bus_id=p["pci"].lower(), time_text=tt, wall_time=wall, uptime_s=up,
                 pci_device_id=pid_m["id"].lower() if pid_m else None, inferred=True,
-                detail=msg[msg.index("NVRM:") + 5:].strip(), line_no=no,
-            )
-            if not any(e.xid == 79 and pci_key(e.pci_bus_id) == pci_key(ev.pci_bus_id)
-                       and (d := _seconds(e, ev)) is not None and abs(d) <= _SAME_EVENT_S
-                       for e in scan.events):
-                scan.events.append(ev)
+                detail=msg[msg.index("NVRM:") + 5:].strip(), line_no=no, end_line_no=last,
+            ))
         elif (pr := _PROBE_RE.search(msg)) is not None:
             scan.probe_failed_devices = int(pr["n"])
         elif (b := _BANNER_RE.search(msg)) is not None:
             scan.driver_version = b["ver"]
             scan.open_kernel_module = "open" in b["what"].lower()
+        elif (am := find_api_mismatch(msg)) is not None:
+            mismatches.append(am)
+    if mismatches:
+        scan.api_mismatch = replace(mismatches[-1], count=len(mismatches))
+    scan.events = [e for i, e in enumerate(scan.events)
+                   if not _restates_printed(e, scan.events, scan.events[:i])]
     if scan.bus_to_uuid:
         keyed = {pci_key(k): v for k, v in scan.bus_to_uuid.items()}
         scan.events = [
-            XidEvent(**{**e.__dict__, "uuid": keyed[pci_key(e.pci_bus_id)]})
+            replace(e, uuid=keyed[pci_key(e.pci_bus_id)])
             if e.uuid is None and pci_key(e.pci_bus_id) in keyed else e
             for e in scan.events
         ]
     return scan
+
+
+def _restates_printed(ev: XidEvent, events: Sequence[XidEvent],
+                      earlier: Sequence[XidEvent]) -> bool:
+    """An inferred event that another already stands for: a printed Xid 79 for the same GPU,
+    or a printed Xid 119/120 (the bare GSP timeout names the driver's GPU number, not a bus),
+    at most :data:`_SAME_EVENT_S` away or at an unknown distance (stamps missing or not
+    comparable); or an ``earlier`` inferred Xid 79 of the same GPU (a GPU falls off the bus
+    once: the driver's notice and its one-line restatement are one event)."""
+    if not ev.inferred:
+        return False
+    same = (79,) if ev.xid == 79 else (119, 120)
+    for e in events:
+        if e.xid not in same or e is ev or (e.inferred and (ev.xid != 79 or not any(
+                x is e for x in earlier))):
+            continue
+        if ev.xid == 79 and pci_key(e.pci_bus_id) != pci_key(ev.pci_bus_id):
+            continue
+        d = _seconds(e, ev)
+        if d is None or abs(d) <= _SAME_EVENT_S:
+            return True
+    return False
 
 
 def parse_kernel_log(text: str) -> list[XidEvent]:
@@ -771,6 +945,12 @@ class GpuXidSummary:
         """One line for a table: the headline (``Xid 79 fallen off the bus: reboot``), with
         what the history adds (faults across many processes: drain, run diagnostics)."""
         text = self.headline.text if self.headline else ""
+        if self.headline is not None:
+            rank = ACTION_RANK.get(self.headline.action, 0)
+            harder = next((e for e in self.events if xid_info(e.xid).role not in _TAIL_ROLES
+                           and ACTION_RANK.get(xid_info(e.xid).action, 0) > rank), None)
+            if harder is not None:  # e.g. the Xid 109 after an application's Xid 13
+                text += f"; then Xid {harder.xid}: {xid_info(harder.xid).action_text}"
         if self.verdict == "suspect_hardware":
             text += f"; {len(self.pids)} processes hit: drain, run diagnostics"
         return text
@@ -801,6 +981,8 @@ class XidHeadline:
         consequences: Xid 45/154 events on this GPU that follow from the chain.
         text: ``Xid 79 fallen off the bus: reboot`` (``(via Xid 45)`` when the root was only
             named by cleanup lines).
+        blame: how strongly the chain blames the GPU (:data:`BLAME_ROOT` ... :data:`BLAME_NONE`),
+            to rank the chains of several GPUs.
     """
 
     xid: int
@@ -809,6 +991,7 @@ class XidHeadline:
     event: XidEvent
     consequences: int
     text: str
+    blame: int = 0
 
     @property
     def action_text(self) -> str:
@@ -821,31 +1004,73 @@ class XidHeadline:
         return ACTION_RANK.get(self.action, 0) >= ACTION_RANK["nvlink"]
 
 
-def xid_headline(events: Sequence[XidEvent]) -> XidHeadline | None:
-    """The root of one GPU's Xid chain and its action, ``None`` without events.
+#: :attr:`XidHeadline.blame`: a chain-starting Xid of the GPU, its memory, firmware or
+#: interconnect (catalogue role ``root``).
+BLAME_ROOT = 3
+#: a context switch timeout (Xid 109) with no application fault before it.
+BLAME_LONE_TIMEOUT = 2
+#: the application's fault (RESTART_APP / IGNORE-class Xids).
+BLAME_APP = 1
+#: only cleanup lines naming nothing, or informational Xids.
+BLAME_NONE = 0
 
-    Consequences (Xid 45) and summaries (Xid 154) are never the root while any other Xid is
-    known: among the others the one whose catalogue action hits hardest wins (reboot > reset
-    > NVLink/mechanicals > support > restart app > ignore), the latest of equals. A GPU with
-    only Xid 45 lines takes the Xid they name (``caused by previous Xid 149``). An Xid 154's
-    recovery action (``GPU Reset Required``, ``Node Reboot Required``) replaces the root's
-    action when it is harder.
+#: Xid 109 (context switch timeout, RESET_GPU) starts a chain only when no application fault on
+#: that GPU came before it: after an Xid 13/31 it is the faulted context failing to switch out
+#: (the catalogue lists it among the Xids that follow, with 45 and 154).
+_FOLLOWERS = frozenset({109})
+_TAIL_ROLES = frozenset({"consequence", "summary"})
+
+
+def _blame(code: int) -> int:
+    if code in _FOLLOWERS:
+        return BLAME_LONE_TIMEOUT
+    return {"root": BLAME_ROOT, "app": BLAME_APP}.get(xid_info(code).role, BLAME_NONE)
+
+
+def chain_root(events: Sequence[XidEvent]) -> tuple[XidEvent, int]:
+    """The event that begins one GPU's Xid chain, and the Xid it stands for, in the order of
+    NVIDIA's Xid catalogue (``xid_catalog``: roles and immediate actions).
+
+    ``events`` are one GPU's, in log order (non-empty). Chain starters (catalogue role
+    ``root``: NVLink 74/144-150, GSP 119/120, 79, ECC 48/94/95, 62, row remapping 63/64, 92,
+    ...) come first: the one whose immediate action hits hardest (reboot > reset > NVLink /
+    mechanicals > support), the earliest of equals. Then an Xid 109 with no application
+    fault before it; then the application's faults (13, 31, 43, ...: the hardest action, the
+    earliest of equals); then a 109 that followed one. Consequences (Xid 45) and summaries
+    (Xid 154) are never the root: a GPU with only those takes the Xid the first 45 names
+    (``caused by previous Xid 149``), else its first event.
+    """
+    heads = [e for e in events if xid_info(e.xid).role not in _TAIL_ROLES]
+    roots = [e for e in heads if xid_info(e.xid).role == "root" and e.xid not in _FOLLOWERS]
+    apps = [e for e in heads if xid_info(e.xid).role != "root"]
+    position = {id(e): i for i, e in enumerate(events)}
+    first_app = min((position[id(e)] for e in apps), default=len(events))
+    lone = [e for e in heads if e.xid in _FOLLOWERS and position[id(e)] < first_app]
+    late = [e for e in heads if e.xid in _FOLLOWERS and position[id(e)] > first_app]
+    for group in (roots, lone, apps, late):
+        if group:
+            best = max(ACTION_RANK.get(xid_info(e.xid).action, 0) for e in group)
+            event = next(e for e in group if ACTION_RANK.get(xid_info(e.xid).action, 0) == best)
+            return event, event.xid
+    named = next((e for e in events if e.caused_by is not None), None)
+    if named is not None and named.caused_by is not None:
+        return named, named.caused_by
+    return events[0], events[0].xid
+
+
+def xid_headline(events: Sequence[XidEvent]) -> XidHeadline | None:
+    """The root of one GPU's Xid chain (:func:`chain_root`) and its action, ``None`` without
+    events.
+
+    ``events`` in log order. The action is the root's catalogue action; an Xid 154's recovery
+    action (``GPU Reset Required``, ``Node Reboot Required``) replaces it when harder. A root
+    only named by Xid 45 lines is shown ``(via Xid 45)``.
     """
     if not events:
         return None
-    ordered = sorted(events, key=_order_key)
-    tail = {"consequence", "summary"}
-    roots = [e for e in ordered if xid_info(e.xid).role not in tail]
-    follow = [e for e in ordered if xid_info(e.xid).role in tail]
-    via = ""
-    if roots:
-        event = max(reversed(roots), key=lambda e: ACTION_RANK[xid_info(e.xid).action])
-        code = event.xid
-    else:
-        named = [e for e in follow if e.caused_by is not None]
-        event = named[-1] if named else ordered[-1]
-        code = event.caused_by if event.caused_by is not None else event.xid
-        via = f" (via Xid {event.xid})" if code != event.xid else ""
+    event, code = chain_root(events)
+    follow = [e for e in events if xid_info(e.xid).role in _TAIL_ROLES]
+    via = f" (via Xid {event.xid})" if code != event.xid else ""
     info = xid_info(code)
     action: str = info.action
     for e in follow:
@@ -855,7 +1080,7 @@ def xid_headline(events: Sequence[XidEvent]) -> XidHeadline | None:
         action = "unknown"
     text = f"Xid {code} {info.short}: {ACTION_TEXT.get(action, action)}{via}"
     return XidHeadline(xid=code, short=info.short, action=action, event=event,
-                       consequences=len(follow), text=text)
+                       consequences=len(follow), text=text, blame=_blame(code))
 
 
 def summarize_xids(events: Sequence[XidEvent], bus_to_index: Mapping[str, int] | None = None,
@@ -868,10 +1093,12 @@ def summarize_xids(events: Sequence[XidEvent], bus_to_index: Mapping[str, int] |
     last app-class fault (with a pid) within :data:`CHAIN_WINDOW_S` before it. App-class faults
     (13, 31, 43, ...) repeated (>= :data:`SUSPECT_MIN_EVENTS`) across many processes (>=
     :data:`SUSPECT_MIN_PIDS` pids) -> ``suspect_hardware`` (drain, run diagnostics). Otherwise
-    ``application_fault``: the GPU stays usable, look at the process.
+    ``application_fault``: the GPU stays usable, look at the process. A GPU with only cleanup
+    lines (Xid 45 ``caused by previous Xid N``) is judged by the Xid they name (its root,
+    :func:`chain_root`), never as an application fault of its own.
 
     Args:
-        events: from :func:`parse_kernel_log`.
+        events: from :func:`parse_kernel_log`, in log order.
         bus_to_index: bus id (any spelling, e.g. nvidia-smi's ``00000000:3D:00.0``) -> index.
     """
     index_by_key = {pci_key(k): v for k, v in (bus_to_index or {}).items()}
@@ -920,26 +1147,35 @@ def _diagnose(evs: list[XidEvent], counts: dict[int, int], pids: tuple[int, ...]
     if pids:
         seen += f", pids {', '.join(map(str, pids))}"
     classes = {XID_INFO.get(x, ("", "info"))[1] for x in counts}
+    headline = xid_headline(evs)
+    named: XidEvent | None = None  # the Xid 45 that names a root absent from the log
+    if headline is not None and headline.xid not in counts:
+        named = headline.event
+        classes.add(XID_INFO.get(headline.xid, ("", "hw"))[1])
+        seen += (f". Only cleanup lines: they name Xid {headline.xid} "
+                 f"({_xid_text(headline.xid)}), not in the log, as the cause")
     chain_root: XidEvent | None = None
     app_events = [e for e in evs if e.xid in _APP_FAULTS]
     verdict: XidVerdict
     if "lost" in classes:
         verdict = "gpu_lost"
-        lost = next(e for e in evs if e.xid == 79)
+        lost = next((e for e in evs if e.xid == 79), named or first)
         diagnosis = (f"{seen}. The GPU fell off the bus at {lost.time_text} and no longer "
                      "responds; the driver cannot use it until the host is power-cycled.")
         action = ("reboot / power-cycle the host; if it recurs check PCIe seating, power "
                   "delivery and cooling")
     elif "reset" in classes:
         verdict = "needs_reset"
-        trigger = next(e for e in evs if XID_INFO.get(e.xid, ("", ""))[1] == "reset")
+        trigger = next((e for e in evs if XID_INFO.get(e.xid, ("", ""))[1] == "reset"),
+                       named or first)
+        trigger_xid = headline.xid if trigger is named and headline is not None else trigger.xid
         for e in evs:
             if e is trigger:
                 break
             d = _seconds(e, trigger)
             if e.xid in _APP_FAULTS and e.pid is not None and (d is None or d <= CHAIN_WINDOW_S):
                 chain_root = e
-        diagnosis = (f"{seen}. After Xid {trigger.xid} ({_xid_text(trigger.xid)}) the GPU "
+        diagnosis = (f"{seen}. After Xid {trigger_xid} ({_xid_text(trigger_xid)}) the GPU "
                      "needs a reset.")
         if counts.get(45):
             diagnosis += f" The {counts[45]} Xid 45 events are cleanup after it."
@@ -974,7 +1210,7 @@ def _diagnose(evs: list[XidEvent], counts: dict[int, int], pids: tuple[int, ...]
         pci_bus_id=evs[0].pci_bus_id, gpu_index=gpu_index, uuid=uuid, counts=counts, pids=pids,
         first=first, last=last, events=tuple(evs), verdict=verdict, diagnosis=diagnosis,
         action=action, drain=verdict in ("gpu_lost", "needs_reset", "suspect_hardware"),
-        chain_root=chain_root, headline=xid_headline(evs),
+        chain_root=chain_root, headline=headline,
     )
 
 
@@ -1140,11 +1376,16 @@ def parse_plugin_discovery(text: str) -> PluginDiscovery:
 
 
 __all__ = [
+    "BLAME_APP",
+    "BLAME_LONE_TIMEOUT",
+    "BLAME_NONE",
+    "BLAME_ROOT",
     "CHAIN_WINDOW_S",
     "NVML_FUNCTION_FIELDS",
     "SUSPECT_MIN_EVENTS",
     "SUSPECT_MIN_PIDS",
     "XID_INFO",
+    "ApiMismatch",
     "DriverUpgrade",
     "GpuHandleError",
     "GpuXidSummary",
@@ -1157,8 +1398,10 @@ __all__ = [
     "XidEvent",
     "XidHeadline",
     "apply_nvml_fault",
+    "chain_root",
     "classify_driver_upgrade",
     "classify_nvml_traceback",
+    "find_api_mismatch",
     "parse_kernel_log",
     "parse_plugin_discovery",
     "pci_key",

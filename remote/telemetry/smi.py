@@ -613,6 +613,16 @@ _NO_DRIVER_RE = re.compile(
     r"nvidia-smi: (?:command )?not found|nvidia-smi.*No such file or directory|"
     r"'nvidia-smi' is not recognized|executable file not found.*nvidia-smi", re.IGNORECASE)
 _UNREACHABLE_RE = re.compile(r"couldn't communicate with the NVIDIA driver", re.IGNORECASE)
+#: Apostrophes a copy of nvidia-smi's text may carry instead of ``'`` (a word processor's or a
+#: forum's typographic quotes U+2018/U+2019, the modifier letter U+02BC, a backtick): read as
+#: ``'``.
+APOSTROPHES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u02bc": "'", "`": "'"})
+#: Where one of nvidia-smi's / NVML's failure messages begins inside a line a wrapper
+#: decorated (``[nvidia-smi(stdout)] Failed to initialize NVML: ...``), any apostrophe.
+SMI_MESSAGE_RE = re.compile(
+    r"NVIDIA-SMI has failed|Failed to initialize NVML|NVML library version|No devices were "
+    r"found|No devices found|Unable to determine the device handle|NVIDIA-SMI couldn.t find",
+    re.IGNORECASE)
 _MISMATCH_RE = re.compile(r"Driver/library version mismatch", re.IGNORECASE)
 _LIBVER_RE = re.compile(r"^NVML library version:\s*(?P<v>\d+(?:\.\d+)+)", re.IGNORECASE)
 _KERNELVER_RE = re.compile(r"(?:Kernel module|kernel driver) version:\s*(?P<v>\d+(?:\.\d+)+)",
@@ -693,8 +703,10 @@ def classify_smi_failure(text: str, returncode: int | None = None) -> HostFault 
     Device-handle failures are attributed by the bus id inside the message (tags a wrapper
     puts around the output are ignored); identical messages are one event, stamped with the
     nearest timestamp printed before the first one (if any). nvidia-docker-plugin lines showing
-    GPU discovery that never finished are kept as ``evidence`` of the same fault.
+    GPU discovery that never finished are kept as ``evidence`` of the same fault. Typographic
+    apostrophes (``couldn\u2018t``, :data:`APOSTROPHES`) read as ``'``.
     """
+    text = text.translate(APOSTROPHES)
     lines = [ln.strip() for ln in text.splitlines()]
     kinds = [(_message_kind(ln), ln) for ln in lines if ln and not ln.startswith("$ ")]
     found = {k for k, _ in kinds if k is not None}
@@ -795,11 +807,13 @@ def classify_smi_failure(text: str, returncode: int | None = None) -> HostFault 
 
 
 __all__ = [
+    "APOSTROPHES",
     "COMPUTE_APPS_FIELDS",
     "LEGACY_FIELD_NAMES",
     "OPTIONAL_FIELDS",
     "QUERY_FIELDS",
     "QUERY_FIELDS_LEGACY",
+    "SMI_MESSAGE_RE",
     "SMI_UNKNOWN_GPU_FIELDS",
     "SMI_UNKNOWN_PROCESS_FIELDS",
     "SOURCE",
