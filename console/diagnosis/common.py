@@ -8,6 +8,7 @@ from collections.abc import Iterable, Sequence
 
 from console.diagnosis.elastic import ProcessFailure
 from console.diagnosis.lines import Line
+from remote.telemetry.faults import classify_nvml_traceback
 
 __all__ = [
     "GLOG_TIME",
@@ -20,6 +21,7 @@ __all__ = [
     "TERMINATE",
     "human_bytes",
     "join_ranks",
+    "not_a_failure",
     "place_of",
     "rank_and_place",
     "rank_of",
@@ -48,6 +50,15 @@ def place_of(entry: ProcessFailure) -> str:
     if entry.host:
         parts.append(f"on {entry.host}")
     return ", ".join(parts)
+
+
+def not_a_failure(exception_line: str) -> bool:
+    """The exception line says a reading is absent, not that anything failed: pynvml's
+    ``NVMLError_NotSupported`` (``NVML_ERROR_NOT_SUPPORTED``, NVML API reference
+    ``nvmlReturn_t``: "the requested operation is not available on the target device", e.g.
+    the fan speed of a board without fans). A tool catching it shows that reading as unknown
+    (``faults.classify_nvml_traceback`` kind ``not_supported``); it is never a root cause."""
+    return classify_nvml_traceback(exception_line.strip()).kind == "not_supported"
 
 
 def rank_and_place(entry: ProcessFailure) -> str:

@@ -40,7 +40,7 @@ import signal
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 
-from console.diagnosis.common import join_ranks, place_of, rank_and_place
+from console.diagnosis.common import join_ranks, not_a_failure, place_of, rank_and_place
 from console.diagnosis.elastic import EXCEPTION_LINE, ProcessFailure, signal_name
 from console.diagnosis.lines import Line
 from console.diagnosis.model import Consequence, Context, Diagnosis, FactValue
@@ -740,14 +740,16 @@ def _exception(ctx: Context) -> Diagnosis | None:
     entries = ([root] if root else []) + sorted(
         failure.others if failure else (), key=lambda e: e.time or "~"
     )
-    entry = next((e for e in entries if e.exception and not _WRAPS.search(e.exception)), None)
+    entry = next((e for e in entries if e.exception and not _WRAPS.search(e.exception)
+                  and not not_a_failure(e.exception)), None)
     if entry is not None and entry.exception:
         rank, line, evidence = entry.rank, entry.exception, entry.exception
     elif root is not None and root.signal is not None:
         return None
     else:
         printed = [
-            (r, ln) for r, ln in _rank_exceptions(ctx.lines) if not _WRAPS.search(ln.text)
+            (r, ln) for r, ln in _rank_exceptions(ctx.lines)
+            if not _WRAPS.search(ln.text) and not not_a_failure(ln.text)
         ]
         if root is not None:  # exit code without a traceback: look for that rank's own
             printed = [(r, ln) for r, ln in printed if r in (None, root.rank)]
