@@ -588,19 +588,25 @@ class ApiMismatch:
     count: int = 1
 
 
+def _api_mismatches(message: str) -> list[ApiMismatch]:
+    flat = _WRAP_TOKENS_RE.sub(" ", message)
+    return [ApiMismatch(client_version=m["cv"], kernel_module_version=m["kv"],
+                        client=m["client"], pid=int(m["pid"]) if m["pid"] else None)
+            for m in _API_MISMATCH_RE.finditer(flat)]
+
+
 def find_api_mismatch(text: str) -> ApiMismatch | None:
-    """The ``API mismatch`` notice in ``text`` (kernel log lines, any decoration before the
-    ``NVRM:`` tokens, wrapped over several lines or joined by rsyslog's ``#012``), the first
-    one with the number of notices; ``None`` without one."""
+    """The ``API mismatch`` notice in ``text``, the first one with the number of notices;
+    ``None`` without one.
+
+    ``text`` is kernel log lines as :func:`scan_kernel_log` reads them (the notice wrapped
+    over several ``NVRM:`` lines, stamped or not, or joined by rsyslog's ``#012``), or lines
+    whose decorations a caller already removed (then read as one flow of words)."""
     if "API mismatch" not in text:
         return None
-    found = list(_API_MISMATCH_RE.finditer(_WRAP_TOKENS_RE.sub(" ", text)))
-    if not found:
-        return None
-    m = found[0]
-    return ApiMismatch(client_version=m["cv"], kernel_module_version=m["kv"],
-                       client=m["client"], pid=int(m["pid"]) if m["pid"] else None,
-                       count=len(found))
+    found = [m for *_, msg, _ in _records(text) if "API mismatch" in msg
+             for m in _api_mismatches(msg)] or _api_mismatches(text)
+    return replace(found[0], count=len(found)) if found else None
 
 
 @dataclass
@@ -800,8 +806,8 @@ def scan_kernel_log(text: str) -> KernelLogScan:
         elif (b := _BANNER_RE.search(msg)) is not None:
             scan.driver_version = b["ver"]
             scan.open_kernel_module = "open" in b["what"].lower()
-        elif (am := find_api_mismatch(msg)) is not None:
-            mismatches.append(am)
+        elif "API mismatch" in msg:
+            mismatches += _api_mismatches(msg)
     if mismatches:
         scan.api_mismatch = replace(mismatches[-1], count=len(mismatches))
     scan.events = [e for i, e in enumerate(scan.events)

@@ -8,7 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from click.testing import CliRunner
+
+from console.cli.diagnose import diagnose_command
 from console.diagnosis import Diagnosis, diagnose
+from console.diagnosis.common import not_a_failure
 from console.diagnosis.gpu import kernel_text
 from console.diagnosis.lines import normalize
 
@@ -120,7 +124,7 @@ def test_err_05_version_mismatch_names_the_library_version() -> None:
 
 def test_nvml_01_not_supported_is_no_gpu_fault_and_missing_function_is() -> None:
     a = diagnose((CASES / "pynvml/nvml-01a.txt").read_text())
-    assert a is None or not a.kind.startswith(("nvml_", "driver_", "gpu_"))
+    assert a is None  # fan = None on an SXM board: no failure at all, not an exception
     b = _diagnose("pynvml/nvml-01b.txt")
     assert b.kind == "nvml_function_not_found"
     assert "--query-compute-apps" in b.fix
@@ -185,3 +189,20 @@ def test_healthy_driver_notices_are_not_failures() -> None:
     text = ("[    6.252567] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  570.148.06  Mon May  "
             "5 11:36:21 UTC 2025\n")
     assert diagnose(text) is None
+
+
+def test_nvml_01a_cli_finds_nothing_and_exits_1() -> None:
+    """Handed case nvml-01a: ``gpuconsole diagnose`` says no failure (exit 1, README row)."""
+    result = CliRunner().invoke(diagnose_command, [str(CASES / "pynvml/nvml-01a.txt")])
+    assert result.exit_code == 1, result.output
+    assert "no known failure found" in result.output
+
+
+def test_not_a_failure_is_only_not_supported() -> None:
+    last = (CASES / "pynvml/nvml-01a.txt").read_text().strip().splitlines()[-1]
+    assert not_a_failure(last)  # pynvml.NVMLError_NotSupported: Not Supported
+    assert not_a_failure(last.replace("pynvml.", ""))  # old pynvml, unqualified name
+    lost = [ln for ln in (CASES / "pynvml/nvml-03.txt").read_text().splitlines()
+            if "GpuIsLost" in ln][-1]
+    assert not not_a_failure(lost)
+    assert not not_a_failure("KeyError: 'x'")

@@ -22,6 +22,7 @@ from remote.telemetry.faults import (
     apply_nvml_fault,
     classify_driver_upgrade,
     classify_nvml_traceback,
+    find_api_mismatch,
     parse_kernel_log,
     parse_plugin_discovery,
     pci_key,
@@ -767,3 +768,119 @@ def test_csvrow_is_plain_data() -> None:
 def test_xid_event_defaults() -> None:
     ev = XidEvent(xid=43, pci_bus_id="0000:01:00", time_text="1.0")
     assert ev.pid is None and ev.mmu is None and not ev.inferred
+
+
+# ---------------------------------------------------------------------------------------------
+# the shapes real pastes take (one implementation for the agent's path and `diagnose`)
+
+CORPUS = Path(__file__).resolve().parents[1] / "data" / "diagnose" / "corpus" / "gpu"
+
+
+def corpus(name: str) -> str:
+    return (CORPUS / f"{name}.txt").read_text()
+
+
+def test_ctypes_undefined_symbol_is_function_not_found() -> None:
+    """gpu-011: the last traceback is cut; ctypes' AttributeError names the missing symbol."""
+    f = classify_nvml_traceback(corpus("gpu-011"))
+    assert f.kind == "function_not_found"
+    assert f.nvml_function == "nvmlDeviceGetComputeRunningProcesses_v2"
+    assert f.fields == ("processes",) and f.processes_unknown
+    assert f.fallback == "nvidia-smi-compute-apps"
+    # the AttributeError line alone (everything before it cut off)
+    last = next(ln for ln in corpus("gpu-011").splitlines() if "undefined symbol" in ln)
+    assert classify_nvml_traceback(last).kind == "function_not_found"
+
+
+def test_traceback_indented_as_a_block_classifies_the_same() -> None:
+    for text in (case("nvml-01a"), case("nvml-03"), corpus("gpu-011")):
+        plain = classify_nvml_traceback(text)
+        quoted = classify_nvml_traceback("\n".join("    " + ln for ln in text.splitlines()))
+        assert (quoted.kind, quoted.nvml_function, quoted.exception) == (
+            plain.kind, plain.nvml_function, plain.exception)
+    assert classify_nvml_traceback("\n".join(
+        "    " + ln for ln in case("nvml-01a").splitlines())).kind == "not_supported"
+
+
+def test_unreadable_stamps_do_not_double_a_printed_xid_79() -> None:
+    """gpu-018 (journal lines with a lower-case, full month name) prints Xid 79 and then
+    'GPU has fallen off the bus.': one event; the stamp is read."""
+    evs = parse_kernel_log(corpus("gpu-018"))
+    assert [(e.xid, e.inferred) for e in evs] == [(79, False)]
+    assert evs[0].time_text == "april 24 16:22:15" and evs[0].pid == 6755
+    # gpu-019 has no stamps at all; quoted in Markdown too
+    for text in (corpus("gpu-019"), "\n".join("> " + ln for ln in corpus("gpu-019").splitlines())):
+        assert [(e.xid, e.inferred) for e in parse_kernel_log(text)] == [(79, False)]
+
+
+def test_bare_gsp_timeout_next_to_a_printed_119_without_stamps_is_one_event() -> None:
+    """gpud's dmesg -T capture (tests/unit/test_xid_catalog.py GPUD_119) with the stamps cut
+    off, its Xid 119 line then the same timeout in the older drivers' wording without an Xid."""
+    from tests.unit.test_xid_catalog import GPUD_119
+    lines = [ln.split("] ", 1)[1] for ln in GPUD_119.splitlines()]
+    bare = lines[2].replace("Xid (PCI:0000:9b:00): 119, pid=2024380, name=nvidia-smi, ", "")
+    evs = parse_kernel_log("\n".join([*lines, bare]))
+    assert [(e.xid, e.inferred) for e in evs] == [(119, False)]
+
+
+def test_dmesg_ctime_in_any_case_and_long_names() -> None:
+    line = next(ln for ln in case("xid-01").splitlines() if "Xid" in ln)
+    (plain,) = parse_kernel_log(line)
+    assert plain.wall_time is not None
+    for variant in (line.replace("Wed Jan", "wed jan"),
+                    line.replace("Wed Jan", "Wednesday January")):
+        (ev,) = parse_kernel_log(variant)
+        assert ev.wall_time == plain.wall_time
+
+
+@pytest.mark.parametrize("prefix", ["Feb 14 05:03:41 gpu-node-01 kernel: ",
+                                    "february 14 05:03:41 gpu-node-01 kernel: ",
+                                    "[ 1843.308145] ", "> [ 1843.308145] "])
+def test_wrapped_notice_with_a_stamp_on_every_line_is_one_message(prefix: str) -> None:
+    """xid-04's three-line notice as journalctl / newer dmesg print it: each line stamped."""
+    head = case("xid-04").splitlines()[:3]
+    text = "\n".join(prefix + ln[ln.index("NVRM:"):] for ln in head)
+    (ev,) = parse_kernel_log(text)
+    assert (ev.xid, ev.inferred, ev.pci_bus_id, ev.pci_device_id) == (
+        79, True, "0000:b3:00.0", "10de:26b5")
+    assert (ev.line_no, ev.end_line_no) == (1, 3)
+    assert "fallen off the bus and is not responding" in ev.detail
+
+
+def test_cleanup_lines_only_are_judged_by_the_xid_they_name() -> None:
+    """gpu-002: only Xid 45 'caused by previous Xid 149/145' (NVLink5): never an application
+    fault; the named root decides the verdict."""
+    sums = summarize_xids(parse_kernel_log(corpus("gpu-002")))
+    assert len(sums) == 4
+    assert {s.verdict for s in sums} == {"hardware_warning"}
+    dc = next(s for s in sums if s.pci_bus_id == "0000:dc:00")
+    assert "name Xid 149" in dc.diagnosis
+    # the same lines naming an Xid 79 (the 45s after a GPU fell off the bus) -> gpu_lost
+    lost = corpus("gpu-002").replace("caused by previous Xid 149", "caused by previous Xid 79")
+    dc = next(s for s in summarize_xids(parse_kernel_log(lost)) if s.pci_bus_id == "0000:dc:00")
+    assert dc.verdict == "gpu_lost" and dc.drain
+
+
+@pytest.mark.parametrize(("name", "client", "kernel", "who", "count"), [
+    ("gpu-024", "535.54.03", "530.30.02", None, 1),  # rsyslog, #012 newlines
+    ("gpu-025", "595.84", "595.80", ("kwin_wayland", 1005), 1),  # newer wording
+    ("gpu-026", "570.148.08", "570.148.06", None, 1),  # every line stamped
+    ("gpu-027", "570.153.02", "570.144", None, 3),  # continuation lines, three notices
+])
+def test_kernel_api_mismatch_notice(name: str, client: str, kernel: str,
+                                    who: tuple[str, int] | None, count: int) -> None:
+    text = corpus(name)
+    for m in (find_api_mismatch(text), scan_kernel_log(text).api_mismatch):
+        assert m is not None
+        assert (m.client_version, m.kernel_module_version, m.count) == (client, kernel, count)
+        assert ((m.client, m.pid) if m.client else None) == who
+    assert find_api_mismatch(case("xid-02")) is None
+    assert scan_kernel_log(case("xid-04")).api_mismatch is None
+
+
+def test_typographic_apostrophe_in_smi_messages() -> None:
+    """gpu-006: ``couldn<U+2018>t communicate`` from a pasted blog post."""
+    fault = classify_smi_failure(corpus("gpu-006"))
+    assert fault is not None and fault.state == "driver_unreachable"
+    err = case("err-04a")
+    assert classify_smi_failure(err.replace("'", "\u2019")) == classify_smi_failure(err)
