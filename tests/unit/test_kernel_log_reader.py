@@ -11,15 +11,21 @@ reader on a real host.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
+
+from console.diagnosis import diagnose
 from console.fleet.render import render_fleet
 from console.fleet.rows import fleet_rows
 from console.fleet.state import FleetState
 from remote.agent.agent import Agent, KernelLogReader, nvrm_lines
 from remote.agent.fake_nvml import FakeNVML
+from remote.telemetry.faults import pci_key
 from remote.telemetry.schema import read_sample
+from remote.telemetry.xid_catalog import ACTION_TEXT
 
 CASES = Path(__file__).resolve().parents[1] / "data" / "cases" / "dmesg-xid"
 # util-linux dmesg and systemd journalctl, as they refuse a user without the rights
@@ -227,3 +233,44 @@ def test_nvml_events_only_while_the_kernel_log_is_unread() -> None:
     state.on_sample("h", s)
     (group,) = fleet_rows(state)
     assert group.gpus[1].xid == "Xid 79 fallen off the bus: reboot"
+
+
+# -- the live headline and `gpuconsole diagnose` name the same root --------------------------
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+KERNEL_CASES = sorted(
+    [p for p in (DATA / "cases" / "dmesg-xid").glob("*.txt")]
+    + [p for p in (DATA / "diagnose" / "corpus" / "gpu").glob("gpu-*.txt")
+       if re.search(r"NVRM: Xid|NVRM: .*fallen off the bus", p.read_text())],
+    key=lambda p: p.name)
+
+
+def test_kernel_cases_are_all_there() -> None:
+    names = {p.stem for p in KERNEL_CASES}
+    assert {"xid-01", "xid-02", "xid-04", "gpu-001", "gpu-002", "gpu-003", "gpu-004", "gpu-005",
+            "gpu-017", "gpu-018", "gpu-019", "gpu-031"} <= names
+
+
+@pytest.mark.parametrize("path", KERNEL_CASES, ids=lambda p: p.stem)
+def test_live_headline_and_diagnosis_name_the_same_root(path: Path, tmp_path: Path) -> None:
+    """The text as a host's kernel log: agent -> sample -> FleetState (what top/gpus/the TUI
+    show) against ``diagnose`` of the same text: the diagnosed GPU's headline is the root the
+    diagnosis names, and every other GPU's root is named among its consequences."""
+    text = path.read_text()
+    agent, _ = agent_with_log(tmp_path / "kmsg", text, [])
+    state = FleetState(["h"])
+    state.on_sample("h", json.loads(json.dumps(agent.sample())))
+    live = {pci_key(s.pci_bus_id): s for s in state.hosts["h"].xid_summaries()}
+    d = diagnose(text)
+    assert d is not None and d.kind in ("xid", "gpu_lost"), d
+    key = pci_key(str(d.facts["pci"]))
+    assert key in live, (d.facts["pci"], list(live))
+    head = live[key].headline
+    assert head is not None and head.xid == d.facts["xid"]
+    if d.kind == "xid":
+        assert ACTION_TEXT.get(head.action, head.action) == d.facts["action"]
+    others = [s for k, s in live.items() if k != key]
+    for s in others:
+        assert s.headline is not None
+        assert any(f"Xid {s.headline.xid}" in c.summary and c.kind == "xid"
+                   for c in d.consequences), (s.pci_bus_id, s.headline.text)

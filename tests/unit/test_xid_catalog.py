@@ -14,7 +14,15 @@ import pytest
 
 import remote.agent.agent as agent_mod
 from remote.telemetry import faults
-from remote.telemetry.faults import parse_kernel_log, summarize_xids, xid_headline
+from remote.telemetry.faults import (
+    BLAME_APP,
+    BLAME_LONE_TIMEOUT,
+    BLAME_ROOT,
+    chain_root,
+    parse_kernel_log,
+    summarize_xids,
+    xid_headline,
+)
 from remote.telemetry.xid_catalog import (
     ACTION_RANK,
     ACTION_TEXT,
@@ -192,3 +200,56 @@ def test_gsp_details_are_not_events_and_a_bare_timeout_is_119() -> None:
 def test_every_headline_names_an_action(code: int) -> None:
     info = XID_CATALOG[code]
     assert info.headline == f"Xid {code} {info.short}: {ACTION_TEXT[info.action]}"
+
+
+# ---------------------------------------------------------------------------------------------
+# the chain root: one picker (faults.chain_root) for top/gpus/TUI and `diagnose`
+
+
+def test_ctx_switch_timeout_after_an_app_fault_is_not_the_root() -> None:
+    """gpu-003: three Xid 13 (SM warp exceptions), five seconds later Xid 109: the catalogue
+    lists 109 among the Xids that follow; the root is the first 13, and the line still says
+    what the 109 asks."""
+    evs = parse_kernel_log(corpus("gpu-003"))
+    assert [e.xid for e in evs] == [13, 13, 13, 109]
+    root, code = chain_root(evs)
+    assert (root, code) == (evs[0], 13)  # the earliest of equal actions
+    h = xid_headline(evs)
+    assert h is not None and (h.xid, h.action, h.blame) == (13, "restart_app", BLAME_APP)
+    (s,) = summarize_xids(evs)
+    assert s.line == ("Xid 13 graphics engine exception: restart app; then Xid 109: reset GPU")
+    assert s.drain  # the 109 still asks for a reset
+
+
+def test_ctx_switch_timeout_with_nothing_before_it_is_the_root() -> None:
+    """gpu-003's lines reordered (variant): the 109 first, the 13s after it."""
+    lines = [ln for ln in corpus("gpu-003").splitlines() if "Xid" in ln]
+    evs = parse_kernel_log("\n".join([lines[-1], *lines[:-1]]))
+    assert [e.xid for e in evs] == [109, 13, 13, 13]
+    h = xid_headline(evs)
+    assert h is not None and (h.xid, h.event, h.blame) == (109, evs[0], BLAME_LONE_TIMEOUT)
+
+
+def test_chain_starter_beats_an_earlier_app_fault_and_cleanup() -> None:
+    evs = parse_kernel_log(case("xid-02"))  # 31, 62, 8x 45
+    root, code = chain_root(evs)
+    assert (root.xid, code) == (62, 62)
+    h = xid_headline(evs)
+    assert h is not None and h.blame == BLAME_ROOT and h.event is root
+
+
+def test_repeated_root_names_its_first_event() -> None:
+    """xid-01 GPU db:00: three Xid 31 for three pids: the first is shown (the old picker took
+    the latest)."""
+    evs = [e for e in parse_kernel_log(case("xid-01")) if e.pci_bus_id == "0000:db:00"]
+    assert [e.xid for e in evs] == [31, 31, 31]
+    h = xid_headline(evs)
+    assert h is not None and h.event is evs[0] and h.event.pid == 13641
+
+
+def test_cleanup_only_chain_takes_the_first_named_xid() -> None:
+    evs = [e for e in parse_kernel_log(corpus("gpu-002")) if e.pci_bus_id == "0000:dc:00"]
+    root, code = chain_root(evs)
+    assert (root, code) == (evs[0], 149)
+    h = xid_headline(evs)
+    assert h is not None and h.blame == BLAME_ROOT
