@@ -1,8 +1,10 @@
 """Rules for GPU, driver and NVML failures: kernel Xids, lost GPUs, GSP timeouts, nvidia-smi's
 and NVML's failures, Fabric Manager, and the apt upgrade behind a broken driver.
 
-The parsing is :mod:`remote.telemetry.faults` (kernel log: :func:`scan_kernel_log`; pynvml
-tracebacks: :func:`classify_nvml_traceback`; apt history: :func:`classify_driver_upgrade`) and
+The parsing is :mod:`remote.telemetry.faults` (kernel log: :func:`scan_kernel_log`; each
+GPU's chain root, the same one ``top``/``gpus``/the TUI show: :func:`summarize_xids` /
+``chain_root``; the ``API mismatch`` notice: ``find_api_mismatch``; pynvml tracebacks:
+:func:`classify_nvml_traceback`; apt history: :func:`classify_driver_upgrade`) and
 :func:`remote.telemetry.smi.classify_smi_failure` (nvidia-smi's messages); the Xid meanings and
 actions are NVIDIA's catalogue as data (:mod:`remote.telemetry.xid_catalog`). This module feeds
 them text they accept (collector decorations removed by the normaliser, the kernel log's own
