@@ -268,6 +268,7 @@ class Service:
         self._monitor: FleetMonitor | None = None
         self._replay: asyncio.Task[int] | None = None
         self._follows: dict[str, Follow] = {}
+        self._reconcile = asyncio.Lock()
         self._intake: LoopThread | None = None
         self._intake_sessions: dict[str, Session] = {}  # used on the intake loop only
 
@@ -381,6 +382,11 @@ class Service:
             warn: called with one line per host that could not be asked, or job that could
                 not be refreshed.
         """
+        async with self._reconcile:  # one reconcile at a time (the app's and its alerts')
+            return await self._list_jobs(include_removed, warn)
+
+    async def _list_jobs(self, include_removed: bool,
+                         warn: Callable[[str], None] | None) -> list[JobRecord]:
         store = self.store
         await adopt_unknown(self.session(), store, list(self.profile.hosts))
         jobs = await store.call(store.jobs, include_removed=include_removed)

@@ -552,6 +552,7 @@ async def adopt_unknown(session: Session, store: Store, hosts: list[str]) -> lis
             created_at=lab.created_at or time.time(), node_count=lab.node_count,
             nodes=[nodes[r] for r in sorted(nodes)],
         )
-        await store.call(store.add_job, rec)
-        adopted.append(job_id)
+        # another caller (the app's alert rules, a `ps` in another shell) may adopt it first
+        if await store.call(store.add_job, rec, if_absent=True):
+            adopted.append(job_id)
     return adopted

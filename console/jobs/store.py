@@ -233,19 +233,28 @@ class Store:
     # -- jobs -------------------------------------------------------------------------------
 
     @_locked
-    def add_job(self, job: JobRecord) -> None:
-        """Insert a job and its nodes (one transaction)."""
+    def add_job(self, job: JobRecord, *, if_absent: bool = False) -> bool:
+        """Insert a job and its nodes (one transaction); returns whether it was inserted.
+
+        With ``if_absent`` a job of that id already stored (adopted meanwhile by another
+        caller or another gpuconsole process) is left as it is and False returned; without it
+        that raises ``sqlite3.IntegrityError``.
+        """
+        verb = "INSERT OR IGNORE" if if_absent else "INSERT"
         with self.db:
-            self.db.execute(
-                "INSERT INTO jobs (id, name, profile, profile_source, spec_json, spec_hash, "
+            cur = self.db.execute(
+                f"{verb} INTO jobs (id, name, profile, profile_source, spec_json, spec_hash, "
                 "created_at, node_count, state, launcher, updated_at) "
                 "VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                 (job.id, job.name, job.profile, job.profile_source, json.dumps(job.spec),
                  job.spec_hash, job.created_at, job.node_count, job.state, job.launcher,
                  time.time()),
             )
+            if cur.rowcount == 0:
+                return False
             for n in job.nodes:
                 self._put_node(n)
+        return True
 
     def _put_node(self, n: NodeRecord) -> None:
         self.db.execute(

@@ -174,7 +174,7 @@ def test_torchruns_signal_exception_is_a_stop_not_a_script_failure() -> None:
     d = diagnose(_STOPPED_TAIL)
     assert d is not None
     assert d.kind == "stopped"
-    assert d.summary.startswith("torchrun was stopped by SIGTERM (process 7 in the container")
+    assert d.summary.startswith("Torchrun's agent (pid 7) was stopped by SIGTERM")
     assert "not by a failure of the training script" in d.summary
     # a rank's own exception before it is still the root cause
     failing = ("[rank1]:Traceback (most recent call last):\n"
