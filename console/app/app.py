@@ -450,6 +450,10 @@ class GpuConsoleApp(App[int]):
             jobs = await self.service.list_jobs(warn=warnings.append)
         except GpuConsoleError as e:
             self.notify(e.message, title="jobs", severity="error")
+        except Exception as e:  # a bug must not end the console: said, logged, retried
+            log.exception("jobs refresh failed")
+            self.notify(f"jobs refresh failed: {e!r} (details in the log)", title="jobs",
+                        severity="error")
         else:
             self.post_message(JobsListed(jobs))
             for w in warnings[:3]:

@@ -69,6 +69,25 @@ def test_store_round_trip_and_find(tmp_path: Path) -> None:
     store.close()
 
 
+def test_adopting_a_job_twice_is_a_no_op(tmp_path: Path) -> None:
+    """Two processes (the app's alert rules and a `ps`) may adopt the same job: the second
+    insert leaves the first as it is instead of failing."""
+    first, second = Store(tmp_path), Store(tmp_path)
+    rec = JobRecord("train-abc123", "train", "local", None, {}, "h", 5.0, 1,
+                    nodes=[NodeRecord("train-abc123", 0, "a", "c0", state="running")])
+    assert first.add_job(rec, if_absent=True) is True
+    other = JobRecord("train-abc123", "other", "local", None, {}, "h", 6.0, 1,
+                      nodes=[NodeRecord("train-abc123", 0, "b", "c9", state="failed")])
+    assert second.add_job(other, if_absent=True) is False
+    got = second.get("train-abc123")
+    assert got is not None and got.name == "train"
+    assert [(n.host, n.state) for n in got.nodes] == [("a", "running")]
+    with pytest.raises(sqlite3.IntegrityError):
+        second.add_job(other)
+    first.close()
+    second.close()
+
+
 def test_rank_tags() -> None:
     node = NodeRecord("j", 1, "b", "c")
     assert tag_line(node, LogLine(5, "[rank3]:step 1/2 loss 0.5")) == JobLogLine(
