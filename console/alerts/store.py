@@ -25,6 +25,7 @@ from types import MappingProxyType
 from typing import Any, cast
 
 from console.alerts.model import RULE_IDS, Alert, AlertChanged, DetailValue, RuleId, Severity
+from console.dbschema import migrate_schema
 from console.jobs.store import state_dir
 from remote.errors import GpuConsoleError
 
@@ -167,34 +168,8 @@ class AlertStore:
             raise
 
     def _migrate(self) -> None:
-        db = self.db
-        old_isolation = db.isolation_level
-        db.isolation_level = None
-        try:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                version = int(db.execute("PRAGMA user_version").fetchone()[0])
-                if version > SCHEMA_VERSION:
-                    raise GpuConsoleError(
-                        f"{self.path}: written by a newer gpuconsole (alert store schema "
-                        f"{version}; this one reads up to {SCHEMA_VERSION})",
-                        "upgrade gpuconsole, or set GPUCONSOLE_STATE_DIR to another folder")
-                for v in range(version + 1, SCHEMA_VERSION + 1):
-                    try:
-                        for statement in MIGRATIONS[v]:
-                            db.execute(statement)
-                    except sqlite3.Error as e:
-                        raise GpuConsoleError(
-                            f"{self.path}: cannot migrate the alert store to schema {v}: {e}",
-                            "move the file aside (firing alerts then fire again) and report "
-                            "this") from e
-                    db.execute(f"PRAGMA user_version = {v:d}")
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-        finally:
-            db.isolation_level = old_isolation
+        migrate_schema(self.db, self.path, MIGRATIONS, what="alert store",
+                       if_lost="firing alerts then fire again")
 
     def close(self) -> None:
         """Close the file."""

@@ -28,6 +28,7 @@ from typing import Any, ParamSpec, TypedDict, TypeVar, cast
 
 import platformdirs
 
+from console.dbschema import migrate_schema
 from remote.docker import LogLine
 from remote.errors import GpuConsoleError
 from remote.logs import LogCursor
@@ -488,44 +489,15 @@ class Store:
 
 
 def migrate(db: sqlite3.Connection, path: Path) -> int:
-    """Bring a job database to :data:`SCHEMA_VERSION`, one :data:`MIGRATIONS` step at a time,
-    all in one ``BEGIN IMMEDIATE`` transaction (two consoles opening an old store at once
-    migrate it once; a failed step leaves it as it was). Returns the version now.
+    """Bring a job database to :data:`SCHEMA_VERSION` (see
+    :func:`console.dbschema.migrate_schema`). Returns the version now.
 
     Raises:
         GpuConsoleError: the file's version is newer than this code knows (written by a
             newer gpuconsole), or a step failed (naming the file and the step).
     """
-    old_isolation = db.isolation_level
-    db.isolation_level = None  # explicit transaction control below
-    try:
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            version = int(db.execute("PRAGMA user_version").fetchone()[0])
-            if version > SCHEMA_VERSION:
-                raise GpuConsoleError(
-                    f"{path}: written by a newer gpuconsole (store schema {version}; this "
-                    f"one reads up to {SCHEMA_VERSION})",
-                    "upgrade gpuconsole, or set GPUCONSOLE_STATE_DIR to another folder",
-                )
-            for v in range(version + 1, SCHEMA_VERSION + 1):
-                try:
-                    for statement in MIGRATIONS[v]:
-                        db.execute(statement)
-                except sqlite3.Error as e:
-                    raise GpuConsoleError(
-                        f"{path}: cannot migrate the job store to schema {v}: {e}",
-                        "move the file aside (the jobs on the hosts are found again by "
-                        "their labels) and report this",
-                    ) from e
-                db.execute(f"PRAGMA user_version = {v:d}")
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-    finally:
-        db.isolation_level = old_isolation
-    return SCHEMA_VERSION
+    return migrate_schema(db, path, MIGRATIONS, what="job store",
+                          if_lost="the jobs on the hosts are found again by their labels")
 
 
 _BLOCK = 1 << 16

@@ -179,6 +179,6 @@ def test_store_refuses_a_newer_schema(tmp_path: Path) -> None:
     with pytest.raises(GpuConsoleError) as e:
         Store(tmp_path)
     assert e.value.message == (f"{tmp_path / 'jobs.sqlite3'}: written by a newer gpuconsole "
-                               "(store schema 99; this one reads up to 2)")
+                               "(job store schema 99; this one reads up to 2)")
     assert e.value.hint is not None and "GPUCONSOLE_STATE_DIR" in e.value.hint
     assert _user_version(tmp_path / "jobs.sqlite3") == 99  # left as it was
