@@ -1,4 +1,5 @@
-"""The headless CLI: ``gpuconsole submit|ps|logs|stop|rm|exec|describe|cp|top|gpus|watch|alerts|diagnose``.
+"""The headless CLI: ``gpuconsole submit|ps|logs|stop|rm|exec|describe|cp|top|gpus``, and
+``watch|alerts|diagnose`` for on-call.
 
 :data:`main` is the click group (the ``gpuconsole`` entry point); each module below adds its
 commands to it. The CLI only parses, calls :class:`console.service.Service` and prints (see
