@@ -43,6 +43,7 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 from console.alerts.model import Alert, AlertChanged
+from console.dbschema import migrate_schema
 from console.errors import ConfigError
 
 __all__ = [
@@ -226,25 +227,29 @@ class Ledger:
         path: the database file (created).
     """
 
-    SCHEMA = """
-    CREATE TABLE IF NOT EXISTS deliveries (
-        url_id TEXT NOT NULL, key TEXT NOT NULL, change TEXT NOT NULL, fired_at REAL NOT NULL,
-        state TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0,
-        title TEXT NOT NULL, body TEXT NOT NULL, notify_type TEXT NOT NULL,
-        created_at REAL NOT NULL, updated_at REAL NOT NULL, error TEXT,
-        PRIMARY KEY (url_id, key, change, fired_at))
-    """
+    #: ``MIGRATIONS[v]`` takes the file from version ``v - 1`` to ``v``; append, never edit.
+    MIGRATIONS: dict[int, tuple[str, ...]] = {
+        1: ("""CREATE TABLE IF NOT EXISTS deliveries (
+            url_id TEXT NOT NULL, key TEXT NOT NULL, change TEXT NOT NULL,
+            fired_at REAL NOT NULL, state TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0,
+            title TEXT NOT NULL, body TEXT NOT NULL, notify_type TEXT NOT NULL,
+            created_at REAL NOT NULL, updated_at REAL NOT NULL, error TEXT,
+            PRIMARY KEY (url_id, key, change, fired_at))""",),
+    }
 
     def __init__(self, path: Path) -> None:
         self.path = path
         con = self.connect()
-        con.close()
+        try:
+            migrate_schema(con, path, self.MIGRATIONS, what="notification ledger",
+                           if_lost="alerts still firing may be paged once more")
+        finally:
+            con.close()
 
     def connect(self) -> sqlite3.Connection:
         """A connection for the calling thread (WAL, waits up to 10 s for a lock)."""
         con = sqlite3.connect(self.path, timeout=10.0, isolation_level=None)
         con.execute("PRAGMA journal_mode=WAL")
-        con.execute(self.SCHEMA)
         return con
 
     @staticmethod
