@@ -95,7 +95,7 @@ def _image_in_command(text: str) -> str | None:
                 continue  # -it, -dit
             skip = True
             continue
-        image = word.strip("'\".,;")
+        image = tidy_value(word)
         return image or None
     return None
 
@@ -121,7 +121,7 @@ def image_of(lines: Sequence[Line]) -> str | None:
     for pattern in _IMAGE_IN_ERROR:
         for ln in lines:
             if m := pattern.search(ln.text):
-                return m["image"].rstrip(".")
+                return tidy_value(m["image"])
     for ln in reversed(lines):
         if image := _image_in_command(ln.text):
             return image
@@ -221,9 +221,21 @@ _TOOLKIT = re.compile(
     r"|detection|device|driver|configuration|list|info)\s+error[:\s*_]+(?P<msg>.*)", re.I)
 _NVML = re.compile(r"nvml error[:\s]+(?P<why>[^:\\\"]+)", re.I)
 _LOAD_LIBRARY = re.compile(r"load library failed[:\s]+(?P<lib>[\w.+-]+\.so[\w.]*)", re.I)
-_UNSATISFIED = re.compile(r"unsatisfied condition[:\s]+(?P<cond>[^,\s\\\"]+)", re.I)
+#: The clause the requirement check printed (``src/nvc_info.c``/``src/cli/common.c``:
+#: ``unsatisfied condition: %s``), in the newer ``cuda>=12.8`` and the older spaced ``cuda >= 9.0``
+#: spellings, also a board or driver clause of a compound requirement (``brand = tesla``,
+#: ``driver < 385``): the image's NVIDIA_REQUIRE_CUDA is ``cuda>=X`` OR'ed with
+#: ``brand=...,driver>=...,driver<...`` alternatives, and the toolkit prints the last clause it
+#: checked, so the CUDA version the image needs is read from the whole requirement.
+_UNSATISFIED = re.compile(
+    r"unsatisfied condition[:\s]+(?P<cond>(?P<key>[A-Za-z_]+)\s*(?P<op>[<>=!]=?)\s*"
+    r"(?P<val>[\w.]+))", re.I)
 _CUDA_COND = re.compile(r"cuda\s*>=?\s*(?P<v>\d+(?:\.\d+)*)", re.I)
 _DRIVER_COND = re.compile(r"driver\s*>=?\s*(?P<v>\d+(?:\.\d+)*)", re.I)
+#: The image's CUDA requirement as the hook passes it (``--require=cuda>=10.0 brand=...``) or
+#: as the image sets it (``NVIDIA_REQUIRE_CUDA=cuda>=11.6 brand=...``).
+_REQUIRE_CUDA = re.compile(
+    r"(?:--require=|NVIDIA_REQUIRE_CUDA\W{0,3})\s*cuda\s*>=\s*(?P<v>\d+(?:\.\d+)*)", re.I)
 # nvidia-container-toolkit (CDI mode) and a missing hook binary
 _TOOLKIT_OTHER = re.compile(
     r"unresolvable CDI devices? (?P<dev>[^\s:]+)"
@@ -232,13 +244,37 @@ _TOOLKIT_OTHER = re.compile(
     r"|nvidia-container-runtime-hook: (?P<msg>.+)", re.I)
 
 
+#: Markdown and quoting punctuation around a value read out of prose: inline code backticks,
+#: emphasis, quotes, and a sentence's closing punctuation.
+_WRAPPING = "`'\"*_"
+_TRAILING = ".,;:!?"
+
+
+def tidy_value(value: str) -> str:
+    """``value`` without the Markdown / quote punctuation a report wraps it in (a backtick
+    closing an inline code span, ``**bold**``, quotes, a sentence's final period)."""
+    v = value.strip()
+    for _ in range(4):
+        before = v
+        v = v.strip(_WRAPPING).rstrip(_TRAILING).strip()
+        if v == before:
+            break
+    return v
+
+
 def _clean(msg: str) -> str:
     """A toolkit message without OCI quoting, Markdown markers and the trailing ``: unknown``."""
     msg = re.sub(r"[*_]{1,3}(?=\S)|(?<=\S)[*_]{1,3}(?=\s|$)", "", msg)
     msg = msg.replace("\\\\n", " ").replace("\\n", " ").replace('\\"', "").replace("\\", "")
-    msg = re.sub(r"[\"']+", "", msg)
+    msg = re.sub(r"[\"'`]+", "", msg)
     msg = re.sub(r"(?::\s*unknown)?[.\s]*$", "", msg.strip())
-    return msg.strip()
+    return tidy_value(msg)
+
+
+def _required_cuda(lines: Sequence[Line]) -> re.Match[str] | None:
+    """The ``cuda>=X`` of the image's requirement (the hook's ``--require=`` argument or
+    ``NVIDIA_REQUIRE_CUDA``), when the text shows it."""
+    return next((m for ln in lines if (m := _REQUIRE_CUDA.search(ln.text))), None)
 
 
 def _toolkit(lines: Sequence[Line], image: str | None) -> Diagnosis | None:
@@ -278,13 +314,13 @@ def _toolkit(lines: Sequence[Line], image: str | None) -> Diagnosis | None:
     library = _LOAD_LIBRARY.search(ln.text)
     cond = _UNSATISFIED.search(ln.text)
     evidence = [ln.raw]
-    if stage == "initialization" and nvml:
+    if nvml:  # NVML failing in any stage: initialization, detection (libnvidia-container)
         why = _clean(nvml["why"])
         d = _make(
             "toolkit_nvml_init",
             "the NVIDIA Container Toolkit's prestart hook could not initialise NVML on the "
-            f"host: {why}. The container was never created, so the command in it never ran; "
-            "the GPUs are not implicated",
+            f"host ({stage} stage): {why}. The container was never created, so the command in "
+            "it never ran; the GPUs are not implicated",
             _NVML_FIXES.get(why.lower(), _NVML_FIXES["insufficient permissions"]),
             evidence, {**facts, "nvml_error": why})
     elif library:
@@ -296,14 +332,19 @@ def _toolkit(lines: Sequence[Line], image: str | None) -> Diagnosis | None:
             "install the NVIDIA driver on the host (so that `nvidia-smi` works and "
             f"`ldconfig -p | grep {library['lib'].split('.so')[0]}` lists it), then retry",
             evidence, {**facts, "library": library["lib"]})
-    elif cond and (c := _CUDA_COND.search(cond["cond"])):
+    elif cond and (c := _CUDA_COND.search(cond["cond"]) or _required_cuda(lines)):
+        printed = cond["cond"]
+        aside = "" if _CUDA_COND.search(printed) else (
+            f" (the toolkit printed the last alternative it checked, '{printed}': no board / "
+            "driver exception of the image's requirement applies either)")
         d = _make(
             "driver_too_old",
             f"the image requires CUDA >= {c['v']} (NVIDIA_REQUIRE_CUDA) and the host's NVIDIA "
-            "driver supports an older CUDA: the toolkit's hook refused to start the container",
+            f"driver supports an older CUDA{aside}: the toolkit's hook refused to start the "
+            "container",
             f"update the host's NVIDIA driver to a branch that supports CUDA {c['v']}, or use "
             "an image built for the CUDA the driver supports (nvidia-smi shows it)",
-            evidence, {**facts, "cuda": c["v"], "condition": cond["cond"]})
+            evidence, {**facts, "cuda": c["v"], "condition": printed})
     elif cond and (c := _DRIVER_COND.search(cond["cond"])):
         d = _make(
             "driver_too_old",
@@ -336,6 +377,9 @@ _NVML_FIXES = {
     "unknown error": (
         "run `nvidia-smi` on the host: if it fails too, reboot the host (driver state); if "
         "not, check /dev/nvidia* and /etc/nvidia-container-runtime/config.toml"),
+    "function not found": (
+        "the host driver is older than this libnvidia-container needs (an NVML function is "
+        "missing): upgrade the NVIDIA driver, or install a toolkit release that supports it"),
     "driver/library version mismatch": (
         "the NVIDIA driver was upgraded without reloading its kernel module: reboot the host "
         "(or reload the nvidia modules), then retry"),
