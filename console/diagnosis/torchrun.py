@@ -126,8 +126,11 @@ _PORT_ARG = re.compile(
     r"(?:--master[_-]port[= ]|MASTER_PORT=|--main_process_port[= ]|tcp://[^\s:/]+:"
     r"|--rdzv[_-]endpoint[= ]\"?[^\s:\"]+:)(?P<port>\d{2,5})\b"
 )
+# A value ends at whitespace, a port colon, a path, or the quotes / commas / brackets around it
+# when the launcher's arguments are printed as a Python list (``['--rdzv_endpoint=host', ...]``).
 _HOST_ARG = re.compile(
-    r"(?:--master[_-]addr[= ]|MASTER_ADDR=|tcp://|--rdzv[_-]endpoint[= ])\"?(?P<host>[^\s:\"/]+)"
+    r"(?:--master[_-]addr[= ]|MASTER_ADDR=|tcp://|--rdzv[_-]endpoint[= ])[\"']?"
+    r"(?P<host>[^\s:\"'/,\[\]()]+)"
 )
 
 
@@ -214,16 +217,33 @@ _RDZV_TIMEOUT = re.compile(
     + r"|connect\(\) timed out\. Original timeout was (?P<ms>\d+) ms"
 )
 _RDZV_CONNECT = re.compile(
-    r"client socket has failed to connect to (?:any network address of )?"
+    r"client socket (?:has failed to connect to|cannot be initialized to connect to) "
+    r"(?:any network address of )?"
     + _HOST_PORT
-    + r"(?:\s*\(errno: (?P<errno>\d+) - (?P<why>[^)]*)\))?"
+    # "(errno: 111 - Connection refused)"; on Windows "(system error: 10049 - <localised>)"
+    + r"(?:\s*\((?:errno|system error): (?P<errno>\d+) - (?P<why>[^)]*)\))?"
     + r"|^(?:\w+\.)*\w*Error: (?P<why2>Connection refused)\s*$"
+)
+# The severity letter of a c10 log line (``c10/util/Logging``, glog style): ``[W socket.cpp:601]``,
+# ``[W ..\torch\csrc\distributed\c10d\socket.cpp:601]`` (Windows), 2.x ``[W926 21:34:49.000000000
+# socket.cpp:697]``. socket.cpp logs each failed attempt on one address as a warning (W) while
+# it retries until the timeout, and only the final "failed to connect to any network address"
+# as an error (E) before raising DistNetworkError.
+_C10_SEVERITY = re.compile(r"\[(?P<sev>[IWEF])(?:\d{4} [\d:.]+)? [^\]]*?\.(?:cpp|cc|h|hpp):\d+\]")
+# Lines that never show a run going on after a retry warning: more retries, blank lines,
+# Markdown fences and headings.
+_NOT_PROGRESS = re.compile(r"^\s*(?:```|#+\s|$)")
+_FATAL_LINE = re.compile(
+    r"Traceback \(most recent call last\)|(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception)\b"
 )
 _RDZV_ERROR = re.compile(r"(?P<type>Rendezvous\w*Error)\b(?::\s*(?P<msg>.*))?")
 _CLIENTS = re.compile(
     r"Timed out after (?P<s>\d+) seconds waiting for clients\. (?P<n>\d+)/(?P<of>\d+) clients"
 )
-_RDZV_ENDPOINT = re.compile(r"--(?:rdzv[_-]endpoint|master[_-]addr)[= ]\"?(?P<ep>[^\s\"]+)\"?")
+_RDZV_ENDPOINT = re.compile(
+    r"--(?:rdzv[_-]endpoint|master[_-]addr)[= ][\"']?"
+    r"(?P<ep>\[[0-9A-Fa-f:.]+\](?::\d+)?|[^\s\"',\[\]()]+)"
+)
 _DEATH = re.compile(r"Received (?:Signals\.)?(?P<sig>SIG[A-Z]+|\d+) death signal")
 
 
@@ -232,6 +252,29 @@ def _unmapped(host: str | None) -> str | None:
     if host and host.lower().startswith("::ffff:") and "." in host:
         return host[7:]
     return host
+
+
+def _retry_warning(ln: Line) -> bool:
+    """``ln`` is c10d's warning about one failed connection attempt (it goes on retrying)."""
+    m = _C10_SEVERITY.search(ln.text)
+    return m is not None and m["sev"] in "IW" and _RDZV_CONNECT.search(ln.text) is not None
+
+
+def _retried_on(lines: Sequence[Line], refused: Sequence[Line]) -> bool:
+    """Every connect failure in the text is a retry warning and a later line shows the run
+    going on (its own output after the last warning): the store was reached in the end, or
+    another address worked (Windows' WSA error 10049 on the host name's first address)."""
+    if not all(_retry_warning(ln) for ln in refused):
+        return False
+    last = max(ln.index for ln in refused)
+    for ln in lines[last + 1:]:
+        if _NOT_PROGRESS.match(ln.text) or _RDZV_CONNECT.search(ln.text):
+            continue
+        sev = _C10_SEVERITY.search(ln.text)
+        if (sev is not None and sev["sev"] in "EF") or _FATAL_LINE.match(ln.text.strip()):
+            return False  # something fatal follows the retries: not a run going on
+        return True
+    return False
 
 
 def _rendezvous(ctx: Context) -> Diagnosis | None:
@@ -252,6 +295,9 @@ def _rendezvous(ctx: Context) -> Diagnosis | None:
     stopped = any(_DEATH.search(ln.text) or _AGENT_SIGNAL.search(ln.text) for ln in ctx.lines)
     if stopped:
         errors = [ln for ln in errors if "Closed" not in ln.text]
+    if refused and timeout is None and not errors and clients is None and _retried_on(
+            ctx.lines, refused):
+        return None
     if timeout is None and not refused and not errors and clients is None:
         return None
     error = errors[0] if errors else None
@@ -454,6 +500,36 @@ _LOOSE_TB = re.compile(
     r"^\s*(?:traceback|msg)\s*:\s*\"?(?P<tb>Signal \d+ \(SIG[A-Z]+\) received by PID \d+)"
 )
 _LOOSE_FIELD = re.compile(r"^\s*(?P<key>time|host)\s*:\s*(?P<value>\S+)")
+# torch 1.9-1.10 ``record`` (errors/__init__.py, ``_no_error_file_warning_msg``) when the failed
+# worker wrote no error file: "Child process {pid} (local_rank {rank}) FAILED (exitcode {code})"
+# under a starred "CHILD PROCESS FAILED WITH NO ERROR_FILE" box. The number printed as
+# local_rank is the GLOBAL rank (``ChildFailedError.get_first_failure()``'s key).
+_CHILD_FAILED = re.compile(
+    r"Child process (?P<pid>\d+) \(local_rank (?P<rank>\d+)\) FAILED \(exitcode (?P<code>-?\d+)\)"
+)
+# torch.distributed.launch before torchelastic (<= 1.8) raises Python's CalledProcessError for
+# the first worker that exited non-zero: "Command '[python, -u, train.py, --local_rank=N, ...]'
+# returned non-zero exit status N." (subprocess.py; "died with <Signals.SIGKILL: 9>." for a
+# signal). Taken as the launcher's report only when the command names --local_rank or the
+# traceback runs through torch/distributed/launch.py (a script's own subprocess, e.g. ninja
+# building an extension, is a real error).
+_CALLED_PROCESS = re.compile(
+    r"CalledProcessError: Command '(?P<cmd>.*)' (?:returned non-zero exit status (?P<code>\d+)"
+    r"|died with <Signals\.(?P<sig>SIG[A-Z]+): (?P<num>\d+)>)"
+)
+_LOCAL_RANK_ARG = re.compile(r"--local[_-]rank[= ']+(?P<local>\d+)")
+_LAUNCH_FRAME = re.compile(r"torch[/\\]distributed[/\\]launch\.py")
+
+
+def _launcher_report(lines: Sequence[Line], ln: Line) -> re.Match[str] | None:
+    """torch.distributed.launch's CalledProcessError on ``ln`` (see :data:`_CALLED_PROCESS`)."""
+    m = _CALLED_PROCESS.search(ln.text)
+    if m is None:
+        return None
+    if _LOCAL_RANK_ARG.search(m["cmd"]) or any(
+            _LAUNCH_FRAME.search(x.text) for x in lines[max(0, ln.index - 6):ln.index]):
+        return m
+    return None
 _ROOT_HEADER = re.compile(r"^\s*Root Cause\b.*:\s*$")
 
 
@@ -493,6 +569,14 @@ def _loose_entry(ctx: Context) -> ProcessFailure | None:
     for ln in ctx.lines:
         if m := _AGENT_FAILED.search(ln.text):
             return _entry([_shown(ln, m)], None, int(m["local"]), int(m["code"]), int(m["pid"]))
+    for ln in ctx.lines:
+        if m := _CHILD_FAILED.search(ln.text):
+            return _entry([_shown(ln, m)], int(m["rank"]), None, int(m["code"]), int(m["pid"]))
+    for ln in ctx.lines:
+        if m := _launcher_report(ctx.lines, ln):
+            code = int(m["code"]) if m["code"] else -int(m["num"])
+            arg = _LOCAL_RANK_ARG.search(m["cmd"])
+            return _entry([_shown(ln, m)], None, int(arg["local"]) if arg else None, code, None)
     return None
 
 
@@ -576,9 +660,10 @@ def _signal(ctx: Context) -> Diagnosis | None:
         "script": failure.script if failure else None,
         "other_ranks": tuple(e.rank for e in others if e.rank is not None) if full else None,
     }
+    pid = f" (pid {root.pid})" if root.pid is not None else ""
     who = rank_and_place(root) if root.rank is not None else (
-        f"local rank {root.local_rank} (pid {root.pid})" if root.local_rank is not None
-        else f"pid {root.pid}")
+        f"local rank {root.local_rank}{pid}" if root.local_rank is not None
+        else f"pid {root.pid}" if root.pid is not None else "a worker")
     who = who[0].upper() + who[1:]
     ranks = (root.rank,) if root.rank is not None else ()
     if root.signal is None:
@@ -728,6 +813,37 @@ def _rank_exceptions(lines: Sequence[Line]) -> list[tuple[int | None, Line]]:
     return found
 
 
+# A worker's final exception line ("RuntimeError: ...") on its own: strict, a dotted name
+# ending in Error/Exception and a message or nothing.
+_BARE_EXCEPTION = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)(?::\s+\S.*)?$")
+# Where the launcher reports the worker's exit.
+_EXIT_REPORT = re.compile(
+    r"failed \(exitcode: -?\d+\) local_rank:|Child process \d+ \(local_rank \d+\) FAILED"
+    r"|^\s*exitcode\s*:\s*-?\d+|ChildFailedError|CalledProcessError|\bFAILED\s*$"
+)
+
+
+def _bare_exception(
+    lines: Sequence[Line], failed: ProcessFailure | None
+) -> tuple[int | None, Line] | None:
+    """A worker's final exception line printed without its ``Traceback`` header above it (a
+    paste cut at the top), just before the launcher reports that worker's non-zero exit: the
+    exception that explains the exit code. None when no worker exit is reported, the worker
+    died of a signal, or the line only wraps another rule's error."""
+    if failed is None or failed.exitcode is None or failed.exitcode <= 0:
+        return None
+    end = next((ln.index for ln in lines if _EXIT_REPORT.search(ln.text)), None)
+    if end is None:
+        return None
+    for ln in reversed(lines[:end]):
+        text = ln.text.strip()
+        if (ln.text[:1].isspace() or not _BARE_EXCEPTION.match(text) or _WRAPS.search(text)
+                or not_a_failure(text)):
+            continue
+        return ln.rank, ln
+    return None
+
+
 def _exception(ctx: Context) -> Diagnosis | None:
     """A Python exception raised by the training script of one rank.
 
@@ -753,8 +869,13 @@ def _exception(ctx: Context) -> Diagnosis | None:
         ]
         if root is not None:  # exit code without a traceback: look for that rank's own
             printed = [(r, ln) for r, ln in printed if r in (None, root.rank)]
+        printed = [(r, ln) for r, ln in printed if _launcher_report(ctx.lines, ln) is None]
         if not printed:
-            return None
+            failed, _ = _failed_worker(ctx)
+            bare = _bare_exception(ctx.lines, failed)
+            if bare is None:
+                return None
+            printed, root = [bare], failed
         rank, found = printed[0]
         entry = root
         rank = root.rank if rank is None and root is not None else rank
