@@ -38,6 +38,7 @@ from console.diagnosis.lines import Line
 from console.diagnosis.model import Consequence, Context, Diagnosis, FactValue
 from console.diagnosis.model import make_diagnosis as _diag
 from remote.telemetry.faults import (
+    DriverLoadProblem,
     DriverUpgrade,
     GpuXidSummary,
     XidEvent,
@@ -45,8 +46,11 @@ from remote.telemetry.faults import (
     classify_driver_upgrade,
     classify_nvml_traceback,
     find_api_mismatch,
+    find_driver_load_problems,
     parse_plugin_discovery,
+    pci_key,
     scan_kernel_log,
+    scan_xid_records,
     summarize_xids,
 )
 from remote.telemetry.smi import SMI_MESSAGE_RE, classify_smi_failure
@@ -186,7 +190,7 @@ def _xid_findings(ctx: Context) -> list[Diagnosis]:
     """Kernel Xids (``kind: xid``), and a GPU lost (``gpu_lost``) or a GSP RPC timeout
     (``gsp_timeout``) printed without an Xid number."""
     if _NVRM not in ctx.text:
-        return []
+        return _xid_records(ctx)
     kernel = kernel_text(ctx.lines, ctx.text)
     scan = scan_kernel_log(kernel)
     printed = [e for e in scan.events if not e.inferred]
@@ -195,6 +199,8 @@ def _xid_findings(ctx: Context) -> list[Diagnosis]:
     found: list[Diagnosis] = []
     if printed:
         found.append(_xid_diagnosis(printed, ctx.lines, kernel_lines))
+    elif not inferred:
+        found.extend(_xid_records(ctx))
     lost = [e for e in inferred if e.xid == 79]
     if lost:
         e = lost[0]
@@ -236,6 +242,24 @@ def _xid_findings(ctx: Context) -> list[Diagnosis]:
     return found
 
 
+def _xid_records(ctx: Context) -> list[Diagnosis]:
+    """Xid events other tools recorded (the NVIDIA device plugin, DCGM, gpud, a table of kernel
+    records without their ``NVRM:`` prefix: ``faults.scan_xid_records``), for a text holding
+    no kernel Xid line."""
+    if "xid" not in ctx.text.lower():
+        return []
+    events = scan_xid_records("\n".join(ln.text for ln in ctx.lines))
+    if not events:
+        return []
+    return [_xid_diagnosis(events, ctx.lines, [""] * len(ctx.lines))]
+
+
+def _gpu_name(pci: str) -> str:
+    """How a summary names the GPU of an Xid record: its bus id or the device id the tool
+    printed (UUID, DCGM's ``GPU0``); a record naming none says so."""
+    return pci or "(the record names no GPU)"
+
+
 def _group_text(evs: Sequence[XidEvent]) -> str:
     code = evs[0].xid
     info = xid_info(code)
@@ -243,7 +267,7 @@ def _group_text(evs: Sequence[XidEvent]) -> str:
     when = evs[0].time_text
     if len(evs) > 1 and evs[-1].time_text and evs[-1].time_text != when:
         when = f"{when} to {evs[-1].time_text}"
-    return (f"{n}Xid {code} ({info.short}) on {evs[0].pci_bus_id}"
+    return (f"{n}Xid {code} ({info.short}) on {_gpu_name(evs[0].pci_bus_id)}"
             + (f" {'from' if ' to ' in when else 'at'} {when}" if when else ""))
 
 
@@ -268,10 +292,11 @@ def _xid_diagnosis(events: list[XidEvent], lines: Sequence[Line],
     n = f"{len(root_group)}x " if len(root_group) > 1 else ""
     where = _where(root, root_group)
     summary = (f"{n}Xid {code} ({info.short}, {info.mnemonic.split(' /')[0]}) on GPU "
-               f"{pci}{' ' + where if where else ''}{via}; NVIDIA's action: "
+               f"{_gpu_name(pci)}{' ' + where if where else ''}{via}; NVIDIA's action: "
                f"{ACTION_TEXT.get(action, action)}")
     facts: dict[str, FactValue | None] = {
-        "xid": code, "pci": pci, "action": ACTION_TEXT.get(action, action),
+        "xid": code, "pci": pci if pci_key(pci) is not None else None,
+        "action": ACTION_TEXT.get(action, action),
         "xid_name": info.mnemonic.split(" /")[0] or None, "count": len(root_group),
         "pid": root.pid, "uuid": root.uuid, "verdict": chain.verdict,
         "gpus": len(chains) if len(chains) > 1 else None,
@@ -287,7 +312,7 @@ def _xid_diagnosis(events: list[XidEvent], lines: Sequence[Line],
         summary += f" {_where(first)}" if _where(first) else ""
         facts["chain_xid"] = first.xid
         facts["chain_pid"] = first.pid
-    fix = _FIXES.get(action, _FIXES["unknown"]).format(pci=pci)
+    fix = _FIXES.get(action, _FIXES["unknown"]).format(pci=pci or "<the faulting GPU>")
     if info.role == "app" and chain in suspect:
         facts["xid_class"] = "hw"
     elif info.role == "app":
@@ -445,15 +470,19 @@ def _smi_findings(ctx: Context) -> list[Diagnosis]:
             {"library_version": lib, "kernel_module_version": fault.kernel_module_version},
         ))
     elif fault.state == "driver_unreachable":
-        found.append(_with_upgrade(
-            ctx, "driver_unreachable",
-            "nvidia-smi couldn't communicate with the NVIDIA driver: the kernel module is not "
-            "loaded (or not built for the running kernel); every GPU reading is unknown",
-            ("Check `lsmod | grep nvidia` and `dmesg | grep NVRM`; rebuild / reinstall the driver "
-             "for the running kernel (DKMS) and reboot"),
-            lines_with(r"couldn.t communicate"),
-            {},
-        ))
+        summary = ("nvidia-smi couldn't communicate with the NVIDIA driver: the kernel module is "
+                   "not loaded (or not built for the running kernel); every GPU reading is "
+                   "unknown")
+        fix = ("Check `lsmod | grep nvidia` and `dmesg | grep NVRM`; rebuild / reinstall the "
+               "driver for the running kernel (DKMS) and reboot")
+        evidence = lines_with(r"couldn.t communicate")
+        facts: dict[str, FactValue | None] = {}
+        why = _unreachable_why(ctx)
+        if why is not None:
+            summary = ("nvidia-smi couldn't communicate with the NVIDIA driver: " + why[0]
+                       + "; every GPU reading is unknown")
+            fix, evidence, facts = why[1], evidence + why[2], why[3]
+        found.append(_with_upgrade(ctx, "driver_unreachable", summary, fix, evidence, facts))
     elif fault.state == "nvml_unavailable":
         found.append(_diag(
             "nvml_library_not_found",
@@ -483,6 +512,70 @@ def _smi_findings(ctx: Context) -> list[Diagnosis]:
     if unknown:
         found.append(_nvml_lost(ctx, unknown))
     return found
+
+
+#: What to do for each reason the kernel gives (:class:`faults.DriverLoadProblem`).
+_UNREACHABLE_FIXES: dict[str, str] = {
+    "other_driver": (
+        "Blacklist nouveau (`/etc/modprobe.d/blacklist-nouveau.conf`: `blacklist nouveau`, "
+        "`options nouveau modeset=0`), rebuild the initramfs (`update-initramfs -u` / `dracut "
+        "-f`) and reboot so nvidia binds the GPUs"),
+    "no_device": (
+        "Check that the GPUs are visible (`lspci -d 10de:`) and not bound to another driver "
+        "(`lspci -k`); blacklist nouveau / vfio if they hold them, then reload nvidia"),
+    "unsupported_gpu": (
+        "Install the proprietary kernel module (the open nvidia.ko drives only GPUs with a GSP, "
+        "Turing and newer)"),
+    "signature": (
+        "Sign the nvidia modules with an enrolled key (enroll the DKMS MOK: `mokutil --import "
+        "/var/lib/shim-signed/mok/MOK.der`, confirm at the next boot) or disable Secure Boot, "
+        "then `modprobe nvidia`"),
+    "wrong_kernel": (
+        "Rebuild the nvidia module for the running kernel (`dkms autoinstall` with that "
+        "kernel's headers, or reinstall the driver package) and reboot"),
+    "not_installed": (
+        "Install the driver's kernel module for the running kernel (`uname -r`: its headers and "
+        "`dkms autoinstall`, or the distribution's prebuilt nvidia module) and reboot"),
+    "load_failed": (
+        "Read `dmesg | grep -i nvidia` for why the module did not load; reinstall the driver for "
+        "the running kernel and reboot"),
+    "driver_failed": (
+        "Read `dmesg | grep NVRM` around that line; reinstall the driver for the running kernel "
+        "and reboot"),
+}
+#: Which reason explains the failure when the kernel gives several (the first one here wins).
+_UNREACHABLE_ORDER = ("signature", "wrong_kernel", "not_installed", "other_driver",
+                      "unsupported_gpu", "load_failed", "no_device", "driver_failed")
+
+
+def _unreachable_why(ctx: Context) -> tuple[str, str, list[str], dict[str, FactValue | None]] \
+        | None:
+    """Why the driver cannot be reached, when the text holds the kernel's or modprobe's lines
+    that say so (``faults.find_driver_load_problems``): (summary clause, fix, evidence lines,
+    facts); None without such lines."""
+    problems = find_driver_load_problems("\n".join(ln.text for ln in ctx.lines))
+    if not problems:
+        return None
+    top: DriverLoadProblem = min(problems, key=lambda p: _UNREACHABLE_ORDER.index(p.reason))
+    same = [p for p in problems if p.reason == top.reason]
+    evidence = [ctx.lines[p.line_no - 1].raw for p in problems
+                if 0 < p.line_no <= len(ctx.lines)][:6]
+    devices = next((p.devices for p in same if p.devices is not None), None)
+    module = next((p.module for p in same if p.module), None)
+    clause = {
+        "other_driver": "the nvidia module never bound the GPUs: another driver owns them",
+        "no_device": "the nvidia module loaded but probed no GPU",
+        "unsupported_gpu": "the open nvidia module does not support this GPU (no GSP)",
+        "signature": "the kernel refused to load the nvidia module (Secure Boot / module "
+                     "signature)",
+        "wrong_kernel": "the nvidia module does not match the running kernel",
+        "not_installed": "there is no nvidia module for the running kernel",
+        "load_failed": "the nvidia module failed to load",
+        "driver_failed": "the nvidia module failed",
+    }[top.reason]
+    count = f" ({devices} GPU(s))" if devices else ""
+    return (f"{clause}{count}; the kernel says: {top.detail}", _UNREACHABLE_FIXES[top.reason],
+            evidence, {"reason": top.reason, "gpus_unbound": devices, "module": module})
 
 
 _RM_INIT = re.compile(r"RmInitAdapter failed|rm_init_adapter failed|probe routine failed|"
@@ -615,6 +708,10 @@ def _nvml_findings(ctx: Context) -> list[Diagnosis]:
     facts: dict[str, FactValue | None] = {"nvml_function": call, "exception": fault.exception}
     if kind == "gpu_lost":
         facts["action"] = ACTION_TEXT["reboot"]
+    if kind == "driver_unreachable" and (why := _unreachable_why(ctx)) is not None:
+        summary = f"NVML cannot reach the NVIDIA kernel driver (Driver Not Loaded): {why[0]}"
+        fix, evidence = why[1], evidence + why[2]
+        facts.update(why[3])
     if kind in ("driver_unreachable", "driver_version_mismatch"):
         return [_with_upgrade(ctx, kind, summary, fix, evidence, facts)]
     return [_diag(kind, summary, (), fix, evidence, facts)]

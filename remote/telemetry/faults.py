@@ -874,6 +874,176 @@ def _xid_mmu(rest: str) -> MmuFault | None:
 
 
 # ---------------------------------------------------------------------------------------------
+# Xid records in other tools' formats (no ``NVRM: Xid (PCI:...)`` kernel line)
+
+#: One Xid record as another tool prints it. Each names the GPU or the moment, so that a
+#: sentence merely naming an Xid ("what does Xid 79 mean?") is never taken for an event:
+#:
+#: * NVIDIA k8s-device-plugin (``internal/rm/health.go``; older ``server.go``):
+#:   ``XidCriticalError: Xid=%d on Device=%s; marking device as unhealthy.`` /
+#:   ``..., the device will go unhealthy.``
+#: * DCGM (``dcgmlib/dcgm_errors.h`` ``DCGM_FR_XID_ERROR_MSG``): ``Detected XID %u for GPU %u``.
+#: * gpud (leptonai/gpud's Xid component): ``XID 79(GPU has fallen off the bus) detected on
+#:   PCI:0000:ae:00``, ``XID 149.0 (err status ...) NAME ... on GPU PCI:0019:01:00``.
+#: * a bare ``Xid N`` bound to a PCI bus id (``XID 79 on GPU 0000:3b:00.0``,
+#:   ``Xid 48 (PCI:0000:07:00)``) or at the start of a stamped row of a hand-made table of kernel
+#:   records (``08-04 06:43:55 Xid 31 GPC1 GPCCLIENT_T1_9 @ 0x... FAULT_PDE``).
+_PLUGIN_XID_RE = re.compile(
+    r"XidCriticalError: Xid=(?P<xid>\d{1,3}) on Device=(?P<dev>[\w.:-]+?)[,;.]?(?:\s|$)")
+_DCGM_XID_RE = re.compile(r"Detected XID (?P<xid>\d{1,3}) for GPU (?P<gpu>\d+)", re.IGNORECASE)
+_BDF = r"(?:PCI:)?(?P<pci>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)"
+_BOUND_XID_RE = re.compile(
+    r"\bXID[ =:]*(?P<xid>\d{1,3})(?:\.\d+)?\b(?P<detail>[^\n]{0,160}?)"
+    r"\b(?:detected )?(?:on|for|at) (?:GPU |device )?" + _BDF, re.IGNORECASE)
+_XID_PCI_PAREN_RE = re.compile(r"\bXID[ =:]*(?P<xid>\d{1,3})\s*\(" + _BDF + r"\)",
+                               re.IGNORECASE)
+_STAMPED_XID_RE = re.compile(
+    r"^\s*(?P<stamp>(?:\d{2,4}[-/.]\d{1,2}(?:[-/.]\d{1,2})?[ T]+)?\d{1,2}:\d\d:\d\d(?:[.,]\d+)?)"
+    r"\s+[|]?\s*XID[ =:]*(?P<xid>\d{1,3})\b(?P<detail>.*)$", re.IGNORECASE)
+#: A sentence asking about an Xid, not reporting one.
+_QUESTION_RE = re.compile(r"\?\s*$|^\s*(?:what|how|why|which|is|does|do|can|should|will)\b",
+                          re.IGNORECASE)
+
+
+def scan_xid_records(text: str) -> list[XidEvent]:
+    """Xid events recorded by tools other than the kernel (see :data:`_PLUGIN_XID_RE` and the
+    formats listed above it): the NVIDIA device plugin, DCGM, gpud, a table of kernel records
+    copied without their ``NVRM:`` prefix. Lines holding an ``NVRM: Xid`` kernel record are
+    left to :func:`scan_kernel_log`; a question naming an Xid is not an event.
+
+    ``pci_bus_id`` is the bus id when the record names one, else the device the tool names
+    (a GPU UUID, ``GPU0`` for DCGM's GPU id), else the empty string (a GPU the text does not
+    name). ``time_text`` is the row's stamp for a stamped table row. Never raises.
+    """
+    events: list[XidEvent] = []
+    for no, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if "xid" not in line.lower() or "NVRM: Xid" in line or _QUESTION_RE.search(line):
+            continue
+        if (m := _PLUGIN_XID_RE.search(line)) is not None:
+            dev = m["dev"]
+            uuid = dev if dev.startswith(("GPU-", "MIG-")) else None
+            events.append(XidEvent(xid=int(m["xid"]), pci_bus_id=dev, time_text="", uuid=uuid,
+                                   detail=line[m.start():], line_no=no, end_line_no=no))
+        elif (m := _DCGM_XID_RE.search(line)) is not None:
+            events.append(XidEvent(xid=int(m["xid"]), pci_bus_id=f"GPU{m['gpu']}", time_text="",
+                                   detail=line[m.start():], line_no=no, end_line_no=no))
+        elif (m := _BOUND_XID_RE.search(line) or _XID_PCI_PAREN_RE.search(line)) is not None:
+            events.append(XidEvent(xid=int(m["xid"]), pci_bus_id=m["pci"].lower(),
+                                   time_text="", detail=line[m.start():], line_no=no,
+                                   end_line_no=no))
+        elif (m := _STAMPED_XID_RE.search(line)) is not None:
+            detail = m["detail"].strip(" ,:-|")
+            events.append(XidEvent(xid=int(m["xid"]), pci_bus_id="", time_text=m["stamp"],
+                                   mmu=_xid_mmu(detail), detail=detail, line_no=no,
+                                   end_line_no=no))
+    return events
+
+
+# ---------------------------------------------------------------------------------------------
+# why the driver is unreachable: the kernel's and modprobe's lines about the nvidia module
+
+
+@dataclass(frozen=True)
+class DriverLoadProblem:
+    """A kernel or modprobe line that explains why the NVIDIA kernel driver is not reachable.
+
+    Attributes:
+        reason: ``other_driver`` (nouveau or another driver owns the GPUs; nv.c "The NVIDIA
+            probe routine was not called for %d device(s)"), ``no_device`` (the module found
+            no GPU it may drive: "No NVIDIA graphics adapter probed!"), ``unsupported_gpu``
+            (the open module refuses a GPU without GSP), ``signature`` (Secure Boot / module
+            signature enforcement refused the module: modprobe's "Key was rejected by service",
+            "Required key not available", the kernel's Lockdown notice), ``wrong_kernel``
+            (built for another kernel: "Unknown symbol", "disagrees about version of symbol",
+            "version magic", "Exec format error"), ``not_installed`` (modprobe: "Module nvidia
+            not found"), ``load_failed`` (modprobe's other "could not insert" errors),
+            ``driver_failed`` (another ``NVRM: ... failed`` line).
+        detail: what the line says, in a few words.
+        line_no: its 1-based line in the text.
+        devices: GPUs it concerns, when it says how many.
+        module: the module named (``nvidia``, ``nvidia_367``), when it names one.
+    """
+
+    reason: str
+    detail: str
+    line_no: int
+    devices: int | None = None
+    module: str | None = None
+
+
+_NOT_CALLED_RE = re.compile(r"NVRM: The NVIDIA probe routine was not called for (?P<n>\d+) dev")
+_NO_ADAPTER_RE = re.compile(r"NVRM: No NVIDIA (?:graphics adapter|GPU|devices?) (?:probed|found)",
+                            re.IGNORECASE)
+_NO_GSP_RE = re.compile(r"not supported by open\s+(?:NVRM:\s*)?nvidia\.ko")
+#: ``lsmod`` / dmesg lines of the nouveau driver (never the NVRM notice that merely names it).
+_NOUVEAU_RE = re.compile(r"^(?:nouveau\b(?: \d{4}:|\s+\d+\s+\d+)|\[drm\] Initialized nouveau)")
+_INSERT_RE = re.compile(
+    r"could not insert '(?P<mod>nvidia[\w-]*)': (?P<why>[^\n]+?)\s*$", re.IGNORECASE)
+_NOT_FOUND_RE = re.compile(r"modprobe: FATAL: Module (?P<mod>nvidia[\w-]*) not found"
+                           r"|could not find module by name='(?P<mod2>nvidia[\w-]*)'",
+                           re.IGNORECASE)
+_SYMBOL_RE = re.compile(
+    r"^(?P<mod>nvidia(?:[-_](?:uvm|modeset|drm))?): (?:Unknown symbol \S+|disagrees about "
+    r"version of symbol \S+|version magic '[^']*' should be)")
+_LOCKDOWN_RE = re.compile(r"Lockdown: modprobe: unsigned module loading is restricted")
+_NVRM_FAILED_RE = re.compile(r"NVRM: (?!Xid)(?P<msg>.*\bfailed\b.*)$")
+_SIGNATURE_WHY = re.compile(r"Key was rejected|Required key not available", re.IGNORECASE)
+_WRONG_KERNEL_WHY = re.compile(r"Unknown symbol|Exec format error|Invalid module format",
+                               re.IGNORECASE)
+
+
+def find_driver_load_problems(text: str) -> list[DriverLoadProblem]:
+    """The lines of ``text`` (decorations already removed) that say why the nvidia kernel
+    module is not loaded or drives no GPU, in text order (see :class:`DriverLoadProblem`).
+
+    Sources: NVIDIA's kernel module (``kernel-open/nvidia/nv.c``, ``nv-pci.c``: the probe and
+    GSP notices), kmod's ``modprobe`` errors (``could not insert '%s': %s`` with the errno
+    text, ``Module %s not found``), the kernel's module loader (``kernel/module``: ``%s:
+    Unknown symbol %s``, ``disagrees about version of symbol``) and Lockdown. The benign
+    ``module verification failed: ... tainting kernel`` notice (the module loads) is no
+    problem. Never raises.
+    """
+    out: list[DriverLoadProblem] = []
+    for no, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if (m := _NOT_CALLED_RE.search(line)) is not None:
+            out.append(DriverLoadProblem(
+                "other_driver", f"'The NVIDIA probe routine was not called for {m['n']} "
+                "device(s)' (nouveau, rivafb, nvidiafb or rivatv obtained them)", no,
+                devices=int(m["n"])))
+        elif _NO_ADAPTER_RE.search(line):
+            out.append(DriverLoadProblem("no_device", "the nvidia module probed no GPU", no))
+        elif _NO_GSP_RE.search(line):
+            out.append(DriverLoadProblem(
+                "unsupported_gpu", "the open nvidia.ko does not support this GPU (no GSP)", no))
+        elif _NOUVEAU_RE.search(line):
+            out.append(DriverLoadProblem("other_driver", "nouveau is loaded", no,
+                                         module="nouveau"))
+        elif (m := _INSERT_RE.search(line)) is not None:
+            why = m["why"].strip().rstrip(".")
+            reason = ("signature" if _SIGNATURE_WHY.search(why) else
+                      "wrong_kernel" if _WRONG_KERNEL_WHY.search(why) else "load_failed")
+            out.append(DriverLoadProblem(reason, f"modprobe could not insert {m['mod']}: {why}",
+                                         no, module=m["mod"]))
+        elif (m := _NOT_FOUND_RE.search(line)) is not None:
+            mod = m["mod"] or m["mod2"]
+            out.append(DriverLoadProblem(
+                "not_installed", f"modprobe finds no {mod} module for the running kernel", no,
+                module=mod))
+        elif (m := _SYMBOL_RE.search(line)) is not None:
+            out.append(DriverLoadProblem(
+                "wrong_kernel", f"{m['mod']} was built for another kernel ({line[m.end(1) + 2:]})",
+                no, module=m["mod"]))
+        elif _LOCKDOWN_RE.search(line):
+            out.append(DriverLoadProblem(
+                "signature", "kernel lockdown (Secure Boot) refuses unsigned modules", no))
+        elif (m := _NVRM_FAILED_RE.search(line)) is not None and "probe routine failed" not in line:
+            out.append(DriverLoadProblem("driver_failed", m["msg"].strip(), no))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
 # Xid summaries
 
 #: Xid -> (short meaning, class), for every Xid NVIDIA's catalogue uses, derived from
@@ -1392,6 +1562,7 @@ __all__ = [
     "SUSPECT_MIN_PIDS",
     "XID_INFO",
     "ApiMismatch",
+    "DriverLoadProblem",
     "DriverUpgrade",
     "GpuHandleError",
     "GpuXidSummary",
@@ -1408,10 +1579,12 @@ __all__ = [
     "classify_driver_upgrade",
     "classify_nvml_traceback",
     "find_api_mismatch",
+    "find_driver_load_problems",
     "parse_kernel_log",
     "parse_plugin_discovery",
     "pci_key",
     "scan_kernel_log",
+    "scan_xid_records",
     "summarize_xids",
     "xid_headline",
 ]
