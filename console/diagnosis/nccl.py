@@ -210,6 +210,11 @@ _PREFIX = (
     r"\[(?P<dev>\d+)\] )?"
 )
 _WARN = re.compile(_PREFIX + r"(?:(?P<src>\S+:\d+) )?NCCL WARN (?P<msg>.*)$")
+# A failed IB completion quoted without NCCL's "NCCL WARN" (an issue title, a paste of the message)
+_BARE_IB = re.compile(
+    _PREFIX + r"(?:(?P<src>\S+:\d+) )?"
+    r"(?P<msg>NET/IB\w*(?:/\w+)?\s*:\s*Got completion from peer .*)$"
+)
 _WARN_OR_INFO = re.compile(_PREFIX + r"(?:\S+:\d+ )?NCCL (?:WARN|INFO) ")
 _TRACE = re.compile(_PREFIX + r"NCCL INFO (?P<src>\S+:\d+) -> (?P<code>\d+)")
 # A WARN that only passes on an earlier failure's code.
@@ -240,7 +245,46 @@ _SOCKET = re.compile(
 _INTERNAL = re.compile(
     r"Message truncated|Attribute \w+ of node \w+ not found|Socket recv failed while polling"
 )
-_IB_STATUS = re.compile(r"with (?:status=|error )(?P<status>\d+)")
+# A failed InfiniBand/RoCE work completion, in NCCL's wordings: "NET/IB : Got completion from peer
+# %s with error %d, opcode %d, ..." (net_ib.cc to 2.18), "... with status=%d opcode=%d ..."
+# (2.19+), "NET/IB: Got completion from peer %s with status=%s(%d) ..." (net_ib/p2p.cc, 2.28+,
+# ibvWcStatusStr), also "NET/IBP:" / "NET/IB/GIN:" plugins. NCCL returns ncclSystemError for it
+# up to 2.13 and ncclRemoteError from 2.14 on, whatever the status.
+_IB_STATUS = re.compile(
+    r"with (?:error (?P<a>\d+)|status=(?:(?P<b>\d+)|[^()]*\((?P<c>\d+)\)))"
+)
+_IB_COMPLETION = re.compile(r"Got completion from peer \S+ with (?:error|status=)")
+#: ``enum ibv_wc_status`` (rdma-core ``libibverbs/verbs.h``): statuses that name a fault of this
+#: side (its own QP, memory registration / protection, e.g. ACS blocking GPUDirect RDMA for 4).
+_IB_LOCAL_STATUS = {
+    1: "IBV_WC_LOC_LEN_ERR", 2: "IBV_WC_LOC_QP_OP_ERR", 3: "IBV_WC_LOC_EEC_OP_ERR",
+    4: "IBV_WC_LOC_PROT_ERR", 6: "IBV_WC_MW_BIND_ERR", 8: "IBV_WC_LOC_ACCESS_ERR",
+    14: "IBV_WC_LOC_RDD_VIOL_ERR",
+}
+#: Statuses that say the other side or the fabric went away: 12 (transport retry counter
+#: exceeded: no ACK from the peer), 13 (receiver-not-ready retries exceeded), 5 (work request
+#: flushed: the connection was already in error), the remote-access / remote-operation errors.
+_IB_REMOTE_STATUS = {
+    5: "IBV_WC_WR_FLUSH_ERR", 7: "IBV_WC_BAD_RESP_ERR", 9: "IBV_WC_REM_INV_REQ_ERR",
+    10: "IBV_WC_REM_ACCESS_ERR", 11: "IBV_WC_REM_OP_ERR", 12: "IBV_WC_RETRY_EXC_ERR",
+    13: "IBV_WC_RNR_RETRY_EXC_ERR", 15: "IBV_WC_REM_INV_RD_REQ_ERR", 16: "IBV_WC_REM_ABORT_ERR",
+    20: "IBV_WC_RESP_TIMEOUT_ERR",
+}
+
+
+def _ib_said(status: int | None) -> str:
+    """`` (IB completion status 12, IBV_WC_RETRY_EXC_ERR)`` for a summary, or ""."""
+    if status is None:
+        return ""
+    name = _IB_LOCAL_STATUS.get(status) or _IB_REMOTE_STATUS.get(status)
+    return f" (IB completion status {status}" + (f", {name})" if name else ")")
+
+
+def _ib_status(message: str) -> int | None:
+    """The ``ibv_wc_status`` of a failed work completion NCCL reported, or None."""
+    if not _IB_COMPLETION.search(message) or (m := _IB_STATUS.search(message)) is None:
+        return None
+    return int(m["a"] or m["b"] or m["c"])
 _PEER = re.compile(r"(?:peer|from|to) (?P<peer>[^\s<]+<\d+>)")
 _DUPLICATE = re.compile(
     r"Duplicate GPU detected : rank (?P<a>\d+) and rank (?P<b>\d+) both on CUDA device "
@@ -267,6 +311,13 @@ def _classify(message: str) -> tuple[str, str] | None:
         return "nccl_system_error", "shm"
     if _USAGE.search(message):
         return "nccl_invalid_usage", "usage"
+    if _IB_COMPLETION.search(message):
+        # NCCL itself returns ncclRemoteError for every failed completion (2.14+); a status
+        # naming this side's own fault (4: local protection, ACS / GPUDirect RDMA) is a local
+        # system fault, every other one says the peer or the fabric went away.
+        status = _ib_status(message)
+        return ("nccl_system_error" if status in _IB_LOCAL_STATUS else "nccl_remote_error",
+                "IB/RoCE")
     if _IB.search(message):
         return "nccl_system_error", "IB/RoCE"
     if _REMOTE.search(message):
@@ -303,7 +354,7 @@ def _warn_findings(lines: Sequence[Line]) -> dict[str, _Finding]:
     found: dict[str, _Finding] = {}
     follow_ons: list[tuple[Line, re.Match[str], int]] = []
     for ln in lines:
-        m = _WARN.search(ln.text)
+        m = _WARN.search(ln.text) or _BARE_IB.search(ln.text)
         if m is None:
             continue
         msg = m["msg"].strip()
@@ -493,8 +544,9 @@ def _nccl_warnings(ctx: Context) -> list[Diagnosis]:
                 summary, more, sharing = usage
                 facts.update(more)
                 ranks = sharing or ranks
-            if f.transport == "IB/RoCE" and (s := _IB_STATUS.search(message)):
-                facts["ib_status"] = int(s["status"])
+            if f.transport == "IB/RoCE" and (status := _ib_status(message)) is not None:
+                facts["ib_status"] = status
+                summary += _ib_said(status)
             if p := _PEER.search(message):
                 facts["peer"] = p["peer"]
             if version:
@@ -536,7 +588,8 @@ def _last_error(lines: Sequence[Line], start: int) -> tuple[str | None, Line | N
         if m is None:
             continue
         if m["rest"].strip():
-            return m["rest"].strip(), ln
+            # a paste that joined the lines keeps the C++ frames after it: not part of it
+            return m["rest"].split("Exception raised from")[0].strip(), ln
         nxt = lines[ln.index + 1] if ln.index + 1 < len(lines) else None
         if nxt is None or not nxt.text.strip() or nxt.text.startswith("Exception raised"):
             return None, None
@@ -618,6 +671,9 @@ def _nccl_results(ctx: Context) -> list[Diagnosis]:
             fix = _FIX["nccl_unhandled_cuda"] if kind == "nccl_unhandled_cuda" else _CUDA_FIX
         else:
             summary = f"{on} failed with {name} ({code}{ver}){work_of}{because}"
+            if last and (status := _ib_status(last)) is not None:
+                facts["ib_status"] = status
+                summary += _ib_said(status)
             if kind in _MEANING:
                 summary += f". {_MEANING[kind][0].upper()}{_MEANING[kind][1:]}"
             if kind == "nccl_invalid_usage" and last and (usage := _usage([last])) is not None:

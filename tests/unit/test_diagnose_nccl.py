@@ -82,14 +82,16 @@ def test_nccl_tests_failure_wording() -> None:
 
 def test_last_error_on_the_same_line_decides_the_kind() -> None:
     # deepseek-ai/DeepEP#106: the paste collapsed the lines; the remote error's Last error is an
-    # IB completion error: the network, not a dead peer.
+    # IB completion error with status 5 (IBV_WC_WR_FLUSH_ERR): the connection to the peer broke,
+    # which NCCL itself reports as ncclRemoteError (net_ib.cc; corrected from
+    # nccl_system_error, see hold-012 / nccl-007).
     d = diagnosed(
         "ith exception: NCCL error: remote process exited or there was a network error, NCCL "
         "version 2.20.5  ncclRemoteError: A call failed possibly due to a network error or a "
         "remote process exiting prematurely.                   Last error:      NET/IB : Got "
         "completion from peer 192.0.2.89<38536> with error 5, opcode 48, len 32710, vendor err 249"
     )
-    assert d.kind == "nccl_system_error"
+    assert d.kind == "nccl_remote_error"
     assert d.facts["nccl_version"] == "2.20.5"
     assert str(d.facts["last_error"]).startswith("NET/IB : Got completion from peer")
 
