@@ -62,7 +62,13 @@ SIGNATURES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("cuda_no_device", re.compile(
         r"no CUDA-capable device is detected|No CUDA GPUs are available"
         r"|CUDA driver initialization failed|Found no NVIDIA driver on your system"
-        r"|cudaErrorNoDevice\b|CUDA_ERROR_NO_DEVICE")),
+        r"|cudaErrorNoDevice\b|CUDA_ERROR_NO_DEVICE"
+        # c10/cuda/CUDAFunctions.cpp device_count_impl (warned as "CUDA initialization: ...",
+        # raised by torch.cuda._lazy_init): cudaErrorUnknown, and any other error of
+        # cudaGetDeviceCount() (whose own string, e.g. 802/803, an earlier signature names)
+        r"|CUDA unknown error - this may be due to an incorrectly set up environment"
+        r"|Unexpected error from cudaGetDeviceCount\(\)"
+        r"|Setting the available devices to be zero")),
     ("cuda_invalid_device", re.compile(
         r"invalid device ordinal|cudaErrorInvalidDevice\b|CUDA_ERROR_INVALID_DEVICE\b")),
     ("cuda_unsupported_arch", re.compile(
@@ -151,6 +157,14 @@ _FIX = {
     "Xid errors",
 }
 
+# cudaErrorUnknown from cudaGetDeviceCount while nvidia-smi may still work (CUDA's release notes
+# and NVIDIA's container toolkit troubleshooting: a wedged driver/UVM state or device nodes the
+# process cannot open).
+_UNKNOWN_INIT = (
+    "CUDA could not initialise (cudaErrorUnknown), so PyTorch set the device count to 0: "
+    "the nvidia_uvm module or the /dev/nvidia* device nodes are missing or not accessible "
+    "(in a container: it lost its devices), or the driver is in a bad state"
+)
 _TORCH_OOM = re.compile(
     r"CUDA out of memory\. Tried to allocate (?P<size>[\d.]+ [KMGT]?i?B)"
     r"(?:.*?GPU (?P<gpu>\d+))?",
@@ -226,6 +240,8 @@ def _diagnosis(ctx: Context, kind: str, hits: list[Line]) -> Diagnosis:
         facts.update({"gpu": gpu, "size": m["size"]})
     else:
         summary = f"{on[0].upper()}{on[1:]}{where} {_WHAT[kind]}: {by}'{error}'{end}"
+        if kind == "cuda_no_device" and "unknown error" in error.lower():
+            meaning = _UNKNOWN_INIT
         if meaning:
             summary += f". {meaning[0].upper()}{meaning[1:]}"
     if kind == "driver_too_old" and (m := next(
@@ -268,6 +284,35 @@ def _diagnosis(ctx: Context, kind: str, hits: list[Line]) -> Diagnosis:
     return d
 
 
+# ``torch.cuda.is_available()`` printed False: a shell one-liner and its output line.
+_IS_AVAILABLE = re.compile(r"cuda\.is_available\(\)")
+_FALSE = re.compile(r"^\s*(?:>>>\s*)?False\s*$")
+
+
+def _not_available(ctx: Context) -> Diagnosis | None:
+    """``torch.cuda.is_available()`` answered False and no CUDA error says why: PyTorch sees no
+    GPU (``torch/cuda/__init__.py``: it returns False when the device count is 0 or the build
+    has no CUDA)."""
+    for ln in ctx.lines:
+        if not _IS_AVAILABLE.search(ln.text):
+            continue
+        answer = next((x for x in ctx.lines[ln.index + 1:ln.index + 6] if _FALSE.match(x.text)),
+                      None)
+        if answer is not None:
+            return _diag(
+                "cuda_no_device",
+                "torch.cuda.is_available() returned False: PyTorch sees no usable GPU. "
+                f"{_MEANING['cuda_no_device'][0].upper()}{_MEANING['cuda_no_device'][1:]}, or "
+                "a CPU-only PyTorch build (torch.version.cuda is None)",
+                (),
+                _FIX["cuda_no_device"],
+                [ln.raw, answer.raw],
+                {"error": "torch.cuda.is_available() is False"},
+                ctx.failure,
+            )
+    return None
+
+
 def _cuda(ctx: Context) -> list[Diagnosis]:
     """One diagnosis per CUDA error kind the text shows (the engine ranks them: an ECC error
     explains the illegal address that follows it...)."""
@@ -284,4 +329,4 @@ def _cuda(ctx: Context) -> list[Diagnosis]:
 
 
 #: The rules of this module (the engine ranks what they find).
-RULES = (_cuda,)
+RULES = (_cuda, _not_available)

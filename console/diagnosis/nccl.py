@@ -354,7 +354,9 @@ def _warn_findings(lines: Sequence[Line]) -> dict[str, _Finding]:
     found: dict[str, _Finding] = {}
     follow_ons: list[tuple[Line, re.Match[str], int]] = []
     for ln in lines:
-        m = _WARN.search(ln.text) or _BARE_IB.search(ln.text)
+        m = _WARN.search(ln.text)
+        if m is None and not _LAST_ERROR.search(ln.text):  # a Last error is _nccl_results'
+            m = _BARE_IB.search(ln.text)
         if m is None:
             continue
         msg = m["msg"].strip()

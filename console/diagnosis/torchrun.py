@@ -784,7 +784,7 @@ _WRAPS = re.compile(
     r"|SignalException|KeyboardInterrupt|ProcessExitedException|process \d+ terminated with"
     r"|CUDA (?:driver )?error|CUDA out of memory|OutOfMemoryError|cuDNN error"
     r"|no kernel image|NVIDIA driver|CUDA-capable|No CUDA GPUs|invalid device ordinal"
-    r"|CUDA driver initialization|system not yet initialized"
+    r"|CUDA driver initialization|system not yet initialized|CUDA unknown error"
     r"|ncclUnhandledCudaError|ncclSystemError|ncclInternalError|ncclInvalidUsage|ncclRemoteError"
     r"|unhandled (?:cuda|system) error|internal error|invalid usage|remote process exited"
     r"|DistNetworkError|DistStoreError|Rendezvous\w*Error|Address already in use|EADDRINUSE"
@@ -815,7 +815,11 @@ def _rank_exceptions(lines: Sequence[Line]) -> list[tuple[int | None, Line]]:
 
 # A worker's final exception line ("RuntimeError: ...") on its own: strict, a dotted name
 # ending in Error/Exception and a message or nothing.
-_BARE_EXCEPTION = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)(?::\s+\S.*)?$")
+# May follow a prefix the normaliser could not tell from text (a pdsh host tag on a two-line
+# paste, "Got the error:").
+_BARE_EXCEPTION = re.compile(
+    r"(?:^|(?<=\s))(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)(?::\s+\S.*)?)$"
+)
 # Where the launcher reports the worker's exit.
 _EXIT_REPORT = re.compile(
     r"failed \(exitcode: -?\d+\) local_rank:|Child process \d+ \(local_rank \d+\) FAILED"
@@ -836,11 +840,13 @@ def _bare_exception(
     if end is None:
         return None
     for ln in reversed(lines[:end]):
-        text = ln.text.strip()
-        if (ln.text[:1].isspace() or not _BARE_EXCEPTION.match(text) or _WRAPS.search(text)
-                or not_a_failure(text)):
+        m = _BARE_EXCEPTION.search(ln.text.strip())
+        if ln.text[:1].isspace() or m is None:
             continue
-        return ln.rank, ln
+        text = m["exc"]
+        if _WRAPS.search(text) or not_a_failure(text):
+            continue
+        return ln.rank, replace(ln, text=text)
     return None
 
 
