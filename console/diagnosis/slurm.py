@@ -5,7 +5,8 @@ Primary sources (SchedMD/slurm):
 
 - ``src/slurmd/slurmstepd/req.c`` (``_handle_signal_container``): ``error("*** %s ON %s
   CANCELLED AT %s DUE TO TIME LIMIT ***")``, ``... DUE TO PREEMPTION ***``, ``... DUE TO NODE
-  FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***`` and, for scancel, ``*** %s ON %s CANCELLED AT
+  FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***``, ``... DUE TO JOB REQUEUE ***`` (preemption
+  with PreemptMode=REQUEUE, ``scontrol requeue``) and, for scancel, ``*** %s ON %s CANCELLED AT
   %s ***``, where ``%s`` is ``JOB <id>`` or ``STEP <id>.<step>`` (Slurm before 15.08 wrote
   ``*** JOB %u CANCELLED AT %s DUE TO TIME LIMIT on %s ***``, the node last).
 - ``src/plugins/task/cgroup/task_cgroup_memory.c`` and ``src/plugins/cgroup/v1|v2``:
@@ -19,7 +20,9 @@ Primary sources (SchedMD/slurm):
 
 A Slurm cancellation or srun's exit lines never hide the error above them: a Python
 exception a task printed before srun reported its exit is the root cause (the exit lines and
-the step's cancellation are its consequences).
+the step's cancellation are its consequences). What follows a cancellation (the tasks' exit
+codes and signals, peers' NCCL errors) is its consequence: the engine orders that by position
+(``engine.SCHEDULER_ENDS``).
 """
 
 from __future__ import annotations
@@ -115,7 +118,12 @@ def _cancelled(ctx: Context) -> Diagnosis | None:
             "(`--signal=USR1@120` with a handler that saves, `--requeue`)",
             evidence[:2], facts)
     else:
-        if "PREEMPT" in why.upper():
+        if "REQUEUE" in why.upper():
+            what = "requeued (preempted, or `scontrol requeue`) to run again later"
+            fix = ("nothing failed: make the job save a checkpoint on the warning signal "
+                   "(`--signal=USR1@120`) and resume when it restarts; or use a partition/QOS "
+                   "that is not preemptible")
+        elif "PREEMPT" in why.upper():
             what = "preempted: a higher-priority job took its resources"
             fix = ("resubmit or let the workflow retry; use `--requeue` with checkpointing, or a "
                    "partition/QOS that is not preemptible")
