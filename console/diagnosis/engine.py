@@ -23,7 +23,8 @@ from console.diagnosis.lines import Line, normalize
 from console.diagnosis.model import Consequence, Context, Diagnosis
 
 __all__ = [
-    "PRECEDENCE", "RULE_MODULES", "detect_inputs", "diagnose", "findings", "precedence_of",
+    "PRECEDENCE", "RULE_MODULES", "SCHEDULER_ENDS", "detect_inputs", "diagnose", "findings",
+    "precedence_of",
 ]
 
 log = logging.getLogger("gpuconsole.diagnosis")
@@ -46,6 +47,7 @@ PRECEDENCE: tuple[str, ...] = (
     "xid", "gpu_lost", "gsp_timeout", "driver_unreachable", "driver_version_mismatch",
     "nvml_library_not_found", "nvml_function_not_found", "no_gpus", "fabric_manager",
     "nvml_lost_in_container",
+    "nvml_error",
     # the container engine, the registry, the toolkit
     "docker_daemon_unreachable", "docker_permission", "disk_full", "docker_no_gpu_driver",
     "docker_unknown_runtime", "toolkit_nvml_init", "toolkit_library_missing", "driver_too_old",
@@ -77,6 +79,17 @@ _RANK = {kind: i for i, kind in enumerate(PRECEDENCE)}
 
 #: Ids that only say how a rank ended: dropped as consequences of a root cause on that rank.
 _EXIT_KINDS = frozenset({"sigkill", "sigsegv", "sigabrt", "signal", "exit_code"})
+
+
+#: Ids of the scheduler ending the job from outside (its clock, a preemption or requeue, a
+#: cancellation). What the tasks print AFTER such a line (their exit codes, the signals they got,
+#: the NCCL errors of peers that lost a stopped rank) follows from it, whatever PRECEDENCE says;
+#: a failure printed above it (the exception that made srun cancel the step) stays the root.
+SCHEDULER_ENDS = frozenset({"slurm_time_limit", "slurm_cancelled"})
+_AFTER_A_STOP = _EXIT_KINDS | {
+    "stopped", "hangup", "nccl_system_error", "nccl_internal_error", "nccl_remote_error",
+    "nccl_timeout",
+}
 
 
 def precedence_of(d: Diagnosis) -> int:
@@ -133,7 +146,24 @@ def findings(ctx: Context) -> list[Diagnosis]:
         if got is None:
             continue
         found.extend([got] if isinstance(got, Diagnosis) else got)
-    return sorted(found, key=lambda d: _order(d, ctx.lines))
+    ordered = sorted(found, key=lambda d: _order(d, ctx.lines))
+    return _after_scheduler_end(ordered, ctx.lines)
+
+
+def _after_scheduler_end(found: list[Diagnosis], lines: Sequence[Line]) -> list[Diagnosis]:
+    """``found`` with the findings that follow a scheduler's end of the job (see
+    :data:`SCHEDULER_ENDS`) moved after it."""
+    end = next((d for d in found if d.kind in SCHEDULER_ENDS), None)
+    if end is None:
+        return found
+    at, rank = _position(end, lines), precedence_of(end)
+    later = [d for d in found if d.kind in _AFTER_A_STOP and precedence_of(d) < rank
+             and _position(d, lines) > at]
+    if not later:
+        return found
+    rest = [d for d in found if d not in later]
+    i = rest.index(end) + 1
+    return rest[:i] + later + rest[i:]
 
 
 _INPUTS: tuple[tuple[str, re.Pattern[str]], ...] = (
