@@ -41,6 +41,7 @@ from remote.telemetry.faults import (
     DriverLoadProblem,
     DriverUpgrade,
     GpuXidSummary,
+    NvmlFault,
     XidEvent,
     XidHeadline,
     classify_driver_upgrade,
@@ -661,6 +662,25 @@ _NVML_KINDS: dict[str, str] = {
 _NVML_TRACE = re.compile(r"pynvml|nvml\.py|NVMLError|_nvmlGetFunctionPointer|_LoadNvmlLibrary|"
                          r"libnvidia-ml\.so")
 
+def _nvml_return_finding(ctx: Context, fault: NvmlFault) -> list[Diagnosis]:
+    """Another NVML return code that blames the GPU or the driver (``NVML_RETURNS``:
+    reset required, corrupted infoROM, insufficient external power, IRQ issue, timeout,
+    unknown error); a code that blames the caller is no diagnosis."""
+    ret = fault.returned
+    if ret is None or not ret.host_fault or ret.action is None:
+        return []
+    evidence = [ln.raw for ln in ctx.lines
+                if ret.suffix in ln.text or ret.message.lower() in ln.text.lower()]
+    call = f" in {fault.nvml_function}" if fault.nvml_function else ""
+    return [_diag(
+        "nvml_error",
+        f"NVML returned {ret.name} ({ret.code}, '{ret.message}'){call}: {ret.meaning}",
+        (), ret.action[0].upper() + ret.action[1:], evidence[:3],
+        {"nvml_return": ret.name, "nvml_code": ret.code, "nvml_function": fault.nvml_function,
+         "exception": fault.exception},
+    )]
+
+
 def _nvml_findings(ctx: Context) -> list[Diagnosis]:
     """A pynvml traceback: what NVML's failure says about the host."""
     if _NVML_TRACE.search(ctx.text) is None:
@@ -668,7 +688,7 @@ def _nvml_findings(ctx: Context) -> list[Diagnosis]:
     fault = classify_nvml_traceback("\n".join(ln.raw for ln in ctx.lines))
     kind = _NVML_KINDS.get(fault.kind)
     if kind is None:
-        return []
+        return _nvml_return_finding(ctx, fault)
     pattern = {
         "nvml_library_not_found": r"libnvidia-ml\.so|LibraryNotFound|NVML Shared Library",
         "nvml_function_not_found": r"_nvmlGetFunctionPointer|undefined symbol: nvml|"

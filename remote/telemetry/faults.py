@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any, Literal, cast
 
-from remote.telemetry.schema import GPU_FIELDS, GpuRecord, HostState, Sample, XidRecord
+from remote.telemetry.schema import GpuRecord, HostState
 from remote.telemetry.xid_catalog import (
     ACTION_RANK,
     ACTION_TEXT,
@@ -170,6 +170,141 @@ NVML_FUNCTION_FIELDS: dict[str, tuple[str, ...]] = {
     "nvmlDeviceGetProcessUtilization": ("processes",),
 }
 
+@dataclass(frozen=True)
+class NvmlReturn:
+    """One NVML return code (``nvmlReturn_t`` in NVIDIA's ``nvml.h``).
+
+    Attributes:
+        code: its number (``NVML_ERROR_GPU_IS_LOST`` = 15).
+        name: the C constant.
+        suffix: pynvml's exception class suffix (``NVMLError_<suffix>``: nvidia-ml-py builds
+            the class name from the constant in CamelCase).
+        message: ``nvmlErrorString``'s text (pynvml's ``str()`` of the exception) as seen in
+            real tracebacks; for the codes rarely seen, the header's comment.
+        meaning: what it says about the host, one line.
+        action: what to do (``None``: nothing, it is not a fault of the host).
+        host_fault: the GPU or driver is at fault (a diagnosis names it), not the caller.
+    """
+
+    code: int
+    name: str
+    suffix: str
+    message: str
+    meaning: str
+    action: str | None
+    host_fault: bool
+
+
+#: Every ``nvmlReturn_t`` of nvml.h (driver 570 / nvidia-ml-py 12.570, plus 30 from newer
+#: headers), by code; meanings and actions from nvml.h's comments and NVIDIA's NVML API
+#: reference ("Error reporting").
+NVML_RETURNS: dict[int, NvmlReturn] = {r.code: r for r in (
+    NvmlReturn(1, "NVML_ERROR_UNINITIALIZED", "Uninitialized", "Uninitialized",
+               "NVML was not initialised before the call (a bug in the tool)", None, False),
+    NvmlReturn(2, "NVML_ERROR_INVALID_ARGUMENT", "InvalidArgument", "Invalid Argument",
+               "an invalid argument (a bad GPU index or handle)", None, False),
+    NvmlReturn(3, "NVML_ERROR_NOT_SUPPORTED", "NotSupported", "Not Supported",
+               "the GPU does not offer this reading (a fan on an SXM board): no value, "
+               "not a fault", None, False),
+    NvmlReturn(4, "NVML_ERROR_NO_PERMISSION", "NoPermission", "Insufficient Permissions",
+               "the user may not make this call", "run it as root, or with the device "
+               "nodes' permissions", False),
+    NvmlReturn(5, "NVML_ERROR_ALREADY_INITIALIZED", "AlreadyInitialized", "Already Initialized",
+               "deprecated: NVML allows several initialisations", None, False),
+    NvmlReturn(6, "NVML_ERROR_NOT_FOUND", "NotFound", "Not Found",
+               "the object asked for does not exist (a PID or a GPU no longer there)", None,
+               False),
+    NvmlReturn(7, "NVML_ERROR_INSUFFICIENT_SIZE", "InsufficientSize", "Insufficient Size",
+               "the caller's buffer was too small (a tool bug or a race)", None, False),
+    NvmlReturn(8, "NVML_ERROR_INSUFFICIENT_POWER", "InsufficientPower",
+               "Insufficient External Power",
+               "the GPU's external power cables are not connected properly",
+               "power the node down and reseat the GPU's power cables", True),
+    NvmlReturn(9, "NVML_ERROR_DRIVER_NOT_LOADED", "DriverNotLoaded", "Driver Not Loaded",
+               "the NVIDIA kernel driver is not loaded",
+               "load the nvidia module or reinstall the driver for the running kernel", True),
+    NvmlReturn(10, "NVML_ERROR_TIMEOUT", "Timeout", "Timeout",
+               "the GPU did not answer in time", "check the kernel log for Xids; reset the GPU "
+               "if it repeats", True),
+    NvmlReturn(11, "NVML_ERROR_IRQ_ISSUE", "IrqIssue", "Interrupt Request Issue",
+               "the kernel driver has a problem with the GPU's interrupts",
+               "check the kernel log (NVRM, PCIe AER); reboot the node", True),
+    NvmlReturn(12, "NVML_ERROR_LIBRARY_NOT_FOUND", "LibraryNotFound",
+               "NVML Shared Library Not Found",
+               "libnvidia-ml.so.1 cannot be loaded: no NVIDIA user-space driver",
+               "install the NVIDIA driver (in a container: run it with --gpus)", True),
+    NvmlReturn(13, "NVML_ERROR_FUNCTION_NOT_FOUND", "FunctionNotFound", "Function Not Found",
+               "the driver's libnvidia-ml lacks a function the binding calls (binding newer "
+               "than the driver)", "use an nvidia-ml-py release that matches the driver, or "
+               "upgrade the driver", False),
+    NvmlReturn(14, "NVML_ERROR_CORRUPTED_INFOROM", "CorruptedInforom", "Corrupted infoROM",
+               "the GPU's infoROM is corrupted", "drain the GPU and have its infoROM "
+               "reflashed or the board replaced (NVIDIA support)", True),
+    NvmlReturn(15, "NVML_ERROR_GPU_IS_LOST", "GpuIsLost", "GPU is lost",
+               "the GPU fell off the bus or stopped answering", "reboot the node; if it "
+               "recurs check PCIe seating, power and cooling", True),
+    NvmlReturn(16, "NVML_ERROR_RESET_REQUIRED", "ResetRequired", "GPU requires restart",
+               "the GPU needs a reset before it can be used again",
+               "drain it, then `nvidia-smi -r -i <gpu>` (or reboot the node)", True),
+    NvmlReturn(17, "NVML_ERROR_OPERATING_SYSTEM", "OperatingSystem",
+               "The operating system has blocked the request.",
+               "the operating system blocked the request", None, False),
+    NvmlReturn(18, "NVML_ERROR_LIB_RM_VERSION_MISMATCH", "LibRmVersionMismatch",
+               "RM has detected an NVML/RM version mismatch.",
+               "the user-space driver and the loaded kernel module are different versions",
+               "reboot (or reload the nvidia modules) so both are the installed version", True),
+    NvmlReturn(19, "NVML_ERROR_IN_USE", "InUse", "In use by another client",
+               "another client holds the GPU (an operation needs it idle)", None, False),
+    NvmlReturn(20, "NVML_ERROR_MEMORY", "Memory", "Insufficient Memory",
+               "NVML ran out of memory", None, False),
+    NvmlReturn(21, "NVML_ERROR_NO_DATA", "NoData", "No data",
+               "no data yet (a first sample)", None, False),
+    NvmlReturn(22, "NVML_ERROR_VGPU_ECC_NOT_SUPPORTED", "VgpuEccNotSupported",
+               "The requested vgpu operation is not available on target device, becasue ECC "
+               "is enabled", "a vGPU operation refused because ECC is on", None, False),
+    NvmlReturn(23, "NVML_ERROR_INSUFFICIENT_RESOURCES", "InsufficientResources",
+               "Ran out of critical resources, other than memory",
+               "the driver ran out of a resource other than memory", None, False),
+    NvmlReturn(24, "NVML_ERROR_FREQ_NOT_SUPPORTED", "FreqNotSupported",
+               "Ran out of critical resources, other than memory",
+               "the requested clock frequency is not supported", None, False),
+    NvmlReturn(25, "NVML_ERROR_ARGUMENT_VERSION_MISMATCH", "ArgumentVersionMismatch",
+               "Argument version mismatch",
+               "the binding passed a structure version the driver does not know (binding "
+               "newer than the driver)", "use an nvidia-ml-py release that matches the driver",
+               False),
+    NvmlReturn(26, "NVML_ERROR_DEPRECATED", "Deprecated", "Deprecated",
+               "the call is deprecated", None, False),
+    NvmlReturn(27, "NVML_ERROR_NOT_READY", "NotReady", "Not Ready",
+               "the system is not ready for the request", None, False),
+    NvmlReturn(28, "NVML_ERROR_GPU_NOT_FOUND", "GpuNotFound", "GPU not found",
+               "no GPU at that address", None, False),
+    NvmlReturn(29, "NVML_ERROR_INVALID_STATE", "InvalidState", "Invalid state",
+               "the GPU is in a state that does not allow the request", None, False),
+    NvmlReturn(30, "NVML_ERROR_RESET_TYPE_NOT_SUPPORTED", "ResetTypeNotSupported",
+               "Reset type not supported", "the GPU does not support the reset asked for",
+               None, False),
+    NvmlReturn(999, "NVML_ERROR_UNKNOWN", "Unknown", "Unknown Error",
+               "the driver reported an unknown error: the GPU or driver is in a bad state "
+               "(in a container: often its device access was lost)",
+               "check the kernel log for Xids; in a container restart it", True),
+)}
+_NVML_BY_SUFFIX = {r.suffix: r for r in NVML_RETURNS.values()}
+_NVML_BY_MESSAGE = {r.message.lower(): r for r in NVML_RETURNS.values()}
+
+
+def nvml_return(exception: str | None, message: str | None = None) -> NvmlReturn | None:
+    """The NVML return code behind a pynvml exception: its class (``NVMLError_GpuIsLost``,
+    also qualified) or its message (``GPU is lost``); ``None`` when neither names one."""
+    if exception:
+        suffix = exception.rsplit(".", 1)[-1].partition("NVMLError_")[2]
+        if suffix in _NVML_BY_SUFFIX:
+            return _NVML_BY_SUFFIX[suffix]
+    if message:
+        return _NVML_BY_MESSAGE.get(message.strip().lower())
+    return None
+
+
 #: pynvml exception class suffix (``NVMLError_<suffix>``) and message -> fault kind.
 _NVML_ERRORS: dict[str, NvmlFaultKind] = {
     "NotSupported": "not_supported",
@@ -236,6 +371,8 @@ class NvmlFault:
         reason: one line for the sample's ``errors`` map / ``state_detail``.
         hint: the fix, or ``None``.
         complete: the (last chained) traceback ended with its exception line.
+        returned: the NVML return code the exception stands for (:data:`NVML_RETURNS`), or
+            ``None`` when the traceback does not name one.
     """
 
     kind: NvmlFaultKind
@@ -250,6 +387,7 @@ class NvmlFault:
     reason: str
     hint: str | None
     complete: bool
+    returned: NvmlReturn | None = None
 
 
 def classify_nvml_traceback(text: str) -> NvmlFault:
@@ -360,52 +498,8 @@ def classify_nvml_traceback(text: str) -> NvmlFault:
         kind=kind, exception=exc_name, message=exc_msg, nvml_function=nvml_function,
         fields=fields, host_state=host_state, gpu_lost=kind == "gpu_lost",
         processes_unknown=processes_unknown, fallback=fallback, reason=reasons[kind],
-        hint=hints[kind], complete=complete,
+        hint=hints[kind], complete=complete, returned=nvml_return(exc_name, exc_msg),
     )
-
-
-def apply_nvml_fault(sample: Sample, fault: NvmlFault, gpu_index: int | None = None) -> None:
-    """Write ``fault``'s consequence into a schema-v1 ``sample`` in place.
-
-    Field-level faults make only their fields ``None`` (reason in the GPU's ``errors``), except
-    ``mig_mode``, which is ``False`` when unsupported (schema: no MIG). A lost GPU (the one at
-    ``gpu_index``, which the caller was querying) gets ``lost`` and unknown readings; the other
-    GPUs keep theirs, and so does the process list (noted as partial). Host-level faults set
-    ``state`` and make every GPU reading unknown. An unknown process list is ``None`` with the
-    reason in ``errors["processes"]``.
-    """
-    gpus = sample["gpus"]
-    target = next((g for g in gpus if g["index"] == gpu_index), None)
-    if fault.host_state is not None:
-        sample["state"] = fault.host_state
-        sample["state_detail"] = fault.reason
-        for g in gpus:
-            _unknown_readings(g, GPU_FIELDS, fault.reason)
-        if not gpus:  # unknown, not "0 GPUs"
-            sample["errors"]["gpus"] = f"GPU list unknown: {fault.reason}"
-    elif fault.gpu_lost:
-        sample["state"] = "gpu_lost"
-        sample["state_detail"] = (f"GPU {gpu_index} is lost (reboot required)"
-                                  if gpu_index is not None else fault.reason)
-        if target is not None:
-            target["lost"] = True
-            _unknown_readings(target, GPU_FIELDS, fault.reason)
-        if sample["processes"] is not None:
-            sample["errors"]["processes"] = (
-                f"processes on GPU {gpu_index if gpu_index is not None else '?'} unknown "
-                "(GPU lost); the list covers the other GPUs")
-    elif target is not None:
-        gpu_fields = tuple(f for f in fault.fields if f != "processes")
-        if fault.kind == "not_supported" and "mig_mode" in gpu_fields:
-            target["mig_mode"] = False
-            gpu_fields = tuple(f for f in gpu_fields if f != "mig_mode")
-        _unknown_readings(target, gpu_fields, fault.reason)
-    if fault.processes_unknown:
-        sample["processes"] = None
-        why = fault.reason
-        if fault.fallback == "nvidia-smi-compute-apps":
-            why += "; fall back to nvidia-smi --query-compute-apps"
-        sample["errors"]["processes"] = why
 
 
 def _unknown_readings(gpu: GpuRecord, fields: Iterable[str], reason: str) -> None:
@@ -538,23 +632,6 @@ class XidEvent:
     caused_by: int | None = None
     recovery: str | None = None
     end_line_no: int = 0
-
-    def to_schema(self, gpu_index: int | None = None, boot_time: float | None = None,
-                  tz: timezone | None = None) -> XidRecord:
-        """The schema-v1 ``xid_events`` entry.
-
-        ``time`` (Unix seconds) is ``boot_time + uptime_s`` for boot-relative stamps, or the
-        wall time read in ``tz`` (the host's zone; this process's local zone when ``None``);
-        ``None`` when neither can be placed.
-        """
-        when: float | None = None
-        if self.uptime_s is not None and boot_time is not None:
-            when = boot_time + self.uptime_s
-        elif self.wall_time is not None:
-            wt = self.wall_time if tz is None else self.wall_time.replace(tzinfo=tz)
-            when = wt.timestamp()
-        return {"time": when, "gpu_index": gpu_index, "pci_bus_id": self.pci_bus_id,
-                "xid": self.xid, "pid": self.pid, "detail": self.detail or None}
 
 
 #: nv.c's notice after its wrapping ``NVRM:`` tokens and rsyslog's ``#012`` newlines are
@@ -842,11 +919,6 @@ def _restates_printed(ev: XidEvent, events: Sequence[XidEvent],
         if d is None or abs(d) <= _SAME_EVENT_S:
             return True
     return False
-
-
-def parse_kernel_log(text: str) -> list[XidEvent]:
-    """The Xid events of a kernel log (see :func:`scan_kernel_log`), in log order."""
-    return scan_kernel_log(text).events
 
 
 def _xid_pid(rest: str) -> int | None:
@@ -1574,13 +1646,11 @@ __all__ = [
     "PluginDiscovery",
     "XidEvent",
     "XidHeadline",
-    "apply_nvml_fault",
     "chain_root",
     "classify_driver_upgrade",
     "classify_nvml_traceback",
     "find_api_mismatch",
     "find_driver_load_problems",
-    "parse_kernel_log",
     "parse_plugin_discovery",
     "pci_key",
     "scan_kernel_log",

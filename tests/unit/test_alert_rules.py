@@ -28,7 +28,7 @@ from console.fleet.state import ContainerJob, FleetState
 from console.jobs.store import FailureRecord, JobRecord, NodeRecord
 from console.profiles import load_profile_file
 from remote.dockerlogs import parse_rfc3339_ns
-from remote.telemetry.faults import XID_INFO, parse_kernel_log
+from remote.telemetry.faults import XID_INFO, scan_kernel_log
 from remote.telemetry.schema import Sample, read_sample
 
 REPO = Path(__file__).resolve().parents[2]
@@ -192,7 +192,9 @@ def test_gpu_lost_when_a_reported_gpu_disappears_or_is_marked_lost() -> None:
 def seen_xids(name: str, host: str, at: float) -> list[SeenXid]:
     """A real kernel log's Xid events as a sample carries them (GPU 0), seen at ``at``."""
     text = (XIDS / name).read_text()
-    return [SeenXid(host, e.to_schema(gpu_index=0), at) for e in parse_kernel_log(text)]
+    return [SeenXid(host, {"time": None, "gpu_index": 0, "pci_bus_id": e.pci_bus_id,
+                           "xid": e.xid, "pid": e.pid, "detail": e.detail or None}, at)
+            for e in scan_kernel_log(text).events]
 
 
 def test_xid_is_decoded_graded_by_class_and_held_for_hold_s() -> None:

@@ -26,8 +26,8 @@ DATA = Path(__file__).resolve().parents[1] / "data"
     (">> quoted twice", "quoted twice", None, None, None),
     ("trainer-1  | [rank0]: boom", "[rank0]: boom", 0, None, "trainer-1"),
     ("[pod/trainer-0/pytorch] KeyError: 'a'", "KeyError: 'a'", None, None, "pod/trainer-0/pytorch"),
-    ("12: torch.OutOfMemoryError: CUDA out of memory.", "torch.OutOfMemoryError: CUDA out of memory.",
-     None, None, "12"),
+    ("12: torch.OutOfMemoryError: CUDA out of memory.",
+     "torch.OutOfMemoryError: CUDA out of memory.", None, None, "12"),
     ("[1,3]<stderr>:NCCL WARN x", "NCCL WARN x", 3, None, None),
     ("[80746] [rank0]:[E321 02:07:08] w", "[rank0]:[E321 02:07:08] w", 0, None, None),
     ("Mar 21 02:07:08 gpu-node-01 kernel: NVRM: Xid (PCI:0000:3b:00): 79",
@@ -57,14 +57,15 @@ def test_json_records_are_opened() -> None:
     texts = [ln.text for ln in normalize(json.dumps(record))]
     assert texts[0] == "RuntimeError: boom"
     assert "Traceback (most recent call last):" in texts
-    docker = json.dumps({"log": "KeyError: 'x'\n", "stream": "stderr", "time": "2024-01-01T00:00:00Z"})
+    docker = json.dumps({"log": "KeyError: 'x'\n", "stream": "stderr",
+                         "time": "2024-01-01T00:00:00Z"})
     assert [ln.text for ln in normalize(docker)] == ["KeyError: 'x'"]
 
 
 def test_pdsh_host_tags_only_when_they_repeat() -> None:
     text = "\n".join(f"gpu-node-07: line {i}" for i in range(4))
     assert {ln.task for ln in normalize(text)} == {"gpu-node-07"}
-    assert [ln.text for ln in normalize(text)][0] == "line 0"
+    assert normalize(text)[0].text == "line 0"
     # a Python exception name is never a host tag
     text = "\n".join("ValueError: bad value" for _ in range(4))
     assert all(ln.text == "ValueError: bad value" for ln in normalize(text))

@@ -19,11 +19,9 @@ import pytest
 from remote.telemetry.faults import (
     GpuXidSummary,
     XidEvent,
-    apply_nvml_fault,
     classify_driver_upgrade,
     classify_nvml_traceback,
     find_api_mismatch,
-    parse_kernel_log,
     parse_plugin_discovery,
     pci_key,
     scan_kernel_log,
@@ -48,6 +46,11 @@ from remote.telemetry.smi import (
 )
 
 CASES = Path(__file__).resolve().parents[1] / "data" / "cases"
+
+
+def _events(text: str) -> list[XidEvent]:
+    """The Xid events of a kernel log, in log order."""
+    return scan_kernel_log(text).events
 
 
 def case(name: str) -> str:
@@ -497,14 +500,8 @@ def test_nvml01a_fan_not_supported_is_none_not_fault() -> None:
     assert f.nvml_function == "nvmlDeviceGetFanSpeed" and f.fields == ("fan_pct",)
     assert f.host_state is None and not f.gpu_lost and not f.processes_unknown
     assert f.complete
-    sample = nvml_sample()
-    sample["gpus"][0]["fan_pct"] = 0
-    apply_nvml_fault(sample, f, 0)
-    g = sample["gpus"][0]
-    assert g["fan_pct"] is None and "not supported" in g["errors"]["fan_pct"]
-    assert (g["util_gpu_pct"], g["temp_c"], g["power_w"]) == (90, 60, 250.0)
-    assert list(g["errors"]) == ["fan_pct"]
-    assert sample["state"] == "ok" and sample["processes"] == [{"gpu_index": 0, "pid": 1}]
+    assert f.returned is not None and f.returned.name == "NVML_ERROR_NOT_SUPPORTED"
+    assert not f.returned.host_fault and "not supported" in f.reason
 
 
 @pytest.mark.parametrize(("func", "fields"), [
@@ -518,26 +515,15 @@ def test_not_supported_maps_the_getter_to_its_fields(func: str, fields: tuple[st
     assert f.processes_unknown == (fields == ("processes",))
 
 
-def test_mig_not_supported_means_mig_off() -> None:
-    f = classify_nvml_traceback(case("nvml-01a").replace("nvmlDeviceGetFanSpeed",
-                                                         "nvmlDeviceGetMigMode"))
-    sample = nvml_sample()
-    apply_nvml_fault(sample, f, 1)
-    assert sample["gpus"][1]["mig_mode"] is False
-
-
 def test_nvml01b_missing_function_process_list_unknown() -> None:
     f = classify_nvml_traceback(case("nvml-01b"))
     assert f.kind == "function_not_found"
     assert f.exception is None and not f.complete
     assert f.processes_unknown and f.fields == ("processes",)
     assert f.fallback == "nvidia-smi-compute-apps" and f.host_state is None
-    sample = nvml_sample()
-    apply_nvml_fault(sample, f)
-    assert sample["processes"] is None  # unknown, never "no processes"
-    assert "--query-compute-apps" in sample["errors"]["processes"]
-    assert sample["state"] == "ok" and sample["gpus"][0]["util_gpu_pct"] == 90
+    assert f.hint is not None and "--query-compute-apps" in f.hint
     apps = parse_csv_rows("GPU-a0, 77, 1000\n", COMPUTE_APPS_FIELDS)
+    sample = nvml_sample()
     sample["gpus"][0]["uuid"] = "GPU-a0"
     procs = processes_from_compute_apps(apps, sample["gpus"])
     assert [(p["gpu_index"], p["pid"], p["used_mib"]) for p in procs] == [(0, 77, 1000)]
@@ -570,13 +556,8 @@ def test_nvml03_gpu_lost_only_that_gpu(qualified: bool) -> None:
     assert f.exception == "NVMLError_GpuIsLost" and f.message == "GPU is lost"
     assert f.nvml_function == "nvmlDeviceGetHandleByIndex"
     assert f.host_state is None and f.hint is not None and "reboot" in f.hint
-    sample = nvml_sample(4)
-    apply_nvml_fault(sample, f, 2)
-    assert sample["state"] == "gpu_lost"
-    assert [g["lost"] for g in sample["gpus"]] == [False, False, True, False]
-    assert sample["gpus"][2]["util_gpu_pct"] is None
-    assert all(sample["gpus"][i]["util_gpu_pct"] == 90 for i in (0, 1, 3))
-    assert sample["processes"] == [{"gpu_index": 0, "pid": 1}]
+    # the GPU at the caller's index is lost; the host (and its other GPUs) are not
+    assert f.returned is not None and f.returned.code == 15 and f.returned.host_fault
 
 
 # ---------------------------------------------------------------------------------------------
@@ -587,13 +568,7 @@ def test_nvml04_library_not_found() -> None:
     assert f.kind == "library_not_found" and f.host_state == "nvml_unavailable"
     assert f.fallback == "nvidia-smi" and f.nvml_function == "nvmlInit"
     assert not f.complete and f.exception == "OSError"
-    sample = nvml_sample()
-    apply_nvml_fault(sample, f)
-    assert sample["state"] == "nvml_unavailable" and sample["processes"] is None
-    assert all(g[f_] is None for g in sample["gpus"] for f_ in GPU_FIELDS)
-    empty = empty_sample("nvml", 0, 0.0, 1.0)
-    apply_nvml_fault(empty, f)
-    assert "GPU list unknown" in empty["errors"]["gpus"]  # not "0 GPUs"
+    assert f.processes_unknown  # unknown, never "no processes"
     full = classify_nvml_traceback(case("nvml-04") + "pynvml.NVMLError_LibraryNotFound: NVML "
                                    "Shared Library Not Found\n")
     assert full.kind == "library_not_found" and full.complete
@@ -657,32 +632,17 @@ def test_xid01_two_gpus_suspect_hardware() -> None:
 
 def test_single_app_fault_leaves_the_gpu_usable() -> None:
     one = "\n".join(case("xid-01").splitlines()[:2])
-    (s,) = summarize_xids(parse_kernel_log(one))
+    (s,) = summarize_xids(_events(one))
     assert s.verdict == "application_fault" and not s.drain and s.pids == (35521,)
     # the same process faulting repeatedly is one application, not hardware
     same = "\n".join(ln.replace("pid=36178", "pid=35521").replace("pid=1405", "pid=35521")
                      .replace("pid=11101", "pid=35521") for ln in case("xid-01").splitlines()[:5])
-    (s2,) = summarize_xids(parse_kernel_log(same))
+    (s2,) = summarize_xids(_events(same))
     assert s2.verdict == "application_fault" and s2.counts == {43: 4} and s2.pids == (35521,)
 
 
-def test_xid_event_to_schema() -> None:
-    evs = parse_kernel_log(case("xid-01"))
-    utc = timezone.utc
-    d = evs[0].to_schema(gpu_index=0, tz=utc)
-    assert d == {"time": datetime(2021, 1, 27, 23, 4, 35, tzinfo=utc).timestamp(),
-                 "gpu_index": 0, "pci_bus_id": "0000:3d:00", "xid": 43, "pid": 35521,
-                 "detail": "pid=35521, Ch 00000008"}
-    boot = parse_kernel_log(case("xid-02"))[0]
-    assert boot.to_schema(boot_time=1000.0)["time"] == pytest.approx(15328.198504)
-    assert boot.to_schema()["time"] is None
-
-
-# ---------------------------------------------------------------------------------------------
-# xid-02: 31 -> 62 -> 45s on one GPU; <unknown> pids/names; an unrelated line
-
 def test_xid02_chain_needs_reset() -> None:
-    evs = parse_kernel_log(case("xid-02"))
+    evs = _events(case("xid-02"))
     assert len(evs) == 10  # sched: RT throttling skipped
     first = evs[0]
     assert (first.xid, first.pid, first.process_name, first.channel) == (
@@ -714,7 +674,7 @@ def test_xid02_chain_needs_reset() -> None:
 
 def test_reset_chain_root_must_be_recent() -> None:
     far = case("xid-02").replace("[14328.198504]", "[ 1328.198504]")
-    (s,) = summarize_xids(parse_kernel_log(far))
+    (s,) = summarize_xids(_events(far))
     assert s.verdict == "needs_reset" and s.chain_root is None
 
 
@@ -741,7 +701,7 @@ def test_fallen_off_variants() -> None:
             "bus.\n"
             "[  100.000003] NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.\n"
             "[  200.000000] NVRM: GPU 0000:5e:00.0: GPU has fallen off the bus.\n")
-    evs = parse_kernel_log(text)
+    evs = _events(text)
     assert [(e.pci_bus_id, e.xid, e.inferred) for e in evs] == [
         ("0000:3b:00", 79, False), ("0000:5e:00.0", 79, True)]
     assert evs[0].uuid == "GPU-0000003b" and evs[0].pid == 2222
@@ -753,7 +713,7 @@ def test_fallen_off_variants() -> None:
 def test_syslog_prefix_and_pci_spellings() -> None:
     line = ("Jan 27 23:04:35 gpu-node-01 kernel: [14328.198504] NVRM: Xid (PCI:0000:3d:00): 13, "
             "pid=99, name=python3, Graphics Exception")
-    (ev,) = parse_kernel_log(line)
+    (ev,) = _events(line)
     assert (ev.xid, ev.pid, ev.process_name, ev.uptime_s) == (13, 99, "python3", 14328.198504)
     assert pci_key("PCI:0000:3d:00") == pci_key("00000000:3D:00.0") == pci_key("3d:00.0")
     assert pci_key("0000:3d:00") != pci_key("0000:3e:00")
@@ -805,12 +765,12 @@ def test_traceback_indented_as_a_block_classifies_the_same() -> None:
 def test_unreadable_stamps_do_not_double_a_printed_xid_79() -> None:
     """gpu-018 (journal lines with a lower-case, full month name) prints Xid 79 and then
     'GPU has fallen off the bus.': one event; the stamp is read."""
-    evs = parse_kernel_log(corpus("gpu-018"))
+    evs = _events(corpus("gpu-018"))
     assert [(e.xid, e.inferred) for e in evs] == [(79, False)]
     assert evs[0].time_text == "april 24 16:22:15" and evs[0].pid == 6755
     # gpu-019 has no stamps at all; quoted in Markdown too
     for text in (corpus("gpu-019"), "\n".join("> " + ln for ln in corpus("gpu-019").splitlines())):
-        assert [(e.xid, e.inferred) for e in parse_kernel_log(text)] == [(79, False)]
+        assert [(e.xid, e.inferred) for e in _events(text)] == [(79, False)]
 
 
 def test_bare_gsp_timeout_next_to_a_printed_119_without_stamps_is_one_event() -> None:
@@ -819,17 +779,17 @@ def test_bare_gsp_timeout_next_to_a_printed_119_without_stamps_is_one_event() ->
     from tests.unit.test_xid_catalog import GPUD_119
     lines = [ln.split("] ", 1)[1] for ln in GPUD_119.splitlines()]
     bare = lines[2].replace("Xid (PCI:0000:9b:00): 119, pid=2024380, name=nvidia-smi, ", "")
-    evs = parse_kernel_log("\n".join([*lines, bare]))
+    evs = _events("\n".join([*lines, bare]))
     assert [(e.xid, e.inferred) for e in evs] == [(119, False)]
 
 
 def test_dmesg_ctime_in_any_case_and_long_names() -> None:
     line = next(ln for ln in case("xid-01").splitlines() if "Xid" in ln)
-    (plain,) = parse_kernel_log(line)
+    (plain,) = _events(line)
     assert plain.wall_time is not None
     for variant in (line.replace("Wed Jan", "wed jan"),
                     line.replace("Wed Jan", "Wednesday January")):
-        (ev,) = parse_kernel_log(variant)
+        (ev,) = _events(variant)
         assert ev.wall_time == plain.wall_time
 
 
@@ -840,7 +800,7 @@ def test_wrapped_notice_with_a_stamp_on_every_line_is_one_message(prefix: str) -
     """xid-04's three-line notice as journalctl / newer dmesg print it: each line stamped."""
     head = case("xid-04").splitlines()[:3]
     text = "\n".join(prefix + ln[ln.index("NVRM:"):] for ln in head)
-    (ev,) = parse_kernel_log(text)
+    (ev,) = _events(text)
     assert (ev.xid, ev.inferred, ev.pci_bus_id, ev.pci_device_id) == (
         79, True, "0000:b3:00.0", "10de:26b5")
     assert (ev.line_no, ev.end_line_no) == (1, 3)
@@ -850,14 +810,14 @@ def test_wrapped_notice_with_a_stamp_on_every_line_is_one_message(prefix: str) -
 def test_cleanup_lines_only_are_judged_by_the_xid_they_name() -> None:
     """gpu-002: only Xid 45 'caused by previous Xid 149/145' (NVLink5): never an application
     fault; the named root decides the verdict."""
-    sums = summarize_xids(parse_kernel_log(corpus("gpu-002")))
+    sums = summarize_xids(_events(corpus("gpu-002")))
     assert len(sums) == 4
     assert {s.verdict for s in sums} == {"hardware_warning"}
     dc = next(s for s in sums if s.pci_bus_id == "0000:dc:00")
     assert "name Xid 149" in dc.diagnosis
     # the same lines naming an Xid 79 (the 45s after a GPU fell off the bus) -> gpu_lost
     lost = corpus("gpu-002").replace("caused by previous Xid 149", "caused by previous Xid 79")
-    dc = next(s for s in summarize_xids(parse_kernel_log(lost)) if s.pci_bus_id == "0000:dc:00")
+    dc = next(s for s in summarize_xids(_events(lost)) if s.pci_bus_id == "0000:dc:00")
     assert dc.verdict == "gpu_lost" and dc.drain
 
 

@@ -18,8 +18,9 @@ from remote.telemetry.faults import (
     BLAME_APP,
     BLAME_LONE_TIMEOUT,
     BLAME_ROOT,
+    XidEvent,
     chain_root,
-    parse_kernel_log,
+    scan_kernel_log,
     summarize_xids,
     xid_headline,
 )
@@ -35,6 +36,11 @@ from remote.telemetry.xid_catalog import (
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
+
+
+def _events(text: str) -> list[XidEvent]:
+    """The Xid events of a kernel log, in log order."""
+    return scan_kernel_log(text).events
 
 def case(name: str) -> str:
     return (DATA / "cases" / "dmesg-xid" / f"{name}.txt").read_text()
@@ -116,7 +122,7 @@ def test_faults_classes_come_from_the_catalogue() -> None:
 
 
 def test_xid02_root_is_the_halt_not_its_cleanup() -> None:
-    evs = parse_kernel_log(case("xid-02"))
+    evs = _events(case("xid-02"))
     h = xid_headline(evs)
     assert h is not None
     assert h.text == "Xid 62 micro-controller halt: reset GPU"
@@ -126,12 +132,12 @@ def test_xid02_root_is_the_halt_not_its_cleanup() -> None:
 
 
 def test_xid04_fallen_off_the_bus_is_reboot() -> None:
-    (s,) = summarize_xids(parse_kernel_log(case("xid-04")), {"00000000:B3:00.0": 3})
+    (s,) = summarize_xids(_events(case("xid-04")), {"00000000:B3:00.0": 3})
     assert s.gpu_index == 3 and s.line == "Xid 79 fallen off the bus: reboot"
 
 
 def test_xid01_repeated_app_faults_say_drain() -> None:
-    by_bus = {s.pci_bus_id: s for s in summarize_xids(parse_kernel_log(case("xid-01")))}
+    by_bus = {s.pci_bus_id: s for s in summarize_xids(_events(case("xid-01")))}
     assert by_bus["0000:3d:00"].line == ("Xid 43 GPU stopped processing: no action; "
                                          "4 processes hit: drain, run diagnostics")
     assert by_bus["0000:db:00"].line.startswith("Xid 31 GPU memory page fault: restart app")
@@ -139,7 +145,7 @@ def test_xid01_repeated_app_faults_say_drain() -> None:
 
 def test_cleanup_lines_name_their_root() -> None:
     """gpu-002: only Xid 45 lines, each 'caused by previous Xid 149/145' (NVLink5)."""
-    sums = {s.pci_bus_id: s for s in summarize_xids(parse_kernel_log(corpus("gpu-002")))}
+    sums = {s.pci_bus_id: s for s in summarize_xids(_events(corpus("gpu-002")))}
     dc = sums["0000:dc:00"]
     assert {e.caused_by for e in dc.events} == {149}
     assert dc.line == ("Xid 149 NVLINK: NETIR Error: reset GPU if the link error is fatal "
@@ -149,7 +155,7 @@ def test_cleanup_lines_name_their_root() -> None:
 
 def test_recovery_action_of_xid_154_backs_the_root() -> None:
     """gpu-004: Xid 62, the GSP's PMU-halted notice, then Xid 154 (GPU Reset Required)."""
-    evs = parse_kernel_log(corpus("gpu-004"))
+    evs = _events(corpus("gpu-004"))
     assert [e.xid for e in evs] == [62, 154]
     assert evs[1].recovery == "reset_gpu"
     h = xid_headline(evs)
@@ -159,13 +165,13 @@ def test_recovery_action_of_xid_154_backs_the_root() -> None:
     # the same line naming a node reboot (value 2 of nvmlDeviceGpuRecoveryAction_t) wins over
     # the root's own action
     reboot = corpus("gpu-004").replace("0x1 (GPU Reset Required)", "0x2 (Node Reboot Required)")
-    h2 = xid_headline(parse_kernel_log(reboot))
+    h2 = xid_headline(_events(reboot))
     assert h2 is not None and h2.text == "Xid 62 micro-controller halt: reboot"
 
 
 def test_gsp_rpc_timeouts() -> None:
     """gpu-001: repeated Xid 119 'Timeout waiting for RPC from GSP!'."""
-    evs = parse_kernel_log(corpus("gpu-001"))
+    evs = _events(corpus("gpu-001"))
     assert {e.xid for e in evs} == {119} and not any(e.inferred for e in evs)
     h = xid_headline(evs)
     assert h is not None and h.text == "Xid 119 GSP RPC timeout: reset GPU"
@@ -186,11 +192,11 @@ data 0x0000000000002081 0x0000000000000004.
 
 
 def test_gsp_details_are_not_events_and_a_bare_timeout_is_119() -> None:
-    evs = parse_kernel_log(GPUD_119)
+    evs = _events(GPUD_119)
     assert [(e.xid, e.pci_bus_id, e.inferred) for e in evs] == [(119, "0000:9b:00", False)]
     # variant: the same timeout printed without its Xid prefix (older drivers' wording)
     bare = GPUD_119.replace("Xid (PCI:0000:9b:00): 119, pid=2024380, name=nvidia-smi, ", "")
-    evs2 = parse_kernel_log(bare)
+    evs2 = _events(bare)
     assert [(e.xid, e.pci_bus_id, e.inferred) for e in evs2] == [(119, "GPU4", True)]
     (s,) = summarize_xids(evs2)
     assert s.gpu_index is None and s.line == "Xid 119 GSP RPC timeout: reset GPU"
@@ -210,7 +216,7 @@ def test_ctx_switch_timeout_after_an_app_fault_is_not_the_root() -> None:
     """gpu-003: three Xid 13 (SM warp exceptions), five seconds later Xid 109: the catalogue
     lists 109 among the Xids that follow; the root is the first 13, and the line still says
     what the 109 asks."""
-    evs = parse_kernel_log(corpus("gpu-003"))
+    evs = _events(corpus("gpu-003"))
     assert [e.xid for e in evs] == [13, 13, 13, 109]
     root, code = chain_root(evs)
     assert (root, code) == (evs[0], 13)  # the earliest of equal actions
@@ -224,14 +230,14 @@ def test_ctx_switch_timeout_after_an_app_fault_is_not_the_root() -> None:
 def test_ctx_switch_timeout_with_nothing_before_it_is_the_root() -> None:
     """gpu-003's lines reordered (variant): the 109 first, the 13s after it."""
     lines = [ln for ln in corpus("gpu-003").splitlines() if "Xid" in ln]
-    evs = parse_kernel_log("\n".join([lines[-1], *lines[:-1]]))
+    evs = _events("\n".join([lines[-1], *lines[:-1]]))
     assert [e.xid for e in evs] == [109, 13, 13, 13]
     h = xid_headline(evs)
     assert h is not None and (h.xid, h.event, h.blame) == (109, evs[0], BLAME_LONE_TIMEOUT)
 
 
 def test_chain_starter_beats_an_earlier_app_fault_and_cleanup() -> None:
-    evs = parse_kernel_log(case("xid-02"))  # 31, 62, 8x 45
+    evs = _events(case("xid-02"))  # 31, 62, 8x 45
     root, code = chain_root(evs)
     assert (root.xid, code) == (62, 62)
     h = xid_headline(evs)
@@ -241,14 +247,14 @@ def test_chain_starter_beats_an_earlier_app_fault_and_cleanup() -> None:
 def test_repeated_root_names_its_first_event() -> None:
     """xid-01 GPU db:00: three Xid 31 for three pids: the first is shown (the old picker took
     the latest)."""
-    evs = [e for e in parse_kernel_log(case("xid-01")) if e.pci_bus_id == "0000:db:00"]
+    evs = [e for e in _events(case("xid-01")) if e.pci_bus_id == "0000:db:00"]
     assert [e.xid for e in evs] == [31, 31, 31]
     h = xid_headline(evs)
     assert h is not None and h.event is evs[0] and h.event.pid == 13641
 
 
 def test_cleanup_only_chain_takes_the_first_named_xid() -> None:
-    evs = [e for e in parse_kernel_log(corpus("gpu-002")) if e.pci_bus_id == "0000:dc:00"]
+    evs = [e for e in _events(corpus("gpu-002")) if e.pci_bus_id == "0000:dc:00"]
     root, code = chain_root(evs)
     assert (root, code) == (evs[0], 149)
     h = xid_headline(evs)
