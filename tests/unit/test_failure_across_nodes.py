@@ -70,7 +70,8 @@ def test_root_cause_on_another_node_wins() -> None:
     assert (got["node"], got["host"], got["rank"]) == (0, "a", 2)
     assert got["consequences"][0].startswith("node 1: sigabrt: ")
     text = "\n".join(failure_lines(got))
-    assert text.startswith("first failure: node 0 on a rank 2, exit code 1: CUDA illegal memory")
+    assert text.startswith("first failure: node 0 on a rank 2, exit code 1: Rank 2 (process "
+                           "group 0, default_pg) hit a CUDA illegal memory access")
     assert "  then: node 1: sigabrt" in text
 
 
