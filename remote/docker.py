@@ -207,6 +207,9 @@ class ContainerInfo:
             the container list (:meth:`from_summary`): ``started_at``, ``finished_at``,
             ``oom_killed`` and ``error`` are then unknown (``None``/``False``/``""``) and the
             exit code is read from the list's status text.
+        gpu_devices: the GPUs given to the container, as ``NVIDIA_VISIBLE_DEVICES`` names them
+            (:func:`gpu_devices_of`): ``0,1``, UUIDs, ``all``, ``none``; ``None`` when not
+            known (not inspected, or GPUs passed another way).
     """
 
     id: str
@@ -220,6 +223,7 @@ class ContainerInfo:
     error: str = ""
     created_s: float | None = None
     detailed: bool = True
+    gpu_devices: str | None = None
 
     @classmethod
     def from_summary(cls, summary: Mapping[str, Any]) -> ContainerInfo:
@@ -267,7 +271,49 @@ class ContainerInfo:
             oom_killed=bool(state.get("OOMKilled", False)),
             error=str(state.get("Error") or ""),
             created_s=_docker_time_s(attrs.get("Created")),
+            gpu_devices=gpu_devices_of(attrs),
         )
+
+
+def gpu_devices_of(attrs: Mapping[str, Any]) -> str | None:
+    """The GPUs a container was given, from ``docker inspect`` JSON, spelled the way the
+    NVIDIA Container Toolkit reads ``NVIDIA_VISIBLE_DEVICES`` (indices ``0,1``, UUIDs, ``all``,
+    ``none``).
+
+    ``HostConfig.DeviceRequests`` first (``--gpus``; the engine turns a request into that
+    variable, moby ``daemon/nvidia_linux.go`` ``setNvidiaGPUs``: ``DeviceIDs`` joined, ``Count``
+    N as ``0,...,N-1``, ``Count`` -1 as ``all``; a CDI request ``nvidia.com/gpu=X`` names X);
+    then, under the ``nvidia`` runtime, ``NVIDIA_VISIBLE_DEVICES`` in ``Config.Env``. A
+    container with neither and no ``/dev/nvidia<N>`` device is ``none``; one with such a
+    device (GPUs passed by hand) is ``None``: which GPUs, inspect does not say.
+    """
+    host = attrs.get("HostConfig") or {}
+    for req in host.get("DeviceRequests") or []:
+        caps = {str(c) for group in req.get("Capabilities") or [] for c in group or []}
+        ids = [str(d) for d in req.get("DeviceIDs") or []]
+        cdi = [d.split("=", 1)[1] for d in ids if d.startswith("nvidia.com/gpu=")]
+        if cdi:
+            return ",".join(cdi)
+        if req.get("Driver") != "nvidia" and "gpu" not in caps:
+            continue
+        if ids:
+            return ",".join(ids)
+        count = int(req.get("Count") or 0)
+        if count < 0:
+            return "all"
+        if count > 0:
+            return ",".join(str(i) for i in range(count))
+    if host.get("Runtime") == "nvidia":
+        for item in (attrs.get("Config") or {}).get("Env") or []:
+            key, _, value = str(item).partition("=")
+            if key == "NVIDIA_VISIBLE_DEVICES":
+                return value
+        return None
+    for dev in host.get("Devices") or []:
+        path = str((dev or {}).get("PathOnHost") or "")
+        if path.startswith("/dev/nvidia") and path[len("/dev/nvidia"):].isdigit():
+            return None
+    return "none"
 
 
 def spec_from_attrs(attrs: Mapping[str, Any], secret_env: frozenset[str] = frozenset(),

@@ -52,6 +52,8 @@ from console.session import Session
 from remote.docker import ContainerInfo, parse_rfc3339_ns
 from remote.errors import GpuConsoleError
 from remote.gang import TEARDOWN_EXIT_CODE
+from remote.kernellog import NodeKernelEvents, node_kernel_events
+from remote.kernellog import describe as describe_kernel
 
 log = logging.getLogger("gpuconsole.status")
 
@@ -343,12 +345,13 @@ DIAGNOSIS_TAIL = 3000
 _ENDINGS = frozenset({"sigkill", "exit_code", "signal", "stopped"})
 
 
-async def _node_evidence(session: Session, node: NodeRecord) -> tuple[str, bool, bytes | None]:
-    """A node's log tail, Docker's ``State.OOMKilled`` and torchrun's error file; empty when
-    the host cannot be read (logged)."""
+async def _node_evidence(session: Session, node: NodeRecord
+                         ) -> tuple[str, bool, bytes | None, ContainerInfo | None]:
+    """A node's log tail, Docker's ``State.OOMKilled``, torchrun's error file and the
+    container as inspected; empty when the host cannot be read (logged)."""
     if node.container_id is None:
-        return "", False, None
-    text, oom_killed, raw = "", False, None
+        return "", False, None, None
+    text, oom_killed, raw, info = "", False, None, None
     try:
         engine = session.engine(node.host)
         info = await engine.inspect(node.container_id)
@@ -358,7 +361,36 @@ async def _node_evidence(session: Session, node: NodeRecord) -> tuple[str, bool,
         raw = await engine.read_file(node.container_id, ERROR_FILE)
     except GpuConsoleError as e:
         log.debug("cannot read failure details of node %d: %s", node.node_rank, e)
-    return text, oom_killed, raw
+    return text, oom_killed, raw, info
+
+
+#: Seconds of the host's kernel log read before a node's container started and after it ended.
+KERNEL_MARGIN_S = 60.0
+
+
+async def _host_kernel(session: Session, node: NodeRecord,
+                       info: ContainerInfo | None) -> NodeKernelEvents | None:
+    """The host's NVIDIA kernel events over the node's container lifetime (+-
+    :data:`KERNEL_MARGIN_S`), split by the container's GPUs (:mod:`remote.kernellog`);
+    ``None`` when the container's start is unknown or the host cannot be reached. What was
+    found, or why the log could not be read, is logged (info), never raised."""
+    try:
+        since = parse_rfc3339_ns(node.started_at or "") / 1e9 - KERNEL_MARGIN_S
+    except ValueError:
+        return None
+    try:
+        until = parse_rfc3339_ns(node.finished_at or "") / 1e9 + KERNEL_MARGIN_S
+    except ValueError:
+        until = time.time()
+    try:
+        transport = await session.connected(node.host)
+    except GpuConsoleError as e:
+        log.info("[%s] host kernel log not read: %s", node.host, e.message)
+        return None
+    devices = info.gpu_devices if info is not None else None
+    found = await node_kernel_events(transport, devices, since, until)
+    log.info("[%s] node %d: %s", node.host, node.node_rank, describe_kernel(found, since, until))
+    return found
 
 
 async def explain_failure(session: Session, node: NodeRecord,
@@ -372,8 +404,13 @@ async def explain_failure(session: Session, node: NodeRecord,
     :func:`console.diagnosis.diagnose`. The logs of ``others`` (the job's other nodes, at most
     3 read) are diagnosed too: when one of them shows a cause nearer the root (a CUDA error
     on node 0 behind node 1's NCCL remote error), that is the job's root cause and the failed
-    node's own reading becomes a consequence. A host that cannot be read leaves the exit code
-    as the reason.
+    node's own reading becomes a consequence. The failed node's host kernel log over its
+    container's lifetime (+- :data:`KERNEL_MARGIN_S`) joins its log, only the Xid events on
+    the GPUs that container used (:mod:`remote.kernellog`): a GPU that fell off the bus or a
+    GSP timeout is then the root cause and the CUDA/NCCL errors its consequences; events on
+    other GPUs, or on GPUs whose owner is unknown, are a context line among the consequences
+    at most; an unreadable kernel log is logged and changes nothing. A host that cannot be
+    read leaves the exit code as the reason.
     """
     out: FailureRecord = {
         "node": node.node_rank,
@@ -383,8 +420,9 @@ async def explain_failure(session: Session, node: NodeRecord,
         "reason": f"node {node.node_rank} exited with code {node.exit_code}",
         "fix": None,
     }
-    text, oom_killed, raw = await _node_evidence(session, node)
-    if not text and raw is None:
+    text, oom_killed, raw, info = await _node_evidence(session, node)
+    kernel = await _host_kernel(session, node, info)
+    if not text and raw is None and not (kernel and (kernel.own_lines or kernel.context)):
         return out
     failure = parse_torchelastic_failure(text) if text else None
     if failure is not None and failure.root_cause is not None:
@@ -398,6 +436,8 @@ async def explain_failure(session: Session, node: NodeRecord,
     message = _error_file_message(raw) if raw else None
     if raw:  # the error file's traceback joins the log: the normaliser opens its JSON
         text += "\n" + raw.decode("utf-8", errors="replace")
+    if kernel is not None and kernel.own_lines:  # Xids on this node's GPUs: the engine ranks
+        text += "\n" + "\n".join(kernel.own_lines)  # a reset-class one above CUDA errors
     diag = diagnose(text) if text else None
     if oom_killed and (diag is None or diag.kind in _ENDINGS):
         out["kind"] = "oom_killed"
@@ -410,7 +450,7 @@ async def explain_failure(session: Session, node: NodeRecord,
         return out
     own: Diagnosis | None = diag
     for other in [n for n in others if n.node_rank != node.node_rank][:3]:
-        other_text, _, other_raw = await _node_evidence(session, other)
+        other_text, _, other_raw, _ = await _node_evidence(session, other)
         if other_raw:
             other_text += "\n" + other_raw.decode("utf-8", errors="replace")
         found = diagnose(other_text) if other_text else None
@@ -419,9 +459,12 @@ async def explain_failure(session: Session, node: NodeRecord,
             out["node"], out["host"] = other.node_rank, other.host
             out["exit_code"], out["rank"] = other.exit_code, None
             message = None
+    context = list(kernel.context) if kernel is not None else []
     if diag is None:
         if message:
             out["reason"] = message
+        if context:
+            out["consequences"] = context
         return out
     out["kind"] = diag.kind
     out["reason"] = message if diag.kind == "exception" and message else diag.summary
@@ -430,6 +473,7 @@ async def explain_failure(session: Session, node: NodeRecord,
     consequences = [f"{c.kind}: {c.summary}" for c in diag.consequences]
     if own is not None and own is not diag:
         consequences.insert(0, f"node {node.node_rank}: {own.kind}: {own.summary}")
+    consequences += context
     if consequences:
         out["consequences"] = consequences
     if out["rank"] is None and diag.ranks:
