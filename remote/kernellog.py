@@ -392,9 +392,9 @@ def describe(events: NodeKernelEvents, since_s: float, until_s: float) -> str:
     if events.reason is not None:
         return f"host kernel log {span}: {events.reason}"
     gpus = events.gpus
-    mapping = ("all GPUs" if gpus is not None and gpus.all_gpus else
-               f"GPUs {', '.join(gpus.bus_ids) or 'none'}" if gpus and gpus.bus_ids is not None
-               else f"GPUs unknown ({gpus.reason if gpus else '?'})")
+    mapping = ("unknown" if gpus is None else "all" if gpus.all_gpus else
+               f"unknown: {gpus.reason}" if gpus.bus_ids is None else
+               ", ".join(gpus.bus_ids) or "none")
     return (f"host kernel log {span} ({events.source}): {events.events} Xid event(s), "
-            f"{len(events.own_lines)} line(s) on the node's {mapping}, "
+            f"{len(events.own_lines)} line(s) on the node's GPUs ({mapping}), "
             f"{len(events.context)} other GPU(s)")
