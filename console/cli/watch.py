@@ -12,6 +12,8 @@ Ctrl-C and SIGTERM end it cleanly with exit 0; a closed stdout too (like ``top``
 from __future__ import annotations
 
 import asyncio
+import ipaddress
+import re
 import signal
 from pathlib import Path
 
@@ -21,6 +23,8 @@ from console.cli.base import command_profile, err, main, out, run, while_stdout_
 from console.service import Service
 from console.watch.notify import check_urls, redact_url
 from console.watch.runner import Watch, WatchOptions
+
+_HOSTNAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,252}[A-Za-z0-9])?")
 
 
 @main.command()
@@ -49,6 +53,13 @@ def watch(ctx: click.Context, as_json: bool, metrics_port: int | None, metrics_a
     Rules, delays and thresholds come from the profile's `alerts:`, the pages go to its
     `notify:` URLs (and --notify). Runs until Ctrl-C or SIGTERM (exit 0).
     """
+    try:
+        ipaddress.ip_address(metrics_addr)
+    except ValueError:
+        if not _HOSTNAME.fullmatch(metrics_addr) or metrics_addr.replace(".", "").isdigit():
+            raise click.BadParameter(
+                f"{metrics_addr!r} is not an IP address or host name (127.0.0.1, 0.0.0.0, ::)",
+                param_hint="--metrics-addr") from None
     opts = WatchOptions(as_json=as_json, metrics_port=metrics_port, metrics_addr=metrics_addr,
                         notify_urls=list(notify), interval=interval, replay=replay,
                         speed=speed)
@@ -58,7 +69,14 @@ def watch(ctx: click.Context, as_json: bool, metrics_port: int | None, metrics_a
 async def _watch(ctx: click.Context, opts: WatchOptions) -> None:
     profile = command_profile(ctx)
     opts.notify_urls = list(dict.fromkeys([*profile.notify, *opts.notify_urls]))
-    check_urls(opts.notify_urls)
+    from_profile = len(dict.fromkeys(profile.notify))
+
+    def where(i: int) -> tuple[str, str | None, int | None]:
+        if i < from_profile:
+            return (f"notify[{i}]", profile.source, profile.lines.get(("notify", i)))
+        return ("--notify", None, None)
+
+    check_urls(opts.notify_urls, where)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -82,9 +82,11 @@ def redact_url(url: str) -> str:
     address, everything else masked.
 
     ``json://user:pw@127.0.0.1:8080/hook/T0KEN`` -> ``json://***@127.0.0.1:8080/***``;
-    ``tgram://123456:ABCdef/987`` -> ``tgram://1***f/***`` (the "host" of many Apprise schemes
-    is a token).
+    ``tgram://123456:ABCdef/987`` -> ``tgram://***/***`` (the "host" of many Apprise schemes
+    is a token: none of it is shown); text that is not a URL -> ``(not a URL)``.
     """
+    if "://" not in url:
+        return "(not a URL)"
     try:
         parts = urlsplit(url)
         port = parts.port
@@ -95,8 +97,6 @@ def redact_url(url: str) -> str:
     host = netloc.rsplit(":", 1)[0] if port is not None else netloc
     if _HOSTLIKE.match(host) and not re.fullmatch(r"[0-9]{6,}", host):
         shown = netloc
-    elif len(host) > 4:
-        shown = f"{host[0]}***{host[-1]}"
     else:
         shown = "***" if host else ""
     user = "***@" if "@" in parts.netloc else ""
@@ -333,20 +333,35 @@ def apprise_sender() -> Sender:
     return send
 
 
-def check_urls(urls: Sequence[str]) -> None:
+def check_urls(urls: Sequence[str], where: Callable[[int], tuple[str, str | None, int | None]]
+               = lambda i: (f"notify[{i}]", None, None)) -> None:
     """Refuse URLs Apprise does not understand.
 
+    Args:
+        urls: the URLs, in order.
+        where: for URL ``i``: the field to name, the file and its line (``None``: unknown).
+
+    Apprise's own log says a rejected URL in full; it is silenced while checking, so no
+    token reaches the terminal.
+
     Raises:
-        ConfigError: one names the URL (redacted) and says how to fix it.
+        ConfigError: one names the field (and file:line), the URL redacted, and the fix.
     """
     import apprise
 
-    for u in urls:
-        if apprise.Apprise.instantiate(u) is None:
-            raise ConfigError(
-                f"notify: Apprise does not understand the URL {redact_url(u)}",
-                "write it as the Apprise wiki shows for the service (e.g. "
-                "json://host:port/path, tgram://token/chat, slack://...)")
+    apprise_log = logging.getLogger("apprise")
+    was_disabled, apprise_log.disabled = apprise_log.disabled, True
+    try:
+        for i, u in enumerate(urls):
+            if apprise.Apprise.instantiate(u) is None:
+                field, path, line = where(i)
+                raise ConfigError(
+                    f"Apprise does not understand the URL {redact_url(u)}",
+                    "write it as the Apprise wiki shows for the service (e.g. "
+                    "json://host:port/path, tgram://token/chat, slack://...)",
+                    path=path, line=line, field=field)
+    finally:
+        apprise_log.disabled = was_disabled
 
 
 class Notifier:
