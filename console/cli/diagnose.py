@@ -11,10 +11,11 @@ and the consequences (``--json``: one JSON object). Exit 0 when a cause was foun
 from __future__ import annotations
 
 import json
+import stat
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import click
 
@@ -24,27 +25,63 @@ from console.errors import UsageError
 
 __all__ = ["MAX_BYTES", "diagnosis_json"]
 
-#: Read at most this much of each file (its end: failure summaries come last), bytes.
-MAX_BYTES = 64 * 1024 * 1024
+#: Read at most this much of each input (its end: failure summaries come last), bytes.
+MAX_BYTES = 16 * 1024 * 1024
+#: Evidence lines longer than this are shortened in the text output (characters).
+SHOWN_CHARS = 300
+_CHUNK = 1 << 20
+
+
+def _shown(name: str) -> str:
+    return "standard input" if name == "-" else name
+
+
+def _tail(stream: BinaryIO) -> tuple[bytes, bool]:
+    """The last :data:`MAX_BYTES` of a stream read to its end (a pipe, a FIFO such as
+    ``<(kubectl logs ...)``); and whether anything before them was dropped."""
+    kept = bytearray()
+    cut = False
+    while chunk := stream.read(_CHUNK):
+        kept += chunk
+        if len(kept) > 2 * MAX_BYTES:
+            del kept[:len(kept) - MAX_BYTES]
+            cut = True
+    if len(kept) > MAX_BYTES:
+        del kept[:len(kept) - MAX_BYTES]
+        cut = True
+    return bytes(kept), cut
 
 
 def _read(name: str) -> tuple[str, bool]:
-    """The text of ``name`` (``-``: stdin), invalid UTF-8 replaced; and whether it was cut."""
+    """The text of ``name`` (``-``: stdin), invalid UTF-8 replaced; and whether it was cut.
+
+    Raises:
+        UsageError: the file cannot be read, is not a file or a stream, or is binary.
+    """
     try:
         if name == "-":
-            data = sys.stdin.buffer.read()
+            data, cut = _tail(sys.stdin.buffer)
         else:
-            with Path(name).open("rb") as f:
-                f.seek(0, 2)
-                size = f.tell()
-                f.seek(max(0, size - MAX_BYTES))
-                data = f.read(MAX_BYTES)
+            path = Path(name)
+            mode = path.stat().st_mode
+            if stat.S_ISDIR(mode):
+                raise UsageError(f"FILE: {name} is a directory", "give the log file itself")
+            with path.open("rb") as f:
+                if stat.S_ISREG(mode):
+                    size = f.seek(0, 2)
+                    f.seek(max(0, size - MAX_BYTES))
+                    data, cut = f.read(MAX_BYTES), size > MAX_BYTES
+                elif stat.S_ISFIFO(mode):
+                    data, cut = _tail(f)
+                else:
+                    raise UsageError(f"FILE: {name} is not a file or a pipe",
+                                     "give a saved log, or - for standard input")
     except OSError as e:
-        raise UsageError(f"cannot read {name}: {e.strerror or e}",
+        raise UsageError(f"FILE: cannot read {_shown(name)}: {e.strerror or e}",
                          "give a readable file, or - for standard input") from e
-    cut = name != "-" and len(data) >= MAX_BYTES
-    if name == "-" and len(data) > MAX_BYTES:
-        data, cut = data[-MAX_BYTES:], True
+    if b"\0" in data[:8192]:
+        raise UsageError(f"FILE: {_shown(name)} is binary, not text",
+                         "give the log as text (a core dump or an archive cannot be read)")
     return data.decode("utf-8", errors="replace"), cut
 
 
@@ -77,12 +114,18 @@ def diagnosis_json(d: Diagnosis | None, files: list[str]) -> dict[str, Any]:
     }
 
 
+def _short(line: str) -> str:
+    if len(line) <= SHOWN_CHARS:
+        return line
+    return f"{line[:SHOWN_CHARS - 40]} ... ({len(line):,} characters)"
+
+
 def _human(d: Diagnosis) -> str:
     lines = [f"cause: {d.summary}", f"  ({d.kind}" + (
         f"; ranks {', '.join(map(str, d.ranks))})" if d.ranks else ")")]
     if d.evidence:
         lines.append("evidence:")
-        lines += [f"  {e}" for e in d.evidence[:12]]
+        lines += [f"  {_short(e)}" for e in d.evidence[:12]]
         if len(d.evidence) > 12:
             lines.append(f"  ... {len(d.evidence) - 12} more")
     lines.append(f"fix: {d.fix}")
@@ -112,13 +155,14 @@ async def _diagnose(files: tuple[str, ...], as_json: bool) -> None:
     for name in files:
         text, cut = _read(name)
         if cut:
-            click.echo(f"note: {name}: read its last {MAX_BYTES // 2**20} MiB only", err=True)
+            click.echo(f"note: {_shown(name)}: read its last {MAX_BYTES // 2**20} MiB only",
+                       err=True)
         texts.append(text)
     found = diagnose("\n".join(texts))
     if as_json:
         out(json.dumps(diagnosis_json(found, list(files))))
     elif found is None:
-        out("no known failure found in " + ", ".join(files))
+        out("no known failure found in " + ", ".join(_shown(f) for f in files))
     else:
         out(_human(found))
     if found is None:
