@@ -49,7 +49,7 @@ from console.alerts.rules import (
     node_started_at,
     observe,
 )
-from console.alerts.store import Ack, AlertStore, Silence
+from console.alerts.store import Ack, AlertStore, Silence, controlled
 from console.events import (
     ContainersMapped,
     Event,
@@ -208,15 +208,10 @@ class AlertEngine:
     def _apply_controls(self, now: float, fresh: set[str]) -> list[AlertChanged]:
         out: list[AlertChanged] = []
         for key, a in list(self._firing.items()):
-            ack = self._acks.get(key)
-            acked = a.acked_at
-            if acked is None and ack is not None and ack.fired_at == a.fired_at:
-                acked = ack.acked_at
-            ends = [s.until for s in self._silences if s.active(now) and s.matches(a)]
-            until = max(ends) if ends else None
-            if acked == a.acked_at and until == a.silenced_until:
+            b = controlled(a, self._acks.get(key), self._silences, now)
+            if b is a:
                 continue
-            b = replace(a, acked_at=acked, silenced_until=until)
+            acked, until = b.acked_at, b.silenced_until
             self._firing[key] = b
             if key in fresh:
                 continue  # published as fired, with these

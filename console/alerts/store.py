@@ -19,7 +19,7 @@ import json
 import sqlite3
 import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, cast
@@ -115,6 +115,20 @@ class Silence:
         parts = [f"{k}={v}" for k, v in (("key", self.key), ("rule", self.rule),
                                           ("host", self.host), ("job", self.job)) if v]
         return f"#{self.id} " + " ".join(parts)
+
+
+def controlled(alert: Alert, ack: Ack | None, silences: Iterable[Silence], now: float) -> Alert:
+    """``alert`` with its acknowledgement and silence at ``now`` applied: ``acked_at`` from
+    ``ack`` when it acknowledges this firing, ``silenced_until`` the latest end of the active
+    silences that match it (``None`` when none does)."""
+    acked = alert.acked_at
+    if acked is None and ack is not None and ack.fired_at == alert.fired_at:
+        acked = ack.acked_at
+    ends = [s.until for s in silences if s.active(now) and s.matches(alert)]
+    until = max(ends) if ends else None
+    if acked == alert.acked_at and until == alert.silenced_until:
+        return alert
+    return replace(alert, acked_at=acked, silenced_until=until)
 
 
 def alert_to_json(alert: Alert) -> str:
@@ -289,6 +303,13 @@ class AlertStore:
         return [Silence(id=r["id"], until=r["until"], created_at=r["created_at"], key=r["key"],
                         rule=r["rule"], host=r["host"], job=r["job"], by=r["by"],
                         comment=r["comment"]) for r in rows]
+
+    def firing_now(self, now: float) -> list[Alert]:
+        """The firing alerts with the stored acks and silences applied at ``now`` (what a
+        watcher would show; correct also while none runs)."""
+        acks, silences = self.controls(now)
+        by_key = {a.key: a for a in acks}
+        return [controlled(a, by_key.get(a.key), silences, now) for a in self.firing()]
 
     def controls(self, now: float) -> tuple[list[Ack], list[Silence]]:
         """Acks and silences, read together (what the engine re-reads every round)."""

@@ -3,8 +3,10 @@ one ``watch`` and the app use, so an ack here stops their pages too).
 
 ``alerts`` lists firing alerts (``--json``: one object per alert; ``--history N``: the last
 transitions); ``alerts ack KEY`` acknowledges; ``alerts silence KEY --for 2h`` (or
-``--rule``/``--host``/``--job`` globs) silences notifications; ``alerts silences`` and
-``alerts unsilence ID``. An unknown key or a bad duration is bad input (exit 2).
+``--rule``/``--host``/``--job`` globs; at most a year) silences notifications, also of alerts
+not firing yet (it says when nothing firing matches); ``alerts silences`` lists them (ended ones
+for a day) and ``alerts unsilence ID`` deletes one. An unknown key or a bad duration is bad
+input (exit 2).
 """
 
 from __future__ import annotations
@@ -18,11 +20,14 @@ import click
 from console.alerts.model import Alert
 from console.alerts.rows import age_text, alert_state
 from console.alerts.store import AlertStore, Silence, alert_to_json
-from console.cli.base import main, out, run
+from console.cli.base import err, main, out, run
 from console.errors import UsageError
 from console.fields import duration_s
 
-__all__ = ["alert_json"]
+__all__ = ["MAX_SILENCE_S", "alert_json"]
+
+#: The longest silence ``alerts silence --for`` accepts, seconds (a year).
+MAX_SILENCE_S = 365 * 86400.0
 
 
 def alert_json(alert: Alert, now: float) -> dict[str, object]:
@@ -57,7 +62,7 @@ async def _list(as_json: bool, history: int | None) -> None:
                     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ch.at))
                     out(f"{when}  {ch.change:<12} {ch.alert.key}  {ch.alert.summary}")
             return
-        firing = store.firing()
+        firing = store.firing_now(now)
         if as_json:
             for a in firing:
                 out(json.dumps(alert_json(a, now)))
@@ -116,6 +121,9 @@ async def _silence(key: str | None, duration: str, rule: str | None, host: str |
     seconds = duration_s(duration)
     if seconds is None or seconds <= 0:
         raise UsageError(f"--for: {duration!r} is not a duration", "write it as 30m, 2h or 1d")
+    if seconds > MAX_SILENCE_S:
+        raise UsageError(f"--for: {duration} is longer than a year",
+                         "silence for at most 365d; disable the rule in the profile instead")
     if not any((key, rule, host, job)):
         raise UsageError("KEY: give an alert key or --rule/--host/--job",
                          "`gpuconsole alerts` lists the firing keys")
@@ -125,10 +133,14 @@ async def _silence(key: str | None, duration: str, rule: str | None, host: str |
         got = store.add_silence(Silence(id=0, until=now + seconds, created_at=now, key=key,
                                         rule=rule, host=host, job=job,
                                         by="gpuconsole alerts silence", comment=comment))
+        matching = [a.key for a in store.firing() if got.matches(a)]
     finally:
         store.close()
     until = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(got.until))
     out(f"silence {got.id}: {got.describe()} until {until}")
+    if not matching:
+        err("note: no firing alert matches it now (it will silence matching alerts that fire "
+            "before it ends); `gpuconsole alerts` lists the firing keys")
 
 
 @alerts.command("silences")
@@ -145,13 +157,16 @@ async def _silences(as_json: bool) -> None:
         found = store.silences(now)
     finally:
         store.close()
+    if not as_json and found:
+        out(f"{'ID':>4}  {'STATE':<7} {'LEFT':<9} {'UNTIL':<16}  MATCHES")
     for s in found:
         if as_json:
             out(json.dumps({**asdict(s), "active": s.active(now)}))
-        else:
-            state = "active" if s.active(now) else "ended"
-            out(f"{s.id:>4}  {state:<7}{age_text(s.until - now) if s.active(now) else '':<8}"
-                f"{s.describe()}" + (f"  ({s.comment})" if s.comment else ""))
+            continue
+        left = age_text(s.until - now) if s.active(now) else "-"
+        until = time.strftime("%Y-%m-%d %H:%M", time.localtime(s.until))
+        out(f"{s.id:>4}  {'active' if s.active(now) else 'ended':<7} {left:<9} {until:<16}  "
+            f"{s.describe()}" + (f"  ({s.comment})" if s.comment else ""))
 
 
 @alerts.command("unsilence")
