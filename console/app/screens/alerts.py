@@ -44,6 +44,31 @@ def row_cells(alert: Alert, now: float) -> tuple[Text | str, ...]:
     )
 
 
+#: Details the detail lines show by name (the rest follow, sorted by key).
+_LEAD = ("diagnosis", "fix", "cause")
+
+
+def detail_text(alert: Alert, now: float) -> Text:
+    """The selected alert in full under the table: its key and state, the diagnosis and fix
+    of a job alert, then the other details sorted by name (``usd_per_hour 12.5``)."""
+    text = Text(alert.key, style="bold")
+    text.append(f"  {alert_state(alert, now)}, since "
+                f"{time.strftime('%H:%M:%S', time.localtime(alert.since))}")
+    if alert.silenced_until is not None and alert.silenced(now):
+        text.append(f", silenced until "
+                    f"{time.strftime('%H:%M', time.localtime(alert.silenced_until))}")
+    details = alert.details
+    if diagnosis := details.get("diagnosis"):
+        text.append(f"\n{diagnosis}", style="red")
+    if fix := details.get("fix"):
+        text.append(f"\nfix: {fix}", style="yellow")
+    rest = [f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}"
+            for k, v in sorted(details.items()) if v is not None and k not in _LEAD]
+    if rest:
+        text.append("\n" + "  ".join(rest), style="dim")
+    return text
+
+
 class AlertsScreen(Screen[None]):
     """The alerts table (see the module docstring)."""
 
@@ -127,17 +152,7 @@ class AlertsScreen(Screen[None]):
         if alert is None:
             detail.update("")
             return
-        text = Text(alert.key, style="bold")
-        text.append(f"  {alert.summary}")
-        extra = ", ".join(f"{k} {v}" for k, v in alert.details.items()
-                          if v is not None and k not in ("diagnosis",))
-        if diagnosis := alert.details.get("diagnosis"):
-            text.append(f"\ndiagnosis: {diagnosis}", style="red")
-        if fix := alert.details.get("fix"):
-            text.append(f"\nfix: {fix}", style="yellow")
-        if extra:
-            text.append(f"\n{extra}", style="dim")
-        detail.update(text)
+        detail.update(detail_text(alert, self.clock()))
 
     def _need(self) -> Alert | None:
         alert = self.selected()
