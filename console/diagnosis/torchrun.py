@@ -245,6 +245,14 @@ _RDZV_ENDPOINT = re.compile(
     r"(?P<ep>\[[0-9A-Fa-f:.]+\](?::\d+)?|[^\s\"',\[\]()]+)"
 )
 _DEATH = re.compile(r"Received (?:Signals\.)?(?P<sig>SIG[A-Z]+|\d+) death signal")
+# Lines that show the agent's workers were running when the store was lost
+# (torch/distributed/elastic/rendezvous/dynamic_rendezvous.py: the keep-alive timer's "The node
+# '%s' has failed to send a keep-alive heartbeat to the rendezvous '%s' due to an error of type
+# %s." and, at the agent's exit, "... has failed to shutdown the rendezvous '%s' ..."; the
+# agent stopping its workers, multiprocessing/api.py "Sending process %s closing signal %s").
+_MID_RUN = re.compile(
+    r"failed to (?:send a keep-alive heartbeat to|shutdown) the rendezvous '(?P<run>[^']*)'"
+    r"|Sending process \d+ closing signal SIG[A-Z]+")
 
 
 def _unmapped(host: str | None) -> str | None:
@@ -375,13 +383,96 @@ def _rendezvous(ctx: Context) -> Diagnosis | None:
     )
     distinct = list(dict.fromkeys(ln.text for ln in refused))
     shown = [next(ln.raw for ln in refused if ln.text == t) for t in distinct[:4]]
+    evidence = ([timeout.raw] if timeout else []) + shown + ([error.raw] if error else [])
+    ran = [ln for ln in ctx.lines if _MID_RUN.search(ln.text)]
+    if ran:
+        # the agent lost the store while its workers ran: the keep-alive timer (or the shutdown)
+        # of dynamic_rendezvous.py could not reach it, the workers had started
+        beat = next((m for ln in ran if (m := _MID_RUN.search(ln.text)) and m["run"]), None)
+        facts.update({"phase": "mid_run", "rendezvous": beat["run"] if beat else None})
+        where = f"at {endpoint}" if host else "(the rendezvous endpoint)"
+        cause = f"{how}{rest}" if timeout or why else etype or how
+        return _diag(
+            "rendezvous_connection",
+            f"The c10d rendezvous store {where} was lost mid-run: the workers had started, "
+            f"then the agent could no longer reach the store ({cause}); the host that "
+            "held the store (the node whose agent hosts the rendezvous, usually the first one) "
+            "went away, stopped, or became unreachable",
+            (),
+            "Find what happened to the store's host at that time (its agent's log, a crash, OOM "
+            "or node failure, its job ending first); restart the job, and host the rendezvous "
+            "on a node that outlives the run (or use an external etcd / c10d store)",
+            [ln.raw for ln in ran[:2]] + [e for e in evidence if e not in {x.raw for x in ran}],
+            facts,
+            ctx.failure,
+        )
     return _diag(
         "rendezvous_connection",
         f"Connecting to the c10d store at {endpoint} {how}{rest}; no worker started",
         (),
         fix,
-        ([timeout.raw] if timeout else []) + shown + ([error.raw] if error else []),
+        evidence,
         facts,
+        ctx.failure,
+    )
+
+
+# The keys torchelastic's agents exchange in the rendezvous store right after the rendezvous,
+# while ranks are assigned (torch/distributed/elastic/agent/server/api.py: ``_share_and_gather``
+# / ``store_util.synchronize`` with ``key_prefix="torchelastic/role_info"``, 2.x
+# ``_assign_worker_ranks``: ``torchelastic/role_info/<group_rank>`` and
+# ``torchelastic/assigned_ranks/<group_rank>``), under the run id's PrefixStore (``/none/`` for
+# the default ``--rdzv-id``). TCPStore's wait timeout (2.4+, TCPStore.cpp ``doWait``): "wait
+# timeout after {ms}ms, keys: {keys}"; before it a bare "Socket Timeout" from a traceback
+# through those functions.
+_ELASTIC_KEYS = re.compile(r"torchelastic/(?:role_info|assigned_ranks)/\d+")
+_STORE_WAIT = re.compile(r"wait timeout after (?P<ms>\d+)\s*ms,? keys:\s*(?P<keys>.*)$")
+_RANK_FRAMES = re.compile(r"\bin (?:_share_and_gather|_assign_worker_ranks|_get_ranks)\b")
+_SOCKET_TIMEOUT = re.compile(r"(?:DistStoreError|RuntimeError): Socket Timeout\s*$")
+
+
+def _elastic_store_wait(ctx: Context) -> Diagnosis | None:
+    """An agent gave up waiting in the rendezvous store for the keys every node's agent
+    publishes while ranks are assigned: another node's agent never completed the rendezvous
+    (not started, other --nnodes / endpoint / port, or cannot reach the store)."""
+    hit: tuple[Line, re.Match[str], list[Line], list[str]] | None = None
+    for ln in ctx.lines:
+        if (m := _STORE_WAIT.search(ln.text)) is None:
+            continue
+        # a wrapped line carries the key list on the next line(s)
+        rest = [x for x in ctx.lines[ln.index + 1:ln.index + 3]
+                if x.text.strip().startswith(("/", "torchelastic/"))]
+        if found := _ELASTIC_KEYS.findall(" ".join([m["keys"], *(x.text for x in rest)])):
+            hit = (ln, m, rest, found)
+            break
+    seconds: float | None = None
+    keys: list[str] = []
+    if hit is not None:
+        ln, m, rest, keys = hit
+        seconds = int(m["ms"]) / 1000
+        evidence = [_shown(ln, m), *(x.raw for x in rest)]
+    else:
+        frames = [ln for ln in ctx.lines if _RANK_FRAMES.search(ln.text)]
+        tail = next((ln for ln in ctx.lines if _SOCKET_TIMEOUT.search(ln.text)
+                     and frames and ln.index > frames[0].index), None)
+        if tail is None:
+            return None
+        evidence = [frames[0].raw, tail.raw]
+    nodes = len(dict.fromkeys(keys)) or None
+    which = f" ({', '.join(dict.fromkeys(keys))})" if keys else ""
+    after = f" {seconds:g} s" if seconds is not None else ""
+    return _diag(
+        "rendezvous_failed",
+        f"The elastic agents never completed the rendezvous: this agent waited{after} in the "
+        f"store for the rank-assignment keys every node's agent publishes{which}, and not all "
+        "arrived: another node's agent did not start, was started with other --nnodes / "
+        "--rdzv-endpoint / --master-port settings, or cannot reach the store; no worker started",
+        (),
+        "Start every node with the same rendezvous settings (NNODES, MASTER_ADDR/--rdzv-endpoint, "
+        "port, --rdzv-id) and a distinct node rank, check that each node reaches the store host's "
+        "port, and read the other nodes' agent logs",
+        evidence,
+        {"timeout_s": seconds, "nodes": nodes, "stage": "rank assignment"},
         ctx.failure,
     )
 
@@ -787,7 +878,12 @@ _WRAPS = re.compile(
     r"|CUDA driver initialization|system not yet initialized|CUDA unknown error"
     r"|ncclUnhandledCudaError|ncclSystemError|ncclInternalError|ncclInvalidUsage|ncclRemoteError"
     r"|unhandled (?:cuda|system) error|internal error|invalid usage|remote process exited"
-    r"|DistNetworkError|DistStoreError|Rendezvous\w*Error|Address already in use|EADDRINUSE"
+    r"|DistNetworkError|Rendezvous\w*Error|Address already in use|EADDRINUSE"
+    # a store wait that another rule names: the rendezvous' own keys (_elastic_store_wait), the
+    # clients that never joined (_rendezvous); a DistStoreError on other keys (the application's
+    # barrier with a vLLM server, the process group's store-based barrier) is the exception
+    r"|waiting for (?:clients|workers)"
+    r"|keys: \S*torchelastic/"
     r"|host not found|Name or service not known|client socket has"
     r"|DataLoader worker \(pid|Caught \w+ in DataLoader worker process"
     r"|unable to (?:allocate shared memory|write to file </torch_)",
@@ -795,14 +891,24 @@ _WRAPS = re.compile(
 )
 
 
+# A traceback frame: ``  File "/path/x.py", line 12, in fn`` (CPython ``traceback``).
+_FRAME = re.compile(r'^\s+File "[^"]+", line \d+, in \S')
+
+
 def _rank_exceptions(lines: Sequence[Line]) -> list[tuple[int | None, Line]]:
-    """Final exception lines of the Python tracebacks printed by ranks (with a rank prefix)."""
+    """Final exception lines of the Python tracebacks printed by ranks (with a rank prefix).
+
+    A traceback whose ``Traceback (most recent call last):`` header was cut off (a paste that
+    starts mid-stack) counts too when a rank printed it under its own prefix: its ``File "..."``
+    frames prove it is one, and the first unindented line after them is its exception line."""
     found: list[tuple[int | None, Line]] = []
     in_tb: dict[tuple[int | None, int | None], bool] = {}
     for ln in lines:
         who = (ln.rank, ln.local_rank)
         if ln.text.startswith(("Traceback (most recent call last)",
                                "Original Traceback (most recent call last)")):
+            in_tb[who] = True
+        elif who != (None, None) and _FRAME.match(ln.text):
             in_tb[who] = True
         elif in_tb.get(who) and ln.text and not ln.text[0].isspace():
             if EXCEPTION_LINE.match(ln.text) and not ln.text.startswith("File "):
@@ -918,6 +1024,7 @@ RULES: tuple[Rule, ...] = (
     _port_in_use,
     _store_unresolved,
     _rendezvous,
+    _elastic_store_wait,
     _agent_signal,
     _oom_killed,
     _exception,
