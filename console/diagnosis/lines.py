@@ -4,7 +4,9 @@ Failure text reaches a person through collectors that decorate every line: a log
 numbers, ISO or syslog timestamps, Kubernetes' CRI log format (``<RFC3339> stderr F ``), Docker
 compose (``trainer-1  | ``), ``kubectl logs --prefix`` (``[pod/name/container] ``), Slurm's
 ``srun --label`` (``3: ``), ``pdsh``/``clush`` (``gpu-node-01: ``), Open MPI's
-``--tag-output`` (``[1,3]<stderr>:``), Markdown quoting in an issue (``> ``), ANSI colours,
+``--tag-output`` (``[1,3]<stderr>:``), a relay's constant word prefix on most lines
+(``stderr: ``, ``out: ``, ``worker | ``, ``[worker-0] ``), Markdown quoting in an issue
+(``> ``), ANSI colours,
 JSON records (Docker's json-file ``{"log": "...\\n"}``, torchelastic's error file
 ``{"message": {"message": ..., "extraInfo": {"py_callstack": ...}}}``), and, when several ranks
 write to one stream, ranks' output glued mid-line (``...step 3[rank1]: Traceback``).
@@ -90,6 +92,20 @@ _GLUED_RANK = re.compile(r"(?<=.)(?=\[(?:rank\d+|default\d+)\]:)")
 # "gpu-node-01: " from pdsh / clush / `parallel --tag`: only stripped when it repeats
 _HOST_TAG = re.compile(r"^(?P<src>[A-Za-z0-9][\w.@-]*[\d.-][\w.@-]*): ")
 _PY_NAME = re.compile(r"^[A-Z]\w*(?:Error|Exception|Warning|Interrupt|Exit)$")
+# A relay's constant prefix on the lines it passes on (a CI step, ``accelerate test``'s
+# ``stderr: ``, a supervisor's ``out: ``, ``worker | ``, ``[worker-0] ``): a word and ``: `` or
+# `` | ``, or a bracketed tag and a space. Only stripped when it starts most lines
+# (:func:`_repeated_word_tags`) and is not a word that begins a process's own message.
+_WORD_TAG = re.compile(
+    r"^(?:\[(?P<btag>[\w.@:/-]+)\] |(?P<wtag>[A-Za-z][\w.@-]*)(?:: | \| |:$))")
+# Words that begin the message itself, not a relay's tag: log levels, the kernel's and the
+# tools' own prefixes (``NVRM: Xid``, ``srun: error:``, ``nvidia-container-cli: ...``), notes.
+_OWN_WORDS = frozenset(w.lower() for w in (
+    "INFO", "WARNING", "WARN", "ERROR", "DEBUG", "CRITICAL", "FATAL", "NOTICE", "TRACE", "E",
+    "W", "I", "F", "Note", "Hint", "Error", "Warning", "Caused", "Reason", "Message", "Details",
+    "NVRM", "kernel", "srun", "slurmstepd", "sbatch", "salloc", "scontrol", "nvidia-smi",
+    "nvidia-container-cli", "nvidia-container-toolkit", "docker", "dockerd", "containerd",
+    "kubelet", "torchrun", "python", "python3", "pip", "NCCL", "panic", "Traceback", "File"))
 
 _JSON_TEXT_KEYS = ("log", "message", "msg", "MESSAGE", "py_callstack", "error", "stack")
 _ESCAPED_NL = re.compile(r"\\n")
@@ -158,6 +174,40 @@ def _repeated_host_tags(lines: list[str]) -> set[str]:
             if n >= 3 and n * 3 >= filled and not _PY_NAME.match(t)}
 
 
+def _repeated_word_tags(lines: list[str]) -> set[str]:
+    """A relay's tags (:data:`_WORD_TAG`) that start at least 3 lines and more than half of the
+    non-empty lines: the same word every time, never an exception name (``RuntimeError: ``
+    repeated by a crash loop is content) nor one of :data:`_OWN_WORDS`."""
+    tags = Counter(m.group(0).rstrip() for ln in lines if (m := _WORD_TAG.match(ln)))
+    filled = sum(1 for ln in lines if ln.strip())
+    out: set[str] = set()
+    for tag, n in tags.items():
+        word = tag.strip("[]").rstrip(":|").strip()
+        if n >= 3 and n * 2 > filled and not _PY_NAME.match(word) \
+                and word.lower() not in _OWN_WORDS:
+            out.add(tag)
+    return out
+
+
+_Staged = tuple[int, str, "str | None", "int | None"]
+
+
+def _untag(entry: _Staged, pattern: re.Pattern[str], tags: set[str], group: str) -> _Staged:
+    """``entry`` without its repeated tag (a pdsh host, a relay's word; see
+    :func:`_repeated_host_tags` / :func:`_repeated_word_tags`), and the decorations under it."""
+    number, body, _src, mpi_rank = entry
+    m = pattern.match(body)
+    if m is None:
+        return entry
+    tag = m[group] if group else m.group(0).rstrip()
+    if tag not in tags:
+        return entry
+    name = m[group] if group else (m["btag"] or m["wtag"])
+    body, more_src, more_rank = _strip_decorations(body[m.end():])
+    return (number, body, more_src or name,
+            mpi_rank if more_rank is None else more_rank)
+
+
 def normalize(text: str) -> list[Line]:
     """The lines of ``text`` as the processes printed them (see the module docstring).
 
@@ -169,16 +219,17 @@ def normalize(text: str) -> list[Line]:
     for number, original in enumerate(physical):
         for part in _expand(original):
             body, src, mpi_rank = _strip_decorations(part)
-            for piece in _GLUED_RANK.split(body):
-                staged.append((number, piece, src, mpi_rank))
+            staged.append((number, body, src, mpi_rank))
     hosts = _repeated_host_tags([s[1] for s in staged])
+    if hosts:
+        staged = [_untag(entry, _HOST_TAG, hosts, "src") for entry in staged]
+    words = _repeated_word_tags([s[1] for s in staged])
+    if words:
+        staged = [_untag(entry, _WORD_TAG, words, "") for entry in staged]
     out: list[Line] = []
-    for number, body, src, mpi_rank in staged:
-        if hosts and (m := _HOST_TAG.match(body)) and m["src"] in hosts:
-            src, body = m["src"], body[m.end():]
-            body, more_src, more_rank = _strip_decorations(body)
-            src = more_src or src
-            mpi_rank = mpi_rank if more_rank is None else more_rank
+    pieces = [(number, piece, src, mpi_rank) for number, body, src, mpi_rank in staged
+              for piece in _GLUED_RANK.split(body)]
+    for number, body, src, mpi_rank in pieces:
         raw = body.rstrip()
         rest, rank, local_rank = raw, mpi_rank, None
         while (m := _RANK_PREFIX.match(rest)) is not None:

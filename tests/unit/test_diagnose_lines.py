@@ -71,6 +71,34 @@ def test_pdsh_host_tags_only_when_they_repeat() -> None:
     assert all(ln.text == "ValueError: bad value" for ln in normalize(text))
 
 
+@pytest.mark.parametrize(("prefix", "task"), [
+    ("stderr: ", "stderr"),  # accelerate test's relay (LlamaFactory#701, hold2-005)
+    ("stdout: ", "stdout"),
+    ("out: ", "out"),
+    ("worker | ", "worker"),
+    ("[worker-0] ", "worker-0"),
+])
+def test_a_relays_word_prefix_on_most_lines_comes_off(prefix: str, task: str) -> None:
+    body = ["Traceback (most recent call last):", '  File "t.py", line 3, in f',
+            "    raise RuntimeError(x)", "[rank1]: RuntimeError: boom", "  time      : 1"]
+    lines = normalize("\n".join(prefix + b for b in body) + "\nunprefixed tail")
+    assert [ln.raw for ln in lines] == [*body, "unprefixed tail"]
+    assert {ln.task for ln in lines[:5]} == {task}
+    assert lines[3].rank == 1 and lines[3].text == "RuntimeError: boom"
+
+
+@pytest.mark.parametrize("text", [
+    "\n".join(["RuntimeError: CUDA error"] * 4),  # a crash loop: content, not a tag
+    "\n".join(f"NVRM: Xid (PCI:0000:3b:00): 79, pid={i}" for i in range(4)),
+    "\n".join(f"srun: error: task {i}: Exited with exit code 1" for i in range(4)),
+    "\n".join(f"WARNING: line {i}" for i in range(4)),
+    # a word on only half of the lines is not a relay's prefix
+    "\n".join(f"stderr: a{i}\nplain {i}" for i in range(4)),
+])
+def test_a_words_own_message_is_never_taken_for_a_prefix(text: str) -> None:
+    assert [ln.raw for ln in normalize(text)] == text.splitlines()
+
+
 # --- the same diagnosis under every collector's decoration --------------------------------
 
 Decorate = Callable[[int, str], str]
