@@ -220,6 +220,11 @@ _TOOLKIT = re.compile(
     r"nvidia-container-cli[:\s*_]+(?P<stage>initialization|requirement|mount|container|ldcache"
     r"|detection|device|driver|configuration|list|info)\s+error[:\s*_]+(?P<msg>.*)", re.I)
 _NVML = re.compile(r"nvml error[:\s]+(?P<why>[^:\\\"]+)", re.I)
+#: NVML's ``nvmlErrorString(NVML_ERROR_LIB_RM_VERSION_MISMATCH)``-era text as libnvidia-container
+#: and nvidia-smi print it (``driver/library version mismatch``, ``Driver/library ...``), and
+#: nvidia-smi's ``NVML library version: X`` line under it.
+_HOST_MISMATCH = re.compile(r"driver/library version mismatch", re.I)
+_LIBRARY_VERSION = re.compile(r"^NVML library version:\s*(?P<v>\d+(?:\.\d+)+)", re.I)
 _LOAD_LIBRARY = re.compile(r"load library failed[:\s]+(?P<lib>[\w.+-]+\.so[\w.]*)", re.I)
 #: The clause the requirement check printed (``src/nvc_info.c``/``src/cli/common.c``:
 #: ``unsatisfied condition: %s``), in the newer ``cuda>=12.8`` and the older spaced ``cuda >= 9.0``
@@ -314,6 +319,26 @@ def _toolkit(lines: Sequence[Line], image: str | None) -> Diagnosis | None:
     library = _LOAD_LIBRARY.search(ln.text)
     cond = _UNSATISFIED.search(ln.text)
     evidence = [ln.raw]
+    if nvml and _HOST_MISMATCH.search(nvml["why"]):
+        # NVML_ERROR_LIB_RM_VERSION_MISMATCH through the hook: the host's libnvidia-ml and its
+        # loaded kernel module differ, a host driver state (the same nvidia-smi shows); the
+        # toolkit only reports it
+        why = _clean(nvml["why"])
+        same = [x.raw for x in lines if x is not ln and (
+            _HOST_MISMATCH.search(x.text) or _LIBRARY_VERSION.search(x.text))]
+        lib = next((m["v"] for x in lines if (m := _LIBRARY_VERSION.search(x.text))), None)
+        d = _make(
+            "driver_version_mismatch",
+            "the host's NVIDIA user-space driver library"
+            + (f" ({lib})" if lib else "") + " and its loaded kernel module are different "
+            f"versions (Driver/library version mismatch), so the NVIDIA Container Toolkit's hook "
+            f"could not initialise NVML ({stage} stage) and no GPU container can start",
+            _NVML_FIXES["driver/library version mismatch"],
+            evidence + same[:2], {**facts, "nvml_error": why, "library_version": lib})
+        return replace(d, consequences=(Consequence(
+            "toolkit_nvml_init",
+            f"the NVIDIA Container Toolkit's hook could not initialise NVML ({why}): the "
+            "container was never created", (ln.raw,)), *consequence))
     if nvml:  # NVML failing in any stage: initialization, detection (libnvidia-container)
         why = _clean(nvml["why"])
         d = _make(
