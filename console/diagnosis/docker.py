@@ -326,7 +326,7 @@ def _toolkit(lines: Sequence[Line], image: str | None) -> Diagnosis | None:
         why = _clean(nvml["why"])
         same = [x.raw for x in lines if x is not ln and (
             _HOST_MISMATCH.search(x.text) or _LIBRARY_VERSION.search(x.text))]
-        lib = next((m["v"] for x in lines if (m := _LIBRARY_VERSION.search(x.text))), None)
+        lib = next((v["v"] for x in lines if (v := _LIBRARY_VERSION.search(x.text))), None)
         d = _make(
             "driver_version_mismatch",
             "the host's NVIDIA user-space driver library"
