@@ -19,7 +19,12 @@ Primary sources of the wording matched here:
   immediate actions; saved in ``tests/data/diagnose/xid-catalog-sources.md``).
 * nvidia-smi / NVML: ``nvmlErrorString`` texts (``Driver/library version mismatch``, ``GPU is
   lost``, ``Unknown Error``, ``Function Not Found``; NVML API reference, ``nvmlReturn_t``) and
-  pynvml's ``NVMLError_*`` classes (``nvidia-ml-py`` ``pynvml.py``).
+  pynvml's ``NVMLError_*`` classes (``nvidia-ml-py`` ``pynvml.py``). nvidia-smi's per-GPU
+  ``Unable to determine the device handle for GPU <bus id>: <nvmlErrorString>`` (older
+  releases and nvidia-smi.exe: ``detect``) is a lost GPU when it says ``GPU is lost`` or the
+  text shows the GPU leaving the bus (Xid 79, ``fallen off the bus``, the kernel's PCIe AER
+  ``PCIe Bus Error`` lines); otherwise it is the NVML return code it names (``nvml_error``,
+  ``faults.NVML_RETURNS``: ``Unknown Error`` is ``NVML_ERROR_UNKNOWN``).
 * ``Failed to initialize NVML: Unknown Error`` in a running container after a systemd reload:
   NVIDIA's notice https://github.com/NVIDIA/nvidia-container-toolkit/issues/48.
 * CUDA error 802 ``system not yet initialized`` (``cudaErrorSystemNotReady``,
@@ -42,12 +47,14 @@ from remote.telemetry.faults import (
     DriverUpgrade,
     GpuXidSummary,
     NvmlFault,
+    NvmlReturn,
     XidEvent,
     XidHeadline,
     classify_driver_upgrade,
     classify_nvml_traceback,
     find_api_mismatch,
     find_driver_load_problems,
+    nvml_return,
     parse_plugin_discovery,
     pci_key,
     scan_kernel_log,
@@ -405,6 +412,19 @@ def _smi_lines(lines: Sequence[Line]) -> list[tuple[int, str]]:
 _HANDLE_LOST = re.compile(r"GPU is lost|fallen off the bus|Unknown Error|GPU requires reset",
                           re.I)
 _NVML_UNKNOWN = re.compile(r"Failed to initialize NVML: Unknown Error", re.I)
+#: What shows a GPU left the bus, beside NVML's own "GPU is lost": the driver's "fallen off the
+#: bus", the kernel's PCIe AER reports (``drivers/pci/pcie/aer.c``: "PCIe Bus Error:
+#: severity=...", "AER: Corrected error received"), an Xid 79. A device-handle failure with one
+#: of these is a lost GPU; without, it is the NVML return code it names (``nvml_error``).
+_BUS_LOST = re.compile(r"fallen off the bus|PCIe Bus Error|\bAER: (?:Corrected|Uncorrected|"
+                       r"Multiple)|\bXid\b.{0,40}: 79\b", re.I)
+#: An NVML call and the ``nvmlErrorString`` it got, as tools print it (``nvdebugdump``:
+#: "Error: nvmlDeviceGetHandleByIndex(): Unknown Error"; "nvmlInit() failed: ...").
+_NVML_CALL = re.compile(
+    r"\b(?P<fn>nvml[A-Z]\w*)\(\)(?: failed)?: (?P<msg>[A-Za-z][\w /-]*?)\.?\s*$")
+#: NVML return codes with no cause id of their own (``nvml_error``; NVML_RETURNS): reset
+#: required, corrupted infoROM, insufficient power, IRQ issue, timeout, unknown.
+_NVML_ERROR_CODES = frozenset({8, 10, 11, 14, 16, 999})
 _CONTAINER_HINT = re.compile(
     r"docker|container|podman|kubectl|\bpod\b|root@[0-9a-f]{12}\b|daemon-reload", re.I)
 
@@ -494,15 +514,25 @@ def _smi_findings(ctx: Context) -> list[Diagnosis]:
             lines_with(r"libnvidia-ml|NVML Shared Library"), {}))
     if fault.state in ("gpu_lost", "error") and fault.gpu_errors:
         errs = [e for e in fault.gpu_errors if e.lost or _HANDLE_LOST.search(e.reason)]
-        if errs:
-            e = errs[0]
+        bus = [ln.raw for ln in ctx.lines if _BUS_LOST.search(ln.text)]
+        handle = lines_with(r"Unable to (?:determine|detect) the device handle")
+        e = errs[0] if errs else None
+        ret = nvml_return(None, e.reason) if e is not None else None
+        if e is not None and not e.lost and not bus and ret is not None and ret.host_fault \
+                and ret.code in _NVML_ERROR_CODES:
+            # NVML's own return code, and nothing in the text says the GPU left the bus
+            found.append(_nvml_error(ctx, ret, handle, e.pci_bus_id))
+        elif e is not None:
             when = f" at {e.first_seen:%Y-%m-%d %H:%M:%S %z}".rstrip() if e.first_seen else ""
             rep = f" ({e.repeats} identical messages, one event)" if e.repeats > 1 else ""
+            proof = "" if e.lost or not bus else (
+                f"; the kernel log shows the link to it failing ({len(bus)} PCIe bus error "
+                "lines)")
             found.append(_diag(
                 "gpu_lost",
                 f"GPU {e.pci_bus_id} is lost: nvidia-smi cannot open it ('{e.reason}'){when}"
-                f"{rep}; only a reboot brings it back",
-                (), _FIXES["reboot"], lines_with(r"Unable to determine the device handle"),
+                f"{rep}{proof}; only a reboot brings it back",
+                (), _FIXES["reboot"], handle + bus[:2],
                 {"pci": e.pci_bus_id, "reason": e.reason, "action": ACTION_TEXT["reboot"],
                  "repeats": e.repeats if e.repeats > 1 else None,
                  "lost": ", ".join(x.pci_bus_id for x in errs) if len(errs) > 1 else None}))
@@ -628,6 +658,47 @@ def _nvml_lost(ctx: Context, evidence: list[str]) -> Diagnosis:
         ([cmd] if cmd else []) + evidence,
         {"in_container": "yes" if contained else None},
     )
+
+
+def _nvml_error(ctx: Context, ret: NvmlReturn, handle: list[str], pci: str | None) -> Diagnosis:
+    """An NVML return code that blames the GPU or the driver but not the bus (see
+    :data:`_BUS_LOST`), from nvidia-smi's device-handle failure and/or the NVML calls other
+    tools print (:data:`_NVML_CALL`)."""
+    calls = [(ln, m) for ln in ctx.lines if (m := _NVML_CALL.search(ln.text))
+             and nvml_return(None, m["msg"]) is ret]
+    fn = calls[0][1]["fn"] if calls else None
+    on = f" for GPU {pci}" if pci else ""
+    via = f" ({fn})" if fn else ""
+    return _diag(
+        "nvml_error",
+        f"NVML cannot get a handle{on}: it returned {ret.name} ({ret.code}, "
+        f"'{ret.message}'){via}: {ret.meaning}; nothing in the text says the GPU left the bus "
+        "(no Xid 79, no PCIe bus errors)",
+        (),
+        f"{ret.action[0].upper() + ret.action[1:] if ret.action else 'Check the driver'}; in a "
+        "VM (passthrough / GPU-PV) check that the guest's driver matches what the host exposes; "
+        "if the kernel log shows Xid 79 or PCIe bus errors for it, the GPU is lost: reboot",
+        handle + [_shown_call(ln, m) for ln, m in calls[:2]],
+        {"nvml_return": ret.name, "nvml_code": ret.code, "pci": pci, "nvml_function": fn},
+    )
+
+
+def _shown_call(ln: Line, m: re.Match[str]) -> str:
+    return ln.raw if len(ln.raw) <= 200 else ln.raw[m.start():].strip()
+
+
+def _nvml_calls(ctx: Context) -> Diagnosis | None:
+    """NVML calls a tool printed failing with a GPU/driver return code (``nvdebugdump``'s
+    ``nvmlDeviceGetHandleByIndex(): Unknown Error``) when no nvidia-smi message names the
+    GPU (:func:`_smi_findings` takes them as its evidence then)."""
+    if "nvml" not in ctx.text or any(SMI_MESSAGE_RE.search(ln.text) for ln in ctx.lines):
+        return None
+    for ln in ctx.lines:
+        if (m := _NVML_CALL.search(ln.text)) and (ret := nvml_return(None, m["msg"])) \
+                and ret.host_fault and ret.code in _NVML_ERROR_CODES \
+                and not any(_BUS_LOST.search(x.text) for x in ctx.lines):
+            return _nvml_error(ctx, ret, [], None)
+    return None
 
 
 def _kernel_mismatch(ctx: Context) -> Diagnosis | None:
@@ -807,5 +878,5 @@ def _rules_nvml(ctx: Context) -> Iterable[Diagnosis]:
 
 
 #: The rules of this module (the engine ranks what they find).
-RULES = (_rules_xid, _rules_smi, _rules_nvml, _kernel_mismatch, _fabric_manager,
+RULES = (_rules_xid, _rules_smi, _rules_nvml, _nvml_calls, _kernel_mismatch, _fabric_manager,
          _kernel_no_gpus, _plugin_stalled)

@@ -621,7 +621,8 @@ APOSTROPHES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u02bc": "'", "`": "
 #: decorated (``[nvidia-smi(stdout)] Failed to initialize NVML: ...``), any apostrophe.
 SMI_MESSAGE_RE = re.compile(
     r"NVIDIA-SMI has failed|Failed to initialize NVML|NVML library version|No devices were "
-    r"found|No devices found|Unable to determine the device handle|NVIDIA-SMI couldn.t find",
+    r"found|No devices found|Unable to (?:determine|detect) the device handle|NVIDIA-SMI couldn.t "
+    r"find",
     re.IGNORECASE)
 _MISMATCH_RE = re.compile(r"Driver/library version mismatch", re.IGNORECASE)
 _LIBVER_RE = re.compile(r"^NVML library version:\s*(?P<v>\d+(?:\.\d+)+)", re.IGNORECASE)
@@ -630,7 +631,8 @@ _KERNELVER_RE = re.compile(r"(?:Kernel module|kernel driver) version:\s*(?P<v>\d
 _NVML_MISSING_RE = re.compile(r"couldn't find libnvidia-ml\.so|NVML Shared Library Not Found",
                               re.IGNORECASE)
 _NO_GPUS_RE = re.compile(r"^No devices (?:were )?found\.?$", re.IGNORECASE)
-_HANDLE_RE = re.compile(r"Unable to determine the device handle for GPU ?"
+#: nvidia-smi's per-GPU failure; older releases (and nvidia-smi.exe) say "detect".
+_HANDLE_RE = re.compile(r"Unable to (?:determine|detect) the device handle for GPU ?"
                         r"(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)"
                         r"\s*:\s*(?P<reason>.*)$", re.IGNORECASE)
 _INVALID_FIELD_RE = re.compile(r'Field "(?P<f>[^"]+)" is not a valid field to query',
