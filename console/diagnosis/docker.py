@@ -456,7 +456,23 @@ _AUTH = re.compile(
     r"|authentication required|no basic auth credentials|incorrect username or password"
     r"|requested access to the resource is denied|invalid username/password"
     r"|authorization failed|401 Unauthorized")
+#: The registry's own API address in a message (``https://<registry>/v2/...``, the distribution
+#: spec's endpoint); any other URL in the message (``https://www.docker.com/increase-rate-limit``,
+#: a docs link) is advice, never the registry.
+_REGISTRY_URL = re.compile(r"https?://(?P<host>[^/\s\"']+)/v2/")
 _URL_HOST = re.compile(r"https?://(?P<host>[^/\s\"']+)")
+_HUB_WORDS = re.compile(r"docker\.com\b|docker\.io\b|Docker Hub", re.I)
+
+
+def _registry_named(line: str, image: str | None) -> str | None:
+    """The registry a pull error is about: the host of the registry API URL in the message,
+    else the image's registry (its first part with a dot or a port), else ``docker.io`` (Docker
+    Hub) for a short image name or a message of Docker Hub's (a docker.com advice link)."""
+    if m := _REGISTRY_URL.search(line):
+        return m["host"]
+    if registry := _registry_of_image(image):
+        return registry
+    return "docker.io" if image or _HUB_WORDS.search(line) else None
 
 
 def _registry_auth(lines: Sequence[Line], image: str | None) -> Diagnosis | None:
@@ -464,8 +480,7 @@ def _registry_auth(lines: Sequence[Line], image: str | None) -> Diagnosis | None
     if hit is None:
         return None
     ln, _m = hit
-    url = _URL_HOST.search(ln.text)
-    registry = url["host"] if url else _registry_of_image(image)
+    registry = _registry_named(ln.text, image)
     where = registry or "the registry"
     ngc = " (nvcr.io: user `$oauthtoken`, an NGC API key as password)" if (
         registry or "").endswith("nvcr.io") else ""
@@ -485,12 +500,11 @@ _RATE = re.compile(r"toomanyrequests|TOOMANYREQUESTS|pull rate limit|429 Too Man
 def _rate_limited(lines: Sequence[Line], image: str | None) -> Diagnosis | None:
     if (hit := _first(lines, _RATE)) is None:
         return None
-    url = _URL_HOST.search(hit[0].text)
-    registry = url["host"] if url else _registry_of_image(image) or (
-        "Docker Hub" if "docker.com" in hit[0].text else None)
+    registry = _registry_named(hit[0].text, image)
+    where = "docker.io (Docker Hub)" if registry == "docker.io" else registry or "the registry"
     return _make(
         "registry_rate_limited",
-        f"{registry or 'the registry'} refused the pull: pull rate limit reached "
+        f"{where} refused the pull: pull rate limit reached "
         "(toomanyrequests); anonymous pulls share the host's IP address quota",
         "`docker login` so pulls count against an account, use a registry mirror / pull "
         "through cache, or retry after the limit window",
