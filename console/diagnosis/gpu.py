@@ -363,6 +363,9 @@ def _xid_diagnosis(events: list[XidEvent], lines: Sequence[Line],
             text += (f": the driver now asks to "
                      f"{ACTION_TEXT.get(evs[-1].recovery, evs[-1].recovery)}")
         consequences.append(Consequence("xid", text, tuple(_line(lines, e) for e in evs[:1])))
+    # the other GPUs' chains: their own events, never consequences of this GPU's root; named
+    # in the summary and the evidence so every faulting GPU is on the report
+    others: list[str] = []
     for other in chains:
         if other is chain:
             continue
@@ -373,8 +376,13 @@ def _xid_diagnosis(events: list[XidEvent], lines: Sequence[Line],
         if other.verdict == "suspect_hardware":
             text += f", {len(other.pids)} processes: suspect hardware"
         else:
-            text += f": {ACTION_TEXT.get(oh.action, oh.action)}"
-        consequences.append(Consequence("xid", text, (_line(lines, oh.event),)))
+            text += f" ({ACTION_TEXT.get(oh.action, oh.action)})"
+        others.append(text)
+        evidence.append(_line(lines, oh.event))
+    if others:
+        summary += "; on the other GPU" + ("s" if len(others) > 1 else "") + ": " + "; ".join(
+            others)
+        facts["other_gpus"] = ", ".join(c.pci_bus_id for c in chains if c is not chain)
     d = _diag("xid", summary, (), fix, evidence, facts)
     return Diagnosis(d.kind, d.summary, d.ranks, d.fix, d.evidence, d.facts,
                      consequences=tuple(consequences))

@@ -37,10 +37,12 @@ def test_xid_01_two_gpus_app_faults_for_many_processes_are_suspect_hardware() ->
     assert "pids 13641, 14323, 33275" in d.summary
     assert "0000:3d:00" in d.summary and "suspect hardware" in d.summary
     assert d.fix.startswith("Drain GPU 0000:3d:00, 0000:db:00") and "dcgmi diag" in d.fix
-    [other] = d.consequences
-    assert other.kind == "xid" and other.summary.startswith("4x Xid 43 (GPU stopped processing) "
-                                                            "on 0000:3d:00")
-    assert "Wed Jan 27 23:04:35 2021 to Thu Jan 28 02:13:33 2021" in other.summary
+    # the other GPU's chain is its own event, not a consequence of db:00's: named beside it
+    assert d.consequences == ()
+    assert ("on the other GPU: 4x Xid 43 (GPU stopped processing) on 0000:3d:00 from "
+            "Wed Jan 27 23:04:35 2021 to Thu Jan 28 02:13:33 2021" in d.summary)
+    assert d.facts["other_gpus"] == "0000:3d:00"
+    assert any("Xid (PCI:0000:3d:00): 43, pid=35521" in e for e in d.evidence)
 
 
 def test_xid_02_chain_root_is_62_after_the_app_fault_with_45s_as_consequences() -> None:
