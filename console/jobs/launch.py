@@ -85,7 +85,10 @@ def explain_engine_error(error: GpuConsoleError) -> GpuConsoleError:
         return error
     log.info("host %s: Docker engine error read as %s: %s", error.host, found.kind,
              error.detail)
-    return type(error)(error.host, found.summary, found.fix)
+    # keep what gpuconsole was doing ("image 'x' is not on the host and could not be pulled")
+    head, sep, _ = error.detail.partition(" could not be pulled: ")
+    message = f"{head}{sep}{found.summary}" if sep else found.summary
+    return type(error)(error.host, message, found.fix)
 
 
 def launcher_token() -> str:

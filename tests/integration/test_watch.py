@@ -184,8 +184,12 @@ def restart_sshd() -> None:
 def alerting_profile(cli: CLI, notify: str) -> Path:
     """The test profile with short alert delays and the receiver as its notify: URL."""
     data = yaml.safe_load(cli.profile.read_text())
+    # only the host rule: jobs that other tests (or people) left failed on the shared test
+    # hosts would page too
     data["alerts"] = {"interval_s": 0.5, "jobs_refresh_s": 30,
-                      "host_unreachable": {"for_s": 2}}
+                      "host_unreachable": {"for_s": 2},
+                      **{rule: {"enabled": False}
+                         for rule in ("job_failed", "job_hung", "straggler", "gpus_idle")}}
     data["notify"] = [notify]
     path = cli.tmp / "alerting.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
