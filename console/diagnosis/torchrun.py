@@ -895,27 +895,53 @@ _WRAPS = re.compile(
 _FRAME = re.compile(r'^\s+File "[^"]+", line \d+, in \S')
 
 
-def _rank_exceptions(lines: Sequence[Line]) -> list[tuple[int | None, Line]]:
-    """Final exception lines of the Python tracebacks printed by ranks (with a rank prefix).
+# A final exception line in its strict form, at the start of the line: a dotted name ending in
+# Error/Exception (CPython's ``traceback.format_exception_only``: ``<qualname>: <str(exc)>``).
+# Used where no ``Traceback`` header vouches for the line (a paste cut mid-stack, interleaved
+# ranks), so a log line such as ``ERROR: ...`` or ``Warning: ...`` never passes.
+_STRICT_EXCEPTION = re.compile(
+    r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)(?::\s+\S.*|:?\s*)$")
+# How far (lines) a frame may be from a loose exception line that it vouches for.
+_NEAR = 4
 
-    A traceback whose ``Traceback (most recent call last):`` header was cut off (a paste that
-    starts mid-stack) counts too when a rank printed it under its own prefix: its ``File "..."``
-    frames prove it is one, and the first unindented line after them is its exception line."""
+
+def _rank_exceptions(lines: Sequence[Line]) -> list[tuple[int | None, Line]]:
+    """Final exception lines of the Python tracebacks printed by ranks.
+
+    A traceback is opened by its ``Traceback (most recent call last):`` header, or, when a paste
+    starts mid-stack (header cut off), by its ``File "...", line N, in f`` frames; its exception
+    line is the first unindented line after the frames (strict form
+    :data:`_STRICT_EXCEPTION` when no header was seen). When ranks' tracebacks are interleaved
+    line by line (several processes writing to one stream), a rank's exception line can land
+    away from its frames: a line of the strict form counts when a frame is within
+    :data:`_NEAR` lines of it, or a rank prefix names who printed it. Used only when no
+    traceback parsed in order."""
     found: list[tuple[int | None, Line]] = []
-    in_tb: dict[tuple[int | None, int | None], bool] = {}
+    in_tb: dict[tuple[int | None, int | None], str] = {}
     for ln in lines:
         who = (ln.rank, ln.local_rank)
         if ln.text.startswith(("Traceback (most recent call last)",
                                "Original Traceback (most recent call last)")):
-            in_tb[who] = True
-        elif who != (None, None) and _FRAME.match(ln.text):
-            in_tb[who] = True
+            in_tb[who] = "header"
+        elif _FRAME.match(ln.text):
+            if not in_tb.get(who):
+                in_tb[who] = "frames"
         elif in_tb.get(who) and ln.text and not ln.text[0].isspace():
-            if EXCEPTION_LINE.match(ln.text) and not ln.text.startswith("File "):
+            form = EXCEPTION_LINE if in_tb[who] == "header" or who != (None, None) \
+                else _STRICT_EXCEPTION
+            if form.match(ln.text) and not ln.text.startswith("File "):
                 found.append((ln.rank, ln))
-                in_tb[who] = False
+                in_tb[who] = ""
             elif not ln.text.startswith(("File ", "^", "~")):
-                in_tb[who] = False
+                in_tb[who] = ""
+    if found:
+        return found
+    frames = [ln.index for ln in lines if _FRAME.match(ln.text)]
+    for ln in lines:
+        if not ln.text[:1].strip() or not _STRICT_EXCEPTION.match(ln.text):
+            continue
+        if ln.rank is not None or any(abs(i - ln.index) <= _NEAR for i in frames):
+            found.append((ln.rank, ln))
     return found
 
 
