@@ -62,7 +62,7 @@ from remote.telemetry.faults import (
     summarize_xids,
 )
 from remote.telemetry.smi import SMI_MESSAGE_RE, classify_smi_failure
-from remote.telemetry.xid_catalog import ACTION_RANK, ACTION_TEXT, xid_info
+from remote.telemetry.xid_catalog import ACTION_RANK, ACTION_TEXT, GSP_DETAIL_RE, xid_info
 
 __all__ = ["RULES", "kernel_text"]
 
@@ -235,12 +235,15 @@ def _xid_findings(ctx: Context) -> list[Diagnosis]:
     if gsp:
         e = gsp[0]
         gpu = int(e.pci_bus_id[3:]) if e.pci_bus_id[3:].isdigit() else None
+        dump = ("; only its RPC history dump is in the text, which the driver prints after an "
+                "RPC to the GSP timed out or failed (the timeout line is above the excerpt)"
+                if GSP_DETAIL_RE.search(e.detail or "") else "")
         found.append(_diag(
             "gsp_timeout",
             f"the GPU's GSP firmware stopped answering the driver's RPCs"
             f"{' on GPU' + str(gpu) if gpu is not None else ''}"
             f"{' at ' + e.time_text if e.time_text else ''} ({len(gsp)}x, no Xid printed: "
-            "what Xid 119, GSP RPC timeout, means); NVIDIA's action: reset the GPU",
+            f"what Xid 119, GSP RPC timeout, means){dump}; NVIDIA's action: reset the GPU",
             (),
             ("Reset the GPU or reboot the node; if it recurs, update the driver, or load the "
              "proprietary module with NVreg_EnableGpuFirmware=0 (GSP off)"),

@@ -837,7 +837,12 @@ def scan_kernel_log(text: str) -> KernelLogScan:
     counted twice. A GSP RPC timeout printed without an Xid (``Timeout waiting for RPC from
     GSP``) is an Xid 119 event (``inferred``, the catalogue's meaning) unless a printed Xid
     119/120 is within 10 s of it (or cannot be placed against it); the ``GPUn GSP RPC buffer``
-    / ``RPC history`` lines after one are its details, never events. UUIDs from ``NVRM: GPU
+    / ``RPC history`` lines after one are its details, never events. Those dumps
+    (``GPU%d RPC history (CPU -> GSP):``, ``GPU%d RPC event history (CPU <- GSP):``) are only
+    printed by the driver's ``kgspLogRpcDebugInfo`` after a GSP RPC timed out (``_kgspLogXid119``)
+    or failed its sanity check (open-gpu-kernel-modules ``src/nvidia/src/kernel/gpu/gsp/
+    kernel_gsp.c``), so a dump whose timeout line is not in the text (an excerpt cut above it)
+    is that GPU's inferred Xid 119, its ``detail`` the dump's header. UUIDs from ``NVRM: GPU
     at`` lines are attached to every event of that bus id. The kernel's ``API mismatch``
     notice is :attr:`KernelLogScan.api_mismatch`.
     """
@@ -860,8 +865,18 @@ def scan_kernel_log(text: str) -> KernelLogScan:
                 recovery=rec[2] if rec else None, end_line_no=last,
             ))
             continue
-        if GSP_DETAIL_RE.search(msg):
-            continue  # the RPC buffer / history lines after a GSP timeout: details of it
+        if (hist := GSP_DETAIL_RE.search(msg)) is not None:
+            # the RPC buffer / history lines after a GSP timeout: details of it; without that
+            # timeout in the text, the dump stands for it (see the docstring)
+            gpu = f"GPU{hist['gpu']}"
+            if not any(e.xid in (119, 120) and e.inferred and e.pci_bus_id in (gpu, "GPU?")
+                       for e in scan.events):
+                scan.events.append(XidEvent(
+                    xid=119, pci_bus_id=gpu, time_text=tt, wall_time=wall, uptime_s=up,
+                    inferred=True, detail=msg[msg.index("NVRM:") + 5:].strip(), line_no=no,
+                    end_line_no=last,
+                ))
+            continue
         if (gsp := GSP_TIMEOUT_RE.search(msg)) is not None:
             scan.events.append(XidEvent(
                 xid=119, pci_bus_id=f"GPU{gsp['gpu']}" if gsp["gpu"] else "GPU?",
