@@ -217,7 +217,7 @@ def _unknown_runtime(lines: Sequence[Line], image: str | None) -> Diagnosis | No
 
 # nvidia-container-cli: <stage> error: <message>  (libnvidia-container's error_exit format)
 _TOOLKIT = re.compile(
-    r"nvidia-container-cli[:\s*_]+(?P<stage>initialization|requirement|mount|container|ldcache"
+    r"nvidia-container-cli(?:\.real)?[:\s*_]+(?P<stage>initialization|requirement|mount|container|ldcache"
     r"|detection|device|driver|configuration|list|info)\s+error[:\s*_]+(?P<msg>.*)", re.I)
 _NVML = re.compile(r"nvml error[:\s]+(?P<why>[^:\\\"]+)", re.I)
 #: NVML's ``nvmlErrorString(NVML_ERROR_LIB_RM_VERSION_MISMATCH)``-era text as libnvidia-container
@@ -241,9 +241,26 @@ _DRIVER_COND = re.compile(r"driver\s*>=?\s*(?P<v>\d+(?:\.\d+)*)", re.I)
 #: as the image sets it (``NVIDIA_REQUIRE_CUDA=cuda>=11.6 brand=...``).
 _REQUIRE_CUDA = re.compile(
     r"(?:--require=|NVIDIA_REQUIRE_CUDA\W{0,3})\s*cuda\s*>=\s*(?P<v>\d+(?:\.\d+)*)", re.I)
-# nvidia-container-toolkit (CDI mode) and a missing hook binary
+#: libnvidia-container's device selection (``src/cli/common.c`` ``select_devices``: the
+#: ``--device`` list, i.e. NVIDIA_VISIBLE_DEVICES / ``--gpus``, names something that is neither
+#: an index, a GPU-/MIG- UUID nor a PCI bus id of this host): ``device error: <dev>: unknown
+#: device`` (``nvidia-container-cli.real`` in the LXD snap; ``unknown device id`` in older
+#: releases), and the rest of the ``device error:`` stage (``invalid device``...).
+_DEVICE_ERROR = re.compile(
+    r"device error:\s*(?:(?P<dev>\S.*?):\s*)?(?P<why>unknown device(?: id)?|invalid device"
+    r"(?: \w+)?|[^:]+)(?::\s*(?P<dev2>[^:\s]+))?\s*(?::\s*unknown)?[.\s]*$", re.I)
+#: The device plugin's ``volume-mounts`` strategy passes the device list as this path; a
+#: toolkit that does not accept it (``accept-nvidia-visible-devices-as-volume-mounts``) reads
+#: it as a device name.
+_VOLUME_MOUNTS = "/var/run/nvidia-container-devices"
+# nvidia-container-toolkit (CDI mode) and a missing hook binary. CDI injection by the engine
+# itself (podman, CRI-O, containerd, moby 26+; cncf-tags/container-device-interface
+# ``pkg/cdi``: ``unresolvable CDI devices %s``, ``failed to stat CDI host device %q: %v``,
+# podman's ``setting up CDI devices: failed to inject devices: ...``): the spec names a device
+# the host does not have (any more), typically after a driver upgrade or a GPU change.
 _TOOLKIT_OTHER = re.compile(
     r"unresolvable CDI devices? (?P<dev>[^\s:]+)"
+    r"|failed to stat CDI host device \\?\"?(?P<node>[^\"\\\s:]+)"
     r"|exec: \\?\"(?P<bin>nvidia-container-runtime(?:-hook)?|nvidia-ctk)\\?\": "
     r"executable file not found"
     r"|nvidia-container-runtime-hook: (?P<msg>.+)", re.I)
@@ -297,11 +314,22 @@ def _toolkit(lines: Sequence[Line], image: str | None) -> Diagnosis | None:
         if other is None:
             return None
         ln, m = other
+        facts: dict[str, FactValue | None] = {"image": image}
         if m["dev"]:
-            what = (f"the CDI device {m['dev']} cannot be resolved: no CDI spec for the GPUs "
+            dev = tidy_value(m["dev"])
+            what = (f"the CDI device {dev} cannot be resolved: no CDI spec for the GPUs "
                     "(/etc/cdi/nvidia.yaml or /var/run/cdi) or it is out of date")
             fix = ("generate the CDI spec: `sudo nvidia-ctk cdi generate --output="
                    "/etc/cdi/nvidia.yaml` (again after every driver upgrade), then retry")
+            facts["device"] = dev
+        elif m["node"]:
+            what = (f"the CDI spec names the host device {m['node']}, which does not exist: "
+                    "the spec is stale (generated before a driver upgrade, a GPU change or a "
+                    "reboot that renumbered the device nodes)")
+            fix = ("regenerate the CDI spec: `sudo nvidia-ctk cdi generate --output="
+                   "/etc/cdi/nvidia.yaml` (a recent nvidia-ctk, again after every driver "
+                   "upgrade), then retry")
+            facts["device"] = m["node"]
         elif m["bin"]:
             what = f"the runtime hook binary {m['bin']} is not installed on the host"
             fix = "install nvidia-container-toolkit, then restart dockerd"
@@ -311,10 +339,12 @@ def _toolkit(lines: Sequence[Line], image: str | None) -> Diagnosis | None:
         return _make(
             "toolkit_hook_failed",
             f"NVIDIA Container Toolkit: {what}; the container was never created",
-            fix, [ln.raw], {"image": image})
+            fix, [ln.raw], facts)
     ln, m = hit
     stage, msg = m["stage"].lower(), _clean(m["msg"])
-    facts: dict[str, FactValue | None] = {"image": image, "stage": stage, "error": msg}
+    if stage == "device" and (dev := _device_error(ln, msg, image)) is not None:
+        return dev  # the hook's own failure: not a consequence of itself
+    facts = {"image": image, "stage": stage, "error": msg}
     nvml = _NVML.search(ln.text)
     library = _LOAD_LIBRARY.search(ln.text)
     cond = _UNSATISFIED.search(ln.text)
@@ -388,6 +418,41 @@ def _toolkit(lines: Sequence[Line], image: str | None) -> Diagnosis | None:
             evidence, facts)
         consequence = ()
     return replace(d, consequences=consequence)
+
+
+def _device_error(ln: Line, msg: str, image: str | None) -> Diagnosis | None:
+    """libnvidia-container's ``device error:`` stage (:data:`_DEVICE_ERROR`): the device list it
+    was given names no GPU / MIG device of this host."""
+    m = _DEVICE_ERROR.search(f"device error: {msg}")
+    if m is None:
+        return None
+    dev = tidy_value(m["dev"] or m["dev2"] or "") or None
+    why = m["why"].strip()
+    facts: dict[str, FactValue | None] = {"image": image, "stage": "device", "error": msg,
+                                          "device": dev}
+    if dev == _VOLUME_MOUNTS:
+        return _make(
+            "toolkit_hook_failed",
+            f"the NVIDIA Container Toolkit's hook failed (device error: {dev}: {why}): the GPU "
+            "device plugin passes the devices as volume mounts under that path, and the "
+            "toolkit is not configured to accept them, so it reads the path as a device name; "
+            "the container was never created",
+            "set accept-nvidia-visible-devices-as-volume-mounts = true in "
+            "/etc/nvidia-container-runtime/config.toml (or switch the device plugin's "
+            "DEVICE_LIST_STRATEGY back to envvar), then restart the pod",
+            [ln.raw], facts)
+    named = f"'{dev}'" if dev else "the device it was given"
+    mig = " (MIG devices are named by their own MIG-<uuid>, or <gpu>:<mig> index, on R470+ " \
+        "drivers, not MIG-GPU-<uuid>/<gi>/<ci>)" if dev and dev.upper().startswith("MIG") else ""
+    return _make(
+        "toolkit_hook_failed",
+        f"the NVIDIA Container Toolkit's hook could not find the device {named} ({why}): "
+        "NVIDIA_VISIBLE_DEVICES / --gpus / the LXD or Kubernetes device config names no GPU or "
+        f"MIG device of this host{mig}; the container was never created",
+        "pass a device that `nvidia-smi -L` lists on the host: an index, a GPU-<uuid>, or with "
+        "MIG a MIG-<uuid> (or <gpu>:<mig>); recreate the container if the GPUs changed since "
+        "it was defined",
+        [ln.raw], facts)
 
 
 _NVML_FIXES = {
