@@ -473,6 +473,15 @@ def _with_upgrade(ctx: Context, kind: str, summary: str, fix: str, evidence: lis
     return _diag(kind, summary, (), fix, evidence, facts)
 
 
+#: The NVIDIA Kubernetes device plugin: its name (pod, image, prose), its own hint after an
+#: NVML failure ("If this is a GPU node, did you set the docker default runtime to
+#: `nvidia`?"), or the Go NVML bindings' wording it prints (``could not load NVML library``,
+#: never nvidia-smi's).
+_DEVICE_PLUGIN = re.compile(
+    r"device[- ]?plugin|did you set the docker default runtime to|could not load NVML library",
+    re.I)
+
+
 def _smi_findings(ctx: Context) -> list[Diagnosis]:
     """nvidia-smi's failures (``faults``' :class:`HostFault` states) as cause ids."""
     picked = _smi_lines(ctx.lines)
@@ -516,13 +525,23 @@ def _smi_findings(ctx: Context) -> list[Diagnosis]:
             fix, evidence, facts = why[1], evidence + why[2], why[3]
         found.append(_with_upgrade(ctx, "driver_unreachable", summary, fix, evidence, facts))
     elif fault.state == "nvml_unavailable":
+        plugin = _DEVICE_PLUGIN.search(ctx.text) is not None
         found.append(_diag(
             "nvml_library_not_found",
-            "nvidia-smi cannot load the NVML library (libnvidia-ml.so): no NVIDIA user-space "
-            "driver on this host or in this container", (),
-            "Install the NVIDIA driver (user-space libraries) or run the container with the "
-            "NVIDIA runtime (`--gpus`)",
-            lines_with(r"libnvidia-ml|NVML Shared Library"), {}))
+            ("the Kubernetes GPU device plugin cannot load the NVML library (libnvidia-ml.so) "
+             "in its container, so the node advertises no nvidia.com/gpu: the container "
+             "runtime did not inject the NVIDIA driver (the default runtime is not nvidia), "
+             "or the host has no NVIDIA user-space driver") if plugin else
+            ("nvidia-smi cannot load the NVML library (libnvidia-ml.so): no NVIDIA user-space "
+             "driver on this host or in this container"), (),
+            ("Make nvidia the default runtime of the node's container runtime (nvidia-ctk "
+             "runtime configure --set-as-default) or use a RuntimeClass for the plugin; check "
+             "`nvidia-smi` on the node, then restart the plugin pod") if plugin else
+            ("Install the NVIDIA driver (user-space libraries) or run the container with the "
+             "NVIDIA runtime (`--gpus`)"),
+            lines_with(r"libnvidia-ml|NVML Shared Library|could not load NVML|"
+                       r"LIBRARY_NOT_FOUND"),
+            {"component": "k8s-device-plugin" if plugin else None}))
     if fault.state in ("gpu_lost", "error") and fault.gpu_errors:
         errs = [e for e in fault.gpu_errors if e.lost or _HANDLE_LOST.search(e.reason)]
         bus = [ln.raw for ln in ctx.lines if _BUS_LOST.search(ln.text)]
@@ -834,10 +853,68 @@ _ERR_802 = re.compile(
 _FM_DOWN = re.compile(r"fabric ?manager.{0,80}(?:don't|does not) match with driver version", re.I)
 
 
+#: Fabric Manager's own failure, in the shapes its programs print it (NVIDIA Fabric Manager
+#: user guide; the package's ``nvidia-fabricmanager-start.sh`` and systemd unit): its config
+#: parser's ``fabric manager config file item: <KEY> has an invalid value`` (a path in
+#: fabricmanager.cfg that does not exist: FABRIC_NODE_CONFIG_FILE, DATABASE_PATH,
+#: LOG_FILE_NAME, the topology directory), the start script's ``"<nv-fabricmanager command>"
+#: failed! Exit code: N``, systemd's ``nvidia-fabricmanager.service: Main/Control process
+#: exited, code=exited, status=N/FAILURE`` / ``Failed to start ... fabric manager`` / ``Job for
+#: nvidia-fabricmanager.service failed``, and a line of its own log naming it and an error.
+_FM_OWN = re.compile(
+    r"config file item:?\s*(?P<item>[A-Z][A-Z0-9_]+)\s+has an invalid value"
+    r"|nv-fabricmanager\b[^\n]{0,160}?\bfailed! Exit code:\s*[1-9]"
+    r"|nvidia-fabricmanager(?:\.service)?: (?:Main|Control) process exited, code=exited, "
+    r"status=[1-9]"
+    r"|nvidia-fabricmanager(?:\.service)?: Failed with result"
+    r"|Failed to start (?:NVIDIA fabric ?manager|nvidia-fabricmanager)"
+    r"|Job for nvidia-fabricmanager\.service failed"
+    r"|^(?:\[[^\]]*\]\s*)*(?:nv-fabricmanager|fabric ?manager)\b[^\n]{0,120}?"
+    r"\b(?:failed|error)\b", re.I)
+#: The journal tag of Fabric Manager's own lines (the normaliser drops syslog tags).
+_FM_TAGGED = re.compile(r"\bnv-fabricmanager\[\d+\]: (?P<msg>.*\b(?:failed|error)\b.*)", re.I)
+#: Fabric Manager finding no NVSwitch to manage (``NV_WARN_NOTHING_TO_DO``): a host without
+#: NVSwitches (PCIe GPUs, NVLink bridges) needs no Fabric Manager, its failure to start there
+#: breaks nothing (the service should be disabled); only CUDA's error 802 makes it a fault.
+_FM_NOTHING = re.compile(r"NV_WARN_NOTHING_TO_DO")
+
+
+def _fabric_manager_down(ctx: Context) -> Diagnosis | None:
+    """Fabric Manager's own failure lines (:data:`_FM_OWN`) without CUDA's error 802."""
+    if _FM_NOTHING.search(ctx.text):
+        return None
+    hits = [(ln.raw, m) for ln in ctx.lines if (m := _FM_OWN.search(ln.text))]
+    hits += [(t.group(0), None) for t in _FM_TAGGED.finditer(ctx.text)]
+    if not hits:
+        return None
+    item = next((m["item"] for _, m in hits if m is not None and m["item"]), None)
+    if item:
+        what = (f"its config file's {item} has an invalid value (usually a path in "
+                "fabricmanager.cfg that does not exist on this host)")
+        fix = (f"Fix {item} in fabricmanager.cfg (every path it names must exist: "
+               "FABRIC_NODE_CONFIG_FILE, DATABASE_PATH, LOG_FILE_NAME, TOPOLOGY_FILE_PATH), "
+               "then restart nvidia-fabricmanager and check `nvidia-smi -q | grep -A2 Fabric`")
+    else:
+        what = "it exited with an error"
+        fix = ("Read `journalctl -u nvidia-fabricmanager` and /var/log/fabricmanager.log; run "
+               "nvidia-fabricmanager at exactly the driver's version, then restart it and "
+               "check `nvidia-smi -q | grep -A2 Fabric`")
+    return _diag(
+        "fabric_manager",
+        f"nvidia-fabricmanager failed: {what}. On an NVSwitch system (HGX/DGX) the NVLink "
+        "fabric then stays uninitialised and CUDA fails with error 802 'system not yet "
+        "initialized'",
+        (),
+        fix,
+        [raw for raw, _ in hits[:3]],
+        {"config_item": item},
+    )
+
+
 def _fabric_manager(ctx: Context) -> Diagnosis | None:
     hits = [ln for ln in ctx.lines if _ERR_802.search(ln.text) or _FM_DOWN.search(ln.text)]
     if not hits:
-        return None
+        return _fabric_manager_down(ctx)
     return _diag(
         "fabric_manager",
         "CUDA cannot start on this NVSwitch system: error 802 'system not yet initialized' "

@@ -622,13 +622,19 @@ APOSTROPHES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u02bc": "'", "`": "
 SMI_MESSAGE_RE = re.compile(
     r"NVIDIA-SMI has failed|Failed to initialize NVML|NVML library version|No devices were "
     r"found|No devices found|Unable to (?:determine|detect) the device handle|NVIDIA-SMI couldn.t "
-    r"find",
+    r"find|could not load NVML library",
     re.IGNORECASE)
 _MISMATCH_RE = re.compile(r"Driver/library version mismatch", re.IGNORECASE)
 _LIBVER_RE = re.compile(r"^NVML library version:\s*(?P<v>\d+(?:\.\d+)+)", re.IGNORECASE)
 _KERNELVER_RE = re.compile(r"(?:Kernel module|kernel driver) version:\s*(?P<v>\d+(?:\.\d+)+)",
                            re.IGNORECASE)
-_NVML_MISSING_RE = re.compile(r"couldn't find libnvidia-ml\.so|NVML Shared Library Not Found",
+#: NVML's library cannot be loaded: nvidia-smi's own words, NVML's
+#: ``nvmlErrorString(NVML_ERROR_LIBRARY_NOT_FOUND)`` ("NVML Shared Library Not Found"), the Go
+#: bindings' ``could not load NVML library`` (NVIDIA gpu-monitoring-tools
+#: ``bindings/go/nvml/nvml_dl.go``, printed by the Kubernetes device plugin as ``Failed to
+#: initialize NVML: could not load NVML library.``) and go-nvml's ``ERROR_LIBRARY_NOT_FOUND``.
+_NVML_MISSING_RE = re.compile(r"couldn't find libnvidia-ml\.so|NVML Shared Library Not Found"
+                              r"|could not load NVML library|\bERROR_LIBRARY_NOT_FOUND\b",
                               re.IGNORECASE)
 _NO_GPUS_RE = re.compile(r"^No devices (?:were )?found\.?$", re.IGNORECASE)
 #: nvidia-smi's per-GPU failure; older releases (and nvidia-smi.exe) say "detect".
