@@ -157,8 +157,12 @@ def _after_scheduler_end(found: list[Diagnosis], lines: Sequence[Line]) -> list[
     if end is None:
         return found
     at, rank = _position(end, lines), precedence_of(end)
-    later = [d for d in found if d.kind in _AFTER_A_STOP and precedence_of(d) < rank
-             and _position(d, lines) > at]
+    # with a reason (DUE TO TIME LIMIT / PREEMPTION / NODE FAILURE...) the end came from outside
+    # the job: a Python exception printed after it is the processes failing on the way out
+    from_outside = bool(end.facts.get("reason")) or end.kind == "slurm_time_limit"
+    later = [d for d in found
+             if (d.kind in _AFTER_A_STOP or (from_outside and d.kind == "exception"))
+             and precedence_of(d) < rank and _position(d, lines) > at]
     if not later:
         return found
     rest = [d for d in found if d not in later]

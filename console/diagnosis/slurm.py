@@ -89,6 +89,25 @@ def _killed_consequences(lines: Sequence[Line]) -> tuple[Consequence, ...]:
                         "cancelled)", tuple(killed)),)
 
 
+_TRACEBACK = re.compile(r"^Traceback \(most recent call last\)")
+
+
+def _traceback_after(lines: Sequence[Line], after: int) -> tuple[Consequence, ...]:
+    """A Python traceback the job printed after Slurm ended it (a requeued or signalled
+    process failing on the way out, often cut before its exception line): a consequence."""
+    at = next((ln.index for ln in lines if ln.index > after and _TRACEBACK.match(ln.text)),
+              None)
+    if at is None:
+        return ()
+    tail = lines[at + 1:]
+    last = next((ln for ln in tail if ln.text[:1].strip() and not ln.text.startswith(
+        ("File ", "Traceback", "During handling", "The above exception"))), None)
+    shown = [lines[at].raw] + ([last.raw] if last is not None else [])
+    return (Consequence("exception", "a Python traceback printed after Slurm ended the job "
+                        "(the processes failing while being stopped or requeued)",
+                        tuple(shown)),)
+
+
 def _cancelled(ctx: Context) -> Diagnosis | None:
     """``*** JOB/STEP ... CANCELLED AT ... [DUE TO ...] ***``: the time limit, a preemption,
     a node failure, or scancel."""
@@ -96,18 +115,26 @@ def _cancelled(ctx: Context) -> Diagnosis | None:
     stepd = [(ln, m) for ln in ctx.lines if (m := _STEPD_KILLED.search(ln.text))]
     if not hits and not stepd:
         return None
-    pick = next(((ln, m) for ln, m in hits if "TIME LIMIT" in (m["why"] or "").upper()),
-                (hits or stepd)[0])
+    # The line that says why: the time limit first, then a line with a reason (slurmstepd
+    # prints the STEP's bare cancel line first and the JOB's line with DUE TO <reason> after
+    # it when the whole job is preempted / requeued / loses a node), the JOB's before a STEP's.
+    pick = min(hits or stepd, key=lambda h: (
+        "TIME LIMIT" not in (h[1]["why"] or "").upper(), not h[1]["why"],
+        h[1]["what"] != "JOB", h[0].index))
     ln, m = pick
     why = (m["why"] or "").strip().rstrip(",")
     node = m["node"] if m["node"] not in (None, "...") else m.groupdict().get("node_old")
     entity = f"{m['what'].lower()} {m['id']}"
     on = f" on {node}" if node else ""
-    evidence = [x.raw for x, y in hits if (y["why"] or "") == (m["why"] or "")] or [ln.raw]
+    evidence = [ln.raw] + [x.raw for x, y in hits if x is not ln and (
+        (y["why"] or "") == (m["why"] or "") or not y["why"])]
+    step = next((y["id"] for _, y in hits if "." in y["id"]), None)
     facts: dict[str, FactValue | None] = {
-        "job": m["id"].split(".")[0], "step": m["id"] if "." in m["id"] else None,
+        "job": m["id"].split(".")[0], "step": m["id"] if "." in m["id"] else step,
         "node": node, "time": m["at"], "reason": why or None}
-    consequences = _stopped_consequences(ctx.lines, ln.index) + _killed_consequences(ctx.lines)
+    first = min(x.index for x, _ in hits or stepd)
+    consequences = (_stopped_consequences(ctx.lines, first) + _killed_consequences(ctx.lines)
+                    + _traceback_after(ctx.lines, first))
     if "TIME LIMIT" in why.upper():
         d = _diag(
             "slurm_time_limit",
