@@ -820,6 +820,69 @@ def _fatal_signal(ctx: Context) -> Diagnosis | None:
     )
 
 
+# The shell's job-control report of a child killed by a signal (bash ``jobs.c``:
+# ``<script>: line N: <pid> Killed <command>`` for a script, ``[1]+  Killed  <command>`` for an
+# interactive job; the status words are ``strsignal``'s: Killed, Segmentation fault, Aborted,
+# Bus error, optionally `` (core dumped)``), and an exit status of 128+N that a shell, a
+# container runtime or a job controller reports (POSIX: a child killed by signal N exits
+# 128+N to the shell; ``docker ps``/compose ``exited with code 137``, ``Exit code: 137``).
+# A foreground job's report is the bare word (``Killed`` on its own line, or glued to the end
+# of a progress bar the process was redrawing).
+_SHELL_KILLED = re.compile(
+    r"(?:\bline \d+:\s+(?P<pid>\d+)|^\[\d+\][+-]?)\s+(?P<how>Killed|Segmentation fault|Aborted"
+    r"|Bus error)(?:\s+\(core dumped\))?\s+(?P<cmd>\S.*)$"
+    r"|(?:^|(?<=[\]|]))(?P<how2>Killed)\s*$")
+_EXIT_128 = re.compile(
+    r"\b(?:exit(?:ed)?(?: with)?(?: error)?[ _](?:code|status)|exit_code|return code)"
+    r"\W{0,3}(?P<code>13[4579])\b", re.I)
+_SHELL_SIGNALS = {"Killed": "SIGKILL", "Segmentation fault": "SIGSEGV", "Aborted": "SIGABRT",
+                  "Bus error": "SIGBUS"}
+_CODE_SIGNALS = {137: "SIGKILL", 139: "SIGSEGV", 134: "SIGABRT", 135: "SIGBUS"}
+
+
+def _shell_signal(ctx: Context) -> Diagnosis | None:
+    """A process killed by a signal outside torchrun, said by the shell (``36 Killed python3
+    train.py``) or by its exit status 128+N (137 SIGKILL, 139 SIGSEGV, 134 SIGABRT, 135
+    SIGBUS). SIGKILL with the OOM killer's own record is left to the OOM rules."""
+    root, _ = _failed_worker(ctx)
+    if root is not None:
+        return None
+    killed = next(((ln, m) for ln in ctx.lines if (m := _SHELL_KILLED.search(ln.text))), None)
+    code = next(((ln, m) for ln in ctx.lines if (m := _EXIT_128.search(ln.text))), None)
+    if killed is None and code is None:
+        return None
+    if killed is not None:
+        name = _SHELL_SIGNALS[killed[1]["how"] or killed[1]["how2"]]
+    else:
+        assert code is not None
+        name = _CODE_SIGNALS[int(code[1]["code"])]
+    if name == "SIGSEGV" and killed is None and _FATAL.search(ctx.text):
+        return None  # faulthandler's / the shell's own words: _fatal_signal
+    if name == "SIGKILL" and any(_OOM.search(ln.text) for ln in ctx.lines):
+        return None  # the OOM killer's record: oom_killed
+    pid = int(killed[1]["pid"]) if killed is not None and killed[1]["pid"] else None
+    command = killed[1]["cmd"].strip() if killed is not None and killed[1]["cmd"] else None
+    exit_code = int(code[1]["code"]) if code is not None else None
+    number = getattr(signal, name).value
+    meaning, fix = _SIGNAL_HINTS[name]
+    who = f"process {pid}" if pid is not None else "the process"
+    if command:
+        who += f" ({command.split()[0]})"
+    status = f", exit code {exit_code} = 128+{number}" if exit_code is not None else ""
+    evidence = ([_shown(killed[0], killed[1])] if killed is not None else []) + (
+        [_shown(code[0], code[1])] if code is not None else [])
+    return _diag(
+        _SIGNAL_KINDS.get(name, "signal"),
+        f"{who[0].upper()}{who[1:]} was killed by {name} (signal {number}{status}), with no "
+        f"Python error: {meaning}",
+        (),
+        fix.format(pid=pid if pid is not None else "<pid>", rank="the"),
+        evidence[:3],
+        {"signal": name, "pid": pid, "exitcode": exit_code, "command": command},
+        ctx.failure,
+    )
+
+
 _OOM = re.compile(
     r"(?P<cg>Memory cgroup )?[Oo]ut of memory: Kill(?:ed)? process (?P<pid>\d+) \((?P<comm>[^)]*)\)"
     r"|oom-kill:constraint=(?P<constraint>\w+).*?\bpid=(?P<pid2>\d+)"
@@ -1056,4 +1119,5 @@ RULES: tuple[Rule, ...] = (
     _exception,
     _signal,
     _fatal_signal,
+    _shell_signal,
 )
