@@ -25,6 +25,7 @@ __all__ = [
     "place_of",
     "rank_and_place",
     "rank_of",
+    "unwrapped",
     "world_size",
 ]
 
@@ -110,3 +111,32 @@ def world_size(lines: Sequence[Line]) -> int | None:
             if m := pattern.search(ln.text):
                 return int(m["n"])
     return None
+
+
+# A terminal copy of a line longer than the terminal: the emulator wraps it at its width, in the
+# middle of a word, and a copy keeps the rows either as separate lines (the first one exactly
+# as long as the terminal is wide) or in one line with the first row padded with blanks up to
+# the width ("CUDA driver initializati<90 blanks>on failed").
+TERMINAL_WIDTHS = frozenset({80, 100, 120, 132, 140, 150, 160, 180, 200, 210, 220, 240, 250, 256})
+_PADDED_WRAP = re.compile(r"(?<=[A-Za-z]) {8,}(?=[a-z])")
+_MIN_ROW = 60
+
+
+def unwrapped(lines: Sequence[Line], index: int) -> tuple[str, ...]:
+    """``lines[index].text`` with a terminal's wrap undone (see :data:`TERMINAL_WIDTHS`), for a
+    rule to match a known message that a fixed-width wrap split: the padded blanks inside the
+    line removed (when they start at least 60 columns in), or the next line appended when
+    this one is exactly a common terminal width long. Each join is given with and without a
+    blank (the wrap may have fallen on the blank between two words). Empty when the line
+    shows no wrap."""
+    ln = lines[index]
+    out: list[str] = []
+    m = _PADDED_WRAP.search(ln.text)
+    if m is not None and m.start() >= _MIN_ROW:
+        out += [ln.text[:m.start()] + ln.text[m.end():],
+                ln.text[:m.start()] + " " + ln.text[m.end():]]
+    if len(ln.raw) in TERMINAL_WIDTHS and index + 1 < len(lines):
+        nxt = lines[index + 1].text
+        if nxt[:1].strip() and ln.text[-1:].strip():
+            out += [ln.text + nxt, ln.text + " " + nxt]
+    return tuple(out)

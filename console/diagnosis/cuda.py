@@ -35,7 +35,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import replace
 
-from console.diagnosis.common import PG_ID, PG_NAME, PG_RANK, TERMINATE, rank_of
+from console.diagnosis.common import PG_ID, PG_NAME, PG_RANK, TERMINATE, rank_of, unwrapped
 from console.diagnosis.lines import Line
 from console.diagnosis.model import Consequence, Context, Diagnosis, FactValue
 from console.diagnosis.model import make_diagnosis as _diag
@@ -293,6 +293,9 @@ def _not_available(ctx: Context) -> Diagnosis | None:
     """``torch.cuda.is_available()`` answered False and no CUDA error says why: PyTorch sees no
     GPU (``torch/cuda/__init__.py``: it returns False when the device count is 0 or the build
     has no CUDA)."""
+    if any(sig.search(text) for ln in ctx.lines
+           for text in (ln.text, *unwrapped(ctx.lines, ln.index)) for _, sig in SIGNATURES):
+        return None  # a CUDA error says why: that finding (:func:`_cuda`)
     for ln in ctx.lines:
         if not _IS_AVAILABLE.search(ln.text):
             continue
@@ -323,6 +326,12 @@ def _cuda(ctx: Context) -> list[Diagnosis]:
         kind = next((k for k, sig in SIGNATURES if sig.search(ln.text)), None)
         if kind is None and _CUDA_ERROR.search(ln.text):
             kind = "cuda_error"
+        if kind is None:  # a message split by a terminal's fixed-width wrap
+            for text in unwrapped(ctx.lines, ln.index):
+                if (kind := next((k for k, sig in SIGNATURES if sig.search(text)),
+                                 None)) is not None:
+                    ln = replace(ln, text=text)
+                    break
         if kind is not None:
             by_kind.setdefault(kind, []).append(ln)
     return [_diagnosis(ctx, kind, hits) for kind, hits in by_kind.items()]
