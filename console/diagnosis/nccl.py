@@ -762,6 +762,8 @@ def _nccl_timeout(ctx: Context) -> Diagnosis | None:
             return None
     evidence: list[str] = []
     waited: dict[int, int] = {}
+    seq_of: dict[int, int] = {}
+    op_of: dict[int, str] = {}
     seq = op = numel = timeout_ms = None
     for m in reports:
         args = m["args"]
@@ -771,6 +773,10 @@ def _nccl_timeout(ctx: Context) -> Diagnosis | None:
         timeout_ms = timeout_ms or _arg(r"Timeout\(ms\)=(\d+)", args)
         if (rank := flat.rank_at(m)) is not None:
             waited.setdefault(rank, int(m["ran"]))
+            if (own := _arg(r"SeqNum=(\d+)", args)) is not None:
+                seq_of.setdefault(rank, int(own))
+            if (kind := _arg(r"OpType=(\w+)", args)) is not None:
+                op_of.setdefault(rank, kind)
         evidence += [ln.raw for ln in flat.spanned(m)]
     enqueued: dict[int, int] = {}
     completed: dict[int, int] = {}
@@ -823,6 +829,23 @@ def _nccl_timeout(ctx: Context) -> Diagnosis | None:
             f"(victims); the cause is {culprits} that "
             "never entered it (hung, dead, slow, or on another code path)"
         )
+        if len(set(seq_of.values())) > 1:
+            # Each rank numbers its collectives in the order it calls them (ProcessGroupNCCL's
+            # seq_): ranks timing out in different SeqNums are out of step, every one of them
+            # waiting in a collective the others are not in (a collective under a rank-dependent
+            # branch, or the same collectives in a different order), not one absent rank.
+            ahead = max(seq_of, key=lambda r: seq_of[r])
+            behind = min(seq_of, key=lambda r: seq_of[r])
+            per_rank = "; ".join(
+                f"rank {r}: {op_of.get(r, '?')} SeqNum {seq_of[r]}" for r in sorted(seq_of))
+            summary = (
+                f"NCCL watchdog timeout{in_pg}{limit}: the ranks timed out in DIFFERENT "
+                f"collectives ({per_rank}): rank {ahead} is {seq_of[ahead] - seq_of[behind]} "
+                f"collective(s) ahead of rank {behind}. A collective mismatch: the ranks called "
+                "different collectives or the same ones in a different order (one under a "
+                "rank-dependent branch, e.g. checkpoint saving or eval on one rank), so each "
+                "waits in one the others never call"
+            )
         if stuck:
             summary += f"; the watchdog of rank {join_ranks(sorted(stuck))} then got stuck"
     elif stuck or beats:
@@ -846,11 +869,19 @@ def _nccl_timeout(ctx: Context) -> Diagnosis | None:
         "timeout; TORCH_NCCL_DUMP_ON_TIMEOUT=1 (flight recorder) and NCCL_DEBUG=INFO help "
         "locate it. Raise the timeout only for a known slow step (checkpoint, eval on rank 0)"
     )
+    mismatch = len(set(seq_of.values())) > 1
+    if mismatch:
+        fix = (
+            "Make every rank call the same collectives in the same order: look for a collective "
+            "(barrier, all_gather, a state-dict gather) inside a branch taken by some ranks "
+            "only, near the earliest SeqNum; TORCH_DISTRIBUTED_DEBUG=DETAIL checks collectives "
+            "across ranks and names the mismatch"
+        )
     single = victims[0] if len(victims) == 1 else None
     return _diag(
         "nccl_timeout",
         summary,
-        missing,
+        () if mismatch else missing,
         fix,
         evidence,
         {
@@ -864,6 +895,8 @@ def _nccl_timeout(ctx: Context) -> Diagnosis | None:
             "last_enqueued": MappingProxyType(enqueued) if enqueued else None,
             "last_completed": MappingProxyType(completed) if completed else None,
             "victims": tuple(victims),
+            "seq_by_rank": MappingProxyType(seq_of) if mismatch else None,
+            "mismatch": "collectives out of step across ranks" if mismatch else None,
             "rank": single,
             "heartbeat_timeout_s": heartbeat_s,
             "detected_by": tuple(sorted(set(dumped))) if dumped else None,
