@@ -342,8 +342,8 @@ def _toolkit(lines: Sequence[Line], image: str | None) -> Diagnosis | None:
             fix, [ln.raw], facts)
     ln, m = hit
     stage, msg = m["stage"].lower(), _clean(m["msg"])
-    if stage == "device" and (dev := _device_error(ln, msg, image)) is not None:
-        return dev  # the hook's own failure: not a consequence of itself
+    if stage == "device" and (found := _device_error(ln, msg, image)) is not None:
+        return found  # the hook's own failure: not a consequence of itself
     facts = {"image": image, "stage": stage, "error": msg}
     nvml = _NVML.search(ln.text)
     library = _LOAD_LIBRARY.search(ln.text)

@@ -883,7 +883,8 @@ def _fabric_manager_down(ctx: Context) -> Diagnosis | None:
     """Fabric Manager's own failure lines (:data:`_FM_OWN`) without CUDA's error 802."""
     if _FM_NOTHING.search(ctx.text):
         return None
-    hits = [(ln.raw, m) for ln in ctx.lines if (m := _FM_OWN.search(ln.text))]
+    hits: list[tuple[str, re.Match[str] | None]] = [
+        (ln.raw, m) for ln in ctx.lines if (m := _FM_OWN.search(ln.text))]
     hits += [(t.group(0), None) for t in _FM_TAGGED.finditer(ctx.text)]
     if not hits:
         return None
