@@ -6,7 +6,8 @@ compose (``trainer-1  | ``), ``kubectl logs --prefix`` (``[pod/name/container] `
 ``srun --label`` (``3: ``), ``pdsh``/``clush`` (``gpu-node-01: ``), Open MPI's
 ``--tag-output`` (``[1,3]<stderr>:``), a relay's constant word prefix on most lines
 (``stderr: ``, ``out: ``, ``worker | ``, ``[worker-0] ``), Markdown quoting in an issue
-(``> ``), ANSI colours,
+(``> ``) and emphasis around a whole line (``**...**``, ``*...*``, ``__...__``, backticks),
+Ray's worker prefix (``(pid=N) ``, ``(RayWorker pid=N, ip=...) ``), ANSI colours,
 JSON records (Docker's json-file ``{"log": "...\\n"}``, torchelastic's error file
 ``{"message": {"message": ..., "extraInfo": {"py_callstack": ...}}}``), and, when several ranks
 write to one stream, ranks' output glued mid-line (``...step 3[rank1]: Traceback``).
@@ -79,6 +80,12 @@ _PREFIXES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("compose", re.compile(r"^(?P<src>[A-Za-z0-9][\w.-]*?(?:[-_]\d+)?)\s+\| ")),
     # kubectl logs --prefix: "[pod/trainer-0/pytorch] "
     ("kubectl", re.compile(r"^\[(?P<src>pod/[^\]\s]+)\] ")),
+    # Ray's worker log relay (python/ray/_private/log_monitor.py / worker.py print_logs):
+    # "(pid=909608) ", "(RayWorker pid=123) ", "(RayTrainWorker pid=123, ip=10.0.0.1) ",
+    # "(raylet) ", "(raylet, ip=10.0.0.1) "
+    ("ray", re.compile(
+        r"^\((?P<src>(?:[A-Za-z_][\w.:-]* )?pid=\d+(?:, ip=[\w.:-]+)?|raylet(?:, ip=[\w.:-]+)?)\) ?"
+        r"(?=\S|$)")),
     # srun --label: "3: " (task id)
     ("srun", re.compile(r"^(?P<src>\d{1,5}): ")),
     # Open MPI --tag-output: "[1,3]<stderr>:"
@@ -189,6 +196,23 @@ def _repeated_word_tags(lines: list[str]) -> set[str]:
     return out
 
 
+# Markdown emphasis or code around a whole pasted line: "**pynvml.NVMLError_...: Driver Not
+# Loaded**", "*...*", "__...__", "_..._", "`...`" (CommonMark's emphasis and code spans). Only
+# a pair that wraps the line (after any indentation), and only text with a blank or a colon
+# inside, so a lone identifier ("__main__") or a bullet ("* item") stays as it is.
+_EMPHASIS = re.compile(
+    r"^(?P<ind>\s*)(?P<mark>\*\*\*|\*\*|\*|___|__|_|```|`)(?P<body>[^\s*_`].*?[^\s*_`]|[^\s*_`])"
+    r"(?P=mark)$")
+
+
+def _unemphasize(line: str) -> str:
+    """``line`` without Markdown emphasis / code markers wrapping all of it (:data:`_EMPHASIS`)."""
+    m = _EMPHASIS.match(line)
+    if m is None or not (" " in m["body"] or ":" in m["body"]):
+        return line
+    return m["ind"] + m["body"]
+
+
 _Staged = tuple[int, str, "str | None", "int | None"]
 
 
@@ -230,7 +254,7 @@ def normalize(text: str) -> list[Line]:
     pieces = [(number, piece, src, mpi_rank) for number, body, src, mpi_rank in staged
               for piece in _GLUED_RANK.split(body)]
     for number, body, src, mpi_rank in pieces:
-        raw = body.rstrip()
+        raw = _unemphasize(body.rstrip())
         rest, rank, local_rank = raw, mpi_rank, None
         while (m := _RANK_PREFIX.match(rest)) is not None:
             if m["role"] == "rank":
