@@ -626,9 +626,15 @@ def _nccl_results(ctx: Context) -> list[Diagnosis]:
         blocks.setdefault(kind, []).append((ln, code, last, last_line))
     version = _nccl_version(ctx.lines)
     out: list[Diagnosis] = []
+    warned = _warn_findings(ctx.lines) if blocks else {}
     for kind, hits in blocks.items():
         ln, code, last, last_line = hits[0]
         evidence = [ln.raw]
+        # PyTorch's error carries no "Last error" (NCCL < 2.12), but an NCCL_DEBUG WARN of the
+        # same cause elsewhere in the text (another paste, a relay's log) says why: its detail.
+        said = warned.get(kind)
+        if last is None and said is not None and said.messages and said.lines:
+            last, last_line = said.messages[0], said.lines[0]
         detail = ctx.lines[ln.index + 1] if ln.index + 1 < len(ctx.lines) else None
         if detail is not None and _RESULT.search(detail.text) and detail is not last_line:
             evidence.append(detail.raw)
