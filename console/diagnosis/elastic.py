@@ -111,7 +111,9 @@ def _value(raw: str | None) -> str | None:
 
 
 #: The last line of a Python traceback: "module.Type: message" (or a bare "Type").
-EXCEPTION_LINE = re.compile(r"^(?P<type>[A-Za-z_][\w.:]*)(?::\s*(?P<msg>.*))?$")
+# The type is a dotted name, C++'s ``c10::Error`` too; a lone colon ends it (``Exception: ``
+# with an empty message is type ``Exception``).
+EXCEPTION_LINE = re.compile(r"^(?P<type>[A-Za-z_](?:[\w.]|::)*)(?::\s*(?P<msg>.*))?$")
 
 
 def _exception_line(traceback: str) -> str | None:

@@ -610,6 +610,12 @@ _CALLED_PROCESS = re.compile(
 )
 _LOCAL_RANK_ARG = re.compile(r"--local[_-]rank[= ']+(?P<local>\d+)")
 _LAUNCH_FRAME = re.compile(r"torch[/\\]distributed[/\\]launch\.py")
+# DeepSpeed's launcher (deepspeed/launcher/launch.py, ``sigkill_handler``) when a worker ends:
+# ``logger.error(f"{cmd} exits with return code = {process.returncode}")`` after its
+# ``[launch.py:NNN:sigkill_handler] Killing subprocess <pid>`` lines; ``cmd`` is the worker's
+# argv list (with ``--local_rank=N``), the code Python's returncode (-N: killed by signal N).
+# Searched anywhere in the line: stray characters glued before the log prefix do not hide it.
+_DS_EXIT = re.compile(r"\bexits with return code\s*=\s*(?P<code>-?\d+)\b")
 
 
 def _launcher_report(lines: Sequence[Line], ln: Line) -> re.Match[str] | None:
@@ -668,6 +674,11 @@ def _loose_entry(ctx: Context) -> ProcessFailure | None:
             code = int(m["code"]) if m["code"] else -int(m["num"])
             arg = _LOCAL_RANK_ARG.search(m["cmd"])
             return _entry([_shown(ln, m)], None, int(arg["local"]) if arg else None, code, None)
+    for ln in ctx.lines:
+        if (m := _DS_EXIT.search(ln.text)) and int(m["code"]) != 0:
+            arg = _LOCAL_RANK_ARG.search(ln.text[:m.start()])
+            return _entry([_shown(ln, m)], None, int(arg["local"]) if arg else None,
+                          int(m["code"]), None)
     return None
 
 
@@ -935,7 +946,8 @@ def _oom_killed(ctx: Context) -> Diagnosis | None:
 _WRAPS = re.compile(
     r"Connection (?:closed|reset) by (?:remote )?peer|ChildFailedError|Broken pipe"
     r"|Socket Timeout|NCCL communicator was aborted|Watchdog caught collective"
-    r"|SignalException|KeyboardInterrupt|ProcessExitedException|process \d+ terminated with"
+    r"|SignalException|KeyboardInterrupt|ProcessExitedException|ProcessRaisedException"
+    r"|process \d+ terminated with"
     r"|CUDA (?:driver )?error|CUDA out of memory|OutOfMemoryError|cuDNN error"
     r"|no kernel image|NVIDIA driver|CUDA-capable|No CUDA GPUs|invalid device ordinal"
     r"|CUDA driver initialization|system not yet initialized|CUDA unknown error"
@@ -952,6 +964,19 @@ _WRAPS = re.compile(
     r"|unable to (?:allocate shared memory|write to file </torch_)",
     re.I,
 )
+
+
+# torch.multiprocessing.spawn's wrapper (spawn.py ``ProcessContext.join``): the parent raises
+# ``Exception(msg)`` (torch < 1.8) or ``ProcessRaisedException(msg)`` whose message starts on
+# the next line: "\n\n-- Process N terminated with the following error:\n" + the child's
+# traceback. The parent's exception line is never the root: the child's error under it is.
+_SPAWN_WRAPPER = re.compile(r"^-- Process \d+ terminated with the following error:")
+
+
+def _spawn_wrapper(lines: Sequence[Line], ln: Line) -> bool:
+    """Whether exception line ``ln`` is mp.spawn's wrapper (:data:`_SPAWN_WRAPPER` follows)."""
+    after = [x for x in lines[ln.index + 1:ln.index + 4] if x.text.strip()]
+    return bool(after) and _SPAWN_WRAPPER.match(after[0].text.strip()) is not None
 
 
 # A traceback frame: ``  File "/path/x.py", line 12, in fn`` (CPython ``traceback``).
@@ -1067,6 +1092,7 @@ def _exception(ctx: Context) -> Diagnosis | None:
         printed = [
             (r, ln) for r, ln in _rank_exceptions(ctx.lines)
             if not _WRAPS.search(ln.text) and not not_a_failure(ln.text)
+            and not _spawn_wrapper(ctx.lines, ln)
         ]
         if root is not None:  # exit code without a traceback: look for that rank's own
             printed = [(r, ln) for r, ln in printed if r in (None, root.rank)]
