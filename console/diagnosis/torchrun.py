@@ -255,6 +255,17 @@ _MID_RUN = re.compile(
     r"|Sending process \d+ closing signal SIG[A-Z]+")
 
 
+# A traceback frame's source line (indented under ``File "...", line N``, or a ``raise``/
+# ``except`` statement quoted): it names an exception type without being the exception.
+_SOURCE_LINE = re.compile(r"^\s+\S|^(?:raise|except|from|import|def|class|return)\b")
+
+
+def _source_line(ln: Line) -> bool:
+    """Whether ``ln`` is a frame's source line rather than an exception line (sort key: the
+    exception line first)."""
+    return _SOURCE_LINE.match(ln.text) is not None
+
+
 def _unmapped(host: str | None) -> str | None:
     """``::ffff:192.0.2.1`` (an IPv4-mapped IPv6 address) as ``192.0.2.1``."""
     if host and host.lower().startswith("::ffff:") and "." in host:
@@ -303,6 +314,9 @@ def _rendezvous(ctx: Context) -> Diagnosis | None:
     stopped = any(_DEATH.search(ln.text) or _AGENT_SIGNAL.search(ln.text) for ln in ctx.lines)
     if stopped:
         errors = [ln for ln in errors if "Closed" not in ln.text]
+    # The exception line ("...RendezvousConnectionError: The connection to the C10d store has
+    # failed...") before a frame's source line ("    raise RendezvousConnectionError(").
+    errors.sort(key=_source_line)
     if refused and timeout is None and not errors and clients is None and _retried_on(
             ctx.lines, refused):
         return None
