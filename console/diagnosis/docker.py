@@ -263,7 +263,15 @@ _TOOLKIT_OTHER = re.compile(
     r"|failed to stat CDI host device \\?\"?(?P<node>[^\"\\\s:]+)"
     r"|exec: \\?\"(?P<bin>nvidia-container-runtime(?:-hook)?|nvidia-ctk)\\?\": "
     r"executable file not found"
-    r"|nvidia-container-runtime-hook: (?P<msg>.+)", re.I)
+    r"|nvidia-container-runtime-hook: (?P<msg>.+)"
+    # crun (src/libcrun/container.c, run_hooks): "error executing hook `%s` (exit code: %d)",
+    # inside podman's "OCI runtime error: crun: {"msg":"...","level":"error",...}" JSON record
+    r"|error executing hook \\?[`'\"]?(?P<hook>[^`'\"\s\\]+)\\?[`'\"]? \(exit code: (?P<code>\d+)\)"
+    # runc (libcontainer/configs/config.go, Hooks.Run) / containerd:
+    # "error running hook #0: error running hook: exit status 1, stdout: , stderr: ..."
+    r"|error running (?:\w+ )?hook #(?P<num>\d+):+ (?P<hmsg>.+)", re.I)
+# Which hook failed must be NVIDIA's (a crun/runc hook line names any OCI hook).
+_NVIDIA_HOOK = re.compile(r"nvidia", re.I)
 
 
 #: Markdown and quoting punctuation around a value read out of prose: inline code backticks,
@@ -333,6 +341,23 @@ def _toolkit(lines: Sequence[Line], image: str | None) -> Diagnosis | None:
         elif m["bin"]:
             what = f"the runtime hook binary {m['bin']} is not installed on the host"
             fix = "install nvidia-container-toolkit, then restart dockerd"
+        elif m["hook"] or m["num"]:
+            if not (_NVIDIA_HOOK.search(ln.text) or any(
+                    _NVIDIA_HOOK.search(x.text) for x in lines)):
+                return None  # some other OCI hook
+            hook = m["hook"] or f"#{m['num']}"
+            why = f" (exit code {m['code']})" if m["code"] else f": {_clean(m['hmsg'])}"
+            cdi = "cdi" in hook.lower()
+            what = (f"the OCI runtime's hook {hook} failed{why}"
+                    + (": the CDI spec in /etc/cdi or /var/run/cdi names a hook or devices "
+                       "that do not match the installed driver/toolkit" if cdi else ""))
+            fix = ("regenerate the CDI spec with the installed toolkit: `sudo nvidia-ctk cdi "
+                   "generate --output=/etc/cdi/nvidia.yaml` (install nvidia-container-toolkit "
+                   "if nvidia-ctk is missing), then retry" if cdi else
+                   "run `nvidia-container-cli -k -d /dev/tty info` on the host to see why; "
+                   "reinstall or upgrade nvidia-container-toolkit")
+            facts["hook"] = hook
+            facts["exitcode"] = int(m["code"]) if m["code"] else None
         else:
             what = f"the NVIDIA runtime hook failed: {_clean(m['msg'])}"
             fix = "run `nvidia-container-cli -k -d /dev/tty info` on the host to see why"
