@@ -345,10 +345,10 @@ def _toolkit(lines: Sequence[Line], image: str | None) -> Diagnosis | None:
             if not (_NVIDIA_HOOK.search(ln.text) or any(
                     _NVIDIA_HOOK.search(x.text) for x in lines)):
                 return None  # some other OCI hook
-            hook = m["hook"] or f"#{m['num']}"
+            named: str = m["hook"] or f"#{m['num']}"
             why = f" (exit code {m['code']})" if m["code"] else f": {_clean(m['hmsg'])}"
-            cdi = "cdi" in hook.lower()
-            what = (f"the OCI runtime's hook {hook} failed{why}"
+            cdi = "cdi" in named.lower()
+            what = (f"the OCI runtime's hook {named} failed{why}"
                     + (": the CDI spec in /etc/cdi or /var/run/cdi names a hook or devices "
                        "that do not match the installed driver/toolkit" if cdi else ""))
             fix = ("regenerate the CDI spec with the installed toolkit: `sudo nvidia-ctk cdi "
@@ -356,7 +356,7 @@ def _toolkit(lines: Sequence[Line], image: str | None) -> Diagnosis | None:
                    "if nvidia-ctk is missing), then retry" if cdi else
                    "run `nvidia-container-cli -k -d /dev/tty info` on the host to see why; "
                    "reinstall or upgrade nvidia-container-toolkit")
-            facts["hook"] = hook
+            facts["hook"] = named
             facts["exitcode"] = int(m["code"]) if m["code"] else None
         else:
             what = f"the NVIDIA runtime hook failed: {_clean(m['msg'])}"
