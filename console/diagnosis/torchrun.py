@@ -908,6 +908,75 @@ def _shell_signal(ctx: Context) -> Diagnosis | None:
     )
 
 
+# A Kubernetes container's end as the job's controller or kubectl reports it:
+# - Kubeflow training-operator (pkg/controller.v1/common/pod.go, events): "Error pod <pod>
+#   container <c> exitCode: N terminated message: ..." and "Pod: <ns>.<pod> exited with code N";
+# - ``kubectl describe pod`` (ContainerStateTerminated): "State:|Last State: Terminated" then
+#   indented "Reason: Error|OOMKilled" and "Exit Code: N" (the container's status; 128+N = killed
+#   by signal N, OOMKilled = the cgroup's OOM killer).
+_K8S_EXIT = re.compile(
+    r"\bcontainer (?P<container>\S+) exitCode: (?P<code>\d+)"
+    r"|\bPod: (?P<pod>\S+) exited with code (?P<code2>\d+)"
+    r"|^\s*Exit Code:\s+(?P<code3>\d+)\s*$")
+_K8S_TERMINATED = re.compile(r"^\s*(?:Last )?State:\s+Terminated\b")
+_K8S_REASON = re.compile(r"^\s*Reason:\s+(?P<reason>\w+)")
+
+
+def _k8s_exit(ctx: Context) -> Diagnosis | None:
+    """A Kubernetes container that ended non-zero (:data:`_K8S_EXIT`), when no launcher named a
+    worker: OOMKilled -> oom_killed, 128+N -> the signal's kind, else exit_code."""
+    if _failed_worker(ctx)[0] is not None:
+        return None
+    for ln in ctx.lines:
+        m = _K8S_EXIT.search(ln.text)
+        if m is None:
+            continue
+        block = ctx.lines[max(0, ln.index - 6):ln.index + 4]
+        if m["code3"] and not any(_K8S_TERMINATED.match(x.text) for x in block):
+            continue  # "Exit Code:" outside a terminated container state
+        code = int(m["code"] or m["code2"] or m["code3"])
+        if code == 0:
+            continue
+        reason = next((r["reason"] for x in block if (r := _K8S_REASON.match(x.text))), None)
+        who = (f"container {m['container']}" if m["container"] else
+               f"pod {m['pod']}" if m["pod"] else "the container")
+        facts: dict[str, FactValue | None] = {"exitcode": code, "reason": reason,
+                                              "container": m["container"], "pod": m["pod"]}
+        evidence = [x.raw for x in block if _K8S_TERMINATED.match(x.text)
+                    or _K8S_REASON.match(x.text)][:2] + [_shown(ln, m)]
+        # the controller's other report of the same end ("Pod: ... exited with code N")
+        evidence += [_shown(x, o) for x in ctx.lines[ln.index + 1:]
+                     if (o := _K8S_EXIT.search(x.text)) and not o["code3"]
+                     and int(o["code"] or o["code2"]) == code][:1]
+        if reason == "OOMKilled":
+            return _diag(
+                "oom_killed",
+                f"Kubernetes: {who} was OOMKilled (exit code {code}): the container used more "
+                "memory than its limit",
+                (), "Raise the container's memory limit or lower its memory use (fewer "
+                "DataLoader workers, smaller batches)", evidence,
+                {**facts, "scope": "container"}, ctx.failure)
+        name = _CODE_SIGNALS.get(code) or (
+            signal_name(128 - code) if 128 < code < 160 else None)
+        if name is not None:
+            meaning, fix = _SIGNAL_HINTS.get(
+                name, ("a signal from outside or from native code", "Read the pod's own log"))
+            return _diag(
+                _SIGNAL_KINDS.get(name, "signal"),
+                f"Kubernetes: {who} was killed by {name} (exit code {code} = 128+"
+                f"{code - 128}, reason {reason or 'not given'}): {meaning}",
+                (), fix.format(pid="<pid>", rank="the"), evidence,
+                {**facts, "signal": name}, ctx.failure)
+        return _diag(
+            "exit_code",
+            f"Kubernetes: {who} exited with code {code}"
+            + (f" (reason {reason})" if reason else "") + ", no reason in this log: the "
+            "training script itself failed",
+            (), "Read the pod's own log (kubectl logs <pod> -c <container>, --previous after a "
+            "restart) for its traceback", evidence, facts, ctx.failure)
+    return None
+
+
 _OOM = re.compile(
     r"(?P<cg>Memory cgroup )?[Oo]ut of memory: Kill(?:ed)? process (?P<pid>\d+) \((?P<comm>[^)]*)\)"
     r"|oom-kill:constraint=(?P<constraint>\w+).*?\bpid=(?P<pid2>\d+)"
@@ -1160,4 +1229,5 @@ RULES: tuple[Rule, ...] = (
     _signal,
     _fatal_signal,
     _shell_signal,
+    _k8s_exit,
 )
