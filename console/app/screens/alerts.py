@@ -21,6 +21,7 @@ from textual.widgets import DataTable, Footer, Static
 from console.alerts.model import Alert
 from console.alerts.rows import age_text, alert_state, subject
 from console.app.widgets.status import StatusLine
+from console.app.widgets.tables import cursor_key
 
 if TYPE_CHECKING:
     from console.app.app import GpuConsoleApp
@@ -130,14 +131,8 @@ class AlertsScreen(Screen[None]):
 
     def selected(self) -> Alert | None:
         """The alert under the cursor, or ``None``."""
-        table = self.query_one(DataTable)
-        if table.row_count == 0:
-            return None
-        try:
-            key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key
-        except Exception:
-            return None
-        return next((a for a in self.alerts if a.key == key.value), None)
+        key = cursor_key(self.query_one(DataTable))
+        return next((a for a in self.alerts if a.key == key), None)
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         self._show_detail()

@@ -19,6 +19,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from console.app.widgets.status import StatusLine
+from console.app.widgets.tables import cursor_key
 from console.fleet.state import JobUsage
 from console.jobs.rows import JobRow, job_row
 from console.jobs.status import failure_lines
@@ -132,14 +133,8 @@ class JobsScreen(Screen[None]):
 
     def selected_job(self) -> JobRecord | None:
         """The job under the cursor, or ``None``."""
-        table = self.query_one(DataTable)
-        if table.row_count == 0:
-            return None
-        try:
-            key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key
-        except Exception:
-            return None
-        return self.jobs.get(str(key.value))
+        key = cursor_key(self.query_one(DataTable))
+        return self.jobs.get(key) if key is not None else None
 
     def update_jobs(self, jobs: list[JobRecord] | None = None,
                     usage: Mapping[str, JobUsage] | None = None) -> None:
