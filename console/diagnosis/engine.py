@@ -49,7 +49,8 @@ PRECEDENCE: tuple[str, ...] = (
     "nvml_lost_in_container",
     "nvml_error",
     # the container engine, the registry, the toolkit
-    "docker_daemon_unreachable", "docker_permission", "disk_full", "docker_no_gpu_driver",
+    "gpu_unschedulable", "docker_daemon_unreachable", "docker_permission", "disk_full",
+    "docker_no_gpu_driver",
     "docker_unknown_runtime", "toolkit_nvml_init", "toolkit_library_missing", "driver_too_old",
     "toolkit_hook_failed", "image_not_found", "registry_auth", "registry_rate_limited",
     "registry_unreachable", "name_conflict",

@@ -570,12 +570,18 @@ _RESULT = re.compile(
     r"|NCCL operation in progress)"
     r"|\b(?P<name>nccl(?:UnhandledCudaError|SystemError|InternalError|InvalidArgument"
     r"|InvalidUsage|RemoteError|InProgress|Timeout))\b"
+    # an extension's own check macro printing the bare ncclResult_t: "NCCL Error at
+    # file.cpp:127 value 5" (FastMoE), "NCCL error at f.cu:42 code 2", "... returned 3"
+    r"|NCCL (?:[Ee]rror|failure) at \S+:\d+[ ,:]+(?:value|code|result|returned)[ =:]*"
+    r"(?P<bare>[1-8])\b"
 )
 _LAST_ERROR = re.compile(r"Last error:\s*(?P<rest>.*)$")
 _SEQ_OF_WORK = re.compile(r"WorkNCCL\(SeqNum=(?P<seq>\d+)(?:, OpType=(?P<op>\w+))?")
 
 
 def _code(m: re.Match[str]) -> int | None:
+    if m["bare"]:
+        return int(m["bare"])
     if m["what"]:
         return _STRING_CODES.get(m["what"])
     if m["name"]:
@@ -704,8 +710,8 @@ _WATCHDOG = re.compile(
     r"WorkNCCL\((?P<args>(?:[^()]|\(ms\))*)\) ran for (?P<ran>\d+) milliseconds"
 )
 _WATCHDOG_WORK = re.compile(
-    r"(?:detected by watchdog at work|Timeout at NCCL work): (?P<seq>\d+), "
-    r"last enqueued NCCL work: (?P<enq>-?\d+), last completed NCCL work: (?P<done>-?\d+)"
+    r"(?:(?:detected by watchdog at work|Timeout at NCCL work): (?P<seq>\d+), )?"
+    r"[Ll]ast enqueued NCCL work: (?P<enq>-?\d+), last completed NCCL work: (?P<done>-?\d+)"
 )
 _HEARTBEAT = re.compile(
     r"watchdog got stuck for (?P<s>\d+) seconds|Heartbeat monitor timed out"
@@ -763,7 +769,7 @@ def _nccl_timeout(ctx: Context) -> Diagnosis | None:
     beats = list(_HEARTBEAT.finditer(flat.text))
     aborted = list(_ABORTED.finditer(flat.text))
     dumps = list(_DUMP.finditer(flat.text))
-    if not reports and not works and not beats:
+    if not reports and not works and not beats and not dumps:
         if not aborted or any(_RESULT.search(ln.text) for ln in ctx.lines):
             return None
     evidence: list[str] = []
@@ -792,7 +798,10 @@ def _nccl_timeout(ctx: Context) -> Diagnosis | None:
         line = flat.line_at(m.start())
         if (r := PG_RANK.search(line.text)) and (p := PG_ID.search(r["inside"])):
             pg = pg if pg is not None else int(p["pg"])
-        if (rank := flat.rank_at(m)) is not None:
+        rank = flat.rank_at(m)
+        if rank is None and line.index > 0 and not line.raw.startswith("["):
+            rank = rank_of(ctx.lines[line.index - 1])  # a message wrapped by the terminal
+        if rank is not None:
             enqueued.setdefault(rank, int(m["enq"]))
             completed.setdefault(rank, int(m["done"]))
         evidence += [ln.raw for ln in flat.spanned(m)]
@@ -829,11 +838,18 @@ def _nccl_timeout(ctx: Context) -> Diagnosis | None:
             if missing
             else "a rank missing from these reports (not one of them)"
         )
+        which = f"collective {what}SeqNum {seq}" if seq else f"a {what}collective"
+        waiting = (f"{'Rank' if len(victims) == 1 else 'Ranks'} {join_ranks(victims)} waited "
+                   "for it (victims)" if victims else "The ranks that reported it are victims")
+        progress = ""
+        if enqueued and not seq:
+            first = min(enqueued)
+            progress = (f" (rank {first}: last enqueued NCCL work {enqueued[first]}, last "
+                        f"completed {completed[first]})")
         summary = (
-            f"NCCL watchdog timeout{in_pg}: collective {what}SeqNum {seq}{size}{limit}. "
-            f"{'Rank' if len(victims) == 1 else 'Ranks'} {join_ranks(victims)} waited for it "
-            f"(victims); the cause is {culprits} that "
-            "never entered it (hung, dead, slow, or on another code path)"
+            f"NCCL watchdog timeout{in_pg}: {which}{size}{limit}{progress}. {waiting}; the "
+            f"cause is {culprits} that never entered it (hung, dead, slow, or on another code "
+            "path)"
         )
         if len(set(seq_of.values())) > 1:
             # Each rank numbers its collectives in the order it calls them (ProcessGroupNCCL's

@@ -285,4 +285,35 @@ def _span(tasks: Sequence[int]) -> str:
 
 
 #: The rules of this module (the engine ranks what they find).
-RULES = (_cancelled, _oom, _task_exits)
+#: kube-scheduler's FailedScheduling message when no node has the GPUs a pod asks for
+#: (pkg/scheduler/framework/plugins/noderesources/fit.go: "Insufficient <resource>", summed
+#: up as "0/N nodes are available: M Insufficient nvidia.com/gpu").
+_UNSCHEDULABLE = re.compile(
+    r"(?P<free>\d+)/(?P<nodes>\d+) nodes are available:.{0,200}?"
+    r"(?P<short>\d+) Insufficient (?P<res>nvidia\.com/(?:gpu|mig-[\w.-]*\w)|amd\.com/gpu)")
+
+
+def _gpu_unschedulable(ctx: Context) -> Diagnosis | None:
+    """Kubernetes left a GPU pod Pending: no node offers the GPUs it requests."""
+    hit = next((ln for ln in ctx.lines if _UNSCHEDULABLE.search(ln.text)), None)
+    if hit is None:
+        return None
+    m = _UNSCHEDULABLE.search(hit.text)
+    assert m is not None
+    res, nodes, short = m["res"], int(m["nodes"]), int(m["short"])
+    return _diag(
+        "gpu_unschedulable",
+        f"Kubernetes cannot schedule the pod: {short} of {nodes} node(s) lack the requested "
+        f"{res} (FailedScheduling; the pod stays Pending). Either every GPU is already "
+        "allocated, or the GPU nodes advertise none (the NVIDIA device plugin is not running "
+        "or not registered there)",
+        (),
+        f"`kubectl describe node <gpu node>`: if Allocatable shows no {res}, fix the NVIDIA "
+        "device plugin / GPU operator on that node (its pod's log says why); if they are all "
+        "allocated, wait or lower the request",
+        [hit.raw],
+        {"resource": res, "nodes": nodes, "nodes_short": short},
+    )
+
+
+RULES = (_cancelled, _oom, _task_exits, _gpu_unschedulable)

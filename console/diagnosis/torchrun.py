@@ -739,9 +739,17 @@ _SIGNAL_KINDS = {
 
 
 def _failed_worker(ctx: Context) -> tuple[ProcessFailure | None, bool]:
-    """The worker that failed first, and whether it comes from a full summary."""
-    if ctx.failure is not None and ctx.failure.root_cause is not None:
-        return ctx.failure.root_cause, True
+    """The worker that failed first, and whether it comes from a full summary. A root-cause
+    entry cut before its exit code (a paste that stops mid-summary) gives way to the first
+    other failed worker whose exit code was printed."""
+    failure = ctx.failure
+    if failure is not None and failure.root_cause is not None:
+        root = failure.root_cause
+        if root.exitcode is None:
+            printed = next((e for e in failure.others if e.exitcode is not None), None)
+            if printed is not None:
+                return printed, True
+        return root, True
     return _loose_entry(ctx), False
 
 
@@ -752,7 +760,8 @@ def _signal(ctx: Context) -> Diagnosis | None:
     if root is None or root.exitcode is None or root.exitcode == 0:
         return None
     failure = ctx.failure
-    others = [e for e in failure.others if e.rank is not None] if failure and full else []
+    others = ([e for e in failure.others if e.rank is not None and e is not root]
+              if failure and full else [])
     also = ""
     if others:
         how = sorted({e.signal or f"exit {e.exitcode}" for e in others})

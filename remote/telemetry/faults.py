@@ -824,6 +824,16 @@ def _seconds(a: XidEvent, b: XidEvent) -> float | None:
     return None
 
 
+def _spread_out(events: Sequence[XidEvent]) -> bool:
+    """Whether app-class faults come from several programs or over at least
+    :data:`SUSPECT_MIN_SPAN_S` (True when their stamps cannot be compared: the count decides)."""
+    names = {e.process_name for e in events if e.process_name}
+    if len(names) > 1:
+        return True
+    span = _seconds(events[0], events[-1])
+    return span is None or span >= SUSPECT_MIN_SPAN_S
+
+
 def scan_kernel_log(text: str) -> KernelLogScan:
     """Parse NVIDIA kernel messages (``NVRM:``) from ``dmesg`` / ``dmesg -T`` / syslog text.
 
@@ -1160,6 +1170,9 @@ _APP_FAULTS = frozenset(x for x, (_, c) in XID_INFO.items() if c == "app")
 #: app-class faults from at least this many events and distinct processes -> suspect hardware.
 SUSPECT_MIN_EVENTS = 3
 SUSPECT_MIN_PIDS = 3
+#: ... and over at least this long (s) or from differently named programs: one program that
+#: crashes the same way on every retry within a few minutes is its own bug, not the GPU's.
+SUSPECT_MIN_SPAN_S = 600.0
 #: an app-class fault at most this long before a reset-class Xid started its chain.
 CHAIN_WINDOW_S = 300.0
 
@@ -1355,7 +1368,8 @@ def summarize_xids(events: Sequence[XidEvent], bus_to_index: Mapping[str, int] |
     GPU or reboot before reuse); the Xid 45s after it are cleanup, and the chain began with the
     last app-class fault (with a pid) within :data:`CHAIN_WINDOW_S` before it. App-class faults
     (13, 31, 43, ...) repeated (>= :data:`SUSPECT_MIN_EVENTS`) across many processes (>=
-    :data:`SUSPECT_MIN_PIDS` pids) -> ``suspect_hardware`` (drain, run diagnostics). Otherwise
+    :data:`SUSPECT_MIN_PIDS` pids) of different programs or over at least
+    :data:`SUSPECT_MIN_SPAN_S` -> ``suspect_hardware`` (drain, run diagnostics). Otherwise
     ``application_fault``: the GPU stays usable, look at the process. A GPU with only cleanup
     lines (Xid 45 ``caused by previous Xid N``) is judged by the Xid they name (its root,
     :func:`chain_root`), never as an application fault of its own.
@@ -1448,7 +1462,8 @@ def _diagnose(evs: list[XidEvent], counts: dict[int, int], pids: tuple[int, ...]
         action = ("drain the GPU; reset it (`nvidia-smi -r -i <index>` once idle) or reboot the "
                   "host before reuse")
     elif len(app_events) >= SUSPECT_MIN_EVENTS and len(
-            {e.pid for e in app_events if e.pid is not None}) >= SUSPECT_MIN_PIDS:
+            {e.pid for e in app_events if e.pid is not None}) >= SUSPECT_MIN_PIDS and (
+            _spread_out(app_events)):
         verdict = "suspect_hardware"
         diagnosis = (f"{seen}. The same GPU faults again and again for many different processes: "
                      "suspect hardware rather than one application.")
