@@ -38,7 +38,9 @@ from remote.errors import (
 )
 from remote.transport import (
     DEFAULT_DOCKER_SOCKET,
+    FORWARD_LISTEN_HOST,
     CommandResult,
+    Forward,
     RemoteProcess,
     Transport,
     local_temp_dir,
@@ -91,6 +93,7 @@ class SSHTransport(Transport):
         self._sftp_conn: asyncssh.SSHClientConnection | None = None
         self._sftp_lock = asyncio.Lock()
         self._listener: asyncssh.SSHListener | None = None
+        self._forwards: set[Forward] = set()
         self._sock_dir: str | None = None
         self._peer_ip: str | None = None
         self._home: str | None = None
@@ -250,6 +253,8 @@ class SSHTransport(Transport):
         log.warning("[%s] added new host key for %s to %s", self.name, host, kh_path)
 
     async def _drop(self) -> None:
+        for fwd in list(self._forwards):
+            await fwd.close()
         if self._listener is not None:
             self._listener.close()
             self._listener = None
@@ -367,6 +372,82 @@ class SSHTransport(Transport):
                         "check that sshd allows AllowStreamLocalForwarding and that docker runs",
                     ) from e
             return path
+
+    async def forward_local(
+        self, remote_port: int, *, remote_host: str = "127.0.0.1", local_port: int = 0
+    ) -> Forward:
+        """Listen on ``127.0.0.1:local_port`` here (0: a free port; never ``0.0.0.0``) and
+        carry each connection to ``remote_host:remote_port`` of the host through this SSH
+        connection (asyncssh ``forward_local_port``: one ``direct-tcpip`` channel per
+        connection, so sshd's ``AllowTcpForwarding`` must allow it).
+
+        Until one connection has reached the destination, each local connection first opens
+        a probe channel to it: when nothing listens there (sshd answers the channel open with
+        ``Connection refused``), the local connection is closed, the failure is logged and
+        kept in :attr:`Forward.error` as a :class:`TransportError` naming host and port (no
+        traceback). After a first success connections are passed straight through. The
+        forward is closed by :meth:`Forward.close`, by :meth:`close` and when the connection
+        drops.
+
+        Raises:
+            HostUnreachable, HostKeyUnknown, AuthenticationFailed: connecting failed.
+            TransportError: ``127.0.0.1:local_port`` cannot be bound here.
+        """
+        conn = await self._connection()
+        reached = False
+        fwd: Forward | None = None
+
+        async def connect() -> None:
+            assert fwd is not None
+            try:
+                _, writer = await conn.open_connection(remote_host, remote_port)
+            except asyncssh.ChannelOpenError as e:
+                raise fwd.unreachable(e.reason) from e
+            except (asyncssh.Error, OSError) as e:
+                raise ConnectionLost(
+                    self.name, f"connection lost while reaching {remote_host}:{remote_port}"
+                ) from e
+            writer.close()
+
+        async def accept(orig_host: str, orig_port: int) -> bool:
+            nonlocal reached
+            if reached:
+                return True
+            try:
+                await connect()
+            except TransportError as e:
+                log.warning("[%s] %s", self.name, e.detail)
+                return False
+            reached = True
+            return True
+
+        try:
+            listener = await conn.forward_local_port(
+                FORWARD_LISTEN_HOST, local_port, remote_host, remote_port, accept_handler=accept
+            )
+        except (asyncssh.Error, OSError) as e:
+            raise TransportError(
+                self.name,
+                f"cannot listen on {FORWARD_LISTEN_HOST}:{local_port} to forward "
+                f"{remote_host}:{remote_port}: {_describe_os_error(e)}",
+                "pick another local port, or 0 for any free one",
+            ) from e
+
+        async def close() -> None:
+            assert fwd is not None
+            self._forwards.discard(fwd)
+            listener.close()
+            try:
+                await asyncio.wait_for(listener.wait_closed(), 5)
+            except asyncio.TimeoutError:
+                log.debug("[%s] forward listener %s slow to close", self.name, fwd)
+
+        fwd = Forward(self.name, FORWARD_LISTEN_HOST, listener.get_port(), remote_host,
+                      remote_port, closer=close, connector=connect,
+                      alive=lambda: not conn.is_closed())
+        self._forwards.add(fwd)
+        log.debug("[%s] forwarding %r", self.name, fwd)
+        return fwd
 
     def engine_socket_path(self) -> str:
         """The engine's socket path on the host."""

@@ -26,9 +26,10 @@ import stat
 import tempfile
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import TracebackType
 
 from remote.errors import RemoteCommandFailed, TransportError
 
@@ -139,6 +140,98 @@ class CommandResult:
     stderr: str
 
 
+
+#: Loopback address every forward listens on locally (never ``0.0.0.0``).
+FORWARD_LISTEN_HOST = "127.0.0.1"
+
+
+class Forward:
+    """A TCP port of a host reachable on this machine (see :meth:`Transport.forward_local`).
+
+    Connect to ``local_host:local_port`` here and the bytes reach ``remote_host:remote_port``
+    as seen from the host. Closing is idempotent; ``async with`` closes on exit.
+
+    Attributes:
+        host: the host's name in the profile.
+        local_host: the address to connect to on this machine: always ``127.0.0.1`` over SSH;
+            for :class:`LocalTransport` the ``remote_host`` itself (no tunnel is made).
+        local_port: the TCP port bound on ``local_host`` (the one chosen when 0 was asked).
+        remote_host: the destination address as the host resolves it (default ``127.0.0.1``:
+            the host's own loopback).
+        remote_port: the destination TCP port on the host.
+        error: why the latest connection through the forward could not reach the destination
+            (nobody listening, refused by the host), or ``None``.
+    """
+
+    def __init__(
+        self, host: str, local_host: str, local_port: int, remote_host: str, remote_port: int,
+        *, closer: Callable[[], Awaitable[None]] | None = None,
+        connector: Callable[[], Awaitable[None]] | None = None,
+        alive: Callable[[], bool] | None = None,
+    ) -> None:
+        self.host = host
+        self.local_host = local_host
+        self.local_port = local_port
+        self.remote_host = remote_host
+        self.remote_port = remote_port
+        self.error: TransportError | None = None
+        self._closer = closer
+        self._connector = connector
+        self._alive = alive
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        """Whether the forward is closed (by :meth:`close` or because its connection ended)."""
+        return self._closed or (self._alive is not None and not self._alive())
+
+    def unreachable(self, reason: str) -> TransportError:
+        """The error for a destination nobody answers on; also kept in :attr:`error`."""
+        self.error = TransportError(
+            self.host,
+            f"nothing accepts connections on {self.remote_host}:{self.remote_port} "
+            f"(forwarded from {self.local_host}:{self.local_port}): {reason}",
+            f"check that the program on {self.host} listens on "
+            f"{self.remote_host}:{self.remote_port}",
+        )
+        return self.error
+
+    async def check(self) -> None:
+        """Open one connection to the destination and close it: a readiness probe.
+
+        Raises:
+            TransportError: the forward is closed, or nothing accepts connections on
+                ``remote_host:remote_port`` of the host (the message names both).
+        """
+        if self.closed:
+            raise TransportError(
+                self.host, f"the forward to {self.remote_host}:{self.remote_port} is closed")
+        if self._connector is not None:
+            await self._connector()
+        self.error = None
+
+    async def close(self) -> None:
+        """Stop listening on the local port (a second call does nothing)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._closer is not None:
+            await self._closer()
+
+    async def __aenter__(self) -> Forward:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return (f"Forward({self.host}: {self.local_host}:{self.local_port} -> "
+                f"{self.remote_host}:{self.remote_port}{', closed' if self.closed else ''})")
+
+
 class Transport(ABC):
     """One host, reached locally or over SSH.
 
@@ -204,6 +297,24 @@ class Transport(ABC):
 
         Raises:
             TransportError: the host cannot be reached or the command cannot start.
+        """
+
+    @abstractmethod
+    async def forward_local(
+        self, remote_port: int, *, remote_host: str = "127.0.0.1", local_port: int = 0
+    ) -> Forward:
+        """Make ``remote_host:remote_port`` (as the host sees it) reachable from this machine.
+
+        Over SSH a listener on ``127.0.0.1:local_port`` here (0: a free port) carries each
+        connection through the existing SSH connection (a ``direct-tcpip`` channel), so the
+        destination needs no port published on the host's network. The forward ends with
+        the connection. A destination nobody listens on is reported as a
+        :class:`~remote.errors.TransportError` naming the host and port in
+        :attr:`Forward.error` when a connection through it fails, and raised by
+        :meth:`Forward.check`.
+
+        Raises:
+            TransportError: the host cannot be reached, or the local port cannot be bound.
         """
 
     @abstractmethod
@@ -551,6 +662,30 @@ class LocalTransport(Transport):
         if rc < 0:
             rc = 128 - rc
         return CommandResult(rc, out.decode(errors="replace"), err.decode(errors="replace"))
+
+    async def forward_local(
+        self, remote_port: int, *, remote_host: str = "127.0.0.1", local_port: int = 0
+    ) -> Forward:
+        """No tunnel: the host is this machine, so the returned forward's ``local_port`` is
+        ``remote_port`` itself and its ``local_host`` is ``remote_host``; ``local_port`` is
+        ignored. :meth:`Forward.check` connects to it directly; closing does nothing."""
+        fwd: Forward
+
+        async def connect() -> None:
+            try:
+                _, writer = await asyncio.wait_for(
+                    asyncio.open_connection(remote_host, remote_port), 10)
+            except (OSError, asyncio.TimeoutError) as e:
+                raise fwd.unreachable(str(e) or type(e).__name__) from e
+            writer.close()
+            try:
+                await writer.wait_closed()
+            except OSError:
+                pass
+
+        fwd = Forward(self.name, remote_host, remote_port, remote_host, remote_port,
+                      connector=connect)
+        return fwd
 
     async def docker_socket(self) -> str:
         """The local engine's socket path."""
