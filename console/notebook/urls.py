@@ -14,11 +14,15 @@ Formats read (from Jupyter's own source):
   the server, open this file in a browser:" / "Or copy and paste one of these URLs:" followed by
   `connect_url` (Jupyter Server 1.x: the second URL on a line starting `     or `).
 - notebook/notebookapp.py (classic Notebook <7, `NotebookApp`, and old `LabApp` on top of it):
-  `notebook_info` logs "The Jupyter Notebook is running at:" and `display_url`, where a wildcard
-  ip gave `(hostname or 127.0.0.1)` as the host; very early versions put the URL on the same
-  line. `start` logged "Copy/paste this URL into your browser when you connect for the first
-  time, to login with a token:" with `connection_url + '?token=' + token` appended to a URL
-  already carrying `?token=`, hence `?token=X&token=X` (jupyter/notebook issue #3620).
+  `notebook_info` logs "The Jupyter Notebook is running at:" and `display_url` (very early
+  versions on the same line). `display_url`'s host for a wildcard ip: 5.0-5.4
+  `[all ip addresses on your system]`; 5.5-5.7 `(hostname or 127.0.0.1)`; 6.x the hostname,
+  then a second line `" or " + http://127.0.0.1:PORT/...`. `_url`/`_tcp_url` build
+  `proto://ip:port/base_url` (proto `https` with a certfile); `_concat_token` adds `token=...`
+  for a token from config. 5.x `start` logged at CRITICAL "Copy/paste this URL into your browser
+  when you connect for the first time, to login with a token:" (6.x: "Or copy and paste one of
+  these URLs:"); some 5.x releases appended the token to a URL that already had it, hence
+  `?token=X&token=X` (jupyter/notebook issue #3620).
 - `jupyter notebook list` / `jupyter server list`: `URL :: root_dir`, one server a line.
 
 Docker log collectors pad lines with spaces to a fixed width; URLs end at the first whitespace.
@@ -35,11 +39,13 @@ from dataclasses import dataclass
 
 __all__ = ["ServerUrl", "local_url", "notebook_to_open", "parse_server_urls"]
 
-#: scheme, then the host in one of three forms: `(a or b)` (NotebookApp's wildcard ip),
-#: `[v6]`, or a name / IPv4 address; then the explicit port and the rest up to whitespace.
+#: scheme, then the host in one of four forms: `(a or b)` or `[all ip addresses on your
+#: system]` (NotebookApp 5.x's wildcard ip), `[v6]`, or a name / IPv4 address; then the
+#: explicit port and the rest up to whitespace.
 _URL_RE = re.compile(
     r"(?<![\w+.-])(?P<scheme>https?)://"
     r"(?:\((?P<or_a>[^\s()]+) or (?P<or_b>[^\s()]+)\)"
+    r"|\[(?P<all>all ip addresses on your system)\]"
     r"|\[(?P<v6>[0-9A-Fa-f:.%]+)\]"
     r"|(?P<host>[A-Za-z0-9_.~%-]+))"
     r":(?P<port>\d{1,5})"
@@ -59,8 +65,9 @@ class ServerUrl:
     """One Jupyter server URL as logged.
 
     scheme: "http" or "https". host: as logged, IPv6 without brackets (the container's hostname,
-    `localhost`, `127.0.0.1`, `::1`...). alt_host: the second host of NotebookApp's
-    `(a or b)` form, else None. port: TCP port the server listens on inside the container.
+    `localhost`, `127.0.0.1`, `::1`, or NotebookApp 5.0-5.4's `all ip addresses on your
+    system`). alt_host: the second host of NotebookApp's `(a or b)` form, else None.
+    port: TCP port the server listens on inside the container.
     path: the URL path, `base_url` included (`/`, `/lab`, `/tree`, `/prefix/lab`), as logged
     (percent-encoded). token: the login token, None when the URL has none (no token, a password,
     or a token from config that Jupyter logs as `...`). line: the log line it came from, padding
@@ -110,7 +117,7 @@ def parse_server_urls(text: str) -> list[ServerUrl]:
             port = int(m["port"])
             if not 0 < port < 65536:
                 continue
-            host = m["or_a"] or m["v6"] or m["host"]
+            host = m["or_a"] or m["all"] or m["v6"] or m["host"]
             path, query = _split_rest(m["rest"] or "")
             url = ServerUrl(
                 scheme=m["scheme"], host=host, port=port, path=path, token=_token(query),

@@ -98,7 +98,8 @@ def test_welcome_url_without_port_is_not_a_server() -> None:
     assert all("jupyter.org" not in u.host for u in urls)
 
 
-# Single URLs in the shape jupyter_server/serverapp.py `_get_urlparts` builds (scheme "https"
+# Single URLs in the shape jupyter_server/serverapp.py `_get_urlparts` (and notebook's
+# notebookapp.py `_url`/`display_url`) builds (scheme "https"
 # when a certfile is set; path = default_url, which starts with base_url; query
 # `token=<token>`, or `token=...` when the token came from config): URL strings, not logs.
 @pytest.mark.parametrize(("text", "key", "local"), [
@@ -112,6 +113,10 @@ def test_welcome_url_without_port_is_not_a_server() -> None:
     ("http://[fe80::1]:8890/tree", ("http", "fe80::1", 8890, "/tree", None),
      "http://127.0.0.1:7000/tree"),
     ("http://localhost:8888", ("http", "localhost", 8888, "/", None), "http://127.0.0.1:7000/"),
+    # notebook 5.0-5.4 notebookapp.py `display_url` with ip='' (wildcard)
+    ("http://[all ip addresses on your system]:8888/?token=abc123",
+     ("http", "all ip addresses on your system", 8888, "/", "abc123"),
+     "http://127.0.0.1:7000/?token=abc123"),
 ])
 def test_source_shaped_urls(text: str, key: tuple[str, str, int, str, str | None],
                             local: str) -> None:
