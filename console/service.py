@@ -614,6 +614,118 @@ class Service:
         t = await self.session_for(job).connected(n.host)
         return await t.interactive(self.exec_argv(job, n, command, tty=tty), tty=tty)
 
+    # -- shell (dev container) ----------------------------------------------------------------
+
+    #: The label that tells a dev container of ``shell --host`` from a job's (no job labels,
+    #: so ``ps``, adoption and the fleet's job mapping never take it for a job).
+    SHELL_KIND_LABEL = "io.gpuconsole.kind"
+
+    async def shell_on_host(self, host: str, command: list[str], *, tty: bool,
+                            image: str | None = None,
+                            gpus: Literal["all"] | int | list[int] = 0,
+                            workdir: str | None = None,
+                            warn: Callable[[str], None] | None = None) -> int:
+        """``shell --host``: run ``command`` (default: a shell) in a fresh dev container on
+        ``host`` and remove the container afterwards; returns the command's exit code.
+
+        The container takes the profile's image (or ``image``), mounts, shm/ipc, user,
+        capabilities and security options (``--cap-drop ALL``, ``no-new-privileges``, as job
+        containers), GPUs picked like a submit's (busy ones refused), and runs
+        ``sleep infinity`` under ``--init`` with the labels ``io.gpuconsole.kind=shell`` and
+        ``io.gpuconsole.host``. It is removed when the command ends, also on cancellation or
+        a lost connection (best effort: ``warn`` is called naming it when it cannot be).
+
+        Args:
+            gpus: ``"all"``, a count (0: none) or GPU indices (nvidia-smi order).
+            workdir: working directory in the container (default: the image's).
+
+        Raises:
+            UsageError: ``host`` is not in the profile.
+            PlanError: no image, or the GPUs do not fit / are busy.
+            TransportError, ImageNotFound: the host or image cannot be reached.
+        """
+        from console.errors import PlanError
+        from console.fields import parse_mount
+        from console.jobs.labels import FORMAT, K_CREATED, K_FORMAT, K_HOST
+        from console.jobs.launch import gpu_facts
+        from console.jobs.plan import HostFacts, pick_gpus
+        from console.jobs.spec import JobSpec
+        from remote.docker import Bind, ContainerSpec
+
+        prof = self.profile
+        if host not in prof.hosts:
+            raise UsageError(f"unknown host {host!r}",
+                             f"hosts of profile {prof.name}: {', '.join(prof.hosts)}")
+        d = prof.defaults
+        image = image or d.image
+        if not image:
+            raise PlanError("no image: the profile has no `defaults.image`",
+                            "pass `--image IMAGE`")
+        session = self.session()
+        t = await session.connected(host)
+        engine = session.engine(host)
+        await engine.ensure_image(image, d.pull)
+        home = await t.home()
+        gpu_ids: tuple[int, ...] = ()
+        if gpus != 0:
+            g = await gpu_facts(session, host)
+            facts = HostFacts(host, t.address(), g.count, home, holders=g.holders, lost=g.lost)
+            loaded = LoadedSpec(JobSpec(name="shell", script="-", gpus_per_node=gpus),
+                                source="", base_dir=Path("."), flags=frozenset({"gpus_per_node"}))
+            try:
+                gpu_ids = pick_gpus(loaded, facts)
+            except PlanError as e:
+                raise PlanError(e.message.replace("--gpus-per-node", "--gpus"), e.hint) from e
+        binds = []
+        for m in d.mounts:
+            src, dst, ro = parse_mount(m)
+            if src == "~" or src.startswith("~/"):
+                src = home.rstrip("/") + src[1:]
+            binds.append(Bind(src, dst, ro))
+        created = time.time()
+        spec = ContainerSpec(
+            name=f"gpuconsole-shell-{host}-{os.urandom(3).hex()}",
+            image=image,
+            command=["sleep", "infinity"],
+            labels={K_FORMAT: FORMAT, self.SHELL_KIND_LABEL: "shell", K_HOST: host,
+                    K_CREATED: f"{created:.3f}"},
+            gpu_device_ids=tuple(map(str, gpu_ids)),
+            shm_size=None if d.ipc else d.shm_size,
+            ipc_mode=d.ipc,
+            binds=tuple(binds),
+            cap_add=tuple(d.cap_add),
+            privileged=d.privileged,
+            working_dir=workdir,
+            user=d.user,
+            init=True,
+        )
+        cid: str | None = None
+        try:
+            cid = await engine.create(spec)
+            await engine.start(cid)
+            argv = ["docker", "-H", f"unix://{t.engine_socket_path()}", "exec", "-i",
+                    *(["-t"] if tty else []), cid, *(command or self.DEFAULT_SHELL)]
+            return await t.interactive(argv, tty=tty)
+        finally:
+            if cid is not None:
+                await asyncio.shield(self._remove_dev_container(host, cid, spec.name, warn))
+
+    async def _remove_dev_container(self, host: str, cid: str, name: str,
+                                    warn: Callable[[str], None] | None) -> None:
+        """Remove a dev container; once more on a fresh connection if the first try fails."""
+        for attempt in range(2):
+            try:
+                session = self.session()
+                if attempt:
+                    await session.connected(host)
+                await session.engine(host).remove(cid)
+                return
+            except (GpuConsoleError, OSError) as e:
+                why = getattr(e, "message", None) or str(e)
+        if warn:
+            warn(f"could not remove dev container {name} on {host}: {why}; "
+                 f"remove it with `docker rm -f {name}` there")
+
     # -- logs -------------------------------------------------------------------------------
 
     async def copy(self, job: JobRecord, node: int | None, request: CopyRequest) -> CopyResult:

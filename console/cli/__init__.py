@@ -14,6 +14,7 @@ from console.cli import (  # noqa: F401  (each registers its commands)
     diagnose,
     fleet,
     jobs,
+    shell,
     submit,
     watch,
 )
