@@ -1,4 +1,4 @@
-"""The headless CLI: ``gpuconsole submit|ps|logs|stop|rm|exec|describe|cp|top|gpus``, and
+"""The headless CLI: ``gpuconsole submit|ps|logs|stop|rm|exec|shell|describe|cp|top|gpus``, and
 ``watch|alerts|diagnose`` for on-call.
 
 :data:`main` is the click group (the ``gpuconsole`` entry point); each module below adds its
