@@ -675,7 +675,11 @@ class Service:
             try:
                 gpu_ids = pick_gpus(loaded, facts)
             except PlanError as e:
-                raise PlanError(e.message.replace("--gpus-per-node", "--gpus"), e.hint) from e
+                hint = e.hint
+                if hint and "gpus_per_node" in hint:
+                    hint = "leave out --gpus (a dev container without GPUs), or use a GPU host"
+                raise PlanError(e.message.replace("--gpus-per-node", "--gpus")
+                                .replace("the job asks", "--gpus asks"), hint) from e
         binds = []
         for m in d.mounts:
             src, dst, ro = parse_mount(m)

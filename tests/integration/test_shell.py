@@ -80,6 +80,9 @@ def test_dev_shell_refusals(cli: CLI, engine: docker.DockerClient, since: float)
     assert res.returncode == 2 and "unknown host 'nope'" in res.stderr
     res = cli.run("shell", "--host", "a", "--gpus", "x", "--", "true")
     assert res.returncode == 2 and "--gpus 'x'" in res.stderr
+    res = cli.run("shell", "--host", "a", "--gpus", "1", "--", "true")  # a has no GPUs
+    assert res.returncode == 2 and "--gpus: host a has no NVIDIA driver" in res.stderr
+    assert "leave out --gpus" in res.stderr
     res = cli.run("shell", "--", "true")  # `true` taken as a JOB that does not exist
     assert res.returncode != 0
     res = cli.run("shell", "somejob", "--image", IMAGE)
