@@ -269,6 +269,7 @@ class Service:
         self._replay: asyncio.Task[int] | None = None
         self._follows: dict[str, Follow] = {}
         self._reconcile = asyncio.Lock()
+        self._listed: tuple[float, list[JobRecord]] | None = None  # (monotonic s, jobs)
         self._intake: LoopThread | None = None
         self._intake_sessions: dict[str, Session] = {}  # used on the intake loop only
 
@@ -373,7 +374,8 @@ class Service:
         return job
 
     async def list_jobs(self, *, include_removed: bool = False,
-                        warn: Callable[[str], None] | None = None) -> list[JobRecord]:
+                        warn: Callable[[str], None] | None = None,
+                        max_age_s: float = 0.0) -> list[JobRecord]:
         """Every job (newest first), reconciled with the hosts: jobs found by label on the
         profile's hosts are adopted, unfinished ones refreshed.
 
@@ -381,9 +383,19 @@ class Service:
             include_removed: also jobs whose containers were removed.
             warn: called with one line per host that could not be asked, or job that could
                 not be refreshed.
+            max_age_s: a reconcile that finished at most this long ago (s, monotonic) is
+                reused instead of asking the hosts again (the app's alert rules reuse the
+                jobs view's); 0 always asks.
         """
         async with self._reconcile:  # one reconcile at a time (the app's and its alerts')
-            return await self._list_jobs(include_removed, warn)
+            last = self._listed
+            if (max_age_s > 0 and not include_removed and last is not None
+                    and time.monotonic() - last[0] <= max_age_s):
+                return list(last[1])
+            jobs = await self._list_jobs(include_removed, warn)
+            if not include_removed:
+                self._listed = (time.monotonic(), jobs)
+            return jobs
 
     async def _list_jobs(self, include_removed: bool,
                          warn: Callable[[str], None] | None) -> list[JobRecord]:

@@ -440,7 +440,8 @@ class AlertWatcher:
         :class:`~console.events.JobChanged`), then ask each running job whose newest known
         log line is older than ``jobs_refresh_s`` for its last line."""
         try:
-            jobs = await self.service.list_jobs()
+            # reuse a reconcile someone else (the app's jobs view) just did
+            jobs = await self.service.list_jobs(max_age_s=self.config.jobs_refresh_s / 2)
         except GpuConsoleError as e:
             log.warning("alerts: cannot list jobs: %s", e.message)
             return
