@@ -61,6 +61,7 @@ from console.jobs.status import (
 )
 from console.jobs.store import JobRecord, NodeRecord, Store
 from console.loopthread import LoopThread
+from console.notebook.attach import NotebookTunnel
 from console.profiles import Profile, load_profile_file, resolve_profile
 from console.session import Session
 from remote import gang
@@ -741,6 +742,114 @@ class Service:
         if warn:
             warn(f"could not remove dev container {name} on {host}: {why}; "
                  f"remove it with `docker rm -f {name}` there")
+
+    # -- notebooks ----------------------------------------------------------------------------
+
+    async def plan_notebook(
+        self, spec_path: Path | None = None, *, host: str | None = None,
+        gpus: Literal["all"] | int | list[int] | None = None, image: str | None = None,
+        workdir: str | None = None, name: str | None = None, dry_run: bool = False,
+        force: bool = False,
+    ) -> Submission:
+        """Plan a notebook (``kind: notebook``, see :mod:`console.jobs.spec`): from a spec
+        file (a file without ``kind`` is taken as a notebook), or from the flags alone.
+        Launch it with :meth:`submit` (the same path as every job: labels, busy-GPU
+        refusal, all or nothing), then reach it with :meth:`attach_notebook`.
+
+        Args:
+            host: the host (default: the spec's, else the profile's first).
+            gpus: ``"all"``, a count or GPU indices; default: the spec's, else one GPU on a
+                host that has GPUs and none on a host without.
+            workdir: the notebook's folder on the host (absolute or ``~/``), mounted
+                read-write at ``/workspace``; default :data:`console.jobs.spec.NOTEBOOK_WORKDIR`.
+            name: the job name (default: the spec's, else ``notebook``).
+
+        Raises:
+            ConfigError: the spec is invalid or a training job (file, line, field), or a flag
+                is (naming the flag).
+            UsageError: ``host`` is not in the profile.
+            PlanError, JobNameInUse, TransportError, ImageNotFound: see :meth:`plan`.
+        """
+        from console.jobs.launch import gpu_facts
+        from console.jobs.spec import validate_spec
+        from console.yamlsrc import load_yaml
+
+        if host is not None and host not in self.profile.hosts:
+            raise UsageError(f"--host {host!r}: not a host of profile {self.profile.name}",
+                             f"hosts: {', '.join(self.profile.hosts)}")
+        overrides: dict[str, Any] = {"nodes": [host] if host else None, "image": image,
+                                     "gpus_per_node": gpus, "workdir": workdir, "name": name}
+        given = {k: v for k, v in overrides.items() if v is not None}
+        if spec_path is not None:
+            if not spec_path.is_file():
+                raise ConfigError("notebook spec not found", "give the path of a YAML spec",
+                                  path=str(spec_path))
+            data, lines = await asyncio.to_thread(load_yaml, spec_path, "notebook spec")
+            if data.get("kind", "notebook") != "notebook":
+                raise ConfigError(f"a {data.get('kind')!r} spec, not a notebook",
+                                  f"`gpuconsole submit {spec_path}` runs it; `kind: notebook` "
+                                  "makes a notebook", path=str(spec_path), field="kind",
+                                  line=lines.get(("kind",)))
+            data = {"kind": "notebook", **data, **given}
+            source, base, flags = str(spec_path), spec_path.parent.resolve(), frozenset(given)
+        else:
+            data = {"kind": "notebook", "name": "notebook",
+                    "nodes": [next(iter(self.profile.hosts))], **given}
+            source, base, lines, flags = "(flags)", Path.cwd(), {}, frozenset(given)
+        if "gpus_per_node" not in data:
+            nodes = data.get("nodes")
+            target = (nodes[0] if isinstance(nodes, list) and nodes
+                      else next(iter(self.profile.hosts)))
+            count = (await gpu_facts(self.session(), target)).count \
+                if target in self.profile.hosts else None
+            data["gpus_per_node"] = 1 if count else 0
+        loaded = validate_spec(data, source, base, lines, flags)
+        prepared = await prepare(self.session(), loaded, dry_run=dry_run, force=force)
+        return Submission(loaded, prepared, dry_run)
+
+    async def find_notebook(self, ref: str) -> JobRecord:
+        """The notebook job ``ref`` names (id, id prefix or name), reconciled with its host;
+        jobs on the hosts that this store does not know yet are adopted first.
+
+        Raises:
+            JobNotFound: no such job.
+            JobError: it is not a notebook.
+        """
+        try:
+            job = self.find_job(ref)
+        except JobNotFound:
+            await adopt_unknown(self.session(), self.store, list(self.profile.hosts))
+            job = self.find_job(ref)
+        if job.kind != "notebook":
+            raise JobError(f"{job.id} is a {job.kind} job, not a notebook",
+                           f"`gpuconsole shell {job.id}` enters its container")
+        return await self.refresh_job(job, teardown=False)
+
+    async def attach_notebook(self, job: JobRecord, *, local_port: int | None = None,
+                              timeout: float | None = None) -> NotebookTunnel:
+        """Open a tunnel to a running notebook and wait until JupyterLab answers (see
+        :func:`console.notebook.attach.open_notebook`); the caller closes the tunnel.
+
+        Raises:
+            JobError: not a running notebook, it ended while starting (with the reason
+                :func:`console.jobs.status.job_summary` gives), or it did not answer in time.
+            TransportError: the host cannot be reached, or ``local_port`` is taken.
+        """
+        from console.notebook.attach import READY_TIMEOUT_S, find_server, open_notebook
+
+        session = self.session_for(job)
+        server = await find_server(session, job)
+
+        async def alive() -> str | None:
+            fresh = await refresh(session, self.store, job, teardown=False)
+            if fresh.state in ("running", "pending"):
+                return None
+            self.bus.publish(JobChanged(fresh))
+            return job_summary(fresh) or fresh.state
+
+        return await open_notebook(session, server, local_port=local_port,
+                                   timeout=READY_TIMEOUT_S if timeout is None else timeout,
+                                   alive=alive)
 
     # -- logs -------------------------------------------------------------------------------
 

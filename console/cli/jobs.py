@@ -32,13 +32,13 @@ async def _ps(ctx: click.Context, as_json: bool, show_all: bool) -> None:
         click.echo(json.dumps([JobView(j).as_dict() for j in jobs], indent=2))
         return
     now = time.time()
-    rows = [("JOB", "STATE", "NODES", "AGE", "REASON")]
+    rows = [("JOB", "KIND", "STATE", "NODES", "AGE", "REASON")]
     for j in jobs:
         jr = job_row(j, now)
-        rows.append((jr.job_id, jr.state, jr.nodes, jr.age, jr.reason))
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+        rows.append((jr.job_id, jr.kind, jr.state, jr.nodes, jr.age, jr.reason))
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
     for r in rows:
-        click.echo("  ".join(c.ljust(w) for c, w in zip(r[:4], widths)) + "  " + r[4])
+        click.echo("  ".join(c.ljust(w) for c, w in zip(r[:5], widths)) + "  " + r[5])
 
 
 # -- logs -----------------------------------------------------------------------------------

@@ -15,6 +15,10 @@ meaning, and keep reading older versions).
 | io.gpuconsole.host           | the host's name in the profile               |
 | io.gpuconsole.spec-hash      | 12 hex of SHA-256 over the spec and workdir  |
 | io.gpuconsole.created-at     | Unix seconds when the job was submitted      |
+| io.gpuconsole.kind           | ``train``, ``notebook`` (absent: ``train``),  |
+|                              | ``shell`` on dev containers (no job labels)  |
+| io.gpuconsole.port           | a notebook's JupyterLab port on the host's   |
+|                              | 127.0.0.1                                    |
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ K_NPROC = PREFIX + "nproc-per-node"
 K_HOST = PREFIX + "host"
 K_SPEC_HASH = PREFIX + "spec-hash"
 K_CREATED = PREFIX + "created-at"
+K_KIND = PREFIX + "kind"
+K_PORT = PREFIX + "port"
 
 
 @dataclass(frozen=True)
@@ -50,6 +56,8 @@ class NodeLabels:
     host: str
     spec_hash: str
     created_at: float
+    kind: str = "train"
+    port: int | None = None
 
     def to_labels(self) -> dict[str, str]:
         """The label dict written on the container."""
@@ -63,6 +71,8 @@ class NodeLabels:
             K_HOST: self.host,
             K_SPEC_HASH: self.spec_hash,
             K_CREATED: f"{self.created_at:.3f}",
+            K_KIND: self.kind,
+            **({K_PORT: str(self.port)} if self.port is not None else {}),
         }
 
     @classmethod
@@ -78,6 +88,8 @@ class NodeLabels:
                 host=labels.get(K_HOST, ""),
                 spec_hash=labels.get(K_SPEC_HASH, ""),
                 created_at=float(labels.get(K_CREATED, "0")),
+                kind=labels.get(K_KIND, "train"),
+                port=int(labels[K_PORT]) if K_PORT in labels else None,
             )
         except (KeyError, ValueError) as e:
             raise ValueError(f"not a gpuconsole job container: {e}") from e

@@ -38,6 +38,7 @@ from console.jobs.plan import (
     JobPlan,
     build_plan,
     check_spec_against_gpus,
+    expand_home,
     new_job_id,
     select_hosts,
 )
@@ -237,6 +238,15 @@ async def _host_facts(
     ex = loaded.spec.exclude
     workdir = (f"{home}/{WORKDIR_CACHE}/{(await asyncio.to_thread(workdir_digest, wd, ex))[:16]}"
                if wd is not None else None)
+    if loaded.host_workdir is not None:  # a notebook's folder on the host, kept read-write
+        workdir = expand_home(loaded.host_workdir, home)
+        if not dry_run:
+            res = await t.run(["mkdir", "-p", "--", workdir], timeout=30)
+            if res.returncode != 0:
+                raise PlanError(
+                    f"{loaded.place('workdir')}host {host}: cannot create {workdir}: "
+                    f"{res.stderr.strip()}",
+                    "give a folder the host's SSH user may write (--workdir)")
     return HostFacts(host, t.address(), gpus.count, home, workdir, port, gpus.holders,
                      gpus.lost)
 

@@ -29,6 +29,19 @@ LOCAL_RANK_MACRO = "${local_rank}"
 ERROR_FILE = "/tmp/gpuconsole-error.json"
 #: Rank tag torchrun puts before every worker line (``--tee 3``); ``${rank}`` = global rank.
 LOG_PREFIX_TEMPLATE = "[rank${rank}]:"
+#: The environment variable Jupyter Server takes its token from (``ServerApp.token``'s
+#: default, jupyter_server/serverapp.py); the token never appears on a command line.
+TOKEN_ENV = "JUPYTER_TOKEN"
+
+
+def notebook_command(port: int) -> list[str]:
+    """JupyterLab's argv in a notebook container: bound to the host's 127.0.0.1 (containers
+    use the host's network) on ``port``, no browser, ``/workspace`` as the root folder, no
+    port retries (the port is the one forwarded); ``--allow-root`` because the image's user
+    may be root. The token comes from :data:`TOKEN_ENV`."""
+    return ["jupyter", "lab", "--ip=127.0.0.1", f"--port={port}", "--no-browser",
+            "--ServerApp.port_retries=0", f"--ServerApp.root_dir={WORKSPACE}",
+            "--allow-root"]
 
 
 @dataclass(frozen=True)
@@ -45,6 +58,8 @@ class HostFacts:
         holders: GPU index -> descriptions of the processes holding it (pid, user, command,
             container, job); ``None`` when the host's process list is unknown.
         lost: indices of GPUs that are lost (never chosen).
+
+    For a notebook, ``workdir`` is its folder on the host and ``rdzv_port`` JupyterLab's port.
     """
 
     host: str
@@ -89,6 +104,8 @@ class JobPlan:
     world_size: int
     backend: str
     script_args: tuple[str, ...] = ()
+    kind: str = "train"
+    port: int | None = None
 
 
 def new_job_id(name: str) -> str:
@@ -228,7 +245,8 @@ def pick_gpus(loaded: LoadedSpec, facts: HostFacts, force: bool = False) -> tupl
     return tuple(wanted)
 
 
-def _expand_home(path: str, home: str) -> str:
+def expand_home(path: str, home: str) -> str:
+    """``path`` with a leading ``~`` replaced by the host user's ``home``."""
     if path == "~":
         return home
     if path.startswith("~/"):
@@ -278,13 +296,14 @@ def build_plan(
     node0 = facts[hosts[0]]
     port = spec.rdzv_port or node0.rdzv_port or d.rdzv_port
     endpoint = f"{node0.address}:{port}"
+    notebook = spec.kind == "notebook"
     spec_hash = loaded.spec_hash()
     shm = spec.shm_size or d.shm_size
     ipc = spec.ipc or d.ipc
     nodes = []
     for rank, host in enumerate(hosts):
         f = facts[host]
-        cmd = [
+        cmd = notebook_command(port) if notebook else [
             "torchrun",
             "--nnodes", str(len(hosts)),
             "--nproc-per-node", str(nproc),
@@ -296,33 +315,35 @@ def build_plan(
             "--max-restarts", str(spec.max_restarts),
             "--tee", "3",
             "--log-dir", "/tmp/torchelastic",
-            spec.script,
+            spec.script or "",
             *spec.args,
         ]
-        env = {
-            **env_base,
-            "PYTHONUNBUFFERED": "1",
-            "TORCHELASTIC_ERROR_FILE": ERROR_FILE,
-            "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": LOG_PREFIX_TEMPLATE,
-            "GPUCONSOLE_JOB_ID": job_id,
-            "GPUCONSOLE_NODE_RANK": str(rank),
-        }
+        env = {**env_base, "PYTHONUNBUFFERED": "1", "GPUCONSOLE_JOB_ID": job_id}
+        if notebook:
+            env[TOKEN_ENV] = secrets.token_hex(24)
+        else:
+            env.update({
+                "TORCHELASTIC_ERROR_FILE": ERROR_FILE,
+                "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": LOG_PREFIX_TEMPLATE,
+                "GPUCONSOLE_NODE_RANK": str(rank),
+            })
         binds = []
         if f.workdir:
-            binds.append(Bind(f.workdir, WORKSPACE, read_only=True))
+            binds.append(Bind(f.workdir, WORKSPACE, read_only=not notebook))
         for m in [*d.mounts, *spec.mounts]:
             src, dst, ro = parse_mount(m)
-            binds.append(Bind(_expand_home(src, f.home), dst, ro))
+            binds.append(Bind(expand_home(src, f.home), dst, ro))
         labels = NodeLabels(
             job_id=job_id, job_name=spec.name, node_rank=rank, node_count=len(hosts),
             nproc_per_node=nproc, host=host, spec_hash=spec_hash, created_at=created_at,
+            kind=spec.kind, port=port if notebook else None,
         ).to_labels()
         container = ContainerSpec(
             name=f"gpuconsole-{job_id}-n{rank}",
             image=image,
             command=cmd,
             env=env,
-            secret_env=secret,
+            secret_env=(secret | {TOKEN_ENV}) if notebook else secret,
             labels=labels,
             gpu_device_ids=tuple(str(i) for i in gpu_sets[rank]),
             shm_size=None if ipc else shm,
@@ -345,6 +366,8 @@ def build_plan(
         world_size=nproc * len(hosts),
         backend="nccl" if n_gpus else "gloo",
         script_args=tuple(spec.args),
+        kind=spec.kind,
+        port=port if notebook else None,
     )
 
 
@@ -357,6 +380,9 @@ def render_plan(plan: JobPlan) -> str:
     text is the same on a terminal and in a pipe and shows every character.
     """
     lines = [
+        f"notebook {plan.job_id}: JupyterLab on 127.0.0.1:{plan.port} of "
+        f"{plan.nodes[0].host}, token by environment ({TOKEN_ENV})"
+        if plan.kind == "notebook" else
         f"job {plan.job_id}: {len(plan.nodes)} node(s) x {plan.nproc_per_node} process(es) = "
         f"world size {plan.world_size}, backend {plan.backend}, "
         f"rendezvous c10d at {plan.rdzv_endpoint}",

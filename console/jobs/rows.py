@@ -54,6 +54,7 @@ class JobRow:
         exit_code: the job's exit code once finished, else ``None``.
         reason: :func:`reason`.
         active: pending or running (GPUs and utilization apply).
+        kind: ``train`` or ``notebook``.
     """
 
     job_id: str
@@ -66,6 +67,7 @@ class JobRow:
     exit_code: int | None
     reason: str
     active: bool = False
+    kind: str = "train"
 
 
 LIST_NODES = 4
@@ -106,4 +108,5 @@ def job_row(job: JobRecord, now: float, usage: Mapping[str, JobUsage] | None = N
         exit_code=job.exit_code if not running else None,
         reason=reason(job),
         active=running,
+        kind=job.kind,
     )

@@ -16,6 +16,19 @@ Example (``scripts/examples/ddp-cpu.yaml``)::
     shm_size: 1g             # or ipc: host
     max_restarts: 0
     rdzv_port: 29400
+
+A notebook (``gpuconsole notebook SPEC``) is a spec with ``kind: notebook``: one node running
+JupyterLab instead of torchrun, so ``script``, ``args``, ``nproc_per_node``, ``exclude``,
+``max_restarts`` and ``rdzv_port`` do not apply, and ``workdir`` names a folder *on the host*
+(absolute or ``~/...``; default :data:`NOTEBOOK_WORKDIR`), created if missing and mounted
+read-write at ``/workspace``, so notebooks persist there::
+
+    kind: notebook
+    name: explore
+    nodes: [gpu1]
+    gpus_per_node: 1
+    workdir: ~/notebooks/explore
+    mounts: ["/data:/data:ro"]
 """
 
 from __future__ import annotations
@@ -49,21 +62,30 @@ _VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 MAX_NPROC = 1024
 #: Most nodes of one job.
 MAX_NODES = 1024
+#: A notebook's folder on the host when its spec or ``--workdir`` names none.
+NOTEBOOK_WORKDIR = "~/gpuconsole/notebooks"
+#: Fields of a training spec that a ``kind: notebook`` spec may not set.
+NOT_FOR_NOTEBOOKS = ("script", "args", "nproc_per_node", "exclude", "max_restarts",
+                     "rdzv_port")
 
 
 class JobSpec(BaseModel):
     """A job as written by a person (see the module docstring for an example).
 
     Attributes:
+        kind: ``train`` (torchrun runs ``script``) or ``notebook`` (JupyterLab on one node,
+            see the module docstring).
         image: a Docker image reference (checked against Docker's reference grammar).
         gpus_per_node: ``"all"``, a count, a list of GPU indices (nvidia-smi order), or 0 for a
             CPU job (gloo).
         nproc_per_node: torchrun processes per node, 1-1024; default the GPU count, or 1 on
             CPU.
-        workdir: local folder, relative to the spec file; synced to every host.
+        workdir: local folder, relative to the spec file; synced to every host. For a
+            notebook: a folder on the host (absolute or ``~/``), mounted read-write.
         exclude: shell patterns of workdir entries not synced (``data``, ``*.ckpt``,
             ``runs/*``); ``.git``, ``.venv`` and caches are never synced.
-        script: a path inside ``workdir`` (relative; ``..`` may not leave it).
+        script: a path inside ``workdir`` (relative; ``..`` may not leave it); required for
+            ``kind: train``.
         args: the script's arguments, passed as given (no shell); torchrun itself replaces
             ``${local_rank}`` with each process's local rank.
         mounts: ``host_path:container_path[:ro]``; host paths absolute or ``~/...`` (the
@@ -74,6 +96,7 @@ class JobSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    kind: Literal["train", "notebook"] = "train"
     name: str
     image: ImageRef | None = None
     nodes: int | list[OneLine] = 1
@@ -81,7 +104,7 @@ class JobSpec(BaseModel):
     nproc_per_node: int | None = Field(None, ge=1, le=MAX_NPROC)
     workdir: OneLine | None = None
     exclude: list[OneLine] = Field(default_factory=list)
-    script: OneLine
+    script: OneLine | None = None
     args: list[NoNul] = Field(default_factory=list)
     env: dict[str, NoNul] = Field(default_factory=dict)
     mounts: list[Mount] = Field(default_factory=list)
@@ -152,10 +175,18 @@ class LoadedSpec:
 
     @property
     def workdir(self) -> Path | None:
-        """The local workdir as an absolute path, or ``None``."""
-        if self.spec.workdir is None:
+        """The local workdir as an absolute path, or ``None`` (also for a notebook, whose
+        workdir is on the host: :attr:`host_workdir`)."""
+        if self.spec.workdir is None or self.spec.kind == "notebook":
             return None
         return (self.base_dir / os.path.expanduser(self.spec.workdir)).resolve()
+
+    @property
+    def host_workdir(self) -> str | None:
+        """A notebook's folder on the host (``~/`` not expanded yet), else ``None``."""
+        if self.spec.kind != "notebook":
+            return None
+        return self.spec.workdir or NOTEBOOK_WORKDIR
 
     def blame(self, field_name: str) -> dict[str, Any]:
         """Where a field's value came from, as :class:`ConfigError` keyword arguments:
@@ -235,14 +266,41 @@ def validate_spec(
         problems.append(e)
         env, secrets = dict(spec.env), frozenset()
     loaded = LoadedSpec(spec, source, base_dir, env, secrets, lines, flags)
-    problems += _workdir_problems(loaded)
+    problems += _kind_problems(loaded) or _workdir_problems(loaded)
     if problems:
         raise combine([_flag_blamed(p, flags) for p in problems])
     return loaded
 
 
+def _kind_problems(loaded: LoadedSpec) -> list[ConfigError]:
+    """What ``kind`` rules out: a training job without a script; a notebook with torchrun's
+    fields, on more than one node, or with a workdir that is not a host path."""
+    spec = loaded.spec
+    if spec.kind == "train":
+        if spec.script is None:
+            return [ConfigError("a training job needs `script` (the file torchrun runs)",
+                                "add `script: train.py`, or `kind: notebook` for JupyterLab",
+                                **loaded.blame("script"))]
+        return []
+    out = [ConfigError(f"a notebook takes no `{f}` (JupyterLab runs instead of torchrun)",
+                       f"remove `{f}`, or drop `kind: notebook`", **loaded.blame(f))
+           for f in NOT_FOR_NOTEBOOKS if f in spec.model_fields_set]
+    if not (spec.nodes == 1 or (isinstance(spec.nodes, list) and len(spec.nodes) == 1)):
+        out.append(ConfigError("a notebook runs on one node",
+                               "`nodes: 1`, or `nodes: [HOST]` (--host HOST)",
+                               **loaded.blame("nodes")))
+    wd = spec.workdir
+    if wd is not None and not (wd.startswith("/") or wd == "~" or wd.startswith("~/")):
+        out.append(ConfigError(f"{wd!r}: a notebook's workdir is a folder on the host",
+                               "give an absolute path or ~/... (created if missing)",
+                               **loaded.blame("workdir")))
+    return out
+
+
 def _workdir_problems(loaded: LoadedSpec) -> list[ConfigError]:
     spec = loaded.spec
+    if spec.script is None:  # a notebook (the model checked its host workdir)
+        return []
     wd = loaded.workdir
     if wd is not None and not wd.is_dir():
         return [ConfigError(f"workdir {wd} is not a folder",

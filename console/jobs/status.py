@@ -518,11 +518,12 @@ class JobView:
     def as_dict(self) -> dict[str, Any]:
         """The documented ``ps --json`` object: ``state`` is :func:`shown_state` (``removed``
         after ``rm``), ``final_state`` the state the job was in when last seen, ``summary``
-        :func:`job_summary`."""
+        :func:`job_summary`, ``kind`` ``train`` or ``notebook``."""
         j = self.job
         return {
             "id": j.id,
             "name": j.name,
+            "kind": j.kind,
             "profile": j.profile,
             "state": shown_state(j),
             "final_state": j.state,
@@ -592,7 +593,8 @@ async def adopt_unknown(session: Session, store: Store, hosts: list[str]) -> lis
             ))
         rec = JobRecord(
             id=job_id, name=lab.job_name, profile=session.profile.name,
-            profile_source=session.profile.source, spec={}, spec_hash=lab.spec_hash,
+            profile_source=session.profile.source,
+            spec={"kind": lab.kind} if lab.kind != "train" else {}, spec_hash=lab.spec_hash,
             created_at=lab.created_at or time.time(), node_count=lab.node_count,
             nodes=[nodes[r] for r in sorted(nodes)],
         )

@@ -172,6 +172,12 @@ class JobRecord:
     unreachable: dict[str, str] = field(default_factory=dict)
     launcher: str | None = None
 
+    @property
+    def kind(self) -> str:
+        """``train`` or ``notebook`` (the spec's ``kind``; adopted jobs carry it from their
+        containers' ``io.gpuconsole.kind`` label)."""
+        return str(self.spec.get("kind") or "train")
+
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -140,7 +140,7 @@ def test_failing_rank_tears_down_the_gang(cli: CLI, engine: docker.DockerClient)
         c.reload()
         assert c.status == "exited"
     table = cli.run("ps").stdout
-    assert re.search(rf"{job_id}\s+failed\(1\)", table)
+    assert re.search(rf"{job_id}\s+train\s+failed\(1\)", table)
     assert "node 1 rank 3" in table
 
 

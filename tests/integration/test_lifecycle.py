@@ -92,7 +92,7 @@ def test_interrupted_launch_is_failed_then_stopped_removed_and_resubmitted(
     assert f"gpuconsole rm {job_id}" in job["failure"]["fix"]
     table = cli.run("ps").stdout
     row = next(ln for ln in table.splitlines() if ln.startswith(job_id))
-    assert row.split()[1] == "failed"
+    assert row.split()[1:3] == ["train", "failed"]
     assert "n0@a:created n1@b:created" in row
     assert "launch interrupted: containers created but never started" in row
 
@@ -165,7 +165,7 @@ def test_stop_right_after_submit_takes_seconds_not_the_grace(
     assert job["failure"] is None
     assert job["summary"] == "stopped by the user (SIGTERM)"
     row = next(ln for ln in cli.run("ps").stdout.splitlines() if ln.startswith(job_id))
-    assert row.split()[1] == "stopped" and row.endswith("stopped by the user (SIGTERM)")
+    assert row.split()[1:3] == ["train", "stopped"] and row.endswith("stopped by the user (SIGTERM)")
     assert "SignalException" not in cli.run("describe", job_id).stdout
 
 
@@ -207,7 +207,7 @@ def test_rm_force_of_a_running_job_and_bad_flags(cli: CLI, engine: docker.Docker
     assert job["final_state"] == "stopped"
     assert [n["state"] for n in job["nodes"]] == ["stopped"]
     row = next(ln for ln in cli.run("ps", "-a").stdout.splitlines() if ln.startswith(job_id))
-    assert row.split()[1] == "removed"
+    assert row.split()[1:3] == ["train", "removed"]
     # its logs were archived before the container went
     assert "step 1/1000" in cli.run("logs", job_id).stdout
     assert os.path.exists(cli.state_dir / "logs" / job_id / "node0.log")
