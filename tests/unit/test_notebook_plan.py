@@ -11,7 +11,14 @@ import pytest
 
 from console.errors import ConfigError
 from console.jobs.labels import K_KIND, K_PORT, NodeLabels
-from console.jobs.plan import TOKEN_ENV, HostFacts, build_plan, expand_home, render_plan
+from console.jobs.plan import (
+    TOKEN_ENV,
+    HostFacts,
+    JobPlan,
+    build_plan,
+    expand_home,
+    render_plan,
+)
 from console.jobs.spec import NOTEBOOK_WORKDIR, load_spec
 from console.jobs.store import JobRecord
 from console.profiles import HostConfig, JobDefaults, Profile
@@ -29,14 +36,14 @@ def profile() -> Profile:
 
 
 def plan_of(tmp_path: Path, text: str, gpus: int | None = 2, port: int = 41234,
-            ) -> tuple[object, object]:
+            ) -> JobPlan:
     loaded = load_spec(write(tmp_path, text))
     assert loaded.host_workdir is not None
     f = HostFacts("a", "10.0.0.1", gpus, "/home/u",
                   expand_home(loaded.host_workdir, "/home/u"), port)
     plan = build_plan(loaded, profile(), ["a"], {"a": f}, job_id="nb-abc123",
                       created_at=1.0, image="img:1")
-    return loaded, plan
+    return plan
 
 
 def test_notebook_spec_needs_no_script_and_defaults_its_host_workdir(tmp_path: Path) -> None:
@@ -67,9 +74,9 @@ def test_notebook_refuses_torchrun_fields_multi_node_and_local_workdir(tmp_path:
 
 
 def test_notebook_plan_runs_jupyterlab_on_loopback_with_token_by_env(tmp_path: Path) -> None:
-    loaded, plan = plan_of(tmp_path, "kind: notebook\nname: nb\ngpus_per_node: 1\n"
+    plan = plan_of(tmp_path, "kind: notebook\nname: nb\ngpus_per_node: 1\n"
                                      "workdir: ~/nb/explore\nenv: {A: b}\n")
-    node = plan.nodes[0]  # type: ignore[attr-defined]
+    node = plan.nodes[0]
     c = node.container
     assert node.gpu_ids == (0,)
     assert c.command[:2] == ["jupyter", "lab"]
@@ -86,17 +93,17 @@ def test_notebook_plan_runs_jupyterlab_on_loopback_with_token_by_env(tmp_path: P
     labels = NodeLabels.parse(c.labels)
     assert (labels.kind, labels.port, labels.node_count) == ("notebook", 41234, 1)
     assert c.labels[K_KIND] == "notebook" and c.labels[K_PORT] == "41234"
-    text = render_plan(plan)  # type: ignore[arg-type]
+    text = render_plan(plan)
     assert token not in text and "JUPYTER_TOKEN=***" in text
     assert text.startswith("notebook nb-abc123: JupyterLab on 127.0.0.1:41234 of a")
 
 
 def test_each_notebook_gets_its_own_token(tmp_path: Path) -> None:
     text = "kind: notebook\nname: nb\ngpus_per_node: 0\n"
-    _, p1 = plan_of(tmp_path, text, gpus=None)
-    _, p2 = plan_of(tmp_path, text, gpus=None)
-    t1 = p1.nodes[0].container.env[TOKEN_ENV]  # type: ignore[attr-defined]
-    t2 = p2.nodes[0].container.env[TOKEN_ENV]  # type: ignore[attr-defined]
+    p1 = plan_of(tmp_path, text, gpus=None)
+    p2 = plan_of(tmp_path, text, gpus=None)
+    t1 = p1.nodes[0].container.env[TOKEN_ENV]
+    t2 = p2.nodes[0].container.env[TOKEN_ENV]
     assert t1 != t2
 
 
