@@ -45,6 +45,7 @@ from console.fleet.state import ContainerJob, FleetState
 from console.intake import HEADER, IntakeRequest, PackedLines
 from console.jobs import leftovers
 from console.jobs.copy import CopyRequest, CopyResult, copy_job_files
+from console.jobs.labels import K_KIND
 from console.jobs.launch import Prepared, launch, prepare
 from console.jobs.logs import JobLogLine, follow_job_log_batches, read_job_logs
 from console.jobs.plan import render_plan
@@ -629,9 +630,10 @@ class Service:
 
     # -- shell (dev container) ----------------------------------------------------------------
 
-    #: The label that tells a dev container of ``shell --host`` from a job's (no job labels,
-    #: so ``ps``, adoption and the fleet's job mapping never take it for a job).
-    SHELL_KIND_LABEL = "io.gpuconsole.kind"
+    #: The label that tells a dev container of ``shell --host`` (value ``shell``) from a job's
+    #: (it has no job labels, so ``ps``, adoption and the fleet's job mapping never take it for
+    #: a job).
+    SHELL_KIND_LABEL = K_KIND
 
     async def shell_on_host(self, host: str, command: list[str], *, tty: bool,
                             image: str | None = None,
@@ -677,6 +679,10 @@ class Service:
         session = self.session()
         t = await session.connected(host)
         engine = session.engine(host)
+        try:  # dev containers whose shell ended without removing them
+            await leftovers.sweep_dev_containers(session, host)
+        except GpuConsoleError as e:
+            log.warning("host %s: dev containers not swept: %s", host, e.message)
         await engine.ensure_image(image, d.pull)
         home = await t.home()
         gpu_ids: tuple[int, ...] = ()

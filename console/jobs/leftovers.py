@@ -104,3 +104,52 @@ async def collect(session: Session, host: str, own: set[str],
     except GpuConsoleError as e:
         log.warning("[%s] could not collect synced workdirs: %s", host, e)
         return []
+
+
+#: A dev container of ``shell --host`` with no ``docker exec`` session this long after its
+#: creation was left behind (s): a shell's ``docker exec`` starts within seconds of the create.
+DEV_CONTAINER_IDLE_S = 120.0
+
+
+async def sweep_dev_containers(session: Session, host: str, *, now: float | None = None,
+                               ) -> list[str]:
+    """Remove the dev containers (label ``io.gpuconsole.kind=shell``) on ``host`` that no
+    shell uses any more: not running, or running with no ``docker exec`` session (Docker's
+    ``ExecIDs`` empty) :data:`DEV_CONTAINER_IDLE_S` after their creation. ``shell --host``
+    removes its container when it ends; this collects those whose removal could not happen
+    (the connection was gone, the process was killed). Returns the names removed.
+
+    Raises:
+        DockerError: the host's containers cannot be listed.
+    """
+    import time
+
+    import docker.errors
+
+    from console.jobs.labels import K_KIND
+
+    now = time.time() if now is None else now
+
+    def sweep(c: Any) -> list[str]:
+        removed = []
+        for ct in c.api.containers(all=True, filters={"label": [f"{K_KIND}=shell"]}):
+            try:
+                attrs = c.api.inspect_container(ct["Id"])
+            except docker.errors.NotFound:  # removed meanwhile
+                continue
+            created = parse_rfc3339_ns(str(attrs.get("Created"))) / 1e9
+            running = bool((attrs.get("State") or {}).get("Running"))
+            if running and (attrs.get("ExecIDs") or now - created < DEV_CONTAINER_IDLE_S):
+                continue
+            try:
+                c.api.remove_container(ct["Id"], force=True)
+            except docker.errors.APIError as e:  # best effort, said in the log
+                log.warning("host %s: dev container %s not removed: %s", host, ct["Id"], e)
+                continue
+            removed.append(str(attrs.get("Name", "")).lstrip("/"))
+        return removed
+
+    names = await session.engine(host).call(sweep)
+    for name in names:
+        log.info("host %s: removed dev container %s left by an ended shell", host, name)
+    return names

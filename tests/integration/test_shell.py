@@ -159,3 +159,48 @@ def test_shell_job_is_exec(cli: CLI) -> None:
         assert res.returncode == 2 and f"job {job_id} has no node 4" in res.stderr
     finally:
         cli.run("stop", job_id, "--grace", "1")
+
+
+def test_dev_containers_left_behind_are_swept(cli: CLI, engine: docker.DockerClient,
+                                              since: float) -> None:
+    """A dev container whose shell ended without removing it (exited, or running with no
+    ``docker exec`` session past the idle limit) is removed by the next ``shell --host`` on
+    that host; one with a shell in it is kept."""
+    import asyncio
+
+    from console.jobs.leftovers import DEV_CONTAINER_IDLE_S, sweep_dev_containers
+    from console.jobs.store import Store
+    from console.profiles import load_profile_file
+    from console.service import Service
+
+    tag = uuid.uuid4().hex[:6]
+
+    def dev(name: str) -> Any:
+        return engine.containers.run(
+            IMAGE, ["sleep", "infinity"], name=f"gpuconsole-shell-a-{tag}{name}", detach=True,
+            init=True, labels={"io.gpuconsole.kind": "shell", "io.gpuconsole.host": "a",
+                               "io.gpuconsole.created-at": f"{time.time():.3f}"})
+
+    exited, idle, busy = dev("x"), dev("i"), dev("b")
+    exited.kill()
+    wait_for(lambda: (exited.reload(), exited.status)[1] == "exited")
+    busy.exec_run(["sleep", "300"], detach=True)  # a shell session in it
+    wait_for(lambda: bool(engine.api.inspect_container(busy.id)["ExecIDs"]))
+
+    # the next shell on host a sweeps the exited one; the idle one is younger than the limit
+    res = cli.run("shell", "--host", "a", "--", "true")
+    assert res.returncode == 0, res.stderr
+    names = {c.name for c in shell_containers(engine, since)}
+    assert exited.name not in names and {idle.name, busy.name} <= names
+
+    async def sweep_later() -> list[str]:
+        async with Service(load_profile_file(cli.profile), store=Store(cli.state_dir)) as svc:
+            session = svc.session()
+            await session.connected("a")
+            return await sweep_dev_containers(session, "a",
+                                              now=time.time() + DEV_CONTAINER_IDLE_S + 1)
+
+    removed = asyncio.run(sweep_later())
+    assert idle.name in removed and busy.name not in removed
+    names = {c.name for c in shell_containers(engine, since)}
+    assert idle.name not in names and busy.name in names
