@@ -643,7 +643,8 @@ class Service:
         """``shell --host``: run ``command`` (default: a shell) in a fresh dev container on
         ``host`` and remove the container afterwards; returns the command's exit code.
 
-        The container takes the profile's image (or ``image``), mounts, shm/ipc, user,
+        The container takes the profile's image (or ``image``), environment
+        (``defaults.env``, ``${VAR}`` from yours, as jobs get it), mounts, shm/ipc, user,
         capabilities and security options (``--cap-drop ALL``, ``no-new-privileges``, as job
         containers), GPUs picked like a submit's (busy ones refused), and runs
         ``sleep infinity`` under ``--init`` with the labels ``io.gpuconsole.kind=shell`` and
@@ -656,6 +657,7 @@ class Service:
 
         Raises:
             UsageError: ``host`` is not in the profile.
+            ConfigError: the profile's ``defaults.env`` references an unset variable.
             PlanError: no image, or the GPUs do not fit / are busy.
             TransportError, ImageNotFound: the host or image cannot be reached.
         """
@@ -664,7 +666,7 @@ class Service:
         from console.jobs.labels import FORMAT, K_CREATED, K_FORMAT, K_HOST
         from console.jobs.launch import gpu_facts
         from console.jobs.plan import HostFacts, pick_gpus
-        from console.jobs.spec import JobSpec
+        from console.jobs.spec import JobSpec, resolve_env
         from remote.docker import Bind, ContainerSpec
 
         prof = self.profile
@@ -676,6 +678,7 @@ class Service:
         if not image:
             raise PlanError("no image: the profile has no `defaults.image`",
                             "pass `--image IMAGE`")
+        env, secret = resolve_env(d.env, prof.source, prof.lines, ("defaults", "env"))
         session = self.session()
         t = await session.connected(host)
         engine = session.engine(host)
@@ -710,6 +713,8 @@ class Service:
             name=f"gpuconsole-shell-{host}-{os.urandom(3).hex()}",
             image=image,
             command=["sleep", "infinity"],
+            env=env,
+            secret_env=secret,
             labels={K_FORMAT: FORMAT, self.SHELL_KIND_LABEL: "shell", K_HOST: host,
                     K_CREATED: f"{created:.3f}"},
             gpu_device_ids=tuple(map(str, gpu_ids)),
