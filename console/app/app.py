@@ -7,17 +7,26 @@ The app owns one :class:`console.service.Service`; it subscribes to the service'
 into the engine run in workers; results come back as messages; no worker touches a widget.
 
 Bindings carry ids (``app.fleet``, ``jobs.stop``, ``logs.search``...) so ``config.yaml``'s
-``keymap`` can remap them; ``?`` lists them all. ``--readonly`` hides stop, submit and exec.
+``keymap`` can remap them; ``?`` lists them all. ``--readonly`` hides stop, submit, exec and
+the notebooks (opening one exposes a shell-capable Jupyter; starting one starts a container).
+
+Notebooks (jobs of kind ``notebook``): ``o`` in the jobs view opens a tunnel to the selected
+one's JupyterLab over SSH (:meth:`console.service.Service.attach_notebook`, in a worker) and
+shows its URL; the tunnel is kept, one per notebook, until the notebook ends or the app exits
+(a second ``o`` shows the same URL). ``N`` asks for host, GPUs and workdir, then plans, submits
+and opens a new one.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+import webbrowser
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from textual import work
 from textual.app import App, SystemCommand
@@ -32,7 +41,15 @@ from console.app.gcpolicy import GcPolicy
 from console.app.screens.alerts import AlertsScreen
 from console.app.screens.fleet import FleetScreen
 from console.app.screens.jobs import JobsScreen
-from console.app.screens.modals import AskScreen, ConfirmScreen, HelpScreen, TextScreen
+from console.app.screens.modals import (
+    AskScreen,
+    ConfirmScreen,
+    HelpScreen,
+    NewNotebookScreen,
+    NotebookRequest,
+    NotebookScreen,
+    TextScreen,
+)
 from console.config import AppConfig
 from console.events import (
     ContainersMapped,
@@ -50,10 +67,14 @@ from console.jobs.store import JobRecord
 from console.service import Service, Submission
 from remote.errors import GpuConsoleError
 
+if TYPE_CHECKING:
+    from console.notebook.attach import NotebookTunnel
+
 log = logging.getLogger("gpuconsole.app")
 
-#: Actions that change remote state, hidden by ``--readonly``.
-WRITE_ACTIONS = frozenset({"stop", "submit", "exec"})
+#: Actions that change remote state or expose a shell on a host, hidden by ``--readonly``
+#: (``notebook`` opens a notebook's JupyterLab, which runs code in its container).
+WRITE_ACTIONS = frozenset({"stop", "submit", "exec", "notebook", "new_notebook"})
 
 _MODIFIERS = ("ctrl+", "shift+", "alt+", "super+", "meta+", "hyper+")
 
@@ -81,7 +102,8 @@ def binding_ids() -> set[str]:
     ids: set[str] = set()
     for cls in (GpuConsoleApp, FleetScreen, FleetTable, JobsScreen, AlertsScreen, LogsScreen,
                 LogPane,
-                LogPrompt, LogPanes, ConfirmScreen, TextScreen, AskScreen, HelpScreen):
+                LogPrompt, LogPanes, ConfirmScreen, TextScreen, AskScreen, HelpScreen,
+                NotebookScreen, NewNotebookScreen):
         for b in getattr(cls, "BINDINGS", []):
             if isinstance(b, Binding) and b.id:
                 ids.add(b.id)
@@ -153,6 +175,15 @@ class AlertsUpdated(Message):
 
 
 @dataclass
+class NotebookOpened(Message):
+    """A notebook's tunnel is open (posted by the attach worker, or by ``o`` on a notebook
+    whose tunnel is already open): show its URL."""
+
+    job_id: str
+    tunnel: NotebookTunnel
+
+
+@dataclass
 class HostStatusUpdated(Message):
     """A host's telemetry status changed."""
 
@@ -167,7 +198,8 @@ class GpuConsoleApp(App[int]):
     Args:
         service: the engine (the app closes it on exit).
         config: settings (keymap, intervals, buffer sizes).
-        readonly: hide the actions that change remote state (stop, submit, exec).
+        readonly: hide the actions that change remote state or expose a shell (stop, submit,
+            exec, open and start notebooks).
         replay: show a telemetry recording instead of live hosts (``top --record``).
         replay_speed: pace of the replay (0: as fast as possible).
         clock: wall clock (Unix s) for job ages; frozen in snapshot tests.
@@ -211,6 +243,11 @@ class GpuConsoleApp(App[int]):
         """The alert rule engine over the live fleet (``None`` in replays and tests that
         feed data)."""
         self._fleet_dirty = False
+        self.tunnels: dict[str, NotebookTunnel] = {}
+        """Open notebook tunnels by job id (one per notebook; closed when it ends and at
+        exit)."""
+        self._attaching: set[str] = set()
+        self._tunnels_closed = False
         self._hosts: dict[str, tuple[str, str | None]] = {
             h: ("connecting", None) for h in ([] if replay else service.profile.hosts)}
         if self.config.theme:
@@ -269,12 +306,24 @@ class GpuConsoleApp(App[int]):
         screen.update_alerts(watcher.active())
 
     async def on_unmount(self) -> None:
+        await self.close_tunnels()
         if self.alerts is not None:
             await self.alerts.close()
         self.gc_policy.stop()
         if self._sub is not None:
             self._sub.close()
         await self.service.close()
+
+    async def close_tunnels(self) -> None:
+        """Close every notebook tunnel (the notebooks keep running on their hosts); at exit,
+        and no tunnel is kept after it."""
+        self._tunnels_closed = True
+        tunnels, self.tunnels = list(self.tunnels.items()), {}
+        for job_id, tunnel in tunnels:
+            try:
+                await asyncio.wait_for(tunnel.close(), 5.0)
+            except Exception as e:  # a dead connection: nothing left to close
+                log.info("notebook %s: closing its tunnel: %r", job_id, e)
 
     def _on_event(self, ev: Event) -> None:
         """Service events -> messages (runs on the loop; never raises into the service)."""
@@ -344,12 +393,37 @@ class GpuConsoleApp(App[int]):
         jobs = self.get_screen("jobs")
         assert isinstance(jobs, JobsScreen)
         jobs.update_jobs(m.jobs)
+        self._close_ended_tunnels(m.jobs)
 
     def on_job_updated(self, m: JobUpdated) -> None:
         jobs = self.get_screen("jobs")
         assert isinstance(jobs, JobsScreen)
         jobs.update_job(m.job)
         self._forward_to_logs(m)
+        self._close_ended_tunnels([m.job])
+
+    def on_notebook_opened(self, m: NotebookOpened) -> None:
+        """Show the notebook's URL (copy, open in a browser)."""
+        t = m.tunnel
+        server = t.server
+        version = f"; Jupyter Server {t.version}" if t.version else ""
+        detail = (f"Forwarding 127.0.0.1:{t.local_port} -> {server.host}:127.0.0.1:{server.port} "
+                  f"over SSH{version}. The tunnel stays open while the console runs (o shows "
+                  f"this again); the notebook keeps running after you quit: `gpuconsole "
+                  f"notebook {m.job_id}` re-attaches, S stops it.")
+        if isinstance(self.screen, NotebookScreen):
+            self.pop_screen()
+        self.push_screen(NotebookScreen(f"Notebook {m.job_id} on {server.host}", t.url, detail,
+                                        self.open_browser))
+
+    def _close_ended_tunnels(self, jobs: Iterable[JobRecord]) -> None:
+        """Close the tunnels of notebooks that are no longer running (said once)."""
+        for j in jobs:
+            if j.id in self.tunnels and (j.state not in ("running", "pending") or j.removed_at):
+                tunnel = self.tunnels.pop(j.id)
+                self.notify(f"notebook {j.id} is {j.state}: its tunnel is closed",
+                            title="notebook", severity="warning")
+                self.run_worker(tunnel.close(), group="notebook-close", exit_on_error=False)
 
     def on_log_lines_arrived(self, m: LogLinesArrived) -> None:
         self._forward_to_logs(m)
@@ -439,6 +513,12 @@ class GpuConsoleApp(App[int]):
             if not self.readonly and j.state in ("running", "pending"):
                 yield SystemCommand(f"Stop {j.id}", "SIGTERM, then SIGKILL after the grace",
                                     lambda j=j: self.confirm_stop(j))
+                if j.kind == "notebook":
+                    yield SystemCommand(f"Open notebook {j.id}", "a tunnel and its URL",
+                                        lambda j=j: self.open_notebook(j))
+        if not self.readonly:
+            yield SystemCommand("New notebook", "JupyterLab in a container on a host",
+                                self.ask_new_notebook)
 
     # -- operations (workers; results come back as messages or notifications) ---------------
 
@@ -597,6 +677,142 @@ class GpuConsoleApp(App[int]):
             self.notify(f"{type(e).__name__}: {e}", title="exec", severity="error")
             return
         self.notify(f"shell in {job.id} exited {rc}")
+
+
+    # -- notebooks --------------------------------------------------------------------------
+
+    def open_notebook(self, job: JobRecord) -> None:
+        """Show a notebook job's URL: through its open tunnel, else open one in a worker; a
+        training job gets a note saying what to do instead."""
+        if self.readonly:
+            return
+        if job.kind != "notebook":
+            self.notify(f"{job.id} is a {job.kind} job, not a notebook: x opens a shell in its "
+                        "container, N starts a notebook", title="notebook", severity="warning")
+            return
+        tunnel = self.tunnels.get(job.id)
+        if tunnel is not None and not tunnel.forward.closed:
+            self.post_message(NotebookOpened(job.id, tunnel))
+            return
+        if job.id in self._attaching:
+            self.notify(f"still opening notebook {job.id}…", title="notebook")
+            return
+        self._attaching.add(job.id)
+        self._attach_notebook(job)
+
+    @work(group="notebook", exit_on_error=False)
+    async def _attach_notebook(self, job: JobRecord) -> None:
+        """Open a tunnel to the notebook (waiting until JupyterLab answers) and keep it."""
+        old = self.tunnels.pop(job.id, None)
+        try:
+            if old is not None:  # its SSH connection dropped: forward anew
+                await old.close()
+            self.notify(f"opening notebook {job.id}: waiting for JupyterLab…", title="notebook")
+            tunnel = await self.service.attach_notebook(job)
+        except GpuConsoleError as e:
+            self.notify(f"{e.message}\nfix: {e.hint}" if e.hint else e.message,
+                        title=f"notebook {job.id}", severity="error", timeout=15)
+            return
+        except Exception as e:  # a bug must not end the console: said and logged
+            log.exception("notebook %s: attach failed", job.id)
+            self.notify(f"{type(e).__name__}: {e} (details in the log)",
+                        title=f"notebook {job.id}", severity="error", timeout=15)
+            return
+        finally:
+            self._attaching.discard(job.id)
+        if self._tunnels_closed:  # the app is exiting: keep nothing open
+            await asyncio.shield(tunnel.close())
+            return
+        self.tunnels[job.id] = tunnel
+        self.post_message(NotebookOpened(job.id, tunnel))
+
+    @work(group="browser", exit_on_error=False)
+    async def open_browser(self, url: str) -> None:
+        """Open ``url`` with :func:`webbrowser.open` (asked for in the URL modal). A console
+        browser (lynx, w3m) needs the terminal: the app suspends as for a shell."""
+        try:
+            if _console_browser():
+                with self.suspend():
+                    ok = webbrowser.open(url)
+            else:
+                ok = await asyncio.to_thread(webbrowser.open, url)
+        except Exception as e:  # SuspendNotSupported, a browser that failed to start
+            self.notify(f"{type(e).__name__}: {e}", title="browser", severity="error")
+            return
+        if not ok:
+            self.notify("no browser could be started here: copy the URL (c) and open it "
+                        "yourself", title="browser", severity="warning")
+
+    def ask_new_notebook(self) -> None:
+        """Ask for host, GPUs and workdir, then start a notebook and open it."""
+        if self.readonly:
+            return
+        hosts = list(self.service.profile.hosts)
+        if not hosts:
+            self.notify(f"profile {self.service.profile.name} has no hosts", severity="error")
+            return
+
+        def got(req: NotebookRequest | None) -> None:
+            if req is not None:
+                self._new_notebook(req)
+
+        self.push_screen(NewNotebookScreen(hosts, gpus_problem), got)
+
+    @work(group="submit", exit_on_error=False)
+    async def _new_notebook(self, req: NotebookRequest) -> None:
+        """Plan and launch a notebook (the busy-GPU refusal and all-or-nothing launch of every
+        job), then open it; a refusal is shown with its fix."""
+        self.notify(f"starting a notebook on {req.host}…", title="notebook")
+        try:
+            gpus = parse_gpus(req.gpus) if req.gpus else None
+            sub = await self.service.plan_notebook(host=req.host, gpus=gpus,
+                                                   workdir=req.workdir)
+            job = await self.service.submit(sub)
+        except GpuConsoleError as e:
+            self.push_screen(TextScreen("cannot start the notebook (escape closes)",
+                                        _error_text(e)))
+            return
+        except Exception as e:  # a bug must not end the console: said and logged
+            log.exception("new notebook failed")
+            self.notify(f"{type(e).__name__}: {e} (details in the log)", title="notebook",
+                        severity="error", timeout=15)
+            return
+        self.notify(f"started notebook {job.id} on {req.host}", title="notebook")
+        self.post_message(JobUpdated(job))
+        self.action_show("jobs")
+        self._attaching.add(job.id)
+        self._attach_notebook(job)
+
+
+def parse_gpus(text: str) -> Literal["all"] | int | list[int]:
+    """GPUs as ``--gpus`` takes them (``all``, ``N``, ``0,1``): the CLI's one grammar.
+
+    Raises:
+        UsageError: anything else (with an example in its hint).
+    """
+    from console.cli.shell import parse_gpus as cli_parse_gpus
+
+    return cli_parse_gpus(text)
+
+
+def gpus_problem(text: str) -> str | None:
+    """Why ``text`` is not a valid GPUs value, or ``None``."""
+    try:
+        parse_gpus(text)
+    except GpuConsoleError as e:
+        return e.message + (f" ({e.hint})" if e.hint else "")
+    return None
+
+
+def _console_browser() -> bool:
+    """Whether :func:`webbrowser.open` would start a browser that runs in this terminal (and
+    waits for it), e.g. ``www-browser``/lynx on a host without a display."""
+    try:
+        browser = webbrowser.get()
+    except webbrowser.Error:
+        return False
+    return (isinstance(browser, webbrowser.GenericBrowser)
+            and not isinstance(browser, webbrowser.BackgroundBrowser))
 
 
 def _error_text(e: GpuConsoleError) -> str:

@@ -2,8 +2,9 @@
 
 Keys: enter/``l`` logs, ``S`` stop (confirm shows each ``docker stop``), ``d`` describe, ``n``
 submit a spec (its dry-run plan is shown before confirming), ``x`` a shell in the job's
-container, ``R`` reconcile now. The screen never calls the engine itself: it asks the app,
-whose workers post typed messages back.
+container, ``o`` open a notebook job's JupyterLab (a tunnel over SSH, its URL), ``N`` start a
+new notebook, ``R`` reconcile now. The KIND column says ``train`` or ``notebook``. The screen
+never calls the engine itself: it asks the app, whose workers post typed messages back.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 
 _STATE_STYLE = {"running": "green", "pending": "cyan", "succeeded": "bold green",
                 "stopped": "yellow", "lost": "magenta", "removed": "dim", "unknown": "dim"}
-COLUMNS = ("JOB", "STATE", "NODES", "AGE", "GPUS", "UTIL", "EXIT", "REASON")
+COLUMNS = ("JOB", "KIND", "STATE", "NODES", "AGE", "GPUS", "UTIL", "EXIT", "REASON")
 
 
 def _cell_state(state: str) -> Text:
@@ -43,6 +44,7 @@ def row_cells(r: JobRow) -> tuple[Text | str, ...]:
     (GPUs of a finished job) as ``-``."""
     return (
         r.job_id,
+        Text(r.kind, style="bold cyan") if r.kind == "notebook" else r.kind,
         _cell_state(r.state),
         r.nodes,
         r.age,
@@ -62,6 +64,8 @@ class JobsScreen(Screen[None]):
         Binding("d", "describe", "Describe", id="jobs.describe"),
         Binding("n", "submit", "Submit", id="jobs.submit"),
         Binding("x", "exec", "Shell", id="jobs.exec"),
+        Binding("o", "notebook", "Open notebook", show=False, id="jobs.notebook"),
+        Binding("N", "new_notebook", "New notebook", show=False, id="jobs.new_notebook"),
         Binding("R", "reconcile", "Refresh", id="jobs.refresh"),
     ]
     DEFAULT_CSS = """
@@ -114,6 +118,9 @@ class JobsScreen(Screen[None]):
         text.append(f"  {job.name}  " + " ".join(
             f"n{n.node_rank}@{n.host}:{n.state}"
             + (f"({n.exit_code})" if n.exit_code is not None else "") for n in job.nodes))
+        if job.kind == "notebook" and job.state in ("running", "pending"):
+            # o and N stay out of the footer (it is full at 120 columns): said where they apply
+            text.append("  o: open its JupyterLab, x: a shell in it", style="bold cyan")
         f = job.failure
         if f:
             first, *rest = failure_lines(f)
@@ -123,7 +130,7 @@ class JobsScreen(Screen[None]):
         detail.update(text)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """The app decides: ``--readonly`` hides stop, submit and exec."""
+        """The app decides: ``--readonly`` hides stop, submit, exec and the notebooks."""
         return self.gc.check_action(action, parameters)
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
@@ -195,6 +202,17 @@ class JobsScreen(Screen[None]):
         job = self._need()
         if job is not None:
             self.gc.exec_shell(job)
+
+    def action_notebook(self) -> None:
+        """Open the notebook job's JupyterLab: a tunnel (kept while the app runs) and its URL;
+        on a training job, say what to do instead."""
+        job = self._need()
+        if job is not None:
+            self.gc.open_notebook(job)
+
+    def action_new_notebook(self) -> None:
+        """Ask for host, GPUs and workdir, start a notebook and open it."""
+        self.gc.ask_new_notebook()
 
     def action_reconcile(self) -> None:
         """Reconcile the jobs with the hosts now."""

@@ -1,13 +1,17 @@
-"""Modal screens shared by the views: confirm an action, show text, ask for a value, help."""
+"""Modal screens shared by the views: confirm an action, show text, ask for a value, help,
+a notebook's URL, a new notebook's host and GPUs."""
 
 from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Label, Static
+from textual.widgets import Button, Input, Label, Select, Static
 
 
 class ConfirmScreen(ModalScreen[bool]):
@@ -143,4 +147,144 @@ class HelpScreen(ModalScreen[None]):
 
     def action_close(self) -> None:
         """Close."""
+        self.dismiss(None)
+
+
+class NotebookScreen(ModalScreen[None]):
+    """A notebook's URL (with its token) and how it is reached; ``c`` copies the URL (OSC 52:
+    the terminal must allow clipboard writes), ``o`` opens it in a browser, escape closes (the
+    tunnel stays open while the console runs)."""
+
+    DEFAULT_CSS = """
+    NotebookScreen { align: center middle; }
+    NotebookScreen > Vertical { width: 90%; max-width: 120; height: auto;
+        border: thick $success; background: $surface; padding: 1 2; }
+    NotebookScreen #url { margin: 1 0; color: $text; text-style: bold; }
+    NotebookScreen Horizontal { height: auto; align-horizontal: right; margin-top: 1; }
+    NotebookScreen Button { margin-left: 2; }
+    """
+    BINDINGS = [
+        Binding("c", "copy", "Copy URL", id="notebook.copy"),
+        Binding("o", "open", "Open in browser", id="notebook.open"),
+        Binding("escape,q", "close", "Close", id="notebook.close"),
+    ]
+
+    def __init__(self, title: str, url: str, detail: str,
+                 open_browser: Callable[[str], object]) -> None:
+        """``open_browser(url)`` is called when the user asks for the browser (``o``)."""
+        super().__init__()
+        self.title_text = title
+        self.url = url
+        self.detail = detail
+        self.open_browser = open_browser
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Label(Text(self.title_text, style="bold"))
+            yield Static(Text(self.url), id="url")
+            yield Static(Text(self.detail, style="dim"), id="notebook-detail")
+            with Horizontal():
+                yield Button("Copy URL (c)", variant="primary", id="copy")
+                yield Button("Open in browser (o)", id="open")
+                yield Button("Close (esc)", id="close")
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        {"copy": self.action_copy, "open": self.action_open,
+         "close": self.action_close}[event.button.id or "close"]()
+
+    def action_copy(self) -> None:
+        """Copy the URL to the terminal's clipboard."""
+        self.app.copy_to_clipboard(self.url)
+        self.notify("URL copied (through the terminal: OSC 52; if your terminal blocks "
+                    "clipboard writes, select the URL with the mouse, shift held)",
+                    title="notebook")
+
+    def action_open(self) -> None:
+        """Open the URL in a browser."""
+        self.open_browser(self.url)
+
+    def action_close(self) -> None:
+        """Close (the tunnel stays open)."""
+        self.dismiss(None)
+
+
+@dataclass(frozen=True)
+class NotebookRequest:
+    """What the new-notebook modal asks for.
+
+    Attributes:
+        host: a host of the profile.
+        gpus: as ``--gpus`` takes them (``all``, ``N``, ``0,1``); ``""``: the default (one
+            GPU on a GPU host, none elsewhere).
+        workdir: the folder on the host mounted at ``/workspace``, or ``None`` (the default).
+    """
+
+    host: str
+    gpus: str
+    workdir: str | None
+
+
+class NewNotebookScreen(ModalScreen[NotebookRequest | None]):
+    """Host, GPUs and workdir of a new notebook; enter (or Start) starts it, escape cancels.
+
+    ``check_gpus(text)`` returns why the GPUs text is not valid (shown here, the modal stays),
+    or ``None``.
+    """
+
+    DEFAULT_CSS = """
+    NewNotebookScreen { align: center middle; }
+    NewNotebookScreen > Vertical { width: 80%; max-width: 100; height: auto;
+        border: thick $primary; background: $surface; padding: 1 2; }
+    NewNotebookScreen Label { margin-top: 1; }
+    NewNotebookScreen #nb-error { color: $error; height: auto; }
+    NewNotebookScreen Horizontal { height: auto; align-horizontal: right; margin-top: 1; }
+    NewNotebookScreen Button { margin-left: 2; }
+    """
+    BINDINGS = [Binding("escape", "cancel", "Cancel", id="new_notebook.cancel")]
+
+    def __init__(self, hosts: Sequence[str], check_gpus: Callable[[str], str | None]) -> None:
+        super().__init__()
+        self.hosts = list(hosts)
+        self.check_gpus = check_gpus
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Label(Text("New notebook (JupyterLab in a container)", style="bold"))
+            yield Label("Host:")
+            yield Select([(h, h) for h in self.hosts], allow_blank=False,
+                         value=self.hosts[0], id="nb-host")
+            yield Label("GPUs (all, a count or indices 0,1; empty: one on a GPU host):")
+            yield Input(placeholder="default", id="nb-gpus")
+            yield Label("Workdir on the host (mounted at /workspace; empty: the default):")
+            yield Input(placeholder="~/gpuconsole/notebooks", id="nb-workdir")
+            yield Static("", id="nb-error")
+            with Horizontal():
+                yield Button("Start (enter)", variant="success", id="start")
+                yield Button("Cancel (esc)", id="cancel")
+
+    def on_mount(self) -> None:
+        self.query_one("#nb-gpus", Input).focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self._start()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "start":
+            self._start()
+        else:
+            self.action_cancel()
+
+    def _start(self) -> None:
+        gpus = self.query_one("#nb-gpus", Input).value.strip()
+        problem = self.check_gpus(gpus) if gpus else None
+        if problem:
+            self.query_one("#nb-error", Static).update(problem)
+            return
+        host = self.query_one("#nb-host", Select).value
+        workdir = self.query_one("#nb-workdir", Input).value.strip()
+        self.dismiss(NotebookRequest(str(host), gpus, workdir or None))
+
+    def action_cancel(self) -> None:
+        """Dismiss with ``None``."""
         self.dismiss(None)
