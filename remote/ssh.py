@@ -383,7 +383,7 @@ class SSHTransport(Transport):
 
         Until one connection has reached the destination, each local connection first opens
         a probe channel to it: when nothing listens there (sshd answers the channel open with
-        ``Connection refused``), the local connection is closed, the failure is logged and
+        ``Connection refused``), the local connection is closed, the failure is logged (info) and
         kept in :attr:`Forward.error` as a :class:`TransportError` naming host and port (no
         traceback). After a first success connections are passed straight through. The
         forward is closed by :meth:`Forward.close`, by :meth:`close` and when the connection
@@ -416,7 +416,8 @@ class SSHTransport(Transport):
             try:
                 await connect()
             except TransportError as e:
-                log.warning("[%s] %s", self.name, e.detail)
+                # kept in fwd.error for the caller; a readiness poll expects refusals
+                log.info("[%s] %s", self.name, e.detail)
                 return False
             reached = True
             return True

@@ -7,7 +7,7 @@ Node states (shown by ``ps``):
 - ``created``: the container was created but never started and its launch is over (the
   launching process died between create and start: SIGKILL, a closed terminal, a crash);
 - ``running``;
-- ``succeeded``: exited 0;
+- ``succeeded``: exited 0 (a notebook that exits 0 after ``stop``: ``stopped``);
 - ``failed``: exited non-zero by itself (``failed(<code>)``);
 - ``stopped``: exited after gpuconsole stopped it (``stop``, ``rm --force``, or gang
   teardown: a node its supervisor ended with exit 75 because a peer failed, see
@@ -44,7 +44,7 @@ from typing import Any
 
 from console.diagnosis import Diagnosis, diagnose, parse_torchelastic_failure, signal_name
 from console.diagnosis.engine import precedence_of
-from console.jobs.labels import K_JOB_ID, K_NODE_COUNT, NodeLabels
+from console.jobs.labels import K_JOB_ID, K_KIND, K_NODE_COUNT, NodeLabels
 from console.jobs.launch import launch_in_flight
 from console.jobs.plan import ERROR_FILE
 from console.jobs.store import FailureRecord, JobRecord, NodeRecord, Store
@@ -73,7 +73,9 @@ def node_state(info: ContainerInfo, stop_requested: bool, launching: bool = True
     if info.status in ("running", "restarting", "paused", "removing"):
         return "running"
     if info.exit_code == 0:
-        return "succeeded"
+        # JupyterLab exits 0 on SIGTERM: a notebook ended by `stop` was stopped
+        notebook = info.labels.get(K_KIND) == "notebook"
+        return "stopped" if stop_requested and notebook else "succeeded"
     if stop_requested or _torn_down(info):
         return "stopped"
     return "failed"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import json
 import logging
 import time
@@ -34,7 +35,8 @@ from remote.transport import Forward
 
 log = logging.getLogger("gpuconsole.notebook")
 
-__all__ = ["NotebookServer", "NotebookTunnel", "api_get", "find_server", "open_notebook"]
+__all__ = ["NotebookServer", "NotebookTunnel", "api_get", "find_server", "open_notebook",
+           "stable_port"]
 
 #: How long :func:`open_notebook` waits for JupyterLab to answer by default (s): a first start
 #: in a fresh container imports jupyterlab and its extensions (seconds to tens of seconds).
@@ -143,18 +145,27 @@ def api_get(base: str, path: str, token: str | None, timeout: float = 5.0,
         return int(e.code), e.read()
 
 
+def stable_port(job_id: str) -> int:
+    """A local port derived from the job id (20000-29999, below Linux's ephemeral range): the
+    second choice of :func:`_local_forward`, so a re-attach finds the same URL even where the
+    host's port number is taken here (the host is this machine, or another program has it)."""
+    return 20000 + int(hashlib.sha256(job_id.encode()).hexdigest()[:8], 16) % 10000
+
+
 async def _local_forward(session: Session, server: NotebookServer,
                          local_port: int | None) -> Forward:
-    """Forward ``server.port``: to ``local_port`` when given (an error if taken), else to the
-    same port number here when free (so a re-attach gets the same URL), else any free one."""
+    """Forward ``server.port``: to ``local_port`` when given (an error if taken); else to the
+    same port number here, else :func:`stable_port`, else any free one (so a re-attach gets
+    the same URL)."""
     t = await session.connected(server.host)
     if local_port is not None:
         return await t.forward_local(server.port, local_port=local_port)
-    try:
-        return await t.forward_local(server.port, local_port=server.port)
-    except TransportError as e:
-        log.debug("local port %d taken (%s); forwarding a free one", server.port, e.message)
-        return await t.forward_local(server.port, local_port=0)
+    for port in (server.port, stable_port(server.job_id)):
+        try:
+            return await t.forward_local(server.port, local_port=port)
+        except TransportError as e:
+            log.debug("local port %d taken (%s)", port, e.message)
+    return await t.forward_local(server.port, local_port=0)
 
 
 async def _logged_url(session: Session, server: NotebookServer) -> ServerUrl | None:
@@ -178,7 +189,7 @@ async def open_notebook(
 
     Args:
         local_port: the local port to listen on (default: the server's port number when free
-            here, else any free one).
+            here, else :func:`stable_port`, else any free one).
         timeout: how long to wait for ``GET /api/status`` to answer 200 (s).
         alive: called between tries; returns why the notebook cannot come up (its container
             exited, with the reason) to stop waiting, or ``None`` to go on.
@@ -188,36 +199,18 @@ async def open_notebook(
         JobError: ``alive`` reported the notebook gone, the server refused the token, or it
             did not answer within ``timeout`` (the tunnel is closed then).
     """
+    # Wait through a forward on any free port: the port the URL gets may be the host's own
+    # port number, which must stay free until JupyterLab has bound it (the host may be this
+    # machine).
+    t = await session.connected(server.host)
+    probe = await t.forward_local(server.port, local_port=0)
+    try:
+        await _wait_ready(probe, server, timeout, alive)
+    finally:
+        await probe.close()
     fwd = await _local_forward(session, server, local_port)
     base = f"http://{fwd.local_host}:{fwd.local_port}"
-    deadline = time.monotonic() + timeout
-    last = "no answer yet"
     try:
-        while True:
-            try:
-                status, body = await asyncio.to_thread(api_get, base, "/api/status",
-                                                       server.token)
-            except OSError as e:
-                status, body, last = 0, b"", f"no answer ({e})"
-            if status == 200:
-                break
-            if status in (401, 403):
-                raise JobError(f"notebook {server.job_id}: JupyterLab refused the token "
-                               f"(HTTP {status})",
-                               f"stop it (`gpuconsole stop {server.job_id}`) and start anew")
-            if status:
-                last = f"HTTP {status}"
-            if alive is not None:
-                gone = await alive()
-                if gone:
-                    raise JobError(f"notebook {server.job_id} ended before JupyterLab "
-                                   f"answered: {gone}",
-                                   f"see `gpuconsole logs {server.job_id}`")
-            if time.monotonic() > deadline:
-                raise JobError(f"notebook {server.job_id}: JupyterLab did not answer on "
-                               f"{server.host}:127.0.0.1:{server.port} within {timeout:.0f} s "
-                               f"({last})", f"see `gpuconsole logs {server.job_id}`")
-            await asyncio.sleep(0.5)
         version = ""
         try:
             st, body = await asyncio.to_thread(api_get, base, "/api", server.token)
@@ -236,3 +229,39 @@ async def open_notebook(
     except BaseException:
         await fwd.close()
         raise
+
+
+async def _wait_ready(fwd: Forward, server: NotebookServer, timeout: float,
+                      alive: Callable[[], Awaitable[str | None]] | None) -> None:
+    """Poll ``GET /api/status`` with the token through ``fwd`` until it answers 200.
+
+    Raises:
+        JobError: see :func:`open_notebook`.
+    """
+    base = f"http://{fwd.local_host}:{fwd.local_port}"
+    deadline = time.monotonic() + timeout
+    last = "no answer yet"
+    while True:
+        try:
+            status, _ = await asyncio.to_thread(api_get, base, "/api/status", server.token)
+        except OSError as e:
+            status, last = 0, f"no answer ({e})"
+        if status == 200:
+            return
+        if status in (401, 403):
+            raise JobError(f"notebook {server.job_id}: JupyterLab refused the token "
+                           f"(HTTP {status})",
+                           f"stop it (`gpuconsole stop {server.job_id}`) and start anew")
+        if status:
+            last = f"HTTP {status}"
+        if alive is not None:
+            gone = await alive()
+            if gone:
+                raise JobError(f"notebook {server.job_id} ended before JupyterLab "
+                               f"answered: {gone}",
+                               f"see `gpuconsole logs {server.job_id}`")
+        if time.monotonic() > deadline:
+            raise JobError(f"notebook {server.job_id}: JupyterLab did not answer on "
+                           f"{server.host}:127.0.0.1:{server.port} within {timeout:.0f} s "
+                           f"({last})", f"see `gpuconsole logs {server.job_id}`")
+        await asyncio.sleep(0.5)
