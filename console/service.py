@@ -796,6 +796,11 @@ class Service:
                 raise ConfigError("notebook spec not found", "give the path of a YAML spec",
                                   path=str(spec_path))
             data, lines = await asyncio.to_thread(load_yaml, spec_path, "notebook spec")
+            if "kind" not in data and "script" in data:
+                raise ConfigError("a training job spec (it has `script`), not a notebook",
+                                  f"`gpuconsole submit {spec_path}` runs it; a notebook spec "
+                                  "says `kind: notebook`", path=str(spec_path), field="script",
+                                  line=lines.get(("script",)))
             if data.get("kind", "notebook") != "notebook":
                 raise ConfigError(f"a {data.get('kind')!r} spec, not a notebook",
                                   f"`gpuconsole submit {spec_path}` runs it; `kind: notebook` "
