@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import AfterValidator
+
+from console.errors import UsageError
 
 #: Unicode categories refused in one-line fields: controls (NUL, CR, ESC, BEL...), format
 #: characters (bidi overrides, zero-width), line and paragraph separators.
@@ -192,3 +194,26 @@ def duration_s(value: str) -> float | None:
     if m is None:
         return None
     return float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+
+
+def parse_gpus(value: str) -> Literal["all"] | int | list[int]:
+    """``--gpus``: ``all``, a count (``2``; ``0`` = none) or indices (``0,1``; ``3,`` is
+    index 3 alone).
+
+    Raises:
+        UsageError: anything else.
+    """
+    v = value.strip()
+    if v == "all":
+        return "all"
+    try:
+        if "," in v:
+            ids = [int(p) for p in v.split(",") if p.strip()]
+            if ids and all(i >= 0 for i in ids) and len(set(ids)) == len(ids):
+                return ids
+        elif v.isdigit():
+            return int(v)
+    except ValueError:
+        pass
+    raise UsageError(f"--gpus {value!r}: not `all`, a count or GPU indices",
+                     "e.g. `--gpus all`, `--gpus 2` or `--gpus 0,1` (indices as nvidia-smi)")

@@ -790,9 +790,9 @@ def parse_gpus(text: str) -> Literal["all"] | int | list[int]:
     Raises:
         UsageError: anything else (with an example in its hint).
     """
-    from console.cli.shell import parse_gpus as cli_parse_gpus
+    from console.fields import parse_gpus as parse
 
-    return cli_parse_gpus(text)
+    return parse(text)
 
 
 def gpus_problem(text: str) -> str | None:

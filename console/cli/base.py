@@ -158,7 +158,7 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
               help="Profile to use (default: $GPUCONSOLE_PROFILE, your default, then `local`).")
 @click.option("--verbose", "-v", is_flag=True, help="Debug logging (stderr; the app's log "
               "file while the app runs).")
-@click.option("--readonly", is_flag=True, help="App: hide stop, submit and exec.")
+@click.option("--readonly", is_flag=True, help="App: hide stop, submit, exec and notebooks.")
 @click.option("--replay", "replay", type=click.Path(dir_okay=False, exists=True, path_type=Path),
               help="App: show a telemetry recording (`top --record`) instead of live hosts.")
 @click.version_option(package_name="gpuconsole")

@@ -22,7 +22,7 @@ from pathlib import Path
 import click
 
 from console.cli.base import command_service, err, main, out, run
-from console.cli.shell import parse_gpus
+from console.fields import parse_gpus
 from console.jobs.store import JobRecord
 from console.notebook.attach import NotebookTunnel
 from console.service import Service

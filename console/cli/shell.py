@@ -12,36 +12,12 @@ through.
 from __future__ import annotations
 
 import sys
-from typing import Literal
 
 import click
 
 from console.cli.base import command_service, err, main, run
 from console.cli.jobs import _exec
-from console.errors import UsageError
-
-
-def parse_gpus(value: str) -> Literal["all"] | int | list[int]:
-    """``--gpus``: ``all``, a count (``2``; ``0`` = none) or indices (``0,1``; ``3,`` is
-    index 3 alone).
-
-    Raises:
-        UsageError: anything else.
-    """
-    v = value.strip()
-    if v == "all":
-        return "all"
-    try:
-        if "," in v:
-            ids = [int(p) for p in v.split(",") if p.strip()]
-            if ids and all(i >= 0 for i in ids) and len(set(ids)) == len(ids):
-                return ids
-        elif v.isdigit():
-            return int(v)
-    except ValueError:
-        pass
-    raise UsageError(f"--gpus {value!r}: not `all`, a count or GPU indices",
-                     "e.g. `--gpus all`, `--gpus 2` or `--gpus 0,1` (indices as nvidia-smi)")
+from console.fields import parse_gpus
 
 
 @main.command(context_settings={"ignore_unknown_options": True})
