@@ -73,3 +73,8 @@ class DockerError(TransportError):
 
 class ImageNotFound(DockerError):
     """The job's image is not on the host and could not be pulled."""
+
+
+class RuntimeUnavailable(TransportError):
+    """A host cannot run jobs the way the job asks (``runtime: host``: no usable python, or
+    one that cannot import torch); the message names the python, the hint the fix."""
