@@ -1,6 +1,8 @@
 """The real single-machine Slurm cluster of ``scripts/lib/ensure-slurm`` works as the Slurm
 backend will need it: nodes up in ``sinfo``, a batch job with one ``srun`` task per node runs
-on every node, and a failing task's exit code reaches ``scontrol show job`` and ``sacct``.
+on every node, a failing task's exit code reaches ``scontrol show job`` and ``sacct``, and the
+CPU example ``scripts/examples/train_ddp.py`` runs under srun + torchrun on both nodes
+(``scripts/slurm/torchrun.sbatch``), also with a rank failing on purpose.
 
 Slurm is Debian bookworm's slurm-wlm 22.05; the cluster (``gpuconsole-test``, partition
 ``debug``, nodes ``node1`` and ``node2``, each its own slurmd on this machine) is described
@@ -26,6 +28,8 @@ import pytest
 ENV_FILE = Path(os.environ.get("GPUCONSOLE_SLURM_ENV", "/var/tmp/gpuconsole-slurm/env"))
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
             "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
+REPO = Path(__file__).resolve().parents[2]
+TORCHRUN_SBATCH = REPO / "scripts" / "slurm" / "torchrun.sbatch"
 JOB_WAIT_S = 120.0  # seconds a tiny job may take from submission to a terminal state
 
 
@@ -36,6 +40,7 @@ class Cluster:
     env: dict[str, str]
     nodes: list[str]
     partition: str
+    venv: Path
 
     def run(self, *argv: str, timeout: float = 30) -> str:
         """Run a Slurm client command with the cluster's environment; its stdout."""
@@ -91,7 +96,8 @@ def cluster() -> Iterator[Cluster]:
     exported = _read_env(ENV_FILE)
     yield Cluster(env={**os.environ, **exported},
                   nodes=exported["GPUCONSOLE_SLURM_NODES"].split(),
-                  partition=exported["GPUCONSOLE_SLURM_PARTITION"])
+                  partition=exported["GPUCONSOLE_SLURM_PARTITION"],
+                  venv=Path(exported["GPUCONSOLE_SLURM_VENV"]))
 
 
 def _submit(cluster: Cluster, out: Path, nodes: int, wrap: str) -> str:
@@ -142,3 +148,42 @@ def test_failing_task(cluster: Cluster, tmp_path: Path) -> None:
     assert sorted(line for line in text.splitlines() if line.startswith("task ")) == [
         f"task {i}" for i in range(n)]
     assert cluster.sacct(job_id) == ("FAILED", "3:0")
+
+
+def _torchrun(cluster: Cluster, tmp_path: Path, *args: str) -> tuple[str, dict[str, str]]:
+    """train_ddp.py (6 steps, no loader workers) on all nodes, one torchrun per node; the
+    job's output text and its ``scontrol show job`` fields once it ended."""
+    out = tmp_path / "ddp.out"
+    job_id = cluster.run(
+        "sbatch", "--parsable", f"--nodes={len(cluster.nodes)}", "--time=5",
+        f"--partition={cluster.partition}", f"--output={out}",
+        f"--export=ALL,PYTHON_VENV={cluster.venv},GPUCONSOLE_REPO={REPO}",
+        str(TORCHRUN_SBATCH), "--steps", "6", "--workers", "0", "--ckpt-every", "0",
+        "--out", str(tmp_path / "ckpt"), *args).strip()
+    return job_id, cluster.wait(job_id) | {"_out": out.read_text()}
+
+
+def test_torchrun_example(cluster: Cluster, tmp_path: Path) -> None:
+    job_id, fields = _torchrun(cluster, tmp_path)
+    text = fields["_out"]
+    assert (fields["JobState"], fields["ExitCode"]) == ("COMPLETED", "0:0"), text
+    n = len(cluster.nodes)
+    for rank in range(n):
+        assert f"rank {rank}/{n} local_rank 0 node_rank {rank} backend gloo" in text, text
+    assert len(re.findall(r"^done steps 6 final_loss \d+\.\d+$", text, re.M)) == n, text
+    assert (tmp_path / "ckpt" / "checkpoint.pt").is_file()
+    assert cluster.sacct(job_id) == ("COMPLETED", "0:0")
+
+
+def test_torchrun_failing_rank(cluster: Cluster, tmp_path: Path) -> None:
+    """Rank 1 (on the second node) raises at step 3: its torchrun exits 1, srun says so;
+    rank 0 loses its gloo peer and fails too; the job is FAILED with exit code 1."""
+    job_id, fields = _torchrun(cluster, tmp_path, "--fail-rank", "1", "--fail-step", "3")
+    text = fields["_out"]
+    assert (fields["JobState"], fields["ExitCode"]) == ("FAILED", "1:0"), text
+    second, first = sorted(cluster.nodes)[1], sorted(cluster.nodes)[0]
+    assert "RuntimeError: injected failure on rank 1 at step 3" in text
+    assert f"srun: error: {second}: task 1: Exited with exit code 1" in text, text
+    assert re.search(rf"^srun: error: {first}: task 0: Exited with exit code \d+$", text, re.M)
+    assert "done steps" not in text
+    assert cluster.sacct(job_id) == ("FAILED", "1:0")
