@@ -542,7 +542,9 @@ def _image_not_found(lines: Sequence[Line], image: str | None) -> Diagnosis | No
 
 
 _AUTH = re.compile(
-    r"(?<![\w-])(?:unauthorized|UNAUTHORIZED)\b|\bDENIED\b|(?<!pull access )\bdenied: "
+    # "Permission denied: " is an errno message (EACCES on a file), never the registry's
+    r"(?<![\w-])(?:unauthorized|UNAUTHORIZED)\b|\bDENIED\b"
+    r"|(?<!pull access )(?<!Permission )\bdenied: "
     r"|authentication required|no basic auth credentials|incorrect username or password"
     r"|requested access to the resource is denied|invalid username/password"
     r"|authorization failed|401 Unauthorized")
