@@ -39,6 +39,7 @@ RULE_MODULES: tuple[str, ...] = (
     "console.diagnosis.nccl",
     "console.diagnosis.torchrun",
     "console.diagnosis.slurm",
+    "console.diagnosis.jupyter",
 )
 
 #: Cause ids from root to consequence. An id missing here ranks after all listed ones.
@@ -59,6 +60,9 @@ PRECEDENCE: tuple[str, ...] = (
     # CUDA in the process
     "cuda_no_device", "cuda_invalid_device", "cuda_unsupported_arch",
     "cuda_illegal_memory_access", "cuda_device_assert", "cuda_error",
+    # the notebook server in its container (before the exception its traceback shows)
+    "jupyter_not_installed", "jupyter_root_refused", "jupyter_dir_missing",
+    "jupyter_permission", "jupyter_port_unavailable",
     # distributed set-up
     "store_address_unresolved", "port_in_use", "rendezvous_connection", "rendezvous_failed",
     "nccl_invalid_usage", "nccl_unhandled_cuda",
@@ -70,6 +74,8 @@ PRECEDENCE: tuple[str, ...] = (
     "sigkill", "sigsegv",
     # the scheduler's clock, then what peers see when one rank is gone
     "slurm_time_limit", "nccl_timeout", "nccl_remote_error",
+    # a notebook's kernel that died (an OOM kill or a signal above explains it)
+    "jupyter_kernel_died",
     # how the other processes ended
     "sigabrt", "signal", "exit_code", "hangup", "stopped",
     "slurm_cancelled",
