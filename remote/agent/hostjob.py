@@ -166,11 +166,16 @@ class LogWriter:
 def pump(pipe: IO[bytes], stream: str, writer: LogWriter) -> None:
     """Copy ``pipe`` into ``writer`` line by line until EOF; a line without newline at EOF
     is written too, a line over :data:`MAX_LINE_BYTES` in pieces of that size."""
+    cut = False  # the previous record was a cut piece of a longer line
     while True:
         raw = pipe.readline(MAX_LINE_BYTES)
         if not raw:
             return
-        if raw.endswith(b"\n"):
+        if raw == b"\n" and cut:  # the end of a line that filled its last piece
+            cut = False
+            continue
+        cut = not raw.endswith(b"\n")
+        if not cut:
             raw = raw[:-1]
         writer.write(stream, raw)
 
@@ -268,8 +273,8 @@ def boot_id() -> str:
         return ""
 
 
-def proc_stat(pid: int) -> tuple[str, int, int] | None:
-    """``(state, pgrp, start ticks)`` from ``/proc/PID/stat``, or ``None`` (no such
+def proc_stat(pid: int) -> tuple[str, int, int, int] | None:
+    """``(state, ppid, pgrp, start ticks)`` from ``/proc/PID/stat``, or ``None`` (no such
     process)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
@@ -277,21 +282,43 @@ def proc_stat(pid: int) -> tuple[str, int, int] | None:
     except OSError:
         return None
     fields = data[data.rfind(")") + 2:].split()
-    # fields[0] is field 3 (state); pgrp is field 5, starttime field 22
+    # fields[0] is field 3 (state); ppid field 4, pgrp field 5, starttime field 22
     try:
-        return fields[0], int(fields[2]), int(fields[19])
+        return fields[0], int(fields[1]), int(fields[2]), int(fields[19])
     except (IndexError, ValueError):
         return None
 
 
 def start_ticks(pid: int) -> int | None:
     st = proc_stat(pid)
-    return st[2] if st else None
+    return st[3] if st else None
 
 
-def group_members(pgid: int) -> list[int]:
-    """PIDs of live (not zombie) processes in process group ``pgid`` (from ``/proc``; without
-    ``/proc``, ``[pgid]`` when ``killpg(pgid, 0)`` succeeds)."""
+def _live(st: tuple[str, int, int, int] | None) -> bool:
+    return st is not None and st[0] not in ("Z", "X")
+
+
+def proc_table() -> dict[int, tuple[str, int, int, int]]:
+    """Every process of ``/proc``: pid -> :func:`proc_stat`."""
+    out = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return {}
+    for entry in entries:
+        if entry.isdigit():
+            st = proc_stat(int(entry))
+            if st is not None:
+                out[int(entry)] = st
+    return out
+
+
+def tree_members(leader: int, pgid: int) -> list[int]:
+    """Live (not zombie) processes of process group ``pgid`` plus every live descendant of
+    ``leader`` (the supervisor; also those that left the group with ``setsid``, as
+    torchrun's workers do: ``start_new_session=True`` in torch's ``SubprocessHandler``).
+    Orphans of the tree stay found because the supervisor is their subreaper. Without
+    ``/proc``: ``[pgid]`` while ``killpg(pgid, 0)`` succeeds."""
     if not os.path.isdir("/proc/self"):
         try:
             os.killpg(pgid, 0)
@@ -300,14 +327,20 @@ def group_members(pgid: int) -> list[int]:
         except PermissionError:
             pass
         return [pgid]
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        st = proc_stat(int(entry))
-        if st and st[1] == pgid and st[0] not in ("Z", "X"):
-            out.append(int(entry))
-    return out
+    table = proc_table()
+    children: dict[int, list[int]] = {}
+    for pid, st in table.items():
+        children.setdefault(st[1], []).append(pid)
+    seen = {pid for pid, st in table.items() if st[2] == pgid}
+    if leader in table:
+        seen.add(leader)
+    todo = list(seen)
+    while todo:
+        for kid in children.get(todo.pop(), []):
+            if kid not in seen:
+                seen.add(kid)
+                todo.append(kid)
+    return sorted(p for p in seen if _live(table.get(p)))
 
 
 def supervisor_alive(run: dict[str, Any]) -> bool:
@@ -316,19 +349,31 @@ def supervisor_alive(run: dict[str, Any]) -> bool:
     if run.get("boot_id") and run.get("boot_id") != boot_id():
         return False
     st = proc_stat(int(run["pid"]))
-    return bool(st) and st is not None and st[0] not in ("Z", "X") and st[2] == run.get("ticks")
+    return _live(st) and st is not None and st[3] == run.get("ticks")
 
 
-def our_group(run: dict[str, Any]) -> list[int]:
-    """Live members of the node's process group, or ``[]`` when the group is gone or its
-    leader PID now belongs to another process (PID reuse)."""
+def our_processes(run: dict[str, Any]) -> list[int]:
+    """Live processes of the node (:func:`tree_members` of its supervisor and group), or
+    ``[]`` when the group is gone or its leader PID now belongs to another process (PID
+    reuse)."""
     if run.get("boot_id") and run.get("boot_id") != boot_id():
         return []
     pgid = int(run["pgid"])
     leader = proc_stat(pgid)
-    if leader is not None and leader[2] != run.get("ticks") and leader[0] not in ("Z", "X"):
+    if _live(leader) and leader is not None and leader[3] != run.get("ticks"):
         return []  # the PID is another process now; its group is not ours
-    return group_members(pgid)
+    return tree_members(int(run["pid"]), pgid)
+
+
+def become_subreaper() -> bool:
+    """Make this process the reaper of its orphaned descendants (Linux
+    ``prctl(PR_SET_CHILD_SUBREAPER)``), so they stay in its tree; whether that worked."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        return bool(libc.prctl(36, 1, 0, 0, 0) == 0)  # 36 = PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError, ImportError):
+        return False
 
 
 def exit_status(returncode: int) -> int:
@@ -418,7 +463,7 @@ def cmd_create(root: str, req: dict[str, Any]) -> dict[str, Any]:
     if cwd is not None and not os.path.isabs(str(cwd)):
         raise Refused(f"working directory {cwd!r} is not an absolute path")
     job = labels.get(JOB_ID_LABEL) or NO_JOB
-    if not _NAME_RE.match(job):
+    if job != NO_JOB and not _NAME_RE.match(job):
         raise Refused(f"invalid job id label {job!r}")
     try:
         find_node(root, name)
@@ -523,6 +568,7 @@ def cmd_supervise(d: str) -> int:
         pass  # already a session leader (a systemd unit)
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(sig, _noop)  # exec resets a handled signal to the default
+    become_subreaper()
     spec = read_json(os.path.join(d, "spec.json")) or {}
     env_path = os.path.join(d, "env.json")
     values = read_json(env_path) or {}
@@ -567,18 +613,20 @@ def cmd_supervise(d: str) -> int:
             break
         except subprocess.TimeoutExpired:
             pass
+        _reap_adopted(me, child.pid)
         if not os.path.isdir(d):  # the node's state was removed: end the command
             if orphaned_at is None:
                 orphaned_at = time.monotonic()
-                _signal_others(me, signal.SIGTERM)
+                _signal_others(me, signal.SIGTERM, group_only=True)
             elif time.monotonic() - orphaned_at > ORPHAN_GRACE_S:
                 _signal_others(me, signal.SIGKILL)
     code = exit_status(rc)
-    # as Docker ends a container with its main process: nothing of the group outlives it
+    # as Docker ends a container with its main process: nothing of the tree outlives it
     for _ in range(100):
         if not _signal_others(me, signal.SIGKILL):
             break
         time.sleep(POLL_S)
+        _reap_adopted(me, None)
     for t in readers:
         t.join(5.0)
     writer.close()
@@ -592,9 +640,26 @@ def cmd_supervise(d: str) -> int:
     return 0
 
 
-def _signal_others(me: int, sig: int) -> list[int]:
-    """Send ``sig`` to every live process of this process group but this one; returns them."""
-    others = [p for p in group_members(os.getpgid(0)) if p != me]
+def _reap_adopted(me: int, child: int | None) -> None:
+    """Reap this supervisor's zombie children other than ``child`` (orphans of the tree it
+    adopted as subreaper; ``child`` is reaped by its Popen)."""
+    for pid, st in proc_table().items():
+        if st[1] == me and st[0] == "Z" and pid != child:
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+
+
+def _signal_others(me: int, sig: int, group_only: bool = False) -> list[int]:
+    """Send ``sig`` to every live process of this node's tree (or only of its process group)
+    but this one; returns them."""
+    pgid = os.getpgid(0)
+    if group_only:
+        others = [p for p, st in proc_table().items() if st[2] == pgid and _live(st)]
+    else:
+        others = tree_members(me, pgid)
+    others = [p for p in others if p != me]
     for p in others:
         try:
             os.kill(p, sig)
@@ -603,19 +668,30 @@ def _signal_others(me: int, sig: int) -> list[int]:
     return others
 
 
-def _kill_group(run: dict[str, Any], sig: int) -> None:
-    if not our_group(run):
+def _signal_node(run: dict[str, Any], sig: int) -> None:
+    """SIGTERM: to the process group (the command forwards it, as torchrun does to its
+    workers). SIGKILL: to every process of the tree (:func:`our_processes`), then the group."""
+    members = our_processes(run)
+    if not members:
         return
+    if sig == signal.SIGKILL:  # the supervisor last (killpg): the tree is found through it
+        for p in members:
+            if p == int(run["pid"]):
+                continue
+            try:
+                os.kill(p, sig)
+            except OSError:
+                pass
     try:
         os.killpg(int(run["pgid"]), sig)
     except OSError:
         pass
 
 
-def _wait_group(run: dict[str, Any], seconds: float) -> bool:
-    """Wait up to ``seconds`` for the node's group to be gone; whether it is."""
+def _wait_gone(run: dict[str, Any], seconds: float) -> bool:
+    """Wait up to ``seconds`` for every process of the node to be gone; whether they are."""
     deadline = time.monotonic() + seconds
-    while our_group(run):
+    while our_processes(run):
         if time.monotonic() >= deadline:
             return False
         time.sleep(POLL_S)
@@ -623,23 +699,26 @@ def _wait_group(run: dict[str, Any], seconds: float) -> bool:
 
 
 def cmd_stop(root: str, name: str, grace: float) -> dict[str, Any]:
-    """SIGTERM the node's process group, SIGKILL it after ``grace`` s; wait until none of it
-    is left. Records the exit when the supervisor could not."""
+    """SIGTERM the node's process group, SIGKILL its whole tree after ``grace`` s; wait
+    until none of it is left. Records the exit when the supervisor could not."""
     d = find_node(root, name)
     run = read_json(os.path.join(d, "run.json"))
     if run is None:
         return {"id": name, "status": node_state(d)["status"]}
     unit = run.get("unit")
-    _kill_group(run, signal.SIGTERM)
-    if not _wait_group(run, grace):
-        _kill_group(run, signal.SIGKILL)
+    _signal_node(run, signal.SIGTERM)
+    if not _wait_gone(run, grace):
+        for _ in range(5):  # a process may fork while we kill
+            _signal_node(run, signal.SIGKILL)
+            if _wait_gone(run, 2.0):
+                break
         if unit:
             subprocess.run(["systemctl", "--user", "kill", "--signal=SIGKILL", unit],
                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL, timeout=30)
-        if not _wait_group(run, 10.0):
-            raise Refused("processes of node {!r} survive SIGKILL: {}".format(
-                name, " ".join(map(str, our_group(run)))))
+        if not _wait_gone(run, 5.0):
+            left = " ".join(map(str, our_processes(run)))
+            raise Refused(f"processes of node {name!r} survive SIGKILL: {left}")
     # the supervisor normally recorded the command's status; when it was killed itself:
     ex = read_json(os.path.join(d, "exit.json"))
     if ex is None:
