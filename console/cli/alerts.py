@@ -14,15 +14,16 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import asdict
+from typing import TYPE_CHECKING
 
 import click
 
-from console.alerts.model import Alert
-from console.alerts.rows import age_text, alert_state
-from console.alerts.store import AlertStore, Silence, alert_to_json
 from console.cli.base import err, main, out, run
 from console.errors import UsageError
-from console.fields import duration_s
+
+if TYPE_CHECKING:  # imported where used: `gpuconsole --help` must not load the store
+    from console.alerts.model import Alert
+    from console.alerts.store import AlertStore
 
 __all__ = ["MAX_SILENCE_S", "alert_json"]
 
@@ -32,6 +33,9 @@ MAX_SILENCE_S = 365 * 86400.0
 
 def alert_json(alert: Alert, now: float) -> dict[str, object]:
     """The ``--json`` object of one alert: its fields (times in Unix s) plus ``state``."""
+    from console.alerts.rows import alert_state
+    from console.alerts.store import alert_to_json
+
     data: dict[str, object] = json.loads(alert_to_json(alert))
     data["state"] = alert_state(alert, now)
     return data
@@ -50,6 +54,9 @@ def alerts(ctx: click.Context, as_json: bool, history: int | None) -> None:
 
 
 async def _list(as_json: bool, history: int | None) -> None:
+    from console.alerts.rows import age_text, alert_state
+    from console.alerts.store import AlertStore
+
     store = AlertStore()
     now = time.time()
     try:
@@ -91,6 +98,8 @@ def ack(key: str) -> None:
 
 
 async def _ack(key: str) -> None:
+    from console.alerts.store import AlertStore
+
     store = AlertStore()
     try:
         got = store.acknowledge(key, time.time(), by="gpuconsole alerts ack")
@@ -118,6 +127,8 @@ def silence(key: str | None, duration: str, rule: str | None, host: str | None,
 
 async def _silence(key: str | None, duration: str, rule: str | None, host: str | None,
                    job: str | None, comment: str | None) -> None:
+    from console.fields import duration_s
+
     seconds = duration_s(duration)
     if seconds is None or seconds <= 0:
         raise UsageError(f"--for: {duration!r} is not a duration", "write it as 30m, 2h or 1d")
@@ -128,6 +139,8 @@ async def _silence(key: str | None, duration: str, rule: str | None, host: str |
         raise UsageError("KEY: give an alert key or --rule/--host/--job",
                          "`gpuconsole alerts` lists the firing keys")
     now = time.time()
+    from console.alerts.store import AlertStore, Silence
+
     store = AlertStore()
     try:
         got = store.add_silence(Silence(id=0, until=now + seconds, created_at=now, key=key,
@@ -152,6 +165,9 @@ def silences(as_json: bool) -> None:
 
 async def _silences(as_json: bool) -> None:
     now = time.time()
+    from console.alerts.rows import age_text
+    from console.alerts.store import AlertStore
+
     store = AlertStore()
     try:
         found = store.silences(now)
@@ -177,6 +193,8 @@ def unsilence(silence_id: int) -> None:
 
 
 async def _unsilence(silence_id: int) -> None:
+    from console.alerts.store import AlertStore
+
     store = AlertStore()
     try:
         if not store.remove_silence(silence_id):

@@ -16,7 +16,6 @@ SIGPIPE").
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import logging
 import os
@@ -26,19 +25,18 @@ import sys
 from collections.abc import AsyncGenerator, AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from console.errors import ConfigError, PlanError, UsageError
-from console.events import FollowStateChanged
-from console.jobs.logs import JobLogLine
-from console.jobs.status import format_node_state, job_summary
-from console.jobs.store import JobRecord
-from console.profiles import Profile, resolve_profile
-from console.service import Service
-from remote.docker import format_ns
 from remote.errors import GpuConsoleError
+
+if TYPE_CHECKING:  # the service stack is imported by the commands that use it (start-up)
+    from console.jobs.logs import JobLogLine
+    from console.jobs.store import JobRecord
+    from console.profiles import Profile
+    from console.service import Service
 
 T = TypeVar("T")
 log = logging.getLogger("gpuconsole")
@@ -101,6 +99,8 @@ async def while_stdout_open(aw: Coroutine[Any, Any, T]) -> T:
     Raises:
         OutputClosed: stdout was closed while ``aw`` ran (or ``aw`` itself raised it).
     """
+    import asyncio
+
     task: asyncio.Task[T] = asyncio.ensure_future(aw)
 
     async def watch() -> None:
@@ -133,6 +133,8 @@ def _discard_stdout() -> None:
 def run(coro: Coroutine[Any, Any, T]) -> T:
     """Run a command's coroutine; map gpuconsole errors to a message and an exit status
     (a closed stdout: exit 0, see the module docstring)."""
+    import asyncio
+
     try:
         return asyncio.run(coro)
     except OutputClosed:
@@ -214,6 +216,8 @@ def _app(ctx: click.Context, verbose: bool, readonly: bool, replay: Path | None)
         err("error: the interactive console needs a terminal")
         err("  fix: run it in a terminal, or use the headless commands (`gpuconsole --help`)")
         return 2
+    from console.service import Service
+
     app = GpuConsoleApp(Service(profile), config=config, readonly=readonly, replay=replay)
     rc = app.run()
     return rc or 0
@@ -225,6 +229,8 @@ def command_profile(ctx: click.Context) -> Profile:
     Raises:
         ConfigError: the profile cannot be found or read.
     """
+    from console.profiles import resolve_profile
+
     ref: str | None = ctx.obj["profile"]
     return resolve_profile(ref)
 
@@ -232,6 +238,8 @@ def command_profile(ctx: click.Context) -> Profile:
 @asynccontextmanager
 async def command_service(ctx: click.Context) -> AsyncIterator[Service]:
     """The service of a command (its profile, the state dir's store), closed at the end."""
+    from console.service import Service
+
     async with Service(command_profile(ctx)) as svc:
         yield svc
 
@@ -242,6 +250,8 @@ def print_line(line: JobLogLine, timestamps: bool) -> None:
     Raises:
         OutputClosed: stdout's reader is gone.
     """
+    from remote.docker import format_ns
+
     prefix = f"{format_ns(line.ts_ns)} " if timestamps else ""
     out(f"{prefix}{line.tag()} {line.text}")
 
@@ -262,6 +272,8 @@ class FollowStateLines:
 
     def __call__(self, event: object) -> None:
         """Take a :class:`~console.events.FollowStateChanged` (others are ignored)."""
+        from console.events import FollowStateChanged
+
         if not isinstance(event, FollowStateChanged) or event.job_id != self.job_id:
             return
         node = event.node_rank
@@ -288,6 +300,10 @@ async def follow_job(
     Raises:
         OutputClosed: stdout's reader is gone (the job keeps running).
     """
+    import asyncio
+
+    from console.events import FollowStateChanged
+
     async def pump() -> None:
         lines = svc.follow(job, node=node, since_ns=since_ns, tail=tail)
         try:
@@ -319,6 +335,8 @@ async def follow_job(
 
 def print_summary(job: JobRecord) -> None:
     """The job's end state per node and its first failure (reason, fix) on stderr."""
+    from console.jobs.status import format_node_state, job_summary
+
     nodes = ", ".join(f"n{n.node_rank} {format_node_state(n)}" for n in job.nodes)
     err(f"job {job.id} {job.state} ({nodes})")
     if job.failure:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import click
 
 from console.cli.base import command_service, err, main, run
-from console.jobs.copy import parse_copy
 
 
 def format_size(n: int) -> str:
@@ -46,6 +45,8 @@ def cp(ctx: click.Context, src: str, dest: str, node: int | None) -> None:
 
 
 async def _cp(ctx: click.Context, src: str, dest: str, node: int | None) -> None:
+    from console.jobs.copy import parse_copy
+
     request = parse_copy(src, dest)
     async with command_service(ctx) as svc:
         job = svc.find_job(request.job_ref)

@@ -15,13 +15,15 @@ import stat
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import click
 
 from console.cli.base import main, out, run
-from console.diagnosis import Diagnosis, FactValue, diagnose
 from console.errors import UsageError
+
+if TYPE_CHECKING:  # the rules are imported when a file is diagnosed (start-up)
+    from console.diagnosis import Diagnosis, FactValue
 
 __all__ = ["MAX_BYTES", "diagnosis_json"]
 
@@ -158,6 +160,8 @@ async def _diagnose(files: tuple[str, ...], as_json: bool) -> None:
             click.echo(f"note: {_shown(name)}: read its last {MAX_BYTES // 2**20} MiB only",
                        err=True)
         texts.append(text)
+    from console.diagnosis import diagnose
+
     found = diagnose("\n".join(texts))
     if as_json:
         out(json.dumps(diagnosis_json(found, list(files))))

@@ -8,21 +8,22 @@ ends it (exit 0) and is never a host failure.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from console.cli.base import command_profile, err, main, out, run, while_stdout_open
 from console.errors import ConfigError, JobError
-from console.fleet.state import FleetState
-from console.profiles import Profile
-from console.service import Service
-from remote.telemetry.schema import Sample
+
+if TYPE_CHECKING:  # the fleet stack is imported when `top` or `gpus` runs (start-up)
+    from console.fleet.state import FleetState
+    from console.profiles import Profile
+    from console.service import Service
+    from remote.telemetry.schema import Sample
 
 #: Default of ``--timeout``: seconds a one-shot read waits for every host's first sample.
 ONCE_TIMEOUT_S = 15.0
@@ -101,6 +102,8 @@ async def read_fleet_once(svc: Service, state: FleetState, timeout: float) -> di
         each host's phase when the wait ended (:meth:`Service.fleet_phases`), for
         :func:`raise_if_missing`.
     """
+    import asyncio
+
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     await svc.wait_fleet(timeout=timeout)
@@ -137,8 +140,12 @@ def raise_if_missing(state: FleetState, timeout: float,
 async def _top(ctx: click.Context, once: bool, as_json: bool, interval: float,
                hosts: str | None, record: Path | None, replay: Path | None, speed: float,
                source: str, timeout: float) -> None:
+    import asyncio
+
     from console.fleet.monitor import Recorder, read_recording
     from console.fleet.render import render_fleet
+    from console.fleet.state import FleetState
+    from console.service import Service
 
     tty = sys.stdout.isatty() and not as_json
 
@@ -246,6 +253,7 @@ async def _gpus(ctx: click.Context, free: bool, as_json: bool, hosts: str | None
                 timeout: float) -> None:
     from console.fleet.render import render_fleet, render_free
     from console.fleet.state import free_gpus
+    from console.service import Service
 
     profile = command_profile(ctx)
     names = _hosts_opt(profile, hosts)

@@ -10,9 +10,6 @@ from datetime import datetime
 import click
 
 from console.cli.base import command_service, err, follow_job, main, print_line, print_summary, run
-from console.fields import duration_s
-from console.jobs.rows import job_row
-from console.jobs.status import JobView, job_summary, shown_state
 
 
 @main.command()
@@ -25,6 +22,9 @@ def ps(ctx: click.Context, as_json: bool, show_all: bool) -> None:
 
 
 async def _ps(ctx: click.Context, as_json: bool, show_all: bool) -> None:
+    from console.jobs.rows import job_row
+    from console.jobs.status import JobView
+
     async with command_service(ctx) as svc:
         jobs = await svc.list_jobs(include_removed=show_all,
                                    warn=lambda m: err(f"warning: {m}"))
@@ -51,6 +51,8 @@ def parse_since(value: str) -> int:
     Raises:
         click.BadParameter: neither form.
     """
+    from console.fields import duration_s
+
     secs = duration_s(value)
     if secs is not None:
         return int((time.time() - secs) * 1e9)
@@ -110,6 +112,8 @@ def stop(ctx: click.Context, job_ref: str, grace: float | None) -> None:
 
 
 async def _stop(ctx: click.Context, ref: str, grace: float | None) -> None:
+    from console.jobs.status import job_summary, shown_state
+
     async with command_service(ctx) as svc:
         job = svc.find_job(ref)
         out = await svc.stop(job, grace)

@@ -14,19 +14,19 @@ ended or could not be reached, 2 for bad input (see :mod:`console.cli.base`).
 
 from __future__ import annotations
 
-import asyncio
 import sys
-import webbrowser
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from console.cli.base import command_service, err, main, out, run
-from console.fields import parse_gpus
-from console.jobs.store import JobRecord
-from console.notebook.attach import NotebookTunnel
-from console.service import Service
 from remote.errors import GpuConsoleError
+
+if TYPE_CHECKING:  # the service stack is imported when the command runs (start-up)
+    from console.jobs.store import JobRecord
+    from console.notebook.attach import NotebookTunnel
+    from console.service import Service
 
 #: How often the open tunnel checks that the notebook still runs and the SSH connection
 #: still carries the forward (s).
@@ -74,6 +74,8 @@ def notebook(ctx: click.Context, target: str | None, host: str | None, gpus: str
         if given or dry_run or force:
             raise click.UsageError(f"{', '.join(given) or '--dry-run/--force'}: re-attaching "
                                    f"to {job_ref} starts nothing; leave them out")
+    from console.fields import parse_gpus
+
     wanted = parse_gpus(gpus) if gpus is not None else None
     raise SystemExit(run(_notebook(ctx, spec, job_ref, host, wanted, image, workdir, name,
                                    local_port, open_browser, dry_run, force, timeout)))
@@ -83,6 +85,8 @@ async def _notebook(ctx: click.Context, spec: Path | None, job_ref: str | None,
                     host: str | None, gpus: object, image: str | None, workdir: str | None,
                     name: str | None, local_port: int | None, open_browser: bool,
                     dry_run: bool, force: bool, timeout: float) -> int:
+    import asyncio
+
     async with command_service(ctx) as svc:
         if job_ref is not None:
             job = await svc.find_notebook(job_ref)
@@ -111,6 +115,9 @@ async def _notebook(ctx: click.Context, spec: Path | None, job_ref: str | None,
 async def _hold(svc: Service, job: JobRecord, tunnel: NotebookTunnel, open_browser: bool,
                 ) -> int:
     """Show the URL and keep the tunnel open until Ctrl-C or the notebook ends."""
+    import asyncio
+    import webbrowser
+
     server = tunnel.server
     out(tunnel.url)
     sys.stdout.flush()
@@ -147,6 +154,8 @@ async def _hold(svc: Service, job: JobRecord, tunnel: NotebookTunnel, open_brows
 async def _reforward(svc: Service, job: JobRecord, local_port: int) -> NotebookTunnel:
     """A new tunnel on the same local port after the connection dropped (retried for up to
     a minute while the host is unreachable)."""
+    import asyncio
+
     last: GpuConsoleError | None = None
     for _ in range(12):
         try:

@@ -17,7 +17,6 @@ import click
 
 from console.cli.base import command_service, err, main, run
 from console.cli.jobs import _exec
-from console.fields import parse_gpus
 
 
 @main.command(context_settings={"ignore_unknown_options": True})
@@ -49,6 +48,8 @@ def shell(ctx: click.Context, args: tuple[str, ...], host: str | None, node: int
 async def _dev_shell(ctx: click.Context, host: str, command: list[str], image: str | None,
                      gpus: str, workdir: str | None) -> int:
     tty = sys.stdin.isatty() and sys.stdout.isatty()
+    from console.fields import parse_gpus
+
     wanted = parse_gpus(gpus)
     async with command_service(ctx) as svc:
         return await svc.shell_on_host(host, command, tty=tty, image=image, gpus=wanted,

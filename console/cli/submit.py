@@ -9,7 +9,6 @@ import click
 
 from console.cli.base import command_service, err, follow_job, main, run
 from console.errors import UsageError
-from console.jobs.spec import MAX_NPROC
 
 
 def _flag_int(flag: str, value: str | None, low: int, high: int) -> int | None:
@@ -66,6 +65,8 @@ def _overrides(name: str | None, image: str | None, nodes: str | None,
     Raises:
         UsageError: a flag's value cannot be parsed (naming the flag).
     """
+    from console.jobs.spec import MAX_NPROC
+
     return {
         "name": name, "image": image, "nodes": _parse_nodes(nodes),
         "gpus_per_node": _parse_gpus(gpus_per_node),

@@ -11,18 +11,18 @@ Ctrl-C and SIGTERM end it cleanly with exit 0; a closed stdout too (like ``top``
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 import re
 import signal
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from console.cli.base import command_profile, err, main, out, run, while_stdout_open
-from console.service import Service
-from console.watch.notify import check_urls, redact_url
-from console.watch.runner import Watch, WatchOptions
+
+if TYPE_CHECKING:  # the watch stack is imported when `watch` runs (start-up)
+    from console.watch.runner import Watch, WatchOptions
 
 _HOSTNAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,252}[A-Za-z0-9])?")
 
@@ -60,6 +60,8 @@ def watch(ctx: click.Context, as_json: bool, metrics_port: int | None, metrics_a
             raise click.BadParameter(
                 f"{metrics_addr!r} is not an IP address or host name (127.0.0.1, 0.0.0.0, ::)",
                 param_hint="--metrics-addr") from None
+    from console.watch.runner import WatchOptions
+
     opts = WatchOptions(as_json=as_json, metrics_port=metrics_port, metrics_addr=metrics_addr,
                         notify_urls=list(notify), interval=interval, replay=replay,
                         speed=speed)
@@ -67,6 +69,12 @@ def watch(ctx: click.Context, as_json: bool, metrics_port: int | None, metrics_a
 
 
 async def _watch(ctx: click.Context, opts: WatchOptions) -> None:
+    import asyncio
+
+    from console.service import Service
+    from console.watch.notify import check_urls
+    from console.watch.runner import Watch
+
     profile = command_profile(ctx)
     opts.notify_urls = list(dict.fromkeys([*profile.notify, *opts.notify_urls]))
     from_profile = len(dict.fromkeys(profile.notify))
@@ -93,6 +101,8 @@ async def _watch(ctx: click.Context, opts: WatchOptions) -> None:
 
 
 def _say_started(w: Watch, profile: str, hosts: int) -> None:
+    from console.watch.notify import redact_url
+
     what = (f"replaying {w.opts.replay}" if w.opts.replay is not None
             else f"watching {hosts} host{'s' if hosts != 1 else ''} of profile {profile}")
     err(what)

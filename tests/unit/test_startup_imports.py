@@ -1,0 +1,82 @@
+"""Start-up hygiene (issue 11): the CLI's help and its command modules import no heavy stack.
+
+``gpuconsole --help`` (and each command's ``--help``) must not pay for asyncssh, the Docker
+SDK, pydantic, textual or the service: each command imports what it needs when it runs. The
+modules a child interpreter imported are read from ``python -X importtime`` (one stderr line
+per module imported), so this checks what happened, not how long it took (timings are in
+``scripts/bench/startup.py`` and docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: What no help text needs (top-level packages, plus the service layer itself).
+HEAVY = ("asyncssh", "docker", "pydantic", "textual", "yaml", "requests", "cryptography",
+         "sqlite3", "asyncio", "apprise", "prometheus_client", "console.service",
+         "console.profiles", "console.jobs.store", "remote.ssh")
+
+
+def imported(args: list[str], tmp_path: Path) -> set[str]:
+    """The modules ``python -X importtime ARGS`` imported (names as the interpreter printed
+    them), run in ``tmp_path`` with an empty state and config dir.
+
+    Raises:
+        AssertionError: the command failed.
+    """
+    env = {k: v for k, v in os.environ.items() if k != "GPUCONSOLE_PROFILE"}
+    env.update(GPUCONSOLE_STATE_DIR=str(tmp_path / "state"),
+               GPUCONSOLE_CONFIG_DIR=str(tmp_path / "config"),
+               PYTHONPATH=str(ROOT))
+    p = subprocess.run([sys.executable, "-X", "importtime", *args], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=120, check=False)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return {line.rsplit("|", 1)[-1].strip() for line in p.stderr.splitlines()
+            if line.startswith("import time:")}
+
+
+def heavy(mods: set[str]) -> list[str]:
+    """The :data:`HEAVY` names among ``mods`` (a package counts if any submodule is in)."""
+    return [h for h in HEAVY if h in mods or any(m.startswith(h + ".") for m in mods)]
+
+
+def test_importtime_sees_heavy_imports(tmp_path: Path) -> None:
+    """The check can fail: a command that runs the service imports its stack."""
+    mods = imported(["-c", "import console.service"], tmp_path)
+    assert {"asyncssh", "docker", "pydantic", "console.service"} <= set(heavy(mods))
+
+
+def test_import_console_cli_is_light(tmp_path: Path) -> None:
+    mods = imported(["-c", "import console.cli"], tmp_path)
+    assert "console.cli.jobs" in mods  # every command module was imported
+    assert heavy(mods) == []
+
+
+@pytest.mark.parametrize("args", [
+    ["--help"], ["ps", "--help"], ["submit", "--help"], ["top", "--help"],
+    ["alerts", "--help"], ["watch", "--help"], ["notebook", "--help"], ["--version"],
+])
+def test_help_is_light(tmp_path: Path, args: list[str]) -> None:
+    assert heavy(imported(["-m", "console.cli", *args], tmp_path)) == []
+
+
+def test_help_lists_every_command() -> None:
+    """Lazy imports must not drop a command from the group's help."""
+    from click.testing import CliRunner
+
+    from console.cli import main
+
+    res = CliRunner().invoke(main, ["--help"], prog_name="gpuconsole")
+    assert res.exit_code == 0
+    listed = {line.split()[0] for line in res.output.split("Commands:")[1].splitlines()
+              if line.strip()}
+    assert listed == set(main.commands)
+    assert {"ps", "submit", "logs", "top", "gpus", "watch", "alerts", "diagnose", "notebook",
+            "cp", "shell", "exec", "describe", "stop", "rm"} <= listed
