@@ -59,7 +59,6 @@ folder disappears (``rm -rf`` of the job's state), the supervisor stops the comm
 from __future__ import annotations
 
 import base64
-import collections
 import json
 import os
 import re
@@ -765,25 +764,103 @@ def cmd_list(root: str, labels: list[str], name: str | None) -> list[dict[str, A
     return out
 
 
-def _records(path: str, since: int | None) -> tuple[list[bytes], int]:
-    """Complete records of the log at ``path`` with ``ts >= since``, and the offset after
-    the last complete one."""
-    out = []
-    offset = 0
+def _record_start(f: IO[bytes], pos: int) -> int:
+    """Offset of the first record that starts at or after ``pos`` (the file's size if
+    none)."""
+    if pos == 0:
+        return 0
+    f.seek(pos - 1)
+    while True:
+        chunk = f.read(1 << 16)
+        if not chunk:
+            return f.tell()
+        i = chunk.find(b"\n")
+        if i >= 0:
+            return f.tell() - len(chunk) + i + 1
+
+
+def _ts_at(f: IO[bytes], pos: int) -> int | None:
+    f.seek(pos)
+    ts = f.read(24).partition(b" ")[0]
+    return int(ts) if ts.isdigit() else None
+
+
+def since_offset(f: IO[bytes], size: int, since: int) -> int:
+    """Offset of the first record with ``ts >= since`` in a log of ``size`` bytes (records
+    are ordered by time: bisection, then a scan of at most 64 KiB and one record)."""
+    lo, hi = 0, size
+    while hi - lo > (1 << 16):
+        mid = (lo + hi) // 2
+        start = _record_start(f, mid)
+        if start >= hi:
+            break
+        ts = _ts_at(f, start)
+        if ts is None or ts >= since:
+            hi = start
+        else:
+            lo = start
+    f.seek(lo)
+    pos = lo
+    for raw in f:
+        if not raw.endswith(b"\n"):
+            return pos
+        ts_raw = raw.partition(b" ")[0]
+        if ts_raw.isdigit() and int(ts_raw) >= since:
+            return pos
+        pos += len(raw)
+    return pos
+
+
+def tail_offset(f: IO[bytes], size: int, tail: int) -> int:
+    """Offset where the last ``tail`` complete records start (read backwards in 1 MiB
+    blocks)."""
+    need = max(tail, 0) + 1
+    pos = size
+    while pos > 0:
+        step = min(1 << 20, pos)
+        pos -= step
+        f.seek(pos)
+        block = f.read(step)
+        i = len(block)
+        while True:
+            i = block.rfind(b"\n", 0, i)
+            if i < 0:
+                break
+            need -= 1
+            if need == 0:
+                return pos + i + 1
+    return 0
+
+
+def copy_records(path: str, since: int | None, tail: int | None, out: IO[bytes]) -> int:
+    """Write the complete records of the log at ``path`` with ``ts >= since``, the last
+    ``tail`` of them, to ``out``; returns the offset after the last one written (0 when the
+    log does not exist yet)."""
     try:
-        with open(path, "rb") as f:
-            for raw in f:
-                if not raw.endswith(b"\n"):
-                    break
-                offset += len(raw)
-                if since is not None:
-                    ts, _, _ = raw.partition(b" ")
-                    if not ts.isdigit() or int(ts) < since:
-                        continue
-                out.append(raw)
+        f = open(path, "rb")
     except OSError:
-        pass
-    return out, offset
+        return 0
+    with f:
+        size = f.seek(0, os.SEEK_END)
+        start = 0
+        if since is not None:
+            start = since_offset(f, size, since)
+        if tail is not None:
+            start = max(start, tail_offset(f, size, tail))
+        f.seek(start)
+        pos, pending = start, b""
+        while pos < size:
+            chunk = f.read(min(1 << 20, size - pos))
+            if not chunk:
+                break
+            pos += len(chunk)
+            pending += chunk
+            cut = pending.rfind(b"\n") + 1
+            if cut:
+                out.write(pending[:cut])
+                pending = pending[cut:]
+        out.flush()
+        return pos - len(pending)
 
 
 def _finished(d: str) -> bool:
@@ -816,11 +893,7 @@ def cmd_logs(root: str, name: str, since: int | None, tail: int | None,
     ones until the command's exit was recorded and the log drained, or stdin closes."""
     d = find_node(root, name)
     path = os.path.join(d, "log")
-    recs, offset = _records(path, since)
-    if tail is not None:
-        recs = list(collections.deque(recs, maxlen=tail)) if tail > 0 else []
-    out.write(b"".join(recs))
-    out.flush()
+    offset = copy_records(path, since, tail, out)
     if not follow:
         return
     pending = b""

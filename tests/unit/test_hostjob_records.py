@@ -114,3 +114,34 @@ def test_vanished_supervisor_reads_as_exited_137(tmp_path: Path) -> None:
     assert _run(root, "rm", "n1").returncode == 0
     assert not (root / "j-1").exists()
     assert _run(root, "start", "n1").returncode == hostjob.EXIT_NOT_FOUND
+
+
+def test_since_and_tail_match_a_full_scan(tmp_path: Path) -> None:
+    """``logs --since-ns/--tail`` bisect and read backwards; they must pick exactly the
+    records a scan of the whole file picks: ``ts >= since`` (inclusive, also among equal
+    timestamps), the last N, never the unfinished last line."""
+    path = tmp_path / "log"
+    recs = []
+    ts = 1_000
+    for i in range(40_000):
+        ts += i % 3  # runs of equal timestamps
+        recs.append(hostjob.format_record(ts, "oe"[i % 2], f"line {i} " + "x" * (i % 50)))
+    path.write_bytes(b"".join(recs) + b"9999999 o unfinished")
+    parsed = [hostjob.parse_record(r.decode().rstrip("\n")) for r in recs]
+    stamps = [p[0] for p in parsed if p]
+
+    def dump(since: int | None, tail: int | None) -> list[bytes]:
+        out = io.BytesIO()
+        end = hostjob.copy_records(str(path), since, tail, out)
+        assert end == sum(map(len, recs))
+        return out.getvalue().splitlines(keepends=True)
+
+    assert dump(None, None) == recs
+    for since in (0, stamps[1], stamps[12_345], stamps[-1], stamps[-1] + 1):
+        want = [r for r, t in zip(recs, stamps) if t >= since]
+        assert dump(since, None) == want
+        assert dump(since, 7) == want[-7:]
+    assert dump(None, 0) == []
+    assert dump(None, 3) == recs[-3:]
+    assert dump(None, 10**6) == recs
+    assert hostjob.copy_records(str(tmp_path / "none"), None, None, io.BytesIO()) == 0
