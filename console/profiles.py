@@ -21,14 +21,6 @@ from console.alerts.config import AlertsConfig, AppriseUrl
 from console.errors import ConfigError
 from console.fields import ImageRef, Mount, NoNul, OneLine, Size, Word, env_names
 from console.yamlsrc import Lines, combine, line_of, load_yaml, validation_errors
-from remote.ssh import (
-    SSHTarget,
-    SSHTransport,
-    check_hostname,
-    check_known_hosts,
-    check_private_key,
-    parse_jump,
-)
 from remote.transport import DEFAULT_DOCKER_SOCKET, LocalTransport, Transport
 
 
@@ -72,6 +64,8 @@ class HostConfig(BaseModel):
     @field_validator("hostname")
     @classmethod
     def _hostname(cls, v: str | None) -> str | None:
+        from remote.ssh import check_hostname  # asyncssh: only where SSH is configured
+
         return None if v is None else check_hostname(v)
 
     @field_validator("user")
@@ -85,6 +79,8 @@ class HostConfig(BaseModel):
     @classmethod
     def _jump(cls, v: str | None) -> str | None:
         if v is not None:
+            from remote.ssh import parse_jump
+
             parse_jump(v)
         return v
 
@@ -185,6 +181,8 @@ class Profile(BaseModel):
             )
         if cfg.transport == "local":
             return LocalTransport(host, cfg.docker_socket, cfg.address)
+        from remote.ssh import SSHTarget, SSHTransport  # asyncssh: only for SSH hosts
+
         return SSHTransport(
             host,
             SSHTarget(
@@ -235,6 +233,8 @@ def file_problems(profile: Profile, lines: Lines) -> list[ConfigError]:
     out: list[ConfigError] = []
     source = profile.source
     if profile.known_hosts is not None:
+        from remote.ssh import check_known_hosts  # asyncssh: only where SSH is configured
+
         why = check_known_hosts(profile.known_hosts)
         if why:
             out.append(ConfigError(why, "point known_hosts at an OpenSSH known_hosts file "
@@ -242,6 +242,8 @@ def file_problems(profile: Profile, lines: Lines) -> list[ConfigError]:
                                    line=line_of(lines, ("known_hosts",)), field="known_hosts"))
     for name, host in profile.hosts.items():
         if host.identity_file is not None:
+            from remote.ssh import check_private_key
+
             why = check_private_key(host.identity_file)
             if why:
                 loc = ("hosts", name, "identity_file")

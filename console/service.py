@@ -17,7 +17,6 @@ import contextlib
 import logging
 import math
 import os
-import pickle
 import shlex
 import sys
 import time
@@ -25,7 +24,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 
@@ -40,11 +39,7 @@ from console.events import (
     NodeExited,
     SampleReceived,
 )
-from console.fleet.monitor import FleetMonitor, read_recording
 from console.fleet.state import ContainerJob, FleetState
-from console.intake import HEADER, IntakeRequest, PackedLines
-from console.jobs import leftovers
-from console.jobs.copy import CopyRequest, CopyResult, copy_job_files
 from console.jobs.labels import K_KIND
 from console.jobs.launch import Prepared, launch, prepare
 from console.jobs.logs import JobLogLine, follow_job_log_batches, read_job_logs
@@ -61,13 +56,17 @@ from console.jobs.status import (
     stop_nodes,
 )
 from console.jobs.store import JobRecord, NodeRecord, Store
-from console.loopthread import LoopThread
-from console.notebook.attach import NotebookTunnel
 from console.profiles import Profile, load_profile_file, resolve_profile
 from console.session import Session
 from remote import gang
 from remote.errors import GpuConsoleError
 from remote.telemetry.schema import Sample
+
+if TYPE_CHECKING:  # imported by the methods that use them (CLI start-up: `ps` needs none)
+    from console.fleet.monitor import FleetMonitor
+    from console.jobs.copy import CopyRequest, CopyResult
+    from console.loopthread import LoopThread
+    from console.notebook.attach import NotebookTunnel
 
 log = logging.getLogger("gpuconsole.service")
 
@@ -309,6 +308,8 @@ class Service:
         return self.session(profile_of(job, self.profile))
 
     def _intake_loop(self) -> LoopThread:
+        from console.loopthread import LoopThread
+
         if self._intake is None:
             self._intake = LoopThread("gpuconsole-intake")
         return self._intake
@@ -554,6 +555,8 @@ class Service:
             job = await refresh(session, self.store, job, teardown=False)
         await read_job_logs(session, self.store, job)  # archive every line first
         # containers, then the synced workdirs no container uses (console/jobs/leftovers.py)
+        from console.jobs import leftovers
+
         await leftovers.remove_containers(session, job)
         removed_at = time.time()
         await self.store.call(self.store.update_job, job.id, removed_at=removed_at)
@@ -663,6 +666,7 @@ class Service:
         """
         from console.errors import PlanError
         from console.fields import parse_mount
+        from console.jobs import leftovers
         from console.jobs.labels import FORMAT, K_CREATED, K_FORMAT, K_HOST
         from console.jobs.launch import gpu_facts
         from console.jobs.plan import HostFacts, pick_gpus
@@ -873,6 +877,8 @@ class Service:
         """``cp``: copy between this machine and one node's container of ``job`` over the
         job's SSH connection (see :func:`console.jobs.copy.copy_job_files` for the rules and
         the errors raised)."""
+        from console.jobs.copy import copy_job_files
+
         return await copy_job_files(self.session_for(job), job, node, request)
 
     async def read_logs(self, job: JobRecord, *, node: int | None = None,
@@ -1027,6 +1033,10 @@ class Service:
         Raises:
             JobError: the intake process could not be started.
         """
+        import pickle
+
+        from console.intake import HEADER, IntakeRequest, PackedLines
+
         log_file = next((Path(h.baseFilename) for h in logging.getLogger().handlers
                          if isinstance(h, logging.FileHandler)), None)
         request = IntakeRequest(profile_of(job, self.profile), self.store.root, job, tail,
@@ -1105,6 +1115,8 @@ class Service:
             mode: ``auto``, ``agent`` or ``smi``.
             on_sample: also called with every ``(host, sample)`` (recording).
         """
+        from console.fleet.monitor import FleetMonitor
+
         names = hosts or list(self.profile.hosts)
         state = ObservedFleetState(self.bus, names, interval)
         self.fleet = state
@@ -1118,6 +1130,8 @@ class Service:
 
         Raises (from the task, logged): ValueError for a line that is not a recording line.
         """
+        from console.fleet.monitor import read_recording
+
         state = ObservedFleetState(self.bus, [], 1.0)
         self.fleet = state
 

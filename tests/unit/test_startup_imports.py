@@ -49,8 +49,22 @@ def heavy(mods: set[str]) -> list[str]:
 
 def test_importtime_sees_heavy_imports(tmp_path: Path) -> None:
     """The check can fail: a command that runs the service imports its stack."""
-    mods = imported(["-c", "import console.service"], tmp_path)
+    mods = imported(["-c", "import console.service, remote.ssh"], tmp_path)
     assert {"asyncssh", "docker", "pydantic", "console.service"} <= set(heavy(mods))
+
+
+def test_local_profile_needs_no_ssh(tmp_path: Path) -> None:
+    """The service and a local host's transport leave asyncssh alone (it is imported when
+    a profile names an SSH host: validation, known_hosts and key checks, its transport)."""
+    code = ("import console.service\n"
+            "from console.profiles import resolve_profile\n"
+            "resolve_profile('local').transport('local')")
+    mods = imported(["-c", code], tmp_path)
+    assert "console.service" in mods
+    assert "asyncssh" not in heavy(mods)
+    ssh = imported(["-c", "from console.profiles import resolve_profile\n"
+                          "resolve_profile('example-cluster')"], tmp_path)
+    assert "asyncssh" in heavy(ssh)
 
 
 def test_import_console_cli_is_light(tmp_path: Path) -> None:
