@@ -27,6 +27,7 @@ log lines are the supervisor's receive times in ns, ordered within a node's log,
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import builtins
 import json
@@ -339,7 +340,8 @@ class HostEngine:
                 or the connection drops (the stream then just ends, as Engine's does).
 
         A missing node gives no lines. Without ``follow`` the answer comes in one command
-        (batches of :data:`BATCH_LINES`); with it, each line is yielded as it arrives.
+        (batches of :data:`BATCH_LINES`); with it, a batch holds the lines that arrived since
+        the previous one (at most :data:`BATCH_LINES`).
         """
         args = ["logs", container_id]
         if since_ns is not None:
@@ -362,13 +364,36 @@ class HostEngine:
                 yield batch
             return
         proc = await self.transport.open_process(await self._argv(*args, "--follow"))
+        # a reader task drains the channel (a readline of buffered data does not wait for the
+        # loop), so each wake-up of this generator takes every line that arrived meanwhile
+        pending: builtins.list[LogLine] = []
+        ready = asyncio.Event()
+        ended = False
+
+        async def pump() -> None:
+            nonlocal ended
+            try:
+                while (raw := await proc.readline()) is not None:
+                    line = parse_record(raw)
+                    if line is not None:
+                        pending.append(line)
+                        ready.set()
+            finally:
+                ended = True
+                ready.set()
+
+        reader = asyncio.create_task(pump())
         try:
             while True:
-                raw_line = await proc.readline()
-                if raw_line is None:
+                await ready.wait()
+                ready.clear()
+                while pending:
+                    batch = pending[:BATCH_LINES]
+                    del pending[:BATCH_LINES]
+                    yield batch
+                if ended:
                     break
-                line = parse_record(raw_line)
-                if line is not None:
-                    yield [line]
+            await reader  # its exception, if any
         finally:
+            reader.cancel()
             await proc.close()
