@@ -15,11 +15,20 @@ from pathlib import Path
 from typing import Literal
 
 import platformdirs
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from console.alerts.config import AlertsConfig, AppriseUrl
 from console.errors import ConfigError
 from console.fields import ImageRef, Mount, NoNul, OneLine, Size, Word, env_names
+from console.slurm.fields import SlurmTime
 from console.yamlsrc import Lines, combine, line_of, load_yaml, validation_errors
 from remote.transport import DEFAULT_DOCKER_SOCKET, LocalTransport, Transport
 
@@ -125,6 +134,51 @@ class JobDefaults(BaseModel):
         return v
 
 
+class SlurmConfig(BaseModel):
+    """A Slurm cluster (``scheduler: slurm``): its login host and the jobs' defaults there.
+
+    Attributes:
+        login_host: the profile host (under ``hosts``) that runs sbatch, squeue, scancel.
+        partition / account: sbatch ``--partition`` / ``--account`` (default: Slurm's).
+        time_limit: sbatch ``--time`` when a spec gives none (default: the partition's).
+        python: the Python with torch on the nodes, for jobs without a container.
+        container: the cluster's container plugin: ``pyxis`` (srun ``--container-image``,
+            enroot), ``apptainer`` (``apptainer exec docker://IMAGE``) or ``none`` (every job
+            runs on the nodes' own Python).
+        sbatch_args: more sbatch options, one per item (``--qos=high``), written as
+            ``#SBATCH`` lines.
+        job_dir: where each job's folder (script, env file, output files) goes on the login
+            host; it must be on a filesystem the compute nodes share (``~/`` = the login
+            user's home).
+    """
+
+    model_config = _Strict
+
+    login_host: OneLine
+    partition: Word | None = None
+    account: Word | None = None
+    time_limit: SlurmTime | None = None
+    python: OneLine = "python3"
+    container: Literal["pyxis", "apptainer", "none"] = "none"
+    sbatch_args: list[OneLine] = Field(default_factory=list)
+    job_dir: OneLine = "~/.cache/gpuconsole/slurm"
+
+    @field_validator("sbatch_args")
+    @classmethod
+    def _args(cls, v: list[str]) -> list[str]:
+        for a in v:
+            if not a.startswith("-"):
+                raise ValueError(f"{a[:40]!r} is not an sbatch option (like `--qos=high`)")
+        return v
+
+    @field_validator("job_dir")
+    @classmethod
+    def _dir(cls, v: str) -> str:
+        if not (v.startswith("/") or v == "~" or v.startswith("~/")):
+            raise ValueError(f"{v[:40]!r}: give an absolute path or ~/...")
+        return v
+
+
 class Profile(BaseModel):
     """A named set of hosts plus job defaults.
 
@@ -148,6 +202,10 @@ class Profile(BaseModel):
         None, ge=0, allow_inf_nan=False, description="USD per GPU hour (idle GPUs' cost)")
     notify: list[AppriseUrl] = Field(default_factory=list,
                                      description="Apprise URLs alerts are sent to")
+    scheduler: Literal["ssh", "slurm"] = Field(
+        "ssh", description="ssh: jobs run in Docker on `hosts`; slurm: sbatch on `slurm`")
+    slurm: SlurmConfig | None = Field(None, validate_default=True,
+                                      description="the Slurm cluster (scheduler: slurm)")
     _lines: Lines = PrivateAttr(default_factory=dict)
 
     @field_validator("hosts")
@@ -161,6 +219,28 @@ class Profile(BaseModel):
                     f"host name {shown} must be 1-63 letters, digits, '.', '_' or '-', "
                     "starting with a letter or digit")
         return hosts
+
+    @field_validator("slurm")
+    @classmethod
+    def _slurm(cls, v: SlurmConfig | None, info: ValidationInfo) -> SlurmConfig | None:
+        """``slurm:`` goes with ``scheduler: slurm``; its login host is the one host. Runs
+        after ``hosts`` and ``scheduler`` (declared before it), so it sees both."""
+        scheduler = info.data.get("scheduler", "ssh")
+        hosts = info.data.get("hosts") or {}
+        if scheduler == "ssh":
+            if v is not None:
+                raise ValueError("a `slurm:` section needs `scheduler: slurm`")
+            return v
+        if v is None:
+            raise ValueError("`scheduler: slurm` needs a `slurm:` section with `login_host` "
+                             "(one of `hosts`)")
+        if hosts and v.login_host not in hosts:
+            raise ValueError(f"login_host {v.login_host!r} is not under `hosts` "
+                             f"({', '.join(hosts)})")
+        if len(hosts) > 1:
+            raise ValueError("a Slurm profile's `hosts` holds only the login host "
+                             f"({v.login_host}); Slurm picks the compute nodes")
+        return v
 
     @property
     def lines(self) -> Lines:

@@ -45,6 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from console.errors import ConfigError
 from console.fields import ImageRef, Mount, NoNul, OneLine, Size, env_names, parse_mount
+from console.slurm.fields import SlurmTime
 from console.yamlsrc import Lines, combine, load_yaml, validation_errors
 
 __all__ = [
@@ -92,6 +93,11 @@ class JobSpec(BaseModel):
             host user's home) on the GPU host; relative host paths are refused.
         shm_size: Docker ``--shm-size`` (``1g``, ``512m``); ignored with ``ipc: host``.
         rdzv_port: TCP port of the c10d rendezvous store on node 0.
+        time_limit: Slurm profiles only: the job's ``sbatch --time`` (default: the
+            profile's ``slurm.time_limit``, else the partition's).
+        python: Slurm profiles running on the nodes' own Python (no container): the Python
+            with torch that runs ``-m torch.distributed.run`` (default: the profile's
+            ``slurm.python``).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -112,6 +118,8 @@ class JobSpec(BaseModel):
     ipc: Literal["host"] | None = None
     max_restarts: int = Field(0, ge=0, le=1000)
     rdzv_port: int | None = Field(None, ge=1, le=65535)
+    time_limit: SlurmTime | None = None
+    python: OneLine | None = None
 
     @field_validator("name")
     @classmethod
