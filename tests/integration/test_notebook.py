@@ -50,7 +50,7 @@ import pytest
 import yaml
 from websockets.sync.client import connect as ws_connect
 
-from tests.integration.conftest import CLI, IMAGE, LABEL_JOB_ID, REPO, wait_for
+from tests.integration.conftest import CLI, IMAGE, LABEL_JOB_ID, REPO
 
 KIND_LABEL = "io.gpuconsole.kind"
 PORT_LABEL = "io.gpuconsole.port"
