@@ -506,6 +506,7 @@ def test_ctrl_c_keeps_it_running_and_reattach(nb: Running,
     assert nb.proc.proc.poll() is None, nb.proc.err_text()
     assert nb.proc.interrupt() == 0, nb.proc.err_text()
     assert "tunnel closed; notebook" in nb.proc.err_text()
+    assert nb.proc.lines.get(timeout=10) is None  # stdout held the URL line only
     assert not _accepts(nb.local_port)
     c = container_of(engine, nb.job_id)
     assert c.status == "running"
@@ -517,6 +518,7 @@ def test_ctrl_c_keeps_it_running_and_reattach(nb: Running,
         st, _ = nb.jupyter.get("/api/status")
         assert st == 200
         assert again.interrupt() == 0, again.err_text()
+        assert again.lines.get(timeout=10) is None
     finally:
         again.kill()
     # without --port: the server's port number is taken here (host a shares this machine's
