@@ -10,8 +10,8 @@ second notebook on the same workdir finds the file. Bad input starts nothing.
 
 Host ``a`` is an sshd on 127.0.0.11 of *this* machine sharing its network and dockerd
 (``scripts/testhosts/up``): the host's 127.0.0.1 is this machine's, and JupyterLab's own
-port number is taken here, so the tunnel listens on another local port (``--port`` picks one
-in the first start so that a re-attach can ask for the same URL).
+port number is taken here, so the tunnel listens on the port derived from the job id
+(``stable_port``), the same at every re-attach; the first start picks one with ``--port``.
 
 Every notebook is started with a unique ``--name``: other test runs share the engine, and job
 names are checked across the hosts (a concurrently running ``notebook`` of someone else's
@@ -50,6 +50,7 @@ import pytest
 import yaml
 from websockets.sync.client import connect as ws_connect
 
+from console.notebook.attach import stable_port
 from tests.integration.conftest import CLI, IMAGE, LABEL_JOB_ID, REPO
 
 KIND_LABEL = "io.gpuconsole.kind"
@@ -522,15 +523,20 @@ def test_ctrl_c_keeps_it_running_and_reattach(nb: Running,
     finally:
         again.kill()
     # without --port: the server's port number is taken here (host a shares this machine's
-    # loopback), so another free port; same token and path
-    by_name = NotebookProc.start(nb.cli, nb.name)
-    try:
-        m = URL_RE.match(by_name.url(timeout=180))
-        assert m and m.group(2) == nb.token, m
-        assert http("GET", f"http://127.0.0.1:{m.group(1)}/api/status", nb.token)[0] == 200
-        assert by_name.interrupt() == 0, by_name.err_text()
-    finally:
-        by_name.kill()
+    # loopback), so the port derived from the job id; a second re-attach gets the same URL
+    urls = []
+    for _ in range(2):
+        by_name = NotebookProc.start(nb.cli, nb.name)
+        try:
+            urls.append(by_name.url(timeout=180))
+            m = URL_RE.match(urls[-1])
+            assert m and m.group(2) == nb.token, m
+            assert int(m.group(1)) == stable_port(nb.job_id)
+            assert http("GET", f"http://127.0.0.1:{m.group(1)}/api/status", nb.token)[0] == 200
+            assert by_name.interrupt() == 0, by_name.err_text()
+        finally:
+            by_name.kill()
+    assert urls[0] == urls[1]
     assert container_of(engine, nb.job_id).status == "running"
 
     res = nb.cli.run("ps")
