@@ -67,6 +67,7 @@ if TYPE_CHECKING:  # imported by the methods that use them (CLI start-up: `ps` n
     from console.jobs.copy import CopyRequest, CopyResult
     from console.loopthread import LoopThread
     from console.notebook.attach import NotebookTunnel
+    from console.slurm.backend import SlurmPlan
 
 log = logging.getLogger("gpuconsole.service")
 
@@ -143,17 +144,46 @@ class Submission:
 
     Attributes:
         loaded: the spec as loaded (overrides applied, ``${VAR}`` resolved).
-        prepared: the plan and its hosts; the workdir is synced unless it was a dry run.
+        docker: the plan and its hosts (SSH profiles); the workdir is synced unless it was a
+            dry run.
         dry_run: planned without any effect on the hosts.
+        slurm: the sbatch plan (Slurm profiles, :mod:`console.slurm`) instead of ``docker``.
     """
 
     loaded: LoadedSpec
-    prepared: Prepared
+    docker: Prepared | None
     dry_run: bool
+    slurm: SlurmPlan | None = None
+
+    @property
+    def prepared(self) -> Prepared:
+        """The Docker plan.
+
+        Raises:
+            JobError: a Slurm submission (it has :attr:`slurm` instead).
+        """
+        if self.docker is None:
+            raise JobError("a Slurm submission has no Docker plan", "use its `slurm` plan")
+        return self.docker
 
     def plan_text(self) -> str:
-        """The plan as ``submit --dry-run`` prints it (``docker run`` lines, secrets masked)."""
+        """The plan as ``submit --dry-run`` prints it (``docker run`` lines, secrets masked;
+        for a Slurm profile the sbatch script, which holds no environment value)."""
+        if self.slurm is not None:
+            return self.slurm.script.rstrip("\n")
         return render_plan(self.prepared.plan)
+
+    def submitted_line(self, job: JobRecord) -> str:
+        """What ``submit`` says once the job is submitted."""
+        if self.slurm is not None:
+            sh = self.slurm.shape
+            return (f"submitted {job.id}: Slurm job {job.nodes[0].container_id} on "
+                    f"{self.slurm.login_host}, {sh.nodes} node(s) x {sh.nproc_per_node} "
+                    f"process(es), runtime {sh.runtime}")
+        plan = self.prepared.plan
+        return (f"submitted {job.id}: {len(plan.nodes)} node(s) x {plan.nproc_per_node} "
+                f"process(es), world size {plan.world_size}, on "
+                f"{', '.join(n.host for n in plan.nodes)}")
 
 
 @dataclass(frozen=True)
@@ -369,9 +399,21 @@ class Service:
             raise JobNotFound(f"{ref!r} matches several jobs: {ids}", "give more of the job id")
         return found[0]
 
+    def _slurm_session(self, job: JobRecord) -> Session | None:
+        """The session of a job's profile when that profile is a Slurm cluster, else None."""
+        session = self.session_for(job)
+        return session if session.profile.scheduler == "slurm" else None
+
     async def refresh_job(self, job: JobRecord, *, teardown: bool = True) -> JobRecord:
         """Reconcile a job with its containers (gang teardown on a failure unless
-        ``teardown=False``) and publish :class:`JobChanged`."""
+        ``teardown=False``), or with Slurm for a Slurm profile's job, and publish
+        :class:`JobChanged`."""
+        if (slurm := self._slurm_session(job)) is not None:
+            from console.slurm.backend import refresh_slurm
+
+            job = await refresh_slurm(slurm, self.store, job)
+            self.bus.publish(JobChanged(job))
+            return job
         job = await refresh(self.session_for(job), self.store, job, teardown=teardown)
         self.bus.publish(JobChanged(job))
         return job
@@ -403,7 +445,16 @@ class Service:
     async def _list_jobs(self, include_removed: bool,
                          warn: Callable[[str], None] | None) -> list[JobRecord]:
         store = self.store
-        await adopt_unknown(self.session(), store, list(self.profile.hosts))
+        if self.profile.scheduler == "slurm":
+            from console.slurm.backend import adopt_slurm
+
+            try:
+                await adopt_slurm(self.session(), store)
+            except GpuConsoleError as e:
+                if warn:
+                    warn(e.message)
+        else:
+            await adopt_unknown(self.session(), store, list(self.profile.hosts))
         jobs = await store.call(store.jobs, include_removed=include_removed)
         todo = [j for j in jobs if j.removed_at is None and
                 (j.state in (*ACTIVE_STATES, "unknown") or
@@ -439,6 +490,15 @@ class Service:
             raise ConfigError("job spec not found", "give the path of a YAML job spec",
                               path=str(spec_path))
         loaded = await asyncio.to_thread(load_spec, spec_path, overrides)
+        if self.profile.scheduler == "slurm":
+            from console.slurm.backend import plan_slurm
+
+            splan = await plan_slurm(self.session(), loaded, dry_run=dry_run)
+            return Submission(loaded, None, dry_run, slurm=splan)
+        if loaded.spec.time_limit is not None:
+            raise ConfigError("time_limit applies to Slurm profiles (`scheduler: slurm`)",
+                              "remove it, or submit with a Slurm profile",
+                              **loaded.blame("time_limit"))
         prepared = await prepare(self.session(), loaded, dry_run=dry_run, force=force)
         return Submission(loaded, prepared, dry_run)
 
@@ -451,6 +511,13 @@ class Service:
         """
         if submission.dry_run:
             raise JobError("a dry-run plan cannot be launched", "plan it again without dry_run")
+        if submission.slurm is not None:
+            from console.slurm.backend import submit_slurm
+
+            record = await submit_slurm(self.session(), self.store, submission.loaded,
+                                        submission.slurm)
+            self.bus.publish(JobChanged(record))
+            return record
         job_id = await launch(self.session(), self.store, submission.loaded, submission.prepared)
         job = await self.store.call(self.store.get, job_id)
         assert job is not None
@@ -476,6 +543,10 @@ class Service:
             g = str(math.ceil(self.stop_grace(job, grace)))
         except (UsageError, ConfigError):
             g = "?"
+        if (slurm := self._slurm_session(job)) is not None and job.nodes:
+            login = slurm.profile.slurm.login_host if slurm.profile.slurm else "?"
+            sid = job.nodes[0].container_id
+            return [f"{login}: scancel --signal=TERM {sid}; scancel {sid} after {g} s"]
         return [f"{n.host}: docker rm {n.container_name}  (never started)"
                 if n.state == NEVER_STARTED else
                 f"{n.host}: docker stop --time {g} {n.container_name}"
@@ -517,6 +588,12 @@ class Service:
             JobError: a host of the job could not be reached (its state is unknown).
         """
         seconds = self.stop_grace(job, grace)
+        if (slurm := self._slurm_session(job)) is not None:
+            from console.slurm.backend import stop_slurm
+
+            acted = await stop_slurm(slurm, self.store, job, seconds)
+            job = await self.refresh_job(job)
+            return StopOutcome(job, tuple(n.node_rank for n in job.nodes) if acted else ())
         session = self.session_for(job)
         job = await refresh(session, self.store, job, teardown=False)
         self._raise_if_unreachable(job)
@@ -536,6 +613,8 @@ class Service:
         Raises:
             JobError: the job is running and ``force`` is not set, or a host is unreachable.
         """
+        if self._slurm_session(job) is not None:
+            return await self._remove_slurm(job, force=force)
         session = self.session_for(job)
         if job.removed_at is None:
             job = await refresh(session, self.store, job)
@@ -564,15 +643,37 @@ class Service:
         self.bus.publish(JobChanged(job))
         return job
 
+    async def _remove_slurm(self, job: JobRecord, *, force: bool) -> JobRecord:
+        """:meth:`remove` for a Slurm job: scancel it (``force``), archive its output and
+        remove its folder on the login host (:func:`console.slurm.backend.remove_slurm`)."""
+        from console.slurm.backend import remove_slurm
+
+        slurm = self.session_for(job)
+        if job.removed_at is None:
+            job = await self.refresh_job(job)
+            self._raise_if_unreachable(job)
+            if job.state in ACTIVE_STATES:
+                if not force:
+                    raise JobError(f"job {job.id} is {job.state}",
+                                   f"stop it first, or `rm --force {job.id}`")
+                job = (await self.stop(job)).job
+            await remove_slurm(slurm, self.store, job)
+        removed_at = time.time()
+        await self.store.call(self.store.update_job, job.id, removed_at=removed_at)
+        job.removed_at = removed_at
+        self.bus.publish(JobChanged(job))
+        return job
+
     async def describe(self, job: JobRecord) -> JobDescription:
         """The job's spec, hosts, containers and each node's ``docker run`` and torchrun
         lines (read back from the containers; secret values masked)."""
         session = self.session_for(job)
         secret = {k for k, v in (job.spec.get("env") or {}).items() if v == "${secret}"}
         nodes = []
+        slurm = self._slurm_session(job) is not None
         for n in job.nodes:
             docker_run = torchrun = None
-            if n.container_id and job.removed_at is None:
+            if n.container_id and job.removed_at is None and not slurm:
                 try:
                     spec = await session.engine(n.host).container_spec(n.container_id, secret)
                 except GpuConsoleError as e:
@@ -599,6 +700,9 @@ class Service:
             JobError: its container is not running.
         """
         self.check_node(job, node)
+        if self._slurm_session(job) is not None:
+            raise JobError(f"job {job.id} runs under Slurm, not in a container",
+                           "on the login host: `srun --overlap --jobid <slurm id> --pty bash`")
         n = next(n for n in job.nodes if n.node_rank == (node or 0))
         if not n.container_id or n.state != "running" or job.removed_at is not None:
             raise JobError(f"job {job.id}: node {n.node_rank} is not running ({n.state})",
@@ -890,6 +994,11 @@ class Service:
             UsageError: ``node`` is not a node of the job.
         """
         self.check_node(job, node)
+        if (slurm := self._slurm_session(job)) is not None:
+            from console.slurm.backend import read_slurm_logs
+
+            return await read_slurm_logs(slurm, self.store, job, node=node, since_ns=since_ns,
+                                         tail=tail)
         return await read_job_logs(self.session_for(job), self.store, job, node=node,
                                    since_ns=since_ns, tail=tail)
 
@@ -954,6 +1063,20 @@ class Service:
         def on_state(n: NodeRecord, state: str, detail: str | None) -> None:
             self.bus.publish(FollowStateChanged(job.id, n.node_rank, state, detail))
 
+        if session.profile.scheduler == "slurm":
+            from console.slurm.backend import follow_slurm
+
+            async def reconcile(j: JobRecord) -> JobRecord:
+                return await self._on_main(self.refresh_job(j), main)
+
+            async for batch in follow_slurm(session, self.store, job, node=node,
+                                            since_ns=since_ns, tail=tail, refresh=reconcile):
+                yield batch
+            for n in job.nodes:
+                if node is None or n.node_rank == node:
+                    self.bus.publish(NodeExited(job.id, n.node_rank, n.host))
+                    self.bus.publish(FollowStateChanged(job.id, n.node_rank, "ended"))
+            return
         try:
             async for batch in follow_job_log_batches(session, self.store, job, node=node,
                                                       since_ns=since_ns, tail=tail,

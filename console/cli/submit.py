@@ -111,10 +111,7 @@ async def _submit(
             click.echo(sub.plan_text())
             return 0
         job = await svc.submit(sub)
-        plan = sub.prepared.plan
-        err(f"submitted {job.id}: {len(plan.nodes)} node(s) x {plan.nproc_per_node} "
-             f"process(es), world size {plan.world_size}, on "
-             f"{', '.join(n.host for n in plan.nodes)}")
+        err(sub.submitted_line(job))
         if not follow:
             click.echo(job.id)
             return 0
