@@ -69,6 +69,12 @@ class HostConfig(BaseModel):
     docker_socket: OneLine | None = Field(
         None, description="engine socket; default /var/run/docker.sock ($DOCKER_HOST=unix://"
         "... wins for a local host)")
+    runtime: Literal["docker", "host"] = Field(
+        "docker", description="how jobs run here by default: docker containers, or host "
+        "(torchrun in the host's Python, no Docker); a spec's `runtime` wins")
+    python: OneLine | None = Field(
+        None, description="runtime host: the python with torch (a path, or a conda env "
+        "name); default python3")
 
     @field_validator("hostname")
     @classmethod
@@ -246,6 +252,12 @@ class Profile(BaseModel):
     def lines(self) -> Lines:
         """The profile file's key paths -> 1-based lines (empty for a built-in profile)."""
         return self._lines
+
+    def host_runtime(self, host: str) -> str:
+        """The host's default runtime (``docker`` or ``host``); ``docker`` for a host not in
+        the profile."""
+        cfg = self.hosts.get(host)
+        return cfg.runtime if cfg is not None else "docker"
 
     def transport(self, host: str) -> Transport:
         """A transport for the named host.

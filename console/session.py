@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from types import TracebackType
 
 from console.profiles import Profile
-from remote.docker import Engine
+from remote.runtimes import RuntimeEngine
 from remote.transport import Transport
 
 
@@ -25,7 +25,7 @@ class Session:
     def __init__(self, profile: Profile) -> None:
         self.profile = profile
         self._transports: dict[str, Transport] = {}
-        self._engines: dict[str, Engine] = {}
+        self._engines: dict[str, RuntimeEngine] = {}
 
     async def __aenter__(self) -> Session:
         return self
@@ -60,11 +60,13 @@ class Session:
         await t.connect()
         return t
 
-    def engine(self, host: str) -> Engine:
-        """The Docker engine of a host (connects on first use)."""
+    def engine(self, host: str) -> RuntimeEngine:
+        """The engine of a host (connects on first use): its Docker engine and its host
+        runtime, see :class:`remote.runtimes.RuntimeEngine`; it lists the runtime the profile
+        gives the host (``runtime``, default ``docker``)."""
         e = self._engines.get(host)
         if e is None:
-            e = Engine(self.transport(host))
+            e = RuntimeEngine(self.transport(host), self.profile.host_runtime(host))
             self._engines[host] = e
         return e
 

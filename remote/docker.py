@@ -97,6 +97,9 @@ class ContainerSpec:
             without it torchrun is PID 1, and the kernel drops a SIGTERM that PID 1 has no
             handler for yet (a ``docker stop`` in torchrun's first second waits out the
             whole grace period).
+        runtime: ``docker``, or ``host`` for a node run by the host runtime
+            (:mod:`remote.hostengine`: ``image`` is then the python, ``working_dir`` a host
+            folder, no binds).
     """
 
     name: str
@@ -115,6 +118,7 @@ class ContainerSpec:
     working_dir: str | None = None
     user: str | None = None
     init: bool = True
+    runtime: str = "docker"
 
     def docker_run_argv(self) -> list[str]:
         """The equivalent ``docker run`` argv; secret values are shown as ``***``."""

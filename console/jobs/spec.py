@@ -65,6 +65,8 @@ MAX_NPROC = 1024
 MAX_NODES = 1024
 #: A notebook's folder on the host when its spec or ``--workdir`` names none.
 NOTEBOOK_WORKDIR = "~/gpuconsole/notebooks"
+#: Fields that need Docker (refused with ``runtime: host``).
+DOCKER_ONLY = ("image", "mounts", "shm_size", "ipc")
 #: Fields of a training spec that a ``kind: notebook`` spec may not set.
 NOT_FOR_NOTEBOOKS = ("script", "args", "nproc_per_node", "exclude", "max_restarts",
                      "rdzv_port")
@@ -76,6 +78,14 @@ class JobSpec(BaseModel):
     Attributes:
         kind: ``train`` (torchrun runs ``script``) or ``notebook`` (JupyterLab on one node,
             see the module docstring).
+        runtime: ``docker`` (a container per node) or ``host`` (torchrun in the host's Python,
+            no Docker: :mod:`remote.hostengine`); default: the hosts' ``runtime`` in the
+            profile, else ``docker``.
+        python: ``runtime: host`` (also implied by ``python``) and Slurm jobs on the nodes'
+            own Python: the python that has torch, run as ``python -m
+            torch.distributed.run`` (a path on the hosts, or a conda environment's name);
+            default: the profile host's ``python`` (Slurm: ``slurm.python``), else
+            ``python3``.
         image: a Docker image reference (checked against Docker's reference grammar).
         gpus_per_node: ``"all"``, a count, a list of GPU indices (nvidia-smi order), or 0 for a
             CPU job (gloo).
@@ -95,15 +105,14 @@ class JobSpec(BaseModel):
         rdzv_port: TCP port of the c10d rendezvous store on node 0.
         time_limit: Slurm profiles only: the job's ``sbatch --time`` (default: the
             profile's ``slurm.time_limit``, else the partition's).
-        python: Slurm profiles running on the nodes' own Python (no container): the Python
-            with torch that runs ``-m torch.distributed.run`` (default: the profile's
-            ``slurm.python``).
     """
 
     model_config = ConfigDict(extra="forbid")
 
     kind: Literal["train", "notebook"] = "train"
     name: str
+    runtime: Literal["docker", "host"] | None = None
+    python: OneLine | None = None
     image: ImageRef | None = None
     nodes: int | list[OneLine] = 1
     gpus_per_node: Literal["all"] | int | list[int] = "all"
@@ -119,7 +128,6 @@ class JobSpec(BaseModel):
     max_restarts: int = Field(0, ge=0, le=1000)
     rdzv_port: int | None = Field(None, ge=1, le=65535)
     time_limit: SlurmTime | None = None
-    python: OneLine | None = None
 
     @field_validator("name")
     @classmethod
@@ -284,6 +292,19 @@ def _kind_problems(loaded: LoadedSpec) -> list[ConfigError]:
     """What ``kind`` rules out: a training job without a script; a notebook with torchrun's
     fields, on more than one node, or with a workdir that is not a host path."""
     spec = loaded.spec
+    if spec.runtime == "host" or (spec.python is not None and spec.runtime != "docker"):
+        out = [ConfigError(f"`{f}` needs Docker; `runtime: host` runs torchrun in the host's "
+                           "Python", f"remove `{f}`, or use `runtime: docker`",
+                           **loaded.blame(f))
+               for f in DOCKER_ONLY if f in spec.model_fields_set]
+        if spec.kind == "notebook":
+            out.append(ConfigError("a notebook runs in a container (JupyterLab from the image)",
+                                   "remove `runtime: host`", **loaded.blame("runtime")))
+        if out:
+            return out
+    elif spec.python is not None and spec.runtime == "docker":
+        return [ConfigError("`python` is for `runtime: host` (a container uses its image's)",
+                            "remove `python`, or set `runtime: host`", **loaded.blame("python"))]
     if spec.kind == "train":
         if spec.script is None:
             return [ConfigError("a training job needs `script` (the file torchrun runs)",
