@@ -165,7 +165,8 @@ def test_stop_right_after_submit_takes_seconds_not_the_grace(
     assert job["failure"] is None
     assert job["summary"] == "stopped by the user (SIGTERM)"
     row = next(ln for ln in cli.run("ps").stdout.splitlines() if ln.startswith(job_id))
-    assert row.split()[1:3] == ["train", "stopped"] and row.endswith("stopped by the user (SIGTERM)")
+    assert row.split()[1:3] == ["train", "stopped"]
+    assert row.endswith("stopped by the user (SIGTERM)")
     assert "SignalException" not in cli.run("describe", job_id).stdout
 
 
