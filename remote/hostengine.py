@@ -60,6 +60,12 @@ class HostJobError(DockerError):
     so callers that handle :class:`DockerError` handle it too)."""
 
 
+def node_dir(home: str, job_id: str, name: str) -> str:
+    """A node's folder on the host (``~/.cache/gpuconsole/jobs/<job id>/<name>``, see
+    ``remote/agent/hostjob.py``), for a host user whose home is ``home``."""
+    return f"{home.rstrip('/')}/.cache/gpuconsole/jobs/{job_id}/{name}"
+
+
 def hostjob_files() -> dict[str, bytes]:
     """The files of the bundle: ``{"hostjob.py": <bytes>}``."""
     return {"hostjob.py": resources.files("remote.agent").joinpath("hostjob.py").read_bytes()}
@@ -313,8 +319,8 @@ class HostEngine:
             raise self._fail(f"rm {container_id}", res)
 
     async def read_file(self, container_id: str, path: str, limit: int = 1 << 20) -> bytes | None:
-        """Up to ``limit`` bytes of a file (relative to the node's cwd, or absolute); ``None``
-        if the node or the file is missing."""
+        """Up to ``limit`` bytes of a file (absolute, or relative to the node's folder:
+        :func:`node_dir`); ``None`` if the node or the file is missing."""
         data = await self._json("read", "read", container_id, path, "--limit", str(limit))
         if not data:
             return None

@@ -943,10 +943,10 @@ def cmd_logs(root: str, name: str, since: int | None, tail: int | None,
 
 
 def cmd_read(root: str, name: str, path: str, limit: int) -> dict[str, Any] | None:
-    """Up to ``limit`` bytes of ``path`` (relative to the node's cwd), base64, or ``None``."""
+    """Up to ``limit`` bytes of ``path`` (absolute, or relative to the node's folder, where
+    the console puts torchrun's error file and the gang outcome), base64, or ``None``."""
     d = find_node(root, name)
-    spec = read_json(os.path.join(d, "spec.json")) or {}
-    full = os.path.join(spec.get("cwd") or os.path.expanduser("~"), path)
+    full = os.path.join(d, path)
     try:
         with open(full, "rb") as f:
             if not os.path.isfile(full):

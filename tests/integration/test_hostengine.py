@@ -189,8 +189,9 @@ async def test_awkward_argv_env_secret_logs_exit_3(nodes: Nodes, host_a: SSHTran
         assert spec.env["AWKWARD"] == AWKWARD_ENV
         line = spec.docker_run_line()
         assert "SECRET_TOKEN=***" in line and secret not in line
-        assert await engine.read_file(name, "error.json") == b'{"message": "boom"}'
+        assert await engine.read_file(name, f"{cwd}/error.json") == b'{"message": "boom"}'
         assert await engine.read_file(name, "missing.json") is None
+        assert await engine.read_file(name, "labels.json") is not None  # the node's folder
         tail = [x async for x in engine.logs(name, tail=2)]
         assert tail == lines[-2:]
         since = [x async for x in engine.logs(name, since_ns=lines[2].ts_ns)]
