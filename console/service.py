@@ -680,7 +680,10 @@ class Service:
                     log.debug("describe %s n%d: %s", job.id, n.node_rank, e)
                     spec = None
                 if spec is not None:
-                    docker_run = spec.docker_run_line()
+                    from console.jobs.plan import run_line
+
+                    docker_run = run_line(spec) if spec.runtime == "host" \
+                        else spec.docker_run_line()
                     torchrun = shlex.join(gang.unwrap(spec.command))
             nodes.append(NodeDescription(n.node_rank, n.host, n.container_name, n.container_id,
                                          n.state, n.exit_code, docker_run, torchrun))
@@ -707,6 +710,10 @@ class Service:
         if not n.container_id or n.state != "running" or job.removed_at is not None:
             raise JobError(f"job {job.id}: node {n.node_rank} is not running ({n.state})",
                            "exec needs a running container; see `gpuconsole ps`")
+        if job.runtime == "host":
+            raise JobError(f"job {job.id} runs in {n.host}'s own Python (runtime: host), not "
+                           "in a container", f"`ssh {n.host}`; `gpuconsole describe {job.id}` "
+                           "shows its folder and command")
         return n
 
     def exec_argv(self, job: JobRecord, node: NodeRecord, command: list[str], *,

@@ -19,6 +19,10 @@ from remote.transport import bundle_digest
 TEARDOWN_EXIT_CODE = 75
 #: The supervisor's outcome file in the container (JSON), read back after exit.
 MARKER_FILE = "/tmp/gpuconsole-gang.json"
+#: Where a host-runtime node's supervisor writes it instead (the node's folder; the
+#: variable is read by remote/agent/gang.py).
+MARKER_ENV = "GPUCONSOLE_GANG_MARKER"
+HOST_MARKER_NAME = "gang.json"
 #: Where the supervisor folder is mounted (read-only) in the container.
 MOUNT_DIR = "/opt/gpuconsole-gang"
 #: Where bundles are uploaded, relative to the host user's home (``<sha256[:16]>/gang.py``).
@@ -75,8 +79,9 @@ def wrap(torchrun: list[str], *, node_rank: int, nnodes: int, endpoint: str, run
 
 def unwrap(command: list[str]) -> list[str]:
     """The torchrun argv inside a wrapped command (a command not wrapped comes back as is;
-    node 0's ``is_host=0`` stays as the container runs it)."""
-    if len(command) > 1 and command[1] == _SCRIPT and "--" in command:
+    node 0's ``is_host=0`` stays as the container runs it). A host-runtime node runs the
+    supervisor from its uploaded folder (``<python> <dir>/gang.py ...``)."""
+    if len(command) > 1 and command[1].endswith("/gang.py") and "--" in command:
         return command[command.index("--") + 1:]
     return list(command)
 

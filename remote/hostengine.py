@@ -121,6 +121,7 @@ def spec_from_node(spec: Mapping[str, Any], labels: Mapping[str, str],
         network_mode="host",
         working_dir=spec.get("cwd") or None,
         init=False,
+        runtime="host",
     )
 
 

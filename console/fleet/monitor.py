@@ -51,12 +51,17 @@ PHASE_STOPPED = "stopped"
 
 
 async def container_jobs(session: Session, hosts: list[str]) -> dict[str, ContainerJob]:
-    """Container id -> job for every gpuconsole container on the reachable hosts (labels)."""
+    """Container id -> job for every gpuconsole container on the reachable hosts (labels),
+    and every ``runtime: host`` node by its name (the agent reports that name as the
+    process's container id)."""
+    from console.jobs.status import host_runtime_nodes
+
     mapping: dict[str, ContainerJob] = {}
 
     async def one(host: str) -> None:
         try:
             infos = await session.engine(host).list({K_JOB_ID: None})
+            infos += await host_runtime_nodes(session, host, {K_JOB_ID: None})
         except GpuConsoleError:
             return
         for info in infos:

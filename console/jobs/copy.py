@@ -164,6 +164,10 @@ async def copy_job_files(session: Session, job: JobRecord, node: int | None,
     """
     n = copy_node(job, node)
     assert n.container_id is not None
+    if job.runtime == "host":
+        raise JobError(f"job {job.id} runs in {n.host}'s own Python (runtime: host): its "
+                       "files are on the host", f"copy with `scp {n.host}:PATH .`; `gpuconsole "
+                       f"describe {job.id}` shows its folder")
     await session.connected(n.host)
     engine = session.engine(n.host)
     info = await engine.inspect(n.container_id)

@@ -2,8 +2,9 @@
 
 :func:`attach` takes a built :class:`~console.jobs.plan.JobPlan` and returns it with each
 node's torchrun wrapped by :func:`remote.gang.wrap` and the supervisor's folder bind-mounted
-read-only at :data:`remote.gang.MOUNT_DIR`; the folder is uploaded to each host first
-(content-addressed, like the workdir). A single-node job has no peers and is left unchanged.
+read-only at :data:`remote.gang.MOUNT_DIR` (``runtime: host``: run from the uploaded folder by
+the job's python); the folder is uploaded to each host first (content-addressed, like the
+workdir). A single-node job has no peers and is left unchanged.
 """
 
 from __future__ import annotations
@@ -38,6 +39,11 @@ async def attach(session: Session, plan: JobPlan, *, dry_run: bool = False) -> J
         c = n.container
         command = wrap(c.command, node_rank=n.node_rank, nnodes=len(plan.nodes),
                        endpoint=plan.rdzv_endpoint, run_id=plan.job_id, grace=grace)
+        if c.runtime == "host":  # no container: the job's python runs the uploaded copy
+            command = [c.image, f"{dirs[n.host]}/gang.py", *command[2:]]
+            nodes.append(dataclasses.replace(
+                n, container=dataclasses.replace(c, command=command)))
+            continue
         binds = (*c.binds, Bind(dirs[n.host], MOUNT_DIR, read_only=True))
         nodes.append(dataclasses.replace(
             n, container=dataclasses.replace(c, command=command, binds=binds)))

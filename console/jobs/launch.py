@@ -39,6 +39,8 @@ from console.jobs.plan import (
     build_plan,
     check_spec_against_gpus,
     expand_home,
+    job_python,
+    job_runtime,
     new_job_id,
     select_hosts,
 )
@@ -210,21 +212,84 @@ class Prepared:
     hosts: list[str]
 
 
+#: Finds a runtime-host python on the host (argv[1]: a path, a command on PATH or a conda
+#: environment's name); prints JSON ``{"path": ...}`` (``null`` when not found). Conda
+#: environments are looked for under conda's base (``conda`` on PATH or ``$CONDA_EXE``) and the
+#: usual install folders, as ``<base>/envs/<name>/bin/python``.
+_FIND_PYTHON = r"""
+import json, os, shutil, sys
+name = sys.argv[1]
+def out(p):
+    print(json.dumps({"path": p})); sys.exit(0)
+if "/" in name:
+    p = os.path.expanduser(name)
+    out(p if os.path.isfile(p) and os.access(p, os.X_OK) else None)
+w = shutil.which(name)
+if w:
+    out(w)
+home = os.path.expanduser("~")
+bases = []
+conda = os.environ.get("CONDA_EXE") or shutil.which("conda")
+if conda:
+    bases.append(os.path.dirname(os.path.dirname(conda)))
+bases += [os.path.join(home, d) for d in ("miniconda3", "anaconda3", "miniforge3",
+                                          "mambaforge", ".conda")] + ["/opt/conda"]
+for b in bases:
+    p = os.path.join(b, "envs", name, "bin", "python")
+    if os.path.isfile(p) and os.access(p, os.X_OK):
+        out(p)
+out(None)
+"""
+
+
+async def find_python(session: Session, host: str, python: str) -> str:
+    """The absolute path of ``python`` on ``host`` (a path, a command on PATH, or a conda
+    environment's name, see :data:`_FIND_PYTHON`), checked to import torch.
+
+    Raises:
+        RuntimeUnavailable: not found, or it has no torch (one line, with the fix).
+    """
+    import json
+
+    from remote.errors import RuntimeUnavailable
+
+    t = await session.connected(host)
+    res = await t.run(["python3", "-c", _FIND_PYTHON, python], timeout=30)
+    try:
+        path = json.loads(res.stdout).get("path") if res.returncode == 0 else None
+    except (ValueError, AttributeError):
+        path = None
+    if not path:
+        raise RuntimeUnavailable(
+            host, f"runtime host: no python {python!r} on {host} (not a path, a command on "
+            "PATH, nor a conda environment)",
+            "set `python:` in the spec or the profile's host to the python that has torch "
+            "(e.g. ~/venv/bin/python)")
+    await session.engine(host).hostrt.ensure_image(path)
+    return str(path)
+
+
 async def _host_facts(
     session: Session, loaded: LoadedSpec, host: str, image: str, node0: bool, pull: str,
-    dry_run: bool,
+    dry_run: bool, runtime: str = "docker",
 ) -> HostFacts:
     """Ask one host what planning needs; no effect on the host except an image pull (never
-    in a dry run)."""
+    in a dry run). ``runtime: host``: the python is found and checked instead of the
+    image."""
     t = await session.connected(host)
     engine = session.engine(host)
-    await engine.ping()
-    if not dry_run:
-        await engine.ensure_image(image, pull)
-    elif not await engine.has_image(image):
-        if pull == "never":
-            await engine.ensure_image(image, pull)  # raises: the real submit would fail
-        log.warning("host %s: image %s is not there; submit will pull it", host, image)
+    python = None
+    if runtime == "host":
+        await engine.hostrt.ping()
+        python = await find_python(session, host, job_python(loaded, session.profile, host))
+    else:
+        await engine.ping()
+        if not dry_run:
+            await engine.ensure_image(image, pull)
+        elif not await engine.has_image(image):
+            if pull == "never":
+                await engine.ensure_image(image, pull)  # raises: the real submit would fail
+            log.warning("host %s: image %s is not there; submit will pull it", host, image)
     gpus = (await gpu_facts(session, host) if loaded.spec.gpus_per_node != 0
             else GpuFacts(None, None, frozenset()))
     home = await t.home()
@@ -248,17 +313,19 @@ async def _host_facts(
                     f"{res.stderr.strip()}",
                     "give a folder the host's SSH user may write (--workdir)")
     return HostFacts(host, t.address(), gpus.count, home, workdir, port, gpus.holders,
-                     gpus.lost)
+                     gpus.lost, python)
 
 
-async def check_name_free(session: Session, hosts: list[str], name: str) -> None:
-    """Refuse a job name that is running (or starting) on any of the hosts.
+async def check_name_free(session: Session, hosts: list[str], name: str,
+                          runtime: str | None = None) -> None:
+    """Refuse a job name that is running (or starting) on any of the hosts (in ``runtime``,
+    default each host's).
 
     Raises:
         JobNameInUse: naming the running job's id and hosts.
     """
     found = await gather_first_error(
-        *(session.engine(h).list({K_JOB_NAME: name}) for h in hosts)
+        *(session.engine(h).list({K_JOB_NAME: name}, runtime=runtime) for h in hosts)
     )
     running = {c.labels.get(K_JOB_ID, "?") for infos in found for c in infos
                if c.status in _ACTIVE and c.status != "created"}
@@ -296,18 +363,21 @@ async def prepare(
     profile = session.profile
     hosts = select_hosts(loaded, profile)
     check_spec_against_gpus(loaded)
-    image = loaded.spec.image or profile.defaults.image
-    if not image:
+    runtime = job_runtime(loaded, profile, hosts)
+    image = loaded.spec.image or profile.defaults.image or ""
+    if not image and runtime == "docker":
         raise PlanError(
             "no image: the spec has no `image` and the profile no `defaults.image`",
-            "add `image: <a PyTorch image>` to the spec",
+            "add `image: <a PyTorch image>` to the spec, or `runtime: host` for the hosts' "
+            "own Python",
         )
     await session.connect_all(hosts)
-    await check_name_free(session, hosts, loaded.spec.name)
+    await check_name_free(session, hosts, loaded.spec.name, runtime)
     try:
         facts_list = await gather_first_error(
             *(
-                _host_facts(session, loaded, h, image, i == 0, profile.defaults.pull, dry_run)
+                _host_facts(session, loaded, h, image, i == 0, profile.defaults.pull, dry_run,
+                            runtime)
                 for i, h in enumerate(hosts)
             )
         )
@@ -350,7 +420,7 @@ async def launch(session: Session, store: Store, loaded: LoadedSpec, prepared: P
         name=plan.name,
         profile=session.profile.name,
         profile_source=session.profile.source,
-        spec={**loaded.spec.model_dump(mode="json"),
+        spec={**loaded.spec.model_dump(mode="json"), "runtime": plan.runtime,
               "env": {k: ("${secret}" if k in loaded.secret_env else v)
                       for k, v in loaded.env.items()}},
         spec_hash=plan.spec_hash,

@@ -24,6 +24,7 @@ from console.jobs.store import JobRecord
 from console.session import Session
 from remote.docker import parse_rfc3339_ns
 from remote.errors import GpuConsoleError
+from remote.runtimes import is_docker_id
 
 log = logging.getLogger("gpuconsole.leftovers")
 
@@ -38,13 +39,33 @@ def _inspector(cid: str) -> Callable[[Any], dict[str, Any]]:
 
 
 async def mounted_sources(session: Session, host: str) -> set[str]:
-    """Host paths that any container on the host bind-mounts (running or not)."""
+    """Host paths that any container on the host bind-mounts (running or not), and the
+    working folders of the host runtime's nodes (``runtime: host`` runs in the synced
+    workdir itself).
+
+    Raises:
+        GpuConsoleError: the host's default runtime cannot be asked.
+    """
 
     def get(c: Any) -> set[str]:
         return {str(m.get("Source")) for ct in c.api.containers(all=True)
                 for m in ct.get("Mounts") or [] if m.get("Source")}
 
-    return await session.engine(host).call(get)
+    engine = session.engine(host)
+    used: set[str] = set()
+    try:
+        used |= await engine.call(get)
+    except GpuConsoleError:
+        if engine.runtime == "docker":
+            raise  # a host without Docker has no containers to ask
+    t = await session.connected(host)
+    probe = await t.run(["test", "-d", f"{await t.home()}/.cache/gpuconsole/jobs"], timeout=30)
+    if probe.returncode == 0 or engine.runtime == "host":
+        for info in await engine.hostrt.list({}):
+            spec = await engine.hostrt.container_spec(info.id)
+            if spec is not None and spec.working_dir:
+                used.add(spec.working_dir)
+    return used
 
 
 async def remove_containers(session: Session, job: JobRecord) -> dict[str, list[str]]:
@@ -63,6 +84,18 @@ async def remove_containers(session: Session, job: JobRecord) -> dict[str, list[
         if not n.container_id:
             continue
         cid = n.container_id
+        if not is_docker_id(cid):  # a host-runtime node: it runs in the synced workdir
+            try:
+                spec = await session.engine(n.host).container_spec(cid)
+                info = await session.engine(n.host).inspect(cid)
+            except GpuConsoleError as e:
+                log.debug("[%s] cannot read node %s: %s", n.host, cid, e)
+                continue
+            if spec is not None and spec.working_dir:
+                own.setdefault(n.host, set()).add(spec.working_dir)
+            if info is not None and info.created_s is not None:
+                created[n.host] = min(created.get(n.host, info.created_s), info.created_s)
+            continue
         try:
             attrs = await session.engine(n.host).call(_inspector(cid))
         except GpuConsoleError as e:

@@ -19,6 +19,7 @@ from console.jobs.spec import LoadedSpec, parse_mount, resolve_env
 from console.profiles import Profile
 from console.yamlsrc import combine
 from remote.docker import Bind, ContainerSpec
+from remote.gang import HOST_MARKER_NAME, MARKER_ENV
 
 #: Where the synced workdir is mounted (read-only) and the job's working directory.
 WORKSPACE = fields.WORKSPACE
@@ -27,6 +28,8 @@ WORKSPACE = fields.WORKSPACE
 LOCAL_RANK_MACRO = "${local_rank}"
 #: torchrun writes the first failure here (``TORCHELASTIC_ERROR_FILE``); read back after exit.
 ERROR_FILE = "/tmp/gpuconsole-error.json"
+#: The same for a host-runtime node: a file in the node's folder (several jobs share /tmp).
+HOST_ERROR_FILE = "error.json"
 #: Rank tag torchrun puts before every worker line (``--tee 3``); ``${rank}`` = global rank.
 LOG_PREFIX_TEMPLATE = "[rank${rank}]:"
 #: The environment variable Jupyter Server takes its token from (``ServerApp.token``'s
@@ -58,6 +61,7 @@ class HostFacts:
         holders: GPU index -> descriptions of the processes holding it (pid, user, command,
             container, job); ``None`` when the host's process list is unknown.
         lost: indices of GPUs that are lost (never chosen).
+        python: ``runtime: host``: the python with torch, resolved on the host (a path).
 
     For a notebook, ``workdir`` is its folder on the host and ``rdzv_port`` JupyterLab's port.
     """
@@ -70,6 +74,7 @@ class HostFacts:
     rdzv_port: int | None = None
     holders: dict[int, list[str]] | None = None
     lost: frozenset[int] = frozenset()
+    python: str | None = None
 
 
 @dataclass(frozen=True)
@@ -92,6 +97,7 @@ class JobPlan:
         world_size: nodes x processes per node.
         backend: ``nccl`` with GPUs, ``gloo`` without (what the example job picks).
         script_args: the script's arguments as given (what :func:`render_plan` annotates).
+        runtime: ``docker`` or ``host`` (:func:`job_runtime`).
     """
 
     job_id: str
@@ -106,6 +112,7 @@ class JobPlan:
     script_args: tuple[str, ...] = ()
     kind: str = "train"
     port: int | None = None
+    runtime: str = "docker"
 
 
 def new_job_id(name: str) -> str:
@@ -160,6 +167,35 @@ def job_env(loaded: LoadedSpec, profile: Profile) -> tuple[dict[str, str], froze
     env = {**penv, **loaded.env}
     secret = (psecret - loaded.env.keys()) | loaded.secret_env
     return env, frozenset(secret)
+
+
+def job_runtime(loaded: LoadedSpec, profile: Profile, hosts: list[str]) -> str:
+    """The job's runtime: the spec's ``runtime`` (``python`` alone implies ``host``), else
+    the hosts' ``runtime`` in the profile.
+
+    Raises:
+        ConfigError: the hosts' runtimes differ and the spec names none.
+    """
+    spec = loaded.spec
+    if spec.runtime is not None:
+        return spec.runtime
+    if spec.python is not None:
+        return "host"
+    kinds = {h: profile.host_runtime(h) for h in hosts}
+    if len(set(kinds.values())) > 1:
+        which = ", ".join(f"{h}: {r}" for h, r in kinds.items())
+        raise ConfigError(f"the job's hosts run different runtimes ({which})",
+                          "set `runtime: docker` or `runtime: host` in the spec (--runtime)",
+                          **loaded.blame("runtime"))
+    return next(iter(kinds.values()), "docker")
+
+
+def job_python(loaded: LoadedSpec, profile: Profile, host: str) -> str:
+    """The python a ``runtime: host`` node runs (as written: a path, a command or a conda
+    environment's name; resolved on the host by :func:`console.jobs.launch`): the spec's,
+    else the profile host's ``python``, else ``python3``."""
+    cfg = profile.hosts.get(host)
+    return loaded.spec.python or (cfg.python if cfg is not None else None) or "python3"
 
 
 def check_spec_against_gpus(loaded: LoadedSpec) -> None:
@@ -297,14 +333,20 @@ def build_plan(
     port = spec.rdzv_port or node0.rdzv_port or d.rdzv_port
     endpoint = f"{node0.address}:{port}"
     notebook = spec.kind == "notebook"
+    runtime = job_runtime(loaded, profile, hosts)
     spec_hash = loaded.spec_hash()
     shm = spec.shm_size or d.shm_size
     ipc = spec.ipc or d.ipc
     nodes = []
     for rank, host in enumerate(hosts):
         f = facts[host]
+        python = f.python or job_python(loaded, profile, host)
+        launcher = [python, "-m", "torch.distributed.run"] if runtime == "host" else ["torchrun"]
+        # a host-runtime node's own folder (remote.hostengine.node_dir): /tmp is shared there
+        node_folder = f"{f.home.rstrip('/')}/.cache/gpuconsole/jobs/{job_id}/" \
+                      f"gpuconsole-{job_id}-n{rank}"
         cmd = notebook_command(port) if notebook else [
-            "torchrun",
+            *launcher,
             "--nnodes", str(len(hosts)),
             "--nproc-per-node", str(nproc),
             "--rdzv-backend", "c10d",
@@ -314,7 +356,8 @@ def build_plan(
             "--local-addr", f.address,
             "--max-restarts", str(spec.max_restarts),
             "--tee", "3",
-            "--log-dir", "/tmp/torchelastic",
+            "--log-dir", f"{node_folder}/torchelastic" if runtime == "host"
+            else "/tmp/torchelastic",
             spec.script or "",
             *spec.args,
         ]
@@ -323,10 +366,16 @@ def build_plan(
             env[TOKEN_ENV] = secrets.token_hex(24)
         else:
             env.update({
-                "TORCHELASTIC_ERROR_FILE": ERROR_FILE,
+                "TORCHELASTIC_ERROR_FILE": ERROR_FILE if runtime == "docker"
+                else f"{node_folder}/{HOST_ERROR_FILE}",
                 "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": LOG_PREFIX_TEMPLATE,
                 "GPUCONSOLE_NODE_RANK": str(rank),
             })
+        if runtime == "host":
+            # the agent maps a GPU process to its node by this (no container cgroup here);
+            # the gang supervisor writes its outcome into the node's folder
+            env["GPUCONSOLE_CONTAINER"] = f"gpuconsole-{job_id}-n{rank}"
+            env[MARKER_ENV] = f"{node_folder}/{HOST_MARKER_NAME}"
         binds = []
         if f.workdir:
             binds.append(Bind(f.workdir, WORKSPACE, read_only=not notebook))
@@ -338,6 +387,19 @@ def build_plan(
             nproc_per_node=nproc, host=host, spec_hash=spec_hash, created_at=created_at,
             kind=spec.kind, port=port if notebook else None,
         ).to_labels()
+        if runtime == "host":
+            nodes.append(NodePlan(rank, host, gpu_sets[rank], ContainerSpec(
+                name=f"gpuconsole-{job_id}-n{rank}",
+                image=python,
+                command=cmd,
+                env=env,
+                secret_env=secret,
+                labels=labels,
+                gpu_device_ids=tuple(str(i) for i in gpu_sets[rank]),
+                working_dir=f.workdir or f.home,
+                runtime="host",
+            )))
+            continue
         container = ContainerSpec(
             name=f"gpuconsole-{job_id}-n{rank}",
             image=image,
@@ -368,6 +430,7 @@ def build_plan(
         script_args=tuple(spec.args),
         kind=spec.kind,
         port=port if notebook else None,
+        runtime=runtime,
     )
 
 
@@ -390,9 +453,21 @@ def render_plan(plan: JobPlan) -> str:
     for n in plan.nodes:
         gpus = ",".join(map(str, n.gpu_ids)) if n.gpu_ids else "none (CPU)"
         lines.append(f"node {n.node_rank} on {n.host}: GPUs {gpus}")
-        lines.append("  " + " ".join(shell_word(w) for w in n.container.docker_run_argv()))
+        lines.append("  " + run_line(n.container))
     lines += args_notes(plan.script_args, plan.nproc_per_node)
     return "\n".join(escape_text(ln) for ln in lines)
+
+
+def run_line(c: ContainerSpec) -> str:
+    """What a node runs, as a person would type it (each word shell-quoted, see
+    :func:`shell_word`): the ``docker run`` line, or for a host-runtime node
+    ``cd DIR && env K=V... CMD`` (GPUs as ``CUDA_VISIBLE_DEVICES``); secret values ``***``."""
+    if c.runtime != "host":
+        return " ".join(shell_word(w) for w in c.docker_run_argv())
+    env = {**c.env, "CUDA_VISIBLE_DEVICES": ",".join(c.gpu_device_ids)}
+    words = [f"{k}=***" if k in c.secret_env else f"{k}={v}" for k, v in sorted(env.items())]
+    return (f"cd {shell_word(c.working_dir or '~')} && "
+            + " ".join(shell_word(w) for w in ["env", *words, *c.command]))
 
 
 def args_notes(args: tuple[str, ...], nproc: int) -> list[str]:

@@ -46,7 +46,7 @@ from console.diagnosis import Diagnosis, diagnose, parse_torchelastic_failure, s
 from console.diagnosis.engine import precedence_of
 from console.jobs.labels import K_JOB_ID, K_KIND, K_NODE_COUNT, NodeLabels
 from console.jobs.launch import launch_in_flight
-from console.jobs.plan import ERROR_FILE
+from console.jobs.plan import ERROR_FILE, HOST_ERROR_FILE
 from console.jobs.store import FailureRecord, JobRecord, NodeRecord, Store
 from console.session import Session
 from remote.docker import ContainerInfo, parse_rfc3339_ns
@@ -54,6 +54,7 @@ from remote.errors import GpuConsoleError
 from remote.gang import TEARDOWN_EXIT_CODE
 from remote.kernellog import NodeKernelEvents, node_kernel_events
 from remote.kernellog import describe as describe_kernel
+from remote.runtimes import is_docker_id
 
 log = logging.getLogger("gpuconsole.status")
 
@@ -186,7 +187,8 @@ async def _containers(session: Session, job: JobRecord) -> dict[str, list[Contai
     async def one(host: str) -> list[ContainerInfo] | None:
         try:
             await session.connected(host)
-            return await session.engine(host).list({K_JOB_ID: job.id}, detail=need)
+            return await session.engine(host).list({K_JOB_ID: job.id}, detail=need,
+                                                   runtime=job.runtime)
         except GpuConsoleError as e:
             log.debug("[%s] cannot list containers of %s: %s", host, job.id, e)
             job.unreachable[host] = e.message
@@ -360,7 +362,9 @@ async def _node_evidence(session: Session, node: NodeRecord
         oom_killed = bool(info is not None and info.oom_killed)
         lines = [ln.text async for ln in engine.logs(node.container_id, tail=DIAGNOSIS_TAIL)]
         text = "\n".join(lines)
-        raw = await engine.read_file(node.container_id, ERROR_FILE)
+        raw = await engine.read_file(
+            node.container_id,
+            ERROR_FILE if is_docker_id(node.container_id) else HOST_ERROR_FILE)
     except GpuConsoleError as e:
         log.debug("cannot read failure details of node %d: %s", node.node_rank, e)
     return text, oom_killed, raw, info
@@ -550,6 +554,21 @@ class JobView:
         }
 
 
+async def host_runtime_nodes(session: Session, host: str, labels: dict[str, str | None],
+                             detail: Callable[[ContainerInfo], bool] | None = None,
+                             ) -> list[ContainerInfo]:
+    """On a host whose default runtime is Docker: the host runtime's nodes too, when it has
+    any (its jobs folder exists: one cheap check, no upload)."""
+    engine = session.engine(host)
+    if engine.runtime != "docker":
+        return []
+    t = await session.connected(host)
+    probe = await t.run(["test", "-d", f"{await t.home()}/.cache/gpuconsole/jobs"], timeout=30)
+    if probe.returncode != 0:
+        return []
+    return await engine.hostrt.list(labels, detail=detail)
+
+
 async def adopt_unknown(session: Session, store: Store, hosts: list[str]) -> list[str]:
     """Record jobs found by label on the hosts but missing from the store; returns their ids.
 
@@ -568,6 +587,7 @@ async def adopt_unknown(session: Session, store: Store, hosts: list[str]) -> lis
         try:
             await session.connected(host)
             infos = await session.engine(host).list({K_JOB_NAME: None}, detail=unknown)
+            infos += await host_runtime_nodes(session, host, {K_JOB_NAME: None}, unknown)
         except GpuConsoleError:
             continue
         for info in infos:

@@ -178,6 +178,18 @@ class JobRecord:
         containers' ``io.gpuconsole.kind`` label)."""
         return str(self.spec.get("kind") or "train")
 
+    @property
+    def runtime(self) -> str:
+        """``docker`` or ``host``: the spec's resolved ``runtime``; for a job adopted from
+        the hosts, what its nodes' ids say (:func:`remote.runtimes.is_docker_id`)."""
+        rt = self.spec.get("runtime")
+        if rt:
+            return str(rt)
+        from remote.runtimes import is_docker_id  # the Docker SDK: not at import
+
+        ids = [n.container_id for n in self.nodes if n.container_id]
+        return "host" if ids and not is_docker_id(ids[0]) else "docker"
+
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -63,6 +63,9 @@ from typing import Any
 # (remote/telemetry/smi.py) builds its records with them: both paths spell everything alike.
 
 SCHEMA_VERSION = 1
+#: Environment variable naming a ``runtime: host`` node (its process has no container): the
+#: console's plan sets it, and the agent reports it as the process's container id.
+HOST_NODE_ENV = "GPUCONSOLE_CONTAINER"
 
 #: ``source``: where a sample's GPU readings came from.
 SOURCES = ("nvml", "nvidia-smi")
@@ -908,10 +911,22 @@ class ProcessInfoReader:
         return cmd
 
     def _container(self, pid: int) -> str | None:
+        """The container id from the cgroup, else the node name that gpuconsole's host
+        runtime (``runtime: host``, no container) puts in the process's environment as
+        ``GPUCONSOLE_CONTAINER``."""
         try:
-            return parse_container_id(read_text(f"{self.proc}/{pid}/cgroup"))
+            cid = parse_container_id(read_text(f"{self.proc}/{pid}/cgroup"))
         except OSError:
-            return None
+            cid = None
+        if cid is not None:
+            return cid
+        try:
+            for kv in read_text(f"{self.proc}/{pid}/environ").split("\0"):
+                if kv.startswith(HOST_NODE_ENV + "="):
+                    return kv[len(HOST_NODE_ENV) + 1:] or None
+        except OSError:
+            pass
+        return None
 
 
 # --------------------------------------------------------------------------------------------

@@ -53,6 +53,9 @@ from typing import Any
 TEARDOWN_EXIT_CODE = 75
 #: Where the outcome is written in the container (JSON, see the module docstring).
 MARKER_FILE = "/tmp/gpuconsole-gang.json"
+#: Environment variable naming another marker path (runtime host: the node's own folder, as
+#: several jobs share the host's /tmp).
+MARKER_ENV = "GPUCONSOLE_GANG_MARKER"
 #: Key prefix in the rendezvous store (torchrun's own keys start with ``torch.rendezvous``).
 KEY_PREFIX = "gpuconsole/gang"
 #: Seconds between two looks at the store.
@@ -270,7 +273,7 @@ class Supervisor:
         data = {"node": self.gang.node, "outcome": outcome, "torchrun_exit": code,
                 "exit_status": status, "cause": self.cause if outcome == "teardown" else None}
         try:
-            with open(MARKER_FILE, "w", encoding="utf-8") as f:
+            with open(os.environ.get(MARKER_ENV) or MARKER_FILE, "w", encoding="utf-8") as f:
                 json.dump(data, f)
         except OSError as e:
             say(f"cannot write {MARKER_FILE}: {e}")
