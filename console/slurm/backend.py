@@ -168,12 +168,9 @@ async def plan_slurm(session: Session, loaded: LoadedSpec, *, dry_run: bool) -> 
     await _preflight(t, host, shape)
     workdir: str | None = None
     local = loaded.workdir
-    if local is not None:
-        if dry_run:
-            digest = await asyncio.to_thread(workdir_digest, local, loaded.spec.exclude)
-            workdir = f"{home}/{WORKDIR_CACHE}/{digest[:16]}"
-        else:
-            workdir = await t.sync_workdir(local, loaded.spec.exclude)
+    if local is not None:  # where sync_workdir puts it (content-addressed)
+        digest = await asyncio.to_thread(workdir_digest, local, loaded.spec.exclude)
+        workdir = f"{home}/{WORKDIR_CACHE}/{digest[:16]}"
     job_id = new_job_id(loaded.spec.name)
     job_dir = f"{expand_home(cfg.job_dir, home).rstrip('/')}/{job_id}"
     script = render_sbatch(loaded, profile, job_id, job_dir=job_dir, workdir=workdir,
@@ -183,6 +180,10 @@ async def plan_slurm(session: Session, loaded: LoadedSpec, *, dry_run: bool) -> 
         raise PlanError(f"sbatch on {host} refuses the job: {_first_line(r)}",
                         "check the profile's slurm.partition/account/sbatch_args and the "
                         "spec's nodes, gpus_per_node and time_limit against `sinfo`")
+    if local is not None and not dry_run:  # only once sbatch would take the job
+        workdir = await t.sync_workdir(local, loaded.spec.exclude)
+        script = render_sbatch(loaded, profile, job_id, job_dir=job_dir, workdir=workdir,
+                               home=home, env_names=tuple(sorted(env)), secret_names=secret)
     return SlurmPlan(job_id, host, job_dir, workdir, script, shape, env, secret, time.time())
 
 
@@ -399,6 +400,9 @@ async def adopt_slurm(session: Session, store: Store) -> list[str]:
         if await store.call(store.get, job_id) is None and \
                 await store.call(store.add_job, record, if_absent=True):
             adopted.append(job_id)
+            stop = meta.get("stop_requested_at")
+            if isinstance(stop, (int, float)):
+                await store.call(store.update_job, job_id, stop_requested_at=float(stop))
     return adopted
 
 
@@ -420,6 +424,7 @@ async def stop_slurm(session: Session, store: Store, job: JobRecord, grace: floa
     now = time.time()
     job.stop_requested_at = now
     await store.call(store.update_job, job.id, stop_requested_at=now)
+    await _mark_stopped(t, _job_dir(session.profile, await t.home(), job.id), now)
     if sj.state == "running" and grace > 0:
         r = await t.run(["scancel", "--signal=TERM", sid])
         if r.returncode != 0:
@@ -440,6 +445,21 @@ async def stop_slurm(session: Session, store: Store, job: JobRecord, grace: floa
             break
         await asyncio.sleep(POLL_S)
     return True
+
+
+async def _mark_stopped(t: Transport, job_dir: str, at: float) -> None:
+    """Record the stop in the job's ``job.json`` (``stop_requested_at``), so a console that
+    adopts the job later knows its end was a stop, not a failure (Slurm says FAILED when the
+    SIGTERMed agents exit non-zero)."""
+    path = f"{job_dir}/{RECORD_FILE}"
+    try:
+        meta = json.loads(await _cat(t, path))
+    except ValueError:
+        return
+    meta["stop_requested_at"] = at
+    r = await t.run(["sh", "-c", _WRITE_PRIVATE, "sh", path], input=json.dumps(meta).encode())
+    if r.returncode != 0:
+        log.warning("%s not updated: %s", path, _first_line(r))
 
 
 async def remove_slurm(session: Session, store: Store, job: JobRecord) -> None:
