@@ -53,6 +53,10 @@ _SRUN_TASK = re.compile(
     r"srun: error: (?P<node>\S+): tasks? (?P<tasks>[\d,\-\[\] ]+): (?P<how>Exited with exit "
     r"code (?P<code>\d+)|Killed|Terminated|Out Of Memory|Segmentation fault|Aborted"
     r"|Bus error)")
+#: srun ending a step itself (``src/plugins/launch/slurm/launch_slurm.c`` ``_step_signal``:
+#: ``info("Terminating %ps", ...)``), e.g. under ``--kill-on-bad-exit`` once a task failed;
+#: slurmstepd's ``*** STEP ... CANCELLED ***`` line may or may not follow it.
+_SRUN_TERMINATING = re.compile(r"_step_signal: Terminating StepId=(?P<id>\d+\.\w+)")
 _BASH_KILLED = re.compile(r"line \d+:\s+(?P<pid>\d+) Killed\s+(?P<cmd>\S.*)")
 _TERM = re.compile(
     r"Received SIGTERM|got signal: 15|SIGTERM received|signal 15\b|Job step aborted"
@@ -114,7 +118,7 @@ def _cancelled(ctx: Context) -> Diagnosis | None:
     hits = [(ln, m) for ln in ctx.lines if (m := _CANCELLED.search(ln.text))]
     stepd = [(ln, m) for ln in ctx.lines if (m := _STEPD_KILLED.search(ln.text))]
     if not hits and not stepd:
-        return None
+        return _srun_terminated(ctx)
     # The line that says why: the time limit first, then a line with a reason (slurmstepd
     # prints the STEP's bare cancel line first and the JOB's line with DUE TO <reason> after
     # it when the whole job is preempted / requeued / loses a node), the JOB's before a STEP's.
@@ -169,6 +173,23 @@ def _cancelled(ctx: Context) -> Diagnosis | None:
         d = _diag("slurm_cancelled", f"Slurm {entity}{on} was {what} at {m['at']}", (), fix,
                   evidence[:2], facts)
     return replace(d, consequences=consequences)
+
+
+def _srun_terminated(ctx: Context) -> Diagnosis | None:
+    """srun's ``_step_signal: Terminating StepId=J.S`` without slurmstepd's cancel line:
+    srun itself ended the step (``--kill-on-bad-exit`` after a task failed, or a signal)."""
+    hit = next(((ln, m) for ln in ctx.lines if (m := _SRUN_TERMINATING.search(ln.text))),
+               None)
+    if hit is None:
+        return None
+    ln, m = hit
+    d = _diag("slurm_cancelled",
+              f"Slurm step {m['id']} was cancelled by srun (--kill-on-bad-exit after a task "
+              "failed, or a signal to srun)",
+              (), "read the failing task's output above for the error that ended it",
+              [ln.raw], {"job": m["id"].split(".")[0], "step": m["id"], "launcher": "srun"})
+    return replace(d, consequences=_stopped_consequences(ctx.lines, ln.index)
+                   + _killed_consequences(ctx.lines))
 
 
 def _oom(ctx: Context) -> Diagnosis | None:
