@@ -65,7 +65,9 @@ class SlurmJobShape:
         nodelist: the node names when the spec lists them (``--nodelist``), else ``()``.
         gpus_per_node: GPUs per node (``--gpus-per-node``; 0: none asked).
         nproc_per_node: torchrun workers per node.
-        runtime: ``host`` (the nodes' Python), ``pyxis`` or ``apptainer``.
+        runtime: ``host`` (the nodes' Python: the spec says ``runtime: host`` or gives
+            ``python``, or the job has no image, or the cluster no container plugin),
+            ``pyxis`` or ``apptainer`` (the image through the cluster's plugin).
         python: the Python that runs torchrun with runtime ``host``, else ``None``.
         image: the container image, else ``None``.
     """
@@ -115,7 +117,15 @@ def job_shape(loaded: LoadedSpec, profile: Profile) -> SlurmJobShape:
     nodes = spec.nodes if isinstance(spec.nodes, int) else len(spec.nodes)
     nodelist = tuple(spec.nodes) if isinstance(spec.nodes, list) else ()
     image = spec.image or profile.defaults.image
-    runtime = cfg.container if image and cfg.container != "none" else "host"
+    host_only = spec.runtime == "host" or spec.python is not None
+    if spec.runtime == "docker" and (cfg.container == "none" or not image):
+        why = "the cluster has no container plugin (slurm.container: none)" if image \
+            else "the job has no image"
+        raise PlanError(f"{loaded.place('runtime')}`runtime: docker` on Slurm needs an image "
+                        f"and the cluster's container plugin: {why}",
+                        "set slurm.container (pyxis or apptainer) and an image, or "
+                        "`runtime: host` to use the nodes' Python")
+    runtime = cfg.container if image and cfg.container != "none" and not host_only else "host"
     return SlurmJobShape(
         nodes=nodes, nodelist=nodelist, gpus_per_node=gpus, nproc_per_node=nproc,
         runtime=runtime, python=(spec.python or cfg.python) if runtime == "host" else None,
@@ -179,8 +189,8 @@ def render_sbatch(loaded: LoadedSpec, profile: Profile, job_id: str, *, job_dir:
            "set -euo pipefail",
            f"job_dir={q(job_dir)}"]
     if env_names:
-        shown = " ".join(n + (" (secret)" if n in secret_names else "") for n in env_names)
-        out.append(f"# environment (values in $job_dir/{ENV_FILE}, mode 0600): {shown}")
+        names = " ".join(n + (" (secret)" if n in secret_names else "") for n in env_names)
+        out.append(f"# environment (values in $job_dir/{ENV_FILE}, mode 0600): {names}")
     out += [f'set -a; . "$job_dir/{ENV_FILE}"; set +a',
             'first=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
             "addr=$(scontrol show node \"$first\" | sed -n 's/.*NodeAddr=\\([^ ]*\\).*/\\1/p')",
@@ -222,21 +232,29 @@ def render_sbatch(loaded: LoadedSpec, profile: Profile, job_id: str, *, job_dir:
         if workdir:
             out.append(f"cd {q(workdir)}")
         launcher = [shape.python, "-m", "torch.distributed.run"]
-    torchrun = [
-        "--nnodes", "$SLURM_JOB_NUM_NODES",
-        "--nproc-per-node", str(shape.nproc_per_node),
-        "--rdzv-backend", "c10d",
-        "--rdzv-endpoint", "$addr:$port",
-        "--rdzv-id", job_id,
-        "--max-restarts", str(spec.max_restarts),
-        "--tee", "3",
-        spec.script or "",
-        *spec.args,
+    # groups kept on one line each; _Var words are the script's own variables (expanded,
+    # in double quotes), every other word is quoted for the shell (never expanded)
+    one: list[list[str | _Var]] = [[w] for w in srun[1:]]
+    args: list[list[str | _Var]] = [[a] for a in spec.args]
+    groups: list[list[str | _Var]] = [
+        [srun[0]], *one, [*launcher],
+        ["--nnodes", _Var("$SLURM_JOB_NUM_NODES")],
+        ["--nproc-per-node", str(shape.nproc_per_node)],
+        ["--rdzv-backend", "c10d"], ["--rdzv-endpoint", _Var("$addr:$port")],
+        ["--rdzv-id", job_id], ["--max-restarts", str(spec.max_restarts)], ["--tee", "3"],
+        [spec.script or ""], *args,
     ]
-    words = [*srun, *launcher, *torchrun]
-    quoted = [f'"{w}"' if w.startswith("$") else q(w) for w in words]
-    out.append("exec " + " \\\n    ".join(_wrap(quoted)))
+    shown = [" ".join(f'"{w.text}"' if isinstance(w, _Var) else q(w) for w in g)
+             for g in groups]
+    out.append("exec " + " \\\n    ".join(_wrap(shown)))
     return "\n".join(out) + "\n"
+
+
+@dataclass(frozen=True)
+class _Var:
+    """A word of the script that is a shell expansion of its own (``$addr:$port``)."""
+
+    text: str
 
 
 def _wrap(words: list[str], width: int = 88) -> list[str]:
