@@ -900,6 +900,11 @@ class Service:
         from console.jobs.spec import validate_spec
         from console.yamlsrc import load_yaml
 
+        if self.profile.scheduler == "slurm":
+            from console.errors import PlanError
+
+            raise PlanError(f"profile {self.profile.name} is a Slurm cluster; notebooks run on "
+                            "SSH profiles", "pass `--profile` with a profile of SSH hosts")
         if host is not None and host not in self.profile.hosts:
             raise UsageError(f"--host {host!r}: not a host of profile {self.profile.name}",
                              f"hosts: {', '.join(self.profile.hosts)}")
@@ -1146,6 +1151,8 @@ class Service:
                 publish()
 
         coro: Coroutine[Any, Any, JobRecord | None]
+        if where == "process" and self._slurm_session(job) is not None:
+            where = "loop"  # a Slurm job's follow polls files over SSH: no intake process
         if where == "process":
             coro = self._follow_in_process(job, tail=tail, batch_s=batch_s)
         elif where == "thread":
