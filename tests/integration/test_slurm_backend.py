@@ -258,3 +258,25 @@ def test_a_python_without_torch_is_one_line_and_leaves_nothing(slurm_cli: CLI) -
     assert lines[1].startswith("  fix: set `python:` in the spec") and len(lines) == 2
     assert not (slurm_cli.tmp / "jobs").exists()
     assert "slurm-notorch" not in slurm("squeue", "-h", "-o", "%j")
+
+
+def test_a_login_host_without_sbatch_is_one_line_and_leaves_nothing(slurm_cli: CLI) -> None:
+    """The login host is this machine (``transport: local``) with a PATH that holds no Slurm
+    commands: the real lookup fails, nothing is created."""
+    prof = yaml.safe_load(slurm_cli.profile.read_text())
+    prof["hosts"] = {"here": {"transport": "local"}}
+    prof["slurm"]["login_host"] = "here"
+    path = slurm_cli.tmp / "no-sbatch.yaml"
+    path.write_text(yaml.safe_dump(prof))
+    empty = slurm_cli.tmp / "bin"
+    empty.mkdir()
+    env = {**slurm_cli.env(), "PATH": str(empty)}
+    r = subprocess.run(slurm_cli.argv("submit", str(spec(slurm_cli, "slurm-nosbatch")),
+                                      profile=path),
+                       env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr.splitlines() == [
+        "error: login host here: sbatch does not run (sbatch: command not found)",
+        "  fix: point slurm.login_host at a host with the Slurm client commands (sbatch, "
+        "squeue, scancel) on its PATH"], r.stderr
+    assert not (slurm_cli.tmp / "jobs").exists()
