@@ -126,7 +126,7 @@ async def _login(session: Session, profile: Profile) -> tuple[str, Transport]:
     return host, await session.connected(host)
 
 
-async def _preflight(t: Transport, host: str, shape: SlurmJobShape) -> None:
+async def _preflight(t: Transport, host: str, shape: SlurmJobShape, home: str) -> None:
     """sbatch exists on the login host, and with runtime ``host`` the Python imports torch.
 
     Raises:
@@ -138,7 +138,8 @@ async def _preflight(t: Transport, host: str, shape: SlurmJobShape) -> None:
                         "point slurm.login_host at a host with the Slurm client commands "
                         "(sbatch, squeue, scancel) on its PATH")
     if shape.python is not None:
-        r = await t.run([shape.python, "-c", "import torch; print(torch.__version__)"])
+        python = expand_home(shape.python, home)
+        r = await t.run([python, "-c", "import torch; print(torch.__version__)"])
         if r.returncode != 0:
             last = (r.stderr.strip().splitlines() or [f"exit status {r.returncode}"])[-1]
             raise PlanError(f"login host {host}: {shape.python} cannot import torch ({last})",
@@ -165,7 +166,7 @@ async def plan_slurm(session: Session, loaded: LoadedSpec, *, dry_run: bool) -> 
     env, secret = job_env(loaded, profile)
     host, t = await _login(session, profile)
     home = await t.home()
-    await _preflight(t, host, shape)
+    await _preflight(t, host, shape, home)
     workdir: str | None = None
     local = loaded.workdir
     if local is not None:  # where sync_workdir puts it (content-addressed)

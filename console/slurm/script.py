@@ -231,7 +231,7 @@ def render_sbatch(loaded: LoadedSpec, profile: Profile, job_id: str, *, job_dir:
                        f"own Python, so {', '.join(mounts)} are not mounted")
         if workdir:
             out.append(f"cd {q(workdir)}")
-        launcher = [shape.python, "-m", "torch.distributed.run"]
+        launcher = [expand_home(shape.python, home), "-m", "torch.distributed.run"]
     # groups kept on one line each; _Var words are the script's own variables (expanded,
     # in double quotes), every other word is quoted for the shell (never expanded)
     one: list[list[str | _Var]] = [[w] for w in srun[1:]]

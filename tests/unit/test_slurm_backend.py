@@ -108,6 +108,11 @@ def test_apptainer_binds_and_nv(tmp_path: Path) -> None:
             "docker://pytorch/pytorch:2.3.0 torchrun --nnodes") in flat
 
 
+def test_a_python_under_home_is_expanded(tmp_path: Path) -> None:
+    s = render(tmp_path, profile(python="~/venvs/t/bin/python"))
+    assert "/home/u/venvs/t/bin/python -m torch.distributed.run" in s
+
+
 def test_image_without_a_plugin_runs_on_the_nodes_python_and_says_mounts_are_not_used(
         tmp_path: Path) -> None:
     s = render(tmp_path, image="gpuconsole/torch:2.13.0-cpu", mounts=["/scratch:/out"])
