@@ -310,7 +310,7 @@ async def refresh_slurm(session: Session, store: Store, job: JobRecord) -> JobRe
     state = sj.state
     if stop and state not in ("pending", "running", "succeeded"):
         state = "stopped"
-    job.state, job.exit_code = state, sj.exit_code
+    job.state, job.exit_code = state, sj.shown_code
     if state == "failed" and job.failure is None:
         job.failure = await explain_slurm_failure(t, jdir, job, sj, ends)
     await store.call(store.update_nodes, job.nodes)

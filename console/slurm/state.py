@@ -117,6 +117,14 @@ class SlurmJob:
     nodes: tuple[str, ...]
     reason: str | None = None
 
+    @property
+    def shown_code(self) -> int | None:
+        """The exit code as a shell reports it: ``128 + signal`` for a job Slurm ended by a
+        signal (scancel, time limit: ``ExitCode=0:15`` -> 143), else :attr:`exit_code`."""
+        if self.signal and not self.exit_code:
+            return 128 + self.signal
+        return self.exit_code
+
 
 def job_from_scontrol(fields: dict[str, str]) -> SlurmJob:
     """A :class:`SlurmJob` from :func:`parse_scontrol`'s fields."""
@@ -215,7 +223,7 @@ def node_states(job: SlurmJob, count: int, ends: dict[int, TaskEnd], *,
             if job.state == "succeeded" or (job.state == "failed" and ends):
                 out.append(("succeeded", 0))
             else:
-                out.append((job.state, job.exit_code))
+                out.append((job.state, job.shown_code))
             continue
         if end.how == "exit" and end.code == 0:
             out.append(("succeeded", 0))

@@ -209,8 +209,18 @@ def test_recorded_jobs_read_as_states(case: str, state: str, code: int, signal: 
     assert (sa.state, sa.nodes) == (state, ("node1", "node2"))  # sacct -c: signal not kept
     got = node_states(sc, 2, task_ends(out), stop_requested=False)
     assert [s for s, _ in got] == nodes
+    assert sc.shown_code == (128 + signal if signal else code)
     if case == "scancel":  # stopped by gpuconsole: the same
         assert node_states(sc, 2, task_ends(out), stop_requested=True) == got
+
+
+def test_a_time_limit_without_task_lines_fails_every_node_with_sigterms_code() -> None:
+    text = (BACKEND / "timeout-no-tasks.batch.out").read_text()
+    job = SlurmJob("50", "TIMEOUT", "failed", 0, 15, ("node1", "node2"))
+    assert task_ends(text) == {}
+    assert node_states(job, 2, {}, stop_requested=False) == [("failed", 143)] * 2
+    d = diagnose(text)
+    assert d is not None and d.kind == "slurm_time_limit"
 
 
 def test_running_and_pending_nodes_follow_the_job() -> None:
