@@ -221,8 +221,8 @@ def test_two_node_cpu_example(cli: CLI, jobs: Jobs, engine: docker.DockerClient)
     env["HR_SECRET"] = secret
     proc = subprocess.Popen(cli.argv("submit", str(spec), "--follow"), env=env, cwd=REPO,
                             text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    leaks: list[str] = []
-    scans = [0]
+    leaks: list[str] = []  # command lines (and files) holding the secret
+    looked: list[str] = []  # running nodes' folders searched for it
     job_seen: list[str] = []
 
     def scan() -> None:  # the command lines of every process while the job runs
@@ -231,7 +231,11 @@ def test_two_node_cpu_example(cli: CLI, jobs: Jobs, engine: docker.DockerClient)
             leaks.extend(ln for ln in ps.splitlines() if secret in ln)
             if f"--rdzv-id {name}-" in ps:
                 job_seen.append("yes")
-            scans[0] += 1
+                # and no file of the running nodes' folders (env.json is gone by now)
+                for folder in JOBS.glob(f"{name}-*/gpuconsole-*"):
+                    if (folder / "run.json").exists():
+                        leaks.extend(files_holding(folder, secret.encode()))
+                        looked.append(folder.name)
             time.sleep(0.3)
 
     scanner = threading.Thread(target=scan, daemon=True)
@@ -247,6 +251,7 @@ def test_two_node_cpu_example(cli: CLI, jobs: Jobs, engine: docker.DockerClient)
     assert proc.returncode == 0, out + err
     assert job_id.startswith(f"{name}-")
     assert job_seen, "the scan never saw the job's torch.distributed.run running"
+    assert {f"gpuconsole-{job_id}-n0", f"gpuconsole-{job_id}-n1"} <= set(looked), looked
     assert leaks == [], leaks
     lines = out.splitlines()
     steps: dict[tuple[int, int], list[int]] = {}
