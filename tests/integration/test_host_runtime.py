@@ -452,6 +452,11 @@ def test_stop_leaves_no_process_of_the_job(cli: CLI, jobs: Jobs) -> None:
     for pg in pgids:
         assert group_processes(pg), pg
     before = job_processes(job_id)
+    # the name is taken while the job runs on the host runtime
+    again = cli.run("submit", str(spec))
+    assert again.returncode == 1, again.stdout + again.stderr
+    assert job_id in again.stderr, again.stderr
+    assert [j["id"] for j in ps_json(cli) if j["name"] == name] == [job_id]
     # per node: torchrun, 2 ranks, 2 workers each; plus the gang supervisor
     assert len(before) >= 2 * (1 + 2 + 4), len(before)
     t0 = time.monotonic()
