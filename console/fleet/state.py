@@ -18,6 +18,7 @@ unhealthy; :attr:`HostView.healthy` tells.
 
 from __future__ import annotations
 
+import re
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping
@@ -39,6 +40,10 @@ from remote.telemetry.schema import (
 STALE_AFTER_INTERVALS = 3
 #: Xid events kept per host (the oldest go first).
 XID_HISTORY_MAX = 2000
+
+
+#: A Docker container id (a ``runtime: host`` node's id is its name instead).
+_HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,12 +349,15 @@ class GpuHolder:
     rank: int | None = None
 
     def describe(self) -> str:
-        """``pid 123 (alice: python train.py) in container 0123abcd4567 (job x-1a2b3c n0 r1)``.
+        """``pid 123 (alice: python train.py) in container 0123abcd4567 (job x-1a2b3c n0 r1)``;
+        a ``runtime: host`` node (no container) shows as ``on the host``.
         """
         who = ": ".join(x for x in (self.user, (self.command or "")[:60]) if x)
         s = f"pid {self.pid}" + (f" ({who})" if who else "")
-        if self.container_id:
+        if self.container_id and _HEX64.fullmatch(self.container_id):
             s += f" in container {self.container_id[:12]}"
+        elif self.container_id:
+            s += " on the host"
         if self.job:
             rank = f" r{self.rank}" if self.rank is not None else ""
             s += f" (job {self.job.job_id} n{self.job.node_rank}{rank})"

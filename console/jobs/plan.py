@@ -222,11 +222,14 @@ def _busy_error(facts: HostFacts, busy: list[int], at: str = "") -> PlanError:
         f"GPU {i}: " + ("lost" if i in facts.lost else ", ".join(holders.get(i) or ["?"]))
         for i in busy
     )
-    what = ("lost or in use by processes gpuconsole did not start here" if facts.lost & set(busy)
-            else "in use by processes gpuconsole did not start here")
+    jobs = sorted({m.group(1) for i in busy for h in holders.get(i) or []
+                   for m in [re.search(r"\(job (\S+) n\d+", h)] if m})
+    what = "lost or in use" if facts.lost & set(busy) else "in use"
+    stop = f"stop job {', '.join(jobs)} (`gpuconsole stop {jobs[0]}`)" if jobs \
+        else "stop those processes"
     return PlanError(
         f"{at}host {facts.host}: GPU(s) {', '.join(map(str, busy))} {what} ({who})",
-        "pick other GPUs (`gpuconsole gpus --free`), stop those processes, or pass --force",
+        f"pick other GPUs (`gpuconsole gpus --free`), {stop}, or pass --force",
     )
 
 

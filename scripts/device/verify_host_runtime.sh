@@ -58,9 +58,9 @@ smi | tee "$out/smi-before.txt"
 
 echo "== 1. submit --follow (GPU example, 30 steps)"
 spec gpu-follow 30 0
-t0=$(date +%s.%N)
+t0=$(date +%s%N)
 gc submit "$out/gpu-follow.yaml" --follow >"$out/follow.out" 2>"$out/follow.err"
-echo "exit $? in $(echo "$(date +%s.%N) - $t0" | bc) s" | tee "$out/follow.rc"
+echo "exit $? in $(( ($(date +%s%N) - t0) / 1000000 )) ms" | tee "$out/follow.rc"
 tail -5 "$out/follow.out"; tail -3 "$out/follow.err"
 
 echo "== 2. a long run: top, gpus --free, a second submit, stop"
@@ -68,10 +68,10 @@ spec gpu-long 100000 0.02
 gc submit "$out/gpu-long.yaml" >"$out/long.id" 2>"$out/long.err"
 job=$(cat "$out/long.id"); echo "job $job"
 [ -n "$job" ] || { cat "$out/long.err"; exit 1; }
-for _ in $(seq 90); do  # until its ranks hold the GPUs (or it ended)
+for i in $(seq 120); do  # until its rank holds the GPUs and works (or it ended)
     gc top --once --json >"$out/top.json" 2>/dev/null
-    grep -q "\"$job\"" "$out/top.json" && break
-    grep -q '"state": "\(failed\|succeeded\)"' <(gc ps --json 2>/dev/null) && break
+    if grep -q "\"$job\"" "$out/top.json" && [ "$i" -gt 3 ]; then echo "mapped after ${i}s"; break; fi
+    gc ps --json 2>/dev/null | "$cli" -c 'import json,sys; j=[x for x in json.load(sys.stdin) if x["id"]==sys.argv[1]]; sys.exit(0 if j and j[0]["state"] in ("running","pending") else 1)' "$job" || { echo "job ended early"; break; }
     sleep 1
 done
 gc top --once | tee "$out/top.txt"
@@ -81,9 +81,9 @@ spec gpu-second 10 0
 gc submit "$out/gpu-second.yaml" >"$out/second.out" 2>"$out/second.err"
 echo "second submit exit $?" | tee "$out/second.rc"; cat "$out/second.err"
 gc logs "$job" --tail 5
-t0=$(date +%s.%N)
+t0=$(date +%s%N)
 gc stop "$job" 2>&1 | tee "$out/stop.txt"
-echo "stop took $(echo "$(date +%s.%N) - $t0" | bc) s"
+echo "stop took $(( ($(date +%s%N) - t0) / 1000000 )) ms"
 sleep 2
 smi | tee "$out/smi-after.txt"
 echo "== processes of the job left (GPUCONSOLE_JOB_ID=$job in environ):"

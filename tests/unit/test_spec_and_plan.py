@@ -185,8 +185,16 @@ def test_count_takes_free_gpus_and_busy_ones_are_refused_with_holders(tmp_path: 
     with pytest.raises(PlanError) as e:
         pick_gpus(_loaded(tmp_path, "gpus_per_node: 3\n"), f)
     assert str(e.value) == (f"{tmp_path / 'job.yaml'}:4: gpus_per_node: host a: GPU(s) 0 in "
-                            f"use by processes gpuconsole did not start here (GPU 0: {holder})")
+                            f"use (GPU 0: {holder})")
     assert e.value.hint is not None and "--force" in e.value.hint
+    assert "stop those processes" in e.value.hint
+    # held by a gpuconsole job: the hint names it
+    job_holder = "pid 736 (root: python -u train_ddp.py) on the host (job big-29db99 n0 r0)"
+    g = replace(f, holders={0: [job_holder], 1: [job_holder], 2: [], 3: []})
+    with pytest.raises(PlanError) as e:
+        pick_gpus(_loaded(tmp_path, "gpus_per_node: 3\n"), g)
+    assert e.value.hint is not None
+    assert "stop job big-29db99 (`gpuconsole stop big-29db99`)" in e.value.hint
     assert pick_gpus(_loaded(tmp_path, "gpus_per_node: [0, 1]\n"), f, force=True) == (0, 1)
     with pytest.raises(PlanError, match="GPU 0: pid 4242"):
         pick_gpus(_loaded(tmp_path, "gpus_per_node: [0, 1]\n"), f)
