@@ -59,7 +59,8 @@ def _parse_nodes(value: str | None) -> Any:
 
 def _overrides(name: str | None, image: str | None, nodes: str | None,
                gpus_per_node: str | None, nproc_per_node: str | None,
-               max_restarts: str | None, args: tuple[str, ...]) -> dict[str, Any]:
+               max_restarts: str | None, args: tuple[str, ...],
+               runtime: str | None = None) -> dict[str, Any]:
     """The spec fields the flags override (``None``: not given).
 
     Raises:
@@ -73,6 +74,7 @@ def _overrides(name: str | None, image: str | None, nodes: str | None,
         "nproc_per_node": _flag_int("--nproc-per-node", nproc_per_node, 1, MAX_NPROC),
         "max_restarts": _flag_int("--max-restarts", max_restarts, 0, 1000),
         "args": list(args) if args else None,
+        "runtime": runtime,
     }
 
 
@@ -88,14 +90,17 @@ def _overrides(name: str | None, image: str | None, nodes: str | None,
 @click.option("--max-restarts", help="torchrun --max-restarts (0-1000).")
 @click.option("--arg", "args", multiple=True, help="Replace the script's arguments (repeat).")
 @click.option("--force", is_flag=True, help="Use GPUs that other processes hold.")
+@click.option("--runtime", type=click.Choice(["docker", "host"]),
+              help="docker containers, or host: torchrun in the hosts' own Python.")
 @click.pass_context
 def submit(
     ctx: click.Context, spec: Path, follow: bool, dry_run: bool, name: str | None,
     image: str | None, nodes: str | None, gpus_per_node: str | None,
     nproc_per_node: str | None, max_restarts: str | None, args: tuple[str, ...], force: bool,
+    runtime: str | None,
 ) -> None:
     """Launch the job described by SPEC (YAML); flags override its fields."""
-    flags = (name, image, nodes, gpus_per_node, nproc_per_node, max_restarts, args)
+    flags = (name, image, nodes, gpus_per_node, nproc_per_node, max_restarts, args, runtime)
     code = run(_submit(ctx, spec, flags, follow, dry_run, force))
     raise SystemExit(code)
 
