@@ -278,8 +278,10 @@ class FleetState:
 
     def snapshot(self) -> dict[str, Any]:
         """The fleet as JSON-ready data:
-        ``{"hosts": [{name, status, error, missing_gpus, sample, xids, kernel_log}]}``.
+        ``{"hosts": [{name, status, error, missing_gpus, sample, jobs, xids, kernel_log}]}``.
 
+        ``jobs``: the sample's GPU processes mapped to their job (pid, GPU, job id and name,
+        node rank, torchrun rank);
         ``xids``: one entry per GPU with Xid events this boot (:func:`xid_json`);
         ``kernel_log``: ``{"source", "error"}`` (where the host's kernel log is read, or why it
         cannot be).
@@ -288,11 +290,26 @@ class FleetState:
             "hosts": [
                 {"name": v.name, "status": v.status, "error": v.error,
                  "missing_gpus": v.missing_gpus(), "sample": v.sample,
+                 "jobs": self._process_jobs(v.sample),
                  "xids": [xid_json(x) for x in v.xid_summaries()],
                  "kernel_log": {"source": v.kernel_log_source, "error": v.kernel_log_error}}
                 for v in self.hosts.values()
             ]
         }
+
+    def _process_jobs(self, sample: Sample | None) -> list[dict[str, Any]]:
+        """The sample's GPU processes that belong to a gpuconsole job: ``pid``,
+        ``gpu_index``, ``job_id``, ``job_name``, ``node_rank`` and torchrun's ``rank``."""
+        out: list[dict[str, Any]] = []
+        if sample is None:
+            return out
+        for p in sample["processes"] or []:
+            job = self.job_of(p["container_id"])
+            if job is not None:
+                out.append({"pid": p["pid"], "gpu_index": p["gpu_index"],
+                            "job_id": job.job_id, "job_name": job.job_name,
+                            "node_rank": job.node_rank, "rank": p["rank"]})
+        return out
 
 
 def xid_json(x: GpuXidSummary) -> dict[str, Any]:

@@ -75,6 +75,17 @@ def test_free_gpus_and_holders_map_pid_to_container_to_job() -> None:
     assert h.describe() == (f"pid 4242 (root: /opt/venv/bin/python train.py) in container "
                             f"{CID[:12]} (job ddp-1a2b3c n0)")
     assert gpu_holders(st, "b") is None
+    # top --json carries the same map; a process of no job is left out
+    jobs = st.snapshot()["hosts"][0]["jobs"]
+    assert jobs == [{"pid": 4242, "gpu_index": 0, "job_id": "ddp-1a2b3c", "job_name": "ddp",
+                     "node_rank": 0, "rank": None}]
+    # a runtime-host node: the agent reports its name as the container id
+    st.on_sample("b", sample(2, utils=[90, 0], procs=[proc(1, 99, "gpuconsole-hr-1-n0")]))
+    st.set_containers({CID: ContainerJob("ddp-1a2b3c", "ddp", 0),
+                       "gpuconsole-hr-1-n0": ContainerJob("hr-1", "hr", 0)})
+    (hb,) = (gpu_holders(st, "b") or {})[1]
+    assert hb.describe().endswith("on the host (job hr-1 n0)")
+    assert st.snapshot()["hosts"][1]["jobs"][0]["job_id"] == "hr-1"
     usage = st.job_usage()["ddp-1a2b3c"]
     assert usage.gpus == (("a", 0),) and usage.mean_util_pct == 97 and usage.mem_used_mib == 1000
 
