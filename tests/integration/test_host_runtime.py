@@ -29,6 +29,7 @@ import pytest
 import yaml
 
 from tests.integration.conftest import CLI, EXAMPLES, REPO, job_containers, wait_for
+from tests.integration.test_jobs import ps_json, the_job
 from tests.integration.test_streams import CuttableProxy
 
 VENV_PYTHON = "/var/tmp/gpuconsole-slurm/venv/bin/python"
@@ -70,18 +71,6 @@ def host_spec(cli: CLI, name: str, **fields: Any) -> Path:
 def unique(prefix: str) -> str:
     """A job name no other run uses (tests of other runs share the hosts)."""
     return f"{prefix}{os.urandom(3).hex()}"
-
-
-def ps_json(cli: CLI) -> list[dict[str, Any]]:
-    res = cli.run("ps", "--json")
-    assert res.returncode == 0, res.stderr
-    return list(json.loads(res.stdout))
-
-
-def the_job(cli: CLI, job_id: str) -> dict[str, Any]:
-    jobs = [j for j in ps_json(cli) if j["id"] == job_id]
-    assert len(jobs) == 1, jobs
-    return jobs[0]
 
 
 def proc_state(pid: int) -> tuple[str, int] | None:
