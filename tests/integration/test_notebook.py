@@ -51,7 +51,7 @@ import yaml
 from websockets.sync.client import connect as ws_connect
 
 from console.notebook.attach import stable_port
-from tests.integration.conftest import CLI, IMAGE, LABEL_JOB_ID, REPO
+from tests.integration.conftest import CLI, IMAGE, LABEL_JOB_ID, REPO, wait_for
 
 KIND_LABEL = "io.gpuconsole.kind"
 PORT_LABEL = "io.gpuconsole.port"
@@ -550,6 +550,31 @@ def test_ctrl_c_keeps_it_running_and_reattach(nb: Running,
     view = [j for j in json.loads(res.stdout) if j["id"] == nb.job_id]
     assert view and view[0]["kind"] == "notebook" and view[0]["name"] == nb.name, view
     assert view[0]["state"] == "running"
+
+
+def test_open_hands_the_url_to_the_browser(nb: Running, tmp_path: Path) -> None:
+    """``--open`` starts the user's browser (``$BROWSER``, as Python's webbrowser reads it)
+    with the URL it printed; here the "browser" records what it was given."""
+    got = tmp_path / "opened.txt"
+    browser = tmp_path / "browser.sh"
+    browser.write_text(f'#!/bin/sh\nprintf "%s\\n" "$1" >> {got}\n')
+    browser.chmod(0o755)
+    env = {**nb.cli.env(), "BROWSER": f"{browser} %s"}
+    env.pop("DISPLAY", None)
+    proc = subprocess.Popen(nb.cli.argv("notebook", nb.job_id, "--open"), env=env, cwd=REPO,
+                            text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        assert URL_RE.match(url), url
+        wait_for(lambda: got.exists() and got.read_text().strip() != "", timeout=30)
+        assert got.read_text().splitlines() == [url]
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def test_stop_then_rm(nb: Running, engine: docker.DockerClient) -> None:
