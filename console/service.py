@@ -995,6 +995,9 @@ class Service:
         the errors raised)."""
         from console.jobs.copy import copy_job_files
 
+        if self._slurm_session(job) is not None:
+            raise JobError(f"job {job.id} runs under Slurm: its files are on the cluster's "
+                           "shared filesystem", "copy them from the login host with `scp`")
         return await copy_job_files(self.session_for(job), job, node, request)
 
     async def read_logs(self, job: JobRecord, *, node: int | None = None,
