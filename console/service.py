@@ -47,10 +47,13 @@ from console.jobs.plan import render_plan
 from console.jobs.spec import LoadedSpec, load_spec
 from console.jobs.status import (
     ACTIVE_STATES,
+    LIST_DEADLINE_S,
     NEVER_STARTED,
+    HostListing,
     adopt_unknown,
     failure_lines,
     job_summary,
+    reconcile_fleet,
     refresh,
     shown_state,
     stop_nodes,
@@ -301,6 +304,10 @@ class Service:
         self._follows: dict[str, Follow] = {}
         self._reconcile = asyncio.Lock()
         self._listed: tuple[float, list[JobRecord]] | None = None  # (monotonic s, jobs)
+        #: what each host of the profile said in the last :meth:`list_jobs` (empty: none
+        #: yet, or a Slurm profile)
+        self.host_status: dict[str, HostListing] = {}
+        self._deadline_s = LIST_DEADLINE_S  # of the list_jobs in progress
         self._intake: LoopThread | None = None
         self._intake_sessions: dict[str, Session] = {}  # used on the intake loop only
 
@@ -420,23 +427,34 @@ class Service:
 
     async def list_jobs(self, *, include_removed: bool = False,
                         warn: Callable[[str], None] | None = None,
-                        max_age_s: float = 0.0) -> list[JobRecord]:
+                        max_age_s: float = 0.0,
+                        deadline_s: float = LIST_DEADLINE_S) -> list[JobRecord]:
         """Every job (newest first), reconciled with the hosts: jobs found by label on the
         profile's hosts are adopted, unfinished ones refreshed.
 
+        Each host of the profile is listed once, concurrently (at most
+        :data:`~console.jobs.status.LIST_CONCURRENCY` at once), and that one listing serves
+        both the adoption and every job with nodes there
+        (:func:`console.jobs.status.reconcile_fleet`). What each host said is kept in
+        :attr:`host_status`.
+
         Args:
             include_removed: also jobs whose containers were removed.
-            warn: called with one line per host that could not be asked, or job that could
-                not be refreshed.
+            warn: called with one line per host that could not be asked or had not answered
+                within ``deadline_s`` (its jobs keep their last known state), or job that
+                could not be refreshed.
             max_age_s: a reconcile that finished at most this long ago (s, monotonic) is
                 reused instead of asking the hosts again (the app's alert rules reuse the
                 jobs view's); 0 always asks.
+            deadline_s: seconds to wait for the hosts' listings; a host still connecting or
+                listing then is ``pending``.
         """
         async with self._reconcile:  # one reconcile at a time (the app's and its alerts')
             last = self._listed
             if (max_age_s > 0 and not include_removed and last is not None
                     and time.monotonic() - last[0] <= max_age_s):
                 return list(last[1])
+            self._deadline_s = deadline_s
             jobs = await self._list_jobs(include_removed, warn)
             if not include_removed:
                 self._listed = (time.monotonic(), jobs)
@@ -445,23 +463,39 @@ class Service:
     async def _list_jobs(self, include_removed: bool,
                          warn: Callable[[str], None] | None) -> list[JobRecord]:
         store = self.store
+        deadline_s = self._deadline_s
+
+        def unfinished(jobs: list[JobRecord]) -> list[JobRecord]:
+            return [j for j in jobs if j.removed_at is None and
+                    (j.state in (*ACTIVE_STATES, "unknown") or
+                     any(n.state in (*STOPPABLE, "unreachable") for n in j.nodes))]
+
+        todo = unfinished(await store.call(store.jobs, include_removed=include_removed))
+        listed: dict[str, HostListing] = {}
+        session = self.session()
         if self.profile.scheduler == "slurm":
             from console.slurm.backend import adopt_slurm
 
             try:
-                await adopt_slurm(self.session(), store)
+                await adopt_slurm(session, store)
             except GpuConsoleError as e:
                 if warn:
                     warn(e.message)
         else:
-            await adopt_unknown(self.session(), store, list(self.profile.hosts))
-        jobs = await store.call(store.jobs, include_removed=include_removed)
-        todo = [j for j in jobs if j.removed_at is None and
-                (j.state in (*ACTIVE_STATES, "unknown") or
-                 any(n.state in (*STOPPABLE, "unreachable") for n in j.nodes))]
-        results = await asyncio.gather(*(self.refresh_job(j) for j in todo),
-                                       return_exceptions=True)
+            # the jobs of this profile are refreshed from the one listing of its hosts
+            watched = [j for j in todo if self.session_for(j) is session]
+            listed = await reconcile_fleet(session, store, watched, deadline_s=deadline_s)
+            # the jobs just adopted (their containers were inspected by that listing) too
+            todo = unfinished(await store.call(store.jobs, include_removed=include_removed))
+        self.host_status = listed
+        results = await asyncio.gather(
+            *(self._refresh_listed(j, listed if self.session_for(j) is session else None)
+              for j in todo), return_exceptions=True)
         seen: set[str] = set()
+        for h in listed.values():
+            if h.reason is not None and warn:
+                seen.add(h.host)
+                warn(h.reason)
         for j, r in zip(todo, results):
             if isinstance(r, GpuConsoleError):
                 if warn:
@@ -473,6 +507,16 @@ class Service:
                     seen.add(host)
                     warn(why)
         return await store.call(store.jobs, include_removed=include_removed)
+
+    async def _refresh_listed(self, job: JobRecord,
+                              listed: dict[str, HostListing] | None) -> JobRecord:
+        """:meth:`refresh_job` reading the job's containers from a fleet listing (none: its
+        profile is another, or a Slurm cluster: asked as :meth:`refresh_job` does)."""
+        if listed is None or self._slurm_session(job) is not None:
+            return await self.refresh_job(job)
+        job = await refresh(self.session_for(job), self.store, job, listed=listed)
+        self.bus.publish(JobChanged(job))
+        return job
 
     async def plan(self, spec_path: Path, overrides: dict[str, Any] | None = None, *,
                    dry_run: bool = False, force: bool = False) -> Submission:
@@ -1245,7 +1289,7 @@ class Service:
     def start_fleet(self, hosts: list[str] | None = None, *, interval: float = 1.0,
                     mode: str = "auto",
                     on_sample: Callable[[str, Sample], None] | None = None,
-                    ) -> FleetState:
+                    replay_path: str | None = None) -> FleetState:
         """Start streaming telemetry from the hosts into :attr:`fleet` (publishing
         :class:`SampleReceived`, :class:`HostStateChanged`, :class:`ContainersMapped`).
 
@@ -1254,6 +1298,8 @@ class Service:
             interval: sampling interval on the hosts (s).
             mode: ``auto``, ``agent`` or ``smi``.
             on_sample: also called with every ``(host, sample)`` (recording).
+            replay_path: a trace on the hosts for their agents to replay instead of NVML
+                (benchmarks: ``top --agent-replay``).
         """
         from console.fleet.monitor import FleetMonitor
 
@@ -1261,7 +1307,8 @@ class Service:
         state = ObservedFleetState(self.bus, names, interval)
         self.fleet = state
         self._monitor = FleetMonitor(self.session(), state, names, interval=interval,
-                                     on_sample=on_sample, mode=mode)
+                                     on_sample=on_sample, mode=mode,
+                                     replay_path=replay_path)
         self._monitor.start()
         return state
 

@@ -222,6 +222,12 @@ class SSHTransport(Transport):
             ) from e
         except (OSError, asyncio.TimeoutError, asyncssh.Error) as e:
             reason = _describe_os_error(e)
+            if isinstance(e, (ConnectionResetError, asyncssh.ConnectionLost)):
+                # sshd drops connections beyond MaxStartups (default 10:30:100)
+                # unauthenticated ones in flight: it closes them before its banner or during
+                # key exchange
+                reason = ("connection closed by the host during key exchange: the host "
+                          "refused new SSH connections (sshd MaxStartups?)")
             raise HostUnreachable(
                 self.name,
                 f"cannot connect to {t.hostname}:{t.port or 22}: {reason}",

@@ -15,21 +15,40 @@ from console.cli.base import command_service, err, follow_job, main, print_line,
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the jobs as a JSON list.")
 @click.option("--all", "-a", "show_all", is_flag=True, help="Include removed jobs.")
+@click.option("--hosts", "with_hosts", is_flag=True,
+              help="With --json: print {\"jobs\": [...], \"hosts\": [...]}, each host "
+              "answered, pending (no answer within the deadline) or failed, with the reason.")
+@click.option("--deadline", type=click.FloatRange(min=0.1, max=3600),
+              help="Seconds to wait for the hosts (default 30); a host that has not answered "
+              "by then is pending and its jobs show their last known state.")
 @click.pass_context
-def ps(ctx: click.Context, as_json: bool, show_all: bool) -> None:
+def ps(ctx: click.Context, as_json: bool, show_all: bool, with_hosts: bool,
+       deadline: float | None) -> None:
     """List jobs and each node's state (reconciled with the hosts' containers)."""
-    run(_ps(ctx, as_json, show_all))
+    run(_ps(ctx, as_json, show_all, with_hosts, deadline))
 
 
-async def _ps(ctx: click.Context, as_json: bool, show_all: bool) -> None:
+async def _ps(ctx: click.Context, as_json: bool, show_all: bool, with_hosts: bool,
+              deadline: float | None) -> None:
     from console.jobs.rows import job_row
-    from console.jobs.status import JobView
+    from console.jobs.status import LIST_DEADLINE_S, JobView
 
     async with command_service(ctx) as svc:
         jobs = await svc.list_jobs(include_removed=show_all,
-                                   warn=lambda m: err(f"warning: {m}"))
+                                   warn=lambda m: err(f"warning: {m}"),
+                                   deadline_s=LIST_DEADLINE_S if deadline is None else deadline)
+        hosts = svc.host_status
     if as_json:
-        click.echo(json.dumps([JobView(j).as_dict() for j in jobs], indent=2))
+        out = [JobView(j).as_dict() for j in jobs]
+        for job in out:
+            for node in job["nodes"]:
+                h = hosts.get(node["host"])
+                node["host_status"] = h.status if h is not None else None
+        if with_hosts:
+            click.echo(json.dumps({"jobs": out, "hosts": [h.as_dict() for h in hosts.values()]},
+                                  indent=2))
+        else:
+            click.echo(json.dumps(out, indent=2))
         return
     now = time.time()
     rows = [("JOB", "KIND", "STATE", "NODES", "AGE", "REASON")]

@@ -38,7 +38,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -172,9 +172,24 @@ def _needs_inspect(n: NodeRecord | None) -> Callable[[ContainerInfo], bool]:
     return need
 
 
-async def _containers(session: Session, job: JobRecord) -> dict[str, list[ContainerInfo] | None]:
+async def _containers(session: Session, job: JobRecord,
+                      listed: Mapping[str, HostListing] | None = None,
+                      ) -> dict[str, list[ContainerInfo] | None]:
+    """The job's nodes per host (``None``: the host could not be asked, why in
+    ``job.unreachable``): from ``listed`` (a fleet listing, :func:`list_fleet`) where it
+    names the host, else one listing of the job's containers on it."""
     hosts = list(dict.fromkeys(n.host for n in job.nodes))
     job.unreachable = {}
+    known: dict[str, list[ContainerInfo] | None] = {}
+    for host in hosts:
+        got = listed.get(host) if listed is not None else None
+        if got is None:
+            continue
+        if got.containers is None:
+            job.unreachable[host] = got.reason or f"host {host}: {got.status}"
+            known[host] = None
+        else:
+            known[host] = [i for i in got.containers if i.labels.get(K_JOB_ID) == job.id]
     by_rank = {n.node_rank: n for n in job.nodes}
 
     def need(info: ContainerInfo) -> bool:
@@ -194,8 +209,10 @@ async def _containers(session: Session, job: JobRecord) -> dict[str, list[Contai
             job.unreachable[host] = e.message
             return None
 
-    results = await asyncio.gather(*(one(h) for h in hosts))
-    return dict(zip(hosts, results))
+    rest = [h for h in hosts if h not in known]
+    results = await asyncio.gather(*(one(h) for h in rest))
+    known.update(zip(rest, results))
+    return {h: known[h] for h in hosts}
 
 
 def _merge_stored(job: JobRecord, stored: JobRecord) -> None:
@@ -229,10 +246,16 @@ def _interruption(job: JobRecord, never_started: list[NodeRecord]) -> FailureRec
 
 
 async def refresh(
-    session: Session, store: Store, job: JobRecord, *, teardown: bool = True
+    session: Session, store: Store, job: JobRecord, *, teardown: bool = True,
+    listed: Mapping[str, HostListing] | None = None,
 ) -> JobRecord:
     """Reconcile one job with its containers, tear down a half-failed (or half-launched)
     gang, explain a failure.
+
+    ``listed``: a fleet listing (:func:`reconcile_fleet`) to read the job's containers from
+    instead of listing them on each host (a host it does not name is listed); a host it
+    marks pending or failed leaves the job's nodes there at their last known values
+    (``unreachable`` for an active one).
 
     Returns the updated record (also written to the store).
     """
@@ -243,7 +266,7 @@ async def refresh(
         _merge_stored(job, stored)
         if job.removed_at is not None:
             return job
-    per_host = await _containers(session, job)
+    per_host = await _containers(session, job, listed)
     by_rank: dict[int, ContainerInfo] = {}
     for infos in per_host.values():
         for info in infos or []:
@@ -554,6 +577,58 @@ class JobView:
         }
 
 
+#: SSH connections (each followed by its container listing) in flight at once in one
+#: reconcile of the fleet (:func:`list_fleet`). Below OpenSSH's default ``MaxStartups``
+#: start (10) would be safest for many clients of one sshd, but every fleet host is its own
+#: sshd: this bounds this process's file descriptors (2 per host: the SSH socket and the
+#: forwarded Docker socket) and CPU spent in key exchanges at once, not any one sshd's load.
+LIST_CONCURRENCY = 64
+
+#: Seconds one reconcile waits for the hosts' listings (:func:`list_fleet`); a host still
+#: connecting or listing then is ``pending``: its jobs keep their last known state.
+LIST_DEADLINE_S = 30.0
+
+HOST_ANSWERED, HOST_PENDING, HOST_FAILED = "answered", "pending", "failed"
+
+
+@dataclass
+class HostListing:
+    """What one host said in a reconcile of the fleet.
+
+    Attributes:
+        host: the host's profile name.
+        status: ``answered``, ``pending`` (still connecting or listing when the deadline
+            passed) or ``failed`` (it could not be asked: ``reason`` says why).
+        reason: why it is not ``answered`` (one line naming the host), else ``None``.
+        containers: every gpuconsole job node on it (both runtimes) when answered.
+        seconds: how long it took to answer or fail, from the start of the reconcile (s,
+            monotonic); for a pending host, the deadline.
+        phase: where it was: ``queued`` (waiting for a connection slot), ``connecting``,
+            ``listing`` or ``done``.
+    """
+
+    host: str
+    status: str
+    reason: str | None = None
+    containers: list[ContainerInfo] | None = None
+    seconds: float = 0.0
+    phase: str = "queued"
+
+    def as_dict(self) -> dict[str, Any]:
+        """The ``ps --json --hosts`` object of one host."""
+        return {"host": self.host, "status": self.status, "reason": self.reason,
+                "seconds": round(self.seconds, 3),
+                "containers": None if self.containers is None else len(self.containers)}
+
+
+def pending_reason(host: str, phase: str, deadline_s: float) -> str:
+    """The one line shown for a host that had not answered when the deadline passed."""
+    doing = {"queued": "waiting for a connection slot", "connecting": "still connecting",
+             "listing": "still listing its containers"}.get(phase, phase)
+    return (f"host {host}: no answer within {deadline_s:g} s ({doing}); its jobs show their "
+            "last known state")
+
+
 async def host_runtime_nodes(session: Session, host: str, labels: dict[str, str | None],
                              detail: Callable[[ContainerInfo], bool] | None = None,
                              ) -> list[ContainerInfo]:
@@ -569,34 +644,108 @@ async def host_runtime_nodes(session: Session, host: str, labels: dict[str, str 
     return await engine.hostrt.list(labels, detail=detail)
 
 
-async def adopt_unknown(session: Session, store: Store, hosts: list[str]) -> list[str]:
-    """Record jobs found by label on the hosts but missing from the store; returns their ids.
+async def list_fleet(
+    session: Session, hosts: Sequence[str], *,
+    detail: Callable[[ContainerInfo], bool] | None = None,
+    docker_on: Sequence[str] = (),
+    concurrency: int = LIST_CONCURRENCY,
+    deadline_s: float = LIST_DEADLINE_S,
+) -> dict[str, HostListing]:
+    """Every host's gpuconsole job nodes (label ``io.gpuconsole.job-name`` present), one
+    listing per host, at most ``concurrency`` hosts connecting or listing at once.
 
-    A console restarted on another machine, or with its state dir lost, recovers every job
-    this way.
+    Per host: its default runtime's listing (Docker: one list request, the containers
+    ``detail`` selects inspected; see :meth:`remote.docker.Engine.list`), plus the host
+    runtime's nodes where the default is Docker and the host has a jobs folder
+    (:func:`host_runtime_nodes`), plus Docker's on the hosts in ``docker_on`` whose default is
+    the host runtime (a job there asks for Docker).
+
+    Never raises for a host: one that cannot be asked is ``failed`` with the reason, one still
+    connecting or listing ``deadline_s`` seconds after the start is ``pending`` (its task is
+    cancelled). Returns host -> :class:`HostListing`, in ``hosts`` order.
     """
     from console.jobs.labels import K_JOB_NAME
 
-    found: dict[str, list[tuple[str, ContainerInfo, NodeLabels]]] = {}
-    known = {j.id for j in await store.call(store.jobs, include_removed=True)}
+    labels: dict[str, str | None] = {K_JOB_NAME: None}
+    out = {h: HostListing(h, HOST_PENDING) for h in dict.fromkeys(hosts)}
+    slots = asyncio.Semaphore(max(1, concurrency))
+    t0 = time.monotonic()
+    extra_docker = set(docker_on)
 
-    def unknown(info: ContainerInfo) -> bool:  # inspected: only containers to adopt
-        return info.status != "created" and info.labels.get(K_JOB_ID) not in known
+    async def one(h: HostListing) -> None:
+        async with slots:
+            h.phase = "connecting"
+            try:
+                await session.connected(h.host)
+                h.phase = "listing"
+                engine = session.engine(h.host)
+                infos = await engine.list(labels, detail=detail)
+                infos += await host_runtime_nodes(session, h.host, labels, detail)
+                if engine.runtime != "docker" and h.host in extra_docker:
+                    infos += await engine.list(labels, detail=detail, runtime="docker")
+            except GpuConsoleError as e:
+                log.debug("[%s] cannot list containers: %s", h.host, e)
+                h.status, h.reason = HOST_FAILED, e.message
+            else:
+                h.status, h.containers = HOST_ANSWERED, infos
+            h.phase = "done"
+            h.seconds = time.monotonic() - t0
 
-    for host in hosts:
+    tasks = [asyncio.ensure_future(one(h)) for h in out.values()]
+    if tasks:
+        done, late = await asyncio.wait(tasks, timeout=max(0.0, deadline_s))
+        for task in late:
+            task.cancel()
+        if late:
+            await asyncio.gather(*late, return_exceptions=True)
+        for task in done:
+            if (exc := task.exception()) is not None:
+                raise exc
+    for h in out.values():
+        if h.status == HOST_PENDING:
+            h.reason = pending_reason(h.host, h.phase, deadline_s)
+            h.seconds = deadline_s
+    return out
+
+
+def _detail_for(known: set[str], watched: Sequence[JobRecord]
+                ) -> Callable[[ContainerInfo], bool]:
+    """Which listed containers a fleet listing inspects: a started one of a job the store
+    does not know (to adopt it with its times), and, of the ``watched`` jobs (refreshed from
+    this listing), those :func:`_needs_inspect` selects; none of any other job."""
+    ranks = {j.id: {n.node_rank: n for n in j.nodes} for j in watched}
+
+    def need(info: ContainerInfo) -> bool:
+        job_id = info.labels.get(K_JOB_ID)
+        if job_id not in known:
+            return info.status != "created"
+        nodes = ranks.get(job_id)
+        if nodes is None:
+            return False
         try:
-            await session.connected(host)
-            infos = await session.engine(host).list({K_JOB_NAME: None}, detail=unknown)
-            infos += await host_runtime_nodes(session, host, {K_JOB_NAME: None}, unknown)
-        except GpuConsoleError:
-            continue
-        for info in infos:
+            rank = NodeLabels.parse(info.labels).node_rank
+        except ValueError:
+            return False
+        return _needs_inspect(nodes.get(rank))(info)
+
+    return need
+
+
+async def adopt_listed(session: Session, store: Store, listed: dict[str, HostListing],
+                       known: set[str]) -> list[str]:
+    """Record the jobs found by label in ``listed`` but not in ``known`` (ids in the store,
+    removed ones included); returns their ids.
+
+    A container labelled for a host this profile does not name belongs to another profile
+    (or another console's name for this machine): it is left alone.
+    """
+    found: dict[str, list[tuple[str, ContainerInfo, NodeLabels]]] = {}
+    for host, listing in listed.items():
+        for info in listing.containers or []:
             try:
                 labels = NodeLabels.parse(info.labels)
             except ValueError:
                 continue
-            # a container labelled for a host this profile does not name belongs to another
-            # profile (or another console's name for this machine): leave it alone
             if labels.host not in session.profile.hosts:
                 continue
             if labels.job_id not in known:
@@ -624,3 +773,38 @@ async def adopt_unknown(session: Session, store: Store, hosts: list[str]) -> lis
         if await store.call(store.add_job, rec, if_absent=True):
             adopted.append(job_id)
     return adopted
+
+
+async def reconcile_fleet(
+    session: Session, store: Store, watched: Sequence[JobRecord], *,
+    concurrency: int = LIST_CONCURRENCY, deadline_s: float = LIST_DEADLINE_S,
+) -> dict[str, HostListing]:
+    """List every host of the session's profile once (:func:`list_fleet`) and adopt the jobs
+    found there that the store does not know (:func:`adopt_listed`).
+
+    ``watched``: the jobs that will be refreshed from this listing (``refresh(...,
+    listed=...)``); their changed containers are inspected in the same pass, and hosts of
+    the profile whose default runtime is the host runtime are also asked for Docker's
+    containers when one of them runs a Docker node there.
+    """
+    known = {j.id for j in await store.call(store.jobs, include_removed=True)}
+    profile = session.profile
+    docker_on = sorted({n.host for j in watched if j.runtime == "docker" for n in j.nodes
+                        if profile.host_runtime(n.host) != "docker"})
+    listed = await list_fleet(session, list(profile.hosts), detail=_detail_for(known, watched),
+                              docker_on=docker_on, concurrency=concurrency,
+                              deadline_s=deadline_s)
+    await adopt_listed(session, store, listed, known)
+    return listed
+
+
+async def adopt_unknown(session: Session, store: Store, hosts: list[str]) -> list[str]:
+    """Record jobs found by label on the hosts but missing from the store; returns their ids.
+
+    A console restarted on another machine, or with its state dir lost, recovers every job
+    this way. The hosts are listed concurrently (:func:`list_fleet`); one that cannot be
+    asked is skipped.
+    """
+    known = {j.id for j in await store.call(store.jobs, include_removed=True)}
+    listed = await list_fleet(session, hosts, detail=_detail_for(known, ()))
+    return await adopt_listed(session, store, listed, known)

@@ -1,0 +1,142 @@
+"""``gpuconsole ps`` over a fleet: 64 and 512 SSH hosts, a few jobs on 2 of them.
+
+The hosts are loopback aliases of the two sshd test hosts (scripts/testhosts/up), as in
+scripts/bench/console_cost.py: N profile entries ``h000``..., alternately 127.0.0.11 and
+127.0.0.12, same key. Both test hosts share this machine's dockerd, so each host's listing
+sees the same containers: 3 sleeping containers labelled as gpuconsole jobs, 2 on ``h000``
+(one of them a 2-node job with node 1 on ``h001``), so every other host has no job of its own.
+
+Each measurement is cold, like a user: a new ``python -m console.cli ps`` process (its import,
+its N SSH connections, its listings). The state dir is kept between runs, after one warm-up run
+that adopts the jobs: the runs measure the steady state (list every host, refresh the 3 running
+jobs). Median of ``--runs`` (default 5).
+
+Needs: ``scripts/testhosts/up`` (its sshd_config sets ``MaxStartups 100:30:200``: with the
+default 10:30:100 sshd drops 30 % of unauthenticated connections beyond 10 in flight) and an open
+file limit above 2 descriptors per host (``ulimit -n``; 512 hosts: one SSH socket and one
+forwarded Docker socket each).
+
+Run: ``.venv/bin/python scripts/bench/ps_fleet.py [--hosts 64 512] [--runs 5]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import docker
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+TESTHOSTS = Path(os.environ.get("GPUCONSOLE_TESTHOSTS_DIR", "/var/tmp/gpuconsole-testhosts"))
+IMAGE = "gpuconsole/torch:2.13.0-cpu"
+BENCH_LABEL = "io.gpuconsole-bench.ps-fleet"
+
+
+def make_profile(n: int, path: Path) -> None:
+    """N loopback hosts ``h000``... alternating between the two test hosts."""
+    base = yaml.safe_load((TESTHOSTS / "profile.yaml").read_text())
+    key = base["hosts"]["a"]["identity_file"]
+    hosts = {
+        f"h{i:03d}": {"hostname": "127.0.0.11" if i % 2 == 0 else "127.0.0.12", "port": 22,
+                      "user": "root", "identity_file": key}
+        for i in range(n)
+    }
+    prof = {"known_hosts": base["known_hosts"], "hosts": hosts, "connect_timeout": 30,
+            "defaults": base.get("defaults", {})}
+    path.write_text(yaml.safe_dump(prof))
+
+
+def start_jobs(client: docker.DockerClient) -> list[str]:
+    """3 sleeping job containers: ``bench-a`` (h000), ``bench-b`` (2 nodes: h000, h001)."""
+    now = time.time()
+    made = []
+    for job, rank, count, host in (("bench-a-000001", 0, 1, "h000"),
+                                   ("bench-b-000002", 0, 2, "h000"),
+                                   ("bench-b-000002", 1, 2, "h001")):
+        labels = {
+            "io.gpuconsole.format": "1", "io.gpuconsole.job-id": job,
+            "io.gpuconsole.job-name": job.rsplit("-", 1)[0],
+            "io.gpuconsole.node-rank": str(rank), "io.gpuconsole.node-count": str(count),
+            "io.gpuconsole.nproc-per-node": "1", "io.gpuconsole.host": host,
+            "io.gpuconsole.spec-hash": "0" * 12, "io.gpuconsole.created-at": f"{now:.3f}",
+            "io.gpuconsole.kind": "train", BENCH_LABEL: "1",
+        }
+        c = client.containers.run(IMAGE, ["sleep", "3600"], detach=True, labels=labels,
+                                  name=f"{job}-n{rank}-bench")
+        made.append(c.id)
+    return made
+
+
+def remove_jobs(client: docker.DockerClient) -> None:
+    for c in client.containers.list(all=True, filters={"label": BENCH_LABEL}):
+        c.remove(force=True)
+
+
+def ps_once(profile: Path, state: Path) -> tuple[float, list[dict[str, object]], str]:
+    env = dict(os.environ, GPUCONSOLE_STATE_DIR=str(state),
+               GPUCONSOLE_CONFIG_DIR=str(state / "config"))
+    env.pop("GPUCONSOLE_PROFILE", None)
+    t0 = time.monotonic()
+    res = subprocess.run([sys.executable, "-m", "console.cli", "-p", str(profile), "ps",
+                          "--json"], env=env, cwd=ROOT, capture_output=True, text=True,
+                         timeout=600)
+    dt = time.monotonic() - t0
+    if res.returncode != 0:
+        raise SystemExit(f"ps failed ({res.returncode}): {res.stderr[-2000:]}")
+    data = json.loads(res.stdout)
+    jobs = data["jobs"] if isinstance(data, dict) else data
+    return dt, jobs, res.stderr
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--hosts", type=int, nargs="+", default=[64, 512])
+    ap.add_argument("--runs", type=int, default=5)
+    args = ap.parse_args()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    print(f"open file limit (ulimit -n): soft {soft}, hard {hard}")
+    client = docker.from_env()
+    remove_jobs(client)
+    start_jobs(client)
+    results: dict[int, list[float]] = {}
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            for n in args.hosts:
+                prof = Path(tmp) / f"fleet{n}.yaml"
+                make_profile(n, prof)
+                state = Path(tmp) / f"state{n}"
+                _, jobs, _ = ps_once(prof, state)  # warm-up: adopts the bench jobs
+                ours = sorted(str(j["id"]) for j in jobs)
+                if ours != ["bench-a-000001", "bench-b-000002"]:
+                    raise SystemExit(f"{n} hosts: unexpected jobs {ours}")
+                times = []
+                for _ in range(args.runs):
+                    dt, jobs, stderr = ps_once(prof, state)
+                    states = {str(j["id"]): str(j["state"]) for j in jobs}
+                    if set(states.values()) != {"running"} or stderr.strip():
+                        raise SystemExit(f"{n} hosts: {states} {stderr[-1000:]}")
+                    times.append(dt)
+                results[n] = times
+                print(f"{n} hosts: " + " ".join(f"{t:.2f}" for t in times) + " s")
+    finally:
+        remove_jobs(client)
+        client.close()
+    first = args.hosts[0]
+    base = statistics.median(results[first])
+    print(f"\n{'hosts':>6}  {'median s':>9}  {'min s':>6}  {'max s':>6}  ratio to {first}")
+    for n, times in results.items():
+        med = statistics.median(times)
+        print(f"{n:>6}  {med:>9.2f}  {min(times):>6.2f}  {max(times):>6.2f}  {med / base:.2f}")
+
+
+if __name__ == "__main__":
+    main()

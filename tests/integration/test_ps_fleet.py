@@ -1,0 +1,190 @@
+"""``ps`` over hosts that answer late or refuse: a late host is pending (its jobs kept at their
+last known state), a refusing one reported with the reason, the others' jobs unaffected.
+
+Real sshd test hosts and dockerd; the misbehaving hosts are local TCP servers in front of (or
+instead of) test host ``a``'s sshd:
+
+- :class:`StallServer`: accepts and never sends the SSH banner (a host that answers late);
+- :class:`KexCloser`: relays sshd's banner, then closes the connection when the client starts
+  the key exchange, as an sshd past its ``MaxStartups`` drops a connection.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import docker
+import yaml
+
+from tests.integration.conftest import CLI, IMAGE
+
+
+class StallServer:
+    """Accepts TCP connections and sends nothing, ever (until :meth:`close`)."""
+
+    def __init__(self) -> None:
+        self.srv = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self.srv.getsockname()[1])
+        self.held: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.srv.accept()
+            except OSError:
+                return
+            self.held.append(conn)
+
+    def close(self) -> None:
+        self.srv.close()
+        for s in self.held:
+            s.close()
+
+
+class KexCloser:
+    """In front of an sshd: passes its banner to the client, then closes both sides as soon
+    as the client sends its first key exchange bytes."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.srv = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self.srv.getsockname()[1])
+        self.closed = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                down, _ = self.srv.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._one, args=(down,), daemon=True).start()
+
+    def _one(self, down: socket.socket) -> None:
+        up = socket.create_connection(self.target)
+        try:
+            banner = b""
+            while not banner.endswith(b"\n"):
+                chunk = up.recv(1)
+                if not chunk:
+                    break
+                banner += chunk
+            down.sendall(banner)
+            down.recv(65536)  # the client's banner / KEXINIT: close in the key exchange
+        except OSError:
+            pass
+        finally:
+            self.closed += 1
+            down.close()
+            up.close()
+
+    def close(self) -> None:
+        self.srv.close()
+
+
+def start_job(engine: docker.DockerClient, job_id: str, host: str) -> Any:
+    """A sleeping container labelled as a one-node job on ``host`` (adopted by ``ps``)."""
+    labels = {
+        "io.gpuconsole.format": "1", "io.gpuconsole.job-id": job_id,
+        "io.gpuconsole.job-name": job_id.rsplit("-", 1)[0], "io.gpuconsole.node-rank": "0",
+        "io.gpuconsole.node-count": "1", "io.gpuconsole.nproc-per-node": "1",
+        "io.gpuconsole.host": host, "io.gpuconsole.spec-hash": "0" * 12,
+        "io.gpuconsole.created-at": f"{time.time():.3f}", "io.gpuconsole.kind": "train",
+    }
+    return engine.containers.run(IMAGE, ["sleep", "600"], detach=True, labels=labels,
+                                 name=f"{job_id}-n0")
+
+
+def write_profile(base: Path, path: Path, extra: dict[str, tuple[str, int]]) -> None:
+    """The test profile plus hosts named in ``extra`` (name -> address, port)."""
+    prof = yaml.safe_load(base.read_text())
+    key = prof["hosts"]["a"]["identity_file"]
+    for name, (addr, port) in extra.items():
+        prof["hosts"][name] = {"hostname": addr, "port": port, "user": "root",
+                               "identity_file": key}
+    path.write_text(yaml.safe_dump(prof))
+
+
+def ps_hosts(cli: CLI, profile: Path, *extra: str) -> tuple[dict[str, Any], str, float]:
+    t0 = time.monotonic()
+    res = cli.run("ps", "--json", "--hosts", *extra, profile=profile, timeout=120)
+    dt = time.monotonic() - t0
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout), res.stderr, dt
+
+
+def test_late_host_pending_refusing_host_reported(cli: CLI, engine: docker.DockerClient,
+                                                   tmp_path: Path) -> None:
+    suffix = f"{int(time.time() * 1000) % 0xFFFFFF:06x}"
+    on_a, on_late = f"psfleet-a-{suffix}", f"psfleet-late-{suffix}"
+    stall, closer = StallServer(), KexCloser(("127.0.0.11", 22))
+    profile = tmp_path / "fleet.yaml"
+    containers = [start_job(engine, on_a, "a"), start_job(engine, on_late, "late")]
+    try:
+        # 1. every host answers ("late" is still test host a): both jobs adopted, running
+        write_profile(cli.profile, profile, {"late": ("127.0.0.11", 22)})
+        data, stderr, _ = ps_hosts(cli, profile)
+        jobs = {j["id"]: j for j in data["jobs"]}
+        assert jobs[on_a]["state"] == "running", stderr
+        assert jobs[on_late]["state"] == "running", stderr
+        assert {h["host"]: h["status"] for h in data["hosts"]} == {
+            "a": "answered", "b": "answered", "late": "answered"}
+
+        # 2. "late" now never answers, "busy" closes during key exchange, "closed" refuses
+        free = socket.create_server(("127.0.0.1", 0))
+        closed_port = int(free.getsockname()[1])
+        free.close()
+        write_profile(cli.profile, profile, {
+            "late": ("127.0.0.1", stall.port), "busy": ("127.0.0.1", closer.port),
+            "closed": ("127.0.0.1", closed_port)})
+        data, stderr, took = ps_hosts(cli, profile, "--deadline", "4")
+        hosts = {h["host"]: h for h in data["hosts"]}
+        assert hosts["late"]["status"] == "pending"
+        assert "no answer within 4 s (still connecting)" in hosts["late"]["reason"]
+        assert hosts["busy"]["status"] == "failed"
+        assert "refused new SSH connections (sshd MaxStartups?)" in hosts["busy"]["reason"]
+        assert closer.closed >= 1
+        assert hosts["closed"]["status"] == "failed"
+        assert "connection refused" in hosts["closed"]["reason"]
+        assert hosts["a"]["status"] == hosts["b"]["status"] == "answered"
+        # one warning line per host not answering, with its reason
+        assert f"warning: {hosts['late']['reason']}" in stderr
+        assert f"warning: {hosts['busy']['reason']}" in stderr
+        assert f"warning: {hosts['closed']['reason']}" in stderr
+        # within the deadline plus the CLI's start-up, not the connect timeout (10 s)
+        assert took < 4 + 6, took
+        jobs = {j["id"]: j for j in data["jobs"]}
+        # the late host's job is still listed, its node at its last known state
+        late = jobs[on_late]
+        assert late["state"] == "unknown"
+        assert [(n["host"], n["state"], n["host_status"]) for n in late["nodes"]] == [
+            ("late", "unreachable", "pending")]
+        assert late["nodes"][0]["container_id"] == containers[1].id
+        # 3. the answering host's job is unaffected
+        ok = jobs[on_a]
+        assert ok["state"] == "running"
+        assert [(n["host"], n["state"], n["host_status"]) for n in ok["nodes"]] == [
+            ("a", "running", "answered")]
+
+        # the plain `ps --json` is still the list of jobs
+        res = cli.run("ps", "--json", "--deadline", "2", profile=profile, timeout=120)
+        assert res.returncode == 0, res.stderr
+        assert {j["id"] for j in json.loads(res.stdout)} >= {on_a, on_late}
+
+        # 4. the late host answers again: its job is running again
+        write_profile(cli.profile, profile, {"late": ("127.0.0.11", 22)})
+        data, stderr, _ = ps_hosts(cli, profile)
+        jobs = {j["id"]: j for j in data["jobs"]}
+        assert jobs[on_late]["state"] == "running", stderr
+        assert jobs[on_late]["nodes"][0]["host_status"] == "answered"
+    finally:
+        stall.close()
+        closer.close()
+        for c in containers:
+            c.remove(force=True)
