@@ -72,7 +72,7 @@ def start_jobs(client: docker.DockerClient) -> list[str]:
         }
         c = client.containers.run(IMAGE, ["sleep", "3600"], detach=True, labels=labels,
                                   name=f"{job}-n{rank}-bench")
-        made.append(c.id)
+        made.append(str(c.id))
     return made
 
 
