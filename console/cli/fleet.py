@@ -2,8 +2,12 @@
 
 One-shot reads (``top --once``, ``gpus``) wait up to ``--timeout`` for every host's first
 sample, print what came, name each host that gave none (with its state) on stderr and exit 1
-when any did. Live ``top`` writes from its own task, never from the monitor's: a closed stdout
-ends it (exit 0) and is never a host failure.
+when any did. They return as soon as the last host answered: the container -> job map is
+read per host beside the samples (:class:`console.fleet.monitor.FleetMonitor`), and only where
+a GPU process runs in a container. On a terminal, ``top --once`` draws the table as hosts
+answer, the ones still pending named under it. Live ``top`` writes from its own task, never
+from the monitor's: a closed stdout ends it (exit 0) and is never a host failure; its text
+table is drawn at once, then again as each host answers, then every ``--interval``.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +35,9 @@ ONCE_TIMEOUT_S = 15.0
 #: The container -> job map is read after the samples within what is left of ``--timeout``,
 #: but gets at least this long (s).
 MIN_MAP_S = 2.0
+#: While hosts are still arriving, the text table is redrawn when one answered, at most this
+#: often (s).
+ARRIVAL_REDRAW_S = 0.1
 
 _TIMEOUT_HELP = ("With --once: seconds to wait for every host's first sample (connect, "
                  "agent start, first reading); hosts without one are named on stderr and the "
@@ -64,15 +72,18 @@ def _hosts_opt(profile: Profile, hosts: str | None) -> list[str]:
               show_default=True, help="Telemetry source on the hosts.")
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=ONCE_TIMEOUT_S,
               show_default=True, help=_TIMEOUT_HELP)
+# benchmarks only: the hosts' agents replay this trace (a path on the hosts) instead of NVML
+@click.option("--agent-replay", "agent_replay", default=None, hidden=True)
 @click.pass_context
 def top(ctx: click.Context, once: bool, as_json: bool, interval: float, hosts: str | None,
         record: Path | None, replay: Path | None, speed: float, source: str,
-        timeout: float) -> None:
+        timeout: float, agent_replay: str | None) -> None:
     """Live per-GPU utilization, memory and processes across the fleet.
 
     Stops when its output is closed (`top --json | head -n 1`), with exit status 0.
     """
-    run(_top(ctx, once, as_json, interval, hosts, record, replay, speed, source, timeout))
+    run(_top(ctx, once, as_json, interval, hosts, record, replay, speed, source, timeout,
+             agent_replay))
 
 
 def missing_hosts(state: FleetState, timeout: float,
@@ -93,10 +104,31 @@ def missing_hosts(state: FleetState, timeout: float,
     return lines
 
 
-async def read_fleet_once(svc: Service, state: FleetState, timeout: float) -> dict[str, str]:
-    """Wait up to ``timeout`` s for every host's first sample, then map containers to jobs
-    in what is left of it (at least :data:`MIN_MAP_S`); print each host that gave no sample
-    on stderr.
+def answered(state: FleetState) -> int:
+    """How many hosts gave a sample or are down (what a one-shot read waits for)."""
+    return sum(1 for v in state.hosts.values() if v.sample is not None or v.status == "down")
+
+
+def pending_line(state: FleetState, phases: dict[str, str]) -> str:
+    """``waiting for N of M hosts: NAME (PHASE), ...`` for the hosts that have not answered
+    (at most 8 named), or ``""`` when none is left."""
+    left = [v.name for v in state.hosts.values() if v.sample is None and v.status != "down"]
+    if not left:
+        return ""
+    named = ", ".join(f"{h} ({phases.get(h, 'connecting')})" for h in left[:8])
+    more = f" and {len(left) - 8} more" if len(left) > 8 else ""
+    return f"waiting for {len(left)} of {len(state.hosts)} hosts: {named}{more}"
+
+
+async def read_fleet_once(svc: Service, state: FleetState, timeout: float,
+                          progress: Callable[[], None] | None = None) -> dict[str, str]:
+    """Wait up to ``timeout`` s for every host's first sample, then for the container -> job
+    map (read per host beside the samples) in what is left of it (at least
+    :data:`MIN_MAP_S`).
+
+    Args:
+        progress: called at the start and whenever another host answered (at most every
+            :data:`ARRIVAL_REDRAW_S` s) while the wait lasts.
 
     Returns:
         each host's phase when the wait ended (:meth:`Service.fleet_phases`), for
@@ -106,7 +138,19 @@ async def read_fleet_once(svc: Service, state: FleetState, timeout: float) -> di
 
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    await svc.wait_fleet(timeout=timeout)
+    if progress is None:
+        await svc.wait_fleet(timeout=timeout)
+    else:
+        waiting = asyncio.ensure_future(svc.wait_fleet(timeout=timeout))
+        try:
+            shown = -1
+            while not waiting.done():
+                if answered(state) != shown:
+                    shown = answered(state)
+                    progress()
+                await asyncio.wait({waiting}, timeout=ARRIVAL_REDRAW_S)
+        finally:
+            waiting.cancel()
     phases = svc.fleet_phases()
     try:
         await asyncio.wait_for(svc.refresh_containers(),
@@ -139,7 +183,7 @@ def raise_if_missing(state: FleetState, timeout: float,
 
 async def _top(ctx: click.Context, once: bool, as_json: bool, interval: float,
                hosts: str | None, record: Path | None, replay: Path | None, speed: float,
-               source: str, timeout: float) -> None:
+               source: str, timeout: float, agent_replay: str | None = None) -> None:
     import asyncio
 
     from console.fleet.monitor import Recorder, read_recording
@@ -149,11 +193,11 @@ async def _top(ctx: click.Context, once: bool, as_json: bool, interval: float,
 
     tty = sys.stdout.isatty() and not as_json
 
-    def show(state: FleetState) -> None:
+    def show(state: FleetState, footer: str = "") -> None:
         if as_json:
             out(json.dumps(state.snapshot()))
             return
-        text = render_fleet(state)
+        text = render_fleet(state) + (f"\n{footer}" if footer else "")
         out(("\x1b[H\x1b[2J" if tty else "") + text + ("" if tty else "\n"))
 
     if replay is not None:
@@ -202,12 +246,20 @@ async def _top(ctx: click.Context, once: bool, as_json: bool, interval: float,
                 out(json.dumps({"host": host, "sample": sample}))
 
     async def stream(state: FleetState) -> None:
+        shown = -1
         while True:
             if as_json:
                 batch = [await queue.get()]
+            elif answered(state) < len(state.hosts):
+                # hosts still arriving: each one drawn as soon as it answered
+                await asyncio.sleep(ARRIVAL_REDRAW_S)
+                if answered(state) == shown:
+                    continue
+                batch = []
             else:
                 await asyncio.sleep(interval)
                 batch = []
+            shown = answered(state)
             while not queue.empty():
                 batch.append(queue.get_nowait())
             write(batch)
@@ -216,10 +268,16 @@ async def _top(ctx: click.Context, once: bool, as_json: bool, interval: float,
 
     hook = on_sample if (recorder or (as_json and not once)) else None
     async with Service(profile) as svc:
-        state = svc.start_fleet(names, interval=interval, mode=source, on_sample=hook)
+        state = svc.start_fleet(names, interval=interval, mode=source, on_sample=hook,
+                                replay_path=agent_replay)
+
+        def progress() -> None:  # a terminal sees the hosts that answered, the rest named
+            show(state, pending_line(state, svc.fleet_phases()))
+
         try:
             if once:
-                phases = await read_fleet_once(svc, state, timeout)
+                phases = await read_fleet_once(svc, state, timeout,
+                                               progress if tty else None)
                 batch = []
                 while not queue.empty():
                     batch.append(queue.get_nowait())

@@ -5,6 +5,12 @@ and on any failure mark the host ``down`` and retry after a jittered exponential
 (0.5 s doubling to 30 s, x0.5-1.5). A separate task re-arms itself after it finishes to tick
 the state (``stale`` hosts) and, every 10 s, to map containers to jobs by their labels.
 
+Container -> job map: only a host whose latest sample shows a GPU process in a container (or
+a ``runtime: host`` node) is asked, since only those processes can be matched; a host's
+listing starts as soon as its first such sample arrives, beside the other hosts' streams, so a
+one-shot read (``top --once``) finds it done or under way when the last host answers
+(:meth:`FleetMonitor.refresh_containers`).
+
 What the monitor's ``on_sample`` hook does is not the hosts' business: a hook that raises is
 logged and counted (:attr:`FleetMonitor.hook_errors`), never taken for a host failure.
 :meth:`FleetMonitor.stop` ends every task the monitor started, in whatever phase each host is
@@ -48,6 +54,17 @@ PHASE_FAULT_WAIT = "fault wait"
 PHASE_BACKOFF = "backoff"
 #: ... the task has ended (:meth:`FleetMonitor.stop`).
 PHASE_STOPPED = "stopped"
+
+#: Seconds between the housekeeping's container -> job map refreshes; also how old a host's
+#: listing may be for :meth:`FleetMonitor.refresh_containers` to reuse it by default.
+MAP_EVERY_S = 10.0
+
+
+def in_containers(sample: Sample | None) -> bool:
+    """Whether ``sample`` shows a GPU process with a container id (a container, or a
+    ``runtime: host`` node): only those can be matched to jobs."""
+    return sample is not None and any(p.get("container_id")
+                                      for p in sample.get("processes") or [])
 
 
 async def container_jobs(session: Session, hosts: list[str]) -> dict[str, ContainerJob]:
@@ -114,6 +131,10 @@ class FleetMonitor:
         self.mode = mode
         self.replay_path = replay_path
         self._tasks: list[asyncio.Task[None]] = []
+        #: host -> its containers' jobs, from its last listing
+        self._maps: dict[str, dict[str, ContainerJob]] = {}
+        #: host -> its latest listing (running or done) and when it started (monotonic s)
+        self._listing: dict[str, tuple[float, asyncio.Task[None]]] = {}
         self.updated = asyncio.Event()
         self.phase: dict[str, str] = {}
         self.hook_errors = 0
@@ -144,9 +165,12 @@ class FleetMonitor:
                                       replay=self.replay_path, on_phase=phase)
                 async with aclosing(stream):  # closed here, whatever ends the loop
                     async for sample in stream:
+                        first = last is None
                         last = sample
                         self.state.on_sample(host, sample)
                         phase(PHASE_STREAMING)
+                        if first and in_containers(sample):
+                            self._list_host(host)  # beside the other hosts' first samples
                         self._hook(host, sample)
                         self.updated.set()
                         if (sample["seq"] or 0) >= 2:  # a stream that lives, not a retry loop
@@ -175,24 +199,67 @@ class FleetMonitor:
             await asyncio.sleep(backoff * (0.5 + random.random()))
             backoff = min(backoff * 2, 30.0)
 
-    async def refresh_containers(self) -> None:
-        """Map container ids to jobs from the labels on every host that is streaming
-        (a host that has not answered yet or is down is not asked: it would only hold the
-        map back until its connection timed out)."""
-        live = [h for h in self.hosts
-                if (v := self.state.hosts.get(h)) is not None and v.sample is not None
-                and v.status != "down"]
-        self.state.set_containers(await container_jobs(self.session, live))
+    def _list_host(self, host: str) -> asyncio.Task[None]:
+        """Start listing ``host``'s containers (unless a listing is under way); the map is
+        published when it is done."""
+        got = self._listing.get(host)
+        if got is not None and not got[1].done():
+            return got[1]
+        task = asyncio.create_task(self._map_host(host), name=f"container-map-{host}")
+        self._listing[host] = (time.monotonic(), task)
+        return task
+
+    async def _map_host(self, host: str) -> None:
+        try:
+            self._maps[host] = await container_jobs(self.session, [host])
+        except Exception:  # the map is a nicety: its failure is never the host's
+            log.debug("[%s] container listing failed", host, exc_info=True)
+            return
+        self._publish_map()
+
+    def _publish_map(self) -> None:
+        merged: dict[str, ContainerJob] = {}
+        for m in self._maps.values():
+            merged.update(m)
+        self.state.set_containers(merged)
+
+    async def refresh_containers(self, max_age_s: float = MAP_EVERY_S) -> None:
+        """Map container ids to jobs from the labels on every host that is streaming and
+        whose latest sample shows a GPU process in a container (:func:`in_containers`);
+        other hosts are not asked (one not streaming would only hold the map back until its
+        connection timed out; one without such processes has nothing to match).
+
+        Args:
+            max_age_s: a host whose listing started at most this long ago (s), or is still
+                running, is not asked again: that listing is awaited (the one started at its
+                first sample, for a one-shot read). 0: ask every such host now.
+        """
+        wanted = [h for h in self.hosts
+                  if (v := self.state.hosts.get(h)) is not None and v.status != "down"
+                  and in_containers(v.sample)]
+        for h in [h for h in self._maps if h not in wanted]:
+            del self._maps[h]
+        now = time.monotonic()
+        tasks = []
+        for h in wanted:
+            got = self._listing.get(h)
+            if got is not None and (not got[1].done() or now - got[0] <= max_age_s):
+                tasks.append(got[1])
+            else:
+                tasks.append(self._list_host(h))
+        # shielded: a caller's timeout leaves the listings running for the next refresh
+        await asyncio.shield(asyncio.gather(*tasks, return_exceptions=True))
+        self._publish_map()
 
     async def _housekeeping(self) -> None:
         last_labels = 0.0
         while True:
             self.state.tick()
             now = time.monotonic()
-            if now - last_labels >= 10.0:
+            if now - last_labels >= MAP_EVERY_S:
                 last_labels = now
                 try:
-                    await self.refresh_containers()
+                    await self.refresh_containers(max_age_s=0.0)
                 except Exception:
                     log.debug("container refresh failed", exc_info=True)
             # re-armed only after this round finished: rounds never overlap
@@ -228,6 +295,8 @@ class FleetMonitor:
         phase and left behind; :meth:`stop` returns either way.
         """
         tasks, self._tasks = self._tasks, []
+        tasks += [t for _started, t in self._listing.values()]
+        self._listing = {}
         for t in tasks:
             t.cancel()
         loop = asyncio.get_running_loop()
@@ -261,6 +330,8 @@ class FleetMonitor:
 
     def _phase_of(self, task: asyncio.Task[None]) -> str:
         name = task.get_name()
+        if name.startswith("container-map-"):
+            return "listing containers"
         host = name.removeprefix("telemetry-")
         return self.phase.get(host, "?") if host != name else "housekeeping"
 

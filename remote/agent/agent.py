@@ -40,19 +40,22 @@ syntax and semantics (the annotations below are strings, never evaluated).
 
 from __future__ import annotations
 
-import argparse
-import ctypes
-import importlib
 import json
 import math
 import os
-import re
-import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+
+# Start-up cost: the host starts this file once per connection (``python3 -I -S``: no site,
+# no user site), so nothing is imported here that the first sample does not need. ``argparse``,
+# ``re``, ``socket``, ``typing`` and ``ctypes`` cost milliseconds each to import; the options
+# are parsed by hand (:func:`parse_args`, argparse only for --help and mistakes), the
+# regular expressions are compiled where they are used, and ``ctypes`` comes with pynvml.
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only (they are strings, never evaluated)
+    from collections.abc import Callable, Iterable, Sequence
+    from typing import Any
 
 # --------------------------------------------------------------------------------------------
 # the record's vocabulary: the single source of these names and keys
@@ -330,7 +333,8 @@ XID_MEANINGS = {
          "differentiate DRAM/SRAM"),
 }
 
-_CONTAINER_ID_RE = re.compile(
+#: A container id in a cgroup path (compiled at first use: ``re`` is not imported at start-up).
+_CONTAINER_ID_PATTERN = (
     r"(?:docker|cri-containerd|crio|libpod)[-/]([0-9a-f]{64})\b"
     r"|/kubepods[^:\s]*?/([0-9a-f]{64})\b"
 )
@@ -371,6 +375,8 @@ def _finite(value: float) -> float | None:
 
 def handle_key(handle: Any) -> int:
     """A hashable identity for an NVML device handle (the ``nvmlDevice_t`` pointer value)."""
+    import ctypes  # pynvml imported it already
+
     try:
         ptr = ctypes.cast(handle, ctypes.c_void_p).value
         if ptr is not None:
@@ -389,10 +395,12 @@ def parse_container_id(cgroup_text: str) -> str | None:
     ``libpod-<id>.scope``) and Kubernetes cgroupfs paths (``/kubepods/<qos>/pod<uid>/<id>``).
     The first (outermost) id wins: that is the container the host's engine knows.
     """
+    import re  # compiled once by re's own cache
+
     for line in cgroup_text.splitlines():
         parts = line.split(":", 2)
         path = parts[2] if len(parts) == 3 else line
-        m = _CONTAINER_ID_RE.search(path)
+        m = re.search(_CONTAINER_ID_PATTERN, path)
         if m:
             return m.group(1) or m.group(2)
     return None
@@ -493,6 +501,8 @@ def processes_v1(nv: Any, symbol: str, handle: Any) -> list[Any]:
     pynvml 12+ has no wrapper for the v1 symbols, which drivers older than R470 export alone.
     Returns objects with ``pid`` and ``usedGpuMemory`` (bytes, ``None`` when not available).
     """
+    import ctypes  # pynvml imported it already
+
 
     class ProcessInfoV1(ctypes.Structure):
         _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong)]
@@ -532,7 +542,7 @@ KERNEL_LOG_FIELDS = ("source", "lines", "since_boot", "dropped", "gap")
 #: ``kernel_log.source`` values (``file``: a test's file standing in for the kernel log).
 KERNEL_LOG_SOURCES = ("journalctl", "dmesg", "file")
 
-_STAMP_RE = re.compile(r"^\[\s*(\d+\.\d+)\]")
+_STAMP_PATTERN = r"^\[\s*(\d+\.\d+)\]"  # dmesg's [seconds.micros] prefix
 #: journalctl's words when it runs but cannot show the kernel's messages to this user.
 _JOURNAL_REFUSALS = ("not seeing messages from other users", "No journal files were",
                      "insufficient permissions", "Permission denied")
@@ -706,9 +716,11 @@ class KernelLogReader:
                 why += (" (kernel.dmesg_restrict=1: only root or CAP_SYSLOG may read the "
                         "kernel log; journalctl needs the adm or systemd-journal group)")
             return why
+        import re  # compiled once by re's own cache
+
         records: list[tuple[float, list[str]]] = []
         for line in out.splitlines():
-            m = _STAMP_RE.match(line)
+            m = re.match(_STAMP_PATTERN, line)
             if m:
                 records.append((float(m.group(1)), [line]))
             elif records and line.strip():
@@ -769,7 +781,12 @@ class HostReader:
     def __init__(self, proc_root: str = "/proc") -> None:
         self.proc = proc_root
         self._prev_cpu = self._cpu_times()
-        self.hostname = socket.gethostname()
+        try:
+            self.hostname = os.uname().nodename  # what socket.gethostname() says, on Linux
+        except AttributeError:  # no uname (not Linux: no /proc either)
+            import socket
+
+            self.hostname = socket.gethostname()
 
     def _cpu_times(self) -> tuple[int, int] | None:
         """``(idle, total)`` jiffies from the ``cpu`` line of /proc/stat (idle includes iowait;
@@ -1549,7 +1566,7 @@ def load_pynvml(pynvml_dir: str | None) -> tuple[Any, str | None]:
         sys.path.remove(pynvml_dir)
         sys.path.insert(0, pynvml_dir)
     try:
-        return importlib.import_module("pynvml"), None
+        return __import__("pynvml"), None
     except Exception as e:
         return None, reason_of(e)
 
@@ -1590,9 +1607,72 @@ def safe_sample(agent: Agent) -> dict[str, Any]:
         return s
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    """Command-line options (see the module docstring)."""
-    p = argparse.ArgumentParser(description="gpuconsole host agent: NVML telemetry as JSON lines")
+class Options:
+    """The command-line options (see the module docstring and :func:`parse_args`)."""
+
+    def __init__(self) -> None:
+        self.interval = 1.0
+        self.pynvml_dir: str | None = None
+        self.slow_every = 10
+        self.count = 0
+        self.no_stdin_watch = False
+        self.replay: str | None = None
+        self.kernel_log_every = KERNEL_LOG_EVERY_S
+        self.kernel_log_file: str | None = None
+        self.link_python = False
+
+
+#: Options taking a value -> (attribute, type); flags -> attribute (the fast parser's table).
+_VALUED: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "--interval": ("interval", float), "--pynvml-dir": ("pynvml_dir", str),
+    "--slow-every": ("slow_every", int), "--count": ("count", int),
+    "--replay": ("replay", str), "--kernel-log-every": ("kernel_log_every", float),
+    "--kernel-log-file": ("kernel_log_file", str),
+}
+_FLAGS = {"--no-stdin-watch": "no_stdin_watch", "--link-python": "link_python"}
+
+
+def _parse_fast(argv: Sequence[str]) -> Options | None:
+    """The options the console passes (``--opt VALUE``, ``--opt=VALUE``, flags), without
+    importing argparse (about 9 ms of start-up); ``None`` for anything else (``--help``, an
+    unknown option, a bad value), which :func:`parse_args` leaves to argparse."""
+    o = Options()
+    it = iter(argv)
+    for arg in it:
+        name, eq, value = arg.partition("=")
+        if name in _FLAGS and not eq:
+            setattr(o, _FLAGS[name], True)
+            continue
+        if name not in _VALUED:
+            return None
+        if not eq:
+            nxt = next(it, None)
+            if nxt is None:
+                return None
+            value = nxt
+        attr, kind = _VALUED[name]
+        try:
+            setattr(o, attr, kind(value))
+        except ValueError:
+            return None
+    if not o.interval > 0 or o.kernel_log_every < 0:
+        return None
+    return o
+
+
+def parse_args(argv: Sequence[str] | None) -> Options:
+    """Command-line options (see the module docstring): parsed by hand when they are the
+    console's (:func:`_parse_fast`), else by argparse, which prints help or the mistake and
+    exits with status 2."""
+    if argv is None:
+        argv = sys.argv[1:]
+    fast = _parse_fast(argv)
+    if fast is not None:
+        return fast
+    import argparse
+
+    p = argparse.ArgumentParser(prog="agent.py",
+                                description="gpuconsole host agent: NVML telemetry as JSON lines")
     p.add_argument("--interval", type=float, default=1.0, help="seconds between samples")
     p.add_argument("--pynvml-dir", default=None, help="folder holding pynvml.py")
     p.add_argument("--slow-every", type=int, default=10,
@@ -1605,6 +1685,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    "lines) in a loop, re-stamped with this host's time, instead of NVML")
     p.add_argument("--kernel-log-every", type=float, default=KERNEL_LOG_EVERY_S,
                    help="seconds between kernel log (NVRM/Xid) reads; 0: do not read it")
+    p.add_argument("--link-python", action="store_true",
+                   help="after the first sample, link this interpreter as 'py' next to this "
+                   "file (the console starts that link next time: no PATH shim)")
     # tests only: a file stands in for the kernel log (hosts without an NVIDIA driver)
     p.add_argument("--kernel-log-file", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -1612,7 +1695,34 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         p.error("--interval must be > 0")
     if args.kernel_log_every < 0:
         p.error("--kernel-log-every must be >= 0")
-    return args
+    o = Options()
+    o.__dict__.update(vars(args))
+    return o
+
+
+#: The interpreter link :func:`link_python` leaves next to this file.
+PYTHON_LINK = "py"
+
+
+def link_python() -> None:
+    """Link this interpreter (its real path) as :data:`PYTHON_LINK` next to this file, so the
+    console's next start runs it directly instead of the ``python3`` found on PATH (which may
+    be a shim such as pyenv's: a shell script starting several processes). Best effort:
+    anything that fails leaves the console on ``python3``."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    exe = os.path.realpath(sys.executable or "")
+    if not exe or not os.access(exe, os.X_OK):
+        return
+    link = os.path.join(here, PYTHON_LINK)
+    tmp = f"{link}.{os.getpid()}"
+    try:
+        os.symlink(exe, tmp)
+        os.replace(tmp, link)  # atomic: a concurrent start sees the old link or the new
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
 
 
 def load_trace(path: str) -> list[dict[str, Any]]:
@@ -1630,9 +1740,11 @@ def load_trace(path: str) -> list[dict[str, Any]]:
     return samples
 
 
-def replay(path: str, interval: float, count: int, closed: threading.Event) -> int:
+def replay(path: str, interval: float, count: int, closed: threading.Event,
+           after_first: Callable[[], None] | None = None) -> int:
     """Emit a trace's samples in a loop every ``interval`` s with fresh ``seq``/``host_time``
-    (benchmarks and demos: a console sees what a real host would send)."""
+    (benchmarks and demos: a console sees what a real host would send); ``after_first`` is
+    called once the first sample is out."""
     samples = load_trace(path)
     seq = 0
     next_t = time.monotonic()
@@ -1645,6 +1757,8 @@ def replay(path: str, interval: float, count: int, closed: threading.Event) -> i
         s["host_time"] = round(time.time(), 3)
         s["interval_s"] = interval
         emit(s, sys.stdout)
+        if seq == 1 and after_first is not None:
+            after_first()
         if count and seq >= count:
             return 0
         next_t += interval
@@ -1658,7 +1772,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.no_stdin_watch:
             watch_stdin(closed_r)
         try:
-            return replay(args.replay, args.interval, args.count, closed_r)
+            return replay(args.replay, args.interval, args.count, closed_r,
+                          link_python if args.link_python else None)
         except BrokenPipeError:
             return 0
     nv, import_error = load_pynvml(args.pynvml_dir)
@@ -1674,13 +1789,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         if agent.state == "nvml_unavailable":
             emit(agent.sample(), out)
             return EXIT_NVML_UNAVAILABLE
-        # the first sample comes soon (a short window is enough for CPU % and GPM deltas),
-        # so a console sees the whole fleet quickly; then one every interval
-        next_t = time.monotonic() + min(args.interval, 0.25)
+        # the first sample goes out as soon as NVML answers, so a console sees the whole
+        # fleet at once (its CPU % and GPM deltas are null: no window yet); then one every
+        # interval
+        next_t = time.monotonic()
         while True:
             if closed.wait(max(0.0, next_t - time.monotonic())):
                 return 0
             emit(safe_sample(agent), out)
+            if agent.seq == 1 and args.link_python:
+                link_python()
             if args.count and agent.seq >= args.count:
                 return 0
             next_t += args.interval

@@ -6,6 +6,16 @@ when they change) and run with the host's ``python3``. Its stdin stays open as t
 link: when the connection or the console goes away, stdin closes and the agent exits, so
 nothing outlives the connection.
 
+Start-up, paid once per connection (see docs/benchmarks.md, "First fleet snapshot"): one
+command, no SFTP session, when the host already has this bundle (:func:`agent_argv`): ``sh``
+enters the bundle's folder (status :data:`LAUNCH_MISSING` when it is not there: the bundle is
+uploaded and the command run again) and hands over (``exec``) to the interpreter, run with
+``-I -S`` (no site, no user site, no ``PYTHON*`` variables), which imports ``agent`` from its
+folder (byte code cached there after the first start) instead of compiling the script. The
+interpreter is the one the agent linked as ``py`` in its folder on its first start
+(``--link-python``), else ``python3`` from PATH: a PATH shim such as pyenv's (a shell script
+that starts several processes) is paid once per host and bundle, not once per connection.
+
 When the host has no ``python3`` (exit 127) or NVML cannot load (the agent exits
 :data:`AGENT_EXIT_NO_NVML` after one sample saying why), the stream falls back to
 ``nvidia-smi --query-gpu=... -lms`` over the same connection, parsed into the same schema,
@@ -50,10 +60,56 @@ async def deploy_agent(transport: Transport) -> str:
     return await transport.put_bundle(agent_bundle(), AGENT_BASE)
 
 
+#: ``sh`` exits with this when the host has no copy of the bundle (the agent never does).
+LAUNCH_MISSING = 97
+#: Run by ``python3 -I -S -c``: argv[1] is the agent's path (so ``ps`` shows it); ``agent``
+#: is imported from there, its byte code cached in the folder, then run with the rest.
+_AGENT_MAIN = ("import sys;p=sys.argv.pop(1);sys.path.insert(0,p.rpartition('/')[0]);"
+               "import agent;sys.exit(agent.main())")
+#: ``sh -c`` script: $0 is :data:`_AGENT_MAIN`, $1 the folder (absolute, or under $HOME),
+#: the rest the agent's options.
+_LAUNCH = ('case "$1" in /*) d="$1";; *) d="$HOME/$1";; esac; shift; '
+           'cd "$d" 2>/dev/null || exit ' + str(LAUNCH_MISSING) + '; '
+           'if [ -x py ]; then exec ./py -I -S -c "$0" "$d/agent.py" "$@"; fi; '
+           'exec python3 -I -S -c "$0" "$d/agent.py" --link-python "$@"')
+
+
+def agent_argv(interval: float, replay: str | None = None, folder: str | None = None,
+               ) -> list[str]:
+    """The one command that starts this console's agent bundle on a host that has it
+    (exit :data:`LAUNCH_MISSING` when it does not; 127 when there is no ``python3``).
+
+    Args:
+        folder: the bundle's folder on the host (default: where :func:`deploy_agent` puts
+            it, under ``$HOME``).
+    """
+    folder = folder or f"{AGENT_BASE}/{_bundle_digest()}"
+    argv = ["sh", "-c", _LAUNCH, _AGENT_MAIN, folder, "--interval", f"{interval:g}"]
+    if replay:
+        argv += ["--replay", replay]
+    return argv
+
+
+_digest: str | None = None
+
+
+def _bundle_digest() -> str:
+    """The bundle's folder name (:func:`remote.transport.bundle_digest`), computed once."""
+    global _digest
+    if _digest is None:
+        from remote.transport import bundle_digest
+
+        _digest = bundle_digest(agent_bundle())
+    return _digest
+
+
 async def agent_samples(
     transport: Transport, interval: float, *, replay: str | None = None
 ) -> AsyncGenerator[Sample, None]:
     """Samples from the agent until its stream ends.
+
+    Started with :func:`agent_argv`; only when the host lacks the bundle is it uploaded
+    (:func:`deploy_agent`) and the agent started again.
 
     Args:
         replay: a trace path on the host: the agent replays it instead of reading NVML
@@ -62,22 +118,27 @@ async def agent_samples(
     The generator returns normally when the agent exits; the caller reads
     :attr:`last_exit` semantics through :func:`host_samples`.
     """
-    folder = await deploy_agent(transport)
-    argv = ["python3", f"{folder}/agent.py", "--interval", f"{interval:g}"]
-    if replay:
-        argv += ["--replay", replay]
+    argv = agent_argv(interval, replay)
     proc = await transport.open_process(argv)
     try:
+        first = await proc.readline()
+        if first is None and await proc.wait() == LAUNCH_MISSING:
+            await proc.close()
+            # the absolute folder: right even where SFTP's home is not the shell's $HOME
+            argv = agent_argv(interval, replay, await deploy_agent(transport))
+            proc = await transport.open_process(argv)
+            first = await proc.readline()
+        line = first
         while True:
-            line = await proc.readline()
             if line is None:
                 break
             try:
                 sample = read_sample(json.loads(line))
             except ValueError:  # not JSON, or not a schema-1 sample
                 log.debug("[%s] agent wrote a non-sample line: %.200s", transport.name, line)
-                continue
-            yield sample
+            else:
+                yield sample
+            line = await proc.readline()
         rc = await proc.wait()
         if rc not in (0, AGENT_EXIT_NO_NVML):
             err = (await proc.stderr()).strip().splitlines()

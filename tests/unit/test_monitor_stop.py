@@ -31,6 +31,7 @@ from console.session import Session
 from remote.errors import HostUnreachable, TransportError
 from remote.telemetry.stream import (
     AGENT_EXIT_NO_NVML,
+    LAUNCH_MISSING,
     PHASE_AGENT_STARTING,
     PHASE_SMI_FALLBACK,
 )
@@ -125,8 +126,10 @@ class FakeHostEngine:
 
     def __init__(self, hang: bool) -> None:
         self.hang = hang
+        self.asked = 0
 
     async def list(self, labels: dict[str, str | None]) -> list[Any]:
+        self.asked += 1
         if self.hang:
             await forever()
         return []
@@ -182,11 +185,20 @@ async def test_stop_while_connecting() -> None:
 
 
 async def test_stop_while_the_agent_starts() -> None:
+    # the host lacks the bundle: the launch exits LAUNCH_MISSING, then the upload hangs
+    missing = FakeHostProcess([], eof=True, rc=LAUNCH_MISSING)
     agent = FakeHostProcess([])
-    session = FakeHostSession(FakeHostTransport([agent], upload=forever))
+    session = FakeHostSession(FakeHostTransport([missing, agent], upload=forever))
     mon, _state, before = await run_until_phase(session, PHASE_AGENT_STARTING)
+
+    async def uploading() -> None:
+        while not missing.closed:
+            await asyncio.sleep(0.005)
+
+    await asyncio.wait_for(uploading(), BOUND_S)
     await stop_and_check(mon, before)
-    assert session.transport.opened == []  # stopped in the upload: nothing was started
+    # stopped in the upload: the agent itself was never started
+    assert session.transport.opened == [missing]
 
 
 async def test_stop_while_streaming_closes_the_agent() -> None:
@@ -233,10 +245,24 @@ async def test_stop_while_backing_off() -> None:
 
 
 async def test_stop_with_a_container_refresh_in_flight() -> None:
-    agent = FakeHostProcess([trace_line(1)])
+    # a GPU process in a container: the host's first sample starts its container listing
+    s = json.loads(trace_line(1))
+    s["processes"][0]["container_id"] = "c0" * 32
+    agent = FakeHostProcess([json.dumps(s)])
     session = FakeHostSession(FakeHostTransport([agent]), hang_engine=True)
     mon, _state, before = await run_until_phase(session, PHASE_STREAMING)
-    await asyncio.sleep(0.25)  # housekeeping's second round asks the (hanging) engine
+    await asyncio.sleep(0.25)
+    assert session.engine_.asked == 1  # the (hanging) engine was asked, once
+    await stop_and_check(mon, before)
+
+
+async def test_a_host_without_container_processes_is_not_listed() -> None:
+    # no GPU process in a container: nothing to match, the host is not asked
+    agent = FakeHostProcess([trace_line(1)])
+    session = FakeHostSession(FakeHostTransport([agent]))
+    mon, _state, before = await run_until_phase(session, PHASE_STREAMING)
+    await mon.refresh_containers()
+    assert session.engine_.asked == 0
     await stop_and_check(mon, before)
 
 
