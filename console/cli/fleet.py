@@ -149,6 +149,7 @@ async def read_fleet_once(svc: Service, state: FleetState, timeout: float,
                     shown = answered(state)
                     progress()
                 await asyncio.wait({waiting}, timeout=ARRIVAL_REDRAW_S)
+            waiting.result()  # what the wait raised, if anything
         finally:
             waiting.cancel()
     phases = svc.fleet_phases()

@@ -10,7 +10,7 @@ Side by side in one run, interleaved (the order rotates each round), ``--runs`` 
 - ``pdsh agent``: ``pdsh -R ssh -f 64`` running the same agent once on the same 64 hosts
   (``python3 -I -S <bundle>/agent.py --count 1 --replay TRACE``, the bundle the console
   uploaded, ``python3`` from PATH as a person would type it).
-- ``pdsh agent, py link``: the same with the interpreter the agent linked as ``py`` in its
+- ``pdsh agent via py link``: the same with the interpreter the agent linked as ``py`` in its
   folder (what the console starts): the shim-free floor for the same agent.
 - ``pdsh cat``: pdsh running ``cat`` of a one-line file: the floor for 64 SSH round trips.
 
@@ -125,6 +125,8 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--before", type=Path, default=None,
                     help="also run the console from this source tree (an older commit)")
+    ap.add_argument("--skip", default="",
+                    help="comma-separated sides to leave out (e.g. 'pdsh agent via py link')")
     args = ap.parse_args()
     make_fleet_trace()
     ONE_LINE.write_text(TRACE.read_text().splitlines()[0][:60] + "\n")
@@ -140,9 +142,13 @@ def main() -> None:
             sides["console, before"] = console_side(args.before.resolve(), profile, args.hosts)
         sides["pdsh agent"] = pdsh_side(
             cfg, args.hosts, f"python3 -I -S {folder}/agent.py {agent_args}")
-        sides["pdsh agent, py link"] = pdsh_side(
+        sides["pdsh agent via py link"] = pdsh_side(
             cfg, args.hosts, f"{folder}/py -I -S {folder}/agent.py {agent_args}")
         sides["pdsh cat"] = pdsh_side(cfg, args.hosts, f"cat {ONE_LINE}")
+        for name in filter(None, (x.strip() for x in args.skip.split(","))):
+            if name in ("console", "pdsh agent", "pdsh cat"):
+                raise SystemExit(f"--skip {name!r}: the ratios need it")
+            sides.pop(name, None)
         for run in sides.values():  # warm-up: bundles uploaded, interpreter linked
             run(2)
         names = list(sides)
