@@ -584,6 +584,12 @@ class JobView:
 #: forwarded Docker socket) and CPU spent in key exchanges at once, not any one sshd's load.
 LIST_CONCURRENCY = 64
 
+#: Commands run on the hosts at once in one fleet listing (the host runtime's ``test -d``
+#: probe and its ``hostjob.py list``): each costs the host a process or two (sshd's session,
+#: a shell, a python); where many profile hosts are one machine (aliases, containers on one
+#: box) 64 at once overran the 30 s command timeout on a 2-core test machine.
+EXEC_CONCURRENCY = 8
+
 #: Seconds one reconcile waits for the hosts' listings (:func:`list_fleet`); a host still
 #: connecting or listing then is ``pending``: its jobs keep their last known state.
 LIST_DEADLINE_S = 30.0
@@ -644,6 +650,31 @@ async def host_runtime_nodes(session: Session, host: str, labels: dict[str, str 
     return await engine.hostrt.list(labels, detail=detail)
 
 
+#: Open files per host a fleet listing may hold at once: the SSH socket, the local socket
+#: forwarding its Docker engine, the Docker client's connection to it, and slack.
+FDS_PER_HOST = 4
+
+
+def raise_open_file_limit(hosts: int) -> tuple[int, int]:
+    """Raise this process's soft open-file limit (``ulimit -n``) towards what ``hosts``
+    connections need (:data:`FDS_PER_HOST` each, plus 256), never above the hard limit; a
+    soft limit of 1024 (a common default) is too low for 512 hosts. Returns the (soft, hard)
+    limits after."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = FDS_PER_HOST * hosts + 256
+    if soft != resource.RLIM_INFINITY and soft < want:
+        new = want if hard == resource.RLIM_INFINITY else min(want, hard)
+        if new > soft:
+            try:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+                soft = new
+            except (ValueError, OSError) as e:
+                log.debug("cannot raise the open file limit to %d: %s", new, e)
+    return soft, hard
+
+
 async def list_fleet(
     session: Session, hosts: Sequence[str], *,
     detail: Callable[[ContainerInfo], bool] | None = None,
@@ -662,13 +693,18 @@ async def list_fleet(
 
     Never raises for a host: one that cannot be asked is ``failed`` with the reason, one still
     connecting or listing ``deadline_s`` seconds after the start is ``pending`` (its task is
-    cancelled). Returns host -> :class:`HostListing`, in ``hosts`` order.
+    cancelled). Raises the open file limit first (:func:`raise_open_file_limit`). Returns
+    host -> :class:`HostListing`, in ``hosts`` order.
     """
     from console.jobs.labels import K_JOB_NAME
 
     labels: dict[str, str | None] = {K_JOB_NAME: None}
     out = {h: HostListing(h, HOST_PENDING) for h in dict.fromkeys(hosts)}
+    soft, _ = raise_open_file_limit(len(out))
+    if soft < FDS_PER_HOST * len(out):
+        log.warning("open file limit %d is low for %d hosts (ulimit -n)", soft, len(out))
     slots = asyncio.Semaphore(max(1, concurrency))
+    execs = asyncio.Semaphore(EXEC_CONCURRENCY)
     t0 = time.monotonic()
     extra_docker = set(docker_on)
 
@@ -680,7 +716,9 @@ async def list_fleet(
                 h.phase = "listing"
                 engine = session.engine(h.host)
                 infos = await engine.list(labels, detail=detail)
-                infos += await host_runtime_nodes(session, h.host, labels, detail)
+                if engine.runtime == "docker":
+                    async with execs:
+                        infos += await host_runtime_nodes(session, h.host, labels, detail)
                 if engine.runtime != "docker" and h.host in extra_docker:
                     infos += await engine.list(labels, detail=detail, runtime="docker")
             except GpuConsoleError as e:

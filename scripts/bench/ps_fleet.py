@@ -81,13 +81,14 @@ def remove_jobs(client: docker.DockerClient) -> None:
         c.remove(force=True)
 
 
-def ps_once(profile: Path, state: Path) -> tuple[float, list[dict[str, object]], str]:
+def ps_once(profile: Path, state: Path, extra: list[str]
+            ) -> tuple[float, list[dict[str, object]], str]:
     env = dict(os.environ, GPUCONSOLE_STATE_DIR=str(state),
                GPUCONSOLE_CONFIG_DIR=str(state / "config"))
     env.pop("GPUCONSOLE_PROFILE", None)
     t0 = time.monotonic()
     res = subprocess.run([sys.executable, "-m", "console.cli", "-p", str(profile), "ps",
-                          "--json"], env=env, cwd=ROOT, capture_output=True, text=True,
+                          "--json", *extra], env=env, cwd=ROOT, capture_output=True, text=True,
                          timeout=600)
     dt = time.monotonic() - t0
     if res.returncode != 0:
@@ -101,9 +102,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--hosts", type=int, nargs="+", default=[64, 512])
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--deadline", type=float,
+                    help="passed to `ps --deadline` (not given: ps's default; older ps: none)")
     args = ap.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     print(f"open file limit (ulimit -n): soft {soft}, hard {hard}")
+    extra = [] if args.deadline is None else ["--deadline", str(args.deadline)]
     client = docker.from_env()
     remove_jobs(client)
     start_jobs(client)
@@ -114,13 +118,13 @@ def main() -> None:
                 prof = Path(tmp) / f"fleet{n}.yaml"
                 make_profile(n, prof)
                 state = Path(tmp) / f"state{n}"
-                _, jobs, _ = ps_once(prof, state)  # warm-up: adopts the bench jobs
+                _, jobs, _ = ps_once(prof, state, extra)  # warm-up: adopts the bench jobs
                 ours = sorted(str(j["id"]) for j in jobs)
                 if ours != ["bench-a-000001", "bench-b-000002"]:
                     raise SystemExit(f"{n} hosts: unexpected jobs {ours}")
                 times = []
                 for _ in range(args.runs):
-                    dt, jobs, stderr = ps_once(prof, state)
+                    dt, jobs, stderr = ps_once(prof, state, extra)
                     states = {str(j["id"]): str(j["state"]) for j in jobs}
                     if set(states.values()) != {"running"} or stderr.strip():
                         raise SystemExit(f"{n} hosts: {states} {stderr[-1000:]}")

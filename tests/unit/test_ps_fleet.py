@@ -157,3 +157,22 @@ def test_a_jobs_nodes_come_from_the_listing_and_a_pending_host_keeps_them_unknow
     got = asyncio.run(_containers(NoListing(), job, listed))  # type: ignore[arg-type]
     assert got == {"h0": [mine], "h1": None}
     assert job.unreachable == {"h1": "host h1: no answer"}
+
+
+def test_open_file_limit_raised_for_the_fleet_not_above_hard() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import resource\n"
+        "from console.jobs.status import raise_open_file_limit\n"
+        "hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))\n"
+        "print(raise_open_file_limit(512)[0], resource.getrlimit(resource.RLIMIT_NOFILE)[0],"
+        " hard)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    got, now, hard = (int(x) for x in out)
+    want = 4 * 512 + 256 if hard < 0 else min(4 * 512 + 256, hard)
+    assert got == now == want
