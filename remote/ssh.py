@@ -320,12 +320,16 @@ class SSHTransport(Transport):
     async def run(
         self, argv: list[str], *, input: bytes | None = None, timeout: float | None = 60.0
     ) -> CommandResult:
-        """Run ``argv`` on the host (joined with :func:`shlex.join` for the remote shell)."""
+        """Run ``argv`` on the host (joined with :func:`shlex.join` for the remote shell).
+        ``input`` is its standard input, then end of input (also when empty)."""
         conn = await self._connection()
         cmd = shlex.join(argv)
         log.debug("[%s] run %s", self.name, cmd)
+        # asyncssh sends end-of-input only after non-empty input: empty input is no input
+        stdin: dict[str, Any] = ({"input": input} if input else
+                                 {"stdin": asyncssh.DEVNULL} if input is not None else {})
         try:
-            res = await conn.run(cmd, input=input, timeout=timeout, encoding=None)
+            res = await conn.run(cmd, timeout=timeout, encoding=None, **stdin)
         except asyncssh.TimeoutError as e:
             raise TransportError(self.name, f"`{cmd}` timed out after {timeout} s") from e
         except (asyncssh.ConnectionLost, asyncssh.DisconnectError, OSError) as e:

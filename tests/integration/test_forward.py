@@ -175,3 +175,17 @@ async def test_busy_local_port_is_a_transport_error(host_a: SSHTransport) -> Non
         said = re.escape(f"host a: cannot listen on 127.0.0.1:{busy}")
         with pytest.raises(TransportError, match=said):
             await host_a.forward_local(_free_port(), local_port=busy)
+
+
+async def test_run_with_empty_input_ends_the_input(host_a: SSHTransport) -> None:
+    """Empty ``input`` is an empty standard input, ended: a command reading it finishes (a
+    file written from it is empty) rather than waiting for input that never comes."""
+    path = f"/tmp/gpuconsole-empty-input-{secrets.token_hex(4)}"
+    try:
+        res = await asyncio.wait_for(
+            host_a.run(["sh", "-c", 'cat > "$1"; wc -c < "$1"', "sh", path], input=b""), 30)
+        assert (res.returncode, res.stdout.strip()) == (0, "0")
+        res = await host_a.run(["cat"], input=b"a\x00b\n")
+        assert res.stdout == "a\x00b\n"
+    finally:
+        await host_a.run(["rm", "-f", "--", path])
