@@ -712,7 +712,11 @@ class Service:
         """The job's spec, hosts, containers and each node's ``docker run`` and torchrun
         lines (read back from the containers; secret values masked)."""
         session = self.session_for(job)
+        from console.jobs.plan import TOKEN_ENV
+
+        # a notebook's token is as secret as the spec's ${VAR} values
         secret = {k for k, v in (job.spec.get("env") or {}).items() if v == "${secret}"}
+        secret.add(TOKEN_ENV)
         nodes = []
         slurm = self._slurm_session(job) is not None
         for n in job.nodes:

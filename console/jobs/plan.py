@@ -174,7 +174,8 @@ def job_runtime(loaded: LoadedSpec, profile: Profile, hosts: list[str]) -> str:
     the hosts' ``runtime`` in the profile.
 
     Raises:
-        ConfigError: the hosts' runtimes differ and the spec names none.
+        ConfigError: the hosts' runtimes differ and the spec names none, or a notebook
+            (always a container) would land on a ``runtime: host`` host.
     """
     spec = loaded.spec
     if spec.runtime is not None:
@@ -182,6 +183,14 @@ def job_runtime(loaded: LoadedSpec, profile: Profile, hosts: list[str]) -> str:
     if spec.python is not None:
         return "host"
     kinds = {h: profile.host_runtime(h) for h in hosts}
+    if spec.kind == "notebook":
+        bare = [h for h, r in kinds.items() if r == "host"]
+        if bare:
+            raise ConfigError(f"a notebook runs in a container, and host {bare[0]} runs jobs "
+                              "without Docker (its profile says `runtime: host`)",
+                              "start it on a host with Docker (--host), or `runtime: docker` "
+                              "in the notebook spec if that host has Docker too")
+        return "docker"
     if len(set(kinds.values())) > 1:
         which = ", ".join(f"{h}: {r}" for h, r in kinds.items())
         raise ConfigError(f"the job's hosts run different runtimes ({which})",

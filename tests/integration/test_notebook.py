@@ -409,6 +409,10 @@ def test_url_token_and_no_token_on_command_lines(nb: Running,
     assert "jupyter" in ps.stdout  # JupyterLab's processes are in this list
     assert nb.token not in ps.stdout
     assert nb.token not in ssh_a("ps -eo args")  # the same, asked of host a
+    # describe (also the app's, read-only mode included) shows the container masked
+    desc = nb.cli.run("describe", nb.job_id)
+    assert desc.returncode == 0, desc.stderr
+    assert nb.token not in desc.stdout and "JUPYTER_TOKEN=***" in desc.stdout
 
 
 def test_listens_on_host_loopback_only(nb: Running, engine: docker.DockerClient) -> None:

@@ -57,6 +57,15 @@ def test_runtime_comes_from_spec_then_python_then_hosts(tmp_path: Path) -> None:
     assert job_python(load_spec(spec(tmp_path, "python: py3.11\n")), profile(), "a") == "py3.11"
 
 
+def test_a_notebook_never_takes_the_host_runtime(tmp_path: Path) -> None:
+    p = tmp_path / "nb.yaml"
+    p.write_text("kind: notebook\nname: nb\n")
+    with pytest.raises(ConfigError) as e:
+        job_runtime(load_spec(p), profile("host"), ["a"])
+    assert "host a runs jobs without Docker" in str(e.value)
+    assert job_runtime(load_spec(p), profile("docker", "host"), ["a"]) == "docker"
+
+
 def test_docker_only_fields_are_refused_with_their_lines(tmp_path: Path) -> None:
     p = spec(tmp_path, "runtime: host\nimage: img:2\nmounts: ['/d:/d']\n")
     with pytest.raises(ConfigError) as e:
