@@ -131,7 +131,7 @@ def stop(ctx: click.Context, job_ref: str, grace: float | None) -> None:
 
 
 async def _stop(ctx: click.Context, ref: str, grace: float | None) -> None:
-    from console.jobs.status import job_summary, shown_state
+    from console.jobs.status import shown_state
 
     async with command_service(ctx) as svc:
         job = svc.find_job(ref)
@@ -139,9 +139,7 @@ async def _stop(ctx: click.Context, ref: str, grace: float | None) -> None:
         if not out.stopped:
             err(f"job {out.job.id} is not running ({shown_state(out.job)})")
             return
-        print_summary(out.job)
-        if not out.job.failure and job_summary(out.job):
-            err(f"  {job_summary(out.job)}")
+        print_summary(out.job)  # the end state and why (once)
 
 
 @main.command()

@@ -159,7 +159,7 @@ def test_stop_right_after_submit_takes_seconds_not_the_grace(
     assert c.status == "exited"
     # SIGTERM reached torchrun: it was not SIGKILLed at the end of the grace period
     assert c.attrs["State"]["ExitCode"] != 137
-    assert "stopped by the user (SIGTERM)" in stop.stderr
+    assert stop.stderr.count("stopped by the user (SIGTERM)") == 1, stop.stderr
     job = the_job(cli, job_id)
     assert job["state"] == "stopped"
     assert job["failure"] is None
