@@ -422,6 +422,20 @@ async def _host_kernel(session: Session, node: NodeRecord,
     return found
 
 
+def exit_reason(code: int | None) -> str:
+    """``exited with code 137 (128+9: SIGKILL)``: a container's exit status, with the signal
+    a status above 128 stands for (the shell and Docker's convention for a process killed by
+    signal N)."""
+    if code is None:
+        return "exited (exit code unknown)"
+    text = f"exited with code {code}"
+    if 128 < code < 128 + 65:
+        name = signal_name(128 - code)
+        if name:
+            text += f" (128+{code - 128}: {name})"
+    return text
+
+
 async def explain_failure(session: Session, node: NodeRecord,
                           others: Sequence[NodeRecord] = ()) -> FailureRecord:
     """The first failure, explained: node, host, exit code, rank, reason, fix, cause id,
@@ -446,7 +460,7 @@ async def explain_failure(session: Session, node: NodeRecord,
         "host": node.host,
         "exit_code": node.exit_code,
         "rank": None,
-        "reason": f"node {node.node_rank} exited with code {node.exit_code}",
+        "reason": exit_reason(node.exit_code),
         "fix": None,
     }
     text, oom_killed, raw, info = await _node_evidence(session, node)

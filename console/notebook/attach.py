@@ -24,7 +24,7 @@ import urllib.request
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from console.errors import JobError
+from console.errors import JobError, UsageError
 from console.jobs.labels import K_PORT
 from console.jobs.plan import TOKEN_ENV
 from console.jobs.store import JobRecord
@@ -105,11 +105,16 @@ async def find_server(session: Session, job: JobRecord) -> NotebookServer:
     if job.kind != "notebook":
         raise JobError(f"{job.id} is a {job.kind} job, not a notebook",
                        f"`gpuconsole shell {job.id}` enters its container")
+    from console.jobs.status import job_summary
+
     node = job.nodes[0] if job.nodes else None
     if node is None or node.container_id is None or node.state != "running":
         state = node.state if node is not None else "gone"
-        raise JobError(f"notebook {job.id} is not running ({state})",
-                       "start a new one with `gpuconsole notebook --host HOST`")
+        why = job_summary(job)
+        raise JobError(f"notebook {job.id} is not running ({state}" +
+                       (f": {why})" if why else ")"),
+                       f"`gpuconsole logs {job.id}` shows what it printed; start a new one "
+                       "with `gpuconsole notebook --host HOST`")
     await session.connected(node.host)
     engine = session.engine(node.host)
     info = await engine.inspect(node.container_id)
@@ -159,7 +164,14 @@ async def _local_forward(session: Session, server: NotebookServer,
     the same URL)."""
     t = await session.connected(server.host)
     if local_port is not None:
-        return await t.forward_local(server.port, local_port=local_port)
+        try:
+            return await t.forward_local(server.port, local_port=local_port)
+        except TransportError as e:
+            if not t.connected:
+                raise
+            raise UsageError(f"--port {local_port}: this machine's 127.0.0.1:{local_port} "
+                             f"cannot be listened on ({e.message.rsplit(': ', 1)[-1]})",
+                             "pick another --port, or leave it out for a free one") from e
     for port in (server.port, stable_port(server.job_id)):
         try:
             return await t.forward_local(server.port, local_port=port)

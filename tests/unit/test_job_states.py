@@ -182,3 +182,13 @@ def test_torchruns_signal_exception_is_a_stop_not_a_script_failure() -> None:
                "[rank1]:ValueError: bad batch\n") + _STOPPED_TAIL
     d2 = diagnose(failing)
     assert d2 is not None and d2.kind == "exception" and "ValueError: bad batch" in d2.summary
+
+
+def test_exit_reason_names_the_signal_behind_128_plus_n() -> None:
+    from console.jobs.status import exit_reason
+
+    assert exit_reason(137) == "exited with code 137 (128+9: SIGKILL)"
+    assert exit_reason(143) == "exited with code 143 (128+15: SIGTERM)"
+    assert exit_reason(1) == "exited with code 1"
+    assert exit_reason(255) == "exited with code 255"  # not a signal number
+    assert exit_reason(None) == "exited (exit code unknown)"
