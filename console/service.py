@@ -784,6 +784,8 @@ class Service:
             JobError: the node is not running.
             TransportError: the host cannot be reached.
         """
+        if self._slurm_session(job) is not None:  # before asking hosts it has no entry for
+            self.exec_target(job, node)
         job = await refresh(self.session_for(job), self.store, job, teardown=False)
         self._raise_if_unreachable(job)
         n = self.exec_target(job, node)
@@ -833,6 +835,10 @@ class Service:
         from remote.docker import Bind, ContainerSpec
 
         prof = self.profile
+        if prof.scheduler == "slurm":
+            raise UsageError(f"profile {prof.name} is a Slurm cluster: dev containers need a "
+                             "Docker host", "on the cluster: `srun --pty bash` from the login "
+                             "host; or use a profile of SSH hosts")
         if host not in prof.hosts:
             raise UsageError(f"unknown host {host!r}",
                              f"hosts of profile {prof.name}: {', '.join(prof.hosts)}")
