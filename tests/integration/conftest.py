@@ -8,6 +8,7 @@ own per test.
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import subprocess
@@ -120,7 +121,10 @@ def _cleanup_containers(engine: docker.DockerClient, tmp_path: Path) -> Iterator
     for db in tmp_path.rglob("jobs.sqlite3"):
         con = sqlite3.connect(db)
         try:
-            ids.update(row[0] for row in con.execute("SELECT id FROM jobs"))
+            # only jobs submitted from this store: a `ps` adopts every job it finds on the
+            # hosts (spec without a name), including other runs' jobs, which are not ours
+            ids.update(row[0] for row in con.execute("SELECT id, spec_json FROM jobs")
+                       if "name" in json.loads(row[1] or "{}"))
         except sqlite3.Error:
             pass
         finally:
