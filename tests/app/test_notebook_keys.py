@@ -85,7 +85,7 @@ class FakeNotebookService(Service):
         force: bool = False,
     ) -> Submission:
         self.planned.append({"host": host, "gpus": gpus, "workdir": workdir})
-        return Submission(loaded=None, prepared=None, dry_run=False)  # type: ignore[arg-type]
+        return Submission(loaded=None, docker=None, dry_run=False)  # type: ignore[arg-type]
 
     async def submit(self, submission: Submission) -> JobRecord:
         host = self.planned[-1]["host"]

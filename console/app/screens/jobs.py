@@ -118,7 +118,8 @@ class JobsScreen(Screen[None]):
         text.append(f"  {job.name}  " + " ".join(
             f"n{n.node_rank}@{n.host}:{n.state}"
             + (f"({n.exit_code})" if n.exit_code is not None else "") for n in job.nodes))
-        if job.kind == "notebook" and job.state in ("running", "pending"):
+        if (job.kind == "notebook" and job.state in ("running", "pending")
+                and not self.gc.readonly):
             # o and N stay out of the footer (it is full at 120 columns): said where they apply
             text.append("  o: open its JupyterLab, x: a shell in it", style="bold cyan")
         f = job.failure
