@@ -23,8 +23,8 @@ how many hosts had their container -> job map listed (only hosts whose samples s
 process in a container are listed; the replayed trace has none).
 
 Run: ``.venv/bin/python scripts/bench/console_cost.py [--hosts 64] [--duration 300]
-[--snapshot-timeout 120] [--no-baseline]`` (needs ``scripts/testhosts/up``). Prints a table
-with the baseline side by side, as ratios, and one ``result-json`` line.
+[--snapshot-timeout 120] [--settle 5] [--no-baseline]`` (needs ``scripts/testhosts/up``).
+Prints a table with the baseline side by side, as ratios, and one ``result-json`` line.
 """
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ def baseline_parallel_ssh(n: int, command: list[str] | None = None) -> float:
 
 
 async def run_console(profile_path: Path, duration: float,
-                      snapshot_timeout: float = 120.0) -> dict[str, Any]:
+                      snapshot_timeout: float = 120.0, settle: float = 5.0) -> dict[str, Any]:
     profile = load_profile_file(profile_path)
     hosts = list(profile.hosts)
     state = FleetState(hosts, interval=1.0, history_s=600)
@@ -155,7 +155,7 @@ async def run_console(profile_path: Path, duration: float,
                     if v.sample is None]
             raise SystemExit(f"fleet incomplete after {snapshot_timeout:.0f} s: "
                              f"{len(missing)} hosts without a sample, e.g. {missing[:5]}")
-        await asyncio.sleep(5)  # settle: every agent streaming
+        await asyncio.sleep(settle)  # settle: every agent streaming, start-up backlog drained
         lags.clear()
         cpu0 = time.process_time()
         w0 = time.monotonic()
@@ -179,13 +179,16 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=300.0)
     ap.add_argument("--snapshot-timeout", type=float, default=120.0,
                     help="seconds to wait for the first complete snapshot")
+    ap.add_argument("--settle", type=float, default=5.0,
+                    help="seconds between the first complete snapshot and the measurement")
     ap.add_argument("--no-baseline", action="store_true",
                     help="skip the parallel-ssh baselines (first snapshot has no ratio)")
     args = ap.parse_args()
     make_fleet_trace()
     with tempfile.TemporaryDirectory() as tmp:
         prof = make_profile(args.hosts, Path(tmp))
-        r = asyncio.run(run_console(prof, args.duration, args.snapshot_timeout))
+        r = asyncio.run(run_console(prof, args.duration, args.snapshot_timeout,
+                                    args.settle))
     maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     lags = sorted(r["lags"])
     p50 = statistics.median(lags) * 1000
