@@ -219,10 +219,15 @@ class HostEngine:
         if res.returncode == 0:
             return
         if res.returncode == 127:
+            # the shell's "not found" is also what a non-Python (sh -c 'import torch') says
+            missing = "No such file" in res.stderr or f"{image}: not found" in res.stderr \
+                or "command not found" in res.stderr
+            said = (res.stderr.strip().splitlines() or ["?"])[-1]
             raise RuntimeUnavailable(
-                self.host, f"python {image!r} is not on the host",
-                f"install it, or set the job's python to an interpreter that exists on "
-                f"{self.host}")
+                self.host, f"python {image!r} is not on the host" if missing
+                else f"{image!r} is not a Python ({said})",
+                f"set the job's python (`python:` in the spec or the profile's host, or "
+                f"--python) to an interpreter with torch on {self.host}")
         lines = res.stderr.strip().splitlines()
         why = lines[-1] if lines else f"exit status {res.returncode}"
         raise RuntimeUnavailable(

@@ -60,7 +60,7 @@ def _parse_nodes(value: str | None) -> Any:
 def _overrides(name: str | None, image: str | None, nodes: str | None,
                gpus_per_node: str | None, nproc_per_node: str | None,
                max_restarts: str | None, args: tuple[str, ...],
-               runtime: str | None = None) -> dict[str, Any]:
+               runtime: str | None = None, python: str | None = None) -> dict[str, Any]:
     """The spec fields the flags override (``None``: not given).
 
     Raises:
@@ -75,6 +75,7 @@ def _overrides(name: str | None, image: str | None, nodes: str | None,
         "max_restarts": _flag_int("--max-restarts", max_restarts, 0, 1000),
         "args": list(args) if args else None,
         "runtime": runtime,
+        "python": python,
     }
 
 
@@ -92,15 +93,18 @@ def _overrides(name: str | None, image: str | None, nodes: str | None,
 @click.option("--force", is_flag=True, help="Use GPUs that other processes hold.")
 @click.option("--runtime", type=click.Choice(["docker", "host"]),
               help="docker containers, or host: torchrun in the hosts' own Python.")
+@click.option("--python", "python", metavar="PYTHON",
+              help="runtime host: the python with torch (a path, or a conda env name).")
 @click.pass_context
 def submit(
     ctx: click.Context, spec: Path, follow: bool, dry_run: bool, name: str | None,
     image: str | None, nodes: str | None, gpus_per_node: str | None,
     nproc_per_node: str | None, max_restarts: str | None, args: tuple[str, ...], force: bool,
-    runtime: str | None,
+    runtime: str | None, python: str | None,
 ) -> None:
     """Launch the job described by SPEC (YAML); flags override its fields."""
-    flags = (name, image, nodes, gpus_per_node, nproc_per_node, max_restarts, args, runtime)
+    flags = (name, image, nodes, gpus_per_node, nproc_per_node, max_restarts, args, runtime,
+             python)
     code = run(_submit(ctx, spec, flags, follow, dry_run, force))
     raise SystemExit(code)
 

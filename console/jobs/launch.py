@@ -260,11 +260,12 @@ async def find_python(session: Session, host: str, python: str) -> str:
     except (ValueError, AttributeError):
         path = None
     if not path:
+        what = ("no executable file there" if "/" in python
+                else "neither a command on PATH nor a conda environment")
         raise RuntimeUnavailable(
-            host, f"runtime host: no python {python!r} on {host} (not a path, a command on "
-            "PATH, nor a conda environment)",
-            "set `python:` in the spec or the profile's host to the python that has torch "
-            "(e.g. ~/venv/bin/python)")
+            host, f"runtime host: python {python!r} not found ({what})",
+            "set `python:` in the spec or the profile's host, or --python, to the python "
+            "that has torch (e.g. ~/venv/bin/python)")
     await session.engine(host).hostrt.ensure_image(path)
     return str(path)
 

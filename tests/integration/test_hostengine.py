@@ -341,3 +341,5 @@ async def test_python_without_torch_is_refused(host_a: SSHTransport) -> None:
     assert e.value.hint is not None and "python3 -m pip install torch" in e.value.hint
     with pytest.raises(RuntimeUnavailable, match="'/nonexistent/python3' is not on the host"):
         await engine.ensure_image("/nonexistent/python3")
+    with pytest.raises(RuntimeUnavailable, match="'/bin/sh' is not a Python"):
+        await engine.ensure_image("/bin/sh")
