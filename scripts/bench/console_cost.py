@@ -40,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,8 @@ from console.fleet.monitor import FleetMonitor  # noqa: E402
 from console.fleet.state import FleetState  # noqa: E402
 from console.profiles import load_profile_file  # noqa: E402
 from console.session import Session  # noqa: E402
+from remote.telemetry.stream import PHASE_AGENT_STARTING  # noqa: E402
+from remote.transport import RemoteProcess  # noqa: E402
 
 SOURCE_TRACE = ROOT / "tests" / "data" / "traces" / "h200-load.jsonl"
 TRACE = Path("/var/tmp/gpuconsole-bench/fleet-8gpu.jsonl")
@@ -121,6 +124,118 @@ def baseline_parallel_ssh(n: int, command: list[str] | None = None) -> float:
     return time.monotonic() - start
 
 
+class StartTimes(dict[str, str]):
+    """The monitor's ``phase`` dict, recording when each host entered each phase.
+
+    Bench instrumentation only: it replaces :attr:`FleetMonitor.phase` (written by the
+    monitor's host tasks at each phase change, and on every sample), so the product is
+    unchanged. ``events`` holds ``(host, phase, monotonic s)`` of each change, in order (only
+    changes: the steady state adds nothing, so RSS is not affected)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.events: list[tuple[str, str, float]] = []
+
+    def __setitem__(self, host: str, phase: str) -> None:
+        if self.get(host) != phase:
+            self.events.append((host, phase, time.monotonic()))
+            super().__setitem__(host, phase)
+
+
+def time_open_process(session: Session, hosts: list[str],
+                      opened: dict[str, list[tuple[float, float]]]) -> None:
+    """Wrap each host transport's ``open_process`` to record ``(start, done)`` monotonic s of
+    each call (the agent's SSH channel open + exec request) in ``opened[host]``."""
+    for h in hosts:
+        t = session.transport(h)
+        inner = t.open_process
+
+        def timed(argv: list[str], _inner: Callable[..., Any] = inner,
+                  _h: str = h) -> Any:
+            async def run() -> RemoteProcess:
+                t0 = time.monotonic()
+                proc: RemoteProcess = await _inner(argv)
+                opened.setdefault(_h, []).append((t0, time.monotonic()))
+                return proc
+            return run()
+
+        t.open_process = timed  # type: ignore[method-assign]
+
+
+def cpu_jiffies() -> tuple[int, int]:
+    """``(busy, total)`` jiffies of the whole machine from /proc/stat."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    idle = v[3] + v[4]
+    return sum(v) - idle, sum(v)
+
+
+async def loop_delay(out: list[float], period: float = 0.1) -> None:
+    """Record how late each ``period`` s sleep wakes up (s): the console event loop's delay."""
+    while True:
+        t = time.monotonic()
+        await asyncio.sleep(period)
+        out.append(time.monotonic() - t - period)
+
+
+def dist(xs: list[float]) -> dict[str, float]:
+    """median / p90 / max of ``xs`` (s), rounded to ms; empty -> {}."""
+    if not xs:
+        return {}
+    xs = sorted(xs)
+    return {"n": len(xs), "median": round(statistics.median(xs), 3),
+            "p90": round(xs[int(0.9 * (len(xs) - 1))], 3), "max": round(xs[-1], 3)}
+
+
+def breakdown(t0: float, events: list[tuple[str, str, float]],
+              opened: dict[str, list[tuple[float, float]]],
+              first: dict[str, tuple[float, float, float]],
+              downs: dict[str, list[str]]) -> dict[str, Any]:
+    """Per-host start-up phases as distributions (s), from the recorded timestamps.
+
+    For each host's successful attempt (the last ``connecting`` before its first sample):
+    ``wait_to_connect_start`` (monitor start -> that attempt began: retries after a failure),
+    ``connect`` (TCP + key exchange + auth: ``connecting`` -> ``agent starting``),
+    ``open_channel`` (session channel open + exec request: ``open_process``),
+    ``agent_to_first_sample`` (channel open -> the agent's first sample's host time: remote
+    ``sh``/python start and first sample), ``delivery`` (that host time -> the console read it),
+    ``first_sample_at`` (monitor start -> first sample). Also the attempts per host and the
+    failure reasons (first 60 characters) with their counts."""
+    per: dict[str, list[float]] = {k: [] for k in (
+        "wait_to_connect_start", "connect", "open_channel", "agent_to_first_sample",
+        "delivery", "connected_at", "first_sample_at")}
+    attempts: list[float] = []
+    by_host: dict[str, list[tuple[str, float]]] = {}
+    for h, ph, t in events:
+        by_host.setdefault(h, []).append((ph, t))
+    for h, (rx_mono, rx_wall, host_time) in first.items():
+        evs = [(ph, t) for ph, t in by_host.get(h, []) if t <= rx_mono]
+        conns = [t for ph, t in evs if ph == "connecting"]
+        starts = [t for ph, t in evs if ph == PHASE_AGENT_STARTING]
+        attempts.append(float(len(conns)))
+        if not conns or not starts:
+            continue
+        c, a = conns[-1], starts[-1]
+        per["wait_to_connect_start"].append(c - t0)
+        per["connect"].append(a - c)
+        per["connected_at"].append(a - t0)
+        per["first_sample_at"].append(rx_mono - t0)
+        ops = [o for o in opened.get(h, []) if o[0] >= a and o[1] <= rx_mono]
+        if ops:
+            o0, o1 = ops[-1]
+            per["open_channel"].append(o1 - o0)
+            # host_time is wall time on the host (the same clock here)
+            o1_wall = rx_wall - (rx_mono - o1)
+            per["agent_to_first_sample"].append(host_time - o1_wall)
+            per["delivery"].append(rx_wall - host_time)
+    reasons: dict[str, int] = {}
+    for rs in downs.values():
+        for r in rs:
+            reasons[r[:60]] = reasons.get(r[:60], 0) + 1
+    return {"phases_s": {k: dist(v) for k, v in per.items()},
+            "attempts_per_host": dist(attempts), "failures": reasons}
+
+
 async def run_console(profile_path: Path, duration: float,
                       snapshot_timeout: float = 120.0, settle: float = 5.0) -> dict[str, Any]:
     profile = load_profile_file(profile_path)
@@ -139,17 +254,59 @@ async def run_console(profile_path: Path, duration: float,
         v.sample, v.status, v.last_rx, v.samples = None, "connecting", None, 0
     gc.collect()
     lags: list[float] = []
+    # start-up instrumentation (bench only): see StartTimes, time_open_process, breakdown
+    first: dict[str, tuple[float, float, float]] = {}
+    opened: dict[str, list[tuple[float, float]]] = {}
+    downs: dict[str, list[str]] = {}
+    on_down = state.on_down
+
+    def record_down(host: str, error: str) -> None:
+        downs.setdefault(host, []).append(error)
+        on_down(host, error)
+
+    state.on_down = record_down  # type: ignore[method-assign]
 
     def on_sample(host: str, sample: Any) -> None:
-        lags.append(time.time() - float(sample["host_time"]))
+        now = time.time()
+        lags.append(now - float(sample["host_time"]))
+        if host not in first:
+            first[host] = (time.monotonic(), now, float(sample["host_time"]))
 
     async with Session(profile) as session:
         mon = FleetMonitor(session, state, hosts, interval=1.0, on_sample=on_sample,
                            mode="agent", replay_path=str(TRACE))
+        phases = StartTimes()
+        mon.phase = phases
+        time_open_process(session, hosts, opened)
+        delays: list[float] = []
+        prober = asyncio.create_task(loop_delay(delays))
+        busy0, total0 = cpu_jiffies()
+        cpu_start = time.process_time()
         t0 = time.monotonic()
         mon.start()
         complete = await mon.wait_complete(timeout=snapshot_timeout)
         first_snapshot = time.monotonic() - t0
+        all_sampled = await_all = None
+        if len(first) < len(hosts):  # complete() counts a host that is down: wait for all
+            deadline = t0 + snapshot_timeout
+            while len(first) < len(hosts) and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            await_all = time.monotonic() - t0
+        all_sampled = max(f[0] for f in first.values()) - t0 if first else None
+        start_wall = time.monotonic() - t0
+        start_cpu = time.process_time() - cpu_start
+        busy1, total1 = cpu_jiffies()
+        prober.cancel()
+        start = {
+            "first_complete_s": round(first_snapshot, 2),
+            "all_hosts_sampled_s": None if all_sampled is None else round(all_sampled, 2),
+            "waited_for_all_s": None if await_all is None else round(await_all, 2),
+            "console_cpu_pct_during_start": round(100 * start_cpu / start_wall, 1),
+            "machine_busy_pct_during_start": round(
+                100 * (busy1 - busy0) / max(1, total1 - total0), 1),
+            "loop_delay_s": dist(delays),
+            **breakdown(t0, phases.events, opened, first, downs),
+        }
         if not complete:
             missing = [v.name + ": " + str(v.error) for v in state.hosts.values()
                     if v.sample is None]
@@ -170,7 +327,7 @@ async def run_console(profile_path: Path, duration: float,
     down = sum(1 for v in state.hosts.values() if v.status != "ok")
     return {"first_snapshot_s": first_snapshot, "cpu_pct": 100 * cpu / wall, "lags": lags,
             "rss": rss, "samples": len(lags), "hosts_not_ok": down, "wall": wall,
-            "hosts_mapped": mapped}
+            "hosts_mapped": mapped, "start": start}
 
 
 def main() -> None:
@@ -203,6 +360,7 @@ def main() -> None:
                "hosts_not_ok": r["hosts_not_ok"], "hosts_mapped": r["hosts_mapped"],
                "first_snapshot_s": round(r["first_snapshot_s"], 2)}
     print("result-json " + json.dumps(summary), flush=True)
+    print("start-json " + json.dumps(r["start"]), flush=True)
     base = base_py = None
     if not args.no_baseline:
         try:
