@@ -862,15 +862,15 @@ class Service:
             g = await gpu_facts(session, host)
             facts = HostFacts(host, t.address(), g.count, home, holders=g.holders, lost=g.lost)
             loaded = LoadedSpec(JobSpec(name="shell", script="-", gpus_per_node=gpus),
-                                source="", base_dir=Path("."), flags=frozenset({"gpus_per_node"}))
+                                source="", base_dir=Path("."), flags=frozenset({"gpus_per_node"}),
+                                flag_names={"gpus_per_node": "--gpus"})
             try:
                 gpu_ids = pick_gpus(loaded, facts)
             except PlanError as e:
                 hint = e.hint
-                if hint and "gpus_per_node" in hint:
+                if not g.count:
                     hint = "leave out --gpus (a dev container without GPUs), or use a GPU host"
-                raise PlanError(e.message.replace("--gpus-per-node", "--gpus")
-                                .replace("the job asks", "--gpus asks"), hint) from e
+                raise PlanError(e.message.replace("the job asks", "--gpus asks"), hint) from e
         binds = []
         for m in d.mounts:
             src, dst, ro = parse_mount(m)
@@ -951,7 +951,7 @@ class Service:
             PlanError, JobNameInUse, TransportError, ImageNotFound: see :meth:`plan`.
         """
         from console.jobs.launch import gpu_facts
-        from console.jobs.spec import validate_spec
+        from console.jobs.spec import NOTEBOOK_FLAGS, validate_spec
         from console.yamlsrc import load_yaml
 
         if self.profile.scheduler == "slurm":
@@ -993,7 +993,7 @@ class Service:
             count = (await gpu_facts(self.session(), target)).count \
                 if target in self.profile.hosts else None
             data["gpus_per_node"] = 1 if count else 0
-        loaded = validate_spec(data, source, base, lines, flags)
+        loaded = validate_spec(data, source, base, lines, flags, NOTEBOOK_FLAGS)
         prepared = await prepare(self.session(), loaded, dry_run=dry_run, force=force)
         return Submission(loaded, prepared, dry_run)
 

@@ -74,24 +74,25 @@ def notebook(ctx: click.Context, target: str | None, host: str | None, gpus: str
         if given or dry_run or force:
             raise click.UsageError(f"{', '.join(given) or '--dry-run/--force'}: re-attaching "
                                    f"to {job_ref} starts nothing; leave them out")
-    from console.fields import parse_gpus
-
-    wanted = parse_gpus(gpus) if gpus is not None else None
-    raise SystemExit(run(_notebook(ctx, spec, job_ref, host, wanted, image, workdir, name,
+    raise SystemExit(run(_notebook(ctx, spec, job_ref, host, gpus, image, workdir, name,
                                    local_port, open_browser, dry_run, force, timeout)))
 
 
 async def _notebook(ctx: click.Context, spec: Path | None, job_ref: str | None,
-                    host: str | None, gpus: object, image: str | None, workdir: str | None,
-                    name: str | None, local_port: int | None, open_browser: bool,
-                    dry_run: bool, force: bool, timeout: float) -> int:
+                    host: str | None, gpus: str | None, image: str | None,
+                    workdir: str | None, name: str | None, local_port: int | None,
+                    open_browser: bool, dry_run: bool, force: bool, timeout: float) -> int:
     import asyncio
 
+    from console.fields import parse_gpus
+
+    # inside run(): a bad --gpus is an error line naming the flag, exit 2 (not a traceback)
+    wanted = parse_gpus(gpus) if gpus is not None else None
     async with command_service(ctx) as svc:
         if job_ref is not None:
             job = await svc.find_notebook(job_ref)
         else:
-            sub = await svc.plan_notebook(spec, host=host, gpus=gpus,  # type: ignore[arg-type]
+            sub = await svc.plan_notebook(spec, host=host, gpus=wanted,
                                           image=image, workdir=workdir, name=name,
                                           dry_run=dry_run, force=force)
             if dry_run:

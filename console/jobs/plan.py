@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 from console import fields
 from console.errors import ConfigError, PlanError
+from console.jobs.labels import ERROR_FILE as ERROR_FILE  # defined with the labels
+from console.jobs.labels import HOST_ERROR_FILE as HOST_ERROR_FILE
 from console.jobs.labels import NodeLabels
 from console.jobs.spec import LoadedSpec, parse_mount, resolve_env
 from console.profiles import Profile
@@ -26,10 +28,6 @@ WORKSPACE = fields.WORKSPACE
 #: What torchrun itself replaces in the script's arguments with each worker's local rank
 #: (torch.distributed.elastic ``macros.local_rank``, substituted per worker).
 LOCAL_RANK_MACRO = "${local_rank}"
-#: torchrun writes the first failure here (``TORCHELASTIC_ERROR_FILE``); read back after exit.
-ERROR_FILE = "/tmp/gpuconsole-error.json"
-#: The same for a host-runtime node: a file in the node's folder (several jobs share /tmp).
-HOST_ERROR_FILE = "error.json"
 #: Rank tag torchrun puts before every worker line (``--tee 3``); ``${rank}`` = global rank.
 LOG_PREFIX_TEMPLATE = "[rank${rank}]:"
 #: The environment variable Jupyter Server takes its token from (``ServerApp.token``'s
@@ -143,7 +141,7 @@ def select_hosts(loaded: LoadedSpec, profile: Profile) -> list[str]:
     elif nodes > len(profile.hosts):
         raise ConfigError(
             f"{nodes} nodes asked, but profile {profile.name!r} has {len(profile.hosts)} host(s)",
-            "lower `nodes` or add hosts to the profile",
+            f"lower {loaded.name_of('nodes')} or add hosts to the profile",
             **loaded.blame("nodes"),
         )
     else:
@@ -262,7 +260,8 @@ def pick_gpus(loaded: LoadedSpec, facts: HostFacts, force: bool = False) -> tupl
         why = "no NVIDIA driver (nvidia-smi not found)" if count is None else "0 GPUs"
         raise PlanError(
             f"{at}host {facts.host} has {why}, but the job asks for GPUs ({gpus!r})",
-            "set `gpus_per_node: 0` for a CPU job (gloo), or use a GPU host",
+            f"{loaded.how_to_set('gpus_per_node', '0')} for a CPU job"
+            f"{' (gloo)' if loaded.spec.kind == 'train' else ''}, or use a GPU host",
         )
     holders = facts.holders or {}
     busy = {i for i in range(count) if holders.get(i)} | set(facts.lost)
@@ -270,7 +269,7 @@ def pick_gpus(loaded: LoadedSpec, facts: HostFacts, force: bool = False) -> tupl
         if gpus > count:
             raise PlanError(
                 f"{at}host {facts.host} has {count} GPU(s), the job asks for {gpus} per node",
-                "lower gpus_per_node",
+                f"{loaded.how_to_set('gpus_per_node', str(count))} or fewer",
             )
         free = [i for i in range(count) if i not in busy]
         if len(free) >= gpus:
@@ -285,7 +284,7 @@ def pick_gpus(loaded: LoadedSpec, facts: HostFacts, force: bool = False) -> tupl
         raise PlanError(
             f"{at}host {facts.host} has GPUs 0..{count - 1}; GPU index {missing[0]} does not "
             "exist",
-            "fix gpus_per_node",
+            f"fix {loaded.name_of('gpus_per_node')} (indices 0..{count - 1})",
         )
     taken = [i for i in wanted if i in busy and (not force or i in facts.lost)]
     if taken:
@@ -333,7 +332,8 @@ def build_plan(
     if any(len(g) != n_gpus for g in gpu_sets):
         counts = ", ".join(f"{h}: {len(g)}" for h, g in zip(hosts, gpu_sets))
         raise PlanError(f"{loaded.place('gpus_per_node')}hosts have different GPU counts "
-                        f"({counts}) for `gpus_per_node: all`", "give gpus_per_node as a count")
+                        f"({counts}) for `all`",
+                        f"give {loaded.name_of('gpus_per_node')} as a count")
     nproc = spec.nproc_per_node or (n_gpus or 1)
     if n_gpus and nproc > n_gpus:
         raise PlanError(

@@ -37,8 +37,10 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from types import MappingProxyType
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -65,6 +67,11 @@ MAX_NPROC = 1024
 MAX_NODES = 1024
 #: A notebook's folder on the host when its spec or ``--workdir`` names none.
 NOTEBOOK_WORKDIR = "~/gpuconsole/notebooks"
+
+#: The flags of ``gpuconsole notebook`` whose name is not ``--field-name`` (spec field ->
+#: flag as typed): its errors name ``--gpus``, not ``gpus_per_node`` or ``--gpus-per-node``.
+NOTEBOOK_FLAGS: Mapping[str, str] = MappingProxyType({"gpus_per_node": "--gpus",
+                                                     "nodes": "--host"})
 #: Fields that need Docker (refused with ``runtime: host``).
 DOCKER_ONLY = ("image", "mounts", "shm_size", "ipc")
 #: Fields of a training spec that a ``kind: notebook`` spec may not set.
@@ -179,6 +186,8 @@ class LoadedSpec:
         secret_env: keys whose value came from a ``${VAR}`` reference (never printed).
         lines: the file's key paths -> 1-based lines (see :mod:`console.yamlsrc`).
         flags: top-level fields whose value came from a command-line flag.
+        flag_names: the flag of such a field where it is not ``--field-name`` (e.g.
+            :data:`NOTEBOOK_FLAGS`).
     """
 
     spec: JobSpec
@@ -188,6 +197,7 @@ class LoadedSpec:
     secret_env: frozenset[str] = frozenset()
     lines: Lines = field(default_factory=dict)
     flags: frozenset[str] = frozenset()
+    flag_names: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def workdir(self) -> Path | None:
@@ -207,7 +217,21 @@ class LoadedSpec:
     def blame(self, field_name: str) -> dict[str, Any]:
         """Where a field's value came from, as :class:`ConfigError` keyword arguments:
         ``--flag`` when a flag gave it, else the spec file, its line and the field."""
-        return blame(field_name, self.source, self.lines, self.flags)
+        return blame(field_name, self.source, self.lines, self.flags, self.flag_names)
+
+    def name_of(self, field_name: str) -> str:
+        """The name a message gives a top-level field: its flag (``--gpus``) when a flag
+        gave its value, else the field (``gpus_per_node``)."""
+        if field_name in self.flags:
+            return flag_name(field_name, self.flag_names)
+        return field_name
+
+    def how_to_set(self, field_name: str, value: str) -> str:
+        """A fix that sets a top-level field, in the terms its value came in: ``pass
+        `--gpus 0``` for a flag's value, else ``set `gpus_per_node: 0```."""
+        if field_name in self.flags:
+            return f"pass `{flag_name(field_name, self.flag_names)} {value}`"
+        return f"set `{field_name}: {value}`"
 
     def place(self, field_name: str) -> str:
         """``file:line: field: `` (or ``--flag: ``): a prefix for messages about a field."""
@@ -224,12 +248,18 @@ class LoadedSpec:
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
+def flag_name(field_name: str, flag_names: Mapping[str, str] | None = None) -> str:
+    """The flag that sets top-level field ``field_name``: ``flag_names``' entry, else
+    ``--field-name`` (``submit``'s flags)."""
+    return (flag_names or {}).get(field_name) or f"--{field_name.replace('_', '-')}"
+
+
 def blame(field_name: str, source: str, lines: Lines, flags: frozenset[str] = frozenset(),
-          ) -> dict[str, Any]:
+          flag_names: Mapping[str, str] | None = None) -> dict[str, Any]:
     """See :meth:`LoadedSpec.blame`; ``field_name`` like ``nodes[1]`` or ``env.TOKEN``."""
     root = re.split(r"[.\[]", field_name)[0]
     if root in flags:
-        return {"field": f"--{root.replace('_', '-')}"}
+        return {"field": flag_name(root, flag_names)}
     loc: list[str | int] = []
     for part in re.findall(r"[^.\[\]]+|\[\d+\]", field_name):
         loc.append(int(part[1:-1]) if part.startswith("[") else part)
@@ -256,35 +286,38 @@ def load_spec(path: Path, overrides: dict[str, Any] | None = None) -> LoadedSpec
     return validate_spec(data, str(path), path.parent.resolve(), lines, frozenset(given))
 
 
-def _flag_blamed(e: ConfigError, flags: frozenset[str]) -> ConfigError:
+def _flag_blamed(e: ConfigError, flags: frozenset[str],
+                 flag_names: Mapping[str, str] | None = None) -> ConfigError:
     root = re.split(r"[.\[]", e.field or "")[0]
     if root in flags:  # the bad value came from a flag, not from the file
-        return ConfigError(e.detail, e.hint, field=f"--{root.replace('_', '-')}")
+        return ConfigError(e.detail, e.hint, field=flag_name(root, flag_names))
     return e
 
 
 def validate_spec(
     data: dict[str, Any], source: str, base_dir: Path, lines: Lines | None = None,
-    flags: frozenset[str] = frozenset(),
+    flags: frozenset[str] = frozenset(), flag_names: Mapping[str, str] | None = None,
 ) -> LoadedSpec:
     """Validate spec data (see :func:`load_spec`); ``flags`` names the fields that came from
-    flags."""
+    flags, ``flag_names`` those flags where they are not ``--field-name``
+    (:data:`NOTEBOOK_FLAGS`)."""
     lines = lines or {}
     try:
         spec = JobSpec.model_validate(data)
     except ValidationError as e:
         problems = validation_errors(e, JobSpec, source, lines)
-        raise combine([_flag_blamed(p, flags) for p in problems]) from e
+        raise combine([_flag_blamed(p, flags, flag_names) for p in problems]) from e
     problems = []
     try:
         env, secrets = resolve_env(spec.env, source, lines)
     except ConfigError as e:
         problems.append(e)
         env, secrets = dict(spec.env), frozenset()
-    loaded = LoadedSpec(spec, source, base_dir, env, secrets, lines, flags)
+    loaded = LoadedSpec(spec, source, base_dir, env, secrets, lines, flags,
+                        dict(flag_names or {}))
     problems += _kind_problems(loaded) or _workdir_problems(loaded)
     if problems:
-        raise combine([_flag_blamed(p, flags) for p in problems])
+        raise combine([_flag_blamed(p, flags, flag_names) for p in problems])
     return loaded
 
 

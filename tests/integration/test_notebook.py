@@ -641,3 +641,19 @@ def test_bad_input_starts_nothing(cli: CLI, engine: docker.DockerClient,
     assert res.returncode == 2 and "--host" in res.stderr, res.stderr
     assert res.stdout == ""
     assert notebook_containers(engine, t0) == []
+
+
+def test_gpus_errors_name_the_gpus_flag(cli: CLI, engine: docker.DockerClient) -> None:
+    """`notebook --gpus` values the host cannot give, or that are no GPU count: the error
+    and its fix name `--gpus`, the flag typed (test host ``a`` has no NVIDIA driver)."""
+    t0 = time.time() - 1.0
+    for gpus in ("5", "0,7"):
+        res = cli.run("notebook", "--host", "a", "--gpus", gpus, "--dry-run")
+        assert res.returncode == 2, res.stderr
+        assert "error: --gpus: host a has no NVIDIA driver" in res.stderr, res.stderr
+        fix = [ln for ln in res.stderr.splitlines() if ln.startswith("  fix: ")]
+        assert fix and "`--gpus 0`" in fix[0] and "gpus_per_node" not in fix[0], res.stderr
+    res = cli.run("notebook", "--host", "a", "--gpus", "-1")
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    assert res.stderr.startswith("error: --gpus '-1': not `all`"), res.stderr
+    assert notebook_containers(engine, t0) == []

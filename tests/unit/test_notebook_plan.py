@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from console.errors import ConfigError
+from console.errors import ConfigError, PlanError
 from console.jobs.labels import K_KIND, K_PORT, NodeLabels
 from console.jobs.plan import (
     TOKEN_ENV,
@@ -17,9 +17,10 @@ from console.jobs.plan import (
     JobPlan,
     build_plan,
     expand_home,
+    pick_gpus,
     render_plan,
 )
-from console.jobs.spec import NOTEBOOK_WORKDIR, load_spec
+from console.jobs.spec import NOTEBOOK_FLAGS, NOTEBOOK_WORKDIR, load_spec, validate_spec
 from console.jobs.store import JobRecord
 from console.profiles import HostConfig, JobDefaults, Profile
 
@@ -120,3 +121,35 @@ def test_job_record_kind_comes_from_its_spec() -> None:
     rec = JobRecord("nb-1", "nb", "p", None, {"kind": "notebook"}, "h", 1.0, 1)
     assert rec.kind == "notebook"
     assert dataclasses.replace(rec, spec={}).kind == "train"
+
+
+def test_notebook_gpu_errors_name_the_flag_typed(tmp_path: Path) -> None:
+    """`notebook --gpus 5`: the error and its fix name `--gpus` (the flag typed), not the
+    spec field `gpus_per_node` nor submit's `--gpus-per-node`; a file's value keeps its
+    file:line: field and a fix in the file's terms."""
+    data = {"kind": "notebook", "name": "nb", "nodes": ["a"], "gpus_per_node": 5}
+    loaded = validate_spec(dict(data), "(flags)", tmp_path, {},
+                           frozenset({"nodes", "gpus_per_node"}), NOTEBOOK_FLAGS)
+    two = HostFacts("a", "10.0.0.1", 2, "/home/u")
+    with pytest.raises(PlanError) as e:
+        pick_gpus(loaded, two)
+    assert str(e.value) == "--gpus: host a has 2 GPU(s), the job asks for 5 per node"
+    assert e.value.hint == "pass `--gpus 2` or fewer"
+    with pytest.raises(PlanError) as e:
+        pick_gpus(loaded, HostFacts("a", "10.0.0.1", None, "/home/u"))
+    assert str(e.value).startswith("--gpus: host a has no NVIDIA driver")
+    assert "gpus_per_node" not in (e.value.hint or "") and "`--gpus 0`" in (e.value.hint or "")
+    ids = validate_spec({**data, "gpus_per_node": [0, 7]}, "(flags)", tmp_path, {},
+                        frozenset({"gpus_per_node"}), NOTEBOOK_FLAGS)
+    with pytest.raises(PlanError) as e:
+        pick_gpus(ids, two)
+    assert str(e.value).startswith("--gpus: host a has GPUs 0..1; GPU index 7")
+    assert e.value.hint == "fix --gpus (indices 0..1)"
+    p = write(tmp_path, "kind: notebook\nname: nb\ngpus_per_node: 5\n")
+    with pytest.raises(PlanError) as e:
+        pick_gpus(load_spec(p), two)
+    assert str(e.value).startswith(f"{p}:3: gpus_per_node: host a has 2 GPU(s)")
+    assert e.value.hint == "set `gpus_per_node: 2` or fewer"
+    with pytest.raises(PlanError) as e:  # submit's flag keeps its own name
+        pick_gpus(load_spec(p, {"gpus_per_node": 5}), two)
+    assert e.value.hint == "pass `--gpus-per-node 2` or fewer"
