@@ -41,10 +41,7 @@ from console.events import (
 )
 from console.fleet.state import ContainerJob, FleetState
 from console.jobs.labels import K_KIND
-from console.jobs.launch import Prepared, launch, prepare
 from console.jobs.logs import JobLogLine, follow_job_log_batches, read_job_logs
-from console.jobs.plan import render_plan
-from console.jobs.spec import LoadedSpec, load_spec
 from console.jobs.status import (
     ACTIVE_STATES,
     LIST_DEADLINE_S,
@@ -68,6 +65,8 @@ from remote.telemetry.schema import Sample
 if TYPE_CHECKING:  # imported by the methods that use them (CLI start-up: `ps` needs none)
     from console.fleet.monitor import FleetMonitor
     from console.jobs.copy import CopyRequest, CopyResult
+    from console.jobs.launch import Prepared
+    from console.jobs.spec import LoadedSpec
     from console.loopthread import LoopThread
     from console.notebook.attach import NotebookTunnel
     from console.slurm.backend import SlurmPlan
@@ -174,6 +173,8 @@ class Submission:
         for a Slurm profile the sbatch script, which holds no environment value)."""
         if self.slurm is not None:
             return self.slurm.script.rstrip("\n")
+        from console.jobs.plan import render_plan
+
         return render_plan(self.prepared.plan)
 
     def submitted_line(self, job: JobRecord) -> str:
@@ -215,7 +216,8 @@ class NodeDescription:
         exit_code: once exited.
         docker_run: the equivalent ``docker run`` line (secret values as ``***``), or ``None``
             when the container is gone.
-        torchrun: the torchrun line run in the container, or ``None``.
+        torchrun: the command run in the container (torchrun; JupyterLab for a notebook,
+            rendered as ``command:``), or ``None``.
     """
 
     node_rank: int
@@ -257,7 +259,8 @@ class JobDescription:
             if n.docker_run:
                 out.append(f"  {n.docker_run}")
             if n.torchrun:
-                out.append(f"  torchrun: {n.torchrun}")
+                label = "torchrun" if j.kind == "train" else "command"
+                out.append(f"  {label}: {n.torchrun}")
         if self.spec_yaml.strip():
             out += ["", "spec:", *("  " + ln for ln in self.spec_yaml.rstrip().splitlines())]
         return "\n".join(out)
@@ -530,6 +533,9 @@ class Service:
             PlanError, JobNameInUse, TransportError, ImageNotFound: see
                 :func:`console.jobs.launch.prepare`.
         """
+        from console.jobs.launch import prepare
+        from console.jobs.spec import load_spec
+
         if not spec_path.is_file():
             raise ConfigError("job spec not found", "give the path of a YAML job spec",
                               path=str(spec_path))
@@ -831,7 +837,7 @@ class Service:
         from console.jobs.labels import FORMAT, K_CREATED, K_FORMAT, K_HOST
         from console.jobs.launch import gpu_facts
         from console.jobs.plan import HostFacts, pick_gpus
-        from console.jobs.spec import JobSpec, resolve_env
+        from console.jobs.spec import JobSpec, LoadedSpec, resolve_env
         from remote.docker import Bind, ContainerSpec
 
         prof = self.profile
@@ -950,7 +956,7 @@ class Service:
             UsageError: ``host`` is not in the profile.
             PlanError, JobNameInUse, TransportError, ImageNotFound: see :meth:`plan`.
         """
-        from console.jobs.launch import gpu_facts
+        from console.jobs.launch import gpu_facts, prepare
         from console.jobs.spec import NOTEBOOK_FLAGS, validate_spec
         from console.yamlsrc import load_yaml
 

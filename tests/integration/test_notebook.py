@@ -413,6 +413,9 @@ def test_url_token_and_no_token_on_command_lines(nb: Running,
     desc = nb.cli.run("describe", nb.job_id)
     assert desc.returncode == 0, desc.stderr
     assert nb.token not in desc.stdout and "JUPYTER_TOKEN=***" in desc.stdout
+    command = [ln for ln in desc.stdout.splitlines() if "jupyter lab" in ln and ":" in ln]
+    assert command and command[-1].startswith("  command: jupyter lab"), desc.stdout
+    assert "torchrun:" not in desc.stdout, desc.stdout  # JupyterLab is no torchrun
 
 
 def test_listens_on_host_loopback_only(nb: Running, engine: docker.DockerClient) -> None:

@@ -23,6 +23,7 @@ from console.jobs.plan import (
 from console.jobs.spec import NOTEBOOK_FLAGS, NOTEBOOK_WORKDIR, load_spec, validate_spec
 from console.jobs.store import JobRecord
 from console.profiles import HostConfig, JobDefaults, Profile
+from console.service import JobDescription, NodeDescription
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -153,3 +154,20 @@ def test_notebook_gpu_errors_name_the_flag_typed(tmp_path: Path) -> None:
     with pytest.raises(PlanError) as e:  # submit's flag keeps its own name
         pick_gpus(load_spec(p, {"gpus_per_node": 5}), two)
     assert e.value.hint == "pass `--gpus-per-node 2` or fewer"
+
+
+def test_describe_labels_a_notebooks_command_by_its_kind() -> None:
+    """``describe``: JupyterLab's line is the notebook's `command:`; a training job's stays
+    `torchrun:` (lines as :meth:`Service.describe` reads them back from the container)."""
+    jupyter = "jupyter lab --ip=127.0.0.1 --port=41234 --no-browser"
+    torchrun = "torchrun --nnodes=1 --nproc-per-node=1 train.py"
+
+    def text(kind: str, command: str) -> str:
+        rec = JobRecord("j-1", "j", "p", None, {"kind": kind}, "h", 1.0, 1, state="running")
+        node = NodeDescription(0, "a", "gpuconsole-j-1-n0", "c" * 64, "running", None,
+                               "docker run ...", command)
+        return JobDescription(rec, "", (node,)).render()
+
+    nb = text("notebook", jupyter)
+    assert f"  command: {jupyter}" in nb.splitlines() and "torchrun:" not in nb
+    assert f"  torchrun: {torchrun}" in text("train", torchrun).splitlines()
