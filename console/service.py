@@ -568,6 +568,8 @@ class Service:
                                         submission.slurm)
             self.bus.publish(JobChanged(record))
             return record
+        from console.jobs.launch import launch
+
         job_id = await launch(self.session(), self.store, submission.loaded, submission.prepared)
         job = await self.store.call(self.store.get, job_id)
         assert job is not None

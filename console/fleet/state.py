@@ -24,9 +24,8 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from remote.telemetry.faults import GpuXidSummary, XidEvent, scan_kernel_log, summarize_xids
 from remote.telemetry.schema import (
     DRIVER_DOWN_STATES,
     USABLE_STATES,
@@ -35,6 +34,9 @@ from remote.telemetry.schema import (
     Sample,
     read_sample,
 )
+
+if TYPE_CHECKING:  # the fault parser is imported where samples carry Xids (CLI start-up)
+    from remote.telemetry.faults import GpuXidSummary, XidEvent
 
 #: Missed intervals after which a host is ``stale``.
 STALE_AFTER_INTERVALS = 3
@@ -96,6 +98,8 @@ class HostView:
         the chain's root as ``headline``), GPU indices mapped from the PCI bus ids."""
         key = (self._xid_gen, len(self.bus_index))
         if self._xid_cache is None or self._xid_cache[0] != key:
+            from remote.telemetry.faults import summarize_xids
+
             self._xid_cache = (key, summarize_xids(self.xid_events, self.bus_index))
         return self._xid_cache[1]
 
@@ -330,6 +334,8 @@ def _take_xids(v: HostView, s: Sample) -> None:
     """Add a sample's Xid events to the host's history: its kernel log lines when the agent
     read them (``since_boot`` replaces the history: an agent that started again re-reads the
     boot), else NVML's Xid events while the kernel log is not read."""
+    from remote.telemetry.faults import XidEvent, scan_kernel_log
+
     v.kernel_log_error = s["errors"].get("kernel_log")
     kl = s["kernel_log"]
     new: list[XidEvent] = []

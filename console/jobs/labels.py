@@ -40,6 +40,12 @@ K_CREATED = PREFIX + "created-at"
 K_KIND = PREFIX + "kind"
 K_PORT = PREFIX + "port"
 
+#: torchrun writes the first failure here (``TORCHELASTIC_ERROR_FILE``, set on every Docker
+#: node by :mod:`console.jobs.plan`); :mod:`console.jobs.status` reads it back after exit.
+ERROR_FILE = "/tmp/gpuconsole-error.json"
+#: The same for a host-runtime node: a file in the node's folder (several jobs share /tmp).
+HOST_ERROR_FILE = "error.json"
+
 
 @dataclass(frozen=True)
 class NodeLabels:

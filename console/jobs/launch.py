@@ -22,8 +22,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import os
-import socket
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
@@ -33,6 +31,10 @@ from console.diagnosis import diagnose
 from console.errors import JobNameInUse, PlanError
 from console.jobs import gang
 from console.jobs.labels import K_JOB_ID, K_JOB_NAME
+from console.jobs.launcher import LAUNCH_STALE_S as LAUNCH_STALE_S  # their old home
+from console.jobs.launcher import launch_in_flight as launch_in_flight
+from console.jobs.launcher import launcher_alive as launcher_alive
+from console.jobs.launcher import launcher_token
 from console.jobs.plan import (
     HostFacts,
     JobPlan,
@@ -58,24 +60,6 @@ _FREE_PORT = "import socket;s=socket.socket();s.bind(('',0));print(s.getsockname
 _ACTIVE = ("created", "running", "restarting", "paused")
 
 
-LAUNCH_STALE_S = 120.0
-"""A container still ``created`` this long after its creation, whose launcher cannot be asked
-(another machine, an adopted job), belongs to an interrupted launch (s). Creating and starting
-every container of a job takes seconds; image pulls and workdir syncs happen before."""
-
-
-def _start_ticks(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot (``/proc/PID/stat`` field 22), so a
-    reused pid is not taken for the launcher; ``None`` where there is no ``/proc``."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read().decode(errors="replace")
-    except OSError:
-        return None
-    fields = stat[stat.rfind(")") + 2:].split()
-    return fields[19] if len(fields) > 19 else None
-
-
 def explain_engine_error(error: GpuConsoleError) -> GpuConsoleError:
     """A Docker engine error (a refused create/start, a failed pull) restated with the root
     cause :func:`console.diagnosis.diagnose` names in the engine's text: its summary as the
@@ -92,50 +76,6 @@ def explain_engine_error(error: GpuConsoleError) -> GpuConsoleError:
     head, sep, _ = error.detail.partition(" could not be pulled: ")
     message = f"{head}{sep}{found.summary}" if sep else found.summary
     return type(error)(error.host, message, found.fix)
-
-
-def launcher_token() -> str:
-    """This process as a job's launcher: ``<hostname> <pid> <start ticks or ->``."""
-    pid = os.getpid()
-    return f"{socket.gethostname()} {pid} {_start_ticks(pid) or '-'}"
-
-
-def launcher_alive(token: str) -> bool | None:
-    """Whether the process named by :func:`launcher_token` still runs: ``None`` when it ran on
-    another machine (it cannot be asked from here)."""
-    parts = token.split()
-    if len(parts) != 3 or not parts[1].isdigit():
-        return None
-    host, pid, ticks = parts[0], int(parts[1]), parts[2]
-    if host != socket.gethostname():
-        return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # it exists, as another user
-    return ticks == "-" or _start_ticks(pid) in (ticks, None)
-
-
-def launch_in_flight(launcher: str | None, created_s: float | None, now: float) -> bool:
-    """Whether a job's launch may still be creating or starting its containers.
-
-    Args:
-        launcher: the job record's launcher (``None``: finished, or not launched from this
-            store).
-        created_s: when its oldest never-started container was created (Unix s), else when
-            the job was submitted.
-        now: Unix seconds.
-
-    The launcher's process decides when it can be asked (same machine); else a container
-    that is still ``created`` after :data:`LAUNCH_STALE_S` counts as abandoned.
-    """
-    if launcher is not None:
-        alive = launcher_alive(launcher)
-        if alive is not None:
-            return alive
-    return created_s is not None and now - created_s < LAUNCH_STALE_S
 
 
 async def gather_first_error(*aws: Awaitable[T]) -> list[T]:

@@ -9,10 +9,13 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from console.fleet.state import JobUsage
 from console.jobs.status import format_node_state, job_summary, shown_state
-from console.jobs.store import JobRecord
+
+if TYPE_CHECKING:  # annotations only: `ps` needs neither the fleet state nor the store here
+    from console.fleet.state import JobUsage
+    from console.jobs.store import JobRecord
 
 
 def age(seconds: float) -> str:

@@ -40,21 +40,28 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from console.diagnosis import Diagnosis, diagnose, parse_torchelastic_failure, signal_name
-from console.diagnosis.engine import precedence_of
-from console.jobs.labels import K_JOB_ID, K_KIND, K_NODE_COUNT, NodeLabels
-from console.jobs.launch import launch_in_flight
-from console.jobs.plan import ERROR_FILE, HOST_ERROR_FILE
+from console.jobs.labels import (
+    ERROR_FILE,
+    HOST_ERROR_FILE,
+    K_JOB_ID,
+    K_KIND,
+    K_NODE_COUNT,
+    NodeLabels,
+)
+from console.jobs.launcher import launch_in_flight
 from console.jobs.store import FailureRecord, JobRecord, NodeRecord, Store
-from console.session import Session
-from remote.docker import ContainerInfo, parse_rfc3339_ns
+from remote.docker import parse_rfc3339_ns
 from remote.errors import GpuConsoleError
 from remote.gang import TEARDOWN_EXIT_CODE
-from remote.kernellog import NodeKernelEvents, node_kernel_events
-from remote.kernellog import describe as describe_kernel
 from remote.runtimes import is_docker_id
+
+if TYPE_CHECKING:  # the failure path imports diagnosis and the kernel log (CLI start-up)
+    from console.diagnosis import Diagnosis
+    from console.session import Session
+    from remote.docker import ContainerInfo
+    from remote.kernellog import NodeKernelEvents
 
 log = logging.getLogger("gpuconsole.status")
 
@@ -416,6 +423,9 @@ async def _host_kernel(session: Session, node: NodeRecord,
     except GpuConsoleError as e:
         log.info("[%s] host kernel log not read: %s", node.host, e.message)
         return None
+    from remote.kernellog import describe as describe_kernel
+    from remote.kernellog import node_kernel_events
+
     devices = info.gpu_devices if info is not None else None
     found = await node_kernel_events(transport, devices, since, until)
     log.info("[%s] node %d: %s", node.host, node.node_rank, describe_kernel(found, since, until))
@@ -430,6 +440,8 @@ def exit_reason(code: int | None) -> str:
         return "exited (exit code unknown)"
     text = f"exited with code {code}"
     if 128 < code < 128 + 65:
+        from console.diagnosis import signal_name
+
         name = signal_name(128 - code)
         if name:
             text += f" (128+{code - 128}: {name})"
@@ -455,6 +467,9 @@ async def explain_failure(session: Session, node: NodeRecord,
     at most; an unreadable kernel log is logged and changes nothing. A host that cannot be
     read leaves the exit code as the reason.
     """
+    from console.diagnosis import diagnose, parse_torchelastic_failure, signal_name
+    from console.diagnosis.engine import precedence_of
+
     out: FailureRecord = {
         "node": node.node_rank,
         "host": node.host,
