@@ -11,9 +11,7 @@ from __future__ import annotations
 import os
 import pty
 import select
-import socket
 import subprocess
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,58 +20,10 @@ import pytest
 import yaml
 
 from tests.integration.conftest import CLI, REPO
+from tests.integration.proxies import DelayingProxy
 
 TESTHOSTS = Path("/var/tmp/gpuconsole-testhosts")
 CLEAR = "\x1b[H\x1b[2J"
-
-
-class DelayingProxy:
-    """A TCP proxy in front of one sshd that forwards the client's bytes at once but holds
-    the server's until :meth:`release` (then forwards them, and everything after, as is)."""
-
-    def __init__(self, target: tuple[str, int]) -> None:
-        self.target = target
-        self.released = threading.Event()
-        self.srv = socket.create_server(("127.0.0.1", 0))
-        self.port = int(self.srv.getsockname()[1])
-        self.socks: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                down, _ = self.srv.accept()
-            except OSError:
-                return
-            up = socket.create_connection(self.target)
-            self.socks += [down, up]
-            threading.Thread(target=self._pump, args=(down, up, None), daemon=True).start()
-            threading.Thread(target=self._pump, args=(up, down, self.released),
-                             daemon=True).start()
-
-    @staticmethod
-    def _pump(src: socket.socket, dst: socket.socket, gate: threading.Event | None) -> None:
-        try:
-            while data := src.recv(65536):
-                if gate is not None:
-                    gate.wait()
-                dst.sendall(data)
-        except OSError:
-            pass
-        for s in (src, dst):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    def release(self) -> None:
-        self.released.set()
-
-    def close(self) -> None:
-        self.released.set()
-        self.srv.close()
-        for s in self.socks:
-            s.close()
 
 
 @pytest.fixture

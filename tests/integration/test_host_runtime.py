@@ -29,8 +29,8 @@ import pytest
 import yaml
 
 from tests.integration.conftest import CLI, EXAMPLES, REPO, job_containers, wait_for
+from tests.integration.proxies import CuttableProxy
 from tests.integration.test_jobs import ps_json, the_job
-from tests.integration.test_streams import CuttableProxy
 
 VENV_PYTHON = "/var/tmp/gpuconsole-slurm/venv/bin/python"
 SYSTEM_PYTHON = "/usr/bin/python3"  # this machine's; has no torch (checked in the test)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -22,70 +21,7 @@ import docker
 import yaml
 
 from tests.integration.conftest import CLI, IMAGE
-
-
-class StallServer:
-    """Accepts TCP connections and sends nothing, ever (until :meth:`close`)."""
-
-    def __init__(self) -> None:
-        self.srv = socket.create_server(("127.0.0.1", 0))
-        self.port = int(self.srv.getsockname()[1])
-        self.held: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.srv.accept()
-            except OSError:
-                return
-            self.held.append(conn)
-
-    def close(self) -> None:
-        self.srv.close()
-        for s in self.held:
-            s.close()
-
-
-class KexCloser:
-    """In front of an sshd: passes its banner to the client, then closes both sides as soon
-    as the client sends its first key exchange bytes."""
-
-    def __init__(self, target: tuple[str, int]) -> None:
-        self.target = target
-        self.srv = socket.create_server(("127.0.0.1", 0))
-        self.port = int(self.srv.getsockname()[1])
-        self.closed = 0
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                down, _ = self.srv.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._one, args=(down,), daemon=True).start()
-
-    def _one(self, down: socket.socket) -> None:
-        up = socket.create_connection(self.target)
-        try:
-            banner = b""
-            while not banner.endswith(b"\n"):
-                chunk = up.recv(1)
-                if not chunk:
-                    break
-                banner += chunk
-            down.sendall(banner)
-            down.recv(65536)  # the client's banner / KEXINIT: close in the key exchange
-        except OSError:
-            pass
-        finally:
-            self.closed += 1
-            down.close()
-            up.close()
-
-    def close(self) -> None:
-        self.srv.close()
+from tests.integration.proxies import KexCloser, StallServer
 
 
 def start_job(engine: docker.DockerClient, job_id: str, host: str) -> Any:

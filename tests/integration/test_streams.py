@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from tests.integration.conftest import CLI, REPO, wait_for
+from tests.integration.proxies import CuttableProxy, StallServer
 
 TESTHOSTS = Path("/var/tmp/gpuconsole-testhosts")
 
@@ -37,9 +38,9 @@ def free_port() -> int:
 @pytest.fixture
 def silent_listener() -> Iterator[int]:
     """A port that accepts TCP connections and never says a word (no SSH banner)."""
-    srv = socket.create_server(("127.0.0.1", 0), backlog=16)
+    srv = StallServer()
     try:
-        yield int(srv.getsockname()[1])
+        yield srv.port
     finally:
         srv.close()
 
@@ -115,59 +116,6 @@ def test_gpus_exits_1_when_a_host_gave_nothing(cli: CLI, tmp_path: Path) -> None
     assert "host c: down: host c: cannot connect to 127.0.0.1" in res.stderr
     assert "error: 1 of 2 hosts gave no sample within 15 s: c" in res.stderr
     assert "host a" not in res.stderr
-
-
-class CuttableProxy:
-    """A TCP proxy in front of one sshd; :meth:`cut` closes every connection through it at
-    once (a network drop), and new connections are accepted afterwards."""
-
-    def __init__(self, target: tuple[str, int]) -> None:
-        self.target = target
-        self.srv = socket.create_server(("127.0.0.1", 0))
-        self.port = int(self.srv.getsockname()[1])
-        self.socks: list[socket.socket] = []
-        self.lock = threading.Lock()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                down, _ = self.srv.accept()
-            except OSError:
-                return
-            up = socket.create_connection(self.target)
-            with self.lock:
-                self.socks += [down, up]
-            for src, dst in ((down, up), (up, down)):
-                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
-
-    @staticmethod
-    def _pump(src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-        except OSError:
-            pass
-        for s in (src, dst):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    def cut(self) -> int:
-        with self.lock:
-            socks, self.socks = self.socks, []
-        for s in socks:
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            s.close()
-        return len(socks) // 2
-
-    def close(self) -> None:
-        self.srv.close()
-        self.cut()
 
 
 @pytest.fixture
