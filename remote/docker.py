@@ -1,8 +1,11 @@
 """The Docker engine of one host, driven through the Docker SDK over the transport's socket.
 
-The SDK is synchronous: each call runs in a worker thread (``asyncio.to_thread``) while the
-event loop keeps serving the SSH-forwarded socket the call talks to. Log streams are read on the
-loop itself, in bulk (:mod:`remote.dockerlogs`).
+Listing and inspecting containers (every refresh, on every host) are requests on the event
+loop itself (:mod:`remote.dockerapi`: no SDK, no thread), as are log streams, read in bulk
+(:mod:`remote.dockerlogs`). Everything else goes through the Docker SDK, imported on first use
+(a command that only lists does not pay for its import): the SDK is synchronous, so each of
+its calls runs in a worker thread (``asyncio.to_thread``) while the loop keeps serving the
+SSH-forwarded socket the call talks to.
 
 Every container gpuconsole starts is described by a :class:`ContainerSpec`, which can also be
 rendered as the equivalent ``docker run`` command line (secrets masked) for dry runs and logs.
@@ -20,13 +23,9 @@ import shlex
 import tarfile
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import docker
-import docker.errors
-import requests.exceptions
-from docker.types import DeviceRequest
-
+from remote import dockerapi
 from remote.dockerlogs import (
     MAX_LINE_BYTES as MAX_LINE_BYTES,
 )
@@ -53,7 +52,11 @@ from remote.dockerlogs import (
     split_log_line as split_log_line,
 )
 from remote.errors import ConnectionLost, DockerError, ImageNotFound
-from remote.transport import Transport
+from remote.transport import LocalTransport, Transport
+
+if TYPE_CHECKING:
+    import docker
+    import docker.errors
 
 log = logging.getLogger("gpuconsole.remote.docker")
 
@@ -165,6 +168,8 @@ class ContainerSpec:
         if self.init:
             kw["init"] = True
         if self.gpu_device_ids:
+            from docker.types import DeviceRequest
+
             kw["device_requests"] = [
                 DeviceRequest(device_ids=list(self.gpu_device_ids), capabilities=[["gpu"]])
             ]
@@ -399,13 +404,27 @@ class Engine:
         self.transport = transport
         self.timeout = timeout
         self._client: docker.DockerClient | None = None
+        self._api: str | None = None
 
     @property
     def host(self) -> str:
         """The host's profile name."""
         return self.transport.name
 
+    def _not_answering(self, detail: str, socket_path: str | None = None) -> DockerError:
+        where = self.transport.describe()
+        if socket_path is not None and isinstance(self.transport, LocalTransport):
+            where += f" (socket {socket_path})"  # an SSH host's is a local forward
+        return DockerError(
+            self.host,
+            f"the Docker engine does not answer on {where}: {detail}",
+            "check that dockerd runs on the host and that its user may use the socket",
+        )
+
     async def _get_client(self) -> docker.DockerClient:
+        import docker
+        import docker.errors
+
         if self._client is not None and not self.transport.connected:
             self._client.close()
             self._client = None
@@ -418,11 +437,7 @@ class Engine:
                     docker.DockerClient, base_url=f"unix://{path}", timeout=int(self.timeout)
                 )
             except docker.errors.DockerException as e:
-                raise DockerError(
-                    self.host,
-                    f"the Docker engine does not answer on {self.transport.describe()}: {e}",
-                    "check that dockerd runs on the host and that its user may use the socket",
-                ) from e
+                raise self._not_answering(str(e)) from e
         return self._client
 
     async def call(self, fn: Callable[[docker.DockerClient], T]) -> T:
@@ -432,6 +447,9 @@ class Engine:
             ConnectionLost: the engine could not be reached (socket or connection dropped).
             DockerError: the engine refused the request.
         """
+        import docker.errors
+        import requests.exceptions
+
         client = await self._get_client()
         try:
             return await asyncio.to_thread(fn, client)
@@ -445,6 +463,49 @@ class Engine:
             raise ConnectionLost(self.host, f"Docker engine unreachable: {e}") from e
         except docker.errors.DockerException as e:
             raise DockerError(self.host, f"Docker engine: {e}") from e
+
+    async def _api_socket(self) -> tuple[str, str]:
+        """(socket path, the engine's API version), the version asked once per connection
+        (:func:`remote.dockerapi.api_version`).
+
+        Raises:
+            DockerError: the engine does not answer (socket named, with the fix).
+        """
+        if self._api is not None and not self.transport.connected:
+            self._api = None
+        path = await self.transport.docker_socket()
+        if self._api is None:
+            try:
+                self._api = await asyncio.wait_for(dockerapi.api_version(path), self.timeout)
+            except dockerapi.EngineRequestError as e:
+                raise self._not_answering(e.message, path) from e
+            except TimeoutError as e:
+                raise self._not_answering(f"no answer to /_ping within {self.timeout:g} s",
+                                          path) from e
+        return path, self._api
+
+    async def get(self, path: str, params: dict[str, str] | None = None) -> Any | None:
+        """``GET`` one read-only Engine API ``path`` on the loop (:mod:`remote.dockerapi`):
+        the decoded JSON answer, or ``None`` for a 404.
+
+        Raises:
+            ConnectionLost: the engine could not be reached, the connection dropped, or no
+                answer came within the engine's timeout.
+            DockerError: the engine refused the request (its message), or does not answer.
+        """
+        socket_path, version = await self._api_socket()
+        try:
+            return await asyncio.wait_for(
+                dockerapi.get_json(socket_path, version, path, params), self.timeout)
+        except dockerapi.EngineRequestError as e:
+            if e.unreachable:
+                self._api = None
+                raise ConnectionLost(self.host, f"Docker engine unreachable: {e.message}") from e
+            raise DockerError(self.host, f"Docker engine: {e.message}") from e
+        except TimeoutError as e:
+            self._api = None
+            raise ConnectionLost(self.host, f"Docker engine: no answer to {path} within "
+                                            f"{self.timeout:g} s") from e
 
     def _drop_client(self) -> None:
         if self._client is not None:
@@ -461,15 +522,17 @@ class Engine:
     # -- queries ----------------------------------------------------------------------------
 
     async def ping(self) -> None:
-        """Check the engine answers.
+        """Check the engine answers (``GET /_ping``, on the loop).
 
         Raises:
             DockerError: it does not, with the socket named.
         """
-        await self.call(lambda c: c.ping())
+        self._api = None
+        await self._api_socket()
 
     async def has_image(self, image: str) -> bool:
         """Whether ``image`` is present on the host."""
+        import docker.errors
 
         def probe(c: docker.DockerClient) -> bool:
             try:
@@ -508,39 +571,29 @@ class Engine:
                    ) -> builtins.list[ContainerInfo]:
         """Containers (running or not) carrying all ``labels`` (a ``None`` value = key only).
 
-        One list request: each container comes from the list's own data (id, name, labels,
-        state, exit code from the status text, creation time; see
+        One list request (on the loop, :meth:`get`): each container comes from the list's own
+        data (id, name, labels, state, exit code from the status text, creation time; see
         :meth:`ContainerInfo.from_summary`). Only those for which ``detail(info)`` is true are
         inspected (start and finish times, OOM flag, start error); a container removed
         between the list and its inspect is left out.
         """
         filters = [k if v is None else f"{k}={v}" for k, v in labels.items()]
-
-        def ls(c: docker.DockerClient) -> builtins.list[ContainerInfo]:
-            out = c.api.containers(all=True, filters={"label": filters})
-            infos = []
-            for summary in out:
-                info = ContainerInfo.from_summary(summary)
-                if detail is not None and detail(info):
-                    try:
-                        info = ContainerInfo.from_attrs(c.api.inspect_container(info.id))
-                    except docker.errors.NotFound:
-                        continue
-                infos.append(info)
-            return infos
-
-        return await self.call(ls)
+        out = await self.get("/containers/json", dockerapi.containers_params(filters))
+        infos = []
+        for summary in out or ():
+            info = ContainerInfo.from_summary(summary)
+            if detail is not None and detail(info):
+                attrs = await self.get(dockerapi.container_path(info.id))
+                if attrs is None:  # removed since the list
+                    continue
+                info = ContainerInfo.from_attrs(attrs)
+            infos.append(info)
+        return infos
 
     async def inspect(self, container_id: str) -> ContainerInfo | None:
         """The container's state, or ``None`` if it no longer exists."""
-
-        def get(c: docker.DockerClient) -> ContainerInfo | None:
-            try:
-                return ContainerInfo.from_attrs(c.api.inspect_container(container_id))
-            except docker.errors.NotFound:
-                return None
-
-        return await self.call(get)
+        attrs = await self.get(dockerapi.container_path(container_id))
+        return None if attrs is None else ContainerInfo.from_attrs(attrs)
 
     async def container_spec(self, container_id: str,
                              secret_env: frozenset[str] | set[str] = frozenset(),
@@ -548,6 +601,7 @@ class Engine:
         """The container's configuration read back as a :class:`ContainerSpec` (to show the
         equivalent ``docker run`` line; ``secret_env`` values are masked there), or ``None``
         if the container no longer exists."""
+        import docker.errors
 
         def get(c: docker.DockerClient) -> ContainerSpec | None:
             try:
@@ -586,6 +640,8 @@ class Engine:
             raise ValueError(f"stop grace must be a finite number >= 0, not {grace!r}")
         seconds = math.ceil(grace)
 
+        import docker.errors
+
         def stop(c: docker.DockerClient) -> None:
             try:
                 c.api.stop(container_id, timeout=seconds)
@@ -597,6 +653,7 @@ class Engine:
 
     async def remove(self, container_id: str) -> None:
         """Remove a container, force-killing it if it runs; a missing one is fine."""
+        import docker.errors
 
         def rm(c: docker.DockerClient) -> None:
             try:
@@ -612,6 +669,7 @@ class Engine:
         Args:
             limit: at most this many bytes are returned.
         """
+        import docker.errors
 
         def get(c: docker.DockerClient) -> bytes | None:
             try:
@@ -692,6 +750,7 @@ class Engine:
             await stream.aclose()
 
 def _api_message(e: docker.errors.APIError) -> str:
+    """The engine's explanation of an SDK API error (its ``explanation``, else the text)."""
     explanation = getattr(e, "explanation", None)
     if isinstance(explanation, bytes):
         explanation = explanation.decode(errors="replace")
