@@ -24,9 +24,16 @@ HEAVY = ("asyncssh", "docker", "pydantic", "textual", "yaml", "requests", "crypt
          "console.profiles", "console.jobs.store", "remote.ssh")
 
 
-def imported(args: list[str], tmp_path: Path) -> set[str]:
+#: What ``ps`` must not import: the launch path (plan, job-spec models, gang wrapper), the
+#: failure path (diagnosis, the kernel log and its fault parser), SSH and the app.
+NOT_FOR_PS = ("console.jobs.launch", "console.jobs.plan", "console.jobs.spec",
+              "console.jobs.gang", "console.diagnosis", "remote.telemetry.faults",
+              "remote.kernellog", "asyncssh", "cryptography", "textual", "prometheus_client")
+
+
+def imported(args: list[str], tmp_path: Path, **extra_env: str) -> set[str]:
     """The modules ``python -X importtime ARGS`` imported (names as the interpreter printed
-    them), run in ``tmp_path`` with an empty state and config dir.
+    them), run in ``tmp_path`` with an empty state and config dir (and ``extra_env``).
 
     Raises:
         AssertionError: the command failed.
@@ -34,7 +41,7 @@ def imported(args: list[str], tmp_path: Path) -> set[str]:
     env = {k: v for k, v in os.environ.items() if k != "GPUCONSOLE_PROFILE"}
     env.update(GPUCONSOLE_STATE_DIR=str(tmp_path / "state"),
                GPUCONSOLE_CONFIG_DIR=str(tmp_path / "config"),
-               PYTHONPATH=str(ROOT))
+               PYTHONPATH=str(ROOT), **extra_env)
     p = subprocess.run([sys.executable, "-X", "importtime", *args], cwd=tmp_path, env=env,
                        capture_output=True, text=True, timeout=120, check=False)
     assert p.returncode == 0, p.stderr[-2000:]
@@ -94,3 +101,51 @@ def test_help_lists_every_command() -> None:
     assert listed == set(main.commands)
     assert {"ps", "submit", "logs", "top", "gpus", "watch", "alerts", "diagnose", "notebook",
             "cp", "shell", "exec", "describe", "stop", "rm"} <= listed
+
+
+def named(names: tuple[str, ...], mods: set[str]) -> list[str]:
+    """The ``names`` among ``mods`` (a package counts if any submodule is in)."""
+    return [h for h in names if h in mods or any(m.startswith(h + ".") for m in mods)]
+
+
+def test_ps_imports_no_launch_or_failure_path(tmp_path: Path) -> None:
+    """``ps`` on an empty state dir with the bundled ``local`` profile, its engine socket
+    missing (``$DOCKER_HOST``: the host is reported failed, exit 0), imports the service and
+    the profile but not the launch path, the diagnosis or the fault parser."""
+    missing = tmp_path / "no-docker.sock"
+    mods = imported(["-m", "console.cli", "ps"], tmp_path, DOCKER_HOST=f"unix://{missing}")
+    assert {"console.service", "console.jobs.status", "console.profiles"} <= mods
+    assert named(NOT_FOR_PS, mods) == []
+
+
+def test_named_sees_the_launch_path(tmp_path: Path) -> None:
+    """The check above can fail: importing the launcher's module imports what it guards."""
+    mods = imported(["-c", "import console.jobs.launch, console.jobs.status"], tmp_path)
+    assert {"console.jobs.plan", "console.jobs.spec", "console.jobs.gang"} <= set(
+        named(NOT_FOR_PS, mods))
+
+
+def test_gc_freeze_runs_after_the_commands_exit_handlers(tmp_path: Path) -> None:
+    """A headless command registers :func:`console.cli.base.freeze_heap_at_exit` when it
+    starts: exit handlers the command registers later run before it (heap not frozen yet),
+    ones registered before the command after it, and what the command printed is flushed."""
+    code = (
+        "import atexit, gc, sys\n"
+        "atexit.register(lambda: print('before-command handler, frozen:',"
+        " gc.get_freeze_count() > 0))\n"
+        "from console.cli import main\n"
+        "@main.command('x-probe')\n"
+        "def probe() -> None:\n"
+        "    atexit.register(lambda: print('command handler, frozen:',"
+        " gc.get_freeze_count() > 0))\n"
+        "    sys.stdout.write('command output, unflushed')\n"
+        "main(['x-probe'], prog_name='gpuconsole')\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "GPUCONSOLE_PROFILE"}
+    env.update(PYTHONPATH=str(ROOT), GPUCONSOLE_STATE_DIR=str(tmp_path / "state"),
+               GPUCONSOLE_CONFIG_DIR=str(tmp_path / "config"))
+    p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=120, check=False)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.splitlines() == ["command output, unflushedcommand handler, frozen: False",
+                                     "before-command handler, frozen: True"]
