@@ -40,7 +40,7 @@ from typing import Any
 
 from remote.docker import ContainerInfo, ContainerSpec, LogLine
 from remote.errors import DockerError, RuntimeUnavailable
-from remote.transport import CommandResult, Transport
+from remote.transport import CommandResult, Transport, bundle_digest
 
 log = logging.getLogger("gpuconsole.remote.hostengine")
 
@@ -58,6 +58,22 @@ BATCH_LINES = 5000
 class HostJobError(DockerError):
     """The host runtime refused or failed a request (the counterpart of an engine's error,
     so callers that handle :class:`DockerError` handle it too)."""
+
+
+#: The host runtime's jobs folder, relative to the host user's home.
+JOBS_DIR = ".cache/gpuconsole/jobs"
+
+#: Exit status of :data:`_LIST_IF_JOBS` when the jobs folder exists but this version's
+#: bundle is not on the host yet (then it is uploaded and the listing asked again).
+_EXIT_NO_BUNDLE = 98
+
+#: One remote command for a fleet listing: nothing at all unless the jobs folder exists (no
+#: upload, no python), else ``hostjob.py list`` from the bundle already there. A constant:
+#: the bundle path, the python and the list arguments come as positional parameters.
+_LIST_IF_JOBS = (
+    'cd || exit 0; [ -d "$1" ] || exit 0; [ -f "$2" ] || exit ' f"{_EXIT_NO_BUNDLE}; "
+    'script=$2 py=$3; shift 3; exec "$py" -I -S "$script" list "$@"'
+)
 
 
 def node_dir(home: str, job_id: str, name: str) -> str:
@@ -244,6 +260,38 @@ class HostEngine:
         for k, v in labels.items():
             args += ["--label", k if v is None else f"{k}={v}"]
         nodes = await self._json("list", *args)
+        return [info_from_node(n) for n in nodes or []]
+
+    async def list_if_any(self, labels: Mapping[str, str | None]) -> builtins.list[ContainerInfo]:
+        """:meth:`list`, in one remote command that stops at once, starting no python and
+        uploading nothing, on a host without a jobs folder (:data:`JOBS_DIR`): what a fleet
+        listing asks every host whose default runtime is Docker.
+
+        Raises:
+            RuntimeUnavailable: the jobs folder exists and the host's python is missing.
+            HostJobError: ``hostjob.py list`` failed or answered something unreadable.
+        """
+        args: builtins.list[str] = []
+        for k, v in labels.items():
+            args += ["--label", k if v is None else f"{k}={v}"]
+        script = f"{BUNDLE_BASE}/{bundle_digest(hostjob_files())}/hostjob.py"
+        res = await self.transport.run(
+            ["sh", "-c", _LIST_IF_JOBS, "sh", JOBS_DIR, script, self.agent_python, *args],
+            timeout=self.timeout)
+        if res.returncode == _EXIT_NO_BUNDLE:
+            return await self.list(labels)
+        if res.returncode == 127:
+            raise RuntimeUnavailable(
+                self.host, f"{self.agent_python} is not on the host",
+                "install Python 3.8 or newer there (runtime: host runs jobs with it)")
+        if res.returncode != 0:
+            raise self._fail("list", res)
+        if not res.stdout.strip():
+            return []
+        try:
+            nodes = json.loads(res.stdout)
+        except ValueError as e:
+            raise HostJobError(self.host, f"list: unreadable answer {res.stdout[:200]!r}") from e
         return [info_from_node(n) for n in nodes or []]
 
     async def inspect(self, container_id: str) -> ContainerInfo | None:

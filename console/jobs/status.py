@@ -613,11 +613,14 @@ class JobView:
 #: forwarded Docker socket) and CPU spent in key exchanges at once, not any one sshd's load.
 LIST_CONCURRENCY = 64
 
-#: Commands run on the hosts at once in one fleet listing (the host runtime's ``test -d``
-#: probe and its ``hostjob.py list``): each costs the host a process or two (sshd's session,
-#: a shell, a python); where many profile hosts are one machine (aliases, containers on one
-#: box) 64 at once overran the 30 s command timeout on a 2-core test machine.
-EXEC_CONCURRENCY = 8
+#: Commands run on the hosts at once in one fleet listing (the host runtime's listing, a
+#: shell that stops at once where there is no jobs folder, else ``hostjob.py list``): each
+#: costs the host sshd's session and a shell, and a python where jobs exist; where many
+#: profile hosts are one machine (aliases, containers on one box) 64 pythons at once
+#: through a pyenv shim overran the 30 s command timeout on a 2-core test machine; on a real
+#: fleet each runs on its own host, and a lower cap costs round trips (512 hosts through 8
+#: slots: 64 round trips in a row).
+EXEC_CONCURRENCY = 32
 
 #: Seconds one reconcile waits for the hosts' listings (:func:`list_fleet`); a host still
 #: connecting or listing then is ``pending``: its jobs keep their last known state.
@@ -668,15 +671,13 @@ async def host_runtime_nodes(session: Session, host: str, labels: dict[str, str 
                              detail: Callable[[ContainerInfo], bool] | None = None,
                              ) -> list[ContainerInfo]:
     """On a host whose default runtime is Docker: the host runtime's nodes too, when it has
-    any (its jobs folder exists: one cheap check, no upload)."""
+    any (one remote command that stops at once without a jobs folder:
+    :meth:`remote.hostengine.HostEngine.list_if_any`; host nodes are always complete, so
+    ``detail`` is not needed)."""
     engine = session.engine(host)
     if engine.runtime != "docker":
         return []
-    t = await session.connected(host)
-    probe = await t.run(["test", "-d", f"{await t.home()}/.cache/gpuconsole/jobs"], timeout=30)
-    if probe.returncode != 0:
-        return []
-    return await engine.hostrt.list(labels, detail=detail)
+    return await engine.hostrt.list_if_any(labels)
 
 
 #: Open files per host a fleet listing may hold at once: the SSH socket, the local socket
@@ -744,10 +745,19 @@ async def list_fleet(
                 await session.connected(h.host)
                 h.phase = "listing"
                 engine = session.engine(h.host)
-                infos = await engine.list(labels, detail=detail)
-                if engine.runtime == "docker":
+
+                async def host_nodes() -> list[ContainerInfo]:
                     async with execs:
-                        infos += await host_runtime_nodes(session, h.host, labels, detail)
+                        return await host_runtime_nodes(session, h.host, labels, detail)
+
+                if engine.runtime == "docker":
+                    # the engine's listing and the host runtime's command, side by side on
+                    # the one connection
+                    ours, theirs = await asyncio.gather(
+                        engine.list(labels, detail=detail), host_nodes())
+                    infos = ours + theirs
+                else:
+                    infos = await engine.list(labels, detail=detail)
                 if engine.runtime != "docker" and h.host in extra_docker:
                     infos += await engine.list(labels, detail=detail, runtime="docker")
             except GpuConsoleError as e:

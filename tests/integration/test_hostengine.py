@@ -343,3 +343,30 @@ async def test_python_without_torch_is_refused(host_a: SSHTransport) -> None:
         await engine.ensure_image("/nonexistent/python3")
     with pytest.raises(RuntimeUnavailable, match="'/bin/sh' is not a Python"):
         await engine.ensure_image("/bin/sh")
+
+
+async def test_fleet_listing_starts_nothing_without_a_jobs_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """list_if_any (every Docker host of a fleet listing): one shell that stops at once
+    without a jobs folder (no bundle uploaded); with one, the bundle is uploaded the first
+    time (the command says it is missing) and used directly after. On this machine as a
+    local host whose home is a fresh folder."""
+    from remote.hostengine import BUNDLE_BASE, JOBS_DIR
+    from remote.transport import LocalTransport
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    engine = HostEngine(LocalTransport("here"), agent_python="/usr/bin/python3")
+    label = {JOB_ID: None}
+    assert await engine.list_if_any(label) == []
+    assert not (tmp_path / BUNDLE_BASE).exists()  # nothing uploaded, no python run
+    (tmp_path / JOBS_DIR).mkdir(parents=True)
+    assert await engine.list_if_any(label) == []
+    bundles = list((tmp_path / BUNDLE_BASE).iterdir())
+    assert len(bundles) == 1 and (bundles[0] / "hostjob.py").is_file()
+    # a node folder the listing reads: hostjob's own files, made by a real create
+    node = await engine.create(ContainerSpec(
+        name="gpuconsole-lst-000001-n0", image="/usr/bin/python3",
+        command=["/usr/bin/python3", "-c", "pass"], labels={JOB_ID: "lst-000001"}))
+    listed = await engine.list_if_any(label)
+    assert [i.id for i in listed] == [node]
+    assert listed[0].labels[JOB_ID] == "lst-000001"
