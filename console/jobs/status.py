@@ -163,6 +163,17 @@ def first_failed(nodes: list[NodeRecord]) -> NodeRecord | None:
     return min(failed, key=key)
 
 
+def stopped_exit_code(nodes: list[NodeRecord]) -> int | None:
+    """The exit code of a job that ``stop`` ended (``ps`` EXIT, as a Slurm job shows its
+    143): the code its nodes recorded (Docker's ``State.ExitCode``; the host runtime's
+    ``exit.json``, 128+N for signal N like Docker's), the lowest node rank's first, passing
+    over :data:`remote.gang.TEARDOWN_EXIT_CODE` (a node that ended because another did)
+    unless no node has another; ``None`` when no node recorded one (never started)."""
+    codes = [n.exit_code for n in sorted(nodes, key=lambda n: n.node_rank)
+             if n.exit_code is not None]
+    return next((c for c in codes if c != TEARDOWN_EXIT_CODE), codes[0] if codes else None)
+
+
 def _needs_inspect(n: NodeRecord | None) -> Callable[[ContainerInfo], bool]:
     """Which listed containers of a node to inspect: only where the list's data is not
     enough, i.e. a start or finish time not recorded yet (a container first seen running or
@@ -336,10 +347,13 @@ async def refresh(
             fields["failure"] = job.failure
     elif state == "succeeded":
         fields["exit_code"] = 0
-    elif state == "stopped" and job.failure is not None and not interrupted:
-        # a failure recorded by a process that looked before this stop's flags were written
-        job.failure = None
-        fields["failure"] = None
+    elif state == "stopped":
+        fields["exit_code"] = stopped_exit_code(job.nodes)
+        if job.failure is not None and not interrupted:
+            # a failure recorded by a process that looked before this stop's flags were
+            # written
+            job.failure = None
+            fields["failure"] = None
     await store.call(store.update_job, job.id, **fields)
     job.state = state
     job.exit_code = fields.get("exit_code", job.exit_code)

@@ -21,6 +21,7 @@ from console.jobs.launch import (
 from console.jobs.status import job_state, node_state
 from console.jobs.store import NodeRecord
 from remote.docker import ContainerInfo, ContainerSpec, Engine, spec_from_attrs
+from remote.gang import TEARDOWN_EXIT_CODE
 
 
 def info(status: str, code: int | None = None) -> ContainerInfo:
@@ -192,3 +193,23 @@ def test_exit_reason_names_the_signal_behind_128_plus_n() -> None:
     assert exit_reason(1) == "exited with code 1"
     assert exit_reason(255) == "exited with code 255"  # not a signal number
     assert exit_reason(None) == "exited (exit code unknown)"
+
+
+def test_a_stopped_job_shows_the_exit_code_its_nodes_recorded() -> None:
+    """`ps` EXIT (``exit_code``) of a job that `stop` ended: the code its nodes recorded
+    (Docker's State.ExitCode, or the host runtime's exit.json: 128+N for signal N), node 0
+    first, passing over the gang's teardown code (a node that ended because another did)."""
+    from console.jobs.status import stopped_exit_code
+
+    def stopped(*codes: int | None) -> list[NodeRecord]:
+        return [NodeRecord("j", i, "h", "c", state="stopped", exit_code=c)
+                for i, c in enumerate(codes)]
+
+    assert stopped_exit_code(stopped(1)) == 1  # torchrun after its SignalException
+    assert stopped_exit_code(stopped(143, 143)) == 143  # a process SIGTERM ended
+    assert stopped_exit_code(stopped(137)) == 137  # SIGKILL after the grace period
+    assert stopped_exit_code(stopped(TEARDOWN_EXIT_CODE, 1)) == 1
+    assert stopped_exit_code(stopped(TEARDOWN_EXIT_CODE, TEARDOWN_EXIT_CODE)) == \
+        TEARDOWN_EXIT_CODE
+    assert stopped_exit_code(stopped(None, 143)) == 143
+    assert stopped_exit_code(stopped(None, None)) is None  # never started, removed by stop
