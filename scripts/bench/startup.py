@@ -9,6 +9,11 @@ the child's exit (``time.perf_counter``, ms). ``ps`` runs on an empty state dir
 (``$GPUCONSOLE_CONFIG_DIR``) and no ``$GPUCONSOLE_PROFILE``, so it uses the bundled ``local``
 profile: one host, this machine, whose Docker engine it asks for labelled containers (a
 profile needs at least one host, so ``ps`` always asks one; ``--profile`` picks another).
+When that host has a host-runtime jobs folder (``~/.cache/gpuconsole/jobs``,
+:data:`remote.hostengine.JOBS_DIR`, left by jobs run with ``runtime: host``), ``ps`` also
+starts the host's ``python3`` to list those nodes (``hostjob.py list``); the script says so,
+and times ``ps`` a second time with ``$HOME`` pointed at an empty folder (no jobs folder: the
+listing is one ``sh`` that exits at once), so that cost is shown apart.
 
 Bytecode: by default the children write and read their ``.pyc`` files under a temporary
 ``$PYTHONPYCACHEPREFIX`` (``$PYTHONDONTWRITEBYTECODE`` unset), as an installed package runs
@@ -40,7 +45,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 #: Packages whose import the start-up of a command should not pay unless it uses them.
 HEAVY = ("asyncssh", "docker", "pydantic", "textual", "yaml", "requests", "cryptography",
-         "apprise", "prometheus_client", "sqlite3", "console.service")
+         "apprise", "prometheus_client", "sqlite3", "console.service", "console.jobs.spec",
+         "console.jobs.plan", "remote.telemetry.faults")
+
+#: The host runtime's jobs folder under the local host's home (``remote.hostengine.JOBS_DIR``).
+HOST_JOBS_DIR = ".cache/gpuconsole/jobs"
 
 
 def quantile(xs: list[float], q: float) -> float:
@@ -103,39 +112,46 @@ def main() -> None:
         env["PYTHONPYCACHEPREFIX"] = tempfile.mkdtemp(prefix="startup-pycache-")
     cache = "no" if env.get("PYTHONDONTWRITEBYTECODE") else "yes"
     ps = [args.gpuconsole, *(["--profile", args.profile] if args.profile else []), "ps"]
-    cmds: dict[str, list[str]] = {
-        "python -c pass": [args.python, "-c", "pass"],
-        "gpuconsole --help": [args.gpuconsole, "--help"],
-        "gpuconsole ps": ps,
+    empty_home = dict(env, HOME=tempfile.mkdtemp(prefix="startup-home-"))
+    cmds: dict[str, tuple[list[str], dict[str, str]]] = {
+        "python -c pass": ([args.python, "-c", "pass"], env),
+        "gpuconsole --help": ([args.gpuconsole, "--help"], env),
+        "gpuconsole ps": (ps, env),
+        "ps, empty $HOME": (ps, empty_home),
     }
-    for argv in cmds.values():  # warm the page cache and the state dir once
-        wall_ms(argv, env)
+    for argv, cenv in cmds.values():  # warm the page cache and the state dir once
+        wall_ms(argv, cenv)
     rng = random.Random(args.seed)
     times: dict[str, list[float]] = {k: [] for k in cmds}
     for _ in range(args.runs):
         order = list(cmds)
         rng.shuffle(order)
         for name in order:
-            times[name].append(wall_ms(cmds[name], env))
+            times[name].append(wall_ms(*cmds[name]))
 
     bare = times["python -c pass"]
     base = statistics.median(bare)
-    targets = {"gpuconsole --help": 5.0, "gpuconsole ps": 8.0}
+    targets = {"gpuconsole --help": 5.0, "gpuconsole ps": 8.0, "ps, empty $HOME": 8.0}
     print(f"start-up, {args.runs} interleaved rounds, wall ms ({args.python}; console from "
           f"{args.pythonpath or ROOT}; bytecode cache: {cache})")
+    jobs_dir = Path(env.get("HOME", str(Path.home()))) / HOST_JOBS_DIR
+    if jobs_dir.is_dir():
+        print(f"note: {jobs_dir} exists ({len(list(jobs_dir.iterdir()))} entries): `gpuconsole ps` "
+              "lists the local host runtime's nodes with python3; `ps, empty $HOME` does not")
     print(f"{'command':<20} {'median':>8} {'p90':>8} {'ratio':>7} {'paired':>7} {'target':>7}")
     result: dict[str, Any] = {"runs": args.runs, "bytecode_cache": cache == "yes",
+                              "host_jobs_dir": jobs_dir.is_dir(),
                               "pythonpath": str(args.pythonpath or ""), "commands": {}}
     for name, xs in times.items():
         med, p90 = statistics.median(xs), quantile(xs, 0.9)
         paired = statistics.median(x / b for x, b in zip(xs, bare))
         tgt = f"{targets[name]:.0f}x" if name in targets else "-"
         print(f"{name:<20} {med:8.1f} {p90:8.1f} {med / base:7.2f} {paired:7.2f} {tgt:>7}")
-        result["commands"][name] = {"argv": cmds[name], "ms": xs, "median_ms": med,
+        result["commands"][name] = {"argv": cmds[name][0], "ms": xs, "median_ms": med,
                                     "p90_ms": p90, "ratio": med / base, "paired_ratio": paired}
     print("heavy imports:")
     for name, extra in (("python -c pass", []), ("gpuconsole --help", ["--help"]),
-                        ("gpuconsole ps", cmds["gpuconsole ps"][1:])):
+                        ("gpuconsole ps", cmds["gpuconsole ps"][0][1:])):
         found = heavy_imports(args.python, extra, env)
         print(f"  {name:<18} {', '.join(found) or '-'}")
         result["commands"][name]["heavy_imports"] = found
