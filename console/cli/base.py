@@ -24,8 +24,8 @@ import os
 import select
 import stat
 import sys
-from collections.abc import AsyncGenerator, AsyncIterator, Coroutine
-from contextlib import asynccontextmanager
+from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -254,12 +254,37 @@ def command_profile(ctx: click.Context) -> Profile:
     return resolve_profile(ref)
 
 
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Run the block with the cyclic garbage collector paused, then freeze what it allocated.
+
+    For the start-up of a command: importing the service stack and loading the profile
+    allocate tens of thousands of objects that live as long as the process (modules, classes,
+    pydantic schemas), and the collections they would trigger only walk them (about 10 ms of
+    ``gpuconsole ps``, docs/benchmarks.md "CLI start-up"). At the end every tracked object is
+    moved to the permanent generation (``gc.freeze``, as the ``gc`` docs advise for objects
+    that live as long as the process), so later collections skip them too, and the collector
+    runs again if it ran before (also when the block raises). Cyclic garbage made in the
+    block is not collected; keep the block to imports and one-off set-up.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        if enabled:
+            gc.enable()
+
+
 @asynccontextmanager
 async def command_service(ctx: click.Context) -> AsyncIterator[Service]:
     """The service of a command (its profile, the state dir's store), closed at the end."""
-    from console.service import Service
+    with collector_paused():
+        from console.service import Service
 
-    async with Service(command_profile(ctx)) as svc:
+        svc = Service(command_profile(ctx))
+    async with svc:
         yield svc
 
 

@@ -30,10 +30,10 @@ def ps(ctx: click.Context, as_json: bool, show_all: bool, with_hosts: bool,
 
 async def _ps(ctx: click.Context, as_json: bool, show_all: bool, with_hosts: bool,
               deadline: float | None) -> None:
-    from console.jobs.rows import job_row
-    from console.jobs.status import LIST_DEADLINE_S, JobView
+    async with command_service(ctx) as svc:  # imports the service stack, GC paused
+        from console.jobs.rows import job_row
+        from console.jobs.status import LIST_DEADLINE_S, JobView
 
-    async with command_service(ctx) as svc:
         jobs = await svc.list_jobs(include_removed=show_all,
                                    warn=lambda m: err(f"warning: {m}"),
                                    deadline_s=LIST_DEADLINE_S if deadline is None else deadline)

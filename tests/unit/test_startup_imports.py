@@ -151,3 +151,34 @@ def test_gc_freeze_runs_after_the_commands_exit_handlers(tmp_path: Path) -> None
     assert p.returncode == 0, p.stderr[-2000:]
     assert p.stdout.splitlines() == ["command output, unflushedcommand handler, frozen: False",
                                      "before-command handler, frozen: True"]
+
+
+def test_collector_paused_restores_the_collector() -> None:
+    """:func:`console.cli.base.collector_paused`: no collection inside, what was allocated
+    there frozen after, the collector on again only if it was on (also when the block
+    raises)."""
+    import gc
+
+    from console.cli.base import collector_paused
+
+    was = gc.isenabled()
+    try:
+        gc.enable()
+        with collector_paused():
+            assert not gc.isenabled()
+            kept = [{"n": i} for i in range(100)]
+        assert gc.isenabled()
+        assert gc.get_freeze_count() >= len(kept)
+        with pytest.raises(ValueError), collector_paused():
+            raise ValueError("boom")
+        assert gc.isenabled()
+        gc.disable()
+        with collector_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.unfreeze()
+        if was:
+            gc.enable()
+        else:
+            gc.disable()
