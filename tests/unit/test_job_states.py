@@ -4,6 +4,7 @@ and the container data the engine's list gives without an inspect."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
 import subprocess
@@ -12,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from console.jobs.launch import (
+from console.jobs.launcher import (
     LAUNCH_STALE_S,
     launch_in_flight,
     launcher_alive,
@@ -114,17 +115,19 @@ class FakeTransportForList:
 
 
 class FakeApiCountingInspects:
-    """Stands in for docker-py's low-level API: a fixed container list; counts inspects."""
+    """Stands in for the Engine API's read requests (:meth:`remote.docker.Engine.get`): a
+    fixed container list; counts inspects."""
 
     def __init__(self, summaries: list[Mapping[str, Any]]) -> None:
         self.summaries = summaries
         self.inspected: list[str] = []
 
-    def containers(self, all: bool, filters: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-        assert all is True and filters == {"label": ["io.gpuconsole.job-id=j-1"]}
-        return self.summaries
-
-    def inspect_container(self, cid: str) -> Mapping[str, Any]:
+    async def get(self, path: str, params: dict[str, str] | None = None) -> Any:
+        if path == "/containers/json":
+            assert params == {"all": "1",
+                              "filters": json.dumps({"label": ["io.gpuconsole.job-id=j-1"]})}
+            return self.summaries
+        cid = path.removeprefix("/containers/").removesuffix("/json")
         self.inspected.append(cid)
         return {"Id": cid, "Name": "/x", "Config": {"Labels": {}},
                 "State": {"Status": "exited", "ExitCode": 3,
@@ -141,13 +144,7 @@ def test_engine_list_inspects_only_what_detail_asks_for() -> None:
                              ("c", "created", "Created"))]
     api = FakeApiCountingInspects(summaries)
     engine = Engine(FakeTransportForList())  # type: ignore[arg-type]
-
-    class Client:
-        pass
-
-    client = Client()
-    client.api = api  # type: ignore[attr-defined]
-    engine._client = client  # type: ignore[assignment]
+    engine.get = api.get  # type: ignore[method-assign]
     plain = asyncio.run(engine.list({"io.gpuconsole.job-id": "j-1"}))
     assert api.inspected == []
     assert [(i.id, i.status, i.exit_code) for i in plain] == [
