@@ -12,6 +12,7 @@ IdentityFile, ProxyJump, Include), so a profile can name a config alias and set 
 from __future__ import annotations
 
 import asyncio
+import glob
 import ipaddress
 import logging
 import os
@@ -45,6 +46,49 @@ from remote.transport import (
     Transport,
     local_temp_dir,
 )
+
+#: Ciphers offered, in order of preference: AES-GCM first. asyncssh's default puts
+#: chacha20-poly1305 first, which it runs as two new cipher contexts and a Poly1305 per
+#: packet (2.1 s of the console's 17 s in a 512-host `ps` here); AES-GCM is one call into
+#: OpenSSL (AES-NI) per packet, and as strong (both AEAD; OpenSSH offers both by default).
+#: The rest of asyncssh's default list follows, so a server without GCM still connects. A
+#: ``Ciphers`` line in the user's ssh config wins (:func:`user_sets_ciphers`).
+CIPHERS = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com",
+           "chacha20-poly1305@openssh.com", "aes256-ctr", "aes192-ctr", "aes128-ctr")
+
+_user_ciphers: bool | None = None
+
+
+def user_sets_ciphers(config: Path | None = None) -> bool:
+    """Whether the user's OpenSSH client config (``~/.ssh/config`` and the files its
+    ``Include`` lines name, one level) has a ``Ciphers`` line: then asyncssh applies it and
+    :data:`CIPHERS` is not offered. Read once per process for the default path."""
+    global _user_ciphers
+    if config is None and _user_ciphers is not None:
+        return _user_ciphers
+    path = config or Path.home() / ".ssh" / "config"
+    files = [path]
+    found = False
+    for i, f in enumerate(files):
+        try:
+            text = f.read_text(errors="replace")
+        except OSError:
+            continue
+        for line in text.splitlines():
+            words = line.strip().split(None, 1)
+            if not words:
+                continue
+            key = words[0].split("=", 1)[0].lower()
+            if key == "ciphers":
+                found = True
+            elif key == "include" and i == 0 and len(words) > 1:
+                for pattern in words[1].split():
+                    pattern = os.path.expanduser(pattern)
+                    base = pattern if os.path.isabs(pattern) else str(path.parent / pattern)
+                    files += [Path(m) for m in sorted(glob.glob(base))]
+    if config is None:
+        _user_ciphers = found
+    return found
 
 log = logging.getLogger("gpuconsole.remote.ssh")
 
@@ -130,6 +174,8 @@ class SSHTransport(Transport):
             "keepalive_interval": 10,
             "keepalive_count_max": 3,
         }
+        if not user_sets_ciphers():
+            opts["encryption_algs"] = list(CIPHERS)
         if port is not None:
             opts["port"] = port
         if user is not None:

@@ -16,7 +16,13 @@ default 10:30:100 sshd drops 30 % of unauthenticated connections beyond 10 in fl
 file limit above 2 descriptors per host (``ulimit -n``; 512 hosts: one SSH socket and one
 forwarded Docker socket each).
 
-Run: ``.venv/bin/python scripts/bench/ps_fleet.py [--hosts 64 512] [--runs 5]``.
+Baseline (``--floor``, needs ``apt-get install pdsh``): ``pdsh -R ssh -f N true`` over the
+same N hosts (names ``h000``... in an ssh config passed with ``PDSH_SSH_ARGS_APPEND=-F``;
+OpenSSH's client, one process per host), run right after each ``ps`` run: the rig's own cost
+of N SSH logins running one command, which grows with N here because every "host" is one of
+two sshds on the same 2 cores. The table then gives ps / floor too.
+
+Run: ``.venv/bin/python scripts/bench/ps_fleet.py [--hosts 64 512] [--runs 5] [--floor]``.
 """
 
 from __future__ import annotations
@@ -81,6 +87,33 @@ def remove_jobs(client: docker.DockerClient) -> None:
         c.remove(force=True)
 
 
+def ssh_config(n: int, path: Path) -> None:
+    """An OpenSSH client config naming the hosts ``h000``... as :func:`make_profile` does."""
+    lines = []
+    for i in range(n):
+        lines += [f"Host h{i:03d}", f"  HostName 127.0.0.{11 + i % 2}"]
+    lines += ["Host *", "  User root", f"  IdentityFile {TESTHOSTS / 'id_ed25519'}",
+              f"  UserKnownHostsFile {TESTHOSTS / 'known_hosts'}",
+              "  StrictHostKeyChecking yes", "  BatchMode yes", "  LogLevel ERROR"]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def floor_once(cfg: Path, n: int) -> float:
+    """Wall seconds of ``pdsh -R ssh -f n true`` over ``h000``..; every host must succeed.
+
+    Raises:
+        SystemExit: pdsh failed on a host.
+    """
+    env = dict(os.environ, PDSH_SSH_ARGS_APPEND=f"-F {cfg}")
+    t0 = time.monotonic()
+    res = subprocess.run(["pdsh", "-R", "ssh", "-f", str(n), "-w", f"h[000-{n - 1:03d}]",
+                          "true"], env=env, capture_output=True, text=True, timeout=600)
+    dt = time.monotonic() - t0
+    if res.returncode != 0:
+        raise SystemExit(f"pdsh over {n} hosts failed ({res.returncode}): {res.stderr[-1000:]}")
+    return dt
+
+
 def ps_once(profile: Path, state: Path, extra: list[str]
             ) -> tuple[float, list[dict[str, object]], str]:
     env = dict(os.environ, GPUCONSOLE_STATE_DIR=str(state),
@@ -102,21 +135,32 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--hosts", type=int, nargs="+", default=[64, 512])
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--floor", action="store_true",
+                    help="also time `pdsh -R ssh true` over the same hosts after each ps run")
     ap.add_argument("--deadline", type=float,
                     help="passed to `ps --deadline` (not given: ps's default; older ps: none)")
     args = ap.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     print(f"open file limit (ulimit -n): soft {soft}, hard {hard}")
+    # every alias shares root's home: with a host-runtime jobs folder there, every host runs
+    # `hostjob.py list` (a python start); without one, a shell that stops at once
+    jobs_dir = Path.home() / ".cache/gpuconsole/jobs"
+    nodes = len(list(jobs_dir.glob("*/*"))) if jobs_dir.is_dir() else 0
+    print(f"host-runtime jobs folder on the hosts' (shared) home: "
+          f"{'present, ' + str(nodes) + ' node folders' if jobs_dir.is_dir() else 'absent'}")
     extra = [] if args.deadline is None else ["--deadline", str(args.deadline)]
     client = docker.from_env()
     remove_jobs(client)
     start_jobs(client)
     results: dict[int, list[float]] = {}
+    floors: dict[int, list[float]] = {}
     try:
         with tempfile.TemporaryDirectory() as tmp:
             for n in args.hosts:
                 prof = Path(tmp) / f"fleet{n}.yaml"
                 make_profile(n, prof)
+                cfg = Path(tmp) / f"ssh_config{n}"
+                ssh_config(n, cfg)
                 state = Path(tmp) / f"state{n}"
                 _, jobs, _ = ps_once(prof, state, extra)  # warm-up: adopts the bench jobs
                 ours = sorted(str(j["id"]) for j in jobs)
@@ -129,17 +173,29 @@ def main() -> None:
                     if set(states.values()) != {"running"} or stderr.strip():
                         raise SystemExit(f"{n} hosts: {states} {stderr[-1000:]}")
                     times.append(dt)
+                    if args.floor:
+                        floors.setdefault(n, []).append(floor_once(cfg, n))
                 results[n] = times
-                print(f"{n} hosts: " + " ".join(f"{t:.2f}" for t in times) + " s")
+                print(f"{n} hosts: " + " ".join(f"{t:.2f}" for t in times) + " s"
+                      + (" | pdsh true: " + " ".join(f"{t:.2f}" for t in floors[n]) + " s"
+                         if args.floor else ""))
     finally:
         remove_jobs(client)
         client.close()
     first = args.hosts[0]
     base = statistics.median(results[first])
-    print(f"\n{'hosts':>6}  {'median s':>9}  {'min s':>6}  {'max s':>6}  ratio to {first}")
+    head = f"\n{'hosts':>6}  {'median s':>9}  {'min s':>6}  {'max s':>6}  ratio to {first:<4}"
+    if args.floor:
+        head += f"  {'pdsh true s':>11}  {'ratio to ' + str(first):>12}  ps / pdsh"
+    print(head)
+    floor_base = statistics.median(floors[first]) if args.floor else 0.0
     for n, times in results.items():
         med = statistics.median(times)
-        print(f"{n:>6}  {med:>9.2f}  {min(times):>6.2f}  {max(times):>6.2f}  {med / base:.2f}")
+        row = f"{n:>6}  {med:>9.2f}  {min(times):>6.2f}  {max(times):>6.2f}  {med / base:<12.2f}"
+        if args.floor:
+            fl = statistics.median(floors[n])
+            row += f"  {fl:>11.2f}  {fl / floor_base:>12.2f}  {med / fl:.2f}"
+        print(row)
 
 
 if __name__ == "__main__":
