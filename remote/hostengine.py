@@ -67,11 +67,13 @@ JOBS_DIR = ".cache/gpuconsole/jobs"
 #: bundle is not on the host yet (then it is uploaded and the listing asked again).
 _EXIT_NO_BUNDLE = 98
 
-#: One remote command for a fleet listing: nothing at all unless the jobs folder exists (no
-#: upload, no python), else ``hostjob.py list`` from the bundle already there. A constant:
-#: the bundle path, the python and the list arguments come as positional parameters.
+#: One remote command for a fleet listing: nothing at all unless the jobs folder holds a job
+#: folder (no upload, no python; the glob is the shell's own, no other process), else
+#: ``hostjob.py list`` from the bundle already there. A constant: the bundle path, the python
+#: and the list arguments come as positional parameters.
 _LIST_IF_JOBS = (
-    'cd || exit 0; [ -d "$1" ] || exit 0; [ -f "$2" ] || exit ' f"{_EXIT_NO_BUNDLE}; "
+    'cd || exit 0; any=; for d in "$1"/*/; do [ -d "$d" ] && any=1; break; done; '
+    '[ -n "$any" ] || exit 0; [ -f "$2" ] || exit ' f"{_EXIT_NO_BUNDLE}; "
     'script=$2 py=$3; shift 3; exec "$py" -I -S "$script" list "$@"'
 )
 
@@ -264,8 +266,8 @@ class HostEngine:
 
     async def list_if_any(self, labels: Mapping[str, str | None]) -> builtins.list[ContainerInfo]:
         """:meth:`list`, in one remote command that stops at once, starting no python and
-        uploading nothing, on a host without a jobs folder (:data:`JOBS_DIR`): what a fleet
-        listing asks every host whose default runtime is Docker.
+        uploading nothing, on a host without a job in its jobs folder (:data:`JOBS_DIR`):
+        what a fleet listing asks every host whose default runtime is Docker.
 
         Raises:
             RuntimeUnavailable: the jobs folder exists and the host's python is missing.

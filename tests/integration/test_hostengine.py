@@ -348,9 +348,9 @@ async def test_python_without_torch_is_refused(host_a: SSHTransport) -> None:
 async def test_fleet_listing_starts_nothing_without_a_jobs_folder(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """list_if_any (every Docker host of a fleet listing): one shell that stops at once
-    without a jobs folder (no bundle uploaded); with one, the bundle is uploaded the first
-    time (the command says it is missing) and used directly after. On this machine as a
-    local host whose home is a fresh folder."""
+    without a job folder in the jobs folder (no bundle uploaded); with one, the bundle is
+    uploaded the first time (the command says it is missing) and used directly after. On
+    this machine as a local host whose home is a fresh folder."""
     from remote.hostengine import BUNDLE_BASE, JOBS_DIR
     from remote.transport import LocalTransport
 
@@ -360,6 +360,9 @@ async def test_fleet_listing_starts_nothing_without_a_jobs_folder(
     assert await engine.list_if_any(label) == []
     assert not (tmp_path / BUNDLE_BASE).exists()  # nothing uploaded, no python run
     (tmp_path / JOBS_DIR).mkdir(parents=True)
+    assert await engine.list_if_any(label) == []
+    assert not (tmp_path / BUNDLE_BASE).exists()  # an empty jobs folder: the same
+    (tmp_path / JOBS_DIR / "old-000000").mkdir()  # a job folder (its nodes gone)
     assert await engine.list_if_any(label) == []
     bundles = list((tmp_path / BUNDLE_BASE).iterdir())
     assert len(bundles) == 1 and (bundles[0] / "hostjob.py").is_file()
