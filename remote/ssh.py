@@ -58,6 +58,24 @@ CIPHERS = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com",
 
 _user_ciphers: bool | None = None
 
+#: Key exchanges in flight at once through one jump host (per event loop). A fleet behind a
+#: bastion opens one connection to it per host; OpenSSH's sshd drops unauthenticated
+#: connections beyond ``MaxStartups`` (default ``10:30:100``: from 10 in flight, 30 % of new
+#: ones, rising to all at 100). Below its start, so the bastion never drops one of ours.
+JUMP_HANDSHAKES = 8
+
+_jump_slots: dict[tuple[int, str], asyncio.Semaphore] = {}
+
+
+def jump_slot(jump: str) -> asyncio.Semaphore:
+    """The semaphore bounding handshakes through jump host ``jump`` on the running loop
+    (:data:`JUMP_HANDSHAKES`)."""
+    key = (id(asyncio.get_running_loop()), jump)
+    slot = _jump_slots.get(key)
+    if slot is None:
+        slot = _jump_slots[key] = asyncio.Semaphore(JUMP_HANDSHAKES)
+    return slot
+
 
 def user_sets_ciphers(config: Path | None = None) -> bool:
     """Whether the user's OpenSSH client config (``~/.ssh/config`` and the files its
@@ -190,8 +208,10 @@ class SSHTransport(Transport):
         assert self.target.jump is not None
         user, host, port = parse_jump(self.target.jump)
         try:
-            return await asyncssh.connect(host, **self._options(known_hosts, port=port,
-                                                                user=user))
+            # held until authenticated: sshd counts only unauthenticated connections
+            async with jump_slot(self.target.jump):
+                return await asyncssh.connect(host, **self._options(known_hosts, port=port,
+                                                                    user=user))
         except asyncssh.HostKeyNotVerifiable as e:
             kh = self._known_hosts_path()
             scan = shlex.join(["ssh-keyscan", "-p", str(port or 22), host])

@@ -621,11 +621,14 @@ class JobView:
 
 
 #: SSH connections (each followed by its container listing) in flight at once in one
-#: reconcile of the fleet (:func:`list_fleet`). Below OpenSSH's default ``MaxStartups``
-#: start (10) would be safest for many clients of one sshd, but every fleet host is its own
-#: sshd: this bounds this process's file descriptors (2 per host: the SSH socket and the
-#: forwarded Docker socket) and CPU spent in key exchanges at once, not any one sshd's load.
-LIST_CONCURRENCY = 64
+#: reconcile of the fleet (:func:`list_fleet`). Every fleet host is its own sshd, so this
+#: bounds this process's file descriptors (:data:`FDS_PER_HOST` per host) and the CPU spent
+#: in key exchanges at once, not any one sshd's load; hosts behind one jump host share its
+#: sshd, and their handshakes through it are capped below its ``MaxStartups`` by
+#: :data:`remote.ssh.JUMP_HANDSHAKES`. On a real fleet a listing waits on round trips (about
+#: 8 per host: TCP, key exchange, auth, channels), so the hosts above this number wait for a
+#: second wave: at 64, 512 hosts took 8 waves.
+LIST_CONCURRENCY = 256
 
 #: Commands run on the hosts at once in one fleet listing (the host runtime's listing, a
 #: shell that stops at once where there is no jobs folder, else ``hostjob.py list``): each

@@ -124,3 +124,47 @@ def test_late_host_pending_refusing_host_reported(cli: CLI, engine: docker.Docke
         closer.close()
         for c in containers:
             c.remove(force=True)
+
+
+def test_a_fleet_behind_one_jump_host_is_not_dropped_by_its_maxstartups(
+        cli: CLI, tmp_path: Path) -> None:
+    """24 hosts behind one jump host whose sshd drops every unauthenticated connection
+    beyond 10 (a real sshd, ``MaxStartups 10:100:10``: OpenSSH's default starts dropping at
+    10): ps keeps its handshakes through the jump host below that, so every host answers."""
+    import subprocess
+
+    testhosts = cli.profile.parent
+    conf = (testhosts / "a" / "sshd_config").read_text()
+    conf = conf.replace("ListenAddress 127.0.0.11:22", "ListenAddress 127.0.0.11:2222")
+    conf = conf.replace(f"PidFile {testhosts}/a/sshd.pid", f"PidFile {tmp_path}/sshd.pid")
+    lines = [ln for ln in conf.splitlines() if not ln.startswith("MaxStartups")]
+    (tmp_path / "sshd_config").write_text("\n".join([*lines, "MaxStartups 10:100:10", ""]))
+    assert "2222" in (tmp_path / "sshd_config").read_text()
+    subprocess.run(["/usr/sbin/sshd", "-f", str(tmp_path / "sshd_config"),
+                    "-E", str(tmp_path / "sshd.log")], check=True)
+    try:
+        deadline = time.monotonic() + 10
+        while not (tmp_path / "sshd.pid").exists():
+            assert time.monotonic() < deadline, (tmp_path / "sshd.log").read_text()
+            time.sleep(0.05)
+        prof = yaml.safe_load(cli.profile.read_text())
+        key_type, key = (testhosts / "a" / "ssh_host_ed25519_key.pub").read_text().split()[:2]
+        known = tmp_path / "known_hosts"
+        known.write_text(Path(prof["known_hosts"]).read_text()
+                         + f"[127.0.0.11]:2222 {key_type} {key}\n")
+        prof["known_hosts"] = str(known)
+        for i in range(24):
+            prof["hosts"][f"j{i:02d}"] = {
+                "hostname": "127.0.0.12", "port": 22, "user": "root",
+                "identity_file": prof["hosts"]["a"]["identity_file"],
+                "jump": "root@127.0.0.11:2222"}
+        profile = tmp_path / "jumped.yaml"
+        profile.write_text(yaml.safe_dump(prof))
+        data, stderr, _ = ps_hosts(cli, profile)
+        statuses = {h["host"]: (h["status"], h["reason"]) for h in data["hosts"]}
+        assert len(statuses) == 26
+        assert {s for s, _ in statuses.values()} == {"answered"}, statuses
+        assert "warning" not in stderr, stderr
+    finally:
+        pid = (tmp_path / "sshd.pid").read_text().strip()
+        subprocess.run(["kill", pid], check=False)
