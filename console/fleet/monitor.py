@@ -59,6 +59,18 @@ PHASE_STOPPED = "stopped"
 #: listing may be for :meth:`FleetMonitor.refresh_containers` to reuse it by default.
 MAP_EVERY_S = 10.0
 
+#: At most this many SSH handshakes in flight at once, over all hosts (first connects and
+#: reconnects alike); the others wait their turn in :data:`PHASE_CONNECTING`. Measured at 512
+#: hosts (docs/benchmarks.md, "Console cost from 64 to 512 hosts"): opened all at once, the
+#: hosts finish their handshakes together, so the median host drew its first sample only
+#: with the last (9.2-9.6 s here), the console's event loop ran 0.55 s late during the start
+#: and, in 1 run of 4, the test hosts' sshd (``MaxStartups 100:30:200``; two sshds stand in for
+#: 512 hosts there) closed 178 of them during key exchange, retried (16 s). With 128 in flight:
+#: the same time to the last host (9.6-11.5 s), the median host at 5.5-6.8 s, the loop 0.17 s
+#: late, no connection closed. It also bounds a reconnect storm after a network blip. The
+#: agent start that follows is not bounded: it runs on the hosts.
+MAX_CONNECTING = 128
+
 
 def in_containers(sample: Sample | None) -> bool:
     """Whether ``sample`` shows a GPU process with a container id (a container, or a
@@ -103,6 +115,7 @@ class FleetMonitor:
         on_sample: called with ``(host, sample)`` after the state took it (recording, UI).
         mode: ``auto``, ``agent`` or ``smi`` (see :func:`remote.telemetry.stream.host_samples`).
         replay_path: a trace on the hosts for the agent to replay instead of NVML.
+        max_connecting: SSH handshakes in flight at once (:data:`MAX_CONNECTING`).
 
     Attributes:
         phase: host -> what its task is doing now: :data:`PHASE_CONNECTING`,
@@ -121,7 +134,7 @@ class FleetMonitor:
     def __init__(
         self, session: Session, state: FleetState, hosts: list[str] | None = None, *,
         interval: float = 1.0, on_sample: SampleHook | None = None, mode: str = "auto",
-        replay_path: str | None = None,
+        replay_path: str | None = None, max_connecting: int = MAX_CONNECTING,
     ) -> None:
         self.session = session
         self.state = state
@@ -138,6 +151,7 @@ class FleetMonitor:
         self.updated = asyncio.Event()
         self.phase: dict[str, str] = {}
         self.hook_errors = 0
+        self._connect_slots = asyncio.Semaphore(max_connecting)
 
     def _hook(self, host: str, sample: Sample) -> None:
         """Call ``on_sample``; what it raises is logged and counted, never a host failure."""
@@ -160,7 +174,8 @@ class FleetMonitor:
             last: Sample | None = None
             try:
                 phase(PHASE_CONNECTING)
-                t = await self.session.connected(host)
+                async with self._connect_slots:
+                    t = await self.session.connected(host)
                 stream = host_samples(t, self.interval, mode=self.mode,
                                       replay=self.replay_path, on_phase=phase)
                 async with aclosing(stream):  # closed here, whatever ends the loop

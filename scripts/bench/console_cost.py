@@ -49,8 +49,9 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from console.fleet.monitor import FleetMonitor  # noqa: E402
-from console.fleet.state import FleetState  # noqa: E402
+import console.fleet.monitor as fleet_monitor  # noqa: E402
+from console.fleet.monitor import MAX_CONNECTING, FleetMonitor  # noqa: E402
+from console.fleet.state import ContainerJob, FleetState  # noqa: E402
 from console.profiles import load_profile_file  # noqa: E402
 from console.session import Session  # noqa: E402
 from remote.telemetry.stream import PHASE_AGENT_STARTING  # noqa: E402
@@ -58,6 +59,10 @@ from remote.transport import RemoteProcess  # noqa: E402
 
 SOURCE_TRACE = ROOT / "tests" / "data" / "traces" / "h200-load.jsonl"
 TRACE = Path("/var/tmp/gpuconsole-bench/fleet-8gpu.jsonl")
+#: the trace with every GPU process in one of the bench's containers (``--containerised``)
+TRACE_IN_CONTAINERS = Path("/var/tmp/gpuconsole-bench/fleet-8gpu-containers.jsonl")
+IMAGE = "gpuconsole/torch:2.13.0-cpu"
+BENCH_LABEL = "io.gpuconsole-bench.console-cost"
 TESTHOSTS = Path(os.environ.get("GPUCONSOLE_TESTHOSTS_DIR", "/var/tmp/gpuconsole-testhosts"))
 
 
@@ -80,6 +85,55 @@ def make_fleet_trace() -> None:
         s["gpus"], s["processes"] = gpus, procs
         out.append(json.dumps(s, separators=(",", ":")))
     TRACE.write_text("\n".join(out) + "\n")
+
+
+def start_job_containers(n: int) -> list[str]:
+    """``n`` sleeping containers of :data:`IMAGE` on the shared dockerd, each labelled as
+    node 0 of its own one-node gpuconsole job (``bench-cc-00000K``, the labels
+    scripts/bench/ps_fleet.py uses) and with :data:`BENCH_LABEL`; returns their full ids."""
+    import docker
+
+    client = docker.from_env()
+    remove_job_containers()
+    now = time.time()
+    ids = []
+    for k in range(n):
+        job = f"bench-cc-{k + 1:06d}"
+        labels = {
+            "io.gpuconsole.format": "1", "io.gpuconsole.job-id": job,
+            "io.gpuconsole.job-name": "bench-cc", "io.gpuconsole.node-rank": "0",
+            "io.gpuconsole.node-count": "1", "io.gpuconsole.nproc-per-node": "2",
+            "io.gpuconsole.host": "h000", "io.gpuconsole.spec-hash": "0" * 12,
+            "io.gpuconsole.created-at": f"{now:.3f}", "io.gpuconsole.kind": "train",
+            BENCH_LABEL: "1",
+        }
+        c = client.containers.run(IMAGE, ["sleep", "3600"], detach=True, labels=labels,
+                                  name=f"{job}-n0-bench")
+        ids.append(str(c.id))
+    return ids
+
+
+def remove_job_containers() -> None:
+    """Remove every container carrying :data:`BENCH_LABEL`."""
+    import docker
+
+    client = docker.from_env()
+    for c in client.containers.list(all=True, filters={"label": BENCH_LABEL}):
+        c.remove(force=True)
+
+
+def make_container_trace(ids: list[str]) -> None:
+    """The fleet trace with each GPU process's ``container_id`` set: the processes of the
+    4 copies of the 2-GPU trace (GPUs 2k and 2k+1) run in container ``ids[k % len(ids)]``
+    (4 two-GPU jobs per host). Every host replays this file, and all hosts share one dockerd,
+    so every host reports the same containers and every host's listing returns them."""
+    out = []
+    for line in TRACE.read_text().splitlines():
+        s = json.loads(line)
+        for p in s["processes"] or []:
+            p["container_id"] = ids[(p["gpu_index"] // 2) % len(ids)]
+        out.append(json.dumps(s, separators=(",", ":")))
+    TRACE_IN_CONTAINERS.write_text("\n".join(out) + "\n")
 
 
 def rss_mib() -> float:
@@ -200,7 +254,7 @@ def breakdown(t0: float, events: list[tuple[str, str, float]],
     ``agent_to_first_sample`` (channel open -> the agent's first sample's host time: remote
     ``sh``/python start and first sample), ``delivery`` (that host time -> the console read it),
     ``first_sample_at`` (monitor start -> first sample). Also the attempts per host and the
-    failure reasons (first 60 characters) with their counts."""
+    failure reasons (first 90 characters, host name dropped) with their counts."""
     per: dict[str, list[float]] = {k: [] for k in (
         "wait_to_connect_start", "connect", "open_channel", "agent_to_first_sample",
         "delivery", "connected_at", "first_sample_at")}
@@ -229,15 +283,18 @@ def breakdown(t0: float, events: list[tuple[str, str, float]],
             per["agent_to_first_sample"].append(host_time - o1_wall)
             per["delivery"].append(rx_wall - host_time)
     reasons: dict[str, int] = {}
-    for rs in downs.values():
+    for h, rs in downs.items():
         for r in rs:
-            reasons[r[:60]] = reasons.get(r[:60], 0) + 1
+            key = r.removeprefix(f"host {h}: ")[:90]
+            reasons[key] = reasons.get(key, 0) + 1
     return {"phases_s": {k: dist(v) for k, v in per.items()},
             "attempts_per_host": dist(attempts), "failures": reasons}
 
 
 async def run_console(profile_path: Path, duration: float,
-                      snapshot_timeout: float = 120.0, settle: float = 5.0) -> dict[str, Any]:
+                      snapshot_timeout: float = 120.0, settle: float = 5.0,
+                      max_connecting: int = MAX_CONNECTING,
+                      trace_path: Path = TRACE) -> dict[str, Any]:
     profile = load_profile_file(profile_path)
     hosts = list(profile.hosts)
     state = FleetState(hosts, interval=1.0, history_s=600)
@@ -272,9 +329,22 @@ async def run_console(profile_path: Path, duration: float,
         if host not in first:
             first[host] = (time.monotonic(), now, float(sample["host_time"]))
 
+    # container -> job map listings (bench only: the monitor's module function, wrapped)
+    listings: list[tuple[float, float, int]] = []  # (start monotonic, seconds, ids mapped)
+    inner_jobs = fleet_monitor.container_jobs
+
+    async def counted_jobs(session: Session, hosts_: list[str]) -> dict[str, ContainerJob]:
+        t = time.monotonic()
+        got = await inner_jobs(session, hosts_)
+        listings.append((t, time.monotonic() - t, len(got)))
+        return got
+
+    fleet_monitor.container_jobs = counted_jobs  # type: ignore[assignment]
+
     async with Session(profile) as session:
         mon = FleetMonitor(session, state, hosts, interval=1.0, on_sample=on_sample,
-                           mode="agent", replay_path=str(TRACE))
+                           mode="agent", replay_path=str(trace_path),
+                           max_connecting=max_connecting)
         phases = StartTimes()
         mon.phase = phases
         time_open_process(session, hosts, opened)
@@ -314,6 +384,7 @@ async def run_console(profile_path: Path, duration: float,
                              f"{len(missing)} hosts without a sample, e.g. {missing[:5]}")
         await asyncio.sleep(settle)  # settle: every agent streaming, start-up backlog drained
         lags.clear()
+        n_listings = len(listings)
         cpu0 = time.process_time()
         w0 = time.monotonic()
         rss = [rss_mib()]
@@ -323,11 +394,18 @@ async def run_console(profile_path: Path, duration: float,
         cpu = time.process_time() - cpu0
         wall = time.monotonic() - w0
         mapped = len(mon._maps)  # hosts whose container -> job map was listed
+        in_window = listings[n_listings:]
+        jobs_known = len(state.containers)
         await mon.stop()
     down = sum(1 for v in state.hosts.values() if v.status != "ok")
     return {"first_snapshot_s": first_snapshot, "cpu_pct": 100 * cpu / wall, "lags": lags,
             "rss": rss, "samples": len(lags), "hosts_not_ok": down, "wall": wall,
-            "hosts_mapped": mapped, "start": start}
+            "hosts_mapped": mapped, "start": start,
+            "listings": {"in_window": len(in_window),
+                         "per_s": round(len(in_window) / wall, 2),
+                         "seconds": dist([x[1] for x in in_window]),
+                         "empty": sum(1 for x in in_window if x[2] == 0),
+                         "containers_mapped_at_end": jobs_known}}
 
 
 def main() -> None:
@@ -338,21 +416,38 @@ def main() -> None:
                     help="seconds to wait for the first complete snapshot")
     ap.add_argument("--settle", type=float, default=5.0,
                     help="seconds between the first complete snapshot and the measurement")
+    ap.add_argument("--max-connecting", type=int, default=MAX_CONNECTING,
+                    help="SSH handshakes in flight at once (the monitor's bound; a number "
+                         "above --hosts: unbounded, as before it existed)")
+    ap.add_argument("--containerised", type=int, default=0, metavar="N",
+                    help="N > 0: start N labelled job containers on the shared dockerd and "
+                         "replay a trace whose GPU processes run in them (the container -> "
+                         "job map is then listed on every host); removed afterwards")
     ap.add_argument("--no-baseline", action="store_true",
                     help="skip the parallel-ssh baselines (first snapshot has no ratio)")
     args = ap.parse_args()
     make_fleet_trace()
-    with tempfile.TemporaryDirectory() as tmp:
-        prof = make_profile(args.hosts, Path(tmp))
-        r = asyncio.run(run_console(prof, args.duration, args.snapshot_timeout,
-                                    args.settle))
+    trace = TRACE
+    if args.containerised > 0:
+        make_container_trace(start_job_containers(args.containerised))
+        trace = TRACE_IN_CONTAINERS
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            prof = make_profile(args.hosts, Path(tmp))
+            r = asyncio.run(run_console(prof, args.duration, args.snapshot_timeout,
+                                        args.settle, args.max_connecting, trace))
+    finally:
+        if args.containerised > 0:
+            remove_job_containers()
     maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     lags = sorted(r["lags"])
     p50 = statistics.median(lags) * 1000
     p99 = lags[int(0.99 * (len(lags) - 1))] * 1000
     growth = 100 * (r["rss"][-1] - r["rss"][0]) / r["rss"][0]
     expected = args.hosts * r["wall"]
-    summary = {"hosts": args.hosts, "wall_s": round(r["wall"], 1),
+    summary = {"hosts": args.hosts, "max_connecting": args.max_connecting,
+               "containerised": args.containerised, "listings": r["listings"],
+               "wall_s": round(r["wall"], 1),
                "cpu_pct": round(r["cpu_pct"], 1), "lag_p50_ms": round(p50, 1),
                "lag_p99_ms": round(p99, 1), "rss_first_mib": round(r["rss"][0], 1),
                "rss_last_mib": round(r["rss"][-1], 1), "maxrss_mib": round(maxrss, 1),
