@@ -271,10 +271,11 @@ class GpuConsoleApp(App[int]):
             self.service.start_fleet(interval=self.config.interval)
             self.start_alerts()
         self.set_interval(0.5, self.refresh_fleet_view)
+        # what is known first (the store: last known states); a live reconcile, which waits
+        # for every host up to its deadline, replaces it when it is done
+        self.post_message(JobsListed(self.service.store.jobs()))
         if self.live and self.replay is None:
             self.refresh_jobs()
-        else:
-            self.post_message(JobsListed(self.service.store.jobs()))
         self.call_after_refresh(self.gc_policy.start)
 
     @work(group="replay", exit_on_error=False)

@@ -327,3 +327,37 @@ async def test_quit_right_after_confirming_a_submit_waits_for_the_launch(
     finally:
         client.close()
     cli.run("stop", jobs[0].id, "--grace", "1")
+
+
+async def test_jobs_view_shows_what_is_known_while_a_host_is_late(app_env: CLI,
+                                                                   tmp_path: Path) -> None:
+    """A host that never answers holds the first reconcile until its deadline (30 s); the
+    jobs view shows the stored jobs (last known states) at once meanwhile."""
+    import yaml
+
+    from console.jobs.store import JobRecord, NodeRecord, Store
+    from tests.integration.proxies import StallServer
+
+    stall = StallServer()
+    try:
+        prof = yaml.safe_load(app_env.profile.read_text())
+        prof["hosts"]["late"] = {"hostname": "127.0.0.1", "port": stall.port, "user": "root",
+                                 "identity_file": prof["hosts"]["a"]["identity_file"]}
+        path = tmp_path / "late.yaml"
+        path.write_text(yaml.safe_dump(prof))
+        job_id = f"known-{uuid.uuid4().hex[:6]}"
+        Store().add_job(JobRecord(
+            id=job_id, name="known", profile="late", profile_source=str(path), spec={},
+            spec_hash="0" * 12, created_at=time.time(), node_count=1, state="running",
+            nodes=[NodeRecord(job_id=job_id, node_rank=0, host="late",
+                              container_name=f"{job_id}-n0", state="running")]))
+        app = GpuConsoleApp(Service(load_profile_file(path)),
+                            config=AppConfig(jobs_refresh_s=2))
+        async with app.run_test(size=SIZE) as pilot:
+            t0 = time.monotonic()
+            await until(pilot, lambda: job_id in jobs_screen(app).jobs, timeout=20,
+                        what="the stored job in the jobs view")
+            assert time.monotonic() - t0 < 10  # not after the reconcile's 30 s deadline
+            assert jobs_screen(app).jobs[job_id].state == "running"
+    finally:
+        stall.close()
