@@ -10,10 +10,11 @@ the child's exit (``time.perf_counter``, ms). ``ps`` runs on an empty state dir
 profile: one host, this machine, whose Docker engine it asks for labelled containers (a
 profile needs at least one host, so ``ps`` always asks one; ``--profile`` picks another).
 When that host has a host-runtime jobs folder (``~/.cache/gpuconsole/jobs``,
-:data:`remote.hostengine.JOBS_DIR`, left by jobs run with ``runtime: host``), ``ps`` also
-starts the host's ``python3`` to list those nodes (``hostjob.py list``); the script says so,
-and times ``ps`` a second time with ``$HOME`` pointed at an empty folder (no jobs folder: the
-listing is one ``sh`` that exits at once), so that cost is shown apart.
+:data:`remote.hostengine.JOBS_DIR`, left by jobs run with ``runtime: host``) holding job
+folders, ``ps`` also starts the host's ``python3`` to list those nodes (``hostjob.py list``);
+the script says whether the folder exists, and times ``ps`` a second time with ``$HOME``
+pointed at an empty folder (no jobs folder: the listing is one ``sh`` that exits at once), so
+that cost is shown apart.
 
 Bytecode: by default the children write and read their ``.pyc`` files under a temporary
 ``$PYTHONPYCACHEPREFIX`` (``$PYTHONDONTWRITEBYTECODE`` unset), as an installed package runs
@@ -136,8 +137,10 @@ def main() -> None:
           f"{args.pythonpath or ROOT}; bytecode cache: {cache})")
     jobs_dir = Path(env.get("HOME", str(Path.home()))) / HOST_JOBS_DIR
     if jobs_dir.is_dir():
-        print(f"note: {jobs_dir} exists ({len(list(jobs_dir.iterdir()))} entries): `gpuconsole ps` "
-              "lists the local host runtime's nodes with python3; `ps, empty $HOME` does not")
+        jobs = sum(1 for p in jobs_dir.iterdir() if p.is_dir())
+        print(f"note: {jobs_dir} exists ({jobs} job folders): `gpuconsole ps` lists the local "
+              "host runtime's nodes (with python3 where it holds job folders); "
+              "`ps, empty $HOME` has no such folder")
     print(f"{'command':<20} {'median':>8} {'p90':>8} {'ratio':>7} {'paired':>7} {'target':>7}")
     result: dict[str, Any] = {"runs": args.runs, "bytecode_cache": cache == "yes",
                               "host_jobs_dir": jobs_dir.is_dir(),
