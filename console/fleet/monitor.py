@@ -4,12 +4,16 @@ Each host runs its own task: connect, stream samples (:func:`remote.telemetry.st
 and on any failure mark the host ``down`` and retry after a jittered exponential backoff
 (0.5 s doubling to 30 s, x0.5-1.5). A separate task re-arms itself after it finishes to tick
 the state (``stale`` hosts) and, every 10 s, to map containers to jobs by their labels.
+At most :data:`MAX_CONNECTING` SSH handshakes are in flight at once.
 
 Container -> job map: only a host whose latest sample shows a GPU process in a container (or
 a ``runtime: host`` node) is asked, since only those processes can be matched; a host's
 listing starts as soon as its first such sample arrives, beside the other hosts' streams, so a
 one-shot read (``top --once``) finds it done or under way when the last host answers
-(:meth:`FleetMonitor.refresh_containers`).
+(:meth:`FleetMonitor.refresh_containers`). A container's labels never change, so the 10 s
+round lists only hosts whose samples show a container their last listing did not cover (and
+every host again after :data:`MAP_FULL_EVERY_S`): 512 hosts running the same containers cost
+about 1.7 listings a second instead of 51.
 
 What the monitor's ``on_sample`` hook does is not the hosts' business: a hook that raises is
 logged and counted (:attr:`FleetMonitor.hook_errors`), never taken for a host failure.
@@ -70,6 +74,19 @@ MAP_EVERY_S = 10.0
 #: late, no connection closed. It also bounds a reconnect storm after a network blip. The
 #: agent start that follows is not bounded: it runs on the hosts.
 MAX_CONNECTING = 128
+
+
+#: Seconds after which the housekeeping lists a host again even though its samples show no
+#: container its last listing did not cover (a safety net: a container's labels never change,
+#: so a listing of the same containers finds the same jobs).
+MAP_FULL_EVERY_S = 300.0
+
+
+def container_ids(sample: Sample | None) -> frozenset[str]:
+    """The container ids (or ``runtime: host`` node names) of ``sample``'s GPU processes."""
+    if sample is None:
+        return frozenset()
+    return frozenset(c for p in sample.get("processes") or [] if (c := p.get("container_id")))
 
 
 def in_containers(sample: Sample | None) -> bool:
@@ -148,6 +165,9 @@ class FleetMonitor:
         self._maps: dict[str, dict[str, ContainerJob]] = {}
         #: host -> its latest listing (running or done) and when it started (monotonic s)
         self._listing: dict[str, tuple[float, asyncio.Task[None]]] = {}
+        #: host -> the container ids its last successful listing covered (those in its
+        #: latest sample when the listing started)
+        self._covered: dict[str, frozenset[str]] = {}
         self.updated = asyncio.Event()
         self.phase: dict[str, str] = {}
         self.hook_errors = 0
@@ -220,16 +240,19 @@ class FleetMonitor:
         got = self._listing.get(host)
         if got is not None and not got[1].done():
             return got[1]
-        task = asyncio.create_task(self._map_host(host), name=f"container-map-{host}")
+        v = self.state.hosts.get(host)
+        ids = container_ids(v.sample if v is not None else None)
+        task = asyncio.create_task(self._map_host(host, ids), name=f"container-map-{host}")
         self._listing[host] = (time.monotonic(), task)
         return task
 
-    async def _map_host(self, host: str) -> None:
+    async def _map_host(self, host: str, ids: frozenset[str]) -> None:
         try:
             self._maps[host] = await container_jobs(self.session, [host])
         except Exception:  # the map is a nicety: its failure is never the host's
             log.debug("[%s] container listing failed", host, exc_info=True)
             return
+        self._covered[host] = ids
         self._publish_map()
 
     def _publish_map(self) -> None:
@@ -238,7 +261,14 @@ class FleetMonitor:
             merged.update(m)
         self.state.set_containers(merged)
 
-    async def refresh_containers(self, max_age_s: float = MAP_EVERY_S) -> None:
+    def _shows_new(self, host: str) -> bool:
+        """Whether ``host``'s latest sample shows a container its last listing did not cover."""
+        v = self.state.hosts.get(host)
+        return not container_ids(v.sample if v is not None else None) <= self._covered.get(
+            host, frozenset())
+
+    async def refresh_containers(self, max_age_s: float = MAP_EVERY_S, *,
+                                 only_new: bool = False) -> None:
         """Map container ids to jobs from the labels on every host that is streaming and
         whose latest sample shows a GPU process in a container (:func:`in_containers`);
         other hosts are not asked (one not streaming would only hold the map back until its
@@ -248,17 +278,23 @@ class FleetMonitor:
             max_age_s: a host whose listing started at most this long ago (s), or is still
                 running, is not asked again: that listing is awaited (the one started at its
                 first sample, for a one-shot read). 0: ask every such host now.
+            only_new: also ask a host whose listing is younger than ``max_age_s`` when its
+                latest sample shows a container that listing did not cover (what the
+                housekeeping does, with ``max_age_s`` = :data:`MAP_FULL_EVERY_S`: a
+                container's labels never change, so only a new container needs a listing).
         """
         wanted = [h for h in self.hosts
                   if (v := self.state.hosts.get(h)) is not None and v.status != "down"
                   and in_containers(v.sample)]
         for h in [h for h in self._maps if h not in wanted]:
             del self._maps[h]
+            self._covered.pop(h, None)
         now = time.monotonic()
         tasks = []
         for h in wanted:
             got = self._listing.get(h)
-            if got is not None and (not got[1].done() or now - got[0] <= max_age_s):
+            if got is not None and (not got[1].done() or (
+                    now - got[0] <= max_age_s and not (only_new and self._shows_new(h)))):
                 tasks.append(got[1])
             else:
                 tasks.append(self._list_host(h))
@@ -274,7 +310,7 @@ class FleetMonitor:
             if now - last_labels >= MAP_EVERY_S:
                 last_labels = now
                 try:
-                    await self.refresh_containers(max_age_s=0.0)
+                    await self.refresh_containers(max_age_s=MAP_FULL_EVERY_S, only_new=True)
                 except Exception:
                     log.debug("container refresh failed", exc_info=True)
             # re-armed only after this round finished: rounds never overlap
