@@ -52,7 +52,7 @@ from remote.dockerlogs import (
     split_log_line as split_log_line,
 )
 from remote.errors import ConnectionLost, DockerError, ImageNotFound
-from remote.transport import LocalTransport, Transport
+from remote.transport import Transport
 
 if TYPE_CHECKING:
     import docker
@@ -411,14 +411,14 @@ class Engine:
         """The host's profile name."""
         return self.transport.name
 
-    def _not_answering(self, detail: str, socket_path: str | None = None) -> DockerError:
-        where = self.transport.describe()
-        if socket_path is not None and isinstance(self.transport, LocalTransport):
-            where += f" (socket {socket_path})"  # an SSH host's is a local forward
+    def _not_answering(self, detail: str) -> DockerError:
+        sock = self.transport.engine_socket_path()
         return DockerError(
             self.host,
-            f"the Docker engine does not answer on {where}: {detail}",
-            "check that dockerd runs on the host and that its user may use the socket",
+            f"the Docker engine does not answer on {self.transport.describe()} "
+            f"(socket {sock}): {detail}",
+            f"check that dockerd runs on the host, that its socket is {sock} (the profile's "
+            "`docker_socket`) and that the SSH user may use it (docker group)",
         )
 
     async def _get_client(self) -> docker.DockerClient:
@@ -478,10 +478,9 @@ class Engine:
             try:
                 self._api = await asyncio.wait_for(dockerapi.api_version(path), self.timeout)
             except dockerapi.EngineRequestError as e:
-                raise self._not_answering(e.message, path) from e
+                raise self._not_answering(e.message) from e
             except TimeoutError as e:
-                raise self._not_answering(f"no answer to /_ping within {self.timeout:g} s",
-                                          path) from e
+                raise self._not_answering(f"no answer to /_ping within {self.timeout:g} s") from e
         return path, self._api
 
     async def get(self, path: str, params: dict[str, str] | None = None) -> Any | None:

@@ -66,7 +66,12 @@ async def request(socket_path: str, target: str, *, method: str = "GET",
         writer.write(f"{method} {target} HTTP/1.0\r\nHost: docker\r\n\r\n".encode())
         try:
             head = await reader.readuntil(b"\r\n\r\n")
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, OSError) as e:
+        except asyncio.IncompleteReadError as e:
+            why = ("the connection was closed without an answer" if not e.partial
+                   else f"the answer ended after {len(e.partial)} bytes, inside its head")
+            raise EngineRequestError(0, f"no answer to {method} {target.split('?')[0]}: {why}",
+                                     unreachable=True) from e
+        except (asyncio.LimitOverrunError, OSError) as e:
             raise EngineRequestError(0, f"no answer to {method} {target.split('?')[0]}: "
                                         f"{e or type(e).__name__}", unreachable=True) from e
         status, headers = parse_head(head)
