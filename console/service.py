@@ -767,9 +767,11 @@ class Service:
             raise JobError(f"job {job.id}: node {n.node_rank} is not running ({n.state})",
                            "exec needs a running container; see `gpuconsole ps`")
         if job.runtime == "host":
+            argv = self.session_for(job).transport(n.host).ssh_argv()
+            login = f"`{shlex.join(argv)}`" if argv else "it runs on this machine"
             raise JobError(f"job {job.id} runs in {n.host}'s own Python (runtime: host), not "
-                           "in a container", f"`ssh {n.host}`; `gpuconsole describe {job.id}` "
-                           "shows its folder and command")
+                           "in a container", f"log in to the host: {login}; `gpuconsole "
+                           f"describe {job.id}` shows its folder and command")
         return n
 
     def exec_argv(self, job: JobRecord, node: NodeRecord, command: list[str], *,

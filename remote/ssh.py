@@ -176,6 +176,21 @@ class SSHTransport(Transport):
         port = f":{t.port}" if t.port else ""
         return f"ssh {user}{t.hostname}{port}"
 
+    def ssh_argv(self) -> list[str]:
+        """``ssh`` with the profile's port, key, jump host and known_hosts (when set), then
+        ``[user@]hostname``: runnable as shown (see :meth:`Transport.ssh_argv`)."""
+        t = self.target
+        argv = ["ssh"]
+        if t.port and t.port != 22:
+            argv += ["-p", str(t.port)]
+        if t.identity_file:
+            argv += ["-i", t.identity_file]
+        if t.jump:
+            argv += ["-J", t.jump]
+        if t.known_hosts:
+            argv += ["-o", f"UserKnownHostsFile={t.known_hosts}"]
+        return [*argv, f"{t.user}@{t.hostname}" if t.user else t.hostname]
+
     def _known_hosts_path(self) -> str:
         return os.path.expanduser(self.target.known_hosts or "~/.ssh/known_hosts")
 

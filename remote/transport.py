@@ -282,6 +282,12 @@ class Transport(ABC):
             TransportError: the host could not be reached or the command timed out.
         """
 
+    def ssh_argv(self) -> list[str] | None:
+        """An OpenSSH ``ssh`` command line that logs in to this host as the profile reaches
+        it (port, user, key, jump host, known_hosts), for hints shown to people; ``None`` for
+        this machine."""
+        return None
+
     @abstractmethod
     def engine_socket_path(self) -> str:
         """The engine's socket path on the host itself (for a ``docker -H unix://...`` line

@@ -55,3 +55,17 @@ def test_ciphers_line_found_in_config_and_its_includes(tmp_path: Path) -> None:
     cfg.write_text("Host *\n  ciphers aes128-ctr\n")
     assert user_sets_ciphers(cfg)
     assert not user_sets_ciphers(tmp_path / "missing")
+
+
+def test_the_login_hint_logs_in_as_the_profile_does(test_profile: Path) -> None:
+    """The ``ssh`` line shown for a runtime-host job (``exec``/``cp`` refusals) is runnable:
+    OpenSSH's client logs in to test host a with it (key, known_hosts from the profile)."""
+    import subprocess
+
+    t = load_profile_file(test_profile).transport("a")
+    argv = t.ssh_argv()
+    assert argv is not None and argv[0] == "ssh" and argv[-1] == "root@127.0.0.11"
+    assert "-i" in argv and any(a.startswith("UserKnownHostsFile=") for a in argv)
+    res = subprocess.run([*argv, "-o", "BatchMode=yes", "echo", "in"], capture_output=True,
+                         text=True, timeout=30)
+    assert (res.returncode, res.stdout) == (0, "in\n"), res.stderr
