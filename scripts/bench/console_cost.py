@@ -22,9 +22,21 @@ the aliases still alternate between the two sshds) and also prints the fleet tar
 how many hosts had their container -> job map listed (only hosts whose samples show a GPU
 process in a container are listed; the replayed trace has none).
 
+Start-up breakdown (bench-side timestamps only; the product is unchanged): per host, the SSH
+connect (including the wait for one of the monitor's ``--max-connecting`` handshake slots), the
+agent's channel open, the agent's first sample's host time, its arrival, retries and their
+reasons; the console's and the machine's CPU over the start, and how late the console's event
+loop wakes up; printed as the ``start-json`` line (median / p90 / max, seconds).
+
+``--containerised N`` starts N labelled job containers on the shared dockerd and replays a
+trace whose GPU processes run in them, so the container -> job map is listed; the listings in
+the window are counted and timed (``listings`` in ``result-json``).
+
 Run: ``.venv/bin/python scripts/bench/console_cost.py [--hosts 64] [--duration 300]
-[--snapshot-timeout 120] [--settle 5] [--no-baseline]`` (needs ``scripts/testhosts/up``).
-Prints a table with the baseline side by side, as ratios, and one ``result-json`` line.
+[--snapshot-timeout 120] [--settle 5] [--no-baseline] [--max-connecting 128]
+[--containerised 4]`` (needs ``scripts/testhosts/up``; above 64 hosts, run it under
+``flock /tmp/gpuconsole-heavy.lock`` on a shared machine). Prints a table with the baseline
+side by side, as ratios, and the ``result-json`` and ``start-json`` lines.
 """
 
 from __future__ import annotations
