@@ -769,9 +769,16 @@ async def list_fleet(
 
                 if engine.runtime == "docker":
                     # the engine's listing and the host runtime's command, side by side on
-                    # the one connection
-                    ours, theirs = await asyncio.gather(
-                        engine.list(labels, detail=detail), host_nodes())
+                    # the one connection; when one fails the other is cancelled (left
+                    # running, it would outlive the session and fail at exit, unretrieved)
+                    pair = [asyncio.ensure_future(engine.list(labels, detail=detail)),
+                            asyncio.ensure_future(host_nodes())]
+                    try:
+                        ours, theirs = await asyncio.gather(*pair)
+                    finally:
+                        for task in pair:
+                            task.cancel()
+                        await asyncio.wait(pair)
                     infos = ours + theirs
                 else:
                     infos = await engine.list(labels, detail=detail)

@@ -5,6 +5,7 @@ which containers get inspected, and a job's nodes read from the listing."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -176,3 +177,51 @@ def test_open_file_limit_raised_for_the_fleet_not_above_hard() -> None:
     got, now, hard = (int(x) for x in out)
     want = 4 * 512 + 256 if hard < 0 else min(4 * 512 + 256, hard)
     assert got == now == want
+
+
+def test_a_failed_engine_listing_cancels_the_host_runtime_command_beside_it() -> None:
+    """On a Docker host both listings run side by side; when the engine's fails, the host
+    runtime's is cancelled before ``list_fleet`` returns (left running, it outlived the CLI's
+    session: ``ps`` printed "unhandled exception during asyncio.run() shutdown" and a
+    traceback of ``HostJobError('host b: list: no output')``)."""
+    from remote.errors import DockerError
+
+    seen: dict[str, str] = {}
+
+    class SlowHostRuntime:
+        async def list_if_any(self, labels: Mapping[str, str | None]) -> list[ContainerInfo]:
+            seen["hostrt"] = "started"
+            try:
+                await asyncio.sleep(5)
+            except asyncio.CancelledError:
+                seen["hostrt"] = "cancelled"
+                raise
+            seen["hostrt"] = "finished"
+            return []
+
+    class BrokenDockerEngine:
+        """An engine whose socket answers nothing (the fake of a wrong ``docker_socket``)."""
+
+        runtime = "docker"
+        hostrt = SlowHostRuntime()
+
+        async def list(self, labels: Mapping[str, str | None], *,
+                       detail: Callable[[ContainerInfo], bool] | None = None,
+                       ) -> list[ContainerInfo]:
+            await asyncio.sleep(0.01)
+            raise DockerError("b", "the Docker engine does not answer")
+
+    class OneHost(FakeSession):
+        def engine(self, host: str) -> BrokenDockerEngine:  # type: ignore[override]
+            return BrokenDockerEngine()
+
+    async def main() -> tuple[dict[str, HostListing], str]:
+        out = await list_fleet(OneHost(["b"]), ["b"], deadline_s=10)  # type: ignore[arg-type]
+        return out, seen.get("hostrt", "never")
+
+    t0 = time.monotonic()
+    out, hostrt_then = asyncio.run(main())
+    assert time.monotonic() - t0 < 2  # the failure ends it, not the slow command
+    assert hostrt_then == "cancelled"
+    assert out["b"].status == HOST_FAILED
+    assert out["b"].reason == "host b: the Docker engine does not answer"
