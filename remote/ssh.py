@@ -236,6 +236,22 @@ class SSHTransport(Transport):
                 f"known_hosts: {kh}",
                 f"check the key's fingerprint, then `{scan} >> {kh}`",
             ) from e
+        except asyncssh.PermissionDenied as e:
+            raise AuthenticationFailed(
+                self.name, f"authentication refused by the jump host "
+                f"{user or 'the configured user'}@{host}:{port or 22}",
+                "check `jump` and `identity_file` in the profile, or your ssh-agent",
+            ) from e
+        except (OSError, asyncio.TimeoutError, asyncssh.Error) as e:
+            # named here: the target's message below would send the user to the wrong host
+            reason = _describe_os_error(e)
+            if isinstance(e, (ConnectionResetError, asyncssh.ConnectionLost)):
+                reason = ("connection closed by the jump host during key exchange: it "
+                          "refused new SSH connections (sshd MaxStartups?)")
+            raise HostUnreachable(
+                self.name, f"cannot connect to the jump host {host}:{port or 22}: {reason}",
+                "check that the jump host is up and `jump` in the profile",
+            ) from e
 
     async def connect(self) -> None:
         """Open the connection if it is not open (reconnects after a drop).

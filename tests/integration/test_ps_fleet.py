@@ -168,3 +168,30 @@ def test_a_fleet_behind_one_jump_host_is_not_dropped_by_its_maxstartups(
     finally:
         pid = (tmp_path / "sshd.pid").read_text().strip()
         subprocess.run(["kill", pid], check=False)
+
+
+def test_a_jump_host_that_refuses_is_named_not_the_host_behind_it(cli: CLI,
+                                                                   tmp_path: Path) -> None:
+    """A profile ``jump:`` host that refuses connections (a closed port) or the key (an
+    unknown user): the reason names the jump host, not the target behind it (whose sshd is
+    fine; the message used to say ``cannot connect to 127.0.0.12:22: connection refused``)."""
+    free = socket.create_server(("127.0.0.1", 0))
+    closed_port = int(free.getsockname()[1])
+    free.close()
+    prof = yaml.safe_load(cli.profile.read_text())
+    behind = {"hostname": "127.0.0.12", "port": 22, "user": "root",
+              "identity_file": prof["hosts"]["a"]["identity_file"]}
+    prof["hosts"]["jclosed"] = {**behind, "jump": f"root@127.0.0.1:{closed_port}"}
+    prof["hosts"]["jnouser"] = {**behind, "jump": "nosuchuser@127.0.0.11:22"}
+    profile = tmp_path / "jumps.yaml"
+    profile.write_text(yaml.safe_dump(prof))
+    data, stderr, _ = ps_hosts(cli, profile, "--deadline", "20")
+    hosts = {h["host"]: h for h in data["hosts"]}
+    assert hosts["jclosed"]["status"] == hosts["jnouser"]["status"] == "failed"
+    assert hosts["jclosed"]["reason"] == (
+        f"host jclosed: cannot connect to the jump host 127.0.0.1:{closed_port}: "
+        "connection refused")
+    assert hosts["jnouser"]["reason"] == (
+        "host jnouser: authentication refused by the jump host nosuchuser@127.0.0.11:22")
+    assert f"warning: {hosts['jclosed']['reason']}" in stderr
+    assert hosts["a"]["status"] == hosts["b"]["status"] == "answered"
