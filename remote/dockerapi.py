@@ -6,7 +6,8 @@ blocking calls need a worker thread each: 512 hosts queued behind a handful of t
 Each request here is one connection to the engine's unix socket (local, or SSH-forwarded:
 one SSH channel), sent as HTTP/1.0, so the engine (Go's ``net/http``) answers without
 chunked transfer encoding and closes the connection after the body, as
-:mod:`remote.dockerlogs` does for logs.
+:mod:`remote.dockerlogs` does for logs (which shares :func:`parse_head` and
+:func:`engine_error_message`).
 
 API version: the engine's own, from ``GET /_ping`` (its ``Api-Version`` header; Docker
 Engine API, "Versioning": calls without a ``/v<version>`` prefix are deprecated). The
@@ -22,8 +23,6 @@ import json
 import logging
 from typing import Any
 from urllib.parse import quote, urlencode
-
-from remote.dockerlogs import engine_error_message
 
 log = logging.getLogger("gpuconsole.remote.docker")
 
@@ -117,6 +116,17 @@ def parse_head(head: bytes) -> tuple[int, dict[str, str]]:
         if sep:
             headers[name.strip().lower()] = value.strip()
     return int(parts[1]), headers
+
+
+def engine_error_message(body: str) -> str:
+    """The ``message`` of the Docker Engine API's JSON error body (``{"message": ...}``),
+    else the body as given."""
+    try:
+        value = json.loads(body)
+    except ValueError:
+        return body
+    message = value.get("message") if isinstance(value, dict) else None
+    return message if isinstance(message, str) else body
 
 
 def dechunk(body: bytes) -> bytes:

@@ -21,7 +21,6 @@ Messages longer than 16 KiB come as "partial" messages (json-file/local drivers;
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import re
 import struct
@@ -29,6 +28,9 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from urllib.parse import quote, urlencode
+
+from remote.dockerapi import EngineRequestError, parse_head
+from remote.dockerapi import engine_error_message as engine_error_message
 
 log = logging.getLogger("gpuconsole.remote.docker")
 
@@ -357,29 +359,13 @@ async def read_log_batches(
 
 
 def _parse_head(head: bytes) -> tuple[int, str]:
-    """(status, content type) of an HTTP response head.
+    """(status, content type) of an HTTP response head (:func:`remote.dockerapi.parse_head`).
 
     Raises:
         LogsRequestError: not an HTTP response head.
     """
-    lines = head.decode("latin-1").split("\r\n")
-    parts = lines[0].split(" ", 2)
-    if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
-        raise LogsRequestError(0, f"not an HTTP answer: {lines[0][:80]!r}")
-    content_type = ""
-    for line in lines[1:]:
-        name, _, value = line.partition(":")
-        if name.strip().lower() == "content-type":
-            content_type = value.strip().split(";")[0]
-    return int(parts[1]), content_type
-
-
-def engine_error_message(body: str) -> str:
-    """The ``message`` of the Docker Engine API's JSON error body (``{"message": ...}``),
-    else the body as given."""
     try:
-        value = json.loads(body)
-    except ValueError:
-        return body
-    message = value.get("message") if isinstance(value, dict) else None
-    return message if isinstance(message, str) else body
+        status, headers = parse_head(head)
+    except EngineRequestError as e:
+        raise LogsRequestError(0, e.message) from e
+    return status, headers.get("content-type", "").split(";")[0].strip()

@@ -48,27 +48,14 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts" / "bench"))
 
-from console_cost import TESTHOSTS, TRACE, make_fleet_trace, make_profile  # noqa: E402
+from console_cost import TRACE, make_fleet_trace, make_profile  # noqa: E402
+from rig import write_ssh_config  # noqa: E402
 
 from remote.telemetry.stream import AGENT_BASE, _bundle_digest  # noqa: E402
 
 ONE_LINE = TRACE.parent / "one-line.txt"
 #: Runs the console's CLI from a source tree (``PYTHONPATH`` and cwd point at it).
 _CLI = "import sys; from console.cli import main; sys.argv[0] = 'gpuconsole'; sys.exit(main())"
-
-
-def ssh_config(n: int, tmp: Path) -> Path:
-    """An ssh config naming the 64 hosts ``h00``... like the profile (pdsh dedups names)."""
-    key = TESTHOSTS / "id_ed25519"
-    lines = []
-    for i in range(n):
-        lines += [f"Host h{i:02d}", f"  HostName 127.0.0.{11 + i % 2}"]
-    lines += ["Host *", "  User root", f"  IdentityFile {key}",
-              f"  UserKnownHostsFile {TESTHOSTS / 'known_hosts'}",
-              "  StrictHostKeyChecking yes", "  BatchMode yes", "  LogLevel ERROR"]
-    path = tmp / "ssh_config"
-    path.write_text("\n".join(lines) + "\n")
-    return path
 
 
 def timed(argv: list[str], env: dict[str, str], cwd: Path | None = None,
@@ -135,7 +122,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
         profile = make_profile(args.hosts, tmp)
-        cfg = ssh_config(args.hosts, tmp)
+        cfg = write_ssh_config([f"h{i:02d}" for i in range(args.hosts)], tmp / "ssh_config")
         sides: dict[str, Callable[[int | None], tuple[float, float]]] = {
             "console": console_side(ROOT, profile, args.hosts)}
         if args.before is not None:

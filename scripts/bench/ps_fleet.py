@@ -40,9 +40,9 @@ from pathlib import Path
 
 import docker
 import yaml
+from rig import TESTHOSTS, write_ssh_config
 
 ROOT = Path(__file__).resolve().parents[2]
-TESTHOSTS = Path(os.environ.get("GPUCONSOLE_TESTHOSTS_DIR", "/var/tmp/gpuconsole-testhosts"))
 IMAGE = "gpuconsole/torch:2.13.0-cpu"
 BENCH_LABEL = "io.gpuconsole-bench.ps-fleet"
 #: The bench's own jobs (:func:`start_jobs`); others on the shared engine are only counted.
@@ -87,17 +87,6 @@ def start_jobs(client: docker.DockerClient) -> list[str]:
 def remove_jobs(client: docker.DockerClient) -> None:
     for c in client.containers.list(all=True, filters={"label": BENCH_LABEL}):
         c.remove(force=True)
-
-
-def ssh_config(n: int, path: Path) -> None:
-    """An OpenSSH client config naming the hosts ``h000``... as :func:`make_profile` does."""
-    lines = []
-    for i in range(n):
-        lines += [f"Host h{i:03d}", f"  HostName 127.0.0.{11 + i % 2}"]
-    lines += ["Host *", "  User root", f"  IdentityFile {TESTHOSTS / 'id_ed25519'}",
-              f"  UserKnownHostsFile {TESTHOSTS / 'known_hosts'}",
-              "  StrictHostKeyChecking yes", "  BatchMode yes", "  LogLevel ERROR"]
-    path.write_text("\n".join(lines) + "\n")
 
 
 def floor_once(cfg: Path, n: int) -> float:
@@ -162,7 +151,7 @@ def main() -> None:
                 prof = Path(tmp) / f"fleet{n}.yaml"
                 make_profile(n, prof)
                 cfg = Path(tmp) / f"ssh_config{n}"
-                ssh_config(n, cfg)
+                write_ssh_config([f"h{i:03d}" for i in range(n)], cfg)
                 state = Path(tmp) / f"state{n}"
                 _, jobs, _ = ps_once(prof, state, extra)  # warm-up: adopts the bench jobs
                 ours = sorted(str(j["id"]) for j in jobs if str(j["id"]) in OURS)
