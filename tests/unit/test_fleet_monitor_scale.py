@@ -4,8 +4,9 @@ host again only when the host shows a container its last listing did not cover, 
 listing is old.
 
 The hosts are fakes (``FakeFleet*``): the tests must see how many handshakes are in flight at
-each moment and how many listings were asked, which real sshds and dockerds do not report. ``tests/integration/test_telemetry.py`` and
-``scripts/bench/console_cost.py`` run the real thing.
+each moment and how many listings were asked, which real sshds and dockerds do not report.
+``tests/integration/test_telemetry.py`` and ``scripts/bench/console_cost.py`` run the real
+thing.
 """
 
 from __future__ import annotations
