@@ -23,10 +23,30 @@ meaning, and keep reading older versions).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 PREFIX = "io.gpuconsole."
+
+#: A job's name (the spec's ``name``): 1-48 of lowercase letters, digits, ``_``, ``.``, ``-``,
+#: starting with a letter or digit (also a container name part, a folder name).
+JOB_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,47}$")
+#: A job's id: its name, ``-`` and 6 hex digits (:func:`console.jobs.plan.new_job_id`).
+JOB_ID_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,47}-[0-9a-f]{6}$")
+
+
+def check_job_id(job_id: str) -> str:
+    """``job_id`` if it has the shape gpuconsole gives ids (:data:`JOB_ID_RE`); ids read
+    from hosts (container labels, host-runtime and Slurm job folders) name folders of the
+    state dir, so one like ``../../x`` must never be taken.
+
+    Raises:
+        ValueError: any other string.
+    """
+    if not JOB_ID_RE.fullmatch(job_id):
+        raise ValueError(f"not a gpuconsole job id: {job_id[:80]!r}")
+    return job_id
 FORMAT = "1"
 K_FORMAT = PREFIX + "format"
 K_JOB_ID = PREFIX + "job-id"
@@ -86,7 +106,7 @@ class NodeLabels:
         """Read the labels back from a container."""
         try:
             return cls(
-                job_id=labels[K_JOB_ID],
+                job_id=check_job_id(labels[K_JOB_ID]),
                 job_name=labels[K_JOB_NAME],
                 node_rank=int(labels[K_NODE_RANK]),
                 node_count=int(labels[K_NODE_COUNT]),

@@ -47,6 +47,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from console.errors import ConfigError
 from console.fields import ImageRef, Mount, NoNul, OneLine, Size, env_names, parse_mount
+from console.jobs.labels import JOB_NAME_RE
 from console.slurm.fields import SlurmTime
 from console.yamlsrc import Lines, combine, load_yaml, validation_errors
 
@@ -59,7 +60,7 @@ __all__ = [
     "validate_spec",
 ]
 
-NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,47}$")
+NAME_RE = JOB_NAME_RE
 _VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 #: Most torchrun processes per node (a sanity bound: hosts have at most a few hundred cores).
 MAX_NPROC = 1024

@@ -371,8 +371,23 @@ class Store:
     # -- log archive ------------------------------------------------------------------------
 
     def log_path(self, job_id: str, node_rank: int) -> Path:
-        """The archive file of one node's log."""
-        return self.root / "logs" / job_id / f"node{node_rank}.log"
+        """The archive file of one node's log.
+
+        Raises:
+            ValueError: ``job_id`` is not one path component (``/``, ``.``, ``..``, NUL): the
+                archive never leaves ``<state dir>/logs``.
+        """
+        return self.job_log_dir(job_id) / f"node{node_rank}.log"
+
+    def job_log_dir(self, job_id: str) -> Path:
+        """``<state dir>/logs/<job id>``.
+
+        Raises:
+            ValueError: ``job_id`` is not one path component (see :meth:`log_path`).
+        """
+        if job_id in ("", ".", "..") or "/" in job_id or "\0" in job_id:
+            raise ValueError(f"job id {job_id[:80]!r} cannot name a folder")
+        return self.root / "logs" / job_id
 
     def archive(self, job_id: str, node_rank: int, lines: list[LogLine]) -> int:
         """Append lines newer than the archive's end; returns how many were written.

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from console.diagnosis.engine import diagnose
 from console.errors import JobError, PlanError
+from console.jobs.labels import check_job_id
 from console.jobs.logs import JobLogLine, tag_line
 from console.jobs.plan import job_env, new_job_id
 from console.jobs.spec import LoadedSpec
@@ -386,7 +387,8 @@ async def adopt_slurm(session: Session, store: Store) -> list[str]:
     for line in r.stdout.splitlines():
         try:
             meta = json.loads(line)
-            sid, job_id, count = str(meta["slurm_id"]), str(meta["id"]), int(meta["node_count"])
+            sid, count = str(meta["slurm_id"]), int(meta["node_count"])
+            job_id = check_job_id(str(meta["id"]))
             record = JobRecord(
                 id=job_id, name=str(meta["name"]), profile=profile.name,
                 profile_source=profile.source, spec=dict(meta.get("spec") or {}),
@@ -482,7 +484,7 @@ async def remove_slurm(session: Session, store: Store, job: JobRecord) -> None:
 # -- logs -------------------------------------------------------------------------------------
 
 def _offsets_path(store: Store, job_id: str) -> Path:
-    return store.root / "logs" / job_id / "slurm-offsets.json"
+    return store.job_log_dir(job_id) / "slurm-offsets.json"
 
 
 def _load_offsets(store: Store, job_id: str) -> dict[str, int]:

@@ -195,3 +195,30 @@ def test_a_jump_host_that_refuses_is_named_not_the_host_behind_it(cli: CLI,
         "host jnouser: authentication refused by the jump host nosuchuser@127.0.0.11:22")
     assert f"warning: {hosts['jclosed']['reason']}" in stderr
     assert hosts["a"]["status"] == hosts["b"]["status"] == "answered"
+
+
+def test_a_container_whose_job_id_label_is_a_path_is_not_adopted(
+        cli: CLI, engine: docker.DockerClient) -> None:
+    """Anyone who may use Docker on a host can label a container: a job id like
+    ``../../x`` must not become a job (its id names folders of the console's state dir)."""
+    suffix = f"{int(time.time() * 1000) % 0xFFFFFF:06x}"
+    bad_ids = [f"../../escape-{suffix}", f"ok/../../escape-{suffix}", "..", "UPPER-000000"]
+    containers = [start_job(engine, "ok-" + suffix, "a")]
+    for i, bad in enumerate(bad_ids):
+        c = start_job(engine, f"badid{i}-{suffix}", "a")
+        c.remove(force=True)
+        labels = dict(c.labels)
+        labels["io.gpuconsole.job-id"] = bad
+        containers.append(engine.containers.run(IMAGE, ["sleep", "600"], detach=True,
+                                                labels=labels))
+    try:
+        data, _, _ = ps_hosts(cli, cli.profile, "--all")
+        ids = {j["id"] for j in data["jobs"]}
+        assert "ok-" + suffix in ids
+        assert not ids & set(bad_ids), ids
+        state = Path(cli.env()["GPUCONSOLE_STATE_DIR"])
+        assert not list(state.parent.parent.glob(f"escape-{suffix}")), "written outside"
+        assert not list(state.rglob(f"escape-{suffix}"))
+    finally:
+        for c in containers:
+            c.remove(force=True)

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from console.jobs.launcher import (
     LAUNCH_STALE_S,
     launch_in_flight,
@@ -210,3 +212,24 @@ def test_a_stopped_job_shows_the_exit_code_its_nodes_recorded() -> None:
         TEARDOWN_EXIT_CODE
     assert stopped_exit_code(stopped(None, 143)) == 143
     assert stopped_exit_code(stopped(None, None)) is None  # never started, removed by stop
+
+
+def test_job_ids_read_from_hosts_must_have_gpuconsoles_shape() -> None:
+    """Labels (and Slurm/host-runtime job folders) come from hosts; an id names folders of
+    the state dir, so only the shape new_job_id makes is taken."""
+    from console.jobs.labels import K_JOB_ID, NodeLabels, check_job_id
+    from console.jobs.plan import new_job_id
+    from console.jobs.store import Store
+
+    good = new_job_id("train.v2_run")
+    assert check_job_id(good) == good
+    for bad in ("../../x-000000", "a/b-000000", "..", "", "UPPER-000000", "x-00000g",
+                "x-000000\n", "x" * 49 + "-000000"):
+        with pytest.raises(ValueError):
+            check_job_id(bad)
+    labels = {K_JOB_ID: "../../etc-000000", "io.gpuconsole.job-name": "etc",
+              "io.gpuconsole.node-rank": "0", "io.gpuconsole.node-count": "1"}
+    with pytest.raises(ValueError):
+        NodeLabels.parse(labels)
+    with pytest.raises(ValueError):
+        Store.log_path(Store.__new__(Store), "../x", 0)

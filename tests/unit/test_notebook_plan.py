@@ -110,7 +110,7 @@ def test_each_notebook_gets_its_own_token(tmp_path: Path) -> None:
 
 
 def test_training_labels_say_train_and_old_containers_read_as_train() -> None:
-    lab = NodeLabels("j-1", "j", 0, 1, 2, "a", "h", 1.0)
+    lab = NodeLabels("j-0a1b2c", "j", 0, 1, 2, "a", "h", 1.0)
     d = lab.to_labels()
     assert d[K_KIND] == "train" and K_PORT not in d
     old = {k: v for k, v in d.items() if k != K_KIND}  # written before kinds existed
