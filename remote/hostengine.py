@@ -67,13 +67,13 @@ JOBS_DIR = ".cache/gpuconsole/jobs"
 #: bundle is not on the host yet (then it is uploaded and the listing asked again).
 _EXIT_NO_BUNDLE = 98
 
-#: One remote command for a fleet listing: nothing at all unless the jobs folder holds a job
-#: folder (no upload, no python; the glob is the shell's own, no other process), else
+#: One remote command for a fleet listing: ``[]`` unless the jobs folder holds a job folder
+#: (no upload, no python; the glob is the shell's own, no other process), else
 #: ``hostjob.py list`` from the bundle already there. A constant: the bundle path, the python
 #: and the list arguments come as positional parameters.
 _LIST_IF_JOBS = (
-    'cd || exit 0; any=; for d in "$1"/*/; do [ -d "$d" ] && any=1; break; done; '
-    '[ -n "$any" ] || exit 0; [ -f "$2" ] || exit ' f"{_EXIT_NO_BUNDLE}; "
+    'cd || { echo "[]"; exit 0; }; any=; for d in "$1"/*/; do [ -d "$d" ] && any=1; break; done; '
+    '[ -n "$any" ] || { echo "[]"; exit 0; }; [ -f "$2" ] || exit ' f"{_EXIT_NO_BUNDLE}; "
     'script=$2 py=$3; shift 3; exec "$py" -I -S "$script" list "$@"'
 )
 
@@ -288,8 +288,10 @@ class HostEngine:
                 "install Python 3.8 or newer there (runtime: host runs jobs with it)")
         if res.returncode != 0:
             raise self._fail("list", res)
+        # "[]" without a job; hostjob.py always answers JSON: nothing at all is a broken
+        # bundle or host, never "no jobs" (a running node would then read as lost)
         if not res.stdout.strip():
-            return []
+            raise HostJobError(self.host, "list: no answer from hostjob.py (exit 0, no output)")
         try:
             nodes = json.loads(res.stdout)
         except ValueError as e:

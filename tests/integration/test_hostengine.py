@@ -373,3 +373,7 @@ async def test_fleet_listing_starts_nothing_without_a_jobs_folder(
     listed = await engine.list_if_any(label)
     assert [i.id for i in listed] == [node]
     assert listed[0].labels[JOB_ID] == "lst-000001"
+    # a damaged bundle answers nothing: an error, not "no jobs" (the node would read lost)
+    (bundles[0] / "hostjob.py").write_text("")
+    with pytest.raises(HostJobError, match=r"no answer from hostjob\.py"):
+        await engine.list_if_any(label)
