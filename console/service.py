@@ -634,10 +634,15 @@ class Service:
         profile's ``stop_grace``); remove the containers of an interrupted launch (created,
         never started: nothing runs in them, and Docker cannot stop them).
 
+        Nodes on the hosts that answer are stopped even when another host of the job cannot
+        be reached (a stop is what an operator does when something is wrong).
+
         Raises:
             UsageError, ConfigError: a grace period that is negative, infinite or NaN (see
                 :meth:`stop_grace`), before anything is done.
-            JobError: a host of the job could not be reached (its state is unknown).
+            JobError: a host of the job could not be reached (its nodes' state is unknown,
+                they may still run): raised after the reachable nodes were stopped, naming
+                them.
         """
         seconds = self.stop_grace(job, grace)
         if (slurm := self._slurm_session(job)) is not None:
@@ -648,15 +653,22 @@ class Service:
             return StopOutcome(job, tuple(n.node_rank for n in job.nodes) if acted else ())
         session = self.session_for(job)
         job = await refresh(session, self.store, job, teardown=False)
-        self._raise_if_unreachable(job)
-        running = [n for n in job.nodes if n.state in STOPPABLE]
-        if not running:
-            return StopOutcome(job, ())
-        now = time.time()
-        await self.store.call(self.store.update_job, job.id, stop_requested_at=now)
-        job.stop_requested_at = now
-        await stop_nodes(session, self.store, job, running, grace=seconds)
-        job = await self.refresh_job(job, teardown=False)
+        down = dict(job.unreachable)
+        running = [n for n in job.nodes if n.state in STOPPABLE and n.host not in down]
+        if running:
+            now = time.time()
+            await self.store.call(self.store.update_job, job.id, stop_requested_at=now)
+            job.stop_requested_at = now
+            await stop_nodes(session, self.store, job, running, grace=seconds)
+            job = await self.refresh_job(job, teardown=False)
+        if down:
+            done = (f"stopped node{'s' if len(running) > 1 else ''} "
+                    f"{', '.join(str(n.node_rank) for n in running)}; " if running else "")
+            raise JobError(
+                f"job {job.id}: {done}cannot reach {', '.join(sorted(down))}: "
+                f"{next(iter(down.values()))}",
+                f"its nodes there may still be running; run `gpuconsole stop {job.id}` again "
+                "when the host answers")
         return StopOutcome(job, tuple(n.node_rank for n in running))
 
     async def remove(self, job: JobRecord, *, force: bool = False) -> JobRecord:

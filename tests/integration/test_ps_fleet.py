@@ -222,3 +222,45 @@ def test_a_container_whose_job_id_label_is_a_path_is_not_adopted(
     finally:
         for c in containers:
             c.remove(force=True)
+
+
+def test_stop_stops_what_it_reaches_when_one_host_is_down(
+        cli: CLI, engine: docker.DockerClient, tmp_path: Path) -> None:
+    """A 2-node job whose host b is down: ``stop`` stops node 0 on a, then says it cannot
+    reach b (exit 1) and how to finish; b's node is left as it was."""
+    suffix = f"{int(time.time() * 1000) % 0xFFFFFF:06x}"
+    job_id = f"halfstop-{suffix}"
+    nodes = []
+    first = start_job(engine, job_id, "a")
+    base = dict(first.labels)
+    first.remove(force=True)
+    for rank, host in ((0, "a"), (1, "b")):
+        labels = {**base, "io.gpuconsole.node-rank": str(rank),
+                  "io.gpuconsole.node-count": "2", "io.gpuconsole.host": host}
+        nodes.append(engine.containers.run(IMAGE, ["sleep", "600"], detach=True,
+                                           labels=labels, name=f"{job_id}-n{rank}"))
+    try:
+        # adopted under a copy of the profile (the job's own profile from then on) ...
+        profile = tmp_path / "fleet.yaml"
+        prof = yaml.safe_load(cli.profile.read_text())
+        profile.write_text(yaml.safe_dump(prof))
+        data, stderr, _ = ps_hosts(cli, profile)
+        assert {j["id"]: j["state"] for j in data["jobs"]}[job_id] == "running", stderr
+        # ... in which b then goes down
+        free = socket.create_server(("127.0.0.1", 0))
+        closed_port = int(free.getsockname()[1])
+        free.close()
+        prof["hosts"]["b"].update({"hostname": "127.0.0.1", "port": closed_port})
+        profile.write_text(yaml.safe_dump(prof))
+        res = cli.run("stop", job_id, "--grace", "1", profile=profile, timeout=120)
+        assert res.returncode == 1, (res.stdout, res.stderr)
+        first = res.stderr.strip().splitlines()[0]
+        assert first.startswith(f"error: job {job_id}: stopped node 0; cannot reach b: "), first
+        assert f"run `gpuconsole stop {job_id}` again" in res.stderr
+        for c in nodes:
+            c.reload()
+        assert nodes[0].status == "exited"
+        assert nodes[1].status == "running"
+    finally:
+        for c in nodes:
+            c.remove(force=True)
