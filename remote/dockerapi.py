@@ -70,7 +70,10 @@ async def request(socket_path: str, target: str, *, method: str = "GET",
                    else f"the answer ended after {len(e.partial)} bytes, inside its head")
             raise EngineRequestError(0, f"no answer to {method} {target.split('?')[0]}: {why}",
                                      unreachable=True) from e
-        except (asyncio.LimitOverrunError, OSError) as e:
+        except asyncio.LimitOverrunError as e:
+            raise EngineRequestError(0, f"the answer to {method} {target.split('?')[0]} has a "
+                                        "head over 64 KiB: not a Docker engine?") from e
+        except OSError as e:
             raise EngineRequestError(0, f"no answer to {method} {target.split('?')[0]}: "
                                         f"{e or type(e).__name__}", unreachable=True) from e
         status, headers = parse_head(head)
@@ -162,6 +165,8 @@ async def api_version(socket_path: str) -> str:
     """
     status, headers, body = await request(socket_path, "/_ping")
     version = headers.get("api-version", "")
+    if status == 404:
+        raise EngineRequestError(status, "not a Docker engine: it has no /_ping (HTTP 404)")
     if status != 200:
         raise EngineRequestError(status, engine_error_message(
             body.decode(errors="replace").strip()) or f"/_ping answered {status}")

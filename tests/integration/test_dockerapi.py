@@ -137,3 +137,33 @@ def test_dechunk() -> None:
     assert dockerapi.dechunk(body) == b"Wikipedia in \r\n\r\nchunks."
     with pytest.raises(dockerapi.EngineRequestError):
         dockerapi.dechunk(b"zz\r\nab\r\n0\r\n\r\n")
+
+
+@pytest.mark.parametrize("answer, said", [
+    (b"HTTP/1.0 404 Not Found\r\n\r\n<html>nope</html>", "not a Docker engine: it has no /_ping"),
+    (b"HTTP/1.0 200 OK\r\nX: " + b"a" * 70000 + b"\r\n\r\n", "head over 64 KiB"),
+])
+def test_odd_answers_to_ping_are_named(tmp_path: Path, answer: bytes, said: str) -> None:
+    """Stand-ins for a socket that is not dockerd (an HTTP server without /_ping, one sending
+    a huge head): one clear line each."""
+    path = str(tmp_path / "odd.sock")
+
+    async def go() -> str:
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(answer)
+            await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_unix_server(serve, path)
+        try:
+            await Engine(LocalTransport(docker_socket=path)).ping()
+        except DockerError as e:
+            return str(e)
+        finally:
+            server.close()
+            await server.wait_closed()
+        return "no error"
+
+    got = asyncio.run(go())
+    assert said in got and "does not answer" in got, got
