@@ -23,6 +23,7 @@ import stat
 import sys
 import termios
 import tty as tty_mod
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -64,16 +65,36 @@ _user_ciphers: bool | None = None
 #: ones, rising to all at 100). Below its start, so the bastion never drops one of ours.
 JUMP_HANDSHAKES = 8
 
-_jump_slots: dict[tuple[int, str], asyncio.Semaphore] = {}
+_jump_slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Semaphore]] \
+    = weakref.WeakKeyDictionary()
+
+
+@dataclass
+class _SharedJump:
+    """One connection to a jump host that the hosts behind it tunnel through (each host's
+    connection is a ``direct-tcpip`` channel on it), and how many transports use it."""
+
+    conn: asyncssh.SSHClientConnection
+    users: int = 0
+
+
+_JumpKey = tuple[str, str, str | None]
+
+#: Per event loop: (jump, known_hosts, identity file) -> the shared jump connection (a fleet
+#: behind one bastion costs the bastion one login, not one per host), and its lock.
+_jumps: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[_JumpKey, _SharedJump]] = \
+    weakref.WeakKeyDictionary()
+_jump_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[_JumpKey, asyncio.Lock]] \
+    = weakref.WeakKeyDictionary()
 
 
 def jump_slot(jump: str) -> asyncio.Semaphore:
     """The semaphore bounding handshakes through jump host ``jump`` on the running loop
     (:data:`JUMP_HANDSHAKES`)."""
-    key = (id(asyncio.get_running_loop()), jump)
-    slot = _jump_slots.get(key)
+    slots = _jump_slots.setdefault(asyncio.get_running_loop(), {})
+    slot = slots.get(jump)
     if slot is None:
-        slot = _jump_slots[key] = asyncio.Semaphore(JUMP_HANDSHAKES)
+        slot = slots[jump] = asyncio.Semaphore(JUMP_HANDSHAKES)
     return slot
 
 
@@ -151,6 +172,7 @@ class SSHTransport(Transport):
         self.target = target
         self._conn: asyncssh.SSHClientConnection | None = None
         self._jump: asyncssh.SSHClientConnection | None = None
+        self._jump_shared: _SharedJump | None = None
         self._sftp: asyncssh.SFTPClient | None = None
         self._sftp_conn: asyncssh.SSHClientConnection | None = None
         self._sftp_lock = asyncio.Lock()
@@ -218,8 +240,38 @@ class SSHTransport(Transport):
         return opts
 
     async def _open_jump(self, known_hosts: object) -> asyncssh.SSHClientConnection:
-        """The jump hop, opened with the same known_hosts, key and timeouts as the target (so
-        the key is offered on both hops; asyncssh's own ``tunnel="user@host"`` would not)."""
+        """The jump hop, shared by every host of this loop behind the same jump host with the
+        same known_hosts and key (:class:`_SharedJump`); opened when none is open."""
+        assert self.target.jump is not None
+        loop = asyncio.get_running_loop()
+        key = (self.target.jump, self._known_hosts_path(), self.target.identity_file)
+        jumps = _jumps.setdefault(loop, {})
+        async with _jump_locks.setdefault(loop, {}).setdefault(key, asyncio.Lock()):
+            shared = jumps.get(key)
+            if shared is None or shared.conn.is_closed():
+                shared = jumps[key] = _SharedJump(await self._connect_jump(known_hosts))
+            shared.users += 1
+            self._jump_shared = shared
+            return shared.conn
+
+    def _release_jump(self) -> None:
+        """This transport no longer tunnels through its jump connection: the last user
+        closes it."""
+        shared, self._jump_shared = self._jump_shared, None
+        if shared is None:
+            return
+        shared.users -= 1
+        if shared.users <= 0:
+            shared.conn.close()
+            for jumps in list(_jumps.values()):
+                for key, value in list(jumps.items()):
+                    if value is shared:
+                        del jumps[key]
+
+    async def _connect_jump(self, known_hosts: object) -> asyncssh.SSHClientConnection:
+        """A new connection to the jump host, with the same known_hosts, key and timeouts as
+        the target (so the key is offered on both hops; asyncssh's own
+        ``tunnel="user@host"`` would not)."""
         assert self.target.jump is not None
         user, host, port = parse_jump(self.target.jump)
         try:
@@ -373,7 +425,7 @@ class SSHTransport(Transport):
             self._conn.close()
             self._conn = None
         if self._jump is not None:
-            self._jump.close()
+            self._release_jump()
             self._jump = None
 
     async def close(self) -> None:

@@ -130,7 +130,8 @@ def test_a_fleet_behind_one_jump_host_is_not_dropped_by_its_maxstartups(
         cli: CLI, tmp_path: Path) -> None:
     """24 hosts behind one jump host whose sshd drops every unauthenticated connection
     beyond 10 (a real sshd, ``MaxStartups 10:100:10``: OpenSSH's default starts dropping at
-    10): ps keeps its handshakes through the jump host below that, so every host answers."""
+    10): ps tunnels every host through one connection to it (and would keep its handshakes
+    there below 10 otherwise), so every host answers and the jump host sees one login."""
     import subprocess
 
     testhosts = cli.profile.parent
@@ -165,6 +166,9 @@ def test_a_fleet_behind_one_jump_host_is_not_dropped_by_its_maxstartups(
         assert len(statuses) == 26
         assert {s for s, _ in statuses.values()} == {"answered"}, statuses
         assert "warning" not in stderr, stderr
+        # the 24 hosts tunnel through one connection to the jump host: one login there
+        log = (tmp_path / "sshd.log").read_text()
+        assert log.count("Accepted publickey") == 1, log
     finally:
         pid = (tmp_path / "sshd.pid").read_text().strip()
         subprocess.run(["kill", pid], check=False)
