@@ -16,7 +16,7 @@ Side by side in one run, interleaved (the order rotates each round), ``--runs`` 
 
 The hosts are loopback aliases of the two sshd test hosts (``scripts/testhosts/up``),
 alternately 127.0.0.11 and 127.0.0.12. pdsh drops repeated host names, so each of the 64 gets
-its own name (``h00`` ... ``h63``) in an ssh config file passed with ``PDSH_SSH_ARGS_APPEND=-F``
+its own name (``h000`` ... ``h063``) in an ssh config file passed with ``PDSH_SSH_ARGS_APPEND=-F``
 (same key and known_hosts as the profile, BatchMode). Each side runs with a one-host warm-up
 first (the console uploads its bundle and the agent links its interpreter; not counted).
 
@@ -80,7 +80,7 @@ def console_side(tree: Path, profile: Path, n: int) -> Callable[[int | None], tu
         argv = [sys.executable, "-c", _CLI, "-p", str(profile), "top", "--once", "--json",
                 "--timeout", "120", "--agent-replay", str(TRACE)]
         if hosts is not None:
-            argv += ["--hosts", ",".join(f"h{i:02d}" for i in range(hosts))]
+            argv += ["--hosts", ",".join(f"h{i:03d}" for i in range(hosts))]
         wall, cpu, out, rc = timed(argv, env, cwd=tree)
         got = [h for h in json.loads(out)["hosts"] if h["sample"]] if rc == 0 else []
         if len(got) != (hosts or n):
@@ -96,7 +96,7 @@ def pdsh_side(cfg: Path, n: int, command: str) -> Callable[[int | None], tuple[f
 
     def run(hosts: int | None = None) -> tuple[float, float]:
         k = hosts or n
-        argv = ["pdsh", "-R", "ssh", "-f", str(n), "-w", f"h[00-{k - 1:02d}]", command]
+        argv = ["pdsh", "-R", "ssh", "-f", str(n), "-w", f"h[000-{k - 1:03d}]", command]
         wall, cpu, out, _rc = timed(argv, env)
         answered = {ln.split(":", 1)[0] for ln in out.splitlines() if ln.strip()}
         if len(answered) != k:
@@ -122,7 +122,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
         profile = make_profile(args.hosts, tmp)
-        cfg = write_ssh_config([f"h{i:02d}" for i in range(args.hosts)], tmp / "ssh_config")
+        cfg = write_ssh_config([f"h{i:03d}" for i in range(args.hosts)], tmp / "ssh_config")
         sides: dict[str, Callable[[int | None], tuple[float, float]]] = {
             "console": console_side(ROOT, profile, args.hosts)}
         if args.before is not None:
