@@ -738,6 +738,30 @@ _SIGNAL_KINDS = {
 }
 
 
+# libstdc++'s verbose terminate handler ("terminate called after throwing an instance of 'X'",
+# "terminate called without an active exception", "terminate called recursively") and
+# CPython's faulthandler ("Fatal Python error: Aborted"): the process raised SIGABRT itself.
+_ABORT = re.compile(r"terminate called (?:without an active exception|after throwing|recursively)"
+                    r"|Fatal Python error: Aborted")
+_CRASH = re.compile(r"Fatal Python error: (?:Bus error|Segmentation fault)")
+
+
+def _abort_before(ctx: Context, root: ProcessFailure) -> Line | None:
+    """The failed rank's own abort line (:data:`_ABORT`) when it comes before any fatal
+    SIGBUS/SIGSEGV line of that rank: a process that aborted and whose crash handling then
+    died of another signal, which is what torchelastic's summary reports."""
+    if root.rank is None:
+        return None
+    for ln in ctx.lines:
+        if ln.rank != root.rank:
+            continue
+        if _CRASH.search(ln.text):
+            return None
+        if _ABORT.search(ln.text):
+            return ln
+    return None
+
+
 def _failed_worker(ctx: Context) -> tuple[ProcessFailure | None, bool]:
     """The worker that failed first, and whether it comes from a full summary. A root-cause
     entry cut before its exit code (a paste that stops mid-summary) gives way to the first
@@ -803,6 +827,29 @@ def _signal(ctx: Context) -> Diagnosis | None:
             "decorate the entrypoint with "
             "torch.distributed.elastic.multiprocessing.errors.record to get its traceback",
             evidence,
+            facts,
+            failure,
+        )
+    abort = _abort_before(ctx, root) if root.signal in ("SIGBUS", "SIGSEGV") else None
+    if abort is not None:
+        # the summary has the last signal; the rank's own output shows it aborted first
+        said = abort.text.strip()
+        # a joinable std::thread's destructor calls std::terminate ([thread.thread.destr])
+        why = (": a C++ thread was destroyed while still running, often a library's or the "
+               "process group's background thread at exit"
+               if "without an active exception" in said else "")
+        not_it = ("it does not mean /dev/shm ran out (a larger --shm-size would not help)"
+                  if root.signal == "SIGBUS" else "it is not the cause")
+        facts["signal"] = "SIGABRT"
+        return _diag(
+            "sigabrt",
+            f"{who} aborted in native code{at} ('{said[:120]}'{why}); the {root.signal} in "
+            f"torchelastic's summary (exit code {root.exitcode}) came while it was already "
+            f"crashing, so {not_it}{also}",
+            ranks,
+            _SIGNAL_HINTS["SIGABRT"][1].format(
+                pid=root.pid, rank=root.rank if root.rank is not None else root.local_rank),
+            [abort.raw, *evidence],
             facts,
             failure,
         )
