@@ -847,7 +847,12 @@ def _signal(ctx: Context) -> Diagnosis | None:
             f"torchelastic's summary (exit code {root.exitcode}) came while it was already "
             f"crashing, so {not_it}{also}",
             ranks,
-            _SIGNAL_HINTS["SIGABRT"][1].format(
+            # PyTorch's "Shutdown" docs: call destroy_process_group() once per process at the
+            # end; without it gloo's threads abort at exit (pytorch/pytorch#190489)
+            "Call torch.distributed.destroy_process_group() on every rank when training ends "
+            "and stop other background threads before the script exits; read the rank's last "
+            "lines to see whether training itself finished"
+            if why else _SIGNAL_HINTS["SIGABRT"][1].format(
                 pid=root.pid, rank=root.rank if root.rank is not None else root.local_rank),
             [abort.raw, *evidence],
             facts,
