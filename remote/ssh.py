@@ -296,10 +296,7 @@ class SSHTransport(Transport):
             ) from e
         except (OSError, asyncio.TimeoutError, asyncssh.Error) as e:
             # named here: the target's message below would send the user to the wrong host
-            reason = _describe_os_error(e)
-            if isinstance(e, (ConnectionResetError, asyncssh.ConnectionLost)):
-                reason = ("connection closed by the jump host during key exchange: it "
-                          "refused new SSH connections (sshd MaxStartups?)")
+            reason = _connect_failure(e, "the jump host")
             raise HostUnreachable(
                 self.name, f"cannot connect to the jump host {host}:{port or 22}: {reason}",
                 "check that the jump host is up and `jump` in the profile",
@@ -370,13 +367,7 @@ class SSHTransport(Transport):
                 "fix `known_hosts` and `identity_file` in the profile, or ~/.ssh/config",
             ) from e
         except (OSError, asyncio.TimeoutError, asyncssh.Error) as e:
-            reason = _describe_os_error(e)
-            if isinstance(e, (ConnectionResetError, asyncssh.ConnectionLost)):
-                # sshd drops connections beyond MaxStartups (default 10:30:100)
-                # unauthenticated ones in flight: it closes them before its banner or during
-                # key exchange
-                reason = ("connection closed by the host during key exchange: the host "
-                          "refused new SSH connections (sshd MaxStartups?)")
+            reason = _connect_failure(e, "the host")
             raise HostUnreachable(
                 self.name,
                 f"cannot connect to {t.hostname}:{t.port or 22}: {reason}",
@@ -719,6 +710,17 @@ class _SSHProcess(RemoteProcess):
             await asyncio.wait_for(self.proc.wait_closed(), 5)
         except (asyncio.TimeoutError, asyncssh.Error, OSError):
             self.proc.close()
+
+
+def _connect_failure(e: BaseException, who: str) -> str:
+    """Why connecting to ``who`` (``the host``, ``the jump host``) failed, in one phrase.
+    sshd drops unauthenticated connections beyond ``MaxStartups`` (default 10:30:100 in
+    flight) by closing them before its banner or during key exchange: a reset or a lost
+    connection there is named as that."""
+    if isinstance(e, (ConnectionResetError, asyncssh.ConnectionLost)):
+        return (f"connection closed by {who} during key exchange: {who} refused new SSH "
+                "connections (sshd MaxStartups?)")
+    return _describe_os_error(e)
 
 
 def parse_jump(spec: str) -> tuple[str | None, str, int | None]:
