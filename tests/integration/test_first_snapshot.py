@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from tests.integration.conftest import CLI, REPO
-from tests.integration.proxies import DelayingProxy
+from tests.integration.proxies import DelayingProxy, known_hosts_line
 
 TESTHOSTS = Path("/var/tmp/gpuconsole-testhosts")
 CLEAR = "\x1b[H\x1b[2J"
@@ -30,13 +30,10 @@ CLEAR = "\x1b[H\x1b[2J"
 def late_host(cli: CLI, tmp_path: Path) -> Iterator[tuple[Path, DelayingProxy]]:
     """A profile with hosts a, b and ``late`` (host a's sshd behind a DelayingProxy)."""
     proxy = DelayingProxy(("127.0.0.11", 22))
-    key = next(ln.split(None, 1)[1] for ln in
-               (TESTHOSTS / "known_hosts").read_text().splitlines()
-               if ln.startswith("127.0.0.11 "))
     data = yaml.safe_load(cli.profile.read_text())
     kh = tmp_path / "known_hosts"
     kh.write_text(Path(data["known_hosts"]).read_text()
-                  + f"[127.0.0.1]:{proxy.port} {key}\n")
+                  + known_hosts_line(proxy))
     data["hosts"]["late"] = {"hostname": "127.0.0.1", "port": proxy.port, "user": "root",
                              "identity_file": str(TESTHOSTS / "id_ed25519")}
     data["known_hosts"] = str(kh)

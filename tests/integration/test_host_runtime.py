@@ -29,7 +29,7 @@ import pytest
 import yaml
 
 from tests.integration.conftest import CLI, EXAMPLES, REPO, job_containers, wait_for
-from tests.integration.proxies import CuttableProxy
+from tests.integration.proxies import CuttableProxy, known_hosts_line
 from tests.integration.test_jobs import ps_json, the_job
 
 VENV_PYTHON = "/var/tmp/gpuconsole-slurm/venv/bin/python"
@@ -328,11 +328,8 @@ for i in range(int(sys.argv[1])):
 
 def proxied_profile(cli: CLI, proxy: CuttableProxy) -> Path:
     """A profile whose only host ``a`` is host a's sshd reached through ``proxy``."""
-    key = next(ln.split(None, 1)[1] for ln in
-               (TESTHOSTS / "known_hosts").read_text().splitlines()
-               if ln.startswith("127.0.0.11 "))
     kh = cli.tmp / "known_hosts"
-    kh.write_text(f"[127.0.0.1]:{proxy.port} {key}\n")
+    kh.write_text(known_hosts_line(proxy))
     data = yaml.safe_load(cli.profile.read_text())
     data["hosts"] = {"a": {"hostname": "127.0.0.1", "port": proxy.port, "user": "root",
                            "identity_file": str(TESTHOSTS / "id_ed25519")}}

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from tests.integration.conftest import CLI, REPO, wait_for
-from tests.integration.proxies import CuttableProxy, StallServer
+from tests.integration.proxies import CuttableProxy, StallServer, known_hosts_line
 
 TESTHOSTS = Path("/var/tmp/gpuconsole-testhosts")
 
@@ -122,11 +122,8 @@ def test_gpus_exits_1_when_a_host_gave_nothing(cli: CLI, tmp_path: Path) -> None
 def proxied_a(cli: CLI, tmp_path: Path) -> Iterator[tuple[Path, CuttableProxy]]:
     """A profile whose host ``a`` is host a's sshd reached through a CuttableProxy."""
     proxy = CuttableProxy(("127.0.0.11", 22))
-    key = next(ln.split(None, 1)[1] for ln in
-               (TESTHOSTS / "known_hosts").read_text().splitlines()
-               if ln.startswith("127.0.0.11 "))
     kh = tmp_path / "known_hosts"
-    kh.write_text(f"[127.0.0.1]:{proxy.port} {key}\n")
+    kh.write_text(known_hosts_line(proxy))
     a = {"hostname": "127.0.0.1", "port": proxy.port, "user": "root",
          "identity_file": str(TESTHOSTS / "id_ed25519")}
     data = yaml.safe_load(cli.profile.read_text())
