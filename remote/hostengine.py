@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import builtins
+import functools
 import json
 import logging
 import math
@@ -84,9 +85,18 @@ def node_dir(home: str, job_id: str, name: str) -> str:
     return f"{home.rstrip('/')}/.cache/gpuconsole/jobs/{job_id}/{name}"
 
 
+@functools.cache
 def hostjob_files() -> dict[str, bytes]:
-    """The files of the bundle: ``{"hostjob.py": <bytes>}``."""
+    """The files of the bundle: ``{"hostjob.py": <bytes>}`` (read once per process)."""
     return {"hostjob.py": resources.files("remote.agent").joinpath("hostjob.py").read_bytes()}
+
+
+@functools.cache
+def hostjob_script() -> str:
+    """The bundle's ``hostjob.py`` relative to the host user's home (content-addressed folder
+    of :meth:`remote.transport.Transport.put_bundle`; computed once per process, not per
+    host of a fleet listing)."""
+    return f"{BUNDLE_BASE}/{bundle_digest(hostjob_files())}/hostjob.py"
 
 
 def parse_record(line: str) -> LogLine | None:
@@ -276,7 +286,7 @@ class HostEngine:
         args: builtins.list[str] = []
         for k, v in labels.items():
             args += ["--label", k if v is None else f"{k}={v}"]
-        script = f"{BUNDLE_BASE}/{bundle_digest(hostjob_files())}/hostjob.py"
+        script = hostjob_script()
         res = await self.transport.run(
             ["sh", "-c", _LIST_IF_JOBS, "sh", JOBS_DIR, script, self.agent_python, *args],
             timeout=self.timeout)
