@@ -25,13 +25,16 @@ import logging
 import threading
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from console.alerts.model import AlertChanged
-from console.fleet.state import ContainerJob
-from console.jobs.logbuffer import Row
-from console.jobs.logs import JobLogLine
-from console.jobs.store import JobRecord
-from remote.telemetry.schema import Sample
+
+if TYPE_CHECKING:  # fields' types only: a command that publishes no such event imports none
+    from console.fleet.state import ContainerJob
+    from console.jobs.logbuffer import Row
+    from console.jobs.logs import JobLogLine
+    from console.jobs.store import JobRecord
+    from remote.telemetry.schema import Sample
 
 log = logging.getLogger("gpuconsole.events")
 

@@ -92,6 +92,25 @@ NoNul = Annotated[str, AfterValidator(no_nul)]
 #: One line without white space (user names, host names, addresses).
 Word = Annotated[str, AfterValidator(no_space)]
 
+_SCHEME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]{0,31}://\S+$")
+
+
+def apprise_url(v: str) -> str:
+    """An Apprise URL (``scheme://...``: ``slack://``, ``mailto://``, ``json://``...); only its
+    shape is checked here, Apprise itself knows the schemes.
+
+    Raises:
+        ValueError: not ``scheme://`` followed by non-blank characters.
+    """
+    if not _SCHEME_RE.match(v):
+        raise ValueError(f"{v[:40]!r} is not a notification URL like slack://TOKEN_A/TOKEN_B "
+                         "or mailto://user:pass@example.org (Apprise URL syntax)")
+    return v
+
+
+#: One Apprise notification URL (a profile's ``notify:`` entries, ``watch --notify``).
+AppriseUrl = Annotated[OneLine, AfterValidator(apprise_url)]
+
 
 def image_reference(v: str) -> str:
     """Check a Docker image reference against Docker's reference grammar.

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import platformdirs
 from pydantic import (
@@ -25,12 +25,22 @@ from pydantic import (
     field_validator,
 )
 
-from console.alerts.config import AlertsConfig, AppriseUrl
 from console.errors import ConfigError
-from console.fields import ImageRef, Mount, NoNul, OneLine, Size, Word, env_names
+from console.fields import AppriseUrl, ImageRef, Mount, NoNul, OneLine, Size, Word, env_names
 from console.slurm.fields import SlurmTime
-from console.yamlsrc import Lines, combine, line_of, load_yaml, validation_errors
+from console.yamlsrc import (
+    ConfigErrors,
+    Lines,
+    combine,
+    line_of,
+    parse_yaml_bytes,
+    read_source,
+    validation_errors,
+)
 from remote.transport import DEFAULT_DOCKER_SOCKET, LocalTransport, Transport
+
+if TYPE_CHECKING:
+    from console.alerts.config import AlertsConfig
 
 
 #: The repo's ``profiles/`` folder (bundled profiles).
@@ -45,7 +55,7 @@ def _bundled_dir() -> Path:
 BUNDLED_DIR = _bundled_dir()
 """The bundled profiles' folder (see :func:`_bundled_dir`)."""
 
-_Strict = ConfigDict(extra="forbid")
+_Strict = ConfigDict(extra="forbid", defer_build=True)
 _CAP_RE = re.compile(r"^(CAP_)?[A-Z][A-Z0-9_]{0,40}$")
 _HOST_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 
@@ -202,8 +212,8 @@ class Profile(BaseModel):
     accept_new_host_keys: bool = False
     connect_timeout: float = Field(10.0, gt=0)
     defaults: JobDefaults = Field(default_factory=JobDefaults)
-    alerts: AlertsConfig = Field(default_factory=AlertsConfig,
-                                 description="alert rules (console/alerts/config.py)")
+    alerts: dict[str, object] | None = Field(
+        None, description="alert rules (console/alerts/config.py; typed: `alert_rules`)")
     price_per_gpu_hour: float | None = Field(
         None, ge=0, allow_inf_nan=False, description="USD per GPU hour (idle GPUs' cost)")
     notify: list[AppriseUrl] = Field(default_factory=list,
@@ -213,6 +223,7 @@ class Profile(BaseModel):
     slurm: SlurmConfig | None = Field(None, validate_default=True,
                                       description="the Slurm cluster (scheduler: slurm)")
     _lines: Lines = PrivateAttr(default_factory=dict)
+    _alert_rules: AlertsConfig | None = PrivateAttr(None)
 
     @field_validator("hosts")
     @classmethod
@@ -252,6 +263,22 @@ class Profile(BaseModel):
     def lines(self) -> Lines:
         """The profile file's key paths -> 1-based lines (empty for a built-in profile)."""
         return self._lines
+
+    @property
+    def alert_rules(self) -> AlertsConfig:
+        """The ``alerts:`` section as :class:`~console.alerts.config.AlertsConfig` (every rule
+        at its defaults where the profile has none).
+
+        :func:`load_profile_file` validates a file's section with the rest of the file; the
+        models are otherwise built on first use, so commands that evaluate no rule (``ps``,
+        ``logs``) do not pay for them (about 15 ms of start-up).
+
+        Raises:
+            ConfigError: the section is invalid (naming file, line and field).
+        """
+        if self._alert_rules is None:
+            self._alert_rules = _alert_rules(self.alerts or {}, self.source, self._lines)
+        return self._alert_rules
 
     def host_runtime(self, host: str) -> str:
         """The host's default runtime (``docker`` or ``host``); ``docker`` for a host not in
@@ -299,23 +326,71 @@ def user_profiles_dir() -> Path:
 
 
 def load_profile_file(path: Path) -> Profile:
-    """Read and validate one profile file.
+    """Read and validate one profile file (or take its validated copy from
+    :mod:`console.profilecache` when the file has not changed since it was validated); the
+    key and known_hosts files it names are checked on every load.
 
     Raises:
         ConfigError: unreadable, malformed or invalid, naming file, line and field.
     """
-    data, lines = load_yaml(path, "profile")
-    data.setdefault("name", path.stem)
-    data["source"] = str(path)
-    try:
-        profile = Profile.model_validate(data)
-    except ValidationError as e:
-        raise combine(validation_errors(e, Profile, str(path), lines)) from e
+    from console import profilecache
+
+    raw = read_source(path, "profile")
+    cached = profilecache.load(path, raw)
+    if cached is not None:
+        profile, lines = cached
+    else:
+        profile, lines = _validate_file(path, raw)
+        profilecache.store(path, raw, profile, lines)
     problems = file_problems(profile, lines)
     if problems:
         raise combine(problems)
     profile._lines = lines
     return profile
+
+
+def _validate_file(path: Path, raw: bytes) -> tuple[Profile, Lines]:
+    """Parse and validate a profile file's bytes; returns the profile and its line map.
+
+    Raises:
+        ConfigError: malformed or invalid, every problem naming file, line and field.
+    """
+    data, lines = parse_yaml_bytes(raw, str(path), "profile")
+    data.setdefault("name", path.stem)
+    data["source"] = str(path)
+    rules: AlertsConfig | None = None
+    problems: list[ConfigError] = []
+    section = data.get("alerts")
+    if isinstance(section, dict):
+        try:
+            rules = _alert_rules(section, str(path), lines)
+        except ConfigError as e:
+            problems += e.problems if isinstance(e, ConfigErrors) else [e]
+    try:
+        profile = Profile.model_validate(data)
+    except ValidationError as e:
+        problems += validation_errors(e, Profile, str(path), lines)
+        raise combine(sorted(problems, key=lambda c: c.line or 0)) from e
+    if problems:
+        raise combine(problems)
+    profile._lines = lines
+    profile._alert_rules = rules
+    return profile, lines
+
+
+def _alert_rules(section: dict[str, object], source: str | None, lines: Lines) -> AlertsConfig:
+    """Validate a profile's ``alerts:`` section.
+
+    Raises:
+        ConfigError: invalid, one problem per field, with file and line where known.
+    """
+    from console.alerts.config import AlertsConfig
+
+    try:
+        return AlertsConfig.model_validate(section)
+    except ValidationError as e:
+        raise combine(validation_errors(e, AlertsConfig, source or "profile", lines,
+                                        prefix=("alerts",))) from e
 
 
 def file_problems(profile: Profile, lines: Lines) -> list[ConfigError]:

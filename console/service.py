@@ -20,26 +20,20 @@ import os
 import shlex
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
-import yaml
-
 from console.errors import ConfigError, JobError, JobNotFound, UsageError
 from console.events import (
-    ContainersMapped,
     EventBus,
     FollowStateChanged,
-    HostStateChanged,
     JobChanged,
     LogLinesReceived,
     NodeExited,
-    SampleReceived,
 )
-from console.fleet.state import ContainerJob, FleetState
 from console.jobs.labels import K_KIND
 from console.jobs.logs import JobLogLine, follow_job_log_batches, read_job_logs
 from console.jobs.status import (
@@ -60,16 +54,17 @@ from console.profiles import Profile, load_profile_file, resolve_profile
 from console.session import Session
 from remote import gang
 from remote.errors import GpuConsoleError
-from remote.telemetry.schema import Sample
 
 if TYPE_CHECKING:  # imported by the methods that use them (CLI start-up: `ps` needs none)
     from console.fleet.monitor import FleetMonitor
+    from console.fleet.state import FleetState
     from console.jobs.copy import CopyRequest, CopyResult
     from console.jobs.launch import Prepared
     from console.jobs.spec import LoadedSpec
     from console.loopthread import LoopThread
     from console.notebook.attach import NotebookTunnel
     from console.slurm.backend import SlurmPlan
+    from remote.telemetry.schema import Sample
 
 log = logging.getLogger("gpuconsole.service")
 
@@ -93,51 +88,6 @@ def profile_of(job: JobRecord, fallback: Profile) -> Profile:
         return resolve_profile(job.profile)
     except ConfigError:
         return fallback
-
-
-class ObservedFleetState(FleetState):
-    """A :class:`FleetState` that publishes what changes on an :class:`EventBus`.
-
-    Samples become :class:`SampleReceived`, status transitions :class:`HostStateChanged`, and
-    container maps :class:`ContainersMapped`. Subscribers are isolated by the bus, so a failing
-    view can never turn a host ``down``.
-    """
-
-    def __init__(self, bus: EventBus, hosts: list[str], interval: float = 1.0) -> None:
-        super().__init__(hosts, interval)
-        self.bus = bus
-
-    def _publish_status(self, host: str, before: str) -> None:
-        v = self.hosts[host]
-        if v.status != before:
-            self.bus.publish(HostStateChanged(host, v.status, before, v.error))
-
-    def on_sample(self, host: str, sample: Sample, rx: float | None = None) -> None:
-        """Take a sample (see :meth:`FleetState.on_sample`) and publish it."""
-        before = self.host(host).status
-        super().on_sample(host, sample, rx)
-        self._publish_status(host, before)
-        self.bus.publish(SampleReceived(host, sample))
-
-    def on_down(self, host: str, error: str) -> None:
-        """Mark a host down (see :meth:`FleetState.on_down`) and publish the change."""
-        v = self.host(host)
-        before, before_err = v.status, v.error
-        super().on_down(host, error)
-        if before != "down" or before_err != error:
-            self.bus.publish(HostStateChanged(host, "down", before, error))
-
-    def tick(self, now: float | None = None) -> list[str]:
-        """Mark stale hosts (see :meth:`FleetState.tick`) and publish each change."""
-        turned = super().tick(now)
-        for h in turned:
-            self.bus.publish(HostStateChanged(h, "stale", "ok", "no sample for 3 intervals"))
-        return turned
-
-    def set_containers(self, mapping: Mapping[str, ContainerJob]) -> None:
-        """Replace the container -> job map and publish it."""
-        super().set_containers(mapping)
-        self.bus.publish(ContainersMapped(dict(self.containers)))
 
 
 @dataclass(frozen=True)
@@ -755,6 +705,8 @@ class Service:
                     torchrun = shlex.join(gang.unwrap(spec.command))
             nodes.append(NodeDescription(n.node_rank, n.host, n.container_name, n.container_id,
                                          n.state, n.exit_code, docker_run, torchrun))
+        import yaml  # PyYAML: only `describe` writes YAML
+
         spec_yaml = yaml.safe_dump(job.spec, sort_keys=False) if job.spec else ""
         return JobDescription(job, spec_yaml, tuple(nodes))
 
@@ -1336,6 +1288,8 @@ class Service:
         from console.fleet.monitor import FleetMonitor
 
         names = hosts or list(self.profile.hosts)
+        from console.fleet.observed import ObservedFleetState
+
         state = ObservedFleetState(self.bus, names, interval)
         self.fleet = state
         self._monitor = FleetMonitor(self.session(), state, names, interval=interval,
@@ -1350,6 +1304,7 @@ class Service:
         Raises (from the task, logged): ValueError for a line that is not a recording line.
         """
         from console.fleet.monitor import read_recording
+        from console.fleet.observed import ObservedFleetState
 
         state = ObservedFleetState(self.bus, [], 1.0)
         self.fleet = state

@@ -3,7 +3,8 @@
 PyYAML's composed node tree carries 0-based line marks; :func:`load_yaml` returns the plain data
 together with a map from key paths (``("env", "FOO")``, ``("hosts", "a", "port")``) to 1-based
 line numbers, and :func:`validation_error` turns a pydantic error into a :class:`ConfigError`
-naming the file, the line and the field, with a fix.
+naming the file, the line and the field, with a fix. The parser itself (PyYAML) is in
+:mod:`console.yamlparse`, imported when a file is parsed.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from console.errors import ConfigError
@@ -30,108 +30,6 @@ MAX_VALUES = 100_000
 #: Largest file read (bytes).
 MAX_BYTES = 1_000_000
 
-_STR_TAG = "tag:yaml.org,2002:str"
-_MERGE_TAG = "tag:yaml.org,2002:merge"
-
-
-class _Refused(yaml.MarkedYAMLError):
-    """A YAML document refused for what it contains (not for its syntax); carries a fix."""
-
-    def __init__(self, problem: str, mark: Any, hint: str) -> None:
-        super().__init__(problem=problem, problem_mark=mark)
-        self.hint = hint
-
-
-def _no_binary(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
-    raise _Refused("binary values (!!binary) are not accepted", node.start_mark,
-                   "write the value as plain text")
-
-
-class GuardedLoader(yaml.SafeLoader):
-    """PyYAML's safe loader with limits PyYAML has no option for.
-
-    Refuses, with the line: nesting deeper than :data:`MAX_DEPTH`; an alias inside the node
-    it names (a cycle); documents that expand to more than :data:`MAX_VALUES` values; a key
-    given twice in one mapping; a key that is not a plain scalar; NUL characters;
-    ``!!binary``. Plain scalar keys are always strings (``ON:`` and ``1:`` are names, not a
-    bool and an int).
-    """
-
-    def __init__(self, stream: str) -> None:
-        super().__init__(stream)
-        self._depth = 0
-        self._values = 0
-        self._sizes: dict[int, int] = {}
-        self._open: set[str] = set()
-
-    def _count(self, n: int, mark: Any) -> None:
-        self._values += n
-        if self._values > MAX_VALUES:
-            raise _Refused(
-                f"the document expands to more than {MAX_VALUES:,} values (aliases counted "
-                "as copies)", mark, "write the values out, or use fewer nested aliases")
-
-    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
-        """Compose one node, enforcing the limits (see the class docstring)."""
-        event: Any = self.peek_event()  # type: ignore[no-untyped-call]
-        if isinstance(event, yaml.AliasEvent):
-            if event.anchor in self._open:
-                raise _Refused(f"alias *{event.anchor} is inside the node &{event.anchor} it "
-                               "names (a cycle)", event.start_mark,
-                               "an alias may only name a node that ends before it")
-            target = self.anchors.get(event.anchor)
-            if target is not None:
-                self._count(self._sizes.get(id(target), 1), event.start_mark)
-            alias: yaml.Node = super().compose_node(parent, index)  # type: ignore[assignment]
-            return alias
-        self._depth += 1
-        if self._depth > MAX_DEPTH:
-            raise _Refused(f"nested deeper than {MAX_DEPTH} levels", event.start_mark,
-                           "flatten the file; specs and profiles need a few levels")
-        anchor = getattr(event, "anchor", None)
-        if anchor is not None:
-            self._open.add(anchor)
-        before = self._values
-        self._count(1, event.start_mark)
-        try:
-            node: yaml.Node = super().compose_node(parent, index)  # type: ignore[assignment]
-        finally:
-            self._depth -= 1
-            if anchor is not None:
-                self._open.discard(anchor)
-        self._sizes[id(node)] = self._values - before
-        return node
-
-    def compose_scalar_node(self, anchor: Any) -> yaml.ScalarNode:
-        """A scalar; NUL characters (also written as ``\\0`` escapes) are refused."""
-        node: yaml.ScalarNode = super().compose_scalar_node(anchor)
-        if "\x00" in node.value:
-            raise _Refused("contains U+0000 (NUL), which no field accepts", node.start_mark,
-                           "remove the NUL character (`\\0` in a quoted string)")
-        return node
-
-    def compose_mapping_node(self, anchor: Any) -> yaml.MappingNode:
-        """A mapping; duplicate and non-scalar keys are refused, plain keys made strings."""
-        node: yaml.MappingNode = super().compose_mapping_node(anchor)
-        seen: dict[str, yaml.Node] = {}
-        for k, _v in node.value:
-            if not isinstance(k, yaml.ScalarNode):
-                raise _Refused("a key must be a plain name, not a list or mapping",
-                               k.start_mark, "write `name: value`")
-            if k.tag == _MERGE_TAG:
-                continue
-            if k.style is None:
-                k.tag = _STR_TAG
-            if k.value in seen:
-                raise _Refused(
-                    f"duplicate key {k.value!r} (first at line "
-                    f"{seen[k.value].start_mark.line + 1})", k.start_mark,
-                    "keep one of them: YAML would silently use the last")
-            seen[k.value] = k
-        return node
-
-
-GuardedLoader.add_constructor("tag:yaml.org,2002:binary", _no_binary)
 
 
 def load_yaml(path: Path, what: str = "file") -> tuple[Any, Lines]:
@@ -139,24 +37,42 @@ def load_yaml(path: Path, what: str = "file") -> tuple[Any, Lines]:
 
     Raises:
         ConfigError: unreadable, larger than :data:`MAX_BYTES`, not UTF-8, malformed or
-            refused by :class:`GuardedLoader` (with line and column), or not a mapping.
+            refused by :class:`~console.yamlparse.GuardedLoader` (with line and column), or
+            not a mapping.
+    """
+    return parse_yaml_bytes(read_source(path, what), str(path), what)
+
+
+def read_source(path: Path, what: str = "file") -> bytes:
+    """The bytes of a YAML file (see :func:`load_yaml`).
+
+    Raises:
+        ConfigError: unreadable, or larger than :data:`MAX_BYTES`.
     """
     try:
         if path.stat().st_size > MAX_BYTES:
             raise ConfigError(f"the {what} is larger than {MAX_BYTES:,} bytes",
                               "give the right file; a job spec or profile is a few lines",
                               path=str(path))
-        raw = path.read_bytes()
+        return path.read_bytes()
     except OSError as e:
         raise ConfigError(f"cannot read {what}: {e.strerror}", "give a readable file",
                           path=str(path)) from e
+
+
+def parse_yaml_bytes(raw: bytes, source: str, what: str = "file") -> tuple[Any, Lines]:
+    """Decode (UTF-8) and parse a YAML file's bytes (see :func:`load_yaml`).
+
+    Raises:
+        ConfigError: not UTF-8 (with the line), or as :func:`parse_yaml`.
+    """
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         line = text_line_of(raw, e.start)
         raise ConfigError(f"not UTF-8 text (byte {e.start})", "save the file as UTF-8",
-                          path=str(path), line=line) from e
-    return parse_yaml(text, str(path), what)
+                          path=source, line=line) from e
+    return parse_yaml(text, source, what)
 
 
 def text_line_of(data: bytes, offset: int) -> int:
@@ -165,70 +81,15 @@ def text_line_of(data: bytes, offset: int) -> int:
 
 
 def parse_yaml(text: str, source: str, what: str = "file") -> tuple[Any, Lines]:
-    """Parse YAML text with :class:`GuardedLoader` (see :func:`load_yaml`); ``source`` names
-    it in errors."""
-    loader: GuardedLoader | None = None
-    try:
-        loader = GuardedLoader(text)
-        node = loader.get_single_node()
-        data = loader.construct_document(node) if node is not None else None
-    except _Refused as e:
-        mark = e.problem_mark
-        raise ConfigError(str(e.problem), e.hint, path=source,
-                          line=mark.line + 1 if mark else None) from e
-    except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark or e.context_mark
-        line = mark.line + 1 if mark else None
-        col = f" (column {mark.column + 1})" if mark else ""
-        problem = e.problem or e.context or "invalid YAML"
-        raise ConfigError(
-            f"malformed YAML{col}: {problem}",
-            "fix the YAML syntax at that line (indentation, quotes, `key: value`)",
-            path=source,
-            line=line,
-        ) from e
-    except yaml.reader.ReaderError as e:
-        # a character YAML does not allow in a file (NUL, other controls); position counts
-        # characters of the text
-        pos = min(e.position, len(text))
-        code = e.character if isinstance(e.character, int) else 0
-        raise ConfigError(
-            f"the file contains the control character U+{code:04X} (column "
-            f"{pos - text.rfind(chr(10), 0, pos)}), which YAML does not allow",
-            "remove it; write control characters as escapes in double quotes (\"\\t\")",
-            path=source,
-            line=text.count("\n", 0, pos) + 1,
-        ) from e
-    except yaml.YAMLError as e:
-        raise ConfigError(f"malformed YAML: {e}", "fix the YAML syntax", path=source) from e
-    finally:
-        if loader is not None:
-            loader.dispose()
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigError(
-            f"a {what} must be a mapping of `key: value`, found {type(data).__name__}",
-            "write `key: value` lines at the top level",
-            path=source,
-            line=1,
-        )
-    lines: Lines = {}
-    if node is not None:
-        _walk(node, (), lines)
-    return data, lines
+    """Parse YAML text with :class:`console.yamlparse.GuardedLoader` (see :func:`load_yaml`);
+    ``source`` names it in errors.
 
+    Raises:
+        ConfigError: malformed, refused by the loader's limits, or not a mapping (with line).
+    """
+    from console.yamlparse import parse  # PyYAML: only where a file is parsed
 
-def _walk(node: yaml.Node, path: tuple[str | int, ...], lines: Lines) -> None:
-    lines.setdefault(path, node.start_mark.line + 1)
-    if isinstance(node, yaml.MappingNode):
-        for k, v in node.value:
-            key = k.value if isinstance(k, yaml.ScalarNode) else str(k.value)
-            lines[path + (key,)] = k.start_mark.line + 1
-            _walk(v, path + (key,), lines)
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            _walk(item, (*path, i), lines)
+    return parse(text, source, what)
 
 
 def line_of(lines: Lines, loc: tuple[str | int, ...]) -> int | None:
@@ -284,10 +145,15 @@ def combine(problems: list[ConfigError]) -> ConfigError:
 
 
 def validation_errors(
-    err: ValidationError, model: type[BaseModel], source: str, lines: Lines
+    err: ValidationError, model: type[BaseModel], source: str, lines: Lines,
+    prefix: tuple[str | int, ...] = (),
 ) -> list[ConfigError]:
     """Every error of a pydantic validation as a :class:`ConfigError` with file:line, in
-    file order, one per field (a union's per-member errors count once)."""
+    file order, one per field (a union's per-member errors count once).
+
+    ``prefix`` is where ``model``'s data sits in the file (``("alerts",)`` for a section
+    validated on its own): it is put before each error's location for the line and the
+    field's name."""
     out: list[ConfigError] = []
     seen: set[tuple[str | int, ...]] = set()
     for e in err.errors():
@@ -298,7 +164,7 @@ def validation_errors(
         if clean in seen:
             continue
         seen.add(clean)
-        out.append(_one_error(e, clean, model, source, lines))
+        out.append(_one_error(e, clean, model, source, lines, prefix))
     out.sort(key=lambda c: c.line or 0)
     return out
 
@@ -312,9 +178,9 @@ def validation_error(
 
 
 def _one_error(e: Any, clean: tuple[str | int, ...], model: type[BaseModel], source: str,
-               lines: Lines) -> ConfigError:
-    field = _field_name(clean)
-    line = line_of(lines, clean)
+               lines: Lines, prefix: tuple[str | int, ...] = ()) -> ConfigError:
+    field = _field_name(prefix + clean)
+    line = line_of(lines, prefix + clean)
     kind = e["type"]
     if kind == "extra_forbidden":
         parent = _model_at(model, clean[:-1])

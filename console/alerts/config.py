@@ -1,4 +1,5 @@
-"""The profile's ``alerts:`` section (one block per rule) and the notification URL type.
+"""The profile's ``alerts:`` section (one block per rule); the notification URL type
+(:data:`console.fields.AppriseUrl`) is re-exported here.
 
 Every rule has ``enabled``, ``severity`` and ``for_s`` (how long its condition must hold,
 continuously, before the alert fires; seconds), plus its own thresholds. The defaults are
@@ -20,13 +21,12 @@ Example (every key optional)::
 
 from __future__ import annotations
 
-import re
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from console.alerts.model import RuleId, Severity
-from console.fields import OneLine
+from console.fields import AppriseUrl
 from remote.telemetry.schema import THROTTLE_REASONS
 
 __all__ = [
@@ -44,25 +44,11 @@ __all__ = [
 ]
 
 _Strict = ConfigDict(extra="forbid")
-_SCHEME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]{0,31}://\S+$")
 
 #: Seconds: finite, >= 0, at most 7 days.
 Seconds = Annotated[float, Field(ge=0, le=7 * 86400, allow_inf_nan=False)]
 #: A percentage (0-100).
 Percent = Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)]
-
-
-def _apprise_url(v: str) -> str:
-    """An Apprise URL (``scheme://...``: ``slack://``, ``mailto://``, ``json://``...); only its
-    shape is checked here, Apprise itself knows the schemes."""
-    if not _SCHEME_RE.match(v):
-        raise ValueError(f"{v[:40]!r} is not a notification URL like slack://TOKEN_A/TOKEN_B "
-                         "or mailto://user:pass@example.org (Apprise URL syntax)")
-    return v
-
-
-#: One Apprise notification URL (``notify:`` entries).
-AppriseUrl = Annotated[OneLine, AfterValidator(_apprise_url)]
 
 
 class RuleConfig(BaseModel):

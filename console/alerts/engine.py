@@ -283,7 +283,7 @@ class AlertWatcher:
                  store: AlertStore | None = None,
                  clock: Callable[[], float] = time.time) -> None:
         self.service = service
-        self.config = config or service.profile.alerts
+        self.config = config or service.profile.alert_rules
         self.price = service.profile.price_per_gpu_hour
         self._store = store
         self.clock = clock

@@ -55,6 +55,7 @@ class CLI:
         env = dict(os.environ)
         env["GPUCONSOLE_STATE_DIR"] = str(self.state_dir)
         env["GPUCONSOLE_CONFIG_DIR"] = str(self.tmp / "config")
+        env["GPUCONSOLE_CACHE_DIR"] = str(self.tmp / "cache")
         env.pop("GPUCONSOLE_PROFILE", None)
         return env
 

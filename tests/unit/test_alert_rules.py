@@ -483,8 +483,8 @@ def test_profile_alerts_section_errors_name_the_field(tmp_path: Path) -> None:
     p.write_text("hosts:\n  a: {}\nprice_per_gpu_hour: 2.5\nnotify: ['json://localhost/x']\n"
                  "alerts:\n  gpu_temperature:\n    limit_c: 80\n    for_s: 30\n")
     prof = load_profile_file(p)
-    assert prof.alerts.gpu_temperature.limit_c == 80 and prof.price_per_gpu_hour == 2.5
-    assert prof.alerts.job_hung.for_s == 300 and prof.notify == ["json://localhost/x"]
+    assert prof.alert_rules.gpu_temperature.limit_c == 80 and prof.price_per_gpu_hour == 2.5
+    assert prof.alert_rules.job_hung.for_s == 300 and prof.notify == ["json://localhost/x"]
     p.write_text("hosts:\n  a: {}\nalerts:\n  gpu_temperature:\n    limit_c: hot\n"
                  "  gpu_throttle:\n    reasons: [too_warm]\n  job_hang: {}\n"
                  "notify: ['not a url']\n")

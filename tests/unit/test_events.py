@@ -16,8 +16,8 @@ from console.events import (
     LogLinesReceived,
     SampleReceived,
 )
+from console.fleet.observed import ObservedFleetState
 from console.jobs.logs import JobLogLine
-from console.service import ObservedFleetState
 
 TRACES = Path(__file__).resolve().parents[1] / "data" / "traces"
 

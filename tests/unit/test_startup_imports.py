@@ -120,6 +120,28 @@ def test_ps_imports_no_launch_or_failure_path(tmp_path: Path) -> None:
     assert named(NOT_FOR_PS, mods) == []
 
 
+#: What ``ps`` does not import once its profile is in :mod:`console.profilecache`: PyYAML,
+#: pydantic's plugin lookup (``importlib.metadata``), the alert rules' models (validated on
+#: use), the fleet state and the log views' buffers.
+NOT_FOR_CACHED_PS = ("yaml", "pydantic.plugin._loader", "importlib.metadata",
+                     "console.alerts.config", "console.fleet.state", "console.jobs.logbuffer",
+                     "rich")
+
+
+def test_ps_with_a_cached_profile_validates_nothing(tmp_path: Path) -> None:
+    """The first ``ps`` parses and validates the bundled profile and keeps it; the second
+    takes it from the cache and imports none of :data:`NOT_FOR_CACHED_PS`."""
+    env = {"DOCKER_HOST": f"unix://{tmp_path / 'no-docker.sock'}",
+           "GPUCONSOLE_CACHE_DIR": str(tmp_path / "cache")}
+    first = imported(["-m", "console.cli", "ps"], tmp_path, **env)
+    assert {"yaml", "pydantic.plugin._loader", "importlib.metadata"} <= set(
+        named(NOT_FOR_CACHED_PS, first))
+    assert len(list((tmp_path / "cache" / "profiles").glob("*.pickle"))) == 1
+    second = imported(["-m", "console.cli", "ps"], tmp_path, **env)
+    assert {"console.service", "console.profiles", "console.profilecache"} <= second
+    assert named(NOT_FOR_CACHED_PS, second) == []
+
+
 def test_named_sees_the_launch_path(tmp_path: Path) -> None:
     """The check above can fail: importing the launcher's module imports what it guards."""
     mods = imported(["-c", "import console.jobs.launch, console.jobs.status"], tmp_path)
