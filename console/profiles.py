@@ -407,11 +407,14 @@ def file_problems(profile: Profile, lines: Lines) -> list[ConfigError]:
             out.append(ConfigError(why, "point known_hosts at an OpenSSH known_hosts file "
                                    "(lines of `host key-type base64-key`)", path=source,
                                    line=line_of(lines, ("known_hosts",)), field="known_hosts"))
+    checked: dict[str, str | None] = {}  # a fleet's hosts usually share one key
     for name, host in profile.hosts.items():
         if host.identity_file is not None:
             from remote.ssh import check_private_key
 
-            why = check_private_key(host.identity_file)
+            if host.identity_file not in checked:
+                checked[host.identity_file] = check_private_key(host.identity_file)
+            why = checked[host.identity_file]
             if why:
                 loc = ("hosts", name, "identity_file")
                 out.append(ConfigError(why, "point identity_file at a private key such as "

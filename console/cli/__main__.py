@@ -1,5 +1,5 @@
-"""``python -m console.cli``: the ``gpuconsole`` command."""
+"""``python -m console.cli``: the ``gpuconsole`` command (see :mod:`console.entry`)."""
 
-from console.cli import main
+from console.entry import main
 
 main()

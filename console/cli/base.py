@@ -121,7 +121,7 @@ async def while_stdout_open(aw: Coroutine[Any, Any, T]) -> T:
         await asyncio.gather(watcher, task, return_exceptions=True)
 
 
-def _discard_stdout() -> None:
+def discard_stdout() -> None:
     """Point stdout's descriptor at /dev/null: the interpreter's final flush of what is still
     buffered must not raise ``BrokenPipeError`` again (Python docs, "Note on SIGPIPE")."""
     try:
@@ -134,18 +134,19 @@ def _discard_stdout() -> None:
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
     """Run a command's coroutine; map gpuconsole errors to a message and an exit status
-    (a closed stdout: exit 0, see the module docstring)."""
-    import asyncio
-
+    (a closed stdout: exit 0, see the module docstring). Ctrl-C: ``interrupted``, exit 130,
+    also before the coroutine started (it is closed, not left un-awaited)."""
     try:
+        import asyncio
+
         return asyncio.run(coro)
     except OutputClosed:
-        _discard_stdout()
+        discard_stdout()
         raise SystemExit(0) from None
     except BrokenPipeError:
         if not stdout_closed():
             raise
-        _discard_stdout()  # a write to stdout outside `out` (click.echo of a table)
+        discard_stdout()  # a write to stdout outside `out` (click.echo of a table)
         raise SystemExit(0) from None
     except GpuConsoleError as e:
         err(f"error: {e.message}")
@@ -153,8 +154,22 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
             err(f"  fix: {e.hint}")
         raise SystemExit(2 if isinstance(e, (ConfigError, PlanError, UsageError)) else 1) from None
     except KeyboardInterrupt:
+        coro.close()  # interrupted before asyncio.run started it: no "never awaited" warning
+        quiet_teardown()
         err("interrupted")
         raise SystemExit(130) from None
+
+
+def quiet_teardown() -> None:
+    """After Ctrl-C, objects the interrupt left half-built (an event loop interrupted inside
+    its constructor) may fail in their finalizers; the interpreter would print each as
+    "Exception ignored in ..." with a traceback. The user asked to stop: those go to the
+    debug log instead (:data:`sys.unraisablehook`)."""
+    def hook(u: Any) -> None:
+        logging.getLogger("gpuconsole").debug("ignored after interrupt: %r in %r",
+                                              u.exc_value, u.object)
+
+    sys.unraisablehook = hook
 
 
 @click.group(invoke_without_command=True)

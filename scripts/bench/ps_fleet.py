@@ -20,9 +20,13 @@ Baseline (``--floor``, needs ``apt-get install pdsh``): ``pdsh -R ssh -f N true`
 same N hosts (names ``h000``... in an ssh config passed with ``PDSH_SSH_ARGS_APPEND=-F``;
 OpenSSH's client, one process per host), run right after each ``ps`` run: the rig's own cost
 of N SSH logins running one command, which grows with N here because every "host" is one of
-two sshds on the same 2 cores. The table then gives ps / floor too.
+two sshds on the same 2 cores. The table then gives ps / floor too. ``--floor-kept``: the same
+pdsh over connections kept open between runs (OpenSSH ``ControlMaster``/``ControlPersist``,
+one master per host name, opened by an untimed run): what a command per host costs here when
+no run pays a handshake.
 
-Run: ``.venv/bin/python scripts/bench/ps_fleet.py [--hosts 64 512] [--runs 5] [--floor]``.
+Run: ``.venv/bin/python scripts/bench/ps_fleet.py [--hosts 64 512] [--runs 5] [--floor]
+[--floor-kept]``.
 """
 
 from __future__ import annotations
@@ -105,6 +109,23 @@ def floor_once(cfg: Path, n: int) -> float:
     return dt
 
 
+def kept_config(cfg: Path, sockets: Path) -> Path:
+    """``cfg`` plus OpenSSH connection sharing (``ControlMaster auto``, ``ControlPersist``):
+    one master connection per host name (``%n``) under ``sockets``, kept between runs."""
+    kept = cfg.with_name(cfg.name + "-kept")
+    kept.write_text(cfg.read_text().replace(
+        "Host *\n", f"Host *\n  ControlMaster auto\n  ControlPath {sockets}/%n\n"
+        "  ControlPersist 900\n"))
+    return kept
+
+
+def close_masters(cfg: Path, n: int) -> None:
+    """``ssh -O exit`` for the master connection of each of ``h000``.. (see :func:`kept_config`)."""
+    for i in range(n):
+        subprocess.run(["ssh", "-F", str(cfg), "-O", "exit", f"h{i:03d}"],
+                       capture_output=True, timeout=30, check=False)
+
+
 def ps_once(profile: Path, state: Path, extra: list[str]
             ) -> tuple[float, list[dict[str, object]], str]:
     env = dict(os.environ, GPUCONSOLE_STATE_DIR=str(state),
@@ -128,6 +149,9 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--floor", action="store_true",
                     help="also time `pdsh -R ssh true` over the same hosts after each ps run")
+    ap.add_argument("--floor-kept", action="store_true",
+                    help="also time `pdsh -R ssh true` over connections kept open between runs "
+                    "(OpenSSH ControlMaster/ControlPersist, opened by one untimed run)")
     ap.add_argument("--deadline", type=float,
                     help="passed to `ps --deadline` (not given: ps's default; older ps: none)")
     args = ap.parse_args()
@@ -145,6 +169,7 @@ def main() -> None:
     start_jobs(client)
     results: dict[int, list[float]] = {}
     floors: dict[int, list[float]] = {}
+    kept: dict[int, list[float]] = {}
     try:
         with tempfile.TemporaryDirectory() as tmp:
             for n in args.hosts:
@@ -153,6 +178,10 @@ def main() -> None:
                 cfg = Path(tmp) / f"ssh_config{n}"
                 write_ssh_config([f"h{i:03d}" for i in range(n)], cfg)
                 state = Path(tmp) / f"state{n}"
+                if args.floor_kept:
+                    sockets = Path(tempfile.mkdtemp(prefix="cm-", dir="/tmp"))
+                    kcfg = kept_config(cfg, sockets)
+                    floor_once(kcfg, n)  # opens the masters
                 _, jobs, _ = ps_once(prof, state, extra)  # warm-up: adopts the bench jobs
                 ours = sorted(str(j["id"]) for j in jobs if str(j["id"]) in OURS)
                 if ours != sorted(OURS):
@@ -170,10 +199,16 @@ def main() -> None:
                     times.append(dt)
                     if args.floor:
                         floors.setdefault(n, []).append(floor_once(cfg, n))
+                    if args.floor_kept:
+                        kept.setdefault(n, []).append(floor_once(kcfg, n))
+                if args.floor_kept:
+                    close_masters(kcfg, n)
                 results[n] = times
                 print(f"{n} hosts: " + " ".join(f"{t:.2f}" for t in times) + " s"
                       + (" | pdsh true: " + " ".join(f"{t:.2f}" for t in floors[n]) + " s"
-                         if args.floor else ""))
+                         if args.floor else "")
+                      + (" | pdsh true, kept: " + " ".join(f"{t:.2f}" for t in kept[n]) + " s"
+                         if args.floor_kept else ""))
     finally:
         remove_jobs(client)
         client.close()
@@ -182,14 +217,20 @@ def main() -> None:
     head = f"\n{'hosts':>6}  {'median s':>9}  {'min s':>6}  {'max s':>6}  ratio to {first:<4}"
     if args.floor:
         head += f"  {'pdsh true s':>11}  {'ratio to ' + str(first):>12}  ps / pdsh"
+    if args.floor_kept:
+        head += f"  {'kept s':>7}  {'ratio to ' + str(first):>12}"
     print(head)
     floor_base = statistics.median(floors[first]) if args.floor else 0.0
+    kept_base = statistics.median(kept[first]) if args.floor_kept else 0.0
     for n, times in results.items():
         med = statistics.median(times)
         row = f"{n:>6}  {med:>9.2f}  {min(times):>6.2f}  {max(times):>6.2f}  {med / base:<12.2f}"
         if args.floor:
             fl = statistics.median(floors[n])
             row += f"  {fl:>11.2f}  {fl / floor_base:>12.2f}  {med / fl:.2f}"
+        if args.floor_kept:
+            kp = statistics.median(kept[n])
+            row += f"  {kp:>7.2f}  {kp / kept_base:>12.2f}"
         print(row)
 
 
