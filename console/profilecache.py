@@ -9,9 +9,10 @@ key -> line map, under ``<user cache dir>/profiles/`` (platformdirs; ``$GPUCONSO
 overrides the cache dir), one entry per profile path, in the manner of Python's own ``.pyc``
 files:
 
-- An entry is used only for the same file path with byte-identical contents, read by the same
-  Python, pydantic and validation code (the sources of :data:`VALIDATION_MODULES`); anything
-  else is a miss and the file is validated again (and the entry replaced).
+- An entry is used only for the same file path (as given) with byte-identical contents, read
+  by the same Python, pydantic and validation code (the sources of
+  :data:`VALIDATION_MODULES`); anything else is a miss and the file is validated again (and
+  the entry replaced).
 - Checks on other files (a key or known_hosts file named by the profile) run on every load
   (:func:`console.profiles.file_problems`); only the file's own validation is skipped.
 - An entry is read only when the cache folder and the file belong to this user and nobody else
@@ -109,12 +110,16 @@ def _code_digest() -> bytes:
 
 
 def _entry(path: Path) -> tuple[Path, str]:
-    """The entry file for a profile path, and the path as the entry records it."""
-    where = str(path.resolve())
-    return cache_dir() / (hashlib.sha256(where.encode()).hexdigest()[:32] + ".pickle"), where
+    """The entry file for a profile path (one per absolute path), and the path as validation
+    sees it: ``str(path)`` as given, which becomes the profile's ``source`` and, by its stem,
+    its default ``name`` (so two links to one file are two profiles, and two entries)."""
+    where = str(path)
+    name = hashlib.sha256(str(path.absolute()).encode()).hexdigest()[:32]
+    return cache_dir() / (name + ".pickle"), where
 
 
 def _key(where: str, raw: bytes) -> str:
+    """What an entry is valid for: the validation code, the path as given and the bytes."""
     return hashlib.sha256(_code_digest() + b"\0" + where.encode() + b"\0" + raw).hexdigest()
 
 

@@ -232,3 +232,16 @@ def test_validation_runs_only_code_the_cache_key_covers(tmp_path: Path) -> None:
     ran = set(out.stdout.split())
     assert "console.profiles" in ran and "remote.ssh" in ran and "console.slurm.fields" in ran
     assert ran <= set(profilecache.VALIDATION_MODULES), ran - set(profilecache.VALIDATION_MODULES)
+
+
+def test_a_link_to_a_kept_profile_is_its_own_profile(tmp_path: Path) -> None:
+    """The path as given names the profile (``source``, and ``name`` from its stem): a link
+    to a file already kept under another name is not answered with the other name."""
+    lab = tmp_path / "lab.yaml"
+    lab.write_text(PROFILE)
+    default = tmp_path / "default.yaml"
+    default.symlink_to(lab)
+    assert load_profile_file(lab).name == "lab"
+    got = load_profile_file(default)
+    assert got.name == "default" and got.source == str(default)
+    assert load_profile_file(lab).name == "lab"
