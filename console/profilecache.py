@@ -53,12 +53,20 @@ FORMAT = 1
 VALIDATION_MODULES = (
     "console.profiles",
     "console.fields",
+    "console.slurm",
     "console.slurm.fields",
     "console.yamlsrc",
     "console.yamlparse",
     "console.errors",
+    "console.alerts",
+    "console.alerts.config",
+    "console.alerts.model",
     "remote.ssh",
     "remote.transport",
+    "remote.errors",
+    "remote.telemetry",
+    "remote.telemetry.schema",
+    "remote.agent.agent",
 )
 
 #: Most entries kept; writing one more removes the least recently written.

@@ -379,8 +379,6 @@ class SSHTransport(Transport):
             known = known_hosts_of(kh_path)
         except (OSError, ValueError):
             return False
-        if not known:
-            return False
         port = self.target.port or 22
         host = self.target.hostname
         keys = known.match(host, "", port)
@@ -394,7 +392,11 @@ class SSHTransport(Transport):
         host = self.target.hostname if port == 22 else f"[{self.target.hostname}]:{port}"
         line = f"{host} {key.export_public_key().decode().strip()}\n"
         Path(kh_path).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        with open(kh_path, "a", encoding="utf-8") as f:
+        with open(kh_path, "a+", encoding="utf-8") as f:
+            # hosts of one profile that share an address all miss the key at once: one line
+            f.seek(0)
+            if line in f.readlines():
+                return
             f.write(line)
         log.warning("[%s] added new host key for %s to %s", self.name, host, kh_path)
 
@@ -808,10 +810,13 @@ def check_private_key(path: str) -> str | None:
 _known_hosts: dict[str, tuple[tuple[int, int, int], asyncssh.SSHKnownHosts]] = {}
 
 
-def known_hosts_of(path: str) -> asyncssh.SSHKnownHosts | tuple[()]:
-    """The known_hosts file at ``path`` as asyncssh parses it (``read_known_hosts``), or
-    ``()`` (trust no key) when there is no such file; parsed again when its size, mtime or
-    inode changed (a key added by ``accept_new_host_keys`` or by hand).
+def known_hosts_of(path: str) -> asyncssh.SSHKnownHosts:
+    """The known_hosts file at ``path`` as asyncssh parses it (``read_known_hosts``), parsed
+    again when its size, mtime or inode changed (a key added by ``accept_new_host_keys`` or by
+    hand); when there is no such file, an empty list that trusts no key.
+
+    Never asyncssh's "not given" (``()``): asyncssh would then read ``~/.ssh/known_hosts``, or
+    the ssh config's ``UserKnownHostsFile``, whose ``none`` turns host key checking off.
 
     Raises:
         ValueError: not a known_hosts file.
@@ -820,7 +825,7 @@ def known_hosts_of(path: str) -> asyncssh.SSHKnownHosts | tuple[()]:
     try:
         st = os.stat(path)
     except FileNotFoundError:
-        return ()
+        return asyncssh.import_known_hosts("")
     stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
     hit = _known_hosts.get(path)
     if hit is not None and hit[0] == stamp:

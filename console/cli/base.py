@@ -135,11 +135,13 @@ def discard_stdout() -> None:
 def run(coro: Coroutine[Any, Any, T]) -> T:
     """Run a command's coroutine; map gpuconsole errors to a message and an exit status
     (a closed stdout: exit 0, see the module docstring). Ctrl-C: ``interrupted``, exit 130,
-    also before the coroutine started (it is closed, not left un-awaited)."""
+    also before the coroutine started (it is closed, not left un-awaited), and tasks that
+    end with an error while asyncio cancels them go to the debug log, not stderr."""
+    main = _quiet_when_interrupted(coro)
     try:
         import asyncio
 
-        return asyncio.run(coro)
+        return asyncio.run(main)
     except OutputClosed:
         discard_stdout()
         raise SystemExit(0) from None
@@ -154,10 +156,38 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
             err(f"  fix: {e.hint}")
         raise SystemExit(2 if isinstance(e, (ConfigError, PlanError, UsageError)) else 1) from None
     except KeyboardInterrupt:
-        coro.close()  # interrupted before asyncio.run started it: no "never awaited" warning
+        main.close()  # interrupted before asyncio.run started them: no "never awaited"
+        coro.close()
         quiet_teardown()
         err("interrupted")
         raise SystemExit(130) from None
+
+
+async def _quiet_when_interrupted(coro: Coroutine[Any, Any, T]) -> T:
+    """Await ``coro`` on a loop whose exception handler, once Ctrl-C has cancelled the
+    command, logs at debug level what asyncio reports while it cancels the remaining tasks
+    (a host listing cut off mid-answer ends with that host's error, not a cancellation, and
+    ``asyncio.run`` would log it with a traceback as "unhandled exception during
+    asyncio.run() shutdown"). Before that, asyncio's handler is kept."""
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    interrupted = False
+
+    def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        if interrupted or isinstance(sys.exc_info()[1], KeyboardInterrupt):
+            logging.getLogger("gpuconsole").debug("after interrupt: %s: %r",
+                                                  context.get("message"),
+                                                  context.get("exception"))
+        else:
+            loop.default_exception_handler(context)
+
+    loop.set_exception_handler(handler)
+    try:
+        return await coro
+    except asyncio.CancelledError:  # asyncio.run cancels the command on Ctrl-C
+        interrupted = True
+        raise
 
 
 def quiet_teardown() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -99,6 +100,31 @@ def test_unknown_host_key(cli: CLI, engine: docker.DockerClient) -> None:
     no_containers(engine, "hostkey")
 
 
+def test_missing_known_hosts_file_trusts_no_key(cli: CLI) -> None:
+    """A profile's ``known_hosts:`` that does not exist trusts nothing: not the user's
+    ``~/.ssh/known_hosts`` (which lists the host here), and not an ssh config whose
+    ``UserKnownHostsFile none`` would turn host key checking off (asyncssh's defaults when it
+    is given no list)."""
+    home = cli.tmp / "home"
+    (home / ".ssh").mkdir(parents=True)
+    real_kh = yaml.safe_load(cli.profile.read_text())["known_hosts"]
+    (home / ".ssh" / "known_hosts").write_text(Path(real_kh).read_text())
+    missing = cli.tmp / "no-such-known_hosts"
+    prof = _profile_with(cli, {"known_hosts": str(missing)})
+    for config in ("", "Host *\n  UserKnownHostsFile none\n"):
+        (home / ".ssh" / "config").write_text(config)
+        env = {**cli.env(), "HOME": str(home)}
+        res = subprocess.run(cli.argv("ps", "--json", "--hosts", profile=prof), env=env,
+                             cwd=REPO, capture_output=True, text=True, timeout=240)
+        assert res.returncode == 0, res.stderr
+        hosts = {h["host"]: h for h in json.loads(res.stdout)["hosts"]}
+        for name in ("a", "b"):
+            assert hosts[name]["status"] == "failed", (config, hosts[name])
+            assert "is not trusted" in hosts[name]["reason"], hosts[name]
+            assert str(missing) in hosts[name]["reason"], hosts[name]
+    assert not missing.exists()
+
+
 def test_accept_new_host_keys_adds_the_key_once(cli: CLI) -> None:
     kh = cli.tmp / "kh"
     prof = _profile_with(cli, {"known_hosts": str(kh), "accept_new_host_keys": True})
@@ -116,6 +142,21 @@ def test_accept_new_host_keys_adds_the_key_once(cli: CLI) -> None:
     res = cli.run("submit", str(spec), "--dry-run", profile=prof)
     assert res.returncode == 1
     assert "not trusted" in res.stderr
+
+
+def test_accept_new_adds_one_line_for_hosts_sharing_an_address(cli: CLI) -> None:
+    """Profile hosts on one address (aliases of one machine) all find its key missing in the
+    same `ps`; the key is written once."""
+    kh = cli.tmp / "kh"
+    base = yaml.safe_load(cli.profile.read_text())["hosts"]["a"]
+    prof = _profile_with(cli, {"known_hosts": str(kh), "accept_new_host_keys": True},
+                         {f"a{i}": dict(base) for i in range(2, 5)})
+    res = cli.run("ps", "--json", "--hosts", profile=prof)
+    assert res.returncode == 0, res.stderr
+    hosts = {h["host"]: h["status"] for h in json.loads(res.stdout)["hosts"]}
+    assert set(hosts.values()) == {"answered"}, hosts
+    lines = kh.read_text().splitlines()
+    assert sorted(ln.split()[0] for ln in lines) == ["127.0.0.11", "127.0.0.12"], lines
 
 
 def test_image_that_does_not_exist(cli: CLI, engine: docker.DockerClient) -> None:

@@ -43,7 +43,10 @@ def test_parsed_once_until_the_file_changes(tmp_path: Path,
 
 
 def test_missing_file_trusts_nothing_and_bad_file_raises(tmp_path: Path) -> None:
-    assert ssh.known_hosts_of(str(tmp_path / "absent")) == ()
+    absent = ssh.known_hosts_of(str(tmp_path / "absent"))
+    # a list that trusts nothing, not asyncssh's "not given" (which reads ~/.ssh/known_hosts)
+    assert isinstance(absent, asyncssh.SSHKnownHosts)
+    assert not any(absent.match("gpu1.example.org", "10.0.0.1", 22))
     bad = tmp_path / "bad"
     bad.write_bytes(b"\x00\x01binary\n")  # one field: not an entry
     with pytest.raises(ValueError):

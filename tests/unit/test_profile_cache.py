@@ -217,11 +217,11 @@ print("\\n".join(sorted(m for m in called if m.split(".")[0] in ("console", "rem
 
 
 def test_validation_runs_only_code_the_cache_key_covers(tmp_path: Path) -> None:
-    """A change to any project module that validating a profile runs must change the cache
-    key (:data:`console.profilecache.VALIDATION_MODULES`). The ``alerts:`` section is left
-    out: an entry does not keep it validated (``alert_rules`` validates it again on use)."""
+    """A change to any project module that validating a profile runs (its ``alerts:``
+    section included: a file whose section the alert code now refuses must not load from an
+    entry) must change the cache key (:data:`console.profilecache.VALIDATION_MODULES`)."""
     full = tmp_path / "full.yaml"
-    full.write_text(PROFILE.split("alerts:")[0] + "price_per_gpu_hour: 2.5\n")
+    full.write_text(PROFILE + "price_per_gpu_hour: 2.5\n")
     slurm = tmp_path / "slurm.yaml"
     slurm.write_text("scheduler: slurm\nhosts:\n  login: {hostname: login.example.org}\n"
                      "slurm: {login_host: login, time_limit: '1-00:00:00', "
@@ -230,7 +230,8 @@ def test_validation_runs_only_code_the_cache_key_covers(tmp_path: Path) -> None:
                           str(REPO / "profiles" / "example-cluster.yaml")],
                          capture_output=True, text=True, check=True, cwd=REPO)
     ran = set(out.stdout.split())
-    assert "console.profiles" in ran and "remote.ssh" in ran and "console.slurm.fields" in ran
+    assert {"console.profiles", "remote.ssh", "console.slurm.fields",
+            "console.alerts.config"} <= ran
     assert ran <= set(profilecache.VALIDATION_MODULES), ran - set(profilecache.VALIDATION_MODULES)
 
 
