@@ -78,7 +78,7 @@ def test_wheel_carries_every_module_and_data_file(wheel: Path) -> None:
             assert z.read(f"console/bundled_profiles/{name}") == \
                 (REPO / "profiles" / name).read_bytes()
     _, entry = _metadata(wheel)
-    assert re.search(r"^gpuconsole = console\.cli:main$", entry, re.M)
+    assert re.search(r"^gpuconsole = console\.entry:main$", entry, re.M)
 
 
 def test_every_third_party_import_is_declared(wheel: Path) -> None:
