@@ -6,15 +6,21 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 from tests.integration.conftest import CLI, REPO
 
 
 def test_ctrl_c_during_an_ssh_listing(cli: CLI) -> None:
+    """Through the installed ``gpuconsole`` script (``console.entry``): ``python -m
+    console.cli`` imports the CLI package before the entry point can catch Ctrl-C."""
+    script = Path(sys.executable).parent / "gpuconsole"
+    argv = [str(script), "-p", str(cli.profile), "ps", "--json", "--hosts"]
     codes = []
     for ms in range(150, 460, 15):
-        p = subprocess.Popen(cli.argv("ps", "--json", "--hosts"), env=cli.env(), cwd=REPO,
+        p = subprocess.Popen(argv, env=cli.env(), cwd=REPO,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         time.sleep(ms / 1000)
         p.send_signal(signal.SIGINT)
