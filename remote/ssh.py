@@ -393,11 +393,12 @@ class SSHTransport(Transport):
         line = f"{host} {key.export_public_key().decode().strip()}\n"
         Path(kh_path).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         with open(kh_path, "a+", encoding="utf-8") as f:
-            # hosts of one profile that share an address all miss the key at once: one line
             f.seek(0)
-            if line in f.readlines():
+            text = f.read()
+            # hosts of one profile that share an address all miss the key at once: one line
+            if line.rstrip("\n") in (ln.rstrip("\r") for ln in text.splitlines()):
                 return
-            f.write(line)
+            f.write(line if not text or text.endswith("\n") else "\n" + line)
         log.warning("[%s] added new host key for %s to %s", self.name, host, kh_path)
 
     async def _drop(self) -> None:

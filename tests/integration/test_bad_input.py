@@ -146,8 +146,10 @@ def test_accept_new_host_keys_adds_the_key_once(cli: CLI) -> None:
 
 def test_accept_new_adds_one_line_for_hosts_sharing_an_address(cli: CLI) -> None:
     """Profile hosts on one address (aliases of one machine) all find its key missing in the
-    same `ps`; the key is written once."""
+    same `ps`; the key is written once, on a line of its own after a last line without a
+    newline."""
     kh = cli.tmp / "kh"
+    kh.write_text("# kept by hand, no newline at the end")
     base = yaml.safe_load(cli.profile.read_text())["hosts"]["a"]
     prof = _profile_with(cli, {"known_hosts": str(kh), "accept_new_host_keys": True},
                          {f"a{i}": dict(base) for i in range(2, 5)})
@@ -156,7 +158,8 @@ def test_accept_new_adds_one_line_for_hosts_sharing_an_address(cli: CLI) -> None
     hosts = {h["host"]: h["status"] for h in json.loads(res.stdout)["hosts"]}
     assert set(hosts.values()) == {"answered"}, hosts
     lines = kh.read_text().splitlines()
-    assert sorted(ln.split()[0] for ln in lines) == ["127.0.0.11", "127.0.0.12"], lines
+    assert lines[0] == "# kept by hand, no newline at the end"
+    assert sorted(ln.split()[0] for ln in lines[1:]) == ["127.0.0.11", "127.0.0.12"], lines
 
 
 def test_image_that_does_not_exist(cli: CLI, engine: docker.DockerClient) -> None:
