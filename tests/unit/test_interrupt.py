@@ -8,7 +8,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -47,3 +50,83 @@ def test_ctrl_c_anywhere_ends_ps_cleanly(tmp_path: Path) -> None:
             assert p.stderr.strip().splitlines()[-1] == "interrupted", where
         codes.append(p.returncode)
     assert 130 in codes  # the check can fail: some runs were interrupted
+
+
+class _InterruptedWhileNamed:
+    """A descriptor whose ``__set_name__`` is hit by Ctrl-C, as a class attribute of a module
+    being imported can be (``platform.uname_result`` under ``click``'s imports)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        raise KeyboardInterrupt
+
+
+def _build_class_interrupted() -> None:
+    class _Built:
+        attr = _InterruptedWhileNamed()
+
+
+def test_interrupt_wrapped_by_python_is_still_interrupted(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import console.cli
+    import console.entry
+
+    # how the interpreter reports it on this version: 3.11 wraps it in RuntimeError,
+    # later versions let the KeyboardInterrupt itself through
+    with pytest.raises(BaseException) as raised:
+        _build_class_interrupted()
+    assert isinstance(raised.value, KeyboardInterrupt) or isinstance(
+        raised.value.__cause__, KeyboardInterrupt)
+
+    def interrupted_main(*a: object, **k: object) -> None:
+        _build_class_interrupted()
+
+    monkeypatch.setattr(sys, "argv", ["gpuconsole", "ps"])
+    monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)
+    monkeypatch.setattr(console.cli.main, "main", interrupted_main)
+    with pytest.raises(SystemExit) as ended:
+        console.entry.main()
+    assert ended.value.code == 130
+    assert capsys.readouterr().err == "interrupted\n"
+
+
+def test_other_errors_are_not_taken_for_interrupts(monkeypatch: pytest.MonkeyPatch) -> None:
+    import console.cli
+    import console.entry
+
+    def failing_main(*a: object, **k: object) -> None:
+        try:
+            raise ValueError("first")
+        except ValueError as e:
+            raise RuntimeError("second") from e
+
+    monkeypatch.setattr(sys, "argv", ["gpuconsole", "ps"])
+    monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)
+    monkeypatch.setattr(console.cli.main, "main", failing_main)
+    with pytest.raises(RuntimeError, match="second"):
+        console.entry.main()
+
+
+class _InterruptedWhileFinalized:
+    def __del__(self) -> None:
+        raise KeyboardInterrupt
+
+
+def test_interrupt_in_a_finalizer_is_not_lost(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import console.cli
+    import console.entry
+
+    def main_finalizing(*a: object, **k: object) -> int:
+        _InterruptedWhileFinalized()  # dropped at once: __del__ runs here
+        for _ in range(2000):  # the interrupt comes back within a thread switch (5 ms)
+            time.sleep(0.001)
+        return 0
+
+    monkeypatch.setattr(sys, "argv", ["gpuconsole", "ps"])
+    monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)
+    monkeypatch.setattr(console.cli.main, "main", main_finalizing)
+    with pytest.raises(SystemExit) as ended:
+        console.entry.main()
+    assert ended.value.code == 130
+    err = capsys.readouterr().err
+    assert err == "interrupted\n", err
