@@ -324,6 +324,21 @@ class SSHTransport(Transport):
         kh_path = self._known_hosts_path()
         try:
             kh = known_hosts_of(kh_path)
+        except OSError as e:
+            raise TransportError(
+                self.name,
+                f"cannot read the known_hosts file {kh_path}: {e.strerror or e}",
+                "make the file readable by this user, or name another in the profile's "
+                "`known_hosts`",
+            ) from e
+        except ValueError as e:
+            raise TransportError(
+                self.name,
+                f"{kh_path} is not a known_hosts file: {e}",
+                "fix or remove the bad lines (`ssh-keygen -R HOST -f FILE` rewrites an entry), "
+                "or name another file in the profile's `known_hosts`",
+            ) from e
+        try:
             opts = self._options(kh, port=t.port, user=t.user)
             if t.jump is not None:
                 self._jump = await self._open_jump(kh)

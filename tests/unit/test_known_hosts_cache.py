@@ -55,3 +55,26 @@ def test_missing_file_trusts_nothing_and_bad_file_raises(tmp_path: Path) -> None
     if os.geteuid() != 0:  # root reads it anyway
         with pytest.raises(OSError):
             ssh.known_hosts_of(str(bad))
+
+
+async def test_default_known_hosts_unusable_names_the_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default ``~/.ssh/known_hosts`` is not checked at profile load (a profile's own
+    ``known_hosts:`` is); when it cannot be used, the connect error names it, before any
+    packet is sent (nothing listens on the port below)."""
+    from remote.errors import TransportError
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / ".ssh").mkdir()
+    kh = tmp_path / ".ssh" / "known_hosts"
+    kh.mkdir()  # unreadable as a file even for root: EISDIR
+    host = ssh.SSHTransport("gpu1", ssh.SSHTarget("127.0.0.1", port=9, connect_timeout=2))
+    with pytest.raises(TransportError) as raised:
+        await host.connect()
+    assert str(raised.value.detail) == f"cannot read the known_hosts file {kh}: Is a directory"
+    assert "known_hosts" in (raised.value.hint or "")
+    kh.rmdir()
+    kh.write_bytes(b"\x00\x01binary\n")
+    with pytest.raises(TransportError) as raised:
+        await host.connect()
+    assert raised.value.detail.startswith(f"{kh} is not a known_hosts file: ")
