@@ -87,7 +87,13 @@ SIGNATURES: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"|Assertion `(?P<cond>[^`']+)` failed")),
     ("cuda_oom", re.compile(
         r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory"
-        r"|cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY")),
+        r"|cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY"
+        # torch <= 0.4: "cuda runtime error (2) : out of memory", "THCudaCheck FAIL ...
+        # error=2 : out of memory" (cudaErrorMemoryAllocation is 2)
+        r"|(?:cuda runtime error \(2\)|\berror=2) : out of memory"
+        # cuBLAS / cuDNN status codes for an allocation they could not make ("usually caused
+        # by a cudaMalloc() failure": cuBLAS and cuDNN API references)
+        r"|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED")),
 )
 
 # Any other CUDA error string, in PyTorch's wordings of several versions.

@@ -865,13 +865,29 @@ def _attempts(lines: Sequence[Line]) -> list[list[Line]]:
 
 def _last_attempt(lines: Sequence[Line]) -> list[Diagnosis]:
     """The findings of the last attempt that failed: an earlier attempt's error (a daemon
-    not up yet, a typo since corrected) is history, not the current cause."""
-    for part in reversed(_attempts(lines)):
-        image = image_of(part) or image_of(lines)
-        found = [d for check in _CHECKS if (d := check(part, image)) is not None]
-        if found:
-            return found
+    not up yet, a typo since corrected) is history, not the current cause. When earlier
+    attempts failed the same way, the first of them is shown too (first in the evidence):
+    the report's headline error is usually that one, the later ones its reproductions."""
+    parts = _attempts(lines)
+    for at in range(len(parts) - 1, -1, -1):
+        found = _findings(parts[at], lines)
+        if not found:
+            continue
+        root = found[0]
+        for part in parts[:at]:
+            same = next((d for d in _findings(part, lines) if d.kind == root.kind), None)
+            if same is not None:
+                evidence = tuple(dict.fromkeys((*same.evidence[:1], *root.evidence)))
+                found[0] = replace(root, evidence=evidence)
+                break
+        return found
     return []
+
+
+def _findings(part: Sequence[Line], lines: Sequence[Line]) -> list[Diagnosis]:
+    """What every check finds in one attempt (``lines``: the whole text, for its image)."""
+    image = image_of(part) or image_of(lines)
+    return [d for check in _CHECKS if (d := check(part, image)) is not None]
 
 
 def _docker(ctx: Context) -> list[Diagnosis]:

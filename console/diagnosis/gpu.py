@@ -422,7 +422,8 @@ def _smi_lines(lines: Sequence[Line]) -> list[tuple[int, str]]:
 
 _HANDLE_LOST = re.compile(r"GPU is lost|fallen off the bus|Unknown Error|GPU requires reset",
                           re.I)
-_NVML_UNKNOWN = re.compile(r"Failed to initialize NVML: Unknown Error", re.I)
+# also retyped without the colon ("failed to initialize nvml unknown error")
+_NVML_UNKNOWN = re.compile(r"Failed to initialize NVML\s*:?\s*Unknown Error", re.I)
 #: What shows a GPU left the bus, beside NVML's own "GPU is lost": the driver's "fallen off the
 #: bus", the kernel's PCIe AER reports (``drivers/pci/pcie/aer.c``: "PCIe Bus Error:
 #: severity=...", "AER: Corrected error received"), an Xid 79. A device-handle failure with one
@@ -487,10 +488,12 @@ def _smi_findings(ctx: Context) -> list[Diagnosis]:
     picked = _smi_lines(ctx.lines)
     if not any(i >= 0 for i, _ in picked):
         return []
+    raws = {i: ctx.lines[i].raw for i, _ in picked if i >= 0}
+    unknown = [raws[i] for i, t in picked if i >= 0 and _NVML_UNKNOWN.search(t)]
     fault = classify_smi_failure("\n".join(t for _, t in picked))
     if fault is None:
-        return []
-    raws = {i: ctx.lines[i].raw for i, _ in picked if i >= 0}
+        # NVML's "Unknown Error" retyped in prose (no colon) is not nvidia-smi's own output
+        return [_nvml_lost(ctx, unknown)] if unknown else []
     found: list[Diagnosis] = []
 
     def lines_with(pattern: str) -> list[str]:
@@ -569,7 +572,6 @@ def _smi_findings(ctx: Context) -> list[Diagnosis]:
     if fault.state == "no_gpus" or any(re.match(r"No devices (?:were )?found", t, re.I)
                                        for _, t in picked):
         found.append(_no_gpus(ctx, lines_with(r"No devices")))
-    unknown = [raws[i] for i, t in picked if i >= 0 and _NVML_UNKNOWN.search(t)]
     if unknown:
         found.append(_nvml_lost(ctx, unknown))
     return found

@@ -215,6 +215,15 @@ _BARE_IB = re.compile(
     _PREFIX + r"(?:(?P<src>\S+:\d+) )?"
     r"(?P<msg>NET/IB\w*(?:/\w+)?\s*:\s*Got completion from peer .*)$"
 )
+# A message of NCCL's socket layer quoted without "NCCL WARN" (prose, a title, back-quotes): its
+# WARNs start with the reporting function (misc/socket.cc, 2.12+: "socketStartConnect: Connect
+# to %s failed : %s", "socketProgress: Connection closed by remote peer %s",
+# "socketProgressOpt: Call to recv from %s failed : %s", "socketPollConnect: ...",
+# "ncclSocketInit: ...").
+_BARE_SOCKET = re.compile(
+    _PREFIX.replace(r"(?:^|(?<=\s))", r"(?:^|(?<=[\s`'\"]))")
+    + r"(?P<msg>(?:ncclS|s)ocket[A-Z]\w*\s*:\s*\S[^`'\"]*)"
+)
 _WARN_OR_INFO = re.compile(_PREFIX + r"(?:\S+:\d+ )?NCCL (?:WARN|INFO) ")
 _TRACE = re.compile(_PREFIX + r"NCCL INFO (?P<src>\S+:\d+) -> (?P<code>\d+)")
 # A WARN that only passes on an earlier failure's code.
@@ -356,7 +365,7 @@ def _warn_findings(lines: Sequence[Line]) -> dict[str, _Finding]:
     for ln in lines:
         m = _WARN.search(ln.text)
         if m is None and not _LAST_ERROR.search(ln.text):  # a Last error is _nccl_results'
-            m = _BARE_IB.search(ln.text)
+            m = _BARE_IB.search(ln.text) or _BARE_SOCKET.search(ln.text)
         if m is None:
             continue
         msg = m["msg"].strip()
@@ -720,6 +729,14 @@ _ABORTED = re.compile(r"NCCL communicator was aborted(?: on rank (?P<rank>\d+))?
 _DUMP = re.compile(
     r"Received a dump signal due to a collective timeout from (?:this local rank|rank (?P<r>\d+))"
 )
+# The C++ side of the same timeout when its message was cut off: c10's ``Exception raised from
+# {function} at {file}:{line}`` header (c10/util/Exception.cpp) naming WorkNCCL::checkTimeout,
+# the only place the watchdog raises a timeout (torch >= 2.0), or the throw site's frame
+# (``frame #1: c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout(...)``) under a header cut away.
+_CHECK_TIMEOUT = re.compile(
+    r"Exception raised from checkTimeout at \S*ProcessGroupNCCL\.cpp"
+    r"|^frame #[01]: c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout\("
+)
 _RANK_BEFORE = re.compile(r"\[(?:[^\[\]]*?\b)?Rank (?P<rank>\d+)\]\s*(?:[^\[\]]{0,80})$")
 
 
@@ -769,7 +786,8 @@ def _nccl_timeout(ctx: Context) -> Diagnosis | None:
     beats = list(_HEARTBEAT.finditer(flat.text))
     aborted = list(_ABORTED.finditer(flat.text))
     dumps = list(_DUMP.finditer(flat.text))
-    if not reports and not works and not beats and not dumps:
+    raised = next((ln for ln in ctx.lines if _CHECK_TIMEOUT.search(ln.text)), None)
+    if not reports and not works and not beats and not dumps and raised is None:
         if not aborted or any(_RESULT.search(ln.text) for ln in ctx.lines):
             return None
     evidence: list[str] = []
@@ -870,6 +888,14 @@ def _nccl_timeout(ctx: Context) -> Diagnosis | None:
             )
         if stuck:
             summary += f"; the watchdog of rank {join_ranks(sorted(stuck))} then got stuck"
+    elif raised is not None and not stuck and not beats:
+        evidence.append(raised.raw)
+        summary = (
+            "NCCL watchdog timeout: ProcessGroupNCCL's watchdog raised from checkTimeout (the "
+            "timeout message itself is not in the text), so a collective ran past the process "
+            "group's timeout and the process was taken down; the cause is a rank that never "
+            "entered that collective (hung, dead, slow, or on another code path)"
+        )
     elif stuck or beats:
         secs = f" for {heartbeat_s} s" if heartbeat_s else ""
         who = f"rank {join_ranks(sorted(stuck))}" if stuck else "a rank"

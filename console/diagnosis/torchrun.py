@@ -630,6 +630,14 @@ _LAUNCH_FRAME = re.compile(r"torch[/\\]distributed[/\\]launch\.py")
 # argv list (with ``--local_rank=N``), the code Python's returncode (-N: killed by signal N).
 # Searched anywhere in the line: stray characters glued before the log prefix do not hide it.
 _DS_EXIT = re.compile(r"\bexits with return code\s*=\s*(?P<code>-?\d+)\b")
+# torch.multiprocessing.spawn's join (torch/multiprocessing/spawn.py) when a child ended without
+# raising: ``"process %d terminated with signal %s"`` (a negative exitcode, the name from
+# ``signal.Signals``) or ``"process %d terminated with exit code %d"``, raised as
+# ProcessExitedException (torch >= 1.5) or a bare Exception (older). The number is the spawn
+# index, the first argument mp.spawn passes to the function: the local rank.
+_SPAWN_EXIT = re.compile(
+    r"\bprocess (?P<index>\d+) terminated with (?:signal (?P<sig>SIG[A-Z0-9]+)"
+    r"|exit code (?P<code>-?\d+))")
 
 
 def _launcher_report(lines: Sequence[Line], ln: Line) -> re.Match[str] | None:
@@ -689,6 +697,16 @@ def _loose_entry(ctx: Context) -> ProcessFailure | None:
             arg = _LOCAL_RANK_ARG.search(m["cmd"])
             return _entry([_shown(ln, m)], None, int(arg["local"]) if arg else None, code, None)
     for ln in ctx.lines:
+        if m := _SPAWN_EXIT.search(ln.text):
+            if m["sig"]:
+                try:
+                    code = -int(signal.Signals[m["sig"]])
+                except KeyError:
+                    continue
+            else:
+                code = int(m["code"])
+            return _entry([_shown(ln, m)], None, int(m["index"]), code, None)
+    for ln in ctx.lines:
         if (m := _DS_EXIT.search(ln.text)) and int(m["code"]) != 0:
             arg = _LOCAL_RANK_ARG.search(ln.text[:m.start()])
             return _entry([_shown(ln, m)], None, int(arg["local"]) if arg else None,
@@ -707,7 +725,7 @@ _SIGNAL_HINTS = {
     "SIGABRT": (
         "a native abort: an uncaught C++ exception or a failed assertion, often from CUDA/NCCL; "
         "the reason is in the rank's own output, not in this summary",
-        "Read rank {rank}'s own output before the summary ('terminate called ...', 'what():', "
+        "Read {whose} own output before the summary ('terminate called ...', 'what():', "
         "NCCL/CUDA errors); rerun with NCCL_DEBUG=INFO if it names NCCL",
     ),
     "SIGSEGV": (
@@ -732,6 +750,15 @@ _SIGNAL_HINTS = {
         "Run the job detached from the terminal (tmux/screen, a container, a scheduler)",
     ),
 }
+
+
+def _whose(rank: int | None, local_rank: int | None = None) -> str:
+    """Possessive for a fix line: ``rank 3's``, ``local rank 1's`` or ``the process's``."""
+    if rank is not None:
+        return f"rank {rank}'s"
+    return f"local rank {local_rank}'s" if local_rank is not None else "the process's"
+
+
 _SIGNAL_KINDS = {
     "SIGKILL": "sigkill", "SIGABRT": "sigabrt", "SIGSEGV": "sigsegv", "SIGHUP": "hangup",
     "SIGTERM": "stopped", "SIGINT": "stopped",
@@ -823,7 +850,7 @@ def _signal(ctx: Context) -> Diagnosis | None:
             f"{who} exited with code {root.exitcode}{at}, without a Python traceback in the "
             f"{'summary' if full else 'log'}{also}",
             ranks,
-            f"Read rank {root.rank if root.rank is not None else root.local_rank}'s own output; "
+            f"Read {_whose(root.rank, root.local_rank)} own output; "
             "decorate the entrypoint with "
             "torch.distributed.elastic.multiprocessing.errors.record to get its traceback",
             evidence,
@@ -853,7 +880,8 @@ def _signal(ctx: Context) -> Diagnosis | None:
             "and stop other background threads before the script exits; read the rank's last "
             "lines to see whether training itself finished"
             if why else _SIGNAL_HINTS["SIGABRT"][1].format(
-                pid=root.pid, rank=root.rank if root.rank is not None else root.local_rank),
+                pid=root.pid if root.pid is not None else "<pid>",
+                whose=_whose(root.rank, root.local_rank)),
             [abort.raw, *evidence],
             facts,
             failure,
@@ -866,7 +894,8 @@ def _signal(ctx: Context) -> Diagnosis | None:
         kind,
         f"{who} was killed by {root.signal} (exit code {root.exitcode}){at}: {meaning}{also}",
         ranks,
-        fix.format(pid=root.pid, rank=root.rank if root.rank is not None else root.local_rank),
+        fix.format(pid=root.pid if root.pid is not None else "<pid>",
+                   whose=_whose(root.rank, root.local_rank)),
         evidence,
         facts,
         failure,
@@ -899,7 +928,7 @@ def _fatal_signal(ctx: Context) -> Diagnosis | None:
         _SIGNAL_KINDS.get(name, "signal"),
         f"{on[0].upper()}{on[1:]} died of {name}: {meaning}",
         (rank,) if rank is not None else (),
-        fix.format(pid="<pid>", rank=rank if rank is not None else "the"),
+        fix.format(pid="<pid>", whose=_whose(rank)),
         [ln.raw],
         {"signal": name, "rank": rank},
         ctx.failure,
@@ -962,7 +991,7 @@ def _shell_signal(ctx: Context) -> Diagnosis | None:
         f"{who[0].upper()}{who[1:]} was killed by {name} (signal {number}{status}), with no "
         f"Python error: {meaning}",
         (),
-        fix.format(pid=pid if pid is not None else "<pid>", rank="the"),
+        fix.format(pid=pid if pid is not None else "<pid>", whose=_whose(None)),
         evidence[:3],
         {"signal": name, "pid": pid, "exitcode": exit_code, "command": command},
         ctx.failure,
@@ -1026,7 +1055,7 @@ def _k8s_exit(ctx: Context) -> Diagnosis | None:
                 _SIGNAL_KINDS.get(name, "signal"),
                 f"Kubernetes: {who} was killed by {name} (exit code {code} = 128+"
                 f"{code - 128}, reason {reason or 'not given'}): {meaning}",
-                (), fix.format(pid="<pid>", rank="the"), evidence,
+                (), fix.format(pid="<pid>", whose=_whose(None)), evidence,
                 {**facts, "signal": name}, ctx.failure)
         return _diag(
             "exit_code",

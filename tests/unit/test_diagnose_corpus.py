@@ -72,3 +72,20 @@ def test_case(folder: Path, case: dict[str, Any]) -> None:
     named = {c.kind for c in d.consequences}
     for consequence in case.get("consequences") or []:
         assert consequence in named, f"consequence {consequence}\n{_describe(d)}"
+
+
+#: What a summary or fix reads like when a template was filled with a value that is missing.
+_UNFILLED = ("None", "rank the", "{", "}")
+
+
+@pytest.mark.parametrize(("folder", "case"), CASES)
+def test_words_read_whole(folder: Path, case: dict[str, Any]) -> None:
+    """No summary or fix says ``rank None``, ``rank the's`` or a ``{placeholder}``: each names
+    the rank, the process or nothing when the text does not say which."""
+    text = (folder / f"{case['id']}.txt").read_text(encoding="utf-8", errors="replace")
+    d = diagnose(text)
+    if d is None:
+        return
+    for said in (d.summary, d.fix, *(c.summary for c in d.consequences)):
+        hole = next((u for u in _UNFILLED if u in said), None)
+        assert hole is None, f"{hole!r} in: {said}"
