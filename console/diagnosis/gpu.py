@@ -422,8 +422,11 @@ def _smi_lines(lines: Sequence[Line]) -> list[tuple[int, str]]:
 
 _HANDLE_LOST = re.compile(r"GPU is lost|fallen off the bus|Unknown Error|GPU requires reset",
                           re.I)
-# also retyped without the colon ("failed to initialize nvml unknown error")
-_NVML_UNKNOWN = re.compile(r"Failed to initialize NVML\s*:?\s*Unknown Error", re.I)
+# nvmlInit's NVML_ERROR_UNKNOWN as nvidia-smi prints it ("Failed to initialize NVML: Unknown
+# Error"), also as people retype it: no colon, lower case, the words turned round ("NVML
+# initialize failed: Unknow"), "initialize" misspelt
+_NVML_UNKNOWN = re.compile(
+    r"(?:fail\w*\s+to\s+init\w*\s+NVML|NVML\s+init\w*\s+fail\w*)\s*:?\s*Unknown?\b", re.I)
 #: What shows a GPU left the bus, beside NVML's own "GPU is lost": the driver's "fallen off the
 #: bus", the kernel's PCIe AER reports (``drivers/pci/pcie/aer.c``: "PCIe Bus Error:
 #: severity=...", "AER: Corrected error received"), an Xid 79. A device-handle failure with one
@@ -486,14 +489,13 @@ _DEVICE_PLUGIN = re.compile(
 def _smi_findings(ctx: Context) -> list[Diagnosis]:
     """nvidia-smi's failures (``faults``' :class:`HostFault` states) as cause ids."""
     picked = _smi_lines(ctx.lines)
-    if not any(i >= 0 for i, _ in picked):
-        return []
-    raws = {i: ctx.lines[i].raw for i, _ in picked if i >= 0}
-    unknown = [raws[i] for i, t in picked if i >= 0 and _NVML_UNKNOWN.search(t)]
-    fault = classify_smi_failure("\n".join(t for _, t in picked))
+    unknown = [ln.raw for ln in ctx.lines if _NVML_UNKNOWN.search(ln.text)]
+    fault = (classify_smi_failure("\n".join(t for _, t in picked))
+             if any(i >= 0 for i, _ in picked) else None)
     if fault is None:
-        # NVML's "Unknown Error" retyped in prose (no colon) is not nvidia-smi's own output
+        # NVML's "Unknown Error" retyped in prose is not nvidia-smi's own output
         return [_nvml_lost(ctx, unknown)] if unknown else []
+    raws = {i: ctx.lines[i].raw for i, _ in picked if i >= 0}
     found: list[Diagnosis] = []
 
     def lines_with(pattern: str) -> list[str]:

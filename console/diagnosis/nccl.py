@@ -215,13 +215,14 @@ _BARE_IB = re.compile(
     _PREFIX + r"(?:(?P<src>\S+:\d+) )?"
     r"(?P<msg>NET/IB\w*(?:/\w+)?\s*:\s*Got completion from peer .*)$"
 )
-# A message of NCCL's socket layer quoted without "NCCL WARN" (prose, a title, back-quotes): its
+# A message of NCCL's socket layer quoted without "NCCL WARN" (prose, a title, back-quotes, after
+# any punctuation, CJK's included): its
 # WARNs start with the reporting function (misc/socket.cc, 2.12+: "socketStartConnect: Connect
 # to %s failed : %s", "socketProgress: Connection closed by remote peer %s",
 # "socketProgressOpt: Call to recv from %s failed : %s", "socketPollConnect: ...",
 # "ncclSocketInit: ...").
 _BARE_SOCKET = re.compile(
-    _PREFIX.replace(r"(?:^|(?<=\s))", r"(?:^|(?<=[\s`'\"]))")
+    _PREFIX.replace(r"(?:^|(?<=\s))", r"(?<![\w.\-/])")
     + r"(?P<msg>(?:ncclS|s)ocket[A-Z]\w*\s*:\s*\S[^`'\"]*)"
 )
 _WARN_OR_INFO = re.compile(_PREFIX + r"(?:\S+:\d+ )?NCCL (?:WARN|INFO) ")
@@ -548,7 +549,7 @@ def _nccl_warnings(ctx: Context) -> list[Diagnosis]:
         else:
             what = _WHAT[kind]
             summary = f"{what[0].upper()}{what[1:]}" + (f" on {where}" if where else "")
-            summary += f": {message}" + (f" -> {named}" if named else "")
+            summary += f": {message.rstrip('. ')}" + (f" -> {named}" if named else "")
             if kind in _MEANING:
                 summary += f". {_MEANING[kind][0].upper()}{_MEANING[kind][1:]}"
             if kind == "nccl_invalid_usage" and (usage := _usage(f.messages)) is not None:
