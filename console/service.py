@@ -441,6 +441,14 @@ class Service:
             # the jobs just adopted (their containers were inspected by that listing) too
             todo = unfinished(await store.call(store.jobs, include_removed=include_removed))
         self.host_status = listed
+        orphans = {j.id: gone for j in todo if (gone := self._hosts_gone(j))}
+        for j in todo:
+            if j.id in orphans and warn:
+                hosts = ", ".join(repr(h) for h in orphans[j.id])
+                warn(f"job {j.id}: host {hosts} is no longer in profile "
+                     f"{self.session_for(j).profile.name!r}, so its state there is unknown; "
+                     f"add the host back, or `gpuconsole rm --force {j.id}` to forget the job")
+        todo = [j for j in todo if j.id not in orphans]
         results = await asyncio.gather(
             *(self._refresh_listed(j, listed if self.session_for(j) is session else None)
               for j in todo), return_exceptions=True)
@@ -460,6 +468,14 @@ class Service:
                     seen.add(host)
                     warn(why)
         return await store.call(store.jobs, include_removed=include_removed)
+
+    def _hosts_gone(self, job: JobRecord) -> list[str]:
+        """The hosts of a job's nodes that its profile no longer names (none for a Slurm
+        profile's job: its nodes are Slurm's)."""
+        prof = self.session_for(job).profile
+        if prof.scheduler == "slurm":
+            return []
+        return sorted({n.host for n in job.nodes} - set(prof.hosts))
 
     async def _refresh_listed(self, job: JobRecord,
                               listed: dict[str, HostListing] | None) -> JobRecord:
@@ -630,6 +646,8 @@ class Service:
         if self._slurm_session(job) is not None:
             return await self._remove_slurm(job, force=force)
         session = self.session_for(job)
+        if job.removed_at is None and (gone := self._hosts_gone(job)):
+            return await self._forget(job, gone, force=force)
         if job.removed_at is None:
             job = await refresh(session, self.store, job)
             self._raise_if_unreachable(job)
@@ -651,6 +669,35 @@ class Service:
         from console.jobs import leftovers
 
         await leftovers.remove_containers(session, job)
+        removed_at = time.time()
+        await self.store.call(self.store.update_job, job.id, removed_at=removed_at)
+        job.removed_at = removed_at
+        self.bus.publish(JobChanged(job))
+        return job
+
+    async def _forget(self, job: JobRecord, gone: list[str], *, force: bool) -> JobRecord:
+        """:meth:`remove` for a job whose profile no longer names some of its hosts: nothing
+        there can be stopped or removed. With ``force`` and none of its hosts left in the
+        profile, the job is marked removed here (its archived lines stay readable); with a
+        host still in the profile it is refused, since ``ps`` would adopt the job again from
+        the containers there.
+
+        Raises:
+            JobError: ``force`` is not set, or some of its hosts are still in the profile.
+        """
+        prof = self.session_for(job).profile
+        hosts = ", ".join(repr(h) for h in gone)
+        kept = sorted({n.host for n in job.nodes} - set(gone))
+        if not force or kept:
+            raise JobError(
+                f"job {job.id} ran on host {hosts}, which is no longer in profile "
+                f"{prof.name!r}: its containers there cannot be stopped or removed",
+                f"add the host back to the profile and rm again, or `rm --force {job.id}` "
+                "to forget the job (its containers on that host are left as they are)"
+                if not kept else
+                "add the host back to the profile and rm again (the job also has nodes on "
+                f"{', '.join(kept)})",
+            )
         removed_at = time.time()
         await self.store.call(self.store.update_job, job.id, removed_at=removed_at)
         job.removed_at = removed_at

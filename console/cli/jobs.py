@@ -144,7 +144,9 @@ async def _stop(ctx: click.Context, ref: str, grace: float | None) -> None:
 
 @main.command()
 @click.argument("job_ref", metavar="JOB")
-@click.option("--force", is_flag=True, help="Stop the job first if it is running.")
+@click.option("--force", is_flag=True,
+              help="Stop the job first if it is running; forget a job whose hosts are "
+              "no longer in its profile.")
 @click.pass_context
 def rm(ctx: click.Context, job_ref: str, force: bool) -> None:
     """Remove a job's containers (its logs stay archived locally)."""
