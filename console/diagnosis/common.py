@@ -19,6 +19,7 @@ __all__ = [
     "PG_NAME",
     "PG_RANK",
     "TERMINATE",
+    "WRAPS",
     "human_bytes",
     "join_ranks",
     "not_a_failure",
@@ -28,6 +29,32 @@ __all__ = [
     "unwrapped",
     "world_size",
 ]
+
+
+#: Exception lines that only wrap an error another rule names (CUDA, NCCL, the store), report a
+#: peer's death, or the agent's own stop: never the root cause themselves, whichever rule
+#: reads them (a rank's traceback, srun's task output).
+WRAPS = re.compile(
+    r"Connection (?:closed|reset) by (?:remote )?peer|ChildFailedError|Broken pipe"
+    r"|Socket Timeout|NCCL communicator was aborted|Watchdog caught collective"
+    r"|SignalException|KeyboardInterrupt|ProcessExitedException|ProcessRaisedException"
+    r"|process \d+ terminated with"
+    r"|CUDA (?:driver )?error|CUDA out of memory|OutOfMemoryError|cuDNN error"
+    r"|no kernel image|NVIDIA driver|CUDA-capable|No CUDA GPUs|invalid device ordinal"
+    r"|CUDA driver initialization|system not yet initialized|CUDA unknown error"
+    r"|ncclUnhandledCudaError|ncclSystemError|ncclInternalError|ncclInvalidUsage|ncclRemoteError"
+    r"|unhandled (?:cuda|system) error|internal error|invalid usage|remote process exited"
+    r"|DistNetworkError|Rendezvous\w*Error|Address already in use|EADDRINUSE"
+    # a store wait that another rule names: the rendezvous' own keys (_elastic_store_wait), the
+    # clients that never joined (_rendezvous); a DistStoreError on other keys (the application's
+    # barrier with a vLLM server, the process group's store-based barrier) is the exception
+    r"|waiting for (?:clients|workers)"
+    r"|keys: \S*torchelastic/"
+    r"|host not found|Name or service not known|client socket has"
+    r"|DataLoader worker \(pid|Caught \w+ in DataLoader worker process"
+    r"|unable to (?:allocate shared memory|write to file </torch_)",
+    re.I,
+)
 
 
 def human_bytes(n: int) -> str:

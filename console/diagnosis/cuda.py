@@ -57,6 +57,10 @@ SIGNATURES: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"CUDA driver version is insufficient for CUDA runtime version"
         r"|NVIDIA driver on your system is too old|cudaErrorInsufficientDriver"
         r"|forward compatibility was attempted on non supported HW"
+        # cudaErrorUnsupportedPtxVersion (222): "the provided PTX was compiled with an
+        # unsupported toolchain", most often PTX from a compiler newer than the driver's JIT
+        r"|the provided PTX was compiled with an unsupported toolchain"
+        r"|cudaErrorUnsupportedPtxVersion|CUDA_ERROR_UNSUPPORTED_PTX_VERSION"
         r"|cudaErrorCompatNotSupportedOnDevice|CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE",
         re.I)),
     ("cuda_no_device", re.compile(
@@ -98,7 +102,8 @@ SIGNATURES: tuple[tuple[str, re.Pattern[str]], ...] = (
 
 # Any other CUDA error string, in PyTorch's wordings of several versions.
 _CUDA_ERROR = re.compile(
-    r"CUDA (?:driver )?error: (?P<msg>[^.(\n]+)"
+    # torch's "CUDA error: <string>", and kernel libraries' "CUDA Error: <string> (<code>)"
+    r"CUDA (?:driver )?[Ee]rror: (?P<msg>[^.(\n]+)"
     r"|cuda runtime error \((?P<code>\d+)\) : (?P<msg2>[^\n]+?)(?: at \S+)?$"
     r"|THCudaCheck FAIL file=\S+ line=\d+ error=(?P<code3>\d+) : (?P<msg3>.+)$"
     r"|cuDNN error: (?P<msg4>CUDNN_STATUS_\w+)"
@@ -130,7 +135,8 @@ _MEANING = {
     "cuda_invalid_device": "more local ranks (or a higher device index) than visible GPUs",
     "cuda_unsupported_arch": "the PyTorch build was compiled without this GPU's compute "
     "capability",
-    "driver_too_old": "the host driver supports an older CUDA than the one PyTorch was built for",
+    "driver_too_old": "the host driver supports an older CUDA than the one the program was built "
+    "with (PyTorch's CUDA, or the toolkit that compiled its PTX)",
     "fabric_manager": "on an NVSwitch host (HGX/DGX) this means nvidia-fabricmanager is not "
     "running, not finished, or not the driver's exact version",
     "driver_version_mismatch": "the user-space driver (libcuda) and the loaded kernel module "

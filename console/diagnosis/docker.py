@@ -154,6 +154,23 @@ def _first(lines: Sequence[Line], pattern: re.Pattern[str],
     return None
 
 
+def _first_wrapped(lines: Sequence[Line], pattern: re.Pattern[str], span: int = 3,
+                   ) -> tuple[list[Line], re.Match[str]] | None:
+    """:func:`_first` on single lines, else on runs of up to ``span`` consecutive lines
+    joined (with a space, then with nothing): a message hard-wrapped by a terminal, a
+    client's repr of the error or a report's width (``Bind for 0.0.0.0:8888`` / ``failed:
+    port is already allocated``). Returns the lines the match spans and the match."""
+    if (hit := _first(lines, pattern)) is not None:
+        return [hit[0]], hit[1]
+    for n in range(2, span + 1):  # the fewest lines first
+        for i in range(len(lines) - n + 1):
+            run = lines[i:i + n]
+            for sep in (" ", ""):
+                if m := pattern.search(sep.join(ln.text.strip() for ln in run)):
+                    return list(run), m
+    return None
+
+
 def _make(kind: str, summary: str, fix: str, evidence: Iterable[str],
           facts: dict[str, FactValue | None]) -> Diagnosis:
     return _diag(kind, summary, (), fix, evidence, facts)
@@ -263,6 +280,10 @@ _TOOLKIT_OTHER = re.compile(
     r"|failed to stat CDI host device \\?\"?(?P<node>[^\"\\\s:]+)"
     r"|exec: \\?\"(?P<bin>nvidia-container-runtime(?:-hook)?|nvidia-ctk)\\?\": "
     r"executable file not found"
+    # containerd / CRI-O configured with the NVIDIA runtime by its path, the binary absent
+    # (Go's os/exec: "fork/exec <path>: no such file or directory")
+    r"|fork/exec (?P<binpath>\S*/(?P<bin2>nvidia-container-runtime(?:-hook)?|nvidia-ctk)): "
+    r"no such file or directory"
     r"|nvidia-container-runtime-hook: (?P<msg>.+)"
     # crun (src/libcrun/container.c, run_hooks): "error executing hook `%s` (exit code: %d)",
     # inside podman's "OCI runtime error: crun: {"msg":"...","level":"error",...}" JSON record
@@ -341,6 +362,13 @@ def _toolkit(lines: Sequence[Line], image: str | None) -> Diagnosis | None:
         elif m["bin"]:
             what = f"the runtime hook binary {m['bin']} is not installed on the host"
             fix = "install nvidia-container-toolkit, then restart dockerd"
+        elif m["bin2"]:
+            what = (f"the container runtime is configured to run {m['binpath']}, which is not "
+                    "installed on the host (every container it starts fails, pod sandboxes "
+                    "too)")
+            fix = ("install nvidia-container-toolkit on the host, or set the runtime's default "
+                   "back to runc and use a RuntimeClass for GPU pods; then restart containerd "
+                   "/ dockerd")
         elif m["hook"] or m["num"]:
             if not (_NVIDIA_HOOK.search(ln.text) or any(
                     _NVIDIA_HOOK.search(x.text) for x in lines)):
@@ -650,9 +678,28 @@ _SHM = re.compile(r"/dev/shm|shared memory|\bshm\b|posix_fallocate|NCCL|</torch_
 _PATH = re.compile(r"(?:write|open|mkdir|create|copy)\s+(?P<path>/[^\s:]+)")
 
 
+# torch.save's zip writer when a write came back short (caffe2/serialize/inline_container.cc:
+# "PytorchStreamWriter failed writing file <name>: file write failed", and its check of the
+# archive's position, "unexpected pos <n> vs <m>"): the checkpoint's filesystem is full or
+# over quota, without the OS's "No space left on device" in the message.
+_CHECKPOINT_WRITE = re.compile(
+    r"PytorchStreamWriter failed writing file (?P<file>\S+?):? file write failed"
+    r"|\[enforce fail at inline_container\.cc:\d+\] \. unexpected pos \d+ vs \d+")
+
+
 def _disk_full(lines: Sequence[Line], image: str | None) -> Diagnosis | None:
     if (hit := _first(lines, _DISK_FULL, exclude=_SHM)) is None:
-        return None
+        if (saving := _first(lines, _CHECKPOINT_WRITE)) is None:
+            return None
+        at, said = saving
+        return _make(
+            "disk_full",
+            "torch.save could not write the checkpoint (PyTorch's zip writer: "
+            f"'{said.group(0)}'): a short write, almost always the filesystem it writes to is "
+            "full or over quota",
+            "free space (old checkpoints) or save to a larger volume, then check with `df -h "
+            "<checkpoint dir>` before resuming",
+            [at.raw], {"image": image, "file": said["file"]})
     ln, _m = hit
     path = m["path"] if (m := _PATH.search(ln.text)) else None
     pulling = re.search(r"register layer|extract|pull|tar file|overlay|/var/lib/docker",
@@ -743,10 +790,10 @@ _PORT = re.compile(
 
 
 def _port_in_use(lines: Sequence[Line], image: str | None) -> Diagnosis | None:
-    hit = _first(lines, _PORT)
+    hit = _first_wrapped(lines, _PORT)
     if hit is None:
         return None
-    ln, m = hit
+    spanned, m = hit
     port = int(next(p for p in (m["p1"], m["p2"], m["p3"], m["p4"], m["p5"]) if p))
     addr = next((a for a in (m["a1"], m["a2"], m["a3"], m["a4"], m["a5"]) if a), "")
     return _make(
@@ -756,7 +803,7 @@ def _port_in_use(lines: Sequence[Line], image: str | None) -> Diagnosis | None:
         "start",
         f"publish another host port (`-p <free>:<container port>`) or free {port} (`ss -ltnp "
         f"'sport = :{port}'`); `docker rm` the container that was created",
-        [ln.raw], {"port": port, "address": addr or None, "image": image})
+        [ln.raw for ln in spanned], {"port": port, "address": addr or None, "image": image})
 
 
 _PLATFORM = re.compile(
@@ -789,6 +836,10 @@ _CGROUP_OOM = re.compile(
     r"|oom-kill:.*constraint=CONSTRAINT_MEMCG.*?,task=(?P<comm2>[^,]+),pid=(?P<pid2>\d+)")
 _HOST_OOM = re.compile(
     r"(?<!cgroup )Out of memory: Kill(?:ed)? process (?P<pid>\d+) \((?P<comm>[^)]*)\)")
+# The first line of the kernel's OOM report (mm/oom_kill.c dump_header: "%s invoked
+# oom-killer: gfp_mask=%#x(%pGg), order=%d, oom_score_adj=%hd"), for a cgroup's limit or the
+# host's RAM alike; it names the process that allocated, not the one killed.
+_OOM_INVOKED = re.compile(r"\binvoked oom-killer: gfp_mask=")
 # docker inspect's State.OOMKilled, Kubernetes' "Reason: OOMKilled"; never "OOMKilled": false
 _OOM_FLAG = re.compile(r"\bOOMKilled\b(?!\"?\s*[:=]\s*false)", re.I)
 _EXIT_137 = re.compile(r"(?:exit(?:ed)?(?: with)?(?: code| status)?|Exited) \(?137\)?", re.I)
@@ -806,6 +857,9 @@ def oom_from_kernel(lines: Sequence[Line]) -> tuple[Line, int | None, str, str |
     for ln in lines:
         if m := _HOST_OOM.search(ln.text):
             return ln, int(m["pid"]), "host", m["comm"]
+    for ln in lines:
+        if _OOM_INVOKED.search(ln.text):
+            return ln, None, "host", None
     return None
 
 
@@ -828,7 +882,10 @@ def _oom(lines: Sequence[Line], image: str | None) -> Diagnosis | None:
         evidence.append(flag[0].raw)
     elif code is not None and limit is not None:
         evidence += [limit[0].raw, code[0].raw]
-    who = f"process {pid} ({comm})" if pid is not None else "the container's main process"
+    who = (f"process {pid} ({comm})" if pid is not None
+           else "a process (the kernel log shows the OOM killer invoked; its victim's line is "
+           "not in the text)" if kernel is not None
+           else "the container's main process")
     if scope == "host":
         summary = (f"the kernel OOM killer killed {who}: the host ran out of RAM (not GPU "
                    "memory)")
@@ -836,7 +893,8 @@ def _oom(lines: Sequence[Line], image: str | None) -> Diagnosis | None:
                "held in RAM per rank) or run on a host with more RAM")
     else:
         summary = (f"the container hit its memory limit and the cgroup OOM killer killed "
-                   f"{who} (OOMKilled; exit 137); host RAM, not GPU memory")
+                   f"{who}{' (OOMKilled; exit 137)' if pid is not None or flag or code else ''}; "
+                   "host RAM, not GPU memory")
         fix = ("raise the container's memory limit (docker run -m / the job's memory) or "
                "lower host memory use (fewer DataLoader workers, smaller batches in RAM)")
     return _make("oom_killed", summary, fix, evidence,

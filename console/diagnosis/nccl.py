@@ -584,6 +584,12 @@ _RESULT = re.compile(
     # file.cpp:127 value 5" (FastMoE), "NCCL error at f.cu:42 code 2", "... returned 3"
     r"|NCCL (?:[Ee]rror|failure) at \S+:\d+[ ,:]+(?:value|code|result|returned)[ =:]*"
     r"(?P<bare>[1-8])\b"
+    # another framework naming the NCCL call that failed and its ncclGetErrorString (Horovod
+    # under TensorFlow: "ncclCommInitRank failed: unhandled system error"; XLA: "NCCL
+    # operation ncclAllReduce(...) failed: unhandled cuda error")
+    r"|\bnccl[A-Z]\w*(?:\([^()]*\))? failed:?\s*(?P<what2>unhandled cuda error"
+    r"|unhandled system error|internal error|invalid argument|invalid usage"
+    r"|remote process exited or there was a network error)"
 )
 _LAST_ERROR = re.compile(r"Last error:\s*(?P<rest>.*)$")
 _SEQ_OF_WORK = re.compile(r"WorkNCCL\(SeqNum=(?P<seq>\d+)(?:, OpType=(?P<op>\w+))?")
@@ -592,8 +598,8 @@ _SEQ_OF_WORK = re.compile(r"WorkNCCL\(SeqNum=(?P<seq>\d+)(?:, OpType=(?P<op>\w+)
 def _code(m: re.Match[str]) -> int | None:
     if m["bare"]:
         return int(m["bare"])
-    if m["what"]:
-        return _STRING_CODES.get(m["what"])
+    if m["what"] or m["what2"]:
+        return _STRING_CODES.get(m["what"] or m["what2"])
     if m["name"]:
         return _CODES.get(m["name"])
     return None

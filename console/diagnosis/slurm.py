@@ -31,6 +31,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import replace
 
+from console.diagnosis.common import WRAPS
 from console.diagnosis.elastic import EXCEPTION_LINE
 from console.diagnosis.lines import Line
 from console.diagnosis.model import Consequence, Context, Diagnosis, FactValue
@@ -290,10 +291,11 @@ _PY_ERROR = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception)(?::|
 
 def _exception_above(lines: Sequence[Line], before: int) -> Line | None:
     """The last Python exception line (``RuntimeError: ...``) a task printed before srun's
-    first exit line, or None."""
+    first exit line, or None; also None when that exception only carries an error another
+    rule names (:data:`~console.diagnosis.common.WRAPS`: CUDA, NCCL, the store...)."""
     for ln in reversed(lines[:before]):
         if _PY_ERROR.match(ln.text.strip()):
-            return ln
+            return None if WRAPS.search(ln.text) else ln
     return None
 
 

@@ -40,6 +40,7 @@ import signal
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 
+from console.diagnosis.common import WRAPS as _WRAPS
 from console.diagnosis.common import join_ranks, not_a_failure, place_of, rank_and_place
 from console.diagnosis.elastic import EXCEPTION_LINE, ProcessFailure, signal_name
 from console.diagnosis.lines import Line
@@ -80,11 +81,52 @@ _SHM = re.compile(
 )
 
 
+_SHM_FIX = ("Restart the container with a larger --shm-size (e.g. 16g, or the job's shm_size) "
+            "or with --ipc=host (compose: shm_size / ipc: host); or use fewer DataLoader "
+            "workers")
+# A SIGBUS reported by a debugger, faulthandler or the shell ("Thread 7 "python" received
+# signal SIGBUS, Bus error." is gdb's; "Fatal Python error: Bus error"; "Bus error (core
+# dumped)"), and a frame or message in shared memory near it: NCCL's shm transport
+# (src/misc/shmutils.cc ncclShmOpen), shm_open, /dev/shm.
+_BUS = re.compile(r"received signal SIGBUS|Fatal Python error: Bus error"
+                  r"|\bBus error \(core dumped\)")
+_SHM_PLACE = re.compile(r"\bnccl\w*Shm\w*|\bshm_open\b|/dev/shm\b|\bshmOpen\b")
+# What says the process ran in a container: the words, or a torchelastic host that is a
+# container id (Docker sets the hostname to the first 12 hex digits of the id).
+_CONTAINER = re.compile(r"\bdocker\b|\bcontainer\b|\bpodman\b|\bkubectl\b|\bk8s\b"
+                        r"|\bkubernetes\b|\bpod\b", re.I)
+_CONTAINER_HOST = re.compile(r"^[0-9a-f]{12}$")
+
+
+def _in_container(ctx: Context, root: ProcessFailure) -> bool:
+    """Whether the failed worker ran in a container, as far as the text says."""
+    return bool(root.host and _CONTAINER_HOST.match(root.host)) or any(
+        _CONTAINER.search(ln.text) for ln in ctx.lines)  # not a collector's own prefix
+
+
 def _shm_exhausted(ctx: Context) -> Diagnosis | None:
-    """A DataLoader worker died of SIGBUS: the container's /dev/shm is too small."""
+    """A DataLoader worker died of SIGBUS: the container's /dev/shm is too small; or a
+    process got SIGBUS in shared memory (NCCL's shm transport, shm_open)."""
     hits = [ln for ln in ctx.lines if _SHM.search(ln.text)]
     if not hits:
-        return None
+        bus = next((ln for ln in ctx.lines if _BUS.search(ln.text)), None)
+        where = next((ln for ln in ctx.lines[bus.index:bus.index + 12]
+                      if _SHM_PLACE.search(ln.text)), None) if bus is not None else None
+        if bus is None or where is None:
+            return None
+        place = _SHM_PLACE.search(where.text)
+        assert place is not None
+        return _diag(
+            "shm_exhausted",
+            f"A process got SIGBUS (Bus error) in shared memory ({place.group(0)}): /dev/shm "
+            "ran out. The container's /dev/shm is too small (Docker's default is 64 MB); not "
+            "a GPU fault",
+            (bus.rank,) if bus.rank is not None else (),
+            _SHM_FIX,
+            [bus.raw, where.raw],
+            {"signal": "SIGBUS", "rank": bus.rank},
+            ctx.failure,
+        )
     pids: list[int] = []
     for ln in hits:
         m = _SHM.search(ln.text)
@@ -101,8 +143,7 @@ def _shm_exhausted(ctx: Context) -> Diagnosis | None:
         f"{who}{on} was killed by SIGBUS (Bus error): shared memory (/dev/shm) ran out. The "
         "container's /dev/shm is too small (Docker's default is 64 MB); not a GPU or NCCL fault",
         (rank,) if rank is not None else (),
-        "Restart the container with a larger --shm-size (e.g. 16g, or the job's shm_size) or "
-        "with --ipc=host (compose: shm_size / ipc: host); or use fewer DataLoader workers",
+        _SHM_FIX,
         [ln.raw for ln in hits],
         {"pids": tuple(dict.fromkeys(pids)), "signal": "SIGBUS", "rank": rank},
         ctx.failure,
@@ -886,6 +927,19 @@ def _signal(ctx: Context) -> Diagnosis | None:
             facts,
             failure,
         )
+    if root.signal == "SIGBUS" and _in_container(ctx, root):
+        return _diag(
+            "shm_exhausted",
+            f"{who} was killed by SIGBUS (exit code {root.exitcode}){at} in a container: a bus "
+            "error on shared memory, almost always /dev/shm too small (Docker's default is 64 "
+            "MiB; DataLoader workers and NCCL's shared-memory transport live there); the text "
+            f"does not show /dev/shm itself{also}",
+            ranks,
+            _SHM_FIX,
+            evidence,
+            facts,
+            failure,
+        )
     meaning, fix = _SIGNAL_HINTS.get(
         root.signal, ("a signal from outside or from native code", "Read the rank's own output")
     )
@@ -1071,7 +1125,7 @@ _OOM = re.compile(
     r"(?P<cg>Memory cgroup )?[Oo]ut of memory: Kill(?:ed)? process (?P<pid>\d+) \((?P<comm>[^)]*)\)"
     r"|oom-kill:constraint=(?P<constraint>\w+).*?\bpid=(?P<pid2>\d+)"
     r"|\"?OOMKilled\"?\s*[:=]?\s*true|\bReason:\s+OOMKilled\b"
-    r"|oom[-_]kill events?\b",
+    r"|oom[-_]kill events?\b|\binvoked oom-killer\b",
     re.I,
 )
 
@@ -1114,29 +1168,6 @@ def _oom_killed(ctx: Context) -> Diagnosis | None:
 # --------------------------------------------------------------------------------------------
 # A Python exception in a rank.
 
-# Exceptions that only wrap an error another rule names (CUDA, NCCL, the store), report a
-# peer's death, or the agent's own stop: never the root cause themselves.
-_WRAPS = re.compile(
-    r"Connection (?:closed|reset) by (?:remote )?peer|ChildFailedError|Broken pipe"
-    r"|Socket Timeout|NCCL communicator was aborted|Watchdog caught collective"
-    r"|SignalException|KeyboardInterrupt|ProcessExitedException|ProcessRaisedException"
-    r"|process \d+ terminated with"
-    r"|CUDA (?:driver )?error|CUDA out of memory|OutOfMemoryError|cuDNN error"
-    r"|no kernel image|NVIDIA driver|CUDA-capable|No CUDA GPUs|invalid device ordinal"
-    r"|CUDA driver initialization|system not yet initialized|CUDA unknown error"
-    r"|ncclUnhandledCudaError|ncclSystemError|ncclInternalError|ncclInvalidUsage|ncclRemoteError"
-    r"|unhandled (?:cuda|system) error|internal error|invalid usage|remote process exited"
-    r"|DistNetworkError|Rendezvous\w*Error|Address already in use|EADDRINUSE"
-    # a store wait that another rule names: the rendezvous' own keys (_elastic_store_wait), the
-    # clients that never joined (_rendezvous); a DistStoreError on other keys (the application's
-    # barrier with a vLLM server, the process group's store-based barrier) is the exception
-    r"|waiting for (?:clients|workers)"
-    r"|keys: \S*torchelastic/"
-    r"|host not found|Name or service not known|client socket has"
-    r"|DataLoader worker \(pid|Caught \w+ in DataLoader worker process"
-    r"|unable to (?:allocate shared memory|write to file </torch_)",
-    re.I,
-)
 
 
 # torch.multiprocessing.spawn's wrapper (spawn.py ``ProcessContext.join``): the parent raises
