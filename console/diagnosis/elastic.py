@@ -251,14 +251,20 @@ def parse_torchelastic_failure(text: str) -> TorchelasticFailure | None:
     The root cause is the entry under "Root Cause (first observed failure)" (not the first
     entry printed). A summary cut short (a missing last line or block) still parses: fields
     that were not printed are None. With several summaries (one per node of a multi-node
-    job) the one whose root cause happened first is returned. None when there is no summary.
+    job) the one whose root cause happened first is returned (in the same second, one whose
+    exception is not a peer's death). None when there is no summary.
     """
     summaries = parse_torchelastic_failures(text)
     if not summaries:
         return None
+    from console.diagnosis.common import WRAPS  # common imports this module
 
-    def when(s: TorchelasticFailure) -> str:
-        return (s.root_cause.time if s.root_cause else None) or "~"
+    def when(s: TorchelasticFailure) -> tuple[str, bool]:
+        # the agent prints the time to the second: at a tie, a root cause that only reports
+        # a peer's death (gloo's "Connection closed by peer", NCCL's abort) is not first
+        root = s.root_cause
+        wraps = bool(root and root.exception and WRAPS.search(root.exception))
+        return (root.time if root else None) or "~", wraps
 
     return min(summaries, key=when)
 

@@ -5,7 +5,8 @@ numbers, ISO or syslog timestamps, Kubernetes' CRI log format (``<RFC3339> stder
 compose (``trainer-1  | ``), ``kubectl logs --prefix`` (``[pod/name/container] ``), Slurm's
 ``srun --label`` (``3: ``), ``pdsh``/``clush`` (``gpu-node-01: ``), Open MPI's
 ``--tag-output`` (``[1,3]<stderr>:``), a relay's constant word prefix on most lines
-(``stderr: ``, ``out: ``, ``worker | ``, ``[worker-0] ``), Markdown quoting in an issue
+(``stderr: ``, ``out: ``, ``worker | ``, ``[worker-0] ``), gpuconsole's own ``logs`` tags
+(``[n0 r1] ``, ``[n1] ``), Markdown quoting in an issue
 (``> ``) and emphasis around a whole line (``**...**``, ``*...*``, ``__...__``, backticks),
 Ray's worker prefix (``(pid=N) ``, ``(RayWorker pid=N, ip=...) ``), ANSI colours,
 JSON records (Docker's json-file ``{"log": "...\\n"}``, torchelastic's error file
@@ -86,6 +87,9 @@ _PREFIXES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("ray", re.compile(
         r"^\((?P<src>(?:[A-Za-z_][\w.:-]* )?pid=\d+(?:, ip=[\w.:-]+)?|raylet(?:, ip=[\w.:-]+)?)\) ?"
         r"(?=\S|$)")),
+    # gpuconsole's own `logs`: "[n0 r1] " (node 0, global rank 1) or "[n1] " (node 1's
+    # torchrun agent or gang watcher; console/jobs/logs.py JobLogLine.tag)
+    ("gpuconsole", re.compile(r"^\[n(?P<src>\d+)(?: r(?P<rank>\d+))?\] ")),
     # srun --label: "3: " (task id)
     ("srun", re.compile(r"^(?P<src>\d{1,5}): ")),
     # Open MPI --tag-output: "[1,3]<stderr>:"

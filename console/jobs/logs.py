@@ -57,6 +57,10 @@ def tag_line(node: NodeRecord, line: LogLine) -> JobLogLine:
     if m:
         body = line.text[m.end():]
         prefix = m.group(0)
+        if body.startswith(prefix):
+            # PyTorch 2.x prefixes a rank's own error output with the same "[rankN]: "
+            # (torch.distributed's rank-prefixed logging): one tag is enough
+            body = body[len(prefix):].removeprefix(" ")
         if prefix in body:
             # torchrun's tee splits a worker's "\r" redraws into lines and glues the prefix of
             # the next (empty) segment onto a bar: "<bar>[rank0]:". Each inner prefix of the

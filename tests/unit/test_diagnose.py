@@ -364,3 +364,18 @@ def test_other_cuda_errors(text: str, kind: str) -> None:
     d = diagnosed(text)
     assert d.kind == kind
     assert len(d.ranks) == 1
+
+
+def test_same_second_summaries_prefer_the_failure_over_the_peer_that_saw_it() -> None:
+    """Two nodes' summaries stamped in the same second (rec-003, node 0's printed first here):
+    the root cause is the one whose exception is not a peer's death."""
+    corpus = Path(__file__).resolve().parents[1] / "data/diagnose/corpus/recorded"
+    lines = (corpus / "rec-003.txt").read_text().splitlines(keepends=True)
+    node0_first = "".join([ln for ln in lines if ln.startswith("[n0")]
+                          + [ln for ln in lines if ln.startswith("[n1")])
+    failure = parse_torchelastic_failure(node0_first)
+    assert failure is not None and failure.root_cause is not None
+    assert failure.root_cause.rank == 1
+    assert failure.root_cause.exception == "RuntimeError: injected failure on rank 1 at step 3"
+    d = diagnose(node0_first)
+    assert d is not None and (d.kind, d.ranks) == ("exception", (1,))

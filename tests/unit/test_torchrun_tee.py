@@ -45,3 +45,18 @@ def test_empty_line_before_a_plain_line_stays() -> None:
     for i, t in enumerate(["[rank0]:epoch 1", "[rank0]:", "[rank0]:epoch 2"]):
         buf.append(tag_line(node, LogLine(i, t)))
     assert [buf[i].plain for i in range(len(buf))] == ["epoch 1", "", "epoch 2"]
+
+
+def test_pytorch_own_rank_prefix_is_not_a_carriage_return() -> None:
+    """PyTorch 2.x prints a rank's error output with its own ``[rankN]: `` under torchrun's
+    tee prefix (recorded: rec-003, a real 2-node run): one tag, the line intact."""
+    node = NodeRecord("j", 1, "b", "c")
+    raw = ["[rank1]:[rank1]: Traceback (most recent call last):",
+           '[rank1]:[rank1]:   File "/workspace/train_ddp.py", line 184, in <module>',
+           "[rank1]:[rank1]: RuntimeError: injected failure on rank 1 at step 3"]
+    lines = [tag_line(node, LogLine(i, t)) for i, t in enumerate(raw)]
+    assert [(ln.rank, ln.text) for ln in lines] == [
+        (1, "Traceback (most recent call last):"),
+        (1, '  File "/workspace/train_ddp.py", line 184, in <module>'),
+        (1, "RuntimeError: injected failure on rank 1 at step 3"),
+    ]
