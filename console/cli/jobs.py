@@ -91,7 +91,8 @@ def parse_since(value: str) -> int:
 @click.option("--follow", "-f", is_flag=True, help="Keep following until the job ends.")
 @click.option("--node", "-n", type=int, help="Only this node rank.")
 @click.option("--since", help="Only lines newer than a duration (10m) or an ISO time.")
-@click.option("--tail", type=int, help="Only the last N lines.")
+@click.option("--tail", type=click.IntRange(min=0), metavar="N",
+              help="Only the last N lines of the merged log.")
 @click.option("--timestamps", "-t", is_flag=True, help="Show Docker's timestamps.")
 @click.pass_context
 def logs(ctx: click.Context, job_ref: str, follow: bool, node: int | None, since: str | None,
