@@ -79,7 +79,9 @@ class HostRow:
         missing_gpus: PCI bus ids seen on the host before but absent now.
         age_s: seconds since the last sample (from the ``now`` given to :func:`fleet_rows`),
             or ``None``.
-        source: ``nvml`` or ``nvidia-smi`` (where the sample came from), or ``None``.
+        source: ``nvml`` or ``nvidia-smi`` (where the GPU readings came from), or ``None``
+            before the first sample or while the driver does not answer (no readings: a
+            host without a driver is not "via nvidia-smi").
         xid_notes: Xid headlines of GPUs that have no row (lost from the sample, or a GSP
             message naming only the driver's GPU number): ``0000:b3:00.0: Xid 79 ...``.
     """
@@ -276,7 +278,8 @@ def _host_row(v: HostView, now: float | None) -> HostRow:
         mem_total_mib=_num(host["mem_total_mib"]) if host else None,
         gpu_count=None if s is None or s["state"] in DRIVER_DOWN_STATES else len(s["gpus"]),
         missing_gpus=tuple(v.missing_gpus()), age_s=max(age, 0.0) if age is not None else None,
-        source=s["source"] if s else None, xid_notes=_xid_notes(v),
+        source=s["source"] if s and s["state"] not in DRIVER_DOWN_STATES else None,
+        xid_notes=_xid_notes(v),
     )
 
 

@@ -10,9 +10,13 @@ Each line on stdout is one JSON object in the format of ``remote/telemetry/schem
 its stdin reaches end of file (the console keeps stdin open as the liveness link: a dropped SSH
 session closes it), after ``--count`` samples, or when stdout is closed.
 
-Exit status 3: NVML could not be loaded (``libnvidia-ml.so.1`` or ``pynvml.py`` missing); one
-sample with state ``nvml_unavailable`` is written first, and the console falls back to
-``nvidia-smi``. Status 2: bad arguments.
+Exit status 3: NVML could not be loaded (``libnvidia-ml.so.1`` or ``pynvml.py`` missing) but
+``nvidia-smi`` is on PATH; one sample with state ``nvml_unavailable`` is written first, and the
+console falls back to ``nvidia-smi``. When ``nvidia-smi`` is missing too, nothing could read the
+GPUs: the agent does not exit but streams host samples (CPU, memory, load; zero GPUs) every
+interval with state ``no_driver`` (``nvml_unavailable`` when the NVIDIA kernel module is loaded
+all the same), the NVML reason in ``state_detail`` (:meth:`Agent.without_nvidia_smi`). Status 2:
+bad arguments.
 
 Kernel log: every ``--kernel-log-every`` s (default 10, and at the first sample) the agent reads
 new ``NVRM:`` kernel messages (Xids) with ``journalctl -k`` or ``dmesg``, whichever this user may
@@ -188,8 +192,11 @@ def empty_sample(source: str, seq: int, host_time: float, interval_s: float) -> 
 # --------------------------------------------------------------------------------------------
 # NVML facts
 
-#: Exit status when NVML cannot be loaded (the console then falls back to nvidia-smi).
+#: Exit status when NVML cannot be loaded and nvidia-smi is on PATH (the console then falls
+#: back to nvidia-smi); without nvidia-smi the agent streams host samples instead.
 EXIT_NVML_UNAVAILABLE = 3
+#: Present while the NVIDIA kernel module is loaded (relative to the ``/proc`` root).
+NVIDIA_PROC_VERSION = "driver/nvidia/version"
 
 # NVML return codes (nvml.h; stable ABI). Used instead of pynvml's generated exception classes
 # so that any pynvml version (and the test stand-in) is classified the same way.
@@ -1013,6 +1020,8 @@ class Agent:
         self.state = "ok"
         self.state_detail: str | None = None
         self.initialized = False
+        #: NVML unusable and no nvidia-smi: host samples only (:meth:`without_nvidia_smi`)
+        self.smi_missing = False
         self.gpus: list[GpuState] = []
         self.versions: dict[str, Any] = {
             "driver_version": None, "cuda_version": None, "nvml_version": None,
@@ -1119,6 +1128,33 @@ class Agent:
     def _fail_init(self, state: str, detail: str) -> None:
         self.state, self.state_detail = state, detail
         self.initialized = False
+        if state == "nvml_unavailable" and self.smi_missing:
+            self._explain_missing_smi()
+
+    def without_nvidia_smi(self) -> None:
+        """NVML cannot be loaded and ``nvidia-smi`` is not on PATH either, so nothing can read
+        this host's GPUs: the agent streams host samples (zero GPUs) instead of exiting
+        :data:`EXIT_NVML_UNAVAILABLE`, and tries ``nvmlInit`` again every ``slow_every``
+        samples (a driver installed meanwhile is picked up).
+
+        State: ``no_driver`` ("no NVIDIA driver: nvidia-smi not found (NVML: <why>)", the
+        words the console's nvidia-smi fallback uses), or ``nvml_unavailable`` when the NVIDIA
+        kernel module is loaded all the same (``/proc/driver/nvidia/version`` exists: only
+        the driver's user-space part is missing)."""
+        self.smi_missing = True
+        if self.state == "nvml_unavailable":
+            self._explain_missing_smi()
+
+    def _explain_missing_smi(self) -> None:
+        nvml = self.state_detail or self.state
+        if os.path.exists(os.path.join(self.proc_root, NVIDIA_PROC_VERSION)):
+            self.state_detail = (
+                f"{nvml}; nvidia-smi not found either, although the NVIDIA kernel module is "
+                "loaded (/proc/driver/nvidia/version): the driver's user-space part "
+                "(libnvidia-ml.so.1, nvidia-smi) is missing")
+        else:
+            self.state = "no_driver"
+            self.state_detail = f"no NVIDIA driver: nvidia-smi not found (NVML: {nvml})"
 
     def _get_handle(self, g: GpuState) -> None:
         """``nvmlDeviceGetHandleByIndex``; GpuIsLost marks the GPU lost."""
@@ -1192,8 +1228,9 @@ class Agent:
         s = empty_sample("nvml", self.seq, round(now, 3), self.interval_s)
         s["state"], s["state_detail"] = self.state, self.state_detail
         slow_tick = self.seq > 0 and self.seq % self.slow_every == 0
-        if self.nv is not None and not self.initialized and self.state != "nvml_unavailable":
-            if slow_tick:  # driver unreachable / mismatch: try again now and then
+        if self.nv is not None and not self.initialized and (
+                self.state != "nvml_unavailable" or self.smi_missing):
+            if slow_tick:  # driver unreachable / mismatch / absent: try again now and then
                 self._init_nvml()
                 s["state"], s["state_detail"] = self.state, self.state_detail
         elif self.initialized and slow_tick:
@@ -1787,8 +1824,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = sys.stdout
     try:
         if agent.state == "nvml_unavailable":
-            emit(agent.sample(), out)
-            return EXIT_NVML_UNAVAILABLE
+            import shutil  # only here: start-up cost
+
+            if shutil.which("nvidia-smi") is not None:  # the console's fallback may read it
+                emit(agent.sample(), out)
+                return EXIT_NVML_UNAVAILABLE
+            agent.without_nvidia_smi()  # nothing else can: a host without GPUs, streaming
         # the first sample goes out as soon as NVML answers, so a console sees the whole
         # fleet at once (its CPU % and GPM deltas are null: no window yet); then one every
         # interval

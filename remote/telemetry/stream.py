@@ -16,10 +16,12 @@ interpreter is the one the agent linked as ``py`` in its folder on its first sta
 (``--link-python``), else ``python3`` from PATH: a PATH shim such as pyenv's (a shell script
 that starts several processes) is paid once per host and bundle, not once per connection.
 
-When the host has no ``python3`` (exit 127) or NVML cannot load (the agent exits
-:data:`AGENT_EXIT_NO_NVML` after one sample saying why), the stream falls back to
-``nvidia-smi --query-gpu=... -lms`` over the same connection, parsed into the same schema,
-with ``nvidia-smi --query-compute-apps`` run once per interval beside it for the processes.
+When the host has no ``python3`` (exit 127) or NVML cannot load while ``nvidia-smi`` is there
+(the agent exits :data:`AGENT_EXIT_NO_NVML` after one sample saying why), the stream falls back
+to ``nvidia-smi --query-gpu=... -lms`` over the same connection, parsed into the same schema,
+with ``nvidia-smi --query-compute-apps`` run once per interval beside it for the processes. A
+host with neither NVML nor ``nvidia-smi`` (no driver) keeps the agent: it streams host samples
+with zero GPUs and state ``no_driver`` every interval, never a fallback or a restart.
 """
 
 from __future__ import annotations
@@ -265,8 +267,13 @@ async def host_samples(
         try:
             async with aclosing(agent_samples(transport, interval, replay=replay)) as agent:
                 async for s in agent:
-                    if mode == "auto" and s["state"] == "nvml_unavailable":
-                        held = s  # the fallback decides the GPU state; keep the host record
+                    if held is not None:  # the agent streams on (no nvidia-smi): no fallback
+                        yield held
+                        held = None
+                    if mode == "auto" and s["state"] == "nvml_unavailable" and s["seq"] == 0:
+                        # it may exit AGENT_EXIT_NO_NVML next: then the fallback decides the
+                        # GPU state; keep the host record
+                        held = s
                         continue
                     yield s
             if held is not None:

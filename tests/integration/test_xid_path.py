@@ -95,8 +95,8 @@ async def test_agent_ships_new_xid_lines_once_over_ssh(cli: CLI, scratch: Path) 
 
 
 async def test_unprivileged_user_gets_a_reason(cli: CLI, scratch: Path) -> None:
-    """The real journalctl and dmesg of the host, run by uid 65534 (no NVML there: the agent
-    writes its one nvml_unavailable sample and exits 3, as on a host without a driver)."""
+    """The real journalctl and dmesg of the host, run by uid 65534 (no NVML and no nvidia-smi
+    there: the agent streams no_driver host samples, as on a host without a driver; one here)."""
     shutil.copy(REPO / "remote" / "agent" / "agent.py", scratch / "agent.py")
     os.chmod(scratch / "agent.py", 0o644)
     session = Session(load_profile_file(cli.profile))
@@ -109,9 +109,9 @@ async def test_unprivileged_user_gets_a_reason(cli: CLI, scratch: Path) -> None:
                            "--no-stdin-watch", "--pynvml-dir", str(scratch)], timeout=60)
     finally:
         await session.close()
-    assert res.returncode == 3, res.stderr
+    assert res.returncode == 0, res.stderr
     s = read_sample(json.loads(res.stdout.splitlines()[0]))
-    assert s["state"] == "nvml_unavailable"
+    assert s["state"] == "no_driver"
     if restrict == "1":  # dmesg refused to users without CAP_SYSLOG
         assert s["kernel_log"] is None
         why = s["errors"]["kernel_log"]

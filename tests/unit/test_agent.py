@@ -3,7 +3,8 @@
 The agent runs against ``remote/agent/fake_nvml.py`` (FakeNVML, a stand-in for pynvml driven by
 a scenario): in process (``Agent(FakeNVML(scenario))``) to check exact values, and as a real
 subprocess (``--pynvml-dir`` pointing at a ``pynvml.py`` shim that becomes the fake) to check
-the process contract: one JSON line per interval, exit on stdin EOF, exit status 3 without NVML.
+the process contract: one JSON line per interval, exit on stdin EOF, exit status 3 without NVML
+where nvidia-smi exists (without either: tests/unit/test_agent_no_driver.py).
 
 The traces under tests/data/traces/ were recorded on 2 H200s (driver 580, NVML through the
 repo's nvidia-ml-py) by scripts/device/record_traces.sh: the agent's lines idle and with a bf16
@@ -583,6 +584,16 @@ def run_env(tmp_path: Path, sc: dict[str, Any]) -> dict[str, str]:
     return dict(os.environ, FAKE_NVML_SCENARIO=str(tmp_path / "scenario.json"))
 
 
+def with_fake_nvidia_smi(tmp_path: Path, env: dict[str, str]) -> dict[str, str]:
+    """``env`` with a stand-in ``nvidia-smi`` first on PATH (only its presence matters: the
+    agent hands a host without NVML over to the console's nvidia-smi fallback)."""
+    bin_dir = tmp_path / "fake-smi-bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text("#!/bin/sh\nexit 9\n")
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    return dict(env, PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', os.defpath)}")
+
+
 def test_process_exits_when_stdin_closes(tmp_path: Path) -> None:
     env = run_env(tmp_path, scenario_two_gpus())
     proc = subprocess.Popen(
@@ -606,7 +617,7 @@ def test_process_exits_when_stdin_closes(tmp_path: Path) -> None:
 
 
 def test_process_library_not_found_exits_3_after_one_line(tmp_path: Path) -> None:
-    env = run_env(tmp_path, {"init_error": "LibraryNotFound"})
+    env = with_fake_nvidia_smi(tmp_path, run_env(tmp_path, {"init_error": "LibraryNotFound"}))
     out = subprocess.run(
         [sys.executable, str(AGENT_PY), "--pynvml-dir", str(tmp_path)],
         input=b"", capture_output=True, env=env, timeout=30,
@@ -628,6 +639,7 @@ def test_real_pynvml_without_driver_exits_3(tmp_path: Path) -> None:
     (work / "agent.py").write_bytes(AGENT_PY.read_bytes())
     (work / "pynvml.py").write_bytes(Path(pynvml.__file__).read_bytes())
     out = subprocess.run([sys.executable, "agent.py", "--interval", "1.0"], cwd=work,
+                         env=with_fake_nvidia_smi(tmp_path, dict(os.environ)),
                          stdin=subprocess.PIPE, capture_output=True, timeout=30)
     assert out.returncode == 3
     s = json.loads(out.stdout)
