@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from remote.errors import GpuConsoleError
+from remote.errors import (
+    AuthenticationFailed,
+    GpuConsoleError,
+    HostKeyUnknown,
+    TransportError,
+)
 
 __all__ = [
     "ConfigError",
@@ -12,6 +17,7 @@ __all__ = [
     "JobNotFound",
     "PlanError",
     "UsageError",
+    "host_reason",
 ]
 
 
@@ -60,3 +66,17 @@ class JobNameInUse(JobError):
 class UsageError(GpuConsoleError):
     """A flag or argument names something that does not exist (``--node 9``): bad input,
     exit status 2. The message starts with the flag."""
+
+
+def host_reason(e: GpuConsoleError, *, named: bool = True) -> str:
+    """Why a host could not be asked, as one line for a listing or a fleet row.
+
+    ``named=False`` drops the ``host NAME:`` a :class:`~remote.errors.TransportError` starts
+    with (the row or line already names the host). An untrusted host key or a refused login
+    carries its fix (``ssh-keyscan ...``, ``accept_new_host_keys``; the key or user to check),
+    which a person cannot guess from the reason alone.
+    """
+    text = e.detail if not named and isinstance(e, TransportError) else e.message
+    if isinstance(e, (HostKeyUnknown, AuthenticationFailed)) and e.hint:
+        text += f"; fix: {e.hint}"
+    return text

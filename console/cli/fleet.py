@@ -96,7 +96,8 @@ def missing_hosts(state: FleetState, timeout: float,
         if v.sample is not None:
             continue
         if v.status == "down":
-            lines.append(f"host {v.name}: down: {v.error or 'unreachable'}")
+            why = (v.error or "unreachable").removeprefix(f"host {v.name}: ")
+            lines.append(f"host {v.name}: down: {why}")
         else:
             phase = (phases or {}).get(v.name)
             step = f" ({phase})" if phase and phase != v.status else ""
@@ -175,11 +176,16 @@ def raise_if_missing(state: FleetState, timeout: float,
     for line in lines:
         err(line)
     names = [v.name for v in state.hosts.values() if v.sample is None]
-    raise JobError(
-        f"{len(names)} of {len(state.hosts)} hosts gave no sample within {timeout:g} s: "
-        f"{', '.join(names)}",
-        "see each host's state above; `-v` shows the connection steps; a slow host may "
-        "need a longer --timeout")
+    late = [v.name for v in state.hosts.values() if v.sample is None and v.status != "down"]
+    if late:
+        raise JobError(
+            f"{len(names)} of {len(state.hosts)} hosts gave no sample within {timeout:g} s: "
+            f"{', '.join(names)}",
+            "see each host's state above; `-v` shows the connection steps; a slow host may "
+            "need a longer --timeout")
+    raise JobError(  # every one failed at once: waiting longer would not help
+        f"{len(names)} of {len(state.hosts)} hosts gave no sample: {', '.join(names)} (down)",
+        "see each host's reason above; `-v` shows the connection steps")
 
 
 async def _top(ctx: click.Context, once: bool, as_json: bool, interval: float,

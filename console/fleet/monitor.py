@@ -37,6 +37,7 @@ from contextlib import aclosing
 from pathlib import Path
 from typing import IO
 
+from console.errors import host_reason
 from console.fleet.state import ContainerJob, FleetState
 from console.jobs.labels import K_JOB_ID, NodeLabels
 from console.session import Session
@@ -218,7 +219,7 @@ class FleetMonitor:
                     continue
                 reason = "telemetry stream ended"
             except GpuConsoleError as e:
-                reason = e.message
+                reason = host_reason(e, named=False)
             except AgentExited as e:
                 reason = (f"host {host}: telemetry agent exited ({e.detail or e.returncode})"
                           + ("; NVML is not usable there: use --source auto or smi"

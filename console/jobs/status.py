@@ -42,6 +42,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from console.errors import host_reason
 from console.jobs.labels import (
     ERROR_FILE,
     HOST_ERROR_FILE,
@@ -786,7 +787,7 @@ async def list_fleet(
                     infos += await engine.list(labels, detail=detail, runtime="docker")
             except GpuConsoleError as e:
                 log.debug("[%s] cannot list containers: %s", h.host, e)
-                h.status, h.reason = HOST_FAILED, e.message
+                h.status, h.reason = HOST_FAILED, host_reason(e)
             else:
                 h.status, h.containers = HOST_ANSWERED, infos
             h.phase = "done"
