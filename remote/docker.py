@@ -325,12 +325,23 @@ def gpu_devices_of(attrs: Mapping[str, Any]) -> str | None:
     return "none"
 
 
+def _docker_size(n: int) -> str:
+    """Bytes as ``docker run``'s size flags take them: the largest unit that divides them
+    exactly (``1g``, ``1536m``, ``64k``; ``b`` for bytes)."""
+    for unit, size in (("g", 1 << 30), ("m", 1 << 20), ("k", 1 << 10)):
+        if n % size == 0:
+            return f"{n // size}{unit}"
+    return f"{n}b"
+
+
 def spec_from_attrs(attrs: Mapping[str, Any], secret_env: frozenset[str] = frozenset(),
-                    image_env: Sequence[str] = ()) -> ContainerSpec:
+                    image_env: Sequence[str] = (),
+                    image_labels: Mapping[str, str] | None = None) -> ContainerSpec:
     """Rebuild a :class:`ContainerSpec` from ``docker inspect`` JSON (the fields gpuconsole
     sets: name, image, command, env, labels, GPUs, shm/ipc, binds, capabilities, privileges,
     network, workdir, user). ``image_env`` (the image's ``KEY=value`` list) is left out of
-    the environment."""
+    the environment and ``image_labels`` (the image's ``Config.Labels``, which Docker copies
+    into every container's) out of the labels, unless the run set another value."""
     cfg = attrs.get("Config") or {}
     host = attrs.get("HostConfig") or {}
     env: dict[str, str] = {}
@@ -357,9 +368,10 @@ def spec_from_attrs(attrs: Mapping[str, Any], secret_env: frozenset[str] = froze
         command=[str(c) for c in command],
         env=env,
         secret_env=secret_env,
-        labels=dict(cfg.get("Labels") or {}),
+        labels={k: v for k, v in (cfg.get("Labels") or {}).items()
+                if (image_labels or {}).get(k) != v},
         gpu_device_ids=tuple(gpus),
-        shm_size=f"{int(shm) // (1 << 20)}m" if isinstance(shm, int) and shm else None,
+        shm_size=_docker_size(int(shm)) if isinstance(shm, int) and shm else None,
         ipc_mode="host" if ipc == "host" else None,
         binds=tuple(binds),
         cap_add=tuple(host.get("CapAdd") or ()),
@@ -610,9 +622,11 @@ class Engine:
             try:  # the image's own environment (PATH, ...) is not part of the run line
                 image = c.api.inspect_image(attrs["Image"])  # type: ignore[no-untyped-call]
                 image_env = (image.get("Config") or {}).get("Env")
+                image_labels = (image.get("Config") or {}).get("Labels")
             except docker.errors.APIError:
-                image_env = None
-            return spec_from_attrs(attrs, frozenset(secret_env), image_env or ())
+                image_env = image_labels = None
+            return spec_from_attrs(attrs, frozenset(secret_env), image_env or (),
+                                   image_labels or {})
 
         return await self.call(get)
 

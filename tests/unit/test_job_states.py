@@ -233,3 +233,21 @@ def test_job_ids_read_from_hosts_must_have_gpuconsoles_shape() -> None:
         NodeLabels.parse(labels)
     with pytest.raises(ValueError):
         Store.log_path(Store.__new__(Store), "../x", 0)
+
+
+def test_run_line_read_back_is_the_one_that_ran() -> None:
+    """``describe``'s ``docker run``: the image's own labels (Docker copies them into every
+    container) are not shown as the run's, and --shm-size reads as it was given."""
+    attrs = {"Name": "/n", "Config": {
+        "Image": "img", "Cmd": ["x"],
+        "Labels": {"org.opencontainers.image.title": "torch (CPU)", "io.gpuconsole.job-id": "j",
+                   "overridden": "by the run"}},
+        "HostConfig": {"ShmSize": 1 << 30}}
+    back = spec_from_attrs(attrs, image_labels={"org.opencontainers.image.title": "torch (CPU)",
+                                                "overridden": "in the image"})
+    assert back.labels == {"io.gpuconsole.job-id": "j", "overridden": "by the run"}
+    assert back.shm_size == "1g"
+    sizes = {1536 << 20: "1536m", 64 << 10: "64k", 1000: "1000b"}
+    for n, said in sizes.items():
+        attrs["HostConfig"] = {"ShmSize": n}
+        assert spec_from_attrs(attrs).shm_size == said
