@@ -307,6 +307,8 @@ def validate_spec(
         spec = JobSpec.model_validate(data)
     except ValidationError as e:
         problems = validation_errors(e, JobSpec, source, lines)
+        problems += _files_beside(e, data, source, base_dir, lines, flags, flag_names)
+        problems.sort(key=lambda p: p.line if p.line is not None else 0)
         raise combine([_flag_blamed(p, flags, flag_names) for p in problems]) from e
     problems = []
     try:
@@ -320,6 +322,22 @@ def validate_spec(
     if problems:
         raise combine([_flag_blamed(p, flags, flag_names) for p in problems])
     return loaded
+
+
+def _files_beside(
+    e: ValidationError, data: dict[str, Any], source: str, base_dir: Path, lines: Lines,
+    flags: frozenset[str], flag_names: Mapping[str, str] | None,
+) -> list[ConfigError]:
+    """The workdir / script problems of a spec whose other fields failed validation, when
+    ``kind``, ``workdir`` and ``script`` themselves are valid: every problem of the file is
+    reported at once, not the files only after the fields are fixed."""
+    if any(err["loc"] and err["loc"][0] in ("kind", "workdir", "script") for err in e.errors()):
+        return []
+    known = {k: data[k] for k in ("kind", "workdir", "script") if k in data}
+    partial = JobSpec.model_construct(**known)
+    loaded = LoadedSpec(partial, source, base_dir, {}, frozenset(), lines, flags,
+                        dict(flag_names or {}))
+    return _workdir_problems(loaded)
 
 
 def _kind_problems(loaded: LoadedSpec) -> list[ConfigError]:

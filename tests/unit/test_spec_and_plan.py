@@ -366,3 +366,20 @@ def test_yaml_guards(tmp_path: Path) -> None:
     ok = "a: " + "[" * (MAX_DEPTH - 1) + "]" * (MAX_DEPTH - 1) + "\nON: 1\nb: &x {c: 1}\nd: *x\n"
     data, _ = parse_yaml(ok, "f.yaml")
     assert data["ON"] == 1 and data["d"] == {"c": 1}  # plain keys are names, not booleans
+
+
+def test_file_problems_come_with_field_problems(tmp_path: Path) -> None:
+    """A script that leaves the workdir is reported together with bad fields, in file
+    order, not only once the fields are fixed."""
+    p = write(tmp_path, f"name: demo\nscript: ../escape.py\nworkdir: {EXAMPLES}\nnodes: 0\n")
+    with pytest.raises(ConfigError) as e:
+        load_spec(p)
+    said = [(q.line, q.field) for q in getattr(e.value, "problems", (e.value,))]
+    assert said == [(2, "script"), (4, "nodes")]
+    assert "'../escape.py' leaves the workdir" in str(e.value)
+    # a bad script field itself: only its own problem, no guess at the file
+    p = write(tmp_path, f"name: demo\nscript: [a, b]\nworkdir: {EXAMPLES}\nnodes: 0\n")
+    with pytest.raises(ConfigError) as e:
+        load_spec(p)
+    said = [(q.line, q.field) for q in getattr(e.value, "problems", (e.value,))]
+    assert [f for _, f in said if f and f.startswith("script")] and (4, "nodes") in said
