@@ -45,10 +45,17 @@ class JobLogLine:
     text: str
 
     def tag(self) -> str:
-        """``[n0 r1]`` or ``[n0]``."""
-        if self.rank is None:
-            return f"[n{self.node_rank}]"
-        return f"[n{self.node_rank} r{self.rank}]"
+        """``[n0 r1]`` or ``[n0]`` (:func:`line_tag`)."""
+        return line_tag(self.node_rank, self.rank)
+
+
+def line_tag(node_rank: int, rank: int | None) -> str:
+    """How a line is tagged, in ``logs`` and the console's log panes alike: ``[n0 r1]`` (node
+    0, torchrun's global rank 1) or ``[n0]`` for a line of the node itself (torchrun, the gang
+    watcher)."""
+    if rank is None:
+        return f"[n{node_rank}]"
+    return f"[n{node_rank} r{rank}]"
 
 
 def tag_line(node: NodeRecord, line: LogLine) -> JobLogLine:

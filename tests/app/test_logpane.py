@@ -639,8 +639,8 @@ async def test_two_panes_side_by_side_zoom_and_tab() -> None:
         assert (p0.region.x, p0.region.width) == (0, 60)
         assert (p1.region.x, p1.region.width) == (60, 60)
         assert p0.region.y == p1.region.y == 0
-        assert pane_rows(app, p0)[:2] == ["r0 n0 line 0", "r0 n0 line 1"]
-        assert pane_rows(app, p1)[:2] == ["r0 n1 line 0", "r0 n1 line 1"]
+        assert pane_rows(app, p0)[:2] == ["[n0 r0] n0 line 0", "[n0 r0] n0 line 1"]
+        assert pane_rows(app, p1)[:2] == ["[n1 r0] n1 line 0", "[n1 r0] n1 line 1"]
         assert app.focused is p0
         await pilot.press("tab")
         assert app.focused is p1
@@ -680,12 +680,13 @@ async def test_four_and_eight_panes_tile() -> None:
         added = panes.add_pane("node 3 · host-3", buf)
         await pilot.pause()
         assert (added.region.x, added.region.y) == (60, 17)
-        assert pane_rows(app, added)[0] == "r0 n3 line 0"
+        assert pane_rows(app, added)[0] == "[n3 r0] n3 line 0"
         # a reconnecting node keeps its pane: more lines into the same buffer
         fill(buf, ["n3 line 0", "n3 line 1"], node=3)
         panes.notify_appended()
         await settle(pilot, panes)
-        assert pane_rows(app, added)[:3] == ["r0 n3 line 0", "r0 n3 line 0", "r0 n3 line 1"]
+        assert pane_rows(app, added)[:3] == ["[n3 r0] n3 line 0", "[n3 r0] n3 line 0",
+                                               "[n3 r0] n3 line 1"]
     app = PanesApp(node_buffers(8))
     async with app.run_test(size=SIZE) as pilot:
         panes = app.query_one(LogPanes)
@@ -726,17 +727,18 @@ async def test_merged_pane_shows_tags() -> None:
         await pilot.pause()
         assert panes.merged_pane is not None
         assert not panes.merged_pane.parent.display  # type: ignore[union-attr]
-        # a node pane tags each line with its rank (r- for torchrun's own lines)
-        assert pane_rows(app, panes.panes[1])[:2] == ["r3 hello from rank 3", "r- torchrun itself"]
+        # a node pane tags each line as `logs` does ([n1] for torchrun's own lines)
+        assert pane_rows(app, panes.panes[1])[:2] == ["[n1 r3] hello from rank 3",
+                                                      "[n1] torchrun itself"]
         await pilot.press("a")
         await pilot.pause()
         mp = panes.merged_pane
         assert panes.merged_shown and app.focused is mp
         assert mp.region.width == 120
         assert pane_rows(app, mp)[:3] == [
-            "[0:0] hello from rank 0", "[1:3] hello from rank 3", "[1] torchrun itself"]
+            "[n0 r0] hello from rank 0", "[n1 r3] hello from rank 3", "[n1] torchrun itself"]
         tag_color = mp.get_component_rich_style("logpane--tag").color
-        tag_styles = [s for t, s in segments_on_screen(app) if t.startswith("[1:3]")]
+        tag_styles = [s for t, s in segments_on_screen(app) if t.startswith("[n1 r3]")]
         assert tag_styles and all(s is not None and s.color == tag_color for s in tag_styles)
         await pilot.press("a")
         await pilot.pause()

@@ -25,8 +25,8 @@ def plains(buf: LogBuffer) -> list[str]:
 
 
 def test_tag() -> None:
-    assert DisplayLine(1, 0, 1, 0, "x", "x").tag() == "[0:1]"
-    assert DisplayLine(1, 2, None, 0, "x", "x").tag() == "[2]"
+    assert DisplayLine(1, 0, 1, 0, "x", "x").tag() == "[n0 r1]"  # as `logs` tags them
+    assert DisplayLine(1, 2, None, 0, "x", "x").tag() == "[n2]"
 
 
 def test_append_counts_and_fields() -> None:

@@ -2,10 +2,10 @@
 
 Lines come from the service's follow of the job (:meth:`console.service.Service.start_follow`)
 as :class:`console.app.app.LogLinesArrived` batches, forwarded here by the app. Each line goes
-to its node's buffer, its rank's buffer and the merged buffer (all bounded); the panes render
-only their visible rows. A node that reconnects continues in the same pane: the service's
-follow resumes from its cursor, so nothing is lost or repeated. A removed job is read from the
-local archive.
+to its node's buffer, its rank's buffer and the merged buffer (all bounded; the merged one
+keeps time order, as ``logs`` does); the panes render only their visible rows. A node that
+reconnects continues in the same pane: the service's follow resumes from its cursor, so
+nothing is lost or repeated. A removed job is read from the local archive.
 """
 
 from __future__ import annotations
@@ -90,7 +90,9 @@ class LogsScreen(Screen[None]):
         self.by_node: dict[int, LogBuffer] = {
             n.node_rank: LogBuffer(buffer_lines, node=n.node_rank) for n in job.nodes}
         self.by_rank: dict[tuple[int, int], LogBuffer] = {}
-        self.merged = LogBuffer(buffer_lines)
+        # the "all ranks" view: in time order as `logs` prints it, whichever node's batch
+        # comes first (a node's whole tail, a slower node's lines, arrive after the others')
+        self.merged = LogBuffer(buffer_lines, ordered=True)
         self.split_ranks = False
         self.follow_state: dict[int, str] = {}
         self.lines_taken = 0

@@ -8,7 +8,11 @@ and formats just those lines (ANSI SGR through ``rich.text.Text.from_ansi``), so
 
 Absolute position of buffer line ``i`` = ``buffer.total - len(buffer) + i``: it never changes
 while the line is kept (eviction and ``clear`` only move the front), so the view survives
-appends, evictions and in-place progress-bar replacements with incremental updates.
+appends, evictions and in-place progress-bar replacements with incremental updates. In an
+ordered buffer (the merged pane's) a late line merged into place moves the lines after it:
+the pane settles the buffer when it syncs and re-reads the view from the lowest position
+that moved (:meth:`~console.jobs.logbuffer.LogBuffer.rewritten_since`); between syncs it
+reads the buffer as it stood then (``peek``), so no repaint sees lines move under the view.
 
 Updates are coalesced: the owner calls :meth:`LogPane.notify_appended` after appending (as
 often as it likes); the pane syncs with the buffer at most every :data:`REFRESH_INTERVAL_S`.
@@ -66,6 +70,7 @@ RESCAN_TAIL = 256
 may change whether it passes the filter, or its wrapped height."""
 
 _TS_WIDTH = len("HH:MM:SS.mmm ")
+_TAG_WIDTH = len("[n000 r0000] ")  # room the canvas leaves for a line's tag
 _CONTROL = str.maketrans({c: "\ufffd" for c in [*range(0, 9), *range(11, 27), *range(28, 32), 127]})
 
 PromptKind = Literal["search", "filter"]
@@ -155,7 +160,7 @@ class LogPane(ScrollView, can_focus=True):
         buffer: the lines to show; the owner appends to it and then calls
             :meth:`notify_appended`. It may keep doing so across reconnects.
         title: shown in the border, e.g. ``"node 0 · host-a"``.
-        merged: prefix every line with its dimmed ``[node:rank]`` tag (the all-ranks pane).
+        merged: prefix every line with its dimmed ``[n0 r1]`` tag (the all-ranks pane).
 
     Public state (read-only): :attr:`following`, :attr:`new_lines`, :attr:`line_count`,
     :attr:`row_count`, :attr:`wrap`, :attr:`timestamps`, :attr:`search_term`,
@@ -337,7 +342,7 @@ class LogPane(ScrollView, can_focus=True):
         sideways)."""
         if self._wrap:
             return 0
-        prefix = (_TS_WIDTH if self._timestamps else 0) + (8 if self.merged else 4)
+        prefix = (_TS_WIDTH if self._timestamps else 0) + (_TAG_WIDTH if self._tagged() else 4)
         return min(self._max_width, MAX_RENDER_CHARS) + prefix
 
     @property
@@ -411,10 +416,8 @@ class LogPane(ScrollView, can_focus=True):
         return self.buffer.total - len(self.buffer)
 
     def _line(self, a: int) -> DisplayLine | None:
-        i = a - self._base()
-        if 0 <= i < len(self.buffer):
-            return self.buffer[i]
-        return None
+        """Line at absolute position ``a`` as of the last sync (see the module docstring)."""
+        return self.buffer.peek(a - self._base())
 
     def _plain(self, a: int) -> str:
         line = self._line(a)
@@ -426,14 +429,15 @@ class LogPane(ScrollView, can_focus=True):
             return True
         return (needle in line.plain.lower()) != invert
 
+    def _tagged(self) -> bool:
+        """Lines carry their tag: in the merged pane and in a node's pane, not in a rank's."""
+        return self.merged or (self.buffer.node is not None and self.buffer.rank is None)
+
     def _tag(self, line: DisplayLine) -> str:
-        """The dimmed prefix: ``[node:rank]`` in the merged pane; ``r<rank>`` in a node pane
-        (``r-`` for torchrun's own lines); nothing in a rank pane."""
-        if self.merged:
-            return line.tag()
-        if self.buffer.node is not None and self.buffer.rank is None:
-            return f"r{line.rank}" if line.rank is not None else "r-"
-        return ""
+        """The dimmed prefix: the line's tag as ``logs`` prints it (``[n0 r1]``, ``[n0]`` for
+        the node's own lines: torchrun's, the gang watcher's; :func:`~console.jobs.logs
+        .line_tag`) in the merged and node panes; nothing in a rank pane."""
+        return line.tag() if self._tagged() else ""
 
     def _prefix_width(self, line: DisplayLine) -> int:
         width = _TS_WIDTH if self._timestamps else 0
@@ -453,11 +457,16 @@ class LogPane(ScrollView, can_focus=True):
     def _sync(self) -> None:
         """Bring the view up to date with the buffer (incrementally) and repaint."""
         buf = self.buffer
+        top_before = self._top_line()
+        # lines a merge of late lines may move: find them again by their seq afterwards
+        marks = {a: line.seq for a in (top_before, self._cursor)
+                 if a is not None and (line := self._line(a)) is not None}
+        buf.settle()
         if buf.version == self._synced_version:
             return
         self.syncs += 1
-        top_before = self._top_line()
         base, end = self._base(), buf.total
+        moved = buf.rewritten_since(self._synced_version)
         view = self._view
         # evicted (or cleared) lines leave the front of the view
         gone = bisect.bisect_left(view, base)
@@ -469,6 +478,8 @@ class LogPane(ScrollView, can_focus=True):
             del view[:gone]
         # re-check the tail (in-place replacements), then add the new lines
         start = max(base, self._synced_end - RESCAN_TAIL)
+        if moved is not None:
+            start = max(base, min(start, moved))
         cut = bisect.bisect_left(view, start)
         del view[cut:]
         if self._rows is not None:
@@ -489,13 +500,32 @@ class LogPane(ScrollView, can_focus=True):
             a += 1
         self._max_width = widest
         self._synced_version, self._synced_base, self._synced_end = buf.version, base, end
+        if moved is not None and any(a >= moved for a in marks):
+            # late lines landed before the top line or the cursor: keep them on the same line
+            found = self._find_seqs(set(marks.values()), moved)
+            new = {a: found.get(seq) for a, seq in marks.items()}
+            if self._cursor is not None and self._cursor >= moved:
+                self._cursor = new.get(self._cursor)
+            if top_before is not None and top_before >= moved and new.get(top_before) is not None:
+                self._after_view_change(new[top_before], None)
+                return
         self._after_view_change(top_before, removed_rows)
+
+    def _find_seqs(self, seqs: set[int], start: int) -> dict[int, int]:
+        """Absolute positions (at or after ``start``) of the lines with these ``seq`` s."""
+        base = self._base()
+        found: dict[int, int] = {}
+        for a, row in enumerate(self.buffer.rows(start - base, len(self.buffer)), start):
+            if row[0] in seqs:
+                found[row[0]] = a
+        return found
 
     def _rebuild(self, *, measure: bool = False) -> None:
         """Recompute the view from scratch (first sync, or the filter changed); ``measure``
         also recomputes the widest line (O(lines), about 0.2 s for 100,000)."""
         top_before = self._top_line()
         buf = self.buffer
+        buf.settle()
         base = self._base()
         self._view = [base + i for i in range(len(buf)) if self._passes(buf[i])]
         if measure:
@@ -925,12 +955,14 @@ class LogPane(ScrollView, can_focus=True):
 
     def error_next(self) -> bool:
         """Go to the next error-like line (``logtext.is_error_like``), wrapping around."""
+        self._sync()
         base = self._base()
         errors = {base + i for i in self.buffer.errors()}
         return self._step(+1, errors.__contains__)
 
     def error_prev(self) -> bool:
         """Go to the previous error-like line, wrapping around."""
+        self._sync()
         base = self._base()
         errors = {base + i for i in self.buffer.errors()}
         return self._step(-1, errors.__contains__)

@@ -1,7 +1,8 @@
 """Tiled log panes of a job: one per node, plus an optional merged "all ranks" pane.
 
 The owner creates one :class:`~console.jobs.logbuffer.LogBuffer` per node (``node=`` filter)
-and, if it wants the merged view, one more without a filter; it appends every
+and, if it wants the merged view, one more without a filter (``ordered=True``: in time
+order, as ``logs`` prints it); it appends every
 :class:`~console.jobs.logs.JobLogLine` to each buffer that :meth:`accepts` it and then calls
 :meth:`LogPanes.notify_appended`. A node that reconnects keeps its buffer, hence its pane.
 """
@@ -61,7 +62,7 @@ class LogPanes(Widget):
 
     Args:
         panes: (title, buffer) per node, in order.
-        merged: the buffer of the merged "all ranks" view (lines tagged ``[node:rank]``),
+        merged: the buffer of the merged "all ranks" view (lines tagged ``[n0 r1]``),
             or ``None`` (``a`` then only rings the bell); :meth:`set_merged` can add it later.
         merged_title: its border title.
     """
