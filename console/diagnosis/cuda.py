@@ -90,7 +90,7 @@ SIGNATURES: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"device-side assert(?:ion)? triggered|cudaErrorAssert\b|CUDA_ERROR_ASSERT\b"
         r"|Assertion `(?P<cond>[^`']+)` failed")),
     ("cuda_oom", re.compile(
-        r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory"
+        r"CUDA out of memory|OutOfMemoryError|CUDA [Ee]rror: out of memory"
         r"|cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY"
         # torch <= 0.4: "cuda runtime error (2) : out of memory", "THCudaCheck FAIL ...
         # error=2 : out of memory" (cudaErrorMemoryAllocation is 2)

@@ -690,6 +690,8 @@ def _launcher_report(lines: Sequence[Line], ln: Line) -> re.Match[str] | None:
             _LAUNCH_FRAME.search(x.text) for x in lines[max(0, ln.index - 6):ln.index]):
         return m
     return None
+
+
 _ROOT_HEADER = re.compile(r"^\s*Root Cause\b.*:\s*$")
 
 
@@ -707,10 +709,18 @@ def _entry(
 
 def _loose_entry(ctx: Context) -> ProcessFailure | None:
     """A failed worker named outside a parsable summary: the agent's ``failed (exitcode: N)``
-    line, or a summary entry whose header was cut off (``rank :``/``exitcode :`` lines)."""
-    for i, ln in enumerate(ctx.lines):
+    line, or a summary entry whose header was cut off (``rank :``/``exitcode :`` lines; the
+    one under "Root Cause" when that header survived). Blank lines between an entry's fields
+    (a paste that doubled every line break) do not separate them."""
+    filled = [ln for ln in ctx.lines if ln.text.strip()]
+    exits = [i for i, ln in enumerate(filled) if _LOOSE_EXIT.match(ln.text)]
+    root_at = next((i for i, ln in enumerate(filled) if _ROOT_HEADER.match(ln.text)), None)
+    if root_at is not None:
+        exits = [i for i in exits if i > root_at] + [i for i in exits if i < root_at]
+    for i in exits[:1]:
+        ln = filled[i]
         if m := _LOOSE_EXIT.match(ln.text):
-            near = ctx.lines[max(0, i - 4):i + 4]
+            near = filled[max(0, i - 4):i + 4]
             rank = local = None
             fields: dict[str, str] = {}
             tb = None
@@ -1274,6 +1284,23 @@ def _bare_exception(
     return None
 
 
+# An exception line quoted on its own (an issue's one-line paste of the error): the class named
+# with its module path, as Python prints an exception of a library ("jaxlib.xla_extension.
+# XlaRuntimeError: INTERNAL: ..."), at the start of the line, with a message.
+_LONE_EXCEPTION = re.compile(r"^(?:[a-z_]\w*\.)+[A-Z]\w*(?:Error|Exception): +\S")
+
+
+def _lone_exception(lines: Sequence[Line]) -> tuple[int | None, Line] | None:
+    """The first fully qualified exception line with a message, when the text has no
+    traceback and no launcher report of a worker's exit (:func:`_bare_exception` needs
+    one); None when it only wraps another rule's error."""
+    for ln in lines:
+        if _LONE_EXCEPTION.match(ln.text) and not _WRAPS.search(ln.text) \
+                and not not_a_failure(ln.text) and _launcher_report(lines, ln) is None:
+            return ln.rank, ln
+    return None
+
+
 def _exception(ctx: Context) -> Diagnosis | None:
     """A Python exception raised by the training script of one rank.
 
@@ -1303,7 +1330,7 @@ def _exception(ctx: Context) -> Diagnosis | None:
         printed = [(r, ln) for r, ln in printed if _launcher_report(ctx.lines, ln) is None]
         if not printed:
             failed, _ = _failed_worker(ctx)
-            bare = _bare_exception(ctx.lines, failed)
+            bare = _bare_exception(ctx.lines, failed) or _lone_exception(ctx.lines)
             if bare is None:
                 return None
             printed, root = [bare], failed
