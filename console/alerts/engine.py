@@ -22,7 +22,9 @@ Per alert key it keeps:
 event bus (samples, host states, container maps, job changes, log lines), reconciles the
 jobs now and then, re-evaluates on a timer that is re-armed after each round finished,
 persists transitions in :class:`~console.alerts.store.AlertStore` and publishes them on the
-bus.
+bus. It judges its service's profile only: that profile's hosts (the fleet) and jobs (those
+submitted or adopted with it), and that profile's alerts in the store, so the watch of one
+profile never shows, keeps firing or resolves another's.
 """
 
 from __future__ import annotations
@@ -270,12 +272,14 @@ class AlertWatcher:
 
     Start the fleet first (``service.start_fleet()``), then ``await watcher.start()``;
     :meth:`stop` (or ``service.close()`` after it) ends it. Transitions are published on
-    ``service.bus`` as :class:`~console.alerts.model.AlertChanged` and stored.
+    ``service.bus`` as :class:`~console.alerts.model.AlertChanged` and stored as the
+    service's profile's alerts; jobs of other profiles are not judged.
 
     Args:
         service: the service (its profile gives ``alerts:`` and ``price_per_gpu_hour``).
         config: instead of the profile's ``alerts:``.
-        store: the alert store (default: ``alerts.sqlite3`` in the job store's state dir).
+        store: the alert store (default: ``alerts.sqlite3`` in the job store's state dir,
+            opened for the service's profile).
         clock: Unix time (tests may pass their own).
     """
 
@@ -285,6 +289,7 @@ class AlertWatcher:
         self.service = service
         self.config = config or service.profile.alert_rules
         self.price = service.profile.price_per_gpu_hour
+        self.profile = service.profile.name
         self._store = store
         self.clock = clock
         self.engine = AlertEngine(self.config)
@@ -301,9 +306,9 @@ class AlertWatcher:
 
     @property
     def store(self) -> AlertStore:
-        """The alert store (opened on first use)."""
+        """The alert store of the service's profile (opened on first use)."""
         if self._store is None:
-            self._store = AlertStore(self.service.store.root)
+            self._store = AlertStore(self.service.store.root, profile=self.profile)
         return self._store
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -320,20 +325,30 @@ class AlertWatcher:
                        asyncio.create_task(self._jobs_loop(), name="alerts-jobs")]
 
     async def load(self) -> None:
-        """Read the stored alerts, acks and silences and the job store's jobs (what
-        :meth:`start` does first; rounds may then be run by hand with :meth:`evaluate_now`).
+        """Read the profile's stored alerts, acks and silences (first adopting the alerts of
+        no profile that are its own, :meth:`AlertStore.adopt`) and its jobs from the job store
+        (what :meth:`start` does first; rounds may then be run by hand with
+        :meth:`evaluate_now`).
 
         Raises:
             GpuConsoleError: the alert store cannot be opened.
         """
         store = await asyncio.to_thread(lambda: self.store)
         now = self.clock()
+        jobs = [j for j in await self.service.store.call(self.service.store.jobs,
+                                                         include_removed=True)
+                if self._mine(j)]
+        await asyncio.to_thread(store.adopt, list(self.service.profile.hosts),
+                                {j.name for j in jobs})
         firing = await asyncio.to_thread(store.firing)
         acks, silences = await asyncio.to_thread(store.controls, now)
         self.engine = AlertEngine(self.config, firing=firing, acks=acks, silences=silences)
-        jobs = await self.service.store.call(self.service.store.jobs)
-        self._jobs = {j.id: j for j in jobs}
+        self._jobs = {j.id: j for j in jobs if j.removed_at is None}
         self._jobs_complete = True
+
+    def _mine(self, job: JobRecord) -> bool:
+        """Whether ``job`` is the profile's (submitted or adopted with it)."""
+        return job.profile == self.profile
 
     def subscribe(self) -> None:
         """Take the service's events (:meth:`start` does it)."""
@@ -396,7 +411,8 @@ class AlertWatcher:
             if ev.status != ev.previous:
                 self._status_since[ev.host] = now
         elif isinstance(ev, JobChanged):
-            self._jobs[ev.job.id] = ev.job
+            if self._mine(ev.job):
+                self._jobs[ev.job.id] = ev.job
         elif isinstance(ev, LogLinesReceived):
             if ev.lines:
                 ts = max(ev.lines[0].ts_ns, ev.lines[-1].ts_ns) / 1e9
@@ -437,14 +453,16 @@ class AlertWatcher:
 
     async def refresh_jobs(self) -> None:
         """Reconcile every job with the hosts (``Service.list_jobs``: publishes
-        :class:`~console.events.JobChanged`), then ask each running job whose newest known
-        log line is older than ``jobs_refresh_s`` for its last line."""
+        :class:`~console.events.JobChanged`), keep the profile's, then ask each of its running
+        jobs whose newest known log line is older than ``jobs_refresh_s`` for its last
+        line."""
         try:
             # reuse a reconcile someone else (the app's jobs view) just did
             jobs = await self.service.list_jobs(max_age_s=self.config.jobs_refresh_s / 2)
         except GpuConsoleError as e:
             log.warning("alerts: cannot list jobs: %s", e.message)
             return
+        jobs = [j for j in jobs if self._mine(j)]
         self._jobs = {j.id: j for j in jobs}
         self._jobs_complete = True
         now = self.clock()

@@ -1,5 +1,6 @@
 """``gpuconsole alerts``: the firing alerts, acknowledge, silence (headless; the store is the
-one ``watch`` and the app use, so an ack here stops their pages too).
+one ``watch`` and the app use, so an ack here stops their pages too). Every subcommand works on
+the alerts of the command's profile (``-p``; those its ``watch`` or app raised), as they do.
 
 ``alerts`` lists firing alerts (``--json``: one object per alert; ``--history N``: the last
 transitions); ``alerts ack KEY`` acknowledges; ``alerts silence KEY --for 2h`` (or
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from console.cli.base import err, main, out, run
+from console.cli.base import command_profile, err, main, out, run
 from console.errors import UsageError
 
 if TYPE_CHECKING:  # imported where used: `gpuconsole --help` must not load the store
@@ -29,6 +30,14 @@ __all__ = ["MAX_SILENCE_S", "alert_json"]
 
 #: The longest silence ``alerts silence --for`` accepts, seconds (a year).
 MAX_SILENCE_S = 365 * 86400.0
+
+
+def _store(ctx: click.Context) -> AlertStore:
+    """The alert store of the command's profile."""
+    from console.alerts.store import profile_store
+
+    profile = command_profile(ctx)
+    return profile_store(profile.name, profile.hosts)
 
 
 def alert_json(alert: Alert, now: float) -> dict[str, object]:
@@ -47,17 +56,16 @@ def alert_json(alert: Alert, now: float) -> dict[str, object]:
               help="Show the last N transitions (fired, resolved, acknowledged...) instead.")
 @click.pass_context
 def alerts(ctx: click.Context, as_json: bool, history: int | None) -> None:
-    """Firing alerts of `watch` and the app; ack and silence them."""
+    """Firing alerts of the profile's `watch` and app; ack and silence them."""
     if ctx.invoked_subcommand is not None:
         return
-    run(_list(as_json, history))
+    run(_list(ctx, as_json, history))
 
 
-async def _list(as_json: bool, history: int | None) -> None:
+async def _list(ctx: click.Context, as_json: bool, history: int | None) -> None:
     from console.alerts.rows import age_text, alert_state
-    from console.alerts.store import AlertStore
 
-    store = AlertStore()
+    store = _store(ctx)
     now = time.time()
     try:
         if history is not None:
@@ -92,15 +100,14 @@ def _firing_keys(store: AlertStore) -> str:
 
 @alerts.command("ack")
 @click.argument("key")
-def ack(key: str) -> None:
+@click.pass_context
+def ack(ctx: click.Context, key: str) -> None:
     """Acknowledge a firing alert: it stays listed until it resolves, with no more pages."""
-    run(_ack(key))
+    run(_ack(ctx, key))
 
 
-async def _ack(key: str) -> None:
-    from console.alerts.store import AlertStore
-
-    store = AlertStore()
+async def _ack(ctx: click.Context, key: str) -> None:
+    store = _store(ctx)
     try:
         got = store.acknowledge(key, time.time(), by="gpuconsole alerts ack")
     except KeyError:
@@ -119,14 +126,15 @@ async def _ack(key: str) -> None:
 @click.option("--host", help="Silence every alert of this host (glob).")
 @click.option("--job", help="Silence every alert of this job name (glob).")
 @click.option("--comment", help="Why (kept with the silence).")
-def silence(key: str | None, duration: str, rule: str | None, host: str | None,
-            job: str | None, comment: str | None) -> None:
+@click.pass_context
+def silence(ctx: click.Context, key: str | None, duration: str, rule: str | None,
+            host: str | None, job: str | None, comment: str | None) -> None:
     """Silence notifications of an alert KEY (or of --rule/--host/--job globs) for a while."""
-    run(_silence(key, duration, rule, host, job, comment))
+    run(_silence(ctx, key, duration, rule, host, job, comment))
 
 
-async def _silence(key: str | None, duration: str, rule: str | None, host: str | None,
-                   job: str | None, comment: str | None) -> None:
+async def _silence(ctx: click.Context, key: str | None, duration: str, rule: str | None,
+                   host: str | None, job: str | None, comment: str | None) -> None:
     from console.fields import duration_s
 
     seconds = duration_s(duration)
@@ -139,9 +147,9 @@ async def _silence(key: str | None, duration: str, rule: str | None, host: str |
         raise UsageError("KEY: give an alert key or --rule/--host/--job",
                          "`gpuconsole alerts` lists the firing keys")
     now = time.time()
-    from console.alerts.store import AlertStore, Silence
+    from console.alerts.store import Silence
 
-    store = AlertStore()
+    store = _store(ctx)
     try:
         got = store.add_silence(Silence(id=0, until=now + seconds, created_at=now, key=key,
                                         rule=rule, host=host, job=job,
@@ -158,17 +166,17 @@ async def _silence(key: str | None, duration: str, rule: str | None, host: str |
 
 @alerts.command("silences")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per silence.")
-def silences(as_json: bool) -> None:
+@click.pass_context
+def silences(ctx: click.Context, as_json: bool) -> None:
     """The silences in force (and those ended within the last day)."""
-    run(_silences(as_json))
+    run(_silences(ctx, as_json))
 
 
-async def _silences(as_json: bool) -> None:
+async def _silences(ctx: click.Context, as_json: bool) -> None:
     now = time.time()
     from console.alerts.rows import age_text
-    from console.alerts.store import AlertStore
 
-    store = AlertStore()
+    store = _store(ctx)
     try:
         found = store.silences(now)
     finally:
@@ -187,15 +195,14 @@ async def _silences(as_json: bool) -> None:
 
 @alerts.command("unsilence")
 @click.argument("silence_id", type=int, metavar="ID")
-def unsilence(silence_id: int) -> None:
+@click.pass_context
+def unsilence(ctx: click.Context, silence_id: int) -> None:
     """End a silence now (its ID from `alerts silences`)."""
-    run(_unsilence(silence_id))
+    run(_unsilence(ctx, silence_id))
 
 
-async def _unsilence(silence_id: int) -> None:
-    from console.alerts.store import AlertStore
-
-    store = AlertStore()
+async def _unsilence(ctx: click.Context, silence_id: int) -> None:
+    store = _store(ctx)
     try:
         if not store.remove_silence(silence_id):
             raise UsageError(f"ID: no silence {silence_id}",

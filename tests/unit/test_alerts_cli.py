@@ -18,7 +18,8 @@ from console.cli import main
 @pytest.fixture
 def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AlertStore:
     monkeypatch.setenv("GPUCONSOLE_STATE_DIR", str(tmp_path))
-    s = AlertStore(tmp_path)
+    monkeypatch.setenv("GPUCONSOLE_PROFILE", "local")
+    s = AlertStore(tmp_path, profile="local")  # the CLI's profile: alerts are per profile
     now = time.time()
     alert = Alert(key="host_unreachable/b", rule="host_unreachable", severity="critical",
                   summary="host b unreachable for 75 s: connection refused", host="b",
