@@ -29,7 +29,8 @@ _HOSTNAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,252}[A-Za-z0-9])?")
 
 @main.command()
 @click.option("--json", "as_json", is_flag=True,
-              help="One JSON object per alert transition: {type, change, at, alert}.")
+              help="One JSON object per alert transition: {type, change, at, alert}; "
+                   "first one per alert already firing (change firing, initial true).")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
               help="Serve Prometheus metrics (dcgm-exporter names) on this port; 0 picks a "
                    "free one (the address is said on stderr).")

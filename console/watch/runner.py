@@ -40,6 +40,8 @@ __all__ = [
     "WatchOptions",
     "alert_json",
     "alert_line",
+    "firing_json",
+    "firing_line",
 ]
 
 log = logging.getLogger("gpuconsole.watch")
@@ -69,9 +71,28 @@ def alert_json(ev: AlertChanged) -> dict[str, Any]:
 def alert_line(ev: AlertChanged) -> str:
     """A transition for people: ``2026-11-29 12:00:01  CRITICAL  fired     <summary>  [key]``.
     """
-    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ev.at))
     sev = "RESOLVED" if ev.change == "resolved" else ev.alert.severity.upper()
-    return f"{when}  {sev:<8}  {ev.change:<9} {ev.alert.summary}  [{ev.alert.key}]"
+    return _line(ev.at, sev, ev.change, ev.alert)
+
+
+def firing_json(alert: Alert) -> dict[str, Any]:
+    """An alert already firing when ``watch`` started (carried over from the alert store), as
+    the JSON object of a transition: ``"change": "firing"``, ``"at"``: when it fired (Unix s),
+    and ``"initial": true`` (no transition happened now; it is not paged again)."""
+    data: dict[str, Any] = json.loads(alert_to_json(alert))
+    return {"type": "alert", "change": "firing", "at": alert.fired_at, "alert": data,
+            "initial": True}
+
+
+def firing_line(alert: Alert) -> str:
+    """An alert already firing when ``watch`` started, for people: the line of a transition
+    at the time it fired, with ``firing`` for the change."""
+    return _line(alert.fired_at, alert.severity.upper(), "firing", alert)
+
+
+def _line(at: float, sev: str, change: str, alert: Alert) -> str:
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
+    return f"{when}  {sev:<8}  {change:<9} {alert.summary}  [{alert.key}]"
 
 
 @dataclass
@@ -214,14 +235,20 @@ class Watch:
                 await asyncio.to_thread(self.notifier.close)
 
     def _carried_over(self, firing: list[Alert]) -> None:
-        """Alerts still firing from the last run (the alert store): kept for the metrics and
-        said on stderr; not printed as transitions and not paged again."""
+        """Alerts still firing from the last run (the alert store): kept for the metrics,
+        printed first (:func:`firing_json` / :func:`firing_line`: their state, not a
+        transition) and said on stderr; not paged again.
+
+        Raises:
+            OutputClosed: stdout's reader went away (from :attr:`emit`).
+        """
         with self._alerts_lock:
             for a in firing:
                 self._alerts.setdefault(a.key, a)
         for a in firing:
             when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(a.fired_at))
             self.say(f"still firing since {when}: {a.summary} [{a.key}]")
+            self.emit(json.dumps(firing_json(a)) if self.opts.as_json else firing_line(a))
 
     def _drain_printed(self) -> None:
         """Print the transitions still queued (stop came right after them)."""

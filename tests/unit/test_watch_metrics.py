@@ -216,7 +216,7 @@ async def test_watch_prints_transitions_and_serves_them(tmp_path: Path) -> None:
     from console.alerts.model import AlertChanged
     from console.profiles import Profile
     from console.service import Service
-    from console.watch.runner import Watch, WatchOptions, alert_json
+    from console.watch.runner import Watch, WatchOptions, alert_json, firing_json
 
     old = Alert("gpu_lost/vm/00000000:00:07.0", "gpu_lost", "critical", "GPU lost", host="vm",
                 fired_at=50.0)
@@ -257,13 +257,16 @@ async def test_watch_prints_transitions_and_serves_them(tmp_path: Path) -> None:
             await asyncio.wait_for(task, 10)
         assert source.closed
         assert any(s.startswith("still firing since") and old.key in s for s in said)
-        assert len(lines) == 2
+        assert len(lines) == 3  # the alert carried over (its state), then the transitions
+        initial, lines = lines[0], lines[1:]
         if as_json:
+            assert json.loads(initial) == firing_json(old)
             assert [json.loads(ln) for ln in lines] == [
                 alert_json(AlertChanged(hot, "fired", 100.0)),
                 alert_json(AlertChanged(dataclasses.replace(hot, resolved_at=130.0),
                                         "resolved", 130.0))]
             assert json.loads(lines[0])["alert"]["gpu"] == 0
         else:
+            assert "CRITICAL  firing" in initial and old.key in initial
             assert "WARNING" in lines[0] and "fired" in lines[0] and hot.summary in lines[0]
             assert "RESOLVED" in lines[1] and hot.key in lines[1]
