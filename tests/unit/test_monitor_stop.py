@@ -239,7 +239,7 @@ async def test_stop_while_backing_off() -> None:
     session = FakeHostSession(FakeHostTransport([]), connect=refuse)
     mon, state, before = await run_until_phase(session, PHASE_BACKOFF)
     assert state.hosts["h"].status == "down"
-    assert state.hosts["h"].error == ("host h: cannot connect to 127.0.0.99:22: "
+    assert state.hosts["h"].error == ("cannot connect to 127.0.0.99:22: "
                                       "connection refused")
     await stop_and_check(mon, before)
 
