@@ -309,8 +309,20 @@ def _cuda_kind(error: str) -> str:
     return next((k for k, sig in CUDA_SIGNATURES if sig.search(error)), "nccl_unhandled_cuda")
 
 
+# NCCL's IB async-event thread (transport/net_ib.cc: "NET/IB : %s:%d Got async event : %s",
+# ibv_event_type_str) logs every event of the device; these are the fabric's routine notices
+# (rdma-core enum ibv_event_type: the subnet manager re-registering clients, a port coming up,
+# LID / P_Key / SM / GID changes, path migration), not a fault. Cut words ("reregistr") count.
+_IB_BENIGN_EVENT = re.compile(
+    r"Got async event\s*:\s*(?:client rereg\w*|port active|LID change|P_Key change|SM change"
+    r"|GID table change|path migrat\w*|communication established|SRQ limit reached"
+    r"|last WQE reached)\b", re.I)
+
+
 def _classify(message: str) -> tuple[str, str] | None:
     """(cause id, transport or detail) of one NCCL message, or None when it says nothing."""
+    if _IB_BENIGN_EVENT.search(message):
+        return None
     if m := _CUDA_FAILURE.search(message):
         return _cuda_kind(m["err"]), "cuda"
     if _NCCL_ALLOC.search(message):

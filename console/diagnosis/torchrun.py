@@ -803,6 +803,17 @@ _SIGNAL_HINTS = {
 }
 
 
+# CPython's own message when the script given on its command line cannot be opened
+# (Modules/main.c pymain_run_file: "%ls: can't open file %R: [Errno %d] %s"), exit status 2.
+_CANT_OPEN = re.compile(
+    r"can't open file '(?P<path>[^']+)': \[Errno \d+\] (?P<why>[^\n]+?)\s*$")
+
+
+def _no_script(ctx: Context) -> tuple[Line, re.Match[str]] | None:
+    """The interpreter's "can't open file" line, when the text has one."""
+    return next(((ln, m) for ln in ctx.lines if (m := _CANT_OPEN.search(ln.text))), None)
+
+
 def _whose(rank: int | None, local_rank: int | None = None) -> str:
     """Possessive for a fix line: ``rank 3's``, ``local rank 1's`` or ``the process's``."""
     if rank is not None:
@@ -840,6 +851,25 @@ def _abort_before(ctx: Context, root: ProcessFailure) -> Line | None:
     return None
 
 
+# The launch command as printed or quoted (torchrun, python -m torch.distributed.run/launch).
+_LAUNCH_CMD = re.compile(r"\btorchrun\b|torch\.distributed\.(?:run|launch)\b")
+_NNODES = re.compile(r"--nnodes[= ]+(?P<n>\d+)(?::(?P<max>\d+))?")
+
+
+def _single_node(ctx: Context) -> bool:
+    """Whether the launch command in the text runs one node: ``--standalone``, ``--nnodes 1``
+    (``1:1``) or no ``--nnodes`` at all (torchrun's default is 1)."""
+    commands = [ln.text for ln in ctx.lines if _LAUNCH_CMD.search(ln.text)
+                and "--nproc" in ln.text.replace("_", "-")]
+    if not commands:
+        return False
+    for c in commands:
+        m = _NNODES.search(c)
+        if m is not None and (m["n"] != "1" or (m["max"] not in (None, "1"))):
+            return False
+    return True
+
+
 def _failed_worker(ctx: Context) -> tuple[ProcessFailure | None, bool]:
     """The worker that failed first, and whether it comes from a full summary. A root-cause
     entry cut before its exit code (a paste that stops mid-summary) gives way to the first
@@ -852,7 +882,11 @@ def _failed_worker(ctx: Context) -> tuple[ProcessFailure | None, bool]:
             if printed is not None:
                 return printed, True
         return root, True
-    return _loose_entry(ctx), False
+    loose = _loose_entry(ctx)
+    if loose is not None and loose.rank is None and loose.local_rank is not None \
+            and _single_node(ctx):
+        loose = replace(loose, rank=loose.local_rank)  # one node: the local rank is global
+    return loose, False
 
 
 def _signal(ctx: Context) -> Diagnosis | None:
@@ -896,6 +930,21 @@ def _signal(ctx: Context) -> Diagnosis | None:
     if root.signal is None:
         if root.exitcode < 0:
             return None
+        if root.exitcode == 2 and (missing := _no_script(ctx)) is not None:
+            ln, m = missing
+            return _diag(
+                "exit_code",
+                f"{who} exited with code 2{at}: Python could not open the entry script "
+                f"{m['path']} ({m['why']}), so training never started{also}",
+                ranks,
+                "Give torchrun the script's path as it is on the node that runs it: a "
+                "relative path resolves in the launch's working directory, and under Slurm a "
+                "batch script runs from a copy in slurmd's spool folder, so a path built from "
+                "the script's own folder points there; use an absolute path or cd first",
+                [ln.raw, *evidence],
+                facts,
+                failure,
+            )
         return _diag(
             "exit_code",
             f"{who} exited with code {root.exitcode}{at}, without a Python traceback in the "
@@ -1012,7 +1061,9 @@ _SHELL_KILLED = re.compile(
     r"|Bus error)(?:\s+\(core dumped\))?\s+(?P<cmd>\S.*)$"
     r"|(?:^|(?<=[\]|]))(?P<how2>Killed)\s*$")
 _EXIT_128 = re.compile(
-    r"\b(?:exit(?:ed)?(?: with)?(?: error)?[ _](?:code|status)|exit_code|return code)"
+    # "exit code 137", "exited with code 137", "exit_code: 137", docker inspect's State
+    # "ExitCode": 137, "return code 137"
+    r"\b(?:exit(?:ed)?(?: with)?(?: error)?[ _]?(?:code|status)|exit_code|return code)"
     r"\W{0,3}(?P<code>13[4579])\b", re.I)
 _SHELL_SIGNALS = {"Killed": "SIGKILL", "Segmentation fault": "SIGSEGV", "Aborted": "SIGABRT",
                   "Bus error": "SIGBUS"}

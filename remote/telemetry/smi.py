@@ -774,7 +774,8 @@ def classify_smi_failure(text: str, returncode: int | None = None) -> HostFault 
                 continue
             full = m["reason"].strip()
             lost = bool(re.search(r"GPU is lost|fallen off the bus", full, re.IGNORECASE))
-            reason = full.split(". ", 1)[0].rstrip(".")
+            # quoted in prose, the message ends at its closing quote ("...: Unknown Error".)
+            reason = full.split(". ", 1)[0].rstrip(".").rstrip("\"'`*").rstrip(".")
             k = (pci_key(m["pci"]) or m["pci"], reason)
             prev = events.get(k)
             if prev is None:
