@@ -7,6 +7,7 @@ from :mod:`console.profilecache`) does not import PyYAML.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import yaml
@@ -116,6 +117,27 @@ class GuardedLoader(yaml.SafeLoader):
 
 
 GuardedLoader.add_constructor("tag:yaml.org,2002:binary", _no_binary)
+
+# Numbers as YAML 1.2 reads them: PyYAML follows YAML 1.1, where `1:30:00` is the base-60
+# integer 5400 and `8080:80` the integer 484880, so a time limit or a port mapping written
+# without quotes became a wrong number. Without the sexagesimal forms they stay strings.
+_INT_TAG = "tag:yaml.org,2002:int"
+_FLOAT_TAG = "tag:yaml.org,2002:float"
+GuardedLoader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag not in (_INT_TAG, _FLOAT_TAG)]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+GuardedLoader.add_implicit_resolver(
+    _INT_TAG,
+    re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)"
+               r"|[-+]?0x[0-9a-fA-F_]+)$"),
+    list("-+0123456789"))
+GuardedLoader.add_implicit_resolver(
+    _FLOAT_TAG,
+    re.compile(r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?"
+               r"|[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)"
+               r"|\.[0-9_]+(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
+    list("-+0123456789."))
 
 
 def parse(text: str, source: str, what: str = "file") -> tuple[Any, Lines]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from pydantic import AfterValidator
+from pydantic import AfterValidator, BeforeValidator
 
 #: sbatch ``--time`` formats (``man sbatch``): ``minutes``, ``minutes:seconds``,
 #: ``hours:minutes:seconds``, ``days-hours``, ``days-hours:minutes``,
@@ -24,5 +24,11 @@ def slurm_time(v: str) -> str:
     return v
 
 
-SlurmTime = Annotated[str, AfterValidator(slurm_time)]
+def _minutes_as_text(v: object) -> object:
+    """A bare number of minutes (``time_limit: 30``, read by YAML as an int) as sbatch's
+    text; anything else is left to the string check."""
+    return str(v) if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else v
+
+
+SlurmTime = Annotated[str, BeforeValidator(_minutes_as_text), AfterValidator(slurm_time)]
 """A validated sbatch ``--time`` value."""

@@ -383,3 +383,19 @@ def test_file_problems_come_with_field_problems(tmp_path: Path) -> None:
         load_spec(p)
     said = [(q.line, q.field) for q in getattr(e.value, "problems", (e.value,))]
     assert [f for _, f in said if f and f.startswith("script")] and (4, "nodes") in said
+
+
+@pytest.mark.parametrize(("written", "read"), [("30", "30"), ("1:30:00", "1:30:00"),
+                                               ("'2-00:00:00'", "2-00:00:00")])
+def test_time_limit_as_written(tmp_path: Path, written: str, read: str) -> None:
+    """A bare number is minutes; `1:30:00` is not YAML 1.1's base-60 integer 5400."""
+    p = write(tmp_path, BASE + f"time_limit: {written}\n")
+    assert load_spec(p).spec.time_limit == read
+
+
+def test_colon_numbers_stay_text(tmp_path: Path) -> None:
+    """YAML 1.1 reads `8080:80` as 484880; the loader reads numbers as YAML 1.2 does."""
+    from console.yamlparse import parse
+
+    data, _ = parse(b"ports: [8080:80]\nt: 1:30\nn: 30\nf: 1.5\nx: 0x10\n", "f.yaml")
+    assert data == {"ports": ["8080:80"], "t": "1:30", "n": 30, "f": 1.5, "x": 16}
