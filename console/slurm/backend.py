@@ -212,6 +212,7 @@ async def submit_slurm(session: Session, store: Store, loaded: LoadedSpec,
     if r.returncode != 0:
         raise PlanError(f"cannot create the job folder {d} on {plan.login_host}: "
                         f"{_first_line(r)}", "point slurm.job_dir at a writable shared folder")
+    sent = False  # sbatch was started: Slurm may have queued the job
     try:
         for name, data in ((ENV_FILE, _env_file(plan.env)),
                            (SCRIPT_FILE, plan.script.encode())):
@@ -219,33 +220,53 @@ async def submit_slurm(session: Session, store: Store, loaded: LoadedSpec,
             if r.returncode != 0:
                 raise PlanError(f"cannot write {d}/{name} on {plan.login_host}: "
                                 f"{_first_line(r)}", "check the job folder's filesystem")
+        sent = True
         r = await t.run(["sbatch", "--parsable"], input=plan.script.encode())
         if r.returncode != 0:
+            sent = False
             raise PlanError(f"sbatch on {plan.login_host} refused the job: {_first_line(r)}",
                             "check the profile's slurm: section and the spec against `sinfo`")
+        sid = r.stdout.strip().split(";")[0]
+        record = JobRecord(
+            id=plan.job_id, name=loaded.spec.name, profile=session.profile.name,
+            profile_source=session.profile.source,
+            spec={**loaded.spec.model_dump(mode="json"),
+                  "env": {k: ("${secret}" if k in loaded.secret_env else v)
+                          for k, v in loaded.env.items()}},
+            spec_hash=loaded.spec_hash(), created_at=plan.created_at,
+            node_count=plan.shape.nodes,
+            nodes=[NodeRecord(plan.job_id, i, PENDING_HOST, f"slurm-{sid}-n{i}", sid)
+                   for i in range(plan.shape.nodes)])
+        meta = {"id": record.id, "name": record.name, "slurm_id": sid, "spec": record.spec,
+                "spec_hash": record.spec_hash, "created_at": record.created_at,
+                "node_count": record.node_count, "profile": record.profile}
+        w = await t.run(["sh", "-c", _WRITE_PRIVATE, "sh", f"{d}/{RECORD_FILE}"],
+                        input=json.dumps(meta).encode())
+        if w.returncode != 0:
+            log.warning("job %s: %s not written: %s", record.id, RECORD_FILE, _first_line(w))
+        await store.call(store.add_job, record)
     except BaseException:
-        await asyncio.shield(t.run(["rm", "-rf", "--", d]))
+        # all or nothing, like a Docker launch: a submission interrupted (Ctrl-C) or failed
+        # once sbatch ran is cancelled by its unique job name (--job-name=<job id>), even
+        # when sbatch's answer never came back, and its folder removed
+        await asyncio.shield(_undo_submit(t, plan, cancel=sent))
         raise
-    sid = r.stdout.strip().split(";")[0]
-    record = JobRecord(
-        id=plan.job_id, name=loaded.spec.name, profile=session.profile.name,
-        profile_source=session.profile.source,
-        spec={**loaded.spec.model_dump(mode="json"),
-              "env": {k: ("${secret}" if k in loaded.secret_env else v)
-                      for k, v in loaded.env.items()}},
-        spec_hash=loaded.spec_hash(), created_at=plan.created_at,
-        node_count=plan.shape.nodes,
-        nodes=[NodeRecord(plan.job_id, i, PENDING_HOST, f"slurm-{sid}-n{i}", sid)
-               for i in range(plan.shape.nodes)])
-    meta = {"id": record.id, "name": record.name, "slurm_id": sid, "spec": record.spec,
-            "spec_hash": record.spec_hash, "created_at": record.created_at,
-            "node_count": record.node_count, "profile": record.profile}
-    w = await t.run(["sh", "-c", _WRITE_PRIVATE, "sh", f"{d}/{RECORD_FILE}"],
-                    input=json.dumps(meta).encode())
-    if w.returncode != 0:
-        log.warning("job %s: %s not written: %s", record.id, RECORD_FILE, _first_line(w))
-    await store.call(store.add_job, record)
     return record
+
+
+async def _undo_submit(t: Transport, plan: SlurmPlan, *, cancel: bool) -> None:
+    """Cancel what sbatch may have queued for ``plan`` (``cancel``) and remove its folder;
+    said on the log (warning), since the person who pressed Ctrl-C sees only ``interrupted``."""
+    if cancel:
+        r = await t.run(["scancel", f"--name={plan.job_id}"])
+        if r.returncode == 0:
+            log.warning("submission of %s did not complete: its Slurm job was cancelled and "
+                        "its folder %s removed", plan.job_id, plan.job_dir)
+        else:
+            log.warning("submission of %s did not complete and its Slurm job could not be "
+                        "cancelled (%s): run `scancel --name=%s` on %s", plan.job_id,
+                        _first_line(r), plan.job_id, plan.login_host)
+    await t.run(["rm", "-rf", "--", plan.job_dir])
 
 
 async def query(t: Transport, sid: str) -> SlurmJob | None:

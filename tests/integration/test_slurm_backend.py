@@ -280,3 +280,50 @@ def test_a_login_host_without_sbatch_is_one_line_and_leaves_nothing(slurm_cli: C
         "  fix: point slurm.login_host at a host with the Slurm client commands (sbatch, "
         "squeue, scancel) on its PATH"], r.stderr
     assert not (slurm_cli.tmp / "jobs").exists()
+
+
+def test_a_submission_interrupted_after_sbatch_is_cancelled_and_removed(
+        slurm_cli: CLI, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Ctrl-C while sbatch's answer is on its way (the job is queued, gpuconsole has no record
+    of it yet): the job is cancelled by its unique name and its folder removed, as a Docker
+    launch interrupted removes its containers."""
+    import asyncio
+
+    from console.jobs.store import Store
+    from console.profiles import load_profile_file
+    from console.service import Service
+    from remote.ssh import SSHTransport
+
+    real_run = SSHTransport.run
+
+    async def interrupted_after_sbatch(self: SSHTransport, argv: list[str],
+                                       *a: Any, **k: Any) -> Any:
+        done = await real_run(self, argv, *a, **k)
+        if argv[:1] == ["sbatch"] and "--test-only" not in argv:
+            raise asyncio.CancelledError  # what Ctrl-C raises in the submitting task
+        return done
+
+    async def scenario() -> str:
+        svc = Service(load_profile_file(slurm_cli.profile), store=Store(slurm_cli.tmp / "st"))
+        try:
+            planned = await svc.plan(secret_spec(slurm_cli, "slurm-ctrlc", 60))
+            monkeypatch.setattr(SSHTransport, "run", interrupted_after_sbatch)
+            with pytest.raises(asyncio.CancelledError):
+                await svc.submit(planned)
+            assert planned.slurm is not None
+            return planned.slurm.job_id
+        finally:
+            monkeypatch.setattr(SSHTransport, "run", real_run)
+            await svc.close()
+
+    with caplog.at_level("WARNING", logger="gpuconsole"):
+        job_id = asyncio.run(scenario())
+    assert f"submission of {job_id} did not complete: its Slurm job was cancelled" \
+        in caplog.text  # scancel --name found it (the job ran, or would have, otherwise)
+    assert not job_dir(slurm_cli, job_id).exists()
+    deadline = time.monotonic() + 30
+    while job_id in slurm("squeue", "-h", "-o", "%j"):  # cancelled: leaves the queue
+        assert time.monotonic() < deadline, slurm("squeue")
+        time.sleep(1)
+    assert "slurm-ctrlc" not in ps(slurm_cli)
