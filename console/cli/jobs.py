@@ -93,7 +93,9 @@ def parse_since(value: str) -> int:
 @click.option("--since", help="Only lines newer than a duration (10m) or an ISO time.")
 @click.option("--tail", type=click.IntRange(min=0), metavar="N",
               help="Only the last N lines of the merged log.")
-@click.option("--timestamps", "-t", is_flag=True, help="Show Docker's timestamps.")
+@click.option("--timestamps", "-t", is_flag=True,
+              help="Show each line's time: Docker's timestamp (a Slurm job's: when it was "
+              "read).")
 @click.pass_context
 def logs(ctx: click.Context, job_ref: str, follow: bool, node: int | None, since: str | None,
          tail: int | None, timestamps: bool) -> None:
