@@ -770,10 +770,15 @@ class Service:
             JobError: its container is not running.
         """
         self.check_node(job, node)
-        if self._slurm_session(job) is not None:
-            raise JobError(f"job {job.id} runs under Slurm, not in a container",
-                           "on the login host: `srun --overlap --jobid <slurm id> --pty bash`")
         n = next(n for n in job.nodes if n.node_rank == (node or 0))
+        if self._slurm_session(job) is not None:
+            from console.slurm.backend import PENDING_HOST
+
+            # a Slurm job's node record keeps the Slurm job id where a container id would be
+            sid = n.container_id or "<slurm id>"
+            on = f" -w {n.host}" if n.host and n.host != PENDING_HOST else ""
+            raise JobError(f"job {job.id} runs under Slurm, not in a container",
+                           f"on the login host: `srun --overlap --jobid {sid}{on} --pty bash`")
         if not n.container_id or n.state != "running" or job.removed_at is not None:
             raise JobError(f"job {job.id}: node {n.node_rank} is not running ({n.state})",
                            "exec needs a running container; see `gpuconsole ps`")

@@ -62,3 +62,22 @@ def test_orphan_job_warned_refused_then_forgotten(tmp_path: Path) -> None:
         "unknown; add the host back, or `gpuconsole rm --force half-000002` to forget the job",
     ]
     assert not any("unknown host" in w for w in warned), warned
+
+
+def test_exec_into_a_slurm_job_names_its_slurm_id_and_node(tmp_path: Path) -> None:
+    profile = Profile.model_validate({
+        "name": "cluster", "scheduler": "slurm",
+        "hosts": {"login": {"hostname": "login.example.org"}},
+        "slurm": {"login_host": "login"}})
+    job = JobRecord(id="t-abc123", name="t", profile="cluster", profile_source=None, spec={},
+                    spec_hash="0" * 12, created_at=1.0, node_count=2,
+                    nodes=[NodeRecord("t-abc123", 0, "node1", "slurm-254-n0", "254", "running"),
+                           NodeRecord("t-abc123", 1, "(pending)", "slurm-254-n1", "254",
+                                      "pending")])
+    service = Service(profile, store=Store(tmp_path))
+    with pytest.raises(JobError) as on0:
+        service.exec_target(job, None)
+    assert on0.value.hint == "on the login host: `srun --overlap --jobid 254 -w node1 --pty bash`"
+    with pytest.raises(JobError) as on1:
+        service.exec_target(job, 1)
+    assert on1.value.hint == "on the login host: `srun --overlap --jobid 254 --pty bash`"
