@@ -17,7 +17,7 @@ from console.errors import ConfigError, PlanError
 from console.jobs.labels import ERROR_FILE as ERROR_FILE  # defined with the labels
 from console.jobs.labels import HOST_ERROR_FILE as HOST_ERROR_FILE
 from console.jobs.labels import NodeLabels
-from console.jobs.spec import LoadedSpec, parse_mount, resolve_env
+from console.jobs.spec import DOCKER_ONLY, LoadedSpec, parse_mount, resolve_env
 from console.profiles import Profile
 from console.yamlsrc import combine
 from remote.docker import Bind, ContainerSpec
@@ -194,7 +194,16 @@ def job_runtime(loaded: LoadedSpec, profile: Profile, hosts: list[str]) -> str:
         raise ConfigError(f"the job's hosts run different runtimes ({which})",
                           "set `runtime: docker` or `runtime: host` in the spec (--runtime)",
                           **loaded.blame("runtime"))
-    return next(iter(kinds.values()), "docker")
+    runtime = next(iter(kinds.values()), "docker")
+    if runtime == "host":  # as the spec's own `runtime: host` does (spec._kind_problems)
+        bad = [f for f in DOCKER_ONLY if f in spec.model_fields_set]
+        if bad:
+            raise combine([ConfigError(
+                f"`{f}` needs Docker, and the job's hosts run without it (the profile says "
+                "`runtime: host`)", f"remove `{f}`, or set `runtime: docker` in the spec "
+                "(--runtime docker) if the hosts have Docker too", **loaded.blame(f))
+                for f in bad])
+    return runtime
 
 
 def job_python(loaded: LoadedSpec, profile: Profile, host: str) -> str:

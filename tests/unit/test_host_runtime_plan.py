@@ -105,3 +105,16 @@ def test_docker_ids_and_node_names_route_apart() -> None:
     assert is_docker_id("a" * 64) and is_docker_id("0123456789abcdef" * 4)
     assert not is_docker_id("gpuconsole-hr-1a2b3c-n0")
     assert not is_docker_id("A" * 64) and not is_docker_id("a" * 63)
+
+
+def test_docker_only_fields_are_refused_when_the_profile_gives_the_host_runtime(
+        tmp_path: Path) -> None:
+    """The spec names no runtime; its hosts' profile says `runtime: host`: the same refusal
+    as a spec saying `runtime: host` (they were dropped without a word)."""
+    p = spec(tmp_path, "image: img:2\nshm_size: 1g\n")
+    with pytest.raises(ConfigError) as e:
+        job_runtime(load_spec(p), profile("host", "host"), ["a", "b"])
+    said = [(x.line, x.field) for x in e.value.problems]  # type: ignore[attr-defined]
+    assert said == [(5, "image"), (6, "shm_size")]
+    assert "the profile says `runtime: host`" in str(e.value)
+    assert job_runtime(load_spec(p), profile(), ["a", "b"]) == "docker"
