@@ -297,7 +297,10 @@ def alert_labels(a: Alert) -> dict[str, str]:
     if a.gpu is not None:
         labels["gpu"] = str(a.gpu)
     if a.job is not None:
-        labels["hpc_job"] = a.job
+        # the job id, as on the GPU series (a job's alert is keyed by its name, and carries
+        # the id of the job that raised it)
+        job_id = a.details.get("job_id")
+        labels["hpc_job"] = job_id if isinstance(job_id, str) and job_id else a.job
     return labels
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from prometheus_client import generate_latest
@@ -177,13 +178,14 @@ def test_firing_alerts_follow_prometheus_alerts_convention() -> None:
     firing = Alert("gpu_temperature/a/gpu1", "gpu_temperature", "warning", "hot", host="a",
                    gpu=1, since=90.0, fired_at=100.0)
     job = Alert("job_failed/job/llama", "job_failed", "critical", "failed", job="llama",
-                fired_at=200.0)
+                fired_at=200.0, details=MappingProxyType({"job_id": "llama-1a2b3c"}))
     gone = Alert("host_unreachable/b", "host_unreachable", "critical", "b down", host="b",
                  fired_at=50.0, resolved_at=60.0)
     got = scrape(None, [firing, job, gone])
     assert one(got, "ALERTS", alertname="gpu_temperature", alertstate="firing",
                severity="warning", Hostname="a", gpu="1") == 1
-    assert one(got, "ALERTS", alertname="job_failed", hpc_job="llama") == 1
+    # hpc_job is the job id, as on the GPU series (the alert is keyed by the job's name)
+    assert one(got, "ALERTS", alertname="job_failed", hpc_job="llama-1a2b3c") == 1
     assert not [lb for lb, _ in got["ALERTS"] if lb["alertname"] == "host_unreachable"]
     assert one(got, "ALERTS_FOR_STATE", alertname="gpu_temperature") == 100.0
     assert "DCGM_FI_DEV_GPU_UTIL" not in got  # no fleet yet: alerts only
