@@ -846,7 +846,7 @@ class Service:
             workdir: working directory in the container (default: the image's).
 
         Raises:
-            UsageError: ``host`` is not in the profile.
+            UsageError: ``host`` is not in the profile, or runs jobs without Docker.
             ConfigError: the profile's ``defaults.env`` references an unset variable.
             PlanError: no image, or the GPUs do not fit / are busy.
             TransportError, ImageNotFound: the host or image cannot be reached.
@@ -868,6 +868,11 @@ class Service:
         if host not in prof.hosts:
             raise UsageError(f"unknown host {host!r}",
                              f"hosts of profile {prof.name}: {', '.join(prof.hosts)}")
+        if prof.host_runtime(host) == "host":
+            raise UsageError(f"host {host} runs jobs without Docker (its profile says "
+                             "`runtime: host`): a dev container needs Docker",
+                             f"`ssh {prof.hosts[host].hostname or host}` for a shell there, or "
+                             "--host a host with Docker")
         d = prof.defaults
         image = image or d.image
         if not image:

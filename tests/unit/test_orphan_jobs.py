@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from console.errors import JobError
+from console.errors import JobError, UsageError
 from console.jobs.store import JobRecord, NodeRecord, Store
 from console.profiles import HostConfig, Profile
 from console.service import Service
@@ -81,3 +81,20 @@ def test_exec_into_a_slurm_job_names_its_slurm_id_and_node(tmp_path: Path) -> No
     with pytest.raises(JobError) as on1:
         service.exec_target(job, 1)
     assert on1.value.hint == "on the login host: `srun --overlap --jobid 254 --pty bash`"
+
+
+def test_a_dev_shell_on_a_host_without_docker_says_so(tmp_path: Path) -> None:
+    profile = Profile.model_validate({
+        "name": "lab", "hosts": {"a": {"hostname": "gpu1.example.org", "runtime": "host"}},
+        "defaults": {"image": "img:1"}})
+    service = Service(profile, store=Store(tmp_path))
+
+    async def scenario() -> None:
+        with pytest.raises(UsageError) as e:
+            await service.shell_on_host("a", ["bash"], tty=False)
+        assert e.value.message == ("host a runs jobs without Docker (its profile says "
+                                   "`runtime: host`): a dev container needs Docker")
+        assert (e.value.hint or "").startswith("`ssh gpu1.example.org`")
+        await service.close()
+
+    asyncio.run(scenario())
