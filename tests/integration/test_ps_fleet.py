@@ -195,8 +195,9 @@ def test_a_jump_host_that_refuses_is_named_not_the_host_behind_it(cli: CLI,
     assert hosts["jclosed"]["reason"] == (
         f"host jclosed: cannot connect to the jump host 127.0.0.1:{closed_port}: "
         "connection refused")
-    assert hosts["jnouser"]["reason"] == (
-        "host jnouser: authentication refused by the jump host nosuchuser@127.0.0.11:22")
+    assert hosts["jnouser"]["reason"] == (  # a refused login carries its fix
+        "host jnouser: authentication refused by the jump host nosuchuser@127.0.0.11:22; "
+        "fix: check `jump` and `identity_file` in the profile, or your ssh-agent")
     assert f"warning: {hosts['jclosed']['reason']}" in stderr
     assert hosts["a"]["status"] == hosts["b"]["status"] == "answered"
 
