@@ -441,13 +441,17 @@ class Service:
             # the jobs just adopted (their containers were inspected by that listing) too
             todo = unfinished(await store.call(store.jobs, include_removed=include_removed))
         self.host_status = listed
-        orphans = {j.id: gone for j in todo if (gone := self._hosts_gone(j))}
+        orphans: set[str] = set()
         for j in todo:
-            if j.id in orphans and warn:
-                hosts = ", ".join(repr(h) for h in orphans[j.id])
-                warn(f"job {j.id}: host {hosts} is no longer in profile "
-                     f"{self.session_for(j).profile.name!r}, so its state there is unknown; "
-                     f"add the host back, or `gpuconsole rm --force {j.id}` to forget the job")
+            prof = self.session_for(j).profile  # reads the job's profile: once per job here
+            if not (gone := self._hosts_gone(j, prof)):
+                continue
+            orphans.add(j.id)
+            if warn:
+                hosts = ", ".join(repr(h) for h in gone)
+                warn(f"job {j.id}: host {hosts} is no longer in profile {prof.name!r}, so its "
+                     f"state there is unknown; add the host back, or `gpuconsole rm --force "
+                     f"{j.id}` to forget the job")
         todo = [j for j in todo if j.id not in orphans]
         results = await asyncio.gather(
             *(self._refresh_listed(j, listed if self.session_for(j) is session else None)
@@ -469,10 +473,10 @@ class Service:
                     warn(why)
         return await store.call(store.jobs, include_removed=include_removed)
 
-    def _hosts_gone(self, job: JobRecord) -> list[str]:
-        """The hosts of a job's nodes that its profile no longer names (none for a Slurm
-        profile's job: its nodes are Slurm's)."""
-        prof = self.session_for(job).profile
+    def _hosts_gone(self, job: JobRecord, prof: Profile | None = None) -> list[str]:
+        """The hosts of a job's nodes that its profile (``prof``, else read) no longer names
+        (none for a Slurm profile's job: its nodes are Slurm's)."""
+        prof = prof or self.session_for(job).profile
         if prof.scheduler == "slurm":
             return []
         return sorted({n.host for n in job.nodes} - set(prof.hosts))
