@@ -162,14 +162,8 @@ class Supervisor:
         with self.lock:
             if self.cause is not None or self.finished.is_set():
                 return
-            if self.signalled is not None:
-                # stopped from outside too (a user's `stop` reaches every node): torchrun
-                # already has the signal, and this is no teardown of a failure
-                return
             self.cause = cause
         what = ("node 0's rendezvous store is gone" if cause["kind"] == "store_lost" else
-                f"node {cause['node']} was stopped from outside (exit code "
-                f"{cause['exit_code']})" if cause["kind"] == "stopped" else
                 f"node {cause['node']} {cause['kind']} (exit code {cause['exit_code']})")
         say(f"{what}: stopping node {self.gang.node} (gang teardown)")
         proc = self.proc
