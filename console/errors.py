@@ -5,7 +5,7 @@ from __future__ import annotations
 from remote.errors import (
     AuthenticationFailed,
     GpuConsoleError,
-    HostKeyUnknown,
+    HostKeyRefused,
     TransportError,
 )
 
@@ -72,11 +72,12 @@ def host_reason(e: GpuConsoleError, *, named: bool = True) -> str:
     """Why a host could not be asked, as one line for a listing or a fleet row.
 
     ``named=False`` drops the ``host NAME:`` a :class:`~remote.errors.TransportError` starts
-    with (the row or line already names the host). An untrusted host key or a refused login
-    carries its fix (``ssh-keyscan ...``, ``accept_new_host_keys``; the key or user to check),
-    which a person cannot guess from the reason alone.
+    with (the row or line already names the host). An untrusted host key (unknown, changed or
+    revoked) or a refused login carries its fix (an unknown key: ``ssh-keyscan ...`` or
+    ``accept_new_host_keys``; a changed one: verify the new key, remove the old line; the key
+    or user to check), which a person cannot guess from the reason alone.
     """
     text = e.detail if not named and isinstance(e, TransportError) else e.message
-    if isinstance(e, (HostKeyUnknown, AuthenticationFailed)) and e.hint:
+    if isinstance(e, (HostKeyRefused, AuthenticationFailed)) and e.hint:
         text += f"; fix: {e.hint}"
     return text
