@@ -56,6 +56,8 @@ BUNDLED_DIR = _bundled_dir()
 """The bundled profiles' folder (see :func:`_bundled_dir`)."""
 
 _Strict = ConfigDict(extra="forbid", defer_build=True)
+#: Longest ``connect_timeout`` (s): a wait for one host's handshake, not a way to hang.
+MAX_CONNECT_TIMEOUT_S = 600
 _CAP_RE = re.compile(r"^(CAP_)?[A-Z][A-Z0-9_]{0,40}$")
 _HOST_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 
@@ -210,12 +212,14 @@ class Profile(BaseModel):
     hosts: dict[str, HostConfig] = Field(min_length=1)
     known_hosts: OneLine | None = None
     accept_new_host_keys: bool = False
-    connect_timeout: float = Field(10.0, gt=0)
+    connect_timeout: float = Field(10.0, gt=0, le=MAX_CONNECT_TIMEOUT_S, allow_inf_nan=False,
+                                   description="seconds for the TCP connect and SSH handshake")
     defaults: JobDefaults = Field(default_factory=JobDefaults)
     alerts: dict[str, object] | None = Field(
         None, description="alert rules (console/alerts/config.py; typed: `alert_rules`)")
     price_per_gpu_hour: float | None = Field(
-        None, ge=0, allow_inf_nan=False, description="USD per GPU hour (idle GPUs' cost)")
+        None, ge=0, le=10_000, allow_inf_nan=False,
+        description="USD per GPU hour (idle GPUs' cost)")
     notify: list[AppriseUrl] = Field(default_factory=list,
                                      description="Apprise URLs alerts are sent to")
     scheduler: Literal["ssh", "slurm"] = Field(

@@ -238,6 +238,10 @@ FIELD_HINTS = {
     "defaults": "a mapping of job defaults: image, shm_size, ipc, mounts, env, ...",
     "keymap": "binding id -> keys, e.g. `logs.search: ctrl+f`",
     "interval": "seconds between samples, 0.1-60",
+    "connect_timeout": "seconds, a finite number above 0 and at most 600, e.g. "
+                       "`connect_timeout: 10`",
+    "stop_grace": "seconds between SIGTERM and SIGKILL, 0-3600, e.g. `stop_grace: 30`",
+    "price_per_gpu_hour": "USD per GPU hour, 0-10000, e.g. `price_per_gpu_hour: 2.5`",
 }
 
 

@@ -10,6 +10,7 @@ from datetime import datetime
 import click
 
 from console.cli.base import command_service, err, follow_job, main, print_line, print_summary, run
+from console.cli.params import FiniteFloat
 
 
 @main.command()
@@ -18,7 +19,7 @@ from console.cli.base import command_service, err, follow_job, main, print_line,
 @click.option("--hosts", "with_hosts", is_flag=True,
               help="With --json: print {\"jobs\": [...], \"hosts\": [...]}, each host "
               "answered, pending (no answer within the deadline) or failed, with the reason.")
-@click.option("--deadline", type=click.FloatRange(min=0.1, max=3600),
+@click.option("--deadline", type=FiniteFloat(0.1, 3600),
               help="Seconds to wait for the hosts (default 30); a host that has not answered "
               "by then is pending and its jobs show their last known state.")
 @click.pass_context
@@ -63,6 +64,10 @@ async def _ps(ctx: click.Context, as_json: bool, show_all: bool, with_hosts: boo
 # -- logs -----------------------------------------------------------------------------------
 
 
+#: Longest ``--since`` duration (s): 100 years, before any log line.
+MAX_SINCE_S = 100 * 365 * 86400
+
+
 def parse_since(value: str) -> int:
     """``--since``: a duration back from now (``90s``, ``10m``, ``2h``, ``1d``) or an ISO 8601
     time; returns ns since the epoch.
@@ -74,13 +79,16 @@ def parse_since(value: str) -> int:
 
     secs = duration_s(value)
     if secs is not None:
+        if secs > MAX_SINCE_S:
+            raise click.BadParameter(f"{value!r} reaches back more than 100 years",
+                                     param_hint="'--since'")
         return int((time.time() - secs) * 1e9)
     try:
         dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError as e:
         raise click.BadParameter(
-            f"{value!r} is neither a duration (10m, 2h) nor an ISO 8601 time"
-        ) from e
+            f"{value!r} is neither a duration (10m, 2h) nor an ISO 8601 time",
+            param_hint="'--since'") from e
     if dt.tzinfo is None:
         dt = dt.astimezone()
     return int(dt.timestamp() * 1e9)
@@ -125,8 +133,8 @@ async def _logs(ctx: click.Context, ref: str, follow: bool, node: int | None,
 
 @main.command()
 @click.argument("job_ref", metavar="JOB")
-@click.option("--grace", type=float, help="Seconds between SIGTERM and SIGKILL, a finite "
-              "number >= 0 (default: the profile's stop_grace).")
+@click.option("--grace", type=FiniteFloat(0, 3600), help="Seconds between SIGTERM and "
+              "SIGKILL, 0-3600 (default: the profile's stop_grace).")
 @click.pass_context
 def stop(ctx: click.Context, job_ref: str, grace: float | None) -> None:
     """Stop a job: SIGTERM every node's container, SIGKILL after the grace period."""

@@ -1,0 +1,76 @@
+"""Hostile values in profiles, specs and flags: each refused with the file, line and field
+(or the flag) and a fix, never read as something else."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from console.cli import main
+from console.errors import ConfigError
+from console.profiles import resolve_profile
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "scripts" / "examples"
+SPEC = f"name: demo\nscript: train_ddp.py\nworkdir: {EXAMPLES}\n"
+
+
+@pytest.fixture
+def config_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("GPUCONSOLE_CONFIG_DIR", str(tmp_path / "cfg"))
+    monkeypatch.setenv("GPUCONSOLE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("GPUCONSOLE_PROFILE", raising=False)
+    (tmp_path / "cfg" / "profiles").mkdir(parents=True)
+    return tmp_path / "cfg" / "profiles"
+
+
+def profile_error(config_dir: Path, text: str) -> ConfigError:
+    (config_dir / "bad.yaml").write_text(text)
+    with pytest.raises(ConfigError) as e:
+        resolve_profile("bad")
+    return e.value
+
+
+# -- numbers: finite and bounded -------------------------------------------------------------
+
+@pytest.mark.parametrize("value", [".inf", "-.inf", ".nan", "1e308", "601", "0", "-1"])
+def test_connect_timeout_is_finite_and_bounded(config_dir: Path, value: str) -> None:
+    e = profile_error(config_dir, f"hosts:\n  a: {{}}\nconnect_timeout: {value}\n")
+    assert e.field == "connect_timeout" and e.line == 3, str(e)
+    assert e.hint is not None and "at most 600" in e.hint
+
+
+def test_connect_timeout_in_range_is_kept(config_dir: Path) -> None:
+    (config_dir / "ok.yaml").write_text("hosts:\n  a: {}\nconnect_timeout: 600\n")
+    assert resolve_profile("ok").connect_timeout == 600
+
+
+@pytest.mark.parametrize("value", [".inf", "1e308", ".nan"])
+def test_profile_numbers_refuse_infinity(config_dir: Path, value: str) -> None:
+    for field, text in (("price_per_gpu_hour", f"price_per_gpu_hour: {value}\n"),
+                        ("defaults.stop_grace", f"defaults:\n  stop_grace: {value}\n")):
+        e = profile_error(config_dir, "hosts:\n  a: {}\n" + text)
+        assert e.field == field and e.line is not None and e.line >= 3, str(e)
+
+
+@pytest.mark.parametrize("args", [
+    ["top", "--once", "--timeout", "inf"],
+    ["top", "--once", "--timeout", "1e308"],
+    ["top", "--once", "--timeout", "nan"],
+    ["top", "--interval", "inf"],
+    ["top", "--speed", "nan"],
+    ["gpus", "--timeout", "inf"],
+    ["ps", "--deadline", "nan"],
+    ["stop", "job", "--grace", "inf"],
+    ["stop", "job", "--grace", "1e308"],
+    ["watch", "--interval", "1e308"],
+    ["watch", "--speed", "inf"],
+    ["notebook", "--timeout", "nan"],
+    ["logs", "job", "--since", "99999999999d"],
+])
+def test_duration_flags_refuse_infinite_and_huge_values(args: list[str]) -> None:
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 2, res.output
+    flag = args[-2]
+    assert f"Invalid value for '{flag}'" in res.output
