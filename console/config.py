@@ -27,7 +27,7 @@ from console.yamlsrc import load_yaml, validation_error
 class AppConfig(BaseModel):
     """Settings of the interactive app (see the module docstring)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     interval: float = Field(1.0, ge=0.1, le=60, description="telemetry interval (s)")
     log_buffer_lines: int = Field(100_000, ge=1_000, le=10_000_000,

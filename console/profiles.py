@@ -55,7 +55,7 @@ def _bundled_dir() -> Path:
 BUNDLED_DIR = _bundled_dir()
 """The bundled profiles' folder (see :func:`_bundled_dir`)."""
 
-_Strict = ConfigDict(extra="forbid", defer_build=True)
+_Strict = ConfigDict(extra="forbid", defer_build=True, strict=True)
 #: Longest ``connect_timeout`` (s): a wait for one host's handshake, not a way to hang.
 MAX_CONNECT_TIMEOUT_S = 600
 _CAP_RE = re.compile(r"^(CAP_)?[A-Z][A-Z0-9_]{0,40}$")

@@ -115,7 +115,7 @@ class JobSpec(BaseModel):
             profile's ``slurm.time_limit``, else the partition's).
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     kind: Literal["train", "notebook"] = "train"
     name: str

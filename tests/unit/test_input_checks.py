@@ -74,3 +74,53 @@ def test_duration_flags_refuse_infinite_and_huge_values(args: list[str]) -> None
     assert res.exit_code == 2, res.output
     flag = args[-2]
     assert f"Invalid value for '{flag}'" in res.output
+
+
+# -- booleans are not numbers; tags do not change types --------------------------------------
+
+def spec_error(tmp_path: Path, extra: str) -> ConfigError:
+    from console.jobs.spec import load_spec
+
+    p = tmp_path / "job.yaml"
+    p.write_text(SPEC + extra)
+    with pytest.raises(ConfigError) as e:
+        load_spec(p)
+    return e.value
+
+
+@pytest.mark.parametrize("field", ["nproc_per_node", "nodes", "gpus_per_node", "max_restarts",
+                                   "rdzv_port"])
+@pytest.mark.parametrize("value", ["true", "false", "yes"])
+def test_a_boolean_is_not_a_count(tmp_path: Path, field: str, value: str) -> None:
+    e = spec_error(tmp_path, f"{field}: {value}\n")
+    assert e.field == field and e.line == 4, str(e)
+    assert "(got True)" in str(e) or "(got False)" in str(e) or "(got 'yes')" in str(e)
+
+
+@pytest.mark.parametrize(("text", "field", "line"), [
+    ("hosts:\n  a: {port: true}\n", "hosts.a.port", 2),
+    ("hosts:\n  a: {}\ndefaults:\n  rdzv_port: true\n", "defaults.rdzv_port", 4),
+    ("hosts:\n  a: {}\nconnect_timeout: true\n", "connect_timeout", 3),
+    ("hosts:\n  a: {}\naccept_new_host_keys: 1\n", "accept_new_host_keys", 3),
+])
+def test_profile_booleans_and_numbers_do_not_stand_in_for_each_other(
+        config_dir: Path, text: str, field: str, line: int) -> None:
+    e = profile_error(config_dir, text)
+    assert e.field == field and e.line == line, str(e)
+
+
+def test_whole_numbers_still_read_as_seconds(config_dir: Path) -> None:
+    (config_dir / "ok.yaml").write_text("hosts:\n  a: {port: 2222}\nconnect_timeout: 5\n"
+                                        "defaults: {stop_grace: 3}\n")
+    p = resolve_profile("ok")
+    assert (p.connect_timeout, p.defaults.stop_grace, p.hosts["a"].port) == (5.0, 3.0, 2222)
+
+
+def test_args_keep_their_order_and_must_be_strings(tmp_path: Path) -> None:
+    from console.jobs.spec import load_spec
+
+    p = tmp_path / "job.yaml"
+    p.write_text(SPEC + "args: [--b, --a, '3']\n")
+    assert load_spec(p).spec.args == ["--b", "--a", "3"]
+    e = spec_error(tmp_path, "args: [--steps, 3]\n")
+    assert e.field == "args[1]" and e.line == 4
