@@ -116,6 +116,19 @@ def test_whole_numbers_still_read_as_seconds(config_dir: Path) -> None:
     assert (p.connect_timeout, p.defaults.stop_grace, p.hosts["a"].port) == (5.0, 3.0, 2222)
 
 
+@pytest.mark.parametrize(("value", "tag"), [
+    ("!!set {a, b}", "!!set"), ("!!omap [{a: 1}]", "!!omap"), ("!!pairs [{a: 1}]", "!!pairs"),
+    ("!!python/tuple [a]", "!!python/tuple"), ("!!python/object:os.system {}",
+                                               "!!python/object:os.system"),
+    ("!custom [a]", "!custom"),
+])
+def test_tags_that_change_the_type_are_refused_with_the_line(tmp_path: Path, value: str,
+                                                             tag: str) -> None:
+    e = spec_error(tmp_path, f"args: {value}\n")
+    assert e.line == 4 and f"the tag {tag} is not accepted" in str(e), str(e)
+    assert e.hint is not None and "`[a, b]`" in e.hint
+
+
 def test_args_keep_their_order_and_must_be_strings(tmp_path: Path) -> None:
     from console.jobs.spec import load_spec
 
