@@ -85,8 +85,18 @@ def no_space(v: str) -> str:
     return v
 
 
+def not_blank(v: str) -> str:
+    """Refuse an empty (or all white space) value: for a field whose absence means a default
+    (``known_hosts`` -> ``~/.ssh/known_hosts``), ``""`` would silently mean that default."""
+    if not v.strip():
+        raise ValueError("is empty; give a value, or leave the field out for the default")
+    return v
+
+
 #: A one-line string (names, paths, hosts).
 OneLine = Annotated[str, AfterValidator(one_line)]
+#: A one-line string that is not empty (paths and names whose absence means a default).
+Given = Annotated[str, AfterValidator(one_line), AfterValidator(not_blank)]
 #: A string without NUL (arguments, environment values: newlines allowed).
 NoNul = Annotated[str, AfterValidator(no_nul)]
 #: One line without white space (user names, host names, addresses).

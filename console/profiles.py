@@ -12,10 +12,11 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import platformdirs
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -26,7 +27,18 @@ from pydantic import (
 )
 
 from console.errors import ConfigError
-from console.fields import AppriseUrl, ImageRef, Mount, NoNul, OneLine, Size, Word, env_names
+from console.fields import (
+    AppriseUrl,
+    Given,
+    ImageRef,
+    Mount,
+    NoNul,
+    OneLine,
+    Size,
+    Word,
+    env_names,
+    not_blank,
+)
 from console.slurm.fields import SlurmTime
 from console.yamlsrc import (
     ConfigErrors,
@@ -75,16 +87,17 @@ class HostConfig(BaseModel):
     hostname: Word | None = Field(None, description="host name, IP or ~/.ssh/config alias")
     port: int | None = Field(None, ge=1, le=65535)
     user: Word | None = None
-    identity_file: OneLine | None = None
+    identity_file: Given | None = None
     jump: str | None = Field(None, description="jump host, [user@]host[:port] like ssh -J")
-    address: Word | None = Field(None, description="IP other nodes use to reach this host")
+    address: Annotated[Word, AfterValidator(not_blank)] | None = Field(
+        None, description="IP other nodes use to reach this host")
     docker_socket: OneLine | None = Field(
         None, description="engine socket; default /var/run/docker.sock ($DOCKER_HOST=unix://"
         "... wins for a local host)")
     runtime: Literal["docker", "host"] = Field(
         "docker", description="how jobs run here by default: docker containers, or host "
         "(torchrun in the host's Python, no Docker); a spec's `runtime` wins")
-    python: OneLine | None = Field(
+    python: Given | None = Field(
         None, description="runtime host: the python with torch (a path, or a conda env "
         "name); default python3")
 
@@ -176,7 +189,7 @@ class SlurmConfig(BaseModel):
     partition: Word | None = None
     account: Word | None = None
     time_limit: SlurmTime | None = None
-    python: OneLine = "python3"
+    python: Given = "python3"
     container: Literal["pyxis", "apptainer", "none"] = "none"
     sbatch_args: list[OneLine] = Field(default_factory=list)
     job_dir: OneLine = "~/.cache/gpuconsole/slurm"
@@ -210,7 +223,7 @@ class Profile(BaseModel):
     name: OneLine = "local"
     source: str | None = None
     hosts: dict[str, HostConfig] = Field(min_length=1)
-    known_hosts: OneLine | None = None
+    known_hosts: Given | None = None
     accept_new_host_keys: bool = False
     connect_timeout: float = Field(10.0, gt=0, le=MAX_CONNECT_TIMEOUT_S, allow_inf_nan=False,
                                    description="seconds for the TCP connect and SSH handshake")

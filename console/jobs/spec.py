@@ -46,7 +46,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from console.errors import ConfigError
-from console.fields import ImageRef, Mount, NoNul, OneLine, Size, env_names, parse_mount
+from console.fields import Given, ImageRef, Mount, NoNul, OneLine, Size, env_names, parse_mount
 from console.jobs.labels import JOB_NAME_RE
 from console.slurm.fields import SlurmTime
 from console.yamlsrc import Lines, combine, load_yaml, validation_errors
@@ -120,14 +120,14 @@ class JobSpec(BaseModel):
     kind: Literal["train", "notebook"] = "train"
     name: str
     runtime: Literal["docker", "host"] | None = None
-    python: OneLine | None = None
+    python: Given | None = None
     image: ImageRef | None = None
     nodes: int | list[OneLine] = 1
     gpus_per_node: Literal["all"] | int | list[int] = "all"
     nproc_per_node: int | None = Field(None, ge=1, le=MAX_NPROC)
-    workdir: OneLine | None = None
+    workdir: Given | None = None
     exclude: list[OneLine] = Field(default_factory=list)
-    script: OneLine | None = None
+    script: Given | None = None
     args: list[NoNul] = Field(default_factory=list)
     env: dict[str, NoNul] = Field(default_factory=dict)
     mounts: list[Mount] = Field(default_factory=list)

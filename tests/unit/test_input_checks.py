@@ -137,3 +137,31 @@ def test_args_keep_their_order_and_must_be_strings(tmp_path: Path) -> None:
     assert load_spec(p).spec.args == ["--b", "--a", "3"]
     e = spec_error(tmp_path, "args: [--steps, 3]\n")
     assert e.field == "args[1]" and e.line == 4
+
+
+# -- an empty value is not the default ------------------------------------------------------
+
+@pytest.mark.parametrize(("text", "field", "line"), [
+    ('known_hosts: ""\nhosts:\n  a: {}\n', "known_hosts", 1),
+    ("known_hosts: '  '\nhosts:\n  a: {}\n", "known_hosts", 1),
+    ('hosts:\n  a:\n    identity_file: ""\n', "hosts.a.identity_file", 3),
+    ('hosts:\n  a:\n    address: ""\n', "hosts.a.address", 3),
+    ('hosts:\n  a:\n    python: ""\n', "hosts.a.python", 3),
+])
+def test_an_empty_path_is_an_error_not_the_default(config_dir: Path, text: str, field: str,
+                                                   line: int) -> None:
+    e = profile_error(config_dir, text)
+    assert e.field == field and e.line == line, str(e)
+    assert e.detail.startswith("is empty"), e.detail
+    assert e.hint  # the field's own example
+
+
+@pytest.mark.parametrize("field", ["workdir", "script", "python"])
+def test_an_empty_spec_field_is_an_error(tmp_path: Path, field: str) -> None:
+    from console.jobs.spec import load_spec
+
+    p = tmp_path / "job.yaml"
+    p.write_text(f"name: demo\n{field}: ''\n")
+    with pytest.raises(ConfigError) as e:
+        load_spec(p)
+    assert e.value.field == field and e.value.line == 2, str(e.value)
