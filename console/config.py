@@ -51,7 +51,7 @@ def load_config(path: Path | None = None) -> AppConfig:
         ConfigError: malformed or invalid, naming the file, line and field.
     """
     path = path or config_dir() / "config.yaml"
-    if not path.is_file():
+    if not path.exists():  # a directory or FIFO in its place: read_source says what it is
         return AppConfig()
     data, lines = load_yaml(path, "config")
     try:

@@ -443,7 +443,7 @@ def file_problems(profile: Profile, lines: Lines) -> list[ConfigError]:
 def _find(name: str) -> Path | None:
     for folder in (user_profiles_dir(), BUNDLED_DIR):
         p = folder / f"{name}.yaml"
-        if p.is_file():
+        if p.exists():  # not a regular file: read_source says what it is
             return p
     return None
 
@@ -460,14 +460,14 @@ def resolve_profile(ref: str | None = None) -> Profile:
     ref = ref or os.environ.get("GPUCONSOLE_PROFILE") or None
     if ref is None:
         default = user_profiles_dir() / "default.yaml"
-        if default.is_file():
+        if default.exists():
             return load_profile_file(default)
         ref = "local"
     as_path = Path(os.path.expanduser(ref))
     if ref.endswith((".yaml", ".yml")) or os.sep in ref:
-        if not as_path.is_file():
+        if not as_path.exists():
             raise ConfigError(f"profile file {ref} does not exist", "give an existing YAML file")
-        return load_profile_file(as_path)
+        return load_profile_file(as_path)  # a FIFO, device or directory: read_source says so
     found = _find(ref)
     if found is not None:
         return load_profile_file(found)

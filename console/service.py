@@ -505,10 +505,11 @@ class Service:
         """
         from console.jobs.launch import prepare
         from console.jobs.spec import load_spec
+        from console.yamlsrc import source_problem
 
-        if not spec_path.is_file():
-            raise ConfigError("job spec not found", "give the path of a YAML job spec",
-                              path=str(spec_path))
+        problem = source_problem(spec_path, "job spec")
+        if problem is not None:
+            raise problem
         loaded = await asyncio.to_thread(load_spec, spec_path, overrides)
         if self.profile.scheduler == "slurm":
             from console.slurm.backend import plan_slurm
@@ -1001,9 +1002,11 @@ class Service:
                                      "gpus_per_node": gpus, "workdir": workdir, "name": name}
         given = {k: v for k, v in overrides.items() if v is not None}
         if spec_path is not None:
-            if not spec_path.is_file():
-                raise ConfigError("notebook spec not found", "give the path of a YAML spec",
-                                  path=str(spec_path))
+            from console.yamlsrc import source_problem
+
+            problem = source_problem(spec_path, "notebook spec")
+            if problem is not None:
+                raise problem
             data, lines = await asyncio.to_thread(load_yaml, spec_path, "notebook spec")
             if "kind" not in data and "script" in data:
                 raise ConfigError("a training job spec (it has `script`), not a notebook",

@@ -165,3 +165,44 @@ def test_an_empty_spec_field_is_an_error(tmp_path: Path, field: str) -> None:
     with pytest.raises(ConfigError) as e:
         load_spec(p)
     assert e.value.field == field and e.value.line == 2, str(e.value)
+
+
+# -- a spec or profile path that is not a regular file ---------------------------------------
+
+@pytest.mark.parametrize(("make", "kind"), [
+    ("fifo", "a FIFO (named pipe)"), ("dir", "a directory"), ("dev", "a character device"),
+])
+def test_a_spec_path_that_is_not_a_regular_file_says_what_it_is(tmp_path: Path, make: str,
+                                                                kind: str) -> None:
+    """Nothing is read from it: a FIFO without a writer would block for good, /dev/zero
+    never ends."""
+    import os
+
+    path = tmp_path / "job.yaml"
+    if make == "fifo":
+        os.mkfifo(path)
+    elif make == "dir":
+        path.mkdir()
+    else:
+        path = Path("/dev/zero")
+    for args in (["submit", str(path), "--dry-run"], ["-p", str(path), "ps"]):
+        res = CliRunner().invoke(main, args)
+        assert res.exit_code == 2, res.output
+        what = "job spec" if args[0] == "submit" else "profile"
+        assert f"error: {path}: {what} is {kind}, not a regular file" in res.output
+        assert "fix: give the path of a" in res.output
+
+
+def test_read_source_never_blocks_on_a_fifo(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A FIFO put in place after the check is opened without blocking and refused."""
+    import os
+
+    from console import yamlsrc
+
+    fifo = tmp_path / "p.yaml"
+    os.mkfifo(fifo)
+    monkeypatch.setattr(yamlsrc, "source_problem", lambda path, what="file": None)
+    with pytest.raises(ConfigError) as e:
+        yamlsrc.read_source(fifo, "profile")
+    assert "is a FIFO (named pipe), not a regular file" in str(e.value)
