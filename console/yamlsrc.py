@@ -277,7 +277,9 @@ FIELD_HINTS = {
     "nproc_per_node": "a whole number from 1 to 1024 (default: one per GPU)",
     "args": "a list of strings, e.g. `args: [\"--lr\", \"3e-4\"]`",
     "env": "a mapping of NAME: \"value\" (quote numbers and yes/no)",
-    "mounts": "a list like `[\"/data:/data:ro\", \"~/runs:/runs\"]`",
+    "mounts": "a list of host_path:container_path[:ro] like `[\"/data:/data:ro\", "
+              "\"~/runs:/runs\"]`; each container path its own, not /workspace or "
+              "/opt/gpuconsole-gang",
     "shm_size": "a size like `8g`, or use `ipc: host`",
     "ipc": "`ipc: host` or leave it out",
     "max_restarts": "a whole number from 0 to 1000",

@@ -11,6 +11,7 @@ import re
 import secrets
 import shlex
 from dataclasses import dataclass
+from typing import Any
 
 from console import fields
 from console.errors import ConfigError, PlanError
@@ -19,7 +20,7 @@ from console.jobs.labels import HOST_ERROR_FILE as HOST_ERROR_FILE
 from console.jobs.labels import NodeLabels
 from console.jobs.spec import DOCKER_ONLY, LoadedSpec, parse_mount, resolve_env
 from console.profiles import Profile
-from console.yamlsrc import combine
+from console.yamlsrc import combine, line_of
 from remote.docker import Bind, ContainerSpec
 from remote.gang import HOST_MARKER_NAME, MARKER_ENV
 
@@ -147,7 +148,39 @@ def select_hosts(loaded: LoadedSpec, profile: Profile) -> list[str]:
     else:
         hosts = list(profile.hosts)[:nodes]
     job_env(loaded, profile)
+    check_mounts(loaded, profile)
     return hosts
+
+
+def check_mounts(loaded: LoadedSpec, profile: Profile) -> None:
+    """Refuse two mounts (the profile's ``defaults.mounts`` and the spec's ``mounts``) at one
+    container path, compared as Docker compares them (normalised: ``/data`` and ``//data/.``
+    are one), before any host is contacted: Docker refuses the container at create
+    ("Duplicate mount point"). Each mount on its own was checked when its file was read
+    (:func:`console.fields.parse_mount`: reserved paths).
+
+    Raises:
+        ConfigError: every later mount at a taken path, naming its field and line and the
+            mount it collides with.
+    """
+    seen: dict[str, str] = {}
+    problems: list[ConfigError] = []
+    listed: list[tuple[str, str, dict[str, Any]]] = [(f"defaults.mounts[{i}]", m, {
+        "path": profile.source, "field": f"defaults.mounts[{i}]",
+        "line": line_of(profile.lines, ("defaults", "mounts", i))})
+        for i, m in enumerate(profile.defaults.mounts)]
+    listed += [(f"mounts[{i}]", m, loaded.blame(f"mounts[{i}]"))
+               for i, m in enumerate(loaded.spec.mounts)]
+    for name, m, where in listed:
+        _src, dst, _ro = parse_mount(m)
+        first = seen.setdefault(dst, f"{name} {m!r}")
+        if first != f"{name} {m!r}":
+            problems.append(ConfigError(
+                f"mount {m!r}: the container path {dst} is already mounted by {first}",
+                "give each mount its own container path (Docker refuses two mounts at one "
+                "point); remove one of them", **where))
+    if problems:
+        raise combine(problems)
 
 
 def job_env(loaded: LoadedSpec, profile: Profile) -> tuple[dict[str, str], frozenset[str]]:

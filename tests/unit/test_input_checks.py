@@ -206,3 +206,50 @@ def test_read_source_never_blocks_on_a_fifo(tmp_path: Path,
     with pytest.raises(ConfigError) as e:
         yamlsrc.read_source(fifo, "profile")
     assert "is a FIFO (named pipe), not a regular file" in str(e.value)
+
+
+# -- mount targets as Docker compares them --------------------------------------------------
+
+@pytest.mark.parametrize(("target", "what"), [
+    ("//workspace", "the synced workdir"), ("/workspace/.", "the synced workdir"),
+    ("/workspace/../workspace", "the synced workdir"), ("/workspace/", "the synced workdir"),
+    ("/opt/gpuconsole-gang", "the gang supervisor"),
+    ("//opt//gpuconsole-gang/", "the gang supervisor"),
+    ("/opt/gpuconsole-gang/sub", "the gang supervisor"),
+])
+def test_reserved_mount_targets_are_refused_however_written(tmp_path: Path, target: str,
+                                                            what: str) -> None:
+    e = spec_error(tmp_path, f"mounts: ['/data:{target}']\n")
+    assert e.field == "mounts[0]" and e.line == 4, str(e)
+    assert f"where gpuconsole mounts {what}" in e.detail
+    assert e.hint is not None and "/opt/gpuconsole-gang" in e.hint
+
+
+def test_container_paths_are_normalised() -> None:
+    from console.fields import container_path, parse_mount
+
+    assert container_path("//data//x/./y/../") == "/data/x"
+    assert parse_mount("/d://data/.:ro") == ("/d", "/data", True)
+    assert parse_mount("/d:/opt/gpuconsole-gang-other") == ("/d", "/opt/gpuconsole-gang-other",
+                                                           False)
+
+
+def test_two_mounts_at_one_point_are_refused_before_any_host(tmp_path: Path) -> None:
+    from console.jobs.plan import select_hosts
+    from console.jobs.spec import load_spec
+    from console.profiles import HostConfig, JobDefaults, Profile
+
+    spec = tmp_path / "job.yaml"
+    spec.write_text(SPEC + "mounts:\n  - /a:/data\n  - /b:/out\n  - /c://out/.\n")
+    prof = Profile(name="t", hosts={"a": HostConfig(hostname="10.0.0.1")},
+                   defaults=JobDefaults(image="img:1", mounts=["/h:/data/"]))
+    with pytest.raises(ConfigError) as e:
+        select_hosts(load_spec(spec), prof)
+    found = [(p.field, p.line, p.detail) for p in getattr(e.value, "problems", (e.value,))]
+    assert found == [
+        ("mounts[0]", 5, "mount '/a:/data': the container path /data is already mounted by "
+                         "defaults.mounts[0] '/h:/data/'"),
+        ("mounts[2]", 7, "mount '/c://out/.': the container path /out is already mounted by "
+                         "mounts[1] '/b:/out'"),
+    ]
+    assert e.value.hint is not None and "its own container path" in e.value.hint
