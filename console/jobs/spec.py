@@ -33,6 +33,7 @@ read-write at ``/workspace``, so notebooks persist there::
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -206,7 +207,11 @@ class LoadedSpec:
         workdir is on the host: :attr:`host_workdir`)."""
         if self.spec.workdir is None or self.spec.kind == "notebook":
             return None
-        return (self.base_dir / os.path.expanduser(self.spec.workdir)).resolve()
+        given = self.base_dir / os.path.expanduser(self.spec.workdir)
+        try:
+            return resolve_path(given)
+        except OSError:  # a symbolic link loop: validation reports it (_workdir_problems)
+            return Path(os.path.abspath(given))
 
     @property
     def host_workdir(self) -> str | None:
@@ -378,10 +383,39 @@ def _kind_problems(loaded: LoadedSpec) -> list[ConfigError]:
     return out
 
 
+def resolve_path(path: Path) -> Path:
+    """``path.resolve()``, a symbolic link loop raised as ``OSError`` (``ELOOP``, the link
+    where the loop was found as ``filename``) on every Python: 3.11's pathlib raises
+    ``RuntimeError("Symlink loop from ...")``."""
+    try:
+        return path.resolve()
+    except RuntimeError as e:
+        where = str(e).removeprefix("Symlink loop from ").strip("'\"") or str(path)
+        raise OSError(errno.ELOOP, "symbolic link loop", where) from e
+
+
+def _loop_problem(loaded: LoadedSpec, field_name: str, path: Path) -> ConfigError | None:
+    """A problem naming the link that loops when ``path`` cannot be resolved."""
+    try:
+        resolve_path(path)
+    except OSError as e:
+        at = e.filename or path
+        return ConfigError(
+            f"{path}: the symbolic link {at} loops (following it leads back to itself)",
+            f"point {at} at a real file or folder, or change {loaded.name_of(field_name)}",
+            **loaded.blame(field_name))
+    return None
+
+
 def _workdir_problems(loaded: LoadedSpec) -> list[ConfigError]:
     spec = loaded.spec
     if spec.script is None:  # a notebook (the model checked its host workdir)
         return []
+    if spec.workdir is not None:
+        looped = _loop_problem(loaded, "workdir",
+                               loaded.base_dir / os.path.expanduser(spec.workdir))
+        if looped is not None:
+            return [looped]
     wd = loaded.workdir
     if wd is not None and not wd.is_dir():
         return [ConfigError(f"workdir {wd} is not a folder",
@@ -401,7 +435,10 @@ def _workdir_problems(loaded: LoadedSpec) -> list[ConfigError]:
                                 **loaded.blame("script"))]
     if wd is None:
         return []
-    target = (wd / spec.script).resolve()
+    looped = _loop_problem(loaded, "script", wd / spec.script)
+    if looped is not None:
+        return [looped]
+    target = resolve_path(wd / spec.script)
     if not target.is_relative_to(wd):
         return [ConfigError(f"{spec.script!r} leads outside the workdir {wd} (a symbolic "
                             "link)", "script is a file inside workdir",

@@ -253,3 +253,37 @@ def test_two_mounts_at_one_point_are_refused_before_any_host(tmp_path: Path) -> 
                          "mounts[1] '/b:/out'"),
     ]
     assert e.value.hint is not None and "its own container path" in e.value.hint
+
+
+# -- symbolic link loops ----------------------------------------------------------------------
+
+def test_a_workdir_that_is_a_symlink_loop_names_the_link(tmp_path: Path) -> None:
+    import os
+
+    from console.jobs.spec import load_spec
+
+    os.symlink("loop", tmp_path / "loop")
+    spec = tmp_path / "job.yaml"
+    spec.write_text("name: demo\nscript: train.py\nworkdir: loop\n")
+    with pytest.raises(ConfigError) as e:
+        load_spec(spec)
+    assert (e.value.field, e.value.line) == ("workdir", 3)
+    assert f"the symbolic link {tmp_path / 'loop'} loops" in e.value.detail
+    assert e.value.hint is not None and "change workdir" in e.value.hint
+
+
+def test_a_script_that_is_a_symlink_loop_names_the_link(tmp_path: Path) -> None:
+    import os
+
+    from console.jobs.spec import load_spec
+
+    wd = tmp_path / "w"
+    wd.mkdir()
+    os.symlink("b", wd / "a")
+    os.symlink("a", wd / "b")
+    spec = tmp_path / "job.yaml"
+    spec.write_text("name: demo\nscript: a\nworkdir: w\n")
+    with pytest.raises(ConfigError) as e:
+        load_spec(spec)
+    assert (e.value.field, e.value.line) == ("script", 2)
+    assert "the symbolic link" in e.value.detail and "loops" in e.value.detail
