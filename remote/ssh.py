@@ -52,6 +52,7 @@ from remote.transport import (
     RemoteProcess,
     Transport,
     local_temp_dir,
+    unsyncable_names,
 )
 
 #: Ciphers offered, in order of preference: AES-GCM first. asyncssh's default puts
@@ -705,8 +706,20 @@ class SSHTransport(Transport):
                         rel = p.relative_to(local_dir).as_posix()
                         await sftp.chmod(f"{remote_dir}/{rel}", mode & 0o777)
         except (asyncssh.SFTPError, OSError) as e:
+            bad = unsyncable_names(local_dir) if isinstance(e, asyncssh.SFTPBadMessage) else []
+            if bad:
+                raise TransportError(
+                    self.name, f"copying the workdir to {remote_dir} failed: {bad[0]!r} has a "
+                    "backslash in its name, which the SFTP copy refuses",
+                    "rename it, or leave it out with the spec's `exclude`") from e
+            if isinstance(e, (asyncssh.SFTPNoSpaceOnFilesystem, asyncssh.SFTPQuotaExceeded)):
+                hint = "free space on the host (its home's filesystem is full or over quota)"
+            elif isinstance(e, asyncssh.SFTPPermissionDenied):
+                hint = f"let the host's SSH user write {os.path.dirname(remote_dir)}"
+            else:
+                hint = "check free space and permissions on the host"
             raise TransportError(self.name, f"copying the workdir to {remote_dir} failed: {e}",
-                                 "check free space and permissions on the host") from e
+                                 hint) from e
 
     async def _rename(self, src: str, dst: str) -> bool:
         sftp = await self._sftp_client()

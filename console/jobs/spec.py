@@ -446,6 +446,15 @@ def _workdir_problems(loaded: LoadedSpec) -> list[ConfigError]:
     if not target.is_file():
         return [ConfigError(f"{spec.script!r} is not in the workdir {wd}",
                             "script is a path inside workdir", **loaded.blame("script"))]
+    from remote.transport import unsyncable_names
+
+    bad = unsyncable_names(wd, spec.exclude)
+    if bad:
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        return [ConfigError(
+            f"{wd / bad[0]}{more}: a backslash in a file name, which the workdir sync to SSH "
+            "hosts (SFTP) refuses", f"rename it, or leave it out: `exclude: ['{bad[0]}']`",
+            **loaded.blame("workdir"))]
     return []
 
 

@@ -287,3 +287,38 @@ def test_a_script_that_is_a_symlink_loop_names_the_link(tmp_path: Path) -> None:
         load_spec(spec)
     assert (e.value.field, e.value.line) == ("script", 2)
     assert "the symbolic link" in e.value.detail and "loops" in e.value.detail
+
+
+# -- workdir names the sync cannot copy -------------------------------------------------------
+
+def test_backslash_names_are_found_in_files_and_folders_but_not_excluded_ones(
+        tmp_path: Path) -> None:
+    from remote.transport import unsyncable_names
+
+    (tmp_path / "d\\x").mkdir()
+    (tmp_path / "d\\x" / "inner\\y").write_text("")  # inside a refused folder: named once
+    (tmp_path / "ok").mkdir()
+    (tmp_path / "ok" / "f\\g.py").write_text("")
+    (tmp_path / "data\\raw").write_text("")
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git" / "h\\i").write_text("")  # never synced
+    assert unsyncable_names(tmp_path) == ["d\\x", "data\\raw", "ok/f\\g.py"]
+    assert unsyncable_names(tmp_path, ["d\\x", "data*"]) == ["ok/f\\g.py"]
+
+
+def test_a_spec_whose_workdir_has_a_backslash_name_is_refused(tmp_path: Path) -> None:
+    from console.jobs.spec import load_spec
+
+    wd = tmp_path / "w"
+    wd.mkdir()
+    (wd / "train.py").write_text("")
+    (wd / "a\\b.txt").write_text("")
+    spec = tmp_path / "job.yaml"
+    spec.write_text("name: demo\nscript: train.py\nworkdir: w\n")
+    with pytest.raises(ConfigError) as e:
+        load_spec(spec)
+    assert (e.value.field, e.value.line) == ("workdir", 3)
+    assert e.value.detail.startswith(f"{wd / 'a'}\\b.txt: a backslash in a file name")
+    assert e.value.hint == "rename it, or leave it out: `exclude: ['a\\b.txt']`"
+    spec.write_text("name: demo\nscript: train.py\nworkdir: w\nexclude: ['a\\b.txt']\n")
+    assert load_spec(spec).spec.exclude == ["a\\b.txt"]
