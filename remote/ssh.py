@@ -393,7 +393,6 @@ class SSHTransport(Transport):
         who = f"the jump host {host}:{port}" if jump else f"{host}:{port}"
         entries = known_host_entries(kh, seen.host or host, seen.addr, port)
         offered = seen.key
-        fp = f" ({fingerprint(offered)})" if offered is not None else ""
         if "revoked" in e.reason.lower():
             revoked = [en for en in entries if en.marker == "revoked"
                        and (offered is None or en.key == offered)]
@@ -420,15 +419,16 @@ class SSHTransport(Transport):
                 f"the old line with `{remove}` and add the verified key",
             )
         scan = shlex.join(["ssh-keyscan", "-p", str(port), host])
-        hint = f"check the key's fingerprint{fp}, then `{scan} >> {kh}`"
+        if offered is not None:
+            what = f"it offered {fingerprint(offered)}, and known_hosts {kh} has no key for it"
+            check = f"check that {fingerprint(offered)} is the host's key (ask its owner)"
+        else:
+            what, check = f"{e.reason}; known_hosts: {kh}", "check the key's fingerprint"
+        hint = f"{check}, then `{scan} >> {kh}`"
         if not jump:
             hint += ", or set `accept_new_host_keys: true` in the profile (like OpenSSH " \
                     "accept-new)"
-        return HostKeyUnknown(
-            self.name,
-            f"host key of {who} is not trusted ({e.reason}){fp}; known_hosts: {kh}",
-            hint,
-        )
+        return HostKeyUnknown(self.name, f"host key of {who} is not trusted: {what}", hint)
 
     def _remember_host_key(self, key: asyncssh.SSHKey, kh_path: str) -> None:
         """Append the accepted key of a new host to known_hosts (one line per host and key,
