@@ -311,7 +311,8 @@ class SSHTransport(Transport):
 
         Raises:
             HostUnreachable: refused, timed out or name not resolved.
-            HostKeyUnknown: the host key is not in known_hosts (or differs from it).
+            HostKeyRefused: the host key is unknown (HostKeyUnknown), differs from the one
+                known_hosts holds (HostKeyChanged) or is revoked there (HostKeyRevoked).
             AuthenticationFailed: no offered key was accepted.
         """
         async with self._lock:
@@ -589,7 +590,7 @@ class SSHTransport(Transport):
         drops.
 
         Raises:
-            HostUnreachable, HostKeyUnknown, AuthenticationFailed: connecting failed.
+            HostUnreachable, HostKeyRefused, AuthenticationFailed: connecting failed.
             TransportError: ``127.0.0.1:local_port`` cannot be bound here.
         """
         conn = await self._connection()

@@ -246,7 +246,7 @@ class Transport(ABC):
         """Open the connection (no-op when already open).
 
         Raises:
-            HostUnreachable, HostKeyUnknown, AuthenticationFailed: see :mod:`remote.errors`.
+            HostUnreachable, HostKeyRefused, AuthenticationFailed: see :mod:`remote.errors`.
         """
 
     @abstractmethod
