@@ -16,7 +16,7 @@ from textual.binding import Binding, BindingType
 from textual.pilot import Pilot
 
 from console.app.screens.fleet import FleetScreen
-from console.app.widgets.fleet import COLUMNS
+from console.app.widgets.fleet import COLUMNS, DetailPanel
 from console.fleet.state import FleetState
 from tests.unit.test_fleet_rows import DOWN_REASON, build_fleet, trace
 
@@ -95,14 +95,14 @@ async def test_cells_show_the_traces_readings() -> None:
         summary = str(app.screen.query_one("#fleet-summary").render())
         assert summary.startswith("4 hosts: 2 up, 1 down, 1 driver problem")
         assert "4 GPUs: 1 busy, 3 free" in summary
-        # the detail line: the cursor row uncut, fan unknown on the H200 SXM
+        # the detail panel: the cursor row uncut, fan unknown on the H200 SXM
         await pilot.press("down")
-        detail = str(app.screen.query_one("#fleet-detail").render())
+        detail = " ".join(app.screen.query_one("#fleet-detail", DetailPanel).lines())
         assert detail == ("h200-a GPU 0 NVIDIA H200 | pid 653 root python3 …/matmul_load.py "
                           "90 16 (17604 MiB) | P0 1500 MHz | tensor 93% dram 17% | fan ?")
         fleet(app).table.move_to_key("host:gpu-c")
         await pilot.pause()
-        detail = str(app.screen.query_one("#fleet-detail").render())
+        detail = " ".join(app.screen.query_one("#fleet-detail", DetailPanel).lines())
         assert detail == f"gpu-c: down | {DOWN_REASON}"
 
 
@@ -190,7 +190,7 @@ async def test_updates_keep_the_cursor_and_select_posts_the_job() -> None:
         assert cells(app, "gpu:h200-a:0")["users"] == "ddp-x-1a2b3c n0 r0,r1"
         assert screen.table.move_to_key("gpu:h200-a:0")
         await pilot.pause()
-        detail = str(screen.query_one("#fleet-detail").render())
+        detail = " ".join(screen.query_one("#fleet-detail", DetailPanel).lines())
         assert detail.startswith("h200-a GPU 0 NVIDIA H200 | job ddp-x-1a2b3c n0 r0,r1 pids "
                                  "653,654 (18628 MiB) (enter: open) | P0 1500 MHz")
         await pilot.press("enter")
@@ -260,3 +260,31 @@ def test_detail_line_names_the_xid_root_and_its_action() -> None:
     span = next(s for s in text.spans if text.plain[s.start:s.end].strip(" |").startswith("Xid"))
     assert "red" in str(span.style)
     assert "Xid" not in detail_text(replace(row, xid=None)).plain
+
+
+NO_DRIVER = ("no NVIDIA driver: nvidia-smi not found (NVML: pynvml could not be imported: "
+             "libnvidia-ml.so.1: cannot open shared object file: No such file or directory)")
+
+
+async def test_long_reasons_are_read_whole_in_the_detail_panel_at_100_columns() -> None:
+    from remote.telemetry.schema import empty_sample
+
+    st = build_fleet()
+    bare = empty_sample("nvml", 0, 1795974200.0, 1.0)
+    bare.update(state="no_driver", state_detail=NO_DRIVER)
+    st.on_sample("gpu-e", bare, rx=NOW)
+    app = FleetApp(st)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        screen = fleet(app)
+        panel = screen.query_one("#fleet-detail", DetailPanel)
+        for key, words, rows in (("host:gpu-c", f"gpu-c: down | {DOWN_REASON}", 1),
+                                 ("host:gpu-e", f"gpu-e: up | no_driver: {NO_DRIVER}", 2)):
+            assert screen.table.move_to_key(key)
+            await pilot.pause()
+            shown = panel.lines()
+            assert len(shown) == rows and all(len(ln) <= 98 for ln in shown)  # wrapped
+            assert " ".join(shown) == words  # every word, none cut
+        # the table cell stays short: the reason is cut there, with the mark
+        cell = cells(app, "host:gpu-e")["users"]
+        assert cell.endswith("…") and len(cell) <= 72

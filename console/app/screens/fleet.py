@@ -22,7 +22,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input
 
-from console.app.widgets.fleet import FleetTable
+from console.app.widgets.fleet import DetailPanel, FleetTable
 from console.app.widgets.oneline import OneLine
 from console.app.widgets.status import StatusLine
 from console.fleet.rows import (
@@ -76,9 +76,9 @@ def summary_text(groups: list[HostGroup], shown: list[HostGroup], sort_key: str,
 
 
 def detail_text(row: HostRow | GpuRow | None) -> Text:
-    """The line below the table: the cursor row's whole story (not cut to a column:
-    the down reason, every process with its full command, the Xid chain's root and its
-    action, clocks, GPM, fan, ECC)."""
+    """The panel below the table: the cursor row's whole story, wrapped to the panel's
+    width, never cut to a column (the down or driver reason, every process with its full
+    command, the Xid chain's root and its action, clocks, GPM, fan, ECC)."""
     if row is None:
         return Text("")
     if isinstance(row, HostRow):
@@ -146,7 +146,8 @@ class FleetScreen(Screen[None]):
     FleetScreen #fleet-summary { height: 1; padding: 0 1; }
     FleetScreen #fleet-filter { height: 3; display: none; }
     FleetScreen #fleet-filter.-open { display: block; }
-    FleetScreen #fleet-detail { height: 1; padding: 0 1; background: $boost; }
+    FleetScreen #fleet-detail { height: auto; max-height: 8; padding: 0 1;
+                                background: $boost; }
     """
 
     class JobSelected(Message):
@@ -184,7 +185,7 @@ class FleetScreen(Screen[None]):
         yield Input(placeholder="filter: free  busy  host:NAME  job:ID  model:TEXT  or any text"
                                 "  (enter: keep, escape: clear)", id="fleet-filter")
         yield FleetTable(history_width=self.history_width, id="fleet-table")
-        yield OneLine(id="fleet-detail")
+        yield DetailPanel(id="fleet-detail")
         yield StatusLine()
         yield Footer()
 
@@ -226,7 +227,7 @@ class FleetScreen(Screen[None]):
         self._show_detail()
 
     def _show_detail(self) -> None:
-        self.query_one("#fleet-detail", OneLine).show(detail_text(self.table.row_data()))
+        self.query_one("#fleet-detail", DetailPanel).show(detail_text(self.table.row_data()))
 
     def set_sort(self, key: str, descending: bool | None = None) -> None:
         """Sort by ``key`` (see :data:`SORT_KEYS`); ``descending`` defaults to the column's

@@ -14,7 +14,7 @@ from typing import ClassVar
 
 from rich.text import Text
 from textual.binding import Binding, BindingType
-from textual.widgets import DataTable
+from textual.widgets import DataTable, Static
 from textual.widgets.data_table import CellKey, ColumnKey, RowKey
 
 from console.fleet.rows import (
@@ -317,3 +317,32 @@ class FleetTable(DataTable[Text]):
             target = min(keep_line, len(order) - 1)
         self.scroll_to(scroll_x, scroll_y, animate=False, immediate=True)
         self.move_cursor(row=max(target, 0), animate=False)
+
+
+class DetailPanel(Static):
+    """The cursor row's whole story below the table, wrapped to the panel's width (a cell of
+    the table is cut to its column; this panel never cuts): its height follows the text,
+    up to the screen's ``max-height``.
+
+    :meth:`show` repaints only when the text differs, with a layout pass (the height may
+    change); the fleet screen calls it on each update and cursor move.
+    """
+
+    DEFAULT_CSS = """
+    DetailPanel { height: auto; }
+    """
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__("", id=id, classes=classes)
+        self._shown: tuple[str, tuple[object, ...]] = ("", ())
+
+    def show(self, text: Text) -> None:
+        """Show ``text`` (wrapped), if it differs from what is shown."""
+        key = (text.plain, tuple(text.spans))
+        if key != self._shown:
+            self._shown = key
+            self.update(text)
+
+    def lines(self) -> list[str]:
+        """The panel's rows as shown (plain text, wrapped, without the padding)."""
+        return [self.render_line(y).text.strip() for y in range(self.size.height)]
