@@ -163,6 +163,11 @@ class GpuRow:
         xid_code: that Xid's number, or ``None``.
         xid_severe: its action takes the GPU out (reboot, reset, NVLink, mechanicals) or the
             same faults hit many processes (drain).
+        mem_clock_mhz: memory clock (MHz), or ``None``.
+        sm_clock_max_mhz: the highest SM clock (MHz), or ``None``.
+        mem_clock_max_mhz: the highest memory clock (MHz), or ``None``.
+        unsupported: sample keys the GPU does not have at all (the record's ``unsupported``:
+            NVML_ERROR_NOT_SUPPORTED), shown ``n/a``; any other ``None`` reading is unknown.
     """
 
     key: str
@@ -190,6 +195,15 @@ class GpuRow:
     xid: str | None = None
     xid_code: int | None = None
     xid_severe: bool = False
+    mem_clock_mhz: float | None = None
+    sm_clock_max_mhz: float | None = None
+    mem_clock_max_mhz: float | None = None
+    unsupported: frozenset[str] = frozenset()
+
+    def na(self, key: str) -> bool:
+        """Whether sample key ``key`` (``fan_pct``, ``gpm``...) is not applicable to this GPU
+        (it does not have that reading), rather than unknown."""
+        return key in self.unsupported
 
     @property
     def free(self) -> bool:
@@ -349,6 +363,9 @@ def _gpu_row(host: str, idx: int, g: GpuRecord, tail: Sequence[GpuPoint],
         tensor_activity_pct=_num(gpm["tensor_activity_pct"]) if gpm else None,
         dram_bw_util_pct=_num(gpm["dram_bw_util_pct"]) if gpm else None,
         ecc_uncorrected=_num(g["ecc_volatile_uncorrected"]),
+        mem_clock_mhz=_num(g["mem_clock_mhz"]), sm_clock_max_mhz=_num(g["sm_clock_max_mhz"]),
+        mem_clock_max_mhz=_num(g["mem_clock_max_mhz"]),
+        unsupported=frozenset(g["unsupported"]),
     )
 
 
@@ -493,9 +510,22 @@ def filter_groups(groups: Sequence[HostGroup], query: str) -> list[HostGroup]:
 
 # -- plain-text cells ------------------------------------------------------------------------
 
-def num_text(v: float | None, unit: str = "") -> str:
-    """A reading rounded to an integer with its unit; ``?`` when unknown."""
-    return "?" if v is None else f"{v:.0f}{unit}"
+#: How a reading the GPU does not have prints (not applicable; unknown is ``?``).
+NOT_APPLICABLE = "n/a"
+
+
+def num_text(v: float | None, unit: str = "", *, na: bool = False) -> str:
+    """A reading rounded to an integer with its unit; ``?`` when unknown, ``n/a`` when
+    ``na`` (the GPU does not have the reading: :meth:`GpuRow.na`) and it is ``None``."""
+    if v is None:
+        return NOT_APPLICABLE if na else "?"
+    return f"{v:.0f}{unit}"
+
+
+def clock_text(mhz: float | None, max_mhz: float | None, *, na: bool = False) -> str:
+    """``1500/1980 MHz``: a clock against its maximum (``?`` for an unknown side, ``n/a``
+    for a clock the GPU does not report)."""
+    return f"{num_text(mhz, na=na)}/{num_text(max_mhz, na=na)} MHz"
 
 
 def bar(fraction: float | None, width: int) -> str:
@@ -521,9 +551,9 @@ def mem_text(used: float | None, total: float | None, width: int = 4) -> str:
     return f"{bar(frac, width)} {num_text(used)}/{num_text(total)} MiB"
 
 
-def power_text(power: float | None, limit: float | None) -> str:
-    """``691/700 W`` (``?`` for an unknown side)."""
-    return f"{num_text(power)}/{num_text(limit)} W"
+def power_text(power: float | None, limit: float | None, *, na: bool = False) -> str:
+    """``691/700 W`` (``?`` for an unknown side; ``n/a`` with ``na``: no power reading)."""
+    return f"{num_text(power, na=na)}/{num_text(limit, na=na)} W"
 
 
 def throttle_text(reasons: Sequence[str] | None) -> str:

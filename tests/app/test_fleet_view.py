@@ -95,11 +95,13 @@ async def test_cells_show_the_traces_readings() -> None:
         summary = str(app.screen.query_one("#fleet-summary").render())
         assert summary.startswith("4 hosts: 2 up, 1 down, 1 driver problem")
         assert "4 GPUs: 1 busy, 3 free" in summary
-        # the detail panel: the cursor row uncut, fan unknown on the H200 SXM
+        # the detail panel: the cursor row uncut; the H200 SXM has no fan (NVML: Not
+        # Supported): n/a, not unknown; the recording has no max clocks: unknown
         await pilot.press("down")
         detail = " ".join(app.screen.query_one("#fleet-detail", DetailPanel).lines())
         assert detail == ("h200-a GPU 0 NVIDIA H200 | pid 653 root python3 …/matmul_load.py "
-                          "90 16 (17604 MiB) | P0 1500 MHz | tensor 93% dram 17% | fan ?")
+                          "90 16 (17604 MiB) | P0 | SM 1500/? MHz | mem 3201/? MHz | tensor 93% "
+                          "dram 17% | fan n/a")
         fleet(app).table.move_to_key("host:gpu-c")
         await pilot.pause()
         detail = " ".join(app.screen.query_one("#fleet-detail", DetailPanel).lines())
@@ -113,7 +115,8 @@ async def test_unknown_readings_show_question_marks() -> None:
     s = copy.deepcopy(trace("h200-idle.jsonl")[-1])
     for g in s["gpus"]:
         g.update(util_gpu_pct=None, mem_used_mib=None, power_w=None, temp_c=None,
-                 throttle_reasons=None)
+                 throttle_reasons=None, unsupported=[],  # the fan failed: unknown, not n/a
+                 errors={"fan_pct": "Unknown Error"})
     s["processes"] = None
     st.on_sample("blind", s, rx=NOW)
     app = FleetApp(st)
@@ -130,6 +133,20 @@ async def test_unknown_readings_show_question_marks() -> None:
             "throttle": "?", "hist": "       ?", "users": "?",  # one sample, unknown
             "xid": "-",
         }
+        assert fleet(app).table.move_to_key("gpu:blind:1")
+        await pilot.pause()
+        detail = " ".join(app.screen.query_one("#fleet-detail", DetailPanel).lines())
+        assert detail.endswith("| fan ?")
+        # a GPU without GPM (before Hopper: NVML says not supported): n/a, not unknown
+        s2 = copy.deepcopy(trace("h200-idle.jsonl")[-1])
+        for g in s2["gpus"]:
+            g.update(gpm=None, unsupported=["fan_pct", "gpm"],
+                     errors={"fan_pct": "Not Supported", "gpm": "GPM not supported"})
+        st.on_sample("old", s2, rx=NOW)
+        fleet(app).update_fleet(st)
+        await pilot.pause()
+        assert cells(app, "gpu:old:0")["sm"] == "n/a"
+        assert cells(app, "gpu:blind:0")["sm"] == "0%"
 
 
 async def test_sort_cycles_and_reverses_keeping_the_cursor() -> None:
@@ -192,7 +209,7 @@ async def test_updates_keep_the_cursor_and_select_posts_the_job() -> None:
         await pilot.pause()
         detail = " ".join(screen.query_one("#fleet-detail", DetailPanel).lines())
         assert detail.startswith("h200-a GPU 0 NVIDIA H200 | job ddp-x-1a2b3c n0 r0,r1 pids "
-                                 "653,654 (18628 MiB) (enter: open) | P0 1500 MHz")
+                                 "653,654 (18628 MiB) (enter: open) | P0 | SM 1500/? MHz")
         await pilot.press("enter")
         await pilot.pause()
         assert app.jobs == [("ddp-x-1a2b3c", "h200-a", 0)]

@@ -30,6 +30,7 @@ from console.fleet.rows import (
     GpuRow,
     HostGroup,
     HostRow,
+    clock_text,
     filter_groups,
     fleet_rows,
     host_detail_text,
@@ -109,10 +110,13 @@ def detail_text(row: HostRow | GpuRow | None) -> Text:
         text.append(f" | {row.xid}", style="bold red" if row.xid_severe else "yellow")
     if row.ecc_uncorrected:  # uncorrected ECC errors since the driver loaded
         text.append(f" | ECC {row.ecc_uncorrected:.0f} uncorrected", style="bold red")
-    text.append(f" | {row.pstate or '?'} {num_text(row.sm_clock_mhz)} MHz"
-                f" | tensor {num_text(row.tensor_activity_pct, '%')}"
-                f" dram {num_text(row.dram_bw_util_pct, '%')}"
-                f" | fan {num_text(row.fan_pct, '%')}", style="dim")
+    gpm = row.na("gpm")
+    sm = clock_text(row.sm_clock_mhz, row.sm_clock_max_mhz, na=row.na("sm_clock_mhz"))
+    mem = clock_text(row.mem_clock_mhz, row.mem_clock_max_mhz, na=row.na("mem_clock_mhz"))
+    text.append(f" | {row.pstate or '?'} | SM {sm} | mem {mem}"
+                f" | tensor {num_text(row.tensor_activity_pct, '%', na=gpm)}"
+                f" dram {num_text(row.dram_bw_util_pct, '%', na=gpm)}"
+                f" | fan {num_text(row.fan_pct, '%', na=row.na('fan_pct'))}", style="dim")
     return text
 
 

@@ -133,7 +133,8 @@ def host_cells(h: HostRow, n_gpus: int, info_limit: int = 72) -> list[Text]:
 
 def gpu_cells(r: GpuRow, *, history_width: int, users_limit: int) -> list[Text]:
     """The cells of a GPU row (one per :data:`COLUMNS` entry): bars with numbers for
-    utilization and memory, ``?`` for unknown readings. XID is the root of the GPU's Xid
+    utilization and memory, ``?`` for unknown readings, ``n/a`` for readings the GPU does
+    not have (NVML_ERROR_NOT_SUPPORTED). XID is the root of the GPU's Xid
     chain with NVIDIA's action (``Xid 62 micro-controller halt: reset GPU``), red when the GPU
     must leave scheduling (then STATE says ``xid 62`` too)."""
     model = (r.name or "?").removeprefix("NVIDIA ")
@@ -159,10 +160,10 @@ def gpu_cells(r: GpuRow, *, history_width: int, users_limit: int) -> list[Text]:
         _right(util_text(r.util_pct, UTIL_BAR), "green" if util_frac is not None else "dim"),
         _right(mem_text(r.mem_used_mib, r.mem_total_mib, MEM_BAR),
                _level_style(mem_frac, 0.8, 0.95)),
-        _right(num_text(r.sm_activity_pct, "%"), "" if r.sm_activity_pct is not None
-               else "dim"),
-        _right(num_text(r.temp_c, "C"), temp_style),
-        _right(power_text(r.power_w, r.power_limit_w)),
+        _right(num_text(r.sm_activity_pct, "%", na=r.na("gpm")),
+               "" if r.sm_activity_pct is not None else "dim"),
+        _right(num_text(r.temp_c, "C", na=r.na("temp_c")), temp_style),
+        _right(power_text(r.power_w, r.power_limit_w, na=r.na("power_w"))),
         Text(throttle_text(r.throttle_reasons), style=_throttle_style(r.throttle_reasons)),
         Text(sparkline(r.history, history_width), style="cyan"),
         Text(users, style="bold" if r.job_ids else "dim" if users in ("-", "?") else ""),
