@@ -15,6 +15,7 @@ Unknown stays ``None`` in the rows and prints as ``?`` in the text helpers, neve
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from itertools import islice
@@ -52,6 +53,9 @@ THROTTLE_WORDS: dict[str, str] = {
 
 #: Sparkline levels, lowest to highest (0 % .. 100 %).
 SPARK_LEVELS = "▁▂▃▄▅▆▇█"
+
+#: A Docker container id (a ``runtime: host`` node's "container" is its name instead).
+_HEX64 = re.compile(r"[0-9a-f]{64}")
 
 #: Left-aligned eighth blocks for bars: index n draws n/8 of one cell.
 _EIGHTHS = " ▏▎▍▌▋▊▉█"
@@ -220,6 +224,62 @@ class GpuRow:
     def job_ids(self) -> tuple[str, ...]:
         """The gpuconsole jobs using it, in :attr:`users` order."""
         return tuple(u.job_id for u in self.users or () if u.job_id is not None)
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessRow:
+    """One process on a GPU, for the selected GPU's process table.
+
+    Attributes:
+        key: stable row key, ``pid:<pid>``.
+        pid: the host PID.
+        job_id: the gpuconsole job it belongs to (by its container's labels), or ``None``
+            for a foreign process (not started by gpuconsole).
+        job_name: that job's spec name, or ``None``.
+        node_rank: the job's node index, or ``None``.
+        rank: torchrun's global rank (``RANK`` of the process), or ``None``.
+        user: the process owner, or ``None`` when unreadable.
+        command: the full command line, or ``None``.
+        container: the Docker container id's first 12 hex; a ``runtime: host`` node's name
+            (it runs without a container); ``None`` for a process outside any.
+        used_mib: its GPU memory (MiB), or ``None`` (MIG, nvidia-smi ``[N/A]``).
+    """
+
+    key: str
+    pid: int
+    job_id: str | None
+    job_name: str | None
+    node_rank: int | None
+    rank: int | None
+    user: str | None
+    command: str | None
+    container: str | None
+    used_mib: float | None
+
+
+def gpu_processes(state: FleetState, host: str, index: int) -> tuple[ProcessRow, ...] | None:
+    """The processes on one GPU, one row each: a gpuconsole job's first (by job, node, rank,
+    PID), then foreign ones by PID; ``None`` when the host's process list is unknown."""
+    holders = gpu_holders(state, host)
+    if holders is None:
+        return None
+    rows = [ProcessRow(
+        key=f"pid:{h.pid}", pid=h.pid, job_id=h.job.job_id if h.job else None,
+        job_name=h.job.job_name if h.job else None,
+        node_rank=h.job.node_rank if h.job else None, rank=h.rank, user=h.user,
+        command=h.command,
+        container=(h.container_id[:12] if _HEX64.fullmatch(h.container_id)
+                   else h.container_id) if h.container_id else None,
+        used_mib=_num(h.used_mib),
+    ) for h in holders.get(index, [])]
+
+    def order(r: ProcessRow) -> tuple[int, str, int, int, int]:
+        if r.job_id is None:
+            return (1, "", 0, 0, r.pid)
+        return (0, r.job_id, r.node_rank if r.node_rank is not None else -1,
+                r.rank if r.rank is not None else -1, r.pid)
+
+    return tuple(sorted(rows, key=order))
 
 
 @dataclass(frozen=True, slots=True)

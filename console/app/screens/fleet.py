@@ -5,6 +5,13 @@ no I/O. Keys (binding ids in brackets): ``s`` next sort column [fleet.sort], ``r
 the sort [fleet.reverse], ``/`` filter [fleet.filter] (``free``, ``busy``, ``host:NAME``,
 ``job:ID``, ``model:TEXT`` or any text; escape clears it [fleet.clear_filter]), enter on a GPU
 used by a gpuconsole job posts :class:`FleetScreen.JobSelected` [fleet.open_job].
+
+Below the table: the cursor row's whole story (:func:`detail_text`, wrapped), then the
+selected GPU's panel (``p`` shows or hides it [fleet.gpu_panel]): its processes, one per
+row (``tab`` moves into that table; enter on a job's process opens the job). ``S`` [fleet.stop]
+stops the job of the process under that table's cursor, with the jobs view's confirmation
+(:class:`FleetScreen.StopJob`, the app asks); a process no gpuconsole job started is refused
+with the reason (gpuconsole does not kill processes it did not start); ``--readonly`` hides it.
 """
 
 from __future__ import annotations
@@ -18,11 +25,14 @@ from textual import on
 from textual.actions import SkipAction
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
+from textual.containers import Horizontal
+from textual.events import Resize
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input
 
 from console.app.widgets.fleet import DetailPanel, FleetTable
+from console.app.widgets.gpupanel import ProcessTable
 from console.app.widgets.oneline import OneLine
 from console.app.widgets.status import StatusLine
 from console.fleet.rows import (
@@ -30,9 +40,11 @@ from console.fleet.rows import (
     GpuRow,
     HostGroup,
     HostRow,
+    ProcessRow,
     clock_text,
     filter_groups,
     fleet_rows,
+    gpu_processes,
     host_detail_text,
     num_text,
     sort_groups,
@@ -144,6 +156,8 @@ class FleetScreen(Screen[None]):
         Binding("slash", "open_filter", "Filter", id="fleet.filter"),
         Binding("escape", "clear_filter", "Clear filter", id="fleet.clear_filter",
                 show=False),
+        Binding("p", "toggle_gpu_panel", "GPU panel", id="fleet.gpu_panel"),
+        Binding("S", "stop", "Stop job", id="fleet.stop"),
     ]
 
     DEFAULT_CSS = """
@@ -152,7 +166,29 @@ class FleetScreen(Screen[None]):
     FleetScreen #fleet-filter.-open { display: block; }
     FleetScreen #fleet-detail { height: auto; max-height: 8; padding: 0 1;
                                 background: $boost; }
+    FleetScreen #fleet-gpu { height: 12; }
+    FleetScreen #fleet-gpu.-hidden { display: none; }
+    FleetScreen #fleet-procs { border: round $panel-lighten-2; width: 3fr; }
+    FleetScreen #fleet-procs:focus { border: round $accent; }
     """
+
+    #: Height (rows, borders included) of the GPU panel: at least 40 terminal rows, else
+    #: the smaller one (2 chart rows per series instead of 3).
+    GPU_PANEL_ROWS = (12, 10)
+
+    class StopJob(Message):
+        """Stop this gpuconsole job (``S`` on one of its processes): the app confirms first,
+        showing each ``docker stop``, as the jobs view's ``S`` does.
+
+        Attributes:
+            job_id: the job.
+            pid: the process the stop was asked on (host PID).
+        """
+
+        def __init__(self, job_id: str, pid: int) -> None:
+            super().__init__()
+            self.job_id = job_id
+            self.pid = pid
 
     class JobSelected(Message):
         """A GPU row used by a gpuconsole job was selected (enter): open that job.
@@ -182,6 +218,7 @@ class FleetScreen(Screen[None]):
         self.filter_query = ""
         self.groups: list[HostGroup] = []
         self.shown: list[HostGroup] = []
+        self.state: FleetState | None = None
         self._ready = False
 
     def compose(self) -> ComposeResult:
@@ -190,6 +227,8 @@ class FleetScreen(Screen[None]):
                                 "  (enter: keep, escape: clear)", id="fleet-filter")
         yield FleetTable(history_width=self.history_width, id="fleet-table")
         yield DetailPanel(id="fleet-detail")
+        with Horizontal(id="fleet-gpu"):
+            yield ProcessTable(id="fleet-procs")
         yield StatusLine()
         yield Footer()
 
@@ -204,6 +243,11 @@ class FleetScreen(Screen[None]):
         return self.query_one(FleetTable)
 
     @property
+    def processes(self) -> ProcessTable:
+        """The selected GPU's process table."""
+        return self.query_one(ProcessTable)
+
+    @property
     def filter_input(self) -> Input:
         """The filter input (hidden unless open or a filter is set)."""
         return self.query_one("#fleet-filter", Input)
@@ -215,6 +259,7 @@ class FleetScreen(Screen[None]):
 
         The cursor stays on the same host/GPU row when it is still shown.
         """
+        self.state = state
         self.groups = fleet_rows(state, now=self.clock(), history_points=self.history_points)
         self._render_rows()
 
@@ -231,7 +276,31 @@ class FleetScreen(Screen[None]):
         self._show_detail()
 
     def _show_detail(self) -> None:
-        self.query_one("#fleet-detail", DetailPanel).show(detail_text(self.table.row_data()))
+        row = self.table.row_data()
+        self.query_one("#fleet-detail", DetailPanel).show(detail_text(row))
+        self._show_gpu_panel(row if isinstance(row, GpuRow) else None)
+
+    def _show_gpu_panel(self, row: GpuRow | None) -> None:
+        """The process table of the cursor's GPU (empty on a host row)."""
+        procs = self.processes
+        if row is None or self.state is None or row.host not in self.state.hosts:
+            procs.show(())
+            procs.border_title = "processes"
+            return
+        listed = gpu_processes(self.state, row.host, row.index)
+        procs.show(listed)
+        if listed is None:
+            procs.border_title = "processes unknown"
+        else:
+            known = [p.used_mib for p in listed if p.used_mib is not None]
+            mem = f", {num_text(sum(known))} MiB" if known else ""
+            procs.border_title = (f"{len(listed)} process{'es' if len(listed) != 1 else ''}"
+                                  f"{mem}")
+
+    def on_resize(self, event: Resize) -> None:
+        """The GPU panel's height for the terminal's: smaller below 40 rows."""
+        big, small = self.GPU_PANEL_ROWS
+        self.query_one("#fleet-gpu").styles.height = big if event.size.height >= 40 else small
 
     def set_sort(self, key: str, descending: bool | None = None) -> None:
         """Sort by ``key`` (see :data:`SORT_KEYS`); ``descending`` defaults to the column's
@@ -252,6 +321,44 @@ class FleetScreen(Screen[None]):
         self._render_rows()
 
     # -- actions ---------------------------------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """The app decides: ``--readonly`` hides the stop."""
+        return self.app.check_action(action, parameters)
+
+    def action_toggle_gpu_panel(self) -> None:
+        """Show or hide the selected GPU's process table."""
+        panel = self.query_one("#fleet-gpu")
+        panel.toggle_class("-hidden")
+        if panel.has_class("-hidden") and self.processes.has_focus:
+            self.table.focus()
+
+    def stop_target(self) -> tuple[GpuRow, ProcessRow] | str:
+        """The process ``S`` acts on (the process table's cursor row), or why there is none."""
+        row = self.table.row_data()
+        if not isinstance(row, GpuRow):
+            return "select a GPU row: S stops the job of one of its processes"
+        proc = self.processes.selected()
+        if proc is None:
+            return f"no process on {row.host} GPU {row.index}"
+        return row, proc
+
+    def action_stop(self) -> None:
+        """Stop the job of the process under the process table's cursor (the app confirms);
+        refuse a process that no gpuconsole job started, with the reason."""
+        target = self.stop_target()
+        if isinstance(target, str):
+            self.notify(target, severity="warning")
+            return
+        row, proc = target
+        if proc.job_id is None:
+            who = ": ".join(x for x in (proc.user, proc.command) if x)
+            self.notify(f"pid {proc.pid}{f' ({who[:80]})' if who else ''} on {row.host} GPU "
+                        f"{row.index} is not a process of a gpuconsole job: gpuconsole does "
+                        "not kill processes it did not start (stop it on the host, as its "
+                        "owner)", title="not stopped", severity="warning", timeout=10)
+            return
+        self.post_message(self.StopJob(proc.job_id, proc.pid))
 
     def action_cycle_sort(self) -> None:
         """Sort by the next column: host, util, mem, temp, power."""
@@ -291,6 +398,16 @@ class FleetScreen(Screen[None]):
     @on(DataTable.RowHighlighted, "#fleet-table")
     def _highlighted(self, event: DataTable.RowHighlighted) -> None:
         self._show_detail()
+
+    @on(DataTable.RowSelected, "#fleet-procs")
+    def _process_selected(self, event: DataTable.RowSelected) -> None:
+        row = self.table.row_data()
+        proc = self.processes.processes.get(str(event.row_key.value))
+        if isinstance(row, GpuRow) and proc is not None and proc.job_id is not None:
+            self.post_message(self.JobSelected(proc.job_id, row.host, row.index))
+        elif proc is not None:
+            self.notify(f"pid {proc.pid} is not a process of a gpuconsole job",
+                        severity="information")
 
     @on(DataTable.RowSelected, "#fleet-table")
     def _selected(self, event: DataTable.RowSelected) -> None:
