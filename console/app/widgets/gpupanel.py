@@ -8,10 +8,8 @@ I/O: the fleet screen feeds it on each update and cursor move.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import ClassVar
 
 from rich.text import Text
-from textual.binding import Binding, BindingType
 from textual.widgets import DataTable
 
 from console.app.widgets.tables import cursor_key
@@ -48,11 +46,8 @@ def process_cells(p: ProcessRow) -> list[Text]:
 class ProcessTable(DataTable[Text]):
     """The selected GPU's processes, one row each, keyed ``pid:<pid>``; the cursor stays on
     the same PID across updates. ``enter`` on a job's process opens the job (as enter on the
-    GPU row does); the fleet screen's ``S`` stops the job of the process under the cursor."""
-
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("enter", "select_cursor", "Open job", id="fleet.process_open_job"),
-    ]
+    GPU row does: DataTable's own enter); the fleet screen's ``S`` stops the job of the
+    process under the cursor."""
 
     DEFAULT_CSS = """
     ProcessTable { height: 1fr; width: 1fr; }
