@@ -1,4 +1,4 @@
-"""The selected GPU's panel in the fleet view: its process table, and
+"""The selected GPU's panel in the fleet view: its history chart and its process table, and
 ``S`` on a process (the job's stop with the jobs view's confirmation; a foreign process
 refused; hidden by --readonly). Fleet: the recorded H200 traces (tests/unit/test_fleet_rows
 .build_fleet)."""
@@ -37,6 +37,11 @@ def proc_rows(screen: FleetScreen) -> list[dict[str, str]]:
             for k in table.processes]
 
 
+def chart_lines(screen: FleetScreen) -> list[str]:
+    chart = screen.chart
+    return [chart.render_line(y).text.rstrip() for y in range(chart.size.height)]
+
+
 async def test_process_table_lists_each_process_of_the_selected_gpu() -> None:
     app = StopRecorder(build_fleet(job=True))
     async with app.run_test(size=(160, 45)) as pilot:
@@ -53,12 +58,19 @@ async def test_process_table_lists_each_process_of_the_selected_gpu() -> None:
              "command": "/usr/bin/python3 -u train.py --epochs 3"},
         ]
         assert screen.processes.border_title == "2 processes, 18628 MiB"
-        # the free GPU: no process; a host row: none
+        # the chart: the recorded 25 s of GPU 0 at 100 %, with scales, units and the span
+        lines = chart_lines(screen)
+        assert lines[0].startswith("util %     100┤") and lines[0].endswith("█" * 25)
+        assert lines[3].startswith("mem MiB 143771┤")
+        assert lines[6].startswith("power W    700┤")
+        assert "-24s" in lines[9] and lines[9].endswith("now")
+        assert screen.chart.border_title == "h200-a GPU 0 history"
+        # the free GPU: no process; a host row: the hint
         await pilot.press("down")
         assert proc_rows(screen) == [] and screen.processes.border_title == "0 processes"
         await pilot.press("up", "up")
         assert screen.table.cursor_key == "host:h200-a"
-        assert proc_rows(screen) == [] and screen.processes.border_title == "processes"
+        assert chart_lines(screen)[0].startswith("select a GPU row")
         # tab into the process table: the cursor stays on its PID across updates
         assert screen.table.move_to_key("gpu:h200-a:0")
         await pilot.press("tab", "down")

@@ -7,8 +7,9 @@ the sort [fleet.reverse], ``/`` filter [fleet.filter] (``free``, ``busy``, ``hos
 used by a gpuconsole job posts :class:`FleetScreen.JobSelected` [fleet.open_job].
 
 Below the table: the cursor row's whole story (:func:`detail_text`, wrapped), then the
-selected GPU's panel (``p`` shows or hides it [fleet.gpu_panel]): its processes, one per
-row (``tab`` moves into that table; enter on a job's process opens the job). ``S`` [fleet.stop]
+selected GPU's panel (``p`` shows or hides it [fleet.gpu_panel]): its history as a chart
+(utilization, memory, power over the recorded history) and its processes, one per row
+(``tab`` moves into that table; enter on a job's process opens the job). ``S`` [fleet.stop]
 stops the job of the process under that table's cursor, with the jobs view's confirmation
 (:class:`FleetScreen.StopJob`, the app asks); a process no gpuconsole job started is refused
 with the reason (gpuconsole does not kill processes it did not start); ``--readonly`` hides it.
@@ -32,7 +33,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input
 
 from console.app.widgets.fleet import DetailPanel, FleetTable
-from console.app.widgets.gpupanel import ProcessTable
+from console.app.widgets.gpupanel import HistoryChart, ProcessTable
 from console.app.widgets.oneline import OneLine
 from console.app.widgets.status import StatusLine
 from console.fleet.rows import (
@@ -168,6 +169,7 @@ class FleetScreen(Screen[None]):
                                 background: $boost; }
     FleetScreen #fleet-gpu { height: 12; }
     FleetScreen #fleet-gpu.-hidden { display: none; }
+    FleetScreen #fleet-chart { border: round $panel-lighten-2; padding: 0 1 0 0; width: 2fr; }
     FleetScreen #fleet-procs { border: round $panel-lighten-2; width: 3fr; }
     FleetScreen #fleet-procs:focus { border: round $accent; }
     """
@@ -228,6 +230,7 @@ class FleetScreen(Screen[None]):
         yield FleetTable(history_width=self.history_width, id="fleet-table")
         yield DetailPanel(id="fleet-detail")
         with Horizontal(id="fleet-gpu"):
+            yield HistoryChart(id="fleet-chart")
             yield ProcessTable(id="fleet-procs")
         yield StatusLine()
         yield Footer()
@@ -246,6 +249,11 @@ class FleetScreen(Screen[None]):
     def processes(self) -> ProcessTable:
         """The selected GPU's process table."""
         return self.query_one(ProcessTable)
+
+    @property
+    def chart(self) -> HistoryChart:
+        """The selected GPU's history chart."""
+        return self.query_one(HistoryChart)
 
     @property
     def filter_input(self) -> Input:
@@ -281,12 +289,19 @@ class FleetScreen(Screen[None]):
         self._show_gpu_panel(row if isinstance(row, GpuRow) else None)
 
     def _show_gpu_panel(self, row: GpuRow | None) -> None:
-        """The process table of the cursor's GPU (empty on a host row)."""
-        procs = self.processes
-        if row is None or self.state is None or row.host not in self.state.hosts:
+        """The chart and process table of the cursor's GPU (a hint on a host row)."""
+        chart, procs = self.chart, self.processes
+        view = self.state.hosts.get(row.host) if row is not None and self.state else None
+        if row is None or view is None or self.state is None:
+            chart.show(None)
             procs.show(())
+            chart.border_title = "history"
             procs.border_title = "processes"
             return
+        points = view.history.get(row.index)
+        chart.show(list(points or ()), mem_total_mib=row.mem_total_mib,
+                   power_limit_w=row.power_limit_w)
+        chart.border_title = f"{row.host} GPU {row.index} history"
         listed = gpu_processes(self.state, row.host, row.index)
         procs.show(listed)
         if listed is None:
@@ -327,7 +342,7 @@ class FleetScreen(Screen[None]):
         return self.app.check_action(action, parameters)
 
     def action_toggle_gpu_panel(self) -> None:
-        """Show or hide the selected GPU's process table."""
+        """Show or hide the selected GPU's chart and process table."""
         panel = self.query_one("#fleet-gpu")
         panel.toggle_class("-hidden")
         if panel.has_class("-hidden") and self.processes.has_focus:
