@@ -176,7 +176,7 @@ class FleetScreen(Screen[None]):
 
     #: Height (rows, borders included) of the GPU panel: at least 40 terminal rows, else
     #: the smaller one (2 chart rows per series instead of 3).
-    GPU_PANEL_ROWS = (12, 10)
+    GPU_PANEL_ROWS = (12, 9)
 
     class StopJob(Message):
         """Stop this gpuconsole job (``S`` on one of its processes): the app confirms first,
