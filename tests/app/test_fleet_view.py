@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 from typing import Any, ClassVar
 
+import pytest
 from textual.app import App
 from textual.binding import Binding, BindingType
 from textual.pilot import Pilot
@@ -305,3 +306,37 @@ async def test_long_reasons_are_read_whole_in_the_detail_panel_at_100_columns() 
         # the table cell stays short: the reason is cut there, with the mark
         cell = cells(app, "host:gpu-e")["users"]
         assert cell.endswith("…") and len(cell) <= 72
+
+
+async def test_cursor_moves_lay_out_again_only_when_the_detail_height_changes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from remote.telemetry.schema import empty_sample
+
+    layouts: list[bool] = []
+    refresh = DetailPanel.refresh
+
+    def counting(self: DetailPanel, *regions: Any, repaint: bool = True, layout: bool = False,
+                 recompose: bool = False) -> Any:
+        layouts.append(layout)
+        return refresh(self, *regions, repaint=repaint, layout=layout, recompose=recompose)
+
+    monkeypatch.setattr(DetailPanel, "refresh", counting)
+    st = build_fleet()
+    bare = empty_sample("nvml", 0, 1795974200.0, 1.0)
+    bare.update(state="no_driver", state_detail=NO_DRIVER)
+    st.on_sample("gpu-e", bare, rx=NOW)
+    app = FleetApp(st)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        screen = fleet(app)
+        panel = screen.query_one("#fleet-detail", DetailPanel)
+        screen.table.move_to_key("gpu:h200-b:1")
+        await pilot.pause()
+        layouts.clear()
+        screen.table.move_to_key("gpu:h200-b:0")  # another text, one row as before
+        await pilot.pause()
+        assert panel.lines()[0].startswith("h200-b GPU 0 NVIDIA H200 | no processes")
+        assert layouts == [False]  # repainted, no layout pass
+        screen.table.move_to_key("host:gpu-e")  # the no-driver reason takes 2 rows
+        await pilot.pause()
+        assert len(panel.lines()) == 2 and layouts[-1] is True

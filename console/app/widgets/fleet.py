@@ -325,8 +325,9 @@ class DetailPanel(Static):
     the table is cut to its column; this panel never cuts): its height follows the text,
     up to the screen's ``max-height``.
 
-    :meth:`show` repaints only when the text differs, with a layout pass (the height may
-    change); the fleet screen calls it on each update and cursor move.
+    :meth:`show` repaints only when the text differs, and lays the screen out again only
+    when the wrapped text takes another number of rows (the fleet screen calls it on each
+    update and cursor move: a held arrow key must not cost a layout pass per row).
     """
 
     DEFAULT_CSS = """
@@ -336,13 +337,18 @@ class DetailPanel(Static):
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__("", id=id, classes=classes)
         self._shown: tuple[str, tuple[object, ...]] = ("", ())
+        self._rows = (0, -1)  # (width, wrapped rows) of the text shown; -1: not measured
 
     def show(self, text: Text) -> None:
         """Show ``text`` (wrapped), if it differs from what is shown."""
         key = (text.plain, tuple(text.spans))
-        if key != self._shown:
-            self._shown = key
-            self.update(text)
+        if key == self._shown:
+            return
+        self._shown = key
+        width = self.content_size.width
+        rows = (width, len(text.wrap(self.app.console, width)) if width > 0 else -1)
+        self.update(text, layout=rows[1] < 0 or rows != self._rows)  # a resize: measured again
+        self._rows = rows
 
     def lines(self) -> list[str]:
         """The panel's rows as shown (plain text, wrapped, without the padding)."""
