@@ -113,6 +113,17 @@ async def test_a_foreign_process_is_refused_with_the_reason() -> None:
         await pilot.pause()
         assert app.stops == []
         assert any(n.message == "no process on h200-a GPU 1" for n in app._notifications)
+        # a host whose process list is unknown: said so, not "no process"
+        s = app.state.hosts["h200-a"].sample  # type: ignore[union-attr]
+        assert s is not None
+        s["processes"] = None
+        screen.update_fleet(app.state)  # type: ignore[arg-type]
+        await pilot.pause()
+        assert screen.processes.border_title == "processes unknown"
+        await pilot.press("S")
+        await pilot.pause()
+        assert list(app._notifications)[-1].message == (
+            "the processes of h200-a are unknown (its process list is unreadable)")
 
 
 @pytest.fixture

@@ -354,6 +354,8 @@ class FleetScreen(Screen[None]):
         if not isinstance(row, GpuRow):
             return "select a GPU row: S stops the job of one of its processes"
         proc = self.processes.selected()
+        if proc is None and self.processes.unknown:
+            return f"the processes of {row.host} are unknown (its process list is unreadable)"
         if proc is None:
             return f"no process on {row.host} GPU {row.index}"
         return row, proc

@@ -135,6 +135,11 @@ class ProcessTable(DataTable[Text]):
         if keep in self.processes:
             self.move_cursor(row=list(self.processes).index(keep), animate=False)
 
+    @property
+    def unknown(self) -> bool:
+        """Whether the process list shown is unknown (the host could not read it)."""
+        return self._shown is None
+
     def selected(self) -> ProcessRow | None:
         """The process under the cursor, or ``None`` (no rows)."""
         key = cursor_key(self)
