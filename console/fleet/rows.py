@@ -25,6 +25,7 @@ from console.fleet.state import FleetState, GpuHolder, GpuPoint, HostView, gpu_h
 from remote.telemetry.schema import (
     DRIVER_DOWN_STATES,
     USABLE_STATES,
+    GpuField,
     GpuRecord,
     is_limit,
     is_slowdown,
@@ -202,9 +203,9 @@ class GpuRow:
     mem_clock_mhz: float | None = None
     sm_clock_max_mhz: float | None = None
     mem_clock_max_mhz: float | None = None
-    unsupported: frozenset[str] = frozenset()
+    unsupported: frozenset[GpuField] = frozenset()
 
-    def na(self, key: str) -> bool:
+    def na(self, key: GpuField) -> bool:
         """Whether sample key ``key`` (``fan_pct``, ``gpm``...) is not applicable to this GPU
         (it does not have that reading), rather than unknown."""
         return key in self.unsupported

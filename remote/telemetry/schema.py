@@ -75,6 +75,12 @@ HostState = Literal["ok", "no_driver", "nvml_unavailable", "driver_unreachable",
                     "version_mismatch", "no_gpus", "gpu_lost", "error"]
 #: ``source``.
 Source = Literal["nvml", "nvidia-smi"]
+#: A GPU reading's key (:data:`GPU_FIELDS`): what ``unsupported`` lists.
+GpuField = Literal[
+    "util_gpu_pct", "util_mem_pct", "mem_used_mib", "mem_total_mib", "temp_c", "power_w",
+    "power_limit_w", "sm_clock_mhz", "mem_clock_mhz", "sm_clock_max_mhz", "mem_clock_max_mhz",
+    "fan_pct", "pstate", "throttle_reasons", "ecc_volatile_uncorrected", "remapped_rows_pending",
+    "persistence_mode", "mig_mode", "gpm"]
 #: ``processes[].type``.
 ProcessType = Literal["compute", "graphics"]
 #: ``kernel_log.source`` (``file``: a test's stand-in for the kernel log).
@@ -128,7 +134,7 @@ class GpuRecord(TypedDict):
     persistence_mode: bool | None
     mig_mode: bool | None  # False also when the GPU has no MIG
     gpm: GpmRecord | None
-    unsupported: list[str]  # fields the GPU does not have (NVML_ERROR_NOT_SUPPORTED): n/a
+    unsupported: list[GpuField]  # readings the GPU does not have (NVML_ERROR_NOT_SUPPORTED)
     errors: dict[str, str]  # field -> reason it is None
 
 
@@ -231,12 +237,12 @@ NOT_SUPPORTED_REASONS: frozenset[str] = frozenset({
     "nvidia-smi: Not Supported"})
 
 
-def mark_not_supported(gpu: GpuRecord, *keys: str) -> None:
+def mark_not_supported(gpu: GpuRecord, *keys: GpuField) -> None:
     """Add ``keys`` to a GPU record's ``unsupported`` (kept in :data:`GPU_FIELDS` order)."""
     _not_supported(cast(dict[str, Any], gpu), *keys)
 
 
-def is_not_supported(gpu: GpuRecord, key: str) -> bool:
+def is_not_supported(gpu: GpuRecord, key: GpuField) -> bool:
     """Whether the GPU does not have reading ``key`` at all (n/a rather than unknown)."""
     return key in gpu["unsupported"]
 
@@ -399,6 +405,7 @@ __all__ = [
     "USABLE_STATES",
     "XID_FIELDS",
     "GpmRecord",
+    "GpuField",
     "GpuRecord",
     "HostRecord",
     "HostState",

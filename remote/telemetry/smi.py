@@ -48,6 +48,7 @@ from remote.telemetry.faults import (
 from remote.telemetry.schema import (
     GPU_FIELDS,
     HOST_FIELDS,
+    GpuField,
     GpuRecord,
     HostState,
     ProcessRecord,
@@ -336,8 +337,8 @@ def gpu_from_row(row: CsvRow, position: int) -> GpuRecord:
                        if key == "throttle_reasons" and isinstance(value, int) else value)
         if value is None:
             errors[key] = row.errors.get(src, "unknown")
-            if errors[key] in SMI_NOT_SUPPORTED:
-                mark_not_supported(gpu, key)
+            if errors[key] in SMI_NOT_SUPPORTED and key in GPU_FIELDS:  # a reading, n/a
+                mark_not_supported(gpu, cast(GpuField, key))
     errors["gpm"] = "not available from nvidia-smi"
     return gpu
 

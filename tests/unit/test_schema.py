@@ -28,6 +28,7 @@ def test_literal_types_say_what_the_agent_says() -> None:
     assert get_args(schema.HostState) == agent_mod.HOST_STATES
     assert get_args(schema.Source) == agent_mod.SOURCES
     assert get_args(schema.ProcessType) == agent_mod.PROCESS_TYPES
+    assert get_args(schema.GpuField) == agent_mod.GPU_FIELDS
     assert schema.DRIVER_DOWN_STATES < set(agent_mod.HOST_STATES)
     assert schema.USABLE_STATES == {"ok", "gpu_lost"}
 
