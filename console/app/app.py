@@ -373,6 +373,16 @@ class GpuConsoleApp(App[int]):
             return
         self.open_logs(job)
 
+    def on_fleet_screen_stop_job(self, m: FleetScreen.StopJob) -> None:
+        """``S`` on a job's process in the fleet view: stop that job, confirmed as from the
+        jobs view (``--readonly`` never gets here: the key is hidden)."""
+        job = self.service.store.get(m.job_id)
+        if job is None:
+            self.notify(f"job {m.job_id} is not in this console's store; `gpuconsole ps` adopts "
+                        "it", severity="warning")
+            return
+        self.confirm_stop(job)
+
     def on_alerts_updated(self, m: AlertsUpdated) -> None:
         """Refresh the alerts view; a new alert (not silenced) pops a toast."""
         screen = self.get_screen("alerts")
