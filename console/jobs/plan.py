@@ -16,7 +16,7 @@ from console import fields
 from console.errors import ConfigError, PlanError
 from console.jobs.labels import ERROR_FILE as ERROR_FILE  # defined with the labels
 from console.jobs.labels import HOST_ERROR_FILE as HOST_ERROR_FILE
-from console.jobs.labels import NodeLabels
+from console.jobs.labels import NodeLabels, secret_label
 from console.jobs.spec import DOCKER_ONLY, LoadedSpec, parse_mount, resolve_env
 from console.profiles import Profile
 from console.yamlsrc import combine
@@ -408,13 +408,16 @@ def build_plan(
             nproc_per_node=nproc, host=host, spec_hash=spec_hash, created_at=created_at,
             kind=spec.kind, port=port if notebook else None,
         ).to_labels()
+        node_secret = (secret | {TOKEN_ENV}) if notebook else secret
+        # the secret names travel with the node, so `describe` masks them from any state dir
+        labels.update(secret_label(node_secret))
         if runtime == "host":
             nodes.append(NodePlan(rank, host, gpu_sets[rank], ContainerSpec(
                 name=f"gpuconsole-{job_id}-n{rank}",
                 image=python,
                 command=cmd,
                 env=env,
-                secret_env=secret,
+                secret_env=node_secret,
                 labels=labels,
                 gpu_device_ids=tuple(str(i) for i in gpu_sets[rank]),
                 working_dir=f.workdir or f.home,
@@ -426,7 +429,7 @@ def build_plan(
             image=image,
             command=cmd,
             env=env,
-            secret_env=(secret | {TOKEN_ENV}) if notebook else secret,
+            secret_env=node_secret,
             labels=labels,
             gpu_device_ids=tuple(str(i) for i in gpu_sets[rank]),
             shm_size=None if ipc else shm,
