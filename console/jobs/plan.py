@@ -7,6 +7,7 @@ anything is contacted, :func:`build_plan` after the hosts were asked for their f
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import secrets
 import shlex
@@ -301,6 +302,56 @@ def pick_gpus(loaded: LoadedSpec, facts: HostFacts, force: bool = False) -> tupl
     return tuple(wanted)
 
 
+def _loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return address == "localhost"
+
+
+def check_addresses(profile: Profile, hosts: list[str], facts: dict[str, HostFacts]) -> None:
+    """Refuse a multi-node job whose nodes could not reach each other at the addresses the
+    plan would give torchrun (``--local-addr``, the rendezvous endpoint on node 0): distinct
+    hosts with one address (hosts behind one jump host or port forward all show its address,
+    or the forward's 127.0.0.1), unless the profile sets that ``address:`` on each of them;
+    or a loopback address beside hosts that are not on loopback (the others cannot reach
+    it). Either would hang in the rendezvous until torchrun's timeout.
+
+    Raises:
+        PlanError: naming the hosts and their address; the fix is ``address:`` in the profile.
+    """
+    distinct = list(dict.fromkeys(hosts))
+    if len(distinct) < 2:
+        return
+    where = f" of profile {profile.source or profile.name}"
+
+    def explicit(h: str) -> bool:
+        cfg = profile.hosts.get(h)
+        return cfg is not None and cfg.address is not None
+
+    by_addr: dict[str, list[str]] = {}
+    for h in distinct:
+        by_addr.setdefault(facts[h].address, []).append(h)
+    for addr, same in by_addr.items():
+        if len(same) > 1 and not all(explicit(h) for h in same):
+            names = ", ".join(same)
+            raise PlanError(
+                f"hosts {names} would all be reached at {addr}: one SSH address (a jump host "
+                "or a port forward) is in front of them, so torchrun's nodes would not find "
+                "each other (rendezvous timeout)",
+                f"set `address:` for {' and '.join(same)} in the hosts{where}: the IP each "
+                "host is reached at by the other nodes")
+    loop = [h for h in distinct if _loopback(facts[h].address)]
+    if loop and len(loop) < len(distinct):
+        other = next(h for h in distinct if h not in loop)
+        raise PlanError(
+            f"host {loop[0]} would be reached at {facts[loop[0]].address}, a loopback "
+            f"address, which host {other} ({facts[other].address}) cannot reach (rendezvous "
+            "timeout)",
+            f"set `address:` for {loop[0]} in the hosts{where}: the IP the other nodes reach "
+            "it at")
+
+
 def expand_home(path: str, home: str) -> str:
     """``path`` with a leading ``~`` replaced by the host user's ``home``."""
     if path == "~":
@@ -330,7 +381,8 @@ def build_plan(
         force: use GPUs that other processes hold (never lost ones).
 
     Raises:
-        PlanError: GPUs do not fit (see :func:`pick_gpus`), or more processes than GPUs.
+        PlanError: GPUs do not fit (see :func:`pick_gpus`), more processes than GPUs, or
+            nodes that could not reach each other (:func:`check_addresses`).
         ConfigError: the profile's ``defaults.env`` references an unset variable.
     """
     spec = loaded.spec
@@ -350,6 +402,8 @@ def build_plan(
             f"{nproc} > {n_gpus} GPU(s) on {hosts[0]}",
             "one process per GPU: lower nproc_per_node",
         )
+    if spec.kind == "train":
+        check_addresses(profile, hosts, facts)
     node0 = facts[hosts[0]]
     port = spec.rdzv_port or node0.rdzv_port or d.rdzv_port
     endpoint = f"{node0.address}:{port}"
