@@ -19,6 +19,8 @@ meaning, and keep reading older versions).
 |                              | ``shell`` on dev containers (no job labels)  |
 | io.gpuconsole.port           | a notebook's JupyterLab port on the host's   |
 |                              | 127.0.0.1                                    |
+| io.gpuconsole.gpus           | the GPU indices given to the node, ``0,1``   |
+|                              | (absent: none; a launch counts them taken)   |
 | io.gpuconsole.secret-env     | the env names whose values are secret,       |
 |                              | comma-separated (may be empty); a job        |
 |                              | container without it shows no env value but  |
@@ -64,6 +66,7 @@ K_CREATED = PREFIX + "created-at"
 K_KIND = PREFIX + "kind"
 K_PORT = PREFIX + "port"
 K_SECRET_ENV = PREFIX + "secret-env"
+K_GPUS = PREFIX + "gpus"
 
 #: The variables gpuconsole itself sets on a job's nodes (never secret; every other
 #: variable of a job container that lacks :data:`K_SECRET_ENV` is masked).
@@ -72,6 +75,16 @@ OWN_ENV = frozenset({
     "GPUCONSOLE_GANG_MARKER", "TORCHELASTIC_ERROR_FILE", "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE",
     "CUDA_VISIBLE_DEVICES",
 })
+
+
+def gpu_indices(labels: Mapping[str, str]) -> tuple[int, ...]:
+    """The GPU indices a node was given (:data:`K_GPUS`); ``()`` without the label or with a
+    malformed one."""
+    raw = labels.get(K_GPUS, "")
+    try:
+        return tuple(int(i) for i in raw.split(",") if i)
+    except ValueError:
+        return ()
 
 
 def secret_label(names: frozenset[str] | set[str]) -> dict[str, str]:

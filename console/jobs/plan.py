@@ -17,7 +17,7 @@ from console import fields
 from console.errors import ConfigError, PlanError
 from console.jobs.labels import ERROR_FILE as ERROR_FILE  # defined with the labels
 from console.jobs.labels import HOST_ERROR_FILE as HOST_ERROR_FILE
-from console.jobs.labels import NodeLabels, secret_label
+from console.jobs.labels import K_GPUS, NodeLabels, secret_label
 from console.jobs.spec import DOCKER_ONLY, LoadedSpec, parse_mount, resolve_env
 from console.profiles import Profile
 from console.yamlsrc import combine
@@ -233,7 +233,9 @@ def check_spec_against_gpus(loaded: LoadedSpec) -> None:
         )
 
 
-def _busy_error(facts: HostFacts, busy: list[int], at: str = "") -> PlanError:
+def busy_error(facts: HostFacts, busy: list[int], at: str = "") -> PlanError:
+    """The refusal of GPUs ``busy`` of a host, naming what holds each (``facts.holders``)
+    and, where a job does, how to stop it."""
     holders = facts.holders or {}
     who = "; ".join(
         f"GPU {i}: " + ("lost" if i in facts.lost else ", ".join(holders.get(i) or ["?"]))
@@ -286,7 +288,7 @@ def pick_gpus(loaded: LoadedSpec, facts: HostFacts, force: bool = False) -> tupl
             return tuple(free[:gpus])
         if not force or facts.lost & set(range(gpus)):
             taken = sorted(busy)[: gpus - len(free)]
-            raise _busy_error(facts, taken, at)
+            raise busy_error(facts, taken, at)
         return tuple(range(gpus))
     wanted = list(range(count)) if gpus == "all" else list(gpus)
     missing = [i for i in wanted if i >= count]
@@ -298,7 +300,7 @@ def pick_gpus(loaded: LoadedSpec, facts: HostFacts, force: bool = False) -> tupl
         )
     taken = [i for i in wanted if i in busy and (not force or i in facts.lost)]
     if taken:
-        raise _busy_error(facts, taken, at)
+        raise busy_error(facts, taken, at)
     return tuple(wanted)
 
 
@@ -465,6 +467,8 @@ def build_plan(
         node_secret = (secret | {TOKEN_ENV}) if notebook else secret
         # the secret names travel with the node, so `describe` masks them from any state dir
         labels.update(secret_label(node_secret))
+        if gpu_sets[rank]:  # what a racing launch counts as taken (launch.claim_launch)
+            labels[K_GPUS] = ",".join(map(str, gpu_sets[rank]))
         if runtime == "host":
             nodes.append(NodePlan(rank, host, gpu_sets[rank], ContainerSpec(
                 name=f"gpuconsole-{job_id}-n{rank}",
