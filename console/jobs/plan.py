@@ -58,7 +58,9 @@ class HostFacts:
         workdir: the synced workdir's path on the host, or ``None`` without a workdir.
         rdzv_port: a free TCP port on the host for the rendezvous store (node 0 only).
         holders: GPU index -> descriptions of the processes holding it (pid, user, command,
-            container, job); ``None`` when the host's process list is unknown.
+            container, job) and of the active nodes given it whose processes have not opened
+            it yet (``launch.assigned_gpus``); ``None`` when the host's process list is
+            unknown.
         lost: indices of GPUs that are lost (never chosen).
         python: ``runtime: host``: the python with torch, resolved on the host (a path).
 
