@@ -18,6 +18,12 @@ from tests.integration.conftest import CLI, EXAMPLES, job_containers
 
 VENV_PYTHON = "/var/tmp/gpuconsole-slurm/venv/bin/python"  # has torch (scripts/test makes it)
 ROUNDS = 3
+#: The hosts' claims folder (hosts a and b are this machine, user root).
+CLAIMS = Path.home() / ".cache" / "gpuconsole" / "claims"
+
+
+def _claim_files(name: str) -> list[Path]:
+    return sorted(CLAIMS.glob(f"*/name-{name}.lock"))
 
 
 def _race(first: CLI, second: CLI, spec: Path) -> tuple[str, list[str]]:
@@ -62,9 +68,11 @@ def test_two_consoles_submitting_one_name_at_once_launch_it_once(
             for c in (cli, other):
                 c.run("stop", job_id, "--grace", "1")
         # no claim is left behind: the name launches again at once once stopped
+        assert _claim_files(name) == []
         res = cli.run("submit", str(spec))
         assert res.returncode == 0, res.stderr
         cli.run("stop", res.stdout.strip(), "--grace", "1")
+        assert _claim_files(name) == []
 
 
 @pytest.mark.skipif(not os.access(VENV_PYTHON, os.X_OK), reason=f"{VENV_PYTHON} missing")
@@ -84,6 +92,7 @@ def test_two_consoles_racing_on_the_host_runtime_launch_once(cli: CLI,
     job_id, lines = _race(cli, other, spec)
     try:
         _check_loser(name, lines)
+        assert _claim_files(name) == []
         for c in (cli, other):
             res = c.run("ps", "--json")
             assert res.returncode == 0, res.stderr
