@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import math
 import os
@@ -34,7 +35,7 @@ from console.events import (
     LogLinesReceived,
     NodeExited,
 )
-from console.jobs.labels import K_KIND
+from console.jobs.labels import K_KIND, secret_env_of
 from console.jobs.logs import JobLogLine, follow_job_log_batches, read_job_logs
 from console.jobs.status import (
     ACTIVE_STATES,
@@ -752,8 +753,11 @@ class Service:
                 if spec is not None:
                     from console.jobs.plan import run_line
 
-                    docker_run = run_line(spec) if spec.runtime == "host" \
-                        else spec.docker_run_line()
+                    # what the host says is secret, whatever its source (the spec, the
+                    # profile's defaults.env), also when this state dir has no record of it
+                    spec = dataclasses.replace(
+                        spec, secret_env=spec.secret_env | secret_env_of(spec.labels, spec.env))
+                    docker_run = run_line(spec)
                     torchrun = shlex.join(gang.unwrap(spec.command))
             nodes.append(NodeDescription(n.node_rank, n.host, n.container_name, n.container_id,
                                          n.state, n.exit_code, docker_run, torchrun))

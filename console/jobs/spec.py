@@ -62,7 +62,10 @@ __all__ = [
 ]
 
 NAME_RE = JOB_NAME_RE
-_VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+#: What an env value interpolates, read left to right as Docker Compose and Kubernetes do:
+#: ``$$`` is one literal ``$`` (so ``$${X}`` is the literal text ``${X}``), ``${NAME}`` is
+#: the local environment's ``NAME``; any other ``$`` stays as written.
+_VAR_RE = re.compile(r"\$(?:(\$)|\{([A-Za-z_][A-Za-z0-9_]*)\})")
 #: Most torchrun processes per node (a sanity bound: hosts have at most a few hundred cores).
 MAX_NPROC = 1024
 #: Most nodes of one job.
@@ -458,10 +461,23 @@ def _workdir_problems(loaded: LoadedSpec) -> list[ConfigError]:
     return []
 
 
+def env_references(value: str) -> list[str]:
+    """The variables an env value references (``${NAME}``, not the escaped ``$${NAME}``), in
+    order (see :data:`_VAR_RE`)."""
+    return [m.group(2) for m in _VAR_RE.finditer(value) if m.group(2) is not None]
+
+
+def interpolate(value: str, environ: Mapping[str, str]) -> str:
+    """``value`` with ``$$`` made ``$`` and each ``${NAME}`` replaced by ``environ[NAME]``
+    (``""`` when unset; :func:`resolve_env` refuses unset names first)."""
+    return _VAR_RE.sub(lambda m: "$" if m.group(1) else environ.get(m.group(2), ""), value)
+
+
 def resolve_env(
     env: dict[str, str], source: str | None, lines: Lines, prefix: tuple[str, ...] = ("env",),
 ) -> tuple[dict[str, str], frozenset[str]]:
-    """Replace ``${VAR}`` with the local environment's value; such keys become secret.
+    """Replace ``${VAR}`` with the local environment's value (``$$`` is a literal ``$``:
+    :func:`interpolate`); keys that reference a variable become secret.
 
     Args:
         prefix: the key path of ``env`` in the file (``("defaults", "env")`` in a profile).
@@ -474,12 +490,13 @@ def resolve_env(
     secrets: set[str] = set()
     problems: list[ConfigError] = []
     for key, value in env.items():
-        names = _VAR_RE.findall(value)
+        names = env_references(value)
         for name in names:
             if name not in os.environ:
                 problems.append(ConfigError(
                     f"references ${{{name}}}, which is not set in your environment",
-                    f"export {name}=... before submitting, or remove the reference",
+                    f"export {name}=... before submitting, remove the reference, or write "
+                    f"$${{{name}}} for the literal text ${{{name}}}",
                     path=source,
                     line=lines.get((*prefix, key)),
                     field=".".join((*prefix, key)),
@@ -491,8 +508,7 @@ def resolve_env(
                     field=".".join((*prefix, key))))
         if names:
             secrets.add(key)
-            value = _VAR_RE.sub(lambda m: os.environ.get(m.group(1), ""), value)
-        out[key] = value
+        out[key] = interpolate(value, os.environ)
     if problems:
         raise combine(problems)
     return out, frozenset(secrets)
