@@ -17,6 +17,7 @@ import re
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
+from console.errors import StateError
 from console.jobs.store import JobRecord, NodeRecord, Store
 from console.session import Session
 from remote.docker import LogLine
@@ -82,26 +83,53 @@ async def _node_lines(
     tail: int | None = None,
 ) -> list[LogLine]:
     """The lines of one node (all, or its last ``tail``): from its container when it exists
-    (archiving them), then read back from the archive (only its end when ``tail`` is given)."""
+    (archiving them), then read back from the archive (only its end when ``tail`` is given).
+
+    An archive that cannot be written (no space left) or read (a directory, damaged) is said
+    in ``job.log_problems`` and the container's lines are shown without it; a node with no
+    archive and no container to read is said there too."""
+    fresh: list[LogLine] | None = None  # the container's lines, when it could be read
     if node.container_id and job.removed_at is None:
         try:
             await session.connected(node.host)
             engine = session.engine(node.host)
             if await engine.inspect(node.container_id) is not None:
-                lines = [ln async for ln in follow_container(engine, node.container_id,
+                fresh = [ln async for ln in follow_container(engine, node.container_id,
                                                              follow=False)]
-                await store.call(store.archive, job.id, node.node_rank, lines)
         except GpuConsoleError as e:
             job.unreachable[node.host] = e.message  # the archive will do
-    if tail is not None:
-        # the archive is in time order, so the last `tail` lines at or after `since_ns` are
-        # the last `tail` lines, filtered
-        lines = await store.call(store.read_archive_tail, job.id, node.node_rank, tail)
+    lines: list[LogLine]
+    try:
+        if fresh is not None:
+            await store.call(store.archive, job.id, node.node_rank, fresh)
+        if tail is not None:
+            # the archive is in time order, so the last `tail` lines at or after `since_ns`
+            # are the last `tail` lines, filtered
+            lines = await store.call(store.read_archive_tail, job.id, node.node_rank, tail)
+        else:
+            lines = await store.call(lambda: list(store.read_archive(job.id, node.node_rank)))
+    except StateError as e:
+        job.log_problems[node.node_rank] = _archive_problem(e, fresh is not None)
+        lines = fresh[-tail:] if fresh is not None and tail is not None else (fresh or [])
+        if tail is not None and tail <= 0:
+            lines = []
     else:
-        lines = await store.call(lambda: list(store.read_archive(job.id, node.node_rank)))
+        if fresh is None and not lines and not await store.call(
+                store.log_path(job.id, node.node_rank).exists):
+            job.log_problems[node.node_rank] = (
+                f"no log archive ({store.log_path(job.id, node.node_rank)} is missing) and "
+                "its container could not be read: no lines to show")
     if since_ns is not None:
         lines = [ln for ln in lines if ln.ts_ns >= since_ns]
     return lines
+
+
+def _archive_problem(e: StateError, from_container: bool) -> str:
+    """One line for ``job.log_problems``: the archive's error and what was shown instead."""
+    shown = ("its container's lines are shown" if from_container
+             else "its container could not be read: no lines to show")
+    fix = f" (fix: {e.hint})" if e.hint else ""
+    return f"{e.message}{fix}; {shown}"
 
 
 async def read_job_logs(
