@@ -14,6 +14,8 @@ last timestamp, so two followers of one job never write a line twice.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import fcntl
 import functools
 import json
@@ -443,28 +445,32 @@ class Store:
         """Append lines newer than the archive's end; returns how many were written.
 
         Lines at exactly the archive's last timestamp are compared by text (multiset), so a
-        resumed stream that repeats the boundary never duplicates it.
+        resumed stream that repeats the boundary never duplicates it. The batch is kept whole
+        or not at all: a write that fails (no space left) is cut off again at the offset the
+        file had before it, and a last line left without its ``\n`` by an earlier write cut
+        short (a kill) is dropped before the archive's end is read, so the archive never
+        holds a partial line and its end is always a line that was written whole.
 
         Raises:
             StateError: the archive cannot be written (no space left, read-only, a
-                directory).
+                directory); the file is as it was before the call.
         """
         if not lines:
             return 0
         path = self.log_path(job_id, node_rank)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            with open(path, "a+b") as f:
+            # unbuffered: nothing of a failed write stays in a buffer to be flushed at close
+            with open(path, "a+b", buffering=0) as f:
                 fcntl.flock(f, fcntl.LOCK_EX)
                 try:
+                    good = _drop_partial_line(f)
                     last_ts, at_last = _tail_cursor(f)
                     cursor = LogCursor(last_ts, at_last)
                     cursor.rewind()
                     out = [f"{ln.ts_ns} {ln.text}\n".encode()
                            for ln in lines if cursor.accept(ln)]
-                    f.seek(0, os.SEEK_END)
-                    f.write(b"".join(out))
-                    f.flush()
+                    _append_whole(f, b"".join(out), good)
                     return len(out)
                 finally:
                     fcntl.flock(f, fcntl.LOCK_UN)
@@ -578,6 +584,48 @@ def migrate(db: sqlite3.Connection, path: Path) -> int:
 _BLOCK = 1 << 16
 
 
+def _drop_partial_line(f: Any) -> int:
+    """Cut a last line that lacks its ``\n`` (a write cut short by a kill or a full disk)
+    off the archive open in ``f`` (its writer's ``flock`` held); returns the archive's size
+    after it: the offset of the end of its last whole line."""
+    size = int(f.seek(0, os.SEEK_END))
+    pos = size
+    while pos > 0:
+        start = max(0, pos - _BLOCK)
+        f.seek(start)
+        block = f.read(pos - start)
+        if pos == size and block.endswith(b"\n"):
+            return size
+        nl = block.rfind(b"\n")
+        if nl >= 0:
+            good = start + int(nl) + 1
+            f.truncate(good)
+            return good
+        pos = start
+    f.truncate(0)
+    return 0
+
+
+def _append_whole(f: Any, data: bytes, good: int) -> None:
+    """Append ``data`` to the archive open in ``f`` (``O_APPEND``, unbuffered) whole, or not
+    at all: on a failed write the file is cut back to ``good``, its size before.
+
+    Raises:
+        OSError: the write failed (ENOSPC...); the file is back at ``good`` bytes.
+    """
+    view = memoryview(data)
+    try:
+        while view:
+            n = f.write(view)
+            if not n:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            view = view[n:]
+    except OSError:
+        with contextlib.suppress(OSError):
+            f.truncate(good)  # frees blocks; needs no space
+        raise
+
+
 def _range_lines(f: BinaryIO, offset: int, max_lines: int) -> tuple[list[LogLine], int]:
     """Lines of an archive file from ``offset`` on (see :meth:`Store.read_archive_range`)."""
     out: list[LogLine] = []
@@ -649,7 +697,8 @@ def _parse_archive_line(raw: bytes) -> LogLine | None:
 
 
 def _tail_cursor(f: Any) -> tuple[int, dict[str, int]]:
-    """Last timestamp of an archive file and the texts (with counts) written at it.
+    """Last timestamp of an archive file and the texts (with counts) written at it; a last
+    line without its ``\n`` (a write cut short) does not count.
 
     Reads backwards from the end in growing windows (4 KiB first) and decodes only the lines
     at the last timestamp, so appending a batch costs the same however long the archive is.
@@ -664,8 +713,7 @@ def _tail_cursor(f: Any) -> tuple[int, dict[str, int]]:
         f.seek(size - chunk)
         # split on "\n" only: str.splitlines would also split a text at its "\r" (tqdm)
         tail = f.read(chunk).split(b"\n")
-        if tail and tail[-1] == b"":
-            tail.pop()
+        tail.pop()  # b"" after the last "\n", or a last line without its "\n" (cut short)
         if chunk < size:
             tail = tail[1:]  # the first piece may be cut
         last_ts = -1
