@@ -52,13 +52,13 @@ def test_ctrl_c_anywhere_ends_ps_cleanly(tmp_path: Path) -> None:
     assert 130 in codes  # the check can fail: some runs were interrupted
 
 
-#: The SIGALRM handler of the launcher probes: SIGINT once gpuconsole's own code guards the
-#: process (the ``console`` package's start-up handler is set, or later: click, imported only
-#: after it, is there), else again 0.2 ms later. What comes before (the interpreter's start,
-#: runpy's and the import system's search for ``console``) runs no code of gpuconsole.
+#: The SIGALRM handler of the launcher probes: SIGINT once the ``console`` package's own
+#: module has run (the next module of ours, ``console.entry`` or ``console.cli``, has begun),
+#: else again 0.2 ms later. What comes before (the interpreter's start, runpy's and the import
+#: system's search for ``console``) runs no code of gpuconsole.
 INTERRUPT_ONCE_OURS = """(lambda *_: os.kill(os.getpid(), signal.SIGINT)
-    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler
-    or "click" in sys.modules else signal.setitimer(signal.ITIMER_REAL, 0.0002))"""
+    if "console.entry" in sys.modules or "console.cli" in sys.modules
+    else signal.setitimer(signal.ITIMER_REAL, 0.0002))"""
 
 #: The same, through the installed ``gpuconsole`` script itself (pip's console_scripts
 #: launcher, which imports ``re`` and ``console.entry`` before it calls ``main``): its code is
