@@ -285,6 +285,7 @@ class _Archiver:
         kept.extend(lines)
         if n.node_rank in self.failing and len(kept) > ARCHIVE_BACKLOG:
             self.given_up.add(n.node_rank)
+            self.failing.discard(n.node_rank)  # the other nodes' writes are not held back
             del self.unsaved[n.node_rank]
             log.info("archive of %s node %d: %d lines kept while it could not be written; "
                         "not archived for the rest of this follow", self.job.id, n.node_rank,
