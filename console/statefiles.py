@@ -113,7 +113,8 @@ def db_error(e: sqlite3.Error, path: Path, *, what: str, if_lost: str) -> StateE
     if kind == "full":
         return StateError(str(path), kind, "no space left on its filesystem", _full_fix(path))
     if kind == "read-only":
-        return StateError(str(path), kind, f"cannot be written ({detail}: read-only)",
+        why = "its filesystem is mounted read-only" if _read_only_fs(path) else "read-only"
+        return StateError(str(path), kind, f"cannot be written: {why} ({detail})",
                           "make the state dir writable, or set GPUCONSOLE_STATE_DIR to a "
                           "writable folder")
     return StateError(str(path), "io", f"cannot be read or written ({detail})",
@@ -137,7 +138,7 @@ def file_error(e: OSError, path: Path, *, what: str, if_lost: str) -> StateError
     if isinstance(e, IsADirectoryError) or e.errno == errno.EISDIR:
         return StateError(str(path), "directory", f"is a directory, not a {what}", aside)
     if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
-        return StateError(str(path), "read-only", f"cannot be written ({reason})",
+        return StateError(str(path), "read-only", f"cannot be written: {reason}",
                           "make the state dir writable, or set GPUCONSOLE_STATE_DIR to a "
                           "writable folder")
     if isinstance(e, NotADirectoryError):
