@@ -482,6 +482,7 @@ class SSHTransport(Transport):
         """Close the connection and the forwarded socket."""
         async with self._lock:
             await self._drop()
+            self._lost = None  # closed on purpose: no drop to explain
             if self._sock_dir is not None:
                 try:
                     os.rmdir(self._sock_dir)
