@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from remote.errors import (
     AuthenticationFailed,
     GpuConsoleError,
@@ -16,6 +18,7 @@ __all__ = [
     "JobNameInUse",
     "JobNotFound",
     "PlanError",
+    "StateError",
     "UsageError",
     "host_reason",
 ]
@@ -61,6 +64,30 @@ class JobNotFound(JobError):
 
 class JobNameInUse(JobError):
     """A job with this name is already running."""
+
+
+class StateError(GpuConsoleError):
+    """A file of the state dir (``jobs.sqlite3``, ``alerts.sqlite3``, ``notify.sqlite3``, a
+    log archive) cannot be read or written: damaged, locked by another process, read-only, a
+    directory, or its filesystem is full. The message starts with the file; exit status 1.
+
+    Attributes:
+        path: the file.
+        kind: what is wrong (:data:`StateProblem`).
+    """
+
+    def __init__(self, path: str, kind: StateProblem, message: str,
+                 hint: str | None = None) -> None:
+        super().__init__(f"{path}: {message}", hint)
+        self.path = path
+        self.kind = kind
+
+
+StateProblem = Literal["damaged", "locked", "read-only", "directory", "full", "io"]
+"""What is wrong with a state file: ``damaged`` (not a database, corrupt pages, unreadable
+records), ``locked`` (another process holds its lock), ``read-only`` (mount or permissions),
+``directory`` (a folder where the file should be), ``full`` (no space left on its
+filesystem), ``io`` (any other I/O failure)."""
 
 
 class UsageError(GpuConsoleError):

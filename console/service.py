@@ -27,8 +27,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
-from console.errors import ConfigError, JobError, JobNotFound, UsageError
+from console.errors import ConfigError, JobError, JobNotFound, StateError, UsageError
 from console.events import (
+    ArchiveStateChanged,
     EventBus,
     FollowStateChanged,
     JobChanged,
@@ -1174,6 +1175,11 @@ class Service:
         def on_state(n: NodeRecord, state: str, detail: str | None) -> None:
             self.bus.publish(FollowStateChanged(job.id, n.node_rank, state, detail))
 
+        def on_archive(n: NodeRecord, error: StateError | None) -> None:
+            self.bus.publish(ArchiveStateChanged(job.id, n.node_rank,
+                                                 error.message if error else None,
+                                                 error.hint if error else None))
+
         if session.profile.scheduler == "slurm":
             from console.slurm.backend import follow_slurm
 
@@ -1192,7 +1198,8 @@ class Service:
             async for batch in follow_job_log_batches(session, self.store, job, node=node,
                                                       since_ns=since_ns, tail=tail,
                                                       on_node_exit=on_exit,
-                                                      on_state=on_state):
+                                                      on_state=on_state,
+                                                      on_archive=on_archive):
                 yield batch
         finally:
             if refreshing:
@@ -1306,6 +1313,8 @@ class Service:
                                                       tuple(msg[2])))
                 elif kind == "state":
                     self.bus.publish(FollowStateChanged(job.id, msg[1], msg[2], msg[3]))
+                elif kind == "archive":
+                    self.bus.publish(ArchiveStateChanged(job.id, msg[1], msg[2], msg[3]))
                 elif kind == "exit":
                     self.bus.publish(NodeExited(job.id, msg[1], msg[2]))
                     self.bus.publish(FollowStateChanged(job.id, msg[1], "ended"))

@@ -25,6 +25,7 @@ import socket
 import stat
 import sys
 import termios
+import time
 import tty as tty_mod
 import weakref
 from dataclasses import dataclass
@@ -138,6 +139,28 @@ def user_sets_ciphers(config: Path | None = None) -> bool:
 
 log = logging.getLogger("gpuconsole.remote.ssh")
 
+#: SSH keepalive (both hops): after this many seconds without data from the host a
+#: keepalive request is sent...
+KEEPALIVE_INTERVAL_S = 5
+#: ...and after this many unanswered ones the connection is given up: a host that stopped
+#: answering (a black-holed link, a host that froze) is noticed
+#: ``KEEPALIVE_INTERVAL_S * (KEEPALIVE_COUNT_MAX + 1)`` = 20 s after its last data, so log
+#: follows and telemetry reconnect; a host that answers at all within 15 s is never dropped.
+KEEPALIVE_COUNT_MAX = 3
+KEEPALIVE_DEAD_S = KEEPALIVE_INTERVAL_S * (KEEPALIVE_COUNT_MAX + 1)
+
+
+class _DropWatch(asyncssh.SSHClient):
+    """asyncssh's client callbacks of one connection: tells its transport why the
+    connection closed (``connection_lost``), the rest as asyncssh's defaults."""
+
+    def __init__(self, transport: SSHTransport) -> None:
+        self._transport = transport
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if exc is not None:
+            self._transport._lost = (time.monotonic(), exc)
+
 
 @dataclass(frozen=True)
 class SSHTarget:
@@ -189,6 +212,9 @@ class SSHTransport(Transport):
         self._peer_ip: str | None = None
         self._home: str | None = None
         self._lock = asyncio.Lock()
+        #: when and why the last connection (or its jump hop) dropped; ``None`` once a
+        #: connection is open again
+        self._lost: tuple[float, Exception] | None = None
 
     # -- connection -------------------------------------------------------------------------
 
@@ -227,15 +253,17 @@ class SSHTransport(Transport):
         self, known_hosts: object, *, port: int | None, user: str | None,
         seen: _HostKeySeen | None = None,
     ) -> dict[str, object]:
-        """Options for one hop. Keepalives are always on (10 s x 3): a dead connection must be
-        noticed quickly so log follows and telemetry reconnect; the rest defers to the config.
+        """Options for one hop. Keepalives are always on (:data:`KEEPALIVE_INTERVAL_S` x
+        :data:`KEEPALIVE_COUNT_MAX`): a dead connection must be noticed quickly so log
+        follows and telemetry reconnect; the rest defers to the config.
         """
         t = self.target
         opts: dict[str, object] = {
             "known_hosts": known_hosts,
             "connect_timeout": t.connect_timeout,
-            "keepalive_interval": 10,
-            "keepalive_count_max": 3,
+            "keepalive_interval": KEEPALIVE_INTERVAL_S,
+            "keepalive_count_max": KEEPALIVE_COUNT_MAX,
+            "client_factory": lambda: _DropWatch(self),
         }
         if not user_sets_ciphers():
             opts["encryption_algs"] = list(CIPHERS)
@@ -320,6 +348,7 @@ class SSHTransport(Transport):
                 return
             await self._drop()
             self._conn = await self._open()
+            self._lost = None
             peer = self._conn.get_extra_info("peername")
             self._peer_ip = str(peer[0]) if peer else None
             log.debug("[%s] connected (%s)", self.name, self.describe())
@@ -469,10 +498,23 @@ class SSHTransport(Transport):
             self._release_jump()
             self._jump = None
 
+    def drop_reason(self) -> str | None:
+        """Why the connection dropped, while it is down: ``the host stopped answering, last
+        data N s ago`` when the keepalives went unanswered, else asyncssh's reason."""
+        lost = self._lost
+        if lost is None or self.connected:
+            return None
+        at, exc = lost
+        if "not responding to keepalive" in str(exc):
+            ago = KEEPALIVE_DEAD_S + (time.monotonic() - at)
+            return f"the host stopped answering, last data {ago:.0f} s ago"
+        return f"the SSH connection dropped: {exc}"
+
     async def close(self) -> None:
         """Close the connection and the forwarded socket."""
         async with self._lock:
             await self._drop()
+            self._lost = None  # closed on purpose: no drop to explain
             if self._sock_dir is not None:
                 try:
                     os.rmdir(self._sock_dir)

@@ -282,6 +282,12 @@ class Transport(ABC):
             TransportError: the host could not be reached or the command timed out.
         """
 
+    def drop_reason(self) -> str | None:
+        """Why the connection dropped, while it is down (``the host stopped answering, last
+        data 20 s ago``), for a follow that saw its stream end; ``None`` when it is up or this
+        transport cannot tell."""
+        return None
+
     def ssh_argv(self) -> list[str] | None:
         """An OpenSSH ``ssh`` command line that logs in to this host as the profile reaches
         it (port, user, key, jump host, known_hosts), for hints shown to people; ``None`` for

@@ -125,6 +125,9 @@ async def _logs(ctx: click.Context, ref: str, follow: bool, node: int | None,
             print_line(line, timestamps)
         for host, why in job.unreachable.items():
             err(f"warning: {why}; showed the lines archived from {host} so far")
+        hosts = {n.node_rank: n.host for n in job.nodes}
+        for rank, why in sorted(job.log_problems.items()):
+            err(f"warning: n{rank} on {hosts.get(rank, '?')}: {why}")
         return 0
 
 
