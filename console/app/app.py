@@ -250,6 +250,12 @@ class GpuConsoleApp(App[int]):
         self._tunnels_closed = False
         self._hosts: dict[str, tuple[str, str | None]] = {
             h: ("connecting", None) for h in ([] if replay else service.profile.hosts)}
+        # the three installed screens, held here: data is pushed into them from events,
+        # timers and workers at any point of their life (they keep it until they can draw
+        # it), also while Textual shuts down and no longer lists them
+        self.fleet_screen = FleetScreen(clock=monotonic)
+        self.jobs_screen = JobsScreen(clock=clock)
+        self.alerts_screen = AlertsScreen(clock=clock)
         if self.config.theme:
             self.theme = self.config.theme
         if self.config.keymap:
@@ -259,9 +265,9 @@ class GpuConsoleApp(App[int]):
 
     def on_mount(self) -> None:
         self._sub = self.service.bus.subscribe(self._on_event, coalesce=True)
-        self.install_screen(FleetScreen(clock=self.monotonic), name="fleet")
-        self.install_screen(JobsScreen(clock=self.clock), name="jobs")
-        self.install_screen(AlertsScreen(clock=self.clock), name="alerts")
+        self.install_screen(self.fleet_screen, name="fleet")
+        self.install_screen(self.jobs_screen, name="jobs")
+        self.install_screen(self.alerts_screen, name="alerts")
         self.push_screen("fleet")
         self._publish_hosts()
         if self.replay is not None:
@@ -302,9 +308,7 @@ class GpuConsoleApp(App[int]):
             self.notify(f"alerts are off: {e.message}", title="alerts", severity="error")
             return
         self.alerts = watcher
-        screen = self.get_screen("alerts")
-        assert isinstance(screen, AlertsScreen)
-        screen.update_alerts(watcher.active())
+        self.alerts_screen.update_alerts(watcher.active())
 
     async def on_unmount(self) -> None:
         await self.close_tunnels()
@@ -351,12 +355,8 @@ class GpuConsoleApp(App[int]):
             return
         self._fleet_dirty = False
         state = self.service.fleet
-        fleet = self.get_screen("fleet")
-        assert isinstance(fleet, FleetScreen)
-        fleet.update_fleet(state)
-        jobs = self.get_screen("jobs")
-        assert isinstance(jobs, JobsScreen)
-        jobs.update_jobs(usage=state.job_usage())
+        self.fleet_screen.update_fleet(state)
+        self.jobs_screen.update_jobs(usage=state.job_usage())
         for name, v in state.hosts.items():  # the fleet state is the truth for the line
             self._hosts[name] = (v.status, v.error)
         self._publish_hosts()
@@ -385,9 +385,7 @@ class GpuConsoleApp(App[int]):
 
     def on_alerts_updated(self, m: AlertsUpdated) -> None:
         """Refresh the alerts view; a new alert (not silenced) pops a toast."""
-        screen = self.get_screen("alerts")
-        assert isinstance(screen, AlertsScreen)
-        screen.update_alerts(m.active)
+        self.alerts_screen.update_alerts(m.active)
         alert = m.change.alert
         if m.change.change != "fired" or alert.silenced(m.change.at) or alert.acked_at:
             return
@@ -401,15 +399,11 @@ class GpuConsoleApp(App[int]):
         self._publish_hosts()
 
     def on_jobs_listed(self, m: JobsListed) -> None:
-        jobs = self.get_screen("jobs")
-        assert isinstance(jobs, JobsScreen)
-        jobs.update_jobs(m.jobs)
+        self.jobs_screen.update_jobs(m.jobs)
         self._close_ended_tunnels(m.jobs)
 
     def on_job_updated(self, m: JobUpdated) -> None:
-        jobs = self.get_screen("jobs")
-        assert isinstance(jobs, JobsScreen)
-        jobs.update_job(m.job)
+        self.jobs_screen.update_job(m.job)
         self._forward_to_logs(m)
         self._close_ended_tunnels([m.job])
 
@@ -516,9 +510,7 @@ class GpuConsoleApp(App[int]):
         yield SystemCommand("Alerts", "firing alerts (acknowledge, silence)",
                             lambda: self.action_show("alerts"))
         yield SystemCommand("Refresh jobs", "reconcile with the hosts", self.refresh_jobs)
-        jobs = self.get_screen("jobs")
-        assert isinstance(jobs, JobsScreen)
-        for j in sorted(jobs.jobs.values(), key=lambda j: -j.created_at)[:20]:
+        for j in sorted(self.jobs_screen.jobs.values(), key=lambda j: -j.created_at)[:20]:
             yield SystemCommand(f"Logs {j.id}", f"{j.state}: log panes of {j.name}",
                                 lambda j=j: self.open_logs(j))
             if not self.readonly and j.state in ("running", "pending"):
