@@ -23,10 +23,10 @@ import asyncio
 import logging
 import time
 import webbrowser
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from textual import work
 from textual.app import App, SystemCommand
@@ -64,13 +64,15 @@ from console.events import (
 from console.jobs.logbuffer import Row
 from console.jobs.logs import JobLogLine
 from console.jobs.store import JobRecord
-from console.service import Service, Submission
+from console.service import Service, Submission, not_running_hint
 from remote.errors import GpuConsoleError
 
 if TYPE_CHECKING:
     from console.notebook.attach import NotebookTunnel
 
 log = logging.getLogger("gpuconsole.app")
+
+T = TypeVar("T")
 
 #: Actions that change remote state or expose a shell on a host, hidden by ``--readonly``
 #: (``notebook`` opens a notebook's JupyterLab, which runs code in its container).
@@ -243,6 +245,9 @@ class GpuConsoleApp(App[int]):
         """The alert rule engine over the live fleet (``None`` in replays and tests that
         feed data)."""
         self._fleet_dirty = False
+        self.handed_over = False
+        """The terminal belongs to a child (a shell, a console browser): the app is suspended
+        and draws nothing (:meth:`hand_terminal`)."""
         self.tunnels: dict[str, NotebookTunnel] = {}
         """Open notebook tunnels by job id (one per notebook; closed when it ends and at
         exit)."""
@@ -276,7 +281,7 @@ class GpuConsoleApp(App[int]):
         elif self.live:
             self.service.start_fleet(interval=self.config.interval)
             self.start_alerts()
-        self.set_interval(0.5, self.refresh_fleet_view)
+        self._fleet_timer = self.set_interval(0.5, self.refresh_fleet_view)
         # what is known first (the store: last known states); a live reconcile, which waits
         # for every host up to its deadline, replaces it when it is done
         self.post_message(JobsListed(self.service.store.jobs()))
@@ -654,10 +659,15 @@ class GpuConsoleApp(App[int]):
         self.open_logs(job)
 
     def exec_shell(self, job: JobRecord, node: int | None = None) -> None:
-        """A shell in a node's container: the app suspends until it exits."""
+        """A shell in a node's container: the app suspends until it exits. A job whose record
+        shows no running node is told at once, without suspending (what to do instead)."""
         if self.readonly:
             return
         running = [n.node_rank for n in job.nodes if n.state == "running"]
+        if not running and job.state not in ("running", "pending"):
+            self.notify(f"job {job.id} is not running ({job.state}): {not_running_hint(job)}",
+                        title="shell", severity="warning", timeout=15)
+            return
         if node is None and len(running) > 1:
             def got(value: str | None) -> None:
                 if value is not None and value.strip().isdigit():
@@ -668,18 +678,62 @@ class GpuConsoleApp(App[int]):
             return
         self._exec(job, node)
 
-    @work(exclusive=True, group="exec")
+    @work(exclusive=True, group="exec", exit_on_error=False)
     async def _exec(self, job: JobRecord, node: int | None) -> None:
+        """Check the node runs and connect (on the app's screen: a refusal is said there),
+        then hand the terminal to the shell until it exits."""
         try:
-            with self.suspend():
-                rc = await self.service.exec(job, node, [], tty=True)
+            attach = await self.service.prepare_exec(job, node, [], tty=True)
+            rc = await self.hand_terminal(attach)
         except GpuConsoleError as e:
-            self.notify(e.message, title="exec", severity="error")
+            self.notify(f"{e.message}\nfix: {e.hint}" if e.hint else e.message, title="shell",
+                        severity="error", timeout=15)
             return
-        except Exception as e:  # SuspendNotSupported (no terminal), a dead host...
-            self.notify(f"{type(e).__name__}: {e}", title="exec", severity="error")
+        except Exception as e:  # SuspendNotSupported (no terminal), a bug: said and logged
+            log.exception("shell in %s failed", job.id)
+            self.notify(f"{type(e).__name__}: {e}", title="shell", severity="error")
             return
         self.notify(f"shell in {job.id} exited {rc}")
+
+    async def hand_terminal(self, child: Callable[[], Awaitable[T]]) -> T:
+        """Run ``child`` (a shell, a console browser) with the terminal handed to it, and take
+        the terminal back after it, whatever it raised (raised here once the app is back).
+
+        Textual's :meth:`App.suspend` stops the driver's writer thread, and every write
+        while suspended would queue for it: the loop blocks on the full queue (30 writes) and
+        the child's own I/O, which runs on this loop, with it. So nothing is drawn while the
+        child has the terminal (one batch update: refreshes, log panes, toasts and timers
+        keep their state and are drawn once the app is back, in full), the fleet view's
+        timer is paused, and the body of ``suspend`` never raises (Textual resumes only when
+        it ends normally). The input thread is stopped meanwhile: keys go to the child.
+
+        Raises:
+            SuspendNotSupported: no terminal to hand over (tests, Textual Web).
+        """
+        result: list[T] = []
+        error: BaseException | None = None
+        with self.batch_update():
+            self.handed_over = True
+            self._fleet_timer.pause()
+            try:
+                with self.suspend():
+                    try:
+                        result.append(await child())
+                    except BaseException as e:  # the app is resumed first, then it is raised
+                        error = e
+            finally:
+                self.handed_over = False
+                self._fleet_timer.resume()
+        self.refresh(layout=True)
+        self.refresh_fleet_view(force=True)
+        if error is not None:
+            raise error
+        return result[0]
+
+    def bell(self) -> None:
+        """Ring the terminal's bell, unless a child has the terminal."""
+        if not self.handed_over:
+            super().bell()
 
 
     # -- notebooks --------------------------------------------------------------------------
@@ -735,8 +789,7 @@ class GpuConsoleApp(App[int]):
         browser (lynx, w3m) needs the terminal: the app suspends as for a shell."""
         try:
             if _console_browser():
-                with self.suspend():
-                    ok = webbrowser.open(url)
+                ok = await self.hand_terminal(lambda: asyncio.to_thread(webbrowser.open, url))
             else:
                 ok = await asyncio.to_thread(webbrowser.open, url)
         except Exception as e:  # SuspendNotSupported, a browser that failed to start
