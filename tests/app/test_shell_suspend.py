@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
+import webbrowser
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,7 @@ from rich.console import RenderableType
 from textual.screen import Screen
 from textual.widgets import DataTable
 
+import console.app.app as app_module
 from console.app.app import GpuConsoleApp, LogLinesArrived
 from console.app.screens.modals import AskScreen
 from console.jobs.store import JobRecord
@@ -173,3 +176,35 @@ async def test_x_on_a_finished_job_says_what_to_do_without_suspending(
         await pilot.press("1")
         await pilot.pause()
         assert app.screen is app.fleet_screen
+
+
+async def test_a_console_browser_gets_the_terminal_the_same_way(
+        state_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    app = make_app(state_dir)
+    term = Terminal(app)
+    monkeypatch.setattr(app, "suspend", term.suspend)
+    monkeypatch.setattr(app_module, "_console_browser", lambda: True)
+    opened: list[str] = []
+
+    def lynx(url: str, *args: Any, **kwargs: Any) -> bool:
+        if "fail" in url:
+            raise OSError("lynx: cannot open the terminal")
+        time.sleep(0.3)  # the browser runs in a thread; the app's loop goes on meanwhile
+        opened.append(url)
+        return True
+
+    monkeypatch.setattr(webbrowser, "open", lynx)
+    async with app.run_test(size=(160, 45)) as pilot:
+        app.notify("drawn later")
+        app.open_browser("http://127.0.0.1:8888/lab")
+        await app.workers.wait_for_complete()
+        app.open_browser("http://127.0.0.1:8888/fail")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert opened == ["http://127.0.0.1:8888/lab"]
+        assert term.suspends == 2 and not term.suspended
+        assert term.drawn_while_suspended == []
+        assert any("cannot open the terminal" in m for m in notes(app)), notes(app)
+        await pilot.press("2")
+        await pilot.pause()
+        assert app.screen is app.jobs_screen
