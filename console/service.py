@@ -791,7 +791,7 @@ class Service:
                            f"on the login host: `srun --overlap --jobid {sid}{on} --pty bash`")
         if not n.container_id or n.state != "running" or job.removed_at is not None:
             raise JobError(f"job {job.id}: node {n.node_rank} is not running ({n.state})",
-                           "exec needs a running container; see `gpuconsole ps`")
+                           not_running_hint(job))
         if job.runtime == "host":
             argv = self.session_for(job).transport(n.host).ssh_argv()
             login = f"`{shlex.join(argv)}`" if argv else "it runs on this machine"
@@ -820,13 +820,32 @@ class Service:
             JobError: the node is not running.
             TransportError: the host cannot be reached.
         """
+        attach = await self.prepare_exec(job, node, command, tty=tty)
+        return await attach()
+
+    async def prepare_exec(self, job: JobRecord, node: int | None, command: list[str], *,
+                           tty: bool) -> Callable[[], Coroutine[Any, Any, int]]:
+        """What :meth:`exec` does before it takes the terminal: refresh the job from its
+        host, check that the node runs, connect. Returns the call that attaches the terminal
+        and returns the command's exit code (the app hands the terminal over only for it, so
+        a refusal is said on the app's screen).
+
+        Raises:
+            JobError: the node is not running.
+            TransportError: the host cannot be reached.
+        """
         if self._slurm_session(job) is not None:  # before asking hosts it has no entry for
             self.exec_target(job, node)
         job = await refresh(self.session_for(job), self.store, job, teardown=False)
         self._raise_if_unreachable(job)
         n = self.exec_target(job, node)
         t = await self.session_for(job).connected(n.host)
-        return await t.interactive(self.exec_argv(job, n, command, tty=tty), tty=tty)
+        argv = self.exec_argv(job, n, command, tty=tty)
+
+        async def attach() -> int:
+            return await t.interactive(argv, tty=tty)
+
+        return attach
 
     # -- shell (dev container) ----------------------------------------------------------------
 
@@ -1433,3 +1452,12 @@ class Service:
             self._replay.cancel()
             await asyncio.gather(self._replay, return_exceptions=True)
             self._replay = None
+
+
+def not_running_hint(job: JobRecord) -> str:
+    """What to do instead of a shell in a job that no longer runs: its output and files."""
+    if job.removed_at is not None:
+        return (f"its containers were removed: `gpuconsole logs {job.id}` reads its archived "
+                "output")
+    return (f"a shell needs a running container: `gpuconsole logs {job.id}` shows its output, "
+            f"`gpuconsole cp {job.id}:PATH .` copies files out of its exited container")

@@ -32,6 +32,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input
 
+from console.app.lifecycle import can_draw
 from console.app.widgets.fleet import DetailPanel, FleetTable
 from console.app.widgets.gpupanel import HistoryChart, ProcessTable
 from console.app.widgets.oneline import OneLine
@@ -272,7 +273,7 @@ class FleetScreen(Screen[None]):
         self._render_rows()
 
     def _render_rows(self) -> None:
-        if not self._ready:
+        if not can_draw(self, self._ready):  # kept in self.groups, drawn on mount
             return
         self.shown = sort_groups(filter_groups(self.groups, self.filter_query), self.sort_key,
                                  self.descending)
@@ -284,6 +285,8 @@ class FleetScreen(Screen[None]):
         self._show_detail()
 
     def _show_detail(self) -> None:
+        if not can_draw(self, self._ready):
+            return
         row = self.table.row_data()
         self.query_one("#fleet-detail", DetailPanel).show(detail_text(row))
         self._show_gpu_panel(row if isinstance(row, GpuRow) else None)

@@ -25,6 +25,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer
 
+from console.app.lifecycle import can_draw
 from console.app.screens.modals import AskScreen
 from console.app.widgets.logpane import LogPane
 from console.app.widgets.logpanes import LogPanes
@@ -104,6 +105,9 @@ class LogsScreen(Screen[None]):
         self._skipped_by_node: dict[int, int] = {}
         self._drain_scheduled = False
         self._header_at = 0.0
+        # set first thing on mount; cleared while the panes are swapped (split ranks): lines
+        # and states that arrive meanwhile are kept and drawn when the panes are there
+        self._composed = False
 
     @property
     def gc(self) -> GpuConsoleApp:
@@ -148,7 +152,10 @@ class LogsScreen(Screen[None]):
         return text
 
     def on_mount(self) -> None:
+        self._composed = True
         self._show_exit_codes()
+        if self._pending:  # lines given before the panes were there
+            self._schedule_drain()
         panes = self.query_one(LogPanes).panes
         if panes:
             panes[0].focus()
@@ -186,15 +193,22 @@ class LogsScreen(Screen[None]):
             self.take_lines(m.lines, m.shown)
         elif isinstance(m, JobUpdated) and m.job.id == self.job.id:
             self.job = m.job
-            self._show_exit_codes()
-            self.query_one("#logs-header", OneLine).show(self._header())
+            if can_draw(self, self._composed):
+                self._show_exit_codes()
+                self.query_one("#logs-header", OneLine).show(self._header())
         elif isinstance(m, FollowStateUpdated) and m.job_id == self.job.id:
             self.follow_state[m.node_rank] = m.state
-            if not self.split_ranks:
-                buf = self.by_node.get(m.node_rank)
-                pane = self.query_one(LogPanes).pane_for(buf) if buf is not None else None
-                if pane is not None:
-                    pane.set_title(self._node_title(m.node_rank))
+            self._show_titles()
+
+    def _show_titles(self) -> None:
+        """Each node pane's title with its follow state (not in the per-rank layout)."""
+        if self.split_ranks or not can_draw(self, self._composed):
+            return
+        panes = self.query_one(LogPanes)
+        for node_rank, buf in self.by_node.items():
+            pane = panes.pane_for(buf)
+            if pane is not None:
+                pane.set_title(self._node_title(node_rank))
 
     def take_lines(self, lines: Sequence[JobLogLine],
                    shown: Sequence[Sequence[Row]] | None = None) -> None:
@@ -213,7 +227,10 @@ class LogsScreen(Screen[None]):
                 node = _origin(self._pending.popleft())[0]
                 self._skipped_by_node[node] = self._skipped_by_node.get(node, 0) + 1
             self.skipped += excess
-        if not self._drain_scheduled and self.is_mounted:
+        self._schedule_drain()
+
+    def _schedule_drain(self) -> None:
+        if not self._drain_scheduled and can_draw(self, self._composed):
             self._drain_scheduled = True
             self.call_later(self._drain)
 
@@ -226,8 +243,8 @@ class LogsScreen(Screen[None]):
         """Move queued lines into the buffers for at most :data:`DRAIN_BUDGET_S`, then yield
         to the event loop (keys, repaint) and continue on a timer."""
         self._drain_scheduled = False
-        if not self.is_mounted:
-            return
+        if not can_draw(self, self._composed):
+            return  # kept in self._pending: on mount, or once the panes are swapped
         panes = self.query_one(LogPanes)
         deadline = time.perf_counter() + DRAIN_BUDGET_S
         taken = 0
@@ -285,7 +302,7 @@ class LogsScreen(Screen[None]):
         self.merged.append_rows(node_rank, rank, shown)
 
     def _show_exit_codes(self) -> None:
-        if not self.is_mounted:
+        if not can_draw(self, self._composed):
             return
         panes = self.query_one(LogPanes)
         for n in self.job.nodes:
@@ -308,11 +325,18 @@ class LogsScreen(Screen[None]):
         self.split_ranks = not self.split_ranks
         old = self.query_one(LogPanes)
         new = LogPanes(self._pane_specs(), merged=self.merged, id="panes")
-        await old.remove()
-        await self.mount(new, after=self.query_one("#logs-header"))
+        self._composed = False  # no panes to draw into until the new ones are mounted
+        try:
+            await old.remove()
+            await self.mount(new, after=self.query_one("#logs-header"))
+        finally:
+            self._composed = True
         self._show_exit_codes()
+        self._show_titles()
+        self.query_one("#logs-header", OneLine).show(self._header())
         if new.panes:
             new.panes[0].focus()
+        self._schedule_drain()
 
     def action_stop(self) -> None:
         """Stop the job (with the confirmation showing what runs where)."""
