@@ -63,6 +63,8 @@ PRECEDENCE: tuple[str, ...] = (
     # the notebook server in its container (before the exception its traceback shows)
     "jupyter_not_installed", "jupyter_root_refused", "jupyter_dir_missing",
     "jupyter_permission", "jupyter_port_unavailable",
+    # the program never started (slurmstepd's execve)
+    "slurm_exec_failed",
     # distributed set-up
     "store_address_unresolved", "port_in_use", "rendezvous_connection", "rendezvous_failed",
     "nccl_invalid_usage", "nccl_unhandled_cuda",
