@@ -48,7 +48,7 @@ PRECEDENCE: tuple[str, ...] = (
     "xid", "gpu_lost", "gsp_timeout", "driver_unreachable", "driver_version_mismatch",
     "nvml_library_not_found", "nvml_function_not_found", "no_gpus", "fabric_manager",
     "nvml_lost_in_container",
-    "nvml_error",
+    "nvml_error", "nvml_blocked_by_host", "nvml_permission",
     # the container engine, the registry, the toolkit
     "gpu_unschedulable", "docker_daemon_unreachable", "docker_permission", "disk_full",
     "docker_no_gpu_driver",
