@@ -1069,13 +1069,13 @@ def _nvml_blocked(ctx: Context) -> Diagnosis | None:
 #: Permissions" (the Go bindings' callers: the device plugin, DCGM exporter), or pynvml's
 #: ``NVMLError_NoPermission`` (:func:`classify_nvml_traceback` names the call and its fields).
 _NO_PERMISSION = re.compile(
-    r"error getting (?P<what>[\w ]+?): Insufficient Per\w*ssions|NVMLError_NoPermission")
+    r"error getting (?P<what>[\w ]+?): Insufficient P\w*ssions|NVMLError_NoPermission")
 _READING_OF: dict[str, str] = {
     "nvmlDeviceGetMemoryInfo": "memory info", "nvmlDeviceGetMemoryInfo_v2": "memory info",
     "nvmlDeviceGetComputeRunningProcesses": "the process list",
     "nvmlDeviceGetPowerUsage": "power", "nvmlDeviceGetClockInfo": "clocks",
 }
-_MIG = re.compile(r"\bMIG\b|mig-|MigDevice")
+_MIG = re.compile(r"\bMIG\b|\bmig-|MigDevice", re.I)
 
 
 def _nvml_permission(ctx: Context) -> Diagnosis | None:

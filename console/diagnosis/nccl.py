@@ -210,6 +210,12 @@ _PREFIX = (
     r"\[(?P<dev>\d+)\] )?"
 )
 _WARN = re.compile(_PREFIX + r"(?:(?P<src>\S+:\d+) )?NCCL WARN (?P<msg>.*)$")
+# Early NCCL 2.x (``src/include/debug.h`` before 2.3) printed no "NCCL" token:
+# "\n%s:%d:%d [%d] %s:%d WARN " (host:pid:tid [cudaDev] file:line), 2.0 also "host [dev]
+# file:line WARN": read only with the source file and line NCCL puts before the level.
+_OLD_WARN = re.compile(
+    r"(?:^|(?<=\s))(?:(?P<host>[^\s:\[\]]+)(?::(?P<pid>\d+):(?P<tid>\d+))? )?\[(?P<dev>\d+)\] "
+    r"(?P<src>[\w./-]+\.(?:h|cc|cu|cpp|c):\d+) WARN (?P<msg>.*)$")
 # A failed IB completion quoted without NCCL's "NCCL WARN" (an issue title, a paste of the message)
 _BARE_IB = re.compile(
     _PREFIX + r"(?:(?P<src>\S+:\d+) )?"
@@ -249,6 +255,7 @@ _SOCKET = re.compile(
     r"Connect to \S+ failed|Call to (?:connect|socket|bind|listen|accept)\b|NET/Socket"
     r"|Network is unreachable|No route to host|Connection refused|Connection timed out"
     r"|Cannot assign requested address|Software caused connection abort"
+    r"|Socket creation failed|Address family not supported"
     r"|bootstrap\w*\s*:.*(?:failed|timed? ?out)",
     re.I,
 )
@@ -376,7 +383,7 @@ def _warn_findings(lines: Sequence[Line]) -> dict[str, _Finding]:
     found: dict[str, _Finding] = {}
     follow_ons: list[tuple[Line, re.Match[str], int]] = []
     for ln in lines:
-        m = _WARN.search(ln.text)
+        m = _WARN.search(ln.text) or _OLD_WARN.search(ln.text)
         if m is None and not _LAST_ERROR.search(ln.text):  # a Last error is _nccl_results'
             m = _BARE_IB.search(ln.text) or _BARE_SOCKET.search(ln.text)
         if m is None:

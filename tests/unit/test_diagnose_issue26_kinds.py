@@ -18,3 +18,79 @@ def test_slurmstepd_execve_failure_is_the_root_and_its_errno_the_exit_code() -> 
     # near miss: a program's own execve error, not slurmstepd's
     d2 = diagnose("error: execve(): /usr/bin/foo: No such file or directory\n")
     assert d2 is None or d2.kind != "slurm_exec_failed"
+
+
+def test_older_unknown_runtime_wording_in_markdown_quoting() -> None:
+    """dkr-048/dkr-049; rinongal/StyleGAN-nada#62 (docker-compose v1 output quoted with '> ')."""
+    text = ("> Creating stylegan-nada_nada_1 ... error\n>\n"
+            "> ERROR: for stylegan-nada_nada_1  Cannot create container for service nada: "
+            "Unknown runtime specified nvidia\n"
+            "> ERROR: Encountered errors while bringing up the project.\n")
+    d = diagnose(text)
+    assert d is not None and d.kind == "docker_unknown_runtime"
+    assert d.facts["runtime"] == "nvidia"
+
+
+def test_a_cdi_name_stat_as_a_path_is_an_engine_without_cdi() -> None:
+    """dkr-050/dkr-051; NVIDIA/nvidia-container-toolkit#63 (podman 3.0.1, inline code)."""
+    d = diagnose("`sudo podman run -ti --rm --device=nvidia.com/gpu=0 ubuntu:18.04 nvidia-smi -L`"
+                 " says:\n`Error: stat nvidia.com/gpu=0: no such file or directory`\n"
+                 "My Podman version is 3.0.1.\n")
+    assert d is not None and d.kind == "toolkit_hook_failed"
+    assert d.facts["device"] == "nvidia.com/gpu=0" and "podman" in d.fix
+    # near miss: a real device node missing (k8sp/sextant#397) is no CDI name
+    d2 = diagnose('error gathering device information while adding custom device "/dev/nvidia0":'
+                  " lstat /dev/nvidia0: no such file or directory\n")
+    assert d2 is None or "CDI device name" not in d2.summary
+
+
+def test_the_requirement_names_the_drivers_cuda_only_when_the_text_shows_it() -> None:
+    """dkr-052/dkr-053; pytorch/test-infra#6465 (no nvidia-smi header: no numbers invented)."""
+    text = ("docker: Error response from daemon: failed to create task for container: ... "
+            "error running prestart hook #0: exit status 1, stdout: , \n\n"
+            "stderr: Auto-detected mode as 'legacy'\n"
+            "nvidia-container-cli: requirement error: unsatisfied condition: cuda>=12.6, \n"
+            "please update your driver to a newer version, or use an earlier cuda container: "
+            "unknown.\n")
+    d = diagnose(text)
+    assert d is not None and d.kind == "driver_too_old" and d.facts["cuda"] == "12.6"
+    assert "driver_cuda" not in d.facts and "supports an older CUDA" in d.summary
+
+
+def test_early_nccl_warn_lines_without_the_nccl_token() -> None:
+    """nccl-037/nccl-038; the libibverbs WARN of the same era alone is no failure."""
+    d = diagnose("e66aa18dc444:3171:3171 [0] misc/ibvwrap.cu:61 WARN Failed to open "
+                 "libibverbs.so[.1]\n")
+    assert d is None
+    d2 = diagnose("gpu-node-01:3171:3171 [0] include/socket.h:403 WARN Connect to "
+                  "192.0.2.7<54321> failed : Connection timed out\n")
+    assert d2 is not None and d2.kind == "nccl_system_error"
+    # a log line with WARN but no NCCL source position is not NCCL's
+    assert diagnose("[0] WARN Connection refused by the metrics server\n") is None
+
+
+def test_nvml_blocked_by_the_host_in_wsl() -> None:
+    """gpu-047/gpu-048; staralt/dxgkrnl-dkms#7 (WSL's own nvidia-smi path)."""
+    d = diagnose("$ /usr/lib/wsl/lib/nvidia-smi\n"
+                 "Failed to initialize NVML: GPU access blocked by the operating system\n"
+                 "Failed to properly shut down NVML: GPU access blocked by the operating "
+                 "system\n")
+    assert d is not None and d.kind == "nvml_blocked_by_host" and d.facts["wsl"] == "yes"
+
+
+def test_nvml_permission_names_the_reading_and_tolerates_a_misspelling() -> None:
+    """gpu-051/gpu-052; NVIDIA/k8s-device-plugin#399 (the reporter's 'Pemmissions')."""
+    d = diagnose("On the node with mig enabled, nvidia-device-plugin reports an error when it "
+                 "starts\nerror starting plugins: unable to add default resources to config: "
+                 "error visiting devices: error visiting device: error visiting device: error "
+                 "getting device memory info: Insufficient Pemmissions\n")
+    assert d is not None and d.kind == "nvml_permission"
+    assert d.facts["reading"] == "device memory info" and d.facts["mig"] == "yes"
+    assert "GPU is fine" in d.summary
+
+
+def test_an_xid_154_alone_stays_the_xid() -> None:
+    """gpu-050's near miss: without a GSP timeout before it, the 154 is what the text says."""
+    d = diagnose("NVRM: Xid (PCI:0000:0b:00): 154, GPU recovery action changed from 0x0 (None) "
+                 "to 0x1 (GPU Reset Required)\n")
+    assert d is not None and d.kind == "xid" and d.facts["xid"] == 154
