@@ -337,6 +337,10 @@ def _retried_on(lines: Sequence[Line], refused: Sequence[Line]) -> bool:
     return False
 
 
+#: An agent stopping its workers (torchelastic ``multiprocessing/api.py``).
+_WORKERS_STOPPED = re.compile(r"Sending process \d+ closing signal SIG\w+")
+
+
 def _rendezvous(ctx: Context) -> Diagnosis | None:
     """The agent or a rank could not reach the c10d store / rendezvous, or the rendezvous
     timed out or was closed.
@@ -352,7 +356,12 @@ def _rendezvous(ctx: Context) -> Diagnosis | None:
     refused = [ln for ln in ctx.lines if _RDZV_CONNECT.search(ln.text)]
     errors = [ln for ln in ctx.lines if _RDZV_ERROR.search(ln.text)]
     clients = next((ln for ln in ctx.lines if _CLIENTS.search(ln.text)), None)
-    stopped = any(_DEATH.search(ln.text) or _AGENT_SIGNAL.search(ln.text) for ln in ctx.lines)
+    # A signal that stopped an agent closes the rendezvous for the others; a signal printed
+    # only after the first RendezvousClosedError (srun terminating the step once that agent
+    # exited, the survivors' "Received 15 death signal") is its consequence.
+    closed = next((ln.index for ln in errors if "Closed" in ln.text), len(ctx.lines))
+    stopped = any(_DEATH.search(ln.text) or _AGENT_SIGNAL.search(ln.text)
+                  for ln in ctx.lines[:closed])
     if stopped:
         errors = [ln for ln in errors if "Closed" not in ln.text]
     # The exception line ("...RendezvousConnectionError: The connection to the C10d store has
@@ -383,10 +392,19 @@ def _rendezvous(ctx: Context) -> Diagnosis | None:
             what = ("the rendezvous was closed (an agent of the job shut down)"
                     if "Closed" in etype else "not enough nodes joined in time"
                     if "Timeout" in etype else "the rendezvous failed")
+            ran = "Closed" in etype and any(
+                _WORKERS_STOPPED.search(ln.text) for ln in ctx.lines[closed:])
+            after = ("; the other nodes' workers were running and were stopped after it (the "
+                     "step ended, their agents sent SIGTERM): consequences" if ran
+                     else "; no worker started")
             return _diag(
                 "rendezvous_failed",
-                f"Rendezvous failed ({etype}): {what}; no worker started",
+                f"Rendezvous failed ({etype}): {what}{after}",
                 (),
+                ("Find why this node's agent came to a closed rendezvous: it started or "
+                 "restarted late (after the others had formed the job) or another agent ended "
+                 "it; start all nodes in one srun step with the same --rdzv-id/--rdzv-endpoint "
+                 "and --nnodes, and let --max-restarts cover retries") if ran else
                 "Check that every node was started with the same --rdzv-id/--rdzv-endpoint and "
                 "--nnodes, and that enough nodes joined within the rendezvous timeout",
                 [error.raw] if error else [],
