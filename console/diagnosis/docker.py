@@ -640,13 +640,36 @@ def _registry_auth(lines: Sequence[Line], image: str | None) -> Diagnosis | None
     where = registry or "the registry"
     ngc = " (nvcr.io: user `$oauthtoken`, an NGC API key as password)" if (
         registry or "").endswith("nvcr.io") else ""
+    what = image or "the image"
+    if any(_BAD_LOGIN.search(x.text) for x in lines):
+        return _make(
+            "registry_auth",
+            f"{where} rejected the login the client sent for {what} (a wrong or stale stored "
+            "login; the repository itself may well be public)",
+            f"`docker logout{_hub_or(registry)}` and pull again (public image), or `docker "
+            f"login{_hub_or(registry)}` with the right account{ngc}",
+            [ln.raw], {"registry": registry, "image": image, "refusal": "credentials"})
     return _make(
         "registry_auth",
-        f"{where} refused the credentials for {image or 'the image'}: not logged in, a wrong "
-        "login, or an account without access to that repository",
-        f"`docker login {registry or '<registry>'}` on the host with an account that may pull "
-        f"it{ngc}; if access is denied after login, request access or use a public image",
-        [ln.raw], {"registry": registry, "image": image})
+        f"{where} refused to serve {what} (unauthorized, no login rejected): registries answer "
+        "so for a repository or tag that does not exist (a wrong name) as well as for a private "
+        "one the client may not read, so check the name first, the login second",
+        f"check the repository name and tag of {what} on its registry (the project's packages "
+        "/ tags page) and fix `image:`; if it is private, `docker login "
+        f"{registry or '<registry>'}` on the host with an account that may pull it{ngc}",
+        [ln.raw], {"registry": registry, "image": image, "refusal": "anonymous"})
+
+
+def _hub_or(registry: str | None) -> str:
+    """`` <registry>`` for a ``docker login``/``logout`` command, nothing for Docker Hub."""
+    hub = registry is None or registry in ("docker.io", "registry-1.docker.io", "index.docker.io")
+    return "" if hub else f" {registry}"
+
+
+#: The registry rejected credentials the client sent (a stale or wrong stored login), not an
+#: anonymous request.
+_BAD_LOGIN = re.compile(r"incorrect username or password|invalid username/password"
+                        r"|authorization failed|bad credentials", re.I)
 
 
 _RATE = re.compile(r"toomanyrequests|TOOMANYREQUESTS|pull rate limit|429 Too Many Requests",

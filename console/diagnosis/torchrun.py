@@ -337,6 +337,10 @@ def _retried_on(lines: Sequence[Line], refused: Sequence[Line]) -> bool:
     return False
 
 
+#: Slurm ending the step once a task exited (``srun: error: <node>: task N: Exited with exit
+#: code``, ``srun: Terminating StepId=``, ``*** STEP <id> ON <node> CANCELLED AT ...``).
+_STEP_ENDED = re.compile(r"srun: error: \S+: tasks? [\d,\- \[\]]+: Exited with exit code"
+                         r"|srun: Terminating StepId|\*\*\* STEP \S+ ON \S+ CANCELLED")
 #: An agent stopping its workers (torchelastic ``multiprocessing/api.py``).
 _WORKERS_STOPPED = re.compile(r"Sending process \d+ closing signal SIG\w+")
 
@@ -356,12 +360,15 @@ def _rendezvous(ctx: Context) -> Diagnosis | None:
     refused = [ln for ln in ctx.lines if _RDZV_CONNECT.search(ln.text)]
     errors = [ln for ln in ctx.lines if _RDZV_ERROR.search(ln.text)]
     clients = next((ln for ln in ctx.lines if _CLIENTS.search(ln.text)), None)
-    # A signal that stopped an agent closes the rendezvous for the others; a signal printed
-    # only after the first RendezvousClosedError (srun terminating the step once that agent
-    # exited, the survivors' "Received 15 death signal") is its consequence.
+    # A signal that stopped an agent closes the rendezvous for the others (pasted logs of two
+    # nodes may show it below the closed error); but signals that follow the scheduler ending
+    # the step after that agent exited (srun's task exit / "Terminating StepId", slurmstepd's
+    # STEP CANCELLED, all after the RendezvousClosedError) are its consequences.
     closed = next((ln.index for ln in errors if "Closed" in ln.text), len(ctx.lines))
-    stopped = any(_DEATH.search(ln.text) or _AGENT_SIGNAL.search(ln.text)
-                  for ln in ctx.lines[:closed])
+    signals = [ln.index for ln in ctx.lines
+               if _DEATH.search(ln.text) or _AGENT_SIGNAL.search(ln.text)]
+    ended = next((ln.index for ln in ctx.lines[closed:] if _STEP_ENDED.search(ln.text)), None)
+    stopped = any(i < closed or ended is None or i < ended for i in signals)
     if stopped:
         errors = [ln for ln in errors if "Closed" not in ln.text]
     # The exception line ("...RendezvousConnectionError: The connection to the C10d store has
@@ -1266,6 +1273,13 @@ def _spawn_wrapper(lines: Sequence[Line], ln: Line) -> bool:
 _FRAME = re.compile(r'^\s+File "[^"]+", line \d+, in \S')
 
 
+# IPython's traceback frames (``IPython/core/ultratb.py``): the current line's arrow
+# (``---> 35 cluster = ...``, also without its number), ``<ipython-input-1-48e0> in <module>``,
+# ``/path/x.py in fn(self, a)``.
+_IPYTHON_FRAME = re.compile(
+    r"^\s*-{2,}>\s|^<ipython-input-[\w-]+> in \S|^/\S+\.py in \w+\(")
+
+
 # A final exception line in its strict form, at the start of the line: a dotted name ending in
 # Error/Exception (CPython's ``traceback.format_exception_only``: ``<qualname>: <str(exc)>``).
 # Used where no ``Traceback`` header vouches for the line (a paste cut mid-stack, interleaved
@@ -1307,7 +1321,7 @@ def _rank_exceptions(lines: Sequence[Line]) -> list[tuple[int | None, Line]]:
                 in_tb[who] = ""
     if found:
         return found
-    frames = [ln.index for ln in lines if _FRAME.match(ln.text)]
+    frames = [ln.index for ln in lines if _FRAME.match(ln.text) or _IPYTHON_FRAME.match(ln.text)]
     for ln in lines:
         if not ln.text[:1].strip() or not _STRICT_EXCEPTION.match(ln.text):
             continue

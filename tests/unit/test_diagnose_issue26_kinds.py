@@ -94,3 +94,31 @@ def test_an_xid_154_alone_stays_the_xid() -> None:
     d = diagnose("NVRM: Xid (PCI:0000:0b:00): 154, GPU recovery action changed from 0x0 (None) "
                  "to 0x1 (GPU Reset Required)\n")
     assert d is not None and d.kind == "xid" and d.facts["xid"] == 154
+
+
+def test_an_unauthorized_pull_names_the_repository_before_the_login() -> None:
+    """dkr-054..dkr-056; SideStore/omnisette-server#3 (GHCR, a package not public)."""
+    d = diagnose("When pulling the ghcr.io/sidestore/omnisette-server:latest image. I get the "
+                 "following error:\nError response from daemon: Head \"https://ghcr.io/v2/"
+                 "sidestore/omnisette-server/manifests/latest\": unauthorized\n")
+    assert d is not None and d.kind == "registry_auth" and d.facts["refusal"] == "anonymous"
+    assert d.fix.index("repository name") < d.fix.index("docker login ghcr.io")
+    # near miss (dkr-057): a rejected login keeps the login fix, for Docker Hub without a host
+    d2 = diagnose("Error response from daemon: Get https://registry-1.docker.io/v2/minio/minio/"
+                  "manifests/latest: unauthorized: incorrect username or password\n")
+    assert d2 is not None and d2.facts["refusal"] == "credentials"
+    assert d2.fix.startswith("`docker logout`")
+
+
+def test_ipython_frames_vouch_for_the_exception_line_below_them() -> None:
+    """gpu-053; rapidsai/dask-cuda#583's IPython traceback, its NVML error cut off: the
+    permission rule reads the class name in IPython's header line."""
+    text = ("[BUG] LocalCUDACluster doesn't work with NVIDIA MIG\n"
+            "---------------------------------------------------------------------------\n"
+            "NVMLError_NoPermission                    Traceback (most recent call last)\n"
+            "<ipython-input-1-48e0ebf5a2e9> in <module>\n"
+            "     33 \n"
+            "---> 35 cluster = LocalCUDACluster(device_memory_limit=1.0,\n"
+            "     36                            rmm_managed_memory=True)\n")
+    d = diagnose(text)
+    assert d is not None and d.kind == "nvml_permission" and d.facts["mig"] == "yes"
