@@ -912,6 +912,23 @@ def _nccl_timeout(ctx: Context) -> Diagnosis | None:
                 "rank-dependent branch, e.g. checkpoint saving or eval on one rank), so each "
                 "waits in one the others never call"
             )
+        if len(set(seq_of.values())) <= 1 and len(set(op_of.values())) > 1:
+            # The same SeqNum (or, before SeqNums, none) but different OpTypes: the ranks are
+            # in different collectives at the same point of their sequence.
+            per_rank = "; ".join(f"rank {r}: {op_of[r]}" for r in sorted(op_of))
+            at = f"at the same SeqNum {seq}" if seq else "(the log has no SeqNums)"
+            summary = (
+                f"NCCL watchdog timeout{in_pg}{limit}: the ranks timed out in DIFFERENT "
+                f"collectives {at} ({per_rank}). A collective mismatch, not a missing rank: "
+                "some ranks called another collective than the others at this point (one under "
+                "a rank-dependent branch, e.g. a broadcast of metrics or a checkpoint on some "
+                "ranks), so each waits in one the others never call"
+            )
+        odd = _odd_rank(seq_of) if len(set(seq_of.values())) > 1 else _odd_rank(op_of)
+        if odd is not None and (len(set(seq_of.values())) > 1 or len(set(op_of.values())) > 1):
+            summary += (f"; rank {odd} is the odd one ({op_of.get(odd, '?')}"
+                        + (f" SeqNum {seq_of[odd]}" if odd in seq_of else "")
+                        + " while the others agree)")
         if stuck:
             summary += f"; the watchdog of rank {join_ranks(sorted(stuck))} then got stuck"
     elif raised is not None and not stuck and not beats:
@@ -943,7 +960,10 @@ def _nccl_timeout(ctx: Context) -> Diagnosis | None:
         "timeout; TORCH_NCCL_DUMP_ON_TIMEOUT=1 (flight recorder) and NCCL_DEBUG=INFO help "
         "locate it. Raise the timeout only for a known slow step (checkpoint, eval on rank 0)"
     )
-    mismatch = len(set(seq_of.values())) > 1
+    out_of_step = len(set(seq_of.values())) > 1
+    other_op = not out_of_step and len(set(op_of.values())) > 1
+    mismatch = out_of_step or other_op
+    odd = (_odd_rank(seq_of) if out_of_step else _odd_rank(op_of)) if mismatch else None
     if mismatch:
         fix = (
             "Make every rank call the same collectives in the same order: look for a collective "
@@ -955,7 +975,7 @@ def _nccl_timeout(ctx: Context) -> Diagnosis | None:
     return _diag(
         "nccl_timeout",
         summary,
-        () if mismatch else missing,
+        ((odd,) if odd is not None else ()) if mismatch else missing,
         fix,
         evidence,
         {
@@ -969,8 +989,12 @@ def _nccl_timeout(ctx: Context) -> Diagnosis | None:
             "last_enqueued": MappingProxyType(enqueued) if enqueued else None,
             "last_completed": MappingProxyType(completed) if completed else None,
             "victims": tuple(victims),
-            "seq_by_rank": MappingProxyType(seq_of) if mismatch else None,
-            "mismatch": "collectives out of step across ranks" if mismatch else None,
+            "seq_by_rank": MappingProxyType(seq_of) if out_of_step else None,
+            "op_by_rank": MappingProxyType(op_of) if other_op else None,
+            "mismatch": "collectives out of step across ranks" if out_of_step else
+            ("different collectives at the same SeqNum" if seq else
+             "different collectives") if other_op else None,
+            "odd_rank": odd,
             "rank": single,
             "heartbeat_timeout_s": heartbeat_s,
             "detected_by": tuple(sorted(set(dumped))) if dumped else None,
@@ -980,6 +1004,17 @@ def _nccl_timeout(ctx: Context) -> Diagnosis | None:
         },
         ctx.failure,
     )
+
+
+def _odd_rank(value_of: dict[int, int] | dict[int, str]) -> int | None:
+    """The one rank whose value (SeqNum, OpType) differs from all the others' single common
+    value, with at least two others agreeing; None when the text cannot single one out."""
+    values = list(value_of.values())
+    if len(values) < 3:
+        return None
+    odd = [r for r, v in value_of.items() if values.count(v) == 1]
+    common = {v for v in values if values.count(v) > 1}
+    return odd[0] if len(odd) == 1 and len(common) == 1 else None
 
 
 #: The rules of this module (the engine ranks what they find).

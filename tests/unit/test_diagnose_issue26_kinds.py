@@ -122,3 +122,26 @@ def test_ipython_frames_vouch_for_the_exception_line_below_them() -> None:
             "     36                            rmm_managed_memory=True)\n")
     d = diagnose(text)
     assert d is not None and d.kind == "nvml_permission" and d.facts["mig"] == "yes"
+
+
+def _old_timeout(rank: int, op: str) -> str:
+    """PyTorch 1.8's watchdog line (``ProcessGroupNCCL.cpp``: "Caught collective operation
+    timeout: WorkNCCL(OpType=..., TensorShape=..., Timeout(ms)=...)", no SeqNum)."""
+    return (f"[E ProcessGroupNCCL.cpp:566] [Rank {rank}] Caught collective operation timeout: "
+            f"WorkNCCL(OpType={op}, TensorShape=[1024], Timeout(ms)=1800000) ran for 1800096 "
+            "milliseconds before timing out.\n")
+
+
+def test_collective_mismatch_names_the_odd_rank() -> None:
+    """nccl-040/nccl-041; the old wording without SeqNums: one rank in ALLREDUCE, the others
+    in BROADCAST is that rank's mismatch, not a missing rank."""
+    text = "".join(_old_timeout(r, "ALLREDUCE" if r == 2 else "BROADCAST") for r in range(4))
+    d = diagnose(text)
+    assert d is not None and d.kind == "nccl_timeout"
+    assert d.ranks == (2,) and d.facts["odd_rank"] == 2
+    assert d.facts["mismatch"] == "different collectives"
+    assert "missing" not in d.summary.split("not a missing rank")[1]
+    # near miss: every rank in the same collective: the cause is a rank that did not report
+    same = "".join(_old_timeout(r, "BROADCAST") for r in (0, 1, 3))
+    d2 = diagnose(same)
+    assert d2 is not None and "mismatch" not in d2.facts and "odd_rank" not in d2.facts
