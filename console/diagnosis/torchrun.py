@@ -1280,6 +1280,13 @@ _IPYTHON_FRAME = re.compile(
     r"^\s*-{2,}>\s|^<ipython-input-[\w-]+> in \S|^/\S+\.py in \w+\(")
 
 
+# rich's traceback (``rich/traceback.py``): the frames in a box closed by "╰───╯", then the
+# exception line on its own, ``<type>: <value>`` (any type name, ``Exception`` itself too).
+_RICH_BOX_END = re.compile(r"^\s*╰─+╯\s*$")
+_RICH_EXCEPTION = re.compile(
+    r"^(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*)?(?:Error|Exception|Interrupt|Exit)(?::\s+\S.*|:?\s*)$")
+
+
 # A final exception line in its strict form, at the start of the line: a dotted name ending in
 # Error/Exception (CPython's ``traceback.format_exception_only``: ``<qualname>: <str(exc)>``).
 # Used where no ``Traceback`` header vouches for the line (a paste cut mid-stack, interleaved
@@ -1322,8 +1329,13 @@ def _rank_exceptions(lines: Sequence[Line]) -> list[tuple[int | None, Line]]:
     if found:
         return found
     frames = [ln.index for ln in lines if _FRAME.match(ln.text) or _IPYTHON_FRAME.match(ln.text)]
+    boxes = {ln.index for ln in lines if _RICH_BOX_END.match(ln.text)}
     for ln in lines:
-        if not ln.text[:1].strip() or not _STRICT_EXCEPTION.match(ln.text):
+        after_box = ln.index - 1 in boxes and _RICH_EXCEPTION.match(ln.text) is not None
+        if not after_box and (not ln.text[:1].strip() or not _STRICT_EXCEPTION.match(ln.text)):
+            continue
+        if after_box:
+            found.append((ln.rank, ln))
             continue
         if ln.rank is not None or any(abs(i - ln.index) <= _NEAR for i in frames):
             found.append((ln.rank, ln))

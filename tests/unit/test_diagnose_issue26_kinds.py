@@ -145,3 +145,40 @@ def test_collective_mismatch_names_the_odd_rank() -> None:
     same = "".join(_old_timeout(r, "BROADCAST") for r in (0, 1, 3))
     d2 = diagnose(same)
     assert d2 is not None and "mismatch" not in d2.facts and "odd_rank" not in d2.facts
+
+
+def test_every_rank_with_a_cuda_oom_is_named_with_its_gpu() -> None:
+    """Two ranks' OOMs (PyTorch 2.x's message) interleaved mid-token: both ranks and both GPUs,
+    the second rank's GPU number from its continued line."""
+    text = ("[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU "
+            "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU "
+            "0 has a total capacity of 79.11 GiB of which 1.1 GiB is free.\n"
+            "[rank1]: 1 has a total capacity of 79.11 GiB of which 1.2 GiB is free.\n")
+    d = diagnose(text)
+    assert d is not None and d.kind == "cuda_oom"
+    assert d.ranks == (0, 1) and d.facts["gpus"] == (0, 1)
+    assert "rank 0 on GPU 0" in d.summary and "rank 1 on GPU 1" in d.summary
+    # one rank's OOM stays that rank's, with its GPU
+    d1 = diagnose("[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+                  "1.00 GiB. GPU 3 has a total capacity of 79.11 GiB of which 0 bytes is free.\n")
+    assert d1 is not None and d1.ranks == (3,) and d1.facts["gpu"] == 3
+
+
+_RICH = (
+    "╭───────────────────── Traceback (most recent call last) ──────────────────────╮\n"
+    "│ /opt/conda/lib/python3.11/site-packages/kmer_ord/cli/main.py:197 in          │\n"
+    "│ run_pipeline                                                                 │\n"
+    "│                                                                              │\n"
+    "│ ❱ 197 │   runner.run(context)                                                │\n"
+    "╰──────────────────────────────────────────────────────────────────────────────╯\n")
+
+
+def test_the_exception_line_after_richs_frame_box_is_the_cause() -> None:
+    """rich's traceback box (rich/traceback.py), as a Nextflow task's .command.err showed it
+    ending in a bare ``MemoryError``; a bare ``Exception: msg`` line is read the same way."""
+    d = diagnose(_RICH + "MemoryError\n")
+    assert d is not None and d.kind == "exception" and d.facts["exception"] == "MemoryError"
+    d2 = diagnose(_RICH + "Exception: dataset shard 3 is empty\n")
+    assert d2 is not None and d2.kind == "exception" and d2.facts["exception"] == "Exception"
+    # near miss: a box closed by a plain log line is no exception
+    assert diagnose(_RICH + "Done\n") is None
