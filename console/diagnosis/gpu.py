@@ -44,10 +44,10 @@ from console.diagnosis.lines import Line
 from console.diagnosis.model import Consequence, Context, Diagnosis, FactValue
 from console.diagnosis.model import make_diagnosis as _diag
 from remote.telemetry.faults import (
+    NVML_RETURNS,
     DriverLoadProblem,
     DriverUpgrade,
     GpuXidSummary,
-    NVML_RETURNS,
     NvmlFault,
     NvmlReturn,
     XidEvent,

@@ -990,7 +990,8 @@ def _nccl_timeout(ctx: Context) -> Diagnosis | None:
             "last_completed": MappingProxyType(completed) if completed else None,
             "victims": tuple(victims),
             "seq_by_rank": MappingProxyType(seq_of) if out_of_step else None,
-            "op_by_rank": MappingProxyType(op_of) if other_op else None,
+            "op_by_rank": "; ".join(f"rank {r}: {op_of[r]}" for r in sorted(op_of))
+            if other_op else None,
             "mismatch": "collectives out of step across ranks" if out_of_step else
             ("different collectives at the same SeqNum" if seq else
              "different collectives") if other_op else None,

@@ -399,10 +399,10 @@ def _rendezvous(ctx: Context) -> Diagnosis | None:
             what = ("the rendezvous was closed (an agent of the job shut down)"
                     if "Closed" in etype else "not enough nodes joined in time"
                     if "Timeout" in etype else "the rendezvous failed")
-            ran = "Closed" in etype and any(
+            workers_ran = "Closed" in etype and any(
                 _WORKERS_STOPPED.search(ln.text) for ln in ctx.lines[closed:])
             after = ("; the other nodes' workers were running and were stopped after it (the "
-                     "step ended, their agents sent SIGTERM): consequences" if ran
+                     "step ended, their agents sent SIGTERM): consequences" if workers_ran
                      else "; no worker started")
             return _diag(
                 "rendezvous_failed",
@@ -411,7 +411,7 @@ def _rendezvous(ctx: Context) -> Diagnosis | None:
                 ("Find why this node's agent came to a closed rendezvous: it started or "
                  "restarted late (after the others had formed the job) or another agent ended "
                  "it; start all nodes in one srun step with the same --rdzv-id/--rdzv-endpoint "
-                 "and --nnodes, and let --max-restarts cover retries") if ran else
+                 "and --nnodes, and let --max-restarts cover retries") if workers_ran else
                 "Check that every node was started with the same --rdzv-id/--rdzv-endpoint and "
                 "--nnodes, and that enough nodes joined within the rendezvous timeout",
                 [error.raw] if error else [],
