@@ -20,7 +20,8 @@ Sources, by rule:
   <file>:<line> '<string>'``. ncclInvalidArgument (4) is reported as ``nccl_invalid_usage``:
   both mean the caller handed NCCL something wrong and have the same fix (fix the call).
 - ``NCCL_DEBUG`` lines: ``host:pid:tid [cudaDev] file.cc:line NCCL WARN <msg>`` (``WARN`` in
-  ``src/include/debug.h``) and the return traces ``... NCCL INFO file.cc:line -> <result>``
+  ``src/include/debug.h``; before 2.3 without the ``NCCL`` token: ``host:pid:tid [cudaDev]
+  file:line WARN <msg>``, NCCL 2.0 also ``host [cudaDev] file:line WARN <msg>``) and the return traces ``... NCCL INFO file.cc:line -> <result>``
   (``NCCLCHECK``). WARN messages read here, by their format strings in NCCL's source:
   ``Cuda failure '%s'`` / ``Cuda failure %d '%s'`` (``src/include/checks.h``, ``cudawrap.h``),
   ``Failed to CUDA calloc %ld bytes`` (``alloc.h``), ``Duplicate GPU detected : rank %d and
