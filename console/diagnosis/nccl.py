@@ -21,8 +21,11 @@ Sources, by rule:
   both mean the caller handed NCCL something wrong and have the same fix (fix the call).
 - ``NCCL_DEBUG`` lines: ``host:pid:tid [cudaDev] file.cc:line NCCL WARN <msg>`` (``WARN`` in
   ``src/include/debug.h``; before 2.3 without the ``NCCL`` token: ``host:pid:tid [cudaDev]
-  file:line WARN <msg>``, NCCL 2.0 also ``host [cudaDev] file:line WARN <msg>``) and the return traces ``... NCCL INFO file.cc:line -> <result>``
-  (``NCCLCHECK``). WARN messages read here, by their format strings in NCCL's source:
+  file:line WARN <msg>``, NCCL 2.0 also ``host [cudaDev] file:line WARN <msg>``) and the
+  return traces ``... NCCL INFO file.cc:line -> <result>`` (``NCCLCHECK``); a ``Connection
+  reset by peer`` traced back through ``bootstrap.cc`` / ``init.cc`` before the process's
+  ``Init COMPLETE`` is the communicator's set-up failing (``nccl_system_error``), not a victim.
+  WARN messages read here, by their format strings in NCCL's source:
   ``Cuda failure '%s'`` / ``Cuda failure %d '%s'`` (``src/include/checks.h``, ``cudawrap.h``),
   ``Failed to CUDA calloc %ld bytes`` (``alloc.h``), ``Duplicate GPU detected : rank %d and
   rank %d both on CUDA device %lx`` (``init.cc``, ncclInvalidUsage; NCCL 2.30 lets ranks share
@@ -553,6 +556,30 @@ def _nccl_warnings(ctx: Context) -> list[Diagnosis]:
         }
         ranks: tuple[int, ...] = tuple(f.ranks)
         fix = _FIX.get(kind, _CUDA_FIX)
+        if kind == "nccl_remote_error" and message and _RESET.search(message) \
+                and head is not None and _during_init(ctx.lines, f.lines[0], head):
+            # reset while the communicator was being set up: no collective had run, so no
+            # earlier failure of a peer explains it; the set-up itself failed
+            facts["phase"] = "init"
+            if p := _PEER.search(message):
+                facts["peer"] = p["peer"]
+            peer = f" by {facts['peer']}" if facts.get("peer") else ""
+            out.append(_diag(
+                "nccl_system_error",
+                "NCCL's bootstrap connection was reset" + peer
+                + (f" on {where}" if where else "") + " during communicator init ("
+                + message.rstrip(". ") + (f" -> {named}" if named else "") + "): no collective "
+                "had run, so this is the set-up failing, not a victim of an earlier failure: "
+                "the connection reached a listener that is not this job's NCCL (a wrong "
+                "interface or address such as a container bridge IP, a port another process "
+                "holds) or the peer process died during init"
+                + (f"; NCCL {version}" if version else ""),
+                ranks,
+                "Check the bootstrap address each rank uses (NCCL_SOCKET_IFNAME to an interface "
+                "all nodes share; host networking for containers), that no other job uses the "
+                "same ports, and the peer's own log for a crash at init",
+                [ln.raw for ln in f.lines], facts, ctx.failure))
+            continue
         if message is None:  # only a return trace: a consequence of another finding
             summary = f"NCCL returned {named or 'an error'}"
         elif f.transport == "cuda":
@@ -587,6 +614,29 @@ def _nccl_warnings(ctx: Context) -> list[Diagnosis]:
             _diag(kind, summary, ranks, fix, [ln.raw for ln in f.lines], facts, ctx.failure)
         )
     return out
+
+
+_RESET = re.compile(r"Connection reset by peer")
+#: NCCL's return traces through communicator set-up (``bootstrap.cc``, ``init.cc``), and the
+#: INFO line of a communicator whose init finished.
+_INIT_TRACE = re.compile(r"NCCL INFO (?:bootstrap|init)\.cc:\d+ -> \d+")
+_INIT_DONE = re.compile(r"Init COMPLETE")
+
+
+def _during_init(lines: Sequence[Line], warn: Line, head: re.Match[str]) -> bool:
+    """Whether the WARN at ``warn`` came while a communicator was set up: its process traces
+    the error back through ``bootstrap.cc`` / ``init.cc`` right after it, and no
+    ``Init COMPLETE`` of that process came before it."""
+    pid = head["pid"]
+
+    def ours(ln: Line) -> bool:
+        m = _WARN_OR_INFO.search(ln.text)
+        return pid is None or (m is not None and m["pid"] == pid)
+
+    if any(_INIT_DONE.search(ln.text) and ours(ln) for ln in lines[:warn.index]):
+        return False
+    return any(_INIT_TRACE.search(ln.text) and ours(ln)
+               for ln in lines[warn.index + 1:warn.index + 40])
 
 
 # ---------------------------------------------------------------------------------------------

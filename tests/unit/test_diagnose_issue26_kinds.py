@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from console.diagnosis import diagnose
 
 
@@ -182,3 +184,18 @@ def test_the_exception_line_after_richs_frame_box_is_the_cause() -> None:
     assert d2 is not None and d2.kind == "exception" and d2.facts["exception"] == "Exception"
     # near miss: a box closed by a plain log line is no exception
     assert diagnose(_RICH + "Done\n") is None
+
+
+_CORPUS = Path(__file__).resolve().parents[1] / "data" / "diagnose" / "corpus"
+
+
+def test_a_reset_during_communicator_init_is_the_set_up_failing() -> None:
+    """nccl-042/nccl-043; the same reset after that process's communicator finished its init
+    (a peer gone mid-run) stays a victim's nccl_remote_error."""
+    text = (_CORPUS / "nccl" / "nccl-043.txt").read_text()
+    d = diagnose(text)
+    assert d is not None and d.kind == "nccl_system_error" and d.facts["phase"] == "init"
+    done = ("9306dc444753:248281:248335 [3] NCCL INFO ncclCommInitRank comm 0x7f00a8000f00 "
+            "rank 3 nranks 8 cudaDev 3 busId 3d000 commId 0x1 - Init COMPLETE\n")
+    d2 = diagnose(done + text)
+    assert d2 is not None and d2.kind == "nccl_remote_error" and "phase" not in d2.facts
