@@ -58,6 +58,8 @@ class JobRow:
         reason: :func:`reason`.
         active: pending or running (GPUs and utilization apply).
         kind: ``train`` or ``notebook``.
+        cpu_only: the job asked for no GPU (``gpus_per_node: 0``), or telemetry shows it
+            holds none: utilization does not apply (``-``), it is not unknown (``?``).
     """
 
     job_id: str
@@ -71,6 +73,7 @@ class JobRow:
     reason: str
     active: bool = False
     kind: str = "train"
+    cpu_only: bool = False
 
 
 LIST_NODES = 4
@@ -100,16 +103,20 @@ def job_row(job: JobRecord, now: float, usage: Mapping[str, JobUsage] | None = N
     """The row of one job at time ``now`` (Unix s); ``usage`` from the fleet, if watched."""
     u = usage.get(job.id) if usage is not None else None
     running = job.state in ("running", "pending") and not job.removed_at
+    asked_none = job.spec.get("gpus_per_node") == 0
+    gpus = 0 if asked_none else (len(u.gpus) if u is not None
+                                 else (0 if usage is not None and running else None))
     return JobRow(
         job_id=job.id,
         name=job.name,
         state=state_label(job),
         nodes=nodes_text(job),
         age=age(now - job.created_at),
-        gpus=len(u.gpus) if u is not None else (0 if usage is not None and running else None),
+        gpus=gpus,
         util_pct=u.mean_util_pct if u is not None and running else None,
         exit_code=job.exit_code if not running else None,
         reason=reason(job),
         active=running,
         kind=job.kind,
+        cpu_only=gpus == 0,
     )

@@ -41,7 +41,7 @@ def _cell_state(state: str) -> Text:
 
 def row_cells(r: JobRow) -> tuple[Text | str, ...]:
     """The table cells of one row; unknown values show as ``?``, values that do not apply
-    (GPUs of a finished job) as ``-``."""
+    (GPUs of a finished job, utilization of a job without GPUs) as ``-``."""
     return (
         r.job_id,
         Text(r.kind, style="bold cyan") if r.kind == "notebook" else r.kind,
@@ -49,7 +49,8 @@ def row_cells(r: JobRow) -> tuple[Text | str, ...]:
         r.nodes,
         r.age,
         "-" if not r.active else "?" if r.gpus is None else str(r.gpus),
-        "-" if not r.active else "?" if r.util_pct is None else f"{r.util_pct:.0f}%",
+        "-" if not r.active or r.cpu_only else "?" if r.util_pct is None
+        else f"{r.util_pct:.0f}%",
         "" if r.exit_code is None else str(r.exit_code),
         Text(r.reason, style="red") if r.reason else "",
     )
