@@ -81,51 +81,96 @@ _MODIFIERS = ("ctrl+", "shift+", "alt+", "super+", "meta+", "hyper+")
 
 def valid_key(key: str) -> bool:
     """Whether Textual knows ``key`` (``j``, ``ctrl+f``, ``f5``, ``question_mark``...)."""
-    from textual.keys import Keys, key_to_character
+    from textual.keys import Keys, _character_to_key, key_to_character
 
     base = key.strip()
     while base.startswith(_MODIFIERS):
         base = base.split("+", 1)[1]
     if len(base) == 1:
         return base.isprintable() and not base.isspace()
+    if base in {_character_to_key(chr(c)) for c in range(33, 127)}:
+        return True  # a printable character by the name Textual gives it: slash, question_mark
     return base in {k.value for k in Keys} or key_to_character(base) is not None or (
         base in ("space", "tab", "enter", "escape", "backspace", "delete", "insert"))
 
 
-def binding_ids() -> set[str]:
-    """Every binding id of the app's screens and widgets (what a keymap may name)."""
+def _binding_scopes() -> list[tuple[type, ...]]:
+    """The classes whose bindings are active together (the app's, a screen's, its
+    widgets'): a key may be bound once per scope."""
     from console.app.screens.logs import LogsScreen
     from console.app.widgets.fleet import FleetTable
     from console.app.widgets.logpane import LogPane, LogPrompt
     from console.app.widgets.logpanes import LogPanes
 
-    ids: set[str] = set()
-    for cls in (GpuConsoleApp, FleetScreen, FleetTable, JobsScreen, AlertsScreen, LogsScreen,
-                LogPane,
-                LogPrompt, LogPanes, ConfirmScreen, TextScreen, AskScreen, HelpScreen,
-                NotebookScreen, NewNotebookScreen):
-        for b in getattr(cls, "BINDINGS", []):
-            if isinstance(b, Binding) and b.id:
-                ids.add(b.id)
-    return ids
+    screens: list[tuple[type, ...]] = [
+        (FleetScreen, FleetTable), (JobsScreen,), (AlertsScreen,),
+        (LogsScreen, LogPanes, LogPane), (LogsScreen, LogPanes, LogPrompt),
+        (ConfirmScreen,), (TextScreen,), (AskScreen,), (HelpScreen,),
+        (NotebookScreen,), (NewNotebookScreen,)]
+    return [(GpuConsoleApp, *classes) for classes in screens]
 
 
-def keymap_errors(keymap: dict[str, str]) -> list[str]:
-    """Problems of a ``config.yaml`` keymap: unknown binding ids (with the closest id) and
-    keys Textual does not know; empty when it is fine."""
+def _bindings(cls: type) -> list[Binding]:
+    return [b for b in getattr(cls, "BINDINGS", []) if isinstance(b, Binding) and b.id]
+
+
+def binding_ids() -> set[str]:
+    """Every binding id of the app's screens and widgets (what a keymap may name)."""
+    return {b.id for scope in _binding_scopes() for cls in scope for b in _bindings(cls)
+            if b.id}
+
+
+def _key_name(key: str) -> str:
+    """``?`` and ``question_mark`` are one key: Textual's name for it."""
+    from textual.keys import _character_to_key
+
+    key = key.strip()
+    return _character_to_key(key) if len(key) == 1 else key
+
+
+def _default_keys(b: Binding) -> set[str]:
+    return {_key_name(k) for k in b.key.split(",")}
+
+
+def keymap_errors(keymap: dict[str, str]) -> list[tuple[str, str]]:
+    """Problems of a ``config.yaml`` keymap as ``(binding id, message)``: unknown binding ids
+    (with the closest id), keys Textual does not know, and a key given to a binding while
+    another binding of the same screen (or the app's) keeps it, which would silently take
+    that binding's place (both ids named). Empty when it is fine."""
     import difflib
 
     known = binding_ids()
-    errors = []
+    errors: list[tuple[str, str]] = []
     for bid, keys in keymap.items():
         if bid not in known:
             close = difflib.get_close_matches(bid, sorted(known), n=1)
-            errors.append(f"keymap: unknown binding id {bid!r}"
-                          + (f" (did you mean {close[0]!r}?)" if close else ""))
+            errors.append((bid, f"keymap: unknown binding id {bid!r}"
+                           + (f" (did you mean {close[0]!r}?)" if close else "")))
         for key in keys.split(","):
             if not valid_key(key):
-                errors.append(f"keymap: {bid}: {key.strip()!r} is not a key "
-                              "(examples: j, ctrl+f, f5, question_mark)")
+                errors.append((bid, f"keymap: {bid}: {key.strip()!r} is not a key "
+                                    "(examples: j, ctrl+f, f5, question_mark)"))
+    said: set[tuple[str, str]] = set()
+    for scope in _binding_scopes():
+        owner: dict[str, Binding] = {}
+        for b in (b for cls in scope for b in _bindings(cls)):
+            assert b.id is not None
+            for key in keymap.get(b.id, b.key).split(","):
+                name = _key_name(key)
+                other = owner.setdefault(name, b)
+                if other is b or other.id == b.id or name in _default_keys(b) & _default_keys(
+                        other):  # no clash, or one the defaults mean (a modal's q closes it)
+                    continue
+                moved, kept = (b, other) if b.id in keymap else (other, b)
+                pair = (str(moved.id), str(kept.id))
+                if pair in said:
+                    continue
+                said.add(pair)
+                errors.append((pair[0], (
+                    f"keymap: {moved.id}: {key.strip()!r} is already the key of {kept.id} "
+                    f"({kept.description or kept.action}), which it would replace; give "
+                    f"{moved.id} another key, or move {kept.id} as well "
+                    f"(e.g. {kept.id}: ctrl+{name if len(name) == 1 else 'x'})")))
     return errors
 
 

@@ -272,9 +272,12 @@ def _app(ctx: click.Context, verbose: bool, readonly: bool, replay: Path | None)
 
     problems = keymap_errors(config.keymap)
     if problems:
-        for p in problems:
-            err(f"error: {config_dir() / 'config.yaml'}: {p}")
-        err("  fix: use the binding ids listed by `?` in the console (or docs/architecture.md)")
+        path = config_dir() / "config.yaml"
+        for bid, p in problems:
+            line = config.keymap_line(bid)
+            err(f"error: {path}{f':{line}' if line else ''}: {p}")
+        err("  fix: the binding ids: press `?` in the console (each key that applies there, "
+            "what it does and its binding id), or see the \"Keys\" section of README.md")
         return 2
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         err("error: the interactive console needs a terminal")

@@ -140,7 +140,11 @@ class HelpScreen(ModalScreen[None]):
             text.append(f"  {keys:<18}", style="bold cyan")
             text.append(f"{desc:<40}")
             text.append(f"{bid}\n", style="dim")
-        text.append("\nRemap keys in config.yaml: keymap: {<binding id>: <keys>}\n", style="dim")
+        from console.config import config_dir
+
+        text.append(f"\nRemap keys by binding id (the right column) in "
+                    f"{config_dir() / 'config.yaml'}: keymap: {{<binding id>: <keys>}}, e.g. "
+                    "keymap: {jobs.stop: ctrl+k}\n", style="dim")
         with VerticalScroll() as v:
             v.border_title = "Keys (? or escape closes)"
             yield Static(text, id="help-text")
