@@ -543,6 +543,29 @@ class GpuConsoleApp(App[int]):
             return
         self.push_screen(HelpScreen(self.help_rows()))
 
+    def deliver_screenshot(self, filename: str | None = None, path: str | None = None,
+                           time_format: str | None = None) -> str | None:
+        """Save an SVG screenshot (the palette's Screenshot, ``App.action_screenshot``) to
+        ``path``, else :func:`screenshot_dir`, and say where; a failure says the full path
+        and the OS's reason. Returns the file's path, or ``None`` when it was not saved."""
+        try:
+            directory = Path(path).expanduser() if path else screenshot_dir()
+        except GpuConsoleError as e:  # no state dir to fall back on
+            self.notify(f"screenshot not saved: {e.message}", title="screenshot",
+                        severity="error", timeout=15)
+            return None
+        stamp = time.strftime(time_format or "%Y-%m-%dT%H_%M_%S")
+        target = (directory / (filename or f"gpuconsole_{stamp}.svg")).absolute()
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            target.write_text(self.export_screenshot(), encoding="utf-8")
+        except OSError as e:
+            self.notify(f"screenshot not saved to {target}: {e.strerror or e}",
+                        title="screenshot", severity="error", timeout=15)
+            return None
+        self.notify(f"saved {target}", title="screenshot", timeout=10)
+        return str(target)
+
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         """The command palette: Textual's own commands plus the views and job actions."""
         yield from super().get_system_commands(screen)
@@ -828,6 +851,17 @@ class GpuConsoleApp(App[int]):
         self.action_show("jobs")
         self._attaching.add(job.id)
         self._attach_notebook(job)
+
+
+def screenshot_dir() -> Path:
+    """Where screenshots go: the user's downloads folder (``~/Downloads``) when it exists,
+    else ``screenshots/`` in the state dir (a server often has no downloads folder)."""
+    import platformdirs
+
+    from console.jobs.store import state_dir
+
+    downloads = Path(platformdirs.user_downloads_dir())
+    return downloads if downloads.is_dir() else state_dir() / "screenshots"
 
 
 def parse_gpus(text: str) -> Literal["all"] | int | list[int]:

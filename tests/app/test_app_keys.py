@@ -85,3 +85,25 @@ async def test_a_number_key_from_config_yaml_switches_views(state_dir: Path) -> 
         await pilot.pause()
         assert not isinstance(app.screen, JobsScreen)
 
+
+async def test_screenshot_goes_to_a_folder_that_exists_and_says_the_full_path(
+        state_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No ~/Downloads (a server): the SVG goes to `screenshots/` in the state dir and the
+    toast names the file; a folder that cannot be made: the path and the OS's reason."""
+    monkeypatch.setenv("XDG_DOWNLOAD_DIR", str(tmp_path / "no-such-downloads"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    app = make_app(state_dir)
+    said: list[tuple[str, str]] = []
+    async with app.run_test(size=(120, 36)) as pilot:
+        monkeypatch.setattr(app, "notify",
+                            lambda msg, **kw: said.append((msg, kw.get("severity", ""))))
+        path = app.deliver_screenshot()
+        await pilot.pause()
+        assert path is not None and Path(path).parent == state_dir / "screenshots"
+        assert Path(path).read_text().lstrip().startswith("<svg")
+        assert said[-1] == (f"saved {path}", "")
+        blocker = tmp_path / "a-file"
+        blocker.write_text("")
+        assert app.deliver_screenshot("s.svg", path=str(blocker / "sub")) is None
+        assert said[-1] == (f"screenshot not saved to {blocker / 'sub' / 's.svg'}: "
+                            "Not a directory", "error")
