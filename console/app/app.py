@@ -506,9 +506,15 @@ class GpuConsoleApp(App[int]):
         self.run_worker(finish_then_exit(), group="quit", exclusive=True)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """Hide the write actions in ``--readonly`` mode."""
+        """Hide the write actions in ``--readonly`` mode, and the key of the view shown
+        (``2`` on the jobs view: the footer has no room for a key that does nothing)."""
         if self.readonly and action in WRITE_ACTIONS:
             return False
+        if action == "show" and parameters and self.is_running:
+            try:
+                return self.screen is not self.get_screen(str(parameters[0]))
+            except KeyError:
+                return True
         return True
 
     def action_show(self, name: str) -> None:
