@@ -74,7 +74,7 @@ log = logging.getLogger("gpuconsole.app")
 
 #: Actions that change remote state or expose a shell on a host, hidden by ``--readonly``
 #: (``notebook`` opens a notebook's JupyterLab, which runs code in its container).
-WRITE_ACTIONS = frozenset({"stop", "submit", "exec", "notebook", "new_notebook"})
+WRITE_ACTIONS = frozenset({"stop", "submit", "exec", "remove", "notebook", "new_notebook"})
 
 _MODIFIERS = ("ctrl+", "shift+", "alt+", "super+", "meta+", "hyper+")
 
@@ -670,6 +670,42 @@ class GpuConsoleApp(App[int]):
             self.notify(f"job {out.job.id} {out.job.state}", title="stopped")
         else:
             self.notify(f"job {out.job.id} was not running ({out.job.state})")
+
+    def confirm_remove(self, job: JobRecord) -> None:
+        """Ask, listing what ``rm`` removes where, then remove a finished job's containers
+        (as ``gpuconsole rm``); a running (or starting) job is refused: stop it first."""
+        if self.readonly:
+            return
+        if job.removed_at is not None:
+            self.notify(f"job {job.id} was already removed (its logs stay readable)",
+                        severity="warning")
+            return
+        if job.state in ("running", "pending"):
+            what = "running" if job.state == "running" else "starting"
+            self.notify(f"job {job.id} is {what}: stop it first (S), then remove it",
+                        title="remove", severity="warning")
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._remove(job)
+
+        self.push_screen(ConfirmScreen(f"Remove job {job.id}?",
+                                       "\n".join(self.service.remove_preview(job)),
+                                       yes="Remove"), answered)
+
+    @work(group="stop")
+    async def _remove(self, job: JobRecord) -> None:
+        self.notify(f"removing {job.id}…")
+        try:
+            out = await self.service.remove(job)
+        except GpuConsoleError as e:
+            self.notify(f"{e.message}\nfix: {e.hint}" if e.hint else e.message,
+                        title="remove failed", severity="error", timeout=15)
+            return
+        self.notify(f"job {out.id} removed; `gpuconsole logs {out.id}` still shows its lines",
+                    title="removed")
+        self.post_message(JobUpdated(out))
 
     @work(group="describe")
     async def describe(self, job: JobRecord) -> None:

@@ -1,6 +1,6 @@
 """The jobs view on fixed data (tests/app/demo_data.py): `/` filter, `s`/`r` sort, home/end/g/G,
 the cursor kept on its job by id, the detail line that shows a reason whole, a footer that
-fits 100 columns."""
+fits 100 columns, and `D` (rm) with its confirmation and refusals."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from textual.widgets import DataTable
 
 from console.app.app import GpuConsoleApp
 from console.app.screens.jobs import JobsScreen
+from console.app.screens.modals import ConfirmScreen
 from console.jobs.store import JobRecord, NodeRecord
 from tests.app.demo_data import NOW, jobs, make_app, show_fleet, show_logs
 
@@ -152,7 +153,7 @@ async def test_a_long_reason_is_read_whole_under_the_table_at_100x30(state_dir: 
                 "rank 3 (tried to allocate 2.00 GiB)") in text
         assert "fix: lower the batch size" in text
         footer = rows[-1]
-        for label in ("l Logs", "S Stop", "d Describe", "n Submit", "x Shell",
+        for label in ("l Logs", "S Stop", "d Describe", "n Submit", "x Shell", "D Remove",
                       "1 Fleet", "? Help", "q Quit", "^p palette"):
             assert label in footer, (label, footer)
         assert "2 Jobs" not in footer  # the view shown
@@ -175,3 +176,42 @@ async def test_logs_footer_fits_160_columns(state_dir: Path) -> None:
         for label in ("G Follow", "/ Search", "& Filter", "eE Error", "z Zoom", "S Stop",
                       "x Shell", "? Help", "q Quit", "^p palette"):
             assert label in footer, (label, footer)
+
+
+async def test_remove_confirms_what_it_removes_and_refuses_a_running_job(
+        state_dir: Path) -> None:
+    app = make_app(state_dir)
+    said: list[str] = []
+    async with app.run_test(size=(120, 36)) as pilot:
+        app.notify = lambda msg, **kw: said.append(msg)  # type: ignore[method-assign]
+        await pilot.press("2", "D")  # the running job
+        await pilot.pause()
+        assert isinstance(app.screen, JobsScreen)
+        assert said[-1] == "job ddp-x-1a2b3c is running: stop it first (S), then remove it"
+        await pilot.press("down", "D")  # stopped: confirm lists each container
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmScreen)
+        assert app.screen.title_text == "Remove job sweep-2d1e0f?"
+        assert app.screen.detail.splitlines() == [
+            "h200-b: docker rm gpuconsole-sweep-2d1e0f-n0",
+            "and each host's synced workdir of the job, unless a container uses it",
+            "Every log line is archived first: `gpuconsole logs sweep-2d1e0f` still shows "
+            "them."]
+        removed: list[str] = []
+        app._remove = lambda job: removed.append(job.id)  # type: ignore[method-assign]
+        await pilot.press("n")  # no: nothing removed
+        await pilot.pause()
+        assert removed == [] and isinstance(app.screen, JobsScreen)
+        await pilot.press("D", "y")
+        await pilot.pause()
+        assert removed == ["sweep-2d1e0f"]
+
+
+async def test_readonly_hides_remove(state_dir: Path) -> None:
+    app = make_app(state_dir)
+    app.readonly = True
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.press("2", "down", "D")
+        await pilot.pause()
+        assert isinstance(app.screen, JobsScreen)
+        assert "D Remove" not in screen_text(app)[-1]

@@ -2,12 +2,13 @@
 
 Keys: enter/``l`` logs, ``S`` stop (confirm shows each ``docker stop``), ``d`` describe, ``n``
 submit a spec (its dry-run plan is shown before confirming), ``x`` a shell in the job's
-container, ``o`` open a notebook job's JupyterLab (a tunnel over SSH, its URL), ``N`` start a
-new notebook, ``R`` reconcile now, ``/`` filter (:func:`console.jobs.rows.parse_job_query`;
-escape clears it), ``s`` next sort column, ``r`` reverse it, home/``g`` and end/``G`` the
-first and last row. The KIND column says ``train`` or ``notebook``. The cursor stays on its
-job (by id) when jobs arrive or the order changes. The line under the table shows the selected
-job whole: its nodes and its reason or diagnosis, wrapped (a narrow terminal cuts the REASON
+container, ``D`` remove a finished job's containers (the confirmation lists them; a running job:
+stop it first), ``o`` open a notebook job's JupyterLab (a tunnel over SSH, its URL), ``N`` start
+a new notebook, ``R`` reconcile now, ``/`` filter (:func:`console.jobs.rows.parse_job_query`;
+escape clears it), ``s`` next sort column, ``r`` reverse it, home/``g`` and end/``G`` the first
+and last row. The KIND column says ``train`` or ``notebook``. The cursor stays on its job (by
+id) when jobs arrive or the order changes. The line under the table shows the selected job
+whole: its nodes and its reason or diagnosis, wrapped (a narrow terminal cuts the REASON
 column). The screen never calls the engine itself: it asks the app, whose workers post typed
 messages back.
 """
@@ -103,6 +104,7 @@ class JobsScreen(Screen[None]):
         Binding("d", "describe", "Describe", id="jobs.describe"),
         Binding("n", "submit", "Submit", id="jobs.submit"),
         Binding("x", "exec", "Shell", id="jobs.exec"),
+        Binding("D", "remove", "Remove", id="jobs.remove"),
         # the line above the table names / and s (the footer fits 100 columns without them)
         Binding("slash", "open_filter", "Filter", show=False, id="jobs.filter"),
         Binding("s", "cycle_sort", "Sort", show=False, id="jobs.sort"),
@@ -195,7 +197,8 @@ class JobsScreen(Screen[None]):
         detail.update(text)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """The app decides: ``--readonly`` hides stop, submit, exec and the notebooks."""
+        """The app decides: ``--readonly`` hides stop, submit, exec, remove and the
+        notebooks."""
         return self.gc.check_action(action, parameters)
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
@@ -358,6 +361,13 @@ class JobsScreen(Screen[None]):
         job = self._need()
         if job is not None:
             self.gc.exec_shell(job)
+
+    def action_remove(self) -> None:
+        """Confirm (listing what is removed), then remove a finished job's containers; a
+        running job is refused: stop it first."""
+        job = self._need()
+        if job is not None:
+            self.gc.confirm_remove(job)
 
     def action_notebook(self) -> None:
         """Open the notebook job's JupyterLab: a tunnel (kept while the app runs) and its URL;
