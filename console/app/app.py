@@ -48,6 +48,8 @@ from console.app.screens.modals import (
     NewNotebookScreen,
     NotebookRequest,
     NotebookScreen,
+    SubmitRequest,
+    SubmitScreen,
     TextScreen,
 )
 from console.config import AppConfig
@@ -105,7 +107,7 @@ def _binding_scopes() -> list[tuple[type, ...]]:
     screens: list[tuple[type, ...]] = [
         (FleetScreen, FleetTable), (JobsScreen,), (AlertsScreen,),
         (LogsScreen, LogPanes, LogPane), (LogsScreen, LogPanes, LogPrompt),
-        (ConfirmScreen,), (TextScreen,), (AskScreen,), (HelpScreen,),
+        (ConfirmScreen,), (TextScreen,), (AskScreen,), (SubmitScreen,), (HelpScreen,),
         (NotebookScreen,), (NewNotebookScreen,)]
     return [(GpuConsoleApp, *classes) for classes in screens]
 
@@ -292,6 +294,8 @@ class GpuConsoleApp(App[int]):
         """Open notebook tunnels by job id (one per notebook; closed when it ends and at
         exit)."""
         self._attaching: set[str] = set()
+        self._submit_request: SubmitRequest | None = None
+        """What the submit modal had when last used (an error keeps it for the next try)."""
         self._tunnels_closed = False
         self._hosts: dict[str, tuple[str, str | None]] = {
             h: ("connecting", None) for h in ([] if replay else service.profile.hosts)}
@@ -718,48 +722,66 @@ class GpuConsoleApp(App[int]):
         self.push_screen(TextScreen(f"describe {job.id}", d.render()))
 
     def ask_submit(self) -> None:
-        """Ask for a spec path, show the dry-run plan, confirm, launch."""
+        """Ask for a spec path (completed from the disk), nodes and args, plan it, show the
+        dry-run plan, confirm, launch: all in one modal that stays (busy) until the job is
+        launched, so an error keeps what was typed and no key is taken for an answer."""
         if self.readonly:
             return
+        self.push_screen(SubmitScreen(self._submit_request, self._start_plan))
 
-        def got(path: str | None) -> None:
-            if path:
-                self._plan(Path(path).expanduser())
-
-        self.push_screen(AskScreen("Job spec to submit (YAML):", placeholder="path/to/job.yaml"),
-                         got)
+    def _start_plan(self, screen: SubmitScreen, request: SubmitRequest) -> None:
+        self._submit_request = request  # what the next `n` starts from
+        try:
+            overrides = request.overrides()
+        except GpuConsoleError as e:
+            screen.show_error(_error_text(e))
+            return
+        path = Path(request.path.strip()).expanduser()
+        screen.set_phase("planning", f"planning {path} on the hosts… (escape cancels)")
+        screen.worker = self._plan(screen, path, overrides)
 
     @work(group="submit")
-    async def _plan(self, path: Path) -> None:
+    async def _plan(self, screen: SubmitScreen, path: Path, overrides: dict[str, Any]) -> None:
         """Preflight the spec on the hosts (the workdir is synced into the hosts'
         content-addressed cache; no container is created) and show the exact plan that
         confirming launches: the same job id, hosts, ports and ``docker run`` lines."""
-        self.notify(f"planning {path}…")
         try:
-            sub = await self.service.plan(path)
+            sub = await self.service.plan(path, overrides)
         except GpuConsoleError as e:
-            self.push_screen(TextScreen("cannot submit (escape closes)", _error_text(e)))
+            if screen in self.screen_stack:
+                screen.show_error(_error_text(e))
+            return
+        if screen not in self.screen_stack:
             return
 
         def answered(yes: bool | None) -> None:
+            if screen not in self.screen_stack:
+                return
             if yes:
-                self._submit(sub)
+                screen.set_phase("launching", f"launching {path}… (all nodes or none)")
+                screen.worker = self._submit(screen, sub)
+            else:
+                screen.set_phase("editing", "not submitted: change it and press enter, or "
+                                 "escape")
 
+        screen.set_phase("confirming")
         self.push_screen(ConfirmScreen(
             f"Submit {path}? Nothing runs until you confirm.", sub.plan_text(), yes="Submit"),
             answered)
 
     @work(group="submit")
-    async def _submit(self, sub: Submission) -> None:
+    async def _submit(self, screen: SubmitScreen, sub: Submission) -> None:
         try:
             job = await self.service.submit(sub)
         except GpuConsoleError as e:
-            self.push_screen(TextScreen("submit failed (escape closes)", _error_text(e)))
+            if screen in self.screen_stack:
+                screen.show_error("submit failed: " + _error_text(e))
             return
         self.notify(f"submitted {job.id}", title="submit")
         self.post_message(JobUpdated(job))
-        self.action_show("jobs")
-        self.open_logs(job)
+        if screen in self.screen_stack:
+            screen.dismiss(None)
+            self.open_logs(job)
 
     def exec_shell(self, job: JobRecord, node: int | None = None) -> None:
         """A shell in a node's container: the app suspends until it exits."""
