@@ -43,6 +43,7 @@ from console.jobs.status import (
     HostListing,
     adopt_unknown,
     failure_lines,
+    has_started,
     job_summary,
     reconcile_fleet,
     refresh,
@@ -802,7 +803,7 @@ class Service:
             on = f" -w {n.host}" if n.host and n.host != PENDING_HOST else ""
             raise JobError(f"job {job.id} runs under Slurm, not in a container",
                            f"on the login host: `srun --overlap --jobid {sid}{on} --pty bash`")
-        if not n.container_id or n.state != "running" or job.removed_at is not None:
+        if not n.container_id or not has_started(n) or job.removed_at is not None:
             raise JobError(f"job {job.id}: node {n.node_rank} is not running ({n.state})",
                            "exec needs a running container; see `gpuconsole ps`")
         if job.runtime == "host":

@@ -408,7 +408,7 @@ async def launch(session: Session, store: Store, loaded: LoadedSpec, prepared: P
         raise explained from e
     for n in record.nodes:
         n.container_id = created[n.node_rank]
-        n.state = "running"
+        n.state = "pending"  # started; `running` from its first log line (status.refresh)
     await store.call(store.update_nodes, record.nodes)
-    await store.call(store.update_job, plan.job_id, state="running", launcher=None)
+    await store.call(store.update_job, plan.job_id, state="pending", launcher=None)
     return plan.job_id

@@ -361,3 +361,55 @@ async def test_jobs_view_shows_what_is_known_while_a_host_is_late(app_env: CLI,
             assert jobs_screen(app).jobs[job_id].state == "running"
     finally:
         stall.close()
+
+
+def ps_job(cli: CLI, job_id: str) -> dict[str, object]:
+    import json
+
+    res = cli.run("ps", "--json", "--all")
+    assert res.returncode == 0, res.stderr
+    return next(j for j in json.loads(res.stdout) if j["id"] == job_id)
+
+
+async def test_a_job_is_pending_until_its_first_line(app_env: CLI, tmp_path: Path) -> None:
+    """Started but silent (here until the test says go; torchrun's imports and rendezvous
+    take 10-30 s on these hosts): `pending` in the jobs view and `ps --json`, then `running`
+    from its first line."""
+    cli = app_env
+    name = f"silent-{uuid.uuid4().hex[:4]}"
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "silent.py").write_text(
+        "import os, time\n"
+        "while not os.path.exists('/out/go'):\n"
+        "    time.sleep(0.1)\n"
+        "print('first line', flush=True)\n"
+        "time.sleep(600)\n")
+    out = cli.tmp / "out" / name
+    out.mkdir(parents=True)
+    spec = cli.spec(name, workdir=str(work), script="silent.py", args=[], nproc_per_node=1)
+    res = cli.run("submit", str(spec))
+    assert res.returncode == 0, res.stderr
+    job_id = res.stdout.strip()
+    try:
+        app = make_app(cli)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press("2")
+            await until(pilot, lambda: job_id in jobs_screen(app).jobs, what="job listed")
+            # a reconcile that saw its container running and no line yet
+            await until(pilot, lambda: (j := jobs_screen(app).jobs[job_id]).nodes[0]
+                        .started_at is not None and j.state == "pending", timeout=60,
+                        what="pending, its container started")
+            row = cli.run("ps").stdout
+            assert f"{job_id}" in row and "pending" in row
+            job = ps_job(cli, job_id)
+            assert job["state"] == "pending", job
+            assert [n["state"] for n in job["nodes"]] == ["pending"]  # type: ignore[attr-defined]
+            (out / "go").write_text("")
+            await until(pilot, lambda: jobs_screen(app).jobs[job_id].state == "running",
+                        timeout=60, what="running after its first line")
+        assert ps_job(cli, job_id)["state"] == "running"
+        assert "first line" in cli.run("logs", job_id).stdout
+    finally:
+        cli.run("stop", job_id, "--grace", "1")
+
