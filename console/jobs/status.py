@@ -185,14 +185,28 @@ def first_failed(nodes: list[NodeRecord]) -> NodeRecord | None:
     return min(failed, key=key)
 
 
-def stopped_exit_code(nodes: list[NodeRecord]) -> int | None:
-    """The exit code of a job that ``stop`` ended (``ps`` EXIT, as a Slurm job shows its
-    143): the code its nodes recorded (Docker's ``State.ExitCode``; the host runtime's
-    ``exit.json``, 128+N for signal N like Docker's), the lowest node rank's first, passing
-    over :data:`remote.gang.TEARDOWN_EXIT_CODE` (a node that ended because another did)
-    unless no node has another; ``None`` when no node recorded one (never started)."""
+#: A job the user stopped exits as a shell reports SIGTERM (``submit --follow``, ``ps``,
+#: Slurm's ``0:15``), whatever torchrun's own status after it (1: its SignalException).
+STOPPED_EXIT_CODE = 128 + 15
+#: ... or SIGKILL, when a node outlived the grace period (Docker records 137 then).
+KILLED_EXIT_CODE = 128 + 9
+
+
+def stopped_exit_code(nodes: list[NodeRecord], by_user: bool = False) -> int | None:
+    """The exit code of a stopped job (``ps`` EXIT, ``submit --follow``'s status).
+
+    Stopped by the user (``stop``, ``rm --force``: ``by_user``): 143 (128 + SIGTERM), or 137
+    when a node had to be SIGKILLed after the grace period (its recorded code is 137); each
+    node keeps the code Docker recorded (torchrun exits 1 after SIGTERM). Otherwise (a gang
+    that ended itself): the code its nodes recorded (Docker's ``State.ExitCode``; the host
+    runtime's ``exit.json``, 128+N for signal N like Docker's), the lowest node rank's
+    first, passing over :data:`remote.gang.TEARDOWN_EXIT_CODE` (a node that ended because
+    another did) unless no node has another. ``None`` when no node recorded one (never
+    started)."""
     codes = [n.exit_code for n in sorted(nodes, key=lambda n: n.node_rank)
              if n.exit_code is not None]
+    if by_user and codes:
+        return KILLED_EXIT_CODE if KILLED_EXIT_CODE in codes else STOPPED_EXIT_CODE
     return next((c for c in codes if c != TEARDOWN_EXIT_CODE), codes[0] if codes else None)
 
 
@@ -378,7 +392,7 @@ async def refresh(
     elif state == "succeeded":
         fields["exit_code"] = 0
     elif state == "stopped":
-        fields["exit_code"] = stopped_exit_code(job.nodes)
+        fields["exit_code"] = stopped_exit_code(job.nodes, job.stop_requested_at is not None)
         if job.failure is not None and not interrupted:
             # a failure recorded by a process that looked before this stop's flags were
             # written

@@ -212,6 +212,13 @@ def test_a_stopped_job_shows_the_exit_code_its_nodes_recorded() -> None:
         TEARDOWN_EXIT_CODE
     assert stopped_exit_code(stopped(None, 143)) == 143
     assert stopped_exit_code(stopped(None, None)) is None  # never started, removed by stop
+    # stopped by the user: as a shell reports SIGTERM (README: 143), whatever torchrun's own
+    # status after it; 137 when a node outlived the grace period
+    assert stopped_exit_code(stopped(1), by_user=True) == 143
+    assert stopped_exit_code(stopped(0), by_user=True) == 143  # a notebook: Jupyter exits 0
+    assert stopped_exit_code(stopped(TEARDOWN_EXIT_CODE, 1), by_user=True) == 143
+    assert stopped_exit_code(stopped(1, 137), by_user=True) == 137
+    assert stopped_exit_code(stopped(None, None), by_user=True) is None
 
 
 def test_job_ids_read_from_hosts_must_have_gpuconsoles_shape() -> None:
