@@ -390,7 +390,8 @@ SubmitPhase = Literal["editing", "planning", "confirming", "launching"]
 class SubmitScreen(ModalScreen[None]):
     """Submit a spec: its path (completed from the disk), nodes and args overrides (as the
     CLI's ``--nodes`` and ``--arg``). Enter plans it; the modal stays, busy, while the plan
-    and then the launch run (keys typed then are dropped, never answered for the user), so
+    and then the launch run (keys typed then are dropped, never answered for the user; ``q``
+    quits once it is done), so
     an error shows here with everything typed kept, and escape while planning cancels the
     plan (a launch, all nodes or none, cannot be interrupted).
 
@@ -408,7 +409,12 @@ class SubmitScreen(ModalScreen[None]):
     SubmitScreen Horizontal { height: auto; align-horizontal: right; margin-top: 1; }
     SubmitScreen Button { margin-left: 2; }
     """
-    BINDINGS = [Binding("escape", "cancel", "Cancel", id="submit.cancel")]
+    BINDINGS = [
+        Binding("escape", "cancel", "Cancel", id="submit.cancel"),
+        # a modal hides the app's keys: q while busy quits once the plan or launch is done
+        # (App.action_quit waits for it); while editing, the fields take the q
+        Binding("q", "app.quit", "Quit", id="submit.quit"),
+    ]
 
     def __init__(self, request: SubmitRequest | None,
                  start: Callable[[SubmitScreen, SubmitRequest], None]) -> None:
