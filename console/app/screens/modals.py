@@ -41,6 +41,7 @@ class ConfirmScreen(ModalScreen[bool]):
         Binding("y", "answer(True)", "Yes", id="confirm.yes"),
         Binding("n,escape", "answer(False)", "No", id="confirm.no"),
     ]
+    AUTO_FOCUS = "#no"  # (Screen's own focus on mount: no query of a screen being torn down)
 
     def __init__(self, title: str, detail: str, *, yes: str = "Yes") -> None:
         super().__init__()
@@ -59,9 +60,6 @@ class ConfirmScreen(ModalScreen[bool]):
             with VerticalScroll(id="detail"):
                 yield Static(Text(self.detail), id="detail-text")
         yield Footer(compact=True)
-
-    def on_mount(self) -> None:
-        self.query_one("#no", Button).focus()
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.dismiss(event.button.id == "yes")
@@ -259,6 +257,7 @@ class NewNotebookScreen(ModalScreen[NotebookRequest | None]):
     NewNotebookScreen Button { margin-left: 2; }
     """
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="new_notebook.cancel")]
+    AUTO_FOCUS = "#nb-gpus"
 
     def __init__(self, hosts: Sequence[str], check_gpus: Callable[[str], str | None]) -> None:
         super().__init__()
@@ -280,9 +279,6 @@ class NewNotebookScreen(ModalScreen[NotebookRequest | None]):
                 yield Button("Start (enter)", variant="success", id="start")
                 yield Button("Cancel (esc)", id="cancel")
         yield Footer(compact=True)
-
-    def on_mount(self) -> None:
-        self.query_one("#nb-gpus", Input).focus()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.stop()
@@ -415,6 +411,7 @@ class SubmitScreen(ModalScreen[None]):
         # (App.action_quit waits for it); while editing, the fields take the q
         Binding("q", "app.quit", "Quit", id="submit.quit"),
     ]
+    AUTO_FOCUS = "#submit-path"
 
     def __init__(self, request: SubmitRequest | None,
                  start: Callable[[SubmitScreen, SubmitRequest], None]) -> None:
@@ -442,9 +439,6 @@ class SubmitScreen(ModalScreen[None]):
                 yield Button("Plan (enter)", variant="success", id="plan")
                 yield Button("Cancel (esc)", id="cancel")
         yield Footer(compact=True)
-
-    def on_mount(self) -> None:
-        self.query_one("#submit-path", Input).focus()
 
     def typed(self) -> SubmitRequest:
         """The values as typed now."""
