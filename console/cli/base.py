@@ -395,7 +395,7 @@ async def follow_job(
     import asyncio
 
     from console.events import FollowStateChanged
-    from console.jobs.status import KILLED_EXIT_CODE, STOPPED_EXIT_CODE
+    from console.jobs.status import STOPPED_EXIT_CODE
 
     async def pump() -> None:
         lines = svc.follow(job, node=node, since_ns=since_ns, tail=tail)
@@ -418,9 +418,8 @@ async def follow_job(
     print_summary(job)
     if job.state == "succeeded":
         return 0
-    if job.state == "stopped":  # 143 (128 + SIGTERM), 137 if killed after the grace
-        return job.exit_code if job.exit_code in (STOPPED_EXIT_CODE, KILLED_EXIT_CODE) \
-            else STOPPED_EXIT_CODE
+    if job.state == "stopped":
+        return STOPPED_EXIT_CODE  # 128 + SIGTERM, as a shell reports a stopped process
     codes = [n.exit_code for n in job.nodes if n.exit_code]
     if job.failure and (code := job.failure.get("exit_code")):
         return int(code)

@@ -186,18 +186,17 @@ def first_failed(nodes: list[NodeRecord]) -> NodeRecord | None:
 
 
 #: A job the user stopped exits as a shell reports SIGTERM (``submit --follow``, ``ps``,
-#: Slurm's ``0:15``), whatever torchrun's own status after it (1: its SignalException).
+#: Slurm's ``0:15``), whatever torchrun's own status after it (1: its SignalException, or
+#: Docker's 137 when it outlived the grace period and was killed).
 STOPPED_EXIT_CODE = 128 + 15
-#: ... or SIGKILL, when a node outlived the grace period (Docker records 137 then).
-KILLED_EXIT_CODE = 128 + 9
 
 
 def stopped_exit_code(nodes: list[NodeRecord], by_user: bool = False) -> int | None:
     """The exit code of a stopped job (``ps`` EXIT, ``submit --follow``'s status).
 
-    Stopped by the user (``stop``, ``rm --force``: ``by_user``): 143 (128 + SIGTERM), or 137
-    when a node had to be SIGKILLed after the grace period (its recorded code is 137); each
-    node keeps the code Docker recorded (torchrun exits 1 after SIGTERM). Otherwise (a gang
+    Stopped by the user (``stop``, ``rm --force``: ``by_user``): 143 (128 + SIGTERM); each
+    node keeps the code Docker recorded (torchrun exits 1 after SIGTERM, 137 if it was
+    killed after the grace period). Otherwise (a gang
     that ended itself): the code its nodes recorded (Docker's ``State.ExitCode``; the host
     runtime's ``exit.json``, 128+N for signal N like Docker's), the lowest node rank's
     first, passing over :data:`remote.gang.TEARDOWN_EXIT_CODE` (a node that ended because
@@ -206,7 +205,7 @@ def stopped_exit_code(nodes: list[NodeRecord], by_user: bool = False) -> int | N
     codes = [n.exit_code for n in sorted(nodes, key=lambda n: n.node_rank)
              if n.exit_code is not None]
     if by_user and codes:
-        return KILLED_EXIT_CODE if KILLED_EXIT_CODE in codes else STOPPED_EXIT_CODE
+        return STOPPED_EXIT_CODE
     return next((c for c in codes if c != TEARDOWN_EXIT_CODE), codes[0] if codes else None)
 
 

@@ -213,11 +213,11 @@ def test_a_stopped_job_shows_the_exit_code_its_nodes_recorded() -> None:
     assert stopped_exit_code(stopped(None, 143)) == 143
     assert stopped_exit_code(stopped(None, None)) is None  # never started, removed by stop
     # stopped by the user: as a shell reports SIGTERM (README: 143), whatever torchrun's own
-    # status after it; 137 when a node outlived the grace period
+    # status after it (even Docker's 137 of a node killed after the grace period)
     assert stopped_exit_code(stopped(1), by_user=True) == 143
     assert stopped_exit_code(stopped(0), by_user=True) == 143  # a notebook: Jupyter exits 0
     assert stopped_exit_code(stopped(TEARDOWN_EXIT_CODE, 1), by_user=True) == 143
-    assert stopped_exit_code(stopped(1, 137), by_user=True) == 137
+    assert stopped_exit_code(stopped(1, 137), by_user=True) == 143
     assert stopped_exit_code(stopped(None, None), by_user=True) is None
 
 
