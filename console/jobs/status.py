@@ -87,6 +87,7 @@ async def _has_output(session: Session, n: NodeRecord) -> bool:
     if n.container_id is None:
         return True
     try:
+        await session.connected(n.host)
         async for _line in session.engine(n.host).logs(n.container_id, tail=1):
             return True
     except GpuConsoleError as e:
