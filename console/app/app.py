@@ -40,7 +40,7 @@ from console.alerts.model import Alert, AlertChanged
 from console.app.gcpolicy import GcPolicy
 from console.app.screens.alerts import AlertsScreen
 from console.app.screens.fleet import FleetScreen
-from console.app.screens.jobs import JobsScreen
+from console.app.screens.jobs import JobsScreen, JobsTable
 from console.app.screens.modals import (
     AskScreen,
     ConfirmScreen,
@@ -105,11 +105,13 @@ def _binding_scopes() -> list[tuple[type, ...]]:
     from console.app.widgets.logpanes import LogPanes
 
     screens: list[tuple[type, ...]] = [
-        (FleetScreen, FleetTable), (JobsScreen,), (AlertsScreen,),
-        (LogsScreen, LogPanes, LogPane), (LogsScreen, LogPanes, LogPrompt),
+        (FleetScreen, FleetTable), (JobsScreen, JobsTable), (AlertsScreen,),
+        (LogsScreen, LogPanes, LogPane), (LogsScreen, LogPanes, LogPrompt)]
+    # a modal hides the app's bindings (Textual's modal binding chain)
+    modals: list[tuple[type, ...]] = [
         (ConfirmScreen,), (TextScreen,), (AskScreen,), (SubmitScreen,), (HelpScreen,),
         (NotebookScreen,), (NewNotebookScreen,)]
-    return [(GpuConsoleApp, *classes) for classes in screens]
+    return [(GpuConsoleApp, *classes) for classes in screens] + modals
 
 
 def _bindings(cls: type) -> list[Binding]:
