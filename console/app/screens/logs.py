@@ -69,7 +69,7 @@ class LogsScreen(Screen[None]):
     BINDINGS = [
         Binding("escape", "back", "Back", id="logs.back"),
         Binding("r", "split_ranks", "Per rank", id="logs.split_ranks"),
-        Binding("S", "stop", "Stop job", id="logs.stop_job"),
+        Binding("S", "stop", "Stop", id="logs.stop_job"),
         Binding("x", "exec", "Shell", id="logs.exec"),
     ]
     intake: ClassVar[Intake] = "process"
