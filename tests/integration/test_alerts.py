@@ -168,6 +168,13 @@ async def test_job_hung_fires_for_a_silent_job_and_resolves_when_it_is_stopped(
     changes = Changes(svc)
     watcher = AlertWatcher(svc, config=only("job_hung", for_s=4))
     try:
+        # torchrun's own banner comes seconds before the script's startup line on a busy
+        # machine, and that silence is a real hang of for_s too: watch from the startup line
+        deadline = time.monotonic() + 180
+        while not any("local_rank" in ln.text
+                      for ln in await svc.read_logs(svc.find_job(job_id))):
+            assert time.monotonic() < deadline, "no startup line in 180 s"
+            await asyncio.sleep(0.5)
         await watcher.start()
         fired = await changes.wait(
             lambda c: c.change == "fired" and c.alert.job == name, 180, "job_hung")
