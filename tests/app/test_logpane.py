@@ -8,6 +8,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
+from rich.color import Color
+from rich.segment import Segment
 from rich.style import Style
 from textual import events
 from textual.app import App, ComposeResult
@@ -806,3 +808,77 @@ async def test_plain_line_fast_path_renders_as_the_rich_path(merged: bool) -> No
         colored = LogBuffer()
         fill(colored, ["\x1b[31mred\x1b[0m"])
         assert pane._plain_segments(colored[0]) is None
+
+
+def contrast(fg: Color, bg: Color) -> float:
+    """WCAG 2.x contrast ratio of two colours (1 to 21)."""
+
+    def luminance(c: Color) -> float:
+        def channel(v: int) -> float:
+            s = v / 255
+            return s / 12.92 if s <= 0.04045 else ((s + 0.055) / 1.055) ** 2.4
+
+        t = c.get_truecolor()
+        return 0.2126 * channel(t.red) + 0.7152 * channel(t.green) + 0.0722 * channel(t.blue)
+
+    hi, lo = sorted((luminance(fg), luminance(bg)), reverse=True)
+    return (hi + 0.05) / (lo + 0.05)
+
+
+def title_segments(app: App[None], pane: LogPane) -> list[Segment]:
+    """The segments of the pane's top border row that carry title text."""
+    region = pane.region
+    strip = app.screen._compositor.render_strips()[region.y]
+    out, x = [], 0
+    for seg in strip:
+        if region.x <= x < region.right and any(ch.isalnum() for ch in seg.text):
+            out.append(seg)
+        x += seg.cell_length
+    return out
+
+
+@pytest.mark.parametrize("theme", ["textual-dark", "textual-light", "nord", "gruvbox",
+                                   "tokyo-night", "monokai"])
+async def test_unfocused_titles_are_readable_and_the_focused_pane_stands_out(
+        theme: str) -> None:
+    nodes = []
+    for node in range(3):
+        buf = LogBuffer(node=node)
+        fill(buf, numbered(12), node=node)
+        nodes.append((f"node {node} · host-{node}", buf))
+    app = PanesApp(nodes)
+    async with app.run_test(size=SIZE) as pilot:
+        app.theme = theme
+        panes = app.query_one(LogPanes)
+        panes.panes[2].set_exit_code(1)
+        await pilot.pause()
+        focused_pane, others = panes.panes[0], panes.panes[1:]
+        assert app.focused is focused_pane
+        for pane in others:
+            segs = title_segments(app, pane)
+            text = "".join(s.text for s in segs)
+            assert f"{pane.title} · " in text and "12 lines" in text
+            for seg in segs:
+                assert seg.style is not None and seg.style.color and seg.style.bgcolor
+                ratio = contrast(seg.style.color, seg.style.bgcolor)
+                assert ratio >= 4.5, (pane.title, seg.text, ratio)
+        assert "exited 1" in "".join(s.text for s in title_segments(app, others[1]))
+        mine = title_segments(app, focused_pane)
+        assert all(s.style is not None and s.style.color and s.style.bgcolor
+                   and contrast(s.style.color, s.style.bgcolor) >= 4.5 for s in mine)
+        # the focused pane differs: a bold title and its own border colour
+        assert all(s.style is not None and s.style.bold for s in mine)
+        assert not any(s.style is not None and s.style.bold
+                       for p in others for s in title_segments(app, p))
+        assert border_colour(app, focused_pane) != border_colour(app, others[0])
+
+
+def border_colour(app: App[None], pane: LogPane) -> Color | None:
+    """The colour of the pane's left border (the row under its title)."""
+    strip = app.screen._compositor.render_strips()[pane.region.y + 1]
+    x = 0
+    for seg in strip:
+        if x == pane.region.x:
+            return seg.style.color if seg.style is not None else None
+        x += seg.cell_length
+    return None

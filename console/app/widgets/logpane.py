@@ -192,14 +192,22 @@ class LogPane(ScrollView, can_focus=True):
     LogPane {
         height: 1fr;
         width: 1fr;
-        border: round $border-blurred;
+        /* unfocused: a quiet border, but its title (another node's follow state, line
+           count, exit code) in readable text; focused: the theme's border colour and a
+           bold title */
+        border: round $foreground 25%;
         border-title-align: left;
+        border-title-color: $foreground 80%;
         border-subtitle-align: right;
-        border-subtitle-color: $warning;
+        border-subtitle-color: $text-warning;
         scrollbar-gutter: stable;
         overflow-x: auto;
         overflow-y: scroll;
-        &:focus { border: round $border; }
+        &:focus {
+            border: round $border;
+            border-title-color: $foreground;
+            border-title-style: bold;
+        }
         &.-wrap { overflow-x: hidden; }
         /* following: the scrollbars would only say "at the bottom" and cost a repaint per
            tick; they show once the view leaves the bottom */
