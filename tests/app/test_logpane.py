@@ -366,18 +366,57 @@ async def test_search_highlights_and_n_N_move_to_matches() -> None:
         # from the bottom of the log the next match wraps around to the first
         assert pane.cursor_line == 5
         assert "line 5 has the NEEDLE in it" in pane_rows(app, pane)
+        current_bg = pane.get_component_rich_style("logpane--match-current").bgcolor
         match_bg = pane.get_component_rich_style("logpane--match").bgcolor
+        assert current_bg is not None and match_bg is not None and current_bg != match_bg
         highlighted = [t for t, s in segments_on_screen(app)
-                       if s is not None and s.bgcolor == match_bg]
+                       if s is not None and s.bgcolor == current_bg]
         assert highlighted == ["NEEDLE"]
+        assert "/needle 1/3" in screen(app)[-2]  # the counter in the bottom border
         seen = []
         for key in ["n", "n", "n", "N", "N"]:
             await pilot.press(key)
             seen.append(pane.cursor_line)
             assert f"line {pane.cursor_line} has the NEEDLE in it" in pane_rows(app, pane)
         assert seen == [50, 150, 5, 150, 50]
+        assert pane.match_index == 2
+        assert "/needle 2/3" in screen(app)[-2]
         await pilot.press("escape")
         assert pane.search_term == ""
+
+
+async def test_current_match_is_marked_apart_from_the_other_matches() -> None:
+    buf = LogBuffer()
+    texts = numbered(30)
+    for i in (3, 4, 6):
+        texts[i] = f"step {i} loss=nan"
+    fill(buf, texts)
+    app = PaneApp(buf)
+    async with app.run_test(size=SIZE) as pilot:
+        pane = app.query_one(LogPane)
+        await pilot.pause()
+        pane.set_search("NaN", jump=False)
+        await pilot.pause()
+        assert pane.match_count == 3 and pane.match_index is None
+        assert "/NaN 3 found" in screen(app)[-2]
+        pane.search_next()
+        pane.search_next()  # the second match: line 4
+        await pilot.pause()
+        current = pane.get_component_rich_style("logpane--match-current").bgcolor
+        other = pane.get_component_rich_style("logpane--match").bgcolor
+        by_bg: dict[object, list[str]] = {}
+        rows = pane_rows(app, pane)
+        for y, strip in enumerate(app.screen._compositor.render_strips()):
+            for seg in strip:
+                if seg.style is not None and seg.style.bgcolor in (current, other):
+                    by_bg.setdefault(seg.style.bgcolor, []).append(f"{y}:{seg.text}")
+        top = pane.scrollable_content_region.y
+        row_of = {int(r.split()[1]): top + y for y, r in enumerate(rows) if r.startswith("step")}
+        assert by_bg[current] == [f"{row_of[4]}:nan"]
+        assert sorted(by_bg[other]) == sorted([f"{row_of[3]}:nan", f"{row_of[6]}:nan"])
+        pane.set_search("no such text", jump=False)
+        await pilot.pause()
+        assert "/no such text not found" in screen(app)[-2]
 
 
 async def test_search_prompt_escape_restores() -> None:
@@ -421,6 +460,56 @@ async def test_filter_and_inverted_filter() -> None:
         assert pane.filter_text == ""
         assert pane_rows(app, pane)[:7] == [
             "alpha 1", "beta 2", "ALPHA 3", "gamma 4", "alpha 5", "delta 6", ""]
+
+
+async def test_filter_and_search_match_the_tags_as_shown() -> None:
+    buf = LogBuffer(node=0)
+    for i in range(40):
+        buf.append(line(f"step {i}", rank=i % 4, i=i))
+    buf.append(line("torchrun says hello", rank=None, i=40))
+    app = PaneApp(buf)
+    async with app.run_test(size=SIZE) as pilot:
+        pane = app.query_one(LogPane)
+        await pilot.pause()
+        assert "[n0 r1] step 9" in pane_rows(app, pane)
+        for typed, want in [("r0]", 10), ("[n0 r1]", 10), ("!r2]", 31), ("[n0]", 1)]:
+            await pilot.press("ampersand", "ctrl+u", *typed, "enter")
+            await pilot.pause()
+            assert pane.line_count == want, typed
+            assert all((typed.lstrip("!") in pane.shown_text(ln)) != typed.startswith("!")
+                       for ln in pane.visible_lines())
+        await pilot.press("ampersand", "ctrl+u", "enter", "slash", *"[n0 r3]", "enter")
+        await pilot.pause()
+        assert pane.match_count == 10
+        assert pane.cursor_line is not None and buf[pane.cursor_line].rank == 3
+        # the highlight covers the tag, as the search matched it
+        current = pane.get_component_rich_style("logpane--match-current").bgcolor
+        assert [t for t, st in segments_on_screen(app)
+                if st is not None and st.bgcolor == current] == ["[n0 r3]"]
+
+
+async def test_filter_matches_the_timestamps_while_they_are_shown(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    try:
+        buf = LogBuffer()
+        buf.append(JobLogLine(0, "h", 0, TS0, "first"))
+        buf.append(JobLogLine(0, "h", 0, TS0 + 60 * 10**9, "second"))  # 22:14:20
+        app = PaneApp(buf)
+        async with app.run_test(size=SIZE) as pilot:
+            pane = app.query_one(LogPane)
+            await pilot.pause()
+            pane.set_filter("22:14")
+            await pilot.pause()
+            assert pane.line_count == 0
+            await pilot.press("t")
+            await pilot.pause()
+            assert pane.line_count == 1
+            assert pane_rows(app, pane)[0].endswith("second")
+    finally:
+        monkeypatch.undo()
+        time.tzset()
 
 
 async def test_wrap_changes_row_count() -> None:
@@ -489,6 +578,14 @@ async def test_e_E_land_on_error_lines() -> None:
             assert texts[pane.cursor_line] in pane_rows(app, pane)
         assert seen == [10, 11, 100, 10, 100, 11]
         assert not pane.following
+        # the lines e/E stop at are the lines shown in the error colour, and no other
+        assert pane.error_lines == [10, 11, 100]
+        error = pane.get_component_rich_style("logpane--error").color
+        assert error is not None and error != pane.rich_style.color
+        coloured = {t for t, st in segments_on_screen(app) if st is not None and st.color == error}
+        on_screen = {r for r in pane_rows(app, pane) if r}
+        assert coloured == {texts[i] for i in (10, 11, 100)} & on_screen
+        assert coloured  # the cursor's screen shows at least one of them
 
 
 async def test_save_exit_code_and_footer() -> None:
