@@ -767,6 +767,32 @@ async def test_two_panes_side_by_side_zoom_and_tab() -> None:
         assert (p0.region.width, p1.region.width) == (60, 60)
 
 
+async def test_search_prompt_spans_the_panes_and_names_its_pane() -> None:
+    nodes = []
+    for node in range(2):
+        buf = LogBuffer(node=node)
+        fill(buf, [f"n{node} line {i}" for i in range(20)], node=node)
+        nodes.append((f"node {node} · host-{node}", buf))
+    app = PanesApp(nodes)
+    async with app.run_test(size=SIZE) as pilot:
+        panes = app.query_one(LogPanes)
+        right = panes.panes[1]
+        await pilot.press("tab")
+        await pilot.pause()
+        assert app.focused is right
+        await pilot.press("slash")
+        await pilot.pause()
+        prompt = app.query_one(Input)
+        assert app.focused is prompt
+        assert prompt.region.x == panes.region.x and prompt.region.width == panes.region.width
+        assert prompt.region.y == panes.region.bottom  # right under the grid
+        assert "node 1 · host-1" in str(prompt.placeholder)
+        await pilot.press(*"line 7", "enter")
+        await pilot.pause()
+        assert app.focused is right and right.search_term == "line 7"
+        assert right.match_index == 1 and panes.panes[0].search_term == ""
+
+
 async def test_four_and_eight_panes_tile() -> None:
     app = PanesApp(node_buffers(3))
     async with app.run_test(size=SIZE) as pilot:

@@ -118,7 +118,9 @@ def ascii_window(segments: list[Segment], start: int, span: int, width: int,
 
 
 class LogPrompt(Input):
-    """The one-line input under a pane for ``/`` (search) and ``&`` (filter).
+    """The one-line input for a pane's ``/`` (search) and ``&`` (filter): under the pane's
+    :attr:`LogPane.prompt_anchor` (the whole tiled area in the logs screen, so it spans the
+    screen), naming the pane it searches.
 
     Typing applies live; enter keeps the value, escape restores the value the prompt opened
     with. Either way the prompt is removed and focus goes back to the pane.
@@ -134,9 +136,9 @@ class LogPrompt(Input):
     def __init__(self, pane: LogPane, kind: PromptKind, value: str) -> None:
         super().__init__(
             value=value,
-            placeholder="search: text of the line as shown, tags included"
+            placeholder=f"search {pane.title}: text of the line as shown, tags included"
             if kind == "search"
-            else "filter: text of the line as shown, tags included; a leading ! "
+            else f"filter {pane.title}: text of the line as shown, tags included; a leading ! "
                  "keeps the lines without it; empty clears",
         )
         self.pane = pane
@@ -285,6 +287,9 @@ class LogPane(ScrollView, can_focus=True):
         self._segment_styles: dict[str, Style] = {}  # see _styles(); until styles change
         self.add_class("-following")
         self._prompt: LogPrompt | None = None
+        self.prompt_anchor: Widget | None = None
+        """The widget the search/filter prompt opens under (``None``: the pane itself); the
+        tiled panes set themselves, so the prompt spans all of them."""
         self.lines_rendered = 0
         """render_line calls so far (each renders one visible row)."""
         self.syncs = 0
@@ -936,11 +941,14 @@ class LogPane(ScrollView, can_focus=True):
     def _open_prompt(self, kind: PromptKind, value: str) -> None:
         if self._prompt is not None:
             self._prompt.remove()
-        parent = self.parent
-        if not isinstance(parent, Widget):  # a pane directly on a Screen
+        anchor = self.prompt_anchor
+        if anchor is None or not anchor.is_mounted:
+            anchor = self
+        parent = anchor.parent
+        if not isinstance(parent, Widget):
             parent = self.screen
         self._prompt = LogPrompt(self, kind, value)
-        parent.mount(self._prompt, after=self)
+        parent.mount(self._prompt, after=anchor)
         self._prompt.focus()
 
     def _prompt_changed(self, kind: PromptKind, value: str) -> None:

@@ -50,7 +50,7 @@ def grid_shape(count: int, width: int) -> tuple[int, int]:
 
 
 class _Tile(Vertical):
-    """One grid cell: a pane and, while open, its search/filter prompt under it."""
+    """One grid cell: a pane (its search/filter prompt opens under the whole grid)."""
 
     DEFAULT_CSS = """
     _Tile { height: 1fr; width: 1fr; }
@@ -119,13 +119,19 @@ class LogPanes(Widget):
         classes: str | None = None,
     ) -> None:
         super().__init__(name=name, id=id, classes=classes)
-        self._panes = [LogPane(buf, title) for title, buf in panes]
-        self._merged = LogPane(merged, merged_title, merged=True) if merged is not None else None
+        self._panes = [self._new_pane(buf, title) for title, buf in panes]
+        self._merged = (self._new_pane(merged, merged_title, merged=True)
+                        if merged is not None else None)
         self._zoomed: LogPane | None = None
         self._merged_shown = False
         self._sync_scheduled = False
         self._interval = REFRESH_INTERVAL_S
         self._synced_total = 0
+
+    def _new_pane(self, buffer: LogBuffer, title: str, *, merged: bool = False) -> LogPane:
+        pane = LogPane(buffer, title, merged=merged)
+        pane.prompt_anchor = self  # its search/filter prompt spans the grid, under it
+        return pane
 
     def compose(self) -> ComposeResult:
         """One tile per node pane, then the (hidden) merged pane's tile."""
@@ -182,7 +188,7 @@ class LogPanes(Widget):
 
     def add_pane(self, title: str, buffer: LogBuffer) -> LogPane:
         """Add a node's pane (after the existing ones); returns it."""
-        pane = LogPane(buffer, title)
+        pane = self._new_pane(buffer, title)
         self._panes.append(pane)
         if self.is_mounted:
             before = self._merged.parent if self._merged is not None else None
@@ -201,7 +207,7 @@ class LogPanes(Widget):
             old_tile = self._merged.parent
             if isinstance(old_tile, Widget):
                 old_tile.remove()
-        self._merged = LogPane(buffer, title, merged=True)
+        self._merged = self._new_pane(buffer, title, merged=True)
         if self.is_mounted:
             self.mount(_Tile(self._merged))
             self._relayout()
