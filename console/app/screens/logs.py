@@ -47,6 +47,29 @@ DRAIN_BUDGET_S = 0.010
 DRAIN_PAUSE_S = 0.005
 
 
+class LogsFooter(Footer):
+    """The footer, recomposed only when the keys it shows change.
+
+    Focus moving between log panes (all with the same keys) refreshes the screen's bindings;
+    Textual's footer then rebuilds every key widget (about 0.4 s on a 2-core machine), once
+    per ``tab``/``z``. Here it compares what it would show first.
+    """
+
+    _shown: tuple[object, ...] | None = None
+
+    def bindings_changed(self, screen: Screen[object]) -> None:
+        """Recompose when the shown keys, their labels or their enabled state changed."""
+        if self.is_attached and screen is self.screen and self._bindings_ready:
+            shown = tuple(
+                (key, b.action, b.description, self.app.get_key_display(b), enabled, tooltip,
+                 b.group) for key, (_, b, enabled, tooltip) in screen.active_bindings.items()
+                if b.show or key == self.app.COMMAND_PALETTE_BINDING)
+            if shown == self._shown:
+                return
+            self._shown = shown
+        super().bindings_changed(screen)
+
+
 def _origin(item: JobLogLine | tuple[Row, ...]) -> tuple[int, int | None, int]:
     """(node rank, rank, Docker timestamp in ns) of a queued line or of its display rows."""
     if isinstance(item, JobLogLine):
@@ -120,16 +143,14 @@ class LogsScreen(Screen[None]):
             title += " · reconnecting…"
         return title
 
-    def _pane_specs(self) -> list[tuple[str, LogBuffer]]:
-        if self.split_ranks and self.by_rank:
-            return [(f"node {n} rank {r}", buf) for (n, r), buf in sorted(self.by_rank.items())]
-        return [(self._node_title(n), buf) for n, buf in sorted(self.by_node.items())]
-
     def compose(self) -> ComposeResult:
         yield OneLine(self._header(), id="logs-header")
-        yield LogPanes(self._pane_specs(), merged=self.merged, id="panes")
+        yield LogPanes([(self._node_title(n), buf) for n, buf in sorted(self.by_node.items())],
+                       merged=self.merged, id="panes",
+                       rank_panes=[(f"node {n} rank {r}", buf)
+                                   for (n, r), buf in sorted(self.by_rank.items())])
         yield StatusLine()
-        yield Footer()
+        yield LogsFooter()
 
     def _header(self) -> Text:
         j = self.job
@@ -190,11 +211,10 @@ class LogsScreen(Screen[None]):
             self.query_one("#logs-header", OneLine).show(self._header())
         elif isinstance(m, FollowStateUpdated) and m.job_id == self.job.id:
             self.follow_state[m.node_rank] = m.state
-            if not self.split_ranks:
-                buf = self.by_node.get(m.node_rank)
-                pane = self.query_one(LogPanes).pane_for(buf) if buf is not None else None
-                if pane is not None:
-                    pane.set_title(self._node_title(m.node_rank))
+            buf = self.by_node.get(m.node_rank)
+            pane = self.query_one(LogPanes).pane_for(buf) if buf is not None else None
+            if pane is not None:
+                pane.set_title(self._node_title(m.node_rank))
 
     def take_lines(self, lines: Sequence[JobLogLine],
                    shown: Sequence[Sequence[Row]] | None = None) -> None:
@@ -270,8 +290,7 @@ class LogsScreen(Screen[None]):
         buf = self.by_node.get(node_rank)
         if buf is None:  # a node the record did not list (adopted job): give it a pane
             buf = self.by_node[node_rank] = LogBuffer(self.buffer_lines, node=node_rank)
-            if not self.split_ranks:
-                panes.add_pane(self._node_title(node_rank), buf)
+            panes.add_pane(self._node_title(node_rank), buf)
         buf.append_rows(node_rank, rank, shown)
         if rank is not None:
             key = (node_rank, rank)
@@ -279,8 +298,7 @@ class LogsScreen(Screen[None]):
             if rbuf is None:
                 rbuf = self.by_rank[key] = LogBuffer(self.buffer_lines, node=node_rank,
                                                      rank=rank)
-                if self.split_ranks:
-                    panes.add_pane(f"node {key[0]} rank {key[1]}", rbuf)
+                panes.add_pane(f"node {key[0]} rank {key[1]}", rbuf, rank=True)
             rbuf.append_rows(node_rank, rank, shown)
         self.merged.append_rows(node_rank, rank, shown)
 
@@ -300,19 +318,14 @@ class LogsScreen(Screen[None]):
         """Back to the previous screen (the follow ends with this screen)."""
         self.app.pop_screen()
 
-    async def action_split_ranks(self) -> None:
-        """Toggle one pane per node / one pane per rank."""
+    def action_split_ranks(self) -> None:
+        """Toggle one pane per node / one pane per rank (the panes stay mounted: this only
+        changes which are tiled, at the next layout)."""
         if not self.by_rank and not self.split_ranks:
             self.notify("no rank has written a line yet")
             return
         self.split_ranks = not self.split_ranks
-        old = self.query_one(LogPanes)
-        new = LogPanes(self._pane_specs(), merged=self.merged, id="panes")
-        await old.remove()
-        await self.mount(new, after=self.query_one("#logs-header"))
-        self._show_exit_codes()
-        if new.panes:
-            new.panes[0].focus()
+        self.query_one(LogPanes).set_split(self.split_ranks)
 
     def action_stop(self) -> None:
         """Stop the job (with the confirmation showing what runs where)."""

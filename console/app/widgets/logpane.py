@@ -583,12 +583,17 @@ class LogPane(ScrollView, can_focus=True):
         buf = self.buffer
         buf.settle()
         base = self._base()
-        self._view = [base + i for i in range(len(buf)) if self._passes(buf[i])]
+        rows = buf.rows(0, len(buf))
+        needle, invert = parse_filter(self._filter)
+        if needle:
+            shown = self._shown_row
+            self._view = [base + i for i, r in enumerate(rows)
+                          if (needle in shown(r[3], r[1], r[2], r[5]).lower()) != invert]
+        else:
+            self._view = list(range(base, base + len(rows)))
         self._find_matches()
-        if measure:
-            self._max_width = max(
-                (cell_len(buf[i].plain[:MAX_RENDER_CHARS]) for i in range(len(buf))), default=0
-            )
+        if measure:  # rows carry their width in cells (field 8)
+            self._max_width = min(max((r[8] for r in rows), default=0), MAX_RENDER_CHARS)
         self._rebuild_rows()
         self._synced_version, self._synced_base, self._synced_end = buf.version, base, buf.total
         self._after_view_change(top_before, None)
