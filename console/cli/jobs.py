@@ -6,10 +6,15 @@ import json
 import sys
 import time
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 import click
 
 from console.cli.base import command_service, err, follow_job, main, print_line, print_summary, run
+
+if TYPE_CHECKING:
+    from console.jobs.logs import JobLogLine
+    from console.jobs.store import JobRecord
 
 
 @main.command()
@@ -117,7 +122,28 @@ async def _logs(ctx: click.Context, ref: str, follow: bool, node: int | None,
             print_line(line, timestamps)
         for host, why in job.unreachable.items():
             err(f"warning: {why}; showed the lines archived from {host} so far")
+        if since_ns is None and (tail is None or tail > 0):
+            _say_missing(job, node, lines)
         return 0
+
+
+def _say_missing(job: JobRecord, node: int | None, lines: list[JobLogLine]) -> None:
+    """Nodes without a single line, and why (containers gone, nothing archived...): one
+    warning each; none of the job's lines at all for such a reason is an error."""
+    from console.errors import JobError
+    from console.jobs.logs import no_lines_reason
+
+    have = {ln.node_rank for ln in lines}
+    reasons = [r for n in job.nodes if (node is None or n.node_rank == node)
+               and n.node_rank not in have and (r := no_lines_reason(job, n)) is not None
+               and r[0] != "silent"]
+    if reasons and not lines:
+        raise JobError(f"job {job.id}: no lines to show: " + "; ".join(t for _, t in reasons),
+                       "the archive keeps what gpuconsole read (a follow, logs, the app); "
+                       "read a job's logs before its containers are removed")
+    for kind, text in reasons:
+        if kind != "unreachable":  # said above
+            err(f"warning: {text}")
 
 
 # -- stop / rm ------------------------------------------------------------------------------

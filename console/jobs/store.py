@@ -150,6 +150,8 @@ class JobRecord:
             ``stopped``, not ``failed``).
         unreachable: host -> why it could not be asked, from the last look at the hosts in
             this process (not stored).
+        gone: node ranks whose container was not found when their logs were last read in
+            this process (not stored).
         launcher: the process launching the job (``<hostname> <pid> <start ticks>``, see
             :func:`console.jobs.launch.launcher_token`) while its launch is in flight;
             ``None`` once the launch finished, and for jobs adopted from the hosts.
@@ -171,6 +173,7 @@ class JobRecord:
     nodes: list[NodeRecord] = field(default_factory=list)
     unreachable: dict[str, str] = field(default_factory=dict)
     launcher: str | None = None
+    gone: set[int] = field(default_factory=set)
 
     @property
     def kind(self) -> str:

@@ -45,6 +45,11 @@ if TYPE_CHECKING:
 DRAIN_BUDGET_S = 0.010
 #: Pause between intake stretches while a backlog remains (s).
 DRAIN_PAUSE_S = 0.005
+#: Lines of a finished log shaped per worker-thread call (the first chunk shows at once).
+SHAPE_CHUNK = 2048
+#: A followed node's pane says ``loading…`` until its first line, a change of its stream's
+#: state or the end of the follow, at most this long (s); then ``0 lines``.
+LOADING_S = 5.0
 
 
 class LogsFooter(Footer):
@@ -76,6 +81,35 @@ def _origin(item: JobLogLine | tuple[Row, ...]) -> tuple[int, int | None, int]:
         return item.node_rank, item.rank, item.ts_ns
     first = item[0]
     return first[1], first[2], first[3]
+
+
+def _shape(lines: list[JobLogLine]) -> list[list[Row]]:
+    """The display rows of each line (:func:`~console.jobs.logbuffer.display_lines`)."""
+    return [display_lines(ln) for ln in lines]
+
+
+def _newer(old: list[JobLogLine], new: list[JobLogLine]) -> list[JobLogLine] | None:
+    """The lines of ``new`` after those of ``old``, node by node (both are archive tails of
+    the same job, ``new`` read later: an archive only grows at its end); ``None`` when a
+    node's last old line is no longer in ``new`` (more new lines than the tail holds)."""
+    last: dict[int, JobLogLine] = {}
+    for ln in old:
+        last[ln.node_rank] = ln
+    by_node: dict[int, list[JobLogLine]] = {}
+    for ln in new:
+        by_node.setdefault(ln.node_rank, []).append(ln)
+    out: list[JobLogLine] = []
+    for node, lines in by_node.items():
+        end = last.get(node)
+        if end is None:
+            out.extend(lines)
+            continue
+        at = next((i for i in range(len(lines) - 1, -1, -1) if lines[i] == end), None)
+        if at is None:
+            return None
+        out.extend(lines[at + 1 :])
+    out.sort(key=lambda ln: (ln.ts_ns, ln.node_rank))  # stable: each node keeps its order
+    return out
 
 
 class LogsScreen(Screen[None]):
@@ -127,6 +161,12 @@ class LogsScreen(Screen[None]):
         self._skipped_by_node: dict[int, int] = {}
         self._drain_scheduled = False
         self._header_at = 0.0
+        # node ranks whose panes still say "loading…" (follow: until a first line), and
+        # whether all there is to load was queued (then, once drained, say why a pane is
+        # empty)
+        self._loading: set[int] = set()
+        self._loaded = False
+        self._following_tail = False
 
     @property
     def gc(self) -> GpuConsoleApp:
@@ -145,10 +185,15 @@ class LogsScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         yield OneLine(self._header(), id="logs-header")
-        yield LogPanes([(self._node_title(n), buf) for n, buf in sorted(self.by_node.items())],
-                       merged=self.merged, id="panes",
-                       rank_panes=[(f"node {n} rank {r}", buf)
-                                   for (n, r), buf in sorted(self.by_rank.items())])
+        panes = LogPanes([(self._node_title(n), buf) for n, buf in sorted(self.by_node.items())],
+                         merged=self.merged, id="panes",
+                         rank_panes=[(f"node {n} rank {r}", buf)
+                                     for (n, r), buf in sorted(self.by_rank.items())])
+        if self.live:  # from the first frame on: "loading…", never "0 lines"
+            self._loading = set(self.by_node)
+            for pane in panes.panes + [p for p in [panes.merged_pane] if p is not None]:
+                pane.set_loading(True)
+        yield panes
         yield StatusLine()
         yield LogsFooter()
 
@@ -170,16 +215,24 @@ class LogsScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self._show_exit_codes()
-        panes = self.query_one(LogPanes).panes
-        if panes:
-            panes[0].focus()
+        panes = self.query_one(LogPanes)
+        if panes.panes:
+            panes.panes[0].focus()
         if not self.live:
             return
-        if self.job.removed_at is not None:
-            self._read_archive()
+        if self.job.removed_at is not None or self._finished():
+            self._load_finished()
         else:
-            self.gc.service.start_follow(self.job, tail=self.buffer_lines,
-                                         where=self.intake)
+            follow = self.gc.service.start_follow(self.job, tail=self.buffer_lines,
+                                                  where=self.intake)
+            self._following_tail = True
+            self._await_follow(follow.task)
+            self.set_timer(LOADING_S, lambda: self._stop_loading(set(self._loading)))
+
+    def _finished(self) -> bool:
+        """No node may write any more: its lines are all in its container or the archive."""
+        return self.job.state not in ("pending", "running") and all(
+            n.state not in ("pending", "running") for n in self.job.nodes)
 
     async def on_unmount(self) -> None:
         if self.live:
@@ -188,14 +241,77 @@ class LogsScreen(Screen[None]):
         # a natural pause to collect the cycles the GC policy left frozen while lines streamed
         self.gc.call_after_refresh(self.gc.gc_policy.sweep)
 
-    @work(group="logs-archive")
-    async def _read_archive(self) -> None:
+    @work(group="logs-archive", exit_on_error=False)
+    async def _load_finished(self) -> None:
+        """A finished (or removed) job: the local archive first (read and shaped in worker
+        threads, shown as soon as it is there), then whatever the containers hold that the
+        archive does not yet (they are read and archived, as ``logs`` does)."""
+        svc, tail = self.gc.service, self.buffer_lines
         try:
-            lines = await self.gc.service.read_logs(self.job, tail=self.buffer_lines)
+            archived = await svc.read_logs(self.job, tail=tail, archive_only=True)
         except GpuConsoleError as e:
             self.notify(e.message, title="logs", severity="error")
+            archived = []
+        await self._take_shaped(archived)
+        if self.job.removed_at is None:
+            try:
+                full = await svc.read_logs(self.job, tail=tail)
+            except GpuConsoleError as e:
+                self.notify(e.message, title="logs", severity="error")
+                full = archived
+            new = _newer(archived, full)
+            if new is None:  # more new lines than a pane keeps: show the newest only
+                self._pending.clear()
+                for buf in [*self.by_node.values(), *self.by_rank.values(), self.merged]:
+                    buf.clear()
+                new = full
+            await self._take_shaped(new)
+        self._loaded = True
+        self._schedule_drain()
+
+    async def _take_shaped(self, lines: list[JobLogLine]) -> None:
+        """Queue lines shaped in a worker thread, :data:`SHAPE_CHUNK` at a time (the first
+        show while the rest are shaped; the loop only files their rows)."""
+        for start in range(0, len(lines), SHAPE_CHUNK):
+            chunk = lines[start : start + SHAPE_CHUNK]
+            rows = await asyncio.to_thread(_shape, chunk)
+            self.take_lines(chunk, rows, keep_all=True)
+
+    @work(group="logs-follow", exit_on_error=False)
+    async def _await_follow(self, task: asyncio.Task[object]) -> None:
+        """Once the follow ended (every node exited), say why an empty pane is empty."""
+        await asyncio.wait({task})
+        self._loaded = True
+        self._schedule_drain()
+
+    def _stop_loading(self, nodes: set[int]) -> None:
+        """These nodes' panes no longer say ``loading…``."""
+        if not nodes or not self.is_mounted:
             return
-        self.take_lines(lines)
+        self._loading -= nodes
+        panes = self.query_one(LogPanes)
+        for node in nodes:
+            buf = self.by_node.get(node)
+            pane = panes.pane_for(buf) if buf is not None else None
+            if pane is not None:
+                pane.set_loading(False)
+
+    def _finish_loading(self) -> None:
+        """Everything was loaded and shown: no pane says ``loading…``; an empty node pane
+        says why it is empty (its container is gone and nothing was archived...)."""
+        from console.jobs.logs import no_lines_reason
+
+        self._loaded = False
+        self._stop_loading(set(self.by_node))
+        panes = self.query_one(LogPanes)
+        if panes.merged_pane is not None:
+            panes.merged_pane.set_loading(False)
+        for n in self.job.nodes:
+            buf = self.by_node.get(n.node_rank)
+            pane = panes.pane_for(buf) if buf is not None else None
+            if pane is not None and buf is not None and not len(buf):
+                why = no_lines_reason(self.job, n)
+                pane.set_empty_text(why[1] if why is not None else None)
 
     # -- data -------------------------------------------------------------------------------
 
@@ -211,28 +327,34 @@ class LogsScreen(Screen[None]):
             self.query_one("#logs-header", OneLine).show(self._header())
         elif isinstance(m, FollowStateUpdated) and m.job_id == self.job.id:
             self.follow_state[m.node_rank] = m.state
+            self._stop_loading({m.node_rank} & self._loading)
             buf = self.by_node.get(m.node_rank)
             pane = self.query_one(LogPanes).pane_for(buf) if buf is not None else None
             if pane is not None:
                 pane.set_title(self._node_title(m.node_rank))
 
     def take_lines(self, lines: Sequence[JobLogLine],
-                   shown: Sequence[Sequence[Row]] | None = None) -> None:
+                   shown: Sequence[Sequence[Row]] | None = None, *,
+                   keep_all: bool = False) -> None:
         """Queue lines for the panes. They are shaped (unless ``shown`` has their display
-        rows, made by the intake process) and shown by :meth:`_drain`, a few milliseconds of
-        work at a time, so keys are never stuck behind a burst of lines; a backlog beyond
-        :attr:`max_backlog` lines is skipped on screen (counted in the header, every line
-        stays in the archive: ``ctrl+s``)."""
+        rows, made by the intake process or a worker thread) and shown by :meth:`_drain`, a
+        few milliseconds of work at a time, so keys are never stuck behind a burst of lines;
+        a live backlog beyond :attr:`max_backlog` lines is skipped on screen (counted in the
+        header, every line stays in the archive: ``ctrl+s``); ``keep_all`` (a finished log
+        read at once) skips nothing."""
         if shown is None:
             self._pending.extend(lines)
         else:
             self._pending.extend(tuple(rows) for rows in shown if rows)
-        excess = len(self._pending) - self.max_backlog
+        excess = 0 if keep_all else len(self._pending) - self.max_backlog
         if excess > 0:
             for _ in range(excess):
                 node = _origin(self._pending.popleft())[0]
                 self._skipped_by_node[node] = self._skipped_by_node.get(node, 0) + 1
             self.skipped += excess
+        self._schedule_drain()
+
+    def _schedule_drain(self) -> None:
         if not self._drain_scheduled and self.is_mounted:
             self._drain_scheduled = True
             self.call_later(self._drain)
@@ -262,6 +384,10 @@ class LogsScreen(Screen[None]):
         self.lines_taken += taken
         if taken:
             panes.notify_appended()
+            if self._loading and self._following_tail:  # following: a first line ends it
+                self._stop_loading({n for n in self._loading if len(self.by_node[n])})
+        if not pending and self._loaded:
+            self._finish_loading()
         now = time.monotonic()
         if now - self._header_at >= 0.25 or not pending:
             self._header_at = now
@@ -303,9 +429,10 @@ class LogsScreen(Screen[None]):
         self.merged.append_rows(node_rank, rank, shown)
 
     def _show_exit_codes(self) -> None:
-        if not self.is_mounted:
+        found = self.query(LogPanes)  # from on_mount on (is_mounted is set after it)
+        if not found:
             return
-        panes = self.query_one(LogPanes)
+        panes = found.first()
         for n in self.job.nodes:
             buf = self.by_node.get(n.node_rank)
             pane = panes.pane_for(buf) if buf is not None else None

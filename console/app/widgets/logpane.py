@@ -268,6 +268,8 @@ class LogPane(ScrollView, can_focus=True):
         self._paused_end: int | None = None  # view end (absolute) when follow was paused
         self._exit_code: int | None = None
         self._ended = False
+        self._loading = False
+        self._empty_text: str | None = None
         self._wrap = False
         self._timestamps = False
         self._search = ""
@@ -319,6 +321,31 @@ class LogPane(ScrollView, can_focus=True):
         self._exit_code = code
         self._ended = True
         self._update_title()
+
+    def set_loading(self, loading: bool) -> None:
+        """While loading the border says ``loading…`` (never ``0 lines`` before the first
+        line came)."""
+        if loading != self._loading:
+            self._loading = loading
+            self._update_title()
+
+    def set_empty_text(self, text: str | None) -> None:
+        """What the pane says in its body while it has no line (e.g. why: the container is
+        gone and nothing was archived); ``None``: nothing."""
+        if text != self._empty_text:
+            self._empty_text = text
+            self._strips.clear()
+            self.refresh()
+
+    @property
+    def loading_lines(self) -> bool:
+        """Whether the owner is still loading the pane's lines (:meth:`set_loading`)."""
+        return self._loading
+
+    @property
+    def empty_text(self) -> str | None:
+        """See :meth:`set_empty_text`."""
+        return self._empty_text
 
     def set_title(self, title: str) -> None:
         """Change the title part of the border (e.g. the host after a reconnect)."""
@@ -780,6 +807,11 @@ class LogPane(ScrollView, can_focus=True):
         style = self._styles()["base"]
         found = self._locate(scroll_y + y)
         if found is None:
+            if not self._view and scroll_y + y == 0:
+                said = self._empty_text or ("loading…" if self._loading else None)
+                if said:
+                    text = Text(said, style=self._styles()["logpane--tag"], no_wrap=True)
+                    return Strip(text.render(self.app.console)).adjust_cell_length(width, style)
             return Strip.blank(width, style)
         vi, sub = found
         a = self._view[vi]
@@ -808,10 +840,12 @@ class LogPane(ScrollView, can_focus=True):
         elif not self._following:
             parts.append("paused")
         total = len(self.buffer)
-        if self._filter and parse_filter(self._filter)[0]:
+        if self._loading and not total:
+            parts.append("loading…")
+        elif self._filter and parse_filter(self._filter)[0]:
             parts.append(f"{len(self._view):,}/{total:,} lines")
         else:
-            parts.append(f"{total:,} lines")
+            parts.append(f"{total:,} lines" + (" · loading…" if self._loading else ""))
         if self._exit_code is not None:
             parts.append(f"exited {self._exit_code}")
         elif self._ended:
