@@ -414,6 +414,16 @@ async def test_current_match_is_marked_apart_from_the_other_matches() -> None:
         row_of = {int(r.split()[1]): top + y for y, r in enumerate(rows) if r.startswith("step")}
         assert by_bg[current] == [f"{row_of[4]}:nan"]
         assert sorted(by_bg[other]) == sorted([f"{row_of[3]}:nan", f"{row_of[6]}:nan"])
+        # the current match's line is marked to the pane's edge, the others not
+        cursor = pane.get_component_rich_style("logpane--cursor").bgcolor
+        strips = app.screen._compositor.render_strips()
+        marked = {y for y, strip in enumerate(strips)
+                  if any(seg.style is not None and seg.style.bgcolor == cursor for seg in strip)}
+        assert marked == {row_of[4]}
+        region = pane.scrollable_content_region
+        assert strips[row_of[4]].crop(region.right - 3, region.right).text.strip() == ""
+        assert all(seg.style is not None and seg.style.bgcolor == cursor
+                   for seg in strips[row_of[4]].crop(region.right - 3, region.right))
         pane.set_search("no such text", jump=False)
         await pilot.pause()
         assert "/no such text not found" in screen(app)[-2]

@@ -219,7 +219,8 @@ class LogPane(ScrollView, can_focus=True):
            tick; they show once the view leaves the bottom */
         &.-following { scrollbar-visibility: hidden; }
         & > .logpane--match { background: $warning 70%; color: $background; }
-        & > .logpane--match-current { background: $accent; color: $text; text-style: bold; }
+        & > .logpane--match-current { background: $foreground; color: $background;
+                                      text-style: bold; }
         & > .logpane--cursor { background: $accent 30%; }
         & > .logpane--error { color: $text-error; }
         & > .logpane--tag { color: $text-muted; }
@@ -745,13 +746,13 @@ class LogPane(ScrollView, can_focus=True):
         if tag:
             parts.append(Text(tag + " ", self.get_component_rich_style("logpane--tag")))
         text = Text.assemble(*parts, body, no_wrap=True, end="") if parts else body
+        text.stylize_before(self._styles()["base"])
+        if is_cursor:  # the line's background, over its own colours' (not its colours)
+            text.stylize(self._styles()["cursor"])
         if self._search:  # in the text as shown, prefix included (what the search matched)
             match = "logpane--match-current" if is_cursor else "logpane--match"
             text.highlight_words([self._search], self.get_component_rich_style(match),
                                  case_sensitive=False)
-        text.stylize_before(self._styles()["base"])
-        if is_cursor:
-            text.stylize_before(self.get_component_rich_style("logpane--cursor"))
         return text
 
     def _styles(self) -> dict[str, Style]:
@@ -763,6 +764,8 @@ class LogPane(ScrollView, can_focus=True):
             styles["base"] = base
             for name in ("logpane--timestamp", "logpane--tag", "logpane--error"):
                 styles[name] = base + self.get_component_rich_style(name)
+            styles["cursor"] = Style(
+                bgcolor=self.get_component_rich_style("logpane--cursor").bgcolor)
         return styles
 
     def _plain_segments(self, line: DisplayLine) -> list[Segment] | None:
@@ -793,6 +796,8 @@ class LogPane(ScrollView, can_focus=True):
         if segments is not None:
             return ascii_window(segments, start, span, width, style)
         text = self._line_text(line, is_cursor)
+        if is_cursor:
+            style = style + self._styles()["cursor"]  # the whole row, to the pane's edge
         full = Strip(text.render(self.app.console), text.cell_len)
         return full.crop_extend(start, start + span, style).adjust_cell_length(width, style)
 
