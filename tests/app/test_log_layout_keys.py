@@ -17,7 +17,8 @@ from console.app.app import GpuConsoleApp
 from console.app.screens.logs import LogsFooter, LogsScreen
 from console.app.widgets.logpane import LogPane
 from console.app.widgets.logpanes import LogPanes
-from tests.app.demo_data import make_app, show_logs
+from console.jobs.logs import JobLogLine
+from tests.app.demo_data import T0_NS, jobs, make_app, show_logs
 
 SIZE = (160, 45)
 LAYOUT_KEYS = ["z", "tab", "shift+tab", "a", "r"]
@@ -181,3 +182,27 @@ async def test_the_footer_is_rebuilt_only_when_its_keys_change(state_dir: Path) 
         await pilot.press("escape")
         await pilot.pause()
         assert "Zoom" in {k.description for k in footer.query(FooterKey)}
+
+
+async def test_rank_panes_are_in_rank_order_whatever_order_ranks_first_write(
+        state_dir: Path) -> None:
+    app = make_app(state_dir)
+    async with app.run_test(size=SIZE) as pilot:
+        job = next(j for j in jobs() if j.state == "running")
+        screen = LogsScreen(job, follow=False)
+        await app.push_screen(screen)
+        host = {n.node_rank: n.host for n in job.nodes}
+        for i, (node, rank) in enumerate([(1, 3), (0, 1), (1, 2), (0, 0)]):
+            screen.take_lines([JobLogLine(node, host[node], rank, T0_NS + i, f"hello {rank}")])
+        while screen.backlog:
+            await pilot.pause(0.01)
+        await pilot.press("r")
+        await pilot.pause()
+        panes = screen.query_one(LogPanes)
+        titles = [p.title for p in panes.shown_panes]
+        assert titles == ["node 0 rank 0", "node 0 rank 1", "node 1 rank 2", "node 1 rank 3"]
+        assert [p.region.x for p in panes.shown_panes] == sorted(
+            p.region.x for p in panes.shown_panes[:2]) * 2  # 2x2, left to right
+        await pilot.press("z", "tab")
+        await pilot.pause()
+        assert panes.zoomed is not None and panes.zoomed.title == "node 0 rank 1"

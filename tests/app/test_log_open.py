@@ -102,6 +102,8 @@ async def test_archive_shows_first_then_the_containers_news_without_a_repeat(
         await pilot.pause()
         assert titles(screen) == ["node 0 · h200-a · 3,200 lines · exited 143",
                                   "node 1 · h200-b · 2,500 lines · exited 1"]
+        assert panes.merged_pane is not None
+        assert str(panes.merged_pane.border_title) == "all ranks · 5,700 lines · exited 1"
         assert not any(" 0 lines" in t for ts in seen for t in ts)
         assert screen.skipped == 0
 

@@ -424,7 +424,11 @@ class LogsScreen(Screen[None]):
             if rbuf is None:
                 rbuf = self.by_rank[key] = LogBuffer(self.buffer_lines, node=node_rank,
                                                      rank=rank)
-                panes.add_pane(f"node {key[0]} rank {key[1]}", rbuf, rank=True)
+                pane = panes.add_pane(f"node {key[0]} rank {key[1]}", rbuf, rank=True,
+                                      index=sorted(self.by_rank).index(key))
+                n = next((x for x in self.job.nodes if x.node_rank == node_rank), None)
+                if n is not None and n.state not in ("pending", "running"):
+                    pane.set_exit_code(n.exit_code)
             rbuf.append_rows(node_rank, rank, shown)
         self.merged.append_rows(node_rank, rank, shown)
 
@@ -434,10 +438,17 @@ class LogsScreen(Screen[None]):
             return
         panes = found.first()
         for n in self.job.nodes:
-            buf = self.by_node.get(n.node_rank)
-            pane = panes.pane_for(buf) if buf is not None else None
-            if pane is not None and n.state not in ("pending", "running"):
-                pane.set_exit_code(n.exit_code)
+            if n.state in ("pending", "running"):
+                continue
+            bufs = [self.by_node.get(n.node_rank),
+                    *(b for (node, _), b in self.by_rank.items() if node == n.node_rank)]
+            for buf in bufs:
+                pane = panes.pane_for(buf) if buf is not None else None
+                if pane is not None:
+                    pane.set_exit_code(n.exit_code)
+        if panes.merged_pane is not None and self.job.nodes and all(
+                n.state not in ("pending", "running") for n in self.job.nodes):
+            panes.merged_pane.set_exit_code(self.job.exit_code)
 
     # -- actions ----------------------------------------------------------------------------
 

@@ -259,14 +259,17 @@ class LogPanes(Widget):
                 return pane
         return None
 
-    def add_pane(self, title: str, buffer: LogBuffer, *, rank: bool = False) -> LogPane:
-        """Add a node's pane (or with ``rank``, a rank's) after the existing ones."""
+    def add_pane(self, title: str, buffer: LogBuffer, *, rank: bool = False,
+                 index: int | None = None) -> LogPane:
+        """Add a node's pane (or with ``rank``, a rank's) at ``index`` of its group (``None``:
+        after the existing ones); returns it."""
         pane = self._new_pane(buffer, title)
         group = self._rank_panes if rank else self._panes
-        group.append(pane)
+        at = len(group) if index is None else max(0, min(index, len(group)))
+        group.insert(at, pane)
         if self.is_mounted:
             # tiles in the order of _all(): node panes, rank panes, merged
-            later = (self._rank_panes if not rank else []) + (
+            later = group[at + 1 :] + (self._rank_panes if not rank else []) + (
                 [self._merged] if self._merged is not None else [])
             before = next((self._tiles[p] for p in later if p in self._tiles), None)
             tile = self._tile(pane, False)
