@@ -135,8 +135,10 @@ async def test_a_node_whose_container_is_gone_with_nothing_archived_says_so(
         assert gone.empty_text == ("node 1 (h200-b): its container is gone (removed outside "
                                    "gpuconsole) and nothing was archived from it")
         region = gone.scrollable_content_region
-        row = app.screen._compositor.render_strips()[region.y].text
-        assert "its container is gone" in row[region.x:region.right]
+        strips = app.screen._compositor.render_strips()
+        shown = " ".join(strips[y].text[region.x:region.right].strip()
+                         for y in range(region.y, region.bottom)).strip()
+        assert shown == gone.empty_text  # wrapped in the pane, whole
         assert panes.panes[0].empty_text is None and panes.panes[0].line_count == 10
         assert titles(screen)[1] == "node 1 · h200-b · 0 lines · exited 1"
         assert not any("loading" in t for t in titles(screen))

@@ -21,6 +21,7 @@ often as it likes); the pane syncs with the buffer at most every :data:`REFRESH_
 from __future__ import annotations
 
 import bisect
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -812,10 +813,11 @@ class LogPane(ScrollView, can_focus=True):
         style = self._styles()["base"]
         found = self._locate(scroll_y + y)
         if found is None:
-            if not self._view and scroll_y + y == 0:
-                said = self._empty_text or ("loading…" if self._loading else None)
-                if said:
-                    text = Text(said, style=self._styles()["logpane--tag"], no_wrap=True)
+            said = self._empty_text or ("loading…" if self._loading else None)
+            if not self._view and said:  # wrapped at the pane's width
+                rows = textwrap.wrap(said, max(8, width)) or [""]
+                if scroll_y + y < len(rows):
+                    text = Text(rows[scroll_y + y], style=self._styles()["logpane--tag"])
                     return Strip(text.render(self.app.console)).adjust_cell_length(width, style)
             return Strip.blank(width, style)
         vi, sub = found
