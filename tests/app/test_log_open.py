@@ -167,3 +167,40 @@ def test_no_lines_reason_names_what_is_known() -> None:
     assert no_lines_reason(job, n0)[0] == "removed"  # type: ignore[index]
     running = next(j for j in jobs() if j.state == "running")
     assert no_lines_reason(running, running.nodes[0]) is None
+
+
+async def test_another_jobs_panes_side_by_side_tagged_with_its_name(state_dir: Path) -> None:
+    from console.app.app import JobUpdated, LogLinesArrived
+    from console.app.screens.modals import AskScreen
+    from tests.app.demo_data import show_logs
+
+    app = make_app(state_dir)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await show_logs(app)
+        other = failed_job()
+        await pilot.press("plus")
+        await pilot.pause()
+        assert isinstance(app.screen, AskScreen)
+        await pilot.press(*other.name, "enter")
+        await pilot.pause()
+        assert app.screen is screen and other.id in screen.others
+        panes = screen.query_one(LogPanes)
+        assert [p.title for p in panes.panes] == [
+            "node 0 · h200-a", "node 1 · h200-b",
+            "llama-ft · node 0 · h200-a", "llama-ft · node 1 · h200-b"]
+        screen.take(LogLinesArrived(other.id, lines(other, 1, 0, 5)))
+        screen.take(LogLinesArrived("some-other-job", lines(other, 0, 0, 7)))  # not shown
+        await pilot.pause()
+        panes.flush()
+        await pilot.pause()
+        mine = panes.panes[:2]
+        assert [p.line_count for p in panes.panes[2:]] == [0, 5]
+        assert all(p.line_count > 5 for p in mine)  # this job's lines stay in its panes
+        assert all(p.region.width > 0 for p in panes.panes)  # 2x2, all on screen
+        assert "exited 1" in str(panes.panes[3].border_title)
+        screen.take(JobUpdated(other))
+        await pilot.press("plus")
+        await pilot.pause()
+        await pilot.press(*other.id, "enter")  # the same job again: said, not added twice
+        await pilot.pause()
+        assert len(panes.panes) == 4

@@ -127,6 +127,7 @@ class LogsScreen(Screen[None]):
         Binding("r", "split_ranks", "Per rank", id="logs.split_ranks"),
         Binding("S", "stop", "Stop job", id="logs.stop_job"),
         Binding("x", "exec", "Shell", id="logs.exec"),
+        Binding("plus", "add_job", "Add job", key_display="+", id="logs.add_job"),
     ]
     intake: ClassVar[Intake] = "process"
     """Where the job's streams are read (:meth:`console.service.Service.start_follow`): in a
@@ -167,6 +168,9 @@ class LogsScreen(Screen[None]):
         self._loading: set[int] = set()
         self._loaded = False
         self._following_tail = False
+        # other jobs shown side by side (``+``): their records and one buffer per node
+        self.others: dict[str, JobRecord] = {}
+        self.other_by_node: dict[tuple[str, int], LogBuffer] = {}
 
     @property
     def gc(self) -> GpuConsoleApp:
@@ -237,6 +241,8 @@ class LogsScreen(Screen[None]):
     async def on_unmount(self) -> None:
         if self.live:
             await self.gc.service.stop_follow(self.job.id)
+            for job_id in self.others:
+                await self.gc.service.stop_follow(job_id)
         # the panes' buffers and strips just became garbage: once the next screen is drawn,
         # a natural pause to collect the cycles the GC policy left frozen while lines streamed
         self.gc.call_after_refresh(self.gc.gc_policy.sweep)
@@ -319,7 +325,12 @@ class LogsScreen(Screen[None]):
         """A message the app forwards: lines, job changes, follow state of this job."""
         from console.app.app import FollowStateUpdated, JobUpdated, LogLinesArrived
 
-        if isinstance(m, LogLinesArrived) and m.job_id == self.job.id:
+        if isinstance(m, LogLinesArrived) and m.job_id in self.others:
+            self._take_other(m.job_id, m.lines, m.shown)
+        elif isinstance(m, JobUpdated) and m.job.id in self.others:
+            self.others[m.job.id] = m.job
+            self._show_other_exit_codes(m.job)
+        elif isinstance(m, LogLinesArrived) and m.job_id == self.job.id:
             self.take_lines(m.lines, m.shown)
         elif isinstance(m, JobUpdated) and m.job.id == self.job.id:
             self.job = m.job
@@ -464,6 +475,70 @@ class LogsScreen(Screen[None]):
             return
         self.split_ranks = not self.split_ranks
         self.query_one(LogPanes).set_split(self.split_ranks)
+
+    def action_add_job(self) -> None:
+        """``+``: show another job's node panes next to these (asks for its id or name)."""
+
+        def chosen(value: str | None) -> None:
+            if not value:
+                return
+            try:
+                job = self.gc.service.find_job(value)
+            except GpuConsoleError as e:
+                self.notify(e.message, title="add job", severity="error")
+                return
+            self.add_job(job)
+
+        self.app.push_screen(AskScreen("Show the panes of another job next to these "
+                                       "(id or name):"), chosen)
+
+    def add_job(self, job: JobRecord) -> None:
+        """Tile ``job``'s node panes after this job's, titled with its name, and follow it
+        (or read its log, if finished) while this screen is open."""
+        if job.id == self.job.id or job.id in self.others:
+            self.notify(f"{job.id} is already shown", title="add job")
+            return
+        self.others[job.id] = job
+        panes = self.query_one(LogPanes)
+        for n in job.nodes:
+            buf = self.other_by_node[(job.id, n.node_rank)] = LogBuffer(
+                self.buffer_lines, node=n.node_rank)
+            panes.add_pane(f"{job.name} · node {n.node_rank} · {n.host}", buf)
+        self._show_other_exit_codes(job)
+        if not self.live:
+            return
+        if job.state in ("pending", "running"):
+            self.gc.service.start_follow(job, tail=self.buffer_lines, where=self.intake)
+        else:
+            self._read_other(job)
+
+    @work(group="logs-other", exit_on_error=False)
+    async def _read_other(self, job: JobRecord) -> None:
+        try:
+            lines = await self.gc.service.read_logs(job, tail=self.buffer_lines)
+        except GpuConsoleError as e:
+            self.notify(e.message, title="logs", severity="error")
+            return
+        rows = await asyncio.to_thread(_shape, lines)
+        self._take_other(job.id, lines, rows)
+
+    def _take_other(self, job_id: str, lines: Sequence[JobLogLine],
+                    shown: Sequence[Sequence[Row]] | None) -> None:
+        """File another job's lines into its node panes' buffers."""
+        for i, ln in enumerate(lines):
+            buf = self.other_by_node.get((job_id, ln.node_rank))
+            if buf is not None:
+                rows = renumbered(shown[i]) if shown is not None else display_lines(ln)
+                buf.append_rows(ln.node_rank, ln.rank, rows)
+        self.query_one(LogPanes).notify_appended()
+
+    def _show_other_exit_codes(self, job: JobRecord) -> None:
+        panes = self.query_one(LogPanes)
+        for n in job.nodes:
+            buf = self.other_by_node.get((job.id, n.node_rank))
+            pane = panes.pane_for(buf) if buf is not None else None
+            if pane is not None and n.state not in ("pending", "running"):
+                pane.set_exit_code(n.exit_code)
 
     def action_stop(self) -> None:
         """Stop the job (with the confirmation showing what runs where)."""
