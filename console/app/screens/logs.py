@@ -521,6 +521,15 @@ class LogsScreen(Screen[None]):
             return
         rows = await asyncio.to_thread(_shape, lines)
         self._take_other(job.id, lines, rows)
+        from console.jobs.logs import no_lines_reason
+
+        panes = self.query_one(LogPanes)
+        for n in job.nodes:  # an empty pane says why
+            buf = self.other_by_node.get((job.id, n.node_rank))
+            pane = panes.pane_for(buf) if buf is not None else None
+            if pane is not None and buf is not None and not len(buf):
+                why = no_lines_reason(job, n)
+                pane.set_empty_text(why[1] if why is not None else None)
 
     def _take_other(self, job_id: str, lines: Sequence[JobLogLine],
                     shown: Sequence[Sequence[Row]] | None) -> None:
