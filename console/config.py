@@ -27,7 +27,7 @@ from console.yamlsrc import load_yaml, validation_error
 class AppConfig(BaseModel):
     """Settings of the interactive app (see the module docstring)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     interval: float = Field(1.0, ge=0.1, le=60, description="telemetry interval (s)")
     log_buffer_lines: int = Field(100_000, ge=1_000, le=10_000_000,
@@ -51,7 +51,7 @@ def load_config(path: Path | None = None) -> AppConfig:
         ConfigError: malformed or invalid, naming the file, line and field.
     """
     path = path or config_dir() / "config.yaml"
-    if not path.is_file():
+    if not path.exists():  # a directory or FIFO in its place: read_source says what it is
         return AppConfig()
     data, lines = load_yaml(path, "config")
     try:

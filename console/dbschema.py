@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -55,7 +56,8 @@ def migrate_schema(db: sqlite3.Connection, path: Path, migrations: Mapping[int, 
                 db.execute(f"PRAGMA user_version = {v:d}")
             db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            with contextlib.suppress(sqlite3.Error):  # the error said already matters more
+                db.execute("ROLLBACK")
             raise
     finally:
         db.isolation_level = old_isolation

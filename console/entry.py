@@ -27,6 +27,7 @@ def main() -> None:
     """
     sys.unraisablehook = _redeliver_interrupt
     try:
+        _take_over_interrupts()
         from click.exceptions import Abort, ClickException
 
         from console.cli import main as cli
@@ -50,6 +51,22 @@ def main() -> None:
         _interrupted()
     except KeyboardInterrupt:
         _interrupted()
+
+
+def _take_over_interrupts() -> None:
+    """From here on a Ctrl-C is a :class:`KeyboardInterrupt` that :func:`main` catches: the
+    start-up handler of :mod:`console` (set while the command's modules were imported) is
+    replaced by Python's own, and a SIGINT that a launcher kept blocked while the interpreter
+    started (``env --block-signal=INT gpuconsole ...``) is let through now, inside the
+    ``try``."""
+    import signal
+
+    import console
+
+    if signal.getsignal(signal.SIGINT) is console._interrupted_while_starting:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def _caused_by_interrupt(exc: BaseException) -> bool:

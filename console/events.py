@@ -173,8 +173,32 @@ class FollowStateChanged:
         return ("follow", self.job_id, self.node_rank)
 
 
+@dataclass(frozen=True)
+class ArchiveStateChanged:
+    """A node's log archive could not be written during a follow (``error`` set: no space
+    left in the state dir...; the follow goes on), or can be written again (``error`` is
+    ``None``: what was kept meanwhile is archived).
+
+    Attributes:
+        job_id: the job.
+        node_rank: the node.
+        error: the archive's error (``<file>: <what is wrong>``), or ``None``.
+        hint: its fix, or ``None``.
+    """
+
+    job_id: str
+    node_rank: int
+    error: str | None
+    hint: str | None = None
+
+    @property
+    def key(self) -> Hashable:
+        """Coalescing key: the latest state per node's archive wins."""
+        return ("archive", self.job_id, self.node_rank)
+
+
 Event = (AlertChanged | SampleReceived | HostStateChanged | ContainersMapped | JobChanged
-         | NodeExited | LogLinesReceived | FollowStateChanged)
+         | NodeExited | LogLinesReceived | FollowStateChanged | ArchiveStateChanged)
 Handler = Callable[[Event], None]
 
 

@@ -6,6 +6,7 @@ turns it into a validation error; :mod:`console.yamlsrc` into a :class:`ConfigEr
 
 from __future__ import annotations
 
+import posixpath
 import re
 import unicodedata
 from typing import Annotated, Literal
@@ -13,6 +14,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator
 
 from console.errors import UsageError
+from remote.gang import MOUNT_DIR as GANG_MOUNT_DIR
 
 #: Unicode categories refused in one-line fields: controls (NUL, CR, ESC, BEL...), format
 #: characters (bidi overrides, zero-width), line and paragraph separators.
@@ -85,8 +87,18 @@ def no_space(v: str) -> str:
     return v
 
 
+def not_blank(v: str) -> str:
+    """Refuse an empty (or all white space) value: for a field whose absence means a default
+    (``known_hosts`` -> ``~/.ssh/known_hosts``), ``""`` would silently mean that default."""
+    if not v.strip():
+        raise ValueError("is empty; give a value, or leave the field out for the default")
+    return v
+
+
 #: A one-line string (names, paths, hosts).
 OneLine = Annotated[str, AfterValidator(one_line)]
+#: A one-line string that is not empty (paths and names whose absence means a default).
+Given = Annotated[str, AfterValidator(one_line), AfterValidator(not_blank)]
 #: A string without NUL (arguments, environment values: newlines allowed).
 NoNul = Annotated[str, AfterValidator(no_nul)]
 #: One line without white space (user names, host names, addresses).
@@ -144,6 +156,19 @@ ImageRef = Annotated[str, AfterValidator(image_reference)]
 
 #: Where the synced workdir is mounted in every container (read-only).
 WORKSPACE = "/workspace"
+#: Container paths gpuconsole mounts itself -> what it mounts there; a job's mount may not
+#: take them (nor go inside the supervisor's folder): Docker refuses a second mount at one
+#: point when the container is created ("Duplicate mount point").
+RESERVED_TARGETS = {WORKSPACE: "the synced workdir", GANG_MOUNT_DIR: "the gang supervisor"}
+
+
+def container_path(path: str) -> str:
+    """An absolute container path as Docker compares mount points: ``.``, ``..``, repeated
+    and trailing ``/`` resolved (``posixpath.normpath``, which keeps a leading ``//`` as
+    POSIX allows; Docker does not, so it becomes ``/``): ``//workspace``,
+    ``/workspace/.`` and ``/opt/../workspace`` are all ``/workspace``."""
+    norm = posixpath.normpath(path)
+    return "/" + norm.lstrip("/") if norm.startswith("/") else norm
 
 
 def parse_mount(m: str) -> tuple[str, str, bool]:
@@ -153,9 +178,12 @@ def parse_mount(m: str) -> tuple[str, str, bool]:
     home). A relative host path (``./checkpoints``) is refused: it has no folder to be
     relative to on the host (the synced workdir is shared, content-addressed and read-only).
 
+    The container path is returned normalised (:func:`container_path`).
+
     Raises:
         ValueError: wrong form, a relative path, a control character, or a container path
-            that would hide the workdir (``/workspace``).
+            that is the root or one gpuconsole mounts itself (:data:`RESERVED_TARGETS`:
+            the workdir at ``/workspace``, the gang supervisor), however it is written.
     """
     one_line(m)
     parts = m.split(":")
@@ -170,10 +198,18 @@ def parse_mount(m: str) -> tuple[str, str, bool]:
         )
     if not dst.startswith("/"):
         raise ValueError(f"mount {m!r}: the container path must be absolute")
-    if dst.rstrip("/") in ("", WORKSPACE):
-        raise ValueError(f"mount {m!r}: the container path {dst!r} would hide "
-                         f"{'the root' if dst.rstrip('/') == '' else 'the synced workdir'}")
-    return src, dst, len(parts) == 3 and parts[2] == "ro"
+    target = container_path(dst)
+    shown = dst if target == dst else f"{dst!r} (that is {target})"
+    if target == "/":
+        raise ValueError(f"mount {m!r}: the container path {shown} would hide the root; "
+                         "mount at a folder such as /data")
+    for reserved, what in RESERVED_TARGETS.items():
+        inside = reserved == GANG_MOUNT_DIR and target.startswith(reserved + "/")
+        if target == reserved or inside:
+            place = f"is inside {reserved}, where" if inside else "is where"
+            raise ValueError(f"mount {m!r}: the container path {shown} {place} gpuconsole "
+                             f"mounts {what}; mount at another path, such as /data")
+    return src, target, len(parts) == 3 and parts[2] == "ro"
 
 
 def mount(v: str) -> str:

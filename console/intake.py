@@ -19,6 +19,9 @@ ends are the same installed code). Messages (child -> parent):
 - ``("state", node_rank, state, why)``: a node's stream dropped (``reconnecting``) or
   resumed (``following``);
 - ``("exit", node_rank, host)``: a node's stream ended (its container exited);
+- ``("archive", node_rank, error, hint)``: a node's archive could not be written (the
+  follow goes on; ``error`` and its fix, see
+  :class:`~console.events.ArchiveStateChanged`), or can be again (``error`` is ``None``);
 - ``("done", error)``: the follow ended (``error`` is ``None`` or a message).
 
 The child never writes to the terminal: its stderr is ``/dev/null``, anything printed goes
@@ -41,11 +44,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, overload
 
+from console.errors import StateError
 from console.jobs.logbuffer import Row, display_lines
 from console.jobs.logs import JobLogLine, follow_job_log_batches
 from console.jobs.store import JobRecord, NodeRecord, Store
 from console.profiles import Profile
 from console.session import Session
+from remote.errors import GpuConsoleError
 
 log = logging.getLogger("gpuconsole.intake")
 
@@ -136,8 +141,6 @@ def main() -> None:
 
 async def _run(out: BinaryIO, req: IntakeRequest) -> None:
     loop = asyncio.get_running_loop()
-    store = Store(req.store_root)
-    session = Session(req.profile)
     stop = asyncio.Event()
     loop.add_reader(0, stop.set)  # stdin readable = its EOF: the console wants us gone
     batch: list[LineTuple] = []
@@ -170,10 +173,23 @@ async def _run(out: BinaryIO, req: IntakeRequest) -> None:
     def on_state(n: NodeRecord, state: str, why: str | None) -> None:
         send(("state", n.node_rank, state, why))
 
+    def on_archive(n: NodeRecord, error: StateError | None) -> None:
+        send(("archive", n.node_rank, error.message if error else None,
+              error.hint if error else None))
+
+    try:
+        store = Store(req.store_root)
+    except GpuConsoleError as e:  # a damaged, locked or full state dir: said, not a crash
+        loop.remove_reader(0)
+        send(("done", e.message))
+        return
+    session = Session(req.profile)
+
     async def pump() -> None:
         nonlocal timer
         async for lines in follow_job_log_batches(session, store, req.job, tail=req.tail,
-                                                  on_node_exit=on_exit, on_state=on_state):
+                                                  on_node_exit=on_exit, on_state=on_state,
+                                                  on_archive=on_archive):
             batch.extend(as_tuple(ln) for ln in lines)
             shown.extend(tuple(display_lines(ln)) for ln in lines)
             wait = last + req.batch_s - time.monotonic()

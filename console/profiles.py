@@ -12,10 +12,11 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import platformdirs
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -26,7 +27,18 @@ from pydantic import (
 )
 
 from console.errors import ConfigError
-from console.fields import AppriseUrl, ImageRef, Mount, NoNul, OneLine, Size, Word, env_names
+from console.fields import (
+    AppriseUrl,
+    Given,
+    ImageRef,
+    Mount,
+    NoNul,
+    OneLine,
+    Size,
+    Word,
+    env_names,
+    not_blank,
+)
 from console.slurm.fields import SlurmTime
 from console.yamlsrc import (
     ConfigErrors,
@@ -55,7 +67,9 @@ def _bundled_dir() -> Path:
 BUNDLED_DIR = _bundled_dir()
 """The bundled profiles' folder (see :func:`_bundled_dir`)."""
 
-_Strict = ConfigDict(extra="forbid", defer_build=True)
+_Strict = ConfigDict(extra="forbid", defer_build=True, strict=True)
+#: Longest ``connect_timeout`` (s): a wait for one host's handshake, not a way to hang.
+MAX_CONNECT_TIMEOUT_S = 600
 _CAP_RE = re.compile(r"^(CAP_)?[A-Z][A-Z0-9_]{0,40}$")
 _HOST_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 
@@ -73,16 +87,17 @@ class HostConfig(BaseModel):
     hostname: Word | None = Field(None, description="host name, IP or ~/.ssh/config alias")
     port: int | None = Field(None, ge=1, le=65535)
     user: Word | None = None
-    identity_file: OneLine | None = None
+    identity_file: Given | None = None
     jump: str | None = Field(None, description="jump host, [user@]host[:port] like ssh -J")
-    address: Word | None = Field(None, description="IP other nodes use to reach this host")
+    address: Annotated[Word, AfterValidator(not_blank)] | None = Field(
+        None, description="IP other nodes use to reach this host")
     docker_socket: OneLine | None = Field(
         None, description="engine socket; default /var/run/docker.sock ($DOCKER_HOST=unix://"
         "... wins for a local host)")
     runtime: Literal["docker", "host"] = Field(
         "docker", description="how jobs run here by default: docker containers, or host "
         "(torchrun in the host's Python, no Docker); a spec's `runtime` wins")
-    python: OneLine | None = Field(
+    python: Given | None = Field(
         None, description="runtime host: the python with torch (a path, or a conda env "
         "name); default python3")
 
@@ -174,7 +189,7 @@ class SlurmConfig(BaseModel):
     partition: Word | None = None
     account: Word | None = None
     time_limit: SlurmTime | None = None
-    python: OneLine = "python3"
+    python: Given = "python3"
     container: Literal["pyxis", "apptainer", "none"] = "none"
     sbatch_args: list[OneLine] = Field(default_factory=list)
     job_dir: OneLine = "~/.cache/gpuconsole/slurm"
@@ -208,14 +223,16 @@ class Profile(BaseModel):
     name: OneLine = "local"
     source: str | None = None
     hosts: dict[str, HostConfig] = Field(min_length=1)
-    known_hosts: OneLine | None = None
+    known_hosts: Given | None = None
     accept_new_host_keys: bool = False
-    connect_timeout: float = Field(10.0, gt=0)
+    connect_timeout: float = Field(10.0, gt=0, le=MAX_CONNECT_TIMEOUT_S, allow_inf_nan=False,
+                                   description="seconds for the TCP connect and SSH handshake")
     defaults: JobDefaults = Field(default_factory=JobDefaults)
     alerts: dict[str, object] | None = Field(
         None, description="alert rules (console/alerts/config.py; typed: `alert_rules`)")
     price_per_gpu_hour: float | None = Field(
-        None, ge=0, allow_inf_nan=False, description="USD per GPU hour (idle GPUs' cost)")
+        None, ge=0, le=10_000, allow_inf_nan=False,
+        description="USD per GPU hour (idle GPUs' cost)")
     notify: list[AppriseUrl] = Field(default_factory=list,
                                      description="Apprise URLs alerts are sent to")
     scheduler: Literal["ssh", "slurm"] = Field(
@@ -426,7 +443,7 @@ def file_problems(profile: Profile, lines: Lines) -> list[ConfigError]:
 def _find(name: str) -> Path | None:
     for folder in (user_profiles_dir(), BUNDLED_DIR):
         p = folder / f"{name}.yaml"
-        if p.is_file():
+        if p.exists():  # not a regular file: read_source says what it is
             return p
     return None
 
@@ -443,14 +460,14 @@ def resolve_profile(ref: str | None = None) -> Profile:
     ref = ref or os.environ.get("GPUCONSOLE_PROFILE") or None
     if ref is None:
         default = user_profiles_dir() / "default.yaml"
-        if default.is_file():
+        if default.exists():
             return load_profile_file(default)
         ref = "local"
     as_path = Path(os.path.expanduser(ref))
     if ref.endswith((".yaml", ".yml")) or os.sep in ref:
-        if not as_path.is_file():
+        if not as_path.exists():
             raise ConfigError(f"profile file {ref} does not exist", "give an existing YAML file")
-        return load_profile_file(as_path)
+        return load_profile_file(as_path)  # a FIFO, device or directory: read_source says so
     found = _find(ref)
     if found is not None:
         return load_profile_file(found)

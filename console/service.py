@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import math
 import os
@@ -26,15 +27,16 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
-from console.errors import ConfigError, JobError, JobNotFound, UsageError
+from console.errors import ConfigError, JobError, JobNotFound, StateError, UsageError
 from console.events import (
+    ArchiveStateChanged,
     EventBus,
     FollowStateChanged,
     JobChanged,
     LogLinesReceived,
     NodeExited,
 )
-from console.jobs.labels import K_KIND
+from console.jobs.labels import K_KIND, secret_env_of
 from console.jobs.logs import JobLogLine, follow_job_log_batches, read_job_logs
 from console.jobs.status import (
     ACTIVE_STATES,
@@ -505,10 +507,11 @@ class Service:
         """
         from console.jobs.launch import prepare
         from console.jobs.spec import load_spec
+        from console.yamlsrc import source_problem
 
-        if not spec_path.is_file():
-            raise ConfigError("job spec not found", "give the path of a YAML job spec",
-                              path=str(spec_path))
+        problem = source_problem(spec_path, "job spec")
+        if problem is not None:
+            raise problem
         loaded = await asyncio.to_thread(load_spec, spec_path, overrides)
         if self.profile.scheduler == "slurm":
             from console.slurm.backend import plan_slurm
@@ -751,8 +754,11 @@ class Service:
                 if spec is not None:
                     from console.jobs.plan import run_line
 
-                    docker_run = run_line(spec) if spec.runtime == "host" \
-                        else spec.docker_run_line()
+                    # what the host says is secret, whatever its source (the spec, the
+                    # profile's defaults.env), also when this state dir has no record of it
+                    spec = dataclasses.replace(
+                        spec, secret_env=spec.secret_env | secret_env_of(spec.labels, spec.env))
+                    docker_run = run_line(spec)
                     torchrun = shlex.join(gang.unwrap(spec.command))
             nodes.append(NodeDescription(n.node_rank, n.host, n.container_name, n.container_id,
                                          n.state, n.exit_code, docker_run, torchrun))
@@ -785,7 +791,7 @@ class Service:
                            f"on the login host: `srun --overlap --jobid {sid}{on} --pty bash`")
         if not n.container_id or n.state != "running" or job.removed_at is not None:
             raise JobError(f"job {job.id}: node {n.node_rank} is not running ({n.state})",
-                           "exec needs a running container; see `gpuconsole ps`")
+                           not_running_hint(job))
         if job.runtime == "host":
             argv = self.session_for(job).transport(n.host).ssh_argv()
             login = f"`{shlex.join(argv)}`" if argv else "it runs on this machine"
@@ -814,13 +820,32 @@ class Service:
             JobError: the node is not running.
             TransportError: the host cannot be reached.
         """
+        attach = await self.prepare_exec(job, node, command, tty=tty)
+        return await attach()
+
+    async def prepare_exec(self, job: JobRecord, node: int | None, command: list[str], *,
+                           tty: bool) -> Callable[[], Coroutine[Any, Any, int]]:
+        """What :meth:`exec` does before it takes the terminal: refresh the job from its
+        host, check that the node runs, connect. Returns the call that attaches the terminal
+        and returns the command's exit code (the app hands the terminal over only for it, so
+        a refusal is said on the app's screen).
+
+        Raises:
+            JobError: the node is not running.
+            TransportError: the host cannot be reached.
+        """
         if self._slurm_session(job) is not None:  # before asking hosts it has no entry for
             self.exec_target(job, node)
         job = await refresh(self.session_for(job), self.store, job, teardown=False)
         self._raise_if_unreachable(job)
         n = self.exec_target(job, node)
         t = await self.session_for(job).connected(n.host)
-        return await t.interactive(self.exec_argv(job, n, command, tty=tty), tty=tty)
+        argv = self.exec_argv(job, n, command, tty=tty)
+
+        async def attach() -> int:
+            return await t.interactive(argv, tty=tty)
+
+        return attach
 
     # -- shell (dev container) ----------------------------------------------------------------
 
@@ -1001,9 +1026,11 @@ class Service:
                                      "gpus_per_node": gpus, "workdir": workdir, "name": name}
         given = {k: v for k, v in overrides.items() if v is not None}
         if spec_path is not None:
-            if not spec_path.is_file():
-                raise ConfigError("notebook spec not found", "give the path of a YAML spec",
-                                  path=str(spec_path))
+            from console.yamlsrc import source_problem
+
+            problem = source_problem(spec_path, "notebook spec")
+            if problem is not None:
+                raise problem
             data, lines = await asyncio.to_thread(load_yaml, spec_path, "notebook spec")
             if "kind" not in data and "script" in data:
                 raise ConfigError("a training job spec (it has `script`), not a notebook",
@@ -1171,6 +1198,11 @@ class Service:
         def on_state(n: NodeRecord, state: str, detail: str | None) -> None:
             self.bus.publish(FollowStateChanged(job.id, n.node_rank, state, detail))
 
+        def on_archive(n: NodeRecord, error: StateError | None) -> None:
+            self.bus.publish(ArchiveStateChanged(job.id, n.node_rank,
+                                                 error.message if error else None,
+                                                 error.hint if error else None))
+
         if session.profile.scheduler == "slurm":
             from console.slurm.backend import follow_slurm
 
@@ -1189,7 +1221,8 @@ class Service:
             async for batch in follow_job_log_batches(session, self.store, job, node=node,
                                                       since_ns=since_ns, tail=tail,
                                                       on_node_exit=on_exit,
-                                                      on_state=on_state):
+                                                      on_state=on_state,
+                                                      on_archive=on_archive):
                 yield batch
         finally:
             if refreshing:
@@ -1303,6 +1336,8 @@ class Service:
                                                       tuple(msg[2])))
                 elif kind == "state":
                     self.bus.publish(FollowStateChanged(job.id, msg[1], msg[2], msg[3]))
+                elif kind == "archive":
+                    self.bus.publish(ArchiveStateChanged(job.id, msg[1], msg[2], msg[3]))
                 elif kind == "exit":
                     self.bus.publish(NodeExited(job.id, msg[1], msg[2]))
                     self.bus.publish(FollowStateChanged(job.id, msg[1], "ended"))
@@ -1421,3 +1456,12 @@ class Service:
             self._replay.cancel()
             await asyncio.gather(self._replay, return_exceptions=True)
             self._replay = None
+
+
+def not_running_hint(job: JobRecord) -> str:
+    """What to do instead of a shell in a job that no longer runs: its output and files."""
+    if job.removed_at is not None:
+        return (f"its containers were removed: `gpuconsole logs {job.id}` reads its archived "
+                "output")
+    return (f"a shell needs a running container: `gpuconsole logs {job.id}` shows its output, "
+            f"`gpuconsole cp {job.id}:PATH .` copies files out of its exited container")

@@ -38,8 +38,9 @@ class GuardedLoader(yaml.SafeLoader):
     Refuses, with the line: nesting deeper than :data:`MAX_DEPTH`; an alias inside the node
     it names (a cycle); documents that expand to more than :data:`MAX_VALUES` values; a key
     given twice in one mapping; a key that is not a plain scalar; NUL characters;
-    ``!!binary``. Plain scalar keys are always strings (``ON:`` and ``1:`` are names, not a
-    bool and an int).
+    ``!!binary``; tags that make another type (``!!set``, ``!!omap``, ``!!pairs``, and any tag
+    without a safe constructor: ``!!python/...``). Plain scalar keys are always strings
+    (``ON:`` and ``1:`` are names, not a bool and an int).
     """
 
     def __init__(self, stream: str) -> None:
@@ -116,7 +117,21 @@ class GuardedLoader(yaml.SafeLoader):
         return node
 
 
+def _no_retyping_tag(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
+    tag = node.tag.replace("tag:yaml.org,2002:", "!!")
+    raise _Refused(f"the tag {tag} is not accepted (tags make values of other types than the "
+                   "fields take: sets, pairs, Python objects)", node.start_mark,
+                   "write the value without the tag: a list as `[a, b]`, a mapping as "
+                   "`{key: value}`, text in quotes")
+
+
 GuardedLoader.add_constructor("tag:yaml.org,2002:binary", _no_binary)
+# Tags that build what no field takes (a set loses the order of `args`, !!omap and !!pairs
+# are lists of tuples); any tag PyYAML's safe loader has no constructor for (!!python/...,
+# !custom) is refused the same way, with its line.
+for _tag in ("set", "omap", "pairs"):
+    GuardedLoader.add_constructor(f"tag:yaml.org,2002:{_tag}", _no_retyping_tag)
+GuardedLoader.add_constructor(None, _no_retyping_tag)
 
 # Numbers as YAML 1.2 reads them: PyYAML follows YAML 1.1, where `1:30:00` is the base-60
 # integer 5400 and `8080:80` the integer 484880, so a time limit or a port mapping written

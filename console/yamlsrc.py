@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import difflib
 import itertools
+import os
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -43,21 +45,80 @@ def load_yaml(path: Path, what: str = "file") -> tuple[Any, Lines]:
     return parse_yaml_bytes(read_source(path, what), str(path), what)
 
 
+def _not_regular(mode: int) -> str | None:
+    """What a file of this ``st_mode`` is when it is not a regular file (for messages)."""
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a file"
+
+
+def source_problem(path: Path, what: str = "file") -> ConfigError | None:
+    """Why ``path`` cannot be read as a YAML ``what`` (a job spec, a profile): missing, or a
+    directory, FIFO, device or socket rather than a regular file; ``None`` when it is a
+    regular file (a symbolic link to one counts). Nothing is opened, so a FIFO never blocks
+    and a device is never read."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return ConfigError(f"{what} not found", f"give the path of a YAML {what}",
+                           path=str(path))
+    except OSError as e:
+        return ConfigError(f"cannot read {what}: {e.strerror}", "give a readable file",
+                           path=str(path))
+    kind = _not_regular(st.st_mode)
+    if kind is None:
+        return None
+    if kind == "a directory":
+        hint = f"give the path of a YAML {what} file inside it, not the directory"
+    else:
+        hint = f"give the path of a regular YAML file (save the {what} to a file first)"
+    return ConfigError(f"{what} is {kind}, not a regular file; it is not read", hint,
+                       path=str(path))
+
+
 def read_source(path: Path, what: str = "file") -> bytes:
-    """The bytes of a YAML file (see :func:`load_yaml`).
+    """The bytes of a YAML file (see :func:`load_yaml`); only a regular file is read
+    (:func:`source_problem`), opened without blocking, so a FIFO put in its place after the
+    check is refused too.
 
     Raises:
-        ConfigError: unreadable, or larger than :data:`MAX_BYTES`.
+        ConfigError: missing, not a regular file, unreadable, or larger than
+            :data:`MAX_BYTES`.
     """
+    problem = source_problem(path, what)
+    if problem is not None:
+        raise problem
     try:
-        if path.stat().st_size > MAX_BYTES:
-            raise ConfigError(f"the {what} is larger than {MAX_BYTES:,} bytes",
-                              "give the right file; a job spec or profile is a few lines",
-                              path=str(path))
-        return path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as e:
         raise ConfigError(f"cannot read {what}: {e.strerror}", "give a readable file",
                           path=str(path)) from e
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        kind = _not_regular(st.st_mode)
+        if kind is not None:
+            raise ConfigError(f"{what} is {kind}, not a regular file; it is not read",
+                              "give a regular YAML file", path=str(path))
+        try:
+            data = f.read(MAX_BYTES + 1)
+        except OSError as e:
+            raise ConfigError(f"cannot read {what}: {e.strerror}", "give a readable file",
+                              path=str(path)) from e
+    if len(data) > MAX_BYTES:
+        raise ConfigError(f"the {what} is larger than {MAX_BYTES:,} bytes",
+                          "give the right file; a job spec or profile is a few lines",
+                          path=str(path))
+    return data
 
 
 def parse_yaml_bytes(raw: bytes, source: str, what: str = "file") -> tuple[Any, Lines]:
@@ -216,7 +277,9 @@ FIELD_HINTS = {
     "nproc_per_node": "a whole number from 1 to 1024 (default: one per GPU)",
     "args": "a list of strings, e.g. `args: [\"--lr\", \"3e-4\"]`",
     "env": "a mapping of NAME: \"value\" (quote numbers and yes/no)",
-    "mounts": "a list like `[\"/data:/data:ro\", \"~/runs:/runs\"]`",
+    "mounts": "a list of host_path:container_path[:ro] like `[\"/data:/data:ro\", "
+              "\"~/runs:/runs\"]`; each container path its own, not /workspace or "
+              "/opt/gpuconsole-gang",
     "shm_size": "a size like `8g`, or use `ipc: host`",
     "ipc": "`ipc: host` or leave it out",
     "max_restarts": "a whole number from 0 to 1000",
@@ -238,6 +301,10 @@ FIELD_HINTS = {
     "defaults": "a mapping of job defaults: image, shm_size, ipc, mounts, env, ...",
     "keymap": "binding id -> keys, e.g. `logs.search: ctrl+f`",
     "interval": "seconds between samples, 0.1-60",
+    "connect_timeout": "seconds, a finite number above 0 and at most 600, e.g. "
+                       "`connect_timeout: 10`",
+    "stop_grace": "seconds between SIGTERM and SIGKILL, 0-3600, e.g. `stop_grace: 30`",
+    "price_per_gpu_hour": "USD per GPU hour, 0-10000, e.g. `price_per_gpu_hour: 2.5`",
 }
 
 

@@ -38,8 +38,22 @@ class HostUnreachable(TransportError):
     """The host did not answer (connection refused, timed out, name not resolved)."""
 
 
-class HostKeyUnknown(TransportError):
-    """The host's SSH key is not in known_hosts (or does not match it)."""
+class HostKeyRefused(TransportError):
+    """The host's SSH key is not trusted; the subclass says why (each has its own fix)."""
+
+
+class HostKeyUnknown(HostKeyRefused):
+    """known_hosts has no key for the host (first contact): the fix is to check the offered
+    key's fingerprint and add it."""
+
+
+class HostKeyChanged(HostKeyRefused):
+    """known_hosts has another key for the host: it was reinstalled, or someone is in the
+    middle. Never fixed by trusting the new key unchecked (no keyscan, no accept-new)."""
+
+
+class HostKeyRevoked(HostKeyRefused):
+    """The host offered a key that known_hosts marks ``@revoked``."""
 
 
 class AuthenticationFailed(TransportError):

@@ -143,6 +143,13 @@ async def follow_container_batches(
             outage_started = None
             if not follow:
                 return
+            dropped = engine.transport.drop_reason()
+            if dropped is not None:
+                # the connection under the stream died (the host stopped answering): say
+                # why, then reconnect and resume from the cursor
+                announce(dropped)
+                outage_started = loop.time()
+                continue
             info = await engine.inspect(container_id)
             if info is None:
                 return
@@ -164,7 +171,7 @@ async def follow_container_batches(
             if now - outage_started > max_outage:
                 raise
             log.info("[%s] log stream interrupted (%s); reconnecting", engine.host, e)
-            announce(e.message)
+            announce(engine.transport.drop_reason() or e.message)
             await asyncio.sleep(backoff * (0.5 + random.random()))
             backoff = min(backoff * 2, 5.0)
             try:

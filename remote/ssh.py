@@ -1,9 +1,12 @@
 """SSH hosts through asyncssh: commands, SFTP copies and the Docker socket forwarded locally.
 
-Host keys are always verified against known_hosts. An unknown key is refused with the fix spelled
-out, unless the profile says ``accept_new_host_keys: true`` (OpenSSH's ``accept-new``): then a
-host absent from known_hosts has its key appended on first connect, while a host listed with a
-different key is still refused.
+Host keys are always verified against known_hosts, matched as OpenSSH matches them (a port other
+than 22 only by ``[host]:port`` entries: :class:`StrictKnownHosts`). A refused key is told apart
+as OpenSSH does: unknown (:class:`HostKeyUnknown`, the fix spelled out), CHANGED
+(:class:`HostKeyChanged`: both fingerprints, the stored line, verify and remove it) or REVOKED
+(:class:`HostKeyRevoked`). With ``accept_new_host_keys: true`` (OpenSSH's ``accept-new``) a host
+absent from known_hosts has its key appended on first connect (its fingerprint logged), while a
+host listed with a different key is still refused.
 
 ``~/.ssh/config`` is read by asyncssh itself (Host/Match blocks, HostName, User, Port,
 IdentityFile, ProxyJump, Include), so a profile can name a config alias and set nothing else.
@@ -22,6 +25,7 @@ import socket
 import stat
 import sys
 import termios
+import time
 import tty as tty_mod
 import weakref
 from dataclasses import dataclass
@@ -34,6 +38,9 @@ from remote.errors import (
     AuthenticationFailed,
     ConnectionLost,
     DockerError,
+    HostKeyChanged,
+    HostKeyRefused,
+    HostKeyRevoked,
     HostKeyUnknown,
     HostUnreachable,
     TransportError,
@@ -46,6 +53,7 @@ from remote.transport import (
     RemoteProcess,
     Transport,
     local_temp_dir,
+    unsyncable_names,
 )
 
 #: Ciphers offered, in order of preference: AES-GCM first. asyncssh's default puts
@@ -131,6 +139,28 @@ def user_sets_ciphers(config: Path | None = None) -> bool:
 
 log = logging.getLogger("gpuconsole.remote.ssh")
 
+#: SSH keepalive (both hops): after this many seconds without data from the host a
+#: keepalive request is sent...
+KEEPALIVE_INTERVAL_S = 5
+#: ...and after this many unanswered ones the connection is given up: a host that stopped
+#: answering (a black-holed link, a host that froze) is noticed
+#: ``KEEPALIVE_INTERVAL_S * (KEEPALIVE_COUNT_MAX + 1)`` = 20 s after its last data, so log
+#: follows and telemetry reconnect; a host that answers at all within 15 s is never dropped.
+KEEPALIVE_COUNT_MAX = 3
+KEEPALIVE_DEAD_S = KEEPALIVE_INTERVAL_S * (KEEPALIVE_COUNT_MAX + 1)
+
+
+class _DropWatch(asyncssh.SSHClient):
+    """asyncssh's client callbacks of one connection: tells its transport why the
+    connection closed (``connection_lost``), the rest as asyncssh's defaults."""
+
+    def __init__(self, transport: SSHTransport) -> None:
+        self._transport = transport
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if exc is not None:
+            self._transport._lost = (time.monotonic(), exc)
+
 
 @dataclass(frozen=True)
 class SSHTarget:
@@ -182,6 +212,9 @@ class SSHTransport(Transport):
         self._peer_ip: str | None = None
         self._home: str | None = None
         self._lock = asyncio.Lock()
+        #: when and why the last connection (or its jump hop) dropped; ``None`` once a
+        #: connection is open again
+        self._lost: tuple[float, Exception] | None = None
 
     # -- connection -------------------------------------------------------------------------
 
@@ -217,17 +250,20 @@ class SSHTransport(Transport):
         return os.path.expanduser(self.target.known_hosts or "~/.ssh/known_hosts")
 
     def _options(
-        self, known_hosts: object, *, port: int | None, user: str | None
+        self, known_hosts: object, *, port: int | None, user: str | None,
+        seen: _HostKeySeen | None = None,
     ) -> dict[str, object]:
-        """Options for one hop. Keepalives are always on (10 s x 3): a dead connection must be
-        noticed quickly so log follows and telemetry reconnect; the rest defers to the config.
+        """Options for one hop. Keepalives are always on (:data:`KEEPALIVE_INTERVAL_S` x
+        :data:`KEEPALIVE_COUNT_MAX`): a dead connection must be noticed quickly so log
+        follows and telemetry reconnect; the rest defers to the config.
         """
         t = self.target
         opts: dict[str, object] = {
             "known_hosts": known_hosts,
             "connect_timeout": t.connect_timeout,
-            "keepalive_interval": 10,
-            "keepalive_count_max": 3,
+            "keepalive_interval": KEEPALIVE_INTERVAL_S,
+            "keepalive_count_max": KEEPALIVE_COUNT_MAX,
+            "client_factory": lambda: _DropWatch(self),
         }
         if not user_sets_ciphers():
             opts["encryption_algs"] = list(CIPHERS)
@@ -237,6 +273,8 @@ class SSHTransport(Transport):
             opts["username"] = user
         if t.identity_file is not None:
             opts["client_keys"] = [os.path.expanduser(t.identity_file)]
+        if seen is not None:
+            opts["client_factory"] = lambda: seen
         return opts
 
     async def _open_jump(self, known_hosts: object) -> asyncssh.SSHClientConnection:
@@ -274,20 +312,14 @@ class SSHTransport(Transport):
         ``tunnel="user@host"`` would not)."""
         assert self.target.jump is not None
         user, host, port = parse_jump(self.target.jump)
+        seen = _HostKeySeen(known_hosts, accept_new=False)
         try:
             # held until authenticated: sshd counts only unauthenticated connections
             async with jump_slot(self.target.jump):
                 return await asyncssh.connect(host, **self._options(known_hosts, port=port,
-                                                                    user=user))
+                                                                    user=user, seen=seen))
         except asyncssh.HostKeyNotVerifiable as e:
-            kh = self._known_hosts_path()
-            scan = shlex.join(["ssh-keyscan", "-p", str(port or 22), host])
-            raise HostKeyUnknown(
-                self.name,
-                f"host key of the jump host {host}:{port or 22} is not trusted ({e.reason}); "
-                f"known_hosts: {kh}",
-                f"check the key's fingerprint, then `{scan} >> {kh}`",
-            ) from e
+            raise self._host_key_error(e, seen, host, port or 22, jump=True) from e
         except asyncssh.PermissionDenied as e:
             raise AuthenticationFailed(
                 self.name, f"authentication refused by the jump host "
@@ -307,7 +339,8 @@ class SSHTransport(Transport):
 
         Raises:
             HostUnreachable: refused, timed out or name not resolved.
-            HostKeyUnknown: the host key is not in known_hosts (or differs from it).
+            HostKeyRefused: the host key is unknown (HostKeyUnknown), differs from the one
+                known_hosts holds (HostKeyChanged) or is revoked there (HostKeyRevoked).
             AuthenticationFailed: no offered key was accepted.
         """
         async with self._lock:
@@ -315,6 +348,7 @@ class SSHTransport(Transport):
                 return
             await self._drop()
             self._conn = await self._open()
+            self._lost = None
             peer = self._conn.get_extra_info("peername")
             self._peer_ip = str(peer[0]) if peer else None
             log.debug("[%s] connected (%s)", self.name, self.describe())
@@ -338,29 +372,18 @@ class SSHTransport(Transport):
                 "fix or remove the bad lines (`ssh-keygen -R HOST -f FILE` rewrites an entry), "
                 "or name another file in the profile's `known_hosts`",
             ) from e
+        seen = _HostKeySeen(kh, accept_new=t.accept_new_host_keys)
         try:
-            opts = self._options(kh, port=t.port, user=t.user)
+            opts = self._options(kh, port=t.port, user=t.user, seen=seen)
             if t.jump is not None:
                 self._jump = await self._open_jump(kh)
                 opts["tunnel"] = self._jump
-            try:
-                return await asyncssh.connect(t.hostname, **opts)
-            except asyncssh.HostKeyNotVerifiable:
-                if not t.accept_new_host_keys or self._host_listed(kh_path):
-                    raise
-                conn = await asyncssh.connect(t.hostname, **{**opts, "known_hosts": None})
-                self._remember_host_key(conn, kh_path)
-                return conn
+            conn = await asyncssh.connect(t.hostname, **opts)
+            if seen.accepted is not None:
+                self._remember_host_key(seen.accepted, kh_path)
+            return conn
         except asyncssh.HostKeyNotVerifiable as e:
-            port = t.port or 22
-            scan = shlex.join(["ssh-keyscan", "-p", str(port), t.hostname])
-            raise HostKeyUnknown(
-                self.name,
-                f"host key of {t.hostname}:{port} is not trusted ({e.reason}); "
-                f"known_hosts: {kh_path}",
-                f"check the key's fingerprint, then `{scan} >> {kh_path}`, "
-                "or set `accept_new_host_keys: true` in the profile (like OpenSSH accept-new)",
-            ) from e
+            raise self._host_key_error(e, seen, t.hostname, t.port or 22) from e
         except asyncssh.PermissionDenied as e:
             raise AuthenticationFailed(
                 self.name,
@@ -389,20 +412,57 @@ class SSHTransport(Transport):
                 "check that the host is up, `hostname`/`port` in the profile, and your network",
             ) from e
 
-    def _host_listed(self, kh_path: str) -> bool:
-        try:
-            known = known_hosts_of(kh_path)
-        except (OSError, ValueError):
-            return False
-        port = self.target.port or 22
-        host = self.target.hostname
-        keys = known.match(host, "", port)
-        return any(bool(k) for k in keys)
+    def _host_key_error(self, e: asyncssh.HostKeyNotVerifiable, seen: _HostKeySeen,
+                        host: str, port: int, *, jump: bool = False) -> HostKeyRefused:
+        """The error for a host key asyncssh refused, told apart as OpenSSH does: REVOKED
+        (the offered key is ``@revoked``), CHANGED (known_hosts holds another key for the
+        host: the offered and the stored fingerprints, the stored line, and the fix is to
+        verify the new key out of band and remove that line, never to trust it unchecked),
+        else unknown (the offered fingerprint, and keyscan or ``accept_new_host_keys``)."""
+        kh = self._known_hosts_path()
+        who = f"the jump host {host}:{port}" if jump else f"{host}:{port}"
+        entries = known_host_entries(kh, seen.host or host, seen.addr, port)
+        offered = seen.key
+        if "revoked" in e.reason.lower():
+            revoked = [en for en in entries if en.marker == "revoked"
+                       and (offered is None or en.key == offered)]
+            where = "; ".join(f"{en.where} ({fingerprint(en.key)})" for en in revoked) or kh
+            return HostKeyRevoked(
+                self.name,
+                f"host key of {who} is REVOKED: the key it offered is marked @revoked in "
+                f"{where}",
+                "do not connect: the key was withdrawn (stolen or retired); ask the host's "
+                "owner for its current key and check it out of band before trusting it",
+            )
+        stored = [en for en in entries if en.marker is None]
+        if offered is not None and stored and all(en.key != offered for en in stored):
+            alias = host if port == 22 else f"[{host}]:{port}"
+            remove = shlex.join(["ssh-keygen", "-R", alias, "-f", kh])
+            known = "; ".join(f"{fingerprint(en.key)} at {en.where}" for en in stored)
+            return HostKeyChanged(
+                self.name,
+                f"host key of {who} has CHANGED (someone may be intercepting the connection: "
+                f"a man-in-the-middle attack; or the host was reinstalled): it offered "
+                f"{fingerprint(offered)}, known_hosts has {known}",
+                f"verify the new key {fingerprint(offered)} with the host's owner out of "
+                f"band (`ssh-keygen -lf` of its host key, on its console); only then remove "
+                f"the old line with `{remove}` and add the verified key",
+            )
+        scan = shlex.join(["ssh-keyscan", "-p", str(port), host])
+        if offered is not None:
+            what = f"it offered {fingerprint(offered)}, and known_hosts {kh} has no key for it"
+            check = f"check that {fingerprint(offered)} is the host's key (ask its owner)"
+        else:
+            what, check = f"{e.reason}; known_hosts: {kh}", "check the key's fingerprint"
+        hint = f"{check}, then `{scan} >> {kh}`"
+        if not jump:
+            hint += ", or set `accept_new_host_keys: true` in the profile (like OpenSSH " \
+                    "accept-new)"
+        return HostKeyUnknown(self.name, f"host key of {who} is not trusted: {what}", hint)
 
-    def _remember_host_key(self, conn: asyncssh.SSHClientConnection, kh_path: str) -> None:
-        key = conn.get_server_host_key()
-        if key is None:
-            return
+    def _remember_host_key(self, key: asyncssh.SSHKey, kh_path: str) -> None:
+        """Append the accepted key of a new host to known_hosts (one line per host and key,
+        also when hosts of one profile share an address), and log its fingerprint."""
         port = self.target.port or 22
         host = self.target.hostname if port == 22 else f"[{self.target.hostname}]:{port}"
         line = f"{host} {key.export_public_key().decode().strip()}\n"
@@ -414,7 +474,8 @@ class SSHTransport(Transport):
             if line.rstrip("\n") in (ln.rstrip("\r") for ln in text.splitlines()):
                 return
             f.write(line if not text or text.endswith("\n") else "\n" + line)
-        log.warning("[%s] added new host key for %s to %s", self.name, host, kh_path)
+        log.warning("[%s] accepted the new host key of %s (%s) and added it to %s "
+                    "(accept_new_host_keys)", self.name, host, fingerprint(key), kh_path)
 
     async def _drop(self) -> None:
         for fwd in list(self._forwards):
@@ -437,10 +498,23 @@ class SSHTransport(Transport):
             self._release_jump()
             self._jump = None
 
+    def drop_reason(self) -> str | None:
+        """Why the connection dropped, while it is down: ``the host stopped answering, last
+        data N s ago`` when the keepalives went unanswered, else asyncssh's reason."""
+        lost = self._lost
+        if lost is None or self.connected:
+            return None
+        at, exc = lost
+        if "not responding to keepalive" in str(exc):
+            ago = KEEPALIVE_DEAD_S + (time.monotonic() - at)
+            return f"the host stopped answering, last data {ago:.0f} s ago"
+        return f"the SSH connection dropped: {exc}"
+
     async def close(self) -> None:
         """Close the connection and the forwarded socket."""
         async with self._lock:
             await self._drop()
+            self._lost = None  # closed on purpose: no drop to explain
             if self._sock_dir is not None:
                 try:
                     os.rmdir(self._sock_dir)
@@ -558,7 +632,7 @@ class SSHTransport(Transport):
         drops.
 
         Raises:
-            HostUnreachable, HostKeyUnknown, AuthenticationFailed: connecting failed.
+            HostUnreachable, HostKeyRefused, AuthenticationFailed: connecting failed.
             TransportError: ``127.0.0.1:local_port`` cannot be bound here.
         """
         conn = await self._connection()
@@ -675,8 +749,20 @@ class SSHTransport(Transport):
                         rel = p.relative_to(local_dir).as_posix()
                         await sftp.chmod(f"{remote_dir}/{rel}", mode & 0o777)
         except (asyncssh.SFTPError, OSError) as e:
+            bad = unsyncable_names(local_dir) if isinstance(e, asyncssh.SFTPBadMessage) else []
+            if bad:
+                raise TransportError(
+                    self.name, f"copying the workdir to {remote_dir} failed: {bad[0]!r} has a "
+                    "backslash in its name, which the SFTP copy refuses",
+                    "rename it, or leave it out with the spec's `exclude`") from e
+            if isinstance(e, (asyncssh.SFTPNoSpaceOnFilesystem, asyncssh.SFTPQuotaExceeded)):
+                hint = "free space on the host (its home's filesystem is full or over quota)"
+            elif isinstance(e, asyncssh.SFTPPermissionDenied):
+                hint = f"let the host's SSH user write {os.path.dirname(remote_dir)}"
+            else:
+                hint = "check free space and permissions on the host"
             raise TransportError(self.name, f"copying the workdir to {remote_dir} failed: {e}",
-                                 "check free space and permissions on the host") from e
+                                 hint) from e
 
     async def _rename(self, src: str, dst: str) -> bool:
         sftp = await self._sftp_client()
@@ -820,6 +906,116 @@ def check_private_key(path: str) -> str | None:
     return None
 
 
+class StrictKnownHosts(asyncssh.SSHKnownHosts):
+    """A known_hosts list (asyncssh's parser and matching) that matches a host as OpenSSH
+    does: for a port other than 22 only entries naming that port (``[host]:port``) apply.
+
+    asyncssh's own ``match`` falls back to the port-less entries when none names the port, so
+    a ``127.0.0.1 KEY`` line would vouch for every port of that address, each of which may be
+    another machine (a port forward, a container's sshd).
+    """
+
+    def match(self, host: str, addr: str, port: int | None) -> Any:
+        """``(host keys, CA keys, revoked keys, X.509 certs, revoked certs, X.509 subjects,
+        revoked subjects)`` of the entries for ``host`` or ``addr`` at ``port`` (``None`` or
+        22: entries without a port)."""
+        return self._match(host, addr, None if port == 22 else port)
+
+
+class _HostKeySeen(asyncssh.SSHClient):
+    """The client side of one connection attempt: remembers the host key the server offered
+    when asyncssh found it untrusted (so a refusal can show its fingerprint and tell a
+    changed key from an unknown one), and with ``accept_new`` trusts it when known_hosts has
+    no entry at all for the host (OpenSSH's ``accept-new``): :attr:`accepted` is then the key
+    to write."""
+
+    def __init__(self, known: object, *, accept_new: bool) -> None:
+        self._known = known
+        self._accept_new = accept_new
+        self.key: asyncssh.SSHKey | None = None
+        self.host = ""
+        self.addr = ""
+        self.accepted: asyncssh.SSHKey | None = None
+
+    def connection_made(self, conn: asyncssh.SSHClientConnection) -> None:
+        """Keep the peer's address (for the revoked-key report, made without a key)."""
+        peer = conn.get_extra_info("peername")
+        self.addr = str(peer[0]) if peer else ""
+
+    def validate_host_public_key(self, host: str, addr: str, port: int,
+                                 key: asyncssh.SSHKey) -> bool:
+        """Called by asyncssh only for a key that known_hosts does not trust (nor revoke)."""
+        self.key, self.host, self.addr = key, host, addr
+        if not self._accept_new or not isinstance(self._known, asyncssh.SSHKnownHosts):
+            return False
+        keys, cas, _revoked, certs, _rc, subjects, _rs = self._known.match(host, addr, port)
+        if keys or cas or certs or subjects:
+            return False  # listed with another key: changed, never accepted
+        self.accepted = key
+        return True
+
+
+@dataclass(frozen=True)
+class KnownHostEntry:
+    """One known_hosts line that applies to a host.
+
+    Attributes:
+        path: the known_hosts file.
+        line: its 1-based line number.
+        marker: ``None`` (a trusted key), ``"revoked"`` or ``"cert-authority"``.
+        key: the line's public key.
+    """
+
+    path: str
+    line: int
+    marker: str | None
+    key: asyncssh.SSHKey
+
+    @property
+    def where(self) -> str:
+        """``FILE:LINE``."""
+        return f"{self.path}:{self.line}"
+
+
+def known_host_entries(path: str, host: str, addr: str, port: int) -> list[KnownHostEntry]:
+    """The lines of the known_hosts file at ``path`` that apply to ``host`` or ``addr`` at
+    ``port`` (as :class:`StrictKnownHosts` matches), with their line numbers, for messages;
+    lines asyncssh cannot parse and unreadable files give nothing."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, ValueError):
+        return []
+    out: list[KnownHostEntry] = []
+    for n, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        try:
+            one = StrictKnownHosts(line)
+        except (ValueError, asyncssh.KeyImportError):
+            continue
+        keys, cas, revoked, *_ = one.match(host, addr, port)
+        # a line naming both the host and its address matches twice: listed once
+        found = {**{k: None for k in keys}, **{k: "cert-authority" for k in cas},
+                 **{k: "revoked" for k in revoked}}
+        out += [KnownHostEntry(path, n, marker, k) for k, marker in found.items()]
+    return out
+
+
+#: ssh-keygen's names of key types (the ``(ED25519)`` of ``ssh-keygen -lf``).
+_KEY_TYPES = {"ssh-ed25519": "ED25519", "ssh-rsa": "RSA", "ssh-dss": "DSA",
+              "ecdsa-sha2-nistp256": "ECDSA", "ecdsa-sha2-nistp384": "ECDSA",
+              "ecdsa-sha2-nistp521": "ECDSA", "sk-ssh-ed25519@openssh.com": "ED25519-SK",
+              "sk-ecdsa-sha2-nistp256@openssh.com": "ECDSA-SK", "ssh-ed448": "ED448"}
+
+
+def fingerprint(key: asyncssh.SSHKey) -> str:
+    """``ED25519 SHA256:<base64>``: the key's type and SHA-256 fingerprint as ``ssh-keygen
+    -lf`` prints them (unpadded base64 of the SHA-256 of the key blob)."""
+    alg = key.get_algorithm()
+    return f"{_KEY_TYPES.get(alg, alg)} {key.get_fingerprint('sha256')}"
+
+
 #: Parsed known_hosts files: path -> ((mtime ns, size, inode), parsed). Given a path, asyncssh
 #: reads and parses the file on every connect (about 1.8 ms for 300 lines), i.e. once per
 #: host of a fleet listing; parsed once here, again when the file changes.
@@ -827,7 +1023,7 @@ _known_hosts: dict[str, tuple[tuple[int, int, int], asyncssh.SSHKnownHosts]] = {
 
 
 def known_hosts_of(path: str) -> asyncssh.SSHKnownHosts:
-    """The known_hosts file at ``path`` as asyncssh parses it (``read_known_hosts``), parsed
+    """The known_hosts file at ``path`` as asyncssh parses it (:class:`StrictKnownHosts`), parsed
     again when its size, mtime or inode changed (a key added by ``accept_new_host_keys`` or by
     hand); when there is no such file, an empty list that trusts no key.
 
@@ -841,12 +1037,13 @@ def known_hosts_of(path: str) -> asyncssh.SSHKnownHosts:
     try:
         st = os.stat(path)
     except FileNotFoundError:
-        return asyncssh.import_known_hosts("")
+        return StrictKnownHosts()
     stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
     hit = _known_hosts.get(path)
     if hit is not None and hit[0] == stamp:
         return hit[1]
-    known = asyncssh.read_known_hosts(path)
+    with open(path, encoding="utf-8") as f:
+        known = StrictKnownHosts(f.read())
     _known_hosts[path] = (stamp, known)
     return known
 

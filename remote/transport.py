@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from remote.errors import RemoteCommandFailed, TransportError
+from remote.errors import GpuConsoleError, RemoteCommandFailed, TransportError
 
 log = logging.getLogger("gpuconsole.remote")
 
@@ -246,7 +246,7 @@ class Transport(ABC):
         """Open the connection (no-op when already open).
 
         Raises:
-            HostUnreachable, HostKeyUnknown, AuthenticationFailed: see :mod:`remote.errors`.
+            HostUnreachable, HostKeyRefused, AuthenticationFailed: see :mod:`remote.errors`.
         """
 
     @abstractmethod
@@ -281,6 +281,12 @@ class Transport(ABC):
         Raises:
             TransportError: the host could not be reached or the command timed out.
         """
+
+    def drop_reason(self) -> str | None:
+        """Why the connection dropped, while it is down (``the host stopped answering, last
+        data 20 s ago``), for a follow that saw its stream end; ``None`` when it is up or this
+        transport cannot tell."""
+        return None
 
     def ssh_argv(self) -> list[str] | None:
         """An OpenSSH ``ssh`` command line that logs in to this host as the profile reaches
@@ -423,11 +429,24 @@ class Transport(ABC):
             stage = Path(staging) / "w"
             await asyncio.to_thread(_stage_workdir, local_dir, stage, exclude)
             await self._put_tree(stage, tmp)
+        except BaseException:
+            # a failed or interrupted copy leaves no staging folder on the host (the next
+            # sync's sweep only takes those old enough to belong to no running copy)
+            await asyncio.shield(self._remove_staging(tmp))
+            raise
         finally:
             await asyncio.to_thread(shutil.rmtree, staging, True)
         if not await self._rename(tmp, final):
             await self.run(["rm", "-rf", "--", tmp])
         return final
+
+    async def _remove_staging(self, tmp: str) -> None:
+        """Remove a staging folder of a copy that failed; a host that cannot be asked now
+        keeps it until a later sync's sweep (:meth:`sweep_staging`)."""
+        try:
+            await self.run(["rm", "-rf", "--", tmp], timeout=60)
+        except (GpuConsoleError, OSError) as e:
+            log.warning("[%s] could not remove the staging folder %s: %s", self.name, tmp, e)
 
     async def _list_dir(self, path: str) -> list[tuple[str, float, float]]:
         """Entries of a folder on the host directly below ``path``: ``(name, mtime, age)`` in
@@ -579,6 +598,24 @@ def iter_workdir_files(root: Path, exclude: Sequence[str] = ()) -> Iterator[Path
                 continue
             if p.is_symlink() or stat.S_ISREG(p.lstat().st_mode):
                 yield p.relative_to(root)
+
+
+def unsyncable_names(root: Path, exclude: Sequence[str] = ()) -> list[str]:
+    """Relative paths of synced workdir entries (files, links, folders) whose name has a
+    backslash: the copy to an SSH host refuses them (asyncssh's recursive SFTP copy rejects
+    a name with ``\\``, a path separator on Windows servers, as "Invalid filename"). Checked
+    before anything is made on a host."""
+    bad: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        reldir = os.path.relpath(dirpath, root)
+        base = "" if reldir == "." else reldir + "/"
+        dirnames[:] = sorted(d for d in dirnames if d not in WORKDIR_IGNORE
+                             and not excluded(base + d, d, exclude))
+        bad += [base + d for d in dirnames if "\\" in d]
+        dirnames[:] = [d for d in dirnames if "\\" not in d]
+        bad += [base + fn for fn in sorted(filenames)
+                if "\\" in fn and not excluded(base + fn, fn, exclude)]
+    return bad
 
 
 def workdir_digest(root: Path, exclude: Sequence[str] = ()) -> str:

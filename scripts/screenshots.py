@@ -29,6 +29,8 @@ async def shoot(name: str, state_dir: Path) -> Path:
         if name in ("jobs", "logs"):
             await pilot.press("2")
             await pilot.pause()
+        if name == "fleet":  # a busy GPU: its history chart and processes below the table
+            await pilot.press("down")
         if name == "jobs":
             await pilot.press("down", "down")
         if name == "logs":

@@ -43,7 +43,7 @@ __all__ = [
     "XidRule",
 ]
 
-_Strict = ConfigDict(extra="forbid")
+_Strict = ConfigDict(extra="forbid", strict=True)
 
 #: Seconds: finite, >= 0, at most 7 days.
 Seconds = Annotated[float, Field(ge=0, le=7 * 86400, allow_inf_nan=False)]

@@ -26,11 +26,12 @@ Thread-safe: one connection under a lock; loop code calls it through ``asyncio.t
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import json
 import sqlite3
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from types import MappingProxyType
@@ -38,8 +39,9 @@ from typing import Any, cast
 
 from console.alerts.model import RULE_IDS, Alert, AlertChanged, DetailValue, RuleId, Severity
 from console.dbschema import migrate_schema
+from console.errors import StateError
 from console.jobs.store import Store, state_dir
-from remote.errors import GpuConsoleError
+from console.statefiles import LOCK_WAIT_S, db_error
 
 __all__ = ["HISTORY_KEEP", "MIGRATIONS", "Ack", "AlertStore", "Silence", "alert_from_json",
            "alert_to_json", "profile_store"]
@@ -197,6 +199,10 @@ _OWNED = ("CASE WHEN NOT json_valid(alert_json) THEN 0 "
           "ELSE json_extract(alert_json, '$.host') IN (SELECT value FROM json_each(:hosts)) END")
 
 
+#: What moving a damaged alert store aside costs (the fix of its errors).
+IF_LOST = "alerts still firing then fire again; acks and silences are forgotten"
+
+
 class AlertStore:
     """``alerts.sqlite3`` (see the module docstring).
 
@@ -217,21 +223,33 @@ class AlertStore:
         self.profile = profile
         self._lock = threading.RLock()
         try:
-            self.db = sqlite3.connect(self.path, timeout=30, check_same_thread=False)
+            self.db = sqlite3.connect(self.path, timeout=LOCK_WAIT_S, check_same_thread=False)
         except sqlite3.Error as e:
-            raise GpuConsoleError(f"cannot open {self.path}: {e}",
-                                  "set GPUCONSOLE_STATE_DIR to a writable folder") from e
+            raise self._db_error(e) from e
         self.db.row_factory = sqlite3.Row
         try:
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self._migrate()
+            with self._using():
+                self.db.execute("PRAGMA journal_mode=WAL")
+                self._migrate()
         except BaseException:
             self.db.close()
             raise
 
+    def _db_error(self, e: sqlite3.Error) -> StateError:
+        return db_error(e, self.path, what="alert store", if_lost=IF_LOST)
+
+    @contextlib.contextmanager
+    def _using(self) -> Iterator[None]:
+        """Hold the store's lock (the connection is shared by threads); a SQLite failure
+        comes out as the :class:`~console.errors.StateError` that says it."""
+        with self._lock:
+            try:
+                yield
+            except sqlite3.Error as e:
+                raise self._db_error(e) from e
+
     def _migrate(self) -> None:
-        migrate_schema(self.db, self.path, MIGRATIONS, what="alert store",
-                       if_lost="firing alerts then fire again")
+        migrate_schema(self.db, self.path, MIGRATIONS, what="alert store", if_lost=IF_LOST)
 
     def close(self) -> None:
         """Close the file."""
@@ -256,7 +274,7 @@ class AlertStore:
 
     def _firing_rows(self) -> list[tuple[str, Alert]]:
         cond, args = self._scope()
-        with self._lock:
+        with self._using():
             rows = self.db.execute(f"SELECT profile, alert_json FROM alerts WHERE {cond} "
                                    "ORDER BY fired_at", args).fetchall()
         out = []
@@ -280,7 +298,7 @@ class AlertStore:
         if not changes:
             return
         profile = self._written
-        with self._lock, self.db:
+        with self._using(), self.db:
             for c in changes:
                 a = c.alert
                 text = alert_to_json(a)
@@ -304,7 +322,7 @@ class AlertStore:
     def history(self, limit: int = 100) -> list[AlertChanged]:
         """The profile's latest ``limit`` transitions, newest first."""
         cond, args = self._scope()
-        with self._lock:
+        with self._using():
             rows = self.db.execute(
                 f"SELECT at, change, alert_json FROM history WHERE {cond} "
                 "ORDER BY id DESC LIMIT ?", (*args, limit)).fetchall()
@@ -318,7 +336,7 @@ class AlertStore:
 
     def unowned(self) -> bool:
         """Whether the file holds alerts or history of no profile (from schema 1)."""
-        with self._lock:
+        with self._using():
             row = self.db.execute(
                 "SELECT EXISTS (SELECT 1 FROM alerts WHERE profile='') "
                 "OR EXISTS (SELECT 1 FROM history WHERE profile='')").fetchone()
@@ -337,7 +355,7 @@ class AlertStore:
             raise ValueError("adopting alerts needs the store of a profile")
         params = {"profile": self.profile, "hosts": json.dumps(sorted(set(hosts))),
                   "jobs": json.dumps(sorted(set(jobs)))}
-        with self._lock, self.db:
+        with self._using(), self.db:
             keys = [str(r["key"]) for r in self.db.execute(
                 f"SELECT key FROM alerts WHERE profile='' AND {_OWNED}", params)]
             for key in keys:
@@ -365,7 +383,7 @@ class AlertStore:
             KeyError: no firing alert has that key.
         """
         cond, args = self._scope()
-        with self._lock, self.db:
+        with self._using(), self.db:
             rows = self.db.execute(f"SELECT profile, fired_at FROM alerts WHERE key=? AND {cond}",
                                    (key, *args)).fetchall()
             if not rows:
@@ -381,7 +399,7 @@ class AlertStore:
     def acks(self) -> list[Ack]:
         """The profile's stored acknowledgements (of alerts still firing)."""
         cond, args = self._scope()
-        with self._lock:
+        with self._using():
             rows = self.db.execute(f"SELECT * FROM acks WHERE {cond}", args).fetchall()
         return [_ack(r) for r in rows]
 
@@ -396,7 +414,7 @@ class AlertStore:
             raise ValueError("a silence needs a key, rule, host or job pattern")
         if not silence.until > silence.created_at:
             raise ValueError("a silence must end after it starts")
-        with self._lock, self.db:
+        with self._using(), self.db:
             cur = self.db.execute(
                 "INSERT INTO silences (profile, key, rule, host, job, until, created_at, by, "
                 "comment) VALUES (?,?,?,?,?,?,?,?,?)",
@@ -410,7 +428,7 @@ class AlertStore:
         """Delete a silence of the profile (or of every profile); ``False`` if there was
         none with that id."""
         cond, args = self._scope(shared=True)
-        with self._lock, self.db:
+        with self._using(), self.db:
             cur = self.db.execute(f"DELETE FROM silences WHERE id=? AND {cond}",
                                   (silence_id, *args))
         return cur.rowcount > 0
@@ -419,7 +437,7 @@ class AlertStore:
         """The silences of the profile and of every profile (those that ended more than a
         day before ``now`` are deleted, whoever's they were)."""
         cond, args = self._scope(shared=True)
-        with self._lock, self.db:
+        with self._using(), self.db:
             if now is not None:
                 self.db.execute("DELETE FROM silences WHERE until < ?", (now - SILENCE_KEEP_S,))
             rows = self.db.execute(f"SELECT * FROM silences WHERE {cond} ORDER BY id",

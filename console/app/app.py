@@ -23,10 +23,10 @@ import asyncio
 import logging
 import time
 import webbrowser
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from textual import work
 from textual.app import App, SystemCommand
@@ -64,13 +64,15 @@ from console.events import (
 from console.jobs.logbuffer import Row
 from console.jobs.logs import JobLogLine
 from console.jobs.store import JobRecord
-from console.service import Service, Submission
+from console.service import Service, Submission, not_running_hint
 from remote.errors import GpuConsoleError
 
 if TYPE_CHECKING:
     from console.notebook.attach import NotebookTunnel
 
 log = logging.getLogger("gpuconsole.app")
+
+T = TypeVar("T")
 
 #: Actions that change remote state or expose a shell on a host, hidden by ``--readonly``
 #: (``notebook`` opens a notebook's JupyterLab, which runs code in its container).
@@ -243,6 +245,9 @@ class GpuConsoleApp(App[int]):
         """The alert rule engine over the live fleet (``None`` in replays and tests that
         feed data)."""
         self._fleet_dirty = False
+        self.handed_over = False
+        """The terminal belongs to a child (a shell, a console browser): the app is suspended
+        and draws nothing (:meth:`hand_terminal`)."""
         self.tunnels: dict[str, NotebookTunnel] = {}
         """Open notebook tunnels by job id (one per notebook; closed when it ends and at
         exit)."""
@@ -250,6 +255,12 @@ class GpuConsoleApp(App[int]):
         self._tunnels_closed = False
         self._hosts: dict[str, tuple[str, str | None]] = {
             h: ("connecting", None) for h in ([] if replay else service.profile.hosts)}
+        # the three installed screens, held here: data is pushed into them from events,
+        # timers and workers at any point of their life (they keep it until they can draw
+        # it), also while Textual shuts down and no longer lists them
+        self.fleet_screen = FleetScreen(clock=monotonic)
+        self.jobs_screen = JobsScreen(clock=clock)
+        self.alerts_screen = AlertsScreen(clock=clock)
         if self.config.theme:
             self.theme = self.config.theme
         if self.config.keymap:
@@ -259,9 +270,9 @@ class GpuConsoleApp(App[int]):
 
     def on_mount(self) -> None:
         self._sub = self.service.bus.subscribe(self._on_event, coalesce=True)
-        self.install_screen(FleetScreen(clock=self.monotonic), name="fleet")
-        self.install_screen(JobsScreen(clock=self.clock), name="jobs")
-        self.install_screen(AlertsScreen(clock=self.clock), name="alerts")
+        self.install_screen(self.fleet_screen, name="fleet")
+        self.install_screen(self.jobs_screen, name="jobs")
+        self.install_screen(self.alerts_screen, name="alerts")
         self.push_screen("fleet")
         self._publish_hosts()
         if self.replay is not None:
@@ -270,7 +281,7 @@ class GpuConsoleApp(App[int]):
         elif self.live:
             self.service.start_fleet(interval=self.config.interval)
             self.start_alerts()
-        self.set_interval(0.5, self.refresh_fleet_view)
+        self._fleet_timer = self.set_interval(0.5, self.refresh_fleet_view)
         # what is known first (the store: last known states); a live reconcile, which waits
         # for every host up to its deadline, replaces it when it is done
         self.post_message(JobsListed(self.service.store.jobs()))
@@ -302,9 +313,7 @@ class GpuConsoleApp(App[int]):
             self.notify(f"alerts are off: {e.message}", title="alerts", severity="error")
             return
         self.alerts = watcher
-        screen = self.get_screen("alerts")
-        assert isinstance(screen, AlertsScreen)
-        screen.update_alerts(watcher.active())
+        self.alerts_screen.update_alerts(watcher.active())
 
     async def on_unmount(self) -> None:
         await self.close_tunnels()
@@ -351,12 +360,8 @@ class GpuConsoleApp(App[int]):
             return
         self._fleet_dirty = False
         state = self.service.fleet
-        fleet = self.get_screen("fleet")
-        assert isinstance(fleet, FleetScreen)
-        fleet.update_fleet(state)
-        jobs = self.get_screen("jobs")
-        assert isinstance(jobs, JobsScreen)
-        jobs.update_jobs(usage=state.job_usage())
+        self.fleet_screen.update_fleet(state)
+        self.jobs_screen.update_jobs(usage=state.job_usage())
         for name, v in state.hosts.items():  # the fleet state is the truth for the line
             self._hosts[name] = (v.status, v.error)
         self._publish_hosts()
@@ -373,11 +378,19 @@ class GpuConsoleApp(App[int]):
             return
         self.open_logs(job)
 
+    def on_fleet_screen_stop_job(self, m: FleetScreen.StopJob) -> None:
+        """``S`` on a job's process in the fleet view: stop that job, confirmed as from the
+        jobs view (``--readonly`` never gets here: the key is hidden)."""
+        job = self.service.store.get(m.job_id)
+        if job is None:
+            self.notify(f"job {m.job_id} is not in this console's store; `gpuconsole ps` adopts "
+                        "it", severity="warning")
+            return
+        self.confirm_stop(job)
+
     def on_alerts_updated(self, m: AlertsUpdated) -> None:
         """Refresh the alerts view; a new alert (not silenced) pops a toast."""
-        screen = self.get_screen("alerts")
-        assert isinstance(screen, AlertsScreen)
-        screen.update_alerts(m.active)
+        self.alerts_screen.update_alerts(m.active)
         alert = m.change.alert
         if m.change.change != "fired" or alert.silenced(m.change.at) or alert.acked_at:
             return
@@ -391,15 +404,11 @@ class GpuConsoleApp(App[int]):
         self._publish_hosts()
 
     def on_jobs_listed(self, m: JobsListed) -> None:
-        jobs = self.get_screen("jobs")
-        assert isinstance(jobs, JobsScreen)
-        jobs.update_jobs(m.jobs)
+        self.jobs_screen.update_jobs(m.jobs)
         self._close_ended_tunnels(m.jobs)
 
     def on_job_updated(self, m: JobUpdated) -> None:
-        jobs = self.get_screen("jobs")
-        assert isinstance(jobs, JobsScreen)
-        jobs.update_job(m.job)
+        self.jobs_screen.update_job(m.job)
         self._forward_to_logs(m)
         self._close_ended_tunnels([m.job])
 
@@ -506,9 +515,7 @@ class GpuConsoleApp(App[int]):
         yield SystemCommand("Alerts", "firing alerts (acknowledge, silence)",
                             lambda: self.action_show("alerts"))
         yield SystemCommand("Refresh jobs", "reconcile with the hosts", self.refresh_jobs)
-        jobs = self.get_screen("jobs")
-        assert isinstance(jobs, JobsScreen)
-        for j in sorted(jobs.jobs.values(), key=lambda j: -j.created_at)[:20]:
+        for j in sorted(self.jobs_screen.jobs.values(), key=lambda j: -j.created_at)[:20]:
             yield SystemCommand(f"Logs {j.id}", f"{j.state}: log panes of {j.name}",
                                 lambda j=j: self.open_logs(j))
             if not self.readonly and j.state in ("running", "pending"):
@@ -652,10 +659,15 @@ class GpuConsoleApp(App[int]):
         self.open_logs(job)
 
     def exec_shell(self, job: JobRecord, node: int | None = None) -> None:
-        """A shell in a node's container: the app suspends until it exits."""
+        """A shell in a node's container: the app suspends until it exits. A job whose record
+        shows no running node is told at once, without suspending (what to do instead)."""
         if self.readonly:
             return
         running = [n.node_rank for n in job.nodes if n.state == "running"]
+        if not running and job.state not in ("running", "pending"):
+            self.notify(f"job {job.id} is not running ({job.state}): {not_running_hint(job)}",
+                        title="shell", severity="warning", timeout=15)
+            return
         if node is None and len(running) > 1:
             def got(value: str | None) -> None:
                 if value is not None and value.strip().isdigit():
@@ -666,18 +678,62 @@ class GpuConsoleApp(App[int]):
             return
         self._exec(job, node)
 
-    @work(exclusive=True, group="exec")
+    @work(exclusive=True, group="exec", exit_on_error=False)
     async def _exec(self, job: JobRecord, node: int | None) -> None:
+        """Check the node runs and connect (on the app's screen: a refusal is said there),
+        then hand the terminal to the shell until it exits."""
         try:
-            with self.suspend():
-                rc = await self.service.exec(job, node, [], tty=True)
+            attach = await self.service.prepare_exec(job, node, [], tty=True)
+            rc = await self.hand_terminal(attach)
         except GpuConsoleError as e:
-            self.notify(e.message, title="exec", severity="error")
+            self.notify(f"{e.message}\nfix: {e.hint}" if e.hint else e.message, title="shell",
+                        severity="error", timeout=15)
             return
-        except Exception as e:  # SuspendNotSupported (no terminal), a dead host...
-            self.notify(f"{type(e).__name__}: {e}", title="exec", severity="error")
+        except Exception as e:  # SuspendNotSupported (no terminal), a bug: said and logged
+            log.exception("shell in %s failed", job.id)
+            self.notify(f"{type(e).__name__}: {e}", title="shell", severity="error")
             return
         self.notify(f"shell in {job.id} exited {rc}")
+
+    async def hand_terminal(self, child: Callable[[], Awaitable[T]]) -> T:
+        """Run ``child`` (a shell, a console browser) with the terminal handed to it, and take
+        the terminal back after it, whatever it raised (raised here once the app is back).
+
+        Textual's :meth:`App.suspend` stops the driver's writer thread, and every write
+        while suspended would queue for it: the loop blocks on the full queue (30 writes) and
+        the child's own I/O, which runs on this loop, with it. So nothing is drawn while the
+        child has the terminal (one batch update: refreshes, log panes, toasts and timers
+        keep their state and are drawn once the app is back, in full), the fleet view's
+        timer is paused, and the body of ``suspend`` never raises (Textual resumes only when
+        it ends normally). The input thread is stopped meanwhile: keys go to the child.
+
+        Raises:
+            SuspendNotSupported: no terminal to hand over (tests, Textual Web).
+        """
+        result: list[T] = []
+        error: BaseException | None = None
+        with self.batch_update():
+            self.handed_over = True
+            self._fleet_timer.pause()
+            try:
+                with self.suspend():
+                    try:
+                        result.append(await child())
+                    except BaseException as e:  # the app is resumed first, then it is raised
+                        error = e
+            finally:
+                self.handed_over = False
+                self._fleet_timer.resume()
+        self.refresh(layout=True)
+        self.refresh_fleet_view(force=True)
+        if error is not None:
+            raise error
+        return result[0]
+
+    def bell(self) -> None:
+        """Ring the terminal's bell, unless a child has the terminal."""
+        if not self.handed_over:
+            super().bell()
 
 
     # -- notebooks --------------------------------------------------------------------------
@@ -733,8 +789,7 @@ class GpuConsoleApp(App[int]):
         browser (lynx, w3m) needs the terminal: the app suspends as for a shell."""
         try:
             if _console_browser():
-                with self.suspend():
-                    ok = webbrowser.open(url)
+                ok = await self.hand_terminal(lambda: asyncio.to_thread(webbrowser.open, url))
             else:
                 ok = await asyncio.to_thread(webbrowser.open, url)
         except Exception as e:  # SuspendNotSupported, a browser that failed to start

@@ -349,6 +349,9 @@ class FollowStateLines:
     """Says on stderr when a followed node's log stream drops and when it resumes: one
     ``n<node> on <host>: log stream lost (<why>); reconnecting`` line per outage and one
     ``n<node> on <host>: log stream resumed`` line after it (stdout carries only log lines).
+    Likewise one ``warning: n<node> on <host>: cannot archive its log: <file>: <why>; the
+    follow goes on (fix: ...)`` line when its archive cannot be written (a full state dir)
+    and one ``... archived again`` line when it can.
 
     Args:
         job: the followed job (its nodes name the hosts).
@@ -360,9 +363,19 @@ class FollowStateLines:
         self.reconnecting: set[int] = set()
 
     def __call__(self, event: object) -> None:
-        """Take a :class:`~console.events.FollowStateChanged` (others are ignored)."""
-        from console.events import FollowStateChanged
+        """Take a :class:`~console.events.FollowStateChanged` or
+        :class:`~console.events.ArchiveStateChanged` (others are ignored)."""
+        from console.events import ArchiveStateChanged, FollowStateChanged
 
+        if isinstance(event, ArchiveStateChanged) and event.job_id == self.job_id:
+            where = f"n{event.node_rank} on {self.hosts.get(event.node_rank, '?')}"
+            if event.error is not None:
+                fix = f" (fix: {event.hint})" if event.hint else ""
+                err(f"warning: {where}: cannot archive its log: {event.error}; the follow "
+                    f"goes on{fix}")
+            else:
+                err(f"{where}: its log is archived again")
+            return
         if not isinstance(event, FollowStateChanged) or event.job_id != self.job_id:
             return
         node = event.node_rank
@@ -391,7 +404,7 @@ async def follow_job(
     """
     import asyncio
 
-    from console.events import FollowStateChanged
+    from console.events import ArchiveStateChanged, FollowStateChanged
 
     async def pump() -> None:
         lines = svc.follow(job, node=node, since_ns=since_ns, tail=tail)
@@ -402,7 +415,8 @@ async def follow_job(
             if isinstance(lines, AsyncGenerator):
                 await lines.aclose()
 
-    sub = svc.bus.subscribe(FollowStateLines(job), kinds=(FollowStateChanged,))
+    sub = svc.bus.subscribe(FollowStateLines(job),
+                            kinds=(FollowStateChanged, ArchiveStateChanged))
     try:
         await while_stdout_open(pump())
     except (KeyboardInterrupt, asyncio.CancelledError):

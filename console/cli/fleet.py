@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from console.cli.base import command_profile, err, main, out, run, while_stdout_open
+from console.cli.params import FiniteFloat
 from console.errors import ConfigError, JobError
 
 if TYPE_CHECKING:  # the fleet stack is imported when `top` or `gpus` runs (start-up)
@@ -59,18 +60,18 @@ def _hosts_opt(profile: Profile, hosts: str | None) -> list[str]:
 @click.option("--once", is_flag=True, help="Print one fleet table (or snapshot) and exit.")
 @click.option("--json", "as_json", is_flag=True,
               help="JSON: one {host, sample} line per sample; with --once, one snapshot.")
-@click.option("--interval", type=click.FloatRange(min=0.1), default=1.0, show_default=True,
-              help="Sampling interval on the hosts (s), at least 0.1.")
+@click.option("--interval", type=FiniteFloat(0.1, 3600), default=1.0, show_default=True,
+              help="Sampling interval on the hosts (s), 0.1-3600.")
 @click.option("--hosts", help="Only these hosts (comma separated).")
 @click.option("--record", "record", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write every sample to FILE (JSON lines).")
 @click.option("--replay", "replay", type=click.Path(dir_okay=False, exists=True, path_type=Path),
               help="Show a recording instead of live hosts.")
-@click.option("--speed", type=float, default=1.0, show_default=True,
-              help="Replay speed factor (0 = as fast as possible).")
+@click.option("--speed", type=FiniteFloat(0, 1000), default=1.0, show_default=True,
+              help="Replay speed factor, up to 1000 (0 = as fast as possible).")
 @click.option("--source", type=click.Choice(["auto", "agent", "smi"]), default="auto",
               show_default=True, help="Telemetry source on the hosts.")
-@click.option("--timeout", type=click.FloatRange(min=0.1), default=ONCE_TIMEOUT_S,
+@click.option("--timeout", type=FiniteFloat(0.1, 3600), default=ONCE_TIMEOUT_S,
               show_default=True, help=_TIMEOUT_HELP)
 # benchmarks only: the hosts' agents replay this trace (a path on the hosts) instead of NVML
 @click.option("--agent-replay", "agent_replay", default=None, hidden=True)
@@ -303,7 +304,7 @@ async def _top(ctx: click.Context, once: bool, as_json: bool, interval: float,
 @click.option("--free", is_flag=True, help="Only GPUs with no process on them.")
 @click.option("--json", "as_json", is_flag=True, help="JSON output.")
 @click.option("--hosts", help="Only these hosts (comma separated).")
-@click.option("--timeout", type=click.FloatRange(min=0.1), default=ONCE_TIMEOUT_S,
+@click.option("--timeout", type=FiniteFloat(0.1, 3600), default=ONCE_TIMEOUT_S,
               show_default=True,
               help="Seconds to wait for every host's sample (connect, agent start, first "
                    "reading); hosts without one are named on stderr and the exit status is 1.")

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import click
 
 from console.cli.base import command_service, err, follow_job, main, print_line, print_summary, run
+from console.cli.params import FiniteFloat
 
 if TYPE_CHECKING:
     from console.jobs.logs import JobLogLine
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 @click.option("--hosts", "with_hosts", is_flag=True,
               help="With --json: print {\"jobs\": [...], \"hosts\": [...]}, each host "
               "answered, pending (no answer within the deadline) or failed, with the reason.")
-@click.option("--deadline", type=click.FloatRange(min=0.1, max=3600),
+@click.option("--deadline", type=FiniteFloat(0.1, 3600),
               help="Seconds to wait for the hosts (default 30); a host that has not answered "
               "by then is pending and its jobs show their last known state.")
 @click.pass_context
@@ -68,6 +69,10 @@ async def _ps(ctx: click.Context, as_json: bool, show_all: bool, with_hosts: boo
 # -- logs -----------------------------------------------------------------------------------
 
 
+#: Longest ``--since`` duration (s): 100 years, before any log line.
+MAX_SINCE_S = 100 * 365 * 86400
+
+
 def parse_since(value: str) -> int:
     """``--since``: a duration back from now (``90s``, ``10m``, ``2h``, ``1d``) or an ISO 8601
     time; returns ns since the epoch.
@@ -79,13 +84,16 @@ def parse_since(value: str) -> int:
 
     secs = duration_s(value)
     if secs is not None:
+        if secs > MAX_SINCE_S:
+            raise click.BadParameter(f"{value!r} reaches back more than 100 years",
+                                     param_hint="'--since'")
         return int((time.time() - secs) * 1e9)
     try:
         dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError as e:
         raise click.BadParameter(
-            f"{value!r} is neither a duration (10m, 2h) nor an ISO 8601 time"
-        ) from e
+            f"{value!r} is neither a duration (10m, 2h) nor an ISO 8601 time",
+            param_hint="'--since'") from e
     if dt.tzinfo is None:
         dt = dt.astimezone()
     return int(dt.timestamp() * 1e9)
@@ -122,28 +130,35 @@ async def _logs(ctx: click.Context, ref: str, follow: bool, node: int | None,
             print_line(line, timestamps)
         for host, why in job.unreachable.items():
             err(f"warning: {why}; showed the lines archived from {host} so far")
-        if since_ns is None and (tail is None or tail > 0):
-            _say_missing(job, node, lines)
+        missing = (_missing(job, node, lines)
+                   if since_ns is None and (tail is None or tail > 0) else [])
+        if missing and not lines:
+            from console.errors import JobError
+
+            raise JobError(f"job {job.id}: no lines to show: "
+                           + "; ".join(text for _, _, text in missing),
+                           "the archive keeps what gpuconsole read (a follow, logs, the app); "
+                           "read a job's logs before its containers are removed")
+        hosts = {n.node_rank: n.host for n in job.nodes}
+        for rank, why in sorted(job.log_problems.items()):
+            err(f"warning: n{rank} on {hosts.get(rank, '?')}: {why}")
+        for rank, kind, text in missing:
+            if kind != "unreachable" and rank not in job.log_problems:  # not said above
+                err(f"warning: {text}")
         return 0
 
 
-def _say_missing(job: JobRecord, node: int | None, lines: list[JobLogLine]) -> None:
-    """Nodes without a single line, and why (containers gone, nothing archived...): one
-    warning each; none of the job's lines at all for such a reason is an error."""
-    from console.errors import JobError
+def _missing(job: JobRecord, node: int | None,
+             lines: list[JobLogLine]) -> list[tuple[int, str, str]]:
+    """(node rank, kind, why) of each node shown without a single line for a reason
+    (container gone and nothing archived, job removed...; :func:`~console.jobs.logs
+    .no_lines_reason`), not a node that only wrote nothing or may still write."""
     from console.jobs.logs import no_lines_reason
 
     have = {ln.node_rank for ln in lines}
-    reasons = [r for n in job.nodes if (node is None or n.node_rank == node)
-               and n.node_rank not in have and (r := no_lines_reason(job, n)) is not None
-               and r[0] != "silent"]
-    if reasons and not lines:
-        raise JobError(f"job {job.id}: no lines to show: " + "; ".join(t for _, t in reasons),
-                       "the archive keeps what gpuconsole read (a follow, logs, the app); "
-                       "read a job's logs before its containers are removed")
-    for kind, text in reasons:
-        if kind != "unreachable":  # said above
-            err(f"warning: {text}")
+    return [(n.node_rank, r[0], r[1]) for n in job.nodes
+            if (node is None or n.node_rank == node) and n.node_rank not in have
+            and (r := no_lines_reason(job, n)) is not None and r[0] != "silent"]
 
 
 # -- stop / rm ------------------------------------------------------------------------------
@@ -151,8 +166,8 @@ def _say_missing(job: JobRecord, node: int | None, lines: list[JobLogLine]) -> N
 
 @main.command()
 @click.argument("job_ref", metavar="JOB")
-@click.option("--grace", type=float, help="Seconds between SIGTERM and SIGKILL, a finite "
-              "number >= 0 (default: the profile's stop_grace).")
+@click.option("--grace", type=FiniteFloat(0, 3600), help="Seconds between SIGTERM and "
+              "SIGKILL, 0-3600 (default: the profile's stop_grace).")
 @click.pass_context
 def stop(ctx: click.Context, job_ref: str, grace: float | None) -> None:
     """Stop a job: SIGTERM every node's container, SIGKILL after the grace period."""

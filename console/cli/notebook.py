@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import click
 
 from console.cli.base import command_service, err, main, out, run
+from console.cli.params import FiniteFloat
 from remote.errors import GpuConsoleError
 
 if TYPE_CHECKING:  # the service stack is imported when the command runs (start-up)
@@ -49,7 +50,7 @@ CHECK_EVERY_S = 5.0
 @click.option("--open", "open_browser", is_flag=True, help="Open the URL in your browser.")
 @click.option("--dry-run", is_flag=True, help="Print the plan and `docker run` line only.")
 @click.option("--force", is_flag=True, help="Use GPUs that other processes hold.")
-@click.option("--timeout", type=click.FloatRange(1, 3600), default=180.0, show_default=True,
+@click.option("--timeout", type=FiniteFloat(1, 3600), default=180.0, show_default=True,
               metavar="SECONDS", help="How long to wait for JupyterLab to answer.")
 @click.pass_context
 def notebook(ctx: click.Context, target: str | None, host: str | None, gpus: str | None,

@@ -80,7 +80,7 @@ def _overrides(name: str | None, image: str | None, nodes: str | None,
 
 
 @main.command()
-@click.argument("spec", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("spec", type=click.Path(path_type=Path))  # what it is: Service.plan says
 @click.option("--follow", "-f", is_flag=True, help="Follow the logs; exit with the job's code.")
 @click.option("--dry-run", is_flag=True, help="Print the plan and `docker run` lines only.")
 @click.option("--name", help="Override the job name.")

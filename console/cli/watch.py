@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import click
 
 from console.cli.base import command_profile, err, main, out, run, while_stdout_open
+from console.cli.params import FiniteFloat
 
 if TYPE_CHECKING:  # the watch stack is imported when `watch` runs (start-up)
     from console.watch.runner import Watch, WatchOptions
@@ -39,12 +40,12 @@ _HOSTNAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,252}[A-Za-z0-9])?")
                    "machines scrape it.")
 @click.option("--notify", "notify", multiple=True, metavar="URL",
               help="Also page this Apprise URL (repeatable; added to the profile's notify:).")
-@click.option("--interval", type=click.FloatRange(min=0.1), default=1.0, show_default=True,
-              help="Sampling interval on the hosts (s).")
+@click.option("--interval", type=FiniteFloat(0.1, 3600), default=1.0, show_default=True,
+              help="Sampling interval on the hosts (s), 0.1-3600.")
 @click.option("--replay", type=click.Path(dir_okay=False, exists=True, path_type=Path),
               help="Watch a telemetry recording (`top --record`) instead of live hosts.")
-@click.option("--speed", type=float, default=1.0, show_default=True,
-              help="Replay speed factor (0 = as fast as possible).")
+@click.option("--speed", type=FiniteFloat(0, 1000), default=1.0, show_default=True,
+              help="Replay speed factor, up to 1000 (0 = as fast as possible).")
 @click.pass_context
 def watch(ctx: click.Context, as_json: bool, metrics_port: int | None, metrics_addr: str,
           notify: tuple[str, ...], interval: float, replay: Path | None,

@@ -35,7 +35,15 @@ import re
 from collections.abc import Sequence
 from dataclasses import replace
 
-from console.diagnosis.common import PG_ID, PG_NAME, PG_RANK, TERMINATE, rank_of, unwrapped
+from console.diagnosis.common import (
+    PG_ID,
+    PG_NAME,
+    PG_RANK,
+    TERMINATE,
+    join_ranks,
+    rank_of,
+    unwrapped,
+)
 from console.diagnosis.lines import Line
 from console.diagnosis.model import Consequence, Context, Diagnosis, FactValue
 from console.diagnosis.model import make_diagnosis as _diag
@@ -212,6 +220,29 @@ def _message(kind: str, hit: Line) -> str:
     return hit.text.strip()
 
 
+def _ooms_by_rank(lines: Sequence[Line], hits: Sequence[Line]
+                  ) -> dict[int, tuple[int | None, str]]:
+    """PyTorch's OOM message per rank prefix: ``{rank: (gpu, size tried)}``, the first of
+    each rank. Ranks' output interleaved mid-token is split by the normaliser into lines of
+    each rank; a message cut after "GPU" continues on that rank's next line ("1 has a total
+    capacity of ...")."""
+    out: dict[int, tuple[int | None, str]] = {}
+    for ln in hits:
+        if (r := rank_of(ln)) is None or r in out or not (m := _TORCH_OOM.search(ln.text)):
+            continue
+        gpu = int(m["gpu"]) if m["gpu"] else None
+        if gpu is None and ln.text.rstrip().endswith("GPU"):
+            rest = next((c for x in lines[ln.index + 1:ln.index + 12] if rank_of(x) == r
+                         and (c := _GPU_CONTINUED.match(x.text))), None)
+            gpu = int(rest[1]) if rest else None
+        out[r] = (gpu, m["size"])
+    return out
+
+
+#: The rest of PyTorch's OOM message on the rank's next line, when its GPU number was cut off.
+_GPU_CONTINUED = re.compile(r"\s*(\d+) has a total capac")
+
+
 def _diagnosis(ctx: Context, kind: str, hits: list[Line]) -> Diagnosis:
     hit = hits[0]
     error = _message(kind, hit)
@@ -244,7 +275,22 @@ def _diagnosis(ctx: Context, kind: str, hits: list[Line]) -> Diagnosis:
     evidence = [ln.raw for ln in ctx.lines if TERMINATE.search(ln.text)] + [
         ln.raw for ln in hits[:3]
     ]
-    if kind == "cuda_oom" and (m := next(
+    ooms = _ooms_by_rank(ctx.lines, hits) if kind == "cuda_oom" else {}
+    if len(ooms) > 1:
+        # several ranks hit the same fault: each of them, with its GPU, not the first one
+        ranks_hit = tuple(sorted(ooms))
+        each = "; ".join(
+            f"rank {r}" + (f" on GPU {g}" if g is not None else "") + f": tried {size}"
+            for r in ranks_hit for g, size in [ooms[r]])
+        summary = (f"ranks {join_ranks(ranks_hit)}{where} ran out of GPU memory ({each}): "
+                   "each of them failed the same way, not only the first")
+        gpus = tuple(g for r in ranks_hit if (g := ooms[r][0]) is not None)
+        facts.update({"rank": None, "ranks": ranks_hit, "gpus": gpus or None,
+                      "size": ooms[ranks_hit[0]][1]})
+        evidence = [ln.raw for ln in ctx.lines if TERMINATE.search(ln.text)] + [
+            next(ln.raw for ln in hits if rank_of(ln) == r and _TORCH_OOM.search(ln.text))
+            for r in ranks_hit][:8]
+    elif kind == "cuda_oom" and (m := next(
             (m for ln in hits if (m := _TORCH_OOM.search(ln.text))), None)) is not None:
         gpu = int(m["gpu"]) if m["gpu"] else None
         on_gpu = f" on GPU {gpu}" if gpu is not None else ""
@@ -282,7 +328,7 @@ def _diagnosis(ctx: Context, kind: str, hits: list[Line]) -> Diagnosis:
     d = _diag(
         kind,
         summary,
-        (rank,) if rank is not None else (),
+        tuple(sorted(ooms)) if len(ooms) > 1 else (rank,) if rank is not None else (),
         _FIX[kind].format(on=on),
         evidence,
         facts,

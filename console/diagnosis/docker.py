@@ -204,8 +204,16 @@ def _no_gpu_driver(lines: Sequence[Line], image: str | None) -> Diagnosis | None
     )
 
 
+#: nvidia-smi's header line: ``| NVIDIA-SMI 551.78   Driver Version: 551.78   CUDA Version: 12.4 |``
+#: (the newest CUDA the driver supports).
+_SMI_HEADER = re.compile(
+    r"Driver Version:\s*(?P<driver>\d+\.\d+(?:\.\d+)?)\s+CUDA Version:\s*(?P<cuda>\d+\.\d+)")
+#: moby's daemon before the errdefs wording (``daemon/daemon_unix.go``: "Unknown runtime
+#: specified %s", what docker-compose v1 and old dockerd print) and since ("unknown or invalid
+#: runtime name: %s").
 _UNKNOWN_RUNTIME = re.compile(
     r"unknown or invalid runtime name: (?P<name>[\w.-]+)"
+    r"|Unknown runtime specified:? (?P<oname>[\w.-]+)"
     r"|default OCI runtime \\?\"(?P<pname>[\w.-]+)\\?\" not found"  # podman
     r"|runtime \\?\"(?P<cname>[\w.-]+)\\?\" binary not installed")  # containerd shim
 _RUNTIMES = re.compile(r"^\s*Runtimes:\s*(?P<list>.+)$")
@@ -215,7 +223,7 @@ def _unknown_runtime(lines: Sequence[Line], image: str | None) -> Diagnosis | No
     if (hit := _first(lines, _UNKNOWN_RUNTIME)) is None:
         return None
     ln, m = hit
-    name = m["name"] or m["pname"] or m["cname"]
+    name = m["name"] or m["oname"] or m["pname"] or m["cname"]
     have = next((r["list"].strip() for x in lines if (r := _RUNTIMES.match(x.text))), None)
     known = f" (docker info lists only: {have})" if have else ""
     evidence = [ln.raw] + [x.raw for x in lines if _RUNTIMES.match(x.text)]
@@ -285,6 +293,10 @@ _TOOLKIT_OTHER = re.compile(
     r"|fork/exec (?P<binpath>\S*/(?P<bin2>nvidia-container-runtime(?:-hook)?|nvidia-ctk)): "
     r"no such file or directory"
     r"|nvidia-container-runtime-hook: (?P<msg>.+)"
+    # a CDI name (``vendor/class=name``) that the engine took for a host device path and
+    # stat'ed: podman before 4.1 (no CDI), or docker-compose before 2.30 sending ``devices:``
+    # entries to podman's Docker API as device mappings
+    r"|\bstat (?P<cdiname>[a-z0-9][\w.-]*\.[a-z]+/[\w.-]+=[\w.:-]+): no such file or directory"
     # crun (src/libcrun/container.c, run_hooks): "error executing hook `%s` (exit code: %d)",
     # inside podman's "OCI runtime error: crun: {"msg":"...","level":"error",...}" JSON record
     r"|error executing hook \\?[`'\"]?(?P<hook>[^`'\"\s\\]+)\\?[`'\"]? \(exit code: (?P<code>\d+)\)"
@@ -369,6 +381,22 @@ def _toolkit(lines: Sequence[Line], image: str | None) -> Diagnosis | None:
             fix = ("install nvidia-container-toolkit on the host, or set the runtime's default "
                    "back to runc and use a RuntimeClass for GPU pods; then restart containerd "
                    "/ dockerd")
+        elif m["cdiname"]:
+            compose = re.search(r"Error response from daemon|docker[- ]compose|Container \S+\s+"
+                                r"Creating", "\n".join(x.text for x in lines)) is not None
+            what = (f"the engine took the CDI device name {m['cdiname']} for a host device path "
+                    "and could not stat it: "
+                    + ("the compose client sent it as a device mapping (docker-compose before "
+                       "2.30 does not pass CDI names through the Docker API)" if compose else
+                       "this podman predates CDI support (4.1)")
+                    + "; the CDI spec is not the problem")
+            fix = ("use a compose client that passes CDI names (docker-compose 2.30 or newer, "
+                   "or podman-compose), or run it with `podman run --device "
+                   f"{m['cdiname']}`" if compose else
+                   "upgrade podman to 4.1 or newer (CDI), or with this podman use the NVIDIA "
+                   "runtime hook (nvidia-container-toolkit's oci-nvidia-hook) instead of "
+                   "--device nvidia.com/gpu=...")
+            facts["device"] = m["cdiname"]
         elif m["hook"] or m["num"]:
             if not (_NVIDIA_HOOK.search(ln.text) or any(
                     _NVIDIA_HOOK.search(x.text) for x in lines)):
@@ -445,14 +473,22 @@ def _toolkit(lines: Sequence[Line], image: str | None) -> Diagnosis | None:
         aside = "" if _CUDA_COND.search(printed) else (
             f" (the toolkit printed the last alternative it checked, '{printed}': no board / "
             "driver exception of the image's requirement applies either)")
+        header = next(((x, h) for x in lines if (h := _SMI_HEADER.search(x.text))), None)
+        has = (f"driver supports {header[1]['cuda']} ({header[1]['driver']})" if header
+               else "the host's NVIDIA driver supports an older CUDA")
         d = _make(
             "driver_too_old",
-            f"the image requires CUDA >= {c['v']} (NVIDIA_REQUIRE_CUDA) and the host's NVIDIA "
-            f"driver supports an older CUDA{aside}: the toolkit's hook refused to start the "
-            "container",
-            f"update the host's NVIDIA driver to a branch that supports CUDA {c['v']}, or use "
-            "an image built for the CUDA the driver supports (nvidia-smi shows it)",
-            evidence, {**facts, "cuda": c["v"], "condition": printed})
+            f"the image requires CUDA >= {c['v']} (NVIDIA_REQUIRE_CUDA), {has}{aside}: the "
+            "toolkit's hook refused to start the container",
+            f"update the host's NVIDIA driver to a branch that supports CUDA {c['v']}"
+            + (f" (the driver {header[1]['driver']} stops at CUDA {header[1]['cuda']})"
+               if header else "")
+            + ", or use an image built for the CUDA the driver supports"
+            + ("" if header else " (nvidia-smi shows it)"),
+            evidence + ([header[0].raw] if header else []),
+            {**facts, "cuda": c["v"], "condition": printed,
+             "driver_cuda": header[1]["cuda"] if header else None,
+             "driver_version": header[1]["driver"] if header else None})
     elif cond and (c := _DRIVER_COND.search(cond["cond"])):
         d = _make(
             "driver_too_old",
@@ -604,13 +640,36 @@ def _registry_auth(lines: Sequence[Line], image: str | None) -> Diagnosis | None
     where = registry or "the registry"
     ngc = " (nvcr.io: user `$oauthtoken`, an NGC API key as password)" if (
         registry or "").endswith("nvcr.io") else ""
+    what = image or "the image"
+    if any(_BAD_LOGIN.search(x.text) for x in lines):
+        return _make(
+            "registry_auth",
+            f"{where} rejected the login the client sent for {what} (a wrong or stale stored "
+            "login; the repository itself may well be public)",
+            f"`docker logout{_hub_or(registry)}` and pull again (public image), or `docker "
+            f"login{_hub_or(registry)}` with the right account{ngc}",
+            [ln.raw], {"registry": registry, "image": image, "refusal": "credentials"})
     return _make(
         "registry_auth",
-        f"{where} refused the credentials for {image or 'the image'}: not logged in, a wrong "
-        "login, or an account without access to that repository",
-        f"`docker login {registry or '<registry>'}` on the host with an account that may pull "
-        f"it{ngc}; if access is denied after login, request access or use a public image",
-        [ln.raw], {"registry": registry, "image": image})
+        f"{where} refused to serve {what} (unauthorized, no login rejected): registries answer "
+        "so for a repository or tag that does not exist (a wrong name) as well as for a private "
+        "one the client may not read, so check the name first, the login second",
+        f"check the repository name and tag of {what} on its registry (the project's packages "
+        "/ tags page) and fix `image:`; if it is private, `docker login "
+        f"{registry or '<registry>'}` on the host with an account that may pull it{ngc}",
+        [ln.raw], {"registry": registry, "image": image, "refusal": "anonymous"})
+
+
+def _hub_or(registry: str | None) -> str:
+    """`` <registry>`` for a ``docker login``/``logout`` command, nothing for Docker Hub."""
+    hub = registry is None or registry in ("docker.io", "registry-1.docker.io", "index.docker.io")
+    return "" if hub else f" {registry}"
+
+
+#: The registry rejected credentials the client sent (a stale or wrong stored login), not an
+#: anonymous request.
+_BAD_LOGIN = re.compile(r"incorrect username or password|invalid username/password"
+                        r"|authorization failed|bad credentials", re.I)
 
 
 _RATE = re.compile(r"toomanyrequests|TOOMANYREQUESTS|pull rate limit|429 Too Many Requests",

@@ -48,7 +48,7 @@ PRECEDENCE: tuple[str, ...] = (
     "xid", "gpu_lost", "gsp_timeout", "driver_unreachable", "driver_version_mismatch",
     "nvml_library_not_found", "nvml_function_not_found", "no_gpus", "fabric_manager",
     "nvml_lost_in_container",
-    "nvml_error",
+    "nvml_error", "nvml_blocked_by_host", "nvml_permission",
     # the container engine, the registry, the toolkit
     "gpu_unschedulable", "docker_daemon_unreachable", "docker_permission", "disk_full",
     "docker_no_gpu_driver",
@@ -63,6 +63,8 @@ PRECEDENCE: tuple[str, ...] = (
     # the notebook server in its container (before the exception its traceback shows)
     "jupyter_not_installed", "jupyter_root_refused", "jupyter_dir_missing",
     "jupyter_permission", "jupyter_port_unavailable",
+    # the program never started (slurmstepd's execve)
+    "slurm_exec_failed",
     # distributed set-up
     "store_address_unresolved", "port_in_use", "rendezvous_connection", "rendezvous_failed",
     "nccl_invalid_usage", "nccl_unhandled_cuda",

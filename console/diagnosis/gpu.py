@@ -38,11 +38,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
 from console.diagnosis.lines import Line
 from console.diagnosis.model import Consequence, Context, Diagnosis, FactValue
 from console.diagnosis.model import make_diagnosis as _diag
 from remote.telemetry.faults import (
+    NVML_RETURNS,
     DriverLoadProblem,
     DriverUpgrade,
     GpuXidSummary,
@@ -250,7 +252,50 @@ def _xid_findings(ctx: Context) -> list[Diagnosis]:
             _evidence_of(e, ctx.lines, kernel_lines)[:1],
             {"gpu": gpu, "count": len(gsp), "xid": 119, "action": ACTION_TEXT["reset_gpu"]},
         ))
-    return found
+    return _gsp_before_recovery(ctx, printed, found)
+
+
+#: The driver's GSP timeout wordings besides ``GSP_TIMEOUT_RE`` (open-gpu-kernel-modules
+#: ``src/nvidia/src/kernel/gpu/gsp/kernel_gsp.c``: "Back to back GSP RPC timeout detected! GPU
+#: marked for reset", "_kgspRpcRecvPoll: GSP RM heartbeat timed out"; ``rpc.c``
+#: ``_issueRpcAndWait``: "rpcRecvPoll timedout for fn %d sequence %u!").
+_GSP_TIMEOUT_WORDS = re.compile(
+    r"GSP RPC timeout|rpcRecvPoll timedout|GSP RM heartbeat timed out"
+    r"|Timeout (?:after \d+s of )?waiting for RPC (?:response )?from (?:GPU\d+ )?GSP")
+
+
+def _gsp_before_recovery(ctx: Context, printed: Sequence[XidEvent],
+                         found: list[Diagnosis]) -> list[Diagnosis]:
+    """Xid 154 ("GPU recovery action changed") only summarises what the driver decided; when
+    the only Xids printed are 154s and the GSP firmware timed out before the first of them,
+    the timeout starts the chain and the 154 is its consequence."""
+    if not printed or any(e.xid != 154 for e in printed):
+        return found
+    first = min(e.line_no for e in printed) - 1
+    timeouts = [ln for ln in ctx.lines[:first] if "NVRM" in ln.text
+                and _GSP_TIMEOUT_WORDS.search(ln.text)]
+    gsp = next((d for d in found if d.kind == "gsp_timeout"), None)
+    xid = next((d for d in found if d.kind == "xid"), None)
+    if xid is None or (gsp is None and not timeouts):
+        return found
+    pci = printed[0].pci_bus_id
+    said = Consequence("xid", xid.summary + " (the driver's summary of the GSP timeout)",
+                       xid.evidence)
+    if gsp is None:
+        gsp = _diag(
+            "gsp_timeout",
+            f"the GSP firmware of GPU {pci} stopped answering the driver's RPCs "
+            f"({len(timeouts)} timeout line{'s' if len(timeouts) > 1 else ''}), so the driver "
+            "marked it for reset: the Xid 154 after it only records that recovery action; "
+            "NVIDIA's action: reset the GPU",
+            (),
+            f"Drain GPU {pci} and reset it (`nvidia-smi -r`) or reboot the node; if it recurs, "
+            "update the driver (its GSP firmware) and send `nvidia-bug-report.sh` to NVIDIA",
+            [ln.raw for ln in timeouts[:2]],
+            {"pci": pci, "xid": 119, "action": ACTION_TEXT["reset_gpu"]},
+        )
+    rest = [d for d in found if d.kind not in ("xid", "gsp_timeout")]
+    return [replace(gsp, consequences=(*gsp.consequences, said)), *rest]
 
 
 def _xid_records(ctx: Context) -> list[Diagnosis]:
@@ -553,6 +598,10 @@ def _smi_findings(ctx: Context) -> list[Diagnosis]:
         handle = lines_with(r"Unable to (?:determine|detect) the device handle")
         e = errs[0] if errs else None
         ret = nvml_return(None, e.reason) if e is not None else None
+        unset = [x for x in fault.gpu_errors if (r := nvml_return(None, x.reason)) is not None
+                 and r.code in _NVML_NOT_FOUND]
+        if e is None and unset and not bus:
+            found.append(_handle_not_found(ctx, unset[0].pci_bus_id, unset[0].reason, handle))
         if e is not None and not e.lost and not bus and ret is not None and ret.host_fault \
                 and ret.code in _NVML_ERROR_CODES:
             # NVML's own return code, and nothing in the text says the GPU left the bus
@@ -691,6 +740,32 @@ def _nvml_lost(ctx: Context, evidence: list[str]) -> Diagnosis:
          "NVIDIA/nvidia-container-toolkit#48"),
         ([cmd] if cmd else []) + evidence,
         {"in_container": "yes" if contained else None},
+    )
+
+
+#: NVML_ERROR_NOT_FOUND (6) and NVML_ERROR_GPU_NOT_FOUND (28) for a GPU nvidia-smi found on the
+#: PCI bus: the driver has no initialised device there.
+_NVML_NOT_FOUND = frozenset({6, 28})
+
+
+def _handle_not_found(ctx: Context, pci: str, reason: str, handle: list[str]) -> Diagnosis:
+    """nvidia-smi's ``Unable to determine the device handle for GPU <bus>: Not Found``: the GPU
+    is on the bus but the driver did not initialise it (``RmInitAdapter failed``)."""
+    ret = nvml_return(None, reason)
+    assert ret is not None
+    init = [ln.raw for ln in ctx.lines if _RM_INIT.search(ln.text)][:2]
+    return _diag(
+        "nvml_error",
+        f"NVML cannot get a handle for GPU {pci}: it returned {ret.name} ({ret.code}, "
+        f"'{ret.message}'): the GPU is on the PCI bus but the driver did not initialise it "
+        "(the kernel log shows why, usually `RmInitAdapter failed`); nothing in the text says "
+        "it left the bus (no Xid 79, no PCIe bus errors)",
+        (),
+        "Read `dmesg | grep NVRM` for that GPU's init error and fix it (with the open kernel "
+        "module: GSP firmware of the driver's own version in /lib/firmware/nvidia, or the "
+        "proprietary module for a GPU it does not support), then reload the driver or reboot",
+        handle + init,
+        {"nvml_return": ret.name, "nvml_code": ret.code, "pci": pci},
     )
 
 
@@ -958,6 +1033,87 @@ def _plugin_stalled(ctx: Context) -> Diagnosis | None:
     return _no_gpus(ctx, [])
 
 
+#: NVML_ERROR_OPERATING_SYSTEM (17): nvidia-smi's "Failed to initialize NVML: GPU access blocked
+#: by the operating system" (WSL2's libnvidia-ml), nvml.h's "The operating system has blocked
+#: the request.", pynvml's ``NVMLError_OperatingSystem``.
+_NVML_BLOCKED = re.compile(r"GPU access blocked by the operating system|NVMLError_OperatingSystem"
+                           r"|operating system has blocked the request", re.I)
+_WSL = re.compile(r"\bWSL|/usr/lib/wsl|microsoft-standard|nvidia-smi\.exe|Windows", re.I)
+
+
+def _nvml_blocked(ctx: Context) -> Diagnosis | None:
+    """NVML blocked by the host OS: under WSL2, Windows does not expose the GPU to the VM."""
+    hits = [ln.raw for ln in ctx.lines if _NVML_BLOCKED.search(ln.text)]
+    if not hits:
+        return None
+    ret = NVML_RETURNS[17]
+    return _diag(
+        "nvml_blocked_by_host",
+        f"NVML cannot start: the operating system blocked its access to the GPU ({ret.name}, "
+        f"{ret.code}). This is WSL2's message when Windows does not hand the GPU to the Linux VM "
+        "(GPU paravirtualisation): a data-center GPU in TCC mode, a Windows (Server) build or "
+        "driver without WSL GPU support, or Linux NVIDIA driver packages installed inside the "
+        "distribution over /usr/lib/wsl/lib; the GPU itself is not faulty",
+        (),
+        "Use the Windows NVIDIA driver with WSL support (on Windows: `nvidia-smi -dm` to move a "
+        "TCC GPU to WDDM/MCDM), `wsl --update`, and remove Linux nvidia-driver / nvidia-utils "
+        "packages from the distribution (use /usr/lib/wsl/lib/nvidia-smi); outside WSL, a "
+        "container's device cgroup blocked /dev/nvidia*: start it with --gpus",
+        hits[:2],
+        {"nvml_return": ret.name, "nvml_code": ret.code,
+         "wsl": "yes" if _WSL.search(ctx.text) else None},
+    )
+
+
+#: NVML_ERROR_NO_PERMISSION for one reading: a tool's "error getting <reading>: Insufficient
+#: Permissions" (the Go bindings' callers: the device plugin, DCGM exporter), or pynvml's
+#: ``NVMLError_NoPermission`` (:func:`classify_nvml_traceback` names the call and its fields).
+_NO_PERMISSION = re.compile(
+    r"error getting (?P<what>[\w ]+?): Insufficient P\w*ssions|NVMLError_NoPermission")
+_READING_OF: dict[str, str] = {
+    "nvmlDeviceGetMemoryInfo": "memory info", "nvmlDeviceGetMemoryInfo_v2": "memory info",
+    "nvmlDeviceGetComputeRunningProcesses": "the process list",
+    "nvmlDeviceGetPowerUsage": "power", "nvmlDeviceGetClockInfo": "clocks",
+}
+_MIG = re.compile(r"\bMIG\b|\bmig-|MigDevice", re.I)
+
+
+def _nvml_permission(ctx: Context) -> Diagnosis | None:
+    """NVML refused one reading (``Insufficient Permissions``); the GPU is fine. Under MIG a
+    container given a MIG instance may not read the parent GPU's memory totals."""
+    hits = [(ln, m) for ln in ctx.lines if (m := _NO_PERMISSION.search(ln.text))]
+    if not hits:
+        return None
+    fn = None
+    reading = next((m["what"] for _, m in hits if m["what"]), None)
+    if _NVML_TRACE.search(ctx.text):
+        fault = classify_nvml_traceback("\n".join(ln.raw for ln in ctx.lines))
+        if fault.kind == "no_permission":
+            fn = fault.nvml_function
+            reading = reading or _READING_OF.get(fn or "", fn)
+    mig = _MIG.search(ctx.text) is not None
+    ret = NVML_RETURNS[4]
+    what = reading or "a reading"
+    return _diag(
+        "nvml_permission",
+        f"NVML refused one reading, {what}{f' ({fn})' if fn else ''}, with {ret.name} "
+        f"({ret.code}, '{ret.message}')"
+        + ("; the GPU has MIG enabled: a container given a MIG instance may not read the "
+           "parent GPU's totals" if mig else ": the caller may not make this call")
+        + ". The GPU is fine: only this reading was refused",
+        (),
+        ("Read the MIG device's own values (nvmlDeviceGetMigDeviceHandleByIndex, or "
+         "torch.cuda.mem_get_info in the process), or give the container MIG monitoring "
+         "access (NVIDIA_MIG_MONITOR_DEVICES=all; for the NVIDIA device plugin on its "
+         "DaemonSet) and restart it") if mig else
+        ("Make the call as root or with access to /dev/nvidia* and /dev/nvidia-caps, or skip "
+         "that reading (the tool should treat it as unavailable)"),
+        [ln.raw for ln, _ in hits[:2]],
+        {"nvml_return": ret.name, "nvml_code": ret.code, "nvml_function": fn,
+         "reading": reading, "mig": "yes" if mig else None},
+    )
+
+
 def _rules_xid(ctx: Context) -> Iterable[Diagnosis]:
     return _xid_findings(ctx)
 
@@ -972,4 +1128,4 @@ def _rules_nvml(ctx: Context) -> Iterable[Diagnosis]:
 
 #: The rules of this module (the engine ranks what they find).
 RULES = (_rules_xid, _rules_smi, _rules_nvml, _nvml_calls, _kernel_mismatch, _fabric_manager,
-         _kernel_no_gpus, _plugin_stalled)
+         _kernel_no_gpus, _plugin_stalled, _nvml_blocked, _nvml_permission)

@@ -20,8 +20,12 @@ Sources, by rule:
   <file>:<line> '<string>'``. ncclInvalidArgument (4) is reported as ``nccl_invalid_usage``:
   both mean the caller handed NCCL something wrong and have the same fix (fix the call).
 - ``NCCL_DEBUG`` lines: ``host:pid:tid [cudaDev] file.cc:line NCCL WARN <msg>`` (``WARN`` in
-  ``src/include/debug.h``) and the return traces ``... NCCL INFO file.cc:line -> <result>``
-  (``NCCLCHECK``). WARN messages read here, by their format strings in NCCL's source:
+  ``src/include/debug.h``; before 2.3 without the ``NCCL`` token: ``host:pid:tid [cudaDev]
+  file:line WARN <msg>``, NCCL 2.0 also ``host [cudaDev] file:line WARN <msg>``) and the
+  return traces ``... NCCL INFO file.cc:line -> <result>`` (``NCCLCHECK``); a ``Connection
+  reset by peer`` traced back through ``bootstrap.cc`` / ``init.cc`` before the process's
+  ``Init COMPLETE`` is the communicator's set-up failing (``nccl_system_error``), not a victim.
+  WARN messages read here, by their format strings in NCCL's source:
   ``Cuda failure '%s'`` / ``Cuda failure %d '%s'`` (``src/include/checks.h``, ``cudawrap.h``),
   ``Failed to CUDA calloc %ld bytes`` (``alloc.h``), ``Duplicate GPU detected : rank %d and
   rank %d both on CUDA device %lx`` (``init.cc``, ncclInvalidUsage; NCCL 2.30 lets ranks share
@@ -210,6 +214,12 @@ _PREFIX = (
     r"\[(?P<dev>\d+)\] )?"
 )
 _WARN = re.compile(_PREFIX + r"(?:(?P<src>\S+:\d+) )?NCCL WARN (?P<msg>.*)$")
+# Early NCCL 2.x (``src/include/debug.h`` before 2.3) printed no "NCCL" token:
+# "\n%s:%d:%d [%d] %s:%d WARN " (host:pid:tid [cudaDev] file:line), 2.0 also "host [dev]
+# file:line WARN": read only with the source file and line NCCL puts before the level.
+_OLD_WARN = re.compile(
+    r"(?:^|(?<=\s))(?:(?P<host>[^\s:\[\]]+)(?::(?P<pid>\d+):(?P<tid>\d+))? )?\[(?P<dev>\d+)\] "
+    r"(?P<src>[\w./-]+\.(?:h|cc|cu|cpp|c):\d+) WARN (?P<msg>.*)$")
 # A failed IB completion quoted without NCCL's "NCCL WARN" (an issue title, a paste of the message)
 _BARE_IB = re.compile(
     _PREFIX + r"(?:(?P<src>\S+:\d+) )?"
@@ -249,6 +259,7 @@ _SOCKET = re.compile(
     r"Connect to \S+ failed|Call to (?:connect|socket|bind|listen|accept)\b|NET/Socket"
     r"|Network is unreachable|No route to host|Connection refused|Connection timed out"
     r"|Cannot assign requested address|Software caused connection abort"
+    r"|Socket creation failed|Address family not supported"
     r"|bootstrap\w*\s*:.*(?:failed|timed? ?out)",
     re.I,
 )
@@ -376,7 +387,7 @@ def _warn_findings(lines: Sequence[Line]) -> dict[str, _Finding]:
     found: dict[str, _Finding] = {}
     follow_ons: list[tuple[Line, re.Match[str], int]] = []
     for ln in lines:
-        m = _WARN.search(ln.text)
+        m = _WARN.search(ln.text) or _OLD_WARN.search(ln.text)
         if m is None and not _LAST_ERROR.search(ln.text):  # a Last error is _nccl_results'
             m = _BARE_IB.search(ln.text) or _BARE_SOCKET.search(ln.text)
         if m is None:
@@ -545,6 +556,30 @@ def _nccl_warnings(ctx: Context) -> list[Diagnosis]:
         }
         ranks: tuple[int, ...] = tuple(f.ranks)
         fix = _FIX.get(kind, _CUDA_FIX)
+        if kind == "nccl_remote_error" and message and _RESET.search(message) \
+                and head is not None and _during_init(ctx.lines, f.lines[0], head):
+            # reset while the communicator was being set up: no collective had run, so no
+            # earlier failure of a peer explains it; the set-up itself failed
+            facts["phase"] = "init"
+            if p := _PEER.search(message):
+                facts["peer"] = p["peer"]
+            peer = f" by {facts['peer']}" if facts.get("peer") else ""
+            out.append(_diag(
+                "nccl_system_error",
+                "NCCL's bootstrap connection was reset" + peer
+                + (f" on {where}" if where else "") + " during communicator init ("
+                + message.rstrip(". ") + (f" -> {named}" if named else "") + "): no collective "
+                "had run, so this is the set-up failing, not a victim of an earlier failure: "
+                "the connection reached a listener that is not this job's NCCL (a wrong "
+                "interface or address such as a container bridge IP, a port another process "
+                "holds) or the peer process died during init"
+                + (f"; NCCL {version}" if version else ""),
+                ranks,
+                "Check the bootstrap address each rank uses (NCCL_SOCKET_IFNAME to an interface "
+                "all nodes share; host networking for containers), that no other job uses the "
+                "same ports, and the peer's own log for a crash at init",
+                [ln.raw for ln in f.lines], facts, ctx.failure))
+            continue
         if message is None:  # only a return trace: a consequence of another finding
             summary = f"NCCL returned {named or 'an error'}"
         elif f.transport == "cuda":
@@ -579,6 +614,29 @@ def _nccl_warnings(ctx: Context) -> list[Diagnosis]:
             _diag(kind, summary, ranks, fix, [ln.raw for ln in f.lines], facts, ctx.failure)
         )
     return out
+
+
+_RESET = re.compile(r"Connection reset by peer")
+#: NCCL's return traces through communicator set-up (``bootstrap.cc``, ``init.cc``), and the
+#: INFO line of a communicator whose init finished.
+_INIT_TRACE = re.compile(r"NCCL INFO (?:bootstrap|init)\.cc:\d+ -> \d+")
+_INIT_DONE = re.compile(r"Init COMPLETE")
+
+
+def _during_init(lines: Sequence[Line], warn: Line, head: re.Match[str]) -> bool:
+    """Whether the WARN at ``warn`` came while a communicator was set up: its process traces
+    the error back through ``bootstrap.cc`` / ``init.cc`` right after it, and no
+    ``Init COMPLETE`` of that process came before it."""
+    pid = head["pid"]
+
+    def ours(ln: Line) -> bool:
+        m = _WARN_OR_INFO.search(ln.text)
+        return pid is None or (m is not None and m["pid"] == pid)
+
+    if any(_INIT_DONE.search(ln.text) and ours(ln) for ln in lines[:warn.index]):
+        return False
+    return any(_INIT_TRACE.search(ln.text) and ours(ln)
+               for ln in lines[warn.index + 1:warn.index + 40])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -905,6 +963,23 @@ def _nccl_timeout(ctx: Context) -> Diagnosis | None:
                 "rank-dependent branch, e.g. checkpoint saving or eval on one rank), so each "
                 "waits in one the others never call"
             )
+        if len(set(seq_of.values())) <= 1 and len(set(op_of.values())) > 1:
+            # The same SeqNum (or, before SeqNums, none) but different OpTypes: the ranks are
+            # in different collectives at the same point of their sequence.
+            per_rank = "; ".join(f"rank {r}: {op_of[r]}" for r in sorted(op_of))
+            at = f"at the same SeqNum {seq}" if seq else "(the log has no SeqNums)"
+            summary = (
+                f"NCCL watchdog timeout{in_pg}{limit}: the ranks timed out in DIFFERENT "
+                f"collectives {at} ({per_rank}). A collective mismatch, not a missing rank: "
+                "some ranks called another collective than the others at this point (one under "
+                "a rank-dependent branch, e.g. a broadcast of metrics or a checkpoint on some "
+                "ranks), so each waits in one the others never call"
+            )
+        odd = _odd_rank(seq_of) if len(set(seq_of.values())) > 1 else _odd_rank(op_of)
+        if odd is not None and (len(set(seq_of.values())) > 1 or len(set(op_of.values())) > 1):
+            summary += (f"; rank {odd} is the odd one ({op_of.get(odd, '?')}"
+                        + (f" SeqNum {seq_of[odd]}" if odd in seq_of else "")
+                        + " while the others agree)")
         if stuck:
             summary += f"; the watchdog of rank {join_ranks(sorted(stuck))} then got stuck"
     elif raised is not None and not stuck and not beats:
@@ -936,7 +1011,10 @@ def _nccl_timeout(ctx: Context) -> Diagnosis | None:
         "timeout; TORCH_NCCL_DUMP_ON_TIMEOUT=1 (flight recorder) and NCCL_DEBUG=INFO help "
         "locate it. Raise the timeout only for a known slow step (checkpoint, eval on rank 0)"
     )
-    mismatch = len(set(seq_of.values())) > 1
+    out_of_step = len(set(seq_of.values())) > 1
+    other_op = not out_of_step and len(set(op_of.values())) > 1
+    mismatch = out_of_step or other_op
+    odd = (_odd_rank(seq_of) if out_of_step else _odd_rank(op_of)) if mismatch else None
     if mismatch:
         fix = (
             "Make every rank call the same collectives in the same order: look for a collective "
@@ -948,7 +1026,7 @@ def _nccl_timeout(ctx: Context) -> Diagnosis | None:
     return _diag(
         "nccl_timeout",
         summary,
-        () if mismatch else missing,
+        ((odd,) if odd is not None else ()) if mismatch else missing,
         fix,
         evidence,
         {
@@ -962,8 +1040,13 @@ def _nccl_timeout(ctx: Context) -> Diagnosis | None:
             "last_enqueued": MappingProxyType(enqueued) if enqueued else None,
             "last_completed": MappingProxyType(completed) if completed else None,
             "victims": tuple(victims),
-            "seq_by_rank": MappingProxyType(seq_of) if mismatch else None,
-            "mismatch": "collectives out of step across ranks" if mismatch else None,
+            "seq_by_rank": MappingProxyType(seq_of) if out_of_step else None,
+            "op_by_rank": "; ".join(f"rank {r}: {op_of[r]}" for r in sorted(op_of))
+            if other_op else None,
+            "mismatch": "collectives out of step across ranks" if out_of_step else
+            ("different collectives at the same SeqNum" if seq else
+             "different collectives") if other_op else None,
+            "odd_rank": odd,
             "rank": single,
             "heartbeat_timeout_s": heartbeat_s,
             "detected_by": tuple(sorted(set(dumped))) if dumped else None,
@@ -973,6 +1056,17 @@ def _nccl_timeout(ctx: Context) -> Diagnosis | None:
         },
         ctx.failure,
     )
+
+
+def _odd_rank(value_of: dict[int, int] | dict[int, str]) -> int | None:
+    """The one rank whose value (SeqNum, OpType) differs from all the others' single common
+    value, with at least two others agreeing; None when the text cannot single one out."""
+    values = list(value_of.values())
+    if len(values) < 3:
+        return None
+    odd = [r for r, v in value_of.items() if values.count(v) == 1]
+    common = {v for v in values if values.count(v) > 1}
+    return odd[0] if len(odd) == 1 and len(common) == 1 else None
 
 
 #: The rules of this module (the engine ranks what they find).

@@ -16,6 +16,10 @@ Primary sources (SchedMD/slurm):
 - ``src/srun/srun_job.c`` / ``launch``: ``srun: error: %s: task%s %s: Exited with exit code
   %d``, ``...: Killed``, ``...: Out Of Memory``, ``srun: Job step aborted: Waiting up to %d
   seconds for job step to finish.``, ``srun: forcing job termination``.
+- ``src/slurmd/slurmstepd/task.c`` (``_exec_task``): ``error("execve(): %s: %m",
+  task->argv[0])`` then ``_exit(errno)``: the batch script (slurmd's spool copy,
+  ``<SlurmdSpoolDir>/job<id>/slurm_script``) or a task's program could not be executed, so srun
+  reports the errno as the task's exit code (2 ENOENT, 13 EACCES, 8 ENOEXEC).
 - bash's job-control report of a killed child (``script: line N:  PID Killed  command``).
 
 A Slurm cancellation or srun's exit lines never hide the error above them: a Python
@@ -316,6 +320,55 @@ _UNSCHEDULABLE = re.compile(
     r"(?P<short>\d+) Insufficient (?P<res>nvidia\.com/(?:gpu|mig-[\w.-]*\w)|amd\.com/gpu)")
 
 
+#: slurmstepd's execve failure (task.c ``_exec_task``), also quoted in prose or inline code.
+_EXECVE = re.compile(
+    r"slurmstepd(?:-\S+)?:\s+error:\s+execve\(\):\s+(?P<path>\S(?:.*?\S)?):\s+"
+    r"(?P<reason>[A-Z][A-Za-z ]*[a-z])")
+#: What each strerror means for a batch script or a task's program, and its fix.
+_EXEC_WHY: dict[str, tuple[str, str]] = {
+    "No such file or directory": (
+        "it does not exist on the node (or its #! interpreter does not)",
+        "use a path that exists on the compute node (a shared filesystem, not the login "
+        "node's local disk) and check the script's #! line there"),
+    "Permission denied": (
+        "it is not executable (or lies on a noexec filesystem)",
+        "`chmod +x` it, or run it through its interpreter (`srun bash script.sh`)"),
+    "Exec format error": (
+        "it is not a program the node can run (a script without a #! line, or a binary for "
+        "another CPU architecture)",
+        "add a #! line to the script (or run it through its interpreter), or build the "
+        "program for the node's architecture"),
+}
+
+
+def _exec_failed(ctx: Context) -> Diagnosis | None:
+    """``slurmstepd: error: execve(): <path>: <strerror>``: the batch script or a task's
+    program never started; srun's exit code for the task is the errno."""
+    hit = next(((ln, m) for ln in ctx.lines if (m := _EXECVE.search(ln.text))), None)
+    if hit is None:
+        return None
+    ln, m = hit
+    path, reason = m["path"].strip("`'\""), m["reason"]
+    spool = path.endswith("/slurm_script")
+    what, fix = _EXEC_WHY.get(reason, ("the node refused to run it", "check the path and its "
+                                        "permissions on the compute node"))
+    if spool and reason == "No such file or directory":
+        what = ("slurmd's spool copy of the batch script is gone on that node (its "
+                "SlurmdSpoolDir was cleaned or unmounted, e.g. a /tmp purged under slurmd), or "
+                "the script's #! interpreter does not exist there")
+        fix = ("check SlurmdSpoolDir on the node (`scontrol show config | grep SlurmdSpoolDir`) "
+               "and the script's #! line; drain the node if its spool is broken and resubmit")
+    return _diag(
+        "slurm_exec_failed",
+        f"slurmstepd could not start {'the batch script' if spool else path} "
+        f"({path}: {reason}): {what}; the job's program never ran",
+        (),
+        fix[0].upper() + fix[1:],
+        [ln.raw],
+        {"path": path, "reason": reason},
+    )
+
+
 def _gpu_unschedulable(ctx: Context) -> Diagnosis | None:
     """Kubernetes left a GPU pod Pending: no node offers the GPUs it requests."""
     hit = next((ln for ln in ctx.lines if _UNSCHEDULABLE.search(ln.text)), None)
@@ -339,4 +392,4 @@ def _gpu_unschedulable(ctx: Context) -> Diagnosis | None:
     )
 
 
-RULES = (_cancelled, _oom, _task_exits, _gpu_unschedulable)
+RULES = (_cancelled, _oom, _task_exits, _exec_failed, _gpu_unschedulable)

@@ -337,6 +337,14 @@ def _retried_on(lines: Sequence[Line], refused: Sequence[Line]) -> bool:
     return False
 
 
+#: Slurm ending the step once a task exited (``srun: error: <node>: task N: Exited with exit
+#: code``, ``srun: Terminating StepId=``, ``*** STEP <id> ON <node> CANCELLED AT ...``).
+_STEP_ENDED = re.compile(r"srun: error: \S+: tasks? [\d,\- \[\]]+: Exited with exit code"
+                         r"|srun: Terminating StepId|\*\*\* STEP \S+ ON \S+ CANCELLED")
+#: An agent stopping its workers (torchelastic ``multiprocessing/api.py``).
+_WORKERS_STOPPED = re.compile(r"Sending process \d+ closing signal SIG\w+")
+
+
 def _rendezvous(ctx: Context) -> Diagnosis | None:
     """The agent or a rank could not reach the c10d store / rendezvous, or the rendezvous
     timed out or was closed.
@@ -352,7 +360,15 @@ def _rendezvous(ctx: Context) -> Diagnosis | None:
     refused = [ln for ln in ctx.lines if _RDZV_CONNECT.search(ln.text)]
     errors = [ln for ln in ctx.lines if _RDZV_ERROR.search(ln.text)]
     clients = next((ln for ln in ctx.lines if _CLIENTS.search(ln.text)), None)
-    stopped = any(_DEATH.search(ln.text) or _AGENT_SIGNAL.search(ln.text) for ln in ctx.lines)
+    # A signal that stopped an agent closes the rendezvous for the others (pasted logs of two
+    # nodes may show it below the closed error); but signals that follow the scheduler ending
+    # the step after that agent exited (srun's task exit / "Terminating StepId", slurmstepd's
+    # STEP CANCELLED, all after the RendezvousClosedError) are its consequences.
+    closed = next((ln.index for ln in errors if "Closed" in ln.text), len(ctx.lines))
+    signals = [ln.index for ln in ctx.lines
+               if _DEATH.search(ln.text) or _AGENT_SIGNAL.search(ln.text)]
+    ended = next((ln.index for ln in ctx.lines[closed:] if _STEP_ENDED.search(ln.text)), None)
+    stopped = any(i < closed or ended is None or i < ended for i in signals)
     if stopped:
         errors = [ln for ln in errors if "Closed" not in ln.text]
     # The exception line ("...RendezvousConnectionError: The connection to the C10d store has
@@ -383,10 +399,19 @@ def _rendezvous(ctx: Context) -> Diagnosis | None:
             what = ("the rendezvous was closed (an agent of the job shut down)"
                     if "Closed" in etype else "not enough nodes joined in time"
                     if "Timeout" in etype else "the rendezvous failed")
+            workers_ran = "Closed" in etype and any(
+                _WORKERS_STOPPED.search(ln.text) for ln in ctx.lines[closed:])
+            after = ("; the other nodes' workers were running and were stopped after it (the "
+                     "step ended, their agents sent SIGTERM): consequences" if workers_ran
+                     else "; no worker started")
             return _diag(
                 "rendezvous_failed",
-                f"Rendezvous failed ({etype}): {what}; no worker started",
+                f"Rendezvous failed ({etype}): {what}{after}",
                 (),
+                ("Find why this node's agent came to a closed rendezvous: it started or "
+                 "restarted late (after the others had formed the job) or another agent ended "
+                 "it; start all nodes in one srun step with the same --rdzv-id/--rdzv-endpoint "
+                 "and --nnodes, and let --max-restarts cover retries") if workers_ran else
                 "Check that every node was started with the same --rdzv-id/--rdzv-endpoint and "
                 "--nnodes, and that enough nodes joined within the rendezvous timeout",
                 [error.raw] if error else [],
@@ -1248,6 +1273,20 @@ def _spawn_wrapper(lines: Sequence[Line], ln: Line) -> bool:
 _FRAME = re.compile(r'^\s+File "[^"]+", line \d+, in \S')
 
 
+# IPython's traceback frames (``IPython/core/ultratb.py``): the current line's arrow
+# (``---> 35 cluster = ...``, also without its number), ``<ipython-input-1-48e0> in <module>``,
+# ``/path/x.py in fn(self, a)``.
+_IPYTHON_FRAME = re.compile(
+    r"^\s*-{2,}>\s|^<ipython-input-[\w-]+> in \S|^/\S+\.py in \w+\(")
+
+
+# rich's traceback (``rich/traceback.py``): the frames in a box closed by "╰───╯", then the
+# exception line on its own, ``<type>: <value>`` (any type name, ``Exception`` itself too).
+_RICH_BOX_END = re.compile(r"^\s*╰─+╯\s*$")
+_RICH_EXCEPTION = re.compile(
+    r"^(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*)?(?:Error|Exception|Interrupt|Exit)(?::\s+\S.*|:?\s*)$")
+
+
 # A final exception line in its strict form, at the start of the line: a dotted name ending in
 # Error/Exception (CPython's ``traceback.format_exception_only``: ``<qualname>: <str(exc)>``).
 # Used where no ``Traceback`` header vouches for the line (a paste cut mid-stack, interleaved
@@ -1289,9 +1328,14 @@ def _rank_exceptions(lines: Sequence[Line]) -> list[tuple[int | None, Line]]:
                 in_tb[who] = ""
     if found:
         return found
-    frames = [ln.index for ln in lines if _FRAME.match(ln.text)]
+    frames = [ln.index for ln in lines if _FRAME.match(ln.text) or _IPYTHON_FRAME.match(ln.text)]
+    boxes = {ln.index for ln in lines if _RICH_BOX_END.match(ln.text)}
     for ln in lines:
-        if not ln.text[:1].strip() or not _STRICT_EXCEPTION.match(ln.text):
+        after_box = ln.index - 1 in boxes and _RICH_EXCEPTION.match(ln.text) is not None
+        if not after_box and (not ln.text[:1].strip() or not _STRICT_EXCEPTION.match(ln.text)):
+            continue
+        if after_box:
+            found.append((ln.rank, ln))
             continue
         if ln.rank is not None or any(abs(i - ln.index) <= _NEAR for i in frames):
             found.append((ln.rank, ln))

@@ -1,8 +1,10 @@
 """Plain-text rendering of the fleet for ``gpuconsole top`` and ``gpuconsole gpus``.
 
-Unknown readings print as ``?`` (never 0); a host that is not streaming prints its status and
-error on one line. Below the table, one line per GPU with Xids this boot: the root of its
-chain with NVIDIA's action (``a GPU 3: Xid 79 fallen off the bus: reboot``).
+Unknown readings print as ``?`` (never 0), readings the GPU does not have at all (the record's
+``unsupported``: NVML_ERROR_NOT_SUPPORTED) as ``n/a``; a host that is not streaming prints its
+status and error on one line. SM MHz is the SM clock against its maximum (``1500/1980``).
+Below the table, one line per GPU with Xids this boot: the root of its chain with NVIDIA's
+action (``a GPU 3: Xid 79 fallen off the bus: reboot``).
 """
 
 from __future__ import annotations
@@ -14,8 +16,11 @@ from console.fleet.state import FleetState, GpuHolder, free_gpus, gpu_holders
 from remote.telemetry.schema import is_limit
 
 
-def _n(v: Any, fmt: str = "{:.0f}", unit: str = "") -> str:
-    return "?" if v is None else fmt.format(v) + unit
+def _n(v: Any, fmt: str = "{:.0f}", unit: str = "", *, na: bool = False) -> str:
+    """A reading; ``?`` unknown, ``n/a`` (with ``na``) a reading the GPU does not have."""
+    if v is None:
+        return "n/a" if na else "?"
+    return fmt.format(v) + unit
 
 
 def _table(rows: list[list[str]], right: set[int]) -> list[str]:
@@ -84,14 +89,17 @@ def render_fleet(state: FleetState) -> str:
                 hs = holders.get(idx, []) if idx is not None else []
                 procs = ", ".join(_holder(h) for h in hs) or "-"
             name = ("LOST " if g["lost"] else "") + (g["name"] or "?")
+            na = set(g["unsupported"])
             rows.append([
                 v.name + tag, str(idx), name.replace("NVIDIA ", ""),
                 _n(g["util_gpu_pct"], unit="%"),
-                _n(gpm["sm_activity_pct"] if gpm else None, unit="%"),
+                _n(gpm["sm_activity_pct"] if gpm else None, unit="%", na="gpm" in na),
                 f"{_n(g['mem_used_mib'])} / {_n(g['mem_total_mib'])}",
-                _n(g["temp_c"], unit="C"),
-                f"{_n(g['power_w'])} / {_n(g['power_limit_w'])}",
-                _n(g["sm_clock_mhz"]),
+                _n(g["temp_c"], unit="C", na="temp_c" in na),
+                f"{_n(g['power_w'], na='power_w' in na)} / "
+                f"{_n(g['power_limit_w'], na='power_limit_w' in na)}",
+                f"{_n(g['sm_clock_mhz'], na='sm_clock_mhz' in na)}/"
+                f"{_n(g['sm_clock_max_mhz'], na='sm_clock_max_mhz' in na)}",
                 _throttle(g["throttle_reasons"]),
                 procs,
             ])

@@ -15,6 +15,7 @@ Unknown stays ``None`` in the rows and prints as ``?`` in the text helpers, neve
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from itertools import islice
@@ -24,6 +25,7 @@ from console.fleet.state import FleetState, GpuHolder, GpuPoint, HostView, gpu_h
 from remote.telemetry.schema import (
     DRIVER_DOWN_STATES,
     USABLE_STATES,
+    GpuField,
     GpuRecord,
     is_limit,
     is_slowdown,
@@ -52,6 +54,9 @@ THROTTLE_WORDS: dict[str, str] = {
 
 #: Sparkline levels, lowest to highest (0 % .. 100 %).
 SPARK_LEVELS = "▁▂▃▄▅▆▇█"
+
+#: A Docker container id (a ``runtime: host`` node's "container" is its name instead).
+_HEX64 = re.compile(r"[0-9a-f]{64}")
 
 #: Left-aligned eighth blocks for bars: index n draws n/8 of one cell.
 _EIGHTHS = " ▏▎▍▌▋▊▉█"
@@ -163,6 +168,11 @@ class GpuRow:
         xid_code: that Xid's number, or ``None``.
         xid_severe: its action takes the GPU out (reboot, reset, NVLink, mechanicals) or the
             same faults hit many processes (drain).
+        mem_clock_mhz: memory clock (MHz), or ``None``.
+        sm_clock_max_mhz: the highest SM clock (MHz), or ``None``.
+        mem_clock_max_mhz: the highest memory clock (MHz), or ``None``.
+        unsupported: sample keys the GPU does not have at all (the record's ``unsupported``:
+            NVML_ERROR_NOT_SUPPORTED), shown ``n/a``; any other ``None`` reading is unknown.
     """
 
     key: str
@@ -190,6 +200,15 @@ class GpuRow:
     xid: str | None = None
     xid_code: int | None = None
     xid_severe: bool = False
+    mem_clock_mhz: float | None = None
+    sm_clock_max_mhz: float | None = None
+    mem_clock_max_mhz: float | None = None
+    unsupported: frozenset[GpuField] = frozenset()
+
+    def na(self, key: GpuField) -> bool:
+        """Whether sample key ``key`` (``fan_pct``, ``gpm``...) is not applicable to this GPU
+        (it does not have that reading), rather than unknown."""
+        return key in self.unsupported
 
     @property
     def free(self) -> bool:
@@ -206,6 +225,62 @@ class GpuRow:
     def job_ids(self) -> tuple[str, ...]:
         """The gpuconsole jobs using it, in :attr:`users` order."""
         return tuple(u.job_id for u in self.users or () if u.job_id is not None)
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessRow:
+    """One process on a GPU, for the selected GPU's process table.
+
+    Attributes:
+        key: stable row key, ``pid:<pid>``.
+        pid: the host PID.
+        job_id: the gpuconsole job it belongs to (by its container's labels), or ``None``
+            for a foreign process (not started by gpuconsole).
+        job_name: that job's spec name, or ``None``.
+        node_rank: the job's node index, or ``None``.
+        rank: torchrun's global rank (``RANK`` of the process), or ``None``.
+        user: the process owner, or ``None`` when unreadable.
+        command: the full command line, or ``None``.
+        container: the Docker container id's first 12 hex; a ``runtime: host`` node's name
+            (it runs without a container); ``None`` for a process outside any.
+        used_mib: its GPU memory (MiB), or ``None`` (MIG, nvidia-smi ``[N/A]``).
+    """
+
+    key: str
+    pid: int
+    job_id: str | None
+    job_name: str | None
+    node_rank: int | None
+    rank: int | None
+    user: str | None
+    command: str | None
+    container: str | None
+    used_mib: float | None
+
+
+def gpu_processes(state: FleetState, host: str, index: int) -> tuple[ProcessRow, ...] | None:
+    """The processes on one GPU, one row each: a gpuconsole job's first (by job, node, rank,
+    PID), then foreign ones by PID; ``None`` when the host's process list is unknown."""
+    holders = gpu_holders(state, host)
+    if holders is None:
+        return None
+    rows = [ProcessRow(
+        key=f"pid:{h.pid}", pid=h.pid, job_id=h.job.job_id if h.job else None,
+        job_name=h.job.job_name if h.job else None,
+        node_rank=h.job.node_rank if h.job else None, rank=h.rank, user=h.user,
+        command=h.command,
+        container=(h.container_id[:12] if _HEX64.fullmatch(h.container_id)
+                   else h.container_id) if h.container_id else None,
+        used_mib=_num(h.used_mib),
+    ) for h in holders.get(index, [])]
+
+    def order(r: ProcessRow) -> tuple[int, str, int, int, int]:
+        if r.job_id is None:
+            return (1, "", 0, 0, r.pid)
+        return (0, r.job_id, r.node_rank if r.node_rank is not None else -1,
+                r.rank if r.rank is not None else -1, r.pid)
+
+    return tuple(sorted(rows, key=order))
 
 
 @dataclass(frozen=True, slots=True)
@@ -349,6 +424,9 @@ def _gpu_row(host: str, idx: int, g: GpuRecord, tail: Sequence[GpuPoint],
         tensor_activity_pct=_num(gpm["tensor_activity_pct"]) if gpm else None,
         dram_bw_util_pct=_num(gpm["dram_bw_util_pct"]) if gpm else None,
         ecc_uncorrected=_num(g["ecc_volatile_uncorrected"]),
+        mem_clock_mhz=_num(g["mem_clock_mhz"]), sm_clock_max_mhz=_num(g["sm_clock_max_mhz"]),
+        mem_clock_max_mhz=_num(g["mem_clock_max_mhz"]),
+        unsupported=frozenset(g["unsupported"]),
     )
 
 
@@ -493,9 +571,22 @@ def filter_groups(groups: Sequence[HostGroup], query: str) -> list[HostGroup]:
 
 # -- plain-text cells ------------------------------------------------------------------------
 
-def num_text(v: float | None, unit: str = "") -> str:
-    """A reading rounded to an integer with its unit; ``?`` when unknown."""
-    return "?" if v is None else f"{v:.0f}{unit}"
+#: How a reading the GPU does not have prints (not applicable; unknown is ``?``).
+NOT_APPLICABLE = "n/a"
+
+
+def num_text(v: float | None, unit: str = "", *, na: bool = False) -> str:
+    """A reading rounded to an integer with its unit; ``?`` when unknown, ``n/a`` when
+    ``na`` (the GPU does not have the reading: :meth:`GpuRow.na`) and it is ``None``."""
+    if v is None:
+        return NOT_APPLICABLE if na else "?"
+    return f"{v:.0f}{unit}"
+
+
+def clock_text(mhz: float | None, max_mhz: float | None, *, na: bool = False) -> str:
+    """``1500/1980 MHz``: a clock against its maximum (``?`` for an unknown side, ``n/a``
+    for a clock the GPU does not report)."""
+    return f"{num_text(mhz, na=na)}/{num_text(max_mhz, na=na)} MHz"
 
 
 def bar(fraction: float | None, width: int) -> str:
@@ -521,9 +612,9 @@ def mem_text(used: float | None, total: float | None, width: int = 4) -> str:
     return f"{bar(frac, width)} {num_text(used)}/{num_text(total)} MiB"
 
 
-def power_text(power: float | None, limit: float | None) -> str:
-    """``691/700 W`` (``?`` for an unknown side)."""
-    return f"{num_text(power)}/{num_text(limit)} W"
+def power_text(power: float | None, limit: float | None, *, na: bool = False) -> str:
+    """``691/700 W`` (``?`` for an unknown side; ``n/a`` with ``na``: no power reading)."""
+    return f"{num_text(power, na=na)}/{num_text(limit, na=na)} W"
 
 
 def throttle_text(reasons: Sequence[str] | None) -> str:

@@ -19,6 +19,12 @@ meaning, and keep reading older versions).
 |                              | ``shell`` on dev containers (no job labels)  |
 | io.gpuconsole.port           | a notebook's JupyterLab port on the host's   |
 |                              | 127.0.0.1                                    |
+| io.gpuconsole.gpus           | the GPU indices given to the node, ``0,1``   |
+|                              | (absent: none; a launch counts them taken)   |
+| io.gpuconsole.secret-env     | the env names whose values are secret,       |
+|                              | comma-separated (may be empty); a job        |
+|                              | container without it shows no env value but  |
+|                              | gpuconsole's own (:func:`secret_env_of`)     |
 """
 
 from __future__ import annotations
@@ -59,6 +65,42 @@ K_SPEC_HASH = PREFIX + "spec-hash"
 K_CREATED = PREFIX + "created-at"
 K_KIND = PREFIX + "kind"
 K_PORT = PREFIX + "port"
+K_SECRET_ENV = PREFIX + "secret-env"
+K_GPUS = PREFIX + "gpus"
+
+#: The variables gpuconsole itself sets on a job's nodes (never secret; every other
+#: variable of a job container that lacks :data:`K_SECRET_ENV` is masked).
+OWN_ENV = frozenset({
+    "PYTHONUNBUFFERED", "GPUCONSOLE_JOB_ID", "GPUCONSOLE_NODE_RANK", "GPUCONSOLE_CONTAINER",
+    "GPUCONSOLE_GANG_MARKER", "TORCHELASTIC_ERROR_FILE", "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE",
+    "CUDA_VISIBLE_DEVICES",
+})
+
+
+def gpu_indices(labels: Mapping[str, str]) -> tuple[int, ...]:
+    """The GPU indices a node was given (:data:`K_GPUS`); ``()`` without the label or with a
+    malformed one."""
+    raw = labels.get(K_GPUS, "")
+    try:
+        return tuple(int(i) for i in raw.split(",") if i)
+    except ValueError:
+        return ()
+
+
+def secret_label(names: frozenset[str] | set[str]) -> dict[str, str]:
+    """The :data:`K_SECRET_ENV` label naming ``names`` (env names: no comma in them)."""
+    return {K_SECRET_ENV: ",".join(sorted(names))}
+
+
+def secret_env_of(labels: Mapping[str, str], env: Mapping[str, str]) -> frozenset[str]:
+    """The env names of a container (or host-runtime node) whose values are secret, read
+    from what is on the host, so a state dir that lost the job's record still masks them:
+    the names :data:`K_SECRET_ENV` lists; without that label every name of ``env`` but
+    gpuconsole's own (:data:`OWN_ENV`)."""
+    raw = labels.get(K_SECRET_ENV)
+    if raw is None:
+        return frozenset(k for k in env if k not in OWN_ENV)
+    return frozenset(n for n in raw.split(",") if n)
 
 #: torchrun writes the first failure here (``TORCHELASTIC_ERROR_FILE``, set on every Docker
 #: node by :mod:`console.jobs.plan`); :mod:`console.jobs.status` reads it back after exit.

@@ -6,10 +6,15 @@ Order of effects, so that bad input never leaves remote state half-made:
 2. on every host at once: connect, ping the engine, check the image (pull if allowed), count
    GPUs, refuse a job name that is already running, pick the rendezvous port on node 0;
 3. sync the workdir to every host (content-addressed, so nothing half-written is visible);
-4. record the job in the local store (with this process as its launcher), create every
+4. claim the job's name and GPUs on every host, in host order (:func:`claim_launch`, an
+   exclusive lock held on the host by :mod:`remote.claims`), check again under the claims
+   that the name is free and no active node of another job was given those GPUs, so that two
+   consoles submitting at the same moment cannot both pass; then
+5. record the job in the local store (with this process as its launcher), create every
    container, then start every container; if any create or start fails, every container made
    so far is removed and the record deleted, and the first error is raised. Once all started,
-   the launcher is cleared.
+   the launcher is cleared and the claims released (also on any failure; a console that
+   dies drops them with its connection).
 
 A launch killed outright (SIGKILL, a closed terminal, a crash) between create and start cannot
 undo itself: its containers stay ``created``. The record's launcher says whether the launch is
@@ -20,17 +25,19 @@ still in flight (:func:`launch_in_flight`), so ``ps`` shows such a job as an int
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
+import re
 import time
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
 from typing import TypeVar
 
 from console.diagnosis import diagnose
 from console.errors import JobNameInUse, PlanError
 from console.jobs import gang
-from console.jobs.labels import K_JOB_ID, K_JOB_NAME
+from console.jobs.labels import K_JOB_ID, K_JOB_NAME, K_NODE_RANK, gpu_indices
 from console.jobs.launcher import LAUNCH_STALE_S as LAUNCH_STALE_S  # their old home
 from console.jobs.launcher import launch_in_flight as launch_in_flight
 from console.jobs.launcher import launcher_alive as launcher_alive
@@ -39,6 +46,7 @@ from console.jobs.plan import (
     HostFacts,
     JobPlan,
     build_plan,
+    busy_error,
     check_spec_against_gpus,
     expand_home,
     job_python,
@@ -49,6 +57,8 @@ from console.jobs.plan import (
 from console.jobs.spec import LoadedSpec
 from console.jobs.store import JobRecord, NodeRecord, Store
 from console.session import Session
+from remote.claims import ClaimHeld
+from remote.claims import take as take_claims
 from remote.errors import DockerError, GpuConsoleError
 from remote.transport import WORKDIR_CACHE, workdir_digest
 
@@ -150,6 +160,7 @@ class Prepared:
 
     plan: JobPlan
     hosts: list[str]
+    force: bool = False
 
 
 #: Finds a runtime-host python on the host (argv[1]: a path, a command on PATH or a conda
@@ -233,6 +244,9 @@ async def _host_facts(
             log.warning("host %s: image %s is not there; submit will pull it", host, image)
     gpus = (await gpu_facts(session, host) if loaded.spec.gpus_per_node != 0
             else GpuFacts(None, None, frozenset()))
+    holders = gpus.holders
+    if gpus.count:  # GPUs given to nodes that hold no process on them yet (starting up)
+        holders = merge_holders(holders, await assigned_gpus(session, host, runtime))
     home = await t.home()
     port = None
     if node0 and loaded.spec.rdzv_port is None:
@@ -253,8 +267,122 @@ async def _host_facts(
                     f"{loaded.place('workdir')}host {host}: cannot create {workdir}: "
                     f"{res.stderr.strip()}",
                     "give a folder the host's SSH user may write (--workdir)")
-    return HostFacts(host, t.address(), gpus.count, home, workdir, port, gpus.holders,
+    return HostFacts(host, t.address(), gpus.count, home, workdir, port, holders,
                      gpus.lost, python)
+
+
+async def assigned_gpus(session: Session, host: str, runtime: str | None = None,
+                        ) -> dict[int, list[str]]:
+    """GPU index -> the active nodes (created, running, ...) of ``runtime`` (default the
+    host's) that were given it (their ``io.gpuconsole.gpus`` label), described as
+    ``<node name> (job <id> n<rank>)``: taken even before their processes open the GPU."""
+    infos = await session.engine(host).list({K_JOB_ID: None}, runtime=runtime)
+    out: dict[int, list[str]] = {}
+    for c in infos:
+        if c.status not in _ACTIVE:
+            continue
+        for i in gpu_indices(c.labels):
+            out.setdefault(i, []).append(
+                f"{c.name} (job {c.labels.get(K_JOB_ID, '?')} n{c.labels.get(K_NODE_RANK, '?')})")
+    return out
+
+
+def merge_holders(holders: dict[int, list[str]] | None, assigned: dict[int, list[str]],
+                  ) -> dict[int, list[str]] | None:
+    """The processes holding each GPU plus the nodes given it (:func:`assigned_gpus`) whose
+    job holds no process there yet; ``None`` when both are unknown or empty."""
+    if holders is None and not assigned:
+        return None
+    out = {i: list(hs) for i, hs in (holders or {}).items()}
+    for i, nodes in assigned.items():
+        have = out.setdefault(i, [])
+        for node in nodes:
+            m = re.search(r"\(job (\S+) n", node)
+            if not (m and any(f"(job {m.group(1)} n" in h for h in have)):
+                have.append(node)
+    return out
+
+
+def _claim_keys(plan: JobPlan, force: bool) -> dict[str, list[str]]:
+    """Host -> what the launch claims there: the job's name and (without ``force``) each
+    GPU its nodes on that host are given."""
+    keys: dict[str, list[str]] = {}
+    for n in plan.nodes:
+        ks = keys.setdefault(n.host, [f"name-{plan.name}"])
+        if not force:
+            ks += [k for k in (f"gpu-{i}" for i in n.gpu_ids) if k not in ks]
+    return keys
+
+
+def _held_error(plan: JobPlan, e: ClaimHeld) -> GpuConsoleError:
+    """What a launch that lost the race says: the name (first) or the GPUs another launch
+    holds on the host, who holds them, and the fix."""
+    h = e.holders[0]
+    who = h.what or "another job"
+    parts = h.owner.split()
+    by = f"from {parts[0]}, pid {parts[1]}" if len(parts) >= 2 else "from another console"
+    if any(x.key.startswith("name-") for x in e.holders):
+        return JobNameInUse(
+            f"a job named {plan.name!r} is being launched right now ({who}, {by})",
+            f"see `gpuconsole ps` once that launch is done (`gpuconsole stop {who}` stops it),"
+            " or give this job another name (--name)" if h.what else
+            "see `gpuconsole ps`, or give this job another name (--name)")
+    gpus = ", ".join(x.key.removeprefix("gpu-") for x in e.holders)
+    return PlanError(
+        f"host {e.host}: GPU(s) {gpus} are being given to job {who} right now ({by})",
+        "pick other GPUs (`gpuconsole gpus --free`), or submit again once that launch is "
+        "done (it then holds them)")
+
+
+async def check_gpus_unassigned(session: Session, plan: JobPlan) -> None:
+    """Refuse GPUs of the plan that an active node of another job was given.
+
+    Raises:
+        PlanError: naming the GPUs, the nodes given them and how to stop their job.
+    """
+    wanted: dict[str, set[int]] = {}
+    for n in plan.nodes:
+        if n.gpu_ids:
+            wanted.setdefault(n.host, set()).update(n.gpu_ids)
+    hosts = list(wanted)
+    found = await gather_first_error(*(assigned_gpus(session, h, plan.runtime) for h in hosts))
+    for host, assigned in zip(hosts, found):
+        busy = sorted(i for i in wanted[host] if assigned.get(i))
+        if busy:
+            raise busy_error(HostFacts(host, "", len(assigned), "", holders=assigned), busy)
+
+
+@contextlib.asynccontextmanager
+async def claim_launch(session: Session, plan: JobPlan, *, force: bool = False,
+                       ) -> AsyncIterator[None]:
+    """Hold the job's name and GPUs on every host while the launch creates its nodes (step 4
+    of the module docstring): claimed host by host in name order (every console takes them
+    in the same order, so the first host decides a race), then the name and the GPUs checked
+    again, now that no other launch can pass the same check. Released on exit, whatever
+    happened.
+
+    Raises:
+        JobNameInUse: another launch holds the name, or a job of that name runs (or was
+            created) on the hosts by now.
+        PlanError: another launch holds the GPUs, or an active node was given them.
+        TransportError: a host could not be asked.
+    """
+    owner = f"{launcher_token()} {plan.job_id}"
+    claims = []
+    try:
+        for host, keys in sorted(_claim_keys(plan, force).items()):
+            t = await session.connected(host)
+            try:
+                claims.append(await take_claims(t, keys, owner=owner, what=plan.job_id))
+            except ClaimHeld as e:
+                raise _held_error(plan, e) from None
+        await check_name_free(session, list(dict.fromkeys(n.host for n in plan.nodes)),
+                              plan.name, plan.runtime)
+        if not force:
+            await check_gpus_unassigned(session, plan)
+        yield
+    finally:
+        await asyncio.shield(asyncio.gather(*(c.release() for c in claims)))
 
 
 async def check_name_free(session: Session, hosts: list[str], name: str,
@@ -346,16 +474,23 @@ async def prepare(
     # gang teardown on the hosts: every node of a multi-node job runs under the supervisor
     # (console/jobs/gang.py, remote/agent/gang.py)
     plan = await gang.attach(session, plan, dry_run=dry_run)
-    return Prepared(plan, hosts)
+    return Prepared(plan, hosts, force)
 
 
 async def launch(session: Session, store: Store, loaded: LoadedSpec, prepared: Prepared) -> str:
-    """Create and start every node's container (step 4); returns the job id.
+    """Claim the name and GPUs, then create and start every node's container (steps 4-5);
+    returns the job id.
 
     Raises:
+        JobNameInUse, PlanError: another launch won the race (see :func:`claim_launch`).
         GpuConsoleError: the first create/start failure, after everything was rolled back.
     """
-    plan = prepared.plan
+    async with claim_launch(session, prepared.plan, force=prepared.force):
+        return await _create_and_start(session, store, loaded, prepared.plan)
+
+
+async def _create_and_start(session: Session, store: Store, loaded: LoadedSpec,
+                            plan: JobPlan) -> str:
     record = JobRecord(
         id=plan.job_id,
         name=plan.name,

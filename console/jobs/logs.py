@@ -13,16 +13,21 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import logging
 import re
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from console.errors import StateError
 from console.jobs.store import JobRecord, NodeRecord, Store
 from console.session import Session
 from remote.docker import LogLine
 from remote.errors import GpuConsoleError
 from remote.logs import LogCursor, follow_container, follow_container_batches
+
+log = logging.getLogger("gpuconsole.logs")
 
 _RANK_RE = re.compile(r"^\[rank(\d+)\]:")
 
@@ -83,29 +88,58 @@ async def _node_lines(
     tail: int | None = None, *, archive_only: bool = False,
 ) -> list[LogLine]:
     """The lines of one node (all, or its last ``tail``): from its container when it exists
-    (archiving them), then read back from the archive (only its end when ``tail`` is given)."""
+    (archiving them), then read back from the archive (only its end when ``tail`` is given;
+    with ``archive_only`` the archive alone). A container that is gone is added to
+    ``job.gone``.
+
+    An archive that cannot be written (no space left) or read (a directory, damaged) is said
+    in ``job.log_problems`` and the container's lines are shown without it; a node with no
+    archive and no container to read is said there too."""
+    fresh: list[LogLine] | None = None  # the container's lines, when it could be read
     if node.container_id and job.removed_at is None and not archive_only:
         try:
             await session.connected(node.host)
             engine = session.engine(node.host)
             if await engine.inspect(node.container_id) is not None:
                 job.gone.discard(node.node_rank)
-                lines = [ln async for ln in follow_container(engine, node.container_id,
+                fresh = [ln async for ln in follow_container(engine, node.container_id,
                                                              follow=False)]
-                await store.call(store.archive, job.id, node.node_rank, lines)
             else:
                 job.gone.add(node.node_rank)
         except GpuConsoleError as e:
             job.unreachable[node.host] = e.message  # the archive will do
-    if tail is not None:
-        # the archive is in time order, so the last `tail` lines at or after `since_ns` are
-        # the last `tail` lines, filtered
-        lines = await store.call(store.read_archive_tail, job.id, node.node_rank, tail)
+    lines: list[LogLine]
+    try:
+        if fresh is not None:
+            await store.call(store.archive, job.id, node.node_rank, fresh)
+        if tail is not None:
+            # the archive is in time order, so the last `tail` lines at or after `since_ns`
+            # are the last `tail` lines, filtered
+            lines = await store.call(store.read_archive_tail, job.id, node.node_rank, tail)
+        else:
+            lines = await store.call(lambda: list(store.read_archive(job.id, node.node_rank)))
+    except StateError as e:
+        job.log_problems[node.node_rank] = _archive_problem(e, fresh is not None)
+        lines = fresh[-tail:] if fresh is not None and tail is not None else (fresh or [])
+        if tail is not None and tail <= 0:
+            lines = []
     else:
-        lines = await store.call(lambda: list(store.read_archive(job.id, node.node_rank)))
+        if fresh is None and not lines and not archive_only and not await store.call(
+                store.log_path(job.id, node.node_rank).exists):
+            job.log_problems[node.node_rank] = (
+                f"no log archive ({store.log_path(job.id, node.node_rank)} is missing) and "
+                "its container could not be read: no lines to show")
     if since_ns is not None:
         lines = [ln for ln in lines if ln.ts_ns >= since_ns]
     return lines
+
+
+def _archive_problem(e: StateError, from_container: bool) -> str:
+    """One line for ``job.log_problems``: the archive's error and what was shown instead."""
+    shown = ("its container's lines are shown" if from_container
+             else "its container could not be read: no lines to show")
+    fix = f" (fix: {e.hint})" if e.hint else ""
+    return f"{e.message}{fix}; {shown}"
 
 
 async def read_job_logs(
@@ -137,9 +171,10 @@ async def read_job_logs(
     return merged
 
 
-NoLinesKind = Literal["removed", "never_created", "unreachable", "gone", "silent"]
+NoLinesKind = Literal["removed", "never_created", "unreachable", "gone", "archive", "silent"]
 """Why a node has no line: the job was removed, its container never created, its host did not
-answer, its container is gone, or it wrote nothing."""
+answer, its container is gone, its archive cannot be read (``job.log_problems``), or it wrote
+nothing."""
 
 
 def no_lines_reason(job: JobRecord, node: NodeRecord) -> tuple[NoLinesKind, str] | None:
@@ -157,6 +192,8 @@ def no_lines_reason(job: JobRecord, node: NodeRecord) -> tuple[NoLinesKind, str]
     if node.node_rank in job.gone or node.state == "lost":
         return "gone", (f"{where}: its container is gone (removed outside gpuconsole) and "
                         "nothing was archived from it")
+    if node.node_rank in job.log_problems:
+        return "archive", f"{where}: {job.log_problems[node.node_rank]}"
     if node.state in ("pending", "running"):
         return None
     return "silent", f"{where}: its container wrote nothing"
@@ -172,6 +209,7 @@ async def follow_job_log_batches(
     tail: int | None = None,
     on_node_exit: Callable[[NodeRecord], None] | None = None,
     on_state: Callable[[NodeRecord, str, str | None], None] | None = None,
+    on_archive: Callable[[NodeRecord, StateError | None], None] | None = None,
 ) -> AsyncIterator[list[JobLogLine]]:
     """Follow a job's logs until every followed node's container has exited, in batches.
 
@@ -183,6 +221,13 @@ async def follow_job_log_batches(
     ``on_node_exit`` is called when a node's stream has ended (its container exited or
     vanished), after its lines were archived, e.g. to trigger gang teardown; ``on_state(node,
     state, why)`` when a node's stream drops (``reconnecting``) and resumes (``following``).
+
+    An archive write that fails (no space left in the state dir) does not end the follow:
+    ``on_archive(node, error)`` is called once, the node's lines keep coming and are kept
+    (up to :data:`ARCHIVE_BACKLOG` lines) to be archived when a write succeeds again
+    (``on_archive(node, None)``); past that, archiving that node stops for this follow and
+    its archive ends at its last whole line (``gpuconsole logs`` fills it in from the
+    container later). See :class:`_Archiver`.
     """
     nodes = [n for n in job.nodes if node is None or n.node_rank == node]
     queue: asyncio.Queue[tuple[NodeRecord, list[LogLine]] | NodeRecord] = asyncio.Queue()
@@ -211,7 +256,7 @@ async def follow_job_log_batches(
 
     tasks = [asyncio.create_task(pump(n)) for n in nodes]
     pending = len(tasks)
-    unsaved: dict[int, list[LogLine]] = {}
+    archiver = _Archiver(store, job, on_archive)
     waiting = 0
     try:
         while pending:
@@ -219,34 +264,110 @@ async def follow_job_log_batches(
             if isinstance(item, NodeRecord):
                 pending -= 1
                 waiting = 0
-                await _flush_async(store, job, unsaved)
+                await archiver.flush_async(force=True)
                 if on_node_exit is not None:
                     on_node_exit(item)
                 continue
             n, lines = item
-            unsaved.setdefault(n.node_rank, []).extend(lines)
+            archiver.add(n, lines)
             waiting += len(lines)
             if queue.empty() or waiting >= 4096:  # one archive write per burst
                 waiting = 0
-                await _flush_async(store, job, unsaved)
+                await archiver.flush_async()
             yield [tag_line(n, ln) for ln in lines]
     finally:
-        _flush(store, job, unsaved)  # what is left (no await: this may run at generator close)
+        archiver.flush(force=True)  # what is left (no await: this may run at generator close)
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def _flush_async(store: Store, job: JobRecord, batch: dict[int, list[LogLine]]) -> None:
-    """Archive the batch in a worker thread (the loop never waits on the disk)."""
-    todo = {rank: lines for rank, lines in batch.items() if lines}
-    batch.clear()
-    if todo:
-        await store.call(_flush, store, job, todo)
+#: Lines of one node kept while its archive cannot be written, to be archived once it can.
+ARCHIVE_BACKLOG = 200_000
+
+#: Seconds between two tries to write an archive that failed (a full disk is not polled on
+#: every burst).
+ARCHIVE_RETRY_S = 2.0
 
 
-def _flush(store: Store, job: JobRecord, batch: dict[int, list[LogLine]]) -> None:
-    for rank, lines in batch.items():
-        if lines:
-            store.archive(job.id, rank, lines)
-    batch.clear()
+class _Archiver:
+    """The archive writes of one follow, per node: the lines not archived yet, written
+    whole or not at all (:meth:`Store.archive`), and what to do when a write fails.
+
+    A failed write keeps the node's lines (the archive is left as it was before the write)
+    and says it once through ``on_archive(node, error)``; writes are tried again every
+    :data:`ARCHIVE_RETRY_S` s with everything kept, and ``on_archive(node, None)`` says when
+    one succeeded. A node with more than :data:`ARCHIVE_BACKLOG` lines kept drops them and is
+    not archived for the rest of the follow: its archive ends at a whole line, so no line is
+    repeated and a later ``logs`` (which archives the container's lines newer than the
+    archive's end) fills the gap in from the container.
+    """
+
+    def __init__(self, store: Store, job: JobRecord,
+                 on_archive: Callable[[NodeRecord, StateError | None], None] | None) -> None:
+        self.store = store
+        self.job = job
+        self.on_archive = on_archive
+        self.unsaved: dict[int, list[LogLine]] = {}
+        self.nodes: dict[int, NodeRecord] = {}
+        self.failing: set[int] = set()
+        self.given_up: set[int] = set()
+        self.retry_at = 0.0  # monotonic s: no write before this while a node is failing
+
+    def add(self, n: NodeRecord, lines: list[LogLine]) -> None:
+        """Keep a node's new lines for the next write."""
+        if n.node_rank in self.given_up:
+            return
+        self.nodes[n.node_rank] = n
+        kept = self.unsaved.setdefault(n.node_rank, [])
+        kept.extend(lines)
+        if n.node_rank in self.failing and len(kept) > ARCHIVE_BACKLOG:
+            self.given_up.add(n.node_rank)
+            self.failing.discard(n.node_rank)  # the other nodes' writes are not held back
+            del self.unsaved[n.node_rank]
+            log.info("archive of %s node %d: %d lines kept while it could not be written; "
+                        "not archived for the rest of this follow", self.job.id, n.node_rank,
+                        len(kept))
+
+    def _due(self, force: bool) -> bool:
+        return force or not self.failing or time.monotonic() >= self.retry_at
+
+    async def flush_async(self, *, force: bool = False) -> None:
+        """:meth:`flush` in a worker thread (the loop never waits on the disk)."""
+        if any(self.unsaved.values()) and self._due(force):
+            changes = await self.store.call(self._write)
+            self._say(changes)
+
+    def flush(self, *, force: bool = False) -> None:
+        """Write what is kept, on this thread (the follow's end)."""
+        if any(self.unsaved.values()) and self._due(force):
+            self._say(self._write())
+
+    def _write(self) -> list[tuple[int, StateError | None]]:
+        """Archive each node's kept lines; returns the nodes whose state changed (failing:
+        the error; writing again: ``None``)."""
+        changes: list[tuple[int, StateError | None]] = []
+        for rank, lines in list(self.unsaved.items()):
+            if not lines:
+                continue
+            try:
+                self.store.archive(self.job.id, rank, lines)
+            except StateError as e:
+                if rank not in self.failing:
+                    self.failing.add(rank)
+                    changes.append((rank, e))
+                continue
+            self.unsaved[rank] = []
+            if rank in self.failing:
+                self.failing.discard(rank)
+                changes.append((rank, None))
+        if self.failing:
+            self.retry_at = time.monotonic() + ARCHIVE_RETRY_S
+        return changes
+
+    def _say(self, changes: list[tuple[int, StateError | None]]) -> None:
+        for rank, error in changes:
+            if error is not None:
+                log.info("archive of %s node %d: %s", self.job.id, rank, error.message)
+            if self.on_archive is not None:
+                self.on_archive(self.nodes[rank], error)

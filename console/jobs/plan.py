@@ -7,19 +7,21 @@ anything is contacted, :func:`build_plan` after the hosts were asked for their f
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import secrets
 import shlex
 from dataclasses import dataclass
+from typing import Any
 
 from console import fields
 from console.errors import ConfigError, PlanError
 from console.jobs.labels import ERROR_FILE as ERROR_FILE  # defined with the labels
 from console.jobs.labels import HOST_ERROR_FILE as HOST_ERROR_FILE
-from console.jobs.labels import NodeLabels
+from console.jobs.labels import K_GPUS, NodeLabels, secret_label
 from console.jobs.spec import DOCKER_ONLY, LoadedSpec, parse_mount, resolve_env
 from console.profiles import Profile
-from console.yamlsrc import combine
+from console.yamlsrc import combine, line_of
 from remote.docker import Bind, ContainerSpec
 from remote.gang import HOST_MARKER_NAME, MARKER_ENV
 
@@ -57,7 +59,9 @@ class HostFacts:
         workdir: the synced workdir's path on the host, or ``None`` without a workdir.
         rdzv_port: a free TCP port on the host for the rendezvous store (node 0 only).
         holders: GPU index -> descriptions of the processes holding it (pid, user, command,
-            container, job); ``None`` when the host's process list is unknown.
+            container, job) and of the active nodes given it whose processes have not opened
+            it yet (``launch.assigned_gpus``); ``None`` when the host's process list is
+            unknown.
         lost: indices of GPUs that are lost (never chosen).
         python: ``runtime: host``: the python with torch, resolved on the host (a path).
 
@@ -147,7 +151,39 @@ def select_hosts(loaded: LoadedSpec, profile: Profile) -> list[str]:
     else:
         hosts = list(profile.hosts)[:nodes]
     job_env(loaded, profile)
+    check_mounts(loaded, profile)
     return hosts
+
+
+def check_mounts(loaded: LoadedSpec, profile: Profile) -> None:
+    """Refuse two mounts (the profile's ``defaults.mounts`` and the spec's ``mounts``) at one
+    container path, compared as Docker compares them (normalised: ``/data`` and ``//data/.``
+    are one), before any host is contacted: Docker refuses the container at create
+    ("Duplicate mount point"). Each mount on its own was checked when its file was read
+    (:func:`console.fields.parse_mount`: reserved paths).
+
+    Raises:
+        ConfigError: every later mount at a taken path, naming its field and line and the
+            mount it collides with.
+    """
+    seen: dict[str, str] = {}
+    problems: list[ConfigError] = []
+    listed: list[tuple[str, str, dict[str, Any]]] = [(f"defaults.mounts[{i}]", m, {
+        "path": profile.source, "field": f"defaults.mounts[{i}]",
+        "line": line_of(profile.lines, ("defaults", "mounts", i))})
+        for i, m in enumerate(profile.defaults.mounts)]
+    listed += [(f"mounts[{i}]", m, loaded.blame(f"mounts[{i}]"))
+               for i, m in enumerate(loaded.spec.mounts)]
+    for name, m, where in listed:
+        _src, dst, _ro = parse_mount(m)
+        first = seen.setdefault(dst, f"{name} {m!r}")
+        if first != f"{name} {m!r}":
+            problems.append(ConfigError(
+                f"mount {m!r}: the container path {dst} is already mounted by {first}",
+                "give each mount its own container path (Docker refuses two mounts at one "
+                "point); remove one of them", **where))
+    if problems:
+        raise combine(problems)
 
 
 def job_env(loaded: LoadedSpec, profile: Profile) -> tuple[dict[str, str], frozenset[str]]:
@@ -232,7 +268,9 @@ def check_spec_against_gpus(loaded: LoadedSpec) -> None:
         )
 
 
-def _busy_error(facts: HostFacts, busy: list[int], at: str = "") -> PlanError:
+def busy_error(facts: HostFacts, busy: list[int], at: str = "") -> PlanError:
+    """The refusal of GPUs ``busy`` of a host, naming what holds each (``facts.holders``)
+    and, where a job does, how to stop it."""
     holders = facts.holders or {}
     who = "; ".join(
         f"GPU {i}: " + ("lost" if i in facts.lost else ", ".join(holders.get(i) or ["?"]))
@@ -285,7 +323,7 @@ def pick_gpus(loaded: LoadedSpec, facts: HostFacts, force: bool = False) -> tupl
             return tuple(free[:gpus])
         if not force or facts.lost & set(range(gpus)):
             taken = sorted(busy)[: gpus - len(free)]
-            raise _busy_error(facts, taken, at)
+            raise busy_error(facts, taken, at)
         return tuple(range(gpus))
     wanted = list(range(count)) if gpus == "all" else list(gpus)
     missing = [i for i in wanted if i >= count]
@@ -297,8 +335,58 @@ def pick_gpus(loaded: LoadedSpec, facts: HostFacts, force: bool = False) -> tupl
         )
     taken = [i for i in wanted if i in busy and (not force or i in facts.lost)]
     if taken:
-        raise _busy_error(facts, taken, at)
+        raise busy_error(facts, taken, at)
     return tuple(wanted)
+
+
+def _loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return address == "localhost"
+
+
+def check_addresses(profile: Profile, hosts: list[str], facts: dict[str, HostFacts]) -> None:
+    """Refuse a multi-node job whose nodes could not reach each other at the addresses the
+    plan would give torchrun (``--local-addr``, the rendezvous endpoint on node 0): distinct
+    hosts with one address (hosts behind one jump host or port forward all show its address,
+    or the forward's 127.0.0.1), unless the profile sets that ``address:`` on each of them;
+    or a loopback address beside hosts that are not on loopback (the others cannot reach
+    it). Either would hang in the rendezvous until torchrun's timeout.
+
+    Raises:
+        PlanError: naming the hosts and their address; the fix is ``address:`` in the profile.
+    """
+    distinct = list(dict.fromkeys(hosts))
+    if len(distinct) < 2:
+        return
+    where = f" of profile {profile.source or profile.name}"
+
+    def explicit(h: str) -> bool:
+        cfg = profile.hosts.get(h)
+        return cfg is not None and cfg.address is not None
+
+    by_addr: dict[str, list[str]] = {}
+    for h in distinct:
+        by_addr.setdefault(facts[h].address, []).append(h)
+    for addr, same in by_addr.items():
+        if len(same) > 1 and not all(explicit(h) for h in same):
+            names = ", ".join(same)
+            raise PlanError(
+                f"hosts {names} would all be reached at {addr}: one SSH address (a jump host "
+                "or a port forward) is in front of them, so torchrun's nodes would not find "
+                "each other (rendezvous timeout)",
+                f"set `address:` for {' and '.join(same)} in the hosts{where}: the IP each "
+                "host is reached at by the other nodes")
+    loop = [h for h in distinct if _loopback(facts[h].address)]
+    if loop and len(loop) < len(distinct):
+        other = next(h for h in distinct if h not in loop)
+        raise PlanError(
+            f"host {loop[0]} would be reached at {facts[loop[0]].address}, a loopback "
+            f"address, which host {other} ({facts[other].address}) cannot reach (rendezvous "
+            "timeout)",
+            f"set `address:` for {loop[0]} in the hosts{where}: the IP the other nodes reach "
+            "it at")
 
 
 def expand_home(path: str, home: str) -> str:
@@ -330,7 +418,8 @@ def build_plan(
         force: use GPUs that other processes hold (never lost ones).
 
     Raises:
-        PlanError: GPUs do not fit (see :func:`pick_gpus`), or more processes than GPUs.
+        PlanError: GPUs do not fit (see :func:`pick_gpus`), more processes than GPUs, or
+            nodes that could not reach each other (:func:`check_addresses`).
         ConfigError: the profile's ``defaults.env`` references an unset variable.
     """
     spec = loaded.spec
@@ -350,6 +439,8 @@ def build_plan(
             f"{nproc} > {n_gpus} GPU(s) on {hosts[0]}",
             "one process per GPU: lower nproc_per_node",
         )
+    if spec.kind == "train":
+        check_addresses(profile, hosts, facts)
     node0 = facts[hosts[0]]
     port = spec.rdzv_port or node0.rdzv_port or d.rdzv_port
     endpoint = f"{node0.address}:{port}"
@@ -408,13 +499,18 @@ def build_plan(
             nproc_per_node=nproc, host=host, spec_hash=spec_hash, created_at=created_at,
             kind=spec.kind, port=port if notebook else None,
         ).to_labels()
+        node_secret = (secret | {TOKEN_ENV}) if notebook else secret
+        # the secret names travel with the node, so `describe` masks them from any state dir
+        labels.update(secret_label(node_secret))
+        if gpu_sets[rank]:  # what a racing launch counts as taken (launch.claim_launch)
+            labels[K_GPUS] = ",".join(map(str, gpu_sets[rank]))
         if runtime == "host":
             nodes.append(NodePlan(rank, host, gpu_sets[rank], ContainerSpec(
                 name=f"gpuconsole-{job_id}-n{rank}",
                 image=python,
                 command=cmd,
                 env=env,
-                secret_env=secret,
+                secret_env=node_secret,
                 labels=labels,
                 gpu_device_ids=tuple(str(i) for i in gpu_sets[rank]),
                 working_dir=f.workdir or f.home,
@@ -426,7 +522,7 @@ def build_plan(
             image=image,
             command=cmd,
             env=env,
-            secret_env=(secret | {TOKEN_ENV}) if notebook else secret,
+            secret_env=node_secret,
             labels=labels,
             gpu_device_ids=tuple(str(i) for i in gpu_sets[rank]),
             shm_size=None if ipc else shm,

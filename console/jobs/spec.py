@@ -33,6 +33,7 @@ read-write at ``/workspace``, so notebooks persist there::
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -46,7 +47,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from console.errors import ConfigError
-from console.fields import ImageRef, Mount, NoNul, OneLine, Size, env_names, parse_mount
+from console.fields import Given, ImageRef, Mount, NoNul, OneLine, Size, env_names, parse_mount
 from console.jobs.labels import JOB_NAME_RE
 from console.slurm.fields import SlurmTime
 from console.yamlsrc import Lines, combine, load_yaml, validation_errors
@@ -61,7 +62,10 @@ __all__ = [
 ]
 
 NAME_RE = JOB_NAME_RE
-_VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+#: What an env value interpolates, read left to right as Docker Compose and Kubernetes do:
+#: ``$$`` is one literal ``$`` (so ``$${X}`` is the literal text ``${X}``), ``${NAME}`` is
+#: the local environment's ``NAME``; any other ``$`` stays as written.
+_VAR_RE = re.compile(r"\$(?:(\$)|\{([A-Za-z_][A-Za-z0-9_]*)\})")
 #: Most torchrun processes per node (a sanity bound: hosts have at most a few hundred cores).
 MAX_NPROC = 1024
 #: Most nodes of one job.
@@ -115,19 +119,19 @@ class JobSpec(BaseModel):
             profile's ``slurm.time_limit``, else the partition's).
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     kind: Literal["train", "notebook"] = "train"
     name: str
     runtime: Literal["docker", "host"] | None = None
-    python: OneLine | None = None
+    python: Given | None = None
     image: ImageRef | None = None
     nodes: int | list[OneLine] = 1
     gpus_per_node: Literal["all"] | int | list[int] = "all"
     nproc_per_node: int | None = Field(None, ge=1, le=MAX_NPROC)
-    workdir: OneLine | None = None
+    workdir: Given | None = None
     exclude: list[OneLine] = Field(default_factory=list)
-    script: OneLine | None = None
+    script: Given | None = None
     args: list[NoNul] = Field(default_factory=list)
     env: dict[str, NoNul] = Field(default_factory=dict)
     mounts: list[Mount] = Field(default_factory=list)
@@ -206,7 +210,11 @@ class LoadedSpec:
         workdir is on the host: :attr:`host_workdir`)."""
         if self.spec.workdir is None or self.spec.kind == "notebook":
             return None
-        return (self.base_dir / os.path.expanduser(self.spec.workdir)).resolve()
+        given = self.base_dir / os.path.expanduser(self.spec.workdir)
+        try:
+            return resolve_path(given)
+        except OSError:  # a symbolic link loop: validation reports it (_workdir_problems)
+            return Path(os.path.abspath(given))
 
     @property
     def host_workdir(self) -> str | None:
@@ -378,10 +386,39 @@ def _kind_problems(loaded: LoadedSpec) -> list[ConfigError]:
     return out
 
 
+def resolve_path(path: Path) -> Path:
+    """``path.resolve()``, a symbolic link loop raised as ``OSError`` (``ELOOP``, the link
+    where the loop was found as ``filename``) on every Python: 3.11's pathlib raises
+    ``RuntimeError("Symlink loop from ...")``."""
+    try:
+        return path.resolve()
+    except RuntimeError as e:
+        where = str(e).removeprefix("Symlink loop from ").strip("'\"") or str(path)
+        raise OSError(errno.ELOOP, "symbolic link loop", where) from e
+
+
+def _loop_problem(loaded: LoadedSpec, field_name: str, path: Path) -> ConfigError | None:
+    """A problem naming the link that loops when ``path`` cannot be resolved."""
+    try:
+        resolve_path(path)
+    except OSError as e:
+        at = e.filename or path
+        return ConfigError(
+            f"{path}: the symbolic link {at} loops (following it leads back to itself)",
+            f"point {at} at a real file or folder, or change {loaded.name_of(field_name)}",
+            **loaded.blame(field_name))
+    return None
+
+
 def _workdir_problems(loaded: LoadedSpec) -> list[ConfigError]:
     spec = loaded.spec
     if spec.script is None:  # a notebook (the model checked its host workdir)
         return []
+    if spec.workdir is not None:
+        looped = _loop_problem(loaded, "workdir",
+                               loaded.base_dir / os.path.expanduser(spec.workdir))
+        if looped is not None:
+            return [looped]
     wd = loaded.workdir
     if wd is not None and not wd.is_dir():
         return [ConfigError(f"workdir {wd} is not a folder",
@@ -401,7 +438,10 @@ def _workdir_problems(loaded: LoadedSpec) -> list[ConfigError]:
                                 **loaded.blame("script"))]
     if wd is None:
         return []
-    target = (wd / spec.script).resolve()
+    looped = _loop_problem(loaded, "script", wd / spec.script)
+    if looped is not None:
+        return [looped]
+    target = resolve_path(wd / spec.script)
     if not target.is_relative_to(wd):
         return [ConfigError(f"{spec.script!r} leads outside the workdir {wd} (a symbolic "
                             "link)", "script is a file inside workdir",
@@ -409,13 +449,35 @@ def _workdir_problems(loaded: LoadedSpec) -> list[ConfigError]:
     if not target.is_file():
         return [ConfigError(f"{spec.script!r} is not in the workdir {wd}",
                             "script is a path inside workdir", **loaded.blame("script"))]
+    from remote.transport import unsyncable_names
+
+    bad = unsyncable_names(wd, spec.exclude)
+    if bad:
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        return [ConfigError(
+            f"{wd / bad[0]}{more}: a backslash in a file name, which the workdir sync to SSH "
+            "hosts (SFTP) refuses", f"rename it, or leave it out: `exclude: ['{bad[0]}']`",
+            **loaded.blame("workdir"))]
     return []
+
+
+def env_references(value: str) -> list[str]:
+    """The variables an env value references (``${NAME}``, not the escaped ``$${NAME}``), in
+    order (see :data:`_VAR_RE`)."""
+    return [m.group(2) for m in _VAR_RE.finditer(value) if m.group(2) is not None]
+
+
+def interpolate(value: str, environ: Mapping[str, str]) -> str:
+    """``value`` with ``$$`` made ``$`` and each ``${NAME}`` replaced by ``environ[NAME]``
+    (``""`` when unset; :func:`resolve_env` refuses unset names first)."""
+    return _VAR_RE.sub(lambda m: "$" if m.group(1) else environ.get(m.group(2), ""), value)
 
 
 def resolve_env(
     env: dict[str, str], source: str | None, lines: Lines, prefix: tuple[str, ...] = ("env",),
 ) -> tuple[dict[str, str], frozenset[str]]:
-    """Replace ``${VAR}`` with the local environment's value; such keys become secret.
+    """Replace ``${VAR}`` with the local environment's value (``$$`` is a literal ``$``:
+    :func:`interpolate`); keys that reference a variable become secret.
 
     Args:
         prefix: the key path of ``env`` in the file (``("defaults", "env")`` in a profile).
@@ -428,12 +490,13 @@ def resolve_env(
     secrets: set[str] = set()
     problems: list[ConfigError] = []
     for key, value in env.items():
-        names = _VAR_RE.findall(value)
+        names = env_references(value)
         for name in names:
             if name not in os.environ:
                 problems.append(ConfigError(
                     f"references ${{{name}}}, which is not set in your environment",
-                    f"export {name}=... before submitting, or remove the reference",
+                    f"export {name}=... before submitting, remove the reference, or write "
+                    f"$${{{name}}} for the literal text ${{{name}}}",
                     path=source,
                     line=lines.get((*prefix, key)),
                     field=".".join((*prefix, key)),
@@ -445,8 +508,7 @@ def resolve_env(
                     field=".".join((*prefix, key))))
         if names:
             secrets.add(key)
-            value = _VAR_RE.sub(lambda m: os.environ.get(m.group(1), ""), value)
-        out[key] = value
+        out[key] = interpolate(value, os.environ)
     if problems:
         raise combine(problems)
     return out, frozenset(secrets)

@@ -14,6 +14,8 @@ last timestamp, so two followers of one job never write a line twice.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import fcntl
 import functools
 import json
@@ -24,11 +26,13 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ParamSpec, TypedDict, TypeVar, cast
+from typing import Any, BinaryIO, ParamSpec, TypedDict, TypeVar, cast
 
 import platformdirs
 
 from console.dbschema import migrate_schema
+from console.errors import StateError
+from console.statefiles import LOCK_WAIT_S, db_error, file_error
 from remote.docker import LogLine
 from remote.errors import GpuConsoleError
 from remote.logs import LogCursor
@@ -150,6 +154,9 @@ class JobRecord:
             ``stopped``, not ``failed``).
         unreachable: host -> why it could not be asked, from the last look at the hosts in
             this process (not stored).
+        log_problems: node rank -> why its log could not be read whole (its archive is
+            missing, a directory or cannot be written), from the last read of its log in
+            this process (not stored).
         gone: node ranks whose container was not found when their logs were last read in
             this process (not stored).
         launcher: the process launching the job (``<hostname> <pid> <start ticks>``, see
@@ -172,6 +179,7 @@ class JobRecord:
     removed_at: float | None = None
     nodes: list[NodeRecord] = field(default_factory=list)
     unreachable: dict[str, str] = field(default_factory=dict)
+    log_problems: dict[int, str] = field(default_factory=dict)
     launcher: str | None = None
     gone: set[int] = field(default_factory=set)
 
@@ -199,16 +207,29 @@ R = TypeVar("R")
 
 
 def _locked(method: Callable[P, R]) -> Callable[P, R]:
-    """Serialize a Store method on the store's lock (the connection is shared by threads)."""
+    """Serialize a Store method on the store's lock (the connection is shared by threads);
+    a SQLite failure comes out as the :class:`~console.errors.StateError` that says it
+    (``sqlite3.IntegrityError``, a caller's own mistake, is left as it is)."""
 
     @functools.wraps(method)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         store = args[0]
         assert isinstance(store, Store)
         with store._lock:
-            return method(*args, **kwargs)
+            try:
+                return method(*args, **kwargs)
+            except sqlite3.IntegrityError:
+                raise
+            except sqlite3.Error as e:
+                raise store._db_error(e) from e
 
     return wrapper
+
+
+#: What moving a damaged job store aside costs (the fix of its errors).
+IF_LOST = ("`gpuconsole ps` finds the jobs on the hosts again by their containers' labels; "
+           "archived logs stay")
+IF_ARCHIVE_LOST = "the node's lines are read again from its container while it exists"
 
 
 class Store:
@@ -222,25 +243,50 @@ class Store:
     Args:
         root: the state dir (default :func:`state_dir`).
 
+    Every method that touches a file says a failure as a
+    :class:`~console.errors.StateError` (``<file>: <what is wrong>`` and the fix): a damaged
+    or misplaced ``jobs.sqlite3``, one locked by another process for longer than
+    :data:`~console.statefiles.LOCK_WAIT_S`, a read-only or full filesystem, an archive that
+    cannot be read or written.
+
     Raises:
         GpuConsoleError: the database was written by a newer gpuconsole, or cannot be
             migrated.
+        StateError: the state dir or ``jobs.sqlite3`` cannot be opened.
     """
 
     def __init__(self, root: Path | None = None) -> None:
         self.root = root or state_dir()
-        self.root.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.RLock()
-        self.db = sqlite3.connect(self.root / "jobs.sqlite3", timeout=30,
-                                  check_same_thread=False)
-        self.db.row_factory = sqlite3.Row
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA foreign_keys=ON")
+        self.path = self.root / "jobs.sqlite3"
         try:
-            self.schema_version = migrate(self.db, self.root / "jobs.sqlite3")
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise file_error(e, self.root, what="state dir", if_lost=IF_LOST) from e
+        self._lock = threading.RLock()
+        try:
+            self.db = sqlite3.connect(self.path, timeout=LOCK_WAIT_S, check_same_thread=False)
+        except sqlite3.Error as e:
+            raise self._db_error(e) from e
+        self.db.row_factory = sqlite3.Row
+        try:
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA foreign_keys=ON")
+            self.schema_version = migrate(self.db, self.path)
+        except sqlite3.Error as e:
+            self.db.close()
+            raise self._db_error(e) from e
         except BaseException:
             self.db.close()
             raise
+
+    def _db_error(self, e: sqlite3.Error) -> StateError:
+        return db_error(e, self.path, what="job store", if_lost=IF_LOST)
+
+    def _damaged(self, e: Exception) -> StateError:
+        """A record that SQLite returned but that cannot be read (garbled pages)."""
+        return StateError(str(self.path), "damaged",
+                          f"damaged, not a readable job store (a record cannot be read: {e})",
+                          f"move it aside (`mv {self.path} {self.path}.damaged`): {IF_LOST}")
 
     @_locked
     def close(self) -> None:
@@ -326,6 +372,12 @@ class Store:
             self.db.execute("DELETE FROM jobs WHERE id=?", (job_id,))
 
     def _row_to_job(self, row: sqlite3.Row) -> JobRecord:
+        try:
+            return self._read_job(row)
+        except (ValueError, TypeError, KeyError, IndexError) as e:
+            raise self._damaged(e) from e
+
+    def _read_job(self, row: sqlite3.Row) -> JobRecord:
         job = JobRecord(
             id=row["id"], name=row["name"], profile=row["profile"],
             profile_source=row["profile_source"], spec=json.loads(row["spec_json"]),
@@ -396,25 +448,50 @@ class Store:
         """Append lines newer than the archive's end; returns how many were written.
 
         Lines at exactly the archive's last timestamp are compared by text (multiset), so a
-        resumed stream that repeats the boundary never duplicates it.
+        resumed stream that repeats the boundary never duplicates it. The batch is kept whole
+        or not at all: a write that fails (no space left) is cut off again at the offset the
+        file had before it, and a last line left without its ``\n`` by an earlier write cut
+        short (a kill) is dropped before the archive's end is read, so the archive never
+        holds a partial line and its end is always a line that was written whole.
+
+        Raises:
+            StateError: the archive cannot be written (no space left, read-only, a
+                directory); the file is as it was before the call.
         """
         if not lines:
             return 0
         path = self.log_path(job_id, node_rank)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a+b") as f:
-            fcntl.flock(f, fcntl.LOCK_EX)
-            try:
-                last_ts, at_last = _tail_cursor(f)
-                cursor = LogCursor(last_ts, at_last)
-                cursor.rewind()
-                out = [f"{ln.ts_ns} {ln.text}\n".encode() for ln in lines if cursor.accept(ln)]
-                f.seek(0, os.SEEK_END)
-                f.write(b"".join(out))
-                f.flush()
-                return len(out)
-            finally:
-                fcntl.flock(f, fcntl.LOCK_UN)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            # unbuffered: nothing of a failed write stays in a buffer to be flushed at close
+            with open(path, "a+b", buffering=0) as f:
+                fcntl.flock(f, fcntl.LOCK_EX)
+                try:
+                    good = _drop_partial_line(f)
+                    last_ts, at_last = _tail_cursor(f)
+                    cursor = LogCursor(last_ts, at_last)
+                    cursor.rewind()
+                    out = [f"{ln.ts_ns} {ln.text}\n".encode()
+                           for ln in lines if cursor.accept(ln)]
+                    _append_whole(f, b"".join(out), good)
+                    return len(out)
+                finally:
+                    fcntl.flock(f, fcntl.LOCK_UN)
+        except OSError as e:
+            raise file_error(e, path, what="log archive", if_lost=IF_ARCHIVE_LOST) from e
+
+    def _open_archive(self, path: Path) -> BinaryIO | None:
+        """The archive file opened for reading, or ``None`` when there is none.
+
+        Raises:
+            StateError: it cannot be read (a directory, permissions, I/O).
+        """
+        try:
+            return open(path, "rb")
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise file_error(e, path, what="log archive", if_lost=IF_ARCHIVE_LOST) from e
 
     def read_archive(self, job_id: str, node_rank: int) -> Iterator[LogLine]:
         """The archived lines of one node, oldest first.
@@ -423,13 +500,17 @@ class Store:
         exactly as it was archived.
         """
         path = self.log_path(job_id, node_rank)
-        if not path.exists():
+        f = self._open_archive(path)
+        if f is None:
             return
-        with open(path, "rb") as f:
-            for raw in f:  # binary files split on b"\n" only
-                line = _parse_archive_line(raw.rstrip(b"\n"))
-                if line is not None:
-                    yield line
+        with f:
+            try:
+                for raw in f:  # binary files split on b"\n" only
+                    line = _parse_archive_line(raw.rstrip(b"\n"))
+                    if line is not None:
+                        yield line
+            except OSError as e:
+                raise file_error(e, path, what="log archive", if_lost=IF_ARCHIVE_LOST) from e
 
     def read_archive_tail(self, job_id: str, node_rank: int, n: int) -> list[LogLine]:
         """The last ``n`` archived lines of one node, oldest first.
@@ -439,39 +520,16 @@ class Store:
         ``\n`` (an append in progress) is left out. Missing archive or ``n <= 0``: ``[]``.
         """
         path = self.log_path(job_id, node_rank)
-        if n <= 0 or not path.exists():
+        if n <= 0:
             return []
-        out: list[LogLine] = []  # newest first
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            pos = f.tell()
-            carry = b""  # the part of a line that lies after this block
-            at_end = True  # still looking for the "\n" of the last whole line
-            while pos > 0 and len(out) < n:
-                size = min(_BLOCK, pos)
-                pos -= size
-                f.seek(pos)
-                block = f.read(size)
-                if at_end:
-                    nl = block.rfind(b"\n")
-                    if nl < 0:
-                        continue  # all of it belongs to an unfinished last line
-                    block = block[:nl]
-                    at_end = False
-                else:
-                    block += carry
-                # every part but the first ends at a "\n"; the first may begin in an
-                # earlier block, unless this block starts the file
-                parts = block.split(b"\n")
-                carry = parts[0] if pos > 0 else b""
-                for raw in reversed(parts[1:] if pos > 0 else parts):
-                    line = _parse_archive_line(raw)
-                    if line is not None:
-                        out.append(line)
-                        if len(out) == n:
-                            break
-        out.reverse()
-        return out
+        f = self._open_archive(path)
+        if f is None:
+            return []
+        try:
+            with f:
+                return _tail_lines(f, n)
+        except OSError as e:
+            raise file_error(e, path, what="log archive", if_lost=IF_ARCHIVE_LOST) from e
 
     def read_archive_range(
         self, job_id: str, node_rank: int, offset: int, max_lines: int
@@ -489,38 +547,28 @@ class Store:
             ``\n`` is not consumed. Missing archive: ``([], offset)``.
         """
         path = self.log_path(job_id, node_rank)
-        if max_lines <= 0 or not path.exists():
+        if max_lines <= 0:
             return [], offset
-        out: list[LogLine] = []
-        with open(path, "rb") as f:
-            f.seek(offset)
-            pos = offset
-            pending = b""
-            while len(out) < max_lines:
-                block = f.read(_BLOCK)
-                if not block:
-                    break
-                pending += block
-                start = 0
-                while len(out) < max_lines:
-                    nl = pending.find(b"\n", start)
-                    if nl < 0:
-                        break
-                    line = _parse_archive_line(pending[start:nl])
-                    if line is not None:
-                        out.append(line)
-                    pos += nl + 1 - start
-                    start = nl + 1
-                pending = pending[start:]
-        return out, pos
+        f = self._open_archive(path)
+        if f is None:
+            return [], offset
+        try:
+            with f:
+                return _range_lines(f, offset, max_lines)
+        except OSError as e:
+            raise file_error(e, path, what="log archive", if_lost=IF_ARCHIVE_LOST) from e
 
     def archive_cursor(self, job_id: str, node_rank: int) -> int | None:
         """Timestamp (ns) of the last archived line of a node, or ``None``."""
         path = self.log_path(job_id, node_rank)
-        if not path.exists():
+        f = self._open_archive(path)
+        if f is None:
             return None
-        with open(path, "rb") as f:
-            ts, _ = _tail_cursor(f)
+        try:
+            with f:
+                ts, _ = _tail_cursor(f)
+        except OSError as e:
+            raise file_error(e, path, what="log archive", if_lost=IF_ARCHIVE_LOST) from e
         return ts if ts >= 0 else None
 
 
@@ -539,6 +587,107 @@ def migrate(db: sqlite3.Connection, path: Path) -> int:
 _BLOCK = 1 << 16
 
 
+def _drop_partial_line(f: Any) -> int:
+    """Cut a last line that lacks its ``\n`` (a write cut short by a kill or a full disk)
+    off the archive open in ``f`` (its writer's ``flock`` held); returns the archive's size
+    after it: the offset of the end of its last whole line."""
+    size = int(f.seek(0, os.SEEK_END))
+    pos = size
+    while pos > 0:
+        start = max(0, pos - _BLOCK)
+        f.seek(start)
+        block = f.read(pos - start)
+        if pos == size and block.endswith(b"\n"):
+            return size
+        nl = block.rfind(b"\n")
+        if nl >= 0:
+            good = start + int(nl) + 1
+            f.truncate(good)
+            return good
+        pos = start
+    f.truncate(0)
+    return 0
+
+
+def _append_whole(f: Any, data: bytes, good: int) -> None:
+    """Append ``data`` to the archive open in ``f`` (``O_APPEND``, unbuffered) whole, or not
+    at all: on a failed write the file is cut back to ``good``, its size before.
+
+    Raises:
+        OSError: the write failed (ENOSPC...); the file is back at ``good`` bytes.
+    """
+    view = memoryview(data)
+    try:
+        while view:
+            n = f.write(view)
+            if not n:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            view = view[n:]
+    except OSError:
+        with contextlib.suppress(OSError):
+            f.truncate(good)  # frees blocks; needs no space
+        raise
+
+
+def _range_lines(f: BinaryIO, offset: int, max_lines: int) -> tuple[list[LogLine], int]:
+    """Lines of an archive file from ``offset`` on (see :meth:`Store.read_archive_range`)."""
+    out: list[LogLine] = []
+    f.seek(offset)
+    pos = offset
+    pending = b""
+    while len(out) < max_lines:
+        block = f.read(_BLOCK)
+        if not block:
+            break
+        pending += block
+        start = 0
+        while len(out) < max_lines:
+            nl = pending.find(b"\n", start)
+            if nl < 0:
+                break
+            line = _parse_archive_line(pending[start:nl])
+            if line is not None:
+                out.append(line)
+            pos += nl + 1 - start
+            start = nl + 1
+        pending = pending[start:]
+    return out, pos
+
+
+def _tail_lines(f: BinaryIO, n: int) -> list[LogLine]:
+    """The last ``n`` whole lines of an archive file (see :meth:`Store.read_archive_tail`)."""
+    out: list[LogLine] = []  # newest first
+    f.seek(0, os.SEEK_END)
+    pos = f.tell()
+    carry = b""  # the part of a line that lies after this block
+    at_end = True  # still looking for the "\n" of the last whole line
+    while pos > 0 and len(out) < n:
+        size = min(_BLOCK, pos)
+        pos -= size
+        f.seek(pos)
+        block = f.read(size)
+        if at_end:
+            nl = block.rfind(b"\n")
+            if nl < 0:
+                continue  # all of it belongs to an unfinished last line
+            block = block[:nl]
+            at_end = False
+        else:
+            block += carry
+        # every part but the first ends at a "\n"; the first may begin in an
+        # earlier block, unless this block starts the file
+        parts = block.split(b"\n")
+        carry = parts[0] if pos > 0 else b""
+        for raw in reversed(parts[1:] if pos > 0 else parts):
+            line = _parse_archive_line(raw)
+            if line is not None:
+                out.append(line)
+                if len(out) == n:
+                    break
+    out.reverse()
+    return out
+
+
 def _parse_archive_line(raw: bytes) -> LogLine | None:
     """``b"<ts ns> <text>"`` -> LogLine (invalid UTF-8 replaced); ``None`` if malformed."""
     ts, sep, text = raw.partition(b" ")
@@ -551,7 +700,8 @@ def _parse_archive_line(raw: bytes) -> LogLine | None:
 
 
 def _tail_cursor(f: Any) -> tuple[int, dict[str, int]]:
-    """Last timestamp of an archive file and the texts (with counts) written at it.
+    """Last timestamp of an archive file and the texts (with counts) written at it; a last
+    line without its ``\n`` (a write cut short) does not count.
 
     Reads backwards from the end in growing windows (4 KiB first) and decodes only the lines
     at the last timestamp, so appending a batch costs the same however long the archive is.
@@ -566,8 +716,7 @@ def _tail_cursor(f: Any) -> tuple[int, dict[str, int]]:
         f.seek(size - chunk)
         # split on "\n" only: str.splitlines would also split a text at its "\r" (tqdm)
         tail = f.read(chunk).split(b"\n")
-        if tail and tail[-1] == b"":
-            tail.pop()
+        tail.pop()  # b"" after the last "\n", or a last line without its "\n" (cut short)
         if chunk < size:
             tail = tail[1:]  # the first piece may be cut
         last_ts = -1

@@ -45,6 +45,7 @@ from urllib.parse import urlsplit
 from console.alerts.model import Alert, AlertChanged
 from console.dbschema import migrate_schema
 from console.errors import ConfigError
+from console.statefiles import LOCK_WAIT_S, db_error
 
 __all__ = [
     "Delivery",
@@ -237,19 +238,35 @@ class Ledger:
             PRIMARY KEY (url_id, key, change, fired_at))""",),
     }
 
+    #: What moving a damaged ledger aside costs (the fix of its errors).
+    IF_LOST = "alerts still firing may be paged once more"
+
     def __init__(self, path: Path) -> None:
+        """Open (create, migrate) the ledger at ``path``.
+
+        Raises:
+            StateError: it cannot be opened (damaged, locked, read-only, a full disk...).
+        """
         self.path = path
-        con = self.connect()
         try:
-            migrate_schema(con, path, self.MIGRATIONS, what="notification ledger",
-                           if_lost="alerts still firing may be paged once more")
-        finally:
-            con.close()
+            con = self.connect()
+            try:
+                migrate_schema(con, path, self.MIGRATIONS, what="notification ledger",
+                               if_lost=self.IF_LOST)
+            finally:
+                con.close()
+        except sqlite3.Error as e:
+            raise db_error(e, path, what="notification ledger", if_lost=self.IF_LOST) from e
 
     def connect(self) -> sqlite3.Connection:
-        """A connection for the calling thread (WAL, waits up to 10 s for a lock)."""
-        con = sqlite3.connect(self.path, timeout=10.0, isolation_level=None)
-        con.execute("PRAGMA journal_mode=WAL")
+        """A connection for the calling thread (WAL, waits up to
+        :data:`~console.statefiles.LOCK_WAIT_S` for a lock)."""
+        con = sqlite3.connect(self.path, timeout=LOCK_WAIT_S, isolation_level=None)
+        try:
+            con.execute("PRAGMA journal_mode=WAL")
+        except BaseException:
+            con.close()
+            raise
         return con
 
     @staticmethod

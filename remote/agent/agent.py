@@ -130,9 +130,17 @@ GPU_IDENTITY = ("index", "uuid", "name", "pci_bus_id", "lost")
 #: MiB, ``_c`` degrees C, ``_w`` W (2 decimals, as nvidia-smi prints them), ``_mhz`` MHz.
 GPU_FIELDS = (
     "util_gpu_pct", "util_mem_pct", "mem_used_mib", "mem_total_mib", "temp_c", "power_w",
-    "power_limit_w", "sm_clock_mhz", "mem_clock_mhz", "fan_pct", "pstate", "throttle_reasons",
-    "ecc_volatile_uncorrected", "remapped_rows_pending", "persistence_mode", "mig_mode", "gpm",
+    "power_limit_w", "sm_clock_mhz", "mem_clock_mhz", "sm_clock_max_mhz", "mem_clock_max_mhz",
+    "fan_pct", "pstate", "throttle_reasons", "ecc_volatile_uncorrected", "remapped_rows_pending",
+    "persistence_mode", "mig_mode", "gpm",
 )
+
+#: The GPU record's ``unsupported`` key (after :data:`GPU_FIELDS`, before ``errors``): the
+#: readings this GPU does not have at all, NVML's ``NVML_ERROR_NOT_SUPPORTED`` (nvidia-smi
+#: prints ``[N/A]`` or ``[Not Supported]`` for them), e.g. ``fan_pct`` on a fanless SXM part,
+#: ``gpm`` before Hopper. Such a reading is ``None`` as not applicable, not as unknown (a
+#: reading that failed otherwise is unknown: only in ``errors``). Field names, in record order.
+UNSUPPORTED_KEY = "unsupported"
 
 #: Host readings, in record order (then ``errors``): hostname, CPU %, load averages, memory
 #: (MiB), uptime (s), driver / CUDA / NVML versions.
@@ -175,8 +183,16 @@ def empty_gpu(index: int | None) -> dict[str, Any]:
                            "lost": False}
     for f in GPU_FIELDS:
         rec[f] = None
+    rec[UNSUPPORTED_KEY] = []
     rec["errors"] = {}
     return rec
+
+
+def not_supported(rec: dict[str, Any], *keys: str) -> None:
+    """Mark ``keys`` of a GPU record as not supported by the GPU (``unsupported``, in
+    :data:`GPU_FIELDS` order)."""
+    have = set(rec[UNSUPPORTED_KEY]) | set(keys)
+    rec[UNSUPPORTED_KEY] = [k for k in GPU_FIELDS if k in have]
 
 
 def empty_sample(source: str, seq: int, host_time: float, interval_s: float) -> dict[str, Any]:
@@ -213,6 +229,9 @@ NVML_ERROR_FUNCTION_NOT_FOUND = 13
 NVML_ERROR_GPU_IS_LOST = 15
 NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18
 NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25
+#: ``errors["gpm"]`` of a GPU whose ``nvmlGpmQueryDeviceSupport`` says no (``gpm`` is then in
+#: the record's ``unsupported``).
+GPM_NOT_SUPPORTED = "GPM not supported on this GPU (needs Hopper or newer)"
 
 #: ``nvmlInitWithFlags`` flag: do not fail when the driver enumerates no GPU.
 NVML_INIT_FLAG_NO_GPUS = 1
@@ -975,8 +994,11 @@ class GpuState:
         #: slow fields: values and reasons, refreshed every ``slow_every`` samples.
         self.slow: dict[str, Any] = {"uuid": None, "name": None, "pci_bus_id": None}
         self.slow_errors: dict[str, str] = {}
-        #: fast fields NVML said are not supported (skipped until the next slow refresh).
-        self.unsupported: dict[str, str] = {}
+        #: slow fields NVML answered NVML_ERROR_NOT_SUPPORTED.
+        self.slow_unsupported: tuple[str, ...] = ()
+        #: fast fields NVML said are not supported or has no function for (skipped until the
+        #: next slow refresh): key -> (reason, NVML said NVML_ERROR_NOT_SUPPORTED).
+        self.unsupported: dict[str, tuple[str, bool]] = {}
         #: GPM: (previous sample, spare sample, metrics struct), or the reason it is off.
         self.gpm: tuple[Any, Any, Any] | None = None
         self.gpm_error: str | None = None
@@ -1183,7 +1205,7 @@ class Agent:
         try:
             support = nv.nvmlGpmQueryDeviceSupport(g.handle)
             if not support.isSupportedDevice:
-                g.gpm_error = "GPM not supported on this GPU (needs Hopper or newer)"
+                g.gpm_error = GPM_NOT_SUPPORTED
                 return
             prev, spare = nv.nvmlGpmSampleAlloc(), nv.nvmlGpmSampleAlloc()
             mg = nv.c_nvmlGpmMetricsGet_t()
@@ -1302,6 +1324,7 @@ class Agent:
         nv, h = self.nv, g.handle
         vals: dict[str, Any] = {}
         errs: dict[str, str] = {}
+        unsupported: list[str] = []
 
         def mig() -> bool:
             try:
@@ -1316,6 +1339,10 @@ class Agent:
             ("name", lambda: _text(nv.nvmlDeviceGetName(h))),
             ("pci_bus_id", lambda: _text(nv.nvmlDeviceGetPciInfo(h).busId)),
             ("power_limit_w", lambda: watts(nv.nvmlDeviceGetEnforcedPowerLimit(h))),
+            # the highest clocks the GPU may run at (boost), MHz
+            ("sm_clock_max_mhz", lambda: int(nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_SM))),
+            ("mem_clock_max_mhz",
+             lambda: int(nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_MEM))),
             ("ecc_volatile_uncorrected", lambda: int(nv.nvmlDeviceGetTotalEccErrors(
                 h, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_VOLATILE_ECC))),
             ("remapped_rows_pending", lambda: bool(nv.nvmlDeviceGetRemappedRows(h)[2])),
@@ -1328,8 +1355,10 @@ class Agent:
             except Exception as e:
                 vals[key] = g.slow.get(key) if key in ("uuid", "name", "pci_bus_id") else None
                 errs[key] = reason_of(e)
+                if nvml_code(e) == NVML_ERROR_NOT_SUPPORTED:
+                    unsupported.append(key)
                 self._note_lost(g, e)
-        g.slow, g.slow_errors = vals, errs
+        g.slow, g.slow_errors, g.slow_unsupported = vals, errs, tuple(unsupported)
 
     def _note_lost(self, g: GpuState, exc: BaseException) -> None:
         if nvml_code(exc) == NVML_ERROR_GPU_IS_LOST:
@@ -1345,7 +1374,9 @@ class Agent:
         skip = g.unsupported.get(key)
         if skip is not None:
             for k in keys:
-                rec["errors"][k] = skip
+                rec["errors"][k] = skip[0]
+            if skip[1]:
+                not_supported(rec, *keys)
             return
         try:
             value = fn()
@@ -1353,8 +1384,11 @@ class Agent:
             reason = reason_of(e)
             for k in keys:
                 rec["errors"][k] = reason
-            if nvml_code(e) in (NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_FUNCTION_NOT_FOUND):
-                g.unsupported[key] = reason
+            code = nvml_code(e)
+            if code == NVML_ERROR_NOT_SUPPORTED:
+                not_supported(rec, *keys)
+            if code in (NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_FUNCTION_NOT_FOUND):
+                g.unsupported[key] = (reason, code == NVML_ERROR_NOT_SUPPORTED)
             self._note_lost(g, e)
             return
         if also:
@@ -1404,11 +1438,14 @@ class Agent:
         self._field(g, rec, "throttle_reasons",
                     lambda: decode_clock_reasons(int(v["clock_reasons"](h))))
         # slow fields, cached
-        for key in ("power_limit_w", "ecc_volatile_uncorrected", "remapped_rows_pending",
-                    "persistence_mode", "mig_mode"):
+        for key in ("power_limit_w", "sm_clock_max_mhz", "mem_clock_max_mhz",
+                    "ecc_volatile_uncorrected", "remapped_rows_pending", "persistence_mode",
+                    "mig_mode"):
             rec[key] = g.slow.get(key)
         for key, why in g.slow_errors.items():
             rec["errors"][key] = why
+        if g.slow_unsupported:
+            not_supported(rec, *g.slow_unsupported)
         self._gpm(g, rec)
         if g.lost:
             rec["lost"] = True
@@ -1419,6 +1456,8 @@ class Agent:
         previous ``nvmlGpmSampleGet`` and this one (``nvmlGpmMetricsGet``)."""
         if g.gpm is None:
             rec["errors"]["gpm"] = g.gpm_error or "GPM not set up"
+            if g.gpm_error == GPM_NOT_SUPPORTED:
+                not_supported(rec, "gpm")
             return
         if rec.get("mig_mode"):
             rec["errors"]["gpm"] = "MIG mode: GPM is per GPU instance (not collected)"

@@ -19,6 +19,7 @@ error codes, driven by a *scenario* (a JSON-able dict)::
                                                                     # used + reserved
         "temp": 55, "power_mw": 512345, "power_limit_mw": 700000,
         "sm_clock": 1980, "mem_clock": 3201, "fan": 30, "pstate": 0,
+        "sm_clock_max": 1980, "mem_clock_max": 3201,
         "clock_reasons": 4, "ecc_uncorrected": 0, "remapped_rows": [0, 0, 0, 0],
         "persistence": 1, "mig": [0, 0],
         "gpm_supported": true, "gpm": {"2": 91.5, "3": 40.25, "5": 63.0, "10": 22.5},
@@ -74,7 +75,8 @@ GPU_DEFAULTS: dict[str, Any] = {
     "handle_error": None, "name": "NVIDIA H200", "uuid": None, "pci_bus_id": None,
     "util_gpu": 0, "util_mem": 0, "mem_total": 143771 * MIB, "mem_used": 0,
     "mem_reserved": 512 * MIB, "temp": 30, "power_mw": 75000, "power_limit_mw": 700000,
-    "sm_clock": 345, "mem_clock": 3201, "fan": 0, "pstate": 0, "clock_reasons": 1,
+    "sm_clock": 345, "mem_clock": 3201, "sm_clock_max": 1980, "mem_clock_max": 3201,
+    "fan": 0, "pstate": 0, "clock_reasons": 1,
     "ecc_uncorrected": 0, "remapped_rows": [0, 0, 0, 0], "persistence": 1, "mig": [0, 0],
     "gpm_supported": True, "gpm": {}, "gpm_metric_errors": {}, "procs": [],
     "graphics_procs": [], "fail": {},
@@ -365,6 +367,12 @@ class FakeNVML(types.ModuleType):
         spec = self._enter("nvmlDeviceGetClockInfo", h)
         return int(spec["sm_clock"] if clock == self.NVML_CLOCK_SM else spec["mem_clock"])
 
+    def nvmlDeviceGetMaxClockInfo(self, h: FakeHandle, clock: int) -> int:
+        """``nvmlDeviceGetMaxClockInfo`` (MHz) for NVML_CLOCK_SM / NVML_CLOCK_MEM."""
+        spec = self._enter("nvmlDeviceGetMaxClockInfo", h)
+        return int(spec["sm_clock_max"] if clock == self.NVML_CLOCK_SM
+                   else spec["mem_clock_max"])
+
     def nvmlDeviceGetFanSpeed(self, h: FakeHandle) -> int:
         """``nvmlDeviceGetFanSpeed`` (%)."""
         return int(self._enter("nvmlDeviceGetFanSpeed", h)["fan"])
@@ -577,6 +585,9 @@ def _smi_value(nv: FakeNVML, h: FakeHandle, index: int, field: str) -> str:
     if field in ("clocks.sm", "clocks.mem"):
         return str(nv.nvmlDeviceGetClockInfo(
             h, nv.NVML_CLOCK_SM if field == "clocks.sm" else nv.NVML_CLOCK_MEM))
+    if field in ("clocks.max.sm", "clocks.max.memory"):
+        return str(nv.nvmlDeviceGetMaxClockInfo(
+            h, nv.NVML_CLOCK_SM if field == "clocks.max.sm" else nv.NVML_CLOCK_MEM))
     if field == "fan.speed":
         return str(nv.nvmlDeviceGetFanSpeed(h))
     if field == "pstate":

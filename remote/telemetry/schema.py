@@ -14,8 +14,13 @@ the vocabularies for mypy; ``tests/unit/test_schema.py`` checks they equal the a
 
 Unknown is ``None`` (JSON ``null``), never 0: a reading NVML/nvidia-smi does not support or
 that failed is ``None`` and its reason is kept in the record's ``errors`` map (field name ->
-reason). Faces show it as ``?``. Units are in the key names: ``_pct`` percent (0-100),
-``_mib`` MiB, ``_c`` degrees C, ``_w`` W, ``_mhz`` MHz, ``_s`` seconds.
+reason). Faces show it as ``?``, except where the GPU does not have the reading at all: those
+keys are also listed in the GPU's ``unsupported`` (NVML answered ``NVML_ERROR_NOT_SUPPORTED``;
+nvidia-smi printed ``[N/A]`` / ``[Not Supported]``; ``fan_pct`` on a fanless SXM H200), and
+faces show them as ``n/a`` (not applicable), not as unknown. Recordings made before the key
+existed get it from their ``errors`` reasons (:data:`NOT_SUPPORTED_REASONS`). Units are in
+the key names: ``_pct`` percent (0-100), ``_mib`` MiB, ``_c`` degrees C, ``_w`` W, ``_mhz``
+MHz, ``_s`` seconds.
 
 ``processes`` is ``None`` when the list could not be read (never reported as "no
 processes"). ``mig_mode``: ``False`` also when the GPU does not support MIG (nvidia-smi
@@ -56,18 +61,26 @@ from remote.agent.agent import (
     SLOWDOWN_REASONS,
     SOURCES,
     THROTTLE_REASON_ALIASES,
+    UNSUPPORTED_KEY,
     XID_FIELDS,
     decode_clock_reasons,
 )
 from remote.agent.agent import empty_gpu as _empty_gpu
 from remote.agent.agent import empty_host as _empty_host
 from remote.agent.agent import empty_sample as _empty_sample
+from remote.agent.agent import not_supported as _not_supported
 
 #: ``state``: see :data:`HOST_STATES` (the agent's comments say what each means).
 HostState = Literal["ok", "no_driver", "nvml_unavailable", "driver_unreachable",
                     "version_mismatch", "no_gpus", "gpu_lost", "error"]
 #: ``source``.
 Source = Literal["nvml", "nvidia-smi"]
+#: A GPU reading's key (:data:`GPU_FIELDS`): what ``unsupported`` lists.
+GpuField = Literal[
+    "util_gpu_pct", "util_mem_pct", "mem_used_mib", "mem_total_mib", "temp_c", "power_w",
+    "power_limit_w", "sm_clock_mhz", "mem_clock_mhz", "sm_clock_max_mhz", "mem_clock_max_mhz",
+    "fan_pct", "pstate", "throttle_reasons", "ecc_volatile_uncorrected", "remapped_rows_pending",
+    "persistence_mode", "mig_mode", "gpm"]
 #: ``processes[].type``.
 ProcessType = Literal["compute", "graphics"]
 #: ``kernel_log.source`` (``file``: a test's stand-in for the kernel log).
@@ -111,6 +124,8 @@ class GpuRecord(TypedDict):
     power_limit_w: float | None  # W, enforced limit, 2 decimals
     sm_clock_mhz: int | None  # MHz
     mem_clock_mhz: int | None  # MHz
+    sm_clock_max_mhz: int | None  # MHz, the highest SM clock (nvmlDeviceGetMaxClockInfo)
+    mem_clock_max_mhz: int | None  # MHz, the highest memory clock
     fan_pct: int | None  # % of maximum speed (None on fanless SXM parts)
     pstate: str | None  # "P0".."P15"
     throttle_reasons: list[str] | None  # THROTTLE_REASONS names, gpu_idle included
@@ -119,6 +134,7 @@ class GpuRecord(TypedDict):
     persistence_mode: bool | None
     mig_mode: bool | None  # False also when the GPU has no MIG
     gpm: GpmRecord | None
+    unsupported: list[GpuField]  # readings the GPU does not have (NVML_ERROR_NOT_SUPPORTED)
     errors: dict[str, str]  # field -> reason it is None
 
 
@@ -213,6 +229,24 @@ def empty_sample(source: Source, seq: int, host_time: float, interval_s: float) 
     return cast(Sample, _empty_sample(source, seq, host_time, interval_s))
 
 
+#: ``errors`` reasons that say "not supported" (NVML's ``nvmlErrorString`` of
+#: NVML_ERROR_NOT_SUPPORTED, nvidia-smi's tokens): how :func:`read_sample` fills
+#: ``unsupported`` for a record written before that key.
+NOT_SUPPORTED_REASONS: frozenset[str] = frozenset({
+    "Not Supported", "nvidia-smi: [N/A]", "nvidia-smi: [Not Supported]", "nvidia-smi: N/A",
+    "nvidia-smi: Not Supported"})
+
+
+def mark_not_supported(gpu: GpuRecord, *keys: GpuField) -> None:
+    """Add ``keys`` to a GPU record's ``unsupported`` (kept in :data:`GPU_FIELDS` order)."""
+    _not_supported(cast(dict[str, Any], gpu), *keys)
+
+
+def is_not_supported(gpu: GpuRecord, key: GpuField) -> bool:
+    """Whether the GPU does not have reading ``key`` at all (n/a rather than unknown)."""
+    return key in gpu["unsupported"]
+
+
 def throttle_reasons(mask: int) -> list[str]:
     """The ``throttle_reasons`` of a clock-event mask (NVML's value or nvidia-smi's
     ``clocks_event_reasons.active``), in bit order; bits without a name as ``"0x..."``."""
@@ -248,11 +282,25 @@ def is_slowdown(reason: str) -> bool:
     return reason in SLOWDOWN_REASONS
 
 
-def _fill(rec: dict[str, Any], keys: Iterable[str], errors: bool) -> None:
+def _fill(rec: dict[str, Any], keys: Iterable[str], errors: bool) -> bool:
+    """Add the missing ``keys`` as ``None`` (and ``errors``); whether any was missing."""
+    added = False
     for k in keys:
-        rec.setdefault(k, None)
+        if k not in rec:
+            rec[k] = None
+            added = True
     if errors and not isinstance(rec.get("errors"), dict):
         rec["errors"] = {}
+    return added
+
+
+#: ``errors`` reason of a reading :func:`read_sample` added to a record written before it
+#: existed (a recording's ``sm_clock_max_mhz``...): unknown, with why.
+NOT_RECORDED = "not in the record (written before this field existed)"
+
+#: A GPU record's keys in record order (what :func:`read_sample` restores for an older
+#: record: keys added later sit in the middle).
+_GPU_ORDER: tuple[str, ...] = (*GPU_IDENTITY, *GPU_FIELDS, UNSUPPORTED_KEY, "errors")
 
 
 def read_sample(obj: Mapping[str, Any] | Any) -> Sample:
@@ -295,7 +343,21 @@ def read_sample(obj: Mapping[str, Any] | Any) -> Sample:
         _fill(g, GPU_IDENTITY, False)
         if g["lost"] is None:
             g["lost"] = False
-        _fill(g, GPU_FIELDS, True)
+        _fill(g, (), True)
+        older = False
+        for k in GPU_FIELDS:  # readings added since the record was written: unknown, why
+            if k not in g:
+                g[k] = None
+                g["errors"].setdefault(k, NOT_RECORDED)
+                older = True
+        if not isinstance(g.get(UNSUPPORTED_KEY), list):  # written before the key existed
+            errs = g["errors"]
+            g[UNSUPPORTED_KEY] = [k for k in GPU_FIELDS
+                                  if g[k] is None and errs.get(k) in NOT_SUPPORTED_REASONS]
+            older = True
+        if older:  # the keys in record order, in place (other keys a writer added go last)
+            for k in [*_GPU_ORDER, *(k for k in g if k not in _GPU_ORDER)]:
+                g[k] = g.pop(k)
         reasons = g["throttle_reasons"]
         if reasons is not None and any(r not in _CANONICAL for r in reasons):
             g["throttle_reasons"] = normalize_throttle_reasons(reasons)
@@ -330,6 +392,8 @@ __all__ = [
     "IDLE_REASON",
     "KERNEL_LOG_FIELDS",
     "KERNEL_LOG_SOURCES",
+    "NOT_RECORDED",
+    "NOT_SUPPORTED_REASONS",
     "PROCESS_FIELDS",
     "PROCESS_TYPES",
     "SCHEMA_VERSION",
@@ -337,9 +401,11 @@ __all__ = [
     "SOURCES",
     "THROTTLE_REASONS",
     "THROTTLE_REASON_ALIASES",
+    "UNSUPPORTED_KEY",
     "USABLE_STATES",
     "XID_FIELDS",
     "GpmRecord",
+    "GpuField",
     "GpuRecord",
     "HostRecord",
     "HostState",
@@ -354,7 +420,9 @@ __all__ = [
     "empty_host",
     "empty_sample",
     "is_limit",
+    "is_not_supported",
     "is_slowdown",
+    "mark_not_supported",
     "normalize_throttle_reasons",
     "read_sample",
     "throttle_reasons",

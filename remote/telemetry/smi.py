@@ -48,6 +48,7 @@ from remote.telemetry.faults import (
 from remote.telemetry.schema import (
     GPU_FIELDS,
     HOST_FIELDS,
+    GpuField,
     GpuRecord,
     HostState,
     ProcessRecord,
@@ -55,13 +56,15 @@ from remote.telemetry.schema import (
     Source,
     empty_gpu,
     empty_sample,
+    mark_not_supported,
     throttle_reasons,
 )
 
 SOURCE: Source = "nvidia-smi"
 
 #: GPU readings nvidia-smi's ``--query-gpu`` does not give (always ``None``, reason kept).
-SMI_UNKNOWN_GPU_FIELDS: tuple[str, ...] = ("remapped_rows_pending", "gpm")
+SMI_UNKNOWN_GPU_FIELDS: tuple[str, ...] = ("remapped_rows_pending", "gpm", "sm_clock_max_mhz",
+                                           "mem_clock_max_mhz")
 #: Process keys ``--query-compute-apps`` does not give (always ``None``); every listed process
 #: is of ``type`` ``compute``.
 SMI_UNKNOWN_PROCESS_FIELDS: tuple[str, ...] = ("user", "command", "container_id", "rank",
@@ -296,6 +299,8 @@ _KEY_SOURCES: dict[str, tuple[str, ...]] = {
     "power_limit_w": ("enforced.power.limit", "power.limit"),
     "sm_clock_mhz": ("clocks.sm", "clocks.current.sm"),
     "mem_clock_mhz": ("clocks.mem", "clocks.current.memory"),
+    "sm_clock_max_mhz": ("clocks.max.sm", "clocks.max.graphics"),
+    "mem_clock_max_mhz": ("clocks.max.memory", "clocks.max.mem"),
     "fan_pct": ("fan.speed",),
     "pstate": ("pstate",),
     "throttle_reasons": ("clocks_event_reasons.active", "clocks_throttle_reasons.active"),
@@ -305,6 +310,11 @@ _KEY_SOURCES: dict[str, tuple[str, ...]] = {
     "mig_mode": ("mig.mode.current",),
 }
 _NOT_QUERIED = "not queried by the nvidia-smi fallback"
+#: The reasons :func:`parse_value` gives for nvidia-smi's "this GPU has no such reading" (it
+#: prints ``[N/A]`` where NVML answers NVML_ERROR_NOT_SUPPORTED; ``[Not Supported]`` on older
+#: drivers): the record's ``unsupported`` lists such keys.
+SMI_NOT_SUPPORTED = frozenset({"nvidia-smi: [N/A]", "nvidia-smi: [Not Supported]",
+                               "nvidia-smi: N/A", "nvidia-smi: Not Supported"})
 
 
 def gpu_from_row(row: CsvRow, position: int) -> GpuRecord:
@@ -327,6 +337,8 @@ def gpu_from_row(row: CsvRow, position: int) -> GpuRecord:
                        if key == "throttle_reasons" and isinstance(value, int) else value)
         if value is None:
             errors[key] = row.errors.get(src, "unknown")
+            if errors[key] in SMI_NOT_SUPPORTED and key in GPU_FIELDS:  # a reading, n/a
+                mark_not_supported(gpu, cast(GpuField, key))
     errors["gpm"] = "not available from nvidia-smi"
     return gpu
 

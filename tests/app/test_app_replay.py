@@ -12,6 +12,7 @@ import pytest
 
 from console.app.app import GpuConsoleApp
 from console.app.screens.fleet import FleetScreen
+from console.app.widgets.fleet import DetailPanel
 from console.profiles import HostConfig, Profile
 from console.service import Service
 
@@ -47,7 +48,14 @@ async def test_replay_shows_the_recorded_gpus(recording: Path) -> None:
         a0, a1 = groups["gpu-a"].gpus
         assert (a0.mem_used_mib, a0.mem_total_mib, a0.util_pct) == (17612, 143771, 100)
         assert (a0.power_w, a0.power_limit_w) == (691.842, 700.0)
-        assert a0.fan_pct is None  # SXM: no fan; shown as ?, never 0
+        # SXM: no fan (NVML: Not Supported): not applicable, shown n/a (never 0, and not ?)
+        assert a0.fan_pct is None and a0.na("fan_pct")
+        assert (a0.sm_clock_mhz, a0.mem_clock_mhz) == (1500, 3201)
+        assert fleet.table.move_to_key("gpu:gpu-a:0")
+        await pilot.pause()
+        detail = " ".join(fleet.query_one("#fleet-detail", DetailPanel).lines())
+        assert "| P0 | SM 1500/? MHz | mem 3201/? MHz |" in detail  # no max in the recording
+        assert detail.endswith("| fan n/a")
         assert a0.users and a0.users[0].pids == (653,)
         assert (a1.mem_used_mib, a1.util_pct) == (0, 0)
         b0 = groups["gpu-b"].gpus[0]

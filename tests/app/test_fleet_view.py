@@ -11,12 +11,13 @@ from __future__ import annotations
 import copy
 from typing import Any, ClassVar
 
+import pytest
 from textual.app import App
 from textual.binding import Binding, BindingType
 from textual.pilot import Pilot
 
 from console.app.screens.fleet import FleetScreen
-from console.app.widgets.fleet import COLUMNS
+from console.app.widgets.fleet import COLUMNS, DetailPanel
 from console.fleet.state import FleetState
 from tests.unit.test_fleet_rows import DOWN_REASON, build_fleet, trace
 
@@ -95,14 +96,16 @@ async def test_cells_show_the_traces_readings() -> None:
         summary = str(app.screen.query_one("#fleet-summary").render())
         assert summary.startswith("4 hosts: 2 up, 1 down, 1 driver problem")
         assert "4 GPUs: 1 busy, 3 free" in summary
-        # the detail line: the cursor row uncut, fan unknown on the H200 SXM
+        # the detail panel: the cursor row uncut; the H200 SXM has no fan (NVML: Not
+        # Supported): n/a, not unknown; the recording has no max clocks: unknown
         await pilot.press("down")
-        detail = str(app.screen.query_one("#fleet-detail").render())
+        detail = " ".join(app.screen.query_one("#fleet-detail", DetailPanel).lines())
         assert detail == ("h200-a GPU 0 NVIDIA H200 | pid 653 root python3 …/matmul_load.py "
-                          "90 16 (17604 MiB) | P0 1500 MHz | tensor 93% dram 17% | fan ?")
+                          "90 16 (17604 MiB) | P0 | SM 1500/? MHz | mem 3201/? MHz | tensor 93% "
+                          "dram 17% | fan n/a")
         fleet(app).table.move_to_key("host:gpu-c")
         await pilot.pause()
-        detail = str(app.screen.query_one("#fleet-detail").render())
+        detail = " ".join(app.screen.query_one("#fleet-detail", DetailPanel).lines())
         assert detail == f"gpu-c: down | {DOWN_REASON}"
 
 
@@ -113,7 +116,8 @@ async def test_unknown_readings_show_question_marks() -> None:
     s = copy.deepcopy(trace("h200-idle.jsonl")[-1])
     for g in s["gpus"]:
         g.update(util_gpu_pct=None, mem_used_mib=None, power_w=None, temp_c=None,
-                 throttle_reasons=None)
+                 throttle_reasons=None, unsupported=[],  # the fan failed: unknown, not n/a
+                 errors={"fan_pct": "Unknown Error"})
     s["processes"] = None
     st.on_sample("blind", s, rx=NOW)
     app = FleetApp(st)
@@ -130,6 +134,20 @@ async def test_unknown_readings_show_question_marks() -> None:
             "throttle": "?", "hist": "       ?", "users": "?",  # one sample, unknown
             "xid": "-",
         }
+        assert fleet(app).table.move_to_key("gpu:blind:1")
+        await pilot.pause()
+        detail = " ".join(app.screen.query_one("#fleet-detail", DetailPanel).lines())
+        assert detail.endswith("| fan ?")
+        # a GPU without GPM (before Hopper: NVML says not supported): n/a, not unknown
+        s2 = copy.deepcopy(trace("h200-idle.jsonl")[-1])
+        for g in s2["gpus"]:
+            g.update(gpm=None, unsupported=["fan_pct", "gpm"],
+                     errors={"fan_pct": "Not Supported", "gpm": "GPM not supported"})
+        st.on_sample("old", s2, rx=NOW)
+        fleet(app).update_fleet(st)
+        await pilot.pause()
+        assert cells(app, "gpu:old:0")["sm"] == "n/a"
+        assert cells(app, "gpu:blind:0")["sm"] == "0%"
 
 
 async def test_sort_cycles_and_reverses_keeping_the_cursor() -> None:
@@ -190,9 +208,9 @@ async def test_updates_keep_the_cursor_and_select_posts_the_job() -> None:
         assert cells(app, "gpu:h200-a:0")["users"] == "ddp-x-1a2b3c n0 r0,r1"
         assert screen.table.move_to_key("gpu:h200-a:0")
         await pilot.pause()
-        detail = str(screen.query_one("#fleet-detail").render())
+        detail = " ".join(screen.query_one("#fleet-detail", DetailPanel).lines())
         assert detail.startswith("h200-a GPU 0 NVIDIA H200 | job ddp-x-1a2b3c n0 r0,r1 pids "
-                                 "653,654 (18628 MiB) (enter: open) | P0 1500 MHz")
+                                 "653,654 (18628 MiB) (enter: open) | P0 | SM 1500/? MHz")
         await pilot.press("enter")
         await pilot.pause()
         assert app.jobs == [("ddp-x-1a2b3c", "h200-a", 0)]
@@ -260,3 +278,65 @@ def test_detail_line_names_the_xid_root_and_its_action() -> None:
     span = next(s for s in text.spans if text.plain[s.start:s.end].strip(" |").startswith("Xid"))
     assert "red" in str(span.style)
     assert "Xid" not in detail_text(replace(row, xid=None)).plain
+
+
+NO_DRIVER = ("no NVIDIA driver: nvidia-smi not found (NVML: pynvml could not be imported: "
+             "libnvidia-ml.so.1: cannot open shared object file: No such file or directory)")
+
+
+async def test_long_reasons_are_read_whole_in_the_detail_panel_at_100_columns() -> None:
+    from remote.telemetry.schema import empty_sample
+
+    st = build_fleet()
+    bare = empty_sample("nvml", 0, 1795974200.0, 1.0)
+    bare.update(state="no_driver", state_detail=NO_DRIVER)
+    st.on_sample("gpu-e", bare, rx=NOW)
+    app = FleetApp(st)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        screen = fleet(app)
+        panel = screen.query_one("#fleet-detail", DetailPanel)
+        for key, words, rows in (("host:gpu-c", f"gpu-c: down | {DOWN_REASON}", 1),
+                                 ("host:gpu-e", f"gpu-e: up | no_driver: {NO_DRIVER}", 2)):
+            assert screen.table.move_to_key(key)
+            await pilot.pause()
+            shown = panel.lines()
+            assert len(shown) == rows and all(len(ln) <= 98 for ln in shown)  # wrapped
+            assert " ".join(shown) == words  # every word, none cut
+        # the table cell stays short: the reason is cut there, with the mark
+        cell = cells(app, "host:gpu-e")["users"]
+        assert cell.endswith("…") and len(cell) <= 72
+
+
+async def test_cursor_moves_lay_out_again_only_when_the_detail_height_changes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from remote.telemetry.schema import empty_sample
+
+    layouts: list[bool] = []
+    refresh = DetailPanel.refresh
+
+    def counting(self: DetailPanel, *regions: Any, repaint: bool = True, layout: bool = False,
+                 recompose: bool = False) -> Any:
+        layouts.append(layout)
+        return refresh(self, *regions, repaint=repaint, layout=layout, recompose=recompose)
+
+    monkeypatch.setattr(DetailPanel, "refresh", counting)
+    st = build_fleet()
+    bare = empty_sample("nvml", 0, 1795974200.0, 1.0)
+    bare.update(state="no_driver", state_detail=NO_DRIVER)
+    st.on_sample("gpu-e", bare, rx=NOW)
+    app = FleetApp(st)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        screen = fleet(app)
+        panel = screen.query_one("#fleet-detail", DetailPanel)
+        screen.table.move_to_key("gpu:h200-b:1")
+        await pilot.pause()
+        layouts.clear()
+        screen.table.move_to_key("gpu:h200-b:0")  # another text, one row as before
+        await pilot.pause()
+        assert panel.lines()[0].startswith("h200-b GPU 0 NVIDIA H200 | no processes")
+        assert layouts == [False]  # repainted, no layout pass
+        screen.table.move_to_key("host:gpu-e")  # the no-driver reason takes 2 rows
+        await pilot.pause()
+        assert len(panel.lines()) == 2 and layouts[-1] is True

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import webbrowser
-from collections.abc import Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -94,10 +94,13 @@ class FakeNotebookService(Service):
         self.bus.publish(JobChanged(job))
         return job
 
-    async def exec(self, job: JobRecord, node: int | None, command: list[str], *,
-                   tty: bool) -> int:
-        self.executed.append((job.id, node))
-        return 0
+    async def prepare_exec(self, job: JobRecord, node: int | None, command: list[str], *,
+                           tty: bool) -> Callable[[], Coroutine[Any, Any, int]]:
+        async def attach() -> int:
+            self.executed.append((job.id, node))
+            return 0
+
+        return attach
 
 
 @pytest.fixture

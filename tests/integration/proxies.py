@@ -10,7 +10,9 @@ connection's sockets so that :meth:`Listener.cut` and :meth:`Listener.close` can
 - :class:`StallServer`: a host whose port accepts TCP but never sends the SSH banner;
 - :class:`CuttableProxy`: a transparent path to an sshd that the test can drop at once;
 - :class:`DelayingProxy`: a slow path: the host's replies are held until released;
-- :class:`KexCloser`: an sshd that drops new connections in the key exchange (MaxStartups).
+- :class:`KexCloser`: an sshd that drops new connections in the key exchange (MaxStartups);
+- :class:`BlackHoleProxy`: a path that the test can make silent without closing anything (a
+  black-holed route, a frozen host), and open again.
 """
 
 from __future__ import annotations
@@ -155,6 +157,36 @@ class DelayingProxy(CuttableProxy):
 
     def close(self) -> None:
         self.released.set()  # no pump thread stays parked on the gate
+        super().close()
+
+
+class BlackHoleProxy(CuttableProxy):
+    """A transparent path to the sshd at ``target`` that :meth:`silence` turns into a black
+    hole: no byte goes through either way and nothing is closed, so both ends only see
+    silence (their TCP connections stay established); new connections are accepted and go
+    silent too. :meth:`resume` lets bytes through again (connections the client gave up on
+    meanwhile are dropped, as a router's state for them would be)."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.flowing = threading.Event()
+        self.flowing.set()
+        super().__init__(target)
+
+    def _serve(self, down: socket.socket, up: socket.socket) -> None:
+        threading.Thread(target=_pump, args=(down, up, self.flowing), daemon=True).start()
+        _pump(up, down, self.flowing)
+
+    def silence(self) -> None:
+        """From now on nothing goes through (bytes read meanwhile are held)."""
+        self.flowing.clear()
+
+    def resume(self) -> None:
+        """Drop the connections of the silent time, then let bytes through again."""
+        self.cut()
+        self.flowing.set()
+
+    def close(self) -> None:
+        self.flowing.set()  # no pump thread stays parked on the gate
         super().close()
 
 

@@ -141,7 +141,8 @@ def test_accept_new_host_keys_adds_the_key_once(cli: CLI) -> None:
     kh.write_text(f"127.0.0.11 {other.strip()}\n")
     res = cli.run("submit", str(spec), "--dry-run", profile=prof)
     assert res.returncode == 1
-    assert "not trusted" in res.stderr
+    assert "has CHANGED" in res.stderr and "accept_new_host_keys: true" not in res.stderr
+    assert kh.read_text() == f"127.0.0.11 {other.strip()}\n"
 
 
 def test_accept_new_adds_one_line_for_hosts_sharing_an_address(cli: CLI) -> None:

@@ -53,3 +53,6 @@ def test_exec_and_describe(cli: CLI) -> None:
     res = cli.run("exec", job_id, "--", "true")
     assert res.returncode == 1
     assert "is not running" in res.stderr
+    # what to do instead: its output, and its files out of the exited container
+    assert f"`gpuconsole logs {job_id}`" in res.stderr
+    assert f"`gpuconsole cp {job_id}:PATH .`" in res.stderr

@@ -14,8 +14,8 @@ from tests.integration.conftest import CLI, REPO
 
 
 def test_ctrl_c_during_an_ssh_listing(cli: CLI) -> None:
-    """Through the installed ``gpuconsole`` script (``console.entry``): ``python -m
-    console.cli`` imports the CLI package before the entry point can catch Ctrl-C."""
+    """Through the installed ``gpuconsole`` script (``console.entry``); its first
+    milliseconds and those of ``python -m console.cli`` are tests/unit/test_interrupt.py's."""
     script = Path(sys.executable).parent / "gpuconsole"
     argv = [str(script), "-p", str(cli.profile), "ps", "--json", "--hosts"]
     codes = []

@@ -124,7 +124,8 @@ XID_KEYS = ["time", "gpu_index", "pci_bus_id", "xid", "pid", "detail"]
 GPU_TYPES: dict[str, tuple[type, ...]] = {
     "util_gpu_pct": (int,), "util_mem_pct": (int,), "mem_used_mib": (int,),
     "mem_total_mib": (int,), "temp_c": (int,), "power_w": (float,), "power_limit_w": (float,),
-    "sm_clock_mhz": (int,), "mem_clock_mhz": (int,), "fan_pct": (int,), "pstate": (str,),
+    "sm_clock_mhz": (int,), "mem_clock_mhz": (int,), "sm_clock_max_mhz": (int,),
+    "mem_clock_max_mhz": (int,), "fan_pct": (int,), "pstate": (str,),
     "throttle_reasons": (list,), "ecc_volatile_uncorrected": (int,),
     "remapped_rows_pending": (bool,), "persistence_mode": (bool,), "mig_mode": (bool,),
     "gpm": (dict,),
@@ -194,17 +195,20 @@ def test_two_gpus_exact_values(proc_root: Path) -> None:
         "index": 0, "uuid": "GPU-aaaa", "name": "NVIDIA H200", "pci_bus_id": "00000000:19:00.0",
         "lost": False, "util_gpu_pct": 97, "util_mem_pct": 41, "mem_used_mib": 17000,
         "mem_total_mib": 143771, "temp_c": 55, "power_w": 512.35, "power_limit_w": 700.0,
-        "sm_clock_mhz": 1980, "mem_clock_mhz": 3201, "fan_pct": 30, "pstate": "P0",
+        "sm_clock_mhz": 1980, "mem_clock_mhz": 3201, "sm_clock_max_mhz": 1980,
+        "mem_clock_max_mhz": 3201, "fan_pct": 30, "pstate": "P0",
         "throttle_reasons": ["sw_power_cap", "sw_thermal"], "ecc_volatile_uncorrected": 2,
         "remapped_rows_pending": True, "persistence_mode": True, "mig_mode": False,
         "gpm": {"sm_activity_pct": 91.5, "sm_occupancy_pct": 40.25,
                 "tensor_activity_pct": 63.0, "dram_bw_util_pct": 22.5},
-        "errors": {},
+        "unsupported": [], "errors": {},
     }
     assert g1["fan_pct"] is None and g1["errors"]["fan_pct"] == "Not Supported"
     assert g1["mig_mode"] is False and "mig_mode" not in g1["errors"]  # NotSupported -> false
     assert g1["gpm"] is None and "GPM not supported" in g1["errors"]["gpm"]
     assert set(g1["errors"]) == {"fan_pct", "gpm"}
+    # NVML_ERROR_NOT_SUPPORTED: the GPU has no such reading (n/a), not an unknown one
+    assert g1["unsupported"] == ["fan_pct", "gpm"]
     assert (g1["pstate"], g1["throttle_reasons"], g1["persistence_mode"]) == (
         "P8", ["gpu_idle"], False)
     assert (g1["util_gpu_pct"], g1["mem_used_mib"], g1["temp_c"]) == (0, 0, 31)

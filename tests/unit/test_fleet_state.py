@@ -111,6 +111,7 @@ def test_render_shows_unknown_as_question_mark_and_down_hosts() -> None:
     assert "97%" in row0 and "4242 ddp-1a2b3c n1" in row0
     row1 = next(ln for ln in lines if ln.startswith("a ") and " 1 " in ln)
     assert "?" in row1 and "0%" not in row1
+    assert row1.split()[4:6] == ["?", "100"]  # GPM unknown (not n/a); memory is known
     assert any(ln.startswith("b ") and "down: host b: cannot connect" in ln for ln in lines)
     assert "job ddp-1a2b3c: 1 GPU(s) [a:0] mean util 97%, 1000 MiB" in text
     # GPU 1 holds no process: it is the free one
@@ -160,6 +161,14 @@ def test_recorded_h200_trace_through_the_fleet_state() -> None:
     row = next(ln for ln in render_fleet(st).splitlines() if ln.startswith("h200") and
                ln.split()[1] == "0")
     assert "sw_power_cap" in row and str(loader_pid) in row
+    assert row.split()[12] == "1500/?"  # SM clock against its maximum (not in the recording)
+    # a GPU without GPM (NVML: not supported): n/a, not unknown
+    s = json.loads((traces / "h200-idle.jsonl").read_text().splitlines()[0])
+    for g in s["gpus"]:
+        g.update(gpm=None, unsupported=["fan_pct", "gpm"])
+    st.on_sample("old", s)
+    old = [ln.split() for ln in render_fleet(st).splitlines() if ln.startswith("old ")]
+    assert [r[4] for r in old] == ["n/a", "n/a"]
 
 
 def test_gpu_count_below_the_count_last_seen_names_the_missing_bus_id() -> None:

@@ -37,9 +37,14 @@ class FakeLogEngine:
         self.inspects = inspects
         self.transport = self
         self.since: list[int | None] = []
+        self.dropped: list[str] = []
 
     async def connect(self) -> None:
         return None
+
+    def drop_reason(self) -> str | None:
+        """What the SSH transport says while its connection is down (scripted, once)."""
+        return self.dropped.pop(0) if self.dropped else None
 
     async def log_batches(self, container_id: str, *, since_ns: int | None = None,
                           tail: int | None = None, follow: bool = False,
@@ -122,3 +127,16 @@ def test_cli_prints_each_outage_once_on_stderr(capsys: pytest.CaptureFixture[str
         "n1 on b: log stream lost (host b: connection lost); reconnecting",
         "n1 on b: log stream resumed",
     ]
+
+
+async def test_a_host_that_stopped_answering_is_said_so_and_the_stream_resumes() -> None:
+    """The keepalives gave up on the connection under the stream (a black-holed host): the
+    stream ended, and the follow says the host stopped answering, not that the stream ended
+    while the container runs; it resumes from the cursor once the engine answers again."""
+    engine = FakeLogEngine([([L1], "end"), ([L2], "end"), ([], "end")], ["running", "exited"])
+    engine.dropped = ["the host stopped answering, last data 20 s ago"]
+    texts, states = await follow(engine)
+    assert texts == ["one", "two"]
+    assert states == [("reconnecting", "the host stopped answering, last data 20 s ago"),
+                      ("following", None)]
+    assert engine.since == [None, 1, 2]

@@ -88,6 +88,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
                 "nvmlDeviceGetUtilizationRates", "nvmlDeviceGetMemoryInfo_v2",
                 "nvmlDeviceGetTemperatureV", "nvmlDeviceGetPowerUsage",
                 "nvmlDeviceGetEnforcedPowerLimit", "nvmlDeviceGetClockInfo",
+                "nvmlDeviceGetMaxClockInfo",
                 "nvmlDeviceGetFanSpeed", "nvmlDeviceGetPerformanceState",
                 "nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetTotalEccErrors",
                 "nvmlDeviceGetPersistenceMode", "nvmlDeviceGetMigMode",
@@ -165,6 +166,9 @@ def assert_same_record(a: dict[str, Any], s: dict[str, Any]) -> None:
             assert type(ga[f]) is type(gs[f]), (where, f, ga[f], gs[f])
             # unknown on both sides, with a reason on both sides (never a silent 0)
             assert (f in ga["errors"]) == (f in gs["errors"]) == (ga[f] is None), (where, f)
+        # not supported (n/a) on both sides: NVML_ERROR_NOT_SUPPORTED, nvidia-smi's [N/A]
+        assert [f for f in ga["unsupported"] if f not in SMI_UNKNOWN_GPU_FIELDS] == \
+            gs["unsupported"], where
     if a["processes"] is None:
         assert s["processes"] is None
         assert "processes" in a["errors"] and "processes" in s["errors"]

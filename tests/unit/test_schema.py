@@ -28,13 +28,14 @@ def test_literal_types_say_what_the_agent_says() -> None:
     assert get_args(schema.HostState) == agent_mod.HOST_STATES
     assert get_args(schema.Source) == agent_mod.SOURCES
     assert get_args(schema.ProcessType) == agent_mod.PROCESS_TYPES
+    assert get_args(schema.GpuField) == agent_mod.GPU_FIELDS
     assert schema.DRIVER_DOWN_STATES < set(agent_mod.HOST_STATES)
     assert schema.USABLE_STATES == {"ok", "gpu_lost"}
 
 
 def test_record_types_have_the_agents_keys_in_order() -> None:
     assert list(schema.GpuRecord.__annotations__) == [
-        *agent_mod.GPU_IDENTITY, *agent_mod.GPU_FIELDS, "errors"]
+        *agent_mod.GPU_IDENTITY, *agent_mod.GPU_FIELDS, agent_mod.UNSUPPORTED_KEY, "errors"]
     assert list(schema.HostRecord.__annotations__) == [*agent_mod.HOST_FIELDS, "errors"]
     assert list(schema.ProcessRecord.__annotations__) == list(agent_mod.PROCESS_FIELDS)
     assert list(schema.XidRecord.__annotations__) == list(agent_mod.XID_FIELDS)
@@ -97,8 +98,13 @@ def test_recorded_traces_read_into_complete_records(name: str) -> None:
         for g in s["gpus"]:
             assert list(g) == list(schema.GpuRecord.__annotations__)
             assert set(g["throttle_reasons"] or ()) <= set(schema.THROTTLE_REASONS)
-            # every recorded value is kept as it was
-            assert {k: g[k] for k in before["gpus"][g["index"]]} == before["gpus"][g["index"]]
+            # every recorded value is kept as it was; readings the recording predates are
+            # unknown with the reason
+            g0 = before["gpus"][g["index"]]
+            assert {k: g[k] for k in g0 if k != "errors"} == {
+                k: v for k, v in g0.items() if k != "errors"}
+            assert g["errors"] == {**g0["errors"], **{
+                k: schema.NOT_RECORDED for k in schema.GPU_FIELDS if k not in g0}}
         for p, p0 in zip(s["processes"] or (), before["processes"] or ()):
             assert list(p) == list(schema.ProcessRecord.__annotations__)
             # the recordings predate rank/local_rank: unknown, not 0
@@ -115,6 +121,26 @@ def test_recorded_values_as_the_readme_states() -> None:
     smi = [schema.read_sample(r) for r in _recorded(TRACES / "h200-smi-fallback.jsonl")]
     assert {s["source"] for s in smi} == {"nvidia-smi"}
     assert smi[0]["gpus"][1]["throttle_reasons"] == ["gpu_idle"]
+
+
+def test_not_supported_is_told_apart_from_unknown_in_recordings() -> None:
+    # the H200 SXM has no fan: NVML said Not Supported (nvidia-smi [N/A]); that is the only
+    # reading the recordings' H200s do not support (tests/data/traces/README.md)
+    for name in ("h200-idle.jsonl", "h200-load.jsonl", "h200-smi-fallback.jsonl"):
+        for s in map(schema.read_sample, _recorded(TRACES / name)):
+            for g in s["gpus"]:
+                assert g["unsupported"] == ["fan_pct"], name
+                assert schema.is_not_supported(g, "fan_pct")
+                assert not schema.is_not_supported(g, "temp_c")
+    # a reading that failed otherwise stays unknown, not "not supported"
+    r = _recorded(TRACES / "h200-idle.jsonl")[0]
+    r["gpus"][0]["errors"] = {"fan_pct": "Unknown Error"}
+    r["gpus"][1]["errors"] = {"fan_pct": "Insufficient Permissions"}
+    g0, g1 = schema.read_sample(r)["gpus"]
+    assert g0["unsupported"] == g1["unsupported"] == []
+    # the recordings predate the max clocks: unknown, with the reason
+    assert g0["sm_clock_max_mhz"] is None
+    assert g0["errors"]["sm_clock_max_mhz"] == schema.NOT_RECORDED
 
 
 def test_older_smi_spellings_and_missing_keys_are_normalised_on_read() -> None:

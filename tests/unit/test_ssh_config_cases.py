@@ -31,7 +31,7 @@ import asyncssh
 import asyncssh.connection
 import pytest
 
-from remote.ssh import SSHTarget, SSHTransport
+from remote.ssh import KEEPALIVE_INTERVAL_S, SSHTarget, SSHTransport
 
 CASES = Path(__file__).resolve().parents[1] / "data" / "cases" / "ssh-config"
 LOCAL_USER = "alice"
@@ -241,9 +241,9 @@ def test_ssh01_defaults_apply_to_any_other_host(ssh_home: SSHHome, key_loads: Ke
     assert cfg.get("TCPKeepAlive") is True
     assert opts.tcp_keepalive is True
     assert cfg.get("ServerAliveInterval") == 60
-    # gpuconsole passes keepalive_interval=10 itself, which beats ServerAliveInterval; asyncssh
-    # on its own would use the config's 60.
-    assert opts.keepalive_interval == 10
+    # gpuconsole passes its keepalive_interval itself, which beats ServerAliveInterval;
+    # asyncssh on its own would use the config's 60.
+    assert opts.keepalive_interval == KEEPALIVE_INTERVAL_S == 5
     assert asyncssh_options(SSH01_HOST).keepalive_interval == 60
 
 

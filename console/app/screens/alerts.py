@@ -20,6 +20,7 @@ from textual.widgets import DataTable, Footer, Static
 
 from console.alerts.model import Alert
 from console.alerts.rows import age_text, alert_state, subject
+from console.app.lifecycle import can_draw
 from console.app.widgets.status import StatusLine
 from console.app.widgets.tables import cursor_key
 
@@ -88,6 +89,7 @@ class AlertsScreen(Screen[None]):
         super().__init__(id="alerts")
         self.clock = clock
         self.alerts: list[Alert] = []
+        self._composed = False
 
     @property
     def gc(self) -> GpuConsoleApp:
@@ -105,18 +107,23 @@ class AlertsScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
+        self._composed = True
         self.query_one(DataTable).focus()
-        self.update_alerts()
+        self._draw()
 
     def on_screen_resume(self) -> None:
-        self.update_alerts()
+        self._draw()
 
     def update_alerts(self, alerts: Sequence[Alert] | None = None) -> None:
         """Show ``alerts`` (``None``: the ones shown, re-rendered); the cursor stays on the
-        same alert."""
+        same alert. Kept until the table is there (shown on mount) and never drawn while the
+        screen is being removed."""
         if alerts is not None:
             self.alerts = list(alerts)
-        if not self.is_mounted:
+        self._draw()
+
+    def _draw(self) -> None:
+        if not can_draw(self, self._composed):
             return
         table = self.query_one(DataTable)
         current = self.selected()
@@ -130,7 +137,9 @@ class AlertsScreen(Screen[None]):
         self._show_detail()
 
     def selected(self) -> Alert | None:
-        """The alert under the cursor, or ``None``."""
+        """The alert under the cursor, or ``None`` (also while the table is not there)."""
+        if not can_draw(self, self._composed):
+            return None
         key = cursor_key(self.query_one(DataTable))
         return next((a for a in self.alerts if a.key == key), None)
 
@@ -142,6 +151,8 @@ class AlertsScreen(Screen[None]):
         self.action_logs()
 
     def _show_detail(self) -> None:
+        if not can_draw(self, self._composed):
+            return
         alert = self.selected()
         detail = self.query_one("#alerts-detail", Static)
         if alert is None:

@@ -5,6 +5,14 @@ no I/O. Keys (binding ids in brackets): ``s`` next sort column [fleet.sort], ``r
 the sort [fleet.reverse], ``/`` filter [fleet.filter] (``free``, ``busy``, ``host:NAME``,
 ``job:ID``, ``model:TEXT`` or any text; escape clears it [fleet.clear_filter]), enter on a GPU
 used by a gpuconsole job posts :class:`FleetScreen.JobSelected` [fleet.open_job].
+
+Below the table: the cursor row's whole story (:func:`detail_text`, wrapped), then the
+selected GPU's panel (``p`` shows or hides it [fleet.gpu_panel]): its history as a chart
+(utilization, memory, power over the recorded history) and its processes, one per row
+(``tab`` moves into that table; enter on a job's process opens the job). ``S`` [fleet.stop]
+stops the job of the process under that table's cursor, with the jobs view's confirmation
+(:class:`FleetScreen.StopJob`, the app asks); a process no gpuconsole job started is refused
+with the reason (gpuconsole does not kill processes it did not start); ``--readonly`` hides it.
 """
 
 from __future__ import annotations
@@ -18,11 +26,15 @@ from textual import on
 from textual.actions import SkipAction
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
+from textual.containers import Horizontal
+from textual.events import Resize
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input
 
-from console.app.widgets.fleet import FleetTable
+from console.app.lifecycle import can_draw
+from console.app.widgets.fleet import DetailPanel, FleetTable
+from console.app.widgets.gpupanel import HistoryChart, ProcessTable
 from console.app.widgets.oneline import OneLine
 from console.app.widgets.status import StatusLine
 from console.fleet.rows import (
@@ -30,8 +42,11 @@ from console.fleet.rows import (
     GpuRow,
     HostGroup,
     HostRow,
+    ProcessRow,
+    clock_text,
     filter_groups,
     fleet_rows,
+    gpu_processes,
     host_detail_text,
     num_text,
     sort_groups,
@@ -76,9 +91,9 @@ def summary_text(groups: list[HostGroup], shown: list[HostGroup], sort_key: str,
 
 
 def detail_text(row: HostRow | GpuRow | None) -> Text:
-    """The line below the table: the cursor row's whole story (not cut to a column:
-    the down reason, every process with its full command, the Xid chain's root and its
-    action, clocks, GPM, fan, ECC)."""
+    """The panel below the table: the cursor row's whole story, wrapped to the panel's
+    width, never cut to a column (the down or driver reason, every process with its full
+    command, the Xid chain's root and its action, clocks, GPM, fan, ECC)."""
     if row is None:
         return Text("")
     if isinstance(row, HostRow):
@@ -109,10 +124,13 @@ def detail_text(row: HostRow | GpuRow | None) -> Text:
         text.append(f" | {row.xid}", style="bold red" if row.xid_severe else "yellow")
     if row.ecc_uncorrected:  # uncorrected ECC errors since the driver loaded
         text.append(f" | ECC {row.ecc_uncorrected:.0f} uncorrected", style="bold red")
-    text.append(f" | {row.pstate or '?'} {num_text(row.sm_clock_mhz)} MHz"
-                f" | tensor {num_text(row.tensor_activity_pct, '%')}"
-                f" dram {num_text(row.dram_bw_util_pct, '%')}"
-                f" | fan {num_text(row.fan_pct, '%')}", style="dim")
+    gpm = row.na("gpm")
+    sm = clock_text(row.sm_clock_mhz, row.sm_clock_max_mhz, na=row.na("sm_clock_mhz"))
+    mem = clock_text(row.mem_clock_mhz, row.mem_clock_max_mhz, na=row.na("mem_clock_mhz"))
+    text.append(f" | {row.pstate or '?'} | SM {sm} | mem {mem}"
+                f" | tensor {num_text(row.tensor_activity_pct, '%', na=gpm)}"
+                f" dram {num_text(row.dram_bw_util_pct, '%', na=gpm)}"
+                f" | fan {num_text(row.fan_pct, '%', na=row.na('fan_pct'))}", style="dim")
     return text
 
 
@@ -140,14 +158,40 @@ class FleetScreen(Screen[None]):
         Binding("slash", "open_filter", "Filter", id="fleet.filter"),
         Binding("escape", "clear_filter", "Clear filter", id="fleet.clear_filter",
                 show=False),
+        Binding("p", "toggle_gpu_panel", "GPU panel", id="fleet.gpu_panel"),
+        Binding("S", "stop", "Stop job", id="fleet.stop"),
     ]
 
     DEFAULT_CSS = """
     FleetScreen #fleet-summary { height: 1; padding: 0 1; }
     FleetScreen #fleet-filter { height: 3; display: none; }
     FleetScreen #fleet-filter.-open { display: block; }
-    FleetScreen #fleet-detail { height: 1; padding: 0 1; background: $boost; }
+    FleetScreen #fleet-detail { height: auto; max-height: 8; padding: 0 1;
+                                background: $boost; }
+    FleetScreen #fleet-gpu { height: 12; }
+    FleetScreen #fleet-gpu.-hidden { display: none; }
+    FleetScreen #fleet-chart { border: round $panel-lighten-2; padding: 0 1 0 0; width: 2fr; }
+    FleetScreen #fleet-procs { border: round $panel-lighten-2; width: 3fr; }
+    FleetScreen #fleet-procs:focus { border: round $accent; }
     """
+
+    #: Height (rows, borders included) of the GPU panel: at least 40 terminal rows, else
+    #: the smaller one (2 chart rows per series instead of 3).
+    GPU_PANEL_ROWS = (12, 9)
+
+    class StopJob(Message):
+        """Stop this gpuconsole job (``S`` on one of its processes): the app confirms first,
+        showing each ``docker stop``, as the jobs view's ``S`` does.
+
+        Attributes:
+            job_id: the job.
+            pid: the process the stop was asked on (host PID).
+        """
+
+        def __init__(self, job_id: str, pid: int) -> None:
+            super().__init__()
+            self.job_id = job_id
+            self.pid = pid
 
     class JobSelected(Message):
         """A GPU row used by a gpuconsole job was selected (enter): open that job.
@@ -177,6 +221,7 @@ class FleetScreen(Screen[None]):
         self.filter_query = ""
         self.groups: list[HostGroup] = []
         self.shown: list[HostGroup] = []
+        self.state: FleetState | None = None
         self._ready = False
 
     def compose(self) -> ComposeResult:
@@ -184,7 +229,10 @@ class FleetScreen(Screen[None]):
         yield Input(placeholder="filter: free  busy  host:NAME  job:ID  model:TEXT  or any text"
                                 "  (enter: keep, escape: clear)", id="fleet-filter")
         yield FleetTable(history_width=self.history_width, id="fleet-table")
-        yield OneLine(id="fleet-detail")
+        yield DetailPanel(id="fleet-detail")
+        with Horizontal(id="fleet-gpu"):
+            yield HistoryChart(id="fleet-chart")
+            yield ProcessTable(id="fleet-procs")
         yield StatusLine()
         yield Footer()
 
@@ -199,6 +247,16 @@ class FleetScreen(Screen[None]):
         return self.query_one(FleetTable)
 
     @property
+    def processes(self) -> ProcessTable:
+        """The selected GPU's process table."""
+        return self.query_one(ProcessTable)
+
+    @property
+    def chart(self) -> HistoryChart:
+        """The selected GPU's history chart."""
+        return self.query_one(HistoryChart)
+
+    @property
     def filter_input(self) -> Input:
         """The filter input (hidden unless open or a filter is set)."""
         return self.query_one("#fleet-filter", Input)
@@ -210,11 +268,12 @@ class FleetScreen(Screen[None]):
 
         The cursor stays on the same host/GPU row when it is still shown.
         """
+        self.state = state
         self.groups = fleet_rows(state, now=self.clock(), history_points=self.history_points)
         self._render_rows()
 
     def _render_rows(self) -> None:
-        if not self._ready:
+        if not can_draw(self, self._ready):  # kept in self.groups, drawn on mount
             return
         self.shown = sort_groups(filter_groups(self.groups, self.filter_query), self.sort_key,
                                  self.descending)
@@ -226,7 +285,40 @@ class FleetScreen(Screen[None]):
         self._show_detail()
 
     def _show_detail(self) -> None:
-        self.query_one("#fleet-detail", OneLine).show(detail_text(self.table.row_data()))
+        if not can_draw(self, self._ready):
+            return
+        row = self.table.row_data()
+        self.query_one("#fleet-detail", DetailPanel).show(detail_text(row))
+        self._show_gpu_panel(row if isinstance(row, GpuRow) else None)
+
+    def _show_gpu_panel(self, row: GpuRow | None) -> None:
+        """The chart and process table of the cursor's GPU (a hint on a host row)."""
+        chart, procs = self.chart, self.processes
+        view = self.state.hosts.get(row.host) if row is not None and self.state else None
+        if row is None or view is None or self.state is None:
+            chart.show(None)
+            procs.show(())
+            chart.border_title = "history"
+            procs.border_title = "processes"
+            return
+        points = view.history.get(row.index)
+        chart.show(list(points or ()), mem_total_mib=row.mem_total_mib,
+                   power_limit_w=row.power_limit_w)
+        chart.border_title = f"{row.host} GPU {row.index} history"
+        listed = gpu_processes(self.state, row.host, row.index)
+        procs.show(listed)
+        if listed is None:
+            procs.border_title = "processes unknown"
+        else:
+            known = [p.used_mib for p in listed if p.used_mib is not None]
+            mem = f", {num_text(sum(known))} MiB" if known else ""
+            procs.border_title = (f"{len(listed)} process{'es' if len(listed) != 1 else ''}"
+                                  f"{mem}")
+
+    def on_resize(self, event: Resize) -> None:
+        """The GPU panel's height for the terminal's: smaller below 40 rows."""
+        big, small = self.GPU_PANEL_ROWS
+        self.query_one("#fleet-gpu").styles.height = big if event.size.height >= 40 else small
 
     def set_sort(self, key: str, descending: bool | None = None) -> None:
         """Sort by ``key`` (see :data:`SORT_KEYS`); ``descending`` defaults to the column's
@@ -247,6 +339,46 @@ class FleetScreen(Screen[None]):
         self._render_rows()
 
     # -- actions ---------------------------------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """The app decides: ``--readonly`` hides the stop."""
+        return self.app.check_action(action, parameters)
+
+    def action_toggle_gpu_panel(self) -> None:
+        """Show or hide the selected GPU's chart and process table."""
+        panel = self.query_one("#fleet-gpu")
+        panel.toggle_class("-hidden")
+        if panel.has_class("-hidden") and self.processes.has_focus:
+            self.table.focus()
+
+    def stop_target(self) -> tuple[GpuRow, ProcessRow] | str:
+        """The process ``S`` acts on (the process table's cursor row), or why there is none."""
+        row = self.table.row_data()
+        if not isinstance(row, GpuRow):
+            return "select a GPU row: S stops the job of one of its processes"
+        proc = self.processes.selected()
+        if proc is None and self.processes.unknown:
+            return f"the processes of {row.host} are unknown (its process list is unreadable)"
+        if proc is None:
+            return f"no process on {row.host} GPU {row.index}"
+        return row, proc
+
+    def action_stop(self) -> None:
+        """Stop the job of the process under the process table's cursor (the app confirms);
+        refuse a process that no gpuconsole job started, with the reason."""
+        target = self.stop_target()
+        if isinstance(target, str):
+            self.notify(target, severity="warning")
+            return
+        row, proc = target
+        if proc.job_id is None:
+            who = ": ".join(x for x in (proc.user, proc.command) if x)
+            self.notify(f"pid {proc.pid}{f' ({who[:80]})' if who else ''} on {row.host} GPU "
+                        f"{row.index} is not a process of a gpuconsole job: gpuconsole does "
+                        "not kill processes it did not start (stop it on the host, as its "
+                        "owner)", title="not stopped", severity="warning", timeout=10)
+            return
+        self.post_message(self.StopJob(proc.job_id, proc.pid))
 
     def action_cycle_sort(self) -> None:
         """Sort by the next column: host, util, mem, temp, power."""
@@ -286,6 +418,16 @@ class FleetScreen(Screen[None]):
     @on(DataTable.RowHighlighted, "#fleet-table")
     def _highlighted(self, event: DataTable.RowHighlighted) -> None:
         self._show_detail()
+
+    @on(DataTable.RowSelected, "#fleet-procs")
+    def _process_selected(self, event: DataTable.RowSelected) -> None:
+        row = self.table.row_data()
+        proc = self.processes.processes.get(str(event.row_key.value))
+        if isinstance(row, GpuRow) and proc is not None and proc.job_id is not None:
+            self.post_message(self.JobSelected(proc.job_id, row.host, row.index))
+        elif proc is not None:
+            self.notify(f"pid {proc.pid} is not a process of a gpuconsole job",
+                        severity="information")
 
     @on(DataTable.RowSelected, "#fleet-table")
     def _selected(self, event: DataTable.RowSelected) -> None:

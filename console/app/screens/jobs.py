@@ -19,6 +19,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
+from console.app.lifecycle import can_draw
 from console.app.widgets.status import StatusLine
 from console.app.widgets.tables import cursor_key
 from console.fleet.state import JobUsage
@@ -79,6 +80,7 @@ class JobsScreen(Screen[None]):
         self.clock = clock
         self.jobs: dict[str, JobRecord] = {}
         self.usage: Mapping[str, JobUsage] | None = None
+        self._composed = False
 
     @property
     def gc(self) -> GpuConsoleApp:
@@ -97,17 +99,20 @@ class JobsScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
+        self._composed = True
         self.query_one(DataTable).focus()
-        self.update_jobs()
+        self._draw()
 
     def on_screen_resume(self) -> None:
-        self.update_jobs()
+        self._draw()
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         self._show_detail()
 
     def _show_detail(self) -> None:
         """The selected job in full under the table: nodes, diagnosis and its fix."""
+        if not can_draw(self, self._composed):
+            return
         job = self.selected_job()
         detail = self.query_one("#jobs-detail", Static)
         if job is None:
@@ -140,20 +145,26 @@ class JobsScreen(Screen[None]):
         self.action_logs()
 
     def selected_job(self) -> JobRecord | None:
-        """The job under the cursor, or ``None``."""
+        """The job under the cursor, or ``None`` (also while the table is not there)."""
+        if not can_draw(self, self._composed):
+            return None
         key = cursor_key(self.query_one(DataTable))
         return self.jobs.get(key) if key is not None else None
 
     def update_jobs(self, jobs: list[JobRecord] | None = None,
                     usage: Mapping[str, JobUsage] | None = None) -> None:
         """Show ``jobs`` (newest first; ``None``: the ones shown, re-rendered) with the fleet's
-        per-job GPU usage; the cursor stays on the same job."""
+        per-job GPU usage; the cursor stays on the same job. Kept until the table is there
+        (shown on mount) and never drawn while the screen is being removed."""
         if jobs is not None:
             self.jobs = {j.id: j for j in jobs}
         if usage is not None:
             self.usage = usage
-        if not self.is_mounted:
-            return  # shown on mount
+        self._draw()
+
+    def _draw(self) -> None:
+        if not can_draw(self, self._composed):
+            return
         table = self.query_one(DataTable)
         current = self.selected_job()
         now = self.clock()

@@ -25,6 +25,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer
 
+from console.app.lifecycle import can_draw
 from console.app.screens.modals import AskScreen
 from console.app.widgets.logpane import LogPane
 from console.app.widgets.logpanes import LogPanes
@@ -171,6 +172,9 @@ class LogsScreen(Screen[None]):
         # other jobs shown side by side (``+``): their records and one buffer per node
         self.others: dict[str, JobRecord] = {}
         self.other_by_node: dict[tuple[str, int], LogBuffer] = {}
+        # set first thing on mount; lines and states
+        # that arrive before are kept and drawn then
+        self._composed = False
 
     @property
     def gc(self) -> GpuConsoleApp:
@@ -218,7 +222,10 @@ class LogsScreen(Screen[None]):
         return text
 
     def on_mount(self) -> None:
+        self._composed = True
         self._show_exit_codes()
+        if self._pending:  # lines given before the panes were there
+            self._schedule_drain()
         panes = self.query_one(LogPanes)
         if panes.panes:
             panes.panes[0].focus()
@@ -292,7 +299,7 @@ class LogsScreen(Screen[None]):
 
     def _stop_loading(self, nodes: set[int]) -> None:
         """These nodes' panes no longer say ``loading…``."""
-        if not nodes or not self.is_mounted:
+        if not nodes or not can_draw(self, self._composed):
             return
         self._loading -= nodes
         panes = self.query_one(LogPanes)
@@ -334,15 +341,23 @@ class LogsScreen(Screen[None]):
             self.take_lines(m.lines, m.shown)
         elif isinstance(m, JobUpdated) and m.job.id == self.job.id:
             self.job = m.job
-            self._show_exit_codes()
-            self.query_one("#logs-header", OneLine).show(self._header())
+            if can_draw(self, self._composed):
+                self._show_exit_codes()
+                self.query_one("#logs-header", OneLine).show(self._header())
         elif isinstance(m, FollowStateUpdated) and m.job_id == self.job.id:
             self.follow_state[m.node_rank] = m.state
             self._stop_loading({m.node_rank} & self._loading)
-            buf = self.by_node.get(m.node_rank)
-            pane = self.query_one(LogPanes).pane_for(buf) if buf is not None else None
+            self._show_titles()
+
+    def _show_titles(self) -> None:
+        """Each node pane's title with its follow state."""
+        if not can_draw(self, self._composed):
+            return
+        panes = self.query_one(LogPanes)
+        for node_rank, buf in self.by_node.items():
+            pane = panes.pane_for(buf)
             if pane is not None:
-                pane.set_title(self._node_title(m.node_rank))
+                pane.set_title(self._node_title(node_rank))
 
     def take_lines(self, lines: Sequence[JobLogLine],
                    shown: Sequence[Sequence[Row]] | None = None, *,
@@ -366,7 +381,7 @@ class LogsScreen(Screen[None]):
         self._schedule_drain()
 
     def _schedule_drain(self) -> None:
-        if not self._drain_scheduled and self.is_mounted:
+        if not self._drain_scheduled and can_draw(self, self._composed):
             self._drain_scheduled = True
             self.call_later(self._drain)
 
@@ -379,8 +394,8 @@ class LogsScreen(Screen[None]):
         """Move queued lines into the buffers for at most :data:`DRAIN_BUDGET_S`, then yield
         to the event loop (keys, repaint) and continue on a timer."""
         self._drain_scheduled = False
-        if not self.is_mounted:
-            return
+        if not can_draw(self, self._composed):
+            return  # kept in self._pending: on mount, or once the panes are swapped
         panes = self.query_one(LogPanes)
         deadline = time.perf_counter() + DRAIN_BUDGET_S
         taken = 0
@@ -444,10 +459,9 @@ class LogsScreen(Screen[None]):
         self.merged.append_rows(node_rank, rank, shown)
 
     def _show_exit_codes(self) -> None:
-        found = self.query(LogPanes)  # from on_mount on (is_mounted is set after it)
-        if not found:
+        if not can_draw(self, self._composed):
             return
-        panes = found.first()
+        panes = self.query_one(LogPanes)
         for n in self.job.nodes:
             if n.state in ("pending", "running"):
                 continue

@@ -14,7 +14,7 @@ from typing import ClassVar
 
 from rich.text import Text
 from textual.binding import Binding, BindingType
-from textual.widgets import DataTable
+from textual.widgets import DataTable, Static
 from textual.widgets.data_table import CellKey, ColumnKey, RowKey
 
 from console.fleet.rows import (
@@ -133,7 +133,8 @@ def host_cells(h: HostRow, n_gpus: int, info_limit: int = 72) -> list[Text]:
 
 def gpu_cells(r: GpuRow, *, history_width: int, users_limit: int) -> list[Text]:
     """The cells of a GPU row (one per :data:`COLUMNS` entry): bars with numbers for
-    utilization and memory, ``?`` for unknown readings. XID is the root of the GPU's Xid
+    utilization and memory, ``?`` for unknown readings, ``n/a`` for readings the GPU does
+    not have (NVML_ERROR_NOT_SUPPORTED). XID is the root of the GPU's Xid
     chain with NVIDIA's action (``Xid 62 micro-controller halt: reset GPU``), red when the GPU
     must leave scheduling (then STATE says ``xid 62`` too)."""
     model = (r.name or "?").removeprefix("NVIDIA ")
@@ -159,10 +160,10 @@ def gpu_cells(r: GpuRow, *, history_width: int, users_limit: int) -> list[Text]:
         _right(util_text(r.util_pct, UTIL_BAR), "green" if util_frac is not None else "dim"),
         _right(mem_text(r.mem_used_mib, r.mem_total_mib, MEM_BAR),
                _level_style(mem_frac, 0.8, 0.95)),
-        _right(num_text(r.sm_activity_pct, "%"), "" if r.sm_activity_pct is not None
-               else "dim"),
-        _right(num_text(r.temp_c, "C"), temp_style),
-        _right(power_text(r.power_w, r.power_limit_w)),
+        _right(num_text(r.sm_activity_pct, "%", na=r.na("gpm")),
+               "" if r.sm_activity_pct is not None else "dim"),
+        _right(num_text(r.temp_c, "C", na=r.na("temp_c")), temp_style),
+        _right(power_text(r.power_w, r.power_limit_w, na=r.na("power_w"))),
         Text(throttle_text(r.throttle_reasons), style=_throttle_style(r.throttle_reasons)),
         Text(sparkline(r.history, history_width), style="cyan"),
         Text(users, style="bold" if r.job_ids else "dim" if users in ("-", "?") else ""),
@@ -317,3 +318,38 @@ class FleetTable(DataTable[Text]):
             target = min(keep_line, len(order) - 1)
         self.scroll_to(scroll_x, scroll_y, animate=False, immediate=True)
         self.move_cursor(row=max(target, 0), animate=False)
+
+
+class DetailPanel(Static):
+    """The cursor row's whole story below the table, wrapped to the panel's width (a cell of
+    the table is cut to its column; this panel never cuts): its height follows the text,
+    up to the screen's ``max-height``.
+
+    :meth:`show` repaints only when the text differs, and lays the screen out again only
+    when the wrapped text takes another number of rows (the fleet screen calls it on each
+    update and cursor move: a held arrow key must not cost a layout pass per row).
+    """
+
+    DEFAULT_CSS = """
+    DetailPanel { height: auto; }
+    """
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__("", id=id, classes=classes)
+        self._shown: tuple[str, tuple[object, ...]] = ("", ())
+        self._rows = (0, -1)  # (width, wrapped rows) of the text shown; -1: not measured
+
+    def show(self, text: Text) -> None:
+        """Show ``text`` (wrapped), if it differs from what is shown."""
+        key = (text.plain, tuple(text.spans))
+        if key == self._shown:
+            return
+        self._shown = key
+        width = self.content_size.width
+        rows = (width, len(text.wrap(self.app.console, width)) if width > 0 else -1)
+        self.update(text, layout=rows[1] < 0 or rows != self._rows)  # a resize: measured again
+        self._rows = rows
+
+    def lines(self) -> list[str]:
+        """The panel's rows as shown (plain text, wrapped, without the padding)."""
+        return [self.render_line(y).text.strip() for y in range(self.size.height)]
