@@ -45,6 +45,7 @@ from console.jobs.status import (
     HostListing,
     adopt_unknown,
     failure_lines,
+    has_started,
     job_summary,
     reconcile_fleet,
     refresh,
@@ -577,6 +578,25 @@ class Service:
                 f"{n.host}: docker stop --time {g} {n.container_name}"
                 for n in job.nodes if n.state in STOPPABLE]
 
+    def remove_preview(self, job: JobRecord) -> list[str]:
+        """What :meth:`remove` removes, one line per node (``host: docker rm NAME``, a host
+        runtime node's folder, a Slurm job's folder), then what it keeps: the archived log
+        lines. Nothing is asked of the hosts."""
+        from remote.runtimes import is_docker_id
+
+        if (slurm := self._slurm_session(job)) is not None:
+            login = slurm.profile.slurm.login_host if slurm.profile.slurm else "?"
+            lines = [f"{login}: the job's folder (its output is archived first)"]
+        else:
+            lines = [f"{n.host}: rm -r ~/.cache/gpuconsole/jobs/{job.id}/{n.container_name}"
+                     if n.container_id and not is_docker_id(n.container_id) else
+                     f"{n.host}: docker rm {n.container_name}"
+                     for n in job.nodes if n.container_id]
+            lines.append("and each host's synced workdir of the job, unless a container uses it")
+        lines.append(f"Every log line is archived first: `gpuconsole logs {job.id}` still "
+                     "shows them.")
+        return lines
+
     def stop_grace(self, job: JobRecord, grace: float | None) -> float:
         """The grace period of a stop (s): ``grace`` (the ``--grace`` flag), else the job's
         profile's ``defaults.stop_grace``.
@@ -789,7 +809,7 @@ class Service:
             on = f" -w {n.host}" if n.host and n.host != PENDING_HOST else ""
             raise JobError(f"job {job.id} runs under Slurm, not in a container",
                            f"on the login host: `srun --overlap --jobid {sid}{on} --pty bash`")
-        if not n.container_id or n.state != "running" or job.removed_at is not None:
+        if not n.container_id or not has_started(n) or job.removed_at is not None:
             raise JobError(f"job {job.id}: node {n.node_rank} is not running ({n.state})",
                            not_running_hint(job))
         if job.runtime == "host":

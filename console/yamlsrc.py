@@ -299,7 +299,9 @@ FIELD_HINTS = {
     "known_hosts": "an OpenSSH known_hosts file, e.g. `known_hosts: ~/.ssh/known_hosts`",
     "cap_add": "capability names like `[SYS_PTRACE]`",
     "defaults": "a mapping of job defaults: image, shm_size, ipc, mounts, env, ...",
-    "keymap": "binding id -> keys, e.g. `logs.search: ctrl+f`",
+    "keymap": "binding id -> keys as text (comma separated, or a list), e.g. "
+              "`logs.search: ctrl+f`; quote what YAML reads as another type: "
+              "`app.help: \"f1\"`, not `true` or an empty value",
     "interval": "seconds between samples, 0.1-60",
     "connect_timeout": "seconds, a finite number above 0 and at most 600, e.g. "
                        "`connect_timeout: 10`",

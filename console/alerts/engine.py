@@ -61,6 +61,7 @@ from console.events import (
     SampleReceived,
     Subscription,
 )
+from console.jobs.status import has_started
 from console.jobs.store import JobRecord
 from remote.errors import GpuConsoleError
 
@@ -467,7 +468,7 @@ class AlertWatcher:
         self._jobs_complete = True
         now = self.clock()
         for j in jobs:
-            if j.state != "running":
+            if not any(has_started(n) for n in j.nodes) or j.removed_at is not None:
                 self._last_log.pop(j.id, None)
                 continue
             last = self._last_log.get(j.id)

@@ -44,7 +44,7 @@ from console.alerts.config import (
     XidRule,
 )
 from console.alerts.model import Alert, DetailValue, RuleId, Severity, alert_key
-from console.jobs.status import first_failed, job_summary
+from console.jobs.status import first_failed, has_started, job_summary
 from console.jobs.store import JobRecord
 from remote.dockerlogs import parse_rfc3339_ns
 from remote.telemetry.faults import XID_INFO
@@ -509,8 +509,11 @@ def job_failed(inputs: Inputs, cfg: JobFailedRule, ctx: RuleContext) -> Iterator
 
 
 def _running(inputs: Inputs) -> Iterator[JobInput]:
+    """Jobs whose containers run: ``running``, or ``pending`` with a started node (silent
+    since its start: a hang before the first line is judged too)."""
     for ji in inputs.jobs.values():
-        if ji.job.state == "running" and ji.job.removed_at is None:
+        if (ji.job.state in ("running", "pending") and ji.job.removed_at is None
+                and any(has_started(n) for n in ji.job.nodes)):
             yield ji
 
 
@@ -521,7 +524,8 @@ def _finished_job_alerts(inputs: Inputs, rule: RuleId, ctx: RuleContext,
         if alert.rule == rule and key not in running:
             name = alert.job
             gone = inputs.jobs_complete or any(
-                j.job.name == name and j.job.state != "running" for j in inputs.jobs.values())
+                j.job.name == name and j.job.state not in ("running", "pending")
+                for j in inputs.jobs.values())
             if gone:
                 yield Observation(key=key, rule=rule, holds=False, severity=alert.severity,
                                   summary=alert.summary, job=name)

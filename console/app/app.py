@@ -40,7 +40,7 @@ from console.alerts.model import Alert, AlertChanged
 from console.app.gcpolicy import GcPolicy
 from console.app.screens.alerts import AlertsScreen
 from console.app.screens.fleet import FleetScreen
-from console.app.screens.jobs import JobsScreen
+from console.app.screens.jobs import JobsScreen, JobsTable
 from console.app.screens.modals import (
     AskScreen,
     ConfirmScreen,
@@ -48,6 +48,8 @@ from console.app.screens.modals import (
     NewNotebookScreen,
     NotebookRequest,
     NotebookScreen,
+    SubmitRequest,
+    SubmitScreen,
     TextScreen,
 )
 from console.config import AppConfig
@@ -76,58 +78,105 @@ T = TypeVar("T")
 
 #: Actions that change remote state or expose a shell on a host, hidden by ``--readonly``
 #: (``notebook`` opens a notebook's JupyterLab, which runs code in its container).
-WRITE_ACTIONS = frozenset({"stop", "submit", "exec", "notebook", "new_notebook"})
+WRITE_ACTIONS = frozenset({"stop", "submit", "exec", "remove", "notebook", "new_notebook"})
 
 _MODIFIERS = ("ctrl+", "shift+", "alt+", "super+", "meta+", "hyper+")
 
 
 def valid_key(key: str) -> bool:
     """Whether Textual knows ``key`` (``j``, ``ctrl+f``, ``f5``, ``question_mark``...)."""
-    from textual.keys import Keys, key_to_character
+    from textual.keys import Keys, _character_to_key, key_to_character
 
     base = key.strip()
     while base.startswith(_MODIFIERS):
         base = base.split("+", 1)[1]
     if len(base) == 1:
         return base.isprintable() and not base.isspace()
+    if base in {_character_to_key(chr(c)) for c in range(33, 127)}:
+        return True  # a printable character by the name Textual gives it: slash, question_mark
     return base in {k.value for k in Keys} or key_to_character(base) is not None or (
         base in ("space", "tab", "enter", "escape", "backspace", "delete", "insert"))
 
 
-def binding_ids() -> set[str]:
-    """Every binding id of the app's screens and widgets (what a keymap may name)."""
+def _binding_scopes() -> list[tuple[type, ...]]:
+    """The classes whose bindings are active together (the app's, a screen's, its
+    widgets'): a key may be bound once per scope."""
     from console.app.screens.logs import LogsScreen
     from console.app.widgets.fleet import FleetTable
     from console.app.widgets.logpane import LogPane, LogPrompt
     from console.app.widgets.logpanes import LogPanes
 
-    ids: set[str] = set()
-    for cls in (GpuConsoleApp, FleetScreen, FleetTable, JobsScreen, AlertsScreen, LogsScreen,
-                LogPane,
-                LogPrompt, LogPanes, ConfirmScreen, TextScreen, AskScreen, HelpScreen,
-                NotebookScreen, NewNotebookScreen):
-        for b in getattr(cls, "BINDINGS", []):
-            if isinstance(b, Binding) and b.id:
-                ids.add(b.id)
-    return ids
+    screens: list[tuple[type, ...]] = [
+        (FleetScreen, FleetTable), (JobsScreen, JobsTable), (AlertsScreen,),
+        (LogsScreen, LogPanes, LogPane), (LogsScreen, LogPanes, LogPrompt)]
+    # a modal hides the app's bindings (Textual's modal binding chain)
+    modals: list[tuple[type, ...]] = [
+        (ConfirmScreen,), (TextScreen,), (AskScreen,), (SubmitScreen,), (HelpScreen,),
+        (NotebookScreen,), (NewNotebookScreen,)]
+    return [(GpuConsoleApp, *classes) for classes in screens] + modals
 
 
-def keymap_errors(keymap: dict[str, str]) -> list[str]:
-    """Problems of a ``config.yaml`` keymap: unknown binding ids (with the closest id) and
-    keys Textual does not know; empty when it is fine."""
+def _bindings(cls: type) -> list[Binding]:
+    return [b for b in getattr(cls, "BINDINGS", []) if isinstance(b, Binding) and b.id]
+
+
+def binding_ids() -> set[str]:
+    """Every binding id of the app's screens and widgets (what a keymap may name)."""
+    return {b.id for scope in _binding_scopes() for cls in scope for b in _bindings(cls)
+            if b.id}
+
+
+def _key_name(key: str) -> str:
+    """``?`` and ``question_mark`` are one key: Textual's name for it."""
+    from textual.keys import _character_to_key
+
+    key = key.strip()
+    return _character_to_key(key) if len(key) == 1 else key
+
+
+def _default_keys(b: Binding) -> set[str]:
+    return {_key_name(k) for k in b.key.split(",")}
+
+
+def keymap_errors(keymap: dict[str, str]) -> list[tuple[str, str]]:
+    """Problems of a ``config.yaml`` keymap as ``(binding id, message)``: unknown binding ids
+    (with the closest id), keys Textual does not know, and a key given to a binding while
+    another binding of the same screen (or the app's) keeps it, which would silently take
+    that binding's place (both ids named). Empty when it is fine."""
     import difflib
 
     known = binding_ids()
-    errors = []
+    errors: list[tuple[str, str]] = []
     for bid, keys in keymap.items():
         if bid not in known:
             close = difflib.get_close_matches(bid, sorted(known), n=1)
-            errors.append(f"keymap: unknown binding id {bid!r}"
-                          + (f" (did you mean {close[0]!r}?)" if close else ""))
+            errors.append((bid, f"keymap: unknown binding id {bid!r}"
+                           + (f" (did you mean {close[0]!r}?)" if close else "")))
         for key in keys.split(","):
             if not valid_key(key):
-                errors.append(f"keymap: {bid}: {key.strip()!r} is not a key "
-                              "(examples: j, ctrl+f, f5, question_mark)")
+                errors.append((bid, f"keymap: {bid}: {key.strip()!r} is not a key "
+                                    "(examples: j, ctrl+f, f5, question_mark)"))
+    said: set[tuple[str, str]] = set()
+    for scope in _binding_scopes():
+        owner: dict[str, Binding] = {}
+        for b in (b for cls in scope for b in _bindings(cls)):
+            assert b.id is not None
+            for key in keymap.get(b.id, b.key).split(","):
+                name = _key_name(key)
+                other = owner.setdefault(name, b)
+                if other is b or other.id == b.id or name in _default_keys(b) & _default_keys(
+                        other):  # no clash, or one the defaults mean (a modal's q closes it)
+                    continue
+                moved, kept = (b, other) if b.id in keymap else (other, b)
+                pair = (str(moved.id), str(kept.id))
+                if pair in said:
+                    continue
+                said.add(pair)
+                errors.append((pair[0], (
+                    f"keymap: {moved.id}: {key.strip()!r} is already the key of {kept.id} "
+                    f"({kept.description or kept.action}), which it would replace; give "
+                    f"{moved.id} another key, or move {kept.id} as well "
+                    f"(e.g. {kept.id}: ctrl+{name if len(name) == 1 else 'x'})")))
     return errors
 
 
@@ -252,6 +301,8 @@ class GpuConsoleApp(App[int]):
         """Open notebook tunnels by job id (one per notebook; closed when it ends and at
         exit)."""
         self._attaching: set[str] = set()
+        self._submit_request: SubmitRequest | None = None
+        """What the submit modal had when last used (an error keeps it for the next try)."""
         self._tunnels_closed = False
         self._hosts: dict[str, tuple[str, str | None]] = {
             h: ("connecting", None) for h in ([] if replay else service.profile.hosts)}
@@ -470,9 +521,15 @@ class GpuConsoleApp(App[int]):
         self.run_worker(finish_then_exit(), group="quit", exclusive=True)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """Hide the write actions in ``--readonly`` mode."""
+        """Hide the write actions in ``--readonly`` mode, and the key of the view shown
+        (``2`` on the jobs view: the footer has no room for a key that does nothing)."""
         if self.readonly and action in WRITE_ACTIONS:
             return False
+        if action == "show" and parameters and self.is_running:
+            try:
+                return self.screen is not self.get_screen(str(parameters[0]))
+            except KeyError:
+                return True
         return True
 
     def action_show(self, name: str) -> None:
@@ -506,6 +563,29 @@ class GpuConsoleApp(App[int]):
         if isinstance(self.screen, HelpScreen):
             return
         self.push_screen(HelpScreen(self.help_rows()))
+
+    def deliver_screenshot(self, filename: str | None = None, path: str | None = None,
+                           time_format: str | None = None) -> str | None:
+        """Save an SVG screenshot (the palette's Screenshot, ``App.action_screenshot``) to
+        ``path``, else :func:`screenshot_dir`, and say where; a failure says the full path
+        and the OS's reason. Returns the file's path, or ``None`` when it was not saved."""
+        try:
+            directory = Path(path).expanduser() if path else screenshot_dir()
+        except GpuConsoleError as e:  # no state dir to fall back on
+            self.notify(f"screenshot not saved: {e.message}", title="screenshot",
+                        severity="error", timeout=15)
+            return None
+        stamp = time.strftime(time_format or "%Y-%m-%dT%H_%M_%S")
+        target = (directory / (filename or f"gpuconsole_{stamp}.svg")).absolute()
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            target.write_text(self.export_screenshot(), encoding="utf-8")
+        except OSError as e:
+            self.notify(f"screenshot not saved to {target}: {e.strerror or e}",
+                        title="screenshot", severity="error", timeout=15)
+            return None
+        self.notify(f"saved {target}", title="screenshot", timeout=10)
+        return str(target)
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         """The command palette: Textual's own commands plus the views and job actions."""
@@ -604,6 +684,42 @@ class GpuConsoleApp(App[int]):
         else:
             self.notify(f"job {out.job.id} was not running ({out.job.state})")
 
+    def confirm_remove(self, job: JobRecord) -> None:
+        """Ask, listing what ``rm`` removes where, then remove a finished job's containers
+        (as ``gpuconsole rm``); a running (or starting) job is refused: stop it first."""
+        if self.readonly:
+            return
+        if job.removed_at is not None:
+            self.notify(f"job {job.id} was already removed (its logs stay readable)",
+                        severity="warning")
+            return
+        if job.state in ("running", "pending"):
+            what = "running" if job.state == "running" else "starting"
+            self.notify(f"job {job.id} is {what}: stop it first (S), then remove it",
+                        title="remove", severity="warning")
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._remove(job)
+
+        self.push_screen(ConfirmScreen(f"Remove job {job.id}?",
+                                       "\n".join(self.service.remove_preview(job)),
+                                       yes="Remove"), answered)
+
+    @work(group="stop")
+    async def _remove(self, job: JobRecord) -> None:
+        self.notify(f"removing {job.id}…")
+        try:
+            out = await self.service.remove(job)
+        except GpuConsoleError as e:
+            self.notify(f"{e.message}\nfix: {e.hint}" if e.hint else e.message,
+                        title="remove failed", severity="error", timeout=15)
+            return
+        self.notify(f"job {out.id} removed; `gpuconsole logs {out.id}` still shows its lines",
+                    title="removed")
+        self.post_message(JobUpdated(out))
+
     @work(group="describe")
     async def describe(self, job: JobRecord) -> None:
         """Show the job's spec, hosts, containers and command lines."""
@@ -615,48 +731,66 @@ class GpuConsoleApp(App[int]):
         self.push_screen(TextScreen(f"describe {job.id}", d.render()))
 
     def ask_submit(self) -> None:
-        """Ask for a spec path, show the dry-run plan, confirm, launch."""
+        """Ask for a spec path (completed from the disk), nodes and args, plan it, show the
+        dry-run plan, confirm, launch: all in one modal that stays (busy) until the job is
+        launched, so an error keeps what was typed and no key is taken for an answer."""
         if self.readonly:
             return
+        self.push_screen(SubmitScreen(self._submit_request, self._start_plan))
 
-        def got(path: str | None) -> None:
-            if path:
-                self._plan(Path(path).expanduser())
-
-        self.push_screen(AskScreen("Job spec to submit (YAML):", placeholder="path/to/job.yaml"),
-                         got)
+    def _start_plan(self, screen: SubmitScreen, request: SubmitRequest) -> None:
+        self._submit_request = request  # what the next `n` starts from
+        try:
+            overrides = request.overrides()
+        except GpuConsoleError as e:
+            screen.show_error(_error_text(e))
+            return
+        path = Path(request.path.strip()).expanduser()
+        screen.set_phase("planning", f"planning {path} on the hosts… (escape cancels)")
+        screen.worker = self._plan(screen, path, overrides)
 
     @work(group="submit")
-    async def _plan(self, path: Path) -> None:
+    async def _plan(self, screen: SubmitScreen, path: Path, overrides: dict[str, Any]) -> None:
         """Preflight the spec on the hosts (the workdir is synced into the hosts'
         content-addressed cache; no container is created) and show the exact plan that
         confirming launches: the same job id, hosts, ports and ``docker run`` lines."""
-        self.notify(f"planning {path}…")
         try:
-            sub = await self.service.plan(path)
+            sub = await self.service.plan(path, overrides)
         except GpuConsoleError as e:
-            self.push_screen(TextScreen("cannot submit (escape closes)", _error_text(e)))
+            if screen in self.screen_stack:
+                screen.show_error(_error_text(e))
+            return
+        if screen not in self.screen_stack:
             return
 
         def answered(yes: bool | None) -> None:
+            if screen not in self.screen_stack:
+                return
             if yes:
-                self._submit(sub)
+                screen.set_phase("launching", f"launching {path}… (all nodes or none)")
+                screen.worker = self._submit(screen, sub)
+            else:
+                screen.set_phase("editing", "not submitted: change it and press enter, or "
+                                 "escape")
 
+        screen.set_phase("confirming")
         self.push_screen(ConfirmScreen(
             f"Submit {path}? Nothing runs until you confirm.", sub.plan_text(), yes="Submit"),
             answered)
 
     @work(group="submit")
-    async def _submit(self, sub: Submission) -> None:
+    async def _submit(self, screen: SubmitScreen, sub: Submission) -> None:
         try:
             job = await self.service.submit(sub)
         except GpuConsoleError as e:
-            self.push_screen(TextScreen("submit failed (escape closes)", _error_text(e)))
+            if screen in self.screen_stack:
+                screen.show_error("submit failed: " + _error_text(e))
             return
         self.notify(f"submitted {job.id}", title="submit")
         self.post_message(JobUpdated(job))
-        self.action_show("jobs")
-        self.open_logs(job)
+        if screen in self.screen_stack:
+            screen.dismiss(None)
+            self.open_logs(job)
 
     def exec_shell(self, job: JobRecord, node: int | None = None) -> None:
         """A shell in a node's container: the app suspends until it exits. A job whose record
@@ -838,6 +972,17 @@ class GpuConsoleApp(App[int]):
         self.action_show("jobs")
         self._attaching.add(job.id)
         self._attach_notebook(job)
+
+
+def screenshot_dir() -> Path:
+    """Where screenshots go: the user's downloads folder (``~/Downloads``) when it exists,
+    else ``screenshots/`` in the state dir (a server often has no downloads folder)."""
+    import platformdirs
+
+    from console.jobs.store import state_dir
+
+    downloads = Path(platformdirs.user_downloads_dir())
+    return downloads if downloads.is_dir() else state_dir() / "screenshots"
 
 
 def parse_gpus(text: str) -> Literal["all"] | int | list[int]:

@@ -272,9 +272,12 @@ def _app(ctx: click.Context, verbose: bool, readonly: bool, replay: Path | None)
 
     problems = keymap_errors(config.keymap)
     if problems:
-        for p in problems:
-            err(f"error: {config_dir() / 'config.yaml'}: {p}")
-        err("  fix: use the binding ids listed by `?` in the console (or docs/architecture.md)")
+        path = config_dir() / "config.yaml"
+        for bid, p in problems:
+            line = config.keymap_line(bid)
+            err(f"error: {path}{f':{line}' if line else ''}: {p}")
+        err("  fix: the binding ids: press `?` in the console (each key that applies there, "
+            "what it does and its binding id), or see the \"Keys\" section of README.md")
         return 2
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         err("error: the interactive console needs a terminal")
@@ -405,6 +408,7 @@ async def follow_job(
     import asyncio
 
     from console.events import ArchiveStateChanged, FollowStateChanged
+    from console.jobs.status import STOPPED_EXIT_CODE
 
     async def pump() -> None:
         lines = svc.follow(job, node=node, since_ns=since_ns, tail=tail)
@@ -429,7 +433,7 @@ async def follow_job(
     if job.state == "succeeded":
         return 0
     if job.state == "stopped":
-        return 143  # 128 + SIGTERM, as a shell reports a stopped process
+        return STOPPED_EXIT_CODE  # 128 + SIGTERM, as a shell reports a stopped process
     codes = [n.exit_code for n in job.nodes if n.exit_code]
     if job.failure and (code := job.failure.get("exit_code")):
         return int(code)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from console.jobs.status import format_node_state, job_summary, shown_state
 
@@ -58,6 +58,8 @@ class JobRow:
         reason: :func:`reason`.
         active: pending or running (GPUs and utilization apply).
         kind: ``train`` or ``notebook``.
+        cpu_only: the job asked for no GPU (``gpus_per_node: 0``), or telemetry shows it
+            holds none: utilization does not apply (``-``), it is not unknown (``?``).
     """
 
     job_id: str
@@ -71,6 +73,7 @@ class JobRow:
     reason: str
     active: bool = False
     kind: str = "train"
+    cpu_only: bool = False
 
 
 LIST_NODES = 4
@@ -100,16 +103,111 @@ def job_row(job: JobRecord, now: float, usage: Mapping[str, JobUsage] | None = N
     """The row of one job at time ``now`` (Unix s); ``usage`` from the fleet, if watched."""
     u = usage.get(job.id) if usage is not None else None
     running = job.state in ("running", "pending") and not job.removed_at
+    asked_none = job.spec.get("gpus_per_node") == 0
+    gpus = 0 if asked_none else (len(u.gpus) if u is not None
+                                 else (0 if usage is not None and running else None))
     return JobRow(
         job_id=job.id,
         name=job.name,
         state=state_label(job),
         nodes=nodes_text(job),
         age=age(now - job.created_at),
-        gpus=len(u.gpus) if u is not None else (0 if usage is not None and running else None),
+        gpus=gpus,
         util_pct=u.mean_util_pct if u is not None and running else None,
         exit_code=job.exit_code if not running else None,
         reason=reason(job),
         active=running,
         kind=job.kind,
+        cpu_only=gpus == 0,
     )
+
+
+# -- filter and sort (the jobs view's `/` and `s`; the fleet view's query words) -------------
+
+JobSortKey = Literal["age", "job", "state", "util", "exit"]
+SORT_KEYS: tuple[JobSortKey, ...] = ("age", "job", "state", "util", "exit")
+"""The columns the jobs view sorts by, in the order ``s`` cycles them."""
+SORT_COLUMN: Mapping[JobSortKey, str] = {"age": "AGE", "job": "JOB", "state": "STATE",
+                                         "util": "UTIL", "exit": "EXIT"}
+"""The column header each sort key marks."""
+DEFAULT_DESCENDING: Mapping[JobSortKey, bool] = {"age": False, "job": False, "state": False,
+                                                 "util": True, "exit": True}
+"""The direction a sort starts in: youngest first, names A-Z, busiest and non-zero first."""
+
+#: Sort order of job states: what needs attention first.
+_STATE_ORDER = ("failed", "running", "pending", "unknown", "stopped", "lost", "succeeded",
+                "removed")
+
+JobQueryField = Literal["state", "host", "kind", "job", "text"]
+
+
+@dataclass(frozen=True)
+class JobQueryTerm:
+    """One word of a jobs filter: ``field`` (see :func:`parse_job_query`), ``value``
+    (lower case), ``negate``: the word started with ``!``."""
+
+    field: JobQueryField
+    value: str
+    negate: bool = False
+
+
+def parse_job_query(query: str) -> list[JobQueryTerm]:
+    """Split a jobs filter into terms (whitespace-separated, case-insensitive, all must hold),
+    the words of the fleet's filter: ``state:WORD`` (``state:fail`` matches ``failed(1)``),
+    ``host:NAME``, ``kind:notebook``, ``job:ID`` (an id or name) match that field (a
+    substring); any other word matches what the row shows (id, name, kind, state, nodes,
+    reason), so ``running`` alone finds the running jobs. ``!`` before a word inverts
+    it (``!succeeded``). An empty qualifier (``host:``) matches everything."""
+    terms: list[JobQueryTerm] = []
+    for word in query.lower().split():
+        negate = word.startswith("!") and len(word) > 1
+        word = word[1:] if negate else word
+        field, sep, value = word.partition(":")
+        if sep and field in ("state", "host", "kind", "job"):
+            terms.append(JobQueryTerm(field, value, negate))  # type: ignore[arg-type]
+        else:
+            terms.append(JobQueryTerm("text", word, negate))
+    return terms
+
+
+def job_matches(job: JobRecord, row: JobRow, terms: list[JobQueryTerm]) -> bool:
+    """Whether a job (and its row as shown) matches every term (:func:`parse_job_query`)."""
+    for t in terms:
+        if t.field == "state":
+            ok = t.value in row.state.lower()
+        elif t.field == "host":
+            ok = any(t.value in n.host.lower() for n in job.nodes)
+        elif t.field == "kind":
+            ok = t.value in row.kind.lower()
+        elif t.field == "job":
+            ok = t.value in job.id.lower() or t.value in job.name.lower()
+        else:
+            shown = (row.job_id, row.name, row.kind, row.state, row.nodes, row.reason)
+            ok = any(t.value in s.lower() for s in shown)
+        if ok == t.negate:
+            return False
+    return True
+
+
+def sort_rows(rows: list[tuple[JobRecord, JobRow]], key: JobSortKey,
+              descending: bool) -> list[tuple[JobRecord, JobRow]]:
+    """Rows sorted by ``key`` (see :data:`SORT_KEYS`); unknown values (no utilization, no
+    exit code yet) last either way; ties keep the youngest first."""
+    def value(item: tuple[JobRecord, JobRow]) -> float | str | None:
+        job, row = item
+        if key == "age":
+            return -job.created_at
+        if key == "job":
+            return row.job_id
+        if key == "state":
+            base = row.state.split("(")[0]
+            return float(_STATE_ORDER.index(base) if base in _STATE_ORDER else len(_STATE_ORDER))
+        if key == "util":
+            return row.util_pct
+        return None if row.exit_code is None else float(row.exit_code)
+
+    by_age = sorted(rows, key=lambda item: -item[0].created_at)
+    known = [item for item in by_age if value(item) is not None]
+    unknown = [item for item in by_age if value(item) is None]
+    known.sort(key=lambda item: value(item), reverse=descending)  # type: ignore[arg-type,return-value]
+    return known + unknown

@@ -3,7 +3,8 @@
 Node states (shown by ``ps``):
 
 - ``pending``: its launch is in flight (container not created yet, or created and about to
-  start);
+  start), or it was started and has not written its first log line yet (torchrun's start:
+  Python and torch imports, the rendezvous; 10-30 s on a busy host);
 - ``created``: the container was created but never started and its launch is over (the
   launching process died between create and start: SIGKILL, a closed terminal, a crash);
 - ``running``;
@@ -72,6 +73,27 @@ NEVER_STARTED = "created"
 """Node state of a container created but never started, its launch over."""
 INTERRUPTED = "launch interrupted"
 """How an interrupted launch's failure reason starts."""
+
+
+def has_started(n: NodeRecord) -> bool:
+    """Whether the node's container (or host process) was started and has not ended:
+    ``running``, or ``pending`` before its first log line."""
+    return n.state == "running" or (n.state == "pending" and n.started_at is not None)
+
+
+async def _has_output(session: Session, n: NodeRecord) -> bool:
+    """Whether a started node wrote any log line (its engine's last line); a host that
+    cannot say counts as yes (the node is then shown ``running``, as the engine says)."""
+    if n.container_id is None:
+        return True
+    try:
+        await session.connected(n.host)
+        async for _line in session.engine(n.host).logs(n.container_id, tail=1):
+            return True
+    except GpuConsoleError as e:
+        log.debug("[%s] node %d: first line not read: %s", n.host, n.node_rank, e)
+        return True
+    return False
 
 
 def node_state(info: ContainerInfo, stop_requested: bool, launching: bool = True) -> str:
@@ -164,14 +186,27 @@ def first_failed(nodes: list[NodeRecord]) -> NodeRecord | None:
     return min(failed, key=key)
 
 
-def stopped_exit_code(nodes: list[NodeRecord]) -> int | None:
-    """The exit code of a job that ``stop`` ended (``ps`` EXIT, as a Slurm job shows its
-    143): the code its nodes recorded (Docker's ``State.ExitCode``; the host runtime's
-    ``exit.json``, 128+N for signal N like Docker's), the lowest node rank's first, passing
-    over :data:`remote.gang.TEARDOWN_EXIT_CODE` (a node that ended because another did)
-    unless no node has another; ``None`` when no node recorded one (never started)."""
+#: A job the user stopped exits as a shell reports SIGTERM (``submit --follow``, ``ps``,
+#: Slurm's ``0:15``), whatever torchrun's own status after it (1: its SignalException, or
+#: Docker's 137 when it outlived the grace period and was killed).
+STOPPED_EXIT_CODE = 128 + 15
+
+
+def stopped_exit_code(nodes: list[NodeRecord], by_user: bool = False) -> int | None:
+    """The exit code of a stopped job (``ps`` EXIT, ``submit --follow``'s status).
+
+    Stopped by the user (``stop``, ``rm --force``: ``by_user``): 143 (128 + SIGTERM); each
+    node keeps the code Docker recorded (torchrun exits 1 after SIGTERM, 137 if it was
+    killed after the grace period). Otherwise (a gang
+    that ended itself): the code its nodes recorded (Docker's ``State.ExitCode``; the host
+    runtime's ``exit.json``, 128+N for signal N like Docker's), the lowest node rank's
+    first, passing over :data:`remote.gang.TEARDOWN_EXIT_CODE` (a node that ended because
+    another did) unless no node has another. ``None`` when no node recorded one (never
+    started)."""
     codes = [n.exit_code for n in sorted(nodes, key=lambda n: n.node_rank)
              if n.exit_code is not None]
+    if by_user and codes:
+        return STOPPED_EXIT_CODE
     return next((c for c in codes if c != TEARDOWN_EXIT_CODE), codes[0] if codes else None)
 
 
@@ -305,15 +340,19 @@ async def refresh(
     never = [i.created_s if i.created_s is not None else job.created_at
              for i in by_rank.values() if i.status == "created"]
     launching = launch_in_flight(job.launcher, min(never, default=job.created_at), now)
+    silent: list[NodeRecord] = []  # started, no first line seen yet
     for n in job.nodes:
         found = by_rank.get(n.node_rank)
         if found is not None:
+            before = n.state
             n.container_id = found.id
             n.state = node_state(found, n.stop_requested, launching)
             n.exit_code = found.exit_code
             if found.detailed or found.status == "created":
                 n.started_at = found.started_at
                 n.finished_at = found.finished_at
+            if n.state == "running" and before == "pending":
+                silent.append(n)
         elif per_host.get(n.host) is None:
             if n.state in ACTIVE_STATES:
                 n.state = "unreachable"
@@ -323,6 +362,10 @@ async def refresh(
                        and n.state in (NEVER_STARTED, "pending", "stopped") else "lost")
         elif not launching:
             n.state = "lost"  # its launch ended before creating its container
+    spoke = await asyncio.gather(*(_has_output(session, n) for n in silent))
+    for n, has_output in zip(silent, spoke):
+        if not has_output:
+            n.state = "pending"  # running, not started yet as far as its user can tell
     never_started = [n for n in job.nodes if n.state == NEVER_STARTED
                      or (n.state == "lost" and n.container_id is None)]
     failed = first_failed(job.nodes)
@@ -349,7 +392,7 @@ async def refresh(
     elif state == "succeeded":
         fields["exit_code"] = 0
     elif state == "stopped":
-        fields["exit_code"] = stopped_exit_code(job.nodes)
+        fields["exit_code"] = stopped_exit_code(job.nodes, job.stop_requested_at is not None)
         if job.failure is not None and not interrupted:
             # a failure recorded by a process that looked before this stop's flags were
             # written

@@ -105,10 +105,11 @@ async def find_server(session: Session, job: JobRecord) -> NotebookServer:
     if job.kind != "notebook":
         raise JobError(f"{job.id} is a {job.kind} job, not a notebook",
                        f"`gpuconsole shell {job.id}` enters its container")
-    from console.jobs.status import job_summary
+    from console.jobs.status import ACTIVE_STATES, job_summary
 
     node = job.nodes[0] if job.nodes else None
-    if node is None or node.container_id is None or node.state != "running":
+    # pending: just launched (before its first line); the inspect below says if it runs
+    if node is None or node.container_id is None or node.state not in ACTIVE_STATES:
         state = node.state if node is not None else "gone"
         why = job_summary(job)
         raise JobError(f"notebook {job.id} is not running ({state}" +

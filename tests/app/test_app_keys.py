@@ -46,3 +46,64 @@ async def test_help_lists_every_binding_with_its_id(state_dir: Path) -> None:
         await pilot.press("escape")
         await pilot.pause()
         assert isinstance(app.screen, JobsScreen)
+
+
+def test_every_default_key_is_a_valid_keymap_value() -> None:
+    """Each binding's own keys, given back in a keymap, are accepted: names such as `slash`
+    and `question_mark` are keys, and the defaults' own shared keys (a modal's `q` closes
+    it, not Quit) are not clashes."""
+    from console.app.app import _binding_scopes, _bindings, keymap_errors
+
+    keymap = {b.id: b.key for scope in _binding_scopes() for cls in scope
+              for b in _bindings(cls) if b.id}
+    assert {"fleet.filter", "app.quit", "jobs.stop"} <= set(keymap)
+    assert keymap_errors(keymap) == []
+    assert keymap_errors({"jobs.stop": "q"}) == [(
+        "jobs.stop", "keymap: jobs.stop: 'q' is already the key of app.quit (Quit), which it "
+        "would replace; give jobs.stop another key, or move app.quit as well (e.g. app.quit: "
+        "ctrl+q)")]
+    assert keymap_errors({"jobs.stop": "q", "app.quit": "ctrl+q"}) == []
+    assert keymap_errors({"fleet.sort": "2"})[0][1].startswith(
+        "keymap: fleet.sort: '2' is already the key of app.jobs")
+
+
+async def test_a_number_key_from_config_yaml_switches_views(state_dir: Path) -> None:
+    """`app.fleet: 1`-style keys YAML reads as numbers work as keys (here the views swapped)."""
+    from console.config import load_config
+
+    conf = state_dir.parent / "config.yaml"
+    conf.write_text("keymap:\n  app.fleet: 2\n  app.jobs: 1\n")
+    config = load_config(conf)
+    app = make_app(state_dir)
+    app.config = config
+    app.set_keymap(config.keymap)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.press("1")
+        await pilot.pause()
+        assert isinstance(app.screen, JobsScreen)
+        await pilot.press("2")
+        await pilot.pause()
+        assert not isinstance(app.screen, JobsScreen)
+
+
+async def test_screenshot_goes_to_a_folder_that_exists_and_says_the_full_path(
+        state_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No ~/Downloads (a server): the SVG goes to `screenshots/` in the state dir and the
+    toast names the file; a folder that cannot be made: the path and the OS's reason."""
+    monkeypatch.setenv("XDG_DOWNLOAD_DIR", str(tmp_path / "no-such-downloads"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    app = make_app(state_dir)
+    said: list[tuple[str, str]] = []
+    async with app.run_test(size=(120, 36)) as pilot:
+        monkeypatch.setattr(app, "notify",
+                            lambda msg, **kw: said.append((msg, kw.get("severity", ""))))
+        path = app.deliver_screenshot()
+        await pilot.pause()
+        assert path is not None and Path(path).parent == state_dir / "screenshots"
+        assert Path(path).read_text().lstrip().startswith("<svg")
+        assert said[-1] == (f"saved {path}", "")
+        blocker = tmp_path / "a-file"
+        blocker.write_text("")
+        assert app.deliver_screenshot("s.svg", path=str(blocker / "sub")) is None
+        assert said[-1] == (f"screenshot not saved to {blocker / 'sub' / 's.svg'}: "
+                            "Not a directory", "error")

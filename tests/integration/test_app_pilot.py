@@ -361,3 +361,118 @@ async def test_jobs_view_shows_what_is_known_while_a_host_is_late(app_env: CLI,
             assert jobs_screen(app).jobs[job_id].state == "running"
     finally:
         stall.close()
+
+
+def ps_job(cli: CLI, job_id: str) -> dict[str, object]:
+    import json
+
+    res = cli.run("ps", "--json", "--all")
+    assert res.returncode == 0, res.stderr
+    return next(j for j in json.loads(res.stdout) if j["id"] == job_id)
+
+
+async def test_a_job_is_pending_until_its_first_line(app_env: CLI, tmp_path: Path) -> None:
+    """Started but silent (here until the test says go; torchrun's imports and rendezvous
+    take 10-30 s on these hosts): `pending` in the jobs view and `ps --json`, then `running`
+    from its first line."""
+    cli = app_env
+    name = f"silent-{uuid.uuid4().hex[:4]}"
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "silent.py").write_text(
+        "import os, time\n"
+        "while not os.path.exists('/out/go'):\n"
+        "    time.sleep(0.1)\n"
+        "print('first line', flush=True)\n"
+        "time.sleep(600)\n")
+    out = cli.tmp / "out" / name
+    out.mkdir(parents=True)
+    spec = cli.spec(name, workdir=str(work), script="silent.py", args=[], nproc_per_node=1)
+    res = cli.run("submit", str(spec))
+    assert res.returncode == 0, res.stderr
+    job_id = res.stdout.strip()
+    try:
+        app = make_app(cli)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press("2")
+            await until(pilot, lambda: job_id in jobs_screen(app).jobs, what="job listed")
+            # a reconcile that saw its container running and no line yet
+            await until(pilot, lambda: (j := jobs_screen(app).jobs[job_id]).nodes[0]
+                        .started_at is not None and j.state == "pending", timeout=60,
+                        what="pending, its container started")
+            row = cli.run("ps").stdout
+            assert f"{job_id}" in row and "pending" in row
+            job = ps_job(cli, job_id)
+            assert job["state"] == "pending", job
+            assert [n["state"] for n in job["nodes"]] == ["pending"]  # type: ignore[attr-defined]
+            (out / "go").write_text("")
+            await until(pilot, lambda: jobs_screen(app).jobs[job_id].state == "running",
+                        timeout=60, what="running after its first line")
+        assert ps_job(cli, job_id)["state"] == "running"
+        assert "first line" in cli.run("logs", job_id).stdout
+    finally:
+        cli.run("stop", job_id, "--grace", "1")
+
+
+async def test_a_stopped_job_exits_143_and_d_removes_it(app_env: CLI) -> None:
+    """A job stopped from the jobs view: EXIT 143 (128 + SIGTERM, as README and `submit
+    --follow` say) in the view and `ps --json`, each node keeping Docker's own code
+    (torchrun's 1 after its SignalException); `D` refuses it while it runs, then removes
+    its container after a confirmation listing it."""
+    import docker as docker_sdk
+
+    cli = app_env
+    spec = cli.spec(f"exit-{uuid.uuid4().hex[:4]}",
+                    args=["--steps", "500", "--step-sleep", "0.2", "--out", "/out",
+                          "--workers", "0"])
+    res = cli.run("submit", str(spec))
+    assert res.returncode == 0, res.stderr
+    job_id = res.stdout.strip()
+    app = make_app(cli)
+    said: list[str] = []
+    async with app.run_test(size=SIZE) as pilot:
+        notify = app.notify
+
+        def record(message: str, **kw: object) -> None:
+            said.append(message)
+            notify(message, **kw)  # type: ignore[arg-type]
+
+        app.notify = record  # type: ignore[method-assign]
+        await pilot.press("2")
+        await until(pilot, lambda: job_id in jobs_screen(app).jobs, what="job listed")
+        await until(pilot, lambda: "step 2/500" in cli.run("logs", job_id).stdout,
+                    timeout=120, what="training steps")
+        jobs_screen(app).set_filter(f"job:{job_id}")
+        await pilot.pause()
+        await pilot.press("D")
+        await pilot.pause()
+        assert not isinstance(app.screen, ConfirmScreen)
+        assert any("stop it first (S)" in m for m in said), said
+        await pilot.press("S")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="stop confirm")
+        await pilot.press("y")
+        await until(pilot, lambda: jobs_screen(app).jobs[job_id].state == "stopped",
+                    timeout=90, what="job stopped")
+        job = jobs_screen(app).jobs[job_id]
+        assert job.exit_code == 143, job
+        table = jobs_screen(app).query_one("#jobs-table")
+        assert str(table.get_row(job_id)[7]) == "143"  # type: ignore[attr-defined]
+        view = ps_job(cli, job_id)
+        assert (view["state"], view["exit_code"]) == ("stopped", 143), view
+        node_codes = [n["exit_code"] for n in view["nodes"]]  # type: ignore[attr-defined]
+        client = docker_sdk.from_env()
+        try:
+            recorded = client.containers.get(f"gpuconsole-{job_id}-n0").attrs["State"]
+        finally:
+            client.close()
+        assert node_codes == [recorded["ExitCode"]]  # Docker's own code, kept per node
+        await pilot.press("D")
+        confirm = await until(pilot, lambda: isinstance(app.screen, ConfirmScreen)
+                              and app.screen, what="remove confirm")
+        assert isinstance(confirm, ConfirmScreen)
+        assert confirm.detail.splitlines()[0] == f"a: docker rm gpuconsole-{job_id}-n0"
+        await pilot.press("y")
+        await until(pilot, lambda: jobs_screen(app).jobs[job_id].removed_at is not None,
+                    timeout=90, what="job removed")
+    assert ps_job(cli, job_id)["state"] == "removed"
+    assert "step 2/500" in cli.run("logs", job_id).stdout  # archived first

@@ -85,14 +85,15 @@ def test_app_in_tmux_logs_help_and_clean_exit(cli: CLI, tmux: Tmux) -> None:
     cmd = shlex.join([sys.executable, "-m", "console.cli", "-p", str(cli.profile)])
     tmux.type(f"cd {shlex.quote(str(REPO))} && {cmd}")
     tmux.keys("Enter")
-    # the fleet view comes first, with both test hosts in the status line
-    screen = tmux.wait_for("Fleet", timeout=60)
+    # the fleet view comes first (its footer offers the jobs view, not itself), with both
+    # test hosts in the status line
+    screen = tmux.wait_for("2 Jobs", timeout=60)
     tmux.wait_for("a ●", timeout=60)
     assert tmux.fmt("#{alternate_on}") == "1"
 
     tmux.keys("2")
     screen = tmux.wait_for(job_id, timeout=60)
-    assert "running" in screen
+    screen = tmux.wait_for("running", timeout=90)  # pending until its first line
 
     tmux.keys("Enter")
     screen = tmux.wait_for("step ", timeout=90)

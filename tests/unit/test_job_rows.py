@@ -51,3 +51,26 @@ def test_removed_stopped_and_interrupted_rows() -> None:
 
     half = job([("created", None), ("created", None)])
     assert nodes_text(half) == "n0@h0:created n1@h1:created"
+
+
+def test_a_job_without_gpus_has_no_utilization_to_know() -> None:
+    """UTIL of a CPU job (``gpus_per_node: 0``, or holding no GPU by telemetry) does not
+    apply (``-``); a GPU job's unknown utilization stays unknown (``?``)."""
+    from console.app.screens.jobs import row_cells
+    from console.fleet.state import JobUsage
+    from console.jobs.rows import job_row
+
+    cpu = job([("running", None)])
+    cpu.state, cpu.spec = "running", {"gpus_per_node": 0}
+    row = job_row(cpu, 1.0)  # no telemetry at all
+    assert (row.gpus, row.cpu_only) == (0, True)
+    assert row_cells(row)[5:7] == ("0", "-")
+
+    gpu = job([("running", None)])
+    gpu.state, gpu.spec = "running", {"gpus_per_node": "all"}
+    assert row_cells(job_row(gpu, 1.0))[5:7] == ("?", "?")  # not watched yet: unknown
+    assert row_cells(job_row(gpu, 1.0, {}))[5:7] == ("0", "-")  # watched: holds none
+    usage = {"j-1": JobUsage("j-1", (("h0", 0),), None, None)}
+    assert row_cells(job_row(gpu, 1.0, usage))[5:7] == ("1", "?")
+    usage = {"j-1": JobUsage("j-1", (("h0", 0),), 42.0, None)}
+    assert row_cells(job_row(gpu, 1.0, usage))[5:7] == ("1", "42%")

@@ -212,6 +212,13 @@ def test_a_stopped_job_shows_the_exit_code_its_nodes_recorded() -> None:
         TEARDOWN_EXIT_CODE
     assert stopped_exit_code(stopped(None, 143)) == 143
     assert stopped_exit_code(stopped(None, None)) is None  # never started, removed by stop
+    # stopped by the user: as a shell reports SIGTERM (README: 143), whatever torchrun's own
+    # status after it (even Docker's 137 of a node killed after the grace period)
+    assert stopped_exit_code(stopped(1), by_user=True) == 143
+    assert stopped_exit_code(stopped(0), by_user=True) == 143  # a notebook: Jupyter exits 0
+    assert stopped_exit_code(stopped(TEARDOWN_EXIT_CODE, 1), by_user=True) == 143
+    assert stopped_exit_code(stopped(1, 137), by_user=True) == 143
+    assert stopped_exit_code(stopped(None, None), by_user=True) is None
 
 
 def test_job_ids_read_from_hosts_must_have_gpuconsoles_shape() -> None:
@@ -251,3 +258,71 @@ def test_run_line_read_back_is_the_one_that_ran() -> None:
     for n, said in sizes.items():
         attrs["HostConfig"] = {"ShmSize": n}
         assert spec_from_attrs(attrs).shm_size == said
+
+
+def test_a_started_node_is_pending_until_its_first_log_line(tmp_path: Path) -> None:
+    """`refresh`: a node the launch left pending whose container runs stays pending while its
+    log is empty (torchrun's start), becomes running with its first line, and never goes
+    back; a host whose log cannot be read counts as running (what the engine says)."""
+    import asyncio
+    from collections.abc import AsyncIterator
+    from types import SimpleNamespace
+
+    from console.jobs.status import refresh
+    from console.jobs.store import JobRecord, Store
+    from remote.docker import ContainerInfo
+    from remote.errors import TransportError
+
+    labels = {"io.gpuconsole.job-id": "j-000001", "io.gpuconsole.node-rank": "0",
+              "io.gpuconsole.node-count": "1", "io.gpuconsole.host": "a",
+              "io.gpuconsole.format": "1", "io.gpuconsole.job-name": "j"}
+    lines: list[str] = []
+    broken = False
+    reads: list[int] = []
+
+    class Engine:
+        async def list(self, filters: object, detail: object = None,
+                       runtime: object = None) -> list[ContainerInfo]:
+            return [ContainerInfo("c" * 64, "gpuconsole-j-000001-n0", labels, "running", None,
+                                  "2026-12-01T00:00:00Z", None)]
+
+        async def logs(self, cid: str, tail: int | None = None) -> AsyncIterator[object]:
+            reads.append(1)
+            if broken:
+                raise TransportError("host a: connection lost", "retry")
+            for text in lines[-(tail or len(lines)):]:
+                yield text
+
+    class Session:
+        profile = SimpleNamespace(defaults=SimpleNamespace(stop_grace=10.0))
+
+        async def connected(self, host: str) -> object:
+            return object()
+
+        def engine(self, host: str) -> Engine:
+            return Engine()
+
+    store = Store(tmp_path / "state")
+    rec = JobRecord("j-000001", "j", "lab", None, {}, "0" * 12, 1.0, 1, "pending",
+                    nodes=[NodeRecord("j-000001", 0, "a", "gpuconsole-j-000001-n0", "c" * 64,
+                                      "pending")])
+    store.add_job(rec)
+
+    def again() -> JobRecord:
+        got = store.get("j-000001")
+        assert got is not None
+        return asyncio.run(refresh(Session(), store, got))  # type: ignore[arg-type]
+
+    job = again()
+    assert (job.state, job.nodes[0].state, len(reads)) == ("pending", "pending", 1)
+    assert job.nodes[0].started_at == "2026-12-01T00:00:00Z"
+    lines.append("[rank0]: step 1")
+    job = again()
+    assert (job.state, job.nodes[0].state) == ("running", "running")
+    job = again()
+    assert job.state == "running" and len(reads) == 2  # running: its log is not read again
+
+    store.update_nodes([NodeRecord("j-000001", 0, "a", "gpuconsole-j-000001-n0", "c" * 64,
+                                   "pending")])
+    broken = True
+    assert again().state == "running"  # the log could not be read: the engine's word

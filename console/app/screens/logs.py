@@ -126,9 +126,9 @@ class LogsScreen(Screen[None]):
     BINDINGS = [
         Binding("escape", "back", "Back", id="logs.back"),
         Binding("r", "split_ranks", "Per rank", id="logs.split_ranks"),
-        Binding("S", "stop", "Stop job", id="logs.stop_job"),
+        Binding("S", "stop", "Stop", id="logs.stop_job"),
         Binding("x", "exec", "Shell", id="logs.exec"),
-        Binding("plus", "add_job", "Add job", key_display="+", id="logs.add_job"),
+        Binding("plus", "add_job", "Add job", key_display="+", show=False, id="logs.add_job"),
     ]
     intake: ClassVar[Intake] = "process"
     """Where the job's streams are read (:meth:`console.service.Service.start_follow`): in a

@@ -1,17 +1,26 @@
 """Modal screens shared by the views: confirm an action, show text, ask for a value, help,
-a notebook's URL, a new notebook's host and GPUs."""
+a notebook's URL, a new notebook's host and GPUs, submit a spec. Each has its own footer, so
+the footer shows the modal's keys, not those of the view under it."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any, Literal
 
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Label, Select, Static
+from textual.suggester import Suggester
+from textual.widgets import Button, Footer, Input, Label, Select, Static
+from textual.worker import Worker
+
+from console.errors import UsageError
 
 
 class ConfirmScreen(ModalScreen[bool]):
@@ -32,6 +41,7 @@ class ConfirmScreen(ModalScreen[bool]):
         Binding("y", "answer(True)", "Yes", id="confirm.yes"),
         Binding("n,escape", "answer(False)", "No", id="confirm.no"),
     ]
+    AUTO_FOCUS = "#no"  # (Screen's own focus on mount: no query of a screen being torn down)
 
     def __init__(self, title: str, detail: str, *, yes: str = "Yes") -> None:
         super().__init__()
@@ -49,9 +59,7 @@ class ConfirmScreen(ModalScreen[bool]):
                 yield Button("No (n)", variant="primary", id="no")
             with VerticalScroll(id="detail"):
                 yield Static(Text(self.detail), id="detail-text")
-
-    def on_mount(self) -> None:
-        self.query_one("#no", Button).focus()
+        yield Footer(compact=True)
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.dismiss(event.button.id == "yes")
@@ -80,6 +88,7 @@ class TextScreen(ModalScreen[None]):
         with VerticalScroll() as v:
             v.border_title = self.title_text
             yield Static(Text(self.text), id="text")
+        yield Footer(compact=True)
 
     def action_close(self) -> None:
         """Close."""
@@ -106,6 +115,7 @@ class AskScreen(ModalScreen[str | None]):
         with Vertical():
             yield Label(self.prompt)
             yield Input(self.value, placeholder=self.placeholder, id="answer")
+        yield Footer(compact=True)
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         self.dismiss(event.value.strip() or None)
@@ -140,10 +150,15 @@ class HelpScreen(ModalScreen[None]):
             text.append(f"  {keys:<18}", style="bold cyan")
             text.append(f"{desc:<40}")
             text.append(f"{bid}\n", style="dim")
-        text.append("\nRemap keys in config.yaml: keymap: {<binding id>: <keys>}\n", style="dim")
+        from console.config import config_dir
+
+        text.append(f"\nRemap keys by binding id (the right column) in "
+                    f"{config_dir() / 'config.yaml'}: keymap: {{<binding id>: <keys>}}, e.g. "
+                    "keymap: {jobs.stop: ctrl+k}\n", style="dim")
         with VerticalScroll() as v:
             v.border_title = "Keys (? or escape closes)"
             yield Static(text, id="help-text")
+        yield Footer(compact=True)
 
     def action_close(self) -> None:
         """Close."""
@@ -187,6 +202,7 @@ class NotebookScreen(ModalScreen[None]):
                 yield Button("Copy URL (c)", variant="primary", id="copy")
                 yield Button("Open in browser (o)", id="open")
                 yield Button("Close (esc)", id="close")
+        yield Footer(compact=True)
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         {"copy": self.action_copy, "open": self.action_open,
@@ -241,6 +257,7 @@ class NewNotebookScreen(ModalScreen[NotebookRequest | None]):
     NewNotebookScreen Button { margin-left: 2; }
     """
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="new_notebook.cancel")]
+    AUTO_FOCUS = "#nb-gpus"
 
     def __init__(self, hosts: Sequence[str], check_gpus: Callable[[str], str | None]) -> None:
         super().__init__()
@@ -261,9 +278,7 @@ class NewNotebookScreen(ModalScreen[NotebookRequest | None]):
             with Horizontal():
                 yield Button("Start (enter)", variant="success", id="start")
                 yield Button("Cancel (esc)", id="cancel")
-
-    def on_mount(self) -> None:
-        self.query_one("#nb-gpus", Input).focus()
+        yield Footer(compact=True)
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.stop()
@@ -288,3 +303,189 @@ class NewNotebookScreen(ModalScreen[NotebookRequest | None]):
     def action_cancel(self) -> None:
         """Dismiss with ``None``."""
         self.dismiss(None)
+
+
+class PathSuggester(Suggester):
+    """Completes a spec path from what is on disk (the Input shows the rest dimmed; right
+    arrow takes it): the first folder, ``.yaml`` or ``.yml`` file, by name, in the
+    typed folder whose name starts with what follows the last ``/``; a folder gets a
+    trailing ``/``. ``~`` is expanded to look, kept as typed. Hidden entries only after a
+    typed ``.``."""
+
+    def __init__(self) -> None:
+        super().__init__(use_cache=False, case_sensitive=True)
+
+    async def get_suggestion(self, value: str) -> str | None:
+        """The completed path, or ``None``."""
+        if not value or "\n" in value:
+            return None
+        return await asyncio.to_thread(complete_path, value)
+
+
+def complete_path(value: str) -> str | None:
+    """``value`` completed by the first matching entry (see :class:`PathSuggester`)."""
+    expanded = os.path.expanduser(value)
+    head, tail = os.path.split(expanded)
+    try:
+        with os.scandir(head or ".") as entries:
+            found = sorted((e.name, e.is_dir()) for e in entries
+                           if e.name.startswith(tail) and e.name != tail
+                           and (tail.startswith(".") or not e.name.startswith(".")))
+    except OSError:
+        return None
+    for name, is_dir in found:
+        if is_dir or name.endswith((".yaml", ".yml")):
+            return value + name[len(tail):] + ("/" if is_dir else "")
+    return None
+
+
+@dataclass(frozen=True)
+class SubmitRequest:
+    """What the submit modal asks for, as typed (kept for the next ``n``).
+
+    Attributes:
+        path: the job spec (``~`` expanded when planned).
+        nodes: as ``--nodes``: a count or host names separated by commas; ``""``: the
+            spec's.
+        args: as ``--arg`` (each replaces the script's arguments), written as a shell would
+            split them: ``--lr 3e-4 --name 'a b'``; ``""``: the spec's.
+    """
+
+    path: str = ""
+    nodes: str = ""
+    args: str = ""
+
+    def overrides(self) -> dict[str, Any]:
+        """The spec fields to override, as ``gpuconsole submit``'s flags give them
+        (``None``: the spec's own).
+
+        Raises:
+            UsageError: no path, host names with an empty one, unclosed quotes in args.
+        """
+        if not self.path.strip():
+            raise UsageError("no job spec given", "type the path of a YAML job spec")
+        nodes: int | list[str] | None = None
+        text = self.nodes.strip()
+        if text.isascii() and text.isdigit():
+            nodes = int(text)
+        elif text:
+            nodes = [n.strip() for n in text.split(",")]
+            if not all(nodes):
+                raise UsageError(f"nodes (--nodes): {text!r} has an empty host name",
+                                 "a count like `2`, or host names like `gpu1,gpu2`")
+        try:
+            args = shlex.split(self.args) if self.args.strip() else None
+        except ValueError as e:  # "No closing quotation"
+            raise UsageError(f"args (--arg): {e}", "close the quote, e.g. `--name 'a b'`") from e
+        return {"nodes": nodes, "args": args}
+
+
+SubmitPhase = Literal["editing", "planning", "confirming", "launching"]
+
+
+class SubmitScreen(ModalScreen[None]):
+    """Submit a spec: its path (completed from the disk), nodes and args overrides (as the
+    CLI's ``--nodes`` and ``--arg``). Enter plans it; the modal stays, busy, while the plan
+    and then the launch run (keys typed then are dropped, never answered for the user; ``q``
+    quits once it is done), so
+    an error shows here with everything typed kept, and escape while planning cancels the
+    plan (a launch, all nodes or none, cannot be interrupted).
+
+    ``start(screen, request)`` is called on enter; the app then calls :meth:`set_phase` and
+    :meth:`show_error`, and dismisses the modal once the job launched.
+    """
+
+    DEFAULT_CSS = """
+    SubmitScreen { align: center middle; }
+    SubmitScreen > Vertical { width: 90%; max-width: 110; height: auto; max-height: 90%;
+        border: thick $primary; background: $surface; padding: 1 2; }
+    SubmitScreen Label { margin-top: 1; }
+    SubmitScreen #submit-status { height: auto; max-height: 16; margin-top: 1; }
+    SubmitScreen #submit-status.-error { color: $error; }
+    SubmitScreen Horizontal { height: auto; align-horizontal: right; margin-top: 1; }
+    SubmitScreen Button { margin-left: 2; }
+    """
+    BINDINGS = [
+        Binding("escape", "cancel", "Cancel", id="submit.cancel"),
+        # a modal hides the app's keys: q while busy quits once the plan or launch is done
+        # (App.action_quit waits for it); while editing, the fields take the q
+        Binding("q", "app.quit", "Quit", id="submit.quit"),
+    ]
+    AUTO_FOCUS = "#submit-path"
+
+    def __init__(self, request: SubmitRequest | None,
+                 start: Callable[[SubmitScreen, SubmitRequest], None]) -> None:
+        super().__init__()
+        self.request = request or SubmitRequest()
+        self.start = start
+        self.phase: SubmitPhase = "editing"
+        self.worker: Worker[None] | None = None
+        """The plan or launch in flight (set by the app)."""
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Label(Text("Submit a job spec (its plan is shown before anything runs)",
+                             style="bold"))
+            yield Label("Spec (YAML; → completes the path):")
+            yield Input(self.request.path, placeholder="path/to/job.yaml",
+                        suggester=PathSuggester(), id="submit-path")
+            yield Label("Nodes (as --nodes: a count or hosts a,b; empty: the spec's):")
+            yield Input(self.request.nodes, placeholder="the spec's", id="submit-nodes")
+            yield Label("Args (as --arg, replacing the script's: --lr 3e-4 'a b'; empty: the "
+                        "spec's):")
+            yield Input(self.request.args, placeholder="the spec's", id="submit-args")
+            yield Static("", id="submit-status")
+            with Horizontal():
+                yield Button("Plan (enter)", variant="success", id="plan")
+                yield Button("Cancel (esc)", id="cancel")
+        yield Footer(compact=True)
+
+    def typed(self) -> SubmitRequest:
+        """The values as typed now."""
+        return SubmitRequest(*(self.query_one(f"#submit-{k}", Input).value
+                               for k in ("path", "nodes", "args")))
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self._plan()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "plan":
+            self._plan()
+        else:
+            self.action_cancel()
+
+    def _plan(self) -> None:
+        if self.phase == "editing":
+            self.start(self, self.typed())
+
+    def set_phase(self, phase: SubmitPhase, status: str = "") -> None:
+        """``editing`` enables the fields; the other phases disable them (keys typed then
+        go nowhere) and show ``status``."""
+        self.phase = phase
+        for widget in self.query("Input, Button"):
+            widget.disabled = phase != "editing"
+        box = self.query_one("#submit-status", Static)
+        box.remove_class("-error")
+        box.update(Text(status, style="bold" if phase != "editing" else ""))
+        if phase == "editing" and self.focused is None:  # disabled fields lost the focus
+            self.query_one("#submit-path", Input).focus()
+
+    def show_error(self, text: str) -> None:
+        """Back to editing with what was typed, the error shown."""
+        self.set_phase("editing")
+        box = self.query_one("#submit-status", Static)
+        box.add_class("-error")
+        box.update(Text(text))
+
+    def action_cancel(self) -> None:
+        """Close (editing); cancel the plan (planning); a launch cannot be interrupted."""
+        if self.phase == "planning" and self.worker is not None:
+            self.worker.cancel()
+            self.show_error("planning cancelled (the hosts keep only the synced workdir, "
+                            "a reusable cache)")
+        elif self.phase == "launching":
+            self.notify("launching: all nodes or none, it cannot be interrupted; wait for it",
+                        severity="warning")
+        elif self.phase == "editing":
+            self.dismiss(None)

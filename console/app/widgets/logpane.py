@@ -178,11 +178,12 @@ class LogPane(ScrollView, can_focus=True):
         Binding("n", "search_next", "Next match", id="logs.search_next", group=_MATCH),
         Binding("N", "search_prev", "Previous match", id="logs.search_prev", group=_MATCH),
         Binding("ampersand", "filter", "Filter", key_display="&", id="logs.filter"),
-        Binding("w", "toggle_wrap", "Wrap", id="logs.wrap"),
-        Binding("t", "toggle_timestamps", "Time", id="logs.timestamps"),
+        Binding("w", "toggle_wrap", "Wrap", show=False, id="logs.wrap"),
+        Binding("t", "toggle_timestamps", "Timestamps", show=False,
+                id="logs.timestamps"),
         Binding("e", "error_next", "Next error", id="logs.error_next", group=_ERROR),
         Binding("E", "error_prev", "Previous error", id="logs.error_prev", group=_ERROR),
-        Binding("ctrl+s", "save", "Save", id="logs.save"),
+        Binding("ctrl+s", "save", "Save", show=False, id="logs.save"),
         Binding("escape", "clear_search", "Clear search", show=False, id="logs.clear_search"),
     ]
 

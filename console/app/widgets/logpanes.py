@@ -80,7 +80,7 @@ class LogPanes(Widget):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("z", "zoom", "Zoom", id="logs.zoom"),
         Binding("a", "toggle_merged", "All ranks", id="logs.merged"),
-        Binding("tab", "focus_pane(1)", "Next pane", id="logs.pane_next"),
+        Binding("tab", "focus_pane(1)", "Next pane", show=False, id="logs.pane_next"),
         Binding("shift+tab", "focus_pane(-1)", "Prev pane", show=False, id="logs.pane_prev"),
     ]
 

@@ -1,0 +1,217 @@
+"""The jobs view on fixed data (tests/app/demo_data.py): `/` filter, `s`/`r` sort, home/end/g/G,
+the cursor kept on its job by id, the detail line that shows a reason whole, a footer that
+fits 100 columns, and `D` (rm) with its confirmation and refusals."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+from textual.widgets import DataTable
+
+from console.app.app import GpuConsoleApp
+from console.app.screens.jobs import JobsScreen
+from console.app.screens.modals import ConfirmScreen
+from console.jobs.store import JobRecord, NodeRecord
+from tests.app.demo_data import NOW, jobs, make_app, show_fleet, show_logs
+
+#: The demo jobs, youngest first (the default sort: age).
+BY_AGE = ["ddp-x-1a2b3c", "sweep-2d1e0f", "llama-ft-9f8e7d", "resnet-5c4b3a"]
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("GPUCONSOLE_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("GPUCONSOLE_CONFIG_DIR", str(tmp_path / "config"))
+    return tmp_path / "state"
+
+
+def screen_text(app: GpuConsoleApp) -> list[str]:
+    """The terminal's rows as plain text."""
+    return [strip.text for strip in app.screen._compositor.render_strips()]
+
+
+def selected(app: GpuConsoleApp) -> str | None:
+    screen = app.get_screen("jobs")
+    assert isinstance(screen, JobsScreen)
+    job = screen.selected_job()
+    return job.id if job else None
+
+
+def jobs_screen(app: GpuConsoleApp) -> JobsScreen:
+    screen = app.get_screen("jobs")
+    assert isinstance(screen, JobsScreen)
+    return screen
+
+
+def newer(job_id: str, created_at: float) -> JobRecord:
+    """Another user's job, submitted after the demo ones."""
+    return JobRecord(job_id, job_id.rsplit("-", 1)[0], "lab", None, {}, "9" * 12, created_at,
+                     1, "running",
+                     nodes=[NodeRecord(job_id, 0, "h200-b", f"gpuconsole-{job_id}-n0",
+                                       "f" * 64, "running")])
+
+
+async def test_the_cursor_stays_on_its_job_when_newer_jobs_arrive(state_dir: Path) -> None:
+    """Jobs inserted above the cursor (a refresh, a submit elsewhere) do not move it to
+    another job: `d` then describes the job the user chose."""
+    app = make_app(state_dir)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.press("2", "down", "down")
+        await pilot.pause()
+        assert selected(app) == "llama-ft-9f8e7d"
+        listed = [newer("other-a-aaaaaa", NOW - 10), newer("other-b-bbbbbb", NOW - 5), *jobs()]
+        app.on_jobs_listed(type("M", (), {"jobs": listed})())  # type: ignore[arg-type]
+        await pilot.pause()
+        assert jobs_screen(app).shown[:2] == ["other-b-bbbbbb", "other-a-aaaaaa"]
+        assert selected(app) == "llama-ft-9f8e7d"
+        jobs_screen(app).update_job(newer("other-c-cccccc", NOW - 1))
+        await pilot.pause()
+        assert selected(app) == "llama-ft-9f8e7d"
+        await pilot.press("down")
+        await pilot.pause()
+        assert selected(app) == "resnet-5c4b3a"
+
+
+async def test_home_end_g_and_shift_g_move_the_cursor(state_dir: Path) -> None:
+    app = make_app(state_dir)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.press("2")
+        for key, want in (("G", BY_AGE[-1]), ("g", BY_AGE[0]), ("end", BY_AGE[-1]),
+                          ("home", BY_AGE[0])):
+            await pilot.press(key)
+            await pilot.pause()
+            assert selected(app) == want, key
+
+
+async def test_slash_filters_by_text_and_field_and_escape_clears(state_dir: Path) -> None:
+    app = make_app(state_dir)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.press("2", "slash", *"fail")
+        await pilot.pause()
+        screen = jobs_screen(app)
+        assert screen.shown == ["llama-ft-9f8e7d"]
+        assert "filter 'fail': 1 job" in screen_text(app)[0]
+        await pilot.press("enter")  # keep it, back to the table
+        await pilot.pause()
+        assert isinstance(app.focused, DataTable)
+        assert selected(app) == "llama-ft-9f8e7d"
+        screen.set_filter("host:h200-b !state:running")
+        await pilot.pause()
+        assert screen.shown == ["sweep-2d1e0f", "llama-ft-9f8e7d"]
+        screen.set_filter("kind:notebook")
+        await pilot.pause()
+        assert screen.shown == [] and selected(app) is None
+        await pilot.press("escape")
+        await pilot.pause()
+        assert screen.shown == BY_AGE and screen.filter_query == ""
+        assert isinstance(app.screen, JobsScreen)
+
+
+async def test_s_cycles_the_sort_column_and_r_reverses_it(state_dir: Path) -> None:
+    app = make_app(state_dir)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.press("2")
+        await pilot.pause()
+        screen = jobs_screen(app)
+        assert screen.shown == BY_AGE
+        await pilot.press("down")  # the cursor follows its job through every order
+        await pilot.press("s")
+        await pilot.pause()
+        assert (screen.sort_key, screen.shown) == ("job", sorted(BY_AGE))
+        assert selected(app) == "sweep-2d1e0f"
+        header = screen_text(app)[1]
+        assert "JOB ▲" in header and "AGE " in header
+        await pilot.press("r")
+        await pilot.pause()
+        assert screen.shown == sorted(BY_AGE, reverse=True)
+        assert "JOB ▼" in screen_text(app)[1]
+        await pilot.press("s")  # state: what needs attention first
+        await pilot.pause()
+        assert screen.shown == ["llama-ft-9f8e7d", "ddp-x-1a2b3c", "sweep-2d1e0f",
+                                "resnet-5c4b3a"]
+        await pilot.press("s", "s")  # exit, highest first, no exit code last
+        await pilot.pause()
+        assert screen.sort_key == "exit"
+        assert screen.shown == ["llama-ft-9f8e7d", "resnet-5c4b3a", "ddp-x-1a2b3c",
+                                "sweep-2d1e0f"]
+        assert selected(app) == "sweep-2d1e0f"
+
+
+async def test_a_long_reason_is_read_whole_under_the_table_at_100x30(state_dir: Path) -> None:
+    """At 100 columns the REASON column is cut; the line under the table shows the selected
+    job's diagnosis whole, wrapped, with its fix; the footer fits (help and quit shown)."""
+    app = make_app(state_dir)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await show_fleet(app)
+        await pilot.press("2", "down", "down")
+        await pilot.pause()
+        rows = screen_text(app)
+        text = " ".join(r.strip() for r in rows)
+        assert ("first failure: node 1 on h200-b rank 3, exit code 1: CUDA out of memory on "
+                "rank 3 (tried to allocate 2.00 GiB)") in text
+        assert "fix: lower the batch size" in text
+        footer = rows[-1]
+        for label in ("l Logs", "S Stop", "d Describe", "n Submit", "x Shell", "D Remove",
+                      "1 Fleet", "? Help", "q Quit", "^p palette"):
+            assert label in footer, (label, footer)
+        assert "2 Jobs" not in footer  # the view shown
+        await pilot.press("up")  # stopped by the user: the reason shows there too
+        await pilot.pause()
+        jobs_screen(app).update_job(dataclasses.replace(
+            jobs()[3], stop_requested_at=NOW - 5000))
+        await pilot.pause()
+        assert "stopped by the user (SIGTERM)" in " ".join(screen_text(app)[-6:])
+
+
+async def test_logs_footer_fits_160_columns(state_dir: Path) -> None:
+    app = make_app(state_dir)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await pilot.press("2")
+        await show_logs(app)
+        await pilot.press("tab")
+        await pilot.pause(0.3)
+        footer = screen_text(app)[-1]
+        for label in ("G Follow", "/ Search", "& Filter", "eE Error", "z Zoom", "S Stop",
+                      "x Shell", "? Help", "q Quit", "^p palette"):
+            assert label in footer, (label, footer)
+
+
+async def test_remove_confirms_what_it_removes_and_refuses_a_running_job(
+        state_dir: Path) -> None:
+    app = make_app(state_dir)
+    said: list[str] = []
+    async with app.run_test(size=(120, 36)) as pilot:
+        app.notify = lambda msg, **kw: said.append(msg)  # type: ignore[method-assign]
+        await pilot.press("2", "D")  # the running job
+        await pilot.pause()
+        assert isinstance(app.screen, JobsScreen)
+        assert said[-1] == "job ddp-x-1a2b3c is running: stop it first (S), then remove it"
+        await pilot.press("down", "D")  # stopped: confirm lists each container
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmScreen)
+        assert app.screen.title_text == "Remove job sweep-2d1e0f?"
+        assert app.screen.detail.splitlines() == [
+            "h200-b: docker rm gpuconsole-sweep-2d1e0f-n0",
+            "and each host's synced workdir of the job, unless a container uses it",
+            "Every log line is archived first: `gpuconsole logs sweep-2d1e0f` still shows "
+            "them."]
+        removed: list[str] = []
+        app._remove = lambda job: removed.append(job.id)  # type: ignore[method-assign]
+        await pilot.press("n")  # no: nothing removed
+        await pilot.pause()
+        assert removed == [] and isinstance(app.screen, JobsScreen)
+        await pilot.press("D", "y")
+        await pilot.pause()
+        assert removed == ["sweep-2d1e0f"]
+
+
+async def test_readonly_hides_remove(state_dir: Path) -> None:
+    app = make_app(state_dir)
+    app.readonly = True
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.press("2", "down", "D")
+        await pilot.pause()
+        assert isinstance(app.screen, JobsScreen)
+        assert "D Remove" not in screen_text(app)[-1]
