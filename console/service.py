@@ -1137,14 +1137,18 @@ class Service:
         return await copy_job_files(self.session_for(job), job, node, request)
 
     async def read_logs(self, job: JobRecord, *, node: int | None = None,
-                        since_ns: int | None = None, tail: int | None = None
-                        ) -> list[JobLogLine]:
-        """A job's lines so far, merged in time order (containers first, else the archive).
+                        since_ns: int | None = None, tail: int | None = None,
+                        archive_only: bool = False) -> list[JobLogLine]:
+        """A job's lines so far, merged in time order (containers first, else the archive;
+        with ``archive_only`` the local archive alone, no host asked).
 
         Raises:
             UsageError: ``node`` is not a node of the job.
         """
         self.check_node(job, node)
+        if archive_only:
+            return await read_job_logs(self.session_for(job), self.store, job, node=node,
+                                       since_ns=since_ns, tail=tail, archive_only=True)
         if (slurm := self._slurm_session(job)) is not None:
             from console.slurm.backend import read_slurm_logs
 

@@ -6,11 +6,16 @@ import json
 import sys
 import time
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 import click
 
 from console.cli.base import command_service, err, follow_job, main, print_line, print_summary, run
 from console.cli.params import FiniteFloat
+
+if TYPE_CHECKING:
+    from console.jobs.logs import JobLogLine
+    from console.jobs.store import JobRecord
 
 
 @main.command()
@@ -125,10 +130,35 @@ async def _logs(ctx: click.Context, ref: str, follow: bool, node: int | None,
             print_line(line, timestamps)
         for host, why in job.unreachable.items():
             err(f"warning: {why}; showed the lines archived from {host} so far")
+        missing = (_missing(job, node, lines)
+                   if since_ns is None and (tail is None or tail > 0) else [])
+        if missing and not lines:
+            from console.errors import JobError
+
+            raise JobError(f"job {job.id}: no lines to show: "
+                           + "; ".join(text for _, _, text in missing),
+                           "the archive keeps what gpuconsole read (a follow, logs, the app); "
+                           "read a job's logs before its containers are removed")
         hosts = {n.node_rank: n.host for n in job.nodes}
         for rank, why in sorted(job.log_problems.items()):
             err(f"warning: n{rank} on {hosts.get(rank, '?')}: {why}")
+        for rank, kind, text in missing:
+            if kind != "unreachable" and rank not in job.log_problems:  # not said above
+                err(f"warning: {text}")
         return 0
+
+
+def _missing(job: JobRecord, node: int | None,
+             lines: list[JobLogLine]) -> list[tuple[int, str, str]]:
+    """(node rank, kind, why) of each node shown without a single line for a reason
+    (container gone and nothing archived, job removed...; :func:`~console.jobs.logs
+    .no_lines_reason`), not a node that only wrote nothing or may still write."""
+    from console.jobs.logs import no_lines_reason
+
+    have = {ln.node_rank for ln in lines}
+    return [(n.node_rank, r[0], r[1]) for n in job.nodes
+            if (node is None or n.node_rank == node) and n.node_rank not in have
+            and (r := no_lines_reason(job, n)) is not None and r[0] != "silent"]
 
 
 # -- stop / rm ------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ import re
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from typing import Literal
 
 from console.errors import StateError
 from console.jobs.store import JobRecord, NodeRecord, Store
@@ -84,22 +85,27 @@ def tag_line(node: NodeRecord, line: LogLine) -> JobLogLine:
 
 async def _node_lines(
     session: Session, store: Store, job: JobRecord, node: NodeRecord, since_ns: int | None,
-    tail: int | None = None,
+    tail: int | None = None, *, archive_only: bool = False,
 ) -> list[LogLine]:
     """The lines of one node (all, or its last ``tail``): from its container when it exists
-    (archiving them), then read back from the archive (only its end when ``tail`` is given).
+    (archiving them), then read back from the archive (only its end when ``tail`` is given;
+    with ``archive_only`` the archive alone). A container that is gone is added to
+    ``job.gone``.
 
     An archive that cannot be written (no space left) or read (a directory, damaged) is said
     in ``job.log_problems`` and the container's lines are shown without it; a node with no
     archive and no container to read is said there too."""
     fresh: list[LogLine] | None = None  # the container's lines, when it could be read
-    if node.container_id and job.removed_at is None:
+    if node.container_id and job.removed_at is None and not archive_only:
         try:
             await session.connected(node.host)
             engine = session.engine(node.host)
             if await engine.inspect(node.container_id) is not None:
+                job.gone.discard(node.node_rank)
                 fresh = [ln async for ln in follow_container(engine, node.container_id,
                                                              follow=False)]
+            else:
+                job.gone.add(node.node_rank)
         except GpuConsoleError as e:
             job.unreachable[node.host] = e.message  # the archive will do
     lines: list[LogLine]
@@ -118,7 +124,7 @@ async def _node_lines(
         if tail is not None and tail <= 0:
             lines = []
     else:
-        if fresh is None and not lines and not await store.call(
+        if fresh is None and not lines and not archive_only and not await store.call(
                 store.log_path(job.id, node.node_rank).exists):
             job.log_problems[node.node_rank] = (
                 f"no log archive ({store.log_path(job.id, node.node_rank)} is missing) and "
@@ -144,21 +150,53 @@ async def read_job_logs(
     node: int | None = None,
     since_ns: int | None = None,
     tail: int | None = None,
+    archive_only: bool = False,
 ) -> list[JobLogLine]:
     """A job's logs so far, merged in time order (stable per node).
 
     A host whose containers cannot be read contributes its archived lines; why is recorded in
-    ``job.unreachable``.
+    ``job.unreachable``; a node whose container is gone is added to ``job.gone``. With
+    ``archive_only`` only the local archive is read (no host is asked: fast, and what a
+    finished job's log shows first).
     """
     nodes = [n for n in job.nodes if node is None or n.node_rank == node]
     per_node = await asyncio.gather(
-        *(_node_lines(session, store, job, n, since_ns, tail) for n in nodes)
+        *(_node_lines(session, store, job, n, since_ns, tail, archive_only=archive_only)
+          for n in nodes)
     )
     tagged = [[tag_line(n, ln) for ln in lines] for n, lines in zip(nodes, per_node)]
     merged = list(heapq.merge(*tagged, key=lambda ln: (ln.ts_ns, ln.node_rank)))
     if tail is not None:
         merged = merged[-tail:] if tail > 0 else []
     return merged
+
+
+NoLinesKind = Literal["removed", "never_created", "unreachable", "gone", "archive", "silent"]
+"""Why a node has no line: the job was removed, its container never created, its host did not
+answer, its container is gone, its archive cannot be read (``job.log_problems``), or it wrote
+nothing."""
+
+
+def no_lines_reason(job: JobRecord, node: NodeRecord) -> tuple[NoLinesKind, str] | None:
+    """Why a node shows no line at all, once its container (if any) and the archive were
+    read: ``None`` when it may yet write (pending, running), else the kind and one clause
+    (``node 1 (b): its container is gone ... and nothing was archived from it``)."""
+    where = f"node {node.node_rank} ({node.host})"
+    if job.removed_at is not None:
+        return "removed", f"{where}: the job was removed and nothing had been archived from it"
+    if not node.container_id:
+        return "never_created", f"{where}: its container was never created"
+    if node.host in job.unreachable:
+        return ("unreachable",
+                f"{where}: {job.unreachable[node.host]}; nothing was archived from it")
+    if node.node_rank in job.gone or node.state == "lost":
+        return "gone", (f"{where}: its container is gone (removed outside gpuconsole) and "
+                        "nothing was archived from it")
+    if node.node_rank in job.log_problems:
+        return "archive", f"{where}: {job.log_problems[node.node_rank]}"
+    if node.state in ("pending", "running"):
+        return None
+    return "silent", f"{where}: its container wrote nothing"
 
 
 async def follow_job_log_batches(

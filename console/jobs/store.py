@@ -157,6 +157,8 @@ class JobRecord:
         log_problems: node rank -> why its log could not be read whole (its archive is
             missing, a directory or cannot be written), from the last read of its log in
             this process (not stored).
+        gone: node ranks whose container was not found when their logs were last read in
+            this process (not stored).
         launcher: the process launching the job (``<hostname> <pid> <start ticks>``, see
             :func:`console.jobs.launch.launcher_token`) while its launch is in flight;
             ``None`` once the launch finished, and for jobs adopted from the hosts.
@@ -179,6 +181,7 @@ class JobRecord:
     unreachable: dict[str, str] = field(default_factory=dict)
     log_problems: dict[int, str] = field(default_factory=dict)
     launcher: str | None = None
+    gone: set[int] = field(default_factory=set)
 
     @property
     def kind(self) -> str:

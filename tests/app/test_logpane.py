@@ -8,6 +8,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
+from rich.color import Color
+from rich.segment import Segment
 from rich.style import Style
 from textual import events
 from textual.app import App, ComposeResult
@@ -364,18 +366,67 @@ async def test_search_highlights_and_n_N_move_to_matches() -> None:
         # from the bottom of the log the next match wraps around to the first
         assert pane.cursor_line == 5
         assert "line 5 has the NEEDLE in it" in pane_rows(app, pane)
+        current_bg = pane.get_component_rich_style("logpane--match-current").bgcolor
         match_bg = pane.get_component_rich_style("logpane--match").bgcolor
+        assert current_bg is not None and match_bg is not None and current_bg != match_bg
         highlighted = [t for t, s in segments_on_screen(app)
-                       if s is not None and s.bgcolor == match_bg]
+                       if s is not None and s.bgcolor == current_bg]
         assert highlighted == ["NEEDLE"]
+        assert "/needle 1/3" in screen(app)[-2]  # the counter in the bottom border
         seen = []
         for key in ["n", "n", "n", "N", "N"]:
             await pilot.press(key)
             seen.append(pane.cursor_line)
             assert f"line {pane.cursor_line} has the NEEDLE in it" in pane_rows(app, pane)
         assert seen == [50, 150, 5, 150, 50]
+        assert pane.match_index == 2
+        assert "/needle 2/3" in screen(app)[-2]
         await pilot.press("escape")
         assert pane.search_term == ""
+
+
+async def test_current_match_is_marked_apart_from_the_other_matches() -> None:
+    buf = LogBuffer()
+    texts = numbered(30)
+    for i in (3, 4, 6):
+        texts[i] = f"step {i} loss=nan"
+    fill(buf, texts)
+    app = PaneApp(buf)
+    async with app.run_test(size=SIZE) as pilot:
+        pane = app.query_one(LogPane)
+        await pilot.pause()
+        pane.set_search("NaN", jump=False)
+        await pilot.pause()
+        assert pane.match_count == 3 and pane.match_index is None
+        assert "/NaN 3 found" in screen(app)[-2]
+        pane.search_next()
+        pane.search_next()  # the second match: line 4
+        await pilot.pause()
+        current = pane.get_component_rich_style("logpane--match-current").bgcolor
+        other = pane.get_component_rich_style("logpane--match").bgcolor
+        by_bg: dict[object, list[str]] = {}
+        rows = pane_rows(app, pane)
+        for y, strip in enumerate(app.screen._compositor.render_strips()):
+            for seg in strip:
+                if seg.style is not None and seg.style.bgcolor in (current, other):
+                    by_bg.setdefault(seg.style.bgcolor, []).append(f"{y}:{seg.text}")
+        top = pane.scrollable_content_region.y
+        row_of = {int(r.split()[1]): top + y for y, r in enumerate(rows) if r.startswith("step")}
+        assert by_bg[current] == [f"{row_of[4]}:nan"]
+        assert sorted(by_bg[other]) == sorted([f"{row_of[3]}:nan", f"{row_of[6]}:nan"])
+        # the current match's line is marked to the pane's edge, the others not
+        cursor = pane.get_component_rich_style("logpane--cursor").bgcolor
+        strips = app.screen._compositor.render_strips()
+        marked = {y for y, strip in enumerate(strips)
+                  if any(seg.style is not None and seg.style.bgcolor == cursor for seg in strip)}
+        assert marked == {row_of[4]}
+        region = pane.scrollable_content_region
+        assert strips[row_of[4]].crop(region.right - 3, region.right).text.strip() == ""
+        assert all(seg.style is not None and seg.style.bgcolor == cursor
+                   for seg in strips[row_of[4]].crop(region.right - 3, region.right))
+        pane.set_search("no such text", jump=False)
+        await pilot.pause()
+        assert "/no such text not found" in screen(app)[-2]
 
 
 async def test_search_prompt_escape_restores() -> None:
@@ -419,6 +470,56 @@ async def test_filter_and_inverted_filter() -> None:
         assert pane.filter_text == ""
         assert pane_rows(app, pane)[:7] == [
             "alpha 1", "beta 2", "ALPHA 3", "gamma 4", "alpha 5", "delta 6", ""]
+
+
+async def test_filter_and_search_match_the_tags_as_shown() -> None:
+    buf = LogBuffer(node=0)
+    for i in range(40):
+        buf.append(line(f"step {i}", rank=i % 4, i=i))
+    buf.append(line("torchrun says hello", rank=None, i=40))
+    app = PaneApp(buf)
+    async with app.run_test(size=SIZE) as pilot:
+        pane = app.query_one(LogPane)
+        await pilot.pause()
+        assert "[n0 r1] step 9" in pane_rows(app, pane)
+        for typed, want in [("r0]", 10), ("[n0 r1]", 10), ("!r2]", 31), ("[n0]", 1)]:
+            await pilot.press("ampersand", "ctrl+u", *typed, "enter")
+            await pilot.pause()
+            assert pane.line_count == want, typed
+            assert all((typed.lstrip("!") in pane.shown_text(ln)) != typed.startswith("!")
+                       for ln in pane.visible_lines())
+        await pilot.press("ampersand", "ctrl+u", "enter", "slash", *"[n0 r3]", "enter")
+        await pilot.pause()
+        assert pane.match_count == 10
+        assert pane.cursor_line is not None and buf[pane.cursor_line].rank == 3
+        # the highlight covers the tag, as the search matched it
+        current = pane.get_component_rich_style("logpane--match-current").bgcolor
+        assert [t for t, st in segments_on_screen(app)
+                if st is not None and st.bgcolor == current] == ["[n0 r3]"]
+
+
+async def test_filter_matches_the_timestamps_while_they_are_shown(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    try:
+        buf = LogBuffer()
+        buf.append(JobLogLine(0, "h", 0, TS0, "first"))
+        buf.append(JobLogLine(0, "h", 0, TS0 + 60 * 10**9, "second"))  # 22:14:20
+        app = PaneApp(buf)
+        async with app.run_test(size=SIZE) as pilot:
+            pane = app.query_one(LogPane)
+            await pilot.pause()
+            pane.set_filter("22:14")
+            await pilot.pause()
+            assert pane.line_count == 0
+            await pilot.press("t")
+            await pilot.pause()
+            assert pane.line_count == 1
+            assert pane_rows(app, pane)[0].endswith("second")
+    finally:
+        monkeypatch.undo()
+        time.tzset()
 
 
 async def test_wrap_changes_row_count() -> None:
@@ -487,6 +588,14 @@ async def test_e_E_land_on_error_lines() -> None:
             assert texts[pane.cursor_line] in pane_rows(app, pane)
         assert seen == [10, 11, 100, 10, 100, 11]
         assert not pane.following
+        # the lines e/E stop at are the lines shown in the error colour, and no other
+        assert pane.error_lines == [10, 11, 100]
+        error = pane.get_component_rich_style("logpane--error").color
+        assert error is not None and error != pane.rich_style.color
+        coloured = {t for t, st in segments_on_screen(app) if st is not None and st.color == error}
+        on_screen = {r for r in pane_rows(app, pane) if r}
+        assert coloured == {texts[i] for i in (10, 11, 100)} & on_screen
+        assert coloured  # the cursor's screen shows at least one of them
 
 
 async def test_save_exit_code_and_footer() -> None:
@@ -669,6 +778,32 @@ async def test_two_panes_side_by_side_zoom_and_tab() -> None:
         assert (p0.region.width, p1.region.width) == (60, 60)
 
 
+async def test_search_prompt_spans_the_panes_and_names_its_pane() -> None:
+    nodes = []
+    for node in range(2):
+        buf = LogBuffer(node=node)
+        fill(buf, [f"n{node} line {i}" for i in range(20)], node=node)
+        nodes.append((f"node {node} · host-{node}", buf))
+    app = PanesApp(nodes)
+    async with app.run_test(size=SIZE) as pilot:
+        panes = app.query_one(LogPanes)
+        right = panes.panes[1]
+        await pilot.press("tab")
+        await pilot.pause()
+        assert app.focused is right
+        await pilot.press("slash")
+        await pilot.pause()
+        prompt = app.query_one(Input)
+        assert app.focused is prompt
+        assert prompt.region.x == panes.region.x and prompt.region.width == panes.region.width
+        assert prompt.region.y == panes.region.bottom  # right under the grid
+        assert "node 1 · host-1" in str(prompt.placeholder)
+        await pilot.press(*"line 7", "enter")
+        await pilot.pause()
+        assert app.focused is right and right.search_term == "line 7"
+        assert right.match_index == 1 and panes.panes[0].search_term == ""
+
+
 async def test_four_and_eight_panes_tile() -> None:
     app = PanesApp(node_buffers(3))
     async with app.run_test(size=SIZE) as pilot:
@@ -807,3 +942,77 @@ async def test_plain_line_fast_path_renders_as_the_rich_path(merged: bool) -> No
         colored = LogBuffer()
         fill(colored, ["\x1b[31mred\x1b[0m"])
         assert pane._plain_segments(colored[0]) is None
+
+
+def contrast(fg: Color, bg: Color) -> float:
+    """WCAG 2.x contrast ratio of two colours (1 to 21)."""
+
+    def luminance(c: Color) -> float:
+        def channel(v: int) -> float:
+            s = v / 255
+            return s / 12.92 if s <= 0.04045 else ((s + 0.055) / 1.055) ** 2.4
+
+        t = c.get_truecolor()
+        return 0.2126 * channel(t.red) + 0.7152 * channel(t.green) + 0.0722 * channel(t.blue)
+
+    hi, lo = sorted((luminance(fg), luminance(bg)), reverse=True)
+    return (hi + 0.05) / (lo + 0.05)
+
+
+def title_segments(app: App[None], pane: LogPane) -> list[Segment]:
+    """The segments of the pane's top border row that carry title text."""
+    region = pane.region
+    strip = app.screen._compositor.render_strips()[region.y]
+    out, x = [], 0
+    for seg in strip:
+        if region.x <= x < region.right and any(ch.isalnum() for ch in seg.text):
+            out.append(seg)
+        x += seg.cell_length
+    return out
+
+
+@pytest.mark.parametrize("theme", ["textual-dark", "textual-light", "nord", "gruvbox",
+                                   "tokyo-night", "monokai"])
+async def test_unfocused_titles_are_readable_and_the_focused_pane_stands_out(
+        theme: str) -> None:
+    nodes = []
+    for node in range(3):
+        buf = LogBuffer(node=node)
+        fill(buf, numbered(12), node=node)
+        nodes.append((f"node {node} · host-{node}", buf))
+    app = PanesApp(nodes)
+    async with app.run_test(size=SIZE) as pilot:
+        app.theme = theme
+        panes = app.query_one(LogPanes)
+        panes.panes[2].set_exit_code(1)
+        await pilot.pause()
+        focused_pane, others = panes.panes[0], panes.panes[1:]
+        assert app.focused is focused_pane
+        for pane in others:
+            segs = title_segments(app, pane)
+            text = "".join(s.text for s in segs)
+            assert f"{pane.title} · " in text and "12 lines" in text
+            for seg in segs:
+                assert seg.style is not None and seg.style.color and seg.style.bgcolor
+                ratio = contrast(seg.style.color, seg.style.bgcolor)
+                assert ratio >= 4.5, (pane.title, seg.text, ratio)
+        assert "exited 1" in "".join(s.text for s in title_segments(app, others[1]))
+        mine = title_segments(app, focused_pane)
+        assert all(s.style is not None and s.style.color and s.style.bgcolor
+                   and contrast(s.style.color, s.style.bgcolor) >= 4.5 for s in mine)
+        # the focused pane differs: a bold title and its own border colour
+        assert all(s.style is not None and s.style.bold for s in mine)
+        assert not any(s.style is not None and s.style.bold
+                       for p in others for s in title_segments(app, p))
+        assert border_colour(app, focused_pane) != border_colour(app, others[0])
+
+
+def border_colour(app: App[None], pane: LogPane) -> Color | None:
+    """The colour of the pane's left border (the row under its title)."""
+    strip = app.screen._compositor.render_strips()[pane.region.y + 1]
+    x = 0
+    for seg in strip:
+        if x == pane.region.x:
+            return seg.style.color if seg.style is not None else None
+        x += seg.cell_length
+    return None

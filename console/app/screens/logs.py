@@ -46,6 +46,34 @@ if TYPE_CHECKING:
 DRAIN_BUDGET_S = 0.010
 #: Pause between intake stretches while a backlog remains (s).
 DRAIN_PAUSE_S = 0.005
+#: Lines of a finished log shaped per worker-thread call (the first chunk shows at once).
+SHAPE_CHUNK = 2048
+#: A followed node's pane says ``loading…`` until its first line, a change of its stream's
+#: state or the end of the follow, at most this long (s); then ``0 lines``.
+LOADING_S = 5.0
+
+
+class LogsFooter(Footer):
+    """The footer, recomposed only when the keys it shows change.
+
+    Focus moving between log panes (all with the same keys) refreshes the screen's bindings;
+    Textual's footer then rebuilds every key widget (about 0.4 s on a 2-core machine), once
+    per ``tab``/``z``. Here it compares what it would show first.
+    """
+
+    _shown: tuple[object, ...] | None = None
+
+    def bindings_changed(self, screen: Screen[object]) -> None:
+        """Recompose when the shown keys, their labels or their enabled state changed."""
+        if self.is_attached and screen is self.screen and self._bindings_ready:
+            shown = tuple(
+                (key, b.action, b.description, self.app.get_key_display(b), enabled, tooltip,
+                 b.group) for key, (_, b, enabled, tooltip) in screen.active_bindings.items()
+                if b.show or key == self.app.COMMAND_PALETTE_BINDING)
+            if shown == self._shown:
+                return
+            self._shown = shown
+        super().bindings_changed(screen)
 
 
 def _origin(item: JobLogLine | tuple[Row, ...]) -> tuple[int, int | None, int]:
@@ -54,6 +82,35 @@ def _origin(item: JobLogLine | tuple[Row, ...]) -> tuple[int, int | None, int]:
         return item.node_rank, item.rank, item.ts_ns
     first = item[0]
     return first[1], first[2], first[3]
+
+
+def _shape(lines: list[JobLogLine]) -> list[list[Row]]:
+    """The display rows of each line (:func:`~console.jobs.logbuffer.display_lines`)."""
+    return [display_lines(ln) for ln in lines]
+
+
+def _newer(old: list[JobLogLine], new: list[JobLogLine]) -> list[JobLogLine] | None:
+    """The lines of ``new`` after those of ``old``, node by node (both are archive tails of
+    the same job, ``new`` read later: an archive only grows at its end); ``None`` when a
+    node's last old line is no longer in ``new`` (more new lines than the tail holds)."""
+    last: dict[int, JobLogLine] = {}
+    for ln in old:
+        last[ln.node_rank] = ln
+    by_node: dict[int, list[JobLogLine]] = {}
+    for ln in new:
+        by_node.setdefault(ln.node_rank, []).append(ln)
+    out: list[JobLogLine] = []
+    for node, lines in by_node.items():
+        end = last.get(node)
+        if end is None:
+            out.extend(lines)
+            continue
+        at = next((i for i in range(len(lines) - 1, -1, -1) if lines[i] == end), None)
+        if at is None:
+            return None
+        out.extend(lines[at + 1 :])
+    out.sort(key=lambda ln: (ln.ts_ns, ln.node_rank))  # stable: each node keeps its order
+    return out
 
 
 class LogsScreen(Screen[None]):
@@ -71,6 +128,7 @@ class LogsScreen(Screen[None]):
         Binding("r", "split_ranks", "Per rank", id="logs.split_ranks"),
         Binding("S", "stop", "Stop", id="logs.stop_job"),
         Binding("x", "exec", "Shell", id="logs.exec"),
+        Binding("plus", "add_job", "Add job", key_display="+", show=False, id="logs.add_job"),
     ]
     intake: ClassVar[Intake] = "process"
     """Where the job's streams are read (:meth:`console.service.Service.start_follow`): in a
@@ -105,8 +163,17 @@ class LogsScreen(Screen[None]):
         self._skipped_by_node: dict[int, int] = {}
         self._drain_scheduled = False
         self._header_at = 0.0
-        # set first thing on mount; cleared while the panes are swapped (split ranks): lines
-        # and states that arrive meanwhile are kept and drawn when the panes are there
+        # node ranks whose panes still say "loading…" (follow: until a first line), and
+        # whether all there is to load was queued (then, once drained, say why a pane is
+        # empty)
+        self._loading: set[int] = set()
+        self._loaded = False
+        self._following_tail = False
+        # other jobs shown side by side (``+``): their records and one buffer per node
+        self.others: dict[str, JobRecord] = {}
+        self.other_by_node: dict[tuple[str, int], LogBuffer] = {}
+        # set first thing on mount; lines and states
+        # that arrive before are kept and drawn then
         self._composed = False
 
     @property
@@ -124,16 +191,19 @@ class LogsScreen(Screen[None]):
             title += " · reconnecting…"
         return title
 
-    def _pane_specs(self) -> list[tuple[str, LogBuffer]]:
-        if self.split_ranks and self.by_rank:
-            return [(f"node {n} rank {r}", buf) for (n, r), buf in sorted(self.by_rank.items())]
-        return [(self._node_title(n), buf) for n, buf in sorted(self.by_node.items())]
-
     def compose(self) -> ComposeResult:
         yield OneLine(self._header(), id="logs-header")
-        yield LogPanes(self._pane_specs(), merged=self.merged, id="panes")
+        panes = LogPanes([(self._node_title(n), buf) for n, buf in sorted(self.by_node.items())],
+                         merged=self.merged, id="panes",
+                         rank_panes=[(f"node {n} rank {r}", buf)
+                                     for (n, r), buf in sorted(self.by_rank.items())])
+        if self.live:  # from the first frame on: "loading…", never "0 lines"
+            self._loading = set(self.by_node)
+            for pane in panes.panes + [p for p in [panes.merged_pane] if p is not None]:
+                pane.set_loading(True)
+        yield panes
         yield StatusLine()
-        yield Footer()
+        yield LogsFooter()
 
     def _header(self) -> Text:
         j = self.job
@@ -156,32 +226,105 @@ class LogsScreen(Screen[None]):
         self._show_exit_codes()
         if self._pending:  # lines given before the panes were there
             self._schedule_drain()
-        panes = self.query_one(LogPanes).panes
-        if panes:
-            panes[0].focus()
+        panes = self.query_one(LogPanes)
+        if panes.panes:
+            panes.panes[0].focus()
         if not self.live:
             return
-        if self.job.removed_at is not None:
-            self._read_archive()
+        if self.job.removed_at is not None or self._finished():
+            self._load_finished()
         else:
-            self.gc.service.start_follow(self.job, tail=self.buffer_lines,
-                                         where=self.intake)
+            follow = self.gc.service.start_follow(self.job, tail=self.buffer_lines,
+                                                  where=self.intake)
+            self._following_tail = True
+            self._await_follow(follow.task)
+            self.set_timer(LOADING_S, lambda: self._stop_loading(set(self._loading)))
+
+    def _finished(self) -> bool:
+        """No node may write any more: its lines are all in its container or the archive."""
+        return self.job.state not in ("pending", "running") and all(
+            n.state not in ("pending", "running") for n in self.job.nodes)
 
     async def on_unmount(self) -> None:
         if self.live:
             await self.gc.service.stop_follow(self.job.id)
+            for job_id in self.others:
+                await self.gc.service.stop_follow(job_id)
         # the panes' buffers and strips just became garbage: once the next screen is drawn,
         # a natural pause to collect the cycles the GC policy left frozen while lines streamed
         self.gc.call_after_refresh(self.gc.gc_policy.sweep)
 
-    @work(group="logs-archive")
-    async def _read_archive(self) -> None:
+    @work(group="logs-archive", exit_on_error=False)
+    async def _load_finished(self) -> None:
+        """A finished (or removed) job: the local archive first (read and shaped in worker
+        threads, shown as soon as it is there), then whatever the containers hold that the
+        archive does not yet (they are read and archived, as ``logs`` does)."""
+        svc, tail = self.gc.service, self.buffer_lines
         try:
-            lines = await self.gc.service.read_logs(self.job, tail=self.buffer_lines)
+            archived = await svc.read_logs(self.job, tail=tail, archive_only=True)
         except GpuConsoleError as e:
             self.notify(e.message, title="logs", severity="error")
+            archived = []
+        await self._take_shaped(archived)
+        if self.job.removed_at is None:
+            try:
+                full = await svc.read_logs(self.job, tail=tail)
+            except GpuConsoleError as e:
+                self.notify(e.message, title="logs", severity="error")
+                full = archived
+            new = _newer(archived, full)
+            if new is None:  # more new lines than a pane keeps: show the newest only
+                self._pending.clear()
+                for buf in [*self.by_node.values(), *self.by_rank.values(), self.merged]:
+                    buf.clear()
+                new = full
+            await self._take_shaped(new)
+        self._loaded = True
+        self._schedule_drain()
+
+    async def _take_shaped(self, lines: list[JobLogLine]) -> None:
+        """Queue lines shaped in a worker thread, :data:`SHAPE_CHUNK` at a time (the first
+        show while the rest are shaped; the loop only files their rows)."""
+        for start in range(0, len(lines), SHAPE_CHUNK):
+            chunk = lines[start : start + SHAPE_CHUNK]
+            rows = await asyncio.to_thread(_shape, chunk)
+            self.take_lines(chunk, rows, keep_all=True)
+
+    @work(group="logs-follow", exit_on_error=False)
+    async def _await_follow(self, task: asyncio.Task[object]) -> None:
+        """Once the follow ended (every node exited), say why an empty pane is empty."""
+        await asyncio.wait({task})
+        self._loaded = True
+        self._schedule_drain()
+
+    def _stop_loading(self, nodes: set[int]) -> None:
+        """These nodes' panes no longer say ``loading…``."""
+        if not nodes or not can_draw(self, self._composed):
             return
-        self.take_lines(lines)
+        self._loading -= nodes
+        panes = self.query_one(LogPanes)
+        for node in nodes:
+            buf = self.by_node.get(node)
+            pane = panes.pane_for(buf) if buf is not None else None
+            if pane is not None:
+                pane.set_loading(False)
+
+    def _finish_loading(self) -> None:
+        """Everything was loaded and shown: no pane says ``loading…``; an empty node pane
+        says why it is empty (its container is gone and nothing was archived...)."""
+        from console.jobs.logs import no_lines_reason
+
+        self._loaded = False
+        self._stop_loading(set(self.by_node))
+        panes = self.query_one(LogPanes)
+        if panes.merged_pane is not None:
+            panes.merged_pane.set_loading(False)
+        for n in self.job.nodes:
+            buf = self.by_node.get(n.node_rank)
+            pane = panes.pane_for(buf) if buf is not None else None
+            if pane is not None and buf is not None and not len(buf):
+                why = no_lines_reason(self.job, n)
+                pane.set_empty_text(why[1] if why is not None else None)
 
     # -- data -------------------------------------------------------------------------------
 
@@ -189,7 +332,12 @@ class LogsScreen(Screen[None]):
         """A message the app forwards: lines, job changes, follow state of this job."""
         from console.app.app import FollowStateUpdated, JobUpdated, LogLinesArrived
 
-        if isinstance(m, LogLinesArrived) and m.job_id == self.job.id:
+        if isinstance(m, LogLinesArrived) and m.job_id in self.others:
+            self._take_other(m.job_id, m.lines, m.shown)
+        elif isinstance(m, JobUpdated) and m.job.id in self.others:
+            self.others[m.job.id] = m.job
+            self._show_other_exit_codes(m.job)
+        elif isinstance(m, LogLinesArrived) and m.job_id == self.job.id:
             self.take_lines(m.lines, m.shown)
         elif isinstance(m, JobUpdated) and m.job.id == self.job.id:
             self.job = m.job
@@ -198,11 +346,12 @@ class LogsScreen(Screen[None]):
                 self.query_one("#logs-header", OneLine).show(self._header())
         elif isinstance(m, FollowStateUpdated) and m.job_id == self.job.id:
             self.follow_state[m.node_rank] = m.state
+            self._stop_loading({m.node_rank} & self._loading)
             self._show_titles()
 
     def _show_titles(self) -> None:
-        """Each node pane's title with its follow state (not in the per-rank layout)."""
-        if self.split_ranks or not can_draw(self, self._composed):
+        """Each node pane's title with its follow state."""
+        if not can_draw(self, self._composed):
             return
         panes = self.query_one(LogPanes)
         for node_rank, buf in self.by_node.items():
@@ -211,17 +360,19 @@ class LogsScreen(Screen[None]):
                 pane.set_title(self._node_title(node_rank))
 
     def take_lines(self, lines: Sequence[JobLogLine],
-                   shown: Sequence[Sequence[Row]] | None = None) -> None:
+                   shown: Sequence[Sequence[Row]] | None = None, *,
+                   keep_all: bool = False) -> None:
         """Queue lines for the panes. They are shaped (unless ``shown`` has their display
-        rows, made by the intake process) and shown by :meth:`_drain`, a few milliseconds of
-        work at a time, so keys are never stuck behind a burst of lines; a backlog beyond
-        :attr:`max_backlog` lines is skipped on screen (counted in the header, every line
-        stays in the archive: ``ctrl+s``)."""
+        rows, made by the intake process or a worker thread) and shown by :meth:`_drain`, a
+        few milliseconds of work at a time, so keys are never stuck behind a burst of lines;
+        a live backlog beyond :attr:`max_backlog` lines is skipped on screen (counted in the
+        header, every line stays in the archive: ``ctrl+s``); ``keep_all`` (a finished log
+        read at once) skips nothing."""
         if shown is None:
             self._pending.extend(lines)
         else:
             self._pending.extend(tuple(rows) for rows in shown if rows)
-        excess = len(self._pending) - self.max_backlog
+        excess = 0 if keep_all else len(self._pending) - self.max_backlog
         if excess > 0:
             for _ in range(excess):
                 node = _origin(self._pending.popleft())[0]
@@ -259,6 +410,10 @@ class LogsScreen(Screen[None]):
         self.lines_taken += taken
         if taken:
             panes.notify_appended()
+            if self._loading and self._following_tail:  # following: a first line ends it
+                self._stop_loading({n for n in self._loading if len(self.by_node[n])})
+        if not pending and self._loaded:
+            self._finish_loading()
         now = time.monotonic()
         if now - self._header_at >= 0.25 or not pending:
             self._header_at = now
@@ -287,8 +442,7 @@ class LogsScreen(Screen[None]):
         buf = self.by_node.get(node_rank)
         if buf is None:  # a node the record did not list (adopted job): give it a pane
             buf = self.by_node[node_rank] = LogBuffer(self.buffer_lines, node=node_rank)
-            if not self.split_ranks:
-                panes.add_pane(self._node_title(node_rank), buf)
+            panes.add_pane(self._node_title(node_rank), buf)
         buf.append_rows(node_rank, rank, shown)
         if rank is not None:
             key = (node_rank, rank)
@@ -296,8 +450,11 @@ class LogsScreen(Screen[None]):
             if rbuf is None:
                 rbuf = self.by_rank[key] = LogBuffer(self.buffer_lines, node=node_rank,
                                                      rank=rank)
-                if self.split_ranks:
-                    panes.add_pane(f"node {key[0]} rank {key[1]}", rbuf)
+                pane = panes.add_pane(f"node {key[0]} rank {key[1]}", rbuf, rank=True,
+                                      index=sorted(self.by_rank).index(key))
+                n = next((x for x in self.job.nodes if x.node_rank == node_rank), None)
+                if n is not None and n.state not in ("pending", "running"):
+                    pane.set_exit_code(n.exit_code)
             rbuf.append_rows(node_rank, rank, shown)
         self.merged.append_rows(node_rank, rank, shown)
 
@@ -306,10 +463,17 @@ class LogsScreen(Screen[None]):
             return
         panes = self.query_one(LogPanes)
         for n in self.job.nodes:
-            buf = self.by_node.get(n.node_rank)
-            pane = panes.pane_for(buf) if buf is not None else None
-            if pane is not None and n.state not in ("pending", "running"):
-                pane.set_exit_code(n.exit_code)
+            if n.state in ("pending", "running"):
+                continue
+            bufs = [self.by_node.get(n.node_rank),
+                    *(b for (node, _), b in self.by_rank.items() if node == n.node_rank)]
+            for buf in bufs:
+                pane = panes.pane_for(buf) if buf is not None else None
+                if pane is not None:
+                    pane.set_exit_code(n.exit_code)
+        if panes.merged_pane is not None and self.job.nodes and all(
+                n.state not in ("pending", "running") for n in self.job.nodes):
+            panes.merged_pane.set_exit_code(self.job.exit_code)
 
     # -- actions ----------------------------------------------------------------------------
 
@@ -317,26 +481,87 @@ class LogsScreen(Screen[None]):
         """Back to the previous screen (the follow ends with this screen)."""
         self.app.pop_screen()
 
-    async def action_split_ranks(self) -> None:
-        """Toggle one pane per node / one pane per rank."""
+    def action_split_ranks(self) -> None:
+        """Toggle one pane per node / one pane per rank (the panes stay mounted: this only
+        changes which are tiled, at the next layout)."""
         if not self.by_rank and not self.split_ranks:
             self.notify("no rank has written a line yet")
             return
         self.split_ranks = not self.split_ranks
-        old = self.query_one(LogPanes)
-        new = LogPanes(self._pane_specs(), merged=self.merged, id="panes")
-        self._composed = False  # no panes to draw into until the new ones are mounted
+        self.query_one(LogPanes).set_split(self.split_ranks)
+
+    def action_add_job(self) -> None:
+        """``+``: show another job's node panes next to these (asks for its id or name)."""
+
+        def chosen(value: str | None) -> None:
+            if not value:
+                return
+            try:
+                job = self.gc.service.find_job(value)
+            except GpuConsoleError as e:
+                self.notify(e.message, title="add job", severity="error")
+                return
+            self.add_job(job)
+
+        self.app.push_screen(AskScreen("Show the panes of another job next to these "
+                                       "(id or name):"), chosen)
+
+    def add_job(self, job: JobRecord) -> None:
+        """Tile ``job``'s node panes after this job's, titled with its name, and follow it
+        (or read its log, if finished) while this screen is open."""
+        if job.id == self.job.id or job.id in self.others:
+            self.notify(f"{job.id} is already shown", title="add job")
+            return
+        self.others[job.id] = job
+        panes = self.query_one(LogPanes)
+        for n in job.nodes:
+            buf = self.other_by_node[(job.id, n.node_rank)] = LogBuffer(
+                self.buffer_lines, node=n.node_rank)
+            panes.add_pane(f"{job.name} · node {n.node_rank} · {n.host}", buf)
+        self._show_other_exit_codes(job)
+        if not self.live:
+            return
+        if job.state in ("pending", "running"):
+            self.gc.service.start_follow(job, tail=self.buffer_lines, where=self.intake)
+        else:
+            self._read_other(job)
+
+    @work(group="logs-other", exit_on_error=False)
+    async def _read_other(self, job: JobRecord) -> None:
         try:
-            await old.remove()
-            await self.mount(new, after=self.query_one("#logs-header"))
-        finally:
-            self._composed = True
-        self._show_exit_codes()
-        self._show_titles()
-        self.query_one("#logs-header", OneLine).show(self._header())
-        if new.panes:
-            new.panes[0].focus()
-        self._schedule_drain()
+            lines = await self.gc.service.read_logs(job, tail=self.buffer_lines)
+        except GpuConsoleError as e:
+            self.notify(e.message, title="logs", severity="error")
+            return
+        rows = await asyncio.to_thread(_shape, lines)
+        self._take_other(job.id, lines, rows)
+        from console.jobs.logs import no_lines_reason
+
+        panes = self.query_one(LogPanes)
+        for n in job.nodes:  # an empty pane says why
+            buf = self.other_by_node.get((job.id, n.node_rank))
+            pane = panes.pane_for(buf) if buf is not None else None
+            if pane is not None and buf is not None and not len(buf):
+                why = no_lines_reason(job, n)
+                pane.set_empty_text(why[1] if why is not None else None)
+
+    def _take_other(self, job_id: str, lines: Sequence[JobLogLine],
+                    shown: Sequence[Sequence[Row]] | None) -> None:
+        """File another job's lines into its node panes' buffers."""
+        for i, ln in enumerate(lines):
+            buf = self.other_by_node.get((job_id, ln.node_rank))
+            if buf is not None:
+                rows = renumbered(shown[i]) if shown is not None else display_lines(ln)
+                buf.append_rows(ln.node_rank, ln.rank, rows)
+        self.query_one(LogPanes).notify_appended()
+
+    def _show_other_exit_codes(self, job: JobRecord) -> None:
+        panes = self.query_one(LogPanes)
+        for n in job.nodes:
+            buf = self.other_by_node.get((job.id, n.node_rank))
+            pane = panes.pane_for(buf) if buf is not None else None
+            if pane is not None and n.state not in ("pending", "running"):
+                pane.set_exit_code(n.exit_code)
 
     def action_stop(self) -> None:
         """Stop the job (with the confirmation showing what runs where)."""

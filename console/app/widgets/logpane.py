@@ -21,6 +21,7 @@ often as it likes); the pane syncs with the buffer at most every :data:`REFRESH_
 from __future__ import annotations
 
 import bisect
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -118,7 +119,9 @@ def ascii_window(segments: list[Segment], start: int, span: int, width: int,
 
 
 class LogPrompt(Input):
-    """The one-line input under a pane for ``/`` (search) and ``&`` (filter).
+    """The one-line input for a pane's ``/`` (search) and ``&`` (filter): under the pane's
+    :attr:`LogPane.prompt_anchor` (the whole tiled area in the logs screen, so it spans the
+    screen), naming the pane it searches.
 
     Typing applies live; enter keeps the value, escape restores the value the prompt opened
     with. Either way the prompt is removed and focus goes back to the pane.
@@ -128,14 +131,16 @@ class LogPrompt(Input):
         Binding("escape", "cancel", "Cancel", show=False, id="logs.prompt_cancel"),
     ]
     DEFAULT_CSS = """
-    LogPrompt, LogPrompt:focus { height: 1; border: none; padding: 0 1; }
+    LogPrompt, LogPrompt:focus { height: 1; width: 1fr; border: none; padding: 0 1; }
     """
 
     def __init__(self, pane: LogPane, kind: PromptKind, value: str) -> None:
         super().__init__(
             value=value,
-            placeholder="search (substring)" if kind == "search"
-            else "filter (substring, !inverts, empty clears)",
+            placeholder=f"search {pane.title}: text of the line as shown, tags included"
+            if kind == "search"
+            else f"filter {pane.title}: text of the line as shown, tags included; a leading ! "
+                 "keeps the lines without it; empty clears",
         )
         self.pane = pane
         self.kind: PromptKind = kind
@@ -184,7 +189,9 @@ class LogPane(ScrollView, can_focus=True):
 
     COMPONENT_CLASSES: ClassVar[set[str]] = {
         "logpane--match",
+        "logpane--match-current",
         "logpane--cursor",
+        "logpane--error",
         "logpane--tag",
         "logpane--timestamp",
     }
@@ -193,20 +200,31 @@ class LogPane(ScrollView, can_focus=True):
     LogPane {
         height: 1fr;
         width: 1fr;
-        border: round $border-blurred;
+        /* unfocused: a quiet border, but its title (another node's follow state, line
+           count, exit code) in readable text; focused: the theme's border colour and a
+           bold title */
+        border: round $foreground 25%;
         border-title-align: left;
+        border-title-color: $foreground 80%;
         border-subtitle-align: right;
-        border-subtitle-color: $warning;
+        border-subtitle-color: $text-warning;
         scrollbar-gutter: stable;
         overflow-x: auto;
         overflow-y: scroll;
-        &:focus { border: round $border; }
+        &:focus {
+            border: round $border;
+            border-title-color: $foreground;
+            border-title-style: bold;
+        }
         &.-wrap { overflow-x: hidden; }
         /* following: the scrollbars would only say "at the bottom" and cost a repaint per
            tick; they show once the view leaves the bottom */
         &.-following { scrollbar-visibility: hidden; }
         & > .logpane--match { background: $warning 70%; color: $background; }
+        & > .logpane--match-current { background: $foreground; color: $background;
+                                      text-style: bold; }
         & > .logpane--cursor { background: $accent 30%; }
+        & > .logpane--error { color: $text-error; }
         & > .logpane--tag { color: $text-muted; }
         & > .logpane--timestamp { color: $text-muted; }
     }
@@ -253,6 +271,8 @@ class LogPane(ScrollView, can_focus=True):
         self._paused_end: int | None = None  # view end (absolute) when follow was paused
         self._exit_code: int | None = None
         self._ended = False
+        self._loading = False
+        self._empty_text: str | None = None
         self._wrap = False
         self._timestamps = False
         self._search = ""
@@ -260,6 +280,7 @@ class LogPane(ScrollView, can_focus=True):
         self._cursor: int | None = None  # absolute position of the current match / error
         # view, synced with the buffer by _sync()
         self._view: list[int] = []  # absolute positions shown, ascending
+        self._matches: list[int] = []  # positions of view lines the search finds, ascending
         self._rows: list[int] | None = None  # wrap mode: first row of each view line, + end
         self._rows_width = 0
         self._synced_version = -1
@@ -271,6 +292,9 @@ class LogPane(ScrollView, can_focus=True):
         self._segment_styles: dict[str, Style] = {}  # see _styles(); until styles change
         self.add_class("-following")
         self._prompt: LogPrompt | None = None
+        self.prompt_anchor: Widget | None = None
+        """The widget the search/filter prompt opens under (``None``: the pane itself); the
+        tiled panes set themselves, so the prompt spans all of them."""
         self.lines_rendered = 0
         """render_line calls so far (each renders one visible row)."""
         self.syncs = 0
@@ -300,6 +324,31 @@ class LogPane(ScrollView, can_focus=True):
         self._exit_code = code
         self._ended = True
         self._update_title()
+
+    def set_loading(self, loading: bool) -> None:
+        """While loading the border says ``loading…`` (never ``0 lines`` before the first
+        line came)."""
+        if loading != self._loading:
+            self._loading = loading
+            self._update_title()
+
+    def set_empty_text(self, text: str | None) -> None:
+        """What the pane says in its body while it has no line (e.g. why: the container is
+        gone and nothing was archived); ``None``: nothing."""
+        if text != self._empty_text:
+            self._empty_text = text
+            self._strips.clear()
+            self.refresh()
+
+    @property
+    def loading_lines(self) -> bool:
+        """Whether the owner is still loading the pane's lines (:meth:`set_loading`)."""
+        return self._loading
+
+    @property
+    def empty_text(self) -> str | None:
+        """See :meth:`set_empty_text`."""
+        return self._empty_text
 
     def set_title(self, title: str) -> None:
         """Change the title part of the border (e.g. the host after a reconnect)."""
@@ -388,11 +437,25 @@ class LogPane(ScrollView, can_focus=True):
 
     @property
     def match_count(self) -> int:
-        """Lines in the view containing :attr:`search_term` (case-insensitive)."""
-        needle = self._search.lower()
-        if not needle:
-            return 0
-        return sum(1 for a in self._view if needle in self._plain(a).lower())
+        """Lines in the view whose text as shown (:meth:`shown_text`) contains
+        :attr:`search_term` (case-insensitive)."""
+        return len(self._matches)
+
+    @property
+    def match_index(self) -> int | None:
+        """1-based number of the current match (the line ``n``/``N`` went to) among
+        :attr:`match_count`; ``None`` when the cursor is on no match."""
+        c = self._cursor
+        if c is None:
+            return None
+        i = bisect.bisect_left(self._matches, c)
+        return i + 1 if i < len(self._matches) and self._matches[i] == c else None
+
+    @property
+    def error_lines(self) -> list[int]:
+        """Buffer indices (current) of the error-like lines ``e``/``E`` jump between and the
+        pane colours (:func:`~console.jobs.logtext.is_error_like`)."""
+        return self.buffer.errors()
 
     def visible_lines(self) -> list[DisplayLine]:
         """The buffer lines currently on screen, top to bottom (each once, even if wrapped)."""
@@ -420,15 +483,28 @@ class LogPane(ScrollView, can_focus=True):
         """Line at absolute position ``a`` as of the last sync (see the module docstring)."""
         return self.buffer.peek(a - self._base())
 
-    def _plain(self, a: int) -> str:
-        line = self._line(a)
-        return line.plain if line is not None else ""
+    def shown_text(self, line: DisplayLine) -> str:
+        """The line as the pane shows it, without styles: timestamp (when shown), tag (in a
+        node's or the merged pane) and text. What ``/`` search and the ``&`` filter match,
+        so ``r0]`` or ``[n0 r0]`` find what the tags on screen say."""
+        return self._shown_row(line.ts_ns, line.node_rank, line.rank, line.plain)
+
+    def _shown_row(self, ts_ns: int, node_rank: int, rank: int | None, plain: str) -> str:
+        prefix = f"{format_ts(ts_ns)} " if self._timestamps else ""
+        if self._tagged():
+            prefix += (f"[n{node_rank}] " if rank is None else f"[n{node_rank} r{rank}] ")
+        return prefix + plain if prefix else plain
 
     def _passes(self, line: DisplayLine) -> bool:
         needle, invert = parse_filter(self._filter)
         if not needle:
             return True
-        return (needle in line.plain.lower()) != invert
+        return (needle in self.shown_text(line).lower()) != invert
+
+    def _found(self, line: DisplayLine | None) -> bool:
+        """Whether the search term is in the line as shown."""
+        needle = self._search.lower()
+        return bool(needle) and line is not None and needle in self.shown_text(line).lower()
 
     def _tagged(self) -> bool:
         """Lines carry their tag: in the merged pane and in a node's pane, not in a rank's."""
@@ -485,17 +561,26 @@ class LogPane(ScrollView, can_focus=True):
         del view[cut:]
         if self._rows is not None:
             del self._rows[cut + 1 :]
+        matches = self._matches
+        del matches[: bisect.bisect_left(matches, base)]
+        del matches[bisect.bisect_left(matches, start) :]
         width = self._rows_width
         needle, invert = parse_filter(self._filter)
+        search = self._search.lower()
+        shown = self._shown_row
         widest = self._max_width
         wrapped = self._rows
         a = start
-        # raw rows (fields as DisplayLine: 5 plain, 8 cells): thousands a second pass here
+        # raw rows (fields as DisplayLine: 1 node, 2 rank, 3 ts, 5 plain, 8 cells): thousands
+        # a second pass here; the text as shown is built only while a filter or search is on
         for row in buf.rows(start - base, end - base):
             if row[8] > widest:
                 widest = min(row[8], MAX_RENDER_CHARS)
-            if not needle or (needle in row[5].lower()) != invert:
+            text = shown(row[3], row[1], row[2], row[5]).lower() if needle or search else ""
+            if not needle or (needle in text) != invert:
                 view.append(a)
+                if search and search in text:
+                    matches.append(a)
                 if wrapped is not None:
                     wrapped.append(wrapped[-1] + self._height(DisplayLine._make(row), width))
             a += 1
@@ -528,14 +613,32 @@ class LogPane(ScrollView, can_focus=True):
         buf = self.buffer
         buf.settle()
         base = self._base()
-        self._view = [base + i for i in range(len(buf)) if self._passes(buf[i])]
-        if measure:
-            self._max_width = max(
-                (cell_len(buf[i].plain[:MAX_RENDER_CHARS]) for i in range(len(buf))), default=0
-            )
+        rows = buf.rows(0, len(buf))
+        needle, invert = parse_filter(self._filter)
+        if needle:
+            shown = self._shown_row
+            self._view = [base + i for i, r in enumerate(rows)
+                          if (needle in shown(r[3], r[1], r[2], r[5]).lower()) != invert]
+        else:
+            self._view = list(range(base, base + len(rows)))
+        self._find_matches()
+        if measure:  # rows carry their width in cells (field 8)
+            self._max_width = min(max((r[8] for r in rows), default=0), MAX_RENDER_CHARS)
         self._rebuild_rows()
         self._synced_version, self._synced_base, self._synced_end = buf.version, base, buf.total
         self._after_view_change(top_before, None)
+
+    def _find_matches(self) -> None:
+        """Recompute :attr:`_matches` over the whole view (the search term changed)."""
+        search = self._search.lower()
+        if not search:
+            self._matches = []
+            return
+        base = self._base()
+        rows = self.buffer.rows(0, len(self.buffer))
+        shown = self._shown_row
+        self._matches = [a for a in self._view
+                         if search in shown((r := rows[a - base])[3], r[1], r[2], r[5]).lower()]
 
     def _rebuild_rows(self) -> None:
         if not self._wrap:
@@ -635,9 +738,8 @@ class LogPane(ScrollView, can_focus=True):
     def _line_text(self, line: DisplayLine, is_cursor: bool) -> Text:
         raw = line.text if len(line.text) <= MAX_RENDER_CHARS else line.text[:MAX_RENDER_CHARS]
         body = Text.from_ansi(raw.translate(_CONTROL), no_wrap=True, end="")
-        if self._search:
-            body.highlight_words([self._search], self.get_component_rich_style("logpane--match"),
-                                 case_sensitive=False)
+        if line.error:  # under the line's own colours
+            body.stylize_before(self._styles()["logpane--error"])
         parts: list[Text] = []
         if self._timestamps:
             parts.append(Text(format_ts(line.ts_ns) + " ",
@@ -647,8 +749,12 @@ class LogPane(ScrollView, can_focus=True):
             parts.append(Text(tag + " ", self.get_component_rich_style("logpane--tag")))
         text = Text.assemble(*parts, body, no_wrap=True, end="") if parts else body
         text.stylize_before(self._styles()["base"])
-        if is_cursor:
-            text.stylize_before(self.get_component_rich_style("logpane--cursor"))
+        if is_cursor:  # the line's background, over its own colours' (not its colours)
+            text.stylize(self._styles()["cursor"])
+        if self._search:  # in the text as shown, prefix included (what the search matched)
+            match = "logpane--match-current" if is_cursor else "logpane--match"
+            text.highlight_words([self._search], self.get_component_rich_style(match),
+                                 case_sensitive=False)
         return text
 
     def _styles(self) -> dict[str, Style]:
@@ -658,8 +764,10 @@ class LogPane(ScrollView, can_focus=True):
         if not styles:
             base = self.rich_style
             styles["base"] = base
-            for name in ("logpane--timestamp", "logpane--tag"):
+            for name in ("logpane--timestamp", "logpane--tag", "logpane--error"):
                 styles[name] = base + self.get_component_rich_style(name)
+            styles["cursor"] = Style(
+                bgcolor=self.get_component_rich_style("logpane--cursor").bgcolor)
         return styles
 
     def _plain_segments(self, line: DisplayLine) -> list[Segment] | None:
@@ -670,7 +778,7 @@ class LogPane(ScrollView, can_focus=True):
         raw = line.text
         if len(raw) > MAX_RENDER_CHARS or not raw.isascii() or not raw.isprintable():
             return None
-        if self._search and self._search.lower() in line.plain.lower():
+        if self._found(line):
             return None
         styles = self._styles()
         segments: list[Segment] = []
@@ -679,7 +787,7 @@ class LogPane(ScrollView, can_focus=True):
         tag = self._tag(line)
         if tag:
             segments.append(Segment(tag + " ", styles["logpane--tag"]))
-        segments.append(Segment(raw, styles["base"]))
+        segments.append(Segment(raw, styles["logpane--error" if line.error else "base"]))
         return segments
 
     def _render_row(self, line: DisplayLine, is_cursor: bool, start: int, span: int,
@@ -690,6 +798,8 @@ class LogPane(ScrollView, can_focus=True):
         if segments is not None:
             return ascii_window(segments, start, span, width, style)
         text = self._line_text(line, is_cursor)
+        if is_cursor:
+            style = style + self._styles()["cursor"]  # the whole row, to the pane's edge
         full = Strip(text.render(self.app.console), text.cell_len)
         return full.crop_extend(start, start + span, style).adjust_cell_length(width, style)
 
@@ -704,6 +814,12 @@ class LogPane(ScrollView, can_focus=True):
         style = self._styles()["base"]
         found = self._locate(scroll_y + y)
         if found is None:
+            said = self._empty_text or ("loading…" if self._loading else None)
+            if not self._view and said:  # wrapped at the pane's width
+                rows = textwrap.wrap(said, max(8, width)) or [""]
+                if scroll_y + y < len(rows):
+                    text = Text(rows[scroll_y + y], style=self._styles()["logpane--tag"])
+                    return Strip(text.render(self.app.console)).adjust_cell_length(width, style)
             return Strip.blank(width, style)
         vi, sub = found
         a = self._view[vi]
@@ -732,10 +848,12 @@ class LogPane(ScrollView, can_focus=True):
         elif not self._following:
             parts.append("paused")
         total = len(self.buffer)
-        if self._filter and parse_filter(self._filter)[0]:
+        if self._loading and not total:
+            parts.append("loading…")
+        elif self._filter and parse_filter(self._filter)[0]:
             parts.append(f"{len(self._view):,}/{total:,} lines")
         else:
-            parts.append(f"{total:,} lines")
+            parts.append(f"{total:,} lines" + (" · loading…" if self._loading else ""))
         if self._exit_code is not None:
             parts.append(f"exited {self._exit_code}")
         elif self._ended:
@@ -745,7 +863,10 @@ class LogPane(ScrollView, can_focus=True):
         if not self._following and n:
             badges.append(f"+{n} new lines")
         if self._search:
-            badges.append(f"/{self._search}")
+            found, i = len(self._matches), self.match_index
+            badges.append(f"/{self._search} " + (f"{i}/{found:,}" if i is not None
+                                                 else f"{found:,} found" if found
+                                                 else "not found"))
         if self._filter:
             badges.append(f"&{self._filter}")
         self.border_subtitle = Content(" ".join(badges)) if badges else None
@@ -867,11 +988,14 @@ class LogPane(ScrollView, can_focus=True):
     def _open_prompt(self, kind: PromptKind, value: str) -> None:
         if self._prompt is not None:
             self._prompt.remove()
-        parent = self.parent
-        if not isinstance(parent, Widget):  # a pane directly on a Screen
+        anchor = self.prompt_anchor
+        if anchor is None or not anchor.is_mounted:
+            anchor = self
+        parent = anchor.parent
+        if not isinstance(parent, Widget):
             parent = self.screen
         self._prompt = LogPrompt(self, kind, value)
-        parent.mount(self._prompt, after=self)
+        parent.mount(self._prompt, after=anchor)
         self._prompt.focus()
 
     def _prompt_changed(self, kind: PromptKind, value: str) -> None:
@@ -891,10 +1015,12 @@ class LogPane(ScrollView, can_focus=True):
             self.search_next()
 
     def set_search(self, term: str, *, jump: bool = True) -> None:
-        """Highlight ``term`` (case-insensitive substring; "" clears) and, with ``jump``, go to
-        the next match."""
+        """Highlight ``term`` (case-insensitive substring of the line as shown,
+        :meth:`shown_text`; "" clears) and, with ``jump``, go to the next match."""
         if term != self._search:
+            self._sync()
             self._search = term
+            self._find_matches()
             self._strips.clear()
             self._update_title()
             self.refresh()
@@ -902,8 +1028,9 @@ class LogPane(ScrollView, can_focus=True):
             self.search_next()
 
     def set_filter(self, text: str) -> None:
-        """Show only lines containing ``text`` (case-insensitive); a leading ``!`` inverts;
-        "" (or "!") shows every line."""
+        """Show only lines whose text as shown (:meth:`shown_text`: tag and timestamp
+        included) contains ``text`` (case-insensitive); a leading ``!`` inverts; "" (or "!")
+        shows every line."""
         if text == self._filter:
             return
         self._filter = text
@@ -925,7 +1052,12 @@ class LogPane(ScrollView, can_focus=True):
         """Prefix lines with their local ``HH:MM:SS.mmm`` timestamp."""
         if show == self._timestamps:
             return
+        self._sync()
         self._timestamps = show
+        if parse_filter(self._filter)[0]:
+            self._rebuild()  # the filter matches the text as shown, timestamps included
+            return
+        self._find_matches()
         top = self._top_line()
         self._rebuild_rows()
         self._after_view_change(top, None)
@@ -946,13 +1078,15 @@ class LogPane(ScrollView, can_focus=True):
 
     def search_next(self) -> bool:
         """Go to the next line containing the search term (wraps around). False if none."""
-        needle = self._search.lower()
-        return bool(needle) and self._step(+1, lambda a: needle in self._plain(a).lower())
+        self._sync()
+        found = set(self._matches)
+        return bool(found) and self._step(+1, found.__contains__)
 
     def search_prev(self) -> bool:
         """Go to the previous line containing the search term (wraps around)."""
-        needle = self._search.lower()
-        return bool(needle) and self._step(-1, lambda a: needle in self._plain(a).lower())
+        self._sync()
+        found = set(self._matches)
+        return bool(found) and self._step(-1, found.__contains__)
 
     def error_next(self) -> bool:
         """Go to the next error-like line (``logtext.is_error_like``), wrapping around."""
