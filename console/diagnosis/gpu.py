@@ -39,8 +39,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
+from console.diagnosis.common import FAILURE_WORDS
 from console.diagnosis.lines import Line
-from console.diagnosis.model import Consequence, Context, Diagnosis, FactValue
+from console.diagnosis.model import Consequence, Context, Diagnosis, FactValue, Needs
 from console.diagnosis.model import make_diagnosis as _diag
 from remote.telemetry.faults import (
     DriverLoadProblem,
@@ -973,3 +974,6 @@ def _rules_nvml(ctx: Context) -> Iterable[Diagnosis]:
 #: The rules of this module (the engine ranks what they find).
 RULES = (_rules_xid, _rules_smi, _rules_nvml, _nvml_calls, _kernel_mismatch, _fabric_manager,
          _kernel_no_gpus, _plugin_stalled)
+
+#: What lines each rule reads (the engine's pre-filter; see :class:`Needs`).
+NEEDS = {rule: Needs(FAILURE_WORDS) for rule in RULES}
