@@ -72,9 +72,9 @@ FAILURE_WORDS: tuple[str, ...] = (
     "dead", "panic", "assert", "timeout", "timed out", "time limit", "deadline",
     # what went wrong
     "denied", "not found", "no such", "cannot", "can't", "could not", "couldn't", "unable",
-    "invalid", "illegal", "not yet initiali", "refused", "unreachable", "unsupported", "not supported", "missing",
-    "mismatch", "permission", "no space", "out of memory", "oom", "memory", "unknown",
-    "unexpected", "corrupt", "lost", "reset",
+    "invalid", "illegal", "not yet initiali", "refused", "unreachable", "unsupported",
+    "not supported", "missing", "mismatch", "permission", "no space", "out of memory", "oom",
+    "memory", "unknown", "unexpected", "corrupt", "lost", "reset",
     # the stack the rules know
     "nccl", "cuda", "cudnn", "gpu", "nvidia", "nvml", "nvrm", "xid", "driver", "device",
     "docker", "container", "runtime", "image", "registry", "manifest", "pull", "daemon",

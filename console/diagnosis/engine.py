@@ -166,11 +166,11 @@ ENGINE_NEEDS: tuple[Needs, ...] = (
 
 #: Physical lines always kept at the start (the command, the world size, the set-up) and at
 #: the end (where the job stopped) of an input.
-HEAD_LINES = 200
-TAIL_LINES = 400
+HEAD_LINES = 100
+TAIL_LINES = 200
 #: Lines kept of each dropped stretch, so that lines far apart in the input stay as far apart
-#: for the rules that look a few lines away (a frame near an exception line, the NCCL return
-#: trace within 40 lines of its WARN): at least the widest such window.
+#: for the rules that look some lines away: at least the widest such window (NCCL's return
+#: trace within 40 lines of its WARN; a frame within 4 lines of an exception line...).
 GAP_LINES = 40
 #: Inputs up to this many characters are read whole.
 SMALL_TEXT = 256 * 1024

@@ -120,5 +120,5 @@ class Needs:
     """
 
     words: tuple[str, ...]
-    before: int = 6
-    after: int = 12
+    before: int = 4
+    after: int = 8

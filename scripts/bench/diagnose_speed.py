@@ -6,28 +6,32 @@ ranks, made of the shapes the corpus's real logs show:
 - step lines as the device recording prints them (``tests/data/device/host-runtime-h200/
   follow.out``: ``step N/M loss L samples/s S world_size W``) behind torchrun's
   ``[default<local rank>]:`` prefix, some with an ISO timestamp and ANSI colours;
-- NCCL ``NCCL_DEBUG=INFO`` start-up noise: the corpus's own ``NCCL INFO`` lines that are not
-  error traces (``Ring``, ``Channel``, ``Bootstrap``, ``NET/IB``, ``comm ... Init COMPLETE``),
-  re-emitted under ``host:pid:tid [dev]`` every 50 lines;
-- tqdm bars redrawn with ``\\r`` every 100 lines, and the ``c10d_logger`` UserWarning the
-  recording shows;
+- every 100,000 lines (an epoch: new communicators, an evaluation barrier), a burst of 64
+  ``NCCL_DEBUG=INFO`` lines, the corpus's own ``NCCL INFO`` lines that are not error traces
+  (``Ring``, ``Channel``, ``Bootstrap``, ``NET/IB``, ``comm ... Init COMPLETE``) under
+  ``host:pid:tid [dev]``, and the ``c10d_logger`` UserWarning the recording shows;
+- a tqdm bar redrawn 4 times with ``\\r`` every 100 lines, a coloured (ANSI) timestamp on
+  every 10th line;
 
 then, at the end, one real failure: a whole corpus text (``--tail``, default the torch,
 NCCL, CUDA OOM and Xid cases below). The diagnosis of the big log must be the diagnosis of
 that text alone (checked, printed).
 
 Measured: wall time of ``console.diagnosis.diagnose(text)`` (best of ``--rounds``, in this
-process, text already in memory) and of ``grep -E -i -c`` of the engine's combined keywords
-(:func:`console.diagnosis.engine.keywords`) on the same text in a file (page cache warm), and
-``grep -c`` of one fixed word as grep's floor. Prints a markdown table: MiB/s, ratios.
+process, the text already in memory); with ``--baseline CHECKOUT`` the same call in a child
+process importing another checkout (the code before a change; one round, first tail only);
+``grep -E -i -c`` of the engine's words (:func:`console.diagnosis.engine.keywords`, the same
+alternation) on the same text in a file (page cache warm), and ``grep -c`` of one fixed word
+as grep's floor. Prints a markdown table: MiB/s and the ratios.
 
 Run::
 
     .venv/bin/python scripts/bench/diagnose_speed.py [--mib 100] [--rounds 3]
-        [--tail corpus/torch/trc-010.txt ...] [--unfiltered] [--profile out.prof]
+        [--tail torch/trc-014.txt ...] [--baseline /path/to/old/checkout] [--unfiltered]
+        [--profile out.prof]
 
-``--unfiltered`` also times the engine with its pre-filter off (every rule on every line),
-the reference the corpus test compares against.
+``--unfiltered`` also times the engine with its pre-filter off (every rule on every line;
+one round), the reference the corpus test compares against.
 """
 
 from __future__ import annotations
@@ -90,7 +94,7 @@ def build_log(mib: float, tail: str, seed: int = 26) -> str:
     step, total, blocks = 0, 10_000_000, 0
     while size < target:
         chunk: list[str] = []
-        if blocks % 200 == 0:  # a communicator's set-up: NCCL_DEBUG=INFO prints a burst
+        if blocks % 1000 == 0:  # an epoch: new communicators, NCCL_DEBUG=INFO prints a burst
             chunk += [f"[default{k % 8}]:gpu-node-03:{14750 + k % 8}:{15000 + k % 8} "
                       f"[{k % 8}] NCCL INFO {rnd.choice(noise)}" for k in range(64)]
         for i in range(100):
@@ -106,7 +110,7 @@ def build_log(mib: float, tail: str, seed: int = 26) -> str:
         chunk.append("".join(
             f"Steps: {pct:3d}%|{'█' * (pct // 10):<10}| {step // 8 - 3 + k}/{total} "
             f"[12:10<20:44, {rnd.uniform(14, 16):.2f}it/s]\r" for k in range(4)))
-        if blocks % 80 == 0:
+        if blocks % 1000 == 0:
             chunk += [f"[default0]:{w}" for w in warning]
         blocks += 1
         block = "\n".join(chunk) + "\n"

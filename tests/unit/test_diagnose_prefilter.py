@@ -15,6 +15,7 @@ the pre-filter and without it, and the answers must be equal:
 from __future__ import annotations
 
 import re
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,13 @@ def _answer(text: str, monkeypatch: pytest.MonkeyPatch, prefilter: bool) -> Any:
              for c in d.consequences])
 
 
+def _wrap_widths(text: str) -> set[int]:
+    """Lengths (60 columns or more) that at least 3 lines of ``text`` have exactly: a hard wrap
+    at that width (a paste whose rows end padded with blanks)."""
+    counts = Counter(len(line) for line in text.split("\n") if len(line) >= 60)
+    return {n for n, k in counts.items() if k >= 3}
+
+
 def _tagged(text: str) -> bool:
     """The normaliser strips a relay's tag only when it starts most lines: diluting such a text
     changes its own answer, whatever the pre-filter does."""
@@ -77,7 +85,8 @@ def test_same_answer_diluted(path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     text = path.read_text(encoding="utf-8", errors="replace")
     if _tagged(text):
         pytest.skip("a relay's tag on most lines: dilution changes the answer itself")
-    # a row of a terminal-wrapped line stays with the next (the rules join the two)
-    diluted = "".join(line + "\n" + ("" if len(line) in TERMINAL_WIDTHS else _NOISE)
+    # a row of a line wrapped at a fixed width stays with the next (the rules join the two)
+    widths = set(TERMINAL_WIDTHS) | _wrap_widths(text)
+    diluted = "".join(line + "\n" + ("" if len(line) in widths else _NOISE)
                       for line in text.split("\n"))
     assert _answer(diluted, monkeypatch, True) == _answer(diluted, monkeypatch, False)
