@@ -7,9 +7,11 @@ window. To see that on the corpus's small texts, every case is run twice more, e
 the pre-filter and without it, and the answers must be equal:
 
 - as it is, with the pre-filter made to apply to every size and keep no fixed head or tail;
-- diluted: every physical line followed by 40 lines of a training loop's step output (no
+- diluted: every physical line followed by 60 lines of a training loop's step output (no
   declared word in them), so that no line of the case is inside another's context window and
-  only the lines the words find survive, exactly what a 100 MiB log does to them.
+  only the lines the words find survive, exactly what a 100 MiB log does to them. What is
+  one thing stays together: a line wrapped at a fixed width, torchelastic's summary (a
+  record whose context has its own test, ``test_summary_amid_noise``).
 """
 
 from __future__ import annotations
@@ -54,11 +56,38 @@ def _answer(text: str, monkeypatch: pytest.MonkeyPatch, prefilter: bool) -> Any:
              for c in d.consequences])
 
 
+#: The lines of torchelastic's failure summary (console/diagnosis/elastic.py's grammar).
+_RECORD = re.compile(
+    r"^\s*(?:\[\d+\]:\s*$|(?:time|host|rank|exitcode|error_file|traceback|msg)\s*:|Root Cause"
+    r"|(?:Other )?Failures:|[=*-]{8,}|\S.* FAILED\s*$|<NO_OTHER_FAILURES>)")
+
+
+_BORDER = re.compile(r"^\s*[=*-]{8,}\s*$")
+
+
 def _wrap_widths(text: str) -> set[int]:
     """Lengths (60 columns or more) that at least 3 lines of ``text`` have exactly: a hard wrap
     at that width (a paste whose rows end padded with blanks)."""
     counts = Counter(len(line) for line in text.split("\n") if len(line) >= 60)
     return {n for n, k in counts.items() if k >= 3}
+
+
+def _dilute(text: str) -> str:
+    """``text`` with :data:`_NOISE` after each line, except inside what is one thing: a line
+    wrapped at a fixed width (the rules join its rows) and torchelastic's summary up to its
+    closing border (one record; its context is test_summary_amid_noise's)."""
+    widths = set(TERMINAL_WIDTHS) | _wrap_widths(text)
+    out: list[str] = []
+    in_summary = seen_root = False
+    for line in text.split("\n"):
+        body = _strip_decorations(line)[0]
+        if _RECORD.match(body) and not _BORDER.match(body):
+            in_summary = True
+        seen_root = seen_root or (in_summary and "Root Cause" in body)
+        if in_summary and seen_root and _BORDER.match(body) and body.strip().startswith("="):
+            in_summary = seen_root = False
+        out.append(line + "\n" + ("" if len(line) in widths or in_summary else _NOISE))
+    return "".join(out)
 
 
 def _tagged(text: str) -> bool:
@@ -85,8 +114,60 @@ def test_same_answer_diluted(path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     text = path.read_text(encoding="utf-8", errors="replace")
     if _tagged(text):
         pytest.skip("a relay's tag on most lines: dilution changes the answer itself")
-    # a row of a line wrapped at a fixed width stays with the next (the rules join the two)
-    widths = set(TERMINAL_WIDTHS) | _wrap_widths(text)
-    diluted = "".join(line + "\n" + ("" if len(line) in widths else _NOISE)
-                      for line in text.split("\n"))
+    diluted = _dilute(text)
     assert _answer(diluted, monkeypatch, True) == _answer(diluted, monkeypatch, False)
+
+
+def _steps(n: int, start: int = 0) -> list[str]:
+    return [f"step {i} loss 0.{i:04d}\n" for i in range(start, start + n)]
+
+
+def test_keeps_the_hit_its_context_and_the_start_of_each_dropped_stretch() -> None:
+    lines = _steps(200) + ["RuntimeError: CUDA error: an illegal memory access\n"] + _steps(200, 200)
+    kept = _KEPT("".join(lines), head=0, tail=0, small=0)
+    gap, before, after = engine.GAP_LINES, 4, 8  # Needs' defaults, the rules' words
+    assert kept == "".join(lines[:gap] + lines[200 - before:201 + after + gap])
+
+
+def test_head_and_tail_are_kept() -> None:
+    lines = _steps(1000)
+    kept = _KEPT("".join(lines), head=5, tail=7, small=0)
+    assert kept == "".join(lines[:5 + engine.GAP_LINES] + lines[-7:])
+
+
+def test_python_re_keeps_what_re2_keeps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without google-re2 the pre-filter falls back to Python's ``re``: the same lines."""
+    text = "".join(line + "\n" + _NOISE for path in CASES[::7]
+                   for line in path.read_text(encoding="utf-8", errors="replace").split("\n"))
+    first = _KEPT(text, head=0, tail=0, small=0)
+    real_import = engine.importlib.import_module
+
+    def no_re2(name: str) -> object:
+        if name == "re2":
+            raise ImportError(name)
+        return real_import(name)
+
+    engine._matcher.cache_clear()
+    monkeypatch.setattr(engine.importlib, "import_module", no_re2)
+    try:
+        fallback = engine._matcher()
+        assert fallback is not None and isinstance(fallback[0], re.Pattern)
+        assert _KEPT(text, head=0, tail=0, small=0) == first
+    finally:
+        monkeypatch.undo()
+        engine._matcher.cache_clear()
+    assert len(first) < len(text)  # it did drop lines
+
+
+def test_summary_amid_noise() -> None:
+    """torchelastic's summary (a record of lines, most without a declared word) in the middle
+    of 600 KiB of step lines reads as it does alone."""
+    summary = (CORPUS / "torch" / "trc-014.txt").read_text(encoding="utf-8")
+    assert "Root Cause" in summary
+    noise = "".join(_steps(20_000))
+    text = noise + summary + noise
+    assert len(engine.kept_text(text)) < len(text) // 10
+    alone, amid = engine.diagnose(summary), engine.diagnose(text)
+    assert alone is not None and amid is not None
+    assert (amid.kind, amid.ranks, dict(amid.facts), amid.failure) == \
+        (alone.kind, alone.ranks, dict(alone.facts), alone.failure)
