@@ -123,7 +123,8 @@ def _steps(n: int, start: int = 0) -> list[str]:
 
 
 def test_keeps_the_hit_its_context_and_the_start_of_each_dropped_stretch() -> None:
-    lines = _steps(200) + ["RuntimeError: CUDA error: an illegal memory access\n"] + _steps(200, 200)
+    hit = "RuntimeError: CUDA error: an illegal memory access\n"
+    lines = _steps(200) + [hit] + _steps(200, 200)
     kept = _KEPT("".join(lines), head=0, tail=0, small=0)
     gap, before, after = engine.GAP_LINES, 4, 8  # Needs' defaults, the rules' words
     assert kept == "".join(lines[:gap] + lines[200 - before:201 + after + gap])
