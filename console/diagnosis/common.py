@@ -76,7 +76,17 @@ FAILURE_WORDS: tuple[str, ...] = (
     "not supported", "missing", "mismatch", "permission", "no space", "out of memory", "oom",
     "memory", "unknown", "unexpected", "corrupt", "lost", "reset",
     # the stack the rules know
-    "nccl", "cuda", "cudnn", "gpu", "nvidia", "nvml", "nvrm", "xid", "driver", "device",
+    # NCCL: its warnings, errors and result names, its return traces ("NCCL INFO init.cc:903
+    # -> 5": a source file and line), its version and communicator lines; never its INFO
+    # chatter alone (rings, channels, trees: thousands of lines in an NCCL_DEBUG=INFO run)
+    "nccl warn", "nccl error", "nccl abort", "nccl version", "nccl_", "nccl communicator",
+    "processgroupnccl", "ncclunhandled", "ncclsystem", "ncclinternal", "ncclinvalid",
+    "ncclremote", "nccl timeout", "nccl work", "worknccl", "watchdog", "nranks", ".cc:", ".c:",
+    ".h:",
+    # a GPU named as a word, not inside a host name ("gpu-node-01:14750:15000 [0] NCCL INFO")
+    " gpu", "gpu ", "gpus", "gpu:", "gpu=", "gpu)", "gpu]", "gpu.", "gpu,", "gpu_", "_gpu",
+    "[gpu", "(gpu", "/gpu", "\"gpu", "gpu\"", "'gpu", "gpu'", "-gpu", "gpu%", "gpu#",
+    "cuda", "cudnn", "nvidia", "nvml", "nvrm", "xid", "driver", "device",
     "docker", "container", "runtime", "image", "registry", "manifest", "pull", "daemon",
     "slurm", "srun", "sbatch", "salloc", "scancel", "task", "jupyter", "notebook", "kernel",
     "torch", "c10d", "elastic", "rendezvous", "rdzv", "store", "socket", "connect",

@@ -152,13 +152,14 @@ def _declared() -> list[tuple[Rule, tuple[Needs, ...] | None]]:
 
 #: What the engine itself reads besides the rules: torchelastic's failure summary
 #: (:func:`~console.diagnosis.elastic.parse_torchelastic_failure`: its borders, title, headers
-#: and fields) and :func:`detect_inputs`' words.
+#: and fields) and :func:`detect_inputs`' words (``NCCL INFO`` is looked for in the whole
+#: input instead: :func:`_inputs`).
 ENGINE_NEEDS: tuple[Needs, ...] = (
     Needs(("root cause", "failures:", " failed", "exitcode", "error_file", "traceback :",
            "local_rank:", "<no_other_failures>", "========", "--------", "********"),
           before=4, after=12),
     Needs(("torch.distributed", "torchrun", "childfailederror", "processgroupnccl", "elastic",
-           "nccl warn", "nccl info", "nccl error", "traceback (most recent call last)",
+           "nccl warn", "nccl error", "traceback (most recent call last)",
            "nvrm:", "kernel: ", "out of memory: kill", "nvidia-smi", "no devices were found",
            "nvml", "error response from daemon", "docker", "oci runtime",
            "nvidia-container-cli", "slurmstepd", "srun: ", "slurm_", "sbatch")),
@@ -396,6 +397,21 @@ def _restates(d: Diagnosis, root: Diagnosis) -> bool:
     return d.kind in _EXIT_KINDS and bool(d.ranks) and set(d.ranks) <= set(root.ranks)
 
 
+_NCCL_DEBUG = next(p for name, p in _INPUTS if name == "NCCL debug output")
+
+
+def _inputs(text: str, kept: str) -> tuple[str, ...]:
+    """:func:`detect_inputs` of ``text`` read from ``kept`` (the pre-filtered ``text``), and
+    NCCL's debug output from ``text`` itself: its ``NCCL INFO`` chatter holds no rule's word."""
+    found = detect_inputs(kept)
+    if kept is text or "NCCL debug output" in found:
+        return found
+    at = text.find("NCCL ")
+    if at < 0 or _NCCL_DEBUG.search(text, max(0, at - 1)) is None:
+        return found
+    return detect_inputs(kept + "\nNCCL INFO")
+
+
 def _context(text: str) -> Context:
     return Context(text, normalize(text), parse_torchelastic_failure(text))
 
@@ -424,4 +440,4 @@ def diagnose(text: str, *, prefilter: bool = True) -> Diagnosis | None:
         seen.add(d.kind)
         consequences.append(Consequence(d.kind, d.summary, d.evidence))
     return replace(root, consequences=root.consequences + tuple(consequences),
-                   inputs=detect_inputs(kept))
+                   inputs=_inputs(text, kept))

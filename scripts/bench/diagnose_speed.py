@@ -83,8 +83,9 @@ def _warning() -> list[str]:
     return [lines[0], "  return func(*args, **kwargs)"]
 
 
-def build_log(mib: float, tail: str, seed: int = 26) -> str:
-    """``mib`` MiB of training output (see the module docstring), then ``tail``."""
+def build_log(mib: float, tail: str, seed: int = 26, nccl_every: int = 1000) -> str:
+    """``mib`` MiB of training output (see the module docstring), then ``tail``; the NCCL
+    burst and the warning every ``nccl_every`` blocks of 100 step lines."""
     rnd = random.Random(seed)
     noise = _nccl_noise()
     warning = _warning()
@@ -94,7 +95,7 @@ def build_log(mib: float, tail: str, seed: int = 26) -> str:
     step, total, blocks = 0, 10_000_000, 0
     while size < target:
         chunk: list[str] = []
-        if blocks % 1000 == 0:  # an epoch: new communicators, NCCL_DEBUG=INFO prints a burst
+        if blocks % nccl_every == 0:  # an epoch: new communicators, NCCL_DEBUG=INFO prints
             chunk += [f"[default{k % 8}]:gpu-node-03:{14750 + k % 8}:{15000 + k % 8} "
                       f"[{k % 8}] NCCL INFO {rnd.choice(noise)}" for k in range(64)]
         for i in range(100):
@@ -110,7 +111,7 @@ def build_log(mib: float, tail: str, seed: int = 26) -> str:
         chunk.append("".join(
             f"Steps: {pct:3d}%|{'█' * (pct // 10):<10}| {step // 8 - 3 + k}/{total} "
             f"[12:10<20:44, {rnd.uniform(14, 16):.2f}it/s]\r" for k in range(4)))
-        if blocks % 1000 == 0:
+        if blocks % nccl_every == 0:
             chunk += [f"[default0]:{w}" for w in warning]
         blocks += 1
         block = "\n".join(chunk) + "\n"
@@ -161,12 +162,16 @@ def main() -> int:
                     help="also time the engine with its pre-filter off (one round)")
     ap.add_argument("--baseline", metavar="CHECKOUT",
                     help="also time diagnose in this checkout (one round, first tail only)")
+    ap.add_argument("--nccl-every", type=int, default=1000, metavar="BLOCKS",
+                    help="the NCCL burst and the warning every BLOCKS x 100 step lines "
+                         "(1000: once an epoch; 1: a dense NCCL_DEBUG=INFO log)")
     ap.add_argument("--profile", help="cProfile one diagnose of the first log into this file")
     args = ap.parse_args()
     words = engine.keywords()
     pattern = "|".join(re.escape(w) for w in words) if words else "a^"
     tails = args.tail or list(DEFAULT_TAILS)
-    print(f"{len(words)} keywords; best of {args.rounds} rounds")
+    print(f"{len(words)} keywords; best of {args.rounds} rounds; NCCL burst every "
+          f"{args.nccl_every * 100:,} step lines")
     head = ["tail (corpus)", "MiB", "diagnosis", "lines kept", "diagnose MiB/s"]
     if args.baseline:
         head += ["before MiB/s", "after / before"]
@@ -177,7 +182,7 @@ def main() -> int:
     print("|" + "|".join("-" * (len(h) + 2) for h in head) + "|")
     for tail_name in tails:
         tail = (CORPUS / tail_name).read_text(encoding="utf-8", errors="replace")
-        text = build_log(args.mib, tail)
+        text = build_log(args.mib, tail, nccl_every=args.nccl_every)
         size = len(text.encode()) / (1024 * 1024)
         alone = engine.diagnose(tail)
         if args.profile and tail_name == tails[0]:
