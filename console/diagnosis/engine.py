@@ -12,8 +12,8 @@ the root cause of the same rank.
 Before the rules, a pre-filter (:func:`kept_text`) drops the lines no rule can match: each rule
 declares, in its module's ``NEEDS``, the literal words a line it matches holds and the lines
 around it that it reads (:class:`~console.diagnosis.model.Needs`). One scan of the lower-cased
-input for all the words (one compiled alternation, factored as a trie) finds the physical lines
-to keep; the lines between are dropped except a few that keep what was apart apart. A rule that
+input for all the words (one alternation compiled by RE2, a DFA) finds the physical lines to
+keep; the lines between are dropped except a few that keep what was apart apart. A rule that
 declares nothing makes the engine read every line for it.
 """
 
@@ -177,36 +177,16 @@ GAP_LINES = 40
 SMALL_TEXT = 256 * 1024
 
 
-def _trie(words: Iterable[str]) -> str:
-    """A regular expression matching any of ``words``, factored by common prefixes (Python's
-    ``re`` tries a plain alternation's branches one by one at every position)."""
-    root: dict[str, dict] = {}  # type: ignore[type-arg]
-    for word in words:
-        node = root
-        for ch in word:
-            node = node.setdefault(ch, {})
-        node[""] = {}
-
-    def build(node: dict[str, dict]) -> str:  # type: ignore[type-arg]
-        branches = [re.escape(ch) + build(sub) for ch, sub in sorted(node.items()) if ch]
-        if not branches:
-            return ""
-        body = branches[0] if len(branches) == 1 and "" not in node \
-            else "(?:" + "|".join(branches) + ")"
-        return body + "?" if "" in node else body
-
-    return build(root)
-
-
-def _compile(pattern: bytes) -> _Searcher:
+def _compile(pattern: bytes) -> _Searcher | None:
     """``pattern`` compiled by RE2 (google-re2's ``re2``: a DFA, one pass over the input
-    whatever the number of words) when it is installed, else by Python's ``re`` (the same
-    matches, several times slower: it tries the words at every position)."""
+    whatever the number of words); None when it is not installed. Python's ``re`` is no
+    substitute: it tries every word at every position (7 MiB/s on the benchmark's log, slower
+    than the rules reading every line: docs/benchmarks.md)."""
     try:
         re2: Any = importlib.import_module("re2")
         options = re2.Options()  # another package's ``re2`` has none: not google-re2
     except (ImportError, AttributeError):
-        return re.compile(pattern)
+        return None
     options.max_mem = 64 << 20
     searcher: _Searcher = re2.compile(pattern, options)
     return searcher
@@ -219,8 +199,9 @@ class _Searcher(Protocol):
 @functools.cache
 def _matcher() -> tuple[_Searcher, Mapping[bytes, tuple[int, int]]] | None:
     """The pre-filter's one pattern over the lower-cased input and each word's (before, after)
-    context; None when no rule declared anything (every line is read). A rule that declared
-    nothing is run on the whole input (:func:`findings`), so its lines need no word here."""
+    context; None when no rule declared anything or RE2 is missing (every line is read). A
+    rule that declared nothing is run on the whole input (:func:`findings`), so its lines need
+    no word here."""
     context: dict[bytes, tuple[int, int]] = {}
     declared = [needs for _rule, needs in _declared()]
     if all(needs is None for needs in declared):
@@ -230,7 +211,8 @@ def _matcher() -> tuple[_Searcher, Mapping[bytes, tuple[int, int]]] | None:
             key = word.lower().encode()
             before, after = context.get(key, (0, 0))
             context[key] = (max(before, group.before), max(after, group.after))
-    return _compile(_trie(sorted(w.decode() for w in context)).encode()), context
+    searcher = _compile(b"|".join(re.escape(w) for w in sorted(context)))
+    return None if searcher is None else (searcher, context)
 
 
 def keywords() -> tuple[str, ...]:
@@ -267,8 +249,8 @@ def kept_text(text: str, *, head: int | None = None, tail: int | None = None,
     docstring): the lines holding a declared word and their context, the first ``head`` and
     last ``tail`` lines, and the first ``gap`` lines of each dropped stretch (by default
     :data:`HEAD_LINES`, :data:`TAIL_LINES`, :data:`GAP_LINES`, :data:`SMALL_TEXT`).
-    ``text`` itself when it is at most ``small`` characters or when no rule declared
-    anything. The rules that declared nothing still read the whole ``text``
+    ``text`` itself when it is at most ``small`` characters, when no rule declared
+    anything, or without google-re2. The rules that declared nothing still read the whole ``text``
     (:func:`diagnose`). Words are matched on the UTF-8 bytes, ASCII case folded."""
     head = HEAD_LINES if head is None else head
     tail = TAIL_LINES if tail is None else tail
