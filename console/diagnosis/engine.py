@@ -395,7 +395,8 @@ def _inputs(text: str, kept: str) -> tuple[str, ...]:
 
 
 def _context(text: str) -> Context:
-    return Context(text, normalize(text), parse_torchelastic_failure(text))
+    lines = normalize(text)
+    return Context(text, lines, parse_torchelastic_failure(text, lines))
 
 
 def diagnose(text: str, *, prefilter: bool = True) -> Diagnosis | None:
