@@ -11,6 +11,7 @@ from console.diagnosis.lines import Line
 from remote.telemetry.faults import classify_nvml_traceback
 
 __all__ = [
+    "FAILURE_WORDS",
     "GLOG_TIME",
     "NCCL_LINE",
     "NCCL_RESULTS",
@@ -54,6 +55,48 @@ WRAPS = re.compile(
     r"|DataLoader worker \(pid|Caught \w+ in DataLoader worker process"
     r"|unable to (?:allocate shared memory|write to file </torch_)",
     re.I,
+)
+
+
+#: Words every failure line the rules read holds one of, lower-case (the pre-filter's
+#: :class:`~console.diagnosis.model.Needs`, case-insensitive, anywhere in a physical line):
+#: how a process or a run ends, Python's tracebacks and exception names, the words of the
+#: launchers, schedulers, container engines and drivers whose messages the rules name.
+FAILURE_WORDS: tuple[str, ...] = (
+    # Python: tracebacks, their frames, exception names, warnings
+    "traceback", 'file "', "error", "exception", "warning", "interrupt", "exit", "raise",
+    "above exception", "during handling",
+    # how a process ends
+    "fail", "fatal", "abort", "kill", "signal", "sig", "terminat", "core dumped",
+    "segmentation", "bus error", "stopped", "hangup", "cancel", "preempt", "crash", "died",
+    "dead", "panic", "assert", "timeout", "timed out", "time limit", "deadline",
+    # what went wrong
+    "denied", "not found", "no such", "cannot", "can't", "could not", "couldn't", "unable",
+    "invalid", "illegal", "not yet initiali", "refused", "unreachable", "unsupported",
+    "not supported", "missing", "mismatch", "permission", "no space", "out of memory", "oom",
+    "memory", "unknown", "unexpected", "corrupt", "lost", "reset",
+    # the stack the rules know
+    # NCCL: its warnings, errors and result names, its return traces ("NCCL INFO init.cc:903
+    # -> 5": a source file and line), its version and communicator lines; never its INFO
+    # chatter alone (rings, channels, trees: thousands of lines in an NCCL_DEBUG=INFO run)
+    "nccl warn", "nccl error", "nccl abort", "nccl version", "nccl_", "nccl communicator",
+    "processgroupnccl", "ncclunhandled", "ncclsystem", "ncclinternal", "ncclinvalid",
+    "ncclremote", "nccl timeout", "nccl work", "worknccl", "watchdog", "nranks", ".cc:", ".c:",
+    ".h:",
+    # a GPU named as a word, not inside a host name ("gpu-node-01:14750:15000 [0] NCCL INFO")
+    " gpu", "gpu ", "gpus", "gpu:", "gpu=", "gpu)", "gpu]", "gpu.", "gpu,", "gpu_", "_gpu",
+    "[gpu", "(gpu", "/gpu", "\"gpu", "gpu\"", "'gpu", "gpu'", "-gpu", "gpu%", "gpu#",
+    "cuda", "cudnn", "nvidia", "nvml", "nvrm", "xid", "driver", "device",
+    "docker", "container", "runtime", "image", "registry", "manifest", "pull", "daemon",
+    "slurm", "srun", "sbatch", "salloc", "scancel", "task", "jupyter", "notebook", "kernel",
+    "torch", "c10d", "elastic", "rendezvous", "rdzv", "store", "socket", "connect",
+    "address", "port", "host", "launch", "deepspeed", "accelerate", "spawn", "child",
+    "process", "pid", "worker", "shm", "shared", "fabric", "nvswitch", "ecc", "mib /",
+    "smi", "oci", "cgroup", "pod", "exitcode", "exit code", "return code", "status",
+    # Jupyter's server log ("[C 2026-12-01 13:07:51.867 ServerApp] Running as root ...")
+    "serverapp", "notebookapp", "labapp", "allow-root", "as root",
+    # a package manager's log of a driver change (apt's history.log)
+    "start-date", "end-date", "commandline", "upgrade",
 )
 
 

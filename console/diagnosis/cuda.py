@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from console.diagnosis.common import (
+    FAILURE_WORDS,
     PG_ID,
     PG_NAME,
     PG_RANK,
@@ -45,7 +46,7 @@ from console.diagnosis.common import (
     unwrapped,
 )
 from console.diagnosis.lines import Line
-from console.diagnosis.model import Consequence, Context, Diagnosis, FactValue
+from console.diagnosis.model import Consequence, Context, Diagnosis, FactValue, Needs
 from console.diagnosis.model import make_diagnosis as _diag
 
 __all__ = ["RULES", "SIGNATURES"]
@@ -397,3 +398,6 @@ def _cuda(ctx: Context) -> list[Diagnosis]:
 
 #: The rules of this module (the engine ranks what they find).
 RULES = (_cuda, _not_available)
+
+#: What lines each rule reads (the engine's pre-filter; see :class:`Needs`).
+NEEDS = {rule: Needs(FAILURE_WORDS) for rule in RULES}

@@ -48,8 +48,9 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
+from console.diagnosis.common import FAILURE_WORDS
 from console.diagnosis.lines import Line
-from console.diagnosis.model import Consequence, Context, Diagnosis, FactValue
+from console.diagnosis.model import Consequence, Context, Diagnosis, FactValue, Needs
 from console.diagnosis.model import make_diagnosis as _diag
 
 __all__ = ["RULES", "image_of", "is_docker_command"]
@@ -1014,3 +1015,6 @@ def _docker(ctx: Context) -> list[Diagnosis]:
 
 #: The rules of this module (the engine ranks what they find).
 RULES = (_docker,)
+
+#: What lines each rule reads (the engine's pre-filter; see :class:`Needs`).
+NEEDS = {rule: Needs(FAILURE_WORDS) for rule in RULES}

@@ -13,7 +13,7 @@ import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from console.diagnosis.lines import normalize
+from console.diagnosis.lines import Line, normalize
 
 __all__ = [
     "ProcessFailure",
@@ -226,12 +226,15 @@ def _parse_summary(lines: Sequence[str], start: int) -> tuple[TorchelasticFailur
     return TorchelasticFailure(script, root, tuple(others)), i
 
 
-def parse_torchelastic_failures(text: str) -> tuple[TorchelasticFailure, ...]:
+def parse_torchelastic_failures(
+    text: str, normalized: Sequence[Line] | None = None,
+) -> tuple[TorchelasticFailure, ...]:
     """Every torchelastic failure summary in ``text``, in order (one per agent / node).
 
     See :func:`parse_torchelastic_failure`; a multi-node log holds one summary per node.
+    ``normalized`` is ``normalize(text)`` when the caller has it already.
     """
-    lines = [ln.text for ln in normalize(text)]
+    lines = [ln.text for ln in (normalize(text) if normalized is None else normalized)]
     found: list[TorchelasticFailure] = []
     i = 0
     while i < len(lines):
@@ -245,16 +248,19 @@ def parse_torchelastic_failures(text: str) -> tuple[TorchelasticFailure, ...]:
     return tuple(found)
 
 
-def parse_torchelastic_failure(text: str) -> TorchelasticFailure | None:
+def parse_torchelastic_failure(
+    text: str, normalized: Sequence[Line] | None = None,
+) -> TorchelasticFailure | None:
     """Parse torchelastic's ``ChildFailedError`` failure summary out of ``text``.
 
     The root cause is the entry under "Root Cause (first observed failure)" (not the first
     entry printed). A summary cut short (a missing last line or block) still parses: fields
     that were not printed are None. With several summaries (one per node of a multi-node
     job) the one whose root cause happened first is returned (in the same second, one whose
-    exception is not a peer's death). None when there is no summary.
+    exception is not a peer's death). None when there is no summary. ``normalized`` is
+    ``normalize(text)`` when the caller has it already.
     """
-    summaries = parse_torchelastic_failures(text)
+    summaries = parse_torchelastic_failures(text, normalized)
     if not summaries:
         return None
     from console.diagnosis.common import WRAPS  # common imports this module

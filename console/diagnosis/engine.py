@@ -8,22 +8,39 @@ watchdog timeouts, which explain the SIGTERMs...), and, within one id, by where 
 first appears. The first is the root cause; every other finding of another id becomes a
 :class:`~console.diagnosis.model.Consequence`, except a rank's exit status that merely restates
 the root cause of the same rank.
+
+Before the rules, a pre-filter (:func:`kept_text`) drops the lines no rule can match: each rule
+declares, in its module's ``NEEDS``, the literal words a line it matches holds and the lines
+around it that it reads (:class:`~console.diagnosis.model.Needs`). One scan of the lower-cased
+input for all the words (one alternation compiled by RE2, a DFA) finds the physical lines to
+keep; the lines between are dropped except a few that keep what was apart apart. A rule that
+declares nothing makes the engine read every line for it.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
+from types import ModuleType
+from typing import Any, Protocol
 
 from console.diagnosis.elastic import parse_torchelastic_failure
 from console.diagnosis.lines import Line, normalize
-from console.diagnosis.model import Consequence, Context, Diagnosis
+from console.diagnosis.model import Consequence, Context, Diagnosis, Needs
 
 __all__ = [
-    "PRECEDENCE", "RULE_MODULES", "SCHEDULER_ENDS", "detect_inputs", "diagnose", "findings",
+    "PRECEDENCE",
+    "RULE_MODULES",
+    "SCHEDULER_ENDS",
+    "detect_inputs",
+    "diagnose",
+    "findings",
+    "kept_text",
+    "keywords",
     "precedence_of",
 ]
 
@@ -109,17 +126,165 @@ def precedence_of(d: Diagnosis) -> int:
     return _RANK.get(kind, len(_RANK))
 
 
-def _rules() -> list[Rule]:
-    rules: list[Rule] = []
+def _modules() -> list[ModuleType]:
+    modules: list[ModuleType] = []
     for name in RULE_MODULES:
         try:
-            module = importlib.import_module(name)
+            modules.append(importlib.import_module(name))
         except ModuleNotFoundError as e:
             if e.name != name:
                 raise
+    return modules
+
+
+def _rules() -> list[Rule]:
+    return [rule for module in _modules() for rule in getattr(module, "RULES", ())]
+
+
+def _declared() -> list[tuple[Rule, tuple[Needs, ...] | None]]:
+    """Every rule with what it declared in its module's ``NEEDS`` (None: reads every line)."""
+    out: list[tuple[Rule, tuple[Needs, ...] | None]] = []
+    for module in _modules():
+        needs: Mapping[Rule, Needs | tuple[Needs, ...]] = getattr(module, "NEEDS", {})
+        for rule in getattr(module, "RULES", ()):
+            got = needs.get(rule)
+            out.append((rule, (got,) if isinstance(got, Needs) else got))
+    return out
+
+
+#: What the engine itself reads besides the rules: torchelastic's failure summary
+#: (:func:`~console.diagnosis.elastic.parse_torchelastic_failure`: its borders, title, headers
+#: and fields) and :func:`detect_inputs`' words (``NCCL INFO`` is looked for in the whole
+#: input instead: :func:`_inputs`).
+ENGINE_NEEDS: tuple[Needs, ...] = (
+    Needs(("root cause", "failures:", " failed", "exitcode", "error_file", "traceback :",
+           "local_rank:", "<no_other_failures>", "========", "--------", "********"),
+          before=4, after=12),
+    Needs(("torch.distributed", "torchrun", "childfailederror", "processgroupnccl", "elastic",
+           "nccl warn", "nccl error", "traceback (most recent call last)",
+           "nvrm:", "kernel: ", "out of memory: kill", "nvidia-smi", "no devices were found",
+           "nvml", "error response from daemon", "docker", "oci runtime",
+           "nvidia-container-cli", "slurmstepd", "srun: ", "slurm_", "sbatch")),
+)
+
+#: Physical lines always kept at the start (the command, the world size, the set-up) and at
+#: the end (where the job stopped) of an input.
+HEAD_LINES = 100
+TAIL_LINES = 200
+#: Lines kept of each dropped stretch, so that lines far apart in the input stay as far apart
+#: for the rules that look some lines away: at least the widest such window (NCCL's return
+#: trace within 40 lines of its WARN; a frame within 4 lines of an exception line...).
+GAP_LINES = 40
+#: Inputs up to this many characters are read whole.
+SMALL_TEXT = 256 * 1024
+
+
+def _compile(pattern: bytes) -> _Searcher | None:
+    """``pattern`` compiled by RE2 (google-re2's ``re2``: a DFA, one pass over the input
+    whatever the number of words); None when it is not installed. Python's ``re`` is no
+    substitute: it tries every word at every position (7 MiB/s on the benchmark's log, slower
+    than the rules reading every line: docs/benchmarks.md)."""
+    try:
+        re2: Any = importlib.import_module("re2")
+        options = re2.Options()  # another package's ``re2`` has none: not google-re2
+    except (ImportError, AttributeError):
+        return None
+    options.max_mem = 64 << 20
+    searcher: _Searcher = re2.compile(pattern, options)
+    return searcher
+
+
+class _Searcher(Protocol):
+    def finditer(self, string: bytes) -> Iterator[re.Match[bytes]]: ...
+
+
+@functools.cache
+def _matcher() -> tuple[_Searcher, Mapping[bytes, tuple[int, int]]] | None:
+    """The pre-filter's one pattern over the lower-cased input and each word's (before, after)
+    context; None when no rule declared anything or RE2 is missing (every line is read). A
+    rule that declared nothing is run on the whole input (:func:`findings`), so its lines need
+    no word here."""
+    context: dict[bytes, tuple[int, int]] = {}
+    declared = [needs for _rule, needs in _declared()]
+    if all(needs is None for needs in declared):
+        return None
+    for group in [*ENGINE_NEEDS, *(n for needs in declared if needs for n in needs)]:
+        for word in group.words:
+            key = word.lower().encode()
+            before, after = context.get(key, (0, 0))
+            context[key] = (max(before, group.before), max(after, group.after))
+    searcher = _compile(b"|".join(re.escape(w) for w in sorted(context)))
+    return None if searcher is None else (searcher, context)
+
+
+def keywords() -> tuple[str, ...]:
+    """Every word the pre-filter looks for (lower-case, sorted); empty when no rule declared
+    any, so that every line is read."""
+    m = _matcher()
+    return tuple(sorted(w.decode() for w in m[1])) if m else ()
+
+
+def _line_start(data: bytes, pos: int, back: int) -> int:
+    """Offset of the start of the physical line ``back`` lines above the one holding ``pos``."""
+    start = data.rfind(b"\n", 0, pos) + 1
+    while back > 0 and start > 0:
+        start = data.rfind(b"\n", 0, start - 1) + 1
+        back -= 1
+    return start
+
+
+def _line_end(data: bytes, pos: int, forward: int) -> int:
+    """Offset just past the newline ending the physical line ``forward`` lines below the one
+    holding ``pos`` (len(data) at the end)."""
+    end = pos
+    for _ in range(forward + 1):
+        nl = data.find(b"\n", end)
+        if nl < 0:
+            return len(data)
+        end = nl + 1
+    return end
+
+
+def kept_text(text: str, *, head: int | None = None, tail: int | None = None,
+              gap: int | None = None, small: int | None = None) -> str:
+    """``text`` with the physical lines that no rule can read dropped (see the module
+    docstring): the lines holding a declared word and their context, the first ``head`` and
+    last ``tail`` lines, and the first ``gap`` lines of each dropped stretch (by default
+    :data:`HEAD_LINES`, :data:`TAIL_LINES`, :data:`GAP_LINES`, :data:`SMALL_TEXT`).
+    ``text`` itself when it is at most ``small`` characters, when no rule declared
+    anything, or without google-re2. The rules that declared nothing still read the whole ``text``
+    (:func:`diagnose`). Words are matched on the UTF-8 bytes, ASCII case folded."""
+    head = HEAD_LINES if head is None else head
+    tail = TAIL_LINES if tail is None else tail
+    gap = GAP_LINES if gap is None else gap
+    small = SMALL_TEXT if small is None else small
+    matcher = _matcher()
+    if matcher is None or len(text) <= small:
+        return text
+    pattern, context = matcher
+    data = text.encode("utf-8", "surrogatepass")
+    low = data.lower()
+    spans: list[tuple[int, int]] = []
+    if head:
+        spans.append((0, _line_end(data, 0, head - 1)))
+    for m in pattern.finditer(low):
+        before, after = context[m.group()]
+        spans.append((_line_start(data, m.start(), before), _line_end(data, m.start(), after)))
+    if tail:
+        last = len(data) - 1 if data.endswith(b"\n") else len(data)
+        spans.append((_line_start(data, last, tail - 1), len(data)))
+    spans.sort()
+    parts: list[bytes] = []
+    at = 0
+    for start, end in [*spans, (len(data), len(data))]:
+        if end <= at and start < len(data):
             continue
-        rules.extend(getattr(module, "RULES", ()))
-    return rules
+        if start > at:
+            parts.append(data[at:min(start, _line_end(data, at, gap - 1) if gap else at)])
+            at = start
+        parts.append(data[at:end])
+        at = max(at, end)
+    return b"".join(parts).decode("utf-8", "surrogatepass")
 
 
 def _position(d: Diagnosis, lines: Sequence[Line]) -> int:
@@ -139,15 +304,22 @@ def _order(d: Diagnosis, lines: Sequence[Line]) -> tuple[int, int]:
     return (precedence_of(d), _position(d, lines))
 
 
-def findings(ctx: Context) -> list[Diagnosis]:
+def findings(ctx: Context, full: Callable[[], Context] | None = None) -> list[Diagnosis]:
     """Everything every rule found in ``ctx``, root cause first (see the module docstring).
 
+    ``full``, when given, makes the context of the whole input for the rules that declared
+    no :class:`~console.diagnosis.model.Needs` (``ctx`` then holds the pre-filtered input).
     A rule that raises is logged and skipped: one broken rule never hides the others.
     """
     found: list[Diagnosis] = []
-    for rule in _rules():
+    whole: Context | None = None
+    for rule, needs in _declared():
+        on = ctx
+        if needs is None and full is not None:
+            whole = whole or full()
+            on = whole
         try:
-            got = rule(ctx)
+            got = rule(on)
         except Exception:
             log.exception("diagnosis rule %s failed; skipped",
                           getattr(rule, "__qualname__", rule))
@@ -209,16 +381,39 @@ def _restates(d: Diagnosis, root: Diagnosis) -> bool:
     return d.kind in _EXIT_KINDS and bool(d.ranks) and set(d.ranks) <= set(root.ranks)
 
 
-def diagnose(text: str) -> Diagnosis | None:
+_NCCL_DEBUG = next(p for name, p in _INPUTS if name == "NCCL debug output")
+
+
+def _inputs(text: str, kept: str) -> tuple[str, ...]:
+    """:func:`detect_inputs` of ``text`` read from ``kept`` (the pre-filtered ``text``), and
+    NCCL's debug output from ``text`` itself: its ``NCCL INFO`` chatter holds no rule's word."""
+    found = detect_inputs(kept)
+    if kept is text or "NCCL debug output" in found:
+        return found
+    at = text.find("NCCL ")
+    if at < 0 or _NCCL_DEBUG.search(text, max(0, at - 1)) is None:
+        return found
+    return detect_inputs(kept + "\nNCCL INFO")
+
+
+def _context(text: str) -> Context:
+    lines = normalize(text)
+    return Context(text, lines, parse_torchelastic_failure(text, lines))
+
+
+def diagnose(text: str, *, prefilter: bool = True) -> Diagnosis | None:
     """The one root cause of the failure ``text`` shows, or None when it shows none.
 
     ``text`` is any saved output (a job's log, a console paste with timestamps or Markdown
     quoting, a kernel log, docker's or nvidia-smi's errors), also several concatenated. The
     result names its consequences and what the input was recognised as.
+
+    ``prefilter=False`` runs every rule on every line (the reference the pre-filter is tested
+    against; same answer, slower on a big input).
     """
-    lines = normalize(text)
-    ctx = Context(text, lines, parse_torchelastic_failure(text))
-    found = findings(ctx)
+    kept = kept_text(text) if prefilter else text
+    ctx = _context(kept)
+    found = findings(ctx, (lambda: _context(text)) if kept is not text else None)
     if not found:
         return None
     root = found[0]
@@ -230,4 +425,4 @@ def diagnose(text: str) -> Diagnosis | None:
         seen.add(d.kind)
         consequences.append(Consequence(d.kind, d.summary, d.evidence))
     return replace(root, consequences=root.consequences + tuple(consequences),
-                   inputs=detect_inputs(text))
+                   inputs=_inputs(text, kept))

@@ -40,8 +40,9 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
+from console.diagnosis.common import FAILURE_WORDS
 from console.diagnosis.lines import Line
-from console.diagnosis.model import Consequence, Context, Diagnosis, FactValue
+from console.diagnosis.model import Consequence, Context, Diagnosis, FactValue, Needs
 from console.diagnosis.model import make_diagnosis as _diag
 from remote.telemetry.faults import (
     NVML_RETURNS,
@@ -1129,3 +1130,8 @@ def _rules_nvml(ctx: Context) -> Iterable[Diagnosis]:
 #: The rules of this module (the engine ranks what they find).
 RULES = (_rules_xid, _rules_smi, _rules_nvml, _nvml_calls, _kernel_mismatch, _fabric_manager,
          _kernel_no_gpus, _plugin_stalled, _nvml_blocked, _nvml_permission)
+
+#: What lines each rule reads (the engine's pre-filter; see :class:`Needs`).
+NEEDS = {rule: Needs(FAILURE_WORDS) for rule in RULES}
+NEEDS[_nvml_blocked] = Needs((*FAILURE_WORDS, "operating"))
+NEEDS[_nvml_permission] = Needs((*FAILURE_WORDS, "insufficient p", "nvmlerror_nopermission"))

@@ -48,8 +48,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
+from console.diagnosis.common import FAILURE_WORDS
 from console.diagnosis.lines import Line
-from console.diagnosis.model import Context, Diagnosis, FactValue
+from console.diagnosis.model import Context, Diagnosis, FactValue, Needs
 from console.diagnosis.model import make_diagnosis as _diag
 
 __all__ = ["RULES"]
@@ -318,3 +319,6 @@ def _jupyter(ctx: Context) -> list[Diagnosis]:
 
 #: The rules of this module (the engine ranks what they find).
 RULES = (_jupyter,)
+
+#: What lines each rule reads (the engine's pre-filter; see :class:`Needs`).
+NEEDS = {rule: Needs(FAILURE_WORDS) for rule in RULES}

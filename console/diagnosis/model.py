@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from console.diagnosis.elastic import TorchelasticFailure
     from console.diagnosis.lines import Line
 
-__all__ = ["Consequence", "Context", "Diagnosis", "FactValue", "make_diagnosis"]
+__all__ = ["Consequence", "Context", "Diagnosis", "FactValue", "Needs", "make_diagnosis"]
 
 FactValue: TypeAlias = str | int | float | tuple[int, ...] | Mapping[int, int]
 """A value in :attr:`Diagnosis.facts`: numbers are in the units their key names (``_ms``,
@@ -101,3 +101,24 @@ class Context:
     text: str
     lines: list[Line]
     failure: TorchelasticFailure | None
+
+
+@dataclass(frozen=True)
+class Needs:
+    """The lines a rule can match, for the engine's pre-filter (:mod:`console.diagnosis.engine`).
+
+    A rule declares the literal words (matched case-insensitively, anywhere in a physical line
+    of the input, decorations included) that every line it can match holds, and how many
+    physical lines around such a line it reads besides (a traceback's frames, a table under
+    its header). The engine runs the rule on those lines only; a rule that declares nothing
+    reads every line.
+
+    Attributes:
+        words: literal substrings, lower-case (``"traceback"``, ``"nccl warn"``).
+        before: physical lines kept before each line holding a word.
+        after: physical lines kept after it.
+    """
+
+    words: tuple[str, ...]
+    before: int = 4
+    after: int = 8

@@ -58,6 +58,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from console.diagnosis.common import (
+    FAILURE_WORDS,
     GLOG_TIME,
     NCCL_LINE,
     NCCL_RESULTS,
@@ -71,7 +72,7 @@ from console.diagnosis.common import (
 )
 from console.diagnosis.cuda import SIGNATURES as CUDA_SIGNATURES
 from console.diagnosis.lines import Line
-from console.diagnosis.model import Context, Diagnosis, FactValue
+from console.diagnosis.model import Context, Diagnosis, FactValue, Needs
 from console.diagnosis.model import make_diagnosis as _diag
 
 __all__ = ["RULES"]
@@ -1071,3 +1072,6 @@ def _odd_rank(value_of: dict[int, int] | dict[int, str]) -> int | None:
 
 #: The rules of this module (the engine ranks what they find).
 RULES = (_nccl_cuda_oom, _nccl_warnings, _nccl_results, _nccl_timeout)
+
+#: What lines each rule reads (the engine's pre-filter; see :class:`Needs`).
+NEEDS = {rule: Needs(FAILURE_WORDS) for rule in RULES}

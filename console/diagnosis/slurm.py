@@ -35,10 +35,10 @@ import re
 from collections.abc import Sequence
 from dataclasses import replace
 
-from console.diagnosis.common import WRAPS
+from console.diagnosis.common import FAILURE_WORDS, WRAPS
 from console.diagnosis.elastic import EXCEPTION_LINE
 from console.diagnosis.lines import Line
-from console.diagnosis.model import Consequence, Context, Diagnosis, FactValue
+from console.diagnosis.model import Consequence, Context, Diagnosis, FactValue, Needs
 from console.diagnosis.model import make_diagnosis as _diag
 
 __all__ = ["RULES", "parse_tasks"]
@@ -393,3 +393,7 @@ def _gpu_unschedulable(ctx: Context) -> Diagnosis | None:
 
 
 RULES = (_cancelled, _oom, _task_exits, _exec_failed, _gpu_unschedulable)
+
+#: What lines each rule reads (the engine's pre-filter; see :class:`Needs`).
+NEEDS = {rule: Needs(FAILURE_WORDS) for rule in RULES}
+NEEDS[_exec_failed] = Needs((*FAILURE_WORDS, "execve("))

@@ -40,11 +40,17 @@ import signal
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 
+from console.diagnosis.common import (
+    FAILURE_WORDS,
+    join_ranks,
+    not_a_failure,
+    place_of,
+    rank_and_place,
+)
 from console.diagnosis.common import WRAPS as _WRAPS
-from console.diagnosis.common import join_ranks, not_a_failure, place_of, rank_and_place
 from console.diagnosis.elastic import EXCEPTION_LINE, ProcessFailure, signal_name
 from console.diagnosis.lines import Line
-from console.diagnosis.model import Consequence, Context, Diagnosis, FactValue
+from console.diagnosis.model import Consequence, Context, Diagnosis, FactValue, Needs
 from console.diagnosis.model import make_diagnosis as _diag
 
 __all__ = ["RULES"]
@@ -1474,3 +1480,6 @@ RULES: tuple[Rule, ...] = (
     _shell_signal,
     _k8s_exit,
 )
+
+#: What lines each rule reads (the engine's pre-filter; see :class:`Needs`).
+NEEDS = {rule: Needs(FAILURE_WORDS) for rule in RULES}
