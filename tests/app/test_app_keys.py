@@ -107,3 +107,21 @@ async def test_screenshot_goes_to_a_folder_that_exists_and_says_the_full_path(
         assert app.deliver_screenshot("s.svg", path=str(blocker / "sub")) is None
         assert said[-1] == (f"screenshot not saved to {blocker / 'sub' / 's.svg'}: "
                             "Not a directory", "error")
+
+
+def test_every_binding_id_is_in_the_architecture_list() -> None:
+    """README sends users to docs/architecture.md ("Bindings carry ids") for every binding
+    id a keymap can name: each id of every screen, widget and modal is listed there, and the
+    list names no id that no binding has."""
+    import re
+
+    from console.app.app import _binding_scopes, _bindings
+
+    ids = {b.id for scope in _binding_scopes() for cls in scope for b in _bindings(cls) if b.id}
+    text = (Path(__file__).parents[2] / "docs" / "architecture.md").read_text()
+    start = text.index("- Bindings carry ids:")
+    listed_text = text[start:text.index("`config.yaml` `keymap:`", start)]
+    listed = set(re.findall(r"\b[a-z_]+\.[a-z_]+\b", listed_text))
+    assert {"fleet.gpu_panel", "logs.add_job", "alerts.ack"} <= ids
+    assert sorted(ids - listed) == []
+    assert sorted(listed - ids) == []
