@@ -125,3 +125,23 @@ def test_every_binding_id_is_in_the_architecture_list() -> None:
     assert {"fleet.gpu_panel", "logs.add_job", "alerts.ack"} <= ids
     assert sorted(ids - listed) == []
     assert sorted(listed - ids) == []
+
+
+async def test_help_does_not_list_a_key_a_priority_binding_takes(state_dir: Path) -> None:
+    """ctrl+c quits everywhere (the app's priority binding): help does not also offer it as
+    Textual's "Copy selected text", which never runs; super+c still copies."""
+    app = make_app(state_dir)
+    async with app.run_test(size=(120, 36)) as pilot:
+        for view in ("1", "2"):
+            await pilot.press(view)
+            await pilot.pause()
+            await pilot.press("question_mark")
+            await pilot.pause()
+            assert isinstance(app.screen, HelpScreen)
+            by_desc = {desc: keys for _, keys, desc, _ in app.screen.rows}
+            ctrl_c = [(desc, bid) for _, keys, desc, bid in app.screen.rows
+                      if "^c" in keys.split(",")]
+            assert ctrl_c == [("Quit", "app.interrupt")]
+            assert by_desc.get("Copy selected text") == "super+c"
+            await pilot.press("escape")
+            await pilot.pause()
