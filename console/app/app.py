@@ -543,13 +543,21 @@ class GpuConsoleApp(App[int]):
         """(section, keys, description, id) of every binding that applies on this screen,
         focused widget first, the app's last."""
         grouped: dict[tuple[str, str], tuple[list[str], Binding]] = {}
-        for node, bindings in self.screen._binding_chain:
+        # a priority binding (the app's ctrl+c) takes its key before any other: a binding of
+        # that key elsewhere in the chain (the screen's ctrl+c copy) never runs, so it is not
+        # listed
+        chain = self.screen._binding_chain
+        priority = {key for _, bindings in chain for key, blist in bindings.key_to_bindings.items()
+                    if any(b.priority for b in blist)}
+        for node, bindings in chain:
             section = type(node).__name__.removesuffix("Screen")
             if section == type(self).__name__:
                 section = "App"
             for key, blist in bindings.key_to_bindings.items():
                 for b in blist:
                     if self.readonly and b.action.split("(")[0] in WRITE_ACTIONS:
+                        continue
+                    if key in priority and not b.priority:
                         continue
                     keys, _ = grouped.setdefault((section, b.id or b.action), ([], b))
                     display = self.get_key_display(Binding(key, b.action))

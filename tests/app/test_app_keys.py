@@ -107,3 +107,41 @@ async def test_screenshot_goes_to_a_folder_that_exists_and_says_the_full_path(
         assert app.deliver_screenshot("s.svg", path=str(blocker / "sub")) is None
         assert said[-1] == (f"screenshot not saved to {blocker / 'sub' / 's.svg'}: "
                             "Not a directory", "error")
+
+
+def test_every_binding_id_is_in_the_architecture_list() -> None:
+    """README sends users to docs/architecture.md ("Bindings carry ids") for every binding
+    id a keymap can name: each id of every screen, widget and modal is listed there, and the
+    list names no id that no binding has."""
+    import re
+
+    from console.app.app import _binding_scopes, _bindings
+
+    ids = {b.id for scope in _binding_scopes() for cls in scope for b in _bindings(cls) if b.id}
+    text = (Path(__file__).parents[2] / "docs" / "architecture.md").read_text()
+    start = text.index("- Bindings carry ids:")
+    listed_text = text[start:text.index("`config.yaml` `keymap:`", start)]
+    listed = set(re.findall(r"\b[a-z_]+\.[a-z_]+\b", listed_text))
+    assert {"fleet.gpu_panel", "logs.add_job", "alerts.ack"} <= ids
+    assert sorted(ids - listed) == []
+    assert sorted(listed - ids) == []
+
+
+async def test_help_does_not_list_a_key_a_priority_binding_takes(state_dir: Path) -> None:
+    """ctrl+c quits everywhere (the app's priority binding): help does not also offer it as
+    Textual's "Copy selected text", which never runs; super+c still copies."""
+    app = make_app(state_dir)
+    async with app.run_test(size=(120, 36)) as pilot:
+        for view in ("1", "2"):
+            await pilot.press(view)
+            await pilot.pause()
+            await pilot.press("question_mark")
+            await pilot.pause()
+            assert isinstance(app.screen, HelpScreen)
+            by_desc = {desc: keys for _, keys, desc, _ in app.screen.rows}
+            ctrl_c = [(desc, bid) for _, keys, desc, bid in app.screen.rows
+                      if "^c" in keys.split(",")]
+            assert ctrl_c == [("Quit", "app.interrupt")]
+            assert by_desc.get("Copy selected text") == "super+c"
+            await pilot.press("escape")
+            await pilot.pause()
