@@ -65,7 +65,13 @@ from remote.telemetry.faults import (
     summarize_xids,
 )
 from remote.telemetry.smi import SMI_MESSAGE_RE, classify_smi_failure
-from remote.telemetry.xid_catalog import ACTION_RANK, ACTION_TEXT, GSP_DETAIL_RE, xid_info
+from remote.telemetry.xid_catalog import (
+    ACTION_RANK,
+    ACTION_TEXT,
+    GSP_DETAIL_RE,
+    GSP_TIMEOUT_WORDS_RE,
+    xid_info,
+)
 
 __all__ = ["RULES", "kernel_text"]
 
@@ -256,15 +262,6 @@ def _xid_findings(ctx: Context) -> list[Diagnosis]:
     return _gsp_before_recovery(ctx, printed, found)
 
 
-#: The driver's GSP timeout wordings besides ``GSP_TIMEOUT_RE`` (open-gpu-kernel-modules
-#: ``src/nvidia/src/kernel/gpu/gsp/kernel_gsp.c``: "Back to back GSP RPC timeout detected! GPU
-#: marked for reset", "_kgspRpcRecvPoll: GSP RM heartbeat timed out"; ``rpc.c``
-#: ``_issueRpcAndWait``: "rpcRecvPoll timedout for fn %d sequence %u!").
-_GSP_TIMEOUT_WORDS = re.compile(
-    r"GSP RPC timeout|rpcRecvPoll timedout|GSP RM heartbeat timed out"
-    r"|Timeout (?:after \d+s of )?waiting for RPC (?:response )?from (?:GPU\d+ )?GSP")
-
-
 def _gsp_before_recovery(ctx: Context, printed: Sequence[XidEvent],
                          found: list[Diagnosis]) -> list[Diagnosis]:
     """Xid 154 ("GPU recovery action changed") only summarises what the driver decided; when
@@ -274,7 +271,7 @@ def _gsp_before_recovery(ctx: Context, printed: Sequence[XidEvent],
         return found
     first = min(e.line_no for e in printed) - 1
     timeouts = [ln for ln in ctx.lines[:first] if "NVRM" in ln.text
-                and _GSP_TIMEOUT_WORDS.search(ln.text)]
+                and GSP_TIMEOUT_WORDS_RE.search(ln.text)]
     gsp = next((d for d in found if d.kind == "gsp_timeout"), None)
     xid = next((d for d in found if d.kind == "xid"), None)
     if xid is None or (gsp is None and not timeouts):

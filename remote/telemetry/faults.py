@@ -39,6 +39,7 @@ from remote.telemetry.xid_catalog import (
     CAUSED_BY_RE,
     GSP_DETAIL_RE,
     GSP_TIMEOUT_RE,
+    GSP_TIMEOUT_WORDS_RE,
     XID_CATALOG,
     recovery_action,
     xid_info,
@@ -607,7 +608,10 @@ class XidEvent:
         line_no: 1-based line of the message's first line.
         end_line_no: 1-based line of the message's last line (its continuation lines are
             ``line_no`` .. ``end_line_no``; 0 when unknown).
-        caused_by: the earlier Xid an Xid 45 line names (``caused by previous Xid 149``).
+        caused_by: the earlier Xid an Xid 45 line names (``caused by previous Xid 149``);
+            for an Xid 154 printed after the driver's GSP timeout lines
+            (``xid_catalog.GSP_TIMEOUT_WORDS_RE``) with no other Xid between them, 119: the
+            recovery action records what the timeout made the driver decide.
         recovery: for Xid 154, the new recovery action (``xid_catalog.Action``, e.g.
             ``reset_gpu`` for ``0x1 (GPU Reset Required)``), else ``None``.
 
@@ -858,6 +862,7 @@ def scan_kernel_log(text: str) -> KernelLogScan:
     """
     scan = KernelLogScan()
     mismatches: list[ApiMismatch] = []
+    gsp_timed_out = False  # GSP timeout lines since the last printed Xid
     for no, tt, wall, up, msg, last in _records(text):
         if "NVRM:" not in msg:
             continue
@@ -866,15 +871,19 @@ def scan_kernel_log(text: str) -> KernelLogScan:
             rest = m["rest"] or ""
             cause = CAUSED_BY_RE.search(rest)
             rec = recovery_action(rest) if int(m["xid"]) == 154 else None
+            summarised = 119 if rec is not None and gsp_timed_out else None
+            gsp_timed_out = False
             scan.events.append(XidEvent(
                 xid=int(m["xid"]), pci_bus_id=m["pci"].lower(), time_text=tt, wall_time=wall,
                 uptime_s=up, pid=_xid_pid(rest), process_name=_xid_name(rest),
                 channel=(c["ch"] if (c := _CH_RE.search(rest)) else None),
                 mmu=_xid_mmu(rest), detail=rest, line_no=no,
-                caused_by=int(cause["xid"]) if cause else None,
+                caused_by=int(cause["xid"]) if cause else summarised,
                 recovery=rec[2] if rec else None, end_line_no=last,
             ))
             continue
+        if GSP_TIMEOUT_WORDS_RE.search(msg):
+            gsp_timed_out = True
         if (hist := GSP_DETAIL_RE.search(msg)) is not None:
             # the RPC buffer / history lines after a GSP timeout: details of it; without that
             # timeout in the text, the dump stands for it (see the docstring)

@@ -502,6 +502,14 @@ RECOVERY_RE = re.compile(
 #: from GPU4 GSP!``. Without an Xid line they mean what Xid 119 means.
 GSP_TIMEOUT_RE = re.compile(
     r"Timeout (?:after \d+s of )?waiting for RPC (?:response )?from (?:GPU(?P<gpu>\d+) )?GSP")
+#: The driver's other GSP timeout wordings, which name no GPU (open-gpu-kernel-modules
+#: ``src/nvidia/src/kernel/gpu/gsp/kernel_gsp.c``: "Back to back GSP RPC timeout detected! GPU
+#: marked for reset", "_kgspRpcRecvPoll: GSP RM heartbeat timed out"; ``rpc.c``
+#: ``_issueRpcAndWait``: "rpcRecvPoll timedout for fn %d sequence %u!"). An Xid 154 (recovery
+#: action changed) right after them is the driver's summary of that timeout.
+GSP_TIMEOUT_WORDS_RE = re.compile(
+    r"GSP RPC timeout|rpcRecvPoll timedout|GSP RM heartbeat timed out"
+    r"|Timeout (?:after \d+s of )?waiting for RPC (?:response )?from (?:GPU\d+ )?GSP")
 #: Follow-up lines of a GSP RPC failure (``GPU4 GSP RPC buffer contains function 103``,
 #: ``GPU4 RPC history``): details of the Xid 119 before them, never an event.
 GSP_DETAIL_RE = re.compile(r"\bGPU(?P<gpu>\d+) (?:GSP RPC buffer|RPC (?:event )?history)")

@@ -142,7 +142,7 @@ def _start_app(cli: CLI, tmux: Tmux) -> None:
     cmd = shlex.join([sys.executable, "-m", "console.cli", "-p", str(cli.profile)])
     tmux.type(f"cd {shlex.quote(str(REPO))} && {cmd}")
     tmux.keys("Enter")
-    tmux.wait_for("Fleet", timeout=60)
+    tmux.wait_for("hosts:", timeout=60)
     tmux.wait_for("a ●", timeout=60)
     assert tmux.fmt("#{alternate_on}") == "1"
 

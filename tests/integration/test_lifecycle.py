@@ -181,10 +181,11 @@ def test_rm_force_of_a_running_job_and_bad_flags(cli: CLI, engine: docker.Docker
 
     for bad in ("inf", "nan", "-1"):
         res = cli.run("stop", job_id, "--grace", bad)
+        # click's usage error: it names the flag and the range a value must be in
         assert res.returncode == 2, (bad, res.stderr)
-        assert res.stderr.startswith("error: --grace ")
-        assert "must be a finite number of seconds >= 0" in res.stderr
-        assert "  fix: " in res.stderr
+        assert "Invalid value for '--grace'" in res.stderr, res.stderr
+        assert "0<=x<=3600" in res.stderr, res.stderr
+        assert "Traceback" not in res.stderr
     logs9 = cli.run("logs", job_id, "--node", "9")
     assert logs9.returncode == 2
     assert logs9.stderr.startswith(f"error: --node 9: job {job_id} has no node 9")

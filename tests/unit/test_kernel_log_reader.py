@@ -263,11 +263,14 @@ def test_live_headline_and_diagnosis_name_the_same_root(path: Path, tmp_path: Pa
     state.on_sample("h", json.loads(json.dumps(agent.sample())))
     live = {pci_key(s.pci_bus_id): s for s in state.hosts["h"].xid_summaries()}
     d = diagnose(text)
-    assert d is not None and d.kind in ("xid", "gpu_lost"), d
+    assert d is not None and d.kind in ("xid", "gpu_lost", "gsp_timeout"), d
     key = pci_key(str(d.facts["pci"]))
     assert key in live, (d.facts["pci"], list(live))
     head = live[key].headline
-    assert head is not None and head.xid == d.facts["xid"]
+    assert head is not None and head.xid == d.facts["xid"], head
+    if d.kind == "gsp_timeout":  # the Xid 154 after the timeout is its summary, live too
+        assert head.event.xid == 154 and head.text.endswith("(via Xid 154)"), head.text
+        assert [c.kind for c in d.consequences] == ["xid"]
     if d.kind == "xid":
         assert ACTION_TEXT.get(head.action, head.action) == d.facts["action"]
     others = [s for k, s in live.items() if k != key]
