@@ -151,14 +151,15 @@ KEEPALIVE_DEAD_S = KEEPALIVE_INTERVAL_S * (KEEPALIVE_COUNT_MAX + 1)
 
 
 class _DropWatch(asyncssh.SSHClient):
-    """asyncssh's client callbacks of one connection: tells its transport why the
-    connection closed (``connection_lost``), the rest as asyncssh's defaults."""
+    """asyncssh's client callbacks of one connection: tells its transport (``None`` for a
+    jump hop) why the connection closed (``connection_lost``), the rest as asyncssh's
+    defaults."""
 
-    def __init__(self, transport: SSHTransport) -> None:
+    def __init__(self, transport: SSHTransport | None) -> None:
         self._transport = transport
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if exc is not None:
+        if exc is not None and self._transport is not None:
             self._transport._lost = (time.monotonic(), exc)
 
 
@@ -263,7 +264,6 @@ class SSHTransport(Transport):
             "connect_timeout": t.connect_timeout,
             "keepalive_interval": KEEPALIVE_INTERVAL_S,
             "keepalive_count_max": KEEPALIVE_COUNT_MAX,
-            "client_factory": lambda: _DropWatch(self),
         }
         if not user_sets_ciphers():
             opts["encryption_algs"] = list(CIPHERS)
@@ -273,8 +273,8 @@ class SSHTransport(Transport):
             opts["username"] = user
         if t.identity_file is not None:
             opts["client_keys"] = [os.path.expanduser(t.identity_file)]
-        if seen is not None:
-            opts["client_factory"] = lambda: seen
+        watch: _DropWatch = seen if seen is not None else _DropWatch(self)
+        opts["client_factory"] = lambda: watch
         return opts
 
     async def _open_jump(self, known_hosts: object) -> asyncssh.SSHClientConnection:
@@ -312,7 +312,7 @@ class SSHTransport(Transport):
         ``tunnel="user@host"`` would not)."""
         assert self.target.jump is not None
         user, host, port = parse_jump(self.target.jump)
-        seen = _HostKeySeen(known_hosts, accept_new=False)
+        seen = _HostKeySeen(known_hosts, accept_new=False, transport=None)
         try:
             # held until authenticated: sshd counts only unauthenticated connections
             async with jump_slot(self.target.jump):
@@ -372,7 +372,7 @@ class SSHTransport(Transport):
                 "fix or remove the bad lines (`ssh-keygen -R HOST -f FILE` rewrites an entry), "
                 "or name another file in the profile's `known_hosts`",
             ) from e
-        seen = _HostKeySeen(kh, accept_new=t.accept_new_host_keys)
+        seen = _HostKeySeen(kh, accept_new=t.accept_new_host_keys, transport=self)
         try:
             opts = self._options(kh, port=t.port, user=t.user, seen=seen)
             if t.jump is not None:
@@ -922,14 +922,17 @@ class StrictKnownHosts(asyncssh.SSHKnownHosts):
         return self._match(host, addr, None if port == 22 else port)
 
 
-class _HostKeySeen(asyncssh.SSHClient):
+class _HostKeySeen(_DropWatch):
     """The client side of one connection attempt: remembers the host key the server offered
     when asyncssh found it untrusted (so a refusal can show its fingerprint and tell a
     changed key from an unknown one), and with ``accept_new`` trusts it when known_hosts has
     no entry at all for the host (OpenSSH's ``accept-new``): :attr:`accepted` is then the key
-    to write."""
+    to write. Once connected it tells ``transport`` why the connection closed
+    (:class:`_DropWatch`)."""
 
-    def __init__(self, known: object, *, accept_new: bool) -> None:
+    def __init__(self, known: object, *, accept_new: bool,
+                 transport: SSHTransport | None) -> None:
+        super().__init__(transport)
         self._known = known
         self._accept_new = accept_new
         self.key: asyncssh.SSHKey | None = None
