@@ -38,6 +38,7 @@ from console.events import (
 )
 from console.jobs.labels import K_KIND, secret_env_of
 from console.jobs.logs import JobLogLine, follow_job_log_batches, read_job_logs
+from console.jobs.states import NodeState
 from console.jobs.status import (
     ACTIVE_STATES,
     LIST_DEADLINE_S,
@@ -176,7 +177,7 @@ class NodeDescription:
     host: str
     container_name: str
     container_id: str | None
-    state: str
+    state: NodeState
     exit_code: int | None
     docker_run: str | None
     torchrun: str | None

@@ -32,6 +32,7 @@ import platformdirs
 
 from console.dbschema import migrate_schema
 from console.errors import StateError
+from console.jobs.states import JobState, NodeState
 from console.statefiles import LOCK_WAIT_S, db_error, file_error
 from remote.docker import LogLine
 from remote.errors import GpuConsoleError
@@ -100,8 +101,10 @@ class NodeRecord:
     """One node of a job as last seen.
 
     Attributes:
-        state: ``pending``, ``running``, ``succeeded``, ``failed``, ``stopped``, ``lost`` or
-            ``unreachable`` (host could not be asked).
+        state: ``pending``, ``created`` (created, never started, its launch over),
+            ``running``, ``succeeded``, ``failed``, ``stopped``, ``lost``, ``unreachable``
+            (host could not be asked) or ``unknown`` (a Slurm state word gpuconsole does not
+            know): :data:`~console.jobs.states.NodeState`.
         exit_code: the container's exit status once exited.
         started_at / finished_at: RFC 3339 times from Docker.
         stop_requested: gpuconsole stopped this node (``stop``, or gang teardown after another
@@ -113,7 +116,7 @@ class NodeRecord:
     host: str
     container_name: str
     container_id: str | None = None
-    state: str = "pending"
+    state: NodeState = "pending"
     exit_code: int | None = None
     started_at: str | None = None
     finished_at: str | None = None
@@ -148,6 +151,10 @@ class JobRecord:
     """A job as the store knows it.
 
     Attributes:
+        state: ``pending``, ``running``, ``succeeded``, ``failed``, ``stopped``, ``lost`` or
+            ``unknown`` (a node's host could not be asked and no other node says more, or a
+            Slurm state word gpuconsole does not know): :data:`~console.jobs.states.JobState`.
+            Shown as ``removed`` once ``removed_at`` is set.
         spec: the spec as submitted (secret values replaced by ``${secret}``).
         failure: the first failure, once known (:class:`FailureRecord`).
         stop_requested_at: Unix seconds when ``stop`` was asked (nodes exiting after it are
@@ -172,7 +179,7 @@ class JobRecord:
     spec_hash: str
     created_at: float
     node_count: int
-    state: str = "pending"
+    state: JobState = "pending"
     exit_code: int | None = None
     failure: FailureRecord | None = None
     stop_requested_at: float | None = None

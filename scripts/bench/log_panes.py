@@ -44,8 +44,9 @@ Run (needs ``scripts/testhosts/up``)::
         [--sides both|app|tmux] [--intake process|loop] [--py-spy FILE.svg|.json|.txt]
 
 ``--intake`` picks where the app reads the streams: ``process`` (the app's own choice, a child
-process) or ``loop`` (the app's loop, for comparison). Besides the table it prints how late a 20 ms heartbeat on the app's loop ran, the
-cyclic GC's pauses by generation and the objects it tracks at exit.
+process) or ``loop`` (the app's loop, for comparison). Besides the table it prints how late a
+20 ms heartbeat on the app's loop ran, the cyclic GC's pauses by generation and the objects it
+tracks at exit.
 
 Prints a markdown table with the gpuconsole column, the baseline column and their ratio.
 Every container and tmux server it started is removed at the end, also on Ctrl-C.

@@ -26,9 +26,9 @@ from console.fleet.rows import fleet_rows
 from console.fleet.state import FleetState
 from console.profiles import load_profile_file
 from console.session import Session
-from tests.fakes import fake_nvml
 from remote.telemetry.schema import Sample, read_sample
 from remote.telemetry.stream import deploy_agent
+from tests.fakes import fake_nvml
 
 from .conftest import CLI
 

@@ -35,10 +35,10 @@ import pytest
 from console.fleet.rows import fleet_rows
 from console.fleet.state import FleetState
 from remote.agent import agent as agent_mod
-from tests.fakes.fake_nvml import FakeNVML
 from remote.telemetry.schema import Sample, read_sample
 from remote.telemetry.stream import PHASE_SMI_FALLBACK, host_samples
 from remote.transport import LocalTransport
+from tests.fakes.fake_nvml import FakeNVML
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENT_PY = ROOT / "remote" / "agent" / "agent.py"

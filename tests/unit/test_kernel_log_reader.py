@@ -22,10 +22,10 @@ from console.fleet.render import render_fleet
 from console.fleet.rows import fleet_rows
 from console.fleet.state import FleetState
 from remote.agent.agent import Agent, KernelLogReader, nvrm_lines
-from tests.fakes.fake_nvml import FakeNVML
 from remote.telemetry.faults import pci_key
 from remote.telemetry.schema import read_sample
 from remote.telemetry.xid_catalog import ACTION_TEXT
+from tests.fakes.fake_nvml import FakeNVML
 
 CASES = Path(__file__).resolve().parents[1] / "data" / "cases" / "dmesg-xid"
 # util-linux dmesg and systemd journalctl, as they refuse a user without the rights
