@@ -26,13 +26,16 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, ParamSpec, TypedDict, TypeVar, cast
+from typing import TYPE_CHECKING, Any, BinaryIO, ParamSpec, TypedDict, TypeVar, cast
 
 import platformdirs
 
 from console.dbschema import migrate_schema
 from console.errors import StateError
 from console.jobs.states import JobState, NodeState
+
+if TYPE_CHECKING:  # the store is imported by every command; diagnosis only when one fails
+    from console.diagnosis.model import CauseKind
 from console.statefiles import LOCK_WAIT_S, db_error, file_error
 from remote.docker import LogLine
 from remote.errors import GpuConsoleError
@@ -140,7 +143,7 @@ class FailureRecord(TypedDict, total=False):
     rank: int | None
     reason: str
     fix: str | None
-    kind: str
+    kind: CauseKind
     evidence: list[str]
     consequences: list[str]
     interrupted: bool

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from console.diagnosis.model import CauseKind
     from console.jobs.states import JobState, NodeState
 
 #: Slurm job states (``man squeue``, JOB STATE CODES) -> gpuconsole job states.
@@ -45,6 +46,13 @@ STATE_REASONS = {
     "PREEMPTED": ("Slurm preempted the job for another", "resubmit, or use a partition "
                   "or QOS without preemption"),
 }
+
+STATE_KINDS: dict[str, CauseKind] = {
+    "TIMEOUT": "slurm_timeout", "NODE_FAIL": "slurm_node_fail",
+    "OUT_OF_MEMORY": "slurm_out_of_memory", "BOOT_FAIL": "slurm_boot_fail",
+    "DEADLINE": "slurm_deadline", "PREEMPTED": "slurm_preempted",
+}
+"""The cause id of a job failure that :data:`STATE_REASONS` explains (same keys)."""
 
 _FIELD = re.compile(r"(\w[\w/:]*)=(\S*)")
 _SRUN_TASK = re.compile(
