@@ -20,24 +20,33 @@ and opens a new one.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 import webbrowser
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
-from textual.message import Message
 from textual.reactive import reactive
 from textual.screen import Screen
 
 from console.alerts.engine import AlertWatcher
-from console.alerts.model import Alert, AlertChanged
+from console.alerts.model import AlertChanged
 from console.app.gcpolicy import GcPolicy
+from console.app.host import AppHost
+from console.app.messages import (
+    AlertsUpdated,
+    FollowStateUpdated,
+    HostStatusUpdated,
+    JobsListed,
+    JobUpdated,
+    LogLinesArrived,
+    NotebookOpened,
+)
 from console.app.screens.alerts import AlertsScreen
 from console.app.screens.fleet import FleetScreen
 from console.app.screens.jobs import JobsScreen, JobsTable
@@ -63,8 +72,6 @@ from console.events import (
     SampleReceived,
     Subscription,
 )
-from console.jobs.logbuffer import Row
-from console.jobs.logs import JobLogLine
 from console.jobs.store import JobRecord
 from console.service import Service, Submission, not_running_hint
 from remote.errors import GpuConsoleError
@@ -178,69 +185,6 @@ def keymap_errors(keymap: dict[str, str]) -> list[tuple[str, str]]:
                     f"{moved.id} another key, or move {kept.id} as well "
                     f"(e.g. {kept.id}: ctrl+{name if len(name) == 1 else 'x'})")))
     return errors
-
-
-# -- messages: what happened, posted by the service subscription and by workers -------------
-
-
-@dataclass
-class JobsListed(Message):
-    """The jobs were reconciled with the hosts (newest first)."""
-
-    jobs: list[JobRecord]
-
-
-@dataclass
-class JobUpdated(Message):
-    """One job's record changed (state, exit codes, diagnosis)."""
-
-    job: JobRecord
-
-
-@dataclass
-class LogLinesArrived(Message):
-    """A batch of a followed job's lines."""
-
-    job_id: str
-    lines: Sequence[JobLogLine]
-    shown: tuple[tuple[Row, ...], ...] | None = None
-
-
-@dataclass
-class FollowStateUpdated(Message):
-    """A node's log follow is following / reconnecting / ended."""
-
-    job_id: str
-    node_rank: int
-    state: str
-    detail: str | None
-
-
-@dataclass
-class AlertsUpdated(Message):
-    """An alert fired, resolved, was acknowledged or silenced; ``active`` is every firing
-    alert after it (most severe first)."""
-
-    change: AlertChanged
-    active: list[Alert]
-
-
-@dataclass
-class NotebookOpened(Message):
-    """A notebook's tunnel is open (posted by the attach worker, or by ``o`` on a notebook
-    whose tunnel is already open): show its URL."""
-
-    job_id: str
-    tunnel: NotebookTunnel
-
-
-@dataclass
-class HostStatusUpdated(Message):
-    """A host's telemetry status changed."""
-
-    host: str
-    status: str
-    reason: str | None
 
 
 class GpuConsoleApp(App[int]):
@@ -492,12 +436,14 @@ class GpuConsoleApp(App[int]):
     def on_follow_state_updated(self, m: FollowStateUpdated) -> None:
         self._forward_to_logs(m)
 
-    def _forward_to_logs(self, m: Message) -> None:
+    def _forward_to_logs(self, m: LogLinesArrived | JobUpdated | FollowStateUpdated) -> None:
+        """Post ``m`` to every log screen in the stack (a copy each: a message is handled
+        once); their handlers take what concerns their jobs."""
         from console.app.screens.logs import LogsScreen
 
         for screen in self.screen_stack:
             if isinstance(screen, LogsScreen):
-                screen.take(m)
+                screen.post_message(dataclasses.replace(m))
 
     # -- actions ----------------------------------------------------------------------------
 
@@ -1026,3 +972,10 @@ def _console_browser() -> bool:
 
 def _error_text(e: GpuConsoleError) -> str:
     return f"error: {e.message}" + (f"\n  fix: {e.hint}" if e.hint else "")
+
+
+if TYPE_CHECKING:
+    def _implements_host(app: GpuConsoleApp) -> AppHost:
+        """mypy checks here that the app is what its screens take it for
+        (:class:`console.app.host.AppHost`)."""
+        return app
