@@ -33,6 +33,7 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.reactive import reactive
 from textual.screen import Screen
+from textual.worker import Worker, WorkerState
 
 from console.alerts.engine import AlertWatcher
 from console.alerts.model import AlertChanged
@@ -86,6 +87,13 @@ T = TypeVar("T")
 #: Actions that change remote state or expose a shell on a host, hidden by ``--readonly``
 #: (``notebook`` opens a notebook's JupyterLab, which runs code in its container).
 WRITE_ACTIONS = frozenset({"stop", "submit", "exec", "remove", "notebook", "new_notebook"})
+
+#: Titles of a failed worker's notification, by worker name (the method's; else its group).
+FAILURE_TITLES = {
+    "_stop": "stop failed", "_remove": "remove failed", "_exec": "shell", "refresh_jobs": "jobs",
+    "_attach_notebook": "notebook", "_new_notebook": "notebook", "open_browser": "browser",
+    "_read_other": "logs", "_save": "save", "_plan": "submit", "_submit": "submit",
+}
 
 _MODIFIERS = ("ctrl+", "shift+", "alt+", "super+", "meta+", "hyper+")
 
@@ -346,6 +354,27 @@ class GpuConsoleApp(App[int]):
         elif isinstance(ev, AlertChanged) and self.alerts is not None:
             self.post_message(AlertsUpdated(ev, self.alerts.active()))
 
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """A worker of the app ended: a failure is said (:meth:`worker_failed`)."""
+        if event.state == WorkerState.ERROR:
+            self.worker_failed(event.worker)
+
+    def worker_failed(self, worker: Worker[Any]) -> None:
+        """Say why a worker failed: the one place for every worker of the app and its
+        screens (all run with ``exit_on_error=False``; what a worker handles itself, such as
+        the submit modal's errors, never gets here). A :class:`GpuConsoleError` is said with
+        its fix; anything else is a bug, logged with its traceback and said in one line: it
+        never ends the console."""
+        e = worker.error
+        title = FAILURE_TITLES.get(worker.name, worker.group)
+        if isinstance(e, GpuConsoleError):
+            self.notify(f"{e.message}\nfix: {e.hint}" if e.hint else e.message, title=title,
+                        severity="error", timeout=15)
+            return
+        log.error("worker %s (%s) failed", worker.name, worker.group, exc_info=e)
+        self.notify(f"{type(e).__name__}: {e} (details in the log)", title=title,
+                    severity="error", timeout=15)
+
     def _publish_hosts(self) -> None:
         self.host_status = tuple((h, s, r) for h, (s, r) in self._hosts.items())
 
@@ -564,19 +593,13 @@ class GpuConsoleApp(App[int]):
 
     # -- operations (workers; results come back as messages or notifications) ---------------
 
-    @work(exclusive=True, group="jobs-refresh")
+    @work(exclusive=True, group="jobs-refresh", exit_on_error=False)
     async def refresh_jobs(self) -> None:
-        """Reconcile the jobs with the hosts; re-arms itself after it finished."""
+        """Reconcile the jobs with the hosts; re-arms itself after it finished (a failure
+        is said by :meth:`worker_failed`, and retried)."""
         warnings: list[str] = []
         try:
             jobs = await self.service.list_jobs(warn=warnings.append)
-        except GpuConsoleError as e:
-            self.notify(e.message, title="jobs", severity="error")
-        except Exception as e:  # a bug must not end the console: said, logged, retried
-            log.exception("jobs refresh failed")
-            self.notify(f"jobs refresh failed: {e!r} (details in the log)", title="jobs",
-                        severity="error")
-        else:
             self.post_message(JobsListed(jobs))
             for w in warnings[:3]:
                 log.info("jobs: %s", w)
@@ -624,15 +647,10 @@ class GpuConsoleApp(App[int]):
         self.push_screen(ConfirmScreen(f"Stop job {job.id}?", "\n".join(preview),
                                        yes="Stop"), answered)
 
-    @work(group="stop")
+    @work(group="stop", exit_on_error=False)
     async def _stop(self, job: JobRecord) -> None:
         self.notify(f"stopping {job.id}…")
-        try:
-            out = await self.service.stop(job)
-        except GpuConsoleError as e:
-            self.notify(f"{e.message}\nfix: {e.hint}" if e.hint else e.message,
-                        title="stop failed", severity="error")
-            return
+        out = await self.service.stop(job)
         if out.stopped:
             self.notify(f"job {out.job.id} {out.job.state}", title="stopped")
         else:
@@ -661,27 +679,18 @@ class GpuConsoleApp(App[int]):
                                        "\n".join(self.service.remove_preview(job)),
                                        yes="Remove"), answered)
 
-    @work(group="stop")
+    @work(group="stop", exit_on_error=False)
     async def _remove(self, job: JobRecord) -> None:
         self.notify(f"removing {job.id}…")
-        try:
-            out = await self.service.remove(job)
-        except GpuConsoleError as e:
-            self.notify(f"{e.message}\nfix: {e.hint}" if e.hint else e.message,
-                        title="remove failed", severity="error", timeout=15)
-            return
+        out = await self.service.remove(job)
         self.notify(f"job {out.id} removed; `gpuconsole logs {out.id}` still shows its lines",
                     title="removed")
         self.post_message(JobUpdated(out))
 
-    @work(group="describe")
+    @work(group="describe", exit_on_error=False)
     async def describe(self, job: JobRecord) -> None:
         """Show the job's spec, hosts, containers and command lines."""
-        try:
-            d = await self.service.describe(job)
-        except GpuConsoleError as e:
-            self.notify(e.message, title="describe", severity="error")
-            return
+        d = await self.service.describe(job)
         self.push_screen(TextScreen(f"describe {job.id}", d.render()))
 
     def ask_submit(self) -> None:
@@ -703,7 +712,7 @@ class GpuConsoleApp(App[int]):
         screen.set_phase("planning", f"planning {path} on the hosts… (escape cancels)")
         screen.worker = self._plan(screen, path, overrides)
 
-    @work(group="submit")
+    @work(group="submit", exit_on_error=False)
     async def _plan(self, screen: SubmitScreen, path: Path, overrides: dict[str, Any]) -> None:
         """Preflight the spec on the hosts (the workdir is synced into the hosts'
         content-addressed cache; no container is created) and show the exact plan that
@@ -732,7 +741,7 @@ class GpuConsoleApp(App[int]):
             f"Submit {path}? Nothing runs until you confirm.", sub.plan_text(), yes="Submit"),
             answered)
 
-    @work(group="submit")
+    @work(group="submit", exit_on_error=False)
     async def _submit(self, screen: SubmitScreen, sub: Submission) -> None:
         try:
             job = await self.service.submit(sub)
@@ -769,18 +778,10 @@ class GpuConsoleApp(App[int]):
     @work(exclusive=True, group="exec", exit_on_error=False)
     async def _exec(self, job: JobRecord, node: int | None) -> None:
         """Check the node runs and connect (on the app's screen: a refusal is said there),
-        then hand the terminal to the shell until it exits."""
-        try:
-            attach = await self.service.prepare_exec(job, node, [], tty=True)
-            rc = await self.hand_terminal(attach)
-        except GpuConsoleError as e:
-            self.notify(f"{e.message}\nfix: {e.hint}" if e.hint else e.message, title="shell",
-                        severity="error", timeout=15)
-            return
-        except Exception as e:  # SuspendNotSupported (no terminal), a bug: said and logged
-            log.exception("shell in %s failed", job.id)
-            self.notify(f"{type(e).__name__}: {e}", title="shell", severity="error")
-            return
+        then hand the terminal to the shell until it exits (SuspendNotSupported: no
+        terminal)."""
+        attach = await self.service.prepare_exec(job, node, [], tty=True)
+        rc = await self.hand_terminal(attach)
         self.notify(f"shell in {job.id} exited {rc}")
 
     async def hand_terminal(self, child: Callable[[], Awaitable[T]]) -> T:
@@ -854,15 +855,6 @@ class GpuConsoleApp(App[int]):
                 await old.close()
             self.notify(f"opening notebook {job.id}: waiting for JupyterLab…", title="notebook")
             tunnel = await self.service.attach_notebook(job)
-        except GpuConsoleError as e:
-            self.notify(f"{e.message}\nfix: {e.hint}" if e.hint else e.message,
-                        title=f"notebook {job.id}", severity="error", timeout=15)
-            return
-        except Exception as e:  # a bug must not end the console: said and logged
-            log.exception("notebook %s: attach failed", job.id)
-            self.notify(f"{type(e).__name__}: {e} (details in the log)",
-                        title=f"notebook {job.id}", severity="error", timeout=15)
-            return
         finally:
             self._attaching.discard(job.id)
         if self._tunnels_closed:  # the app is exiting: keep nothing open
@@ -875,14 +867,10 @@ class GpuConsoleApp(App[int]):
     async def open_browser(self, url: str) -> None:
         """Open ``url`` with :func:`webbrowser.open` (asked for in the URL modal). A console
         browser (lynx, w3m) needs the terminal: the app suspends as for a shell."""
-        try:
-            if _console_browser():
-                ok = await self.hand_terminal(lambda: asyncio.to_thread(webbrowser.open, url))
-            else:
-                ok = await asyncio.to_thread(webbrowser.open, url)
-        except Exception as e:  # SuspendNotSupported, a browser that failed to start
-            self.notify(f"{type(e).__name__}: {e}", title="browser", severity="error")
-            return
+        if _console_browser():
+            ok = await self.hand_terminal(lambda: asyncio.to_thread(webbrowser.open, url))
+        else:
+            ok = await asyncio.to_thread(webbrowser.open, url)
         if not ok:
             self.notify("no browser could be started here: copy the URL (c) and open it "
                         "yourself", title="browser", severity="warning")
@@ -915,11 +903,6 @@ class GpuConsoleApp(App[int]):
         except GpuConsoleError as e:
             self.push_screen(TextScreen("cannot start the notebook (escape closes)",
                                         _error_text(e)))
-            return
-        except Exception as e:  # a bug must not end the console: said and logged
-            log.exception("new notebook failed")
-            self.notify(f"{type(e).__name__}: {e} (details in the log)", title="notebook",
-                        severity="error", timeout=15)
             return
         self.notify(f"started notebook {job.id} on {req.host}", title="notebook")
         self.post_message(JobUpdated(job))

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 if TYPE_CHECKING:
     from textual.app import App
+    from textual.worker import Worker
 
     from console.app.gcpolicy import GcPolicy
     from console.jobs.store import JobRecord
@@ -68,6 +69,9 @@ class AppHost(Protocol):
 
     def silence_alert(self, key: str, seconds: float) -> object:
         """Silence an alert's notifications for ``seconds`` (a worker)."""
+
+    def worker_failed(self, worker: Worker[Any]) -> None:
+        """Say why a worker failed (every worker's failure is said there)."""
 
 
 def host(app: App[Any]) -> AppHost:

@@ -139,10 +139,6 @@ def _modules() -> list[ModuleType]:
     return modules
 
 
-def _rules() -> list[Rule]:
-    return [rule for module in _modules() for rule in getattr(module, "RULES", ())]
-
-
 def _declared() -> list[tuple[Rule, tuple[Needs, ...] | None]]:
     """Every rule with what it declared in its module's ``NEEDS`` (None: reads every line)."""
     out: list[tuple[Rule, tuple[Needs, ...] | None]] = []

@@ -23,6 +23,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Footer
+from textual.worker import Worker, WorkerState
 
 from console.app.host import AppHost, host
 from console.app.lifecycle import can_draw
@@ -326,6 +327,11 @@ class LogsScreen(Screen[None]):
 
     # -- data -------------------------------------------------------------------------------
 
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """A worker of this screen ended: a failure is said where the app's are."""
+        if event.state == WorkerState.ERROR:
+            self.gc.worker_failed(event.worker)
+
     def on_log_lines_arrived(self, m: LogLinesArrived) -> None:
         """Lines of this screen's job, or of a job shown beside it (``+``)."""
         if m.job_id in self.others:
@@ -530,11 +536,7 @@ class LogsScreen(Screen[None]):
 
     @work(group="logs-other", exit_on_error=False)
     async def _read_other(self, job: JobRecord) -> None:
-        try:
-            lines = await self.gc.service.read_logs(job, tail=self.buffer_lines)
-        except GpuConsoleError as e:
-            self.notify(e.message, title="logs", severity="error")
-            return
+        lines = await self.gc.service.read_logs(job, tail=self.buffer_lines)
         rows = await asyncio.to_thread(_shape, lines)
         self._take_other(job.id, lines, rows)
         from console.jobs.logs import no_lines_reason
@@ -600,15 +602,11 @@ class LogsScreen(Screen[None]):
         self.app.push_screen(AskScreen(f"Save the whole log of {self.job.id} ({what}) to:",
                                        str(Path.cwd() / name)), chosen)
 
-    @work(group="logs-save")
+    @work(group="logs-save", exit_on_error=False)
     async def _save(self, node: int | None, path: Path) -> None:
         """Write the whole log (every archived line, not just the pane's buffer) to ``path``
         (``<RFC 3339 time> [n<node> r<rank>] text`` per line)."""
-        try:
-            lines = await self.gc.service.read_logs(self.job, node=node)
-        except GpuConsoleError as e:
-            self.notify(e.message, title="save", severity="error")
-            return
+        lines = await self.gc.service.read_logs(self.job, node=node)
 
         def write() -> None:
             with open(path, "x", encoding="utf-8", errors="replace") as f:
