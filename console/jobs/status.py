@@ -15,7 +15,12 @@ Node states (shown by ``ps``):
   :mod:`remote.gang`), or a never-started container that ``stop`` removed;
 - ``lost``: the container is gone although the job was not removed (or was never created
   by a launch that is over);
-- ``unreachable``: its host could not be asked (last known values kept).
+- ``unreachable``: its host could not be asked (last known values kept);
+- ``unknown``: a Slurm job's node while Slurm reports a state word gpuconsole does not know
+  (:data:`console.slurm.state.STATE_MAP`).
+
+(Exactly :data:`console.jobs.states.NodeState`; the job states below are
+:data:`~console.jobs.states.JobState`.)
 
 A job is ``failed`` when any node failed or is ``created`` (an interrupted launch: its
 failure reason says ``launch interrupted: containers created but never started on ...``),
