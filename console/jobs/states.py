@@ -14,9 +14,9 @@ The values are the strings stored and printed (``ps``, ``--json``, the app), so 
 
 from __future__ import annotations
 
-from typing import Final, Literal, get_args
+from typing import Literal
 
-__all__ = ["JOB_STATES", "NODE_STATES", "JobState", "NodeState", "ShownState"]
+__all__ = ["JobState", "NodeState", "ShownState"]
 
 NodeState = Literal["pending", "created", "running", "succeeded", "failed", "stopped", "lost",
                     "unreachable", "unknown"]
@@ -28,6 +28,3 @@ JobState = Literal["pending", "running", "succeeded", "failed", "stopped", "lost
 
 ShownState = Literal[JobState, "removed"]
 """A job's state as every face shows it (:func:`console.jobs.status.shown_state`)."""
-
-NODE_STATES: Final[frozenset[str]] = frozenset(get_args(NodeState))
-JOB_STATES: Final[frozenset[str]] = frozenset(get_args(JobState))
