@@ -33,10 +33,10 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.reactive import reactive
 from textual.screen import Screen
-from textual.worker import Worker, WorkerState
 
 from console.alerts.engine import AlertWatcher
 from console.alerts.model import AlertChanged
+from console.app.failures import reported
 from console.app.gcpolicy import GcPolicy
 from console.app.host import AppHost
 from console.app.messages import (
@@ -87,13 +87,6 @@ T = TypeVar("T")
 #: Actions that change remote state or expose a shell on a host, hidden by ``--readonly``
 #: (``notebook`` opens a notebook's JupyterLab, which runs code in its container).
 WRITE_ACTIONS = frozenset({"stop", "submit", "exec", "remove", "notebook", "new_notebook"})
-
-#: Titles of a failed worker's notification, by worker name (the method's; else its group).
-FAILURE_TITLES = {
-    "_stop": "stop failed", "_remove": "remove failed", "_exec": "shell", "refresh_jobs": "jobs",
-    "_attach_notebook": "notebook", "_new_notebook": "notebook", "open_browser": "browser",
-    "_read_other": "logs", "_save": "save", "_plan": "submit", "_submit": "submit",
-}
 
 _MODIFIERS = ("ctrl+", "shift+", "alt+", "super+", "meta+", "hyper+")
 
@@ -293,6 +286,7 @@ class GpuConsoleApp(App[int]):
         self.call_after_refresh(self.gc_policy.start)
 
     @work(group="replay", exit_on_error=False)
+    @reported("replay")
     async def _announce_replay_end(self) -> None:
         """Say when the recording is over: the view then holds its last samples."""
         try:
@@ -306,6 +300,7 @@ class GpuConsoleApp(App[int]):
                     title="replay", timeout=30)
 
     @work(group="alerts", exit_on_error=False)
+    @reported("alerts")
     async def start_alerts(self) -> None:
         """Run the profile's alert rules over the live fleet and the jobs (``console/alerts``);
         a store that cannot be opened is said once, the app runs on without alerts."""
@@ -354,25 +349,15 @@ class GpuConsoleApp(App[int]):
         elif isinstance(ev, AlertChanged) and self.alerts is not None:
             self.post_message(AlertsUpdated(ev, self.alerts.active()))
 
-    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
-        """A worker of the app ended: a failure is said (:meth:`worker_failed`)."""
-        if event.state == WorkerState.ERROR:
-            self.worker_failed(event.worker)
-
-    def worker_failed(self, worker: Worker[Any]) -> None:
-        """Say why a worker failed: the one place for every worker of the app and its
-        screens (all run with ``exit_on_error=False``; what a worker handles itself, such as
-        the submit modal's errors, never gets here). A :class:`GpuConsoleError` is said with
-        its fix; anything else is a bug, logged with its traceback and said in one line: it
-        never ends the console."""
-        e = worker.error
-        title = FAILURE_TITLES.get(worker.name, worker.group)
-        if isinstance(e, GpuConsoleError):
-            self.notify(f"{e.message}\nfix: {e.hint}" if e.hint else e.message, title=title,
-                        severity="error", timeout=15)
+    def report_failure(self, error: Exception, title: str) -> None:
+        """Say why a worker failed (:mod:`console.app.failures`: the one place for every
+        worker of the app and its screens)."""
+        if isinstance(error, GpuConsoleError):
+            self.notify(f"{error.message}\nfix: {error.hint}" if error.hint else error.message,
+                        title=title, severity="error", timeout=15)
             return
-        log.error("worker %s (%s) failed", worker.name, worker.group, exc_info=e)
-        self.notify(f"{type(e).__name__}: {e} (details in the log)", title=title,
+        log.error("%s: a worker failed", title, exc_info=error)
+        self.notify(f"{type(error).__name__}: {error} (details in the log)", title=title,
                     severity="error", timeout=15)
 
     def _publish_hosts(self) -> None:
@@ -594,6 +579,7 @@ class GpuConsoleApp(App[int]):
     # -- operations (workers; results come back as messages or notifications) ---------------
 
     @work(exclusive=True, group="jobs-refresh", exit_on_error=False)
+    @reported("jobs")
     async def refresh_jobs(self) -> None:
         """Reconcile the jobs with the hosts; re-arms itself after it finished (a failure
         is said by :meth:`worker_failed`, and retried)."""
@@ -608,6 +594,7 @@ class GpuConsoleApp(App[int]):
                 self.set_timer(self.config.jobs_refresh_s, self.refresh_jobs)
 
     @work(group="alerts-ack", exit_on_error=False)
+    @reported("alerts")
     async def acknowledge_alert(self, key: str) -> None:
         """Acknowledge a firing alert: no more notifications for it (stored: ``watch`` in
         another process sees it too)."""
@@ -619,6 +606,7 @@ class GpuConsoleApp(App[int]):
             self.notify(f"{key} is no longer firing", severity="warning")
 
     @work(group="alerts-ack", exit_on_error=False)
+    @reported("alerts")
     async def silence_alert(self, key: str, seconds: float) -> None:
         """Silence an alert's notifications for ``seconds``."""
         if self.alerts is not None:
@@ -648,6 +636,7 @@ class GpuConsoleApp(App[int]):
                                        yes="Stop"), answered)
 
     @work(group="stop", exit_on_error=False)
+    @reported("stop failed")
     async def _stop(self, job: JobRecord) -> None:
         self.notify(f"stopping {job.id}…")
         out = await self.service.stop(job)
@@ -680,6 +669,7 @@ class GpuConsoleApp(App[int]):
                                        yes="Remove"), answered)
 
     @work(group="stop", exit_on_error=False)
+    @reported("remove failed")
     async def _remove(self, job: JobRecord) -> None:
         self.notify(f"removing {job.id}…")
         out = await self.service.remove(job)
@@ -688,6 +678,7 @@ class GpuConsoleApp(App[int]):
         self.post_message(JobUpdated(out))
 
     @work(group="describe", exit_on_error=False)
+    @reported("describe")
     async def describe(self, job: JobRecord) -> None:
         """Show the job's spec, hosts, containers and command lines."""
         d = await self.service.describe(job)
@@ -713,6 +704,7 @@ class GpuConsoleApp(App[int]):
         screen.worker = self._plan(screen, path, overrides)
 
     @work(group="submit", exit_on_error=False)
+    @reported("submit")
     async def _plan(self, screen: SubmitScreen, path: Path, overrides: dict[str, Any]) -> None:
         """Preflight the spec on the hosts (the workdir is synced into the hosts'
         content-addressed cache; no container is created) and show the exact plan that
@@ -742,6 +734,7 @@ class GpuConsoleApp(App[int]):
             answered)
 
     @work(group="submit", exit_on_error=False)
+    @reported("submit")
     async def _submit(self, screen: SubmitScreen, sub: Submission) -> None:
         try:
             job = await self.service.submit(sub)
@@ -776,6 +769,7 @@ class GpuConsoleApp(App[int]):
         self._exec(job, node)
 
     @work(exclusive=True, group="exec", exit_on_error=False)
+    @reported("shell")
     async def _exec(self, job: JobRecord, node: int | None) -> None:
         """Check the node runs and connect (on the app's screen: a refusal is said there),
         then hand the terminal to the shell until it exits (SuspendNotSupported: no
@@ -847,6 +841,7 @@ class GpuConsoleApp(App[int]):
         self._attach_notebook(job)
 
     @work(group="notebook", exit_on_error=False)
+    @reported("notebook")
     async def _attach_notebook(self, job: JobRecord) -> None:
         """Open a tunnel to the notebook (waiting until JupyterLab answers) and keep it."""
         old = self.tunnels.pop(job.id, None)
@@ -864,6 +859,7 @@ class GpuConsoleApp(App[int]):
         self.post_message(NotebookOpened(job.id, tunnel))
 
     @work(group="browser", exit_on_error=False)
+    @reported("browser")
     async def open_browser(self, url: str) -> None:
         """Open ``url`` with :func:`webbrowser.open` (asked for in the URL modal). A console
         browser (lynx, w3m) needs the terminal: the app suspends as for a shell."""
@@ -891,6 +887,7 @@ class GpuConsoleApp(App[int]):
         self.push_screen(NewNotebookScreen(hosts, gpus_problem), got)
 
     @work(group="submit", exit_on_error=False)
+    @reported("notebook")
     async def _new_notebook(self, req: NotebookRequest) -> None:
         """Plan and launch a notebook (the busy-GPU refusal and all-or-nothing launch of every
         job), then open it; a refusal is shown with its fix."""

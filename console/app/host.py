@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 if TYPE_CHECKING:
     from textual.app import App
-    from textual.worker import Worker
 
     from console.app.gcpolicy import GcPolicy
     from console.jobs.store import JobRecord
@@ -70,8 +69,8 @@ class AppHost(Protocol):
     def silence_alert(self, key: str, seconds: float) -> object:
         """Silence an alert's notifications for ``seconds`` (a worker)."""
 
-    def worker_failed(self, worker: Worker[Any]) -> None:
-        """Say why a worker failed (every worker's failure is said there)."""
+    def report_failure(self, error: Exception, title: str) -> None:
+        """Say why a worker failed, under ``title`` (:mod:`console.app.failures`)."""
 
 
 def host(app: App[Any]) -> AppHost:

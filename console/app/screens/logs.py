@@ -23,8 +23,8 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Footer
-from textual.worker import Worker, WorkerState
 
+from console.app.failures import reported
 from console.app.host import AppHost, host
 from console.app.lifecycle import can_draw
 from console.app.messages import FollowStateUpdated, JobUpdated, LogLinesArrived
@@ -254,6 +254,7 @@ class LogsScreen(Screen[None]):
         self.app.call_after_refresh(self.gc.gc_policy.sweep)
 
     @work(group="logs-archive", exit_on_error=False)
+    @reported("logs")
     async def _load_finished(self) -> None:
         """A finished (or removed) job: the local archive first (read and shaped in worker
         threads, shown as soon as it is there), then whatever the containers hold that the
@@ -290,6 +291,7 @@ class LogsScreen(Screen[None]):
             self.take_lines(chunk, rows, keep_all=True)
 
     @work(group="logs-follow", exit_on_error=False)
+    @reported("logs")
     async def _await_follow(self, task: asyncio.Task[object]) -> None:
         """Once the follow ended (every node exited), say why an empty pane is empty."""
         await asyncio.wait({task})
@@ -326,11 +328,6 @@ class LogsScreen(Screen[None]):
                 pane.set_empty_text(why[1] if why is not None else None)
 
     # -- data -------------------------------------------------------------------------------
-
-    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
-        """A worker of this screen ended: a failure is said where the app's are."""
-        if event.state == WorkerState.ERROR:
-            self.gc.worker_failed(event.worker)
 
     def on_log_lines_arrived(self, m: LogLinesArrived) -> None:
         """Lines of this screen's job, or of a job shown beside it (``+``)."""
@@ -535,6 +532,7 @@ class LogsScreen(Screen[None]):
             self._read_other(job)
 
     @work(group="logs-other", exit_on_error=False)
+    @reported("logs")
     async def _read_other(self, job: JobRecord) -> None:
         lines = await self.gc.service.read_logs(job, tail=self.buffer_lines)
         rows = await asyncio.to_thread(_shape, lines)
@@ -603,6 +601,7 @@ class LogsScreen(Screen[None]):
                                        str(Path.cwd() / name)), chosen)
 
     @work(group="logs-save", exit_on_error=False)
+    @reported("save")
     async def _save(self, node: int | None, path: Path) -> None:
         """Write the whole log (every archived line, not just the pane's buffer) to ``path``
         (``<RFC 3339 time> [n<node> r<rank>] text`` per line)."""
