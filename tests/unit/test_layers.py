@@ -13,8 +13,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from importlinter import configuration
-from importlinter.application.use_cases import SUCCESS, lint_imports
+
+try:
+    from importlinter import configuration
+    from importlinter.application.use_cases import SUCCESS, lint_imports
+except ImportError as e:  # an .venv made before import-linter joined the dev tools
+    raise ImportError(f"{e}: scripts/test installs the dev tools (pip install -e '.[dev]')") \
+        from e
 
 ROOT = Path(__file__).resolve().parents[2]
 
