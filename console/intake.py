@@ -63,11 +63,6 @@ def as_tuple(line: JobLogLine) -> LineTuple:
     return (line.node_rank, line.host, line.rank, line.ts_ns, line.text)
 
 
-def from_tuple(t: LineTuple) -> JobLogLine:
-    """A line from its pipe form."""
-    return JobLogLine(*t)
-
-
 class PackedLines(Sequence[JobLogLine]):
     """The lines of one batch from the child, kept in their pipe form (plain tuples, which
     the cyclic GC stops tracking) and made :class:`~console.jobs.logs.JobLogLine` only when

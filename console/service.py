@@ -38,6 +38,7 @@ from console.events import (
 )
 from console.jobs.labels import K_KIND, secret_env_of
 from console.jobs.logs import JobLogLine, follow_job_log_batches, read_job_logs
+from console.jobs.states import NodeState
 from console.jobs.status import (
     ACTIVE_STATES,
     LIST_DEADLINE_S,
@@ -64,7 +65,6 @@ if TYPE_CHECKING:  # imported by the methods that use them (CLI start-up: `ps` n
     from console.jobs.copy import CopyRequest, CopyResult
     from console.jobs.launch import Prepared
     from console.jobs.spec import LoadedSpec
-    from console.loopthread import LoopThread
     from console.notebook.attach import NotebookTunnel
     from console.slurm.backend import SlurmPlan
     from remote.telemetry.schema import Sample
@@ -74,7 +74,7 @@ log = logging.getLogger("gpuconsole.service")
 STOPPABLE = (*ACTIVE_STATES, NEVER_STARTED)
 """Node states that ``stop`` acts on: running, starting, or created and never started."""
 
-Intake = Literal["loop", "thread", "process"]
+Intake = Literal["loop", "process"]
 """Where :meth:`Service.start_follow` reads a job's log streams."""
 
 
@@ -177,7 +177,7 @@ class NodeDescription:
     host: str
     container_name: str
     container_id: str | None
-    state: str
+    state: NodeState
     exit_code: int | None
     docker_run: str | None
     torchrun: str | None
@@ -264,8 +264,6 @@ class Service:
         #: yet, or a Slurm profile)
         self.host_status: dict[str, HostListing] = {}
         self._deadline_s = LIST_DEADLINE_S  # of the list_jobs in progress
-        self._intake: LoopThread | None = None
-        self._intake_sessions: dict[str, Session] = {}  # used on the intake loop only
 
     async def __aenter__(self) -> Service:
         return self
@@ -300,23 +298,6 @@ class Service:
         """The session of the profile the job was submitted with."""
         return self.session(profile_of(job, self.profile))
 
-    def _intake_loop(self) -> LoopThread:
-        from console.loopthread import LoopThread
-
-        if self._intake is None:
-            self._intake = LoopThread("gpuconsole-intake")
-        return self._intake
-
-    def _intake_session(self, job: JobRecord) -> Session:
-        """The session of the job's profile on the intake loop (its own SSH connections:
-        asyncssh connections belong to the loop that opened them)."""
-        prof = profile_of(job, self.profile)
-        key = prof.source or prof.name
-        s = self._intake_sessions.get(key)
-        if s is None:
-            s = self._intake_sessions[key] = Session(prof)
-        return s
-
     async def close(self) -> None:
         """End every follow, the fleet monitor and every connection; close the store."""
         for f in list(self._follows.values()):
@@ -326,19 +307,6 @@ class Service:
         for s in self._sessions.values():
             await s.close()
         self._sessions.clear()
-        if self._intake is not None:
-            intake, self._intake = self._intake, None
-            sessions = list(self._intake_sessions.values())
-            self._intake_sessions.clear()
-
-            async def close_sessions() -> None:
-                for s in sessions:
-                    await s.close()
-
-            try:
-                await intake.run(close_sessions())
-            finally:
-                await asyncio.to_thread(intake.stop)
         if self._store is not None:
             self._store.close()
             self._store = None
@@ -1188,30 +1156,19 @@ class Service:
         """
         self.check_node(job, node)
         async for batch in self._follow_batches(job, self.session_for(job), node=node,
-                                                since_ns=since_ns, tail=tail, main=None):
+                                                since_ns=since_ns, tail=tail):
             yield batch
-
-    @staticmethod
-    def _on_main(coro: Coroutine[Any, Any, JobRecord],
-                 main: asyncio.AbstractEventLoop | None) -> asyncio.Future[JobRecord]:
-        """Run ``coro`` on the service's own loop: here when ``main`` is ``None``, else on
-        ``main`` (the intake loop asks the service's loop, whose sessions it must not use)."""
-        if main is None:
-            return asyncio.ensure_future(coro)
-        return asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, main))
 
     async def _follow_batches(self, job: JobRecord, session: Session, *, node: int | None,
                               since_ns: int | None, tail: int | None,
-                              main: asyncio.AbstractEventLoop | None,
                               ) -> AsyncIterator[list[JobLogLine]]:
-        """:meth:`follow_batches` over ``session``; ``main``: the service's loop when this
-        runs on the intake loop (reconciles run there), else ``None``."""
-        refreshing: set[asyncio.Future[JobRecord]] = set()
+        """:meth:`follow_batches` over ``session``."""
+        refreshing: set[asyncio.Task[JobRecord]] = set()
 
         def on_exit(n: NodeRecord) -> None:
             self.bus.publish(NodeExited(job.id, n.node_rank, n.host))
             self.bus.publish(FollowStateChanged(job.id, n.node_rank, "ended"))
-            t = self._on_main(self.refresh_job(job), main)
+            t = asyncio.create_task(self.refresh_job(job))
             refreshing.add(t)
             t.add_done_callback(refreshing.discard)
 
@@ -1226,11 +1183,9 @@ class Service:
         if session.profile.scheduler == "slurm":
             from console.slurm.backend import follow_slurm
 
-            async def reconcile(j: JobRecord) -> JobRecord:
-                return await self._on_main(self.refresh_job(j), main)
-
             async for batch in follow_slurm(session, self.store, job, node=node,
-                                            since_ns=since_ns, tail=tail, refresh=reconcile):
+                                            since_ns=since_ns, tail=tail,
+                                            refresh=self.refresh_job):
                 yield batch
             for n in job.nodes:
                 if node is None or n.node_rank == node:
@@ -1256,21 +1211,18 @@ class Service:
         job: a second call returns the running one.
 
         Args:
-            where: where the streams are read: ``loop`` (this loop), ``thread`` (the
-                service's intake thread: its own loop and SSH connections) or ``process``
-                (a child process, :mod:`console.intake`: its own interpreter, so the intake
-                holds no GIL against this loop; what the Textual app uses). Events reach
-                each subscriber on its own loop in every case.
+            where: where the streams are read: ``loop`` (this loop) or ``process`` (a child
+                process, :mod:`console.intake`: its own interpreter, so the intake holds no
+                GIL against this loop; what the Textual app uses). Events reach each
+                subscriber on its own loop in both cases.
         """
         running = self._follows.get(job.id)
         if running is not None and not running.task.done():
             return running
-        main = asyncio.get_running_loop()
 
         async def pump() -> JobRecord | None:
             loop = asyncio.get_running_loop()
-            away = loop is not main
-            session = self._intake_session(job) if away else self.session_for(job)
+            session = self.session_for(job)
             batch: list[JobLogLine] = []
             last = 0.0
             timer: asyncio.TimerHandle | None = None
@@ -1287,7 +1239,7 @@ class Service:
 
             try:
                 async for lines in self._follow_batches(job, session, node=None, since_ns=None,
-                                                        tail=tail, main=main if away else None):
+                                                        tail=tail):
                     batch.extend(lines)
                     wait = last + batch_s - time.monotonic()
                     if wait <= 0:
@@ -1295,7 +1247,7 @@ class Service:
                     elif timer is None:  # lines that come alone are not held back
                         timer = loop.call_later(wait, publish)
                 publish()
-                return await self._on_main(self.refresh_job(job), main if away else None)
+                return await self.refresh_job(job)
             finally:
                 publish()
 
@@ -1304,8 +1256,6 @@ class Service:
             where = "loop"  # a Slurm job's follow polls files over SSH: no intake process
         if where == "process":
             coro = self._follow_in_process(job, tail=tail, batch_s=batch_s)
-        elif where == "thread":
-            coro = self._intake_loop().run(pump())
         else:
             coro = pump()
         f = Follow(job.id, asyncio.create_task(coro, name=f"follow-{job.id}"))

@@ -788,13 +788,3 @@ class LocalTransport(Transport):
 
     async def _exists(self, path: str) -> bool:
         return os.path.exists(path)
-
-
-def resolve_ip(host: str) -> str:
-    """Resolve a host name to an IPv4/IPv6 address string (returns IPs unchanged).
-
-    Raises:
-        OSError: the name does not resolve.
-    """
-    infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
-    return str(infos[0][4][0])

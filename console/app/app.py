@@ -20,24 +20,34 @@ and opens a new one.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 import webbrowser
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
-from textual.message import Message
 from textual.reactive import reactive
 from textual.screen import Screen
 
 from console.alerts.engine import AlertWatcher
-from console.alerts.model import Alert, AlertChanged
+from console.alerts.model import AlertChanged
+from console.app.failures import reported
 from console.app.gcpolicy import GcPolicy
+from console.app.host import AppHost
+from console.app.messages import (
+    AlertsUpdated,
+    FollowStateUpdated,
+    HostStatusUpdated,
+    JobsListed,
+    JobUpdated,
+    LogLinesArrived,
+    NotebookOpened,
+)
 from console.app.screens.alerts import AlertsScreen
 from console.app.screens.fleet import FleetScreen
 from console.app.screens.jobs import JobsScreen, JobsTable
@@ -63,8 +73,6 @@ from console.events import (
     SampleReceived,
     Subscription,
 )
-from console.jobs.logbuffer import Row
-from console.jobs.logs import JobLogLine
 from console.jobs.store import JobRecord
 from console.service import Service, Submission, not_running_hint
 from remote.errors import GpuConsoleError
@@ -180,69 +188,6 @@ def keymap_errors(keymap: dict[str, str]) -> list[tuple[str, str]]:
     return errors
 
 
-# -- messages: what happened, posted by the service subscription and by workers -------------
-
-
-@dataclass
-class JobsListed(Message):
-    """The jobs were reconciled with the hosts (newest first)."""
-
-    jobs: list[JobRecord]
-
-
-@dataclass
-class JobUpdated(Message):
-    """One job's record changed (state, exit codes, diagnosis)."""
-
-    job: JobRecord
-
-
-@dataclass
-class LogLinesArrived(Message):
-    """A batch of a followed job's lines."""
-
-    job_id: str
-    lines: Sequence[JobLogLine]
-    shown: tuple[tuple[Row, ...], ...] | None = None
-
-
-@dataclass
-class FollowStateUpdated(Message):
-    """A node's log follow is following / reconnecting / ended."""
-
-    job_id: str
-    node_rank: int
-    state: str
-    detail: str | None
-
-
-@dataclass
-class AlertsUpdated(Message):
-    """An alert fired, resolved, was acknowledged or silenced; ``active`` is every firing
-    alert after it (most severe first)."""
-
-    change: AlertChanged
-    active: list[Alert]
-
-
-@dataclass
-class NotebookOpened(Message):
-    """A notebook's tunnel is open (posted by the attach worker, or by ``o`` on a notebook
-    whose tunnel is already open): show its URL."""
-
-    job_id: str
-    tunnel: NotebookTunnel
-
-
-@dataclass
-class HostStatusUpdated(Message):
-    """A host's telemetry status changed."""
-
-    host: str
-    status: str
-    reason: str | None
-
-
 class GpuConsoleApp(App[int]):
     """The console (see the module docstring).
 
@@ -341,6 +286,7 @@ class GpuConsoleApp(App[int]):
         self.call_after_refresh(self.gc_policy.start)
 
     @work(group="replay", exit_on_error=False)
+    @reported("replay")
     async def _announce_replay_end(self) -> None:
         """Say when the recording is over: the view then holds its last samples."""
         try:
@@ -354,6 +300,7 @@ class GpuConsoleApp(App[int]):
                     title="replay", timeout=30)
 
     @work(group="alerts", exit_on_error=False)
+    @reported("alerts")
     async def start_alerts(self) -> None:
         """Run the profile's alert rules over the live fleet and the jobs (``console/alerts``);
         a store that cannot be opened is said once, the app runs on without alerts."""
@@ -401,6 +348,17 @@ class GpuConsoleApp(App[int]):
             self.post_message(FollowStateUpdated(ev.job_id, ev.node_rank, ev.state, ev.detail))
         elif isinstance(ev, AlertChanged) and self.alerts is not None:
             self.post_message(AlertsUpdated(ev, self.alerts.active()))
+
+    def report_failure(self, error: Exception, title: str) -> None:
+        """Say why a worker failed (:mod:`console.app.failures`: the one place for every
+        worker of the app and its screens)."""
+        if isinstance(error, GpuConsoleError):
+            self.notify(f"{error.message}\nfix: {error.hint}" if error.hint else error.message,
+                        title=title, severity="error", timeout=15)
+            return
+        log.error("%s: a worker failed", title, exc_info=error)
+        self.notify(f"{type(error).__name__}: {error} (details in the log)", title=title,
+                    severity="error", timeout=15)
 
     def _publish_hosts(self) -> None:
         self.host_status = tuple((h, s, r) for h, (s, r) in self._hosts.items())
@@ -492,12 +450,14 @@ class GpuConsoleApp(App[int]):
     def on_follow_state_updated(self, m: FollowStateUpdated) -> None:
         self._forward_to_logs(m)
 
-    def _forward_to_logs(self, m: Message) -> None:
+    def _forward_to_logs(self, m: LogLinesArrived | JobUpdated | FollowStateUpdated) -> None:
+        """Post ``m`` to every log screen in the stack (a copy each: a message is handled
+        once); their handlers take what concerns their jobs."""
         from console.app.screens.logs import LogsScreen
 
         for screen in self.screen_stack:
             if isinstance(screen, LogsScreen):
-                screen.take(m)
+                screen.post_message(dataclasses.replace(m))
 
     # -- actions ----------------------------------------------------------------------------
 
@@ -618,19 +578,14 @@ class GpuConsoleApp(App[int]):
 
     # -- operations (workers; results come back as messages or notifications) ---------------
 
-    @work(exclusive=True, group="jobs-refresh")
+    @work(exclusive=True, group="jobs-refresh", exit_on_error=False)
+    @reported("jobs")
     async def refresh_jobs(self) -> None:
-        """Reconcile the jobs with the hosts; re-arms itself after it finished."""
+        """Reconcile the jobs with the hosts; re-arms itself after it finished (a failure
+        is said by :meth:`worker_failed`, and retried)."""
         warnings: list[str] = []
         try:
             jobs = await self.service.list_jobs(warn=warnings.append)
-        except GpuConsoleError as e:
-            self.notify(e.message, title="jobs", severity="error")
-        except Exception as e:  # a bug must not end the console: said, logged, retried
-            log.exception("jobs refresh failed")
-            self.notify(f"jobs refresh failed: {e!r} (details in the log)", title="jobs",
-                        severity="error")
-        else:
             self.post_message(JobsListed(jobs))
             for w in warnings[:3]:
                 log.info("jobs: %s", w)
@@ -639,6 +594,7 @@ class GpuConsoleApp(App[int]):
                 self.set_timer(self.config.jobs_refresh_s, self.refresh_jobs)
 
     @work(group="alerts-ack", exit_on_error=False)
+    @reported("alerts")
     async def acknowledge_alert(self, key: str) -> None:
         """Acknowledge a firing alert: no more notifications for it (stored: ``watch`` in
         another process sees it too)."""
@@ -650,6 +606,7 @@ class GpuConsoleApp(App[int]):
             self.notify(f"{key} is no longer firing", severity="warning")
 
     @work(group="alerts-ack", exit_on_error=False)
+    @reported("alerts")
     async def silence_alert(self, key: str, seconds: float) -> None:
         """Silence an alert's notifications for ``seconds``."""
         if self.alerts is not None:
@@ -678,15 +635,11 @@ class GpuConsoleApp(App[int]):
         self.push_screen(ConfirmScreen(f"Stop job {job.id}?", "\n".join(preview),
                                        yes="Stop"), answered)
 
-    @work(group="stop")
+    @work(group="stop", exit_on_error=False)
+    @reported("stop failed")
     async def _stop(self, job: JobRecord) -> None:
         self.notify(f"stopping {job.id}…")
-        try:
-            out = await self.service.stop(job)
-        except GpuConsoleError as e:
-            self.notify(f"{e.message}\nfix: {e.hint}" if e.hint else e.message,
-                        title="stop failed", severity="error")
-            return
+        out = await self.service.stop(job)
         if out.stopped:
             self.notify(f"job {out.job.id} {out.job.state}", title="stopped")
         else:
@@ -715,27 +668,20 @@ class GpuConsoleApp(App[int]):
                                        "\n".join(self.service.remove_preview(job)),
                                        yes="Remove"), answered)
 
-    @work(group="stop")
+    @work(group="stop", exit_on_error=False)
+    @reported("remove failed")
     async def _remove(self, job: JobRecord) -> None:
         self.notify(f"removing {job.id}…")
-        try:
-            out = await self.service.remove(job)
-        except GpuConsoleError as e:
-            self.notify(f"{e.message}\nfix: {e.hint}" if e.hint else e.message,
-                        title="remove failed", severity="error", timeout=15)
-            return
+        out = await self.service.remove(job)
         self.notify(f"job {out.id} removed; `gpuconsole logs {out.id}` still shows its lines",
                     title="removed")
         self.post_message(JobUpdated(out))
 
-    @work(group="describe")
+    @work(group="describe", exit_on_error=False)
+    @reported("describe")
     async def describe(self, job: JobRecord) -> None:
         """Show the job's spec, hosts, containers and command lines."""
-        try:
-            d = await self.service.describe(job)
-        except GpuConsoleError as e:
-            self.notify(e.message, title="describe", severity="error")
-            return
+        d = await self.service.describe(job)
         self.push_screen(TextScreen(f"describe {job.id}", d.render()))
 
     def ask_submit(self) -> None:
@@ -757,7 +703,8 @@ class GpuConsoleApp(App[int]):
         screen.set_phase("planning", f"planning {path} on the hosts… (escape cancels)")
         screen.worker = self._plan(screen, path, overrides)
 
-    @work(group="submit")
+    @work(group="submit", exit_on_error=False)
+    @reported("submit")
     async def _plan(self, screen: SubmitScreen, path: Path, overrides: dict[str, Any]) -> None:
         """Preflight the spec on the hosts (the workdir is synced into the hosts'
         content-addressed cache; no container is created) and show the exact plan that
@@ -786,7 +733,8 @@ class GpuConsoleApp(App[int]):
             f"Submit {path}? Nothing runs until you confirm.", sub.plan_text(), yes="Submit"),
             answered)
 
-    @work(group="submit")
+    @work(group="submit", exit_on_error=False)
+    @reported("submit")
     async def _submit(self, screen: SubmitScreen, sub: Submission) -> None:
         try:
             job = await self.service.submit(sub)
@@ -821,20 +769,13 @@ class GpuConsoleApp(App[int]):
         self._exec(job, node)
 
     @work(exclusive=True, group="exec", exit_on_error=False)
+    @reported("shell")
     async def _exec(self, job: JobRecord, node: int | None) -> None:
         """Check the node runs and connect (on the app's screen: a refusal is said there),
-        then hand the terminal to the shell until it exits."""
-        try:
-            attach = await self.service.prepare_exec(job, node, [], tty=True)
-            rc = await self.hand_terminal(attach)
-        except GpuConsoleError as e:
-            self.notify(f"{e.message}\nfix: {e.hint}" if e.hint else e.message, title="shell",
-                        severity="error", timeout=15)
-            return
-        except Exception as e:  # SuspendNotSupported (no terminal), a bug: said and logged
-            log.exception("shell in %s failed", job.id)
-            self.notify(f"{type(e).__name__}: {e}", title="shell", severity="error")
-            return
+        then hand the terminal to the shell until it exits (SuspendNotSupported: no
+        terminal)."""
+        attach = await self.service.prepare_exec(job, node, [], tty=True)
+        rc = await self.hand_terminal(attach)
         self.notify(f"shell in {job.id} exited {rc}")
 
     async def hand_terminal(self, child: Callable[[], Awaitable[T]]) -> T:
@@ -900,6 +841,7 @@ class GpuConsoleApp(App[int]):
         self._attach_notebook(job)
 
     @work(group="notebook", exit_on_error=False)
+    @reported("notebook")
     async def _attach_notebook(self, job: JobRecord) -> None:
         """Open a tunnel to the notebook (waiting until JupyterLab answers) and keep it."""
         old = self.tunnels.pop(job.id, None)
@@ -908,15 +850,6 @@ class GpuConsoleApp(App[int]):
                 await old.close()
             self.notify(f"opening notebook {job.id}: waiting for JupyterLab…", title="notebook")
             tunnel = await self.service.attach_notebook(job)
-        except GpuConsoleError as e:
-            self.notify(f"{e.message}\nfix: {e.hint}" if e.hint else e.message,
-                        title=f"notebook {job.id}", severity="error", timeout=15)
-            return
-        except Exception as e:  # a bug must not end the console: said and logged
-            log.exception("notebook %s: attach failed", job.id)
-            self.notify(f"{type(e).__name__}: {e} (details in the log)",
-                        title=f"notebook {job.id}", severity="error", timeout=15)
-            return
         finally:
             self._attaching.discard(job.id)
         if self._tunnels_closed:  # the app is exiting: keep nothing open
@@ -926,17 +859,14 @@ class GpuConsoleApp(App[int]):
         self.post_message(NotebookOpened(job.id, tunnel))
 
     @work(group="browser", exit_on_error=False)
+    @reported("browser")
     async def open_browser(self, url: str) -> None:
         """Open ``url`` with :func:`webbrowser.open` (asked for in the URL modal). A console
         browser (lynx, w3m) needs the terminal: the app suspends as for a shell."""
-        try:
-            if _console_browser():
-                ok = await self.hand_terminal(lambda: asyncio.to_thread(webbrowser.open, url))
-            else:
-                ok = await asyncio.to_thread(webbrowser.open, url)
-        except Exception as e:  # SuspendNotSupported, a browser that failed to start
-            self.notify(f"{type(e).__name__}: {e}", title="browser", severity="error")
-            return
+        if _console_browser():
+            ok = await self.hand_terminal(lambda: asyncio.to_thread(webbrowser.open, url))
+        else:
+            ok = await asyncio.to_thread(webbrowser.open, url)
         if not ok:
             self.notify("no browser could be started here: copy the URL (c) and open it "
                         "yourself", title="browser", severity="warning")
@@ -957,6 +887,7 @@ class GpuConsoleApp(App[int]):
         self.push_screen(NewNotebookScreen(hosts, gpus_problem), got)
 
     @work(group="submit", exit_on_error=False)
+    @reported("notebook")
     async def _new_notebook(self, req: NotebookRequest) -> None:
         """Plan and launch a notebook (the busy-GPU refusal and all-or-nothing launch of every
         job), then open it; a refusal is shown with its fix."""
@@ -969,11 +900,6 @@ class GpuConsoleApp(App[int]):
         except GpuConsoleError as e:
             self.push_screen(TextScreen("cannot start the notebook (escape closes)",
                                         _error_text(e)))
-            return
-        except Exception as e:  # a bug must not end the console: said and logged
-            log.exception("new notebook failed")
-            self.notify(f"{type(e).__name__}: {e} (details in the log)", title="notebook",
-                        severity="error", timeout=15)
             return
         self.notify(f"started notebook {job.id} on {req.host}", title="notebook")
         self.post_message(JobUpdated(job))
@@ -1026,3 +952,10 @@ def _console_browser() -> bool:
 
 def _error_text(e: GpuConsoleError) -> str:
     return f"error: {e.message}" + (f"\n  fix: {e.hint}" if e.hint else "")
+
+
+if TYPE_CHECKING:
+    def _implements_host(app: GpuConsoleApp) -> AppHost:
+        """mypy checks here that the app is what its screens take it for
+        (:class:`console.app.host.AppHost`)."""
+        return app

@@ -46,7 +46,7 @@ from console.diagnosis.common import (
     unwrapped,
 )
 from console.diagnosis.lines import Line
-from console.diagnosis.model import Consequence, Context, Diagnosis, FactValue, Needs
+from console.diagnosis.model import CauseKind, Consequence, Context, Diagnosis, FactValue, Needs
 from console.diagnosis.model import make_diagnosis as _diag
 
 __all__ = ["RULES", "SIGNATURES"]
@@ -56,7 +56,7 @@ __all__ = ["RULES", "SIGNATURES"]
 _NCCL_OWN = re.compile(r"Cuda failure|NCCL (?:WARN|INFO)|ncclUnhandledCudaError")
 
 #: (cause id, pattern) for the CUDA errors that have an id of their own, most specific first.
-SIGNATURES: tuple[tuple[str, re.Pattern[str]], ...] = (
+SIGNATURES: tuple[tuple[CauseKind, re.Pattern[str]], ...] = (
     ("fabric_manager", re.compile(
         r"system not yet initialized|cudaErrorSystemNotReady|CUDA_ERROR_SYSTEM_NOT_READY")),
     ("driver_version_mismatch", re.compile(
@@ -209,7 +209,7 @@ def _rank(ctx: Context, hits: Sequence[Line]) -> int | None:
     return None
 
 
-def _message(kind: str, hit: Line) -> str:
+def _message(kind: CauseKind, hit: Line) -> str:
     """The error string the line carries (``CUDA error: <this>`` or the signature matched)."""
     if (m := _CUDA_ERROR.search(hit.text)) is not None:
         msg = m["msg"] or m["msg2"] or m["msg3"] or m["msg4"] or ""
@@ -244,7 +244,7 @@ def _ooms_by_rank(lines: Sequence[Line], hits: Sequence[Line]
 _GPU_CONTINUED = re.compile(r"\s*(\d+) has a total capac")
 
 
-def _diagnosis(ctx: Context, kind: str, hits: list[Line]) -> Diagnosis:
+def _diagnosis(ctx: Context, kind: CauseKind, hits: list[Line]) -> Diagnosis:
     hit = hits[0]
     error = _message(kind, hit)
     rank = _rank(ctx, hits)
@@ -378,7 +378,7 @@ def _not_available(ctx: Context) -> Diagnosis | None:
 def _cuda(ctx: Context) -> list[Diagnosis]:
     """One diagnosis per CUDA error kind the text shows (the engine ranks them: an ECC error
     explains the illegal address that follows it...)."""
-    by_kind: dict[str, list[Line]] = {}
+    by_kind: dict[CauseKind, list[Line]] = {}
     for ln in ctx.lines:
         if _NCCL_OWN.search(ln.text):
             continue

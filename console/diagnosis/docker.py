@@ -50,7 +50,7 @@ from dataclasses import replace
 
 from console.diagnosis.common import FAILURE_WORDS
 from console.diagnosis.lines import Line
-from console.diagnosis.model import Consequence, Context, Diagnosis, FactValue, Needs
+from console.diagnosis.model import CauseKind, Consequence, Context, Diagnosis, FactValue, Needs
 from console.diagnosis.model import make_diagnosis as _diag
 
 __all__ = ["RULES", "image_of", "is_docker_command"]
@@ -172,7 +172,7 @@ def _first_wrapped(lines: Sequence[Line], pattern: re.Pattern[str], span: int = 
     return None
 
 
-def _make(kind: str, summary: str, fix: str, evidence: Iterable[str],
+def _make(kind: CauseKind, summary: str, fix: str, evidence: Iterable[str],
           facts: dict[str, FactValue | None]) -> Diagnosis:
     return _diag(kind, summary, (), fix, evidence, facts)
 

@@ -26,11 +26,11 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from types import ModuleType
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from console.diagnosis.elastic import parse_torchelastic_failure
 from console.diagnosis.lines import Line, normalize
-from console.diagnosis.model import Consequence, Context, Diagnosis, Needs
+from console.diagnosis.model import CauseKind, Consequence, Context, Diagnosis, Needs
 
 __all__ = [
     "PRECEDENCE",
@@ -59,8 +59,9 @@ RULE_MODULES: tuple[str, ...] = (
     "console.diagnosis.jupyter",
 )
 
-#: Cause ids from root to consequence. An id missing here ranks after all listed ones.
-PRECEDENCE: tuple[str, ...] = (
+#: Cause ids from root to consequence (``xid_app``: an ``xid`` the application caused). An id
+#: missing here ranks after all listed ones.
+PRECEDENCE: tuple[CauseKind | Literal["xid_app"], ...] = (
     # the host and its GPUs
     "xid", "gpu_lost", "gsp_timeout", "driver_unreachable", "driver_version_mismatch",
     "nvml_library_not_found", "nvml_function_not_found", "no_gpus", "fabric_manager",
@@ -104,15 +105,16 @@ PRECEDENCE: tuple[str, ...] = (
 _RANK = {kind: i for i, kind in enumerate(PRECEDENCE)}
 
 #: Ids that only say how a rank ended: dropped as consequences of a root cause on that rank.
-_EXIT_KINDS = frozenset({"sigkill", "sigsegv", "sigabrt", "signal", "exit_code"})
+_EXIT_KINDS: frozenset[CauseKind] = frozenset(
+    {"sigkill", "sigsegv", "sigabrt", "signal", "exit_code"})
 
 
 #: Ids of the scheduler ending the job from outside (its clock, a preemption or requeue, a
 #: cancellation). What the tasks print AFTER such a line (their exit codes, the signals they got,
 #: the NCCL errors of peers that lost a stopped rank) follows from it, whatever PRECEDENCE says;
 #: a failure printed above it (the exception that made srun cancel the step) stays the root.
-SCHEDULER_ENDS = frozenset({"slurm_time_limit", "slurm_cancelled"})
-_AFTER_A_STOP = _EXIT_KINDS | {
+SCHEDULER_ENDS: frozenset[CauseKind] = frozenset({"slurm_time_limit", "slurm_cancelled"})
+_AFTER_A_STOP: frozenset[CauseKind] = _EXIT_KINDS | {
     "stopped", "hangup", "nccl_system_error", "nccl_internal_error", "nccl_remote_error",
     "nccl_timeout",
 }
@@ -135,10 +137,6 @@ def _modules() -> list[ModuleType]:
             if e.name != name:
                 raise
     return modules
-
-
-def _rules() -> list[Rule]:
-    return [rule for module in _modules() for rule in getattr(module, "RULES", ())]
 
 
 def _declared() -> list[tuple[Rule, tuple[Needs, ...] | None]]:

@@ -42,7 +42,7 @@ from dataclasses import replace
 
 from console.diagnosis.common import FAILURE_WORDS
 from console.diagnosis.lines import Line
-from console.diagnosis.model import Consequence, Context, Diagnosis, FactValue, Needs
+from console.diagnosis.model import CauseKind, Consequence, Context, Diagnosis, FactValue, Needs
 from console.diagnosis.model import make_diagnosis as _diag
 from remote.telemetry.faults import (
     NVML_RETURNS,
@@ -502,7 +502,7 @@ def _upgrade(ctx: Context) -> tuple[DriverUpgrade | None, list[str]]:
     return upgrade, evidence
 
 
-def _with_upgrade(ctx: Context, kind: str, summary: str, fix: str, evidence: list[str],
+def _with_upgrade(ctx: Context, kind: CauseKind, summary: str, fix: str, evidence: list[str],
                   facts: dict[str, FactValue | None]) -> Diagnosis:
     upgrade, lines = _upgrade(ctx)
     if upgrade is not None:
@@ -830,7 +830,7 @@ def _kernel_mismatch(ctx: Context) -> Diagnosis | None:
     )
 
 
-_NVML_KINDS: dict[str, str] = {
+_NVML_KINDS: dict[str, CauseKind] = {
     "library_not_found": "nvml_library_not_found",
     "function_not_found": "nvml_function_not_found",
     "gpu_lost": "gpu_lost",

@@ -50,13 +50,13 @@ from collections.abc import Iterable, Sequence
 
 from console.diagnosis.common import FAILURE_WORDS
 from console.diagnosis.lines import Line
-from console.diagnosis.model import Context, Diagnosis, FactValue, Needs
+from console.diagnosis.model import CauseKind, Context, Diagnosis, FactValue, Needs
 from console.diagnosis.model import make_diagnosis as _diag
 
 __all__ = ["RULES"]
 
 
-def _make(kind: str, summary: str, fix: str, evidence: Iterable[str],
+def _make(kind: CauseKind, summary: str, fix: str, evidence: Iterable[str],
           facts: dict[str, FactValue | None]) -> Diagnosis:
     return _diag(kind, summary, (), fix, evidence, facts)
 

@@ -9,13 +9,44 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, Literal, TypeAlias
 
 if TYPE_CHECKING:
     from console.diagnosis.elastic import TorchelasticFailure
     from console.diagnosis.lines import Line
 
-__all__ = ["Consequence", "Context", "Diagnosis", "FactValue", "Needs", "make_diagnosis"]
+__all__ = [
+    "CauseKind", "Consequence", "Context", "Diagnosis", "FactValue", "Needs", "make_diagnosis",
+]
+
+CauseKind = Literal[
+    "xid", "gpu_lost", "gsp_timeout", "driver_unreachable", "driver_version_mismatch",
+    "nvml_library_not_found", "nvml_function_not_found", "no_gpus", "fabric_manager",
+    "nvml_lost_in_container", "nvml_error", "nvml_blocked_by_host", "nvml_permission",
+    "gpu_unschedulable", "docker_daemon_unreachable", "docker_permission", "disk_full",
+    "docker_no_gpu_driver", "docker_unknown_runtime", "toolkit_nvml_init",
+    "toolkit_library_missing", "driver_too_old", "toolkit_hook_failed", "image_not_found",
+    "registry_auth", "registry_rate_limited", "registry_unreachable", "name_conflict",
+    "oom_killed", "nccl_cuda_oom", "cuda_oom", "shm_exhausted", "cuda_ecc", "cuda_no_device",
+    "cuda_invalid_device", "cuda_unsupported_arch", "cuda_illegal_memory_access",
+    "cuda_device_assert", "cuda_error", "jupyter_not_installed", "jupyter_root_refused",
+    "jupyter_dir_missing", "jupyter_permission", "jupyter_port_unavailable", "slurm_exec_failed",
+    "store_address_unresolved", "port_in_use", "rendezvous_connection", "rendezvous_failed",
+    "nccl_invalid_usage", "nccl_unhandled_cuda", "exception", "nccl_system_error",
+    "nccl_internal_error", "sigkill", "sigsegv", "slurm_time_limit", "nccl_timeout",
+    "nccl_remote_error", "jupyter_kernel_died", "sigabrt", "signal", "exit_code", "hangup",
+    "stopped", "slurm_cancelled",
+    # not ranked by the engine (after every ranked id)
+    "image_platform_mismatch",
+    # a Slurm job's end state when its logs name no cause (console/slurm/state.STATE_KINDS):
+    # a job's failure, never a rule's finding
+    "slurm_timeout", "slurm_node_fail", "slurm_out_of_memory", "slurm_boot_fail",
+    "slurm_deadline", "slurm_preempted",
+]
+"""A cause id: what a :class:`Diagnosis` (or a :class:`Consequence`) names, stable across
+releases (stored in a job's failure, printed by ``diagnose --json``, matched by alert rules);
+each is documented in ``docs/diagnose.md`` and ranked by
+:data:`console.diagnosis.engine.PRECEDENCE`."""
 
 FactValue: TypeAlias = str | int | float | tuple[int, ...] | Mapping[int, int]
 """A value in :attr:`Diagnosis.facts`: numbers are in the units their key names (``_ms``,
@@ -33,7 +64,7 @@ class Consequence:
         evidence: the lines it was read from.
     """
 
-    kind: str
+    kind: CauseKind
     summary: str
     evidence: tuple[str, ...]
 
@@ -53,7 +84,7 @@ class Diagnosis:
     what the text was recognised as (``torchrun log``, ``kernel log``, ``docker output``...).
     """
 
-    kind: str
+    kind: CauseKind
     summary: str
     ranks: tuple[int, ...]
     fix: str
@@ -65,7 +96,7 @@ class Diagnosis:
 
 
 def make_diagnosis(
-    kind: str,
+    kind: CauseKind,
     summary: str,
     ranks: Iterable[int],
     fix: str,

@@ -72,7 +72,7 @@ from console.diagnosis.common import (
 )
 from console.diagnosis.cuda import SIGNATURES as CUDA_SIGNATURES
 from console.diagnosis.lines import Line
-from console.diagnosis.model import Context, Diagnosis, FactValue, Needs
+from console.diagnosis.model import CauseKind, Context, Diagnosis, FactValue, Needs
 from console.diagnosis.model import make_diagnosis as _diag
 
 __all__ = ["RULES"]
@@ -89,7 +89,7 @@ _NAMES = {
 }
 _CODES = {name: code for code, name in _NAMES.items()}
 #: The cause id each result code is reported as when nothing more specific is known.
-_KIND_OF_CODE = {
+_KIND_OF_CODE: dict[int, CauseKind] = {
     1: "nccl_unhandled_cuda",
     2: "nccl_system_error",
     3: "nccl_internal_error",
@@ -314,7 +314,7 @@ _DUPLICATE = re.compile(
 )
 
 
-def _cuda_kind(error: str) -> str:
+def _cuda_kind(error: str) -> CauseKind:
     """The cause id of a CUDA error string NCCL reported (cuda.py's signatures)."""
     if "out of memory" in error.lower():
         return "nccl_cuda_oom"
@@ -331,7 +331,7 @@ _IB_BENIGN_EVENT = re.compile(
     r"|last WQE reached)\b", re.I)
 
 
-def _classify(message: str) -> tuple[str, str] | None:
+def _classify(message: str) -> tuple[CauseKind, str] | None:
     """(cause id, transport or detail) of one NCCL message, or None when it says nothing."""
     if _IB_BENIGN_EVENT.search(message):
         return None
@@ -371,7 +371,7 @@ def _classify(message: str) -> tuple[str, str] | None:
 class _Finding:
     """One cause id's hits, gathered before they become a Diagnosis."""
 
-    kind: str
+    kind: CauseKind
     transport: str
     lines: list[Line] = field(default_factory=list)
     messages: list[str] = field(default_factory=list)
@@ -384,8 +384,8 @@ def _thread(m: re.Match[str]) -> tuple[str | None, str | None, str | None]:
     return (m["pid"], m["tid"], m["dev"])
 
 
-def _warn_findings(lines: Sequence[Line]) -> dict[str, _Finding]:
-    found: dict[str, _Finding] = {}
+def _warn_findings(lines: Sequence[Line]) -> dict[CauseKind, _Finding]:
+    found: dict[CauseKind, _Finding] = {}
     follow_ons: list[tuple[Line, re.Match[str], int]] = []
     for ln in lines:
         m = _WARN.search(ln.text) or _OLD_WARN.search(ln.text)
@@ -699,7 +699,7 @@ def _last_error(lines: Sequence[Line], start: int) -> tuple[str | None, Line | N
 def _nccl_results(ctx: Context) -> list[Diagnosis]:
     """NCCL result codes in PyTorch's errors (``NCCL error in: ..., unhandled system error``)
     and NCCL's own (``NCCL Error 2``, ``NCCL failure ... 'internal error'``)."""
-    blocks: dict[str, list[tuple[Line, int, str | None, Line | None]]] = {}
+    blocks: dict[CauseKind, list[tuple[Line, int, str | None, Line | None]]] = {}
     skip_until = -1
     for ln in ctx.lines:
         if ln.index <= skip_until:

@@ -50,7 +50,7 @@ from console.diagnosis.common import (
 from console.diagnosis.common import WRAPS as _WRAPS
 from console.diagnosis.elastic import EXCEPTION_LINE, ProcessFailure, signal_name
 from console.diagnosis.lines import Line
-from console.diagnosis.model import Consequence, Context, Diagnosis, FactValue, Needs
+from console.diagnosis.model import CauseKind, Consequence, Context, Diagnosis, FactValue, Needs
 from console.diagnosis.model import make_diagnosis as _diag
 
 __all__ = ["RULES"]
@@ -852,7 +852,7 @@ def _whose(rank: int | None, local_rank: int | None = None) -> str:
     return f"local rank {local_rank}'s" if local_rank is not None else "the process's"
 
 
-_SIGNAL_KINDS = {
+_SIGNAL_KINDS: dict[str, CauseKind] = {
     "SIGKILL": "sigkill", "SIGABRT": "sigabrt", "SIGSEGV": "sigsegv", "SIGHUP": "hangup",
     "SIGTERM": "stopped", "SIGINT": "stopped",
 }

@@ -15,7 +15,12 @@ Node states (shown by ``ps``):
   :mod:`remote.gang`), or a never-started container that ``stop`` removed;
 - ``lost``: the container is gone although the job was not removed (or was never created
   by a launch that is over);
-- ``unreachable``: its host could not be asked (last known values kept).
+- ``unreachable``: its host could not be asked (last known values kept);
+- ``unknown``: a Slurm job's node while Slurm reports a state word gpuconsole does not know
+  (:data:`console.slurm.state.STATE_MAP`).
+
+(Exactly :data:`console.jobs.states.NodeState`; the job states below are
+:data:`~console.jobs.states.JobState`.)
 
 A job is ``failed`` when any node failed or is ``created`` (an interrupted launch: its
 failure reason says ``launch interrupted: containers created but never started on ...``),
@@ -41,7 +46,7 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from console.errors import host_reason
 from console.jobs.labels import (
@@ -53,6 +58,7 @@ from console.jobs.labels import (
     NodeLabels,
 )
 from console.jobs.launcher import launch_in_flight
+from console.jobs.states import JobState, NodeState, ShownState
 from console.jobs.store import FailureRecord, JobRecord, NodeRecord, Store
 from remote.docker import parse_rfc3339_ns
 from remote.errors import GpuConsoleError
@@ -67,9 +73,9 @@ if TYPE_CHECKING:  # the failure path imports diagnosis and the kernel log (CLI 
 
 log = logging.getLogger("gpuconsole.status")
 
-ACTIVE_STATES = ("pending", "running")
-FINAL_JOB_STATES = ("succeeded", "failed", "stopped", "lost")
-NEVER_STARTED = "created"
+ACTIVE_STATES: tuple[JobState, ...] = ("pending", "running")
+FINAL_JOB_STATES: tuple[JobState, ...] = ("succeeded", "failed", "stopped", "lost")
+NEVER_STARTED: Final = "created"
 """Node state of a container created but never started, its launch over."""
 INTERRUPTED = "launch interrupted"
 """How an interrupted launch's failure reason starts."""
@@ -96,7 +102,7 @@ async def _has_output(session: Session, n: NodeRecord) -> bool:
     return False
 
 
-def node_state(info: ContainerInfo, stop_requested: bool, launching: bool = True) -> str:
+def node_state(info: ContainerInfo, stop_requested: bool, launching: bool = True) -> NodeState:
     """The node state of one container (see the module docstring); ``launching``: its job's
     launch may still be in flight (a ``created`` container is then ``pending``)."""
     if info.status == "created":
@@ -122,7 +128,7 @@ def _torn_down(info: ContainerInfo) -> bool:
     return nodes > 1 and info.exit_code == TEARDOWN_EXIT_CODE
 
 
-def job_state(nodes: list[NodeRecord]) -> str:
+def job_state(nodes: list[NodeRecord]) -> JobState:
     """Aggregate node states into the job state."""
     states = [n.state for n in nodes]
     if "failed" in states or NEVER_STARTED in states:
@@ -142,7 +148,7 @@ def job_state(nodes: list[NodeRecord]) -> str:
     return "unknown"
 
 
-def shown_state(job: JobRecord) -> str:
+def shown_state(job: JobRecord) -> ShownState:
     """The job's state as every face shows it: ``removed`` once ``rm`` removed it, else
     :attr:`JobRecord.state`."""
     return "removed" if job.removed_at is not None else job.state

@@ -26,12 +26,16 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, ParamSpec, TypedDict, TypeVar, cast
+from typing import TYPE_CHECKING, Any, BinaryIO, ParamSpec, TypedDict, TypeVar, cast
 
 import platformdirs
 
 from console.dbschema import migrate_schema
 from console.errors import StateError
+from console.jobs.states import JobState, NodeState
+
+if TYPE_CHECKING:  # the store is imported by every command; diagnosis only when one fails
+    from console.diagnosis.model import CauseKind
 from console.statefiles import LOCK_WAIT_S, db_error, file_error
 from remote.docker import LogLine
 from remote.errors import GpuConsoleError
@@ -100,8 +104,10 @@ class NodeRecord:
     """One node of a job as last seen.
 
     Attributes:
-        state: ``pending``, ``running``, ``succeeded``, ``failed``, ``stopped``, ``lost`` or
-            ``unreachable`` (host could not be asked).
+        state: ``pending``, ``created`` (created, never started, its launch over),
+            ``running``, ``succeeded``, ``failed``, ``stopped``, ``lost``, ``unreachable``
+            (host could not be asked) or ``unknown`` (a Slurm state word gpuconsole does not
+            know): :data:`~console.jobs.states.NodeState`.
         exit_code: the container's exit status once exited.
         started_at / finished_at: RFC 3339 times from Docker.
         stop_requested: gpuconsole stopped this node (``stop``, or gang teardown after another
@@ -113,7 +119,7 @@ class NodeRecord:
     host: str
     container_name: str
     container_id: str | None = None
-    state: str = "pending"
+    state: NodeState = "pending"
     exit_code: int | None = None
     started_at: str | None = None
     finished_at: str | None = None
@@ -137,7 +143,7 @@ class FailureRecord(TypedDict, total=False):
     rank: int | None
     reason: str
     fix: str | None
-    kind: str
+    kind: CauseKind
     evidence: list[str]
     consequences: list[str]
     interrupted: bool
@@ -148,6 +154,10 @@ class JobRecord:
     """A job as the store knows it.
 
     Attributes:
+        state: ``pending``, ``running``, ``succeeded``, ``failed``, ``stopped``, ``lost`` or
+            ``unknown`` (a node's host could not be asked and no other node says more, or a
+            Slurm state word gpuconsole does not know): :data:`~console.jobs.states.JobState`.
+            Shown as ``removed`` once ``removed_at`` is set.
         spec: the spec as submitted (secret values replaced by ``${secret}``).
         failure: the first failure, once known (:class:`FailureRecord`).
         stop_requested_at: Unix seconds when ``stop`` was asked (nodes exiting after it are
@@ -172,7 +182,7 @@ class JobRecord:
     spec_hash: str
     created_at: float
     node_count: int
-    state: str = "pending"
+    state: JobState = "pending"
     exit_code: int | None = None
     failure: FailureRecord | None = None
     stop_requested_at: float | None = None

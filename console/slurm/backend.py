@@ -49,6 +49,7 @@ from console.slurm.script import (
     slurm_config,
 )
 from console.slurm.state import (
+    STATE_KINDS,
     STATE_REASONS,
     SlurmJob,
     TaskEnd,
@@ -377,7 +378,7 @@ async def explain_slurm_failure(t: Transport, job_dir: str, job: JobRecord, sj: 
                                                           "sigkill")):
         if own is not None:
             out["reason"], out["fix"] = own
-            out["kind"] = f"slurm_{sj.slurm_state.lower()}"
+            out["kind"] = STATE_KINDS[sj.slurm_state]
         if diag is not None:
             out["consequences"] = [f"{diag.kind}: {diag.summary}"]
         return out

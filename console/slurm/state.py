@@ -11,9 +11,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from console.diagnosis.model import CauseKind
+    from console.jobs.states import JobState, NodeState
 
 #: Slurm job states (``man squeue``, JOB STATE CODES) -> gpuconsole job states.
-STATE_MAP = {
+STATE_MAP: dict[str, JobState] = {
     "PENDING": "pending", "CONFIGURING": "pending", "REQUEUED": "pending",
     "REQUEUE_FED": "pending", "REQUEUE_HOLD": "pending", "RESV_DEL_HOLD": "pending",
     "SUSPENDED": "running", "STOPPED": "running",
@@ -41,6 +46,13 @@ STATE_REASONS = {
     "PREEMPTED": ("Slurm preempted the job for another", "resubmit, or use a partition "
                   "or QOS without preemption"),
 }
+
+STATE_KINDS: dict[str, CauseKind] = {
+    "TIMEOUT": "slurm_timeout", "NODE_FAIL": "slurm_node_fail",
+    "OUT_OF_MEMORY": "slurm_out_of_memory", "BOOT_FAIL": "slurm_boot_fail",
+    "DEADLINE": "slurm_deadline", "PREEMPTED": "slurm_preempted",
+}
+"""The cause id of a job failure that :data:`STATE_REASONS` explains (same keys)."""
 
 _FIELD = re.compile(r"(\w[\w/:]*)=(\S*)")
 _SRUN_TASK = re.compile(
@@ -111,7 +123,7 @@ class SlurmJob:
 
     slurm_id: str
     slurm_state: str
-    state: str
+    state: JobState
     exit_code: int | None
     signal: int | None
     nodes: tuple[str, ...]
@@ -204,7 +216,7 @@ def _tasks(spec: str) -> list[int]:
 
 
 def node_states(job: SlurmJob, count: int, ends: dict[int, TaskEnd], *,
-                stop_requested: bool) -> list[tuple[str, int | None]]:
+                stop_requested: bool) -> list[tuple[NodeState, int | None]]:
     """Each node's ``(state, exit code)`` from the job's state and srun's task lines.
 
     While the job is pending or running every node has its state. Once it ended: a task srun
@@ -216,7 +228,7 @@ def node_states(job: SlurmJob, count: int, ends: dict[int, TaskEnd], *,
     """
     if job.state in ("pending", "running", "unknown"):
         return [(job.state, None)] * count
-    out: list[tuple[str, int | None]] = []
+    out: list[tuple[NodeState, int | None]] = []
     for t in range(count):
         end = ends.get(t)
         if end is None:

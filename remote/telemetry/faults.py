@@ -27,12 +27,12 @@ Times: ``dmesg -T`` stamps are the host's local wall time without a zone (kept n
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
-from typing import Any, Literal, cast
+from typing import Literal
 
-from remote.telemetry.schema import GpuRecord, HostState
+from remote.telemetry.schema import HostState
 from remote.telemetry.xid_catalog import (
     ACTION_RANK,
     ACTION_TEXT,
@@ -501,13 +501,6 @@ def classify_nvml_traceback(text: str) -> NvmlFault:
         processes_unknown=processes_unknown, fallback=fallback, reason=reasons[kind],
         hint=hints[kind], complete=complete, returned=nvml_return(exc_name, exc_msg),
     )
-
-
-def _unknown_readings(gpu: GpuRecord, fields: Iterable[str], reason: str) -> None:
-    values = cast(dict[str, Any], gpu)  # the same record, written by field name
-    for f in fields:
-        values[f] = None
-        gpu["errors"][f] = reason
 
 
 # ---------------------------------------------------------------------------------------------

@@ -41,11 +41,12 @@ Measured (both sides, from outside, through ``tmux capture-pane`` as a person se
 Run (needs ``scripts/testhosts/up``)::
 
     .venv/bin/python scripts/bench/log_panes.py --seconds 60 [--rate 2000] [--buffer-lines N]
-        [--sides both|app|tmux] [--intake process|thread|loop] [--py-spy FILE.svg|.json|.txt]
+        [--sides both|app|tmux] [--intake process|loop] [--py-spy FILE.svg|.json|.txt]
 
-``--intake`` picks where the app reads the streams (default: the app's own choice, a child
-process). Besides the table it prints how late a 20 ms heartbeat on the app's loop ran, the
-cyclic GC's pauses by generation and the objects it tracks at exit.
+``--intake`` picks where the app reads the streams: ``process`` (the app's own choice, a child
+process) or ``loop`` (the app's loop, for comparison). Besides the table it prints how late a
+20 ms heartbeat on the app's loop ran, the cyclic GC's pauses by generation and the objects it
+tracks at exit.
 
 Prints a markdown table with the gpuconsole column, the baseline column and their ratio.
 Every container and tmux server it started is removed at the end, also on Ctrl-C.
@@ -879,7 +880,7 @@ def main() -> None:
                     help="runs tried when another process removes the stream containers")
     ap.add_argument("--py-spy", help="profile the app with py-spy into this file (.svg/.json/.txt)")
     ap.add_argument("--json", type=Path, help="also write the raw numbers here")
-    ap.add_argument("--intake", choices=["process", "thread", "loop"], default="process",
+    ap.add_argument("--intake", choices=["process", "loop"], default="process",
                     help="where the app reads the log streams (default: the app's own choice)")
     args = ap.parse_args()
     if args.cmd == "app":

@@ -170,7 +170,7 @@ def test_no_lines_reason_names_what_is_known() -> None:
 
 
 async def test_another_jobs_panes_side_by_side_tagged_with_its_name(state_dir: Path) -> None:
-    from console.app.app import JobUpdated, LogLinesArrived
+    from console.app.messages import JobUpdated, LogLinesArrived
     from console.app.screens.modals import AskScreen
     from tests.app.demo_data import show_logs
 
@@ -188,8 +188,8 @@ async def test_another_jobs_panes_side_by_side_tagged_with_its_name(state_dir: P
         assert [p.title for p in panes.panes] == [
             "node 0 · h200-a", "node 1 · h200-b",
             "llama-ft · node 0 · h200-a", "llama-ft · node 1 · h200-b"]
-        screen.take(LogLinesArrived(other.id, lines(other, 1, 0, 5)))
-        screen.take(LogLinesArrived("some-other-job", lines(other, 0, 0, 7)))  # not shown
+        screen.post_message(LogLinesArrived(other.id, lines(other, 1, 0, 5)))
+        screen.post_message(LogLinesArrived("some-other-job", lines(other, 0, 0, 7)))  # not shown
         await pilot.pause()
         panes.flush()
         await pilot.pause()
@@ -198,7 +198,7 @@ async def test_another_jobs_panes_side_by_side_tagged_with_its_name(state_dir: P
         assert all(p.line_count > 5 for p in mine)  # this job's lines stay in its panes
         assert all(p.region.width > 0 for p in panes.panes)  # 2x2, all on screen
         assert "exited 1" in str(panes.panes[3].border_title)
-        screen.take(JobUpdated(other))
+        screen.post_message(JobUpdated(other))
         await pilot.press("plus")
         await pilot.pause()
         await pilot.press(*other.id, "enter")  # the same job again: said, not added twice

@@ -20,7 +20,8 @@ from textual.pilot import Pilot
 from textual.widgets import DataTable, Input, Select, Static
 
 import console.app.app as app_module
-from console.app.app import GpuConsoleApp, JobUpdated
+from console.app.app import GpuConsoleApp
+from console.app.messages import JobUpdated
 from console.app.screens.jobs import JobsScreen
 from console.app.screens.modals import HelpScreen, NewNotebookScreen, NotebookScreen
 from console.errors import JobError

@@ -17,10 +17,10 @@ from textual.message import Message
 from textual.widgets import DataTable
 
 from console.alerts.model import Alert, AlertChanged
-from console.app.app import (
+from console.app.app import GpuConsoleApp
+from console.app.messages import (
     AlertsUpdated,
     FollowStateUpdated,
-    GpuConsoleApp,
     JobsListed,
     JobUpdated,
     LogLinesArrived,
@@ -69,7 +69,7 @@ class Pusher:
         app.on_log_lines_arrived(LogLinesArrived(logs.job.id, batch))
         app.on_follow_state_updated(FollowStateUpdated(logs.job.id, 0, "reconnecting", None))
         # what the app forwarded before the screen left the stack, and its drain timer
-        logs.take(FollowStateUpdated(logs.job.id, 1, "following", None))
+        logs.on_follow_state_updated(FollowStateUpdated(logs.job.id, 1, "following", None))
         logs._drain()
 
 

@@ -22,7 +22,8 @@ from textual.screen import Screen
 from textual.widgets import DataTable
 
 import console.app.app as app_module
-from console.app.app import GpuConsoleApp, LogLinesArrived
+from console.app.app import GpuConsoleApp
+from console.app.messages import LogLinesArrived
 from console.app.screens.modals import AskScreen
 from console.jobs.store import JobRecord
 from remote.errors import TransportError

@@ -1,6 +1,7 @@
-"""The log intake on its own thread (``Service.start_follow(thread=True)``, what the app uses):
-every line of a real 2-node job over SSH, events delivered on the subscriber's loop, the
-job reconciled at the end, nothing left running after close. Plus :class:`LoopThread` itself."""
+"""The background log follow (``Service.start_follow``): on this loop, and in the intake child
+process the app uses (``where="process"``): every line of a real 2-node job over SSH, events
+delivered on the subscriber's loop, the job reconciled at the end, nothing left running after
+close."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ import pytest
 from console.events import Event, FollowStateChanged, JobChanged, LogLinesReceived
 from console.jobs.logbuffer import display_lines
 from console.jobs.store import Store
-from console.loopthread import LoopThread
 from console.profiles import load_profile_file
 from console.service import Intake, Service
 from tests.integration.conftest import CLI
@@ -39,44 +39,7 @@ def _intake_children() -> list[int]:
     return pids
 
 
-async def test_loop_thread_runs_cancels_and_stops() -> None:
-    lt = LoopThread("test-loop")
-    main = threading.get_ident()
-
-    async def where() -> int:
-        await asyncio.sleep(0)
-        return threading.get_ident()
-
-    assert await lt.run(where()) not in (main, None)
-
-    async def boom() -> None:
-        raise ValueError("x")
-
-    with pytest.raises(ValueError, match="x"):
-        await lt.run(boom())
-
-    cleaned: list[str] = []
-
-    async def slow() -> None:
-        try:
-            await asyncio.sleep(60)
-        finally:
-            await asyncio.sleep(0.05)  # its finally still runs to the end
-            cleaned.append("done")
-
-    task = asyncio.create_task(lt.run(slow()))
-    await asyncio.sleep(0.1)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    assert cleaned == ["done"]  # cancelling the caller waited for the coroutine to end
-    assert lt.running
-    await asyncio.to_thread(lt.stop)
-    assert not lt.running
-    assert not [t for t in threading.enumerate() if t.name == "test-loop"]
-
-
-@pytest.mark.parametrize("where", ["thread", "process"])
+@pytest.mark.parametrize("where", ["loop", "process"])
 async def test_background_follow_of_a_two_node_job(cli: CLI, where: Intake) -> None:
     spec = cli.spec(f"intake-{uuid.uuid4().hex[:4]}", nodes=["a", "b"],
                     args=["--steps", "30", "--step-sleep", "0.05", "--out", "/out",
@@ -94,10 +57,7 @@ async def test_background_follow_of_a_two_node_job(cli: CLI, where: Intake) -> N
         follow = svc.start_follow(job, where=where)
         final = await asyncio.wait_for(follow.task, 180)
         assert final is not None and final.state == "succeeded"
-        if where == "thread":
-            assert any(t.name == "gpuconsole-intake" for t in threading.enumerate())
-        else:
-            assert not _intake_children()  # it ended with the job's streams
+        assert not _intake_children()  # it ended with the job's streams
 
         followed = [ln for ev, _ in seen if isinstance(ev, LogLinesReceived)
                     for ln in ev.lines]
@@ -126,7 +86,6 @@ async def test_background_follow_of_a_two_node_job(cli: CLI, where: Intake) -> N
                    for ev, _ in seen)
     finally:
         await svc.close()
-    assert not [t for t in threading.enumerate() if t.name == "gpuconsole-intake"]
     assert not _intake_children()  # the intake process ended with the follow
 
 

@@ -101,8 +101,6 @@ def test_every_third_party_import_is_declared(wheel: Path) -> None:
                 for top in tops:
                     if top in sys.stdlib_module_names or top in OWN or top == "__future__":
                         continue
-                    if name.startswith("remote/agent/") and top == "fake_nvml":
-                        continue  # the agent's sibling file, uploaded with it
                     dists = {canonicalize_name(d) for d in to_dists.get(top, [])}
                     if not dists & declared:
                         missing[top] = f"{name} (distributions: {sorted(dists) or 'none'})"

@@ -5,7 +5,7 @@ What is real: the OpenSSH test host ``a``, the upload (``deploy_agent``), the ag
 its kernel log reader, ``journalctl``/``dmesg`` and ``kernel.dmesg_restrict`` on the host, an
 unprivileged user (``setpriv`` to uid 65534), the console's FleetState, rows and text.
 What stands in: the test hosts have no GPU and no NVIDIA driver, so NVML is FakeNVML
-(remote/agent/fake_nvml.py, through its pynvml shim) and the kernel log is a file on the host
+(tests/fakes/fake_nvml.py, through its pynvml shim) and the kernel log is a file on the host
 (``--kernel-log-file``, the agent's test-only source) holding a real kernel log
 (tests/data/cases/dmesg-xid/xid-02.txt) that the test appends to between reads.
 """
@@ -26,9 +26,9 @@ from console.fleet.rows import fleet_rows
 from console.fleet.state import FleetState
 from console.profiles import load_profile_file
 from console.session import Session
-from remote.agent import fake_nvml
 from remote.telemetry.schema import Sample, read_sample
 from remote.telemetry.stream import deploy_agent
+from tests.fakes import fake_nvml
 
 from .conftest import CLI
 

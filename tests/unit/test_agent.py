@@ -1,6 +1,6 @@
 """Tests of the host agent (remote/agent/agent.py) without a GPU, and replays of real traces.
 
-The agent runs against ``remote/agent/fake_nvml.py`` (FakeNVML, a stand-in for pynvml driven by
+The agent runs against ``tests/fakes/fake_nvml.py`` (FakeNVML, a stand-in for pynvml driven by
 a scenario): in process (``Agent(FakeNVML(scenario))``) to check exact values, and as a real
 subprocess (``--pynvml-dir`` pointing at a ``pynvml.py`` shim that becomes the fake) to check
 the process contract: one JSON line per interval, exit on stdin EOF, exit status 3 without NVML
@@ -34,6 +34,7 @@ from remote.telemetry import schema
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENT_DIR = ROOT / "remote" / "agent"
+FAKES_DIR = ROOT / "tests" / "fakes"
 AGENT_PY = AGENT_DIR / "agent.py"
 TRACES = ROOT / "tests" / "data" / "traces"
 MIB = 1 << 20
@@ -49,7 +50,7 @@ def _load(name: str, path: Path) -> ModuleType:
 
 
 agent_mod = _load("gpuconsole_agent_under_test", AGENT_PY)
-fake_nvml = _load("fake_nvml", AGENT_DIR / "fake_nvml.py")
+fake_nvml = _load("fake_nvml", FAKES_DIR / "fake_nvml.py")
 FakeNVML = fake_nvml.FakeNVML
 
 ID_A = "3f0b6c3fbe2c4e0a9d4bd1c6a8f1e2d3c4b5a69788796a5b4c3d2e1f0a1b2c3d"
@@ -680,9 +681,10 @@ def test_bad_interval_is_usage_error() -> None:
 # Python 3.8 hosts
 
 
-@pytest.mark.parametrize("name", ["agent.py", "fake_nvml.py"])
-def test_agent_keeps_python38_syntax(name: str) -> None:
-    source = (AGENT_DIR / name).read_text()
+@pytest.mark.parametrize("path", [AGENT_DIR / "agent.py", FAKES_DIR / "fake_nvml.py"],
+                         ids=["agent.py", "fake_nvml.py"])
+def test_agent_keeps_python38_syntax(path: Path) -> None:
+    source = path.read_text()
     tree = ast.parse(source, feature_version=(3, 8))
     assert "from __future__ import annotations" in source  # annotations never evaluated
     newer = {"removeprefix", "removesuffix", "bit_count", "cache", "pairwise", "UTC",
@@ -709,11 +711,11 @@ def test_agent_keeps_python38_syntax(name: str) -> None:
                 and id(node) not in in_annotations):
             # builtin generics (list[int]) evaluated at run time fail on 3.8
             assert node.value.id not in ("list", "dict", "tuple", "set", "type"), (
-                name, node.lineno)
+                path.name, node.lineno)
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
             assert id(node) in in_annotations or not any(  # X | None at run time: 3.10+
                 isinstance(side, ast.Constant) and side.value is None
-                for side in (node.left, node.right)), (name, node.lineno)
+                for side in (node.left, node.right)), (path.name, node.lineno)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ the second sample on. Where ``nvidia-smi`` exists the old hand-over stands (one
 What is real: the agent as a process, with the repo's nvidia-ml-py ``pynvml.py`` next to it
 (what the console uploads) on this machine, which has no NVIDIA driver; the console's
 ``host_samples`` over :class:`LocalTransport` (the same start command as over SSH, the bundle
-under a temporary ``$HOME``). What stands in: ``FakeNVML`` (remote/agent/fake_nvml.py) where a
+under a temporary ``$HOME``). What stands in: ``FakeNVML`` (tests/fakes/fake_nvml.py) where a
 driver must appear later or a kernel module must be present, and ``FakeAgentProcess`` where
 the console must see an agent that streams ``nvml_unavailable`` samples (a host whose kernel
 module is loaded but whose user-space driver is missing: not reproducible here).
@@ -35,10 +35,10 @@ import pytest
 from console.fleet.rows import fleet_rows
 from console.fleet.state import FleetState
 from remote.agent import agent as agent_mod
-from remote.agent.fake_nvml import FakeNVML
 from remote.telemetry.schema import Sample, read_sample
 from remote.telemetry.stream import PHASE_SMI_FALLBACK, host_samples
 from remote.transport import LocalTransport
+from tests.fakes.fake_nvml import FakeNVML
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENT_PY = ROOT / "remote" / "agent" / "agent.py"

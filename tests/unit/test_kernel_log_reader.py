@@ -4,7 +4,7 @@ of the Xid path (FleetState -> rows -> top/gpus text and JSON).
 ``FakeRunner`` stands in for running journalctl/dmesg: it answers with text built from the
 real kernel logs in tests/data/cases/dmesg-xid/ (what dmesg would print as the ring buffer
 fills), and with util-linux's and systemd's own refusal messages. ``FakeNVML`` is the named
-stand-in for pynvml (remote/agent/fake_nvml.py). tests/integration/test_xid_path.py runs the
+stand-in for pynvml (tests/fakes/fake_nvml.py). tests/integration/test_xid_path.py runs the
 reader on a real host.
 """
 
@@ -22,10 +22,10 @@ from console.fleet.render import render_fleet
 from console.fleet.rows import fleet_rows
 from console.fleet.state import FleetState
 from remote.agent.agent import Agent, KernelLogReader, nvrm_lines
-from remote.agent.fake_nvml import FakeNVML
 from remote.telemetry.faults import pci_key
 from remote.telemetry.schema import read_sample
 from remote.telemetry.xid_catalog import ACTION_TEXT
+from tests.fakes.fake_nvml import FakeNVML
 
 CASES = Path(__file__).resolve().parents[1] / "data" / "cases" / "dmesg-xid"
 # util-linux dmesg and systemd journalctl, as they refuse a user without the rights

@@ -1,6 +1,6 @@
 """One GPU state, two paths, one record: the agent (NVML) and the nvidia-smi fallback agree.
 
-Each scenario is a FakeNVML state (``remote/agent/fake_nvml.py``, the named stand-in for
+Each scenario is a FakeNVML state (``tests/fakes/fake_nvml.py``, the named stand-in for
 pynvml). The agent samples it in process; ``fake_nvidia_smi`` prints what nvidia-smi would
 print for the same state (``--query-gpu`` and ``--query-compute-apps`` CSV, ``nounits``), and
 the smi parser turns that into a sample. The two samples are compared field by field: every
@@ -48,7 +48,7 @@ def _load(name: str, path: Path) -> ModuleType:
 
 
 agent_mod = _load("gpuconsole_agent_parity", ROOT / "remote" / "agent" / "agent.py")
-fake_nvml = _load("fake_nvml_parity", ROOT / "remote" / "agent" / "fake_nvml.py")
+fake_nvml = _load("fake_nvml_parity", ROOT / "tests" / "fakes" / "fake_nvml.py")
 
 #: every named clock-event reason bit, one GPU each; then none, all, and an unnamed bit
 REASON_MASKS = [bit for bit, _ in agent_mod.CLOCK_EVENT_REASONS] + [0x0, 0x7FF, 0x801]

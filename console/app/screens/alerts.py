@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, cast
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -20,12 +19,10 @@ from textual.widgets import DataTable, Footer, Static
 
 from console.alerts.model import Alert
 from console.alerts.rows import age_text, alert_state, subject
+from console.app.host import AppHost, host
 from console.app.lifecycle import can_draw
 from console.app.widgets.status import StatusLine
 from console.app.widgets.tables import cursor_key
-
-if TYPE_CHECKING:
-    from console.app.app import GpuConsoleApp
 
 COLUMNS = ("SEV", "STATE", "FOR", "RULE", "WHERE", "SUMMARY")
 _SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
@@ -92,9 +89,9 @@ class AlertsScreen(Screen[None]):
         self._composed = False
 
     @property
-    def gc(self) -> GpuConsoleApp:
-        """The app (typed)."""
-        return cast("GpuConsoleApp", self.app)
+    def gc(self) -> AppHost:
+        """The app, as a screen may use it (:class:`~console.app.host.AppHost`)."""
+        return host(self.app)
 
     def compose(self) -> ComposeResult:
         table: DataTable[Text | str] = DataTable(cursor_type="row", zebra_stripes=True,

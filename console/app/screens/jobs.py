@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, cast
 
 from rich.text import Text
 from textual import on
@@ -27,6 +26,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Static
 
+from console.app.host import AppHost, host
 from console.app.lifecycle import can_draw
 from console.app.widgets.oneline import OneLine
 from console.app.widgets.status import StatusLine
@@ -45,9 +45,6 @@ from console.jobs.rows import (
 )
 from console.jobs.status import failure_lines, job_summary
 from console.jobs.store import JobRecord
-
-if TYPE_CHECKING:
-    from console.app.app import GpuConsoleApp
 
 _STATE_STYLE = {"running": "green", "pending": "cyan", "succeeded": "bold green",
                 "stopped": "yellow", "lost": "magenta", "removed": "dim", "unknown": "dim"}
@@ -138,9 +135,9 @@ class JobsScreen(Screen[None]):
         self._cursor_id: str | None = None
 
     @property
-    def gc(self) -> GpuConsoleApp:
-        """The app (typed)."""
-        return cast("GpuConsoleApp", self.app)
+    def gc(self) -> AppHost:
+        """The app, as a screen may use it (:class:`~console.app.host.AppHost`)."""
+        return host(self.app)
 
     def compose(self) -> ComposeResult:
         yield OneLine(id="jobs-summary")
@@ -204,7 +201,7 @@ class JobsScreen(Screen[None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """The app decides: ``--readonly`` hides stop, submit, exec, remove and the
         notebooks."""
-        return self.gc.check_action(action, parameters)
+        return self.app.check_action(action, parameters)
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         """Enter on a row (the table takes the key first): its logs."""

@@ -1,7 +1,7 @@
 """The log panes of one job: one pane per node (or per rank), tiled, tmux-like.
 
 Lines come from the service's follow of the job (:meth:`console.service.Service.start_follow`)
-as :class:`console.app.app.LogLinesArrived` batches, forwarded here by the app. Each line goes
+as :class:`console.app.messages.LogLinesArrived` batches, posted here by the app. Each line goes
 to its node's buffer, its rank's buffer and the merged buffer (all bounded; the merged one
 keeps time order, as ``logs`` does); the panes render only their visible rows. A node that
 reconnects continues in the same pane: the service's follow resumes from its cursor, so
@@ -15,17 +15,19 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, cast
+from typing import ClassVar
 
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer
 
+from console.app.failures import reported
+from console.app.host import AppHost, host
 from console.app.lifecycle import can_draw
+from console.app.messages import FollowStateUpdated, JobUpdated, LogLinesArrived
 from console.app.screens.modals import AskScreen
 from console.app.widgets.logpane import LogPane
 from console.app.widgets.logpanes import LogPanes
@@ -38,9 +40,6 @@ from console.jobs.store import JobRecord
 from console.service import Intake
 from remote.docker import format_ns
 from remote.errors import GpuConsoleError
-
-if TYPE_CHECKING:
-    from console.app.app import GpuConsoleApp
 
 #: Longest stretch of line intake before the loop gets keys and repaints again (s).
 DRAIN_BUDGET_S = 0.010
@@ -177,9 +176,9 @@ class LogsScreen(Screen[None]):
         self._composed = False
 
     @property
-    def gc(self) -> GpuConsoleApp:
-        """The app (typed)."""
-        return cast("GpuConsoleApp", self.app)
+    def gc(self) -> AppHost:
+        """The app, as a screen may use it (:class:`~console.app.host.AppHost`)."""
+        return host(self.app)
 
     # -- layout -----------------------------------------------------------------------------
 
@@ -252,9 +251,10 @@ class LogsScreen(Screen[None]):
                 await self.gc.service.stop_follow(job_id)
         # the panes' buffers and strips just became garbage: once the next screen is drawn,
         # a natural pause to collect the cycles the GC policy left frozen while lines streamed
-        self.gc.call_after_refresh(self.gc.gc_policy.sweep)
+        self.app.call_after_refresh(self.gc.gc_policy.sweep)
 
     @work(group="logs-archive", exit_on_error=False)
+    @reported("logs")
     async def _load_finished(self) -> None:
         """A finished (or removed) job: the local archive first (read and shaped in worker
         threads, shown as soon as it is there), then whatever the containers hold that the
@@ -291,6 +291,7 @@ class LogsScreen(Screen[None]):
             self.take_lines(chunk, rows, keep_all=True)
 
     @work(group="logs-follow", exit_on_error=False)
+    @reported("logs")
     async def _await_follow(self, task: asyncio.Task[object]) -> None:
         """Once the follow ended (every node exited), say why an empty pane is empty."""
         await asyncio.wait({task})
@@ -328,23 +329,27 @@ class LogsScreen(Screen[None]):
 
     # -- data -------------------------------------------------------------------------------
 
-    def take(self, m: Message) -> None:
-        """A message the app forwards: lines, job changes, follow state of this job."""
-        from console.app.app import FollowStateUpdated, JobUpdated, LogLinesArrived
-
-        if isinstance(m, LogLinesArrived) and m.job_id in self.others:
+    def on_log_lines_arrived(self, m: LogLinesArrived) -> None:
+        """Lines of this screen's job, or of a job shown beside it (``+``)."""
+        if m.job_id in self.others:
             self._take_other(m.job_id, m.lines, m.shown)
-        elif isinstance(m, JobUpdated) and m.job.id in self.others:
+        elif m.job_id == self.job.id:
+            self.take_lines(m.lines, m.shown)
+
+    def on_job_updated(self, m: JobUpdated) -> None:
+        """A new record of this screen's job (its header, exit codes) or of one beside it."""
+        if m.job.id in self.others:
             self.others[m.job.id] = m.job
             self._show_other_exit_codes(m.job)
-        elif isinstance(m, LogLinesArrived) and m.job_id == self.job.id:
-            self.take_lines(m.lines, m.shown)
-        elif isinstance(m, JobUpdated) and m.job.id == self.job.id:
+        elif m.job.id == self.job.id:
             self.job = m.job
             if can_draw(self, self._composed):
                 self._show_exit_codes()
                 self.query_one("#logs-header", OneLine).show(self._header())
-        elif isinstance(m, FollowStateUpdated) and m.job_id == self.job.id:
+
+    def on_follow_state_updated(self, m: FollowStateUpdated) -> None:
+        """A node of this screen's job is following, reconnecting or ended (its title)."""
+        if m.job_id == self.job.id:
             self.follow_state[m.node_rank] = m.state
             self._stop_loading({m.node_rank} & self._loading)
             self._show_titles()
@@ -527,12 +532,9 @@ class LogsScreen(Screen[None]):
             self._read_other(job)
 
     @work(group="logs-other", exit_on_error=False)
+    @reported("logs")
     async def _read_other(self, job: JobRecord) -> None:
-        try:
-            lines = await self.gc.service.read_logs(job, tail=self.buffer_lines)
-        except GpuConsoleError as e:
-            self.notify(e.message, title="logs", severity="error")
-            return
+        lines = await self.gc.service.read_logs(job, tail=self.buffer_lines)
         rows = await asyncio.to_thread(_shape, lines)
         self._take_other(job.id, lines, rows)
         from console.jobs.logs import no_lines_reason
@@ -573,7 +575,7 @@ class LogsScreen(Screen[None]):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """The app decides: ``--readonly`` hides stop and exec."""
-        return self.gc.check_action(action, parameters)
+        return self.app.check_action(action, parameters)
 
     def on_log_pane_save_requested(self, m: LogPane.SaveRequested) -> None:
         buf = m.pane.buffer
@@ -598,15 +600,12 @@ class LogsScreen(Screen[None]):
         self.app.push_screen(AskScreen(f"Save the whole log of {self.job.id} ({what}) to:",
                                        str(Path.cwd() / name)), chosen)
 
-    @work(group="logs-save")
+    @work(group="logs-save", exit_on_error=False)
+    @reported("save")
     async def _save(self, node: int | None, path: Path) -> None:
         """Write the whole log (every archived line, not just the pane's buffer) to ``path``
         (``<RFC 3339 time> [n<node> r<rank>] text`` per line)."""
-        try:
-            lines = await self.gc.service.read_logs(self.job, node=node)
-        except GpuConsoleError as e:
-            self.notify(e.message, title="save", severity="error")
-            return
+        lines = await self.gc.service.read_logs(self.job, node=node)
 
         def write() -> None:
             with open(path, "x", encoding="utf-8", errors="replace") as f:

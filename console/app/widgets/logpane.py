@@ -341,11 +341,6 @@ class LogPane(ScrollView, can_focus=True):
             self.refresh()
 
     @property
-    def loading_lines(self) -> bool:
-        """Whether the owner is still loading the pane's lines (:meth:`set_loading`)."""
-        return self._loading
-
-    @property
     def empty_text(self) -> str | None:
         """See :meth:`set_empty_text`."""
         return self._empty_text
@@ -494,12 +489,6 @@ class LogPane(ScrollView, can_focus=True):
         if self._tagged():
             prefix += (f"[n{node_rank}] " if rank is None else f"[n{node_rank} r{rank}] ")
         return prefix + plain if prefix else plain
-
-    def _passes(self, line: DisplayLine) -> bool:
-        needle, invert = parse_filter(self._filter)
-        if not needle:
-            return True
-        return (needle in self.shown_text(line).lower()) != invert
 
     def _found(self, line: DisplayLine | None) -> bool:
         """Whether the search term is in the line as shown."""
@@ -940,22 +929,37 @@ class LogPane(ScrollView, can_focus=True):
         """Same as ``G``."""
         self.action_follow()
 
-    # Textual calls the handler of every class in the MRO: ours run first, do the base's work
-    # themselves (without animation, so the position is final) and prevent the base's.
+    # Textual calls the handler of every class in the MRO, this one's first: each prevents the
+    # base's (Widget's, which animates) and scrolls itself without animation, so the position
+    # is final when follow is decided.
 
-    def _on_mouse_scroll_up(self, event: events.MouseScrollUp) -> None:
+    def on_mouse_scroll_up(self, event: events.MouseScrollUp) -> None:
+        """The wheel up: pauses follow."""
         event.prevent_default()
-        super()._on_mouse_scroll_up(event)
-        if not (event.ctrl or event.shift):
-            self._follow_from_position()
+        self._wheel(event, -1)
 
-    def _on_mouse_scroll_down(self, event: events.MouseScrollDown) -> None:
+    def on_mouse_scroll_down(self, event: events.MouseScrollDown) -> None:
+        """The wheel down: reaching the bottom resumes follow."""
         event.prevent_default()
-        super()._on_mouse_scroll_down(event)
-        if not (event.ctrl or event.shift):
-            self._follow_from_position()
+        self._wheel(event, 1)
 
-    def _on_scroll_to(self, message: ScrollTo) -> None:
+    def _wheel(self, event: events.MouseScrollUp | events.MouseScrollDown, step: int) -> None:
+        """One wheel step as Textual's widgets take it (the app's scroll sensitivity in rows,
+        in columns with ctrl or shift); the event goes no further when the pane moved."""
+        before = self.scroll_offset
+        if event.ctrl or event.shift:
+            if self.allow_horizontal_scroll:
+                self.scroll_to(x=self.scroll_target_x + step * self.app.scroll_sensitivity_x,
+                               animate=False)
+        else:
+            if self.allow_vertical_scroll:
+                self.scroll_to(y=self.scroll_target_y + step * self.app.scroll_sensitivity_y,
+                               animate=False)
+            self._follow_from_position()
+        if self.scroll_offset != before:
+            event.stop()
+
+    def on_scroll_to(self, message: ScrollTo) -> None:
         # the scrollbar was dragged
         if message.y is not None:
             message.stop()
@@ -964,13 +968,13 @@ class LogPane(ScrollView, can_focus=True):
                 self.scroll_to(x=message.x, animate=False, force=True)
             self._scroll_rows_to(message.y)
 
-    def _on_scroll_up(self, event: ScrollUp) -> None:
+    def on_scroll_up(self, event: ScrollUp) -> None:
         # a click on the vertical scrollbar's track above the thumb
         event.stop()
         event.prevent_default()
         self.action_page_up()
 
-    def _on_scroll_down(self, event: ScrollDown) -> None:
+    def on_scroll_down(self, event: ScrollDown) -> None:
         event.stop()
         event.prevent_default()
         self.action_page_down()

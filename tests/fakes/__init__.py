@@ -1,0 +1,1 @@
+"""Test doubles, named fake (never shipped: the wheel carries ``console`` and ``remote`` only)."""
