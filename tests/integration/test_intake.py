@@ -39,6 +39,7 @@ def _intake_children() -> list[int]:
     return pids
 
 
+@pytest.mark.hostless
 async def test_loop_thread_runs_cancels_and_stops() -> None:
     lt = LoopThread("test-loop")
     main = threading.get_ident()
