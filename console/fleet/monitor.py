@@ -66,7 +66,7 @@ MAP_EVERY_S = 10.0
 
 #: At most this many SSH handshakes in flight at once, over all hosts (first connects and
 #: reconnects alike); the others wait their turn in :data:`PHASE_CONNECTING`. Measured at 512
-#: hosts (docs/benchmarks.md, "Console cost from 64 to 512 hosts"): opened all at once, the
+#: hosts (docs/benchmarks.md, "Console cost, 64 to 512 hosts"): opened all at once, the
 #: hosts finish their handshakes together, so the median host drew its first sample only
 #: with the last (9.2-9.6 s here), the console's event loop ran 0.55 s late during the start
 #: and, in 1 run of 4, the test hosts' sshd (``MaxStartups 100:30:200``; two sshds stand in for
