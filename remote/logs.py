@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
+from remote.backoff import Backoff
 from remote.docker import Engine, LogLine
 from remote.errors import ConnectionLost, TransportError
 
@@ -108,7 +108,7 @@ async def follow_container_batches(
     first = True
     outage_started: float | None = None
     loop = asyncio.get_running_loop()
-    backoff = 0.5
+    backoff = Backoff(0.5, 5.0)
     reconnecting = False  # an outage was announced and has not been resolved yet
     accept = cursor.accept
 
@@ -164,7 +164,7 @@ async def follow_container_batches(
             # the stream ended while the container runs: the connection under it dropped
             # (and was re-opened by the inspect above); resume from the cursor
             announce("log stream ended while the container runs")
-            backoff = 0.5
+            backoff.reset()
         except (ConnectionLost, TransportError) as e:
             now = loop.time()
             outage_started = outage_started or now
@@ -172,8 +172,7 @@ async def follow_container_batches(
                 raise
             log.info("[%s] log stream interrupted (%s); reconnecting", engine.host, e)
             announce(engine.transport.drop_reason() or e.message)
-            await asyncio.sleep(backoff * (0.5 + random.random()))
-            backoff = min(backoff * 2, 5.0)
+            await backoff.sleep()
             try:
                 await engine.transport.connect()
             except TransportError as ce:

@@ -15,7 +15,7 @@ IdentityFile, ProxyJump, Include), so a profile can name a config alias and set 
 from __future__ import annotations
 
 import asyncio
-import glob
+import getpass
 import ipaddress
 import logging
 import os
@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import asyncssh
+from asyncssh.config import SSHClientConfig
 
 from remote.errors import (
     AuthenticationFailed,
@@ -61,11 +62,12 @@ from remote.transport import (
 #: packet (2.1 s of the console's 17 s in a 512-host `ps` here); AES-GCM is one call into
 #: OpenSSL (AES-NI) per packet, and as strong (both AEAD; OpenSSH offers both by default).
 #: The rest of asyncssh's default list follows, so a server without GCM still connects. A
-#: ``Ciphers`` line in the user's ssh config wins (:func:`user_sets_ciphers`).
+#: ``Ciphers`` line in the user's ssh config for the host wins (:func:`user_sets_ciphers`).
 CIPHERS = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com",
            "chacha20-poly1305@openssh.com", "aes256-ctr", "aes192-ctr", "aes128-ctr")
 
-_user_ciphers: bool | None = None
+#: :func:`user_sets_ciphers` for ``~/.ssh/config``, by (its path, host, port, user)
+_user_ciphers: dict[tuple[str, str, int | None, str | None], bool] = {}
 
 #: Key exchanges in flight at once through one jump host (per event loop). A fleet behind a
 #: bastion opens one connection to it per host; OpenSSH's sshd drops unauthenticated
@@ -106,36 +108,41 @@ def jump_slot(jump: str) -> asyncio.Semaphore:
     return slot
 
 
-def user_sets_ciphers(config: Path | None = None) -> bool:
-    """Whether the user's OpenSSH client config (``~/.ssh/config`` and the files its
-    ``Include`` lines name, one level) has a ``Ciphers`` line: then asyncssh applies it and
-    :data:`CIPHERS` is not offered. Read once per process for the default path."""
-    global _user_ciphers
-    if config is None and _user_ciphers is not None:
-        return _user_ciphers
-    path = config or Path.home() / ".ssh" / "config"
-    files = [path]
+def user_sets_ciphers(host: str, port: int | None = None, user: str | None = None,
+                      config: Path | None = None) -> bool:
+    """Whether the user's OpenSSH client config sets ``Ciphers`` for this host: then
+    asyncssh applies that list and :data:`CIPHERS` is not offered.
+
+    The config is read by asyncssh's own reader (:class:`asyncssh.config.SSHClientConfig`),
+    as ``asyncssh.connect`` reads it for the same host, port and user: ``Host`` and
+    ``Match`` blocks (``Match final`` included; not ``CanonicalizeHostname``), ``Include``,
+    first value wins. ``config`` is the file (default ``~/.ssh/config``, as asyncssh's); the
+    answer for the default file is kept per host, port and user for the process. A file
+    asyncssh cannot parse says ``False`` here: the connection then fails on it with
+    asyncssh's own message.
+    """
+    path = config if config is not None else Path.home() / ".ssh" / "config"
+    key = (str(path), host, port, user)
+    if config is None and key in _user_ciphers:
+        return _user_ciphers[key]
     found = False
-    for i, f in enumerate(files):
+    if os.access(path, os.R_OK):
         try:
-            text = f.read_text(errors="replace")
-        except OSError:
-            continue
-        for line in text.splitlines():
-            words = line.strip().split(None, 1)
-            if not words:
-                continue
-            key = words[0].split("=", 1)[0].lower()
-            if key == "ciphers":
-                found = True
-            elif key == "include" and i == 0 and len(words) > 1:
-                for pattern in words[1].split():
-                    pattern = os.path.expanduser(pattern)
-                    base = pattern if os.path.isabs(pattern) else str(path.parent / pattern)
-                    files += [Path(m) for m in sorted(glob.glob(base))]
+            local_user = getpass.getuser()
+        except (KeyError, OSError):  # no name for this uid (asyncssh refuses it too)
+            local_user = ""
+        args = (local_user, () if user is None else user, host, () if port is None else port)
+        try:
+            cfg = SSHClientConfig.load(None, [path], False, False, False, *args)
+            if cfg.has_match_final():  # asyncssh's second pass, as in its _connect
+                cfg = SSHClientConfig.load(cfg, [path], True, False, True, *args)
+            found = cfg.get("Ciphers") is not None
+        except (OSError, ValueError):  # ConfigParseError is a ValueError
+            found = False
     if config is None:
-        _user_ciphers = found
+        _user_ciphers[key] = found
     return found
+
 
 log = logging.getLogger("gpuconsole.remote.ssh")
 
@@ -251,7 +258,7 @@ class SSHTransport(Transport):
         return os.path.expanduser(self.target.known_hosts or "~/.ssh/known_hosts")
 
     def _options(
-        self, known_hosts: object, *, port: int | None, user: str | None,
+        self, known_hosts: object, *, host: str, port: int | None, user: str | None,
         seen: _HostKeySeen | None = None,
     ) -> dict[str, object]:
         """Options for one hop. Keepalives are always on (:data:`KEEPALIVE_INTERVAL_S` x
@@ -265,7 +272,7 @@ class SSHTransport(Transport):
             "keepalive_interval": KEEPALIVE_INTERVAL_S,
             "keepalive_count_max": KEEPALIVE_COUNT_MAX,
         }
-        if not user_sets_ciphers():
+        if not user_sets_ciphers(host, port, user):
             opts["encryption_algs"] = list(CIPHERS)
         if port is not None:
             opts["port"] = port
@@ -316,8 +323,8 @@ class SSHTransport(Transport):
         try:
             # held until authenticated: sshd counts only unauthenticated connections
             async with jump_slot(self.target.jump):
-                return await asyncssh.connect(host, **self._options(known_hosts, port=port,
-                                                                    user=user, seen=seen))
+                return await asyncssh.connect(host, **self._options(
+                    known_hosts, host=host, port=port, user=user, seen=seen))
         except asyncssh.HostKeyNotVerifiable as e:
             raise self._host_key_error(e, seen, host, port or 22, jump=True) from e
         except asyncssh.PermissionDenied as e:
@@ -374,7 +381,7 @@ class SSHTransport(Transport):
             ) from e
         seen = _HostKeySeen(kh, accept_new=t.accept_new_host_keys, transport=self)
         try:
-            opts = self._options(kh, port=t.port, user=t.user, seen=seen)
+            opts = self._options(kh, host=t.hostname, port=t.port, user=t.user, seen=seen)
             if t.jump is not None:
                 self._jump = await self._open_jump(kh)
                 opts["tunnel"] = self._jump

@@ -64,6 +64,7 @@ def alerts(ctx: click.Context, as_json: bool, history: int | None) -> None:
 
 async def _list(ctx: click.Context, as_json: bool, history: int | None) -> None:
     from console.alerts.rows import age_text, alert_state
+    from console.texttable import text_table
 
     store = _store(ctx)
     now = time.time()
@@ -85,10 +86,11 @@ async def _list(ctx: click.Context, as_json: bool, history: int | None) -> None:
         if not firing:
             out("no alerts firing")
             return
-        out(f"{'SEV':<9}{'STATE':<9}{'FOR':<8}{'KEY':<40}SUMMARY")
-        for a in firing:
-            out(f"{a.severity:<9}{alert_state(a, now):<9}{age_text(now - a.since):<8}"
-                f"{a.key:<40}{a.summary}")
+        rows = [("SEV", "STATE", "FOR", "KEY", "SUMMARY")]
+        rows += [(a.severity, alert_state(a, now), age_text(now - a.since), a.key, a.summary)
+                 for a in firing]
+        for line in text_table(rows, min_widths=(8, 8, 7, 39), sep=" "):
+            out(line)
     finally:
         store.close()
 
@@ -175,22 +177,27 @@ def silences(ctx: click.Context, as_json: bool) -> None:
 async def _silences(ctx: click.Context, as_json: bool) -> None:
     now = time.time()
     from console.alerts.rows import age_text
+    from console.texttable import text_table
 
     store = _store(ctx)
     try:
         found = store.silences(now)
     finally:
         store.close()
-    if not as_json and found:
-        out(f"{'ID':>4}  {'STATE':<7} {'LEFT':<9} {'UNTIL':<16}  MATCHES")
-    for s in found:
-        if as_json:
+    if as_json:
+        for s in found:
             out(json.dumps({**asdict(s), "active": s.active(now)}))
-            continue
-        left = age_text(s.until - now) if s.active(now) else "-"
-        until = time.strftime("%Y-%m-%d %H:%M", time.localtime(s.until))
-        out(f"{s.id:>4}  {'active' if s.active(now) else 'ended':<7} {left:<9} {until:<16}  "
-            f"{s.describe()}" + (f"  ({s.comment})" if s.comment else ""))
+        return
+    rows = [("ID", "STATE", "LEFT", "UNTIL", "MATCHES")]
+    for s in found:
+        rows.append((str(s.id), "active" if s.active(now) else "ended",
+                     age_text(s.until - now) if s.active(now) else "-",
+                     time.strftime("%Y-%m-%d %H:%M", time.localtime(s.until)),
+                     s.describe() + (f"  ({s.comment})" if s.comment else "")))
+    if found:
+        for line in text_table(rows, right={0}, min_widths=(4, 7, 9, 16),
+                               sep=("  ", " ", " ", "  ")):
+            out(line)
 
 
 @alerts.command("unsilence")

@@ -39,6 +39,7 @@ async def _ps(ctx: click.Context, as_json: bool, show_all: bool, with_hosts: boo
     async with command_service(ctx) as svc:  # imports the service stack, GC paused
         from console.jobs.rows import job_row
         from console.jobs.status import LIST_DEADLINE_S, JobView
+        from console.texttable import text_table
 
         jobs = await svc.list_jobs(include_removed=show_all,
                                    warn=lambda m: err(f"warning: {m}"),
@@ -61,9 +62,8 @@ async def _ps(ctx: click.Context, as_json: bool, show_all: bool, with_hosts: boo
     for j in jobs:
         jr = job_row(j, now)
         rows.append((jr.job_id, jr.kind, jr.state, jr.nodes, jr.age, jr.reason))
-    widths = [max(len(r[i]) for r in rows) for i in range(5)]
-    for r in rows:
-        click.echo("  ".join(c.ljust(w) for c, w in zip(r[:5], widths)) + "  " + r[5])
+    for line in text_table(rows):
+        click.echo(line)
 
 
 # -- logs -----------------------------------------------------------------------------------

@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import random
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
@@ -41,6 +40,7 @@ from console.errors import host_reason
 from console.fleet.state import ContainerJob, FleetState
 from console.jobs.labels import K_JOB_ID, NodeLabels
 from console.session import Session
+from remote.backoff import Backoff
 from remote.errors import GpuConsoleError
 from remote.telemetry.schema import Sample, read_sample
 from remote.telemetry.stream import AGENT_EXIT_NO_NVML, AgentExited, host_samples
@@ -66,7 +66,7 @@ MAP_EVERY_S = 10.0
 
 #: At most this many SSH handshakes in flight at once, over all hosts (first connects and
 #: reconnects alike); the others wait their turn in :data:`PHASE_CONNECTING`. Measured at 512
-#: hosts (docs/benchmarks.md, "Console cost from 64 to 512 hosts"): opened all at once, the
+#: hosts (docs/benchmarks.md, "Console cost, 64 to 512 hosts"): opened all at once, the
 #: hosts finish their handshakes together, so the median host drew its first sample only
 #: with the last (9.2-9.6 s here), the console's event loop ran 0.55 s late during the start
 #: and, in 1 run of 4, the test hosts' sshd (``MaxStartups 100:30:200``; two sshds stand in for
@@ -186,7 +186,7 @@ class FleetMonitor:
                           host)
 
     async def _host_loop(self, host: str) -> None:
-        backoff = 0.5
+        backoff = Backoff(0.5, 30.0)
 
         def phase(p: str) -> None:
             self.phase[host] = p
@@ -210,7 +210,7 @@ class FleetMonitor:
                         self._hook(host, sample)
                         self.updated.set()
                         if (sample["seq"] or 0) >= 2:  # a stream that lives, not a retry loop
-                            backoff = 0.5
+                            backoff.reset()
                 if last is not None and last["state"] not in ("ok", "gpu_lost"):
                     # a host fault (no driver, driver unreachable...): the stream ends after
                     # saying so; ask again now and then, the host itself is reachable
@@ -232,8 +232,7 @@ class FleetMonitor:
             self.state.on_down(host, reason)
             self.updated.set()
             phase(PHASE_BACKOFF)
-            await asyncio.sleep(backoff * (0.5 + random.random()))
-            backoff = min(backoff * 2, 30.0)
+            await backoff.sleep()
 
     def _list_host(self, host: str) -> asyncio.Task[None]:
         """Start listing ``host``'s containers (unless a listing is under way); the map is

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from console.fleet.state import FleetState, GpuHolder, free_gpus, gpu_holders
+from console.texttable import text_table
 from remote.telemetry.schema import is_limit
 
 
@@ -21,16 +22,6 @@ def _n(v: Any, fmt: str = "{:.0f}", unit: str = "", *, na: bool = False) -> str:
     if v is None:
         return "n/a" if na else "?"
     return fmt.format(v) + unit
-
-
-def _table(rows: list[list[str]], right: set[int]) -> list[str]:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    out = []
-    for r in rows:
-        cells = [c.rjust(w) if i in right else c.ljust(w)
-                 for i, (c, w) in enumerate(zip(r, widths))]
-        out.append("  ".join(cells).rstrip())
-    return out
 
 
 def _holder(h: GpuHolder) -> str:
@@ -103,7 +94,7 @@ def render_fleet(state: FleetState) -> str:
                 _throttle(g["throttle_reasons"]),
                 procs,
             ])
-    lines = _table(rows, right={3, 4, 5, 6, 7, 8})
+    lines = text_table(rows, right={3, 4, 5, 6, 7, 8})
     usage = state.job_usage()
     if usage:
         lines.append("")
@@ -129,4 +120,4 @@ def render_free(state: FleetState) -> str:
             g = by_idx.get(i)
             rows.append([host, str(i), (g["name"] if g else None) or "?",
                          _n(g["mem_total_mib"] if g else None)])
-    return "\n".join(_table(rows, right={3}))
+    return "\n".join(text_table(rows, right={3}))

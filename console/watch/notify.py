@@ -31,7 +31,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import queue
-import random
 import re
 import sqlite3
 import threading
@@ -46,6 +45,7 @@ from console.alerts.model import Alert, AlertChanged
 from console.dbschema import migrate_schema
 from console.errors import ConfigError
 from console.statefiles import LOCK_WAIT_S, db_error
+from remote.backoff import Backoff
 
 __all__ = [
     "Delivery",
@@ -487,7 +487,7 @@ class Notifier:
 
     def _deliver(self, con: sqlite3.Connection, url: str, uid: str, shown: str,
                  m: Message) -> None:
-        delay = self.backoff_s
+        backoff = Backoff(self.backoff_s, self.max_backoff_s, jitter=0.2)
         error: str | None = None
         for attempt in range(1, self.attempts + 1):
             try:
@@ -504,10 +504,8 @@ class Notifier:
                 break
             self._mark(con, uid, m, "pending", attempt, error)
             self._say(Delivery(shown, m, "retrying", attempt, error))
-            wait = min(delay, self.max_backoff_s) * random.uniform(0.8, 1.2)
-            if self._stop.wait(wait):
+            if self._stop.wait(backoff.next()):
                 return  # stopping: stays pending for the next run
-            delay *= 2
         self._mark(con, uid, m, "failed", self.attempts, error)
         self._say(Delivery(shown, m, "failed", self.attempts, error))
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -36,11 +37,81 @@ def _profile_path() -> Path:
     return Path(p)
 
 
+#: What an integration test says when the machinery ``scripts/test`` sets up is not there.
+NOT_UP = "test hosts not up ({}): scripts/test sets them up"
+
+_not_up: list[str | None] = []  # the reason, found once per session ([] = not looked yet)
+
+
+def _port_answers(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
+def not_up_reason() -> str | None:
+    """Why the test hosts cannot be used (``None``: they can): the local Docker engine does
+    not answer its ``/_ping``, the test profile written by ``scripts/testhosts/up`` is
+    missing, or a host of it does not accept TCP connections on its SSH port. Looked at once
+    per session (well under a second when the hosts are up; about 1 s per missing host)."""
+    if _not_up:
+        return _not_up[0]
+    reason: str | None = None
+    try:
+        client = docker.from_env(timeout=5)
+        try:
+            client.ping()
+        finally:
+            client.close()
+    except Exception as e:  # the SDK raises DockerException, requests' errors, OSError
+        reason = f"no Docker engine answers: {type(e).__name__}"
+    if reason is None:
+        p = _profile_path()
+        try:
+            hosts = (yaml.safe_load(p.read_text()) or {}).get("hosts") or {}
+        except OSError:
+            reason = f"{p} missing"
+        else:
+            for name, h in hosts.items():
+                addr, port = str(h.get("hostname")), int(h.get("port") or 22)
+                if not _port_answers(addr, port):
+                    reason = f"host {name}: nothing answers on {addr}:{port}"
+                    break
+    _not_up.append(reason and NOT_UP.format(reason))
+    return _not_up[0]
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Integration tests need the test hosts; without them they fail loudly, not skip."""
+    """Every test under tests/integration needs the test hosts (``integration``) unless it
+    is marked ``hostless`` (it needs no test host, Docker or Slurm: ``scripts/check`` runs
+    it)."""
+    here = Path(__file__).parent
     for item in items:
-        if "integration" in str(item.fspath):
+        if item.path.is_relative_to(here) and item.get_closest_marker("hostless") is None:
             item.add_marker(pytest.mark.integration)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """An ``integration`` test skips, before its fixtures start, when the test hosts are not
+    up: one summary line for all of them (``pytest -rs``), naming ``scripts/test``."""
+    if item.get_closest_marker("integration") is not None:
+        reason = not_up_reason()
+        if reason is not None:
+            pytest.skip(reason)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The one line that says why the integration tests were skipped (also without -rs)."""
+    if not _not_up or _not_up[0] is None:
+        return
+    skipped = [r for r in terminalreporter.stats.get("skipped", [])
+               if "integration" in getattr(r, "keywords", {})]
+    if skipped:
+        terminalreporter.write_line(f"{len(skipped)} integration tests skipped: {_not_up[0]}")
 
 
 @dataclass
@@ -95,7 +166,7 @@ class CLI:
 def test_profile() -> Path:
     p = _profile_path()
     if not p.is_file():
-        pytest.fail(f"{p} missing: run scripts/test (it starts the test hosts)")
+        pytest.skip(NOT_UP.format(f"{p} missing"))
     return p
 
 
@@ -112,10 +183,11 @@ def engine() -> Iterator[docker.DockerClient]:
 
 
 @pytest.fixture(autouse=True)
-def _cleanup_containers(engine: docker.DockerClient, tmp_path: Path) -> Iterator[None]:
+def _cleanup_containers(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[None]:
     """Remove the containers of the jobs this test submitted (jobs in the stores under its
     tmp dir, created while it ran), and only those: other test runs and benchmarks share the
-    engine, and a ``ps`` in the test adopts their jobs into its store."""
+    engine, and a ``ps`` in the test adopts their jobs into its store. The engine is asked
+    only when the test stored a job (a ``hostless`` test needs no Docker)."""
     started = time.time() - 1.0
     yield
     ids: set[str] = set()
@@ -132,6 +204,7 @@ def _cleanup_containers(engine: docker.DockerClient, tmp_path: Path) -> Iterator
             con.close()
     if not ids:
         return
+    engine: docker.DockerClient = request.getfixturevalue("engine")
     for c in engine.containers.list(all=True, filters={"label": LABEL_JOB_ID}):
         if c.labels.get(LABEL_JOB_ID) in ids and _created_s(c) >= started:
             c.remove(force=True)

@@ -94,6 +94,7 @@ def test_a_refused_request_carries_the_engines_message() -> None:
     assert "no-such-filter" in err.value.message, err.value.message
 
 
+@pytest.mark.hostless
 def test_dead_socket_is_unreachable(tmp_path: Path) -> None:
     with pytest.raises(dockerapi.EngineRequestError) as err:
         asyncio.run(dockerapi.request(str(tmp_path / "no.sock"), "/_ping"))
@@ -105,6 +106,7 @@ def test_dead_socket_is_unreachable(tmp_path: Path) -> None:
     assert "no.sock" in str(engine_err.value), engine_err.value
 
 
+@pytest.mark.hostless
 def test_dechunk() -> None:
     body = b"4\r\nWiki\r\n6;ext=1\r\npedia \r\nE\r\nin \r\n\r\nchunks.\r\n0\r\n\r\n"
     assert dockerapi.dechunk(body) == b"Wikipedia in \r\n\r\nchunks."
@@ -112,6 +114,7 @@ def test_dechunk() -> None:
         dockerapi.dechunk(b"zz\r\nab\r\n0\r\n\r\n")
 
 
+@pytest.mark.hostless
 @pytest.mark.parametrize("answer, said", [
     # a plain HTTP server: its /_ping answer has no Api-Version
     (b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nhello\n",

@@ -345,6 +345,7 @@ async def test_python_without_torch_is_refused(host_a: SSHTransport) -> None:
         await engine.ensure_image("/bin/sh")
 
 
+@pytest.mark.hostless
 async def test_fleet_listing_starts_nothing_without_a_jobs_folder(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """list_if_any (every Docker host of a fleet listing): one shell that stops at once

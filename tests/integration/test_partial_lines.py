@@ -62,6 +62,7 @@ def expected() -> list[str]:
     return [*lines, "q" * 20000]
 
 
+@pytest.mark.hostless
 def test_join_partial_chunks_bytes() -> None:
     ts = b"2026-11-30T23:50:54.161242944Z "
     text = bytes(range(256)) * 200  # 51200 bytes

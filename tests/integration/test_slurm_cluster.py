@@ -92,7 +92,8 @@ def _read_env(path: Path) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
     if not ENV_FILE.exists():
-        pytest.skip(f"no Slurm test cluster: {ENV_FILE} missing (run scripts/lib/ensure-slurm)")
+        pytest.skip(f"no Slurm test cluster: {ENV_FILE} missing "
+                    "(scripts/test sets it up: scripts/lib/ensure-slurm)")
     exported = _read_env(ENV_FILE)
     yield Cluster(env={**os.environ, **exported},
                   nodes=exported["GPUCONSOLE_SLURM_NODES"].split(),

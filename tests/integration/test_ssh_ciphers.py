@@ -1,5 +1,6 @@
 """The cipher gpuconsole's SSH connections negotiate with a real OpenSSH sshd (test host a):
-AES-GCM first (remote.ssh.CIPHERS), unless the user's ssh config has its own ``Ciphers``."""
+AES-GCM first (remote.ssh.CIPHERS), unless the user's ssh config has its own ``Ciphers`` for
+the host (tests/unit/test_ssh_cipher_config.py reads configs without a host)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from console.profiles import load_profile_file
-from remote import ssh
-from remote.ssh import SSHTransport, user_sets_ciphers
+from remote.ssh import SSHTransport
 
 
 def _negotiated(test_profile: Path) -> str:
@@ -27,8 +27,18 @@ def _negotiated(test_profile: Path) -> str:
     return asyncio.run(go())
 
 
-def test_aes_gcm_is_negotiated(test_profile: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ssh, "_user_ciphers", False)
+def _home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, config: str | None) -> None:
+    """A fresh ``HOME`` whose ``~/.ssh/config`` is ``config`` (none when ``None``)."""
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    if config is not None:
+        (home / ".ssh" / "config").write_text(config)
+    monkeypatch.setenv("HOME", str(home))
+
+
+def test_aes_gcm_is_negotiated(test_profile: Path, tmp_path: Path,
+                               monkeypatch: pytest.MonkeyPatch) -> None:
+    _home(tmp_path, monkeypatch, None)
     assert _negotiated(test_profile) == "aes128-gcm@openssh.com"
 
 
@@ -36,25 +46,20 @@ def test_the_users_ciphers_line_wins(test_profile: Path, tmp_path: Path,
                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """With ``Ciphers`` in ~/.ssh/config asyncssh applies the user's list (here only
     aes256-ctr), and gpuconsole's order is not offered."""
-    home = tmp_path / "home"
-    (home / ".ssh").mkdir(parents=True)
-    (home / ".ssh" / "config").write_text("Host *\n  Ciphers aes256-ctr\n")
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setattr(ssh, "_user_ciphers", None)
+    _home(tmp_path, monkeypatch, "Host *\n  Ciphers aes256-ctr\n")
     assert _negotiated(test_profile) == "aes256-ctr"
 
 
-def test_ciphers_line_found_in_config_and_its_includes(tmp_path: Path) -> None:
-    cfg = tmp_path / "config"
-    cfg.write_text("Host gpu-*\n  User me\n")
-    assert not user_sets_ciphers(cfg)
-    (tmp_path / "conf.d").mkdir()
-    (tmp_path / "conf.d" / "fips.conf").write_text("Ciphers=aes256-gcm@openssh.com\n")
-    cfg.write_text("Include conf.d/*.conf\nHost gpu-*\n  User me\n")
-    assert user_sets_ciphers(cfg)
-    cfg.write_text("Host *\n  ciphers aes128-ctr\n")
-    assert user_sets_ciphers(cfg)
-    assert not user_sets_ciphers(tmp_path / "missing")
+def test_a_ciphers_line_for_another_host_leaves_gpuconsoles_order(
+        test_profile: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ``Ciphers`` line scoped to other hosts (``Host`` and ``Match``) is not this host's:
+    gpuconsole's order is offered to test host a (127.0.0.11), and one scoped to it wins."""
+    _home(tmp_path, monkeypatch, "Host gpu-*\n  Ciphers aes256-ctr\n"
+          "Match host 10.0.0.*\n  Ciphers aes192-ctr\n")
+    assert _negotiated(test_profile) == "aes128-gcm@openssh.com"
+    _home(tmp_path / "2", monkeypatch, "Host gpu-*\n  Ciphers aes256-ctr\n"
+          "Match host 127.0.0.11 user root\n  Ciphers aes192-ctr\n")
+    assert _negotiated(test_profile) == "aes192-ctr"
 
 
 def test_the_login_hint_logs_in_as_the_profile_does(test_profile: Path) -> None:

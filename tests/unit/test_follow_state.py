@@ -77,7 +77,7 @@ async def follow(engine: FakeLogEngine) -> tuple[list[str], list[tuple[str, str 
 
 async def test_one_reconnecting_and_one_following_per_outage(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("remote.logs.random.random", lambda: 0.0)  # shortest backoff
+    monkeypatch.setattr("remote.backoff.random.random", lambda: 0.0)  # shortest backoff
     engine = FakeLogEngine(
         streams=[([L1], "drop"), ([L1, L2], "end"), ([L3], "end")],
         # the stream drops, two more attempts fail, then the engine answers; the container

@@ -112,7 +112,8 @@ def gpuconsole_options(target: SSHTarget) -> asyncssh.SSHClientConnectionOptions
     """The options ``asyncssh.connect(target.hostname, **SSHTransport._options(...))`` builds."""
     transport = SSHTransport("case", target)
     return asyncssh_options(target.hostname, **transport._options(
-        transport._known_hosts_path(), port=target.port, user=target.user))
+        transport._known_hosts_path(), host=target.hostname, port=target.port,
+        user=target.user))
 
 
 def asyncssh_options(host: str, **kwargs: object) -> asyncssh.SSHClientConnectionOptions:
