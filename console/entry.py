@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 INTERRUPTED_EXIT = 130
 
 _said_interrupted = False
+#: Whether this process is the command (:func:`main` found the start-up handler).
+_ours = False
 #: Set by :func:`_end_of_command`: an interrupt caught in a finalizer or an :mod:`atexit`
 #: callback from then on is raised by :func:`_end_of_command` itself, not sent again.
 _ending = False
@@ -48,9 +50,11 @@ def main() -> None:
     Raises:
         SystemExit: always, with the command's exit status.
     """
+    global _said_interrupted, _ending, _interrupt_at_end, _ours
+    _said_interrupted = _ending = _interrupt_at_end = False  # (a test calls main again)
     sys.unraisablehook = _redeliver_interrupt
     # decided while the start-up handler still holds SIGINT: nothing can interrupt this
-    ours = _signal.getsignal(_signal.SIGINT) is console._interrupted_while_starting
+    ours = _ours = _signal.getsignal(_signal.SIGINT) is console._interrupted_while_starting
     try:
         code = _main(ours)
     except KeyboardInterrupt:  # a second one, before _interrupted() took SIGINT over
@@ -65,6 +69,8 @@ def _main(ours: bool) -> object:
     try:
         _take_over_interrupts()
         code = _command()
+        if _said_interrupted:  # the command's run() was interrupted and said so
+            return _interrupted(ours)
         if ours:
             _end_of_command()
         return code
@@ -200,18 +206,15 @@ def _ignore_late_interrupt(u: sys.UnraisableHookArgs) -> None:
         sys.__unraisablehook__(u)
 
 
-def _interrupted(ours: bool) -> int:
-    """End the command as interrupted: one ``interrupted`` line on stderr, exit status 130.
-
-    When this process is the command, a further Ctrl-C from here on ends it at once
-    (:func:`_interrupted_again`), and the end of the command is run as after a normal one
-    (:func:`_end_of_command`)."""
+def say_interrupted() -> None:
+    """Say ``interrupted`` on stderr, once per command (:func:`console.cli.base.run` says it
+    where a command's coroutine was interrupted). When this process is the command, a further
+    Ctrl-C from here on ends it at once (:func:`_interrupted_again`)."""
     global _said_interrupted
-    if ours:
+    if _ours:
         import signal
 
         signal.signal(signal.SIGINT, _interrupted_again)
-    sys.unraisablehook = lambda _u: None  # finalizers of what the interrupt left half-built
     if not _said_interrupted:
         _said_interrupted = True
         try:
@@ -219,6 +222,14 @@ def _interrupted(ours: bool) -> int:
             sys.stderr.flush()
         except (OSError, ValueError):
             pass
+
+
+def _interrupted(ours: bool) -> int:
+    """End the command as interrupted: one ``interrupted`` line on stderr (:func:`say_interrupted`),
+    exit status 130; when this process is the command, its end is run as after a normal one
+    (:func:`_end_of_command`)."""
+    say_interrupted()
+    sys.unraisablehook = lambda _u: None  # finalizers of what the interrupt left half-built
     if ours:
         _end_of_command()
     return INTERRUPTED_EXIT

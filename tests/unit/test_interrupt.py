@@ -103,12 +103,12 @@ def _gpuconsole_frames(stderr: str) -> list[tuple[Path, int]]:
     return frames
 
 
-def judge(run: SigintRun, finished: tuple[int, str]) -> str:
+def judge(run: SigintRun, finished: tuple[int, str | None]) -> str:
     """Assert that ``run`` ended as a Ctrl-C of gpuconsole may, and say which way.
 
     - :data:`INTERRUPTED`: exit 130 and one ``interrupted`` line, the last on stderr;
-    - :data:`FINISHED`: the command's own result, ``finished`` (status, stdout), when the
-      signal came too late to matter;
+    - :data:`FINISHED`: the command's own result, ``finished`` (status, and stdout unless
+      None), when the signal came too late to matter;
     - :data:`BEFORE_PYTHON_HANDLER`: killed by SIGINT (-2) with no output at all, and the
       import report shows the interpreter had not yet imported ``_signal`` (where it installs
       its SIGINT handler). Before that, SIGINT's action is the default one; after it, a SIGINT
@@ -142,7 +142,8 @@ def judge(run: SigintRun, finished: tuple[int, str]) -> str:
         assert run.stderr.rstrip().splitlines()[-1:] == ["interrupted"], where
         assert run.stderr.count("interrupted") == 1, where
         return INTERRUPTED
-    assert (run.returncode, run.stdout) == (status, stdout), where
+    assert run.returncode == status, where
+    assert stdout is None or run.stdout == stdout, where
     return FINISHED
 
 
@@ -170,12 +171,13 @@ def launcher_argv(launcher: str, *args: str) -> list[str]:
 
 
 def sweep(argv: list[str], env: dict[str, str], cwd: Path, delays_ms: list[float],
-          again_ms: float | None = None) -> dict[str, list[float]]:
+          again_ms: float | None = None, same_stdout: bool = True) -> dict[str, list[float]]:
     """Judge a run of ``argv`` interrupted at each delay (each run judged by :func:`judge`
-    against an uninterrupted run); the delays of each outcome."""
+    against an uninterrupted run: its status, and its stdout if ``same_stdout``); the delays
+    of each outcome."""
     plain = subprocess.run(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
                            capture_output=True, text=True, timeout=120, check=False)
-    finished = (plain.returncode, plain.stdout)
+    finished = (plain.returncode, plain.stdout if same_stdout else None)
     outcomes: dict[str, list[float]] = {}
     for d in delays_ms:
         run = sigint_run(argv, env, cwd, d, again_ms)
@@ -195,6 +197,17 @@ def test_ctrl_c_at_any_moment_of_each_launcher(tmp_path: Path, launcher: str) ->
     argv = launcher_argv(launcher, "-p", str(tmp_path / "missing.yaml"), "ps")
     outcomes = sweep(argv, _env(tmp_path), tmp_path, DELAYS_MS)
     assert INTERRUPTED in outcomes, outcomes  # the check can fail: runs were interrupted
+
+
+def test_a_launcher_that_blocks_sigint_closes_the_interpreters_start(tmp_path: Path) -> None:
+    """``env --block-signal=INT gpuconsole``: the interpreter starts with SIGINT blocked and
+    :func:`console.entry.main` lets it through inside its ``try``, so no run gets Python's own
+    report; a SIGINT before ``env`` blocks it kills ``env`` (no output, no imports)."""
+    argv = ["env", "--block-signal=INT", *launcher_argv(
+        "installed script", "-p", str(tmp_path / "missing.yaml"), "ps")]
+    outcomes = sweep(argv, _env(tmp_path), tmp_path, DELAYS_MS[::2])
+    assert INTERPRETER_START not in outcomes, outcomes
+    assert INTERRUPTED in outcomes, outcomes
 
 
 def test_a_second_ctrl_c_while_the_first_is_handled(tmp_path: Path) -> None:
