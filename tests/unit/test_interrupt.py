@@ -116,10 +116,17 @@ def judge(run: SigintRun, finished: tuple[int, str | None]) -> str:
     - :data:`INTERPRETER_START`: Python's own report of a ``KeyboardInterrupt`` in its start,
       between installing its handler and running gpuconsole's first line (site and the
       ``.pth`` files, an editable install's finder, the launcher's ``import re``, runpy, the
-      import system's search for ``console``): exit 1 ("Fatal Python error:
-      init_import_site") or -2, a traceback none of whose frames is in gpuconsole's files
-      but the top of ``console/__init__.py`` before its handler is set, and no stdout. No
-      code of a package runs there, so no package can turn it into ``interrupted``.
+      import system's search for ``console`` and its reading of ``console/__init__.py``).
+      Its frames prove where: none is in gpuconsole's files but the top of
+      ``console/__init__.py``, before its handler is set. From there on every interrupt of
+      gpuconsole's code is raised under :func:`console.entry.main` (its frame is in the
+      traceback), and an interrupt that a finalizer swallowed is printed ("Exception ignored
+      in") only by Python's own hook, which ``main`` replaces first. Python then exits 1
+      ("Fatal Python error: init_import_site") or dies by SIGINT, with no stdout; or, where
+      its own code swallowed the interrupt ("Error processing line" of a ``.pth``,
+      "Exception ignored in" an import lock's callback), carries on into gpuconsole, which
+      must end as above. No code of a package runs there, so no package can turn it into
+      ``interrupted`` (module docstring of :mod:`console`).
 
     Anything else fails the test with the run's output.
     """
@@ -128,13 +135,18 @@ def judge(run: SigintRun, finished: tuple[int, str | None]) -> str:
     if run.returncode == -signal.SIGINT and not run.stdout and not run.stderr:
         assert "_signal" not in run.imported, where
         return BEFORE_PYTHON_HANDLER
-    frames = _gpuconsole_frames(run.stderr)
     if "Traceback" in run.stderr and all(
             path == ROOT / "console" / "__init__.py" and line < _HANDLER_LINE
-            for path, line in frames):
-        assert "KeyboardInterrupt" in run.stderr and "_signal" in run.imported, where
-        if "Error processing line" not in run.stderr:  # site carries on after that report
+            for path, line in _gpuconsole_frames(run.stderr)):
+        assert "_signal" in run.imported and "KeyboardInterrupt" in run.stderr, where
+        report_end = max(run.stderr.rfind("Remainder of file ignored\n"),
+                         run.stderr.rfind("KeyboardInterrupt: \n"))
+        if report_end < 0:  # Python gave up
             assert run.returncode in (1, -signal.SIGINT) and not run.stdout, where
+        else:  # Python carried on: what follows is gpuconsole's
+            rest = run.stderr[run.stderr.index("\n", report_end) + 1:]
+            judge(SigintRun(run.delay_ms, run.returncode, run.stdout, rest, run.imported),
+                  finished)
         return INTERPRETER_START
     for noise in _NOISE:
         assert noise not in run.stderr, where
