@@ -215,7 +215,7 @@ def say_interrupted() -> None:
         import signal
 
         signal.signal(signal.SIGINT, _interrupted_again)
-    if not _said_interrupted:
+    if not (_said_interrupted and _ours):  # (in-process tests call run() again and again)
         _said_interrupted = True
         try:
             sys.stderr.write("interrupted\n")
