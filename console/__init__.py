@@ -7,8 +7,21 @@ Imported first whenever the ``gpuconsole`` command starts (the installed script 
 before their ``__main__``), so when this process is that command a Ctrl-C from here until
 :func:`console.entry.main` takes over ends it as Ctrl-C does anywhere later: one
 ``interrupted`` line, exit status 130, no traceback of a half-done import (see
-:func:`_interrupted_while_starting`). Other processes that import ``console`` (the log
-intake child, tests, a user's script) keep their own SIGINT handling.
+:func:`_interrupted_while_starting`); :mod:`console.entry` keeps that to the process's exit.
+Other processes that import ``console`` (the log intake child, tests, a user's script) keep
+their own SIGINT handling.
+
+Before the first line of this file, the process is the interpreter's, and no package's code
+can run there (pip writes the launcher, and Python imports ``site`` before it): a SIGINT that
+comes before the interpreter installs its handler kills the process (the shell's 130, no
+output); one that comes after, while ``site`` and the ``.pth`` files run (an editable
+install's finder imports ``pathlib``), while the launcher imports ``re`` and the import system
+looks for ``console``, or while ``runpy`` starts for ``-m``, gets Python's own report: a
+``KeyboardInterrupt`` traceback and exit 1 ("Fatal Python error: init_import_site") or death
+by SIGINT. That takes some 10 ms of an idle machine, tens of ms of a busy one. Only a
+launcher that starts Python with SIGINT blocked closes it (``env --block-signal=INT
+gpuconsole ...``: :func:`console.entry.main` lets the signal through inside its ``try``).
+tests/unit/test_interrupt.py (``judge``) tells these apart from gpuconsole's own outcomes.
 """
 
 import _signal  # type: ignore[import-not-found]  # C: ``signal`` would import enum first

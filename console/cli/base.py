@@ -159,8 +159,10 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
         main.close()  # interrupted before asyncio.run started them: no "never awaited"
         coro.close()
         quiet_teardown()
-        err("interrupted")
-        raise SystemExit(130) from None
+        from console.entry import INTERRUPTED_EXIT, say_interrupted
+
+        say_interrupted()  # once, also if the command's end is interrupted again
+        raise SystemExit(INTERRUPTED_EXIT) from None
 
 
 async def _quiet_when_interrupted(coro: Coroutine[Any, Any, T]) -> T:
