@@ -196,8 +196,9 @@ def stopped_exit_code(nodes: list[NodeRecord], by_user: bool = False) -> int | N
     """The exit code of a stopped job (``ps`` EXIT, ``submit --follow``'s status).
 
     Stopped by the user (``stop``, ``rm --force``: ``by_user``): 143 (128 + SIGTERM); each
-    node keeps the code Docker recorded (torchrun exits 1 after SIGTERM, 137 if it was
-    killed after the grace period). Otherwise (a gang
+    node keeps the code Docker recorded (a node of a multi-node job: 143, its gang
+    supervisor reports the SIGTERM; a one-node job: torchrun's own 1 after its
+    SignalException; 137 if it was killed after the grace period). Otherwise (a gang
     that ended itself): the code its nodes recorded (Docker's ``State.ExitCode``; the host
     runtime's ``exit.json``, 128+N for signal N like Docker's), the lowest node rank's
     first, passing over :data:`remote.gang.TEARDOWN_EXIT_CODE` (a node that ended because
