@@ -541,14 +541,22 @@ class GpuConsoleApp(App[int]):
 
     def help_rows(self) -> list[tuple[str, str, str, str]]:
         """(section, keys, description, id) of every binding that applies on this screen,
-        focused widget first, the app's last."""
-        grouped: dict[tuple[str, str], tuple[list[str], Binding]] = {}
-        # a priority binding (the app's ctrl+c) takes its key before any other: a binding of
-        # that key elsewhere in the chain (the screen's ctrl+c copy) never runs, so it is not
-        # listed
+        focused widget first, the app's last; a key is listed once for what it does here.
+
+        A priority binding (the app's ctrl+c) takes its key before any other: bindings of
+        that key elsewhere in the chain never run, so they are not listed. A Textual
+        widget's or screen's own binding (no id) of a key that one of the console's
+        bindings (with an id) also has is not listed either: the console's says what the
+        key does here (a table's enter, ``select_cursor``, selects the row, which the
+        screen turns into its ``enter,l`` Logs; the log panes' tab moves between panes).
+        Bindings with ids are all listed, also two of one key: the first may pass it on
+        (escape clears a pane's search, else goes back)."""
         chain = self.screen._binding_chain
         priority = {key for _, bindings in chain for key, blist in bindings.key_to_bindings.items()
                     if any(b.priority for b in blist)}
+        ours = {key for _, bindings in chain for key, blist in bindings.key_to_bindings.items()
+                if any(b.id for b in blist)}
+        grouped: dict[tuple[str, str], tuple[list[str], Binding]] = {}
         for node, bindings in chain:
             section = type(node).__name__.removesuffix("Screen")
             if section == type(self).__name__:
@@ -558,6 +566,8 @@ class GpuConsoleApp(App[int]):
                     if self.readonly and b.action.split("(")[0] in WRITE_ACTIONS:
                         continue
                     if key in priority and not b.priority:
+                        continue
+                    if not b.id and key in ours:
                         continue
                     keys, _ = grouped.setdefault((section, b.id or b.action), ([], b))
                     display = self.get_key_display(Binding(key, b.action))
