@@ -23,10 +23,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer
 
 from console.app.lifecycle import can_draw
 from console.app.screens.modals import AskScreen
+from console.app.widgets.footer import FittedFooter
 from console.app.widgets.logpane import LogPane
 from console.app.widgets.logpanes import LogPanes
 from console.app.widgets.oneline import OneLine
@@ -53,27 +53,18 @@ SHAPE_CHUNK = 2048
 LOADING_S = 5.0
 
 
-class LogsFooter(Footer):
-    """The footer, recomposed only when the keys it shows change.
+class LogsFooter(FittedFooter):
+    """The log panes' footer: compact, and when not every key fits, the ones that matter
+    most (:class:`~console.app.widgets.footer.FittedFooter`): help and quit, back, follow,
+    search and filter, errors, the layout keys, stop and shell; then the match keys (once
+    there is a search) and the views' keys, which ``?`` lists with the rest."""
 
-    Focus moving between log panes (all with the same keys) refreshes the screen's bindings;
-    Textual's footer then rebuilds every key widget (about 0.4 s on a 2-core machine), once
-    per ``tab``/``z``. Here it compares what it would show first.
-    """
+    KEEP = ("help", "quit", "back", "follow", "search", "filter", "error_next", "zoom",
+            "toggle_merged", "split_ranks", "stop", "exec", "search_next", "show('fleet')",
+            "show('jobs')", "show('alerts')")
 
-    _shown: tuple[object, ...] | None = None
-
-    def bindings_changed(self, screen: Screen[object]) -> None:
-        """Recompose when the shown keys, their labels or their enabled state changed."""
-        if self.is_attached and screen is self.screen and self._bindings_ready:
-            shown = tuple(
-                (key, b.action, b.description, self.app.get_key_display(b), enabled, tooltip,
-                 b.group) for key, (_, b, enabled, tooltip) in screen.active_bindings.items()
-                if b.show or key == self.app.COMMAND_PALETTE_BINDING)
-            if shown == self._shown:
-                return
-            self._shown = shown
-        super().bindings_changed(screen)
+    def __init__(self) -> None:
+        super().__init__(keep=self.KEEP)
 
 
 def _origin(item: JobLogLine | tuple[Row, ...]) -> tuple[int, int | None, int]:
