@@ -64,7 +64,8 @@ class LogsFooter(FittedFooter):
             "show('jobs')", "show('alerts')")
 
     def __init__(self) -> None:
-        super().__init__(keep=self.KEEP)
+        # a pane's escape clears its search, else goes back (shown as Back)
+        super().__init__(keep=self.KEEP, pass_on=("clear_search",))
 
 
 def _origin(item: JobLogLine | tuple[Row, ...]) -> tuple[int, int | None, int]:

@@ -9,14 +9,15 @@ every key. It is rebuilt when the keys or their labels change, or when a resize 
 of them fit, never on a focus move that changes nothing shown (rebuilding costs every key
 widget, about 0.4 s on a 2-core machine).
 
-A key whose first binding in the focus chain is hidden (``show=False``) but passes the key on
-when it has nothing to do (a log pane's escape clears its search, else goes back) shows the
-next shown binding of that key: what the key does in the common case.
+A key whose first binding in the focus chain is hidden (``show=False``) and is one that the
+screen names as passing the key on when it has nothing to do (``pass_on``: a log pane's
+escape clears its search, else goes back) shows the next shown binding of that key: what the
+key does in the common case.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from textual import events
@@ -48,17 +49,19 @@ class FooterItem:
         return self.bindings[0][0].action
 
 
-def footer_items(screen: Screen[object], displays: dict[str, str]) -> list[FooterItem]:
+def footer_items(screen: Screen[object], displays: dict[str, str],
+                 pass_on: Collection[str] = ()) -> list[FooterItem]:
     """The keys a footer shows on ``screen``, in Textual's order, groups combined: one item
     per action of each shown binding (:attr:`Screen.active_bindings`), plus the next shown
-    binding of a key whose active binding is hidden (see the module docstring).
-    ``displays``: filled with each binding's key display (``G``, ``esc``)."""
+    binding of a key whose active binding is hidden and its action one of ``pass_on`` (see
+    the module docstring). ``displays``: filled with each binding's key display (``G``,
+    ``esc``)."""
     active = screen.active_bindings
     shown: list[tuple[Binding, bool, str]] = []
     for key, (_, binding, enabled, tooltip) in active.items():
         if binding.show:
             shown.append((binding, enabled, tooltip))
-        elif not binding.priority:
+        elif binding.action in pass_on:
             later = _next_shown(screen, key, binding)
             if later is not None:
                 shown.append((later, True, later.tooltip))
@@ -126,7 +129,8 @@ def fit(items: Sequence[FooterItem], keep: Sequence[str], width: int,
 
 class FittedFooter(Footer):
     """A compact footer showing the keys that fit, most important first (see the module
-    docstring); ``keep``: actions in the order they matter (the rest go first)."""
+    docstring); ``keep``: actions in the order they matter (the rest go first);
+    ``pass_on``: hidden actions that pass their key on when they have nothing to do."""
 
     DEFAULT_CSS = """
     FittedFooter { padding-left: 1; }
@@ -134,16 +138,18 @@ class FittedFooter(Footer):
     FittedFooter.-compact FooterLabel { margin: 0 1 0 1; }
     """
 
-    def __init__(self, keep: Iterable[str] = (), **kwargs: object) -> None:
+    def __init__(self, keep: Iterable[str] = (), pass_on: Iterable[str] = (),
+                 **kwargs: object) -> None:
         super().__init__(compact=True, **kwargs)  # type: ignore[arg-type]
         self.keep = tuple(keep)
+        self.pass_on = frozenset(pass_on)
         self.shown_actions: tuple[str, ...] = ()
         """The actions of the keys shown now, in order."""
         self._shown: tuple[object, ...] | None = None
 
     def _plan(self) -> tuple[list[FooterItem], dict[str, str]]:
         displays: dict[str, str] = {}
-        items = footer_items(self.screen, displays)
+        items = footer_items(self.screen, displays, self.pass_on)
         width = self.size.width or self.app.size.width
         palette = _PALETTE_W if self.show_command_palette and self.app.ENABLE_COMMAND_PALETTE \
             else 0
