@@ -54,6 +54,7 @@ from console.app.screens.modals import (
 )
 from console.config import AppConfig
 from console.events import (
+    ArchiveStateChanged,
     ContainersMapped,
     Event,
     FollowStateChanged,
@@ -214,6 +215,18 @@ class FollowStateUpdated(Message):
     node_rank: int
     state: str
     detail: str | None
+
+
+@dataclass
+class ArchiveUpdated(Message):
+    """A node's log archive in the state dir could not be written during a follow (``error``
+    set: no space left...; the follow goes on, its lines kept for the next write), or is
+    written again (``error`` is ``None``)."""
+
+    job_id: str
+    node_rank: int
+    error: str | None
+    hint: str | None
 
 
 @dataclass
@@ -399,6 +412,8 @@ class GpuConsoleApp(App[int]):
             self.post_message(LogLinesArrived(ev.job_id, ev.lines, ev.shown))
         elif isinstance(ev, FollowStateChanged):
             self.post_message(FollowStateUpdated(ev.job_id, ev.node_rank, ev.state, ev.detail))
+        elif isinstance(ev, ArchiveStateChanged):
+            self.post_message(ArchiveUpdated(ev.job_id, ev.node_rank, ev.error, ev.hint))
         elif isinstance(ev, AlertChanged) and self.alerts is not None:
             self.post_message(AlertsUpdated(ev, self.alerts.active()))
 
@@ -491,6 +506,20 @@ class GpuConsoleApp(App[int]):
 
     def on_follow_state_updated(self, m: FollowStateUpdated) -> None:
         self._forward_to_logs(m)
+
+    def on_archive_updated(self, m: ArchiveUpdated) -> None:
+        """Say that a node's log archive cannot be written (a toast that stays 30 s, and the
+        job's log panes say it in their header until it is written again), or that it is
+        written again."""
+        self._forward_to_logs(m)
+        where = f"job {m.job_id} node {m.node_rank}"
+        if m.error is None:
+            self.notify(f"{where}: its log is archived again", title="log archive")
+            return
+        fix = f"\nfix: {m.hint}" if m.hint else ""
+        self.notify(f"{where}: its log cannot be archived: {m.error}\nthe panes go on; its "
+                    f"lines are kept and archived once the state dir can be written{fix}",
+                    title="log archive", severity="error", timeout=30)
 
     def _forward_to_logs(self, m: Message) -> None:
         from console.app.screens.logs import LogsScreen

@@ -146,6 +146,8 @@ class LogsScreen(Screen[None]):
         self.merged = LogBuffer(buffer_lines, ordered=True)
         self.split_ranks = False
         self.follow_state: dict[int, str] = {}
+        self.archive_errors: dict[int, str] = {}
+        """Node rank -> why its log archive cannot be written now (shown in the header)."""
         self.lines_taken = 0
         self.skipped = 0
         self.max_backlog = max_backlog
@@ -207,6 +209,8 @@ class LogsScreen(Screen[None]):
             text.append(f"  catching up: {len(self._pending)} queued", style="yellow")
         if self.skipped:
             text.append(f"  {self.skipped} not shown (archived)", style="yellow")
+        for node, error in sorted(self.archive_errors.items()):
+            text.append(f"  n{node} not archived: {error}", style="bold red")
         if j.failure:
             f = j.failure
             rank = f" rank {f['rank']}" if f.get("rank") is not None else ""
@@ -322,9 +326,21 @@ class LogsScreen(Screen[None]):
 
     def take(self, m: Message) -> None:
         """A message the app forwards: lines, job changes, follow state of this job."""
-        from console.app.app import FollowStateUpdated, JobUpdated, LogLinesArrived
+        from console.app.app import (
+            ArchiveUpdated,
+            FollowStateUpdated,
+            JobUpdated,
+            LogLinesArrived,
+        )
 
-        if isinstance(m, LogLinesArrived) and m.job_id in self.others:
+        if isinstance(m, ArchiveUpdated) and m.job_id == self.job.id:
+            if m.error is None:
+                self.archive_errors.pop(m.node_rank, None)
+            else:
+                self.archive_errors[m.node_rank] = m.error
+            if can_draw(self, self._composed):
+                self.query_one("#logs-header", OneLine).show(self._header())
+        elif isinstance(m, LogLinesArrived) and m.job_id in self.others:
             self._take_other(m.job_id, m.lines, m.shown)
         elif isinstance(m, JobUpdated) and m.job.id in self.others:
             self.others[m.job.id] = m.job
