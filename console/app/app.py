@@ -264,7 +264,11 @@ class GpuConsoleApp(App[int]):
         config: settings (keymap, intervals, buffer sizes).
         readonly: hide the actions that change remote state or expose a shell (stop, submit,
             exec, open and start notebooks).
-        replay: show a telemetry recording instead of live hosts (``top --record``).
+        replay: show a telemetry recording instead of live hosts (``top --record``). A
+            recording holds the fleet's telemetry and nothing else: the jobs view shows no
+            job (not the local store's live ones; it says why), no alert rule runs, and the
+            app is read-only (a submit or stop would act on live hosts the view does not
+            show).
         replay_speed: pace of the replay (0: as fast as possible).
         clock: wall clock (Unix s) for job ages; frozen in snapshot tests.
         monotonic: the clock samples are received on (host ages in the fleet view).
@@ -291,7 +295,7 @@ class GpuConsoleApp(App[int]):
         super().__init__()
         self.service = service
         self.config = config or AppConfig()
-        self.readonly = readonly
+        self.readonly = readonly or replay is not None
         self.replay = replay
         self.replay_speed = replay_speed
         self.gc_policy = GcPolicy()
@@ -346,11 +350,17 @@ class GpuConsoleApp(App[int]):
             self.service.start_fleet(interval=self.config.interval)
             self.start_alerts()
         self._fleet_timer = self.set_interval(0.5, self.refresh_fleet_view)
-        # what is known first (the store: last known states); a live reconcile, which waits
-        # for every host up to its deadline, replaces it when it is done
-        self.post_message(JobsListed(self.service.store.jobs()))
-        if self.live and self.replay is None:
-            self.refresh_jobs()
+        if self.replay is not None:  # a recording has no jobs: the store's are live ones
+            self.jobs_screen.set_empty_text(
+                f"replay of {self.replay}: a recording (`top --record`) holds the fleet's "
+                "telemetry, not its jobs, so none is shown here (the live jobs: gpuconsole "
+                "without --replay, or `gpuconsole ps`)")
+        else:
+            # what is known first (the store: last known states); a live reconcile, which
+            # waits for every host up to its deadline, replaces it when it is done
+            self.post_message(JobsListed(self.service.store.jobs()))
+            if self.live:
+                self.refresh_jobs()
         self.call_after_refresh(self.gc_policy.start)
 
     @work(group="replay", exit_on_error=False)
@@ -554,6 +564,8 @@ class GpuConsoleApp(App[int]):
         (``2`` on the jobs view: the footer has no room for a key that does nothing)."""
         if self.readonly and action in WRITE_ACTIONS:
             return False
+        if self.replay is not None and action == "reconcile":
+            return False  # no live jobs in a replay
         if action == "show" and parameters and self.is_running:
             try:
                 return self.screen is not self.get_screen(str(parameters[0]))
@@ -592,8 +604,8 @@ class GpuConsoleApp(App[int]):
                 section = "App"
             for key, blist in bindings.key_to_bindings.items():
                 for b in blist:
-                    if self.readonly and b.action.split("(")[0] in WRITE_ACTIONS:
-                        continue
+                    if self.check_action(b.action.split("(")[0], ()) is False:
+                        continue  # hidden here (--readonly, a replay)
                     if key in priority and not b.priority:
                         continue
                     if not b.id and key in ours:
@@ -641,7 +653,8 @@ class GpuConsoleApp(App[int]):
         yield SystemCommand("Jobs", "jobs and their state", lambda: self.action_show("jobs"))
         yield SystemCommand("Alerts", "firing alerts (acknowledge, silence)",
                             lambda: self.action_show("alerts"))
-        yield SystemCommand("Refresh jobs", "reconcile with the hosts", self.refresh_jobs)
+        if self.replay is None:
+            yield SystemCommand("Refresh jobs", "reconcile with the hosts", self.refresh_jobs)
         for j in sorted(self.jobs_screen.jobs.values(), key=lambda j: -j.created_at)[:20]:
             yield SystemCommand(f"Logs {j.id}", f"{j.state}: log panes of {j.name}",
                                 lambda j=j: self.open_logs(j))
@@ -659,7 +672,10 @@ class GpuConsoleApp(App[int]):
 
     @work(exclusive=True, group="jobs-refresh")
     async def refresh_jobs(self) -> None:
-        """Reconcile the jobs with the hosts; re-arms itself after it finished."""
+        """Reconcile the jobs with the hosts; re-arms itself after it finished (never in a
+        replay: it shows the recording's fleet only)."""
+        if self.replay is not None:
+            return
         warnings: list[str] = []
         try:
             jobs = await self.service.list_jobs(warn=warnings.append)
