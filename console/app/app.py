@@ -446,23 +446,26 @@ class GpuConsoleApp(App[int]):
 
     def on_fleet_screen_job_selected(self, m: FleetScreen.JobSelected) -> None:
         """A GPU row of a job was chosen in the fleet view: open that job's log panes."""
-        job_id = m.job_id
-        job = self.service.store.get(job_id)
-        if job is None:
-            self.notify(f"job {job_id} is not in this console's store; `gpuconsole ps` adopts it",
-                        severity="warning")
-            return
-        self.open_logs(job)
+        self._with_job(m.job_id, self.open_logs)
 
     def on_fleet_screen_stop_job(self, m: FleetScreen.StopJob) -> None:
         """``S`` on a job's process in the fleet view: stop that job, confirmed as from the
         jobs view (``--readonly`` never gets here: the key is hidden)."""
-        job = self.service.store.get(m.job_id)
+        self._with_job(m.job_id, self.confirm_stop)
+
+    @work(group="locate", exit_on_error=False)
+    async def _with_job(self, job_id: str, then: Callable[[JobRecord], None]) -> None:
+        """``then(job)`` for the job with this id: from the store, else adopted from the
+        hosts (a job another console submitted: :meth:`Service.locate_job`)."""
+        job = self.service.store.get(job_id)
         if job is None:
-            self.notify(f"job {m.job_id} is not in this console's store; `gpuconsole ps` adopts "
-                        "it", severity="warning")
-            return
-        self.confirm_stop(job)
+            try:
+                job = await self.service.locate_job(job_id)
+            except GpuConsoleError as e:
+                self.notify(e.message, title="job", severity="warning")
+                return
+            self.post_message(JobUpdated(job))
+        then(job)
 
     def on_alerts_updated(self, m: AlertsUpdated) -> None:
         """Refresh the alerts view; a new alert (not silenced) pops a toast."""

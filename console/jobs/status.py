@@ -944,13 +944,16 @@ async def reconcile_fleet(
     return listed
 
 
-async def adopt_unknown(session: Session, store: Store, hosts: list[str]) -> list[str]:
+async def adopt_unknown(session: Session, store: Store, hosts: list[str], *,
+                        unanswered: list[str] | None = None) -> list[str]:
     """Record jobs found by label on the hosts but missing from the store; returns their ids.
 
     A console restarted on another machine, or with its state dir lost, recovers every job
     this way. The hosts are listed concurrently (:func:`list_fleet`); one that cannot be
-    asked is skipped.
+    asked is skipped, its reason (one line naming the host) added to ``unanswered``.
     """
     known = {j.id for j in await store.call(store.jobs, include_removed=True)}
     listed = await list_fleet(session, hosts, detail=_detail_for(known, ()))
+    if unanswered is not None:
+        unanswered.extend(h.reason for h in listed.values() if h.reason)
     return await adopt_listed(session, store, listed, known)

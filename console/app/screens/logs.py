@@ -502,17 +502,23 @@ class LogsScreen(Screen[None]):
         """``+``: show another job's node panes next to these (asks for its id or name)."""
 
         def chosen(value: str | None) -> None:
-            if not value:
-                return
-            try:
-                job = self.gc.service.find_job(value)
-            except GpuConsoleError as e:
-                self.notify(e.message, title="add job", severity="error")
-                return
-            self.add_job(job)
+            if value:
+                self._locate_and_add(value)
 
         self.app.push_screen(AskScreen("Show the panes of another job next to these "
                                        "(id or name):"), chosen)
+
+    @work(group="logs-add", exit_on_error=False)
+    async def _locate_and_add(self, ref: str) -> None:
+        """Find the job ``ref`` names (adopted from the hosts when this store does not know
+        it, as the CLI does) and add its panes."""
+        try:
+            job = await self.gc.service.locate_job(ref)
+        except GpuConsoleError as e:
+            self.notify(e.message, title="add job", severity="error")
+            return
+        if can_draw(self, self._composed):
+            self.add_job(job)
 
     def add_job(self, job: JobRecord) -> None:
         """Tile ``job``'s node panes after this job's, titled with its name, and follow it
