@@ -20,11 +20,12 @@ watches the store key ``gpuconsole/gang/<run id>/first`` (polled every 0.1 s) an
   sends SIGTERM to its torchrun, then SIGKILL to its process group after ``--grace`` s.
 
 Exit status: torchrun's own when it succeeded or failed first; 128 + N when this supervisor
-got signal N from outside (``docker stop``: 143), whichever node recorded its end first (a
-stop signals every node at about the same time, so each is ``stopped``, none a teardown; 0
-if torchrun still exited 0); :data:`TEARDOWN_EXIT_CODE` when this node was ended because of
-another node and got no signal itself (also when its own torchrun failed after the gang had
-already failed, or after the store was gone). The outcome is written as JSON to
+got signal N from outside (``docker stop``: 143) and no other node had failed first, also
+when another node recorded its stop first (a stop signals every node at about the same time,
+so each is ``stopped``, none a teardown; 0 if torchrun still exited 0);
+:data:`TEARDOWN_EXIT_CODE` when this node was ended because another node failed (the signal
+of a teardown, its own or the console's, included) or was stopped alone (also when its own
+torchrun failed after the gang had already failed, or after the store was gone). The outcome is written as JSON to
 :data:`MARKER_FILE` in the container (``torchrun_exit``: torchrun's own code, e.g. 1 after
 the SignalException of a SIGTERM; ``cause``: the other node's end that came first, for a
 teardown or a stop)::
@@ -276,24 +277,32 @@ class Supervisor:
             self.gang.linger(self.args.linger)
 
     def stopped(self, store: Any, code: int) -> tuple[str, int]:
-        """This node got SIGTERM/SIGINT from outside (``docker stop``: the user stopped the
-        job, or this node): it is ``stopped``, whichever node recorded its end first (a stop
-        signals every node at about the same time), and the other nodes are told. The exit
-        status is the one a shell reports for a process ended by that signal (143 for
-        SIGTERM) unless torchrun still exited 0; torchrun's own code (1 after its
-        SignalException) is said here and kept in the marker."""
+        """This node got SIGTERM/SIGINT from outside (``docker stop``, the host runtime's
+        stop). When another node had failed first (or node 0's store went away), that signal
+        is the gang's teardown (this supervisor's, or the console's): ``teardown``, exit
+        :data:`TEARDOWN_EXIT_CODE`. Else the job (or this node) was stopped: ``stopped``,
+        whichever node recorded its stop first (a stop signals every node at about the same
+        time), the other nodes are told, and the exit status is the one a shell reports for
+        a process ended by that signal (143 for SIGTERM) unless torchrun still exited 0;
+        torchrun's own code (1 after its SignalException) is said here and kept in the
+        marker."""
         assert self.signalled is not None
         if store is not None:
             try:
                 first = self.gang.mark(store, "stopped", code)
             except Exception:
                 first = None
-            if first is not None and first.get("node") != self.gang.node:
+            if first is not None and first.get("node") != self.gang.node and self.cause is None:
                 self.cause = first
+        cause = self.cause
+        if cause is not None and cause.get("kind") != "stopped":
+            say(f"torchrun exited {code} after node {cause.get('node')} {cause.get('kind')}: "
+                "counted as gang teardown")
+            return "teardown", TEARDOWN_EXIT_CODE
         status = 0 if code == 0 else 128 + self.signalled
         name = signal.Signals(self.signalled).name
         say(f"node {self.gang.node} stopped by {name} (torchrun exited {code}; exit status "
-            f"{status})" + ("" if self.cause is not None else
+            f"{status})" + ("" if cause is not None else
                             ": the other nodes are being stopped"))
         return "stopped", status
 

@@ -176,13 +176,17 @@ def test_a_stopped_gang_reports_every_node_stopped_with_143(cli: CLI) -> None:
     m0, m1 = marker("a", n0), marker("b", n1)
     assert (m0["outcome"], m0["exit_status"], m1["outcome"], m1["exit_status"]) == (
         "stopped", 143, "stopped", 143)
-    assert m0["torchrun_exit"] == m1["torchrun_exit"] == 1  # its SignalException, kept
+    # torchrun's own code, kept: 1 (its SignalException), or 143 when a second SIGTERM
+    # (the supervisor's teardown and docker stop's) ended it inside its handler
+    assert {m0["torchrun_exit"], m1["torchrun_exit"]} <= {1, 143}
     # one of them recorded its stop first; the other names it as the cause it also saw
     first, second = (m0, m1) if m1["cause"] else (m1, m0)
     assert first["cause"] is None
-    assert second["cause"] == {"node": first["node"], "exit_code": 1, "kind": "stopped"}
-    for host, name in (("a", n0), ("b", n1)):
-        assert "stopped by SIGTERM (torchrun exited 1; exit status 143)" in logs(host, name)
+    assert second["cause"] == {"node": first["node"], "exit_code": first["torchrun_exit"],
+                               "kind": "stopped"}
+    for (host, name), m in ((("a", n0), m0), (("b", n1), m1)):
+        assert (f"stopped by SIGTERM (torchrun exited {m['torchrun_exit']}; exit status 143)"
+                in logs(host, name))
     ps = cli.run("ps", "--json", profile=own_profile(cli))
     job = next(j for j in json.loads(ps.stdout) if j["id"] == job_id)
     assert (job["state"], job["exit_code"]) == ("stopped", 143)
