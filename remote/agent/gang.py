@@ -25,10 +25,10 @@ when another node recorded its stop first (a stop signals every node at about th
 so each is ``stopped``, none a teardown; 0 if torchrun still exited 0);
 :data:`TEARDOWN_EXIT_CODE` when this node was ended because another node failed (the signal
 of a teardown, its own or the console's, included) or was stopped alone (also when its own
-torchrun failed after the gang had already failed, or after the store was gone). The outcome is written as JSON to
-:data:`MARKER_FILE` in the container (``torchrun_exit``: torchrun's own code, e.g. 1 after
-the SignalException of a SIGTERM; ``cause``: the other node's end that came first, for a
-teardown or a stop)::
+torchrun failed after the gang had already failed, or after the store was gone). The
+outcome is written as JSON to :data:`MARKER_FILE` in the container (``torchrun_exit``:
+torchrun's own code, e.g. 1 after the SignalException of a SIGTERM; ``cause``: the other
+node's end that came first, for a teardown or a stop)::
 
     {"node": 1, "outcome": "first_failure" | "teardown" | "succeeded" | "stopped",
      "torchrun_exit": 1, "cause": {"node": 0, "exit_code": 1, "kind": "failed"} | null}
