@@ -330,6 +330,42 @@ class Service:
             raise JobNotFound(f"{ref!r} matches several jobs: {ids}", "give more of the job id")
         return found[0]
 
+    async def locate_job(self, ref: str) -> JobRecord:
+        """:meth:`find_job`, on the hosts too: when no job of the store matches ``ref`` (it
+        was submitted from another console or state dir, or the store was replaced), the
+        jobs on the profile's hosts (a Slurm profile: its job folders) that the store does
+        not know are adopted first, by their labels as ``ps`` does, and ``ref`` is looked up
+        again. What every command that takes a JOB uses.
+
+        Raises:
+            JobNotFound: no such job there either (the hosts that could not be asked are
+                named), or an ambiguous id prefix.
+        """
+        if self.store.find(ref):
+            return self.find_job(ref)
+        unanswered: list[str] = []
+        slurm = self.profile.scheduler == "slurm"
+        try:
+            if slurm:
+                from console.slurm.backend import adopt_slurm
+
+                await adopt_slurm(self.session(), self.store)
+            else:
+                await adopt_unknown(self.session(), self.store, list(self.profile.hosts),
+                                    unanswered=unanswered)
+        except GpuConsoleError as e:
+            unanswered.append(e.message)
+        if self.store.find(ref):
+            return self.find_job(ref)
+        where = ("its login host" if slurm
+                 else "its hosts (" + ", ".join(self.profile.hosts) + ")")
+        raise JobNotFound(
+            f"no job {ref!r} in {self.store.root} nor on {where} of profile "
+            f"{self.profile.name!r}" + (f"; not asked: {'; '.join(unanswered)}"
+                                        if unanswered else ""),
+            "list jobs with `gpuconsole ps --all`; a job of another profile: "
+            "`gpuconsole -p PROFILE ...`")
+
     def _slurm_session(self, job: JobRecord) -> Session | None:
         """The session of a job's profile when that profile is a Slurm cluster, else None."""
         session = self.session_for(job)
@@ -1055,11 +1091,7 @@ class Service:
             JobNotFound: no such job.
             JobError: it is not a notebook.
         """
-        try:
-            job = self.find_job(ref)
-        except JobNotFound:
-            await adopt_unknown(self.session(), self.store, list(self.profile.hosts))
-            job = self.find_job(ref)
+        job = await self.locate_job(ref)
         if job.kind != "notebook":
             raise JobError(f"{job.id} is a {job.kind} job, not a notebook",
                            f"`gpuconsole shell {job.id}` enters its container")

@@ -41,6 +41,7 @@ from console.app.gcpolicy import GcPolicy
 from console.app.host import AppHost
 from console.app.messages import (
     AlertsUpdated,
+    ArchiveUpdated,
     FollowStateUpdated,
     HostStatusUpdated,
     JobsListed,
@@ -64,6 +65,7 @@ from console.app.screens.modals import (
 )
 from console.config import AppConfig
 from console.events import (
+    ArchiveStateChanged,
     ContainersMapped,
     Event,
     FollowStateChanged,
@@ -196,7 +198,11 @@ class GpuConsoleApp(App[int]):
         config: settings (keymap, intervals, buffer sizes).
         readonly: hide the actions that change remote state or expose a shell (stop, submit,
             exec, open and start notebooks).
-        replay: show a telemetry recording instead of live hosts (``top --record``).
+        replay: show a telemetry recording instead of live hosts (``top --record``). A
+            recording holds the fleet's telemetry and nothing else: the jobs view shows no
+            job (not the local store's live ones; it says why), no alert rule runs, and the
+            app is read-only (a submit or stop would act on live hosts the view does not
+            show).
         replay_speed: pace of the replay (0: as fast as possible).
         clock: wall clock (Unix s) for job ages; frozen in snapshot tests.
         monotonic: the clock samples are received on (host ages in the fleet view).
@@ -223,7 +229,7 @@ class GpuConsoleApp(App[int]):
         super().__init__()
         self.service = service
         self.config = config or AppConfig()
-        self.readonly = readonly
+        self.readonly = readonly or replay is not None
         self.replay = replay
         self.replay_speed = replay_speed
         self.gc_policy = GcPolicy()
@@ -278,11 +284,17 @@ class GpuConsoleApp(App[int]):
             self.service.start_fleet(interval=self.config.interval)
             self.start_alerts()
         self._fleet_timer = self.set_interval(0.5, self.refresh_fleet_view)
-        # what is known first (the store: last known states); a live reconcile, which waits
-        # for every host up to its deadline, replaces it when it is done
-        self.post_message(JobsListed(self.service.store.jobs()))
-        if self.live and self.replay is None:
-            self.refresh_jobs()
+        if self.replay is not None:  # a recording has no jobs: the store's are live ones
+            self.jobs_screen.set_empty_text(
+                f"replay of {self.replay}: a recording (`top --record`) holds the fleet's "
+                "telemetry, not its jobs, so none is shown here (the live jobs: gpuconsole "
+                "without --replay, or `gpuconsole ps`)")
+        else:
+            # what is known first (the store: last known states); a live reconcile, which
+            # waits for every host up to its deadline, replaces it when it is done
+            self.post_message(JobsListed(self.service.store.jobs()))
+            if self.live:
+                self.refresh_jobs()
         self.call_after_refresh(self.gc_policy.start)
 
     @work(group="replay", exit_on_error=False)
@@ -346,6 +358,8 @@ class GpuConsoleApp(App[int]):
             self.post_message(LogLinesArrived(ev.job_id, ev.lines, ev.shown))
         elif isinstance(ev, FollowStateChanged):
             self.post_message(FollowStateUpdated(ev.job_id, ev.node_rank, ev.state, ev.detail))
+        elif isinstance(ev, ArchiveStateChanged):
+            self.post_message(ArchiveUpdated(ev.job_id, ev.node_rank, ev.error, ev.hint))
         elif isinstance(ev, AlertChanged) and self.alerts is not None:
             self.post_message(AlertsUpdated(ev, self.alerts.active()))
 
@@ -379,23 +393,26 @@ class GpuConsoleApp(App[int]):
 
     def on_fleet_screen_job_selected(self, m: FleetScreen.JobSelected) -> None:
         """A GPU row of a job was chosen in the fleet view: open that job's log panes."""
-        job_id = m.job_id
-        job = self.service.store.get(job_id)
-        if job is None:
-            self.notify(f"job {job_id} is not in this console's store; `gpuconsole ps` adopts it",
-                        severity="warning")
-            return
-        self.open_logs(job)
+        self._with_job(m.job_id, self.open_logs)
 
     def on_fleet_screen_stop_job(self, m: FleetScreen.StopJob) -> None:
         """``S`` on a job's process in the fleet view: stop that job, confirmed as from the
         jobs view (``--readonly`` never gets here: the key is hidden)."""
-        job = self.service.store.get(m.job_id)
+        self._with_job(m.job_id, self.confirm_stop)
+
+    @work(group="locate", exit_on_error=False)
+    async def _with_job(self, job_id: str, then: Callable[[JobRecord], None]) -> None:
+        """``then(job)`` for the job with this id: from the store, else adopted from the
+        hosts (a job another console submitted: :meth:`Service.locate_job`)."""
+        job = self.service.store.get(job_id)
         if job is None:
-            self.notify(f"job {m.job_id} is not in this console's store; `gpuconsole ps` adopts "
-                        "it", severity="warning")
-            return
-        self.confirm_stop(job)
+            try:
+                job = await self.service.locate_job(job_id)
+            except GpuConsoleError as e:
+                self.notify(e.message, title="job", severity="warning")
+                return
+            self.post_message(JobUpdated(job))
+        then(job)
 
     def on_alerts_updated(self, m: AlertsUpdated) -> None:
         """Refresh the alerts view; a new alert (not silenced) pops a toast."""
@@ -450,7 +467,22 @@ class GpuConsoleApp(App[int]):
     def on_follow_state_updated(self, m: FollowStateUpdated) -> None:
         self._forward_to_logs(m)
 
-    def _forward_to_logs(self, m: LogLinesArrived | JobUpdated | FollowStateUpdated) -> None:
+    def on_archive_updated(self, m: ArchiveUpdated) -> None:
+        """Say that a node's log archive cannot be written (a toast that stays 30 s, and the
+        job's log panes say it in their header until it is written again), or that it is
+        written again."""
+        self._forward_to_logs(m)
+        where = f"job {m.job_id} node {m.node_rank}"
+        if m.error is None:
+            self.notify(f"{where}: its log is archived again", title="log archive")
+            return
+        fix = f"\nfix: {m.hint}" if m.hint else ""
+        self.notify(f"{where}: its log cannot be archived: {m.error}\nthe panes go on; its "
+                    f"lines are kept and archived once the state dir can be written{fix}",
+                    title="log archive", severity="error", timeout=30)
+
+    def _forward_to_logs(
+            self, m: LogLinesArrived | JobUpdated | FollowStateUpdated | ArchiveUpdated) -> None:
         """Post ``m`` to every log screen in the stack (a copy each: a message is handled
         once); their handlers take what concerns their jobs."""
         from console.app.screens.logs import LogsScreen
@@ -485,6 +517,8 @@ class GpuConsoleApp(App[int]):
         (``2`` on the jobs view: the footer has no room for a key that does nothing)."""
         if self.readonly and action in WRITE_ACTIONS:
             return False
+        if self.replay is not None and action == "reconcile":
+            return False  # no live jobs in a replay
         if action == "show" and parameters and self.is_running:
             try:
                 return self.screen is not self.get_screen(str(parameters[0]))
@@ -501,23 +535,33 @@ class GpuConsoleApp(App[int]):
 
     def help_rows(self) -> list[tuple[str, str, str, str]]:
         """(section, keys, description, id) of every binding that applies on this screen,
-        focused widget first, the app's last."""
-        grouped: dict[tuple[str, str], tuple[list[str], Binding]] = {}
-        # a priority binding (the app's ctrl+c) takes its key before any other: a binding of
-        # that key elsewhere in the chain (the screen's ctrl+c copy) never runs, so it is not
-        # listed
+        focused widget first, the app's last; a key is listed once for what it does here.
+
+        A priority binding (the app's ctrl+c) takes its key before any other: bindings of
+        that key elsewhere in the chain never run, so they are not listed. A Textual
+        widget's or screen's own binding (no id) of a key that one of the console's
+        bindings (with an id) also has is not listed either: the console's says what the
+        key does here (a table's enter, ``select_cursor``, selects the row, which the
+        screen turns into its ``enter,l`` Logs; the log panes' tab moves between panes).
+        Bindings with ids are all listed, also two of one key: the first may pass it on
+        (escape clears a pane's search, else goes back)."""
         chain = self.screen._binding_chain
         priority = {key for _, bindings in chain for key, blist in bindings.key_to_bindings.items()
                     if any(b.priority for b in blist)}
+        ours = {key for _, bindings in chain for key, blist in bindings.key_to_bindings.items()
+                if any(b.id for b in blist)}
+        grouped: dict[tuple[str, str], tuple[list[str], Binding]] = {}
         for node, bindings in chain:
             section = type(node).__name__.removesuffix("Screen")
             if section == type(self).__name__:
                 section = "App"
             for key, blist in bindings.key_to_bindings.items():
                 for b in blist:
-                    if self.readonly and b.action.split("(")[0] in WRITE_ACTIONS:
-                        continue
+                    if self.check_action(b.action.split("(")[0], ()) is False:
+                        continue  # hidden here (--readonly, a replay)
                     if key in priority and not b.priority:
+                        continue
+                    if not b.id and key in ours:
                         continue
                     keys, _ = grouped.setdefault((section, b.id or b.action), ([], b))
                     display = self.get_key_display(Binding(key, b.action))
@@ -562,7 +606,8 @@ class GpuConsoleApp(App[int]):
         yield SystemCommand("Jobs", "jobs and their state", lambda: self.action_show("jobs"))
         yield SystemCommand("Alerts", "firing alerts (acknowledge, silence)",
                             lambda: self.action_show("alerts"))
-        yield SystemCommand("Refresh jobs", "reconcile with the hosts", self.refresh_jobs)
+        if self.replay is None:
+            yield SystemCommand("Refresh jobs", "reconcile with the hosts", self.refresh_jobs)
         for j in sorted(self.jobs_screen.jobs.values(), key=lambda j: -j.created_at)[:20]:
             yield SystemCommand(f"Logs {j.id}", f"{j.state}: log panes of {j.name}",
                                 lambda j=j: self.open_logs(j))
@@ -582,7 +627,10 @@ class GpuConsoleApp(App[int]):
     @reported("jobs")
     async def refresh_jobs(self) -> None:
         """Reconcile the jobs with the hosts; re-arms itself after it finished (a failure
-        is said by :meth:`worker_failed`, and retried)."""
+        is said by :meth:`worker_failed`, and retried; never in a replay: it shows the
+        recording's fleet only)."""
+        if self.replay is not None:
+            return
         warnings: list[str] = []
         try:
             jobs = await self.service.list_jobs(warn=warnings.append)

@@ -69,6 +69,18 @@ class FollowStateUpdated(Message, bubble=False):
 
 
 @dataclass
+class ArchiveUpdated(Message, bubble=False):
+    """A node's log archive in the state dir could not be written during a follow (``error``
+    set: no space left...; the follow goes on, its lines kept for the next write), or is
+    written again (``error`` is ``None``); ``hint``: the fix for ``error``."""
+
+    job_id: str
+    node_rank: int
+    error: str | None
+    hint: str | None
+
+
+@dataclass
 class AlertsUpdated(Message, bubble=False):
     """An alert fired, resolved, was acknowledged or silenced; ``active`` is every firing
     alert after it (most severe first)."""

@@ -49,7 +49,7 @@ async def _cp(ctx: click.Context, src: str, dest: str, node: int | None) -> None
 
     request = parse_copy(src, dest)
     async with command_service(ctx) as svc:
-        job = svc.find_job(request.job_ref)
+        job = await svc.locate_job(request.job_ref)
         out = await svc.copy(job, node, request)
     where = f"{out.job_id}:{request.container_path} (node {out.node_rank} on {out.host})"
     what = f"{out.stats.files} file(s), {format_size(out.stats.bytes)}"

@@ -120,7 +120,7 @@ def logs(ctx: click.Context, job_ref: str, follow: bool, node: int | None, since
 async def _logs(ctx: click.Context, ref: str, follow: bool, node: int | None,
                 since_ns: int | None, tail: int | None, timestamps: bool) -> int:
     async with command_service(ctx) as svc:
-        job = svc.find_job(ref)
+        job = await svc.locate_job(ref)
         svc.check_node(job, node)
         if follow and job.removed_at is None:
             return await follow_job(svc, job, tail=tail, timestamps=timestamps, node=node,
@@ -178,7 +178,7 @@ async def _stop(ctx: click.Context, ref: str, grace: float | None) -> None:
     from console.jobs.status import shown_state
 
     async with command_service(ctx) as svc:
-        job = svc.find_job(ref)
+        job = await svc.locate_job(ref)
         out = await svc.stop(job, grace)
         if not out.stopped:
             err(f"job {out.job.id} is not running ({shown_state(out.job)})")
@@ -199,7 +199,7 @@ def rm(ctx: click.Context, job_ref: str, force: bool) -> None:
 
 async def _rm(ctx: click.Context, ref: str, force: bool) -> None:
     async with command_service(ctx) as svc:
-        job = await svc.remove(svc.find_job(ref), force=force)
+        job = await svc.remove(await svc.locate_job(ref), force=force)
         click.echo(job.id)
 
 
@@ -220,7 +220,7 @@ def exec_(ctx: click.Context, job_ref: str, command: tuple[str, ...], node: int 
 async def _exec(ctx: click.Context, ref: str, command: list[str], node: int | None) -> int:
     tty = sys.stdin.isatty() and sys.stdout.isatty()
     async with command_service(ctx) as svc:
-        return await svc.exec(svc.find_job(ref), node, command, tty=tty)
+        return await svc.exec(await svc.locate_job(ref), node, command, tty=tty)
 
 
 @main.command()
@@ -233,7 +233,7 @@ def describe(ctx: click.Context, job_ref: str) -> None:
 
 async def _describe(ctx: click.Context, ref: str) -> None:
     async with command_service(ctx) as svc:
-        job = svc.find_job(ref)
+        job = await svc.locate_job(ref)
         if job.removed_at is None:
             job = await svc.refresh_job(job, teardown=False)
         click.echo((await svc.describe(job)).render())

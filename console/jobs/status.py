@@ -202,8 +202,9 @@ def stopped_exit_code(nodes: list[NodeRecord], by_user: bool = False) -> int | N
     """The exit code of a stopped job (``ps`` EXIT, ``submit --follow``'s status).
 
     Stopped by the user (``stop``, ``rm --force``: ``by_user``): 143 (128 + SIGTERM); each
-    node keeps the code Docker recorded (torchrun exits 1 after SIGTERM, 137 if it was
-    killed after the grace period). Otherwise (a gang
+    node keeps the code Docker recorded (a node of a multi-node job: 143, its gang
+    supervisor reports the SIGTERM; a one-node job: torchrun's own 1 after its
+    SignalException; 137 if it was killed after the grace period). Otherwise (a gang
     that ended itself): the code its nodes recorded (Docker's ``State.ExitCode``; the host
     runtime's ``exit.json``, 128+N for signal N like Docker's), the lowest node rank's
     first, passing over :data:`remote.gang.TEARDOWN_EXIT_CODE` (a node that ended because
@@ -949,13 +950,16 @@ async def reconcile_fleet(
     return listed
 
 
-async def adopt_unknown(session: Session, store: Store, hosts: list[str]) -> list[str]:
+async def adopt_unknown(session: Session, store: Store, hosts: list[str], *,
+                        unanswered: list[str] | None = None) -> list[str]:
     """Record jobs found by label on the hosts but missing from the store; returns their ids.
 
     A console restarted on another machine, or with its state dir lost, recovers every job
     this way. The hosts are listed concurrently (:func:`list_fleet`); one that cannot be
-    asked is skipped.
+    asked is skipped, its reason (one line naming the host) added to ``unanswered``.
     """
     known = {j.id for j in await store.call(store.jobs, include_removed=True)}
     listed = await list_fleet(session, hosts, detail=_detail_for(known, ()))
+    if unanswered is not None:
+        unanswered.extend(h.reason for h in listed.values() if h.reason)
     return await adopt_listed(session, store, listed, known)

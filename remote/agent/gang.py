@@ -19,10 +19,16 @@ watches the store key ``gpuconsole/gang/<run id>/first`` (polled every 0.1 s) an
 - when the key appears with another node's failure, or the store cannot be reached any more,
   sends SIGTERM to its torchrun, then SIGKILL to its process group after ``--grace`` s.
 
-Exit status: torchrun's own when it succeeded, or failed first (or was stopped by a signal);
-:data:`TEARDOWN_EXIT_CODE` when this node was ended because of another node (also when its
-own torchrun failed after the gang had already failed, or after the store was gone). The
-outcome is written as JSON to :data:`MARKER_FILE` in the container::
+Exit status: torchrun's own when it succeeded or failed first; 128 + N when this supervisor
+got signal N from outside (``docker stop``: 143) and no other node had failed first, also
+when another node recorded its stop first (a stop signals every node at about the same time,
+so each is ``stopped``, none a teardown; 0 if torchrun still exited 0);
+:data:`TEARDOWN_EXIT_CODE` when this node was ended because another node failed (the signal
+of a teardown, its own or the console's, included) or was stopped alone (also when its own
+torchrun failed after the gang had already failed, or after the store was gone). The
+outcome is written as JSON to :data:`MARKER_FILE` in the container (``torchrun_exit``:
+torchrun's own code, e.g. 1 after the SignalException of a SIGTERM; ``cause``: the other
+node's end that came first, for a teardown or a stop)::
 
     {"node": 1, "outcome": "first_failure" | "teardown" | "succeeded" | "stopped",
      "torchrun_exit": 1, "cause": {"node": 0, "exit_code": 1, "kind": "failed"} | null}
@@ -239,11 +245,13 @@ class Supervisor:
         except Exception:
             pass
         try:
+            if self.signalled is not None:
+                return self.stopped(store, code)
             if cause is not None:
                 return "teardown", TEARDOWN_EXIT_CODE
-            if code == 0 and self.signalled is None:
+            if code == 0:
                 return "succeeded", 0
-            kind = "stopped" if self.signalled is not None else "failed"
+            kind = "failed"
             if store is None:
                 if self.gang.server is None:  # node 0's store went away first
                     self.cause = {"node": 0, "exit_code": None, "kind": "store_lost"}
@@ -268,10 +276,41 @@ class Supervisor:
                     pass
             self.gang.linger(self.args.linger)
 
+    def stopped(self, store: Any, code: int) -> tuple[str, int]:
+        """This node got SIGTERM/SIGINT from outside (``docker stop``, the host runtime's
+        stop). When another node had failed first (or node 0's store went away), that signal
+        is the gang's teardown (this supervisor's, or the console's): ``teardown``, exit
+        :data:`TEARDOWN_EXIT_CODE`. Else the job (or this node) was stopped: ``stopped``,
+        whichever node recorded its stop first (a stop signals every node at about the same
+        time), the other nodes are told, and the exit status is the one a shell reports for
+        a process ended by that signal (143 for SIGTERM) unless torchrun still exited 0;
+        torchrun's own code (1 after its SignalException) is said here and kept in the
+        marker."""
+        assert self.signalled is not None
+        if store is not None:
+            try:
+                first = self.gang.mark(store, "stopped", code)
+            except Exception:
+                first = None
+            if first is not None and first.get("node") != self.gang.node and self.cause is None:
+                self.cause = first
+        cause = self.cause
+        if cause is not None and cause.get("kind") != "stopped":
+            say(f"torchrun exited {code} after node {cause.get('node')} {cause.get('kind')}: "
+                "counted as gang teardown")
+            return "teardown", TEARDOWN_EXIT_CODE
+        status = 0 if code == 0 else 128 + self.signalled
+        name = signal.Signals(self.signalled).name
+        say(f"node {self.gang.node} stopped by {name} (torchrun exited {code}; exit status "
+            f"{status})" + ("" if cause is not None else
+                            ": the other nodes are being stopped"))
+        return "stopped", status
+
     def write_marker(self, outcome: str, code: int, status: int) -> None:
         """The outcome as JSON in :data:`MARKER_FILE` (read back by the console)."""
         data = {"node": self.gang.node, "outcome": outcome, "torchrun_exit": code,
-                "exit_status": status, "cause": self.cause if outcome == "teardown" else None}
+                "exit_status": status,
+                "cause": self.cause if outcome in ("teardown", "stopped") else None}
         try:
             with open(os.environ.get(MARKER_ENV) or MARKER_FILE, "w", encoding="utf-8") as f:
                 json.dump(data, f)

@@ -8,7 +8,7 @@ import pytest
 
 from console.app.screens.jobs import JobsScreen
 from console.app.screens.modals import HelpScreen
-from tests.app.demo_data import make_app
+from tests.app.demo_data import make_app, show_logs
 
 
 @pytest.fixture
@@ -145,3 +145,39 @@ async def test_help_does_not_list_a_key_a_priority_binding_takes(state_dir: Path
             assert by_desc.get("Copy selected text") == "super+c"
             await pilot.press("escape")
             await pilot.pause()
+
+
+async def test_help_lists_each_key_once_for_what_it_does(state_dir: Path) -> None:
+    """On every view, `?` lists a key once: enter on the jobs table is the jobs view's Logs
+    (the table's own "Select" is how it happens), tab in the log panes is Next pane (not
+    Textual's Focus Next). Two of the console's own bindings may share a key when the first
+    passes it on (escape clears a pane's search, else goes back): both stay listed."""
+    app = make_app(state_dir)
+    async with app.run_test(size=(120, 36)) as pilot:
+        seen: dict[str, list[tuple[str, str]]] = {}
+        for view in ("1", "2", "3", "logs"):
+            if view == "logs":
+                await pilot.press("2")
+                await show_logs(app)
+            else:
+                await pilot.press(view)
+            await pilot.pause()
+            await pilot.press("question_mark")
+            await pilot.pause()
+            assert isinstance(app.screen, HelpScreen)
+            by_key: dict[str, list[tuple[str, str]]] = {}
+            for _, keys, desc, bid in app.screen.rows:
+                for k in keys.split(","):
+                    by_key.setdefault(k, []).append((desc, bid))
+            twice = {k: v for k, v in by_key.items() if len(v) > 1}
+            assert all(bid for v in twice.values() for _, bid in v), (view, twice)
+            seen[view] = by_key["⏎"] if "⏎" in by_key else by_key.get("tab", [])
+            if view == "logs":
+                assert by_key["tab"] == [("Next pane", "logs.pane_next")]
+                assert by_key["esc"] == [("Clear search", "logs.clear_search"),
+                                         ("Back", "logs.back")]
+            await pilot.press("escape")
+            await pilot.pause()
+        assert seen["1"] == [("Open job", "fleet.open_job")]
+        assert seen["2"] == [("Logs", "jobs.logs")]
+        assert seen["3"] == [("Job logs", "alerts.logs")]

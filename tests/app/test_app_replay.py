@@ -73,3 +73,45 @@ async def test_replay_shows_the_recorded_gpus(recording: Path) -> None:
         assert app.replay_ended and app.sub_title == "replay ended"
         assert any(f"replay ended after {samples} samples" in n.message
                    for n in app._notifications)
+
+
+async def test_a_replay_shows_no_live_job_and_acts_on_nothing(recording: Path,
+                                                              tmp_path: Path) -> None:
+    """The local store holds live jobs (one running): a replay shows only what the recording
+    holds, so the jobs view lists none of them and says why, nothing reconciles with the
+    hosts, and nothing can be submitted, stopped or opened on them (read-only)."""
+    from console.app.screens.jobs import JobsScreen
+    from console.app.screens.modals import HelpScreen
+    from console.jobs.store import Store
+    from tests.app.demo_data import jobs
+
+    store = Store(tmp_path / "state")
+    for j in jobs():
+        store.add_job(j)
+    assert any(j.state == "running" for j in store.jobs())
+    profile = Profile(name="local", hosts={"local": HostConfig(transport="local")})
+    app = GpuConsoleApp(Service(profile, store=store), replay=recording, replay_speed=0)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await pilot.press("2")
+        await pilot.pause(0.6)
+        screen = app.screen
+        assert isinstance(screen, JobsScreen)
+        assert screen.jobs == {} and screen.shown == []
+        rows = [s.text for s in screen._compositor.render_strips()]
+        text = " ".join(r.strip() for r in rows)
+        assert (f"replay of {recording}: a recording (`top --record`) holds the fleet's "
+                "telemetry, not its jobs") in text
+        assert "no jobs yet" not in text
+        for action in ("submit", "stop", "exec", "remove", "notebook", "new_notebook",
+                       "reconcile"):
+            assert app.check_action(action, ()) is False, action
+        await pilot.press("n", "R")  # nothing opens, nothing is asked of the hosts
+        await pilot.pause(0.3)
+        assert app.screen is screen
+        assert not [w for w in app.workers if w.group == "jobs-refresh"]
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        described = {desc for _, _, desc, _ in app.screen.rows}
+        assert not described & {"Submit", "Stop", "Shell", "Remove", "Refresh"}
+        assert app.service.store.get(jobs()[0].id) is not None  # the store is left as it was

@@ -165,17 +165,43 @@ async def test_a_long_reason_is_read_whole_under_the_table_at_100x30(state_dir: 
         assert "stopped by the user (SIGTERM)" in " ".join(screen_text(app)[-6:])
 
 
-async def test_logs_footer_fits_160_columns(state_dir: Path) -> None:
+@pytest.mark.parametrize(("size", "missing"), [
+    ((160, 45), []),
+    ((100, 30), ["r Per rank", "S Stop", "x Shell", "nN Match", "1 Fleet", "2 Jobs",
+                 "3 Alerts"]),
+])
+async def test_logs_footer_shows_what_matters_whole(
+        state_dir: Path, size: tuple[int, int], missing: list[str]) -> None:
+    """The log panes' footer at 160x45 shows every key; at 100x30 the keys that matter most
+    (help and quit first, back, follow, search, filter, errors, zoom, all ranks), each whole:
+    none is cut at the right edge or under the palette key; `?` lists the rest."""
+    from textual.widgets._footer import FooterKey
+
+    from console.app.screens.logs import LogsFooter
+
     app = make_app(state_dir)
-    async with app.run_test(size=(160, 45)) as pilot:
+    async with app.run_test(size=size) as pilot:
         await pilot.press("2")
         await show_logs(app)
         await pilot.press("tab")
         await pilot.pause(0.3)
-        footer = screen_text(app)[-1]
-        for label in ("G Follow", "/ Search", "& Filter", "eE Error", "z Zoom", "S Stop",
-                      "x Shell", "? Help", "q Quit", "^p palette"):
-            assert label in footer, (label, footer)
+        footer_row = screen_text(app)[-1]
+        labels = ["? Help", "q Quit", "esc Back", "G Follow", "/ Search", "& Filter",
+                  "eE Error", "z Zoom", "a All ranks", "r Per rank", "S Stop", "x Shell",
+                  "nN Match", "1 Fleet", "2 Jobs", "3 Alerts"]
+        for label in labels:
+            assert (label in footer_row) == (label not in missing), (label, footer_row)
+        assert footer_row.rstrip().endswith("▏^p palette")
+        footer = app.screen.query_one(LogsFooter)
+        palette = next(k for k in footer.query(FooterKey) if k.has_class("-command-palette"))
+        for key in footer.query(FooterKey):
+            if key is not palette:
+                assert key.region.right <= palette.region.x, (key.description, key.region)
+        # the app's own keys (those the footer left out included) are all in `?`
+        await pilot.press("question_mark")
+        await pilot.pause()
+        described = {desc for _, _, desc, _ in app.screen.rows}  # type: ignore[attr-defined]
+        assert {"Per rank", "Stop", "Shell", "Next match", "Fleet", "Jobs"} <= described
 
 
 async def test_remove_confirms_what_it_removes_and_refuses_a_running_job(

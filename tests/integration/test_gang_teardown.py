@@ -158,3 +158,36 @@ def test_node0_container_killed_tears_down_node1(cli: CLI) -> None:
     assert s1["ExitCode"] == TEARDOWN_EXIT
     assert "step 1/1000" not in logs("b", n1)
     assert marker("b", n1)["cause"] == {"node": 0, "exit_code": None, "kind": "store_lost"}
+
+
+def test_a_stopped_gang_reports_every_node_stopped_with_143(cli: CLI) -> None:
+    """`gpuconsole stop` of a running 2-node job SIGTERMs both containers at once: each node
+    is `stopped` with exit 143 (128 + SIGTERM, as a shell reports it), whichever supervisor
+    recorded its stop first; none reports the teardown code 75 (which means "ended because
+    another node did"), and torchrun's own code after the signal stays in the marker and the
+    node's last log line."""
+    job_id = submit(cli, "gangstop")
+    n0, n1 = f"gpuconsole-{job_id}-n0", f"gpuconsole-{job_id}-n1"
+    wait_for(lambda: "rank 3/4" in logs("b", n1) and "rank 0/4" in logs("a", n0), timeout=120)
+    res = cli.run("stop", job_id, profile=own_profile(cli))
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert f"job {job_id} stopped (n0 stopped, n1 stopped)" in res.stderr
+    assert [state(h, c)["ExitCode"] for h, c in (("a", n0), ("b", n1))] == [143, 143]
+    m0, m1 = marker("a", n0), marker("b", n1)
+    assert (m0["outcome"], m0["exit_status"], m1["outcome"], m1["exit_status"]) == (
+        "stopped", 143, "stopped", 143)
+    # torchrun's own code, kept: 1 (its SignalException), or 143 when a second SIGTERM
+    # (the supervisor's teardown and docker stop's) ended it inside its handler
+    assert {m0["torchrun_exit"], m1["torchrun_exit"]} <= {1, 143}
+    # one of them recorded its stop first; the other names it as the cause it also saw
+    first, second = (m0, m1) if m1["cause"] else (m1, m0)
+    assert first["cause"] is None
+    assert second["cause"] == {"node": first["node"], "exit_code": first["torchrun_exit"],
+                               "kind": "stopped"}
+    for (host, name), m in ((("a", n0), m0), (("b", n1), m1)):
+        assert (f"stopped by SIGTERM (torchrun exited {m['torchrun_exit']}; exit status 143)"
+                in logs(host, name))
+    ps = cli.run("ps", "--json", profile=own_profile(cli))
+    job = next(j for j in json.loads(ps.stdout) if j["id"] == job_id)
+    assert (job["state"], job["exit_code"]) == ("stopped", 143)
+    assert [(n["state"], n["exit_code"]) for n in job["nodes"]] == [("stopped", 143)] * 2

@@ -133,6 +133,8 @@ class JobsScreen(Screen[None]):
         self.shown: list[str] = []
         """The ids of the rows shown, in table order."""
         self._cursor_id: str | None = None
+        self.empty_text = "no jobs yet: press n to submit a spec, or run `gpuconsole submit`"
+        """What the view says when it has no job (a replay: why it shows none)."""
 
     @property
     def gc(self) -> AppHost:
@@ -147,8 +149,7 @@ class JobsScreen(Screen[None]):
         for col in COLUMNS:
             table.add_column(col, key=col)
         yield table
-        yield Static("no jobs yet: press n to submit a spec, or run `gpuconsole submit`",
-                     id="jobs-empty")
+        yield Static(self.empty_text, id="jobs-empty")
         yield Static(id="jobs-detail")
         yield StatusLine()
         yield Footer(compact=True)  # every key shown fits in 100 columns
@@ -277,6 +278,12 @@ class JobsScreen(Screen[None]):
         else:
             out.append("  │  / filter", style="dim")
         return out
+
+    def set_empty_text(self, text: str) -> None:
+        """Say ``text`` when there is no job (kept until the view is there)."""
+        self.empty_text = text
+        if can_draw(self, self._composed):
+            self.query_one("#jobs-empty", Static).update(text)
 
     def update_job(self, job: JobRecord) -> None:
         """One job changed (or appeared)."""

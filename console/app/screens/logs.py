@@ -22,13 +22,18 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import Footer
 
 from console.app.failures import reported
 from console.app.host import AppHost, host
 from console.app.lifecycle import can_draw
-from console.app.messages import FollowStateUpdated, JobUpdated, LogLinesArrived
+from console.app.messages import (
+    ArchiveUpdated,
+    FollowStateUpdated,
+    JobUpdated,
+    LogLinesArrived,
+)
 from console.app.screens.modals import AskScreen
+from console.app.widgets.footer import FittedFooter
 from console.app.widgets.logpane import LogPane
 from console.app.widgets.logpanes import LogPanes
 from console.app.widgets.oneline import OneLine
@@ -52,27 +57,19 @@ SHAPE_CHUNK = 2048
 LOADING_S = 5.0
 
 
-class LogsFooter(Footer):
-    """The footer, recomposed only when the keys it shows change.
+class LogsFooter(FittedFooter):
+    """The log panes' footer: compact, and when not every key fits, the ones that matter
+    most (:class:`~console.app.widgets.footer.FittedFooter`): help and quit, back, follow,
+    search and filter, errors, the layout keys, stop and shell; then the match keys (once
+    there is a search) and the views' keys, which ``?`` lists with the rest."""
 
-    Focus moving between log panes (all with the same keys) refreshes the screen's bindings;
-    Textual's footer then rebuilds every key widget (about 0.4 s on a 2-core machine), once
-    per ``tab``/``z``. Here it compares what it would show first.
-    """
+    KEEP = ("help", "quit", "back", "follow", "search", "filter", "error_next", "zoom",
+            "toggle_merged", "split_ranks", "stop", "exec", "search_next", "show('fleet')",
+            "show('jobs')", "show('alerts')")
 
-    _shown: tuple[object, ...] | None = None
-
-    def bindings_changed(self, screen: Screen[object]) -> None:
-        """Recompose when the shown keys, their labels or their enabled state changed."""
-        if self.is_attached and screen is self.screen and self._bindings_ready:
-            shown = tuple(
-                (key, b.action, b.description, self.app.get_key_display(b), enabled, tooltip,
-                 b.group) for key, (_, b, enabled, tooltip) in screen.active_bindings.items()
-                if b.show or key == self.app.COMMAND_PALETTE_BINDING)
-            if shown == self._shown:
-                return
-            self._shown = shown
-        super().bindings_changed(screen)
+    def __init__(self) -> None:
+        # a pane's escape clears its search, else goes back (shown as Back)
+        super().__init__(keep=self.KEEP, pass_on=("clear_search",))
 
 
 def _origin(item: JobLogLine | tuple[Row, ...]) -> tuple[int, int | None, int]:
@@ -153,6 +150,8 @@ class LogsScreen(Screen[None]):
         self.merged = LogBuffer(buffer_lines, ordered=True)
         self.split_ranks = False
         self.follow_state: dict[int, str] = {}
+        self.archive_errors: dict[int, str] = {}
+        """Node rank -> why its log archive cannot be written now (shown in the header)."""
         self.lines_taken = 0
         self.skipped = 0
         self.max_backlog = max_backlog
@@ -214,6 +213,8 @@ class LogsScreen(Screen[None]):
             text.append(f"  catching up: {len(self._pending)} queued", style="yellow")
         if self.skipped:
             text.append(f"  {self.skipped} not shown (archived)", style="yellow")
+        for node, error in sorted(self.archive_errors.items()):
+            text.append(f"  n{node} not archived: {error}", style="bold red")
         if j.failure:
             f = j.failure
             rank = f" rank {f['rank']}" if f.get("rank") is not None else ""
@@ -328,6 +329,18 @@ class LogsScreen(Screen[None]):
                 pane.set_empty_text(why[1] if why is not None else None)
 
     # -- data -------------------------------------------------------------------------------
+
+    def on_archive_updated(self, m: ArchiveUpdated) -> None:
+        """A node of this screen's job cannot archive its log, or can again: its header
+        says so meanwhile."""
+        if m.job_id != self.job.id:
+            return
+        if m.error is None:
+            self.archive_errors.pop(m.node_rank, None)
+        else:
+            self.archive_errors[m.node_rank] = m.error
+        if can_draw(self, self._composed):
+            self.query_one("#logs-header", OneLine).show(self._header())
 
     def on_log_lines_arrived(self, m: LogLinesArrived) -> None:
         """Lines of this screen's job, or of a job shown beside it (``+``)."""
@@ -499,17 +512,23 @@ class LogsScreen(Screen[None]):
         """``+``: show another job's node panes next to these (asks for its id or name)."""
 
         def chosen(value: str | None) -> None:
-            if not value:
-                return
-            try:
-                job = self.gc.service.find_job(value)
-            except GpuConsoleError as e:
-                self.notify(e.message, title="add job", severity="error")
-                return
-            self.add_job(job)
+            if value:
+                self._locate_and_add(value)
 
         self.app.push_screen(AskScreen("Show the panes of another job next to these "
                                        "(id or name):"), chosen)
+
+    @work(group="logs-add", exit_on_error=False)
+    async def _locate_and_add(self, ref: str) -> None:
+        """Find the job ``ref`` names (adopted from the hosts when this store does not know
+        it, as the CLI does) and add its panes."""
+        try:
+            job = await self.gc.service.locate_job(ref)
+        except GpuConsoleError as e:
+            self.notify(e.message, title="add job", severity="error")
+            return
+        if can_draw(self, self._composed):
+            self.add_job(job)
 
     def add_job(self, job: JobRecord) -> None:
         """Tile ``job``'s node panes after this job's, titled with its name, and follow it

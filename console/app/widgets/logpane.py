@@ -125,6 +125,9 @@ class LogPrompt(Input):
 
     Typing applies live; enter keeps the value, escape restores the value the prompt opened
     with. Either way the prompt is removed and focus goes back to the pane.
+
+    While it is open the screen's toasts (Textual's notifications, at the bottom right) are
+    shown above it, never over its hint or what is typed (:meth:`_lift_toasts`).
     """
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -137,14 +140,43 @@ class LogPrompt(Input):
     def __init__(self, pane: LogPane, kind: PromptKind, value: str) -> None:
         super().__init__(
             value=value,
-            placeholder=f"search {pane.title}: text of the line as shown, tags included"
+            placeholder=f"search {pane.title}: the line as shown, tags included"
             if kind == "search"
-            else f"filter {pane.title}: text of the line as shown, tags included; a leading ! "
-                 "keeps the lines without it; empty clears",
+            else f"filter {pane.title}: the line as shown, tags included; !text: lines "
+                 "without it; empty: all",
         )
         self.pane = pane
         self.kind: PromptKind = kind
         self.original = value
+
+    def on_mount(self) -> None:
+        self.call_after_refresh(self._lift_toasts)
+
+    def on_resize(self, _event: events.Resize) -> None:
+        self.call_after_refresh(self._lift_toasts)
+
+    def on_unmount(self) -> None:
+        rack = self._toast_rack()
+        if rack is not None:
+            rack.styles.clear_rule("margin")  # back to Textual's own: above the footer
+
+    def _toast_rack(self) -> Widget | None:
+        from textual.widgets._toast import ToastRack
+
+        try:
+            return self.screen.query_one(ToastRack)
+        except Exception:  # no screen any more, or no rack (a screen without toasts)
+            return None
+
+    def _lift_toasts(self) -> None:
+        """Dock the screen's toasts just above this prompt (their rack's bottom margin: the
+        rows from the prompt's top to the screen's bottom)."""
+        rack = self._toast_rack()
+        if rack is None or not self.is_mounted:
+            return
+        rows = self.screen.size.height - self.region.y
+        if rows > 0:
+            rack.styles.margin = (0, 0, rows, 0)
 
     def on_input_changed(self, event: Input.Changed) -> None:
         event.stop()
