@@ -34,14 +34,17 @@ class HostBackend(DockerBackend):
         """Each refusal names the host login (``ssh ...``, or this machine) instead."""
         where = node.host if node is not None else host
         assert where is not None, "a host runtime refusal names its node or host"
-        argv = self.session.transport(where).ssh_argv()
         if action == "shell":
             prof = self.session.profile
             return UsageError(f"host {where} runs jobs without Docker (its profile says "
                               "`runtime: host`): a dev container needs Docker",
                               f"`ssh {prof.hosts[where].hostname or where}` for a shell there, "
                               "or --host a host with Docker")
+        if action == "notebook":
+            return JobError("a notebook runs in a container (JupyterLab from the image)",
+                            "remove `runtime: host`")
         job_id = job.id if job is not None else "?"
+        argv = self.session.transport(where).ssh_argv()
         if action == "cp":
             if argv is None:
                 how = "they are on this machine: copy them with `cp`"
@@ -51,9 +54,6 @@ class HostBackend(DockerBackend):
             return JobError(f"job {job_id} runs in {where}'s own Python (runtime: host): its "
                             "files are on the host", f"{how}; `gpuconsole describe {job_id}` "
                             "shows its folder")
-        if action == "notebook":
-            return JobError("a notebook runs in a container (JupyterLab from the image)",
-                            "remove `runtime: host`")
         login = f"`{shlex.join(argv)}`" if argv else "it runs on this machine"
         return JobError(f"job {job_id} runs in {where}'s own Python (runtime: host), not "
                         "in a container", f"log in to the host: {login}; `gpuconsole "
