@@ -45,7 +45,6 @@ from console.events import (
     LogLinesReceived,
     NodeExited,
 )
-from console.jobs.labels import K_KIND
 from console.jobs.logs import JobLogLine, read_job_logs
 from console.jobs.status import (
     ACTIVE_STATES,
@@ -604,11 +603,6 @@ class Service:
 
     # -- shell (dev container) ----------------------------------------------------------------
 
-    #: The label that tells a dev container of ``shell --host`` (value ``shell``) from a job's
-    #: (it has no job labels, so ``ps``, adoption and the fleet's job mapping never take it for
-    #: a job).
-    SHELL_KIND_LABEL = K_KIND
-
     async def shell_on_host(self, host: str, command: list[str], *, tty: bool,
                             image: str | None = None,
                             gpus: Literal["all"] | int | list[int] = 0,
@@ -635,15 +629,6 @@ class Service:
             PlanError: no image, or the GPUs do not fit / are busy.
             TransportError, ImageNotFound: the host or image cannot be reached.
         """
-        from console.errors import PlanError
-        from console.fields import parse_mount
-        from console.jobs import leftovers
-        from console.jobs.labels import FORMAT, K_CREATED, K_FORMAT, K_HOST
-        from console.jobs.launch import gpu_facts
-        from console.jobs.plan import HostFacts, pick_gpus
-        from console.jobs.spec import JobSpec, LoadedSpec, resolve_env
-        from remote.docker import Bind, ContainerSpec
-
         prof = self.profile
         if not (backend := self.profile_backend()).capabilities.shell:
             raise backend.refusal("shell")
@@ -652,86 +637,8 @@ class Service:
                              f"hosts of profile {prof.name}: {', '.join(prof.hosts)}")
         if not (backend := self.profile_backend(host)).capabilities.shell:
             raise backend.refusal("shell", host=host)
-        d = prof.defaults
-        image = image or d.image
-        if not image:
-            raise PlanError("no image: the profile has no `defaults.image`",
-                            "pass `--image IMAGE`")
-        env, secret = resolve_env(d.env, prof.source, prof.lines, ("defaults", "env"))
-        session = self.session()
-        t = await session.connected(host)
-        engine = session.engine(host)
-        try:  # dev containers whose shell ended without removing them
-            await leftovers.sweep_dev_containers(session, host)
-        except GpuConsoleError as e:
-            log.warning("host %s: dev containers not swept: %s", host, e.message)
-        await engine.ensure_image(image, d.pull)
-        home = await t.home()
-        gpu_ids: tuple[int, ...] = ()
-        if gpus != 0:
-            g = await gpu_facts(session, host)
-            facts = HostFacts(host, t.address(), g.count, home, holders=g.holders, lost=g.lost)
-            loaded = LoadedSpec(JobSpec(name="shell", script="-", gpus_per_node=gpus),
-                                source="", base_dir=Path("."), flags=frozenset({"gpus_per_node"}),
-                                flag_names={"gpus_per_node": "--gpus"})
-            try:
-                gpu_ids = pick_gpus(loaded, facts)
-            except PlanError as e:
-                hint = e.hint
-                if not g.count:
-                    hint = "leave out --gpus (a dev container without GPUs), or use a GPU host"
-                raise PlanError(e.message.replace("the job asks", "--gpus asks"), hint) from e
-        binds = []
-        for m in d.mounts:
-            src, dst, ro = parse_mount(m)
-            if src == "~" or src.startswith("~/"):
-                src = home.rstrip("/") + src[1:]
-            binds.append(Bind(src, dst, ro))
-        created = time.time()
-        spec = ContainerSpec(
-            name=f"gpuconsole-shell-{host}-{os.urandom(3).hex()}",
-            image=image,
-            command=["sleep", "infinity"],
-            env=env,
-            secret_env=secret,
-            labels={K_FORMAT: FORMAT, self.SHELL_KIND_LABEL: "shell", K_HOST: host,
-                    K_CREATED: f"{created:.3f}"},
-            gpu_device_ids=tuple(map(str, gpu_ids)),
-            shm_size=None if d.ipc else d.shm_size,
-            ipc_mode=d.ipc,
-            binds=tuple(binds),
-            cap_add=tuple(d.cap_add),
-            privileged=d.privileged,
-            working_dir=workdir,
-            user=d.user,
-            init=True,
-        )
-        cid: str | None = None
-        try:
-            cid = await engine.create(spec)
-            await engine.start(cid)
-            argv = ["docker", "-H", f"unix://{t.engine_socket_path()}", "exec", "-i",
-                    *(["-t"] if tty else []), cid, *(command or DEFAULT_SHELL)]
-            return await t.interactive(argv, tty=tty)
-        finally:
-            if cid is not None:
-                await asyncio.shield(self._remove_dev_container(host, cid, spec.name, warn))
-
-    async def _remove_dev_container(self, host: str, cid: str, name: str,
-                                    warn: Callable[[str], None] | None) -> None:
-        """Remove a dev container; once more on a fresh connection if the first try fails."""
-        for attempt in range(2):
-            try:
-                session = self.session()
-                if attempt:
-                    await session.connected(host)
-                await session.engine(host).remove(cid)
-                return
-            except (GpuConsoleError, OSError) as e:
-                why = getattr(e, "message", None) or str(e)
-        if warn:
-            warn(f"could not remove dev container {name} on {host}: {why}; "
-                 f"remove it with `docker rm -f {name}` there")
+        return await backend.dev_shell(host, command, tty=tty, image=image, gpus=gpus,
+                                       workdir=workdir, warn=warn)
 
     # -- notebooks ----------------------------------------------------------------------------
 
@@ -925,9 +832,12 @@ class Service:
         runs on the intake loop (reconciles run there), else ``None``."""
         refreshing: set[asyncio.Future[JobRecord]] = set()
 
-        def on_exit(n: NodeRecord) -> None:
+        def on_ended(n: NodeRecord) -> None:
             self.bus.publish(NodeExited(job.id, n.node_rank, n.host))
             self.bus.publish(FollowStateChanged(job.id, n.node_rank, "ended"))
+
+        def on_exit(n: NodeRecord) -> None:
+            on_ended(n)
             t = self._on_main(self.refresh_job(job), main)
             refreshing.add(t)
             t.add_done_callback(refreshing.discard)
@@ -940,19 +850,17 @@ class Service:
                                                  error.message if error else None,
                                                  error.hint if error else None))
 
-        def on_ended(n: NodeRecord) -> None:
-            self.bus.publish(NodeExited(job.id, n.node_rank, n.host))
-            self.bus.publish(FollowStateChanged(job.id, n.node_rank, "ended"))
-
         async def reconcile(j: JobRecord) -> JobRecord:
             return await self._on_main(self.refresh_job(j), main)
 
         hooks = FollowHooks(on_exit=on_exit, on_ended=on_ended, on_state=on_state,
                             on_archive=on_archive, reconcile=reconcile)
+        batches = self.backend_for(job, session).follow(job, hooks, node=node,
+                                                        since_ns=since_ns, tail=tail)
         try:
-            async for batch in self.backend_for(job, session).follow(
-                    job, hooks, node=node, since_ns=since_ns, tail=tail):
-                yield batch
+            async with contextlib.aclosing(batches):  # the backend's reads end with this
+                async for batch in batches:
+                    yield batch
         finally:
             if refreshing:
                 await asyncio.gather(*refreshing, return_exceptions=True)

@@ -20,7 +20,7 @@ a backend and must stay light (tests/unit/test_startup_imports.py).
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -298,7 +298,7 @@ class JobBackend(Protocol):
         ...
 
     def follow(self, job: JobRecord, hooks: FollowHooks, *, node: int | None,
-               since_ns: int | None, tail: int | None) -> AsyncIterator[list[JobLogLine]]:
+               since_ns: int | None, tail: int | None) -> AsyncGenerator[list[JobLogLine], None]:
         """A job's lines in batches (one node each, never empty) until every followed node
         ended; each is archived."""
         ...
@@ -331,4 +331,21 @@ class JobBackend(Protocol):
 
     async def copy(self, job: JobRecord, node: int | None, request: CopyRequest) -> CopyResult:
         """``cp`` between this machine and one node (see :mod:`console.jobs.copy`)."""
+        ...
+
+    # -- a host -------------------------------------------------------------------------
+
+    async def dev_shell(self, host: str, command: list[str], *, tty: bool,
+                        image: str | None = None,
+                        gpus: Literal["all"] | int | list[int] = 0,
+                        workdir: str | None = None,
+                        warn: Callable[[str], None] | None = None) -> int:
+        """``shell --host``: ``command`` (default: a shell) in a fresh dev container on
+        ``host``, attached to this terminal, removed afterwards; returns its exit code
+        (``warn``: told when the container could not be removed).
+
+        Raises:
+            GpuConsoleError: the runtime has no dev containers (:meth:`refusal`), or it
+                could not be made (see :meth:`console.service.Service.shell_on_host`).
+        """
         ...

@@ -9,12 +9,15 @@ so it only says what it cannot do.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
+import os
 import shlex
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncGenerator, Callable, Coroutine, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
 from console.backends.base import (
     Action,
@@ -37,6 +40,7 @@ from console.backends.containers import (
     stop_nodes,
 )
 from console.errors import JobError
+from console.jobs.labels import K_KIND
 from console.jobs.logs import JobLogLine, follow_job_log_batches, read_job_logs
 from remote.errors import GpuConsoleError
 
@@ -48,6 +52,11 @@ if TYPE_CHECKING:
     from console.session import Session
 
 log = logging.getLogger("gpuconsole.backends.docker")
+
+#: The label that tells a dev container of ``shell --host`` (value ``shell``) from a job's
+#: (it has no job labels, so ``ps``, adoption and the fleet's job mapping never take it for
+#: a job).
+SHELL_KIND_LABEL = K_KIND
 
 #: The shell ``exec`` starts when no command is given: bash when the image has it.
 DEFAULT_SHELL = ("sh", "-c", "command -v bash >/dev/null 2>&1 && exec bash || exec sh")
@@ -257,14 +266,14 @@ class DockerBackend:
 
     async def follow(self, job: JobRecord, hooks: FollowHooks, *, node: int | None,
                      since_ns: int | None, tail: int | None
-                     ) -> AsyncIterator[list[JobLogLine]]:
+                     ) -> AsyncGenerator[list[JobLogLine], None]:
         """The containers' log streams (:func:`console.jobs.logs.follow_job_log_batches`);
         each node's exit is reported through ``hooks.on_exit``."""
-        async for batch in follow_job_log_batches(self.session, self.store, job, node=node,
-                                                  since_ns=since_ns, tail=tail,
-                                                  on_node_exit=hooks.on_exit,
-                                                  on_state=hooks.on_state,
-                                                  on_archive=hooks.on_archive):
+        batches = follow_job_log_batches(self.session, self.store, job, node=node,
+                                         since_ns=since_ns, tail=tail,
+                                         on_node_exit=hooks.on_exit, on_state=hooks.on_state,
+                                         on_archive=hooks.on_archive)
+        async for batch in batches:
             yield batch
 
     # -- into a node ----------------------------------------------------------------------
@@ -327,3 +336,109 @@ class DockerBackend:
         from console.jobs.copy import copy_job_files
 
         return await copy_job_files(self.session, job, node, request)
+
+    # -- dev containers -------------------------------------------------------------------
+
+    async def dev_shell(self, host: str, command: list[str], *, tty: bool,
+                        image: str | None = None,
+                        gpus: Literal["all"] | int | list[int] = 0,
+                        workdir: str | None = None,
+                        warn: Callable[[str], None] | None = None) -> int:
+        """``shell --host`` (:meth:`console.service.Service.shell_on_host`): a fresh dev
+        container on ``host``, removed after ``command`` ends.
+
+        Raises:
+            ConfigError: the profile's ``defaults.env`` references an unset variable.
+            PlanError: no image, or the GPUs do not fit / are busy.
+            TransportError, ImageNotFound: the host or image cannot be reached.
+        """
+        from console.errors import PlanError
+        from console.fields import parse_mount
+        from console.jobs import leftovers
+        from console.jobs.labels import FORMAT, K_CREATED, K_FORMAT, K_HOST
+        from console.jobs.launch import gpu_facts
+        from console.jobs.plan import HostFacts, pick_gpus
+        from console.jobs.spec import JobSpec, LoadedSpec, resolve_env
+        from remote.docker import Bind, ContainerSpec
+
+        prof = self.session.profile
+        d = prof.defaults
+        image = image or d.image
+        if not image:
+            raise PlanError("no image: the profile has no `defaults.image`",
+                            "pass `--image IMAGE`")
+        env, secret = resolve_env(d.env, prof.source, prof.lines, ("defaults", "env"))
+        session = self.session
+        t = await session.connected(host)
+        engine = session.engine(host)
+        try:  # dev containers whose shell ended without removing them
+            await leftovers.sweep_dev_containers(session, host)
+        except GpuConsoleError as e:
+            log.warning("host %s: dev containers not swept: %s", host, e.message)
+        await engine.ensure_image(image, d.pull)
+        home = await t.home()
+        gpu_ids: tuple[int, ...] = ()
+        if gpus != 0:
+            g = await gpu_facts(session, host)
+            facts = HostFacts(host, t.address(), g.count, home, holders=g.holders, lost=g.lost)
+            loaded = LoadedSpec(JobSpec(name="shell", script="-", gpus_per_node=gpus),
+                                source="", base_dir=Path("."), flags=frozenset({"gpus_per_node"}),
+                                flag_names={"gpus_per_node": "--gpus"})
+            try:
+                gpu_ids = pick_gpus(loaded, facts)
+            except PlanError as e:
+                hint = e.hint
+                if not g.count:
+                    hint = "leave out --gpus (a dev container without GPUs), or use a GPU host"
+                raise PlanError(e.message.replace("the job asks", "--gpus asks"), hint) from e
+        binds = []
+        for m in d.mounts:
+            src, dst, ro = parse_mount(m)
+            if src == "~" or src.startswith("~/"):
+                src = home.rstrip("/") + src[1:]
+            binds.append(Bind(src, dst, ro))
+        created = time.time()
+        spec = ContainerSpec(
+            name=f"gpuconsole-shell-{host}-{os.urandom(3).hex()}",
+            image=image,
+            command=["sleep", "infinity"],
+            env=env,
+            secret_env=secret,
+            labels={K_FORMAT: FORMAT, SHELL_KIND_LABEL: "shell", K_HOST: host,
+                    K_CREATED: f"{created:.3f}"},
+            gpu_device_ids=tuple(map(str, gpu_ids)),
+            shm_size=None if d.ipc else d.shm_size,
+            ipc_mode=d.ipc,
+            binds=tuple(binds),
+            cap_add=tuple(d.cap_add),
+            privileged=d.privileged,
+            working_dir=workdir,
+            user=d.user,
+            init=True,
+        )
+        cid: str | None = None
+        try:
+            cid = await engine.create(spec)
+            await engine.start(cid)
+            argv = ["docker", "-H", f"unix://{t.engine_socket_path()}", "exec", "-i",
+                    *(["-t"] if tty else []), cid, *(command or DEFAULT_SHELL)]
+            return await t.interactive(argv, tty=tty)
+        finally:
+            if cid is not None:
+                await asyncio.shield(self._remove_dev_container(host, cid, spec.name, warn))
+
+    async def _remove_dev_container(self, host: str, cid: str, name: str,
+                                    warn: Callable[[str], None] | None) -> None:
+        """Remove a dev container; once more on a fresh connection if the first try fails."""
+        for attempt in range(2):
+            try:
+                session = self.session
+                if attempt:
+                    await session.connected(host)
+                await session.engine(host).remove(cid)
+                return
+            except (GpuConsoleError, OSError) as e:
+                why = getattr(e, "message", None) or str(e)
+        if warn:
+            warn(f"could not remove dev container {name} on {host}: {why}; "
+                 f"remove it with `docker rm -f {name}` there")

@@ -10,7 +10,8 @@ notebooks and dev containers, each refused with the way to do it on the host.
 from __future__ import annotations
 
 import shlex
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Literal
 
 from console.backends.base import Action, Capabilities
 from console.backends.docker import DockerBackend
@@ -84,3 +85,11 @@ class HostBackend(DockerBackend):
         from console.jobs.copy import copy_node
 
         raise self.refusal("cp", job, copy_node(job, node))
+
+    async def dev_shell(self, host: str, command: list[str], *, tty: bool,
+                        image: str | None = None,
+                        gpus: Literal["all"] | int | list[int] = 0,
+                        workdir: str | None = None,
+                        warn: Callable[[str], None] | None = None) -> int:
+        """Refused: a dev container needs Docker (what to run instead)."""
+        raise self.refusal("shell", host=host)

@@ -10,8 +10,8 @@ with the way to do it on the cluster.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncGenerator, Callable, Coroutine, Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 from console.backends.base import (
     Action,
@@ -192,14 +192,15 @@ class SlurmBackend:
 
     async def follow(self, job: JobRecord, hooks: FollowHooks, *, node: int | None,
                      since_ns: int | None, tail: int | None
-                     ) -> AsyncIterator[list[JobLogLine]]:
+                     ) -> AsyncGenerator[list[JobLogLine], None]:
         """The output files polled until Slurm says the job ended
         (:func:`console.slurm.backend.follow_slurm`, reconciling through
         ``hooks.reconcile``); then every followed node is reported ended."""
         from console.slurm.backend import follow_slurm
 
-        async for batch in follow_slurm(self.session, self.store, job, node=node,
-                                        since_ns=since_ns, tail=tail, refresh=hooks.reconcile):
+        batches = follow_slurm(self.session, self.store, job, node=node, since_ns=since_ns,
+                               tail=tail, refresh=hooks.reconcile)
+        async for batch in batches:
             yield batch
         for n in job.nodes:
             if node is None or n.node_rank == node:
@@ -228,3 +229,11 @@ class SlurmBackend:
     async def copy(self, job: JobRecord, node: int | None, request: CopyRequest) -> CopyResult:
         """Refused: the files are on the cluster's shared filesystem."""
         raise self.refusal("cp", job)
+
+    async def dev_shell(self, host: str, command: list[str], *, tty: bool,
+                        image: str | None = None,
+                        gpus: Literal["all"] | int | list[int] = 0,
+                        workdir: str | None = None,
+                        warn: Callable[[str], None] | None = None) -> int:
+        """Refused: a dev container needs Docker (what to run instead)."""
+        raise self.refusal("shell", host=host)
