@@ -331,9 +331,10 @@ class Service:
         profile's hosts are adopted, unfinished ones refreshed.
 
         Each host of the profile is listed once, concurrently (at most
-        :data:`~console.jobs.status.LIST_CONCURRENCY` at once), and that one listing serves
-        both the adoption and every job with nodes there
-        (:func:`console.jobs.status.reconcile_fleet`). What each host said is kept in
+        :data:`~console.backends.containers.LIST_CONCURRENCY` at once), and that one listing
+        serves both the adoption and every job with nodes there (the profile's backend's
+        ``reconcile``: :func:`console.backends.containers.reconcile_fleet`; a Slurm profile
+        adopts from its login host and asks Slurm per job). What each host said is kept in
         :attr:`host_status`.
 
         Args:
