@@ -4,9 +4,9 @@ One implementation per runtime, each in its own module: :mod:`console.backends.d
 (Docker containers on SSH hosts), :mod:`console.backends.host` (``runtime: host``: torchrun
 in the hosts' own Python, no container), :mod:`console.backends.slurm` (sbatch on a Slurm
 cluster's login host). :func:`console.backends.backend_for` picks one per job from its
-profile (``scheduler``) and spec (``runtime``); that is the only place where the runtime is
-looked at. :class:`console.service.Service` calls the backend and publishes the events; a
-backend does the runtime's I/O and never publishes.
+profile (``scheduler``) and spec (``runtime``); above the backends, that is the only place
+where the runtime is looked at. :class:`console.service.Service` calls the backend and
+publishes the events; a backend does the runtime's I/O and never publishes.
 
 What a runtime cannot do is said by its :class:`Capabilities` and the reason of
 :meth:`JobBackend.refusal`, which the CLI and the app show instead of acting.
