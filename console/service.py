@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import math
 import os
-import shlex
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
@@ -27,6 +25,17 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
+from console.backends import backend_for
+from console.backends.base import (
+    Capabilities,
+    FollowHooks,
+    JobBackend,
+    StopOutcome,
+    Submission,
+    profile_stop_grace,
+    raise_if_unreachable,
+)
+from console.backends.docker import DEFAULT_SHELL, not_running_hint
 from console.errors import ConfigError, JobError, JobNotFound, StateError, UsageError
 from console.events import (
     ArchiveStateChanged,
@@ -36,43 +45,34 @@ from console.events import (
     LogLinesReceived,
     NodeExited,
 )
-from console.jobs.labels import K_KIND, secret_env_of
-from console.jobs.logs import JobLogLine, follow_job_log_batches, read_job_logs
+from console.jobs.logs import JobLogLine, read_job_logs
 from console.jobs.states import NodeState
 from console.jobs.status import (
     ACTIVE_STATES,
     LIST_DEADLINE_S,
-    NEVER_STARTED,
+    STOPPABLE,
     HostListing,
-    adopt_unknown,
     failure_lines,
-    has_started,
     job_summary,
-    reconcile_fleet,
-    refresh,
     shown_state,
-    stop_nodes,
 )
 from console.jobs.store import JobRecord, NodeRecord, Store
 from console.profiles import Profile, load_profile_file, resolve_profile
 from console.session import Session
-from remote import gang
 from remote.errors import GpuConsoleError
 
 if TYPE_CHECKING:  # imported by the methods that use them (CLI start-up: `ps` needs none)
     from console.fleet.monitor import FleetMonitor
     from console.fleet.state import FleetState
     from console.jobs.copy import CopyRequest, CopyResult
-    from console.jobs.launch import Prepared
-    from console.jobs.spec import LoadedSpec
     from console.notebook.attach import NotebookTunnel
-    from console.slurm.backend import SlurmPlan
     from remote.telemetry.schema import Sample
 
 log = logging.getLogger("gpuconsole.service")
 
-STOPPABLE = (*ACTIVE_STATES, NEVER_STARTED)
-"""Node states that ``stop`` acts on: running, starting, or created and never started."""
+__all__ = ["DEFAULT_SHELL", "STOPPABLE", "Capabilities", "Follow", "JobDescription",
+           "NodeDescription", "Service", "StopOutcome", "Submission", "not_running_hint",
+           "profile_of"]
 
 Intake = Literal["loop", "process"]
 """Where :meth:`Service.start_follow` reads a job's log streams."""
@@ -91,69 +91,6 @@ def profile_of(job: JobRecord, fallback: Profile) -> Profile:
         return resolve_profile(job.profile)
     except ConfigError:
         return fallback
-
-
-@dataclass(frozen=True)
-class Submission:
-    """A planned submit: the validated spec and the preflighted plan, not launched yet.
-
-    Attributes:
-        loaded: the spec as loaded (overrides applied, ``${VAR}`` resolved).
-        docker: the plan and its hosts (SSH profiles); the workdir is synced unless it was a
-            dry run.
-        dry_run: planned without any effect on the hosts.
-        slurm: the sbatch plan (Slurm profiles, :mod:`console.slurm`) instead of ``docker``.
-    """
-
-    loaded: LoadedSpec
-    docker: Prepared | None
-    dry_run: bool
-    slurm: SlurmPlan | None = None
-
-    @property
-    def prepared(self) -> Prepared:
-        """The Docker plan.
-
-        Raises:
-            JobError: a Slurm submission (it has :attr:`slurm` instead).
-        """
-        if self.docker is None:
-            raise JobError("a Slurm submission has no Docker plan", "use its `slurm` plan")
-        return self.docker
-
-    def plan_text(self) -> str:
-        """The plan as ``submit --dry-run`` prints it (``docker run`` lines, secrets masked;
-        for a Slurm profile the sbatch script, which holds no environment value)."""
-        if self.slurm is not None:
-            return self.slurm.script.rstrip("\n")
-        from console.jobs.plan import render_plan
-
-        return render_plan(self.prepared.plan)
-
-    def submitted_line(self, job: JobRecord) -> str:
-        """What ``submit`` says once the job is submitted."""
-        if self.slurm is not None:
-            sh = self.slurm.shape
-            return (f"submitted {job.id}: Slurm job {job.nodes[0].container_id} on "
-                    f"{self.slurm.login_host}, {sh.nodes} node(s) x {sh.nproc_per_node} "
-                    f"process(es), runtime {sh.runtime}")
-        plan = self.prepared.plan
-        return (f"submitted {job.id}: {len(plan.nodes)} node(s) x {plan.nproc_per_node} "
-                f"process(es), world size {plan.world_size}, on "
-                f"{', '.join(n.host for n in plan.nodes)}")
-
-
-@dataclass(frozen=True)
-class StopOutcome:
-    """What ``stop`` did.
-
-    Attributes:
-        job: the job after the stop.
-        stopped: nodes that were running and got SIGTERM (empty: nothing was running).
-    """
-
-    job: JobRecord
-    stopped: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -346,13 +283,7 @@ class Service:
         unanswered: list[str] = []
         slurm = self.profile.scheduler == "slurm"
         try:
-            if slurm:
-                from console.slurm.backend import adopt_slurm
-
-                await adopt_slurm(self.session(), self.store)
-            else:
-                await adopt_unknown(self.session(), self.store, list(self.profile.hosts),
-                                    unanswered=unanswered)
+            await self.profile_backend().adopt(unanswered=unanswered)
         except GpuConsoleError as e:
             unanswered.append(e.message)
         if self.store.find(ref):
@@ -366,22 +297,27 @@ class Service:
             "list jobs with `gpuconsole ps --all`; a job of another profile: "
             "`gpuconsole -p PROFILE ...`")
 
-    def _slurm_session(self, job: JobRecord) -> Session | None:
-        """The session of a job's profile when that profile is a Slurm cluster, else None."""
-        session = self.session_for(job)
-        return session if session.profile.scheduler == "slurm" else None
+    def backend_for(self, job: JobRecord, session: Session | None = None) -> JobBackend:
+        """The backend of a job (:func:`console.backends.backend_for`: its profile's
+        scheduler, its runtime), over ``session`` (default: its profile's)."""
+        return backend_for(session or self.session_for(job), self.store, job.runtime)
+
+    def profile_backend(self, host: str | None = None) -> JobBackend:
+        """The backend that plans new jobs on the service's profile (of ``host``'s runtime
+        when given)."""
+        runtime = self.profile.host_runtime(host) if host is not None else "docker"
+        return backend_for(self.session(), self.store, runtime)
+
+    def capabilities(self, job: JobRecord) -> Capabilities:
+        """What the job's runtime offers beyond the lifecycle (``exec``, ``cp``, ...); the
+        faces hide or refuse an action it does not offer, with
+        ``backend_for(job).refusal(action, job)`` as the reason."""
+        return self.backend_for(job).capabilities
 
     async def refresh_job(self, job: JobRecord, *, teardown: bool = True) -> JobRecord:
-        """Reconcile a job with its containers (gang teardown on a failure unless
-        ``teardown=False``), or with Slurm for a Slurm profile's job, and publish
-        :class:`JobChanged`."""
-        if (slurm := self._slurm_session(job)) is not None:
-            from console.slurm.backend import refresh_slurm
-
-            job = await refresh_slurm(slurm, self.store, job)
-            self.bus.publish(JobChanged(job))
-            return job
-        job = await refresh(self.session_for(job), self.store, job, teardown=teardown)
+        """Reconcile a job with its runtime (gang teardown on a failure unless
+        ``teardown=False``) and publish :class:`JobChanged`."""
+        job = await self.backend_for(job).refresh(job, teardown=teardown)
         self.bus.publish(JobChanged(job))
         return job
 
@@ -393,9 +329,10 @@ class Service:
         profile's hosts are adopted, unfinished ones refreshed.
 
         Each host of the profile is listed once, concurrently (at most
-        :data:`~console.jobs.status.LIST_CONCURRENCY` at once), and that one listing serves
-        both the adoption and every job with nodes there
-        (:func:`console.jobs.status.reconcile_fleet`). What each host said is kept in
+        :data:`~console.backends.containers.LIST_CONCURRENCY` at once), and that one listing
+        serves both the adoption and every job with nodes there (the profile's backend's
+        ``reconcile``: :func:`console.backends.containers.reconcile_fleet`; a Slurm profile
+        adopts from its login host and asks Slurm per job). What each host said is kept in
         :attr:`host_status`.
 
         Args:
@@ -431,29 +368,23 @@ class Service:
                      any(n.state in (*STOPPABLE, "unreachable") for n in j.nodes))]
 
         todo = unfinished(await store.call(store.jobs, include_removed=include_removed))
-        listed: dict[str, HostListing] = {}
         session = self.session()
-        if self.profile.scheduler == "slurm":
-            from console.slurm.backend import adopt_slurm
-
-            try:
-                await adopt_slurm(session, store)
-            except GpuConsoleError as e:
-                if warn:
-                    warn(e.message)
-        else:
-            # the jobs of this profile are refreshed from the one listing of its hosts
-            watched = [j for j in todo if self.session_for(j) is session]
-            listed = await reconcile_fleet(session, store, watched, deadline_s=deadline_s)
-            # the jobs just adopted (their containers were inspected by that listing) too
+        # the jobs of this profile are refreshed from the one listing of its hosts
+        watched = [j for j in todo if self.session_for(j) is session]
+        listed = await self.profile_backend().reconcile(watched, deadline_s=deadline_s,
+                                                        warn=warn)
+        if listed:  # the jobs just adopted (that listing inspected their nodes) too
             todo = unfinished(await store.call(store.jobs, include_removed=include_removed))
         self.host_status = listed
         orphans: set[str] = set()
+        backends: dict[str, JobBackend] = {}
         for j in todo:
-            prof = self.session_for(j).profile  # reads the job's profile: once per job here
-            if not (gone := self._hosts_gone(j, prof)):
+            # reads the job's profile: once per job here
+            backend = backends[j.id] = self.backend_for(j)
+            if not (gone := backend.hosts_gone(j)):
                 continue
             orphans.add(j.id)
+            prof = backend.session.profile
             if warn:
                 hosts = ", ".join(repr(h) for h in gone)
                 warn(f"job {j.id}: host {hosts} is no longer in profile {prof.name!r}, so its "
@@ -461,7 +392,8 @@ class Service:
                      f"{j.id}` to forget the job")
         todo = [j for j in todo if j.id not in orphans]
         results = await asyncio.gather(
-            *(self._refresh_listed(j, listed if self.session_for(j) is session else None)
+            *(self._refresh_listed(backends[j.id], j,
+                                   listed if backends[j.id].session is session else None)
               for j in todo), return_exceptions=True)
         seen: set[str] = set()
         for h in listed.values():
@@ -480,21 +412,11 @@ class Service:
                     warn(why)
         return await store.call(store.jobs, include_removed=include_removed)
 
-    def _hosts_gone(self, job: JobRecord, prof: Profile | None = None) -> list[str]:
-        """The hosts of a job's nodes that its profile (``prof``, else read) no longer names
-        (none for a Slurm profile's job: its nodes are Slurm's)."""
-        prof = prof or self.session_for(job).profile
-        if prof.scheduler == "slurm":
-            return []
-        return sorted({n.host for n in job.nodes} - set(prof.hosts))
-
-    async def _refresh_listed(self, job: JobRecord,
+    async def _refresh_listed(self, backend: JobBackend, job: JobRecord,
                               listed: dict[str, HostListing] | None) -> JobRecord:
-        """:meth:`refresh_job` reading the job's containers from a fleet listing (none: its
-        profile is another, or a Slurm cluster: asked as :meth:`refresh_job` does)."""
-        if listed is None or self._slurm_session(job) is not None:
-            return await self.refresh_job(job)
-        job = await refresh(self.session_for(job), self.store, job, listed=listed)
+        """:meth:`refresh_job` reading the job's nodes from a listing of the profile's hosts
+        (none: its profile is another, asked as :meth:`refresh_job` does)."""
+        job = await backend.refresh(job, listed=listed)
         self.bus.publish(JobChanged(job))
         return job
 
@@ -508,9 +430,9 @@ class Service:
         Raises:
             ConfigError: the spec file is missing or invalid (file, line, field).
             PlanError, JobNameInUse, TransportError, ImageNotFound: see
-                :func:`console.jobs.launch.prepare`.
+                :func:`console.jobs.launch.prepare` (Slurm:
+                :func:`console.slurm.backend.plan_slurm`).
         """
-        from console.jobs.launch import prepare
         from console.jobs.spec import load_spec
         from console.yamlsrc import source_problem
 
@@ -518,17 +440,7 @@ class Service:
         if problem is not None:
             raise problem
         loaded = await asyncio.to_thread(load_spec, spec_path, overrides)
-        if self.profile.scheduler == "slurm":
-            from console.slurm.backend import plan_slurm
-
-            splan = await plan_slurm(self.session(), loaded, dry_run=dry_run)
-            return Submission(loaded, None, dry_run, slurm=splan)
-        if loaded.spec.time_limit is not None:
-            raise ConfigError("time_limit applies to Slurm profiles (`scheduler: slurm`)",
-                              "remove it, or submit with a Slurm profile",
-                              **loaded.blame("time_limit"))
-        prepared = await prepare(self.session(), loaded, dry_run=dry_run, force=force)
-        return Submission(loaded, prepared, dry_run)
+        return await self.profile_backend().plan(loaded, dry_run=dry_run, force=force)
 
     async def submit(self, submission: Submission) -> JobRecord:
         """Launch a planned submission (all nodes or none) and publish :class:`JobChanged`.
@@ -539,30 +451,12 @@ class Service:
         """
         if submission.dry_run:
             raise JobError("a dry-run plan cannot be launched", "plan it again without dry_run")
-        if submission.slurm is not None:
-            from console.slurm.backend import submit_slurm
-
-            record = await submit_slurm(self.session(), self.store, submission.loaded,
-                                        submission.slurm)
-            self.bus.publish(JobChanged(record))
-            return record
-        from console.jobs.launch import launch
-
-        job_id = await launch(self.session(), self.store, submission.loaded, submission.prepared)
-        job = await self.store.call(self.store.get, job_id)
-        assert job is not None
+        if submission.backend is None:
+            raise JobError("this submission was not planned by a backend",
+                           "plan it with `Service.plan`")
+        job = await submission.backend.submit(submission)
         self.bus.publish(JobChanged(job))
         return job
-
-    @staticmethod
-    def _raise_if_unreachable(job: JobRecord) -> None:
-        if job.unreachable:
-            down = job.unreachable
-            raise JobError(
-                f"job {job.id}: cannot reach {', '.join(sorted(down))}: "
-                f"{next(iter(down.values()))}",
-                "the job may still be running there; retry when the host is reachable",
-            )
 
     def stop_preview(self, job: JobRecord, grace: float | None = None) -> list[str]:
         """What :meth:`stop` will run, one line per node: ``host: docker stop -t G NAME``
@@ -573,30 +467,13 @@ class Service:
             g = str(math.ceil(self.stop_grace(job, grace)))
         except (UsageError, ConfigError):
             g = "?"
-        if (slurm := self._slurm_session(job)) is not None and job.nodes:
-            login = slurm.profile.slurm.login_host if slurm.profile.slurm else "?"
-            sid = job.nodes[0].container_id
-            return [f"{login}: scancel --signal=TERM {sid}; scancel {sid} after {g} s"]
-        return [f"{n.host}: docker rm {n.container_name}  (never started)"
-                if n.state == NEVER_STARTED else
-                f"{n.host}: docker stop --time {g} {n.container_name}"
-                for n in job.nodes if n.state in STOPPABLE]
+        return self.backend_for(job).stop_preview(job, g)
 
     def remove_preview(self, job: JobRecord) -> list[str]:
         """What :meth:`remove` removes, one line per node (``host: docker rm NAME``, a host
         runtime node's folder, a Slurm job's folder), then what it keeps: the archived log
         lines. Nothing is asked of the hosts."""
-        from remote.runtimes import is_docker_id
-
-        if (slurm := self._slurm_session(job)) is not None:
-            login = slurm.profile.slurm.login_host if slurm.profile.slurm else "?"
-            lines = [f"{login}: the job's folder (its output is archived first)"]
-        else:
-            lines = [f"{n.host}: rm -r ~/.cache/gpuconsole/jobs/{job.id}/{n.container_name}"
-                     if n.container_id and not is_docker_id(n.container_id) else
-                     f"{n.host}: docker rm {n.container_name}"
-                     for n in job.nodes if n.container_id]
-            lines.append("and each host's synced workdir of the job, unless a container uses it")
+        lines = self.backend_for(job).remove_preview(job)
         lines.append(f"Every log line is archived first: `gpuconsole logs {job.id}` still "
                      "shows them.")
         return lines
@@ -616,15 +493,7 @@ class Service:
                     "give the seconds between SIGTERM and SIGKILL, e.g. `--grace 30`",
                 )
             return grace
-        profile = self.session_for(job).profile
-        value = profile.defaults.stop_grace
-        if not math.isfinite(value) or value < 0:
-            raise ConfigError(
-                f"must be a finite number of seconds >= 0, not {value:g}",
-                "set `stop_grace: 30` under `defaults:` (or pass `--grace SECONDS`)",
-                path=profile.source or profile.name, field="defaults.stop_grace",
-            )
-        return value
+        return profile_stop_grace(self.session_for(job).profile)
 
     async def stop(self, job: JobRecord, grace: float | None = None) -> StopOutcome:
         """SIGTERM every running node's container, SIGKILL after ``grace`` s (default: the
@@ -642,148 +511,39 @@ class Service:
                 them.
         """
         seconds = self.stop_grace(job, grace)
-        if (slurm := self._slurm_session(job)) is not None:
-            from console.slurm.backend import stop_slurm
-
-            acted = await stop_slurm(slurm, self.store, job, seconds)
-            job = await self.refresh_job(job)
-            return StopOutcome(job, tuple(n.node_rank for n in job.nodes) if acted else ())
-        session = self.session_for(job)
-        job = await refresh(session, self.store, job, teardown=False)
-        down = dict(job.unreachable)
-        running = [n for n in job.nodes if n.state in STOPPABLE and n.host not in down]
-        if running:
-            now = time.time()
-            await self.store.call(self.store.update_job, job.id, stop_requested_at=now)
-            job.stop_requested_at = now
-            await stop_nodes(session, self.store, job, running, grace=seconds)
-            job = await self.refresh_job(job, teardown=False)
-        if down:
-            done = (f"stopped node{'s' if len(running) > 1 else ''} "
-                    f"{', '.join(str(n.node_rank) for n in running)}; " if running else "")
-            raise JobError(
-                f"job {job.id}: {done}cannot reach {', '.join(sorted(down))}: "
-                f"{next(iter(down.values()))}",
-                f"its nodes there may still be running; run `gpuconsole stop {job.id}` again "
-                "when the host answers")
-        return StopOutcome(job, tuple(n.node_rank for n in running))
+        try:
+            out = await self.backend_for(job).stop(job, seconds)
+        except JobError:
+            self.bus.publish(JobChanged(job))  # the nodes it could stop (refreshed in place)
+            raise
+        self.bus.publish(JobChanged(out.job))
+        return out
 
     async def remove(self, job: JobRecord, *, force: bool = False) -> JobRecord:
-        """Remove a job's containers after archiving every line (``logs`` still works).
+        """Remove what a job left on its runtime (containers, folders) after archiving every
+        line (``logs`` still works), stopping it first with ``force``; a job whose profile no
+        no longer names its hosts is only forgotten (see
+        :meth:`console.backends.docker.DockerBackend.remove`).
 
         Raises:
             JobError: the job is running and ``force`` is not set, or a host is unreachable.
         """
-        if self._slurm_session(job) is not None:
-            return await self._remove_slurm(job, force=force)
-        session = self.session_for(job)
-        if job.removed_at is None and (gone := self._hosts_gone(job)):
-            return await self._forget(job, gone, force=force)
-        if job.removed_at is None:
-            job = await refresh(session, self.store, job)
-            self._raise_if_unreachable(job)
-        running = [n for n in job.nodes if n.state in ACTIVE_STATES]
-        if running and not force:
-            what = "running" if any(n.state == "running" for n in running) else "starting"
-            raise JobError(f"job {job.id} is {what}",
-                           f"stop it first, or `rm --force {job.id}`")
-        if running:
-            grace = self.stop_grace(job, None)
-            now = time.time()
-            await self.store.call(self.store.update_job, job.id, stop_requested_at=now)
-            job.stop_requested_at = now
-            await stop_nodes(session, self.store, job, running, grace=grace)
-            # record how it ended (stopped) before the record is marked removed
-            job = await refresh(session, self.store, job, teardown=False)
-        await read_job_logs(session, self.store, job)  # archive every line first
-        # containers, then the synced workdirs no container uses (console/jobs/leftovers.py)
-        from console.jobs import leftovers
-
-        await leftovers.remove_containers(session, job)
-        removed_at = time.time()
-        await self.store.call(self.store.update_job, job.id, removed_at=removed_at)
-        job.removed_at = removed_at
-        self.bus.publish(JobChanged(job))
-        return job
-
-    async def _forget(self, job: JobRecord, gone: list[str], *, force: bool) -> JobRecord:
-        """:meth:`remove` for a job whose profile no longer names some of its hosts: nothing
-        there can be stopped or removed. With ``force`` and none of its hosts left in the
-        profile, the job is marked removed here (its archived lines stay readable); with a
-        host still in the profile it is refused, since ``ps`` would adopt the job again from
-        the containers there.
-
-        Raises:
-            JobError: ``force`` is not set, or some of its hosts are still in the profile.
-        """
-        prof = self.session_for(job).profile
-        hosts = ", ".join(repr(h) for h in gone)
-        kept = sorted({n.host for n in job.nodes} - set(gone))
-        if not force or kept:
-            raise JobError(
-                f"job {job.id} ran on host {hosts}, which is no longer in profile "
-                f"{prof.name!r}: its containers there cannot be stopped or removed",
-                f"add the host back to the profile and rm again, or `rm --force {job.id}` "
-                "to forget the job (its containers on that host are left as they are)"
-                if not kept else
-                "add the host back to the profile and rm again (the job also has nodes on "
-                f"{', '.join(kept)})",
-            )
-        removed_at = time.time()
-        await self.store.call(self.store.update_job, job.id, removed_at=removed_at)
-        job.removed_at = removed_at
-        self.bus.publish(JobChanged(job))
-        return job
-
-    async def _remove_slurm(self, job: JobRecord, *, force: bool) -> JobRecord:
-        """:meth:`remove` for a Slurm job: scancel it (``force``), archive its output and
-        remove its folder on the login host (:func:`console.slurm.backend.remove_slurm`)."""
-        from console.slurm.backend import remove_slurm
-
-        slurm = self.session_for(job)
-        if job.removed_at is None:
-            job = await self.refresh_job(job)
-            self._raise_if_unreachable(job)
-            if job.state in ACTIVE_STATES:
-                if not force:
-                    raise JobError(f"job {job.id} is {job.state}",
-                                   f"stop it first, or `rm --force {job.id}`")
-                job = (await self.stop(job)).job
-            await remove_slurm(slurm, self.store, job)
-        removed_at = time.time()
-        await self.store.call(self.store.update_job, job.id, removed_at=removed_at)
-        job.removed_at = removed_at
+        job = await self.backend_for(job).remove(job, force=force)
         self.bus.publish(JobChanged(job))
         return job
 
     async def describe(self, job: JobRecord) -> JobDescription:
         """The job's spec, hosts, containers and each node's ``docker run`` and torchrun
         lines (read back from the containers; secret values masked)."""
-        session = self.session_for(job)
         from console.jobs.plan import TOKEN_ENV
 
+        backend = self.backend_for(job)
         # a notebook's token is as secret as the spec's ${VAR} values
         secret = {k for k, v in (job.spec.get("env") or {}).items() if v == "${secret}"}
         secret.add(TOKEN_ENV)
         nodes = []
-        slurm = self._slurm_session(job) is not None
         for n in job.nodes:
-            docker_run = torchrun = None
-            if n.container_id and job.removed_at is None and not slurm:
-                try:
-                    spec = await session.engine(n.host).container_spec(n.container_id, secret)
-                except GpuConsoleError as e:
-                    log.debug("describe %s n%d: %s", job.id, n.node_rank, e)
-                    spec = None
-                if spec is not None:
-                    from console.jobs.plan import run_line
-
-                    # what the host says is secret, whatever its source (the spec, the
-                    # profile's defaults.env), also when this state dir has no record of it
-                    spec = dataclasses.replace(
-                        spec, secret_env=spec.secret_env | secret_env_of(spec.labels, spec.env))
-                    docker_run = run_line(spec)
-                    torchrun = shlex.join(gang.unwrap(spec.command))
+            docker_run, torchrun = await backend.describe_node(job, n, secret)
             nodes.append(NodeDescription(n.node_rank, n.host, n.container_name, n.container_id,
                                          n.state, n.exit_code, docker_run, torchrun))
         import yaml  # PyYAML: only `describe` writes YAML
@@ -794,45 +554,19 @@ class Service:
     # -- exec -------------------------------------------------------------------------------
 
     #: The shell ``exec`` starts when no command is given: bash when the image has it.
-    DEFAULT_SHELL = ("sh", "-c", "command -v bash >/dev/null 2>&1 && exec bash || exec sh")
+    DEFAULT_SHELL = DEFAULT_SHELL
 
     def exec_target(self, job: JobRecord, node: int | None) -> NodeRecord:
         """The node ``exec`` runs in: ``node``, else node 0.
 
         Raises:
             UsageError: no such node.
-            JobError: its container is not running.
+            JobError: it is not running, or its runtime has no container to run a command in
+                (the way to get a shell there instead).
         """
         self.check_node(job, node)
         n = next(n for n in job.nodes if n.node_rank == (node or 0))
-        if self._slurm_session(job) is not None:
-            from console.slurm.backend import PENDING_HOST
-
-            # a Slurm job's node record keeps the Slurm job id where a container id would be
-            sid = n.container_id or "<slurm id>"
-            on = f" -w {n.host}" if n.host and n.host != PENDING_HOST else ""
-            raise JobError(f"job {job.id} runs under Slurm, not in a container",
-                           f"on the login host: `srun --overlap --jobid {sid}{on} --pty bash`")
-        if not n.container_id or not has_started(n) or job.removed_at is not None:
-            raise JobError(f"job {job.id}: node {n.node_rank} is not running ({n.state})",
-                           not_running_hint(job))
-        if job.runtime == "host":
-            argv = self.session_for(job).transport(n.host).ssh_argv()
-            login = f"`{shlex.join(argv)}`" if argv else "it runs on this machine"
-            raise JobError(f"job {job.id} runs in {n.host}'s own Python (runtime: host), not "
-                           "in a container", f"log in to the host: {login}; `gpuconsole "
-                           f"describe {job.id}` shows its folder and command")
-        return n
-
-    def exec_argv(self, job: JobRecord, node: NodeRecord, command: list[str], *,
-                  tty: bool) -> list[str]:
-        """The ``docker exec`` argv run on the node's host (no shell string is built from
-        ``command``: the transport quotes each word)."""
-        t = self.session_for(job).transport(node.host)
-        assert node.container_id is not None
-        return ["docker", "-H", f"unix://{t.engine_socket_path()}", "exec", "-i",
-                *(["-t"] if tty else []), node.container_id,
-                *(command or self.DEFAULT_SHELL)]
+        return self.backend_for(job).exec_target(job, n)
 
     async def exec(self, job: JobRecord, node: int | None, command: list[str], *,
                    tty: bool) -> int:
@@ -858,25 +592,15 @@ class Service:
             JobError: the node is not running.
             TransportError: the host cannot be reached.
         """
-        if self._slurm_session(job) is not None:  # before asking hosts it has no entry for
+        backend = self.backend_for(job)
+        if not backend.capabilities.exec:  # refused without asking the runtime
             self.exec_target(job, node)
-        job = await refresh(self.session_for(job), self.store, job, teardown=False)
-        self._raise_if_unreachable(job)
+        job = await backend.refresh(job, teardown=False)
+        raise_if_unreachable(job)
         n = self.exec_target(job, node)
-        t = await self.session_for(job).connected(n.host)
-        argv = self.exec_argv(job, n, command, tty=tty)
-
-        async def attach() -> int:
-            return await t.interactive(argv, tty=tty)
-
-        return attach
+        return await backend.attach_exec(job, n, command, tty=tty)
 
     # -- shell (dev container) ----------------------------------------------------------------
-
-    #: The label that tells a dev container of ``shell --host`` (value ``shell``) from a job's
-    #: (it has no job labels, so ``ps``, adoption and the fleet's job mapping never take it for
-    #: a job).
-    SHELL_KIND_LABEL = K_KIND
 
     async def shell_on_host(self, host: str, command: list[str], *, tty: bool,
                             image: str | None = None,
@@ -904,108 +628,16 @@ class Service:
             PlanError: no image, or the GPUs do not fit / are busy.
             TransportError, ImageNotFound: the host or image cannot be reached.
         """
-        from console.errors import PlanError
-        from console.fields import parse_mount
-        from console.jobs import leftovers
-        from console.jobs.labels import FORMAT, K_CREATED, K_FORMAT, K_HOST
-        from console.jobs.launch import gpu_facts
-        from console.jobs.plan import HostFacts, pick_gpus
-        from console.jobs.spec import JobSpec, LoadedSpec, resolve_env
-        from remote.docker import Bind, ContainerSpec
-
         prof = self.profile
-        if prof.scheduler == "slurm":
-            raise UsageError(f"profile {prof.name} is a Slurm cluster: dev containers need a "
-                             "Docker host", "on the cluster: `srun --pty bash` from the login "
-                             "host; or use a profile of SSH hosts")
+        if not (backend := self.profile_backend()).capabilities.shell:
+            raise backend.refusal("shell")
         if host not in prof.hosts:
             raise UsageError(f"unknown host {host!r}",
                              f"hosts of profile {prof.name}: {', '.join(prof.hosts)}")
-        if prof.host_runtime(host) == "host":
-            raise UsageError(f"host {host} runs jobs without Docker (its profile says "
-                             "`runtime: host`): a dev container needs Docker",
-                             f"`ssh {prof.hosts[host].hostname or host}` for a shell there, or "
-                             "--host a host with Docker")
-        d = prof.defaults
-        image = image or d.image
-        if not image:
-            raise PlanError("no image: the profile has no `defaults.image`",
-                            "pass `--image IMAGE`")
-        env, secret = resolve_env(d.env, prof.source, prof.lines, ("defaults", "env"))
-        session = self.session()
-        t = await session.connected(host)
-        engine = session.engine(host)
-        try:  # dev containers whose shell ended without removing them
-            await leftovers.sweep_dev_containers(session, host)
-        except GpuConsoleError as e:
-            log.warning("host %s: dev containers not swept: %s", host, e.message)
-        await engine.ensure_image(image, d.pull)
-        home = await t.home()
-        gpu_ids: tuple[int, ...] = ()
-        if gpus != 0:
-            g = await gpu_facts(session, host)
-            facts = HostFacts(host, t.address(), g.count, home, holders=g.holders, lost=g.lost)
-            loaded = LoadedSpec(JobSpec(name="shell", script="-", gpus_per_node=gpus),
-                                source="", base_dir=Path("."), flags=frozenset({"gpus_per_node"}),
-                                flag_names={"gpus_per_node": "--gpus"})
-            try:
-                gpu_ids = pick_gpus(loaded, facts)
-            except PlanError as e:
-                hint = e.hint
-                if not g.count:
-                    hint = "leave out --gpus (a dev container without GPUs), or use a GPU host"
-                raise PlanError(e.message.replace("the job asks", "--gpus asks"), hint) from e
-        binds = []
-        for m in d.mounts:
-            src, dst, ro = parse_mount(m)
-            if src == "~" or src.startswith("~/"):
-                src = home.rstrip("/") + src[1:]
-            binds.append(Bind(src, dst, ro))
-        created = time.time()
-        spec = ContainerSpec(
-            name=f"gpuconsole-shell-{host}-{os.urandom(3).hex()}",
-            image=image,
-            command=["sleep", "infinity"],
-            env=env,
-            secret_env=secret,
-            labels={K_FORMAT: FORMAT, self.SHELL_KIND_LABEL: "shell", K_HOST: host,
-                    K_CREATED: f"{created:.3f}"},
-            gpu_device_ids=tuple(map(str, gpu_ids)),
-            shm_size=None if d.ipc else d.shm_size,
-            ipc_mode=d.ipc,
-            binds=tuple(binds),
-            cap_add=tuple(d.cap_add),
-            privileged=d.privileged,
-            working_dir=workdir,
-            user=d.user,
-            init=True,
-        )
-        cid: str | None = None
-        try:
-            cid = await engine.create(spec)
-            await engine.start(cid)
-            argv = ["docker", "-H", f"unix://{t.engine_socket_path()}", "exec", "-i",
-                    *(["-t"] if tty else []), cid, *(command or self.DEFAULT_SHELL)]
-            return await t.interactive(argv, tty=tty)
-        finally:
-            if cid is not None:
-                await asyncio.shield(self._remove_dev_container(host, cid, spec.name, warn))
-
-    async def _remove_dev_container(self, host: str, cid: str, name: str,
-                                    warn: Callable[[str], None] | None) -> None:
-        """Remove a dev container; once more on a fresh connection if the first try fails."""
-        for attempt in range(2):
-            try:
-                session = self.session()
-                if attempt:
-                    await session.connected(host)
-                await session.engine(host).remove(cid)
-                return
-            except (GpuConsoleError, OSError) as e:
-                why = getattr(e, "message", None) or str(e)
-        if warn:
-            warn(f"could not remove dev container {name} on {host}: {why}; "
-                 f"remove it with `docker rm -f {name}` there")
+        if not (backend := self.profile_backend(host)).capabilities.shell:
+            raise backend.refusal("shell", host=host)
+        return await backend.dev_shell(host, command, tty=tty, image=image, gpus=gpus,
+                                       workdir=workdir, warn=warn)
 
     # -- notebooks ----------------------------------------------------------------------------
 
@@ -1034,15 +666,12 @@ class Service:
             UsageError: ``host`` is not in the profile.
             PlanError, JobNameInUse, TransportError, ImageNotFound: see :meth:`plan`.
         """
-        from console.jobs.launch import gpu_facts, prepare
+        from console.jobs.launch import gpu_facts
         from console.jobs.spec import NOTEBOOK_FLAGS, validate_spec
         from console.yamlsrc import load_yaml
 
-        if self.profile.scheduler == "slurm":
-            from console.errors import PlanError
-
-            raise PlanError(f"profile {self.profile.name} is a Slurm cluster; notebooks run on "
-                            "SSH profiles", "pass `--profile` with a profile of SSH hosts")
+        if not (backend := self.profile_backend()).capabilities.notebook:
+            raise backend.refusal("notebook")
         if host is not None and host not in self.profile.hosts:
             raise UsageError(f"--host {host!r}: not a host of profile {self.profile.name}",
                              f"hosts: {', '.join(self.profile.hosts)}")
@@ -1080,8 +709,7 @@ class Service:
                 if target in self.profile.hosts else None
             data["gpus_per_node"] = 1 if count else 0
         loaded = validate_spec(data, source, base, lines, flags, NOTEBOOK_FLAGS)
-        prepared = await prepare(self.session(), loaded, dry_run=dry_run, force=force)
-        return Submission(loaded, prepared, dry_run)
+        return await backend.plan(loaded, dry_run=dry_run, force=force)
 
     async def find_notebook(self, ref: str) -> JobRecord:
         """The notebook job ``ref`` names (id, id prefix or name), reconciled with its host;
@@ -1109,11 +737,12 @@ class Service:
         """
         from console.notebook.attach import READY_TIMEOUT_S, find_server, open_notebook
 
-        session = self.session_for(job)
+        backend = self.backend_for(job)
+        session = backend.session
         server = await find_server(session, job)
 
         async def alive() -> str | None:
-            fresh = await refresh(session, self.store, job, teardown=False)
+            fresh = await backend.refresh(job, teardown=False)
             if fresh.state in ("running", "pending"):
                 return None
             self.bus.publish(JobChanged(fresh))
@@ -1129,12 +758,7 @@ class Service:
         """``cp``: copy between this machine and one node's container of ``job`` over the
         job's SSH connection (see :func:`console.jobs.copy.copy_job_files` for the rules and
         the errors raised)."""
-        from console.jobs.copy import copy_job_files
-
-        if self._slurm_session(job) is not None:
-            raise JobError(f"job {job.id} runs under Slurm: its files are on the cluster's "
-                           "shared filesystem", "copy them from the login host with `scp`")
-        return await copy_job_files(self.session_for(job), job, node, request)
+        return await self.backend_for(job).copy(job, node, request)
 
     async def read_logs(self, job: JobRecord, *, node: int | None = None,
                         since_ns: int | None = None, tail: int | None = None,
@@ -1149,13 +773,8 @@ class Service:
         if archive_only:
             return await read_job_logs(self.session_for(job), self.store, job, node=node,
                                        since_ns=since_ns, tail=tail, archive_only=True)
-        if (slurm := self._slurm_session(job)) is not None:
-            from console.slurm.backend import read_slurm_logs
-
-            return await read_slurm_logs(slurm, self.store, job, node=node, since_ns=since_ns,
-                                         tail=tail)
-        return await read_job_logs(self.session_for(job), self.store, job, node=node,
-                                   since_ns=since_ns, tail=tail)
+        return await self.backend_for(job).read_logs(job, node=node, since_ns=since_ns,
+                                                     tail=tail)
 
     @staticmethod
     def check_node(job: JobRecord, node: int | None) -> None:
@@ -1197,9 +816,12 @@ class Service:
         """:meth:`follow_batches` over ``session``."""
         refreshing: set[asyncio.Task[JobRecord]] = set()
 
-        def on_exit(n: NodeRecord) -> None:
+        def on_ended(n: NodeRecord) -> None:
             self.bus.publish(NodeExited(job.id, n.node_rank, n.host))
             self.bus.publish(FollowStateChanged(job.id, n.node_rank, "ended"))
+
+        def on_exit(n: NodeRecord) -> None:
+            on_ended(n)
             t = asyncio.create_task(self.refresh_job(job))
             refreshing.add(t)
             t.add_done_callback(refreshing.discard)
@@ -1212,25 +834,17 @@ class Service:
                                                  error.message if error else None,
                                                  error.hint if error else None))
 
-        if session.profile.scheduler == "slurm":
-            from console.slurm.backend import follow_slurm
+        async def reconcile(j: JobRecord) -> JobRecord:
+            return await self.refresh_job(j)
 
-            async for batch in follow_slurm(session, self.store, job, node=node,
-                                            since_ns=since_ns, tail=tail,
-                                            refresh=self.refresh_job):
-                yield batch
-            for n in job.nodes:
-                if node is None or n.node_rank == node:
-                    self.bus.publish(NodeExited(job.id, n.node_rank, n.host))
-                    self.bus.publish(FollowStateChanged(job.id, n.node_rank, "ended"))
-            return
+        hooks = FollowHooks(on_exit=on_exit, on_ended=on_ended, on_state=on_state,
+                            on_archive=on_archive, reconcile=reconcile)
+        batches = self.backend_for(job, session).follow(job, hooks, node=node,
+                                                        since_ns=since_ns, tail=tail)
         try:
-            async for batch in follow_job_log_batches(session, self.store, job, node=node,
-                                                      since_ns=since_ns, tail=tail,
-                                                      on_node_exit=on_exit,
-                                                      on_state=on_state,
-                                                      on_archive=on_archive):
-                yield batch
+            async with contextlib.aclosing(batches):  # the backend's reads end with this
+                async for batch in batches:
+                    yield batch
         finally:
             if refreshing:
                 await asyncio.gather(*refreshing, return_exceptions=True)
@@ -1284,8 +898,8 @@ class Service:
                 publish()
 
         coro: Coroutine[Any, Any, JobRecord | None]
-        if where == "process" and self._slurm_session(job) is not None:
-            where = "loop"  # a Slurm job's follow polls files over SSH: no intake process
+        if where == "process" and not self.capabilities(job).intake_process:
+            where = "loop"  # e.g. a Slurm job's follow polls files over SSH
         if where == "process":
             coro = self._follow_in_process(job, tail=tail, batch_s=batch_s)
         else:
@@ -1459,11 +1073,3 @@ class Service:
             await asyncio.gather(self._replay, return_exceptions=True)
             self._replay = None
 
-
-def not_running_hint(job: JobRecord) -> str:
-    """What to do instead of a shell in a job that no longer runs: its output and files."""
-    if job.removed_at is not None:
-        return (f"its containers were removed: `gpuconsole logs {job.id}` reads its archived "
-                "output")
-    return (f"a shell needs a running container: `gpuconsole logs {job.id}` shows its output, "
-            f"`gpuconsole cp {job.id}:PATH .` copies files out of its exited container")

@@ -20,7 +20,7 @@ from remote.docker import ContainerInfo, ContainerSpec, Engine, LogLine
 from remote.hostengine import HostEngine
 from remote.transport import Transport
 
-__all__ = ["RUNTIMES", "RuntimeEngine", "is_docker_id"]
+__all__ = ["RUNTIMES", "RuntimeEngine", "host_runtime_nodes", "is_docker_id"]
 
 #: The runtimes a node can have.
 RUNTIMES = ("docker", "host")
@@ -112,3 +112,15 @@ class RuntimeEngine(Engine):
         async for batch in super().log_batches(container_id, since_ns=since_ns, tail=tail,
                                                follow=follow):
             yield batch
+
+
+async def host_runtime_nodes(engine: RuntimeEngine,
+                             labels: Mapping[str, str | None]) -> builtins.list[ContainerInfo]:
+    """On a host whose default runtime is Docker: the host runtime's nodes too, when it has
+    any (one remote command that stops at once without a jobs folder:
+    :meth:`remote.hostengine.HostEngine.list_if_any`; host nodes are always complete, so
+    they need no ``detail``); empty on a host whose default is the host runtime (its
+    :meth:`RuntimeEngine.list` already asks it)."""
+    if engine.runtime != "docker":
+        return []
+    return await engine.hostrt.list_if_any(labels)

@@ -1,6 +1,6 @@
 """What a diagnosis says: :class:`Diagnosis` (one root cause) and its :class:`Consequence`s.
 
-Shared by every face: ``gpuconsole diagnose``, ``ps``/``describe`` (console/jobs/status.py),
+Shared by every face: ``gpuconsole diagnose``, ``ps``/``describe`` (console/backends/containers.py),
 the TUI's jobs view and the job-failed alert.
 """
 

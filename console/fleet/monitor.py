@@ -42,6 +42,7 @@ from console.jobs.labels import K_JOB_ID, NodeLabels
 from console.session import Session
 from remote.backoff import Backoff
 from remote.errors import GpuConsoleError
+from remote.runtimes import host_runtime_nodes
 from remote.telemetry.schema import Sample, read_sample
 from remote.telemetry.stream import AGENT_EXIT_NO_NVML, AgentExited, host_samples
 
@@ -101,14 +102,12 @@ async def container_jobs(session: Session, hosts: list[str]) -> dict[str, Contai
     """Container id -> job for every gpuconsole container on the reachable hosts (labels),
     and every ``runtime: host`` node by its name (the agent reports that name as the
     process's container id)."""
-    from console.jobs.status import host_runtime_nodes
-
     mapping: dict[str, ContainerJob] = {}
 
     async def one(host: str) -> None:
         try:
             infos = await session.engine(host).list({K_JOB_ID: None})
-            infos += await host_runtime_nodes(session, host, {K_JOB_ID: None})
+            infos += await host_runtime_nodes(session.engine(host), {K_JOB_ID: None})
         except GpuConsoleError:
             return
         for info in infos:

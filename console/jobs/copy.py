@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import posixpath
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -165,16 +164,6 @@ async def copy_job_files(session: Session, job: JobRecord, node: int | None,
     """
     n = copy_node(job, node)
     assert n.container_id is not None
-    if job.runtime == "host":
-        argv = session.transport(n.host).ssh_argv()
-        if argv is None:
-            how = "they are on this machine: copy them with `cp`"
-        else:  # scp takes ssh's options, but -P for the port and HOST:PATH
-            opts = ["-P" if a == "-p" else a for a in argv[1:-1]]
-            how = f"copy with `{shlex.join(['scp', *opts, argv[-1] + ':PATH', '.'])}`"
-        raise JobError(f"job {job.id} runs in {n.host}'s own Python (runtime: host): its "
-                       "files are on the host", f"{how}; `gpuconsole describe {job.id}` "
-                       "shows its folder")
     await session.connected(n.host)
     engine = session.engine(n.host)
     info = await engine.inspect(n.container_id)

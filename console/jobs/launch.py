@@ -543,7 +543,7 @@ async def _create_and_start(session: Session, store: Store, loaded: LoadedSpec,
         raise explained from e
     for n in record.nodes:
         n.container_id = created[n.node_rank]
-        n.state = "pending"  # started; `running` from its first log line (status.refresh)
+        n.state = "pending"  # started; `running` from its first log line (containers.refresh)
     await store.call(store.update_nodes, record.nodes)
     await store.call(store.update_job, plan.job_id, state="pending", launcher=None)
     return plan.job_id

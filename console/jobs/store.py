@@ -1,7 +1,7 @@
 """Local state: job records in SQLite and archived logs, under the user state dir.
 
 The store is a cache plus history; the containers' labels on the hosts are the truth, and
-``ps`` reconciles the two (see :mod:`console.jobs.status`). Layout of the state dir
+``ps`` reconciles the two (see :mod:`console.backends.containers`). Layout of the state dir
 (``$GPUCONSOLE_STATE_DIR`` or platformdirs' user state dir)::
 
     jobs.sqlite3                  job and node records

@@ -36,6 +36,7 @@ from console.jobs.spec import LoadedSpec
 from console.jobs.store import FailureRecord, JobRecord, NodeRecord, Store
 from console.profiles import Profile
 from console.session import Session
+from console.slurm.fields import PENDING_HOST
 from console.slurm.script import (
     BATCH_OUT,
     ENV_FILE,
@@ -65,8 +66,6 @@ from remote.transport import WORKDIR_CACHE, CommandResult, Transport, workdir_di
 
 log = logging.getLogger("gpuconsole.slurm")
 
-#: Node host name shown until Slurm allocated the nodes.
-PENDING_HOST = "(pending)"
 #: Most bytes of one output file read per poll (base64 on the wire: a third more).
 READ_MAX = 4 << 20
 #: Seconds between polls of the output files while following.

@@ -8,6 +8,9 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BeforeValidator
 
+#: Node host name shown until Slurm allocated the nodes.
+PENDING_HOST = "(pending)"
+
 #: sbatch ``--time`` formats (``man sbatch``): ``minutes``, ``minutes:seconds``,
 #: ``hours:minutes:seconds``, ``days-hours``, ``days-hours:minutes``,
 #: ``days-hours:minutes:seconds``; ``UNLIMITED``/``INFINITE`` are the partition's maximum.

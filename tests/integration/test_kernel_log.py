@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from console.jobs.status import explain_failure
+from console.backends.containers import explain_failure
 from console.jobs.store import FailureRecord, NodeRecord
 from console.profiles import load_profile_file
 from console.session import Session

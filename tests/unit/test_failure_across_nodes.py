@@ -1,4 +1,5 @@
-"""A failed job's root cause is looked for on every node (console/jobs/status.explain_failure).
+"""A failed job's root cause is looked for on every node
+(console/backends/containers.explain_failure).
 
 The logs are real reports from the corpus (tests/data/diagnose/corpus/); the engine is a
 fake (``FakeEngineServingLogs``) that serves them, because no container exists here.
@@ -11,7 +12,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from console.jobs.status import explain_failure, failure_lines
+from console.backends.containers import explain_failure
+from console.jobs.status import failure_lines
 from console.jobs.store import NodeRecord
 
 DATA = Path(__file__).resolve().parents[1] / "data"

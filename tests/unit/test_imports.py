@@ -53,3 +53,36 @@ def test_agent_dir_is_stdlib_only() -> None:
     allowed = set(sys.stdlib_module_names) | {"pynvml"}
     for p in (ROOT / "remote" / "agent").rglob("*.py"):
         assert _imports(p) <= allowed, p
+
+
+def _console_imports(path: Path) -> set[str]:
+    """The ``console.*`` modules a file imports (anywhere in it, deferred imports too)."""
+    tree = ast.parse(path.read_text(), str(path))
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name.startswith("console."))
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 \
+                and node.module.startswith("console"):
+            out.add(node.module)
+            out.update(f"{node.module}.{a.name}" for a in node.names)
+    return out
+
+
+def test_the_backend_seam_is_layered() -> None:
+    """service -> backends -> jobs/fleet/slurm: the backends never import the service or a
+    face, and what is below them never imports a backend or the service."""
+    def offenders(folders: tuple[str, ...], banned: tuple[str, ...]) -> dict[str, list[str]]:
+        found: dict[str, list[str]] = {}
+        for folder in folders:
+            for p in (ROOT / "console" / folder).rglob("*.py"):
+                bad = sorted(m for m in _console_imports(p)
+                             if any(m == b or m.startswith(b + ".") for b in banned))
+                if bad:
+                    found[str(p.relative_to(ROOT))] = bad
+        return found
+
+    assert offenders(("backends",), ("console.service", "console.cli", "console.app")) == {}
+    below = ("jobs", "fleet", "slurm", "diagnosis", "notebook")
+    assert offenders(below, ("console.backends", "console.service", "console.cli",
+                             "console.app")) == {}

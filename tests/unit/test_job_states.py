@@ -268,7 +268,7 @@ def test_a_started_node_is_pending_until_its_first_log_line(tmp_path: Path) -> N
     from collections.abc import AsyncIterator
     from types import SimpleNamespace
 
-    from console.jobs.status import refresh
+    from console.backends.containers import refresh
     from console.jobs.store import JobRecord, Store
     from remote.docker import ContainerInfo
     from remote.errors import TransportError

@@ -1,5 +1,5 @@
 """The host's kernel log joins a failed job's diagnosis (remote/kernellog.py,
-console/jobs/status.explain_failure), only for the GPUs the failed node's container used.
+console/backends/containers.explain_failure), only for the GPUs the failed node's container used.
 
 The kernel logs are real reports (tests/data/cases/dmesg-xid/, tests/data/diagnose/corpus/gpu/)
 and so are the training logs (tests/data/cases/torchrun/, a CUDA illegal memory access); no
@@ -21,7 +21,8 @@ from typing import cast
 
 import pytest
 
-from console.jobs.status import KERNEL_MARGIN_S, explain_failure, failure_lines
+from console.backends.containers import KERNEL_MARGIN_S, explain_failure
+from console.jobs.status import failure_lines
 from console.jobs.store import FailureRecord, NodeRecord
 from console.session import Session
 from remote import kernellog

@@ -1,4 +1,4 @@
-"""The fleet listing behind ``ps`` (console.jobs.status.list_fleet and its use by refresh):
+"""The fleet listing behind ``ps`` (console.backends.containers.list_fleet and its use by refresh):
 bounded concurrency, a deadline that makes late hosts pending, failures with their reason,
 which containers get inspected, and a job's nodes read from the listing."""
 
@@ -9,15 +9,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from console.jobs.status import (
-    HOST_ANSWERED,
-    HOST_FAILED,
-    HOST_PENDING,
-    HostListing,
-    _containers,
-    _detail_for,
-    list_fleet,
-)
+from console.backends.containers import _containers, _detail_for, list_fleet
+from console.jobs.status import HOST_ANSWERED, HOST_FAILED, HOST_PENDING, HostListing
 from console.jobs.store import JobRecord, NodeRecord
 from remote.docker import ContainerInfo
 from remote.errors import HostUnreachable
@@ -166,7 +159,7 @@ def test_open_file_limit_raised_for_the_fleet_not_above_hard() -> None:
 
     code = (
         "import resource\n"
-        "from console.jobs.status import raise_open_file_limit\n"
+        "from console.backends.containers import raise_open_file_limit\n"
         "hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]\n"
         "resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))\n"
         "print(raise_open_file_limit(512)[0], resource.getrlimit(resource.RLIMIT_NOFILE)[0],"

@@ -1,0 +1,95 @@
+"""``runtime: host``: torchrun in the SSH hosts' own Python, no container
+(:mod:`remote.hostengine`, :mod:`remote.agent.hostjob`).
+
+Its nodes are listed, stopped, read and removed through the same engine calls as Docker's
+(:class:`remote.runtimes.RuntimeEngine` routes by the node's id), so this backend is the
+Docker one (:mod:`console.backends.docker`) less what needs a container: ``exec``, ``cp``,
+notebooks and dev containers, each refused with the way to do it on the host.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Literal
+
+from console.backends.base import Action, Capabilities
+from console.backends.docker import DockerBackend
+from console.errors import JobError, UsageError
+
+if TYPE_CHECKING:
+    from console.jobs.copy import CopyRequest, CopyResult
+    from console.jobs.store import JobRecord, NodeRecord
+    from remote.errors import GpuConsoleError
+
+
+class HostBackend(DockerBackend):
+    """Jobs run by the hosts' own Python (see the module docstring)."""
+
+    name = "host"
+    capabilities = Capabilities(exec=False, cp=False, notebook=False, shell=False,
+                                intake_process=True)
+
+    def refusal(self, action: Action, job: JobRecord | None = None,
+                node: NodeRecord | None = None, host: str | None = None) -> GpuConsoleError:
+        """Each refusal names the host login (``ssh ...``, or this machine) instead."""
+        where = node.host if node is not None else host
+        assert where is not None, "a host runtime refusal names its node or host"
+        if action == "shell":
+            prof = self.session.profile
+            return UsageError(f"host {where} runs jobs without Docker (its profile says "
+                              "`runtime: host`): a dev container needs Docker",
+                              f"`ssh {prof.hosts[where].hostname or where}` for a shell there, "
+                              "or --host a host with Docker")
+        if action == "notebook":
+            return JobError("a notebook runs in a container (JupyterLab from the image)",
+                            "remove `runtime: host`")
+        job_id = job.id if job is not None else "?"
+        argv = self.session.transport(where).ssh_argv()
+        if action == "cp":
+            if argv is None:
+                how = "they are on this machine: copy them with `cp`"
+            else:  # scp takes ssh's options, but -P for the port and HOST:PATH
+                opts = ["-P" if a == "-p" else a for a in argv[1:-1]]
+                how = f"copy with `{shlex.join(['scp', *opts, argv[-1] + ':PATH', '.'])}`"
+            return JobError(f"job {job_id} runs in {where}'s own Python (runtime: host): its "
+                            "files are on the host", f"{how}; `gpuconsole describe {job_id}` "
+                            "shows its folder")
+        login = f"`{shlex.join(argv)}`" if argv else "it runs on this machine"
+        return JobError(f"job {job_id} runs in {where}'s own Python (runtime: host), not "
+                        "in a container", f"log in to the host: {login}; `gpuconsole "
+                        f"describe {job_id}` shows its folder and command")
+
+    def remove_line(self, job: JobRecord, node: NodeRecord) -> str:
+        """A host runtime node is a folder on its host."""
+        return f"{node.host}: rm -r ~/.cache/gpuconsole/jobs/{job.id}/{node.container_name}"
+
+    def exec_target(self, job: JobRecord, node: NodeRecord) -> NodeRecord:
+        """Refused: a node that runs is a process on its host, not a container (a node that
+        does not run says so first, as Docker's).
+
+        Raises:
+            JobError: always.
+        """
+        super().exec_target(job, node)
+        raise self.refusal("exec", job, node)
+
+    async def copy(self, job: JobRecord, node: int | None, request: CopyRequest) -> CopyResult:
+        """Refused: the files are on the host, reached with ``scp`` (the node is checked
+        first, as Docker's).
+
+        Raises:
+            UsageError: ``node`` is not a node of the job.
+            JobError: the job was removed, else always (the ``scp`` line to use).
+        """
+        from console.jobs.copy import copy_node
+
+        raise self.refusal("cp", job, copy_node(job, node))
+
+    async def dev_shell(self, host: str, command: list[str], *, tty: bool,
+                        image: str | None = None,
+                        gpus: Literal["all"] | int | list[int] = 0,
+                        workdir: str | None = None,
+                        warn: Callable[[str], None] | None = None) -> int:
+        """Refused: a dev container needs Docker (what to run instead)."""
+        raise self.refusal("shell", host=host)
