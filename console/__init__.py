@@ -47,7 +47,7 @@ def _is_the_command() -> bool:
     argv = getattr(_sys, "orig_argv", [])
     for i, a in enumerate(argv[1:], 1):
         if a == "-m":
-            return argv[i + 1:i + 2] in (["console"], ["console.cli"])
+            return argv[i + 1 : i + 2] in (["console"], ["console.cli"])
         if a.startswith("-m"):
             return a[2:] in ("console", "console.cli")
         if a in ("-c", "-") or not a.startswith("-"):

@@ -34,12 +34,14 @@ class AppConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     interval: float = Field(1.0, ge=0.1, le=60, description="telemetry interval (s)")
-    log_buffer_lines: int = Field(100_000, ge=1_000, le=10_000_000,
-                                  description="lines kept per log pane")
+    log_buffer_lines: int = Field(
+        100_000, ge=1_000, le=10_000_000, description="lines kept per log pane"
+    )
     jobs_refresh_s: float = Field(5.0, ge=1, le=600, description="jobs view refresh (s)")
     theme: str | None = None
-    keymap: dict[str, str] = Field(default_factory=dict,
-                                   description="binding id -> keys, e.g. logs.search: ctrl+f")
+    keymap: dict[str, str] = Field(
+        default_factory=dict, description="binding id -> keys, e.g. logs.search: ctrl+f"
+    )
     _lines: dict[str, int] = PrivateAttr(default_factory=dict)
 
     @field_validator("keymap", mode="before")
@@ -53,9 +55,12 @@ class AppConfig(BaseModel):
             return str(k) if isinstance(k, int) and not isinstance(k, bool) else k
 
         if isinstance(v, dict):
-            return {bid: ",".join(str(key(k)) for k in keys)
-                    if isinstance(keys, list) and all(isinstance(key(k), str) for k in keys)
-                    else key(keys) for bid, keys in v.items()}
+            return {
+                bid: ",".join(str(key(k)) for k in keys)
+                if isinstance(keys, list) and all(isinstance(key(k), str) for k in keys)
+                else key(keys)
+                for bid, keys in v.items()
+            }
         return v
 
     def keymap_line(self, binding_id: str) -> int | None:
@@ -66,8 +71,9 @@ class AppConfig(BaseModel):
 
 def config_dir() -> Path:
     """``$GPUCONSOLE_CONFIG_DIR`` or platformdirs' user config dir for gpuconsole."""
-    return Path(os.environ.get("GPUCONSOLE_CONFIG_DIR")
-                or platformdirs.user_config_dir("gpuconsole"))
+    return Path(
+        os.environ.get("GPUCONSOLE_CONFIG_DIR") or platformdirs.user_config_dir("gpuconsole")
+    )
 
 
 def load_config(path: Path | None = None) -> AppConfig:
@@ -84,6 +90,7 @@ def load_config(path: Path | None = None) -> AppConfig:
         config = AppConfig.model_validate(data)
     except ValidationError as e:
         raise validation_error(e, AppConfig, str(path), lines) from e
-    config._lines = {str(loc[1]): line for loc, line in lines.items()
-                     if len(loc) == 2 and loc[0] == "keymap"}
+    config._lines = {
+        str(loc[1]): line for loc, line in lines.items() if len(loc) == 2 and loc[0] == "keymap"
+    }
     return config

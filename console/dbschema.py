@@ -13,8 +13,14 @@ from remote.errors import GpuConsoleError
 __all__ = ["migrate_schema"]
 
 
-def migrate_schema(db: sqlite3.Connection, path: Path, migrations: Mapping[int, Sequence[str]],
-                   *, what: str, if_lost: str) -> int:
+def migrate_schema(
+    db: sqlite3.Connection,
+    path: Path,
+    migrations: Mapping[int, Sequence[str]],
+    *,
+    what: str,
+    if_lost: str,
+) -> int:
     """Bring ``db`` to version ``max(migrations)``, one step at a time, all in one
     ``BEGIN IMMEDIATE`` transaction (two processes opening an old file at once migrate it
     once; a failed step leaves it as it was). Returns the version now.

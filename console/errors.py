@@ -76,8 +76,9 @@ class StateError(GpuConsoleError):
         kind: what is wrong (:data:`StateProblem`).
     """
 
-    def __init__(self, path: str, kind: StateProblem, message: str,
-                 hint: str | None = None) -> None:
+    def __init__(
+        self, path: str, kind: StateProblem, message: str, hint: str | None = None
+    ) -> None:
         super().__init__(f"{path}: {message}", hint)
         self.path = path
         self.kind = kind

@@ -197,8 +197,17 @@ class ArchiveStateChanged:
         return ("archive", self.job_id, self.node_rank)
 
 
-Event = (AlertChanged | SampleReceived | HostStateChanged | ContainersMapped | JobChanged
-         | NodeExited | LogLinesReceived | FollowStateChanged | ArchiveStateChanged)
+Event = (
+    AlertChanged
+    | SampleReceived
+    | HostStateChanged
+    | ContainersMapped
+    | JobChanged
+    | NodeExited
+    | LogLinesReceived
+    | FollowStateChanged
+    | ArchiveStateChanged
+)
 Handler = Callable[[Event], None]
 
 
@@ -243,8 +252,11 @@ class Subscription:
             self.handler(event)
         except Exception:
             self.errors += 1
-            log.exception("event subscriber %r failed on %s; it stays subscribed",
-                          self.handler, type(event).__name__)
+            log.exception(
+                "event subscriber %r failed on %s; it stays subscribed",
+                self.handler,
+                type(event).__name__,
+            )
 
     def _offer(self, event: Event) -> None:
         if self._thread is not None and threading.get_ident() != self._thread:
@@ -287,8 +299,9 @@ class EventBus:
     def __init__(self) -> None:
         self._subs: list[Subscription] = []
 
-    def subscribe(self, handler: Handler, *, kinds: tuple[type, ...] | None = None,
-                  coalesce: bool = False) -> Subscription:
+    def subscribe(
+        self, handler: Handler, *, kinds: tuple[type, ...] | None = None, coalesce: bool = False
+    ) -> Subscription:
         """Add a subscriber.
 
         Args:

@@ -25,8 +25,10 @@ _UNPRINTABLE = frozenset({"Cc", "Cf", "Zl", "Zp"})
 #   domain := host [':' port];  path-component := [a-z0-9]+ (separator [a-z0-9]+)*
 #   separator := [_.] | "__" | "-"+;  tag := [\w][\w.-]{0,127};  digest := alg ":" hex{32,}
 _DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
-_DOMAIN = (rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[a-fA-F0-9:]+\])"
-           r"(?::[0-9]+)?")
+_DOMAIN = (
+    rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[a-fA-F0-9:]+\])"
+    r"(?::[0-9]+)?"
+)
 _PATH_COMPONENT = r"[a-z0-9]+(?:(?:[_.]|__|-+)[a-z0-9]+)*"
 _NAME = rf"(?:{_DOMAIN}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*"
 _TAG = r"[\w][\w.-]{0,127}"
@@ -44,8 +46,14 @@ def unprintable(text: str) -> str | None:
 
 def char_name(c: str) -> str:
     """``U+000A (line feed)``-style name of a character, for messages."""
-    names = {"\x00": "NUL", "\n": "line feed", "\r": "carriage return", "\t": "tab",
-             "\x07": "BEL", "\x1b": "escape"}
+    names = {
+        "\x00": "NUL",
+        "\n": "line feed",
+        "\r": "carriage return",
+        "\t": "tab",
+        "\x07": "BEL",
+        "\x1b": "escape",
+    }
     name = names.get(c) or unicodedata.name(c, None) or "control character"
     return f"U+{ord(c):04X} ({name.lower() if len(name) > 3 else name})"
 
@@ -61,8 +69,7 @@ def one_line(v: str) -> str:
 def no_nul(v: str) -> str:
     """Refuse NUL, which no argument or environment value can carry (execve ends it there)."""
     if "\x00" in v:
-        raise ValueError("contains U+0000 (NUL), which no argument or environment value can "
-                         "carry")
+        raise ValueError("contains U+0000 (NUL), which no argument or environment value can carry")
     return v
 
 
@@ -115,8 +122,10 @@ def apprise_url(v: str) -> str:
         ValueError: not ``scheme://`` followed by non-blank characters.
     """
     if not _SCHEME_RE.match(v):
-        raise ValueError(f"{v[:40]!r} is not a notification URL like slack://TOKEN_A/TOKEN_B "
-                         "or mailto://user:pass@example.org (Apprise URL syntax)")
+        raise ValueError(
+            f"{v[:40]!r} is not a notification URL like slack://TOKEN_A/TOKEN_B "
+            "or mailto://user:pass@example.org (Apprise URL syntax)"
+        )
     return v
 
 
@@ -142,10 +151,12 @@ def image_reference(v: str) -> str:
     first, slash, _ = name.partition("/")
     # Docker reads the first component as a registry only when it has '.' or ':' or is
     # localhost; otherwise it is part of the (lowercase) path on Docker Hub
-    if not (slash and (any(c in first for c in ".:") or first == "localhost")) \
-            and not _PATH_RE.match(name):
-        raise ValueError(f"{v!r} is not a Docker image reference: the repository name must "
-                         "be lowercase")
+    if not (
+        slash and (any(c in first for c in ".:") or first == "localhost")
+    ) and not _PATH_RE.match(name):
+        raise ValueError(
+            f"{v!r} is not a Docker image reference: the repository name must be lowercase"
+        )
     if len(name) > IMAGE_NAME_MAX:
         raise ValueError(f"the image name is longer than {IMAGE_NAME_MAX} characters")
     return v
@@ -201,14 +212,18 @@ def parse_mount(m: str) -> tuple[str, str, bool]:
     target = container_path(dst)
     shown = dst if target == dst else f"{dst!r} (that is {target})"
     if target == "/":
-        raise ValueError(f"mount {m!r}: the container path {shown} would hide the root; "
-                         "mount at a folder such as /data")
+        raise ValueError(
+            f"mount {m!r}: the container path {shown} would hide the root; "
+            "mount at a folder such as /data"
+        )
     for reserved, what in RESERVED_TARGETS.items():
         inside = reserved == GANG_MOUNT_DIR and target.startswith(reserved + "/")
         if target == reserved or inside:
             place = f"is inside {reserved}, where" if inside else "is where"
-            raise ValueError(f"mount {m!r}: the container path {shown} {place} gpuconsole "
-                             f"mounts {what}; mount at another path, such as /data")
+            raise ValueError(
+                f"mount {m!r}: the container path {shown} {place} gpuconsole "
+                f"mounts {what}; mount at another path, such as /data"
+            )
     return src, target, len(parts) == 3 and parts[2] == "ro"
 
 
@@ -270,5 +285,7 @@ def parse_gpus(value: str) -> Literal["all"] | int | list[int]:
             return int(v)
     except ValueError:
         pass
-    raise UsageError(f"--gpus {value!r}: not `all`, a count or GPU indices",
-                     "e.g. `--gpus all`, `--gpus 2` or `--gpus 0,1` (indices as nvidia-smi)")
+    raise UsageError(
+        f"--gpus {value!r}: not `all`, a count or GPU indices",
+        "e.g. `--gpus all`, `--gpus 2` or `--gpus 0,1` (indices as nvidia-smi)",
+    )

@@ -122,8 +122,11 @@ def main() -> None:
     os.dup2(null, 1)  # stray prints cannot corrupt the protocol
     request: IntakeRequest = pickle.load(sys.stdin.buffer)
     if request.log_file is not None:
-        logging.basicConfig(level=logging.INFO, filename=str(request.log_file),
-                            format="%(asctime)s %(levelname)s %(name)s[intake]: %(message)s")
+        logging.basicConfig(
+            level=logging.INFO,
+            filename=str(request.log_file),
+            format="%(asctime)s %(levelname)s %(name)s[intake]: %(message)s",
+        )
         logging.getLogger("asyncssh").setLevel(logging.WARNING)
     try:
         asyncio.run(_run(out, request))
@@ -169,8 +172,14 @@ async def _run(out: BinaryIO, req: IntakeRequest) -> None:
         send(("state", n.node_rank, state, why))
 
     def on_archive(n: NodeRecord, error: StateError | None) -> None:
-        send(("archive", n.node_rank, error.message if error else None,
-              error.hint if error else None))
+        send(
+            (
+                "archive",
+                n.node_rank,
+                error.message if error else None,
+                error.hint if error else None,
+            )
+        )
 
     try:
         store = Store(req.store_root)
@@ -182,9 +191,15 @@ async def _run(out: BinaryIO, req: IntakeRequest) -> None:
 
     async def pump() -> None:
         nonlocal timer
-        async for lines in follow_job_log_batches(session, store, req.job, tail=req.tail,
-                                                  on_node_exit=on_exit, on_state=on_state,
-                                                  on_archive=on_archive):
+        async for lines in follow_job_log_batches(
+            session,
+            store,
+            req.job,
+            tail=req.tail,
+            on_node_exit=on_exit,
+            on_state=on_state,
+            on_archive=on_archive,
+        ):
             batch.extend(as_tuple(ln) for ln in lines)
             shown.extend(tuple(display_lines(ln)) for ln in lines)
             wait = last + req.batch_s - time.monotonic()

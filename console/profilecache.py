@@ -73,12 +73,14 @@ VALIDATION_MODULES = (
 MAX_ENTRIES = 64
 
 #: The only globals an entry may name: the profile's models.
-ALLOWED = frozenset({
-    ("console.profiles", "Profile"),
-    ("console.profiles", "HostConfig"),
-    ("console.profiles", "JobDefaults"),
-    ("console.profiles", "SlurmConfig"),
-})
+ALLOWED = frozenset(
+    {
+        ("console.profiles", "Profile"),
+        ("console.profiles", "HostConfig"),
+        ("console.profiles", "JobDefaults"),
+        ("console.profiles", "SlurmConfig"),
+    }
+)
 
 
 def cache_dir() -> Path:
@@ -208,10 +210,11 @@ def _prune(folder: Path) -> None:
     Raises:
         OSError: the folder cannot be listed.
     """
-    entries = [e for e in os.scandir(folder) if e.name.endswith(".pickle")
-               and not e.name.startswith(".")]
+    entries = [
+        e for e in os.scandir(folder) if e.name.endswith(".pickle") and not e.name.startswith(".")
+    ]
     if len(entries) <= MAX_ENTRIES:
         return
     entries.sort(key=lambda e: e.stat().st_mtime_ns)
-    for e in entries[:len(entries) - MAX_ENTRIES]:
+    for e in entries[: len(entries) - MAX_ENTRIES]:
         Path(e.path).unlink(missing_ok=True)

@@ -90,16 +90,23 @@ class HostConfig(BaseModel):
     identity_file: Given | None = None
     jump: str | None = Field(None, description="jump host, [user@]host[:port] like ssh -J")
     address: Annotated[Word, AfterValidator(not_blank)] | None = Field(
-        None, description="IP other nodes use to reach this host")
+        None, description="IP other nodes use to reach this host"
+    )
     docker_socket: OneLine | None = Field(
-        None, description="engine socket; default /var/run/docker.sock ($DOCKER_HOST=unix://"
-        "... wins for a local host)")
+        None,
+        description="engine socket; default /var/run/docker.sock ($DOCKER_HOST=unix://"
+        "... wins for a local host)",
+    )
     runtime: Literal["docker", "host"] = Field(
-        "docker", description="how jobs run here by default: docker containers, or host "
-        "(torchrun in the host's Python, no Docker); a spec's `runtime` wins")
+        "docker",
+        description="how jobs run here by default: docker containers, or host "
+        "(torchrun in the host's Python, no Docker); a spec's `runtime` wins",
+    )
     python: Given | None = Field(
-        None, description="runtime host: the python with torch (a path, or a conda env "
-        "name); default python3")
+        None,
+        description="runtime host: the python with torch (a path, or a conda env "
+        "name); default python3",
+    )
 
     @field_validator("hostname")
     @classmethod
@@ -141,15 +148,17 @@ class JobDefaults(BaseModel):
     shm_size: Size | None = "1g"
     ipc: Literal["host"] | None = None
     mounts: list[Mount] = Field(default_factory=list)
-    env: dict[str, NoNul] = Field(default_factory=dict,
-                                  description="${VAR} is taken from your environment, secret")
+    env: dict[str, NoNul] = Field(
+        default_factory=dict, description="${VAR} is taken from your environment, secret"
+    )
     cap_add: list[str] = Field(default_factory=list)
     privileged: bool = False
     user: Word | None = Field(None, description="uid:gid the container runs as")
     pull: Literal["missing", "never"] = "missing"
     rdzv_port: int = Field(29400, ge=1, le=65535)
-    stop_grace: float = Field(30.0, ge=0, le=3600, allow_inf_nan=False,
-                              description="seconds between SIGTERM and SIGKILL")
+    stop_grace: float = Field(
+        30.0, ge=0, le=3600, allow_inf_nan=False, description="seconds between SIGTERM and SIGKILL"
+    )
 
     @field_validator("env")
     @classmethod
@@ -225,20 +234,29 @@ class Profile(BaseModel):
     hosts: dict[str, HostConfig] = Field(min_length=1)
     known_hosts: Given | None = None
     accept_new_host_keys: bool = False
-    connect_timeout: float = Field(10.0, gt=0, le=MAX_CONNECT_TIMEOUT_S, allow_inf_nan=False,
-                                   description="seconds for the TCP connect and SSH handshake")
+    connect_timeout: float = Field(
+        10.0,
+        gt=0,
+        le=MAX_CONNECT_TIMEOUT_S,
+        allow_inf_nan=False,
+        description="seconds for the TCP connect and SSH handshake",
+    )
     defaults: JobDefaults = Field(default_factory=JobDefaults)
     alerts: dict[str, object] | None = Field(
-        None, description="alert rules (console/alerts/config.py; typed: `alert_rules`)")
+        None, description="alert rules (console/alerts/config.py; typed: `alert_rules`)"
+    )
     price_per_gpu_hour: float | None = Field(
-        None, ge=0, le=10_000, allow_inf_nan=False,
-        description="USD per GPU hour (idle GPUs' cost)")
-    notify: list[AppriseUrl] = Field(default_factory=list,
-                                     description="Apprise URLs alerts are sent to")
+        None, ge=0, le=10_000, allow_inf_nan=False, description="USD per GPU hour (idle GPUs' cost)"
+    )
+    notify: list[AppriseUrl] = Field(
+        default_factory=list, description="Apprise URLs alerts are sent to"
+    )
     scheduler: Literal["ssh", "slurm"] = Field(
-        "ssh", description="ssh: jobs run in Docker on `hosts`; slurm: sbatch on `slurm`")
-    slurm: SlurmConfig | None = Field(None, validate_default=True,
-                                      description="the Slurm cluster (scheduler: slurm)")
+        "ssh", description="ssh: jobs run in Docker on `hosts`; slurm: sbatch on `slurm`"
+    )
+    slurm: SlurmConfig | None = Field(
+        None, validate_default=True, description="the Slurm cluster (scheduler: slurm)"
+    )
     _lines: Lines = PrivateAttr(default_factory=dict)
     _alert_rules: AlertsConfig | None = PrivateAttr(None)
 
@@ -247,11 +265,13 @@ class Profile(BaseModel):
     def _names(cls, hosts: dict[str, HostConfig]) -> dict[str, HostConfig]:
         for name in hosts:
             if not _HOST_NAME_RE.match(name):
-                shown = (repr(name) if len(name) <= 40
-                         else f"{name[:20]!r}... ({len(name)} characters)")
+                shown = (
+                    repr(name) if len(name) <= 40 else f"{name[:20]!r}... ({len(name)} characters)"
+                )
                 raise ValueError(
                     f"host name {shown} must be 1-63 letters, digits, '.', '_' or '-', "
-                    "starting with a letter or digit")
+                    "starting with a letter or digit"
+                )
         return hosts
 
     @field_validator("slurm")
@@ -266,14 +286,18 @@ class Profile(BaseModel):
                 raise ValueError("a `slurm:` section needs `scheduler: slurm`")
             return v
         if v is None:
-            raise ValueError("`scheduler: slurm` needs a `slurm:` section with `login_host` "
-                             "(one of `hosts`)")
+            raise ValueError(
+                "`scheduler: slurm` needs a `slurm:` section with `login_host` (one of `hosts`)"
+            )
         if hosts and v.login_host not in hosts:
-            raise ValueError(f"login_host {v.login_host!r} is not under `hosts` "
-                             f"({', '.join(hosts)})")
+            raise ValueError(
+                f"login_host {v.login_host!r} is not under `hosts` ({', '.join(hosts)})"
+            )
         if len(hosts) > 1:
-            raise ValueError("a Slurm profile's `hosts` holds only the login host "
-                             f"({v.login_host}); Slurm picks the compute nodes")
+            raise ValueError(
+                "a Slurm profile's `hosts` holds only the login host "
+                f"({v.login_host}); Slurm picks the compute nodes"
+            )
         return v
 
     @property
@@ -406,8 +430,9 @@ def _alert_rules(section: dict[str, object], source: str | None, lines: Lines) -
     try:
         return AlertsConfig.model_validate(section)
     except ValidationError as e:
-        raise combine(validation_errors(e, AlertsConfig, source or "profile", lines,
-                                        prefix=("alerts",))) from e
+        raise combine(
+            validation_errors(e, AlertsConfig, source or "profile", lines, prefix=("alerts",))
+        ) from e
 
 
 def file_problems(profile: Profile, lines: Lines) -> list[ConfigError]:
@@ -421,9 +446,16 @@ def file_problems(profile: Profile, lines: Lines) -> list[ConfigError]:
 
         why = check_known_hosts(profile.known_hosts)
         if why:
-            out.append(ConfigError(why, "point known_hosts at an OpenSSH known_hosts file "
-                                   "(lines of `host key-type base64-key`)", path=source,
-                                   line=line_of(lines, ("known_hosts",)), field="known_hosts"))
+            out.append(
+                ConfigError(
+                    why,
+                    "point known_hosts at an OpenSSH known_hosts file "
+                    "(lines of `host key-type base64-key`)",
+                    path=source,
+                    line=line_of(lines, ("known_hosts",)),
+                    field="known_hosts",
+                )
+            )
     checked: dict[str, str | None] = {}  # a fleet's hosts usually share one key
     for name, host in profile.hosts.items():
         if host.identity_file is not None:
@@ -434,9 +466,16 @@ def file_problems(profile: Profile, lines: Lines) -> list[ConfigError]:
             why = checked[host.identity_file]
             if why:
                 loc = ("hosts", name, "identity_file")
-                out.append(ConfigError(why, "point identity_file at a private key such as "
-                                       "~/.ssh/id_ed25519 (not the .pub file)", path=source,
-                                       line=line_of(lines, loc), field=".".join(loc)))
+                out.append(
+                    ConfigError(
+                        why,
+                        "point identity_file at a private key such as "
+                        "~/.ssh/id_ed25519 (not the .pub file)",
+                        path=source,
+                        line=line_of(lines, loc),
+                        field=".".join(loc),
+                    )
+                )
     return out
 
 

@@ -70,9 +70,19 @@ if TYPE_CHECKING:  # imported by the methods that use them (CLI start-up: `ps` n
 
 log = logging.getLogger("gpuconsole.service")
 
-__all__ = ["DEFAULT_SHELL", "STOPPABLE", "Capabilities", "Follow", "JobDescription",
-           "NodeDescription", "Service", "StopOutcome", "Submission", "not_running_hint",
-           "profile_of"]
+__all__ = [
+    "DEFAULT_SHELL",
+    "STOPPABLE",
+    "Capabilities",
+    "Follow",
+    "JobDescription",
+    "NodeDescription",
+    "Service",
+    "StopOutcome",
+    "Submission",
+    "not_running_hint",
+    "profile_of",
+]
 
 Intake = Literal["loop", "process"]
 """Where :meth:`Service.start_follow` reads a job's log streams."""
@@ -132,11 +142,14 @@ class JobDescription:
         """Plain text, the same in the CLI and the app."""
         j = self.job
         state = shown_state(j)
-        out = [f"job {j.id}  ({j.name})", f"state: {state}"
-               + (f" (was {j.state})" if state != j.state else "")
-               + (f", exit code {j.exit_code}" if j.exit_code is not None else ""),
-               f"profile: {j.profile}",
-               f"created: {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(j.created_at))}"]
+        out = [
+            f"job {j.id}  ({j.name})",
+            f"state: {state}"
+            + (f" (was {j.state})" if state != j.state else "")
+            + (f", exit code {j.exit_code}" if j.exit_code is not None else ""),
+            f"profile: {j.profile}",
+            f"created: {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(j.created_at))}",
+        ]
         if j.failure:
             out += failure_lines(j.failure)
         elif job_summary(j):
@@ -144,8 +157,10 @@ class JobDescription:
         for n in self.nodes:
             code = f" exit {n.exit_code}" if n.exit_code is not None else ""
             out.append("")
-            out.append(f"node {n.node_rank} on {n.host}: {n.state}{code}  container "
-                       f"{n.container_name} {(n.container_id or '-')[:12]}")
+            out.append(
+                f"node {n.node_rank} on {n.host}: {n.state}{code}  container "
+                f"{n.container_name} {(n.container_id or '-')[:12]}"
+            )
             if n.docker_run:
                 out.append(f"  {n.docker_run}")
             if n.torchrun:
@@ -205,8 +220,12 @@ class Service:
     async def __aenter__(self) -> Service:
         return self
 
-    async def __aexit__(self, exc_type: type[BaseException] | None,
-                        exc: BaseException | None, tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         await self.close()
 
     # -- store and sessions -----------------------------------------------------------------
@@ -288,14 +307,14 @@ class Service:
             unanswered.append(e.message)
         if self.store.find(ref):
             return self.find_job(ref)
-        where = ("its login host" if slurm
-                 else "its hosts (" + ", ".join(self.profile.hosts) + ")")
+        where = "its login host" if slurm else "its hosts (" + ", ".join(self.profile.hosts) + ")"
         raise JobNotFound(
             f"no job {ref!r} in {self.store.root} nor on {where} of profile "
-            f"{self.profile.name!r}" + (f"; not asked: {'; '.join(unanswered)}"
-                                        if unanswered else ""),
+            f"{self.profile.name!r}"
+            + (f"; not asked: {'; '.join(unanswered)}" if unanswered else ""),
             "list jobs with `gpuconsole ps --all`; a job of another profile: "
-            "`gpuconsole -p PROFILE ...`")
+            "`gpuconsole -p PROFILE ...`",
+        )
 
     def backend_for(self, job: JobRecord, session: Session | None = None) -> JobBackend:
         """The backend of a job (:func:`console.backends.backend_for`: its profile's
@@ -321,10 +340,14 @@ class Service:
         self.bus.publish(JobChanged(job))
         return job
 
-    async def list_jobs(self, *, include_removed: bool = False,
-                        warn: Callable[[str], None] | None = None,
-                        max_age_s: float = 0.0,
-                        deadline_s: float = LIST_DEADLINE_S) -> list[JobRecord]:
+    async def list_jobs(
+        self,
+        *,
+        include_removed: bool = False,
+        warn: Callable[[str], None] | None = None,
+        max_age_s: float = 0.0,
+        deadline_s: float = LIST_DEADLINE_S,
+    ) -> list[JobRecord]:
         """Every job (newest first), reconciled with the hosts: jobs found by label on the
         profile's hosts are adopted, unfinished ones refreshed.
 
@@ -348,8 +371,12 @@ class Service:
         """
         async with self._reconcile:  # one reconcile at a time (the app's and its alerts')
             last = self._listed
-            if (max_age_s > 0 and not include_removed and last is not None
-                    and time.monotonic() - last[0] <= max_age_s):
+            if (
+                max_age_s > 0
+                and not include_removed
+                and last is not None
+                and time.monotonic() - last[0] <= max_age_s
+            ):
                 return list(last[1])
             self._deadline_s = deadline_s
             jobs = await self._list_jobs(include_removed, warn)
@@ -357,22 +384,28 @@ class Service:
                 self._listed = (time.monotonic(), jobs)
             return jobs
 
-    async def _list_jobs(self, include_removed: bool,
-                         warn: Callable[[str], None] | None) -> list[JobRecord]:
+    async def _list_jobs(
+        self, include_removed: bool, warn: Callable[[str], None] | None
+    ) -> list[JobRecord]:
         store = self.store
         deadline_s = self._deadline_s
 
         def unfinished(jobs: list[JobRecord]) -> list[JobRecord]:
-            return [j for j in jobs if j.removed_at is None and
-                    (j.state in (*ACTIVE_STATES, "unknown") or
-                     any(n.state in (*STOPPABLE, "unreachable") for n in j.nodes))]
+            return [
+                j
+                for j in jobs
+                if j.removed_at is None
+                and (
+                    j.state in (*ACTIVE_STATES, "unknown")
+                    or any(n.state in (*STOPPABLE, "unreachable") for n in j.nodes)
+                )
+            ]
 
         todo = unfinished(await store.call(store.jobs, include_removed=include_removed))
         session = self.session()
         # the jobs of this profile are refreshed from the one listing of its hosts
         watched = [j for j in todo if self.session_for(j) is session]
-        listed = await self.profile_backend().reconcile(watched, deadline_s=deadline_s,
-                                                        warn=warn)
+        listed = await self.profile_backend().reconcile(watched, deadline_s=deadline_s, warn=warn)
         if listed:  # the jobs just adopted (that listing inspected their nodes) too
             todo = unfinished(await store.call(store.jobs, include_removed=include_removed))
         self.host_status = listed
@@ -387,14 +420,21 @@ class Service:
             prof = backend.session.profile
             if warn:
                 hosts = ", ".join(repr(h) for h in gone)
-                warn(f"job {j.id}: host {hosts} is no longer in profile {prof.name!r}, so its "
-                     f"state there is unknown; add the host back, or `gpuconsole rm --force "
-                     f"{j.id}` to forget the job")
+                warn(
+                    f"job {j.id}: host {hosts} is no longer in profile {prof.name!r}, so its "
+                    f"state there is unknown; add the host back, or `gpuconsole rm --force "
+                    f"{j.id}` to forget the job"
+                )
         todo = [j for j in todo if j.id not in orphans]
         results = await asyncio.gather(
-            *(self._refresh_listed(backends[j.id], j,
-                                   listed if backends[j.id].session is session else None)
-              for j in todo), return_exceptions=True)
+            *(
+                self._refresh_listed(
+                    backends[j.id], j, listed if backends[j.id].session is session else None
+                )
+                for j in todo
+            ),
+            return_exceptions=True,
+        )
         seen: set[str] = set()
         for h in listed.values():
             if h.reason is not None and warn:
@@ -412,16 +452,23 @@ class Service:
                     warn(why)
         return await store.call(store.jobs, include_removed=include_removed)
 
-    async def _refresh_listed(self, backend: JobBackend, job: JobRecord,
-                              listed: dict[str, HostListing] | None) -> JobRecord:
+    async def _refresh_listed(
+        self, backend: JobBackend, job: JobRecord, listed: dict[str, HostListing] | None
+    ) -> JobRecord:
         """:meth:`refresh_job` reading the job's nodes from a listing of the profile's hosts
         (none: its profile is another, asked as :meth:`refresh_job` does)."""
         job = await backend.refresh(job, listed=listed)
         self.bus.publish(JobChanged(job))
         return job
 
-    async def plan(self, spec_path: Path, overrides: dict[str, Any] | None = None, *,
-                   dry_run: bool = False, force: bool = False) -> Submission:
+    async def plan(
+        self,
+        spec_path: Path,
+        overrides: dict[str, Any] | None = None,
+        *,
+        dry_run: bool = False,
+        force: bool = False,
+    ) -> Submission:
         """Validate a spec and preflight every host (no container is created).
 
         Without ``dry_run`` the workdir is synced to the hosts (content-addressed, so a
@@ -452,8 +499,9 @@ class Service:
         if submission.dry_run:
             raise JobError("a dry-run plan cannot be launched", "plan it again without dry_run")
         if submission.backend is None:
-            raise JobError("this submission was not planned by a backend",
-                           "plan it with `Service.plan`")
+            raise JobError(
+                "this submission was not planned by a backend", "plan it with `Service.plan`"
+            )
         job = await submission.backend.submit(submission)
         self.bus.publish(JobChanged(job))
         return job
@@ -474,8 +522,9 @@ class Service:
         runtime node's folder, a Slurm job's folder), then what it keeps: the archived log
         lines. Nothing is asked of the hosts."""
         lines = self.backend_for(job).remove_preview(job)
-        lines.append(f"Every log line is archived first: `gpuconsole logs {job.id}` still "
-                     "shows them.")
+        lines.append(
+            f"Every log line is archived first: `gpuconsole logs {job.id}` still shows them."
+        )
         return lines
 
     def stop_grace(self, job: JobRecord, grace: float | None) -> float:
@@ -544,8 +593,18 @@ class Service:
         nodes = []
         for n in job.nodes:
             docker_run, torchrun = await backend.describe_node(job, n, secret)
-            nodes.append(NodeDescription(n.node_rank, n.host, n.container_name, n.container_id,
-                                         n.state, n.exit_code, docker_run, torchrun))
+            nodes.append(
+                NodeDescription(
+                    n.node_rank,
+                    n.host,
+                    n.container_name,
+                    n.container_id,
+                    n.state,
+                    n.exit_code,
+                    docker_run,
+                    torchrun,
+                )
+            )
         import yaml  # PyYAML: only `describe` writes YAML
 
         spec_yaml = yaml.safe_dump(job.spec, sort_keys=False) if job.spec else ""
@@ -568,8 +627,7 @@ class Service:
         n = next(n for n in job.nodes if n.node_rank == (node or 0))
         return self.backend_for(job).exec_target(job, n)
 
-    async def exec(self, job: JobRecord, node: int | None, command: list[str], *,
-                   tty: bool) -> int:
+    async def exec(self, job: JobRecord, node: int | None, command: list[str], *, tty: bool) -> int:
         """Run ``command`` (default: a shell) in a node's container, attached to this
         terminal (``docker exec`` on the host, through an SSH PTY when ``tty``); returns its
         exit code.
@@ -581,8 +639,9 @@ class Service:
         attach = await self.prepare_exec(job, node, command, tty=tty)
         return await attach()
 
-    async def prepare_exec(self, job: JobRecord, node: int | None, command: list[str], *,
-                           tty: bool) -> Callable[[], Coroutine[Any, Any, int]]:
+    async def prepare_exec(
+        self, job: JobRecord, node: int | None, command: list[str], *, tty: bool
+    ) -> Callable[[], Coroutine[Any, Any, int]]:
         """What :meth:`exec` does before it takes the terminal: refresh the job from its
         host, check that the node runs, connect. Returns the call that attaches the terminal
         and returns the command's exit code (the app hands the terminal over only for it, so
@@ -602,11 +661,17 @@ class Service:
 
     # -- shell (dev container) ----------------------------------------------------------------
 
-    async def shell_on_host(self, host: str, command: list[str], *, tty: bool,
-                            image: str | None = None,
-                            gpus: Literal["all"] | int | list[int] = 0,
-                            workdir: str | None = None,
-                            warn: Callable[[str], None] | None = None) -> int:
+    async def shell_on_host(
+        self,
+        host: str,
+        command: list[str],
+        *,
+        tty: bool,
+        image: str | None = None,
+        gpus: Literal["all"] | int | list[int] = 0,
+        workdir: str | None = None,
+        warn: Callable[[str], None] | None = None,
+    ) -> int:
         """``shell --host``: run ``command`` (default: a shell) in a fresh dev container on
         ``host`` and remove the container afterwards; returns the command's exit code.
 
@@ -632,19 +697,27 @@ class Service:
         if not (backend := self.profile_backend()).capabilities.shell:
             raise backend.refusal("shell")
         if host not in prof.hosts:
-            raise UsageError(f"unknown host {host!r}",
-                             f"hosts of profile {prof.name}: {', '.join(prof.hosts)}")
+            raise UsageError(
+                f"unknown host {host!r}", f"hosts of profile {prof.name}: {', '.join(prof.hosts)}"
+            )
         if not (backend := self.profile_backend(host)).capabilities.shell:
             raise backend.refusal("shell", host=host)
-        return await backend.dev_shell(host, command, tty=tty, image=image, gpus=gpus,
-                                       workdir=workdir, warn=warn)
+        return await backend.dev_shell(
+            host, command, tty=tty, image=image, gpus=gpus, workdir=workdir, warn=warn
+        )
 
     # -- notebooks ----------------------------------------------------------------------------
 
     async def plan_notebook(
-        self, spec_path: Path | None = None, *, host: str | None = None,
-        gpus: Literal["all"] | int | list[int] | None = None, image: str | None = None,
-        workdir: str | None = None, name: str | None = None, dry_run: bool = False,
+        self,
+        spec_path: Path | None = None,
+        *,
+        host: str | None = None,
+        gpus: Literal["all"] | int | list[int] | None = None,
+        image: str | None = None,
+        workdir: str | None = None,
+        name: str | None = None,
+        dry_run: bool = False,
         force: bool = False,
     ) -> Submission:
         """Plan a notebook (``kind: notebook``, see :mod:`console.jobs.spec`): from a spec
@@ -673,10 +746,17 @@ class Service:
         if not (backend := self.profile_backend()).capabilities.notebook:
             raise backend.refusal("notebook")
         if host is not None and host not in self.profile.hosts:
-            raise UsageError(f"--host {host!r}: not a host of profile {self.profile.name}",
-                             f"hosts: {', '.join(self.profile.hosts)}")
-        overrides: dict[str, Any] = {"nodes": [host] if host else None, "image": image,
-                                     "gpus_per_node": gpus, "workdir": workdir, "name": name}
+            raise UsageError(
+                f"--host {host!r}: not a host of profile {self.profile.name}",
+                f"hosts: {', '.join(self.profile.hosts)}",
+            )
+        overrides: dict[str, Any] = {
+            "nodes": [host] if host else None,
+            "image": image,
+            "gpus_per_node": gpus,
+            "workdir": workdir,
+            "name": name,
+        }
         given = {k: v for k, v in overrides.items() if v is not None}
         if spec_path is not None:
             from console.yamlsrc import source_problem
@@ -686,27 +766,42 @@ class Service:
                 raise problem
             data, lines = await asyncio.to_thread(load_yaml, spec_path, "notebook spec")
             if "kind" not in data and "script" in data:
-                raise ConfigError("a training job spec (it has `script`), not a notebook",
-                                  f"`gpuconsole submit {spec_path}` runs it; a notebook spec "
-                                  "says `kind: notebook`", path=str(spec_path), field="script",
-                                  line=lines.get(("script",)))
+                raise ConfigError(
+                    "a training job spec (it has `script`), not a notebook",
+                    f"`gpuconsole submit {spec_path}` runs it; a notebook spec "
+                    "says `kind: notebook`",
+                    path=str(spec_path),
+                    field="script",
+                    line=lines.get(("script",)),
+                )
             if data.get("kind", "notebook") != "notebook":
-                raise ConfigError(f"a {data.get('kind')!r} spec, not a notebook",
-                                  f"`gpuconsole submit {spec_path}` runs it; `kind: notebook` "
-                                  "makes a notebook", path=str(spec_path), field="kind",
-                                  line=lines.get(("kind",)))
+                raise ConfigError(
+                    f"a {data.get('kind')!r} spec, not a notebook",
+                    f"`gpuconsole submit {spec_path}` runs it; `kind: notebook` makes a notebook",
+                    path=str(spec_path),
+                    field="kind",
+                    line=lines.get(("kind",)),
+                )
             data = {"kind": "notebook", **data, **given}
             source, base, flags = str(spec_path), spec_path.parent.resolve(), frozenset(given)
         else:
-            data = {"kind": "notebook", "name": "notebook",
-                    "nodes": [next(iter(self.profile.hosts))], **given}
+            data = {
+                "kind": "notebook",
+                "name": "notebook",
+                "nodes": [next(iter(self.profile.hosts))],
+                **given,
+            }
             source, base, lines, flags = "(flags)", Path.cwd(), {}, frozenset(given)
         if "gpus_per_node" not in data:
             nodes = data.get("nodes")
-            target = (nodes[0] if isinstance(nodes, list) and nodes
-                      else next(iter(self.profile.hosts)))
-            count = (await gpu_facts(self.session(), target)).count \
-                if target in self.profile.hosts else None
+            target = (
+                nodes[0] if isinstance(nodes, list) and nodes else next(iter(self.profile.hosts))
+            )
+            count = (
+                (await gpu_facts(self.session(), target)).count
+                if target in self.profile.hosts
+                else None
+            )
             data["gpus_per_node"] = 1 if count else 0
         loaded = validate_spec(data, source, base, lines, flags, NOTEBOOK_FLAGS)
         return await backend.plan(loaded, dry_run=dry_run, force=force)
@@ -721,12 +816,15 @@ class Service:
         """
         job = await self.locate_job(ref)
         if job.kind != "notebook":
-            raise JobError(f"{job.id} is a {job.kind} job, not a notebook",
-                           f"`gpuconsole shell {job.id}` enters its container")
+            raise JobError(
+                f"{job.id} is a {job.kind} job, not a notebook",
+                f"`gpuconsole shell {job.id}` enters its container",
+            )
         return await self.refresh_job(job, teardown=False)
 
-    async def attach_notebook(self, job: JobRecord, *, local_port: int | None = None,
-                              timeout: float | None = None) -> NotebookTunnel:
+    async def attach_notebook(
+        self, job: JobRecord, *, local_port: int | None = None, timeout: float | None = None
+    ) -> NotebookTunnel:
         """Open a tunnel to a running notebook and wait until JupyterLab answers (see
         :func:`console.notebook.attach.open_notebook`); the caller closes the tunnel.
 
@@ -748,9 +846,13 @@ class Service:
             self.bus.publish(JobChanged(fresh))
             return job_summary(fresh) or fresh.state
 
-        return await open_notebook(session, server, local_port=local_port,
-                                   timeout=READY_TIMEOUT_S if timeout is None else timeout,
-                                   alive=alive)
+        return await open_notebook(
+            session,
+            server,
+            local_port=local_port,
+            timeout=READY_TIMEOUT_S if timeout is None else timeout,
+            alive=alive,
+        )
 
     # -- logs -------------------------------------------------------------------------------
 
@@ -760,9 +862,15 @@ class Service:
         the errors raised)."""
         return await self.backend_for(job).copy(job, node, request)
 
-    async def read_logs(self, job: JobRecord, *, node: int | None = None,
-                        since_ns: int | None = None, tail: int | None = None,
-                        archive_only: bool = False) -> list[JobLogLine]:
+    async def read_logs(
+        self,
+        job: JobRecord,
+        *,
+        node: int | None = None,
+        since_ns: int | None = None,
+        tail: int | None = None,
+        archive_only: bool = False,
+    ) -> list[JobLogLine]:
         """A job's lines so far, merged in time order (containers first, else the archive;
         with ``archive_only`` the local archive alone, no host asked).
 
@@ -771,30 +879,47 @@ class Service:
         """
         self.check_node(job, node)
         if archive_only:
-            return await read_job_logs(self.session_for(job), self.store, job, node=node,
-                                       since_ns=since_ns, tail=tail, archive_only=True)
-        return await self.backend_for(job).read_logs(job, node=node, since_ns=since_ns,
-                                                     tail=tail)
+            return await read_job_logs(
+                self.session_for(job),
+                self.store,
+                job,
+                node=node,
+                since_ns=since_ns,
+                tail=tail,
+                archive_only=True,
+            )
+        return await self.backend_for(job).read_logs(job, node=node, since_ns=since_ns, tail=tail)
 
     @staticmethod
     def check_node(job: JobRecord, node: int | None) -> None:
         """Raise :class:`UsageError` unless ``node`` is ``None`` or a node rank of the job."""
         if node is not None and node not in {n.node_rank for n in job.nodes}:
-            raise UsageError(f"--node {node}: job {job.id} has no node {node}",
-                             f"nodes: 0..{len(job.nodes) - 1}")
+            raise UsageError(
+                f"--node {node}: job {job.id} has no node {node}", f"nodes: 0..{len(job.nodes) - 1}"
+            )
 
-    async def follow(self, job: JobRecord, *, node: int | None = None,
-                     since_ns: int | None = None, tail: int | None = None
-                     ) -> AsyncIterator[JobLogLine]:
+    async def follow(
+        self,
+        job: JobRecord,
+        *,
+        node: int | None = None,
+        since_ns: int | None = None,
+        tail: int | None = None,
+    ) -> AsyncIterator[JobLogLine]:
         """Follow a job's lines until every followed node's container exited; one line at a
         time over :meth:`follow_batches` (same arguments, same events)."""
         async for batch in self.follow_batches(job, node=node, since_ns=since_ns, tail=tail):
             for line in batch:
                 yield line
 
-    async def follow_batches(self, job: JobRecord, *, node: int | None = None,
-                             since_ns: int | None = None, tail: int | None = None
-                             ) -> AsyncIterator[list[JobLogLine]]:
+    async def follow_batches(
+        self,
+        job: JobRecord,
+        *,
+        node: int | None = None,
+        since_ns: int | None = None,
+        tail: int | None = None,
+    ) -> AsyncIterator[list[JobLogLine]]:
         """Follow a job's lines, in batches as they arrive (one node per batch, never
         empty), until every followed node's container exited.
 
@@ -806,13 +931,20 @@ class Service:
             UsageError: ``node`` is not a node of the job.
         """
         self.check_node(job, node)
-        async for batch in self._follow_batches(job, self.session_for(job), node=node,
-                                                since_ns=since_ns, tail=tail):
+        async for batch in self._follow_batches(
+            job, self.session_for(job), node=node, since_ns=since_ns, tail=tail
+        ):
             yield batch
 
-    async def _follow_batches(self, job: JobRecord, session: Session, *, node: int | None,
-                              since_ns: int | None, tail: int | None,
-                              ) -> AsyncIterator[list[JobLogLine]]:
+    async def _follow_batches(
+        self,
+        job: JobRecord,
+        session: Session,
+        *,
+        node: int | None,
+        since_ns: int | None,
+        tail: int | None,
+    ) -> AsyncIterator[list[JobLogLine]]:
         """:meth:`follow_batches` over ``session``."""
         refreshing: set[asyncio.Task[JobRecord]] = set()
 
@@ -830,17 +962,28 @@ class Service:
             self.bus.publish(FollowStateChanged(job.id, n.node_rank, state, detail))
 
         def on_archive(n: NodeRecord, error: StateError | None) -> None:
-            self.bus.publish(ArchiveStateChanged(job.id, n.node_rank,
-                                                 error.message if error else None,
-                                                 error.hint if error else None))
+            self.bus.publish(
+                ArchiveStateChanged(
+                    job.id,
+                    n.node_rank,
+                    error.message if error else None,
+                    error.hint if error else None,
+                )
+            )
 
         async def reconcile(j: JobRecord) -> JobRecord:
             return await self.refresh_job(j)
 
-        hooks = FollowHooks(on_exit=on_exit, on_ended=on_ended, on_state=on_state,
-                            on_archive=on_archive, reconcile=reconcile)
-        batches = self.backend_for(job, session).follow(job, hooks, node=node,
-                                                        since_ns=since_ns, tail=tail)
+        hooks = FollowHooks(
+            on_exit=on_exit,
+            on_ended=on_ended,
+            on_state=on_state,
+            on_archive=on_archive,
+            reconcile=reconcile,
+        )
+        batches = self.backend_for(job, session).follow(
+            job, hooks, node=node, since_ns=since_ns, tail=tail
+        )
         try:
             async with contextlib.aclosing(batches):  # the backend's reads end with this
                 async for batch in batches:
@@ -849,8 +992,14 @@ class Service:
             if refreshing:
                 await asyncio.gather(*refreshing, return_exceptions=True)
 
-    def start_follow(self, job: JobRecord, *, tail: int | None = None,
-                     batch_s: float = 0.05, where: Intake = "loop") -> Follow:
+    def start_follow(
+        self,
+        job: JobRecord,
+        *,
+        tail: int | None = None,
+        batch_s: float = 0.05,
+        where: Intake = "loop",
+    ) -> Follow:
         """Follow a job in the background, publishing :class:`LogLinesReceived` batches
         (at most one per ``batch_s`` s while lines keep coming, the first at once) until
         every node exited; the task's result is the job reconciled at the end. One follow per
@@ -884,8 +1033,9 @@ class Service:
                 last = time.monotonic()
 
             try:
-                async for lines in self._follow_batches(job, session, node=None, since_ns=None,
-                                                        tail=tail):
+                async for lines in self._follow_batches(
+                    job, session, node=None, since_ns=None, tail=tail
+                ):
                     batch.extend(lines)
                     wait = last + batch_s - time.monotonic()
                     if wait <= 0:
@@ -908,8 +1058,9 @@ class Service:
         self._follows[job.id] = f
         return f
 
-    async def _follow_in_process(self, job: JobRecord, *, tail: int | None,
-                                 batch_s: float) -> JobRecord | None:
+    async def _follow_in_process(
+        self, job: JobRecord, *, tail: int | None, batch_s: float
+    ) -> JobRecord | None:
         """:meth:`start_follow` with ``where="process"`` (protocol: :mod:`console.intake`).
 
         Raises:
@@ -919,19 +1070,32 @@ class Service:
 
         from console.intake import HEADER, IntakeRequest, PackedLines
 
-        log_file = next((Path(h.baseFilename) for h in logging.getLogger().handlers
-                         if isinstance(h, logging.FileHandler)), None)
-        request = IntakeRequest(profile_of(job, self.profile), self.store.root, job, tail,
-                                batch_s, log_file)
+        log_file = next(
+            (
+                Path(h.baseFilename)
+                for h in logging.getLogger().handlers
+                if isinstance(h, logging.FileHandler)
+            ),
+            None,
+        )
+        request = IntakeRequest(
+            profile_of(job, self.profile), self.store.root, job, tail, batch_s, log_file
+        )
         # the child imports this same console package, wherever it was imported from
         here = str(Path(__file__).resolve().parents[1])
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
         try:
             proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "console.intake", stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL, env=env,
-                limit=1 << 26)
+                sys.executable,
+                "-m",
+                "console.intake",
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.DEVNULL,
+                env=env,
+                limit=1 << 26,
+            )
         except OSError as e:
             raise JobError(f"cannot start the log intake process: {e}") from e
         assert proc.stdin is not None and proc.stdout is not None
@@ -948,8 +1112,7 @@ class Service:
                     break
                 kind = msg[0]
                 if kind == "lines":
-                    self.bus.publish(LogLinesReceived(job.id, PackedLines(msg[1]),
-                                                      tuple(msg[2])))
+                    self.bus.publish(LogLinesReceived(job.id, PackedLines(msg[1]), tuple(msg[2])))
                 elif kind == "state":
                     self.bus.publish(FollowStateChanged(job.id, msg[1], msg[2], msg[3]))
                 elif kind == "archive":
@@ -986,10 +1149,15 @@ class Service:
 
     # -- fleet ------------------------------------------------------------------------------
 
-    def start_fleet(self, hosts: list[str] | None = None, *, interval: float = 1.0,
-                    mode: str = "auto",
-                    on_sample: Callable[[str, Sample], None] | None = None,
-                    replay_path: str | None = None) -> FleetState:
+    def start_fleet(
+        self,
+        hosts: list[str] | None = None,
+        *,
+        interval: float = 1.0,
+        mode: str = "auto",
+        on_sample: Callable[[str, Sample], None] | None = None,
+        replay_path: str | None = None,
+    ) -> FleetState:
         """Start streaming telemetry from the hosts into :attr:`fleet` (publishing
         :class:`SampleReceived`, :class:`HostStateChanged`, :class:`ContainersMapped`).
 
@@ -1008,9 +1176,15 @@ class Service:
 
         state = ObservedFleetState(self.bus, names, interval)
         self.fleet = state
-        self._monitor = FleetMonitor(self.session(), state, names, interval=interval,
-                                     on_sample=on_sample, mode=mode,
-                                     replay_path=replay_path)
+        self._monitor = FleetMonitor(
+            self.session(),
+            state,
+            names,
+            interval=interval,
+            on_sample=on_sample,
+            mode=mode,
+            replay_path=replay_path,
+        )
         self._monitor.start()
         return state
 
@@ -1072,4 +1246,3 @@ class Service:
             self._replay.cancel()
             await asyncio.gather(self._replay, return_exceptions=True)
             self._replay = None
-

@@ -73,9 +73,7 @@ class Session:
     async def connect_all(self, hosts: Iterable[str]) -> None:
         """Connect to several hosts at once; the first error (in host order) is raised."""
         hosts = list(dict.fromkeys(hosts))
-        results = await asyncio.gather(
-            *(self.connected(h) for h in hosts), return_exceptions=True
-        )
+        results = await asyncio.gather(*(self.connected(h) for h in hosts), return_exceptions=True)
         for r in results:
             if isinstance(r, BaseException):
                 raise r
@@ -84,7 +82,8 @@ class Session:
         """Close every engine client and connection."""
         for e in self._engines.values():
             await e.close()
-        await asyncio.gather(*(t.close() for t in self._transports.values()),
-                             return_exceptions=True)
+        await asyncio.gather(
+            *(t.close() for t in self._transports.values()), return_exceptions=True
+        )
         self._engines.clear()
         self._transports.clear()

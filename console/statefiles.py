@@ -62,8 +62,10 @@ def _read_only_fs(path: Path) -> bool:
 
 
 def _full_fix(path: Path) -> str:
-    return (f"free space on the filesystem of {path.parent} (`df -h {path.parent}`), or set "
-            "GPUCONSOLE_STATE_DIR to a folder on another one")
+    return (
+        f"free space on the filesystem of {path.parent} (`df -h {path.parent}`), or set "
+        "GPUCONSOLE_STATE_DIR to a folder on another one"
+    )
 
 
 def _problem_of_sqlite(e: sqlite3.Error) -> StateProblem | None:
@@ -75,9 +77,14 @@ def _problem_of_sqlite(e: sqlite3.Error) -> StateProblem | None:
             return None
         return _SQLITE_PRIMARY.get(code & 0xFF)
     text = str(e).lower()
-    for needle, kind in (("locked", "locked"), ("readonly", "read-only"),
-                         ("not a database", "damaged"), ("malformed", "damaged"),
-                         ("full", "full"), ("disk i/o", "io")):
+    for needle, kind in (
+        ("locked", "locked"),
+        ("readonly", "read-only"),
+        ("not a database", "damaged"),
+        ("malformed", "damaged"),
+        ("full", "full"),
+        ("disk i/o", "io"),
+    ):
         if needle in text:
             return kind  # type: ignore[return-value]
     return None
@@ -98,27 +105,35 @@ def db_error(e: sqlite3.Error, path: Path, *, what: str, if_lost: str) -> StateE
     if kind is None:  # cannot open: say why
         if path.is_dir():
             return StateError(str(path), "directory", f"is a directory, not a {what}", aside)
-        kind = "read-only" if _read_only_fs(path) or not os.access(
-            path.parent, os.W_OK) else "io"
+        kind = "read-only" if _read_only_fs(path) or not os.access(path.parent, os.W_OK) else "io"
     if kind == "io" and (free := free_bytes(path)) is not None and free < FULL_BELOW:
         kind = "full"  # a failed -shm or page allocation on a full filesystem
     if kind == "damaged":
         return StateError(str(path), kind, f"damaged, not a readable {what} ({detail})", aside)
     if kind == "locked":
         return StateError(
-            str(path), kind,
+            str(path),
+            kind,
             f"locked by another process for {LOCK_WAIT_S:.0f} s (another gpuconsole, or a "
             f"sqlite3 shell, holds it)",
-            f"let that command finish; `fuser -v {path}` shows which process holds it")
+            f"let that command finish; `fuser -v {path}` shows which process holds it",
+        )
     if kind == "full":
         return StateError(str(path), kind, "no space left on its filesystem", _full_fix(path))
     if kind == "read-only":
         why = "its filesystem is mounted read-only" if _read_only_fs(path) else "read-only"
-        return StateError(str(path), kind, f"cannot be written: {why} ({detail})",
-                          "make the state dir writable, or set GPUCONSOLE_STATE_DIR to a "
-                          "writable folder")
-    return StateError(str(path), "io", f"cannot be read or written ({detail})",
-                      f"check the disk (`dmesg`); if the file is damaged, {aside}")
+        return StateError(
+            str(path),
+            kind,
+            f"cannot be written: {why} ({detail})",
+            "make the state dir writable, or set GPUCONSOLE_STATE_DIR to a writable folder",
+        )
+    return StateError(
+        str(path),
+        "io",
+        f"cannot be read or written ({detail})",
+        f"check the disk (`dmesg`); if the file is damaged, {aside}",
+    )
 
 
 def file_error(e: OSError, path: Path, *, what: str, if_lost: str) -> StateError:
@@ -133,16 +148,23 @@ def file_error(e: OSError, path: Path, *, what: str, if_lost: str) -> StateError
     reason = e.strerror or str(e)
     aside = f"move it aside (`mv {path} {path}.damaged`): {if_lost}"
     if e.errno in (errno.ENOSPC, errno.EDQUOT):
-        return StateError(str(path), "full", "no space left on its filesystem",
-                          _full_fix(path))
+        return StateError(str(path), "full", "no space left on its filesystem", _full_fix(path))
     if isinstance(e, IsADirectoryError) or e.errno == errno.EISDIR:
         return StateError(str(path), "directory", f"is a directory, not a {what}", aside)
     if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
-        return StateError(str(path), "read-only", f"cannot be written: {reason}",
-                          "make the state dir writable, or set GPUCONSOLE_STATE_DIR to a "
-                          "writable folder")
+        return StateError(
+            str(path),
+            "read-only",
+            f"cannot be written: {reason}",
+            "make the state dir writable, or set GPUCONSOLE_STATE_DIR to a writable folder",
+        )
     if isinstance(e, NotADirectoryError):
-        return StateError(str(path), "damaged", f"a file stands where its folder should be "
-                          f"({reason})", f"move {path.parent} aside")
-    return StateError(str(path), "io", f"cannot be read or written ({reason})",
-                      "check the disk (`dmesg`)")
+        return StateError(
+            str(path),
+            "damaged",
+            f"a file stands where its folder should be ({reason})",
+            f"move {path.parent} aside",
+        )
+    return StateError(
+        str(path), "io", f"cannot be read or written ({reason})", "check the disk (`dmesg`)"
+    )

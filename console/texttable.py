@@ -11,8 +11,13 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 
 
-def text_table(rows: Sequence[Sequence[str]], *, right: Collection[int] = (),
-               min_widths: Sequence[int] = (), sep: str | Sequence[str] = "  ") -> list[str]:
+def text_table(
+    rows: Sequence[Sequence[str]],
+    *,
+    right: Collection[int] = (),
+    min_widths: Sequence[int] = (),
+    sep: str | Sequence[str] = "  ",
+) -> list[str]:
     """The lines of a table, the header being ``rows[0]`` when there is one.
 
     Args:
@@ -32,8 +37,10 @@ def text_table(rows: Sequence[Sequence[str]], *, right: Collection[int] = (),
     gaps = [sep] * (n - 1) if isinstance(sep, str) else list(sep)
     if len(gaps) != n - 1:
         raise ValueError(f"text_table: {len(gaps)} separators for {n} columns")
-    widths = [max([len(r[i]) for r in rows] + [min_widths[i] if i < len(min_widths) else 0])
-              for i in range(n)]
+    widths = [
+        max([len(r[i]) for r in rows] + [min_widths[i] if i < len(min_widths) else 0])
+        for i in range(n)
+    ]
     out = []
     for r in rows:
         parts = []

@@ -28,8 +28,11 @@ class _Refused(yaml.MarkedYAMLError):
 
 
 def _no_binary(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
-    raise _Refused("binary values (!!binary) are not accepted", node.start_mark,
-                   "write the value as plain text")
+    raise _Refused(
+        "binary values (!!binary) are not accepted",
+        node.start_mark,
+        "write the value as plain text",
+    )
 
 
 class GuardedLoader(yaml.SafeLoader):
@@ -55,16 +58,21 @@ class GuardedLoader(yaml.SafeLoader):
         if self._values > MAX_VALUES:
             raise _Refused(
                 f"the document expands to more than {MAX_VALUES:,} values (aliases counted "
-                "as copies)", mark, "write the values out, or use fewer nested aliases")
+                "as copies)",
+                mark,
+                "write the values out, or use fewer nested aliases",
+            )
 
     def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
         """Compose one node, enforcing the limits (see the class docstring)."""
         event: Any = self.peek_event()  # type: ignore[no-untyped-call]
         if isinstance(event, yaml.AliasEvent):
             if event.anchor in self._open:
-                raise _Refused(f"alias *{event.anchor} is inside the node &{event.anchor} it "
-                               "names (a cycle)", event.start_mark,
-                               "an alias may only name a node that ends before it")
+                raise _Refused(
+                    f"alias *{event.anchor} is inside the node &{event.anchor} it names (a cycle)",
+                    event.start_mark,
+                    "an alias may only name a node that ends before it",
+                )
             target = self.anchors.get(event.anchor)
             if target is not None:
                 self._count(self._sizes.get(id(target), 1), event.start_mark)
@@ -72,8 +80,11 @@ class GuardedLoader(yaml.SafeLoader):
             return alias
         self._depth += 1
         if self._depth > MAX_DEPTH:
-            raise _Refused(f"nested deeper than {MAX_DEPTH} levels", event.start_mark,
-                           "flatten the file; specs and profiles need a few levels")
+            raise _Refused(
+                f"nested deeper than {MAX_DEPTH} levels",
+                event.start_mark,
+                "flatten the file; specs and profiles need a few levels",
+            )
         anchor = getattr(event, "anchor", None)
         if anchor is not None:
             self._open.add(anchor)
@@ -92,8 +103,11 @@ class GuardedLoader(yaml.SafeLoader):
         """A scalar; NUL characters (also written as ``\\0`` escapes) are refused."""
         node: yaml.ScalarNode = super().compose_scalar_node(anchor)
         if "\x00" in node.value:
-            raise _Refused("contains U+0000 (NUL), which no field accepts", node.start_mark,
-                           "remove the NUL character (`\\0` in a quoted string)")
+            raise _Refused(
+                "contains U+0000 (NUL), which no field accepts",
+                node.start_mark,
+                "remove the NUL character (`\\0` in a quoted string)",
+            )
         return node
 
     def compose_mapping_node(self, anchor: Any) -> yaml.MappingNode:
@@ -102,8 +116,11 @@ class GuardedLoader(yaml.SafeLoader):
         seen: dict[str, yaml.Node] = {}
         for k, _v in node.value:
             if not isinstance(k, yaml.ScalarNode):
-                raise _Refused("a key must be a plain name, not a list or mapping",
-                               k.start_mark, "write `name: value`")
+                raise _Refused(
+                    "a key must be a plain name, not a list or mapping",
+                    k.start_mark,
+                    "write `name: value`",
+                )
             if k.tag == _MERGE_TAG:
                 continue
             if k.style is None:
@@ -111,18 +128,23 @@ class GuardedLoader(yaml.SafeLoader):
             if k.value in seen:
                 raise _Refused(
                     f"duplicate key {k.value!r} (first at line "
-                    f"{seen[k.value].start_mark.line + 1})", k.start_mark,
-                    "keep one of them: YAML would silently use the last")
+                    f"{seen[k.value].start_mark.line + 1})",
+                    k.start_mark,
+                    "keep one of them: YAML would silently use the last",
+                )
             seen[k.value] = k
         return node
 
 
 def _no_retyping_tag(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
     tag = node.tag.replace("tag:yaml.org,2002:", "!!")
-    raise _Refused(f"the tag {tag} is not accepted (tags make values of other types than the "
-                   "fields take: sets, pairs, Python objects)", node.start_mark,
-                   "write the value without the tag: a list as `[a, b]`, a mapping as "
-                   "`{key: value}`, text in quotes")
+    raise _Refused(
+        f"the tag {tag} is not accepted (tags make values of other types than the "
+        "fields take: sets, pairs, Python objects)",
+        node.start_mark,
+        "write the value without the tag: a list as `[a, b]`, a mapping as "
+        "`{key: value}`, text in quotes",
+    )
 
 
 GuardedLoader.add_constructor("tag:yaml.org,2002:binary", _no_binary)
@@ -144,15 +166,21 @@ GuardedLoader.yaml_implicit_resolvers = {
 }
 GuardedLoader.add_implicit_resolver(
     _INT_TAG,
-    re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)"
-               r"|[-+]?0x[0-9a-fA-F_]+)$"),
-    list("-+0123456789"))
+    re.compile(
+        r"^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)"
+        r"|[-+]?0x[0-9a-fA-F_]+)$"
+    ),
+    list("-+0123456789"),
+)
 GuardedLoader.add_implicit_resolver(
     _FLOAT_TAG,
-    re.compile(r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?"
-               r"|[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)"
-               r"|\.[0-9_]+(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
-    list("-+0123456789."))
+    re.compile(
+        r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?"
+        r"|[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)"
+        r"|\.[0-9_]+(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+    ),
+    list("-+0123456789."),
+)
 
 
 def parse(text: str, source: str, what: str = "file") -> tuple[Any, Lines]:
@@ -164,8 +192,9 @@ def parse(text: str, source: str, what: str = "file") -> tuple[Any, Lines]:
         data = loader.construct_document(node) if node is not None else None
     except _Refused as e:
         mark = e.problem_mark
-        raise ConfigError(str(e.problem), e.hint, path=source,
-                          line=mark.line + 1 if mark else None) from e
+        raise ConfigError(
+            str(e.problem), e.hint, path=source, line=mark.line + 1 if mark else None
+        ) from e
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         line = mark.line + 1 if mark else None
@@ -185,7 +214,7 @@ def parse(text: str, source: str, what: str = "file") -> tuple[Any, Lines]:
         raise ConfigError(
             f"the file contains the control character U+{code:04X} (column "
             f"{pos - text.rfind(chr(10), 0, pos)}), which YAML does not allow",
-            "remove it; write control characters as escapes in double quotes (\"\\t\")",
+            'remove it; write control characters as escapes in double quotes ("\\t")',
             path=source,
             line=text.count("\n", 0, pos) + 1,
         ) from e

@@ -33,7 +33,6 @@ MAX_VALUES = 100_000
 MAX_BYTES = 1_000_000
 
 
-
 def load_yaml(path: Path, what: str = "file") -> tuple[Any, Lines]:
     """Read a YAML file; returns ``(data, lines)``.
 
@@ -70,11 +69,11 @@ def source_problem(path: Path, what: str = "file") -> ConfigError | None:
     try:
         st = os.stat(path)
     except FileNotFoundError:
-        return ConfigError(f"{what} not found", f"give the path of a YAML {what}",
-                           path=str(path))
+        return ConfigError(f"{what} not found", f"give the path of a YAML {what}", path=str(path))
     except OSError as e:
-        return ConfigError(f"cannot read {what}: {e.strerror}", "give a readable file",
-                           path=str(path))
+        return ConfigError(
+            f"cannot read {what}: {e.strerror}", "give a readable file", path=str(path)
+        )
     kind = _not_regular(st.st_mode)
     if kind is None:
         return None
@@ -82,8 +81,9 @@ def source_problem(path: Path, what: str = "file") -> ConfigError | None:
         hint = f"give the path of a YAML {what} file inside it, not the directory"
     else:
         hint = f"give the path of a regular YAML file (save the {what} to a file first)"
-    return ConfigError(f"{what} is {kind}, not a regular file; it is not read", hint,
-                       path=str(path))
+    return ConfigError(
+        f"{what} is {kind}, not a regular file; it is not read", hint, path=str(path)
+    )
 
 
 def read_source(path: Path, what: str = "file") -> bytes:
@@ -101,23 +101,30 @@ def read_source(path: Path, what: str = "file") -> bytes:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as e:
-        raise ConfigError(f"cannot read {what}: {e.strerror}", "give a readable file",
-                          path=str(path)) from e
+        raise ConfigError(
+            f"cannot read {what}: {e.strerror}", "give a readable file", path=str(path)
+        ) from e
     with os.fdopen(fd, "rb") as f:
         st = os.fstat(f.fileno())
         kind = _not_regular(st.st_mode)
         if kind is not None:
-            raise ConfigError(f"{what} is {kind}, not a regular file; it is not read",
-                              "give a regular YAML file", path=str(path))
+            raise ConfigError(
+                f"{what} is {kind}, not a regular file; it is not read",
+                "give a regular YAML file",
+                path=str(path),
+            )
         try:
             data = f.read(MAX_BYTES + 1)
         except OSError as e:
-            raise ConfigError(f"cannot read {what}: {e.strerror}", "give a readable file",
-                              path=str(path)) from e
+            raise ConfigError(
+                f"cannot read {what}: {e.strerror}", "give a readable file", path=str(path)
+            ) from e
     if len(data) > MAX_BYTES:
-        raise ConfigError(f"the {what} is larger than {MAX_BYTES:,} bytes",
-                          "give the right file; a job spec or profile is a few lines",
-                          path=str(path))
+        raise ConfigError(
+            f"the {what} is larger than {MAX_BYTES:,} bytes",
+            "give the right file; a job spec or profile is a few lines",
+            path=str(path),
+        )
     return data
 
 
@@ -131,8 +138,9 @@ def parse_yaml_bytes(raw: bytes, source: str, what: str = "file") -> tuple[Any, 
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         line = text_line_of(raw, e.start)
-        raise ConfigError(f"not UTF-8 text (byte {e.start})", "save the file as UTF-8",
-                          path=source, line=line) from e
+        raise ConfigError(
+            f"not UTF-8 text (byte {e.start})", "save the file as UTF-8", path=source, line=line
+        ) from e
     return parse_yaml(text, source, what)
 
 
@@ -181,8 +189,9 @@ class ConfigErrors(ConfigError):
 
     def __init__(self, problems: list[ConfigError]) -> None:
         first, last = problems[0], problems[-1]
-        super().__init__(first.detail, last.hint, path=first.path, line=first.line,
-                         field=first.field)
+        super().__init__(
+            first.detail, last.hint, path=first.path, line=first.line, field=first.field
+        )
         parts = [f"{first.message} (and {len(problems) - 1} more)"]
         for prev, p in itertools.pairwise(problems):
             if prev.hint:
@@ -206,7 +215,10 @@ def combine(problems: list[ConfigError]) -> ConfigError:
 
 
 def validation_errors(
-    err: ValidationError, model: type[BaseModel], source: str, lines: Lines,
+    err: ValidationError,
+    model: type[BaseModel],
+    source: str,
+    lines: Lines,
     prefix: tuple[str | int, ...] = (),
 ) -> list[ConfigError]:
     """Every error of a pydantic validation as a :class:`ConfigError` with file:line, in
@@ -238,8 +250,14 @@ def validation_error(
     return combine(validation_errors(err, model, source, lines))
 
 
-def _one_error(e: Any, clean: tuple[str | int, ...], model: type[BaseModel], source: str,
-               lines: Lines, prefix: tuple[str | int, ...] = ()) -> ConfigError:
+def _one_error(
+    e: Any,
+    clean: tuple[str | int, ...],
+    model: type[BaseModel],
+    source: str,
+    lines: Lines,
+    prefix: tuple[str | int, ...] = (),
+) -> ConfigError:
     field = _field_name(prefix + clean)
     line = line_of(lines, prefix + clean)
     kind = e["type"]
@@ -256,8 +274,9 @@ def _one_error(e: Any, clean: tuple[str | int, ...], model: type[BaseModel], sou
             field=field,
         )
     if kind == "missing":
-        return ConfigError("required field is missing", f"add `{clean[-1]}:`", path=source,
-                           line=line, field=field)
+        return ConfigError(
+            "required field is missing", f"add `{clean[-1]}:`", path=source, line=line, field=field
+        )
     msg = str(e["msg"]).removeprefix("Value error, ")
     given = e.get("input")
     if given is not None and kind not in ("value_error",):
@@ -265,8 +284,9 @@ def _one_error(e: Any, clean: tuple[str | int, ...], model: type[BaseModel], sou
         msg = f"{msg} (got {shown if len(shown) <= 60 else shown[:57] + '...'})"
     key = next((str(p) for p in reversed(clean) if str(p) in FIELD_HINTS), "")
     hint = FIELD_HINTS.get(key) or FIELD_HINTS.get(str(clean[0]) if clean else "") or ""
-    return ConfigError(msg, hint or "see the example in the README", path=source, line=line,
-                       field=field)
+    return ConfigError(
+        msg, hint or "see the example in the README", path=source, line=line, field=field
+    )
 
 
 #: The fix printed for a bad value of a job spec or profile field.
@@ -275,11 +295,11 @@ FIELD_HINTS = {
     "nodes": "a count like `nodes: 2`, or host names like `nodes: [gpu1, gpu2]`",
     "gpus_per_node": "`all`, a count like `2`, indices like `[0, 1]`, or `0` for a CPU job",
     "nproc_per_node": "a whole number from 1 to 1024 (default: one per GPU)",
-    "args": "a list of strings, e.g. `args: [\"--lr\", \"3e-4\"]`",
-    "env": "a mapping of NAME: \"value\" (quote numbers and yes/no)",
-    "mounts": "a list of host_path:container_path[:ro] like `[\"/data:/data:ro\", "
-              "\"~/runs:/runs\"]`; each container path its own, not /workspace or "
-              "/opt/gpuconsole-gang",
+    "args": 'a list of strings, e.g. `args: ["--lr", "3e-4"]`',
+    "env": 'a mapping of NAME: "value" (quote numbers and yes/no)',
+    "mounts": 'a list of host_path:container_path[:ro] like `["/data:/data:ro", '
+    '"~/runs:/runs"]`; each container path its own, not /workspace or '
+    "/opt/gpuconsole-gang",
     "shm_size": "a size like `8g`, or use `ipc: host`",
     "ipc": "`ipc: host` or leave it out",
     "max_restarts": "a whole number from 0 to 1000",
@@ -287,7 +307,7 @@ FIELD_HINTS = {
     "image": "an image reference like `nvcr.io/nvidia/pytorch:24.10-py3`",
     "hosts": "a mapping of host names to `{hostname: ..., user: ...}`",
     "script": "a path inside workdir, e.g. `script: train.py`",
-    "exclude": "a list of shell patterns, e.g. `exclude: [data, \"*.ckpt\"]`",
+    "exclude": 'a list of shell patterns, e.g. `exclude: [data, "*.ckpt"]`',
     "workdir": "a folder relative to the spec file, e.g. `workdir: .`",
     "hostname": "a host name, IP or ~/.ssh/config alias, e.g. `hostname: gpu1.example.org`",
     "port": "a TCP port, 1-65535",
@@ -300,11 +320,11 @@ FIELD_HINTS = {
     "cap_add": "capability names like `[SYS_PTRACE]`",
     "defaults": "a mapping of job defaults: image, shm_size, ipc, mounts, env, ...",
     "keymap": "binding id -> keys as text (comma separated, or a list), e.g. "
-              "`logs.search: ctrl+f`; quote what YAML reads as another type: "
-              "`app.help: \"f1\"`, not `true` or an empty value",
+    "`logs.search: ctrl+f`; quote what YAML reads as another type: "
+    '`app.help: "f1"`, not `true` or an empty value',
     "interval": "seconds between samples, 0.1-60",
     "connect_timeout": "seconds, a finite number above 0 and at most 600, e.g. "
-                       "`connect_timeout: 10`",
+    "`connect_timeout: 10`",
     "stop_grace": "seconds between SIGTERM and SIGKILL, 0-3600, e.g. `stop_grace: 30`",
     "price_per_gpu_hour": "USD per GPU hour, 0-10000, e.g. `price_per_gpu_hour: 2.5`",
 }

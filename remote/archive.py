@@ -71,8 +71,11 @@ class ContainerPathNotFound(DockerError):
     """
 
     def __init__(self, host: str, container: str, path: str, what: str = "path") -> None:
-        super().__init__(host, f"{what} {path} does not exist in container {container[:12]}",
-                         "check the path with `gpuconsole exec JOB -- ls -la DIR`")
+        super().__init__(
+            host,
+            f"{what} {path} does not exist in container {container[:12]}",
+            "check the path with `gpuconsole exec JOB -- ls -la DIR`",
+        )
         self.path = path
 
 
@@ -148,8 +151,12 @@ class PathStat:
             return None
         if not isinstance(data, dict):
             return None
-        return cls(str(data.get("name", "")), int(data.get("size") or 0),
-                   int(data.get("mode") or 0), str(data.get("linkTarget") or ""))
+        return cls(
+            str(data.get("name", "")),
+            int(data.get("size") or 0),
+            int(data.get("mode") or 0),
+            str(data.get("linkTarget") or ""),
+        )
 
 
 @dataclass(frozen=True)
@@ -217,8 +224,9 @@ def _target(container: str, path: str, **params: str) -> str:
     return f"/containers/{quote(container, safe='')}/archive?{query}"
 
 
-async def _connect(host: str, socket_path: str) -> tuple[asyncio.StreamReader,
-                                                         asyncio.StreamWriter]:
+async def _connect(
+    host: str, socket_path: str
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     try:
         return await asyncio.open_unix_connection(socket_path, limit=1 << 20)
     except OSError as e:
@@ -231,10 +239,13 @@ def _raise_for(host: str, container: str, path: str, resp: _Response, body: str)
         raise ContainerPathNotFound(host, container, path)
     hint = None
     if "read-only" in message:
-        hint = ("copy to a writable path (/tmp, or a mount without :ro; the job's workdir "
-                "at /workspace is read-only)")
-    raise DockerError(host, f"copy at {path} in container {container[:12]}: Docker engine: "
-                      f"{message}", hint)
+        hint = (
+            "copy to a writable path (/tmp, or a mount without :ro; the job's workdir "
+            "at /workspace is read-only)"
+        )
+    raise DockerError(
+        host, f"copy at {path} in container {container[:12]}: Docker engine: {message}", hint
+    )
 
 
 async def stat_path(host: str, socket_path: str, container: str, path: str) -> PathStat | None:
@@ -252,8 +263,7 @@ async def stat_path(host: str, socket_path: str, container: str, path: str) -> P
     """
     reader, writer = await _connect(host, socket_path)
     try:
-        writer.write(f"HEAD {_target(container, path)} HTTP/1.0\r\nHost: docker\r\n\r\n"
-                     .encode())
+        writer.write(f"HEAD {_target(container, path)} HTTP/1.0\r\nHost: docker\r\n\r\n".encode())
         try:
             resp = await _read_head(host, reader)
         except (asyncio.IncompleteReadError, OSError) as e:
@@ -367,8 +377,13 @@ class ThreadToLoopWriter:
             yield chunk
 
 
-async def run_with_pipe(fn: Callable[[], T], abort: Callable[[BaseException], None],
-                        feed: asyncio.Task[None], *, finish_feed: bool) -> T:
+async def run_with_pipe(
+    fn: Callable[[], T],
+    abort: Callable[[BaseException], None],
+    feed: asyncio.Task[None],
+    *,
+    finish_feed: bool,
+) -> T:
     """Run ``fn`` in a worker thread while ``feed`` (a task on this loop) moves its bytes.
 
     Args:
@@ -407,8 +422,9 @@ async def run_with_pipe(fn: Callable[[], T], abort: Callable[[BaseException], No
 # -- tar streams (worker thread side) ---------------------------------------------------------
 
 
-def extract_stream(source: LoopToThreadReader | IO[bytes], dest_dir: Path, root: str,
-                   name: str) -> CopyStats:
+def extract_stream(
+    source: LoopToThreadReader | IO[bytes], dest_dir: Path, root: str, name: str
+) -> CopyStats:
     """Extract a tar stream whose members are rooted at ``root`` into ``dest_dir``, the root
     renamed to ``name``; safe extraction (module docstring). Runs in a worker thread.
 
@@ -436,8 +452,9 @@ def extract_stream(source: LoopToThreadReader | IO[bytes], dest_dir: Path, root:
         if member.islnk():  # hard links name another member of the archive
             target = _rebase(member.linkname, root, name)
             if target is None:
-                raise UnsafeArchiveMember(original, f"hard link to {member.linkname!r} outside "
-                                                    "the copied path")
+                raise UnsafeArchiveMember(
+                    original, f"hard link to {member.linkname!r} outside the copied path"
+                )
             renamed = renamed.replace(linkname=target, deep=False)
         try:
             checked = tarfile.data_filter(renamed, path)
@@ -455,9 +472,11 @@ def extract_stream(source: LoopToThreadReader | IO[bytes], dest_dir: Path, root:
         raise CopyRefused(f"the engine's archive is not a readable tar: {e}") from e
     except (IsADirectoryError, NotADirectoryError, FileExistsError, PermissionError) as e:
         where = e.filename or dest
-        raise CopyRefused(f"cannot write {where}: {e.strerror or e}",
-                          "choose a destination you may write, where no folder or file of "
-                          "the other kind is in the way") from e
+        raise CopyRefused(
+            f"cannot write {where}: {e.strerror or e}",
+            "choose a destination you may write, where no folder or file of "
+            "the other kind is in the way",
+        ) from e
     return CopyStats(files, size, os.path.join(dest, name))
 
 
@@ -506,13 +525,17 @@ def write_tar(sink: ThreadToLoopWriter, src: Path, root: str) -> CopyStats:
         return info
 
     try:
-        with tarfile.open(fileobj=sink, mode="w|",  # type: ignore[call-overload]
-                          format=tarfile.PAX_FORMAT) as tar:
+        with tarfile.open(
+            fileobj=sink,
+            mode="w|",  # type: ignore[call-overload]
+            format=tarfile.PAX_FORMAT,
+        ) as tar:
             # the source itself is followed when it is a link (`cp` semantics)
             tar.add(os.path.realpath(src), arcname=root, recursive=True, filter=as_root)
     except PermissionError as e:
-        raise CopyRefused(f"cannot read {e.filename or src}: {e.strerror}",
-                          "copy files you may read") from e
+        raise CopyRefused(
+            f"cannot read {e.filename or src}: {e.strerror}", "copy files you may read"
+        ) from e
     sink.close()
     return CopyStats(files, size, root)
 
@@ -520,8 +543,9 @@ def write_tar(sink: ThreadToLoopWriter, src: Path, root: str) -> CopyStats:
 # -- copies ---------------------------------------------------------------------------------
 
 
-async def copy_from_container(engine: Engine, container: str, src: str, dest: str | Path
-                              ) -> CopyStats:
+async def copy_from_container(
+    engine: Engine, container: str, src: str, dest: str | Path
+) -> CopyStats:
     """Copy ``src`` (a file or a directory) out of a container to the local path ``dest``
     (``docker cp CONTAINER:SRC DEST`` rules, module docstring). Works on exited containers.
 
@@ -571,14 +595,17 @@ async def copy_from_container(engine: Engine, container: str, src: str, dest: st
                 raise ConnectionLost(host, f"the copy of {src} was cut: {e}") from e
             await pipe.put(None)
 
-        return await run_with_pipe(lambda: extract_stream(pipe, dest_dir, root, name),
-                                   pipe.abort, asyncio.create_task(feed()), finish_feed=False)
+        return await run_with_pipe(
+            lambda: extract_stream(pipe, dest_dir, root, name),
+            pipe.abort,
+            asyncio.create_task(feed()),
+            finish_feed=False,
+        )
     finally:
         writer.close()
 
 
-def _local_destination(dest_arg: str | Path, src_name: str, src_is_dir: bool
-                       ) -> tuple[Path, str]:
+def _local_destination(dest_arg: str | Path, src_name: str, src_is_dir: bool) -> tuple[Path, str]:
     """(directory to extract into, name of the copy) for a local ``dest``.
 
     Raises:
@@ -590,23 +617,31 @@ def _local_destination(dest_arg: str | Path, src_name: str, src_is_dir: bool
         dest_dir, name = dest, src_name
     else:
         if dest.exists() and src_is_dir:
-            raise CopyRefused(f"cannot copy a directory onto the file {dest}",
-                              "give a directory, or a path that does not exist yet")
+            raise CopyRefused(
+                f"cannot copy a directory onto the file {dest}",
+                "give a directory, or a path that does not exist yet",
+            )
         if str(dest_arg).endswith(os.sep):
-            raise LocalPathNotFound(str(dest), f"destination directory {dest} does not exist",
-                                    "create it first, or give a file path")
+            raise LocalPathNotFound(
+                str(dest),
+                f"destination directory {dest} does not exist",
+                "create it first, or give a file path",
+            )
         dest_dir, name = dest.parent, dest.name
         if not dest_dir.is_dir():
-            raise LocalPathNotFound(str(dest_dir), f"cannot copy to {dest}: {dest_dir} is not "
-                                    "an existing directory", "create the folder first")
+            raise LocalPathNotFound(
+                str(dest_dir),
+                f"cannot copy to {dest}: {dest_dir} is not an existing directory",
+                "create the folder first",
+            )
     if not os.access(dest_dir, os.W_OK | os.X_OK):
-        raise CopyRefused(f"cannot write to {dest_dir}: permission denied",
-                          "choose a destination you may write")
+        raise CopyRefused(
+            f"cannot write to {dest_dir}: permission denied", "choose a destination you may write"
+        )
     return dest_dir, name
 
 
-async def copy_to_container(engine: Engine, container: str, src: Path, dest: str
-                            ) -> CopyStats:
+async def copy_to_container(engine: Engine, container: str, src: Path, dest: str) -> CopyStats:
     """Copy the local ``src`` (a file or a directory) into a container as ``dest``
     (``docker cp SRC CONTAINER:DEST`` rules, module docstring). Works on exited containers;
     files are owned by root, as ``docker cp`` makes them.
@@ -618,8 +653,9 @@ async def copy_to_container(engine: Engine, container: str, src: Path, dest: str
             mount, for example).
     """
     if not src.exists():
-        raise LocalPathNotFound(str(src), f"{src} does not exist",
-                                "give an existing file or folder")
+        raise LocalPathNotFound(
+            str(src), f"{src} does not exist", "give an existing file or folder"
+        )
     host = engine.host
     socket_path = await engine.transport.docker_socket()
     dest = dest.rstrip("/") or "/"
@@ -631,8 +667,11 @@ async def copy_to_container(engine: Engine, container: str, src: Path, dest: str
         into, root = dest, Path(os.path.abspath(src)).name
     else:
         if st is not None and src.is_dir():
-            raise CopyRefused(f"cannot copy the directory {src} onto the file {dest} in "
-                              f"container {container[:12]}", "give a directory as destination")
+            raise CopyRefused(
+                f"cannot copy the directory {src} onto the file {dest} in "
+                f"container {container[:12]}",
+                "give a directory as destination",
+            )
         into, root = posixpath.dirname(dest) or "/", posixpath.basename(dest)
         parent = await stat_path(host, socket_path, container, into)
         if parent is None or not parent.is_dir:
@@ -641,9 +680,10 @@ async def copy_to_container(engine: Engine, container: str, src: Path, dest: str
     target = _target(container, into, noOverwriteDirNonDir="true")
     answer: asyncio.Task[tuple[_Response, str]] | None = None
     try:
-        writer.write(f"PUT {target} HTTP/1.1\r\nHost: docker\r\nConnection: close\r\n"
-                     "Content-Type: application/x-tar\r\nTransfer-Encoding: chunked\r\n\r\n"
-                     .encode())
+        writer.write(
+            f"PUT {target} HTTP/1.1\r\nHost: docker\r\nConnection: close\r\n"
+            "Content-Type: application/x-tar\r\nTransfer-Encoding: chunked\r\n\r\n".encode()
+        )
         sink = ThreadToLoopWriter(asyncio.get_running_loop())
 
         async def read_answer() -> tuple[_Response, str]:
@@ -658,8 +698,9 @@ async def copy_to_container(engine: Engine, container: str, src: Path, dest: str
             try:
                 async for chunk in sink.chunks():
                     if answer.done():
-                        raise ConnectionLost(host, f"the engine answered the copy to {dest} "
-                                             "before its end")
+                        raise ConnectionLost(
+                            host, f"the engine answered the copy to {dest} before its end"
+                        )
                     writer.write(b"%x\r\n" % len(chunk) + chunk + b"\r\n")
                     await writer.drain()
                 writer.write(b"0\r\n\r\n")
@@ -670,8 +711,12 @@ async def copy_to_container(engine: Engine, container: str, src: Path, dest: str
 
         stats: CopyStats | None = None
         try:
-            stats = await run_with_pipe(lambda: write_tar(sink, src, root), sink.abort,
-                                        asyncio.create_task(feed()), finish_feed=True)
+            stats = await run_with_pipe(
+                lambda: write_tar(sink, src, root),
+                sink.abort,
+                asyncio.create_task(feed()),
+                finish_feed=True,
+            )
         except ConnectionLost as e:
             cut: ConnectionLost | None = e  # the engine's answer says why, when it sent one
         else:

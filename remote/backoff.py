@@ -27,8 +27,10 @@ class Backoff:
 
     def __init__(self, first: float, cap: float, *, jitter: float = 0.5) -> None:
         if not 0 <= jitter <= 1 or first < 0 or cap < 0:
-            raise ValueError(f"Backoff({first}, {cap}, jitter={jitter}): need first >= 0, "
-                             "cap >= 0 and 0 <= jitter <= 1")
+            raise ValueError(
+                f"Backoff({first}, {cap}, jitter={jitter}): need first >= 0, "
+                "cap >= 0 and 0 <= jitter <= 1"
+            )
         self.first = min(first, cap)
         self.cap = cap
         self.jitter = jitter

@@ -158,19 +158,28 @@ class Claim:
         try:
             await proc.close()
         except (GpuConsoleError, OSError) as e:
-            log.warning("[%s] claims %s not released cleanly (they end with the connection): "
-                        "%s", self.host, ", ".join(self.keys), e)
+            log.warning(
+                "[%s] claims %s not released cleanly (they end with the connection): %s",
+                self.host,
+                ", ".join(self.keys),
+                e,
+            )
 
 
 def _holder(key: str, rec: Any) -> Holder:
     rec = rec if isinstance(rec, dict) else {}
     since = rec.get("at")
-    return Holder(key, str(rec.get("owner") or ""), str(rec.get("what") or ""),
-                  float(since) if isinstance(since, (int, float)) else None)
+    return Holder(
+        key,
+        str(rec.get("owner") or ""),
+        str(rec.get("what") or ""),
+        float(since) if isinstance(since, (int, float)) else None,
+    )
 
 
-async def take(transport: Transport, keys: list[str], *, owner: str, what: str,
-               hold_s: float = MAX_HOLD_S) -> Claim:
+async def take(
+    transport: Transport, keys: list[str], *, owner: str, what: str, hold_s: float = MAX_HOLD_S
+) -> Claim:
     """Take every key on the host, or none.
 
     Args:
@@ -202,8 +211,11 @@ async def take(transport: Transport, keys: list[str], *, owner: str, what: str,
         if why is None:
             err = (await proc.stderr()).strip().splitlines()
             why = err[-1] if err else f"no answer ({line!r})"
-        raise TransportError(transport.name, f"cannot take the launch claims: {why}",
-                             "the host needs python3 and a writable ~/" + CLAIMS_DIR)
+        raise TransportError(
+            transport.name,
+            f"cannot take the launch claims: {why}",
+            "the host needs python3 and a writable ~/" + CLAIMS_DIR,
+        )
     held = answer["held"] if isinstance(answer["held"], dict) else {}
     if held:
         await proc.close()

@@ -125,8 +125,16 @@ class ContainerSpec:
 
     def docker_run_argv(self) -> list[str]:
         """The equivalent ``docker run`` argv; secret values are shown as ``***``."""
-        argv = ["docker", "run", "-d", *(["--init"] if self.init else []), "--name", self.name,
-                "--network", self.network_mode]
+        argv = [
+            "docker",
+            "run",
+            "-d",
+            *(["--init"] if self.init else []),
+            "--name",
+            self.name,
+            "--network",
+            self.network_mode,
+        ]
         for k, v in sorted(self.labels.items()):
             argv += ["--label", f"{k}={v}"]
         if self.gpu_device_ids:
@@ -320,7 +328,7 @@ def gpu_devices_of(attrs: Mapping[str, Any]) -> str | None:
         return None
     for dev in host.get("Devices") or []:
         path = str((dev or {}).get("PathOnHost") or "")
-        if path.startswith("/dev/nvidia") and path[len("/dev/nvidia"):].isdigit():
+        if path.startswith("/dev/nvidia") and path[len("/dev/nvidia") :].isdigit():
             return None
     return "none"
 
@@ -334,9 +342,12 @@ def _docker_size(n: int) -> str:
     return f"{n}b"
 
 
-def spec_from_attrs(attrs: Mapping[str, Any], secret_env: frozenset[str] = frozenset(),
-                    image_env: Sequence[str] = (),
-                    image_labels: Mapping[str, str] | None = None) -> ContainerSpec:
+def spec_from_attrs(
+    attrs: Mapping[str, Any],
+    secret_env: frozenset[str] = frozenset(),
+    image_env: Sequence[str] = (),
+    image_labels: Mapping[str, str] | None = None,
+) -> ContainerSpec:
     """Rebuild a :class:`ContainerSpec` from ``docker inspect`` JSON (the fields gpuconsole
     sets: name, image, command, env, labels, GPUs, shm/ipc, binds, capabilities, privileges,
     network, workdir, user). ``image_env`` (the image's ``KEY=value`` list) is left out of
@@ -368,8 +379,9 @@ def spec_from_attrs(attrs: Mapping[str, Any], secret_env: frozenset[str] = froze
         command=[str(c) for c in command],
         env=env,
         secret_env=secret_env,
-        labels={k: v for k, v in (cfg.get("Labels") or {}).items()
-                if (image_labels or {}).get(k) != v},
+        labels={
+            k: v for k, v in (cfg.get("Labels") or {}).items() if (image_labels or {}).get(k) != v
+        },
         gpu_device_ids=tuple(gpus),
         shm_size=_docker_size(int(shm)) if isinstance(shm, int) and shm else None,
         ipc_mode="host" if ipc == "host" else None,
@@ -507,7 +519,8 @@ class Engine:
         socket_path, version = await self._api_socket()
         try:
             return await asyncio.wait_for(
-                dockerapi.get_json(socket_path, version, path, params), self.timeout)
+                dockerapi.get_json(socket_path, version, path, params), self.timeout
+            )
         except dockerapi.EngineRequestError as e:
             if e.unreachable:
                 self._api = None
@@ -515,8 +528,9 @@ class Engine:
             raise DockerError(self.host, f"Docker engine: {e.message}") from e
         except TimeoutError as e:
             self._api = None
-            raise ConnectionLost(self.host, f"Docker engine: no answer to {path} within "
-                                            f"{self.timeout:g} s") from e
+            raise ConnectionLost(
+                self.host, f"Docker engine: no answer to {path} within {self.timeout:g} s"
+            ) from e
 
     def _drop_client(self) -> None:
         if self._client is not None:
@@ -577,9 +591,12 @@ class Engine:
                 "check the image name and tag, or build/load the image on the host",
             ) from e
 
-    async def list(self, labels: Mapping[str, str | None], *,
-                   detail: Callable[[ContainerInfo], bool] | None = None,
-                   ) -> builtins.list[ContainerInfo]:
+    async def list(
+        self,
+        labels: Mapping[str, str | None],
+        *,
+        detail: Callable[[ContainerInfo], bool] | None = None,
+    ) -> builtins.list[ContainerInfo]:
         """Containers (running or not) carrying all ``labels`` (a ``None`` value = key only).
 
         One list request (on the loop, :meth:`get`): each container comes from the list's own
@@ -606,9 +623,11 @@ class Engine:
         attrs = await self.get(dockerapi.container_path(container_id))
         return None if attrs is None else ContainerInfo.from_attrs(attrs)
 
-    async def container_spec(self, container_id: str,
-                             secret_env: frozenset[str] | set[str] = frozenset(),
-                             ) -> ContainerSpec | None:
+    async def container_spec(
+        self,
+        container_id: str,
+        secret_env: frozenset[str] | set[str] = frozenset(),
+    ) -> ContainerSpec | None:
         """The container's configuration read back as a :class:`ContainerSpec` (to show the
         equivalent ``docker run`` line; ``secret_env`` values are masked there), or ``None``
         if the container no longer exists."""
@@ -625,8 +644,9 @@ class Engine:
                 image_labels = (image.get("Config") or {}).get("Labels")
             except docker.errors.APIError:
                 image_env = image_labels = None
-            return spec_from_attrs(attrs, frozenset(secret_env), image_env or (),
-                                   image_labels or {})
+            return spec_from_attrs(
+                attrs, frozenset(secret_env), image_env or (), image_labels or {}
+            )
 
         return await self.call(get)
 
@@ -719,8 +739,9 @@ class Engine:
 
         One line at a time over :meth:`log_batches` (same arguments, same ending).
         """
-        async for batch in self.log_batches(container_id, since_ns=since_ns, tail=tail,
-                                            follow=follow):
+        async for batch in self.log_batches(
+            container_id, since_ns=since_ns, tail=tail, follow=follow
+        ):
             for line in batch:
                 yield line
 
@@ -752,8 +773,7 @@ class Engine:
             DockerError: the engine refused the request (with its message).
         """
         path = await self.transport.docker_socket()
-        stream = read_log_batches(path, container_id, since_ns=since_ns, tail=tail,
-                                  follow=follow)
+        stream = read_log_batches(path, container_id, since_ns=since_ns, tail=tail, follow=follow)
         try:
             async for batch in stream:
                 yield batch
@@ -761,6 +781,7 @@ class Engine:
             raise DockerError(self.host, f"logs of {container_id[:12]}: {e.message}") from e
         finally:
             await stream.aclose()
+
 
 def _api_message(e: docker.errors.APIError) -> str:
     """The engine's explanation of an SDK API error (its ``explanation``, else the text)."""

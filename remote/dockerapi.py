@@ -47,8 +47,12 @@ class EngineRequestError(Exception):
         self.unreachable = unreachable
 
 
-async def request(socket_path: str, target: str, *, method: str = "GET",
-                  ) -> tuple[int, dict[str, str], bytes]:
+async def request(
+    socket_path: str,
+    target: str,
+    *,
+    method: str = "GET",
+) -> tuple[int, dict[str, str], bytes]:
     """One HTTP/1.0 request to the engine on ``socket_path``: (status, headers with lower-case
     names, body).
 
@@ -59,23 +63,34 @@ async def request(socket_path: str, target: str, *, method: str = "GET",
     try:
         reader, writer = await asyncio.open_unix_connection(socket_path)
     except OSError as e:
-        raise EngineRequestError(0, f"cannot connect to {socket_path}: {e}",
-                                 unreachable=True) from e
+        raise EngineRequestError(
+            0, f"cannot connect to {socket_path}: {e}", unreachable=True
+        ) from e
     try:
         writer.write(f"{method} {target} HTTP/1.0\r\nHost: docker\r\n\r\n".encode())
         try:
             head = await reader.readuntil(b"\r\n\r\n")
         except asyncio.IncompleteReadError as e:
-            why = ("the connection was closed without an answer" if not e.partial
-                   else f"the answer ended after {len(e.partial)} bytes, inside its head")
-            raise EngineRequestError(0, f"no answer to {method} {target.split('?')[0]}: {why}",
-                                     unreachable=True) from e
+            why = (
+                "the connection was closed without an answer"
+                if not e.partial
+                else f"the answer ended after {len(e.partial)} bytes, inside its head"
+            )
+            raise EngineRequestError(
+                0, f"no answer to {method} {target.split('?')[0]}: {why}", unreachable=True
+            ) from e
         except asyncio.LimitOverrunError as e:
-            raise EngineRequestError(0, f"the answer to {method} {target.split('?')[0]} has a "
-                                        "head over 64 KiB: not a Docker engine?") from e
+            raise EngineRequestError(
+                0,
+                f"the answer to {method} {target.split('?')[0]} has a "
+                "head over 64 KiB: not a Docker engine?",
+            ) from e
         except OSError as e:
-            raise EngineRequestError(0, f"no answer to {method} {target.split('?')[0]}: "
-                                        f"{e or type(e).__name__}", unreachable=True) from e
+            raise EngineRequestError(
+                0,
+                f"no answer to {method} {target.split('?')[0]}: {e or type(e).__name__}",
+                unreachable=True,
+            ) from e
         status, headers = parse_head(head)
         chunks: list[bytes] = []
         size = 0
@@ -83,8 +98,9 @@ async def request(socket_path: str, target: str, *, method: str = "GET",
             try:
                 data = await reader.read(1 << 18)
             except OSError as e:
-                raise EngineRequestError(0, f"connection lost reading {target.split('?')[0]}: "
-                                            f"{e}", unreachable=True) from e
+                raise EngineRequestError(
+                    0, f"connection lost reading {target.split('?')[0]}: {e}", unreachable=True
+                ) from e
             if not data:
                 break
             size += len(data)
@@ -94,8 +110,11 @@ async def request(socket_path: str, target: str, *, method: str = "GET",
         body = b"".join(chunks)
         length = headers.get("content-length", "")
         if length.isdigit() and len(body) < int(length):
-            raise EngineRequestError(0, f"answer to {target.split('?')[0]} cut short "
-                                        f"({len(body)} of {length} bytes)", unreachable=True)
+            raise EngineRequestError(
+                0,
+                f"answer to {target.split('?')[0]} cut short ({len(body)} of {length} bytes)",
+                unreachable=True,
+            )
         if headers.get("transfer-encoding", "").lower() == "chunked":
             body = dechunk(body)
         return status, headers, body
@@ -152,7 +171,7 @@ def dechunk(body: bytes) -> bytes:
             raise EngineRequestError(0, f"bad chunk size {size_text[:20]!r}") from e
         if size == 0:
             break
-        out += body[eol + 2:eol + 2 + size]
+        out += body[eol + 2 : eol + 2 + size]
         pos = eol + 2 + size + 2
     return bytes(out)
 
@@ -168,17 +187,23 @@ async def api_version(socket_path: str) -> str:
     if status == 404:
         raise EngineRequestError(status, "not a Docker engine: it has no /_ping (HTTP 404)")
     if status != 200:
-        raise EngineRequestError(status, engine_error_message(
-            body.decode(errors="replace").strip()) or f"/_ping answered {status}")
+        raise EngineRequestError(
+            status,
+            engine_error_message(body.decode(errors="replace").strip())
+            or f"/_ping answered {status}",
+        )
     if not version:
         said = body.decode(errors="replace").strip()[:60]
-        raise EngineRequestError(status, "not a Docker engine: its /_ping answer has no "
-                                         f"Api-Version header (it said {said!r})")
+        raise EngineRequestError(
+            status,
+            f"not a Docker engine: its /_ping answer has no Api-Version header (it said {said!r})",
+        )
     return version
 
 
-async def get_json(socket_path: str, version: str, path: str,
-                   params: dict[str, str] | None = None) -> Any | None:
+async def get_json(
+    socket_path: str, version: str, path: str, params: dict[str, str] | None = None
+) -> Any | None:
     """``GET /v<version><path>?<params>`` decoded from JSON; ``None`` when the engine answers
     404 (no such container).
 

@@ -156,8 +156,13 @@ class TimestampParser:
         Raises:
             ValueError: not such a timestamp.
         """
-        if len(ts) > 21 and ts[19] == "." and ts[-1] == "Z" and ts.startswith(self._prefix) \
-                and self._prefix:
+        if (
+            len(ts) > 21
+            and ts[19] == "."
+            and ts[-1] == "Z"
+            and ts.startswith(self._prefix)
+            and self._prefix
+        ):
             frac = ts[20:-1]
             if frac.isdigit() and len(frac) <= 9:
                 return self._secs_ns + int(frac.ljust(9, "0"))
@@ -310,8 +315,12 @@ async def read_log_batches(
     Raises:
         LogsRequestError: the engine answered with another error status.
     """
-    params: dict[str, str] = {"stdout": "1", "stderr": "1", "timestamps": "1",
-                              "follow": "1" if follow else "0"}
+    params: dict[str, str] = {
+        "stdout": "1",
+        "stderr": "1",
+        "timestamps": "1",
+        "follow": "1" if follow else "0",
+    }
     if since_ns is not None:
         params["since"] = since_param(since_ns)
     if tail is not None:

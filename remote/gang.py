@@ -54,8 +54,15 @@ def _host_off(torchrun: list[str]) -> list[str]:
     return [out[0], "--rdzv-conf", "is_host=0", *out[1:]]
 
 
-def wrap(torchrun: list[str], *, node_rank: int, nnodes: int, endpoint: str, run_id: str,
-         grace: float = 10.0) -> list[str]:
+def wrap(
+    torchrun: list[str],
+    *,
+    node_rank: int,
+    nnodes: int,
+    endpoint: str,
+    run_id: str,
+    grace: float = 10.0,
+) -> list[str]:
     """The container command that runs ``torchrun`` under the gang supervisor.
 
     Node 0's supervisor hosts the rendezvous store at ``endpoint`` (``host:port``), so
@@ -70,8 +77,18 @@ def wrap(torchrun: list[str], *, node_rank: int, nnodes: int, endpoint: str, run
         grace: seconds between the SIGTERM of a teardown and the SIGKILL.
     """
     cmd = _host_off(torchrun) if node_rank == 0 else list(torchrun)
-    opts = ["--node-rank", str(node_rank), "--nnodes", str(nnodes), "--store", endpoint,
-            "--run-id", run_id, "--grace", f"{grace:g}"]
+    opts = [
+        "--node-rank",
+        str(node_rank),
+        "--nnodes",
+        str(nnodes),
+        "--store",
+        endpoint,
+        "--run-id",
+        run_id,
+        "--grace",
+        f"{grace:g}",
+    ]
     if node_rank == 0:
         opts.append("--host-store")
     return ["python3", _SCRIPT, *opts, "--", *cmd]
@@ -82,7 +99,7 @@ def unwrap(command: list[str]) -> list[str]:
     node 0's ``is_host=0`` stays as the container runs it). A host-runtime node runs the
     supervisor from its uploaded folder (``<python> <dir>/gang.py ...``)."""
     if len(command) > 1 and command[1].endswith("/gang.py") and "--" in command:
-        return command[command.index("--") + 1:]
+        return command[command.index("--") + 1 :]
     return list(command)
 
 
@@ -114,8 +131,10 @@ class GangOutcome:
             return f"node {self.node}: {self.outcome} (torchrun exit {self.torchrun_exit})"
         if self.cause_kind == "store_lost":
             return "stopped by gang teardown: node 0's rendezvous store went away"
-        return (f"stopped by gang teardown: node {self.cause_node} {self.cause_kind} "
-                f"(exit code {self.cause_exit_code})")
+        return (
+            f"stopped by gang teardown: node {self.cause_node} {self.cause_kind} "
+            f"(exit code {self.cause_exit_code})"
+        )
 
 
 def _int(v: object) -> int | None:
@@ -137,8 +156,11 @@ def parse_marker(raw: bytes) -> GangOutcome | None:
     cause: dict[str, object] = raw_cause if isinstance(raw_cause, dict) else {}
     kind = cause.get("kind")
     return GangOutcome(
-        node=node, outcome=data["outcome"], torchrun_exit=_int(data.get("torchrun_exit")),
-        exit_status=_int(data.get("exit_status")), cause_node=_int(cause.get("node")),
+        node=node,
+        outcome=data["outcome"],
+        torchrun_exit=_int(data.get("torchrun_exit")),
+        exit_status=_int(data.get("exit_status")),
+        cause_node=_int(cause.get("node")),
         cause_kind=kind if isinstance(kind, str) else None,
         cause_exit_code=_int(cause.get("exit_code")),
     )

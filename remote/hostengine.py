@@ -74,7 +74,8 @@ _EXIT_NO_BUNDLE = 98
 #: and the list arguments come as positional parameters.
 _LIST_IF_JOBS = (
     'cd || { echo "[]"; exit 0; }; any=; for d in "$1"/*/; do [ -d "$d" ] && any=1; break; done; '
-    '[ -n "$any" ] || { echo "[]"; exit 0; }; [ -f "$2" ] || exit ' f"{_EXIT_NO_BUNDLE}; "
+    '[ -n "$any" ] || { echo "[]"; exit 0; }; [ -f "$2" ] || exit '
+    f"{_EXIT_NO_BUNDLE}; "
     'script=$2 py=$3; shift 3; exec "$py" -I -S "$script" list "$@"'
 )
 
@@ -131,8 +132,9 @@ def info_from_node(node: Mapping[str, Any]) -> ContainerInfo:
     )
 
 
-def spec_from_node(spec: Mapping[str, Any], labels: Mapping[str, str],
-                   secret_env: frozenset[str] = frozenset()) -> ContainerSpec:
+def spec_from_node(
+    spec: Mapping[str, Any], labels: Mapping[str, str], secret_env: frozenset[str] = frozenset()
+) -> ContainerSpec:
     """A ContainerSpec rebuilt from a node's spec.json and labels. Secret values were never
     stored: those variables come back empty and listed in ``secret_env`` (rendered ``***``)."""
     public = {str(k): str(v) for k, v in (spec.get("env_public") or {}).items()}
@@ -162,8 +164,9 @@ class HostEngine:
         agent_python: the host's python that runs hostjob.py (3.8+; not the job's python).
     """
 
-    def __init__(self, transport: Transport, timeout: float = 60.0,
-                 agent_python: str = "python3") -> None:
+    def __init__(
+        self, transport: Transport, timeout: float = 60.0, agent_python: str = "python3"
+    ) -> None:
         self.transport = transport
         self.timeout = timeout
         self.agent_python = agent_python
@@ -183,23 +186,28 @@ class HostEngine:
             self._script = f"{folder}/hostjob.py"
         return [self.agent_python, "-I", "-S", self._script, *args]
 
-    async def _call(self, *args: str, input: bytes | None = None,
-                    timeout: float | None = None) -> CommandResult:
+    async def _call(
+        self, *args: str, input: bytes | None = None, timeout: float | None = None
+    ) -> CommandResult:
         argv = await self._argv(*args)
-        res = await self.transport.run(argv, input=input,
-                                       timeout=timeout if timeout is not None else self.timeout)
+        res = await self.transport.run(
+            argv, input=input, timeout=timeout if timeout is not None else self.timeout
+        )
         if res.returncode == 127:
             raise RuntimeUnavailable(
-                self.host, f"{self.agent_python} is not on the host",
-                "install Python 3.8 or newer there (runtime: host runs jobs with it)")
+                self.host,
+                f"{self.agent_python} is not on the host",
+                "install Python 3.8 or newer there (runtime: host runs jobs with it)",
+            )
         return res
 
     def _fail(self, what: str, res: CommandResult) -> HostJobError:
         tail = res.stderr.strip().splitlines()[-1] if res.stderr.strip() else "no output"
         return HostJobError(self.host, f"{what}: {tail}")
 
-    async def _json(self, what: str, *args: str, input: bytes | None = None,
-                    timeout: float | None = None) -> Any:
+    async def _json(
+        self, what: str, *args: str, input: bytes | None = None, timeout: float | None = None
+    ) -> Any:
         """Run a subcommand answering JSON; ``None`` when the node does not exist."""
         res = await self._call(*args, input=input, timeout=timeout)
         if res.returncode == EXIT_NOT_FOUND:
@@ -209,8 +217,7 @@ class HostEngine:
         try:
             return json.loads(res.stdout)
         except ValueError as e:
-            raise HostJobError(self.host, f"{what}: unreadable answer {res.stdout[:200]!r}") \
-                from e
+            raise HostJobError(self.host, f"{what}: unreadable answer {res.stdout[:200]!r}") from e
 
     # -- queries ----------------------------------------------------------------------------
 
@@ -224,8 +231,10 @@ class HostEngine:
         if res.returncode != 0:
             tail = res.stderr.strip().splitlines()[-1] if res.stderr.strip() else "no output"
             raise RuntimeUnavailable(
-                self.host, f"{self.agent_python} cannot run the host runtime: {tail}",
-                "install Python 3.8 or newer on the host")
+                self.host,
+                f"{self.agent_python} cannot run the host runtime: {tail}",
+                "install Python 3.8 or newer on the host",
+            )
 
     async def has_image(self, image: str) -> bool:
         """Whether the python ``image`` (a path, or a name on the host's PATH) imports
@@ -234,7 +243,8 @@ class HostEngine:
 
     async def _probe(self, python: str) -> CommandResult:
         return await self.transport.run(
-            [python, "-c", f"import {REQUIRED_MODULE}"], timeout=self.timeout)
+            [python, "-c", f"import {REQUIRED_MODULE}"], timeout=self.timeout
+        )
 
     async def ensure_image(self, image: str, pull: str = "missing") -> None:
         """Make sure the python ``image`` exists on the host and imports torch (``pull`` is
@@ -248,24 +258,35 @@ class HostEngine:
             return
         if res.returncode == 127:
             # the shell's "not found" is also what a non-Python (sh -c 'import torch') says
-            missing = "No such file" in res.stderr or f"{image}: not found" in res.stderr \
+            missing = (
+                "No such file" in res.stderr
+                or f"{image}: not found" in res.stderr
                 or "command not found" in res.stderr
+            )
             said = (res.stderr.strip().splitlines() or ["?"])[-1]
             raise RuntimeUnavailable(
-                self.host, f"python {image!r} is not on the host" if missing
+                self.host,
+                f"python {image!r} is not on the host"
+                if missing
                 else f"{image!r} is not a Python ({said})",
                 f"set the job's python (`python:` in the spec or the profile's host, or "
-                f"--python) to an interpreter with torch on {self.host}")
+                f"--python) to an interpreter with torch on {self.host}",
+            )
         lines = res.stderr.strip().splitlines()
         why = lines[-1] if lines else f"exit status {res.returncode}"
         raise RuntimeUnavailable(
-            self.host, f"python {image!r} cannot import {REQUIRED_MODULE} ({why})",
+            self.host,
+            f"python {image!r} cannot import {REQUIRED_MODULE} ({why})",
             f"install it there (`{shlex.quote(image)} -m pip install {REQUIRED_MODULE}`) or "
-            f"point the job at a python that has it")
+            f"point the job at a python that has it",
+        )
 
-    async def list(self, labels: Mapping[str, str | None], *,
-                   detail: Callable[[ContainerInfo], bool] | None = None,
-                   ) -> builtins.list[ContainerInfo]:
+    async def list(
+        self,
+        labels: Mapping[str, str | None],
+        *,
+        detail: Callable[[ContainerInfo], bool] | None = None,
+    ) -> builtins.list[ContainerInfo]:
         """Nodes (any state) carrying all ``labels`` (a ``None`` value = key only). Every
         entry is complete (start and finish times included); ``detail`` is not needed."""
         args = ["list"]
@@ -289,13 +310,16 @@ class HostEngine:
         script = hostjob_script()
         res = await self.transport.run(
             ["sh", "-c", _LIST_IF_JOBS, "sh", JOBS_DIR, script, self.agent_python, *args],
-            timeout=self.timeout)
+            timeout=self.timeout,
+        )
         if res.returncode == _EXIT_NO_BUNDLE:
             return await self.list(labels)
         if res.returncode == 127:
             raise RuntimeUnavailable(
-                self.host, f"{self.agent_python} is not on the host",
-                "install Python 3.8 or newer there (runtime: host runs jobs with it)")
+                self.host,
+                f"{self.agent_python} is not on the host",
+                "install Python 3.8 or newer there (runtime: host runs jobs with it)",
+            )
         if res.returncode != 0:
             raise self._fail("list", res)
         # "[]" without a job; hostjob.py always answers JSON: nothing at all is a broken
@@ -313,15 +337,18 @@ class HostEngine:
         nodes = await self._json("inspect", "list", "--name", container_id)
         return info_from_node(nodes[0]) if nodes else None
 
-    async def container_spec(self, container_id: str,
-                             secret_env: frozenset[str] | set[str] = frozenset(),
-                             ) -> ContainerSpec | None:
+    async def container_spec(
+        self,
+        container_id: str,
+        secret_env: frozenset[str] | set[str] = frozenset(),
+    ) -> ContainerSpec | None:
         """The node's configuration as a ContainerSpec, or ``None`` if it does not exist."""
         data = await self._json("spec", "spec", container_id)
         if data is None:
             return None
-        return spec_from_node(data.get("spec") or {}, data.get("labels") or {},
-                              frozenset(secret_env))
+        return spec_from_node(
+            data.get("spec") or {}, data.get("labels") or {}, frozenset(secret_env)
+        )
 
     # -- effects ----------------------------------------------------------------------------
 
@@ -340,16 +367,25 @@ class HostEngine:
             raise HostJobError(
                 self.host,
                 "runtime host cannot mount folders ("
-                + ", ".join(b.render() for b in spec.binds) + ")",
-                "remove the mounts: the job runs in the synced workdir on the host")
+                + ", ".join(b.render() for b in spec.binds)
+                + ")",
+                "remove the mounts: the job runs in the synced workdir on the host",
+            )
         if spec.user:
-            raise HostJobError(self.host, f"runtime host cannot run as user {spec.user!r}",
-                               "remove `user:`; host jobs run as the SSH user")
+            raise HostJobError(
+                self.host,
+                f"runtime host cannot run as user {spec.user!r}",
+                "remove `user:`; host jobs run as the SSH user",
+            )
         log.debug("[%s] host job %s: %s", self.host, spec.name, shlex.join(spec.command))
         req = {
-            "name": spec.name, "labels": dict(spec.labels), "argv": list(spec.command),
-            "env": dict(spec.env), "secret_env": sorted(spec.secret_env),
-            "cwd": spec.working_dir, "gpu_ids": list(spec.gpu_device_ids),
+            "name": spec.name,
+            "labels": dict(spec.labels),
+            "argv": list(spec.command),
+            "env": dict(spec.env),
+            "secret_env": sorted(spec.secret_env),
+            "cwd": spec.working_dir,
+            "gpu_ids": list(spec.gpu_device_ids),
             "python": spec.image,
         }
         res = await self._call("create", input=json.dumps(req).encode())
@@ -394,17 +430,29 @@ class HostEngine:
             return None
         return base64.b64decode(data["data"])
 
-    async def logs(self, container_id: str, *, since_ns: int | None = None,
-                   tail: int | None = None, follow: bool = False) -> AsyncIterator[LogLine]:
+    async def logs(
+        self,
+        container_id: str,
+        *,
+        since_ns: int | None = None,
+        tail: int | None = None,
+        follow: bool = False,
+    ) -> AsyncIterator[LogLine]:
         """The node's log lines, oldest first: one at a time over :meth:`log_batches`."""
-        async for batch in self.log_batches(container_id, since_ns=since_ns, tail=tail,
-                                            follow=follow):
+        async for batch in self.log_batches(
+            container_id, since_ns=since_ns, tail=tail, follow=follow
+        ):
             for line in batch:
                 yield line
 
-    async def log_batches(self, container_id: str, *, since_ns: int | None = None,
-                          tail: int | None = None, follow: bool = False,
-                          ) -> AsyncIterator[builtins.list[LogLine]]:
+    async def log_batches(
+        self,
+        container_id: str,
+        *,
+        since_ns: int | None = None,
+        tail: int | None = None,
+        follow: bool = False,
+    ) -> AsyncIterator[builtins.list[LogLine]]:
         """The node's log lines (stdout and stderr), oldest first, in batches.
 
         Args:

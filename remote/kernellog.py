@@ -38,8 +38,16 @@ from remote.telemetry.smi import parse_csv_rows
 from remote.transport import Transport
 
 __all__ = [
-    "KERNEL_READ_BUDGET_S", "SMI_GPU_FIELDS", "KernelLines", "NodeGpus", "NodeKernelEvents",
-    "describe", "event_time_s", "node_gpus", "node_kernel_events", "read_gpu_kernel_lines",
+    "KERNEL_READ_BUDGET_S",
+    "SMI_GPU_FIELDS",
+    "KernelLines",
+    "NodeGpus",
+    "NodeKernelEvents",
+    "describe",
+    "event_time_s",
+    "node_gpus",
+    "node_kernel_events",
+    "read_gpu_kernel_lines",
     "split_by_gpu",
 ]
 
@@ -159,20 +167,31 @@ async def _run(transport: Transport, argv: list[str]) -> tuple[int, str, str]:
     return res.returncode, res.stdout, res.stderr
 
 
-async def _journalctl(transport: Transport, since_s: float, until_s: float
-                      ) -> tuple[list[str], bool] | str:
+async def _journalctl(
+    transport: Transport, since_s: float, until_s: float
+) -> tuple[list[str], bool] | str:
     """The window's kernel messages from the journal (``(lines, any_entry)``) or the reason it
     cannot show them."""
-    argv = ["journalctl", "-k", "--since", f"@{int(since_s)}", "--until",
-            f"@{int(until_s) + 1}", "-o", "short-iso", "--no-pager",
-            f"--lines={JOURNAL_MAX_LINES}"]
+    argv = [
+        "journalctl",
+        "-k",
+        "--since",
+        f"@{int(since_s)}",
+        "--until",
+        f"@{int(until_s) + 1}",
+        "-o",
+        "short-iso",
+        "--no-pager",
+        f"--lines={JOURNAL_MAX_LINES}",
+    ]
     rc, out, err = await _run(transport, argv)
     if rc != 0:
         return "journalctl: " + (_last_line(err) or f"exit status {rc}")
     refused = next((r for r in _JOURNAL_REFUSALS if r in err or r in out), None)
     if refused is not None:  # the line that says so ("Hint: You are currently not ...")
         return "journalctl: " + next(
-            (ln.strip() for ln in (err + "\n" + out).splitlines() if refused in ln), refused)
+            (ln.strip() for ln in (err + "\n" + out).splitlines() if refused in ln), refused
+        )
     lines = [ln for ln in out.splitlines() if not ln.startswith("-- ")]
     return lines, bool(lines)
 
@@ -185,15 +204,17 @@ async def _dmesg(transport: Transport) -> tuple[list[str], bool] | str:
         if rc == 0:
             return out.splitlines(), iso
         said = _last_line(err)
-        said = said[len("dmesg: "):] if said.startswith("dmesg: ") else said
+        said = said[len("dmesg: ") :] if said.startswith("dmesg: ") else said
         why.append(said or f"exit status {rc}")
         if rc == -1 or rc == 127 or any(p in err for p in _PERMISSION):
             break  # no answer, not installed, or refused: the plain form fares no better
     text = "dmesg: " + why[-1]
     rc, out, _ = await _run(transport, ["cat", _RESTRICT_PATH])
     if rc == 0 and out.strip() == "1" and any(p in why[-1] for p in _PERMISSION):
-        text += (" (kernel.dmesg_restrict=1: only root or CAP_SYSLOG may read the kernel log; "
-                 "journalctl needs the adm or systemd-journal group)")
+        text += (
+            " (kernel.dmesg_restrict=1: only root or CAP_SYSLOG may read the kernel log; "
+            "journalctl needs the adm or systemd-journal group)"
+        )
     return text
 
 
@@ -202,7 +223,8 @@ async def _host_clock(transport: Transport) -> tuple[float | None, int | None]:
     offset (s, ``date +%z``), to place ``dmesg``'s seconds since boot and a wall time printed
     without a zone; ``None`` where not known."""
     (rc_d, out_d, _), (rc_u, out_u, _) = await asyncio.gather(
-        _run(transport, ["date", "+%s %z"]), _run(transport, ["cat", "/proc/uptime"]))
+        _run(transport, ["date", "+%s %z"]), _run(transport, ["cat", "/proc/uptime"])
+    )
     now: float | None = None
     offset: int | None = None
     parts = out_d.split()
@@ -223,8 +245,7 @@ async def _host_clock(transport: Transport) -> tuple[float | None, int | None]:
     return boot, offset
 
 
-def event_time_s(ev: XidEvent, boot_s: float | None, utc_offset_s: int | None
-                 ) -> float | None:
+def event_time_s(ev: XidEvent, boot_s: float | None, utc_offset_s: int | None) -> float | None:
     """When ``ev`` happened, Unix s: its zoned wall time; a wall time without a zone in the
     host's zone (``utc_offset_s``); seconds since boot after ``boot_s``; else ``None``."""
     if ev.wall_time is not None:
@@ -243,8 +264,9 @@ def _aware(ev: XidEvent) -> bool:
     return ev.wall_time is not None and ev.wall_time.tzinfo is not None
 
 
-async def read_gpu_kernel_lines(transport: Transport, since_s: float, until_s: float, *,
-                                limit: int = 2000) -> KernelLines:
+async def read_gpu_kernel_lines(
+    transport: Transport, since_s: float, until_s: float, *, limit: int = 2000
+) -> KernelLines:
     """The host's NVIDIA kernel messages between ``since_s`` and ``until_s`` (Unix s).
 
     ``journalctl -k`` first (the journal keeps the window), then ``dmesg`` when the journal is
@@ -291,8 +313,7 @@ async def read_gpu_kernel_lines(transport: Transport, since_s: float, until_s: f
 
 def _bounded(lines: Sequence[str], source: str, limit: int, outside: int = 0) -> KernelLines:
     dropped = max(0, len(lines) - limit)
-    return KernelLines(lines=tuple(lines[:limit]), source=source, dropped=dropped,
-                       outside=outside)
+    return KernelLines(lines=tuple(lines[:limit]), source=source, dropped=dropped, outside=outside)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -308,8 +329,9 @@ async def node_gpus(transport: Transport, devices: str | None) -> NodeGpus:
     nvidia-smi does not list, or nvidia-smi failing give an unknown mapping with the reason.
     """
     if devices is None:
-        return NodeGpus(None, reason="the container's GPUs are not known (docker inspect "
-                                     "shows no GPU request)")
+        return NodeGpus(
+            None, reason="the container's GPUs are not known (docker inspect shows no GPU request)"
+        )
     spec = devices.strip()
     if spec == "all":
         return NodeGpus((), all_gpus=True)
@@ -366,35 +388,55 @@ def split_by_gpu(kernel: KernelLines, gpus: NodeGpus) -> NodeKernelEvents:
         more = f" and {len(evs) - 1} more event(s)" if len(evs) > 1 else ""
         context.append(f"the host logged Xid {xid}{more} on {name} during the job ({why})")
     own = tuple(ln for no, ln in enumerate(kernel.lines, 1) if no in own_rows)
-    return NodeKernelEvents(own_lines=own, context=tuple(context), gpus=gpus,
-                            source=kernel.source, events=len(scan.events))
+    return NodeKernelEvents(
+        own_lines=own,
+        context=tuple(context),
+        gpus=gpus,
+        source=kernel.source,
+        events=len(scan.events),
+    )
 
 
-async def node_kernel_events(transport: Transport, devices: str | None, since_s: float,
-                             until_s: float) -> NodeKernelEvents:
+async def node_kernel_events(
+    transport: Transport, devices: str | None, since_s: float, until_s: float
+) -> NodeKernelEvents:
     """:func:`read_gpu_kernel_lines` and :func:`node_gpus` at once, then
     :func:`split_by_gpu`; within :data:`KERNEL_READ_BUDGET_S` (past it: unreadable). Never
     raises for the host's answers."""
     try:
-        kernel, gpus = await asyncio.wait_for(asyncio.gather(
-            read_gpu_kernel_lines(transport, since_s, until_s), node_gpus(transport, devices)),
-            KERNEL_READ_BUDGET_S)
+        kernel, gpus = await asyncio.wait_for(
+            asyncio.gather(
+                read_gpu_kernel_lines(transport, since_s, until_s), node_gpus(transport, devices)
+            ),
+            KERNEL_READ_BUDGET_S,
+        )
     except asyncio.TimeoutError:
-        return NodeKernelEvents(reason=f"kernel log unreadable: no answer within "
-                                       f"{KERNEL_READ_BUDGET_S:g} s")
+        return NodeKernelEvents(
+            reason=f"kernel log unreadable: no answer within {KERNEL_READ_BUDGET_S:g} s"
+        )
     return split_by_gpu(kernel, gpus)
 
 
 def describe(events: NodeKernelEvents, since_s: float, until_s: float) -> str:
     """One line for the log: what the kernel log said about the window."""
-    span = (f"{datetime.fromtimestamp(since_s, timezone.utc):%Y-%m-%dT%H:%M:%SZ} .. "
-            f"{datetime.fromtimestamp(until_s, timezone.utc):%Y-%m-%dT%H:%M:%SZ}")
+    span = (
+        f"{datetime.fromtimestamp(since_s, timezone.utc):%Y-%m-%dT%H:%M:%SZ} .. "
+        f"{datetime.fromtimestamp(until_s, timezone.utc):%Y-%m-%dT%H:%M:%SZ}"
+    )
     if events.reason is not None:
         return f"host kernel log {span}: {events.reason}"
     gpus = events.gpus
-    mapping = ("unknown" if gpus is None else "all" if gpus.all_gpus else
-               f"unknown: {gpus.reason}" if gpus.bus_ids is None else
-               ", ".join(gpus.bus_ids) or "none")
-    return (f"host kernel log {span} ({events.source}): {events.events} Xid event(s), "
-            f"{len(events.own_lines)} line(s) on the node's GPUs ({mapping}), "
-            f"{len(events.context)} other GPU(s)")
+    mapping = (
+        "unknown"
+        if gpus is None
+        else "all"
+        if gpus.all_gpus
+        else f"unknown: {gpus.reason}"
+        if gpus.bus_ids is None
+        else ", ".join(gpus.bus_ids) or "none"
+    )
+    return (
+        f"host kernel log {span} ({events.source}): {events.events} Xid event(s), "
+        f"{len(events.own_lines)} line(s) on the node's GPUs ({mapping}), "
+        f"{len(events.context)} other GPU(s)"
+    )

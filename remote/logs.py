@@ -70,9 +70,15 @@ async def follow_container(
 ) -> AsyncIterator[LogLine]:
     """Yield every line of a container once, resuming after dropped connections: one line at
     a time over :func:`follow_container_batches` (same arguments, same errors)."""
-    async for batch in follow_container_batches(engine, container_id, cursor, follow=follow,
-                                                tail=tail, max_outage=max_outage,
-                                                on_state=on_state):
+    async for batch in follow_container_batches(
+        engine,
+        container_id,
+        cursor,
+        follow=follow,
+        tail=tail,
+        max_outage=max_outage,
+        on_state=on_state,
+    ):
         for line in batch:
             yield line
 

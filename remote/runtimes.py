@@ -44,8 +44,9 @@ class RuntimeEngine(Engine):
         timeout: seconds for each non-streaming call.
     """
 
-    def __init__(self, transport: Transport, runtime: str = "docker",
-                 timeout: float = 60.0) -> None:
+    def __init__(
+        self, transport: Transport, runtime: str = "docker", timeout: float = 60.0
+    ) -> None:
         super().__init__(transport, timeout)
         self.runtime = runtime
         self.hostrt = HostEngine(transport, timeout)
@@ -54,9 +55,13 @@ class RuntimeEngine(Engine):
         await super().close()
         await self.hostrt.close()
 
-    async def list(self, labels: Mapping[str, str | None], *,
-                   detail: Callable[[ContainerInfo], bool] | None = None,
-                   runtime: str | None = None) -> builtins.list[ContainerInfo]:
+    async def list(
+        self,
+        labels: Mapping[str, str | None],
+        *,
+        detail: Callable[[ContainerInfo], bool] | None = None,
+        runtime: str | None = None,
+    ) -> builtins.list[ContainerInfo]:
         """Nodes carrying all ``labels`` (see :meth:`remote.docker.Engine.list`) of
         ``runtime`` (default: the host's)."""
         if (runtime or self.runtime) == "host":
@@ -68,9 +73,11 @@ class RuntimeEngine(Engine):
             return await self.hostrt.inspect(container_id)
         return await super().inspect(container_id)
 
-    async def container_spec(self, container_id: str,
-                             secret_env: frozenset[str] | set[str] = frozenset(),
-                             ) -> ContainerSpec | None:
+    async def container_spec(
+        self,
+        container_id: str,
+        secret_env: frozenset[str] | set[str] = frozenset(),
+    ) -> ContainerSpec | None:
         if not is_docker_id(container_id):
             return await self.hostrt.container_spec(container_id, secret_env)
         return await super().container_spec(container_id, secret_env)
@@ -95,27 +102,39 @@ class RuntimeEngine(Engine):
             return await self.hostrt.remove(container_id)
         return await super().remove(container_id)
 
-    async def read_file(self, container_id: str, path: str, limit: int = 1 << 20,
-                        ) -> bytes | None:
+    async def read_file(
+        self,
+        container_id: str,
+        path: str,
+        limit: int = 1 << 20,
+    ) -> bytes | None:
         if not is_docker_id(container_id):
             return await self.hostrt.read_file(container_id, path, limit)
         return await super().read_file(container_id, path, limit)
 
-    async def log_batches(self, container_id: str, *, since_ns: int | None = None,
-                          tail: int | None = None, follow: bool = False,
-                          ) -> AsyncIterator[builtins.list[LogLine]]:
+    async def log_batches(
+        self,
+        container_id: str,
+        *,
+        since_ns: int | None = None,
+        tail: int | None = None,
+        follow: bool = False,
+    ) -> AsyncIterator[builtins.list[LogLine]]:
         if not is_docker_id(container_id):
-            async for batch in self.hostrt.log_batches(container_id, since_ns=since_ns,
-                                                       tail=tail, follow=follow):
+            async for batch in self.hostrt.log_batches(
+                container_id, since_ns=since_ns, tail=tail, follow=follow
+            ):
                 yield batch
             return
-        async for batch in super().log_batches(container_id, since_ns=since_ns, tail=tail,
-                                               follow=follow):
+        async for batch in super().log_batches(
+            container_id, since_ns=since_ns, tail=tail, follow=follow
+        ):
             yield batch
 
 
-async def host_runtime_nodes(engine: RuntimeEngine,
-                             labels: Mapping[str, str | None]) -> builtins.list[ContainerInfo]:
+async def host_runtime_nodes(
+    engine: RuntimeEngine, labels: Mapping[str, str | None]
+) -> builtins.list[ContainerInfo]:
     """On a host whose default runtime is Docker: the host runtime's nodes too, when it has
     any (one remote command that stops at once without a jobs folder:
     :meth:`remote.hostengine.HostEngine.list_if_any`; host nodes are always complete, so

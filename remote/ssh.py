@@ -63,8 +63,14 @@ from remote.transport import (
 #: OpenSSL (AES-NI) per packet, and as strong (both AEAD; OpenSSH offers both by default).
 #: The rest of asyncssh's default list follows, so a server without GCM still connects. A
 #: ``Ciphers`` line in the user's ssh config for the host wins (:func:`user_sets_ciphers`).
-CIPHERS = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com",
-           "chacha20-poly1305@openssh.com", "aes256-ctr", "aes192-ctr", "aes128-ctr")
+CIPHERS = (
+    "aes128-gcm@openssh.com",
+    "aes256-gcm@openssh.com",
+    "chacha20-poly1305@openssh.com",
+    "aes256-ctr",
+    "aes192-ctr",
+    "aes128-ctr",
+)
 
 #: :func:`user_sets_ciphers` for ``~/.ssh/config``, by (its path, host, port, user)
 _user_ciphers: dict[tuple[str, str, int | None, str | None], bool] = {}
@@ -75,8 +81,9 @@ _user_ciphers: dict[tuple[str, str, int | None, str | None], bool] = {}
 #: ones, rising to all at 100). Below its start, so the bastion never drops one of ours.
 JUMP_HANDSHAKES = 8
 
-_jump_slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Semaphore]] \
-    = weakref.WeakKeyDictionary()
+_jump_slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Semaphore]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 @dataclass
@@ -92,10 +99,12 @@ _JumpKey = tuple[str, str, str | None]
 
 #: Per event loop: (jump, known_hosts, identity file) -> the shared jump connection (a fleet
 #: behind one bastion costs the bastion one login, not one per host), and its lock.
-_jumps: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[_JumpKey, _SharedJump]] = \
+_jumps: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[_JumpKey, _SharedJump]] = (
     weakref.WeakKeyDictionary()
-_jump_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[_JumpKey, asyncio.Lock]] \
-    = weakref.WeakKeyDictionary()
+)
+_jump_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[_JumpKey, asyncio.Lock]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def jump_slot(jump: str) -> asyncio.Semaphore:
@@ -108,8 +117,9 @@ def jump_slot(jump: str) -> asyncio.Semaphore:
     return slot
 
 
-def user_sets_ciphers(host: str, port: int | None = None, user: str | None = None,
-                      config: Path | None = None) -> bool:
+def user_sets_ciphers(
+    host: str, port: int | None = None, user: str | None = None, config: Path | None = None
+) -> bool:
     """Whether the user's OpenSSH client config sets ``Ciphers`` for this host: then
     asyncssh applies that list and :data:`CIPHERS` is not offered.
 
@@ -258,7 +268,12 @@ class SSHTransport(Transport):
         return os.path.expanduser(self.target.known_hosts or "~/.ssh/known_hosts")
 
     def _options(
-        self, known_hosts: object, *, host: str, port: int | None, user: str | None,
+        self,
+        known_hosts: object,
+        *,
+        host: str,
+        port: int | None,
+        user: str | None,
         seen: _HostKeySeen | None = None,
     ) -> dict[str, object]:
         """Options for one hop. Keepalives are always on (:data:`KEEPALIVE_INTERVAL_S` x
@@ -323,13 +338,15 @@ class SSHTransport(Transport):
         try:
             # held until authenticated: sshd counts only unauthenticated connections
             async with jump_slot(self.target.jump):
-                return await asyncssh.connect(host, **self._options(
-                    known_hosts, host=host, port=port, user=user, seen=seen))
+                return await asyncssh.connect(
+                    host, **self._options(known_hosts, host=host, port=port, user=user, seen=seen)
+                )
         except asyncssh.HostKeyNotVerifiable as e:
             raise self._host_key_error(e, seen, host, port or 22, jump=True) from e
         except asyncssh.PermissionDenied as e:
             raise AuthenticationFailed(
-                self.name, f"authentication refused by the jump host "
+                self.name,
+                f"authentication refused by the jump host "
                 f"{user or 'the configured user'}@{host}:{port or 22}",
                 "check `jump` and `identity_file` in the profile, or your ssh-agent",
             ) from e
@@ -337,7 +354,8 @@ class SSHTransport(Transport):
             # named here: the target's message below would send the user to the wrong host
             reason = _connect_failure(e, "the jump host")
             raise HostUnreachable(
-                self.name, f"cannot connect to the jump host {host}:{port or 22}: {reason}",
+                self.name,
+                f"cannot connect to the jump host {host}:{port or 22}: {reason}",
                 "check that the jump host is up and `jump` in the profile",
             ) from e
 
@@ -419,8 +437,15 @@ class SSHTransport(Transport):
                 "check that the host is up, `hostname`/`port` in the profile, and your network",
             ) from e
 
-    def _host_key_error(self, e: asyncssh.HostKeyNotVerifiable, seen: _HostKeySeen,
-                        host: str, port: int, *, jump: bool = False) -> HostKeyRefused:
+    def _host_key_error(
+        self,
+        e: asyncssh.HostKeyNotVerifiable,
+        seen: _HostKeySeen,
+        host: str,
+        port: int,
+        *,
+        jump: bool = False,
+    ) -> HostKeyRefused:
         """The error for a host key asyncssh refused, told apart as OpenSSH does: REVOKED
         (the offered key is ``@revoked``), CHANGED (known_hosts holds another key for the
         host: the offered and the stored fingerprints, the stored line, and the fix is to
@@ -431,13 +456,15 @@ class SSHTransport(Transport):
         entries = known_host_entries(kh, seen.host or host, seen.addr, port)
         offered = seen.key
         if "revoked" in e.reason.lower():
-            revoked = [en for en in entries if en.marker == "revoked"
-                       and (offered is None or en.key == offered)]
+            revoked = [
+                en
+                for en in entries
+                if en.marker == "revoked" and (offered is None or en.key == offered)
+            ]
             where = "; ".join(f"{en.where} ({fingerprint(en.key)})" for en in revoked) or kh
             return HostKeyRevoked(
                 self.name,
-                f"host key of {who} is REVOKED: the key it offered is marked @revoked in "
-                f"{where}",
+                f"host key of {who} is REVOKED: the key it offered is marked @revoked in {where}",
                 "do not connect: the key was withdrawn (stolen or retired); ask the host's "
                 "owner for its current key and check it out of band before trusting it",
             )
@@ -463,8 +490,7 @@ class SSHTransport(Transport):
             what, check = f"{e.reason}; known_hosts: {kh}", "check the key's fingerprint"
         hint = f"{check}, then `{scan} >> {kh}`"
         if not jump:
-            hint += ", or set `accept_new_host_keys: true` in the profile (like OpenSSH " \
-                    "accept-new)"
+            hint += ", or set `accept_new_host_keys: true` in the profile (like OpenSSH accept-new)"
         return HostKeyUnknown(self.name, f"host key of {who} is not trusted: {what}", hint)
 
     def _remember_host_key(self, key: asyncssh.SSHKey, kh_path: str) -> None:
@@ -481,8 +507,13 @@ class SSHTransport(Transport):
             if line.rstrip("\n") in (ln.rstrip("\r") for ln in text.splitlines()):
                 return
             f.write(line if not text or text.endswith("\n") else "\n" + line)
-        log.warning("[%s] accepted the new host key of %s (%s) and added it to %s "
-                    "(accept_new_host_keys)", self.name, host, fingerprint(key), kh_path)
+        log.warning(
+            "[%s] accepted the new host key of %s (%s) and added it to %s (accept_new_host_keys)",
+            self.name,
+            host,
+            fingerprint(key),
+            kh_path,
+        )
 
     async def _drop(self) -> None:
         for fwd in list(self._forwards):
@@ -565,8 +596,9 @@ class SSHTransport(Transport):
         cmd = shlex.join(argv)
         log.debug("[%s] run %s", self.name, cmd)
         # asyncssh sends end-of-input only after non-empty input: empty input is no input
-        stdin: dict[str, Any] = ({"input": input} if input else
-                                 {"stdin": asyncssh.DEVNULL} if input is not None else {})
+        stdin: dict[str, Any] = (
+            {"input": input} if input else {"stdin": asyncssh.DEVNULL} if input is not None else {}
+        )
         try:
             res = await conn.run(cmd, timeout=timeout, encoding=None, **stdin)
         except asyncssh.TimeoutError as e:
@@ -611,9 +643,7 @@ class SSHTransport(Transport):
                 if os.path.exists(path):
                     os.unlink(path)
                 try:
-                    self._listener = await conn.forward_local_path(
-                        path, self.target.docker_socket
-                    )
+                    self._listener = await conn.forward_local_path(path, self.target.docker_socket)
                 except (asyncssh.Error, OSError) as e:
                     raise DockerError(
                         self.name,
@@ -692,9 +722,16 @@ class SSHTransport(Transport):
             except asyncio.TimeoutError:
                 log.debug("[%s] forward listener %s slow to close", self.name, fwd)
 
-        fwd = Forward(self.name, FORWARD_LISTEN_HOST, listener.get_port(), remote_host,
-                      remote_port, closer=close, connector=connect,
-                      alive=lambda: not conn.is_closed())
+        fwd = Forward(
+            self.name,
+            FORWARD_LISTEN_HOST,
+            listener.get_port(),
+            remote_host,
+            remote_port,
+            closer=close,
+            connector=connect,
+            alive=lambda: not conn.is_closed(),
+        )
         self._forwards.add(fwd)
         log.debug("[%s] forwarding %r", self.name, fwd)
         return fwd
@@ -712,8 +749,10 @@ class SSHTransport(Transport):
         kwargs: dict[str, Any] = {"encoding": None}
         if tty:
             size = os.get_terminal_size(sys.stdout.fileno())
-            kwargs.update(term_type=os.environ.get("TERM") or "xterm-256color",
-                          term_size=(size.columns, size.lines))
+            kwargs.update(
+                term_type=os.environ.get("TERM") or "xterm-256color",
+                term_size=(size.columns, size.lines),
+            )
         try:
             proc = await conn.create_process(cmd, **kwargs)
         except (asyncssh.Error, OSError) as e:
@@ -759,17 +798,20 @@ class SSHTransport(Transport):
             bad = unsyncable_names(local_dir) if isinstance(e, asyncssh.SFTPBadMessage) else []
             if bad:
                 raise TransportError(
-                    self.name, f"copying the workdir to {remote_dir} failed: {bad[0]!r} has a "
+                    self.name,
+                    f"copying the workdir to {remote_dir} failed: {bad[0]!r} has a "
                     "backslash in its name, which the SFTP copy refuses",
-                    "rename it, or leave it out with the spec's `exclude`") from e
+                    "rename it, or leave it out with the spec's `exclude`",
+                ) from e
             if isinstance(e, (asyncssh.SFTPNoSpaceOnFilesystem, asyncssh.SFTPQuotaExceeded)):
                 hint = "free space on the host (its home's filesystem is full or over quota)"
             elif isinstance(e, asyncssh.SFTPPermissionDenied):
                 hint = f"let the host's SSH user write {os.path.dirname(remote_dir)}"
             else:
                 hint = "check free space and permissions on the host"
-            raise TransportError(self.name, f"copying the workdir to {remote_dir} failed: {e}",
-                                 hint) from e
+            raise TransportError(
+                self.name, f"copying the workdir to {remote_dir} failed: {e}", hint
+            ) from e
 
     async def _rename(self, src: str, dst: str) -> bool:
         sftp = await self._sftp_client()
@@ -829,8 +871,10 @@ def _connect_failure(e: BaseException, who: str) -> str:
     flight) by closing them before its banner or during key exchange: a reset or a lost
     connection there is named as that."""
     if isinstance(e, (ConnectionResetError, asyncssh.ConnectionLost)):
-        return (f"connection closed by {who} during key exchange: {who} refused new SSH "
-                "connections (sshd MaxStartups?)")
+        return (
+            f"connection closed by {who} during key exchange: {who} refused new SSH "
+            "connections (sshd MaxStartups?)"
+        )
     return _describe_os_error(e)
 
 
@@ -842,8 +886,9 @@ def parse_jump(spec: str) -> tuple[str | None, str, int | None]:
             is not a number from 1 to 65535.
     """
     if not spec or any(c.isspace() or not c.isprintable() for c in spec):
-        raise ValueError(f"jump host {spec!r} must be [user@]host[:port] without spaces or "
-                         "control characters")
+        raise ValueError(
+            f"jump host {spec!r} must be [user@]host[:port] without spaces or control characters"
+        )
     user, at, rest = spec.rpartition("@")
     if at and not user:
         raise ValueError(f"jump host {spec!r} has an empty user before '@'")
@@ -883,8 +928,9 @@ def check_hostname(host: str) -> str:
     if not host or any(c.isspace() or not c.isprintable() for c in host):
         raise ValueError(f"host name {host!r} must be one word of printable characters")
     if len(host) > HOSTNAME_MAX:
-        raise ValueError(f"host name {host[:20]!r}... is {len(host)} characters long "
-                         f"(at most {HOSTNAME_MAX})")
+        raise ValueError(
+            f"host name {host[:20]!r}... is {len(host)} characters long (at most {HOSTNAME_MAX})"
+        )
     if not host.startswith("[") and any(len(label) > 63 for label in host.split(".")):
         raise ValueError(f"host name {host[:20]!r}... has a part longer than 63 characters")
     return host
@@ -905,8 +951,7 @@ def check_private_key(path: str) -> str | None:
     except asyncssh.KeyImportError as e:
         if "assphrase" in str(e):
             return None
-        hint = " (that is a public key; give the file without .pub)" if p.endswith(
-            ".pub") else ""
+        hint = " (that is a public key; give the file without .pub)" if p.endswith(".pub") else ""
         return f"{p} is not a private key: {e}{hint}"
     except (OSError, ValueError) as e:
         return f"{p} is not a private key: {e}"
@@ -937,8 +982,7 @@ class _HostKeySeen(_DropWatch):
     to write. Once connected it tells ``transport`` why the connection closed
     (:class:`_DropWatch`)."""
 
-    def __init__(self, known: object, *, accept_new: bool,
-                 transport: SSHTransport | None) -> None:
+    def __init__(self, known: object, *, accept_new: bool, transport: SSHTransport | None) -> None:
         super().__init__(transport)
         self._known = known
         self._accept_new = accept_new
@@ -952,8 +996,9 @@ class _HostKeySeen(_DropWatch):
         peer = conn.get_extra_info("peername")
         self.addr = str(peer[0]) if peer else ""
 
-    def validate_host_public_key(self, host: str, addr: str, port: int,
-                                 key: asyncssh.SSHKey) -> bool:
+    def validate_host_public_key(
+        self, host: str, addr: str, port: int, key: asyncssh.SSHKey
+    ) -> bool:
         """Called by asyncssh only for a key that known_hosts does not trust (nor revoke)."""
         self.key, self.host, self.addr = key, host, addr
         if not self._accept_new or not isinstance(self._known, asyncssh.SSHKnownHosts):
@@ -1006,17 +1051,27 @@ def known_host_entries(path: str, host: str, addr: str, port: int) -> list[Known
             continue
         keys, cas, revoked, *_ = one.match(host, addr, port)
         # a line naming both the host and its address matches twice: listed once
-        found = {**{k: None for k in keys}, **{k: "cert-authority" for k in cas},
-                 **{k: "revoked" for k in revoked}}
+        found = {
+            **{k: None for k in keys},
+            **{k: "cert-authority" for k in cas},
+            **{k: "revoked" for k in revoked},
+        }
         out += [KnownHostEntry(path, n, marker, k) for k, marker in found.items()]
     return out
 
 
 #: ssh-keygen's names of key types (the ``(ED25519)`` of ``ssh-keygen -lf``).
-_KEY_TYPES = {"ssh-ed25519": "ED25519", "ssh-rsa": "RSA", "ssh-dss": "DSA",
-              "ecdsa-sha2-nistp256": "ECDSA", "ecdsa-sha2-nistp384": "ECDSA",
-              "ecdsa-sha2-nistp521": "ECDSA", "sk-ssh-ed25519@openssh.com": "ED25519-SK",
-              "sk-ecdsa-sha2-nistp256@openssh.com": "ECDSA-SK", "ssh-ed448": "ED448"}
+_KEY_TYPES = {
+    "ssh-ed25519": "ED25519",
+    "ssh-rsa": "RSA",
+    "ssh-dss": "DSA",
+    "ecdsa-sha2-nistp256": "ECDSA",
+    "ecdsa-sha2-nistp384": "ECDSA",
+    "ecdsa-sha2-nistp521": "ECDSA",
+    "sk-ssh-ed25519@openssh.com": "ED25519-SK",
+    "sk-ecdsa-sha2-nistp256@openssh.com": "ECDSA-SK",
+    "ssh-ed448": "ED448",
+}
 
 
 def fingerprint(key: asyncssh.SSHKey) -> str:

@@ -83,8 +83,10 @@ def sweep_local_temp(tmpdir: str | None = None) -> list[str]:
         if m is None or pid_alive(int(m.group(1))):
             continue
         try:
-            if not e.is_dir(follow_symlinks=False) or e.stat(
-                    follow_symlinks=False).st_uid != os.getuid():
+            if (
+                not e.is_dir(follow_symlinks=False)
+                or e.stat(follow_symlinks=False).st_uid != os.getuid()
+            ):
                 continue
         except OSError:
             continue
@@ -140,7 +142,6 @@ class CommandResult:
     stderr: str
 
 
-
 #: Loopback address every forward listens on locally (never ``0.0.0.0``).
 FORWARD_LISTEN_HOST = "127.0.0.1"
 
@@ -164,8 +165,14 @@ class Forward:
     """
 
     def __init__(
-        self, host: str, local_host: str, local_port: int, remote_host: str, remote_port: int,
-        *, closer: Callable[[], Awaitable[None]] | None = None,
+        self,
+        host: str,
+        local_host: str,
+        local_port: int,
+        remote_host: str,
+        remote_port: int,
+        *,
+        closer: Callable[[], Awaitable[None]] | None = None,
         connector: Callable[[], Awaitable[None]] | None = None,
         alive: Callable[[], bool] | None = None,
     ) -> None:
@@ -205,7 +212,8 @@ class Forward:
         """
         if self.closed:
             raise TransportError(
-                self.host, f"the forward to {self.remote_host}:{self.remote_port} is closed")
+                self.host, f"the forward to {self.remote_host}:{self.remote_port} is closed"
+            )
         if self._connector is not None:
             await self._connector()
         self.error = None
@@ -222,14 +230,18 @@ class Forward:
         return self
 
     async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
         await self.close()
 
     def __repr__(self) -> str:
-        return (f"Forward({self.host}: {self.local_host}:{self.local_port} -> "
-                f"{self.remote_host}:{self.remote_port}{', closed' if self.closed else ''})")
+        return (
+            f"Forward({self.host}: {self.local_host}:{self.local_port} -> "
+            f"{self.remote_host}:{self.remote_port}{', closed' if self.closed else ''})"
+        )
 
 
 class Transport(ABC):
@@ -451,8 +463,9 @@ class Transport(ABC):
     async def _list_dir(self, path: str) -> list[tuple[str, float, float]]:
         """Entries of a folder on the host directly below ``path``: ``(name, mtime, age)`` in
         the host's Unix seconds; empty when it does not exist."""
-        res = await self.run(["find", path, "-mindepth", "1", "-maxdepth", "1",
-                              "-printf", "%f\\t%T@\\n"], timeout=60)
+        res = await self.run(
+            ["find", path, "-mindepth", "1", "-maxdepth", "1", "-printf", "%f\\t%T@\\n"], timeout=60
+        )
         if res.returncode != 0:
             return []
         now_s = (await self.run(["date", "+%s"])).stdout.strip()
@@ -469,17 +482,28 @@ class Transport(ABC):
     async def sweep_staging(self, folder: str) -> list[str]:
         """Remove staging folders in ``folder`` (on the host) left by interrupted copies
         (:func:`stale_staging`); returns their paths."""
-        stale = [f"{folder}/{n}" for n, _, age in await self._list_dir(folder)
-                 if n.startswith(".") and n.endswith(".tmp") and stale_staging(n, age)]
+        stale = [
+            f"{folder}/{n}"
+            for n, _, age in await self._list_dir(folder)
+            if n.startswith(".") and n.endswith(".tmp") and stale_staging(n, age)
+        ]
         if stale:
-            log.info("[%s] removing staging folders of interrupted copies: %s", self.name,
-                     ", ".join(stale))
+            log.info(
+                "[%s] removing staging folders of interrupted copies: %s",
+                self.name,
+                ", ".join(stale),
+            )
             await self.run(["rm", "-rf", "--", *stale], timeout=300)
         return stale
 
-    async def collect_workdirs(self, in_use: set[str], *, only: set[str] | None = None,
-                               idle_s: float = WORKDIR_IDLE_S,
-                               synced_before: float | None = None) -> list[str]:
+    async def collect_workdirs(
+        self,
+        in_use: set[str],
+        *,
+        only: set[str] | None = None,
+        idle_s: float = WORKDIR_IDLE_S,
+        synced_before: float | None = None,
+    ) -> list[str]:
         """Remove synced workdirs (``~/.cache/gpuconsole/workdirs/<hash>``) that no container
         uses; returns their paths.
 
@@ -499,8 +523,9 @@ class Transport(ABC):
             if (mtime <= synced_before) if synced_before is not None else age >= idle_s:
                 gone.append(path)
         if gone:
-            log.info("[%s] removing synced workdirs no container uses: %s", self.name,
-                     ", ".join(gone))
+            log.info(
+                "[%s] removing synced workdirs no container uses: %s", self.name, ", ".join(gone)
+            )
             await self.run(["rm", "-rf", "--", *gone], timeout=300)
         return gone
 
@@ -579,8 +604,10 @@ def excluded(rel: str, name: str, patterns: Sequence[str]) -> bool:
     """Whether a workdir entry matches an exclude pattern (shell-style, ``fnmatch``): against
     its name (``*.ckpt``, ``data``) or its relative path (``data/raw/*``); a trailing ``/``
     is ignored."""
-    return any(fnmatch.fnmatchcase(name, p.rstrip("/")) or fnmatch.fnmatchcase(rel, p.rstrip("/"))
-               for p in patterns)
+    return any(
+        fnmatch.fnmatchcase(name, p.rstrip("/")) or fnmatch.fnmatchcase(rel, p.rstrip("/"))
+        for p in patterns
+    )
 
 
 def iter_workdir_files(root: Path, exclude: Sequence[str] = ()) -> Iterator[Path]:
@@ -590,8 +617,9 @@ def iter_workdir_files(root: Path, exclude: Sequence[str] = ()) -> Iterator[Path
     for dirpath, dirnames, filenames in os.walk(root):
         reldir = os.path.relpath(dirpath, root)
         base = "" if reldir == "." else reldir + "/"
-        dirnames[:] = sorted(d for d in dirnames if d not in WORKDIR_IGNORE
-                             and not excluded(base + d, d, exclude))
+        dirnames[:] = sorted(
+            d for d in dirnames if d not in WORKDIR_IGNORE and not excluded(base + d, d, exclude)
+        )
         for fn in sorted(filenames):
             p = Path(dirpath) / fn
             if excluded(base + fn, fn, exclude):
@@ -609,12 +637,16 @@ def unsyncable_names(root: Path, exclude: Sequence[str] = ()) -> list[str]:
     for dirpath, dirnames, filenames in os.walk(root):
         reldir = os.path.relpath(dirpath, root)
         base = "" if reldir == "." else reldir + "/"
-        dirnames[:] = sorted(d for d in dirnames if d not in WORKDIR_IGNORE
-                             and not excluded(base + d, d, exclude))
+        dirnames[:] = sorted(
+            d for d in dirnames if d not in WORKDIR_IGNORE and not excluded(base + d, d, exclude)
+        )
         bad += [base + d for d in dirnames if "\\" in d]
         dirnames[:] = [d for d in dirnames if "\\" not in d]
-        bad += [base + fn for fn in sorted(filenames)
-                if "\\" in fn and not excluded(base + fn, fn, exclude)]
+        bad += [
+            base + fn
+            for fn in sorted(filenames)
+            if "\\" in fn and not excluded(base + fn, fn, exclude)
+        ]
     return bad
 
 
@@ -717,7 +749,8 @@ class LocalTransport(Transport):
         async def connect() -> None:
             try:
                 _, writer = await asyncio.wait_for(
-                    asyncio.open_connection(remote_host, remote_port), 10)
+                    asyncio.open_connection(remote_host, remote_port), 10
+                )
             except (OSError, asyncio.TimeoutError) as e:
                 raise fwd.unreachable(str(e) or type(e).__name__) from e
             writer.close()
@@ -726,8 +759,9 @@ class LocalTransport(Transport):
             except OSError:
                 pass
 
-        fwd = Forward(self.name, remote_host, remote_port, remote_host, remote_port,
-                      connector=connect)
+        fwd = Forward(
+            self.name, remote_host, remote_port, remote_host, remote_port, connector=connect
+        )
         return fwd
 
     async def docker_socket(self) -> str:
@@ -762,8 +796,11 @@ class LocalTransport(Transport):
         log.debug("[%s] open %s", self.name, shlex.join(argv))
         try:
             proc = await asyncio.create_subprocess_exec(
-                *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE, limit=1 << 22,
+                *argv,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                limit=1 << 22,
             )
         except FileNotFoundError as e:
             raise TransportError(self.name, f"{argv[0]}: command not found") from e

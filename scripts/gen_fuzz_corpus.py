@@ -55,8 +55,12 @@ PROFILE: dict[str, Any] = {
     "connect_timeout": 5,
     "hosts": {
         "gpu1": {"hostname": "gpu1.example.org", "user": "ubuntu", "port": 22},
-        "gpu2": {"hostname": "gpu2.example.org", "user": "ubuntu",
-                 "jump": "me@bastion.example.org:2222", "address": "10.0.0.12"},
+        "gpu2": {
+            "hostname": "gpu2.example.org",
+            "user": "ubuntu",
+            "jump": "me@bastion.example.org:2222",
+            "address": "10.0.0.12",
+        },
     },
     "defaults": {
         "image": "nvcr.io/nvidia/pytorch:24.10-py3",
@@ -71,20 +75,58 @@ PROFILE: dict[str, Any] = {
 #: field -> values that must each be refused.
 SPEC_BAD: dict[str, list[Any]] = {
     "name": ["Bad Name", "", "x" * 49, "-lead", 5, ["a"], "a\u202eb", None, True],
-    "image": ["/", "UPPER/x", "a b", "x:", ":tag", "a@sha256:12", "a" * 300, 5, "a\nb",
-              "a//b", "-a", "a:b:c", "http://reg/x"],
+    "image": [
+        "/",
+        "UPPER/x",
+        "a b",
+        "x:",
+        ":tag",
+        "a@sha256:12",
+        "a" * 300,
+        5,
+        "a\nb",
+        "a//b",
+        "-a",
+        "a:b:c",
+        "http://reg/x",
+    ],
     "nodes": [0, -1, [], ["a", "a"], "two", 2000, ["zz"], 99, 1.5, {"a": 1}],
     "gpus_per_node": [-1, "some", [], [0, 0], [-1], 1.5, 2000, "1", [1, "x"]],
     "nproc_per_node": [0, -2, 5000, "x", 1.5, [1], 10**30],
     "workdir": ["/nonexistent-gpuconsole-fuzz", "no/such/dir", 5, "a\x07b"],
-    "script": ["../x.py", "/etc/passwd", "nope.py", "a\nb", "", "../../../../../etc/passwd",
-               "sub/../../x.py", 7],
+    "script": [
+        "../x.py",
+        "/etc/passwd",
+        "nope.py",
+        "a\nb",
+        "",
+        "../../../../../etc/passwd",
+        "sub/../../x.py",
+        7,
+    ],
     "args": ["notalist", [1, 2], [["nested"]], [{"a": 1}], [None]],
-    "env": [{"9BAD": "x"}, {"A": UNSET}, {"A": 1}, {"A-B": "x"}, "notamap", {"": "x"},
-            {"A": ["x"]}, {"A": None}],
-    "mounts": ["./checkpoints:/workspace/checkpoints", ["rel:/x"], ["/a:rel"], ["/a:/b:rx"],
-               ["/a"], ["/a:/workspace"], [5], ["./checkpoints:/workspace/checkpoints"],
-               ["/a:/b:ro:x"], ["/a\n:/b"]],
+    "env": [
+        {"9BAD": "x"},
+        {"A": UNSET},
+        {"A": 1},
+        {"A-B": "x"},
+        "notamap",
+        {"": "x"},
+        {"A": ["x"]},
+        {"A": None},
+    ],
+    "mounts": [
+        "./checkpoints:/workspace/checkpoints",
+        ["rel:/x"],
+        ["/a:rel"],
+        ["/a:/b:rx"],
+        ["/a"],
+        ["/a:/workspace"],
+        [5],
+        ["./checkpoints:/workspace/checkpoints"],
+        ["/a:/b:ro:x"],
+        ["/a\n:/b"],
+    ],
     "shm_size": ["lots", "-1g", "999999999g", 5, "1.5.5g", "1t"],
     "ipc": ["private", "none", 1, True],
     "max_restarts": [-1, 5000, "x", 1.5],
@@ -121,8 +163,7 @@ PROFILE_BAD: list[tuple[str, tuple[Any, ...], Any]] = [
     ("jump-v6tail", ("hosts", "gpu2", "jump"), "[::1]x"),
     ("jump-empty", ("hosts", "gpu2", "jump"), ""),
     ("jump-port0", ("hosts", "gpu2", "jump"), "bastion:0"),
-    ("identity-notakey", ("hosts", "gpu1", "identity_file"),
-     "tests/data/fuzz/files/not-a-key"),
+    ("identity-notakey", ("hosts", "gpu1", "identity_file"), "tests/data/fuzz/files/not-a-key"),
     ("identity-pub", ("hosts", "gpu1", "identity_file"), "tests/data/fuzz/files/id_test.pub"),
     ("identity-dir", ("hosts", "gpu1", "identity_file"), "tests/data/fuzz/files"),
     ("identity-newline", ("hosts", "gpu1", "identity_file"), "~/.ssh/id\nx"),
@@ -205,8 +246,12 @@ def yaml_level(base: str, rng: random.Random) -> list[tuple[str, str | bytes]]:
     out.append(("dup-anchor", "a: &x 1\nb: &x 2\n" + base))
     out.append(("deep-list", base + "extra: " + deep(5000) + "\n"))
     out.append(("deep-map", base + "extra: " + "{a: " * 3000 + "1" + "}" * 3000 + "\n"))
-    out.append(("deep-block", base + "".join(f"{'  ' * i}k{i}:\n" for i in range(200))
-                + "  " * 200 + "x\n"))
+    out.append(
+        (
+            "deep-block",
+            base + "".join(f"{'  ' * i}k{i}:\n" for i in range(200)) + "  " * 200 + "x\n",
+        )
+    )
     out.append(("self-alias", base + "extra: &me [1, *me]\n"))
     out.append(("self-alias-map", base + "extra: &me {a: *me}\n"))
     out.append(("billion-laughs", bomb(9) + base))
@@ -228,8 +273,9 @@ def yaml_level(base: str, rng: random.Random) -> list[tuple[str, str | bytes]]:
     for i in range(8):
         # a random control character spliced in at a random place
         pos = rng.randrange(len(base))
-        c = rng.choice(["\x00", "\x01", "\x07", "\x08", "\x0b", "\x0c", "\x1b", "\x7f",
-                        "\ufffe", "\ud800"])
+        c = rng.choice(
+            ["\x00", "\x01", "\x07", "\x08", "\x0b", "\x0c", "\x1b", "\x7f", "\ufffe", "\ud800"]
+        )
         text = base[:pos] + c + base[pos:]
         out.append((f"ctl-{i}", text.encode("utf-8", "surrogatepass")))
     return out
@@ -297,13 +343,14 @@ NAMED_PROFILES: dict[str, str | bytes] = {
     "jump-notaport": dump(set_path(PROFILE, ("hosts", "gpu2", "jump"), "bastion:notaport")),
     "jump-port-99999": dump(set_path(PROFILE, ("hosts", "gpu2", "jump"), "bastion:99999")),
     "user-newline": dump(set_path(PROFILE, ("hosts", "gpu1", "user"), "root\nevil")),
-    "identity-not-a-key": dump(set_path(PROFILE, ("hosts", "gpu1", "identity_file"),
-                                        "tests/data/fuzz/files/not-a-key")),
+    "identity-not-a-key": dump(
+        set_path(PROFILE, ("hosts", "gpu1", "identity_file"), "tests/data/fuzz/files/not-a-key")
+    ),
     "host-key-5000": dump(set_path(PROFILE, ("hosts", "h" * 5000), {"hostname": "10.0.0.9"})),
-    "known-hosts-binary": dump(set_path(PROFILE, ("known_hosts",),
-                                        "tests/data/fuzz/files/known_hosts.bin")),
-    "defaults-mounts-relative": dump(set_path(PROFILE, ("defaults", "mounts"),
-                                              ["./data:/data"])),
+    "known-hosts-binary": dump(
+        set_path(PROFILE, ("known_hosts",), "tests/data/fuzz/files/known_hosts.bin")
+    ),
+    "defaults-mounts-relative": dump(set_path(PROFILE, ("defaults", "mounts"), ["./data:/data"])),
     "defaults-env-unset": dump(set_path(PROFILE, ("defaults", "env"), {"TOKEN": UNSET})),
     "image-slash": dump(set_path(PROFILE, ("defaults", "image"), "/")),
     "nul-in-user": dump(PROFILE).replace("user: ubuntu", 'user: "ubu\\0ntu"', 1),
@@ -318,10 +365,12 @@ def helper_files(folder: Path, rng: random.Random) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "not-a-key").write_text("this is not a private key\n")
     (folder / "id_test.pub").write_text(
-        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBmG3Yd1xVqXfJY0rQm8mZ7rS1b6w9fQy0n2lqk8B1aP fuzz\n")
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBmG3Yd1xVqXfJY0rQm8mZ7rS1b6w9fQy0n2lqk8B1aP fuzz\n"
+    )
     (folder / "known_hosts").write_text(
         "gpu1.example.org ssh-ed25519 "
-        "AAAAC3NzaC1lZDI1NTE5AAAAIBmG3Yd1xVqXfJY0rQm8mZ7rS1b6w9fQy0n2lqk8B1aP\n")
+        "AAAAC3NzaC1lZDI1NTE5AAAAIBmG3Yd1xVqXfJY0rQm8mZ7rS1b6w9fQy0n2lqk8B1aP\n"
+    )
     (folder / "known_hosts.bin").write_bytes(bytes(rng.randrange(256) for _ in range(4096)))
     (folder / "known_hosts.latin1").write_bytes(b"caf\xe9 ssh-ed25519 AAAA\n")
 

@@ -125,16 +125,18 @@ class GpuThrottleRule(RuleConfig):
     """
 
     for_s: Seconds = 120.0
-    reasons: list[str] = Field(default_factory=lambda: [
-        "hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake"])
+    reasons: list[str] = Field(
+        default_factory=lambda: ["hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake"]
+    )
 
     @field_validator("reasons")
     @classmethod
     def _reasons(cls, v: list[str]) -> list[str]:
         for r in v:
             if r not in THROTTLE_REASONS:
-                raise ValueError(f"{r[:40]!r} is not a throttle reason; known: "
-                                 f"{', '.join(THROTTLE_REASONS)}")
+                raise ValueError(
+                    f"{r[:40]!r} is not a throttle reason; known: {', '.join(THROTTLE_REASONS)}"
+                )
         return v
 
 

@@ -86,8 +86,14 @@ class AlertEngine:
         acks, silences: stored acknowledgements and silences.
     """
 
-    def __init__(self, config: AlertsConfig, *, firing: Iterable[Alert] = (),
-                 acks: Iterable[Ack] = (), silences: Iterable[Silence] = ()) -> None:
+    def __init__(
+        self,
+        config: AlertsConfig,
+        *,
+        firing: Iterable[Alert] = (),
+        acks: Iterable[Ack] = (),
+        silences: Iterable[Silence] = (),
+    ) -> None:
         self.config = config
         self._firing: dict[str, Alert] = {a.key: a for a in firing if a.firing}
         self._pending: dict[str, float] = {k: a.since for k, a in self._firing.items()}
@@ -133,11 +139,16 @@ class AlertEngine:
                 del self._pending[key]
         changes.extend(self._apply_controls(now, fresh))
         # a fresh alert is published with its controls applied (a silence already covering it)
-        return [AlertChanged(self._firing.get(c.alert.key, c.alert), "fired", c.at)
-                if c.change == "fired" else c for c in changes]
+        return [
+            AlertChanged(self._firing.get(c.alert.key, c.alert), "fired", c.at)
+            if c.change == "fired"
+            else c
+            for c in changes
+        ]
 
-    def _take(self, obs: Observation, now: float, changes: list[AlertChanged],
-              fresh: set[str]) -> None:
+    def _take(
+        self, obs: Observation, now: float, changes: list[AlertChanged], fresh: set[str]
+    ) -> None:
         key = obs.key
         firing = self._firing.get(key)
         if not obs.holds:
@@ -158,15 +169,25 @@ class AlertEngine:
                 self._pending[key] = start  # still holding: the count goes on
             return
         if firing is None:
-            alert = Alert(key=key, rule=obs.rule, severity=obs.severity, summary=obs.summary,
-                          host=obs.host, gpu=obs.gpu, job=obs.job, since=effective,
-                          fired_at=now, details=obs.details)
+            alert = Alert(
+                key=key,
+                rule=obs.rule,
+                severity=obs.severity,
+                summary=obs.summary,
+                host=obs.host,
+                gpu=obs.gpu,
+                job=obs.job,
+                since=effective,
+                fired_at=now,
+                details=obs.details,
+            )
             self._firing[key] = alert
             fresh.add(key)
             changes.append(AlertChanged(alert, "fired", now))
         else:  # still firing: fresh numbers, same alert (no event)
-            self._firing[key] = replace(firing, severity=obs.severity, summary=obs.summary,
-                                        details=obs.details)
+            self._firing[key] = replace(
+                firing, severity=obs.severity, summary=obs.summary, details=obs.details
+            )
 
     def _resolve(self, key: str, now: float) -> AlertChanged:
         alert = replace(self._firing.pop(key), resolved_at=now)
@@ -230,12 +251,17 @@ class AlertEngine:
 # -- inputs from the live fleet ----------------------------------------------------------------
 
 
-def build_inputs(fleet: FleetState | None, jobs: Iterable[JobRecord], *,
-                 last_log: Mapping[str, float] | None = None, xids: Iterable[SeenXid] = (),
-                 status_since: Mapping[str, float] | None = None,
-                 known_gpus: Mapping[str, Mapping[str, int | None]] | None = None,
-                 jobs_complete: bool = True,
-                 price_per_gpu_hour: float | None = None) -> Inputs:
+def build_inputs(
+    fleet: FleetState | None,
+    jobs: Iterable[JobRecord],
+    *,
+    last_log: Mapping[str, float] | None = None,
+    xids: Iterable[SeenXid] = (),
+    status_since: Mapping[str, float] | None = None,
+    known_gpus: Mapping[str, Mapping[str, int | None]] | None = None,
+    jobs_complete: bool = True,
+    price_per_gpu_hour: float | None = None,
+) -> Inputs:
     """:class:`Inputs` from a fleet state (hosts, samples, container -> job map) and job
     records.
 
@@ -257,11 +283,13 @@ def build_inputs(fleet: FleetState | None, jobs: Iterable[JobRecord], *,
             known = (known_gpus or {}).get(v.name)
             if known is None:
                 known = {bus: None for bus in v.known_gpus}
-            hosts[v.name] = HostInput(v.name, v.status, v.error,
-                                      (status_since or {}).get(v.name), v.sample, dict(known))
+            hosts[v.name] = HostInput(
+                v.name, v.status, v.error, (status_since or {}).get(v.name), v.sample, dict(known)
+            )
         gpus_of = dict(job_gpus(fleet))
-    job_inputs = {j.id: JobInput(j, gpus_of.get(j.id, ()),
-                                 (last_log or {}).get(j.id)) for j in jobs}
+    job_inputs = {
+        j.id: JobInput(j, gpus_of.get(j.id, ()), (last_log or {}).get(j.id)) for j in jobs
+    }
     return Inputs(hosts, job_inputs, tuple(xids), jobs_complete, price_per_gpu_hour)
 
 
@@ -284,9 +312,14 @@ class AlertWatcher:
         clock: Unix time (tests may pass their own).
     """
 
-    def __init__(self, service: Service, *, config: AlertsConfig | None = None,
-                 store: AlertStore | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        service: Service,
+        *,
+        config: AlertsConfig | None = None,
+        store: AlertStore | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.service = service
         self.config = config or service.profile.alert_rules
         self.price = service.profile.price_per_gpu_hour
@@ -322,8 +355,10 @@ class AlertWatcher:
         """
         await self.load()
         self.subscribe()
-        self._tasks = [asyncio.create_task(self._evaluate_loop(), name="alerts-evaluate"),
-                       asyncio.create_task(self._jobs_loop(), name="alerts-jobs")]
+        self._tasks = [
+            asyncio.create_task(self._evaluate_loop(), name="alerts-evaluate"),
+            asyncio.create_task(self._jobs_loop(), name="alerts-jobs"),
+        ]
 
     async def load(self) -> None:
         """Read the profile's stored alerts, acks and silences (first adopting the alerts of
@@ -336,11 +371,14 @@ class AlertWatcher:
         """
         store = await asyncio.to_thread(lambda: self.store)
         now = self.clock()
-        jobs = [j for j in await self.service.store.call(self.service.store.jobs,
-                                                         include_removed=True)
-                if self._mine(j)]
-        await asyncio.to_thread(store.adopt, list(self.service.profile.hosts),
-                                {j.name for j in jobs})
+        jobs = [
+            j
+            for j in await self.service.store.call(self.service.store.jobs, include_removed=True)
+            if self._mine(j)
+        ]
+        await asyncio.to_thread(
+            store.adopt, list(self.service.profile.hosts), {j.name for j in jobs}
+        )
         firing = await asyncio.to_thread(store.firing)
         acks, silences = await asyncio.to_thread(store.controls, now)
         self.engine = AlertEngine(self.config, firing=firing, acks=acks, silences=silences)
@@ -355,8 +393,15 @@ class AlertWatcher:
         """Take the service's events (:meth:`start` does it)."""
         if self._sub is None:
             self._sub = self.service.bus.subscribe(
-                self._on_event, kinds=(SampleReceived, HostStateChanged, ContainersMapped,
-                                       JobChanged, LogLinesReceived))
+                self._on_event,
+                kinds=(
+                    SampleReceived,
+                    HostStateChanged,
+                    ContainersMapped,
+                    JobChanged,
+                    LogLinesReceived,
+                ),
+            )
 
     async def stop(self) -> None:
         """End the loops and the subscription (the store stays open until :meth:`close`)."""
@@ -382,8 +427,7 @@ class AlertWatcher:
             except asyncio.CancelledError:
                 raise
             except Exception:
-                log.exception("alert evaluation failed; next round in %g s",
-                              self.config.interval_s)
+                log.exception("alert evaluation failed; next round in %g s", self.config.interval_s)
             await asyncio.sleep(self.config.interval_s)  # armed after the round finished
 
     async def _jobs_loop(self) -> None:
@@ -428,10 +472,15 @@ class AlertWatcher:
         while self._xids and self._xids[0].at < horizon:
             self._xids.popleft()
         return build_inputs(
-            self.service.fleet, self._jobs.values(), last_log=self._last_log,
-            xids=[x for x in self._xids if x.at >= horizon], status_since=self._status_since,
-            known_gpus=self._known_gpus, jobs_complete=self._jobs_complete,
-            price_per_gpu_hour=self.price)
+            self.service.fleet,
+            self._jobs.values(),
+            last_log=self._last_log,
+            xids=[x for x in self._xids if x.at >= horizon],
+            status_since=self._status_since,
+            known_gpus=self._known_gpus,
+            jobs_complete=self._jobs_complete,
+            price_per_gpu_hour=self.price,
+        )
 
     async def evaluate_now(self) -> list[AlertChanged]:
         """One round: re-read acks and silences, evaluate, store and publish the
@@ -505,10 +554,17 @@ class AlertWatcher:
             assert alert is not None
             return alert
 
-    async def silence(self, *, duration_s: float, key: str | None = None,
-                      rule: str | None = None, host: str | None = None,
-                      job: str | None = None, by: str | None = None,
-                      comment: str | None = None) -> Silence:
+    async def silence(
+        self,
+        *,
+        duration_s: float,
+        key: str | None = None,
+        rule: str | None = None,
+        host: str | None = None,
+        job: str | None = None,
+        by: str | None = None,
+        comment: str | None = None,
+    ) -> Silence:
         """Silence matching alerts (globs; see :class:`~console.alerts.store.Silence`) for
         ``duration_s`` seconds; stored, applied at once (``silenced`` transitions).
 
@@ -517,9 +573,20 @@ class AlertWatcher:
         """
         async with self._lock:
             now = self.clock()
-            silence = await asyncio.to_thread(self.store.add_silence, Silence(
-                0, now + duration_s, now, key=key, rule=rule, host=host, job=job, by=by,
-                comment=comment))
+            silence = await asyncio.to_thread(
+                self.store.add_silence,
+                Silence(
+                    0,
+                    now + duration_s,
+                    now,
+                    key=key,
+                    rule=rule,
+                    host=host,
+                    job=job,
+                    by=by,
+                    comment=comment,
+                ),
+            )
             await self._commit(self.engine.add_silence(silence, now))
             return silence
 

@@ -46,9 +46,18 @@ RuleId: TypeAlias = Literal[
     "gpus_idle",  # GPUs held by a running job but idle, with the money they burn
 ]
 RULE_IDS: tuple[RuleId, ...] = (
-    "host_unreachable", "gpu_lost", "xid", "ecc_uncorrected", "remapped_rows_pending",
-    "gpu_temperature", "gpu_throttle", "gpu_memory_high", "job_failed", "job_hung",
-    "straggler", "gpus_idle",
+    "host_unreachable",
+    "gpu_lost",
+    "xid",
+    "ecc_uncorrected",
+    "remapped_rows_pending",
+    "gpu_temperature",
+    "gpu_throttle",
+    "gpu_memory_high",
+    "job_failed",
+    "job_hung",
+    "straggler",
+    "gpus_idle",
 )
 
 DetailValue: TypeAlias = str | int | float | None
@@ -104,8 +113,14 @@ class Alert:
         return self.silenced_until is not None and now < self.silenced_until
 
 
-def alert_key(rule: RuleId, *, host: str | None = None, gpu: int | None = None,
-              job: str | None = None, part: str | None = None) -> str:
+def alert_key(
+    rule: RuleId,
+    *,
+    host: str | None = None,
+    gpu: int | None = None,
+    job: str | None = None,
+    part: str | None = None,
+) -> str:
     """The de-duplication key of ``rule`` on a subject (see :attr:`Alert.key`).
 
     ``part`` narrows the subject further and is appended as one more ``/``-separated

@@ -233,16 +233,36 @@ Rule = Callable[[Inputs, Any, RuleContext], Iterable[Observation]]
 # -- helpers -----------------------------------------------------------------------------------
 
 
-def _obs(rule: RuleId, cfg: RuleConfig, holds: bool, summary: str, *, host: str | None = None,
-         gpu: int | None = None, job: str | None = None, part: str | None = None,
-         severity: Severity | None = None, since: float | None = None,
-         not_before: float | None = None, for_s: float | None = None,
-         **details: DetailValue) -> Observation:
+def _obs(
+    rule: RuleId,
+    cfg: RuleConfig,
+    holds: bool,
+    summary: str,
+    *,
+    host: str | None = None,
+    gpu: int | None = None,
+    job: str | None = None,
+    part: str | None = None,
+    severity: Severity | None = None,
+    since: float | None = None,
+    not_before: float | None = None,
+    for_s: float | None = None,
+    **details: DetailValue,
+) -> Observation:
     return Observation(
-        key=alert_key(rule, host=host, gpu=gpu, job=job, part=part), rule=rule, holds=holds,
-        severity=severity or cfg.severity, summary=summary, host=host, gpu=gpu, job=job,
-        for_s=cfg.for_s if for_s is None else for_s, since=since, not_before=not_before,
-        details=MappingProxyType({**details, "for_s": cfg.for_s if for_s is None else for_s}))
+        key=alert_key(rule, host=host, gpu=gpu, job=job, part=part),
+        rule=rule,
+        holds=holds,
+        severity=severity or cfg.severity,
+        summary=summary,
+        host=host,
+        gpu=gpu,
+        job=job,
+        for_s=cfg.for_s if for_s is None else for_s,
+        since=since,
+        not_before=not_before,
+        details=MappingProxyType({**details, "for_s": cfg.for_s if for_s is None else for_s}),
+    )
 
 
 def _duration(seconds: float) -> str:
@@ -309,28 +329,32 @@ def job_gpus(state: FleetState) -> dict[str, tuple[JobGpu, ...]]:
             old = mine.get((v.name, idx))
             rank = p["rank"]
             if old is None or (rank is not None and (old.rank is None or rank < old.rank)):
-                mine[(v.name, idx)] = JobGpu(v.name, idx, cj.node_rank, rank,
-                                             None if u is None else float(u))
-    return {j: tuple(sorted(g.values(), key=lambda x: (x.host, x.gpu)))
-            for j, g in out.items()}
+                mine[(v.name, idx)] = JobGpu(
+                    v.name, idx, cj.node_rank, rank, None if u is None else float(u)
+                )
+    return {j: tuple(sorted(g.values(), key=lambda x: (x.host, x.gpu))) for j, g in out.items()}
 
 
 # -- host and GPU rules ------------------------------------------------------------------------
 
 
-def host_unreachable(inputs: Inputs, cfg: RuleConfig, ctx: RuleContext
-                     ) -> Iterator[Observation]:
+def host_unreachable(inputs: Inputs, cfg: RuleConfig, ctx: RuleContext) -> Iterator[Observation]:
     """A host ``down`` (connection failed) or ``stale`` (no sample for 3 intervals)."""
     for h in inputs.hosts.values():
         if h.status == "connecting":
             continue  # not answered yet: unknown (a failed first connect turns it down)
         bad = h.status in ("down", "stale")
         why = h.error or ("no sample for 3 intervals" if h.status == "stale" else "")
-        yield _obs("host_unreachable", cfg, bad,
-                   f"host {h.name} unreachable for {_duration(cfg.for_s)}+"
-                   + (f": {why}" if why else ""),
-                   host=h.name, since=h.status_since if bad else None, status=h.status,
-                   reason=why or None)
+        yield _obs(
+            "host_unreachable",
+            cfg,
+            bad,
+            f"host {h.name} unreachable for {_duration(cfg.for_s)}+" + (f": {why}" if why else ""),
+            host=h.name,
+            since=h.status_since if bad else None,
+            status=h.status,
+            reason=why or None,
+        )
 
 
 def gpu_lost(inputs: Inputs, cfg: RuleConfig, ctx: RuleContext) -> Iterator[Observation]:
@@ -345,10 +369,18 @@ def gpu_lost(inputs: Inputs, cfg: RuleConfig, ctx: RuleContext) -> Iterator[Obse
             lost = g is None or g["lost"]
             idx = g["index"] if g is not None and g["index"] is not None else index
             how = "missing from the host's GPU list" if g is None else "lost (NVML/driver)"
-            yield _obs("gpu_lost", cfg, lost,
-                       f"{h.name}: GPU {idx if idx is not None else bus} ({bus}) {how}",
-                       host=h.name, gpu=idx, part=None if idx is not None else bus,
-                       pci_bus_id=bus, state=s["state"], state_detail=s["state_detail"])
+            yield _obs(
+                "gpu_lost",
+                cfg,
+                lost,
+                f"{h.name}: GPU {idx if idx is not None else bus} ({bus}) {how}",
+                host=h.name,
+                gpu=idx,
+                part=None if idx is not None else bus,
+                pci_bus_id=bus,
+                state=s["state"],
+                state_detail=s["state_detail"],
+            )
 
 
 def xid(inputs: Inputs, cfg: XidRule, ctx: RuleContext) -> Iterator[Observation]:
@@ -377,63 +409,103 @@ def xid(inputs: Inputs, cfg: XidRule, ctx: RuleContext) -> Iterator[Observation]
         holds = ctx.now - last.at <= cfg.hold_s
         pids = sorted({e.record["pid"] for e in evs if e.record["pid"] is not None})
         yield Observation(
-            key=key, rule="xid", holds=holds, severity=severity,
+            key=key,
+            rule="xid",
+            holds=holds,
+            severity=severity,
             summary=f"{last.host}: {where} Xid {number}: {meaning}"
-                    + (f" ({len(evs)} times)" if len(evs) > 1 else ""),
-            host=last.host, gpu=gpu, for_s=cfg.for_s, since=first.at,
-            details=MappingProxyType({
-                "xid": number, "meaning": meaning, "xid_class": cls, "count": len(evs),
-                "last_at": last.at, "pci_bus_id": r["pci_bus_id"],
-                "pids": ",".join(map(str, pids)) or None, "detail": r["detail"]}))
+            + (f" ({len(evs)} times)" if len(evs) > 1 else ""),
+            host=last.host,
+            gpu=gpu,
+            for_s=cfg.for_s,
+            since=first.at,
+            details=MappingProxyType(
+                {
+                    "xid": number,
+                    "meaning": meaning,
+                    "xid_class": cls,
+                    "count": len(evs),
+                    "last_at": last.at,
+                    "pci_bus_id": r["pci_bus_id"],
+                    "pids": ",".join(map(str, pids)) or None,
+                    "detail": r["detail"],
+                }
+            ),
+        )
     # an Xid alert whose events aged out of the inputs: over
     for key, alert in ctx.firing.items():
         if alert.rule == "xid" and key not in groups:
-            yield Observation(key=key, rule="xid", holds=False, severity=alert.severity,
-                              summary=alert.summary, host=alert.host, gpu=alert.gpu)
+            yield Observation(
+                key=key,
+                rule="xid",
+                holds=False,
+                severity=alert.severity,
+                summary=alert.summary,
+                host=alert.host,
+                gpu=alert.gpu,
+            )
 
 
-def ecc_uncorrected(inputs: Inputs, cfg: RuleConfig, ctx: RuleContext
-                    ) -> Iterator[Observation]:
+def ecc_uncorrected(inputs: Inputs, cfg: RuleConfig, ctx: RuleContext) -> Iterator[Observation]:
     """Volatile uncorrected ECC errors > 0 (``ecc_volatile_uncorrected``)."""
     for h, s in _gpu_hosts(inputs):
         for idx, g in _gpus(s):
             n = g["ecc_volatile_uncorrected"]
             if n is None:
                 continue
-            yield _obs("ecc_uncorrected", cfg, n > 0,
-                       f"{h.name}: GPU {idx} has {n} uncorrected ECC error(s) since the driver "
-                       "loaded", host=h.name, gpu=idx, ecc_volatile_uncorrected=n)
+            yield _obs(
+                "ecc_uncorrected",
+                cfg,
+                n > 0,
+                f"{h.name}: GPU {idx} has {n} uncorrected ECC error(s) since the driver loaded",
+                host=h.name,
+                gpu=idx,
+                ecc_volatile_uncorrected=n,
+            )
 
 
-def remapped_rows_pending(inputs: Inputs, cfg: RuleConfig, ctx: RuleContext
-                          ) -> Iterator[Observation]:
+def remapped_rows_pending(
+    inputs: Inputs, cfg: RuleConfig, ctx: RuleContext
+) -> Iterator[Observation]:
     """Row remapping pending (``remapped_rows_pending``): the GPU needs a reset."""
     for h, s in _gpu_hosts(inputs):
         for idx, g in _gpus(s):
             pending = g["remapped_rows_pending"]
             if pending is None:
                 continue
-            yield _obs("remapped_rows_pending", cfg, pending,
-                       f"{h.name}: GPU {idx} has remapped rows pending (reset the GPU when "
-                       "it is free)", host=h.name, gpu=idx)
+            yield _obs(
+                "remapped_rows_pending",
+                cfg,
+                pending,
+                f"{h.name}: GPU {idx} has remapped rows pending (reset the GPU when it is free)",
+                host=h.name,
+                gpu=idx,
+            )
 
 
-def gpu_temperature(inputs: Inputs, cfg: GpuTemperatureRule, ctx: RuleContext
-                    ) -> Iterator[Observation]:
+def gpu_temperature(
+    inputs: Inputs, cfg: GpuTemperatureRule, ctx: RuleContext
+) -> Iterator[Observation]:
     """``temp_c`` over ``limit_c``."""
     for h, s in _gpu_hosts(inputs):
         for idx, g in _gpus(s):
             t = g["temp_c"]
             if t is None:
                 continue
-            yield _obs("gpu_temperature", cfg, t > cfg.limit_c,
-                       f"{h.name}: GPU {idx} at {t} C (limit {cfg.limit_c:g} C) for "
-                       f"{_duration(cfg.for_s)}+", host=h.name, gpu=idx, temperature_c=t,
-                       limit_c=cfg.limit_c)
+            yield _obs(
+                "gpu_temperature",
+                cfg,
+                t > cfg.limit_c,
+                f"{h.name}: GPU {idx} at {t} C (limit {cfg.limit_c:g} C) for "
+                f"{_duration(cfg.for_s)}+",
+                host=h.name,
+                gpu=idx,
+                temperature_c=t,
+                limit_c=cfg.limit_c,
+            )
 
 
-def gpu_throttle(inputs: Inputs, cfg: GpuThrottleRule, ctx: RuleContext
-                 ) -> Iterator[Observation]:
+def gpu_throttle(inputs: Inputs, cfg: GpuThrottleRule, ctx: RuleContext) -> Iterator[Observation]:
     """Clocks held down by one of the configured ``throttle_reasons``."""
     wanted = set(cfg.reasons)
     for h, s in _gpu_hosts(inputs):
@@ -442,16 +514,24 @@ def gpu_throttle(inputs: Inputs, cfg: GpuThrottleRule, ctx: RuleContext
             if reasons is None:
                 continue
             hit = [r for r in reasons if r in wanted]
-            yield _obs("gpu_throttle", cfg, bool(hit),
-                       f"{h.name}: GPU {idx} throttled ({', '.join(hit) or '-'}) for "
-                       f"{_duration(cfg.for_s)}+, SM clock {g['sm_clock_mhz']} MHz",
-                       host=h.name, gpu=idx, reasons=",".join(hit) or None,
-                       sm_clock_mhz=g["sm_clock_mhz"], power_w=g["power_w"],
-                       temperature_c=g["temp_c"])
+            yield _obs(
+                "gpu_throttle",
+                cfg,
+                bool(hit),
+                f"{h.name}: GPU {idx} throttled ({', '.join(hit) or '-'}) for "
+                f"{_duration(cfg.for_s)}+, SM clock {g['sm_clock_mhz']} MHz",
+                host=h.name,
+                gpu=idx,
+                reasons=",".join(hit) or None,
+                sm_clock_mhz=g["sm_clock_mhz"],
+                power_w=g["power_w"],
+                temperature_c=g["temp_c"],
+            )
 
 
-def gpu_memory_high(inputs: Inputs, cfg: GpuMemoryHighRule, ctx: RuleContext
-                    ) -> Iterator[Observation]:
+def gpu_memory_high(
+    inputs: Inputs, cfg: GpuMemoryHighRule, ctx: RuleContext
+) -> Iterator[Observation]:
     """``mem_used_mib`` above ``used_pct`` % of ``mem_total_mib``."""
     for h, s in _gpu_hosts(inputs):
         for idx, g in _gpus(s):
@@ -459,18 +539,27 @@ def gpu_memory_high(inputs: Inputs, cfg: GpuMemoryHighRule, ctx: RuleContext
             if used is None or not total:
                 continue
             pct = 100.0 * used / total
-            yield _obs("gpu_memory_high", cfg, pct > cfg.used_pct,
-                       f"{h.name}: GPU {idx} memory {pct:.1f} % used ({used}/{total} MiB) for "
-                       f"{_duration(cfg.for_s)}+", host=h.name, gpu=idx,
-                       used_pct=round(pct, 2), mem_used_mib=used, mem_total_mib=total)
+            yield _obs(
+                "gpu_memory_high",
+                cfg,
+                pct > cfg.used_pct,
+                f"{h.name}: GPU {idx} memory {pct:.1f} % used ({used}/{total} MiB) for "
+                f"{_duration(cfg.for_s)}+",
+                host=h.name,
+                gpu=idx,
+                used_pct=round(pct, 2),
+                mem_used_mib=used,
+                mem_total_mib=total,
+            )
 
 
 # -- job rules ---------------------------------------------------------------------------------
 
 
 def _newer_same_name(inputs: Inputs, job: JobRecord) -> bool:
-    return any(j.job.name == job.name and j.job.created_at > job.created_at
-               for j in inputs.jobs.values())
+    return any(
+        j.job.name == job.name and j.job.created_at > job.created_at for j in inputs.jobs.values()
+    )
 
 
 def job_failed(inputs: Inputs, cfg: JobFailedRule, ctx: RuleContext) -> Iterator[Observation]:
@@ -495,40 +584,67 @@ def job_failed(inputs: Inputs, cfg: JobFailedRule, ctx: RuleContext) -> Iterator
                 continue  # history, not news
         f = job.failure or {}
         summary = job_summary(job) or "failed"
-        yield _obs("job_failed", cfg, failed, f"job {job.name} ({job.id}) failed: {summary}",
-                   job=job.name, since=at, job_id=job.id, diagnosis=summary,
-                   fix=f.get("fix"), cause=f.get("kind"), node=f.get("node"),
-                   node_host=f.get("host"),
-                   rank=f.get("rank"), exit_code=f.get("exit_code", job.exit_code))
+        yield _obs(
+            "job_failed",
+            cfg,
+            failed,
+            f"job {job.name} ({job.id}) failed: {summary}",
+            job=job.name,
+            since=at,
+            job_id=job.id,
+            diagnosis=summary,
+            fix=f.get("fix"),
+            cause=f.get("kind"),
+            node=f.get("node"),
+            node_host=f.get("host"),
+            rank=f.get("rank"),
+            exit_code=f.get("exit_code", job.exit_code),
+        )
     if inputs.jobs_complete:
         for key, alert in ctx.firing.items():
             if alert.rule == "job_failed" and key not in seen:  # removed
-                yield Observation(key=key, rule="job_failed", holds=False,
-                                  severity=alert.severity, summary=alert.summary,
-                                  job=alert.job)
+                yield Observation(
+                    key=key,
+                    rule="job_failed",
+                    holds=False,
+                    severity=alert.severity,
+                    summary=alert.summary,
+                    job=alert.job,
+                )
 
 
 def _running(inputs: Inputs) -> Iterator[JobInput]:
     """Jobs whose containers run: ``running``, or ``pending`` with a started node (silent
     since its start: a hang before the first line is judged too)."""
     for ji in inputs.jobs.values():
-        if (ji.job.state in ("running", "pending") and ji.job.removed_at is None
-                and any(has_started(n) for n in ji.job.nodes)):
+        if (
+            ji.job.state in ("running", "pending")
+            and ji.job.removed_at is None
+            and any(has_started(n) for n in ji.job.nodes)
+        ):
             yield ji
 
 
-def _finished_job_alerts(inputs: Inputs, rule: RuleId, ctx: RuleContext,
-                         running: set[str]) -> Iterator[Observation]:
+def _finished_job_alerts(
+    inputs: Inputs, rule: RuleId, ctx: RuleContext, running: set[str]
+) -> Iterator[Observation]:
     """Resolve ``rule``'s alerts of jobs that stopped running (or were forgotten)."""
     for key, alert in ctx.firing.items():
         if alert.rule == rule and key not in running:
             name = alert.job
             gone = inputs.jobs_complete or any(
                 j.job.name == name and j.job.state not in ("running", "pending")
-                for j in inputs.jobs.values())
+                for j in inputs.jobs.values()
+            )
             if gone:
-                yield Observation(key=key, rule=rule, holds=False, severity=alert.severity,
-                                  summary=alert.summary, job=name)
+                yield Observation(
+                    key=key,
+                    rule=rule,
+                    holds=False,
+                    severity=alert.severity,
+                    summary=alert.summary,
+                    job=name,
+                )
 
 
 def job_hung(inputs: Inputs, cfg: JobHungRule, ctx: RuleContext) -> Iterator[Observation]:
@@ -546,15 +662,26 @@ def job_hung(inputs: Inputs, cfg: JobHungRule, ctx: RuleContext) -> Iterator[Obs
         if ji.gpus and any(u is None for u in utils):
             continue  # a reading is missing: no verdict
         idle = all(u is not None and u < cfg.idle_pct for u in utils)
-        gpu_use = (f"all {len(utils)} GPU(s) under {cfg.idle_pct:g} %" if ji.gpus
-                   else "GPU use unknown (no GPU process of the job seen)")
+        gpu_use = (
+            f"all {len(utils)} GPU(s) under {cfg.idle_pct:g} %"
+            if ji.gpus
+            else "GPU use unknown (no GPU process of the job seen)"
+        )
         silent = ctx.now - ji.last_log_at
-        yield _obs("job_hung", cfg, idle,
-                   f"job {job.name} ({job.id}) looks hung: no log line for "
-                   f"{_duration(max(silent, 0.0))}, {gpu_use}",
-                   job=job.name, not_before=ji.last_log_at, job_id=job.id,
-                   last_log_at=ji.last_log_at, silent_s=round(silent, 1), gpu_use=gpu_use,
-                   gpus=len(ji.gpus))
+        yield _obs(
+            "job_hung",
+            cfg,
+            idle,
+            f"job {job.name} ({job.id}) looks hung: no log line for "
+            f"{_duration(max(silent, 0.0))}, {gpu_use}",
+            job=job.name,
+            not_before=ji.last_log_at,
+            job_id=job.id,
+            last_log_at=ji.last_log_at,
+            silent_s=round(silent, 1),
+            gpu_use=gpu_use,
+            gpus=len(ji.gpus),
+        )
     yield from _finished_job_alerts(inputs, "job_hung", ctx, keys)
 
 
@@ -572,13 +699,19 @@ def straggler(inputs: Inputs, cfg: StragglerRule, ctx: RuleContext) -> Iterator[
         busy = [g for g in ji.gpus if g.util_pct is not None and g.util_pct > cfg.busy_pct]
         holds = bool(idle) and bool(busy) and len(idle) + len(busy) == len(ji.gpus)
         nodes = sorted({g.node_rank for g in idle})
-        yield _obs("straggler", cfg, holds,
-                   f"job {job.name} ({job.id}): {', '.join(g.label() for g in idle) or '-'} "
-                   f"idle (< {cfg.idle_pct:g} %) while its other {len(busy)} GPU(s) are busy "
-                   f"(> {cfg.busy_pct:g} %)",
-                   job=job.name, job_id=job.id,
-                   idle_gpus=",".join(g.label() for g in idle) or None,
-                   idle_nodes=",".join(map(str, nodes)) or None, busy_gpus=len(busy))
+        yield _obs(
+            "straggler",
+            cfg,
+            holds,
+            f"job {job.name} ({job.id}): {', '.join(g.label() for g in idle) or '-'} "
+            f"idle (< {cfg.idle_pct:g} %) while its other {len(busy)} GPU(s) are busy "
+            f"(> {cfg.busy_pct:g} %)",
+            job=job.name,
+            job_id=job.id,
+            idle_gpus=",".join(g.label() for g in idle) or None,
+            idle_nodes=",".join(map(str, nodes)) or None,
+            busy_gpus=len(busy),
+        )
     yield from _finished_job_alerts(inputs, "straggler", ctx, keys)
 
 
@@ -598,13 +731,24 @@ def gpus_idle(inputs: Inputs, cfg: GpusIdleRule, ctx: RuleContext) -> Iterator[O
         idle_s = max(ctx.now - ctx.since(key), 0.0) if holds else 0.0
         per_hour = None if price is None else n * price
         so_far = None if per_hour is None else round(per_hour * idle_s / 3600.0, 2)
-        money = (f", burning ${per_hour:.2f}/h (${so_far:.2f} so far)"
-                 if per_hour is not None and so_far is not None else "")
-        yield _obs("gpus_idle", cfg, holds,
-                   f"job {job.name} ({job.id}) holds {n} idle GPU(s) (< {cfg.idle_pct:g} %) "
-                   f"for {_duration(idle_s)}{money}",
-                   job=job.name, job_id=job.id, gpus=n, idle_s=round(idle_s, 1),
-                   usd_per_hour=per_hour, usd_so_far=so_far)
+        money = (
+            f", burning ${per_hour:.2f}/h (${so_far:.2f} so far)"
+            if per_hour is not None and so_far is not None
+            else ""
+        )
+        yield _obs(
+            "gpus_idle",
+            cfg,
+            holds,
+            f"job {job.name} ({job.id}) holds {n} idle GPU(s) (< {cfg.idle_pct:g} %) "
+            f"for {_duration(idle_s)}{money}",
+            job=job.name,
+            job_id=job.id,
+            gpus=n,
+            idle_s=round(idle_s, 1),
+            usd_per_hour=per_hour,
+            usd_so_far=so_far,
+        )
     yield from _finished_job_alerts(inputs, "gpus_idle", ctx, keys)
 
 
@@ -625,8 +769,9 @@ RULES: dict[RuleId, Rule] = {
 }
 
 
-def observe(inputs: Inputs, config: AlertsConfig, ctx: RuleContext
-            ) -> Iterator[tuple[RuleId, list[Observation] | None]]:
+def observe(
+    inputs: Inputs, config: AlertsConfig, ctx: RuleContext
+) -> Iterator[tuple[RuleId, list[Observation] | None]]:
     """Every rule's observations, in :data:`RULES` order; ``None`` for a disabled rule."""
     for rule_id, fn in RULES.items():
         cfg = config.rule(rule_id)

@@ -43,8 +43,16 @@ from console.errors import StateError
 from console.jobs.store import Store, state_dir
 from console.statefiles import LOCK_WAIT_S, db_error
 
-__all__ = ["HISTORY_KEEP", "MIGRATIONS", "Ack", "AlertStore", "Silence", "alert_from_json",
-           "alert_to_json", "profile_store"]
+__all__ = [
+    "HISTORY_KEEP",
+    "MIGRATIONS",
+    "Ack",
+    "AlertStore",
+    "Silence",
+    "alert_from_json",
+    "alert_to_json",
+    "profile_store",
+]
 
 #: ``MIGRATIONS[v]`` takes the file from version ``v - 1`` to ``v``; append, never edit.
 MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -139,8 +147,12 @@ class Silence:
 
     def matches(self, alert: Alert) -> bool:
         """Whether it covers ``alert``."""
-        for pattern, value in ((self.key, alert.key), (self.rule, alert.rule),
-                               (self.host, alert.host), (self.job, alert.job)):
+        for pattern, value in (
+            (self.key, alert.key),
+            (self.rule, alert.rule),
+            (self.host, alert.host),
+            (self.job, alert.job),
+        ):
             if pattern is None:
                 continue
             if value is None or not fnmatch.fnmatchcase(value, pattern):
@@ -150,8 +162,16 @@ class Silence:
     def describe(self) -> str:
         """``#3 rule=gpu_* host=a until 2026-12-01 10:00:00``-like text (UTC seconds kept raw
         for the faces to format)."""
-        parts = [f"{k}={v}" for k, v in (("key", self.key), ("rule", self.rule),
-                                          ("host", self.host), ("job", self.job)) if v]
+        parts = [
+            f"{k}={v}"
+            for k, v in (
+                ("key", self.key),
+                ("rule", self.rule),
+                ("host", self.host),
+                ("job", self.job),
+            )
+            if v
+        ]
         return f"#{self.id} " + " ".join(parts)
 
 
@@ -193,10 +213,12 @@ def alert_from_json(text: str) -> Alert:
 
 #: SQL: whether a row's ``alert_json`` has one of the hosts (``:hosts``, a JSON list) or jobs
 #: (``:jobs``) as its subject (a job's alert: its job; else its host). Not JSON: it has not.
-_OWNED = ("CASE WHEN NOT json_valid(alert_json) THEN 0 "
-          "WHEN json_extract(alert_json, '$.job') IS NOT NULL "
-          "THEN json_extract(alert_json, '$.job') IN (SELECT value FROM json_each(:jobs)) "
-          "ELSE json_extract(alert_json, '$.host') IN (SELECT value FROM json_each(:hosts)) END")
+_OWNED = (
+    "CASE WHEN NOT json_valid(alert_json) THEN 0 "
+    "WHEN json_extract(alert_json, '$.job') IS NOT NULL "
+    "THEN json_extract(alert_json, '$.job') IN (SELECT value FROM json_each(:jobs)) "
+    "ELSE json_extract(alert_json, '$.host') IN (SELECT value FROM json_each(:hosts)) END"
+)
 
 
 #: What moving a damaged alert store aside costs (the fix of its errors).
@@ -275,8 +297,9 @@ class AlertStore:
     def _firing_rows(self) -> list[tuple[str, Alert]]:
         cond, args = self._scope()
         with self._using():
-            rows = self.db.execute(f"SELECT profile, alert_json FROM alerts WHERE {cond} "
-                                   "ORDER BY fired_at", args).fetchall()
+            rows = self.db.execute(
+                f"SELECT profile, alert_json FROM alerts WHERE {cond} ORDER BY fired_at", args
+            ).fetchall()
         out = []
         for r in rows:
             try:
@@ -303,29 +326,32 @@ class AlertStore:
                 a = c.alert
                 text = alert_to_json(a)
                 if c.change == "resolved":
-                    self.db.execute("DELETE FROM alerts WHERE profile=? AND key=?",
-                                    (profile, a.key))
-                    self.db.execute("DELETE FROM acks WHERE profile=? AND key=?",
-                                    (profile, a.key))
+                    self.db.execute(
+                        "DELETE FROM alerts WHERE profile=? AND key=?", (profile, a.key)
+                    )
+                    self.db.execute("DELETE FROM acks WHERE profile=? AND key=?", (profile, a.key))
                 else:
                     self.db.execute(
                         "INSERT OR REPLACE INTO alerts (profile, key, alert_json, fired_at, "
                         "updated_at) VALUES (?,?,?,?,?)",
-                        (profile, a.key, text, a.fired_at, c.at))
+                        (profile, a.key, text, a.fired_at, c.at),
+                    )
                 self.db.execute(
-                    "INSERT INTO history (profile, at, change, key, alert_json) "
-                    "VALUES (?,?,?,?,?)", (profile, c.at, c.change, a.key, text))
+                    "INSERT INTO history (profile, at, change, key, alert_json) VALUES (?,?,?,?,?)",
+                    (profile, c.at, c.change, a.key, text),
+                )
             self.db.execute(
-                "DELETE FROM history WHERE id <= (SELECT MAX(id) FROM history) - ?",
-                (HISTORY_KEEP,))
+                "DELETE FROM history WHERE id <= (SELECT MAX(id) FROM history) - ?", (HISTORY_KEEP,)
+            )
 
     def history(self, limit: int = 100) -> list[AlertChanged]:
         """The profile's latest ``limit`` transitions, newest first."""
         cond, args = self._scope()
         with self._using():
             rows = self.db.execute(
-                f"SELECT at, change, alert_json FROM history WHERE {cond} "
-                "ORDER BY id DESC LIMIT ?", (*args, limit)).fetchall()
+                f"SELECT at, change, alert_json FROM history WHERE {cond} ORDER BY id DESC LIMIT ?",
+                (*args, limit),
+            ).fetchall()
         out = []
         for r in rows:
             try:
@@ -339,7 +365,8 @@ class AlertStore:
         with self._using():
             row = self.db.execute(
                 "SELECT EXISTS (SELECT 1 FROM alerts WHERE profile='') "
-                "OR EXISTS (SELECT 1 FROM history WHERE profile='')").fetchone()
+                "OR EXISTS (SELECT 1 FROM history WHERE profile='')"
+            ).fetchone()
         return bool(row[0])
 
     def adopt(self, hosts: Iterable[str], jobs: Iterable[str]) -> list[str]:
@@ -353,24 +380,35 @@ class AlertStore:
         """
         if self.profile is None:
             raise ValueError("adopting alerts needs the store of a profile")
-        params = {"profile": self.profile, "hosts": json.dumps(sorted(set(hosts))),
-                  "jobs": json.dumps(sorted(set(jobs)))}
+        params = {
+            "profile": self.profile,
+            "hosts": json.dumps(sorted(set(hosts))),
+            "jobs": json.dumps(sorted(set(jobs))),
+        }
         with self._using(), self.db:
-            keys = [str(r["key"]) for r in self.db.execute(
-                f"SELECT key FROM alerts WHERE profile='' AND {_OWNED}", params)]
+            keys = [
+                str(r["key"])
+                for r in self.db.execute(
+                    f"SELECT key FROM alerts WHERE profile='' AND {_OWNED}", params
+                )
+            ]
             for key in keys:
                 one = {"profile": self.profile, "key": key}
-                if self.db.execute("SELECT 1 FROM alerts WHERE profile=:profile AND key=:key",
-                                   one).fetchone():
+                if self.db.execute(
+                    "SELECT 1 FROM alerts WHERE profile=:profile AND key=:key", one
+                ).fetchone():
                     self.db.execute("DELETE FROM alerts WHERE profile='' AND key=:key", one)
                 else:
-                    self.db.execute("UPDATE alerts SET profile=:profile "
-                                    "WHERE profile='' AND key=:key", one)
-                self.db.execute("UPDATE OR IGNORE acks SET profile=:profile "
-                                "WHERE profile='' AND key=:key", one)
+                    self.db.execute(
+                        "UPDATE alerts SET profile=:profile WHERE profile='' AND key=:key", one
+                    )
+                self.db.execute(
+                    "UPDATE OR IGNORE acks SET profile=:profile WHERE profile='' AND key=:key", one
+                )
                 self.db.execute("DELETE FROM acks WHERE profile='' AND key=:key", one)
-            self.db.execute(f"UPDATE history SET profile=:profile WHERE profile='' AND {_OWNED}",
-                            params)
+            self.db.execute(
+                f"UPDATE history SET profile=:profile WHERE profile='' AND {_OWNED}", params
+            )
         return keys
 
     # -- acks and silences -------------------------------------------------------------------
@@ -384,16 +422,21 @@ class AlertStore:
         """
         cond, args = self._scope()
         with self._using(), self.db:
-            rows = self.db.execute(f"SELECT profile, fired_at FROM alerts WHERE key=? AND {cond}",
-                                   (key, *args)).fetchall()
+            rows = self.db.execute(
+                f"SELECT profile, fired_at FROM alerts WHERE key=? AND {cond}", (key, *args)
+            ).fetchall()
             if not rows:
                 raise KeyError(key)
             for row in rows:
                 self.db.execute(
                     "INSERT OR IGNORE INTO acks (profile, key, fired_at, acked_at, by) "
-                    "VALUES (?,?,?,?,?)", (row["profile"], key, row["fired_at"], at, by))
-            got = self.db.execute("SELECT * FROM acks WHERE profile=? AND key=? AND fired_at=?",
-                                  (rows[0]["profile"], key, rows[0]["fired_at"])).fetchone()
+                    "VALUES (?,?,?,?,?)",
+                    (row["profile"], key, row["fired_at"], at, by),
+                )
+            got = self.db.execute(
+                "SELECT * FROM acks WHERE profile=? AND key=? AND fired_at=?",
+                (rows[0]["profile"], key, rows[0]["fired_at"]),
+            ).fetchone()
         return _ack(got)
 
     def acks(self) -> list[Ack]:
@@ -418,8 +461,18 @@ class AlertStore:
             cur = self.db.execute(
                 "INSERT INTO silences (profile, key, rule, host, job, until, created_at, by, "
                 "comment) VALUES (?,?,?,?,?,?,?,?,?)",
-                (self._written, silence.key, silence.rule, silence.host, silence.job,
-                 silence.until, silence.created_at, silence.by, silence.comment))
+                (
+                    self._written,
+                    silence.key,
+                    silence.rule,
+                    silence.host,
+                    silence.job,
+                    silence.until,
+                    silence.created_at,
+                    silence.by,
+                    silence.comment,
+                ),
+            )
             new_id = cur.lastrowid
         assert new_id is not None
         return replace(silence, id=new_id, profile=self._written)
@@ -429,8 +482,9 @@ class AlertStore:
         none with that id."""
         cond, args = self._scope(shared=True)
         with self._using(), self.db:
-            cur = self.db.execute(f"DELETE FROM silences WHERE id=? AND {cond}",
-                                  (silence_id, *args))
+            cur = self.db.execute(
+                f"DELETE FROM silences WHERE id=? AND {cond}", (silence_id, *args)
+            )
         return cur.rowcount > 0
 
     def silences(self, now: float | None = None) -> list[Silence]:
@@ -440,20 +494,36 @@ class AlertStore:
         with self._using(), self.db:
             if now is not None:
                 self.db.execute("DELETE FROM silences WHERE until < ?", (now - SILENCE_KEEP_S,))
-            rows = self.db.execute(f"SELECT * FROM silences WHERE {cond} ORDER BY id",
-                                   args).fetchall()
-        return [Silence(id=r["id"], until=r["until"], created_at=r["created_at"], key=r["key"],
-                        rule=r["rule"], host=r["host"], job=r["job"], by=r["by"],
-                        comment=r["comment"], profile=r["profile"]) for r in rows]
+            rows = self.db.execute(
+                f"SELECT * FROM silences WHERE {cond} ORDER BY id", args
+            ).fetchall()
+        return [
+            Silence(
+                id=r["id"],
+                until=r["until"],
+                created_at=r["created_at"],
+                key=r["key"],
+                rule=r["rule"],
+                host=r["host"],
+                job=r["job"],
+                by=r["by"],
+                comment=r["comment"],
+                profile=r["profile"],
+            )
+            for r in rows
+        ]
 
     def firing_now(self, now: float) -> list[Alert]:
         """The profile's firing alerts with its acks and silences applied at ``now`` (what a
         watcher would show; correct also while none runs)."""
         acks, silences = self.controls(now)
         by_key = {(a.profile, a.key): a for a in acks}
-        return [controlled(a, by_key.get((p, a.key)),
-                           [s for s in silences if s.profile in ("", p)], now)
-                for p, a in self._firing_rows()]
+        return [
+            controlled(
+                a, by_key.get((p, a.key)), [s for s in silences if s.profile in ("", p)], now
+            )
+            for p, a in self._firing_rows()
+        ]
 
     def controls(self, now: float) -> tuple[list[Ack], list[Silence]]:
         """The profile's acks and silences, read together (what the engine re-reads every

@@ -104,8 +104,11 @@ def valid_key(key: str) -> bool:
         return base.isprintable() and not base.isspace()
     if base in {_character_to_key(chr(c)) for c in range(33, 127)}:
         return True  # a printable character by the name Textual gives it: slash, question_mark
-    return base in {k.value for k in Keys} or key_to_character(base) is not None or (
-        base in ("space", "tab", "enter", "escape", "backspace", "delete", "insert"))
+    return (
+        base in {k.value for k in Keys}
+        or key_to_character(base) is not None
+        or (base in ("space", "tab", "enter", "escape", "backspace", "delete", "insert"))
+    )
 
 
 def _binding_scopes() -> list[tuple[type, ...]]:
@@ -117,12 +120,22 @@ def _binding_scopes() -> list[tuple[type, ...]]:
     from console.app.widgets.logpanes import LogPanes
 
     screens: list[tuple[type, ...]] = [
-        (FleetScreen, FleetTable), (JobsScreen, JobsTable), (AlertsScreen,),
-        (LogsScreen, LogPanes, LogPane), (LogsScreen, LogPanes, LogPrompt)]
+        (FleetScreen, FleetTable),
+        (JobsScreen, JobsTable),
+        (AlertsScreen,),
+        (LogsScreen, LogPanes, LogPane),
+        (LogsScreen, LogPanes, LogPrompt),
+    ]
     # a modal hides the app's bindings (Textual's modal binding chain)
     modals: list[tuple[type, ...]] = [
-        (ConfirmScreen,), (TextScreen,), (AskScreen,), (SubmitScreen,), (HelpScreen,),
-        (NotebookScreen,), (NewNotebookScreen,)]
+        (ConfirmScreen,),
+        (TextScreen,),
+        (AskScreen,),
+        (SubmitScreen,),
+        (HelpScreen,),
+        (NotebookScreen,),
+        (NewNotebookScreen,),
+    ]
     return [(GpuConsoleApp, *classes) for classes in screens] + modals
 
 
@@ -132,8 +145,7 @@ def _bindings(cls: type) -> list[Binding]:
 
 def binding_ids() -> set[str]:
     """Every binding id of the app's screens and widgets (what a keymap may name)."""
-    return {b.id for scope in _binding_scopes() for cls in scope for b in _bindings(cls)
-            if b.id}
+    return {b.id for scope in _binding_scopes() for cls in scope for b in _bindings(cls) if b.id}
 
 
 def _key_name(key: str) -> str:
@@ -160,12 +172,22 @@ def keymap_errors(keymap: dict[str, str]) -> list[tuple[str, str]]:
     for bid, keys in keymap.items():
         if bid not in known:
             close = difflib.get_close_matches(bid, sorted(known), n=1)
-            errors.append((bid, f"keymap: unknown binding id {bid!r}"
-                           + (f" (did you mean {close[0]!r}?)" if close else "")))
+            errors.append(
+                (
+                    bid,
+                    f"keymap: unknown binding id {bid!r}"
+                    + (f" (did you mean {close[0]!r}?)" if close else ""),
+                )
+            )
         for key in keys.split(","):
             if not valid_key(key):
-                errors.append((bid, f"keymap: {bid}: {key.strip()!r} is not a key "
-                                    "(examples: j, ctrl+f, f5, question_mark)"))
+                errors.append(
+                    (
+                        bid,
+                        f"keymap: {bid}: {key.strip()!r} is not a key "
+                        "(examples: j, ctrl+f, f5, question_mark)",
+                    )
+                )
     said: set[tuple[str, str]] = set()
     for scope in _binding_scopes():
         owner: dict[str, Binding] = {}
@@ -174,19 +196,28 @@ def keymap_errors(keymap: dict[str, str]) -> list[tuple[str, str]]:
             for key in keymap.get(b.id, b.key).split(","):
                 name = _key_name(key)
                 other = owner.setdefault(name, b)
-                if other is b or other.id == b.id or name in _default_keys(b) & _default_keys(
-                        other):  # no clash, or one the defaults mean (a modal's q closes it)
+                if (
+                    other is b
+                    or other.id == b.id
+                    or name in _default_keys(b) & _default_keys(other)
+                ):  # no clash, or one the defaults mean (a modal's q closes it)
                     continue
                 moved, kept = (b, other) if b.id in keymap else (other, b)
                 pair = (str(moved.id), str(kept.id))
                 if pair in said:
                     continue
                 said.add(pair)
-                errors.append((pair[0], (
-                    f"keymap: {moved.id}: {key.strip()!r} is already the key of {kept.id} "
-                    f"({kept.description or kept.action}), which it would replace; give "
-                    f"{moved.id} another key, or move {kept.id} as well "
-                    f"(e.g. {kept.id}: ctrl+{name if len(name) == 1 else 'x'})")))
+                errors.append(
+                    (
+                        pair[0],
+                        (
+                            f"keymap: {moved.id}: {key.strip()!r} is already the key of {kept.id} "
+                            f"({kept.description or kept.action}), which it would replace; give "
+                            f"{moved.id} another key, or move {kept.id} as well "
+                            f"(e.g. {kept.id}: ctrl+{name if len(name) == 1 else 'x'})"
+                        ),
+                    )
+                )
     return errors
 
 
@@ -222,10 +253,18 @@ class GpuConsoleApp(App[int]):
 
     host_status: reactive[tuple[tuple[str, str, str | None], ...]] = reactive(())
 
-    def __init__(self, service: Service, *, config: AppConfig | None = None,
-                 readonly: bool = False, replay: Path | None = None, replay_speed: float = 1.0,
-                 clock: Callable[[], float] = time.time,
-                 monotonic: Callable[[], float] = time.monotonic, live: bool = True) -> None:
+    def __init__(
+        self,
+        service: Service,
+        *,
+        config: AppConfig | None = None,
+        readonly: bool = False,
+        replay: Path | None = None,
+        replay_speed: float = 1.0,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+        live: bool = True,
+    ) -> None:
         super().__init__()
         self.service = service
         self.config = config or AppConfig()
@@ -256,7 +295,8 @@ class GpuConsoleApp(App[int]):
         """What the submit modal had when last used (an error keeps it for the next try)."""
         self._tunnels_closed = False
         self._hosts: dict[str, tuple[str, str | None]] = {
-            h: ("connecting", None) for h in ([] if replay else service.profile.hosts)}
+            h: ("connecting", None) for h in ([] if replay else service.profile.hosts)
+        }
         # the three installed screens, held here: data is pushed into them from events,
         # timers and workers at any point of their life (they keep it until they can draw
         # it), also while Textual shuts down and no longer lists them
@@ -288,7 +328,8 @@ class GpuConsoleApp(App[int]):
             self.jobs_screen.set_empty_text(
                 f"replay of {self.replay}: a recording (`top --record`) holds the fleet's "
                 "telemetry, not its jobs, so none is shown here (the live jobs: gpuconsole "
-                "without --replay, or `gpuconsole ps`)")
+                "without --replay, or `gpuconsole ps`)"
+            )
         else:
             # what is known first (the store: last known states); a live reconcile, which
             # waits for every host up to its deadline, replaces it when it is done
@@ -308,8 +349,11 @@ class GpuConsoleApp(App[int]):
             return
         self.replay_ended = True
         self.sub_title = "replay ended"
-        self.notify(f"replay ended after {n} samples: the view shows the last ones",
-                    title="replay", timeout=30)
+        self.notify(
+            f"replay ended after {n} samples: the view shows the last ones",
+            title="replay",
+            timeout=30,
+        )
 
     @work(group="alerts", exit_on_error=False)
     @reported("alerts")
@@ -367,12 +411,20 @@ class GpuConsoleApp(App[int]):
         """Say why a worker failed (:mod:`console.app.failures`: the one place for every
         worker of the app and its screens)."""
         if isinstance(error, GpuConsoleError):
-            self.notify(f"{error.message}\nfix: {error.hint}" if error.hint else error.message,
-                        title=title, severity="error", timeout=15)
+            self.notify(
+                f"{error.message}\nfix: {error.hint}" if error.hint else error.message,
+                title=title,
+                severity="error",
+                timeout=15,
+            )
             return
         log.error("%s: a worker failed", title, exc_info=error)
-        self.notify(f"{type(error).__name__}: {error} (details in the log)", title=title,
-                    severity="error", timeout=15)
+        self.notify(
+            f"{type(error).__name__}: {error} (details in the log)",
+            title=title,
+            severity="error",
+            timeout=15,
+        )
 
     def _publish_hosts(self) -> None:
         self.host_status = tuple((h, s, r) for h, (s, r) in self._hosts.items())
@@ -420,10 +472,12 @@ class GpuConsoleApp(App[int]):
         alert = m.change.alert
         if m.change.change != "fired" or alert.silenced(m.change.at) or alert.acked_at:
             return
-        self.notify(f"{alert.summary}\n(3: alerts, a: acknowledge)",
-                    title=f"{alert.severity} alert: {alert.rule}",
-                    severity="error" if alert.severity == "critical" else "warning",
-                    timeout=15)
+        self.notify(
+            f"{alert.summary}\n(3: alerts, a: acknowledge)",
+            title=f"{alert.severity} alert: {alert.rule}",
+            severity="error" if alert.severity == "critical" else "warning",
+            timeout=15,
+        )
 
     def on_host_status_updated(self, m: HostStatusUpdated) -> None:
         self._hosts[m.host] = (m.status, m.reason)
@@ -443,22 +497,30 @@ class GpuConsoleApp(App[int]):
         t = m.tunnel
         server = t.server
         version = f"; Jupyter Server {t.version}" if t.version else ""
-        detail = (f"Forwarding 127.0.0.1:{t.local_port} -> {server.host}:127.0.0.1:{server.port} "
-                  f"over SSH{version}. The tunnel stays open while the console runs (o shows "
-                  f"this again); the notebook keeps running after you quit: `gpuconsole "
-                  f"notebook {m.job_id}` re-attaches, S stops it.")
+        detail = (
+            f"Forwarding 127.0.0.1:{t.local_port} -> {server.host}:127.0.0.1:{server.port} "
+            f"over SSH{version}. The tunnel stays open while the console runs (o shows "
+            f"this again); the notebook keeps running after you quit: `gpuconsole "
+            f"notebook {m.job_id}` re-attaches, S stops it."
+        )
         if isinstance(self.screen, NotebookScreen):
             self.pop_screen()
-        self.push_screen(NotebookScreen(f"Notebook {m.job_id} on {server.host}", t.url, detail,
-                                        self.open_browser))
+        self.push_screen(
+            NotebookScreen(
+                f"Notebook {m.job_id} on {server.host}", t.url, detail, self.open_browser
+            )
+        )
 
     def _close_ended_tunnels(self, jobs: Iterable[JobRecord]) -> None:
         """Close the tunnels of notebooks that are no longer running (said once)."""
         for j in jobs:
             if j.id in self.tunnels and (j.state not in ("running", "pending") or j.removed_at):
                 tunnel = self.tunnels.pop(j.id)
-                self.notify(f"notebook {j.id} is {j.state}: its tunnel is closed",
-                            title="notebook", severity="warning")
+                self.notify(
+                    f"notebook {j.id} is {j.state}: its tunnel is closed",
+                    title="notebook",
+                    severity="warning",
+                )
                 self.run_worker(tunnel.close(), group="notebook-close", exit_on_error=False)
 
     def on_log_lines_arrived(self, m: LogLinesArrived) -> None:
@@ -477,12 +539,17 @@ class GpuConsoleApp(App[int]):
             self.notify(f"{where}: its log is archived again", title="log archive")
             return
         fix = f"\nfix: {m.hint}" if m.hint else ""
-        self.notify(f"{where}: its log cannot be archived: {m.error}\nthe panes go on; its "
-                    f"lines are kept and archived once the state dir can be written{fix}",
-                    title="log archive", severity="error", timeout=30)
+        self.notify(
+            f"{where}: its log cannot be archived: {m.error}\nthe panes go on; its "
+            f"lines are kept and archived once the state dir can be written{fix}",
+            title="log archive",
+            severity="error",
+            timeout=30,
+        )
 
     def _forward_to_logs(
-            self, m: LogLinesArrived | JobUpdated | FollowStateUpdated | ArchiveUpdated) -> None:
+        self, m: LogLinesArrived | JobUpdated | FollowStateUpdated | ArchiveUpdated
+    ) -> None:
         """Post ``m`` to every log screen in the stack (a copy each: a message is handled
         once); their handlers take what concerns their jobs."""
         from console.app.screens.logs import LogsScreen
@@ -546,10 +613,18 @@ class GpuConsoleApp(App[int]):
         Bindings with ids are all listed, also two of one key: the first may pass it on
         (escape clears a pane's search, else goes back)."""
         chain = self.screen._binding_chain
-        priority = {key for _, bindings in chain for key, blist in bindings.key_to_bindings.items()
-                    if any(b.priority for b in blist)}
-        ours = {key for _, bindings in chain for key, blist in bindings.key_to_bindings.items()
-                if any(b.id for b in blist)}
+        priority = {
+            key
+            for _, bindings in chain
+            for key, blist in bindings.key_to_bindings.items()
+            if any(b.priority for b in blist)
+        }
+        ours = {
+            key
+            for _, bindings in chain
+            for key, blist in bindings.key_to_bindings.items()
+            if any(b.id for b in blist)
+        }
         grouped: dict[tuple[str, str], tuple[list[str], Binding]] = {}
         for node, bindings in chain:
             section = type(node).__name__.removesuffix("Screen")
@@ -567,8 +642,10 @@ class GpuConsoleApp(App[int]):
                     display = self.get_key_display(Binding(key, b.action))
                     if display not in keys:
                         keys.append(display)
-        return [(sec, ",".join(keys), b.description or b.action, b.id or "")
-                for (sec, _), (keys, b) in grouped.items()]
+        return [
+            (sec, ",".join(keys), b.description or b.action, b.id or "")
+            for (sec, _), (keys, b) in grouped.items()
+        ]
 
     def action_help(self) -> None:
         """Show every binding of this screen with its id."""
@@ -576,16 +653,21 @@ class GpuConsoleApp(App[int]):
             return
         self.push_screen(HelpScreen(self.help_rows()))
 
-    def deliver_screenshot(self, filename: str | None = None, path: str | None = None,
-                           time_format: str | None = None) -> str | None:
+    def deliver_screenshot(
+        self, filename: str | None = None, path: str | None = None, time_format: str | None = None
+    ) -> str | None:
         """Save an SVG screenshot (the palette's Screenshot, ``App.action_screenshot``) to
         ``path``, else :func:`screenshot_dir`, and say where; a failure says the full path
         and the OS's reason. Returns the file's path, or ``None`` when it was not saved."""
         try:
             directory = Path(path).expanduser() if path else screenshot_dir()
         except GpuConsoleError as e:  # no state dir to fall back on
-            self.notify(f"screenshot not saved: {e.message}", title="screenshot",
-                        severity="error", timeout=15)
+            self.notify(
+                f"screenshot not saved: {e.message}",
+                title="screenshot",
+                severity="error",
+                timeout=15,
+            )
             return None
         stamp = time.strftime(time_format or "%Y-%m-%dT%H_%M_%S")
         target = (directory / (filename or f"gpuconsole_{stamp}.svg")).absolute()
@@ -593,8 +675,12 @@ class GpuConsoleApp(App[int]):
             directory.mkdir(parents=True, exist_ok=True)
             target.write_text(self.export_screenshot(), encoding="utf-8")
         except OSError as e:
-            self.notify(f"screenshot not saved to {target}: {e.strerror or e}",
-                        title="screenshot", severity="error", timeout=15)
+            self.notify(
+                f"screenshot not saved to {target}: {e.strerror or e}",
+                title="screenshot",
+                severity="error",
+                timeout=15,
+            )
             return None
         self.notify(f"saved {target}", title="screenshot", timeout=10)
         return str(target)
@@ -604,22 +690,31 @@ class GpuConsoleApp(App[int]):
         yield from super().get_system_commands(screen)
         yield SystemCommand("Fleet", "GPUs of every host", lambda: self.action_show("fleet"))
         yield SystemCommand("Jobs", "jobs and their state", lambda: self.action_show("jobs"))
-        yield SystemCommand("Alerts", "firing alerts (acknowledge, silence)",
-                            lambda: self.action_show("alerts"))
+        yield SystemCommand(
+            "Alerts", "firing alerts (acknowledge, silence)", lambda: self.action_show("alerts")
+        )
         if self.replay is None:
             yield SystemCommand("Refresh jobs", "reconcile with the hosts", self.refresh_jobs)
         for j in sorted(self.jobs_screen.jobs.values(), key=lambda j: -j.created_at)[:20]:
-            yield SystemCommand(f"Logs {j.id}", f"{j.state}: log panes of {j.name}",
-                                lambda j=j: self.open_logs(j))
+            yield SystemCommand(
+                f"Logs {j.id}", f"{j.state}: log panes of {j.name}", lambda j=j: self.open_logs(j)
+            )
             if not self.readonly and j.state in ("running", "pending"):
-                yield SystemCommand(f"Stop {j.id}", "SIGTERM, then SIGKILL after the grace",
-                                    lambda j=j: self.confirm_stop(j))
+                yield SystemCommand(
+                    f"Stop {j.id}",
+                    "SIGTERM, then SIGKILL after the grace",
+                    lambda j=j: self.confirm_stop(j),
+                )
                 if j.kind == "notebook":
-                    yield SystemCommand(f"Open notebook {j.id}", "a tunnel and its URL",
-                                        lambda j=j: self.open_notebook(j))
+                    yield SystemCommand(
+                        f"Open notebook {j.id}",
+                        "a tunnel and its URL",
+                        lambda j=j: self.open_notebook(j),
+                    )
         if not self.readonly:
-            yield SystemCommand("New notebook", "JupyterLab in a container on a host",
-                                self.ask_new_notebook)
+            yield SystemCommand(
+                "New notebook", "JupyterLab in a container on a host", self.ask_new_notebook
+            )
 
     # -- operations (workers; results come back as messages or notifications) ---------------
 
@@ -680,8 +775,9 @@ class GpuConsoleApp(App[int]):
             if yes:
                 self._stop(job)
 
-        self.push_screen(ConfirmScreen(f"Stop job {job.id}?", "\n".join(preview),
-                                       yes="Stop"), answered)
+        self.push_screen(
+            ConfirmScreen(f"Stop job {job.id}?", "\n".join(preview), yes="Stop"), answered
+        )
 
     @work(group="stop", exit_on_error=False)
     @reported("stop failed")
@@ -699,30 +795,39 @@ class GpuConsoleApp(App[int]):
         if self.readonly:
             return
         if job.removed_at is not None:
-            self.notify(f"job {job.id} was already removed (its logs stay readable)",
-                        severity="warning")
+            self.notify(
+                f"job {job.id} was already removed (its logs stay readable)", severity="warning"
+            )
             return
         if job.state in ("running", "pending"):
             what = "running" if job.state == "running" else "starting"
-            self.notify(f"job {job.id} is {what}: stop it first (S), then remove it",
-                        title="remove", severity="warning")
+            self.notify(
+                f"job {job.id} is {what}: stop it first (S), then remove it",
+                title="remove",
+                severity="warning",
+            )
             return
 
         def answered(yes: bool | None) -> None:
             if yes:
                 self._remove(job)
 
-        self.push_screen(ConfirmScreen(f"Remove job {job.id}?",
-                                       "\n".join(self.service.remove_preview(job)),
-                                       yes="Remove"), answered)
+        self.push_screen(
+            ConfirmScreen(
+                f"Remove job {job.id}?", "\n".join(self.service.remove_preview(job)), yes="Remove"
+            ),
+            answered,
+        )
 
     @work(group="stop", exit_on_error=False)
     @reported("remove failed")
     async def _remove(self, job: JobRecord) -> None:
         self.notify(f"removing {job.id}…")
         out = await self.service.remove(job)
-        self.notify(f"job {out.id} removed; `gpuconsole logs {out.id}` still shows its lines",
-                    title="removed")
+        self.notify(
+            f"job {out.id} removed; `gpuconsole logs {out.id}` still shows its lines",
+            title="removed",
+        )
         self.post_message(JobUpdated(out))
 
     @work(group="describe", exit_on_error=False)
@@ -773,13 +878,15 @@ class GpuConsoleApp(App[int]):
                 screen.set_phase("launching", f"launching {path}… (all nodes or none)")
                 screen.worker = self._submit(screen, sub)
             else:
-                screen.set_phase("editing", "not submitted: change it and press enter, or "
-                                 "escape")
+                screen.set_phase("editing", "not submitted: change it and press enter, or escape")
 
         screen.set_phase("confirming")
-        self.push_screen(ConfirmScreen(
-            f"Submit {path}? Nothing runs until you confirm.", sub.plan_text(), yes="Submit"),
-            answered)
+        self.push_screen(
+            ConfirmScreen(
+                f"Submit {path}? Nothing runs until you confirm.", sub.plan_text(), yes="Submit"
+            ),
+            answered,
+        )
 
     @work(group="submit", exit_on_error=False)
     @reported("submit")
@@ -803,16 +910,23 @@ class GpuConsoleApp(App[int]):
             return
         running = [n.node_rank for n in job.nodes if n.state == "running"]
         if not running and job.state not in ("running", "pending"):
-            self.notify(f"job {job.id} is not running ({job.state}): {not_running_hint(job)}",
-                        title="shell", severity="warning", timeout=15)
+            self.notify(
+                f"job {job.id} is not running ({job.state}): {not_running_hint(job)}",
+                title="shell",
+                severity="warning",
+                timeout=15,
+            )
             return
         if node is None and len(running) > 1:
+
             def got(value: str | None) -> None:
                 if value is not None and value.strip().isdigit():
                     self._exec(job, int(value))
 
-            self.push_screen(AskScreen(f"Node of {job.id} ({', '.join(map(str, running))}):",
-                                       str(running[0])), got)
+            self.push_screen(
+                AskScreen(f"Node of {job.id} ({', '.join(map(str, running))}):", str(running[0])),
+                got,
+            )
             return
         self._exec(job, node)
 
@@ -866,7 +980,6 @@ class GpuConsoleApp(App[int]):
         if not self.handed_over:
             super().bell()
 
-
     # -- notebooks --------------------------------------------------------------------------
 
     def open_notebook(self, job: JobRecord) -> None:
@@ -875,8 +988,12 @@ class GpuConsoleApp(App[int]):
         if self.readonly:
             return
         if job.kind != "notebook":
-            self.notify(f"{job.id} is a {job.kind} job, not a notebook: x opens a shell in its "
-                        "container, N starts a notebook", title="notebook", severity="warning")
+            self.notify(
+                f"{job.id} is a {job.kind} job, not a notebook: x opens a shell in its "
+                "container, N starts a notebook",
+                title="notebook",
+                severity="warning",
+            )
             return
         tunnel = self.tunnels.get(job.id)
         if tunnel is not None and not tunnel.forward.closed:
@@ -916,8 +1033,11 @@ class GpuConsoleApp(App[int]):
         else:
             ok = await asyncio.to_thread(webbrowser.open, url)
         if not ok:
-            self.notify("no browser could be started here: copy the URL (c) and open it "
-                        "yourself", title="browser", severity="warning")
+            self.notify(
+                "no browser could be started here: copy the URL (c) and open it yourself",
+                title="browser",
+                severity="warning",
+            )
 
     def ask_new_notebook(self) -> None:
         """Ask for host, GPUs and workdir, then start a notebook and open it."""
@@ -942,12 +1062,12 @@ class GpuConsoleApp(App[int]):
         self.notify(f"starting a notebook on {req.host}…", title="notebook")
         try:
             gpus = parse_gpus(req.gpus) if req.gpus else None
-            sub = await self.service.plan_notebook(host=req.host, gpus=gpus,
-                                                   workdir=req.workdir)
+            sub = await self.service.plan_notebook(host=req.host, gpus=gpus, workdir=req.workdir)
             job = await self.service.submit(sub)
         except GpuConsoleError as e:
-            self.push_screen(TextScreen("cannot start the notebook (escape closes)",
-                                        _error_text(e)))
+            self.push_screen(
+                TextScreen("cannot start the notebook (escape closes)", _error_text(e))
+            )
             return
         self.notify(f"started notebook {job.id} on {req.host}", title="notebook")
         self.post_message(JobUpdated(job))
@@ -994,8 +1114,9 @@ def _console_browser() -> bool:
         browser = webbrowser.get()
     except webbrowser.Error:
         return False
-    return (isinstance(browser, webbrowser.GenericBrowser)
-            and not isinstance(browser, webbrowser.BackgroundBrowser))
+    return isinstance(browser, webbrowser.GenericBrowser) and not isinstance(
+        browser, webbrowser.BackgroundBrowser
+    )
 
 
 def _error_text(e: GpuConsoleError) -> str:
@@ -1003,6 +1124,7 @@ def _error_text(e: GpuConsoleError) -> str:
 
 
 if TYPE_CHECKING:
+
     def _implements_host(app: GpuConsoleApp) -> AppHost:
         """mypy checks here that the app is what its screens take it for
         (:class:`console.app.host.AppHost`)."""

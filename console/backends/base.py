@@ -115,8 +115,9 @@ class Submission:
 
     def _backend(self) -> JobBackend:
         if self.backend is None:
-            raise JobError("this submission was not planned by a backend",
-                           "plan it with `Service.plan`")
+            raise JobError(
+                "this submission was not planned by a backend", "plan it with `Service.plan`"
+            )
         return self.backend
 
     def plan_text(self) -> str:
@@ -164,7 +165,8 @@ def profile_stop_grace(profile: Profile) -> float:
         raise ConfigError(
             f"must be a finite number of seconds >= 0, not {value:g}",
             "set `stop_grace: 30` under `defaults:` (or pass `--grace SECONDS`)",
-            path=profile.source or profile.name, field="defaults.stop_grace",
+            path=profile.source or profile.name,
+            field="defaults.stop_grace",
         )
     return value
 
@@ -175,8 +177,7 @@ def raise_if_unreachable(job: JobRecord) -> None:
     if job.unreachable:
         down = job.unreachable
         raise JobError(
-            f"job {job.id}: cannot reach {', '.join(sorted(down))}: "
-            f"{next(iter(down.values()))}",
+            f"job {job.id}: cannot reach {', '.join(sorted(down))}: {next(iter(down.values()))}",
             "the job may still be running there; retry when the host is reachable",
         )
 
@@ -204,8 +205,13 @@ class JobBackend(Protocol):
     session: Session
     store: Store
 
-    def refusal(self, action: Action, job: JobRecord | None = None,
-                node: NodeRecord | None = None, host: str | None = None) -> GpuConsoleError:
+    def refusal(
+        self,
+        action: Action,
+        job: JobRecord | None = None,
+        node: NodeRecord | None = None,
+        host: str | None = None,
+    ) -> GpuConsoleError:
         """Why ``action`` is not offered (for a job's node, or a host), with what to do
         instead: the error the CLI and the app show (its class sets the exit code); only
         for an action :attr:`capabilities` does not offer."""
@@ -239,15 +245,17 @@ class JobBackend(Protocol):
 
     # -- state --------------------------------------------------------------------------
 
-    async def refresh(self, job: JobRecord, *, teardown: bool = True,
-                      listed: dict[str, HostListing] | None = None) -> JobRecord:
+    async def refresh(
+        self, job: JobRecord, *, teardown: bool = True, listed: dict[str, HostListing] | None = None
+    ) -> JobRecord:
         """Reconcile a job with the runtime (the record is written to the store): gang
         teardown of a half-failed job unless ``teardown=False``; ``listed``: a listing of the
         profile's hosts (:meth:`reconcile`) to read the job from instead of asking again."""
         ...
 
-    async def reconcile(self, watched: Sequence[JobRecord], *, deadline_s: float,
-                        warn: Callable[[str], None] | None) -> dict[str, HostListing]:
+    async def reconcile(
+        self, watched: Sequence[JobRecord], *, deadline_s: float, warn: Callable[[str], None] | None
+    ) -> dict[str, HostListing]:
         """Ask the runtime for the profile's jobs once and adopt those the store does not
         know; returns what each host said (empty where the runtime has no hosts of its own),
         for :meth:`refresh` of ``watched``."""
@@ -293,21 +301,30 @@ class JobBackend(Protocol):
 
     # -- logs ---------------------------------------------------------------------------
 
-    async def read_logs(self, job: JobRecord, *, node: int | None, since_ns: int | None,
-                        tail: int | None) -> list[JobLogLine]:
+    async def read_logs(
+        self, job: JobRecord, *, node: int | None, since_ns: int | None, tail: int | None
+    ) -> list[JobLogLine]:
         """A job's lines so far, merged in time order, archived as they are read."""
         ...
 
-    def follow(self, job: JobRecord, hooks: FollowHooks, *, node: int | None,
-               since_ns: int | None, tail: int | None) -> AsyncGenerator[list[JobLogLine], None]:
+    def follow(
+        self,
+        job: JobRecord,
+        hooks: FollowHooks,
+        *,
+        node: int | None,
+        since_ns: int | None,
+        tail: int | None,
+    ) -> AsyncGenerator[list[JobLogLine], None]:
         """A job's lines in batches (one node each, never empty) until every followed node
         ended; each is archived."""
         ...
 
     # -- into a node ----------------------------------------------------------------------
 
-    async def describe_node(self, job: JobRecord, node: NodeRecord,
-                            secret: set[str]) -> tuple[str | None, str | None]:
+    async def describe_node(
+        self, job: JobRecord, node: NodeRecord, secret: set[str]
+    ) -> tuple[str | None, str | None]:
         """The node's equivalent ``docker run`` line (values of ``secret`` keys masked) and
         its command, read back from the runtime; ``None`` where there is none."""
         ...
@@ -320,8 +337,9 @@ class JobBackend(Protocol):
         """
         ...
 
-    async def attach_exec(self, job: JobRecord, node: NodeRecord, command: list[str], *,
-                          tty: bool) -> Callable[[], Coroutine[Any, Any, int]]:
+    async def attach_exec(
+        self, job: JobRecord, node: NodeRecord, command: list[str], *, tty: bool
+    ) -> Callable[[], Coroutine[Any, Any, int]]:
         """Connect to the node's host; returns the call that runs ``command`` attached to
         this terminal and returns its exit code.
 
@@ -336,11 +354,17 @@ class JobBackend(Protocol):
 
     # -- a host -------------------------------------------------------------------------
 
-    async def dev_shell(self, host: str, command: list[str], *, tty: bool,
-                        image: str | None = None,
-                        gpus: Literal["all"] | int | list[int] = 0,
-                        workdir: str | None = None,
-                        warn: Callable[[str], None] | None = None) -> int:
+    async def dev_shell(
+        self,
+        host: str,
+        command: list[str],
+        *,
+        tty: bool,
+        image: str | None = None,
+        gpus: Literal["all"] | int | list[int] = 0,
+        workdir: str | None = None,
+        warn: Callable[[str], None] | None = None,
+    ) -> int:
         """``shell --host``: ``command`` (default: a shell) in a fresh dev container on
         ``host``, attached to this terminal, removed afterwards; returns its exit code
         (``warn``: told when the container could not be removed).

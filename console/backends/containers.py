@@ -53,9 +53,20 @@ if TYPE_CHECKING:  # the failure path imports diagnosis and the kernel log (CLI 
 
 log = logging.getLogger("gpuconsole.status")
 
-__all__ = ["ACTIVE_STATES", "NEVER_STARTED", "STOPPABLE", "adopt_listed", "adopt_unknown",
-           "explain_failure", "has_started", "list_fleet", "raise_open_file_limit",
-           "reconcile_fleet", "refresh", "stop_nodes"]
+__all__ = [
+    "ACTIVE_STATES",
+    "NEVER_STARTED",
+    "STOPPABLE",
+    "adopt_listed",
+    "adopt_unknown",
+    "explain_failure",
+    "has_started",
+    "list_fleet",
+    "raise_open_file_limit",
+    "reconcile_fleet",
+    "refresh",
+    "stop_nodes",
+]
 
 
 async def _has_output(session: Session, n: NodeRecord) -> bool:
@@ -84,14 +95,17 @@ def _needs_inspect(n: NodeRecord | None) -> Callable[[ContainerInfo], bool]:
         if n is None or n.container_id != info.id or n.started_at is None:
             return True
         return info.status in ("exited", "dead") and (
-            n.finished_at is None or info.exit_code is None or n.state in ACTIVE_STATES)
+            n.finished_at is None or info.exit_code is None or n.state in ACTIVE_STATES
+        )
 
     return need
 
 
-async def _containers(session: Session, job: JobRecord,
-                      listed: Mapping[str, HostListing] | None = None,
-                      ) -> dict[str, list[ContainerInfo] | None]:
+async def _containers(
+    session: Session,
+    job: JobRecord,
+    listed: Mapping[str, HostListing] | None = None,
+) -> dict[str, list[ContainerInfo] | None]:
     """The job's nodes per host (``None``: the host could not be asked, why in
     ``job.unreachable``): from ``listed`` (a fleet listing, :func:`list_fleet`) where it
     names the host, else one listing of the job's containers on it."""
@@ -119,8 +133,9 @@ async def _containers(session: Session, job: JobRecord,
     async def one(host: str) -> list[ContainerInfo] | None:
         try:
             await session.connected(host)
-            return await session.engine(host).list({K_JOB_ID: job.id}, detail=need,
-                                                   runtime=job.runtime)
+            return await session.engine(host).list(
+                {K_JOB_ID: job.id}, detail=need, runtime=job.runtime
+            )
         except GpuConsoleError as e:
             log.debug("[%s] cannot list containers of %s: %s", host, job.id, e)
             job.unreachable[host] = e.message
@@ -133,7 +148,11 @@ async def _containers(session: Session, job: JobRecord,
 
 
 async def refresh(
-    session: Session, store: Store, job: JobRecord, *, teardown: bool = True,
+    session: Session,
+    store: Store,
+    job: JobRecord,
+    *,
+    teardown: bool = True,
     listed: Mapping[str, HostListing] | None = None,
 ) -> JobRecord:
     """Reconcile one job with its containers, tear down a half-failed (or half-launched)
@@ -163,15 +182,19 @@ async def refresh(
                 continue
             by_rank.setdefault(rank, info)
     if stored is not None and any(
-            i.status in ("exited", "dead") and i.exit_code != 0 for i in by_rank.values()):
+        i.status in ("exited", "dead") and i.exit_code != 0 for i in by_rank.values()
+    ):
         # a `stop` flags its nodes before it signals them: read the flags again after the
         # list, so an exit that the stop caused is never taken for a failure
         again = await store.call(store.get, job.id)
         if again is not None:
             merge_stored(job, again)
     now = time.time()
-    never = [i.created_s if i.created_s is not None else job.created_at
-             for i in by_rank.values() if i.status == "created"]
+    never = [
+        i.created_s if i.created_s is not None else job.created_at
+        for i in by_rank.values()
+        if i.status == "created"
+    ]
     launching = launch_in_flight(job.launcher, min(never, default=job.created_at), now)
     silent: list[NodeRecord] = []  # started, no first line seen yet
     for n in job.nodes:
@@ -191,16 +214,24 @@ async def refresh(
                 n.state = "unreachable"
         elif n.container_id is not None:
             # a never-started container that `stop` removed stays stopped
-            n.state = ("stopped" if n.stop_requested and n.started_at is None
-                       and n.state in (NEVER_STARTED, "pending", "stopped") else "lost")
+            n.state = (
+                "stopped"
+                if n.stop_requested
+                and n.started_at is None
+                and n.state in (NEVER_STARTED, "pending", "stopped")
+                else "lost"
+            )
         elif not launching:
             n.state = "lost"  # its launch ended before creating its container
     spoke = await asyncio.gather(*(_has_output(session, n) for n in silent))
     for n, has_output in zip(silent, spoke):
         if not has_output:
             n.state = "pending"  # running, not started yet as far as its user can tell
-    never_started = [n for n in job.nodes if n.state == NEVER_STARTED
-                     or (n.state == "lost" and n.container_id is None)]
+    never_started = [
+        n
+        for n in job.nodes
+        if n.state == NEVER_STARTED or (n.state == "lost" and n.container_id is None)
+    ]
     failed = first_failed(job.nodes)
     if teardown and (failed is not None or never_started):
         running = [n for n in job.nodes if n.state in ACTIVE_STATES]
@@ -271,8 +302,9 @@ DIAGNOSIS_TAIL = 3000
 _ENDINGS = frozenset({"sigkill", "exit_code", "signal", "stopped"})
 
 
-async def _node_evidence(session: Session, node: NodeRecord
-                         ) -> tuple[str, bool, bytes | None, ContainerInfo | None]:
+async def _node_evidence(
+    session: Session, node: NodeRecord
+) -> tuple[str, bool, bytes | None, ContainerInfo | None]:
     """A node's log tail, Docker's ``State.OOMKilled``, torchrun's error file and the
     container as inspected; empty when the host cannot be read (logged)."""
     if node.container_id is None:
@@ -285,8 +317,8 @@ async def _node_evidence(session: Session, node: NodeRecord
         lines = [ln.text async for ln in engine.logs(node.container_id, tail=DIAGNOSIS_TAIL)]
         text = "\n".join(lines)
         raw = await engine.read_file(
-            node.container_id,
-            ERROR_FILE if is_docker_id(node.container_id) else HOST_ERROR_FILE)
+            node.container_id, ERROR_FILE if is_docker_id(node.container_id) else HOST_ERROR_FILE
+        )
     except GpuConsoleError as e:
         log.debug("cannot read failure details of node %d: %s", node.node_rank, e)
     return text, oom_killed, raw, info
@@ -296,8 +328,9 @@ async def _node_evidence(session: Session, node: NodeRecord
 KERNEL_MARGIN_S = 60.0
 
 
-async def _host_kernel(session: Session, node: NodeRecord,
-                       info: ContainerInfo | None) -> NodeKernelEvents | None:
+async def _host_kernel(
+    session: Session, node: NodeRecord, info: ContainerInfo | None
+) -> NodeKernelEvents | None:
     """The host's NVIDIA kernel events over the node's container lifetime (+-
     :data:`KERNEL_MARGIN_S`), split by the container's GPUs (:mod:`remote.kernellog`);
     ``None`` when the container's start is unknown or the host cannot be reached. What was
@@ -324,8 +357,9 @@ async def _host_kernel(session: Session, node: NodeRecord,
     return found
 
 
-async def explain_failure(session: Session, node: NodeRecord,
-                          others: Sequence[NodeRecord] = ()) -> FailureRecord:
+async def explain_failure(
+    session: Session, node: NodeRecord, others: Sequence[NodeRecord] = ()
+) -> FailureRecord:
     """The first failure, explained: node, host, exit code, rank, reason, fix, cause id,
     evidence and consequences.
 
@@ -375,10 +409,14 @@ async def explain_failure(session: Session, node: NodeRecord,
     diag = diagnose(text) if text else None
     if oom_killed and (diag is None or diag.kind in _ENDINGS):
         out["kind"] = "oom_killed"
-        out["reason"] = ("the container was killed by the kernel's OOM killer (Docker "
-                         "State.OOMKilled: host or container memory limit)")
-        out["fix"] = ("lower host memory use (DataLoader workers, batch size, pinned memory) "
-                      "or raise the container's memory limit")
+        out["reason"] = (
+            "the container was killed by the kernel's OOM killer (Docker "
+            "State.OOMKilled: host or container memory limit)"
+        )
+        out["fix"] = (
+            "lower host memory use (DataLoader workers, batch size, pinned memory) "
+            "or raise the container's memory limit"
+        )
         if diag is not None:
             out["consequences"] = [diag.summary]
         return out
@@ -462,7 +500,9 @@ def raise_open_file_limit(hosts: int) -> tuple[int, int]:
 
 
 async def list_fleet(
-    session: Session, hosts: Sequence[str], *,
+    session: Session,
+    hosts: Sequence[str],
+    *,
     detail: Callable[[ContainerInfo], bool] | None = None,
     docker_on: Sequence[str] = (),
     concurrency: int = LIST_CONCURRENCY,
@@ -509,8 +549,10 @@ async def list_fleet(
                     # the engine's listing and the host runtime's command, side by side on
                     # the one connection; when one fails the other is cancelled (left
                     # running, it would outlive the session and fail at exit, unretrieved)
-                    pair = [asyncio.ensure_future(engine.list(labels, detail=detail)),
-                            asyncio.ensure_future(host_nodes())]
+                    pair = [
+                        asyncio.ensure_future(engine.list(labels, detail=detail)),
+                        asyncio.ensure_future(host_nodes()),
+                    ]
                     try:
                         ours, theirs = await asyncio.gather(*pair)
                     finally:
@@ -547,8 +589,7 @@ async def list_fleet(
     return out
 
 
-def _detail_for(known: set[str], watched: Sequence[JobRecord]
-                ) -> Callable[[ContainerInfo], bool]:
+def _detail_for(known: set[str], watched: Sequence[JobRecord]) -> Callable[[ContainerInfo], bool]:
     """Which listed containers a fleet listing inspects: a started one of a job the store
     does not know (to adopt it with its times), and, of the ``watched`` jobs (refreshed from
     this listing), those :func:`_needs_inspect` selects; none of any other job."""
@@ -570,8 +611,9 @@ def _detail_for(known: set[str], watched: Sequence[JobRecord]
     return need
 
 
-async def adopt_listed(session: Session, store: Store, listed: dict[str, HostListing],
-                       known: set[str]) -> list[str]:
+async def adopt_listed(
+    session: Session, store: Store, listed: dict[str, HostListing], known: set[str]
+) -> list[str]:
     """Record the jobs found by label in ``listed`` but not in ``known`` (ids in the store,
     removed ones included); returns their ids.
 
@@ -596,16 +638,29 @@ async def adopt_listed(session: Session, store: Store, listed: dict[str, HostLis
         nodes: dict[int, NodeRecord] = {}
         for host, info, labels in items:
             launching = launch_in_flight(None, info.created_s, now)
-            nodes.setdefault(labels.node_rank, NodeRecord(
-                job_id, labels.node_rank, labels.host or host, info.name, info.id,
-                node_state(info, False, launching), info.exit_code, info.started_at,
-                info.finished_at,
-            ))
+            nodes.setdefault(
+                labels.node_rank,
+                NodeRecord(
+                    job_id,
+                    labels.node_rank,
+                    labels.host or host,
+                    info.name,
+                    info.id,
+                    node_state(info, False, launching),
+                    info.exit_code,
+                    info.started_at,
+                    info.finished_at,
+                ),
+            )
         rec = JobRecord(
-            id=job_id, name=lab.job_name, profile=session.profile.name,
+            id=job_id,
+            name=lab.job_name,
+            profile=session.profile.name,
             profile_source=session.profile.source,
-            spec={"kind": lab.kind} if lab.kind != "train" else {}, spec_hash=lab.spec_hash,
-            created_at=lab.created_at or time.time(), node_count=lab.node_count,
+            spec={"kind": lab.kind} if lab.kind != "train" else {},
+            spec_hash=lab.spec_hash,
+            created_at=lab.created_at or time.time(),
+            node_count=lab.node_count,
             nodes=[nodes[r] for r in sorted(nodes)],
         )
         # another caller (the app's alert rules, a `ps` in another shell) may adopt it first
@@ -615,8 +670,12 @@ async def adopt_listed(session: Session, store: Store, listed: dict[str, HostLis
 
 
 async def reconcile_fleet(
-    session: Session, store: Store, watched: Sequence[JobRecord], *,
-    concurrency: int = LIST_CONCURRENCY, deadline_s: float = LIST_DEADLINE_S,
+    session: Session,
+    store: Store,
+    watched: Sequence[JobRecord],
+    *,
+    concurrency: int = LIST_CONCURRENCY,
+    deadline_s: float = LIST_DEADLINE_S,
 ) -> dict[str, HostListing]:
     """List every host of the session's profile once (:func:`list_fleet`) and adopt the jobs
     found there that the store does not know (:func:`adopt_listed`).
@@ -628,17 +687,30 @@ async def reconcile_fleet(
     """
     known = {j.id for j in await store.call(store.jobs, include_removed=True)}
     profile = session.profile
-    docker_on = sorted({n.host for j in watched if j.runtime == "docker" for n in j.nodes
-                        if profile.host_runtime(n.host) != "docker"})
-    listed = await list_fleet(session, list(profile.hosts), detail=_detail_for(known, watched),
-                              docker_on=docker_on, concurrency=concurrency,
-                              deadline_s=deadline_s)
+    docker_on = sorted(
+        {
+            n.host
+            for j in watched
+            if j.runtime == "docker"
+            for n in j.nodes
+            if profile.host_runtime(n.host) != "docker"
+        }
+    )
+    listed = await list_fleet(
+        session,
+        list(profile.hosts),
+        detail=_detail_for(known, watched),
+        docker_on=docker_on,
+        concurrency=concurrency,
+        deadline_s=deadline_s,
+    )
     await adopt_listed(session, store, listed, known)
     return listed
 
 
-async def adopt_unknown(session: Session, store: Store, hosts: list[str], *,
-                        unanswered: list[str] | None = None) -> list[str]:
+async def adopt_unknown(
+    session: Session, store: Store, hosts: list[str], *, unanswered: list[str] | None = None
+) -> list[str]:
     """Record jobs found by label on the hosts but missing from the store; returns their ids.
 
     A console restarted on another machine, or with its state dir lost, recovers every job

@@ -65,28 +65,35 @@ DEFAULT_SHELL = ("sh", "-c", "command -v bash >/dev/null 2>&1 && exec bash || ex
 def not_running_hint(job: JobRecord) -> str:
     """What to do instead of a shell in a job that no longer runs: its output and files."""
     if job.removed_at is not None:
-        return (f"its containers were removed: `gpuconsole logs {job.id}` reads its archived "
-                "output")
-    return (f"a shell needs a running container: `gpuconsole logs {job.id}` shows its output, "
-            f"`gpuconsole cp {job.id}:PATH .` copies files out of its exited container")
+        return f"its containers were removed: `gpuconsole logs {job.id}` reads its archived output"
+    return (
+        f"a shell needs a running container: `gpuconsole logs {job.id}` shows its output, "
+        f"`gpuconsole cp {job.id}:PATH .` copies files out of its exited container"
+    )
 
 
 class DockerBackend:
     """Jobs in Docker containers on the profile's SSH hosts (see the module docstring)."""
 
     name = "docker"
-    capabilities = Capabilities(exec=True, cp=True, notebook=True, shell=True,
-                                intake_process=True)
+    capabilities = Capabilities(exec=True, cp=True, notebook=True, shell=True, intake_process=True)
 
     def __init__(self, session: Session, store: Store) -> None:
         self.session = session
         self.store = store
 
-    def refusal(self, action: Action, job: JobRecord | None = None,
-                node: NodeRecord | None = None, host: str | None = None) -> GpuConsoleError:
+    def refusal(
+        self,
+        action: Action,
+        job: JobRecord | None = None,
+        node: NodeRecord | None = None,
+        host: str | None = None,
+    ) -> GpuConsoleError:
         """Why ``action`` is not offered (Docker offers all but ``stacks``)."""
-        return JobError(f"{action} is not offered for Docker jobs yet",
-                        "`gpuconsole logs` shows what the job printed")
+        return JobError(
+            f"{action} is not offered for Docker jobs yet",
+            "`gpuconsole logs` shows what the job printed",
+        )
 
     # -- plan and submit ----------------------------------------------------------------
 
@@ -104,9 +111,11 @@ class DockerBackend:
         from console.jobs.launch import prepare
 
         if loaded.spec.time_limit is not None:
-            raise ConfigError("time_limit applies to Slurm profiles (`scheduler: slurm`)",
-                              "remove it, or submit with a Slurm profile",
-                              **loaded.blame("time_limit"))
+            raise ConfigError(
+                "time_limit applies to Slurm profiles (`scheduler: slurm`)",
+                "remove it, or submit with a Slurm profile",
+                **loaded.blame("time_limit"),
+            )
         prepared = await prepare(self.session, loaded, dry_run=dry_run, force=force)
         return Submission(loaded, prepared, dry_run, backend=self)
 
@@ -119,29 +128,32 @@ class DockerBackend:
     def submitted_line(self, submission: Submission, job: JobRecord) -> str:
         """``submitted ID: N node(s) x P process(es), world size W, on HOSTS``."""
         plan = submission.prepared.plan
-        return (f"submitted {job.id}: {len(plan.nodes)} node(s) x {plan.nproc_per_node} "
-                f"process(es), world size {plan.world_size}, on "
-                f"{', '.join(n.host for n in plan.nodes)}")
+        return (
+            f"submitted {job.id}: {len(plan.nodes)} node(s) x {plan.nproc_per_node} "
+            f"process(es), world size {plan.world_size}, on "
+            f"{', '.join(n.host for n in plan.nodes)}"
+        )
 
     async def submit(self, submission: Submission) -> JobRecord:
         """Create and start every node's container (:func:`console.jobs.launch.launch`)."""
         from console.jobs.launch import launch
 
-        job_id = await launch(self.session, self.store, submission.loaded,
-                              submission.prepared)
+        job_id = await launch(self.session, self.store, submission.loaded, submission.prepared)
         job = await self.store.call(self.store.get, job_id)
         assert job is not None
         return job
 
     # -- state --------------------------------------------------------------------------
 
-    async def refresh(self, job: JobRecord, *, teardown: bool = True,
-                      listed: dict[str, HostListing] | None = None) -> JobRecord:
+    async def refresh(
+        self, job: JobRecord, *, teardown: bool = True, listed: dict[str, HostListing] | None = None
+    ) -> JobRecord:
         """Reconcile the job with its containers (:func:`console.backends.containers.refresh`)."""
         return await refresh(self.session, self.store, job, teardown=teardown, listed=listed)
 
-    async def reconcile(self, watched: Sequence[JobRecord], *, deadline_s: float,
-                        warn: Callable[[str], None] | None) -> dict[str, HostListing]:
+    async def reconcile(
+        self, watched: Sequence[JobRecord], *, deadline_s: float, warn: Callable[[str], None] | None
+    ) -> dict[str, HostListing]:
         """One listing of every host of the profile (both runtimes), adopting unknown jobs
         (:func:`console.backends.containers.reconcile_fleet`); a host that cannot be asked
         says why in its :class:`HostListing`."""
@@ -149,8 +161,9 @@ class DockerBackend:
 
     async def adopt(self, *, unanswered: list[str] | None = None) -> list[str]:
         """Adopt the jobs found by label on the profile's hosts."""
-        return await adopt_unknown(self.session, self.store, list(self.session.profile.hosts),
-                                   unanswered=unanswered)
+        return await adopt_unknown(
+            self.session, self.store, list(self.session.profile.hosts), unanswered=unanswered
+        )
 
     def hosts_gone(self, job: JobRecord) -> list[str]:
         """The job's hosts that its profile no longer names."""
@@ -161,10 +174,13 @@ class DockerBackend:
     def stop_preview(self, job: JobRecord, grace: str) -> list[str]:
         """``host: docker stop --time G NAME`` per node (``docker rm`` for a container that
         never started)."""
-        return [f"{n.host}: docker rm {n.container_name}  (never started)"
-                if n.state == NEVER_STARTED else
-                f"{n.host}: docker stop --time {grace} {n.container_name}"
-                for n in job.nodes if n.state in STOPPABLE]
+        return [
+            f"{n.host}: docker rm {n.container_name}  (never started)"
+            if n.state == NEVER_STARTED
+            else f"{n.host}: docker stop --time {grace} {n.container_name}"
+            for n in job.nodes
+            if n.state in STOPPABLE
+        ]
 
     async def stop(self, job: JobRecord, grace: float) -> StopOutcome:
         """Stop every running node on the hosts that answer, then raise for the others.
@@ -183,13 +199,18 @@ class DockerBackend:
             await stop_nodes(self.session, self.store, job, running, grace=grace)
             job = await self.refresh(job, teardown=False)
         if down:
-            done = (f"stopped node{'s' if len(running) > 1 else ''} "
-                    f"{', '.join(str(n.node_rank) for n in running)}; " if running else "")
+            done = (
+                f"stopped node{'s' if len(running) > 1 else ''} "
+                f"{', '.join(str(n.node_rank) for n in running)}; "
+                if running
+                else ""
+            )
             raise JobError(
                 f"job {job.id}: {done}cannot reach {', '.join(sorted(down))}: "
                 f"{next(iter(down.values()))}",
                 f"its nodes there may still be running; run `gpuconsole stop {job.id}` again "
-                "when the host answers")
+                "when the host answers",
+            )
         return StopOutcome(job, tuple(n.node_rank for n in running))
 
     def remove_line(self, job: JobRecord, node: NodeRecord) -> str:
@@ -225,8 +246,7 @@ class DockerBackend:
         running = [n for n in job.nodes if n.state in ACTIVE_STATES]
         if running and not force:
             what = "running" if any(n.state == "running" for n in running) else "starting"
-            raise JobError(f"job {job.id} is {what}",
-                           f"stop it first, or `rm --force {job.id}`")
+            raise JobError(f"job {job.id} is {what}", f"stop it first, or `rm --force {job.id}`")
         if running:
             grace = profile_stop_grace(self.session.profile)
             now = time.time()
@@ -251,42 +271,57 @@ class DockerBackend:
                 f"{prof.name!r}: its containers there cannot be stopped or removed",
                 f"add the host back to the profile and rm again, or `rm --force {job.id}` "
                 "to forget the job (its containers on that host are left as they are)"
-                if not kept else
-                "add the host back to the profile and rm again (the job also has nodes on "
+                if not kept
+                else "add the host back to the profile and rm again (the job also has nodes on "
                 f"{', '.join(kept)})",
             )
         return await mark_removed(self.store, job)
 
     # -- logs ---------------------------------------------------------------------------
 
-    async def read_logs(self, job: JobRecord, *, node: int | None, since_ns: int | None,
-                        tail: int | None) -> list[JobLogLine]:
+    async def read_logs(
+        self, job: JobRecord, *, node: int | None, since_ns: int | None, tail: int | None
+    ) -> list[JobLogLine]:
         """The containers' lines (else the archive's), merged in time order."""
-        return await read_job_logs(self.session, self.store, job, node=node,
-                                   since_ns=since_ns, tail=tail)
+        return await read_job_logs(
+            self.session, self.store, job, node=node, since_ns=since_ns, tail=tail
+        )
 
-    async def follow(self, job: JobRecord, hooks: FollowHooks, *, node: int | None,
-                     since_ns: int | None, tail: int | None
-                     ) -> AsyncGenerator[list[JobLogLine], None]:
+    async def follow(
+        self,
+        job: JobRecord,
+        hooks: FollowHooks,
+        *,
+        node: int | None,
+        since_ns: int | None,
+        tail: int | None,
+    ) -> AsyncGenerator[list[JobLogLine], None]:
         """The containers' log streams (:func:`console.jobs.logs.follow_job_log_batches`);
         each node's exit is reported through ``hooks.on_exit``."""
-        batches = follow_job_log_batches(self.session, self.store, job, node=node,
-                                         since_ns=since_ns, tail=tail,
-                                         on_node_exit=hooks.on_exit, on_state=hooks.on_state,
-                                         on_archive=hooks.on_archive)
+        batches = follow_job_log_batches(
+            self.session,
+            self.store,
+            job,
+            node=node,
+            since_ns=since_ns,
+            tail=tail,
+            on_node_exit=hooks.on_exit,
+            on_state=hooks.on_state,
+            on_archive=hooks.on_archive,
+        )
         async for batch in batches:
             yield batch
 
     # -- into a node ----------------------------------------------------------------------
 
-    async def describe_node(self, job: JobRecord, node: NodeRecord,
-                            secret: set[str]) -> tuple[str | None, str | None]:
+    async def describe_node(
+        self, job: JobRecord, node: NodeRecord, secret: set[str]
+    ) -> tuple[str | None, str | None]:
         """The container's ``docker run`` line and torchrun command, read back from it."""
         if not node.container_id or job.removed_at is not None:
             return None, None
         try:
-            spec = await self.session.engine(node.host).container_spec(node.container_id,
-                                                                       secret)
+            spec = await self.session.engine(node.host).container_spec(node.container_id, secret)
         except GpuConsoleError as e:
             log.debug("describe %s n%d: %s", job.id, node.node_rank, e)
             return None, None
@@ -299,7 +334,8 @@ class DockerBackend:
         # what the host says is secret, whatever its source (the spec, the profile's
         # defaults.env), also when this state dir has no record of it
         spec = dataclasses.replace(
-            spec, secret_env=spec.secret_env | secret_env_of(spec.labels, spec.env))
+            spec, secret_env=spec.secret_env | secret_env_of(spec.labels, spec.env)
+        )
         return run_line(spec), shlex.join(gang.unwrap(spec.command))
 
     def exec_target(self, job: JobRecord, node: NodeRecord) -> NodeRecord:
@@ -309,8 +345,10 @@ class DockerBackend:
             JobError: it does not run (what to do instead: its logs, its files).
         """
         if not node.container_id or not has_started(node) or job.removed_at is not None:
-            raise JobError(f"job {job.id}: node {node.node_rank} is not running ({node.state})",
-                           not_running_hint(job))
+            raise JobError(
+                f"job {job.id}: node {node.node_rank} is not running ({node.state})",
+                not_running_hint(job),
+            )
         return node
 
     def exec_argv(self, node: NodeRecord, command: list[str], *, tty: bool) -> list[str]:
@@ -318,11 +356,20 @@ class DockerBackend:
         ``command``: the transport quotes each word)."""
         t = self.session.transport(node.host)
         assert node.container_id is not None
-        return ["docker", "-H", f"unix://{t.engine_socket_path()}", "exec", "-i",
-                *(["-t"] if tty else []), node.container_id, *(command or DEFAULT_SHELL)]
+        return [
+            "docker",
+            "-H",
+            f"unix://{t.engine_socket_path()}",
+            "exec",
+            "-i",
+            *(["-t"] if tty else []),
+            node.container_id,
+            *(command or DEFAULT_SHELL),
+        ]
 
-    async def attach_exec(self, job: JobRecord, node: NodeRecord, command: list[str], *,
-                          tty: bool) -> Callable[[], Coroutine[Any, Any, int]]:
+    async def attach_exec(
+        self, job: JobRecord, node: NodeRecord, command: list[str], *, tty: bool
+    ) -> Callable[[], Coroutine[Any, Any, int]]:
         """``docker exec`` on the node's host, through an SSH PTY when ``tty``."""
         t = await self.session.connected(node.host)
         argv = self.exec_argv(node, command, tty=tty)
@@ -340,11 +387,17 @@ class DockerBackend:
 
     # -- dev containers -------------------------------------------------------------------
 
-    async def dev_shell(self, host: str, command: list[str], *, tty: bool,
-                        image: str | None = None,
-                        gpus: Literal["all"] | int | list[int] = 0,
-                        workdir: str | None = None,
-                        warn: Callable[[str], None] | None = None) -> int:
+    async def dev_shell(
+        self,
+        host: str,
+        command: list[str],
+        *,
+        tty: bool,
+        image: str | None = None,
+        gpus: Literal["all"] | int | list[int] = 0,
+        workdir: str | None = None,
+        warn: Callable[[str], None] | None = None,
+    ) -> int:
         """``shell --host`` (:meth:`console.service.Service.shell_on_host`): a fresh dev
         container on ``host``, removed after ``command`` ends.
 
@@ -366,8 +419,7 @@ class DockerBackend:
         d = prof.defaults
         image = image or d.image
         if not image:
-            raise PlanError("no image: the profile has no `defaults.image`",
-                            "pass `--image IMAGE`")
+            raise PlanError("no image: the profile has no `defaults.image`", "pass `--image IMAGE`")
         env, secret = resolve_env(d.env, prof.source, prof.lines, ("defaults", "env"))
         session = self.session
         t = await session.connected(host)
@@ -382,9 +434,13 @@ class DockerBackend:
         if gpus != 0:
             g = await gpu_facts(session, host)
             facts = HostFacts(host, t.address(), g.count, home, holders=g.holders, lost=g.lost)
-            loaded = LoadedSpec(JobSpec(name="shell", script="-", gpus_per_node=gpus),
-                                source="", base_dir=Path("."), flags=frozenset({"gpus_per_node"}),
-                                flag_names={"gpus_per_node": "--gpus"})
+            loaded = LoadedSpec(
+                JobSpec(name="shell", script="-", gpus_per_node=gpus),
+                source="",
+                base_dir=Path("."),
+                flags=frozenset({"gpus_per_node"}),
+                flag_names={"gpus_per_node": "--gpus"},
+            )
             try:
                 gpu_ids = pick_gpus(loaded, facts)
             except PlanError as e:
@@ -405,8 +461,12 @@ class DockerBackend:
             command=["sleep", "infinity"],
             env=env,
             secret_env=secret,
-            labels={K_FORMAT: FORMAT, SHELL_KIND_LABEL: "shell", K_HOST: host,
-                    K_CREATED: f"{created:.3f}"},
+            labels={
+                K_FORMAT: FORMAT,
+                SHELL_KIND_LABEL: "shell",
+                K_HOST: host,
+                K_CREATED: f"{created:.3f}",
+            },
             gpu_device_ids=tuple(map(str, gpu_ids)),
             shm_size=None if d.ipc else d.shm_size,
             ipc_mode=d.ipc,
@@ -421,15 +481,24 @@ class DockerBackend:
         try:
             cid = await engine.create(spec)
             await engine.start(cid)
-            argv = ["docker", "-H", f"unix://{t.engine_socket_path()}", "exec", "-i",
-                    *(["-t"] if tty else []), cid, *(command or DEFAULT_SHELL)]
+            argv = [
+                "docker",
+                "-H",
+                f"unix://{t.engine_socket_path()}",
+                "exec",
+                "-i",
+                *(["-t"] if tty else []),
+                cid,
+                *(command or DEFAULT_SHELL),
+            ]
             return await t.interactive(argv, tty=tty)
         finally:
             if cid is not None:
                 await asyncio.shield(self._remove_dev_container(host, cid, spec.name, warn))
 
-    async def _remove_dev_container(self, host: str, cid: str, name: str,
-                                    warn: Callable[[str], None] | None) -> None:
+    async def _remove_dev_container(
+        self, host: str, cid: str, name: str, warn: Callable[[str], None] | None
+    ) -> None:
         """Remove a dev container; once more on a fresh connection if the first try fails."""
         for attempt in range(2):
             try:
@@ -441,5 +510,7 @@ class DockerBackend:
             except (GpuConsoleError, OSError) as e:
                 why = getattr(e, "message", None) or str(e)
         if warn:
-            warn(f"could not remove dev container {name} on {host}: {why}; "
-                 f"remove it with `docker rm -f {name}` there")
+            warn(
+                f"could not remove dev container {name} on {host}: {why}; "
+                f"remove it with `docker rm -f {name}` there"
+            )

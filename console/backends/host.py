@@ -27,23 +27,33 @@ class HostBackend(DockerBackend):
     """Jobs run by the hosts' own Python (see the module docstring)."""
 
     name = "host"
-    capabilities = Capabilities(exec=False, cp=False, notebook=False, shell=False,
-                                intake_process=True)
+    capabilities = Capabilities(
+        exec=False, cp=False, notebook=False, shell=False, intake_process=True
+    )
 
-    def refusal(self, action: Action, job: JobRecord | None = None,
-                node: NodeRecord | None = None, host: str | None = None) -> GpuConsoleError:
+    def refusal(
+        self,
+        action: Action,
+        job: JobRecord | None = None,
+        node: NodeRecord | None = None,
+        host: str | None = None,
+    ) -> GpuConsoleError:
         """Each refusal names the host login (``ssh ...``, or this machine) instead."""
         where = node.host if node is not None else host
         assert where is not None, "a host runtime refusal names its node or host"
         if action == "shell":
             prof = self.session.profile
-            return UsageError(f"host {where} runs jobs without Docker (its profile says "
-                              "`runtime: host`): a dev container needs Docker",
-                              f"`ssh {prof.hosts[where].hostname or where}` for a shell there, "
-                              "or --host a host with Docker")
+            return UsageError(
+                f"host {where} runs jobs without Docker (its profile says "
+                "`runtime: host`): a dev container needs Docker",
+                f"`ssh {prof.hosts[where].hostname or where}` for a shell there, "
+                "or --host a host with Docker",
+            )
         if action == "notebook":
-            return JobError("a notebook runs in a container (JupyterLab from the image)",
-                            "remove `runtime: host`")
+            return JobError(
+                "a notebook runs in a container (JupyterLab from the image)",
+                "remove `runtime: host`",
+            )
         job_id = job.id if job is not None else "?"
         argv = self.session.transport(where).ssh_argv()
         if action == "cp":
@@ -52,13 +62,17 @@ class HostBackend(DockerBackend):
             else:  # scp takes ssh's options, but -P for the port and HOST:PATH
                 opts = ["-P" if a == "-p" else a for a in argv[1:-1]]
                 how = f"copy with `{shlex.join(['scp', *opts, argv[-1] + ':PATH', '.'])}`"
-            return JobError(f"job {job_id} runs in {where}'s own Python (runtime: host): its "
-                            "files are on the host", f"{how}; `gpuconsole describe {job_id}` "
-                            "shows its folder")
+            return JobError(
+                f"job {job_id} runs in {where}'s own Python (runtime: host): its "
+                "files are on the host",
+                f"{how}; `gpuconsole describe {job_id}` shows its folder",
+            )
         login = f"`{shlex.join(argv)}`" if argv else "it runs on this machine"
-        return JobError(f"job {job_id} runs in {where}'s own Python (runtime: host), not "
-                        "in a container", f"log in to the host: {login}; `gpuconsole "
-                        f"describe {job_id}` shows its folder and command")
+        return JobError(
+            f"job {job_id} runs in {where}'s own Python (runtime: host), not in a container",
+            f"log in to the host: {login}; `gpuconsole "
+            f"describe {job_id}` shows its folder and command",
+        )
 
     def remove_line(self, job: JobRecord, node: NodeRecord) -> str:
         """A host runtime node is a folder on its host."""
@@ -86,10 +100,16 @@ class HostBackend(DockerBackend):
 
         raise self.refusal("cp", job, copy_node(job, node))
 
-    async def dev_shell(self, host: str, command: list[str], *, tty: bool,
-                        image: str | None = None,
-                        gpus: Literal["all"] | int | list[int] = 0,
-                        workdir: str | None = None,
-                        warn: Callable[[str], None] | None = None) -> int:
+    async def dev_shell(
+        self,
+        host: str,
+        command: list[str],
+        *,
+        tty: bool,
+        image: str | None = None,
+        gpus: Literal["all"] | int | list[int] = 0,
+        workdir: str | None = None,
+        warn: Callable[[str], None] | None = None,
+    ) -> int:
         """Refused: a dev container needs Docker (what to run instead)."""
         raise self.refusal("shell", host=host)

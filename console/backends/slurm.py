@@ -51,30 +51,48 @@ class SlurmBackend:
         cfg = self.session.profile.slurm
         return cfg.login_host if cfg else "?"
 
-    def refusal(self, action: Action, job: JobRecord | None = None,
-                node: NodeRecord | None = None, host: str | None = None) -> GpuConsoleError:
+    def refusal(
+        self,
+        action: Action,
+        job: JobRecord | None = None,
+        node: NodeRecord | None = None,
+        host: str | None = None,
+    ) -> GpuConsoleError:
         """Each refusal says what to run on the login host instead."""
         prof = self.session.profile
         if action == "shell":
-            return UsageError(f"profile {prof.name} is a Slurm cluster: dev containers need a "
-                              "Docker host", "on the cluster: `srun --pty bash` from the "
-                              "login host; or use a profile of SSH hosts")
+            return UsageError(
+                f"profile {prof.name} is a Slurm cluster: dev containers need a Docker host",
+                "on the cluster: `srun --pty bash` from the "
+                "login host; or use a profile of SSH hosts",
+            )
         if action == "notebook":
-            return PlanError(f"profile {prof.name} is a Slurm cluster; notebooks run on SSH "
-                             "profiles", "pass `--profile` with a profile of SSH hosts")
+            return PlanError(
+                f"profile {prof.name} is a Slurm cluster; notebooks run on SSH profiles",
+                "pass `--profile` with a profile of SSH hosts",
+            )
         job_id = job.id if job is not None else "?"
         if action == "cp":
-            return JobError(f"job {job_id} runs under Slurm: its files are on the cluster's "
-                            "shared filesystem", "copy them from the login host with `scp`")
+            return JobError(
+                f"job {job_id} runs under Slurm: its files are on the cluster's shared filesystem",
+                "copy them from the login host with `scp`",
+            )
         # a Slurm job's node record keeps the Slurm job id where a container id would be
         sid = (node.container_id if node is not None else None) or "<slurm id>"
-        on = f" -w {node.host}" if node is not None and node.host and \
-            node.host != PENDING_HOST else ""
+        on = (
+            f" -w {node.host}"
+            if node is not None and node.host and node.host != PENDING_HOST
+            else ""
+        )
         if action == "exec":
-            return JobError(f"job {job_id} runs under Slurm, not in a container",
-                            f"on the login host: `srun --overlap --jobid {sid}{on} --pty bash`")
-        return JobError(f"{action} is not offered for Slurm jobs yet",
-                        f"on the login host: `srun --overlap --jobid {sid}{on} ...`")
+            return JobError(
+                f"job {job_id} runs under Slurm, not in a container",
+                f"on the login host: `srun --overlap --jobid {sid}{on} --pty bash`",
+            )
+        return JobError(
+            f"{action} is not offered for Slurm jobs yet",
+            f"on the login host: `srun --overlap --jobid {sid}{on} ...`",
+        )
 
     # -- plan and submit ----------------------------------------------------------------
 
@@ -95,30 +113,33 @@ class SlurmBackend:
         """``submitted ID: Slurm job SID on LOGIN, N node(s) x P process(es), runtime R``."""
         assert submission.slurm is not None
         sh = submission.slurm.shape
-        return (f"submitted {job.id}: Slurm job {job.nodes[0].container_id} on "
-                f"{submission.slurm.login_host}, {sh.nodes} node(s) x {sh.nproc_per_node} "
-                f"process(es), runtime {sh.runtime}")
+        return (
+            f"submitted {job.id}: Slurm job {job.nodes[0].container_id} on "
+            f"{submission.slurm.login_host}, {sh.nodes} node(s) x {sh.nproc_per_node} "
+            f"process(es), runtime {sh.runtime}"
+        )
 
     async def submit(self, submission: Submission) -> JobRecord:
         """``sbatch`` it (:func:`console.slurm.backend.submit_slurm`)."""
         from console.slurm.backend import submit_slurm
 
         assert submission.slurm is not None
-        return await submit_slurm(self.session, self.store, submission.loaded,
-                                  submission.slurm)
+        return await submit_slurm(self.session, self.store, submission.loaded, submission.slurm)
 
     # -- state --------------------------------------------------------------------------
 
-    async def refresh(self, job: JobRecord, *, teardown: bool = True,
-                      listed: dict[str, HostListing] | None = None) -> JobRecord:
+    async def refresh(
+        self, job: JobRecord, *, teardown: bool = True, listed: dict[str, HostListing] | None = None
+    ) -> JobRecord:
         """Ask Slurm (:func:`console.slurm.backend.refresh_slurm`); Slurm tears the job
         down itself, and no host listing applies."""
         from console.slurm.backend import refresh_slurm
 
         return await refresh_slurm(self.session, self.store, job)
 
-    async def reconcile(self, watched: Sequence[JobRecord], *, deadline_s: float,
-                        warn: Callable[[str], None] | None) -> dict[str, HostListing]:
+    async def reconcile(
+        self, watched: Sequence[JobRecord], *, deadline_s: float, warn: Callable[[str], None] | None
+    ) -> dict[str, HostListing]:
         """Adopt the jobs whose folders are on the login host; a login host that cannot be
         asked is said through ``warn``. No host listing: the jobs are each asked of Slurm."""
         from console.slurm.backend import adopt_slurm
@@ -148,8 +169,7 @@ class SlurmBackend:
         if not job.nodes:
             return []
         sid = job.nodes[0].container_id
-        return [f"{self._login_host()}: scancel --signal=TERM {sid}; scancel {sid} after "
-                f"{grace} s"]
+        return [f"{self._login_host()}: scancel --signal=TERM {sid}; scancel {sid} after {grace} s"]
 
     async def stop(self, job: JobRecord, grace: float) -> StopOutcome:
         """``scancel --signal=TERM``, ``scancel`` after ``grace``
@@ -174,33 +194,49 @@ class SlurmBackend:
             raise_if_unreachable(job)
             if job.state in ACTIVE_STATES:
                 if not force:
-                    raise JobError(f"job {job.id} is {job.state}",
-                                   f"stop it first, or `rm --force {job.id}`")
+                    raise JobError(
+                        f"job {job.id} is {job.state}", f"stop it first, or `rm --force {job.id}`"
+                    )
                 job = (await self.stop(job, profile_stop_grace(self.session.profile))).job
             await remove_slurm(self.session, self.store, job)
         return await mark_removed(self.store, job)
 
     # -- logs ---------------------------------------------------------------------------
 
-    async def read_logs(self, job: JobRecord, *, node: int | None, since_ns: int | None,
-                        tail: int | None) -> list[JobLogLine]:
+    async def read_logs(
+        self, job: JobRecord, *, node: int | None, since_ns: int | None, tail: int | None
+    ) -> list[JobLogLine]:
         """The output files' news archived, then the archive
         (:func:`console.slurm.backend.read_slurm_logs`)."""
         from console.slurm.backend import read_slurm_logs
 
-        return await read_slurm_logs(self.session, self.store, job, node=node,
-                                     since_ns=since_ns, tail=tail)
+        return await read_slurm_logs(
+            self.session, self.store, job, node=node, since_ns=since_ns, tail=tail
+        )
 
-    async def follow(self, job: JobRecord, hooks: FollowHooks, *, node: int | None,
-                     since_ns: int | None, tail: int | None
-                     ) -> AsyncGenerator[list[JobLogLine], None]:
+    async def follow(
+        self,
+        job: JobRecord,
+        hooks: FollowHooks,
+        *,
+        node: int | None,
+        since_ns: int | None,
+        tail: int | None,
+    ) -> AsyncGenerator[list[JobLogLine], None]:
         """The output files polled until Slurm says the job ended
         (:func:`console.slurm.backend.follow_slurm`, reconciling through
         ``hooks.reconcile``); then every followed node is reported ended."""
         from console.slurm.backend import follow_slurm
 
-        batches = follow_slurm(self.session, self.store, job, node=node, since_ns=since_ns,
-                               tail=tail, refresh=hooks.reconcile)
+        batches = follow_slurm(
+            self.session,
+            self.store,
+            job,
+            node=node,
+            since_ns=since_ns,
+            tail=tail,
+            refresh=hooks.reconcile,
+        )
         async for batch in batches:
             yield batch
         for n in job.nodes:
@@ -209,8 +245,9 @@ class SlurmBackend:
 
     # -- into a node ----------------------------------------------------------------------
 
-    async def describe_node(self, job: JobRecord, node: NodeRecord,
-                            secret: set[str]) -> tuple[str | None, str | None]:
+    async def describe_node(
+        self, job: JobRecord, node: NodeRecord, secret: set[str]
+    ) -> tuple[str | None, str | None]:
         """None: no container to read back (the script is in the job's folder)."""
         return None, None
 
@@ -222,8 +259,9 @@ class SlurmBackend:
         """
         raise self.refusal("exec", job, node)
 
-    async def attach_exec(self, job: JobRecord, node: NodeRecord, command: list[str], *,
-                          tty: bool) -> Callable[[], Coroutine[Any, Any, int]]:
+    async def attach_exec(
+        self, job: JobRecord, node: NodeRecord, command: list[str], *, tty: bool
+    ) -> Callable[[], Coroutine[Any, Any, int]]:
         """Refused, as :meth:`exec_target`."""
         raise self.refusal("exec", job, node)
 
@@ -231,10 +269,16 @@ class SlurmBackend:
         """Refused: the files are on the cluster's shared filesystem."""
         raise self.refusal("cp", job)
 
-    async def dev_shell(self, host: str, command: list[str], *, tty: bool,
-                        image: str | None = None,
-                        gpus: Literal["all"] | int | list[int] = 0,
-                        workdir: str | None = None,
-                        warn: Callable[[str], None] | None = None) -> int:
+    async def dev_shell(
+        self,
+        host: str,
+        command: list[str],
+        *,
+        tty: bool,
+        image: str | None = None,
+        gpus: Literal["all"] | int | list[int] = 0,
+        workdir: str | None = None,
+        warn: Callable[[str], None] | None = None,
+    ) -> int:
         """Refused: a dev container needs Docker (what to run instead)."""
         raise self.refusal("shell", host=host)

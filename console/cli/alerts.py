@@ -52,8 +52,13 @@ def alert_json(alert: Alert, now: float) -> dict[str, object]:
 
 @main.group(invoke_without_command=True)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per alert.")
-@click.option("--history", type=click.IntRange(1, 10_000), default=None, metavar="N",
-              help="Show the last N transitions (fired, resolved, acknowledged...) instead.")
+@click.option(
+    "--history",
+    type=click.IntRange(1, 10_000),
+    default=None,
+    metavar="N",
+    help="Show the last N transitions (fired, resolved, acknowledged...) instead.",
+)
 @click.pass_context
 def alerts(ctx: click.Context, as_json: bool, history: int | None) -> None:
     """Firing alerts of the profile's `watch` and app; ack and silence them."""
@@ -72,8 +77,11 @@ async def _list(ctx: click.Context, as_json: bool, history: int | None) -> None:
         if history is not None:
             for ch in reversed(store.history(history)):
                 if as_json:
-                    out(json.dumps({"change": ch.change, "at": ch.at,
-                                    "alert": alert_json(ch.alert, now)}))
+                    out(
+                        json.dumps(
+                            {"change": ch.change, "at": ch.at, "alert": alert_json(ch.alert, now)}
+                        )
+                    )
                 else:
                     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ch.at))
                     out(f"{when}  {ch.change:<12} {ch.alert.key}  {ch.alert.summary}")
@@ -87,8 +95,10 @@ async def _list(ctx: click.Context, as_json: bool, history: int | None) -> None:
             out("no alerts firing")
             return
         rows = [("SEV", "STATE", "FOR", "KEY", "SUMMARY")]
-        rows += [(a.severity, alert_state(a, now), age_text(now - a.since), a.key, a.summary)
-                 for a in firing]
+        rows += [
+            (a.severity, alert_state(a, now), age_text(now - a.since), a.key, a.summary)
+            for a in firing
+        ]
         for line in text_table(rows, min_widths=(8, 8, 7, 39), sep=" "):
             out(line)
     finally:
@@ -113,8 +123,9 @@ async def _ack(ctx: click.Context, key: str) -> None:
     try:
         got = store.acknowledge(key, time.time(), by="gpuconsole alerts ack")
     except KeyError:
-        raise UsageError(f"KEY: no firing alert {key!r}",
-                         f"give one of the firing keys: {_firing_keys(store)}") from None
+        raise UsageError(
+            f"KEY: no firing alert {key!r}", f"give one of the firing keys: {_firing_keys(store)}"
+        ) from None
     finally:
         store.close()
     out(f"acknowledged {got.key}")
@@ -122,48 +133,77 @@ async def _ack(ctx: click.Context, key: str) -> None:
 
 @alerts.command("silence")
 @click.argument("key", required=False)
-@click.option("--for", "duration", required=True, metavar="DURATION",
-              help="How long: 30m, 2h, 1d.")
+@click.option("--for", "duration", required=True, metavar="DURATION", help="How long: 30m, 2h, 1d.")
 @click.option("--rule", help="Silence every alert of this rule (glob).")
 @click.option("--host", help="Silence every alert of this host (glob).")
 @click.option("--job", help="Silence every alert of this job name (glob).")
 @click.option("--comment", help="Why (kept with the silence).")
 @click.pass_context
-def silence(ctx: click.Context, key: str | None, duration: str, rule: str | None,
-            host: str | None, job: str | None, comment: str | None) -> None:
+def silence(
+    ctx: click.Context,
+    key: str | None,
+    duration: str,
+    rule: str | None,
+    host: str | None,
+    job: str | None,
+    comment: str | None,
+) -> None:
     """Silence notifications of an alert KEY (or of --rule/--host/--job globs) for a while."""
     run(_silence(ctx, key, duration, rule, host, job, comment))
 
 
-async def _silence(ctx: click.Context, key: str | None, duration: str, rule: str | None,
-                   host: str | None, job: str | None, comment: str | None) -> None:
+async def _silence(
+    ctx: click.Context,
+    key: str | None,
+    duration: str,
+    rule: str | None,
+    host: str | None,
+    job: str | None,
+    comment: str | None,
+) -> None:
     from console.fields import duration_s
 
     seconds = duration_s(duration)
     if seconds is None or seconds <= 0:
         raise UsageError(f"--for: {duration!r} is not a duration", "write it as 30m, 2h or 1d")
     if seconds > MAX_SILENCE_S:
-        raise UsageError(f"--for: {duration} is longer than a year",
-                         "silence for at most 365d; disable the rule in the profile instead")
+        raise UsageError(
+            f"--for: {duration} is longer than a year",
+            "silence for at most 365d; disable the rule in the profile instead",
+        )
     if not any((key, rule, host, job)):
-        raise UsageError("KEY: give an alert key or --rule/--host/--job",
-                         "`gpuconsole alerts` lists the firing keys")
+        raise UsageError(
+            "KEY: give an alert key or --rule/--host/--job",
+            "`gpuconsole alerts` lists the firing keys",
+        )
     now = time.time()
     from console.alerts.store import Silence
 
     store = _store(ctx)
     try:
-        got = store.add_silence(Silence(id=0, until=now + seconds, created_at=now, key=key,
-                                        rule=rule, host=host, job=job,
-                                        by="gpuconsole alerts silence", comment=comment))
+        got = store.add_silence(
+            Silence(
+                id=0,
+                until=now + seconds,
+                created_at=now,
+                key=key,
+                rule=rule,
+                host=host,
+                job=job,
+                by="gpuconsole alerts silence",
+                comment=comment,
+            )
+        )
         matching = [a.key for a in store.firing() if got.matches(a)]
     finally:
         store.close()
     until = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(got.until))
     out(f"silence {got.id}: {got.describe()} until {until}")
     if not matching:
-        err("note: no firing alert matches it now (it will silence matching alerts that fire "
-            "before it ends); `gpuconsole alerts` lists the firing keys")
+        err(
+            "note: no firing alert matches it now (it will silence matching alerts that fire "
+            "before it ends); `gpuconsole alerts` lists the firing keys"
+        )
 
 
 @alerts.command("silences")
@@ -190,13 +230,19 @@ async def _silences(ctx: click.Context, as_json: bool) -> None:
         return
     rows = [("ID", "STATE", "LEFT", "UNTIL", "MATCHES")]
     for s in found:
-        rows.append((str(s.id), "active" if s.active(now) else "ended",
-                     age_text(s.until - now) if s.active(now) else "-",
-                     time.strftime("%Y-%m-%d %H:%M", time.localtime(s.until)),
-                     s.describe() + (f"  ({s.comment})" if s.comment else "")))
+        rows.append(
+            (
+                str(s.id),
+                "active" if s.active(now) else "ended",
+                age_text(s.until - now) if s.active(now) else "-",
+                time.strftime("%Y-%m-%d %H:%M", time.localtime(s.until)),
+                s.describe() + (f"  ({s.comment})" if s.comment else ""),
+            )
+        )
     if found:
-        for line in text_table(rows, right={0}, min_widths=(4, 7, 9, 16),
-                               sep=("  ", " ", " ", "  ")):
+        for line in text_table(
+            rows, right={0}, min_widths=(4, 7, 9, 16), sep=("  ", " ", " ", "  ")
+        ):
             out(line)
 
 
@@ -212,8 +258,9 @@ async def _unsilence(ctx: click.Context, silence_id: int) -> None:
     store = _store(ctx)
     try:
         if not store.remove_silence(silence_id):
-            raise UsageError(f"ID: no silence {silence_id}",
-                             "`gpuconsole alerts silences` lists them")
+            raise UsageError(
+                f"ID: no silence {silence_id}", "`gpuconsole alerts silences` lists them"
+            )
     finally:
         store.close()
     out(f"silence {silence_id} ended")

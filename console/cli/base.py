@@ -178,9 +178,9 @@ async def _quiet_when_interrupted(coro: Coroutine[Any, Any, T]) -> T:
 
     def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         if interrupted or isinstance(sys.exc_info()[1], KeyboardInterrupt):
-            logging.getLogger("gpuconsole").debug("after interrupt: %s: %r",
-                                                  context.get("message"),
-                                                  context.get("exception"))
+            logging.getLogger("gpuconsole").debug(
+                "after interrupt: %s: %r", context.get("message"), context.get("exception")
+            )
         else:
             loop.default_exception_handler(context)
 
@@ -197,25 +197,42 @@ def quiet_teardown() -> None:
     its constructor) may fail in their finalizers; the interpreter would print each as
     "Exception ignored in ..." with a traceback. The user asked to stop: those go to the
     debug log instead (:data:`sys.unraisablehook`)."""
+
     def hook(u: Any) -> None:
-        logging.getLogger("gpuconsole").debug("ignored after interrupt: %r in %r",
-                                              u.exc_value, u.object)
+        logging.getLogger("gpuconsole").debug(
+            "ignored after interrupt: %r in %r", u.exc_value, u.object
+        )
 
     sys.unraisablehook = hook
 
 
 @click.group(invoke_without_command=True)
-@click.option("--profile", "-p", "profile", metavar="NAME|PATH", default=None,
-              help="Profile to use (default: $GPUCONSOLE_PROFILE, your default, then `local`).")
-@click.option("--verbose", "-v", is_flag=True, help="Debug logging (stderr; the app's log "
-              "file while the app runs).")
+@click.option(
+    "--profile",
+    "-p",
+    "profile",
+    metavar="NAME|PATH",
+    default=None,
+    help="Profile to use (default: $GPUCONSOLE_PROFILE, your default, then `local`).",
+)
+@click.option(
+    "--verbose",
+    "-v",
+    is_flag=True,
+    help="Debug logging (stderr; the app's log file while the app runs).",
+)
 @click.option("--readonly", is_flag=True, help="App: hide stop, submit, exec and notebooks.")
-@click.option("--replay", "replay", type=click.Path(dir_okay=False, exists=True, path_type=Path),
-              help="App: show a telemetry recording (`top --record`) instead of live hosts.")
+@click.option(
+    "--replay",
+    "replay",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="App: show a telemetry recording (`top --record`) instead of live hosts.",
+)
 @click.version_option(package_name="gpuconsole")
 @click.pass_context
-def main(ctx: click.Context, profile: str | None, verbose: bool, readonly: bool,
-         replay: Path | None) -> None:
+def main(
+    ctx: click.Context, profile: str | None, verbose: bool, readonly: bool, replay: Path | None
+) -> None:
     """Launch torchrun jobs in containers on your GPU hosts, follow their logs, watch the fleet.
 
     Without a command: the interactive console (fleet, jobs, log panes).
@@ -278,8 +295,10 @@ def _app(ctx: click.Context, verbose: bool, readonly: bool, replay: Path | None)
         for bid, p in problems:
             line = config.keymap_line(bid)
             err(f"error: {path}{f':{line}' if line else ''}: {p}")
-        err("  fix: the binding ids: press `?` in the console (each key that applies there, "
-            "what it does and its binding id), or see the \"Keys\" section of README.md")
+        err(
+            "  fix: the binding ids: press `?` in the console (each key that applies there, "
+            'what it does and its binding id), or see the "Keys" section of README.md'
+        )
         return 2
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         err("error: the interactive console needs a terminal")
@@ -376,8 +395,10 @@ class FollowStateLines:
             where = f"n{event.node_rank} on {self.hosts.get(event.node_rank, '?')}"
             if event.error is not None:
                 fix = f" (fix: {event.hint})" if event.hint else ""
-                err(f"warning: {where}: cannot archive its log: {event.error}; the follow "
-                    f"goes on{fix}")
+                err(
+                    f"warning: {where}: cannot archive its log: {event.error}; the follow "
+                    f"goes on{fix}"
+                )
             else:
                 err(f"{where}: its log is archived again")
             return
@@ -397,8 +418,13 @@ class FollowStateLines:
 
 
 async def follow_job(
-    svc: Service, job: JobRecord, *, tail: int | None, timestamps: bool,
-    node: int | None = None, since_ns: int | None = None,
+    svc: Service,
+    job: JobRecord,
+    *,
+    tail: int | None,
+    timestamps: bool,
+    node: int | None = None,
+    since_ns: int | None = None,
 ) -> int:
     """Follow a job's logs to its end (gang teardown on a failure); return the exit code.
 
@@ -421,8 +447,7 @@ async def follow_job(
             if isinstance(lines, AsyncGenerator):
                 await lines.aclose()
 
-    sub = svc.bus.subscribe(FollowStateLines(job),
-                            kinds=(FollowStateChanged, ArchiveStateChanged))
+    sub = svc.bus.subscribe(FollowStateLines(job), kinds=(FollowStateChanged, ArchiveStateChanged))
     try:
         await while_stdout_open(pump())
     except (KeyboardInterrupt, asyncio.CancelledError):

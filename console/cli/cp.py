@@ -17,14 +17,16 @@ def format_size(n: int) -> str:
     raise AssertionError("unreachable")
 
 
-@main.command(epilog="""\b
+@main.command(
+    epilog="""\b
 Exit status:
   0  copied
   1  the job is unknown or removed, the host or engine failed or refused (a
      read-only mount), DEST cannot take SRC (a directory onto a file, not
      writable), or an archive member would land outside DEST (refused)
   2  bad input: not exactly one JOB:PATH operand, --node out of range, or
-     SRC (or DEST's folder) does not exist""")
+     SRC (or DEST's folder) does not exist"""
+)
 @click.argument("src", metavar="SRC")
 @click.argument("dest", metavar="DEST")
 @click.option("--node", "-n", type=int, help="Node rank whose container is used (default 0).")
@@ -56,5 +58,7 @@ async def _cp(ctx: click.Context, src: str, dest: str, node: int | None) -> None
     if request.direction == "from":
         err(f"copied {what} from {where} to {out.stats.dest}")
     else:
-        err(f"copied {what} from {request.local_path} to {out.job_id}:{out.stats.dest} "
-            f"(node {out.node_rank} on {out.host})")
+        err(
+            f"copied {what} from {request.local_path} to {out.job_id}:{out.stats.dest} "
+            f"(node {out.node_rank} on {out.host})"
+        )

@@ -46,10 +46,10 @@ def _tail(stream: BinaryIO) -> tuple[bytes, bool]:
     while chunk := stream.read(_CHUNK):
         kept += chunk
         if len(kept) > 2 * MAX_BYTES:
-            del kept[:len(kept) - MAX_BYTES]
+            del kept[: len(kept) - MAX_BYTES]
             cut = True
     if len(kept) > MAX_BYTES:
-        del kept[:len(kept) - MAX_BYTES]
+        del kept[: len(kept) - MAX_BYTES]
         cut = True
     return bytes(kept), cut
 
@@ -76,14 +76,20 @@ def _read(name: str) -> tuple[str, bool]:
                 elif stat.S_ISFIFO(mode):
                     data, cut = _tail(f)
                 else:
-                    raise UsageError(f"FILE: {name} is not a file or a pipe",
-                                     "give a saved log, or - for standard input")
+                    raise UsageError(
+                        f"FILE: {name} is not a file or a pipe",
+                        "give a saved log, or - for standard input",
+                    )
     except OSError as e:
-        raise UsageError(f"FILE: cannot read {_shown(name)}: {e.strerror or e}",
-                         "give a readable file, or - for standard input") from e
+        raise UsageError(
+            f"FILE: cannot read {_shown(name)}: {e.strerror or e}",
+            "give a readable file, or - for standard input",
+        ) from e
     if b"\0" in data[:8192]:
-        raise UsageError(f"FILE: {_shown(name)} is binary, not text",
-                         "give the log as text (a core dump or an archive cannot be read)")
+        raise UsageError(
+            f"FILE: {_shown(name)} is binary, not text",
+            "give the log as text (a core dump or an archive cannot be read)",
+        )
     return data.decode("utf-8", errors="replace"), cut
 
 
@@ -109,8 +115,10 @@ def diagnosis_json(d: Diagnosis | None, files: list[str]) -> dict[str, Any]:
         "fix": d.fix,
         "evidence": list(d.evidence),
         "facts": {k: _fact(v) for k, v in d.facts.items()},
-        "consequences": [{"kind": c.kind, "summary": c.summary, "evidence": list(c.evidence)}
-                         for c in d.consequences],
+        "consequences": [
+            {"kind": c.kind, "summary": c.summary, "evidence": list(c.evidence)}
+            for c in d.consequences
+        ],
         "inputs": list(d.inputs),
         "files": files,
     }
@@ -119,12 +127,14 @@ def diagnosis_json(d: Diagnosis | None, files: list[str]) -> dict[str, Any]:
 def _short(line: str) -> str:
     if len(line) <= SHOWN_CHARS:
         return line
-    return f"{line[:SHOWN_CHARS - 40]} ... ({len(line):,} characters)"
+    return f"{line[: SHOWN_CHARS - 40]} ... ({len(line):,} characters)"
 
 
 def _human(d: Diagnosis) -> str:
-    lines = [f"cause: {d.summary}", f"  ({d.kind}" + (
-        f"; ranks {', '.join(map(str, d.ranks))})" if d.ranks else ")")]
+    lines = [
+        f"cause: {d.summary}",
+        f"  ({d.kind}" + (f"; ranks {', '.join(map(str, d.ranks))})" if d.ranks else ")"),
+    ]
     if d.evidence:
         lines.append("evidence:")
         lines += [f"  {_short(e)}" for e in d.evidence[:12]]
@@ -157,8 +167,9 @@ async def _diagnose(files: tuple[str, ...], as_json: bool) -> None:
     for name in files:
         text, cut = _read(name)
         if cut:
-            click.echo(f"note: {_shown(name)}: read its last {MAX_BYTES // 2**20} MiB only",
-                       err=True)
+            click.echo(
+                f"note: {_shown(name)}: read its last {MAX_BYTES // 2**20} MiB only", err=True
+            )
         texts.append(text)
     from console.diagnosis import diagnose
 

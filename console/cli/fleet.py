@@ -40,9 +40,11 @@ MIN_MAP_S = 2.0
 #: often (s).
 ARRIVAL_REDRAW_S = 0.1
 
-_TIMEOUT_HELP = ("With --once: seconds to wait for every host's first sample (connect, "
-                 "agent start, first reading); hosts without one are named on stderr and the "
-                 "exit status is 1.")
+_TIMEOUT_HELP = (
+    "With --once: seconds to wait for every host's first sample (connect, "
+    "agent start, first reading); hosts without one are named on stderr and the "
+    "exit status is 1."
+)
 
 
 def _hosts_opt(profile: Profile, hosts: str | None) -> list[str]:
@@ -51,44 +53,102 @@ def _hosts_opt(profile: Profile, hosts: str | None) -> list[str]:
     names = [h for h in hosts.split(",") if h]
     for h in names:
         if h not in profile.hosts:
-            raise ConfigError(f"unknown host {h!r} in profile {profile.name!r}",
-                              f"hosts in this profile: {', '.join(profile.hosts)}")
+            raise ConfigError(
+                f"unknown host {h!r} in profile {profile.name!r}",
+                f"hosts in this profile: {', '.join(profile.hosts)}",
+            )
     return names
 
 
 @main.command()
 @click.option("--once", is_flag=True, help="Print one fleet table (or snapshot) and exit.")
-@click.option("--json", "as_json", is_flag=True,
-              help="JSON: one {host, sample} line per sample; with --once, one snapshot.")
-@click.option("--interval", type=FiniteFloat(0.1, 3600), default=1.0, show_default=True,
-              help="Sampling interval on the hosts (s), 0.1-3600.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="JSON: one {host, sample} line per sample; with --once, one snapshot.",
+)
+@click.option(
+    "--interval",
+    type=FiniteFloat(0.1, 3600),
+    default=1.0,
+    show_default=True,
+    help="Sampling interval on the hosts (s), 0.1-3600.",
+)
 @click.option("--hosts", help="Only these hosts (comma separated).")
-@click.option("--record", "record", type=click.Path(dir_okay=False, path_type=Path),
-              help="Also write every sample to FILE (JSON lines).")
-@click.option("--replay", "replay", type=click.Path(dir_okay=False, exists=True, path_type=Path),
-              help="Show a recording instead of live hosts.")
-@click.option("--speed", type=FiniteFloat(0, 1000), default=1.0, show_default=True,
-              help="Replay speed factor, up to 1000 (0 = as fast as possible).")
-@click.option("--source", type=click.Choice(["auto", "agent", "smi"]), default="auto",
-              show_default=True, help="Telemetry source on the hosts.")
-@click.option("--timeout", type=FiniteFloat(0.1, 3600), default=ONCE_TIMEOUT_S,
-              show_default=True, help=_TIMEOUT_HELP)
+@click.option(
+    "--record",
+    "record",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write every sample to FILE (JSON lines).",
+)
+@click.option(
+    "--replay",
+    "replay",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="Show a recording instead of live hosts.",
+)
+@click.option(
+    "--speed",
+    type=FiniteFloat(0, 1000),
+    default=1.0,
+    show_default=True,
+    help="Replay speed factor, up to 1000 (0 = as fast as possible).",
+)
+@click.option(
+    "--source",
+    type=click.Choice(["auto", "agent", "smi"]),
+    default="auto",
+    show_default=True,
+    help="Telemetry source on the hosts.",
+)
+@click.option(
+    "--timeout",
+    type=FiniteFloat(0.1, 3600),
+    default=ONCE_TIMEOUT_S,
+    show_default=True,
+    help=_TIMEOUT_HELP,
+)
 # benchmarks only: the hosts' agents replay this trace (a path on the hosts) instead of NVML
 @click.option("--agent-replay", "agent_replay", default=None, hidden=True)
 @click.pass_context
-def top(ctx: click.Context, once: bool, as_json: bool, interval: float, hosts: str | None,
-        record: Path | None, replay: Path | None, speed: float, source: str,
-        timeout: float, agent_replay: str | None) -> None:
+def top(
+    ctx: click.Context,
+    once: bool,
+    as_json: bool,
+    interval: float,
+    hosts: str | None,
+    record: Path | None,
+    replay: Path | None,
+    speed: float,
+    source: str,
+    timeout: float,
+    agent_replay: str | None,
+) -> None:
     """Live per-GPU utilization, memory and processes across the fleet.
 
     Stops when its output is closed (`top --json | head -n 1`), with exit status 0.
     """
-    run(_top(ctx, once, as_json, interval, hosts, record, replay, speed, source, timeout,
-             agent_replay))
+    run(
+        _top(
+            ctx,
+            once,
+            as_json,
+            interval,
+            hosts,
+            record,
+            replay,
+            speed,
+            source,
+            timeout,
+            agent_replay,
+        )
+    )
 
 
-def missing_hosts(state: FleetState, timeout: float,
-                  phases: dict[str, str] | None = None) -> list[str]:
+def missing_hosts(
+    state: FleetState, timeout: float, phases: dict[str, str] | None = None
+) -> list[str]:
     """One line per host that gave no sample: its name and state (``down`` and why, or
     still ``connecting`` after ``timeout`` s, with the step it was in when that is more
     precise: ``agent starting``, ``nvidia-smi fallback``, ``backoff``)."""
@@ -122,8 +182,9 @@ def pending_line(state: FleetState, phases: dict[str, str]) -> str:
     return f"waiting for {len(left)} of {len(state.hosts)} hosts: {named}{more}"
 
 
-async def read_fleet_once(svc: Service, state: FleetState, timeout: float,
-                          progress: Callable[[], None] | None = None) -> dict[str, str]:
+async def read_fleet_once(
+    svc: Service, state: FleetState, timeout: float, progress: Callable[[], None] | None = None
+) -> dict[str, str]:
     """Wait up to ``timeout`` s for every host's first sample, then for the container -> job
     map (read per host beside the samples) in what is left of it (at least
     :data:`MIN_MAP_S`).
@@ -156,16 +217,18 @@ async def read_fleet_once(svc: Service, state: FleetState, timeout: float,
             waiting.cancel()
     phases = svc.fleet_phases()
     try:
-        await asyncio.wait_for(svc.refresh_containers(),
-                               max(deadline - loop.time(), MIN_MAP_S))
+        await asyncio.wait_for(svc.refresh_containers(), max(deadline - loop.time(), MIN_MAP_S))
     except asyncio.TimeoutError:
-        err(f"warning: the hosts' container labels were not read within --timeout "
-            f"{timeout:g} s: GPU processes are not matched to jobs")
+        err(
+            f"warning: the hosts' container labels were not read within --timeout "
+            f"{timeout:g} s: GPU processes are not matched to jobs"
+        )
     return phases
 
 
-def raise_if_missing(state: FleetState, timeout: float,
-                     phases: dict[str, str] | None = None) -> None:
+def raise_if_missing(
+    state: FleetState, timeout: float, phases: dict[str, str] | None = None
+) -> None:
     """Say on stderr which hosts gave no sample, then fail.
 
     Raises:
@@ -183,15 +246,27 @@ def raise_if_missing(state: FleetState, timeout: float,
             f"{len(names)} of {len(state.hosts)} hosts gave no sample within {timeout:g} s: "
             f"{', '.join(names)}",
             "see each host's state above; `-v` shows the connection steps; a slow host may "
-            "need a longer --timeout")
+            "need a longer --timeout",
+        )
     raise JobError(  # every one failed at once: waiting longer would not help
         f"{len(names)} of {len(state.hosts)} hosts gave no sample: {', '.join(names)} (down)",
-        "see each host's reason above; `-v` shows the connection steps")
+        "see each host's reason above; `-v` shows the connection steps",
+    )
 
 
-async def _top(ctx: click.Context, once: bool, as_json: bool, interval: float,
-               hosts: str | None, record: Path | None, replay: Path | None, speed: float,
-               source: str, timeout: float, agent_replay: str | None = None) -> None:
+async def _top(
+    ctx: click.Context,
+    once: bool,
+    as_json: bool,
+    interval: float,
+    hosts: str | None,
+    record: Path | None,
+    replay: Path | None,
+    speed: float,
+    source: str,
+    timeout: float,
+    agent_replay: str | None = None,
+) -> None:
     import asyncio
 
     from console.fleet.monitor import Recorder, read_recording
@@ -232,8 +307,11 @@ async def _top(ctx: click.Context, once: bool, as_json: bool, interval: float,
     try:
         rec_file = open(record, "a", encoding="utf-8") if record else None
     except OSError as e:
-        raise ConfigError(f"cannot write the recording: {e.strerror}",
-                          "give a path in an existing, writable folder", path=str(record)) from e
+        raise ConfigError(
+            f"cannot write the recording: {e.strerror}",
+            "give a path in an existing, writable folder",
+            path=str(record),
+        ) from e
     recorder = Recorder(rec_file) if rec_file else None
     # the monitor only queues samples; this command's own task records and prints them, so
     # a failed write (a closed stdout, a full disk) ends the command, never a host's stream
@@ -248,8 +326,10 @@ async def _top(ctx: click.Context, once: bool, as_json: bool, interval: float,
                 try:
                     recorder(host, sample)
                 except OSError as e:
-                    raise JobError(f"{record}: cannot write the recording: {e.strerror}",
-                                   "free space or give another --record path") from e
+                    raise JobError(
+                        f"{record}: cannot write the recording: {e.strerror}",
+                        "free space or give another --record path",
+                    ) from e
             if as_json:
                 out(json.dumps({"host": host, "sample": sample}))
 
@@ -276,16 +356,16 @@ async def _top(ctx: click.Context, once: bool, as_json: bool, interval: float,
 
     hook = on_sample if (recorder or (as_json and not once)) else None
     async with Service(profile) as svc:
-        state = svc.start_fleet(names, interval=interval, mode=source, on_sample=hook,
-                                replay_path=agent_replay)
+        state = svc.start_fleet(
+            names, interval=interval, mode=source, on_sample=hook, replay_path=agent_replay
+        )
 
         def progress() -> None:  # a terminal sees the hosts that answered, the rest named
             show(state, pending_line(state, svc.fleet_phases()))
 
         try:
             if once:
-                phases = await read_fleet_once(svc, state, timeout,
-                                               progress if tty else None)
+                phases = await read_fleet_once(svc, state, timeout, progress if tty else None)
                 batch = []
                 while not queue.empty():
                     batch.append(queue.get_nowait())
@@ -304,19 +384,23 @@ async def _top(ctx: click.Context, once: bool, as_json: bool, interval: float,
 @click.option("--free", is_flag=True, help="Only GPUs with no process on them.")
 @click.option("--json", "as_json", is_flag=True, help="JSON output.")
 @click.option("--hosts", help="Only these hosts (comma separated).")
-@click.option("--timeout", type=FiniteFloat(0.1, 3600), default=ONCE_TIMEOUT_S,
-              show_default=True,
-              help="Seconds to wait for every host's sample (connect, agent start, first "
-                   "reading); hosts without one are named on stderr and the exit status is 1.")
+@click.option(
+    "--timeout",
+    type=FiniteFloat(0.1, 3600),
+    default=ONCE_TIMEOUT_S,
+    show_default=True,
+    help="Seconds to wait for every host's sample (connect, agent start, first "
+    "reading); hosts without one are named on stderr and the exit status is 1.",
+)
 @click.pass_context
-def gpus(ctx: click.Context, free: bool, as_json: bool, hosts: str | None,
-         timeout: float) -> None:
+def gpus(ctx: click.Context, free: bool, as_json: bool, hosts: str | None, timeout: float) -> None:
     """List the fleet's GPUs (one sample of every host)."""
     run(_gpus(ctx, free, as_json, hosts, timeout))
 
 
-async def _gpus(ctx: click.Context, free: bool, as_json: bool, hosts: str | None,
-                timeout: float) -> None:
+async def _gpus(
+    ctx: click.Context, free: bool, as_json: bool, hosts: str | None, timeout: float
+) -> None:
     from console.fleet.render import render_fleet, render_free
     from console.fleet.state import free_gpus
     from console.service import Service

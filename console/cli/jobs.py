@@ -21,29 +21,40 @@ if TYPE_CHECKING:
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the jobs as a JSON list.")
 @click.option("--all", "-a", "show_all", is_flag=True, help="Include removed jobs.")
-@click.option("--hosts", "with_hosts", is_flag=True,
-              help="With --json: print {\"jobs\": [...], \"hosts\": [...]}, each host "
-              "answered, pending (no answer within the deadline) or failed, with the reason.")
-@click.option("--deadline", type=FiniteFloat(0.1, 3600),
-              help="Seconds to wait for the hosts (default 30); a host that has not answered "
-              "by then is pending and its jobs show their last known state.")
+@click.option(
+    "--hosts",
+    "with_hosts",
+    is_flag=True,
+    help='With --json: print {"jobs": [...], "hosts": [...]}, each host '
+    "answered, pending (no answer within the deadline) or failed, with the reason.",
+)
+@click.option(
+    "--deadline",
+    type=FiniteFloat(0.1, 3600),
+    help="Seconds to wait for the hosts (default 30); a host that has not answered "
+    "by then is pending and its jobs show their last known state.",
+)
 @click.pass_context
-def ps(ctx: click.Context, as_json: bool, show_all: bool, with_hosts: bool,
-       deadline: float | None) -> None:
+def ps(
+    ctx: click.Context, as_json: bool, show_all: bool, with_hosts: bool, deadline: float | None
+) -> None:
     """List jobs and each node's state (reconciled with the hosts' containers)."""
     run(_ps(ctx, as_json, show_all, with_hosts, deadline))
 
 
-async def _ps(ctx: click.Context, as_json: bool, show_all: bool, with_hosts: bool,
-              deadline: float | None) -> None:
+async def _ps(
+    ctx: click.Context, as_json: bool, show_all: bool, with_hosts: bool, deadline: float | None
+) -> None:
     async with command_service(ctx) as svc:  # imports the service stack, GC paused
         from console.jobs.rows import job_row
         from console.jobs.status import LIST_DEADLINE_S, JobView
         from console.texttable import text_table
 
-        jobs = await svc.list_jobs(include_removed=show_all,
-                                   warn=lambda m: err(f"warning: {m}"),
-                                   deadline_s=LIST_DEADLINE_S if deadline is None else deadline)
+        jobs = await svc.list_jobs(
+            include_removed=show_all,
+            warn=lambda m: err(f"warning: {m}"),
+            deadline_s=LIST_DEADLINE_S if deadline is None else deadline,
+        )
         hosts = svc.host_status
     if as_json:
         out = [JobView(j).as_dict() for j in jobs]
@@ -52,8 +63,9 @@ async def _ps(ctx: click.Context, as_json: bool, show_all: bool, with_hosts: boo
                 h = hosts.get(node["host"])
                 node["host_status"] = h.status if h is not None else None
         if with_hosts:
-            click.echo(json.dumps({"jobs": out, "hosts": [h.as_dict() for h in hosts.values()]},
-                                  indent=2))
+            click.echo(
+                json.dumps({"jobs": out, "hosts": [h.as_dict() for h in hosts.values()]}, indent=2)
+            )
         else:
             click.echo(json.dumps(out, indent=2))
         return
@@ -85,15 +97,17 @@ def parse_since(value: str) -> int:
     secs = duration_s(value)
     if secs is not None:
         if secs > MAX_SINCE_S:
-            raise click.BadParameter(f"{value!r} reaches back more than 100 years",
-                                     param_hint="'--since'")
+            raise click.BadParameter(
+                f"{value!r} reaches back more than 100 years", param_hint="'--since'"
+            )
         return int((time.time() - secs) * 1e9)
     try:
         dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError as e:
         raise click.BadParameter(
             f"{value!r} is neither a duration (10m, 2h) nor an ISO 8601 time",
-            param_hint="'--since'") from e
+            param_hint="'--since'",
+        ) from e
     if dt.tzinfo is None:
         dt = dt.astimezone()
     return int(dt.timestamp() * 1e9)
@@ -104,41 +118,65 @@ def parse_since(value: str) -> int:
 @click.option("--follow", "-f", is_flag=True, help="Keep following until the job ends.")
 @click.option("--node", "-n", type=int, help="Only this node rank.")
 @click.option("--since", help="Only lines newer than a duration (10m) or an ISO time.")
-@click.option("--tail", type=click.IntRange(min=0), metavar="N",
-              help="Only the last N lines of the merged log.")
-@click.option("--timestamps", "-t", is_flag=True,
-              help="Show each line's time: Docker's timestamp (a Slurm job's: when it was "
-              "read).")
+@click.option(
+    "--tail",
+    type=click.IntRange(min=0),
+    metavar="N",
+    help="Only the last N lines of the merged log.",
+)
+@click.option(
+    "--timestamps",
+    "-t",
+    is_flag=True,
+    help="Show each line's time: Docker's timestamp (a Slurm job's: when it was read).",
+)
 @click.pass_context
-def logs(ctx: click.Context, job_ref: str, follow: bool, node: int | None, since: str | None,
-         tail: int | None, timestamps: bool) -> None:
+def logs(
+    ctx: click.Context,
+    job_ref: str,
+    follow: bool,
+    node: int | None,
+    since: str | None,
+    tail: int | None,
+    timestamps: bool,
+) -> None:
     """Print a job's logs, every node merged in time order, tagged [node rank]."""
     since_ns = parse_since(since) if since else None
     raise SystemExit(run(_logs(ctx, job_ref, follow, node, since_ns, tail, timestamps)))
 
 
-async def _logs(ctx: click.Context, ref: str, follow: bool, node: int | None,
-                since_ns: int | None, tail: int | None, timestamps: bool) -> int:
+async def _logs(
+    ctx: click.Context,
+    ref: str,
+    follow: bool,
+    node: int | None,
+    since_ns: int | None,
+    tail: int | None,
+    timestamps: bool,
+) -> int:
     async with command_service(ctx) as svc:
         job = await svc.locate_job(ref)
         svc.check_node(job, node)
         if follow and job.removed_at is None:
-            return await follow_job(svc, job, tail=tail, timestamps=timestamps, node=node,
-                                 since_ns=since_ns)
+            return await follow_job(
+                svc, job, tail=tail, timestamps=timestamps, node=node, since_ns=since_ns
+            )
         lines = await svc.read_logs(job, node=node, since_ns=since_ns, tail=tail)
         for line in lines:
             print_line(line, timestamps)
         for host, why in job.unreachable.items():
             err(f"warning: {why}; showed the lines archived from {host} so far")
-        missing = (_missing(job, node, lines)
-                   if since_ns is None and (tail is None or tail > 0) else [])
+        missing = (
+            _missing(job, node, lines) if since_ns is None and (tail is None or tail > 0) else []
+        )
         if missing and not lines:
             from console.errors import JobError
 
-            raise JobError(f"job {job.id}: no lines to show: "
-                           + "; ".join(text for _, _, text in missing),
-                           "the archive keeps what gpuconsole read (a follow, logs, the app); "
-                           "read a job's logs before its containers are removed")
+            raise JobError(
+                f"job {job.id}: no lines to show: " + "; ".join(text for _, _, text in missing),
+                "the archive keeps what gpuconsole read (a follow, logs, the app); "
+                "read a job's logs before its containers are removed",
+            )
         hosts = {n.node_rank: n.host for n in job.nodes}
         for rank, why in sorted(job.log_problems.items()):
             err(f"warning: n{rank} on {hosts.get(rank, '?')}: {why}")
@@ -148,17 +186,23 @@ async def _logs(ctx: click.Context, ref: str, follow: bool, node: int | None,
         return 0
 
 
-def _missing(job: JobRecord, node: int | None,
-             lines: list[JobLogLine]) -> list[tuple[int, str, str]]:
+def _missing(
+    job: JobRecord, node: int | None, lines: list[JobLogLine]
+) -> list[tuple[int, str, str]]:
     """(node rank, kind, why) of each node shown without a single line for a reason
     (container gone and nothing archived, job removed...; :func:`~console.jobs.logs
     .no_lines_reason`), not a node that only wrote nothing or may still write."""
     from console.jobs.logs import no_lines_reason
 
     have = {ln.node_rank for ln in lines}
-    return [(n.node_rank, r[0], r[1]) for n in job.nodes
-            if (node is None or n.node_rank == node) and n.node_rank not in have
-            and (r := no_lines_reason(job, n)) is not None and r[0] != "silent"]
+    return [
+        (n.node_rank, r[0], r[1])
+        for n in job.nodes
+        if (node is None or n.node_rank == node)
+        and n.node_rank not in have
+        and (r := no_lines_reason(job, n)) is not None
+        and r[0] != "silent"
+    ]
 
 
 # -- stop / rm ------------------------------------------------------------------------------
@@ -166,8 +210,11 @@ def _missing(job: JobRecord, node: int | None,
 
 @main.command()
 @click.argument("job_ref", metavar="JOB")
-@click.option("--grace", type=FiniteFloat(0, 3600), help="Seconds between SIGTERM and "
-              "SIGKILL, 0-3600 (default: the profile's stop_grace).")
+@click.option(
+    "--grace",
+    type=FiniteFloat(0, 3600),
+    help="Seconds between SIGTERM and SIGKILL, 0-3600 (default: the profile's stop_grace).",
+)
 @click.pass_context
 def stop(ctx: click.Context, job_ref: str, grace: float | None) -> None:
     """Stop a job: SIGTERM every node's container, SIGKILL after the grace period."""
@@ -188,9 +235,12 @@ async def _stop(ctx: click.Context, ref: str, grace: float | None) -> None:
 
 @main.command()
 @click.argument("job_ref", metavar="JOB")
-@click.option("--force", is_flag=True,
-              help="Stop the job first if it is running; forget a job whose hosts are "
-              "no longer in its profile.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Stop the job first if it is running; forget a job whose hosts are "
+    "no longer in its profile.",
+)
 @click.pass_context
 def rm(ctx: click.Context, job_ref: str, force: bool) -> None:
     """Remove a job's containers (its logs stay archived locally)."""

@@ -16,15 +16,17 @@ class FiniteFloat(click.FloatRange):
     def __init__(self, min: float, max: float, *, min_open: bool = False) -> None:
         super().__init__(min, max, min_open=min_open)
 
-    def convert(self, value: object, param: click.Parameter | None,
-                ctx: click.Context | None) -> float:
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
         """Parse ``value`` as a float, refusing NaN and infinities, then check the range."""
         try:
             number = float(value)  # type: ignore[arg-type]
         except (TypeError, ValueError):
             self.fail(f"{value!r} is not a number", param, ctx)
         if not math.isfinite(number):
-            self.fail(f"{value!r} is not a finite number (give {self._describe_range()})",
-                      param, ctx)
+            self.fail(
+                f"{value!r} is not a finite number (give {self._describe_range()})", param, ctx
+            )
         result: float = super().convert(number, param, ctx)
         return result

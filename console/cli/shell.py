@@ -21,16 +21,33 @@ from console.cli.jobs import _exec
 
 @main.command(context_settings={"ignore_unknown_options": True})
 @click.argument("args", nargs=-1, type=click.UNPROCESSED, metavar="[JOB] [-- CMD...]")
-@click.option("--host", "-H", "host", metavar="HOST",
-              help="Start a dev container on HOST instead of entering a job's container.")
+@click.option(
+    "--host",
+    "-H",
+    "host",
+    metavar="HOST",
+    help="Start a dev container on HOST instead of entering a job's container.",
+)
 @click.option("--node", "-n", type=int, help="Node rank of JOB (default 0).")
 @click.option("--image", metavar="IMAGE", help="Dev container image (default: the profile's).")
-@click.option("--gpus", metavar="all|N|0,1", default="0", show_default=True,
-              help="GPUs of the dev container; busy ones are refused.")
+@click.option(
+    "--gpus",
+    metavar="all|N|0,1",
+    default="0",
+    show_default=True,
+    help="GPUs of the dev container; busy ones are refused.",
+)
 @click.option("--workdir", "-w", metavar="DIR", help="Working directory in the dev container.")
 @click.pass_context
-def shell(ctx: click.Context, args: tuple[str, ...], host: str | None, node: int | None,
-          image: str | None, gpus: str, workdir: str | None) -> None:
+def shell(
+    ctx: click.Context,
+    args: tuple[str, ...],
+    host: str | None,
+    node: int | None,
+    image: str | None,
+    gpus: str,
+    workdir: str | None,
+) -> None:
     """A shell or COMMAND in a job's container (as `exec`), or with --host in a dev container
     removed when it exits. Exits with the command's exit code.
     """
@@ -45,12 +62,25 @@ def shell(ctx: click.Context, args: tuple[str, ...], host: str | None, node: int
     raise SystemExit(run(_dev_shell(ctx, host, list(args), image, gpus, workdir)))
 
 
-async def _dev_shell(ctx: click.Context, host: str, command: list[str], image: str | None,
-                     gpus: str, workdir: str | None) -> int:
+async def _dev_shell(
+    ctx: click.Context,
+    host: str,
+    command: list[str],
+    image: str | None,
+    gpus: str,
+    workdir: str | None,
+) -> int:
     tty = sys.stdin.isatty() and sys.stdout.isatty()
     from console.fields import parse_gpus
 
     wanted = parse_gpus(gpus)
     async with command_service(ctx) as svc:
-        return await svc.shell_on_host(host, command, tty=tty, image=image, gpus=wanted,
-                                       workdir=workdir, warn=lambda m: err(f"warning: {m}"))
+        return await svc.shell_on_host(
+            host,
+            command,
+            tty=tty,
+            image=image,
+            gpus=wanted,
+            workdir=workdir,
+            warn=lambda m: err(f"warning: {m}"),
+        )

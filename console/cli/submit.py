@@ -16,8 +16,10 @@ def _flag_int(flag: str, value: str | None, low: int, high: int) -> int | None:
         return None
     v = value.strip()
     if not (v.isascii() and v.isdigit()) or not low <= int(v) <= high:
-        raise UsageError(f"{flag}: {value!r} is not a whole number from {low} to {high}",
-                         f"e.g. `{flag} {max(low, 1)}`")
+        raise UsageError(
+            f"{flag}: {value!r} is not a whole number from {low} to {high}",
+            f"e.g. `{flag} {max(low, 1)}`",
+        )
     return int(v)
 
 
@@ -35,9 +37,10 @@ def _parse_gpus(value: str | None) -> Any:
     if all(p.isascii() and p.isdigit() for p in parts if p) and any(parts):
         ints = [int(p) for p in parts if p]
         return ints if ("," in value or value.startswith("[")) else ints[0]
-    raise UsageError(f"--gpus-per-node: {value!r} is not `all`, a GPU count or GPU indices",
-                     "e.g. `--gpus-per-node all`, `--gpus-per-node 2`, `--gpus-per-node 0,1` "
-                     "(0 = a CPU job)")
+    raise UsageError(
+        f"--gpus-per-node: {value!r} is not `all`, a GPU count or GPU indices",
+        "e.g. `--gpus-per-node all`, `--gpus-per-node 2`, `--gpus-per-node 0,1` (0 = a CPU job)",
+    )
 
 
 def _parse_nodes(value: str | None) -> Any:
@@ -52,15 +55,23 @@ def _parse_nodes(value: str | None) -> Any:
         return int(value)
     names = [v.strip() for v in value.split(",")]
     if not all(names):
-        raise UsageError(f"--nodes: {value!r} has an empty host name",
-                         "e.g. `--nodes 2` or `--nodes gpu1,gpu2`")
+        raise UsageError(
+            f"--nodes: {value!r} has an empty host name", "e.g. `--nodes 2` or `--nodes gpu1,gpu2`"
+        )
     return names
 
 
-def _overrides(name: str | None, image: str | None, nodes: str | None,
-               gpus_per_node: str | None, nproc_per_node: str | None,
-               max_restarts: str | None, args: tuple[str, ...],
-               runtime: str | None = None, python: str | None = None) -> dict[str, Any]:
+def _overrides(
+    name: str | None,
+    image: str | None,
+    nodes: str | None,
+    gpus_per_node: str | None,
+    nproc_per_node: str | None,
+    max_restarts: str | None,
+    args: tuple[str, ...],
+    runtime: str | None = None,
+    python: str | None = None,
+) -> dict[str, Any]:
     """The spec fields the flags override (``None``: not given).
 
     Raises:
@@ -69,7 +80,9 @@ def _overrides(name: str | None, image: str | None, nodes: str | None,
     from console.jobs.spec import MAX_NPROC
 
     return {
-        "name": name, "image": image, "nodes": _parse_nodes(nodes),
+        "name": name,
+        "image": image,
+        "nodes": _parse_nodes(nodes),
         "gpus_per_node": _parse_gpus(gpus_per_node),
         "nproc_per_node": _flag_int("--nproc-per-node", nproc_per_node, 1, MAX_NPROC),
         "max_restarts": _flag_int("--max-restarts", max_restarts, 0, 1000),
@@ -91,26 +104,46 @@ def _overrides(name: str | None, image: str | None, nodes: str | None,
 @click.option("--max-restarts", help="torchrun --max-restarts (0-1000).")
 @click.option("--arg", "args", multiple=True, help="Replace the script's arguments (repeat).")
 @click.option("--force", is_flag=True, help="Use GPUs that other processes hold.")
-@click.option("--runtime", type=click.Choice(["docker", "host"]),
-              help="docker containers, or host: torchrun in the hosts' own Python.")
-@click.option("--python", "python", metavar="PYTHON",
-              help="runtime host: the python with torch (a path, or a conda env name).")
+@click.option(
+    "--runtime",
+    type=click.Choice(["docker", "host"]),
+    help="docker containers, or host: torchrun in the hosts' own Python.",
+)
+@click.option(
+    "--python",
+    "python",
+    metavar="PYTHON",
+    help="runtime host: the python with torch (a path, or a conda env name).",
+)
 @click.pass_context
 def submit(
-    ctx: click.Context, spec: Path, follow: bool, dry_run: bool, name: str | None,
-    image: str | None, nodes: str | None, gpus_per_node: str | None,
-    nproc_per_node: str | None, max_restarts: str | None, args: tuple[str, ...], force: bool,
-    runtime: str | None, python: str | None,
+    ctx: click.Context,
+    spec: Path,
+    follow: bool,
+    dry_run: bool,
+    name: str | None,
+    image: str | None,
+    nodes: str | None,
+    gpus_per_node: str | None,
+    nproc_per_node: str | None,
+    max_restarts: str | None,
+    args: tuple[str, ...],
+    force: bool,
+    runtime: str | None,
+    python: str | None,
 ) -> None:
     """Launch the job described by SPEC (YAML); flags override its fields."""
-    flags = (name, image, nodes, gpus_per_node, nproc_per_node, max_restarts, args, runtime,
-             python)
+    flags = (name, image, nodes, gpus_per_node, nproc_per_node, max_restarts, args, runtime, python)
     code = run(_submit(ctx, spec, flags, follow, dry_run, force))
     raise SystemExit(code)
 
 
 async def _submit(
-    ctx: click.Context, spec_path: Path, flags: tuple[Any, ...], follow: bool, dry_run: bool,
+    ctx: click.Context,
+    spec_path: Path,
+    flags: tuple[Any, ...],
+    follow: bool,
+    dry_run: bool,
     force: bool,
 ) -> int:
     overrides = _overrides(*flags)  # before the service: a bad flag touches nothing

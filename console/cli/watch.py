@@ -29,27 +29,63 @@ _HOSTNAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,252}[A-Za-z0-9])?")
 
 
 @main.command()
-@click.option("--json", "as_json", is_flag=True,
-              help="One JSON object per alert transition: {type, change, at, alert}; "
-                   "first one per alert already firing (change firing, initial true).")
-@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
-              help="Serve Prometheus metrics (dcgm-exporter names) on this port; 0 picks a "
-                   "free one (the address is said on stderr).")
-@click.option("--metrics-addr", default="127.0.0.1", show_default=True,
-              help="Address the metrics server binds; give 0.0.0.0 or :: to let other "
-                   "machines scrape it.")
-@click.option("--notify", "notify", multiple=True, metavar="URL",
-              help="Also page this Apprise URL (repeatable; added to the profile's notify:).")
-@click.option("--interval", type=FiniteFloat(0.1, 3600), default=1.0, show_default=True,
-              help="Sampling interval on the hosts (s), 0.1-3600.")
-@click.option("--replay", type=click.Path(dir_okay=False, exists=True, path_type=Path),
-              help="Watch a telemetry recording (`top --record`) instead of live hosts.")
-@click.option("--speed", type=FiniteFloat(0, 1000), default=1.0, show_default=True,
-              help="Replay speed factor, up to 1000 (0 = as fast as possible).")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="One JSON object per alert transition: {type, change, at, alert}; "
+    "first one per alert already firing (change firing, initial true).",
+)
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Serve Prometheus metrics (dcgm-exporter names) on this port; 0 picks a "
+    "free one (the address is said on stderr).",
+)
+@click.option(
+    "--metrics-addr",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address the metrics server binds; give 0.0.0.0 or :: to let other machines scrape it.",
+)
+@click.option(
+    "--notify",
+    "notify",
+    multiple=True,
+    metavar="URL",
+    help="Also page this Apprise URL (repeatable; added to the profile's notify:).",
+)
+@click.option(
+    "--interval",
+    type=FiniteFloat(0.1, 3600),
+    default=1.0,
+    show_default=True,
+    help="Sampling interval on the hosts (s), 0.1-3600.",
+)
+@click.option(
+    "--replay",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="Watch a telemetry recording (`top --record`) instead of live hosts.",
+)
+@click.option(
+    "--speed",
+    type=FiniteFloat(0, 1000),
+    default=1.0,
+    show_default=True,
+    help="Replay speed factor, up to 1000 (0 = as fast as possible).",
+)
 @click.pass_context
-def watch(ctx: click.Context, as_json: bool, metrics_port: int | None, metrics_addr: str,
-          notify: tuple[str, ...], interval: float, replay: Path | None,
-          speed: float) -> None:
+def watch(
+    ctx: click.Context,
+    as_json: bool,
+    metrics_port: int | None,
+    metrics_addr: str,
+    notify: tuple[str, ...],
+    interval: float,
+    replay: Path | None,
+    speed: float,
+) -> None:
     """Alert on the fleet and its jobs: print, page (Apprise) and serve metrics.
 
     Rules, delays and thresholds come from the profile's `alerts:`, the pages go to its
@@ -61,12 +97,19 @@ def watch(ctx: click.Context, as_json: bool, metrics_port: int | None, metrics_a
         if not _HOSTNAME.fullmatch(metrics_addr) or metrics_addr.replace(".", "").isdigit():
             raise click.BadParameter(
                 f"{metrics_addr!r} is not an IP address or host name (127.0.0.1, 0.0.0.0, ::)",
-                param_hint="--metrics-addr") from None
+                param_hint="--metrics-addr",
+            ) from None
     from console.watch.runner import WatchOptions
 
-    opts = WatchOptions(as_json=as_json, metrics_port=metrics_port, metrics_addr=metrics_addr,
-                        notify_urls=list(notify), interval=interval, replay=replay,
-                        speed=speed)
+    opts = WatchOptions(
+        as_json=as_json,
+        metrics_port=metrics_port,
+        metrics_addr=metrics_addr,
+        notify_urls=list(notify),
+        interval=interval,
+        replay=replay,
+        speed=speed,
+    )
     run(_watch(ctx, opts))
 
 
@@ -95,8 +138,8 @@ async def _watch(ctx: click.Context, opts: WatchOptions) -> None:
         async with Service(profile) as svc:
             w = Watch(svc, opts, emit=out, say=err)
             await while_stdout_open(
-                w.run(stop, on_started=lambda: _say_started(w, profile.name,
-                                                            len(profile.hosts))))
+                w.run(stop, on_started=lambda: _say_started(w, profile.name, len(profile.hosts)))
+            )
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
@@ -105,8 +148,11 @@ async def _watch(ctx: click.Context, opts: WatchOptions) -> None:
 def _say_started(w: Watch, profile: str, hosts: int) -> None:
     from console.watch.notify import redact_url
 
-    what = (f"replaying {w.opts.replay}" if w.opts.replay is not None
-            else f"watching {hosts} host{'s' if hosts != 1 else ''} of profile {profile}")
+    what = (
+        f"replaying {w.opts.replay}"
+        if w.opts.replay is not None
+        else f"watching {hosts} host{'s' if hosts != 1 else ''} of profile {profile}"
+    )
     err(what)
     if w.metrics_url:
         err(f"metrics: {w.metrics_url}")

@@ -57,56 +57,94 @@ _NCCL_OWN = re.compile(r"Cuda failure|NCCL (?:WARN|INFO)|ncclUnhandledCudaError"
 
 #: (cause id, pattern) for the CUDA errors that have an id of their own, most specific first.
 SIGNATURES: tuple[tuple[CauseKind, re.Pattern[str]], ...] = (
-    ("fabric_manager", re.compile(
-        r"system not yet initialized|cudaErrorSystemNotReady|CUDA_ERROR_SYSTEM_NOT_READY")),
-    ("driver_version_mismatch", re.compile(
-        r"system has unsupported display driver / cuda driver combination"
-        r"|cudaErrorSystemDriverMismatch|CUDA_ERROR_SYSTEM_DRIVER_MISMATCH")),
-    ("driver_too_old", re.compile(
-        r"CUDA driver version is insufficient for CUDA runtime version"
-        r"|NVIDIA driver on your system is too old|cudaErrorInsufficientDriver"
-        r"|forward compatibility was attempted on non supported HW"
-        # cudaErrorUnsupportedPtxVersion (222): "the provided PTX was compiled with an
-        # unsupported toolchain", most often PTX from a compiler newer than the driver's JIT
-        r"|the provided PTX was compiled with an unsupported toolchain"
-        r"|cudaErrorUnsupportedPtxVersion|CUDA_ERROR_UNSUPPORTED_PTX_VERSION"
-        r"|cudaErrorCompatNotSupportedOnDevice|CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE",
-        re.I)),
-    ("cuda_no_device", re.compile(
-        r"no CUDA-capable device is detected|No CUDA GPUs are available"
-        r"|CUDA driver initialization failed|Found no NVIDIA driver on your system"
-        r"|cudaErrorNoDevice\b|CUDA_ERROR_NO_DEVICE"
-        # c10/cuda/CUDAFunctions.cpp device_count_impl (warned as "CUDA initialization: ...",
-        # raised by torch.cuda._lazy_init): cudaErrorUnknown, and any other error of
-        # cudaGetDeviceCount() (whose own string, e.g. 802/803, an earlier signature names)
-        r"|CUDA unknown error - this may be due to an incorrectly set up environment"
-        r"|Unexpected error from cudaGetDeviceCount\(\)"
-        r"|Setting the available devices to be zero")),
-    ("cuda_invalid_device", re.compile(
-        r"invalid device ordinal|cudaErrorInvalidDevice\b|CUDA_ERROR_INVALID_DEVICE\b")),
-    ("cuda_unsupported_arch", re.compile(
-        r"no kernel image is available for execution on the device"
-        r"|cudaErrorNoKernelImageForDevice|CUDA_ERROR_NO_BINARY_FOR_GPU"
-        r"|with CUDA capability (?P<arch>sm_\d+) is not compatible with the current PyTorch"
-        r"|CUDA error: invalid device function")),
-    ("cuda_ecc", re.compile(
-        r"uncorrectable ECC error encountered|cudaErrorECCUncorrectable"
-        r"|CUDA_ERROR_ECC_UNCORRECTABLE")),
-    ("cuda_illegal_memory_access", re.compile(
-        r"an illegal memory access was encountered|cudaErrorIllegalAddress"
-        r"|CUDA_ERROR_ILLEGAL_ADDRESS")),
-    ("cuda_device_assert", re.compile(
-        r"device-side assert(?:ion)? triggered|cudaErrorAssert\b|CUDA_ERROR_ASSERT\b"
-        r"|Assertion `(?P<cond>[^`']+)` failed")),
-    ("cuda_oom", re.compile(
-        r"CUDA out of memory|OutOfMemoryError|CUDA [Ee]rror: out of memory"
-        r"|cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY"
-        # torch <= 0.4: "cuda runtime error (2) : out of memory", "THCudaCheck FAIL ...
-        # error=2 : out of memory" (cudaErrorMemoryAllocation is 2)
-        r"|(?:cuda runtime error \(2\)|\berror=2) : out of memory"
-        # cuBLAS / cuDNN status codes for an allocation they could not make ("usually caused
-        # by a cudaMalloc() failure": cuBLAS and cuDNN API references)
-        r"|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED")),
+    (
+        "fabric_manager",
+        re.compile(
+            r"system not yet initialized|cudaErrorSystemNotReady|CUDA_ERROR_SYSTEM_NOT_READY"
+        ),
+    ),
+    (
+        "driver_version_mismatch",
+        re.compile(
+            r"system has unsupported display driver / cuda driver combination"
+            r"|cudaErrorSystemDriverMismatch|CUDA_ERROR_SYSTEM_DRIVER_MISMATCH"
+        ),
+    ),
+    (
+        "driver_too_old",
+        re.compile(
+            r"CUDA driver version is insufficient for CUDA runtime version"
+            r"|NVIDIA driver on your system is too old|cudaErrorInsufficientDriver"
+            r"|forward compatibility was attempted on non supported HW"
+            # cudaErrorUnsupportedPtxVersion (222): "the provided PTX was compiled with an
+            # unsupported toolchain", most often PTX from a compiler newer than the driver's JIT
+            r"|the provided PTX was compiled with an unsupported toolchain"
+            r"|cudaErrorUnsupportedPtxVersion|CUDA_ERROR_UNSUPPORTED_PTX_VERSION"
+            r"|cudaErrorCompatNotSupportedOnDevice|CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE",
+            re.I,
+        ),
+    ),
+    (
+        "cuda_no_device",
+        re.compile(
+            r"no CUDA-capable device is detected|No CUDA GPUs are available"
+            r"|CUDA driver initialization failed|Found no NVIDIA driver on your system"
+            r"|cudaErrorNoDevice\b|CUDA_ERROR_NO_DEVICE"
+            # c10/cuda/CUDAFunctions.cpp device_count_impl (warned as "CUDA initialization: ...",
+            # raised by torch.cuda._lazy_init): cudaErrorUnknown, and any other error of
+            # cudaGetDeviceCount() (whose own string, e.g. 802/803, an earlier signature names)
+            r"|CUDA unknown error - this may be due to an incorrectly set up environment"
+            r"|Unexpected error from cudaGetDeviceCount\(\)"
+            r"|Setting the available devices to be zero"
+        ),
+    ),
+    (
+        "cuda_invalid_device",
+        re.compile(r"invalid device ordinal|cudaErrorInvalidDevice\b|CUDA_ERROR_INVALID_DEVICE\b"),
+    ),
+    (
+        "cuda_unsupported_arch",
+        re.compile(
+            r"no kernel image is available for execution on the device"
+            r"|cudaErrorNoKernelImageForDevice|CUDA_ERROR_NO_BINARY_FOR_GPU"
+            r"|with CUDA capability (?P<arch>sm_\d+) is not compatible with the current PyTorch"
+            r"|CUDA error: invalid device function"
+        ),
+    ),
+    (
+        "cuda_ecc",
+        re.compile(
+            r"uncorrectable ECC error encountered|cudaErrorECCUncorrectable"
+            r"|CUDA_ERROR_ECC_UNCORRECTABLE"
+        ),
+    ),
+    (
+        "cuda_illegal_memory_access",
+        re.compile(
+            r"an illegal memory access was encountered|cudaErrorIllegalAddress"
+            r"|CUDA_ERROR_ILLEGAL_ADDRESS"
+        ),
+    ),
+    (
+        "cuda_device_assert",
+        re.compile(
+            r"device-side assert(?:ion)? triggered|cudaErrorAssert\b|CUDA_ERROR_ASSERT\b"
+            r"|Assertion `(?P<cond>[^`']+)` failed"
+        ),
+    ),
+    (
+        "cuda_oom",
+        re.compile(
+            r"CUDA out of memory|OutOfMemoryError|CUDA [Ee]rror: out of memory"
+            r"|cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY"
+            # torch <= 0.4: "cuda runtime error (2) : out of memory", "THCudaCheck FAIL ...
+            # error=2 : out of memory" (cudaErrorMemoryAllocation is 2)
+            r"|(?:cuda runtime error \(2\)|\berror=2) : out of memory"
+            # cuBLAS / cuDNN status codes for an allocation they could not make ("usually caused
+            # by a cudaMalloc() failure": cuBLAS and cuDNN API references)
+            r"|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED"
+        ),
+    ),
 )
 
 # Any other CUDA error string, in PyTorch's wordings of several versions.
@@ -128,8 +166,7 @@ _WHAT = {
     "cuda_unsupported_arch": "has no CUDA kernels for this GPU's architecture",
     "driver_too_old": "needs a newer NVIDIA driver than the host has",
     "fabric_manager": "could not initialise CUDA: error 802 'system not yet initialized'",
-    "driver_version_mismatch": "found a CUDA driver library that does not match the kernel "
-    "module",
+    "driver_version_mismatch": "found a CUDA driver library that does not match the kernel module",
     "cuda_error": "hit a CUDA error",
 }
 
@@ -142,8 +179,7 @@ _MEANING = {
     "cuda_no_device": "CUDA_VISIBLE_DEVICES names no existing GPU, the container got no GPU, "
     "or the driver is not loaded",
     "cuda_invalid_device": "more local ranks (or a higher device index) than visible GPUs",
-    "cuda_unsupported_arch": "the PyTorch build was compiled without this GPU's compute "
-    "capability",
+    "cuda_unsupported_arch": "the PyTorch build was compiled without this GPU's compute capability",
     "driver_too_old": "the host driver supports an older CUDA than the one the program was built "
     "with (PyTorch's CUDA, or the toolkit that compiled its PTX)",
     "fabric_manager": "on an NVSwitch host (HGX/DGX) this means nvidia-fabricmanager is not "
@@ -221,8 +257,7 @@ def _message(kind: CauseKind, hit: Line) -> str:
     return hit.text.strip()
 
 
-def _ooms_by_rank(lines: Sequence[Line], hits: Sequence[Line]
-                  ) -> dict[int, tuple[int | None, str]]:
+def _ooms_by_rank(lines: Sequence[Line], hits: Sequence[Line]) -> dict[int, tuple[int | None, str]]:
     """PyTorch's OOM message per rank prefix: ``{rank: (gpu, size tried)}``, the first of
     each rank. Ranks' output interleaved mid-token is split by the normaliser into lines of
     each rank; a message cut after "GPU" continues on that rank's next line ("1 has a total
@@ -233,8 +268,14 @@ def _ooms_by_rank(lines: Sequence[Line], hits: Sequence[Line]
             continue
         gpu = int(m["gpu"]) if m["gpu"] else None
         if gpu is None and ln.text.rstrip().endswith("GPU"):
-            rest = next((c for x in lines[ln.index + 1:ln.index + 12] if rank_of(x) == r
-                         and (c := _GPU_CONTINUED.match(x.text))), None)
+            rest = next(
+                (
+                    c
+                    for x in lines[ln.index + 1 : ln.index + 12]
+                    if rank_of(x) == r and (c := _GPU_CONTINUED.match(x.text))
+                ),
+                None,
+            )
             gpu = int(rest[1]) if rest else None
         out[r] = (gpu, m["size"])
     return out
@@ -282,17 +323,25 @@ def _diagnosis(ctx: Context, kind: CauseKind, hits: list[Line]) -> Diagnosis:
         ranks_hit = tuple(sorted(ooms))
         each = "; ".join(
             f"rank {r}" + (f" on GPU {g}" if g is not None else "") + f": tried {size}"
-            for r in ranks_hit for g, size in [ooms[r]])
-        summary = (f"ranks {join_ranks(ranks_hit)}{where} ran out of GPU memory ({each}): "
-                   "each of them failed the same way, not only the first")
+            for r in ranks_hit
+            for g, size in [ooms[r]]
+        )
+        summary = (
+            f"ranks {join_ranks(ranks_hit)}{where} ran out of GPU memory ({each}): "
+            "each of them failed the same way, not only the first"
+        )
         gpus = tuple(g for r in ranks_hit if (g := ooms[r][0]) is not None)
-        facts.update({"rank": None, "ranks": ranks_hit, "gpus": gpus or None,
-                      "size": ooms[ranks_hit[0]][1]})
+        facts.update(
+            {"rank": None, "ranks": ranks_hit, "gpus": gpus or None, "size": ooms[ranks_hit[0]][1]}
+        )
         evidence = [ln.raw for ln in ctx.lines if TERMINATE.search(ln.text)] + [
             next(ln.raw for ln in hits if rank_of(ln) == r and _TORCH_OOM.search(ln.text))
-            for r in ranks_hit][:8]
-    elif kind == "cuda_oom" and (m := next(
-            (m for ln in hits if (m := _TORCH_OOM.search(ln.text))), None)) is not None:
+            for r in ranks_hit
+        ][:8]
+    elif (
+        kind == "cuda_oom"
+        and (m := next((m for ln in hits if (m := _TORCH_OOM.search(ln.text))), None)) is not None
+    ):
         gpu = int(m["gpu"]) if m["gpu"] else None
         on_gpu = f" on GPU {gpu}" if gpu is not None else ""
         summary = f"{on}{where} ran out of GPU memory{on_gpu}: tried to allocate {m['size']}"
@@ -303,8 +352,11 @@ def _diagnosis(ctx: Context, kind: CauseKind, hits: list[Line]) -> Diagnosis:
             meaning = _UNKNOWN_INIT
         if meaning:
             summary += f". {meaning[0].upper()}{meaning[1:]}"
-    if kind == "driver_too_old" and (m := next(
-            (m for ln in hits if (m := _DRIVER_FOUND.search(ln.text))), None)) is not None:
+    if (
+        kind == "driver_too_old"
+        and (m := next((m for ln in hits if (m := _DRIVER_FOUND.search(ln.text))), None))
+        is not None
+    ):
         found = int(m["v"])
         facts["driver_cuda"] = f"{found // 1000}.{found % 1000 // 10}"
         summary += f" (the driver supports CUDA {facts['driver_cuda']})"
@@ -318,8 +370,14 @@ def _diagnosis(ctx: Context, kind: CauseKind, hits: list[Line]) -> Diagnosis:
                 facts["supported_archs"] = m["archs"].strip()
                 evidence.append(ln.raw)
     if kind == "cuda_device_assert":
-        cond = next((m["cond"] for ln in ctx.lines
-                     if (m := dict(SIGNATURES)[kind].search(ln.text)) and m["cond"]), None)
+        cond = next(
+            (
+                m["cond"]
+                for ln in ctx.lines
+                if (m := dict(SIGNATURES)[kind].search(ln.text)) and m["cond"]
+            ),
+            None,
+        )
         facts["assertion"] = cond
         if cond:
             summary += f" (Assertion `{cond}` failed)"
@@ -337,9 +395,16 @@ def _diagnosis(ctx: Context, kind: CauseKind, hits: list[Line]) -> Diagnosis:
     )
     aborted = next((ln for ln in ctx.lines if _ABORT.search(ln.text)), None)
     if aborted is not None:
-        d = replace(d, consequences=(Consequence(
-            "sigabrt", f"{on[0].upper()}{on[1:]} aborted (SIGABRT) on this error",
-            (aborted.raw,)),))
+        d = replace(
+            d,
+            consequences=(
+                Consequence(
+                    "sigabrt",
+                    f"{on[0].upper()}{on[1:]} aborted (SIGABRT) on this error",
+                    (aborted.raw,),
+                ),
+            ),
+        )
     return d
 
 
@@ -352,14 +417,19 @@ def _not_available(ctx: Context) -> Diagnosis | None:
     """``torch.cuda.is_available()`` answered False and no CUDA error says why: PyTorch sees no
     GPU (``torch/cuda/__init__.py``: it returns False when the device count is 0 or the build
     has no CUDA)."""
-    if any(sig.search(text) for ln in ctx.lines
-           for text in (ln.text, *unwrapped(ctx.lines, ln.index)) for _, sig in SIGNATURES):
+    if any(
+        sig.search(text)
+        for ln in ctx.lines
+        for text in (ln.text, *unwrapped(ctx.lines, ln.index))
+        for _, sig in SIGNATURES
+    ):
         return None  # a CUDA error says why: that finding (:func:`_cuda`)
     for ln in ctx.lines:
         if not _IS_AVAILABLE.search(ln.text):
             continue
-        answer = next((x for x in ctx.lines[ln.index + 1:ln.index + 6] if _FALSE.match(x.text)),
-                      None)
+        answer = next(
+            (x for x in ctx.lines[ln.index + 1 : ln.index + 6] if _FALSE.match(x.text)), None
+        )
         if answer is not None:
             return _diag(
                 "cuda_no_device",
@@ -387,8 +457,9 @@ def _cuda(ctx: Context) -> list[Diagnosis]:
             kind = "cuda_error"
         if kind is None:  # a message split by a terminal's fixed-width wrap
             for text in unwrapped(ctx.lines, ln.index):
-                if (kind := next((k for k, sig in SIGNATURES if sig.search(text)),
-                                 None)) is not None:
+                if (
+                    kind := next((k for k, sig in SIGNATURES if sig.search(text)), None)
+                ) is not None:
                     ln = replace(ln, text=text)
                     break
         if kind is not None:

@@ -66,11 +66,30 @@ _COMMAND = re.compile(
     r"(?P<tool>docker(?:-compose)?|podman|nerdctl|nvidia-docker)\s+(?P<sub>[a-z][\w-]*)\b"
 )
 #: ``docker run`` / ``create`` options that take no value (so the next word is not theirs).
-_BOOL_FLAGS = frozenset({
-    "--rm", "--init", "--privileged", "--detach", "--interactive", "--tty", "--read-only",
-    "--no-healthcheck", "--publish-all", "--oom-kill-disable", "--quiet", "--all-tags",
-    "--disable-content-trust", "--help", "-q", "-a", "-P", "-d", "-i", "-t",
-})
+_BOOL_FLAGS = frozenset(
+    {
+        "--rm",
+        "--init",
+        "--privileged",
+        "--detach",
+        "--interactive",
+        "--tty",
+        "--read-only",
+        "--no-healthcheck",
+        "--publish-all",
+        "--oom-kill-disable",
+        "--quiet",
+        "--all-tags",
+        "--disable-content-trust",
+        "--help",
+        "-q",
+        "-a",
+        "-P",
+        "-d",
+        "-i",
+        "-t",
+    }
+)
 
 
 def is_docker_command(text: str) -> bool:
@@ -83,7 +102,7 @@ def _image_in_command(text: str) -> str | None:
     m = _COMMAND.match(text.strip())
     if m is None or m["sub"] not in ("run", "create", "pull"):
         return None
-    words = text.strip()[m.end():].replace("`", " ").split()
+    words = text.strip()[m.end() :].replace("`", " ").split()
     skip = False
     for word in words:
         if skip:
@@ -147,16 +166,21 @@ def _registry_of_image(image: str | None) -> str | None:
 
 # -- findings ------------------------------------------------------------------------------
 
-def _first(lines: Sequence[Line], pattern: re.Pattern[str],
-           exclude: re.Pattern[str] | None = None) -> tuple[Line, re.Match[str]] | None:
+
+def _first(
+    lines: Sequence[Line], pattern: re.Pattern[str], exclude: re.Pattern[str] | None = None
+) -> tuple[Line, re.Match[str]] | None:
     for ln in lines:
         if (m := pattern.search(ln.text)) and not (exclude and exclude.search(ln.text)):
             return ln, m
     return None
 
 
-def _first_wrapped(lines: Sequence[Line], pattern: re.Pattern[str], span: int = 3,
-                   ) -> tuple[list[Line], re.Match[str]] | None:
+def _first_wrapped(
+    lines: Sequence[Line],
+    pattern: re.Pattern[str],
+    span: int = 3,
+) -> tuple[list[Line], re.Match[str]] | None:
     """:func:`_first` on single lines, else on runs of up to ``span`` consecutive lines
     joined (with a space, then with nothing): a message hard-wrapped by a terminal, a
     client's repr of the error or a report's width (``Bind for 0.0.0.0:8888`` / ``failed:
@@ -165,25 +189,33 @@ def _first_wrapped(lines: Sequence[Line], pattern: re.Pattern[str], span: int = 
         return [hit[0]], hit[1]
     for n in range(2, span + 1):  # the fewest lines first
         for i in range(len(lines) - n + 1):
-            run = lines[i:i + n]
+            run = lines[i : i + n]
             for sep in (" ", ""):
                 if m := pattern.search(sep.join(ln.text.strip() for ln in run)):
                     return list(run), m
     return None
 
 
-def _make(kind: CauseKind, summary: str, fix: str, evidence: Iterable[str],
-          facts: dict[str, FactValue | None]) -> Diagnosis:
+def _make(
+    kind: CauseKind,
+    summary: str,
+    fix: str,
+    evidence: Iterable[str],
+    facts: dict[str, FactValue | None],
+) -> Diagnosis:
     return _diag(kind, summary, (), fix, evidence, facts)
 
 
 _HOOK = re.compile(
     r"error running (?:prestart )?hook|running prestart hook|Running hook #\d+"
-    r"|OCI runtime create failed|failed to create shim task", re.I)
+    r"|OCI runtime create failed|failed to create shim task",
+    re.I,
+)
 
 _NO_GPU_DRIVER = re.compile(
     r"could not select device driver \\?\"?(?P<driver>[^\"\\\s]*)\\?\"? with capabilities: "
-    r"(?P<caps>\[\[[^\]]*\]\])")
+    r"(?P<caps>\[\[[^\]]*\]\])"
+)
 
 
 def _no_gpu_driver(lines: Sequence[Line], image: str | None) -> Diagnosis | None:
@@ -208,7 +240,8 @@ def _no_gpu_driver(lines: Sequence[Line], image: str | None) -> Diagnosis | None
 #: nvidia-smi's header line: ``| NVIDIA-SMI 551.78   Driver Version: 551.78   CUDA Version: 12.4 |``
 #: (the newest CUDA the driver supports).
 _SMI_HEADER = re.compile(
-    r"Driver Version:\s*(?P<driver>\d+\.\d+(?:\.\d+)?)\s+CUDA Version:\s*(?P<cuda>\d+\.\d+)")
+    r"Driver Version:\s*(?P<driver>\d+\.\d+(?:\.\d+)?)\s+CUDA Version:\s*(?P<cuda>\d+\.\d+)"
+)
 #: moby's daemon before the errdefs wording (``daemon/daemon_unix.go``: "Unknown runtime
 #: specified %s", what docker-compose v1 and old dockerd print) and since ("unknown or invalid
 #: runtime name: %s").
@@ -216,7 +249,8 @@ _UNKNOWN_RUNTIME = re.compile(
     r"unknown or invalid runtime name: (?P<name>[\w.-]+)"
     r"|Unknown runtime specified:? (?P<oname>[\w.-]+)"
     r"|default OCI runtime \\?\"(?P<pname>[\w.-]+)\\?\" not found"  # podman
-    r"|runtime \\?\"(?P<cname>[\w.-]+)\\?\" binary not installed")  # containerd shim
+    r"|runtime \\?\"(?P<cname>[\w.-]+)\\?\" binary not installed"
+)  # containerd shim
 _RUNTIMES = re.compile(r"^\s*Runtimes:\s*(?P<list>.+)$")
 
 
@@ -244,7 +278,9 @@ def _unknown_runtime(lines: Sequence[Line], image: str | None) -> Diagnosis | No
 # nvidia-container-cli: <stage> error: <message>  (libnvidia-container's error_exit format)
 _TOOLKIT = re.compile(
     r"nvidia-container-cli(?:\.real)?[:\s*_]+(?P<stage>initialization|requirement|mount|container|ldcache"
-    r"|detection|device|driver|configuration|list|info)\s+error[:\s*_]+(?P<msg>.*)", re.I)
+    r"|detection|device|driver|configuration|list|info)\s+error[:\s*_]+(?P<msg>.*)",
+    re.I,
+)
 _NVML = re.compile(r"nvml error[:\s]+(?P<why>[^:\\\"]+)", re.I)
 #: NVML's ``nvmlErrorString(NVML_ERROR_LIB_RM_VERSION_MISMATCH)``-era text as libnvidia-container
 #: and nvidia-smi print it (``driver/library version mismatch``, ``Driver/library ...``), and
@@ -260,13 +296,16 @@ _LOAD_LIBRARY = re.compile(r"load library failed[:\s]+(?P<lib>[\w.+-]+\.so[\w.]*
 #: checked, so the CUDA version the image needs is read from the whole requirement.
 _UNSATISFIED = re.compile(
     r"unsatisfied condition[:\s]+(?P<cond>(?P<key>[A-Za-z_]+)\s*(?P<op>[<>=!]=?)\s*"
-    r"(?P<val>[\w.]+))", re.I)
+    r"(?P<val>[\w.]+))",
+    re.I,
+)
 _CUDA_COND = re.compile(r"cuda\s*>=?\s*(?P<v>\d+(?:\.\d+)*)", re.I)
 _DRIVER_COND = re.compile(r"driver\s*>=?\s*(?P<v>\d+(?:\.\d+)*)", re.I)
 #: The image's CUDA requirement as the hook passes it (``--require=cuda>=10.0 brand=...``) or
 #: as the image sets it (``NVIDIA_REQUIRE_CUDA=cuda>=11.6 brand=...``).
 _REQUIRE_CUDA = re.compile(
-    r"(?:--require=|NVIDIA_REQUIRE_CUDA\W{0,3})\s*cuda\s*>=\s*(?P<v>\d+(?:\.\d+)*)", re.I)
+    r"(?:--require=|NVIDIA_REQUIRE_CUDA\W{0,3})\s*cuda\s*>=\s*(?P<v>\d+(?:\.\d+)*)", re.I
+)
 #: libnvidia-container's device selection (``src/cli/common.c`` ``select_devices``: the
 #: ``--device`` list, i.e. NVIDIA_VISIBLE_DEVICES / ``--gpus``, names something that is neither
 #: an index, a GPU-/MIG- UUID nor a PCI bus id of this host): ``device error: <dev>: unknown
@@ -274,7 +313,9 @@ _REQUIRE_CUDA = re.compile(
 #: releases), and the rest of the ``device error:`` stage (``invalid device``...).
 _DEVICE_ERROR = re.compile(
     r"device error:\s*(?:(?P<dev>\S.*?):\s*)?(?P<why>unknown device(?: id)?|invalid device"
-    r"(?: \w+)?|[^:]+)(?::\s*(?P<dev2>[^:\s]+))?\s*(?::\s*unknown)?[.\s]*$", re.I)
+    r"(?: \w+)?|[^:]+)(?::\s*(?P<dev2>[^:\s]+))?\s*(?::\s*unknown)?[.\s]*$",
+    re.I,
+)
 #: The device plugin's ``volume-mounts`` strategy passes the device list as this path; a
 #: toolkit that does not accept it (``accept-nvidia-visible-devices-as-volume-mounts``) reads
 #: it as a device name.
@@ -303,7 +344,9 @@ _TOOLKIT_OTHER = re.compile(
     r"|error executing hook \\?[`'\"]?(?P<hook>[^`'\"\s\\]+)\\?[`'\"]? \(exit code: (?P<code>\d+)\)"
     # runc (libcontainer/configs/config.go, Hooks.Run) / containerd:
     # "error running hook #0: error running hook: exit status 1, stdout: , stderr: ..."
-    r"|error running (?:\w+ )?hook #(?P<num>\d+):+ (?P<hmsg>.+)", re.I)
+    r"|error running (?:\w+ )?hook #(?P<num>\d+):+ (?P<hmsg>.+)",
+    re.I,
+)
 # Which hook failed must be NVIDIA's (a crun/runc hook line names any OCI hook).
 _NVIDIA_HOOK = re.compile(r"nvidia", re.I)
 
@@ -346,11 +389,14 @@ def _toolkit(lines: Sequence[Line], image: str | None) -> Diagnosis | None:
     hook = next((ln for ln in lines if _HOOK.search(ln.text)), None)
     consequence: tuple[Consequence, ...] = ()
     if hook is not None:
-        consequence = (Consequence(
-            "toolkit_hook_failed",
-            "the NVIDIA prestart hook (nvidia-container-runtime-hook) exited 1, so runc "
-            "aborted creating the container",
-            (hook.raw,)),)
+        consequence = (
+            Consequence(
+                "toolkit_hook_failed",
+                "the NVIDIA prestart hook (nvidia-container-runtime-hook) exited 1, so runc "
+                "aborted creating the container",
+                (hook.raw,),
+            ),
+        )
     if hit is None:
         other = _first(lines, _TOOLKIT_OTHER)
         if other is None:
@@ -359,60 +405,93 @@ def _toolkit(lines: Sequence[Line], image: str | None) -> Diagnosis | None:
         facts: dict[str, FactValue | None] = {"image": image}
         if m["dev"]:
             dev = tidy_value(m["dev"])
-            what = (f"the CDI device {dev} cannot be resolved: no CDI spec for the GPUs "
-                    "(/etc/cdi/nvidia.yaml or /var/run/cdi) or it is out of date")
-            fix = ("generate the CDI spec: `sudo nvidia-ctk cdi generate --output="
-                   "/etc/cdi/nvidia.yaml` (again after every driver upgrade), then retry")
+            what = (
+                f"the CDI device {dev} cannot be resolved: no CDI spec for the GPUs "
+                "(/etc/cdi/nvidia.yaml or /var/run/cdi) or it is out of date"
+            )
+            fix = (
+                "generate the CDI spec: `sudo nvidia-ctk cdi generate --output="
+                "/etc/cdi/nvidia.yaml` (again after every driver upgrade), then retry"
+            )
             facts["device"] = dev
         elif m["node"]:
-            what = (f"the CDI spec names the host device {m['node']}, which does not exist: "
-                    "the spec is stale (generated before a driver upgrade, a GPU change or a "
-                    "reboot that renumbered the device nodes)")
-            fix = ("regenerate the CDI spec: `sudo nvidia-ctk cdi generate --output="
-                   "/etc/cdi/nvidia.yaml` (a recent nvidia-ctk, again after every driver "
-                   "upgrade), then retry")
+            what = (
+                f"the CDI spec names the host device {m['node']}, which does not exist: "
+                "the spec is stale (generated before a driver upgrade, a GPU change or a "
+                "reboot that renumbered the device nodes)"
+            )
+            fix = (
+                "regenerate the CDI spec: `sudo nvidia-ctk cdi generate --output="
+                "/etc/cdi/nvidia.yaml` (a recent nvidia-ctk, again after every driver "
+                "upgrade), then retry"
+            )
             facts["device"] = m["node"]
         elif m["bin"]:
             what = f"the runtime hook binary {m['bin']} is not installed on the host"
             fix = "install nvidia-container-toolkit, then restart dockerd"
         elif m["bin2"]:
-            what = (f"the container runtime is configured to run {m['binpath']}, which is not "
-                    "installed on the host (every container it starts fails, pod sandboxes "
-                    "too)")
-            fix = ("install nvidia-container-toolkit on the host, or set the runtime's default "
-                   "back to runc and use a RuntimeClass for GPU pods; then restart containerd "
-                   "/ dockerd")
+            what = (
+                f"the container runtime is configured to run {m['binpath']}, which is not "
+                "installed on the host (every container it starts fails, pod sandboxes "
+                "too)"
+            )
+            fix = (
+                "install nvidia-container-toolkit on the host, or set the runtime's default "
+                "back to runc and use a RuntimeClass for GPU pods; then restart containerd "
+                "/ dockerd"
+            )
         elif m["cdiname"]:
-            compose = re.search(r"Error response from daemon|docker[- ]compose|Container \S+\s+"
-                                r"Creating", "\n".join(x.text for x in lines)) is not None
-            what = (f"the engine took the CDI device name {m['cdiname']} for a host device path "
-                    "and could not stat it: "
-                    + ("the compose client sent it as a device mapping (docker-compose before "
-                       "2.30 does not pass CDI names through the Docker API)" if compose else
-                       "this podman predates CDI support (4.1)")
-                    + "; the CDI spec is not the problem")
-            fix = ("use a compose client that passes CDI names (docker-compose 2.30 or newer, "
-                   "or podman-compose), or run it with `podman run --device "
-                   f"{m['cdiname']}`" if compose else
-                   "upgrade podman to 4.1 or newer (CDI), or with this podman use the NVIDIA "
-                   "runtime hook (nvidia-container-toolkit's oci-nvidia-hook) instead of "
-                   "--device nvidia.com/gpu=...")
+            compose = (
+                re.search(
+                    r"Error response from daemon|docker[- ]compose|Container \S+\s+"
+                    r"Creating",
+                    "\n".join(x.text for x in lines),
+                )
+                is not None
+            )
+            what = (
+                f"the engine took the CDI device name {m['cdiname']} for a host device path "
+                "and could not stat it: "
+                + (
+                    "the compose client sent it as a device mapping (docker-compose before "
+                    "2.30 does not pass CDI names through the Docker API)"
+                    if compose
+                    else "this podman predates CDI support (4.1)"
+                )
+                + "; the CDI spec is not the problem"
+            )
+            fix = (
+                "use a compose client that passes CDI names (docker-compose 2.30 or newer, "
+                "or podman-compose), or run it with `podman run --device "
+                f"{m['cdiname']}`"
+                if compose
+                else "upgrade podman to 4.1 or newer (CDI), or with this podman use the NVIDIA "
+                "runtime hook (nvidia-container-toolkit's oci-nvidia-hook) instead of "
+                "--device nvidia.com/gpu=..."
+            )
             facts["device"] = m["cdiname"]
         elif m["hook"] or m["num"]:
-            if not (_NVIDIA_HOOK.search(ln.text) or any(
-                    _NVIDIA_HOOK.search(x.text) for x in lines)):
+            if not (
+                _NVIDIA_HOOK.search(ln.text) or any(_NVIDIA_HOOK.search(x.text) for x in lines)
+            ):
                 return None  # some other OCI hook
             named: str = m["hook"] or f"#{m['num']}"
             why = f" (exit code {m['code']})" if m["code"] else f": {_clean(m['hmsg'])}"
             cdi = "cdi" in named.lower()
-            what = (f"the OCI runtime's hook {named} failed{why}"
-                    + (": the CDI spec in /etc/cdi or /var/run/cdi names a hook or devices "
-                       "that do not match the installed driver/toolkit" if cdi else ""))
-            fix = ("regenerate the CDI spec with the installed toolkit: `sudo nvidia-ctk cdi "
-                   "generate --output=/etc/cdi/nvidia.yaml` (install nvidia-container-toolkit "
-                   "if nvidia-ctk is missing), then retry" if cdi else
-                   "run `nvidia-container-cli -k -d /dev/tty info` on the host to see why; "
-                   "reinstall or upgrade nvidia-container-toolkit")
+            what = f"the OCI runtime's hook {named} failed{why}" + (
+                ": the CDI spec in /etc/cdi or /var/run/cdi names a hook or devices "
+                "that do not match the installed driver/toolkit"
+                if cdi
+                else ""
+            )
+            fix = (
+                "regenerate the CDI spec with the installed toolkit: `sudo nvidia-ctk cdi "
+                "generate --output=/etc/cdi/nvidia.yaml` (install nvidia-container-toolkit "
+                "if nvidia-ctk is missing), then retry"
+                if cdi
+                else "run `nvidia-container-cli -k -d /dev/tty info` on the host to see why; "
+                "reinstall or upgrade nvidia-container-toolkit"
+            )
             facts["hook"] = named
             facts["exitcode"] = int(m["code"]) if m["code"] else None
         else:
@@ -421,7 +500,10 @@ def _toolkit(lines: Sequence[Line], image: str | None) -> Diagnosis | None:
         return _make(
             "toolkit_hook_failed",
             f"NVIDIA Container Toolkit: {what}; the container was never created",
-            fix, [ln.raw], facts)
+            fix,
+            [ln.raw],
+            facts,
+        )
     ln, m = hit
     stage, msg = m["stage"].lower(), _clean(m["msg"])
     if stage == "device" and (found := _device_error(ln, msg, image)) is not None:
@@ -436,21 +518,35 @@ def _toolkit(lines: Sequence[Line], image: str | None) -> Diagnosis | None:
         # loaded kernel module differ, a host driver state (the same nvidia-smi shows); the
         # toolkit only reports it
         why = _clean(nvml["why"])
-        same = [x.raw for x in lines if x is not ln and (
-            _HOST_MISMATCH.search(x.text) or _LIBRARY_VERSION.search(x.text))]
+        same = [
+            x.raw
+            for x in lines
+            if x is not ln and (_HOST_MISMATCH.search(x.text) or _LIBRARY_VERSION.search(x.text))
+        ]
         lib = next((v["v"] for x in lines if (v := _LIBRARY_VERSION.search(x.text))), None)
         d = _make(
             "driver_version_mismatch",
             "the host's NVIDIA user-space driver library"
-            + (f" ({lib})" if lib else "") + " and its loaded kernel module are different "
+            + (f" ({lib})" if lib else "")
+            + " and its loaded kernel module are different "
             f"versions (Driver/library version mismatch), so the NVIDIA Container Toolkit's hook "
             f"could not initialise NVML ({stage} stage) and no GPU container can start",
             _NVML_FIXES["driver/library version mismatch"],
-            evidence + same[:2], {**facts, "nvml_error": why, "library_version": lib})
-        return replace(d, consequences=(Consequence(
-            "toolkit_nvml_init",
-            f"the NVIDIA Container Toolkit's hook could not initialise NVML ({why}): the "
-            "container was never created", (ln.raw,)), *consequence))
+            evidence + same[:2],
+            {**facts, "nvml_error": why, "library_version": lib},
+        )
+        return replace(
+            d,
+            consequences=(
+                Consequence(
+                    "toolkit_nvml_init",
+                    f"the NVIDIA Container Toolkit's hook could not initialise NVML ({why}): the "
+                    "container was never created",
+                    (ln.raw,),
+                ),
+                *consequence,
+            ),
+        )
     if nvml:  # NVML failing in any stage: initialization, detection (libnvidia-container)
         why = _clean(nvml["why"])
         d = _make(
@@ -459,7 +555,9 @@ def _toolkit(lines: Sequence[Line], image: str | None) -> Diagnosis | None:
             f"host ({stage} stage): {why}. The container was never created, so the command in "
             "it never ran; the GPUs are not implicated",
             _NVML_FIXES.get(why.lower(), _NVML_FIXES["insufficient permissions"]),
-            evidence, {**facts, "nvml_error": why})
+            evidence,
+            {**facts, "nvml_error": why},
+        )
     elif library:
         d = _make(
             "toolkit_library_missing",
@@ -468,44 +566,67 @@ def _toolkit(lines: Sequence[Line], image: str | None) -> Diagnosis | None:
             "container was never created",
             "install the NVIDIA driver on the host (so that `nvidia-smi` works and "
             f"`ldconfig -p | grep {library['lib'].split('.so')[0]}` lists it), then retry",
-            evidence, {**facts, "library": library["lib"]})
+            evidence,
+            {**facts, "library": library["lib"]},
+        )
     elif cond and (c := _CUDA_COND.search(cond["cond"]) or _required_cuda(lines)):
         printed = cond["cond"]
-        aside = "" if _CUDA_COND.search(printed) else (
-            f" (the toolkit printed the last alternative it checked, '{printed}': no board / "
-            "driver exception of the image's requirement applies either)")
+        aside = (
+            ""
+            if _CUDA_COND.search(printed)
+            else (
+                f" (the toolkit printed the last alternative it checked, '{printed}': no board / "
+                "driver exception of the image's requirement applies either)"
+            )
+        )
         header = next(((x, h) for x in lines if (h := _SMI_HEADER.search(x.text))), None)
-        has = (f"driver supports {header[1]['cuda']} ({header[1]['driver']})" if header
-               else "the host's NVIDIA driver supports an older CUDA")
+        has = (
+            f"driver supports {header[1]['cuda']} ({header[1]['driver']})"
+            if header
+            else "the host's NVIDIA driver supports an older CUDA"
+        )
         d = _make(
             "driver_too_old",
             f"the image requires CUDA >= {c['v']} (NVIDIA_REQUIRE_CUDA), {has}{aside}: the "
             "toolkit's hook refused to start the container",
             f"update the host's NVIDIA driver to a branch that supports CUDA {c['v']}"
-            + (f" (the driver {header[1]['driver']} stops at CUDA {header[1]['cuda']})"
-               if header else "")
+            + (
+                f" (the driver {header[1]['driver']} stops at CUDA {header[1]['cuda']})"
+                if header
+                else ""
+            )
             + ", or use an image built for the CUDA the driver supports"
             + ("" if header else " (nvidia-smi shows it)"),
             evidence + ([header[0].raw] if header else []),
-            {**facts, "cuda": c["v"], "condition": printed,
-             "driver_cuda": header[1]["cuda"] if header else None,
-             "driver_version": header[1]["driver"] if header else None})
+            {
+                **facts,
+                "cuda": c["v"],
+                "condition": printed,
+                "driver_cuda": header[1]["cuda"] if header else None,
+                "driver_version": header[1]["driver"] if header else None,
+            },
+        )
     elif cond and (c := _DRIVER_COND.search(cond["cond"])):
         d = _make(
             "driver_too_old",
             f"the image requires NVIDIA driver >= {c['v']} and the host's driver is older: "
             "the toolkit's hook refused to start the container",
             f"update the host's NVIDIA driver to >= {c['v']}, or use an older image",
-            evidence, {**facts, "driver": c["v"], "condition": cond["cond"]})
+            evidence,
+            {**facts, "driver": c["v"], "condition": cond["cond"]},
+        )
     else:
         hint = _HOOK_HINTS.get(stage, "")
         d = _make(
             "toolkit_hook_failed",
             f"the NVIDIA Container Toolkit's hook failed ({stage} error: {msg}); the container "
             "was never created",
-            hint or "run `nvidia-container-cli -k -d /dev/tty info` on the host to see the "
+            hint
+            or "run `nvidia-container-cli -k -d /dev/tty info` on the host to see the "
             "full error; upgrade nvidia-container-toolkit",
-            evidence, facts)
+            evidence,
+            facts,
+        )
         consequence = ()
     return replace(d, consequences=consequence)
 
@@ -518,8 +639,12 @@ def _device_error(ln: Line, msg: str, image: str | None) -> Diagnosis | None:
         return None
     dev = tidy_value(m["dev"] or m["dev2"] or "") or None
     why = m["why"].strip()
-    facts: dict[str, FactValue | None] = {"image": image, "stage": "device", "error": msg,
-                                          "device": dev}
+    facts: dict[str, FactValue | None] = {
+        "image": image,
+        "stage": "device",
+        "error": msg,
+        "device": dev,
+    }
     if dev == _VOLUME_MOUNTS:
         return _make(
             "toolkit_hook_failed",
@@ -530,10 +655,16 @@ def _device_error(ln: Line, msg: str, image: str | None) -> Diagnosis | None:
             "set accept-nvidia-visible-devices-as-volume-mounts = true in "
             "/etc/nvidia-container-runtime/config.toml (or switch the device plugin's "
             "DEVICE_LIST_STRATEGY back to envvar), then restart the pod",
-            [ln.raw], facts)
+            [ln.raw],
+            facts,
+        )
     named = f"'{dev}'" if dev else "the device it was given"
-    mig = " (MIG devices are named by their own MIG-<uuid>, or <gpu>:<mig> index, on R470+ " \
-        "drivers, not MIG-GPU-<uuid>/<gi>/<ci>)" if dev and dev.upper().startswith("MIG") else ""
+    mig = (
+        " (MIG devices are named by their own MIG-<uuid>, or <gpu>:<mig> index, on R470+ "
+        "drivers, not MIG-GPU-<uuid>/<gi>/<ci>)"
+        if dev and dev.upper().startswith("MIG")
+        else ""
+    )
     return _make(
         "toolkit_hook_failed",
         f"the NVIDIA Container Toolkit's hook could not find the device {named} ({why}): "
@@ -542,34 +673,45 @@ def _device_error(ln: Line, msg: str, image: str | None) -> Diagnosis | None:
         "pass a device that `nvidia-smi -L` lists on the host: an index, a GPU-<uuid>, or with "
         "MIG a MIG-<uuid> (or <gpu>:<mig>); recreate the container if the GPUs changed since "
         "it was defined",
-        [ln.raw], facts)
+        [ln.raw],
+        facts,
+    )
 
 
 _NVML_FIXES = {
     "driver not loaded": (
         "make `nvidia-smi` work on the host first: install/load the NVIDIA driver "
         "(`sudo modprobe nvidia`; check Secure Boot and the dkms build for the running "
-        "kernel; reboot after a driver install), then retry"),
+        "kernel; reboot after a driver install), then retry"
+    ),
     "insufficient permissions": (
         "check `nvidia-smi` on the host as root, /dev/nvidia* permissions, SELinux / "
         "user-namespace (userns-remap, rootless) settings and "
-        "/etc/nvidia-container-runtime/config.toml (no-cgroups, user)"),
+        "/etc/nvidia-container-runtime/config.toml (no-cgroups, user)"
+    ),
     "unknown error": (
         "run `nvidia-smi` on the host: if it fails too, reboot the host (driver state); if "
-        "not, check /dev/nvidia* and /etc/nvidia-container-runtime/config.toml"),
+        "not, check /dev/nvidia* and /etc/nvidia-container-runtime/config.toml"
+    ),
     "function not found": (
         "the host driver is older than this libnvidia-container needs (an NVML function is "
-        "missing): upgrade the NVIDIA driver, or install a toolkit release that supports it"),
+        "missing): upgrade the NVIDIA driver, or install a toolkit release that supports it"
+    ),
     "driver/library version mismatch": (
         "the NVIDIA driver was upgraded without reloading its kernel module: reboot the host "
-        "(or reload the nvidia modules), then retry"),
+        "(or reload the nvidia modules), then retry"
+    ),
 }
 _HOOK_HINTS = {
-    "mount": ("the driver files under /proc/driver/nvidia or the libraries do not match the "
-              "loaded driver (upgraded without reboot): reboot the host, then retry"),
-    "container": ("if it names a cgroup subsystem (cgroup v2 host), upgrade "
-                  "nvidia-container-toolkit / libnvidia-container to >= 1.8; else run "
-                  "`nvidia-container-cli -k -d /dev/tty info` on the host"),
+    "mount": (
+        "the driver files under /proc/driver/nvidia or the libraries do not match the "
+        "loaded driver (upgraded without reboot): reboot the host, then retry"
+    ),
+    "container": (
+        "if it names a cgroup subsystem (cgroup v2 host), upgrade "
+        "nvidia-container-toolkit / libnvidia-container to >= 1.8; else run "
+        "`nvidia-container-cli -k -d /dev/tty info` on the host"
+    ),
     "ldcache": "run `sudo ldconfig` on the host and check the image's /etc/ld.so.cache",
 }
 
@@ -582,7 +724,9 @@ _NOT_FOUND = re.compile(
     r"|pull access denied for [^,\s]+, repository does not exist"
     r"|repository \S+ not found: does not exist or no pull access"
     r"|failed to resolve reference \S+: \S+: not found"
-    r"|manifest for \S+ not found", re.I)
+    r"|manifest for \S+ not found",
+    re.I,
+)
 
 
 def _image_not_found(lines: Sequence[Line], image: str | None) -> Diagnosis | None:
@@ -593,17 +737,23 @@ def _image_not_found(lines: Sequence[Line], image: str | None) -> Diagnosis | No
     repo = "pull access denied" in m[0] or "repository" in m[0]
     tag = "repository or tag" if repo else "tag"
     if repo:
-        summary = (f"image not found: {name} does not exist on the registry (or is private "
-                   "and needs `docker login`)")
+        summary = (
+            f"image not found: {name} does not exist on the registry (or is private "
+            "and needs `docker login`)"
+        )
     else:
-        summary = (f"image tag not found: the registry has no {name} ({m[0]}); not an "
-                   "authentication, network or disk problem")
+        summary = (
+            f"image tag not found: the registry has no {name} ({m[0]}); not an "
+            "authentication, network or disk problem"
+        )
     return _make(
         "image_not_found",
         summary,
         f"check the image name and {tag} (list the repository's tags on its registry), fix "
         "`image:` in the spec, or `docker login` if the repository is private",
-        [ln.raw], {"image": image, "registry": _registry_of_image(image)})
+        [ln.raw],
+        {"image": image, "registry": _registry_of_image(image)},
+    )
 
 
 _AUTH = re.compile(
@@ -612,7 +762,8 @@ _AUTH = re.compile(
     r"|(?<!pull access )(?<!Permission )\bdenied: "
     r"|authentication required|no basic auth credentials|incorrect username or password"
     r"|requested access to the resource is denied|invalid username/password"
-    r"|authorization failed|401 Unauthorized")
+    r"|authorization failed|401 Unauthorized"
+)
 #: The registry's own API address in a message (``https://<registry>/v2/...``, the distribution
 #: spec's endpoint); any other URL in the message (``https://www.docker.com/increase-rate-limit``,
 #: a docs link) is advice, never the registry.
@@ -639,8 +790,11 @@ def _registry_auth(lines: Sequence[Line], image: str | None) -> Diagnosis | None
     ln, _m = hit
     registry = _registry_named(ln.text, image)
     where = registry or "the registry"
-    ngc = " (nvcr.io: user `$oauthtoken`, an NGC API key as password)" if (
-        registry or "").endswith("nvcr.io") else ""
+    ngc = (
+        " (nvcr.io: user `$oauthtoken`, an NGC API key as password)"
+        if (registry or "").endswith("nvcr.io")
+        else ""
+    )
     what = image or "the image"
     if any(_BAD_LOGIN.search(x.text) for x in lines):
         return _make(
@@ -649,7 +803,9 @@ def _registry_auth(lines: Sequence[Line], image: str | None) -> Diagnosis | None
             "login; the repository itself may well be public)",
             f"`docker logout{_hub_or(registry)}` and pull again (public image), or `docker "
             f"login{_hub_or(registry)}` with the right account{ngc}",
-            [ln.raw], {"registry": registry, "image": image, "refusal": "credentials"})
+            [ln.raw],
+            {"registry": registry, "image": image, "refusal": "credentials"},
+        )
     return _make(
         "registry_auth",
         f"{where} refused to serve {what} (unauthorized, no login rejected): registries answer "
@@ -658,7 +814,9 @@ def _registry_auth(lines: Sequence[Line], image: str | None) -> Diagnosis | None
         f"check the repository name and tag of {what} on its registry (the project's packages "
         "/ tags page) and fix `image:`; if it is private, `docker login "
         f"{registry or '<registry>'}` on the host with an account that may pull it{ngc}",
-        [ln.raw], {"registry": registry, "image": image, "refusal": "anonymous"})
+        [ln.raw],
+        {"registry": registry, "image": image, "refusal": "anonymous"},
+    )
 
 
 def _hub_or(registry: str | None) -> str:
@@ -669,12 +827,14 @@ def _hub_or(registry: str | None) -> str:
 
 #: The registry rejected credentials the client sent (a stale or wrong stored login), not an
 #: anonymous request.
-_BAD_LOGIN = re.compile(r"incorrect username or password|invalid username/password"
-                        r"|authorization failed|bad credentials", re.I)
+_BAD_LOGIN = re.compile(
+    r"incorrect username or password|invalid username/password"
+    r"|authorization failed|bad credentials",
+    re.I,
+)
 
 
-_RATE = re.compile(r"toomanyrequests|TOOMANYREQUESTS|pull rate limit|429 Too Many Requests",
-                   re.I)
+_RATE = re.compile(r"toomanyrequests|TOOMANYREQUESTS|pull rate limit|429 Too Many Requests", re.I)
 
 
 def _rate_limited(lines: Sequence[Line], image: str | None) -> Diagnosis | None:
@@ -688,26 +848,39 @@ def _rate_limited(lines: Sequence[Line], image: str | None) -> Diagnosis | None:
         "(toomanyrequests); anonymous pulls share the host's IP address quota",
         "`docker login` so pulls count against an account, use a registry mirror / pull "
         "through cache, or retry after the limit window",
-        [hit[0].raw], {"registry": registry, "image": image})
+        [hit[0].raw],
+        {"registry": registry, "image": image},
+    )
 
 
 _REGISTRY_CONTEXT = re.compile(
     r"/v2/|registry|pinging container registry|failed to (?:resolve|do request|fetch|copy)"
-    r"|Error response from daemon: Get|error pulling image|Pulling|pull", re.I)
+    r"|Error response from daemon: Get|error pulling image|Pulling|pull",
+    re.I,
+)
 _NET_ERROR = re.compile(
     r"no such host|i/o timeout|TLS handshake timeout|connection refused|connection reset"
     r"|network is unreachable|no route to host|Temporary failure in name resolution"
     r"|server misbehaving|context deadline exceeded|Client\.Timeout exceeded"
     r"|request canceled while waiting for connection|x509: |proxyconnect"
-    r"|server gave HTTP response to HTTPS client|EOF$", re.I)
+    r"|server gave HTTP response to HTTPS client|EOF$",
+    re.I,
+)
 _LOOKUP = re.compile(r"lookup (?P<host>[\w.-]+\.[a-z]{2,})(?: on [\d.:\[\]]+)?: ", re.I)
 _PINGING = re.compile(r"pinging container registry (?P<host>[\w.:-]+)", re.I)
 
 
 def _registry_unreachable(lines: Sequence[Line], image: str | None) -> Diagnosis | None:
-    hit = next((ln for ln in lines if _NET_ERROR.search(ln.text)
-                and _REGISTRY_CONTEXT.search(ln.text)
-                and not _NOT_FOUND.search(ln.text)), None)
+    hit = next(
+        (
+            ln
+            for ln in lines
+            if _NET_ERROR.search(ln.text)
+            and _REGISTRY_CONTEXT.search(ln.text)
+            and not _NOT_FOUND.search(ln.text)
+        ),
+        None,
+    )
     if hit is None:
         return None
     registry = None
@@ -726,15 +899,16 @@ def _registry_unreachable(lines: Sequence[Line], image: str | None) -> Diagnosis
         "check the daemon's network from the host: DNS (`getent hosts "
         f"{registry or '<registry>'}`), proxy settings of the docker service (`systemctl "
         "show docker --property=Environment`), firewall/TLS; retry or use a reachable mirror",
-        [hit.raw], {"registry": registry, "image": image})
+        [hit.raw],
+        {"registry": registry, "image": image},
+    )
 
 
 # -- the host and the daemon ---------------------------------------------------------------
 
 _DISK_FULL = re.compile(r"no space left on device|\bENOSPC\b", re.I)
 # /dev/shm (NCCL segments, torch's shared-memory files) is shm_exhausted, not the disk
-_SHM = re.compile(r"/dev/shm|shared memory|\bshm\b|posix_fallocate|NCCL|</torch_|torch_\d+",
-                  re.I)
+_SHM = re.compile(r"/dev/shm|shared memory|\bshm\b|posix_fallocate|NCCL|</torch_|torch_\d+", re.I)
 _PATH = re.compile(r"(?:write|open|mkdir|create|copy)\s+(?P<path>/[^\s:]+)")
 
 
@@ -744,7 +918,8 @@ _PATH = re.compile(r"(?:write|open|mkdir|create|copy)\s+(?P<path>/[^\s:]+)")
 # over quota, without the OS's "No space left on device" in the message.
 _CHECKPOINT_WRITE = re.compile(
     r"PytorchStreamWriter failed writing file (?P<file>\S+?):? file write failed"
-    r"|\[enforce fail at inline_container\.cc:\d+\] \. unexpected pos \d+ vs \d+")
+    r"|\[enforce fail at inline_container\.cc:\d+\] \. unexpected pos \d+ vs \d+"
+)
 
 
 def _disk_full(lines: Sequence[Line], image: str | None) -> Diagnosis | None:
@@ -759,11 +934,14 @@ def _disk_full(lines: Sequence[Line], image: str | None) -> Diagnosis | None:
             "full or over quota",
             "free space (old checkpoints) or save to a larger volume, then check with `df -h "
             "<checkpoint dir>` before resuming",
-            [at.raw], {"image": image, "file": said["file"]})
+            [at.raw],
+            {"image": image, "file": said["file"]},
+        )
     ln, _m = hit
     path = m["path"] if (m := _PATH.search(ln.text)) else None
-    pulling = re.search(r"register layer|extract|pull|tar file|overlay|/var/lib/docker",
-                        ln.text, re.I)
+    pulling = re.search(
+        r"register layer|extract|pull|tar file|overlay|/var/lib/docker", ln.text, re.I
+    )
     what = f"pulling {image or 'the image'}" if pulling else f"writing {path or 'a file'}"
     return _make(
         "disk_full",
@@ -771,7 +949,9 @@ def _disk_full(lines: Sequence[Line], image: str | None) -> Diagnosis | None:
         f"{'of Docker data-root (/var/lib/docker)' if pulling else 'written to'} is full",
         "free space on the host (`docker system df`, `docker system prune`, old checkpoints), "
         "or grow the volume / move Docker's data-root to a larger disk",
-        [ln.raw], {"image": image, "path": path})
+        [ln.raw],
+        {"image": image, "path": path},
+    )
 
 
 _DAEMON_DOWN = re.compile(
@@ -782,7 +962,9 @@ _DAEMON_DOWN = re.compile(
     r"|Error while fetching server API version: \('Connection aborted\.', "
     r"(?:FileNotFoundError|ConnectionRefusedError)"
     r"|dial unix (?P<sock2>\S+\.sock): connect: (?:no such file or directory|connection refused)"
-    r"|open //\./pipe/docker_engine", re.I)
+    r"|open //\./pipe/docker_engine",
+    re.I,
+)
 
 
 def _daemon_unreachable(lines: Sequence[Line], image: str | None) -> Diagnosis | None:
@@ -797,32 +979,38 @@ def _daemon_unreachable(lines: Sequence[Line], image: str | None) -> Diagnosis |
         "start the daemon on the host (`sudo systemctl start docker`; `systemctl status "
         "docker` / `journalctl -u docker` say why it stopped) and retry; check DOCKER_HOST "
         "and the docker context",
-        [ln.raw], {"socket": sock, "image": image})
+        [ln.raw],
+        {"socket": sock, "image": image},
+    )
 
 
 _PERMISSION = re.compile(
     r"permission denied while trying to connect to the (?:Docker )?daemon socket"
     r"|dial unix (?P<sock>\S+\.sock): connect: permission denied"
-    r"|Error while fetching server API version: \('Connection aborted\.', PermissionError", re.I)
+    r"|Error while fetching server API version: \('Connection aborted\.', PermissionError",
+    re.I,
+)
 
 
 def _permission(lines: Sequence[Line], image: str | None) -> Diagnosis | None:
     if _first(lines, _PERMISSION) is None:
         return None
-    sock = next((m["sock"] for x in lines if (m := _PERMISSION.search(x.text)) and m["sock"]),
-                None)
+    sock = next((m["sock"] for x in lines if (m := _PERMISSION.search(x.text)) and m["sock"]), None)
     return _make(
         "docker_permission",
         f"this user may not use the Docker socket ({sock or '/var/run/docker.sock'}: "
         "permission denied): not root and not in the `docker` group",
         "`sudo usermod -aG docker $USER` and log in again (or use sudo / rootless docker)",
         [x.raw for x in lines if _PERMISSION.search(x.text)][:2],
-        {"socket": sock or None, "image": image})
+        {"socket": sock or None, "image": image},
+    )
 
 
 _NAME_CONFLICT = re.compile(
     r"container name \\?\"?(?P<name>/?[\w.-]+)\\?\"? is already in use"
-    r"|name \\?\"(?P<name2>[\w.-]+)\\?\" is already used by", re.I)
+    r"|name \\?\"(?P<name2>[\w.-]+)\\?\" is already used by",
+    re.I,
+)
 
 
 def _name_conflict(lines: Sequence[Line], image: str | None) -> Diagnosis | None:
@@ -836,7 +1024,9 @@ def _name_conflict(lines: Sequence[Line], image: str | None) -> Diagnosis | None
         "stopped, or still being removed), so this one was not created",
         f"remove the old container (`docker rm -f {name}`; if its removal hangs, restart "
         "dockerd) or use another name",
-        [ln.raw], {"name": name, "image": image})
+        [ln.raw],
+        {"name": name, "image": image},
+    )
 
 
 _PORT = re.compile(
@@ -846,7 +1036,9 @@ _PORT = re.compile(
     r"|(?:listen|bind) (?:tcp|udp)[46]? (?P<a3>[\w.\[\]:]*?):(?P<p3>\d+): bind: "
     r"(?:address already in use|Only one usage of each socket address)"  # Linux, Windows
     r"|Bind for (?P<a5>[\w.:\[\]]*?):(?P<p5>\d+): unexpected error \(Failure EADDRINUSE\)"
-    r"|exposing port (?:TCP|UDP) (?P<a4>[\w.\[\]:]*?):(?P<p4>\d+) ->", re.I)
+    r"|exposing port (?:TCP|UDP) (?P<a4>[\w.\[\]:]*?):(?P<p4>\d+) ->",
+    re.I,
+)
 
 
 def _port_in_use(lines: Sequence[Line], image: str | None) -> Diagnosis | None:
@@ -863,12 +1055,15 @@ def _port_in_use(lines: Sequence[Line], image: str | None) -> Diagnosis | None:
         "start",
         f"publish another host port (`-p <free>:<container port>`) or free {port} (`ss -ltnp "
         f"'sport = :{port}'`); `docker rm` the container that was created",
-        [ln.raw for ln in spanned], {"port": port, "address": addr or None, "image": image})
+        [ln.raw for ln in spanned],
+        {"port": port, "address": addr or None, "image": image},
+    )
 
 
 _PLATFORM = re.compile(
     r"requested image's platform \((?P<platform>[^)]+)\) does not match the detected host "
-    r"platform \((?P<host>[^)]+)\)")
+    r"platform \((?P<host>[^)]+)\)"
+)
 _EXEC_FORMAT = re.compile(r"exec format error", re.I)
 
 
@@ -886,16 +1081,20 @@ def _platform_mismatch(lines: Sequence[Line], image: str | None) -> Diagnosis | 
         "container starts",
         f"use a build of the image for {host or 'the host'}'s architecture (`--platform`), or "
         "install binfmt/qemu emulation and run with the image's --platform",
-        evidence, {"platform": platform, "host_platform": host, "image": image})
+        evidence,
+        {"platform": platform, "host_platform": host, "image": image},
+    )
 
 
 # -- memory ----------------------------------------------------------------------------------
 
 _CGROUP_OOM = re.compile(
     r"Memory cgroup out of memory: Kill(?:ed)? process (?P<pid>\d+) \((?P<comm>[^)]*)\)"
-    r"|oom-kill:.*constraint=CONSTRAINT_MEMCG.*?,task=(?P<comm2>[^,]+),pid=(?P<pid2>\d+)")
+    r"|oom-kill:.*constraint=CONSTRAINT_MEMCG.*?,task=(?P<comm2>[^,]+),pid=(?P<pid2>\d+)"
+)
 _HOST_OOM = re.compile(
-    r"(?<!cgroup )Out of memory: Kill(?:ed)? process (?P<pid>\d+) \((?P<comm>[^)]*)\)")
+    r"(?<!cgroup )Out of memory: Kill(?:ed)? process (?P<pid>\d+) \((?P<comm>[^)]*)\)"
+)
 # The first line of the kernel's OOM report (mm/oom_kill.c dump_header: "%s invoked
 # oom-killer: gfp_mask=%#x(%pGg), order=%d, oom_score_adj=%hd"), for a cgroup's limit or the
 # host's RAM alike; it names the process that allocated, not the one killed.
@@ -903,8 +1102,9 @@ _OOM_INVOKED = re.compile(r"\binvoked oom-killer: gfp_mask=")
 # docker inspect's State.OOMKilled, Kubernetes' "Reason: OOMKilled"; never "OOMKilled": false
 _OOM_FLAG = re.compile(r"\bOOMKilled\b(?!\"?\s*[:=]\s*false)", re.I)
 _EXIT_137 = re.compile(r"(?:exit(?:ed)?(?: with)?(?: code| status)?|Exited) \(?137\)?", re.I)
-_MEM_LIMIT = re.compile(r"(?:^|\s)(?:-m|--memory)[ =]\d|mem_limit|memory limit|limits?:.*memory",
-                        re.I)
+_MEM_LIMIT = re.compile(
+    r"(?:^|\s)(?:-m|--memory)[ =]\d|mem_limit|memory limit|limits?:.*memory", re.I
+)
 
 
 def oom_from_kernel(lines: Sequence[Line]) -> tuple[Line, int | None, str, str | None] | None:
@@ -942,31 +1142,56 @@ def _oom(lines: Sequence[Line], image: str | None) -> Diagnosis | None:
         evidence.append(flag[0].raw)
     elif code is not None and limit is not None:
         evidence += [limit[0].raw, code[0].raw]
-    who = (f"process {pid} ({comm})" if pid is not None
-           else "a process (the kernel log shows the OOM killer invoked; its victim's line is "
-           "not in the text)" if kernel is not None
-           else "the container's main process")
+    who = (
+        f"process {pid} ({comm})"
+        if pid is not None
+        else "a process (the kernel log shows the OOM killer invoked; its victim's line is "
+        "not in the text)"
+        if kernel is not None
+        else "the container's main process"
+    )
     if scope == "host":
-        summary = (f"the kernel OOM killer killed {who}: the host ran out of RAM (not GPU "
-                   "memory)")
-        fix = ("lower host memory use (fewer DataLoader workers, smaller prefetch, no dataset "
-               "held in RAM per rank) or run on a host with more RAM")
+        summary = f"the kernel OOM killer killed {who}: the host ran out of RAM (not GPU memory)"
+        fix = (
+            "lower host memory use (fewer DataLoader workers, smaller prefetch, no dataset "
+            "held in RAM per rank) or run on a host with more RAM"
+        )
     else:
-        summary = (f"the container hit its memory limit and the cgroup OOM killer killed "
-                   f"{who}{' (OOMKilled; exit 137)' if pid is not None or flag or code else ''}; "
-                   "host RAM, not GPU memory")
-        fix = ("raise the container's memory limit (docker run -m / the job's memory) or "
-               "lower host memory use (fewer DataLoader workers, smaller batches in RAM)")
-    return _make("oom_killed", summary, fix, evidence,
-                 {"pid": pid, "scope": scope, "process": comm, "image": image})
+        summary = (
+            f"the container hit its memory limit and the cgroup OOM killer killed "
+            f"{who}{' (OOMKilled; exit 137)' if pid is not None or flag or code else ''}; "
+            "host RAM, not GPU memory"
+        )
+        fix = (
+            "raise the container's memory limit (docker run -m / the job's memory) or "
+            "lower host memory use (fewer DataLoader workers, smaller batches in RAM)"
+        )
+    return _make(
+        "oom_killed",
+        summary,
+        fix,
+        evidence,
+        {"pid": pid, "scope": scope, "process": comm, "image": image},
+    )
 
 
 # -- attempts ------------------------------------------------------------------------------
 
 _CHECKS = (
-    _daemon_unreachable, _permission, _disk_full, _no_gpu_driver, _unknown_runtime, _toolkit,
-    _image_not_found, _registry_auth, _rate_limited, _registry_unreachable,
-    _name_conflict, _port_in_use, _platform_mismatch, _oom,
+    _daemon_unreachable,
+    _permission,
+    _disk_full,
+    _no_gpu_driver,
+    _unknown_runtime,
+    _toolkit,
+    _image_not_found,
+    _registry_auth,
+    _rate_limited,
+    _registry_unreachable,
+    _name_conflict,
+    _port_in_use,
+    _platform_mismatch,
+    _oom,
 )
 
 

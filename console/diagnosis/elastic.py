@@ -227,7 +227,8 @@ def _parse_summary(lines: Sequence[str], start: int) -> tuple[TorchelasticFailur
 
 
 def parse_torchelastic_failures(
-    text: str, normalized: Sequence[Line] | None = None,
+    text: str,
+    normalized: Sequence[Line] | None = None,
 ) -> tuple[TorchelasticFailure, ...]:
     """Every torchelastic failure summary in ``text``, in order (one per agent / node).
 
@@ -249,7 +250,8 @@ def parse_torchelastic_failures(
 
 
 def parse_torchelastic_failure(
-    text: str, normalized: Sequence[Line] | None = None,
+    text: str,
+    normalized: Sequence[Line] | None = None,
 ) -> TorchelasticFailure | None:
     """Parse torchelastic's ``ChildFailedError`` failure summary out of ``text``.
 

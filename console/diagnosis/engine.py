@@ -63,41 +63,83 @@ RULE_MODULES: tuple[str, ...] = (
 #: missing here ranks after all listed ones.
 PRECEDENCE: tuple[CauseKind | Literal["xid_app"], ...] = (
     # the host and its GPUs
-    "xid", "gpu_lost", "gsp_timeout", "driver_unreachable", "driver_version_mismatch",
-    "nvml_library_not_found", "nvml_function_not_found", "no_gpus", "fabric_manager",
+    "xid",
+    "gpu_lost",
+    "gsp_timeout",
+    "driver_unreachable",
+    "driver_version_mismatch",
+    "nvml_library_not_found",
+    "nvml_function_not_found",
+    "no_gpus",
+    "fabric_manager",
     "nvml_lost_in_container",
-    "nvml_error", "nvml_blocked_by_host", "nvml_permission",
+    "nvml_error",
+    "nvml_blocked_by_host",
+    "nvml_permission",
     # the container engine, the registry, the toolkit
-    "gpu_unschedulable", "docker_daemon_unreachable", "docker_permission", "disk_full",
+    "gpu_unschedulable",
+    "docker_daemon_unreachable",
+    "docker_permission",
+    "disk_full",
     "docker_no_gpu_driver",
-    "docker_unknown_runtime", "toolkit_nvml_init", "toolkit_library_missing", "driver_too_old",
-    "toolkit_hook_failed", "image_not_found", "registry_auth", "registry_rate_limited",
-    "registry_unreachable", "name_conflict",
+    "docker_unknown_runtime",
+    "toolkit_nvml_init",
+    "toolkit_library_missing",
+    "driver_too_old",
+    "toolkit_hook_failed",
+    "image_not_found",
+    "registry_auth",
+    "registry_rate_limited",
+    "registry_unreachable",
+    "name_conflict",
     # resources
-    "oom_killed", "nccl_cuda_oom", "cuda_oom", "shm_exhausted", "cuda_ecc",
+    "oom_killed",
+    "nccl_cuda_oom",
+    "cuda_oom",
+    "shm_exhausted",
+    "cuda_ecc",
     # CUDA in the process
-    "cuda_no_device", "cuda_invalid_device", "cuda_unsupported_arch",
-    "cuda_illegal_memory_access", "cuda_device_assert", "cuda_error",
+    "cuda_no_device",
+    "cuda_invalid_device",
+    "cuda_unsupported_arch",
+    "cuda_illegal_memory_access",
+    "cuda_device_assert",
+    "cuda_error",
     # the notebook server in its container (before the exception its traceback shows)
-    "jupyter_not_installed", "jupyter_root_refused", "jupyter_dir_missing",
-    "jupyter_permission", "jupyter_port_unavailable",
+    "jupyter_not_installed",
+    "jupyter_root_refused",
+    "jupyter_dir_missing",
+    "jupyter_permission",
+    "jupyter_port_unavailable",
     # the program never started (slurmstepd's execve)
     "slurm_exec_failed",
     # distributed set-up
-    "store_address_unresolved", "port_in_use", "rendezvous_connection", "rendezvous_failed",
-    "nccl_invalid_usage", "nccl_unhandled_cuda",
+    "store_address_unresolved",
+    "port_in_use",
+    "rendezvous_connection",
+    "rendezvous_failed",
+    "nccl_invalid_usage",
+    "nccl_unhandled_cuda",
     # the application
     "exception",
-    "nccl_system_error", "nccl_internal_error",
+    "nccl_system_error",
+    "nccl_internal_error",
     # a rank killed from outside (the OOM killer) or crashed: its peers' timeouts and
     # closed connections follow from it
-    "sigkill", "sigsegv",
+    "sigkill",
+    "sigsegv",
     # the scheduler's clock, then what peers see when one rank is gone
-    "slurm_time_limit", "nccl_timeout", "nccl_remote_error",
+    "slurm_time_limit",
+    "nccl_timeout",
+    "nccl_remote_error",
     # a notebook's kernel that died (an OOM kill or a signal above explains it)
     "jupyter_kernel_died",
     # how the other processes ended
-    "sigabrt", "signal", "exit_code", "hangup", "stopped",
+    "sigabrt",
+    "signal",
+    "exit_code",
+    "hangup",
+    "stopped",
     "slurm_cancelled",
     # an Xid the application caused (13, 31, 43...) ranks below the application's own error
     "xid_app",
@@ -106,7 +148,8 @@ _RANK = {kind: i for i, kind in enumerate(PRECEDENCE)}
 
 #: Ids that only say how a rank ended: dropped as consequences of a root cause on that rank.
 _EXIT_KINDS: frozenset[CauseKind] = frozenset(
-    {"sigkill", "sigsegv", "sigabrt", "signal", "exit_code"})
+    {"sigkill", "sigsegv", "sigabrt", "signal", "exit_code"}
+)
 
 
 #: Ids of the scheduler ending the job from outside (its clock, a preemption or requeue, a
@@ -115,7 +158,11 @@ _EXIT_KINDS: frozenset[CauseKind] = frozenset(
 #: a failure printed above it (the exception that made srun cancel the step) stays the root.
 SCHEDULER_ENDS: frozenset[CauseKind] = frozenset({"slurm_time_limit", "slurm_cancelled"})
 _AFTER_A_STOP: frozenset[CauseKind] = _EXIT_KINDS | {
-    "stopped", "hangup", "nccl_system_error", "nccl_internal_error", "nccl_remote_error",
+    "stopped",
+    "hangup",
+    "nccl_system_error",
+    "nccl_internal_error",
+    "nccl_remote_error",
     "nccl_timeout",
 }
 
@@ -155,14 +202,49 @@ def _declared() -> list[tuple[Rule, tuple[Needs, ...] | None]]:
 #: and fields) and :func:`detect_inputs`' words (``NCCL INFO`` is looked for in the whole
 #: input instead: :func:`_inputs`).
 ENGINE_NEEDS: tuple[Needs, ...] = (
-    Needs(("root cause", "failures:", " failed", "exitcode", "error_file", "traceback :",
-           "local_rank:", "<no_other_failures>", "========", "--------", "********"),
-          before=4, after=12),
-    Needs(("torch.distributed", "torchrun", "childfailederror", "processgroupnccl", "elastic",
-           "nccl warn", "nccl error", "traceback (most recent call last)",
-           "nvrm:", "kernel: ", "out of memory: kill", "nvidia-smi", "no devices were found",
-           "nvml", "error response from daemon", "docker", "oci runtime",
-           "nvidia-container-cli", "slurmstepd", "srun: ", "slurm_", "sbatch")),
+    Needs(
+        (
+            "root cause",
+            "failures:",
+            " failed",
+            "exitcode",
+            "error_file",
+            "traceback :",
+            "local_rank:",
+            "<no_other_failures>",
+            "========",
+            "--------",
+            "********",
+        ),
+        before=4,
+        after=12,
+    ),
+    Needs(
+        (
+            "torch.distributed",
+            "torchrun",
+            "childfailederror",
+            "processgroupnccl",
+            "elastic",
+            "nccl warn",
+            "nccl error",
+            "traceback (most recent call last)",
+            "nvrm:",
+            "kernel: ",
+            "out of memory: kill",
+            "nvidia-smi",
+            "no devices were found",
+            "nvml",
+            "error response from daemon",
+            "docker",
+            "oci runtime",
+            "nvidia-container-cli",
+            "slurmstepd",
+            "srun: ",
+            "slurm_",
+            "sbatch",
+        )
+    ),
 )
 
 #: Physical lines always kept at the start (the command, the world size, the set-up) and at
@@ -243,8 +325,14 @@ def _line_end(data: bytes, pos: int, forward: int) -> int:
     return end
 
 
-def kept_text(text: str, *, head: int | None = None, tail: int | None = None,
-              gap: int | None = None, small: int | None = None) -> str:
+def kept_text(
+    text: str,
+    *,
+    head: int | None = None,
+    tail: int | None = None,
+    gap: int | None = None,
+    small: int | None = None,
+) -> str:
     """``text`` with the physical lines that no rule can read dropped (see the module
     docstring): the lines holding a declared word and their context, the first ``head`` and
     last ``tail`` lines, and the first ``gap`` lines of each dropped stretch (by default
@@ -278,7 +366,7 @@ def kept_text(text: str, *, head: int | None = None, tail: int | None = None,
         if end <= at and start < len(data):
             continue
         if start > at:
-            parts.append(data[at:min(start, _line_end(data, at, gap - 1) if gap else at)])
+            parts.append(data[at : min(start, _line_end(data, at, gap - 1) if gap else at)])
             at = start
         parts.append(data[at:end])
         at = max(at, end)
@@ -292,8 +380,9 @@ def _position(d: Diagnosis, lines: Sequence[Line]) -> int:
         if ln.raw.strip() in wanted or ln.text.strip() in wanted:
             return ln.index
     for ln in lines:  # evidence built from several lines or reworded: a looser match
-        if any(e and (e in ln.raw or (ln.text.strip() and ln.text.strip() in e))
-               for e in d.evidence):
+        if any(
+            e and (e in ln.raw or (ln.text.strip() and ln.text.strip() in e)) for e in d.evidence
+        ):
             return ln.index
     return len(lines)
 
@@ -319,8 +408,7 @@ def findings(ctx: Context, full: Callable[[], Context] | None = None) -> list[Di
         try:
             got = rule(on)
         except Exception:
-            log.exception("diagnosis rule %s failed; skipped",
-                          getattr(rule, "__qualname__", rule))
+            log.exception("diagnosis rule %s failed; skipped", getattr(rule, "__qualname__", rule))
             continue
         if got is None:
             continue
@@ -339,9 +427,13 @@ def _after_scheduler_end(found: list[Diagnosis], lines: Sequence[Line]) -> list[
     # with a reason (DUE TO TIME LIMIT / PREEMPTION / NODE FAILURE...) the end came from outside
     # the job: a Python exception printed after it is the processes failing on the way out
     from_outside = bool(end.facts.get("reason")) or end.kind == "slurm_time_limit"
-    later = [d for d in found
-             if (d.kind in _AFTER_A_STOP or (from_outside and d.kind == "exception"))
-             and precedence_of(d) < rank and _position(d, lines) > at]
+    later = [
+        d
+        for d in found
+        if (d.kind in _AFTER_A_STOP or (from_outside and d.kind == "exception"))
+        and precedence_of(d) < rank
+        and _position(d, lines) > at
+    ]
     if not later:
         return found
     rest = [d for d in found if d not in later]
@@ -350,17 +442,27 @@ def _after_scheduler_end(found: list[Diagnosis], lines: Sequence[Line]) -> list[
 
 
 _INPUTS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("torchrun log", re.compile(
-        r"torch\.distributed|torchrun|ChildFailedError|\[rank\d+\]:|\[default\d+\]:"
-        r"|ProcessGroupNCCL|elastic", re.I)),
+    (
+        "torchrun log",
+        re.compile(
+            r"torch\.distributed|torchrun|ChildFailedError|\[rank\d+\]:|\[default\d+\]:"
+            r"|ProcessGroupNCCL|elastic",
+            re.I,
+        ),
+    ),
     ("NCCL debug output", re.compile(r"\bNCCL (?:WARN|INFO|ERROR)\b")),
     ("Python traceback", re.compile(r"^Traceback \(most recent call last\)", re.M)),
     ("kernel log", re.compile(r"NVRM:|\bkernel: |Out of memory: Kill")),
     ("nvidia-smi output", re.compile(r"NVIDIA-SMI|nvidia-smi|No devices were found")),
     ("NVML error", re.compile(r"NVML|pynvml|nvml\.")),
-    ("docker output", re.compile(
-        r"Error response from daemon|docker(?:d|\s+(?:run|pull|compose|exec|info))"
-        r"|OCI runtime|nvidia-container-cli|Cannot connect to the Docker daemon", re.I)),
+    (
+        "docker output",
+        re.compile(
+            r"Error response from daemon|docker(?:d|\s+(?:run|pull|compose|exec|info))"
+            r"|OCI runtime|nvidia-container-cli|Cannot connect to the Docker daemon",
+            re.I,
+        ),
+    ),
     ("Slurm output", re.compile(r"slurmstepd|srun: |SLURM_|sbatch")),
 )
 
@@ -422,5 +524,6 @@ def diagnose(text: str, *, prefilter: bool = True) -> Diagnosis | None:
             continue
         seen.add(d.kind)
         consequences.append(Consequence(d.kind, d.summary, d.evidence))
-    return replace(root, consequences=root.consequences + tuple(consequences),
-                   inputs=_inputs(text, kept))
+    return replace(
+        root, consequences=root.consequences + tuple(consequences), inputs=_inputs(text, kept)
+    )

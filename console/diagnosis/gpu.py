@@ -132,8 +132,9 @@ def _head(chain: GpuXidSummary) -> XidHeadline:
     return chain.headline
 
 
-def _evidence_of(event: XidEvent, lines: Sequence[Line], kernel: list[str],
-                 extras: int = 2) -> list[str]:
+def _evidence_of(
+    event: XidEvent, lines: Sequence[Line], kernel: list[str], extras: int = 2
+) -> list[str]:
     """The lines of ``event``'s message (continuations included), and the driver's non-Xid
     ``NVRM:`` lines right after it (``PMU has halted``, ``GPU has fallen off the bus.``)."""
     i = event.line_no - 1
@@ -179,23 +180,33 @@ def _where(e: XidEvent, group: Sequence[XidEvent] = ()) -> str:
 
 
 _FIXES: dict[str, str] = {
-    "reboot": ("Drain the node and reboot (power-cycle) it: only that brings the GPU back; if it "
-               "falls off again, check its PCIe seating, riser, power cables and cooling, then "
-               "RMA"),
-    "reset_gpu": ("Drain GPU {pci} and reset it once idle (`nvidia-smi -r -i <index>`) or reboot "
-                  "the node before reuse; if it recurs, run `dcgmi diag -r 3` and contact NVIDIA "
-                  "support / RMA"),
+    "reboot": (
+        "Drain the node and reboot (power-cycle) it: only that brings the GPU back; if it "
+        "falls off again, check its PCIe seating, riser, power cables and cooling, then "
+        "RMA"
+    ),
+    "reset_gpu": (
+        "Drain GPU {pci} and reset it once idle (`nvidia-smi -r -i <index>`) or reboot "
+        "the node before reuse; if it recurs, run `dcgmi diag -r 3` and contact NVIDIA "
+        "support / RMA"
+    ),
     "restart_vm": "Restart the VM (or reset the GPU from the host) before reuse",
-    "nvlink": ("Drain the node; read the NVLink errors (`nvidia-smi nvlink -e`, the Xid's "
-               "details) and reset the GPUs if a link is down; persistent link errors: contact "
-               "NVIDIA support / RMA"),
-    "check_mechanicals": ("Check the GPU's power cables, seating and cooling, then reset the GPU "
-                          "or reboot"),
-    "restart_app": ("Restart the application: its kernel faulted on GPU {pci} (debug with "
-                    "compute-sanitizer / CUDA_LAUNCH_BLOCKING=1); the GPU stays usable unless "
-                    "other processes fault on it too"),
-    "ignore": ("No action on the GPU; if it repeats for other processes, run `dcgmi diag -r 3` "
-               "on it"),
+    "nvlink": (
+        "Drain the node; read the NVLink errors (`nvidia-smi nvlink -e`, the Xid's "
+        "details) and reset the GPUs if a link is down; persistent link errors: contact "
+        "NVIDIA support / RMA"
+    ),
+    "check_mechanicals": (
+        "Check the GPU's power cables, seating and cooling, then reset the GPU or reboot"
+    ),
+    "restart_app": (
+        "Restart the application: its kernel faulted on GPU {pci} (debug with "
+        "compute-sanitizer / CUDA_LAUNCH_BLOCKING=1); the GPU stays usable unless "
+        "other processes fault on it too"
+    ),
+    "ignore": (
+        "No action on the GPU; if it repeats for other processes, run `dcgmi diag -r 3` on it"
+    ),
     "contact_support": "Collect `nvidia-bug-report.sh` and contact NVIDIA support",
     "update_sw": "Update the NVIDIA driver / GPU firmware",
     "check_uvm": "Check the nvidia-uvm module and the application's unified memory use",
@@ -227,58 +238,78 @@ def _xid_findings(ctx: Context) -> list[Diagnosis]:
             evidence += [ln.raw for ln in ctx.lines if "probe routine failed" in ln.text]
         more = f"; the driver's probe then failed for {missing} device(s)" if missing else ""
         others = ", ".join(x.pci_bus_id for x in lost[1:])
-        found.append(_diag(
-            "gpu_lost",
-            f"GPU {e.pci_bus_id}" + (f" (PCI ID {e.pci_device_id})" if e.pci_device_id else "")
-            + f" fell off the bus{' at ' + e.time_text if e.time_text else ''} and no longer "
-            "responds (the kernel names no Xid: it is Xid 79, fallen off the bus)" + more
-            + (f"; also lost: {others}" if others else ""),
-            (),
-            _FIXES["reboot"],
-            evidence,
-            {"pci": e.pci_bus_id, "xid": 79, "action": ACTION_TEXT["reboot"],
-             "pci_device_id": e.pci_device_id, "gpus_missing": missing,
-             "driver_version": scan.driver_version},
-        ))
+        found.append(
+            _diag(
+                "gpu_lost",
+                f"GPU {e.pci_bus_id}"
+                + (f" (PCI ID {e.pci_device_id})" if e.pci_device_id else "")
+                + f" fell off the bus{' at ' + e.time_text if e.time_text else ''} and no longer "
+                "responds (the kernel names no Xid: it is Xid 79, fallen off the bus)"
+                + more
+                + (f"; also lost: {others}" if others else ""),
+                (),
+                _FIXES["reboot"],
+                evidence,
+                {
+                    "pci": e.pci_bus_id,
+                    "xid": 79,
+                    "action": ACTION_TEXT["reboot"],
+                    "pci_device_id": e.pci_device_id,
+                    "gpus_missing": missing,
+                    "driver_version": scan.driver_version,
+                },
+            )
+        )
     gsp = [e for e in inferred if e.xid == 119]
     if gsp:
         e = gsp[0]
         gpu = int(e.pci_bus_id[3:]) if e.pci_bus_id[3:].isdigit() else None
-        dump = ("; only its RPC history dump is in the text, which the driver prints after an "
-                "RPC to the GSP timed out or failed (the timeout line is above the excerpt)"
-                if GSP_DETAIL_RE.search(e.detail or "") else "")
-        found.append(_diag(
-            "gsp_timeout",
-            f"the GPU's GSP firmware stopped answering the driver's RPCs"
-            f"{' on GPU' + str(gpu) if gpu is not None else ''}"
-            f"{' at ' + e.time_text if e.time_text else ''} ({len(gsp)}x, no Xid printed: "
-            f"what Xid 119, GSP RPC timeout, means){dump}; NVIDIA's action: reset the GPU",
-            (),
-            ("Reset the GPU or reboot the node; if it recurs, update the driver, or load the "
-             "proprietary module with NVreg_EnableGpuFirmware=0 (GSP off)"),
-            _evidence_of(e, ctx.lines, kernel_lines)[:1],
-            {"gpu": gpu, "count": len(gsp), "xid": 119, "action": ACTION_TEXT["reset_gpu"]},
-        ))
+        dump = (
+            "; only its RPC history dump is in the text, which the driver prints after an "
+            "RPC to the GSP timed out or failed (the timeout line is above the excerpt)"
+            if GSP_DETAIL_RE.search(e.detail or "")
+            else ""
+        )
+        found.append(
+            _diag(
+                "gsp_timeout",
+                f"the GPU's GSP firmware stopped answering the driver's RPCs"
+                f"{' on GPU' + str(gpu) if gpu is not None else ''}"
+                f"{' at ' + e.time_text if e.time_text else ''} ({len(gsp)}x, no Xid printed: "
+                f"what Xid 119, GSP RPC timeout, means){dump}; NVIDIA's action: reset the GPU",
+                (),
+                (
+                    "Reset the GPU or reboot the node; if it recurs, update the driver, or load "
+                    "the "
+                    "proprietary module with NVreg_EnableGpuFirmware=0 (GSP off)"
+                ),
+                _evidence_of(e, ctx.lines, kernel_lines)[:1],
+                {"gpu": gpu, "count": len(gsp), "xid": 119, "action": ACTION_TEXT["reset_gpu"]},
+            )
+        )
     return _gsp_before_recovery(ctx, printed, found)
 
 
-def _gsp_before_recovery(ctx: Context, printed: Sequence[XidEvent],
-                         found: list[Diagnosis]) -> list[Diagnosis]:
+def _gsp_before_recovery(
+    ctx: Context, printed: Sequence[XidEvent], found: list[Diagnosis]
+) -> list[Diagnosis]:
     """Xid 154 ("GPU recovery action changed") only summarises what the driver decided; when
     the only Xids printed are 154s and the GSP firmware timed out before the first of them,
     the timeout starts the chain and the 154 is its consequence."""
     if not printed or any(e.xid != 154 for e in printed):
         return found
     first = min(e.line_no for e in printed) - 1
-    timeouts = [ln for ln in ctx.lines[:first] if "NVRM" in ln.text
-                and GSP_TIMEOUT_WORDS_RE.search(ln.text)]
+    timeouts = [
+        ln for ln in ctx.lines[:first] if "NVRM" in ln.text and GSP_TIMEOUT_WORDS_RE.search(ln.text)
+    ]
     gsp = next((d for d in found if d.kind == "gsp_timeout"), None)
     xid = next((d for d in found if d.kind == "xid"), None)
     if xid is None or (gsp is None and not timeouts):
         return found
     pci = printed[0].pci_bus_id
-    said = Consequence("xid", xid.summary + " (the driver's summary of the GSP timeout)",
-                       xid.evidence)
+    said = Consequence(
+        "xid", xid.summary + " (the driver's summary of the GSP timeout)", xid.evidence
+    )
     if gsp is None:
         gsp = _diag(
             "gsp_timeout",
@@ -321,12 +352,12 @@ def _group_text(evs: Sequence[XidEvent]) -> str:
     when = evs[0].time_text
     if len(evs) > 1 and evs[-1].time_text and evs[-1].time_text != when:
         when = f"{when} to {evs[-1].time_text}"
-    return (f"{n}Xid {code} ({info.short}) on {_gpu_name(evs[0].pci_bus_id)}"
-            + (f" {'from' if ' to ' in when else 'at'} {when}" if when else ""))
+    return f"{n}Xid {code} ({info.short}) on {_gpu_name(evs[0].pci_bus_id)}" + (
+        f" {'from' if ' to ' in when else 'at'} {when}" if when else ""
+    )
 
 
-def _xid_diagnosis(events: list[XidEvent], lines: Sequence[Line],
-                   kernel: list[str]) -> Diagnosis:
+def _xid_diagnosis(events: list[XidEvent], lines: Sequence[Line], kernel: list[str]) -> Diagnosis:
     chains = _chains(events)
     order = {id(e): i for i, e in enumerate(events)}
 
@@ -345,20 +376,31 @@ def _xid_diagnosis(events: list[XidEvent], lines: Sequence[Line],
     via = f" (named by Xid {root.xid} 'caused by previous Xid {code}')" if root.xid != code else ""
     n = f"{len(root_group)}x " if len(root_group) > 1 else ""
     where = _where(root, root_group)
-    summary = (f"{n}Xid {code} ({info.short}, {info.mnemonic.split(' /')[0]}) on GPU "
-               f"{_gpu_name(pci)}{' ' + where if where else ''}{via}; NVIDIA's action: "
-               f"{ACTION_TEXT.get(action, action)}")
+    summary = (
+        f"{n}Xid {code} ({info.short}, {info.mnemonic.split(' /')[0]}) on GPU "
+        f"{_gpu_name(pci)}{' ' + where if where else ''}{via}; NVIDIA's action: "
+        f"{ACTION_TEXT.get(action, action)}"
+    )
     facts: dict[str, FactValue | None] = {
-        "xid": code, "pci": pci if pci_key(pci) is not None else None,
+        "xid": code,
+        "pci": pci if pci_key(pci) is not None else None,
         "action": ACTION_TEXT.get(action, action),
-        "xid_name": info.mnemonic.split(" /")[0] or None, "count": len(root_group),
-        "pid": root.pid, "uuid": root.uuid, "verdict": chain.verdict,
+        "xid_name": info.mnemonic.split(" /")[0] or None,
+        "count": len(root_group),
+        "pid": root.pid,
+        "uuid": root.uuid,
+        "verdict": chain.verdict,
         "gpus": len(chains) if len(chains) > 1 else None,
     }
     # the application's fault that began a reset-class chain (faults.summarize_xids)
     first = chain.chain_root
-    earlier = [e for e in chain.events if order[id(e)] < order[id(root)]
-               and e.xid != root.xid and xid_info(e.xid).role not in ("consequence", "summary")]
+    earlier = [
+        e
+        for e in chain.events
+        if order[id(e)] < order[id(root)]
+        and e.xid != root.xid
+        and xid_info(e.xid).role not in ("consequence", "summary")
+    ]
     if first is None and earlier:
         first = earlier[0]
     if first is not None and first.xid != code:
@@ -371,16 +413,23 @@ def _xid_diagnosis(events: list[XidEvent], lines: Sequence[Line],
         facts["xid_class"] = "hw"
     elif info.role == "app":
         facts["xid_class"] = "app"
-        harder = [e for e in chain.events if ACTION_RANK.get(xid_info(e.xid).action, 0)
-                  > ACTION_RANK.get(action, 0) and e.xid != code
-                  and xid_info(e.xid).role not in ("consequence", "summary")]
+        harder = [
+            e
+            for e in chain.events
+            if ACTION_RANK.get(xid_info(e.xid).action, 0) > ACTION_RANK.get(action, 0)
+            and e.xid != code
+            and xid_info(e.xid).role not in ("consequence", "summary")
+        ]
         if harder:
             after = harder[0]
-            summary += (f"; an application fault, followed by Xid {after.xid} "
-                        f"({xid_info(after.xid).short})")
-            fix += (f"; the Xid {after.xid} after it asks to "
-                    f"{ACTION_TEXT.get(xid_info(after.xid).action, 'act')}: do so if the GPU "
-                    "does not recover")
+            summary += (
+                f"; an application fault, followed by Xid {after.xid} ({xid_info(after.xid).short})"
+            )
+            fix += (
+                f"; the Xid {after.xid} after it asks to "
+                f"{ACTION_TEXT.get(xid_info(after.xid).action, 'act')}: do so if the GPU "
+                "does not recover"
+            )
         else:
             summary += "; an application fault, the GPU stays usable"
     else:
@@ -388,10 +437,13 @@ def _xid_diagnosis(events: list[XidEvent], lines: Sequence[Line],
     if suspect:
         names = ", ".join(c.pci_bus_id for c in suspect)
         pids = sorted({p for c in suspect for p in c.pids})
-        summary += (f"; the same fault repeats for {len(pids)} processes on {names}: suspect "
-                    "hardware")
-        fix = (f"Drain GPU {names} and run diagnostics (`dcgmi diag -r 3`, field diagnostics); "
-               "replace the GPU if they fail")
+        summary += (
+            f"; the same fault repeats for {len(pids)} processes on {names}: suspect hardware"
+        )
+        fix = (
+            f"Drain GPU {names} and run diagnostics (`dcgmi diag -r 3`, field diagnostics); "
+            "replace the GPU if they fail"
+        )
     evidence = _evidence_of(root, lines, kernel)
     if root.xid != code:
         evidence = [lines[root.line_no - 1].raw] if 0 < root.line_no <= len(lines) else []
@@ -406,8 +458,9 @@ def _xid_diagnosis(events: list[XidEvent], lines: Sequence[Line],
         if xid == 45:
             text += f": channels torn down after Xid {code}"
         elif xid == 154 and evs[-1].recovery:
-            text += (f": the driver now asks to "
-                     f"{ACTION_TEXT.get(evs[-1].recovery, evs[-1].recovery)}")
+            text += (
+                f": the driver now asks to {ACTION_TEXT.get(evs[-1].recovery, evs[-1].recovery)}"
+            )
         consequences.append(Consequence("xid", text, tuple(_line(lines, e) for e in evs[:1])))
     # the other GPUs' chains: their own events, never consequences of this GPU's root; named
     # in the summary and the evidence so every faulting GPU is on the report
@@ -426,12 +479,14 @@ def _xid_diagnosis(events: list[XidEvent], lines: Sequence[Line],
         others.append(text)
         evidence.append(_line(lines, oh.event))
     if others:
-        summary += "; on the other GPU" + ("s" if len(others) > 1 else "") + ": " + "; ".join(
-            others)
+        summary += (
+            "; on the other GPU" + ("s" if len(others) > 1 else "") + ": " + "; ".join(others)
+        )
         facts["other_gpus"] = ", ".join(c.pci_bus_id for c in chains if c is not chain)
     d = _diag("xid", summary, (), fix, evidence, facts)
-    return Diagnosis(d.kind, d.summary, d.ranks, d.fix, d.evidence, d.facts,
-                     consequences=tuple(consequences))
+    return Diagnosis(
+        d.kind, d.summary, d.ranks, d.fix, d.evidence, d.facts, consequences=tuple(consequences)
+    )
 
 
 def _line(lines: Sequence[Line], e: XidEvent) -> str:
@@ -447,7 +502,8 @@ def _line(lines: Sequence[Line], e: XidEvent) -> str:
 #: alone so ``classify_smi_failure`` can date the messages after it.
 _WRAPPER_STAMP = re.compile(
     r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) [A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d"
-    r"(?: [+-]\d{4}| [A-Z]{2,5})? \d{4}|\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[+-]\d\d:?\d\d)?")
+    r"(?: [+-]\d{4}| [A-Z]{2,5})? \d{4}|\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[+-]\d\d:?\d\d)?"
+)
 
 
 def _smi_lines(lines: Sequence[Line]) -> list[tuple[int, str]]:
@@ -457,34 +513,39 @@ def _smi_lines(lines: Sequence[Line]) -> list[tuple[int, str]]:
     for ln in lines:
         t = ln.text
         if m := SMI_MESSAGE_RE.search(t):
-            out.append((ln.index, t[m.start():].strip()))
+            out.append((ln.index, t[m.start() :].strip()))
         elif st := _WRAPPER_STAMP.search(t):
             out.append((-1, st.group(0)))
     return out
 
 
-_HANDLE_LOST = re.compile(r"GPU is lost|fallen off the bus|Unknown Error|GPU requires reset",
-                          re.I)
+_HANDLE_LOST = re.compile(r"GPU is lost|fallen off the bus|Unknown Error|GPU requires reset", re.I)
 # nvmlInit's NVML_ERROR_UNKNOWN as nvidia-smi prints it ("Failed to initialize NVML: Unknown
 # Error"), also as people retype it: no colon, lower case, the words turned round ("NVML
 # initialize failed: Unknow"), "initialize" misspelt
 _NVML_UNKNOWN = re.compile(
-    r"(?:fail\w*\s+to\s+init\w*\s+NVML|NVML\s+init\w*\s+fail\w*)\s*:?\s*Unknown?\b", re.I)
+    r"(?:fail\w*\s+to\s+init\w*\s+NVML|NVML\s+init\w*\s+fail\w*)\s*:?\s*Unknown?\b", re.I
+)
 #: What shows a GPU left the bus, beside NVML's own "GPU is lost": the driver's "fallen off the
 #: bus", the kernel's PCIe AER reports (``drivers/pci/pcie/aer.c``: "PCIe Bus Error:
 #: severity=...", "AER: Corrected error received"), an Xid 79. A device-handle failure with one
 #: of these is a lost GPU; without, it is the NVML return code it names (``nvml_error``).
-_BUS_LOST = re.compile(r"fallen off the bus|PCIe Bus Error|\bAER: (?:Corrected|Uncorrected|"
-                       r"Multiple)|\bXid\b.{0,40}: 79\b", re.I)
+_BUS_LOST = re.compile(
+    r"fallen off the bus|PCIe Bus Error|\bAER: (?:Corrected|Uncorrected|"
+    r"Multiple)|\bXid\b.{0,40}: 79\b",
+    re.I,
+)
 #: An NVML call and the ``nvmlErrorString`` it got, as tools print it (``nvdebugdump``:
 #: "Error: nvmlDeviceGetHandleByIndex(): Unknown Error"; "nvmlInit() failed: ...").
 _NVML_CALL = re.compile(
-    r"\b(?P<fn>nvml[A-Z]\w*)\(\)(?: failed)?: (?P<msg>[A-Za-z][\w /-]*?)\.?\s*$")
+    r"\b(?P<fn>nvml[A-Z]\w*)\(\)(?: failed)?: (?P<msg>[A-Za-z][\w /-]*?)\.?\s*$"
+)
 #: NVML return codes with no cause id of their own (``nvml_error``; NVML_RETURNS): reset
 #: required, corrupted infoROM, insufficient power, IRQ issue, timeout, unknown.
 _NVML_ERROR_CODES = frozenset({8, 10, 11, 14, 16, 999})
 _CONTAINER_HINT = re.compile(
-    r"docker|container|podman|kubectl|\bpod\b|root@[0-9a-f]{12}\b|daemon-reload", re.I)
+    r"docker|container|podman|kubectl|\bpod\b|root@[0-9a-f]{12}\b|daemon-reload", re.I
+)
 
 
 def _upgrade(ctx: Context) -> tuple[DriverUpgrade | None, list[str]]:
@@ -495,28 +556,41 @@ def _upgrade(ctx: Context) -> tuple[DriverUpgrade | None, list[str]]:
     if upgrade is None:
         return None, []
     names = [c.name for c in upgrade.changes]
-    evidence = [ln.raw for ln in ctx.lines
-                if ln.text.strip().startswith("Start-Date:")
-                or (re.match(r"\s*(?:Upgrade|Install|Remove|Purge|Downgrade|Reinstall): ", ln.text)
-                    and any(n in ln.text for n in names))]
+    evidence = [
+        ln.raw
+        for ln in ctx.lines
+        if ln.text.strip().startswith("Start-Date:")
+        or (
+            re.match(r"\s*(?:Upgrade|Install|Remove|Purge|Downgrade|Reinstall): ", ln.text)
+            and any(n in ln.text for n in names)
+        )
+    ]
     return upgrade, evidence
 
 
-def _with_upgrade(ctx: Context, kind: CauseKind, summary: str, fix: str, evidence: list[str],
-                  facts: dict[str, FactValue | None]) -> Diagnosis:
+def _with_upgrade(
+    ctx: Context,
+    kind: CauseKind,
+    summary: str,
+    fix: str,
+    evidence: list[str],
+    facts: dict[str, FactValue | None],
+) -> Diagnosis:
     upgrade, lines = _upgrade(ctx)
     if upgrade is not None:
         summary += f": {upgrade.root_cause}"
         fix = upgrade.fix[0].upper() + upgrade.fix[1:]
         evidence = evidence + lines
         moved = next((c for c in upgrade.changes if c.new_driver or c.old_driver), None)
-        facts.update({
-            "upgrade_time": f"{upgrade.start:%Y-%m-%d %H:%M:%S}",
-            "unattended": "yes" if upgrade.unattended else "no",
-            "package": moved.name if moved else None,
-            "old_driver": moved.old_driver if moved else None,
-            "new_driver": moved.new_driver if moved else None,
-        })
+        facts.update(
+            {
+                "upgrade_time": f"{upgrade.start:%Y-%m-%d %H:%M:%S}",
+                "unattended": "yes" if upgrade.unattended else "no",
+                "package": moved.name if moved else None,
+                "old_driver": moved.old_driver if moved else None,
+                "new_driver": moved.new_driver if moved else None,
+            }
+        )
     return _diag(kind, summary, (), fix, evidence, facts)
 
 
@@ -525,16 +599,19 @@ def _with_upgrade(ctx: Context, kind: CauseKind, summary: str, fix: str, evidenc
 #: `nvidia`?"), or the Go NVML bindings' wording it prints (``could not load NVML library``,
 #: never nvidia-smi's).
 _DEVICE_PLUGIN = re.compile(
-    r"device[- ]?plugin|did you set the docker default runtime to|could not load NVML library",
-    re.I)
+    r"device[- ]?plugin|did you set the docker default runtime to|could not load NVML library", re.I
+)
 
 
 def _smi_findings(ctx: Context) -> list[Diagnosis]:
     """nvidia-smi's failures (``faults``' :class:`HostFault` states) as cause ids."""
     picked = _smi_lines(ctx.lines)
     unknown = [ln.raw for ln in ctx.lines if _NVML_UNKNOWN.search(ln.text)]
-    fault = (classify_smi_failure("\n".join(t for _, t in picked))
-             if any(i >= 0 for i, _ in picked) else None)
+    fault = (
+        classify_smi_failure("\n".join(t for _, t in picked))
+        if any(i >= 0 for i, _ in picked)
+        else None
+    )
     if fault is None:
         # NVML's "Unknown Error" retyped in prose is not nvidia-smi's own output
         return [_nvml_lost(ctx, unknown)] if unknown else []
@@ -546,80 +623,136 @@ def _smi_findings(ctx: Context) -> list[Diagnosis]:
 
     if fault.state == "version_mismatch":
         lib = fault.library_version
-        found.append(_with_upgrade(
-            ctx, "driver_version_mismatch",
-            "NVML cannot start: Driver/library version mismatch, the user-space NVIDIA library"
-            + (f" ({lib})" if lib else "") + " differs from the loaded kernel module"
-            + (f" ({fault.kernel_module_version})" if fault.kernel_module_version else "")
-            + "; every GPU reading is unknown",
-            "Run a kernel module of the user-space driver's version" + (f" ({lib})" if lib else "")
-            + ": reboot the node (or reload the nvidia modules); compare "
-            "/proc/driver/nvidia/version",
-            lines_with(r"version mismatch|NVML library version"),
-            {"library_version": lib, "kernel_module_version": fault.kernel_module_version},
-        ))
+        found.append(
+            _with_upgrade(
+                ctx,
+                "driver_version_mismatch",
+                "NVML cannot start: Driver/library version mismatch, the user-space NVIDIA library"
+                + (f" ({lib})" if lib else "")
+                + " differs from the loaded kernel module"
+                + (f" ({fault.kernel_module_version})" if fault.kernel_module_version else "")
+                + "; every GPU reading is unknown",
+                "Run a kernel module of the user-space driver's version"
+                + (f" ({lib})" if lib else "")
+                + ": reboot the node (or reload the nvidia modules); compare "
+                "/proc/driver/nvidia/version",
+                lines_with(r"version mismatch|NVML library version"),
+                {"library_version": lib, "kernel_module_version": fault.kernel_module_version},
+            )
+        )
     elif fault.state == "driver_unreachable":
-        summary = ("nvidia-smi couldn't communicate with the NVIDIA driver: the kernel module is "
-                   "not loaded (or not built for the running kernel); every GPU reading is "
-                   "unknown")
-        fix = ("Check `lsmod | grep nvidia` and `dmesg | grep NVRM`; rebuild / reinstall the "
-               "driver for the running kernel (DKMS) and reboot")
+        summary = (
+            "nvidia-smi couldn't communicate with the NVIDIA driver: the kernel module is "
+            "not loaded (or not built for the running kernel); every GPU reading is "
+            "unknown"
+        )
+        fix = (
+            "Check `lsmod | grep nvidia` and `dmesg | grep NVRM`; rebuild / reinstall the "
+            "driver for the running kernel (DKMS) and reboot"
+        )
         evidence = lines_with(r"couldn.t communicate")
         facts: dict[str, FactValue | None] = {}
         why = _unreachable_why(ctx)
         if why is not None:
-            summary = ("nvidia-smi couldn't communicate with the NVIDIA driver: " + why[0]
-                       + "; every GPU reading is unknown")
+            summary = (
+                "nvidia-smi couldn't communicate with the NVIDIA driver: "
+                + why[0]
+                + "; every GPU reading is unknown"
+            )
             fix, evidence, facts = why[1], evidence + why[2], why[3]
         found.append(_with_upgrade(ctx, "driver_unreachable", summary, fix, evidence, facts))
     elif fault.state == "nvml_unavailable":
         plugin = _DEVICE_PLUGIN.search(ctx.text) is not None
-        found.append(_diag(
-            "nvml_library_not_found",
-            ("the Kubernetes GPU device plugin cannot load the NVML library (libnvidia-ml.so) "
-             "in its container, so the node advertises no nvidia.com/gpu: the container "
-             "runtime did not inject the NVIDIA driver (the default runtime is not nvidia), "
-             "or the host has no NVIDIA user-space driver") if plugin else
-            ("nvidia-smi cannot load the NVML library (libnvidia-ml.so): no NVIDIA user-space "
-             "driver on this host or in this container"), (),
-            ("Make nvidia the default runtime of the node's container runtime (nvidia-ctk "
-             "runtime configure --set-as-default) or use a RuntimeClass for the plugin; check "
-             "`nvidia-smi` on the node, then restart the plugin pod") if plugin else
-            ("Install the NVIDIA driver (user-space libraries) or run the container with the "
-             "NVIDIA runtime (`--gpus`)"),
-            lines_with(r"libnvidia-ml|NVML Shared Library|could not load NVML|"
-                       r"LIBRARY_NOT_FOUND"),
-            {"component": "k8s-device-plugin" if plugin else None}))
+        found.append(
+            _diag(
+                "nvml_library_not_found",
+                (
+                    "the Kubernetes GPU device plugin cannot load the NVML library "
+                    "(libnvidia-ml.so) "
+                    "in its container, so the node advertises no nvidia.com/gpu: the container "
+                    "runtime did not inject the NVIDIA driver (the default runtime is not nvidia), "
+                    "or the host has no NVIDIA user-space driver"
+                )
+                if plugin
+                else (
+                    "nvidia-smi cannot load the NVML library (libnvidia-ml.so): no NVIDIA "
+                    "user-space "
+                    "driver on this host or in this container"
+                ),
+                (),
+                (
+                    "Make nvidia the default runtime of the node's container runtime (nvidia-ctk "
+                    "runtime configure --set-as-default) or use a RuntimeClass for the plugin; "
+                    "check "
+                    "`nvidia-smi` on the node, then restart the plugin pod"
+                )
+                if plugin
+                else (
+                    "Install the NVIDIA driver (user-space libraries) or run the container with "
+                    "the "
+                    "NVIDIA runtime (`--gpus`)"
+                ),
+                lines_with(
+                    r"libnvidia-ml|NVML Shared Library|could not load NVML|"
+                    r"LIBRARY_NOT_FOUND"
+                ),
+                {"component": "k8s-device-plugin" if plugin else None},
+            )
+        )
     if fault.state in ("gpu_lost", "error") and fault.gpu_errors:
         errs = [e for e in fault.gpu_errors if e.lost or _HANDLE_LOST.search(e.reason)]
         bus = [ln.raw for ln in ctx.lines if _BUS_LOST.search(ln.text)]
         handle = lines_with(r"Unable to (?:determine|detect) the device handle")
         e = errs[0] if errs else None
         ret = nvml_return(None, e.reason) if e is not None else None
-        unset = [x for x in fault.gpu_errors if (r := nvml_return(None, x.reason)) is not None
-                 and r.code in _NVML_NOT_FOUND]
+        unset = [
+            x
+            for x in fault.gpu_errors
+            if (r := nvml_return(None, x.reason)) is not None and r.code in _NVML_NOT_FOUND
+        ]
         if e is None and unset and not bus:
             found.append(_handle_not_found(ctx, unset[0].pci_bus_id, unset[0].reason, handle))
-        if e is not None and not e.lost and not bus and ret is not None and ret.host_fault \
-                and ret.code in _NVML_ERROR_CODES:
+        if (
+            e is not None
+            and not e.lost
+            and not bus
+            and ret is not None
+            and ret.host_fault
+            and ret.code in _NVML_ERROR_CODES
+        ):
             # NVML's own return code, and nothing in the text says the GPU left the bus
             found.append(_nvml_error(ctx, ret, handle, e.pci_bus_id))
         elif e is not None:
             when = f" at {e.first_seen:%Y-%m-%d %H:%M:%S %z}".rstrip() if e.first_seen else ""
             rep = f" ({e.repeats} identical messages, one event)" if e.repeats > 1 else ""
-            proof = "" if e.lost or not bus else (
-                f"; the kernel log shows the link to it failing ({len(bus)} PCIe bus error "
-                "lines)")
-            found.append(_diag(
-                "gpu_lost",
-                f"GPU {e.pci_bus_id} is lost: nvidia-smi cannot open it ('{e.reason}'){when}"
-                f"{rep}{proof}; only a reboot brings it back",
-                (), _FIXES["reboot"], handle + bus[:2],
-                {"pci": e.pci_bus_id, "reason": e.reason, "action": ACTION_TEXT["reboot"],
-                 "repeats": e.repeats if e.repeats > 1 else None,
-                 "lost": ", ".join(x.pci_bus_id for x in errs) if len(errs) > 1 else None}))
-    if fault.state == "no_gpus" or any(re.match(r"No devices (?:were )?found", t, re.I)
-                                       for _, t in picked):
+            proof = (
+                ""
+                if e.lost or not bus
+                else (
+                    f"; the kernel log shows the link to it failing ({len(bus)} PCIe bus error "
+                    "lines)"
+                )
+            )
+            found.append(
+                _diag(
+                    "gpu_lost",
+                    f"GPU {e.pci_bus_id} is lost: nvidia-smi cannot open it ('{e.reason}'){when}"
+                    f"{rep}{proof}; only a reboot brings it back",
+                    (),
+                    _FIXES["reboot"],
+                    handle + bus[:2],
+                    {
+                        "pci": e.pci_bus_id,
+                        "reason": e.reason,
+                        "action": ACTION_TEXT["reboot"],
+                        "repeats": e.repeats if e.repeats > 1 else None,
+                        "lost": ", ".join(x.pci_bus_id for x in errs) if len(errs) > 1 else None,
+                    },
+                )
+            )
+    if fault.state == "no_gpus" or any(
+        re.match(r"No devices (?:were )?found", t, re.I) for _, t in picked
+    ):
         found.append(_no_gpus(ctx, lines_with(r"No devices")))
     if unknown:
         found.append(_nvml_lost(ctx, unknown))
@@ -631,37 +764,54 @@ _UNREACHABLE_FIXES: dict[str, str] = {
     "other_driver": (
         "Blacklist nouveau (`/etc/modprobe.d/blacklist-nouveau.conf`: `blacklist nouveau`, "
         "`options nouveau modeset=0`), rebuild the initramfs (`update-initramfs -u` / `dracut "
-        "-f`) and reboot so nvidia binds the GPUs"),
+        "-f`) and reboot so nvidia binds the GPUs"
+    ),
     "no_device": (
         "Check that the GPUs are visible (`lspci -d 10de:`) and not bound to another driver "
-        "(`lspci -k`); blacklist nouveau / vfio if they hold them, then reload nvidia"),
+        "(`lspci -k`); blacklist nouveau / vfio if they hold them, then reload nvidia"
+    ),
     "unsupported_gpu": (
         "Install the proprietary kernel module (the open nvidia.ko drives only GPUs with a GSP, "
-        "Turing and newer)"),
+        "Turing and newer)"
+    ),
     "signature": (
         "Sign the nvidia modules with an enrolled key (enroll the DKMS MOK: `mokutil --import "
         "/var/lib/shim-signed/mok/MOK.der`, confirm at the next boot) or disable Secure Boot, "
-        "then `modprobe nvidia`"),
+        "then `modprobe nvidia`"
+    ),
     "wrong_kernel": (
         "Rebuild the nvidia module for the running kernel (`dkms autoinstall` with that "
-        "kernel's headers, or reinstall the driver package) and reboot"),
+        "kernel's headers, or reinstall the driver package) and reboot"
+    ),
     "not_installed": (
         "Install the driver's kernel module for the running kernel (`uname -r`: its headers and "
-        "`dkms autoinstall`, or the distribution's prebuilt nvidia module) and reboot"),
+        "`dkms autoinstall`, or the distribution's prebuilt nvidia module) and reboot"
+    ),
     "load_failed": (
         "Read `dmesg | grep -i nvidia` for why the module did not load; reinstall the driver for "
-        "the running kernel and reboot"),
+        "the running kernel and reboot"
+    ),
     "driver_failed": (
         "Read `dmesg | grep NVRM` around that line; reinstall the driver for the running kernel "
-        "and reboot"),
+        "and reboot"
+    ),
 }
 #: Which reason explains the failure when the kernel gives several (the first one here wins).
-_UNREACHABLE_ORDER = ("signature", "wrong_kernel", "not_installed", "other_driver",
-                      "unsupported_gpu", "load_failed", "no_device", "driver_failed")
+_UNREACHABLE_ORDER = (
+    "signature",
+    "wrong_kernel",
+    "not_installed",
+    "other_driver",
+    "unsupported_gpu",
+    "load_failed",
+    "no_device",
+    "driver_failed",
+)
 
 
-def _unreachable_why(ctx: Context) -> tuple[str, str, list[str], dict[str, FactValue | None]] \
-        | None:
+def _unreachable_why(
+    ctx: Context,
+) -> tuple[str, str, list[str], dict[str, FactValue | None]] | None:
     """Why the driver cannot be reached, when the text holds the kernel's or modprobe's lines
     that say so (``faults.find_driver_load_problems``): (summary clause, fix, evidence lines,
     facts); None without such lines."""
@@ -670,8 +820,9 @@ def _unreachable_why(ctx: Context) -> tuple[str, str, list[str], dict[str, FactV
         return None
     top: DriverLoadProblem = min(problems, key=lambda p: _UNREACHABLE_ORDER.index(p.reason))
     same = [p for p in problems if p.reason == top.reason]
-    evidence = [ctx.lines[p.line_no - 1].raw for p in problems
-                if 0 < p.line_no <= len(ctx.lines)][:6]
+    evidence = [ctx.lines[p.line_no - 1].raw for p in problems if 0 < p.line_no <= len(ctx.lines)][
+        :6
+    ]
     devices = next((p.devices for p in same if p.devices is not None), None)
     module = next((p.module for p in same if p.module), None)
     clause = {
@@ -679,42 +830,64 @@ def _unreachable_why(ctx: Context) -> tuple[str, str, list[str], dict[str, FactV
         "no_device": "the nvidia module loaded but probed no GPU",
         "unsupported_gpu": "the open nvidia module does not support this GPU (no GSP)",
         "signature": "the kernel refused to load the nvidia module (Secure Boot / module "
-                     "signature)",
+        "signature)",
         "wrong_kernel": "the nvidia module does not match the running kernel",
         "not_installed": "there is no nvidia module for the running kernel",
         "load_failed": "the nvidia module failed to load",
         "driver_failed": "the nvidia module failed",
     }[top.reason]
     count = f" ({devices} GPU(s))" if devices else ""
-    return (f"{clause}{count}; the kernel says: {top.detail}", _UNREACHABLE_FIXES[top.reason],
-            evidence, {"reason": top.reason, "gpus_unbound": devices, "module": module})
+    return (
+        f"{clause}{count}; the kernel says: {top.detail}",
+        _UNREACHABLE_FIXES[top.reason],
+        evidence,
+        {"reason": top.reason, "gpus_unbound": devices, "module": module},
+    )
 
 
-_RM_INIT = re.compile(r"RmInitAdapter failed|rm_init_adapter failed|probe routine failed|"
-                      r"None of the NVIDIA devices were initialized", re.I)
+_RM_INIT = re.compile(
+    r"RmInitAdapter failed|rm_init_adapter failed|probe routine failed|"
+    r"None of the NVIDIA devices were initialized",
+    re.I,
+)
 
 
 def _no_gpus(ctx: Context, evidence: list[str]) -> Diagnosis:
     kernel = [ln.raw for ln in ctx.lines if _RM_INIT.search(ln.text)]
     why = ""
-    if m := re.search(r"GPU (?P<pci>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.\d): "
-                      r"RmInitAdapter failed! \((?P<code>[^)]*)\)",
-                      "\n".join(ln.text for ln in ctx.lines)):
-        why = (f"; the driver could not initialise GPU {m['pci']} (RmInitAdapter failed, "
-               f"{m['code']})")
+    if m := re.search(
+        r"GPU (?P<pci>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.\d): "
+        r"RmInitAdapter failed! \((?P<code>[^)]*)\)",
+        "\n".join(ln.text for ln in ctx.lines),
+    ):
+        why = (
+            f"; the driver could not initialise GPU {m['pci']} (RmInitAdapter failed, {m['code']})"
+        )
     plugin = [ln.raw for ln in ctx.lines if "Discovering GPU devices" in ln.text]
     return _diag(
         "no_gpus",
-        ("the NVIDIA driver answers but finds no GPU (nvidia-smi: No devices were found)" + why
-         + ("; nvidia-docker-plugin's GPU discovery never finished (the same fault)"
-            if plugin else "")) if evidence else
-        ("nvidia-docker-plugin began discovering GPUs and never finished: the driver finds no "
-         "GPU (the fault nvidia-smi shows as 'No devices were found')" + why) if plugin else
-        ("the NVIDIA driver brings up no GPU" + why),
+        (
+            "the NVIDIA driver answers but finds no GPU (nvidia-smi: No devices were found)"
+            + why
+            + (
+                "; nvidia-docker-plugin's GPU discovery never finished (the same fault)"
+                if plugin
+                else ""
+            )
+        )
+        if evidence
+        else (
+            "nvidia-docker-plugin began discovering GPUs and never finished: the driver finds no "
+            "GPU (the fault nvidia-smi shows as 'No devices were found')" + why
+        )
+        if plugin
+        else ("the NVIDIA driver brings up no GPU" + why),
         (),
-        ("Look for the GPUs in `lspci -d 10de:` and the kernel log (`dmesg | grep NVRM`): an "
-         "RmInitAdapter failure points at BIOS PCIe settings (Above 4G decoding / Resizable "
-         "BAR), power or a driver too old for the GPU"),
+        (
+            "Look for the GPUs in `lspci -d 10de:` and the kernel log (`dmesg | grep NVRM`): an "
+            "RmInitAdapter failure points at BIOS PCIe settings (Above 4G decoding / Resizable "
+            "BAR), power or a driver too old for the GPU"
+        ),
         evidence + kernel + plugin,
         {"pci": m["pci"] if m else None, "rm_init_code": m["code"] if m else None},
     )
@@ -723,8 +896,14 @@ def _no_gpus(ctx: Context, evidence: list[str]) -> Diagnosis:
 def _nvml_lost(ctx: Context, evidence: list[str]) -> Diagnosis:
     """``Failed to initialize NVML: Unknown Error``: a running container lost its GPU devices."""
     first = next(ln for ln in ctx.lines if ln.raw in evidence)
-    cmd = next((ln.raw for ln in reversed(ctx.lines[max(0, first.index - 3):first.index])
-                if "nvidia-smi" in ln.text), None)
+    cmd = next(
+        (
+            ln.raw
+            for ln in reversed(ctx.lines[max(0, first.index - 3) : first.index])
+            if "nvidia-smi" in ln.text
+        ),
+        None,
+    )
     contained = _CONTAINER_HINT.search(ctx.text) is not None
     where = "in a running container" if contained else "(typically inside a running container)"
     return _diag(
@@ -733,9 +912,13 @@ def _nvml_lost(ctx: Context, evidence: list[str]) -> Diagnosis:
         "lost access to /dev/nvidia* (its device cgroup rewritten, e.g. by `systemctl "
         "daemon-reload` on the host)",
         (),
-        ("Recreate the container; stop it recurring with NVIDIA's workaround: `nvidia-ctk system "
-         "create-dev-char-symlinks --create-all` (or the cgroupfs driver / a fixed toolkit), see "
-         "NVIDIA/nvidia-container-toolkit#48"),
+        (
+            "Recreate the container; stop it recurring with NVIDIA's workaround: `nvidia-ctk "
+            "system "
+            "create-dev-char-symlinks --create-all` (or the cgroupfs driver / a fixed toolkit), "
+            "see "
+            "NVIDIA/nvidia-container-toolkit#48"
+        ),
         ([cmd] if cmd else []) + evidence,
         {"in_container": "yes" if contained else None},
     )
@@ -771,8 +954,11 @@ def _nvml_error(ctx: Context, ret: NvmlReturn, handle: list[str], pci: str | Non
     """An NVML return code that blames the GPU or the driver but not the bus (see
     :data:`_BUS_LOST`), from nvidia-smi's device-handle failure and/or the NVML calls other
     tools print (:data:`_NVML_CALL`)."""
-    calls = [(ln, m) for ln in ctx.lines if (m := _NVML_CALL.search(ln.text))
-             and nvml_return(None, m["msg"]) is ret]
+    calls = [
+        (ln, m)
+        for ln in ctx.lines
+        if (m := _NVML_CALL.search(ln.text)) and nvml_return(None, m["msg"]) is ret
+    ]
     fn = calls[0][1]["fn"] if calls else None
     on = f" for GPU {pci}" if pci else ""
     via = f" ({fn})" if fn else ""
@@ -791,7 +977,7 @@ def _nvml_error(ctx: Context, ret: NvmlReturn, handle: list[str], pci: str | Non
 
 
 def _shown_call(ln: Line, m: re.Match[str]) -> str:
-    return ln.raw if len(ln.raw) <= 200 else ln.raw[m.start():].strip()
+    return ln.raw if len(ln.raw) <= 200 else ln.raw[m.start() :].strip()
 
 
 def _nvml_calls(ctx: Context) -> Diagnosis | None:
@@ -801,9 +987,13 @@ def _nvml_calls(ctx: Context) -> Diagnosis | None:
     if "nvml" not in ctx.text or any(SMI_MESSAGE_RE.search(ln.text) for ln in ctx.lines):
         return None
     for ln in ctx.lines:
-        if (m := _NVML_CALL.search(ln.text)) and (ret := nvml_return(None, m["msg"])) \
-                and ret.host_fault and ret.code in _NVML_ERROR_CODES \
-                and not any(_BUS_LOST.search(x.text) for x in ctx.lines):
+        if (
+            (m := _NVML_CALL.search(ln.text))
+            and (ret := nvml_return(None, m["msg"]))
+            and ret.host_fault
+            and ret.code in _NVML_ERROR_CODES
+            and not any(_BUS_LOST.search(x.text) for x in ctx.lines)
+        ):
             return _nvml_error(ctx, ret, [], None)
     return None
 
@@ -816,10 +1006,14 @@ def _kernel_mismatch(ctx: Context) -> Diagnosis | None:
     m = find_api_mismatch("\n".join(ln.text for ln in ctx.lines))
     if m is None:
         return None
-    evidence = [ln.raw for ln in ctx.lines if "API mismatch" in ln.text
-                or "this kernel module has the version" in ln.text]
+    evidence = [
+        ln.raw
+        for ln in ctx.lines
+        if "API mismatch" in ln.text or "this kernel module has the version" in ln.text
+    ]
     return _with_upgrade(
-        ctx, "driver_version_mismatch",
+        ctx,
+        "driver_version_mismatch",
         f"Driver/library version mismatch: the user-space driver is {m.client_version} but the "
         f"loaded kernel module is {m.kernel_module_version}",
         f"Reboot the node (or reload the nvidia modules) so the kernel module is "
@@ -837,8 +1031,11 @@ _NVML_KINDS: dict[str, CauseKind] = {
     "driver_not_loaded": "driver_unreachable",
     "version_mismatch": "driver_version_mismatch",
 }
-_NVML_TRACE = re.compile(r"pynvml|nvml\.py|NVMLError|_nvmlGetFunctionPointer|_LoadNvmlLibrary|"
-                         r"libnvidia-ml\.so")
+_NVML_TRACE = re.compile(
+    r"pynvml|nvml\.py|NVMLError|_nvmlGetFunctionPointer|_LoadNvmlLibrary|"
+    r"libnvidia-ml\.so"
+)
+
 
 def _nvml_return_finding(ctx: Context, fault: NvmlFault) -> list[Diagnosis]:
     """Another NVML return code that blames the GPU or the driver (``NVML_RETURNS``:
@@ -847,16 +1044,27 @@ def _nvml_return_finding(ctx: Context, fault: NvmlFault) -> list[Diagnosis]:
     ret = fault.returned
     if ret is None or not ret.host_fault or ret.action is None:
         return []
-    evidence = [ln.raw for ln in ctx.lines
-                if ret.suffix in ln.text or ret.message.lower() in ln.text.lower()]
+    evidence = [
+        ln.raw
+        for ln in ctx.lines
+        if ret.suffix in ln.text or ret.message.lower() in ln.text.lower()
+    ]
     call = f" in {fault.nvml_function}" if fault.nvml_function else ""
-    return [_diag(
-        "nvml_error",
-        f"NVML returned {ret.name} ({ret.code}, '{ret.message}'){call}: {ret.meaning}",
-        (), ret.action[0].upper() + ret.action[1:], evidence[:3],
-        {"nvml_return": ret.name, "nvml_code": ret.code, "nvml_function": fault.nvml_function,
-         "exception": fault.exception},
-    )]
+    return [
+        _diag(
+            "nvml_error",
+            f"NVML returned {ret.name} ({ret.code}, '{ret.message}'){call}: {ret.meaning}",
+            (),
+            ret.action[0].upper() + ret.action[1:],
+            evidence[:3],
+            {
+                "nvml_return": ret.name,
+                "nvml_code": ret.code,
+                "nvml_function": fault.nvml_function,
+                "exception": fault.exception,
+            },
+        )
+    ]
 
 
 def _nvml_findings(ctx: Context) -> list[Diagnosis]:
@@ -870,7 +1078,7 @@ def _nvml_findings(ctx: Context) -> list[Diagnosis]:
     pattern = {
         "nvml_library_not_found": r"libnvidia-ml\.so|LibraryNotFound|NVML Shared Library",
         "nvml_function_not_found": r"_nvmlGetFunctionPointer|undefined symbol: nvml|"
-                                   r"FunctionNotFound|Function Not Found",
+        r"FunctionNotFound|Function Not Found",
         "gpu_lost": r"GpuIsLost|GPU is lost",
         "driver_unreachable": r"DriverNotLoaded|Driver Not Loaded",
         "driver_version_mismatch": r"LibRmVersionMismatch|version mismatch",
@@ -882,25 +1090,30 @@ def _nvml_findings(ctx: Context) -> list[Diagnosis]:
             "NVML cannot be loaded: libnvidia-ml.so.1 is not on this host's loader path (no "
             "NVIDIA user-space driver here, or not mounted into the container)",
             "Install the NVIDIA driver (or run with the NVIDIA container runtime, `--gpus`); the "
-            "tool itself is fine"),
+            "tool itself is fine",
+        ),
         "nvml_function_not_found": (
             f"the NVML binding (pynvml / nvidia-ml-py) is newer than the driver: "
             f"{call or 'an NVML function'} is missing from libnvidia-ml (Function Not Found)",
             "Install an nvidia-ml-py / pynvml release that matches the driver, or upgrade the "
-            "driver; meanwhile read processes with `nvidia-smi --query-compute-apps`"),
+            "driver; meanwhile read processes with `nvidia-smi --query-compute-apps`",
+        ),
         "gpu_lost": (
             f"NVML reports a GPU lost (NVML_ERROR_GPU_IS_LOST) in {call or 'an NVML call'}: it "
             "stopped answering on the bus; the text does not say which",
             "Find the lost GPU in the kernel log (`dmesg | grep -e NVRM -e Xid`, Xid 79) and "
-            "reboot the node; if it recurs check PCIe seating, power and cooling"),
+            "reboot the node; if it recurs check PCIe seating, power and cooling",
+        ),
         "driver_unreachable": (
             "NVML cannot reach the NVIDIA kernel driver (Driver Not Loaded)",
             "Load the nvidia kernel module (`modprobe nvidia`) or reinstall the driver for the "
-            "running kernel; check `dmesg | grep NVRM`"),
+            "running kernel; check `dmesg | grep NVRM`",
+        ),
         "driver_version_mismatch": (
             "NVML: the user-space library and the loaded kernel module differ (RM version "
             "mismatch)",
-            "Reboot the node (or reload the nvidia modules) so module and library match"),
+            "Reboot the node (or reload the nvidia modules) so module and library match",
+        ),
     }
     summary, fix = texts[kind]
     facts: dict[str, FactValue | None] = {"nvml_function": call, "exception": fault.exception}
@@ -923,7 +1136,9 @@ def _nvml_findings(ctx: Context) -> list[Diagnosis]:
 #: ``cudaErrorSystemNotReady``, ``CUDA_ERROR_SYSTEM_NOT_READY``, ``cuInit ... 802``.
 _ERR_802 = re.compile(
     r"system not yet initiali[sz]ed|cudaErrorSystemNotReady|CUDA_ERROR_SYSTEM_NOT_READY|"
-    r"\bcuInit\b.{0,40}\b802\b", re.I)
+    r"\bcuInit\b.{0,40}\b802\b",
+    re.I,
+)
 #: Fabric Manager's own failure (its log / ``systemctl status nvidia-fabricmanager``).
 #: Fabric Manager's own refusal to start at another version than the driver's: "fabric manager
 #: NVIDIA GPU driver interface version X don't match with driver version Y".
@@ -947,7 +1162,9 @@ _FM_OWN = re.compile(
     r"|Failed to start (?:NVIDIA fabric ?manager|nvidia-fabricmanager)"
     r"|Job for nvidia-fabricmanager\.service failed"
     r"|^(?:\[[^\]]*\]\s*)*(?:nv-fabricmanager|fabric ?manager)\b[^\n]{0,120}?"
-    r"\b(?:failed|error)\b", re.I)
+    r"\b(?:failed|error)\b",
+    re.I,
+)
 #: The journal tag of Fabric Manager's own lines (the normaliser drops syslog tags).
 _FM_TAGGED = re.compile(r"\bnv-fabricmanager\[\d+\]: (?P<msg>.*\b(?:failed|error)\b.*)", re.I)
 #: Fabric Manager finding no NVSwitch to manage (``NV_WARN_NOTHING_TO_DO``): a host without
@@ -961,22 +1178,29 @@ def _fabric_manager_down(ctx: Context) -> Diagnosis | None:
     if _FM_NOTHING.search(ctx.text):
         return None
     hits: list[tuple[str, re.Match[str] | None]] = [
-        (ln.raw, m) for ln in ctx.lines if (m := _FM_OWN.search(ln.text))]
+        (ln.raw, m) for ln in ctx.lines if (m := _FM_OWN.search(ln.text))
+    ]
     hits += [(t.group(0), None) for t in _FM_TAGGED.finditer(ctx.text)]
     if not hits:
         return None
     item = next((m["item"] for _, m in hits if m is not None and m["item"]), None)
     if item:
-        what = (f"its config file's {item} has an invalid value (usually a path in "
-                "fabricmanager.cfg that does not exist on this host)")
-        fix = (f"Fix {item} in fabricmanager.cfg (every path it names must exist: "
-               "FABRIC_NODE_CONFIG_FILE, DATABASE_PATH, LOG_FILE_NAME, TOPOLOGY_FILE_PATH), "
-               "then restart nvidia-fabricmanager and check `nvidia-smi -q | grep -A2 Fabric`")
+        what = (
+            f"its config file's {item} has an invalid value (usually a path in "
+            "fabricmanager.cfg that does not exist on this host)"
+        )
+        fix = (
+            f"Fix {item} in fabricmanager.cfg (every path it names must exist: "
+            "FABRIC_NODE_CONFIG_FILE, DATABASE_PATH, LOG_FILE_NAME, TOPOLOGY_FILE_PATH), "
+            "then restart nvidia-fabricmanager and check `nvidia-smi -q | grep -A2 Fabric`"
+        )
     else:
         what = "it exited with an error"
-        fix = ("Read `journalctl -u nvidia-fabricmanager` and /var/log/fabricmanager.log; run "
-               "nvidia-fabricmanager at exactly the driver's version, then restart it and "
-               "check `nvidia-smi -q | grep -A2 Fabric`")
+        fix = (
+            "Read `journalctl -u nvidia-fabricmanager` and /var/log/fabricmanager.log; run "
+            "nvidia-fabricmanager at exactly the driver's version, then restart it and "
+            "check `nvidia-smi -q | grep -A2 Fabric`"
+        )
     return _diag(
         "fabric_manager",
         f"nvidia-fabricmanager failed: {what}. On an NVSwitch system (HGX/DGX) the NVLink "
@@ -999,9 +1223,11 @@ def _fabric_manager(ctx: Context) -> Diagnosis | None:
         "(cudaErrorSystemNotReady): the NVLink fabric is not initialised because "
         "nvidia-fabricmanager is not running or not at the driver's exact version",
         (),
-        ("Install nvidia-fabricmanager of exactly the driver's version and start it "
-         "(`systemctl enable --now nvidia-fabricmanager`); check `nvidia-smi -q | grep -A2 "
-         "Fabric`, then rerun"),
+        (
+            "Install nvidia-fabricmanager of exactly the driver's version and start it "
+            "(`systemctl enable --now nvidia-fabricmanager`); check `nvidia-smi -q | grep -A2 "
+            "Fabric`, then rerun"
+        ),
         [ln.raw for ln in hits[:3]],
         {},
     )
@@ -1010,9 +1236,11 @@ def _fabric_manager(ctx: Context) -> Diagnosis | None:
 def _kernel_no_gpus(ctx: Context) -> Diagnosis | None:
     """The driver failed to bring up its GPUs (``RmInitAdapter failed``), with no nvidia-smi
     output in the text (that case is :func:`_smi_findings`)."""
-    if not any(_RM_INIT.search(ln.text) and "RmInitAdapter" in ln.text.replace("rm_init_adapter",
-                                                                             "RmInitAdapter")
-               for ln in ctx.lines):
+    if not any(
+        _RM_INIT.search(ln.text)
+        and "RmInitAdapter" in ln.text.replace("rm_init_adapter", "RmInitAdapter")
+        for ln in ctx.lines
+    ):
         return None
     if any(SMI_MESSAGE_RE.search(ln.text) for ln in ctx.lines):
         return None
@@ -1022,8 +1250,9 @@ def _kernel_no_gpus(ctx: Context) -> Diagnosis | None:
 def _plugin_stalled(ctx: Context) -> Diagnosis | None:
     """nvidia-docker-plugin (1.x) began discovering GPUs and never finished: the same fault as
     nvidia-smi's ``No devices were found`` (:func:`faults.parse_plugin_discovery`)."""
-    if "nvidia-docker-plugin" not in ctx.text or any(SMI_MESSAGE_RE.search(ln.text)
-                                                     for ln in ctx.lines):
+    if "nvidia-docker-plugin" not in ctx.text or any(
+        SMI_MESSAGE_RE.search(ln.text) for ln in ctx.lines
+    ):
         return None
     disc = parse_plugin_discovery("\n".join(r.strip() for r in ctx.text.splitlines()))
     if not disc.stalled:
@@ -1034,8 +1263,11 @@ def _plugin_stalled(ctx: Context) -> Diagnosis | None:
 #: NVML_ERROR_OPERATING_SYSTEM (17): nvidia-smi's "Failed to initialize NVML: GPU access blocked
 #: by the operating system" (WSL2's libnvidia-ml), nvml.h's "The operating system has blocked
 #: the request.", pynvml's ``NVMLError_OperatingSystem``.
-_NVML_BLOCKED = re.compile(r"GPU access blocked by the operating system|NVMLError_OperatingSystem"
-                           r"|operating system has blocked the request", re.I)
+_NVML_BLOCKED = re.compile(
+    r"GPU access blocked by the operating system|NVMLError_OperatingSystem"
+    r"|operating system has blocked the request",
+    re.I,
+)
 _WSL = re.compile(r"\bWSL|/usr/lib/wsl|microsoft-standard|nvidia-smi\.exe|Windows", re.I)
 
 
@@ -1058,8 +1290,11 @@ def _nvml_blocked(ctx: Context) -> Diagnosis | None:
         "packages from the distribution (use /usr/lib/wsl/lib/nvidia-smi); outside WSL, a "
         "container's device cgroup blocked /dev/nvidia*: start it with --gpus",
         hits[:2],
-        {"nvml_return": ret.name, "nvml_code": ret.code,
-         "wsl": "yes" if _WSL.search(ctx.text) else None},
+        {
+            "nvml_return": ret.name,
+            "nvml_code": ret.code,
+            "wsl": "yes" if _WSL.search(ctx.text) else None,
+        },
     )
 
 
@@ -1067,11 +1302,14 @@ def _nvml_blocked(ctx: Context) -> Diagnosis | None:
 #: Permissions" (the Go bindings' callers: the device plugin, DCGM exporter), or pynvml's
 #: ``NVMLError_NoPermission`` (:func:`classify_nvml_traceback` names the call and its fields).
 _NO_PERMISSION = re.compile(
-    r"error getting (?P<what>[\w ]+?): Insufficient P\w*ssions|NVMLError_NoPermission")
+    r"error getting (?P<what>[\w ]+?): Insufficient P\w*ssions|NVMLError_NoPermission"
+)
 _READING_OF: dict[str, str] = {
-    "nvmlDeviceGetMemoryInfo": "memory info", "nvmlDeviceGetMemoryInfo_v2": "memory info",
+    "nvmlDeviceGetMemoryInfo": "memory info",
+    "nvmlDeviceGetMemoryInfo_v2": "memory info",
     "nvmlDeviceGetComputeRunningProcesses": "the process list",
-    "nvmlDeviceGetPowerUsage": "power", "nvmlDeviceGetClockInfo": "clocks",
+    "nvmlDeviceGetPowerUsage": "power",
+    "nvmlDeviceGetClockInfo": "clocks",
 }
 _MIG = re.compile(r"\bMIG\b|\bmig-|MigDevice", re.I)
 
@@ -1096,19 +1334,33 @@ def _nvml_permission(ctx: Context) -> Diagnosis | None:
         "nvml_permission",
         f"NVML refused one reading, {what}{f' ({fn})' if fn else ''}, with {ret.name} "
         f"({ret.code}, '{ret.message}')"
-        + ("; the GPU has MIG enabled: a container given a MIG instance may not read the "
-           "parent GPU's totals" if mig else ": the caller may not make this call")
+        + (
+            "; the GPU has MIG enabled: a container given a MIG instance may not read the "
+            "parent GPU's totals"
+            if mig
+            else ": the caller may not make this call"
+        )
         + ". The GPU is fine: only this reading was refused",
         (),
-        ("Read the MIG device's own values (nvmlDeviceGetMigDeviceHandleByIndex, or "
-         "torch.cuda.mem_get_info in the process), or give the container MIG monitoring "
-         "access (NVIDIA_MIG_MONITOR_DEVICES=all; for the NVIDIA device plugin on its "
-         "DaemonSet) and restart it") if mig else
-        ("Make the call as root or with access to /dev/nvidia* and /dev/nvidia-caps, or skip "
-         "that reading (the tool should treat it as unavailable)"),
+        (
+            "Read the MIG device's own values (nvmlDeviceGetMigDeviceHandleByIndex, or "
+            "torch.cuda.mem_get_info in the process), or give the container MIG monitoring "
+            "access (NVIDIA_MIG_MONITOR_DEVICES=all; for the NVIDIA device plugin on its "
+            "DaemonSet) and restart it"
+        )
+        if mig
+        else (
+            "Make the call as root or with access to /dev/nvidia* and /dev/nvidia-caps, or skip "
+            "that reading (the tool should treat it as unavailable)"
+        ),
         [ln.raw for ln, _ in hits[:2]],
-        {"nvml_return": ret.name, "nvml_code": ret.code, "nvml_function": fn,
-         "reading": reading, "mig": "yes" if mig else None},
+        {
+            "nvml_return": ret.name,
+            "nvml_code": ret.code,
+            "nvml_function": fn,
+            "reading": reading,
+            "mig": "yes" if mig else None,
+        },
     )
 
 
@@ -1125,8 +1377,18 @@ def _rules_nvml(ctx: Context) -> Iterable[Diagnosis]:
 
 
 #: The rules of this module (the engine ranks what they find).
-RULES = (_rules_xid, _rules_smi, _rules_nvml, _nvml_calls, _kernel_mismatch, _fabric_manager,
-         _kernel_no_gpus, _plugin_stalled, _nvml_blocked, _nvml_permission)
+RULES = (
+    _rules_xid,
+    _rules_smi,
+    _rules_nvml,
+    _nvml_calls,
+    _kernel_mismatch,
+    _fabric_manager,
+    _kernel_no_gpus,
+    _plugin_stalled,
+    _nvml_blocked,
+    _nvml_permission,
+)
 
 #: What lines each rule reads (the engine's pre-filter; see :class:`Needs`).
 NEEDS = {rule: Needs(FAILURE_WORDS) for rule in RULES}

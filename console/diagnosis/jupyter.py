@@ -56,8 +56,13 @@ from console.diagnosis.model import make_diagnosis as _diag
 __all__ = ["RULES"]
 
 
-def _make(kind: CauseKind, summary: str, fix: str, evidence: Iterable[str],
-          facts: dict[str, FactValue | None]) -> Diagnosis:
+def _make(
+    kind: CauseKind,
+    summary: str,
+    fix: str,
+    evidence: Iterable[str],
+    facts: dict[str, FactValue | None],
+) -> Diagnosis:
     return _diag(kind, summary, (), fix, evidence, facts)
 
 
@@ -77,17 +82,23 @@ def _tidy_path(value: str) -> str:
 #: ``ServerApp`` / ``NotebookApp`` giving up (``self.log.critical`` then ``self.exit(1)``).
 _PORT_FATAL = re.compile(
     r"(?:Jupyter|notebook) server could not be started because (?:port (?P<port>\d+) is not "
-    r"available|no available port could be found)", re.I)
+    r"available|no available port could be found)",
+    re.I,
+)
 #: Each port tried: taken (EADDRINUSE) or refused (EACCES; Windows' reserved port ranges).
 _PORT_TAKEN = re.compile(r"\bThe port (?P<port>\d+) is already in use\b")
 _PORT_DENIED = re.compile(r"\bPermission to listen on port (?P<port>\d+) denied")
 #: The server came up after all (a retry found a port).
 _RUNNING = re.compile(r"\bis running at\b", re.I)
 #: EADDRINUSE raised out of the server's bind (a version without the retry loop's handling).
-_ERRNO_IN_USE = re.compile(r"\[Errno (?:98|48|10048)\] (?:Address already in use|Only one usage)"
-                           r"|\bEADDRINUSE\b")
-_JUPYTER_FRAME = re.compile(r"(?:jupyter_server|notebook|jupyterlab)[/\\]\w+\.py|serverapp\.py"
-                            r"|notebookapp\.py|ServerApp|NotebookApp|LabApp")
+_ERRNO_IN_USE = re.compile(
+    r"\[Errno (?:98|48|10048)\] (?:Address already in use|Only one usage)"
+    r"|\bEADDRINUSE\b"
+)
+_JUPYTER_FRAME = re.compile(
+    r"(?:jupyter_server|notebook|jupyterlab)[/\\]\w+\.py|serverapp\.py"
+    r"|notebookapp\.py|ServerApp|NotebookApp|LabApp"
+)
 _PORT_ARG = re.compile(r"--(?:ServerApp\.|NotebookApp\.)?port[= ](?P<port>\d+)\b")
 
 
@@ -111,8 +122,7 @@ def _port(lines: Sequence[Line]) -> Diagnosis | None:
         port = int(tries[0][1]["port"])
     else:
         port = next((int(m["port"]) for ln in lines if (m := _PORT_ARG.search(ln.text))), None)
-    reason = ("in use" if taken or errno is not None else
-              "permission denied" if denied else None)
+    reason = "in use" if taken or errno is not None else "permission denied" if denied else None
     evidence = [t[0].raw for t in tries[:2]]
     if fatal is not None:
         evidence.append(fatal[0].raw)
@@ -121,19 +131,30 @@ def _port(lines: Sequence[Line]) -> Diagnosis | None:
     which = f"port {port}" if port is not None else "its port"
     several = len({int(m["port"]) for _, m in tries}) > 1
     if reason == "permission denied":
-        why = ("the system refused permission to listen (EACCES) on "
-               f"{which}{' and on every retry port' if several else ''}")
-        fix = (f"start it on another port; on Windows `netsh int ipv4 show excludedportrange "
-               f"protocol=tcp` lists the reserved ranges {which} falls into")
+        why = (
+            "the system refused permission to listen (EACCES) on "
+            f"{which}{' and on every retry port' if several else ''}"
+        )
+        fix = (
+            f"start it on another port; on Windows `netsh int ipv4 show excludedportrange "
+            f"protocol=tcp` lists the reserved ranges {which} falls into"
+        )
     else:
-        why = (f"another process already listens on {which}"
-               f"{' and on every retry port' if several else ''} (EADDRINUSE)")
-        fix = (f"free {which} (`ss -ltnp 'sport = :{port or '<port>'}'` on the host: a stale "
-               "notebook or another server) or start the notebook again on another port")
+        why = (
+            f"another process already listens on {which}"
+            f"{' and on every retry port' if several else ''} (EADDRINUSE)"
+        )
+        fix = (
+            f"free {which} (`ss -ltnp 'sport = :{port or '<port>'}'` on the host: a stale "
+            "notebook or another server) or start the notebook again on another port"
+        )
     return _make(
         "jupyter_port_unavailable",
         f"the Jupyter server could not be started: {why}, so it exited without serving",
-        fix, evidence, {"port": port, "reason": reason})
+        fix,
+        evidence,
+        {"port": port, "reason": reason},
+    )
 
 
 # -- root ----------------------------------------------------------------------------------
@@ -155,14 +176,17 @@ def _root(lines: Sequence[Line]) -> Diagnosis | None:
             "(ServerApp/NotebookApp.allow_root is False) and exited",
             "add --allow-root to the server's command (or c.ServerApp.allow_root = True), or run "
             "the container as a non-root user (--user / USER in the image)",
-            evidence, {})
+            evidence,
+            {},
+        )
     return None
 
 
 # -- root_dir / notebook_dir ---------------------------------------------------------------
 
 _NO_DIR = re.compile(
-    r"No such (?P<what>notebook dir|preferred dir|directory): u?(?P<q>['\"`]+)(?P<path>.*?)(?P=q)")
+    r"No such (?P<what>notebook dir|preferred dir|directory): u?(?P<q>['\"`]+)(?P<path>.*?)(?P=q)"
+)
 
 
 def _dir_missing(lines: Sequence[Line]) -> Diagnosis | None:
@@ -171,31 +195,45 @@ def _dir_missing(lines: Sequence[Line]) -> Diagnosis | None:
             continue
         path = m["path"].strip() or None
         trait = {"notebook dir": "notebook_dir", "preferred dir": "preferred_dir"}.get(
-            m["what"], "root_dir")
-        bad = next((x.raw for x in lines[max(0, ln.index - 2):ln.index]
-                    if "Bad config encountered" in x.text), None)
+            m["what"], "root_dir"
+        )
+        bad = next(
+            (
+                x.raw
+                for x in lines[max(0, ln.index - 2) : ln.index]
+                if "Bad config encountered" in x.text
+            ),
+            None,
+        )
         return _make(
             "jupyter_dir_missing",
             f"the Jupyter server's {trait} {path or '(the configured folder)'} does not exist, "
             "so it failed its configuration check and exited before serving",
             f"create {path or 'the folder'} (or mount the workdir there) or point {trait} / "
             "--notebook-dir at an existing folder",
-            ([bad] if bad else []) + [ln.raw], {"path": path, "setting": trait})
+            ([bad] if bad else []) + [ln.raw],
+            {"path": path, "setting": trait},
+        )
     return None
 
 
 # -- permissions ---------------------------------------------------------------------------
 
 _PERM = re.compile(
-    r"(?:PermissionError|OSError): \[Errno 13\] Permission denied: (?P<path>['\"][^'\"]+['\"])")
+    r"(?:PermissionError|OSError): \[Errno 13\] Permission denied: (?P<path>['\"][^'\"]+['\"])"
+)
 #: A path of Jupyter's own (data, runtime, config dirs under HOME) or a Jupyter frame nearby.
 _JUPYTER_PATH = re.compile(r"/\.local\b|jupyter|/\.ipython\b|runtime", re.I)
-_JUPYTER_TB = re.compile(r"jupyter_core|jupyter_server|runtime_dir|notebookapp|serverapp"
-                         r"|jupyter-lab|jupyter-notebook", re.I)
+_JUPYTER_TB = re.compile(
+    r"jupyter_core|jupyter_server|runtime_dir|notebookapp|serverapp"
+    r"|jupyter-lab|jupyter-notebook",
+    re.I,
+)
 #: The contents API refusing to write in root_dir (403 with its reason).
 _CONTENTS = re.compile(
     r"^\[[DIWEC] [^\]]*\]\s+Permission denied: (?P<path>\S.*?)\s*$"
-    r"|\b403 (?:GET|POST|PUT|PATCH|DELETE) \S+.*?: Permission denied: (?P<path2>\S.*?)\s*$")
+    r"|\b403 (?:GET|POST|PUT|PATCH|DELETE) \S+.*?: Permission denied: (?P<path2>\S.*?)\s*$"
+)
 
 
 def _permission(lines: Sequence[Line]) -> Diagnosis | None:
@@ -213,7 +251,9 @@ def _permission(lines: Sequence[Line]) -> Diagnosis | None:
             "give the server a writable HOME (-e HOME=/tmp) or set JUPYTER_RUNTIME_DIR / "
             "JUPYTER_DATA_DIR to a writable folder; or make the mounted home writable for the "
             "container's uid (or run as the image's user)",
-            [ln.raw], {"path": path})
+            [ln.raw],
+            {"path": path},
+        )
     for ln in lines:
         if (m := _CONTENTS.search(ln.text.strip())) is None:
             continue
@@ -225,7 +265,9 @@ def _permission(lines: Sequence[Line]) -> Diagnosis | None:
             "for the server's uid",
             "make the mounted workdir writable for the container's uid (chown / chmod on the "
             "host, or run the container with --user matching the folder's owner)",
-            [ln.raw], {"path": path})
+            [ln.raw],
+            {"path": path},
+        )
     return None
 
 
@@ -238,11 +280,15 @@ _MISSING = (
     # runc / moby, also quoted in a JSON or Go-quoted message
     re.compile(r"exec: \\*\"(?P<cmd>jupyter(?:-[\w.-]+)?)\\*\": executable file not found"),
     # dash / bash
-    re.compile(r"(?:^|\s)-?(?:/bin/|/usr/bin/)?(?:ba|da)?sh: (?:line )?(?:\d+: )?"
-               r"(?P<cmd>jupyter(?:-[\w.-]+)?): (?:command )?not found"),
+    re.compile(
+        r"(?:^|\s)-?(?:/bin/|/usr/bin/)?(?:ba|da)?sh: (?:line )?(?:\d+: )?"
+        r"(?P<cmd>jupyter(?:-[\w.-]+)?): (?:command )?not found"
+    ),
     # python -m jupyter / a missing server package
-    re.compile(r"(?:python[\d.]*: |ModuleNotFoundError: )No module named "
-               r"'?(?P<mod>jupyter(?:lab|_server)?)'?\s*$"),
+    re.compile(
+        r"(?:python[\d.]*: |ModuleNotFoundError: )No module named "
+        r"'?(?P<mod>jupyter(?:lab|_server)?)'?\s*$"
+    ),
 )
 
 
@@ -256,12 +302,16 @@ def _not_installed(lines: Sequence[Line]) -> Diagnosis | None:
                 cmd = f"jupyter-{groups['sub']}"
             elif groups.get("mod"):
                 cmd = {"jupyterlab": "jupyter-lab", "jupyter_server": "jupyter-server"}.get(
-                    groups["mod"], "jupyter")
+                    groups["mod"], "jupyter"
+                )
             else:
                 cmd = groups["cmd"]
-            what = ("Jupyter itself" if cmd == "jupyter"
-                    else f"the `{cmd}` command (package "
-                         f"{_PACKAGES.get(cmd, cmd.removeprefix('jupyter-'))})")
+            what = (
+                "Jupyter itself"
+                if cmd == "jupyter"
+                else f"the `{cmd}` command (package "
+                f"{_PACKAGES.get(cmd, cmd.removeprefix('jupyter-'))})"
+            )
             return _make(
                 "jupyter_not_installed",
                 f"{what} is not installed in the container (or not on its PATH), so the "
@@ -269,13 +319,19 @@ def _not_installed(lines: Sequence[Line]) -> Diagnosis | None:
                 f"use an image with JupyterLab (gpuconsole/torch rev >= 3) or install it in the "
                 f"image (`pip install {_PACKAGES.get(cmd, 'jupyterlab')}`); check PATH / the "
                 "environment activation",
-                [ln.raw], {"command": cmd})
+                [ln.raw],
+                {"command": cmd},
+            )
     return None
 
 
-_PACKAGES = {"jupyter": "jupyterlab", "jupyter-lab": "jupyterlab",
-             "jupyter-notebook": "notebook", "jupyter-server": "jupyter_server",
-             "jupyter-nbclassic": "nbclassic"}
+_PACKAGES = {
+    "jupyter": "jupyterlab",
+    "jupyter-lab": "jupyterlab",
+    "jupyter-notebook": "notebook",
+    "jupyter-server": "jupyter_server",
+    "jupyter-nbclassic": "nbclassic",
+}
 
 
 # -- the kernel ----------------------------------------------------------------------------
@@ -296,19 +352,25 @@ def _kernel_died(lines: Sequence[Line]) -> Diagnosis | None:
     evidence = [restarts[0][0].raw] if restarts else []
     evidence += [x.raw for x in (failed, died[0] if died else None) if x is not None]
     if failed is not None or died is not None:
-        summary = (f"the notebook's kernel process died{' on every restart' if count else ''} "
-                   f"and the server gave up after {count} automatic restart"
-                   f"{'' if count == 1 else 's'}: the kernel is gone (the server still runs)")
+        summary = (
+            f"the notebook's kernel process died{' on every restart' if count else ''} "
+            f"and the server gave up after {count} automatic restart"
+            f"{'' if count == 1 else 's'}: the kernel is gone (the server still runs)"
+        )
     else:
-        summary = (f"the notebook's kernel process died and the server restarted it ({count} "
-                   "time" + ("" if count == 1 else "s") + "); its variables are lost")
+        summary = (
+            f"the notebook's kernel process died and the server restarted it ({count} "
+            "time" + ("" if count == 1 else "s") + "); its variables are lost"
+        )
     return _make(
         "jupyter_kernel_died",
         summary,
         "look for why the kernel process died: an OOM kill (`docker inspect` OOMKilled, dmesg; "
         "raise the memory limit or use less), a crash in a native library, or a kernelspec whose "
         "command fails (run it by hand: `jupyter kernelspec list`)",
-        evidence, {"restarts": count or None, "kernel": kernel})
+        evidence,
+        {"restarts": count or None, "kernel": kernel},
+    )
 
 
 def _jupyter(ctx: Context) -> list[Diagnosis]:

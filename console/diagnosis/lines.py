@@ -59,9 +59,7 @@ class Line:
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 
 # Decorations at the start of a line, tried repeatedly (a CRI line inside a quoted issue...).
-_ISO_TS = (
-    r"\[?\d{4}-\d\d-\d\d[T _]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d| ?UTC)?\]?"
-)
+_ISO_TS = r"\[?\d{4}-\d\d-\d\d[T _]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d| ?UTC)?\]?"
 _PREFIXES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("quote", re.compile(r"^\s{0,3}>(?:\s?>)*\s?(?!>)")),
     # Kubernetes CRI: "2024-01-02T03:04:05.123456789Z stderr F "
@@ -69,9 +67,13 @@ _PREFIXES: tuple[tuple[str, re.Pattern[str]], ...] = (
     # one separator only: the indentation after it belongs to the process's line
     ("iso", re.compile(r"^" + _ISO_TS + r"(?: [|-] | ?[|,:] ?| |$)")),
     # syslog / journalctl: "Mar 21 02:07:08 gpu-node-01 kernel: " (the host and tag dropped)
-    ("syslog", re.compile(
-        r"^[A-Z][a-z]{2} [ \d]?\d \d\d:\d\d:\d\d(?:\.\d+)? (?P<src>[\w.-]+) "
-        r"[\w./@-]+(?:\[\d+\])?: ")),
+    (
+        "syslog",
+        re.compile(
+            r"^[A-Z][a-z]{2} [ \d]?\d \d\d:\d\d:\d\d(?:\.\d+)? (?P<src>[\w.-]+) "
+            r"[\w./@-]+(?:\[\d+\])?: "
+        ),
+    ),
     # dmesg: "[ 1843.308145] " and "dmesg -T": "[Mon Jan 27 23:04:35 2021] "
     ("dmesg", re.compile(r"^\[\s*\d+\.\d+\] ")),
     ("dmesg_t", re.compile(r"^\[[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]?\d \d\d:\d\d:\d\d \d{4}\] ")),
@@ -84,9 +86,14 @@ _PREFIXES: tuple[tuple[str, re.Pattern[str]], ...] = (
     # Ray's worker log relay (python/ray/_private/log_monitor.py / worker.py print_logs):
     # "(pid=909608) ", "(RayWorker pid=123) ", "(RayTrainWorker pid=123, ip=10.0.0.1) ",
     # "(raylet) ", "(raylet, ip=10.0.0.1) "
-    ("ray", re.compile(
-        r"^\((?P<src>(?:[A-Za-z_][\w.:-]* )?pid=\d+(?:, ip=[\w.:-]+)?|raylet(?:, ip=[\w.:-]+)?)\) ?"
-        r"(?=\S|$)")),
+    (
+        "ray",
+        re.compile(
+            r"^\((?P<src>(?:[A-Za-z_][\w.:-]* )?pid=\d+(?:, ip=[\w.:-]+)?"
+            r"|raylet(?:, ip=[\w.:-]+)?)\) ?"
+            r"(?=\S|$)"
+        ),
+    ),
     # gpuconsole's own `logs`: "[n0 r1] " (node 0, global rank 1) or "[n1] " (node 1's
     # torchrun agent or gang watcher; console/jobs/logs.py JobLogLine.tag)
     ("gpuconsole", re.compile(r"^\[n(?P<src>\d+)(?: r(?P<rank>\d+))?\] ")),
@@ -107,16 +114,57 @@ _PY_NAME = re.compile(r"^[A-Z]\w*(?:Error|Exception|Warning|Interrupt|Exit)$")
 # ``stderr: ``, a supervisor's ``out: ``, ``worker | ``, ``[worker-0] ``): a word and ``: `` or
 # `` | ``, or a bracketed tag and a space. Only stripped when it starts most lines
 # (:func:`_repeated_word_tags`) and is not a word that begins a process's own message.
-_WORD_TAG = re.compile(
-    r"^(?:\[(?P<btag>[\w.@:/-]+)\] |(?P<wtag>[A-Za-z][\w.@-]*)(?:: | \| |:$))")
+_WORD_TAG = re.compile(r"^(?:\[(?P<btag>[\w.@:/-]+)\] |(?P<wtag>[A-Za-z][\w.@-]*)(?:: | \| |:$))")
 # Words that begin the message itself, not a relay's tag: log levels, the kernel's and the
 # tools' own prefixes (``NVRM: Xid``, ``srun: error:``, ``nvidia-container-cli: ...``), notes.
-_OWN_WORDS = frozenset(w.lower() for w in (
-    "INFO", "WARNING", "WARN", "ERROR", "DEBUG", "CRITICAL", "FATAL", "NOTICE", "TRACE", "E",
-    "W", "I", "F", "Note", "Hint", "Error", "Warning", "Caused", "Reason", "Message", "Details",
-    "NVRM", "kernel", "srun", "slurmstepd", "sbatch", "salloc", "scontrol", "nvidia-smi",
-    "nvidia-container-cli", "nvidia-container-toolkit", "docker", "dockerd", "containerd",
-    "kubelet", "torchrun", "python", "python3", "pip", "NCCL", "panic", "Traceback", "File"))
+_OWN_WORDS = frozenset(
+    w.lower()
+    for w in (
+        "INFO",
+        "WARNING",
+        "WARN",
+        "ERROR",
+        "DEBUG",
+        "CRITICAL",
+        "FATAL",
+        "NOTICE",
+        "TRACE",
+        "E",
+        "W",
+        "I",
+        "F",
+        "Note",
+        "Hint",
+        "Error",
+        "Warning",
+        "Caused",
+        "Reason",
+        "Message",
+        "Details",
+        "NVRM",
+        "kernel",
+        "srun",
+        "slurmstepd",
+        "sbatch",
+        "salloc",
+        "scontrol",
+        "nvidia-smi",
+        "nvidia-container-cli",
+        "nvidia-container-toolkit",
+        "docker",
+        "dockerd",
+        "containerd",
+        "kubelet",
+        "torchrun",
+        "python",
+        "python3",
+        "pip",
+        "NCCL",
+        "panic",
+        "Traceback",
+        "File",
+    )
+)
 
 _JSON_TEXT_KEYS = ("log", "message", "msg", "MESSAGE", "py_callstack", "error", "stack")
 _ESCAPED_NL = re.compile(r"\\n")
@@ -170,7 +218,7 @@ def _strip_decorations(line: str) -> tuple[str, str | None, int | None]:
                 src = groups["src"]
             if groups.get("rank"):
                 rank = int(groups["rank"])
-            line = line[m.end():]
+            line = line[m.end() :]
             break
         else:
             break
@@ -181,8 +229,7 @@ def _repeated_host_tags(lines: list[str]) -> set[str]:
     """pdsh-style ``host: `` tags that start at least 3 lines and a third of non-empty lines."""
     tags = Counter(m["src"] for ln in lines if (m := _HOST_TAG.match(ln)))
     filled = sum(1 for ln in lines if ln.strip())
-    return {t for t, n in tags.items()
-            if n >= 3 and n * 3 >= filled and not _PY_NAME.match(t)}
+    return {t for t, n in tags.items() if n >= 3 and n * 3 >= filled and not _PY_NAME.match(t)}
 
 
 def _repeated_word_tags(lines: list[str]) -> set[str]:
@@ -194,8 +241,12 @@ def _repeated_word_tags(lines: list[str]) -> set[str]:
     out: set[str] = set()
     for tag, n in tags.items():
         word = tag.strip("[]").rstrip(":|").strip()
-        if n >= 3 and n * 2 > filled and not _PY_NAME.match(word) \
-                and word.lower() not in _OWN_WORDS:
+        if (
+            n >= 3
+            and n * 2 > filled
+            and not _PY_NAME.match(word)
+            and word.lower() not in _OWN_WORDS
+        ):
             out.add(tag)
     return out
 
@@ -206,7 +257,8 @@ def _repeated_word_tags(lines: list[str]) -> set[str]:
 # inside, so a lone identifier ("__main__") or a bullet ("* item") stays as it is.
 _EMPHASIS = re.compile(
     r"^(?P<ind>\s*)(?P<mark>\*\*\*|\*\*|\*|___|__|_|```|`)(?P<body>[^\s*_`].*?[^\s*_`]|[^\s*_`])"
-    r"(?P=mark)$")
+    r"(?P=mark)$"
+)
 
 
 def _unemphasize(line: str) -> str:
@@ -231,9 +283,8 @@ def _untag(entry: _Staged, pattern: re.Pattern[str], tags: set[str], group: str)
     if tag not in tags:
         return entry
     name = m[group] if group else (m["btag"] or m["wtag"])
-    body, more_src, more_rank = _strip_decorations(body[m.end():])
-    return (number, body, more_src or name,
-            mpi_rank if more_rank is None else more_rank)
+    body, more_src, more_rank = _strip_decorations(body[m.end() :])
+    return (number, body, more_src or name, mpi_rank if more_rank is None else more_rank)
 
 
 def normalize(text: str) -> list[Line]:
@@ -255,8 +306,11 @@ def normalize(text: str) -> list[Line]:
     if words:
         staged = [_untag(entry, _WORD_TAG, words, "") for entry in staged]
     out: list[Line] = []
-    pieces = [(number, piece, src, mpi_rank) for number, body, src, mpi_rank in staged
-              for piece in _GLUED_RANK.split(body)]
+    pieces = [
+        (number, piece, src, mpi_rank)
+        for number, body, src, mpi_rank in staged
+        for piece in _GLUED_RANK.split(body)
+    ]
     for number, body, src, mpi_rank in pieces:
         raw = _unemphasize(body.rstrip())
         rest, rank, local_rank = raw, mpi_rank, None
@@ -265,6 +319,6 @@ def normalize(text: str) -> list[Line]:
                 rank = int(m["num"])
             else:
                 local_rank = int(m["num"])
-            rest = rest[m.end():]
+            rest = rest[m.end() :]
         out.append(Line(len(out), number, raw, rest, rank, local_rank, src))
     return out

@@ -169,9 +169,7 @@ def _nccl_cuda_oom(ctx: Context) -> Diagnosis | None:
         who += f" (pid {pid}" + (f" on {host})" if host else ")")
     if rank is not None:
         who = f"rank {rank}, {who}"
-    what = (
-        f"a {size}-byte ({human_bytes(size)}) allocation failed" if size else "cudaMalloc failed"
-    )
+    what = f"a {size}-byte ({human_bytes(size)}) allocation failed" if size else "cudaMalloc failed"
     res = f", result {result} ({NCCL_RESULTS.get(result, 'error')})" if result else ""
     summary = (
         f"{who} ran out of GPU memory inside NCCL: {what}"
@@ -220,7 +218,8 @@ _WARN = re.compile(_PREFIX + r"(?:(?P<src>\S+:\d+) )?NCCL WARN (?P<msg>.*)$")
 # file:line WARN": read only with the source file and line NCCL puts before the level.
 _OLD_WARN = re.compile(
     r"(?:^|(?<=\s))(?:(?P<host>[^\s:\[\]]+)(?::(?P<pid>\d+):(?P<tid>\d+))? )?\[(?P<dev>\d+)\] "
-    r"(?P<src>[\w./-]+\.(?:h|cc|cu|cpp|c):\d+) WARN (?P<msg>.*)$")
+    r"(?P<src>[\w./-]+\.(?:h|cc|cu|cpp|c):\d+) WARN (?P<msg>.*)$"
+)
 # A failed IB completion quoted without NCCL's "NCCL WARN" (an issue title, a paste of the message)
 _BARE_IB = re.compile(
     _PREFIX + r"(?:(?P<src>\S+:\d+) )?"
@@ -272,24 +271,32 @@ _INTERNAL = re.compile(
 # (2.19+), "NET/IB: Got completion from peer %s with status=%s(%d) ..." (net_ib/p2p.cc, 2.28+,
 # ibvWcStatusStr), also "NET/IBP:" / "NET/IB/GIN:" plugins. NCCL returns ncclSystemError for it
 # up to 2.13 and ncclRemoteError from 2.14 on, whatever the status.
-_IB_STATUS = re.compile(
-    r"with (?:error (?P<a>\d+)|status=(?:(?P<b>\d+)|[^()]*\((?P<c>\d+)\)))"
-)
+_IB_STATUS = re.compile(r"with (?:error (?P<a>\d+)|status=(?:(?P<b>\d+)|[^()]*\((?P<c>\d+)\)))")
 _IB_COMPLETION = re.compile(r"Got completion from peer \S+ with (?:error|status=)")
 #: ``enum ibv_wc_status`` (rdma-core ``libibverbs/verbs.h``): statuses that name a fault of this
 #: side (its own QP, memory registration / protection, e.g. ACS blocking GPUDirect RDMA for 4).
 _IB_LOCAL_STATUS = {
-    1: "IBV_WC_LOC_LEN_ERR", 2: "IBV_WC_LOC_QP_OP_ERR", 3: "IBV_WC_LOC_EEC_OP_ERR",
-    4: "IBV_WC_LOC_PROT_ERR", 6: "IBV_WC_MW_BIND_ERR", 8: "IBV_WC_LOC_ACCESS_ERR",
+    1: "IBV_WC_LOC_LEN_ERR",
+    2: "IBV_WC_LOC_QP_OP_ERR",
+    3: "IBV_WC_LOC_EEC_OP_ERR",
+    4: "IBV_WC_LOC_PROT_ERR",
+    6: "IBV_WC_MW_BIND_ERR",
+    8: "IBV_WC_LOC_ACCESS_ERR",
     14: "IBV_WC_LOC_RDD_VIOL_ERR",
 }
 #: Statuses that say the other side or the fabric went away: 12 (transport retry counter
 #: exceeded: no ACK from the peer), 13 (receiver-not-ready retries exceeded), 5 (work request
 #: flushed: the connection was already in error), the remote-access / remote-operation errors.
 _IB_REMOTE_STATUS = {
-    5: "IBV_WC_WR_FLUSH_ERR", 7: "IBV_WC_BAD_RESP_ERR", 9: "IBV_WC_REM_INV_REQ_ERR",
-    10: "IBV_WC_REM_ACCESS_ERR", 11: "IBV_WC_REM_OP_ERR", 12: "IBV_WC_RETRY_EXC_ERR",
-    13: "IBV_WC_RNR_RETRY_EXC_ERR", 15: "IBV_WC_REM_INV_RD_REQ_ERR", 16: "IBV_WC_REM_ABORT_ERR",
+    5: "IBV_WC_WR_FLUSH_ERR",
+    7: "IBV_WC_BAD_RESP_ERR",
+    9: "IBV_WC_REM_INV_REQ_ERR",
+    10: "IBV_WC_REM_ACCESS_ERR",
+    11: "IBV_WC_REM_OP_ERR",
+    12: "IBV_WC_RETRY_EXC_ERR",
+    13: "IBV_WC_RNR_RETRY_EXC_ERR",
+    15: "IBV_WC_REM_INV_RD_REQ_ERR",
+    16: "IBV_WC_REM_ABORT_ERR",
     20: "IBV_WC_RESP_TIMEOUT_ERR",
 }
 
@@ -307,6 +314,8 @@ def _ib_status(message: str) -> int | None:
     if not _IB_COMPLETION.search(message) or (m := _IB_STATUS.search(message)) is None:
         return None
     return int(m["a"] or m["b"] or m["c"])
+
+
 _PEER = re.compile(r"(?:peer|from|to) (?P<peer>[^\s<]+<\d+>)")
 _DUPLICATE = re.compile(
     r"Duplicate GPU detected : rank (?P<a>\d+) and rank (?P<b>\d+) both on CUDA device "
@@ -328,7 +337,9 @@ def _cuda_kind(error: str) -> CauseKind:
 _IB_BENIGN_EVENT = re.compile(
     r"Got async event\s*:\s*(?:client rereg\w*|port active|LID change|P_Key change|SM change"
     r"|GID table change|path migrat\w*|communication established|SRQ limit reached"
-    r"|last WQE reached)\b", re.I)
+    r"|last WQE reached)\b",
+    re.I,
+)
 
 
 def _classify(message: str) -> tuple[CauseKind, str] | None:
@@ -350,8 +361,10 @@ def _classify(message: str) -> tuple[CauseKind, str] | None:
         # naming this side's own fault (4: local protection, ACS / GPUDirect RDMA) is a local
         # system fault, every other one says the peer or the fabric went away.
         status = _ib_status(message)
-        return ("nccl_system_error" if status in _IB_LOCAL_STATUS else "nccl_remote_error",
-                "IB/RoCE")
+        return (
+            "nccl_system_error" if status in _IB_LOCAL_STATUS else "nccl_remote_error",
+            "IB/RoCE",
+        )
     if _IB.search(message):
         return "nccl_system_error", "IB/RoCE"
     if _REMOTE.search(message):
@@ -457,8 +470,7 @@ _WHAT = {
 _MEANING = {
     "nccl_invalid_usage": "ranks sharing a GPU, a wrong rank / world size, or wrong arguments "
     "to a collective",
-    "nccl_system_error": "a system call, the network (socket or IB/RoCE) or shared memory "
-    "failed",
+    "nccl_system_error": "a system call, the network (socket or IB/RoCE) or shared memory failed",
     "nccl_internal_error": "often a version mismatch between ranks or an unsupported "
     "network/topology",
     "nccl_remote_error": "a peer process exited or the network between the hosts broke; this "
@@ -557,29 +569,44 @@ def _nccl_warnings(ctx: Context) -> list[Diagnosis]:
         }
         ranks: tuple[int, ...] = tuple(f.ranks)
         fix = _FIX.get(kind, _CUDA_FIX)
-        if kind == "nccl_remote_error" and message and _RESET.search(message) \
-                and head is not None and _during_init(ctx.lines, f.lines[0], head):
+        if (
+            kind == "nccl_remote_error"
+            and message
+            and _RESET.search(message)
+            and head is not None
+            and _during_init(ctx.lines, f.lines[0], head)
+        ):
             # reset while the communicator was being set up: no collective had run, so no
             # earlier failure of a peer explains it; the set-up itself failed
             facts["phase"] = "init"
             if p := _PEER.search(message):
                 facts["peer"] = p["peer"]
             peer = f" by {facts['peer']}" if facts.get("peer") else ""
-            out.append(_diag(
-                "nccl_system_error",
-                "NCCL's bootstrap connection was reset" + peer
-                + (f" on {where}" if where else "") + " during communicator init ("
-                + message.rstrip(". ") + (f" -> {named}" if named else "") + "): no collective "
-                "had run, so this is the set-up failing, not a victim of an earlier failure: "
-                "the connection reached a listener that is not this job's NCCL (a wrong "
-                "interface or address such as a container bridge IP, a port another process "
-                "holds) or the peer process died during init"
-                + (f"; NCCL {version}" if version else ""),
-                ranks,
-                "Check the bootstrap address each rank uses (NCCL_SOCKET_IFNAME to an interface "
-                "all nodes share; host networking for containers), that no other job uses the "
-                "same ports, and the peer's own log for a crash at init",
-                [ln.raw for ln in f.lines], facts, ctx.failure))
+            out.append(
+                _diag(
+                    "nccl_system_error",
+                    "NCCL's bootstrap connection was reset"
+                    + peer
+                    + (f" on {where}" if where else "")
+                    + " during communicator init ("
+                    + message.rstrip(". ")
+                    + (f" -> {named}" if named else "")
+                    + "): no collective "
+                    "had run, so this is the set-up failing, not a victim of an earlier failure: "
+                    "the connection reached a listener that is not this job's NCCL (a wrong "
+                    "interface or address such as a container bridge IP, a port another process "
+                    "holds) or the peer process died during init"
+                    + (f"; NCCL {version}" if version else ""),
+                    ranks,
+                    "Check the bootstrap address each rank uses (NCCL_SOCKET_IFNAME to an "
+                    "interface "
+                    "all nodes share; host networking for containers), that no other job uses the "
+                    "same ports, and the peer's own log for a crash at init",
+                    [ln.raw for ln in f.lines],
+                    facts,
+                    ctx.failure,
+                )
+            )
             continue
         if message is None:  # only a return trace: a consequence of another finding
             summary = f"NCCL returned {named or 'an error'}"
@@ -591,8 +618,11 @@ def _nccl_warnings(ctx: Context) -> list[Diagnosis]:
             summary = (
                 f"CUDA error '{error}' in a CUDA call of NCCL on {where or 'a GPU'}"
                 + (f" ({named})" if named else "")
-                + (": an earlier kernel fault; NCCL's errors follow from it"
-                   if kind != "nccl_unhandled_cuda" else "")
+                + (
+                    ": an earlier kernel fault; NCCL's errors follow from it"
+                    if kind != "nccl_unhandled_cuda"
+                    else ""
+                )
             )
         else:
             what = _WHAT[kind]
@@ -611,9 +641,7 @@ def _nccl_warnings(ctx: Context) -> list[Diagnosis]:
                 facts["peer"] = p["peer"]
             if version:
                 summary += f"; NCCL {version}"
-        out.append(
-            _diag(kind, summary, ranks, fix, [ln.raw for ln in f.lines], facts, ctx.failure)
-        )
+        out.append(_diag(kind, summary, ranks, fix, [ln.raw for ln in f.lines], facts, ctx.failure))
     return out
 
 
@@ -634,10 +662,11 @@ def _during_init(lines: Sequence[Line], warn: Line, head: re.Match[str]) -> bool
         m = _WARN_OR_INFO.search(ln.text)
         return pid is None or (m is not None and m["pid"] == pid)
 
-    if any(_INIT_DONE.search(ln.text) and ours(ln) for ln in lines[:warn.index]):
+    if any(_INIT_DONE.search(ln.text) and ours(ln) for ln in lines[: warn.index]):
         return False
-    return any(_INIT_TRACE.search(ln.text) and ours(ln)
-               for ln in lines[warn.index + 1:warn.index + 40])
+    return any(
+        _INIT_TRACE.search(ln.text) and ours(ln) for ln in lines[warn.index + 1 : warn.index + 40]
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -753,14 +782,17 @@ def _nccl_results(ctx: Context) -> list[Diagnosis]:
         }
         ver = f", NCCL {version}" if version else ""
         because = (
-            f"; last error: {last}" if last
+            f"; last error: {last}"
+            if last
             else "; NCCL gave no detail (rerun with NCCL_DEBUG="
             + ("WARN)" if code in (4, 5) else "INFO)")
         )
         on = f"Rank {join_ranks(ranks)}: NCCL" if ranks else "NCCL"
         work_of = f" in {facts['op'] or 'collective'} SeqNum {facts['seq']}" if work else ""
-        if kind.startswith("cuda_") or kind == "nccl_cuda_oom" or (
-            kind == "nccl_unhandled_cuda" and last
+        if (
+            kind.startswith("cuda_")
+            or kind == "nccl_cuda_oom"
+            or (kind == "nccl_unhandled_cuda" and last)
         ):
             m = _CUDA_FAILURE.search(last or "")
             error = m["err"] if m else last
@@ -800,9 +832,7 @@ _WATCHDOG_WORK = re.compile(
     r"(?:(?:detected by watchdog at work|Timeout at NCCL work): (?P<seq>\d+), )?"
     r"[Ll]ast enqueued NCCL work: (?P<enq>-?\d+), last completed NCCL work: (?P<done>-?\d+)"
 )
-_HEARTBEAT = re.compile(
-    r"watchdog got stuck for (?P<s>\d+) seconds|Heartbeat monitor timed out"
-)
+_HEARTBEAT = re.compile(r"watchdog got stuck for (?P<s>\d+) seconds|Heartbeat monitor timed out")
 _ABORTED = re.compile(r"NCCL communicator was aborted(?: on rank (?P<rank>\d+))?")
 _DUMP = re.compile(
     r"Received a dump signal due to a collective timeout from (?:this local rank|rank (?P<r>\d+))"
@@ -926,22 +956,26 @@ def _nccl_timeout(ctx: Context) -> Diagnosis | None:
     if reports or works:
         what = f"{op} " if op else ""
         size = f" of {numel} elements" if numel else ""
-        limit = (
-            f", timeout {timeout_ms} ms ({int(timeout_ms) / 60000:g} min)" if timeout_ms else ""
-        )
+        limit = f", timeout {timeout_ms} ms ({int(timeout_ms) / 60000:g} min)" if timeout_ms else ""
         culprits = (
             f"rank(s) {join_ranks(missing)}, which did not report,"
             if missing
             else "a rank missing from these reports (not one of them)"
         )
         which = f"collective {what}SeqNum {seq}" if seq else f"a {what}collective"
-        waiting = (f"{'Rank' if len(victims) == 1 else 'Ranks'} {join_ranks(victims)} waited "
-                   "for it (victims)" if victims else "The ranks that reported it are victims")
+        waiting = (
+            f"{'Rank' if len(victims) == 1 else 'Ranks'} {join_ranks(victims)} waited "
+            "for it (victims)"
+            if victims
+            else "The ranks that reported it are victims"
+        )
         progress = ""
         if enqueued and not seq:
             first = min(enqueued)
-            progress = (f" (rank {first}: last enqueued NCCL work {enqueued[first]}, last "
-                        f"completed {completed[first]})")
+            progress = (
+                f" (rank {first}: last enqueued NCCL work {enqueued[first]}, last "
+                f"completed {completed[first]})"
+            )
         summary = (
             f"NCCL watchdog timeout{in_pg}: {which}{size}{limit}{progress}. {waiting}; the "
             f"cause is {culprits} that never entered it (hung, dead, slow, or on another code "
@@ -955,7 +989,8 @@ def _nccl_timeout(ctx: Context) -> Diagnosis | None:
             ahead = max(seq_of, key=lambda r: seq_of[r])
             behind = min(seq_of, key=lambda r: seq_of[r])
             per_rank = "; ".join(
-                f"rank {r}: {op_of.get(r, '?')} SeqNum {seq_of[r]}" for r in sorted(seq_of))
+                f"rank {r}: {op_of.get(r, '?')} SeqNum {seq_of[r]}" for r in sorted(seq_of)
+            )
             summary = (
                 f"NCCL watchdog timeout{in_pg}{limit}: the ranks timed out in DIFFERENT "
                 f"collectives ({per_rank}): rank {ahead} is {seq_of[ahead] - seq_of[behind]} "
@@ -978,9 +1013,11 @@ def _nccl_timeout(ctx: Context) -> Diagnosis | None:
             )
         odd = _odd_rank(seq_of) if len(set(seq_of.values())) > 1 else _odd_rank(op_of)
         if odd is not None and (len(set(seq_of.values())) > 1 or len(set(op_of.values())) > 1):
-            summary += (f"; rank {odd} is the odd one ({op_of.get(odd, '?')}"
-                        + (f" SeqNum {seq_of[odd]}" if odd in seq_of else "")
-                        + " while the others agree)")
+            summary += (
+                f"; rank {odd} is the odd one ({op_of.get(odd, '?')}"
+                + (f" SeqNum {seq_of[odd]}" if odd in seq_of else "")
+                + " while the others agree)"
+            )
         if stuck:
             summary += f"; the watchdog of rank {join_ranks(sorted(stuck))} then got stuck"
     elif raised is not None and not stuck and not beats:
@@ -1043,10 +1080,13 @@ def _nccl_timeout(ctx: Context) -> Diagnosis | None:
             "victims": tuple(victims),
             "seq_by_rank": MappingProxyType(seq_of) if out_of_step else None,
             "op_by_rank": "; ".join(f"rank {r}: {op_of[r]}" for r in sorted(op_of))
-            if other_op else None,
-            "mismatch": "collectives out of step across ranks" if out_of_step else
-            ("different collectives at the same SeqNum" if seq else
-             "different collectives") if other_op else None,
+            if other_op
+            else None,
+            "mismatch": "collectives out of step across ranks"
+            if out_of_step
+            else ("different collectives at the same SeqNum" if seq else "different collectives")
+            if other_op
+            else None,
             "odd_rank": odd,
             "rank": single,
             "heartbeat_timeout_s": heartbeat_s,

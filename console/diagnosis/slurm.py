@@ -47,17 +47,22 @@ __all__ = ["RULES", "parse_tasks"]
 _CANCELLED = re.compile(
     r"\*\*\*\s*(?P<what>JOB|STEP)\s+(?P<id>[\w.+]+)\s+(?:ON\s+(?P<node>\S+)\s+)?"
     r"CANCELLED AT\s+(?P<at>\S+)(?:\s+DUE TO\s+(?P<why>[^*]+?))?"
-    r"(?:\s+on\s+(?P<node_old>\S+))?\s*\*\*\*")
+    r"(?:\s+on\s+(?P<node_old>\S+))?\s*\*\*\*"
+)
 _STEPD_KILLED = re.compile(
     r"\*\*\*\s*(?P<what>JOB|STEP)\s+(?P<id>[\w.+]+)\s+STEPD TERMINATED ON\s+(?P<node>\S+)"
-    r"\s+AT\s+(?P<at>\S+)\s+DUE TO\s+(?P<why>[^*]+?)\s*\*\*\*")
+    r"\s+AT\s+(?P<at>\S+)\s+DUE TO\s+(?P<why>[^*]+?)\s*\*\*\*"
+)
 _OOM_EVENT = re.compile(
     r"Detected (?P<n>\d+) oom[-_]kill events?(?:\(s\))? in (?P<step>.+?)(?: cgroup)?\."
-    r"|(?P<n2>\d+) oom[-_]kill events?(?:\(s\))? in (?P<step2>\S+)", re.I)
+    r"|(?P<n2>\d+) oom[-_]kill events?(?:\(s\))? in (?P<step2>\S+)",
+    re.I,
+)
 _SRUN_TASK = re.compile(
     r"srun: error: (?P<node>\S+): tasks? (?P<tasks>[\d,\-\[\] ]+): (?P<how>Exited with exit "
     r"code (?P<code>\d+)|Killed|Terminated|Out Of Memory|Segmentation fault|Aborted"
-    r"|Bus error)")
+    r"|Bus error)"
+)
 #: srun ending a step itself (``src/plugins/launch/slurm/launch_slurm.c`` ``_step_signal``:
 #: ``info("Terminating %ps", ...)``), e.g. under ``--kill-on-bad-exit`` once a task failed;
 #: slurmstepd's ``*** STEP ... CANCELLED ***`` line may or may not follow it.
@@ -65,7 +70,9 @@ _SRUN_TERMINATING = re.compile(r"_step_signal: Terminating StepId=(?P<id>\d+\.\w
 _BASH_KILLED = re.compile(r"line \d+:\s+(?P<pid>\d+) Killed\s+(?P<cmd>\S.*)")
 _TERM = re.compile(
     r"Received SIGTERM|got signal: 15|SIGTERM received|signal 15\b|Job step aborted"
-    r"|forcing job termination|Force Terminated", re.I)
+    r"|forcing job termination|Force Terminated",
+    re.I,
+)
 
 
 def parse_tasks(spec: str) -> tuple[int, ...]:
@@ -86,16 +93,27 @@ def _stopped_consequences(lines: Sequence[Line], after: int) -> tuple[Consequenc
     hits = [ln.raw for ln in lines if ln.index > after and _TERM.search(ln.text)]
     if not hits:
         return ()
-    return (Consequence("stopped", "Slurm sent the tasks SIGTERM (then SIGKILL after the "
-                        "grace period) when it ended the step", tuple(hits[:4])),)
+    return (
+        Consequence(
+            "stopped",
+            "Slurm sent the tasks SIGTERM (then SIGKILL after the "
+            "grace period) when it ended the step",
+            tuple(hits[:4]),
+        ),
+    )
 
 
 def _killed_consequences(lines: Sequence[Line]) -> tuple[Consequence, ...]:
     killed = [ln.raw for ln in lines if (m := _SRUN_TASK.search(ln.text)) and m["how"] == "Killed"]
     if not killed:
         return ()
-    return (Consequence("sigkill", "srun reports tasks Killed (SIGKILL after the step was "
-                        "cancelled)", tuple(killed)),)
+    return (
+        Consequence(
+            "sigkill",
+            "srun reports tasks Killed (SIGKILL after the step was cancelled)",
+            tuple(killed),
+        ),
+    )
 
 
 _TRACEBACK = re.compile(r"^Traceback \(most recent call last\)")
@@ -104,17 +122,30 @@ _TRACEBACK = re.compile(r"^Traceback \(most recent call last\)")
 def _traceback_after(lines: Sequence[Line], after: int) -> tuple[Consequence, ...]:
     """A Python traceback the job printed after Slurm ended it (a requeued or signalled
     process failing on the way out, often cut before its exception line): a consequence."""
-    at = next((ln.index for ln in lines if ln.index > after and _TRACEBACK.match(ln.text)),
-              None)
+    at = next((ln.index for ln in lines if ln.index > after and _TRACEBACK.match(ln.text)), None)
     if at is None:
         return ()
-    tail = lines[at + 1:]
-    last = next((ln for ln in tail if ln.text[:1].strip() and not ln.text.startswith(
-        ("File ", "Traceback", "During handling", "The above exception"))), None)
+    tail = lines[at + 1 :]
+    last = next(
+        (
+            ln
+            for ln in tail
+            if ln.text[:1].strip()
+            and not ln.text.startswith(
+                ("File ", "Traceback", "During handling", "The above exception")
+            )
+        ),
+        None,
+    )
     shown = [lines[at].raw] + ([last.raw] if last is not None else [])
-    return (Consequence("exception", "a Python traceback printed after Slurm ended the job "
-                        "(the processes failing while being stopped or requeued)",
-                        tuple(shown)),)
+    return (
+        Consequence(
+            "exception",
+            "a Python traceback printed after Slurm ended the job "
+            "(the processes failing while being stopped or requeued)",
+            tuple(shown),
+        ),
+    )
 
 
 def _cancelled(ctx: Context) -> Diagnosis | None:
@@ -127,23 +158,39 @@ def _cancelled(ctx: Context) -> Diagnosis | None:
     # The line that says why: the time limit first, then a line with a reason (slurmstepd
     # prints the STEP's bare cancel line first and the JOB's line with DUE TO <reason> after
     # it when the whole job is preempted / requeued / loses a node), the JOB's before a STEP's.
-    pick = min(hits or stepd, key=lambda h: (
-        "TIME LIMIT" not in (h[1]["why"] or "").upper(), not h[1]["why"],
-        h[1]["what"] != "JOB", h[0].index))
+    pick = min(
+        hits or stepd,
+        key=lambda h: (
+            "TIME LIMIT" not in (h[1]["why"] or "").upper(),
+            not h[1]["why"],
+            h[1]["what"] != "JOB",
+            h[0].index,
+        ),
+    )
     ln, m = pick
     why = (m["why"] or "").strip().rstrip(",")
     node = m["node"] if m["node"] not in (None, "...") else m.groupdict().get("node_old")
     entity = f"{m['what'].lower()} {m['id']}"
     on = f" on {node}" if node else ""
-    evidence = [ln.raw] + [x.raw for x, y in hits if x is not ln and (
-        (y["why"] or "") == (m["why"] or "") or not y["why"])]
+    evidence = [ln.raw] + [
+        x.raw
+        for x, y in hits
+        if x is not ln and ((y["why"] or "") == (m["why"] or "") or not y["why"])
+    ]
     step = next((y["id"] for _, y in hits if "." in y["id"]), None)
     facts: dict[str, FactValue | None] = {
-        "job": m["id"].split(".")[0], "step": m["id"] if "." in m["id"] else step,
-        "node": node, "time": m["at"], "reason": why or None}
+        "job": m["id"].split(".")[0],
+        "step": m["id"] if "." in m["id"] else step,
+        "node": node,
+        "time": m["at"],
+        "reason": why or None,
+    }
     first = min(x.index for x, _ in hits or stepd)
-    consequences = (_stopped_consequences(ctx.lines, first) + _killed_consequences(ctx.lines)
-                    + _traceback_after(ctx.lines, first))
+    consequences = (
+        _stopped_consequences(ctx.lines, first)
+        + _killed_consequences(ctx.lines)
+        + _traceback_after(ctx.lines, first)
+    )
     if "TIME LIMIT" in why.upper():
         d = _diag(
             "slurm_time_limit",
@@ -152,56 +199,84 @@ def _cancelled(ctx: Context) -> Diagnosis | None:
             (),
             "request more time (`--time`), or checkpoint and requeue before the limit "
             "(`--signal=USR1@120` with a handler that saves, `--requeue`)",
-            evidence[:2], facts)
+            evidence[:2],
+            facts,
+        )
     else:
         if "REQUEUE" in why.upper():
             what = "requeued (preempted, or `scontrol requeue`) to run again later"
-            fix = ("nothing failed: make the job save a checkpoint on the warning signal "
-                   "(`--signal=USR1@120`) and resume when it restarts; or use a partition/QOS "
-                   "that is not preemptible")
+            fix = (
+                "nothing failed: make the job save a checkpoint on the warning signal "
+                "(`--signal=USR1@120`) and resume when it restarts; or use a partition/QOS "
+                "that is not preemptible"
+            )
         elif "PREEMPT" in why.upper():
             what = "preempted: a higher-priority job took its resources"
-            fix = ("resubmit or let the workflow retry; use `--requeue` with checkpointing, or a "
-                   "partition/QOS that is not preemptible")
+            fix = (
+                "resubmit or let the workflow retry; use `--requeue` with checkpointing, or a "
+                "partition/QOS that is not preemptible"
+            )
         elif "NODE FAIL" in why.upper():
             what = "ended because its node failed (see slurmctld's log for the node)"
-            fix = ("resubmit (excluding the node: `--exclude`) and ask the admins about the "
-                   "node; checkpoint so a restart resumes")
+            fix = (
+                "resubmit (excluding the node: `--exclude`) and ask the admins about the "
+                "node; checkpoint so a restart resumes"
+            )
         elif why:
             what = f"ended by Slurm ({why.lower()})"
             fix = "see `sacct -j <job> -o JobID,State,ExitCode,Reason` and resubmit"
         else:
-            what = ("cancelled from outside (scancel by a user or an admin, or srun ending the "
-                    "step after another task failed)")
-            fix = ("find who cancelled it (`sacct -j <job> -o JobID,State,ExitCode` and the "
-                   "job's log before this line); resubmit if it was not on purpose")
-        d = _diag("slurm_cancelled", f"Slurm {entity}{on} was {what} at {m['at']}", (), fix,
-                  evidence[:2], facts)
+            what = (
+                "cancelled from outside (scancel by a user or an admin, or srun ending the "
+                "step after another task failed)"
+            )
+            fix = (
+                "find who cancelled it (`sacct -j <job> -o JobID,State,ExitCode` and the "
+                "job's log before this line); resubmit if it was not on purpose"
+            )
+        d = _diag(
+            "slurm_cancelled",
+            f"Slurm {entity}{on} was {what} at {m['at']}",
+            (),
+            fix,
+            evidence[:2],
+            facts,
+        )
     return replace(d, consequences=consequences)
 
 
 def _srun_terminated(ctx: Context) -> Diagnosis | None:
     """srun's ``_step_signal: Terminating StepId=J.S`` without slurmstepd's cancel line:
     srun itself ended the step (``--kill-on-bad-exit`` after a task failed, or a signal)."""
-    hit = next(((ln, m) for ln in ctx.lines if (m := _SRUN_TERMINATING.search(ln.text))),
-               None)
+    hit = next(((ln, m) for ln in ctx.lines if (m := _SRUN_TERMINATING.search(ln.text))), None)
     if hit is None:
         return None
     ln, m = hit
-    d = _diag("slurm_cancelled",
-              f"Slurm step {m['id']} was cancelled by srun (--kill-on-bad-exit after a task "
-              "failed, or a signal to srun)",
-              (), "read the failing task's output above for the error that ended it",
-              [ln.raw], {"job": m["id"].split(".")[0], "step": m["id"], "launcher": "srun"})
-    return replace(d, consequences=_stopped_consequences(ctx.lines, ln.index)
-                   + _killed_consequences(ctx.lines))
+    d = _diag(
+        "slurm_cancelled",
+        f"Slurm step {m['id']} was cancelled by srun (--kill-on-bad-exit after a task "
+        "failed, or a signal to srun)",
+        (),
+        "read the failing task's output above for the error that ended it",
+        [ln.raw],
+        {"job": m["id"].split(".")[0], "step": m["id"], "launcher": "srun"},
+    )
+    return replace(
+        d, consequences=_stopped_consequences(ctx.lines, ln.index) + _killed_consequences(ctx.lines)
+    )
 
 
 def _oom(ctx: Context) -> Diagnosis | None:
     """The job cgroup's OOM killer (slurmstepd's ``oom-kill event``, srun's ``Out Of Memory``)."""
     event = next(((ln, m) for ln in ctx.lines if (m := _OOM_EVENT.search(ln.text))), None)
-    task = next(((ln, m) for ln in ctx.lines
-                 if (m := _SRUN_TASK.search(ln.text)) and m["how"] == "Out Of Memory"), None)
+    task = next(
+        (
+            (ln, m)
+            for ln in ctx.lines
+            if (m := _SRUN_TASK.search(ln.text)) and m["how"] == "Out Of Memory"
+        ),
+        None,
+    )
     if event is None and task is None:
         return None
     killed = next(((ln, m) for ln in ctx.lines if (m := _BASH_KILLED.search(ln.text))), None)
@@ -218,8 +293,11 @@ def _oom(ctx: Context) -> Diagnosis | None:
     if killed is not None:
         evidence.append(killed[0].raw)
     tasks = parse_tasks(task[1]["tasks"]) if task else ()
-    who = f"process {pid} ({killed[1]['cmd'].split()[0]})" if killed else (
-        f"task {', '.join(map(str, tasks))}" if tasks else "a process")
+    who = (
+        f"process {pid} ({killed[1]['cmd'].split()[0]})"
+        if killed
+        else (f"task {', '.join(map(str, tasks))}" if tasks else "a process")
+    )
     where = f" of step {step}" if step else ""
     return _diag(
         "oom_killed",
@@ -236,8 +314,11 @@ def _oom(ctx: Context) -> Diagnosis | None:
 def _task_exits(ctx: Context) -> list[Diagnosis]:
     """srun's per-task exit lines: how tasks ended (a consequence when anything explains it),
     and a Python exception printed above the first of them, the real error."""
-    exits = [(ln, m) for ln in ctx.lines if (m := _SRUN_TASK.search(ln.text))
-             and m["how"] != "Out Of Memory"]
+    exits = [
+        (ln, m)
+        for ln in ctx.lines
+        if (m := _SRUN_TASK.search(ln.text)) and m["how"] != "Out Of Memory"
+    ]
     if not exits:
         return []
     out: list[Diagnosis] = []
@@ -248,45 +329,54 @@ def _task_exits(ctx: Context) -> list[Diagnosis]:
         tasks = tuple(t for _ln, m in coded for t in parse_tasks(m["tasks"]))
         codes = sorted({int(m["code"]) for _ln, m in coded})
         nodes = sorted({m["node"] for _ln, m in coded})
-        out.append(_diag(
-            "exit_code",
-            f"srun: tasks {_span(tasks)} on {', '.join(nodes)} exited with code "
-            f"{', '.join(map(str, codes))}",
-            tasks,
-            "read the tasks' own output above srun's lines for the error that made them exit",
-            [ln.raw for ln, _m in coded][:4],
-            {"exitcode": codes[0], "tasks": tasks, "launcher": "srun"},
-            ctx.failure,
-        ))
+        out.append(
+            _diag(
+                "exit_code",
+                f"srun: tasks {_span(tasks)} on {', '.join(nodes)} exited with code "
+                f"{', '.join(map(str, codes))}",
+                tasks,
+                "read the tasks' own output above srun's lines for the error that made them exit",
+                [ln.raw for ln, _m in coded][:4],
+                {"exitcode": codes[0], "tasks": tasks, "launcher": "srun"},
+                ctx.failure,
+            )
+        )
     if killed and not cancelled:
         tasks = tuple(t for _ln, m in killed for t in parse_tasks(m["tasks"]))
-        out.append(_diag(
-            "sigkill",
-            f"srun: tasks {_span(tasks)} were killed (SIGKILL) with no cancellation or OOM "
-            "line in the text: most likely the kernel OOM killer or an admin",
-            tasks,
-            "check `sacct -j <job> -o JobID,State,ExitCode,MaxRSS,ReqMem` and the node's "
-            "kernel log (dmesg | grep -i oom)",
-            [ln.raw for ln, _m in killed][:4],
-            {"tasks": tasks, "launcher": "srun"},
-            ctx.failure,
-        ))
+        out.append(
+            _diag(
+                "sigkill",
+                f"srun: tasks {_span(tasks)} were killed (SIGKILL) with no cancellation or OOM "
+                "line in the text: most likely the kernel OOM killer or an admin",
+                tasks,
+                "check `sacct -j <job> -o JobID,State,ExitCode,MaxRSS,ReqMem` and the node's "
+                "kernel log (dmesg | grep -i oom)",
+                [ln.raw for ln, _m in killed][:4],
+                {"tasks": tasks, "launcher": "srun"},
+                ctx.failure,
+            )
+        )
     if ctx.failure is None and coded:
         first = min(ln.index for ln, _m in coded)
         raised = _exception_above(ctx.lines, first)
         if raised is not None:
             m2 = EXCEPTION_LINE.match(raised.text.strip())
             etype = m2["type"] if m2 else None
-            out.append(_diag(
-                "exception",
-                f"the tasks raised {raised.text.strip()}; srun then reported them exiting",
-                (),
-                f"fix the {etype or 'error'} in the training script (its traceback is in the "
-                "tasks' output)",
-                [raised.raw],
-                {"exception": etype, "exception_type": etype,
-                 "message": (m2["msg"] or "") if m2 else None},
-            ))
+            out.append(
+                _diag(
+                    "exception",
+                    f"the tasks raised {raised.text.strip()}; srun then reported them exiting",
+                    (),
+                    f"fix the {etype or 'error'} in the training script (its traceback is in the "
+                    "tasks' output)",
+                    [raised.raw],
+                    {
+                        "exception": etype,
+                        "exception_type": etype,
+                        "message": (m2["msg"] or "") if m2 else None,
+                    },
+                )
+            )
     return out
 
 
@@ -317,27 +407,32 @@ def _span(tasks: Sequence[int]) -> str:
 #: up as "0/N nodes are available: M Insufficient nvidia.com/gpu").
 _UNSCHEDULABLE = re.compile(
     r"(?P<free>\d+)/(?P<nodes>\d+) nodes are available:.{0,200}?"
-    r"(?P<short>\d+) Insufficient (?P<res>nvidia\.com/(?:gpu|mig-[\w.-]*\w)|amd\.com/gpu)")
+    r"(?P<short>\d+) Insufficient (?P<res>nvidia\.com/(?:gpu|mig-[\w.-]*\w)|amd\.com/gpu)"
+)
 
 
 #: slurmstepd's execve failure (task.c ``_exec_task``), also quoted in prose or inline code.
 _EXECVE = re.compile(
     r"slurmstepd(?:-\S+)?:\s+error:\s+execve\(\):\s+(?P<path>\S(?:.*?\S)?):\s+"
-    r"(?P<reason>[A-Z][A-Za-z ]*[a-z])")
+    r"(?P<reason>[A-Z][A-Za-z ]*[a-z])"
+)
 #: What each strerror means for a batch script or a task's program, and its fix.
 _EXEC_WHY: dict[str, tuple[str, str]] = {
     "No such file or directory": (
         "it does not exist on the node (or its #! interpreter does not)",
         "use a path that exists on the compute node (a shared filesystem, not the login "
-        "node's local disk) and check the script's #! line there"),
+        "node's local disk) and check the script's #! line there",
+    ),
     "Permission denied": (
         "it is not executable (or lies on a noexec filesystem)",
-        "`chmod +x` it, or run it through its interpreter (`srun bash script.sh`)"),
+        "`chmod +x` it, or run it through its interpreter (`srun bash script.sh`)",
+    ),
     "Exec format error": (
         "it is not a program the node can run (a script without a #! line, or a binary for "
         "another CPU architecture)",
         "add a #! line to the script (or run it through its interpreter), or build the "
-        "program for the node's architecture"),
+        "program for the node's architecture",
+    ),
 }
 
 
@@ -350,14 +445,20 @@ def _exec_failed(ctx: Context) -> Diagnosis | None:
     ln, m = hit
     path, reason = m["path"].strip("`'\""), m["reason"]
     spool = path.endswith("/slurm_script")
-    what, fix = _EXEC_WHY.get(reason, ("the node refused to run it", "check the path and its "
-                                        "permissions on the compute node"))
+    what, fix = _EXEC_WHY.get(
+        reason,
+        ("the node refused to run it", "check the path and its permissions on the compute node"),
+    )
     if spool and reason == "No such file or directory":
-        what = ("slurmd's spool copy of the batch script is gone on that node (its "
-                "SlurmdSpoolDir was cleaned or unmounted, e.g. a /tmp purged under slurmd), or "
-                "the script's #! interpreter does not exist there")
-        fix = ("check SlurmdSpoolDir on the node (`scontrol show config | grep SlurmdSpoolDir`) "
-               "and the script's #! line; drain the node if its spool is broken and resubmit")
+        what = (
+            "slurmd's spool copy of the batch script is gone on that node (its "
+            "SlurmdSpoolDir was cleaned or unmounted, e.g. a /tmp purged under slurmd), or "
+            "the script's #! interpreter does not exist there"
+        )
+        fix = (
+            "check SlurmdSpoolDir on the node (`scontrol show config | grep SlurmdSpoolDir`) "
+            "and the script's #! line; drain the node if its spool is broken and resubmit"
+        )
     return _diag(
         "slurm_exec_failed",
         f"slurmstepd could not start {'the batch script' if spool else path} "

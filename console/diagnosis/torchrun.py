@@ -66,7 +66,7 @@ def _shown(ln: Line, m: re.Match[str] | None = None, tail: int = 120) -> str:
         return ln.raw
     start = ln.raw.find(m.group(0))
     start = max(start, 0)
-    return ln.raw[start:start + len(m.group(0)) + tail].strip()
+    return ln.raw[start : start + len(m.group(0)) + tail].strip()
 
 
 # Any sign the text comes from PyTorch's distributed stack (guards the generic wordings).
@@ -87,27 +87,35 @@ _SHM = re.compile(
 )
 
 
-_SHM_FIX = ("Restart the container with a larger --shm-size (e.g. 16g, or the job's shm_size) "
-            "or with --ipc=host (compose: shm_size / ipc: host); or use fewer DataLoader "
-            "workers")
+_SHM_FIX = (
+    "Restart the container with a larger --shm-size (e.g. 16g, or the job's shm_size) "
+    "or with --ipc=host (compose: shm_size / ipc: host); or use fewer DataLoader "
+    "workers"
+)
 # A SIGBUS reported by a debugger, faulthandler or the shell ("Thread 7 "python" received
 # signal SIGBUS, Bus error." is gdb's; "Fatal Python error: Bus error"; "Bus error (core
 # dumped)"), and a frame or message in shared memory near it: NCCL's shm transport
 # (src/misc/shmutils.cc ncclShmOpen), shm_open, /dev/shm.
-_BUS = re.compile(r"received signal SIGBUS|Fatal Python error: Bus error"
-                  r"|\bBus error \(core dumped\)")
+_BUS = re.compile(
+    r"received signal SIGBUS|Fatal Python error: Bus error"
+    r"|\bBus error \(core dumped\)"
+)
 _SHM_PLACE = re.compile(r"\bnccl\w*Shm\w*|\bshm_open\b|/dev/shm\b|\bshmOpen\b")
 # What says the process ran in a container: the words, or a torchelastic host that is a
 # container id (Docker sets the hostname to the first 12 hex digits of the id).
-_CONTAINER = re.compile(r"\bdocker\b|\bcontainer\b|\bpodman\b|\bkubectl\b|\bk8s\b"
-                        r"|\bkubernetes\b|\bpod\b", re.I)
+_CONTAINER = re.compile(
+    r"\bdocker\b|\bcontainer\b|\bpodman\b|\bkubectl\b|\bk8s\b"
+    r"|\bkubernetes\b|\bpod\b",
+    re.I,
+)
 _CONTAINER_HOST = re.compile(r"^[0-9a-f]{12}$")
 
 
 def _in_container(ctx: Context, root: ProcessFailure) -> bool:
     """Whether the failed worker ran in a container, as far as the text says."""
     return bool(root.host and _CONTAINER_HOST.match(root.host)) or any(
-        _CONTAINER.search(ln.text) for ln in ctx.lines)  # not a collector's own prefix
+        _CONTAINER.search(ln.text) for ln in ctx.lines
+    )  # not a collector's own prefix
 
 
 def _shm_exhausted(ctx: Context) -> Diagnosis | None:
@@ -116,8 +124,14 @@ def _shm_exhausted(ctx: Context) -> Diagnosis | None:
     hits = [ln for ln in ctx.lines if _SHM.search(ln.text)]
     if not hits:
         bus = next((ln for ln in ctx.lines if _BUS.search(ln.text)), None)
-        where = next((ln for ln in ctx.lines[bus.index:bus.index + 12]
-                      if _SHM_PLACE.search(ln.text)), None) if bus is not None else None
+        where = (
+            next(
+                (ln for ln in ctx.lines[bus.index : bus.index + 12] if _SHM_PLACE.search(ln.text)),
+                None,
+            )
+            if bus is not None
+            else None
+        )
         if bus is None or where is None:
             return None
         place = _SHM_PLACE.search(where.text)
@@ -184,8 +198,9 @@ _HOST_ARG = re.compile(
 def _port_in_use(ctx: Context) -> Diagnosis | None:
     """The c10d store could not listen: its port is taken (errno 98, ``EADDRINUSE``)."""
     hits = [(ln, m) for ln in ctx.lines if (m := _PORT_IN_USE.search(ln.text))]
-    if not hits or not (_TORCH.search(ctx.text) or any("server socket" in ln.text
-                                                      for ln, _ in hits)):
+    if not hits or not (
+        _TORCH.search(ctx.text) or any("server socket" in ln.text for ln, _ in hits)
+    ):
         return None
     port: int | None = None
     for _, m in hits:
@@ -193,8 +208,7 @@ def _port_in_use(ctx: Context) -> Diagnosis | None:
             port = int(p)
             break
     if port is None:
-        port = next((int(m["port"]) for ln in ctx.lines if (m := _PORT_ARG.search(ln.text))),
-                    None)
+        port = next((int(m["port"]) for ln in ctx.lines if (m := _PORT_ARG.search(ln.text))), None)
     which = f"port {port}" if port is not None else "its port"
     return _diag(
         "port_in_use",
@@ -225,8 +239,11 @@ _UNRESOLVED = re.compile(
 def _store_unresolved(ctx: Context) -> Diagnosis | None:
     """The master / rendezvous host name does not resolve (getaddrinfo failed)."""
     gai = [(ln, m) for ln in ctx.lines if (m := _GAI.search(ln.text))]
-    other = [(ln, m) for ln in ctx.lines if not _GAI.search(ln.text)
-             and (m := _UNRESOLVED.search(ln.text))]
+    other = [
+        (ln, m)
+        for ln in ctx.lines
+        if not _GAI.search(ln.text) and (m := _UNRESOLVED.search(ln.text))
+    ]
     if not gai and not (other and _TORCH.search(ctx.text)):
         return None
     host: str | None = None
@@ -239,13 +256,13 @@ def _store_unresolved(ctx: Context) -> Diagnosis | None:
         m = other[0][1]
         why = (m["why"] or m.group(0)).strip()
         host = next((h["host"] for ln in ctx.lines if (h := _HOST_ARG.search(ln.text))), None)
-        port = next((int(p["port"]) for ln in ctx.lines if (p := _PORT_ARG.search(ln.text))),
-                    None)
+        port = next((int(p["port"]) for ln in ctx.lines if (p := _PORT_ARG.search(ln.text))), None)
     name = f"'{host}'" if host else "The master address"
     return _diag(
         "store_address_unresolved",
         f"{name} does not resolve ({why}): the workers cannot find the c10d store"
-        + (f" on port {port}" if port else "") + "; no connection to it was possible",
+        + (f" on port {port}" if port else "")
+        + "; no connection to it was possible",
         (),
         f"Use a MASTER_ADDR / --rdzv-endpoint that every node can resolve (`getent hosts "
         f"{host or '<host>'}` on each node): the store host's IP or a DNS name; containers on "
@@ -260,8 +277,7 @@ def _store_unresolved(ctx: Context) -> Diagnosis | None:
 _HOST_PORT = r"\(?(?:\[(?P<host6>[^\]]+)\]|(?P<host>[^\s,()\[\]:]+))(?::|,\s*)(?P<port>\d+)"
 _RDZV_TIMEOUT = re.compile(
     r"client socket has timed out after (?P<n>\d+(?:\.\d+)?)(?P<unit>ms|s|m)\b"
-    r".*?connect to " + _HOST_PORT
-    + r"|connect\(\) timed out\. Original timeout was (?P<ms>\d+) ms"
+    r".*?connect to " + _HOST_PORT + r"|connect\(\) timed out\. Original timeout was (?P<ms>\d+) ms"
 )
 _RDZV_CONNECT = re.compile(
     r"client socket (?:has failed to connect to|cannot be initialized to connect to) "
@@ -299,7 +315,8 @@ _DEATH = re.compile(r"Received (?:Signals\.)?(?P<sig>SIG[A-Z]+|\d+) death signal
 # agent stopping its workers, multiprocessing/api.py "Sending process %s closing signal %s").
 _MID_RUN = re.compile(
     r"failed to (?:send a keep-alive heartbeat to|shutdown) the rendezvous '(?P<run>[^']*)'"
-    r"|Sending process \d+ closing signal SIG[A-Z]+")
+    r"|Sending process \d+ closing signal SIG[A-Z]+"
+)
 
 
 # A traceback frame's source line (indented under ``File "...", line N``, or a ``raise``/
@@ -333,7 +350,7 @@ def _retried_on(lines: Sequence[Line], refused: Sequence[Line]) -> bool:
     if not all(_retry_warning(ln) for ln in refused):
         return False
     last = max(ln.index for ln in refused)
-    for ln in lines[last + 1:]:
+    for ln in lines[last + 1 :]:
         if _NOT_PROGRESS.match(ln.text) or _RDZV_CONNECT.search(ln.text):
             continue
         sev = _C10_SEVERITY.search(ln.text)
@@ -345,8 +362,10 @@ def _retried_on(lines: Sequence[Line], refused: Sequence[Line]) -> bool:
 
 #: Slurm ending the step once a task exited (``srun: error: <node>: task N: Exited with exit
 #: code``, ``srun: Terminating StepId=``, ``*** STEP <id> ON <node> CANCELLED AT ...``).
-_STEP_ENDED = re.compile(r"srun: error: \S+: tasks? [\d,\- \[\]]+: Exited with exit code"
-                         r"|srun: Terminating StepId|\*\*\* STEP \S+ ON \S+ CANCELLED")
+_STEP_ENDED = re.compile(
+    r"srun: error: \S+: tasks? [\d,\- \[\]]+: Exited with exit code"
+    r"|srun: Terminating StepId|\*\*\* STEP \S+ ON \S+ CANCELLED"
+)
 #: An agent stopping its workers (torchelastic ``multiprocessing/api.py``).
 _WORKERS_STOPPED = re.compile(r"Sending process \d+ closing signal SIG\w+")
 
@@ -371,8 +390,9 @@ def _rendezvous(ctx: Context) -> Diagnosis | None:
     # the step after that agent exited (srun's task exit / "Terminating StepId", slurmstepd's
     # STEP CANCELLED, all after the RendezvousClosedError) are its consequences.
     closed = next((ln.index for ln in errors if "Closed" in ln.text), len(ctx.lines))
-    signals = [ln.index for ln in ctx.lines
-               if _DEATH.search(ln.text) or _AGENT_SIGNAL.search(ln.text)]
+    signals = [
+        ln.index for ln in ctx.lines if _DEATH.search(ln.text) or _AGENT_SIGNAL.search(ln.text)
+    ]
     ended = next((ln.index for ln in ctx.lines[closed:] if _STEP_ENDED.search(ln.text)), None)
     stopped = any(i < closed or ended is None or i < ended for i in signals)
     if stopped:
@@ -380,8 +400,13 @@ def _rendezvous(ctx: Context) -> Diagnosis | None:
     # The exception line ("...RendezvousConnectionError: The connection to the C10d store has
     # failed...") before a frame's source line ("    raise RendezvousConnectionError(").
     errors.sort(key=_source_line)
-    if refused and timeout is None and not errors and clients is None and _retried_on(
-            ctx.lines, refused):
+    if (
+        refused
+        and timeout is None
+        and not errors
+        and clients is None
+        and _retried_on(ctx.lines, refused)
+    ):
         return None
     if timeout is None and not refused and not errors and clients is None:
         return None
@@ -397,29 +422,44 @@ def _rendezvous(ctx: Context) -> Diagnosis | None:
                 "Start every node / rank of the job (same MASTER_ADDR/MASTER_PORT, world size), "
                 "and check the missing ones' logs",
                 [clients.raw] + ([error.raw] if error else []),
-                {"timeout_s": int(c["s"]), "joined": int(c["n"]), "world_size": int(c["of"]),
-                 "error_type": etype},
+                {
+                    "timeout_s": int(c["s"]),
+                    "joined": int(c["n"]),
+                    "world_size": int(c["of"]),
+                    "error_type": etype,
+                },
                 ctx.failure,
             )
         if etype and etype != "RendezvousConnectionError":
-            what = ("the rendezvous was closed (an agent of the job shut down)"
-                    if "Closed" in etype else "not enough nodes joined in time"
-                    if "Timeout" in etype else "the rendezvous failed")
+            what = (
+                "the rendezvous was closed (an agent of the job shut down)"
+                if "Closed" in etype
+                else "not enough nodes joined in time"
+                if "Timeout" in etype
+                else "the rendezvous failed"
+            )
             workers_ran = "Closed" in etype and any(
-                _WORKERS_STOPPED.search(ln.text) for ln in ctx.lines[closed:])
-            after = ("; the other nodes' workers were running and were stopped after it (the "
-                     "step ended, their agents sent SIGTERM): consequences" if workers_ran
-                     else "; no worker started")
+                _WORKERS_STOPPED.search(ln.text) for ln in ctx.lines[closed:]
+            )
+            after = (
+                "; the other nodes' workers were running and were stopped after it (the "
+                "step ended, their agents sent SIGTERM): consequences"
+                if workers_ran
+                else "; no worker started"
+            )
             return _diag(
                 "rendezvous_failed",
                 f"Rendezvous failed ({etype}): {what}{after}",
                 (),
-                ("Find why this node's agent came to a closed rendezvous: it started or "
-                 "restarted late (after the others had formed the job) or another agent ended "
-                 "it; start all nodes in one srun step with the same --rdzv-id/--rdzv-endpoint "
-                 "and --nnodes, and let --max-restarts cover retries") if workers_ran else
-                "Check that every node was started with the same --rdzv-id/--rdzv-endpoint and "
-                "--nnodes, and that enough nodes joined within the rendezvous timeout",
+                (
+                    "Find why this node's agent came to a closed rendezvous: it started or "
+                    "restarted late (after the others had formed the job) or another agent ended "
+                    "it; start all nodes in one srun step with the same --rdzv-id/--rdzv-endpoint "
+                    "and --nnodes, and let --max-restarts cover retries"
+                )
+                if workers_ran
+                else "Check that every node was started with the same --rdzv-id/--rdzv-endpoint "
+                "and --nnodes, and that enough nodes joined within the rendezvous timeout",
                 [error.raw] if error else [],
                 {"error_type": etype},
                 ctx.failure,
@@ -446,8 +486,9 @@ def _rendezvous(ctx: Context) -> Diagnosis | None:
         host, port = _unmapped(best["host"] or best["host6"]), int(best["port"])
     if best is not None:
         why = best["why"] or best["why2"]
-    if host is None and (ep := next(
-            (m["ep"] for ln in ctx.lines if (m := _RDZV_ENDPOINT.search(ln.text))), None)):
+    if host is None and (
+        ep := next((m["ep"] for ln in ctx.lines if (m := _RDZV_ENDPOINT.search(ln.text))), None)
+    ):
         h, _, p = ep.rpartition(":") if ":" in ep else (ep, "", "")
         host, port = h, int(p) if p.isdigit() else None
     endpoint = f"{host}:{port}" if host and port else host or "the rendezvous endpoint"
@@ -526,8 +567,11 @@ def _elastic_store_wait(ctx: Context) -> Diagnosis | None:
         if (m := _STORE_WAIT.search(ln.text)) is None:
             continue
         # a wrapped line carries the key list on the next line(s)
-        rest = [x for x in ctx.lines[ln.index + 1:ln.index + 3]
-                if x.text.strip().startswith(("/", "torchelastic/"))]
+        rest = [
+            x
+            for x in ctx.lines[ln.index + 1 : ln.index + 3]
+            if x.text.strip().startswith(("/", "torchelastic/"))
+        ]
         if found := _ELASTIC_KEYS.findall(" ".join([m["keys"], *(x.text for x in rest)])):
             hit = (ln, m, rest, found)
             break
@@ -539,8 +583,14 @@ def _elastic_store_wait(ctx: Context) -> Diagnosis | None:
         evidence = [_shown(ln, m), *(x.raw for x in rest)]
     else:
         frames = [ln for ln in ctx.lines if _RANK_FRAMES.search(ln.text)]
-        tail = next((ln for ln in ctx.lines if _SOCKET_TIMEOUT.search(ln.text)
-                     and frames and ln.index > frames[0].index), None)
+        tail = next(
+            (
+                ln
+                for ln in ctx.lines
+                if _SOCKET_TIMEOUT.search(ln.text) and frames and ln.index > frames[0].index
+            ),
+            None,
+        )
         if tail is None:
             return None
         evidence = [frames[0].raw, tail.raw]
@@ -654,11 +704,17 @@ def _agent_signal(ctx: Context) -> Diagnosis | None:
         )
     closed = [ln for ln in ctx.lines if _RDZV_ERROR.search(ln.text) and "Closed" in ln.text]
     if closed:
-        d = replace(d, consequences=(Consequence(
-            "rendezvous_failed",
-            "The rendezvous was closed (RendezvousClosedError) because this agent shut down",
-            (closed[0].raw,),
-        ),))
+        d = replace(
+            d,
+            consequences=(
+                Consequence(
+                    "rendezvous_failed",
+                    "The rendezvous was closed (RendezvousClosedError) because this agent shut "
+                    "down",
+                    (closed[0].raw,),
+                ),
+            ),
+        )
     return d
 
 
@@ -709,7 +765,8 @@ _DS_EXIT = re.compile(r"\bexits with return code\s*=\s*(?P<code>-?\d+)\b")
 # index, the first argument mp.spawn passes to the function: the local rank.
 _SPAWN_EXIT = re.compile(
     r"\bprocess (?P<index>\d+) terminated with (?:signal (?P<sig>SIG[A-Z0-9]+)"
-    r"|exit code (?P<code>-?\d+))")
+    r"|exit code (?P<code>-?\d+))"
+)
 
 
 def _launcher_report(lines: Sequence[Line], ln: Line) -> re.Match[str] | None:
@@ -718,7 +775,8 @@ def _launcher_report(lines: Sequence[Line], ln: Line) -> re.Match[str] | None:
     if m is None:
         return None
     if _LOCAL_RANK_ARG.search(m["cmd"]) or any(
-            _LAUNCH_FRAME.search(x.text) for x in lines[max(0, ln.index - 6):ln.index]):
+        _LAUNCH_FRAME.search(x.text) for x in lines[max(0, ln.index - 6) : ln.index]
+    ):
         return m
     return None
 
@@ -727,14 +785,28 @@ _ROOT_HEADER = re.compile(r"^\s*Root Cause\b.*:\s*$")
 
 
 def _entry(
-    lines: Sequence[str], rank: int | None, local: int | None, code: int, pid: int | None,
-    fields: dict[str, str] | None = None, traceback: str | None = None,
+    lines: Sequence[str],
+    rank: int | None,
+    local: int | None,
+    code: int,
+    pid: int | None,
+    fields: dict[str, str] | None = None,
+    traceback: str | None = None,
 ) -> ProcessFailure:
     fields = fields or {}
     return ProcessFailure(
-        index=0, time=fields.get("time"), host=fields.get("host"), rank=rank, local_rank=local,
-        exitcode=code, pid=pid, signal=signal_name(code), error_file=None, traceback=traceback,
-        exception=None, lines=tuple(s.strip() for s in lines if s.strip()),
+        index=0,
+        time=fields.get("time"),
+        host=fields.get("host"),
+        rank=rank,
+        local_rank=local,
+        exitcode=code,
+        pid=pid,
+        signal=signal_name(code),
+        error_file=None,
+        traceback=traceback,
+        exception=None,
+        lines=tuple(s.strip() for s in lines if s.strip()),
     )
 
 
@@ -751,7 +823,7 @@ def _loose_entry(ctx: Context) -> ProcessFailure | None:
     for i in exits[:1]:
         ln = filled[i]
         if m := _LOOSE_EXIT.match(ln.text):
-            near = filled[max(0, i - 4):i + 4]
+            near = filled[max(0, i - 4) : i + 4]
             rank = local = None
             fields: dict[str, str] = {}
             tb = None
@@ -765,8 +837,7 @@ def _loose_entry(ctx: Context) -> ProcessFailure | None:
                     shown.append(other.text)
                 elif f := _LOOSE_FIELD.match(other.text):
                     fields[f["key"]] = f["value"]
-            return _entry([*shown, ln.text], rank, local, int(m["code"]), int(m["pid"]), fields,
-                          tb)
+            return _entry([*shown, ln.text], rank, local, int(m["code"]), int(m["pid"]), fields, tb)
     for ln in ctx.lines:
         if m := _AGENT_FAILED.search(ln.text):
             return _entry([_shown(ln, m)], None, int(m["local"]), int(m["code"]), int(m["pid"]))
@@ -790,9 +861,10 @@ def _loose_entry(ctx: Context) -> ProcessFailure | None:
             return _entry([_shown(ln, m)], None, int(m["index"]), code, None)
     for ln in ctx.lines:
         if (m := _DS_EXIT.search(ln.text)) and int(m["code"]) != 0:
-            arg = _LOCAL_RANK_ARG.search(ln.text[:m.start()])
-            return _entry([_shown(ln, m)], None, int(arg["local"]) if arg else None,
-                          int(m["code"]), None)
+            arg = _LOCAL_RANK_ARG.search(ln.text[: m.start()])
+            return _entry(
+                [_shown(ln, m)], None, int(arg["local"]) if arg else None, int(m["code"]), None
+            )
     return None
 
 
@@ -836,8 +908,7 @@ _SIGNAL_HINTS = {
 
 # CPython's own message when the script given on its command line cannot be opened
 # (Modules/main.c pymain_run_file: "%ls: can't open file %R: [Errno %d] %s"), exit status 2.
-_CANT_OPEN = re.compile(
-    r"can't open file '(?P<path>[^']+)': \[Errno \d+\] (?P<why>[^\n]+?)\s*$")
+_CANT_OPEN = re.compile(r"can't open file '(?P<path>[^']+)': \[Errno \d+\] (?P<why>[^\n]+?)\s*$")
 
 
 def _no_script(ctx: Context) -> tuple[Line, re.Match[str]] | None:
@@ -853,16 +924,22 @@ def _whose(rank: int | None, local_rank: int | None = None) -> str:
 
 
 _SIGNAL_KINDS: dict[str, CauseKind] = {
-    "SIGKILL": "sigkill", "SIGABRT": "sigabrt", "SIGSEGV": "sigsegv", "SIGHUP": "hangup",
-    "SIGTERM": "stopped", "SIGINT": "stopped",
+    "SIGKILL": "sigkill",
+    "SIGABRT": "sigabrt",
+    "SIGSEGV": "sigsegv",
+    "SIGHUP": "hangup",
+    "SIGTERM": "stopped",
+    "SIGINT": "stopped",
 }
 
 
 # libstdc++'s verbose terminate handler ("terminate called after throwing an instance of 'X'",
 # "terminate called without an active exception", "terminate called recursively") and
 # CPython's faulthandler ("Fatal Python error: Aborted"): the process raised SIGABRT itself.
-_ABORT = re.compile(r"terminate called (?:without an active exception|after throwing|recursively)"
-                    r"|Fatal Python error: Aborted")
+_ABORT = re.compile(
+    r"terminate called (?:without an active exception|after throwing|recursively)"
+    r"|Fatal Python error: Aborted"
+)
 _CRASH = re.compile(r"Fatal Python error: (?:Bus error|Segmentation fault)")
 
 
@@ -890,8 +967,11 @@ _NNODES = re.compile(r"--nnodes[= ]+(?P<n>\d+)(?::(?P<max>\d+))?")
 def _single_node(ctx: Context) -> bool:
     """Whether the launch command in the text runs one node: ``--standalone``, ``--nnodes 1``
     (``1:1``) or no ``--nnodes`` at all (torchrun's default is 1)."""
-    commands = [ln.text for ln in ctx.lines if _LAUNCH_CMD.search(ln.text)
-                and "--nproc" in ln.text.replace("_", "-")]
+    commands = [
+        ln.text
+        for ln in ctx.lines
+        if _LAUNCH_CMD.search(ln.text) and "--nproc" in ln.text.replace("_", "-")
+    ]
     if not commands:
         return False
     for c in commands:
@@ -914,8 +994,12 @@ def _failed_worker(ctx: Context) -> tuple[ProcessFailure | None, bool]:
                 return printed, True
         return root, True
     loose = _loose_entry(ctx)
-    if loose is not None and loose.rank is None and loose.local_rank is not None \
-            and _single_node(ctx):
+    if (
+        loose is not None
+        and loose.rank is None
+        and loose.local_rank is not None
+        and _single_node(ctx)
+    ):
         loose = replace(loose, rank=loose.local_rank)  # one node: the local rank is global
     return loose, False
 
@@ -927,16 +1011,22 @@ def _signal(ctx: Context) -> Diagnosis | None:
     if root is None or root.exitcode is None or root.exitcode == 0:
         return None
     failure = ctx.failure
-    others = ([e for e in failure.others if e.rank is not None and e is not root]
-              if failure and full else [])
+    others = (
+        [e for e in failure.others if e.rank is not None and e is not root]
+        if failure and full
+        else []
+    )
     also = ""
     if others:
         how = sorted({e.signal or f"exit {e.exitcode}" for e in others})
         also = f"; also failed: ranks {join_ranks(e.rank for e in others if e.rank is not None)}"
         also += f" ({', '.join(how)})"
     at = f" at {root.time}" if root.time else ""
-    evidence = [ln for ln in root.lines
-                if ln.startswith(("rank", "exitcode", "traceback", "msg", "failed ("))]
+    evidence = [
+        ln
+        for ln in root.lines
+        if ln.startswith(("rank", "exitcode", "traceback", "msg", "failed ("))
+    ]
     evidence = evidence or list(root.lines)
     if full:
         header = next((ln.raw for ln in ctx.lines if _ROOT_HEADER.match(ln.text)), None)
@@ -953,9 +1043,17 @@ def _signal(ctx: Context) -> Diagnosis | None:
         "other_ranks": tuple(e.rank for e in others if e.rank is not None) if full else None,
     }
     pid = f" (pid {root.pid})" if root.pid is not None else ""
-    who = rank_and_place(root) if root.rank is not None else (
-        f"local rank {root.local_rank}{pid}" if root.local_rank is not None
-        else f"pid {root.pid}" if root.pid is not None else "a worker")
+    who = (
+        rank_and_place(root)
+        if root.rank is not None
+        else (
+            f"local rank {root.local_rank}{pid}"
+            if root.local_rank is not None
+            else f"pid {root.pid}"
+            if root.pid is not None
+            else "a worker"
+        )
+    )
     who = who[0].upper() + who[1:]
     ranks = (root.rank,) if root.rank is not None else ()
     if root.signal is None:
@@ -993,11 +1091,17 @@ def _signal(ctx: Context) -> Diagnosis | None:
         # the summary has the last signal; the rank's own output shows it aborted first
         said = abort.text.strip()
         # a joinable std::thread's destructor calls std::terminate ([thread.thread.destr])
-        why = (": a C++ thread was destroyed while still running, often a library's or the "
-               "process group's background thread at exit"
-               if "without an active exception" in said else "")
-        not_it = ("it does not mean /dev/shm ran out (a larger --shm-size would not help)"
-                  if root.signal == "SIGBUS" else "it is not the cause")
+        why = (
+            ": a C++ thread was destroyed while still running, often a library's or the "
+            "process group's background thread at exit"
+            if "without an active exception" in said
+            else ""
+        )
+        not_it = (
+            "it does not mean /dev/shm ran out (a larger --shm-size would not help)"
+            if root.signal == "SIGBUS"
+            else "it is not the cause"
+        )
         facts["signal"] = "SIGABRT"
         return _diag(
             "sigabrt",
@@ -1010,9 +1114,11 @@ def _signal(ctx: Context) -> Diagnosis | None:
             "Call torch.distributed.destroy_process_group() on every rank when training ends "
             "and stop other background threads before the script exits; read the rank's last "
             "lines to see whether training itself finished"
-            if why else _SIGNAL_HINTS["SIGABRT"][1].format(
+            if why
+            else _SIGNAL_HINTS["SIGABRT"][1].format(
                 pid=root.pid if root.pid is not None else "<pid>",
-                whose=_whose(root.rank, root.local_rank)),
+                whose=_whose(root.rank, root.local_rank),
+            ),
             [abort.raw, *evidence],
             facts,
             failure,
@@ -1038,8 +1144,10 @@ def _signal(ctx: Context) -> Diagnosis | None:
         kind,
         f"{who} was killed by {root.signal} (exit code {root.exitcode}){at}: {meaning}{also}",
         ranks,
-        fix.format(pid=root.pid if root.pid is not None else "<pid>",
-                   whose=_whose(root.rank, root.local_rank)),
+        fix.format(
+            pid=root.pid if root.pid is not None else "<pid>",
+            whose=_whose(root.rank, root.local_rank),
+        ),
         evidence,
         facts,
         failure,
@@ -1090,14 +1198,21 @@ def _fatal_signal(ctx: Context) -> Diagnosis | None:
 _SHELL_KILLED = re.compile(
     r"(?:\bline \d+:\s+(?P<pid>\d+)|^\[\d+\][+-]?)\s+(?P<how>Killed|Segmentation fault|Aborted"
     r"|Bus error)(?:\s+\(core dumped\))?\s+(?P<cmd>\S.*)$"
-    r"|(?:^|(?<=[\]|]))(?P<how2>Killed)\s*$")
+    r"|(?:^|(?<=[\]|]))(?P<how2>Killed)\s*$"
+)
 _EXIT_128 = re.compile(
     # "exit code 137", "exited with code 137", "exit_code: 137", docker inspect's State
     # "ExitCode": 137, "return code 137"
     r"\b(?:exit(?:ed)?(?: with)?(?: error)?[ _]?(?:code|status)|exit_code|return code)"
-    r"\W{0,3}(?P<code>13[4579])\b", re.I)
-_SHELL_SIGNALS = {"Killed": "SIGKILL", "Segmentation fault": "SIGSEGV", "Aborted": "SIGABRT",
-                  "Bus error": "SIGBUS"}
+    r"\W{0,3}(?P<code>13[4579])\b",
+    re.I,
+)
+_SHELL_SIGNALS = {
+    "Killed": "SIGKILL",
+    "Segmentation fault": "SIGSEGV",
+    "Aborted": "SIGABRT",
+    "Bus error": "SIGBUS",
+}
 _CODE_SIGNALS = {137: "SIGKILL", 139: "SIGSEGV", 134: "SIGABRT", 135: "SIGBUS"}
 
 
@@ -1131,7 +1246,8 @@ def _shell_signal(ctx: Context) -> Diagnosis | None:
         who += f" ({command.split()[0]})"
     status = f", exit code {exit_code} = 128+{number}" if exit_code is not None else ""
     evidence = ([_shown(killed[0], killed[1])] if killed is not None else []) + (
-        [_shown(code[0], code[1])] if code is not None else [])
+        [_shown(code[0], code[1])] if code is not None else []
+    )
     return _diag(
         _SIGNAL_KINDS.get(name, "signal"),
         f"{who[0].upper()}{who[1:]} was killed by {name} (signal {number}{status}), with no "
@@ -1153,7 +1269,8 @@ def _shell_signal(ctx: Context) -> Diagnosis | None:
 _K8S_EXIT = re.compile(
     r"\bcontainer (?P<container>\S+) exitCode: (?P<code>\d+)"
     r"|\bPod: (?P<pod>\S+) exited with code (?P<code2>\d+)"
-    r"|^\s*Exit Code:\s+(?P<code3>\d+)\s*$")
+    r"|^\s*Exit Code:\s+(?P<code3>\d+)\s*$"
+)
 _K8S_TERMINATED = re.compile(r"^\s*(?:Last )?State:\s+Terminated\b")
 _K8S_REASON = re.compile(r"^\s*Reason:\s+(?P<reason>\w+)")
 
@@ -1167,49 +1284,77 @@ def _k8s_exit(ctx: Context) -> Diagnosis | None:
         m = _K8S_EXIT.search(ln.text)
         if m is None:
             continue
-        block = ctx.lines[max(0, ln.index - 6):ln.index + 4]
+        block = ctx.lines[max(0, ln.index - 6) : ln.index + 4]
         if m["code3"] and not any(_K8S_TERMINATED.match(x.text) for x in block):
             continue  # "Exit Code:" outside a terminated container state
         code = int(m["code"] or m["code2"] or m["code3"])
         if code == 0:
             continue
         reason = next((r["reason"] for x in block if (r := _K8S_REASON.match(x.text))), None)
-        who = (f"container {m['container']}" if m["container"] else
-               f"pod {m['pod']}" if m["pod"] else "the container")
-        facts: dict[str, FactValue | None] = {"exitcode": code, "reason": reason,
-                                              "container": m["container"], "pod": m["pod"]}
-        evidence = [x.raw for x in block if _K8S_TERMINATED.match(x.text)
-                    or _K8S_REASON.match(x.text)][:2] + [_shown(ln, m)]
+        who = (
+            f"container {m['container']}"
+            if m["container"]
+            else f"pod {m['pod']}"
+            if m["pod"]
+            else "the container"
+        )
+        facts: dict[str, FactValue | None] = {
+            "exitcode": code,
+            "reason": reason,
+            "container": m["container"],
+            "pod": m["pod"],
+        }
+        evidence = [
+            x.raw for x in block if _K8S_TERMINATED.match(x.text) or _K8S_REASON.match(x.text)
+        ][:2] + [_shown(ln, m)]
         # the controller's other report of the same end ("Pod: ... exited with code N")
-        evidence += [_shown(x, o) for x in ctx.lines[ln.index + 1:]
-                     if (o := _K8S_EXIT.search(x.text)) and not o["code3"]
-                     and int(o["code"] or o["code2"]) == code][:1]
+        evidence += [
+            _shown(x, o)
+            for x in ctx.lines[ln.index + 1 :]
+            if (o := _K8S_EXIT.search(x.text))
+            and not o["code3"]
+            and int(o["code"] or o["code2"]) == code
+        ][:1]
         if reason == "OOMKilled":
             return _diag(
                 "oom_killed",
                 f"Kubernetes: {who} was OOMKilled (exit code {code}): the container used more "
                 "memory than its limit",
-                (), "Raise the container's memory limit or lower its memory use (fewer "
-                "DataLoader workers, smaller batches)", evidence,
-                {**facts, "scope": "container"}, ctx.failure)
-        name = _CODE_SIGNALS.get(code) or (
-            signal_name(128 - code) if 128 < code < 160 else None)
+                (),
+                "Raise the container's memory limit or lower its memory use (fewer "
+                "DataLoader workers, smaller batches)",
+                evidence,
+                {**facts, "scope": "container"},
+                ctx.failure,
+            )
+        name = _CODE_SIGNALS.get(code) or (signal_name(128 - code) if 128 < code < 160 else None)
         if name is not None:
             meaning, fix = _SIGNAL_HINTS.get(
-                name, ("a signal from outside or from native code", "Read the pod's own log"))
+                name, ("a signal from outside or from native code", "Read the pod's own log")
+            )
             return _diag(
                 _SIGNAL_KINDS.get(name, "signal"),
                 f"Kubernetes: {who} was killed by {name} (exit code {code} = 128+"
                 f"{code - 128}, reason {reason or 'not given'}): {meaning}",
-                (), fix.format(pid="<pid>", whose=_whose(None)), evidence,
-                {**facts, "signal": name}, ctx.failure)
+                (),
+                fix.format(pid="<pid>", whose=_whose(None)),
+                evidence,
+                {**facts, "signal": name},
+                ctx.failure,
+            )
         return _diag(
             "exit_code",
             f"Kubernetes: {who} exited with code {code}"
-            + (f" (reason {reason})" if reason else "") + ", no reason in this log: the "
+            + (f" (reason {reason})" if reason else "")
+            + ", no reason in this log: the "
             "training script itself failed",
-            (), "Read the pod's own log (kubectl logs <pod> -c <container>, --previous after a "
-            "restart) for its traceback", evidence, facts, ctx.failure)
+            (),
+            "Read the pod's own log (kubectl logs <pod> -c <container>, --previous after a "
+            "restart) for its traceback",
+            evidence,
+            facts,
+            ctx.failure,
+        )
     return None
 
 
@@ -1236,13 +1381,19 @@ def _oom_killed(ctx: Context) -> Diagnosis | None:
     text = first.group(0)
     if "oom" in text.lower() and "event" in text.lower():
         scope = "slurm"
-    elif first["cg"] or (first["constraint"] or "").upper() == "CONSTRAINT_MEMCG" \
-            or "OOMKilled" in text:
+    elif (
+        first["cg"]
+        or (first["constraint"] or "").upper() == "CONSTRAINT_MEMCG"
+        or "OOMKilled" in text
+    ):
         scope = "container"
     else:
         scope = "host"
-    limit = {"host": "the host's RAM", "container": "the container's (cgroup's) memory limit",
-             "slurm": "the job's Slurm memory request"}[scope]
+    limit = {
+        "host": "the host's RAM",
+        "container": "the container's (cgroup's) memory limit",
+        "slurm": "the job's Slurm memory request",
+    }[scope]
     who = rank_and_place(root) if root.rank is not None else f"pid {root.pid}"
     return _diag(
         "oom_killed",
@@ -1261,7 +1412,6 @@ def _oom_killed(ctx: Context) -> Diagnosis | None:
 # A Python exception in a rank.
 
 
-
 # torch.multiprocessing.spawn's wrapper (spawn.py ``ProcessContext.join``): the parent raises
 # ``Exception(msg)`` (torch < 1.8) or ``ProcessRaisedException(msg)`` whose message starts on
 # the next line: "\n\n-- Process N terminated with the following error:\n" + the child's
@@ -1271,7 +1421,7 @@ _SPAWN_WRAPPER = re.compile(r"^-- Process \d+ terminated with the following erro
 
 def _spawn_wrapper(lines: Sequence[Line], ln: Line) -> bool:
     """Whether exception line ``ln`` is mp.spawn's wrapper (:data:`_SPAWN_WRAPPER` follows)."""
-    after = [x for x in lines[ln.index + 1:ln.index + 4] if x.text.strip()]
+    after = [x for x in lines[ln.index + 1 : ln.index + 4] if x.text.strip()]
     return bool(after) and _SPAWN_WRAPPER.match(after[0].text.strip()) is not None
 
 
@@ -1282,15 +1432,15 @@ _FRAME = re.compile(r'^\s+File "[^"]+", line \d+, in \S')
 # IPython's traceback frames (``IPython/core/ultratb.py``): the current line's arrow
 # (``---> 35 cluster = ...``, also without its number), ``<ipython-input-1-48e0> in <module>``,
 # ``/path/x.py in fn(self, a)``.
-_IPYTHON_FRAME = re.compile(
-    r"^\s*-{2,}>\s|^<ipython-input-[\w-]+> in \S|^/\S+\.py in \w+\(")
+_IPYTHON_FRAME = re.compile(r"^\s*-{2,}>\s|^<ipython-input-[\w-]+> in \S|^/\S+\.py in \w+\(")
 
 
 # rich's traceback (``rich/traceback.py``): the frames in a box closed by "╰───╯", then the
 # exception line on its own, ``<type>: <value>`` (any type name, ``Exception`` itself too).
 _RICH_BOX_END = re.compile(r"^\s*╰─+╯\s*$")
 _RICH_EXCEPTION = re.compile(
-    r"^(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*)?(?:Error|Exception|Interrupt|Exit)(?::\s+\S.*|:?\s*)$")
+    r"^(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*)?(?:Error|Exception|Interrupt|Exit)(?::\s+\S.*|:?\s*)$"
+)
 
 
 # A final exception line in its strict form, at the start of the line: a dotted name ending in
@@ -1298,7 +1448,8 @@ _RICH_EXCEPTION = re.compile(
 # Used where no ``Traceback`` header vouches for the line (a paste cut mid-stack, interleaved
 # ranks), so a log line such as ``ERROR: ...`` or ``Warning: ...`` never passes.
 _STRICT_EXCEPTION = re.compile(
-    r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)(?::\s+\S.*|:?\s*)$")
+    r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)(?::\s+\S.*|:?\s*)$"
+)
 # How far (lines) a frame may be from a loose exception line that it vouches for.
 _NEAR = 4
 
@@ -1318,15 +1469,19 @@ def _rank_exceptions(lines: Sequence[Line]) -> list[tuple[int | None, Line]]:
     in_tb: dict[tuple[int | None, int | None], str] = {}
     for ln in lines:
         who = (ln.rank, ln.local_rank)
-        if ln.text.startswith(("Traceback (most recent call last)",
-                               "Original Traceback (most recent call last)")):
+        if ln.text.startswith(
+            ("Traceback (most recent call last)", "Original Traceback (most recent call last)")
+        ):
             in_tb[who] = "header"
         elif _FRAME.match(ln.text):
             if not in_tb.get(who):
                 in_tb[who] = "frames"
         elif in_tb.get(who) and ln.text and not ln.text[0].isspace():
-            form = EXCEPTION_LINE if in_tb[who] == "header" or who != (None, None) \
+            form = (
+                EXCEPTION_LINE
+                if in_tb[who] == "header" or who != (None, None)
                 else _STRICT_EXCEPTION
+            )
             if form.match(ln.text) and not ln.text.startswith("File "):
                 found.append((ln.rank, ln))
                 in_tb[who] = ""
@@ -1396,8 +1551,12 @@ def _lone_exception(lines: Sequence[Line]) -> tuple[int | None, Line] | None:
     traceback and no launcher report of a worker's exit (:func:`_bare_exception` needs
     one); None when it only wraps another rule's error."""
     for ln in lines:
-        if _LONE_EXCEPTION.match(ln.text) and not _WRAPS.search(ln.text) \
-                and not not_a_failure(ln.text) and _launcher_report(lines, ln) is None:
+        if (
+            _LONE_EXCEPTION.match(ln.text)
+            and not _WRAPS.search(ln.text)
+            and not not_a_failure(ln.text)
+            and _launcher_report(lines, ln) is None
+        ):
             return ln.rank, ln
     return None
 
@@ -1414,16 +1573,24 @@ def _exception(ctx: Context) -> Diagnosis | None:
     entries = ([root] if root else []) + sorted(
         failure.others if failure else (), key=lambda e: e.time or "~"
     )
-    entry = next((e for e in entries if e.exception and not _WRAPS.search(e.exception)
-                  and not not_a_failure(e.exception)), None)
+    entry = next(
+        (
+            e
+            for e in entries
+            if e.exception and not _WRAPS.search(e.exception) and not not_a_failure(e.exception)
+        ),
+        None,
+    )
     if entry is not None and entry.exception:
         rank, line, evidence = entry.rank, entry.exception, entry.exception
     elif root is not None and root.signal is not None:
         return None
     else:
         printed = [
-            (r, ln) for r, ln in _rank_exceptions(ctx.lines)
-            if not _WRAPS.search(ln.text) and not not_a_failure(ln.text)
+            (r, ln)
+            for r, ln in _rank_exceptions(ctx.lines)
+            if not _WRAPS.search(ln.text)
+            and not not_a_failure(ln.text)
             and not _spawn_wrapper(ctx.lines, ln)
         ]
         if root is not None:  # exit code without a traceback: look for that rank's own

@@ -63,7 +63,7 @@ def buckets(points: Sequence[GpuPoint], width: int) -> list[list[GpuPoint]]:
     per = max(1, math.ceil(len(points) / width))
     first = len(points) % per or per  # the oldest run takes the remainder
     out = [list(points[:first])]
-    out.extend(list(points[i:i + per]) for i in range(first, len(points), per))
+    out.extend(list(points[i : i + per]) for i in range(first, len(points), per))
     return out
 
 
@@ -103,9 +103,15 @@ def _fmt(v: float | None, unit: str) -> str:
     return f"{v:.0f}{unit}"
 
 
-def history_chart(points: Sequence[GpuPoint], *, width: int, height: int = 3,
-                  mem_total_mib: float | None = None, power_limit_w: float | None = None,
-                  series: Sequence[SeriesKey] = ("util", "mem", "power")) -> list[ChartRow]:
+def history_chart(
+    points: Sequence[GpuPoint],
+    *,
+    width: int,
+    height: int = 3,
+    mem_total_mib: float | None = None,
+    power_limit_w: float | None = None,
+    series: Sequence[SeriesKey] = ("util", "mem", "power"),
+) -> list[ChartRow]:
     """A GPU's history as chart rows: ``height`` rows per series, then the time axis.
 
     Args:
@@ -166,10 +172,9 @@ def history_chart(points: Sequence[GpuPoint], *, width: int, height: int = 3,
         axis[width - len(right) + i] = ch
     # the span and the time per column, centred in the wider free stretch (before the first
     # point's label when the history does not fill the chart yet, else after it)
-    lo, hi = max(((0, start), (start + len(left), width - len(right))),
-                 key=lambda r: r[1] - r[0])
+    lo, hi = max(((0, start), (start + len(left), width - len(right))), key=lambda r: r[1] - r[0])
     if hi - lo >= len(mid) + 2:
         at = lo + (hi - lo - len(mid)) // 2
-        axis[at:at + len(mid)] = mid
+        axis[at : at + len(mid)] = mid
     rows.append(ChartRow(None, " " * GUTTER + "└", "".join(axis[:width])))
     return rows

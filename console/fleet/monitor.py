@@ -94,8 +94,7 @@ def container_ids(sample: Sample | None) -> frozenset[str]:
 def in_containers(sample: Sample | None) -> bool:
     """Whether ``sample`` shows a GPU process with a container id (a container, or a
     ``runtime: host`` node): only those can be matched to jobs."""
-    return sample is not None and any(p.get("container_id")
-                                      for p in sample.get("processes") or [])
+    return sample is not None and any(p.get("container_id") for p in sample.get("processes") or [])
 
 
 async def container_jobs(session: Session, hosts: list[str]) -> dict[str, ContainerJob]:
@@ -149,9 +148,16 @@ class FleetMonitor:
     stop_insist_s: float = 5.0
 
     def __init__(
-        self, session: Session, state: FleetState, hosts: list[str] | None = None, *,
-        interval: float = 1.0, on_sample: SampleHook | None = None, mode: str = "auto",
-        replay_path: str | None = None, max_connecting: int = MAX_CONNECTING,
+        self,
+        session: Session,
+        state: FleetState,
+        hosts: list[str] | None = None,
+        *,
+        interval: float = 1.0,
+        on_sample: SampleHook | None = None,
+        mode: str = "auto",
+        replay_path: str | None = None,
+        max_connecting: int = MAX_CONNECTING,
     ) -> None:
         self.session = session
         self.state = state
@@ -181,8 +187,7 @@ class FleetMonitor:
             self.on_sample(host, sample)
         except Exception:
             self.hook_errors += 1
-            log.exception("the on_sample hook failed on a sample of %s (the stream goes on)",
-                          host)
+            log.exception("the on_sample hook failed on a sample of %s (the stream goes on)", host)
 
     async def _host_loop(self, host: str) -> None:
         backoff = Backoff(0.5, 30.0)
@@ -196,8 +201,9 @@ class FleetMonitor:
                 phase(PHASE_CONNECTING)
                 async with self._connect_slots:
                     t = await self.session.connected(host)
-                stream = host_samples(t, self.interval, mode=self.mode,
-                                      replay=self.replay_path, on_phase=phase)
+                stream = host_samples(
+                    t, self.interval, mode=self.mode, replay=self.replay_path, on_phase=phase
+                )
                 async with aclosing(stream):  # closed here, whatever ends the loop
                     async for sample in stream:
                         first = last is None
@@ -220,9 +226,11 @@ class FleetMonitor:
             except GpuConsoleError as e:
                 reason = host_reason(e, named=False)
             except AgentExited as e:
-                reason = (f"host {host}: telemetry agent exited ({e.detail or e.returncode})"
-                          + ("; NVML is not usable there: use --source auto or smi"
-                             if e.returncode == AGENT_EXIT_NO_NVML else ""))
+                reason = f"host {host}: telemetry agent exited ({e.detail or e.returncode})" + (
+                    "; NVML is not usable there: use --source auto or smi"
+                    if e.returncode == AGENT_EXIT_NO_NVML
+                    else ""
+                )
             except (OSError, ValueError) as e:
                 reason = f"telemetry stream failed: {e}"
             except Exception as e:
@@ -264,10 +272,12 @@ class FleetMonitor:
         """Whether ``host``'s latest sample shows a container its last listing did not cover."""
         v = self.state.hosts.get(host)
         return not container_ids(v.sample if v is not None else None) <= self._covered.get(
-            host, frozenset())
+            host, frozenset()
+        )
 
-    async def refresh_containers(self, max_age_s: float = MAP_EVERY_S, *,
-                                 only_new: bool = False) -> None:
+    async def refresh_containers(
+        self, max_age_s: float = MAP_EVERY_S, *, only_new: bool = False
+    ) -> None:
         """Map container ids to jobs from the labels on every host that is streaming and
         whose latest sample shows a GPU process in a container (:func:`in_containers`);
         other hosts are not asked (one not streaming would only hold the map back until its
@@ -282,9 +292,13 @@ class FleetMonitor:
                 housekeeping does, with ``max_age_s`` = :data:`MAP_FULL_EVERY_S`: a
                 container's labels never change, so only a new container needs a listing).
         """
-        wanted = [h for h in self.hosts
-                  if (v := self.state.hosts.get(h)) is not None and v.status != "down"
-                  and in_containers(v.sample)]
+        wanted = [
+            h
+            for h in self.hosts
+            if (v := self.state.hosts.get(h)) is not None
+            and v.status != "down"
+            and in_containers(v.sample)
+        ]
         for h in [h for h in self._maps if h not in wanted]:
             del self._maps[h]
             self._covered.pop(h, None)
@@ -292,8 +306,10 @@ class FleetMonitor:
         tasks = []
         for h in wanted:
             got = self._listing.get(h)
-            if got is not None and (not got[1].done() or (
-                    now - got[0] <= max_age_s and not (only_new and self._shows_new(h)))):
+            if got is not None and (
+                not got[1].done()
+                or (now - got[0] <= max_age_s and not (only_new and self._shows_new(h)))
+            ):
                 tasks.append(got[1])
             else:
                 tasks.append(self._list_host(h))
@@ -317,8 +333,9 @@ class FleetMonitor:
 
     def start(self) -> None:
         """Start every host's stream and the housekeeping task."""
-        self._tasks = [asyncio.create_task(self._host_loop(h), name=f"telemetry-{h}")
-                       for h in self.hosts]
+        self._tasks = [
+            asyncio.create_task(self._host_loop(h), name=f"telemetry-{h}") for h in self.hosts
+        ]
         self._tasks.append(asyncio.create_task(self._housekeeping(), name="fleet-housekeeping"))
 
     async def wait_complete(self, timeout: float) -> bool:
@@ -362,16 +379,18 @@ class FleetMonitor:
                 _done, pending = await asyncio.wait(pending, timeout=wait)
                 if pending and loop.time() >= grace_end:
                     for t in pending:
-                        log.debug("fleet monitor: %s still runs (%s); cancelling it again",
-                                  t.get_name(), self._phase_of(t))
+                        log.debug(
+                            "fleet monitor: %s still runs (%s); cancelling it again",
+                            t.get_name(),
+                            self._phase_of(t),
+                        )
                         t.cancel()
         except asyncio.CancelledError:
             for t in pending:
                 t.cancel()
             raise
         for t in pending:
-            log.warning("fleet monitor: task %s did not end (%s)", t.get_name(),
-                        self._phase_of(t))
+            log.warning("fleet monitor: task %s did not end (%s)", t.get_name(), self._phase_of(t))
         for t in tasks:
             if t.done() and not t.cancelled() and t.exception() is not None:
                 log.debug("fleet monitor: %s ended with %r", t.get_name(), t.exception())
@@ -393,14 +412,14 @@ class Recorder:
         self.f = f
 
     def __call__(self, host: str, sample: Sample) -> None:
-        self.f.write(json.dumps({"host": host, "rx": time.time(), "sample": sample},
-                                separators=(",", ":")) + "\n")
+        self.f.write(
+            json.dumps({"host": host, "rx": time.time(), "sample": sample}, separators=(",", ":"))
+            + "\n"
+        )
         self.f.flush()
 
 
-async def read_recording(
-    path: Path, *, speed: float = 1.0
-) -> AsyncIterator[tuple[str, Sample]]:
+async def read_recording(path: Path, *, speed: float = 1.0) -> AsyncIterator[tuple[str, Sample]]:
     """Yield ``(host, sample)`` from a recording, paced by its ``rx`` times / ``speed``
     (``speed <= 0``: as fast as possible). A bare agent trace (JSON lines of samples) is read
     as one host named by the samples' hostname.
@@ -418,14 +437,18 @@ async def read_recording(
                 rec = json.loads(raw)
                 if "sample" not in rec and rec.get("type") == "sample":
                     # a bare agent trace: one host, named by the sample itself
-                    rec = {"host": (rec.get("host") or {}).get("hostname") or path.stem,
-                           "rx": rec["host_time"], "sample": rec}
+                    rec = {
+                        "host": (rec.get("host") or {}).get("hostname") or path.stem,
+                        "rx": rec["host_time"],
+                        "sample": rec,
+                    }
                 host, rx = str(rec["host"]), float(rec["rx"])
                 sample = read_sample(rec["sample"])  # older spellings normalised
             except (ValueError, KeyError, TypeError, AttributeError) as e:
                 raise ValueError(
                     f"{path}:{n}: not a gpuconsole recording line "
-                    f"({e if isinstance(e, ValueError) else f'missing {e}'})") from e
+                    f"({e if isinstance(e, ValueError) else f'missing {e}'})"
+                ) from e
             if speed > 0:
                 if first_rx is None:
                     first_rx = rx

@@ -43,34 +43,66 @@ def _throttle(reasons: Sequence[str] | None) -> str:
 
 def render_fleet(state: FleetState) -> str:
     """The fleet table: one row per GPU, its processes mapped to containers and jobs."""
-    rows = [["HOST", "GPU", "NAME", "UTIL", "SM", "MEM MiB", "TEMP", "POWER W", "SM MHz",
-             "THROTTLE", "PROCESSES"]]
+    rows = [
+        [
+            "HOST",
+            "GPU",
+            "NAME",
+            "UTIL",
+            "SM",
+            "MEM MiB",
+            "TEMP",
+            "POWER W",
+            "SM MHz",
+            "THROTTLE",
+            "PROCESSES",
+        ]
+    ]
     notes: list[str] = []
     xid_notes: list[str] = []  # each GPU's Xid chain root with its action
     for v in state.hosts.values():
         if v.sample is None or v.status == "down":
-            rows.append([v.name, "-", v.status + (f": {v.error}" if v.error else ""),
-                         "", "", "", "", "", "", "", ""])
+            rows.append(
+                [
+                    v.name,
+                    "-",
+                    v.status + (f": {v.error}" if v.error else ""),
+                    "",
+                    "",
+                    "",
+                    "",
+                    "",
+                    "",
+                    "",
+                    "",
+                ]
+            )
             continue
         s = v.sample
         tag = "" if v.status == "ok" else f" [{v.status}]"
         missing = v.missing_gpus()
         if missing:
-            notes.append(f"{v.name}: {len(missing)} GPU(s) fewer than last seen, missing: "
-                         f"{', '.join(missing)}")
+            notes.append(
+                f"{v.name}: {len(missing)} GPU(s) fewer than last seen, missing: "
+                f"{', '.join(missing)}"
+            )
         if s["state"] != "ok":
-            notes.append(f"{v.name}: {s['state']}" + (f": {s['state_detail']}"
-                                                      if s["state_detail"] else ""))
+            notes.append(
+                f"{v.name}: {s['state']}" + (f": {s['state_detail']}" if s["state_detail"] else "")
+            )
         xids = [(x.gpu_index, x.pci_bus_id, x.line) for x in v.xid_summaries()]
-        xid_notes.extend(f"{v.name} GPU {i}: {line}" if i is not None else
-                         f"{v.name} {bus}: {line}" for i, bus, line in xids)
+        xid_notes.extend(
+            f"{v.name} GPU {i}: {line}" if i is not None else f"{v.name} {bus}: {line}"
+            for i, bus, line in xids
+        )
         if v.kernel_log_error and not xids:
             notes.append(f"{v.name}: Xids from NVML events only: {v.kernel_log_error}")
         holders = gpu_holders(state, v.name)
         gpus = s["gpus"]
         if not gpus:
-            rows.append([v.name + tag, "-", f"no GPUs ({s['state']})",
-                         "", "", "", "", "", "", "", ""])
+            rows.append(
+                [v.name + tag, "-", f"no GPUs ({s['state']})", "", "", "", "", "", "", "", ""]
+            )
         for g in gpus:
             idx = g["index"]
             gpm = g["gpm"]
@@ -81,27 +113,33 @@ def render_fleet(state: FleetState) -> str:
                 procs = ", ".join(_holder(h) for h in hs) or "-"
             name = ("LOST " if g["lost"] else "") + (g["name"] or "?")
             na = set(g["unsupported"])
-            rows.append([
-                v.name + tag, str(idx), name.replace("NVIDIA ", ""),
-                _n(g["util_gpu_pct"], unit="%"),
-                _n(gpm["sm_activity_pct"] if gpm else None, unit="%", na="gpm" in na),
-                f"{_n(g['mem_used_mib'])} / {_n(g['mem_total_mib'])}",
-                _n(g["temp_c"], unit="C", na="temp_c" in na),
-                f"{_n(g['power_w'], na='power_w' in na)} / "
-                f"{_n(g['power_limit_w'], na='power_limit_w' in na)}",
-                f"{_n(g['sm_clock_mhz'], na='sm_clock_mhz' in na)}/"
-                f"{_n(g['sm_clock_max_mhz'], na='sm_clock_max_mhz' in na)}",
-                _throttle(g["throttle_reasons"]),
-                procs,
-            ])
+            rows.append(
+                [
+                    v.name + tag,
+                    str(idx),
+                    name.replace("NVIDIA ", ""),
+                    _n(g["util_gpu_pct"], unit="%"),
+                    _n(gpm["sm_activity_pct"] if gpm else None, unit="%", na="gpm" in na),
+                    f"{_n(g['mem_used_mib'])} / {_n(g['mem_total_mib'])}",
+                    _n(g["temp_c"], unit="C", na="temp_c" in na),
+                    f"{_n(g['power_w'], na='power_w' in na)} / "
+                    f"{_n(g['power_limit_w'], na='power_limit_w' in na)}",
+                    f"{_n(g['sm_clock_mhz'], na='sm_clock_mhz' in na)}/"
+                    f"{_n(g['sm_clock_max_mhz'], na='sm_clock_max_mhz' in na)}",
+                    _throttle(g["throttle_reasons"]),
+                    procs,
+                ]
+            )
     lines = text_table(rows, right={3, 4, 5, 6, 7, 8})
     usage = state.job_usage()
     if usage:
         lines.append("")
         for u in usage.values():
             where = " ".join(f"{h}:{i}" for h, i in u.gpus)
-            lines.append(f"job {u.job_id}: {len(u.gpus)} GPU(s) [{where}] mean util "
-                         f"{_n(u.mean_util_pct, unit='%')}, {_n(u.mem_used_mib)} MiB")
+            lines.append(
+                f"job {u.job_id}: {len(u.gpus)} GPU(s) [{where}] mean util "
+                f"{_n(u.mean_util_pct, unit='%')}, {_n(u.mem_used_mib)} MiB"
+            )
     if xid_notes:
         lines.append("")
         lines.extend(xid_notes)
@@ -118,6 +156,12 @@ def render_free(state: FleetState) -> str:
         by_idx = {g["index"]: g for g in state.hosts[host].gpus()}
         for i in idxs:
             g = by_idx.get(i)
-            rows.append([host, str(i), (g["name"] if g else None) or "?",
-                         _n(g["mem_total_mib"] if g else None)])
+            rows.append(
+                [
+                    host,
+                    str(i),
+                    (g["name"] if g else None) or "?",
+                    _n(g["mem_total_mib"] if g else None),
+                ]
+            )
     return "\n".join(text_table(rows, right={3}))

@@ -62,7 +62,6 @@ _HEX64 = re.compile(r"[0-9a-f]{64}")
 _EIGHTHS = " ▏▎▍▌▋▊▉█"
 
 
-
 @dataclass(frozen=True, slots=True)
 class HostRow:
     """One host.
@@ -264,21 +263,34 @@ def gpu_processes(state: FleetState, host: str, index: int) -> tuple[ProcessRow,
     holders = gpu_holders(state, host)
     if holders is None:
         return None
-    rows = [ProcessRow(
-        key=f"pid:{h.pid}", pid=h.pid, job_id=h.job.job_id if h.job else None,
-        job_name=h.job.job_name if h.job else None,
-        node_rank=h.job.node_rank if h.job else None, rank=h.rank, user=h.user,
-        command=h.command,
-        container=(h.container_id[:12] if _HEX64.fullmatch(h.container_id)
-                   else h.container_id) if h.container_id else None,
-        used_mib=_num(h.used_mib),
-    ) for h in holders.get(index, [])]
+    rows = [
+        ProcessRow(
+            key=f"pid:{h.pid}",
+            pid=h.pid,
+            job_id=h.job.job_id if h.job else None,
+            job_name=h.job.job_name if h.job else None,
+            node_rank=h.job.node_rank if h.job else None,
+            rank=h.rank,
+            user=h.user,
+            command=h.command,
+            container=(h.container_id[:12] if _HEX64.fullmatch(h.container_id) else h.container_id)
+            if h.container_id
+            else None,
+            used_mib=_num(h.used_mib),
+        )
+        for h in holders.get(index, [])
+    ]
 
     def order(r: ProcessRow) -> tuple[int, str, int, int, int]:
         if r.job_id is None:
             return (1, "", 0, 0, r.pid)
-        return (0, r.job_id, r.node_rank if r.node_rank is not None else -1,
-                r.rank if r.rank is not None else -1, r.pid)
+        return (
+            0,
+            r.job_id,
+            r.node_rank if r.node_rank is not None else -1,
+            r.rank if r.rank is not None else -1,
+            r.pid,
+        )
 
     return tuple(sorted(rows, key=order))
 
@@ -312,19 +324,33 @@ def _users(holders: list[GpuHolder]) -> tuple[GpuUser, ...]:
     for (job_id, node), hs in sorted(jobs.items()):
         mibs = [float(h.used_mib) for h in hs if h.used_mib is not None]
         first = min(hs, key=lambda h: h.pid)
-        out.append(GpuUser(
-            job_id=job_id, job_name=hs[0].job.job_name if hs[0].job else None, node_rank=node,
-            ranks=tuple(sorted({h.rank for h in hs if h.rank is not None})),
-            pids=tuple(sorted(h.pid for h in hs)), user=first.user, command=first.command,
-            container=first.container_id[:12] if first.container_id else None,
-            used_mib=sum(mibs) if mibs else None,
-        ))
+        out.append(
+            GpuUser(
+                job_id=job_id,
+                job_name=hs[0].job.job_name if hs[0].job else None,
+                node_rank=node,
+                ranks=tuple(sorted({h.rank for h in hs if h.rank is not None})),
+                pids=tuple(sorted(h.pid for h in hs)),
+                user=first.user,
+                command=first.command,
+                container=first.container_id[:12] if first.container_id else None,
+                used_mib=sum(mibs) if mibs else None,
+            )
+        )
     for h in sorted(foreign, key=lambda h: h.pid):
-        out.append(GpuUser(
-            job_id=None, job_name=None, node_rank=None, ranks=(), pids=(h.pid,), user=h.user,
-            command=h.command, container=h.container_id[:12] if h.container_id else None,
-            used_mib=_num(h.used_mib),
-        ))
+        out.append(
+            GpuUser(
+                job_id=None,
+                job_name=None,
+                node_rank=None,
+                ranks=(),
+                pids=(h.pid,),
+                user=h.user,
+                command=h.command,
+                container=h.container_id[:12] if h.container_id else None,
+                used_mib=_num(h.used_mib),
+            )
+        )
     return tuple(out)
 
 
@@ -344,7 +370,9 @@ def _host_row(v: HostView, now: float | None) -> HostRow:
     host = s["host"] if s else None
     state = s["state"] if s else None
     return HostRow(
-        key=f"host:{v.name}", name=v.name, status=_status(v),
+        key=f"host:{v.name}",
+        name=v.name,
+        status=_status(v),
         error=v.error if v.status == "down" else None,
         problem=state if s and state != "ok" else None,
         problem_detail=(s["state_detail"] or None) if s and state != "ok" else None,
@@ -352,7 +380,8 @@ def _host_row(v: HostView, now: float | None) -> HostRow:
         mem_used_mib=_num(host["mem_used_mib"]) if host else None,
         mem_total_mib=_num(host["mem_total_mib"]) if host else None,
         gpu_count=None if s is None or s["state"] in DRIVER_DOWN_STATES else len(s["gpus"]),
-        missing_gpus=tuple(v.missing_gpus()), age_s=max(age, 0.0) if age is not None else None,
+        missing_gpus=tuple(v.missing_gpus()),
+        age_s=max(age, 0.0) if age is not None else None,
         source=s["source"] if s and s["state"] not in DRIVER_DOWN_STATES else None,
         xid_notes=_xid_notes(v),
     )
@@ -360,12 +389,16 @@ def _host_row(v: HostView, now: float | None) -> HostRow:
 
 def _xid_notes(v: HostView) -> tuple[str, ...]:
     shown = {g["index"] for g in v.gpus() if g["index"] is not None}
-    return tuple(f"{x.pci_bus_id}: {x.line}" for x in v.xid_summaries()
-                 if x.gpu_index is None or x.gpu_index not in shown)
+    return tuple(
+        f"{x.pci_bus_id}: {x.line}"
+        for x in v.xid_summaries()
+        if x.gpu_index is None or x.gpu_index not in shown
+    )
 
 
-def fleet_rows(state: FleetState, *, now: float | None = None,
-               history_points: int = 60) -> list[HostGroup]:
+def fleet_rows(
+    state: FleetState, *, now: float | None = None, history_points: int = 60
+) -> list[HostGroup]:
     """The fleet as host groups, in the state's host order, GPUs by index.
 
     Args:
@@ -394,37 +427,60 @@ def fleet_rows(state: FleetState, *, now: float | None = None,
                 continue
             hist = v.history.get(idx)
             # only the tail: the deque holds up to 15 minutes of points
-            tail = (list(islice(reversed(hist), history_points))[::-1]
-                    if hist and history_points > 0 else [])
+            tail = (
+                list(islice(reversed(hist), history_points))[::-1]
+                if hist and history_points > 0
+                else []
+            )
             gpu_row = _gpu_row(v.name, idx, g, tail, holders, usable)
             xs = v.gpu_xids(idx)
             if xs is not None and xs.headline is not None:
-                gpu_row = replace(gpu_row, xid=xs.line, xid_code=xs.headline.xid,
-                                  xid_severe=xs.headline.severe or xs.drain)
+                gpu_row = replace(
+                    gpu_row,
+                    xid=xs.line,
+                    xid_code=xs.headline.xid,
+                    xid_severe=xs.headline.severe or xs.drain,
+                )
             gpus.append(gpu_row)
         out.append(HostGroup(row, tuple(sorted(gpus, key=lambda r: r.index))))
     return out
 
 
-def _gpu_row(host: str, idx: int, g: GpuRecord, tail: Sequence[GpuPoint],
-             holders: dict[int, list[GpuHolder]] | None, usable: bool) -> GpuRow:
+def _gpu_row(
+    host: str,
+    idx: int,
+    g: GpuRecord,
+    tail: Sequence[GpuPoint],
+    holders: dict[int, list[GpuHolder]] | None,
+    usable: bool,
+) -> GpuRow:
     gpm = g["gpm"]
     reasons = g["throttle_reasons"]
     return GpuRow(
-        key=f"gpu:{host}:{idx}", host=host, index=idx, name=g["name"] or None, lost=g["lost"],
-        util_pct=_num(g["util_gpu_pct"]), mem_used_mib=_num(g["mem_used_mib"]),
-        mem_total_mib=_num(g["mem_total_mib"]), temp_c=_num(g["temp_c"]),
-        fan_pct=_num(g["fan_pct"]), power_w=_num(g["power_w"]),
+        key=f"gpu:{host}:{idx}",
+        host=host,
+        index=idx,
+        name=g["name"] or None,
+        lost=g["lost"],
+        util_pct=_num(g["util_gpu_pct"]),
+        mem_used_mib=_num(g["mem_used_mib"]),
+        mem_total_mib=_num(g["mem_total_mib"]),
+        temp_c=_num(g["temp_c"]),
+        fan_pct=_num(g["fan_pct"]),
+        power_w=_num(g["power_w"]),
         power_limit_w=_num(g["power_limit_w"]),
         sm_activity_pct=_num(gpm["sm_activity_pct"]) if gpm else None,
         throttle_reasons=tuple(reasons) if reasons is not None else None,
         history=tuple(None if p.util_pct is None else float(p.util_pct) for p in tail),
         users=None if holders is None else _users(holders.get(idx, [])),
-        usable=usable, pstate=g["pstate"] or None, sm_clock_mhz=_num(g["sm_clock_mhz"]),
+        usable=usable,
+        pstate=g["pstate"] or None,
+        sm_clock_mhz=_num(g["sm_clock_mhz"]),
         tensor_activity_pct=_num(gpm["tensor_activity_pct"]) if gpm else None,
         dram_bw_util_pct=_num(gpm["dram_bw_util_pct"]) if gpm else None,
         ecc_uncorrected=_num(g["ecc_volatile_uncorrected"]),
-        mem_clock_mhz=_num(g["mem_clock_mhz"]), sm_clock_max_mhz=_num(g["sm_clock_max_mhz"]),
+        mem_clock_mhz=_num(g["mem_clock_mhz"]),
+        sm_clock_max_mhz=_num(g["sm_clock_max_mhz"]),
         mem_clock_max_mhz=_num(g["mem_clock_max_mhz"]),
         unsupported=frozenset(g["unsupported"]),
     )
@@ -440,8 +496,9 @@ _GPU_VALUE: dict[str, Callable[[GpuRow], float | None]] = {
 }
 
 
-def _ordered(items: Sequence[Any], value: Callable[[Any], float | None],
-             descending: bool) -> list[Any]:
+def _ordered(
+    items: Sequence[Any], value: Callable[[Any], float | None], descending: bool
+) -> list[Any]:
     """Stable sort by value, unknown (``None``) last in either direction."""
     known = [(v, x) for x in items if (v := value(x)) is not None]
     unknown = [x for x in items if value(x) is None]
@@ -449,8 +506,9 @@ def _ordered(items: Sequence[Any], value: Callable[[Any], float | None],
     return [x for _, x in known] + unknown
 
 
-def sort_groups(groups: Sequence[HostGroup], key: str = "host",
-                descending: bool = False) -> list[HostGroup]:
+def sort_groups(
+    groups: Sequence[HostGroup], key: str = "host", descending: bool = False
+) -> list[HostGroup]:
     """Order hosts and their GPUs by a column; a GPU stays under its host.
 
     ``host``: hosts in the given (profile) order, GPUs by index; ``descending`` reverses both.
@@ -478,6 +536,7 @@ def sort_groups(groups: Sequence[HostGroup], key: str = "host",
 
 
 # -- filtering -------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True, slots=True)
 class QueryTerm:
@@ -536,8 +595,11 @@ def gpu_matches(r: GpuRow, terms: Iterable[QueryTerm]) -> bool:
         elif t.field == "job":
             ok = any(t.value in j for j in _job_texts(r))
         else:
-            ok = (t.value in r.host.lower() or t.value in (r.name or "").lower()
-                  or any(t.value in j for j in _job_texts(r)))
+            ok = (
+                t.value in r.host.lower()
+                or t.value in (r.name or "").lower()
+                or any(t.value in j for j in _job_texts(r))
+            )
         if not ok:
             return False
     return True
@@ -626,8 +688,9 @@ def throttle_text(reasons: Sequence[str] | None) -> str:
     return ",".join(words) or "-"
 
 
-def throttle_severity(reasons: Sequence[str] | None,
-                      ) -> Literal["unknown", "none", "limit", "slowdown"]:
+def throttle_severity(
+    reasons: Sequence[str] | None,
+) -> Literal["unknown", "none", "limit", "slowdown"]:
     """How hard the clocks are held: ``slowdown`` (a thermal or hardware slowdown,
     ``schema.SLOWDOWN_REASONS``), ``limit`` (another reason, e.g. the power cap), ``none``
     (idle or no reason), ``unknown`` (the reasons could not be read)."""
@@ -661,8 +724,9 @@ def _command_text(command: str | None, limit: int) -> str:
         return "?"
     prog, *args = command.split()
     words = [prog.rsplit("/", 1)[-1]]
-    words += ["…/" + a.rsplit("/", 1)[-1] if a[:1] in "/.~" and "/" in a.rstrip("/") else a
-              for a in args]
+    words += [
+        "…/" + a.rsplit("/", 1)[-1] if a[:1] in "/.~" and "/" in a.rstrip("/") else a for a in args
+    ]
     text = " ".join(words)
     return text if len(text) <= limit else text[: max(limit - 1, 0)] + "…"
 

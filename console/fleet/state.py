@@ -168,8 +168,9 @@ class FleetState:
         history_s: how much history to keep per GPU (s); at least 10 minutes.
     """
 
-    def __init__(self, hosts: Iterable[str], interval: float = 1.0,
-                 history_s: float = 900.0) -> None:
+    def __init__(
+        self, hosts: Iterable[str], interval: float = 1.0, history_s: float = 900.0
+    ) -> None:
         self.interval = interval
         self.maxlen = max(int(max(history_s, 600.0) / interval), 1)
         self.hosts: dict[str, HostView] = {h: HostView(h) for h in hosts}
@@ -210,8 +211,15 @@ class FleetState:
             if hist is None:
                 hist = v.history[idx] = deque(maxlen=self.maxlen)
             gpm = g["gpm"]
-            hist.append(GpuPoint(t, g["util_gpu_pct"], g["mem_used_mib"], g["power_w"],
-                                 gpm["sm_activity_pct"] if gpm else None))
+            hist.append(
+                GpuPoint(
+                    t,
+                    g["util_gpu_pct"],
+                    g["mem_used_mib"],
+                    g["power_w"],
+                    gpm["sm_activity_pct"] if gpm else None,
+                )
+            )
         _take_xids(v, typed)
 
     def on_down(self, host: str, error: str) -> None:
@@ -230,8 +238,12 @@ class FleetState:
         turned = []
         for v in self.hosts.values():
             faulted = v.sample is not None and v.sample["state"] not in USABLE_STATES
-            if (v.status == "ok" and v.last_rx is not None and not faulted
-                    and now - v.last_rx > STALE_AFTER_INTERVALS * self.interval):
+            if (
+                v.status == "ok"
+                and v.last_rx is not None
+                and not faulted
+                and now - v.last_rx > STALE_AFTER_INTERVALS * self.interval
+            ):
                 v.status = "stale"
                 turned.append(v.name)
         return turned
@@ -292,11 +304,16 @@ class FleetState:
         """
         return {
             "hosts": [
-                {"name": v.name, "status": v.status, "error": v.error,
-                 "missing_gpus": v.missing_gpus(), "sample": v.sample,
-                 "jobs": self._process_jobs(v.sample),
-                 "xids": [xid_json(x) for x in v.xid_summaries()],
-                 "kernel_log": {"source": v.kernel_log_source, "error": v.kernel_log_error}}
+                {
+                    "name": v.name,
+                    "status": v.status,
+                    "error": v.error,
+                    "missing_gpus": v.missing_gpus(),
+                    "sample": v.sample,
+                    "jobs": self._process_jobs(v.sample),
+                    "xids": [xid_json(x) for x in v.xid_summaries()],
+                    "kernel_log": {"source": v.kernel_log_source, "error": v.kernel_log_error},
+                }
                 for v in self.hosts.values()
             ]
         }
@@ -310,9 +327,16 @@ class FleetState:
         for p in sample["processes"] or []:
             job = self.job_of(p["container_id"])
             if job is not None:
-                out.append({"pid": p["pid"], "gpu_index": p["gpu_index"],
-                            "job_id": job.job_id, "job_name": job.job_name,
-                            "node_rank": job.node_rank, "rank": p["rank"]})
+                out.append(
+                    {
+                        "pid": p["pid"],
+                        "gpu_index": p["gpu_index"],
+                        "job_id": job.job_id,
+                        "job_name": job.job_name,
+                        "node_rank": job.node_rank,
+                        "rank": p["rank"],
+                    }
+                )
         return out
 
 
@@ -323,11 +347,18 @@ def xid_json(x: GpuXidSummary) -> dict[str, Any]:
     ``diagnosis``, ``counts`` (Xid -> events), ``pids``, ``last`` (the latest event's time as
     the kernel printed it)."""
     h = x.headline
-    return {"gpu_index": x.gpu_index, "pci_bus_id": x.pci_bus_id,
-            "xid": h.xid if h else None, "action": h.action if h else None, "text": x.line,
-            "verdict": x.verdict, "diagnosis": x.diagnosis,
-            "counts": {str(k): n for k, n in x.counts.items()}, "pids": list(x.pids),
-            "last": x.last.time_text}
+    return {
+        "gpu_index": x.gpu_index,
+        "pci_bus_id": x.pci_bus_id,
+        "xid": h.xid if h else None,
+        "action": h.action if h else None,
+        "text": x.line,
+        "verdict": x.verdict,
+        "diagnosis": x.diagnosis,
+        "counts": {str(k): n for k, n in x.counts.items()},
+        "pids": list(x.pids),
+        "last": x.last.time_text,
+    }
 
 
 def _take_xids(v: HostView, s: Sample) -> None:
@@ -349,10 +380,16 @@ def _take_xids(v: HostView, s: Sample) -> None:
         for x in s["xid_events"]:
             when = x["time"]
             wall = datetime.fromtimestamp(when) if when is not None else None
-            new.append(XidEvent(
-                xid=x["xid"], pci_bus_id=x["pci_bus_id"] or f"GPU{x['gpu_index']}",
-                time_text=wall.isoformat(sep=" ", timespec="seconds") if wall else "",
-                wall_time=wall, pid=x["pid"], detail=x["detail"] or ""))
+            new.append(
+                XidEvent(
+                    xid=x["xid"],
+                    pci_bus_id=x["pci_bus_id"] or f"GPU{x['gpu_index']}",
+                    time_text=wall.isoformat(sep=" ", timespec="seconds") if wall else "",
+                    wall_time=wall,
+                    pid=x["pid"],
+                    detail=x["detail"] or "",
+                )
+            )
     if new:
         v.xid_events.extend(new)
         del v.xid_events[:-XID_HISTORY_MAX]
@@ -393,16 +430,22 @@ def gpu_holders(state: FleetState, host: str) -> dict[int, list[GpuHolder]] | No
     procs = v.processes()
     if procs is None:
         return None
-    out: dict[int, list[GpuHolder]] = {g["index"]: [] for g in v.gpus()
-                                       if g["index"] is not None}
+    out: dict[int, list[GpuHolder]] = {g["index"]: [] for g in v.gpus() if g["index"] is not None}
     for p in procs:
         idx = p["gpu_index"]
         if idx is None:
             continue
-        out.setdefault(idx, []).append(GpuHolder(
-            p["pid"], p["user"], p["command"], p["container_id"],
-            state.job_of(p["container_id"]), p["used_mib"], p["rank"],
-        ))
+        out.setdefault(idx, []).append(
+            GpuHolder(
+                p["pid"],
+                p["user"],
+                p["command"],
+                p["container_id"],
+                state.job_of(p["container_id"]),
+                p["used_mib"],
+                p["rank"],
+            )
+        )
     return out
 
 

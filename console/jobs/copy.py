@@ -88,8 +88,10 @@ def split_operand(text: str) -> tuple[str | None, str]:
         return None, text
     job, _, path = text.partition(":")
     if not job or not path:
-        raise UsageError(f"cp: {text!r} must be JOB:PATH with both parts",
-                         "e.g. `gpuconsole cp myjob:/out/checkpoint.pt .`")
+        raise UsageError(
+            f"cp: {text!r} must be JOB:PATH with both parts",
+            "e.g. `gpuconsole cp myjob:/out/checkpoint.pt .`",
+        )
     return job, path
 
 
@@ -103,10 +105,12 @@ def parse_copy(src: str, dest: str) -> CopyRequest:
     dest_job, dest_path = split_operand(dest)
     if (src_job is None) == (dest_job is None):
         which = "both" if src_job is not None else "neither"
-        raise UsageError(f"cp: {which} of {src!r} and {dest!r} name a job",
-                         "one side is JOB:PATH, the other a local path: "
-                         "`gpuconsole cp JOB:/out/ckpt.pt .` or `gpuconsole cp ./cfg.yaml "
-                         "JOB:/tmp/`")
+        raise UsageError(
+            f"cp: {which} of {src!r} and {dest!r} name a job",
+            "one side is JOB:PATH, the other a local path: "
+            "`gpuconsole cp JOB:/out/ckpt.pt .` or `gpuconsole cp ./cfg.yaml "
+            "JOB:/tmp/`",
+        )
     if src_job is not None:
         return CopyRequest(src_job, "from", _absolute(src_path), dest_path)
     assert dest_job is not None
@@ -130,21 +134,28 @@ def copy_node(job: JobRecord, node: int | None) -> NodeRecord:
     """
     ranks = sorted(n.node_rank for n in job.nodes)
     if node is not None and node not in ranks:
-        raise UsageError(f"--node {node}: job {job.id} has no node {node}",
-                         f"nodes: {', '.join(map(str, ranks)) or 'none'}")
+        raise UsageError(
+            f"--node {node}: job {job.id} has no node {node}",
+            f"nodes: {', '.join(map(str, ranks)) or 'none'}",
+        )
     if job.removed_at is not None:
-        raise JobError(f"job {job.id} was removed: its containers are gone",
-                       f"its logs are still archived: `gpuconsole logs {job.id}`")
+        raise JobError(
+            f"job {job.id} was removed: its containers are gone",
+            f"its logs are still archived: `gpuconsole logs {job.id}`",
+        )
     want = node or 0
     n = next((n for n in job.nodes if n.node_rank == want), None)
     if n is None or not n.container_id:
-        raise JobError(f"job {job.id}: node {want} has no container ({n.state if n else 'none'})",
-                       "see `gpuconsole ps`")
+        raise JobError(
+            f"job {job.id}: node {want} has no container ({n.state if n else 'none'})",
+            "see `gpuconsole ps`",
+        )
     return n
 
 
-async def copy_job_files(session: Session, job: JobRecord, node: int | None,
-                         request: CopyRequest) -> CopyResult:
+async def copy_job_files(
+    session: Session, job: JobRecord, node: int | None, request: CopyRequest
+) -> CopyResult:
     """Copy between this machine and the container of one node of ``job``.
 
     Args:
@@ -168,22 +179,33 @@ async def copy_job_files(session: Session, job: JobRecord, node: int | None,
     engine = session.engine(n.host)
     info = await engine.inspect(n.container_id)
     if info is None:
-        raise JobError(f"job {job.id}: the container of node {n.node_rank} on {n.host} no "
-                       "longer exists", f"see `gpuconsole ps`; logs: `gpuconsole logs {job.id}`")
+        raise JobError(
+            f"job {job.id}: the container of node {n.node_rank} on {n.host} no longer exists",
+            f"see `gpuconsole ps`; logs: `gpuconsole logs {job.id}`",
+        )
     where = f"job {job.id} node {n.node_rank}"
     try:
         if request.direction == "from":
-            stats = await copy_from_container(engine, n.container_id, request.container_path,
-                                              os.path.expanduser(request.local_path))
+            stats = await copy_from_container(
+                engine,
+                n.container_id,
+                request.container_path,
+                os.path.expanduser(request.local_path),
+            )
         else:
-            stats = await copy_to_container(engine, n.container_id,
-                                            Path(os.path.expanduser(request.local_path)),
-                                            request.container_path)
+            stats = await copy_to_container(
+                engine,
+                n.container_id,
+                Path(os.path.expanduser(request.local_path)),
+                request.container_path,
+            )
     except ContainerPathNotFound as e:
-        raise CopyPathNotFound(f"{where} (container on {n.host}): {e.detail}",
-                               f"list it with `gpuconsole exec {job.id} --node {n.node_rank} "
-                               f"-- ls -la {posixpath.dirname(e.path.rstrip('/')) or '/'}`",
-                               e.path) from e
+        raise CopyPathNotFound(
+            f"{where} (container on {n.host}): {e.detail}",
+            f"list it with `gpuconsole exec {job.id} --node {n.node_rank} "
+            f"-- ls -la {posixpath.dirname(e.path.rstrip('/')) or '/'}`",
+            e.path,
+        ) from e
     except LocalPathNotFound as e:
         raise CopyPathNotFound(e.message, e.hint or "", e.path) from e
     return CopyResult(job.id, n.node_rank, n.host, stats)

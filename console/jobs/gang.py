@@ -32,19 +32,28 @@ async def attach(session: Session, plan: JobPlan, *, dry_run: bool = False) -> J
     dirs: dict[str, str] = {}
     for host in dict.fromkeys(n.host for n in plan.nodes):
         t = await session.connected(host)
-        dirs[host] = (bundle_dir(await t.home()) if dry_run
-                      else await t.put_bundle(supervisor_files(), BUNDLE_BASE))
+        dirs[host] = (
+            bundle_dir(await t.home())
+            if dry_run
+            else await t.put_bundle(supervisor_files(), BUNDLE_BASE)
+        )
     nodes = []
     for n in plan.nodes:
         c = n.container
-        command = wrap(c.command, node_rank=n.node_rank, nnodes=len(plan.nodes),
-                       endpoint=plan.rdzv_endpoint, run_id=plan.job_id, grace=grace)
+        command = wrap(
+            c.command,
+            node_rank=n.node_rank,
+            nnodes=len(plan.nodes),
+            endpoint=plan.rdzv_endpoint,
+            run_id=plan.job_id,
+            grace=grace,
+        )
         if c.runtime == "host":  # no container: the job's python runs the uploaded copy
             command = [c.image, f"{dirs[n.host]}/gang.py", *command[2:]]
-            nodes.append(dataclasses.replace(
-                n, container=dataclasses.replace(c, command=command)))
+            nodes.append(dataclasses.replace(n, container=dataclasses.replace(c, command=command)))
             continue
         binds = (*c.binds, Bind(dirs[n.host], MOUNT_DIR, read_only=True))
-        nodes.append(dataclasses.replace(
-            n, container=dataclasses.replace(c, command=command, binds=binds)))
+        nodes.append(
+            dataclasses.replace(n, container=dataclasses.replace(c, command=command, binds=binds))
+        )
     return dataclasses.replace(plan, nodes=tuple(nodes))

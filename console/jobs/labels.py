@@ -53,6 +53,8 @@ def check_job_id(job_id: str) -> str:
     if not JOB_ID_RE.fullmatch(job_id):
         raise ValueError(f"not a gpuconsole job id: {job_id[:80]!r}")
     return job_id
+
+
 FORMAT = "1"
 K_FORMAT = PREFIX + "format"
 K_JOB_ID = PREFIX + "job-id"
@@ -70,11 +72,18 @@ K_GPUS = PREFIX + "gpus"
 
 #: The variables gpuconsole itself sets on a job's nodes (never secret; every other
 #: variable of a job container that lacks :data:`K_SECRET_ENV` is masked).
-OWN_ENV = frozenset({
-    "PYTHONUNBUFFERED", "GPUCONSOLE_JOB_ID", "GPUCONSOLE_NODE_RANK", "GPUCONSOLE_CONTAINER",
-    "GPUCONSOLE_GANG_MARKER", "TORCHELASTIC_ERROR_FILE", "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE",
-    "CUDA_VISIBLE_DEVICES",
-})
+OWN_ENV = frozenset(
+    {
+        "PYTHONUNBUFFERED",
+        "GPUCONSOLE_JOB_ID",
+        "GPUCONSOLE_NODE_RANK",
+        "GPUCONSOLE_CONTAINER",
+        "GPUCONSOLE_GANG_MARKER",
+        "TORCHELASTIC_ERROR_FILE",
+        "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE",
+        "CUDA_VISIBLE_DEVICES",
+    }
+)
 
 
 def gpu_indices(labels: Mapping[str, str]) -> tuple[int, ...]:
@@ -101,6 +110,7 @@ def secret_env_of(labels: Mapping[str, str], env: Mapping[str, str]) -> frozense
     if raw is None:
         return frozenset(k for k in env if k not in OWN_ENV)
     return frozenset(n for n in raw.split(",") if n)
+
 
 #: torchrun writes the first failure here (``TORCHELASTIC_ERROR_FILE``, set on every Docker
 #: node by :mod:`console.jobs.plan`); :mod:`console.jobs.status` reads it back after exit.

@@ -80,8 +80,7 @@ def explain_engine_error(error: GpuConsoleError) -> GpuConsoleError:
     found = diagnose(error.detail)
     if found is None:
         return error
-    log.info("host %s: Docker engine error read as %s: %s", error.host, found.kind,
-             error.detail)
+    log.info("host %s: Docker engine error read as %s: %s", error.host, found.kind, error.detail)
     # keep what gpuconsole was doing ("image 'x' is not on the host and could not be pulled")
     head, sep, _ = error.detail.partition(" could not be pulled: ")
     message = f"{head}{sep}{found.summary}" if sep else found.summary
@@ -147,9 +146,9 @@ async def gpu_facts(session: Session, host: str) -> GpuFacts:
     fleet.on_sample(host, sample)
     fleet.set_containers(await container_jobs(session, [host]))
     holders = gpu_holders(fleet, host)
-    described = None if holders is None else {
-        i: [h.describe() for h in hs] for i, hs in holders.items()
-    }
+    described = (
+        None if holders is None else {i: [h.describe() for h in hs] for i, hs in holders.items()}
+    )
     lost = frozenset(g["index"] for g in sample["gpus"] if g["lost"] and g["index"] is not None)
     return GpuFacts(len(sample["gpus"]), described, lost)
 
@@ -211,19 +210,30 @@ async def find_python(session: Session, host: str, python: str) -> str:
     except (ValueError, AttributeError):
         path = None
     if not path:
-        what = ("no executable file there" if "/" in python
-                else "neither a command on PATH nor a conda environment")
+        what = (
+            "no executable file there"
+            if "/" in python
+            else "neither a command on PATH nor a conda environment"
+        )
         raise RuntimeUnavailable(
-            host, f"runtime host: python {python!r} not found ({what})",
+            host,
+            f"runtime host: python {python!r} not found ({what})",
             "set `python:` in the spec or the profile's host, or --python, to the python "
-            "that has torch (e.g. ~/venv/bin/python)")
+            "that has torch (e.g. ~/venv/bin/python)",
+        )
     await session.engine(host).hostrt.ensure_image(path)
     return str(path)
 
 
 async def _host_facts(
-    session: Session, loaded: LoadedSpec, host: str, image: str, node0: bool, pull: str,
-    dry_run: bool, runtime: str = "docker",
+    session: Session,
+    loaded: LoadedSpec,
+    host: str,
+    image: str,
+    node0: bool,
+    pull: str,
+    dry_run: bool,
+    runtime: str = "docker",
 ) -> HostFacts:
     """Ask one host what planning needs; no effect on the host except an image pull (never
     in a dry run). ``runtime: host``: the python is found and checked instead of the
@@ -242,8 +252,11 @@ async def _host_facts(
             if pull == "never":
                 await engine.ensure_image(image, pull)  # raises: the real submit would fail
             log.warning("host %s: image %s is not there; submit will pull it", host, image)
-    gpus = (await gpu_facts(session, host) if loaded.spec.gpus_per_node != 0
-            else GpuFacts(None, None, frozenset()))
+    gpus = (
+        await gpu_facts(session, host)
+        if loaded.spec.gpus_per_node != 0
+        else GpuFacts(None, None, frozenset())
+    )
     holders = gpus.holders
     if gpus.count:  # GPUs given to nodes that hold no process on them yet (starting up)
         holders = merge_holders(holders, await assigned_gpus(session, host, runtime))
@@ -256,8 +269,11 @@ async def _host_facts(
     wd = loaded.workdir
     # where sync_workdir will put it (content-addressed), so a dry run can show it
     ex = loaded.spec.exclude
-    workdir = (f"{home}/{WORKDIR_CACHE}/{(await asyncio.to_thread(workdir_digest, wd, ex))[:16]}"
-               if wd is not None else None)
+    workdir = (
+        f"{home}/{WORKDIR_CACHE}/{(await asyncio.to_thread(workdir_digest, wd, ex))[:16]}"
+        if wd is not None
+        else None
+    )
     if loaded.host_workdir is not None:  # a notebook's folder on the host, kept read-write
         workdir = expand_home(loaded.host_workdir, home)
         if not dry_run:
@@ -266,13 +282,16 @@ async def _host_facts(
                 raise PlanError(
                     f"{loaded.place('workdir')}host {host}: cannot create {workdir}: "
                     f"{res.stderr.strip()}",
-                    "give a folder the host's SSH user may write (--workdir)")
-    return HostFacts(host, t.address(), gpus.count, home, workdir, port, holders,
-                     gpus.lost, python)
+                    "give a folder the host's SSH user may write (--workdir)",
+                )
+    return HostFacts(host, t.address(), gpus.count, home, workdir, port, holders, gpus.lost, python)
 
 
-async def assigned_gpus(session: Session, host: str, runtime: str | None = None,
-                        ) -> dict[int, list[str]]:
+async def assigned_gpus(
+    session: Session,
+    host: str,
+    runtime: str | None = None,
+) -> dict[int, list[str]]:
     """GPU index -> the active nodes (created, running, ...) of ``runtime`` (default the
     host's) that were given it (their ``io.gpuconsole.gpus`` label), described as
     ``<node name> (job <id> n<rank>)``: taken even before their processes open the GPU."""
@@ -283,12 +302,15 @@ async def assigned_gpus(session: Session, host: str, runtime: str | None = None,
             continue
         for i in gpu_indices(c.labels):
             out.setdefault(i, []).append(
-                f"{c.name} (job {c.labels.get(K_JOB_ID, '?')} n{c.labels.get(K_NODE_RANK, '?')})")
+                f"{c.name} (job {c.labels.get(K_JOB_ID, '?')} n{c.labels.get(K_NODE_RANK, '?')})"
+            )
     return out
 
 
-def merge_holders(holders: dict[int, list[str]] | None, assigned: dict[int, list[str]],
-                  ) -> dict[int, list[str]] | None:
+def merge_holders(
+    holders: dict[int, list[str]] | None,
+    assigned: dict[int, list[str]],
+) -> dict[int, list[str]] | None:
     """The processes holding each GPU plus the nodes given it (:func:`assigned_gpus`) whose
     job holds no process there yet; ``None`` when both are unknown or empty."""
     if holders is None and not assigned:
@@ -325,13 +347,16 @@ def _held_error(plan: JobPlan, e: ClaimHeld) -> GpuConsoleError:
         return JobNameInUse(
             f"a job named {plan.name!r} is being launched right now ({who}, {by})",
             f"see `gpuconsole ps` once that launch is done (`gpuconsole stop {who}` stops it),"
-            " or give this job another name (--name)" if h.what else
-            "see `gpuconsole ps`, or give this job another name (--name)")
+            " or give this job another name (--name)"
+            if h.what
+            else "see `gpuconsole ps`, or give this job another name (--name)",
+        )
     gpus = ", ".join(x.key.removeprefix("gpu-") for x in e.holders)
     return PlanError(
         f"host {e.host}: GPU(s) {gpus} are being given to job {who} right now ({by})",
         "pick other GPUs (`gpuconsole gpus --free`), or submit again once that launch is "
-        "done (it then holds them)")
+        "done (it then holds them)",
+    )
 
 
 async def check_gpus_unassigned(session: Session, plan: JobPlan) -> None:
@@ -353,8 +378,12 @@ async def check_gpus_unassigned(session: Session, plan: JobPlan) -> None:
 
 
 @contextlib.asynccontextmanager
-async def claim_launch(session: Session, plan: JobPlan, *, force: bool = False,
-                       ) -> AsyncIterator[None]:
+async def claim_launch(
+    session: Session,
+    plan: JobPlan,
+    *,
+    force: bool = False,
+) -> AsyncIterator[None]:
     """Hold the job's name and GPUs on every host while the launch creates its nodes (step 4
     of the module docstring): claimed host by host in name order (every console takes them
     in the same order, so the first host decides a race), then the name and the GPUs checked
@@ -376,8 +405,9 @@ async def claim_launch(session: Session, plan: JobPlan, *, force: bool = False,
                 claims.append(await take_claims(t, keys, owner=owner, what=plan.job_id))
             except ClaimHeld as e:
                 raise _held_error(plan, e) from None
-        await check_name_free(session, list(dict.fromkeys(n.host for n in plan.nodes)),
-                              plan.name, plan.runtime)
+        await check_name_free(
+            session, list(dict.fromkeys(n.host for n in plan.nodes)), plan.name, plan.runtime
+        )
         if not force:
             await check_gpus_unassigned(session, plan)
         yield
@@ -385,8 +415,9 @@ async def claim_launch(session: Session, plan: JobPlan, *, force: bool = False,
         await asyncio.shield(asyncio.gather(*(c.release() for c in claims)))
 
 
-async def check_name_free(session: Session, hosts: list[str], name: str,
-                          runtime: str | None = None) -> None:
+async def check_name_free(
+    session: Session, hosts: list[str], name: str, runtime: str | None = None
+) -> None:
     """Refuse a job name that is running (or starting) on any of the hosts (in ``runtime``,
     default each host's).
 
@@ -396,10 +427,15 @@ async def check_name_free(session: Session, hosts: list[str], name: str,
     found = await gather_first_error(
         *(session.engine(h).list({K_JOB_NAME: name}, runtime=runtime) for h in hosts)
     )
-    running = {c.labels.get(K_JOB_ID, "?") for infos in found for c in infos
-               if c.status in _ACTIVE and c.status != "created"}
-    created = {c.labels.get(K_JOB_ID, "?") for infos in found for c in infos
-               if c.status == "created"}
+    running = {
+        c.labels.get(K_JOB_ID, "?")
+        for infos in found
+        for c in infos
+        if c.status in _ACTIVE and c.status != "created"
+    }
+    created = {
+        c.labels.get(K_JOB_ID, "?") for infos in found for c in infos if c.status == "created"
+    }
     if running:
         job = sorted(running)[0]
         raise JobNameInUse(
@@ -445,8 +481,9 @@ async def prepare(
     try:
         facts_list = await gather_first_error(
             *(
-                _host_facts(session, loaded, h, image, i == 0, profile.defaults.pull, dry_run,
-                            runtime)
+                _host_facts(
+                    session, loaded, h, image, i == 0, profile.defaults.pull, dry_run, runtime
+                )
                 for i, h in enumerate(hosts)
             )
         )
@@ -458,19 +495,32 @@ async def prepare(
     facts = {f.host: f for f in facts_list}
     job_id = new_job_id(loaded.spec.name)
     # Plan once before any effect, so GPU and process errors come before the workdir sync.
-    plan = build_plan(loaded, profile, hosts, facts, job_id=job_id, created_at=time.time(),
-                      image=image, force=force)
+    plan = build_plan(
+        loaded,
+        profile,
+        hosts,
+        facts,
+        job_id=job_id,
+        created_at=time.time(),
+        image=image,
+        force=force,
+    )
     if not dry_run and loaded.workdir is not None:
-        synced = await gather_first_error(
-            *(session.connected(h) for h in hosts)
-        )
+        synced = await gather_first_error(*(session.connected(h) for h in hosts))
         paths = await gather_first_error(
-            *(t.sync_workdir(loaded.workdir, loaded.spec.exclude) for t in synced))
-        facts = {
-            h: dataclasses.replace(f, workdir=p) for (h, f), p in zip(facts.items(), paths)
-        }
-        plan = build_plan(loaded, profile, hosts, facts, job_id=job_id,
-                          created_at=plan.created_at, image=image, force=force)
+            *(t.sync_workdir(loaded.workdir, loaded.spec.exclude) for t in synced)
+        )
+        facts = {h: dataclasses.replace(f, workdir=p) for (h, f), p in zip(facts.items(), paths)}
+        plan = build_plan(
+            loaded,
+            profile,
+            hosts,
+            facts,
+            job_id=job_id,
+            created_at=plan.created_at,
+            image=image,
+            force=force,
+        )
     # gang teardown on the hosts: every node of a multi-node job runs under the supervisor
     # (console/jobs/gang.py, remote/agent/gang.py)
     plan = await gang.attach(session, plan, dry_run=dry_run)
@@ -489,16 +539,21 @@ async def launch(session: Session, store: Store, loaded: LoadedSpec, prepared: P
         return await _create_and_start(session, store, loaded, prepared.plan)
 
 
-async def _create_and_start(session: Session, store: Store, loaded: LoadedSpec,
-                            plan: JobPlan) -> str:
+async def _create_and_start(
+    session: Session, store: Store, loaded: LoadedSpec, plan: JobPlan
+) -> str:
     record = JobRecord(
         id=plan.job_id,
         name=plan.name,
         profile=session.profile.name,
         profile_source=session.profile.source,
-        spec={**loaded.spec.model_dump(mode="json"), "runtime": plan.runtime,
-              "env": {k: ("${secret}" if k in loaded.secret_env else v)
-                      for k, v in loaded.env.items()}},
+        spec={
+            **loaded.spec.model_dump(mode="json"),
+            "runtime": plan.runtime,
+            "env": {
+                k: ("${secret}" if k in loaded.secret_env else v) for k, v in loaded.env.items()
+            },
+        },
         spec_hash=plan.spec_hash,
         created_at=plan.created_at,
         node_count=len(plan.nodes),

@@ -27,7 +27,7 @@ def _start_ticks(pid: int) -> str | None:
             stat = f.read().decode(errors="replace")
     except OSError:
         return None
-    fields = stat[stat.rfind(")") + 2:].split()
+    fields = stat[stat.rfind(")") + 2 :].split()
     return fields[19] if len(fields) > 19 else None
 
 

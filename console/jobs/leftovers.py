@@ -31,6 +31,7 @@ log = logging.getLogger("gpuconsole.leftovers")
 #: A removed job's workdir synced (or reused by a sync) less than this long ago is kept.
 OWN_IDLE_S = 30.0
 
+
 def _inspector(cid: str) -> Callable[[Any], dict[str, Any]]:
     def get(c: Any) -> dict[str, Any]:
         return dict(c.api.inspect_container(cid))
@@ -48,8 +49,12 @@ async def mounted_sources(session: Session, host: str) -> set[str]:
     """
 
     def get(c: Any) -> set[str]:
-        return {str(m.get("Source")) for ct in c.api.containers(all=True)
-                for m in ct.get("Mounts") or [] if m.get("Source")}
+        return {
+            str(m.get("Source"))
+            for ct in c.api.containers(all=True)
+            for m in ct.get("Mounts") or []
+            if m.get("Source")
+        }
 
     engine = session.engine(host)
     used: set[str] = set()
@@ -105,8 +110,10 @@ async def remove_containers(session: Session, job: JobRecord) -> dict[str, list[
             log.debug("[%s] cannot inspect %s: %s", n.host, cid, e)
             continue
         own.setdefault(n.host, set()).update(
-            str(m.get("Source")) for m in attrs.get("Mounts") or []
-            if m.get("Destination") == WORKSPACE and m.get("Source"))
+            str(m.get("Source"))
+            for m in attrs.get("Mounts") or []
+            if m.get("Destination") == WORKSPACE and m.get("Source")
+        )
         try:
             t = parse_rfc3339_ns(str(attrs.get("Created") or "")) / 1e9
         except ValueError:
@@ -116,13 +123,15 @@ async def remove_containers(session: Session, job: JobRecord) -> dict[str, list[
         if n.container_id:
             await session.engine(n.host).remove(n.container_id)
     hosts = list(dict.fromkeys(n.host for n in job.nodes))
-    results = await asyncio.gather(*(collect(session, h, own.get(h, set()), created.get(h))
-                                     for h in hosts))
+    results = await asyncio.gather(
+        *(collect(session, h, own.get(h, set()), created.get(h)) for h in hosts)
+    )
     return dict(zip(hosts, results))
 
 
-async def collect(session: Session, host: str, own: set[str],
-                  created: float | None = None) -> list[str]:
+async def collect(
+    session: Session, host: str, own: set[str], created: float | None = None
+) -> list[str]:
     """On one host: remove the workdirs in ``own`` that no container uses and no sync touched
     after ``created`` (the job's containers' creation, host Unix seconds; without it, those
     idle :data:`OWN_IDLE_S`), and every synced workdir no container uses and idle for
@@ -131,8 +140,11 @@ async def collect(session: Session, host: str, own: set[str],
     try:
         t = await session.connected(host)
         in_use = await mounted_sources(session, host)
-        removed = await t.collect_workdirs(in_use, only=own, idle_s=OWN_IDLE_S,
-                                           synced_before=created) if own else []
+        removed = (
+            await t.collect_workdirs(in_use, only=own, idle_s=OWN_IDLE_S, synced_before=created)
+            if own
+            else []
+        )
         return removed + await t.collect_workdirs(in_use)
     except GpuConsoleError as e:
         log.warning("[%s] could not collect synced workdirs: %s", host, e)
@@ -144,8 +156,12 @@ async def collect(session: Session, host: str, own: set[str],
 DEV_CONTAINER_IDLE_S = 120.0
 
 
-async def sweep_dev_containers(session: Session, host: str, *, now: float | None = None,
-                               ) -> list[str]:
+async def sweep_dev_containers(
+    session: Session,
+    host: str,
+    *,
+    now: float | None = None,
+) -> list[str]:
     """Remove the dev containers (label ``io.gpuconsole.kind=shell``) on ``host`` that no
     shell uses any more: not running, or running with no ``docker exec`` session (Docker's
     ``ExecIDs`` empty) :data:`DEV_CONTAINER_IDLE_S` after their creation. ``shell --host``

@@ -106,8 +106,19 @@ def display_lines(line: JobLogLine) -> list[Row]:
     out: list[Row] = []
     for text in shape(line.text):
         plain = strip_ansi(text) if "\x1b" in text else text
-        out.append((next(_SEQ), line.node_rank, line.rank, line.ts_ns, text, plain,
-                    is_error_like(plain), progress_key(plain), cell_len(plain)))
+        out.append(
+            (
+                next(_SEQ),
+                line.node_rank,
+                line.rank,
+                line.ts_ns,
+                text,
+                plain,
+                is_error_like(plain),
+                progress_key(plain),
+                cell_len(plain),
+            )
+        )
     return out
 
 
@@ -149,8 +160,14 @@ class LogBuffer:
         total: display lines ever added (replacements not counted).
     """
 
-    def __init__(self, maxlen: int = 100_000, *, node: int | None = None,
-                 rank: int | None = None, ordered: bool = False) -> None:
+    def __init__(
+        self,
+        maxlen: int = 100_000,
+        *,
+        node: int | None = None,
+        rank: int | None = None,
+        ordered: bool = False,
+    ) -> None:
         if maxlen < 1:
             raise ValueError("maxlen must be at least 1")
         self.maxlen = maxlen
@@ -304,7 +321,7 @@ class LogBuffer:
         late.clear()
         self._late_last.clear()
         first = self._base + pos - head
-        del self._errors[bisect.bisect_left(self._errors, first):]
+        del self._errors[bisect.bisect_left(self._errors, first) :]
         last = self._last
         for a, (_, row) in enumerate(tail, first):
             if row[_ERROR]:
@@ -438,8 +455,11 @@ class LogBuffer:
             return [] if invert else list(range(n))
         rx = _compile(pattern, regex=True, ignore_case=True)
         items, head = self._items, self._head
-        return [i - head for i in range(head, len(items))
-                if (rx.search(items[i][_PLAIN]) is None) == invert]
+        return [
+            i - head
+            for i in range(head, len(items))
+            if (rx.search(items[i][_PLAIN]) is None) == invert
+        ]
 
     def rows(self, start: int, stop: int) -> list[Row]:
         """The stored rows ``start`` (inclusive) to ``stop`` (exclusive), clamped (fields as

@@ -68,12 +68,12 @@ def tag_line(node: NodeRecord, line: LogLine) -> JobLogLine:
     """Split torchrun's rank prefix off a raw container line."""
     m = _RANK_RE.match(line.text)
     if m:
-        body = line.text[m.end():]
+        body = line.text[m.end() :]
         prefix = m.group(0)
         if body.startswith(prefix):
             # PyTorch 2.x prefixes a rank's own error output with the same "[rankN]: "
             # (torch.distributed's rank-prefixed logging): one tag is enough
-            body = body[len(prefix):].removeprefix(" ")
+            body = body[len(prefix) :].removeprefix(" ")
         if prefix in body:
             # torchrun's tee splits a worker's "\r" redraws into lines and glues the prefix of
             # the next (empty) segment onto a bar: "<bar>[rank0]:". Each inner prefix of the
@@ -84,8 +84,14 @@ def tag_line(node: NodeRecord, line: LogLine) -> JobLogLine:
 
 
 async def _node_lines(
-    session: Session, store: Store, job: JobRecord, node: NodeRecord, since_ns: int | None,
-    tail: int | None = None, *, archive_only: bool = False,
+    session: Session,
+    store: Store,
+    job: JobRecord,
+    node: NodeRecord,
+    since_ns: int | None,
+    tail: int | None = None,
+    *,
+    archive_only: bool = False,
 ) -> list[LogLine]:
     """The lines of one node (all, or its last ``tail``): from its container when it exists
     (archiving them), then read back from the archive (only its end when ``tail`` is given;
@@ -102,8 +108,9 @@ async def _node_lines(
             engine = session.engine(node.host)
             if await engine.inspect(node.container_id) is not None:
                 job.gone.discard(node.node_rank)
-                fresh = [ln async for ln in follow_container(engine, node.container_id,
-                                                             follow=False)]
+                fresh = [
+                    ln async for ln in follow_container(engine, node.container_id, follow=False)
+                ]
             else:
                 job.gone.add(node.node_rank)
         except GpuConsoleError as e:
@@ -124,11 +131,16 @@ async def _node_lines(
         if tail is not None and tail <= 0:
             lines = []
     else:
-        if fresh is None and not lines and not archive_only and not await store.call(
-                store.log_path(job.id, node.node_rank).exists):
+        if (
+            fresh is None
+            and not lines
+            and not archive_only
+            and not await store.call(store.log_path(job.id, node.node_rank).exists)
+        ):
             job.log_problems[node.node_rank] = (
                 f"no log archive ({store.log_path(job.id, node.node_rank)} is missing) and "
-                "its container could not be read: no lines to show")
+                "its container could not be read: no lines to show"
+            )
     if since_ns is not None:
         lines = [ln for ln in lines if ln.ts_ns >= since_ns]
     return lines
@@ -136,8 +148,11 @@ async def _node_lines(
 
 def _archive_problem(e: StateError, from_container: bool) -> str:
     """One line for ``job.log_problems``: the archive's error and what was shown instead."""
-    shown = ("its container's lines are shown" if from_container
-             else "its container could not be read: no lines to show")
+    shown = (
+        "its container's lines are shown"
+        if from_container
+        else "its container could not be read: no lines to show"
+    )
     fix = f" (fix: {e.hint})" if e.hint else ""
     return f"{e.message}{fix}; {shown}"
 
@@ -161,8 +176,10 @@ async def read_job_logs(
     """
     nodes = [n for n in job.nodes if node is None or n.node_rank == node]
     per_node = await asyncio.gather(
-        *(_node_lines(session, store, job, n, since_ns, tail, archive_only=archive_only)
-          for n in nodes)
+        *(
+            _node_lines(session, store, job, n, since_ns, tail, archive_only=archive_only)
+            for n in nodes
+        )
     )
     tagged = [[tag_line(n, ln) for ln in lines] for n, lines in zip(nodes, per_node)]
     merged = list(heapq.merge(*tagged, key=lambda ln: (ln.ts_ns, ln.node_rank)))
@@ -187,11 +204,15 @@ def no_lines_reason(job: JobRecord, node: NodeRecord) -> tuple[NoLinesKind, str]
     if not node.container_id:
         return "never_created", f"{where}: its container was never created"
     if node.host in job.unreachable:
-        return ("unreachable",
-                f"{where}: {job.unreachable[node.host]}; nothing was archived from it")
+        return (
+            "unreachable",
+            f"{where}: {job.unreachable[node.host]}; nothing was archived from it",
+        )
     if node.node_rank in job.gone or node.state == "lost":
-        return "gone", (f"{where}: its container is gone (removed outside gpuconsole) and "
-                        "nothing was archived from it")
+        return "gone", (
+            f"{where}: its container is gone (removed outside gpuconsole) and "
+            "nothing was archived from it"
+        )
     if node.node_rank in job.log_problems:
         return "archive", f"{where}: {job.log_problems[node.node_rank]}"
     if node.state in ("pending", "running"):
@@ -246,8 +267,9 @@ async def follow_job_log_batches(
                 if on_state is not None:
                     on_state(n, s, why)
 
-            async for batch in follow_container_batches(engine, n.container_id, cursor,
-                                                        tail=tail, on_state=state):
+            async for batch in follow_container_batches(
+                engine, n.container_id, cursor, tail=tail, on_state=state
+            ):
                 queue.put_nowait((n, batch))
         except GpuConsoleError:
             pass
@@ -303,8 +325,12 @@ class _Archiver:
     archive's end) fills the gap in from the container.
     """
 
-    def __init__(self, store: Store, job: JobRecord,
-                 on_archive: Callable[[NodeRecord, StateError | None], None] | None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        job: JobRecord,
+        on_archive: Callable[[NodeRecord, StateError | None], None] | None,
+    ) -> None:
         self.store = store
         self.job = job
         self.on_archive = on_archive
@@ -325,9 +351,13 @@ class _Archiver:
             self.given_up.add(n.node_rank)
             self.failing.discard(n.node_rank)  # the other nodes' writes are not held back
             del self.unsaved[n.node_rank]
-            log.info("archive of %s node %d: %d lines kept while it could not be written; "
-                        "not archived for the rest of this follow", self.job.id, n.node_rank,
-                        len(kept))
+            log.info(
+                "archive of %s node %d: %d lines kept while it could not be written; "
+                "not archived for the rest of this follow",
+                self.job.id,
+                n.node_rank,
+                len(kept),
+            )
 
     def _due(self, force: bool) -> bool:
         return force or not self.failing or time.monotonic() >= self.retry_at

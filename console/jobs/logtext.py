@@ -54,8 +54,10 @@ _BRACKET = rf"\[{_TIME}(?:<(?:{_TIME}|\?))?(?:,[^\]\[]*)?\]"
 _PCT_FORM = rf"(?P<pct>\d{{1,3}})%\|[^|]*\|\s*(?P<n1>{_NUM})/(?P<t1>{_NUM})(?:\s*{_BRACKET})?"
 # Known total without the bar: "42/100 [00:01<00:02, 3.1it/s]", or with tqdm's ncols=0
 # form "42% 42/100 [...]".
-_FRAC_FORM = (rf"(?:\d{{1,3}}%\s+)?(?P<n2>{_NUM})/(?P<t2>{_NUM})"
-              rf"\s*\[{_TIME}(?:<(?:{_TIME}|\?))?,[^\]\[]*/[^\]\[]*\]")
+_FRAC_FORM = (
+    rf"(?:\d{{1,3}}%\s+)?(?P<n2>{_NUM})/(?P<t2>{_NUM})"
+    rf"\s*\[{_TIME}(?:<(?:{_TIME}|\?))?,[^\]\[]*/[^\]\[]*\]"
+)
 # Unknown total: "42it [00:01, 3.1it/s]", "12.3MB [00:01, 10.2MB/s]".
 _OPEN_FORM = rf"(?P<n3>{_NUM})[A-Za-z]*\s*\[{_TIME},[^\]\[]*/[^\]\[]*\]"
 _BAR_RE = re.compile(f"{_PCT_FORM}|{_FRAC_FORM}|{_OPEN_FORM}")
@@ -85,8 +87,20 @@ def strip_ansi(text: str) -> str:
 
 #: Every line :data:`ERROR_RE` can match contains one of these (lower-cased): a cheap test
 #: that spares the regex on ordinary lines (most of a training log).
-_ERROR_WORDS = ("error", "exception", "traceback", "fatal", "critical", "nccl warn",
-                "out of memory", "killed", "segmentation", "core dumped", "exit", "sig")
+_ERROR_WORDS = (
+    "error",
+    "exception",
+    "traceback",
+    "fatal",
+    "critical",
+    "nccl warn",
+    "out of memory",
+    "killed",
+    "segmentation",
+    "core dumped",
+    "exit",
+    "sig",
+)
 
 
 def is_error_like(plain: str) -> bool:

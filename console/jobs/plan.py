@@ -42,9 +42,16 @@ def notebook_command(port: int) -> list[str]:
     use the host's network) on ``port``, no browser, ``/workspace`` as the root folder, no
     port retries (the port is the one forwarded); ``--allow-root`` because the image's user
     may be root. The token comes from :data:`TOKEN_ENV`."""
-    return ["jupyter", "lab", "--ip=127.0.0.1", f"--port={port}", "--no-browser",
-            "--ServerApp.port_retries=0", f"--ServerApp.root_dir={WORKSPACE}",
-            "--allow-root"]
+    return [
+        "jupyter",
+        "lab",
+        "--ip=127.0.0.1",
+        f"--port={port}",
+        "--no-browser",
+        "--ServerApp.port_retries=0",
+        f"--ServerApp.root_dir={WORKSPACE}",
+        "--allow-root",
+    ]
 
 
 @dataclass(frozen=True)
@@ -134,11 +141,15 @@ def select_hosts(loaded: LoadedSpec, profile: Profile) -> list[str]:
     """
     nodes = loaded.spec.nodes
     if isinstance(nodes, list):
-        unknown = [ConfigError(
-            f"unknown host {h!r} (profile {profile.name!r})",
-            f"hosts in the profile: {', '.join(profile.hosts)}",
-            **loaded.blame(f"nodes[{i}]"),
-        ) for i, h in enumerate(nodes) if h not in profile.hosts]
+        unknown = [
+            ConfigError(
+                f"unknown host {h!r} (profile {profile.name!r})",
+                f"hosts in the profile: {', '.join(profile.hosts)}",
+                **loaded.blame(f"nodes[{i}]"),
+            )
+            for i, h in enumerate(nodes)
+            if h not in profile.hosts
+        ]
         if unknown:
             raise combine(unknown)
         hosts = list(nodes)
@@ -168,20 +179,33 @@ def check_mounts(loaded: LoadedSpec, profile: Profile) -> None:
     """
     seen: dict[str, str] = {}
     problems: list[ConfigError] = []
-    listed: list[tuple[str, str, dict[str, Any]]] = [(f"defaults.mounts[{i}]", m, {
-        "path": profile.source, "field": f"defaults.mounts[{i}]",
-        "line": line_of(profile.lines, ("defaults", "mounts", i))})
-        for i, m in enumerate(profile.defaults.mounts)]
-    listed += [(f"mounts[{i}]", m, loaded.blame(f"mounts[{i}]"))
-               for i, m in enumerate(loaded.spec.mounts)]
+    listed: list[tuple[str, str, dict[str, Any]]] = [
+        (
+            f"defaults.mounts[{i}]",
+            m,
+            {
+                "path": profile.source,
+                "field": f"defaults.mounts[{i}]",
+                "line": line_of(profile.lines, ("defaults", "mounts", i)),
+            },
+        )
+        for i, m in enumerate(profile.defaults.mounts)
+    ]
+    listed += [
+        (f"mounts[{i}]", m, loaded.blame(f"mounts[{i}]")) for i, m in enumerate(loaded.spec.mounts)
+    ]
     for name, m, where in listed:
         _src, dst, _ro = parse_mount(m)
         first = seen.setdefault(dst, f"{name} {m!r}")
         if first != f"{name} {m!r}":
-            problems.append(ConfigError(
-                f"mount {m!r}: the container path {dst} is already mounted by {first}",
-                "give each mount its own container path (Docker refuses two mounts at one "
-                "point); remove one of them", **where))
+            problems.append(
+                ConfigError(
+                    f"mount {m!r}: the container path {dst} is already mounted by {first}",
+                    "give each mount its own container path (Docker refuses two mounts at one "
+                    "point); remove one of them",
+                    **where,
+                )
+            )
     if problems:
         raise combine(problems)
 
@@ -196,8 +220,9 @@ def job_env(loaded: LoadedSpec, profile: Profile) -> tuple[dict[str, str], froze
     Raises:
         ConfigError: the profile references unset variables (profile file, line, field).
     """
-    penv, psecret = resolve_env(profile.defaults.env, profile.source, profile.lines,
-                                ("defaults", "env"))
+    penv, psecret = resolve_env(
+        profile.defaults.env, profile.source, profile.lines, ("defaults", "env")
+    )
     env = {**penv, **loaded.env}
     secret = (psecret - loaded.env.keys()) | loaded.secret_env
     return env, frozenset(secret)
@@ -220,25 +245,36 @@ def job_runtime(loaded: LoadedSpec, profile: Profile, hosts: list[str]) -> str:
     if spec.kind == "notebook":
         bare = [h for h, r in kinds.items() if r == "host"]
         if bare:
-            raise ConfigError(f"a notebook runs in a container, and host {bare[0]} runs jobs "
-                              "without Docker (its profile says `runtime: host`)",
-                              "start it on a host with Docker (--host), or `runtime: docker` "
-                              "in the notebook spec if that host has Docker too")
+            raise ConfigError(
+                f"a notebook runs in a container, and host {bare[0]} runs jobs "
+                "without Docker (its profile says `runtime: host`)",
+                "start it on a host with Docker (--host), or `runtime: docker` "
+                "in the notebook spec if that host has Docker too",
+            )
         return "docker"
     if len(set(kinds.values())) > 1:
         which = ", ".join(f"{h}: {r}" for h, r in kinds.items())
-        raise ConfigError(f"the job's hosts run different runtimes ({which})",
-                          "set `runtime: docker` or `runtime: host` in the spec (--runtime)",
-                          **loaded.blame("runtime"))
+        raise ConfigError(
+            f"the job's hosts run different runtimes ({which})",
+            "set `runtime: docker` or `runtime: host` in the spec (--runtime)",
+            **loaded.blame("runtime"),
+        )
     runtime = next(iter(kinds.values()), "docker")
     if runtime == "host":  # as the spec's own `runtime: host` does (spec._kind_problems)
         bad = [f for f in DOCKER_ONLY if f in spec.model_fields_set]
         if bad:
-            raise combine([ConfigError(
-                f"`{f}` needs Docker, and the job's hosts run without it (the profile says "
-                "`runtime: host`)", f"remove `{f}`, or set `runtime: docker` in the spec "
-                "(--runtime docker) if the hosts have Docker too", **loaded.blame(f))
-                for f in bad])
+            raise combine(
+                [
+                    ConfigError(
+                        f"`{f}` needs Docker, and the job's hosts run without it (the profile says "
+                        "`runtime: host`)",
+                        f"remove `{f}`, or set `runtime: docker` in the spec "
+                        "(--runtime docker) if the hosts have Docker too",
+                        **loaded.blame(f),
+                    )
+                    for f in bad
+                ]
+            )
     return runtime
 
 
@@ -261,8 +297,7 @@ def check_spec_against_gpus(loaded: LoadedSpec) -> None:
     n = len(gpus) if isinstance(gpus, list) else gpus if isinstance(gpus, int) else None
     if n and spec.nproc_per_node is not None and spec.nproc_per_node > n:
         raise ConfigError(
-            f"more processes than GPUs: nproc_per_node {spec.nproc_per_node} > "
-            f"{n} GPU(s) per node",
+            f"more processes than GPUs: nproc_per_node {spec.nproc_per_node} > {n} GPU(s) per node",
             "one process per GPU: lower nproc_per_node or give more GPUs",
             **loaded.blame("nproc_per_node"),
         )
@@ -276,11 +311,21 @@ def busy_error(facts: HostFacts, busy: list[int], at: str = "") -> PlanError:
         f"GPU {i}: " + ("lost" if i in facts.lost else ", ".join(holders.get(i) or ["?"]))
         for i in busy
     )
-    jobs = sorted({m.group(1) for i in busy for h in holders.get(i) or []
-                   for m in [re.search(r"\(job (\S+) n\d+", h)] if m})
+    jobs = sorted(
+        {
+            m.group(1)
+            for i in busy
+            for h in holders.get(i) or []
+            for m in [re.search(r"\(job (\S+) n\d+", h)]
+            if m
+        }
+    )
     what = "lost or in use" if facts.lost & set(busy) else "in use"
-    stop = f"stop job {', '.join(jobs)} (`gpuconsole stop {jobs[0]}`)" if jobs \
+    stop = (
+        f"stop job {', '.join(jobs)} (`gpuconsole stop {jobs[0]}`)"
+        if jobs
         else "stop those processes"
+    )
     return PlanError(
         f"{at}host {facts.host}: GPU(s) {', '.join(map(str, busy))} {what} ({who})",
         f"pick other GPUs (`gpuconsole gpus --free`), {stop}, or pass --force",
@@ -329,8 +374,7 @@ def pick_gpus(loaded: LoadedSpec, facts: HostFacts, force: bool = False) -> tupl
     missing = [i for i in wanted if i >= count]
     if missing:
         raise PlanError(
-            f"{at}host {facts.host} has GPUs 0..{count - 1}; GPU index {missing[0]} does not "
-            "exist",
+            f"{at}host {facts.host} has GPUs 0..{count - 1}; GPU index {missing[0]} does not exist",
             f"fix {loaded.name_of('gpus_per_node')} (indices 0..{count - 1})",
         )
     taken = [i for i in wanted if i in busy and (not force or i in facts.lost)]
@@ -377,7 +421,8 @@ def check_addresses(profile: Profile, hosts: list[str], facts: dict[str, HostFac
                 "or a port forward) is in front of them, so torchrun's nodes would not find "
                 "each other (rendezvous timeout)",
                 f"set `address:` for {' and '.join(same)} in the hosts{where}: the IP each "
-                "host is reached at by the other nodes")
+                "host is reached at by the other nodes",
+            )
     loop = [h for h in distinct if _loopback(facts[h].address)]
     if loop and len(loop) < len(distinct):
         other = next(h for h in distinct if h not in loop)
@@ -385,8 +430,8 @@ def check_addresses(profile: Profile, hosts: list[str], facts: dict[str, HostFac
             f"host {loop[0]} would be reached at {facts[loop[0]].address}, a loopback "
             f"address, which host {other} ({facts[other].address}) cannot reach (rendezvous "
             "timeout)",
-            f"set `address:` for {loop[0]} in the hosts{where}: the IP the other nodes reach "
-            "it at")
+            f"set `address:` for {loop[0]} in the hosts{where}: the IP the other nodes reach it at",
+        )
 
 
 def expand_home(path: str, home: str) -> str:
@@ -429,9 +474,10 @@ def build_plan(
     n_gpus = len(gpu_sets[0])
     if any(len(g) != n_gpus for g in gpu_sets):
         counts = ", ".join(f"{h}: {len(g)}" for h, g in zip(hosts, gpu_sets))
-        raise PlanError(f"{loaded.place('gpus_per_node')}hosts have different GPU counts "
-                        f"({counts}) for `all`",
-                        f"give {loaded.name_of('gpus_per_node')} as a count")
+        raise PlanError(
+            f"{loaded.place('gpus_per_node')}hosts have different GPU counts ({counts}) for `all`",
+            f"give {loaded.name_of('gpus_per_node')} as a count",
+        )
     nproc = spec.nproc_per_node or (n_gpus or 1)
     if n_gpus and nproc > n_gpus:
         raise PlanError(
@@ -455,34 +501,51 @@ def build_plan(
         python = f.python or job_python(loaded, profile, host)
         launcher = [python, "-m", "torch.distributed.run"] if runtime == "host" else ["torchrun"]
         # a host-runtime node's own folder (remote.hostengine.node_dir): /tmp is shared there
-        node_folder = f"{f.home.rstrip('/')}/.cache/gpuconsole/jobs/{job_id}/" \
-                      f"gpuconsole-{job_id}-n{rank}"
-        cmd = notebook_command(port) if notebook else [
-            *launcher,
-            "--nnodes", str(len(hosts)),
-            "--nproc-per-node", str(nproc),
-            "--rdzv-backend", "c10d",
-            "--rdzv-endpoint", endpoint,
-            "--rdzv-id", job_id,
-            "--rdzv-conf", f"is_host={1 if rank == 0 else 0}",
-            "--local-addr", f.address,
-            "--max-restarts", str(spec.max_restarts),
-            "--tee", "3",
-            "--log-dir", f"{node_folder}/torchelastic" if runtime == "host"
-            else "/tmp/torchelastic",
-            spec.script or "",
-            *spec.args,
-        ]
+        node_folder = (
+            f"{f.home.rstrip('/')}/.cache/gpuconsole/jobs/{job_id}/gpuconsole-{job_id}-n{rank}"
+        )
+        cmd = (
+            notebook_command(port)
+            if notebook
+            else [
+                *launcher,
+                "--nnodes",
+                str(len(hosts)),
+                "--nproc-per-node",
+                str(nproc),
+                "--rdzv-backend",
+                "c10d",
+                "--rdzv-endpoint",
+                endpoint,
+                "--rdzv-id",
+                job_id,
+                "--rdzv-conf",
+                f"is_host={1 if rank == 0 else 0}",
+                "--local-addr",
+                f.address,
+                "--max-restarts",
+                str(spec.max_restarts),
+                "--tee",
+                "3",
+                "--log-dir",
+                f"{node_folder}/torchelastic" if runtime == "host" else "/tmp/torchelastic",
+                spec.script or "",
+                *spec.args,
+            ]
+        )
         env = {**env_base, "PYTHONUNBUFFERED": "1", "GPUCONSOLE_JOB_ID": job_id}
         if notebook:
             env[TOKEN_ENV] = secrets.token_hex(24)
         else:
-            env.update({
-                "TORCHELASTIC_ERROR_FILE": ERROR_FILE if runtime == "docker"
-                else f"{node_folder}/{HOST_ERROR_FILE}",
-                "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": LOG_PREFIX_TEMPLATE,
-                "GPUCONSOLE_NODE_RANK": str(rank),
-            })
+            env.update(
+                {
+                    "TORCHELASTIC_ERROR_FILE": ERROR_FILE
+                    if runtime == "docker"
+                    else f"{node_folder}/{HOST_ERROR_FILE}",
+                    "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": LOG_PREFIX_TEMPLATE,
+                    "GPUCONSOLE_NODE_RANK": str(rank),
+                }
+            )
         if runtime == "host":
             # the agent maps a GPU process to its node by this (no container cgroup here);
             # the gang supervisor writes its outcome into the node's folder
@@ -495,9 +558,16 @@ def build_plan(
             src, dst, ro = parse_mount(m)
             binds.append(Bind(expand_home(src, f.home), dst, ro))
         labels = NodeLabels(
-            job_id=job_id, job_name=spec.name, node_rank=rank, node_count=len(hosts),
-            nproc_per_node=nproc, host=host, spec_hash=spec_hash, created_at=created_at,
-            kind=spec.kind, port=port if notebook else None,
+            job_id=job_id,
+            job_name=spec.name,
+            node_rank=rank,
+            node_count=len(hosts),
+            nproc_per_node=nproc,
+            host=host,
+            spec_hash=spec_hash,
+            created_at=created_at,
+            kind=spec.kind,
+            port=port if notebook else None,
         ).to_labels()
         node_secret = (secret | {TOKEN_ENV}) if notebook else secret
         # the secret names travel with the node, so `describe` masks them from any state dir
@@ -505,17 +575,24 @@ def build_plan(
         if gpu_sets[rank]:  # what a racing launch counts as taken (launch.claim_launch)
             labels[K_GPUS] = ",".join(map(str, gpu_sets[rank]))
         if runtime == "host":
-            nodes.append(NodePlan(rank, host, gpu_sets[rank], ContainerSpec(
-                name=f"gpuconsole-{job_id}-n{rank}",
-                image=python,
-                command=cmd,
-                env=env,
-                secret_env=node_secret,
-                labels=labels,
-                gpu_device_ids=tuple(str(i) for i in gpu_sets[rank]),
-                working_dir=f.workdir or f.home,
-                runtime="host",
-            )))
+            nodes.append(
+                NodePlan(
+                    rank,
+                    host,
+                    gpu_sets[rank],
+                    ContainerSpec(
+                        name=f"gpuconsole-{job_id}-n{rank}",
+                        image=python,
+                        command=cmd,
+                        env=env,
+                        secret_env=node_secret,
+                        labels=labels,
+                        gpu_device_ids=tuple(str(i) for i in gpu_sets[rank]),
+                        working_dir=f.workdir or f.home,
+                        runtime="host",
+                    ),
+                )
+            )
             continue
         container = ContainerSpec(
             name=f"gpuconsole-{job_id}-n{rank}",
@@ -562,8 +639,8 @@ def render_plan(plan: JobPlan) -> str:
     lines = [
         f"notebook {plan.job_id}: JupyterLab on 127.0.0.1:{plan.port} of "
         f"{plan.nodes[0].host}, token by environment ({TOKEN_ENV})"
-        if plan.kind == "notebook" else
-        f"job {plan.job_id}: {len(plan.nodes)} node(s) x {plan.nproc_per_node} process(es) = "
+        if plan.kind == "notebook"
+        else f"job {plan.job_id}: {len(plan.nodes)} node(s) x {plan.nproc_per_node} process(es) = "
         f"world size {plan.world_size}, backend {plan.backend}, "
         f"rendezvous c10d at {plan.rdzv_endpoint}",
     ]
@@ -583,8 +660,9 @@ def run_line(c: ContainerSpec) -> str:
         return " ".join(shell_word(w) for w in c.docker_run_argv())
     env = {**c.env, "CUDA_VISIBLE_DEVICES": ",".join(c.gpu_device_ids)}
     words = [f"{k}=***" if k in c.secret_env else f"{k}={v}" for k, v in sorted(env.items())]
-    return (f"cd {shell_word(c.working_dir or '~')} && "
-            + " ".join(shell_word(w) for w in ["env", *words, *c.command]))
+    return f"cd {shell_word(c.working_dir or '~')} && " + " ".join(
+        shell_word(w) for w in ["env", *words, *c.command]
+    )
 
 
 def args_notes(args: tuple[str, ...], nproc: int) -> list[str]:
@@ -594,19 +672,32 @@ def args_notes(args: tuple[str, ...], nproc: int) -> list[str]:
     ranked = [i for i, a in enumerate(args) if LOCAL_RANK_MACRO in a]
     if ranked:
         where = ", ".join(f"args[{i}] {shell_word(args[i])}" for i in ranked)
-        out.append(f"note: torchrun replaces {LOCAL_RANK_MACRO} in {where} with each "
-                   f"process's local rank (0..{nproc - 1})")
-    literal = [i for i, a in enumerate(args)
-               if re.search(r"\$\{(?!local_rank\})[^}]*\}", a)]
+        out.append(
+            f"note: torchrun replaces {LOCAL_RANK_MACRO} in {where} with each "
+            f"process's local rank (0..{nproc - 1})"
+        )
+    literal = [i for i, a in enumerate(args) if re.search(r"\$\{(?!local_rank\})[^}]*\}", a)]
     if literal:
         where = ", ".join(f"args[{i}] {shell_word(args[i])}" for i in literal)
-        out.append(f"note: no shell runs the script: {where} reach(es) it as written "
-                   "(only env values take ${VAR} from your environment)")
+        out.append(
+            f"note: no shell runs the script: {where} reach(es) it as written "
+            "(only env values take ${VAR} from your environment)"
+        )
     return out
 
 
-_C_ESCAPES = {"\a": "\\a", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\v": "\\v",
-              "\f": "\\f", "\r": "\\r", "\x1b": "\\E", "\\": "\\\\", "'": "\\'"}
+_C_ESCAPES = {
+    "\a": "\\a",
+    "\b": "\\b",
+    "\t": "\\t",
+    "\n": "\\n",
+    "\v": "\\v",
+    "\f": "\\f",
+    "\r": "\\r",
+    "\x1b": "\\E",
+    "\\": "\\\\",
+    "'": "\\'",
+}
 
 
 def shell_word(word: str) -> str:

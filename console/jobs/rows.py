@@ -104,8 +104,11 @@ def job_row(job: JobRecord, now: float, usage: Mapping[str, JobUsage] | None = N
     u = usage.get(job.id) if usage is not None else None
     running = job.state in ("running", "pending") and not job.removed_at
     asked_none = job.spec.get("gpus_per_node") == 0
-    gpus = 0 if asked_none else (len(u.gpus) if u is not None
-                                 else (0 if usage is not None and running else None))
+    gpus = (
+        0
+        if asked_none
+        else (len(u.gpus) if u is not None else (0 if usage is not None and running else None))
+    )
     return JobRow(
         job_id=job.id,
         name=job.name,
@@ -127,16 +130,34 @@ def job_row(job: JobRecord, now: float, usage: Mapping[str, JobUsage] | None = N
 JobSortKey = Literal["age", "job", "state", "util", "exit"]
 SORT_KEYS: tuple[JobSortKey, ...] = ("age", "job", "state", "util", "exit")
 """The columns the jobs view sorts by, in the order ``s`` cycles them."""
-SORT_COLUMN: Mapping[JobSortKey, str] = {"age": "AGE", "job": "JOB", "state": "STATE",
-                                         "util": "UTIL", "exit": "EXIT"}
+SORT_COLUMN: Mapping[JobSortKey, str] = {
+    "age": "AGE",
+    "job": "JOB",
+    "state": "STATE",
+    "util": "UTIL",
+    "exit": "EXIT",
+}
 """The column header each sort key marks."""
-DEFAULT_DESCENDING: Mapping[JobSortKey, bool] = {"age": False, "job": False, "state": False,
-                                                 "util": True, "exit": True}
+DEFAULT_DESCENDING: Mapping[JobSortKey, bool] = {
+    "age": False,
+    "job": False,
+    "state": False,
+    "util": True,
+    "exit": True,
+}
 """The direction a sort starts in: youngest first, names A-Z, busiest and non-zero first."""
 
 #: Sort order of job states: what needs attention first.
-_STATE_ORDER = ("failed", "running", "pending", "unknown", "stopped", "lost", "succeeded",
-                "removed")
+_STATE_ORDER = (
+    "failed",
+    "running",
+    "pending",
+    "unknown",
+    "stopped",
+    "lost",
+    "succeeded",
+    "removed",
+)
 
 JobQueryField = Literal["state", "host", "kind", "job", "text"]
 
@@ -189,10 +210,12 @@ def job_matches(job: JobRecord, row: JobRow, terms: list[JobQueryTerm]) -> bool:
     return True
 
 
-def sort_rows(rows: list[tuple[JobRecord, JobRow]], key: JobSortKey,
-              descending: bool) -> list[tuple[JobRecord, JobRow]]:
+def sort_rows(
+    rows: list[tuple[JobRecord, JobRow]], key: JobSortKey, descending: bool
+) -> list[tuple[JobRecord, JobRow]]:
     """Rows sorted by ``key`` (see :data:`SORT_KEYS`); unknown values (no utilization, no
     exit code yet) last either way; ties keep the youngest first."""
+
     def value(item: tuple[JobRecord, JobRow]) -> float | str | None:
         job, row = item
         if key == "age":

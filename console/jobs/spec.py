@@ -75,13 +75,11 @@ NOTEBOOK_WORKDIR = "~/gpuconsole/notebooks"
 
 #: The flags of ``gpuconsole notebook`` whose name is not ``--field-name`` (spec field ->
 #: flag as typed): its errors name ``--gpus``, not ``gpus_per_node`` or ``--gpus-per-node``.
-NOTEBOOK_FLAGS: Mapping[str, str] = MappingProxyType({"gpus_per_node": "--gpus",
-                                                     "nodes": "--host"})
+NOTEBOOK_FLAGS: Mapping[str, str] = MappingProxyType({"gpus_per_node": "--gpus", "nodes": "--host"})
 #: Fields that need Docker (refused with ``runtime: host``).
 DOCKER_ONLY = ("image", "mounts", "shm_size", "ipc")
 #: Fields of a training spec that a ``kind: notebook`` spec may not set.
-NOT_FOR_NOTEBOOKS = ("script", "args", "nproc_per_node", "exclude", "max_restarts",
-                     "rdzv_port")
+NOT_FOR_NOTEBOOKS = ("script", "args", "nproc_per_node", "exclude", "max_restarts", "rdzv_port")
 
 
 class JobSpec(BaseModel):
@@ -245,8 +243,11 @@ class LoadedSpec:
     def place(self, field_name: str) -> str:
         """``file:line: field: `` (or ``--flag: ``): a prefix for messages about a field."""
         b = self.blame(field_name)
-        where = f"{b['path']}:{b['line']}: " if b.get("line") else (
-            f"{b['path']}: " if b.get("path") else "")
+        where = (
+            f"{b['path']}:{b['line']}: "
+            if b.get("line")
+            else (f"{b['path']}: " if b.get("path") else "")
+        )
         return f"{where}{b['field']}: "
 
     def spec_hash(self, extra: str = "") -> str:
@@ -263,8 +264,13 @@ def flag_name(field_name: str, flag_names: Mapping[str, str] | None = None) -> s
     return (flag_names or {}).get(field_name) or f"--{field_name.replace('_', '-')}"
 
 
-def blame(field_name: str, source: str, lines: Lines, flags: frozenset[str] = frozenset(),
-          flag_names: Mapping[str, str] | None = None) -> dict[str, Any]:
+def blame(
+    field_name: str,
+    source: str,
+    lines: Lines,
+    flags: frozenset[str] = frozenset(),
+    flag_names: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
     """See :meth:`LoadedSpec.blame`; ``field_name`` like ``nodes[1]`` or ``env.TOKEN``."""
     root = re.split(r"[.\[]", field_name)[0]
     if root in flags:
@@ -295,8 +301,9 @@ def load_spec(path: Path, overrides: dict[str, Any] | None = None) -> LoadedSpec
     return validate_spec(data, str(path), path.parent.resolve(), lines, frozenset(given))
 
 
-def _flag_blamed(e: ConfigError, flags: frozenset[str],
-                 flag_names: Mapping[str, str] | None = None) -> ConfigError:
+def _flag_blamed(
+    e: ConfigError, flags: frozenset[str], flag_names: Mapping[str, str] | None = None
+) -> ConfigError:
     root = re.split(r"[.\[]", e.field or "")[0]
     if root in flags:  # the bad value came from a flag, not from the file
         return ConfigError(e.detail, e.hint, field=flag_name(root, flag_names))
@@ -304,8 +311,12 @@ def _flag_blamed(e: ConfigError, flags: frozenset[str],
 
 
 def validate_spec(
-    data: dict[str, Any], source: str, base_dir: Path, lines: Lines | None = None,
-    flags: frozenset[str] = frozenset(), flag_names: Mapping[str, str] | None = None,
+    data: dict[str, Any],
+    source: str,
+    base_dir: Path,
+    lines: Lines | None = None,
+    flags: frozenset[str] = frozenset(),
+    flag_names: Mapping[str, str] | None = None,
 ) -> LoadedSpec:
     """Validate spec data (see :func:`load_spec`); ``flags`` names the fields that came from
     flags, ``flag_names`` those flags where they are not ``--field-name``
@@ -324,8 +335,7 @@ def validate_spec(
     except ConfigError as e:
         problems.append(e)
         env, secrets = dict(spec.env), frozenset()
-    loaded = LoadedSpec(spec, source, base_dir, env, secrets, lines, flags,
-                        dict(flag_names or {}))
+    loaded = LoadedSpec(spec, source, base_dir, env, secrets, lines, flags, dict(flag_names or {}))
     problems += _kind_problems(loaded) or _workdir_problems(loaded)
     if problems:
         raise combine([_flag_blamed(p, flags, flag_names) for p in problems])
@@ -333,8 +343,13 @@ def validate_spec(
 
 
 def _files_beside(
-    e: ValidationError, data: dict[str, Any], source: str, base_dir: Path, lines: Lines,
-    flags: frozenset[str], flag_names: Mapping[str, str] | None,
+    e: ValidationError,
+    data: dict[str, Any],
+    source: str,
+    base_dir: Path,
+    lines: Lines,
+    flags: frozenset[str],
+    flag_names: Mapping[str, str] | None,
 ) -> list[ConfigError]:
     """The workdir / script problems of a spec whose other fields failed validation, when
     ``kind``, ``workdir`` and ``script`` themselves are valid: every problem of the file is
@@ -343,8 +358,9 @@ def _files_beside(
         return []
     known = {k: data[k] for k in ("kind", "workdir", "script") if k in data}
     partial = JobSpec.model_construct(**known)
-    loaded = LoadedSpec(partial, source, base_dir, {}, frozenset(), lines, flags,
-                        dict(flag_names or {}))
+    loaded = LoadedSpec(
+        partial, source, base_dir, {}, frozenset(), lines, flags, dict(flag_names or {})
+    )
     return _workdir_problems(loaded)
 
 
@@ -353,36 +369,69 @@ def _kind_problems(loaded: LoadedSpec) -> list[ConfigError]:
     fields, on more than one node, or with a workdir that is not a host path."""
     spec = loaded.spec
     if spec.runtime == "host" or (spec.python is not None and spec.runtime != "docker"):
-        out = [ConfigError(f"`{f}` needs Docker; `runtime: host` runs torchrun in the host's "
-                           "Python", f"remove `{f}`, or use `runtime: docker`",
-                           **loaded.blame(f))
-               for f in DOCKER_ONLY if f in spec.model_fields_set]
+        out = [
+            ConfigError(
+                f"`{f}` needs Docker; `runtime: host` runs torchrun in the host's Python",
+                f"remove `{f}`, or use `runtime: docker`",
+                **loaded.blame(f),
+            )
+            for f in DOCKER_ONLY
+            if f in spec.model_fields_set
+        ]
         if spec.kind == "notebook":
-            out.append(ConfigError("a notebook runs in a container (JupyterLab from the image)",
-                                   "remove `runtime: host`", **loaded.blame("runtime")))
+            out.append(
+                ConfigError(
+                    "a notebook runs in a container (JupyterLab from the image)",
+                    "remove `runtime: host`",
+                    **loaded.blame("runtime"),
+                )
+            )
         if out:
             return out
     elif spec.python is not None and spec.runtime == "docker":
-        return [ConfigError("`python` is for `runtime: host` (a container uses its image's)",
-                            "remove `python`, or set `runtime: host`", **loaded.blame("python"))]
+        return [
+            ConfigError(
+                "`python` is for `runtime: host` (a container uses its image's)",
+                "remove `python`, or set `runtime: host`",
+                **loaded.blame("python"),
+            )
+        ]
     if spec.kind == "train":
         if spec.script is None:
-            return [ConfigError("a training job needs `script` (the file torchrun runs)",
-                                "add `script: train.py`, or `kind: notebook` for JupyterLab",
-                                **loaded.blame("script"))]
+            return [
+                ConfigError(
+                    "a training job needs `script` (the file torchrun runs)",
+                    "add `script: train.py`, or `kind: notebook` for JupyterLab",
+                    **loaded.blame("script"),
+                )
+            ]
         return []
-    out = [ConfigError(f"a notebook takes no `{f}` (JupyterLab runs instead of torchrun)",
-                       f"remove `{f}`, or drop `kind: notebook`", **loaded.blame(f))
-           for f in NOT_FOR_NOTEBOOKS if f in spec.model_fields_set]
+    out = [
+        ConfigError(
+            f"a notebook takes no `{f}` (JupyterLab runs instead of torchrun)",
+            f"remove `{f}`, or drop `kind: notebook`",
+            **loaded.blame(f),
+        )
+        for f in NOT_FOR_NOTEBOOKS
+        if f in spec.model_fields_set
+    ]
     if not (spec.nodes == 1 or (isinstance(spec.nodes, list) and len(spec.nodes) == 1)):
-        out.append(ConfigError("a notebook runs on one node",
-                               "`nodes: 1`, or `nodes: [HOST]` (--host HOST)",
-                               **loaded.blame("nodes")))
+        out.append(
+            ConfigError(
+                "a notebook runs on one node",
+                "`nodes: 1`, or `nodes: [HOST]` (--host HOST)",
+                **loaded.blame("nodes"),
+            )
+        )
     wd = spec.workdir
     if wd is not None and not (wd.startswith("/") or wd == "~" or wd.startswith("~/")):
-        out.append(ConfigError(f"{wd!r}: a notebook's workdir is a folder on the host",
-                               "give an absolute path or ~/... (created if missing)",
-                               **loaded.blame("workdir")))
+        out.append(
+            ConfigError(
+                f"{wd!r}: a notebook's workdir is a folder on the host",
+                "give an absolute path or ~/... (created if missing)",
+                **loaded.blame("workdir"),
+            )
+        )
     return out
 
 
@@ -406,7 +455,8 @@ def _loop_problem(loaded: LoadedSpec, field_name: str, path: Path) -> ConfigErro
         return ConfigError(
             f"{path}: the symbolic link {at} loops (following it leads back to itself)",
             f"point {at} at a real file or folder, or change {loaded.name_of(field_name)}",
-            **loaded.blame(field_name))
+            **loaded.blame(field_name),
+        )
     return None
 
 
@@ -415,27 +465,40 @@ def _workdir_problems(loaded: LoadedSpec) -> list[ConfigError]:
     if spec.script is None:  # a notebook (the model checked its host workdir)
         return []
     if spec.workdir is not None:
-        looped = _loop_problem(loaded, "workdir",
-                               loaded.base_dir / os.path.expanduser(spec.workdir))
+        looped = _loop_problem(
+            loaded, "workdir", loaded.base_dir / os.path.expanduser(spec.workdir)
+        )
         if looped is not None:
             return [looped]
     wd = loaded.workdir
     if wd is not None and not wd.is_dir():
-        return [ConfigError(f"workdir {wd} is not a folder",
-                            "workdir is relative to the spec file's folder",
-                            **loaded.blame("workdir"))]
+        return [
+            ConfigError(
+                f"workdir {wd} is not a folder",
+                "workdir is relative to the spec file's folder",
+                **loaded.blame("workdir"),
+            )
+        ]
     script = PurePosixPath(spec.script)
     if wd is not None and script.is_absolute():
-        return [ConfigError(f"{spec.script!r} is an absolute path; it must be inside the "
-                            f"workdir {wd}", "give the path relative to workdir",
-                            **loaded.blame("script"))]
+        return [
+            ConfigError(
+                f"{spec.script!r} is an absolute path; it must be inside the workdir {wd}",
+                "give the path relative to workdir",
+                **loaded.blame("script"),
+            )
+        ]
     depth = 0
     for part in script.parts:
         depth += -1 if part == ".." else (0 if part in (".", "/") else 1)
         if depth < 0:
-            return [ConfigError(f"{spec.script!r} leaves the workdir",
-                                "script is a path inside workdir (no `..` above it)",
-                                **loaded.blame("script"))]
+            return [
+                ConfigError(
+                    f"{spec.script!r} leaves the workdir",
+                    "script is a path inside workdir (no `..` above it)",
+                    **loaded.blame("script"),
+                )
+            ]
     if wd is None:
         return []
     looped = _loop_problem(loaded, "script", wd / spec.script)
@@ -443,21 +506,34 @@ def _workdir_problems(loaded: LoadedSpec) -> list[ConfigError]:
         return [looped]
     target = resolve_path(wd / spec.script)
     if not target.is_relative_to(wd):
-        return [ConfigError(f"{spec.script!r} leads outside the workdir {wd} (a symbolic "
-                            "link)", "script is a file inside workdir",
-                            **loaded.blame("script"))]
+        return [
+            ConfigError(
+                f"{spec.script!r} leads outside the workdir {wd} (a symbolic link)",
+                "script is a file inside workdir",
+                **loaded.blame("script"),
+            )
+        ]
     if not target.is_file():
-        return [ConfigError(f"{spec.script!r} is not in the workdir {wd}",
-                            "script is a path inside workdir", **loaded.blame("script"))]
+        return [
+            ConfigError(
+                f"{spec.script!r} is not in the workdir {wd}",
+                "script is a path inside workdir",
+                **loaded.blame("script"),
+            )
+        ]
     from remote.transport import unsyncable_names
 
     bad = unsyncable_names(wd, spec.exclude)
     if bad:
         more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
-        return [ConfigError(
-            f"{wd / bad[0]}{more}: a backslash in a file name, which the workdir sync to SSH "
-            "hosts (SFTP) refuses", f"rename it, or leave it out: `exclude: ['{bad[0]}']`",
-            **loaded.blame("workdir"))]
+        return [
+            ConfigError(
+                f"{wd / bad[0]}{more}: a backslash in a file name, which the workdir sync to SSH "
+                "hosts (SFTP) refuses",
+                f"rename it, or leave it out: `exclude: ['{bad[0]}']`",
+                **loaded.blame("workdir"),
+            )
+        ]
     return []
 
 
@@ -474,7 +550,10 @@ def interpolate(value: str, environ: Mapping[str, str]) -> str:
 
 
 def resolve_env(
-    env: dict[str, str], source: str | None, lines: Lines, prefix: tuple[str, ...] = ("env",),
+    env: dict[str, str],
+    source: str | None,
+    lines: Lines,
+    prefix: tuple[str, ...] = ("env",),
 ) -> tuple[dict[str, str], frozenset[str]]:
     """Replace ``${VAR}`` with the local environment's value (``$$`` is a literal ``$``:
     :func:`interpolate`); keys that reference a variable become secret.
@@ -493,19 +572,26 @@ def resolve_env(
         names = env_references(value)
         for name in names:
             if name not in os.environ:
-                problems.append(ConfigError(
-                    f"references ${{{name}}}, which is not set in your environment",
-                    f"export {name}=... before submitting, remove the reference, or write "
-                    f"$${{{name}}} for the literal text ${{{name}}}",
-                    path=source,
-                    line=lines.get((*prefix, key)),
-                    field=".".join((*prefix, key)),
-                ))
+                problems.append(
+                    ConfigError(
+                        f"references ${{{name}}}, which is not set in your environment",
+                        f"export {name}=... before submitting, remove the reference, or write "
+                        f"$${{{name}}} for the literal text ${{{name}}}",
+                        path=source,
+                        line=lines.get((*prefix, key)),
+                        field=".".join((*prefix, key)),
+                    )
+                )
             elif "\x00" in os.environ[name]:
-                problems.append(ConfigError(
-                    f"${{{name}}} holds a NUL character", f"fix the value of {name}",
-                    path=source, line=lines.get((*prefix, key)),
-                    field=".".join((*prefix, key))))
+                problems.append(
+                    ConfigError(
+                        f"${{{name}}} holds a NUL character",
+                        f"fix the value of {name}",
+                        path=source,
+                        line=lines.get((*prefix, key)),
+                        field=".".join((*prefix, key)),
+                    )
+                )
         if names:
             secrets.add(key)
         out[key] = interpolate(value, os.environ)

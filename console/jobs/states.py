@@ -18,8 +18,17 @@ from typing import Literal
 
 __all__ = ["JobState", "NodeState", "ShownState"]
 
-NodeState = Literal["pending", "created", "running", "succeeded", "failed", "stopped", "lost",
-                    "unreachable", "unknown"]
+NodeState = Literal[
+    "pending",
+    "created",
+    "running",
+    "succeeded",
+    "failed",
+    "stopped",
+    "lost",
+    "unreachable",
+    "unknown",
+]
 """A node's state (the module docstring)."""
 
 JobState = Literal["pending", "running", "succeeded", "failed", "stopped", "lost", "unknown"]

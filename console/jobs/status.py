@@ -179,8 +179,9 @@ def stopped_exit_code(nodes: list[NodeRecord], by_user: bool = False) -> int | N
     first, passing over :data:`remote.gang.TEARDOWN_EXIT_CODE` (a node that ended because
     another did) unless no node has another. ``None`` when no node recorded one (never
     started)."""
-    codes = [n.exit_code for n in sorted(nodes, key=lambda n: n.node_rank)
-             if n.exit_code is not None]
+    codes = [
+        n.exit_code for n in sorted(nodes, key=lambda n: n.node_rank) if n.exit_code is not None
+    ]
     if by_user and codes:
         return STOPPED_EXIT_CODE
     return next((c for c in codes if c != TEARDOWN_EXIT_CODE), codes[0] if codes else None)
@@ -203,8 +204,11 @@ def interruption(job: JobRecord, never_started: list[NodeRecord]) -> FailureReco
     created = [n for n in never_started if n.state == NEVER_STARTED]
     where = ", ".join(f"{n.host} (n{n.node_rank})" for n in (created or never_started))
     first = (created or never_started)[0]
-    reason = (f"{INTERRUPTED}: containers created but never started on {where}" if created
-              else f"{INTERRUPTED} before the containers were created on {where}")
+    reason = (
+        f"{INTERRUPTED}: containers created but never started on {where}"
+        if created
+        else f"{INTERRUPTED} before the containers were created on {where}"
+    )
     return {
         "node": first.node_rank,
         "host": first.host,
@@ -238,8 +242,9 @@ def failure_lines(f: FailureRecord) -> list[str]:
     ``  then: ...`` per consequence."""
     rank = f" rank {f['rank']}" if f.get("rank") is not None else ""
     code = f", exit code {f['exit_code']}" if f.get("exit_code") is not None else ""
-    lines = [f"first failure: node {f.get('node')} on {f.get('host')}{rank}{code}: "
-             f"{f.get('reason')}"]
+    lines = [
+        f"first failure: node {f.get('node')} on {f.get('host')}{rank}{code}: {f.get('reason')}"
+    ]
     if f.get("fix"):
         lines.append(f"  fix: {f.get('fix')}")
     lines += [f"  then: {c}" for c in f.get("consequences", [])[:5]]
@@ -331,16 +336,23 @@ class HostListing:
 
     def as_dict(self) -> dict[str, Any]:
         """The ``ps --json --hosts`` object of one host."""
-        return {"host": self.host, "status": self.status, "reason": self.reason,
-                "seconds": round(self.seconds, 3),
-                "containers": None if self.containers is None else len(self.containers)}
+        return {
+            "host": self.host,
+            "status": self.status,
+            "reason": self.reason,
+            "seconds": round(self.seconds, 3),
+            "containers": None if self.containers is None else len(self.containers),
+        }
 
 
 def pending_reason(host: str, phase: str, deadline_s: float) -> str:
     """The one line shown for a host that had not answered when the deadline passed."""
-    doing = {"queued": "waiting for a connection slot", "connecting": "still connecting",
-             "listing": "still listing its containers"}.get(phase, phase)
-    return (f"host {host}: no answer within {deadline_s:g} s ({doing}); its jobs show their "
-            "last known state")
-
-
+    doing = {
+        "queued": "waiting for a connection slot",
+        "connecting": "still connecting",
+        "listing": "still listing its containers",
+    }.get(phase, phase)
+    return (
+        f"host {host}: no answer within {deadline_s:g} s ({doing}); its jobs show their "
+        "last known state"
+    )

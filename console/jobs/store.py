@@ -94,8 +94,10 @@ def state_dir() -> Path:
     try:
         p.mkdir(parents=True, exist_ok=True, mode=0o700)
     except OSError as e:
-        raise GpuConsoleError(f"cannot create the state dir {p}: {e.strerror}",
-                              "set GPUCONSOLE_STATE_DIR to a writable folder") from e
+        raise GpuConsoleError(
+            f"cannot create the state dir {p}: {e.strerror}",
+            "set GPUCONSOLE_STATE_DIR to a writable folder",
+        ) from e
     return p
 
 
@@ -237,8 +239,10 @@ def _locked(method: Callable[P, R]) -> Callable[P, R]:
 
 
 #: What moving a damaged job store aside costs (the fix of its errors).
-IF_LOST = ("`gpuconsole ps` finds the jobs on the hosts again by their containers' labels; "
-           "archived logs stay")
+IF_LOST = (
+    "`gpuconsole ps` finds the jobs on the hosts again by their containers' labels; "
+    "archived logs stay"
+)
 IF_ARCHIVE_LOST = "the node's lines are read again from its container while it exists"
 
 
@@ -294,9 +298,12 @@ class Store:
 
     def _damaged(self, e: Exception) -> StateError:
         """A record that SQLite returned but that cannot be read (garbled pages)."""
-        return StateError(str(self.path), "damaged",
-                          f"damaged, not a readable job store (a record cannot be read: {e})",
-                          f"move it aside (`mv {self.path} {self.path}.damaged`): {IF_LOST}")
+        return StateError(
+            str(self.path),
+            "damaged",
+            f"damaged, not a readable job store (a record cannot be read: {e})",
+            f"move it aside (`mv {self.path} {self.path}.damaged`): {IF_LOST}",
+        )
 
     @_locked
     def close(self) -> None:
@@ -324,9 +331,19 @@ class Store:
                 f"{verb} INTO jobs (id, name, profile, profile_source, spec_json, spec_hash, "
                 "created_at, node_count, state, launcher, updated_at) "
                 "VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                (job.id, job.name, job.profile, job.profile_source, json.dumps(job.spec),
-                 job.spec_hash, job.created_at, job.node_count, job.state, job.launcher,
-                 time.time()),
+                (
+                    job.id,
+                    job.name,
+                    job.profile,
+                    job.profile_source,
+                    json.dumps(job.spec),
+                    job.spec_hash,
+                    job.created_at,
+                    job.node_count,
+                    job.state,
+                    job.launcher,
+                    time.time(),
+                ),
             )
             if cur.rowcount == 0:
                 return False
@@ -339,8 +356,18 @@ class Store:
             "INSERT OR REPLACE INTO nodes (job_id, node_rank, host, container_id, "
             "container_name, state, exit_code, started_at, finished_at, stop_requested) "
             "VALUES (?,?,?,?,?,?,?,?,?,?)",
-            (n.job_id, n.node_rank, n.host, n.container_id, n.container_name, n.state,
-             n.exit_code, n.started_at, n.finished_at, int(n.stop_requested)),
+            (
+                n.job_id,
+                n.node_rank,
+                n.host,
+                n.container_id,
+                n.container_name,
+                n.state,
+                n.exit_code,
+                n.started_at,
+                n.finished_at,
+                int(n.stop_requested),
+            ),
         )
 
     @_locked
@@ -358,8 +385,7 @@ class Store:
         Raises:
             KeyError: another field.
         """
-        allowed = {"state", "exit_code", "failure", "stop_requested_at", "removed_at",
-                   "launcher"}
+        allowed = {"state", "exit_code", "failure", "stop_requested_at", "removed_at", "launcher"}
         cols, vals = [], []
         for k, v in fields.items():
             if k not in allowed:
@@ -389,24 +415,40 @@ class Store:
 
     def _read_job(self, row: sqlite3.Row) -> JobRecord:
         job = JobRecord(
-            id=row["id"], name=row["name"], profile=row["profile"],
-            profile_source=row["profile_source"], spec=json.loads(row["spec_json"]),
-            spec_hash=row["spec_hash"], created_at=row["created_at"],
-            node_count=row["node_count"], state=row["state"], exit_code=row["exit_code"],
-            failure=cast(FailureRecord, json.loads(row["failure_json"])) if row["failure_json"]
+            id=row["id"],
+            name=row["name"],
+            profile=row["profile"],
+            profile_source=row["profile_source"],
+            spec=json.loads(row["spec_json"]),
+            spec_hash=row["spec_hash"],
+            created_at=row["created_at"],
+            node_count=row["node_count"],
+            state=row["state"],
+            exit_code=row["exit_code"],
+            failure=cast(FailureRecord, json.loads(row["failure_json"]))
+            if row["failure_json"]
             else None,
-            stop_requested_at=row["stop_requested_at"], removed_at=row["removed_at"],
+            stop_requested_at=row["stop_requested_at"],
+            removed_at=row["removed_at"],
             launcher=row["launcher"],
         )
         for n in self.db.execute(
             "SELECT * FROM nodes WHERE job_id=? ORDER BY node_rank", (job.id,)
         ):
-            job.nodes.append(NodeRecord(
-                job_id=n["job_id"], node_rank=n["node_rank"], host=n["host"],
-                container_name=n["container_name"], container_id=n["container_id"],
-                state=n["state"], exit_code=n["exit_code"], started_at=n["started_at"],
-                finished_at=n["finished_at"], stop_requested=bool(n["stop_requested"]),
-            ))
+            job.nodes.append(
+                NodeRecord(
+                    job_id=n["job_id"],
+                    node_rank=n["node_rank"],
+                    host=n["host"],
+                    container_name=n["container_name"],
+                    container_id=n["container_id"],
+                    state=n["state"],
+                    exit_code=n["exit_code"],
+                    started_at=n["started_at"],
+                    finished_at=n["finished_at"],
+                    stop_requested=bool(n["stop_requested"]),
+                )
+            )
         return job
 
     @_locked
@@ -481,8 +523,7 @@ class Store:
                     last_ts, at_last = _tail_cursor(f)
                     cursor = LogCursor(last_ts, at_last)
                     cursor.rewind()
-                    out = [f"{ln.ts_ns} {ln.text}\n".encode()
-                           for ln in lines if cursor.accept(ln)]
+                    out = [f"{ln.ts_ns} {ln.text}\n".encode() for ln in lines if cursor.accept(ln)]
                     _append_whole(f, b"".join(out), good)
                     return len(out)
                 finally:
@@ -590,8 +631,13 @@ def migrate(db: sqlite3.Connection, path: Path) -> int:
         GpuConsoleError: the file's version is newer than this code knows (written by a
             newer gpuconsole), or a step failed (naming the file and the step).
     """
-    return migrate_schema(db, path, MIGRATIONS, what="job store",
-                          if_lost="the jobs on the hosts are found again by their labels")
+    return migrate_schema(
+        db,
+        path,
+        MIGRATIONS,
+        what="job store",
+        if_lost="the jobs on the hosts are found again by their labels",
+    )
 
 
 _BLOCK = 1 << 16

@@ -35,8 +35,14 @@ from remote.transport import Forward
 
 log = logging.getLogger("gpuconsole.notebook")
 
-__all__ = ["NotebookServer", "NotebookTunnel", "api_get", "find_server", "open_notebook",
-           "stable_port"]
+__all__ = [
+    "NotebookServer",
+    "NotebookTunnel",
+    "api_get",
+    "find_server",
+    "open_notebook",
+    "stable_port",
+]
 
 #: How long :func:`open_notebook` waits for JupyterLab to answer by default (s): a first start
 #: in a fresh container imports jupyterlab and its extensions (seconds to tens of seconds).
@@ -103,8 +109,10 @@ async def find_server(session: Session, job: JobRecord) -> NotebookServer:
         TransportError: the host cannot be reached.
     """
     if job.kind != "notebook":
-        raise JobError(f"{job.id} is a {job.kind} job, not a notebook",
-                       f"`gpuconsole shell {job.id}` enters its container")
+        raise JobError(
+            f"{job.id} is a {job.kind} job, not a notebook",
+            f"`gpuconsole shell {job.id}` enters its container",
+        )
     from console.jobs.status import ACTIVE_STATES, job_summary
 
     node = job.nodes[0] if job.nodes else None
@@ -112,28 +120,37 @@ async def find_server(session: Session, job: JobRecord) -> NotebookServer:
     if node is None or node.container_id is None or node.state not in ACTIVE_STATES:
         state = node.state if node is not None else "gone"
         why = job_summary(job)
-        raise JobError(f"notebook {job.id} is not running ({state}" +
-                       (f": {why})" if why else ")"),
-                       f"`gpuconsole logs {job.id}` shows what it printed; start a new one "
-                       "with `gpuconsole notebook --host HOST`")
+        raise JobError(
+            f"notebook {job.id} is not running ({state}" + (f": {why})" if why else ")"),
+            f"`gpuconsole logs {job.id}` shows what it printed; start a new one "
+            "with `gpuconsole notebook --host HOST`",
+        )
     await session.connected(node.host)
     engine = session.engine(node.host)
     info = await engine.inspect(node.container_id)
     spec = await engine.container_spec(node.container_id)
     if info is None or spec is None or info.status != "running":
-        raise JobError(f"notebook {job.id}: its container on {node.host} is not running",
-                       "see `gpuconsole ps`; start a new one with `gpuconsole notebook`")
+        raise JobError(
+            f"notebook {job.id}: its container on {node.host} is not running",
+            "see `gpuconsole ps`; start a new one with `gpuconsole notebook`",
+        )
     port = info.labels.get(K_PORT, "")
     token = spec.env.get(TOKEN_ENV)
     if not port.isdigit() or not token:
-        raise JobError(f"notebook {job.id}: its container has no "
-                       f"{'port label' if not port.isdigit() else TOKEN_ENV}",
-                       "it was not started by `gpuconsole notebook`; stop it and start anew")
+        raise JobError(
+            f"notebook {job.id}: its container has no "
+            f"{'port label' if not port.isdigit() else TOKEN_ENV}",
+            "it was not started by `gpuconsole notebook`; stop it and start anew",
+        )
     return NotebookServer(job.id, node.host, node.container_id, int(port), token)
 
 
-def api_get(base: str, path: str, token: str | None, timeout: float = 5.0,
-            ) -> tuple[int, bytes]:
+def api_get(
+    base: str,
+    path: str,
+    token: str | None,
+    timeout: float = 5.0,
+) -> tuple[int, bytes]:
     """``GET base + path`` with ``Authorization: token <token>`` (Jupyter Server's token
     header) when a token is given; returns ``(HTTP status, body)``; an HTTP error status is
     returned, not raised.
@@ -158,8 +175,9 @@ def stable_port(job_id: str) -> int:
     return 20000 + int(hashlib.sha256(job_id.encode()).hexdigest()[:8], 16) % 10000
 
 
-async def _local_forward(session: Session, server: NotebookServer,
-                         local_port: int | None) -> Forward:
+async def _local_forward(
+    session: Session, server: NotebookServer, local_port: int | None
+) -> Forward:
     """Forward ``server.port``: to ``local_port`` when given (an error if taken); else to the
     same port number here, else :func:`stable_port`, else any free one (so a re-attach gets
     the same URL)."""
@@ -170,9 +188,11 @@ async def _local_forward(session: Session, server: NotebookServer,
         except TransportError as e:
             if not t.connected:
                 raise
-            raise UsageError(f"--port {local_port}: this machine's 127.0.0.1:{local_port} "
-                             f"cannot be listened on ({e.message.rsplit(': ', 1)[-1]})",
-                             "pick another --port, or leave it out for a free one") from e
+            raise UsageError(
+                f"--port {local_port}: this machine's 127.0.0.1:{local_port} "
+                f"cannot be listened on ({e.message.rsplit(': ', 1)[-1]})",
+                "pick another --port, or leave it out for a free one",
+            ) from e
     for port in (server.port, stable_port(server.job_id)):
         try:
             return await t.forward_local(server.port, local_port=port)
@@ -194,7 +214,10 @@ async def _logged_url(session: Session, server: NotebookServer) -> ServerUrl | N
 
 
 async def open_notebook(
-    session: Session, server: NotebookServer, *, local_port: int | None = None,
+    session: Session,
+    server: NotebookServer,
+    *,
+    local_port: int | None = None,
     timeout: float = READY_TIMEOUT_S,
     alive: Callable[[], Awaitable[str | None]] | None = None,
 ) -> NotebookTunnel:
@@ -244,8 +267,12 @@ async def open_notebook(
         raise
 
 
-async def _wait_ready(fwd: Forward, server: NotebookServer, timeout: float,
-                      alive: Callable[[], Awaitable[str | None]] | None) -> None:
+async def _wait_ready(
+    fwd: Forward,
+    server: NotebookServer,
+    timeout: float,
+    alive: Callable[[], Awaitable[str | None]] | None,
+) -> None:
     """Poll ``GET /api/status`` with the token through ``fwd`` until it answers 200.
 
     Raises:
@@ -262,19 +289,24 @@ async def _wait_ready(fwd: Forward, server: NotebookServer, timeout: float,
         if status == 200:
             return
         if status in (401, 403):
-            raise JobError(f"notebook {server.job_id}: JupyterLab refused the token "
-                           f"(HTTP {status})",
-                           f"stop it (`gpuconsole stop {server.job_id}`) and start anew")
+            raise JobError(
+                f"notebook {server.job_id}: JupyterLab refused the token (HTTP {status})",
+                f"stop it (`gpuconsole stop {server.job_id}`) and start anew",
+            )
         if status:
             last = f"HTTP {status}"
         if alive is not None:
             gone = await alive()
             if gone:
-                raise JobError(f"notebook {server.job_id} ended before JupyterLab "
-                               f"answered: {gone}",
-                               f"see `gpuconsole logs {server.job_id}`")
+                raise JobError(
+                    f"notebook {server.job_id} ended before JupyterLab answered: {gone}",
+                    f"see `gpuconsole logs {server.job_id}`",
+                )
         if time.monotonic() > deadline:
-            raise JobError(f"notebook {server.job_id}: JupyterLab did not answer on "
-                           f"{server.host}:127.0.0.1:{server.port} within {timeout:.0f} s "
-                           f"({last})", f"see `gpuconsole logs {server.job_id}`")
+            raise JobError(
+                f"notebook {server.job_id}: JupyterLab did not answer on "
+                f"{server.host}:127.0.0.1:{server.port} within {timeout:.0f} s "
+                f"({last})",
+                f"see `gpuconsole logs {server.job_id}`",
+            )
         await asyncio.sleep(0.5)

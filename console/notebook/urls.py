@@ -120,8 +120,13 @@ def parse_server_urls(text: str) -> list[ServerUrl]:
             host = m["or_a"] or m["all"] or m["v6"] or m["host"]
             path, query = _split_rest(m["rest"] or "")
             url = ServerUrl(
-                scheme=m["scheme"], host=host, port=port, path=path, token=_token(query),
-                line=line, alt_host=m["or_b"],
+                scheme=m["scheme"],
+                host=host,
+                port=port,
+                path=path,
+                token=_token(query),
+                line=line,
+                alt_host=m["or_b"],
             )
             key = (url.scheme, url.host, url.port, url.path, url.token)
             if key not in seen:

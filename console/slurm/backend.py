@@ -79,8 +79,7 @@ _WRITE_PRIVATE = 'umask 077 && cat > "$1"'
 #: Prints every job record under "$1", one per line.
 _LIST_RECORDS = 'for f in "$1"/*/job.json; do [ -f "$f" ] && { cat "$f"; echo; }; done; true'
 #: Prints base64 of the bytes of "$2" from byte offset "$1" (0-based), at most "$3" bytes.
-_READ_FROM = ('[ -f "$2" ] || exit 0; tail -c +"$(( $1 + 1 ))" -- "$2" | head -c "$3" '
-              '| base64 -w0')
+_READ_FROM = '[ -f "$2" ] || exit 0; tail -c +"$(( $1 + 1 ))" -- "$2" | head -c "$3" | base64 -w0'
 _DIAGNOSIS_FILES = 'for f in "$@"; do [ -f "$f" ] && { tail -n "$0" -- "$f"; echo; }; done; true'
 
 
@@ -135,17 +134,21 @@ async def _preflight(t: Transport, host: str, shape: SlurmJobShape, home: str) -
     """
     r = await t.run(["sbatch", "--version"])
     if r.returncode != 0:
-        raise PlanError(f"login host {host}: sbatch does not run ({_first_line(r)})",
-                        "point slurm.login_host at a host with the Slurm client commands "
-                        "(sbatch, squeue, scancel) on its PATH")
+        raise PlanError(
+            f"login host {host}: sbatch does not run ({_first_line(r)})",
+            "point slurm.login_host at a host with the Slurm client commands "
+            "(sbatch, squeue, scancel) on its PATH",
+        )
     if shape.python is not None:
         python = expand_home(shape.python, home)
         r = await t.run([python, "-c", "import torch; print(torch.__version__)"])
         if r.returncode != 0:
             last = (r.stderr.strip().splitlines() or [f"exit status {r.returncode}"])[-1]
-            raise PlanError(f"login host {host}: {shape.python} cannot import torch ({last})",
-                            "set `python:` in the spec or `slurm.python` in the profile to "
-                            "a Python with torch (e.g. a venv's bin/python) on a shared path")
+            raise PlanError(
+                f"login host {host}: {shape.python} cannot import torch ({last})",
+                "set `python:` in the spec or `slurm.python` in the profile to "
+                "a Python with torch (e.g. a venv's bin/python) on a shared path",
+            )
 
 
 async def plan_slurm(session: Session, loaded: LoadedSpec, *, dry_run: bool) -> SlurmPlan:
@@ -175,17 +178,35 @@ async def plan_slurm(session: Session, loaded: LoadedSpec, *, dry_run: bool) -> 
         workdir = f"{home}/{WORKDIR_CACHE}/{digest[:16]}"
     job_id = new_job_id(loaded.spec.name)
     job_dir = f"{expand_home(cfg.job_dir, home).rstrip('/')}/{job_id}"
-    script = render_sbatch(loaded, profile, job_id, job_dir=job_dir, workdir=workdir,
-                           home=home, env_names=tuple(sorted(env)), secret_names=secret)
+    script = render_sbatch(
+        loaded,
+        profile,
+        job_id,
+        job_dir=job_dir,
+        workdir=workdir,
+        home=home,
+        env_names=tuple(sorted(env)),
+        secret_names=secret,
+    )
     r = await t.run(["sbatch", "--test-only"], input=script.encode())
     if r.returncode != 0:
-        raise PlanError(f"sbatch on {host} refuses the job: {_first_line(r)}",
-                        "check the profile's slurm.partition/account/sbatch_args and the "
-                        "spec's nodes, gpus_per_node and time_limit against `sinfo`")
+        raise PlanError(
+            f"sbatch on {host} refuses the job: {_first_line(r)}",
+            "check the profile's slurm.partition/account/sbatch_args and the "
+            "spec's nodes, gpus_per_node and time_limit against `sinfo`",
+        )
     if local is not None and not dry_run:  # only once sbatch would take the job
         workdir = await t.sync_workdir(local, loaded.spec.exclude)
-        script = render_sbatch(loaded, profile, job_id, job_dir=job_dir, workdir=workdir,
-                               home=home, env_names=tuple(sorted(env)), secret_names=secret)
+        script = render_sbatch(
+            loaded,
+            profile,
+            job_id,
+            job_dir=job_dir,
+            workdir=workdir,
+            home=home,
+            env_names=tuple(sorted(env)),
+            secret_names=secret,
+        )
     return SlurmPlan(job_id, host, job_dir, workdir, script, shape, env, secret, time.time())
 
 
@@ -196,8 +217,9 @@ def _env_file(env: dict[str, str]) -> bytes:
     return "".join(f"{k}={shell_word(v)}\n" for k, v in env.items()).encode()
 
 
-async def submit_slurm(session: Session, store: Store, loaded: LoadedSpec,
-                       plan: SlurmPlan) -> JobRecord:
+async def submit_slurm(
+    session: Session, store: Store, loaded: LoadedSpec, plan: SlurmPlan
+) -> JobRecord:
     """Write the job folder (env file 0600 through stdin), ``sbatch --parsable`` the script
     (on stdin), write ``job.json`` and store the job (one node record per node, hosts
     filled in once Slurm allocated them). A refused sbatch removes the folder again.
@@ -210,38 +232,61 @@ async def submit_slurm(session: Session, store: Store, loaded: LoadedSpec,
     d = plan.job_dir
     r = await t.run(["mkdir", "-p", "-m", "700", "--", d])
     if r.returncode != 0:
-        raise PlanError(f"cannot create the job folder {d} on {plan.login_host}: "
-                        f"{_first_line(r)}", "point slurm.job_dir at a writable shared folder")
+        raise PlanError(
+            f"cannot create the job folder {d} on {plan.login_host}: {_first_line(r)}",
+            "point slurm.job_dir at a writable shared folder",
+        )
     sent = False  # sbatch was started: Slurm may have queued the job
     try:
-        for name, data in ((ENV_FILE, _env_file(plan.env)),
-                           (SCRIPT_FILE, plan.script.encode())):
+        for name, data in ((ENV_FILE, _env_file(plan.env)), (SCRIPT_FILE, plan.script.encode())):
             r = await t.run(["sh", "-c", _WRITE_PRIVATE, "sh", f"{d}/{name}"], input=data)
             if r.returncode != 0:
-                raise PlanError(f"cannot write {d}/{name} on {plan.login_host}: "
-                                f"{_first_line(r)}", "check the job folder's filesystem")
+                raise PlanError(
+                    f"cannot write {d}/{name} on {plan.login_host}: {_first_line(r)}",
+                    "check the job folder's filesystem",
+                )
         sent = True
         r = await t.run(["sbatch", "--parsable"], input=plan.script.encode())
         if r.returncode != 0:
             sent = False
-            raise PlanError(f"sbatch on {plan.login_host} refused the job: {_first_line(r)}",
-                            "check the profile's slurm: section and the spec against `sinfo`")
+            raise PlanError(
+                f"sbatch on {plan.login_host} refused the job: {_first_line(r)}",
+                "check the profile's slurm: section and the spec against `sinfo`",
+            )
         sid = r.stdout.strip().split(";")[0]
         record = JobRecord(
-            id=plan.job_id, name=loaded.spec.name, profile=session.profile.name,
+            id=plan.job_id,
+            name=loaded.spec.name,
+            profile=session.profile.name,
             profile_source=session.profile.source,
-            spec={**loaded.spec.model_dump(mode="json"),
-                  "env": {k: ("${secret}" if k in loaded.secret_env else v)
-                          for k, v in loaded.env.items()}},
-            spec_hash=loaded.spec_hash(), created_at=plan.created_at,
+            spec={
+                **loaded.spec.model_dump(mode="json"),
+                "env": {
+                    k: ("${secret}" if k in loaded.secret_env else v) for k, v in loaded.env.items()
+                },
+            },
+            spec_hash=loaded.spec_hash(),
+            created_at=plan.created_at,
             node_count=plan.shape.nodes,
-            nodes=[NodeRecord(plan.job_id, i, PENDING_HOST, f"slurm-{sid}-n{i}", sid)
-                   for i in range(plan.shape.nodes)])
-        meta = {"id": record.id, "name": record.name, "slurm_id": sid, "spec": record.spec,
-                "spec_hash": record.spec_hash, "created_at": record.created_at,
-                "node_count": record.node_count, "profile": record.profile}
-        w = await t.run(["sh", "-c", _WRITE_PRIVATE, "sh", f"{d}/{RECORD_FILE}"],
-                        input=json.dumps(meta).encode())
+            nodes=[
+                NodeRecord(plan.job_id, i, PENDING_HOST, f"slurm-{sid}-n{i}", sid)
+                for i in range(plan.shape.nodes)
+            ],
+        )
+        meta = {
+            "id": record.id,
+            "name": record.name,
+            "slurm_id": sid,
+            "spec": record.spec,
+            "spec_hash": record.spec_hash,
+            "created_at": record.created_at,
+            "node_count": record.node_count,
+            "profile": record.profile,
+        }
+        w = await t.run(
+            ["sh", "-c", _WRITE_PRIVATE, "sh", f"{d}/{RECORD_FILE}"],
+            input=json.dumps(meta).encode(),
+        )
         if w.returncode != 0:
             log.warning("job %s: %s not written: %s", record.id, RECORD_FILE, _first_line(w))
         await store.call(store.add_job, record)
@@ -260,12 +305,21 @@ async def _undo_submit(t: Transport, plan: SlurmPlan, *, cancel: bool) -> None:
     if cancel:
         r = await t.run(["scancel", f"--name={plan.job_id}"])
         if r.returncode == 0:
-            log.warning("submission of %s did not complete: its Slurm job was cancelled and "
-                        "its folder %s removed", plan.job_id, plan.job_dir)
+            log.warning(
+                "submission of %s did not complete: its Slurm job was cancelled and "
+                "its folder %s removed",
+                plan.job_id,
+                plan.job_dir,
+            )
         else:
-            log.warning("submission of %s did not complete and its Slurm job could not be "
-                        "cancelled (%s): run `scancel --name=%s` on %s", plan.job_id,
-                        _first_line(r), plan.job_id, plan.login_host)
+            log.warning(
+                "submission of %s did not complete and its Slurm job could not be "
+                "cancelled (%s): run `scancel --name=%s` on %s",
+                plan.job_id,
+                _first_line(r),
+                plan.job_id,
+                plan.login_host,
+            )
     await t.run(["rm", "-rf", "--", plan.job_dir])
 
 
@@ -336,8 +390,9 @@ async def refresh_slurm(session: Session, store: Store, job: JobRecord) -> JobRe
     if state == "failed" and job.failure is None:
         job.failure = await explain_slurm_failure(t, jdir, job, sj, ends)
     await store.call(store.update_nodes, job.nodes)
-    await store.call(store.update_job, job.id, state=job.state, exit_code=job.exit_code,
-                     failure=job.failure)
+    await store.call(
+        store.update_job, job.id, state=job.state, exit_code=job.exit_code, failure=job.failure
+    )
     return job
 
 
@@ -345,8 +400,9 @@ def _job_dir(profile: Profile, home: str, job_id: str) -> str:
     return f"{expand_home(slurm_config(profile).job_dir, home).rstrip('/')}/{job_id}"
 
 
-async def explain_slurm_failure(t: Transport, job_dir: str, job: JobRecord, sj: SlurmJob,
-                                ends: dict[int, TaskEnd]) -> FailureRecord:
+async def explain_slurm_failure(
+    t: Transport, job_dir: str, job: JobRecord, sj: SlurmJob, ends: dict[int, TaskEnd]
+) -> FailureRecord:
     """The first failure: the node srun reported first with a non-zero exit (else node 0),
     diagnosed from the failed node's output, the other nodes' and the batch output (srun's
     and slurmstepd's lines: the step's cancellation and the tasks' ends are consequences of
@@ -366,15 +422,19 @@ async def explain_slurm_failure(t: Transport, job_dir: str, job: JobRecord, sj: 
     files.append(f"{base}/{BATCH_OUT}")
     r = await t.run(["sh", "-c", _DIAGNOSIS_FILES, str(DIAGNOSIS_TAIL), *files])
     text = r.stdout
-    out: FailureRecord = {"node": node.node_rank, "host": node.host,
-                          "exit_code": node.exit_code if node.exit_code is not None
-                          else sj.exit_code, "rank": None,
-                          "reason": f"Slurm job {sj.slurm_id} ended {sj.slurm_state}",
-                          "fix": None}
+    out: FailureRecord = {
+        "node": node.node_rank,
+        "host": node.host,
+        "exit_code": node.exit_code if node.exit_code is not None else sj.exit_code,
+        "rank": None,
+        "reason": f"Slurm job {sj.slurm_id} ended {sj.slurm_state}",
+        "fix": None,
+    }
     diag = diagnose(text) if text.strip() else None
     own = STATE_REASONS.get(sj.slurm_state)
-    if diag is None or (own is not None and diag.kind in ("exit_code", "signal", "stopped",
-                                                          "sigkill")):
+    if diag is None or (
+        own is not None and diag.kind in ("exit_code", "signal", "stopped", "sigkill")
+    ):
         if own is not None:
             out["reason"], out["fix"] = own
             out["kind"] = STATE_KINDS[sj.slurm_state]
@@ -391,6 +451,7 @@ async def explain_slurm_failure(t: Transport, job_dir: str, job: JobRecord, sj: 
     if diag.ranks:
         out["rank"] = diag.ranks[0]
     return out
+
 
 async def adopt_slurm(session: Session, store: Store) -> list[str]:
     """Store the jobs whose folders are on the login host but not in the store (another
@@ -411,18 +472,26 @@ async def adopt_slurm(session: Session, store: Store) -> list[str]:
             sid, count = str(meta["slurm_id"]), int(meta["node_count"])
             job_id = check_job_id(str(meta["id"]))
             record = JobRecord(
-                id=job_id, name=str(meta["name"]), profile=profile.name,
-                profile_source=profile.source, spec=dict(meta.get("spec") or {}),
+                id=job_id,
+                name=str(meta["name"]),
+                profile=profile.name,
+                profile_source=profile.source,
+                spec=dict(meta.get("spec") or {}),
                 spec_hash=str(meta.get("spec_hash", "")),
-                created_at=float(meta.get("created_at", 0.0)), node_count=count,
+                created_at=float(meta.get("created_at", 0.0)),
+                node_count=count,
                 state="unknown",
-                nodes=[NodeRecord(job_id, i, PENDING_HOST, f"slurm-{sid}-n{i}", sid)
-                       for i in range(count)])
+                nodes=[
+                    NodeRecord(job_id, i, PENDING_HOST, f"slurm-{sid}-n{i}", sid)
+                    for i in range(count)
+                ],
+            )
         except (ValueError, KeyError, TypeError) as e:
             log.warning("job record not read on %s: %s", t.describe(), e)
             continue
-        if await store.call(store.get, job_id) is None and \
-                await store.call(store.add_job, record, if_absent=True):
+        if await store.call(store.get, job_id) is None and await store.call(
+            store.add_job, record, if_absent=True
+        ):
             adopted.append(job_id)
             stop = meta.get("stop_requested_at")
             if isinstance(stop, (int, float)):
@@ -452,8 +521,10 @@ async def stop_slurm(session: Session, store: Store, job: JobRecord, grace: floa
     if sj.state == "running" and grace > 0:
         r = await t.run(["scancel", "--signal=TERM", sid])
         if r.returncode != 0:
-            raise JobError(f"scancel --signal=TERM {sid}: {_first_line(r)}",
-                           "see `squeue -j` on the login host")
+            raise JobError(
+                f"scancel --signal=TERM {sid}: {_first_line(r)}",
+                "see `squeue -j` on the login host",
+            )
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline:
             await asyncio.sleep(POLL_S)
@@ -498,11 +569,14 @@ async def remove_slurm(session: Session, store: Store, job: JobRecord) -> None:
     _, t = await _login(session, session.profile)
     r = await t.run(["rm", "-rf", "--", _job_dir(session.profile, await t.home(), job.id)])
     if r.returncode != 0:
-        raise JobError(f"cannot remove the job folder of {job.id}: {_first_line(r)}",
-                       "remove it by hand on the login host")
+        raise JobError(
+            f"cannot remove the job folder of {job.id}: {_first_line(r)}",
+            "remove it by hand on the login host",
+        )
 
 
 # -- logs -------------------------------------------------------------------------------------
+
 
 def _offsets_path(store: Store, job_id: str) -> Path:
     return store.job_log_dir(job_id) / "slurm-offsets.json"
@@ -551,8 +625,14 @@ async def _read_new(t: Transport, path: str, offset: int, final: bool) -> tuple[
     return text.removesuffix("\n").split("\n"), offset + end
 
 
-async def sync_logs(session: Session, store: Store, job: JobRecord, *, final: bool = False,
-                    clock: _Clock | None = None) -> dict[int, list[LogLine]]:
+async def sync_logs(
+    session: Session,
+    store: Store,
+    job: JobRecord,
+    *,
+    final: bool = False,
+    clock: _Clock | None = None,
+) -> dict[int, list[LogLine]]:
     """Read what the job's output files gained since the last read into the archive;
     returns the new lines per node (the batch output's as node 0's). ``final``: the job
     ended, a last line without a newline counts too. A login host that cannot be reached
@@ -595,9 +675,15 @@ def _node_of(job: JobRecord, rank: int) -> NodeRecord:
     return next(n for n in job.nodes if n.node_rank == rank)
 
 
-async def read_slurm_logs(session: Session, store: Store, job: JobRecord, *,
-                          node: int | None = None, since_ns: int | None = None,
-                          tail: int | None = None) -> list[JobLogLine]:
+async def read_slurm_logs(
+    session: Session,
+    store: Store,
+    job: JobRecord,
+    *,
+    node: int | None = None,
+    since_ns: int | None = None,
+    tail: int | None = None,
+) -> list[JobLogLine]:
     """A job's lines so far (the output files' news archived first), merged in time order
     and rank-tagged like a Docker job's."""
     await sync_logs(session, store, job, final=job.state not in ("pending", "running"))
@@ -616,16 +702,20 @@ async def read_slurm_logs(session: Session, store: Store, job: JobRecord, *,
     return out
 
 
-async def follow_slurm(session: Session, store: Store, job: JobRecord, *,
-                       node: int | None = None, since_ns: int | None = None,
-                       tail: int | None = None,
-                       refresh: Callable[[JobRecord], Awaitable[JobRecord]],
-                       ) -> AsyncIterator[list[JobLogLine]]:
+async def follow_slurm(
+    session: Session,
+    store: Store,
+    job: JobRecord,
+    *,
+    node: int | None = None,
+    since_ns: int | None = None,
+    tail: int | None = None,
+    refresh: Callable[[JobRecord], Awaitable[JobRecord]],
+) -> AsyncIterator[list[JobLogLine]]:
     """Follow a job's output files until Slurm says it ended (then one last read), in
     batches of one node's lines; ``refresh`` reconciles the job (every
     :data:`STATE_EVERY_S` s)."""
-    first = await read_slurm_logs(session, store, job, node=node, since_ns=since_ns,
-                                  tail=tail)
+    first = await read_slurm_logs(session, store, job, node=node, since_ns=since_ns, tail=tail)
     clock = _Clock(max((ln.ts_ns for ln in first), default=0))
     for n in job.nodes:
         batch = [ln for ln in first if ln.node_rank == n.node_rank]
@@ -637,8 +727,7 @@ async def follow_slurm(session: Session, store: Store, job: JobRecord, *,
         if time.monotonic() - checked >= STATE_EVERY_S:
             checked = time.monotonic()
             job = await refresh(job)
-            ended = job.state not in ("pending", "running", "unknown") or \
-                job.removed_at is not None
+            ended = job.state not in ("pending", "running", "unknown") or job.removed_at is not None
         new = await sync_logs(session, store, job, final=ended, clock=clock)
         for rank, lines in sorted(new.items()):
             if node is None or rank == node:

@@ -16,14 +16,16 @@ PENDING_HOST = "(pending)"
 #: ``days-hours:minutes:seconds``; ``UNLIMITED``/``INFINITE`` are the partition's maximum.
 TIME_RE = re.compile(
     r"^(?:\d{1,7}|\d{1,7}:\d{1,2}|\d{1,5}:\d{1,2}:\d{1,2}|\d{1,4}-\d{1,2}"
-    r"|\d{1,4}-\d{1,2}:\d{1,2}|\d{1,4}-\d{1,2}:\d{1,2}:\d{1,2}|UNLIMITED|INFINITE)$")
+    r"|\d{1,4}-\d{1,2}:\d{1,2}|\d{1,4}-\d{1,2}:\d{1,2}:\d{1,2}|UNLIMITED|INFINITE)$"
+)
 
 
 def slurm_time(v: str) -> str:
     """A Slurm time limit as sbatch ``--time`` takes it (see :data:`TIME_RE`)."""
     if not TIME_RE.match(v):
-        raise ValueError(f"{v[:40]!r} is not a Slurm time limit: give minutes (`30`), "
-                         "`HH:MM:SS` or `D-HH:MM:SS`")
+        raise ValueError(
+            f"{v[:40]!r} is not a Slurm time limit: give minutes (`30`), `HH:MM:SS` or `D-HH:MM:SS`"
+        )
     return v
 
 

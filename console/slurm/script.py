@@ -88,8 +88,10 @@ def slurm_config(profile: Profile) -> SlurmConfig:
         PlanError: the profile is not a Slurm profile.
     """
     if profile.slurm is None:
-        raise PlanError(f"profile {profile.name} is not a Slurm profile",
-                        "set `scheduler: slurm` and a `slurm:` section")
+        raise PlanError(
+            f"profile {profile.name} is not a Slurm profile",
+            "set `scheduler: slurm` and a `slurm:` section",
+        )
     return profile.slurm
 
 
@@ -104,39 +106,58 @@ def job_shape(loaded: LoadedSpec, profile: Profile) -> SlurmJobShape:
     spec = loaded.spec
     cfg = slurm_config(profile)
     if spec.kind != "train":
-        raise PlanError("notebooks run on SSH profiles, not on a Slurm cluster",
-                        "use a profile with `scheduler: ssh` for `gpuconsole notebook`")
+        raise PlanError(
+            "notebooks run on SSH profiles, not on a Slurm cluster",
+            "use a profile with `scheduler: ssh` for `gpuconsole notebook`",
+        )
     gpus = spec.gpus_per_node
     if not isinstance(gpus, int):
-        raise PlanError(f"{loaded.place('gpus_per_node')}Slurm allocates GPUs by count, "
-                        f"not {gpus!r}", "give `gpus_per_node: N` (0 for a CPU job)")
+        raise PlanError(
+            f"{loaded.place('gpus_per_node')}Slurm allocates GPUs by count, not {gpus!r}",
+            "give `gpus_per_node: N` (0 for a CPU job)",
+        )
     nproc = spec.nproc_per_node or (gpus or 1)
     if gpus and nproc > gpus:
-        raise PlanError(f"{loaded.place('nproc_per_node')}more processes than GPUs: "
-                        f"nproc_per_node {nproc} > {gpus}", "one process per GPU")
+        raise PlanError(
+            f"{loaded.place('nproc_per_node')}more processes than GPUs: "
+            f"nproc_per_node {nproc} > {gpus}",
+            "one process per GPU",
+        )
     nodes = spec.nodes if isinstance(spec.nodes, int) else len(spec.nodes)
     nodelist = tuple(spec.nodes) if isinstance(spec.nodes, list) else ()
     image = spec.image or profile.defaults.image
     host_only = spec.runtime == "host" or spec.python is not None
     if spec.runtime == "docker" and (cfg.container == "none" or not image):
-        why = "the cluster has no container plugin (slurm.container: none)" if image \
+        why = (
+            "the cluster has no container plugin (slurm.container: none)"
+            if image
             else "the job has no image"
-        raise PlanError(f"{loaded.place('runtime')}`runtime: docker` on Slurm needs an image "
-                        f"and the cluster's container plugin: {why}",
-                        "set slurm.container (pyxis or apptainer) and an image, or "
-                        "`runtime: host` to use the nodes' Python")
+        )
+        raise PlanError(
+            f"{loaded.place('runtime')}`runtime: docker` on Slurm needs an image "
+            f"and the cluster's container plugin: {why}",
+            "set slurm.container (pyxis or apptainer) and an image, or "
+            "`runtime: host` to use the nodes' Python",
+        )
     runtime = cfg.container if image and cfg.container != "none" and not host_only else "host"
     return SlurmJobShape(
-        nodes=nodes, nodelist=nodelist, gpus_per_node=gpus, nproc_per_node=nproc,
-        runtime=runtime, python=(spec.python or cfg.python) if runtime == "host" else None,
-        image=image if runtime != "host" else None)
+        nodes=nodes,
+        nodelist=nodelist,
+        gpus_per_node=gpus,
+        nproc_per_node=nproc,
+        runtime=runtime,
+        python=(spec.python or cfg.python) if runtime == "host" else None,
+        image=image if runtime != "host" else None,
+    )
 
 
 def _path(value: str, what: str) -> str:
     """A path written unquoted into ``#SBATCH`` lines: absolute, no spaces or quotes."""
     if not _SAFE_PATH.match(value):
-        raise PlanError(f"{what} {value!r} holds characters sbatch options cannot carry",
-                        "use a job_dir path of letters, digits and ._/+@=,- only")
+        raise PlanError(
+            f"{what} {value!r} holds characters sbatch options cannot carry",
+            "use a job_dir path of letters, digits and ._/+@=,- only",
+        )
     return value
 
 
@@ -147,9 +168,17 @@ def expand_home(path: str, home: str) -> str:
     return f"{home.rstrip('/')}/{path[2:]}" if path.startswith("~/") else path
 
 
-def render_sbatch(loaded: LoadedSpec, profile: Profile, job_id: str, *, job_dir: str,
-                  workdir: str | None, home: str, env_names: tuple[str, ...] = (),
-                  secret_names: frozenset[str] = frozenset()) -> str:
+def render_sbatch(
+    loaded: LoadedSpec,
+    profile: Profile,
+    job_id: str,
+    *,
+    job_dir: str,
+    workdir: str | None,
+    home: str,
+    env_names: tuple[str, ...] = (),
+    secret_names: frozenset[str] = frozenset(),
+) -> str:
     """The sbatch script of a job (see the module docstring).
 
     Args:
@@ -168,8 +197,12 @@ def render_sbatch(loaded: LoadedSpec, profile: Profile, job_id: str, *, job_dir:
     shape = job_shape(loaded, profile)
     job_dir = _path(job_dir, "job folder")
     q = shell_word
-    sb = [f"--job-name={job_id}", f"--comment={COMMENT_PREFIX}{job_id}",
-          f"--nodes={shape.nodes}", "--ntasks-per-node=1"]
+    sb = [
+        f"--job-name={job_id}",
+        f"--comment={COMMENT_PREFIX}{job_id}",
+        f"--nodes={shape.nodes}",
+        "--ntasks-per-node=1",
+    ]
     if shape.nodelist:
         sb.append(f"--nodelist={','.join(shape.nodelist)}")
     if shape.gpus_per_node:
@@ -182,29 +215,40 @@ def render_sbatch(loaded: LoadedSpec, profile: Profile, job_id: str, *, job_dir:
     if cfg.account:
         sb.append(f"--account={cfg.account}")
     sb += [f"--output={job_dir}/{BATCH_OUT}", f"--chdir={job_dir}", *cfg.sbatch_args]
-    out = ["#!/bin/bash",
-           f"# gpuconsole job {job_id} ({spec.name}): {shape.nodes} node(s) x "
-           f"{shape.nproc_per_node} process(es), runtime {shape.runtime}",
-           *(f"#SBATCH {a}" for a in sb),
-           "set -euo pipefail",
-           f"job_dir={q(job_dir)}"]
+    out = [
+        "#!/bin/bash",
+        f"# gpuconsole job {job_id} ({spec.name}): {shape.nodes} node(s) x "
+        f"{shape.nproc_per_node} process(es), runtime {shape.runtime}",
+        *(f"#SBATCH {a}" for a in sb),
+        "set -euo pipefail",
+        f"job_dir={q(job_dir)}",
+    ]
     if env_names:
         names = " ".join(n + (" (secret)" if n in secret_names else "") for n in env_names)
         out.append(f"# environment (values in $job_dir/{ENV_FILE}, mode 0600): {names}")
-    out += [f'set -a; . "$job_dir/{ENV_FILE}"; set +a',
-            'first=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
-            "addr=$(scontrol show node \"$first\" | sed -n 's/.*NodeAddr=\\([^ ]*\\).*/\\1/p')",
-            'addr=${addr:-$first}']
+    out += [
+        f'set -a; . "$job_dir/{ENV_FILE}"; set +a',
+        'first=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+        "addr=$(scontrol show node \"$first\" | sed -n 's/.*NodeAddr=\\([^ ]*\\).*/\\1/p')",
+        "addr=${addr:-$first}",
+    ]
     if spec.rdzv_port:
         out.append(f"port={spec.rdzv_port}")
     else:
         out.append(f"port=$(( {profile.defaults.rdzv_port} + SLURM_JOB_ID % {PORT_SPREAD} ))")
-    out += [f'echo "gpuconsole: job {job_id} is Slurm job $SLURM_JOB_ID on '
-            f'$SLURM_JOB_NODELIST, rendezvous c10d at $addr:$port"',
-            f"export PYTHONUNBUFFERED=1 GPUCONSOLE_JOB_ID={q(job_id)} "
-            f"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE={q(LOG_PREFIX_TEMPLATE)}"]
-    srun = ["srun", "--kill-on-bad-exit=1", "--export=ALL", "--ntasks-per-node=1",
-            f"--output={job_dir}/node%t.out"]
+    out += [
+        f'echo "gpuconsole: job {job_id} is Slurm job $SLURM_JOB_ID on '
+        f'$SLURM_JOB_NODELIST, rendezvous c10d at $addr:$port"',
+        f"export PYTHONUNBUFFERED=1 GPUCONSOLE_JOB_ID={q(job_id)} "
+        f"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE={q(LOG_PREFIX_TEMPLATE)}",
+    ]
+    srun = [
+        "srun",
+        "--kill-on-bad-exit=1",
+        "--export=ALL",
+        "--ntasks-per-node=1",
+        f"--output={job_dir}/node%t.out",
+    ]
     mounts = [*profile.defaults.mounts, *spec.mounts]
     binds = []
     for m in mounts:
@@ -220,15 +264,23 @@ def render_sbatch(loaded: LoadedSpec, profile: Profile, job_id: str, *, job_dir:
         launcher = ["torchrun"]
     elif shape.runtime == "apptainer":
         assert shape.image is not None
-        launcher = ["apptainer", "exec", "--pwd", WORKSPACE,
-                    *(["--nv"] if shape.gpus_per_node else []),
-                    *(a for b in binds for a in ("--bind", b)),
-                    f"docker://{shape.image}", "torchrun"]
+        launcher = [
+            "apptainer",
+            "exec",
+            "--pwd",
+            WORKSPACE,
+            *(["--nv"] if shape.gpus_per_node else []),
+            *(a for b in binds for a in ("--bind", b)),
+            f"docker://{shape.image}",
+            "torchrun",
+        ]
     else:
         assert shape.python is not None
         if mounts:
-            out.append("# note: mounts apply to containers; this job runs on the nodes' "
-                       f"own Python, so {', '.join(mounts)} are not mounted")
+            out.append(
+                "# note: mounts apply to containers; this job runs on the nodes' "
+                f"own Python, so {', '.join(mounts)} are not mounted"
+            )
         if workdir:
             out.append(f"cd {q(workdir)}")
         launcher = [expand_home(shape.python, home), "-m", "torch.distributed.run"]
@@ -237,15 +289,20 @@ def render_sbatch(loaded: LoadedSpec, profile: Profile, job_id: str, *, job_dir:
     one: list[list[str | _Var]] = [[w] for w in srun[1:]]
     args: list[list[str | _Var]] = [[a] for a in spec.args]
     groups: list[list[str | _Var]] = [
-        [srun[0]], *one, [*launcher],
+        [srun[0]],
+        *one,
+        [*launcher],
         ["--nnodes", _Var("$SLURM_JOB_NUM_NODES")],
         ["--nproc-per-node", str(shape.nproc_per_node)],
-        ["--rdzv-backend", "c10d"], ["--rdzv-endpoint", _Var("$addr:$port")],
-        ["--rdzv-id", job_id], ["--max-restarts", str(spec.max_restarts)], ["--tee", "3"],
-        [spec.script or ""], *args,
+        ["--rdzv-backend", "c10d"],
+        ["--rdzv-endpoint", _Var("$addr:$port")],
+        ["--rdzv-id", job_id],
+        ["--max-restarts", str(spec.max_restarts)],
+        ["--tee", "3"],
+        [spec.script or ""],
+        *args,
     ]
-    shown = [" ".join(f'"{w.text}"' if isinstance(w, _Var) else q(w) for w in g)
-             for g in groups]
+    shown = [" ".join(f'"{w.text}"' if isinstance(w, _Var) else q(w) for w in g) for g in groups]
     out.append("exec " + " \\\n    ".join(_wrap(shown)))
     return "\n".join(out) + "\n"
 

@@ -19,38 +19,63 @@ if TYPE_CHECKING:
 
 #: Slurm job states (``man squeue``, JOB STATE CODES) -> gpuconsole job states.
 STATE_MAP: dict[str, JobState] = {
-    "PENDING": "pending", "CONFIGURING": "pending", "REQUEUED": "pending",
-    "REQUEUE_FED": "pending", "REQUEUE_HOLD": "pending", "RESV_DEL_HOLD": "pending",
-    "SUSPENDED": "running", "STOPPED": "running",
-    "RUNNING": "running", "COMPLETING": "running", "SIGNALING": "running",
-    "STAGE_OUT": "running", "RESIZING": "running",
+    "PENDING": "pending",
+    "CONFIGURING": "pending",
+    "REQUEUED": "pending",
+    "REQUEUE_FED": "pending",
+    "REQUEUE_HOLD": "pending",
+    "RESV_DEL_HOLD": "pending",
+    "SUSPENDED": "running",
+    "STOPPED": "running",
+    "RUNNING": "running",
+    "COMPLETING": "running",
+    "SIGNALING": "running",
+    "STAGE_OUT": "running",
+    "RESIZING": "running",
     "COMPLETED": "succeeded",
-    "FAILED": "failed", "TIMEOUT": "failed", "NODE_FAIL": "failed",
-    "OUT_OF_MEMORY": "failed", "BOOT_FAIL": "failed", "DEADLINE": "failed",
-    "CANCELLED": "stopped", "PREEMPTED": "stopped", "REVOKED": "stopped",
+    "FAILED": "failed",
+    "TIMEOUT": "failed",
+    "NODE_FAIL": "failed",
+    "OUT_OF_MEMORY": "failed",
+    "BOOT_FAIL": "failed",
+    "DEADLINE": "failed",
+    "CANCELLED": "stopped",
+    "PREEMPTED": "stopped",
+    "REVOKED": "stopped",
     "SPECIAL_EXIT": "failed",
 }
 
 #: Why Slurm ended a job, for the states that say it themselves.
 STATE_REASONS = {
-    "TIMEOUT": ("Slurm ended the job at its time limit (--time)",
-                "raise `time_limit` in the spec (or the profile's slurm.time_limit), or "
-                "checkpoint and resume"),
-    "NODE_FAIL": ("a node of the job failed (Slurm NODE_FAIL)",
-                  "resubmit; ask the cluster's admins about the node (sinfo -R)"),
-    "OUT_OF_MEMORY": ("a task ran out of memory (Slurm OUT_OF_MEMORY: the job's cgroup "
-                      "OOM killer)", "ask for more memory (sbatch_args: [--mem=...]) or "
-                      "lower host memory use (DataLoader workers, batch size)"),
+    "TIMEOUT": (
+        "Slurm ended the job at its time limit (--time)",
+        "raise `time_limit` in the spec (or the profile's slurm.time_limit), or "
+        "checkpoint and resume",
+    ),
+    "NODE_FAIL": (
+        "a node of the job failed (Slurm NODE_FAIL)",
+        "resubmit; ask the cluster's admins about the node (sinfo -R)",
+    ),
+    "OUT_OF_MEMORY": (
+        "a task ran out of memory (Slurm OUT_OF_MEMORY: the job's cgroup OOM killer)",
+        "ask for more memory (sbatch_args: [--mem=...]) or "
+        "lower host memory use (DataLoader workers, batch size)",
+    ),
     "BOOT_FAIL": ("a node of the job failed to boot (Slurm BOOT_FAIL)", "resubmit"),
     "DEADLINE": ("Slurm ended the job at its deadline (--deadline)", "move the deadline"),
-    "PREEMPTED": ("Slurm preempted the job for another", "resubmit, or use a partition "
-                  "or QOS without preemption"),
+    "PREEMPTED": (
+        "Slurm preempted the job for another",
+        "resubmit, or use a partition or QOS without preemption",
+    ),
 }
 
 STATE_KINDS: dict[str, CauseKind] = {
-    "TIMEOUT": "slurm_timeout", "NODE_FAIL": "slurm_node_fail",
-    "OUT_OF_MEMORY": "slurm_out_of_memory", "BOOT_FAIL": "slurm_boot_fail",
-    "DEADLINE": "slurm_deadline", "PREEMPTED": "slurm_preempted",
+    "TIMEOUT": "slurm_timeout",
+    "NODE_FAIL": "slurm_node_fail",
+    "OUT_OF_MEMORY": "slurm_out_of_memory",
+    "BOOT_FAIL": "slurm_boot_fail",
+    "DEADLINE": "slurm_deadline",
+    "PREEMPTED": "slurm_preempted",
 }
 """The cause id of a job failure that :data:`STATE_REASONS` explains (same keys)."""
 
@@ -58,9 +83,12 @@ _FIELD = re.compile(r"(\w[\w/:]*)=(\S*)")
 _SRUN_TASK = re.compile(
     r"srun: error: (?P<node>\S+): tasks? (?P<tasks>[\d,\- ]+): (?P<how>Exited with exit "
     r"code (?P<code>\d+)|Killed|Terminated|Out Of Memory|Segmentation fault|Aborted"
-    r"|Bus error)")
-_TERMINATING = re.compile(r"srun: (?:launch/slurm: _step_signal: Terminating|Job step "
-                          r"aborted|forcing job termination)")
+    r"|Bus error)"
+)
+_TERMINATING = re.compile(
+    r"srun: (?:launch/slurm: _step_signal: Terminating|Job step "
+    r"aborted|forcing job termination)"
+)
 
 
 def parse_scontrol(line: str) -> dict[str, str]:
@@ -144,9 +172,15 @@ def job_from_scontrol(fields: dict[str, str]) -> SlurmJob:
     final = STATE_MAP.get(word) not in (None, "pending", "running")
     code, sig = exit_status(fields.get("ExitCode", "")) if final else (None, None)
     reason = fields.get("Reason")
-    return SlurmJob(fields.get("JobId", ""), word, STATE_MAP.get(word, "unknown"), code,
-                    sig or None, tuple(expand_nodelist(fields.get("NodeList", ""))),
-                    None if reason in (None, "None") else reason)
+    return SlurmJob(
+        fields.get("JobId", ""),
+        word,
+        STATE_MAP.get(word, "unknown"),
+        code,
+        sig or None,
+        tuple(expand_nodelist(fields.get("NodeList", ""))),
+        None if reason in (None, "None") else reason,
+    )
 
 
 def job_from_sacct(text: str, slurm_id: str) -> SlurmJob | None:
@@ -160,8 +194,14 @@ def job_from_sacct(text: str, slurm_id: str) -> SlurmJob | None:
     word = r[1].split()[0] if r[1].split() else ""
     final = STATE_MAP.get(word) not in (None, "pending", "running")
     code, sig = exit_status(r[2]) if final else (None, None)
-    return SlurmJob(slurm_id, word, STATE_MAP.get(word, "unknown"), code, sig or None,
-                    tuple(expand_nodelist(r[3])))
+    return SlurmJob(
+        slurm_id,
+        word,
+        STATE_MAP.get(word, "unknown"),
+        code,
+        sig or None,
+        tuple(expand_nodelist(r[3])),
+    )
 
 
 @dataclass(frozen=True)
@@ -215,8 +255,9 @@ def _tasks(spec: str) -> list[int]:
     return out
 
 
-def node_states(job: SlurmJob, count: int, ends: dict[int, TaskEnd], *,
-                stop_requested: bool) -> list[tuple[NodeState, int | None]]:
+def node_states(
+    job: SlurmJob, count: int, ends: dict[int, TaskEnd], *, stop_requested: bool
+) -> list[tuple[NodeState, int | None]]:
     """Each node's ``(state, exit code)`` from the job's state and srun's task lines.
 
     While the job is pending or running every node has its state. Once it ended: a task srun

@@ -93,15 +93,16 @@ class GpuMetric:
     read: Callable[[GpuRecord], float | None]
 
 
-GpmKey = Literal["sm_activity_pct", "sm_occupancy_pct", "tensor_activity_pct",
-                 "dram_bw_util_pct"]
+GpmKey = Literal["sm_activity_pct", "sm_occupancy_pct", "tensor_activity_pct", "dram_bw_util_pct"]
 
 
 def _gpm(key: GpmKey) -> Callable[[GpuRecord], float | None]:
     """Reads a GPM percentage as DCGM's ratio (0-1)."""
+
     def read(g: GpuRecord) -> float | None:
         gpm = g["gpm"]
         return _pct_ratio(gpm[key] if gpm else None)
+
     return read
 
 
@@ -113,32 +114,45 @@ def _fb_free(g: GpuRecord) -> float | None:
 #: The GPU series, dcgm-exporter's names and help texts; units as DCGM's (%, MiB, C, W, MHz,
 #: ratios 0-1 for ``DCGM_FI_PROF_*``).
 GPU_METRICS: tuple[GpuMetric, ...] = (
-    GpuMetric("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).",
-              lambda g: g["sm_clock_mhz"]),
-    GpuMetric("DCGM_FI_DEV_MEM_CLOCK", "Memory clock frequency (in MHz).",
-              lambda g: g["mem_clock_mhz"]),
+    GpuMetric("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).", lambda g: g["sm_clock_mhz"]),
+    GpuMetric(
+        "DCGM_FI_DEV_MEM_CLOCK", "Memory clock frequency (in MHz).", lambda g: g["mem_clock_mhz"]
+    ),
     GpuMetric("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", lambda g: g["temp_c"]),
     GpuMetric("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", lambda g: g["power_w"]),
     GpuMetric("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", lambda g: g["util_gpu_pct"]),
-    GpuMetric("DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).",
-              lambda g: g["util_mem_pct"]),
+    GpuMetric(
+        "DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).", lambda g: g["util_mem_pct"]
+    ),
     GpuMetric("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", _fb_free),
-    GpuMetric("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).",
-              lambda g: g["mem_used_mib"]),
-    GpuMetric("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
-              "Total number of double-bit volatile ECC errors.",
-              lambda g: g["ecc_volatile_uncorrected"]),
-    GpuMetric("DCGM_FI_PROF_SM_ACTIVE",
-              "The ratio of cycles an SM has at least 1 warp assigned.",
-              _gpm("sm_activity_pct")),
-    GpuMetric("DCGM_FI_PROF_SM_OCCUPANCY", "The ratio of number of warps resident on an SM.",
-              _gpm("sm_occupancy_pct")),
-    GpuMetric("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
-              "Ratio of cycles the tensor (HMMA) pipe is active.",
-              _gpm("tensor_activity_pct")),
-    GpuMetric("DCGM_FI_PROF_DRAM_ACTIVE",
-              "Ratio of cycles the device memory interface is active sending or receiving "
-              "data.", _gpm("dram_bw_util_pct")),
+    GpuMetric(
+        "DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", lambda g: g["mem_used_mib"]
+    ),
+    GpuMetric(
+        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+        "Total number of double-bit volatile ECC errors.",
+        lambda g: g["ecc_volatile_uncorrected"],
+    ),
+    GpuMetric(
+        "DCGM_FI_PROF_SM_ACTIVE",
+        "The ratio of cycles an SM has at least 1 warp assigned.",
+        _gpm("sm_activity_pct"),
+    ),
+    GpuMetric(
+        "DCGM_FI_PROF_SM_OCCUPANCY",
+        "The ratio of number of warps resident on an SM.",
+        _gpm("sm_occupancy_pct"),
+    ),
+    GpuMetric(
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+        "Ratio of cycles the tensor (HMMA) pipe is active.",
+        _gpm("tensor_activity_pct"),
+    ),
+    GpuMetric(
+        "DCGM_FI_PROF_DRAM_ACTIVE",
+        "Ratio of cycles the device memory interface is active sending or receiving data.",
+        _gpm("dram_bw_util_pct"),
+    ),
 )
 
 XID_METRIC = "DCGM_FI_DEV_XID_ERRORS"
@@ -188,8 +202,10 @@ def _gpu_holders(state: FleetState, v: HostView) -> dict[int, tuple[str, str]]:
         jobs.setdefault(idx, set()).add(job.job_id)
         if p["rank"] is not None:
             ranks.setdefault(idx, set()).add(p["rank"])
-    return {idx: (",".join(sorted(js)), ",".join(str(r) for r in sorted(ranks.get(idx, ()))))
-            for idx, js in jobs.items()}
+    return {
+        idx: (",".join(sorted(js)), ",".join(str(r) for r in sorted(ranks.get(idx, ()))))
+        for idx, js in jobs.items()
+    }
 
 
 class FleetCollector(Collector):
@@ -203,9 +219,13 @@ class FleetCollector(Collector):
         monotonic: clock of :attr:`HostView.last_rx` (s).
     """
 
-    def __init__(self, fleet: Callable[[], FleetState | None],
-                 alerts: Callable[[], Iterable[Alert]], xids: XidTracker | None = None,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        fleet: Callable[[], FleetState | None],
+        alerts: Callable[[], Iterable[Alert]],
+        xids: XidTracker | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._fleet = fleet
         self._alerts = alerts
         self._xids = xids or XidTracker()
@@ -233,9 +253,14 @@ class FleetCollector(Collector):
                 idx = g["index"]
                 if idx is None or g["lost"]:
                     continue
-                labels = {"gpu": str(idx), "UUID": g["uuid"] or "",
-                          "pci_bus_id": g["pci_bus_id"] or "", "device": f"nvidia{idx}",
-                          "modelName": g["name"] or "", "Hostname": v.name}
+                labels = {
+                    "gpu": str(idx),
+                    "UUID": g["uuid"] or "",
+                    "pci_bus_id": g["pci_bus_id"] or "",
+                    "device": f"nvidia{idx}",
+                    "modelName": g["name"] or "",
+                    "Hostname": v.name,
+                }
                 if driver:
                     labels["DCGM_FI_DRIVER_VERSION"] = driver
                 job, ranks = holders.get(idx, ("", ""))
@@ -256,10 +281,12 @@ class FleetCollector(Collector):
         up = GaugeMetricFamily(
             "gpuconsole_host_up",
             "1 while the host streams telemetry, 0 when it is down (unreachable) or stale "
-            "(3 intervals without a sample); absent while still connecting.")
+            "(3 intervals without a sample); absent while still connecting.",
+        )
         age = GaugeMetricFamily(
             "gpuconsole_host_sample_age_seconds",
-            "Seconds since the host's last sample arrived (s).")
+            "Seconds since the host's last sample arrived (s).",
+        )
         now = self._monotonic()
         for v in list(state.hosts.values()):
             labels = {"Hostname": v.name}
@@ -274,10 +301,12 @@ class FleetCollector(Collector):
 
     def _alert_series(self) -> Iterator[Metric]:
         alerts = GaugeMetricFamily(
-            "ALERTS", "Firing gpuconsole alerts (1 each), as Prometheus' rule evaluator "
-            "writes them.")
+            "ALERTS",
+            "Firing gpuconsole alerts (1 each), as Prometheus' rule evaluator writes them.",
+        )
         since = GaugeMetricFamily(
-            "ALERTS_FOR_STATE", "When each firing gpuconsole alert fired (Unix s).")
+            "ALERTS_FOR_STATE", "When each firing gpuconsole alert fired (Unix s)."
+        )
         for a in self._alerts():
             if not a.firing:
                 continue

@@ -172,8 +172,11 @@ class Message:
     notify_type: NotifyType
 
 
-_SEVERITY_TYPE: dict[str, NotifyType] = {"critical": "failure", "warning": "warning",
-                                         "info": "info"}
+_SEVERITY_TYPE: dict[str, NotifyType] = {
+    "critical": "failure",
+    "warning": "warning",
+    "info": "info",
+}
 
 
 def _clock(t: float | None) -> str:
@@ -184,8 +187,15 @@ def message_for(event: AlertChanged) -> Message:
     """The notification of a transition: ``[CRITICAL] host_unreachable a`` /
     ``[RESOLVED] ...`` with the summary, the times and the details."""
     a: Alert = event.alert
-    where = " ".join(x for x in (a.host, None if a.gpu is None else f"gpu{a.gpu}",
-                                 None if a.job is None else f"job {a.job}") if x)
+    where = " ".join(
+        x
+        for x in (
+            a.host,
+            None if a.gpu is None else f"gpu{a.gpu}",
+            None if a.job is None else f"job {a.job}",
+        )
+        if x
+    )
     if event.change == "resolved":
         title = f"[RESOLVED] {a.rule} {where}".rstrip()
         ntype: NotifyType = "success"
@@ -230,12 +240,14 @@ class Ledger:
 
     #: ``MIGRATIONS[v]`` takes the file from version ``v - 1`` to ``v``; append, never edit.
     MIGRATIONS: dict[int, tuple[str, ...]] = {
-        1: ("""CREATE TABLE IF NOT EXISTS deliveries (
+        1: (
+            """CREATE TABLE IF NOT EXISTS deliveries (
             url_id TEXT NOT NULL, key TEXT NOT NULL, change TEXT NOT NULL,
             fired_at REAL NOT NULL, state TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0,
             title TEXT NOT NULL, body TEXT NOT NULL, notify_type TEXT NOT NULL,
             created_at REAL NOT NULL, updated_at REAL NOT NULL, error TEXT,
-            PRIMARY KEY (url_id, key, change, fired_at))""",),
+            PRIMARY KEY (url_id, key, change, fired_at))""",
+        ),
     }
 
     #: What moving a damaged ledger aside costs (the fix of its errors).
@@ -251,8 +263,9 @@ class Ledger:
         try:
             con = self.connect()
             try:
-                migrate_schema(con, path, self.MIGRATIONS, what="notification ledger",
-                               if_lost=self.IF_LOST)
+                migrate_schema(
+                    con, path, self.MIGRATIONS, what="notification ledger", if_lost=self.IF_LOST
+                )
             finally:
                 con.close()
         except sqlite3.Error as e:
@@ -275,23 +288,30 @@ class Ledger:
         docstring); ``True`` when it was claimed and must be sent."""
         con.execute("BEGIN IMMEDIATE")
         try:
-            if con.execute("SELECT 1 FROM deliveries WHERE url_id=? AND key=? AND change=? "
-                           "AND fired_at=?", (uid, m.key, m.change, m.fired_at)).fetchone():
+            if con.execute(
+                "SELECT 1 FROM deliveries WHERE url_id=? AND key=? AND change=? AND fired_at=?",
+                (uid, m.key, m.change, m.fired_at),
+            ).fetchone():
                 con.execute("COMMIT")
                 return False
-            last = con.execute("SELECT change FROM deliveries WHERE url_id=? AND key=? AND "
-                               "state IN ('pending', 'sent') ORDER BY created_at DESC, rowid "
-                               "DESC LIMIT 1", (uid, m.key)).fetchone()
+            last = con.execute(
+                "SELECT change FROM deliveries WHERE url_id=? AND key=? AND "
+                "state IN ('pending', 'sent') ORDER BY created_at DESC, rowid "
+                "DESC LIMIT 1",
+                (uid, m.key),
+            ).fetchone()
             last_change = last[0] if last else None
             if (m.change == "fired" and last_change == "fired") or (
-                    m.change == "resolved" and last_change != "fired"):
+                m.change == "resolved" and last_change != "fired"
+            ):
                 con.execute("COMMIT")
                 return False
-            con.execute("INSERT INTO deliveries (url_id, key, change, fired_at, state, title, "
-                        "body, notify_type, created_at, updated_at) VALUES "
-                        "(?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?)",
-                        (uid, m.key, m.change, m.fired_at, m.title, m.body, m.notify_type,
-                         now, now))
+            con.execute(
+                "INSERT INTO deliveries (url_id, key, change, fired_at, state, title, "
+                "body, notify_type, created_at, updated_at) VALUES "
+                "(?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?)",
+                (uid, m.key, m.change, m.fired_at, m.title, m.body, m.notify_type, now, now),
+            )
             con.execute("COMMIT")
             return True
         except BaseException:
@@ -299,23 +319,38 @@ class Ledger:
             raise
 
     @staticmethod
-    def mark(con: sqlite3.Connection, uid: str, m: Message, state: str, attempts: int,
-             error: str | None, now: float) -> None:
+    def mark(
+        con: sqlite3.Connection,
+        uid: str,
+        m: Message,
+        state: str,
+        attempts: int,
+        error: str | None,
+        now: float,
+    ) -> None:
         """Set a claimed delivery's state (``pending`` while retrying, ``sent``,
         ``failed``)."""
-        con.execute("UPDATE deliveries SET state=?, attempts=?, error=?, updated_at=? WHERE "
-                    "url_id=? AND key=? AND change=? AND fired_at=?",
-                    (state, attempts, error, now, uid, m.key, m.change, m.fired_at))
+        con.execute(
+            "UPDATE deliveries SET state=?, attempts=?, error=?, updated_at=? WHERE "
+            "url_id=? AND key=? AND change=? AND fired_at=?",
+            (state, attempts, error, now, uid, m.key, m.change, m.fired_at),
+        )
 
     @staticmethod
     def pending(con: sqlite3.Connection, uid: str, now: float) -> list[Message]:
         """A URL's deliveries left pending by an earlier run, oldest first (older than
         :data:`RESUME_MAX_AGE_S` are marked ``expired`` instead)."""
-        con.execute("UPDATE deliveries SET state='expired', updated_at=? WHERE url_id=? AND "
-                    "state='pending' AND created_at < ?", (now, uid, now - RESUME_MAX_AGE_S))
-        rows = con.execute("SELECT key, change, fired_at, title, body, notify_type FROM "
-                           "deliveries WHERE url_id=? AND state='pending' ORDER BY created_at, "
-                           "rowid", (uid,)).fetchall()
+        con.execute(
+            "UPDATE deliveries SET state='expired', updated_at=? WHERE url_id=? AND "
+            "state='pending' AND created_at < ?",
+            (now, uid, now - RESUME_MAX_AGE_S),
+        )
+        rows = con.execute(
+            "SELECT key, change, fired_at, title, body, notify_type FROM "
+            "deliveries WHERE url_id=? AND state='pending' ORDER BY created_at, "
+            "rowid",
+            (uid,),
+        ).fetchall()
         return [Message(r[0], r[1], r[2], r[3], r[4], r[5]) for r in rows]
 
     def rows(self) -> list[tuple[str, str, str, float, str, int]]:
@@ -323,9 +358,13 @@ class Ledger:
         diagnostics)."""
         con = self.connect()
         try:
-            return [tuple(r) for r in con.execute(
-                "SELECT url_id, key, change, fired_at, state, attempts FROM deliveries "
-                "ORDER BY created_at, rowid")]
+            return [
+                tuple(r)
+                for r in con.execute(
+                    "SELECT url_id, key, change, fired_at, state, attempts FROM deliveries "
+                    "ORDER BY created_at, rowid"
+                )
+            ]
         finally:
             con.close()
 
@@ -350,8 +389,14 @@ def apprise_sender() -> Sender:
     return send
 
 
-def check_urls(urls: Sequence[str], where: Callable[[int], tuple[str, str | None, int | None]]
-               = lambda i: (f"notify[{i}]", None, None)) -> None:
+def check_urls(
+    urls: Sequence[str],
+    where: Callable[[int], tuple[str, str | None, int | None]] = lambda i: (
+        f"notify[{i}]",
+        None,
+        None,
+    ),
+) -> None:
     """Refuse URLs Apprise does not understand.
 
     Args:
@@ -376,7 +421,10 @@ def check_urls(urls: Sequence[str], where: Callable[[int], tuple[str, str | None
                     f"Apprise does not understand the URL {redact_url(u)}",
                     "write it as the Apprise wiki shows for the service (e.g. "
                     "json://host:port/path, tgram://token/chat, slack://...)",
-                    path=path, line=line, field=field)
+                    path=path,
+                    line=line,
+                    field=field,
+                )
     finally:
         apprise_log.disabled = was_disabled
 
@@ -394,9 +442,17 @@ class Notifier:
         max_backoff_s: the longest delay between tries (s).
     """
 
-    def __init__(self, urls: Sequence[str], ledger: Ledger, *, send: Sender | None = None,
-                 report: Callable[[Delivery], None] | None = None, attempts: int = 5,
-                 backoff_s: float = 1.0, max_backoff_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        urls: Sequence[str],
+        ledger: Ledger,
+        *,
+        send: Sender | None = None,
+        report: Callable[[Delivery], None] | None = None,
+        attempts: int = 5,
+        backoff_s: float = 1.0,
+        max_backoff_s: float = 30.0,
+    ) -> None:
         self.urls = list(dict.fromkeys(urls))
         self.ledger = ledger
         self.send = send or apprise_sender()
@@ -420,8 +476,9 @@ class Notifier:
             handler.addFilter(self.filter)
         for i, url in enumerate(self.urls):
             q: queue.Queue[Message | None] = queue.Queue()
-            t = threading.Thread(target=self._worker, args=(url, q), daemon=True,
-                                 name=f"gpuconsole-notify-{i}")
+            t = threading.Thread(
+                target=self._worker, args=(url, q), daemon=True, name=f"gpuconsole-notify-{i}"
+            )
             self._queues.append(q)
             self._threads.append(t)
             t.start()
@@ -485,8 +542,7 @@ class Notifier:
         finally:
             con.close()
 
-    def _deliver(self, con: sqlite3.Connection, url: str, uid: str, shown: str,
-                 m: Message) -> None:
+    def _deliver(self, con: sqlite3.Connection, url: str, uid: str, shown: str, m: Message) -> None:
         backoff = Backoff(self.backoff_s, self.max_backoff_s, jitter=0.2)
         error: str | None = None
         for attempt in range(1, self.attempts + 1):
@@ -510,8 +566,9 @@ class Notifier:
         self._say(Delivery(shown, m, "failed", self.attempts, error))
 
     @staticmethod
-    def _mark(con: sqlite3.Connection, uid: str, m: Message, state: str, attempts: int,
-              error: str | None) -> None:
+    def _mark(
+        con: sqlite3.Connection, uid: str, m: Message, state: str, attempts: int, error: str | None
+    ) -> None:
         try:
             Ledger.mark(con, uid, m, state, attempts, error, time.time())
         except sqlite3.Error as e:

@@ -69,8 +69,7 @@ def alert_json(ev: AlertChanged) -> dict[str, Any]:
 
 
 def alert_line(ev: AlertChanged) -> str:
-    """A transition for people: ``2026-11-29 12:00:01  CRITICAL  fired     <summary>  [key]``.
-    """
+    """A transition for people: ``2026-11-29 12:00:01  CRITICAL  fired     <summary>  [key]``."""
     sev = "RESOLVED" if ev.change == "resolved" else ev.alert.severity.upper()
     return _line(ev.at, sev, ev.change, ev.alert)
 
@@ -80,8 +79,13 @@ def firing_json(alert: Alert) -> dict[str, Any]:
     the JSON object of a transition: ``"change": "firing"``, ``"at"``: when it fired (Unix s),
     and ``"initial": true`` (no transition happened now; it is not paged again)."""
     data: dict[str, Any] = json.loads(alert_to_json(alert))
-    return {"type": "alert", "change": "firing", "at": alert.fired_at, "alert": data,
-            "initial": True}
+    return {
+        "type": "alert",
+        "change": "firing",
+        "at": alert.fired_at,
+        "alert": data,
+        "initial": True,
+    }
 
 
 def firing_line(alert: Alert) -> str:
@@ -136,9 +140,15 @@ class Watch:
         say: writes one diagnostic line (stderr).
     """
 
-    def __init__(self, service: Service, options: WatchOptions, *,
-                 emit: Callable[[str], None], say: Callable[[str], None],
-                 source: AlertSource | None = None) -> None:
+    def __init__(
+        self,
+        service: Service,
+        options: WatchOptions,
+        *,
+        emit: Callable[[str], None],
+        say: Callable[[str], None],
+        source: AlertSource | None = None,
+    ) -> None:
         self.svc = service
         self.opts = options
         self.source = source
@@ -177,8 +187,7 @@ class Watch:
 
     # -- run --------------------------------------------------------------------------------
 
-    async def run(self, stop: asyncio.Event,
-                  on_started: Callable[[], None] | None = None) -> None:
+    async def run(self, stop: asyncio.Event, on_started: Callable[[], None] | None = None) -> None:
         """Watch until ``stop`` is set; then end everything started here.
 
         Args:
@@ -190,8 +199,10 @@ class Watch:
             GpuConsoleError: the metrics port cannot be bound.
         """
         loop = asyncio.get_running_loop()
-        subs = [self.svc.bus.subscribe(self._on_alert, kinds=(AlertChanged,)),
-                self.svc.bus.subscribe(self._on_sample, kinds=(SampleReceived,))]
+        subs = [
+            self.svc.bus.subscribe(self._on_alert, kinds=(AlertChanged,)),
+            self.svc.bus.subscribe(self._on_sample, kinds=(SampleReceived,)),
+        ]
         tasks: list[asyncio.Task[Any]] = []
         try:
             if self.opts.notify_urls:
@@ -202,8 +213,7 @@ class Watch:
             if replay is None:
                 self.svc.start_fleet(interval=self.opts.interval)
             if self.source is None:
-                self.source = AlertWatcher(self.svc) if replay is None \
-                    else _ReplayWatcher(self.svc)
+                self.source = AlertWatcher(self.svc) if replay is None else _ReplayWatcher(self.svc)
             await self.source.start()
             if on_started is not None:
                 on_started()
@@ -213,8 +223,7 @@ class Watch:
                 tasks.append(asyncio.create_task(self._replay_done(), name="watch-replay"))
             printer = asyncio.create_task(self._print_loop(), name="watch-print")
             stopper = asyncio.create_task(stop.wait(), name="watch-stop")
-            done, _ = await asyncio.wait({printer, stopper},
-                                         return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait({printer, stopper}, return_when=asyncio.FIRST_COMPLETED)
             if printer in done:
                 printer.result()  # OutputClosed or a bug: raised here
             printer.cancel()
@@ -269,9 +278,11 @@ class Watch:
 
         def report(d: Delivery) -> None:  # on a worker thread
             if d.outcome in ("failed", "retrying"):
-                text = (f"notify {d.url}: {d.message.change} {d.message.key}: attempt "
-                        f"{d.attempts} failed ({d.error})"
-                        + ("; retrying" if d.outcome == "retrying" else "; giving up"))
+                text = (
+                    f"notify {d.url}: {d.message.change} {d.message.key}: attempt "
+                    f"{d.attempts} failed ({d.error})"
+                    + ("; retrying" if d.outcome == "retrying" else "; giving up")
+                )
             else:
                 text = f"notify {d.url}: {d.message.change} {d.message.key}: {d.outcome}"
                 if d.outcome == "duplicate":
@@ -279,9 +290,13 @@ class Watch:
             with contextlib.suppress(RuntimeError):  # the loop is closed: nobody to tell
                 loop.call_soon_threadsafe(self.say, text)
 
-        self.notifier = Notifier(self.opts.notify_urls, Ledger(path), report=report,
-                                 attempts=self.opts.notify_attempts,
-                                 backoff_s=self.opts.notify_backoff_s)
+        self.notifier = Notifier(
+            self.opts.notify_urls,
+            Ledger(path),
+            report=report,
+            attempts=self.opts.notify_attempts,
+            backoff_s=self.opts.notify_backoff_s,
+        )
         self.notifier.start()
 
     def _start_metrics(self) -> None:
@@ -292,12 +307,14 @@ class Watch:
         collector = FleetCollector(lambda: self.svc.fleet, self.firing, self.xids)
         port = self.opts.metrics_port or 0
         try:
-            server, _thread = start_http_server(port, addr=self.opts.metrics_addr,
-                                                registry=make_registry(collector))
+            server, _thread = start_http_server(
+                port, addr=self.opts.metrics_addr, registry=make_registry(collector)
+            )
         except OSError as e:
             raise GpuConsoleError(
                 f"cannot serve metrics on {self.opts.metrics_addr}:{port}: {e.strerror or e}",
-                "pick a free --metrics-port (or 0 for any free port)") from e
+                "pick a free --metrics-port (or 0 for any free port)",
+            ) from e
         self._server = server
         host, bound = str(server.server_address[0]), int(server.server_address[1])
         shown = f"[{host}]" if ":" in host else host

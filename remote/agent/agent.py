@@ -129,10 +129,25 @@ GPU_IDENTITY = ("index", "uuid", "name", "pci_bus_id", "lost")
 #: GPU readings, in record order. Units are in the names: ``_pct`` percent (0-100), ``_mib``
 #: MiB, ``_c`` degrees C, ``_w`` W (2 decimals, as nvidia-smi prints them), ``_mhz`` MHz.
 GPU_FIELDS = (
-    "util_gpu_pct", "util_mem_pct", "mem_used_mib", "mem_total_mib", "temp_c", "power_w",
-    "power_limit_w", "sm_clock_mhz", "mem_clock_mhz", "sm_clock_max_mhz", "mem_clock_max_mhz",
-    "fan_pct", "pstate", "throttle_reasons", "ecc_volatile_uncorrected", "remapped_rows_pending",
-    "persistence_mode", "mig_mode", "gpm",
+    "util_gpu_pct",
+    "util_mem_pct",
+    "mem_used_mib",
+    "mem_total_mib",
+    "temp_c",
+    "power_w",
+    "power_limit_w",
+    "sm_clock_mhz",
+    "mem_clock_mhz",
+    "sm_clock_max_mhz",
+    "mem_clock_max_mhz",
+    "fan_pct",
+    "pstate",
+    "throttle_reasons",
+    "ecc_volatile_uncorrected",
+    "remapped_rows_pending",
+    "persistence_mode",
+    "mig_mode",
+    "gpm",
 )
 
 #: The GPU record's ``unsupported`` key (after :data:`GPU_FIELDS`, before ``errors``): the
@@ -145,15 +160,32 @@ UNSUPPORTED_KEY = "unsupported"
 #: Host readings, in record order (then ``errors``): hostname, CPU %, load averages, memory
 #: (MiB), uptime (s), driver / CUDA / NVML versions.
 HOST_FIELDS = (
-    "hostname", "cpu_pct", "load1", "load5", "load15", "mem_used_mib", "mem_total_mib",
-    "uptime_s", "driver_version", "cuda_version", "nvml_version",
+    "hostname",
+    "cpu_pct",
+    "load1",
+    "load5",
+    "load15",
+    "mem_used_mib",
+    "mem_total_mib",
+    "uptime_s",
+    "driver_version",
+    "cuda_version",
+    "nvml_version",
 )
 
 #: A process record's keys, in order. ``used_mib`` MiB; ``rank``/``local_rank`` from the
 #: process's environment (``None`` when unreadable, and always from nvidia-smi).
 PROCESS_FIELDS = (
-    "gpu_index", "gpu_uuid", "pid", "used_mib", "type", "user", "command", "container_id",
-    "rank", "local_rank",
+    "gpu_index",
+    "gpu_uuid",
+    "pid",
+    "used_mib",
+    "type",
+    "user",
+    "command",
+    "container_id",
+    "rank",
+    "local_rank",
 )
 #: ``processes[].type``.
 PROCESS_TYPES = ("compute", "graphics")
@@ -179,8 +211,13 @@ def empty_host() -> dict[str, Any]:
 
 def empty_gpu(index: int | None) -> dict[str, Any]:
     """A GPU record with every reading unknown (``None``), not lost, no reasons yet."""
-    rec: dict[str, Any] = {"index": index, "uuid": None, "name": None, "pci_bus_id": None,
-                           "lost": False}
+    rec: dict[str, Any] = {
+        "index": index,
+        "uuid": None,
+        "name": None,
+        "pci_bus_id": None,
+        "lost": False,
+    }
     for f in GPU_FIELDS:
         rec[f] = None
     rec[UNSUPPORTED_KEY] = []
@@ -198,9 +235,19 @@ def not_supported(rec: dict[str, Any], *keys: str) -> None:
 def empty_sample(source: str, seq: int, host_time: float, interval_s: float) -> dict[str, Any]:
     """A sample with state ``ok``, an unknown host, no GPUs, an unknown process list."""
     return {
-        "schema": SCHEMA_VERSION, "type": "sample", "source": source, "seq": seq,
-        "host_time": host_time, "interval_s": interval_s, "state": "ok", "state_detail": None,
-        "host": empty_host(), "gpus": [], "processes": None, "xid_events": [], "errors": {},
+        "schema": SCHEMA_VERSION,
+        "type": "sample",
+        "source": source,
+        "seq": seq,
+        "host_time": host_time,
+        "interval_s": interval_s,
+        "state": "ok",
+        "state_detail": None,
+        "host": empty_host(),
+        "gpus": [],
+        "processes": None,
+        "xid_events": [],
+        "errors": {},
         "kernel_log": None,
     }
 
@@ -258,8 +305,10 @@ XID_MEANINGS = {
     41: "Copy Engine Exception",
     43: "GPU stopped processing",
     44: "Graphics Engine fault during context switch",
-    45: ("Preemptive cleanup, due to previous errors -- Most likely to see when running "
-         "multiple cuda applications and hitting a DBE"),
+    45: (
+        "Preemptive cleanup, due to previous errors -- Most likely to see when running "
+        "multiple cuda applications and hitting a DBE"
+    ),
     46: "GPU stopped processing",
     48: "Double Bit ECC Error",
     54: "Auxiliary power is not connected to the GPU board",
@@ -353,10 +402,14 @@ XID_MEANINGS = {
     168: "Errors found in WPR (write protected region)",
     169: "Internal micro-controller halt",
     170: "Interrupt seen in CC mode",
-    171: ("Additional to Xid 48 providing more details on particulars of fault to "
-         "differentiate DRAM/SRAM"),
-    172: ("Additional to Xid 48 providing more details on particulars of fault to "
-         "differentiate DRAM/SRAM"),
+    171: (
+        "Additional to Xid 48 providing more details on particulars of fault to "
+        "differentiate DRAM/SRAM"
+    ),
+    172: (
+        "Additional to Xid 48 providing more details on particulars of fault to "
+        "differentiate DRAM/SRAM"
+    ),
 }
 
 #: A container id in a cgroup path (compiled at first use: ``re`` is not imported at start-up).
@@ -529,7 +582,6 @@ def processes_v1(nv: Any, symbol: str, handle: Any) -> list[Any]:
     """
     import ctypes  # pynvml imported it already
 
-
     class ProcessInfoV1(ctypes.Structure):
         _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong)]
 
@@ -546,8 +598,12 @@ def processes_v1(nv: Any, symbol: str, handle: Any) -> list[Any]:
         ret = fn(handle, ctypes.byref(count), arr)
         if ret == NVML_SUCCESS:
             return [
-                _ProcInfoV1(int(arr[i].pid), None if arr[i].usedGpuMemory == NOT_AVAILABLE_U64
-                            else int(arr[i].usedGpuMemory))
+                _ProcInfoV1(
+                    int(arr[i].pid),
+                    None
+                    if arr[i].usedGpuMemory == NOT_AVAILABLE_U64
+                    else int(arr[i].usedGpuMemory),
+                )
                 for i in range(count.value)
             ]
     raise nv.NVMLError(ret)
@@ -570,8 +626,12 @@ KERNEL_LOG_SOURCES = ("journalctl", "dmesg", "file")
 
 _STAMP_PATTERN = r"^\[\s*(\d+\.\d+)\]"  # dmesg's [seconds.micros] prefix
 #: journalctl's words when it runs but cannot show the kernel's messages to this user.
-_JOURNAL_REFUSALS = ("not seeing messages from other users", "No journal files were",
-                     "insufficient permissions", "Permission denied")
+_JOURNAL_REFUSALS = (
+    "not seeing messages from other users",
+    "No journal files were",
+    "insufficient permissions",
+    "Permission denied",
+)
 
 
 def run_command(argv: Sequence[str], timeout: float) -> tuple[int, str, str]:
@@ -581,16 +641,20 @@ def run_command(argv: Sequence[str], timeout: float) -> tuple[int, str, str]:
 
     env = dict(os.environ, LC_ALL="C")
     try:
-        res = subprocess.run(list(argv), capture_output=True, timeout=timeout, env=env,
-                             stdin=subprocess.DEVNULL)
+        res = subprocess.run(
+            list(argv), capture_output=True, timeout=timeout, env=env, stdin=subprocess.DEVNULL
+        )
     except FileNotFoundError:
         return 127, "", argv[0] + ": not installed"
     except subprocess.TimeoutExpired:
         return 124, "", f"{argv[0]}: no answer within {timeout:g}s"
     except OSError as e:
         return 126, "", f"{argv[0]}: {reason_of(e)}"
-    return (res.returncode, res.stdout.decode("utf-8", "replace"),
-            res.stderr.decode("utf-8", "replace"))
+    return (
+        res.returncode,
+        res.stdout.decode("utf-8", "replace"),
+        res.stderr.decode("utf-8", "replace"),
+    )
 
 
 def nvrm_lines(lines: Iterable[str]) -> list[str]:
@@ -650,10 +714,14 @@ class KernelLogReader:
         restrict_path: where ``kernel.dmesg_restrict`` is read, to explain a refusal.
     """
 
-    def __init__(self, every_s: float = KERNEL_LOG_EVERY_S, file: str | None = None,
-                 run: Callable[[Sequence[str], float], tuple[int, str, str]] = run_command,
-                 clock: Callable[[], float] = time.monotonic,
-                 restrict_path: str = "/proc/sys/kernel/dmesg_restrict") -> None:
+    def __init__(
+        self,
+        every_s: float = KERNEL_LOG_EVERY_S,
+        file: str | None = None,
+        run: Callable[[Sequence[str], float], tuple[int, str, str]] = run_command,
+        clock: Callable[[], float] = time.monotonic,
+        restrict_path: str = "/proc/sys/kernel/dmesg_restrict",
+    ) -> None:
         self.every_s = every_s
         self.file = file
         self.run = run
@@ -694,16 +762,20 @@ class KernelLogReader:
             self.source, self.error = name, None
             keep = nvrm_lines(lines)
             dropped = max(0, len(keep) - KERNEL_LOG_MAX_LINES)
-            return {"source": name, "lines": keep[dropped:], "since_boot": since_boot,
-                    "dropped": dropped, "gap": gap}
+            return {
+                "source": name,
+                "lines": keep[dropped:],
+                "since_boot": since_boot,
+                "dropped": dropped,
+                "gap": gap,
+            }
         self.error = "kernel log unreadable: " + "; ".join(why)
         return None
 
     # -- sources: each returns (new lines, since_boot, gap) or the reason it cannot --------------
 
     def _read_journalctl(self) -> tuple[list[str], bool, bool] | str:
-        argv = ["journalctl", "-k", "-b", "-o", "short-monotonic", "--no-pager",
-                "--show-cursor"]
+        argv = ["journalctl", "-k", "-b", "-o", "short-monotonic", "--no-pager", "--show-cursor"]
         first = self._journal_cursor is None
         if not first:
             argv.append(f"--after-cursor={self._journal_cursor}")
@@ -713,14 +785,15 @@ class KernelLogReader:
             return "journalctl: " + (_last_line(err) or f"exit status {rc}")
         refused = next((r for r in _JOURNAL_REFUSALS if r in err or r in out), None)
         if refused is not None:  # the line that says so ("Hint: You are currently not ...")
-            said = next((ln.strip() for ln in (err + "\n" + out).splitlines() if refused in ln),
-                        refused)
+            said = next(
+                (ln.strip() for ln in (err + "\n" + out).splitlines() if refused in ln), refused
+            )
             return "journalctl: " + said
         lines: list[str] = []
         cursor = self._journal_cursor
         for line in out.splitlines():
             if line.startswith("-- cursor: "):
-                cursor = line[len("-- cursor: "):].strip()
+                cursor = line[len("-- cursor: ") :].strip()
             elif not line.startswith("-- "):  # "-- No entries --", "-- Logs begin at ..."
                 lines.append(line)
         if first and not lines:
@@ -732,15 +805,17 @@ class KernelLogReader:
         rc, out, err = self.run(["dmesg"], KERNEL_LOG_TIMEOUT_S)
         if rc != 0:
             said = _last_line(err)
-            said = said[len("dmesg: "):] if said.startswith("dmesg: ") else said
+            said = said[len("dmesg: ") :] if said.startswith("dmesg: ") else said
             why = "dmesg: " + (said or f"exit status {rc}")
             try:
                 restricted = read_text(self.restrict_path).strip() == "1"
             except OSError:
                 restricted = False
             if restricted:
-                why += (" (kernel.dmesg_restrict=1: only root or CAP_SYSLOG may read the "
-                        "kernel log; journalctl needs the adm or systemd-journal group)")
+                why += (
+                    " (kernel.dmesg_restrict=1: only root or CAP_SYSLOG may read the "
+                    "kernel log; journalctl needs the adm or systemd-journal group)"
+                )
             return why
         import re  # compiled once by re's own cache
 
@@ -915,8 +990,11 @@ class ProcessInfoReader:
         if hit is None:
             hit = (None, None)
             try:
-                env = dict(kv.split("=", 1) for kv in
-                           read_text(f"{self.proc}/{pid}/environ").split("\0") if "=" in kv)
+                env = dict(
+                    kv.split("=", 1)
+                    for kv in read_text(f"{self.proc}/{pid}/environ").split("\0")
+                    if "=" in kv
+                )
                 hit = (_int_or_none(env.get("RANK")), _int_or_none(env.get("LOCAL_RANK")))
             except OSError:
                 pass
@@ -966,7 +1044,7 @@ class ProcessInfoReader:
         try:
             for kv in read_text(f"{self.proc}/{pid}/environ").split("\0"):
                 if kv.startswith(HOST_NODE_ENV + "="):
-                    return kv[len(HOST_NODE_ENV) + 1:] or None
+                    return kv[len(HOST_NODE_ENV) + 1 :] or None
         except OSError:
             pass
         return None
@@ -1046,7 +1124,9 @@ class Agent:
         self.smi_missing = False
         self.gpus: list[GpuState] = []
         self.versions: dict[str, Any] = {
-            "driver_version": None, "cuda_version": None, "nvml_version": None,
+            "driver_version": None,
+            "cuda_version": None,
+            "nvml_version": None,
         }
         self.version_errors: dict[str, str] = {}
         self.event_set: Any = None
@@ -1072,36 +1152,57 @@ class Agent:
             return lambda h: processes_v1(nv, symbol, h)
 
         return {
-            "init": Versioned("init", [
-                ("flags", lambda: nv.nvmlInitWithFlags(NVML_INIT_FLAG_NO_GPUS)),
-                ("v1", attr("nvmlInit")),
-            ]),
-            "memory": Versioned("memory", [
-                ("v2", lambda h: nv.nvmlDeviceGetMemoryInfo(h, version=nv.nvmlMemory_v2)),
-                ("v1", lambda h: nv.nvmlDeviceGetMemoryInfo(h)),
-            ]),
-            "temperature": Versioned("temperature", [
-                ("V", lambda h: nv.nvmlDeviceGetTemperatureV(h, nv.NVML_TEMPERATURE_GPU)),
-                ("v1", lambda h: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)),
-            ]),
-            "clock_reasons": Versioned("clock_reasons", [
-                ("event", attr("nvmlDeviceGetCurrentClocksEventReasons")),
-                ("throttle", attr("nvmlDeviceGetCurrentClocksThrottleReasons")),
-            ]),
-            "compute_procs": Versioned("compute_procs", [
-                ("v3", attr("nvmlDeviceGetComputeRunningProcesses_v3")),
-                ("v2", attr("nvmlDeviceGetComputeRunningProcesses_v2")),
-                ("v1", procs_v1("nvmlDeviceGetComputeRunningProcesses")),
-            ]),
-            "graphics_procs": Versioned("graphics_procs", [
-                ("v3", attr("nvmlDeviceGetGraphicsRunningProcesses_v3")),
-                ("v2", attr("nvmlDeviceGetGraphicsRunningProcesses_v2")),
-                ("v1", procs_v1("nvmlDeviceGetGraphicsRunningProcesses")),
-            ]),
-            "cuda_version": Versioned("cuda_version", [
-                ("v2", attr("nvmlSystemGetCudaDriverVersion_v2")),
-                ("v1", attr("nvmlSystemGetCudaDriverVersion")),
-            ]),
+            "init": Versioned(
+                "init",
+                [
+                    ("flags", lambda: nv.nvmlInitWithFlags(NVML_INIT_FLAG_NO_GPUS)),
+                    ("v1", attr("nvmlInit")),
+                ],
+            ),
+            "memory": Versioned(
+                "memory",
+                [
+                    ("v2", lambda h: nv.nvmlDeviceGetMemoryInfo(h, version=nv.nvmlMemory_v2)),
+                    ("v1", lambda h: nv.nvmlDeviceGetMemoryInfo(h)),
+                ],
+            ),
+            "temperature": Versioned(
+                "temperature",
+                [
+                    ("V", lambda h: nv.nvmlDeviceGetTemperatureV(h, nv.NVML_TEMPERATURE_GPU)),
+                    ("v1", lambda h: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)),
+                ],
+            ),
+            "clock_reasons": Versioned(
+                "clock_reasons",
+                [
+                    ("event", attr("nvmlDeviceGetCurrentClocksEventReasons")),
+                    ("throttle", attr("nvmlDeviceGetCurrentClocksThrottleReasons")),
+                ],
+            ),
+            "compute_procs": Versioned(
+                "compute_procs",
+                [
+                    ("v3", attr("nvmlDeviceGetComputeRunningProcesses_v3")),
+                    ("v2", attr("nvmlDeviceGetComputeRunningProcesses_v2")),
+                    ("v1", procs_v1("nvmlDeviceGetComputeRunningProcesses")),
+                ],
+            ),
+            "graphics_procs": Versioned(
+                "graphics_procs",
+                [
+                    ("v3", attr("nvmlDeviceGetGraphicsRunningProcesses_v3")),
+                    ("v2", attr("nvmlDeviceGetGraphicsRunningProcesses_v2")),
+                    ("v1", procs_v1("nvmlDeviceGetGraphicsRunningProcesses")),
+                ],
+            ),
+            "cuda_version": Versioned(
+                "cuda_version",
+                [
+                    ("v2", attr("nvmlSystemGetCudaDriverVersion_v2")),
+                    ("v1", attr("nvmlSystemGetCudaDriverVersion")),
+                ],
+            ),
         }
 
     def _init_nvml(self) -> None:
@@ -1113,21 +1214,27 @@ class Agent:
         try:
             self._v["init"]()
         except OSError as e:
-            self._fail_init("nvml_unavailable",
-                            f"libnvidia-ml.so.1 could not be loaded: {reason_of(e)}")
+            self._fail_init(
+                "nvml_unavailable", f"libnvidia-ml.so.1 could not be loaded: {reason_of(e)}"
+            )
             return
         except Exception as e:
             code = nvml_code(e)
             if code == NVML_ERROR_LIBRARY_NOT_FOUND:
-                self._fail_init("nvml_unavailable",
-                                f"libnvidia-ml.so.1 could not be loaded ({reason_of(e)})")
+                self._fail_init(
+                    "nvml_unavailable", f"libnvidia-ml.so.1 could not be loaded ({reason_of(e)})"
+                )
             elif code == NVML_ERROR_DRIVER_NOT_LOADED:
-                self._fail_init("driver_unreachable",
-                                f"NVML cannot talk to the NVIDIA kernel driver ({reason_of(e)})")
+                self._fail_init(
+                    "driver_unreachable",
+                    f"NVML cannot talk to the NVIDIA kernel driver ({reason_of(e)})",
+                )
             elif code == NVML_ERROR_LIB_RM_VERSION_MISMATCH:
-                self._fail_init("version_mismatch",
-                                f"NVIDIA driver/library version mismatch ({reason_of(e)}); "
-                                "a reboot or driver reload is needed")
+                self._fail_init(
+                    "version_mismatch",
+                    f"NVIDIA driver/library version mismatch ({reason_of(e)}); "
+                    "a reboot or driver reload is needed",
+                )
             else:
                 self._fail_init("error", f"nvmlInit failed: {reason_of(e)}")
             return
@@ -1173,7 +1280,8 @@ class Agent:
             self.state_detail = (
                 f"{nvml}; nvidia-smi not found either, although the NVIDIA kernel module is "
                 "loaded (/proc/driver/nvidia/version): the driver's user-space part "
-                "(libnvidia-ml.so.1, nvidia-smi) is missing")
+                "(libnvidia-ml.so.1, nvidia-smi) is missing"
+            )
         else:
             self.state = "no_driver"
             self.state_detail = f"no NVIDIA driver: nvidia-smi not found (NVML: {nvml})"
@@ -1250,8 +1358,11 @@ class Agent:
         s = empty_sample("nvml", self.seq, round(now, 3), self.interval_s)
         s["state"], s["state_detail"] = self.state, self.state_detail
         slow_tick = self.seq > 0 and self.seq % self.slow_every == 0
-        if self.nv is not None and not self.initialized and (
-                self.state != "nvml_unavailable" or self.smi_missing):
+        if (
+            self.nv is not None
+            and not self.initialized
+            and (self.state != "nvml_unavailable" or self.smi_missing)
+        ):
             if slow_tick:  # driver unreachable / mismatch / absent: try again now and then
                 self._init_nvml()
                 s["state"], s["state_detail"] = self.state, self.state_detail
@@ -1341,13 +1452,20 @@ class Agent:
             ("power_limit_w", lambda: watts(nv.nvmlDeviceGetEnforcedPowerLimit(h))),
             # the highest clocks the GPU may run at (boost), MHz
             ("sm_clock_max_mhz", lambda: int(nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_SM))),
-            ("mem_clock_max_mhz",
-             lambda: int(nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_MEM))),
-            ("ecc_volatile_uncorrected", lambda: int(nv.nvmlDeviceGetTotalEccErrors(
-                h, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_VOLATILE_ECC))),
+            ("mem_clock_max_mhz", lambda: int(nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_MEM))),
+            (
+                "ecc_volatile_uncorrected",
+                lambda: int(
+                    nv.nvmlDeviceGetTotalEccErrors(
+                        h, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_VOLATILE_ECC
+                    )
+                ),
+            ),
             ("remapped_rows_pending", lambda: bool(nv.nvmlDeviceGetRemappedRows(h)[2])),
-            ("persistence_mode", lambda: nv.nvmlDeviceGetPersistenceMode(h)
-             == nv.NVML_FEATURE_ENABLED),
+            (
+                "persistence_mode",
+                lambda: nv.nvmlDeviceGetPersistenceMode(h) == nv.NVML_FEATURE_ENABLED,
+            ),
             ("mig_mode", mig),
         ):
             try:
@@ -1365,7 +1483,11 @@ class Agent:
             g.lost_reason = reason_of(exc)
 
     def _field(
-        self, g: GpuState, rec: dict[str, Any], key: str, fn: Callable[[], Any],
+        self,
+        g: GpuState,
+        rec: dict[str, Any],
+        key: str,
+        fn: Callable[[], Any],
         also: tuple[str, ...] = (),
     ) -> None:
         """``rec[key] = fn()`` (with ``also``: ``fn()`` returns a tuple for ``(key, *also)``);
@@ -1429,18 +1551,27 @@ class Agent:
         self._field(g, rec, "mem_used_mib", memory, also=("mem_total_mib",))
         self._field(g, rec, "temp_c", lambda: int(v["temperature"](h)))  # GPU die sensor, C
         self._field(g, rec, "power_w", lambda: watts(nv.nvmlDeviceGetPowerUsage(h)))
-        self._field(g, rec, "sm_clock_mhz",
-                    lambda: int(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)))
-        self._field(g, rec, "mem_clock_mhz",
-                    lambda: int(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM)))
+        self._field(
+            g, rec, "sm_clock_mhz", lambda: int(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM))
+        )
+        self._field(
+            g, rec, "mem_clock_mhz", lambda: int(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM))
+        )
         self._field(g, rec, "fan_pct", lambda: int(nv.nvmlDeviceGetFanSpeed(h)))
         self._field(g, rec, "pstate", pstate)
-        self._field(g, rec, "throttle_reasons",
-                    lambda: decode_clock_reasons(int(v["clock_reasons"](h))))
+        self._field(
+            g, rec, "throttle_reasons", lambda: decode_clock_reasons(int(v["clock_reasons"](h)))
+        )
         # slow fields, cached
-        for key in ("power_limit_w", "sm_clock_max_mhz", "mem_clock_max_mhz",
-                    "ecc_volatile_uncorrected", "remapped_rows_pending", "persistence_mode",
-                    "mig_mode"):
+        for key in (
+            "power_limit_w",
+            "sm_clock_max_mhz",
+            "mem_clock_max_mhz",
+            "ecc_volatile_uncorrected",
+            "remapped_rows_pending",
+            "persistence_mode",
+            "mig_mode",
+        ):
             rec[key] = g.slow.get(key)
         for key, why in g.slow_errors.items():
             rec["errors"][key] = why
@@ -1510,13 +1641,22 @@ class Agent:
                 used = p.usedGpuMemory
                 user, cmd, cid = self.procinfo.get(pid)
                 rank, local_rank = self.procinfo.ranks(pid)
-                out.append({
-                    "gpu_index": g.index, "gpu_uuid": g.slow.get("uuid"), "pid": pid,
-                    "used_mib": None if used is None or used >= NOT_AVAILABLE_U64
-                    else int(used) // MIB,
-                    "type": kind, "user": user, "command": cmd, "container_id": cid,
-                    "rank": rank, "local_rank": local_rank,
-                })
+                out.append(
+                    {
+                        "gpu_index": g.index,
+                        "gpu_uuid": g.slow.get("uuid"),
+                        "pid": pid,
+                        "used_mib": None
+                        if used is None or used >= NOT_AVAILABLE_U64
+                        else int(used) // MIB,
+                        "type": kind,
+                        "user": user,
+                        "command": cmd,
+                        "container_id": cid,
+                        "rank": rank,
+                        "local_rank": local_rank,
+                    }
+                )
         return None
 
     def _xid_events(self, s: dict[str, Any]) -> None:
@@ -1540,12 +1680,16 @@ class Agent:
                 continue
             g = self._by_handle.get(handle_key(data.device))
             xid = int(data.eventData)
-            s["xid_events"].append({
-                "time": round(time.time(), 3),
-                "gpu_index": g.index if g else None,
-                "pci_bus_id": g.slow.get("pci_bus_id") if g else None,
-                "xid": xid, "pid": None, "detail": XID_MEANINGS.get(xid),
-            })
+            s["xid_events"].append(
+                {
+                    "time": round(time.time(), 3),
+                    "gpu_index": g.index if g else None,
+                    "pci_bus_id": g.slow.get("pci_bus_id") if g else None,
+                    "xid": xid,
+                    "pid": None,
+                    "detail": XID_MEANINGS.get(xid),
+                }
+            )
 
     def _sample_gpus(self, s: dict[str, Any]) -> None:
         procs: list[dict[str, Any]] = []
@@ -1584,12 +1728,14 @@ class Agent:
         elif lost:
             s["state"] = "gpu_lost"
             s["state_detail"] = "; ".join(
-                f"GPU {g.index}{_bus_suffix(g)} is lost ({g.lost_reason})" for g in lost)
+                f"GPU {g.index}{_bus_suffix(g)} is lost ({g.lost_reason})" for g in lost
+            )
         elif broken:
             s["state"] = "error"
             s["state_detail"] = "; ".join(
                 f"GPU {g.index}: nvmlDeviceGetHandleByIndex failed ({g.handle_error})"
-                for g in broken)
+                for g in broken
+            )
 
     def _drop_handle(self, g: GpuState) -> None:
         """Forget a lost GPU's handle; the slow refresh asks for it again."""
@@ -1700,9 +1846,12 @@ class Options:
 
 #: Options taking a value -> (attribute, type); flags -> attribute (the fast parser's table).
 _VALUED: dict[str, tuple[str, Callable[[str], Any]]] = {
-    "--interval": ("interval", float), "--pynvml-dir": ("pynvml_dir", str),
-    "--slow-every": ("slow_every", int), "--count": ("count", int),
-    "--replay": ("replay", str), "--kernel-log-every": ("kernel_log_every", float),
+    "--interval": ("interval", float),
+    "--pynvml-dir": ("pynvml_dir", str),
+    "--slow-every": ("slow_every", int),
+    "--count": ("count", int),
+    "--replay": ("replay", str),
+    "--kernel-log-every": ("kernel_log_every", float),
     "--kernel-log-file": ("kernel_log_file", str),
 }
 _FLAGS = {"--no-stdin-watch": "no_stdin_watch", "--link-python": "link_python"}
@@ -1747,23 +1896,35 @@ def parse_args(argv: Sequence[str] | None) -> Options:
         return fast
     import argparse
 
-    p = argparse.ArgumentParser(prog="agent.py",
-                                description="gpuconsole host agent: NVML telemetry as JSON lines")
+    p = argparse.ArgumentParser(
+        prog="agent.py", description="gpuconsole host agent: NVML telemetry as JSON lines"
+    )
     p.add_argument("--interval", type=float, default=1.0, help="seconds between samples")
     p.add_argument("--pynvml-dir", default=None, help="folder holding pynvml.py")
-    p.add_argument("--slow-every", type=int, default=10,
-                   help="read slow fields every N samples (default 10)")
+    p.add_argument(
+        "--slow-every", type=int, default=10, help="read slow fields every N samples (default 10)"
+    )
     p.add_argument("--count", type=int, default=0, help="exit after N samples (0: run on)")
-    p.add_argument("--no-stdin-watch", action="store_true",
-                   help="do not exit when stdin closes")
-    p.add_argument("--replay", default=None, metavar="FILE",
-                   help="emit the samples of a trace (JSON lines of samples or of recording "
-                   "lines) in a loop, re-stamped with this host's time, instead of NVML")
-    p.add_argument("--kernel-log-every", type=float, default=KERNEL_LOG_EVERY_S,
-                   help="seconds between kernel log (NVRM/Xid) reads; 0: do not read it")
-    p.add_argument("--link-python", action="store_true",
-                   help="after the first sample, link this interpreter as 'py' next to this "
-                   "file (the console starts that link next time: no PATH shim)")
+    p.add_argument("--no-stdin-watch", action="store_true", help="do not exit when stdin closes")
+    p.add_argument(
+        "--replay",
+        default=None,
+        metavar="FILE",
+        help="emit the samples of a trace (JSON lines of samples or of recording "
+        "lines) in a loop, re-stamped with this host's time, instead of NVML",
+    )
+    p.add_argument(
+        "--kernel-log-every",
+        type=float,
+        default=KERNEL_LOG_EVERY_S,
+        help="seconds between kernel log (NVRM/Xid) reads; 0: do not read it",
+    )
+    p.add_argument(
+        "--link-python",
+        action="store_true",
+        help="after the first sample, link this interpreter as 'py' next to this "
+        "file (the console starts that link next time: no PATH shim)",
+    )
     # tests only: a file stands in for the kernel log (hosts without an NVIDIA driver)
     p.add_argument("--kernel-log-file", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -1816,8 +1977,13 @@ def load_trace(path: str) -> list[dict[str, Any]]:
     return samples
 
 
-def replay(path: str, interval: float, count: int, closed: threading.Event,
-           after_first: Callable[[], None] | None = None) -> int:
+def replay(
+    path: str,
+    interval: float,
+    count: int,
+    closed: threading.Event,
+    after_first: Callable[[], None] | None = None,
+) -> int:
     """Emit a trace's samples in a loop every ``interval`` s with fresh ``seq``/``host_time``
     (benchmarks and demos: a console sees what a real host would send); ``after_first`` is
     called once the first sample is out."""
@@ -1848,15 +2014,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.no_stdin_watch:
             watch_stdin(closed_r)
         try:
-            return replay(args.replay, args.interval, args.count, closed_r,
-                          link_python if args.link_python else None)
+            return replay(
+                args.replay,
+                args.interval,
+                args.count,
+                closed_r,
+                link_python if args.link_python else None,
+            )
         except BrokenPipeError:
             return 0
     nv, import_error = load_pynvml(args.pynvml_dir)
-    reader = (KernelLogReader(args.kernel_log_every, file=args.kernel_log_file)
-              if args.kernel_log_every > 0 else None)
-    agent = Agent(nv, args.interval, args.slow_every, import_error=import_error,
-                  kernel_log=reader)
+    reader = (
+        KernelLogReader(args.kernel_log_every, file=args.kernel_log_file)
+        if args.kernel_log_every > 0
+        else None
+    )
+    agent = Agent(nv, args.interval, args.slow_every, import_error=import_error, kernel_log=reader)
     closed = threading.Event()
     if not args.no_stdin_watch:
         watch_stdin(closed)

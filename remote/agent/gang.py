@@ -77,8 +77,10 @@ def say(msg: str) -> None:
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     """``gang.py [options] -- torchrun ...``: the options and the command."""
     if "--" not in argv:
-        raise SystemExit("usage: gang.py --node-rank R --nnodes N --store HOST:PORT "
-                         "--run-id ID [--host-store] [--grace S] -- torchrun ...")
+        raise SystemExit(
+            "usage: gang.py --node-rank R --nnodes N --store HOST:PORT "
+            "--run-id ID [--host-store] [--grace S] -- torchrun ..."
+        )
     cut = argv.index("--")
     p = argparse.ArgumentParser(prog="gang.py")
     p.add_argument("--node-rank", type=int, required=True)
@@ -87,11 +89,19 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--run-id", required=True)
     p.add_argument("--host-store", action="store_true", help="host the store (node 0)")
     p.add_argument("--grace", type=float, default=10.0, help="SIGTERM to SIGKILL, seconds")
-    p.add_argument("--linger", type=float, default=30.0,
-                   help="node 0: seconds to keep the store up for the other nodes")
-    p.add_argument("--connect-timeout", type=float, default=600.0,
-                   help="seconds to wait for node 0's store at start")
-    return p.parse_args(argv[:cut]), argv[cut + 1:]
+    p.add_argument(
+        "--linger",
+        type=float,
+        default=30.0,
+        help="node 0: seconds to keep the store up for the other nodes",
+    )
+    p.add_argument(
+        "--connect-timeout",
+        type=float,
+        default=600.0,
+        help="seconds to wait for node 0's store at start",
+    )
+    return p.parse_args(argv[:cut]), argv[cut + 1 :]
 
 
 class Gang:
@@ -108,13 +118,22 @@ class Gang:
         self.server: Any = None
         if args.host_store:
             self.server = self.dist.TCPStore(
-                self.host, self.port, is_master=True, wait_for_workers=False,
-                timeout=timedelta(seconds=60))
+                self.host,
+                self.port,
+                is_master=True,
+                wait_for_workers=False,
+                timeout=timedelta(seconds=60),
+            )
 
     def client(self, timeout_s: float) -> Any:
         """A new client connection (TCPStore objects are not shared between threads)."""
-        return self.dist.TCPStore(self.host, self.port, is_master=False,
-                                  wait_for_workers=False, timeout=timedelta(seconds=timeout_s))
+        return self.dist.TCPStore(
+            self.host,
+            self.port,
+            is_master=False,
+            wait_for_workers=False,
+            timeout=timedelta(seconds=timeout_s),
+        )
 
     def mark(self, store: Any, kind: str, exit_code: int | None) -> dict[str, Any]:
         """Write this node's end as the first one unless another got there first; returns
@@ -169,8 +188,11 @@ class Supervisor:
             if self.cause is not None or self.finished.is_set():
                 return
             self.cause = cause
-        what = ("node 0's rendezvous store is gone" if cause["kind"] == "store_lost" else
-                f"node {cause['node']} {cause['kind']} (exit code {cause['exit_code']})")
+        what = (
+            "node 0's rendezvous store is gone"
+            if cause["kind"] == "store_lost"
+            else f"node {cause['node']} {cause['kind']} (exit code {cause['exit_code']})"
+        )
         say(f"{what}: stopping node {self.gang.node} (gang teardown)")
         proc = self.proc
         if proc is None or proc.poll() is not None:
@@ -255,18 +277,24 @@ class Supervisor:
             if store is None:
                 if self.gang.server is None:  # node 0's store went away first
                     self.cause = {"node": 0, "exit_code": None, "kind": "store_lost"}
-                    say(f"torchrun exited {code} and node 0's store is gone: "
-                        "counted as gang teardown")
+                    say(
+                        f"torchrun exited {code} and node 0's store is gone: "
+                        "counted as gang teardown"
+                    )
                     return "teardown", TEARDOWN_EXIT_CODE
                 return kind, code
             first = self.gang.mark(store, kind, code)
             if first.get("node") == self.gang.node:
-                say(f"node {self.gang.node} {kind} (exit code {code}): "
-                    "the other nodes are being stopped")
+                say(
+                    f"node {self.gang.node} {kind} (exit code {code}): "
+                    "the other nodes are being stopped"
+                )
                 return ("first_failure" if kind == "failed" else kind), code
             self.cause = first
-            say(f"torchrun exited {code} after node {first.get('node')} "
-                f"{first.get('kind')}: counted as gang teardown")
+            say(
+                f"torchrun exited {code} after node {first.get('node')} "
+                f"{first.get('kind')}: counted as gang teardown"
+            )
             return "teardown", TEARDOWN_EXIT_CODE
         finally:
             if store is not None:
@@ -296,21 +324,28 @@ class Supervisor:
                 self.cause = first
         cause = self.cause
         if cause is not None and cause.get("kind") != "stopped":
-            say(f"torchrun exited {code} after node {cause.get('node')} {cause.get('kind')}: "
-                "counted as gang teardown")
+            say(
+                f"torchrun exited {code} after node {cause.get('node')} {cause.get('kind')}: "
+                "counted as gang teardown"
+            )
             return "teardown", TEARDOWN_EXIT_CODE
         status = 0 if code == 0 else 128 + self.signalled
         name = signal.Signals(self.signalled).name
-        say(f"node {self.gang.node} stopped by {name} (torchrun exited {code}; exit status "
-            f"{status})" + ("" if cause is not None else
-                            ": the other nodes are being stopped"))
+        say(
+            f"node {self.gang.node} stopped by {name} (torchrun exited {code}; exit status "
+            f"{status})" + ("" if cause is not None else ": the other nodes are being stopped")
+        )
         return "stopped", status
 
     def write_marker(self, outcome: str, code: int, status: int) -> None:
         """The outcome as JSON in :data:`MARKER_FILE` (read back by the console)."""
-        data = {"node": self.gang.node, "outcome": outcome, "torchrun_exit": code,
-                "exit_status": status,
-                "cause": self.cause if outcome in ("teardown", "stopped") else None}
+        data = {
+            "node": self.gang.node,
+            "outcome": outcome,
+            "torchrun_exit": code,
+            "exit_status": status,
+            "cause": self.cause if outcome in ("teardown", "stopped") else None,
+        }
         try:
             with open(os.environ.get(MARKER_ENV) or MARKER_FILE, "w", encoding="utf-8") as f:
                 json.dump(data, f)

@@ -287,7 +287,7 @@ def proc_stat(pid: int) -> tuple[str, int, int, int] | None:
             data = f.read().decode("ascii", "replace")
     except OSError:
         return None
-    fields = data[data.rfind(")") + 2:].split()
+    fields = data[data.rfind(")") + 2 :].split()
     # fields[0] is field 3 (state); ppid field 4, pgrp field 5, starttime field 22
     try:
         return fields[0], int(fields[1]), int(fields[2]), int(fields[19])
@@ -376,6 +376,7 @@ def become_subreaper() -> bool:
     ``prctl(PR_SET_CHILD_SUBREAPER)``), so they stay in its tree; whether that worked."""
     try:
         import ctypes
+
         libc = ctypes.CDLL(None, use_errno=True)
         return bool(libc.prctl(36, 1, 0, 0, 0) == 0)  # 36 = PR_SET_CHILD_SUBREAPER
     except (OSError, AttributeError, ImportError):
@@ -393,17 +394,28 @@ def systemd_user() -> bool:
     manager, and every unit in it, stops when the user's last session ends, so a detached
     process group is the better choice (it survives logout unless logind's
     ``KillUserProcesses=yes``)."""
-    if not shutil.which("systemd-run") or not shutil.which("systemctl") \
-            or not shutil.which("loginctl"):
+    if (
+        not shutil.which("systemd-run")
+        or not shutil.which("systemctl")
+        or not shutil.which("loginctl")
+    ):
         return False
     try:
-        res = subprocess.run(["systemctl", "--user", "show-environment"],
-                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL, timeout=10)
+        res = subprocess.run(
+            ["systemctl", "--user", "show-environment"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=10,
+        )
         if res.returncode != 0:
             return False
-        linger = subprocess.run(["loginctl", "show-user", str(os.getuid()), "-p", "Linger"],
-                                stdin=subprocess.DEVNULL, capture_output=True, timeout=10)
+        linger = subprocess.run(
+            ["loginctl", "show-user", str(os.getuid()), "-p", "Linger"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=10,
+        )
     except (OSError, subprocess.SubprocessError):
         return False
     return linger.stdout.strip() == b"Linger=yes"
@@ -425,8 +437,12 @@ def node_state(d: str, record: bool = True) -> dict[str, Any]:
                 mtime = os.stat(os.path.join(d, "log")).st_mtime_ns
             except OSError:
                 mtime = time.time_ns()
-            lost = {"exit_code": LOST_EXIT, "finished_at": rfc3339_ns(mtime),
-                    "finished_ns": mtime, "by": "lost"}
+            lost = {
+                "exit_code": LOST_EXIT,
+                "finished_at": rfc3339_ns(mtime),
+                "finished_ns": mtime,
+                "by": "lost",
+            }
             if record:
                 try:
                     write_first(os.path.join(d, "exit.json"), lost)
@@ -495,9 +511,13 @@ def cmd_create(root: str, req: dict[str, Any]) -> dict[str, Any]:
     write_json(os.path.join(d, "labels.json"), labels)
     write_json(os.path.join(d, "env.json"), env)
     spec = {
-        "name": name, "argv": argv, "cwd": cwd, "python": req.get("python"),
+        "name": name,
+        "argv": argv,
+        "cwd": cwd,
+        "python": req.get("python"),
         "gpu_ids": [str(g) for g in req.get("gpu_ids") or []],
-        "env_names": sorted(env), "env_public": {k: v for k, v in env.items() if k not in secret},
+        "env_names": sorted(env),
+        "env_public": {k: v for k, v in env.items() if k not in secret},
         "created": time.time(),
     }
     write_json(os.path.join(d, "spec.json"), spec)  # last: its presence makes the node
@@ -527,15 +547,15 @@ def _detach(argv: list[str], err_path: str) -> None:
 def cmd_start(root: str, name: str) -> dict[str, Any]:
     """Start node ``name``'s supervisor and wait until its command runs (or failed to)."""
     d = find_node(root, name)
-    if os.path.exists(os.path.join(d, "run.json")) or os.path.exists(
-            os.path.join(d, "exit.json")):
+    if os.path.exists(os.path.join(d, "run.json")) or os.path.exists(os.path.join(d, "exit.json")):
         st = node_state(d)
         if st["status"] == "running":
             return {"id": name, "status": "running"}
         raise Refused("node {!r} has already run ({}); create a new one".format(name, st["status"]))
     try:  # one start per node: the first request to make this file starts it
-        os.close(os.open(os.path.join(d, "start.claim"), os.O_WRONLY | os.O_CREAT | os.O_EXCL,
-                         0o600))
+        os.close(
+            os.open(os.path.join(d, "start.claim"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        )
     except FileExistsError:
         raise Refused(f"node {name!r} is being started by another request") from None
     script = os.path.abspath(__file__)
@@ -545,10 +565,18 @@ def cmd_start(root: str, name: str) -> dict[str, Any]:
         unit = f"gpuconsole-{name}"
         write_json(os.path.join(d, "unit.json"), {"unit": unit})
         path = os.environ.get("PATH", "/usr/bin:/bin")
-        argv = ["systemd-run", "--user", "--quiet", "--collect", "--unit", unit,
-                "--property=KillMode=control-group", f"--setenv=PATH={path}", *sup]
-        res = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
-                             timeout=30)
+        argv = [
+            "systemd-run",
+            "--user",
+            "--quiet",
+            "--collect",
+            "--unit",
+            unit,
+            "--property=KillMode=control-group",
+            f"--setenv=PATH={path}",
+            *sup,
+        ]
+        res = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
         started = res.returncode == 0
         if not started:  # e.g. linger off and no session bus: the plain way below
             os.unlink(os.path.join(d, "unit.json"))
@@ -568,8 +596,11 @@ def cmd_start(root: str, name: str) -> dict[str, Any]:
             err = f.read().strip().splitlines()[-1]
     except (OSError, IndexError):
         pass
-    raise Refused("the supervisor did not report within {:g} s{}".format(
-        START_WAIT_S, (": " + err) if err else ""))
+    raise Refused(
+        "the supervisor did not report within {:g} s{}".format(
+            START_WAIT_S, (": " + err) if err else ""
+        )
+    )
 
 
 def _noop(signum: int, frame: Any) -> None:
@@ -600,23 +631,50 @@ def cmd_supervise(d: str) -> int:
     writer = LogWriter(os.path.join(d, "log"))
     started_ns = time.time_ns()
     try:
-        child = subprocess.Popen(spec["argv"], cwd=spec.get("cwd") or None, env=env,
-                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, close_fds=True)
+        child = subprocess.Popen(
+            spec["argv"],
+            cwd=spec.get("cwd") or None,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            close_fds=True,
+        )
     except OSError as e:
         code = 126 if isinstance(e, PermissionError) else 127
-        msg = "cannot run {!r}{}: {}".format(spec["argv"][0], (" in {}".format(spec["cwd"])) if
-                                       spec.get("cwd") else "", e.strerror or e)
+        msg = "cannot run {!r}{}: {}".format(
+            spec["argv"][0],
+            (" in {}".format(spec["cwd"])) if spec.get("cwd") else "",
+            e.strerror or e,
+        )
         writer.write("e", ("gpuconsole: " + msg).encode())
         now = time.time_ns()
-        write_first(os.path.join(d, "exit.json"), {
-            "exit_code": code, "finished_at": rfc3339_ns(now), "finished_ns": now,
-            "started_at": rfc3339_ns(started_ns), "by": "supervisor", "error": msg})
+        write_first(
+            os.path.join(d, "exit.json"),
+            {
+                "exit_code": code,
+                "finished_at": rfc3339_ns(now),
+                "finished_ns": now,
+                "started_at": rfc3339_ns(started_ns),
+                "by": "supervisor",
+                "error": msg,
+            },
+        )
         return 0
-    write_json(os.path.join(d, "run.json"), {
-        "pid": me, "pgid": os.getpgid(0), "ticks": start_ticks(me), "child": child.pid,
-        "child_ticks": start_ticks(child.pid), "boot_id": boot_id(), "unit": unit,
-        "started_at": rfc3339_ns(started_ns), "started_ns": started_ns})
+    write_json(
+        os.path.join(d, "run.json"),
+        {
+            "pid": me,
+            "pgid": os.getpgid(0),
+            "ticks": start_ticks(me),
+            "child": child.pid,
+            "child_ticks": start_ticks(child.pid),
+            "boot_id": boot_id(),
+            "unit": unit,
+            "started_at": rfc3339_ns(started_ns),
+            "started_ns": started_ns,
+        },
+    )
     readers = []
     for pipe, stream in ((child.stdout, "o"), (child.stderr, "e")):
         t = threading.Thread(target=pump, args=(pipe, stream, writer), daemon=True)
@@ -648,9 +706,15 @@ def cmd_supervise(d: str) -> int:
     writer.close()
     now = time.time_ns()
     try:
-        write_first(os.path.join(d, "exit.json"), {
-            "exit_code": code, "finished_at": rfc3339_ns(now), "finished_ns": now,
-            "by": "supervisor"})
+        write_first(
+            os.path.join(d, "exit.json"),
+            {
+                "exit_code": code,
+                "finished_at": rfc3339_ns(now),
+                "finished_ns": now,
+                "by": "supervisor",
+            },
+        )
     except OSError:
         pass  # the folder is gone
     return 0
@@ -729,9 +793,13 @@ def cmd_stop(root: str, name: str, grace: float) -> dict[str, Any]:
             if _wait_gone(run, 2.0):
                 break
         if unit:
-            subprocess.run(["systemctl", "--user", "kill", "--signal=SIGKILL", unit],
-                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL, timeout=30)
+            subprocess.run(
+                ["systemctl", "--user", "kill", "--signal=SIGKILL", unit],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                timeout=30,
+            )
         if not _wait_gone(run, 5.0):
             left = " ".join(map(str, our_processes(run)))
             raise Refused(f"processes of node {name!r} survive SIGKILL: {left}")
@@ -739,9 +807,15 @@ def cmd_stop(root: str, name: str, grace: float) -> dict[str, Any]:
     ex = read_json(os.path.join(d, "exit.json"))
     if ex is None:
         now = time.time_ns()
-        write_first(os.path.join(d, "exit.json"), {
-            "exit_code": LOST_EXIT, "finished_at": rfc3339_ns(now), "finished_ns": now,
-            "by": "stop"})
+        write_first(
+            os.path.join(d, "exit.json"),
+            {
+                "exit_code": LOST_EXIT,
+                "finished_at": rfc3339_ns(now),
+                "finished_ns": now,
+                "by": "stop",
+            },
+        )
     return {"id": name, "status": node_state(d)["status"]}
 
 
@@ -904,8 +978,9 @@ def _stdin_closed(timeout: float) -> bool:
     return False
 
 
-def cmd_logs(root: str, name: str, since: int | None, tail: int | None,
-             follow: bool, out: IO[bytes]) -> None:
+def cmd_logs(
+    root: str, name: str, since: int | None, tail: int | None, follow: bool, out: IO[bytes]
+) -> None:
     """Write the node's records, oldest first, to ``out``; with ``follow`` keep writing new
     ones until the command's exit was recorded and the log drained, or stdin closes."""
     d = find_node(root, name)
@@ -958,8 +1033,11 @@ def cmd_read(root: str, name: str, path: str, limit: int) -> dict[str, Any] | No
 
 
 def cmd_ping() -> dict[str, Any]:
-    return {"python": "{}.{}.{}".format(*sys.version_info[:3]), "systemd_user": systemd_user(),
-            "boot_id": boot_id()}
+    return {
+        "python": "{}.{}.{}".format(*sys.version_info[:3]),
+        "systemd_user": systemd_user(),
+        "boot_id": boot_id(),
+    }
 
 
 def _arg(args: list[str], flag: str) -> str | None:
@@ -968,7 +1046,7 @@ def _arg(args: list[str], flag: str) -> str | None:
         if i + 1 >= len(args):
             raise Refused(f"{flag} needs a value")
         value = args[i + 1]
-        del args[i:i + 2]
+        del args[i : i + 2]
         return value
     return None
 
@@ -980,8 +1058,10 @@ def main(argv: list[str]) -> int:
     try:
         root = jobs_root(_arg(args, "--root"))
         if not args:
-            raise Refused("usage: hostjob.py [--root DIR] "
-                          "create|start|list|spec|stop|rm|logs|read|ping|supervise ...")
+            raise Refused(
+                "usage: hostjob.py [--root DIR] "
+                "create|start|list|spec|stop|rm|logs|read|ping|supervise ..."
+            )
         cmd, rest = args[0], args[1:]
         result: Any
         if cmd == "supervise":
@@ -1008,17 +1088,26 @@ def main(argv: list[str]) -> int:
             tail = _arg(rest, "--tail")
             follow = "--follow" in rest
             rest = [a for a in rest if a != "--follow"]
-            cmd_logs(root, rest[0], int(since) if since is not None else None,
-                     int(tail) if tail is not None else None, follow, out)
+            cmd_logs(
+                root,
+                rest[0],
+                int(since) if since is not None else None,
+                int(tail) if tail is not None else None,
+                follow,
+                out,
+            )
             return 0
         elif cmd == "read":
             limit = _arg(rest, "--limit")
-            result = cmd_read(root, rest[0], rest[1],
-                              int(limit) if limit is not None else READ_LIMIT)
+            result = cmd_read(
+                root, rest[0], rest[1], int(limit) if limit is not None else READ_LIMIT
+            )
         elif cmd == "spec":
             d = find_node(root, rest[0])
-            result = {"spec": read_json(os.path.join(d, "spec.json")) or {},
-                      "labels": read_json(os.path.join(d, "labels.json")) or {}}
+            result = {
+                "spec": read_json(os.path.join(d, "spec.json")) or {},
+                "labels": read_json(os.path.join(d, "labels.json")) or {},
+            }
         elif cmd == "ping":
             result = cmd_ping()
         else:

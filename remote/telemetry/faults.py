@@ -171,6 +171,7 @@ NVML_FUNCTION_FIELDS: dict[str, tuple[str, ...]] = {
     "nvmlDeviceGetProcessUtilization": ("processes",),
 }
 
+
 @dataclass(frozen=True)
 class NvmlReturn:
     """One NVML return code (``nvmlReturn_t`` in NVIDIA's ``nvml.h``).
@@ -199,97 +200,294 @@ class NvmlReturn:
 #: Every ``nvmlReturn_t`` of nvml.h (driver 570 / nvidia-ml-py 12.570, plus 30 from newer
 #: headers), by code; meanings and actions from nvml.h's comments and NVIDIA's NVML API
 #: reference ("Error reporting").
-NVML_RETURNS: dict[int, NvmlReturn] = {r.code: r for r in (
-    NvmlReturn(1, "NVML_ERROR_UNINITIALIZED", "Uninitialized", "Uninitialized",
-               "NVML was not initialised before the call (a bug in the tool)", None, False),
-    NvmlReturn(2, "NVML_ERROR_INVALID_ARGUMENT", "InvalidArgument", "Invalid Argument",
-               "an invalid argument (a bad GPU index or handle)", None, False),
-    NvmlReturn(3, "NVML_ERROR_NOT_SUPPORTED", "NotSupported", "Not Supported",
-               "the GPU does not offer this reading (a fan on an SXM board): no value, "
-               "not a fault", None, False),
-    NvmlReturn(4, "NVML_ERROR_NO_PERMISSION", "NoPermission", "Insufficient Permissions",
-               "the user may not make this call", "run it as root, or with the device "
-               "nodes' permissions", False),
-    NvmlReturn(5, "NVML_ERROR_ALREADY_INITIALIZED", "AlreadyInitialized", "Already Initialized",
-               "deprecated: NVML allows several initialisations", None, False),
-    NvmlReturn(6, "NVML_ERROR_NOT_FOUND", "NotFound", "Not Found",
-               "the object asked for does not exist (a PID or a GPU no longer there)", None,
-               False),
-    NvmlReturn(7, "NVML_ERROR_INSUFFICIENT_SIZE", "InsufficientSize", "Insufficient Size",
-               "the caller's buffer was too small (a tool bug or a race)", None, False),
-    NvmlReturn(8, "NVML_ERROR_INSUFFICIENT_POWER", "InsufficientPower",
-               "Insufficient External Power",
-               "the GPU's external power cables are not connected properly",
-               "power the node down and reseat the GPU's power cables", True),
-    NvmlReturn(9, "NVML_ERROR_DRIVER_NOT_LOADED", "DriverNotLoaded", "Driver Not Loaded",
-               "the NVIDIA kernel driver is not loaded",
-               "load the nvidia module or reinstall the driver for the running kernel", True),
-    NvmlReturn(10, "NVML_ERROR_TIMEOUT", "Timeout", "Timeout",
-               "the GPU did not answer in time", "check the kernel log for Xids; reset the GPU "
-               "if it repeats", True),
-    NvmlReturn(11, "NVML_ERROR_IRQ_ISSUE", "IrqIssue", "Interrupt Request Issue",
-               "the kernel driver has a problem with the GPU's interrupts",
-               "check the kernel log (NVRM, PCIe AER); reboot the node", True),
-    NvmlReturn(12, "NVML_ERROR_LIBRARY_NOT_FOUND", "LibraryNotFound",
-               "NVML Shared Library Not Found",
-               "libnvidia-ml.so.1 cannot be loaded: no NVIDIA user-space driver",
-               "install the NVIDIA driver (in a container: run it with --gpus)", True),
-    NvmlReturn(13, "NVML_ERROR_FUNCTION_NOT_FOUND", "FunctionNotFound", "Function Not Found",
-               "the driver's libnvidia-ml lacks a function the binding calls (binding newer "
-               "than the driver)", "use an nvidia-ml-py release that matches the driver, or "
-               "upgrade the driver", False),
-    NvmlReturn(14, "NVML_ERROR_CORRUPTED_INFOROM", "CorruptedInforom", "Corrupted infoROM",
-               "the GPU's infoROM is corrupted", "drain the GPU and have its infoROM "
-               "reflashed or the board replaced (NVIDIA support)", True),
-    NvmlReturn(15, "NVML_ERROR_GPU_IS_LOST", "GpuIsLost", "GPU is lost",
-               "the GPU fell off the bus or stopped answering", "reboot the node; if it "
-               "recurs check PCIe seating, power and cooling", True),
-    NvmlReturn(16, "NVML_ERROR_RESET_REQUIRED", "ResetRequired", "GPU requires restart",
-               "the GPU needs a reset before it can be used again",
-               "drain it, then `nvidia-smi -r -i <gpu>` (or reboot the node)", True),
-    NvmlReturn(17, "NVML_ERROR_OPERATING_SYSTEM", "OperatingSystem",
-               "The operating system has blocked the request.",
-               "the operating system blocked the request", None, False),
-    NvmlReturn(18, "NVML_ERROR_LIB_RM_VERSION_MISMATCH", "LibRmVersionMismatch",
-               "RM has detected an NVML/RM version mismatch.",
-               "the user-space driver and the loaded kernel module are different versions",
-               "reboot (or reload the nvidia modules) so both are the installed version", True),
-    NvmlReturn(19, "NVML_ERROR_IN_USE", "InUse", "In use by another client",
-               "another client holds the GPU (an operation needs it idle)", None, False),
-    NvmlReturn(20, "NVML_ERROR_MEMORY", "Memory", "Insufficient Memory",
-               "NVML ran out of memory", None, False),
-    NvmlReturn(21, "NVML_ERROR_NO_DATA", "NoData", "No data",
-               "no data yet (a first sample)", None, False),
-    NvmlReturn(22, "NVML_ERROR_VGPU_ECC_NOT_SUPPORTED", "VgpuEccNotSupported",
-               "The requested vgpu operation is not available on target device, becasue ECC "
-               "is enabled", "a vGPU operation refused because ECC is on", None, False),
-    NvmlReturn(23, "NVML_ERROR_INSUFFICIENT_RESOURCES", "InsufficientResources",
-               "Ran out of critical resources, other than memory",
-               "the driver ran out of a resource other than memory", None, False),
-    NvmlReturn(24, "NVML_ERROR_FREQ_NOT_SUPPORTED", "FreqNotSupported",
-               "Ran out of critical resources, other than memory",
-               "the requested clock frequency is not supported", None, False),
-    NvmlReturn(25, "NVML_ERROR_ARGUMENT_VERSION_MISMATCH", "ArgumentVersionMismatch",
-               "Argument version mismatch",
-               "the binding passed a structure version the driver does not know (binding "
-               "newer than the driver)", "use an nvidia-ml-py release that matches the driver",
-               False),
-    NvmlReturn(26, "NVML_ERROR_DEPRECATED", "Deprecated", "Deprecated",
-               "the call is deprecated", None, False),
-    NvmlReturn(27, "NVML_ERROR_NOT_READY", "NotReady", "Not Ready",
-               "the system is not ready for the request", None, False),
-    NvmlReturn(28, "NVML_ERROR_GPU_NOT_FOUND", "GpuNotFound", "GPU not found",
-               "no GPU at that address", None, False),
-    NvmlReturn(29, "NVML_ERROR_INVALID_STATE", "InvalidState", "Invalid state",
-               "the GPU is in a state that does not allow the request", None, False),
-    NvmlReturn(30, "NVML_ERROR_RESET_TYPE_NOT_SUPPORTED", "ResetTypeNotSupported",
-               "Reset type not supported", "the GPU does not support the reset asked for",
-               None, False),
-    NvmlReturn(999, "NVML_ERROR_UNKNOWN", "Unknown", "Unknown Error",
-               "the driver reported an unknown error: the GPU or driver is in a bad state "
-               "(in a container: often its device access was lost)",
-               "check the kernel log for Xids; in a container restart it", True),
-)}
+NVML_RETURNS: dict[int, NvmlReturn] = {
+    r.code: r
+    for r in (
+        NvmlReturn(
+            1,
+            "NVML_ERROR_UNINITIALIZED",
+            "Uninitialized",
+            "Uninitialized",
+            "NVML was not initialised before the call (a bug in the tool)",
+            None,
+            False,
+        ),
+        NvmlReturn(
+            2,
+            "NVML_ERROR_INVALID_ARGUMENT",
+            "InvalidArgument",
+            "Invalid Argument",
+            "an invalid argument (a bad GPU index or handle)",
+            None,
+            False,
+        ),
+        NvmlReturn(
+            3,
+            "NVML_ERROR_NOT_SUPPORTED",
+            "NotSupported",
+            "Not Supported",
+            "the GPU does not offer this reading (a fan on an SXM board): no value, not a fault",
+            None,
+            False,
+        ),
+        NvmlReturn(
+            4,
+            "NVML_ERROR_NO_PERMISSION",
+            "NoPermission",
+            "Insufficient Permissions",
+            "the user may not make this call",
+            "run it as root, or with the device nodes' permissions",
+            False,
+        ),
+        NvmlReturn(
+            5,
+            "NVML_ERROR_ALREADY_INITIALIZED",
+            "AlreadyInitialized",
+            "Already Initialized",
+            "deprecated: NVML allows several initialisations",
+            None,
+            False,
+        ),
+        NvmlReturn(
+            6,
+            "NVML_ERROR_NOT_FOUND",
+            "NotFound",
+            "Not Found",
+            "the object asked for does not exist (a PID or a GPU no longer there)",
+            None,
+            False,
+        ),
+        NvmlReturn(
+            7,
+            "NVML_ERROR_INSUFFICIENT_SIZE",
+            "InsufficientSize",
+            "Insufficient Size",
+            "the caller's buffer was too small (a tool bug or a race)",
+            None,
+            False,
+        ),
+        NvmlReturn(
+            8,
+            "NVML_ERROR_INSUFFICIENT_POWER",
+            "InsufficientPower",
+            "Insufficient External Power",
+            "the GPU's external power cables are not connected properly",
+            "power the node down and reseat the GPU's power cables",
+            True,
+        ),
+        NvmlReturn(
+            9,
+            "NVML_ERROR_DRIVER_NOT_LOADED",
+            "DriverNotLoaded",
+            "Driver Not Loaded",
+            "the NVIDIA kernel driver is not loaded",
+            "load the nvidia module or reinstall the driver for the running kernel",
+            True,
+        ),
+        NvmlReturn(
+            10,
+            "NVML_ERROR_TIMEOUT",
+            "Timeout",
+            "Timeout",
+            "the GPU did not answer in time",
+            "check the kernel log for Xids; reset the GPU if it repeats",
+            True,
+        ),
+        NvmlReturn(
+            11,
+            "NVML_ERROR_IRQ_ISSUE",
+            "IrqIssue",
+            "Interrupt Request Issue",
+            "the kernel driver has a problem with the GPU's interrupts",
+            "check the kernel log (NVRM, PCIe AER); reboot the node",
+            True,
+        ),
+        NvmlReturn(
+            12,
+            "NVML_ERROR_LIBRARY_NOT_FOUND",
+            "LibraryNotFound",
+            "NVML Shared Library Not Found",
+            "libnvidia-ml.so.1 cannot be loaded: no NVIDIA user-space driver",
+            "install the NVIDIA driver (in a container: run it with --gpus)",
+            True,
+        ),
+        NvmlReturn(
+            13,
+            "NVML_ERROR_FUNCTION_NOT_FOUND",
+            "FunctionNotFound",
+            "Function Not Found",
+            "the driver's libnvidia-ml lacks a function the binding calls (binding newer "
+            "than the driver)",
+            "use an nvidia-ml-py release that matches the driver, or upgrade the driver",
+            False,
+        ),
+        NvmlReturn(
+            14,
+            "NVML_ERROR_CORRUPTED_INFOROM",
+            "CorruptedInforom",
+            "Corrupted infoROM",
+            "the GPU's infoROM is corrupted",
+            "drain the GPU and have its infoROM reflashed or the board replaced (NVIDIA support)",
+            True,
+        ),
+        NvmlReturn(
+            15,
+            "NVML_ERROR_GPU_IS_LOST",
+            "GpuIsLost",
+            "GPU is lost",
+            "the GPU fell off the bus or stopped answering",
+            "reboot the node; if it recurs check PCIe seating, power and cooling",
+            True,
+        ),
+        NvmlReturn(
+            16,
+            "NVML_ERROR_RESET_REQUIRED",
+            "ResetRequired",
+            "GPU requires restart",
+            "the GPU needs a reset before it can be used again",
+            "drain it, then `nvidia-smi -r -i <gpu>` (or reboot the node)",
+            True,
+        ),
+        NvmlReturn(
+            17,
+            "NVML_ERROR_OPERATING_SYSTEM",
+            "OperatingSystem",
+            "The operating system has blocked the request.",
+            "the operating system blocked the request",
+            None,
+            False,
+        ),
+        NvmlReturn(
+            18,
+            "NVML_ERROR_LIB_RM_VERSION_MISMATCH",
+            "LibRmVersionMismatch",
+            "RM has detected an NVML/RM version mismatch.",
+            "the user-space driver and the loaded kernel module are different versions",
+            "reboot (or reload the nvidia modules) so both are the installed version",
+            True,
+        ),
+        NvmlReturn(
+            19,
+            "NVML_ERROR_IN_USE",
+            "InUse",
+            "In use by another client",
+            "another client holds the GPU (an operation needs it idle)",
+            None,
+            False,
+        ),
+        NvmlReturn(
+            20,
+            "NVML_ERROR_MEMORY",
+            "Memory",
+            "Insufficient Memory",
+            "NVML ran out of memory",
+            None,
+            False,
+        ),
+        NvmlReturn(
+            21,
+            "NVML_ERROR_NO_DATA",
+            "NoData",
+            "No data",
+            "no data yet (a first sample)",
+            None,
+            False,
+        ),
+        NvmlReturn(
+            22,
+            "NVML_ERROR_VGPU_ECC_NOT_SUPPORTED",
+            "VgpuEccNotSupported",
+            "The requested vgpu operation is not available on target device, becasue ECC "
+            "is enabled",
+            "a vGPU operation refused because ECC is on",
+            None,
+            False,
+        ),
+        NvmlReturn(
+            23,
+            "NVML_ERROR_INSUFFICIENT_RESOURCES",
+            "InsufficientResources",
+            "Ran out of critical resources, other than memory",
+            "the driver ran out of a resource other than memory",
+            None,
+            False,
+        ),
+        NvmlReturn(
+            24,
+            "NVML_ERROR_FREQ_NOT_SUPPORTED",
+            "FreqNotSupported",
+            "Ran out of critical resources, other than memory",
+            "the requested clock frequency is not supported",
+            None,
+            False,
+        ),
+        NvmlReturn(
+            25,
+            "NVML_ERROR_ARGUMENT_VERSION_MISMATCH",
+            "ArgumentVersionMismatch",
+            "Argument version mismatch",
+            "the binding passed a structure version the driver does not know (binding "
+            "newer than the driver)",
+            "use an nvidia-ml-py release that matches the driver",
+            False,
+        ),
+        NvmlReturn(
+            26,
+            "NVML_ERROR_DEPRECATED",
+            "Deprecated",
+            "Deprecated",
+            "the call is deprecated",
+            None,
+            False,
+        ),
+        NvmlReturn(
+            27,
+            "NVML_ERROR_NOT_READY",
+            "NotReady",
+            "Not Ready",
+            "the system is not ready for the request",
+            None,
+            False,
+        ),
+        NvmlReturn(
+            28,
+            "NVML_ERROR_GPU_NOT_FOUND",
+            "GpuNotFound",
+            "GPU not found",
+            "no GPU at that address",
+            None,
+            False,
+        ),
+        NvmlReturn(
+            29,
+            "NVML_ERROR_INVALID_STATE",
+            "InvalidState",
+            "Invalid state",
+            "the GPU is in a state that does not allow the request",
+            None,
+            False,
+        ),
+        NvmlReturn(
+            30,
+            "NVML_ERROR_RESET_TYPE_NOT_SUPPORTED",
+            "ResetTypeNotSupported",
+            "Reset type not supported",
+            "the GPU does not support the reset asked for",
+            None,
+            False,
+        ),
+        NvmlReturn(
+            999,
+            "NVML_ERROR_UNKNOWN",
+            "Unknown",
+            "Unknown Error",
+            "the driver reported an unknown error: the GPU or driver is in a bad state "
+            "(in a container: often its device access was lost)",
+            "check the kernel log for Xids; in a container restart it",
+            True,
+        ),
+    )
+}
 _NVML_BY_SUFFIX = {r.suffix: r for r in NVML_RETURNS.values()}
 _NVML_BY_MESSAGE = {r.message.lower(): r for r in NVML_RETURNS.values()}
 
@@ -451,7 +649,10 @@ def classify_nvml_traceback(text: str) -> NvmlFault:
         if kind == "function_not_found" and nvml_function is None:
             fields = ("processes",)
     processes_unknown = "processes" in fields or kind in (
-        "library_not_found", "driver_not_loaded", "version_mismatch")
+        "library_not_found",
+        "driver_not_loaded",
+        "version_mismatch",
+    )
     host_states: dict[NvmlFaultKind, HostState] = {
         "library_not_found": "nvml_unavailable",
         "driver_not_loaded": "driver_unreachable",
@@ -467,10 +668,10 @@ def classify_nvml_traceback(text: str) -> NvmlFault:
     reasons: dict[str, str] = {
         "not_supported": f"{what}: not supported on this GPU (NVML_ERROR_NOT_SUPPORTED)",
         "function_not_found": f"{what}: function not found in libnvidia-ml (driver older than "
-                              "the NVML binding)",
+        "the NVML binding)",
         "gpu_lost": f"{what}: GPU is lost (NVML_ERROR_GPU_IS_LOST); reboot to recover it",
         "library_not_found": "NVML library not found: libnvidia-ml.so.1 cannot be loaded "
-                             "(no NVIDIA user-space driver, or not on the loader path)",
+        "(no NVIDIA user-space driver, or not on the loader path)",
         "driver_not_loaded": "NVML cannot reach the NVIDIA kernel driver (driver not loaded)",
         "version_mismatch": "NVML library and kernel driver versions differ",
         "no_permission": f"{what}: insufficient permissions",
@@ -480,26 +681,35 @@ def classify_nvml_traceback(text: str) -> NvmlFault:
     hints: dict[str, str | None] = {
         "not_supported": None,
         "function_not_found": "upgrade the NVIDIA driver or pin an older nvidia-ml-py; meanwhile "
-                              "read the process list with `nvidia-smi --query-compute-apps`"
-                              if "processes" in fields else
-                              "upgrade the NVIDIA driver or pin an older nvidia-ml-py",
+        "read the process list with `nvidia-smi --query-compute-apps`"
+        if "processes" in fields
+        else "upgrade the NVIDIA driver or pin an older nvidia-ml-py",
         "gpu_lost": "reboot the host (or power-cycle the GPU); if it recurs check PCIe seating, "
-                    "power and cooling",
+        "power and cooling",
         "library_not_found": "install the NVIDIA driver (user-space libraries) or add its "
-                             "directory to the loader path; falling back to nvidia-smi",
+        "directory to the loader path; falling back to nvidia-smi",
         "driver_not_loaded": "load the nvidia kernel module (`modprobe nvidia`) or reinstall the "
-                             "driver; check `dmesg` for NVRM errors",
+        "driver; check `dmesg` for NVRM errors",
         "version_mismatch": "install one driver version for both library and kernel module, "
-                            "then reload the nvidia modules or reboot",
+        "then reload the nvidia modules or reboot",
         "no_permission": "run the agent with access to /dev/nvidia*",
         "error": None,
         "unknown": None,
     }
     return NvmlFault(
-        kind=kind, exception=exc_name, message=exc_msg, nvml_function=nvml_function,
-        fields=fields, host_state=host_state, gpu_lost=kind == "gpu_lost",
-        processes_unknown=processes_unknown, fallback=fallback, reason=reasons[kind],
-        hint=hints[kind], complete=complete, returned=nvml_return(exc_name, exc_msg),
+        kind=kind,
+        exception=exc_name,
+        message=exc_msg,
+        nvml_function=nvml_function,
+        fields=fields,
+        host_state=host_state,
+        gpu_lost=kind == "gpu_lost",
+        processes_unknown=processes_unknown,
+        fallback=fallback,
+        reason=reasons[kind],
+        hint=hints[kind],
+        complete=complete,
+        returned=nvml_return(exc_name, exc_msg),
     )
 
 
@@ -518,12 +728,16 @@ _PREFIXES: tuple[re.Pattern[str], ...] = (
     re.compile(r"^\[\s*(?P<up>\d+\.\d+)\]\s?(?P<msg>.*)$"),
     # dmesg --time-format=iso / journalctl -o short-iso: 2021-01-27T23:04:35,123456+0100 [host
     # kernel:] msg
-    re.compile(r"^(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[,.]\d+)?(?:Z|[+-]\d\d:?\d\d)?)"
-               r"(?: \S+ kernel:)? (?:\[\s*(?P<up>\d+\.\d+)\] )?(?P<msg>.*)$"),
+    re.compile(
+        r"^(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[,.]\d+)?(?:Z|[+-]\d\d:?\d\d)?)"
+        r"(?: \S+ kernel:)? (?:\[\s*(?P<up>\d+\.\d+)\] )?(?P<msg>.*)$"
+    ),
     # syslog / kern.log / journalctl: Jan 27 23:04:35 host kernel: [14328.198504] msg (month
     # names as the locale prints them: ``april 24``, ``Sept 3``)
-    re.compile(rf"^(?P<sys>{_NAME} +\d{{1,2}} \d\d:\d\d:\d\d) \S+ kernel: "
-               r"(?:\[\s*(?P<up>\d+\.\d+)\] )?(?P<msg>.*)$"),
+    re.compile(
+        rf"^(?P<sys>{_NAME} +\d{{1,2}} \d\d:\d\d:\d\d) \S+ kernel: "
+        r"(?:\[\s*(?P<up>\d+\.\d+)\] )?(?P<msg>.*)$"
+    ),
 )
 #: A Markdown quote (``> ``, ``>> ``) in front of a pasted kernel log line.
 _QUOTE_RE = re.compile(r"^\s*(?:>\s?)+")
@@ -537,23 +751,28 @@ _SYSLOG_NL_RE = re.compile(r"#012\s*(?:NVRM:\s*)?")
 _WRAPPED_RE = re.compile(r"^NVRM:\s+(?:[a-z(]|\d+\.\d+)")
 _SENTENCE_END_RE = re.compile(r"[.!:]\s*$")
 _XID_RE = re.compile(
-    r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9a-fA-F:.]+)\): (?P<xid>\d+)(?:, (?P<rest>.*))?$")
+    r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9a-fA-F:.]+)\): (?P<xid>\d+)(?:, (?P<rest>.*))?$"
+)
 _GPU_AT_RE = re.compile(
-    r"NVRM: GPU at (?:PCI:)?(?P<pci>[0-9a-fA-F:.]+): (?P<uuid>GPU-[0-9a-fA-F-]+)")
+    r"NVRM: GPU at (?:PCI:)?(?P<pci>[0-9a-fA-F:.]+): (?P<uuid>GPU-[0-9a-fA-F-]+)"
+)
 _FALLEN_RE = re.compile(r"fallen off the bus", re.IGNORECASE)
 _GPU_PCI_RE = re.compile(
-    r"GPU (?:at )?(?:PCI:)?(?P<pci>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)")
+    r"GPU (?:at )?(?:PCI:)?(?P<pci>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)"
+)
 _PCI_ID_RE = re.compile(r"\(PCI ID: (?P<id>[0-9a-fA-F]{4}:[0-9a-fA-F]{4})\)")
 _PROBE_RE = re.compile(r"NVRM: The NVIDIA probe routine failed for (?P<n>\d+) device")
 _BANNER_RE = re.compile(
     r"NVRM: loading NVIDIA UNIX (?P<what>.*?Kernel Module)(?: for \S+)?\s+"
-    r"(?P<ver>\d+\.\d+(?:\.\d+)?)")
+    r"(?P<ver>\d+\.\d+(?:\.\d+)?)"
+)
 _PID_RE = re.compile(r"\bpid=(?:'(?P<q>[^']*)'|(?P<v>[^,\s]+))")
 _NAME_RE = re.compile(r"\bname=(?P<name>[^,]*)")
 _CH_RE = re.compile(r"\bCh (?P<ch>[0-9a-fA-F]{8})\b")
 _MMU_RE = re.compile(
     r"MMU Fault: ENGINE (?P<engine>.+?)(?: (?P<client>\S*CLIENT\S*))? faulted @ "
-    r"(?P<addr>0x[0-9a-fA-F_]+)\.? Fault is of type (?P<ftype>\S+)(?: (?P<access>\S+))?")
+    r"(?P<addr>0x[0-9a-fA-F_]+)\.? Fault is of type (?P<ftype>\S+)(?: (?P<access>\S+))?"
+)
 #: a "fallen off the bus" message within this many seconds of an Xid 79 for the same GPU is the
 #: same event.
 _SAME_EVENT_S = 10.0
@@ -636,7 +855,8 @@ class XidEvent:
 #: Y" (older drivers) and "the client 'kwin_wayland' (pid 1005) has the version X, ..." (newer).
 _API_MISMATCH_RE = re.compile(
     r"API mismatch: the client (?:'(?P<client>[^']*)' \(pid (?P<pid>\d+)\) )?has the version "
-    r"(?P<cv>\d+(?:\.\d+)+), but this kernel module has the version (?P<kv>\d+(?:\.\d+)+)")
+    r"(?P<cv>\d+(?:\.\d+)+), but this kernel module has the version (?P<kv>\d+(?:\.\d+)+)"
+)
 _WRAP_TOKENS_RE = re.compile(r"(?:#012|\s)+(?:NVRM:\s*)?")
 
 
@@ -664,9 +884,15 @@ class ApiMismatch:
 
 def _api_mismatches(message: str) -> list[ApiMismatch]:
     flat = _WRAP_TOKENS_RE.sub(" ", message)
-    return [ApiMismatch(client_version=m["cv"], kernel_module_version=m["kv"],
-                        client=m["client"], pid=int(m["pid"]) if m["pid"] else None)
-            for m in _API_MISMATCH_RE.finditer(flat)]
+    return [
+        ApiMismatch(
+            client_version=m["cv"],
+            kernel_module_version=m["kv"],
+            client=m["client"],
+            pid=int(m["pid"]) if m["pid"] else None,
+        )
+        for m in _API_MISMATCH_RE.finditer(flat)
+    ]
 
 
 def find_api_mismatch(text: str) -> ApiMismatch | None:
@@ -678,8 +904,9 @@ def find_api_mismatch(text: str) -> ApiMismatch | None:
     whose decorations a caller already removed (then read as one flow of words)."""
     if "API mismatch" not in text:
         return None
-    found = [m for *_, msg, _ in _records(text) if "API mismatch" in msg
-             for m in _api_mismatches(msg)] or _api_mismatches(text)
+    found = [
+        m for *_, msg, _ in _records(text) if "API mismatch" in msg for m in _api_mismatches(msg)
+    ] or _api_mismatches(text)
     return replace(found[0], count=len(found)) if found else None
 
 
@@ -706,8 +933,12 @@ class KernelLogScan:
     api_mismatch: ApiMismatch | None = None
 
 
-_CTIME_FORMATS = ("%a %b %d %H:%M:%S %Y", "%A %B %d %H:%M:%S %Y", "%a %B %d %H:%M:%S %Y",
-                  "%A %b %d %H:%M:%S %Y")
+_CTIME_FORMATS = (
+    "%a %b %d %H:%M:%S %Y",
+    "%A %B %d %H:%M:%S %Y",
+    "%a %B %d %H:%M:%S %Y",
+    "%A %b %d %H:%M:%S %Y",
+)
 
 
 def _parse_ctime(text: str) -> datetime | None:
@@ -745,8 +976,9 @@ _Record = tuple[int, str, datetime | None, float | None, str, int]
 _WRAP_S = 1.0
 
 
-def _same_moment(wall_a: datetime | None, up_a: float | None, wall_b: datetime | None,
-                 up_b: float | None) -> bool:
+def _same_moment(
+    wall_a: datetime | None, up_a: float | None, wall_b: datetime | None, up_b: float | None
+) -> bool:
     """Two stamps at most :data:`_WRAP_S` apart, or not comparable (missing, or of different
     kinds: a collector's own time in front of a continuation line)."""
     if up_a is not None and up_b is not None:
@@ -774,11 +1006,13 @@ def _records(text: str) -> list[_Record]:
     def join(cont: str, no: int) -> None:
         prev = out[-1]
         if cont.startswith("NVRM:") and prev[4].startswith("NVRM:"):
-            cont = cont[len("NVRM:"):].strip()
+            cont = cont[len("NVRM:") :].strip()
         out[-1] = (prev[0], prev[1], prev[2], prev[3], f"{prev[4]} {cont}".strip(), no)
 
-    rows = [_QUOTE_RE.sub("", r.rstrip()) if r.lstrip().startswith(">") else r.rstrip()
-            for r in text.splitlines()]
+    rows = [
+        _QUOTE_RE.sub("", r.rstrip()) if r.lstrip().startswith(">") else r.rstrip()
+        for r in text.splitlines()
+    ]
     # indentation common to the whole block (a log pasted as a Markdown code block)
     base = min((len(r) - len(r.lstrip()) for r in rows if r.strip()), default=0)
     for no, row in enumerate(rows, 1):
@@ -797,12 +1031,16 @@ def _records(text: str) -> list[_Record]:
                 continue
             if "NVRM:" not in line:
                 continue
-            tt, wall, up, msg = "", None, None, line[line.index("NVRM:"):].strip()
+            tt, wall, up, msg = "", None, None, line[line.index("NVRM:") :].strip()
         if "#012" in msg:
             msg = _SYSLOG_NL_RE.sub(" ", msg)
-        if (out and _WRAPPED_RE.match(msg) and "NVRM:" in out[-1][4]
-                and not _SENTENCE_END_RE.search(out[-1][4])
-                and _same_moment(out[-1][2], out[-1][3], wall, up)):
+        if (
+            out
+            and _WRAPPED_RE.match(msg)
+            and "NVRM:" in out[-1][4]
+            and not _SENTENCE_END_RE.search(out[-1][4])
+            and _same_moment(out[-1][2], out[-1][3], wall, up)
+        ):
             join(msg, no)
             continue
         out.append((no, tt, wall, up, msg, no))
@@ -866,14 +1104,24 @@ def scan_kernel_log(text: str) -> KernelLogScan:
             rec = recovery_action(rest) if int(m["xid"]) == 154 else None
             summarised = 119 if rec is not None and gsp_timed_out else None
             gsp_timed_out = False
-            scan.events.append(XidEvent(
-                xid=int(m["xid"]), pci_bus_id=m["pci"].lower(), time_text=tt, wall_time=wall,
-                uptime_s=up, pid=_xid_pid(rest), process_name=_xid_name(rest),
-                channel=(c["ch"] if (c := _CH_RE.search(rest)) else None),
-                mmu=_xid_mmu(rest), detail=rest, line_no=no,
-                caused_by=int(cause["xid"]) if cause else summarised,
-                recovery=rec[2] if rec else None, end_line_no=last,
-            ))
+            scan.events.append(
+                XidEvent(
+                    xid=int(m["xid"]),
+                    pci_bus_id=m["pci"].lower(),
+                    time_text=tt,
+                    wall_time=wall,
+                    uptime_s=up,
+                    pid=_xid_pid(rest),
+                    process_name=_xid_name(rest),
+                    channel=(c["ch"] if (c := _CH_RE.search(rest)) else None),
+                    mmu=_xid_mmu(rest),
+                    detail=rest,
+                    line_no=no,
+                    caused_by=int(cause["xid"]) if cause else summarised,
+                    recovery=rec[2] if rec else None,
+                    end_line_no=last,
+                )
+            )
             continue
         if GSP_TIMEOUT_WORDS_RE.search(msg):
             gsp_timed_out = True
@@ -881,30 +1129,57 @@ def scan_kernel_log(text: str) -> KernelLogScan:
             # the RPC buffer / history lines after a GSP timeout: details of it; without that
             # timeout in the text, the dump stands for it (see the docstring)
             gpu = f"GPU{hist['gpu']}"
-            if not any(e.xid in (119, 120) and e.inferred and e.pci_bus_id in (gpu, "GPU?")
-                       for e in scan.events):
-                scan.events.append(XidEvent(
-                    xid=119, pci_bus_id=gpu, time_text=tt, wall_time=wall, uptime_s=up,
-                    inferred=True, detail=msg[msg.index("NVRM:") + 5:].strip(), line_no=no,
-                    end_line_no=last,
-                ))
+            if not any(
+                e.xid in (119, 120) and e.inferred and e.pci_bus_id in (gpu, "GPU?")
+                for e in scan.events
+            ):
+                scan.events.append(
+                    XidEvent(
+                        xid=119,
+                        pci_bus_id=gpu,
+                        time_text=tt,
+                        wall_time=wall,
+                        uptime_s=up,
+                        inferred=True,
+                        detail=msg[msg.index("NVRM:") + 5 :].strip(),
+                        line_no=no,
+                        end_line_no=last,
+                    )
+                )
             continue
         if (gsp := GSP_TIMEOUT_RE.search(msg)) is not None:
-            scan.events.append(XidEvent(
-                xid=119, pci_bus_id=f"GPU{gsp['gpu']}" if gsp["gpu"] else "GPU?",
-                time_text=tt, wall_time=wall, uptime_s=up, inferred=True,
-                detail=msg[msg.index("NVRM:") + 5:].strip(), line_no=no, end_line_no=last,
-            ))
+            scan.events.append(
+                XidEvent(
+                    xid=119,
+                    pci_bus_id=f"GPU{gsp['gpu']}" if gsp["gpu"] else "GPU?",
+                    time_text=tt,
+                    wall_time=wall,
+                    uptime_s=up,
+                    inferred=True,
+                    detail=msg[msg.index("NVRM:") + 5 :].strip(),
+                    line_no=no,
+                    end_line_no=last,
+                )
+            )
             continue
         if (g := _GPU_AT_RE.search(msg)) is not None:
             scan.bus_to_uuid[g["pci"].lower()] = g["uuid"]
         elif _FALLEN_RE.search(msg) and (p := _GPU_PCI_RE.search(msg)) is not None:
             pid_m = _PCI_ID_RE.search(msg)
-            scan.events.append(XidEvent(
-                xid=79, pci_bus_id=p["pci"].lower(), time_text=tt, wall_time=wall, uptime_s=up,
-                pci_device_id=pid_m["id"].lower() if pid_m else None, inferred=True,
-                detail=msg[msg.index("NVRM:") + 5:].strip(), line_no=no, end_line_no=last,
-            ))
+            scan.events.append(
+                XidEvent(
+                    xid=79,
+                    pci_bus_id=p["pci"].lower(),
+                    time_text=tt,
+                    wall_time=wall,
+                    uptime_s=up,
+                    pci_device_id=pid_m["id"].lower() if pid_m else None,
+                    inferred=True,
+                    detail=msg[msg.index("NVRM:") + 5 :].strip(),
+                    line_no=no,
+                    end_line_no=last,
+                )
+            )
         elif (pr := _PROBE_RE.search(msg)) is not None:
             scan.probe_failed_devices = int(pr["n"])
         elif (b := _BANNER_RE.search(msg)) is not None:
@@ -914,20 +1189,25 @@ def scan_kernel_log(text: str) -> KernelLogScan:
             mismatches += _api_mismatches(msg)
     if mismatches:
         scan.api_mismatch = replace(mismatches[-1], count=len(mismatches))
-    scan.events = [e for i, e in enumerate(scan.events)
-                   if not _restates_printed(e, scan.events, scan.events[:i])]
+    scan.events = [
+        e
+        for i, e in enumerate(scan.events)
+        if not _restates_printed(e, scan.events, scan.events[:i])
+    ]
     if scan.bus_to_uuid:
         keyed = {pci_key(k): v for k, v in scan.bus_to_uuid.items()}
         scan.events = [
             replace(e, uuid=keyed[pci_key(e.pci_bus_id)])
-            if e.uuid is None and pci_key(e.pci_bus_id) in keyed else e
+            if e.uuid is None and pci_key(e.pci_bus_id) in keyed
+            else e
             for e in scan.events
         ]
     return scan
 
 
-def _restates_printed(ev: XidEvent, events: Sequence[XidEvent],
-                      earlier: Sequence[XidEvent]) -> bool:
+def _restates_printed(
+    ev: XidEvent, events: Sequence[XidEvent], earlier: Sequence[XidEvent]
+) -> bool:
     """An inferred event that another already stands for: a printed Xid 79 for the same GPU,
     or a printed Xid 119/120 (the bare GSP timeout names the driver's GPU number, not a bus),
     at most :data:`_SAME_EVENT_S` away or at an unknown distance (stamps missing or not
@@ -937,8 +1217,11 @@ def _restates_printed(ev: XidEvent, events: Sequence[XidEvent],
         return False
     same = (79,) if ev.xid == 79 else (119, 120)
     for e in events:
-        if e.xid not in same or e is ev or (e.inferred and (ev.xid != 79 or not any(
-                x is e for x in earlier))):
+        if (
+            e.xid not in same
+            or e is ev
+            or (e.inferred and (ev.xid != 79 or not any(x is e for x in earlier)))
+        ):
             continue
         if ev.xid == 79 and pci_key(e.pci_bus_id) != pci_key(ev.pci_bus_id):
             continue
@@ -968,8 +1251,13 @@ def _xid_mmu(rest: str) -> MmuFault | None:
     m = _MMU_RE.search(rest)
     if m is None:
         return None
-    return MmuFault(engine=m["engine"], client=m["client"], address=m["addr"],
-                    fault_type=m["ftype"], access_type=m["access"])
+    return MmuFault(
+        engine=m["engine"],
+        client=m["client"],
+        address=m["addr"],
+        fault_type=m["ftype"],
+        access_type=m["access"],
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -988,20 +1276,25 @@ def _xid_mmu(rest: str) -> MmuFault | None:
 #:   ``Xid 48 (PCI:0000:07:00)``) or at the start of a stamped row of a hand-made table of kernel
 #:   records (``08-04 06:43:55 Xid 31 GPC1 GPCCLIENT_T1_9 @ 0x... FAULT_PDE``).
 _PLUGIN_XID_RE = re.compile(
-    r"XidCriticalError: Xid=(?P<xid>\d{1,3}) on Device=(?P<dev>[\w.:-]+?)[,;.]?(?:\s|$)")
+    r"XidCriticalError: Xid=(?P<xid>\d{1,3}) on Device=(?P<dev>[\w.:-]+?)[,;.]?(?:\s|$)"
+)
 _DCGM_XID_RE = re.compile(r"Detected XID (?P<xid>\d{1,3}) for GPU (?P<gpu>\d+)", re.IGNORECASE)
 _BDF = r"(?:PCI:)?(?P<pci>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)"
 _BOUND_XID_RE = re.compile(
     r"\bXID[ =:]*(?P<xid>\d{1,3})(?:\.\d+)?\b(?P<detail>[^\n]{0,160}?)"
-    r"\b(?:detected )?(?:on|for|at) (?:GPU |device )?" + _BDF, re.IGNORECASE)
-_XID_PCI_PAREN_RE = re.compile(r"\bXID[ =:]*(?P<xid>\d{1,3})\s*\(" + _BDF + r"\)",
-                               re.IGNORECASE)
+    r"\b(?:detected )?(?:on|for|at) (?:GPU |device )?" + _BDF,
+    re.IGNORECASE,
+)
+_XID_PCI_PAREN_RE = re.compile(r"\bXID[ =:]*(?P<xid>\d{1,3})\s*\(" + _BDF + r"\)", re.IGNORECASE)
 _STAMPED_XID_RE = re.compile(
     r"^\s*(?P<stamp>(?:\d{2,4}[-/.]\d{1,2}(?:[-/.]\d{1,2})?[ T]+)?\d{1,2}:\d\d:\d\d(?:[.,]\d+)?)"
-    r"\s+[|]?\s*XID[ =:]*(?P<xid>\d{1,3})\b(?P<detail>.*)$", re.IGNORECASE)
+    r"\s+[|]?\s*XID[ =:]*(?P<xid>\d{1,3})\b(?P<detail>.*)$",
+    re.IGNORECASE,
+)
 #: A sentence asking about an Xid, not reporting one.
-_QUESTION_RE = re.compile(r"\?\s*$|^\s*(?:what|how|why|which|is|does|do|can|should|will)\b",
-                          re.IGNORECASE)
+_QUESTION_RE = re.compile(
+    r"\?\s*$|^\s*(?:what|how|why|which|is|does|do|can|should|will)\b", re.IGNORECASE
+)
 
 
 def scan_xid_records(text: str) -> list[XidEvent]:
@@ -1022,20 +1315,52 @@ def scan_xid_records(text: str) -> list[XidEvent]:
         if (m := _PLUGIN_XID_RE.search(line)) is not None:
             dev = m["dev"]
             uuid = dev if dev.startswith(("GPU-", "MIG-")) else None
-            events.append(XidEvent(xid=int(m["xid"]), pci_bus_id=dev, time_text="", uuid=uuid,
-                                   detail=line[m.start():], line_no=no, end_line_no=no))
+            events.append(
+                XidEvent(
+                    xid=int(m["xid"]),
+                    pci_bus_id=dev,
+                    time_text="",
+                    uuid=uuid,
+                    detail=line[m.start() :],
+                    line_no=no,
+                    end_line_no=no,
+                )
+            )
         elif (m := _DCGM_XID_RE.search(line)) is not None:
-            events.append(XidEvent(xid=int(m["xid"]), pci_bus_id=f"GPU{m['gpu']}", time_text="",
-                                   detail=line[m.start():], line_no=no, end_line_no=no))
+            events.append(
+                XidEvent(
+                    xid=int(m["xid"]),
+                    pci_bus_id=f"GPU{m['gpu']}",
+                    time_text="",
+                    detail=line[m.start() :],
+                    line_no=no,
+                    end_line_no=no,
+                )
+            )
         elif (m := _BOUND_XID_RE.search(line) or _XID_PCI_PAREN_RE.search(line)) is not None:
-            events.append(XidEvent(xid=int(m["xid"]), pci_bus_id=m["pci"].lower(),
-                                   time_text="", detail=line[m.start():], line_no=no,
-                                   end_line_no=no))
+            events.append(
+                XidEvent(
+                    xid=int(m["xid"]),
+                    pci_bus_id=m["pci"].lower(),
+                    time_text="",
+                    detail=line[m.start() :],
+                    line_no=no,
+                    end_line_no=no,
+                )
+            )
         elif (m := _STAMPED_XID_RE.search(line)) is not None:
             detail = m["detail"].strip(" ,:-|")
-            events.append(XidEvent(xid=int(m["xid"]), pci_bus_id="", time_text=m["stamp"],
-                                   mmu=_xid_mmu(detail), detail=detail, line_no=no,
-                                   end_line_no=no))
+            events.append(
+                XidEvent(
+                    xid=int(m["xid"]),
+                    pci_bus_id="",
+                    time_text=m["stamp"],
+                    mmu=_xid_mmu(detail),
+                    detail=detail,
+                    line_no=no,
+                    end_line_no=no,
+                )
+            )
     return events
 
 
@@ -1072,24 +1397,30 @@ class DriverLoadProblem:
 
 
 _NOT_CALLED_RE = re.compile(r"NVRM: The NVIDIA probe routine was not called for (?P<n>\d+) dev")
-_NO_ADAPTER_RE = re.compile(r"NVRM: No NVIDIA (?:graphics adapter|GPU|devices?) (?:probed|found)",
-                            re.IGNORECASE)
+_NO_ADAPTER_RE = re.compile(
+    r"NVRM: No NVIDIA (?:graphics adapter|GPU|devices?) (?:probed|found)", re.IGNORECASE
+)
 _NO_GSP_RE = re.compile(r"not supported by open\s+(?:NVRM:\s*)?nvidia\.ko")
 #: ``lsmod`` / dmesg lines of the nouveau driver (never the NVRM notice that merely names it).
 _NOUVEAU_RE = re.compile(r"^(?:nouveau\b(?: \d{4}:|\s+\d+\s+\d+)|\[drm\] Initialized nouveau)")
 _INSERT_RE = re.compile(
-    r"could not insert '(?P<mod>nvidia[\w-]*)': (?P<why>[^\n]+?)\s*$", re.IGNORECASE)
-_NOT_FOUND_RE = re.compile(r"modprobe: FATAL: Module (?P<mod>nvidia[\w-]*) not found"
-                           r"|could not find module by name='(?P<mod2>nvidia[\w-]*)'",
-                           re.IGNORECASE)
+    r"could not insert '(?P<mod>nvidia[\w-]*)': (?P<why>[^\n]+?)\s*$", re.IGNORECASE
+)
+_NOT_FOUND_RE = re.compile(
+    r"modprobe: FATAL: Module (?P<mod>nvidia[\w-]*) not found"
+    r"|could not find module by name='(?P<mod2>nvidia[\w-]*)'",
+    re.IGNORECASE,
+)
 _SYMBOL_RE = re.compile(
     r"^(?P<mod>nvidia(?:[-_](?:uvm|modeset|drm))?): (?:Unknown symbol \S+|disagrees about "
-    r"version of symbol \S+|version magic '[^']*' should be)")
+    r"version of symbol \S+|version magic '[^']*' should be)"
+)
 _LOCKDOWN_RE = re.compile(r"Lockdown: modprobe: unsigned module loading is restricted")
 _NVRM_FAILED_RE = re.compile(r"NVRM: (?!Xid)(?P<msg>.*\bfailed\b.*)$")
 _SIGNATURE_WHY = re.compile(r"Key was rejected|Required key not available", re.IGNORECASE)
-_WRONG_KERNEL_WHY = re.compile(r"Unknown symbol|Exec format error|Invalid module format",
-                               re.IGNORECASE)
+_WRONG_KERNEL_WHY = re.compile(
+    r"Unknown symbol|Exec format error|Invalid module format", re.IGNORECASE
+)
 
 
 def find_driver_load_problems(text: str) -> list[DriverLoadProblem]:
@@ -1107,36 +1438,64 @@ def find_driver_load_problems(text: str) -> list[DriverLoadProblem]:
     for no, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
         if (m := _NOT_CALLED_RE.search(line)) is not None:
-            out.append(DriverLoadProblem(
-                "other_driver", f"'The NVIDIA probe routine was not called for {m['n']} "
-                "device(s)' (nouveau, rivafb, nvidiafb or rivatv obtained them)", no,
-                devices=int(m["n"])))
+            out.append(
+                DriverLoadProblem(
+                    "other_driver",
+                    f"'The NVIDIA probe routine was not called for {m['n']} "
+                    "device(s)' (nouveau, rivafb, nvidiafb or rivatv obtained them)",
+                    no,
+                    devices=int(m["n"]),
+                )
+            )
         elif _NO_ADAPTER_RE.search(line):
             out.append(DriverLoadProblem("no_device", "the nvidia module probed no GPU", no))
         elif _NO_GSP_RE.search(line):
-            out.append(DriverLoadProblem(
-                "unsupported_gpu", "the open nvidia.ko does not support this GPU (no GSP)", no))
+            out.append(
+                DriverLoadProblem(
+                    "unsupported_gpu", "the open nvidia.ko does not support this GPU (no GSP)", no
+                )
+            )
         elif _NOUVEAU_RE.search(line):
-            out.append(DriverLoadProblem("other_driver", "nouveau is loaded", no,
-                                         module="nouveau"))
+            out.append(DriverLoadProblem("other_driver", "nouveau is loaded", no, module="nouveau"))
         elif (m := _INSERT_RE.search(line)) is not None:
             why = m["why"].strip().rstrip(".")
-            reason = ("signature" if _SIGNATURE_WHY.search(why) else
-                      "wrong_kernel" if _WRONG_KERNEL_WHY.search(why) else "load_failed")
-            out.append(DriverLoadProblem(reason, f"modprobe could not insert {m['mod']}: {why}",
-                                         no, module=m["mod"]))
+            reason = (
+                "signature"
+                if _SIGNATURE_WHY.search(why)
+                else "wrong_kernel"
+                if _WRONG_KERNEL_WHY.search(why)
+                else "load_failed"
+            )
+            out.append(
+                DriverLoadProblem(
+                    reason, f"modprobe could not insert {m['mod']}: {why}", no, module=m["mod"]
+                )
+            )
         elif (m := _NOT_FOUND_RE.search(line)) is not None:
             mod = m["mod"] or m["mod2"]
-            out.append(DriverLoadProblem(
-                "not_installed", f"modprobe finds no {mod} module for the running kernel", no,
-                module=mod))
+            out.append(
+                DriverLoadProblem(
+                    "not_installed",
+                    f"modprobe finds no {mod} module for the running kernel",
+                    no,
+                    module=mod,
+                )
+            )
         elif (m := _SYMBOL_RE.search(line)) is not None:
-            out.append(DriverLoadProblem(
-                "wrong_kernel", f"{m['mod']} was built for another kernel ({line[m.end(1) + 2:]})",
-                no, module=m["mod"]))
+            out.append(
+                DriverLoadProblem(
+                    "wrong_kernel",
+                    f"{m['mod']} was built for another kernel ({line[m.end(1) + 2 :]})",
+                    no,
+                    module=m["mod"],
+                )
+            )
         elif _LOCKDOWN_RE.search(line):
-            out.append(DriverLoadProblem(
-                "signature", "kernel lockdown (Secure Boot) refuses unsigned modules", no))
+            out.append(
+                DriverLoadProblem(
+                    "signature", "kernel lockdown (Secure Boot) refuses unsigned modules", no
+                )
+            )
         elif (m := _NVRM_FAILED_RE.search(line)) is not None and "probe routine failed" not in line:
             out.append(DriverLoadProblem("driver_failed", m["msg"].strip(), no))
     return out
@@ -1178,8 +1537,9 @@ SUSPECT_MIN_SPAN_S = 600.0
 #: an app-class fault at most this long before a reset-class Xid started its chain.
 CHAIN_WINDOW_S = 300.0
 
-XidVerdict = Literal["gpu_lost", "needs_reset", "suspect_hardware", "application_fault",
-                     "hardware_warning", "info"]
+XidVerdict = Literal[
+    "gpu_lost", "needs_reset", "suspect_hardware", "application_fault", "hardware_warning", "info"
+]
 
 
 @dataclass(frozen=True)
@@ -1225,8 +1585,15 @@ class GpuXidSummary:
         text = self.headline.text if self.headline else ""
         if self.headline is not None:
             rank = ACTION_RANK.get(self.headline.action, 0)
-            harder = next((e for e in self.events if xid_info(e.xid).role not in _TAIL_ROLES
-                           and ACTION_RANK.get(xid_info(e.xid).action, 0) > rank), None)
+            harder = next(
+                (
+                    e
+                    for e in self.events
+                    if xid_info(e.xid).role not in _TAIL_ROLES
+                    and ACTION_RANK.get(xid_info(e.xid).action, 0) > rank
+                ),
+                None,
+            )
             if harder is not None:  # e.g. the Xid 109 after an application's Xid 13
                 text += f"; then Xid {harder.xid}: {xid_info(harder.xid).action_text}"
         if self.verdict == "suspect_hardware":
@@ -1357,12 +1724,21 @@ def xid_headline(events: Sequence[XidEvent]) -> XidHeadline | None:
     if action in ("follow_root", "recovery_action"):
         action = "unknown"
     text = f"Xid {code} {info.short}: {ACTION_TEXT.get(action, action)}{via}"
-    return XidHeadline(xid=code, short=info.short, action=action, event=event,
-                       consequences=len(follow), text=text, blame=_blame(code))
+    return XidHeadline(
+        xid=code,
+        short=info.short,
+        action=action,
+        event=event,
+        consequences=len(follow),
+        text=text,
+        blame=_blame(code),
+    )
 
 
-def summarize_xids(events: Sequence[XidEvent], bus_to_index: Mapping[str, int] | None = None,
-                   ) -> list[GpuXidSummary]:
+def summarize_xids(
+    events: Sequence[XidEvent],
+    bus_to_index: Mapping[str, int] | None = None,
+) -> list[GpuXidSummary]:
     """Group Xid events per GPU (by PCI bus id) and diagnose each GPU.
 
     Verdicts, worst first: Xid 79 -> ``gpu_lost`` (reboot / power cycle; if it recurs check PCIe
@@ -1393,10 +1769,16 @@ def summarize_xids(events: Sequence[XidEvent], bus_to_index: Mapping[str, int] |
             if ev.pid is not None and ev.pid not in pids:
                 pids.append(ev.pid)
         ordered = sorted(evs, key=_order_key)
-        out.append(_diagnose(
-            evs, counts, tuple(pids), ordered[0], ordered[-1],
-            index_by_key.get(key) if isinstance(key, tuple) else None,
-        ))
+        out.append(
+            _diagnose(
+                evs,
+                counts,
+                tuple(pids),
+                ordered[0],
+                ordered[-1],
+                index_by_key.get(key) if isinstance(key, tuple) else None,
+            )
+        )
     return out
 
 
@@ -1409,8 +1791,14 @@ def _order_key(e: XidEvent) -> tuple[float, int]:
     return 0.0, e.line_no
 
 
-def _diagnose(evs: list[XidEvent], counts: dict[int, int], pids: tuple[int, ...],
-              first: XidEvent, last: XidEvent, gpu_index: int | None) -> GpuXidSummary:
+def _diagnose(
+    evs: list[XidEvent],
+    counts: dict[int, int],
+    pids: tuple[int, ...],
+    first: XidEvent,
+    last: XidEvent,
+    gpu_index: int | None,
+) -> GpuXidSummary:
     def span() -> str:
         if first is last:
             return f"at {first.time_text}"
@@ -1418,9 +1806,15 @@ def _diagnose(evs: list[XidEvent], counts: dict[int, int], pids: tuple[int, ...]
 
     parts = [f"{n}x Xid {x} ({_xid_text(x)})" for x, n in counts.items()]
     seen = "; ".join(parts) + f" {span()}"
-    mmus = list(dict.fromkeys(
-        " ".join(x for x in (e.mmu.engine, e.mmu.client, e.mmu.fault_type, e.mmu.access_type) if x)
-        for e in evs if e.mmu is not None))
+    mmus = list(
+        dict.fromkeys(
+            " ".join(
+                x for x in (e.mmu.engine, e.mmu.client, e.mmu.fault_type, e.mmu.access_type) if x
+            )
+            for e in evs
+            if e.mmu is not None
+        )
+    )
     if mmus:
         seen += f" (MMU fault: {'; '.join(mmus)})"
     if pids:
@@ -1431,22 +1825,29 @@ def _diagnose(evs: list[XidEvent], counts: dict[int, int], pids: tuple[int, ...]
     if headline is not None and headline.xid not in counts:
         named = headline.event
         classes.add(XID_INFO.get(headline.xid, ("", "hw"))[1])
-        seen += (f". Only cleanup lines: they name Xid {headline.xid} "
-                 f"({_xid_text(headline.xid)}), not in the log, as the cause")
+        seen += (
+            f". Only cleanup lines: they name Xid {headline.xid} "
+            f"({_xid_text(headline.xid)}), not in the log, as the cause"
+        )
     chain_root: XidEvent | None = None
     app_events = [e for e in evs if e.xid in _APP_FAULTS]
     verdict: XidVerdict
     if "lost" in classes:
         verdict = "gpu_lost"
         lost = next((e for e in evs if e.xid == 79), named or first)
-        diagnosis = (f"{seen}. The GPU fell off the bus at {lost.time_text} and no longer "
-                     "responds; the driver cannot use it until the host is power-cycled.")
-        action = ("reboot / power-cycle the host; if it recurs check PCIe seating, power "
-                  "delivery and cooling")
+        diagnosis = (
+            f"{seen}. The GPU fell off the bus at {lost.time_text} and no longer "
+            "responds; the driver cannot use it until the host is power-cycled."
+        )
+        action = (
+            "reboot / power-cycle the host; if it recurs check PCIe seating, power "
+            "delivery and cooling"
+        )
     elif "reset" in classes:
         verdict = "needs_reset"
-        trigger = next((e for e in evs if XID_INFO.get(e.xid, ("", ""))[1] == "reset"),
-                       named or first)
+        trigger = next(
+            (e for e in evs if XID_INFO.get(e.xid, ("", ""))[1] == "reset"), named or first
+        )
         trigger_xid = headline.xid if trigger is named and headline is not None else trigger.xid
         for e in evs:
             if e is trigger:
@@ -1454,29 +1855,42 @@ def _diagnose(evs: list[XidEvent], counts: dict[int, int], pids: tuple[int, ...]
             d = _seconds(e, trigger)
             if e.xid in _APP_FAULTS and e.pid is not None and (d is None or d <= CHAIN_WINDOW_S):
                 chain_root = e
-        diagnosis = (f"{seen}. After Xid {trigger_xid} ({_xid_text(trigger_xid)}) the GPU "
-                     "needs a reset.")
+        diagnosis = (
+            f"{seen}. After Xid {trigger_xid} ({_xid_text(trigger_xid)}) the GPU needs a reset."
+        )
         if counts.get(45):
             diagnosis += f" The {counts[45]} Xid 45 events are cleanup after it."
         if chain_root is not None:
-            diagnosis += (f" The chain began with pid {chain_root.pid}'s Xid {chain_root.xid} at "
-                          f"{chain_root.time_text}.")
-        action = ("drain the GPU; reset it (`nvidia-smi -r -i <index>` once idle) or reboot the "
-                  "host before reuse")
-    elif len(app_events) >= SUSPECT_MIN_EVENTS and len(
-            {e.pid for e in app_events if e.pid is not None}) >= SUSPECT_MIN_PIDS and (
-            _spread_out(app_events)):
+            diagnosis += (
+                f" The chain began with pid {chain_root.pid}'s Xid {chain_root.xid} at "
+                f"{chain_root.time_text}."
+            )
+        action = (
+            "drain the GPU; reset it (`nvidia-smi -r -i <index>` once idle) or reboot the "
+            "host before reuse"
+        )
+    elif (
+        len(app_events) >= SUSPECT_MIN_EVENTS
+        and len({e.pid for e in app_events if e.pid is not None}) >= SUSPECT_MIN_PIDS
+        and (_spread_out(app_events))
+    ):
         verdict = "suspect_hardware"
-        diagnosis = (f"{seen}. The same GPU faults again and again for many different processes: "
-                     "suspect hardware rather than one application.")
-        action = ("drain the GPU and run diagnostics (`dcgmi diag -r 3`, vendor field "
-                  "diagnostics); replace it if they fail")
+        diagnosis = (
+            f"{seen}. The same GPU faults again and again for many different processes: "
+            "suspect hardware rather than one application."
+        )
+        action = (
+            "drain the GPU and run diagnostics (`dcgmi diag -r 3`, vendor field "
+            "diagnostics); replace it if they fail"
+        )
     elif classes <= {"app", "consequence"}:
         verdict = "application_fault"
         diagnosis = f"{seen}. Application fault; the GPU stays usable."
-        action = ("look at the faulting process"
-                  + (f" (pid {', '.join(map(str, pids))})" if pids else "")
-                  + "; no action on the GPU unless it recurs for other processes")
+        action = (
+            "look at the faulting process"
+            + (f" (pid {', '.join(map(str, pids))})" if pids else "")
+            + "; no action on the GPU unless it recurs for other processes"
+        )
     elif "hw" in classes:
         verdict = "hardware_warning"
         diagnosis = f"{seen}. Hardware health warning."
@@ -1487,10 +1901,20 @@ def _diagnose(evs: list[XidEvent], counts: dict[int, int], pids: tuple[int, ...]
         action = "none"
     uuid = next((e.uuid for e in evs if e.uuid), None)
     return GpuXidSummary(
-        pci_bus_id=evs[0].pci_bus_id, gpu_index=gpu_index, uuid=uuid, counts=counts, pids=pids,
-        first=first, last=last, events=tuple(evs), verdict=verdict, diagnosis=diagnosis,
-        action=action, drain=verdict in ("gpu_lost", "needs_reset", "suspect_hardware"),
-        chain_root=chain_root, headline=headline,
+        pci_bus_id=evs[0].pci_bus_id,
+        gpu_index=gpu_index,
+        uuid=uuid,
+        counts=counts,
+        pids=pids,
+        first=first,
+        last=last,
+        events=tuple(evs),
+        verdict=verdict,
+        diagnosis=diagnosis,
+        action=action,
+        drain=verdict in ("gpu_lost", "needs_reset", "suspect_hardware"),
+        chain_root=chain_root,
+        headline=headline,
     )
 
 
@@ -1498,8 +1922,11 @@ def _diagnose(evs: list[XidEvent], counts: dict[int, int], pids: tuple[int, ...]
 # apt history: driver packages changed under a running system
 
 _APT_ENTRY_RE = re.compile(r"^Start-Date:\s*(?P<date>\d{4}-\d\d-\d\d\s+\d\d:\d\d:\d\d)", re.M)
-_APT_ACTION_RE = re.compile(r"^(?P<action>Install|Upgrade|Downgrade|Remove|Purge|Reinstall): "
-                            r"(?P<pkgs>.*)$", re.M)
+_APT_ACTION_RE = re.compile(
+    r"^(?P<action>Install|Upgrade|Downgrade|Remove|Purge|Reinstall): "
+    r"(?P<pkgs>.*)$",
+    re.M,
+)
 _APT_PKG_RE = re.compile(r"(?P<name>[^\s:,()]+)(?::(?P<arch>[\w-]+))? \((?P<vers>[^)]*)\)")
 _NVIDIA_PKG_RE = re.compile(r"nvidia|^libcuda|^cuda-drivers|^libxnvctrl", re.IGNORECASE)
 _DRIVER_VER_RE = re.compile(r"^(?:\d+:)?(?P<v>\d+\.\d+(?:\.\d+)?)")
@@ -1571,7 +1998,7 @@ def classify_driver_upgrade(apt_history_text: str) -> DriverUpgrade | None:
     found: DriverUpgrade | None = None
     for i, st in enumerate(starts):
         end = starts[i + 1].start() if i + 1 < len(starts) else len(apt_history_text)
-        body = apt_history_text[st.start():end]
+        body = apt_history_text[st.start() : end]
         changes: list[PackageChange] = []
         for am in _APT_ACTION_RE.finditer(body):
             for pm in _APT_PKG_RE.finditer(am["pkgs"]):
@@ -1595,14 +2022,22 @@ def classify_driver_upgrade(apt_history_text: str) -> DriverUpgrade | None:
         start = datetime.strptime(" ".join(st["date"].split()), "%Y-%m-%d %H:%M:%S")
         who = "an automatic upgrade (unattended-upgrade)" if unattended else "a package upgrade"
         moved = ", ".join(
-            f"{c.name} {c.old_version or '-'} -> {c.new_version or '-'}" for c in changes)
+            f"{c.name} {c.old_version or '-'} -> {c.new_version or '-'}" for c in changes
+        )
         found = DriverUpgrade(
-            start=start, commandline=cmd, unattended=unattended, changes=tuple(changes),
-            root_cause=(f"{who} on {start:%Y-%m-%d %H:%M:%S} changed the NVIDIA driver "
-                        f"packages under the running system ({moved})"),
-            fix=("reinstall one consistent NVIDIA driver version and reboot; keep unattended "
-                 "upgrades away from NVIDIA packages (apt-mark hold them or add them to "
-                 "Unattended-Upgrade::Package-Blacklist, or disable unattended-upgrade)"),
+            start=start,
+            commandline=cmd,
+            unattended=unattended,
+            changes=tuple(changes),
+            root_cause=(
+                f"{who} on {start:%Y-%m-%d %H:%M:%S} changed the NVIDIA driver "
+                f"packages under the running system ({moved})"
+            ),
+            fix=(
+                "reinstall one consistent NVIDIA driver version and reboot; keep unattended "
+                "upgrades away from NVIDIA packages (apt-mark hold them or add them to "
+                "Unattended-Upgrade::Package-Blacklist, or disable unattended-upgrade)"
+            ),
         )
     return found
 
@@ -1610,8 +2045,10 @@ def classify_driver_upgrade(apt_history_text: str) -> DriverUpgrade | None:
 # ---------------------------------------------------------------------------------------------
 # nvidia-docker-plugin (v1) log: GPU discovery that never finished
 
-_PLUGIN_RE = re.compile(r"^nvidia-docker-plugin \| (?P<ts>\d{4}/\d\d/\d\d \d\d:\d\d:\d\d) "
-                        r"(?P<msg>.*)$")
+_PLUGIN_RE = re.compile(
+    r"^nvidia-docker-plugin \| (?P<ts>\d{4}/\d\d/\d\d \d\d:\d\d:\d\d) "
+    r"(?P<msg>.*)$"
+)
 
 
 @dataclass(frozen=True)
@@ -1649,8 +2086,9 @@ def parse_plugin_discovery(text: str) -> PluginDiscovery:
             nvml = ts
         elif msg.startswith("Discovering GPU devices"):
             disc, finished = ts, False
-        elif disc is not None and msg.startswith(("Provisioning volumes", "Serving plugin API",
-                                                  "Serving remote API")):
+        elif disc is not None and msg.startswith(
+            ("Provisioning volumes", "Serving plugin API", "Serving remote API")
+        ):
             finished = True
     return PluginDiscovery(nvml_loaded=nvml, discovery_started=disc, finished=finished)
 

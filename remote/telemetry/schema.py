@@ -71,16 +71,40 @@ from remote.agent.agent import empty_sample as _empty_sample
 from remote.agent.agent import not_supported as _not_supported
 
 #: ``state``: see :data:`HOST_STATES` (the agent's comments say what each means).
-HostState = Literal["ok", "no_driver", "nvml_unavailable", "driver_unreachable",
-                    "version_mismatch", "no_gpus", "gpu_lost", "error"]
+HostState = Literal[
+    "ok",
+    "no_driver",
+    "nvml_unavailable",
+    "driver_unreachable",
+    "version_mismatch",
+    "no_gpus",
+    "gpu_lost",
+    "error",
+]
 #: ``source``.
 Source = Literal["nvml", "nvidia-smi"]
 #: A GPU reading's key (:data:`GPU_FIELDS`): what ``unsupported`` lists.
 GpuField = Literal[
-    "util_gpu_pct", "util_mem_pct", "mem_used_mib", "mem_total_mib", "temp_c", "power_w",
-    "power_limit_w", "sm_clock_mhz", "mem_clock_mhz", "sm_clock_max_mhz", "mem_clock_max_mhz",
-    "fan_pct", "pstate", "throttle_reasons", "ecc_volatile_uncorrected", "remapped_rows_pending",
-    "persistence_mode", "mig_mode", "gpm"]
+    "util_gpu_pct",
+    "util_mem_pct",
+    "mem_used_mib",
+    "mem_total_mib",
+    "temp_c",
+    "power_w",
+    "power_limit_w",
+    "sm_clock_mhz",
+    "mem_clock_mhz",
+    "sm_clock_max_mhz",
+    "mem_clock_max_mhz",
+    "fan_pct",
+    "pstate",
+    "throttle_reasons",
+    "ecc_volatile_uncorrected",
+    "remapped_rows_pending",
+    "persistence_mode",
+    "mig_mode",
+    "gpm",
+]
 #: ``processes[].type``.
 ProcessType = Literal["compute", "graphics"]
 #: ``kernel_log.source`` (``file``: a test's stand-in for the kernel log).
@@ -88,7 +112,8 @@ KernelLogSource = Literal["journalctl", "dmesg", "file"]
 
 #: States in which the driver did not answer: the GPU list of the sample cannot be trusted.
 DRIVER_DOWN_STATES: frozenset[str] = frozenset(
-    {"no_driver", "nvml_unavailable", "driver_unreachable", "version_mismatch"})
+    {"no_driver", "nvml_unavailable", "driver_unreachable", "version_mismatch"}
+)
 #: States in which the GPUs that are listed can be used (a lost GPU is marked ``lost``).
 USABLE_STATES: frozenset[str] = frozenset({"ok", "gpu_lost"})
 #: Clock-event reason names, in bit order.
@@ -232,9 +257,15 @@ def empty_sample(source: Source, seq: int, host_time: float, interval_s: float) 
 #: ``errors`` reasons that say "not supported" (NVML's ``nvmlErrorString`` of
 #: NVML_ERROR_NOT_SUPPORTED, nvidia-smi's tokens): how :func:`read_sample` fills
 #: ``unsupported`` for a record written before that key.
-NOT_SUPPORTED_REASONS: frozenset[str] = frozenset({
-    "Not Supported", "nvidia-smi: [N/A]", "nvidia-smi: [Not Supported]", "nvidia-smi: N/A",
-    "nvidia-smi: Not Supported"})
+NOT_SUPPORTED_REASONS: frozenset[str] = frozenset(
+    {
+        "Not Supported",
+        "nvidia-smi: [N/A]",
+        "nvidia-smi: [Not Supported]",
+        "nvidia-smi: N/A",
+        "nvidia-smi: Not Supported",
+    }
+)
 
 
 def mark_not_supported(gpu: GpuRecord, *keys: GpuField) -> None:
@@ -259,8 +290,7 @@ def normalize_throttle_reasons(names: Iterable[str]) -> list[str]:
     canon = [THROTTLE_REASON_ALIASES.get(str(n), str(n)) for n in names]
     known = [n for n in THROTTLE_REASONS if n in canon]
     rest = [n for n in dict.fromkeys(canon) if n not in THROTTLE_REASONS]
-    rest.sort(key=lambda n: (0, int(n, 16)) if n.startswith("0x") and _is_hex(n[2:])
-              else (1, 0))
+    rest.sort(key=lambda n: (0, int(n, 16)) if n.startswith("0x") and _is_hex(n[2:]) else (1, 0))
     return known + rest
 
 
@@ -323,13 +353,15 @@ def read_sample(obj: Mapping[str, Any] | Any) -> Sample:
     if obj.get("type") != "sample":
         raise ValueError(f"field `type`: {obj.get('type')!r}, expected 'sample'")
     if obj.get("state") not in HOST_STATES:
-        raise ValueError(f"field `state`: {obj.get('state')!r}, expected one of "
-                         f"{', '.join(HOST_STATES)}")
+        raise ValueError(
+            f"field `state`: {obj.get('state')!r}, expected one of {', '.join(HOST_STATES)}"
+        )
     if not isinstance(obj.get("gpus"), list):
         raise ValueError("field `gpus`: missing or not a list")
     if obj.get("source") not in SOURCES:
-        raise ValueError(f"field `source`: {obj.get('source')!r}, expected one of "
-                         f"{', '.join(SOURCES)}")
+        raise ValueError(
+            f"field `source`: {obj.get('source')!r}, expected one of {', '.join(SOURCES)}"
+        )
     _fill(obj, ("seq", "host_time", "interval_s", "state_detail", "processes"), False)
     if not isinstance(obj.get("errors"), dict):
         obj["errors"] = {}
@@ -352,8 +384,9 @@ def read_sample(obj: Mapping[str, Any] | Any) -> Sample:
                 older = True
         if not isinstance(g.get(UNSUPPORTED_KEY), list):  # written before the key existed
             errs = g["errors"]
-            g[UNSUPPORTED_KEY] = [k for k in GPU_FIELDS
-                                  if g[k] is None and errs.get(k) in NOT_SUPPORTED_REASONS]
+            g[UNSUPPORTED_KEY] = [
+                k for k in GPU_FIELDS if g[k] is None and errs.get(k) in NOT_SUPPORTED_REASONS
+            ]
             older = True
         if older:  # the keys in record order, in place (other keys a writer added go last)
             for k in [*_GPU_ORDER, *(k for k in g if k not in _GPU_ORDER)]:

@@ -63,19 +63,43 @@ from remote.telemetry.schema import (
 SOURCE: Source = "nvidia-smi"
 
 #: GPU readings nvidia-smi's ``--query-gpu`` does not give (always ``None``, reason kept).
-SMI_UNKNOWN_GPU_FIELDS: tuple[str, ...] = ("remapped_rows_pending", "gpm", "sm_clock_max_mhz",
-                                           "mem_clock_max_mhz")
+SMI_UNKNOWN_GPU_FIELDS: tuple[str, ...] = (
+    "remapped_rows_pending",
+    "gpm",
+    "sm_clock_max_mhz",
+    "mem_clock_max_mhz",
+)
 #: Process keys ``--query-compute-apps`` does not give (always ``None``); every listed process
 #: is of ``type`` ``compute``.
-SMI_UNKNOWN_PROCESS_FIELDS: tuple[str, ...] = ("user", "command", "container_id", "rank",
-                                                "local_rank")
+SMI_UNKNOWN_PROCESS_FIELDS: tuple[str, ...] = (
+    "user",
+    "command",
+    "container_id",
+    "rank",
+    "local_rank",
+)
 
 #: The ``--query-gpu`` fields gpuconsole asks for, in this order.
 QUERY_FIELDS: tuple[str, ...] = (
-    "index", "uuid", "name", "pci.bus_id", "utilization.gpu", "utilization.memory",
-    "memory.used", "memory.total", "temperature.gpu", "power.draw", "enforced.power.limit",
-    "clocks.sm", "clocks.mem", "fan.speed", "pstate", "clocks_event_reasons.active",
-    "ecc.errors.uncorrected.volatile.total", "persistence_mode", "mig.mode.current",
+    "index",
+    "uuid",
+    "name",
+    "pci.bus_id",
+    "utilization.gpu",
+    "utilization.memory",
+    "memory.used",
+    "memory.total",
+    "temperature.gpu",
+    "power.draw",
+    "enforced.power.limit",
+    "clocks.sm",
+    "clocks.mem",
+    "fan.speed",
+    "pstate",
+    "clocks_event_reasons.active",
+    "ecc.errors.uncorrected.volatile.total",
+    "persistence_mode",
+    "mig.mode.current",
     "driver_version",
 )
 #: Field -> the older name to use when a driver rejects it ("is not a valid field to query").
@@ -98,14 +122,22 @@ def smi_argv(interval_ms: int, fields: Sequence[str] = QUERY_FIELDS) -> list[str
     """``nvidia-smi --query-gpu=... --format=csv,noheader,nounits -lms N`` (N in milliseconds)."""
     if interval_ms <= 0:
         raise ValueError(f"interval_ms must be positive, got {interval_ms}")
-    return ["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits",
-            "-lms", str(interval_ms)]
+    return [
+        "nvidia-smi",
+        f"--query-gpu={','.join(fields)}",
+        "--format=csv,noheader,nounits",
+        "-lms",
+        str(interval_ms),
+    ]
 
 
 def compute_apps_argv() -> list[str]:
     """``nvidia-smi --query-compute-apps=gpu_uuid,pid,used_memory`` in CSV without units."""
-    return ["nvidia-smi", f"--query-compute-apps={','.join(COMPUTE_APPS_FIELDS)}",
-            "--format=csv,noheader,nounits"]
+    return [
+        "nvidia-smi",
+        f"--query-compute-apps={','.join(COMPUTE_APPS_FIELDS)}",
+        "--format=csv,noheader,nounits",
+    ]
 
 
 def fields_without(fields: Sequence[str], invalid_field: str) -> tuple[str, ...] | None:
@@ -116,8 +148,7 @@ def fields_without(fields: Sequence[str], invalid_field: str) -> tuple[str, ...]
     if invalid_field not in fields:
         return None
     if invalid_field in LEGACY_FIELD_NAMES:
-        return tuple(LEGACY_FIELD_NAMES[invalid_field] if f == invalid_field else f
-                     for f in fields)
+        return tuple(LEGACY_FIELD_NAMES[invalid_field] if f == invalid_field else f for f in fields)
     if invalid_field in OPTIONAL_FIELDS:
         return tuple(f for f in fields if f != invalid_field)
     return None
@@ -126,36 +157,93 @@ def fields_without(fields: Sequence[str], invalid_field: str) -> tuple[str, ...]
 # ---------------------------------------------------------------------------------------------
 # values
 
-_INT_PREFIXES = ("utilization.", "memory.", "temperature.", "clocks.", "pcie.link.",
-                 "ecc.errors.", "retired_pages.single_bit", "retired_pages.double_bit",
-                 "encoder.stats.", "fbc.stats.", "remapped_rows.correctable",
-                 "remapped_rows.uncorrectable", "remapped_rows.histogram")
-_INT_FIELDS = frozenset({"index", "count", "fan.speed", "pid", "used_memory", "used_gpu_memory",
-                         "accounting.buffer_size"})
+_INT_PREFIXES = (
+    "utilization.",
+    "memory.",
+    "temperature.",
+    "clocks.",
+    "pcie.link.",
+    "ecc.errors.",
+    "retired_pages.single_bit",
+    "retired_pages.double_bit",
+    "encoder.stats.",
+    "fbc.stats.",
+    "remapped_rows.correctable",
+    "remapped_rows.uncorrectable",
+    "remapped_rows.histogram",
+)
+_INT_FIELDS = frozenset(
+    {
+        "index",
+        "count",
+        "fan.speed",
+        "pid",
+        "used_memory",
+        "used_gpu_memory",
+        "accounting.buffer_size",
+    }
+)
 _FLOAT_PREFIXES = ("power.", "enforced.power.", "module.power.", "gpu.power.")
-_BOOL_FIELDS = frozenset({"persistence_mode", "display_mode", "display_active", "accounting.mode",
-                          "ecc.mode.current", "ecc.mode.pending", "retired_pages.pending",
-                          "remapped_rows.pending", "remapped_rows.failure", "mig.mode.current",
-                          "mig.mode.pending"})
-_MASK_FIELDS = frozenset({"clocks_event_reasons.active", "clocks_event_reasons.supported",
-                          "clocks_throttle_reasons.active", "clocks_throttle_reasons.supported"})
+_BOOL_FIELDS = frozenset(
+    {
+        "persistence_mode",
+        "display_mode",
+        "display_active",
+        "accounting.mode",
+        "ecc.mode.current",
+        "ecc.mode.pending",
+        "retired_pages.pending",
+        "remapped_rows.pending",
+        "remapped_rows.failure",
+        "mig.mode.current",
+        "mig.mode.pending",
+    }
+)
+_MASK_FIELDS = frozenset(
+    {
+        "clocks_event_reasons.active",
+        "clocks_event_reasons.supported",
+        "clocks_throttle_reasons.active",
+        "clocks_throttle_reasons.supported",
+    }
+)
 #: Fields where "no value" means "off": a GPU without MIG support has MIG off.
 _ABSENT_IS_FALSE = frozenset({"mig.mode.current", "mig.mode.pending"})
-_BOOLS = {"enabled": True, "disabled": False, "yes": True, "no": False, "active": True,
-          "not active": False, "true": True, "false": False, "on": True, "off": False}
+_BOOLS = {
+    "enabled": True,
+    "disabled": False,
+    "yes": True,
+    "no": False,
+    "active": True,
+    "not active": False,
+    "true": True,
+    "false": False,
+    "on": True,
+    "off": False,
+}
 #: Bare (unbracketed) values that mean "no value".
-_BARE_MISSING = frozenset({"n/a", "err!", "not supported", "unknown error", "unknown",
-                           "not available", "insufficient permissions"})
+_BARE_MISSING = frozenset(
+    {
+        "n/a",
+        "err!",
+        "not supported",
+        "unknown error",
+        "unknown",
+        "not available",
+        "insufficient permissions",
+    }
+)
 _NUM_RE = re.compile(
-    r"^(?P<num>[-+]?\d+(?:\.\d+)?)(?:\s*(?P<unit>%|W|mW|MHz|MiB|KiB|GiB|C|ms|us|s|KB/s|MB/s))?$")
-
+    r"^(?P<num>[-+]?\d+(?:\.\d+)?)(?:\s*(?P<unit>%|W|mW|MHz|MiB|KiB|GiB|C|ms|us|s|KB/s|MB/s))?$"
+)
 
 
 def _kind(name: str) -> str:
     if name in _MASK_FIELDS:
         return "mask"
-    if name in _BOOL_FIELDS or name.startswith(("clocks_event_reasons.",
-                                                "clocks_throttle_reasons.")):
+    if name in _BOOL_FIELDS or name.startswith(
+        ("clocks_event_reasons.", "clocks_throttle_reasons.")
+    ):
         return "bool"
     if name in _INT_FIELDS or name.startswith(_INT_PREFIXES):
         return "int"
@@ -258,8 +346,9 @@ def parse_csv_line(line: str, fields: Sequence[str], line_no: int = 0) -> CsvRow
     return row
 
 
-def parse_csv_rows(text: str, fields: Sequence[str], *,
-                   rejected: list[tuple[int, str]] | None = None) -> list[CsvRow]:
+def parse_csv_rows(
+    text: str, fields: Sequence[str], *, rejected: list[tuple[int, str]] | None = None
+) -> list[CsvRow]:
     """Parse ``nvidia-smi --query-*`` CSV output with the given column list.
 
     Works for ``csv``, ``csv,noheader`` and ``csv,noheader,nounits``. Skips an optional header
@@ -313,8 +402,14 @@ _NOT_QUERIED = "not queried by the nvidia-smi fallback"
 #: The reasons :func:`parse_value` gives for nvidia-smi's "this GPU has no such reading" (it
 #: prints ``[N/A]`` where NVML answers NVML_ERROR_NOT_SUPPORTED; ``[Not Supported]`` on older
 #: drivers): the record's ``unsupported`` lists such keys.
-SMI_NOT_SUPPORTED = frozenset({"nvidia-smi: [N/A]", "nvidia-smi: [Not Supported]",
-                               "nvidia-smi: N/A", "nvidia-smi: Not Supported"})
+SMI_NOT_SUPPORTED = frozenset(
+    {
+        "nvidia-smi: [N/A]",
+        "nvidia-smi: [Not Supported]",
+        "nvidia-smi: N/A",
+        "nvidia-smi: Not Supported",
+    }
+)
 
 
 def gpu_from_row(row: CsvRow, position: int) -> GpuRecord:
@@ -333,8 +428,11 @@ def gpu_from_row(row: CsvRow, position: int) -> GpuRecord:
             continue
         src = next((s for s in present if row.values[s] is not None), present[0])
         value = row.values[src]
-        fields[key] = (throttle_reasons(value)
-                       if key == "throttle_reasons" and isinstance(value, int) else value)
+        fields[key] = (
+            throttle_reasons(value)
+            if key == "throttle_reasons" and isinstance(value, int)
+            else value
+        )
         if value is None:
             errors[key] = row.errors.get(src, "unknown")
             if errors[key] in SMI_NOT_SUPPORTED and key in GPU_FIELDS:  # a reading, n/a
@@ -343,8 +441,10 @@ def gpu_from_row(row: CsvRow, position: int) -> GpuRecord:
     return gpu
 
 
-def processes_from_compute_apps(rows: Iterable[CsvRow], gpus: Sequence[GpuRecord],
-                                ) -> list[ProcessRecord]:
+def processes_from_compute_apps(
+    rows: Iterable[CsvRow],
+    gpus: Sequence[GpuRecord],
+) -> list[ProcessRecord]:
     """Schema process records from ``--query-compute-apps=gpu_uuid,pid,used_memory`` rows.
 
     ``gpu_index`` comes from the GPU with that UUID (``None`` if unknown); ``used_mib`` is
@@ -359,16 +459,33 @@ def processes_from_compute_apps(rows: Iterable[CsvRow], gpus: Sequence[GpuRecord
         uuid = r.values.get("gpu_uuid")
         uuid = uuid if isinstance(uuid, str) else None
         used = r.values.get("used_memory", r.values.get("used_gpu_memory"))
-        out.append({"gpu_index": by_uuid.get(uuid) if uuid else None, "gpu_uuid": uuid, "pid": pid,
-                    "used_mib": used if isinstance(used, int) else None, "type": "compute",
-                    "user": None, "command": None, "container_id": None, "rank": None,
-                    "local_rank": None})
+        out.append(
+            {
+                "gpu_index": by_uuid.get(uuid) if uuid else None,
+                "gpu_uuid": uuid,
+                "pid": pid,
+                "used_mib": used if isinstance(used, int) else None,
+                "type": "compute",
+                "user": None,
+                "command": None,
+                "container_id": None,
+                "rank": None,
+                "local_rank": None,
+            }
+        )
     return out
 
 
-def sample_from_smi(rows: Sequence[CsvRow], compute_apps: Sequence[CsvRow] | None, seq: int,
-                    host_time: float, interval_s: float, *, fault: HostFault | None = None,
-                    known_gpus: Sequence[GpuRecord] | None = None) -> Sample:
+def sample_from_smi(
+    rows: Sequence[CsvRow],
+    compute_apps: Sequence[CsvRow] | None,
+    seq: int,
+    host_time: float,
+    interval_s: float,
+    *,
+    fault: HostFault | None = None,
+    known_gpus: Sequence[GpuRecord] | None = None,
+) -> Sample:
     """A schema-v1 sample (source ``nvidia-smi``) from one polling round.
 
     Args:
@@ -384,8 +501,14 @@ def sample_from_smi(rows: Sequence[CsvRow], compute_apps: Sequence[CsvRow] | Non
     sample = empty_sample(SOURCE, seq, host_time, interval_s)
     gpus = [gpu_from_row(r, i) for i, r in enumerate(rows)]
     sample["gpus"] = gpus
-    driver = next((r.values.get("driver_version") for r in rows
-                   if isinstance(r.values.get("driver_version"), str)), None)
+    driver = next(
+        (
+            r.values.get("driver_version")
+            for r in rows
+            if isinstance(r.values.get("driver_version"), str)
+        ),
+        None,
+    )
     _host(sample, driver if isinstance(driver, str) else None)
     if compute_apps is None:
         sample["errors"]["processes"] = "nvidia-smi --query-compute-apps not run for this sample"
@@ -399,8 +522,13 @@ def sample_from_smi(rows: Sequence[CsvRow], compute_apps: Sequence[CsvRow] | Non
     return sample
 
 
-def sample_from_fault(fault: HostFault, seq: int, host_time: float, interval_s: float,
-                      known_gpus: Sequence[GpuRecord] | None = None) -> Sample:
+def sample_from_fault(
+    fault: HostFault,
+    seq: int,
+    host_time: float,
+    interval_s: float,
+    known_gpus: Sequence[GpuRecord] | None = None,
+) -> Sample:
     """A schema-v1 sample for a round where nvidia-smi printed only a failure.
 
     GPUs from ``known_gpus`` (the last good sample) are listed with every reading ``None``;
@@ -417,8 +545,9 @@ def _host(sample: Sample, driver: str | None) -> None:
     """The host record: the driver version is all nvidia-smi tells (the rest is unknown)."""
     host = sample["host"]
     host["driver_version"] = driver
-    host["errors"] = {k: "not collected by the nvidia-smi fallback"
-                      for k in HOST_FIELDS if k != "driver_version"}
+    host["errors"] = {
+        k: "not collected by the nvidia-smi fallback" for k in HOST_FIELDS if k != "driver_version"
+    }
     if driver is None:
         host["errors"]["driver_version"] = "not reported by nvidia-smi"
 
@@ -436,8 +565,9 @@ def _readings_unknown(gpu: GpuRecord, reason: str) -> None:
         gpu["errors"][f] = reason
 
 
-def _apply_host_fault(sample: Sample, fault: HostFault,
-                      known_gpus: Sequence[GpuRecord] | None) -> None:
+def _apply_host_fault(
+    sample: Sample, fault: HostFault, known_gpus: Sequence[GpuRecord] | None
+) -> None:
     sample["state"] = fault.state
     sample["state_detail"] = fault.detail
     gpus = sample["gpus"]
@@ -506,9 +636,15 @@ class SmiStreamParser:
     #: at most this many non-data lines are kept in :attr:`unparsed` (the latest).
     MAX_UNPARSED = 200
 
-    def __init__(self, fields: Sequence[str] = QUERY_FIELDS, interval_s: float = 1.0, *,
-                 gpu_count: int | None = None, start_seq: int = 0,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        fields: Sequence[str] = QUERY_FIELDS,
+        interval_s: float = 1.0,
+        *,
+        gpu_count: int | None = None,
+        start_seq: int = 0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.fields = tuple(fields)
         self.interval_s = interval_s
         self.expected = gpu_count
@@ -538,7 +674,7 @@ class SmiStreamParser:
         kind = _message_kind(text) if text else None
         if kind is not None:
             self.unparsed.append(text)
-            del self.unparsed[:-self.MAX_UNPARSED]
+            del self.unparsed[: -self.MAX_UNPARSED]
             if kind == "gpu":
                 self._messages.append(text)
                 self._t0 = now if self._t0 is None else self._t0
@@ -549,7 +685,7 @@ class SmiStreamParser:
             row = parse_csv_line(line, self.fields, self._line_no)
         except ValueError:
             self.unparsed.append(text)
-            del self.unparsed[:-self.MAX_UNPARSED]
+            del self.unparsed[: -self.MAX_UNPARSED]
             return out
         if row is None:
             return out
@@ -571,14 +707,21 @@ class SmiStreamParser:
             self._t0 = host_time
         return self._emit()
 
-    def fault_sample(self, fault: HostFault | None, host_time: float | None = None,
-                     ) -> Sample:
+    def fault_sample(
+        self,
+        fault: HostFault | None,
+        host_time: float | None = None,
+    ) -> Sample:
         """A sample for a stream that failed (``fault`` from :func:`classify_smi_failure`;
         ``None`` -> state ``error``), keeping the identities of the GPUs seen so far."""
         if fault is None:
             tail = self.unparsed[-1] if self.unparsed else "no output"
-            fault = HostFault(state="error", detail=f"nvidia-smi produced no samples: {tail}",
-                              hint=None, source=SOURCE)
+            fault = HostFault(
+                state="error",
+                detail=f"nvidia-smi produced no samples: {tail}",
+                hint=None,
+                source=SOURCE,
+            )
         now = self.clock() if host_time is None else host_time
         sample = sample_from_fault(fault, self.seq, now, self.interval_s, self.known_gpus)
         self.seq += 1
@@ -593,8 +736,12 @@ class SmiStreamParser:
 
     def _wrapped(self, key: SmiValue) -> bool:
         last = self._keys[-1] if self._keys else None
-        return (isinstance(key, int) and isinstance(last, int) and not isinstance(key, bool)
-                and key < last)
+        return (
+            isinstance(key, int)
+            and isinstance(last, int)
+            and not isinstance(key, bool)
+            and key < last
+        )
 
     def _emit(self) -> list[Sample]:
         rows, apps, messages = self._rows, self._apps, self._messages
@@ -603,8 +750,15 @@ class SmiStreamParser:
         if not rows:
             return []
         fault = classify_smi_failure("\n".join(messages)) if messages else None
-        sample = sample_from_smi(rows, apps, self.seq, host_time, self.interval_s,
-                                 fault=fault, known_gpus=self.known_gpus)
+        sample = sample_from_smi(
+            rows,
+            apps,
+            self.seq,
+            host_time,
+            self.interval_s,
+            fault=fault,
+            known_gpus=self.known_gpus,
+        )
         if fault is None:
             have = {g["index"] for g in sample["gpus"]}
             for g in self.known_gpus:
@@ -623,7 +777,9 @@ class SmiStreamParser:
 
 _NO_DRIVER_RE = re.compile(
     r"nvidia-smi: (?:command )?not found|nvidia-smi.*No such file or directory|"
-    r"'nvidia-smi' is not recognized|executable file not found.*nvidia-smi", re.IGNORECASE)
+    r"'nvidia-smi' is not recognized|executable file not found.*nvidia-smi",
+    re.IGNORECASE,
+)
 _UNREACHABLE_RE = re.compile(r"couldn't communicate with the NVIDIA driver", re.IGNORECASE)
 #: Apostrophes a copy of nvidia-smi's text may carry instead of ``'`` (a word processor's or a
 #: forum's typographic quotes U+2018/U+2019, the modifier letter U+02BC, a backtick): read as
@@ -635,30 +791,37 @@ SMI_MESSAGE_RE = re.compile(
     r"NVIDIA-SMI has failed|Failed to initialize NVML|NVML library version|No devices were "
     r"found|No devices found|Unable to (?:determine|detect) the device handle|NVIDIA-SMI couldn.t "
     r"find|could not load NVML library",
-    re.IGNORECASE)
+    re.IGNORECASE,
+)
 _MISMATCH_RE = re.compile(r"Driver/library version mismatch", re.IGNORECASE)
 _LIBVER_RE = re.compile(r"^NVML library version:\s*(?P<v>\d+(?:\.\d+)+)", re.IGNORECASE)
-_KERNELVER_RE = re.compile(r"(?:Kernel module|kernel driver) version:\s*(?P<v>\d+(?:\.\d+)+)",
-                           re.IGNORECASE)
+_KERNELVER_RE = re.compile(
+    r"(?:Kernel module|kernel driver) version:\s*(?P<v>\d+(?:\.\d+)+)", re.IGNORECASE
+)
 #: NVML's library cannot be loaded: nvidia-smi's own words, NVML's
 #: ``nvmlErrorString(NVML_ERROR_LIBRARY_NOT_FOUND)`` ("NVML Shared Library Not Found"), the Go
 #: bindings' ``could not load NVML library`` (NVIDIA gpu-monitoring-tools
 #: ``bindings/go/nvml/nvml_dl.go``, printed by the Kubernetes device plugin as ``Failed to
 #: initialize NVML: could not load NVML library.``) and go-nvml's ``ERROR_LIBRARY_NOT_FOUND``.
-_NVML_MISSING_RE = re.compile(r"couldn't find libnvidia-ml\.so|NVML Shared Library Not Found"
-                              r"|could not load NVML library|\bERROR_LIBRARY_NOT_FOUND\b",
-                              re.IGNORECASE)
+_NVML_MISSING_RE = re.compile(
+    r"couldn't find libnvidia-ml\.so|NVML Shared Library Not Found"
+    r"|could not load NVML library|\bERROR_LIBRARY_NOT_FOUND\b",
+    re.IGNORECASE,
+)
 _NO_GPUS_RE = re.compile(r"^No devices (?:were )?found\.?$", re.IGNORECASE)
 #: nvidia-smi's per-GPU failure; older releases (and nvidia-smi.exe) say "detect".
-_HANDLE_RE = re.compile(r"Unable to (?:determine|detect) the device handle for GPU ?"
-                        r"(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)"
-                        r"\s*:\s*(?P<reason>.*)$", re.IGNORECASE)
-_INVALID_FIELD_RE = re.compile(r'Field "(?P<f>[^"]+)" is not a valid field to query',
-                               re.IGNORECASE)
+_HANDLE_RE = re.compile(
+    r"Unable to (?:determine|detect) the device handle for GPU ?"
+    r"(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)"
+    r"\s*:\s*(?P<reason>.*)$",
+    re.IGNORECASE,
+)
+_INVALID_FIELD_RE = re.compile(r'Field "(?P<f>[^"]+)" is not a valid field to query', re.IGNORECASE)
 _INIT_FAILED_RE = re.compile(r"^Failed to initialize NVML: (?P<why>.*)$", re.IGNORECASE)
 _CTIME_RE = re.compile(
     r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?P<mon>[A-Z][a-z]{2}) +(?P<day>\d{1,2}) "
-    r"(?P<hms>\d\d:\d\d:\d\d)(?: (?P<tz>[+-]\d{4}|[A-Z]{2,5}))? (?P<year>\d{4})")
+    r"(?P<hms>\d\d:\d\d:\d\d)(?: (?P<tz>[+-]\d{4}|[A-Z]{2,5}))? (?P<year>\d{4})"
+)
 _ISO_RE = re.compile(r"(?P<d>\d{4}-\d\d-\d\d)[ T](?P<hms>\d\d:\d\d:\d\d)(?P<tz>[+-]\d\d:?\d\d)?")
 _PLUGIN_LINE_RE = re.compile(r"^nvidia-docker-plugin \| ")
 
@@ -671,10 +834,15 @@ def _message_kind(line: str) -> str | None:
         return "detail"
     if _PLUGIN_LINE_RE.match(line):
         return "plugin"
-    for kind, rx in (("no_driver", _NO_DRIVER_RE), ("unreachable", _UNREACHABLE_RE),
-                     ("mismatch", _MISMATCH_RE), ("nvml", _NVML_MISSING_RE),
-                     ("no_gpus", _NO_GPUS_RE), ("field", _INVALID_FIELD_RE),
-                     ("init", _INIT_FAILED_RE)):
+    for kind, rx in (
+        ("no_driver", _NO_DRIVER_RE),
+        ("unreachable", _UNREACHABLE_RE),
+        ("mismatch", _MISMATCH_RE),
+        ("nvml", _NVML_MISSING_RE),
+        ("no_gpus", _NO_GPUS_RE),
+        ("field", _INVALID_FIELD_RE),
+        ("init", _INIT_FAILED_RE),
+    ):
         if rx.search(line):
             return kind
     return None
@@ -684,8 +852,9 @@ def _stamp(line: str) -> datetime | None:
     m = _CTIME_RE.search(line)
     if m:
         try:
-            dt = datetime.strptime(f"{m['mon']} {m['day']} {m['hms']} {m['year']}",
-                                   "%b %d %H:%M:%S %Y")
+            dt = datetime.strptime(
+                f"{m['mon']} {m['day']} {m['hms']} {m['year']}", "%b %d %H:%M:%S %Y"
+            )
         except ValueError:
             return None
         tz = m["tz"]
@@ -734,25 +903,40 @@ def classify_smi_failure(text: str, returncode: int | None = None) -> HostFault 
     if "plugin" in found:
         disc = parse_plugin_discovery(text)
         if disc.stalled and disc.discovery_started is not None:
-            loaded = (f"NVML loaded at {disc.nvml_loaded:%Y-%m-%d %H:%M:%S}, "
-                      if disc.nvml_loaded else "")
-            evidence = (f"nvidia-docker-plugin: {loaded}GPU discovery started at "
-                        f"{disc.discovery_started:%Y-%m-%d %H:%M:%S} and never finished",)
+            loaded = (
+                f"NVML loaded at {disc.nvml_loaded:%Y-%m-%d %H:%M:%S}, " if disc.nvml_loaded else ""
+            )
+            evidence = (
+                f"nvidia-docker-plugin: {loaded}GPU discovery started at "
+                f"{disc.discovery_started:%Y-%m-%d %H:%M:%S} and never finished",
+            )
     lib = next((m["v"] for _, ln in kinds if (m := _LIBVER_RE.match(ln))), None)
     kver = next((m["v"] for _, ln in kinds if (m := _KERNELVER_RE.search(ln))), None)
 
     def fault(state: HostState, detail: str, hint: str | None, **kw: Any) -> HostFault:
-        return HostFault(state=state, detail=detail, hint=hint, source=SOURCE,
-                         library_version=lib, kernel_module_version=kver, evidence=evidence,
-                         **kw)
+        return HostFault(
+            state=state,
+            detail=detail,
+            hint=hint,
+            source=SOURCE,
+            library_version=lib,
+            kernel_module_version=kver,
+            evidence=evidence,
+            **kw,
+        )
 
     if "no_driver" in found or (returncode == 127 and not found):
-        return fault("no_driver", "no NVIDIA driver: nvidia-smi not found",
-                     "install the NVIDIA driver on the host (nvidia-smi comes with it)")
+        return fault(
+            "no_driver",
+            "no NVIDIA driver: nvidia-smi not found",
+            "install the NVIDIA driver on the host (nvidia-smi comes with it)",
+        )
     if "nvml" in found:
-        return fault("nvml_unavailable",
-                     "NVML library (libnvidia-ml.so) not found: no NVIDIA user-space driver",
-                     "install the NVIDIA driver's user-space libraries matching the kernel module")
+        return fault(
+            "nvml_unavailable",
+            "NVML library (libnvidia-ml.so) not found: no NVIDIA user-space driver",
+            "install the NVIDIA driver's user-space libraries matching the kernel module",
+        )
     if "mismatch" in found:
         libtxt = f"user-space NVML library {lib}" if lib else "user-space NVML library"
         ktxt = f"loaded kernel module {kver}" if kver else "the loaded kernel module"
@@ -793,34 +977,49 @@ def classify_smi_failure(text: str, returncode: int | None = None) -> HostFault 
             if prev is None:
                 events[k] = GpuHandleError(m["pci"], reason, lost, 1, last_stamp)
             else:
-                events[k] = GpuHandleError(prev.pci_bus_id, prev.reason, prev.lost,
-                                           prev.repeats + 1, prev.first_seen)
+                events[k] = GpuHandleError(
+                    prev.pci_bus_id, prev.reason, prev.lost, prev.repeats + 1, prev.first_seen
+                )
         errs = tuple(events.values())
         lost_ids = [e.pci_bus_id for e in errs if e.lost]
         if lost_ids:
-            return fault("gpu_lost",
-                         f"GPU {', '.join(lost_ids)} is lost (reboot required)",
-                         "reboot the host to recover the lost GPU; if it recurs check PCIe "
-                         "seating, power and cooling", gpu_errors=errs)
-        return fault("error", "nvidia-smi could not open GPU " + ", ".join(
-            f"{e.pci_bus_id} ({e.reason})" for e in errs),
+            return fault(
+                "gpu_lost",
+                f"GPU {', '.join(lost_ids)} is lost (reboot required)",
+                "reboot the host to recover the lost GPU; if it recurs check PCIe "
+                "seating, power and cooling",
+                gpu_errors=errs,
+            )
+        return fault(
+            "error",
+            "nvidia-smi could not open GPU "
+            + ", ".join(f"{e.pci_bus_id} ({e.reason})" for e in errs),
             "check the kernel log (`dmesg | grep -e NVRM -e Xid`); a GPU reset or reboot may be "
-            "needed", gpu_errors=errs)
+            "needed",
+            gpu_errors=errs,
+        )
     if "no_gpus" in found:
         return fault(
-            "no_gpus", "no GPUs detected: the driver answers but enumerates 0 GPUs",
+            "no_gpus",
+            "no GPUs detected: the driver answers but enumerates 0 GPUs",
             "the host's GPUs are missing: look for them in `lspci -d 10de:` and in the kernel "
             "log (`dmesg | grep -e NVRM -e Xid`)",
         )
     if "field" in found:
         bad = next(m["f"] for _, ln in kinds if (m := _INVALID_FIELD_RE.search(ln)))
-        return fault("error", f'nvidia-smi does not know the query field "{bad}"',
-                     "retry the query without it or with its older name (smi.fields_without)",
-                     invalid_field=bad)
+        return fault(
+            "error",
+            f'nvidia-smi does not know the query field "{bad}"',
+            "retry the query without it or with its older name (smi.fields_without)",
+            invalid_field=bad,
+        )
     if "init" in found:
         why = next(m["why"] for _, ln in kinds if (m := _INIT_FAILED_RE.match(ln)))
-        return fault("error", f"Failed to initialize NVML: {why}",
-                     "check /dev/nvidia* permissions and the kernel log")
+        return fault(
+            "error",
+            f"Failed to initialize NVML: {why}",
+            "check /dev/nvidia* permissions and the kernel log",
+        )
     if returncode not in (None, 0):
         tail = next((ln for ln in reversed(lines) if ln), "no output")
         return fault("error", f"nvidia-smi exited {returncode}: {tail}", None)

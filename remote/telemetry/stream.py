@@ -66,18 +66,25 @@ async def deploy_agent(transport: Transport) -> str:
 LAUNCH_MISSING = 97
 #: Run by ``python3 -I -S -c``: argv[1] is the agent's path (so ``ps`` shows it); ``agent``
 #: is imported from there, its byte code cached in the folder, then run with the rest.
-_AGENT_MAIN = ("import sys;p=sys.argv.pop(1);sys.path.insert(0,p.rpartition('/')[0]);"
-               "import agent;sys.exit(agent.main())")
+_AGENT_MAIN = (
+    "import sys;p=sys.argv.pop(1);sys.path.insert(0,p.rpartition('/')[0]);"
+    "import agent;sys.exit(agent.main())"
+)
 #: ``sh -c`` script: $0 is :data:`_AGENT_MAIN`, $1 the folder (absolute, or under $HOME),
 #: the rest the agent's options.
-_LAUNCH = ('case "$1" in /*) d="$1";; *) d="$HOME/$1";; esac; shift; '
-           'cd "$d" 2>/dev/null || exit ' + str(LAUNCH_MISSING) + '; '
-           'if [ -x py ]; then exec ./py -I -S -c "$0" "$d/agent.py" "$@"; fi; '
-           'exec python3 -I -S -c "$0" "$d/agent.py" --link-python "$@"')
+_LAUNCH = (
+    'case "$1" in /*) d="$1";; *) d="$HOME/$1";; esac; shift; '
+    'cd "$d" 2>/dev/null || exit ' + str(LAUNCH_MISSING) + "; "
+    'if [ -x py ]; then exec ./py -I -S -c "$0" "$d/agent.py" "$@"; fi; '
+    'exec python3 -I -S -c "$0" "$d/agent.py" --link-python "$@"'
+)
 
 
-def agent_argv(interval: float, replay: str | None = None, folder: str | None = None,
-               ) -> list[str]:
+def agent_argv(
+    interval: float,
+    replay: str | None = None,
+    folder: str | None = None,
+) -> list[str]:
     """The one command that starts this console's agent bundle on a host that has it
     (exit :data:`LAUNCH_MISSING` when it does not; 127 when there is no ``python3``).
 
@@ -160,9 +167,7 @@ class AgentExited(Exception):
         self.detail = detail
 
 
-async def smi_samples(
-    transport: Transport, interval: float
-) -> AsyncGenerator[Sample, None]:
+async def smi_samples(transport: Transport, interval: float) -> AsyncGenerator[Sample, None]:
     """Samples from ``nvidia-smi --query-gpu ... -lms`` until it exits.
 
     When nvidia-smi fails at once (no driver, driver unreachable, version mismatch, no
@@ -184,7 +189,8 @@ async def smi_samples(
         if "command not found" not in e.detail:
             raise
         yield parser.fault_sample(
-            classify_smi_failure("nvidia-smi: command not found", 127), time.time())
+            classify_smi_failure("nvidia-smi: command not found", 127), time.time()
+        )
         return
     produced = False
 
@@ -245,8 +251,12 @@ async def end_task(task: asyncio.Task[Any]) -> None:
 
 
 async def host_samples(
-    transport: Transport, interval: float = 1.0, *, mode: str = "auto",
-    replay: str | None = None, on_phase: Callable[[str], None] | None = None,
+    transport: Transport,
+    interval: float = 1.0,
+    *,
+    mode: str = "auto",
+    replay: str | None = None,
+    on_phase: Callable[[str], None] | None = None,
 ) -> AsyncGenerator[Sample, None]:
     """A host's samples for as long as the connection lasts.
 
@@ -293,6 +303,7 @@ async def host_samples(
                 if not any(v is not None for k, v in s["host"].items() if k != "errors"):
                     s["host"] = held["host"]
                 if s["state"] != "ok" and held["state_detail"]:
-                    s["state_detail"] = f"{s.get('state_detail') or ''} (NVML: " \
-                        f"{held['state_detail']})".strip()
+                    s["state_detail"] = (
+                        f"{s.get('state_detail') or ''} (NVML: {held['state_detail']})".strip()
+                    )
             yield s

@@ -70,16 +70,30 @@ CATALOG_ROWS: tuple[tuple[int, str, str, str, str], ...] = (
     (5, "ROBUST_CHANNEL_FIFO_ERROR_RUNOUT_OVERFLOW", "Unused", "CONTACT_SUPPORT", ""),
     (6, "ROBUST_CHANNEL_FIFO_ERROR_PARSE_ERR", "Unused", "CONTACT_SUPPORT", ""),
     (7, "ROBUST_CHANNEL_FIFO_ERROR_PTE_ERR", "Unused", "CONTACT_SUPPORT", ""),
-    (8, "ROBUST_CHANNEL_FIFO_ERROR_IDLE_TIMEOUT", "GPU stopped processing",
-     "RESTART_APP", "CONTACT_SUPPORT"),
+    (
+        8,
+        "ROBUST_CHANNEL_FIFO_ERROR_IDLE_TIMEOUT",
+        "GPU stopped processing",
+        "RESTART_APP",
+        "CONTACT_SUPPORT",
+    ),
     (9, "ROBUST_CHANNEL_GR_ERROR_INSTANCE", "Unused", "CONTACT_SUPPORT", ""),
     (10, "ROBUST_CHANNEL_GR_ERROR_SINGLE_STEP", "Unused", "CONTACT_SUPPORT", ""),
-    (11, "ROBUST_CHANNEL_GR_ERROR_MISSING_HW", "Invalid or corrupted push buffer stream",
-     "RESTART_APP", "CHECK_APP/CUDA"),
+    (
+        11,
+        "ROBUST_CHANNEL_GR_ERROR_MISSING_HW",
+        "Invalid or corrupted push buffer stream",
+        "RESTART_APP",
+        "CHECK_APP/CUDA",
+    ),
     (12, "ROBUST_CHANNEL_GR_ERROR_SW_METHOD", "Unused", "CONTACT_SUPPORT", ""),
-    (13, "ROBUST_CHANNEL_GR_EXCEPTION / ROBUST_CHANNEL_GR_ERROR_SW_NOTIFY",
-     "Graphics Engine Exception",
-     "RESTART_APP", "WORKFLOW_XID_13"),
+    (
+        13,
+        "ROBUST_CHANNEL_GR_EXCEPTION / ROBUST_CHANNEL_GR_ERROR_SW_NOTIFY",
+        "Graphics Engine Exception",
+        "RESTART_APP",
+        "WORKFLOW_XID_13",
+    ),
     (14, "ROBUST_CHANNEL_FAKE_ERROR", "Unused", "IGNORE", "CONTACT_SUPPORT"),
     (15, "ROBUST_CHANNEL_SCANLINE_TIMEOUT", "Unused", "CONTACT_SUPPORT", ""),
     (16, "ROBUST_CHANNEL_VBLANK_CALLBACK_TIMEOUT", "Unused", "CONTACT_SUPPORT", "CONTACT_SUPPORT"),
@@ -91,49 +105,103 @@ CATALOG_ROWS: tuple[tuple[int, str, str, str, str], ...] = (
     (22, "ROBUST_CHANNEL_VP_ERROR_SW_METHOD", "Unused", "CONTACT_SUPPORT", ""),
     (23, "ROBUST_CHANNEL_RC_LOGGING_ENABLED", "Unused", "CONTACT_SUPPORT", ""),
     (24, "ROBUST_CHANNEL_GR_SEMAPHORE_TIMEOUT", "Unused", "CONTACT_SUPPORT", ""),
-    (25, "ROBUST_CHANNEL_GR_ILLEGAL_NOTIFY", "Invalid or illegal push buffer stream",
-     "RESTART_APP", "CHECK_APP/CUDA"),
+    (
+        25,
+        "ROBUST_CHANNEL_GR_ILLEGAL_NOTIFY",
+        "Invalid or illegal push buffer stream",
+        "RESTART_APP",
+        "CHECK_APP/CUDA",
+    ),
     (26, "ROBUST_CHANNEL_FIFO_ERROR_FBISTATE_TIMEOUT", "Unused", "CONTACT_SUPPORT", ""),
     (27, "ROBUST_CHANNEL_VP_ERROR", "Unused", "CONTACT_SUPPORT", ""),
     (28, "ROBUST_CHANNEL_VP2_ERROR", "Unused", "CONTACT_SUPPORT", ""),
     (29, "ROBUST_CHANNEL_BSP_ERROR", "Unused", "CONTACT_SUPPORT", ""),
     (30, "ROBUST_CHANNEL_BAD_ADDR_ACCESS", "Unused", "CONTACT_SUPPORT", ""),
-    (31, "ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT", "GPU memory page fault",
-     "RESTART_APP", "WORKFLOW_XID_31"),
-    (32, "ROBUST_CHANNEL_PBDMA_ERROR", "Invalid or corrupted push buffer stream",
-     "RESTART_APP", "CHECK_APP/CUDA"),
+    (
+        31,
+        "ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT",
+        "GPU memory page fault",
+        "RESTART_APP",
+        "WORKFLOW_XID_31",
+    ),
+    (
+        32,
+        "ROBUST_CHANNEL_PBDMA_ERROR",
+        "Invalid or corrupted push buffer stream",
+        "RESTART_APP",
+        "CHECK_APP/CUDA",
+    ),
     (33, "ROBUST_CHANNEL_SEC_ERROR", "Unused", "CONTACT_SUPPORT", ""),
     (34, "ROBUST_CHANNEL_MSVLD_ERROR", "Unused", "CONTACT_SUPPORT", ""),
     (35, "ROBUST_CHANNEL_MSPDEC_ERROR", "Unused", "CONTACT_SUPPORT", ""),
     (36, "ROBUST_CHANNEL_MSPPP_ERROR", "Unused", "CONTACT_SUPPORT", ""),
-    (37, "ROBUST_CHANNEL_FECS_ERR_UNIMP_FIRMWARE_METHOD", "Driver firmware error",
-     "IGNORE", "CHECK_APP/CUDA"),
-    (38, "ROBUST_CHANNEL_FECS_ERR_WATCHDOG_TIMEOUT", "Driver firmware error",
-     "IGNORE", "CONTACT_SUPPORT"),
+    (
+        37,
+        "ROBUST_CHANNEL_FECS_ERR_UNIMP_FIRMWARE_METHOD",
+        "Driver firmware error",
+        "IGNORE",
+        "CHECK_APP/CUDA",
+    ),
+    (
+        38,
+        "ROBUST_CHANNEL_FECS_ERR_WATCHDOG_TIMEOUT",
+        "Driver firmware error",
+        "IGNORE",
+        "CONTACT_SUPPORT",
+    ),
     (39, "ROBUST_CHANNEL_CE0_ERROR", "Copy Engine Exception", "RESTART_APP", "CONTACT_SUPPORT"),
     (40, "ROBUST_CHANNEL_CE1_ERROR", "Copy Engine Exception", "RESTART_APP", "CONTACT_SUPPORT"),
     (41, "ROBUST_CHANNEL_CE2_ERROR", "Copy Engine Exception", "RESTART_APP", "CONTACT_SUPPORT"),
     (42, "ROBUST_CHANNEL_VIC_ERROR", "Unused", "CONTACT_SUPPORT", ""),
-    (43, "ROBUST_CHANNEL_RESETCHANNEL_VERIF_ERROR", "GPU stopped processing",
-     "IGNORE", "CONTACT_SUPPORT"),
-    (44, "ROBUST_CHANNEL_GR_FAULT_DURING_CTXSW", "Graphics Engine fault during context switch",
-     "IGNORE", "CONTACT_SUPPORT"),
-    (45, "ROBUST_CHANNEL_PREEMPTIVE_REMOVAL",
-     "Preemptive cleanup, due to previous errors -- Most likely to see when running "
-     "multiple cuda applications and hitting a DBE",
-     "WORKFLOW_XID_45", "Solo: RESTART_FM Not Solo: IGNORE (follow other Xid)"),
-    (46, "ROBUST_CHANNEL_GPU_TIMEOUT_ERROR", "GPU stopped processing",
-     "RESET_GPU", "CONTACT_SUPPORT"),
+    (
+        43,
+        "ROBUST_CHANNEL_RESETCHANNEL_VERIF_ERROR",
+        "GPU stopped processing",
+        "IGNORE",
+        "CONTACT_SUPPORT",
+    ),
+    (
+        44,
+        "ROBUST_CHANNEL_GR_FAULT_DURING_CTXSW",
+        "Graphics Engine fault during context switch",
+        "IGNORE",
+        "CONTACT_SUPPORT",
+    ),
+    (
+        45,
+        "ROBUST_CHANNEL_PREEMPTIVE_REMOVAL",
+        "Preemptive cleanup, due to previous errors -- Most likely to see when running "
+        "multiple cuda applications and hitting a DBE",
+        "WORKFLOW_XID_45",
+        "Solo: RESTART_FM Not Solo: IGNORE (follow other Xid)",
+    ),
+    (
+        46,
+        "ROBUST_CHANNEL_GPU_TIMEOUT_ERROR",
+        "GPU stopped processing",
+        "RESET_GPU",
+        "CONTACT_SUPPORT",
+    ),
     (47, "ROBUST_CHANNEL_NVENC0_ERROR", "Unused", "CONTACT_SUPPORT", ""),
-    (48, "ROBUST_CHANNEL_GPU_ECC_DBE", "Double Bit ECC Error",
-     "WORKFLOW_XID_48", "WORKFLOW_XID_48"),
+    (
+        48,
+        "ROBUST_CHANNEL_GPU_ECC_DBE",
+        "Double Bit ECC Error",
+        "WORKFLOW_XID_48",
+        "WORKFLOW_XID_48",
+    ),
     (49, "SILENT_RUNNING_CONSTANT_LEVEL_SET_BY_REGISTRY", "Unused", "CONTACT_SUPPORT", ""),
     (50, "SILENT_RUNNING_LEVEL_TRANSITION_DUE_TO_RC_ERROR", "Unused", "CONTACT_SUPPORT", ""),
     (51, "SILENT_RUNNING_STRESS_TEST_FAILURE", "Unused", "CONTACT_SUPPORT", ""),
     (52, "SILENT_RUNNING_LEVEL_TRANS_DUE_TO_TEMP_RISE", "Unused", "CONTACT_SUPPORT", ""),
     (53, "SILENT_RUNNING_TEMP_REDUCED_CLOCKING", "Unused", "CONTACT_SUPPORT", ""),
-    (54, "SILENT_RUNNING_PWR_REDUCED_CLOCKING", "Auxiliary power is not connected to the GPU board",
-     "CHECK_MECHANICALS", "CONTACT_SUPPORT"),
+    (
+        54,
+        "SILENT_RUNNING_PWR_REDUCED_CLOCKING",
+        "Auxiliary power is not connected to the GPU board",
+        "CHECK_MECHANICALS",
+        "CONTACT_SUPPORT",
+    ),
     (55, "SILENT_RUNNING_TEMPERATURE_READ_ERROR", "Unused", "CONTACT_SUPPORT", ""),
     (56, "DISPLAY_CHANNEL_EXCEPTION", "Unused", "CONTACT_SUPPORT", ""),
     (57, "FB_LINK_TRAINING_FAILURE_ERROR", "Unused", "CONTACT_SUPPORT", ""),
@@ -141,19 +209,44 @@ CATALOG_ROWS: tuple[tuple[int, str, str, str, str], ...] = (
     (59, "PMU_ERROR", "Unused", "CONTACT_SUPPORT", ""),
     (60, "ROBUST_CHANNEL_SEC2_ERROR", "Video processor exception", "RESTART_APP", "INVESTIGATE_SW"),
     (61, "PMU_BREAKPOINT", "Unused", "CONTACT_SUPPORT", ""),
-    (62, "PMU_HALT_ERROR", "Internal micro-controller halt (newer drivers)",
-     "RESET_GPU", "CONTACT_SUPPORT"),
+    (
+        62,
+        "PMU_HALT_ERROR",
+        "Internal micro-controller halt (newer drivers)",
+        "RESET_GPU",
+        "CONTACT_SUPPORT",
+    ),
     (63, "INFOROM_DRAM_RETIREMENT_EVENT", "GPU memory remapping event", "IGNORE", "IGNORE"),
-    (64, "INFOROM_DRAM_RETIREMENT_FAILURE", "GPU memory remapping failure",
-     "RESET_GPU", "CONTACT_SUPPORT"),
+    (
+        64,
+        "INFOROM_DRAM_RETIREMENT_FAILURE",
+        "GPU memory remapping failure",
+        "RESET_GPU",
+        "CONTACT_SUPPORT",
+    ),
     (65, "ROBUST_CHANNEL_NVENC1_ERROR", "Unused", "CONTACT_SUPPORT", ""),
-    (66, "ROBUST_CHANNEL_FECS_ERR_REG_ACCESS_VIOLATION", "Illegal access by driver",
-     "IGNORE", "INVESTIGATE_SW"),
-    (67, "ROBUST_CHANNEL_FECS_ERR_VERIF_VIOLATION", "Illegal access by driver",
-     "IGNORE", "CONTACT_SUPPORT"),
+    (
+        66,
+        "ROBUST_CHANNEL_FECS_ERR_REG_ACCESS_VIOLATION",
+        "Illegal access by driver",
+        "IGNORE",
+        "INVESTIGATE_SW",
+    ),
+    (
+        67,
+        "ROBUST_CHANNEL_FECS_ERR_VERIF_VIOLATION",
+        "Illegal access by driver",
+        "IGNORE",
+        "CONTACT_SUPPORT",
+    ),
     (68, "ROBUST_CHANNEL_NVDEC0_ERROR", "NVDEC0 Exception", "RESTART_APP", "CONTACT_SUPPORT"),
-    (69, "ROBUST_CHANNEL_GR_CLASS_ERROR", "Graphics Engine class error",
-     "RESTART_APP", "CHECK_APP/CUDA"),
+    (
+        69,
+        "ROBUST_CHANNEL_GR_CLASS_ERROR",
+        "Graphics Engine class error",
+        "RESTART_APP",
+        "CHECK_APP/CUDA",
+    ),
     (70, "ROBUST_CHANNEL_CE3_ERROR", "CE3: Unknown Error", "RESTART_APP", "CONTACT_SUPPORT"),
     (71, "ROBUST_CHANNEL_CE4_ERROR", "CE4: Unknown Error", "RESTART_APP", "CONTACT_SUPPORT"),
     (72, "ROBUST_CHANNEL_CE5_ERROR", "CE5: Unknown Error", "RESTART_APP", "CONTACT_SUPPORT"),
@@ -163,10 +256,20 @@ CATALOG_ROWS: tuple[tuple[int, str, str, str, str], ...] = (
     (76, "ROBUST_CHANNEL_CE7_ERROR", "CE7: Unknown Error", "RESTART_APP", "CONTACT_SUPPORT"),
     (77, "ROBUST_CHANNEL_CE8_ERROR", "CE8: Unknown Error", "RESTART_APP", "CONTACT_SUPPORT"),
     (78, "VGPU_START_ERROR", "vGPU Start Error", "UPDATE_SWFW", "UPDATE_SWFW"),
-    (79, "ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS", "GPU has fallen off the bus",
-     "RESTART_BM", "CONTACT_SUPPORT"),
-    (80, "PBDMA_PUSHBUFFER_CRC_MISMATCH", "Corrupted data sent to GPU",
-     "RESTART_APP", "CHECK_APP/CUDA"),
+    (
+        79,
+        "ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS",
+        "GPU has fallen off the bus",
+        "RESTART_BM",
+        "CONTACT_SUPPORT",
+    ),
+    (
+        80,
+        "PBDMA_PUSHBUFFER_CRC_MISMATCH",
+        "Corrupted data sent to GPU",
+        "RESTART_APP",
+        "CHECK_APP/CUDA",
+    ),
     (81, "ROBUST_CHANNEL_VGA_SUBSYSTEM_ERROR", "Unused", "CONTACT_SUPPORT", ""),
     (82, "ROBUST_CHANNEL_NVJPG0_ERROR", "NVJPG0 Error", "RESTART_APP", "CONTACT_SUPPORT"),
     (83, "ROBUST_CHANNEL_NVDEC1_ERROR", "NVDEC1 Error", "RESTART_APP", "CONTACT_SUPPORT"),
@@ -179,12 +282,27 @@ CATALOG_ROWS: tuple[tuple[int, str, str, str, str], ...] = (
     (90, "LTC_ERROR", "Unused", "CONTACT_SUPPORT", ""),
     (91, "RESERVED_XID", "Unused", "CONTACT_SUPPORT", ""),
     (92, "EXCESSIVE_SBE_INTERRUPTS", "High single-bit ECC error rate", "IGNORE", "CONTACT_SUPPORT"),
-    (93, "INFOROM_ERASE_LIMIT_EXCEEDED", "Non-fatal violation of provisioned InfoROM wear limit",
-     "IGNORE", "CONTACT_SUPPORT"),
-    (94, "ROBUST_CHANNEL_CONTAINED_ERROR", "Contained memory error",
-     "RESTART_APP", "IGNORE (sympathetic)"),
-    (95, "ROBUST_CHANNEL_UNCONTAINED_ERROR", "Uncontained memory error",
-     "RESET_GPU", "IGNORE (sympathetic)"),
+    (
+        93,
+        "INFOROM_ERASE_LIMIT_EXCEEDED",
+        "Non-fatal violation of provisioned InfoROM wear limit",
+        "IGNORE",
+        "CONTACT_SUPPORT",
+    ),
+    (
+        94,
+        "ROBUST_CHANNEL_CONTAINED_ERROR",
+        "Contained memory error",
+        "RESTART_APP",
+        "IGNORE (sympathetic)",
+    ),
+    (
+        95,
+        "ROBUST_CHANNEL_UNCONTAINED_ERROR",
+        "Uncontained memory error",
+        "RESET_GPU",
+        "IGNORE (sympathetic)",
+    ),
     (96, "ROBUST_CHANNEL_NVDEC5_ERROR", "NVDEC5 Error", "RESTART_APP", "CONTACT_SUPPORT"),
     (97, "ROBUST_CHANNEL_NVDEC6_ERROR", "NVDEC6 Error", "RESTART_APP", "CONTACT_SUPPORT"),
     (98, "ROBUST_CHANNEL_NVDEC7_ERROR", "NVDEC7 Error", "RESTART_APP", "CONTACT_SUPPORT"),
@@ -198,8 +316,13 @@ CATALOG_ROWS: tuple[tuple[int, str, str, str, str], ...] = (
     (106, "SMBPBI_TEST_MESSAGE", "SMBPBI Test Message", "IGNORE", "IGNORE"),
     (107, "SMBPBI_TEST_MESSAGE_SILENT", "SMBPBI Test Message Silent", "IGNORE", "IGNORE"),
     (108, "NVLINK_REMOTE_TRANSLATION_ERROR", "Unused", "IGNORE", "XID_137_FLOW"),
-    (109, "ROBUST_CHANNEL_CTXSW_TIMEOUT_ERROR", "Context Switch Timeout Error",
-     "RESET_GPU", "CONTACT_SUPPORT"),
+    (
+        109,
+        "ROBUST_CHANNEL_CTXSW_TIMEOUT_ERROR",
+        "Context Switch Timeout Error",
+        "RESET_GPU",
+        "CONTACT_SUPPORT",
+    ),
     (110, "SEC_FAULT_ERROR", "Security Fault Error", "RESET_GPU", "INVESTIGATE_SW"),
     (111, "BUNDLE_ERROR_EVENT", "Unused", "CONTACT_SUPPORT", ""),
     (112, "DISP_SUPERVISOR_ERROR", "Unused", "CONTACT_SUPPORT", ""),
@@ -230,56 +353,113 @@ CATALOG_ROWS: tuple[tuple[int, str, str, str, str], ...] = (
     (137, "NVLINK_PRIV_ERR", "NVLink Privilege Error", "IGNORE", "XID_137_FLOW"),
     (138, "ROBUST_CHANNEL_DLA_ERROR", "Unused", "CONTACT_SUPPORT", ""),
     (139, "ROBUST_CHANNEL_OFA1_ERROR", "OFA1 Error", "RESTART_APP", "CONTACT_SUPPORT"),
-    (140, "UNRECOVERABLE_ECC_ERROR_ESCAPE", "ECC Unrecovered Error",
-     "RESET_GPU", "CONTACT_SUPPORT"),
+    (
+        140,
+        "UNRECOVERABLE_ECC_ERROR_ESCAPE",
+        "ECC Unrecovered Error",
+        "RESET_GPU",
+        "CONTACT_SUPPORT",
+    ),
     (141, "ROBUST_CHANNEL_FAST_PATH_ERROR", "CUDA Fast Path Error", "IGNORE", "CONTACT_SUPPORT"),
     (142, "ROBUST_CHANNEL_NVENC3_ERROR", "NVENC3 Error", "CONTACT_SUPPORT", ""),
     (143, "GPU_INIT_ERROR", "GPU Initialization Error", "RESET_GPU", "CONTACT_SUPPORT"),
     (144, "NVLINK_SAW_ERROR", "NVLINK: SAW Error", "WORKFLOW_NVLINK5_ERR", "WORKFLOW_NVLINK5_ERR"),
     (145, "NVLINK_RLW_ERROR", "NVLINK: RLW Error", "WORKFLOW_NVLINK5_ERR", "WORKFLOW_NVLINK5_ERR"),
     (146, "NVLINK_TLW_ERROR", "NVLINK: TLW Error", "WORKFLOW_NVLINK5_ERR", "WORKFLOW_NVLINK5_ERR"),
-    (147, "NVLINK_TREX_ERROR", "NVLINK: TREX Error",
-     "WORKFLOW_NVLINK5_ERR", "WORKFLOW_NVLINK5_ERR"),
-    (148, "NVLINK_NVLPW_CTRL_ERROR", "NVLINK: NVLPW_CTRL Error",
-     "WORKFLOW_NVLINK5_ERR", "WORKFLOW_NVLINK5_ERR"),
-    (149, "NVLINK_NETIR_ERROR", "NVLINK: NETIR Error",
-     "WORKFLOW_NVLINK5_ERR", "WORKFLOW_NVLINK5_ERR"),
+    (
+        147,
+        "NVLINK_TREX_ERROR",
+        "NVLINK: TREX Error",
+        "WORKFLOW_NVLINK5_ERR",
+        "WORKFLOW_NVLINK5_ERR",
+    ),
+    (
+        148,
+        "NVLINK_NVLPW_CTRL_ERROR",
+        "NVLINK: NVLPW_CTRL Error",
+        "WORKFLOW_NVLINK5_ERR",
+        "WORKFLOW_NVLINK5_ERR",
+    ),
+    (
+        149,
+        "NVLINK_NETIR_ERROR",
+        "NVLINK: NETIR Error",
+        "WORKFLOW_NVLINK5_ERR",
+        "WORKFLOW_NVLINK5_ERR",
+    ),
     (150, "NVLINK_MSE_ERROR", "NVLINK: MSE Error", "WORKFLOW_NVLINK5_ERR", "WORKFLOW_NVLINK5_ERR"),
-    (151, "ROBUST_CHANNEL_KEY_ROTATION_ERROR", "Key rotation Error",
-     "RESTART_VM", "CONTACT_SUPPORT"),
+    (
+        151,
+        "ROBUST_CHANNEL_KEY_ROTATION_ERROR",
+        "Key rotation Error",
+        "RESTART_VM",
+        "CONTACT_SUPPORT",
+    ),
     (152, "ROBUST_CHANNEL_DLA_SMMU_ERROR", "DLA SMMU Error", "IGNORE", "CONTACT_SUPPORT"),
     (153, "ROBUST_CHANNEL_DLA_TIMEOUT", "DLA timeout Error", "IGNORE", "CONTACT_SUPPORT"),
-    (154, "GPU_RECOVERY_ACTION_CHANGED", "GPU Recovery Action Changed",
-     "XID_154", "N/A Informational only regarding another Xid"),
-    (155, "NVLINK_SW_DEFINED_ERROR", "NVLINK: SW Defined Error",
-     "RESET_GPU", "INVESTIGATE_SW_USER"),
+    (
+        154,
+        "GPU_RECOVERY_ACTION_CHANGED",
+        "GPU Recovery Action Changed",
+        "XID_154",
+        "N/A Informational only regarding another Xid",
+    ),
+    (
+        155,
+        "NVLINK_SW_DEFINED_ERROR",
+        "NVLINK: SW Defined Error",
+        "RESET_GPU",
+        "INVESTIGATE_SW_USER",
+    ),
     (156, "RESOURCE_RETIREMENT_EVENT", "Resource Retirement Event", "RESET_GPU", "IGNORE"),
-    (157, "RESOURCE_RETIREMENT_FAILURE", "Resource Retirement Failure",
-     "IGNORE", "CONTACT_SUPPORT"),
+    (
+        157,
+        "RESOURCE_RETIREMENT_FAILURE",
+        "Resource Retirement Failure",
+        "IGNORE",
+        "CONTACT_SUPPORT",
+    ),
     (158, "GPU_FATAL_TIMEOUT", "GPU Fatal Timeout", "RESET_GPU", "CONTACT_SUPPORT"),
-    (159, "ROBUST_CHANNEL_CHI_NON_DATA_ERROR", "CHI Non-Data Error",
-     "CHECK_UVM", "SYMPATHETIC_REPORT_SOLO"),
+    (
+        159,
+        "ROBUST_CHANNEL_CHI_NON_DATA_ERROR",
+        "CHI Non-Data Error",
+        "CHECK_UVM",
+        "SYMPATHETIC_REPORT_SOLO",
+    ),
     (160, "CHANNEL_RETIREMENT_EVENT", "Channel Retirement Event", "IGNORE", "INVESTIGATE_SW"),
     (161, "CHANNEL_RETIREMENT_FAILURE", "Channel Retirement Failure", "IGNORE", "INVESTIGATE_SW"),
     (162, "PSHC_REENGAGED", "Power Smoothing HW Circuitry capability reengaged", "", ""),
     (163, "PSHC_DISENGAGED", "Power Smoothing HW Circuitry capability disengaged", "", ""),
     (164, "PSHC_LOW_LIFETIME", "Power Smoothing HW Circuitry low lifetime reached", "", ""),
     (165, "PSHC_ZERO_LIFETIME", "Power Smoothing HW Circuitry lifetime exhausted", "", ""),
-    (166, "NVLINK_SECURE_CRYPTO_ERR",
-     "CC traffic seen prior to link properly being configured for encrypted traffic",
-     "", ""),
+    (
+        166,
+        "NVLINK_SECURE_CRYPTO_ERR",
+        "CC traffic seen prior to link properly being configured for encrypted traffic",
+        "",
+        "",
+    ),
     (167, "PCIE_FATAL_TIMEOUT", "PCIE_FATAL_TIMEOUT", "", ""),
     (168, "REDUCED_GPU_MEMORY_CAPACITY", "Errors found in WPR (write protected region)", "", ""),
     (169, "SEC2_HALT_ERROR", "Internal micro-controller halt", "", ""),
     (170, "NVLINK_SECURE_OTHER", "Interrupt seen in CC mode", "", ""),
-    (171, "UNCORRECTABLE_DRAM_ERROR",
-     "Additional to Xid 48 providing more details on particulars of fault to "
-     "differentiate DRAM/SRAM",
-     "", ""),
-    (172, "UNCORRECTABLE_SRAM_ERROR",
-     "Additional to Xid 48 providing more details on particulars of fault to "
-     "differentiate DRAM/SRAM",
-     "", ""),
+    (
+        171,
+        "UNCORRECTABLE_DRAM_ERROR",
+        "Additional to Xid 48 providing more details on particulars of fault to "
+        "differentiate DRAM/SRAM",
+        "",
+        "",
+    ),
+    (
+        172,
+        "UNCORRECTABLE_SRAM_ERROR",
+        "Additional to Xid 48 providing more details on particulars of fault to "
+        "differentiate DRAM/SRAM",
+        "",
+        "",
+    ),
 )
 
 Action = Literal[
@@ -318,9 +498,19 @@ ACTION_TEXT: dict[str, str] = {
 
 #: How hard an action hits (higher = take the GPU out sooner); picks a chain's headline.
 ACTION_RANK: dict[str, int] = {
-    "reboot": 9, "reset_gpu": 8, "restart_vm": 7, "nvlink": 6, "check_mechanicals": 6,
-    "contact_support": 4, "update_sw": 4, "check_uvm": 4, "restart_app": 3, "unknown": 2,
-    "recovery_action": 1, "ignore": 1, "follow_root": 0,
+    "reboot": 9,
+    "reset_gpu": 8,
+    "restart_vm": 7,
+    "nvlink": 6,
+    "check_mechanicals": 6,
+    "contact_support": 4,
+    "update_sw": 4,
+    "check_uvm": 4,
+    "restart_app": 3,
+    "unknown": 2,
+    "recovery_action": 1,
+    "ignore": 1,
+    "follow_root": 0,
 }
 
 _BUCKET_ACTION: dict[str, Action] = {
@@ -359,9 +549,11 @@ _ROLE_OVERRIDES: dict[int, Role] = {
     45: "consequence",
     154: "summary",
     43: "app",  # IGNORE for the GPU: the application's channel was reset, the GPU is usable
-    63: "root", 92: "root",  # IGNORE, but a memory health event that later Xids follow
+    63: "root",
+    92: "root",  # IGNORE, but a memory health event that later Xids follow
     94: "root",  # RESTART_APP, but a memory error of the GPU (the brief's ECC chain: 48/94/95)
-    74: "root", **{x: "root" for x in range(144, 151)},
+    74: "root",
+    **{x: "root" for x in range(144, 151)},
 }
 
 #: Short words for a table cell where NVIDIA's description is long or generic.
@@ -460,9 +652,15 @@ def _build() -> dict[int, XidInfo]:
         action = _BUCKET_ACTION[immediate]
         used = description != "Unused"
         out[code] = XidInfo(
-            code=code, mnemonic=mnemonic, description=description, immediate=immediate,
-            investigatory=investigatory, action=action, role=_role(code, action, used),
-            short=_short(code, description), used=used,
+            code=code,
+            mnemonic=mnemonic,
+            description=description,
+            immediate=immediate,
+            investigatory=investigatory,
+            action=action,
+            role=_role(code, action, used),
+            short=_short(code, description),
+            used=used,
         )
     return out
 
@@ -477,9 +675,17 @@ def xid_info(code: int) -> XidInfo:
     info = XID_CATALOG.get(code)
     if info is not None:
         return info
-    return XidInfo(code=code, mnemonic="", description="not in NVIDIA's catalogue",
-                   immediate="", investigatory="", action="unknown", role="root",
-                   short="unlisted Xid", used=True)
+    return XidInfo(
+        code=code,
+        mnemonic="",
+        description="not in NVIDIA's catalogue",
+        immediate="",
+        investigatory="",
+        action="unknown",
+        role="root",
+        short="unlisted Xid",
+        used=True,
+    )
 
 
 def agent_meanings() -> dict[int, str]:
@@ -496,12 +702,14 @@ CAUSED_BY_RE = re.compile(r"caused by previous Xid (?P<xid>\d+)")
 #: Required)``.
 RECOVERY_RE = re.compile(
     r"recovery action changed from (?P<old>0x[0-9a-fA-F]+|\d+)(?: \([^)]*\))? to "
-    r"(?P<new>0x[0-9a-fA-F]+|\d+)(?: \((?P<words>[^)]*)\))?")
+    r"(?P<new>0x[0-9a-fA-F]+|\d+)(?: \((?P<words>[^)]*)\))?"
+)
 #: GSP RPC timeouts as printed with or without an Xid: ``Timeout waiting for RPC from GSP!``
 #: (older drivers, also ``GSP0``/``GPU0 GSP``), ``Timeout after 6s of waiting for RPC response
 #: from GPU4 GSP!``. Without an Xid line they mean what Xid 119 means.
 GSP_TIMEOUT_RE = re.compile(
-    r"Timeout (?:after \d+s of )?waiting for RPC (?:response )?from (?:GPU(?P<gpu>\d+) )?GSP")
+    r"Timeout (?:after \d+s of )?waiting for RPC (?:response )?from (?:GPU(?P<gpu>\d+) )?GSP"
+)
 #: The driver's other GSP timeout wordings, which name no GPU (open-gpu-kernel-modules
 #: ``src/nvidia/src/kernel/gpu/gsp/kernel_gsp.c``: "Back to back GSP RPC timeout detected! GPU
 #: marked for reset", "_kgspRpcRecvPoll: GSP RM heartbeat timed out"; ``rpc.c``
@@ -509,7 +717,8 @@ GSP_TIMEOUT_RE = re.compile(
 #: action changed) right after them is the driver's summary of that timeout.
 GSP_TIMEOUT_WORDS_RE = re.compile(
     r"GSP RPC timeout|rpcRecvPoll timedout|GSP RM heartbeat timed out"
-    r"|Timeout (?:after \d+s of )?waiting for RPC (?:response )?from (?:GPU\d+ )?GSP")
+    r"|Timeout (?:after \d+s of )?waiting for RPC (?:response )?from (?:GPU\d+ )?GSP"
+)
 #: Follow-up lines of a GSP RPC failure (``GPU4 GSP RPC buffer contains function 103``,
 #: ``GPU4 RPC history``): details of the Xid 119 before them, never an event.
 GSP_DETAIL_RE = re.compile(r"\bGPU(?P<gpu>\d+) (?:GSP RPC buffer|RPC (?:event )?history)")

@@ -35,10 +35,25 @@ AGENT = ROOT / "remote" / "agent" / "agent.py"
 
 #: What the agent reports per GPU, as nvidia-smi query fields.
 SMI_FIELDS = [
-    "index", "uuid", "name", "pci.bus_id", "utilization.gpu", "utilization.memory",
-    "memory.used", "memory.total", "temperature.gpu", "power.draw", "power.limit", "clocks.sm",
-    "clocks.mem", "fan.speed", "pstate", "clocks_event_reasons.active",
-    "ecc.errors.uncorrected.volatile.total", "persistence_mode", "mig.mode.current",
+    "index",
+    "uuid",
+    "name",
+    "pci.bus_id",
+    "utilization.gpu",
+    "utilization.memory",
+    "memory.used",
+    "memory.total",
+    "temperature.gpu",
+    "power.draw",
+    "power.limit",
+    "clocks.sm",
+    "clocks.mem",
+    "fan.speed",
+    "pstate",
+    "clocks_event_reasons.active",
+    "ecc.errors.uncorrected.volatile.total",
+    "persistence_mode",
+    "mig.mode.current",
 ]
 #: Older drivers name the clock event reasons "throttle reasons".
 SMI_FALLBACK = {"clocks_event_reasons.active": "clocks_throttle_reasons.active"}
@@ -60,8 +75,9 @@ def children_cpu_s() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-def bench_in_process(mod: ModuleType, pynvml_dir: str | None, samples: int,
-                     interval: float) -> dict[str, Any]:
+def bench_in_process(
+    mod: ModuleType, pynvml_dir: str | None, samples: int, interval: float
+) -> dict[str, Any]:
     """CPU ms per ``Agent.sample()`` + JSON encoding, in this process."""
     nv, err = mod.load_pynvml(pynvml_dir)
     agent = mod.Agent(nv, interval, import_error=err)
@@ -79,25 +95,37 @@ def bench_in_process(mod: ModuleType, pynvml_dir: str | None, samples: int,
         json.dumps(last, separators=(",", ":"))
         cpu.append(time.process_time() - c0)
         wall.append(time.perf_counter() - w0)
-    refused = {
-        f"gpu{g['index']}": g["errors"] for g in last["gpus"] if g["errors"]
-    }
+    refused = {f"gpu{g['index']}": g["errors"] for g in last["gpus"] if g["errors"]}
     variants = {name: v.used for name, v in agent._v.items()}
     agent.close()
     return {
-        "cpu_ms_mean": 1e3 * statistics.mean(cpu), "cpu_ms_median": 1e3 * statistics.median(cpu),
-        "wall_ms_median": 1e3 * statistics.median(wall), "samples": samples,
-        "gpus": len(last["gpus"]), "variants": variants, "refused": refused,
-        "host_errors": last["host"]["errors"], "sample_errors": last["errors"],
+        "cpu_ms_mean": 1e3 * statistics.mean(cpu),
+        "cpu_ms_median": 1e3 * statistics.median(cpu),
+        "wall_ms_median": 1e3 * statistics.median(wall),
+        "samples": samples,
+        "gpus": len(last["gpus"]),
+        "variants": variants,
+        "refused": refused,
+        "host_errors": last["host"]["errors"],
+        "sample_errors": last["errors"],
     }
 
 
-def bench_process(python: str, pynvml_dir: str | None, samples: int,
-                  interval: float) -> dict[str, Any]:
+def bench_process(
+    python: str, pynvml_dir: str | None, samples: int, interval: float
+) -> dict[str, Any]:
     """Whole-process CPU of the agent: startup, and per extra sample."""
+
     def run(count: int) -> float:
-        argv = [python, str(AGENT), "--count", str(count), "--interval", str(interval),
-                "--no-stdin-watch"]
+        argv = [
+            python,
+            str(AGENT),
+            "--count",
+            str(count),
+            "--interval",
+            str(interval),
+            "--no-stdin-watch",
+        ]
         if pynvml_dir:
             argv += ["--pynvml-dir", pynvml_dir]
         before = children_cpu_s()
@@ -133,9 +161,11 @@ def bench_smi(smi: str, spawns: int) -> dict[str, Any]:
         parent.append(time.process_time() - p0)
         wall.append(time.perf_counter() - w0)
     return {
-        "fields": len(fields), "child_ms_mean": 1e3 * statistics.mean(child),
+        "fields": len(fields),
+        "child_ms_mean": 1e3 * statistics.mean(child),
         "parent_ms_mean": 1e3 * statistics.mean(parent),
-        "wall_ms_median": 1e3 * statistics.median(wall), "spawns": spawns,
+        "wall_ms_median": 1e3 * statistics.median(wall),
+        "spawns": spawns,
         "output_first_line": probe.stdout.splitlines()[0] if probe.stdout else "",
     }
 
@@ -163,23 +193,29 @@ def main(argv: list[str] | None = None) -> int:
         ("nvidia-smi spawn (child CPU)", smi["child_ms_mean"]),
         ("nvidia-smi spawn (child + parent)", smi["child_ms_mean"] + smi["parent_ms_mean"]),
     ]
-    print(f"GPUs: {inproc['gpus']}; agent samples: {args.samples} at {args.interval} s; "
-          f"nvidia-smi spawns: {args.spawns} ({smi['fields']} fields)")
+    print(
+        f"GPUs: {inproc['gpus']}; agent samples: {args.samples} at {args.interval} s; "
+        f"nvidia-smi spawns: {args.spawns} ({smi['fields']} fields)"
+    )
     print(f"{'method':<38} {'CPU ms/sample':>14} {'ratio':>8}")
     for name, ms in rows:
         print(f"{name:<38} {ms:>14.3f} {ms / base:>8.1f}")
-    print(f"agent startup (process, --count 1): {proc['startup_ms']:.1f} ms CPU; "
-          f"agent wall per sample {inproc['wall_ms_median']:.2f} ms; "
-          f"nvidia-smi wall per spawn {smi['wall_ms_median']:.1f} ms")
+    print(
+        f"agent startup (process, --count 1): {proc['startup_ms']:.1f} ms CPU; "
+        f"agent wall per sample {inproc['wall_ms_median']:.2f} ms; "
+        f"nvidia-smi wall per spawn {smi['wall_ms_median']:.1f} ms"
+    )
     ratio = smi["child_ms_mean"] / base
     verdict = "PASS" if ratio >= 20 else "FAIL"
     print(f"target agent <= 1/20 of one nvidia-smi spawn: {verdict} (ratio {ratio:.1f})")
     print("NVML entry points used:", json.dumps(inproc["variants"]))
     print("refused by NVML (last sample):", json.dumps(inproc["refused"]))
     if args.json:
-        Path(args.json).write_text(json.dumps(
-            {"in_process": inproc, "process": proc, "nvidia_smi": smi, "ratio": ratio},
-            indent=2))
+        Path(args.json).write_text(
+            json.dumps(
+                {"in_process": inproc, "process": proc, "nvidia_smi": smi, "ratio": ratio}, indent=2
+            )
+        )
     return 0
 
 

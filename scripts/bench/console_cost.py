@@ -92,8 +92,9 @@ def make_fleet_trace() -> None:
                 g2["pci_bus_id"] = f"00000000:{0x10 + g2['index']:02X}:00.0"
                 gpus.append(g2)
             for p in s["processes"] or []:
-                procs.append(dict(p, gpu_index=copy * 2 + p["gpu_index"],
-                                  pid=p["pid"] + 1000 * copy))
+                procs.append(
+                    dict(p, gpu_index=copy * 2 + p["gpu_index"], pid=p["pid"] + 1000 * copy)
+                )
         s["gpus"], s["processes"] = gpus, procs
         out.append(json.dumps(s, separators=(",", ":")))
     TRACE.write_text("\n".join(out) + "\n")
@@ -112,15 +113,21 @@ def start_job_containers(n: int) -> list[str]:
     for k in range(n):
         job = f"bench-cc-{k + 1:06d}"
         labels = {
-            "io.gpuconsole.format": "1", "io.gpuconsole.job-id": job,
-            "io.gpuconsole.job-name": "bench-cc", "io.gpuconsole.node-rank": "0",
-            "io.gpuconsole.node-count": "1", "io.gpuconsole.nproc-per-node": "2",
-            "io.gpuconsole.host": "h000", "io.gpuconsole.spec-hash": "0" * 12,
-            "io.gpuconsole.created-at": f"{now:.3f}", "io.gpuconsole.kind": "train",
+            "io.gpuconsole.format": "1",
+            "io.gpuconsole.job-id": job,
+            "io.gpuconsole.job-name": "bench-cc",
+            "io.gpuconsole.node-rank": "0",
+            "io.gpuconsole.node-count": "1",
+            "io.gpuconsole.nproc-per-node": "2",
+            "io.gpuconsole.host": "h000",
+            "io.gpuconsole.spec-hash": "0" * 12,
+            "io.gpuconsole.created-at": f"{now:.3f}",
+            "io.gpuconsole.kind": "train",
             BENCH_LABEL: "1",
         }
-        c = client.containers.run(IMAGE, ["sleep", "3600"], detach=True, labels=labels,
-                                  name=f"{job}-n0-bench")
+        c = client.containers.run(
+            IMAGE, ["sleep", "3600"], detach=True, labels=labels, name=f"{job}-n0-bench"
+        )
         ids.append(str(c.id))
     return ids
 
@@ -158,8 +165,12 @@ def make_profile(n: int, tmp: Path) -> Path:
     base = yaml.safe_load((TESTHOSTS / "profile.yaml").read_text())
     key = base["hosts"]["a"]["identity_file"]
     hosts = {
-        f"h{i:03d}": {"hostname": "127.0.0.11" if i % 2 == 0 else "127.0.0.12", "port": 22,
-                      "user": "root", "identity_file": key}
+        f"h{i:03d}": {
+            "hostname": "127.0.0.11" if i % 2 == 0 else "127.0.0.12",
+            "port": 22,
+            "user": "root",
+            "identity_file": key,
+        }
         for i in range(n)
     }
     prof = {"known_hosts": base["known_hosts"], "hosts": hosts, "connect_timeout": 30}
@@ -176,11 +187,22 @@ def baseline_parallel_ssh(n: int, command: list[str] | None = None) -> float:
     start = time.monotonic()
     procs = [
         subprocess.Popen(
-            ["ssh", "-i", key, "-o", f"UserKnownHostsFile={base['known_hosts']}",
-             "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes",
-             f"root@127.0.0.{11 + i % 2}",
-             *(command or ["head", "-n", "1", str(TRACE)])],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            [
+                "ssh",
+                "-i",
+                key,
+                "-o",
+                f"UserKnownHostsFile={base['known_hosts']}",
+                "-o",
+                "StrictHostKeyChecking=yes",
+                "-o",
+                "BatchMode=yes",
+                f"root@127.0.0.{11 + i % 2}",
+                *(command or ["head", "-n", "1", str(TRACE)]),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
         for i in range(n)
     ]
     for p in procs:
@@ -208,21 +230,22 @@ class StartTimes(dict[str, str]):
             super().__setitem__(host, phase)
 
 
-def time_open_process(session: Session, hosts: list[str],
-                      opened: dict[str, list[tuple[float, float]]]) -> None:
+def time_open_process(
+    session: Session, hosts: list[str], opened: dict[str, list[tuple[float, float]]]
+) -> None:
     """Wrap each host transport's ``open_process`` to record ``(start, done)`` monotonic s of
     each call (the agent's SSH channel open + exec request) in ``opened[host]``."""
     for h in hosts:
         t = session.transport(h)
         inner = t.open_process
 
-        def timed(argv: list[str], _inner: Callable[..., Any] = inner,
-                  _h: str = h) -> Any:
+        def timed(argv: list[str], _inner: Callable[..., Any] = inner, _h: str = h) -> Any:
             async def run() -> RemoteProcess:
                 t0 = time.monotonic()
                 proc: RemoteProcess = await _inner(argv)
                 opened.setdefault(_h, []).append((t0, time.monotonic()))
                 return proc
+
             return run()
 
         t.open_process = timed  # type: ignore[method-assign]
@@ -249,14 +272,21 @@ def dist(xs: list[float]) -> dict[str, float]:
     if not xs:
         return {}
     xs = sorted(xs)
-    return {"n": len(xs), "median": round(statistics.median(xs), 3),
-            "p90": round(xs[int(0.9 * (len(xs) - 1))], 3), "max": round(xs[-1], 3)}
+    return {
+        "n": len(xs),
+        "median": round(statistics.median(xs), 3),
+        "p90": round(xs[int(0.9 * (len(xs) - 1))], 3),
+        "max": round(xs[-1], 3),
+    }
 
 
-def breakdown(t0: float, events: list[tuple[str, str, float]],
-              opened: dict[str, list[tuple[float, float]]],
-              first: dict[str, tuple[float, float, float]],
-              downs: dict[str, list[str]]) -> dict[str, Any]:
+def breakdown(
+    t0: float,
+    events: list[tuple[str, str, float]],
+    opened: dict[str, list[tuple[float, float]]],
+    first: dict[str, tuple[float, float, float]],
+    downs: dict[str, list[str]],
+) -> dict[str, Any]:
     """Per-host start-up phases as distributions (s), from the recorded timestamps.
 
     For each host's successful attempt (the last ``connecting`` before its first sample):
@@ -267,9 +297,18 @@ def breakdown(t0: float, events: list[tuple[str, str, float]],
     ``sh``/python start and first sample), ``delivery`` (that host time -> the console read it),
     ``first_sample_at`` (monitor start -> first sample). Also the attempts per host and the
     failure reasons (first 90 characters, host name dropped) with their counts."""
-    per: dict[str, list[float]] = {k: [] for k in (
-        "wait_to_connect_start", "connect", "open_channel", "agent_to_first_sample",
-        "delivery", "connected_at", "first_sample_at")}
+    per: dict[str, list[float]] = {
+        k: []
+        for k in (
+            "wait_to_connect_start",
+            "connect",
+            "open_channel",
+            "agent_to_first_sample",
+            "delivery",
+            "connected_at",
+            "first_sample_at",
+        )
+    }
     attempts: list[float] = []
     by_host: dict[str, list[tuple[str, float]]] = {}
     for h, ph, t in events:
@@ -299,14 +338,21 @@ def breakdown(t0: float, events: list[tuple[str, str, float]],
         for r in rs:
             key = r.removeprefix(f"host {h}: ")[:90]
             reasons[key] = reasons.get(key, 0) + 1
-    return {"phases_s": {k: dist(v) for k, v in per.items()},
-            "attempts_per_host": dist(attempts), "failures": reasons}
+    return {
+        "phases_s": {k: dist(v) for k, v in per.items()},
+        "attempts_per_host": dist(attempts),
+        "failures": reasons,
+    }
 
 
-async def run_console(profile_path: Path, duration: float,
-                      snapshot_timeout: float = 120.0, settle: float = 5.0,
-                      max_connecting: int = MAX_CONNECTING,
-                      trace_path: Path = TRACE) -> dict[str, Any]:
+async def run_console(
+    profile_path: Path,
+    duration: float,
+    snapshot_timeout: float = 120.0,
+    settle: float = 5.0,
+    max_connecting: int = MAX_CONNECTING,
+    trace_path: Path = TRACE,
+) -> dict[str, Any]:
     profile = load_profile_file(profile_path)
     hosts = list(profile.hosts)
     state = FleetState(hosts, interval=1.0, history_s=600)
@@ -354,9 +400,16 @@ async def run_console(profile_path: Path, duration: float,
     fleet_monitor.container_jobs = counted_jobs  # type: ignore[assignment]
 
     async with Session(profile) as session:
-        mon = FleetMonitor(session, state, hosts, interval=1.0, on_sample=on_sample,
-                           mode="agent", replay_path=str(trace_path),
-                           max_connecting=max_connecting)
+        mon = FleetMonitor(
+            session,
+            state,
+            hosts,
+            interval=1.0,
+            on_sample=on_sample,
+            mode="agent",
+            replay_path=str(trace_path),
+            max_connecting=max_connecting,
+        )
         phases = StartTimes()
         mon.phase = phases
         time_open_process(session, hosts, opened)
@@ -385,15 +438,19 @@ async def run_console(profile_path: Path, duration: float,
             "waited_for_all_s": None if await_all is None else round(await_all, 2),
             "console_cpu_pct_during_start": round(100 * start_cpu / start_wall, 1),
             "machine_busy_pct_during_start": round(
-                100 * (busy1 - busy0) / max(1, total1 - total0), 1),
+                100 * (busy1 - busy0) / max(1, total1 - total0), 1
+            ),
             "loop_delay_s": dist(delays),
             **breakdown(t0, phases.events, opened, first, downs),
         }
         if not complete:
-            missing = [v.name + ": " + str(v.error) for v in state.hosts.values()
-                    if v.sample is None]
-            raise SystemExit(f"fleet incomplete after {snapshot_timeout:.0f} s: "
-                             f"{len(missing)} hosts without a sample, e.g. {missing[:5]}")
+            missing = [
+                v.name + ": " + str(v.error) for v in state.hosts.values() if v.sample is None
+            ]
+            raise SystemExit(
+                f"fleet incomplete after {snapshot_timeout:.0f} s: "
+                f"{len(missing)} hosts without a sample, e.g. {missing[:5]}"
+            )
         await asyncio.sleep(settle)  # settle: every agent streaming, start-up backlog drained
         lags.clear()
         n_listings = len(listings)
@@ -410,33 +467,63 @@ async def run_console(profile_path: Path, duration: float,
         jobs_known = len(state.containers)
         await mon.stop()
     down = sum(1 for v in state.hosts.values() if v.status != "ok")
-    return {"first_snapshot_s": first_snapshot, "cpu_pct": 100 * cpu / wall, "lags": lags,
-            "rss": rss, "samples": len(lags), "hosts_not_ok": down, "wall": wall,
-            "hosts_mapped": mapped, "start": start,
-            "listings": {"in_window": len(in_window),
-                         "per_s": round(len(in_window) / wall, 2),
-                         "seconds": dist([x[1] for x in in_window]),
-                         "empty": sum(1 for x in in_window if x[2] == 0),
-                         "containers_mapped_at_end": jobs_known}}
+    return {
+        "first_snapshot_s": first_snapshot,
+        "cpu_pct": 100 * cpu / wall,
+        "lags": lags,
+        "rss": rss,
+        "samples": len(lags),
+        "hosts_not_ok": down,
+        "wall": wall,
+        "hosts_mapped": mapped,
+        "start": start,
+        "listings": {
+            "in_window": len(in_window),
+            "per_s": round(len(in_window) / wall, 2),
+            "seconds": dist([x[1] for x in in_window]),
+            "empty": sum(1 for x in in_window if x[2] == 0),
+            "containers_mapped_at_end": jobs_known,
+        },
+    }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--hosts", type=int, default=64)
     ap.add_argument("--duration", type=float, default=300.0)
-    ap.add_argument("--snapshot-timeout", type=float, default=120.0,
-                    help="seconds to wait for the first complete snapshot")
-    ap.add_argument("--settle", type=float, default=5.0,
-                    help="seconds between the first complete snapshot and the measurement")
-    ap.add_argument("--max-connecting", type=int, default=MAX_CONNECTING,
-                    help="SSH handshakes in flight at once (the monitor's bound; a number "
-                         "above --hosts: unbounded, as before it existed)")
-    ap.add_argument("--containerised", type=int, default=0, metavar="N",
-                    help="N > 0: start N labelled job containers on the shared dockerd and "
-                         "replay a trace whose GPU processes run in them (the container -> "
-                         "job map is then listed on every host); removed afterwards")
-    ap.add_argument("--no-baseline", action="store_true",
-                    help="skip the parallel-ssh baselines (first snapshot has no ratio)")
+    ap.add_argument(
+        "--snapshot-timeout",
+        type=float,
+        default=120.0,
+        help="seconds to wait for the first complete snapshot",
+    )
+    ap.add_argument(
+        "--settle",
+        type=float,
+        default=5.0,
+        help="seconds between the first complete snapshot and the measurement",
+    )
+    ap.add_argument(
+        "--max-connecting",
+        type=int,
+        default=MAX_CONNECTING,
+        help="SSH handshakes in flight at once (the monitor's bound; a number "
+        "above --hosts: unbounded, as before it existed)",
+    )
+    ap.add_argument(
+        "--containerised",
+        type=int,
+        default=0,
+        metavar="N",
+        help="N > 0: start N labelled job containers on the shared dockerd and "
+        "replay a trace whose GPU processes run in them (the container -> "
+        "job map is then listed on every host); removed afterwards",
+    )
+    ap.add_argument(
+        "--no-baseline",
+        action="store_true",
+        help="skip the parallel-ssh baselines (first snapshot has no ratio)",
+    )
     args = ap.parse_args()
     make_fleet_trace()
     trace = TRACE
@@ -446,8 +533,16 @@ def main() -> None:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             prof = make_profile(args.hosts, Path(tmp))
-            r = asyncio.run(run_console(prof, args.duration, args.snapshot_timeout,
-                                        args.settle, args.max_connecting, trace))
+            r = asyncio.run(
+                run_console(
+                    prof,
+                    args.duration,
+                    args.snapshot_timeout,
+                    args.settle,
+                    args.max_connecting,
+                    trace,
+                )
+            )
     finally:
         if args.containerised > 0:
             remove_job_containers()
@@ -457,15 +552,24 @@ def main() -> None:
     p99 = lags[int(0.99 * (len(lags) - 1))] * 1000
     growth = 100 * (r["rss"][-1] - r["rss"][0]) / r["rss"][0]
     expected = args.hosts * r["wall"]
-    summary = {"hosts": args.hosts, "max_connecting": args.max_connecting,
-               "containerised": args.containerised, "listings": r["listings"],
-               "wall_s": round(r["wall"], 1),
-               "cpu_pct": round(r["cpu_pct"], 1), "lag_p50_ms": round(p50, 1),
-               "lag_p99_ms": round(p99, 1), "rss_first_mib": round(r["rss"][0], 1),
-               "rss_last_mib": round(r["rss"][-1], 1), "maxrss_mib": round(maxrss, 1),
-               "samples": r["samples"], "expected": round(expected),
-               "hosts_not_ok": r["hosts_not_ok"], "hosts_mapped": r["hosts_mapped"],
-               "first_snapshot_s": round(r["first_snapshot_s"], 2)}
+    summary = {
+        "hosts": args.hosts,
+        "max_connecting": args.max_connecting,
+        "containerised": args.containerised,
+        "listings": r["listings"],
+        "wall_s": round(r["wall"], 1),
+        "cpu_pct": round(r["cpu_pct"], 1),
+        "lag_p50_ms": round(p50, 1),
+        "lag_p99_ms": round(p99, 1),
+        "rss_first_mib": round(r["rss"][0], 1),
+        "rss_last_mib": round(r["rss"][-1], 1),
+        "maxrss_mib": round(maxrss, 1),
+        "samples": r["samples"],
+        "expected": round(expected),
+        "hosts_not_ok": r["hosts_not_ok"],
+        "hosts_mapped": r["hosts_mapped"],
+        "first_snapshot_s": round(r["first_snapshot_s"], 2),
+    }
     print("result-json " + json.dumps(summary), flush=True)
     print("start-json " + json.dumps(r["start"]), flush=True)
     base = base_py = None
@@ -475,36 +579,62 @@ def main() -> None:
             base_py = baseline_parallel_ssh(args.hosts, ["python3 -c 'print(1)'"])
         except SystemExit as e:
             print(f"baseline skipped: {e}")
-    print(f"\nconsole cost: {args.hosts} hosts x 8 GPUs at 1 Hz for {r['wall']:.0f} s "
-          f"({r['samples']} samples of {expected:.0f} expected; {r['hosts_not_ok']} hosts "
-          f"not ok at the end; maxrss {maxrss:.0f} MiB; container map listed on "
-          f"{r['hosts_mapped']} hosts)\n")
+    print(
+        f"\nconsole cost: {args.hosts} hosts x 8 GPUs at 1 Hz for {r['wall']:.0f} s "
+        f"({r['samples']} samples of {expected:.0f} expected; {r['hosts_not_ok']} hosts "
+        f"not ok at the end; maxrss {maxrss:.0f} MiB; container map listed on "
+        f"{r['hosts_mapped']} hosts)\n"
+    )
     fs = r["first_snapshot_s"]
     rows = [
         ("metric", "gpuconsole", "target / baseline", "ratio"),
         ("console CPU, % of one core", f"{r['cpu_pct']:.1f}", "< 15", f"{r['cpu_pct'] / 15:.2f}"),
         ("sample-to-state lag p50, ms", f"{p50:.1f}", "-", "-"),
         ("sample-to-state lag p99, ms", f"{p99:.1f}", "< 200", f"{p99 / 200:.2f}"),
-        ("RSS first -> last, MiB", f"{r['rss'][0]:.1f} -> {r['rss'][-1]:.1f}",
-         "flat (< 5 %)", f"{growth:+.1f} %"),
+        (
+            "RSS first -> last, MiB",
+            f"{r['rss'][0]:.1f} -> {r['rss'][-1]:.1f}",
+            "flat (< 5 %)",
+            f"{growth:+.1f} %",
+        ),
     ]
     if base is not None and base_py is not None:
         rows += [
-            ("first complete snapshot, s", f"{fs:.2f}", f"{base:.2f} (parallel ssh cat)",
-             f"{fs / base:.2f}"),
-            ("  same, baseline starting python3", f"{fs:.2f}",
-             f"{base_py:.2f} (parallel ssh python3)", f"{fs / base_py:.2f}"),
+            (
+                "first complete snapshot, s",
+                f"{fs:.2f}",
+                f"{base:.2f} (parallel ssh cat)",
+                f"{fs / base:.2f}",
+            ),
+            (
+                "  same, baseline starting python3",
+                f"{fs:.2f}",
+                f"{base_py:.2f} (parallel ssh python3)",
+                f"{fs / base_py:.2f}",
+            ),
         ]
     else:
         rows.append(("first complete snapshot, s", f"{fs:.2f}", "(no baseline)", "-"))
     rows += [
-        ("fleet target: CPU, % of one core", f"{r['cpu_pct']:.1f}", "< 50 (512 hosts)",
-         f"{r['cpu_pct'] / 50:.2f}"),
+        (
+            "fleet target: CPU, % of one core",
+            f"{r['cpu_pct']:.1f}",
+            "< 50 (512 hosts)",
+            f"{r['cpu_pct'] / 50:.2f}",
+        ),
         ("fleet target: lag p99, ms", f"{p99:.1f}", "< 500 (512 hosts)", f"{p99 / 500:.2f}"),
-        ("fleet target: samples received", f"{r['samples']} / {expected:.0f}",
-         "all (none dropped)", f"{r['samples'] / expected:.4f}"),
-        ("fleet target: RSS last, MiB", f"{r['rss'][-1]:.1f}", "< 1024 (512 hosts)",
-         f"{r['rss'][-1] / 1024:.2f}"),
+        (
+            "fleet target: samples received",
+            f"{r['samples']} / {expected:.0f}",
+            "all (none dropped)",
+            f"{r['samples'] / expected:.4f}",
+        ),
+        (
+            "fleet target: RSS last, MiB",
+            f"{r['rss'][-1]:.1f}",
+            "< 1024 (512 hosts)",
+            f"{r['rss'][-1] / 1024:.2f}",
+        ),
     ]
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     for row in rows:

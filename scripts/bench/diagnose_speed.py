@@ -63,7 +63,8 @@ DEFAULT_TAILS = (
 _STEP = re.compile(r"step \d+/\d+ loss [\d.]+ samples/s [\d.]+ world_size \d+")
 _NCCL_NOISE = re.compile(
     r"NCCL INFO ((?:Ring|Channel|Trees|Bootstrap|NET/|Using network|Connected all|comm 0x|"
-    r"cudaDriverVersion|Setting affinity|NCCL_)[^\n]*)")
+    r"cudaDriverVersion|Setting affinity|NCCL_)[^\n]*)"
+)
 _NOT_NOISE = re.compile(r"-> ?\d+|closed|error|fail|WARN|abort|Abort", re.I)
 
 
@@ -96,21 +97,30 @@ def build_log(mib: float, tail: str, seed: int = 26, nccl_every: int = 1000) -> 
     while size < target:
         chunk: list[str] = []
         if blocks % nccl_every == 0:  # an epoch: new communicators, NCCL_DEBUG=INFO prints
-            chunk += [f"[default{k % 8}]:gpu-node-03:{14750 + k % 8}:{15000 + k % 8} "
-                      f"[{k % 8}] NCCL INFO {rnd.choice(noise)}" for k in range(64)]
+            chunk += [
+                f"[default{k % 8}]:gpu-node-03:{14750 + k % 8}:{15000 + k % 8} "
+                f"[{k % 8}] NCCL INFO {rnd.choice(noise)}"
+                for k in range(64)
+            ]
         for i in range(100):
             step += 1
             rank = i % 8
             loss = 2.5 * (0.9999 ** (step / 8)) + rnd.random() * 0.01
-            body = (f"step {step // 8}/{total} loss {loss:.4f} "
-                    f"samples/s {rnd.uniform(2500, 3300):.1f} world_size 8")
+            body = (
+                f"step {step // 8}/{total} loss {loss:.4f} "
+                f"samples/s {rnd.uniform(2500, 3300):.1f} world_size 8"
+            )
             if i % 10 == 3:  # a logger's coloured timestamp
                 body = f"\x1b[32m2026-12-02 07:{i % 60:02d}:{rank:02d}\x1b[0m {body}"
             chunk.append(f"[default{rank}]:{body}")
         pct = (step // 8) * 100 // total
-        chunk.append("".join(
-            f"Steps: {pct:3d}%|{'█' * (pct // 10):<10}| {step // 8 - 3 + k}/{total} "
-            f"[12:10<20:44, {rnd.uniform(14, 16):.2f}it/s]\r" for k in range(4)))
+        chunk.append(
+            "".join(
+                f"Steps: {pct:3d}%|{'█' * (pct // 10):<10}| {step // 8 - 3 + k}/{total} "
+                f"[12:10<20:44, {rnd.uniform(14, 16):.2f}it/s]\r"
+                for k in range(4)
+            )
+        )
         if blocks % nccl_every == 0:
             chunk += [f"[default0]:{w}" for w in warning]
         blocks += 1
@@ -142,8 +152,13 @@ print(time.perf_counter() - t0, d.kind if d else "none")
 def _baseline(checkout: str, path: str) -> tuple[float, str]:
     """Seconds one ``diagnose`` of the file takes in another checkout (the code before a
     change), in a child process, and its answer."""
-    out = subprocess.run([sys.executable, "-c", _BASELINE, path], capture_output=True,
-                         text=True, check=True, env={"PYTHONPATH": checkout, "PATH": "/usr/bin"})
+    out = subprocess.run(
+        [sys.executable, "-c", _BASELINE, path],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONPATH": checkout, "PATH": "/usr/bin"},
+    )
     seconds, kind = out.stdout.split()
     return float(seconds), kind
 
@@ -156,22 +171,39 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--mib", type=float, default=100.0)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--tail", action="append", default=None,
-                    help="corpus text (relative to tests/data/diagnose/corpus) ending the log")
-    ap.add_argument("--unfiltered", action="store_true",
-                    help="also time the engine with its pre-filter off (one round)")
-    ap.add_argument("--baseline", metavar="CHECKOUT",
-                    help="also time diagnose in this checkout (one round, first tail only)")
-    ap.add_argument("--nccl-every", type=int, default=1000, metavar="BLOCKS",
-                    help="the NCCL burst and the warning every BLOCKS x 100 step lines "
-                         "(1000: once an epoch; 1: a dense NCCL_DEBUG=INFO log)")
+    ap.add_argument(
+        "--tail",
+        action="append",
+        default=None,
+        help="corpus text (relative to tests/data/diagnose/corpus) ending the log",
+    )
+    ap.add_argument(
+        "--unfiltered",
+        action="store_true",
+        help="also time the engine with its pre-filter off (one round)",
+    )
+    ap.add_argument(
+        "--baseline",
+        metavar="CHECKOUT",
+        help="also time diagnose in this checkout (one round, first tail only)",
+    )
+    ap.add_argument(
+        "--nccl-every",
+        type=int,
+        default=1000,
+        metavar="BLOCKS",
+        help="the NCCL burst and the warning every BLOCKS x 100 step lines "
+        "(1000: once an epoch; 1: a dense NCCL_DEBUG=INFO log)",
+    )
     ap.add_argument("--profile", help="cProfile one diagnose of the first log into this file")
     args = ap.parse_args()
     words = engine.keywords()
     pattern = "|".join(re.escape(w) for w in words) if words else "a^"
     tails = args.tail or list(DEFAULT_TAILS)
-    print(f"{len(words)} keywords; best of {args.rounds} rounds; NCCL burst every "
-          f"{args.nccl_every * 100:,} step lines")
+    print(
+        f"{len(words)} keywords; best of {args.rounds} rounds; NCCL burst every "
+        f"{args.nccl_every * 100:,} step lines"
+    )
     head = ["tail (corpus)", "MiB", "diagnosis", "lines kept", "diagnose MiB/s"]
     if args.baseline:
         head += ["before MiB/s", "after / before"]
@@ -186,15 +218,15 @@ def main() -> int:
         size = len(text.encode()) / (1024 * 1024)
         alone = engine.diagnose(tail)
         if args.profile and tail_name == tails[0]:
-            cProfile.runctx("engine.diagnose(text)", globals(), {"text": text, "engine": engine},
-                            args.profile)
+            cProfile.runctx(
+                "engine.diagnose(text)", globals(), {"text": text, "engine": engine}, args.profile
+            )
         got = engine.diagnose(text)
         kind = got.kind if got else "none"
         if kind != (alone.kind if alone else "none"):
             kind += f" (alone: {alone.kind if alone else 'none'})"
         kept = engine.kept_text(text)
-        row = [tail_name, f"{size:.1f}", kind,
-               f"{kept.count(chr(10)):,} / {text.count(chr(10)):,}"]
+        row = [tail_name, f"{size:.1f}", kind, f"{kept.count(chr(10)):,} / {text.count(chr(10)):,}"]
         t_diag = _time(lambda t=text: engine.diagnose(t), args.rounds)  # type: ignore[misc]
         row.append(f"{size / t_diag:.1f}")
         with tempfile.NamedTemporaryFile("w", suffix=".log", encoding="utf-8") as f:

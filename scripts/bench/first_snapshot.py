@@ -58,8 +58,11 @@ ONE_LINE = TRACE.parent / "one-line.txt"
 _CLI = "import sys; from console.cli import main; sys.argv[0] = 'gpuconsole'; sys.exit(main())"
 
 
-def timed(argv: list[str], env: dict[str, str], cwd: Path | None = None,
-          ) -> tuple[float, float, str, int]:
+def timed(
+    argv: list[str],
+    env: dict[str, str],
+    cwd: Path | None = None,
+) -> tuple[float, float, str, int]:
     """Run ``argv``; returns (wall s, client CPU s, stdout, exit status)."""
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
@@ -77,8 +80,20 @@ def console_side(tree: Path, profile: Path, n: int) -> Callable[[int | None], tu
     env = dict(os.environ, PYTHONPATH=str(tree))
 
     def run(hosts: int | None = None) -> tuple[float, float]:
-        argv = [sys.executable, "-c", _CLI, "-p", str(profile), "top", "--once", "--json",
-                "--timeout", "120", "--agent-replay", str(TRACE)]
+        argv = [
+            sys.executable,
+            "-c",
+            _CLI,
+            "-p",
+            str(profile),
+            "top",
+            "--once",
+            "--json",
+            "--timeout",
+            "120",
+            "--agent-replay",
+            str(TRACE),
+        ]
         if hosts is not None:
             argv += ["--hosts", ",".join(f"h{i:03d}" for i in range(hosts))]
         wall, cpu, out, rc = timed(argv, env, cwd=tree)
@@ -110,10 +125,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--hosts", type=int, default=64)
     ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--before", type=Path, default=None,
-                    help="also run the console from this source tree (an older commit)")
-    ap.add_argument("--skip", default="",
-                    help="comma-separated sides to leave out (e.g. 'pdsh agent via py link')")
+    ap.add_argument(
+        "--before",
+        type=Path,
+        default=None,
+        help="also run the console from this source tree (an older commit)",
+    )
+    ap.add_argument(
+        "--skip",
+        default="",
+        help="comma-separated sides to leave out (e.g. 'pdsh agent via py link')",
+    )
     args = ap.parse_args()
     make_fleet_trace()
     ONE_LINE.write_text(TRACE.read_text().splitlines()[0][:60] + "\n")
@@ -124,13 +146,16 @@ def main() -> None:
         profile = make_profile(args.hosts, tmp)
         cfg = write_ssh_config([f"h{i:03d}" for i in range(args.hosts)], tmp / "ssh_config")
         sides: dict[str, Callable[[int | None], tuple[float, float]]] = {
-            "console": console_side(ROOT, profile, args.hosts)}
+            "console": console_side(ROOT, profile, args.hosts)
+        }
         if args.before is not None:
             sides["console, before"] = console_side(args.before.resolve(), profile, args.hosts)
         sides["pdsh agent"] = pdsh_side(
-            cfg, args.hosts, f"python3 -I -S {folder}/agent.py {agent_args}")
+            cfg, args.hosts, f"python3 -I -S {folder}/agent.py {agent_args}"
+        )
         sides["pdsh agent via py link"] = pdsh_side(
-            cfg, args.hosts, f"{folder}/py -I -S {folder}/agent.py {agent_args}")
+            cfg, args.hosts, f"{folder}/py -I -S {folder}/agent.py {agent_args}"
+        )
         sides["pdsh cat"] = pdsh_side(cfg, args.hosts, f"cat {ONE_LINE}")
         for name in filter(None, (x.strip() for x in args.skip.split(","))):
             if name in ("console", "pdsh agent", "pdsh cat"):
@@ -142,28 +167,47 @@ def main() -> None:
         results: dict[str, list[tuple[float, float]]] = {k: [] for k in names}
         load0 = os.getloadavg()[0]
         for r in range(args.runs):
-            order = names[r % len(names):] + names[:r % len(names)]
+            order = names[r % len(names) :] + names[: r % len(names)]
             for name in order:
                 results[name].append(sides[name](None))
                 w, c = results[name][-1]
-                print(f"round {r + 1} {name:<22} wall {w:6.2f} s  client CPU {c:5.2f} s",
-                      flush=True)
+                print(
+                    f"round {r + 1} {name:<22} wall {w:6.2f} s  client CPU {c:5.2f} s", flush=True
+                )
         load1 = os.getloadavg()[0]
 
     def med(name: str, i: int) -> float:
         return statistics.median(x[i] for x in results[name])
 
     base = "pdsh agent"
-    print(f"\nfirst fleet snapshot: {args.hosts} hosts, median of {args.runs} interleaved runs "
-          f"(load average {load0:.1f} -> {load1:.1f} on {os.cpu_count()} cores)\n")
-    rows = [("side", "wall s", "(min-max)", "client CPU s", f"wall / {base}",
-             f"CPU / {base}", "wall / pdsh cat")]
+    print(
+        f"\nfirst fleet snapshot: {args.hosts} hosts, median of {args.runs} interleaved runs "
+        f"(load average {load0:.1f} -> {load1:.1f} on {os.cpu_count()} cores)\n"
+    )
+    rows = [
+        (
+            "side",
+            "wall s",
+            "(min-max)",
+            "client CPU s",
+            f"wall / {base}",
+            f"CPU / {base}",
+            "wall / pdsh cat",
+        )
+    ]
     for name in names:
         walls = [x[0] for x in results[name]]
-        rows.append((name, f"{med(name, 0):.2f}", f"({min(walls):.2f}-{max(walls):.2f})",
-                     f"{med(name, 1):.2f}", f"{med(name, 0) / med(base, 0):.2f}",
-                     f"{med(name, 1) / med(base, 1):.2f}",
-                     f"{med(name, 0) / med('pdsh cat', 0):.2f}"))
+        rows.append(
+            (
+                name,
+                f"{med(name, 0):.2f}",
+                f"({min(walls):.2f}-{max(walls):.2f})",
+                f"{med(name, 1):.2f}",
+                f"{med(name, 0) / med(base, 0):.2f}",
+                f"{med(name, 1) / med(base, 1):.2f}",
+                f"{med(name, 0) / med('pdsh cat', 0):.2f}",
+            )
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())

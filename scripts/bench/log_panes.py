@@ -201,16 +201,29 @@ class Tmux:
         self.started = False
 
     def __call__(self, *args: str) -> str:
-        res = subprocess.run(["tmux", "-S", self.sock, *args], capture_output=True, text=True,
-                             timeout=30)
+        res = subprocess.run(
+            ["tmux", "-S", self.sock, *args], capture_output=True, text=True, timeout=30
+        )
         if res.returncode != 0:
             raise RuntimeError(f"tmux {' '.join(args)}: {res.stderr.strip()}")
         return res.stdout
 
     def start(self, command: str, env: dict[str, str]) -> None:
         envs = [x for k, v in env.items() for x in ("-e", f"{k}={v}")]
-        self("-f", "/dev/null", "new-session", "-d", "-s", "bench", "-x", str(WIDTH), "-y",
-             str(HEIGHT), *envs, command)
+        self(
+            "-f",
+            "/dev/null",
+            "new-session",
+            "-d",
+            "-s",
+            "bench",
+            "-x",
+            str(WIDTH),
+            "-y",
+            str(HEIGHT),
+            *envs,
+            command,
+        )
         self.started = True
         self("set-option", "-g", "status", "off")
         self("set-option", "-g", "history-limit", "5000")
@@ -261,12 +274,31 @@ class Streams:
         try:
             for node in range(NODES):
                 name = f"gpuconsole-{self.job_id}-n{node}"
-                labels = NodeLabels(self.job_id, self.job_id.rsplit("-", 1)[0], node, NODES, 1,
-                                    self.host_of(node), "bench0000000", time.time())
+                labels = NodeLabels(
+                    self.job_id,
+                    self.job_id.rsplit("-", 1)[0],
+                    node,
+                    NODES,
+                    1,
+                    self.host_of(node),
+                    "bench0000000",
+                    time.time(),
+                )
                 client.containers.run(
-                    IMAGE, ["python3", "-u", "-c", GENERATOR, str(node), str(self.rate),
-                            str(self.seconds)],
-                    name=name, labels=labels.to_labels(), detach=True, network_mode="none",
+                    IMAGE,
+                    [
+                        "python3",
+                        "-u",
+                        "-c",
+                        GENERATOR,
+                        str(node),
+                        str(self.rate),
+                        str(self.seconds),
+                    ],
+                    name=name,
+                    labels=labels.to_labels(),
+                    detach=True,
+                    network_mode="none",
                     volumes={str(self.go_dir): {"bind": "/bench", "mode": "ro"}},
                 )
                 self.names.append(name)
@@ -285,8 +317,11 @@ class Streams:
 
         client = docker.from_env()
         try:
-            return sum(1 for n in self.names if client.containers.list(
-                all=True, filters={"name": f"^{n}$"}))
+            return sum(
+                1
+                for n in self.names
+                if client.containers.list(all=True, filters={"name": f"^{n}$"})
+            )
         finally:
             client.close()
 
@@ -333,8 +368,13 @@ class Prober:
         capture: takes a capture (the same call the lag sampler uses).
     """
 
-    def __init__(self, send: Callable[[int], None], shown: Callable[[int, str], bool],
-                 capture: Callable[[], str], poll_s: float) -> None:
+    def __init__(
+        self,
+        send: Callable[[int], None],
+        shown: Callable[[int, str], bool],
+        capture: Callable[[], str],
+        poll_s: float,
+    ) -> None:
         self.send, self.shown, self.capture, self.poll_s = send, shown, capture, poll_s
         self.i = 0
 
@@ -355,8 +395,16 @@ class Prober:
         return None
 
 
-def run_side(side: Side, prober: Prober, sample: Callable[[], str], t0: float, t_end: float,
-             drain: float, stop: threading.Event, floor_probes: int) -> None:
+def run_side(
+    side: Side,
+    prober: Prober,
+    sample: Callable[[], str],
+    t0: float,
+    t_end: float,
+    drain: float,
+    stop: threading.Event,
+    floor_probes: int,
+) -> None:
     """Floor probes before ``t0``, then until ``t_end``: one probe a second and a lag sample
     every 0.25 s in between (lag only while the streams run, i.e. before ``t_end - drain``)."""
     for _ in range(floor_probes):
@@ -397,8 +445,9 @@ def machine_busy_s() -> float:
     return (sum(v) - v[3] - v[4]) / os.sysconf("SC_CLK_TCK")
 
 
-def sample_resources(sides: list[tuple[Side, Callable[[], list[int]]]], stop: threading.Event,
-                     machine: Side) -> None:
+def sample_resources(
+    sides: list[tuple[Side, Callable[[], list[int]]]], stop: threading.Event, machine: Side
+) -> None:
     """Each second: summed RSS (MiB) and CPU seconds of each side's processes, and the busy
     CPU seconds of the whole machine (into ``machine.cpu``)."""
     while not stop.is_set():
@@ -431,8 +480,11 @@ def run_app(job_id: str, stats_path: Path, profile_path: Path, intake: str = "pr
     from console.service import Intake, Service
 
     LogsScreen.intake = cast(Intake, intake)
-    logging.basicConfig(level=logging.INFO, filename=str(state_dir() / "gpuconsole.log"),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO,
+        filename=str(state_dir() / "gpuconsole.log"),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     logging.getLogger("asyncssh").setLevel(logging.WARNING)
 
     class BenchApp(GpuConsoleApp):
@@ -457,8 +509,13 @@ def run_app(job_id: str, stats_path: Path, profile_path: Path, intake: str = "pr
                 if phase == "start":
                     gc_started[:] = [time.perf_counter()]
                 elif gc_started:
-                    self.gc_pauses.append((time.time(), info["generation"],
-                                           1000 * (time.perf_counter() - gc_started[0])))
+                    self.gc_pauses.append(
+                        (
+                            time.time(),
+                            info["generation"],
+                            1000 * (time.perf_counter() - gc_started[0]),
+                        )
+                    )
 
             gc.callbacks.append(on_gc)
             loop = asyncio.get_running_loop()
@@ -496,11 +553,14 @@ def run_app(job_id: str, stats_path: Path, profile_path: Path, intake: str = "pr
         def write_stats(self) -> None:
             logs = self.logs
             data = {
-                "opened_at": self.opened_at, "keys": self.keys, "timeline": self.timeline,
+                "opened_at": self.opened_at,
+                "keys": self.keys,
+                "timeline": self.timeline,
                 "lines_taken": logs.lines_taken if logs else 0,
                 "buffers": {str(n): len(b) for n, b in logs.by_node.items()} if logs else {},
                 "merged": len(logs.merged) if logs else 0,
-                "stalls": self.stalls, "gc": self.gc_pauses,
+                "stalls": self.stalls,
+                "gc": self.gc_pauses,
                 "gc_objects": getattr(self, "gc_objects", None),
             }
             tmp = stats_path.with_suffix(".tmp")
@@ -583,8 +643,10 @@ def bench(args: argparse.Namespace, run: Run) -> dict[str, Any]:
     # (also other sessions'): give a test running now the time to end before relying on them
     time.sleep(args.survive)
     if streams.present() < NODES:
-        raise Vanished(f"{NODES - streams.present()} stream containers were removed by another "
-                       f"process within {args.survive:g} s of their start")
+        raise Vanished(
+            f"{NODES - streams.present()} stream containers were removed by another "
+            f"process within {args.survive:g} s of their start"
+        )
     stop = threading.Event()
     poll_s = args.poll_ms / 1000
     probers: list[tuple[Side, Prober, Callable[[], str]]] = []
@@ -595,22 +657,50 @@ def bench(args: argparse.Namespace, run: Run) -> dict[str, Any]:
     if args.sides in ("both", "app"):
         tm = Tmux(run.tmp, "app")
         run.tmuxes.append(tm)
-        env = {"GPUCONSOLE_STATE_DIR": str(state), "GPUCONSOLE_CONFIG_DIR": str(confdir),
-               "TERM": "xterm-256color", "LANG": os.environ.get("LANG", "C.UTF-8"),
-               "PATH": os.environ.get("PATH", "")}
-        argv = [sys.executable, str(Path(__file__).resolve()), "app", "--job", job_id,
-                "--intake", args.intake,
-                "--stats", str(stats_path), "--profile", str(profile)]
+        env = {
+            "GPUCONSOLE_STATE_DIR": str(state),
+            "GPUCONSOLE_CONFIG_DIR": str(confdir),
+            "TERM": "xterm-256color",
+            "LANG": os.environ.get("LANG", "C.UTF-8"),
+            "PATH": os.environ.get("PATH", ""),
+        }
+        argv = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "app",
+            "--job",
+            job_id,
+            "--intake",
+            args.intake,
+            "--stats",
+            str(stats_path),
+            "--profile",
+            str(profile),
+        ]
         if args.py_spy:
             spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-            fmt = {".json": "speedscope", ".txt": "raw"}.get(Path(args.py_spy).suffix,
-                                                             "flamegraph")
-            argv = [spy, "record", "--threads", "--nonblocking", "-r", "50", "-o",
-                    str(Path(args.py_spy).resolve()), "--format", fmt, "--", *argv]
+            fmt = {".json": "speedscope", ".txt": "raw"}.get(Path(args.py_spy).suffix, "flamegraph")
+            argv = [
+                spy,
+                "record",
+                "--threads",
+                "--nonblocking",
+                "-r",
+                "50",
+                "-o",
+                str(Path(args.py_spy).resolve()),
+                "--format",
+                fmt,
+                "--",
+                *argv,
+            ]
         tm.start(f"cd {shlex.quote(str(ROOT))} && exec {shlex.join(argv)}", env)
         pane = tm.panes()[0][0]
-        wait_until(lambda: f"node {NODES - 1}" in tm.capture(pane)
-                   and "ready node" in tm.capture(pane), 90, "the app's log panes")
+        wait_until(
+            lambda: f"node {NODES - 1}" in tm.capture(pane) and "ready node" in tm.capture(pane),
+            90,
+            "the app's log panes",
+        )
         app_pid = tm.panes()[0][1]
         if args.py_spy:  # the pane runs py-spy; the app is its child
             kids = Path(f"/proc/{app_pid}/task/{app_pid}/children").read_text().split()
@@ -626,32 +716,48 @@ def bench(args: argparse.Namespace, run: Run) -> dict[str, Any]:
         def app_send(i: int) -> None:
             tm("send-keys", "-t", pane, "t")
 
-        prober = Prober(app_send, app_shown,
-                        lambda: tm.capture(pane), poll_s)
+        prober = Prober(app_send, app_shown, lambda: tm.capture(pane), poll_s)
         probers.append((side, prober, lambda: tm.capture(pane)))
         # the app and its children (the log intake process): CPU and RSS summed
         res_sides.append((side, lambda: [app_pid, *descendants(app_pid)]))
-        res_sides.append((sides.setdefault("gpuconsole tmux", Side("gpuconsole tmux")),
-                          lambda: [tm_pid]))
+        res_sides.append(
+            (sides.setdefault("gpuconsole tmux", Side("gpuconsole tmux")), lambda: [tm_pid])
+        )
 
     if args.sides in ("both", "tmux"):
         tb = Tmux(run.tmp, "base")
         run.tmuxes.append(tb)
 
         def ssh_cmd(node: int) -> str:
-            return "exec " + shlex.join([
-                "ssh", "-i", key, "-o", f"UserKnownHostsFile={known}", "-o",
-                "StrictHostKeyChecking=yes", "-o", "BatchMode=yes",
-                f"root@{HOSTS[streams.host_of(node)]}", "docker", "logs", "-f",
-                streams.names[node]])
+            return "exec " + shlex.join(
+                [
+                    "ssh",
+                    "-i",
+                    key,
+                    "-o",
+                    f"UserKnownHostsFile={known}",
+                    "-o",
+                    "StrictHostKeyChecking=yes",
+                    "-o",
+                    "BatchMode=yes",
+                    f"root@{HOSTS[streams.host_of(node)]}",
+                    "docker",
+                    "logs",
+                    "-f",
+                    streams.names[node],
+                ]
+            )
 
         tb.start(ssh_cmd(0), {"TERM": "xterm-256color", "PATH": os.environ.get("PATH", "")})
         for node in range(1, NODES):
             tb("split-window", "-t", "bench", ssh_cmd(node))
             tb("select-layout", "-t", "bench", "tiled")
         bpanes = tb.panes()
-        wait_until(lambda: all("ready node" in tb.capture(p) for p, _ in bpanes), 60,
-                   "the baseline's ssh panes")
+        wait_until(
+            lambda: all("ready node" in tb.capture(p) for p, _ in bpanes),
+            60,
+            "the baseline's ssh panes",
+        )
         btm_pid = tb.server_pid()
         side_b = sides["tmux + ssh"] = Side("tmux + ssh")
 
@@ -671,21 +777,28 @@ def bench(args: argparse.Namespace, run: Run) -> dict[str, Any]:
 
         probers.append((side_b, bprobe, b_sample))
         res_sides.append((side_b, lambda: [pid for _, pid in bpanes]))
-        res_sides.append((sides.setdefault("baseline tmux", Side("baseline tmux")),
-                          lambda: [btm_pid]))
+        res_sides.append(
+            (sides.setdefault("baseline tmux", Side("baseline tmux")), lambda: [btm_pid])
+        )
 
     # both sides show every stream's "ready" line: floor probes, then the streams start
     t0 = time.time() + 3 + 0.4 * args.floor_probes
     t_end = t0 + args.seconds + args.drain
     out["t0"] = t0
     streams.go(t0)
-    threads = [threading.Thread(target=run_side, daemon=True, args=(
-        side, prober, sample, t0, t_end, args.drain, stop, args.floor_probes))
-        for side, prober, sample in probers]
+    threads = [
+        threading.Thread(
+            target=run_side,
+            daemon=True,
+            args=(side, prober, sample, t0, t_end, args.drain, stop, args.floor_probes),
+        )
+        for side, prober, sample in probers
+    ]
     machine = Side("machine")
     out["machine"] = machine
-    threads.append(threading.Thread(target=sample_resources, args=(res_sides, stop, machine),
-                                    daemon=True))
+    threads.append(
+        threading.Thread(target=sample_resources, args=(res_sides, stop, machine), daemon=True)
+    )
     for t in threads:
         t.start()
     try:
@@ -697,8 +810,10 @@ def bench(args: argparse.Namespace, run: Run) -> dict[str, Any]:
             t.join(timeout=30)
     out["containers_left"] = streams.present()
     if out["containers_left"] < NODES:
-        raise Vanished(f"{NODES - out['containers_left']} stream containers were removed by "
-                       "another process during the run")
+        raise Vanished(
+            f"{NODES - out['containers_left']} stream containers were removed by "
+            "another process during the run"
+        )
     if "gpuconsole" in sides:
         tm = run.tmuxes[0]
         tm("send-keys", "-t", tm.panes()[0][0], "q")
@@ -727,8 +842,11 @@ def bench(args: argparse.Namespace, run: Run) -> dict[str, Any]:
 def summarize(side: Side, t0: float, seconds: float) -> dict[str, Any]:
     """Numbers of one side over the streaming window [t0, t0 + seconds]."""
     in_run = [(t, v) for t, v in side.cpu if t0 <= t <= t0 + seconds]
-    cpu = (100 * (in_run[-1][1] - in_run[0][1]) / (in_run[-1][0] - in_run[0][0])
-           if len(in_run) > 1 else float("nan"))
+    cpu = (
+        100 * (in_run[-1][1] - in_run[0][1]) / (in_run[-1][0] - in_run[0][0])
+        if len(in_run) > 1
+        else float("nan")
+    )
     rss_run = [v for t, v in side.rss if t0 <= t]
     shown = 0.0
     for pts in side.newest.values():
@@ -737,15 +855,21 @@ def summarize(side: Side, t0: float, seconds: float) -> dict[str, Any]:
             shown += (w[-1][1] - w[0][1]) / (w[-1][0] - w[0][0])
     final = sum(max(s for _, s in pts) + 1 for pts in side.newest.values())
     return {
-        "floor50": pct(side.floor_ms, 0.5), "floor95": pct(side.floor_ms, 0.95),
-        "key50": pct(side.key_ms, 0.5), "key95": pct(side.key_ms, 0.95),
-        "keymax": max(side.key_ms, default=float("nan")), "probes": len(side.key_ms),
+        "floor50": pct(side.floor_ms, 0.5),
+        "floor95": pct(side.floor_ms, 0.95),
+        "key50": pct(side.key_ms, 0.5),
+        "key95": pct(side.key_ms, 0.95),
+        "keymax": max(side.key_ms, default=float("nan")),
+        "probes": len(side.key_ms),
         "timeouts": side.probes_timed_out,
-        "lag50": pct(side.lag_ms, 0.5), "lag95": pct(side.lag_ms, 0.95),
-        "shown_per_s": shown, "final_seq": final,
+        "lag50": pct(side.lag_ms, 0.5),
+        "lag95": pct(side.lag_ms, 0.95),
+        "shown_per_s": shown,
+        "final_seq": final,
         "rss_start": rss_run[0] if rss_run else float("nan"),
         "rss_end": rss_run[-1] if rss_run else float("nan"),
-        "rss_max": max(rss_run, default=float("nan")), "cpu": cpu,
+        "rss_max": max(rss_run, default=float("nan")),
+        "cpu": cpu,
         "capture_ms": statistics.mean(side.capture_ms) if side.capture_ms else float("nan"),
     }
 
@@ -783,76 +907,127 @@ def report(args: argparse.Namespace, out: dict[str, Any], wall: float) -> str:
         bv = b[key] if b else nan
         return [label, f(gv, fmt), f(bv, fmt), ratio(gv, bv)]
 
-    rows = [["metric", "gpuconsole", "tmux + ssh docker logs -f", "ratio"],
-            row("key-to-screen p50, ms", "key50"), row("key-to-screen p95, ms", "key95"),
-            row("key-to-screen max, ms", "keymax"),
-            row("  idle floor p50, ms (same probe, no stream)", "floor50"),
-            row("screen lag p50, ms (line written -> on screen)", "lag50"),
-            row("screen lag p95, ms", "lag95"),
-            row("lines through the screen per s (newest shown)", "shown_per_s")]
+    rows = [
+        ["metric", "gpuconsole", "tmux + ssh docker logs -f", "ratio"],
+        row("key-to-screen p50, ms", "key50"),
+        row("key-to-screen p95, ms", "key95"),
+        row("key-to-screen max, ms", "keymax"),
+        row("  idle floor p50, ms (same probe, no stream)", "floor50"),
+        row("screen lag p50, ms (line written -> on screen)", "lag50"),
+        row("screen lag p95, ms", "lag95"),
+        row("lines through the screen per s (newest shown)", "shown_per_s"),
+    ]
     app = out.get("app", {})
     arch = out.get("archive", (0, 0))
-    taken_end = max((n for t, n, _ in app.get("timeline", []) if t <= t0 + secs + args.drain),
-                    default=0)
-    rows.append(["lines received by the end of the drain / produced",
-                 f"{taken_end:,} / {produced:,}" if g else "-",
-                 f"{int(b['final_seq']):,} / {produced:,}" if b else "-", "-"])
-    rows.append(["lines archived at exit (distinct markers) / missing",
-                 f"{arch[1]:,} / {produced - arch[1]:,}" if g else "-", "- / 0 (pty)", "-"])
+    taken_end = max(
+        (n for t, n, _ in app.get("timeline", []) if t <= t0 + secs + args.drain), default=0
+    )
+    rows.append(
+        [
+            "lines received by the end of the drain / produced",
+            f"{taken_end:,} / {produced:,}" if g else "-",
+            f"{int(b['final_seq']):,} / {produced:,}" if b else "-",
+            "-",
+        ]
+    )
+    rows.append(
+        [
+            "lines archived at exit (distinct markers) / missing",
+            f"{arch[1]:,} / {produced - arch[1]:,}" if g else "-",
+            "- / 0 (pty)",
+            "-",
+        ]
+    )
     rows.append(row("RSS at stream start, MiB", "rss_start"))
     rows.append(row("RSS at end, MiB", "rss_end"))
     rows.append(row("CPU, % of one core (app / 8 ssh)", "cpu"))
     if gt and bt:
-        rows.append(["CPU of the side's tmux server, %", f(gt["cpu"]), f(bt["cpu"]),
-                     ratio(gt["cpu"], bt["cpu"])])
-        rows.append(["RSS of the side's tmux server at end, MiB", f(gt["rss_end"]),
-                     f(bt["rss_end"]), ratio(gt["rss_end"], bt["rss_end"])])
+        rows.append(
+            [
+                "CPU of the side's tmux server, %",
+                f(gt["cpu"]),
+                f(bt["cpu"]),
+                ratio(gt["cpu"], bt["cpu"]),
+            ]
+        )
+        rows.append(
+            [
+                "RSS of the side's tmux server at end, MiB",
+                f(gt["rss_end"]),
+                f(bt["rss_end"]),
+                ratio(gt["rss_end"], bt["rss_end"]),
+            ]
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |" for r in rows]
     lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    head = (f"log panes: {NODES} streams x {rate} lines/s for {secs:g} s "
-            f"(+{args.drain:g} s drain), buffer {args.buffer_lines or 100_000} lines/pane; "
-            f"run took {wall:.0f} s")
+    head = (
+        f"log panes: {NODES} streams x {rate} lines/s for {secs:g} s "
+        f"(+{args.drain:g} s drain), buffer {args.buffer_lines or 100_000} lines/pane; "
+        f"run took {wall:.0f} s"
+    )
     notes = []
     if g:
-        notes.append(f"probes: gpuconsole {g['probes']} ok, {g['timeouts']} timed out (20 s); "
-                     f"baseline {b['probes'] if b else 0} ok, {b['timeouts'] if b else 0} timed "
-                     f"out; capture-pane takes {g['capture_ms']:.1f} ms (app) / "
-                     f"{b['capture_ms'] if b else nan:.1f} ms (baseline)")
-        notes.append("app RSS (MiB) by time since stream start: "
-                     + rss_curve(sides["gpuconsole"], t0, 10))
+        notes.append(
+            f"probes: gpuconsole {g['probes']} ok, {g['timeouts']} timed out (20 s); "
+            f"baseline {b['probes'] if b else 0} ok, {b['timeouts'] if b else 0} timed "
+            f"out; capture-pane takes {g['capture_ms']:.1f} ms (app) / "
+            f"{b['capture_ms'] if b else nan:.1f} ms (baseline)"
+        )
+        notes.append(
+            "app RSS (MiB) by time since stream start: " + rss_curve(sides["gpuconsole"], t0, 10)
+        )
         tl = app.get("timeline", [])
         taken = [(t - t0, n) for t, n, _ in tl if t >= t0]
-        notes.append("app lines taken by time: " + ", ".join(
-            f"{t:.0f}s {n:,}" for t, n in taken[::10]) + (
-            f", end {taken[-1][1]:,}" if taken else ""))
-        notes.append("app exit after q: " + (f"{out['app_exit_s']:.1f} s" if out.get(
-            "app_exit_s") is not None else "not within 60 s (terminated)"))
+        notes.append(
+            "app lines taken by time: "
+            + ", ".join(f"{t:.0f}s {n:,}" for t, n in taken[::10])
+            + (f", end {taken[-1][1]:,}" if taken else "")
+        )
+        notes.append(
+            "app exit after q: "
+            + (
+                f"{out['app_exit_s']:.1f} s"
+                if out.get("app_exit_s") is not None
+                else "not within 60 s (terminated)"
+            )
+        )
         keys = [t for t, k in app.get("keys", []) if k == "t"]
         sent = [t for t in sides["gpuconsole"].key_sent if t >= t0]
         ks = [t for t in keys if t >= t0]
         if ks and len(ks) == len(sent):
             d = [1000 * (k - s_) for k, s_ in zip(ks, sent)]
-            notes.append(f"key received by the app after send-keys: p50 {pct(d, .5):.0f} ms, "
-                         f"p95 {pct(d, .95):.0f} ms")
+            notes.append(
+                f"key received by the app after send-keys: p50 {pct(d, 0.5):.0f} ms, "
+                f"p95 {pct(d, 0.95):.0f} ms"
+            )
         late = [ms for t, ms in app.get("stalls", []) if t0 <= t <= t0 + secs]
         if late:
-            notes.append(f"event loop during the streams: a 20 ms heartbeat ran late by p50 "
-                         f"{pct(late, .5):.0f} / p95 {pct(late, .95):.0f} / max {max(late):.0f} ms")
+            notes.append(
+                f"event loop during the streams: a 20 ms heartbeat ran late by p50 "
+                f"{pct(late, 0.5):.0f} / p95 {pct(late, 0.95):.0f} / max {max(late):.0f} ms"
+            )
         if app.get("gc_objects"):
             total, kinds = app["gc_objects"]
-            notes.append(f"objects tracked by the GC at exit: {total:,} (most: "
-                         + ", ".join(f"{k} {n:,}" for k, n in kinds) + ")")
+            notes.append(
+                f"objects tracked by the GC at exit: {total:,} (most: "
+                + ", ".join(f"{k} {n:,}" for k, n in kinds)
+                + ")"
+            )
         pauses = [(g, ms) for t, g, ms in app.get("gc", []) if t0 <= t <= t0 + secs + 10]
         for gen in (0, 1, 2):
             ms = [p for g, p in pauses if g == gen]
             if ms:
-                notes.append(f"GC generation {gen}: {len(ms)} collections, max {max(ms):.0f} ms, "
-                             f"total {sum(ms):.0f} ms")
+                notes.append(
+                    f"GC generation {gen}: {len(ms)} collections, max {max(ms):.0f} ms, "
+                    f"total {sum(ms):.0f} ms"
+                )
     m = summarize(out["machine"], t0, secs)
-    notes.append(f"whole machine busy during the streams: {m['cpu']:.0f} % of one core "
-                 f"(of {100 * (os.cpu_count() or 1)} %; includes dockerd, sshd, the generators "
-                 "and anything else running)")
+    notes.append(
+        f"whole machine busy during the streams: {m['cpu']:.0f} % of one core "
+        f"(of {100 * (os.cpu_count() or 1)} %; includes dockerd, sshd, the generators "
+        "and anything else running)"
+    )
     return "\n".join([head, "", *lines, "", *notes])
 
 
@@ -866,22 +1041,40 @@ def main() -> None:
     a.add_argument("--intake", default="process")
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--rate", type=int, default=2000, help="lines/s per stream")
-    ap.add_argument("--drain", type=float, default=10.0,
-                    help="seconds measured after the streams stop")
-    ap.add_argument("--buffer-lines", type=int, default=0,
-                    help="config log_buffer_lines (0: the default, 100000)")
+    ap.add_argument(
+        "--drain", type=float, default=10.0, help="seconds measured after the streams stop"
+    )
+    ap.add_argument(
+        "--buffer-lines",
+        type=int,
+        default=0,
+        help="config log_buffer_lines (0: the default, 100000)",
+    )
     ap.add_argument("--sides", choices=["both", "app", "tmux"], default="both")
-    ap.add_argument("--poll-ms", type=float, default=10.0,
-                    help="sleep between two captures while a probe waits")
+    ap.add_argument(
+        "--poll-ms", type=float, default=10.0, help="sleep between two captures while a probe waits"
+    )
     ap.add_argument("--floor-probes", type=int, default=10)
-    ap.add_argument("--survive", type=float, default=20.0,
-                    help="seconds the stream containers must survive before the run starts")
-    ap.add_argument("--attempts", type=int, default=3,
-                    help="runs tried when another process removes the stream containers")
+    ap.add_argument(
+        "--survive",
+        type=float,
+        default=20.0,
+        help="seconds the stream containers must survive before the run starts",
+    )
+    ap.add_argument(
+        "--attempts",
+        type=int,
+        default=3,
+        help="runs tried when another process removes the stream containers",
+    )
     ap.add_argument("--py-spy", help="profile the app with py-spy into this file (.svg/.json/.txt)")
     ap.add_argument("--json", type=Path, help="also write the raw numbers here")
-    ap.add_argument("--intake", choices=["process", "loop"], default="process",
-                    help="where the app reads the log streams (default: the app's own choice)")
+    ap.add_argument(
+        "--intake",
+        choices=["process", "loop"],
+        default="process",
+        help="where the app reads the log streams (default: the app's own choice)",
+    )
     args = ap.parse_args()
     if args.cmd == "app":
         sys.exit(run_app(args.job, args.stats, args.profile, args.intake))
@@ -898,8 +1091,11 @@ def main() -> None:
             out = bench(args, run)
             break
         except Vanished as e:
-            print(f"attempt {attempt}: {e}; "
-                  + ("retrying" if attempt < args.attempts else "giving up"), file=sys.stderr)
+            print(
+                f"attempt {attempt}: {e}; "
+                + ("retrying" if attempt < args.attempts else "giving up"),
+                file=sys.stderr,
+            )
             if attempt == args.attempts:
                 raise SystemExit(1) from e
         finally:
@@ -912,8 +1108,11 @@ def main() -> None:
     if args.json:
         sides = {k: v.__dict__ for k, v in out.pop("sides").items()}
         out["machine"] = out["machine"].__dict__
-        args.json.write_text(json.dumps({"args": vars(args) | {"json": str(args.json)},
-                                         **out, "sides": sides}, default=str))
+        args.json.write_text(
+            json.dumps(
+                {"args": vars(args) | {"json": str(args.json)}, **out, "sides": sides}, default=str
+            )
+        )
     shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -58,12 +58,20 @@ def make_profile(n: int, path: Path) -> None:
     base = yaml.safe_load((TESTHOSTS / "profile.yaml").read_text())
     key = base["hosts"]["a"]["identity_file"]
     hosts = {
-        f"h{i:03d}": {"hostname": "127.0.0.11" if i % 2 == 0 else "127.0.0.12", "port": 22,
-                      "user": "root", "identity_file": key}
+        f"h{i:03d}": {
+            "hostname": "127.0.0.11" if i % 2 == 0 else "127.0.0.12",
+            "port": 22,
+            "user": "root",
+            "identity_file": key,
+        }
         for i in range(n)
     }
-    prof = {"known_hosts": base["known_hosts"], "hosts": hosts, "connect_timeout": 30,
-            "defaults": base.get("defaults", {})}
+    prof = {
+        "known_hosts": base["known_hosts"],
+        "hosts": hosts,
+        "connect_timeout": 30,
+        "defaults": base.get("defaults", {}),
+    }
     path.write_text(yaml.safe_dump(prof))
 
 
@@ -71,19 +79,27 @@ def start_jobs(client: docker.DockerClient) -> list[str]:
     """3 sleeping job containers: ``bench-a`` (h000), ``bench-b`` (2 nodes: h000, h001)."""
     now = time.time()
     made = []
-    for job, rank, count, host in (("bench-a-000001", 0, 1, "h000"),
-                                   ("bench-b-000002", 0, 2, "h000"),
-                                   ("bench-b-000002", 1, 2, "h001")):
+    for job, rank, count, host in (
+        ("bench-a-000001", 0, 1, "h000"),
+        ("bench-b-000002", 0, 2, "h000"),
+        ("bench-b-000002", 1, 2, "h001"),
+    ):
         labels = {
-            "io.gpuconsole.format": "1", "io.gpuconsole.job-id": job,
+            "io.gpuconsole.format": "1",
+            "io.gpuconsole.job-id": job,
             "io.gpuconsole.job-name": job.rsplit("-", 1)[0],
-            "io.gpuconsole.node-rank": str(rank), "io.gpuconsole.node-count": str(count),
-            "io.gpuconsole.nproc-per-node": "1", "io.gpuconsole.host": host,
-            "io.gpuconsole.spec-hash": "0" * 12, "io.gpuconsole.created-at": f"{now:.3f}",
-            "io.gpuconsole.kind": "train", BENCH_LABEL: "1",
+            "io.gpuconsole.node-rank": str(rank),
+            "io.gpuconsole.node-count": str(count),
+            "io.gpuconsole.nproc-per-node": "1",
+            "io.gpuconsole.host": host,
+            "io.gpuconsole.spec-hash": "0" * 12,
+            "io.gpuconsole.created-at": f"{now:.3f}",
+            "io.gpuconsole.kind": "train",
+            BENCH_LABEL: "1",
         }
-        c = client.containers.run(IMAGE, ["sleep", "3600"], detach=True, labels=labels,
-                                  name=f"{job}-n{rank}-bench")
+        c = client.containers.run(
+            IMAGE, ["sleep", "3600"], detach=True, labels=labels, name=f"{job}-n{rank}-bench"
+        )
         made.append(str(c.id))
     return made
 
@@ -101,8 +117,13 @@ def floor_once(cfg: Path, n: int) -> float:
     """
     env = dict(os.environ, PDSH_SSH_ARGS_APPEND=f"-F {cfg}")
     t0 = time.monotonic()
-    res = subprocess.run(["pdsh", "-R", "ssh", "-f", str(n), "-w", f"h[000-{n - 1:03d}]",
-                          "true"], env=env, capture_output=True, text=True, timeout=600)
+    res = subprocess.run(
+        ["pdsh", "-R", "ssh", "-f", str(n), "-w", f"h[000-{n - 1:03d}]", "true"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     dt = time.monotonic() - t0
     if res.returncode != 0:
         raise SystemExit(f"pdsh over {n} hosts failed ({res.returncode}): {res.stderr[-1000:]}")
@@ -113,28 +134,42 @@ def kept_config(cfg: Path, sockets: Path) -> Path:
     """``cfg`` plus OpenSSH connection sharing (``ControlMaster auto``, ``ControlPersist``):
     one master connection per host name (``%n``) under ``sockets``, kept between runs."""
     kept = cfg.with_name(cfg.name + "-kept")
-    kept.write_text(cfg.read_text().replace(
-        "Host *\n", f"Host *\n  ControlMaster auto\n  ControlPath {sockets}/%n\n"
-        "  ControlPersist 900\n"))
+    kept.write_text(
+        cfg.read_text().replace(
+            "Host *\n",
+            f"Host *\n  ControlMaster auto\n  ControlPath {sockets}/%n\n  ControlPersist 900\n",
+        )
+    )
     return kept
 
 
 def close_masters(cfg: Path, n: int) -> None:
     """``ssh -O exit`` for the master connection of each of ``h000``.. (see :func:`kept_config`)."""
     for i in range(n):
-        subprocess.run(["ssh", "-F", str(cfg), "-O", "exit", f"h{i:03d}"],
-                       capture_output=True, timeout=30, check=False)
+        subprocess.run(
+            ["ssh", "-F", str(cfg), "-O", "exit", f"h{i:03d}"],
+            capture_output=True,
+            timeout=30,
+            check=False,
+        )
 
 
-def ps_once(profile: Path, state: Path, extra: list[str]
-            ) -> tuple[float, list[dict[str, object]], str]:
-    env = dict(os.environ, GPUCONSOLE_STATE_DIR=str(state),
-               GPUCONSOLE_CONFIG_DIR=str(state / "config"))
+def ps_once(
+    profile: Path, state: Path, extra: list[str]
+) -> tuple[float, list[dict[str, object]], str]:
+    env = dict(
+        os.environ, GPUCONSOLE_STATE_DIR=str(state), GPUCONSOLE_CONFIG_DIR=str(state / "config")
+    )
     env.pop("GPUCONSOLE_PROFILE", None)
     t0 = time.monotonic()
-    res = subprocess.run([sys.executable, "-m", "console.cli", "-p", str(profile), "ps",
-                          "--json", *extra], env=env, cwd=ROOT, capture_output=True, text=True,
-                         timeout=600)
+    res = subprocess.run(
+        [sys.executable, "-m", "console.cli", "-p", str(profile), "ps", "--json", *extra],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     dt = time.monotonic() - t0
     if res.returncode != 0:
         raise SystemExit(f"ps failed ({res.returncode}): {res.stderr[-2000:]}")
@@ -147,13 +182,22 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--hosts", type=int, nargs="+", default=[64, 512])
     ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--floor", action="store_true",
-                    help="also time `pdsh -R ssh true` over the same hosts after each ps run")
-    ap.add_argument("--floor-kept", action="store_true",
-                    help="also time `pdsh -R ssh true` over connections kept open between runs "
-                    "(OpenSSH ControlMaster/ControlPersist, opened by one untimed run)")
-    ap.add_argument("--deadline", type=float,
-                    help="passed to `ps --deadline` (not given: ps's default; older ps: none)")
+    ap.add_argument(
+        "--floor",
+        action="store_true",
+        help="also time `pdsh -R ssh true` over the same hosts after each ps run",
+    )
+    ap.add_argument(
+        "--floor-kept",
+        action="store_true",
+        help="also time `pdsh -R ssh true` over connections kept open between runs "
+        "(OpenSSH ControlMaster/ControlPersist, opened by one untimed run)",
+    )
+    ap.add_argument(
+        "--deadline",
+        type=float,
+        help="passed to `ps --deadline` (not given: ps's default; older ps: none)",
+    )
     args = ap.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     print(f"open file limit (ulimit -n): soft {soft}, hard {hard}")
@@ -161,8 +205,10 @@ def main() -> None:
     # `hostjob.py list` (a python start); without one, a shell that stops at once
     jobs_dir = Path.home() / ".cache/gpuconsole/jobs"
     nodes = len(list(jobs_dir.glob("*/*"))) if jobs_dir.is_dir() else 0
-    print(f"host-runtime jobs folder on the hosts' (shared) home: "
-          f"{'present, ' + str(nodes) + ' node folders' if jobs_dir.is_dir() else 'absent'}")
+    print(
+        f"host-runtime jobs folder on the hosts' (shared) home: "
+        f"{'present, ' + str(nodes) + ' node folders' if jobs_dir.is_dir() else 'absent'}"
+    )
     extra = [] if args.deadline is None else ["--deadline", str(args.deadline)]
     client = docker.from_env()
     remove_jobs(client)
@@ -192,8 +238,7 @@ def main() -> None:
                 times = []
                 for _ in range(args.runs):
                     dt, jobs, stderr = ps_once(prof, state, extra)
-                    states = {str(j["id"]): str(j["state"]) for j in jobs
-                              if str(j["id"]) in OURS}
+                    states = {str(j["id"]): str(j["state"]) for j in jobs if str(j["id"]) in OURS}
                     if set(states.values()) != {"running"} or stderr.strip():
                         raise SystemExit(f"{n} hosts: {states} {stderr[-1000:]}")
                     times.append(dt)
@@ -204,11 +249,21 @@ def main() -> None:
                 if args.floor_kept:
                     close_masters(kcfg, n)
                 results[n] = times
-                print(f"{n} hosts: " + " ".join(f"{t:.2f}" for t in times) + " s"
-                      + (" | pdsh true: " + " ".join(f"{t:.2f}" for t in floors[n]) + " s"
-                         if args.floor else "")
-                      + (" | pdsh true, kept: " + " ".join(f"{t:.2f}" for t in kept[n]) + " s"
-                         if args.floor_kept else ""))
+                print(
+                    f"{n} hosts: "
+                    + " ".join(f"{t:.2f}" for t in times)
+                    + " s"
+                    + (
+                        " | pdsh true: " + " ".join(f"{t:.2f}" for t in floors[n]) + " s"
+                        if args.floor
+                        else ""
+                    )
+                    + (
+                        " | pdsh true, kept: " + " ".join(f"{t:.2f}" for t in kept[n]) + " s"
+                        if args.floor_kept
+                        else ""
+                    )
+                )
     finally:
         remove_jobs(client)
         client.close()

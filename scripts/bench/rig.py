@@ -16,8 +16,14 @@ def write_ssh_config(names: list[str], path: Path) -> Path:
     lines = []
     for i, name in enumerate(names):
         lines += [f"Host {name}", f"  HostName 127.0.0.{11 + i % 2}"]
-    lines += ["Host *", "  User root", f"  IdentityFile {TESTHOSTS / 'id_ed25519'}",
-              f"  UserKnownHostsFile {TESTHOSTS / 'known_hosts'}",
-              "  StrictHostKeyChecking yes", "  BatchMode yes", "  LogLevel ERROR"]
+    lines += [
+        "Host *",
+        "  User root",
+        f"  IdentityFile {TESTHOSTS / 'id_ed25519'}",
+        f"  UserKnownHostsFile {TESTHOSTS / 'known_hosts'}",
+        "  StrictHostKeyChecking yes",
+        "  BatchMode yes",
+        "  LogLevel ERROR",
+    ]
     path.write_text("\n".join(lines) + "\n")
     return path

@@ -48,9 +48,22 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 
 #: Packages whose import the start-up of a command should not pay unless it uses them.
-HEAVY = ("asyncssh", "docker", "pydantic", "textual", "yaml", "requests", "cryptography",
-         "apprise", "prometheus_client", "sqlite3", "console.service", "console.jobs.spec",
-         "console.jobs.plan", "remote.telemetry.faults")
+HEAVY = (
+    "asyncssh",
+    "docker",
+    "pydantic",
+    "textual",
+    "yaml",
+    "requests",
+    "cryptography",
+    "apprise",
+    "prometheus_client",
+    "sqlite3",
+    "console.service",
+    "console.jobs.spec",
+    "console.jobs.plan",
+    "remote.telemetry.faults",
+)
 
 #: The host runtime's jobs folder under the local host's home (``remote.hostengine.JOBS_DIR``).
 HOST_JOBS_DIR = ".cache/gpuconsole/jobs"
@@ -72,8 +85,14 @@ def wall_ms(argv: list[str], env: dict[str, str]) -> float:
         SystemExit: the command failed (its stderr is shown).
     """
     t0 = time.perf_counter()
-    p = subprocess.run(argv, env=env, cwd=tempfile.gettempdir(), stdout=subprocess.DEVNULL,
-                       stderr=subprocess.PIPE, check=False)
+    p = subprocess.run(
+        argv,
+        env=env,
+        cwd=tempfile.gettempdir(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        check=False,
+    )
     dt = (time.perf_counter() - t0) * 1000
     if p.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} exited {p.returncode}: {p.stderr.decode()[-2000:]}")
@@ -85,10 +104,14 @@ def heavy_imports(python: str, args: list[str], env: dict[str, str]) -> list[str
     pass`` for no args)."""
     cmd = [python, "-X", "importtime"]
     cmd += ["-m", "console.cli", *args] if args else ["-c", "pass"]
-    p = subprocess.run(cmd, env=env, cwd=tempfile.gettempdir(), capture_output=True,
-                       text=True, check=False)
-    names = {line.rsplit("|", 1)[-1].strip() for line in p.stderr.splitlines()
-             if line.startswith("import time:")}
+    p = subprocess.run(
+        cmd, env=env, cwd=tempfile.gettempdir(), capture_output=True, text=True, check=False
+    )
+    names = {
+        line.rsplit("|", 1)[-1].strip()
+        for line in p.stderr.splitlines()
+        if line.startswith("import time:")
+    }
     return [h for h in HEAVY if h in names]
 
 
@@ -100,16 +123,22 @@ def main() -> None:
     ap.add_argument("--profile", help="profile for ps (default: the bundled local profile)")
     ap.add_argument("--seed", type=int, default=11)
     ap.add_argument("--pythonpath", type=Path, help="a checkout to import console from")
-    ap.add_argument("--no-bytecode-cache", action="store_true",
-                    help="keep the caller's PYTHONDONTWRITEBYTECODE / PYTHONPYCACHEPREFIX")
+    ap.add_argument(
+        "--no-bytecode-cache",
+        action="store_true",
+        help="keep the caller's PYTHONDONTWRITEBYTECODE / PYTHONPYCACHEPREFIX",
+    )
     ap.add_argument("--json", type=Path, help="write the raw times here")
     args = ap.parse_args()
 
     state = tempfile.mkdtemp(prefix="startup-state-")
     config = tempfile.mkdtemp(prefix="startup-config-")
     env = {k: v for k, v in os.environ.items() if k != "GPUCONSOLE_PROFILE"}
-    env.update(GPUCONSOLE_STATE_DIR=state, GPUCONSOLE_CONFIG_DIR=config,
-               GPUCONSOLE_CACHE_DIR=tempfile.mkdtemp(prefix="startup-cache-"))
+    env.update(
+        GPUCONSOLE_STATE_DIR=state,
+        GPUCONSOLE_CONFIG_DIR=config,
+        GPUCONSOLE_CACHE_DIR=tempfile.mkdtemp(prefix="startup-cache-"),
+    )
     if args.pythonpath:
         env["PYTHONPATH"] = str(args.pythonpath.resolve())
     if not args.no_bytecode_cache:
@@ -141,30 +170,51 @@ def main() -> None:
 
     bare = times["python -c pass"]
     base = statistics.median(bare)
-    targets = {"gpuconsole --help": 5.0, "gpuconsole ps": 8.0, "ps, empty $HOME": 8.0,
-               "ps, profile not kept": 8.0}
-    print(f"start-up, {args.runs} interleaved rounds, wall ms ({args.python}; console from "
-          f"{args.pythonpath or ROOT}; bytecode cache: {cache})")
+    targets = {
+        "gpuconsole --help": 5.0,
+        "gpuconsole ps": 8.0,
+        "ps, empty $HOME": 8.0,
+        "ps, profile not kept": 8.0,
+    }
+    print(
+        f"start-up, {args.runs} interleaved rounds, wall ms ({args.python}; console from "
+        f"{args.pythonpath or ROOT}; bytecode cache: {cache})"
+    )
     jobs_dir = Path(env.get("HOME", str(Path.home()))) / HOST_JOBS_DIR
     if jobs_dir.is_dir():
         jobs = sum(1 for p in jobs_dir.iterdir() if p.is_dir())
-        print(f"note: {jobs_dir} exists ({jobs} job folders): `gpuconsole ps` lists the local "
-              "host runtime's nodes (with python3 where it holds job folders); "
-              "`ps, empty $HOME` has no such folder")
+        print(
+            f"note: {jobs_dir} exists ({jobs} job folders): `gpuconsole ps` lists the local "
+            "host runtime's nodes (with python3 where it holds job folders); "
+            "`ps, empty $HOME` has no such folder"
+        )
     print(f"{'command':<22} {'median':>8} {'p90':>8} {'ratio':>7} {'paired':>7} {'target':>7}")
-    result: dict[str, Any] = {"runs": args.runs, "bytecode_cache": cache == "yes",
-                              "host_jobs_dir": jobs_dir.is_dir(),
-                              "pythonpath": str(args.pythonpath or ""), "commands": {}}
+    result: dict[str, Any] = {
+        "runs": args.runs,
+        "bytecode_cache": cache == "yes",
+        "host_jobs_dir": jobs_dir.is_dir(),
+        "pythonpath": str(args.pythonpath or ""),
+        "commands": {},
+    }
     for name, xs in times.items():
         med, p90 = statistics.median(xs), quantile(xs, 0.9)
         paired = statistics.median(x / b for x, b in zip(xs, bare))
         tgt = f"{targets[name]:.0f}x" if name in targets else "-"
         print(f"{name:<22} {med:8.1f} {p90:8.1f} {med / base:7.2f} {paired:7.2f} {tgt:>7}")
-        result["commands"][name] = {"argv": cmds[name][0], "ms": xs, "median_ms": med,
-                                    "p90_ms": p90, "ratio": med / base, "paired_ratio": paired}
+        result["commands"][name] = {
+            "argv": cmds[name][0],
+            "ms": xs,
+            "median_ms": med,
+            "p90_ms": p90,
+            "ratio": med / base,
+            "paired_ratio": paired,
+        }
     print("heavy imports:")
-    for name, extra in (("python -c pass", []), ("gpuconsole --help", ["--help"]),
-                        ("gpuconsole ps", cmds["gpuconsole ps"][0][1:])):
+    for name, extra in (
+        ("python -c pass", []),
+        ("gpuconsole --help", ["--help"]),
+        ("gpuconsole ps", cmds["gpuconsole ps"][0][1:]),
+    ):
         found = heavy_imports(args.python, extra, env)
         print(f"  {name:<18} {', '.join(found) or '-'}")
         result["commands"][name]["heavy_imports"] = found

@@ -33,8 +33,11 @@ def main() -> int:
         for _ in range(50):
             c = a @ b
         torch.cuda.synchronize()
-    print(f"READY {os.getpid()} {torch.cuda.get_device_name(dev)} "
-          f"{torch.cuda.memory_reserved(dev) >> 20}MiB", flush=True)
+    print(
+        f"READY {os.getpid()} {torch.cuda.get_device_name(dev)} "
+        f"{torch.cuda.memory_reserved(dev) >> 20}MiB",
+        flush=True,
+    )
     end = time.time() + seconds
     n = 0
     t0 = time.time()
@@ -44,8 +47,11 @@ def main() -> int:
         torch.cuda.synchronize()
         n += 50
     dt = time.time() - t0
-    print(f"DONE {n} matmuls in {dt:.1f} s: {2 * 8192**3 * n / dt / 1e12:.0f} TFLOP/s "
-          f"({float(c[0, 0]):.1f})", flush=True)
+    print(
+        f"DONE {n} matmuls in {dt:.1f} s: {2 * 8192**3 * n / dt / 1e12:.0f} TFLOP/s "
+        f"({float(c[0, 0]):.1f})",
+        flush=True,
+    )
     return 0
 
 

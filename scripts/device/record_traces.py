@@ -82,8 +82,15 @@ def read_line(proc: subprocess.Popen[str], timeout: float) -> str:
     return box[0]
 
 
-def record(proc: subprocess.Popen[str], smi: list[str], phase: str, n: int, jsonl: IO[str],
-           writer: Any, on_line: Any = None) -> list[dict[str, Any]]:
+def record(
+    proc: subprocess.Popen[str],
+    smi: list[str],
+    phase: str,
+    n: int,
+    jsonl: IO[str],
+    writer: Any,
+    on_line: Any = None,
+) -> list[dict[str, Any]]:
     """Record ``n`` agent lines and one nvidia-smi poll per line."""
     got = []
     for i in range(n):
@@ -122,25 +129,34 @@ def main(argv: list[str] | None = None) -> int:
         meta["smi_L"] = str(e)
 
     agent = subprocess.Popen(
-        [args.python, "agent.py", "--interval", str(args.interval)], cwd=args.agent_dir,
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [args.python, "agent.py", "--interval", str(args.interval)],
+        cwd=args.agent_dir,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
         bufsize=1,
     )
     loader: subprocess.Popen[str] | None = None
     loader_out: list[str] = []
     csv_file = open(out / f"{args.prefix}-smi.csv", "w", newline="")
     writer = csv.writer(csv_file)
-    writer.writerow(["phase", "agent_seq", "t_before", "t_after", "index", "memory_used_mib",
-                     "util_gpu_pct"])
+    writer.writerow(
+        ["phase", "agent_seq", "t_before", "t_after", "index", "memory_used_mib", "util_gpu_pct"]
+    )
     try:
         with open(out / f"{args.prefix}-idle.jsonl", "w") as f:
             idle = record(agent, smi, "idle", args.idle, f, writer)
-        print(f"idle: {len(idle)} lines, states {sorted({s['state'] for s in idle})}",
-              flush=True)
+        print(f"idle: {len(idle)} lines, states {sorted({s['state'] for s in idle})}", flush=True)
 
         env = dict(os.environ, CUDA_VISIBLE_DEVICES="0")
-        loader = subprocess.Popen(shlex.split(args.loader), stdout=subprocess.PIPE, text=True,
-                                  env=env, start_new_session=True)
+        loader = subprocess.Popen(
+            shlex.split(args.loader),
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+            start_new_session=True,
+        )
         ready = threading.Event()
 
         def watch_loader() -> None:
@@ -166,15 +182,26 @@ def main(argv: list[str] | None = None) -> int:
         def mid(i: int) -> None:
             if i == args.load // 2:
                 meta["compute_apps"] = subprocess.run(
-                    smi + ["--query-compute-apps=pid,used_memory,gpu_uuid",
-                           "--format=csv,noheader,nounits"],
-                    capture_output=True, text=True).stdout
+                    smi
+                    + [
+                        "--query-compute-apps=pid,used_memory,gpu_uuid",
+                        "--format=csv,noheader,nounits",
+                    ],
+                    capture_output=True,
+                    text=True,
+                ).stdout
                 meta["smi_memory"] = subprocess.run(
-                    smi + ["--query-gpu=index,memory.used,memory.reserved,memory.total",
-                           "--format=csv,noheader,nounits"],
-                    capture_output=True, text=True).stdout
-                probe = subprocess.run([args.python, "-c", PROBE], cwd=args.agent_dir,
-                                       capture_output=True, text=True)
+                    smi
+                    + [
+                        "--query-gpu=index,memory.used,memory.reserved,memory.total",
+                        "--format=csv,noheader,nounits",
+                    ],
+                    capture_output=True,
+                    text=True,
+                ).stdout
+                probe = subprocess.run(
+                    [args.python, "-c", PROBE], cwd=args.agent_dir, capture_output=True, text=True
+                )
                 meta["nvml_memory_probe"] = probe.stdout.strip() or probe.stderr[-1000:]
 
         with open(out / f"{args.prefix}-load.jsonl", "w") as f:
@@ -203,10 +230,23 @@ def main(argv: list[str] | None = None) -> int:
         meta["agent_rc"] = rc
         meta["agent_stderr"] = agent.stderr.read()[-2000:] if agent.stderr else ""
         (out / "meta.json").write_text(json.dumps(meta, indent=2))
-        print("meta:", json.dumps({k: meta.get(k) for k in
-                                   ("loader_pid", "agent_rc", "agent_exit_after_stdin_close_s",
-                                    "compute_apps", "smi_memory", "nvml_memory_probe")}),
-              flush=True)
+        print(
+            "meta:",
+            json.dumps(
+                {
+                    k: meta.get(k)
+                    for k in (
+                        "loader_pid",
+                        "agent_rc",
+                        "agent_exit_after_stdin_close_s",
+                        "compute_apps",
+                        "smi_memory",
+                        "nvml_memory_probe",
+                    )
+                }
+            ),
+            flush=True,
+        )
     return 0
 
 

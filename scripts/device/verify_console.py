@@ -53,7 +53,10 @@ def main() -> int:
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="0")
     loader = subprocess.Popen(
         [sys.executable, str(ROOT / "scripts/device/matmul_load.py"), "60", "16"],
-        env=env, stdout=subprocess.PIPE, text=True)
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert loader.stdout is not None
     ready = loader.stdout.readline().strip()
     print("loader:", ready, "pid", loader.pid)
@@ -66,7 +69,8 @@ def main() -> int:
         loader.terminate()
         loader.wait()
     (out_dir / "h200-smi-fallback.jsonl").write_text(
-        "".join(json.dumps(s, separators=(",", ":")) + "\n" for s in smi))
+        "".join(json.dumps(s, separators=(",", ":")) + "\n" for s in smi)
+    )
     for name, samples in (("agent", agent), ("smi", smi)):
         st = FleetState(["h200"])
         for s in samples:

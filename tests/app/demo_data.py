@@ -27,30 +27,85 @@ T0_NS = int((NOW - 300) * 1e9)
 
 
 def _node(job_id: str, rank: int, host: str, state: str, code: int | None) -> NodeRecord:
-    return NodeRecord(job_id, rank, host, f"gpuconsole-{job_id}-n{rank}", f"{rank:064x}",
-                      state, code, "2026-11-30T11:55:00Z",
-                      None if state == "running" else "2026-11-30T11:58:00Z")
+    return NodeRecord(
+        job_id,
+        rank,
+        host,
+        f"gpuconsole-{job_id}-n{rank}",
+        f"{rank:064x}",
+        state,
+        code,
+        "2026-11-30T11:55:00Z",
+        None if state == "running" else "2026-11-30T11:58:00Z",
+    )
 
 
 def jobs() -> list[JobRecord]:
     """Four jobs: running on 2 nodes, failed with its diagnosis, succeeded, stopped."""
-    running = JobRecord("ddp-x-1a2b3c", "ddp-x", "lab", None, {"image": "nvcr.io/pt"},
-                        "0" * 12, NOW - 300, 2, "running",
-                        nodes=[_node("ddp-x-1a2b3c", 0, "h200-a", "running", None),
-                               _node("ddp-x-1a2b3c", 1, "h200-b", "running", None)])
+    running = JobRecord(
+        "ddp-x-1a2b3c",
+        "ddp-x",
+        "lab",
+        None,
+        {"image": "nvcr.io/pt"},
+        "0" * 12,
+        NOW - 300,
+        2,
+        "running",
+        nodes=[
+            _node("ddp-x-1a2b3c", 0, "h200-a", "running", None),
+            _node("ddp-x-1a2b3c", 1, "h200-b", "running", None),
+        ],
+    )
     failed = JobRecord(
-        "llama-ft-9f8e7d", "llama-ft", "lab", None, {}, "1" * 12, NOW - 7200, 2, "failed",
+        "llama-ft-9f8e7d",
+        "llama-ft",
+        "lab",
+        None,
+        {},
+        "1" * 12,
+        NOW - 7200,
+        2,
+        "failed",
         exit_code=1,
-        failure={"node": 1, "host": "h200-b", "exit_code": 1, "rank": 3,
-                 "reason": "CUDA out of memory on rank 3 (tried to allocate 2.00 GiB)",
-                 "fix": "lower the batch size"},
-        nodes=[_node("llama-ft-9f8e7d", 0, "h200-a", "stopped", 143),
-               _node("llama-ft-9f8e7d", 1, "h200-b", "failed", 1)])
-    done = JobRecord("resnet-5c4b3a", "resnet", "lab", None, {}, "2" * 12, NOW - 86400 * 2,
-                     1, "succeeded", exit_code=0,
-                     nodes=[_node("resnet-5c4b3a", 0, "h200-a", "succeeded", 0)])
-    stopped = JobRecord("sweep-2d1e0f", "sweep", "lab", None, {}, "3" * 12, NOW - 5400, 1,
-                        "stopped", nodes=[_node("sweep-2d1e0f", 0, "h200-b", "stopped", 143)])
+        failure={
+            "node": 1,
+            "host": "h200-b",
+            "exit_code": 1,
+            "rank": 3,
+            "reason": "CUDA out of memory on rank 3 (tried to allocate 2.00 GiB)",
+            "fix": "lower the batch size",
+        },
+        nodes=[
+            _node("llama-ft-9f8e7d", 0, "h200-a", "stopped", 143),
+            _node("llama-ft-9f8e7d", 1, "h200-b", "failed", 1),
+        ],
+    )
+    done = JobRecord(
+        "resnet-5c4b3a",
+        "resnet",
+        "lab",
+        None,
+        {},
+        "2" * 12,
+        NOW - 86400 * 2,
+        1,
+        "succeeded",
+        exit_code=0,
+        nodes=[_node("resnet-5c4b3a", 0, "h200-a", "succeeded", 0)],
+    )
+    stopped = JobRecord(
+        "sweep-2d1e0f",
+        "sweep",
+        "lab",
+        None,
+        {},
+        "3" * 12,
+        NOW - 5400,
+        1,
+        "stopped",
+        nodes=[_node("sweep-2d1e0f", 0, "h200-b", "stopped", 143)],
+    )
     return [running, failed, done, stopped]
 
 
@@ -69,18 +124,28 @@ def log_lines(job: JobRecord) -> list[JobLogLine]:
         add(node, None, "INFO:torch.distributed.run:rendezvous: c10d, world size 4")
     for node, ranks in ((0, (0, 1)), (1, (2, 3))):
         for r in ranks:
-            add(node, r, f"rank {r}/4 local_rank {r % 2} node_rank {node} backend nccl "
-                         f"device cuda:{r % 2}")
+            add(
+                node,
+                r,
+                f"rank {r}/4 local_rank {r % 2} node_rank {node} backend nccl device cuda:{r % 2}",
+            )
     add(0, 0, "\x1b[33mWARNING\x1b[0m gradient checkpointing is on: expect ~30% slower steps")
-    bar = "".join(f"\rloading shards: {p:3d}%|{'█' * (p // 10):<10}| {p // 25}/4 "
-                  f"[00:0{p // 25}<00:0{4 - p // 25}, 1.02it/s]" for p in (0, 25, 50, 75, 100))
+    bar = "".join(
+        f"\rloading shards: {p:3d}%|{'█' * (p // 10):<10}| {p // 25}/4 "
+        f"[00:0{p // 25}<00:0{4 - p // 25}, 1.02it/s]"
+        for p in (0, 25, 50, 75, 100)
+    )
     add(0, 0, bar)
     for step in range(1, 31):
         for node, ranks in ((0, (0, 1)), (1, (2, 3))):
             for r in ranks:
                 loss = 2.0 / (1 + step * 0.1) + r * 0.001
-                add(node, r, f"step {step}/500 loss {loss:.4f} lr 3.0e-04 "
-                             f"samples/s {1480 + r * 3 + step % 7}")
+                add(
+                    node,
+                    r,
+                    f"step {step}/500 loss {loss:.4f} lr 3.0e-04 "
+                    f"samples/s {1480 + r * 3 + step % 7}",
+                )
     add(1, 3, "\x1b[31mERROR\x1b[0m NCCL WARN: slow collective on rank 3 (1840 ms)")
     return out
 
@@ -92,8 +157,13 @@ def make_app(state_dir: Path, *, fleet: FleetState | None = None) -> GpuConsoleA
         if store.get(j.id) is None:
             store.add_job(j)
             store.update_job(j.id, exit_code=j.exit_code, failure=j.failure)
-    profile = Profile(name="lab", hosts={"h200-a": HostConfig(hostname="127.0.0.1"),
-                                         "h200-b": HostConfig(hostname="127.0.0.1")})
+    profile = Profile(
+        name="lab",
+        hosts={
+            "h200-a": HostConfig(hostname="127.0.0.1"),
+            "h200-b": HostConfig(hostname="127.0.0.1"),
+        },
+    )
     service = Service(profile, store=store)
     service.fleet = fleet if fleet is not None else build_fleet(job=True)
     return GpuConsoleApp(service, clock=lambda: NOW, monotonic=lambda: MONO, live=False)

@@ -60,11 +60,26 @@ def test_detail_text_is_ordered_and_says_each_thing_once() -> None:
     from console.alerts.model import Alert
     from console.app.screens.alerts import detail_text
 
-    alert = Alert(key="job_failed/job/train", rule="job_failed", severity="critical",
-                  summary="job train failed", job="train", since=NOW - 30, fired_at=NOW - 30,
-                  details={"fix": "lower the batch size", "exit_code": 1, "cause": "cuda_oom",
-                           "diagnosis": "rank 3 ran out of GPU memory", "for_s": 0.0})
+    alert = Alert(
+        key="job_failed/job/train",
+        rule="job_failed",
+        severity="critical",
+        summary="job train failed",
+        job="train",
+        since=NOW - 30,
+        fired_at=NOW - 30,
+        details={
+            "fix": "lower the batch size",
+            "exit_code": 1,
+            "cause": "cuda_oom",
+            "diagnosis": "rank 3 ran out of GPU memory",
+            "for_s": 0.0,
+        },
+    )
     lines = detail_text(alert, NOW).plain.splitlines()
     assert lines[0].startswith("job_failed/job/train  firing, since ")
-    assert lines[1:] == ["rank 3 ran out of GPU memory", "fix: lower the batch size",
-                         "exit_code 1  for_s 0"]
+    assert lines[1:] == [
+        "rank 3 ran out of GPU memory",
+        "fix: lower the batch size",
+        "exit_code 1  for_s 0",
+    ]

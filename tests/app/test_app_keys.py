@@ -39,8 +39,17 @@ async def test_help_lists_every_binding_with_its_id(state_dir: Path) -> None:
         await pilot.pause()
         assert isinstance(app.screen, HelpScreen)
         ids = {bid for _, _, _, bid in app.screen.rows}
-        assert {"jobs.logs", "jobs.stop", "jobs.describe", "jobs.submit", "jobs.exec",
-                "app.fleet", "app.jobs", "app.help", "app.quit"} <= ids
+        assert {
+            "jobs.logs",
+            "jobs.stop",
+            "jobs.describe",
+            "jobs.submit",
+            "jobs.exec",
+            "app.fleet",
+            "app.jobs",
+            "app.help",
+            "app.quit",
+        } <= ids
         keys = {bid: k for _, k, _, bid in app.screen.rows}
         assert keys["jobs.logs"] == "⏎,l" and keys["jobs.stop"] == "S"
         await pilot.press("escape")
@@ -54,17 +63,23 @@ def test_every_default_key_is_a_valid_keymap_value() -> None:
     it, not Quit) are not clashes."""
     from console.app.app import _binding_scopes, _bindings, keymap_errors
 
-    keymap = {b.id: b.key for scope in _binding_scopes() for cls in scope
-              for b in _bindings(cls) if b.id}
+    keymap = {
+        b.id: b.key for scope in _binding_scopes() for cls in scope for b in _bindings(cls) if b.id
+    }
     assert {"fleet.filter", "app.quit", "jobs.stop"} <= set(keymap)
     assert keymap_errors(keymap) == []
-    assert keymap_errors({"jobs.stop": "q"}) == [(
-        "jobs.stop", "keymap: jobs.stop: 'q' is already the key of app.quit (Quit), which it "
-        "would replace; give jobs.stop another key, or move app.quit as well (e.g. app.quit: "
-        "ctrl+q)")]
+    assert keymap_errors({"jobs.stop": "q"}) == [
+        (
+            "jobs.stop",
+            "keymap: jobs.stop: 'q' is already the key of app.quit (Quit), which it "
+            "would replace; give jobs.stop another key, or move app.quit as well (e.g. app.quit: "
+            "ctrl+q)",
+        )
+    ]
     assert keymap_errors({"jobs.stop": "q", "app.quit": "ctrl+q"}) == []
     assert keymap_errors({"fleet.sort": "2"})[0][1].startswith(
-        "keymap: fleet.sort: '2' is already the key of app.jobs")
+        "keymap: fleet.sort: '2' is already the key of app.jobs"
+    )
 
 
 async def test_a_number_key_from_config_yaml_switches_views(state_dir: Path) -> None:
@@ -87,7 +102,8 @@ async def test_a_number_key_from_config_yaml_switches_views(state_dir: Path) -> 
 
 
 async def test_screenshot_goes_to_a_folder_that_exists_and_says_the_full_path(
-        state_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    state_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """No ~/Downloads (a server): the SVG goes to `screenshots/` in the state dir and the
     toast names the file; a folder that cannot be made: the path and the OS's reason."""
     monkeypatch.setenv("XDG_DOWNLOAD_DIR", str(tmp_path / "no-such-downloads"))
@@ -95,8 +111,9 @@ async def test_screenshot_goes_to_a_folder_that_exists_and_says_the_full_path(
     app = make_app(state_dir)
     said: list[tuple[str, str]] = []
     async with app.run_test(size=(120, 36)) as pilot:
-        monkeypatch.setattr(app, "notify",
-                            lambda msg, **kw: said.append((msg, kw.get("severity", ""))))
+        monkeypatch.setattr(
+            app, "notify", lambda msg, **kw: said.append((msg, kw.get("severity", "")))
+        )
         path = app.deliver_screenshot()
         await pilot.pause()
         assert path is not None and Path(path).parent == state_dir / "screenshots"
@@ -105,8 +122,10 @@ async def test_screenshot_goes_to_a_folder_that_exists_and_says_the_full_path(
         blocker = tmp_path / "a-file"
         blocker.write_text("")
         assert app.deliver_screenshot("s.svg", path=str(blocker / "sub")) is None
-        assert said[-1] == (f"screenshot not saved to {blocker / 'sub' / 's.svg'}: "
-                            "Not a directory", "error")
+        assert said[-1] == (
+            f"screenshot not saved to {blocker / 'sub' / 's.svg'}: Not a directory",
+            "error",
+        )
 
 
 def test_every_binding_id_is_in_the_architecture_list() -> None:
@@ -120,7 +139,7 @@ def test_every_binding_id_is_in_the_architecture_list() -> None:
     ids = {b.id for scope in _binding_scopes() for cls in scope for b in _bindings(cls) if b.id}
     text = (Path(__file__).parents[2] / "docs" / "architecture.md").read_text()
     start = text.index("- Bindings carry ids:")
-    listed_text = text[start:text.index("`config.yaml` `keymap:`", start)]
+    listed_text = text[start : text.index("`config.yaml` `keymap:`", start)]
     listed = set(re.findall(r"\b[a-z_]+\.[a-z_]+\b", listed_text))
     assert {"fleet.gpu_panel", "logs.add_job", "alerts.ack"} <= ids
     assert sorted(ids - listed) == []
@@ -139,8 +158,9 @@ async def test_help_does_not_list_a_key_a_priority_binding_takes(state_dir: Path
             await pilot.pause()
             assert isinstance(app.screen, HelpScreen)
             by_desc = {desc: keys for _, keys, desc, _ in app.screen.rows}
-            ctrl_c = [(desc, bid) for _, keys, desc, bid in app.screen.rows
-                      if "^c" in keys.split(",")]
+            ctrl_c = [
+                (desc, bid) for _, keys, desc, bid in app.screen.rows if "^c" in keys.split(",")
+            ]
             assert ctrl_c == [("Quit", "app.interrupt")]
             assert by_desc.get("Copy selected text") == "super+c"
             await pilot.press("escape")
@@ -174,8 +194,10 @@ async def test_help_lists_each_key_once_for_what_it_does(state_dir: Path) -> Non
             seen[view] = by_key["⏎"] if "⏎" in by_key else by_key.get("tab", [])
             if view == "logs":
                 assert by_key["tab"] == [("Next pane", "logs.pane_next")]
-                assert by_key["esc"] == [("Clear search", "logs.clear_search"),
-                                         ("Back", "logs.back")]
+                assert by_key["esc"] == [
+                    ("Clear search", "logs.clear_search"),
+                    ("Back", "logs.back"),
+                ]
             await pilot.press("escape")
             await pilot.pause()
         assert seen["1"] == [("Open job", "fleet.open_job")]

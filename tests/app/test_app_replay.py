@@ -60,8 +60,9 @@ async def test_replay_shows_the_recorded_gpus(recording: Path) -> None:
         assert (a1.mem_used_mib, a1.util_pct) == (0, 0)
         b0 = groups["gpu-b"].gpus[0]
         assert (b0.mem_used_mib, b0.util_pct, b0.power_w) == (0, 0, 76.331)
-        row = {c.plain if hasattr(c, "plain") else str(c)
-               for c in fleet.table.get_row("gpu:gpu-a:0")}
+        row = {
+            c.plain if hasattr(c, "plain") else str(c) for c in fleet.table.get_row("gpu:gpu-a:0")
+        }
         assert any("17612/143771 MiB" in c for c in row)
         assert any("692/700 W" in c for c in row)
         assert dict((h, s) for h, s, _ in app.host_status) == {"gpu-a": "ok", "gpu-b": "ok"}
@@ -71,12 +72,12 @@ async def test_replay_shows_the_recorded_gpus(recording: Path) -> None:
         while time.monotonic() < deadline and not app.replay_ended:
             await asyncio.sleep(0.05)
         assert app.replay_ended and app.sub_title == "replay ended"
-        assert any(f"replay ended after {samples} samples" in n.message
-                   for n in app._notifications)
+        assert any(f"replay ended after {samples} samples" in n.message for n in app._notifications)
 
 
-async def test_a_replay_shows_no_live_job_and_acts_on_nothing(recording: Path,
-                                                              tmp_path: Path) -> None:
+async def test_a_replay_shows_no_live_job_and_acts_on_nothing(
+    recording: Path, tmp_path: Path
+) -> None:
     """The local store holds live jobs (one running): a replay shows only what the recording
     holds, so the jobs view lists none of them and says why, nothing reconciles with the
     hosts, and nothing can be submitted, stopped or opened on them (read-only)."""
@@ -99,11 +100,12 @@ async def test_a_replay_shows_no_live_job_and_acts_on_nothing(recording: Path,
         assert screen.jobs == {} and screen.shown == []
         rows = [s.text for s in screen._compositor.render_strips()]
         text = " ".join(r.strip() for r in rows)
-        assert (f"replay of {recording}: a recording (`top --record`) holds the fleet's "
-                "telemetry, not its jobs") in text
+        assert (
+            f"replay of {recording}: a recording (`top --record`) holds the fleet's "
+            "telemetry, not its jobs"
+        ) in text
         assert "no jobs yet" not in text
-        for action in ("submit", "stop", "exec", "remove", "notebook", "new_notebook",
-                       "reconcile"):
+        for action in ("submit", "stop", "exec", "remove", "notebook", "new_notebook", "reconcile"):
             assert app.check_action(action, ()) is False, action
         await pilot.press("n", "R")  # nothing opens, nothing is asked of the hosts
         await pilot.pause(0.3)

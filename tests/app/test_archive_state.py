@@ -34,15 +34,17 @@ async def test_a_full_archive_is_said_and_its_recovery_too(state_dir: Path) -> N
         header = screen.query_one("#logs-header", OneLine)
         assert "not archived" not in str(header.render())
         # what the follow publishes on the service's bus (console/jobs/logs.py _Archiver)
-        app.service.bus.publish(ArchiveStateChanged(job.id, 1, error, "free space in the "
-                                                    "state dir"))
+        app.service.bus.publish(
+            ArchiveStateChanged(job.id, 1, error, "free space in the state dir")
+        )
         await pilot.pause(0.3)
         said = [n for n in app._notifications if n.title == "log archive"]
         assert len(said) == 1 and said[0].severity == "error"
         assert said[0].message == (
             f"job {job.id} node 1: its log cannot be archived: {error}\nthe panes go on; its "
             "lines are kept and archived once the state dir can be written\n"
-            "fix: free space in the state dir")
+            "fix: free space in the state dir"
+        )
         assert f"n1 not archived: {error}" in str(header.render())
         # another job's archive is not this screen's
         app.service.bus.publish(ArchiveStateChanged("other-job-1", 0, "x: full", None))
@@ -57,5 +59,6 @@ async def test_a_full_archive_is_said_and_its_recovery_too(state_dir: Path) -> N
         await pilot.press("escape")
         app.service.bus.publish(ArchiveStateChanged(job.id, 0, error, None))
         await pilot.pause(0.3)
-        assert [n.message for n in app._notifications if n.title == "log archive"][-1] \
-            .startswith(f"job {job.id} node 0: its log cannot be archived")
+        assert [n.message for n in app._notifications if n.title == "log archive"][-1].startswith(
+            f"job {job.id} node 0: its log cannot be archived"
+        )

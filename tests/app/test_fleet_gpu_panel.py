@@ -33,8 +33,7 @@ class StopRecorder(FleetApp):
 
 def proc_rows(screen: FleetScreen) -> list[dict[str, str]]:
     table = screen.processes
-    return [{c: cell.plain for c, cell in zip(PCOLS, table.get_row(k))}
-            for k in table.processes]
+    return [{c: cell.plain for c, cell in zip(PCOLS, table.get_row(k))} for k in table.processes]
 
 
 def chart_lines(screen: FleetScreen) -> list[str]:
@@ -50,12 +49,24 @@ async def test_process_table_lists_each_process_of_the_selected_gpu() -> None:
         assert screen.table.move_to_key("gpu:h200-a:0")
         await pilot.pause()
         assert proc_rows(screen) == [
-            {"pid": "653", "job": "ddp-x-1a2b3c", "rank": "n0 r0", "container": CID[:12],
-             "user": "root", "mem": "17604 MiB",
-             "command": "/usr/bin/python3 -u train.py --epochs 3"},
-            {"pid": "654", "job": "ddp-x-1a2b3c", "rank": "n0 r1", "container": CID[:12],
-             "user": "root", "mem": "1024 MiB",
-             "command": "/usr/bin/python3 -u train.py --epochs 3"},
+            {
+                "pid": "653",
+                "job": "ddp-x-1a2b3c",
+                "rank": "n0 r0",
+                "container": CID[:12],
+                "user": "root",
+                "mem": "17604 MiB",
+                "command": "/usr/bin/python3 -u train.py --epochs 3",
+            },
+            {
+                "pid": "654",
+                "job": "ddp-x-1a2b3c",
+                "rank": "n0 r1",
+                "container": CID[:12],
+                "user": "root",
+                "mem": "1024 MiB",
+                "command": "/usr/bin/python3 -u train.py --epochs 3",
+            },
         ]
         assert screen.processes.border_title == "2 processes, 18628 MiB"
         # the chart: the recorded 25 s of GPU 0 at 100 %, with scales, units and the span
@@ -97,16 +108,24 @@ async def test_a_foreign_process_is_refused_with_the_reason() -> None:
         assert screen.table.move_to_key("gpu:h200-a:0")
         await pilot.pause()
         assert proc_rows(screen)[0] | {"command": ""} == {
-            "pid": "653", "job": "-", "rank": "-", "container": "-", "user": "root",
-            "mem": "17604 MiB", "command": ""}
+            "pid": "653",
+            "job": "-",
+            "rank": "-",
+            "container": "-",
+            "user": "root",
+            "mem": "17604 MiB",
+            "command": "",
+        }
         await pilot.press("S")
         await pilot.pause()
         assert app.stops == []
         (note,) = [n for n in app._notifications if n.title == "not stopped"]
-        assert note.message.startswith("pid 653 (root: python3 /work/main/scripts/device/"
-                                       "matmul_load.py 90 16) on h200-a GPU 0 is not a "
-                                       "process of a gpuconsole job: gpuconsole does not kill "
-                                       "processes it did not start")
+        assert note.message.startswith(
+            "pid 653 (root: python3 /work/main/scripts/device/"
+            "matmul_load.py 90 16) on h200-a GPU 0 is not a "
+            "process of a gpuconsole job: gpuconsole does not kill "
+            "processes it did not start"
+        )
         # on a host row, or a GPU without processes: said, nothing asked
         await pilot.press("down")
         await pilot.press("S")
@@ -123,7 +142,8 @@ async def test_a_foreign_process_is_refused_with_the_reason() -> None:
         await pilot.press("S")
         await pilot.pause()
         assert list(app._notifications)[-1].message == (
-            "the processes of h200-a are unknown (its process list is unreadable)")
+            "the processes of h200-a are unknown (its process list is unreadable)"
+        )
 
 
 @pytest.fixture
@@ -134,7 +154,8 @@ def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 async def test_stop_from_a_process_asks_as_the_jobs_view_and_readonly_hides_it(
-        state_dir: Path) -> None:
+    state_dir: Path,
+) -> None:
     app = make_app(state_dir)
     async with app.run_test(size=(160, 45)) as pilot:
         await pilot.pause()
@@ -149,8 +170,10 @@ async def test_stop_from_a_process_asks_as_the_jobs_view_and_readonly_hides_it(
         confirm = app.screen
         assert isinstance(confirm, ConfirmScreen)
         assert confirm.title_text == "Stop job ddp-x-1a2b3c?"  # the jobs view's `S` question
-        assert confirm.detail == ("h200-a: docker stop --time 30 gpuconsole-ddp-x-1a2b3c-n0\n"
-                                  "h200-b: docker stop --time 30 gpuconsole-ddp-x-1a2b3c-n1")
+        assert confirm.detail == (
+            "h200-a: docker stop --time 30 gpuconsole-ddp-x-1a2b3c-n0\n"
+            "h200-b: docker stop --time 30 gpuconsole-ddp-x-1a2b3c-n1"
+        )
         await pilot.press("escape")  # no: nothing stopped
         await pilot.pause()
         assert app.screen is screen
@@ -166,8 +189,9 @@ async def test_stop_from_a_process_asks_as_the_jobs_view_and_readonly_hides_it(
         assert screen.table.move_to_key("gpu:h200-a:0")
         await pilot.pause()
         assert screen.check_action("stop", ()) is False
-        assert "fleet.stop" not in {b.binding.id for b in screen.active_bindings.values()
-                                    if b.enabled}
+        assert "fleet.stop" not in {
+            b.binding.id for b in screen.active_bindings.values() if b.enabled
+        }
         await pilot.press("S")
         await pilot.pause()
         assert ro.screen is screen

@@ -69,29 +69,54 @@ async def test_cells_show_the_traces_readings() -> None:
     app = FleetApp(build_fleet())
     async with app.run_test(size=(160, 40)) as pilot:
         await pilot.pause()
-        assert keys(app) == ["h200-a", "h200-a:0", "h200-a:1", "h200-b", "h200-b:0",
-                             "h200-b:1", "gpu-c", "gpu-d"]
+        assert keys(app) == [
+            "h200-a",
+            "h200-a:0",
+            "h200-a:1",
+            "h200-b",
+            "h200-b:0",
+            "h200-b:1",
+            "gpu-c",
+            "gpu-d",
+        ]
         g0 = cells(app, "gpu:h200-a:0")
         assert g0 == {
-            "name": "  0 H200", "state": "busy", "util": "█████ 100%",
-            "mem": "▍   17612/143771 MiB", "sm": "96%", "temp": "62C",
-            "power": "692/700 W", "throttle": "pwr-cap", "hist": "████████",
-            "users": "pid 653 root python3 …/matmul_load.p…", "xid": "-",
+            "name": "  0 H200",
+            "state": "busy",
+            "util": "█████ 100%",
+            "mem": "▍   17612/143771 MiB",
+            "sm": "96%",
+            "temp": "62C",
+            "power": "692/700 W",
+            "throttle": "pwr-cap",
+            "hist": "████████",
+            "users": "pid 653 root python3 …/matmul_load.p…",
+            "xid": "-",
         }
         g1 = cells(app, "gpu:h200-a:1")
         assert (g1["state"], g1["util"], g1["mem"], g1["power"], g1["users"]) == (
-            "free", "        0%", "    0/143771 MiB", "85/700 W", "-")
+            "free",
+            "        0%",
+            "    0/143771 MiB",
+            "85/700 W",
+            "-",
+        )
         assert (g1["throttle"], g1["hist"]) == ("-", "▁▁▁▁▁▁▁▁")  # gpu_idle is not shown
         host = cells(app, "host:h200-a")
         assert (host["state"], host["util"], host["mem"], host["users"]) == (
-            "up", "cpu   3%", "1180/257811 MiB", "2 GPUs")
+            "up",
+            "cpu   3%",
+            "1180/257811 MiB",
+            "2 GPUs",
+        )
         assert cells(app, "gpu:h200-b:0")["power"] == "76/700 W"
         down = cells(app, "host:gpu-c")
         assert (down["state"], down["users"], down["util"]) == ("down", DOWN_REASON, "")
         drv = cells(app, "host:gpu-d")
         assert drv["state"] == "drv down"
-        assert drv["users"] == ("driver_unreachable: nvidia-smi: Unable to determine the "
-                                "device handle f…")  # all of it in the detail line
+        assert drv["users"] == (
+            "driver_unreachable: nvidia-smi: Unable to determine the device handle f…"
+        )  # all of it in the detail line
         assert drv["mem"] == "2048/515000 MiB"
         summary = str(app.screen.query_one("#fleet-summary").render())
         assert summary.startswith("4 hosts: 2 up, 1 down, 1 driver problem")
@@ -100,9 +125,11 @@ async def test_cells_show_the_traces_readings() -> None:
         # Supported): n/a, not unknown; the recording has no max clocks: unknown
         await pilot.press("down")
         detail = " ".join(app.screen.query_one("#fleet-detail", DetailPanel).lines())
-        assert detail == ("h200-a GPU 0 NVIDIA H200 | pid 653 root python3 …/matmul_load.py "
-                          "90 16 (17604 MiB) | P0 | SM 1500/? MHz | mem 3201/? MHz | tensor 93% "
-                          "dram 17% | fan n/a")
+        assert detail == (
+            "h200-a GPU 0 NVIDIA H200 | pid 653 root python3 …/matmul_load.py "
+            "90 16 (17604 MiB) | P0 | SM 1500/? MHz | mem 3201/? MHz | tensor 93% "
+            "dram 17% | fan n/a"
+        )
         fleet(app).table.move_to_key("host:gpu-c")
         await pilot.pause()
         detail = " ".join(app.screen.query_one("#fleet-detail", DetailPanel).lines())
@@ -115,23 +142,35 @@ async def test_unknown_readings_show_question_marks() -> None:
         st.on_sample("smi", s, rx=NOW - 3 + i)
     s = copy.deepcopy(trace("h200-idle.jsonl")[-1])
     for g in s["gpus"]:
-        g.update(util_gpu_pct=None, mem_used_mib=None, power_w=None, temp_c=None,
-                 throttle_reasons=None, unsupported=[],  # the fan failed: unknown, not n/a
-                 errors={"fan_pct": "Unknown Error"})
+        g.update(
+            util_gpu_pct=None,
+            mem_used_mib=None,
+            power_w=None,
+            temp_c=None,
+            throttle_reasons=None,
+            unsupported=[],  # the fan failed: unknown, not n/a
+            errors={"fan_pct": "Unknown Error"},
+        )
     s["processes"] = None
     st.on_sample("blind", s, rx=NOW)
     app = FleetApp(st)
     async with app.run_test(size=(160, 30)) as pilot:
         await pilot.pause()
         smi = cells(app, "gpu:smi:0")
-        assert (smi["sm"], smi["mem"], smi["users"]) == ("?", "▍   17613/143771 MiB",
-                                                        "pid 570 ? ?")
+        assert (smi["sm"], smi["mem"], smi["users"]) == ("?", "▍   17613/143771 MiB", "pid 570 ? ?")
         assert cells(app, "host:smi")["util"] == "cpu    ?"
         blind = cells(app, "gpu:blind:1")
         assert blind == {
-            "name": "  1 H200", "state": "?", "util": "         ?",
-            "mem": "    ?/143771 MiB", "sm": "0%", "temp": "?", "power": "?/700 W",
-            "throttle": "?", "hist": "       ?", "users": "?",  # one sample, unknown
+            "name": "  1 H200",
+            "state": "?",
+            "util": "         ?",
+            "mem": "    ?/143771 MiB",
+            "sm": "0%",
+            "temp": "?",
+            "power": "?/700 W",
+            "throttle": "?",
+            "hist": "       ?",
+            "users": "?",  # one sample, unknown
             "xid": "-",
         }
         assert fleet(app).table.move_to_key("gpu:blind:1")
@@ -141,8 +180,11 @@ async def test_unknown_readings_show_question_marks() -> None:
         # a GPU without GPM (before Hopper: NVML says not supported): n/a, not unknown
         s2 = copy.deepcopy(trace("h200-idle.jsonl")[-1])
         for g in s2["gpus"]:
-            g.update(gpm=None, unsupported=["fan_pct", "gpm"],
-                     errors={"fan_pct": "Not Supported", "gpm": "GPM not supported"})
+            g.update(
+                gpm=None,
+                unsupported=["fan_pct", "gpm"],
+                errors={"fan_pct": "Not Supported", "gpm": "GPM not supported"},
+            )
         st.on_sample("old", s2, rx=NOW)
         fleet(app).update_fleet(st)
         await pilot.pause()
@@ -161,11 +203,27 @@ async def test_sort_cycles_and_reverses_keeping_the_cursor() -> None:
         assert keys(app)[:3] == ["h200-a", "h200-a:0", "h200-a:1"]
         await pilot.press("s", "s")  # temp: a 62/44 C, b 38/39 C
         assert screen.sort_key == "temp"
-        assert keys(app) == ["h200-a", "h200-a:0", "h200-a:1", "h200-b", "h200-b:1",
-                             "h200-b:0", "gpu-c", "gpu-d"]
+        assert keys(app) == [
+            "h200-a",
+            "h200-a:0",
+            "h200-a:1",
+            "h200-b",
+            "h200-b:1",
+            "h200-b:0",
+            "gpu-c",
+            "gpu-d",
+        ]
         await pilot.press("r")
-        assert keys(app) == ["h200-b", "h200-b:0", "h200-b:1", "h200-a", "h200-a:1",
-                             "h200-a:0", "gpu-c", "gpu-d"]
+        assert keys(app) == [
+            "h200-b",
+            "h200-b:0",
+            "h200-b:1",
+            "h200-a",
+            "h200-a:1",
+            "h200-a:0",
+            "gpu-c",
+            "gpu-d",
+        ]
         assert screen.table.cursor_key == "gpu:h200-b:1"
         assert screen.table.cursor_row == 2
         assert "TEMP ▲" in [c.label.plain for c in screen.table.columns.values()]
@@ -209,8 +267,10 @@ async def test_updates_keep_the_cursor_and_select_posts_the_job() -> None:
         assert screen.table.move_to_key("gpu:h200-a:0")
         await pilot.pause()
         detail = " ".join(screen.query_one("#fleet-detail", DetailPanel).lines())
-        assert detail.startswith("h200-a GPU 0 NVIDIA H200 | job ddp-x-1a2b3c n0 r0,r1 pids "
-                                 "653,654 (18628 MiB) (enter: open) | P0 | SM 1500/? MHz")
+        assert detail.startswith(
+            "h200-a GPU 0 NVIDIA H200 | job ddp-x-1a2b3c n0 r0,r1 pids "
+            "653,654 (18628 MiB) (enter: open) | P0 | SM 1500/? MHz"
+        )
         await pilot.press("enter")
         await pilot.pause()
         assert app.jobs == [("ddp-x-1a2b3c", "h200-a", 0)]
@@ -242,8 +302,7 @@ def test_snapshot(snap_compare: Any) -> None:
         await pilot.pause()
         await pilot.press("down")
 
-    assert snap_compare(FleetApp(build_fleet(job=True)), terminal_size=(120, 36),
-                        run_before=feed)
+    assert snap_compare(FleetApp(build_fleet(job=True)), terminal_size=(120, 36), run_before=feed)
 
 
 async def test_host_with_a_missing_gpu_is_flagged() -> None:
@@ -257,8 +316,7 @@ async def test_host_with_a_missing_gpu_is_flagged() -> None:
     async with app.run_test(size=(160, 20)) as pilot:
         await pilot.pause()
         host = cells(app, "host:h200")
-        assert (host["state"], host["users"]) == ("gpu lost",
-                                                  "1 GPU(s) missing: 00000000:00:07.0")
+        assert (host["state"], host["users"]) == ("gpu lost", "1 GPU(s) missing: 00000000:00:07.0")
         assert keys(app) == ["h200", "h200:0"]
 
 
@@ -268,20 +326,39 @@ def test_detail_line_names_the_xid_root_and_its_action() -> None:
     from console.app.screens.fleet import detail_text
     from console.fleet.rows import GpuRow
 
-    row = GpuRow(key="a/1", host="a", index=1, name="NVIDIA H200", lost=False, util_pct=0.0,
-                 mem_used_mib=0.0, mem_total_mib=143771.0, temp_c=40.0, fan_pct=None,
-                 power_w=80.0, power_limit_w=700.0, sm_activity_pct=None,
-                 throttle_reasons=(), history=(), users=(), usable=True,
-                 xid="Xid 79 fallen off the bus: reboot", xid_code=79, xid_severe=True)
+    row = GpuRow(
+        key="a/1",
+        host="a",
+        index=1,
+        name="NVIDIA H200",
+        lost=False,
+        util_pct=0.0,
+        mem_used_mib=0.0,
+        mem_total_mib=143771.0,
+        temp_c=40.0,
+        fan_pct=None,
+        power_w=80.0,
+        power_limit_w=700.0,
+        sm_activity_pct=None,
+        throttle_reasons=(),
+        history=(),
+        users=(),
+        usable=True,
+        xid="Xid 79 fallen off the bus: reboot",
+        xid_code=79,
+        xid_severe=True,
+    )
     text = detail_text(row)
     assert "| Xid 79 fallen off the bus: reboot |" in text.plain
-    span = next(s for s in text.spans if text.plain[s.start:s.end].strip(" |").startswith("Xid"))
+    span = next(s for s in text.spans if text.plain[s.start : s.end].strip(" |").startswith("Xid"))
     assert "red" in str(span.style)
     assert "Xid" not in detail_text(replace(row, xid=None)).plain
 
 
-NO_DRIVER = ("no NVIDIA driver: nvidia-smi not found (NVML: pynvml could not be imported: "
-             "libnvidia-ml.so.1: cannot open shared object file: No such file or directory)")
+NO_DRIVER = (
+    "no NVIDIA driver: nvidia-smi not found (NVML: pynvml could not be imported: "
+    "libnvidia-ml.so.1: cannot open shared object file: No such file or directory)"
+)
 
 
 async def test_long_reasons_are_read_whole_in_the_detail_panel_at_100_columns() -> None:
@@ -296,8 +373,10 @@ async def test_long_reasons_are_read_whole_in_the_detail_panel_at_100_columns() 
         await pilot.pause()
         screen = fleet(app)
         panel = screen.query_one("#fleet-detail", DetailPanel)
-        for key, words, rows in (("host:gpu-c", f"gpu-c: down | {DOWN_REASON}", 1),
-                                 ("host:gpu-e", f"gpu-e: up | no_driver: {NO_DRIVER}", 2)):
+        for key, words, rows in (
+            ("host:gpu-c", f"gpu-c: down | {DOWN_REASON}", 1),
+            ("host:gpu-e", f"gpu-e: up | no_driver: {NO_DRIVER}", 2),
+        ):
             assert screen.table.move_to_key(key)
             await pilot.pause()
             shown = panel.lines()
@@ -309,14 +388,20 @@ async def test_long_reasons_are_read_whole_in_the_detail_panel_at_100_columns() 
 
 
 async def test_cursor_moves_lay_out_again_only_when_the_detail_height_changes(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from remote.telemetry.schema import empty_sample
 
     layouts: list[bool] = []
     refresh = DetailPanel.refresh
 
-    def counting(self: DetailPanel, *regions: Any, repaint: bool = True, layout: bool = False,
-                 recompose: bool = False) -> Any:
+    def counting(
+        self: DetailPanel,
+        *regions: Any,
+        repaint: bool = True,
+        layout: bool = False,
+        recompose: bool = False,
+    ) -> Any:
         layouts.append(layout)
         return refresh(self, *regions, repaint=repaint, layout=layout, recompose=recompose)
 

@@ -47,10 +47,18 @@ def jobs_screen(app: GpuConsoleApp) -> JobsScreen:
 
 def newer(job_id: str, created_at: float) -> JobRecord:
     """Another user's job, submitted after the demo ones."""
-    return JobRecord(job_id, job_id.rsplit("-", 1)[0], "lab", None, {}, "9" * 12, created_at,
-                     1, "running",
-                     nodes=[NodeRecord(job_id, 0, "h200-b", f"gpuconsole-{job_id}-n0",
-                                       "f" * 64, "running")])
+    return JobRecord(
+        job_id,
+        job_id.rsplit("-", 1)[0],
+        "lab",
+        None,
+        {},
+        "9" * 12,
+        created_at,
+        1,
+        "running",
+        nodes=[NodeRecord(job_id, 0, "h200-b", f"gpuconsole-{job_id}-n0", "f" * 64, "running")],
+    )
 
 
 async def test_the_cursor_stays_on_its_job_when_newer_jobs_arrive(state_dir: Path) -> None:
@@ -78,8 +86,12 @@ async def test_home_end_g_and_shift_g_move_the_cursor(state_dir: Path) -> None:
     app = make_app(state_dir)
     async with app.run_test(size=(120, 36)) as pilot:
         await pilot.press("2")
-        for key, want in (("G", BY_AGE[-1]), ("g", BY_AGE[0]), ("end", BY_AGE[-1]),
-                          ("home", BY_AGE[0])):
+        for key, want in (
+            ("G", BY_AGE[-1]),
+            ("g", BY_AGE[0]),
+            ("end", BY_AGE[-1]),
+            ("home", BY_AGE[0]),
+        ):
             await pilot.press(key)
             await pilot.pause()
             assert selected(app) == want, key
@@ -129,13 +141,11 @@ async def test_s_cycles_the_sort_column_and_r_reverses_it(state_dir: Path) -> No
         assert "JOB ▼" in screen_text(app)[1]
         await pilot.press("s")  # state: what needs attention first
         await pilot.pause()
-        assert screen.shown == ["llama-ft-9f8e7d", "ddp-x-1a2b3c", "sweep-2d1e0f",
-                                "resnet-5c4b3a"]
+        assert screen.shown == ["llama-ft-9f8e7d", "ddp-x-1a2b3c", "sweep-2d1e0f", "resnet-5c4b3a"]
         await pilot.press("s", "s")  # exit, highest first, no exit code last
         await pilot.pause()
         assert screen.sort_key == "exit"
-        assert screen.shown == ["llama-ft-9f8e7d", "resnet-5c4b3a", "ddp-x-1a2b3c",
-                                "sweep-2d1e0f"]
+        assert screen.shown == ["llama-ft-9f8e7d", "resnet-5c4b3a", "ddp-x-1a2b3c", "sweep-2d1e0f"]
         assert selected(app) == "sweep-2d1e0f"
 
 
@@ -149,29 +159,46 @@ async def test_a_long_reason_is_read_whole_under_the_table_at_100x30(state_dir: 
         await pilot.pause()
         rows = screen_text(app)
         text = " ".join(r.strip() for r in rows)
-        assert ("first failure: node 1 on h200-b rank 3, exit code 1: CUDA out of memory on "
-                "rank 3 (tried to allocate 2.00 GiB)") in text
+        assert (
+            "first failure: node 1 on h200-b rank 3, exit code 1: CUDA out of memory on "
+            "rank 3 (tried to allocate 2.00 GiB)"
+        ) in text
         assert "fix: lower the batch size" in text
         footer = rows[-1]
-        for label in ("l Logs", "S Stop", "d Describe", "n Submit", "x Shell", "D Remove",
-                      "1 Fleet", "? Help", "q Quit", "^p palette"):
+        for label in (
+            "l Logs",
+            "S Stop",
+            "d Describe",
+            "n Submit",
+            "x Shell",
+            "D Remove",
+            "1 Fleet",
+            "? Help",
+            "q Quit",
+            "^p palette",
+        ):
             assert label in footer, (label, footer)
         assert "2 Jobs" not in footer  # the view shown
         await pilot.press("up")  # stopped by the user: the reason shows there too
         await pilot.pause()
-        jobs_screen(app).update_job(dataclasses.replace(
-            jobs()[3], stop_requested_at=NOW - 5000))
+        jobs_screen(app).update_job(dataclasses.replace(jobs()[3], stop_requested_at=NOW - 5000))
         await pilot.pause()
         assert "stopped by the user (SIGTERM)" in " ".join(screen_text(app)[-6:])
 
 
-@pytest.mark.parametrize(("size", "missing"), [
-    ((160, 45), []),
-    ((100, 30), ["r Per rank", "S Stop", "x Shell", "nN Match", "1 Fleet", "2 Jobs",
-                 "3 Alerts"]),
-])
+@pytest.mark.parametrize(
+    ("size", "missing"),
+    [
+        ((160, 45), []),
+        (
+            (100, 30),
+            ["r Per rank", "S Stop", "x Shell", "nN Match", "1 Fleet", "2 Jobs", "3 Alerts"],
+        ),
+    ],
+)
 async def test_logs_footer_shows_what_matters_whole(
-        state_dir: Path, size: tuple[int, int], missing: list[str]) -> None:
+    state_dir: Path, size: tuple[int, int], missing: list[str]
+) -> None:
     """The log panes' footer at 160x45 shows every key; at 100x30 the keys that matter most
     (help and quit first, back, follow, search, filter, errors, zoom, all ranks), each whole:
     none is cut at the right edge or under the palette key; `?` lists the rest."""
@@ -186,9 +213,24 @@ async def test_logs_footer_shows_what_matters_whole(
         await pilot.press("tab")
         await pilot.pause(0.3)
         footer_row = screen_text(app)[-1]
-        labels = ["? Help", "q Quit", "esc Back", "G Follow", "/ Search", "& Filter",
-                  "eE Error", "z Zoom", "a All ranks", "r Per rank", "S Stop", "x Shell",
-                  "nN Match", "1 Fleet", "2 Jobs", "3 Alerts"]
+        labels = [
+            "? Help",
+            "q Quit",
+            "esc Back",
+            "G Follow",
+            "/ Search",
+            "& Filter",
+            "eE Error",
+            "z Zoom",
+            "a All ranks",
+            "r Per rank",
+            "S Stop",
+            "x Shell",
+            "nN Match",
+            "1 Fleet",
+            "2 Jobs",
+            "3 Alerts",
+        ]
         for label in labels:
             assert (label in footer_row) == (label not in missing), (label, footer_row)
         assert footer_row.rstrip().endswith("▏^p palette")
@@ -204,8 +246,7 @@ async def test_logs_footer_shows_what_matters_whole(
         assert {"Per rank", "Stop", "Shell", "Next match", "Fleet", "Jobs"} <= described
 
 
-async def test_remove_confirms_what_it_removes_and_refuses_a_running_job(
-        state_dir: Path) -> None:
+async def test_remove_confirms_what_it_removes_and_refuses_a_running_job(state_dir: Path) -> None:
     app = make_app(state_dir)
     said: list[str] = []
     async with app.run_test(size=(120, 36)) as pilot:
@@ -221,8 +262,8 @@ async def test_remove_confirms_what_it_removes_and_refuses_a_running_job(
         assert app.screen.detail.splitlines() == [
             "h200-b: docker rm gpuconsole-sweep-2d1e0f-n0",
             "and each host's synced workdir of the job, unless a container uses it",
-            "Every log line is archived first: `gpuconsole logs sweep-2d1e0f` still shows "
-            "them."]
+            "Every log line is archived first: `gpuconsole logs sweep-2d1e0f` still shows them.",
+        ]
         removed: list[str] = []
         app._remove = lambda job: removed.append(job.id)  # type: ignore[method-assign]
         await pilot.press("n")  # no: nothing removed

@@ -107,7 +107,8 @@ async def settled(pilot: Pilot[None], panes: LogPanes) -> None:
 
 @pytest.mark.parametrize("seed", [1, 2])
 async def test_330_layout_keys_in_a_burst_end_on_the_layout_they_imply(
-        state_dir: Path, seed: int) -> None:
+    state_dir: Path, seed: int
+) -> None:
     app = make_app(state_dir)
     async with app.run_test(size=SIZE) as pilot:
         screen = await show_logs(app)
@@ -185,7 +186,8 @@ async def test_the_footer_is_rebuilt_only_when_its_keys_change(state_dir: Path) 
 
 
 async def test_rank_panes_are_in_rank_order_whatever_order_ranks_first_write(
-        state_dir: Path) -> None:
+    state_dir: Path,
+) -> None:
     app = make_app(state_dir)
     async with app.run_test(size=SIZE) as pilot:
         job = next(j for j in jobs() if j.state == "running")
@@ -202,7 +204,8 @@ async def test_rank_panes_are_in_rank_order_whatever_order_ranks_first_write(
         titles = [p.title for p in panes.shown_panes]
         assert titles == ["node 0 rank 0", "node 0 rank 1", "node 1 rank 2", "node 1 rank 3"]
         assert [p.region.x for p in panes.shown_panes] == sorted(
-            p.region.x for p in panes.shown_panes[:2]) * 2  # 2x2, left to right
+            p.region.x for p in panes.shown_panes[:2]
+        ) * 2  # 2x2, left to right
         await pilot.press("z", "tab")
         await pilot.pause()
         assert panes.zoomed is not None and panes.zoomed.title == "node 0 rank 1"

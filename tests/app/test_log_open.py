@@ -32,8 +32,10 @@ def failed_job() -> JobRecord:
 
 def lines(job: JobRecord, node: int, start: int, stop: int) -> list[JobLogLine]:
     host = job.nodes[node].host
-    return [JobLogLine(node, host, node, T0_NS + i * 1000 + node, f"step {i} of node {node}")
-            for i in range(start, stop)]
+    return [
+        JobLogLine(node, host, node, T0_NS + i * 1000 + node, f"step {i} of node {node}")
+        for i in range(start, stop)
+    ]
 
 
 def merged(*parts: list[JobLogLine]) -> list[JobLogLine]:
@@ -48,8 +50,9 @@ class FakeLogs:
         self.release = asyncio.Event()
         self.calls: list[bool] = []
 
-    async def __call__(self, job: JobRecord, *, archive_only: bool = False,
-                       **_: Any) -> list[JobLogLine]:
+    async def __call__(
+        self, job: JobRecord, *, archive_only: bool = False, **_: Any
+    ) -> list[JobLogLine]:
         self.calls.append(archive_only)
         if archive_only:
             return list(self.archived)
@@ -61,8 +64,9 @@ def titles(screen: LogsScreen) -> list[str]:
     return [str(p.border_title) for p in screen.query_one(LogPanes).panes]
 
 
-async def until(pilot: Pilot[None], ok: Any, what: str, seen: list[list[str]],
-                screen: LogsScreen) -> None:
+async def until(
+    pilot: Pilot[None], ok: Any, what: str, seen: list[list[str]], screen: LogsScreen
+) -> None:
     for _ in range(500):
         seen.append(titles(screen))
         if ok():
@@ -72,7 +76,8 @@ async def until(pilot: Pilot[None], ok: Any, what: str, seen: list[list[str]],
 
 
 async def test_archive_shows_first_then_the_containers_news_without_a_repeat(
-        state_dir: Path) -> None:
+    state_dir: Path,
+) -> None:
     job = failed_job()
     old = merged(lines(job, 0, 0, 3000), lines(job, 1, 0, 2500))
     new = merged(lines(job, 0, 0, 3200), lines(job, 1, 0, 2500))
@@ -84,24 +89,37 @@ async def test_archive_shows_first_then_the_containers_news_without_a_repeat(
         await app.push_screen(screen)
         seen: list[list[str]] = []
         node0, node1 = screen.by_node[0], screen.by_node[1]
-        await until(pilot, lambda: len(node0) == 3000 and len(node1) == 2500,
-                    "the archive in the panes", seen, screen)
+        await until(
+            pilot,
+            lambda: len(node0) == 3000 and len(node1) == 2500,
+            "the archive in the panes",
+            seen,
+            screen,
+        )
         panes = screen.query_one(LogPanes)
         panes.flush()
         await pilot.pause()
         assert all("loading…" in t for t in titles(screen))  # the containers are not read yet
         assert panes.panes[0].line_count == 3000
         fake.release.set()
-        await until(pilot, lambda: len(node0) == 3200 and not any(
-            "loading" in t for t in titles(screen)), "the containers' news", seen, screen)
+        await until(
+            pilot,
+            lambda: len(node0) == 3200 and not any("loading" in t for t in titles(screen)),
+            "the containers' news",
+            seen,
+            screen,
+        )
         assert fake.calls == [True, False]
         assert [b.plain for b in node0.slice(0, len(node0))] == [
-            f"step {i} of node 0" for i in range(3200)]
+            f"step {i} of node 0" for i in range(3200)
+        ]
         assert len(node1) == 2500 and len(screen.merged) == 5700
         panes.flush()
         await pilot.pause()
-        assert titles(screen) == ["node 0 · h200-a · 3,200 lines · exited 143",
-                                  "node 1 · h200-b · 2,500 lines · exited 1"]
+        assert titles(screen) == [
+            "node 0 · h200-a · 3,200 lines · exited 143",
+            "node 1 · h200-b · 2,500 lines · exited 1",
+        ]
         assert panes.merged_pane is not None
         assert str(panes.merged_pane.border_title) == "all ranks · 5,700 lines · exited 1"
         assert not any(" 0 lines" in t for ts in seen for t in ts)
@@ -109,13 +127,13 @@ async def test_archive_shows_first_then_the_containers_news_without_a_repeat(
 
 
 async def test_a_node_whose_container_is_gone_with_nothing_archived_says_so(
-        state_dir: Path) -> None:
+    state_dir: Path,
+) -> None:
     job = failed_job()
     app = make_app(state_dir)
     some = lines(job, 0, 0, 10)
 
-    async def read_logs(j: JobRecord, *, archive_only: bool = False,
-                        **_: Any) -> list[JobLogLine]:
+    async def read_logs(j: JobRecord, *, archive_only: bool = False, **_: Any) -> list[JobLogLine]:
         if not archive_only:
             j.gone.add(1)  # what read_job_logs records when docker has no such container
             return some
@@ -127,17 +145,25 @@ async def test_a_node_whose_container_is_gone_with_nothing_archived_says_so(
         await app.push_screen(screen)
         seen: list[list[str]] = []
         panes = screen.query_one(LogPanes)
-        await until(pilot, lambda: panes.panes[1].empty_text is not None,
-                    "a word in the empty pane", seen, screen)
+        await until(
+            pilot,
+            lambda: panes.panes[1].empty_text is not None,
+            "a word in the empty pane",
+            seen,
+            screen,
+        )
         panes.flush()
         await pilot.pause()
         gone = panes.panes[1]
-        assert gone.empty_text == ("node 1 (h200-b): its container is gone (removed outside "
-                                   "gpuconsole) and nothing was archived from it")
+        assert gone.empty_text == (
+            "node 1 (h200-b): its container is gone (removed outside "
+            "gpuconsole) and nothing was archived from it"
+        )
         region = gone.scrollable_content_region
         strips = app.screen._compositor.render_strips()
-        shown = " ".join(strips[y].text[region.x:region.right].strip()
-                         for y in range(region.y, region.bottom)).strip()
+        shown = " ".join(
+            strips[y].text[region.x : region.right].strip() for y in range(region.y, region.bottom)
+        ).strip()
         assert shown == gone.empty_text  # wrapped in the pane, whole
         assert panes.panes[0].empty_text is None and panes.panes[0].line_count == 10
         assert titles(screen)[1] == "node 1 · h200-b · 0 lines · exited 1"
@@ -161,8 +187,9 @@ def test_no_lines_reason_names_what_is_known() -> None:
     assert no_lines_reason(job, n1) is not None and no_lines_reason(job, n1)[0] == "gone"  # type: ignore[index]
     job.unreachable["h200-a"] = "host h200-a: connection refused"
     assert no_lines_reason(job, n0) == (
-        "unreachable", "node 0 (h200-a): host h200-a: connection refused; nothing was "
-        "archived from it")
+        "unreachable",
+        "node 0 (h200-a): host h200-a: connection refused; nothing was archived from it",
+    )
     job.removed_at = 1.0
     assert no_lines_reason(job, n0)[0] == "removed"  # type: ignore[index]
     running = next(j for j in jobs() if j.state == "running")
@@ -186,8 +213,11 @@ async def test_another_jobs_panes_side_by_side_tagged_with_its_name(state_dir: P
         assert app.screen is screen and other.id in screen.others
         panes = screen.query_one(LogPanes)
         assert [p.title for p in panes.panes] == [
-            "node 0 · h200-a", "node 1 · h200-b",
-            "llama-ft · node 0 · h200-a", "llama-ft · node 1 · h200-b"]
+            "node 0 · h200-a",
+            "node 1 · h200-b",
+            "llama-ft · node 0 · h200-a",
+            "llama-ft · node 1 · h200-b",
+        ]
         screen.post_message(LogLinesArrived(other.id, lines(other, 1, 0, 5)))
         screen.post_message(LogLinesArrived("some-other-job", lines(other, 0, 0, 7)))  # not shown
         await pilot.pause()

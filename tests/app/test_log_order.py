@@ -30,8 +30,14 @@ from remote.docker import parse_rfc3339_ns
 from tests.app.demo_data import jobs, make_app
 
 SIZE = (120, 36)
-RECORDED = (Path(__file__).resolve().parents[1] / "data" / "diagnose" / "corpus" / "recorded"
-            / "rec-004.txt")
+RECORDED = (
+    Path(__file__).resolve().parents[1]
+    / "data"
+    / "diagnose"
+    / "corpus"
+    / "recorded"
+    / "rec-004.txt"
+)
 TAIL_LOGS = Path(__file__).resolve().parents[1] / "data" / "cases" / "tail-logs"
 CAP = 185
 _LINE = re.compile(r"^(\S+) \[n(\d+)(?: r(\d+))?\] ?(.*)$")
@@ -50,8 +56,9 @@ def recorded_lines(job: JobRecord) -> list[JobLogLine]:
         assert m, raw
         node = int(m.group(2))
         rank = int(m.group(3)) if m.group(3) is not None else None
-        out.append(JobLogLine(node, job.nodes[node].host, rank, parse_rfc3339_ns(m.group(1)),
-                              m.group(4)))
+        out.append(
+            JobLogLine(node, job.nodes[node].host, rank, parse_rfc3339_ns(m.group(1)), m.group(4))
+        )
     return out
 
 
@@ -64,8 +71,10 @@ def pane_rows(app: GpuConsoleApp, pane: LogPane) -> list[str]:
     """The text rows inside the pane's border."""
     region = pane.scrollable_content_region
     rows = [strip.text for strip in app.screen._compositor.render_strips()]
-    return [r[region.x : region.x + region.width].rstrip()
-            for r in rows[region.y : region.y + region.height]]
+    return [
+        r[region.x : region.x + region.width].rstrip()
+        for r in rows[region.y : region.y + region.height]
+    ]
 
 
 def plain(line: JobLogLine) -> str:
@@ -96,7 +105,8 @@ def test_recording_is_in_the_cli_order() -> None:
 
 
 async def test_merged_view_and_its_filter_are_in_time_order_when_a_node_is_late(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # the pane re-checks its last RESCAN_TAIL lines at every sync anyway: make that fewer
     # than node 0's lines after node 1's first, so only re-reading what moved can pass
     monkeypatch.setattr(logpane, "RESCAN_TAIL", 8)
@@ -122,7 +132,7 @@ async def test_merged_view_and_its_filter_are_in_time_order_when_a_node_is_late(
         width = merged.scrollable_content_region.width
         rows = pane_rows(app, merged)
         assert rows[: len(failed)] == [shown(ln, width) for ln in failed]
-        assert rows[len(failed):] == [""] * (len(rows) - len(failed))
+        assert rows[len(failed) :] == [""] * (len(rows) - len(failed))
         # node 1's torchrun error (20:38:04.233) before node 0's (20:38:05.041), and the
         # gang lines in the order they were written
         errors = [r for r in rows if "E1201" in r]
@@ -169,7 +179,7 @@ async def test_late_batches_keep_time_order_within_the_cap(tmp_path: Path) -> No
         assert merged is not None
         width = merged.scrollable_content_region.width
         rows = pane_rows(app, merged)
-        assert rows == [shown(ln, width) for ln in by_time(lines)[-len(rows):]]
+        assert rows == [shown(ln, width) for ln in by_time(lines)[-len(rows) :]]
 
 
 async def test_panes_tag_lines_as_the_cli_does(tmp_path: Path) -> None:
@@ -181,7 +191,11 @@ async def test_panes_tag_lines_as_the_cli_does(tmp_path: Path) -> None:
         await app.push_screen(screen)
         first, gang = by_time(lines)[:2], [ln for ln in lines if "[gpuconsole-gang]" in ln.text]
         assert [(ln.node_rank, ln.rank) for ln in first + gang] == [
-            (0, 0), (1, 1), (1, None), (0, None)]
+            (0, 0),
+            (1, 1),
+            (1, None),
+            (0, None),
+        ]
         await feed(pilot, screen, first)  # rank 0's and rank 1's first lines
         await feed(pilot, screen, gang)  # the gang watcher's line on each node
         panes = screen.query_one(LogPanes)
@@ -226,9 +240,11 @@ def test_ordered_buffer_equals_the_cli_order_whatever_the_arrival(cap: int) -> N
     lines = recorded_lines(two_node_job())
     want = LogBuffer(cap)  # arrival order = the CLI's merge order
     want.extend(by_time(lines))
-    orders = [[[ln for ln in lines if ln.node_rank == n] for n in (0, 1)],
-              [[ln for ln in lines if ln.node_rank == n] for n in (1, 0)],
-              *(arrivals(lines, seed) for seed in range(8))]
+    orders = [
+        [[ln for ln in lines if ln.node_rank == n] for n in (0, 1)],
+        [[ln for ln in lines if ln.node_rank == n] for n in (1, 0)],
+        *(arrivals(lines, seed) for seed in range(8)),
+    ]
     for batches in orders:
         buf = LogBuffer(cap, ordered=True)
         for batch in batches:
@@ -264,9 +280,11 @@ def test_a_late_nodes_progress_bar_is_redrawn_in_place() -> None:
     """A late node's tqdm bar (tail-04: one update per line) redraws itself before and after
     its lines are merged, and lands before the other node's newer lines."""
     bar_lines = (TAIL_LOGS / "tail-04.txt").read_text(encoding="utf-8").splitlines()
-    want_bar = ["Training:   0%|          | 0/18 [00:00<?, ?it/s]",
-                "Epoch 0:  28%|\u2588\u2588\u258a       | 5/18 [00:20<00:53,  4.14s/it, "
-                "loss=9.847, v_num=193315]"]
+    want_bar = [
+        "Training:   0%|          | 0/18 [00:00<?, ?it/s]",
+        "Epoch 0:  28%|\u2588\u2588\u258a       | 5/18 [00:20<00:53,  4.14s/it, "
+        "loss=9.847, v_num=193315]",
+    ]
     lines = recorded_lines(two_node_job())
     first, later = lines[0], lines[11]  # node 0's first two lines (03.535 s after it)
     assert (first.node_rank, later.node_rank) == (0, 0)
@@ -281,8 +299,7 @@ def test_a_late_nodes_progress_bar_is_redrawn_in_place() -> None:
     assert [d.plain for d in buf.slice(0, len(buf))] == [plain(first), *want_bar, plain(later)]
 
 
-async def test_a_paused_view_keeps_its_top_line_when_late_lines_land_above(
-        tmp_path: Path) -> None:
+async def test_a_paused_view_keeps_its_top_line_when_late_lines_land_above(tmp_path: Path) -> None:
     job = two_node_job()
     lines = recorded_lines(job)
     app = make_app(tmp_path / "state")

@@ -22,8 +22,9 @@ def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.mark.parametrize("size", [(100, 30), (160, 45)])
 @pytest.mark.parametrize("key", ["ampersand", "slash"])
-async def test_toasts_never_cover_the_prompt(state_dir: Path, size: tuple[int, int],
-                                             key: str) -> None:
+async def test_toasts_never_cover_the_prompt(
+    state_dir: Path, size: tuple[int, int], key: str
+) -> None:
     app = make_app(state_dir)
     async with app.run_test(size=size, notifications=True) as pilot:
         await pilot.press("2")
@@ -32,8 +33,9 @@ async def test_toasts_never_cover_the_prompt(state_dir: Path, size: tuple[int, i
         await pilot.pause()
         await pilot.press(key)
         await pilot.pause(0.2)
-        app.notify("came while the prompt is open " * 4, title="during", severity="error",
-                   timeout=60)
+        app.notify(
+            "came while the prompt is open " * 4, title="during", severity="error", timeout=60
+        )
         await pilot.pause(0.5)
         prompt = app.screen.query_one(LogPrompt)
         await pilot.press(*"r0]")

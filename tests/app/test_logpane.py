@@ -305,7 +305,10 @@ async def test_progress_bar_redrawn_in_place_while_following() -> None:
         await settle(pilot, pane)
         assert pane.line_count == 2
         assert pane_rows(app, pane)[:3] == [
-            "epoch 1", "train: 100%|##########| 10/10 [00:10<00:00, 1.00it/s]", ""]
+            "epoch 1",
+            "train: 100%|##########| 10/10 [00:10<00:00, 1.00it/s]",
+            "",
+        ]
 
 
 async def test_wrap_mode_follows_appends() -> None:
@@ -369,8 +372,9 @@ async def test_search_highlights_and_n_N_move_to_matches() -> None:
         current_bg = pane.get_component_rich_style("logpane--match-current").bgcolor
         match_bg = pane.get_component_rich_style("logpane--match").bgcolor
         assert current_bg is not None and match_bg is not None and current_bg != match_bg
-        highlighted = [t for t, s in segments_on_screen(app)
-                       if s is not None and s.bgcolor == current_bg]
+        highlighted = [
+            t for t, s in segments_on_screen(app) if s is not None and s.bgcolor == current_bg
+        ]
         assert highlighted == ["NEEDLE"]
         assert "/needle 1/3" in screen(app)[-2]  # the counter in the bottom border
         seen = []
@@ -417,13 +421,18 @@ async def test_current_match_is_marked_apart_from_the_other_matches() -> None:
         # the current match's line is marked to the pane's edge, the others not
         cursor = pane.get_component_rich_style("logpane--cursor").bgcolor
         strips = app.screen._compositor.render_strips()
-        marked = {y for y, strip in enumerate(strips)
-                  if any(seg.style is not None and seg.style.bgcolor == cursor for seg in strip)}
+        marked = {
+            y
+            for y, strip in enumerate(strips)
+            if any(seg.style is not None and seg.style.bgcolor == cursor for seg in strip)
+        }
         assert marked == {row_of[4]}
         region = pane.scrollable_content_region
         assert strips[row_of[4]].crop(region.right - 3, region.right).text.strip() == ""
-        assert all(seg.style is not None and seg.style.bgcolor == cursor
-                   for seg in strips[row_of[4]].crop(region.right - 3, region.right))
+        assert all(
+            seg.style is not None and seg.style.bgcolor == cursor
+            for seg in strips[row_of[4]].crop(region.right - 3, region.right)
+        )
         pane.set_search("no such text", jump=False)
         await pilot.pause()
         assert "/no such text not found" in screen(app)[-2]
@@ -469,7 +478,14 @@ async def test_filter_and_inverted_filter() -> None:
         await pilot.pause()
         assert pane.filter_text == ""
         assert pane_rows(app, pane)[:7] == [
-            "alpha 1", "beta 2", "ALPHA 3", "gamma 4", "alpha 5", "delta 6", ""]
+            "alpha 1",
+            "beta 2",
+            "ALPHA 3",
+            "gamma 4",
+            "alpha 5",
+            "delta 6",
+            "",
+        ]
 
 
 async def test_filter_and_search_match_the_tags_as_shown() -> None:
@@ -486,20 +502,24 @@ async def test_filter_and_search_match_the_tags_as_shown() -> None:
             await pilot.press("ampersand", "ctrl+u", *typed, "enter")
             await pilot.pause()
             assert pane.line_count == want, typed
-            assert all((typed.lstrip("!") in pane.shown_text(ln)) != typed.startswith("!")
-                       for ln in pane.visible_lines())
+            assert all(
+                (typed.lstrip("!") in pane.shown_text(ln)) != typed.startswith("!")
+                for ln in pane.visible_lines()
+            )
         await pilot.press("ampersand", "ctrl+u", "enter", "slash", *"[n0 r3]", "enter")
         await pilot.pause()
         assert pane.match_count == 10
         assert pane.cursor_line is not None and buf[pane.cursor_line].rank == 3
         # the highlight covers the tag, as the search matched it
         current = pane.get_component_rich_style("logpane--match-current").bgcolor
-        assert [t for t, st in segments_on_screen(app)
-                if st is not None and st.bgcolor == current] == ["[n0 r3]"]
+        assert [
+            t for t, st in segments_on_screen(app) if st is not None and st.bgcolor == current
+        ] == ["[n0 r3]"]
 
 
 async def test_filter_matches_the_timestamps_while_they_are_shown(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("TZ", "UTC")
     time.tzset()
     try:
@@ -624,9 +644,18 @@ async def test_save_exit_code_and_footer() -> None:
 
 def test_binding_ids_allow_a_keymap() -> None:
     ids = {b.id for b in LogPane.BINDINGS if not isinstance(b, tuple)}
-    assert {"logs.follow", "logs.search", "logs.search_next", "logs.search_prev", "logs.filter",
-            "logs.wrap", "logs.timestamps", "logs.error_next", "logs.error_prev",
-            "logs.save"} <= ids
+    assert {
+        "logs.follow",
+        "logs.search",
+        "logs.search_next",
+        "logs.search_prev",
+        "logs.filter",
+        "logs.wrap",
+        "logs.timestamps",
+        "logs.error_next",
+        "logs.error_prev",
+        "logs.save",
+    } <= ids
     ids = {b.id for b in LogPanes.BINDINGS if not isinstance(b, tuple)}
     assert ids == {"logs.zoom", "logs.merged", "logs.pane_next", "logs.pane_prev"}
 
@@ -707,11 +736,14 @@ async def test_tail_03_two_finished_bars() -> None:
         shown = [ln.plain for ln in pane.visible_lines()]
         assert [progress_key(p) for p in shown] == [("Loading pt checkpoint shards", True)] * 2
         assert [p.split("| ")[-1] for p in shown] == [
-            "1/1 [00:00<00:00,  6.22it/s]", "1/1 [00:00<00:00,  5.96it/s]"]
+            "1/1 [00:00<00:00,  6.22it/s]",
+            "1/1 [00:00<00:00,  5.96it/s]",
+        ]
         rows = pane_rows(app, pane)
         assert rows[0].startswith("Loading pt checkpoint shards: 100%|███")
-        assert rows[1] == ("Loading pt checkpoint shards: 100%|██████████| 1/1 "
-                           "[00:00<00:00,  5.96it/s]")
+        assert rows[1] == (
+            "Loading pt checkpoint shards: 100%|██████████| 1/1 [00:00<00:00,  5.96it/s]"
+        )
         assert rows[2] == ""
         assert all(len(row) == 120 for row in screen(app))
         await pilot.press("w")
@@ -736,7 +768,15 @@ def node_buffers(n: int, lines: int = 5) -> list[tuple[str, LogBuffer]]:
 
 def test_grid_shape() -> None:
     assert [grid_shape(n, 120) for n in range(1, 9)] == [
-        (1, 1), (2, 1), (2, 2), (2, 2), (2, 3), (2, 3), (2, 4), (2, 4)]
+        (1, 1),
+        (2, 1),
+        (2, 2),
+        (2, 2),
+        (2, 3),
+        (2, 3),
+        (2, 4),
+        (2, 4),
+    ]
     assert [grid_shape(n, 200) for n in range(5, 9)] == [(3, 2), (3, 2), (3, 3), (3, 3)]
 
 
@@ -821,8 +861,11 @@ async def test_four_and_eight_panes_tile() -> None:
         fill(buf, ["n3 line 0", "n3 line 1"], node=3)
         panes.notify_appended()
         await settle(pilot, panes)
-        assert pane_rows(app, added)[:3] == ["[n3 r0] n3 line 0", "[n3 r0] n3 line 0",
-                                               "[n3 r0] n3 line 1"]
+        assert pane_rows(app, added)[:3] == [
+            "[n3 r0] n3 line 0",
+            "[n3 r0] n3 line 0",
+            "[n3 r0] n3 line 1",
+        ]
     app = PanesApp(node_buffers(8))
     async with app.run_test(size=SIZE) as pilot:
         panes = app.query_one(LogPanes)
@@ -849,9 +892,11 @@ async def test_prompt_keys_are_text_not_pane_commands() -> None:
 async def test_merged_pane_shows_tags() -> None:
     nodes = node_buffers(2, lines=0)
     merged = LogBuffer()
-    incoming = [line("hello from rank 0", node=0, rank=0, i=0),
-                line("hello from rank 3", node=1, rank=3, i=1),
-                line("torchrun itself", node=1, rank=None, i=2)]
+    incoming = [
+        line("hello from rank 0", node=0, rank=0, i=0),
+        line("hello from rank 3", node=1, rank=3, i=1),
+        line("torchrun itself", node=1, rank=None, i=2),
+    ]
     for ln in incoming:
         for _, buf in nodes:
             if buf.accepts(ln):
@@ -864,15 +909,20 @@ async def test_merged_pane_shows_tags() -> None:
         assert panes.merged_pane is not None
         assert not panes.merged_pane.parent.display  # type: ignore[union-attr]
         # a node pane tags each line as `logs` does ([n1] for torchrun's own lines)
-        assert pane_rows(app, panes.panes[1])[:2] == ["[n1 r3] hello from rank 3",
-                                                      "[n1] torchrun itself"]
+        assert pane_rows(app, panes.panes[1])[:2] == [
+            "[n1 r3] hello from rank 3",
+            "[n1] torchrun itself",
+        ]
         await pilot.press("a")
         await pilot.pause()
         mp = panes.merged_pane
         assert panes.merged_shown and app.focused is mp
         assert mp.region.width == 120
         assert pane_rows(app, mp)[:3] == [
-            "[n0 r0] hello from rank 0", "[n1 r3] hello from rank 3", "[n1] torchrun itself"]
+            "[n0 r0] hello from rank 0",
+            "[n1 r3] hello from rank 3",
+            "[n1] torchrun itself",
+        ]
         tag_color = mp.get_component_rich_style("logpane--tag").color
         tag_styles = [s for t, s in segments_on_screen(app) if t.startswith("[n1 r3]")]
         assert tag_styles and all(s is not None and s.color == tag_color for s in tag_styles)
@@ -889,9 +939,12 @@ def test_two_panes_snapshot(snap_compare: object) -> None:
     nodes = []
     for node in range(2):
         buf = LogBuffer(node=node)
-        fill(buf, [f"[rank{node}] step {i} loss {1.0 / (i + 1):.4f}" for i in range(12)]
-             + ["\x1b[33mwarning:\x1b[0m slow step", "RuntimeError: boom" if node else "ok"],
-             node=node)
+        fill(
+            buf,
+            [f"[rank{node}] step {i} loss {1.0 / (i + 1):.4f}" for i in range(12)]
+            + ["\x1b[33mwarning:\x1b[0m slow step", "RuntimeError: boom" if node else "ok"],
+            node=node,
+        )
         nodes.append((f"node {node} · host-{node}", buf))
     app = PanesApp(nodes)
 
@@ -926,17 +979,26 @@ async def test_plain_line_fast_path_renders_as_the_rich_path(merged: bool) -> No
                     assert fast is None  # matches and wide cells take the rich path
                     continue
                 assert fast is not None
-                assert [(s.text, s.style) for s in Strip(fast).simplify()] == \
-                    [(s.text, s.style) for s in slow.simplify()]
+                assert [(s.text, s.style) for s in Strip(fast).simplify()] == [
+                    (s.text, s.style) for s in slow.simplify()
+                ]
                 # every window the pane asks for: scrolled, cut, past the end, wrapped rows
-                for start, span, width in [(0, 100, 100), (7, 100, 100), (0, 10, 100),
-                                           (295, 50, 50), (400, 30, 30), (100, 100, 80)]:
+                for start, span, width in [
+                    (0, 100, 100),
+                    (7, 100, 100),
+                    (0, 10, 100),
+                    (295, 50, 50),
+                    (400, 30, 30),
+                    (100, 100, 80),
+                ]:
                     window = ascii_window(fast, start, span, width, base)
                     want = slow.crop_extend(start, start + span, base).adjust_cell_length(
-                        width, base)
+                        width, base
+                    )
                     assert window.cell_length == width
-                    assert [(s.text, s.style) for s in window.simplify()] == \
-                        [(s.text, s.style) for s in want.simplify()], (dl.plain, start)
+                    assert [(s.text, s.style) for s in window.simplify()] == [
+                        (s.text, s.style) for s in want.simplify()
+                    ], (dl.plain, start)
                     checked += 1
         assert checked == 2 * 2 * 6
         colored = LogBuffer()
@@ -971,10 +1033,10 @@ def title_segments(app: App[None], pane: LogPane) -> list[Segment]:
     return out
 
 
-@pytest.mark.parametrize("theme", ["textual-dark", "textual-light", "nord", "gruvbox",
-                                   "tokyo-night", "monokai"])
-async def test_unfocused_titles_are_readable_and_the_focused_pane_stands_out(
-        theme: str) -> None:
+@pytest.mark.parametrize(
+    "theme", ["textual-dark", "textual-light", "nord", "gruvbox", "tokyo-night", "monokai"]
+)
+async def test_unfocused_titles_are_readable_and_the_focused_pane_stands_out(theme: str) -> None:
     nodes = []
     for node in range(3):
         buf = LogBuffer(node=node)
@@ -998,12 +1060,18 @@ async def test_unfocused_titles_are_readable_and_the_focused_pane_stands_out(
                 assert ratio >= 4.5, (pane.title, seg.text, ratio)
         assert "exited 1" in "".join(s.text for s in title_segments(app, others[1]))
         mine = title_segments(app, focused_pane)
-        assert all(s.style is not None and s.style.color and s.style.bgcolor
-                   and contrast(s.style.color, s.style.bgcolor) >= 4.5 for s in mine)
+        assert all(
+            s.style is not None
+            and s.style.color
+            and s.style.bgcolor
+            and contrast(s.style.color, s.style.bgcolor) >= 4.5
+            for s in mine
+        )
         # the focused pane differs: a bold title and its own border colour
         assert all(s.style is not None and s.style.bold for s in mine)
-        assert not any(s.style is not None and s.style.bold
-                       for p in others for s in title_segments(app, p))
+        assert not any(
+            s.style is not None and s.style.bold for p in others for s in title_segments(app, p)
+        )
         assert border_colour(app, focused_pane) != border_colour(app, others[0])
 
 

@@ -9,13 +9,15 @@ from console.app.screens.modals import ConfirmScreen
 
 
 async def test_confirm_buttons_visible_at_80x24_with_a_long_detail() -> None:
-    detail = "\n".join(f"docker stop --time 30 gpuconsole-job-n{i}  (on host-{i})"
-                       for i in range(60))
+    detail = "\n".join(
+        f"docker stop --time 30 gpuconsole-job-n{i}  (on host-{i})" for i in range(60)
+    )
     answers: list[bool | None] = []
     app: App[None] = App()
     async with app.run_test(size=(80, 24)) as pilot:
-        app.push_screen(ConfirmScreen("Stop job job-1 (60 nodes)?", detail, yes="Stop"),
-                        answers.append)
+        app.push_screen(
+            ConfirmScreen("Stop job job-1 (60 nodes)?", detail, yes="Stop"), answers.append
+        )
         await pilot.pause()
         for button_id in ("yes", "no"):
             region = app.screen.query_one(f"#{button_id}", Button).region
@@ -65,8 +67,7 @@ def footer_text(app: Any) -> str:
     return [s.text for s in app.screen._compositor.render_strips()][-1]
 
 
-async def test_submit_modal_completes_plans_with_overrides_and_stays_busy(
-        state_dir: Path) -> None:
+async def test_submit_modal_completes_plans_with_overrides_and_stays_busy(state_dir: Path) -> None:
     app = make_app(state_dir)
     release = asyncio.Event()
     planned: list[tuple[Path, dict[str, Any]]] = []
@@ -74,8 +75,13 @@ async def test_submit_modal_completes_plans_with_overrides_and_stays_busy(
     async def plan(path: Path, overrides: dict[str, Any] | None = None) -> Any:
         planned.append((path, overrides or {}))
         await release.wait()
-        raise ConfigError("unknown field", "known fields here: name, image", path=str(path),
-                          line=3, field="imagee")
+        raise ConfigError(
+            "unknown field",
+            "known fields here: name, image",
+            path=str(path),
+            line=3,
+            field="imagee",
+        )
 
     app.service.plan = plan  # type: ignore[method-assign]
     async with app.run_test(size=(120, 36)) as pilot:
@@ -91,8 +97,7 @@ async def test_submit_modal_completes_plans_with_overrides_and_stays_busy(
         assert screen.query_one("#submit-path", Input).value == "specs/ddp.yaml"
         await pilot.press("tab", "2", "tab", *"--lr 3e-4 'a b'", "enter")
         await pilot.pause()
-        assert planned == [(Path("specs/ddp.yaml"),
-                            {"nodes": 2, "args": ["--lr", "3e-4", "a b"]})]
+        assert planned == [(Path("specs/ddp.yaml"), {"nodes": 2, "args": ["--lr", "3e-4", "a b"]})]
         assert screen.phase == "planning"
         await pilot.press("d", "S", "y", "x")  # typed while busy: taken by nothing
         await pilot.pause()
@@ -158,9 +163,11 @@ async def test_submit_bad_nodes_and_quotes_are_said_in_the_modal(state_dir: Path
         screen = app.screen
         assert isinstance(screen, SubmitScreen) and screen.phase == "editing"
         assert "nodes (--nodes): 'a,,b' has an empty host name" in str(
-            screen.query_one("#submit-status").render())
+            screen.query_one("#submit-status").render()
+        )
         screen.query_one("#submit-nodes", Input).value = ""
         await pilot.press("tab", *"'open", "enter")
         await pilot.pause()
         assert "args (--arg): No closing quotation" in str(
-            screen.query_one("#submit-status").render())
+            screen.query_one("#submit-status").render()
+        )

@@ -39,14 +39,33 @@ NB_ID = "notebook-a1b2c3"
 TOKEN = "0123456789abcdef0123456789abcdef0123456789abcdef"
 
 
-def notebook_job(job_id: str = NB_ID, host: str = "h200-a", state: str = "running",
-                 created_at: float = NOW - 60) -> JobRecord:
+def notebook_job(
+    job_id: str = NB_ID, host: str = "h200-a", state: str = "running", created_at: float = NOW - 60
+) -> JobRecord:
     """A one-node notebook job as ``gpuconsole notebook`` records it."""
-    node = NodeRecord(job_id, 0, host, f"gpuconsole-{job_id}-n0", "f" * 64, state,
-                      None if state == "running" else 143, "2026-11-30T11:59:00Z",
-                      None if state == "running" else "2026-11-30T11:59:30Z")
-    return JobRecord(job_id, "notebook", "lab", None, {"kind": "notebook", "image": "img"},
-                     "4" * 12, created_at, 1, state, nodes=[node])
+    node = NodeRecord(
+        job_id,
+        0,
+        host,
+        f"gpuconsole-{job_id}-n0",
+        "f" * 64,
+        state,
+        None if state == "running" else 143,
+        "2026-11-30T11:59:00Z",
+        None if state == "running" else "2026-11-30T11:59:30Z",
+    )
+    return JobRecord(
+        job_id,
+        "notebook",
+        "lab",
+        None,
+        {"kind": "notebook", "image": "img"},
+        "4" * 12,
+        created_at,
+        1,
+        state,
+        nodes=[node],
+    )
 
 
 class FakeNotebookService(Service):
@@ -62,8 +81,9 @@ class FakeNotebookService(Service):
         self.attach_error: JobError | None = None
         self._next_port = 8888
 
-    async def attach_notebook(self, job: JobRecord, *, local_port: int | None = None,
-                              timeout: float | None = None) -> NotebookTunnel:
+    async def attach_notebook(
+        self, job: JobRecord, *, local_port: int | None = None, timeout: float | None = None
+    ) -> NotebookTunnel:
         self.attached.append(job.id)
         await asyncio.sleep(0)
         if self.attach_error is not None:
@@ -76,13 +96,20 @@ class FakeNotebookService(Service):
 
         fwd = Forward(job.nodes[0].host, "127.0.0.1", port, "127.0.0.1", 8888, closer=closer)
         server = NotebookServer(job.id, job.nodes[0].host, "f" * 64, 8888, TOKEN)
-        return NotebookTunnel(server, fwd, f"http://127.0.0.1:{port}/lab?token={TOKEN}",
-                              version="2.14.2")
+        return NotebookTunnel(
+            server, fwd, f"http://127.0.0.1:{port}/lab?token={TOKEN}", version="2.14.2"
+        )
 
     async def plan_notebook(
-        self, spec_path: Path | None = None, *, host: str | None = None,
-        gpus: Literal["all"] | int | list[int] | None = None, image: str | None = None,
-        workdir: str | None = None, name: str | None = None, dry_run: bool = False,
+        self,
+        spec_path: Path | None = None,
+        *,
+        host: str | None = None,
+        gpus: Literal["all"] | int | list[int] | None = None,
+        image: str | None = None,
+        workdir: str | None = None,
+        name: str | None = None,
+        dry_run: bool = False,
         force: bool = False,
     ) -> Submission:
         self.planned.append({"host": host, "gpus": gpus, "workdir": workdir})
@@ -95,8 +122,9 @@ class FakeNotebookService(Service):
         self.bus.publish(JobChanged(job))
         return job
 
-    async def prepare_exec(self, job: JobRecord, node: int | None, command: list[str], *,
-                           tty: bool) -> Callable[[], Coroutine[Any, Any, int]]:
+    async def prepare_exec(
+        self, job: JobRecord, node: int | None, command: list[str], *, tty: bool
+    ) -> Callable[[], Coroutine[Any, Any, int]]:
         async def attach() -> int:
             self.executed.append((job.id, node))
             return 0
@@ -118,13 +146,18 @@ def make_app(state_dir: Path, *, readonly: bool = False) -> GpuConsoleApp:
     for j in [*jobs(), notebook_job()]:
         if store.get(j.id) is None:
             store.add_job(j)
-    profile = Profile(name="lab", hosts={"h200-a": HostConfig(hostname="127.0.0.1"),
-                                         "h200-b": HostConfig(hostname="127.0.0.1")})
+    profile = Profile(
+        name="lab",
+        hosts={
+            "h200-a": HostConfig(hostname="127.0.0.1"),
+            "h200-b": HostConfig(hostname="127.0.0.1"),
+        },
+    )
     service = FakeNotebookService(profile, store=store)
     service.fleet = build_fleet(job=True)
-    return GpuConsoleApp(service, clock=lambda: NOW, monotonic=lambda: MONO,
-                         live=False, readonly=readonly)
-
+    return GpuConsoleApp(
+        service, clock=lambda: NOW, monotonic=lambda: MONO, live=False, readonly=readonly
+    )
 
 
 def fake(app: GpuConsoleApp) -> FakeNotebookService:
@@ -180,8 +213,9 @@ async def test_o_on_a_notebook_attaches_once_and_shows_the_url(state_dir: Path) 
         assert isinstance(app.screen, NotebookScreen) and app.screen.url == url
 
 
-async def test_the_browser_opens_only_when_asked(state_dir: Path,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_the_browser_opens_only_when_asked(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     opened: list[str] = []
 
     def fake_open(url: str, *args: Any, **kwargs: Any) -> bool:
@@ -210,19 +244,22 @@ async def test_o_on_a_training_job_says_what_to_do(state_dir: Path) -> None:
         await pilot.pause(0.1)
         assert fake(app).attached == []
         assert isinstance(app.screen, JobsScreen)
-        assert any("ddp-x-1a2b3c is a train job, not a notebook" in m and "x opens a shell" in m
-                   for m in notes(app))
+        assert any(
+            "ddp-x-1a2b3c is a train job, not a notebook" in m and "x opens a shell" in m
+            for m in notes(app)
+        )
 
 
 async def test_an_attach_error_is_a_notification(state_dir: Path) -> None:
     app = make_app(state_dir)
-    fake(app).attach_error = JobError(f"notebook {NB_ID} is not running (stopped)",
-                                      "start a new one with `gpuconsole notebook --host HOST`")
+    fake(app).attach_error = JobError(
+        f"notebook {NB_ID} is not running (stopped)",
+        "start a new one with `gpuconsole notebook --host HOST`",
+    )
     async with app.run_test(size=SIZE) as pilot:
         await select_job(pilot, NB_ID)
         await pilot.press("o")
-        await wait_for(pilot, lambda: any("is not running" in m for m in notes(app)),
-                       "the error")
+        await wait_for(pilot, lambda: any("is not running" in m for m in notes(app)), "the error")
         assert isinstance(app.screen, JobsScreen) and app.tunnels == {}
         assert any("fix: start a new one" in m for m in notes(app))
 
@@ -311,13 +348,13 @@ async def test_tunnels_close_when_the_notebook_ends_and_at_exit(state_dir: Path)
         app.post_message(JobUpdated(ended))
         await wait_for(pilot, lambda: fake(app).closed == [8888], "the ended one's close")
         assert list(app.tunnels) == ["notebook-0b0b0b"]
-        assert any(f"notebook {NB_ID} is stopped: its tunnel is closed" in m
-                   for m in notes(app))
+        assert any(f"notebook {NB_ID} is stopped: its tunnel is closed" in m for m in notes(app))
     assert sorted(fake(app).closed) == [8888, 8889] and app.tunnels == {}
 
 
-async def test_x_on_a_notebook_enters_its_container(state_dir: Path,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_x_on_a_notebook_enters_its_container(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     app = make_app(state_dir)
 
     @contextlib.contextmanager

@@ -16,8 +16,9 @@ class CountingLine(OneLine):
         super().__init__("start", id="line")
         self.refreshes: list[bool] = []
 
-    def refresh(self, *regions: object, repaint: bool = True, layout: bool = False,
-                recompose: bool = False) -> Widget:
+    def refresh(
+        self, *regions: object, repaint: bool = True, layout: bool = False, recompose: bool = False
+    ) -> Widget:
         self.refreshes.append(layout)
         return super().refresh(repaint=repaint, layout=layout, recompose=recompose)
 

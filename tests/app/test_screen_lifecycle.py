@@ -30,8 +30,15 @@ from console.app.widgets.logpanes import LogPanes
 from console.jobs.logs import JobLogLine
 from tests.app.demo_data import NOW, jobs, log_lines, make_app
 
-ALERT = Alert(key="job_failed/job/llama-ft", rule="job_failed", severity="critical",
-              summary="job llama-ft failed", job="llama-ft", since=NOW - 30, fired_at=NOW - 30)
+ALERT = Alert(
+    key="job_failed/job/llama-ft",
+    rule="job_failed",
+    severity="critical",
+    summary="job llama-ft failed",
+    job="llama-ft",
+    since=NOW - 30,
+    fired_at=NOW - 30,
+)
 LIFECYCLE = (events.Compose, events.Mount, events.Unmount)
 
 
@@ -64,7 +71,7 @@ class Pusher:
         logs = self.logs
         if logs is None:
             return
-        batch = self.lines[self.pushed_lines % len(self.lines):][:3]
+        batch = self.lines[self.pushed_lines % len(self.lines) :][:3]
         self.pushed_lines += len(batch)
         app.on_log_lines_arrived(LogLinesArrived(logs.job.id, batch))
         app.on_follow_state_updated(FollowStateUpdated(logs.job.id, 0, "reconnecting", None))

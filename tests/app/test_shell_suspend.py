@@ -64,14 +64,18 @@ def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "state"
 
 
-def setup(app: GpuConsoleApp, monkeypatch: pytest.MonkeyPatch,
-          shell: Callable[[JobRecord], Coroutine[Any, Any, int]]) -> tuple[Terminal, list[str]]:
+def setup(
+    app: GpuConsoleApp,
+    monkeypatch: pytest.MonkeyPatch,
+    shell: Callable[[JobRecord], Coroutine[Any, Any, int]],
+) -> tuple[Terminal, list[str]]:
     term = Terminal(app)
     monkeypatch.setattr(app, "suspend", term.suspend)
     prepared: list[str] = []
 
-    async def prepare_exec(job: JobRecord, node: int | None, command: list[str], *,
-                           tty: bool) -> Callable[[], Coroutine[Any, Any, int]]:
+    async def prepare_exec(
+        job: JobRecord, node: int | None, command: list[str], *, tty: bool
+    ) -> Callable[[], Coroutine[Any, Any, int]]:
         prepared.append(job.id)
         return lambda: shell(job)
 
@@ -89,7 +93,8 @@ async def select(app: GpuConsoleApp, job_id: str) -> None:
 
 
 async def test_a_running_shell_sees_nothing_drawn_and_the_app_comes_back(
-        state_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     app = make_app(state_dir)
     running = next(j for j in jobs() if j.state == "running")
     lines = log_lines(running)
@@ -99,7 +104,7 @@ async def test_a_running_shell_sees_nothing_drawn_and_the_app_comes_back(
         # what arrives while the shell runs: log lines to the open panes, the fleet's
         # 2 Hz refresh, a toast, a bell; the loop keeps running all along
         for i in range(40):
-            app.post_message(LogLinesArrived(job.id, lines[i * 3:i * 3 + 3]))
+            app.post_message(LogLinesArrived(job.id, lines[i * 3 : i * 3 + 3]))
             app.refresh_fleet_view(force=True)
             app.refresh(layout=True)
             if i == 10:
@@ -134,7 +139,8 @@ async def test_a_running_shell_sees_nothing_drawn_and_the_app_comes_back(
 
 
 async def test_a_shell_that_fails_still_gives_the_terminal_back(
-        state_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     app = make_app(state_dir)
 
     async def shell(job: JobRecord) -> int:
@@ -156,7 +162,8 @@ async def test_a_shell_that_fails_still_gives_the_terminal_back(
 
 
 async def test_x_on_a_finished_job_says_what_to_do_without_suspending(
-        state_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     app = make_app(state_dir)
 
     async def shell(job: JobRecord) -> int:
@@ -180,7 +187,8 @@ async def test_x_on_a_finished_job_says_what_to_do_without_suspending(
 
 
 async def test_a_console_browser_gets_the_terminal_the_same_way(
-        state_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     app = make_app(state_dir)
     term = Terminal(app)
     monkeypatch.setattr(app, "suspend", term.suspend)

@@ -72,14 +72,35 @@ GIB = 1 << 30
 MIB = 1 << 20
 
 GPU_DEFAULTS: dict[str, Any] = {
-    "handle_error": None, "name": "NVIDIA H200", "uuid": None, "pci_bus_id": None,
-    "util_gpu": 0, "util_mem": 0, "mem_total": 143771 * MIB, "mem_used": 0,
-    "mem_reserved": 512 * MIB, "temp": 30, "power_mw": 75000, "power_limit_mw": 700000,
-    "sm_clock": 345, "mem_clock": 3201, "sm_clock_max": 1980, "mem_clock_max": 3201,
-    "fan": 0, "pstate": 0, "clock_reasons": 1,
-    "ecc_uncorrected": 0, "remapped_rows": [0, 0, 0, 0], "persistence": 1, "mig": [0, 0],
-    "gpm_supported": True, "gpm": {}, "gpm_metric_errors": {}, "procs": [],
-    "graphics_procs": [], "fail": {},
+    "handle_error": None,
+    "name": "NVIDIA H200",
+    "uuid": None,
+    "pci_bus_id": None,
+    "util_gpu": 0,
+    "util_mem": 0,
+    "mem_total": 143771 * MIB,
+    "mem_used": 0,
+    "mem_reserved": 512 * MIB,
+    "temp": 30,
+    "power_mw": 75000,
+    "power_limit_mw": 700000,
+    "sm_clock": 345,
+    "mem_clock": 3201,
+    "sm_clock_max": 1980,
+    "mem_clock_max": 3201,
+    "fan": 0,
+    "pstate": 0,
+    "clock_reasons": 1,
+    "ecc_uncorrected": 0,
+    "remapped_rows": [0, 0, 0, 0],
+    "persistence": 1,
+    "mig": [0, 0],
+    "gpm_supported": True,
+    "gpm": {},
+    "gpm_metric_errors": {},
+    "procs": [],
+    "graphics_procs": [],
+    "fail": {},
 }
 
 
@@ -340,8 +361,9 @@ class FakeNVML(types.ModuleType):
             if version != self.nvmlMemory_v2:
                 raise error("ArgumentVersionMismatch")
             used, total, res = spec["mem_used"], spec["mem_total"], spec["mem_reserved"]
-            return Struct(version=version, total=total, reserved=res, used=used,
-                          free=total - used - res)
+            return Struct(
+                version=version, total=total, reserved=res, used=used, free=total - used - res
+            )
         spec = self._enter("nvmlDeviceGetMemoryInfo", h)
         used = spec["mem_used"] + spec["mem_reserved"]
         return Struct(total=spec["mem_total"], used=used, free=spec["mem_total"] - used)
@@ -370,8 +392,7 @@ class FakeNVML(types.ModuleType):
     def nvmlDeviceGetMaxClockInfo(self, h: FakeHandle, clock: int) -> int:
         """``nvmlDeviceGetMaxClockInfo`` (MHz) for NVML_CLOCK_SM / NVML_CLOCK_MEM."""
         spec = self._enter("nvmlDeviceGetMaxClockInfo", h)
-        return int(spec["sm_clock_max"] if clock == self.NVML_CLOCK_SM
-                   else spec["mem_clock_max"])
+        return int(spec["sm_clock_max"] if clock == self.NVML_CLOCK_SM else spec["mem_clock_max"])
 
     def nvmlDeviceGetFanSpeed(self, h: FakeHandle) -> int:
         """``nvmlDeviceGetFanSpeed`` (%)."""
@@ -410,10 +431,15 @@ class FakeNVML(types.ModuleType):
 
     def _procs(self, fn: str, key: str, h: FakeHandle) -> list[Struct]:
         spec = self._enter(fn, h)
-        return [Struct(pid=p["pid"], gpuInstanceId=0xFFFFFFFF, computeInstanceId=0xFFFFFFFF,
-                       usedGpuMemory=None if p.get("used_mib") is None
-                       else int(p["used_mib"]) * MIB)
-                for p in spec[key]]
+        return [
+            Struct(
+                pid=p["pid"],
+                gpuInstanceId=0xFFFFFFFF,
+                computeInstanceId=0xFFFFFFFF,
+                usedGpuMemory=None if p.get("used_mib") is None else int(p["used_mib"]) * MIB,
+            )
+            for p in spec[key]
+        ]
 
     def nvmlDeviceGetComputeRunningProcesses_v3(self, h: FakeHandle) -> list[Struct]:
         """``nvmlDeviceGetComputeRunningProcesses_v3``."""
@@ -437,8 +463,10 @@ class FakeNVML(types.ModuleType):
         self.calls["_nvmlGetFunctionPointer:" + name] += 1
         if name in self.missing:
             raise error("FunctionNotFound")
-        key = {"nvmlDeviceGetComputeRunningProcesses": "procs",
-               "nvmlDeviceGetGraphicsRunningProcesses": "graphics_procs"}.get(name)
+        key = {
+            "nvmlDeviceGetComputeRunningProcesses": "procs",
+            "nvmlDeviceGetGraphicsRunningProcesses": "graphics_procs",
+        }.get(name)
         if key is None:
             raise error("FunctionNotFound")
 
@@ -455,8 +483,9 @@ class FakeNVML(types.ModuleType):
             for i, p in enumerate(procs):
                 array[i].pid = p["pid"]
                 used = p.get("used_mib")
-                array[i].usedGpuMemory = ctypes.c_ulonglong(-1).value if used is None \
-                    else int(used) * MIB
+                array[i].usedGpuMemory = (
+                    ctypes.c_ulonglong(-1).value if used is None else int(used) * MIB
+                )
             count.value = len(procs)
             return 0
 
@@ -485,10 +514,15 @@ class FakeNVML(types.ModuleType):
         keep = []
         for ev in self.pending_xids:
             if ev["gpu"] in es.registered:
-                es.queue.append(Struct(device=self.handles[ev["gpu"]],
-                                       eventType=self.nvmlEventTypeXidCriticalError,
-                                       eventData=ev["xid"], gpuInstanceId=0xFFFFFFFF,
-                                       computeInstanceId=0xFFFFFFFF))
+                es.queue.append(
+                    Struct(
+                        device=self.handles[ev["gpu"]],
+                        eventType=self.nvmlEventTypeXidCriticalError,
+                        eventData=ev["xid"],
+                        gpuInstanceId=0xFFFFFFFF,
+                        computeInstanceId=0xFFFFFFFF,
+                    )
+                )
             else:
                 keep.append(ev)
         self.pending_xids = keep
@@ -532,8 +566,15 @@ class FakeNVML(types.ModuleType):
         samples of one GPU, sample1 taken first; values from the scenario's ``gpm``."""
         self._enter("nvmlGpmMetricsGet")
         s1, s2 = mg.sample1, mg.sample2
-        if (mg.version != self.NVML_GPM_METRICS_GET_VERSION or s1 is None or s2 is None
-                or s1 is s2 or s1.gpu is None or s1.gpu != s2.gpu or not s1.tick < s2.tick):
+        if (
+            mg.version != self.NVML_GPM_METRICS_GET_VERSION
+            or s1 is None
+            or s2 is None
+            or s1 is s2
+            or s1.gpu is None
+            or s1.gpu != s2.gpu
+            or not s1.tick < s2.tick
+        ):
             raise error("InvalidArgument")
         spec = self.gpu_specs[s1.gpu]
         for m in mg.metrics[: mg.numMetrics]:
@@ -583,11 +624,17 @@ def _smi_value(nv: FakeNVML, h: FakeHandle, index: int, field: str) -> str:
     if field == "enforced.power.limit":
         return f"{nv.nvmlDeviceGetEnforcedPowerLimit(h) / 1000:.2f}"
     if field in ("clocks.sm", "clocks.mem"):
-        return str(nv.nvmlDeviceGetClockInfo(
-            h, nv.NVML_CLOCK_SM if field == "clocks.sm" else nv.NVML_CLOCK_MEM))
+        return str(
+            nv.nvmlDeviceGetClockInfo(
+                h, nv.NVML_CLOCK_SM if field == "clocks.sm" else nv.NVML_CLOCK_MEM
+            )
+        )
     if field in ("clocks.max.sm", "clocks.max.memory"):
-        return str(nv.nvmlDeviceGetMaxClockInfo(
-            h, nv.NVML_CLOCK_SM if field == "clocks.max.sm" else nv.NVML_CLOCK_MEM))
+        return str(
+            nv.nvmlDeviceGetMaxClockInfo(
+                h, nv.NVML_CLOCK_SM if field == "clocks.max.sm" else nv.NVML_CLOCK_MEM
+            )
+        )
     if field == "fan.speed":
         return str(nv.nvmlDeviceGetFanSpeed(h))
     if field == "pstate":
@@ -597,8 +644,11 @@ def _smi_value(nv: FakeNVML, h: FakeHandle, index: int, field: str) -> str:
     if field == "clocks_throttle_reasons.active":
         return f"0x{nv.nvmlDeviceGetCurrentClocksThrottleReasons(h):016x}"
     if field == "ecc.errors.uncorrected.volatile.total":
-        return str(nv.nvmlDeviceGetTotalEccErrors(
-            h, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_VOLATILE_ECC))
+        return str(
+            nv.nvmlDeviceGetTotalEccErrors(
+                h, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_VOLATILE_ECC
+            )
+        )
     if field == "persistence_mode":
         return "Enabled" if nv.nvmlDeviceGetPersistenceMode(h) == 1 else "Disabled"
     if field == "mig.mode.current":
@@ -608,8 +658,10 @@ def _smi_value(nv: FakeNVML, h: FakeHandle, index: int, field: str) -> str:
     raise KeyError(f"fake nvidia-smi: no rendering for field {field!r}")
 
 
-def fake_nvidia_smi(scenario: dict[str, Any], fields: list[str] | tuple[str, ...],
-                    ) -> tuple[str, str]:
+def fake_nvidia_smi(
+    scenario: dict[str, Any],
+    fields: list[str] | tuple[str, ...],
+) -> tuple[str, str]:
     """What ``nvidia-smi --query-gpu=<fields> --format=csv,noheader,nounits`` and
     ``nvidia-smi --query-compute-apps=gpu_uuid,pid,used_memory --format=csv,noheader,nounits``
     print for a scenario's GPU state: ``(query_gpu_text, compute_apps_text)``.

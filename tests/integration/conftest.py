@@ -108,8 +108,11 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     """The one line that says why the integration tests were skipped (also without -rs)."""
     if not _not_up or _not_up[0] is None:
         return
-    skipped = [r for r in terminalreporter.stats.get("skipped", [])
-               if "integration" in getattr(r, "keywords", {})]
+    skipped = [
+        r
+        for r in terminalreporter.stats.get("skipped", [])
+        if "integration" in getattr(r, "keywords", {})
+    ]
     if skipped:
         terminalreporter.write_line(f"{len(skipped)} integration tests skipped: {_not_up[0]}")
 
@@ -133,14 +136,30 @@ class CLI:
     def argv(self, *args: str, profile: Path | None = None) -> list[str]:
         return [sys.executable, "-m", "console.cli", "-p", str(profile or self.profile), *args]
 
-    def run(self, *args: str, profile: Path | None = None, timeout: float = 240,
-            ) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(self.argv(*args, profile=profile), env=self.env(), cwd=REPO,
-                              capture_output=True, text=True, timeout=timeout)
+    def run(
+        self,
+        *args: str,
+        profile: Path | None = None,
+        timeout: float = 240,
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            self.argv(*args, profile=profile),
+            env=self.env(),
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
 
     def popen(self, *args: str) -> subprocess.Popen[str]:
-        return subprocess.Popen(self.argv(*args), env=self.env(), cwd=REPO, text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        return subprocess.Popen(
+            self.argv(*args),
+            env=self.env(),
+            cwd=REPO,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
 
     def spec(self, name: str, **fields: Any) -> Path:
         """Write a job spec running train_ddp.py from the examples folder."""
@@ -196,8 +215,11 @@ def _cleanup_containers(request: pytest.FixtureRequest, tmp_path: Path) -> Itera
         try:
             # only jobs submitted from this store: a `ps` adopts every job it finds on the
             # hosts (spec without a name), including other runs' jobs, which are not ours
-            ids.update(row[0] for row in con.execute("SELECT id, spec_json FROM jobs")
-                       if "name" in json.loads(row[1] or "{}"))
+            ids.update(
+                row[0]
+                for row in con.execute("SELECT id, spec_json FROM jobs")
+                if "name" in json.loads(row[1] or "{}")
+            )
         except sqlite3.Error:
             pass
         finally:

@@ -220,11 +220,15 @@ class KexCloser(CuttableProxy):
             up.close()
 
 
-def known_hosts_line(listener: Listener,
-                     known_hosts: Path = Path("/var/tmp/gpuconsole-testhosts/known_hosts"),
-                     ) -> str:
+def known_hosts_line(
+    listener: Listener,
+    known_hosts: Path = Path("/var/tmp/gpuconsole-testhosts/known_hosts"),
+) -> str:
     """The known_hosts line that trusts test host a's key at this proxy's address
     (``[127.0.0.1]:<port> <key type> <key>``), read from the test hosts' known_hosts."""
-    key = next(ln.split(None, 1)[1] for ln in known_hosts.read_text().splitlines()
-               if ln.startswith("127.0.0.11 "))
+    key = next(
+        ln.split(None, 1)[1]
+        for ln in known_hosts.read_text().splitlines()
+        if ln.startswith("127.0.0.11 ")
+    )
     return f"[127.0.0.1]:{listener.port} {key}\n"

@@ -31,13 +31,15 @@ from console.service import Service
 from tests.integration.conftest import CLI, REPO
 
 
-def only(rule: str, *, interval_s: float = 0.5, jobs_refresh_s: float = 1.0,
-         **block: Any) -> AlertsConfig:
+def only(
+    rule: str, *, interval_s: float = 0.5, jobs_refresh_s: float = 1.0, **block: Any
+) -> AlertsConfig:
     """Every rule off but ``rule`` (with ``block``)."""
     data: dict[str, Any] = {r: {"enabled": False} for r in RULE_IDS}
     data[rule] = {"enabled": True, **block}
-    return AlertsConfig.model_validate({**data, "interval_s": interval_s,
-                                        "jobs_refresh_s": jobs_refresh_s})
+    return AlertsConfig.model_validate(
+        {**data, "interval_s": interval_s, "jobs_refresh_s": jobs_refresh_s}
+    )
 
 
 class Changes:
@@ -51,36 +53,43 @@ class Changes:
         assert isinstance(ev, AlertChanged)
         self.seen.append(ev)
 
-    async def wait(self, pred: Callable[[AlertChanged], bool], timeout: float,
-                   what: str) -> AlertChanged:
+    async def wait(
+        self, pred: Callable[[AlertChanged], bool], timeout: float, what: str
+    ) -> AlertChanged:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for c in self.seen:
                 if pred(c):
                     return c
             await asyncio.sleep(0.1)
-        raise AssertionError(f"timed out after {timeout} s waiting for {what}; saw "
-                             f"{[(c.change, c.alert.key) for c in self.seen]}")
+        raise AssertionError(
+            f"timed out after {timeout} s waiting for {what}; saw "
+            f"{[(c.change, c.alert.key) for c in self.seen]}"
+        )
 
 
 def _pidfile(host: str) -> Path:
-    return Path(os.environ.get(f"GPUCONSOLE_TESTHOST_{host.upper()}_PIDFILE",
-                               f"/var/tmp/gpuconsole-testhosts/{host}/sshd.pid"))
+    return Path(
+        os.environ.get(
+            f"GPUCONSOLE_TESTHOST_{host.upper()}_PIDFILE",
+            f"/var/tmp/gpuconsole-testhosts/{host}/sshd.pid",
+        )
+    )
 
 
 def _stop_sshd(host: str) -> None:
     """Stop a test host's sshd (the listener) and kill its sessions (open connections)."""
     master = int(_pidfile(host).read_text().split()[0])
-    children = subprocess.run(["pgrep", "-P", str(master)], capture_output=True,
-                              text=True).stdout.split()
+    children = subprocess.run(
+        ["pgrep", "-P", str(master)], capture_output=True, text=True
+    ).stdout.split()
     os.kill(master, signal.SIGTERM)
     for pid in children:
         os.kill(int(pid), signal.SIGKILL)
 
 
 def _start_sshd() -> None:
-    subprocess.run(["bash", str(REPO / "scripts/testhosts/up")], check=True,
-                   capture_output=True)
+    subprocess.run(["bash", str(REPO / "scripts/testhosts/up")], check=True, capture_output=True)
 
 
 async def test_host_unreachable_fires_after_for_s_and_resolves_when_sshd_is_back(
@@ -124,8 +133,21 @@ async def test_host_unreachable_fires_after_for_s_and_resolves_when_sshd_is_back
 async def test_job_failed_fires_with_the_diagnosis_of_the_failing_rank(cli: CLI) -> None:
     """Real: a torchrun job whose rank 1 raises at step 2 (train_ddp.py --fail-rank)."""
     name = f"alert-fail-{uuid.uuid4().hex[:4]}"
-    spec = cli.spec(name, args=["--steps", "6", "--out", "/out", "--workers", "0",
-                                "--fail-rank", "1", "--fail-step", "2"])
+    spec = cli.spec(
+        name,
+        args=[
+            "--steps",
+            "6",
+            "--out",
+            "/out",
+            "--workers",
+            "0",
+            "--fail-rank",
+            "1",
+            "--fail-step",
+            "2",
+        ],
+    )
     res = cli.run("submit", str(spec))
     assert res.returncode == 0, res.stderr
     job_id = res.stdout.strip()
@@ -135,12 +157,12 @@ async def test_job_failed_fires_with_the_diagnosis_of_the_failing_rank(cli: CLI)
     try:
         await watcher.start()
         fired = await changes.wait(
-            lambda c: c.change == "fired" and c.alert.job == name, 180, "job_failed")
+            lambda c: c.change == "fired" and c.alert.job == name, 180, "job_failed"
+        )
         a = fired.alert
         assert a.key == f"job_failed/job/{name}" and a.severity == "critical"
         assert a.details["job_id"] == job_id
-        assert "RuntimeError: injected failure on rank 1 at step 2" in str(
-            a.details["diagnosis"])
+        assert "RuntimeError: injected failure on rank 1 at step 2" in str(a.details["diagnosis"])
         assert a.details["rank"] == 1 and a.details["exit_code"] == 1
         assert "injected failure on rank 1" in a.summary
         # one page: later rounds do not fire it again
@@ -159,8 +181,9 @@ async def test_job_hung_fires_for_a_silent_job_and_resolves_when_it_is_stopped(
     """Real: a torchrun job that prints its startup lines and then sleeps 600 s in its first
     step. The hosts have no GPUs, so the rule judges by the log alone (``gpu_use`` says so)."""
     name = f"alert-hung-{uuid.uuid4().hex[:4]}"
-    spec = cli.spec(name, args=["--steps", "2", "--out", "/out", "--workers", "0",
-                                "--step-sleep", "600"])
+    spec = cli.spec(
+        name, args=["--steps", "2", "--out", "/out", "--workers", "0", "--step-sleep", "600"]
+    )
     res = cli.run("submit", str(spec))
     assert res.returncode == 0, res.stderr
     job_id = res.stdout.strip()
@@ -171,13 +194,13 @@ async def test_job_hung_fires_for_a_silent_job_and_resolves_when_it_is_stopped(
         # torchrun's own banner comes seconds before the script's startup line on a busy
         # machine, and that silence is a real hang of for_s too: watch from the startup line
         deadline = time.monotonic() + 180
-        while not any("local_rank" in ln.text
-                      for ln in await svc.read_logs(svc.find_job(job_id))):
+        while not any("local_rank" in ln.text for ln in await svc.read_logs(svc.find_job(job_id))):
             assert time.monotonic() < deadline, "no startup line in 180 s"
             await asyncio.sleep(0.5)
         await watcher.start()
         fired = await changes.wait(
-            lambda c: c.change == "fired" and c.alert.job == name, 180, "job_hung")
+            lambda c: c.change == "fired" and c.alert.job == name, 180, "job_hung"
+        )
         a = fired.alert
         assert a.key == f"job_hung/job/{name}" and a.severity == "critical"
         assert a.details["job_id"] == job_id
@@ -191,7 +214,8 @@ async def test_job_hung_fires_for_a_silent_job_and_resolves_when_it_is_stopped(
         assert fired.at - max(a.since, last_line) >= 4
         await svc.stop(svc.find_job(job_id), grace=1)
         resolved = await changes.wait(
-            lambda c: c.change == "resolved" and c.alert.job == name, 60, "resolved")
+            lambda c: c.change == "resolved" and c.alert.job == name, 60, "resolved"
+        )
         assert resolved.alert.key == a.key
     finally:
         await watcher.close()

@@ -30,8 +30,9 @@ from tests.integration.conftest import CLI, REPO
 SIZE = (160, 48)
 
 
-async def until(pilot: object, pred: Callable[[], object], timeout: float = 90,
-                what: str = "") -> object:
+async def until(
+    pilot: object, pred: Callable[[], object], timeout: float = 90, what: str = ""
+) -> object:
     """Wait (letting the app run) until ``pred()`` is truthy."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -67,8 +68,11 @@ def jobs_screen(app: GpuConsoleApp) -> JobsScreen:
 async def test_submit_from_jobs_view_follow_both_nodes_to_success(app_env: CLI) -> None:
     cli = app_env
     name = f"pilot-{uuid.uuid4().hex[:4]}"
-    spec = cli.spec(name, nodes=["a", "b"], args=["--steps", "40", "--out", "/out",
-                                                  "--workers", "0", "--step-sleep", "0.05"])
+    spec = cli.spec(
+        name,
+        nodes=["a", "b"],
+        args=["--steps", "40", "--out", "/out", "--workers", "0", "--step-sleep", "0.05"],
+    )
     app = make_app(cli)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("2")
@@ -78,16 +82,22 @@ async def test_submit_from_jobs_view_follow_both_nodes_to_success(app_env: CLI) 
         for ch in str(spec):
             await pilot.press(ch if ch != "/" else "slash")
         await pilot.press("enter")
-        confirm = await until(pilot, lambda: isinstance(app.screen, ConfirmScreen)
-                              and app.screen, what="the plan to confirm")
+        confirm = await until(
+            pilot,
+            lambda: isinstance(app.screen, ConfirmScreen) and app.screen,
+            what="the plan to confirm",
+        )
         assert isinstance(confirm, ConfirmScreen)
         # the dry-run plan: both nodes' docker run lines and torchrun with world size 4
         assert "docker run" in confirm.detail
         assert "--nnodes 2" in confirm.detail or "--nnodes=2" in confirm.detail
         assert confirm.detail.count("docker run") == 2
         await pilot.press("y")
-        logs = await until(pilot, lambda: isinstance(app.screen, LogsScreen) and app.screen,
-                           what="log panes of the new job")
+        logs = await until(
+            pilot,
+            lambda: isinstance(app.screen, LogsScreen) and app.screen,
+            what="log panes of the new job",
+        )
         assert isinstance(logs, LogsScreen)
         job_id = logs.job.id
         assert job_id.startswith(name)
@@ -95,13 +105,18 @@ async def test_submit_from_jobs_view_follow_both_nodes_to_success(app_env: CLI) 
         panes = logs.query_one(LogPanes)
         assert len(panes.panes) == 2
         # both nodes' panes get their ranks' step lines
-        await until(pilot, lambda: all(
-            any("step 40/40" in b[i].plain for i in range(len(b)))
-            for b in logs.by_node.values()), timeout=180, what="the last step on both nodes")
+        await until(
+            pilot,
+            lambda: all(
+                any("step 40/40" in b[i].plain for i in range(len(b)))
+                for b in logs.by_node.values()
+            ),
+            timeout=180,
+            what="the last step on both nodes",
+        )
         ranks = {k for k in logs.by_rank}
         assert ranks == {(0, 0), (0, 1), (1, 2), (1, 3)}
-        await until(pilot, lambda: logs.job.state == "succeeded", timeout=120,
-                    what="job succeeded")
+        await until(pilot, lambda: logs.job.state == "succeeded", timeout=120, what="job succeeded")
         assert all(n.exit_code == 0 for n in logs.job.nodes)
         await pilot.pause(0.3)
         for pane in panes.panes:
@@ -126,15 +141,17 @@ async def test_submit_from_jobs_view_follow_both_nodes_to_success(app_env: CLI) 
         await pilot.press("escape")  # clear search
         # ctrl+s: asks where (default: the cwd), writes the whole log of the node
         await pilot.press("ctrl+s")
-        ask = await until(pilot, lambda: isinstance(app.screen, AskScreen) and app.screen,
-                          what="save prompt")
+        ask = await until(
+            pilot, lambda: isinstance(app.screen, AskScreen) and app.screen, what="save prompt"
+        )
         field = ask.query_one(Input)  # type: ignore[union-attr]
         assert field.value == str(Path.cwd() / f"{job_id}-node0.log")
         saved = cli.tmp / "saved-node0.log"
         field.value = str(saved)
         await pilot.press("enter")
-        await until(pilot, lambda: saved.is_file() and "step 40/40" in saved.read_text(),
-                    what="saved log")
+        await until(
+            pilot, lambda: saved.is_file() and "step 40/40" in saved.read_text(), what="saved log"
+        )
         text = saved.read_text()
         assert "[n0 r0] step 40/40" in text and "[n0 r1] step 40/40" in text
         assert "[n1 " not in text
@@ -149,9 +166,10 @@ async def test_submit_from_jobs_view_follow_both_nodes_to_success(app_env: CLI) 
 
 async def test_stop_with_confirmation_describe_and_readonly(app_env: CLI) -> None:
     cli = app_env
-    spec = cli.spec(f"stop-{uuid.uuid4().hex[:4]}",
-                    args=["--steps", "500", "--step-sleep", "0.2", "--out", "/out",
-                          "--workers", "0"])
+    spec = cli.spec(
+        f"stop-{uuid.uuid4().hex[:4]}",
+        args=["--steps", "500", "--step-sleep", "0.2", "--out", "/out", "--workers", "0"],
+    )
     res = cli.run("submit", str(spec))
     assert res.returncode == 0, res.stderr
     job_id = res.stdout.strip()
@@ -174,23 +192,30 @@ async def test_stop_with_confirmation_describe_and_readonly(app_env: CLI) -> Non
         await pilot.press("2")
         await until(pilot, lambda: job_id in jobs_screen(app).jobs, what="job listed")
         await pilot.press("d")
-        text = await until(pilot, lambda: isinstance(app.screen, TextScreen) and app.screen,
-                           what="describe")
+        text = await until(
+            pilot, lambda: isinstance(app.screen, TextScreen) and app.screen, what="describe"
+        )
         assert isinstance(text, TextScreen)
         assert f"job {job_id}" in text.text
         assert "docker run" in text.text and "--cap-drop ALL" in text.text
-        assert "torchrun: torchrun --nnodes 1 --nproc-per-node 2" in text.text.replace(
-            "=", " ")
+        assert "torchrun: torchrun --nnodes 1 --nproc-per-node 2" in text.text.replace("=", " ")
         await pilot.press("escape")
         await pilot.press("S")
-        confirm = await until(pilot, lambda: isinstance(app.screen, ConfirmScreen)
-                              and app.screen, what="stop confirmation")
+        confirm = await until(
+            pilot,
+            lambda: isinstance(app.screen, ConfirmScreen) and app.screen,
+            what="stop confirmation",
+        )
         assert isinstance(confirm, ConfirmScreen)
         assert confirm.detail.startswith("a: docker stop --time ")
         assert f"gpuconsole-{job_id}-n0" in confirm.detail
         await pilot.press("y")
-        await until(pilot, lambda: jobs_screen(app).jobs[job_id].state == "stopped",
-                    timeout=60, what="job stopped")
+        await until(
+            pilot,
+            lambda: jobs_screen(app).jobs[job_id].state == "stopped",
+            timeout=60,
+            what="job stopped",
+        )
     res = cli.run("ps", "--json")
     assert f'"{job_id}"' in res.stdout and '"stopped"' in res.stdout
 
@@ -209,14 +234,20 @@ async def test_host_whose_sshd_stops_shows_down_and_comes_back(app_env: CLI) -> 
     pidfile = Path("/var/tmp/gpuconsole-testhosts/b/sshd.pid")
     app = make_app(app_env)
     async with app.run_test(size=SIZE) as pilot:
+
         def status(h: str) -> str:
             return dict((n, s) for n, s, _ in app.host_status).get(h, "")
 
-        await until(pilot, lambda: status("a") == "ok" and status("b") == "ok",
-                    timeout=60, what="both hosts ok")
+        await until(
+            pilot,
+            lambda: status("a") == "ok" and status("b") == "ok",
+            timeout=60,
+            what="both hosts ok",
+        )
         master = int(pidfile.read_text().split()[0])
-        children = subprocess.run(["pgrep", "-P", str(master)], capture_output=True,
-                                  text=True).stdout.split()
+        children = subprocess.run(
+            ["pgrep", "-P", str(master)], capture_output=True, text=True
+        ).stdout.split()
         try:
             os.kill(master, signal.SIGTERM)
             for pid in children:
@@ -225,16 +256,15 @@ async def test_host_whose_sshd_stops_shows_down_and_comes_back(app_env: CLI) -> 
             assert status("a") == "ok"
             reason = dict((n, r) for n, _, r in app.host_status)["b"]
             assert reason
-            assert "b ● down" in " ".join(
-                str(w.render()) for w in app.screen.query("StatusLine"))
+            assert "b ● down" in " ".join(str(w.render()) for w in app.screen.query("StatusLine"))
         finally:
-            subprocess.run(["bash", str(REPO / "scripts/testhosts/up")], check=True,
-                           capture_output=True)
+            subprocess.run(
+                ["bash", str(REPO / "scripts/testhosts/up")], check=True, capture_output=True
+            )
         await until(pilot, lambda: status("b") == "ok", timeout=90, what="b back")
 
 
-async def test_pane_continues_after_a_cut_ssh_connection(app_env: CLI,
-                                                         engine: object) -> None:
+async def test_pane_continues_after_a_cut_ssh_connection(app_env: CLI, engine: object) -> None:
     """The sshd session processes of host a are SIGKILLed mid-job: the node's pane goes on in
     the same pane, and at the end holds exactly the container's lines (none lost, none
     repeated)."""
@@ -244,45 +274,56 @@ async def test_pane_continues_after_a_cut_ssh_connection(app_env: CLI,
 
     cli = app_env
     pidfile = Path("/var/tmp/gpuconsole-testhosts/a/sshd.pid")
-    spec = cli.spec(f"cut-{uuid.uuid4().hex[:4]}",
-                    args=["--steps", "40", "--out", "/out", "--workers", "0",
-                          "--step-sleep", "0.15"])
+    spec = cli.spec(
+        f"cut-{uuid.uuid4().hex[:4]}",
+        args=["--steps", "40", "--out", "/out", "--workers", "0", "--step-sleep", "0.15"],
+    )
     res = cli.run("submit", str(spec))
     assert res.returncode == 0, res.stderr
     job_id = res.stdout.strip()
     app = make_app(cli)
     seen: list[str] = []
-    app.service.bus.subscribe(lambda ev: seen.append(ev.state),  # type: ignore[union-attr]
-                              kinds=(FollowStateChanged,))
+    app.service.bus.subscribe(
+        lambda ev: seen.append(ev.state),  # type: ignore[union-attr]
+        kinds=(FollowStateChanged,),
+    )
     async with app.run_test(size=SIZE) as pilot:
         job = Store().get(job_id)
         assert job is not None
         app.open_logs(job)
-        logs = await until(pilot, lambda: isinstance(app.screen, LogsScreen) and app.screen,
-                           what="log panes")
+        logs = await until(
+            pilot, lambda: isinstance(app.screen, LogsScreen) and app.screen, what="log panes"
+        )
         assert isinstance(logs, LogsScreen)
         buf = logs.by_node[0]
-        await until(pilot, lambda: any("step 5/40" in buf[i].plain for i in range(len(buf))),
-                    what="step 5")
+        await until(
+            pilot, lambda: any("step 5/40" in buf[i].plain for i in range(len(buf))), what="step 5"
+        )
         master = int(pidfile.read_text().split()[0])
-        sessions = subprocess.run(["pgrep", "-P", str(master)], capture_output=True,
-                                  text=True).stdout.split()
+        sessions = subprocess.run(
+            ["pgrep", "-P", str(master)], capture_output=True, text=True
+        ).stdout.split()
         assert sessions
         for pid in sessions:
             os.kill(int(pid), signal.SIGKILL)
-        await until(pilot, lambda: logs.job.state == "succeeded", timeout=180,
-                    what="job succeeded after the cut")
+        await until(
+            pilot,
+            lambda: logs.job.state == "succeeded",
+            timeout=180,
+            what="job succeeded after the cut",
+        )
         await pilot.pause(0.5)
         pane_lines = [(buf[i].rank, buf[i].plain) for i in range(len(buf))]
         client = docker_sdk.from_env()
         (container,) = client.containers.list(
-            all=True, filters={"label": f"io.gpuconsole.job-id={job_id}"})
+            all=True, filters={"label": f"io.gpuconsole.job-id={job_id}"}
+        )
         raw = container.logs(stdout=True, stderr=True).decode().splitlines()
         client.close()
     expected = []
     for ln in raw:
         if ln.startswith("[rank"):
-            rank, _, text = ln[len("[rank"):].partition("]:")
+            rank, _, text = ln[len("[rank") :].partition("]:")
             expected.append((int(rank), text.rstrip()))
         else:
             expected.append((None, ln.rstrip()))
@@ -291,8 +332,7 @@ async def test_pane_continues_after_a_cut_ssh_connection(app_env: CLI,
     assert sum(1 for r, t in pane_lines if t.startswith("step ")) == 80
 
 
-async def test_quit_right_after_confirming_a_submit_waits_for_the_launch(
-        app_env: CLI) -> None:
+async def test_quit_right_after_confirming_a_submit_waits_for_the_launch(app_env: CLI) -> None:
     """`q` 0.1 s after `y`: the launch finishes (all nodes) before the app exits; the job is
     recorded and running, never half-made or unrecorded."""
     import docker as docker_sdk
@@ -301,8 +341,11 @@ async def test_quit_right_after_confirming_a_submit_waits_for_the_launch(
 
     cli = app_env
     name = f"quit-{uuid.uuid4().hex[:4]}"
-    spec = cli.spec(name, nodes=["a", "b"], args=["--steps", "300", "--out", "/out",
-                                                  "--workers", "0", "--step-sleep", "0.2"])
+    spec = cli.spec(
+        name,
+        nodes=["a", "b"],
+        args=["--steps", "300", "--out", "/out", "--workers", "0", "--step-sleep", "0.2"],
+    )
     app = make_app(cli)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("2")
@@ -322,15 +365,17 @@ async def test_quit_right_after_confirming_a_submit_waits_for_the_launch(
     client = docker_sdk.from_env()
     try:
         found = client.containers.list(
-            all=True, filters={"label": f"io.gpuconsole.job-id={jobs[0].id}"})
+            all=True, filters={"label": f"io.gpuconsole.job-id={jobs[0].id}"}
+        )
         assert len(found) == 2 and {c.status for c in found} == {"running"}
     finally:
         client.close()
     cli.run("stop", jobs[0].id, "--grace", "1")
 
 
-async def test_jobs_view_shows_what_is_known_while_a_host_is_late(app_env: CLI,
-                                                                   tmp_path: Path) -> None:
+async def test_jobs_view_shows_what_is_known_while_a_host_is_late(
+    app_env: CLI, tmp_path: Path
+) -> None:
     """A host that never answers holds the first reconcile until its deadline (30 s); the
     jobs view shows the stored jobs (last known states) at once meanwhile."""
     import yaml
@@ -341,22 +386,46 @@ async def test_jobs_view_shows_what_is_known_while_a_host_is_late(app_env: CLI,
     stall = StallServer()
     try:
         prof = yaml.safe_load(app_env.profile.read_text())
-        prof["hosts"]["late"] = {"hostname": "127.0.0.1", "port": stall.port, "user": "root",
-                                 "identity_file": prof["hosts"]["a"]["identity_file"]}
+        prof["hosts"]["late"] = {
+            "hostname": "127.0.0.1",
+            "port": stall.port,
+            "user": "root",
+            "identity_file": prof["hosts"]["a"]["identity_file"],
+        }
         path = tmp_path / "late.yaml"
         path.write_text(yaml.safe_dump(prof))
         job_id = f"known-{uuid.uuid4().hex[:6]}"
-        Store().add_job(JobRecord(
-            id=job_id, name="known", profile="late", profile_source=str(path), spec={},
-            spec_hash="0" * 12, created_at=time.time(), node_count=1, state="running",
-            nodes=[NodeRecord(job_id=job_id, node_rank=0, host="late",
-                              container_name=f"{job_id}-n0", state="running")]))
-        app = GpuConsoleApp(Service(load_profile_file(path)),
-                            config=AppConfig(jobs_refresh_s=2))
+        Store().add_job(
+            JobRecord(
+                id=job_id,
+                name="known",
+                profile="late",
+                profile_source=str(path),
+                spec={},
+                spec_hash="0" * 12,
+                created_at=time.time(),
+                node_count=1,
+                state="running",
+                nodes=[
+                    NodeRecord(
+                        job_id=job_id,
+                        node_rank=0,
+                        host="late",
+                        container_name=f"{job_id}-n0",
+                        state="running",
+                    )
+                ],
+            )
+        )
+        app = GpuConsoleApp(Service(load_profile_file(path)), config=AppConfig(jobs_refresh_s=2))
         async with app.run_test(size=SIZE) as pilot:
             t0 = time.monotonic()
-            await until(pilot, lambda: job_id in jobs_screen(app).jobs, timeout=20,
-                        what="the stored job in the jobs view")
+            await until(
+                pilot,
+                lambda: job_id in jobs_screen(app).jobs,
+                timeout=20,
+                what="the stored job in the jobs view",
+            )
             assert time.monotonic() - t0 < 10  # not after the reconcile's 30 s deadline
             assert jobs_screen(app).jobs[job_id].state == "running"
     finally:
@@ -384,7 +453,8 @@ async def test_a_job_is_pending_until_its_first_line(app_env: CLI, tmp_path: Pat
         "while not os.path.exists('/out/go'):\n"
         "    time.sleep(0.1)\n"
         "print('first line', flush=True)\n"
-        "time.sleep(600)\n")
+        "time.sleep(600)\n"
+    )
     out = cli.tmp / "out" / name
     out.mkdir(parents=True)
     spec = cli.spec(name, workdir=str(work), script="silent.py", args=[], nproc_per_node=1)
@@ -397,17 +467,27 @@ async def test_a_job_is_pending_until_its_first_line(app_env: CLI, tmp_path: Pat
             await pilot.press("2")
             await until(pilot, lambda: job_id in jobs_screen(app).jobs, what="job listed")
             # a reconcile that saw its container running and no line yet
-            await until(pilot, lambda: (j := jobs_screen(app).jobs[job_id]).nodes[0]
-                        .started_at is not None and j.state == "pending", timeout=60,
-                        what="pending, its container started")
+            await until(
+                pilot,
+                lambda: (
+                    (j := jobs_screen(app).jobs[job_id]).nodes[0].started_at is not None
+                    and j.state == "pending"
+                ),
+                timeout=60,
+                what="pending, its container started",
+            )
             row = cli.run("ps").stdout
             assert f"{job_id}" in row and "pending" in row
             job = ps_job(cli, job_id)
             assert job["state"] == "pending", job
             assert [n["state"] for n in job["nodes"]] == ["pending"]  # type: ignore[attr-defined]
             (out / "go").write_text("")
-            await until(pilot, lambda: jobs_screen(app).jobs[job_id].state == "running",
-                        timeout=60, what="running after its first line")
+            await until(
+                pilot,
+                lambda: jobs_screen(app).jobs[job_id].state == "running",
+                timeout=60,
+                what="running after its first line",
+            )
         assert ps_job(cli, job_id)["state"] == "running"
         assert "first line" in cli.run("logs", job_id).stdout
     finally:
@@ -422,9 +502,10 @@ async def test_a_stopped_job_exits_143_and_d_removes_it(app_env: CLI) -> None:
     import docker as docker_sdk
 
     cli = app_env
-    spec = cli.spec(f"exit-{uuid.uuid4().hex[:4]}",
-                    args=["--steps", "500", "--step-sleep", "0.2", "--out", "/out",
-                          "--workers", "0"])
+    spec = cli.spec(
+        f"exit-{uuid.uuid4().hex[:4]}",
+        args=["--steps", "500", "--step-sleep", "0.2", "--out", "/out", "--workers", "0"],
+    )
     res = cli.run("submit", str(spec))
     assert res.returncode == 0, res.stderr
     job_id = res.stdout.strip()
@@ -440,8 +521,12 @@ async def test_a_stopped_job_exits_143_and_d_removes_it(app_env: CLI) -> None:
         app.notify = record  # type: ignore[method-assign]
         await pilot.press("2")
         await until(pilot, lambda: job_id in jobs_screen(app).jobs, what="job listed")
-        await until(pilot, lambda: "step 2/500" in cli.run("logs", job_id).stdout,
-                    timeout=120, what="training steps")
+        await until(
+            pilot,
+            lambda: "step 2/500" in cli.run("logs", job_id).stdout,
+            timeout=120,
+            what="training steps",
+        )
         jobs_screen(app).set_filter(f"job:{job_id}")
         await pilot.pause()
         await pilot.press("D")
@@ -451,8 +536,12 @@ async def test_a_stopped_job_exits_143_and_d_removes_it(app_env: CLI) -> None:
         await pilot.press("S")
         await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="stop confirm")
         await pilot.press("y")
-        await until(pilot, lambda: jobs_screen(app).jobs[job_id].state == "stopped",
-                    timeout=90, what="job stopped")
+        await until(
+            pilot,
+            lambda: jobs_screen(app).jobs[job_id].state == "stopped",
+            timeout=90,
+            what="job stopped",
+        )
         job = jobs_screen(app).jobs[job_id]
         assert job.exit_code == 143, job
         table = jobs_screen(app).query_one("#jobs-table")
@@ -467,12 +556,19 @@ async def test_a_stopped_job_exits_143_and_d_removes_it(app_env: CLI) -> None:
             client.close()
         assert node_codes == [recorded["ExitCode"]]  # Docker's own code, kept per node
         await pilot.press("D")
-        confirm = await until(pilot, lambda: isinstance(app.screen, ConfirmScreen)
-                              and app.screen, what="remove confirm")
+        confirm = await until(
+            pilot,
+            lambda: isinstance(app.screen, ConfirmScreen) and app.screen,
+            what="remove confirm",
+        )
         assert isinstance(confirm, ConfirmScreen)
         assert confirm.detail.splitlines()[0] == f"a: docker rm gpuconsole-{job_id}-n0"
         await pilot.press("y")
-        await until(pilot, lambda: jobs_screen(app).jobs[job_id].removed_at is not None,
-                    timeout=90, what="job removed")
+        await until(
+            pilot,
+            lambda: jobs_screen(app).jobs[job_id].removed_at is not None,
+            timeout=90,
+            what="job removed",
+        )
     assert ps_job(cli, job_id)["state"] == "removed"
     assert "step 2/500" in cli.run("logs", job_id).stdout  # archived first

@@ -26,16 +26,27 @@ class Tmux:
         self.width, self.height = width, height
 
     def tmux(self, *args: str) -> str:
-        res = subprocess.run(["tmux", "-S", self.sock, *args], capture_output=True, text=True,
-                             timeout=30)
+        res = subprocess.run(
+            ["tmux", "-S", self.sock, *args], capture_output=True, text=True, timeout=30
+        )
         if res.returncode != 0:
             raise AssertionError(f"tmux {' '.join(args)}: {res.stderr}")
         return res.stdout
 
     def start(self, env: dict[str, str]) -> None:
         envs = [x for k, v in env.items() for x in ("-e", f"{k}={v}")]
-        self.tmux("new-session", "-d", "-s", "gc", "-x", str(self.width), "-y",
-                  str(self.height), *envs, "bash --norc --noprofile")
+        self.tmux(
+            "new-session",
+            "-d",
+            "-s",
+            "gc",
+            "-x",
+            str(self.width),
+            "-y",
+            str(self.height),
+            *envs,
+            "bash --norc --noprofile",
+        )
         self.tmux("set-option", "-g", "status", "off")
 
     def keys(self, *keys: str) -> None:
@@ -72,15 +83,17 @@ def tmux(tmp_path: Path) -> Iterator[Tmux]:
 
 
 def test_app_in_tmux_logs_help_and_clean_exit(cli: CLI, tmux: Tmux) -> None:
-    spec = cli.spec(f"tmux-{uuid.uuid4().hex[:4]}",
-                    args=["--steps", "300", "--step-sleep", "0.2", "--out", "/out",
-                          "--workers", "0"])
+    spec = cli.spec(
+        f"tmux-{uuid.uuid4().hex[:4]}",
+        args=["--steps", "300", "--step-sleep", "0.2", "--out", "/out", "--workers", "0"],
+    )
     res = cli.run("submit", str(spec))
     assert res.returncode == 0, res.stderr
     job_id = res.stdout.strip()
 
-    env = {k: v for k, v in cli.env().items()
-           if k.startswith(("GPUCONSOLE_", "PATH", "HOME", "LANG"))}
+    env = {
+        k: v for k, v in cli.env().items() if k.startswith(("GPUCONSOLE_", "PATH", "HOME", "LANG"))
+    }
     tmux.start(env | {"TERM": "xterm-256color"})
     cmd = shlex.join([sys.executable, "-m", "console.cli", "-p", str(cli.profile)])
     tmux.type(f"cd {shlex.quote(str(REPO))} && {cmd}")
@@ -136,8 +149,9 @@ def test_app_in_tmux_logs_help_and_clean_exit(cli: CLI, tmux: Tmux) -> None:
 
 def _start_app(cli: CLI, tmux: Tmux) -> None:
     """The outer shell in tmux, then the app in it (the fleet view with both hosts)."""
-    env = {k: v for k, v in cli.env().items()
-           if k.startswith(("GPUCONSOLE_", "PATH", "HOME", "LANG"))}
+    env = {
+        k: v for k, v in cli.env().items() if k.startswith(("GPUCONSOLE_", "PATH", "HOME", "LANG"))
+    }
     tmux.start(env | {"TERM": "xterm-256color"})
     cmd = shlex.join([sys.executable, "-m", "console.cli", "-p", str(cli.profile)])
     tmux.type(f"cd {shlex.quote(str(REPO))} && {cmd}")
@@ -189,8 +203,10 @@ def _shell_round(tmux: Tmux, job_id: str, leak: Path, ticks: int) -> str:
     tmux.keys("x")
     tmux.wait_for("/workspace#", timeout=30)
     assert tmux.fmt("#{alternate_on}") == "0"
-    tmux.type(f"for i in $(seq 1 {ticks}); do echo tick-$i-of-{ticks}; sleep 1; done; "
-              f"touch {leak} 2>/dev/null; echo loop-done")
+    tmux.type(
+        f"for i in $(seq 1 {ticks}); do echo tick-$i-of-{ticks}; sleep 1; done; "
+        f"touch {leak} 2>/dev/null; echo loop-done"
+    )
     tmux.keys("Enter")
     screen = tmux.wait_for(f"tick-{ticks}-of-{ticks}", timeout=ticks + 30)
     assert all(f"tick-{i}-of-{ticks}" in screen for i in range(1, ticks + 1)), screen
@@ -209,9 +225,10 @@ def test_x_on_a_running_job_hands_the_terminal_over_and_back(cli: CLI, tmux: Tmu
     nothing while suspended, so its loop, which carries the shell's I/O, never blocks),
     ``exit`` returns to a fully drawn app that answers keys, and nothing typed for the
     container ever reaches the outer shell."""
-    spec = cli.spec(f"tmux-x-{uuid.uuid4().hex[:4]}",
-                    args=["--steps", "900", "--step-sleep", "0.1", "--out", "/out",
-                          "--workers", "0"])
+    spec = cli.spec(
+        f"tmux-x-{uuid.uuid4().hex[:4]}",
+        args=["--steps", "900", "--step-sleep", "0.1", "--out", "/out", "--workers", "0"],
+    )
     res = cli.run("submit", str(spec))
     assert res.returncode == 0, res.stderr
     job_id = res.stdout.strip()
@@ -251,8 +268,7 @@ def test_x_on_a_finished_job_says_so_and_keeps_the_app(cli: CLI, tmux: Tmux) -> 
     spec = cli.spec(f"tmux-done-{uuid.uuid4().hex[:4]}")
     res = cli.run("submit", str(spec), "--follow")
     assert res.returncode == 0, res.stderr
-    (job,) = [j for j in json.loads(cli.run("ps", "--json").stdout)
-              if j["name"] == spec.stem]
+    (job,) = [j for j in json.loads(cli.run("ps", "--json").stdout) if j["name"] == spec.stem]
     assert job["state"] == "succeeded", job
     job_id = job["id"]
     _start_app(cli, tmux)

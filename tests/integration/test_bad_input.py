@@ -55,8 +55,9 @@ def test_unknown_field(cli: CLI, engine: docker.DockerClient) -> None:
 
 def test_bad_value_names_field_and_line(cli: CLI) -> None:
     spec = cli.spec("badvalue", max_restarts=-1)
-    line_no = next(i for i, ln in enumerate(spec.read_text().splitlines(), 1)
-                   if ln.startswith("max_restarts:"))
+    line_no = next(
+        i for i, ln in enumerate(spec.read_text().splitlines(), 1) if ln.startswith("max_restarts:")
+    )
     res = cli.run("submit", str(spec))
     assert_clean_error(res, 2, f"{spec}:{line_no}:", "max_restarts")
 
@@ -69,8 +70,11 @@ def test_unknown_host(cli: CLI, engine: docker.DockerClient) -> None:
     no_containers(engine, "unknownhost")
 
 
-def _profile_with(cli: CLI, edit: dict[str, object], hosts: dict[str, object] | None = None,
-                  ) -> Path:
+def _profile_with(
+    cli: CLI,
+    edit: dict[str, object],
+    hosts: dict[str, object] | None = None,
+) -> Path:
     data = yaml.safe_load(cli.profile.read_text())
     data.update(edit)
     if hosts:
@@ -114,8 +118,14 @@ def test_missing_known_hosts_file_trusts_no_key(cli: CLI) -> None:
     for config in ("", "Host *\n  UserKnownHostsFile none\n"):
         (home / ".ssh" / "config").write_text(config)
         env = {**cli.env(), "HOME": str(home)}
-        res = subprocess.run(cli.argv("ps", "--json", "--hosts", profile=prof), env=env,
-                             cwd=REPO, capture_output=True, text=True, timeout=240)
+        res = subprocess.run(
+            cli.argv("ps", "--json", "--hosts", profile=prof),
+            env=env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
         assert res.returncode == 0, res.stderr
         hosts = {h["host"]: h for h in json.loads(res.stdout)["hosts"]}
         for name in ("a", "b"):
@@ -152,8 +162,11 @@ def test_accept_new_adds_one_line_for_hosts_sharing_an_address(cli: CLI) -> None
     kh = cli.tmp / "kh"
     kh.write_text("# kept by hand, no newline at the end")
     base = yaml.safe_load(cli.profile.read_text())["hosts"]["a"]
-    prof = _profile_with(cli, {"known_hosts": str(kh), "accept_new_host_keys": True},
-                         {f"a{i}": dict(base) for i in range(2, 5)})
+    prof = _profile_with(
+        cli,
+        {"known_hosts": str(kh), "accept_new_host_keys": True},
+        {f"a{i}": dict(base) for i in range(2, 5)},
+    )
     res = cli.run("ps", "--json", "--hosts", profile=prof)
     assert res.returncode == 0, res.stderr
     hosts = {h["host"]: h["status"] for h in json.loads(res.stdout)["hosts"]}
@@ -173,8 +186,13 @@ def test_image_that_does_not_exist(cli: CLI, engine: docker.DockerClient) -> Non
 def test_more_processes_than_gpus(cli: CLI, engine: docker.DockerClient) -> None:
     spec = cli.spec("toomany", gpus_per_node=2, nproc_per_node=4)
     res = cli.run("submit", str(spec))
-    assert_clean_error(res, 2, str(spec), "nproc_per_node",
-                       "more processes than GPUs: nproc_per_node 4 > 2 GPU(s) per node")
+    assert_clean_error(
+        res,
+        2,
+        str(spec),
+        "nproc_per_node",
+        "more processes than GPUs: nproc_per_node 4 > 2 GPU(s) per node",
+    )
     no_containers(engine, "toomany")
 
 
@@ -197,8 +215,9 @@ def test_dry_run_masks_secrets_and_creates_nothing(
     cli: CLI, engine: docker.DockerClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("GPUCONSOLE_TEST_TOKEN", "s3cr3t-value")
-    spec = cli.spec("dry", nodes=["a", "b"], env={"TOKEN": "${GPUCONSOLE_TEST_TOKEN}",
-                                                  "PLAIN": "visible"})
+    spec = cli.spec(
+        "dry", nodes=["a", "b"], env={"TOKEN": "${GPUCONSOLE_TEST_TOKEN}", "PLAIN": "visible"}
+    )
     res = cli.run("submit", str(spec), "--dry-run")
     assert res.returncode == 0, res.stderr
     assert "s3cr3t-value" not in res.stdout + res.stderr
@@ -216,20 +235,34 @@ def test_secret_reaches_the_container_but_not_the_store(
     cli: CLI, engine: docker.DockerClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("GPUCONSOLE_TEST_TOKEN", "s3cr3t-value")
-    spec = cli.spec("secretrun", env={"TOKEN": "${GPUCONSOLE_TEST_TOKEN}"},
-                    args=["--steps", "1", "--out", "/out", "--workers", "0"])
+    spec = cli.spec(
+        "secretrun",
+        env={"TOKEN": "${GPUCONSOLE_TEST_TOKEN}"},
+        args=["--steps", "1", "--out", "/out", "--workers", "0"],
+    )
     res = cli.run("submit", str(spec))
     assert res.returncode == 0, res.stderr
     (c,) = job_containers(engine, job_name="secretrun")
     assert "TOKEN=s3cr3t-value" in c.attrs["Config"]["Env"]
     assert "s3cr3t-value" not in (cli.state_dir / "jobs.sqlite3").read_bytes().decode(
-        errors="replace")
+        errors="replace"
+    )
 
 
 def test_jump_host_offers_the_profile_key_on_both_hops(cli: CLI) -> None:
     key = yaml.safe_load(cli.profile.read_text())["hosts"]["a"]["identity_file"]
-    prof = _profile_with(cli, {}, {"bj": {"hostname": "127.0.0.12", "user": "root",
-                                          "identity_file": key, "jump": "root@127.0.0.11:22"}})
+    prof = _profile_with(
+        cli,
+        {},
+        {
+            "bj": {
+                "hostname": "127.0.0.12",
+                "user": "root",
+                "identity_file": key,
+                "jump": "root@127.0.0.11:22",
+            }
+        },
+    )
     spec = cli.spec("viajump", nodes=["bj"])
     res = cli.run("submit", str(spec), "--dry-run", profile=prof)
     assert res.returncode == 0, res.stderr
@@ -239,8 +272,17 @@ def test_jump_host_offers_the_profile_key_on_both_hops(cli: CLI) -> None:
 
 
 def test_missing_identity_file(cli: CLI, engine: docker.DockerClient) -> None:
-    prof = _profile_with(cli, {}, {"a": {"hostname": "127.0.0.11", "user": "root",
-                                         "identity_file": str(cli.tmp / "no-such-key")}})
+    prof = _profile_with(
+        cli,
+        {},
+        {
+            "a": {
+                "hostname": "127.0.0.11",
+                "user": "root",
+                "identity_file": str(cli.tmp / "no-such-key"),
+            }
+        },
+    )
     res = cli.run("submit", str(cli.spec("nokey")), profile=prof)
     assert_clean_error(res, 1, "host a", f"identity file {cli.tmp / 'no-such-key'} does not exist")
     no_containers(engine, "nokey")
@@ -252,14 +294,21 @@ def test_dry_run_is_the_same_on_a_terminal_and_in_a_pipe(cli: CLI) -> None:
     import os
     import pty
 
-    spec = cli.spec("escapes", args=["--local-rank=${local_rank}", "a\rEVIL\a", "\x1b[31mred",
-                                      "x\u202ey"])
+    spec = cli.spec(
+        "escapes", args=["--local-rank=${local_rank}", "a\rEVIL\a", "\x1b[31mred", "x\u202ey"]
+    )
     piped = cli.run("submit", str(spec), "--dry-run")
     assert piped.returncode == 0, piped.stderr
     master, slave = pty.openpty()
     try:
-        proc = subprocess.run(cli.argv("submit", str(spec), "--dry-run"), env=cli.env(),
-                              cwd=REPO, stdout=slave, stderr=subprocess.PIPE, timeout=240)
+        proc = subprocess.run(
+            cli.argv("submit", str(spec), "--dry-run"),
+            env=cli.env(),
+            cwd=REPO,
+            stdout=slave,
+            stderr=subprocess.PIPE,
+            timeout=240,
+        )
         os.close(slave)
         chunks = []
         while True:
@@ -274,8 +323,7 @@ def test_dry_run_is_the_same_on_a_terminal_and_in_a_pipe(cli: CLI) -> None:
         os.close(master)
     assert proc.returncode == 0, proc.stderr
     on_tty = b"".join(chunks).decode().replace("\r\n", "\n")
-    strip_ids = re.compile(
-        r"escapes-[0-9a-f]{6}|created-at=[0-9.]+|rdzv-endpoint \S+|c10d at \S+")
+    strip_ids = re.compile(r"escapes-[0-9a-f]{6}|created-at=[0-9.]+|rdzv-endpoint \S+|c10d at \S+")
     assert strip_ids.sub("", on_tty) == strip_ids.sub("", piped.stdout)
     assert not re.search("[\x00-\x09\x0b-\x1f\x7f\u202e]", piped.stdout)
     assert "$'a\\rEVIL\\a' $'\\E[31mred' $'x\\u202ey'" in piped.stdout

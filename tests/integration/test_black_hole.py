@@ -31,8 +31,12 @@ def black_holed_a(cli: CLI, tmp_path: Path) -> Iterator[tuple[Path, BlackHolePro
     proxy = BlackHoleProxy(("127.0.0.11", 22))
     kh = tmp_path / "known_hosts"
     kh.write_text(known_hosts_line(proxy))
-    a = {"hostname": "127.0.0.1", "port": proxy.port, "user": "root",
-         "identity_file": str(TESTHOSTS / "id_ed25519")}
+    a = {
+        "hostname": "127.0.0.1",
+        "port": proxy.port,
+        "user": "root",
+        "identity_file": str(TESTHOSTS / "id_ed25519"),
+    }
     data = yaml.safe_load(cli.profile.read_text())
     data["hosts"] = {"a": a}
     data["known_hosts"] = str(kh)
@@ -46,16 +50,35 @@ def black_holed_a(cli: CLI, tmp_path: Path) -> Iterator[tuple[Path, BlackHolePro
 
 
 def test_a_follow_says_the_host_stopped_answering_and_resumes(
-        cli: CLI, black_holed_a: tuple[Path, BlackHoleProxy]) -> None:
+    cli: CLI, black_holed_a: tuple[Path, BlackHoleProxy]
+) -> None:
     profile, proxy = black_holed_a
-    spec = cli.spec("blackhole", args=["--steps", "120", "--out", "/out", "--workers", "0",
-                                       "--step-sleep", "0.5", "--ckpt-every", "0"])
+    spec = cli.spec(
+        "blackhole",
+        args=[
+            "--steps",
+            "120",
+            "--out",
+            "/out",
+            "--workers",
+            "0",
+            "--step-sleep",
+            "0.5",
+            "--ckpt-every",
+            "0",
+        ],
+    )
     sub = cli.run("submit", str(spec), profile=profile)
     assert sub.returncode == 0, sub.stderr
     job_id = sub.stdout.strip()
-    proc = subprocess.Popen(cli.argv("logs", job_id, "--follow", profile=profile),
-                            env=cli.env(), cwd=REPO, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        cli.argv("logs", job_id, "--follow", profile=profile),
+        env=cli.env(),
+        cwd=REPO,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     got: list[str] = []
     said: list[str] = []
 
@@ -63,15 +86,18 @@ def test_a_follow_says_the_host_stopped_answering_and_resumes(
         for ln in stream:  # type: ignore[attr-defined]
             into.append(ln.rstrip("\n"))
 
-    readers = [threading.Thread(target=read, args=(proc.stdout, got), daemon=True),
-               threading.Thread(target=read, args=(proc.stderr, said), daemon=True)]
+    readers = [
+        threading.Thread(target=read, args=(proc.stdout, got), daemon=True),
+        threading.Thread(target=read, args=(proc.stderr, said), daemon=True),
+    ]
     for t in readers:
         t.start()
     try:
         wait_for(lambda: any("step 5/120" in ln for ln in got), timeout=120)
         proxy.silence()
-        lost = wait_for(lambda: [ln for ln in said if "log stream lost" in ln],
-                        timeout=KEEPALIVE_DEAD_S + 40)
+        lost = wait_for(
+            lambda: [ln for ln in said if "log stream lost" in ln], timeout=KEEPALIVE_DEAD_S + 40
+        )
         proxy.resume()
         wait_for(lambda: any("log stream resumed" in ln for ln in said), timeout=120)
         proc.wait(timeout=240)
@@ -83,11 +109,13 @@ def test_a_follow_says_the_host_stopped_answering_and_resumes(
     assert proc.returncode == 0, "\n".join(said)
     assert not any("Traceback" in ln for ln in said), said
     assert len(lost) == 1, said
-    m = re.fullmatch(r"n0 on a: log stream lost \(the host stopped answering, last data "
-                     r"(\d+) s ago\); reconnecting", lost[0])
+    m = re.fullmatch(
+        r"n0 on a: log stream lost \(the host stopped answering, last data "
+        r"(\d+) s ago\); reconnecting",
+        lost[0],
+    )
     assert m is not None, lost
     assert KEEPALIVE_DEAD_S <= int(m.group(1)) <= KEEPALIVE_DEAD_S + 10, lost
-    assert [ln for ln in said if "log stream" in ln] == [
-        lost[0], "n0 on a: log stream resumed"]
+    assert [ln for ln in said if "log stream" in ln] == [lost[0], "n0 on a: log stream resumed"]
     steps = [ln for ln in got if re.search(r"step \d+/120 loss", ln)]
     assert len(steps) == 240 and len(set(steps)) == 240  # none lost or repeated

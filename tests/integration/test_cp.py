@@ -14,14 +14,19 @@ from tests.integration.conftest import CLI, job_containers
 
 def _tree(root: Path) -> dict[str, bytes | None]:
     """Relative path -> content (None for folders) of everything under ``root``."""
-    return {str(p.relative_to(root)): (None if p.is_dir() else p.read_bytes())
-            for p in sorted(root.rglob("*"))}
+    return {
+        str(p.relative_to(root)): (None if p.is_dir() else p.read_bytes())
+        for p in sorted(root.rglob("*"))
+    }
 
 
 def test_cp_out_of_an_exited_job(cli: CLI, engine: object, tmp_path: Path) -> None:
     name = f"cpout-{uuid.uuid4().hex[:4]}"
-    res = cli.run("submit", str(cli.spec(name, args=["--steps", "4", "--out", "/out",
-                                                      "--workers", "0"])), "--follow")
+    res = cli.run(
+        "submit",
+        str(cli.spec(name, args=["--steps", "4", "--out", "/out", "--workers", "0"])),
+        "--follow",
+    )
     assert res.returncode == 0, res.stderr
     job_id = res.stderr.split("submitted ", 1)[1].split(":", 1)[0]
     host_out = tmp_path / "out" / name  # the job's /out mount, as the host sees it
@@ -73,9 +78,12 @@ def test_cp_out_of_an_exited_job(cli: CLI, engine: object, tmp_path: Path) -> No
 
 
 def test_cp_into_a_running_node(cli: CLI, tmp_path: Path) -> None:
-    spec = cli.spec(f"cpin-{uuid.uuid4().hex[:4]}", nodes=["a", "b"], nproc_per_node=1,
-                    args=["--steps", "400", "--step-sleep", "0.2", "--out", "/out",
-                          "--workers", "0"])
+    spec = cli.spec(
+        f"cpin-{uuid.uuid4().hex[:4]}",
+        nodes=["a", "b"],
+        nproc_per_node=1,
+        args=["--steps", "400", "--step-sleep", "0.2", "--out", "/out", "--workers", "0"],
+    )
     res = cli.run("submit", str(spec))
     assert res.returncode == 0, res.stderr
     job_id = res.stdout.strip()
@@ -88,8 +96,16 @@ def test_cp_into_a_running_node(cli: CLI, tmp_path: Path) -> None:
         assert res.returncode == 0, res.stderr
         assert "copied 2 file(s), 1.0 MiB" in res.stderr and "node 1 on b" in res.stderr
 
-        res = cli.run("exec", job_id, "--node", "1", "--", "sh", "-c",
-                      "cat /tmp/in/a.txt; md5sum /tmp/in/sub/b.bin; stat -c %U /tmp/in/a.txt")
+        res = cli.run(
+            "exec",
+            job_id,
+            "--node",
+            "1",
+            "--",
+            "sh",
+            "-c",
+            "cat /tmp/in/a.txt; md5sum /tmp/in/sub/b.bin; stat -c %U /tmp/in/a.txt",
+        )
         assert res.returncode == 0, res.stderr
         import hashlib
 

@@ -36,10 +36,15 @@ def sdk() -> Iterator[docker.DockerClient]:
 def containers(sdk: docker.DockerClient) -> dict[str, str]:
     """Two labelled containers of one run: one running, one exited with code 3."""
     run = uuid.uuid4().hex[:8]
-    up = sdk.containers.run(IMAGE, ["sleep", "600"], detach=True,
-                            labels={LABEL: run, "io.gpuconsole-test.role": "up"})
-    down = sdk.containers.run(IMAGE, ["sh", "-c", "exit 3"], detach=True,
-                              labels={LABEL: run, "io.gpuconsole-test.role": "down"})
+    up = sdk.containers.run(
+        IMAGE, ["sleep", "600"], detach=True, labels={LABEL: run, "io.gpuconsole-test.role": "up"}
+    )
+    down = sdk.containers.run(
+        IMAGE,
+        ["sh", "-c", "exit 3"],
+        detach=True,
+        labels={LABEL: run, "io.gpuconsole-test.role": "down"},
+    )
     deadline = time.monotonic() + 60
     down.reload()
     while down.status != "exited":
@@ -55,10 +60,12 @@ def test_api_version_is_the_engines(sdk: docker.DockerClient) -> None:
     assert got == sdk.version()["ApiVersion"]
 
 
-def test_list_and_inspect_match_the_sdk(sdk: docker.DockerClient,
-                                        containers: dict[str, str]) -> None:
-    async def go() -> tuple[list[ContainerInfo], list[ContainerInfo], ContainerInfo | None,
-                            ContainerInfo | None]:
+def test_list_and_inspect_match_the_sdk(
+    sdk: docker.DockerClient, containers: dict[str, str]
+) -> None:
+    async def go() -> tuple[
+        list[ContainerInfo], list[ContainerInfo], ContainerInfo | None, ContainerInfo | None
+    ]:
         engine = Engine(LocalTransport())
         labels: dict[str, str | None] = {LABEL: containers["run"]}
         plain = await engine.list(labels)
@@ -85,8 +92,9 @@ def test_a_refused_request_carries_the_engines_message() -> None:
 
     async def go() -> None:
         version = await dockerapi.api_version(socket_path)
-        await dockerapi.get_json(socket_path, version, "/containers/json",
-                                 {"filters": '{"no-such-filter": ["x"]}'})
+        await dockerapi.get_json(
+            socket_path, version, "/containers/json", {"filters": '{"no-such-filter": ["x"]}'}
+        )
 
     with pytest.raises(dockerapi.EngineRequestError) as err:
         asyncio.run(go())
@@ -115,15 +123,26 @@ def test_dechunk() -> None:
 
 
 @pytest.mark.hostless
-@pytest.mark.parametrize("answer, said", [
-    # a plain HTTP server: its /_ping answer has no Api-Version
-    (b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nhello\n",
-     "no Api-Version header (it said 'hello')"),
-    (b"HTTP/1.0 404 Not Found\r\n\r\n<html>nope</html>", "not a Docker engine: it has no /_ping"),
-    (b"HTTP/1.0 200 OK\r\nX: " + b"a" * 70000 + b"\r\n\r\n", "head over 64 KiB"),
-])
-def test_a_socket_that_is_not_dockerd_is_named(tmp_path: Path, answer: bytes, said: str,
-                                               ) -> None:
+@pytest.mark.parametrize(
+    "answer, said",
+    [
+        # a plain HTTP server: its /_ping answer has no Api-Version
+        (
+            b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nhello\n",
+            "no Api-Version header (it said 'hello')",
+        ),
+        (
+            b"HTTP/1.0 404 Not Found\r\n\r\n<html>nope</html>",
+            "not a Docker engine: it has no /_ping",
+        ),
+        (b"HTTP/1.0 200 OK\r\nX: " + b"a" * 70000 + b"\r\n\r\n", "head over 64 KiB"),
+    ],
+)
+def test_a_socket_that_is_not_dockerd_is_named(
+    tmp_path: Path,
+    answer: bytes,
+    said: str,
+) -> None:
     """Stand-ins for a socket that is not dockerd (an HTTP server that answers 200 or 404,
     one sending a huge head): one clear line each, naming the socket."""
     path = str(tmp_path / "odd.sock")

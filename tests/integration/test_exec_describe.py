@@ -9,10 +9,11 @@ from tests.integration.conftest import CLI
 
 
 def test_exec_and_describe(cli: CLI) -> None:
-    spec = cli.spec(f"exec-{uuid.uuid4().hex[:4]}",
-                    args=["--steps", "400", "--step-sleep", "0.2", "--out", "/out",
-                          "--workers", "0"],
-                    env={"RUN_TOKEN": "${GC_TEST_TOKEN}"})
+    spec = cli.spec(
+        f"exec-{uuid.uuid4().hex[:4]}",
+        args=["--steps", "400", "--step-sleep", "0.2", "--out", "/out", "--workers", "0"],
+        env={"RUN_TOKEN": "${GC_TEST_TOKEN}"},
+    )
     env_token = "s3cret-" + uuid.uuid4().hex[:6]
     import os
 
@@ -25,13 +26,28 @@ def test_exec_and_describe(cli: CLI) -> None:
     job_id = res.stdout.strip()
     try:
         # a command with its own arguments, no shell on our side; its exit code comes back
-        res = cli.run("exec", job_id, "--", "sh", "-c",
-                      'echo "in $GPUCONSOLE_JOB_ID node $GPUCONSOLE_NODE_RANK"; exit 3')
+        res = cli.run(
+            "exec",
+            job_id,
+            "--",
+            "sh",
+            "-c",
+            'echo "in $GPUCONSOLE_JOB_ID node $GPUCONSOLE_NODE_RANK"; exit 3',
+        )
         assert res.returncode == 3, res.stderr
         assert res.stdout.strip() == f"in {job_id} node 0"
         # arguments are passed as words: no shell on the host re-splits or expands them
-        res = cli.run("exec", job_id, "--", "python3", "-c",
-                      "import sys; print(sys.argv[1:])", "a b", "$HOME", "*")
+        res = cli.run(
+            "exec",
+            job_id,
+            "--",
+            "python3",
+            "-c",
+            "import sys; print(sys.argv[1:])",
+            "a b",
+            "$HOME",
+            "*",
+        )
         assert res.returncode == 0, res.stderr
         assert res.stdout.strip() == "['a b', '$HOME', '*']"
         res = cli.run("exec", job_id, "--node", "4", "--", "true")

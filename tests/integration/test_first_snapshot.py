@@ -32,10 +32,13 @@ def late_host(cli: CLI, tmp_path: Path) -> Iterator[tuple[Path, DelayingProxy]]:
     proxy = DelayingProxy(("127.0.0.11", 22))
     data = yaml.safe_load(cli.profile.read_text())
     kh = tmp_path / "known_hosts"
-    kh.write_text(Path(data["known_hosts"]).read_text()
-                  + known_hosts_line(proxy))
-    data["hosts"]["late"] = {"hostname": "127.0.0.1", "port": proxy.port, "user": "root",
-                             "identity_file": str(TESTHOSTS / "id_ed25519")}
+    kh.write_text(Path(data["known_hosts"]).read_text() + known_hosts_line(proxy))
+    data["hosts"]["late"] = {
+        "hostname": "127.0.0.1",
+        "port": proxy.port,
+        "user": "root",
+        "identity_file": str(TESTHOSTS / "id_ed25519"),
+    }
     data["known_hosts"] = str(kh)
     path = tmp_path / "late.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -68,19 +71,31 @@ def row(frame: str, host: str) -> str:
 
 
 def test_top_once_draws_answered_hosts_and_names_the_late_one(
-        cli: CLI, late_host: tuple[Path, DelayingProxy]) -> None:
+    cli: CLI, late_host: tuple[Path, DelayingProxy]
+) -> None:
     profile, proxy = late_host
     master, slave = pty.openpty()
-    proc = subprocess.Popen(cli.argv("top", "--once", "--timeout", "120", profile=profile),
-                            env=cli.env(), cwd=REPO, stdin=subprocess.DEVNULL, stdout=slave,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        cli.argv("top", "--once", "--timeout", "120", profile=profile),
+        env=cli.env(),
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        stdout=slave,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     os.close(slave)
     buf: list[str] = []
     try:
+
         def pending_frame(text: str) -> bool:
             frames = text.split(CLEAR)
-            return any("waiting for 1 of 3 hosts: late" in f and "no_driver" in row(f, "a")
-                       and "no_driver" in row(f, "b") for f in frames)
+            return any(
+                "waiting for 1 of 3 hosts: late" in f
+                and "no_driver" in row(f, "a")
+                and "no_driver" in row(f, "b")
+                for f in frames
+            )
 
         # a and b answered and are drawn; late is pending, named with its step
         assert read_until(master, buf, pending_frame, 90), "".join(buf)[-3000:]

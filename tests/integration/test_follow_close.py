@@ -60,9 +60,12 @@ async def _follow_then_close(engine: Engine, cid: str) -> tuple[int, float]:
 
 @pytest.fixture
 def quiet_container(engine: docker.DockerClient) -> Iterator[str]:
-    c = engine.containers.run(IMAGE, ["python3", "-c", "print('ready', flush=True); "
-                                      "import time; time.sleep(120)"],
-                              detach=True, name=f"gc-quiet-{uuid.uuid4().hex[:6]}")
+    c = engine.containers.run(
+        IMAGE,
+        ["python3", "-c", "print('ready', flush=True); import time; time.sleep(120)"],
+        detach=True,
+        name=f"gc-quiet-{uuid.uuid4().hex[:6]}",
+    )
     yield c.id
     c.remove(force=True)
 
@@ -77,8 +80,7 @@ async def test_closing_a_follow_ends_its_reader_local(quiet_container: str) -> N
     assert took < 5  # it ended on close, not at the container's next line (120 s away)
 
 
-async def test_closing_a_follow_ends_its_reader_over_ssh(quiet_container: str,
-                                                         cli: CLI) -> None:
+async def test_closing_a_follow_ends_its_reader_over_ssh(quiet_container: str, cli: CLI) -> None:
     session = Session(load_profile_file(cli.profile))
     try:
         await session.connected("a")

@@ -89,8 +89,19 @@ class _ChannelSpy:
 
 async def _http_server(t: SSHTransport, root: str, port: int) -> RemoteProcess:
     """``python3 -m http.server`` on the host, bound to its 127.0.0.1, serving ``root``."""
-    proc = await t.open_process(["python3", "-u", "-m", "http.server", "--bind", "127.0.0.1",
-                                 "--directory", root, str(port)])
+    proc = await t.open_process(
+        [
+            "python3",
+            "-u",
+            "-m",
+            "http.server",
+            "--bind",
+            "127.0.0.1",
+            "--directory",
+            root,
+            str(port),
+        ]
+    )
     line = await asyncio.wait_for(proc.readline(), 20)
     assert line is not None and "Serving HTTP" in line, line
     return proc
@@ -111,15 +122,13 @@ async def test_fetch_through_forward_then_close_frees_port(host_a: SSHTransport)
         assert fwd.local_host == "127.0.0.1"
         assert fwd.local_port not in (0, remote_port)
         await fwd.check()  # the server answers through the tunnel
-        got = await asyncio.to_thread(
-            _fetch, f"http://127.0.0.1:{fwd.local_port}/blob.bin")
+        got = await asyncio.to_thread(_fetch, f"http://127.0.0.1:{fwd.local_port}/blob.bin")
         assert got == payload
         # the probe channel of check(), the probe of the first connection, the connection
         assert spy.destinations.count(("127.0.0.1", remote_port)) == 3
         assert fwd.error is None
         # after a first success connections are passed through without a probe
-        again = await asyncio.to_thread(
-            _fetch, f"http://127.0.0.1:{fwd.local_port}/blob.bin")
+        again = await asyncio.to_thread(_fetch, f"http://127.0.0.1:{fwd.local_port}/blob.bin")
         assert again == payload
         assert spy.destinations.count(("127.0.0.1", remote_port)) == 4
         # bound to 127.0.0.1 only: another loopback address of this machine is refused
@@ -183,7 +192,8 @@ async def test_run_with_empty_input_ends_the_input(host_a: SSHTransport) -> None
     path = f"/tmp/gpuconsole-empty-input-{secrets.token_hex(4)}"
     try:
         res = await asyncio.wait_for(
-            host_a.run(["sh", "-c", 'cat > "$1"; wc -c < "$1"', "sh", path], input=b""), 30)
+            host_a.run(["sh", "-c", 'cat > "$1"; wc -c < "$1"', "sh", path], input=b""), 30
+        )
         assert (res.returncode, res.stdout.strip()) == (0, "0")
         res = await host_a.run(["cat"], input=b"a\x00b\n")
         assert res.stdout == "a\x00b\n"

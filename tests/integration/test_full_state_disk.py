@@ -50,8 +50,10 @@ def fill(path: Path) -> Path:
 def small_state_dir(cli: CLI) -> Iterator[Path]:
     """The CLI's state dir is a 16 MiB tmpfs of its own (we are root)."""
     cli.state_dir.mkdir(parents=True)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m,mode=0700", "tmpfs",
-                    str(cli.state_dir)], check=True)
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=16m,mode=0700", "tmpfs", str(cli.state_dir)],
+        check=True,
+    )
     try:
         yield cli.state_dir
     finally:
@@ -63,12 +65,31 @@ def step_lines(lines: list[str]) -> list[str]:
 
 
 def test_the_follow_goes_on_through_a_full_disk_and_the_archive_has_no_repeat(
-        cli: CLI, small_state_dir: Path) -> None:
-    spec = cli.spec("fulldisk", args=["--steps", "1200", "--out", "/out", "--workers", "0",
-                                      "--step-sleep", "0.02", "--ckpt-every", "0"])
-    proc = subprocess.Popen(cli.argv("submit", str(spec), "--follow"), env=cli.env(),
-                            cwd=REPO, text=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+    cli: CLI, small_state_dir: Path
+) -> None:
+    spec = cli.spec(
+        "fulldisk",
+        args=[
+            "--steps",
+            "1200",
+            "--out",
+            "/out",
+            "--workers",
+            "0",
+            "--step-sleep",
+            "0.02",
+            "--ckpt-every",
+            "0",
+        ],
+    )
+    proc = subprocess.Popen(
+        cli.argv("submit", str(spec), "--follow"),
+        env=cli.env(),
+        cwd=REPO,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     got: list[str] = []
 
     def reader() -> None:
@@ -103,7 +124,8 @@ def test_the_follow_goes_on_through_a_full_disk_and_the_archive_has_no_repeat(
         f"warning: n0 on a: cannot archive its log: {archive}: no space left on its "
         f"filesystem; the follow goes on (fix: free space on the filesystem of "
         f"{archive.parent} (`df -h {archive.parent}`), or set GPUCONSOLE_STATE_DIR to a "
-        "folder on another one)"], err
+        "folder on another one)"
+    ], err
     assert "n0 on a: its log is archived again" in err.splitlines(), err
     # stdout: every step of both ranks, once
     steps = step_lines(got)
@@ -121,7 +143,8 @@ def test_the_follow_goes_on_through_a_full_disk_and_the_archive_has_no_repeat(
 
 
 def test_submit_on_a_full_disk_is_one_error_line_and_launches_nothing(
-        cli: CLI, small_state_dir: Path, engine: docker.DockerClient) -> None:
+    cli: CLI, small_state_dir: Path, engine: docker.DockerClient
+) -> None:
     fill(small_state_dir / "filler")
     spec = cli.spec("fullsubmit")
     p = cli.run("submit", str(spec))
@@ -129,9 +152,11 @@ def test_submit_on_a_full_disk_is_one_error_line_and_launches_nothing(
     assert "Traceback" not in p.stderr, p.stderr
     assert p.returncode == 1, p.stderr
     lines = p.stderr.strip().splitlines()
-    assert lines == [f"error: {db}: no space left on its filesystem",
-                     f"  fix: free space on the filesystem of {small_state_dir} (`df -h "
-                     f"{small_state_dir}`), or set GPUCONSOLE_STATE_DIR to a folder on "
-                     "another one"], p.stderr
+    assert lines == [
+        f"error: {db}: no space left on its filesystem",
+        f"  fix: free space on the filesystem of {small_state_dir} (`df -h "
+        f"{small_state_dir}`), or set GPUCONSOLE_STATE_DIR to a folder on "
+        "another one",
+    ], p.stderr
     assert job_containers(engine, job_name="fullsubmit") == []
     assert os.path.exists(small_state_dir / "filler")

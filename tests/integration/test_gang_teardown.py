@@ -47,9 +47,21 @@ def ssh_raw(host: str, *argv: str, input: bytes | None = None) -> bytes:
     """Run ``argv`` on a test host over plain OpenSSH (quoted for its shell, stderr merged
     into stdout); its output as bytes."""
     res = subprocess.run(
-        ["ssh", "-i", str(KEY), "-o", f"UserKnownHostsFile={KNOWN}", "-o", "BatchMode=yes",
-         f"root@{HOSTS[host]}", shlex.join(argv) + " 2>&1"], input=input,
-        capture_output=True, timeout=60)
+        [
+            "ssh",
+            "-i",
+            str(KEY),
+            "-o",
+            f"UserKnownHostsFile={KNOWN}",
+            "-o",
+            "BatchMode=yes",
+            f"root@{HOSTS[host]}",
+            shlex.join(argv) + " 2>&1",
+        ],
+        input=input,
+        capture_output=True,
+        timeout=60,
+    )
     assert res.returncode == 0, res.stdout
     return res.stdout
 
@@ -101,9 +113,11 @@ def own_profile(cli: CLI) -> Path:
 
 def submit(cli: CLI, name: str) -> str:
     """Submit the 2-node job (no --follow); its id. No gpuconsole process runs after this."""
-    spec = cli.spec(name, nodes=["gang-a", "gang-b"],
-                    args=["--steps", "1000", "--out", "/tmp/out", "--workers", "0",
-                          "--step-sleep", "600"])
+    spec = cli.spec(
+        name,
+        nodes=["gang-a", "gang-b"],
+        args=["--steps", "1000", "--out", "/tmp/out", "--workers", "0", "--step-sleep", "600"],
+    )
     res = cli.run("submit", str(spec), profile=own_profile(cli))
     assert res.returncode == 0, res.stdout + res.stderr
     return res.stdout.split()[0]
@@ -115,20 +129,36 @@ def submit(cli: CLI, name: str) -> str:
     ids=["node1-fails", "node0-fails-store-stays"],
 )
 def test_failed_worker_tears_down_the_other_node_without_a_console(
-    cli: CLI, failing_host: str, failing_node: int, rank: str, torn_host: str, torn_node: int,
+    cli: CLI,
+    failing_host: str,
+    failing_node: int,
+    rank: str,
+    torn_host: str,
+    torn_node: int,
 ) -> None:
     job_id = submit(cli, f"gang{failing_node}")
     failing = f"gpuconsole-{job_id}-n{failing_node}"
     torn = f"gpuconsole-{job_id}-n{torn_node}"
     # every rank past init_process_group (startup lines), then inside the 600 s first step
-    wait_for(lambda: "rank 3/4" in logs("b", f"gpuconsole-{job_id}-n1")
-             and "rank 0/4" in logs("a", f"gpuconsole-{job_id}-n0"), timeout=120)
-    killed = ssh(failing_host, "docker", "exec", "-i", failing, "python3", "-", rank,
-                 input=KILL_RANK)
+    wait_for(
+        lambda: (
+            "rank 3/4" in logs("b", f"gpuconsole-{job_id}-n1")
+            and "rank 0/4" in logs("a", f"gpuconsole-{job_id}-n0")
+        ),
+        timeout=120,
+    )
+    killed = ssh(
+        failing_host, "docker", "exec", "-i", failing, "python3", "-", rank, input=KILL_RANK
+    )
     assert killed.strip(), "no worker with that rank"
 
-    wait_for(lambda: state(torn_host, torn)["Status"] == "exited"
-             and state(failing_host, failing)["Status"] == "exited", timeout=120)
+    wait_for(
+        lambda: (
+            state(torn_host, torn)["Status"] == "exited"
+            and state(failing_host, failing)["Status"] == "exited"
+        ),
+        timeout=120,
+    )
     s_fail, s_torn = state(failing_host, failing), state(torn_host, torn)
     assert s_fail["ExitCode"] == 1  # torchrun's own code: its worker died
     assert s_torn["ExitCode"] == TEARDOWN_EXIT
@@ -139,10 +169,17 @@ def test_failed_worker_tears_down_the_other_node_without_a_console(
     assert f"node {failing_node} failed (exit code 1): stopping node {torn_node}" in torn_log
     assert ended_in([str(s_fail["FinishedAt"]), str(s_torn["FinishedAt"])]) < 60
     assert marker(failing_host, failing) == {
-        "node": failing_node, "outcome": "first_failure", "torchrun_exit": 1,
-        "exit_status": 1, "cause": None}
+        "node": failing_node,
+        "outcome": "first_failure",
+        "torchrun_exit": 1,
+        "exit_status": 1,
+        "cause": None,
+    }
     assert marker(torn_host, torn)["cause"] == {
-        "node": failing_node, "exit_code": 1, "kind": "failed"}
+        "node": failing_node,
+        "exit_code": 1,
+        "kind": "failed",
+    }
 
 
 def test_node0_container_killed_tears_down_node1(cli: CLI) -> None:
@@ -175,18 +212,27 @@ def test_a_stopped_gang_reports_every_node_stopped_with_143(cli: CLI) -> None:
     assert [state(h, c)["ExitCode"] for h, c in (("a", n0), ("b", n1))] == [143, 143]
     m0, m1 = marker("a", n0), marker("b", n1)
     assert (m0["outcome"], m0["exit_status"], m1["outcome"], m1["exit_status"]) == (
-        "stopped", 143, "stopped", 143)
+        "stopped",
+        143,
+        "stopped",
+        143,
+    )
     # torchrun's own code, kept: 1 (its SignalException), or 143 when a second SIGTERM
     # (the supervisor's teardown and docker stop's) ended it inside its handler
     assert {m0["torchrun_exit"], m1["torchrun_exit"]} <= {1, 143}
     # one of them recorded its stop first; the other names it as the cause it also saw
     first, second = (m0, m1) if m1["cause"] else (m1, m0)
     assert first["cause"] is None
-    assert second["cause"] == {"node": first["node"], "exit_code": first["torchrun_exit"],
-                               "kind": "stopped"}
+    assert second["cause"] == {
+        "node": first["node"],
+        "exit_code": first["torchrun_exit"],
+        "kind": "stopped",
+    }
     for (host, name), m in ((("a", n0), m0), (("b", n1), m1)):
-        assert (f"stopped by SIGTERM (torchrun exited {m['torchrun_exit']}; exit status 143)"
-                in logs(host, name))
+        assert (
+            f"stopped by SIGTERM (torchrun exited {m['torchrun_exit']}; exit status 143)"
+            in logs(host, name)
+        )
     ps = cli.run("ps", "--json", profile=own_profile(cli))
     job = next(j for j in json.loads(ps.stdout) if j["id"] == job_id)
     assert (job["state"], job["exit_code"]) == ("stopped", 143)

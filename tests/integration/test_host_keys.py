@@ -21,20 +21,25 @@ TESTHOSTS = Path("/var/tmp/gpuconsole-testhosts")
 
 def real_key(ip: str = "127.0.0.11") -> str:
     """Test host ``ip``'s key as in the test hosts' known_hosts (``ssh-ed25519 AAAA...``)."""
-    return next(ln.split(None, 1)[1] for ln in (TESTHOSTS / "known_hosts").read_text()
-                .splitlines() if ln.startswith(f"{ip} "))
+    return next(
+        ln.split(None, 1)[1]
+        for ln in (TESTHOSTS / "known_hosts").read_text().splitlines()
+        if ln.startswith(f"{ip} ")
+    )
 
 
 def keygen_fp(key: str, tmp: Path) -> str:
     """``SHA256:...`` of a public key as ``ssh-keygen -lf`` prints it."""
     pub = tmp / "fp.pub"
     pub.write_text(key + "\n")
-    return subprocess.run(["ssh-keygen", "-lf", str(pub)], capture_output=True, text=True,
-                          check=True).stdout.split()[1]
+    return subprocess.run(
+        ["ssh-keygen", "-lf", str(pub)], capture_output=True, text=True, check=True
+    ).stdout.split()[1]
 
 
-def profile(cli: CLI, kh: Path, *, accept_new: bool = False,
-            hosts: dict[str, object] | None = None) -> Path:
+def profile(
+    cli: CLI, kh: Path, *, accept_new: bool = False, hosts: dict[str, object] | None = None
+) -> Path:
     data = yaml.safe_load(cli.profile.read_text())
     data["known_hosts"] = str(kh)
     data["accept_new_host_keys"] = accept_new
@@ -101,30 +106,44 @@ def proxy() -> Iterator[CuttableProxy]:
         p.close()
 
 
-def test_a_portless_line_does_not_vouch_for_another_port(cli: CLI, proxy: CuttableProxy,
-                                                         ) -> None:
+def test_a_portless_line_does_not_vouch_for_another_port(
+    cli: CLI,
+    proxy: CuttableProxy,
+) -> None:
     """``127.0.0.1 KEY`` is for port 22 only (OpenSSH); at a non-22 port the host is unknown,
     and trusted once the line is ``[127.0.0.1]:PORT KEY``."""
-    a = {"hostname": "127.0.0.1", "port": proxy.port, "user": "root",
-         "identity_file": str(TESTHOSTS / "id_ed25519")}
+    a = {
+        "hostname": "127.0.0.1",
+        "port": proxy.port,
+        "user": "root",
+        "identity_file": str(TESTHOSTS / "id_ed25519"),
+    }
     kh = cli.tmp / "kh"
     kh.write_text(f"127.0.0.1 {real_key()}\n")
     prof = profile(cli, kh, hosts={"a": a})
     res = cli.run("submit", str(cli.spec("portless")), "--dry-run", profile=prof)
     err, fix = one_error(res)
     assert f"host key of 127.0.0.1:{proxy.port} is not trusted" in err
-    assert f"it offered ED25519 {keygen_fp(real_key(), cli.tmp)}, and known_hosts {kh} has " \
-           "no key for it" in err
+    assert (
+        f"it offered ED25519 {keygen_fp(real_key(), cli.tmp)}, and known_hosts {kh} has "
+        "no key for it" in err
+    )
     assert f"ssh-keyscan -p {proxy.port} 127.0.0.1" in fix
     kh.write_text(f"[127.0.0.1]:{proxy.port} {real_key()}\n")
     res = cli.run("submit", str(cli.spec("portless")), "--dry-run", profile=prof)
     assert res.returncode == 0, res.stderr
 
 
-def test_accept_new_writes_the_key_and_shows_its_fingerprint(cli: CLI, proxy: CuttableProxy,
-                                                             ) -> None:
-    a = {"hostname": "127.0.0.1", "port": proxy.port, "user": "root",
-         "identity_file": str(TESTHOSTS / "id_ed25519")}
+def test_accept_new_writes_the_key_and_shows_its_fingerprint(
+    cli: CLI,
+    proxy: CuttableProxy,
+) -> None:
+    a = {
+        "hostname": "127.0.0.1",
+        "port": proxy.port,
+        "user": "root",
+        "identity_file": str(TESTHOSTS / "id_ed25519"),
+    }
     kh = cli.tmp / "kh"
     kh.write_text(f"127.0.0.1 {real_key('127.0.0.12')}\n")  # port 22's: not this port's
     prof = profile(cli, kh, accept_new=True, hosts={"a": a})

@@ -42,7 +42,8 @@ SUBMITTED_RE = re.compile(r"^submitted (\S+):", re.M)
 
 pytestmark = pytest.mark.skipif(
     not os.access(VENV_PYTHON, os.X_OK),
-    reason=f"{VENV_PYTHON} missing: scripts/test makes it (scripts/lib/ensure-slurm)")
+    reason=f"{VENV_PYTHON} missing: scripts/test makes it (scripts/lib/ensure-slurm)",
+)
 
 
 # -- helpers -------------------------------------------------------------------------------
@@ -63,8 +64,7 @@ def host_spec(cli: CLI, name: str, **fields: Any) -> Path:
     }
     data.update(fields)
     path = cli.tmp / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True),
-                    encoding="utf-8")
+    path.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), encoding="utf-8")
     return path
 
 
@@ -79,7 +79,7 @@ def proc_state(pid: int) -> tuple[str, int] | None:
         data = Path(f"/proc/{pid}/stat").read_text(errors="replace")
     except OSError:
         return None
-    f = data[data.rfind(")") + 2:].split()
+    f = data[data.rfind(")") + 2 :].split()
     return f[0], int(f[2])
 
 
@@ -203,13 +203,31 @@ def test_two_node_cpu_example(cli: CLI, jobs: Jobs, engine: docker.DockerClient)
     the node folders; the secret only as ``***`` and in no command line or file."""
     name = unique("hr2n")
     secret = f"hr-secret-{os.urandom(8).hex()}"
-    spec = host_spec(cli, name, env={"SECRET": "${HR_SECRET}"},
-                     args=["--steps", "20", "--out", str(cli.tmp / "out"), "--workers", "0",
-                           "--step-sleep", "0.1"])
+    spec = host_spec(
+        cli,
+        name,
+        env={"SECRET": "${HR_SECRET}"},
+        args=[
+            "--steps",
+            "20",
+            "--out",
+            str(cli.tmp / "out"),
+            "--workers",
+            "0",
+            "--step-sleep",
+            "0.1",
+        ],
+    )
     env = cli.env()
     env["HR_SECRET"] = secret
-    proc = subprocess.Popen(cli.argv("submit", str(spec), "--follow"), env=env, cwd=REPO,
-                            text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        cli.argv("submit", str(spec), "--follow"),
+        env=env,
+        cwd=REPO,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     leaks: list[str] = []  # command lines (and files) holding the secret
     looked: list[str] = []  # running nodes' folders searched for it
     job_seen: list[str] = []
@@ -235,8 +253,9 @@ def test_two_node_cpu_example(cli: CLI, jobs: Jobs, engine: docker.DockerClient)
         if proc.poll() is None:
             proc.kill()
     scanner.join(10)
-    job_id = jobs.submitted(subprocess.CompletedProcess(proc.args, proc.returncode, out, err),
-                            follow=True)
+    job_id = jobs.submitted(
+        subprocess.CompletedProcess(proc.args, proc.returncode, out, err), follow=True
+    )
     assert proc.returncode == 0, out + err
     assert job_id.startswith(f"{name}-")
     assert job_seen, "the scan never saw the job's torch.distributed.run running"
@@ -255,10 +274,13 @@ def test_two_node_cpu_example(cli: CLI, jobs: Jobs, engine: docker.DockerClient)
 
     job = the_job(cli, job_id)
     assert (job["state"], job["kind"], job["exit_code"]) == ("succeeded", "train", 0)
-    assert [(n["node_rank"], n["host"], n["state"], n["exit_code"], n["container_id"])
-            for n in job["nodes"]] == [
+    assert [
+        (n["node_rank"], n["host"], n["state"], n["exit_code"], n["container_id"])
+        for n in job["nodes"]
+    ] == [
         (0, "a", "succeeded", 0, f"gpuconsole-{job_id}-n0"),
-        (1, "b", "succeeded", 0, f"gpuconsole-{job_id}-n1")]
+        (1, "b", "succeeded", 0, f"gpuconsole-{job_id}-n1"),
+    ]
     assert job_containers(engine, job_id=job_id) == []  # no Docker container at all
 
     folders = node_dirs(job_id)
@@ -283,9 +305,24 @@ def test_failing_rank_tears_down_the_gang(cli: CLI, jobs: Jobs) -> None:
     failed with node 1 rank 3 as the diagnosis, node 0 is stopped by the gang teardown
     within seconds, and no process of the job is left."""
     name = unique("hrgang")
-    spec = host_spec(cli, name, args=["--steps", "200", "--out", str(cli.tmp / "out"),
-                                      "--workers", "0", "--step-sleep", "0.2",
-                                      "--fail-rank", "3", "--fail-step", "3"])
+    spec = host_spec(
+        cli,
+        name,
+        args=[
+            "--steps",
+            "200",
+            "--out",
+            str(cli.tmp / "out"),
+            "--workers",
+            "0",
+            "--step-sleep",
+            "0.2",
+            "--fail-rank",
+            "3",
+            "--fail-step",
+            "3",
+        ],
+    )
     t0 = time.monotonic()
     res = cli.run("submit", str(spec), "--follow", timeout=300)
     took = time.monotonic() - t0
@@ -304,15 +341,20 @@ def test_failing_rank_tears_down_the_gang(cli: CLI, jobs: Jobs) -> None:
     assert nodes[0]["exit_code"] == TEARDOWN_EXIT, nodes[0]
     n0 = json.loads((node_dirs(job_id)[0] / "exit.json").read_text())
     assert n0["exit_code"] == TEARDOWN_EXIT
+
     # node 0 ended within seconds of node 1 (RFC 3339 ns: compare as seconds of the day)
     def secs(ts: str) -> float:
         hms = ts.split("T")[1].rstrip("Z")
         h, m, s = hms.split(":")
         return int(h) * 3600 + int(m) * 60 + float(s)
+
     gap = secs(nodes[0]["finished_at"]) - secs(nodes[1]["finished_at"])
     assert -5 < gap < 30, (nodes[0]["finished_at"], nodes[1]["finished_at"])
-    steps0 = [int(m.group(3)) for ln in res.stdout.splitlines()
-              if (m := STEP_RE.match(ln)) and m.group(1) == "0"]
+    steps0 = [
+        int(m.group(3))
+        for ln in res.stdout.splitlines()
+        if (m := STEP_RE.match(ln)) and m.group(1) == "0"
+    ]
     assert steps0 and max(steps0) < 100, max(steps0, default=0)
     assert job_processes(job_id) == []
 
@@ -331,8 +373,14 @@ def proxied_profile(cli: CLI, proxy: CuttableProxy) -> Path:
     kh = cli.tmp / "known_hosts"
     kh.write_text(known_hosts_line(proxy))
     data = yaml.safe_load(cli.profile.read_text())
-    data["hosts"] = {"a": {"hostname": "127.0.0.1", "port": proxy.port, "user": "root",
-                           "identity_file": str(TESTHOSTS / "id_ed25519")}}
+    data["hosts"] = {
+        "a": {
+            "hostname": "127.0.0.1",
+            "port": proxy.port,
+            "user": "root",
+            "identity_file": str(TESTHOSTS / "id_ed25519"),
+        }
+    }
     data["known_hosts"] = str(kh)
     path = cli.tmp / "proxied.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -348,16 +396,22 @@ def test_follow_survives_a_cut_ssh_connection(cli: CLI, jobs: Jobs) -> None:
     work.mkdir()
     (work / "count_up.py").write_text(NUMBERS)
     name = unique("hrcut")
-    spec = host_spec(cli, name, nodes=["a"], workdir=str(work), script="count_up.py",
-                     args=[str(n), "0.03"])
+    spec = host_spec(
+        cli, name, nodes=["a"], workdir=str(work), script="count_up.py", args=[str(n), "0.03"]
+    )
     proxy = CuttableProxy(("127.0.0.11", 22))
     try:
         profile = proxied_profile(cli, proxy)
         sub = cli.run("submit", str(spec), profile=profile)
         job_id = jobs.submitted(sub, follow=False)
-        proc = subprocess.Popen(cli.argv("logs", job_id, "--follow", profile=profile),
-                                env=cli.env(), cwd=REPO, text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc = subprocess.Popen(
+            cli.argv("logs", job_id, "--follow", profile=profile),
+            env=cli.env(),
+            cwd=REPO,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         got: list[str] = []
 
         def reader() -> None:
@@ -370,8 +424,9 @@ def test_follow_survives_a_cut_ssh_connection(cli: CLI, jobs: Jobs) -> None:
         cuts = 0
         try:
             for k in (1, 2):
-                wait_for(lambda k=k: sum(" num " in f" {ln}" for ln in got) >= k * n // 2,
-                         timeout=120)
+                wait_for(
+                    lambda k=k: sum(" num " in f" {ln}" for ln in got) >= k * n // 2, timeout=120
+                )
                 cuts += proxy.cut()
                 time.sleep(1.0)
             proc.wait(timeout=180)
@@ -398,19 +453,31 @@ def test_follow_survives_a_cut_ssh_connection(cli: CLI, jobs: Jobs) -> None:
     assert the_job(cli, job_id)["state"] == "succeeded"
 
 
-def test_ps_recovers_a_host_job_after_the_state_dir_is_lost_then_stop(
-        cli: CLI, jobs: Jobs) -> None:
+def test_ps_recovers_a_host_job_after_the_state_dir_is_lost_then_stop(cli: CLI, jobs: Jobs) -> None:
     name = unique("hrlost")
-    spec = host_spec(cli, name, args=["--steps", "100000", "--out", str(cli.tmp / "out"),
-                                      "--workers", "0", "--step-sleep", "0.1"])
+    spec = host_spec(
+        cli,
+        name,
+        args=[
+            "--steps",
+            "100000",
+            "--out",
+            str(cli.tmp / "out"),
+            "--workers",
+            "0",
+            "--step-sleep",
+            "0.1",
+        ],
+    )
     job_id = jobs.submitted(cli.run("submit", str(spec)), follow=False)
     wait_for_line(cli, job_id, r"^\[n1 r3\] step 2/")
     shutil.rmtree(cli.state_dir)
     job = the_job(cli, job_id)
     assert (job["name"], job["state"]) == (name, "running")
-    assert [(n["node_rank"], n["host"], n["state"], n["container_id"]) for n in job["nodes"]] \
-        == [(0, "a", "running", f"gpuconsole-{job_id}-n0"),
-            (1, "b", "running", f"gpuconsole-{job_id}-n1")]
+    assert [(n["node_rank"], n["host"], n["state"], n["container_id"]) for n in job["nodes"]] == [
+        (0, "a", "running", f"gpuconsole-{job_id}-n0"),
+        (1, "b", "running", f"gpuconsole-{job_id}-n1"),
+    ]
     desc = cli.run("describe", job_id)  # the host runtime's command, read back from the hosts
     assert desc.returncode == 0, desc.stderr
     assert f"{VENV_PYTHON} -m torch.distributed.run" in desc.stdout
@@ -427,8 +494,20 @@ def test_stop_leaves_no_process_of_the_job(cli: CLI, jobs: Jobs) -> None:
     """A long 2-node job with 2 DataLoader workers per rank: after ``stop`` nothing with
     the job's id in its environment and nothing of either node's process group is left."""
     name = unique("hrstop")
-    spec = host_spec(cli, name, args=["--steps", "100000", "--out", str(cli.tmp / "out"),
-                                      "--workers", "2", "--step-sleep", "0.1"])
+    spec = host_spec(
+        cli,
+        name,
+        args=[
+            "--steps",
+            "100000",
+            "--out",
+            str(cli.tmp / "out"),
+            "--workers",
+            "2",
+            "--step-sleep",
+            "0.1",
+        ],
+    )
     job_id = jobs.submitted(cli.run("submit", str(spec)), follow=False)
     wait_for_line(cli, job_id, r"^\[n1 r3\] step 3/")
     wait_for_line(cli, job_id, r"^\[n0 r0\] step 3/")
@@ -458,14 +537,29 @@ def test_stop_leaves_no_process_of_the_job(cli: CLI, jobs: Jobs) -> None:
     # EXIT: each node's is what it recorded on its host (exit.json: torchrun's own status
     # after the SIGTERM, 128+N had a signal ended it), as Docker's State.ExitCode would be;
     # the job's, stopped by the user, is 143 (128 + SIGTERM), as `submit --follow` exits
-    recorded = [json.loads((d / "exit.json").read_text())["exit_code"]
-                for d in node_dirs(job_id)]
+    recorded = [json.loads((d / "exit.json").read_text())["exit_code"] for d in node_dirs(job_id)]
     assert [n["exit_code"] for n in job["nodes"]] == recorded, job
     assert job["exit_code"] == 143, job
 
 
-HOSTILE_ARGS = ["a b", "'q'", '"dq"', "$HOME", "`id`", "a;b", "x\ny", "ünï", "", "--", "-c",
-                "${HOME}", "$(id)", "\\", " lead", "tab\there"]
+HOSTILE_ARGS = [
+    "a b",
+    "'q'",
+    '"dq"',
+    "$HOME",
+    "`id`",
+    "a;b",
+    "x\ny",
+    "ünï",
+    "",
+    "--",
+    "-c",
+    "${HOME}",
+    "$(id)",
+    "\\",
+    " lead",
+    "tab\there",
+]
 HOSTILE_ENV = "a b 'q' \"dq\" $HOME `id` a;b x\ny ünï $(id) \\ \t|&<>*?"
 
 ECHO = """\
@@ -481,8 +575,16 @@ def test_hostile_args_and_env_arrive_byte_identical(cli: CLI, jobs: Jobs) -> Non
     work.mkdir()
     (work / "echo.py").write_text(ECHO)
     name = unique("hrhost")
-    spec = host_spec(cli, name, nodes=["a"], nproc_per_node=1, workdir=str(work),
-                     script="echo.py", args=HOSTILE_ARGS, env={"HOSTILE": HOSTILE_ENV})
+    spec = host_spec(
+        cli,
+        name,
+        nodes=["a"],
+        nproc_per_node=1,
+        workdir=str(work),
+        script="echo.py",
+        args=HOSTILE_ARGS,
+        env={"HOSTILE": HOSTILE_ENV},
+    )
     res = cli.run("submit", str(spec), "--follow", timeout=240)
     job_id = jobs.submitted(res, follow=True)
     assert res.returncode == 0, res.stdout + res.stderr
@@ -509,13 +611,12 @@ def assert_nothing_left(cli: CLI, name: str) -> None:
 
 
 def test_bad_python_and_docker_fields_are_refused(cli: CLI) -> None:
-    assert subprocess.run([SYSTEM_PYTHON, "-c", "import torch"],
-                          capture_output=True).returncode == 1, \
-        f"{SYSTEM_PYTHON} has torch: the no-torch case needs a python without it"
+    assert (
+        subprocess.run([SYSTEM_PYTHON, "-c", "import torch"], capture_output=True).returncode == 1
+    ), f"{SYSTEM_PYTHON} has torch: the no-torch case needs a python without it"
 
     name = unique("hrnopy")
-    res = cli.run("submit", str(host_spec(cli, name, nodes=["a"],
-                                          python="/nonexistent/python")))
+    res = cli.run("submit", str(host_spec(cli, name, nodes=["a"], python="/nonexistent/python")))
     assert res.returncode == 1, res.stdout + res.stderr
     lines = error_lines(res.stderr)
     assert len(lines) == 2, lines
@@ -532,12 +633,15 @@ def test_bad_python_and_docker_fields_are_refused(cli: CLI) -> None:
     assert f"python '{SYSTEM_PYTHON}' cannot import torch" in lines[0], lines[0]
     assert "No module named 'torch'" in lines[0]
     assert re.search(r"\bhost [ab]\b|\bon [ab]\b|^error: [ab]: ", lines[0]), lines[0]
-    assert lines[1].startswith("  fix: ") and f"{SYSTEM_PYTHON} -m pip install torch" \
-        in lines[1], lines[1]
+    assert lines[1].startswith("  fix: ") and f"{SYSTEM_PYTHON} -m pip install torch" in lines[1], (
+        lines[1]
+    )
     assert_nothing_left(cli, name)
 
-    for field, value in (("image", "gpuconsole/torch:2.13.0-cpu"),
-                         ("mounts", [f"{cli.tmp}:/data"])):
+    for field, value in (
+        ("image", "gpuconsole/torch:2.13.0-cpu"),
+        ("mounts", [f"{cli.tmp}:/data"]),
+    ):
         name = unique("hrfield")
         res = cli.run("submit", str(host_spec(cli, name, nodes=["a"], **{field: value})))
         assert res.returncode == 2, res.stdout + res.stderr

@@ -65,14 +65,25 @@ class Nodes:
         self.job = f"hosttest-{secrets.token_hex(3)}"
         self.names: list[str] = []
 
-    async def start(self, code: str, *args: str, env: dict[str, str] | None = None,
-                    secret_env: frozenset[str] = frozenset(), cwd: str | None = None,
-                    labels: dict[str, str] | None = None) -> str:
+    async def start(
+        self,
+        code: str,
+        *args: str,
+        env: dict[str, str] | None = None,
+        secret_env: frozenset[str] = frozenset(),
+        cwd: str | None = None,
+        labels: dict[str, str] | None = None,
+    ) -> str:
         name = f"{self.job}-n{len(self.names)}"
         spec = ContainerSpec(
-            name=name, image="python3", command=["python3", "-c", code, *args],
-            env=env or {}, secret_env=secret_env, labels={JOB_ID: self.job, **(labels or {})},
-            working_dir=cwd)
+            name=name,
+            image="python3",
+            command=["python3", "-c", code, *args],
+            env=env or {},
+            secret_env=secret_env,
+            labels={JOB_ID: self.job, **(labels or {})},
+            working_dir=cwd,
+        )
         assert await self.engine.create(spec) == name
         self.names.append(name)
         t0 = time.monotonic()
@@ -104,8 +115,11 @@ async def _group_count(t: SSHTransport, pgid: int) -> int:
 async def _live(t: SSHTransport, pids: list[str]) -> list[str]:
     """The PIDs of ``pids`` that are live (not zombie) processes on the host."""
     res = await t.run(["ps", "-o", "pid=,stat=", "-p", ",".join(pids)])
-    return [pid for pid, stat in (x.split() for x in res.stdout.splitlines())
-            if not stat.startswith("Z")]
+    return [
+        pid
+        for pid, stat in (x.split() for x in res.stdout.splitlines())
+        if not stat.startswith("Z")
+    ]
 
 
 async def _wait_exited(engine: HostEngine, name: str, timeout: float = 30) -> None:
@@ -119,7 +133,7 @@ async def _wait_exited(engine: HostEngine, name: str, timeout: float = 30) -> No
     pytest.fail(f"{name} still running after {timeout} s")
 
 
-AWKWARD_ARGS = ["it's \"quoted\"", "$HOME `id` $(id)", "two\nlines", "ünïcödé 🚀", "", " x "]
+AWKWARD_ARGS = ['it\'s "quoted"', "$HOME `id` $(id)", "two\nlines", "ünïcödé 🚀", "", " x "]
 AWKWARD_ENV = "a'b\"c $X `y` \\ \n z ü 🚀"
 
 
@@ -144,10 +158,14 @@ async def test_awkward_argv_env_secret_logs_exit_3(nodes: Nodes, host_a: SSHTran
     """)
     try:
         t0 = time.time()
-        name = await nodes.start(code, *AWKWARD_ARGS,
-                                 env={"AWKWARD": AWKWARD_ENV, "SECRET_TOKEN": secret},
-                                 secret_env=frozenset({"SECRET_TOKEN"}), cwd=cwd,
-                                 labels={"io.gpuconsole.node-rank": "0"})
+        name = await nodes.start(
+            code,
+            *AWKWARD_ARGS,
+            env={"AWKWARD": AWKWARD_ENV, "SECRET_TOKEN": secret},
+            secret_env=frozenset({"SECRET_TOKEN"}),
+            cwd=cwd,
+            labels={"io.gpuconsole.node-rank": "0"},
+        )
         engine = nodes.engine
         # while it runs: the secret is on no command line and in no file of the node
         ps = await host_a.check(["ps", "-eo", "args"])
@@ -211,17 +229,25 @@ async def test_exit_0_and_refusals(nodes: Nodes) -> None:
     with pytest.raises(HostJobError, match="already exists"):
         await nodes.engine.create(ContainerSpec(name=name, image="python3", command=["true"]))
     from remote.docker import Bind
+
     with pytest.raises(HostJobError, match="cannot mount"):
-        await nodes.engine.create(ContainerSpec(name=f"{nodes.job}-x", image="python3",
-                                                command=["true"], binds=(Bind("/a", "/b"),)))
+        await nodes.engine.create(
+            ContainerSpec(
+                name=f"{nodes.job}-x", image="python3", command=["true"], binds=(Bind("/a", "/b"),)
+            )
+        )
     assert await nodes.engine.inspect("no-such-node") is None
     assert [x async for x in nodes.engine.logs("no-such-node")] == []
     await nodes.engine.stop("no-such-node", 1)  # gone is fine, as with Docker
 
 
 async def test_start_failure_is_reported(nodes: Nodes) -> None:
-    spec = ContainerSpec(name=f"{nodes.job}-bad", image="python3",
-                         command=["/nonexistent/torchrun", "x"], labels={JOB_ID: nodes.job})
+    spec = ContainerSpec(
+        name=f"{nodes.job}-bad",
+        image="python3",
+        command=["/nonexistent/torchrun", "x"],
+        labels={JOB_ID: nodes.job},
+    )
     await nodes.engine.create(spec)
     nodes.names.append(spec.name)
     with pytest.raises(HostJobError, match="cannot run '/nonexistent/torchrun'"):
@@ -243,10 +269,10 @@ TREE = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize(("mode", "code", "min_s"), [("default", 143, 0.0),
-                                                      ("ignore", 137, 2.0)])
-async def test_stop_ends_the_whole_tree(nodes: Nodes, host_a: SSHTransport, mode: str,
-                                        code: int, min_s: float) -> None:
+@pytest.mark.parametrize(("mode", "code", "min_s"), [("default", 143, 0.0), ("ignore", 137, 2.0)])
+async def test_stop_ends_the_whole_tree(
+    nodes: Nodes, host_a: SSHTransport, mode: str, code: int, min_s: float
+) -> None:
     """Grandchildren ignoring SIGTERM are gone after stop(grace=2): with the child dying of
     SIGTERM (exit 143, the rest of the group SIGKILLed by the supervisor at once) and with
     the child ignoring it too (SIGKILL to the group after the grace, exit 137)."""
@@ -272,14 +298,16 @@ async def test_stop_ends_the_whole_tree(nodes: Nodes, host_a: SSHTransport, mode
     assert info is not None and (info.status, info.exit_code) == ("exited", code)
 
 
-async def test_job_survives_reconnect_and_logs_resume_exactly(nodes: Nodes,
-                                                              host_a: SSHTransport) -> None:
+async def test_job_survives_reconnect_and_logs_resume_exactly(
+    nodes: Nodes, host_a: SSHTransport
+) -> None:
     """The SSH connection closes twice while a job prints 0..N-1: the job runs on and the
     resumed follow (remote.logs over HostEngine) yields every number exactly once."""
     n = 1500
     name = await nodes.start(
         f"import time\nfor i in range({n}):\n print(i, flush=True)\n time.sleep(0.002)\n"
-        "time.sleep(0.5)")
+        "time.sleep(0.5)"
+    )
     states: list[str] = []
     got: list[int] = []
     sizes: list[int] = []
@@ -287,8 +315,11 @@ async def test_job_survives_reconnect_and_logs_resume_exactly(nodes: Nodes,
 
     async def follow() -> None:
         async for batch in follow_container_batches(
-                nodes.engine, name, cursor,  # type: ignore[arg-type]
-                on_state=lambda s, _why: states.append(s)):
+            nodes.engine,
+            name,
+            cursor,  # type: ignore[arg-type]
+            on_state=lambda s, _why: states.append(s),
+        ):
             got.extend(int(x.text) for x in batch)
             sizes.append(len(batch))
 
@@ -310,8 +341,9 @@ async def test_job_survives_reconnect_and_logs_resume_exactly(nodes: Nodes,
     assert info is not None and (info.status, info.exit_code) == ("exited", 0)
 
 
-async def test_state_folder_removed_while_running_ends_the_job(nodes: Nodes,
-                                                               host_a: SSHTransport) -> None:
+async def test_state_folder_removed_while_running_ends_the_job(
+    nodes: Nodes, host_a: SSHTransport
+) -> None:
     """``rm -rf`` of the job's folder while it runs: the supervisor notices within ~1 s and
     ends its command (SIGTERM, SIGKILL after 10 s), so no process is left that ``ps`` could
     not find; the node is gone from ``list``."""
@@ -347,7 +379,8 @@ async def test_python_without_torch_is_refused(host_a: SSHTransport) -> None:
 
 @pytest.mark.hostless
 async def test_fleet_listing_starts_nothing_without_a_jobs_folder(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """list_if_any (every Docker host of a fleet listing): one shell that stops at once
     without a job folder in the jobs folder (no bundle uploaded); with one, the bundle is
     uploaded the first time (the command says it is missing) and used directly after. On
@@ -368,9 +401,14 @@ async def test_fleet_listing_starts_nothing_without_a_jobs_folder(
     bundles = list((tmp_path / BUNDLE_BASE).iterdir())
     assert len(bundles) == 1 and (bundles[0] / "hostjob.py").is_file()
     # a node folder the listing reads: hostjob's own files, made by a real create
-    node = await engine.create(ContainerSpec(
-        name="gpuconsole-lst-000001-n0", image="/usr/bin/python3",
-        command=["/usr/bin/python3", "-c", "pass"], labels={JOB_ID: "lst-000001"}))
+    node = await engine.create(
+        ContainerSpec(
+            name="gpuconsole-lst-000001-n0",
+            image="/usr/bin/python3",
+            command=["/usr/bin/python3", "-c", "pass"],
+            labels={JOB_ID: "lst-000001"},
+        )
+    )
     listed = await engine.list_if_any(label)
     assert [i.id for i in listed] == [node]
     assert listed[0].labels[JOB_ID] == "lst-000001"

@@ -31,10 +31,12 @@ def assert_error(res: subprocess.CompletedProcess[str], code: int, *needles: str
     return err[0]
 
 
-@pytest.mark.parametrize("target", ["//workspace", "/workspace/.", "/workspace/../workspace",
-                                    "/opt/gpuconsole-gang"])
+@pytest.mark.parametrize(
+    "target", ["//workspace", "/workspace/.", "/workspace/../workspace", "/opt/gpuconsole-gang"]
+)
 def test_a_reserved_mount_target_fails_the_dry_run_not_the_create(
-        cli: CLI, engine: docker.DockerClient, target: str) -> None:
+    cli: CLI, engine: docker.DockerClient, target: str
+) -> None:
     spec = cli.spec("mountres", mounts=[f"/tmp:{target}"])
     for extra in (["--dry-run"], []):
         res = cli.run("submit", str(spec), *extra)
@@ -43,15 +45,21 @@ def test_a_reserved_mount_target_fails_the_dry_run_not_the_create(
 
 
 def test_a_spec_mount_at_the_profiles_mount_point_is_refused(
-        cli: CLI, engine: docker.DockerClient) -> None:
+    cli: CLI, engine: docker.DockerClient
+) -> None:
     data = yaml.safe_load(cli.profile.read_text())
     data["defaults"]["mounts"] = ["/tmp:/data"]
     prof = cli.tmp / "mounts.yaml"
     prof.write_text(yaml.safe_dump(data, sort_keys=False))
     spec = cli.spec("mountdup", mounts=["/var/tmp://data/."])
     res = cli.run("submit", str(spec), profile=prof)
-    assert_error(res, 2, f"{spec}:", "mounts[0]", "the container path /data is already "
-                 "mounted by defaults.mounts[0] '/tmp:/data'")
+    assert_error(
+        res,
+        2,
+        f"{spec}:",
+        "mounts[0]",
+        "the container path /data is already mounted by defaults.mounts[0] '/tmp:/data'",
+    )
     assert job_containers(engine, job_name="mountdup") == []
 
 
@@ -59,8 +67,9 @@ def _backslash_workdir(root: Path) -> Path:
     """A workdir (unique content, so its digest is this test's own) with a backslash name."""
     wd = root / "bw"
     (wd / "sub").mkdir(parents=True)
-    (wd / "train_ddp.py").write_text((EXAMPLES / "train_ddp.py").read_text()
-                                     + f"# {secrets.token_hex(8)}\n")
+    (wd / "train_ddp.py").write_text(
+        (EXAMPLES / "train_ddp.py").read_text() + f"# {secrets.token_hex(8)}\n"
+    )
     (wd / "sub" / "a\\b.txt").write_text("x\n")
     return wd
 
@@ -69,10 +78,21 @@ def _workdirs_of(digest: str) -> list[str]:
     """Entries of host a's synced-workdir cache (the test hosts' home is this machine's
     /root) that belong to ``digest``: the synced copy or a staging folder of it."""
     res = subprocess.run(
-        ["ssh", "-i", str(TESTHOSTS / "id_ed25519"), "-o",
-         f"UserKnownHostsFile={TESTHOSTS / 'known_hosts'}", "-o", "BatchMode=yes",
-         "root@127.0.0.11", "ls -a ~/.cache/gpuconsole/workdirs"],
-        capture_output=True, text=True, timeout=60)
+        [
+            "ssh",
+            "-i",
+            str(TESTHOSTS / "id_ed25519"),
+            "-o",
+            f"UserKnownHostsFile={TESTHOSTS / 'known_hosts'}",
+            "-o",
+            "BatchMode=yes",
+            "root@127.0.0.11",
+            "ls -a ~/.cache/gpuconsole/workdirs",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     return [n for n in res.stdout.split() if digest[:16] in n]
 
 
@@ -94,9 +114,13 @@ def test_a_failed_workdir_copy_leaves_no_staging_folder(cli: CLI) -> None:
     error names the file, and the half-made staging folder is removed from the host."""
     wd = _backslash_workdir(cli.tmp)
     digest = workdir_digest(wd)
-    target = SSHTarget("127.0.0.11", port=22, user="root",
-                       identity_file=str(TESTHOSTS / "id_ed25519"),
-                       known_hosts=str(TESTHOSTS / "known_hosts"))
+    target = SSHTarget(
+        "127.0.0.11",
+        port=22,
+        user="root",
+        identity_file=str(TESTHOSTS / "id_ed25519"),
+        known_hosts=str(TESTHOSTS / "known_hosts"),
+    )
 
     async def sync() -> TransportError:
         t = SSHTransport("a", target)

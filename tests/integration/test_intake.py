@@ -41,9 +41,11 @@ def _intake_children() -> list[int]:
 
 @pytest.mark.parametrize("where", ["loop", "process"])
 async def test_background_follow_of_a_two_node_job(cli: CLI, where: Intake) -> None:
-    spec = cli.spec(f"intake-{uuid.uuid4().hex[:4]}", nodes=["a", "b"],
-                    args=["--steps", "30", "--step-sleep", "0.05", "--out", "/out",
-                          "--workers", "0"])
+    spec = cli.spec(
+        f"intake-{uuid.uuid4().hex[:4]}",
+        nodes=["a", "b"],
+        args=["--steps", "30", "--step-sleep", "0.05", "--out", "/out", "--workers", "0"],
+    )
     res = cli.run("submit", str(spec))
     assert res.returncode == 0, res.stderr
     job_id = res.stdout.strip()
@@ -59,8 +61,7 @@ async def test_background_follow_of_a_two_node_job(cli: CLI, where: Intake) -> N
         assert final is not None and final.state == "succeeded"
         assert not _intake_children()  # it ended with the job's streams
 
-        followed = [ln for ev, _ in seen if isinstance(ev, LogLinesReceived)
-                    for ln in ev.lines]
+        followed = [ln for ev, _ in seen if isinstance(ev, LogLinesReceived) for ln in ev.lines]
         everything = await svc.read_logs(svc.find_job(job_id))
         # every line, once, in each node's order
         for node in (0, 1):
@@ -71,28 +72,30 @@ async def test_background_follow_of_a_two_node_job(cli: CLI, where: Intake) -> N
         assert ranks == {0, 1, 2, 3}
         if where == "process":  # the child also shaped them, exactly as the app would
             batches = [ev for ev, _ in seen if isinstance(ev, LogLinesReceived)]
-            assert all(ev.shown is not None and len(ev.shown) == len(ev.lines)
-                       for ev in batches)
+            assert all(ev.shown is not None and len(ev.shown) == len(ev.lines) for ev in batches)
             for ev in batches:
                 assert ev.shown is not None
                 for line, rows in zip(ev.lines, ev.shown):
                     assert [r[1:] for r in rows] == [r[1:] for r in display_lines(line)]
         # events reached the subscriber on its own loop's thread
         assert {tid for _, tid in seen} == {main}
-        ended = {ev.node_rank for ev, _ in seen
-                 if isinstance(ev, FollowStateChanged) and ev.state == "ended"}
+        ended = {
+            ev.node_rank
+            for ev, _ in seen
+            if isinstance(ev, FollowStateChanged) and ev.state == "ended"
+        }
         assert ended == {0, 1}
-        assert any(isinstance(ev, JobChanged) and ev.job.state == "succeeded"
-                   for ev, _ in seen)
+        assert any(isinstance(ev, JobChanged) and ev.job.state == "succeeded" for ev, _ in seen)
     finally:
         await svc.close()
     assert not _intake_children()  # the intake process ended with the follow
 
 
 async def test_closing_a_process_follow_ends_the_child(cli: CLI) -> None:
-    spec = cli.spec(f"intake-close-{uuid.uuid4().hex[:4]}",
-                    args=["--steps", "2000", "--step-sleep", "0.05", "--out", "/out",
-                          "--workers", "0"])
+    spec = cli.spec(
+        f"intake-close-{uuid.uuid4().hex[:4]}",
+        args=["--steps", "2000", "--step-sleep", "0.05", "--out", "/out", "--workers", "0"],
+    )
     res = cli.run("submit", str(spec))
     assert res.returncode == 0, res.stderr
     job_id = res.stdout.strip()

@@ -56,6 +56,7 @@ def test_a_job_submitted_elsewhere_is_found_on_the_hosts(cli: CLI, tmp_path: Pat
     assert missing.returncode == 1
     assert missing.stderr.splitlines()[0] == (
         f"error: no job 'no-such-job-3f9a1c' in {third.state_dir} nor on its hosts (a, b) "
-        "of profile 'profile'")
+        "of profile 'profile'"
+    )
     assert "gpuconsole ps --all" in missing.stderr
     assert "Traceback" not in missing.stderr

@@ -36,8 +36,10 @@ def job_named(cli: CLI, name: str) -> str:
     tests run on the shared test hosts, adopted from their labels, with an empty spec)."""
     con = sqlite3.connect(cli.state_dir / "jobs.sqlite3")
     try:
-        ids = [r[0] for r in con.execute(
-            "SELECT id FROM jobs WHERE name=? AND spec_json != '{}'", (name,))]
+        ids = [
+            r[0]
+            for r in con.execute("SELECT id FROM jobs WHERE name=? AND spec_json != '{}'", (name,))
+        ]
     finally:
         con.close()
     assert len(ids) == 1, ids
@@ -75,13 +77,17 @@ def test_single_node_over_ssh(cli: CLI) -> None:
 
 
 def test_two_nodes_world_size_4(cli: CLI, engine: docker.DockerClient) -> None:
-    spec = cli.spec("twonode", nodes=["a", "b"],
-                    args=["--steps", "3", "--out", "/out", "--workers", "1"])
+    spec = cli.spec(
+        "twonode", nodes=["a", "b"], args=["--steps", "3", "--out", "/out", "--workers", "1"]
+    )
     res = cli.run("submit", str(spec), "--follow")
     assert res.returncode == 0, res.stdout + res.stderr
     lines = res.stdout.splitlines()
-    starts = sorted(ln for ln in lines if " rank " in ln and "world_size" not in ln
-                    and re.search(r"rank \d/4 ", ln))
+    starts = sorted(
+        ln
+        for ln in lines
+        if " rank " in ln and "world_size" not in ln and re.search(r"rank \d/4 ", ln)
+    )
     ranks = {int(m.group(1)) for ln in starts if (m := re.search(r"rank (\d)/4 ", ln))}
     assert ranks == {0, 1, 2, 3}
     assert all("world_size 4" in ln for ln in lines if STEP_RE.match(ln))
@@ -110,14 +116,29 @@ def test_two_nodes_world_size_4(cli: CLI, engine: docker.DockerClient) -> None:
     assert recovered["name"] == "twonode"
     assert recovered["state"] == "succeeded"
     assert [(n["node_rank"], n["host"], n["state"]) for n in recovered["nodes"]] == [
-        (0, "a", "succeeded"), (1, "b", "succeeded")]
+        (0, "a", "succeeded"),
+        (1, "b", "succeeded"),
+    ]
 
 
 def test_failing_rank_tears_down_the_gang(cli: CLI, engine: docker.DockerClient) -> None:
     spec = cli.spec(
-        "failing", nodes=["a", "b"],
-        args=["--steps", "200", "--out", "/out", "--workers", "1", "--step-sleep", "0.2",
-              "--fail-rank", "3", "--fail-step", "3"],
+        "failing",
+        nodes=["a", "b"],
+        args=[
+            "--steps",
+            "200",
+            "--out",
+            "/out",
+            "--workers",
+            "1",
+            "--step-sleep",
+            "0.2",
+            "--fail-rank",
+            "3",
+            "--fail-step",
+            "3",
+        ],
     )
     res = cli.run("submit", str(spec), "--follow")
     assert res.returncode == 1, res.stdout + res.stderr
@@ -145,8 +166,10 @@ def test_failing_rank_tears_down_the_gang(cli: CLI, engine: docker.DockerClient)
 
 
 def test_stop_then_logs_from_archive_after_rm(cli: CLI, engine: docker.DockerClient) -> None:
-    spec = cli.spec("longjob", args=["--steps", "1000", "--out", "/out", "--workers", "1",
-                                     "--step-sleep", "0.2"])
+    spec = cli.spec(
+        "longjob",
+        args=["--steps", "1000", "--out", "/out", "--workers", "1", "--step-sleep", "0.2"],
+    )
     sub = cli.run("submit", str(spec))
     assert sub.returncode == 0, sub.stderr
     job_id = sub.stdout.strip()
@@ -181,15 +204,15 @@ def _session_pids(pidfile: Path) -> list[int]:
     return [int(p) for p in out.stdout.split()]
 
 
-def test_follow_survives_a_cut_ssh_connection(
-    cli: CLI, engine: docker.DockerClient
-) -> None:
+def test_follow_survives_a_cut_ssh_connection(cli: CLI, engine: docker.DockerClient) -> None:
     import os
 
-    pidfile = Path(os.environ.get("GPUCONSOLE_TESTHOST_A_PIDFILE",
-                                  "/var/tmp/gpuconsole-testhosts/a/sshd.pid"))
-    spec = cli.spec("cut", args=["--steps", "40", "--out", "/out", "--workers", "1",
-                                 "--step-sleep", "0.15"])
+    pidfile = Path(
+        os.environ.get("GPUCONSOLE_TESTHOST_A_PIDFILE", "/var/tmp/gpuconsole-testhosts/a/sshd.pid")
+    )
+    spec = cli.spec(
+        "cut", args=["--steps", "40", "--out", "/out", "--workers", "1", "--step-sleep", "0.15"]
+    )
     sub = cli.run("submit", str(spec))
     assert sub.returncode == 0, sub.stderr
     job_id = sub.stdout.strip()
@@ -240,8 +263,9 @@ def test_archive_written_while_following(cli: CLI) -> None:
 
 
 def test_stop_from_another_terminal_while_following(cli: CLI) -> None:
-    spec = cli.spec("stopme", args=["--steps", "1000", "--out", "/out", "--workers", "0",
-                                    "--step-sleep", "0.2"])
+    spec = cli.spec(
+        "stopme", args=["--steps", "1000", "--out", "/out", "--workers", "0", "--step-sleep", "0.2"]
+    )
     sub = cli.run("submit", str(spec))
     assert sub.returncode == 0, sub.stderr
     job_id = sub.stdout.strip()

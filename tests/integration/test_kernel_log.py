@@ -54,10 +54,25 @@ def test_kernel_read_over_ssh_finds_nothing_or_says_why(test_profile: Path) -> N
 
 
 def test_failed_job_reason_stays_the_exception_and_explaining_is_fast(
-        cli: CLI, test_profile: Path, caplog: pytest.LogCaptureFixture) -> None:
-    spec = cli.spec("kfail", args=["--steps", "50", "--out", "/out", "--workers", "1",
-                                   "--step-sleep", "0.1", "--fail-rank", "1",
-                                   "--fail-step", "2"])
+    cli: CLI, test_profile: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    spec = cli.spec(
+        "kfail",
+        args=[
+            "--steps",
+            "50",
+            "--out",
+            "/out",
+            "--workers",
+            "1",
+            "--step-sleep",
+            "0.1",
+            "--fail-rank",
+            "1",
+            "--fail-step",
+            "2",
+        ],
+    )
     res = cli.run("submit", str(spec), "--follow")
     assert res.returncode == 1, res.stdout + res.stderr
     job = the_job(cli, job_named(cli, "kfail"))
@@ -66,10 +81,17 @@ def test_failed_job_reason_stays_the_exception_and_explaining_is_fast(
     assert failure["kind"] == "exception"
     assert not any("host logged Xid" in c for c in failure.get("consequences", []))
     (n,) = job["nodes"]
-    node = NodeRecord(job_id=job["id"], node_rank=0, host=n["host"],
-                      container_name=n["container"], container_id=n["container_id"],
-                      state="failed", exit_code=n["exit_code"], started_at=n["started_at"],
-                      finished_at=n["finished_at"])
+    node = NodeRecord(
+        job_id=job["id"],
+        node_rank=0,
+        host=n["host"],
+        container_name=n["container"],
+        container_id=n["container_id"],
+        state="failed",
+        exit_code=n["exit_code"],
+        started_at=n["started_at"],
+        finished_at=n["finished_at"],
+    )
     assert node.started_at and node.finished_at
 
     async def explain() -> tuple[FailureRecord, float]:
@@ -86,5 +108,6 @@ def test_failed_job_reason_stays_the_exception_and_explaining_is_fast(
     said = [r.getMessage() for r in caplog.records if "host kernel log" in r.getMessage()]
     assert len(said) == 1, caplog.text
     assert ": 0 Xid event(s)" in said[0] or "kernel log unreadable" in said[0]
-    assert all(r.levelno < logging.WARNING for r in caplog.records
-               if r.name.startswith("gpuconsole"))
+    assert all(
+        r.levelno < logging.WARNING for r in caplog.records if r.name.startswith("gpuconsole")
+    )

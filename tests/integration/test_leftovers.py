@@ -33,8 +33,21 @@ HOSTS = {"a": "127.0.0.11", "b": "127.0.0.12"}
 def ssh(host: str, *argv: str) -> subprocess.CompletedProcess[str]:
     """Run ``argv`` on a test host over plain OpenSSH."""
     return subprocess.run(
-        ["ssh", "-i", str(KEY), "-o", f"UserKnownHostsFile={KNOWN}", "-o", "BatchMode=yes",
-         f"root@{HOSTS[host]}", shlex.join(argv)], capture_output=True, text=True, timeout=60)
+        [
+            "ssh",
+            "-i",
+            str(KEY),
+            "-o",
+            f"UserKnownHostsFile={KNOWN}",
+            "-o",
+            "BatchMode=yes",
+            f"root@{HOSTS[host]}",
+            shlex.join(argv),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def host_workdirs(host: str) -> list[str]:
@@ -76,13 +89,20 @@ def workdir(cli: CLI, name: str, big_mib: int = 0) -> Path:
 
 
 def spec(cli: CLI, name: str, wd: Path, *args: str) -> Path:
-    return cli.spec(name, nodes=["lo-a"], workdir=str(wd),
-                    args=["--out", "/tmp/out", "--workers", "0", *args])
+    return cli.spec(
+        name, nodes=["lo-a"], workdir=str(wd), args=["--out", "/tmp/out", "--workers", "0", *args]
+    )
 
 
 def popen(cli: CLI, profile: Path, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(cli.argv(*args, profile=profile), env=cli.env(), cwd=cli.tmp,
-                            text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        cli.argv(*args, profile=profile),
+        env=cli.env(),
+        cwd=cli.tmp,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 def mine(tmpdir: Path, pid: int, kind: str) -> list[Path]:
@@ -90,18 +110,23 @@ def mine(tmpdir: Path, pid: int, kind: str) -> list[Path]:
 
 
 def test_sigkilled_logs_follow_leaves_socket_dirs_the_next_run_removes(
-        lo: tuple[CLI, Path, Path]) -> None:
+    lo: tuple[CLI, Path, Path],
+) -> None:
     cli, profile, tmpdir = lo
     wd = workdir(cli, "follow")
-    res = cli.run("submit", str(spec(cli, "lofollow", wd, "--steps", "100", "--step-sleep",
-                                     "1")), profile=profile)
+    res = cli.run(
+        "submit",
+        str(spec(cli, "lofollow", wd, "--steps", "100", "--step-sleep", "1")),
+        profile=profile,
+    )
     assert res.returncode == 0, res.stderr
     job_id = res.stdout.split()[0]
     follower = popen(cli, profile, "logs", "-f", job_id)
     try:
         assert follower.stdout is not None
-        wait_for(lambda: "step 1/100" in (follower.stdout.readline() or ""), timeout=120,
-                 interval=0)
+        wait_for(
+            lambda: "step 1/100" in (follower.stdout.readline() or ""), timeout=120, interval=0
+        )
         socks = mine(tmpdir, follower.pid, "sock-lo-a")
         assert len(socks) == 1 and (socks[0] / "docker.sock").exists()
     finally:
@@ -114,8 +139,7 @@ def test_sigkilled_logs_follow_leaves_socket_dirs_the_next_run_removes(
     assert cli.run("rm", "--force", job_id, profile=profile).returncode == 0
 
 
-def test_sigkilled_submit_mid_sync_is_swept_by_the_next_sync(
-        lo: tuple[CLI, Path, Path]) -> None:
+def test_sigkilled_submit_mid_sync_is_swept_by_the_next_sync(lo: tuple[CLI, Path, Path]) -> None:
     cli, profile, tmpdir = lo
     wd = workdir(cli, "midsync", big_mib=300)
     digest = workdir_digest(wd)
@@ -123,8 +147,9 @@ def test_sigkilled_submit_mid_sync_is_swept_by_the_next_sync(
     sub = popen(cli, profile, "submit", str(path))
     try:
         staging = re.compile(rf"^\.{digest[:16]}\.[\w-]+\.{sub.pid}\.[0-9a-f]+\.tmp$")
-        left = wait_for(lambda: [n for n in host_workdirs("a") if staging.match(n)],
-                        timeout=120, interval=0)
+        left = wait_for(
+            lambda: [n for n in host_workdirs("a") if staging.match(n)], timeout=120, interval=0
+        )
     finally:
         sub.send_signal(signal.SIGKILL)
         sub.wait()
@@ -142,7 +167,8 @@ def test_sigkilled_submit_mid_sync_is_swept_by_the_next_sync(
 
 
 def test_rm_collects_the_synced_workdir_unless_another_job_uses_it(
-        lo: tuple[CLI, Path, Path]) -> None:
+    lo: tuple[CLI, Path, Path],
+) -> None:
     cli, profile, _ = lo
     wd = workdir(cli, "shared")
     digest = workdir_digest(wd)

@@ -61,7 +61,12 @@ def submit_killed_between_create_and_start(cli: CLI, spec: Path) -> str:
     env["GPUCONSOLE_TEST_MARKER"] = str(marker)
     proc = subprocess.Popen(
         [sys.executable, "-c", _BLOCKED_SUBMIT, "-p", str(cli.profile), "submit", str(spec)],
-        env=env, cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        env=env,
+        cwd=REPO,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         wait_for(marker.exists, timeout=180)
     finally:
@@ -74,21 +79,24 @@ def submit_killed_between_create_and_start(cli: CLI, spec: Path) -> str:
 def test_interrupted_launch_is_failed_then_stopped_removed_and_resubmitted(
     cli: CLI, engine: docker.DockerClient
 ) -> None:
-    spec = cli.spec("halfmade", nodes=["a", "b"],
-                    args=["--steps", "2", "--out", "/out", "--workers", "0"])
+    spec = cli.spec(
+        "halfmade", nodes=["a", "b"], args=["--steps", "2", "--out", "/out", "--workers", "0"]
+    )
     name = submit_killed_between_create_and_start(cli, spec)
     cs = job_containers(engine, job_name=name)
     assert sorted((c.labels["io.gpuconsole.node-rank"], c.status) for c in cs) == [
-        ("0", "created"), ("1", "created")]
+        ("0", "created"),
+        ("1", "created"),
+    ]
     job_id = cs[0].labels["io.gpuconsole.job-id"]
 
     job = the_job(cli, job_id)
     assert job["state"] == "failed"
     assert job["exit_code"] is None
-    assert [(n["node_rank"], n["state"]) for n in job["nodes"]] == [(0, "created"),
-                                                                     (1, "created")]
+    assert [(n["node_rank"], n["state"]) for n in job["nodes"]] == [(0, "created"), (1, "created")]
     assert job["failure"]["reason"] == (
-        "launch interrupted: containers created but never started on a (n0), b (n1)")
+        "launch interrupted: containers created but never started on a (n0), b (n1)"
+    )
     assert f"gpuconsole rm {job_id}" in job["failure"]["fix"]
     table = cli.run("ps").stdout
     row = next(ln for ln in table.splitlines() if ln.startswith(job_id))
@@ -135,7 +143,8 @@ def test_interrupted_launch_rm_without_force(cli: CLI, engine: docker.DockerClie
     assert job["state"] == "removed"
     assert job["final_state"] == "failed"
     assert job["failure"]["reason"] == (
-        "launch interrupted: containers created but never started on a (n0)")
+        "launch interrupted: containers created but never started on a (n0)"
+    )
     res = cli.run("submit", str(spec), "--follow")
     assert res.returncode == 0, res.stdout + res.stderr
 
@@ -143,8 +152,10 @@ def test_interrupted_launch_rm_without_force(cli: CLI, engine: docker.DockerClie
 def test_stop_right_after_submit_takes_seconds_not_the_grace(
     cli: CLI, engine: docker.DockerClient
 ) -> None:
-    spec = cli.spec("quickstop", args=["--steps", "1000", "--out", "/out", "--workers", "0",
-                                       "--step-sleep", "0.2"])
+    spec = cli.spec(
+        "quickstop",
+        args=["--steps", "1000", "--out", "/out", "--workers", "0", "--step-sleep", "0.2"],
+    )
     sub = cli.run("submit", str(spec))
     assert sub.returncode == 0, sub.stderr
     job_id = sub.stdout.strip()
@@ -170,10 +181,13 @@ def test_stop_right_after_submit_takes_seconds_not_the_grace(
     assert "SignalException" not in cli.run("describe", job_id).stdout
 
 
-def test_rm_force_of_a_running_job_and_bad_flags(cli: CLI, engine: docker.DockerClient,
-                                                  tmp_path: Path) -> None:
-    spec = cli.spec("rmforce", args=["--steps", "1000", "--out", "/out", "--workers", "0",
-                                     "--step-sleep", "0.2"])
+def test_rm_force_of_a_running_job_and_bad_flags(
+    cli: CLI, engine: docker.DockerClient, tmp_path: Path
+) -> None:
+    spec = cli.spec(
+        "rmforce",
+        args=["--steps", "1000", "--out", "/out", "--workers", "0", "--step-sleep", "0.2"],
+    )
     sub = cli.run("submit", str(spec))
     assert sub.returncode == 0, sub.stderr
     job_id = sub.stdout.strip()

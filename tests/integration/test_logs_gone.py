@@ -9,9 +9,14 @@ from tests.integration.conftest import CLI, job_containers, wait_for
 
 
 def test_logs_of_a_job_whose_containers_are_gone_says_why(
-        cli: CLI, engine: docker.DockerClient) -> None:
-    spec = cli.spec("gonejob", nodes=["a", "b"], nproc_per_node=1,
-                    args=["--steps", "1", "--out", "/out", "--workers", "1"])
+    cli: CLI, engine: docker.DockerClient
+) -> None:
+    spec = cli.spec(
+        "gonejob",
+        nodes=["a", "b"],
+        nproc_per_node=1,
+        args=["--steps", "1", "--out", "/out", "--workers", "1"],
+    )
     sub = cli.run("submit", str(spec))  # no --follow: nothing read, nothing archived
     assert sub.returncode == 0, sub.stderr
     job_id = sub.stdout.strip()
@@ -24,15 +29,18 @@ def test_logs_of_a_job_whose_containers_are_gone_says_why(
     for c in job_containers(engine, job_id=job_id):
         c.remove(force=True)
     assert not (cli.state_dir / "logs" / job_id).exists() or not any(
-        (cli.state_dir / "logs" / job_id).iterdir())
+        (cli.state_dir / "logs" / job_id).iterdir()
+    )
 
     res = cli.run("logs", job_id)
     assert res.returncode == 1
     assert res.stdout == ""
     assert res.stderr.startswith(f"error: job {job_id}: no lines to show: ")
     for node, host in ((0, "a"), (1, "b")):
-        assert (f"node {node} ({host}): its container is gone (removed outside gpuconsole) "
-                "and nothing was archived from it") in res.stderr
+        assert (
+            f"node {node} ({host}): its container is gone (removed outside gpuconsole) "
+            "and nothing was archived from it"
+        ) in res.stderr
     assert "\n  fix: " in res.stderr
     assert "Traceback" not in res.stderr
     # one node asked alone says the same of it

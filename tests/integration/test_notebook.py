@@ -114,8 +114,9 @@ class NotebookProc:
             pytest.fail(f"no URL within {timeout} s; stderr: {self.err_text()}")
         if line is None:
             self.proc.wait(timeout=30)
-            pytest.fail(f"notebook exited {self.proc.returncode} without a URL; stderr: "
-                        f"{self.err_text()}")
+            pytest.fail(
+                f"notebook exited {self.proc.returncode} without a URL; stderr: {self.err_text()}"
+            )
         return line
 
     def err_text(self) -> str:
@@ -156,8 +157,9 @@ def notebook_containers(engine: docker.DockerClient, since: float) -> list[Any]:
 # -- Jupyter's REST and websocket APIs ----------------------------------------------------------
 
 
-def http(method: str, url: str, token: str | None, body: Any = None,
-         timeout: float = 60) -> tuple[int, Any]:
+def http(
+    method: str, url: str, token: str | None, body: Any = None, timeout: float = 60
+) -> tuple[int, Any]:
     """One request with ``Authorization: token T`` when a token is given; ``(status, JSON
     body or raw bytes)``; HTTP error statuses are returned."""
     data = json.dumps(body).encode() if body is not None else None
@@ -205,19 +207,36 @@ class Jupyter:
         session = uuid.uuid4().hex
         msg_id = uuid.uuid4().hex
         msg = {
-            "header": {"msg_id": msg_id, "username": "test", "session": session,
-                       "msg_type": "execute_request", "version": "5.3",
-                       "date": datetime.now(timezone.utc).isoformat()},
-            "parent_header": {}, "metadata": {}, "buffers": [], "channel": "shell",
-            "content": {"code": code, "silent": False, "store_history": False,
-                        "user_expressions": {}, "allow_stdin": False, "stop_on_error": True},
+            "header": {
+                "msg_id": msg_id,
+                "username": "test",
+                "session": session,
+                "msg_type": "execute_request",
+                "version": "5.3",
+                "date": datetime.now(timezone.utc).isoformat(),
+            },
+            "parent_header": {},
+            "metadata": {},
+            "buffers": [],
+            "channel": "shell",
+            "content": {
+                "code": code,
+                "silent": False,
+                "store_history": False,
+                "user_expressions": {},
+                "allow_stdin": False,
+                "stop_on_error": True,
+            },
         }
         got: dict[str, Any] = {"stream": "", "result": None, "error": None, "reply": None}
         idle = False
         deadline = time.monotonic() + timeout
-        with ws_connect(f"{ws_url}?session_id={session}",
-                        additional_headers={"Authorization": f"token {self.token}"},
-                        open_timeout=60, max_size=2**24) as ws:
+        with ws_connect(
+            f"{ws_url}?session_id={session}",
+            additional_headers={"Authorization": f"token {self.token}"},
+            open_timeout=60,
+            max_size=2**24,
+        ) as ws:
             ws.send(json.dumps(msg))
             while not (idle and got["reply"] is not None):
                 left = deadline - time.monotonic()
@@ -246,9 +265,21 @@ class Jupyter:
 def ssh_a(command: str) -> str:
     """Run ``command`` on test host ``a`` over SSH (the profile's key and known_hosts)."""
     res = subprocess.run(
-        ["ssh", "-i", str(TESTHOSTS / "id_ed25519"), "-o",
-         f"UserKnownHostsFile={TESTHOSTS / 'known_hosts'}", "-o", "BatchMode=yes",
-         "root@127.0.0.11", command], capture_output=True, text=True, timeout=60)
+        [
+            "ssh",
+            "-i",
+            str(TESTHOSTS / "id_ed25519"),
+            "-o",
+            f"UserKnownHostsFile={TESTHOSTS / 'known_hosts'}",
+            "-o",
+            "BatchMode=yes",
+            "root@127.0.0.11",
+            command,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 0, res.stderr
     return res.stdout
 
@@ -280,8 +311,8 @@ def png_rows(data: bytes) -> tuple[int, int, list[bytes]]:
     assert data[:8] == b"\x89PNG\r\n\x1a\n", data[:8]
     pos, idat, ihdr = 8, b"", b""
     while pos < len(data):
-        (length,) = struct.unpack(">I", data[pos:pos + 4])
-        kind, body = data[pos + 4:pos + 8], data[pos + 8:pos + 8 + length]
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        kind, body = data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + length]
         if kind == b"IHDR":
             ihdr = body
         elif kind == b"IDAT":
@@ -292,7 +323,7 @@ def png_rows(data: bytes) -> tuple[int, int, list[bytes]]:
     stride = 1 + width * (3 if color == 2 else 4)
     raw = zlib.decompress(idat)
     assert len(raw) == stride * height
-    return width, height, [raw[i:i + stride] for i in range(0, len(raw), stride)]
+    return width, height, [raw[i : i + stride] for i in range(0, len(raw), stride)]
 
 
 # -- fixtures ---------------------------------------------------------------------------------
@@ -333,16 +364,20 @@ def _cleanup(cli: CLI, engine: docker.DockerClient, job_ids: list[str], since: f
 @pytest.fixture(scope="module")
 def torch_version() -> str:
     """``torch.__version__`` in the image, asked of the image itself."""
-    res = subprocess.run(["docker", "run", "--rm", IMAGE, "python", "-c",
-                          "import torch; print(torch.__version__)"],
-                         capture_output=True, text=True, timeout=180)
+    res = subprocess.run(
+        ["docker", "run", "--rm", IMAGE, "python", "-c", "import torch; print(torch.__version__)"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert res.returncode == 0, res.stderr
     return res.stdout.strip()
 
 
 @pytest.fixture(scope="module")
-def nb(tmp_path_factory: pytest.TempPathFactory, test_profile: Path,
-       engine: docker.DockerClient) -> Iterator[Running]:
+def nb(
+    tmp_path_factory: pytest.TempPathFactory, test_profile: Path, engine: docker.DockerClient
+) -> Iterator[Running]:
     tmp = tmp_path_factory.mktemp("notebook")
     cli = CLI(test_profile, tmp / "state", tmp)
     workdir = Path(tempfile.mkdtemp(prefix="gpuconsole-nb-test-", dir="/tmp"))
@@ -351,8 +386,19 @@ def nb(tmp_path_factory: pytest.TempPathFactory, test_profile: Path,
     since = time.time() - 1.0
     jobs: list[str] = []
     started = time.monotonic()
-    proc = NotebookProc.start(cli, "--host", "a", "--workdir", str(workdir), "--name", name,
-                              "--port", str(local_port), "--timeout", str(START_TIMEOUT_S))
+    proc = NotebookProc.start(
+        cli,
+        "--host",
+        "a",
+        "--workdir",
+        str(workdir),
+        "--name",
+        name,
+        "--port",
+        str(local_port),
+        "--timeout",
+        str(START_TIMEOUT_S),
+    )
     try:
         url = proc.url()
         print(f"notebook up in {time.monotonic() - started:.1f} s")
@@ -361,8 +407,9 @@ def nb(tmp_path_factory: pytest.TempPathFactory, test_profile: Path,
         m = URL_RE.match(url)
         assert m, url
         host_port = int(container_of(engine, jid).labels[PORT_LABEL])
-        yield Running(cli, proc, name, jid, url, int(m.group(1)), m.group(2), host_port,
-                      workdir, since, jobs)
+        yield Running(
+            cli, proc, name, jid, url, int(m.group(1)), m.group(2), host_port, workdir, since, jobs
+        )
     finally:
         proc.kill()
         for ln in proc.stderr:
@@ -376,8 +423,7 @@ def nb(tmp_path_factory: pytest.TempPathFactory, test_profile: Path,
 # -- tests, in order ---------------------------------------------------------------------------
 
 
-def test_url_token_and_no_token_on_command_lines(nb: Running,
-                                                 engine: docker.DockerClient) -> None:
+def test_url_token_and_no_token_on_command_lines(nb: Running, engine: docker.DockerClient) -> None:
     assert nb.url == f"http://127.0.0.1:{nb.local_port}/lab?token={nb.token}"
     assert nb.local_port != nb.host_port  # the tunnel, not JupyterLab itself
     assert len(nb.token) >= 32
@@ -399,8 +445,12 @@ def test_url_token_and_no_token_on_command_lines(nb: Running,
     c = container_of(engine, nb.job_id)
     assert c.labels[KIND_LABEL] == "notebook" and c.status == "running"
     cfg = c.attrs["Config"]
-    argv = [c.attrs["Path"], *c.attrs["Args"], *(cfg.get("Cmd") or []),
-            *(cfg.get("Entrypoint") or [])]
+    argv = [
+        c.attrs["Path"],
+        *c.attrs["Args"],
+        *(cfg.get("Cmd") or []),
+        *(cfg.get("Entrypoint") or []),
+    ]
     assert not [a for a in argv if nb.token in a], argv
     assert "jupyter" in " ".join(argv) and f"--port={nb.host_port}" in argv, argv
     assert f"JUPYTER_TOKEN={nb.token}" in cfg["Env"]  # where it is instead
@@ -459,25 +509,43 @@ def test_kernel_runs_torch_over_websocket(nb: Running, torch_version: str) -> No
 
 
 def _chromium_flags(profile_dir: Path) -> list[str]:
-    return [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-            "--no-first-run", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync", f"--user-data-dir={profile_dir}",
-            "--window-size=1280,800", "--virtual-time-budget=20000"]
+    return [
+        str(CHROMIUM),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={profile_dir}",
+        "--window-size=1280,800",
+        "--virtual-time-budget=20000",
+    ]
 
 
 def test_browser_shows_launcher(nb: Running, tmp_path: Path) -> None:
     if not CHROMIUM.exists():
         pytest.skip(f"{CHROMIUM} missing: scripts/lib/ensure-chromium installs it")
-    res = subprocess.run([*_chromium_flags(tmp_path / "p1"), "--dump-dom", nb.url],
-                         capture_output=True, text=True, timeout=240)
+    res = subprocess.run(
+        [*_chromium_flags(tmp_path / "p1"), "--dump-dom", nb.url],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     dom = res.stdout
     assert "jp-Launcher" in dom, dom[-3000:]
     assert "Python 3 (ipykernel)" in dom
     assert "Notebook" in dom and "Console" in dom
     png = tmp_path / "lab.png"
-    res = subprocess.run([*_chromium_flags(tmp_path / "p2"), f"--screenshot={png}", nb.url],
-                         capture_output=True, text=True, timeout=240)
+    res = subprocess.run(
+        [*_chromium_flags(tmp_path / "p2"), f"--screenshot={png}", nb.url],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     width, height, rows = png_rows(png.read_bytes())
     assert (width, height) == (1280, 800)
@@ -486,8 +554,7 @@ def test_browser_shows_launcher(nb: Running, tmp_path: Path) -> None:
 
 def test_second_start_of_the_name_refused(nb: Running, engine: docker.DockerClient) -> None:
     t0 = time.time() - 1.0
-    res = nb.cli.run("notebook", "--host", "a", "--name", nb.name, "--timeout", "30",
-                     timeout=120)
+    res = nb.cli.run("notebook", "--host", "a", "--name", nb.name, "--timeout", "30", timeout=120)
     assert res.returncode == 1, res.stderr
     assert f"a job named {nb.name!r} is already running ({nb.job_id})" in res.stderr
     assert res.stdout == ""
@@ -496,10 +563,25 @@ def test_second_start_of_the_name_refused(nb: Running, engine: docker.DockerClie
 
 def test_saved_notebook_lands_in_host_workdir(nb: Running) -> None:
     marker = f"print('saved {uuid.uuid4().hex}')"
-    model = {"type": "notebook", "format": "json", "content": {
-        "cells": [{"cell_type": "code", "id": "c1", "source": marker, "metadata": {},
-                   "outputs": [], "execution_count": None}],
-        "metadata": {}, "nbformat": 4, "nbformat_minor": 5}}
+    model = {
+        "type": "notebook",
+        "format": "json",
+        "content": {
+            "cells": [
+                {
+                    "cell_type": "code",
+                    "id": "c1",
+                    "source": marker,
+                    "metadata": {},
+                    "outputs": [],
+                    "execution_count": None,
+                }
+            ],
+            "metadata": {},
+            "nbformat": 4,
+            "nbformat_minor": 5,
+        },
+    }
     st, body = http("PUT", f"{nb.jupyter.base}/api/contents/x.ipynb", nb.token, model)
     assert st in (200, 201), (st, body)
     assert body["path"] == "x.ipynb" and body["type"] == "notebook"
@@ -509,8 +591,7 @@ def test_saved_notebook_lands_in_host_workdir(nb: Running) -> None:
     (nb.workdir / "marker.txt").write_text(marker)  # what the next notebook checks
 
 
-def test_ctrl_c_keeps_it_running_and_reattach(nb: Running,
-                                              engine: docker.DockerClient) -> None:
+def test_ctrl_c_keeps_it_running_and_reattach(nb: Running, engine: docker.DockerClient) -> None:
     assert nb.proc.proc.poll() is None, nb.proc.err_text()
     assert nb.proc.interrupt() == 0, nb.proc.err_text()
     assert "tunnel closed; notebook" in nb.proc.err_text()
@@ -568,8 +649,14 @@ def test_open_hands_the_url_to_the_browser(nb: Running, tmp_path: Path) -> None:
     browser.chmod(0o755)
     env = {**nb.cli.env(), "BROWSER": f"{browser} %s"}
     env.pop("DISPLAY", None)
-    proc = subprocess.Popen(nb.cli.argv("notebook", nb.job_id, "--open"), env=env, cwd=REPO,
-                            text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        nb.cli.argv("notebook", nb.job_id, "--open"),
+        env=env,
+        cwd=REPO,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         assert proc.stdout is not None
         url = proc.stdout.readline().strip()
@@ -604,8 +691,17 @@ def test_stop_then_rm(nb: Running, engine: docker.DockerClient) -> None:
 
 def test_workdir_persists_into_a_new_notebook(nb: Running) -> None:
     marker = (nb.workdir / "marker.txt").read_text()
-    p = NotebookProc.start(nb.cli, "--host", "a", "--workdir", str(nb.workdir), "--name",
-                           nb.name, "--timeout", str(START_TIMEOUT_S))
+    p = NotebookProc.start(
+        nb.cli,
+        "--host",
+        "a",
+        "--workdir",
+        str(nb.workdir),
+        "--name",
+        nb.name,
+        "--timeout",
+        str(START_TIMEOUT_S),
+    )
     try:
         url = p.url()
         jid = job_id_of(p)
@@ -626,8 +722,7 @@ def test_workdir_persists_into_a_new_notebook(nb: Running) -> None:
     assert res.returncode == 0, res.stderr
 
 
-def test_bad_input_starts_nothing(cli: CLI, engine: docker.DockerClient,
-                                  tmp_path: Path) -> None:
+def test_bad_input_starts_nothing(cli: CLI, engine: docker.DockerClient, tmp_path: Path) -> None:
     t0 = time.time() - 1.0
     res = cli.run("notebook", "--host", "nosuch")
     assert res.returncode == 2 and "--host 'nosuch'" in res.stderr, res.stderr
@@ -635,8 +730,17 @@ def test_bad_input_starts_nothing(cli: CLI, engine: docker.DockerClient,
     assert res.returncode == 2 and "--workdir" in res.stderr, res.stderr
     assert "'relative/path'" in res.stderr
     spec = tmp_path / "train.yaml"
-    spec.write_text(yaml.safe_dump({"kind": "train", "name": "t", "nodes": ["a"],
-                                    "script": "train_ddp.py", "workdir": str(REPO)}))
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "kind": "train",
+                "name": "t",
+                "nodes": ["a"],
+                "script": "train_ddp.py",
+                "workdir": str(REPO),
+            }
+        )
+    )
     res = cli.run("notebook", str(spec))
     assert res.returncode == 2, res.stderr
     assert "a 'train' spec, not a notebook" in res.stderr and "kind" in res.stderr

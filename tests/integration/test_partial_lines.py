@@ -45,13 +45,16 @@ lines = [
 ]
 """
 
-PRINT = SCRIPT + r"""
+PRINT = (
+    SCRIPT
+    + r"""
 time.sleep(float(sys.argv[1]))
 for ln in lines:
     sys.stdout.write(ln + "\n")
 sys.stdout.write("q" * 20000)  # the last line has no newline
 sys.stdout.flush()
 """
+)
 
 
 def expected() -> list[str]:
@@ -77,8 +80,9 @@ def test_join_partial_chunks_bytes() -> None:
 
 @pytest.mark.parametrize("follow", [False, True])
 async def test_long_lines_come_back_whole(engine: docker.DockerClient, follow: bool) -> None:
-    container = engine.containers.run(IMAGE, ["python3", "-c", PRINT, "1.0" if follow else "0"],
-                                      detach=True)
+    container = engine.containers.run(
+        IMAGE, ["python3", "-c", PRINT, "1.0" if follow else "0"], detach=True
+    )
     try:
         if not follow:
             assert container.wait(timeout=60)["StatusCode"] == 0

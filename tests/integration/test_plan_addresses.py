@@ -25,7 +25,8 @@ def _profile(cli: CLI, test_profile: Path, name: str, **addresses: str) -> Path:
 
 
 def test_shared_ssh_address_refused_in_dry_run_then_planned_with_address(
-        cli: CLI, test_profile: Path, engine: docker.DockerClient) -> None:
+    cli: CLI, test_profile: Path, engine: docker.DockerClient
+) -> None:
     name = f"addr-{uuid.uuid4().hex[:6]}"
     spec = cli.spec(name, nodes=["a", "b"], nproc_per_node=1)
     shared = _profile(cli, test_profile, "shared")

@@ -27,14 +27,20 @@ from tests.integration.proxies import KexCloser, StallServer
 def start_job(engine: docker.DockerClient, job_id: str, host: str) -> Any:
     """A sleeping container labelled as a one-node job on ``host`` (adopted by ``ps``)."""
     labels = {
-        "io.gpuconsole.format": "1", "io.gpuconsole.job-id": job_id,
-        "io.gpuconsole.job-name": job_id.rsplit("-", 1)[0], "io.gpuconsole.node-rank": "0",
-        "io.gpuconsole.node-count": "1", "io.gpuconsole.nproc-per-node": "1",
-        "io.gpuconsole.host": host, "io.gpuconsole.spec-hash": "0" * 12,
-        "io.gpuconsole.created-at": f"{time.time():.3f}", "io.gpuconsole.kind": "train",
+        "io.gpuconsole.format": "1",
+        "io.gpuconsole.job-id": job_id,
+        "io.gpuconsole.job-name": job_id.rsplit("-", 1)[0],
+        "io.gpuconsole.node-rank": "0",
+        "io.gpuconsole.node-count": "1",
+        "io.gpuconsole.nproc-per-node": "1",
+        "io.gpuconsole.host": host,
+        "io.gpuconsole.spec-hash": "0" * 12,
+        "io.gpuconsole.created-at": f"{time.time():.3f}",
+        "io.gpuconsole.kind": "train",
     }
-    return engine.containers.run(IMAGE, ["sleep", "600"], detach=True, labels=labels,
-                                 name=f"{job_id}-n0")
+    return engine.containers.run(
+        IMAGE, ["sleep", "600"], detach=True, labels=labels, name=f"{job_id}-n0"
+    )
 
 
 def write_profile(base: Path, path: Path, extra: dict[str, tuple[str, int]]) -> None:
@@ -42,8 +48,7 @@ def write_profile(base: Path, path: Path, extra: dict[str, tuple[str, int]]) -> 
     prof = yaml.safe_load(base.read_text())
     key = prof["hosts"]["a"]["identity_file"]
     for name, (addr, port) in extra.items():
-        prof["hosts"][name] = {"hostname": addr, "port": port, "user": "root",
-                               "identity_file": key}
+        prof["hosts"][name] = {"hostname": addr, "port": port, "user": "root", "identity_file": key}
     path.write_text(yaml.safe_dump(prof))
 
 
@@ -55,8 +60,9 @@ def ps_hosts(cli: CLI, profile: Path, *extra: str) -> tuple[dict[str, Any], str,
     return json.loads(res.stdout), res.stderr, dt
 
 
-def test_late_host_pending_refusing_host_reported(cli: CLI, engine: docker.DockerClient,
-                                                   tmp_path: Path) -> None:
+def test_late_host_pending_refusing_host_reported(
+    cli: CLI, engine: docker.DockerClient, tmp_path: Path
+) -> None:
     suffix = f"{int(time.time() * 1000) % 0xFFFFFF:06x}"
     on_a, on_late = f"psfleet-a-{suffix}", f"psfleet-late-{suffix}"
     stall, closer = StallServer(), KexCloser(("127.0.0.11", 22))
@@ -70,15 +76,24 @@ def test_late_host_pending_refusing_host_reported(cli: CLI, engine: docker.Docke
         assert jobs[on_a]["state"] == "running", stderr
         assert jobs[on_late]["state"] == "running", stderr
         assert {h["host"]: h["status"] for h in data["hosts"]} == {
-            "a": "answered", "b": "answered", "late": "answered"}
+            "a": "answered",
+            "b": "answered",
+            "late": "answered",
+        }
 
         # 2. "late" now never answers, "busy" closes during key exchange, "closed" refuses
         free = socket.create_server(("127.0.0.1", 0))
         closed_port = int(free.getsockname()[1])
         free.close()
-        write_profile(cli.profile, profile, {
-            "late": ("127.0.0.1", stall.port), "busy": ("127.0.0.1", closer.port),
-            "closed": ("127.0.0.1", closed_port)})
+        write_profile(
+            cli.profile,
+            profile,
+            {
+                "late": ("127.0.0.1", stall.port),
+                "busy": ("127.0.0.1", closer.port),
+                "closed": ("127.0.0.1", closed_port),
+            },
+        )
         data, stderr, took = ps_hosts(cli, profile, "--deadline", "4")
         hosts = {h["host"]: h for h in data["hosts"]}
         assert hosts["late"]["status"] == "pending"
@@ -100,13 +115,15 @@ def test_late_host_pending_refusing_host_reported(cli: CLI, engine: docker.Docke
         late = jobs[on_late]
         assert late["state"] == "unknown"
         assert [(n["host"], n["state"], n["host_status"]) for n in late["nodes"]] == [
-            ("late", "unreachable", "pending")]
+            ("late", "unreachable", "pending")
+        ]
         assert late["nodes"][0]["container_id"] == containers[1].id
         # 3. the answering host's job is unaffected
         ok = jobs[on_a]
         assert ok["state"] == "running"
         assert [(n["host"], n["state"], n["host_status"]) for n in ok["nodes"]] == [
-            ("a", "running", "answered")]
+            ("a", "running", "answered")
+        ]
 
         # the plain `ps --json` is still the list of jobs
         res = cli.run("ps", "--json", "--deadline", "2", profile=profile, timeout=120)
@@ -127,7 +144,8 @@ def test_late_host_pending_refusing_host_reported(cli: CLI, engine: docker.Docke
 
 
 def test_a_fleet_behind_one_jump_host_is_not_dropped_by_its_maxstartups(
-        cli: CLI, tmp_path: Path) -> None:
+    cli: CLI, tmp_path: Path
+) -> None:
     """24 hosts behind one jump host whose sshd drops every unauthenticated connection
     beyond 10 (a real sshd, ``MaxStartups 10:100:10``: OpenSSH's default starts dropping at
     10): ps tunnels every host through one connection to it (and would keep its handshakes
@@ -141,8 +159,10 @@ def test_a_fleet_behind_one_jump_host_is_not_dropped_by_its_maxstartups(
     lines = [ln for ln in conf.splitlines() if not ln.startswith("MaxStartups")]
     (tmp_path / "sshd_config").write_text("\n".join([*lines, "MaxStartups 10:100:10", ""]))
     assert "2222" in (tmp_path / "sshd_config").read_text()
-    subprocess.run(["/usr/sbin/sshd", "-f", str(tmp_path / "sshd_config"),
-                    "-E", str(tmp_path / "sshd.log")], check=True)
+    subprocess.run(
+        ["/usr/sbin/sshd", "-f", str(tmp_path / "sshd_config"), "-E", str(tmp_path / "sshd.log")],
+        check=True,
+    )
     try:
         deadline = time.monotonic() + 10
         while not (tmp_path / "sshd.pid").exists():
@@ -151,14 +171,18 @@ def test_a_fleet_behind_one_jump_host_is_not_dropped_by_its_maxstartups(
         prof = yaml.safe_load(cli.profile.read_text())
         key_type, key = (testhosts / "a" / "ssh_host_ed25519_key.pub").read_text().split()[:2]
         known = tmp_path / "known_hosts"
-        known.write_text(Path(prof["known_hosts"]).read_text()
-                         + f"[127.0.0.11]:2222 {key_type} {key}\n")
+        known.write_text(
+            Path(prof["known_hosts"]).read_text() + f"[127.0.0.11]:2222 {key_type} {key}\n"
+        )
         prof["known_hosts"] = str(known)
         for i in range(24):
             prof["hosts"][f"j{i:02d}"] = {
-                "hostname": "127.0.0.12", "port": 22, "user": "root",
+                "hostname": "127.0.0.12",
+                "port": 22,
+                "user": "root",
                 "identity_file": prof["hosts"]["a"]["identity_file"],
-                "jump": "root@127.0.0.11:2222"}
+                "jump": "root@127.0.0.11:2222",
+            }
         profile = tmp_path / "jumped.yaml"
         profile.write_text(yaml.safe_dump(prof))
         data, stderr, _ = ps_hosts(cli, profile)
@@ -174,8 +198,7 @@ def test_a_fleet_behind_one_jump_host_is_not_dropped_by_its_maxstartups(
         subprocess.run(["kill", pid], check=False)
 
 
-def test_a_jump_host_that_refuses_is_named_not_the_host_behind_it(cli: CLI,
-                                                                   tmp_path: Path) -> None:
+def test_a_jump_host_that_refuses_is_named_not_the_host_behind_it(cli: CLI, tmp_path: Path) -> None:
     """A profile ``jump:`` host that refuses connections (a closed port) or the key (an
     unknown user): the reason names the jump host, not the target behind it (whose sshd is
     fine; the message used to say ``cannot connect to 127.0.0.12:22: connection refused``)."""
@@ -183,8 +206,12 @@ def test_a_jump_host_that_refuses_is_named_not_the_host_behind_it(cli: CLI,
     closed_port = int(free.getsockname()[1])
     free.close()
     prof = yaml.safe_load(cli.profile.read_text())
-    behind = {"hostname": "127.0.0.12", "port": 22, "user": "root",
-              "identity_file": prof["hosts"]["a"]["identity_file"]}
+    behind = {
+        "hostname": "127.0.0.12",
+        "port": 22,
+        "user": "root",
+        "identity_file": prof["hosts"]["a"]["identity_file"],
+    }
     prof["hosts"]["jclosed"] = {**behind, "jump": f"root@127.0.0.1:{closed_port}"}
     prof["hosts"]["jnouser"] = {**behind, "jump": "nosuchuser@127.0.0.11:22"}
     profile = tmp_path / "jumps.yaml"
@@ -193,17 +220,19 @@ def test_a_jump_host_that_refuses_is_named_not_the_host_behind_it(cli: CLI,
     hosts = {h["host"]: h for h in data["hosts"]}
     assert hosts["jclosed"]["status"] == hosts["jnouser"]["status"] == "failed"
     assert hosts["jclosed"]["reason"] == (
-        f"host jclosed: cannot connect to the jump host 127.0.0.1:{closed_port}: "
-        "connection refused")
+        f"host jclosed: cannot connect to the jump host 127.0.0.1:{closed_port}: connection refused"
+    )
     assert hosts["jnouser"]["reason"] == (  # a refused login carries its fix
         "host jnouser: authentication refused by the jump host nosuchuser@127.0.0.11:22; "
-        "fix: check `jump` and `identity_file` in the profile, or your ssh-agent")
+        "fix: check `jump` and `identity_file` in the profile, or your ssh-agent"
+    )
     assert f"warning: {hosts['jclosed']['reason']}" in stderr
     assert hosts["a"]["status"] == hosts["b"]["status"] == "answered"
 
 
 def test_a_container_whose_job_id_label_is_a_path_is_not_adopted(
-        cli: CLI, engine: docker.DockerClient) -> None:
+    cli: CLI, engine: docker.DockerClient
+) -> None:
     """Anyone who may use Docker on a host can label a container: a job id like
     ``../../x`` must not become a job (its id names folders of the console's state dir)."""
     suffix = f"{int(time.time() * 1000) % 0xFFFFFF:06x}"
@@ -214,8 +243,9 @@ def test_a_container_whose_job_id_label_is_a_path_is_not_adopted(
         c.remove(force=True)
         labels = dict(c.labels)
         labels["io.gpuconsole.job-id"] = bad
-        containers.append(engine.containers.run(IMAGE, ["sleep", "600"], detach=True,
-                                                labels=labels))
+        containers.append(
+            engine.containers.run(IMAGE, ["sleep", "600"], detach=True, labels=labels)
+        )
     try:
         data, _, _ = ps_hosts(cli, cli.profile, "--all")
         ids = {j["id"] for j in data["jobs"]}
@@ -230,7 +260,8 @@ def test_a_container_whose_job_id_label_is_a_path_is_not_adopted(
 
 
 def test_stop_stops_what_it_reaches_when_one_host_is_down(
-        cli: CLI, engine: docker.DockerClient, tmp_path: Path) -> None:
+    cli: CLI, engine: docker.DockerClient, tmp_path: Path
+) -> None:
     """A 2-node job whose host b is down: ``stop`` stops node 0 on a, then says it cannot
     reach b (exit 1) and how to finish; b's node is left as it was."""
     suffix = f"{int(time.time() * 1000) % 0xFFFFFF:06x}"
@@ -240,10 +271,17 @@ def test_stop_stops_what_it_reaches_when_one_host_is_down(
     base = dict(first.labels)
     first.remove(force=True)
     for rank, host in ((0, "a"), (1, "b")):
-        labels = {**base, "io.gpuconsole.node-rank": str(rank),
-                  "io.gpuconsole.node-count": "2", "io.gpuconsole.host": host}
-        nodes.append(engine.containers.run(IMAGE, ["sleep", "600"], detach=True,
-                                           labels=labels, name=f"{job_id}-n{rank}"))
+        labels = {
+            **base,
+            "io.gpuconsole.node-rank": str(rank),
+            "io.gpuconsole.node-count": "2",
+            "io.gpuconsole.host": host,
+        }
+        nodes.append(
+            engine.containers.run(
+                IMAGE, ["sleep", "600"], detach=True, labels=labels, name=f"{job_id}-n{rank}"
+            )
+        )
     try:
         # adopted under a copy of the profile (the job's own profile from then on) ...
         profile = tmp_path / "fleet.yaml"

@@ -22,8 +22,10 @@ VENV_PYTHON = "/var/tmp/gpuconsole-slurm/venv/bin/python"  # has torch (scripts/
 
 def _profile_with_env(cli: CLI, test_profile: Path) -> Path:
     data = yaml.safe_load(test_profile.read_text())
-    data.setdefault("defaults", {})["env"] = {"PROFILE_KEY": "${GC_T_PROFILE_SECRET}",
-                                              "PLAIN_P": "visible-p"}
+    data.setdefault("defaults", {})["env"] = {
+        "PROFILE_KEY": "${GC_T_PROFILE_SECRET}",
+        "PLAIN_P": "visible-p",
+    }
     path = cli.tmp / "secret-profile.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
@@ -66,18 +68,21 @@ def _describe_masked(out: str, job_id: str, *, docker_run: bool) -> None:
     assert "PLAIN_S=visible-s" in out and "PLAIN_P=visible-p" in out, out  # literal: shown
 
 
-def test_docker_job_secrets_masked_everywhere(cli: CLI, test_profile: Path,
-                                              engine: docker.DockerClient,
-                                              secrets: tuple[str, str]) -> None:
+def test_docker_job_secrets_masked_everywhere(
+    cli: CLI, test_profile: Path, engine: docker.DockerClient, secrets: tuple[str, str]
+) -> None:
     spec_secret, profile_secret = secrets
     profile = _profile_with_env(cli, test_profile)
     name = f"sec-{uuid.uuid4().hex[:6]}"
-    spec = cli.spec(name, args=["--steps", "400", "--step-sleep", "0.2", "--out", "/out",
-                                "--workers", "0"],
-                    env={"RUN_TOKEN": "${GC_T_SPEC_SECRET}", "PLAIN_S": "visible-s"})
+    spec = cli.spec(
+        name,
+        args=["--steps", "400", "--step-sleep", "0.2", "--out", "/out", "--workers", "0"],
+        env={"RUN_TOKEN": "${GC_T_SPEC_SECRET}", "PLAIN_S": "visible-s"},
+    )
     outs = Outputs()
-    dry = outs.add("submit --dry-run -v",
-                   cli.run("-v", "submit", "--dry-run", str(spec), profile=profile))
+    dry = outs.add(
+        "submit --dry-run -v", cli.run("-v", "submit", "--dry-run", str(spec), profile=profile)
+    )
     assert "RUN_TOKEN=***" in dry and "PROFILE_KEY=***" in dry, dry
     job_id = outs.add("submit -v", cli.run("-v", "submit", str(spec), profile=profile)).strip()
     try:
@@ -87,15 +92,21 @@ def test_docker_job_secrets_masked_everywhere(cli: CLI, test_profile: Path,
         assert f"RUN_TOKEN={spec_secret}" in env and f"PROFILE_KEY={profile_secret}" in env
         assert c.labels["io.gpuconsole.secret-env"] == "PROFILE_KEY,RUN_TOKEN"
 
-        _describe_masked(outs.add("describe", cli.run("describe", job_id, profile=profile)),
-                         job_id, docker_run=True)
+        _describe_masked(
+            outs.add("describe", cli.run("describe", job_id, profile=profile)),
+            job_id,
+            docker_run=True,
+        )
         outs.add("ps --json", cli.run("ps", "--json", profile=profile))
         # a fresh state dir, and a profile without the defaults.env: what is on the host says
         # which values are secret
         fresh = CLI(test_profile, cli.tmp / "fresh-state", cli.tmp)
         outs.add("ps (fresh)", fresh.run("ps"))
-        _describe_masked(outs.add("describe (fresh)", fresh.run("-v", "describe", job_id)),
-                         job_id, docker_run=True)
+        _describe_masked(
+            outs.add("describe (fresh)", fresh.run("-v", "describe", job_id)),
+            job_id,
+            docker_run=True,
+        )
         outs.add("stop (fresh)", fresh.run("-v", "stop", job_id, "--grace", "1"))
     finally:
         cli.run("stop", job_id, "--grace", "1", profile=profile)
@@ -106,34 +117,54 @@ def test_docker_job_secrets_masked_everywhere(cli: CLI, test_profile: Path,
 
 
 @pytest.mark.skipif(not os.access(VENV_PYTHON, os.X_OK), reason=f"{VENV_PYTHON} missing")
-def test_host_runtime_job_secrets_masked_everywhere(cli: CLI, test_profile: Path,
-                                                    secrets: tuple[str, str]) -> None:
+def test_host_runtime_job_secrets_masked_everywhere(
+    cli: CLI, test_profile: Path, secrets: tuple[str, str]
+) -> None:
     spec_secret, profile_secret = secrets
     profile = _profile_with_env(cli, test_profile)
     name = f"hsec-{uuid.uuid4().hex[:6]}"
     data: dict[str, Any] = {
-        "name": name, "runtime": "host", "python": VENV_PYTHON, "nodes": ["a", "b"],
-        "gpus_per_node": 0, "nproc_per_node": 1, "workdir": str(Path(__file__).parents[2]
-                                                                / "scripts" / "examples"),
+        "name": name,
+        "runtime": "host",
+        "python": VENV_PYTHON,
+        "nodes": ["a", "b"],
+        "gpus_per_node": 0,
+        "nproc_per_node": 1,
+        "workdir": str(Path(__file__).parents[2] / "scripts" / "examples"),
         "script": "train_ddp.py",
-        "args": ["--steps", "400", "--step-sleep", "0.2", "--out", str(cli.tmp / "out"),
-                 "--workers", "0"],
+        "args": [
+            "--steps",
+            "400",
+            "--step-sleep",
+            "0.2",
+            "--out",
+            str(cli.tmp / "out"),
+            "--workers",
+            "0",
+        ],
         "env": {"RUN_TOKEN": "${GC_T_SPEC_SECRET}", "PLAIN_S": "visible-s"},
     }
     spec = cli.tmp / f"{name}.yaml"
     spec.write_text(yaml.safe_dump(data, sort_keys=False))
     outs = Outputs()
-    dry = outs.add("submit --dry-run -v",
-                   cli.run("-v", "submit", "--dry-run", str(spec), profile=profile))
+    dry = outs.add(
+        "submit --dry-run -v", cli.run("-v", "submit", "--dry-run", str(spec), profile=profile)
+    )
     assert "RUN_TOKEN=***" in dry and "PROFILE_KEY=***" in dry, dry
     job_id = outs.add("submit -v", cli.run("-v", "submit", str(spec), profile=profile)).strip()
     try:
-        _describe_masked(outs.add("describe", cli.run("describe", job_id, profile=profile)),
-                         job_id, docker_run=False)
+        _describe_masked(
+            outs.add("describe", cli.run("describe", job_id, profile=profile)),
+            job_id,
+            docker_run=False,
+        )
         fresh = CLI(test_profile, cli.tmp / "fresh-state", cli.tmp)
         outs.add("ps (fresh)", fresh.run("ps"))
-        _describe_masked(outs.add("describe (fresh)", fresh.run("-v", "describe", job_id)),
-                         job_id, docker_run=False)
+        _describe_masked(
+            outs.add("describe (fresh)", fresh.run("-v", "describe", job_id)),
+            job_id,
+            docker_run=False,
+        )
         outs.add("stop (fresh)", fresh.run("-v", "stop", job_id, "--grace", "5"))
     finally:
         cli.run("stop", job_id, "--grace", "5", profile=profile)

@@ -45,8 +45,22 @@ def tmux(tmp_path: Path) -> Iterator[Tmux]:
     t.kill()
 
 
-AWKWARD = ["a b", "'single'", '"double"', "$HOME", "`id`", "a;b", "x\ny", "tab\there",
-           "ünï©ødé ✓", "", "*", "\\", "--", "-c"]
+AWKWARD = [
+    "a b",
+    "'single'",
+    '"double"',
+    "$HOME",
+    "`id`",
+    "a;b",
+    "x\ny",
+    "tab\there",
+    "ünï©ødé ✓",
+    "",
+    "*",
+    "\\",
+    "--",
+    "-c",
+]
 
 
 def test_dev_shell_piped(cli: CLI, engine: docker.DockerClient, since: float) -> None:
@@ -59,9 +73,19 @@ def test_dev_shell_piped(cli: CLI, engine: docker.DockerClient, since: float) ->
     res = cli.run("shell", "--host", "a", "--", "sh", "-c", "exit 7")
     assert res.returncode == 7, res.stderr
     # stdin is piped through; the container has the job containers' security options
-    res = subprocess_input(cli, "hello from stdin\n", "shell", "--host", "a", "--workdir",
-                           "/tmp", "--", "sh", "-c",
-                           "cat; pwd; grep -E '^(NoNewPrivs|CapEff)' /proc/self/status")
+    res = subprocess_input(
+        cli,
+        "hello from stdin\n",
+        "shell",
+        "--host",
+        "a",
+        "--workdir",
+        "/tmp",
+        "--",
+        "sh",
+        "-c",
+        "cat; pwd; grep -E '^(NoNewPrivs|CapEff)' /proc/self/status",
+    )
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
     assert lines[:2] == ["hello from stdin", "/tmp"]
@@ -71,8 +95,15 @@ def test_dev_shell_piped(cli: CLI, engine: docker.DockerClient, since: float) ->
 
 def subprocess_input(cli: CLI, stdin: str, *args: str) -> subprocess.CompletedProcess[str]:
     """``cli.run`` with ``stdin`` piped in."""
-    return subprocess.run(cli.argv(*args), env=cli.env(), cwd=REPO, input=stdin,
-                          capture_output=True, text=True, timeout=240)
+    return subprocess.run(
+        cli.argv(*args),
+        env=cli.env(),
+        cwd=REPO,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
 
 
 def test_dev_shell_refusals(cli: CLI, engine: docker.DockerClient, since: float) -> None:
@@ -90,12 +121,15 @@ def test_dev_shell_refusals(cli: CLI, engine: docker.DockerClient, since: float)
     assert shell_containers(engine, since) == []
 
 
-def test_dev_shell_interrupted_is_removed(cli: CLI, engine: docker.DockerClient,
-                                          since: float) -> None:
+def test_dev_shell_interrupted_is_removed(
+    cli: CLI, engine: docker.DockerClient, since: float
+) -> None:
     proc = cli.popen("shell", "--host", "a", "--", "sleep", "120")
     try:
-        running = wait_for(lambda: [c for c in shell_containers(engine, since)
-                                    if c.status == "running"], timeout=60)
+        running = wait_for(
+            lambda: [c for c in shell_containers(engine, since) if c.status == "running"],
+            timeout=60,
+        )
         assert running[0].name.startswith("gpuconsole-shell-a-")
         assert running[0].attrs["HostConfig"]["Init"] is True
         time.sleep(1.0)  # the exec is attached
@@ -108,11 +142,12 @@ def test_dev_shell_interrupted_is_removed(cli: CLI, engine: docker.DockerClient,
     assert shell_containers(engine, since) == []
 
 
-def test_dev_shell_interactive_tmux(cli: CLI, engine: docker.DockerClient, since: float,
-                                    tmux: Tmux) -> None:
+def test_dev_shell_interactive_tmux(
+    cli: CLI, engine: docker.DockerClient, since: float, tmux: Tmux
+) -> None:
     tmux.start(cli.env() | {"TERM": "xterm-256color", "PS1": "local$ "})
     cmd = shlex.join(cli.argv("shell", "--host", "a"))
-    tmux.type(f"cd {shlex.quote(str(REPO))} && {cmd}; echo \"shell-rc=$?\"")
+    tmux.type(f'cd {shlex.quote(str(REPO))} && {cmd}; echo "shell-rc=$?"')
     tmux.keys("Enter")
     c = wait_for(lambda: shell_containers(engine, since), timeout=60)[0]
     time.sleep(1.5)  # the shell's prompt
@@ -124,8 +159,9 @@ def test_dev_shell_interactive_tmux(cli: CLI, engine: docker.DockerClient, since
     lines = screen.splitlines()
     # `hostname` as the container sees it (host network: the host's name, as Docker says)
     assert c.attrs["Config"]["Hostname"] in lines
-    assert any(line.startswith("pid1=/sbin/docker-init -- sleep infinity") for line in lines), \
+    assert any(line.startswith("pid1=/sbin/docker-init -- sleep infinity") for line in lines), (
         screen
+    )
     assert "40 120" in lines  # the PTY has the terminal's size
     tmux.tmux("resize-window", "-t", "gc", "-x", "100", "-y", "30")
     time.sleep(0.5)
@@ -140,19 +176,36 @@ def test_dev_shell_interactive_tmux(cli: CLI, engine: docker.DockerClient, since
 
 
 def test_shell_job_is_exec(cli: CLI) -> None:
-    spec = cli.spec(f"shell-{uuid.uuid4().hex[:4]}",
-                    args=["--steps", "400", "--step-sleep", "0.2", "--out", "/out",
-                          "--workers", "0"])
+    spec = cli.spec(
+        f"shell-{uuid.uuid4().hex[:4]}",
+        args=["--steps", "400", "--step-sleep", "0.2", "--out", "/out", "--workers", "0"],
+    )
     res = cli.run("submit", str(spec))
     assert res.returncode == 0, res.stderr
     job_id = res.stdout.strip()
     try:
-        res = cli.run("shell", job_id, "--", "sh", "-c",
-                      'echo "in $GPUCONSOLE_JOB_ID node $GPUCONSOLE_NODE_RANK"; exit 4')
+        res = cli.run(
+            "shell",
+            job_id,
+            "--",
+            "sh",
+            "-c",
+            'echo "in $GPUCONSOLE_JOB_ID node $GPUCONSOLE_NODE_RANK"; exit 4',
+        )
         assert res.returncode == 4, res.stderr
         assert res.stdout.strip() == f"in {job_id} node 0"
-        res = cli.run("shell", job_id, "--node", "0", "--", "python3", "-c",
-                      "import sys; print(sys.argv[1:])", "a b", "$HOME")
+        res = cli.run(
+            "shell",
+            job_id,
+            "--node",
+            "0",
+            "--",
+            "python3",
+            "-c",
+            "import sys; print(sys.argv[1:])",
+            "a b",
+            "$HOME",
+        )
         assert res.returncode == 0, res.stderr
         assert res.stdout.strip() == "['a b', '$HOME']"
         res = cli.run("shell", job_id, "--node", "4", "--", "true")
@@ -161,8 +214,9 @@ def test_shell_job_is_exec(cli: CLI) -> None:
         cli.run("stop", job_id, "--grace", "1")
 
 
-def test_dev_containers_left_behind_are_swept(cli: CLI, engine: docker.DockerClient,
-                                              since: float) -> None:
+def test_dev_containers_left_behind_are_swept(
+    cli: CLI, engine: docker.DockerClient, since: float
+) -> None:
     """A dev container whose shell ended without removing it (exited, or running with no
     ``docker exec`` session past the idle limit) is removed by the next ``shell --host`` on
     that host; one with a shell in it is kept."""
@@ -177,9 +231,17 @@ def test_dev_containers_left_behind_are_swept(cli: CLI, engine: docker.DockerCli
 
     def dev(name: str) -> Any:
         return engine.containers.run(
-            IMAGE, ["sleep", "infinity"], name=f"gpuconsole-shell-a-{tag}{name}", detach=True,
-            init=True, labels={"io.gpuconsole.kind": "shell", "io.gpuconsole.host": "a",
-                               "io.gpuconsole.created-at": f"{time.time():.3f}"})
+            IMAGE,
+            ["sleep", "infinity"],
+            name=f"gpuconsole-shell-a-{tag}{name}",
+            detach=True,
+            init=True,
+            labels={
+                "io.gpuconsole.kind": "shell",
+                "io.gpuconsole.host": "a",
+                "io.gpuconsole.created-at": f"{time.time():.3f}",
+            },
+        )
 
     exited, idle, busy = dev("x"), dev("i"), dev("b")
     exited.kill()
@@ -197,8 +259,9 @@ def test_dev_containers_left_behind_are_swept(cli: CLI, engine: docker.DockerCli
         async with Service(load_profile_file(cli.profile), store=Store(cli.state_dir)) as svc:
             session = svc.session()
             await session.connected("a")
-            return await sweep_dev_containers(session, "a",
-                                              now=time.time() + DEV_CONTAINER_IDLE_S + 1)
+            return await sweep_dev_containers(
+                session, "a", now=time.time() + DEV_CONTAINER_IDLE_S + 1
+            )
 
     removed = asyncio.run(sweep_later())
     assert idle.name in removed and busy.name not in removed

@@ -19,12 +19,15 @@ def test_small_shm_is_diagnosed(cli: CLI) -> None:
     assert failure["kind"] == "shm_exhausted", failure
     assert "shared memory (/dev/shm) ran out" in failure["reason"]
     assert "--shm-size" in failure["fix"]
-    assert any("unable to allocate shared memory(shm)" in e or "Bus error" in e
-               for e in failure["evidence"])
+    assert any(
+        "unable to allocate shared memory(shm)" in e or "Bus error" in e
+        for e in failure["evidence"]
+    )
     described = cli.run("describe", job["id"])
     # PyTorch 2.13 reports the full /dev/shm either as ENOSPC when a worker allocates its
     # shared-memory file or as SIGBUS when a page of it is touched; runs show either or both
     first = next(ln for ln in described.stdout.splitlines() if ln.startswith("first failure"))
-    assert first.startswith("first failure: node 0 on a rank 0, exit code 1: A DataLoader "
-                            "worker of rank 0 "), first
+    assert first.startswith(
+        "first failure: node 0 on a rank 0, exit code 1: A DataLoader worker of rank 0 "
+    ), first
     assert "shared memory (/dev/shm) ran out" in first

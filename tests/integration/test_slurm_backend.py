@@ -52,8 +52,9 @@ def _slurm_env() -> dict[str, str]:
 
 def slurm(*argv: str) -> str:
     """A Slurm client command on this machine (the cluster's controller); its stdout."""
-    done = subprocess.run(argv, env=_slurm_env(), capture_output=True, text=True, timeout=30,
-                          check=False)
+    done = subprocess.run(
+        argv, env=_slurm_env(), capture_output=True, text=True, timeout=30, check=False
+    )
     return done.stdout + done.stderr
 
 
@@ -68,8 +69,13 @@ def slurm_cli(tmp_path: Path, test_profile: Path) -> Iterator[CLI]:
         "scheduler": "slurm",
         "known_hosts": base["known_hosts"],
         "hosts": {"a": base["hosts"]["a"]},
-        "slurm": {"login_host": "a", "partition": "debug", "python": VENV_PYTHON,
-                  "time_limit": "10", "job_dir": str(jobs)},
+        "slurm": {
+            "login_host": "a",
+            "partition": "debug",
+            "python": VENV_PYTHON,
+            "time_limit": "10",
+            "job_dir": str(jobs),
+        },
         "defaults": {"env": {"TOKEN": f"${{{SECRET_VAR}}}", "PLAIN": "plain-value"}},
     }
     path = tmp_path / "slurm.yaml"
@@ -82,10 +88,13 @@ def slurm_cli(tmp_path: Path, test_profile: Path) -> Iterator[CLI]:
 
 def spec(cli: CLI, name: str, *extra: str, **fields: Any) -> Path:
     data: dict[str, Any] = {
-        "name": name, "nodes": 2, "gpus_per_node": 0, "nproc_per_node": 1,
-        "workdir": str(EXAMPLES), "script": "train_ddp.py",
-        "args": ["--steps", "6", "--workers", "0", "--out", str(cli.tmp / "out" / name),
-                 *extra],
+        "name": name,
+        "nodes": 2,
+        "gpus_per_node": 0,
+        "nproc_per_node": 1,
+        "workdir": str(EXAMPLES),
+        "script": "train_ddp.py",
+        "args": ["--steps", "6", "--workers", "0", "--out", str(cli.tmp / "out" / name), *extra],
     }
     data.update(fields)
     path = cli.tmp / f"{name}.yaml"
@@ -133,10 +142,14 @@ def test_dry_run_prints_the_sbatch_script_and_submits_nothing(slurm_cli: CLI) ->
     job_id = re.search(r"^#SBATCH --job-name=(slurm-dry-[0-9a-f]{6})$", r.stdout, re.M)
     assert job_id, r.stdout
     jid = job_id.group(1)
-    for want in (f"#SBATCH --comment=gpuconsole:{jid}", "#SBATCH --nodes=2",
-                 "#SBATCH --ntasks-per-node=1", "#SBATCH --time=10",
-                 "#SBATCH --partition=debug",
-                 f"#SBATCH --output={job_dir(slurm_cli, jid)}/batch.out"):
+    for want in (
+        f"#SBATCH --comment=gpuconsole:{jid}",
+        "#SBATCH --nodes=2",
+        "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --time=10",
+        "#SBATCH --partition=debug",
+        f"#SBATCH --output={job_dir(slurm_cli, jid)}/batch.out",
+    ):
         assert want in lines, (want, r.stdout)
     assert not any(ln.startswith("#SBATCH --gpus-per-node") for ln in lines)  # CPU job
     text = r.stdout
@@ -151,15 +164,15 @@ def test_dry_run_prints_the_sbatch_script_and_submits_nothing(slurm_cli: CLI) ->
 
 
 def test_two_nodes_follow_tags_both_ranks_and_keeps_the_secret_off_the_record(
-        slurm_cli: CLI) -> None:
+    slurm_cli: CLI,
+) -> None:
     t0 = time.monotonic()
     r = slurm_cli.run("submit", "--follow", str(secret_spec(slurm_cli, "slurm-ok", 2)))
     took = time.monotonic() - t0
     assert r.returncode == 0, r.stdout + r.stderr
     tags = set(re.findall(r"^\[(n[01] r[01])\] tick 1 rank ([01])$", r.stdout, re.M))
     # each node ran one worker; torchrun's rendezvous picks which rank each node gets
-    assert {t[0][:2] for t in tags} == {"n0", "n1"} and {t[1] for t in tags} == {"0", "1"}, \
-        r.stdout
+    assert {t[0][:2] for t in tags} == {"n0", "n1"} and {t[1] for t in tags} == {"0", "1"}, r.stdout
     assert all(t[0][-1] == t[1] for t in tags), tags  # the tag's rank is the worker's RANK
     digest = hashlib.sha256(os.environ[SECRET_VAR].encode()).hexdigest()
     assert len(re.findall(rf"token-sha256 {digest}$", r.stdout, re.M)) == 2, r.stdout
@@ -180,9 +193,13 @@ def test_two_nodes_follow_tags_both_ranks_and_keeps_the_secret_off_the_record(
 
 
 def test_a_failing_rank_is_diagnosed_with_slurms_cancellation_as_a_consequence(
-        slurm_cli: CLI) -> None:
-    r = slurm_cli.run("submit", "--follow",
-                      str(spec(slurm_cli, "slurm-fail", "--fail-rank", "1", "--fail-step", "3")))
+    slurm_cli: CLI,
+) -> None:
+    r = slurm_cli.run(
+        "submit",
+        "--follow",
+        str(spec(slurm_cli, "slurm-fail", "--fail-rank", "1", "--fail-step", "3")),
+    )
     assert r.returncode == 1, r.stdout + r.stderr
     job_id = re.search(r"submitted (slurm-fail-[0-9a-f]{6})", r.stderr).group(1)  # type: ignore[union-attr]
     out = wait_state(slurm_cli, job_id, r"failed\(\d+\)")
@@ -191,12 +208,16 @@ def test_a_failing_rank_is_diagnosed_with_slurms_cancellation_as_a_consequence(
     assert re.search(r"n\d@node\d:stopped", row) and re.search(r"n\d@node\d:failed\(1\)", row)
     d = slurm_cli.run("describe", job_id)
     assert d.returncode == 0, d.stderr
-    assert re.search(r"first failure: node \d on node\d rank 1, exit code 1: .*injected "
-                     r"failure", d.stdout), d.stdout
+    assert re.search(
+        r"first failure: node \d on node\d rank 1, exit code 1: .*injected "
+        r"failure",
+        d.stdout,
+    ), d.stdout
     # slurmstepd's `*** STEP ... CANCELLED ***` line, or only srun's `_step_signal:
     # Terminating StepId=...` when the other node's torchrun exited first (a race)
-    assert re.search(r"then: slurm_cancelled: Slurm step \d+\.0 (on node\d )?was cancelled",
-                     d.stdout), d.stdout
+    assert re.search(
+        r"then: slurm_cancelled: Slurm step \d+\.0 (on node\d )?was cancelled", d.stdout
+    ), d.stdout
     # rm forgets the job's folder on the login host; its logs stay in the archive
     folder = job_dir(slurm_cli, job_id)
     assert folder.is_dir()
@@ -228,12 +249,12 @@ def test_stop_cancels_and_ps_recovers_the_job_from_slurm(slurm_cli: CLI) -> None
     # a new state dir: ps adopts the job from its folder and asks Slurm how it ended
     shutil.rmtree(slurm_cli.state_dir)
     out = wait_state(slurm_cli, job_id, "stopped", timeout=30)
-    assert re.search(rf"^{job_id}\s+train\s+stopped\s+n0@node\d:stopped n1@node\d:stopped",
-                     out, re.M), out
+    assert re.search(
+        rf"^{job_id}\s+train\s+stopped\s+n0@node\d:stopped n1@node\d:stopped", out, re.M
+    ), out
 
 
-def test_a_partition_that_does_not_exist_is_one_line_and_leaves_nothing(
-        slurm_cli: CLI) -> None:
+def test_a_partition_that_does_not_exist_is_one_line_and_leaves_nothing(slurm_cli: CLI) -> None:
     prof = yaml.safe_load(slurm_cli.profile.read_text())
     prof["slurm"]["partition"] = "no-such-partition"
     bad = slurm_cli.tmp / "bad-partition.yaml"
@@ -249,12 +270,13 @@ def test_a_partition_that_does_not_exist_is_one_line_and_leaves_nothing(
 
 
 def test_a_python_without_torch_is_one_line_and_leaves_nothing(slurm_cli: CLI) -> None:
-    r = slurm_cli.run("submit", str(spec(slurm_cli, "slurm-notorch",
-                                         python="/usr/bin/python3")))
+    r = slurm_cli.run("submit", str(spec(slurm_cli, "slurm-notorch", python="/usr/bin/python3")))
     assert r.returncode == 2, r.stdout + r.stderr
     lines = r.stderr.strip().splitlines()
-    assert lines[0] == ("error: login host a: /usr/bin/python3 cannot import torch "
-                        "(ModuleNotFoundError: No module named 'torch')"), r.stderr
+    assert lines[0] == (
+        "error: login host a: /usr/bin/python3 cannot import torch "
+        "(ModuleNotFoundError: No module named 'torch')"
+    ), r.stderr
     assert lines[1].startswith("  fix: set `python:` in the spec") and len(lines) == 2
     assert not (slurm_cli.tmp / "jobs").exists()
     assert "slurm-notorch" not in slurm("squeue", "-h", "-o", "%j")
@@ -271,20 +293,25 @@ def test_a_login_host_without_sbatch_is_one_line_and_leaves_nothing(slurm_cli: C
     empty = slurm_cli.tmp / "bin"
     empty.mkdir()
     env = {**slurm_cli.env(), "PATH": str(empty)}
-    r = subprocess.run(slurm_cli.argv("submit", str(spec(slurm_cli, "slurm-nosbatch")),
-                                      profile=path),
-                       env=env, capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        slurm_cli.argv("submit", str(spec(slurm_cli, "slurm-nosbatch")), profile=path),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 2, r.stdout + r.stderr
     assert r.stderr.splitlines() == [
         "error: login host here: sbatch does not run (sbatch: command not found)",
         "  fix: point slurm.login_host at a host with the Slurm client commands (sbatch, "
-        "squeue, scancel) on its PATH"], r.stderr
+        "squeue, scancel) on its PATH",
+    ], r.stderr
     assert not (slurm_cli.tmp / "jobs").exists()
 
 
 def test_a_submission_interrupted_after_sbatch_is_cancelled_and_removed(
-        slurm_cli: CLI, monkeypatch: pytest.MonkeyPatch,
-        caplog: pytest.LogCaptureFixture) -> None:
+    slurm_cli: CLI, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     """Ctrl-C while sbatch's answer is on its way (the job is queued, gpuconsole has no record
     of it yet): the job is cancelled by its unique name and its folder removed, as a Docker
     launch interrupted removes its containers."""
@@ -297,8 +324,9 @@ def test_a_submission_interrupted_after_sbatch_is_cancelled_and_removed(
 
     real_run = SSHTransport.run
 
-    async def interrupted_after_sbatch(self: SSHTransport, argv: list[str],
-                                       *a: Any, **k: Any) -> Any:
+    async def interrupted_after_sbatch(
+        self: SSHTransport, argv: list[str], *a: Any, **k: Any
+    ) -> Any:
         done = await real_run(self, argv, *a, **k)
         if argv[:1] == ["sbatch"] and "--test-only" not in argv:
             raise asyncio.CancelledError  # what Ctrl-C raises in the submitting task
@@ -319,8 +347,9 @@ def test_a_submission_interrupted_after_sbatch_is_cancelled_and_removed(
 
     with caplog.at_level("WARNING", logger="gpuconsole"):
         job_id = asyncio.run(scenario())
-    assert f"submission of {job_id} did not complete: its Slurm job was cancelled" \
-        in caplog.text  # scancel --name found it (the job ran, or would have, otherwise)
+    assert (
+        f"submission of {job_id} did not complete: its Slurm job was cancelled" in caplog.text
+    )  # scancel --name found it (the job ran, or would have, otherwise)
     assert not job_dir(slurm_cli, job_id).exists()
     deadline = time.monotonic() + 30
     while job_id in slurm("squeue", "-h", "-o", "%j"):  # cancelled: leaves the queue

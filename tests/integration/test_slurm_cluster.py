@@ -26,8 +26,17 @@ from pathlib import Path
 import pytest
 
 ENV_FILE = Path(os.environ.get("GPUCONSOLE_SLURM_ENV", "/var/tmp/gpuconsole-slurm/env"))
-TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
-            "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
+TERMINAL = {
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "OUT_OF_MEMORY",
+    "PREEMPTED",
+    "BOOT_FAIL",
+    "DEADLINE",
+}
 REPO = Path(__file__).resolve().parents[2]
 TORCHRUN_SBATCH = REPO / "scripts" / "slurm" / "torchrun.sbatch"
 JOB_WAIT_S = 120.0  # seconds a tiny job may take from submission to a terminal state
@@ -44,8 +53,9 @@ class Cluster:
 
     def run(self, *argv: str, timeout: float = 30) -> str:
         """Run a Slurm client command with the cluster's environment; its stdout."""
-        done = subprocess.run(argv, env=self.env, capture_output=True, text=True,
-                              timeout=timeout, check=False)
+        done = subprocess.run(
+            argv, env=self.env, capture_output=True, text=True, timeout=timeout, check=False
+        )
         assert done.returncode == 0, f"{shlex.join(argv)}: rc {done.returncode}: {done.stderr}"
         return done.stdout
 
@@ -92,27 +102,39 @@ def _read_env(path: Path) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
     if not ENV_FILE.exists():
-        pytest.skip(f"no Slurm test cluster: {ENV_FILE} missing "
-                    "(scripts/test sets it up: scripts/lib/ensure-slurm)")
+        pytest.skip(
+            f"no Slurm test cluster: {ENV_FILE} missing "
+            "(scripts/test sets it up: scripts/lib/ensure-slurm)"
+        )
     exported = _read_env(ENV_FILE)
-    yield Cluster(env={**os.environ, **exported},
-                  nodes=exported["GPUCONSOLE_SLURM_NODES"].split(),
-                  partition=exported["GPUCONSOLE_SLURM_PARTITION"],
-                  venv=Path(exported["GPUCONSOLE_SLURM_VENV"]))
+    yield Cluster(
+        env={**os.environ, **exported},
+        nodes=exported["GPUCONSOLE_SLURM_NODES"].split(),
+        partition=exported["GPUCONSOLE_SLURM_PARTITION"],
+        venv=Path(exported["GPUCONSOLE_SLURM_VENV"]),
+    )
 
 
 def _submit(cluster: Cluster, out: Path, nodes: int, wrap: str) -> str:
     """sbatch a --wrap job on ``nodes`` nodes, one task per node; its job id."""
-    job_id = cluster.run("sbatch", "--parsable", f"--nodes={nodes}", "--ntasks-per-node=1",
-                         f"--partition={cluster.partition}", f"--output={out}",
-                         "--job-name=gpuconsole-test", f"--wrap={wrap}").strip()
+    job_id = cluster.run(
+        "sbatch",
+        "--parsable",
+        f"--nodes={nodes}",
+        "--ntasks-per-node=1",
+        f"--partition={cluster.partition}",
+        f"--output={out}",
+        "--job-name=gpuconsole-test",
+        f"--wrap={wrap}",
+    ).strip()
     assert job_id.isdigit(), job_id
     return job_id
 
 
 def test_nodes_up(cluster: Cluster) -> None:
-    rows = [line.split() for line in
-            cluster.run("sinfo", "-h", "-N", "-o", "%N %P %T").splitlines()]
+    rows = [
+        line.split() for line in cluster.run("sinfo", "-h", "-N", "-o", "%N %P %T").splitlines()
+    ]
     states = {node: state for node, part, state in rows if part.rstrip("*") == cluster.partition}
     assert sorted(states) == sorted(cluster.nodes)
     assert set(states.values()) <= {"idle", "mixed", "allocated", "completing"}, states
@@ -121,15 +143,22 @@ def test_nodes_up(cluster: Cluster) -> None:
 def test_one_task_per_node(cluster: Cluster, tmp_path: Path) -> None:
     out = tmp_path / "hello.out"
     n = len(cluster.nodes)
-    job_id = _submit(cluster, out, n, "srun bash -c 'echo task $SLURM_PROCID nodeid "
-                     "$SLURM_NODEID node $SLURMD_NODENAME list $SLURM_JOB_NODELIST'")
+    job_id = _submit(
+        cluster,
+        out,
+        n,
+        "srun bash -c 'echo task $SLURM_PROCID nodeid "
+        "$SLURM_NODEID node $SLURMD_NODENAME list $SLURM_JOB_NODELIST'",
+    )
     fields = cluster.wait(job_id)
     assert (fields["JobState"], fields["ExitCode"]) == ("COMPLETED", "0:0")
     lines = sorted(out.read_text().splitlines())
     nodelist = fields["NodeList"]
     # srun gives task i to the i-th node of the allocation, in node order.
-    assert lines == [f"task {i} nodeid {i} node {node} list {nodelist}"
-                     for i, node in enumerate(sorted(cluster.nodes))]
+    assert lines == [
+        f"task {i} nodeid {i} node {node} list {nodelist}"
+        for i, node in enumerate(sorted(cluster.nodes))
+    ]
     assert cluster.sacct(job_id) == ("COMPLETED", "0:0")
 
 
@@ -147,7 +176,8 @@ def test_failing_task(cluster: Cluster, tmp_path: Path) -> None:
     node = sorted(cluster.nodes)[last]
     assert f"srun: error: {node}: task {last}: Exited with exit code 3" in text, text
     assert sorted(line for line in text.splitlines() if line.startswith("task ")) == [
-        f"task {i}" for i in range(n)]
+        f"task {i}" for i in range(n)
+    ]
     assert cluster.sacct(job_id) == ("FAILED", "3:0")
 
 
@@ -156,11 +186,24 @@ def _torchrun(cluster: Cluster, tmp_path: Path, *args: str) -> tuple[str, dict[s
     job's output text and its ``scontrol show job`` fields once it ended."""
     out = tmp_path / "ddp.out"
     job_id = cluster.run(
-        "sbatch", "--parsable", f"--nodes={len(cluster.nodes)}", "--time=5",
-        f"--partition={cluster.partition}", f"--output={out}",
+        "sbatch",
+        "--parsable",
+        f"--nodes={len(cluster.nodes)}",
+        "--time=5",
+        f"--partition={cluster.partition}",
+        f"--output={out}",
         f"--export=ALL,PYTHON_VENV={cluster.venv},GPUCONSOLE_REPO={REPO}",
-        str(TORCHRUN_SBATCH), "--steps", "6", "--workers", "0", "--ckpt-every", "0",
-        "--out", str(tmp_path / "ckpt"), *args).strip()
+        str(TORCHRUN_SBATCH),
+        "--steps",
+        "6",
+        "--workers",
+        "0",
+        "--ckpt-every",
+        "0",
+        "--out",
+        str(tmp_path / "ckpt"),
+        *args,
+    ).strip()
     return job_id, cluster.wait(job_id) | {"_out": out.read_text()}
 
 

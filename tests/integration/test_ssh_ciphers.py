@@ -36,14 +36,16 @@ def _home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, config: str | None) -
     monkeypatch.setenv("HOME", str(home))
 
 
-def test_aes_gcm_is_negotiated(test_profile: Path, tmp_path: Path,
-                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_aes_gcm_is_negotiated(
+    test_profile: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _home(tmp_path, monkeypatch, None)
     assert _negotiated(test_profile) == "aes128-gcm@openssh.com"
 
 
-def test_the_users_ciphers_line_wins(test_profile: Path, tmp_path: Path,
-                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_users_ciphers_line_wins(
+    test_profile: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """With ``Ciphers`` in ~/.ssh/config asyncssh applies the user's list (here only
     aes256-ctr), and gpuconsole's order is not offered."""
     _home(tmp_path, monkeypatch, "Host *\n  Ciphers aes256-ctr\n")
@@ -51,14 +53,21 @@ def test_the_users_ciphers_line_wins(test_profile: Path, tmp_path: Path,
 
 
 def test_a_ciphers_line_for_another_host_leaves_gpuconsoles_order(
-        test_profile: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    test_profile: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A ``Ciphers`` line scoped to other hosts (``Host`` and ``Match``) is not this host's:
     gpuconsole's order is offered to test host a (127.0.0.11), and one scoped to it wins."""
-    _home(tmp_path, monkeypatch, "Host gpu-*\n  Ciphers aes256-ctr\n"
-          "Match host 10.0.0.*\n  Ciphers aes192-ctr\n")
+    _home(
+        tmp_path,
+        monkeypatch,
+        "Host gpu-*\n  Ciphers aes256-ctr\nMatch host 10.0.0.*\n  Ciphers aes192-ctr\n",
+    )
     assert _negotiated(test_profile) == "aes128-gcm@openssh.com"
-    _home(tmp_path / "2", monkeypatch, "Host gpu-*\n  Ciphers aes256-ctr\n"
-          "Match host 127.0.0.11 user root\n  Ciphers aes192-ctr\n")
+    _home(
+        tmp_path / "2",
+        monkeypatch,
+        "Host gpu-*\n  Ciphers aes256-ctr\nMatch host 127.0.0.11 user root\n  Ciphers aes192-ctr\n",
+    )
     assert _negotiated(test_profile) == "aes192-ctr"
 
 
@@ -71,6 +80,7 @@ def test_the_login_hint_logs_in_as_the_profile_does(test_profile: Path) -> None:
     argv = t.ssh_argv()
     assert argv is not None and argv[0] == "ssh" and argv[-1] == "root@127.0.0.11"
     assert "-i" in argv and any(a.startswith("UserKnownHostsFile=") for a in argv)
-    res = subprocess.run([*argv, "-o", "BatchMode=yes", "echo", "in"], capture_output=True,
-                         text=True, timeout=30)
+    res = subprocess.run(
+        [*argv, "-o", "BatchMode=yes", "echo", "in"], capture_output=True, text=True, timeout=30
+    )
     assert (res.returncode, res.stdout) == (0, "in\n"), res.stderr

@@ -55,8 +55,12 @@ def write_profile(tmp: Path, base: Path, extra: dict[str, Any], **top: Any) -> P
 
 
 def unanswered(port: int) -> dict[str, Any]:
-    return {"hostname": "127.0.0.1", "port": port, "user": "root",
-            "identity_file": str(TESTHOSTS / "id_ed25519")}
+    return {
+        "hostname": "127.0.0.1",
+        "port": port,
+        "user": "root",
+        "identity_file": str(TESTHOSTS / "id_ed25519"),
+    }
 
 
 def no_traceback(stderr: str) -> None:
@@ -64,8 +68,13 @@ def no_traceback(stderr: str) -> None:
 
 
 def test_top_json_into_head_exits_0_with_one_line(cli: CLI) -> None:
-    gc = subprocess.Popen(cli.argv("top", "--json"), env=cli.env(), cwd=REPO,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    gc = subprocess.Popen(
+        cli.argv("top", "--json"),
+        env=cli.env(),
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     assert gc.stdout is not None
     head = subprocess.Popen(["head", "-n", "1"], stdin=gc.stdout, stdout=subprocess.PIPE)
     gc.stdout.close()  # head holds the only reading end: when it exits, the pipe is closed
@@ -85,12 +94,16 @@ def test_top_json_into_head_exits_0_with_one_line(cli: CLI) -> None:
     assert "down" not in stderr  # the closed pipe never counted as a host failure
 
 
-def test_top_once_names_hosts_that_gave_nothing(cli: CLI, tmp_path: Path,
-                                                silent_listener: int) -> None:
+def test_top_once_names_hosts_that_gave_nothing(
+    cli: CLI, tmp_path: Path, silent_listener: int
+) -> None:
     refused = free_port()
-    profile = write_profile(tmp_path, cli.profile,
-                            {"c": unanswered(refused), "d": unanswered(silent_listener)},
-                            connect_timeout=120)
+    profile = write_profile(
+        tmp_path,
+        cli.profile,
+        {"c": unanswered(refused), "d": unanswered(silent_listener)},
+        connect_timeout=120,
+    )
     res = cli.run("top", "--once", "--json", "--timeout", "20", profile=profile, timeout=120)
     assert res.returncode == 1, res.stderr
     no_traceback(res.stderr)
@@ -100,8 +113,7 @@ def test_top_once_names_hosts_that_gave_nothing(cli: CLI, tmp_path: Path,
     assert hosts["c"]["status"] == "down" and hosts["c"]["sample"] is None
     assert hosts["d"]["status"] == "connecting" and hosts["d"]["sample"] is None
     err = res.stderr.splitlines()
-    assert f"host c: down: cannot connect to 127.0.0.1:{refused}: " \
-           "connection refused" in err
+    assert f"host c: down: cannot connect to 127.0.0.1:{refused}: connection refused" in err
     assert "host d: still connecting after 20 s" in err
     assert "error: 2 of 4 hosts gave no sample within 20 s: c, d" in err
 
@@ -124,8 +136,12 @@ def proxied_a(cli: CLI, tmp_path: Path) -> Iterator[tuple[Path, CuttableProxy]]:
     proxy = CuttableProxy(("127.0.0.11", 22))
     kh = tmp_path / "known_hosts"
     kh.write_text(known_hosts_line(proxy))
-    a = {"hostname": "127.0.0.1", "port": proxy.port, "user": "root",
-         "identity_file": str(TESTHOSTS / "id_ed25519")}
+    a = {
+        "hostname": "127.0.0.1",
+        "port": proxy.port,
+        "user": "root",
+        "identity_file": str(TESTHOSTS / "id_ed25519"),
+    }
     data = yaml.safe_load(cli.profile.read_text())
     data["hosts"] = {"a": a}
     data["known_hosts"] = str(kh)
@@ -138,16 +154,23 @@ def proxied_a(cli: CLI, tmp_path: Path) -> Iterator[tuple[Path, CuttableProxy]]:
 
 
 def test_followed_log_says_when_it_reconnects(
-        cli: CLI, proxied_a: tuple[Path, CuttableProxy]) -> None:
+    cli: CLI, proxied_a: tuple[Path, CuttableProxy]
+) -> None:
     profile, proxy = proxied_a
-    spec = cli.spec("recon", args=["--steps", "30", "--out", "/out", "--workers", "0",
-                                   "--step-sleep", "0.2"])
+    spec = cli.spec(
+        "recon", args=["--steps", "30", "--out", "/out", "--workers", "0", "--step-sleep", "0.2"]
+    )
     sub = cli.run("submit", str(spec), profile=profile)
     assert sub.returncode == 0, sub.stderr
     job_id = sub.stdout.strip()
-    proc = subprocess.Popen(cli.argv("logs", job_id, "--follow", profile=profile),
-                            env=cli.env(), cwd=REPO, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        cli.argv("logs", job_id, "--follow", profile=profile),
+        env=cli.env(),
+        cwd=REPO,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     got: list[str] = []
 
     def reader() -> None:
@@ -184,14 +207,20 @@ def test_followed_log_says_when_it_reconnects(
 def test_logs_follow_into_head_exits_0_and_the_job_keeps_running(cli: CLI) -> None:
     # a quiet job: after the first lines nothing comes for seconds, so only the watch on
     # stdout can notice that head is gone
-    spec = cli.spec("quiet", args=["--steps", "1000", "--out", "/out", "--workers", "0",
-                                   "--step-sleep", "5"])
+    spec = cli.spec(
+        "quiet", args=["--steps", "1000", "--out", "/out", "--workers", "0", "--step-sleep", "5"]
+    )
     sub = cli.run("submit", str(spec))
     assert sub.returncode == 0, sub.stderr
     job_id = sub.stdout.strip()
     wait_for(lambda: "step 1/1000" in cli.run("logs", job_id).stdout, timeout=120)
-    gc = subprocess.Popen(cli.argv("logs", job_id, "--follow"), env=cli.env(), cwd=REPO,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    gc = subprocess.Popen(
+        cli.argv("logs", job_id, "--follow"),
+        env=cli.env(),
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     assert gc.stdout is not None
     head = subprocess.Popen(["head", "-n", "1"], stdin=gc.stdout, stdout=subprocess.PIPE)
     gc.stdout.close()

@@ -14,8 +14,9 @@ TRACES = REPO / "tests" / "data" / "traces"
 
 
 def agent_procs() -> list[str]:
-    out = subprocess.run(["pgrep", "-af", "gpuconsole/agent/.*/agent.py"],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        ["pgrep", "-af", "gpuconsole/agent/.*/agent.py"], capture_output=True, text=True
+    )
     return [ln for ln in out.stdout.splitlines() if "pgrep" not in ln]
 
 
@@ -29,9 +30,9 @@ def test_top_once_reports_hosts_without_a_driver(cli: CLI) -> None:
         assert h["status"] == "ok"
         s = h["sample"]
         assert s["schema"] == 1
-        assert s["state"] == "no_driver"   # no NVML here, then no nvidia-smi either
+        assert s["state"] == "no_driver"  # no NVML here, then no nvidia-smi either
         assert s["gpus"] == []
-        assert s["processes"] is None       # unknown, never "no processes"
+        assert s["processes"] is None  # unknown, never "no processes"
     # the agent was shipped into the per-user cache, named by content hash
     bundles = list((Path.home() / ".cache/gpuconsole/agent").glob("*/agent.py"))
     assert bundles and (bundles[0].parent / "pynvml.py").is_file()
@@ -58,8 +59,9 @@ def test_replay_of_recorded_h200_trace(cli: CLI, tmp_path: Path) -> None:
     rec = tmp_path / "rec.jsonl"
     with open(trace) as src, open(rec, "w") as dst:
         for line in src:
-            dst.write(json.dumps({"host": "h200", "rx": time.time(),
-                                  "sample": json.loads(line)}) + "\n")
+            dst.write(
+                json.dumps({"host": "h200", "rx": time.time(), "sample": json.loads(line)}) + "\n"
+            )
     res = cli.run("top", "--replay", str(rec), "--once", "--json")
     assert res.returncode == 0, res.stderr
     (host,) = json.loads(res.stdout)["hosts"]

@@ -14,8 +14,10 @@ import time
 
 from tests.integration.conftest import CLI
 
-NO_DRIVER = ("no NVIDIA driver: nvidia-smi not found (NVML: libnvidia-ml.so.1 could not be "
-             "loaded (NVML Shared Library Not Found))")
+NO_DRIVER = (
+    "no NVIDIA driver: nvidia-smi not found (NVML: libnvidia-ml.so.1 could not be "
+    "loaded (NVML Shared Library Not Found))"
+)
 
 
 def test_top_json_streams_cpu_of_hosts_without_a_driver(cli: CLI) -> None:
@@ -35,8 +37,7 @@ def test_top_json_streams_cpu_of_hosts_without_a_driver(cli: CLI) -> None:
             now = time.monotonic()
             first_rx.setdefault(host, now)
             seqs[host].append(s["seq"])
-            assert (s["source"], s["state"], s["state_detail"]) == (
-                "nvml", "no_driver", NO_DRIVER)
+            assert (s["source"], s["state"], s["state_detail"]) == ("nvml", "no_driver", NO_DRIVER)
             assert s["gpus"] == [] and s["processes"] is None
             assert s["host"]["mem_total_mib"] is not None
             if s["host"]["cpu_pct"] is not None and host not in cpu_after:

@@ -54,6 +54,7 @@ class Watch:
                 if m:
                     return m.group(1)
             return None
+
         url: str = wait_for(found, timeout=60)
         return url
 
@@ -85,8 +86,9 @@ def start(cli: CLI, watches: list[Watch], *args: str) -> Watch:
 def fetch(url: str) -> str:
     """The endpoint's text through curl (a real client), else urllib."""
     if shutil.which("curl"):
-        res = subprocess.run(["curl", "-sS", "--max-time", "10", url], capture_output=True,
-                             text=True, timeout=20)
+        res = subprocess.run(
+            ["curl", "-sS", "--max-time", "10", url], capture_output=True, text=True, timeout=20
+        )
         assert res.returncode == 0, res.stderr
         return res.stdout
     with urllib.request.urlopen(url, timeout=10) as r:
@@ -111,9 +113,11 @@ def test_metrics_endpoint_serves_a_replayed_trace(cli: CLI, watches: list[Watch]
     wait_for(lambda: any(ln.startswith("replay finished: 25 samples") for ln in w.err))
     got = series(fetch(url))
     for g in last["gpus"]:
+
         def value(name: str, g: dict[str, Any] = g) -> float:
             (v,) = [v for lb, v in got[name] if lb["gpu"] == str(g["index"])]
             return v
+
         (labels,) = [lb for lb, _ in got["DCGM_FI_DEV_GPU_UTIL"] if lb["gpu"] == str(g["index"])]
         assert labels["Hostname"] == host and labels["UUID"] == g["uuid"]
         assert labels["device"] == f"nvidia{g['index']}" and labels["modelName"] == g["name"]
@@ -169,16 +173,21 @@ def host_up(w: Watch, url: str, host: str) -> float | None:
 def stop_sshd(host: str) -> None:
     """Stop host's sshd and cut its established sessions (the monitor's connection)."""
     master = int((TESTHOSTS / host / "sshd.pid").read_text().split()[0])
-    children = subprocess.run(["pgrep", "-P", str(master)], capture_output=True,
-                              text=True).stdout.split()
+    children = subprocess.run(
+        ["pgrep", "-P", str(master)], capture_output=True, text=True
+    ).stdout.split()
     os.kill(master, signal.SIGTERM)
     for pid in children:
         os.kill(int(pid), signal.SIGKILL)
 
 
 def restart_sshd() -> None:
-    subprocess.run(["bash", str(REPO / "scripts" / "testhosts" / "up")], check=True,
-                   capture_output=True, timeout=120)
+    subprocess.run(
+        ["bash", str(REPO / "scripts" / "testhosts" / "up")],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
 
 
 def alerting_profile(cli: CLI, notify: str) -> Path:
@@ -186,10 +195,15 @@ def alerting_profile(cli: CLI, notify: str) -> Path:
     data = yaml.safe_load(cli.profile.read_text())
     # only the host rule: jobs that other tests (or people) left failed on the shared test
     # hosts would page too
-    data["alerts"] = {"interval_s": 0.5, "jobs_refresh_s": 30,
-                      "host_unreachable": {"for_s": 2},
-                      **{rule: {"enabled": False}
-                         for rule in ("job_failed", "job_hung", "straggler", "gpus_idle")}}
+    data["alerts"] = {
+        "interval_s": 0.5,
+        "jobs_refresh_s": 30,
+        "host_unreachable": {"for_s": 2},
+        **{
+            rule: {"enabled": False}
+            for rule in ("job_failed", "job_hung", "straggler", "gpus_idle")
+        },
+    }
     data["notify"] = [notify]
     path = cli.tmp / "alerting.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -197,20 +211,32 @@ def alerting_profile(cli: CLI, notify: str) -> Path:
 
 
 def test_host_unreachable_fires_resolves_and_pages_once_across_restarts(
-        cli: CLI, watches: list[Watch], receiver: Receiver) -> None:
+    cli: CLI, watches: list[Watch], receiver: Receiver
+) -> None:
     profile = alerting_profile(cli, receiver.url)
 
     def start_watch() -> Watch:
-        w = Watch(subprocess.Popen(
-            cli.argv("watch", "--json", "--interval", "0.5", "--metrics-port", "0",
-                     profile=profile),
-            env=cli.env(), cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+        w = Watch(
+            subprocess.Popen(
+                cli.argv(
+                    "watch", "--json", "--interval", "0.5", "--metrics-port", "0", profile=profile
+                ),
+                env=cli.env(),
+                cwd=REPO,
+                text=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+        )
         watches.append(w)
         return w
 
     def transitions(w: Watch, change: str) -> list[dict[str, Any]]:
-        return [e for e in w.alerts() if e["change"] == change
-                and e["alert"]["rule"] == "host_unreachable"]
+        return [
+            e
+            for e in w.alerts()
+            if e["change"] == change and e["alert"]["rule"] == "host_unreachable"
+        ]
 
     w1 = start_watch()
     url = w1.metrics_url()
@@ -225,14 +251,21 @@ def test_host_unreachable_fires_resolves_and_pages_once_across_restarts(
         assert host_up(w1, url, "b") == 0 and host_up(w1, url, "a") == 1
         # ALERTS on the endpoint while it fires
         alerts = series(fetch(url))["ALERTS"]
-        assert [lb["Hostname"] for lb, v in alerts if lb["alertname"] == "host_unreachable"
-                and lb["alertstate"] == "firing" and v == 1] == ["b"]
+        assert [
+            lb["Hostname"]
+            for lb, v in alerts
+            if lb["alertname"] == "host_unreachable" and lb["alertstate"] == "firing" and v == 1
+        ] == ["b"]
         assert w1.stop() == 0
         # a restart while b is still down: the alert is carried over (said on stderr, on
         # the endpoint), neither printed as a new transition nor paged again
         w2 = start_watch()
-        wait_for(lambda: any(ln.startswith("still firing since") and "host_unreachable/b"
-                             in ln for ln in w2.err), timeout=60)
+        wait_for(
+            lambda: any(
+                ln.startswith("still firing since") and "host_unreachable/b" in ln for ln in w2.err
+            ),
+            timeout=60,
+        )
         url2 = w2.metrics_url()
         wait_for(lambda: host_up(w2, url2, "b") == 0, timeout=60)
         assert any(lb["Hostname"] == "b" for lb, _ in series(fetch(url2))["ALERTS"])

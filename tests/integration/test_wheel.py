@@ -36,12 +36,39 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tree, so the checkout gets no build/ or egg-info."""
     tmp = tmp_path_factory.mktemp("wheel")
     src = tmp / "src"
-    shutil.copytree(REPO, src, symlinks=True, ignore=shutil.ignore_patterns(
-        ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", "tests",
-        "docs", "snapshot_report.html"))
-    res = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w",
-                          str(tmp / "dist"), str(src)], capture_output=True, text=True,
-                         timeout=300)
+    shutil.copytree(
+        REPO,
+        src,
+        symlinks=True,
+        ignore=shutil.ignore_patterns(
+            ".git",
+            ".venv",
+            "build",
+            "dist",
+            "*.egg-info",
+            "__pycache__",
+            ".*_cache",
+            "tests",
+            "docs",
+            "snapshot_report.html",
+        ),
+    )
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "-q",
+            "-w",
+            str(tmp / "dist"),
+            str(src),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     (whl,) = (tmp / "dist").glob("gpuconsole-*.whl")
     return whl
@@ -58,25 +85,31 @@ def _metadata(whl: Path) -> tuple[list[Requirement], str]:
         entry = z.read(next(n for n in z.namelist() if n.endswith(".dist-info/entry_points.txt")))
     msg = Parser().parsestr(meta.decode())
     reqs = [Requirement(r) for r in msg.get_all("Requires-Dist") or []]
-    return [r for r in reqs if r.marker is None or r.marker.evaluate({"extra": ""})], \
-        entry.decode()
+    return [r for r in reqs if r.marker is None or r.marker.evaluate({"extra": ""})], entry.decode()
 
 
 def test_wheel_carries_every_module_and_data_file(wheel: Path) -> None:
     names = _names(wheel)
-    own_files = {str(p.relative_to(REPO)) for pkg in OWN for p in (REPO / pkg).rglob("*.py")
-                 if "__pycache__" not in p.parts}
+    own_files = {
+        str(p.relative_to(REPO))
+        for pkg in OWN
+        for p in (REPO / pkg).rglob("*.py")
+        if "__pycache__" not in p.parts
+    }
     assert own_files, "no sources found"
     assert sorted(own_files - names) == []
     assert "remote/agent/agent.py" in names  # shipped to hosts as a file, not imported
     profiles = {p.name for p in (REPO / "profiles").glob("*.yaml")}
     assert {"local.yaml", "example-cluster.yaml"} <= profiles
-    assert {n.rsplit("/", 1)[1] for n in names
-            if n.startswith("console/bundled_profiles/")} == profiles
+    assert {
+        n.rsplit("/", 1)[1] for n in names if n.startswith("console/bundled_profiles/")
+    } == profiles
     with zipfile.ZipFile(wheel) as z:
         for name in profiles:
-            assert z.read(f"console/bundled_profiles/{name}") == \
-                (REPO / "profiles" / name).read_bytes()
+            assert (
+                z.read(f"console/bundled_profiles/{name}")
+                == (REPO / "profiles" / name).read_bytes()
+            )
     _, entry = _metadata(wheel)
     assert re.search(r"^gpuconsole = console\.entry:main$", entry, re.M)
 
@@ -129,9 +162,23 @@ def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("venv")
     venv = tmp / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    res = subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"),
-                          "install", "-q", "--no-deps", "--no-index", str(wheel)],
-                         capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(venv / "bin" / "python"),
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-index",
+            str(wheel),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     deps = tmp / "deps"
     deps.mkdir()
@@ -149,8 +196,11 @@ def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _env(tmp: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "GPUCONSOLE_PROFILE", "VIRTUAL_ENV")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHONPATH", "GPUCONSOLE_PROFILE", "VIRTUAL_ENV")
+    }
     env["GPUCONSOLE_CONFIG_DIR"] = str(tmp / "config")  # no user profiles: the bundled ones
     env["GPUCONSOLE_STATE_DIR"] = str(tmp / "state")
     return env
@@ -169,10 +219,20 @@ def test_installed_wheel_runs_from_its_own_files(venv: Path, tmp_path: Path) -> 
         "print([m for m, v in sys.modules.items() if getattr(v, '__file__', None)"
         f" and v.__file__.startswith({str(REPO)!r})])\n"
     )
-    modules = sorted(str(p.relative_to(site)) for pkg in OWN for p in (site / pkg).rglob("*.py")
-                     if "agent" not in p.parts and p.name != "__main__.py")
-    res = subprocess.run([str(venv / "bin" / "python"), "-c", code, *modules], cwd=tmp_path,
-                         env=_env(tmp_path), capture_output=True, text=True, timeout=120)
+    modules = sorted(
+        str(p.relative_to(site))
+        for pkg in OWN
+        for p in (site / pkg).rglob("*.py")
+        if "agent" not in p.parts and p.name != "__main__.py"
+    )
+    res = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", code, *modules],
+        cwd=tmp_path,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 0, res.stderr
     console_file, remote_file, bundled, example, count, from_repo = res.stdout.splitlines()
     assert console_file == str(site / "console" / "__init__.py")
@@ -185,19 +245,30 @@ def test_installed_wheel_runs_from_its_own_files(venv: Path, tmp_path: Path) -> 
 
 def test_installed_wheel_help_and_local_dry_run(venv: Path, tmp_path: Path) -> None:
     exe = str(venv / "bin" / "gpuconsole")
-    res = subprocess.run([exe, "--help"], cwd=tmp_path, env=_env(tmp_path),
-                         capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [exe, "--help"],
+        cwd=tmp_path,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 0, res.stderr
     for command in ("submit", "ps", "logs", "exec", "cp", "top"):
         assert re.search(rf"^  {command}\s", res.stdout, re.M), command
     # no `image:` in the spec: it must come from the bundled `local` profile's defaults
     spec = (REPO / "scripts" / "examples" / "ddp-cpu.yaml").read_text()
     spec = re.sub(r"^image:.*\n", "", spec, flags=re.M)
-    spec = re.sub(r"^workdir:.*$", f"workdir: {REPO / 'scripts' / 'examples'}", spec,
-                  flags=re.M)
+    spec = re.sub(r"^workdir:.*$", f"workdir: {REPO / 'scripts' / 'examples'}", spec, flags=re.M)
     (tmp_path / "job.yaml").write_text(spec)
-    res = subprocess.run([exe, "submit", "job.yaml", "--dry-run"], cwd=tmp_path,
-                         env=_env(tmp_path), capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [exe, "submit", "job.yaml", "--dry-run"],
+        cwd=tmp_path,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 0, res.stderr
     assert "node 0 on local: GPUs none (CPU)" in res.stdout
     assert " gpuconsole/torch:2.13.0-cpu torchrun --nnodes 1 --nproc-per-node 2 " in res.stdout

@@ -50,9 +50,16 @@ def scratch() -> Iterator[Path]:
 async def test_agent_ships_new_xid_lines_once_over_ssh(cli: CLI, scratch: Path) -> None:
     fake_nvml.write_shim(str(scratch))
     scenario = scratch / "scenario.json"
-    scenario.write_text(json.dumps({"gpus": [
-        {"name": "NVIDIA H200", "pci_bus_id": "00000000:19:00.0"},
-        {"name": "NVIDIA H200", "pci_bus_id": "00000000:0A:00.0"}]}))
+    scenario.write_text(
+        json.dumps(
+            {
+                "gpus": [
+                    {"name": "NVIDIA H200", "pci_bus_id": "00000000:19:00.0"},
+                    {"name": "NVIDIA H200", "pci_bus_id": "00000000:0A:00.0"},
+                ]
+            }
+        )
+    )
     kmsg = scratch / "kmsg"
     lines = XID_02.splitlines()
     kmsg.write_text("\n".join(lines[:2]) + "\n")  # Xid 31 so far
@@ -62,10 +69,22 @@ async def test_agent_ships_new_xid_lines_once_over_ssh(cli: CLI, scratch: Path) 
     try:
         t = await session.connected("a")
         folder = await deploy_agent(t)
-        proc = await t.open_process([
-            "env", f"FAKE_NVML_SCENARIO={scenario}", "python3", f"{folder}/agent.py",
-            "--interval", "0.2", "--pynvml-dir", str(scratch), "--kernel-log-file", str(kmsg),
-            "--kernel-log-every", "0.4"])
+        proc = await t.open_process(
+            [
+                "env",
+                f"FAKE_NVML_SCENARIO={scenario}",
+                "python3",
+                f"{folder}/agent.py",
+                "--interval",
+                "0.2",
+                "--pynvml-dir",
+                str(scratch),
+                "--kernel-log-file",
+                str(kmsg),
+                "--kernel-log-every",
+                "0.4",
+            ]
+        )
         try:
             appended = False
             for _ in range(60):
@@ -104,9 +123,22 @@ async def test_unprivileged_user_gets_a_reason(cli: CLI, scratch: Path) -> None:
         t = await session.connected("a")
         restrict = (await t.run(["cat", "/proc/sys/kernel/dmesg_restrict"])).stdout.strip()
         # the system python3: root's pyenv shims are not readable by uid 65534
-        res = await t.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                           "/usr/bin/python3", str(scratch / "agent.py"), "--count", "1",
-                           "--no-stdin-watch", "--pynvml-dir", str(scratch)], timeout=60)
+        res = await t.run(
+            [
+                "setpriv",
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "/usr/bin/python3",
+                str(scratch / "agent.py"),
+                "--count",
+                "1",
+                "--no-stdin-watch",
+                "--pynvml-dir",
+                str(scratch),
+            ],
+            timeout=60,
+        )
     finally:
         await session.close()
     assert res.returncode == 0, res.stderr

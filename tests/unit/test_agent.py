@@ -60,21 +60,51 @@ ID_B = "9a8b7c6d5e4f30211203f4e5d6c7b8a99a8b7c6d5e4f30211203f4e5d6c7b8a9"
 def scenario_two_gpus(**over: Any) -> dict[str, Any]:
     """GPU 0 busy (processes, GPM), GPU 1 idle without a fan, GPM or MIG."""
     sc: dict[str, Any] = {
-        "driver_version": "580.159.04", "cuda_version": 13000, "nvml_version": "13.580.159.04",
+        "driver_version": "580.159.04",
+        "cuda_version": 13000,
+        "nvml_version": "13.580.159.04",
         "gpus": [
-            {"uuid": "GPU-aaaa", "pci_bus_id": "00000000:19:00.0", "util_gpu": 97,
-             "util_mem": 41, "mem_used": 17000 * MIB, "mem_total": 143771 * MIB,
-             "mem_reserved": 512 * MIB, "temp": 55, "power_mw": 512345,
-             "power_limit_mw": 700000, "sm_clock": 1980, "mem_clock": 3201, "fan": 30,
-             "pstate": 0, "clock_reasons": 0x4 | 0x20, "ecc_uncorrected": 2,
-             "remapped_rows": [0, 0, 1, 0], "persistence": 1, "mig": [0, 0],
-             "gpm": {"2": 91.5, "3": 40.25, "5": 63.0, "10": 22.5},
-             "procs": [{"pid": 4242, "used_mib": 16896}, {"pid": 4243, "used_mib": None}]},
-            {"uuid": "GPU-bbbb", "pci_bus_id": "00000000:2A:00.0", "util_gpu": 0,
-             "util_mem": 0, "mem_used": 0, "temp": 31, "power_mw": 74000, "sm_clock": 345,
-             "pstate": 8, "clock_reasons": 0x1, "persistence": 0, "gpm_supported": False,
-             "fail": {"nvmlDeviceGetFanSpeed": "NotSupported",
-                      "nvmlDeviceGetMigMode": "NotSupported"}},
+            {
+                "uuid": "GPU-aaaa",
+                "pci_bus_id": "00000000:19:00.0",
+                "util_gpu": 97,
+                "util_mem": 41,
+                "mem_used": 17000 * MIB,
+                "mem_total": 143771 * MIB,
+                "mem_reserved": 512 * MIB,
+                "temp": 55,
+                "power_mw": 512345,
+                "power_limit_mw": 700000,
+                "sm_clock": 1980,
+                "mem_clock": 3201,
+                "fan": 30,
+                "pstate": 0,
+                "clock_reasons": 0x4 | 0x20,
+                "ecc_uncorrected": 2,
+                "remapped_rows": [0, 0, 1, 0],
+                "persistence": 1,
+                "mig": [0, 0],
+                "gpm": {"2": 91.5, "3": 40.25, "5": 63.0, "10": 22.5},
+                "procs": [{"pid": 4242, "used_mib": 16896}, {"pid": 4243, "used_mib": None}],
+            },
+            {
+                "uuid": "GPU-bbbb",
+                "pci_bus_id": "00000000:2A:00.0",
+                "util_gpu": 0,
+                "util_mem": 0,
+                "mem_used": 0,
+                "temp": 31,
+                "power_mw": 74000,
+                "sm_clock": 345,
+                "pstate": 8,
+                "clock_reasons": 0x1,
+                "persistence": 0,
+                "gpm_supported": False,
+                "fail": {
+                    "nvmlDeviceGetFanSpeed": "NotSupported",
+                    "nvmlDeviceGetMigMode": "NotSupported",
+                },
+            },
         ],
     }
     sc.update(over)
@@ -87,8 +117,9 @@ def proc_root(tmp_path: Path) -> Path:
     root = tmp_path / "proc"
     root.mkdir()
     (root / "stat").write_text("cpu  100 0 100 800 0 0 0 0 0 0\ncpu0 1 1 1 1\n")
-    (root / "meminfo").write_text("MemTotal:       65536000 kB\nMemFree:  1000 kB\n"
-                                  "MemAvailable:   49152000 kB\n")
+    (root / "meminfo").write_text(
+        "MemTotal:       65536000 kB\nMemFree:  1000 kB\nMemAvailable:   49152000 kB\n"
+    )
     (root / "uptime").write_text("12345.67 99999.00\n")
     p = root / "4242"
     p.mkdir()
@@ -117,18 +148,41 @@ def make(sc: dict[str, Any], proc: Path | None = None, slow_every: int = 10) -> 
 # ---------------------------------------------------------------------------------------------
 # schema conformance
 
-HOST_KEYS = ["hostname", "cpu_pct", "load1", "load5", "load15", "mem_used_mib", "mem_total_mib",
-             "uptime_s", "driver_version", "cuda_version", "nvml_version", "errors"]
-PROC_KEYS = ["gpu_index", "gpu_uuid", "pid", "used_mib", "type", "user", "command",
-             "container_id"]
+HOST_KEYS = [
+    "hostname",
+    "cpu_pct",
+    "load1",
+    "load5",
+    "load15",
+    "mem_used_mib",
+    "mem_total_mib",
+    "uptime_s",
+    "driver_version",
+    "cuda_version",
+    "nvml_version",
+    "errors",
+]
+PROC_KEYS = ["gpu_index", "gpu_uuid", "pid", "used_mib", "type", "user", "command", "container_id"]
 XID_KEYS = ["time", "gpu_index", "pci_bus_id", "xid", "pid", "detail"]
 GPU_TYPES: dict[str, tuple[type, ...]] = {
-    "util_gpu_pct": (int,), "util_mem_pct": (int,), "mem_used_mib": (int,),
-    "mem_total_mib": (int,), "temp_c": (int,), "power_w": (float,), "power_limit_w": (float,),
-    "sm_clock_mhz": (int,), "mem_clock_mhz": (int,), "sm_clock_max_mhz": (int,),
-    "mem_clock_max_mhz": (int,), "fan_pct": (int,), "pstate": (str,),
-    "throttle_reasons": (list,), "ecc_volatile_uncorrected": (int,),
-    "remapped_rows_pending": (bool,), "persistence_mode": (bool,), "mig_mode": (bool,),
+    "util_gpu_pct": (int,),
+    "util_mem_pct": (int,),
+    "mem_used_mib": (int,),
+    "mem_total_mib": (int,),
+    "temp_c": (int,),
+    "power_w": (float,),
+    "power_limit_w": (float,),
+    "sm_clock_mhz": (int,),
+    "mem_clock_mhz": (int,),
+    "sm_clock_max_mhz": (int,),
+    "mem_clock_max_mhz": (int,),
+    "fan_pct": (int,),
+    "pstate": (str,),
+    "throttle_reasons": (list,),
+    "ecc_volatile_uncorrected": (int,),
+    "remapped_rows_pending": (bool,),
+    "persistence_mode": (bool,),
+    "mig_mode": (bool,),
     "gpm": (dict,),
 }
 
@@ -155,8 +209,12 @@ def check_schema(s: dict[str, Any]) -> None:
                 assert isinstance(g[f], GPU_TYPES[f]), (f, g[f])
                 assert not (isinstance(g[f], bool) and GPU_TYPES[f] == (int,)), f
         if g["gpm"] is not None:
-            assert list(g["gpm"]) == ["sm_activity_pct", "sm_occupancy_pct",
-                                      "tensor_activity_pct", "dram_bw_util_pct"]
+            assert list(g["gpm"]) == [
+                "sm_activity_pct",
+                "sm_occupancy_pct",
+                "tensor_activity_pct",
+                "dram_bw_util_pct",
+            ]
     if s["processes"] is None:
         assert "processes" in s["errors"]
     else:
@@ -189,20 +247,44 @@ def test_two_gpus_exact_values(proc_root: Path) -> None:
     assert (h["mem_total_mib"], h["mem_used_mib"]) == (64000, 16000)
     assert h["uptime_s"] == 12345.67
     assert (h["driver_version"], h["cuda_version"], h["nvml_version"]) == (
-        "580.159.04", "13.0", "13.580.159.04")
+        "580.159.04",
+        "13.0",
+        "13.580.159.04",
+    )
     assert h["errors"] == {}
     g0, g1 = s["gpus"]
     assert g0 == {
-        "index": 0, "uuid": "GPU-aaaa", "name": "NVIDIA H200", "pci_bus_id": "00000000:19:00.0",
-        "lost": False, "util_gpu_pct": 97, "util_mem_pct": 41, "mem_used_mib": 17000,
-        "mem_total_mib": 143771, "temp_c": 55, "power_w": 512.35, "power_limit_w": 700.0,
-        "sm_clock_mhz": 1980, "mem_clock_mhz": 3201, "sm_clock_max_mhz": 1980,
-        "mem_clock_max_mhz": 3201, "fan_pct": 30, "pstate": "P0",
-        "throttle_reasons": ["sw_power_cap", "sw_thermal"], "ecc_volatile_uncorrected": 2,
-        "remapped_rows_pending": True, "persistence_mode": True, "mig_mode": False,
-        "gpm": {"sm_activity_pct": 91.5, "sm_occupancy_pct": 40.25,
-                "tensor_activity_pct": 63.0, "dram_bw_util_pct": 22.5},
-        "unsupported": [], "errors": {},
+        "index": 0,
+        "uuid": "GPU-aaaa",
+        "name": "NVIDIA H200",
+        "pci_bus_id": "00000000:19:00.0",
+        "lost": False,
+        "util_gpu_pct": 97,
+        "util_mem_pct": 41,
+        "mem_used_mib": 17000,
+        "mem_total_mib": 143771,
+        "temp_c": 55,
+        "power_w": 512.35,
+        "power_limit_w": 700.0,
+        "sm_clock_mhz": 1980,
+        "mem_clock_mhz": 3201,
+        "sm_clock_max_mhz": 1980,
+        "mem_clock_max_mhz": 3201,
+        "fan_pct": 30,
+        "pstate": "P0",
+        "throttle_reasons": ["sw_power_cap", "sw_thermal"],
+        "ecc_volatile_uncorrected": 2,
+        "remapped_rows_pending": True,
+        "persistence_mode": True,
+        "mig_mode": False,
+        "gpm": {
+            "sm_activity_pct": 91.5,
+            "sm_occupancy_pct": 40.25,
+            "tensor_activity_pct": 63.0,
+            "dram_bw_util_pct": 22.5,
+        },
+        "unsupported": [],
+        "errors": {},
     }
     assert g1["fan_pct"] is None and g1["errors"]["fan_pct"] == "Not Supported"
     assert g1["mig_mode"] is False and "mig_mode" not in g1["errors"]  # NotSupported -> false
@@ -211,16 +293,36 @@ def test_two_gpus_exact_values(proc_root: Path) -> None:
     # NVML_ERROR_NOT_SUPPORTED: the GPU has no such reading (n/a), not an unknown one
     assert g1["unsupported"] == ["fan_pct", "gpm"]
     assert (g1["pstate"], g1["throttle_reasons"], g1["persistence_mode"]) == (
-        "P8", ["gpu_idle"], False)
+        "P8",
+        ["gpu_idle"],
+        False,
+    )
     assert (g1["util_gpu_pct"], g1["mem_used_mib"], g1["temp_c"]) == (0, 0, 31)
     assert s["processes"] == [
-        {"gpu_index": 0, "gpu_uuid": "GPU-aaaa", "pid": 4242, "used_mib": 16896,
-         "type": "compute", "user": "root",
-         "command": "python train.py --lr " + "x" * 176 + "...", "container_id": ID_A,
-         "rank": 5, "local_rank": 1},
-        {"gpu_index": 0, "gpu_uuid": "GPU-aaaa", "pid": 4243, "used_mib": None,
-         "type": "compute", "user": "12345", "command": "[job]", "container_id": None,
-         "rank": None, "local_rank": None},
+        {
+            "gpu_index": 0,
+            "gpu_uuid": "GPU-aaaa",
+            "pid": 4242,
+            "used_mib": 16896,
+            "type": "compute",
+            "user": "root",
+            "command": "python train.py --lr " + "x" * 176 + "...",
+            "container_id": ID_A,
+            "rank": 5,
+            "local_rank": 1,
+        },
+        {
+            "gpu_index": 0,
+            "gpu_uuid": "GPU-aaaa",
+            "pid": 4243,
+            "used_mib": None,
+            "type": "compute",
+            "user": "12345",
+            "command": "[job]",
+            "container_id": None,
+            "rank": None,
+            "local_rank": None,
+        },
     ]
     assert len(s["processes"][0]["command"]) == 200
     assert s["xid_events"] == [] and s["errors"] == {}
@@ -360,7 +462,8 @@ def test_other_handle_error_is_state_error() -> None:
     s = make(sc)[0].sample()
     assert s["state"] == "error"
     assert s["state_detail"] == (
-        "GPU 1: nvmlDeviceGetHandleByIndex failed (Insufficient Permissions)")
+        "GPU 1: nvmlDeviceGetHandleByIndex failed (Insufficient Permissions)"
+    )
     assert s["gpus"][1]["lost"] is False and s["gpus"][0]["util_gpu_pct"] == 97
 
 
@@ -379,8 +482,9 @@ def test_process_list_falls_back_v3_to_v2() -> None:
 
 
 def test_process_list_falls_back_to_v1_through_ctypes() -> None:
-    missing = [f"nvmlDeviceGet{k}RunningProcesses_v{n}" for k in ("Compute", "Graphics")
-               for n in (2, 3)]
+    missing = [
+        f"nvmlDeviceGet{k}RunningProcesses_v{n}" for k in ("Compute", "Graphics") for n in (2, 3)
+    ]
     agent, fake = make(scenario_two_gpus(missing=missing))
     s = agent.sample()
     assert agent._v["compute_procs"].used == "v1"
@@ -389,9 +493,14 @@ def test_process_list_falls_back_to_v1_through_ctypes() -> None:
 
 
 def test_memory_temperature_and_reasons_fall_back() -> None:
-    sc = scenario_two_gpus(missing=["nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetTemperatureV",
-                                    "nvmlDeviceGetCurrentClocksEventReasons",
-                                    "nvmlSystemGetCudaDriverVersion_v2"])
+    sc = scenario_two_gpus(
+        missing=[
+            "nvmlDeviceGetMemoryInfo_v2",
+            "nvmlDeviceGetTemperatureV",
+            "nvmlDeviceGetCurrentClocksEventReasons",
+            "nvmlSystemGetCudaDriverVersion_v2",
+        ]
+    )
     agent, _ = make(sc)
     s = agent.sample()
     g0 = s["gpus"][0]
@@ -400,13 +509,23 @@ def test_memory_temperature_and_reasons_fall_back() -> None:
     assert g0["throttle_reasons"] == ["sw_power_cap", "sw_thermal"]
     assert s["host"]["cuda_version"] == "13.0"
     assert {k: v.used for k, v in agent._v.items()} == {
-        "init": "flags", "memory": "v1", "temperature": "v1", "clock_reasons": "throttle",
-        "compute_procs": "v3", "graphics_procs": "v3", "cuda_version": "v1"}
+        "init": "flags",
+        "memory": "v1",
+        "temperature": "v1",
+        "clock_reasons": "throttle",
+        "compute_procs": "v3",
+        "graphics_procs": "v3",
+        "cuda_version": "v1",
+    }
 
 
 def test_no_version_left_is_function_not_found() -> None:
-    sc = scenario_two_gpus(missing=["nvmlDeviceGetCurrentClocksEventReasons",
-                                    "nvmlDeviceGetCurrentClocksThrottleReasons"])
+    sc = scenario_two_gpus(
+        missing=[
+            "nvmlDeviceGetCurrentClocksEventReasons",
+            "nvmlDeviceGetCurrentClocksThrottleReasons",
+        ]
+    )
     g0 = make(sc)[0].sample()["gpus"][0]
     assert g0["throttle_reasons"] is None
     assert g0["errors"] == {"throttle_reasons": "Function Not Found"}
@@ -424,7 +543,8 @@ def test_process_list_unreadable_is_null_never_empty() -> None:
     check_schema(s)
     assert s["processes"] is None
     assert s["errors"]["processes"] == (
-        "GPU 0: Insufficient Permissions; GPU 1: Insufficient Permissions")
+        "GPU 0: Insufficient Permissions; GPU 1: Insufficient Permissions"
+    )
 
 
 def test_one_gpu_process_list_unreadable_keeps_the_others() -> None:
@@ -442,20 +562,26 @@ def test_graphics_processes_are_typed() -> None:
     sc["gpus"][1]["graphics_procs"] = [{"pid": 555, "used_mib": 64}]
     s = make(sc)[0].sample()
     assert [(p["gpu_index"], p["pid"], p["type"]) for p in s["processes"]] == [
-        (0, 4242, "compute"), (0, 4243, "compute"), (1, 555, "graphics")]
+        (0, 4242, "compute"),
+        (0, 4243, "compute"),
+        (1, 555, "graphics"),
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
 # init failures and host states
 
 
-@pytest.mark.parametrize(("init_error", "state", "words"), [
-    ("LibraryNotFound", "nvml_unavailable", "libnvidia-ml.so.1"),
-    ("OSError", "nvml_unavailable", "cannot open shared object"),
-    ("DriverNotLoaded", "driver_unreachable", "Driver Not Loaded"),
-    ("LibRmVersionMismatch", "version_mismatch", "version mismatch"),
-    ("Unknown", "error", "nvmlInit failed: Unknown Error"),
-])
+@pytest.mark.parametrize(
+    ("init_error", "state", "words"),
+    [
+        ("LibraryNotFound", "nvml_unavailable", "libnvidia-ml.so.1"),
+        ("OSError", "nvml_unavailable", "cannot open shared object"),
+        ("DriverNotLoaded", "driver_unreachable", "Driver Not Loaded"),
+        ("LibRmVersionMismatch", "version_mismatch", "version mismatch"),
+        ("Unknown", "error", "nvmlInit failed: Unknown Error"),
+    ],
+)
 def test_init_failures(init_error: str, state: str, words: str) -> None:
     agent, _ = make(scenario_two_gpus(init_error=init_error))
     s = agent.sample()
@@ -501,8 +627,12 @@ def test_xid_events_reported_once() -> None:
     (x,) = s["xid_events"]
     assert x["time"] == pytest.approx(time.time(), abs=5)
     assert {k: v for k, v in x.items() if k != "time"} == {
-        "gpu_index": 1, "pci_bus_id": "00000000:2A:00.0", "xid": 79, "pid": None,
-        "detail": "GPU has fallen off the bus"}
+        "gpu_index": 1,
+        "pci_bus_id": "00000000:2A:00.0",
+        "xid": 79,
+        "pid": None,
+        "detail": "GPU has fallen off the bus",
+    }
     assert agent.sample()["xid_events"] == []
     fake.inject_xid(0, 48)
     fake.inject_xid(0, 31)
@@ -526,24 +656,30 @@ def test_xid_registration_refused_goes_to_errors() -> None:
 # helpers: container ids, clock reasons, CUDA version
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    (f"12:memory:/docker/{ID_A}\n11:cpu,cpuacct:/docker/{ID_A}\n", ID_A),
-    (f"1:name=systemd:/docker/{ID_A}\n", ID_A),
-    (f"0::/system.slice/docker-{ID_A}.scope\n", ID_A),
-    (f"0::/docker/{ID_A}\n", ID_A),
-    (f"0::/docker-{ID_A}.scope\n", ID_A),
-    ("0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod0f1a2b3c_4d5e_6f70"
-     f"_8192_a3b4c5d6e7f8.slice/cri-containerd-{ID_B}.scope\n", ID_B),
-    (f"11:cpuset:/kubepods/burstable/pod5c7a1b2c-3d4e-5f60-7182-93a4b5c6d7e8/{ID_B}\n", ID_B),
-    (f"0::/machine.slice/libpod-{ID_B}.scope/container\n", ID_B),
-    (f"0::/system.slice/crio-{ID_B}.scope\n", ID_B),
-    ("12:pids:/user.slice/user-1000.slice/session-2.scope\n0::/user.slice\n", None),
-    ("0::/\n", None),
-    ("0::/init.scope\n", None),
-    ("0::/system.slice/containerd.service\n", None),
-    (f"0::/system.slice/docker-{ID_A}0.scope\n", None),  # 65 hex digits: not an id
-    ("", None),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (f"12:memory:/docker/{ID_A}\n11:cpu,cpuacct:/docker/{ID_A}\n", ID_A),
+        (f"1:name=systemd:/docker/{ID_A}\n", ID_A),
+        (f"0::/system.slice/docker-{ID_A}.scope\n", ID_A),
+        (f"0::/docker/{ID_A}\n", ID_A),
+        (f"0::/docker-{ID_A}.scope\n", ID_A),
+        (
+            "0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod0f1a2b3c_4d5e_6f70"
+            f"_8192_a3b4c5d6e7f8.slice/cri-containerd-{ID_B}.scope\n",
+            ID_B,
+        ),
+        (f"11:cpuset:/kubepods/burstable/pod5c7a1b2c-3d4e-5f60-7182-93a4b5c6d7e8/{ID_B}\n", ID_B),
+        (f"0::/machine.slice/libpod-{ID_B}.scope/container\n", ID_B),
+        (f"0::/system.slice/crio-{ID_B}.scope\n", ID_B),
+        ("12:pids:/user.slice/user-1000.slice/session-2.scope\n0::/user.slice\n", None),
+        ("0::/\n", None),
+        ("0::/init.scope\n", None),
+        ("0::/system.slice/containerd.service\n", None),
+        (f"0::/system.slice/docker-{ID_A}0.scope\n", None),  # 65 hex digits: not an id
+        ("", None),
+    ],
+)
 def test_container_id_from_cgroup(text: str, expected: str | None) -> None:
     assert agent_mod.parse_container_id(text) == expected
 
@@ -551,8 +687,16 @@ def test_container_id_from_cgroup(text: str, expected: str | None) -> None:
 def test_clock_reason_names_and_cuda_version() -> None:
     assert agent_mod.decode_clock_reasons(0) == []
     assert agent_mod.decode_clock_reasons(0x1FF) == [
-        "gpu_idle", "applications_clocks_setting", "sw_power_cap", "hw_slowdown", "sync_boost",
-        "sw_thermal", "hw_thermal", "hw_power_brake", "display_clock_setting"]
+        "gpu_idle",
+        "applications_clocks_setting",
+        "sw_power_cap",
+        "hw_slowdown",
+        "sync_boost",
+        "sw_thermal",
+        "hw_thermal",
+        "hw_power_brake",
+        "display_clock_setting",
+    ]
     assert agent_mod.decode_clock_reasons(0x1000 | 0x80) == ["hw_power_brake", "0x1000"]
     assert agent_mod.format_cuda_version(12080) == "12.8"
     assert agent_mod.format_cuda_version(13000) == "13.0"
@@ -564,7 +708,8 @@ def test_unknown_pstate_is_null_with_reason() -> None:
     sc["gpus"][0]["pstate"] = 32  # NVML_PSTATE_UNKNOWN
     g0 = make(sc)[0].sample()["gpus"][0]
     assert g0["pstate"] is None and g0["errors"]["pstate"] == (
-        "ValueError: unknown performance state 32")
+        "ValueError: unknown performance state 32"
+    )
 
 
 def test_bug_in_sampling_yields_error_sample() -> None:
@@ -603,7 +748,10 @@ def test_process_exits_when_stdin_closes(tmp_path: Path) -> None:
     env = run_env(tmp_path, scenario_two_gpus())
     proc = subprocess.Popen(
         [sys.executable, str(AGENT_PY), "--interval", "0.2", "--pynvml-dir", str(tmp_path)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
     )
     assert proc.stdout is not None and proc.stdin is not None
     lines = [json.loads(proc.stdout.readline()) for _ in range(3)]
@@ -625,7 +773,10 @@ def test_process_library_not_found_exits_3_after_one_line(tmp_path: Path) -> Non
     env = with_fake_nvidia_smi(tmp_path, run_env(tmp_path, {"init_error": "LibraryNotFound"}))
     out = subprocess.run(
         [sys.executable, str(AGENT_PY), "--pynvml-dir", str(tmp_path)],
-        input=b"", capture_output=True, env=env, timeout=30,
+        input=b"",
+        capture_output=True,
+        env=env,
+        timeout=30,
     )
     assert out.returncode == agent_mod.EXIT_NVML_UNAVAILABLE == 3
     (line,) = out.stdout.decode().splitlines()
@@ -634,8 +785,9 @@ def test_process_library_not_found_exits_3_after_one_line(tmp_path: Path) -> Non
     assert s["state"] == "nvml_unavailable"
 
 
-@pytest.mark.skipif(ctypes.util.find_library("nvidia-ml") is not None,
-                    reason="this machine has libnvidia-ml")
+@pytest.mark.skipif(
+    ctypes.util.find_library("nvidia-ml") is not None, reason="this machine has libnvidia-ml"
+)
 def test_real_pynvml_without_driver_exits_3(tmp_path: Path) -> None:
     import pynvml  # the repo's nvidia-ml-py: what the console uploads next to agent.py
 
@@ -643,23 +795,40 @@ def test_real_pynvml_without_driver_exits_3(tmp_path: Path) -> None:
     work.mkdir()
     (work / "agent.py").write_bytes(AGENT_PY.read_bytes())
     (work / "pynvml.py").write_bytes(Path(pynvml.__file__).read_bytes())
-    out = subprocess.run([sys.executable, "agent.py", "--interval", "1.0"], cwd=work,
-                         env=with_fake_nvidia_smi(tmp_path, dict(os.environ)),
-                         stdin=subprocess.PIPE, capture_output=True, timeout=30)
+    out = subprocess.run(
+        [sys.executable, "agent.py", "--interval", "1.0"],
+        cwd=work,
+        env=with_fake_nvidia_smi(tmp_path, dict(os.environ)),
+        stdin=subprocess.PIPE,
+        capture_output=True,
+        timeout=30,
+    )
     assert out.returncode == 3
     s = json.loads(out.stdout)
     check_schema(s)
     assert s["state"] == "nvml_unavailable"
     assert s["state_detail"] == (
-        "libnvidia-ml.so.1 could not be loaded (NVML Shared Library Not Found)")
+        "libnvidia-ml.so.1 could not be loaded (NVML Shared Library Not Found)"
+    )
 
 
 def test_process_count_and_closed_stdout(tmp_path: Path) -> None:
     env = run_env(tmp_path, scenario_two_gpus())
     proc = subprocess.Popen(
-        [sys.executable, str(AGENT_PY), "--interval", "0.05", "--count", "50",
-         "--pynvml-dir", str(tmp_path)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+        [
+            sys.executable,
+            str(AGENT_PY),
+            "--interval",
+            "0.05",
+            "--count",
+            "50",
+            "--pynvml-dir",
+            str(tmp_path),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
     )
     assert proc.stdout is not None and proc.stderr is not None
     json.loads(proc.stdout.readline())
@@ -672,8 +841,9 @@ def test_process_count_and_closed_stdout(tmp_path: Path) -> None:
 
 
 def test_bad_interval_is_usage_error() -> None:
-    out = subprocess.run([sys.executable, str(AGENT_PY), "--interval", "0"],
-                         capture_output=True, timeout=30)
+    out = subprocess.run(
+        [sys.executable, str(AGENT_PY), "--interval", "0"], capture_output=True, timeout=30
+    )
     assert out.returncode == 2 and b"--interval must be > 0" in out.stderr
 
 
@@ -681,16 +851,27 @@ def test_bad_interval_is_usage_error() -> None:
 # Python 3.8 hosts
 
 
-@pytest.mark.parametrize("path", [AGENT_DIR / "agent.py", FAKES_DIR / "fake_nvml.py"],
-                         ids=["agent.py", "fake_nvml.py"])
+@pytest.mark.parametrize(
+    "path", [AGENT_DIR / "agent.py", FAKES_DIR / "fake_nvml.py"], ids=["agent.py", "fake_nvml.py"]
+)
 def test_agent_keeps_python38_syntax(path: Path) -> None:
     source = path.read_text()
     tree = ast.parse(source, feature_version=(3, 8))
     assert "from __future__ import annotations" in source  # annotations never evaluated
-    newer = {"removeprefix", "removesuffix", "bit_count", "cache", "pairwise", "UTC",
-             "to_thread", "TaskGroup", "BooleanOptionalAction"}
+    newer = {
+        "removeprefix",
+        "removesuffix",
+        "bit_count",
+        "cache",
+        "pairwise",
+        "UTC",
+        "to_thread",
+        "TaskGroup",
+        "BooleanOptionalAction",
+    }
     used = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)} | {
-        n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+        n.id for n in ast.walk(tree) if isinstance(n, ast.Name)
+    }
     assert not used & newer
     in_annotations: set[int] = set()  # annotations are strings here, never evaluated
     for node in ast.walk(tree):
@@ -707,15 +888,21 @@ def test_agent_keeps_python38_syntax(path: Path) -> None:
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):  # zip(strict=...) is 3.10+
             assert all(k.arg != "strict" for k in node.keywords)
-        if (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name)
-                and id(node) not in in_annotations):
+        if (
+            isinstance(node, ast.Subscript)
+            and isinstance(node.value, ast.Name)
+            and id(node) not in in_annotations
+        ):
             # builtin generics (list[int]) evaluated at run time fail on 3.8
             assert node.value.id not in ("list", "dict", "tuple", "set", "type"), (
-                path.name, node.lineno)
+                path.name,
+                node.lineno,
+            )
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
             assert id(node) in in_annotations or not any(  # X | None at run time: 3.10+
                 isinstance(side, ast.Constant) and side.value is None
-                for side in (node.left, node.right)), (path.name, node.lineno)
+                for side in (node.left, node.right)
+            ), (path.name, node.lineno)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -731,8 +918,9 @@ def _smi() -> dict[tuple[str, int, int], dict[str, str]]:
         return {(r["phase"], int(r["agent_seq"]), int(r["index"])): r for r in csv.DictReader(f)}
 
 
-needs_traces = pytest.mark.skipif(not (TRACES / "h200-load.jsonl").exists(),
-                                  reason="no recorded traces")
+needs_traces = pytest.mark.skipif(
+    not (TRACES / "h200-load.jsonl").exists(), reason="no recorded traces"
+)
 
 
 @needs_traces
@@ -743,8 +931,7 @@ def test_trace_schema_valid(name: str) -> None:
     for s in lines:
         check_schema(dict(schema.read_sample(s)))  # recorded before `kernel_log` existed
         assert s["state"] == "ok" and len(s["gpus"]) == 2
-        assert all(g["name"] == "NVIDIA H200" and g["mem_total_mib"] > 140000
-                   for g in s["gpus"])
+        assert all(g["name"] == "NVIDIA H200" and g["mem_total_mib"] > 140000 for g in s["gpus"])
     seqs = [s["seq"] for s in lines]
     assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))
 
@@ -790,8 +977,9 @@ def test_trace_matches_nvidia_smi_compute_apps_and_explains_v2() -> None:
     meta = json.loads((TRACES / "meta.json").read_text())
     pid = int((TRACES / "loader.pid").read_text())
     apps = [line.split(", ") for line in meta["compute_apps"].splitlines()]
-    assert [(int(a[0]), a[2]) for a in apps] == [(pid, _trace("h200-load.jsonl")[0]["gpus"][0]
-                                                  ["uuid"])]
+    assert [(int(a[0]), a[2]) for a in apps] == [
+        (pid, _trace("h200-load.jsonl")[0]["gpus"][0]["uuid"])
+    ]
     for s in _trace("h200-load.jsonl"):
         (p,) = [p for p in s["processes"] if p["pid"] == pid]
         assert p["used_mib"] == int(apps[0][1])
@@ -831,7 +1019,6 @@ def test_trace_polls_were_simultaneous() -> None:
             assert 0 <= lag < 0.1
 
 
-
 def test_worker_ranks_come_from_the_process_environment() -> None:
     import subprocess
     import sys
@@ -839,8 +1026,7 @@ def test_worker_ranks_come_from_the_process_environment() -> None:
     env = dict(os.environ, RANK="3", LOCAL_RANK="1")
     worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], env=env)
     plain_env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK")}
-    plain = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"],
-                             env=plain_env)
+    plain = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], env=plain_env)
     try:
         reader = agent_mod.ProcessInfoReader()
         assert reader.ranks(worker.pid) == (3, 1)

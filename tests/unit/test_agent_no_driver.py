@@ -52,7 +52,8 @@ no_driver_here = pytest.mark.skipif(
     ctypes.util.find_library("nvidia-ml") is not None
     or shutil.which("nvidia-smi", path=SYSTEM_PATH) is not None
     or shutil.which("nvidia-smi") is not None,
-    reason="this machine has an NVIDIA driver (libnvidia-ml or nvidia-smi)")
+    reason="this machine has an NVIDIA driver (libnvidia-ml or nvidia-smi)",
+)
 
 
 def upload(work: Path) -> Path:
@@ -73,9 +74,13 @@ def upload(work: Path) -> Path:
 def test_real_agent_without_driver_streams_host_samples(tmp_path: Path) -> None:
     work = upload(tmp_path / "upload")
     proc = subprocess.Popen(
-        [sys.executable, "agent.py", "--interval", "0.3"], cwd=work,
-        env=dict(os.environ, PATH=SYSTEM_PATH), stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        [sys.executable, "agent.py", "--interval", "0.3"],
+        cwd=work,
+        env=dict(os.environ, PATH=SYSTEM_PATH),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     guard = threading.Timer(30, proc.kill)  # a hung agent fails the test, never hangs it
     guard.start()
     try:
@@ -127,15 +132,21 @@ def proc_root(tmp_path: Path, kernel_module: bool) -> Path:
     if kernel_module:
         (root / "driver" / "nvidia").mkdir(parents=True)
         (root / "driver" / "nvidia" / "version").write_text(
-            "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04\n")
+            "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04\n"
+        )
     return root
 
 
 def test_driver_installed_later_is_picked_up(tmp_path: Path) -> None:
-    fake = FakeNVML({"init_error": "LibraryNotFound",
-                     "gpus": [{"name": "NVIDIA H200", "pci_bus_id": "00000000:19:00.0"}]})
-    agent = agent_mod.Agent(fake, 1.0, slow_every=3,
-                            proc_root=str(proc_root(tmp_path, kernel_module=False)))
+    fake = FakeNVML(
+        {
+            "init_error": "LibraryNotFound",
+            "gpus": [{"name": "NVIDIA H200", "pci_bus_id": "00000000:19:00.0"}],
+        }
+    )
+    agent = agent_mod.Agent(
+        fake, 1.0, slow_every=3, proc_root=str(proc_root(tmp_path, kernel_module=False))
+    )
     assert agent.state == "nvml_unavailable"
     agent.without_nvidia_smi()
     first = [agent.sample() for _ in range(3)]
@@ -146,14 +157,23 @@ def test_driver_installed_later_is_picked_up(tmp_path: Path) -> None:
 
 
 def test_kernel_module_without_user_space_driver_is_nvml_unavailable(tmp_path: Path) -> None:
-    agent = agent_mod.Agent(FakeNVML({"init_error": "LibraryNotFound"}), 1.0, slow_every=2,
-                            proc_root=str(proc_root(tmp_path, kernel_module=True)))
+    agent = agent_mod.Agent(
+        FakeNVML({"init_error": "LibraryNotFound"}),
+        1.0,
+        slow_every=2,
+        proc_root=str(proc_root(tmp_path, kernel_module=True)),
+    )
     agent.without_nvidia_smi()
     states = {(s["state"], s["state_detail"]) for s in (agent.sample() for _ in range(4))}
-    assert states == {("nvml_unavailable", f"{NVML_MISSING}; nvidia-smi not found either, "
-                       "although the NVIDIA kernel module is loaded "
-                       "(/proc/driver/nvidia/version): the driver's user-space part "
-                       "(libnvidia-ml.so.1, nvidia-smi) is missing")}  # retries included
+    assert states == {
+        (
+            "nvml_unavailable",
+            f"{NVML_MISSING}; nvidia-smi not found either, "
+            "although the NVIDIA kernel module is loaded "
+            "(/proc/driver/nvidia/version): the driver's user-space part "
+            "(libnvidia-ml.so.1, nvidia-smi) is missing",
+        )
+    }  # retries included
     assert agent.seq == 4
 
 
@@ -162,8 +182,9 @@ def test_kernel_module_without_user_space_driver_is_nvml_unavailable(tmp_path: P
 
 
 @no_driver_here
-async def test_host_samples_over_the_real_start_command(tmp_path: Path,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_host_samples_over_the_real_start_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("HOME", str(tmp_path))  # the bundle goes under it, as on a host
     phases: list[str] = []
     got: list[Sample] = []
@@ -190,7 +211,11 @@ async def test_host_samples_over_the_real_start_command(tmp_path: Path,
     (group,) = fleet_rows(state)
     row = group.host
     assert (row.problem, row.cpu_pct is not None, row.source, row.gpu_count) == (
-        "no_driver", True, None, None)
+        "no_driver",
+        True,
+        None,
+        None,
+    )
 
 
 class FakeAgentProcess:

@@ -56,6 +56,7 @@ def cfg(**rules: dict[str, Any]) -> AlertsConfig:
 def only(rule: str, **block: Any) -> AlertsConfig:
     """Only ``rule`` enabled, with ``block`` overrides."""
     from console.alerts.model import RULE_IDS
+
     data: dict[str, Any] = {r: {"enabled": False} for r in RULE_IDS}
     data[rule] = {"enabled": True, **block}
     return AlertsConfig.model_validate(data)
@@ -141,8 +142,10 @@ def test_ecc_and_remapped_rows_fire_at_once_and_resolve() -> None:
     bad["gpus"][1]["ecc_volatile_uncorrected"] = 2
     bad["gpus"][1]["remapped_rows_pending"] = True
     ch = eng.evaluate(build_inputs(fleet_of(bad), []), T0)
-    assert sorted(changes_of(ch)) == [("fired", "ecc_uncorrected/vm/gpu1"),
-                                      ("fired", "remapped_rows_pending/vm/gpu1")]
+    assert sorted(changes_of(ch)) == [
+        ("fired", "ecc_uncorrected/vm/gpu1"),
+        ("fired", "remapped_rows_pending/vm/gpu1"),
+    ]
     ecc = eng.get("ecc_uncorrected/vm/gpu1")
     assert ecc is not None and ecc.severity == "critical"
     assert ecc.details["ecc_volatile_uncorrected"] == 2
@@ -152,8 +155,10 @@ def test_ecc_and_remapped_rows_fire_at_once_and_resolve() -> None:
     assert eng.evaluate(build_inputs(fleet_of(unknown), []), T0 + 5) == []
     assert "ecc_uncorrected/vm/gpu1" in {a.key for a in eng.active()}
     ch = eng.evaluate(build_inputs(fleet_of(LOAD[4]), []), T0 + 10)
-    assert sorted(changes_of(ch)) == [("resolved", "ecc_uncorrected/vm/gpu1"),
-                                      ("resolved", "remapped_rows_pending/vm/gpu1")]
+    assert sorted(changes_of(ch)) == [
+        ("resolved", "ecc_uncorrected/vm/gpu1"),
+        ("resolved", "remapped_rows_pending/vm/gpu1"),
+    ]
 
 
 def test_gpu_lost_when_a_reported_gpu_disappears_or_is_marked_lost() -> None:
@@ -177,13 +182,15 @@ def test_gpu_lost_when_a_reported_gpu_disappears_or_is_marked_lost() -> None:
     back = copy.deepcopy(LOAD[2])
     st.on_sample("vm", back, rx=0.0)
     assert changes_of(eng.evaluate(build_inputs(st, [], known_gpus=known), T0 + 2)) == [
-        ("resolved", "gpu_lost/vm/gpu1")]
+        ("resolved", "gpu_lost/vm/gpu1")
+    ]
     lost = copy.deepcopy(LOAD[3])
     lost["state"] = "gpu_lost"
     lost["gpus"][1]["lost"] = True
     st.on_sample("vm", lost, rx=0.0)
     assert changes_of(eng.evaluate(build_inputs(st, [], known_gpus=known), T0 + 3)) == [
-        ("fired", "gpu_lost/vm/gpu1")]
+        ("fired", "gpu_lost/vm/gpu1")
+    ]
 
 
 # -- Xid ---------------------------------------------------------------------------------------
@@ -192,9 +199,21 @@ def test_gpu_lost_when_a_reported_gpu_disappears_or_is_marked_lost() -> None:
 def seen_xids(name: str, host: str, at: float) -> list[SeenXid]:
     """A real kernel log's Xid events as a sample carries them (GPU 0), seen at ``at``."""
     text = (XIDS / name).read_text()
-    return [SeenXid(host, {"time": None, "gpu_index": 0, "pci_bus_id": e.pci_bus_id,
-                           "xid": e.xid, "pid": e.pid, "detail": e.detail or None}, at)
-            for e in scan_kernel_log(text).events]
+    return [
+        SeenXid(
+            host,
+            {
+                "time": None,
+                "gpu_index": 0,
+                "pci_bus_id": e.pci_bus_id,
+                "xid": e.xid,
+                "pid": e.pid,
+                "detail": e.detail or None,
+            },
+            at,
+        )
+        for e in scan_kernel_log(text).events
+    ]
 
 
 def test_xid_is_decoded_graded_by_class_and_held_for_hold_s() -> None:
@@ -247,22 +266,51 @@ def test_a_connecting_host_is_not_judged() -> None:
 # -- jobs --------------------------------------------------------------------------------------
 
 
-def job(name: str, state: str, *, created: float = 1.0, failure: FailureRecord | None = None,
-        finished: str | None = None) -> JobRecord:
+def job(
+    name: str,
+    state: str,
+    *,
+    created: float = 1.0,
+    failure: FailureRecord | None = None,
+    finished: str | None = None,
+) -> JobRecord:
     jid = f"{name}-abc123"
-    return JobRecord(id=jid, name=name, profile="p", profile_source=None, spec={},
-                     spec_hash="0" * 12, created_at=created, node_count=1, state=state,
-                     failure=failure, nodes=[NodeRecord(
-                         jid, 0, "a", f"gpuconsole-{jid}-n0", CID,
-                         state="failed" if state == "failed" else state, exit_code=1,
-                         started_at="2026-11-29T10:00:00.000000000Z", finished_at=finished)])
+    return JobRecord(
+        id=jid,
+        name=name,
+        profile="p",
+        profile_source=None,
+        spec={},
+        spec_hash="0" * 12,
+        created_at=created,
+        node_count=1,
+        state=state,
+        failure=failure,
+        nodes=[
+            NodeRecord(
+                jid,
+                0,
+                "a",
+                f"gpuconsole-{jid}-n0",
+                CID,
+                state="failed" if state == "failed" else state,
+                exit_code=1,
+                started_at="2026-11-29T10:00:00.000000000Z",
+                finished_at=finished,
+            )
+        ],
+    )
 
 
 # the failure train_ddp.py (scripts/examples) raises with --fail-rank, as refresh records it
 FAILURE: FailureRecord = {
-    "node": 0, "host": "a", "exit_code": 1, "rank": 1,
+    "node": 0,
+    "host": "a",
+    "exit_code": 1,
+    "rank": 1,
     "reason": "RuntimeError: injected failure on rank 1 at step 2",
-    "fix": "see the traceback of rank 1"}
+    "fix": "see the traceback of rank 1",
+}
 FINISHED = "2026-11-29T10:05:00.000000000Z"
 FINISHED_S = parse_rfc3339_ns(FINISHED) / 1e9
 
@@ -274,8 +322,10 @@ def test_job_failed_carries_the_diagnosis_and_resolves_when_resubmitted() -> Non
     assert changes_of(ch) == [("fired", "job_failed/job/train")]
     a = ch[0].alert
     assert a.severity == "critical" and a.since == FINISHED_S
-    assert a.details["diagnosis"] == "node 0 rank 1: RuntimeError: injected failure on rank 1 " \
-                                     "at step 2"
+    assert (
+        a.details["diagnosis"] == "node 0 rank 1: RuntimeError: injected failure on rank 1 "
+        "at step 2"
+    )
     assert a.details["fix"] == "see the traceback of rank 1"
     assert "injected failure" in a.summary
     assert eng.evaluate(build_inputs(None, [failed]), FINISHED_S + 50) == []
@@ -297,8 +347,11 @@ def test_job_failed_leaves_old_failures_alone_and_resolves_removed_jobs() -> Non
 def idle_job(last_log: float | None, utils: tuple[float | None, ...] = (0.0, 0.0)) -> JobInput:
     """A running job holding vm:0 and vm:1 at the given utilizations (the idle recording
     reads 0 % on both GPUs)."""
-    return JobInput(job("train", "running"),
-                    tuple(JobGpu("vm", i, 0, i, u) for i, u in enumerate(utils)), last_log)
+    return JobInput(
+        job("train", "running"),
+        tuple(JobGpu("vm", i, 0, i, u) for i, u in enumerate(utils)),
+        last_log,
+    )
 
 
 def test_job_hung_after_for_s_of_silence_and_idle_gpus_resolves_on_a_log_line() -> None:
@@ -332,8 +385,9 @@ def test_job_gpus_maps_processes_through_containers_and_ranks() -> None:
     assert s["processes"] is not None
     p0 = s["processes"][0]
     p0["container_id"], p0["rank"] = CID, 0
-    s["processes"].append({**p0, "gpu_index": 1, "pid": 654, "rank": 1,
-                           "gpu_uuid": s["gpus"][1]["uuid"]})
+    s["processes"].append(
+        {**p0, "gpu_index": 1, "pid": 654, "rank": 1, "gpu_uuid": s["gpus"][1]["uuid"]}
+    )
     st = fleet_of(s)
     st.set_containers({CID: ContainerJob("train-abc123", "train", 0)})
     gpus = job_gpus(st)["train-abc123"]
@@ -378,8 +432,9 @@ def test_gpus_idle_counts_the_money() -> None:
 def temperature_engine(store: AlertStore | None = None) -> AlertEngine:
     firing = store.firing() if store else ()
     acks, silences = store.controls(0.0) if store else ((), ())
-    return AlertEngine(only("gpu_temperature", limit_c=55, for_s=0), firing=firing, acks=acks,
-                       silences=silences)
+    return AlertEngine(
+        only("gpu_temperature", limit_c=55, for_s=0), firing=firing, acks=acks, silences=silences
+    )
 
 
 def test_ack_keeps_it_firing_and_a_new_firing_is_not_acked(tmp_path: Path) -> None:
@@ -416,11 +471,11 @@ def test_silence_by_rule_and_host_glob_and_its_expiry(tmp_path: Path) -> None:
     other = fleet_of(LOAD[0], "b")
     ch = eng.evaluate(build_inputs(other, []), 30.0)
     assert [(c.change, c.alert.key, c.alert.silenced_until) for c in ch] == [
-        ("fired", "gpu_temperature/b/gpu0", None)]
+        ("fired", "gpu_temperature/b/gpu0", None)
+    ]
     # a key silence covers an alert that fires later: it fires silenced
     eng2 = temperature_engine()
-    eng2.set_controls([], [Silence(5, until=100.0, created_at=1.0,
-                                   key="gpu_temperature/vm/*")])
+    eng2.set_controls([], [Silence(5, until=100.0, created_at=1.0, key="gpu_temperature/vm/*")])
     (c,) = eng2.evaluate(build_inputs(hot, []), 10.0)
     assert c.change == "fired" and c.alert.silenced_until == 100.0
     # expiry, at an evaluation after it
@@ -459,7 +514,8 @@ def test_a_disabled_rule_resolves_its_alerts() -> None:
     assert len(eng.evaluate(build_inputs(hot, []), 1.0)) == 1
     eng.config = only("gpu_memory_high")
     assert changes_of(eng.evaluate(build_inputs(hot, []), 2.0)) == [
-        ("resolved", "gpu_temperature/vm/gpu0")]
+        ("resolved", "gpu_temperature/vm/gpu0")
+    ]
 
 
 def test_alert_key_with_a_part() -> None:
@@ -471,6 +527,7 @@ def test_newer_store_file_is_refused(tmp_path: Path) -> None:
     import sqlite3
 
     from remote.errors import GpuConsoleError
+
     con = sqlite3.connect(tmp_path / "alerts.sqlite3")
     con.execute("PRAGMA user_version = 99")
     con.close()
@@ -480,19 +537,27 @@ def test_newer_store_file_is_refused(tmp_path: Path) -> None:
 
 def test_profile_alerts_section_errors_name_the_field(tmp_path: Path) -> None:
     p = tmp_path / "p.yaml"
-    p.write_text("hosts:\n  a: {}\nprice_per_gpu_hour: 2.5\nnotify: ['json://localhost/x']\n"
-                 "alerts:\n  gpu_temperature:\n    limit_c: 80\n    for_s: 30\n")
+    p.write_text(
+        "hosts:\n  a: {}\nprice_per_gpu_hour: 2.5\nnotify: ['json://localhost/x']\n"
+        "alerts:\n  gpu_temperature:\n    limit_c: 80\n    for_s: 30\n"
+    )
     prof = load_profile_file(p)
     assert prof.alert_rules.gpu_temperature.limit_c == 80 and prof.price_per_gpu_hour == 2.5
     assert prof.alert_rules.job_hung.for_s == 300 and prof.notify == ["json://localhost/x"]
-    p.write_text("hosts:\n  a: {}\nalerts:\n  gpu_temperature:\n    limit_c: hot\n"
-                 "  gpu_throttle:\n    reasons: [too_warm]\n  job_hang: {}\n"
-                 "notify: ['not a url']\n")
+    p.write_text(
+        "hosts:\n  a: {}\nalerts:\n  gpu_temperature:\n    limit_c: hot\n"
+        "  gpu_throttle:\n    reasons: [too_warm]\n  job_hang: {}\n"
+        "notify: ['not a url']\n"
+    )
     with pytest.raises(ConfigError) as e:
         load_profile_file(p)
     text = str(e.value) + " " + repr(getattr(e.value, "errors", ""))
-    for field in ("alerts.gpu_temperature.limit_c", "alerts.gpu_throttle.reasons",
-                  "alerts.job_hang", "notify"):
+    for field in (
+        "alerts.gpu_temperature.limit_c",
+        "alerts.gpu_throttle.reasons",
+        "alerts.job_hang",
+        "notify",
+    ):
         assert field in text, field
     assert e.value.line == 5  # limit_c: the first problem in the file
 
@@ -512,8 +577,10 @@ async def test_watcher_over_a_replayed_trace_acks_silences_and_restarts(tmp_path
 
     now = [T0 + 100]
     profile = Profile(name="t", hosts={"vm": HostConfig(transport="local")})
-    config = cfg(gpu_temperature={"limit_c": 55, "for_s": 0},
-                 **{r: {"enabled": False} for r in ("host_unreachable", "job_failed")})
+    config = cfg(
+        gpu_temperature={"limit_c": 55, "for_s": 0},
+        **{r: {"enabled": False} for r in ("host_unreachable", "job_failed")},
+    )
     svc = Service(profile, store=Store(tmp_path))
     seen: list[AlertChanged] = []
     svc.bus.subscribe(lambda ev: seen.append(ev) if isinstance(ev, AlertChanged) else None)
@@ -529,16 +596,20 @@ async def test_watcher_over_a_replayed_trace_acks_silences_and_restarts(tmp_path
             e["time"] = None  # seen when the sample arrived (the agent's NVML events)
         svc.bus.publish(SampleReceived("vm", xid))
         ch = await w.evaluate_now()
-        assert sorted(changes_of(ch)) == [("fired", "gpu_temperature/vm/gpu0"),
-                                          ("fired", "xid/vm/gpu0/xid31"),
-                                          ("fired", "xid/vm/gpu0/xid43")]
+        assert sorted(changes_of(ch)) == [
+            ("fired", "gpu_temperature/vm/gpu0"),
+            ("fired", "xid/vm/gpu0/xid31"),
+            ("fired", "xid/vm/gpu0/xid43"),
+        ]
         assert changes_of(seen) == changes_of(ch)  # published on the bus
         a = await w.acknowledge("gpu_temperature/vm/gpu0", by="oncall")
         assert a.acked_at == now[0] and a.firing
         now[0] += 1
         s = await w.silence(rule="xid", duration_s=60, comment="known bad GPU")
         assert {(c.change, c.alert.key) for c in seen[-2:]} == {
-            ("silenced", "xid/vm/gpu0/xid31"), ("silenced", "xid/vm/gpu0/xid43")}
+            ("silenced", "xid/vm/gpu0/xid31"),
+            ("silenced", "xid/vm/gpu0/xid43"),
+        }
         now[0] += 1
         assert await w.evaluate_now() == []  # dedupe: nothing new
         # a restarted watch over the same store: nothing fires again, acks and silences hold
@@ -546,7 +617,9 @@ async def test_watcher_over_a_replayed_trace_acks_silences_and_restarts(tmp_path
         await w2.load()
         assert {x.key: (x.acked_at is not None, x.silenced_until) for x in w2.active()} == {
             "gpu_temperature/vm/gpu0": (True, None),
-            "xid/vm/gpu0/xid31": (False, s.until), "xid/vm/gpu0/xid43": (False, s.until)}
+            "xid/vm/gpu0/xid31": (False, s.until),
+            "xid/vm/gpu0/xid43": (False, s.until),
+        }
         w2._xids.extend(w._xids)
         assert await w2.evaluate_now() == []
         # an ack written by another process is read at the next round
@@ -555,8 +628,10 @@ async def test_watcher_over_a_replayed_trace_acks_silences_and_restarts(tmp_path
         assert changes_of(ch) == [("acknowledged", "xid/vm/gpu0/xid31")]
         now[0] = s.until
         ch = await w2.evaluate_now()
-        assert sorted(changes_of(ch)) == [("unsilenced", "xid/vm/gpu0/xid31"),
-                                          ("unsilenced", "xid/vm/gpu0/xid43")]
+        assert sorted(changes_of(ch)) == [
+            ("unsilenced", "xid/vm/gpu0/xid31"),
+            ("unsilenced", "xid/vm/gpu0/xid43"),
+        ]
         assert await w2.unsilence(s.id) and not await w2.unsilence(s.id)
         await w.close()
         await w2.close()

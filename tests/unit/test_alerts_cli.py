@@ -21,9 +21,15 @@ def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AlertStore:
     monkeypatch.setenv("GPUCONSOLE_PROFILE", "local")
     s = AlertStore(tmp_path, profile="local")  # the CLI's profile: alerts are per profile
     now = time.time()
-    alert = Alert(key="host_unreachable/b", rule="host_unreachable", severity="critical",
-                  summary="host b unreachable for 75 s: connection refused", host="b",
-                  since=now - 75, fired_at=now - 15)
+    alert = Alert(
+        key="host_unreachable/b",
+        rule="host_unreachable",
+        severity="critical",
+        summary="host b unreachable for 75 s: connection refused",
+        host="b",
+        since=now - 75,
+        fired_at=now - 15,
+    )
     s.record([AlertChanged(alert, "fired", now - 15)])
     return s
 
@@ -43,8 +49,9 @@ def test_list_ack_silence_unsilence(store: AlertStore) -> None:
     # shown at once, with no watch running to apply it
     assert "critical acked" in runner.invoke(main, ["alerts"]).output
 
-    res = runner.invoke(main, ["alerts", "silence", "--host", "b", "--for", "2h",
-                               "--comment", "maintenance"])
+    res = runner.invoke(
+        main, ["alerts", "silence", "--host", "b", "--for", "2h", "--comment", "maintenance"]
+    )
     assert res.exit_code == 0, res.output
     (sil,) = store.silences()
     assert sil.host == "b" and 7190 < sil.until - sil.created_at <= 7200
@@ -56,15 +63,22 @@ def test_list_ack_silence_unsilence(store: AlertStore) -> None:
     assert res.exit_code == 0 and store.silences() == []
 
 
-@pytest.mark.parametrize(("args", "names"), [
-    (["alerts", "ack", "gpu_temperature/a/gpu0"], "KEY: no firing alert"),
-    (["alerts", "silence", "host_unreachable/b", "--for", "2x"], "--for: '2x' is not a duration"),
-    (["alerts", "silence", "--for", "1h"], "KEY: give an alert key"),
-    (["alerts", "unsilence", "99"], "ID: no silence 99"),
-    (["alerts", "silence", "host_unreachable/b", "--for", "400d"], "--for: 400d is longer"),
-])
-def test_bad_input_names_the_argument_and_exits_2(store: AlertStore, args: list[str],
-                                                   names: str) -> None:
+@pytest.mark.parametrize(
+    ("args", "names"),
+    [
+        (["alerts", "ack", "gpu_temperature/a/gpu0"], "KEY: no firing alert"),
+        (
+            ["alerts", "silence", "host_unreachable/b", "--for", "2x"],
+            "--for: '2x' is not a duration",
+        ),
+        (["alerts", "silence", "--for", "1h"], "KEY: give an alert key"),
+        (["alerts", "unsilence", "99"], "ID: no silence 99"),
+        (["alerts", "silence", "host_unreachable/b", "--for", "400d"], "--for: 400d is longer"),
+    ],
+)
+def test_bad_input_names_the_argument_and_exits_2(
+    store: AlertStore, args: list[str], names: str
+) -> None:
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 2, res.output
     assert f"error: {names}" in res.output and "fix:" in res.output

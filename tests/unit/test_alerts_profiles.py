@@ -72,8 +72,7 @@ async def local_watcher(root: Path, cfg: AlertsConfig) -> tuple[Service, AlertWa
     return svc, w
 
 
-async def test_another_profiles_alert_is_not_shown_kept_firing_or_resolved(
-        tmp_path: Path) -> None:
+async def test_another_profiles_alert_is_not_shown_kept_firing_or_resolved(tmp_path: Path) -> None:
     fired = await fire_dead(tmp_path)
     svc, w = await local_watcher(tmp_path, config())
     try:
@@ -103,7 +102,8 @@ async def test_another_profiles_alert_is_not_shown_kept_firing_or_resolved(
 
 
 def test_gpuconsole_alerts_lists_acks_and_silences_the_profiles_own(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     asyncio.run(fire_dead(tmp_path))
     profiles = tmp_path / "config" / "profiles"
     profiles.mkdir(parents=True)
@@ -123,8 +123,10 @@ def test_gpuconsole_alerts_lists_acks_and_silences_the_profiles_own(
 
     res = runner.invoke(main, ["-p", "down", "alerts"])
     assert res.exit_code == 0 and DEAD_KEY in res.output and "critical firing" in res.output
-    assert f"fired        {DEAD_KEY}" in runner.invoke(
-        main, ["-p", "down", "alerts", "--history", "10"]).output
+    assert (
+        f"fired        {DEAD_KEY}"
+        in runner.invoke(main, ["-p", "down", "alerts", "--history", "10"]).output
+    )
     # a silence made on local does not cover down's alert; one made on down does
     res = runner.invoke(main, ["alerts", "silence", "--host", "dead", "--for", "1h"])
     assert res.exit_code == 0 and "no firing alert matches it now" in res.output
@@ -142,13 +144,18 @@ def test_gpuconsole_alerts_lists_acks_and_silences_the_profiles_own(
     assert runner.invoke(main, ["alerts", "unsilence", str(sil.id)]).exit_code == 0
 
 
-def test_the_same_key_in_two_profiles_has_its_own_acks_silences_and_resolve(
-        tmp_path: Path) -> None:
+def test_the_same_key_in_two_profiles_has_its_own_acks_silences_and_resolve(tmp_path: Path) -> None:
     """Two profiles with a host of the same name (``gpu1``) share the key."""
     a, b = AlertStore(tmp_path, profile="a"), AlertStore(tmp_path, profile="b")
-    alert = Alert(key="host_unreachable/gpu1", rule="host_unreachable", severity="critical",
-                  summary="host gpu1 unreachable for 60 s+", host="gpu1", since=10.0,
-                  fired_at=70.0)
+    alert = Alert(
+        key="host_unreachable/gpu1",
+        rule="host_unreachable",
+        severity="critical",
+        summary="host gpu1 unreachable for 60 s+",
+        host="gpu1",
+        since=10.0,
+        fired_at=70.0,
+    )
     a.record([AlertChanged(alert, "fired", 70.0)])
     b.record([AlertChanged(alert, "fired", 70.0)])
     a.acknowledge(alert.key, 80.0)
@@ -173,9 +180,13 @@ FINISHED = "2026-11-29T10:05:00.000000000Z"
 FINISHED_S = parse_rfc3339_ns(FINISHED) / 1e9
 # the failure scripts/examples/train_ddp.py raises with --fail-rank, as refresh records it
 FAILURE: FailureRecord = {
-    "node": 0, "host": "dead", "exit_code": 1, "rank": 1,
+    "node": 0,
+    "host": "dead",
+    "exit_code": 1,
+    "rank": 1,
     "reason": "RuntimeError: injected failure on rank 1 at step 2",
-    "fix": "see the traceback of rank 1"}
+    "fix": "see the traceback of rank 1",
+}
 
 
 def add_failed_job(root: Path, name: str, profile: str) -> None:
@@ -183,11 +194,32 @@ def add_failed_job(root: Path, name: str, profile: str) -> None:
     submit and refresh store it."""
     jid = f"{name}-abc123"
     store = Store(root)
-    store.add_job(JobRecord(
-        id=jid, name=name, profile=profile, profile_source=None, spec={}, spec_hash="0" * 12,
-        created_at=FINISHED_S - 300, node_count=1, state="failed", nodes=[NodeRecord(
-            jid, 0, "dead", f"gpuconsole-{jid}-n0", "c" * 64, state="failed", exit_code=1,
-            started_at="2026-11-29T10:00:00.000000000Z", finished_at=FINISHED)]))
+    store.add_job(
+        JobRecord(
+            id=jid,
+            name=name,
+            profile=profile,
+            profile_source=None,
+            spec={},
+            spec_hash="0" * 12,
+            created_at=FINISHED_S - 300,
+            node_count=1,
+            state="failed",
+            nodes=[
+                NodeRecord(
+                    jid,
+                    0,
+                    "dead",
+                    f"gpuconsole-{jid}-n0",
+                    "c" * 64,
+                    state="failed",
+                    exit_code=1,
+                    started_at="2026-11-29T10:00:00.000000000Z",
+                    finished_at=FINISHED,
+                )
+            ],
+        )
+    )
     store.update_job(jid, exit_code=1, failure=FAILURE)
     store.close()
 
@@ -197,15 +229,34 @@ def schema1_file(root: Path) -> dict[str, Alert]:
     alert of down's job ``train``, local's host alert, a row another version wrote; a
     silence; their history."""
     alerts = {
-        "dead": Alert(key=DEAD_KEY, rule="host_unreachable", severity="critical",
-                      summary="host dead unreachable for 60 s+", host="dead", since=100.0,
-                      fired_at=160.0),
-        "train": Alert(key="job_failed/job/train", rule="job_failed", severity="critical",
-                       summary="job train (train-abc123) failed", job="train", since=90.0,
-                       fired_at=90.0),
-        "local": Alert(key="gpu_temperature/local/gpu0", rule="gpu_temperature",
-                       severity="warning", summary="local: GPU 0 at 90 C", host="local",
-                       gpu=0, since=50.0, fired_at=170.0),
+        "dead": Alert(
+            key=DEAD_KEY,
+            rule="host_unreachable",
+            severity="critical",
+            summary="host dead unreachable for 60 s+",
+            host="dead",
+            since=100.0,
+            fired_at=160.0,
+        ),
+        "train": Alert(
+            key="job_failed/job/train",
+            rule="job_failed",
+            severity="critical",
+            summary="job train (train-abc123) failed",
+            job="train",
+            since=90.0,
+            fired_at=90.0,
+        ),
+        "local": Alert(
+            key="gpu_temperature/local/gpu0",
+            rule="gpu_temperature",
+            severity="warning",
+            summary="local: GPU 0 at 90 C",
+            host="local",
+            gpu=0,
+            since=50.0,
+            fired_at=170.0,
+        ),
     }
     db = sqlite3.connect(root / "alerts.sqlite3")
     for statement in MIGRATIONS[1]:
@@ -214,14 +265,20 @@ def schema1_file(root: Path) -> dict[str, Alert]:
     for a in alerts.values():
         text = alert_to_json(a)
         db.execute("INSERT INTO alerts VALUES (?,?,?,?)", (a.key, text, a.fired_at, a.fired_at))
-        db.execute("INSERT INTO history (at, change, key, alert_json) VALUES (?,?,?,?)",
-                   (a.fired_at, "fired", a.key, text))
-    db.execute("INSERT INTO alerts VALUES (?,?,?,?)",
-               ("gpu_future/x", json.dumps({"rule": "gpu_future", "host": "dead"}), 1.0, 1.0))
+        db.execute(
+            "INSERT INTO history (at, change, key, alert_json) VALUES (?,?,?,?)",
+            (a.fired_at, "fired", a.key, text),
+        )
+    db.execute(
+        "INSERT INTO alerts VALUES (?,?,?,?)",
+        ("gpu_future/x", json.dumps({"rule": "gpu_future", "host": "dead"}), 1.0, 1.0),
+    )
     db.execute("INSERT INTO alerts VALUES (?,?,?,?)", ("broken/x", "not json", 2.0, 2.0))
     db.execute("INSERT INTO acks VALUES (?,?,?,?)", (DEAD_KEY, 160.0, 165.0, "oncall"))
-    db.execute("INSERT INTO silences (rule, until, created_at) VALUES (?,?,?)",
-               ("gpu_temperature", 4e9, 100.0))
+    db.execute(
+        "INSERT INTO silences (rule, until, created_at) VALUES (?,?,?)",
+        ("gpu_temperature", 4e9, 100.0),
+    )
     db.commit()
     db.close()
     return alerts
@@ -240,7 +297,8 @@ async def test_a_schema_1_file_is_read_and_each_profile_adopts_its_own(tmp_path:
     try:
         assert [a.key for a in w.active()] == [alerts["local"].key]
         assert [(c.change, c.alert.key) for c in await w.evaluate_now()] == [
-            ("silenced", alerts["local"].key)]
+            ("silenced", alerts["local"].key)
+        ]
         assert w.active()[0].silenced_until == 4e9
         await w.close()
     finally:
@@ -253,7 +311,8 @@ async def test_a_schema_1_file_is_read_and_each_profile_adopts_its_own(tmp_path:
         assert {x.key for x in w.active()} == {DEAD_KEY, "job_failed/job/train"}
         # the ack `alerts ack` stored is applied; the failed job still is: no new page
         assert [(c.change, c.alert.key) for c in await w.evaluate_now()] == [
-            ("acknowledged", DEAD_KEY)]
+            ("acknowledged", DEAD_KEY)
+        ]
         got = {x.key: x for x in w.active()}
         assert got[DEAD_KEY].acked_at == 165.0 and got[DEAD_KEY].silenced_until is None
         await w.close()
@@ -261,7 +320,10 @@ async def test_a_schema_1_file_is_read_and_each_profile_adopts_its_own(tmp_path:
         await svc.close()
     down = AlertStore(tmp_path, profile="down")
     assert [(c.change, c.alert.key) for c in down.history()] == [  # newest first
-        ("acknowledged", DEAD_KEY), ("fired", "job_failed/job/train"), ("fired", DEAD_KEY)]
+        ("acknowledged", DEAD_KEY),
+        ("fired", "job_failed/job/train"),
+        ("fired", DEAD_KEY),
+    ]
     assert [(k.key, k.profile) for k in down.acks()] == [(DEAD_KEY, "down")]
     down.close()
     # the rows nobody owns stay, readable by the store of every profile
@@ -294,4 +356,5 @@ async def test_a_watch_judges_only_its_profiles_jobs(tmp_path: Path) -> None:
         await svc_local.close()
         await svc_down.close()
     assert [a.key for a in AlertStore(tmp_path, profile="down").firing()] == [
-        "job_failed/job/train"]
+        "job_failed/job/train"
+    ]

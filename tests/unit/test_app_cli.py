@@ -16,20 +16,28 @@ def _run(tmp_path: Path, config: str | None) -> subprocess.CompletedProcess[str]
     conf.mkdir(exist_ok=True)
     if config is not None:
         (conf / "config.yaml").write_text(config)
-    env = dict(os.environ, GPUCONSOLE_STATE_DIR=str(tmp_path / "state"),
-               GPUCONSOLE_CONFIG_DIR=str(conf))
+    env = dict(
+        os.environ, GPUCONSOLE_STATE_DIR=str(tmp_path / "state"), GPUCONSOLE_CONFIG_DIR=str(conf)
+    )
     env.pop("GPUCONSOLE_PROFILE", None)
-    return subprocess.run([sys.executable, "-m", "console.cli"], env=env, cwd=REPO,
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                          timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "console.cli"],
+        env=env,
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_bad_keymap_names_the_id_and_the_key(tmp_path: Path) -> None:
     res = _run(tmp_path, "keymap:\n  logs.serch: ctrl+f\n  app.jobs: 'notakey!!'\n")
     assert res.returncode == 2
     path = tmp_path / "conf" / "config.yaml"
-    assert (f"error: {path}:2: keymap: unknown binding id 'logs.serch' "
-            "(did you mean 'logs.search'?)") in res.stderr
+    assert (
+        f"error: {path}:2: keymap: unknown binding id 'logs.serch' (did you mean 'logs.search'?)"
+    ) in res.stderr
     assert f"error: {path}:3: keymap: app.jobs: 'notakey!!' is not a key" in res.stderr
     assert "press `?` in the console (each key" in res.stderr  # where the ids are
     assert "Traceback" not in res.stderr
@@ -40,8 +48,10 @@ def test_a_key_another_binding_has_is_refused_naming_both(tmp_path: Path) -> Non
     res = _run(tmp_path, "theme: textual-dark\nkeymap:\n  app.jobs: q\n")
     assert res.returncode == 2
     path = tmp_path / "conf" / "config.yaml"
-    assert (f"error: {path}:3: keymap: app.jobs: 'q' is already the key of app.quit (Quit), "
-            "which it would replace") in res.stderr
+    assert (
+        f"error: {path}:3: keymap: app.jobs: 'q' is already the key of app.quit (Quit), "
+        "which it would replace"
+    ) in res.stderr
     assert "Traceback" not in res.stderr
 
 

@@ -58,9 +58,16 @@ def make_tar(entries: list[tuple[str, str, bytes | str]]) -> bytes:
 
 
 def test_extract_renames_the_root_and_counts_files(tmp_path: Path) -> None:
-    data = make_tar([("dir", "out", b""), ("file", "out/a.txt", b"alpha"),
-                     ("dir", "out/sub", b""), ("file", "out/sub/b.bin", b"\x00" * 1000),
-                     ("symlink", "out/link", "sub/b.bin"), ("hardlink", "out/hard", "out/a.txt")])
+    data = make_tar(
+        [
+            ("dir", "out", b""),
+            ("file", "out/a.txt", b"alpha"),
+            ("dir", "out/sub", b""),
+            ("file", "out/sub/b.bin", b"\x00" * 1000),
+            ("symlink", "out/link", "sub/b.bin"),
+            ("hardlink", "out/hard", "out/a.txt"),
+        ]
+    )
     stats = extract_stream(io.BytesIO(data), tmp_path, "out", "copy")
     assert (stats.files, stats.bytes) == (2, 1005)
     assert stats.dest == str(tmp_path / "copy")
@@ -71,20 +78,38 @@ def test_extract_renames_the_root_and_counts_files(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["copy"]
 
 
-@pytest.mark.parametrize(("entries", "member", "why"), [
-    ([("file", "../x", b"evil")], "../x", "not under the copied path"),
-    ([("dir", "out", b""), ("file", "out/../../x", b"evil")], "out/../../x",
-     "path leaves the destination"),
-    ([("file", "/etc/x", b"evil")], "/etc/x", "not under the copied path"),
-    ([("dir", "out", b""), ("symlink", "out/l", "/etc/passwd")], "out/l",
-     "link to the absolute path '/etc/passwd'"),
-    ([("dir", "out", b""), ("symlink", "out/l", "../../x")], "out/l",
-     "link to '../../x', outside the destination"),
-    ([("dir", "out", b""), ("hardlink", "out/h", "etc/passwd")], "out/h",
-     "hard link to 'etc/passwd' outside the copied path"),
-])
+@pytest.mark.parametrize(
+    ("entries", "member", "why"),
+    [
+        ([("file", "../x", b"evil")], "../x", "not under the copied path"),
+        (
+            [("dir", "out", b""), ("file", "out/../../x", b"evil")],
+            "out/../../x",
+            "path leaves the destination",
+        ),
+        ([("file", "/etc/x", b"evil")], "/etc/x", "not under the copied path"),
+        (
+            [("dir", "out", b""), ("symlink", "out/l", "/etc/passwd")],
+            "out/l",
+            "link to the absolute path '/etc/passwd'",
+        ),
+        (
+            [("dir", "out", b""), ("symlink", "out/l", "../../x")],
+            "out/l",
+            "link to '../../x', outside the destination",
+        ),
+        (
+            [("dir", "out", b""), ("hardlink", "out/h", "etc/passwd")],
+            "out/h",
+            "hard link to 'etc/passwd' outside the copied path",
+        ),
+    ],
+)
 def test_extract_refuses_members_leaving_the_destination(
-    tmp_path: Path, entries: list[tuple[str, str, bytes | str]], member: str, why: str,
+    tmp_path: Path,
+    entries: list[tuple[str, str, bytes | str]],
+    member: str,
+    why: str,
 ) -> None:
     dest = tmp_path / "dest"
     dest.mkdir()
@@ -108,8 +133,13 @@ def test_extract_into_a_file_in_the_way_is_refused(tmp_path: Path) -> None:
 
 def stat_header(name: str, *, is_dir: bool = False, size: int = 0) -> str:
     mode = (GO_MODE_DIR | 0o755) if is_dir else 0o644
-    value = {"name": name, "size": size, "mode": mode, "mtime": "2026-01-01T00:00:00Z",
-             "linkTarget": ""}
+    value = {
+        "name": name,
+        "size": size,
+        "mode": mode,
+        "mtime": "2026-01-01T00:00:00Z",
+        "linkTarget": "",
+    }
     return base64.b64encode(json.dumps(value).encode()).decode()
 
 
@@ -136,8 +166,10 @@ class FakeArchiveEngine:
         if method == "PUT":
             if self.put_error is not None:  # answer at once, as dockerd does, and close
                 body = json.dumps({"message": self.put_error}).encode()
-                writer.write(b"HTTP/1.1 403 Forbidden\r\nContent-Type: application/json\r\n"
-                             b"Content-Length: %d\r\n\r\n" % len(body) + body)
+                writer.write(
+                    b"HTTP/1.1 403 Forbidden\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: %d\r\n\r\n" % len(body) + body
+                )
                 await writer.drain()
                 writer.close()
                 return
@@ -151,11 +183,15 @@ class FakeArchiveEngine:
             writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
         elif path not in self.paths:
             body = json.dumps({"message": f"Could not find the file {path} in container c"})
-            writer.write(f"HTTP/1.0 404 Not Found\r\nContent-Type: application/json\r\n\r\n"
-                         f"{'' if method == 'HEAD' else body}".encode())
+            writer.write(
+                f"HTTP/1.0 404 Not Found\r\nContent-Type: application/json\r\n\r\n"
+                f"{'' if method == 'HEAD' else body}".encode()
+            )
         else:
-            writer.write(f"HTTP/1.0 200 OK\r\nX-Docker-Container-Path-Stat: {self.paths[path]}"
-                         "\r\nContent-Type: application/x-tar\r\n\r\n".encode())
+            writer.write(
+                f"HTTP/1.0 200 OK\r\nX-Docker-Container-Path-Stat: {self.paths[path]}"
+                "\r\nContent-Type: application/x-tar\r\n\r\n".encode()
+            )
             if method == "GET":
                 data = self.tars[path]
                 for i in range(0, len(data), 65536):
@@ -179,7 +215,8 @@ async def fake_engine(tmp_path: Path) -> AsyncIterator[tuple[FakeArchiveEngine, 
 
 
 async def test_download_streams_a_large_file(
-    fake_engine: tuple[FakeArchiveEngine, Engine], tmp_path: Path,
+    fake_engine: tuple[FakeArchiveEngine, Engine],
+    tmp_path: Path,
 ) -> None:
     fake, engine = fake_engine
     content = bytes(range(256)) * (24 * 4096)  # 24 MiB: many times the queue's 4 MiB
@@ -191,12 +228,19 @@ async def test_download_streams_a_large_file(
 
 
 async def test_download_refuses_a_traversal_member(
-    fake_engine: tuple[FakeArchiveEngine, Engine], tmp_path: Path,
+    fake_engine: tuple[FakeArchiveEngine, Engine],
+    tmp_path: Path,
 ) -> None:
     fake, engine = fake_engine
     fake.paths["/out"] = stat_header("out", is_dir=True)
-    fake.tars["/out"] = make_tar([("dir", "out", b""), ("file", "out/ok", b"fine"),
-                                  ("file", "../x", b"evil"), ("file", "out/later", b"never")])
+    fake.tars["/out"] = make_tar(
+        [
+            ("dir", "out", b""),
+            ("file", "out/ok", b"fine"),
+            ("file", "../x", b"evil"),
+            ("file", "out/later", b"never"),
+        ]
+    )
     dest = tmp_path / "dest"
     dest.mkdir()
     with pytest.raises(UnsafeArchiveMember) as e:
@@ -207,7 +251,8 @@ async def test_download_refuses_a_traversal_member(
 
 
 async def test_download_of_a_missing_path_names_it(
-    fake_engine: tuple[FakeArchiveEngine, Engine], tmp_path: Path,
+    fake_engine: tuple[FakeArchiveEngine, Engine],
+    tmp_path: Path,
 ) -> None:
     _, engine = fake_engine
     with pytest.raises(DockerError) as e:
@@ -216,7 +261,8 @@ async def test_download_of_a_missing_path_names_it(
 
 
 async def test_upload_sends_a_chunked_tar_named_as_dest(
-    fake_engine: tuple[FakeArchiveEngine, Engine], tmp_path: Path,
+    fake_engine: tuple[FakeArchiveEngine, Engine],
+    tmp_path: Path,
 ) -> None:
     fake, engine = fake_engine
     fake.paths["/tmp"] = stat_header("tmp", is_dir=True)
@@ -228,15 +274,15 @@ async def test_upload_sends_a_chunked_tar_named_as_dest(
     assert (stats.files, stats.bytes, stats.dest) == (2, 700_009, "/tmp/newname")
     with tarfile.open(fileobj=io.BytesIO(fake.received["/tmp"])) as tar:
         members = {m.name: m for m in tar.getmembers()}
-        assert sorted(members) == ["newname", "newname/a.yaml", "newname/sub",
-                                   "newname/sub/big"]
+        assert sorted(members) == ["newname", "newname/a.yaml", "newname/sub", "newname/sub/big"]
         assert {(m.uid, m.gid, m.uname) for m in members.values()} == {(0, 0, "root")}
         f = tar.extractfile(members["newname/a.yaml"])
         assert f is not None and f.read() == b"lr: 3e-4\n"
 
 
 async def test_upload_refused_by_the_engine_says_why(
-    fake_engine: tuple[FakeArchiveEngine, Engine], tmp_path: Path,
+    fake_engine: tuple[FakeArchiveEngine, Engine],
+    tmp_path: Path,
 ) -> None:
     fake, engine = fake_engine
     fake.paths["/workspace"] = stat_header("workspace", is_dir=True)
@@ -245,21 +291,26 @@ async def test_upload_refused_by_the_engine_says_why(
     src.write_bytes(b"y" * 3_000_000)  # more than the engine reads before answering
     with pytest.raises(DockerError) as e:
         await copy_to_container(engine, "c", src, "/workspace")
-    assert e.value.message == ("host fakehost: copy at /workspace in container c: Docker "
-                               "engine: mounted volume is marked read-only")
+    assert e.value.message == (
+        "host fakehost: copy at /workspace in container c: Docker "
+        "engine: mounted volume is marked read-only"
+    )
     assert e.value.hint is not None and "/workspace is read-only" in e.value.hint
 
 
 # -- operands and nodes -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("myjob:/out/x", ("myjob", "/out/x")),
-    ("ddp-ab12cd:out/", ("ddp-ab12cd", "out/")),
-    ("./a:b", (None, "./a:b")),
-    ("/tmp/a:b", (None, "/tmp/a:b")),
-    ("local.txt", (None, "local.txt")),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("myjob:/out/x", ("myjob", "/out/x")),
+        ("ddp-ab12cd:out/", ("ddp-ab12cd", "out/")),
+        ("./a:b", (None, "./a:b")),
+        ("/tmp/a:b", (None, "/tmp/a:b")),
+        ("local.txt", (None, "local.txt")),
+    ],
+)
 def test_split_operand(text: str, expected: tuple[str | None, str]) -> None:
     assert split_operand(text) == expected
 
@@ -276,17 +327,30 @@ def test_parse_copy_directions_and_errors() -> None:
 
 
 def _job(removed: bool = False) -> JobRecord:
-    return JobRecord(id="j-abc123", name="j", profile="p", profile_source=None, spec={},
-                     spec_hash="0" * 12, created_at=0.0, node_count=2,
-                     removed_at=1.0 if removed else None,
-                     nodes=[NodeRecord("j-abc123", r, h, f"c{r}", f"id{r}", "succeeded")
-                            for r, h in ((0, "a"), (1, "b"))])
+    return JobRecord(
+        id="j-abc123",
+        name="j",
+        profile="p",
+        profile_source=None,
+        spec={},
+        spec_hash="0" * 12,
+        created_at=0.0,
+        node_count=2,
+        removed_at=1.0 if removed else None,
+        nodes=[
+            NodeRecord("j-abc123", r, h, f"c{r}", f"id{r}", "succeeded")
+            for r, h in ((0, "a"), (1, "b"))
+        ],
+    )
 
 
-@pytest.mark.parametrize(("node", "check"), [
-    (None, lambda n: n.host == "a"),
-    (1, lambda n: n.host == "b" and n.container_id == "id1"),
-])
+@pytest.mark.parametrize(
+    ("node", "check"),
+    [
+        (None, lambda n: n.host == "a"),
+        (1, lambda n: n.host == "b" and n.container_id == "id1"),
+    ],
+)
 def test_copy_node(node: int | None, check: Callable[[NodeRecord], bool]) -> None:
     assert check(copy_node(_job(), node))
 

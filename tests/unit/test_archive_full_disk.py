@@ -87,8 +87,7 @@ def expected(first: int, count: int) -> list[bytes]:
     return [f"{ln.ts_ns} {ln.text}".encode() for ln in lines(first, count)] + [b""]
 
 
-def test_a_write_that_fails_midway_leaves_the_archive_as_it_was(
-        tmp_path: Path, disk: Disk) -> None:
+def test_a_write_that_fails_midway_leaves_the_archive_as_it_was(tmp_path: Path, disk: Disk) -> None:
     store = Store(tmp_path)
     assert store.archive("j1", 0, lines(0, 100)) == 100
     before = store.log_path("j1", 0).read_bytes()
@@ -120,12 +119,22 @@ def test_a_line_cut_short_by_an_earlier_write_is_dropped_not_repeated(tmp_path: 
 
 
 def test_the_follow_keeps_lines_while_the_disk_is_full_and_archives_them_after(
-        tmp_path: Path, disk: Disk, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, disk: Disk, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(logs_mod, "ARCHIVE_RETRY_S", 0.0)
     store = Store(tmp_path)
     node = NodeRecord("j1", 0, "a", "c0")
-    job = JobRecord(id="j1", name="n", profile="p", profile_source=None, spec={},
-                    spec_hash="h", created_at=0.0, node_count=1, nodes=[node])
+    job = JobRecord(
+        id="j1",
+        name="n",
+        profile="p",
+        profile_source=None,
+        spec={},
+        spec_hash="h",
+        created_at=0.0,
+        node_count=1,
+        nodes=[node],
+    )
     said: list[tuple[int, StateError | None]] = []
     archiver = _Archiver(store, job, lambda n, e: said.append((n.node_rank, e)))
     archiver.add(node, lines(0, 300))
@@ -146,13 +155,23 @@ def test_the_follow_keeps_lines_while_the_disk_is_full_and_archives_them_after(
 
 
 def test_a_backlog_too_long_stops_archiving_that_node_without_a_gap_or_repeat(
-        tmp_path: Path, disk: Disk, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, disk: Disk, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(logs_mod, "ARCHIVE_RETRY_S", 0.0)
     monkeypatch.setattr(logs_mod, "ARCHIVE_BACKLOG", 250)
     store = Store(tmp_path)
     node = NodeRecord("j1", 0, "a", "c0")
-    job = JobRecord(id="j1", name="n", profile="p", profile_source=None, spec={},
-                    spec_hash="h", created_at=0.0, node_count=1, nodes=[node])
+    job = JobRecord(
+        id="j1",
+        name="n",
+        profile="p",
+        profile_source=None,
+        spec={},
+        spec_hash="h",
+        created_at=0.0,
+        node_count=1,
+        nodes=[node],
+    )
     archiver = _Archiver(store, job, None)
     archiver.add(node, lines(0, 100))
     archiver.flush()

@@ -16,15 +16,31 @@ from remote.docker import LogLine
 @pytest.fixture
 def store(tmp_path: Path) -> Store:
     s = Store(tmp_path)
-    s.add_job(JobRecord("j-1", "j", "p", None, {}, "h", 0.0, 2,
-                        nodes=[NodeRecord("j-1", 0, "a", "c0"), NodeRecord("j-1", 1, "b", "c1")]))
+    s.add_job(
+        JobRecord(
+            "j-1",
+            "j",
+            "p",
+            None,
+            {},
+            "h",
+            0.0,
+            2,
+            nodes=[NodeRecord("j-1", 0, "a", "c0"), NodeRecord("j-1", 1, "b", "c1")],
+        )
+    )
     return s
 
 
 def test_carriage_return_lines_round_trip(store: Store) -> None:
     bar = "\rA:  50%|#####     | 5/10 [00:01<00:01]\rA: 100%|##########| 10/10 [00:02<00:00]"
-    lines = [LogLine(1, "before"), LogLine(2, bar), LogLine(3, "x\x0by\x1cz\u2028w"),
-             LogLine(4, ""), LogLine(5, "after")]
+    lines = [
+        LogLine(1, "before"),
+        LogLine(2, bar),
+        LogLine(3, "x\x0by\x1cz\u2028w"),
+        LogLine(4, ""),
+        LogLine(5, "after"),
+    ]
     assert store.archive("j-1", 0, lines) == 5
     assert list(store.read_archive("j-1", 0)) == lines
     assert store.read_archive_tail("j-1", 0, 10) == lines
@@ -99,8 +115,9 @@ def test_tail_of_a_50_mb_archive(store: Store) -> None:
     pad = "p" * 90
     with open(path, "wb") as f:
         for start in range(0, n, 50_000):
-            f.write("".join(f"{i} line {i:07d} {pad}\n" for i in range(start, start + 50_000))
-                    .encode())
+            f.write(
+                "".join(f"{i} line {i:07d} {pad}\n" for i in range(start, start + 50_000)).encode()
+            )
     assert path.stat().st_size > 50_000_000
     tail = store.read_archive_tail("j-1", 1, 100)
     assert [ln.ts_ns for ln in tail] == list(range(n - 100, n))
@@ -121,8 +138,12 @@ async def test_read_job_logs_tail_reads_each_node_tail(store: Store) -> None:
     session = cast(Session, None)
     got = await read_job_logs(session, store, job, tail=5)
     assert [(ln.node_rank, ln.rank, ln.ts_ns, ln.text) for ln in got] == [
-        (1, 3, 95, "n1 95"), (0, None, 96, "n0 96"), (1, 3, 97, "n1 97"), (0, None, 98, "n0 98"),
-        (1, 3, 99, "n1 99")]
+        (1, 3, 95, "n1 95"),
+        (0, None, 96, "n0 96"),
+        (1, 3, 97, "n1 97"),
+        (0, None, 98, "n0 98"),
+        (1, 3, 99, "n1 99"),
+    ]
     got = await read_job_logs(session, store, job, tail=3, since_ns=97, node=0)
     assert [ln.text for ln in got] == ["n0 98"]
     assert await read_job_logs(session, store, job, tail=0) == []
@@ -131,7 +152,8 @@ async def test_read_job_logs_tail_reads_each_node_tail(store: Store) -> None:
 
 
 def test_resumed_batch_is_not_archived_twice_when_its_last_time_spans_many_blocks(
-        store: Store) -> None:
+    store: Store,
+) -> None:
     """3,000 lines at one timestamp (about 60 KiB, beyond the first 4 KiB window read back
     from the end): a resumed stream repeating all of them adds only what is new."""
     same = [LogLine(2_000, f"line {i:05d} " + "x" * 8) for i in range(3_000)]

@@ -12,8 +12,7 @@ def delays(b: Backoff, n: int) -> list[float]:
     return [round(b.next(), 6) for _ in range(n)]
 
 
-def test_doubles_up_to_the_cap_and_starts_over_after_reset(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_doubles_up_to_the_cap_and_starts_over_after_reset(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("remote.backoff.random.random", lambda: 0.5)  # factor 1
     b = Backoff(0.5, 5.0)
     assert delays(b, 6) == [0.5, 1.0, 2.0, 4.0, 5.0, 5.0]
@@ -22,13 +21,13 @@ def test_doubles_up_to_the_cap_and_starts_over_after_reset(
 
 
 @pytest.mark.parametrize("rand, factor", [(0.0, 0.5), (1.0, 1.5)])
-def test_jitter_spreads_each_delay(monkeypatch: pytest.MonkeyPatch, rand: float,
-                                   factor: float) -> None:
+def test_jitter_spreads_each_delay(
+    monkeypatch: pytest.MonkeyPatch, rand: float, factor: float
+) -> None:
     monkeypatch.setattr("remote.backoff.random.random", lambda: rand)
     assert delays(Backoff(1.0, 30.0), 3) == [factor, 2 * factor, 4 * factor]
     narrow = 1 + (factor - 1) * 0.4  # jitter 0.2: 0.8 .. 1.2
-    assert delays(Backoff(1.0, 30.0, jitter=0.2), 2) == [round(narrow, 6),
-                                                          round(2 * narrow, 6)]
+    assert delays(Backoff(1.0, 30.0, jitter=0.2), 2) == [round(narrow, 6), round(2 * narrow, 6)]
 
 
 def test_a_first_step_above_the_cap_is_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:

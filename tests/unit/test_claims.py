@@ -95,11 +95,14 @@ class _Engine:
     def __init__(self, infos: list[ContainerInfo]) -> None:
         self.infos = infos
 
-    async def list(self, labels: Mapping[str, str | None], *,
-                   runtime: str | None = None) -> list[ContainerInfo]:
-        return [c for c in self.infos
-                if all(k in c.labels and (v is None or c.labels[k] == v)
-                       for k, v in labels.items())]
+    async def list(
+        self, labels: Mapping[str, str | None], *, runtime: str | None = None
+    ) -> list[ContainerInfo]:
+        return [
+            c
+            for c in self.infos
+            if all(k in c.labels and (v is None or c.labels[k] == v) for k, v in labels.items())
+        ]
 
 
 class _Session:
@@ -117,13 +120,18 @@ class _Session:
 
 def _plan(tmp_path: Path, name: str, job_id: str) -> JobPlan:
     p = tmp_path / f"{name}.yaml"
-    p.write_text(f"name: {name}\nscript: train_ddp.py\nworkdir: {EXAMPLES}\n"
-                 "gpus_per_node: 1\nnodes: [a]\n")
-    prof = Profile(name="t", hosts={"a": HostConfig(hostname="10.0.0.1")},
-                   defaults=JobDefaults.model_validate({"image": "img:1"}))
+    p.write_text(
+        f"name: {name}\nscript: train_ddp.py\nworkdir: {EXAMPLES}\ngpus_per_node: 1\nnodes: [a]\n"
+    )
+    prof = Profile(
+        name="t",
+        hosts={"a": HostConfig(hostname="10.0.0.1")},
+        defaults=JobDefaults.model_validate({"image": "img:1"}),
+    )
     facts = {"a": HostFacts("a", "10.0.0.1", 2, "/home/u", holders={0: [], 1: []})}
-    return build_plan(load_spec(p), prof, ["a"], facts, job_id=job_id, created_at=0.0,
-                      image="img:1")
+    return build_plan(
+        load_spec(p), prof, ["a"], facts, job_id=job_id, created_at=0.0, image="img:1"
+    )
 
 
 def _running(plan: JobPlan) -> ContainerInfo:
@@ -140,7 +148,8 @@ async def test_racing_launches_of_one_name_one_wins(home: Path, tmp_path: Path) 
                 pytest.fail("both launches passed")
         session.infos.append(_running(first))  # created while it held the claim
     assert e.value.message.startswith(
-        "a job named 'demo' is being launched right now (demo-111111, from ")
+        "a job named 'demo' is being launched right now (demo-111111, from "
+    )
     assert e.value.hint is not None and "another name (--name)" in e.value.hint
     # once released, the check under the claim sees the job that won
     with pytest.raises(JobNameInUse) as e:
@@ -159,7 +168,8 @@ async def test_racing_launches_for_one_gpu_one_wins(home: Path, tmp_path: Path) 
             async with claim_launch(session, two):
                 pytest.fail("both launches got GPU 0")
         assert e.value.message.startswith(
-            "host a: GPU(s) 0 are being given to job one-111111 right now (from ")
+            "host a: GPU(s) 0 are being given to job one-111111 right now (from "
+        )
         async with claim_launch(session, two, force=True):  # --force shares GPUs on purpose
             pass
         session.infos.append(_running(one))
@@ -167,8 +177,9 @@ async def test_racing_launches_for_one_gpu_one_wins(home: Path, tmp_path: Path) 
     with pytest.raises(PlanError) as e:
         async with claim_launch(session, two):
             pytest.fail("GPU 0 was given twice")
-    assert e.value.message == ("host a: GPU(s) 0 in use (GPU 0: gpuconsole-one-111111-n0 "
-                               "(job one-111111 n0))")
+    assert e.value.message == (
+        "host a: GPU(s) 0 in use (GPU 0: gpuconsole-one-111111-n0 (job one-111111 n0))"
+    )
     assert e.value.hint is not None and "`gpuconsole stop one-111111`" in e.value.hint
 
 
@@ -176,8 +187,10 @@ def test_planning_counts_gpus_given_to_starting_nodes() -> None:
     """A node given a GPU whose processes have not opened it yet holds it for planning; one
     whose job already shows a process there is not listed twice."""
     procs = {0: ["pid 7 (u: python) in container 0123456789ab (job one-111111 n0 r0)"], 1: []}
-    given = {0: ["gpuconsole-one-111111-n0 (job one-111111 n0)"],
-             1: ["gpuconsole-two-222222-n0 (job two-222222 n0)"]}
+    given = {
+        0: ["gpuconsole-one-111111-n0 (job one-111111 n0)"],
+        1: ["gpuconsole-two-222222-n0 (job two-222222 n0)"],
+    }
     assert merge_holders(procs, given) == {0: procs[0], 1: given[1]}
     assert merge_holders(None, {}) is None
     assert merge_holders(None, given) == given

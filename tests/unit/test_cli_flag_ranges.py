@@ -9,10 +9,13 @@ from click.testing import CliRunner
 from console.cli import main
 
 
-@pytest.mark.parametrize("args", [
-    ["logs", "some-job", "--tail", "-1"],
-    ["logs", "some-job", "--tail", "many"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["logs", "some-job", "--tail", "-1"],
+        ["logs", "some-job", "--tail", "many"],
+    ],
+)
 def test_bad_tail_is_a_usage_error(args: list[str]) -> None:
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 2, res.output

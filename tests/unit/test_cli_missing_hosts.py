@@ -51,13 +51,19 @@ def test_a_host_key_or_login_refusal_carries_its_fix() -> None:
     from console.errors import host_reason
     from remote.errors import HostKeyUnknown, HostUnreachable
 
-    key = HostKeyUnknown("b", "host key of 127.0.0.12:22 is not trusted (x); known_hosts: kh",
-                         "check the key's fingerprint, then `ssh-keyscan -p 22 127.0.0.12 >> kh`")
+    key = HostKeyUnknown(
+        "b",
+        "host key of 127.0.0.12:22 is not trusted (x); known_hosts: kh",
+        "check the key's fingerprint, then `ssh-keyscan -p 22 127.0.0.12 >> kh`",
+    )
     assert host_reason(key) == (
         "host b: host key of 127.0.0.12:22 is not trusted (x); known_hosts: kh; fix: check the "
-        "key's fingerprint, then `ssh-keyscan -p 22 127.0.0.12 >> kh`")
+        "key's fingerprint, then `ssh-keyscan -p 22 127.0.0.12 >> kh`"
+    )
     assert host_reason(key, named=False).startswith("host key of 127.0.0.12:22")
-    refused = HostUnreachable("b", "cannot connect to 127.0.0.12:22: connection refused",
-                              "check that the host is up")
+    refused = HostUnreachable(
+        "b", "cannot connect to 127.0.0.12:22: connection refused", "check that the host is up"
+    )
     assert host_reason(refused, named=False) == (
-        "cannot connect to 127.0.0.12:22: connection refused")
+        "cannot connect to 127.0.0.12:22: connection refused"
+    )

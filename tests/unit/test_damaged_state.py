@@ -30,24 +30,45 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def gpuconsole(tmp: Path, state: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "GPUCONSOLE_PROFILE"}
-    env.update(PYTHONPATH=str(ROOT), GPUCONSOLE_STATE_DIR=str(state),
-               GPUCONSOLE_CONFIG_DIR=str(tmp / "config"),
-               GPUCONSOLE_CACHE_DIR=str(tmp / "cache"),
-               DOCKER_HOST=f"unix://{tmp / 'no-docker.sock'}")
-    return subprocess.run([sys.executable, "-m", "console.cli", *args], cwd=tmp, env=env,
-                          capture_output=True, text=True, timeout=120, check=False)
+    env.update(
+        PYTHONPATH=str(ROOT),
+        GPUCONSOLE_STATE_DIR=str(state),
+        GPUCONSOLE_CONFIG_DIR=str(tmp / "config"),
+        GPUCONSOLE_CACHE_DIR=str(tmp / "cache"),
+        DOCKER_HOST=f"unix://{tmp / 'no-docker.sock'}",
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "console.cli", *args],
+        cwd=tmp,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def a_store(state: Path, jobs: int = 200) -> Path:
     """A real job store with ``jobs`` finished jobs (pages enough to damage)."""
     store = Store(state)
     for i in range(jobs):
-        job = JobRecord(id=f"job{i:04d}-abcdef", name=f"train-{i}", profile="local",
-                        profile_source=None, spec={"name": f"train-{i}", "x": "y" * 200},
-                        spec_hash="h", created_at=1.0 + i, node_count=1, state="succeeded",
-                        exit_code=0,
-                        nodes=[NodeRecord(f"job{i:04d}-abcdef", 0, "local", f"c{i}",
-                                          state="succeeded", exit_code=0)])
+        job = JobRecord(
+            id=f"job{i:04d}-abcdef",
+            name=f"train-{i}",
+            profile="local",
+            profile_source=None,
+            spec={"name": f"train-{i}", "x": "y" * 200},
+            spec_hash="h",
+            created_at=1.0 + i,
+            node_count=1,
+            state="succeeded",
+            exit_code=0,
+            nodes=[
+                NodeRecord(
+                    f"job{i:04d}-abcdef", 0, "local", f"c{i}", state="succeeded", exit_code=0
+                )
+            ],
+        )
         store.add_job(job)
     store.close()
     return state / "jobs.sqlite3"
@@ -101,8 +122,7 @@ def said_once(p: subprocess.CompletedProcess[str], db: Path, what: str) -> None:
 
 @pytest.mark.parametrize("command", COMMANDS)
 @pytest.mark.parametrize("damage", DAMAGE)
-def test_a_damaged_job_store_is_one_error_line(tmp_path: Path, damage: str,
-                                               command: str) -> None:
+def test_a_damaged_job_store_is_one_error_line(tmp_path: Path, damage: str, command: str) -> None:
     state = tmp_path / "state"
     make, what = DAMAGE[damage]
     make(state)
@@ -119,13 +139,19 @@ def lock_holder(tmp_path: Path) -> Iterator[Path]:
     state = tmp_path / "state"
     db = a_store(state, jobs=3)
     holder = subprocess.Popen(
-        [sys.executable, "-c",
-         "import sqlite3, sys, time\n"
-         f"db = sqlite3.connect({str(db)!r}, isolation_level=None)\n"
-         "db.execute('BEGIN EXCLUSIVE')\n"
-         "print('held', flush=True)\n"
-         "sys.stdin.read()\n"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            "import sqlite3, sys, time\n"
+            f"db = sqlite3.connect({str(db)!r}, isolation_level=None)\n"
+            "db.execute('BEGIN EXCLUSIVE')\n"
+            "print('held', flush=True)\n"
+            "sys.stdin.read()\n",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert holder.stdout is not None and holder.stdout.readline() == "held\n"
     try:
         yield db
@@ -136,8 +162,9 @@ def lock_holder(tmp_path: Path) -> Iterator[Path]:
 
 
 @pytest.mark.parametrize("command", ["ps", "logs"])
-def test_a_store_locked_by_another_process_is_said(tmp_path: Path, lock_holder: Path,
-                                                   command: str) -> None:
+def test_a_store_locked_by_another_process_is_said(
+    tmp_path: Path, lock_holder: Path, command: str
+) -> None:
     p = gpuconsole(tmp_path, lock_holder.parent, *COMMANDS[command])
     said_once(p, lock_holder, "locked by another process")
     assert "another gpuconsole" in p.stderr and "fuser" in p.stderr
@@ -148,14 +175,19 @@ def test_a_lock_held_briefly_is_waited_for(tmp_path: Path) -> None:
     state = tmp_path / "state"
     db = a_store(state, jobs=3)
     holder = subprocess.Popen(
-        [sys.executable, "-c",
-         "import sqlite3, time\n"
-         f"db = sqlite3.connect({str(db)!r}, isolation_level=None)\n"
-         "db.execute('BEGIN IMMEDIATE')\n"
-         "print('held', flush=True)\n"
-         "time.sleep(1.0)\n"
-         "db.execute('COMMIT')\n"],
-        stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            "import sqlite3, time\n"
+            f"db = sqlite3.connect({str(db)!r}, isolation_level=None)\n"
+            "db.execute('BEGIN IMMEDIATE')\n"
+            "print('held', flush=True)\n"
+            "time.sleep(1.0)\n"
+            "db.execute('COMMIT')\n",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert holder.stdout is not None and holder.stdout.readline() == "held\n"
     p = gpuconsole(tmp_path, state, "logs", "job0001")
     holder.wait(timeout=30)
@@ -180,21 +212,26 @@ def read_only_state(tmp_path: Path) -> Iterator[Path]:
 
 
 @pytest.mark.parametrize("command", COMMANDS)
-def test_a_read_only_state_dir_is_said(tmp_path: Path, read_only_state: Path,
-                                       command: str) -> None:
+def test_a_read_only_state_dir_is_said(tmp_path: Path, read_only_state: Path, command: str) -> None:
     p = gpuconsole(tmp_path, read_only_state, *COMMANDS[command])
     said_once(p, read_only_state / "jobs.sqlite3", "cannot be written")
     assert "read-only" in p.stderr and "GPUCONSOLE_STATE_DIR" in p.stderr
 
 
-@pytest.mark.parametrize("name,opener", [
-    ("alerts.sqlite3", "from console.alerts.store import AlertStore as S; S(root)"),
-    ("notify.sqlite3", "from console.watch.notify import Ledger as S; "
-                       "S(root / 'notify.sqlite3')"),
-])
+@pytest.mark.parametrize(
+    "name,opener",
+    [
+        ("alerts.sqlite3", "from console.alerts.store import AlertStore as S; S(root)"),
+        (
+            "notify.sqlite3",
+            "from console.watch.notify import Ledger as S; S(root / 'notify.sqlite3')",
+        ),
+    ],
+)
 @pytest.mark.parametrize("damage", ["random bytes", "a directory"])
-def test_the_other_state_files_are_said_the_same_way(tmp_path: Path, name: str, opener: str,
-                                                     damage: str) -> None:
+def test_the_other_state_files_are_said_the_same_way(
+    tmp_path: Path, name: str, opener: str, damage: str
+) -> None:
     state = tmp_path / "state"
     state.mkdir()
     if damage == "a directory":
@@ -203,12 +240,20 @@ def test_the_other_state_files_are_said_the_same_way(tmp_path: Path, name: str, 
     else:
         (state / name).write_bytes(os.urandom(16384))
         what = "damaged"
-    code = ("import sys\nfrom pathlib import Path\nfrom console.errors import StateError\n"
-            f"root = Path({str(state)!r})\n"
-            f"try:\n    {opener}\nexcept StateError as e:\n"
-            "    print(e.message); print(e.hint); sys.exit(1)\n")
-    p = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(ROOT)},
-                       capture_output=True, text=True, timeout=60, check=False)
+    code = (
+        "import sys\nfrom pathlib import Path\nfrom console.errors import StateError\n"
+        f"root = Path({str(state)!r})\n"
+        f"try:\n    {opener}\nexcept StateError as e:\n"
+        "    print(e.message); print(e.hint); sys.exit(1)\n"
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
     message, hint = p.stdout.splitlines()[:2]
     assert message.startswith(f"{state / name}: {what}"), p.stdout
@@ -227,21 +272,40 @@ def two_node_job(state: Path) -> None:
     """A finished two-node job whose containers are gone (``rm``): its logs are the
     archives'."""
     store = Store(state)
-    job = JobRecord(id="twonode-123456", name="two", profile="local", profile_source=None,
-                    spec={"name": "two"}, spec_hash="h", created_at=time.time(),
-                    node_count=2, state="succeeded", exit_code=0, removed_at=time.time(),
-                    nodes=[NodeRecord("twonode-123456", r, "local", f"c{r}", state="succeeded",
-                                      exit_code=0) for r in (0, 1)])
+    job = JobRecord(
+        id="twonode-123456",
+        name="two",
+        profile="local",
+        profile_source=None,
+        spec={"name": "two"},
+        spec_hash="h",
+        created_at=time.time(),
+        node_count=2,
+        state="succeeded",
+        exit_code=0,
+        removed_at=time.time(),
+        nodes=[
+            NodeRecord("twonode-123456", r, "local", f"c{r}", state="succeeded", exit_code=0)
+            for r in (0, 1)
+        ],
+    )
     store.add_job(job)
     for r in (0, 1):
-        store.archive(job.id, r, [LogLine(1_700_000_000_000_000_000 + i * 10 + r,
-                                          f"node {r} line {i}") for i in range(5)])
+        store.archive(
+            job.id,
+            r,
+            [
+                LogLine(1_700_000_000_000_000_000 + i * 10 + r, f"node {r} line {i}")
+                for i in range(5)
+            ],
+        )
     store.close()
 
 
 @pytest.mark.parametrize("damage", ["a directory", "missing"])
 def test_a_node_archive_that_cannot_be_read_is_named_and_the_other_node_shown(
-        tmp_path: Path, damage: str) -> None:
+    tmp_path: Path, damage: str
+) -> None:
     state = tmp_path / "state"
     two_node_job(state)
     archive = state / "logs" / "twonode-123456" / "node1.log"

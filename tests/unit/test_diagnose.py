@@ -371,8 +371,9 @@ def test_same_second_summaries_prefer_the_failure_over_the_peer_that_saw_it() ->
     the root cause is the one whose exception is not a peer's death."""
     corpus = Path(__file__).resolve().parents[1] / "data/diagnose/corpus/recorded"
     lines = (corpus / "rec-003.txt").read_text().splitlines(keepends=True)
-    node0_first = "".join([ln for ln in lines if ln.startswith("[n0")]
-                          + [ln for ln in lines if ln.startswith("[n1")])
+    node0_first = "".join(
+        [ln for ln in lines if ln.startswith("[n0")] + [ln for ln in lines if ln.startswith("[n1")]
+    )
     failure = parse_torchelastic_failure(node0_first)
     assert failure is not None and failure.root_cause is not None
     assert failure.root_cause.rank == 1

@@ -42,8 +42,12 @@ def test_a_pipe_is_read_to_its_end(tmp_path: Path) -> None:
 
     writer = threading.Thread(target=feed)
     writer.start()
-    res = subprocess.run([sys.executable, "-m", "console.cli", "diagnose", str(fifo)],
-                         capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [sys.executable, "-m", "console.cli", "diagnose", str(fifo)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     writer.join()
     assert res.returncode == 0, res.stderr
     assert "cuda_illegal_memory_access" in res.stdout
@@ -52,9 +56,12 @@ def test_a_pipe_is_read_to_its_end(tmp_path: Path) -> None:
 def test_unreadable_inputs_exit_2_naming_the_file(tmp_path: Path) -> None:
     binary = tmp_path / "core"
     binary.write_bytes(b"\x7fELF\x02\x01\x01\x00" + bytes(5000))
-    for arg, says in [(str(tmp_path), "is a directory"), ("/dev/zero", "is not a file or a pipe"),
-                      (str(binary), "is binary, not text"),
-                      (str(tmp_path / "missing.log"), "cannot read")]:
+    for arg, says in [
+        (str(tmp_path), "is a directory"),
+        ("/dev/zero", "is not a file or a pipe"),
+        (str(binary), "is binary, not text"),
+        (str(tmp_path / "missing.log"), "cannot read"),
+    ]:
         res = CliRunner().invoke(main, ["diagnose", arg])
         assert res.exit_code == 2, (arg, res.output)
         assert "error: FILE: " in res.output and says in res.output and "fix:" in res.output
@@ -62,8 +69,9 @@ def test_unreadable_inputs_exit_2_naming_the_file(tmp_path: Path) -> None:
 
 def test_a_long_evidence_line_is_shortened(tmp_path: Path) -> None:
     log = tmp_path / "long.log"
-    log.write_text("x" * 1_000_000 + " RuntimeError: CUDA error: an illegal memory access was "
-                   "encountered\n")
+    log.write_text(
+        "x" * 1_000_000 + " RuntimeError: CUDA error: an illegal memory access was encountered\n"
+    )
     res = CliRunner().invoke(main, ["diagnose", str(log)])
     assert res.exit_code == 0
     assert max(len(line) for line in res.output.splitlines()) < 400

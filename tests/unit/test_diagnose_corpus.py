@@ -48,8 +48,10 @@ def _describe(d: Diagnosis | None) -> str:
     if d is None:
         return "no diagnosis"
     cons = ", ".join(c.kind for c in d.consequences)
-    return (f"kind={d.kind} ranks={d.ranks} facts={dict(d.facts)}\n  summary={d.summary}\n"
-            f"  evidence={d.evidence}\n  consequences=[{cons}]")
+    return (
+        f"kind={d.kind} ranks={d.ranks} facts={dict(d.facts)}\n  summary={d.summary}\n"
+        f"  evidence={d.evidence}\n  consequences=[{cons}]"
+    )
 
 
 @pytest.mark.parametrize(("folder", "case"), CASES)
@@ -64,7 +66,8 @@ def test_case(folder: Path, case: dict[str, Any]) -> None:
     assert d.kind == kind, _describe(d)
     for key, value in (case.get("facts") or {}).items():
         assert key in d.facts and _same(value, d.facts[key]), (
-            f"fact {key}: expected {value!r}\n{_describe(d)}")
+            f"fact {key}: expected {value!r}\n{_describe(d)}"
+        )
     if "ranks" in case:
         assert sorted(d.ranks) == sorted(case["ranks"]), _describe(d)
     for needle in case.get("evidence") or []:

@@ -27,8 +27,9 @@ def test_dock_01_no_device_driver_for_gpu() -> None:
     assert "nvidia-ctk runtime configure --runtime=docker" in d.fix
     assert "restart dockerd" in d.fix and "nvidia-container-toolkit" in d.fix
     assert d.facts["image"] == "xagentteam/xagentgen:latest"
-    assert any('could not select device driver "" with capabilities: [[gpu]]' in e
-               for e in d.evidence)
+    assert any(
+        'could not select device driver "" with capabilities: [[gpu]]' in e for e in d.evidence
+    )
     assert "docker output" in d.inputs
 
 
@@ -74,8 +75,8 @@ def test_last_attempt_wins() -> None:
         "docker: Cannot connect to the Docker daemon at unix:///var/run/docker.sock. "
         "Is the docker daemon running?.\n"
         "$ docker run -d -p 8080:80 nginx\n"
-        "docker: Error response from daemon: Conflict. The container name \"/web\" is already "
-        "in use by container \"0123\". You have to remove (or rename) that container to be "
+        'docker: Error response from daemon: Conflict. The container name "/web" is already '
+        'in use by container "0123". You have to remove (or rename) that container to be '
         "able to reuse that name.\n"
         "$ docker ps\n"
     )
@@ -85,16 +86,19 @@ def test_last_attempt_wins() -> None:
 
 
 def test_image_from_command_skips_option_values() -> None:
-    lines = normalize("+ docker run --gpus all -it --rm --shm-size=10g -e A -v /a:/b "
-                      "repo/img:1 bash -lc 'x'\n")
+    lines = normalize(
+        "+ docker run --gpus all -it --rm --shm-size=10g -e A -v /a:/b repo/img:1 bash -lc 'x'\n"
+    )
     assert image_of(lines) == "repo/img:1"
     assert not is_docker_command("docker: Error response from daemon: x")
     assert is_docker_command("➜  ~ sudo docker pull ubuntu")
 
 
 def test_manifest_url_on_docker_hub_gives_short_name() -> None:
-    lines = normalize("Error response from daemon: Get https://registry-1.docker.io/v2/"
-                      "library/ubuntu/manifests/latest: net/http: TLS handshake timeout\n")
+    lines = normalize(
+        "Error response from daemon: Get https://registry-1.docker.io/v2/"
+        "library/ubuntu/manifests/latest: net/http: TLS handshake timeout\n"
+    )
     assert image_of(lines) == "ubuntu:latest"
 
 
@@ -104,8 +108,10 @@ def test_srun_task_lists() -> None:
 
 
 def test_shm_no_space_is_not_disk_full() -> None:
-    d = diagnose("NCCL WARN Error while creating shared memory segment /dev/shm/nccl-x "
-                 "(size 9637888), error: No space left on device (28)\n")
+    d = diagnose(
+        "NCCL WARN Error while creating shared memory segment /dev/shm/nccl-x "
+        "(size 9637888), error: No space left on device (28)\n"
+    )
     assert d is None or d.kind != "disk_full"
 
 

@@ -39,8 +39,10 @@ def test_xid_01_two_gpus_app_faults_for_many_processes_are_suspect_hardware() ->
     assert d.fix.startswith("Drain GPU 0000:3d:00, 0000:db:00") and "dcgmi diag" in d.fix
     # the other GPU's chain is its own event, not a consequence of db:00's: named beside it
     assert d.consequences == ()
-    assert ("on the other GPU: 4x Xid 43 (GPU stopped processing) on 0000:3d:00 from "
-            "Wed Jan 27 23:04:35 2021 to Thu Jan 28 02:13:33 2021" in d.summary)
+    assert (
+        "on the other GPU: 4x Xid 43 (GPU stopped processing) on 0000:3d:00 from "
+        "Wed Jan 27 23:04:35 2021 to Thu Jan 28 02:13:33 2021" in d.summary
+    )
     assert d.facts["other_gpus"] == "0000:3d:00"
     assert any("Xid (PCI:0000:3d:00): 43, pid=35521" in e for e in d.evidence)
 
@@ -58,8 +60,9 @@ def test_xid_02_chain_root_is_62_after_the_app_fault_with_45s_as_consequences() 
     assert "reset it once idle" in d.fix
     [cleanup] = d.consequences
     assert cleanup.kind == "xid"
-    assert cleanup.summary.startswith("8x Xid 45 (preemptive cleanup) on 0000:0a:00 from "
-                                      "14370.688139 to 14397.322674")
+    assert cleanup.summary.startswith(
+        "8x Xid 45 (preemptive cleanup) on 0000:0a:00 from 14370.688139 to 14397.322674"
+    )
     assert not any("RT throttling" in e for e in d.evidence)
 
 
@@ -108,8 +111,7 @@ def test_err_04_driver_unreachable_caused_by_the_unattended_upgrade() -> None:
     assert d.facts["unattended"] == "yes"
     assert d.facts["package"] == "libnvidia-common-460"
     assert d.facts["old_driver"] == "460.73.01" and d.facts["new_driver"] == "460.80"
-    assert ("libnvidia-common-460 460.73.01-0ubuntu0.20.04.1 -> 460.80-0ubuntu0.20.04.2"
-            in d.summary)
+    assert "libnvidia-common-460 460.73.01-0ubuntu0.20.04.1 -> 460.80-0ubuntu0.20.04.2" in d.summary
     assert d.fix.startswith("Reinstall one consistent NVIDIA driver version and reboot")
     assert "unattended" in d.fix
     assert any(e.startswith("Upgrade: libnvidia-common-460") for e in d.evidence)
@@ -162,8 +164,9 @@ def test_app_xid_ranks_below_the_applications_own_cuda_error() -> None:
 
 @pytest.mark.parametrize("prefix", ["", "> ", "    ", "Mar 21 02:07:08 gpu-node-01 kernel: "])
 def test_xid_chain_survives_collector_decorations(prefix: str) -> None:
-    text = "\n".join(prefix + ln for ln in
-                     (CASES / "dmesg-xid/xid-02.txt").read_text().splitlines())
+    text = "\n".join(
+        prefix + ln for ln in (CASES / "dmesg-xid/xid-02.txt").read_text().splitlines()
+    )
     d = diagnose(text)
     assert d is not None and d.kind == "xid" and d.facts["xid"] == 62
 
@@ -171,8 +174,10 @@ def test_xid_chain_survives_collector_decorations(prefix: str) -> None:
 def test_wrapped_fallen_off_notice_with_a_stamp_on_every_line() -> None:
     """journalctl prints the driver's three-line notice with a prefix on each line."""
     lines = (CASES / "dmesg-xid/xid-04.txt").read_text().splitlines()[:3]
-    text = "\n".join("Feb 14 05:03:41 gpu-node-01 kernel: " + ln.strip()[ln.strip().find("NVRM:"):]
-                     for ln in lines)
+    text = "\n".join(
+        "Feb 14 05:03:41 gpu-node-01 kernel: " + ln.strip()[ln.strip().find("NVRM:") :]
+        for ln in lines
+    )
     d = diagnose(text)
     assert d is not None and d.kind == "gpu_lost" and d.facts["pci"] == "0000:b3:00.0"
 
@@ -187,8 +192,10 @@ def test_kernel_text_keeps_one_line_per_normalised_line() -> None:
 
 
 def test_healthy_driver_notices_are_not_failures() -> None:
-    text = ("[    6.252567] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  570.148.06  Mon May  "
-            "5 11:36:21 UTC 2025\n")
+    text = (
+        "[    6.252567] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  570.148.06  Mon May  "
+        "5 11:36:21 UTC 2025\n"
+    )
     assert diagnose(text) is None
 
 
@@ -203,7 +210,8 @@ def test_not_a_failure_is_only_not_supported() -> None:
     last = (CASES / "pynvml/nvml-01a.txt").read_text().strip().splitlines()[-1]
     assert not_a_failure(last)  # pynvml.NVMLError_NotSupported: Not Supported
     assert not_a_failure(last.replace("pynvml.", ""))  # old pynvml, unqualified name
-    lost = [ln for ln in (CASES / "pynvml/nvml-03.txt").read_text().splitlines()
-            if "GpuIsLost" in ln][-1]
+    lost = [
+        ln for ln in (CASES / "pynvml/nvml-03.txt").read_text().splitlines() if "GpuIsLost" in ln
+    ][-1]
     assert not not_a_failure(lost)
     assert not not_a_failure("KeyError: 'x'")

@@ -27,13 +27,16 @@ def _diagnose(text: str) -> Diagnosis:
 
 # -- hold2-003: a cut traceback tail under [rankN]: -----------------------------------------
 
+
 def test_a_cut_rank_traceback_ends_in_its_dotted_exception() -> None:
     d = _diagnose(_text("holdout2/hold2-003"))
     assert d.kind == "exception" and d.ranks == (0,)
     assert d.facts["exception_type"] == "torch.distributed.DistStoreError"
     assert d.facts["exception"] == "DistStoreError"
-    assert d.evidence == ("[rank0]: torch.distributed.DistStoreError: wait timeout after "
-                          "300000ms, keys: /broadcast_from/0/75465",)
+    assert d.evidence == (
+        "[rank0]: torch.distributed.DistStoreError: wait timeout after "
+        "300000ms, keys: /broadcast_from/0/75465",
+    )
 
 
 def test_frames_without_a_rank_prefix_or_an_exception_line_are_no_exception() -> None:
@@ -42,6 +45,7 @@ def test_frames_without_a_rank_prefix_or_an_exception_line_are_no_exception() ->
 
 
 # -- hold2-004: the agents' rank-assignment keys never all arrived ---------------------------
+
 
 def test_store_wait_on_torchelastic_role_info_is_rendezvous_failed() -> None:
     d = _diagnose(_text("holdout2/hold2-004"))
@@ -61,6 +65,7 @@ def test_the_same_message_wrapped_before_its_keys() -> None:
 
 # -- pytorch#76287: the store host lost mid-run -----------------------------------------------
 
+
 @pytest.mark.parametrize("rel", ["torch/trc-046", "torch/trc-047"])
 def test_keep_alive_failures_say_the_store_was_lost_mid_run(rel: str) -> None:
     d = _diagnose(_text(rel))
@@ -78,6 +83,7 @@ def test_a_store_never_reached_still_says_no_worker_started() -> None:
 
 # -- hold2-005: a relay's prefix on every line --------------------------------------------------
 
+
 def test_a_summary_relayed_with_stderr_prefixes_is_read() -> None:
     d = _diagnose(_text("holdout2/hold2-005"))
     assert d.kind == "exit_code"
@@ -86,6 +92,7 @@ def test_a_summary_relayed_with_stderr_prefixes_is_read() -> None:
 
 
 # -- hold2-021 / gpu-020: a device handle's Unknown Error -------------------------------------
+
 
 def test_device_handle_unknown_error_without_bus_evidence_is_nvml_error() -> None:
     d = _diagnose(_text("holdout2/hold2-021"))
@@ -107,6 +114,7 @@ def test_device_handle_unknown_error_with_pcie_bus_errors_is_gpu_lost() -> None:
 
 # -- hold2-029: the toolkit reporting the host driver's state ----------------------------------
 
+
 @pytest.mark.parametrize("rel", ["holdout2/hold2-029", "docker/dkr-038", "docker/dkr-039"])
 def test_toolkit_nvml_version_mismatch_is_the_hosts_driver(rel: str) -> None:
     d = _diagnose(_text(rel))
@@ -122,8 +130,11 @@ def test_toolkit_driver_not_loaded_stays_toolkit_nvml_init() -> None:
 
 # -- docker/hub-feedback#2429: the registry is the pull's -----------------------------------
 
-@pytest.mark.parametrize(("rel", "registry"), [
-    ("docker/dkr-036", "docker.io"), ("docker/dkr-037", "registry-1.docker.io")])
+
+@pytest.mark.parametrize(
+    ("rel", "registry"),
+    [("docker/dkr-036", "docker.io"), ("docker/dkr-037", "registry-1.docker.io")],
+)
 def test_rate_limit_names_the_pulls_registry_not_the_advice_link(rel: str, registry: str) -> None:
     d = _diagnose(_text(rel))
     assert d.kind == "registry_rate_limited" and d.facts["registry"] == registry
@@ -131,6 +142,7 @@ def test_rate_limit_names_the_pulls_registry_not_the_advice_link(rel: str, regis
 
 
 # -- xid-01: another GPU's chain is named, not a consequence -----------------------------------
+
 
 def test_xid_chains_on_two_gpus_are_both_named_and_neither_a_consequence() -> None:
     d = _diagnose(_text("cases/dmesg-xid/xid-01.txt"))

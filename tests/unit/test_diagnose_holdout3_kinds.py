@@ -26,6 +26,7 @@ def _diagnose(text: str) -> Diagnosis:
 
 # -- hold3-002 / hold3-004: a traceback cut above its frames, ranks' tracebacks interleaved ---
 
+
 def test_a_traceback_cut_above_its_frames_ends_in_its_exception() -> None:
     d = _diagnose(_text("holdout3/hold3-002"))
     assert d.kind == "exception" and d.facts["exception"] == "RuntimeError"
@@ -57,6 +58,7 @@ def test_log_lines_that_only_mention_an_exception_are_none() -> None:
 
 # -- hold3-018: a message split by a terminal's fixed-width wrap -----------------------------
 
+
 def test_a_blank_padded_wrap_inside_one_line_is_read() -> None:
     d = _diagnose(_text("holdout3/hold3-018"))
     assert d.kind == "cuda_no_device"
@@ -68,13 +70,14 @@ def test_a_wrap_onto_the_next_physical_line_at_a_terminal_width_is_read() -> Non
     line = next(ln for ln in _text("holdout3/hold3-018").splitlines() if "UserWarning" in ln)
     whole = " ".join(line.split())
     whole = whole.replace("initializati on", "initialization")
-    rows = [whole[i:i + 120] for i in range(0, len(whole), 120)]
+    rows = [whole[i : i + 120] for i in range(0, len(whole), 120)]
     assert len(rows[0]) == 120 and "initialization failed" not in rows[0]
     d = _diagnose("\n".join(rows) + "\n")
     assert d.kind == "cuda_no_device"
 
 
 # -- hold3-019 / hold3-025: the toolkit's device error, CDI injection ------------------------
+
 
 def test_the_toolkit_device_error_names_the_device() -> None:
     d = _diagnose(_text("holdout3/hold3-019"))
@@ -89,22 +92,27 @@ def test_the_toolkit_device_error_names_the_device() -> None:
 
 def test_the_device_plugin_volume_mounts_path_as_a_device() -> None:
     # the k3s journal line of NVIDIA/nvidia-container-toolkit#108
-    d = _diagnose("Sep 08 08:58:07 REDACTED k3s[8174]:         nvidia-container-cli: device "
-                  "error: /var/run/nvidia-container-devices: unknown device: unknown\n")
+    d = _diagnose(
+        "Sep 08 08:58:07 REDACTED k3s[8174]:         nvidia-container-cli: device "
+        "error: /var/run/nvidia-container-devices: unknown device: unknown\n"
+    )
     assert d.kind == "toolkit_hook_failed"
     assert "accept-nvidia-visible-devices-as-volume-mounts" in d.fix
 
 
 def test_cdi_injection_errors_are_a_stale_or_missing_spec() -> None:
-    for case, device in (("holdout3/hold3-025", "/dev/dri/controlD69"),
-                         ("docker/dkr-042", "/dev/dri/renderD129"),
-                         ("docker/dkr-043", "nvidia.com/gpu=all")):
+    for case, device in (
+        ("holdout3/hold3-025", "/dev/dri/controlD69"),
+        ("docker/dkr-042", "/dev/dri/renderD129"),
+        ("docker/dkr-043", "nvidia.com/gpu=all"),
+    ):
         d = _diagnose(_text(case))
         assert d.kind == "toolkit_hook_failed" and d.facts["device"] == device, case
         assert "nvidia-ctk cdi generate" in d.fix, case
 
 
 # -- hold3-020: Fabric Manager's own failure -------------------------------------------------
+
 
 def test_fabric_managers_config_error_is_fabric_manager() -> None:
     d = _diagnose(_text("holdout3/hold3-020"))
@@ -117,6 +125,7 @@ def test_fabric_manager_with_nothing_to_do_is_none() -> None:
 
 
 # -- hold3-021: a GSP RPC history dump without its timeout line -------------------------------
+
 
 def test_an_rpc_history_dump_alone_is_a_gsp_timeout() -> None:
     d = _diagnose(_text("holdout3/hold3-021"))
@@ -134,6 +143,7 @@ def test_an_rpc_history_dump_after_its_printed_xid_is_no_second_event() -> None:
 
 # -- hold3-028: Slurm's JOB line with the reason ---------------------------------------------
 
+
 def test_the_job_lines_reason_is_reported_over_the_bare_step_line() -> None:
     d = _diagnose(_text("holdout3/hold3-028"))
     assert d.kind == "slurm_cancelled" and d.facts["reason"] == "PREEMPTION"
@@ -144,6 +154,7 @@ def test_the_job_lines_reason_is_reported_over_the_bare_step_line() -> None:
 
 # -- hold3-029: the device plugin cannot load NVML -------------------------------------------
 
+
 def test_the_device_plugins_nvml_failure() -> None:
     for case in ("holdout3/hold3-029", "gpu/gpu-040", "gpu/gpu-041"):
         d = _diagnose(_text(case))
@@ -152,6 +163,7 @@ def test_the_device_plugins_nvml_failure() -> None:
 
 
 # -- hold3-030: a signal said by the shell or by 128+N ----------------------------------------
+
 
 def test_the_shells_killed_report_and_exit_137_are_sigkill() -> None:
     d = _diagnose(_text("holdout3/hold3-030"))
@@ -170,14 +182,18 @@ def test_exit_status_139_is_sigsegv() -> None:
 def test_sigkill_with_the_oom_killers_record_is_not_sigkill() -> None:
     # hold3-030's Killed row under the kernel's OOM record of docker/dkr corpus style lines is
     # oom_killed's: the shell rule steps aside
-    oom = next(ln for p in sorted((CORPUS / "docker").glob("*.txt"))
-               for ln in p.read_text(encoding="utf-8").splitlines()
-               if "Out of memory: Kill" in ln or "Memory cgroup out of memory" in ln)
+    oom = next(
+        ln
+        for p in sorted((CORPUS / "docker").glob("*.txt"))
+        for ln in p.read_text(encoding="utf-8").splitlines()
+        if "Out of memory: Kill" in ln or "Memory cgroup out of memory" in ln
+    )
     d = diagnose(oom + "\n" + _text("holdout3/hold3-030"))
     assert d is not None and d.kind != "sigkill"
 
 
 # -- hold3-009: different SeqNums on different ranks ------------------------------------------
+
 
 def test_different_seqnums_are_a_collective_mismatch() -> None:
     d = _diagnose(_text("holdout3/hold3-009"))

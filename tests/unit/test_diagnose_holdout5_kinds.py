@@ -29,8 +29,11 @@ def test_dump_signal_watchdog_wording_without_seqnum_reads_progress() -> None:
 
 
 def test_an_extensions_bare_nccl_result_number_is_decoded() -> None:
-    for code, kind in ((5, "nccl_invalid_usage"), (2, "nccl_system_error"),
-                       (3, "nccl_internal_error")):
+    for code, kind in (
+        (5, "nccl_invalid_usage"),
+        (2, "nccl_system_error"),
+        (3, "nccl_internal_error"),
+    ):
         text = _text("hold5-008").replace("value 5", f"value {code}")
         d = diagnose(text)
         assert d is not None and d.kind == kind, (code, d)
@@ -49,7 +52,10 @@ def test_kubernetes_failed_scheduling_for_gpus() -> None:
     d = diagnose(_text("hold5-020"))
     assert d is not None and d.kind == "gpu_unschedulable"
     assert (d.facts["resource"], d.facts["nodes"], d.facts["nodes_short"]) == (
-        "nvidia.com/gpu", 2, 2)
+        "nvidia.com/gpu",
+        2,
+        2,
+    )
     mig = "0/3 nodes are available: 1 node(s) had taint, 2 Insufficient nvidia.com/mig-1g.10gb."
     d2 = diagnose(f"Warning  FailedScheduling  default-scheduler  {mig}\n")
     assert d2 is not None and d2.facts["resource"] == "nvidia.com/mig-1g.10gb"

@@ -27,10 +27,15 @@ def _consequences(d: Diagnosis) -> list[str]:
 
 # --- a bare exception line explains the agent's exit code --------------------------------------
 
+
 def test_bare_exception_above_the_agents_exit_line_is_the_root() -> None:
     d = _diagnosed("holdout", "hold-005")
     assert (d.kind, d.facts["exception"], d.facts["exitcode"], d.facts["pid"]) == (
-        "exception", "RuntimeError", 1, 820989)
+        "exception",
+        "RuntimeError",
+        1,
+        820989,
+    )
     assert _consequences(d) == ["exit_code"]
 
 
@@ -50,12 +55,17 @@ def test_bare_exception_without_an_exit_report_is_not_taken() -> None:
 
 # --- torch 1.9's no-error-file box and torch.distributed.launch's CalledProcessError -----------
 
+
 def test_child_process_failed_box_reads_rank_pid_and_exit_code() -> None:
     for case, pid in (("hold-006", 17057), ("trc-040", 32378)):
         area = "holdout" if case.startswith("hold") else "torch"
         d = _diagnosed(area, case)
         assert (d.kind, d.facts["exitcode"], d.facts["pid"], d.ranks) == (
-            "exit_code", 1, pid, (0,)), case
+            "exit_code",
+            1,
+            pid,
+            (0,),
+        ), case
 
 
 def test_called_process_error_of_the_launcher_is_the_workers_exit() -> None:
@@ -66,6 +76,7 @@ def test_called_process_error_of_the_launcher_is_the_workers_exit() -> None:
 
 # --- c10d connect retries logged as warnings ---------------------------------------------------
 
+
 def test_retry_warnings_followed_by_the_run_are_no_failure() -> None:
     assert diagnose(_case("holdout", "hold-008")) is None
     assert diagnose(_case("torch", "trc-042")) is None
@@ -74,7 +85,10 @@ def test_retry_warnings_followed_by_the_run_are_no_failure() -> None:
 def test_retry_warnings_ending_in_the_fatal_error_are_a_connection_failure() -> None:
     d = _diagnosed("torch", "trc-043")
     assert (d.kind, d.facts["host"], d.facts["port"]) == (
-        "rendezvous_connection", "192.0.2.219", 23456)
+        "rendezvous_connection",
+        "192.0.2.219",
+        23456,
+    )
 
 
 def test_retry_warnings_alone_are_still_a_connection_failure() -> None:
@@ -91,13 +105,14 @@ def test_host_from_a_python_argument_list_stops_at_the_quote() -> None:
 
 # --- IB completion status decides remote vs local ----------------------------------------------
 
+
 def test_ib_completion_status_names_remote_or_local_fault() -> None:
     expected = {
-        ("holdout", "hold-012"): ("nccl_remote_error", 5),   # WR flushed: connection broke
-        ("nccl", "nccl-007"): ("nccl_remote_error", 12),     # transport retries exceeded
+        ("holdout", "hold-012"): ("nccl_remote_error", 5),  # WR flushed: connection broke
+        ("nccl", "nccl-007"): ("nccl_remote_error", 12),  # transport retries exceeded
         ("nccl", "nccl-028"): ("nccl_remote_error", 12),
-        ("nccl", "nccl-029"): ("nccl_remote_error", 12),     # NET/IBP title, no WARN prefix
-        ("nccl", "nccl-017"): ("nccl_system_error", 4),      # local protection error (ACS)
+        ("nccl", "nccl-029"): ("nccl_remote_error", 12),  # NET/IBP title, no WARN prefix
+        ("nccl", "nccl-017"): ("nccl_system_error", 4),  # local protection error (ACS)
     }
     for (area, case), (kind, status) in expected.items():
         d = _diagnosed(area, case)
@@ -111,6 +126,7 @@ def test_last_error_drops_the_cpp_frames_of_a_joined_paste() -> None:
 
 # --- PyTorch's CUDA-initialisation warning -----------------------------------------------------
 
+
 def test_cuda_initialization_warning_is_no_device() -> None:
     for area, case in (("holdout", "hold-018"), ("torch", "trc-044"), ("torch", "trc-045")):
         d = _diagnosed(area, case)
@@ -119,6 +135,7 @@ def test_cuda_initialization_warning_is_no_device() -> None:
 
 
 # --- a Slurm cancellation outranks what follows it, not what precedes it -----------------------
+
 
 def test_requeue_cancellation_outranks_the_task_exits_after_it() -> None:
     d = _diagnosed("holdout", "hold-029")

@@ -10,9 +10,11 @@ from console.diagnosis import diagnose
 
 def test_slurmstepd_execve_failure_is_the_root_and_its_errno_the_exit_code() -> None:
     """slm-013/slm-014; a variant from firelab/windninja#624 (a command not on the node)."""
-    text = ("slurmstepd: error: execve(): mkdir: No such file or directory\n"
-            "slurmstepd: error: execve(): mkdir: No such file or directory\n"
-            "srun: error: gpu-node-07: tasks 15-19: Exited with exit code 2\n")
+    text = (
+        "slurmstepd: error: execve(): mkdir: No such file or directory\n"
+        "slurmstepd: error: execve(): mkdir: No such file or directory\n"
+        "srun: error: gpu-node-07: tasks 15-19: Exited with exit code 2\n"
+    )
     d = diagnose(text)
     assert d is not None and d.kind == "slurm_exec_failed"
     assert (d.facts["path"], d.facts["reason"]) == ("mkdir", "No such file or directory")
@@ -24,10 +26,12 @@ def test_slurmstepd_execve_failure_is_the_root_and_its_errno_the_exit_code() -> 
 
 def test_older_unknown_runtime_wording_in_markdown_quoting() -> None:
     """dkr-048/dkr-049; rinongal/StyleGAN-nada#62 (docker-compose v1 output quoted with '> ')."""
-    text = ("> Creating stylegan-nada_nada_1 ... error\n>\n"
-            "> ERROR: for stylegan-nada_nada_1  Cannot create container for service nada: "
-            "Unknown runtime specified nvidia\n"
-            "> ERROR: Encountered errors while bringing up the project.\n")
+    text = (
+        "> Creating stylegan-nada_nada_1 ... error\n>\n"
+        "> ERROR: for stylegan-nada_nada_1  Cannot create container for service nada: "
+        "Unknown runtime specified nvidia\n"
+        "> ERROR: Encountered errors while bringing up the project.\n"
+    )
     d = diagnose(text)
     assert d is not None and d.kind == "docker_unknown_runtime"
     assert d.facts["runtime"] == "nvidia"
@@ -35,25 +39,31 @@ def test_older_unknown_runtime_wording_in_markdown_quoting() -> None:
 
 def test_a_cdi_name_stat_as_a_path_is_an_engine_without_cdi() -> None:
     """dkr-050/dkr-051; NVIDIA/nvidia-container-toolkit#63 (podman 3.0.1, inline code)."""
-    d = diagnose("`sudo podman run -ti --rm --device=nvidia.com/gpu=0 ubuntu:18.04 nvidia-smi -L`"
-                 " says:\n`Error: stat nvidia.com/gpu=0: no such file or directory`\n"
-                 "My Podman version is 3.0.1.\n")
+    d = diagnose(
+        "`sudo podman run -ti --rm --device=nvidia.com/gpu=0 ubuntu:18.04 nvidia-smi -L`"
+        " says:\n`Error: stat nvidia.com/gpu=0: no such file or directory`\n"
+        "My Podman version is 3.0.1.\n"
+    )
     assert d is not None and d.kind == "toolkit_hook_failed"
     assert d.facts["device"] == "nvidia.com/gpu=0" and "podman" in d.fix
     # near miss: a real device node missing (k8sp/sextant#397) is no CDI name
-    d2 = diagnose('error gathering device information while adding custom device "/dev/nvidia0":'
-                  " lstat /dev/nvidia0: no such file or directory\n")
+    d2 = diagnose(
+        'error gathering device information while adding custom device "/dev/nvidia0":'
+        " lstat /dev/nvidia0: no such file or directory\n"
+    )
     assert d2 is None or "CDI device name" not in d2.summary
 
 
 def test_the_requirement_names_the_drivers_cuda_only_when_the_text_shows_it() -> None:
     """dkr-052/dkr-053; pytorch/test-infra#6465 (no nvidia-smi header: no numbers invented)."""
-    text = ("docker: Error response from daemon: failed to create task for container: ... "
-            "error running prestart hook #0: exit status 1, stdout: , \n\n"
-            "stderr: Auto-detected mode as 'legacy'\n"
-            "nvidia-container-cli: requirement error: unsatisfied condition: cuda>=12.6, \n"
-            "please update your driver to a newer version, or use an earlier cuda container: "
-            "unknown.\n")
+    text = (
+        "docker: Error response from daemon: failed to create task for container: ... "
+        "error running prestart hook #0: exit status 1, stdout: , \n\n"
+        "stderr: Auto-detected mode as 'legacy'\n"
+        "nvidia-container-cli: requirement error: unsatisfied condition: cuda>=12.6, \n"
+        "please update your driver to a newer version, or use an earlier cuda container: "
+        "unknown.\n"
+    )
     d = diagnose(text)
     assert d is not None and d.kind == "driver_too_old" and d.facts["cuda"] == "12.6"
     assert "driver_cuda" not in d.facts and "supports an older CUDA" in d.summary
@@ -61,11 +71,14 @@ def test_the_requirement_names_the_drivers_cuda_only_when_the_text_shows_it() ->
 
 def test_early_nccl_warn_lines_without_the_nccl_token() -> None:
     """nccl-037/nccl-038; the libibverbs WARN of the same era alone is no failure."""
-    d = diagnose("e66aa18dc444:3171:3171 [0] misc/ibvwrap.cu:61 WARN Failed to open "
-                 "libibverbs.so[.1]\n")
+    d = diagnose(
+        "e66aa18dc444:3171:3171 [0] misc/ibvwrap.cu:61 WARN Failed to open libibverbs.so[.1]\n"
+    )
     assert d is None
-    d2 = diagnose("gpu-node-01:3171:3171 [0] include/socket.h:403 WARN Connect to "
-                  "192.0.2.7<54321> failed : Connection timed out\n")
+    d2 = diagnose(
+        "gpu-node-01:3171:3171 [0] include/socket.h:403 WARN Connect to "
+        "192.0.2.7<54321> failed : Connection timed out\n"
+    )
     assert d2 is not None and d2.kind == "nccl_system_error"
     # a log line with WARN but no NCCL source position is not NCCL's
     assert diagnose("[0] WARN Connection refused by the metrics server\n") is None
@@ -73,19 +86,23 @@ def test_early_nccl_warn_lines_without_the_nccl_token() -> None:
 
 def test_nvml_blocked_by_the_host_in_wsl() -> None:
     """gpu-047/gpu-048; staralt/dxgkrnl-dkms#7 (WSL's own nvidia-smi path)."""
-    d = diagnose("$ /usr/lib/wsl/lib/nvidia-smi\n"
-                 "Failed to initialize NVML: GPU access blocked by the operating system\n"
-                 "Failed to properly shut down NVML: GPU access blocked by the operating "
-                 "system\n")
+    d = diagnose(
+        "$ /usr/lib/wsl/lib/nvidia-smi\n"
+        "Failed to initialize NVML: GPU access blocked by the operating system\n"
+        "Failed to properly shut down NVML: GPU access blocked by the operating "
+        "system\n"
+    )
     assert d is not None and d.kind == "nvml_blocked_by_host" and d.facts["wsl"] == "yes"
 
 
 def test_nvml_permission_names_the_reading_and_tolerates_a_misspelling() -> None:
     """gpu-051/gpu-052; NVIDIA/k8s-device-plugin#399 (the reporter's 'Pemmissions')."""
-    d = diagnose("On the node with mig enabled, nvidia-device-plugin reports an error when it "
-                 "starts\nerror starting plugins: unable to add default resources to config: "
-                 "error visiting devices: error visiting device: error visiting device: error "
-                 "getting device memory info: Insufficient Pemmissions\n")
+    d = diagnose(
+        "On the node with mig enabled, nvidia-device-plugin reports an error when it "
+        "starts\nerror starting plugins: unable to add default resources to config: "
+        "error visiting devices: error visiting device: error visiting device: error "
+        "getting device memory info: Insufficient Pemmissions\n"
+    )
     assert d is not None and d.kind == "nvml_permission"
     assert d.facts["reading"] == "device memory info" and d.facts["mig"] == "yes"
     assert "GPU is fine" in d.summary
@@ -93,21 +110,27 @@ def test_nvml_permission_names_the_reading_and_tolerates_a_misspelling() -> None
 
 def test_an_xid_154_alone_stays_the_xid() -> None:
     """gpu-050's near miss: without a GSP timeout before it, the 154 is what the text says."""
-    d = diagnose("NVRM: Xid (PCI:0000:0b:00): 154, GPU recovery action changed from 0x0 (None) "
-                 "to 0x1 (GPU Reset Required)\n")
+    d = diagnose(
+        "NVRM: Xid (PCI:0000:0b:00): 154, GPU recovery action changed from 0x0 (None) "
+        "to 0x1 (GPU Reset Required)\n"
+    )
     assert d is not None and d.kind == "xid" and d.facts["xid"] == 154
 
 
 def test_an_unauthorized_pull_names_the_repository_before_the_login() -> None:
     """dkr-054..dkr-056; SideStore/omnisette-server#3 (GHCR, a package not public)."""
-    d = diagnose("When pulling the ghcr.io/sidestore/omnisette-server:latest image. I get the "
-                 "following error:\nError response from daemon: Head \"https://ghcr.io/v2/"
-                 "sidestore/omnisette-server/manifests/latest\": unauthorized\n")
+    d = diagnose(
+        "When pulling the ghcr.io/sidestore/omnisette-server:latest image. I get the "
+        'following error:\nError response from daemon: Head "https://ghcr.io/v2/'
+        'sidestore/omnisette-server/manifests/latest": unauthorized\n'
+    )
     assert d is not None and d.kind == "registry_auth" and d.facts["refusal"] == "anonymous"
     assert d.fix.index("repository name") < d.fix.index("docker login ghcr.io")
     # near miss (dkr-057): a rejected login keeps the login fix, for Docker Hub without a host
-    d2 = diagnose("Error response from daemon: Get https://registry-1.docker.io/v2/minio/minio/"
-                  "manifests/latest: unauthorized: incorrect username or password\n")
+    d2 = diagnose(
+        "Error response from daemon: Get https://registry-1.docker.io/v2/minio/minio/"
+        "manifests/latest: unauthorized: incorrect username or password\n"
+    )
     assert d2 is not None and d2.facts["refusal"] == "credentials"
     assert d2.fix.startswith("`docker logout`")
 
@@ -115,13 +138,15 @@ def test_an_unauthorized_pull_names_the_repository_before_the_login() -> None:
 def test_ipython_frames_vouch_for_the_exception_line_below_them() -> None:
     """gpu-053; rapidsai/dask-cuda#583's IPython traceback, its NVML error cut off: the
     permission rule reads the class name in IPython's header line."""
-    text = ("[BUG] LocalCUDACluster doesn't work with NVIDIA MIG\n"
-            "---------------------------------------------------------------------------\n"
-            "NVMLError_NoPermission                    Traceback (most recent call last)\n"
-            "<ipython-input-1-48e0ebf5a2e9> in <module>\n"
-            "     33 \n"
-            "---> 35 cluster = LocalCUDACluster(device_memory_limit=1.0,\n"
-            "     36                            rmm_managed_memory=True)\n")
+    text = (
+        "[BUG] LocalCUDACluster doesn't work with NVIDIA MIG\n"
+        "---------------------------------------------------------------------------\n"
+        "NVMLError_NoPermission                    Traceback (most recent call last)\n"
+        "<ipython-input-1-48e0ebf5a2e9> in <module>\n"
+        "     33 \n"
+        "---> 35 cluster = LocalCUDACluster(device_memory_limit=1.0,\n"
+        "     36                            rmm_managed_memory=True)\n"
+    )
     d = diagnose(text)
     assert d is not None and d.kind == "nvml_permission" and d.facts["mig"] == "yes"
 
@@ -129,9 +154,11 @@ def test_ipython_frames_vouch_for_the_exception_line_below_them() -> None:
 def _old_timeout(rank: int, op: str) -> str:
     """PyTorch 1.8's watchdog line (``ProcessGroupNCCL.cpp``: "Caught collective operation
     timeout: WorkNCCL(OpType=..., TensorShape=..., Timeout(ms)=...)", no SeqNum)."""
-    return (f"[E ProcessGroupNCCL.cpp:566] [Rank {rank}] Caught collective operation timeout: "
-            f"WorkNCCL(OpType={op}, TensorShape=[1024], Timeout(ms)=1800000) ran for 1800096 "
-            "milliseconds before timing out.\n")
+    return (
+        f"[E ProcessGroupNCCL.cpp:566] [Rank {rank}] Caught collective operation timeout: "
+        f"WorkNCCL(OpType={op}, TensorShape=[1024], Timeout(ms)=1800000) ran for 1800096 "
+        "milliseconds before timing out.\n"
+    )
 
 
 def test_collective_mismatch_names_the_odd_rank() -> None:
@@ -152,17 +179,21 @@ def test_collective_mismatch_names_the_odd_rank() -> None:
 def test_every_rank_with_a_cuda_oom_is_named_with_its_gpu() -> None:
     """Two ranks' OOMs (PyTorch 2.x's message) interleaved mid-token: both ranks and both GPUs,
     the second rank's GPU number from its continued line."""
-    text = ("[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU "
-            "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU "
-            "0 has a total capacity of 79.11 GiB of which 1.1 GiB is free.\n"
-            "[rank1]: 1 has a total capacity of 79.11 GiB of which 1.2 GiB is free.\n")
+    text = (
+        "[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU "
+        "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU "
+        "0 has a total capacity of 79.11 GiB of which 1.1 GiB is free.\n"
+        "[rank1]: 1 has a total capacity of 79.11 GiB of which 1.2 GiB is free.\n"
+    )
     d = diagnose(text)
     assert d is not None and d.kind == "cuda_oom"
     assert d.ranks == (0, 1) and d.facts["gpus"] == (0, 1)
     assert "rank 0 on GPU 0" in d.summary and "rank 1 on GPU 1" in d.summary
     # one rank's OOM stays that rank's, with its GPU
-    d1 = diagnose("[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
-                  "1.00 GiB. GPU 3 has a total capacity of 79.11 GiB of which 0 bytes is free.\n")
+    d1 = diagnose(
+        "[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+        "1.00 GiB. GPU 3 has a total capacity of 79.11 GiB of which 0 bytes is free.\n"
+    )
     assert d1 is not None and d1.ranks == (3,) and d1.facts["gpu"] == 3
 
 
@@ -172,7 +203,8 @@ _RICH = (
     "│ run_pipeline                                                                 │\n"
     "│                                                                              │\n"
     "│ ❱ 197 │   runner.run(context)                                                │\n"
-    "╰──────────────────────────────────────────────────────────────────────────────╯\n")
+    "╰──────────────────────────────────────────────────────────────────────────────╯\n"
+)
 
 
 def test_the_exception_line_after_richs_frame_box_is_the_cause() -> None:
@@ -195,7 +227,9 @@ def test_a_reset_during_communicator_init_is_the_set_up_failing() -> None:
     text = (_CORPUS / "nccl" / "nccl-043.txt").read_text()
     d = diagnose(text)
     assert d is not None and d.kind == "nccl_system_error" and d.facts["phase"] == "init"
-    done = ("9306dc444753:248281:248335 [3] NCCL INFO ncclCommInitRank comm 0x7f00a8000f00 "
-            "rank 3 nranks 8 cudaDev 3 busId 3d000 commId 0x1 - Init COMPLETE\n")
+    done = (
+        "9306dc444753:248281:248335 [3] NCCL INFO ncclCommInitRank comm 0x7f00a8000f00 "
+        "rank 3 nranks 8 cudaDev 3 busId 3d000 commId 0x1 - Init COMPLETE\n"
+    )
     d2 = diagnose(done + text)
     assert d2 is not None and d2.kind == "nccl_remote_error" and "phase" not in d2.facts

@@ -75,8 +75,10 @@ def test_nccl_error_n_older_wording() -> None:
 
 def test_nccl_tests_failure_wording() -> None:
     # NVIDIA/nccl-tests#166 (title).
-    d = diagnosed("Test NCCL failure common.cu:958 'internal error - please report this issue "
-                  "to the NCCL developers / '")
+    d = diagnosed(
+        "Test NCCL failure common.cu:958 'internal error - please report this issue "
+        "to the NCCL developers / '"
+    )
     assert (d.kind, d.facts["nccl_result"]) == ("nccl_internal_error", 3)
 
 
@@ -102,7 +104,10 @@ def test_result_line_does_not_lose_to_its_own_traceback() -> None:
     text = "Traceback (most recent call last):\n" + "\n".join(lines[:9])
     d = diagnosed(text)
     assert (d.kind, d.facts["nccl_result"], d.facts["nccl_version"]) == (
-        "nccl_internal_error", 3, "2.18.1")
+        "nccl_internal_error",
+        3,
+        "2.18.1",
+    )
 
 
 def test_old_socket_warn_without_nccl_word() -> None:
@@ -136,7 +141,10 @@ def test_heartbeat_next_to_a_collective_timeout() -> None:
     d = diagnosed(text)
     assert d.kind == "nccl_timeout"
     assert (d.facts["seq"], d.facts["op"], d.facts["timeout_ms"]) == (
-        120049, "_ALLGATHER_BASE", 1800000)
+        120049,
+        "_ALLGATHER_BASE",
+        1800000,
+    )
     assert d.facts["heartbeat_timeout_s"] == 480
     assert d.facts["victims"] == (2, 5, 7)
     assert "rank 5, 7" in d.summary

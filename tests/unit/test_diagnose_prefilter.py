@@ -51,15 +51,27 @@ def _answer(text: str, monkeypatch: pytest.MonkeyPatch, prefilter: bool) -> Any:
     if d is None:
         return None
     evidence = [e for e in d.evidence if not _NOISE_LINE.match(e)]
-    return (d.kind, d.summary, d.ranks, d.fix, dict(d.facts), evidence, d.failure, d.inputs,
-            [(c.kind, c.summary, [e for e in c.evidence if not _NOISE_LINE.match(e)])
-             for c in d.consequences])
+    return (
+        d.kind,
+        d.summary,
+        d.ranks,
+        d.fix,
+        dict(d.facts),
+        evidence,
+        d.failure,
+        d.inputs,
+        [
+            (c.kind, c.summary, [e for e in c.evidence if not _NOISE_LINE.match(e)])
+            for c in d.consequences
+        ],
+    )
 
 
 #: The lines of torchelastic's failure summary (console/diagnosis/elastic.py's grammar).
 _RECORD = re.compile(
     r"^\s*(?:\[\d+\]:\s*$|(?:time|host|rank|exitcode|error_file|traceback|msg)\s*:|Root Cause"
-    r"|(?:Other )?Failures:|[=*-]{8,}|\S.* FAILED\s*$|<NO_OTHER_FAILURES>)")
+    r"|(?:Other )?Failures:|[=*-]{8,}|\S.* FAILED\s*$|<NO_OTHER_FAILURES>)"
+)
 
 
 _BORDER = re.compile(r"^\s*[=*-]{8,}\s*$")
@@ -99,12 +111,13 @@ def _tagged(text: str) -> bool:
 
 def test_noise_holds_no_declared_word() -> None:
     assert engine.keywords(), "no pre-filter: google-re2 is missing (scripts/lib/ensure-venv)"
-    assert _strict(_NOISE * 3) == "".join(_NOISE.splitlines(True)[:engine.GAP_LINES])
+    assert _strict(_NOISE * 3) == "".join(_NOISE.splitlines(True)[: engine.GAP_LINES])
 
 
 @pytest.mark.parametrize("path", CASES, ids=[p.stem for p in CASES])
-def test_same_answer_with_and_without_prefilter(path: Path,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_same_answer_with_and_without_prefilter(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     text = path.read_text(encoding="utf-8", errors="replace")
     assert _answer(text, monkeypatch, True) == _answer(text, monkeypatch, False)
 
@@ -127,13 +140,13 @@ def test_keeps_the_hit_its_context_and_the_start_of_each_dropped_stretch() -> No
     lines = _steps(200) + [hit] + _steps(200, 200)
     kept = _KEPT("".join(lines), head=0, tail=0, small=0)
     gap, before, after = engine.GAP_LINES, 4, 8  # Needs' defaults, the rules' words
-    assert kept == "".join(lines[:gap] + lines[200 - before:201 + after + gap])
+    assert kept == "".join(lines[:gap] + lines[200 - before : 201 + after + gap])
 
 
 def test_head_and_tail_are_kept() -> None:
     lines = _steps(1000)
     kept = _KEPT("".join(lines), head=5, tail=7, small=0)
-    assert kept == "".join(lines[:5 + engine.GAP_LINES] + lines[-7:])
+    assert kept == "".join(lines[: 5 + engine.GAP_LINES] + lines[-7:])
 
 
 def test_without_re2_every_line_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -170,5 +183,9 @@ def test_summary_amid_noise() -> None:
     assert len(engine.kept_text(text)) < len(text) // 10
     alone, amid = engine.diagnose(summary), engine.diagnose(text)
     assert alone is not None and amid is not None
-    assert (amid.kind, amid.ranks, dict(amid.facts), amid.failure) == \
-        (alone.kind, alone.ranks, dict(alone.facts), alone.failure)
+    assert (amid.kind, amid.ranks, dict(amid.facts), amid.failure) == (
+        alone.kind,
+        alone.ranks,
+        dict(alone.facts),
+        alone.failure,
+    )

@@ -72,8 +72,9 @@ def test_rendezvous_closed_alone_is_the_root() -> None:
         pytest.param(lambda i, s: f"2024-05-08T08:47:31.{i:09d}Z stderr F {s}", id="cri"),
         pytest.param(lambda i, s: f"trainer-1  | {s}", id="compose"),
         pytest.param(lambda i, s: f"0: {s}", id="srun-label"),
-        pytest.param(lambda i, s: json.dumps({"log": s + "\n", "stream": "stderr"}),
-                     id="docker-json"),
+        pytest.param(
+            lambda i, s: json.dumps({"log": s + "\n", "stream": "stderr"}), id="docker-json"
+        ),
     ],
 )
 def test_summary_under_collector_prefixes(decorate: object) -> None:
@@ -93,8 +94,10 @@ def test_agent_failed_line_without_summary() -> None:
 
 
 def test_sigkill_with_kernel_oom_record_is_oom_killed() -> None:
-    kernel = ("[ 5012.123456] Out of memory: Killed process 899509 (python) "
-              "total-vm:123456kB, anon-rss:654321kB, file-rss:0kB, shmem-rss:0kB")
+    kernel = (
+        "[ 5012.123456] Out of memory: Killed process 899509 (python) "
+        "total-vm:123456kB, anon-rss:654321kB, file-rss:0kB, shmem-rss:0kB"
+    )
     d = diagnosed(corpus("trc-002") + "\n" + kernel + "\n")
     assert (d.kind, d.facts["pid"], d.facts["scope"]) == ("oom_killed", 899509, "host")
 
@@ -109,15 +112,26 @@ def test_exception_wrapping_a_cuda_error_is_not_the_root() -> None:
     ("line", "kind"),
     [
         # wordings of the same cudaError_t strings in other PyTorch versions
-        ("RuntimeError: cuda runtime error (10) : invalid device ordinal at "
-         "/pytorch/aten/src/THC/THCGeneral.cpp:51", "cuda_invalid_device"),
-        ("RuntimeError: CUDA error: no kernel image is available for execution on the device",
-         "cuda_unsupported_arch"),
-        ("RuntimeError: CUDA error: CUDA driver version is insufficient for CUDA runtime version",
-         "driver_too_old"),
-        ("RuntimeError: Unexpected error from cudaGetDeviceCount(). Did you run some cuda "
-         "functions before calling NumCudaDevices() that might have already set an error? "
-         "Error 802: system not yet initialized", "fabric_manager"),
+        (
+            "RuntimeError: cuda runtime error (10) : invalid device ordinal at "
+            "/pytorch/aten/src/THC/THCGeneral.cpp:51",
+            "cuda_invalid_device",
+        ),
+        (
+            "RuntimeError: CUDA error: no kernel image is available for execution on the device",
+            "cuda_unsupported_arch",
+        ),
+        (
+            "RuntimeError: CUDA error: CUDA driver version is insufficient for CUDA runtime "
+            "version",
+            "driver_too_old",
+        ),
+        (
+            "RuntimeError: Unexpected error from cudaGetDeviceCount(). Did you run some cuda "
+            "functions before calling NumCudaDevices() that might have already set an error? "
+            "Error 802: system not yet initialized",
+            "fabric_manager",
+        ),
         ("RuntimeError: CUDA error: unspecified launch failure", "cuda_error"),
     ],
 )

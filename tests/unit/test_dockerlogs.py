@@ -34,14 +34,16 @@ def feed_in_pieces(parser: LogStreamParser, data: bytes, size: int) -> list[LogL
     return out + parser.close()
 
 
-STREAM = b"".join([
-    frame(f"{T0}.000000001Z step 1 loss 2.5\n".encode()),
-    frame(f"{T0}.5Z [rank1]:warn\n".encode(), stream=2),  # stderr; Docker trims zeros
-    frame(f"{T0}.123456789Z tqdm 10%\r".encode()),  # no newline yet: continues
-    frame(f"{T0}.2Z  20%\n".encode()),
-    frame(b""),  # empty frames are skipped
-    frame("2026-12-01T03:05:02.25Z café ✓\n".encode()),
-])
+STREAM = b"".join(
+    [
+        frame(f"{T0}.000000001Z step 1 loss 2.5\n".encode()),
+        frame(f"{T0}.5Z [rank1]:warn\n".encode(), stream=2),  # stderr; Docker trims zeros
+        frame(f"{T0}.123456789Z tqdm 10%\r".encode()),  # no newline yet: continues
+        frame(f"{T0}.2Z  20%\n".encode()),
+        frame(b""),  # empty frames are skipped
+        frame("2026-12-01T03:05:02.25Z café ✓\n".encode()),
+    ]
+)
 EXPECTED = [
     LogLine(NS0 + 1, "step 1 loss 2.5"),
     LogLine(NS0 + 500_000_000, "[rank1]:warn"),
@@ -57,29 +59,45 @@ def test_frames_cut_anywhere_give_the_same_lines(size: int) -> None:
 
 def test_partial_messages_are_joined_and_keep_the_first_time() -> None:
     part = b"x" * 16384
-    data = (frame(f"{T0}.1Z ".encode() + part) + frame(f"{T0}.2Z ".encode() + part)
-            + frame(f"{T0}.3Z tail\n".encode()))
+    data = (
+        frame(f"{T0}.1Z ".encode() + part)
+        + frame(f"{T0}.2Z ".encode() + part)
+        + frame(f"{T0}.3Z tail\n".encode())
+    )
     assert feed_in_pieces(LogStreamParser(), data, 5000) == [
-        LogLine(NS0 + 100_000_000, "x" * 32768 + "tail")]
+        LogLine(NS0 + 100_000_000, "x" * 32768 + "tail")
+    ]
 
 
 def test_raw_stream_of_a_tty_container() -> None:
     data = f"{T0}.1Z one\r\n{T0}.2Z two\r\n{T0}.3Z thr".encode() + b"ee"
     assert feed_in_pieces(LogStreamParser(multiplexed=False), data, 4) == [
-        LogLine(NS0 + 100_000_000, "one"), LogLine(NS0 + 200_000_000, "two"),
-        LogLine(NS0 + 300_000_000, "three")]
+        LogLine(NS0 + 100_000_000, "one"),
+        LogLine(NS0 + 200_000_000, "two"),
+        LogLine(NS0 + 300_000_000, "three"),
+    ]
 
 
 def test_invalid_utf8_is_replaced_and_records_without_a_time_are_skipped() -> None:
     data = frame(b"not-a-time hello\n") + frame(f"{T0}.1Z bad \xff\xfe end\n".encode("latin-1"))
     assert feed_in_pieces(LogStreamParser(), data, 100) == [
-        LogLine(NS0 + 100_000_000, "bad \ufffd\ufffd end")]
+        LogLine(NS0 + 100_000_000, "bad \ufffd\ufffd end")
+    ]
 
 
-@pytest.mark.parametrize("ts", [
-    f"{T0}Z", f"{T0}.1Z", f"{T0}.999999999Z", f"{T0}.000000001Z", f"{T0}+02:00",
-    f"{T0}.5+02:00", "2026-12-01T03:05:59.999Z", "2026-12-31T23:59:59.9Z",
-])
+@pytest.mark.parametrize(
+    "ts",
+    [
+        f"{T0}Z",
+        f"{T0}.1Z",
+        f"{T0}.999999999Z",
+        f"{T0}.000000001Z",
+        f"{T0}+02:00",
+        f"{T0}.5+02:00",
+        "2026-12-01T03:05:59.999Z",
+        "2026-12-31T23:59:59.9Z",
+    ],
+)
 def test_fast_timestamp_path_agrees_with_the_full_parser(ts: str) -> None:
     p = TimestampParser()
     p.parse(f"{T0}.7Z")  # primes the cached second
@@ -92,11 +110,15 @@ def test_since_param_is_seconds_dot_nanoseconds() -> None:
 
 
 def test_response_head() -> None:
-    head = (b"HTTP/1.0 200 OK\r\nApi-Version: 1.47\r\n"
-            b"Content-Type: application/vnd.docker.multiplexed-stream\r\n\r\n")
+    head = (
+        b"HTTP/1.0 200 OK\r\nApi-Version: 1.47\r\n"
+        b"Content-Type: application/vnd.docker.multiplexed-stream\r\n\r\n"
+    )
     assert _parse_head(head) == (200, "application/vnd.docker.multiplexed-stream")
-    assert _parse_head(b"HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\n\r\n") \
-        == (404, "application/json")
+    assert _parse_head(b"HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\n\r\n") == (
+        404,
+        "application/json",
+    )
 
 
 async def _serve_fake_engine_dropping_mid_line(path: str) -> asyncio.AbstractServer:
@@ -105,8 +127,9 @@ async def _serve_fake_engine_dropping_mid_line(path: str) -> asyncio.AbstractSer
 
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.readuntil(b"\r\n\r\n")
-        writer.write(b"HTTP/1.0 200 OK\r\n"
-                     b"Content-Type: application/vnd.docker.multiplexed-stream\r\n\r\n")
+        writer.write(
+            b"HTTP/1.0 200 OK\r\nContent-Type: application/vnd.docker.multiplexed-stream\r\n\r\n"
+        )
         writer.write(frame(f"{T0}.1Z whole\n".encode()))
         writer.write(frame(f"{T0}.2Z ".encode() + b"y" * 16384))  # first part of a long line
         await writer.drain()
@@ -117,12 +140,12 @@ async def _serve_fake_engine_dropping_mid_line(path: str) -> asyncio.AbstractSer
 
 @pytest.mark.parametrize("follow", [True, False])
 async def test_a_stream_cut_mid_line_does_not_emit_half_a_line_when_following(
-        tmp_path: Path, follow: bool) -> None:
+    tmp_path: Path, follow: bool
+) -> None:
     sock = str(tmp_path / "engine.sock")
     server = await _serve_fake_engine_dropping_mid_line(sock)
     try:
-        got = [ln async for batch in read_log_batches(sock, "c1", follow=follow)
-               for ln in batch]
+        got = [ln async for batch in read_log_batches(sock, "c1", follow=follow) for ln in batch]
     finally:
         server.close()
         await server.wait_closed()

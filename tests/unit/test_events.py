@@ -51,8 +51,10 @@ def test_failing_subscriber_is_isolated(caplog: pytest.LogCaptureFixture) -> Non
 def test_host_transitions_published_once() -> None:
     bus = EventBus()
     changes: list[tuple[str, str, str | None]] = []
-    bus.subscribe(lambda ev: changes.append((ev.status, ev.previous, ev.reason)),  # type: ignore[union-attr]
-                  kinds=(HostStateChanged,))
+    bus.subscribe(
+        lambda ev: changes.append((ev.status, ev.previous, ev.reason)),  # type: ignore[union-attr]
+        kinds=(HostStateChanged,),
+    )
     state = ObservedFleetState(bus, ["a"], 1.0)
     s = _samples()
     state.on_sample("a", s[0], rx=100.0)
@@ -84,8 +86,12 @@ async def test_coalescing_subscriber_gets_latest_per_key_and_every_log_batch() -
     assert len(fast) == 12 and slow == []
     await asyncio.sleep(0)  # the coalesced burst is delivered on the next loop turn
     kinds = [(type(e).__name__, getattr(e, "host", None)) for e in slow]
-    assert kinds == [("LogLinesReceived", None), ("LogLinesReceived", None),
-                     ("SampleReceived", "a"), ("SampleReceived", "b")]
+    assert kinds == [
+        ("LogLinesReceived", None),
+        ("LogLinesReceived", None),
+        ("SampleReceived", "a"),
+        ("SampleReceived", "b"),
+    ]
     last_a = slow[2]
     assert isinstance(last_a, SampleReceived) and last_a.sample is samples[-1]
 

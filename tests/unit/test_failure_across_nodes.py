@@ -39,7 +39,7 @@ class FakeEngineServingLogs:
         return _Info(self._oom)
 
     async def logs(self, container_id: str, *, tail: int | None = None) -> AsyncIterator[_Line]:
-        for line in self._logs[container_id].splitlines()[-(tail or 10**9):]:
+        for line in self._logs[container_id].splitlines()[-(tail or 10**9) :]:
             yield _Line(line)
 
     async def read_file(self, container_id: str, path: str) -> bytes | None:
@@ -55,9 +55,15 @@ class FakeSessionOfOneEngine:
 
 
 def _node(rank: int, host: str, code: int) -> NodeRecord:
-    return NodeRecord(job_id="j1", node_rank=rank, host=host, container_name=f"j1-n{rank}",
-                      container_id=f"c{rank}", state="failed",
-                      exit_code=code)
+    return NodeRecord(
+        job_id="j1",
+        node_rank=rank,
+        host=host,
+        container_name=f"j1-n{rank}",
+        container_id=f"c{rank}",
+        state="failed",
+        exit_code=code,
+    )
 
 
 def test_root_cause_on_another_node_wins() -> None:
@@ -72,8 +78,10 @@ def test_root_cause_on_another_node_wins() -> None:
     assert (got["node"], got["host"], got["rank"]) == (0, "a", 2)
     assert got["consequences"][0].startswith("node 1: sigabrt: ")
     text = "\n".join(failure_lines(got))
-    assert text.startswith("first failure: node 0 on a rank 2, exit code 1: Rank 2 (process "
-                           "group 0, default_pg) hit a CUDA illegal memory access")
+    assert text.startswith(
+        "first failure: node 0 on a rank 2, exit code 1: Rank 2 (process "
+        "group 0, default_pg) hit a CUDA illegal memory access"
+    )
     assert "  then: node 1: sigabrt" in text
 
 

@@ -26,16 +26,20 @@ def test_buckets_cover_every_point_once_and_columns_are_means() -> None:
     assert [len(c) for c in cols] == [1] + [3] * 8  # the oldest run takes the remainder
     assert [p for c in cols for p in c] == pts
     assert buckets(pts, 40) == [[p] for p in pts]
-    rows = history_chart(_points(0.0, 100.0, 50.0, None), width=2, height=1,
-                         series=("util",))
+    rows = history_chart(_points(0.0, 100.0, 50.0, None), width=2, height=1, series=("util",))
     assert rows[0].plot == "▄▄"  # (0 + 100) / 2 and 50 (the unknown point left out)
-    assert history_chart(_points(None, None), width=2, height=1, series=("util",))[0].plot \
-        == "??"
+    assert history_chart(_points(None, None), width=2, height=1, series=("util",))[0].plot == "??"
 
 
 def test_duration_text() -> None:
     assert [duration_text(s) for s in (0, 24, 60, 125, 900, 3725)] == [
-        "0s", "24s", "1m00s", "2m05s", "15m00s", "1h02m"]
+        "0s",
+        "24s",
+        "1m00s",
+        "2m05s",
+        "15m00s",
+        "1h02m",
+    ]
 
 
 def test_chart_of_the_load_trace_has_scales_units_and_the_time_span() -> None:

@@ -81,8 +81,14 @@ async def watch(n_hosts: int, max_connecting: int) -> FakeFleetSession:
     hosts = [f"h{i:02d}" for i in range(n_hosts)]
     session = FakeFleetSession(connect_s=0.02)
     state = FleetState(hosts, 0.1)
-    mon = FleetMonitor(cast(Session, session), state, hosts, interval=0.1, mode="agent",
-                       max_connecting=max_connecting)
+    mon = FleetMonitor(
+        cast(Session, session),
+        state,
+        hosts,
+        interval=0.1,
+        mode="agent",
+        max_connecting=max_connecting,
+    )
     mon.stop_grace_s = 0.3
     mon.start()
     try:

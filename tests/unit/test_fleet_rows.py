@@ -35,8 +35,9 @@ from remote.telemetry.schema import THROTTLE_REASONS, empty_sample
 TRACES = Path(__file__).resolve().parents[1] / "data" / "traces"
 CID = "c0ffee" + "0" * 58
 DOWN_REASON = "host gpu-c: cannot connect to 10.0.0.13:22: connection refused"
-DRIVER_DETAIL = ("nvidia-smi: Unable to determine the device handle for GPU0000:3D:00.0: "
-                 "Unknown Error")
+DRIVER_DETAIL = (
+    "nvidia-smi: Unable to determine the device handle for GPU0000:3D:00.0: Unknown Error"
+)
 
 
 def trace(name: str) -> list[dict[str, Any]]:
@@ -56,8 +57,13 @@ def build_fleet(*, job: bool = False) -> FleetState:
     for i, s in enumerate(trace("h200-load.jsonl")):
         if job:
             s = copy.deepcopy(s)
-            p0 = dict(s["processes"][0], container_id=CID, rank=0, local_rank=0,
-                      command="/usr/bin/python3 -u train.py --epochs 3")
+            p0 = dict(
+                s["processes"][0],
+                container_id=CID,
+                rank=0,
+                local_rank=0,
+                command="/usr/bin/python3 -u train.py --epochs 3",
+            )
             p1 = dict(p0, pid=654, rank=1, local_rank=1, used_mib=1024)
             s["processes"] = [p1, p0]
         st.on_sample("h200-a", s, rx=100.0 + i)
@@ -87,7 +93,13 @@ def test_rows_carry_the_traces_last_readings() -> None:
     assert [g.host.name for g in groups] == ["h200-a", "h200-b", "gpu-c", "gpu-d"]
     a = groups[0].host
     assert (a.key, a.status, a.cpu_pct, a.mem_used_mib, a.mem_total_mib, a.gpu_count) == (
-        "host:h200-a", "up", 3.2, 1180, 257811, 2)
+        "host:h200-a",
+        "up",
+        3.2,
+        1180,
+        257811,
+        2,
+    )
     assert (a.problem, a.error, a.missing_gpus, a.source) == (None, None, (), "nvml")
     assert a.age_s == pytest.approx(0.5)  # last of 25 samples at rx 124.0
     g0 = gpu(groups, "h200-a", 0)
@@ -96,13 +108,27 @@ def test_rows_carry_the_traces_last_readings() -> None:
     assert (g0.power_w, g0.power_limit_w, g0.sm_activity_pct) == (691.842, 700.0, 96.27)
     assert g0.fan_pct is None  # the H200 SXM has no fan: unknown, not 0
     assert g0.throttle_reasons == ("sw_power_cap",)
-    assert (g0.pstate, g0.sm_clock_mhz, g0.tensor_activity_pct, g0.dram_bw_util_pct,
-            g0.ecc_uncorrected) == ("P0", 1500, 93.45, 17.34, 0)
+    assert (
+        g0.pstate,
+        g0.sm_clock_mhz,
+        g0.tensor_activity_pct,
+        g0.dram_bw_util_pct,
+        g0.ecc_uncorrected,
+    ) == ("P0", 1500, 93.45, 17.34, 0)
     assert g0.history == (100.0,) * 25
-    assert g0.users == (GpuUser(
-        job_id=None, job_name=None, node_rank=None, ranks=(), pids=(653,), user="root",
-        command="python3 /work/main/scripts/device/matmul_load.py 90 16", container=None,
-        used_mib=17604),)
+    assert g0.users == (
+        GpuUser(
+            job_id=None,
+            job_name=None,
+            node_rank=None,
+            ranks=(),
+            pids=(653,),
+            user="root",
+            command="python3 /work/main/scripts/device/matmul_load.py 90 16",
+            container=None,
+            used_mib=17604,
+        ),
+    )
     assert (g0.busy, g0.free, g0.job_ids) == (True, False, ())
     g1 = gpu(groups, "h200-a", 1)
     assert (g1.util_pct, g1.mem_used_mib, g1.temp_c, g1.power_w) == (0, 0, 44, 85.019)
@@ -114,13 +140,19 @@ def test_rows_carry_the_traces_last_readings() -> None:
 def test_down_and_driver_problem_hosts() -> None:
     groups = fleet_rows(build_fleet(), now=124.5)
     c, d = groups[2], groups[3]
-    assert (c.host.status, c.host.error, c.host.gpu_count, c.gpus) == ("down", DOWN_REASON,
-                                                                       None, ())
+    assert (c.host.status, c.host.error, c.host.gpu_count, c.gpus) == (
+        "down",
+        DOWN_REASON,
+        None,
+        (),
+    )
     assert host_detail_text(c.host) == DOWN_REASON
     assert (d.host.status, d.host.problem, d.host.problem_detail) == (
-        "up", "driver_unreachable", DRIVER_DETAIL)
-    assert (d.host.cpu_pct, d.host.mem_used_mib, d.host.gpu_count, d.gpus) == (1.5, 2048,
-                                                                               None, ())
+        "up",
+        "driver_unreachable",
+        DRIVER_DETAIL,
+    )
+    assert (d.host.cpu_pct, d.host.mem_used_mib, d.host.gpu_count, d.gpus) == (1.5, 2048, None, ())
     assert host_detail_text(d.host) == f"driver_unreachable: {DRIVER_DETAIL}"
 
 
@@ -143,7 +175,12 @@ def test_job_ranks_grouped_per_node() -> None:
     assert g0.users is not None
     (u,) = g0.users
     assert (u.job_id, u.job_name, u.node_rank, u.ranks, u.pids) == (
-        "ddp-x-1a2b3c", "ddp-x", 0, (0, 1), (653, 654))
+        "ddp-x-1a2b3c",
+        "ddp-x",
+        0,
+        (0, 1),
+        (653, 654),
+    )
     assert (u.container, u.used_mib) == (CID[:12], 17604 + 1024)
     assert user_text(u) == "ddp-x-1a2b3c n0 r0,r1"
     assert g0.job_ids == ("ddp-x-1a2b3c",)
@@ -156,8 +193,12 @@ def test_smi_fallback_unknowns_stay_none() -> None:
     (g,) = fleet_rows(st)
     assert (g.host.cpu_pct, g.host.mem_used_mib, g.host.source) == (None, None, "nvidia-smi")
     r0 = g.gpus[0]
-    assert (r0.mem_used_mib, r0.util_pct, r0.sm_activity_pct, r0.fan_pct) == (17613, 100,
-                                                                              None, None)
+    assert (r0.mem_used_mib, r0.util_pct, r0.sm_activity_pct, r0.fan_pct) == (
+        17613,
+        100,
+        None,
+        None,
+    )
     assert r0.users is not None
     assert users_text(r0.users) == "pid 570 ? ?"
 
@@ -165,20 +206,63 @@ def test_smi_fallback_unknowns_stay_none() -> None:
 def test_sort_by_each_column() -> None:
     groups = fleet_rows(build_fleet())
     assert order(sort_groups(groups)) == [
-        "h200-a", "h200-a:0", "h200-a:1", "h200-b", "h200-b:0", "h200-b:1", "gpu-c", "gpu-d"]
+        "h200-a",
+        "h200-a:0",
+        "h200-a:1",
+        "h200-b",
+        "h200-b:0",
+        "h200-b:1",
+        "gpu-c",
+        "gpu-d",
+    ]
     assert order(sort_groups(groups, "host", descending=True)) == [
-        "gpu-d", "gpu-c", "h200-b", "h200-b:1", "h200-b:0", "h200-a", "h200-a:1", "h200-a:0"]
+        "gpu-d",
+        "gpu-c",
+        "h200-b",
+        "h200-b:1",
+        "h200-b:0",
+        "h200-a",
+        "h200-a:1",
+        "h200-a:0",
+    ]
     # temperature: a 62/44 C, b 38/39 C
     assert order(sort_groups(groups, "temp", descending=True)) == [
-        "h200-a", "h200-a:0", "h200-a:1", "h200-b", "h200-b:1", "h200-b:0", "gpu-c", "gpu-d"]
+        "h200-a",
+        "h200-a:0",
+        "h200-a:1",
+        "h200-b",
+        "h200-b:1",
+        "h200-b:0",
+        "gpu-c",
+        "gpu-d",
+    ]
     assert order(sort_groups(groups, "temp")) == [
-        "h200-b", "h200-b:0", "h200-b:1", "h200-a", "h200-a:1", "h200-a:0", "gpu-c", "gpu-d"]
+        "h200-b",
+        "h200-b:0",
+        "h200-b:1",
+        "h200-a",
+        "h200-a:1",
+        "h200-a:0",
+        "gpu-c",
+        "gpu-d",
+    ]
     # power: a 691.8/85.0 W, b 76.3/82.4 W
     assert order(sort_groups(groups, "power")) == [
-        "h200-b", "h200-b:0", "h200-b:1", "h200-a", "h200-a:1", "h200-a:0", "gpu-c", "gpu-d"]
+        "h200-b",
+        "h200-b:0",
+        "h200-b:1",
+        "h200-a",
+        "h200-a:1",
+        "h200-a:0",
+        "gpu-c",
+        "gpu-d",
+    ]
     # memory and utilization: ties keep the host order
-    assert order(sort_groups(groups, "mem", descending=True))[:3] == ["h200-a", "h200-a:0",
-                                                                      "h200-a:1"]
+    assert order(sort_groups(groups, "mem", descending=True))[:3] == [
+        "h200-a",
+        "h200-a:0",
+        "h200-a:1",
+    ]
     assert order(sort_groups(groups, "util"))[:3] == ["h200-a", "h200-a:1", "h200-a:0"]
     with pytest.raises(ValueError, match="unknown sort key 'fan'"):
         sort_groups(groups, "fan")
@@ -188,7 +272,12 @@ def test_filter_words_and_qualifiers() -> None:
     groups = fleet_rows(build_fleet(job=True))
     assert order(filter_groups(groups, "")) == order(groups)
     assert order(filter_groups(groups, "free")) == [
-        "h200-a", "h200-a:1", "h200-b", "h200-b:0", "h200-b:1"]
+        "h200-a",
+        "h200-a:1",
+        "h200-b",
+        "h200-b:0",
+        "h200-b:1",
+    ]
     assert order(filter_groups(groups, "busy")) == ["h200-a", "h200-a:0"]
     assert order(filter_groups(groups, "h200-b")) == ["h200-b", "h200-b:0", "h200-b:1"]
     assert order(filter_groups(groups, "gpu-c")) == ["gpu-c"]  # a down host by name
@@ -197,10 +286,19 @@ def test_filter_words_and_qualifiers() -> None:
     assert order(filter_groups(groups, "job:ddp-x")) == ["h200-a", "h200-a:0"]
     assert order(filter_groups(groups, "1a2b3c")) == ["h200-a", "h200-a:0"]
     assert order(filter_groups(groups, "model:h200")) == [
-        "h200-a", "h200-a:0", "h200-a:1", "h200-b", "h200-b:0", "h200-b:1"]
+        "h200-a",
+        "h200-a:0",
+        "h200-a:1",
+        "h200-b",
+        "h200-b:0",
+        "h200-b:1",
+    ]
     assert filter_groups(groups, "model:a100") == []
     assert [(t.field, t.value) for t in parse_query(" Free job:X h ")] == [
-        ("free", ""), ("job", "x"), ("text", "h")]
+        ("free", ""),
+        ("job", "x"),
+        ("text", "h"),
+    ]
 
 
 def test_unknown_process_list_is_neither_free_nor_busy() -> None:
@@ -224,8 +322,17 @@ def test_text_cells() -> None:
     assert throttle_text(["sw_power_cap", "hw_thermal"]) == "pwr-cap,hw-therm"
     assert sparkline([None, 0.0, 50.0, 100.0], 6) == "  ?▁▅█"
     assert sparkline([100.0] * 25, 4) == "████"
-    u = GpuUser(None, None, None, (), (653,), "root",
-                "python3 /work/main/scripts/device/matmul_load.py 90 16", None, 17604)
+    u = GpuUser(
+        None,
+        None,
+        None,
+        (),
+        (653,),
+        "root",
+        "python3 /work/main/scripts/device/matmul_load.py 90 16",
+        None,
+        17604,
+    )
     assert user_text(u) == "pid 653 root python3 …/matmul_load.py 90 16"
     assert user_text(u, command_limit=12) == "pid 653 root python3 …/m…"
 
@@ -239,7 +346,11 @@ def test_connecting_host_and_missing_gpu() -> None:
     st.on_sample("h200", fell, rx=2.0)
     new, h200 = fleet_rows(st)
     assert (new.host.status, new.host.gpu_count, new.host.cpu_pct, new.gpus) == (
-        "connecting", None, None, ())
+        "connecting",
+        None,
+        None,
+        (),
+    )
     assert (h200.host.gpu_count, h200.host.missing_gpus) == (1, ("00000000:00:07.0",))
     assert [r.index for r in h200.gpus] == [0]
     assert host_detail_text(h200.host) == "1 GPU(s) missing: 00000000:00:07.0"

@@ -16,23 +16,36 @@ from remote.telemetry.schema import empty_gpu, empty_sample
 CID = "a" * 64
 
 
-def sample(seq: int, *, utils: list[int | None], procs: list[dict[str, Any]] | None,
-           state: str = "ok") -> dict[str, Any]:
+def sample(
+    seq: int, *, utils: list[int | None], procs: list[dict[str, Any]] | None, state: str = "ok"
+) -> dict[str, Any]:
     s = empty_sample("nvml", seq, 1000.0 + seq, 1.0)
     s["state"] = state
     for i, u in enumerate(utils):
         g = empty_gpu(i)
-        g.update(name="NVIDIA H200", uuid=f"GPU-{i}", util_gpu_pct=u, mem_used_mib=100 * i,
-                 mem_total_mib=143771)
+        g.update(
+            name="NVIDIA H200",
+            uuid=f"GPU-{i}",
+            util_gpu_pct=u,
+            mem_used_mib=100 * i,
+            mem_total_mib=143771,
+        )
         s["gpus"].append(g)
     s["processes"] = procs
     return s
 
 
 def proc(gpu: int, pid: int, cid: str | None, mib: int = 1000) -> dict[str, Any]:
-    return {"gpu_index": gpu, "gpu_uuid": f"GPU-{gpu}", "pid": pid, "used_mib": mib,
-            "type": "compute", "user": "root", "command": "/opt/venv/bin/python train.py",
-            "container_id": cid}
+    return {
+        "gpu_index": gpu,
+        "gpu_uuid": f"GPU-{gpu}",
+        "pid": pid,
+        "used_mib": mib,
+        "type": "compute",
+        "user": "root",
+        "command": "/opt/venv/bin/python train.py",
+        "container_id": cid,
+    }
 
 
 def test_stale_after_three_missed_intervals() -> None:
@@ -62,8 +75,9 @@ def test_history_is_bounded_to_at_least_ten_minutes() -> None:
 
 def test_free_gpus_and_holders_map_pid_to_container_to_job() -> None:
     st = FleetState(["a", "b", "c"])
-    st.on_sample("a", sample(1, utils=[97, 0, 0], procs=[proc(0, 4242, CID),
-                                                        proc(2, 77, None, 500)]))
+    st.on_sample(
+        "a", sample(1, utils=[97, 0, 0], procs=[proc(0, 4242, CID), proc(2, 77, None, 500)])
+    )
     st.on_sample("b", sample(1, utils=[0, 0], procs=None))  # process list unknown
     st.on_sample("c", sample(1, utils=[], procs=[], state="driver_unreachable"))
     st.set_containers({CID: ContainerJob("ddp-1a2b3c", "ddp", 0)})
@@ -72,17 +86,31 @@ def test_free_gpus_and_holders_map_pid_to_container_to_job() -> None:
     assert holders is not None
     (h,) = holders[0]
     assert (h.pid, h.job) == (4242, ContainerJob("ddp-1a2b3c", "ddp", 0))
-    assert h.describe() == (f"pid 4242 (root: /opt/venv/bin/python train.py) in container "
-                            f"{CID[:12]} (job ddp-1a2b3c n0)")
+    assert h.describe() == (
+        f"pid 4242 (root: /opt/venv/bin/python train.py) in container "
+        f"{CID[:12]} (job ddp-1a2b3c n0)"
+    )
     assert gpu_holders(st, "b") is None
     # top --json carries the same map; a process of no job is left out
     jobs = st.snapshot()["hosts"][0]["jobs"]
-    assert jobs == [{"pid": 4242, "gpu_index": 0, "job_id": "ddp-1a2b3c", "job_name": "ddp",
-                     "node_rank": 0, "rank": None}]
+    assert jobs == [
+        {
+            "pid": 4242,
+            "gpu_index": 0,
+            "job_id": "ddp-1a2b3c",
+            "job_name": "ddp",
+            "node_rank": 0,
+            "rank": None,
+        }
+    ]
     # a runtime-host node: the agent reports its name as the container id
     st.on_sample("b", sample(2, utils=[90, 0], procs=[proc(1, 99, "gpuconsole-hr-1-n0")]))
-    st.set_containers({CID: ContainerJob("ddp-1a2b3c", "ddp", 0),
-                       "gpuconsole-hr-1-n0": ContainerJob("hr-1", "hr", 0)})
+    st.set_containers(
+        {
+            CID: ContainerJob("ddp-1a2b3c", "ddp", 0),
+            "gpuconsole-hr-1-n0": ContainerJob("hr-1", "hr", 0),
+        }
+    )
     (hb,) = (gpu_holders(st, "b") or {})[1]
     assert hb.describe().endswith("on the host (job hr-1 n0)")
     assert st.snapshot()["hosts"][1]["jobs"][0]["job_id"] == "hr-1"
@@ -105,8 +133,22 @@ def test_render_shows_unknown_as_question_mark_and_down_hosts() -> None:
     st.set_containers({CID: ContainerJob("ddp-1a2b3c", "ddp", 1)})
     text = render_fleet(st)
     lines = text.splitlines()
-    assert lines[0].split() == ["HOST", "GPU", "NAME", "UTIL", "SM", "MEM", "MiB", "TEMP",
-                                "POWER", "W", "SM", "MHz", "THROTTLE", "PROCESSES"]
+    assert lines[0].split() == [
+        "HOST",
+        "GPU",
+        "NAME",
+        "UTIL",
+        "SM",
+        "MEM",
+        "MiB",
+        "TEMP",
+        "POWER",
+        "W",
+        "SM",
+        "MHz",
+        "THROTTLE",
+        "PROCESSES",
+    ]
     row0 = next(ln for ln in lines if ln.startswith("a ") and " 0 " in ln)
     assert "97%" in row0 and "4242 ddp-1a2b3c n1" in row0
     row1 = next(ln for ln in lines if ln.startswith("a ") and " 1 " in ln)
@@ -158,8 +200,9 @@ def test_recorded_h200_trace_through_the_fleet_state() -> None:
     assert min(p.util_pct or 0 for p in hist[0]) >= 95
     assert max(p.util_pct or 0 for p in hist[1]) == 0
     assert all((p.sm_activity_pct or 0) > 50 for p in hist[0])
-    row = next(ln for ln in render_fleet(st).splitlines() if ln.startswith("h200") and
-               ln.split()[1] == "0")
+    row = next(
+        ln for ln in render_fleet(st).splitlines() if ln.startswith("h200") and ln.split()[1] == "0"
+    )
     assert "sw_power_cap" in row and str(loader_pid) in row
     assert row.split()[12] == "1500/?"  # SM clock against its maximum (not in the recording)
     # a GPU without GPM (NVML: not supported): n/a, not unknown
@@ -189,8 +232,9 @@ def test_gpu_count_below_the_count_last_seen_names_the_missing_bus_id() -> None:
 def test_recorded_nvidia_smi_fallback_trace() -> None:
     traces = Path(__file__).resolve().parents[1] / "data" / "traces"
     pid = int((traces / "h200-smi-fallback.pid").read_text())
-    samples = [json.loads(ln) for ln in
-               (traces / "h200-smi-fallback.jsonl").read_text().splitlines()]
+    samples = [
+        json.loads(ln) for ln in (traces / "h200-smi-fallback.jsonl").read_text().splitlines()
+    ]
     assert {s["source"] for s in samples} == {"nvidia-smi"}
     assert {s["state"] for s in samples} == {"ok"}
     st = FleetState(["h200"])

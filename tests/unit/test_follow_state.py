@@ -46,9 +46,14 @@ class FakeLogEngine:
         """What the SSH transport says while its connection is down (scripted, once)."""
         return self.dropped.pop(0) if self.dropped else None
 
-    async def log_batches(self, container_id: str, *, since_ns: int | None = None,
-                          tail: int | None = None, follow: bool = False,
-                          ) -> AsyncIterator[list[LogLine]]:
+    async def log_batches(
+        self,
+        container_id: str,
+        *,
+        since_ns: int | None = None,
+        tail: int | None = None,
+        follow: bool = False,
+    ) -> AsyncIterator[list[LogLine]]:
         self.since.append(since_ns)
         lines, how = self.streams.pop(0)
         if lines:
@@ -70,13 +75,15 @@ async def follow(engine: FakeLogEngine) -> tuple[list[str], list[tuple[str, str 
     states: list[tuple[str, str | None]] = []
     texts = []
     async for batch in follow_container_batches(
-            cast(Engine, engine), "c0ffee", on_state=lambda s, why: states.append((s, why))):
+        cast(Engine, engine), "c0ffee", on_state=lambda s, why: states.append((s, why))
+    ):
         texts += [ln.text for ln in batch]
     return texts, states
 
 
 async def test_one_reconnecting_and_one_following_per_outage(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setattr("remote.backoff.random.random", lambda: 0.0)  # shortest backoff
     engine = FakeLogEngine(
         streams=[([L1], "drop"), ([L1, L2], "end"), ([L3], "end")],
@@ -100,13 +107,16 @@ async def test_a_stream_that_ends_while_the_container_runs_reconnects_once() -> 
     )
     texts, states = await follow(engine)
     assert texts == ["one", "two"]
-    assert states == [("reconnecting", "log stream ended while the container runs"),
-                      ("following", None)]
+    assert states == [
+        ("reconnecting", "log stream ended while the container runs"),
+        ("following", None),
+    ]
 
 
 def job() -> JobRecord:
-    nodes = [NodeRecord("x-123456", r, h, f"gpuconsole-x-123456-n{r}")
-             for r, h in ((0, "a"), (1, "b"))]
+    nodes = [
+        NodeRecord("x-123456", r, h, f"gpuconsole-x-123456-n{r}") for r, h in ((0, "a"), (1, "b"))
+    ]
     return cast(JobRecord, type("J", (), {"id": "x-123456", "nodes": nodes})())
 
 
@@ -137,6 +147,8 @@ async def test_a_host_that_stopped_answering_is_said_so_and_the_stream_resumes()
     engine.dropped = ["the host stopped answering, last data 20 s ago"]
     texts, states = await follow(engine)
     assert texts == ["one", "two"]
-    assert states == [("reconnecting", "the host stopped answering, last data 20 s ago"),
-                      ("following", None)]
+    assert states == [
+        ("reconnecting", "the host stopped answering, last data 20 s ago"),
+        ("following", None),
+    ]
     assert engine.since == [None, 1, 2]

@@ -67,8 +67,9 @@ async def test_check_after_close_says_closed_without_connecting() -> None:
     async def fake_closer() -> None:
         calls.append("close")
 
-    fwd = Forward("h", "127.0.0.1", 4000, "127.0.0.1", 8888, closer=fake_closer,
-                  connector=fake_connector)
+    fwd = Forward(
+        "h", "127.0.0.1", 4000, "127.0.0.1", 8888, closer=fake_closer, connector=fake_connector
+    )
     await fwd.check()
     await fwd.close()
     await fwd.close()

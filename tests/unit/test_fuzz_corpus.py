@@ -39,29 +39,36 @@ NAMED_SPEC_ERRORS: dict[str, tuple[str, ...]] = {
     "nproc-too-many": (":5: nproc_per_node: Input should be less than or equal to 1024",),
     "script-escapes": (":10: script: '../../../../etc/passwd' leaves the workdir",),
     "script-absolute": (":10: script: '/etc/passwd' is an absolute path",),
-    "relative-mount": (":19: mounts[0]: mount './checkpoints:/workspace/checkpoints': the "
-                       "host path './checkpoints' is relative",),
+    "relative-mount": (
+        ":19: mounts[0]: mount './checkpoints:/workspace/checkpoints': the "
+        "host path './checkpoints' is relative",
+    ),
     "all-errors": (":1: name: must be lowercase", "(and 2 more)"),
     "unknown-host": (":4: nodes[0]: unknown host 'gpu1' (profile 'local')", "(and 1 more)"),
     "env-unset": (":17: env.TOKEN: references ${GPUCONSOLE_FUZZ_UNSET_VAR}",),
     "user-newline-in-env-name": (":16: env: 'A\\nB'", "is not a valid environment variable name"),
 }
 NAMED_PROFILE_ERRORS: dict[str, tuple[str, ...]] = {
-    "jump-notaport": (":12: hosts.gpu2.jump: jump host 'bastion:notaport': port 'notaport' is "
-                      "not a number",),
-    "jump-port-99999": (":12: hosts.gpu2.jump: jump host 'bastion:99999': port 99999 is not "
-                        "in 1-65535",),
+    "jump-notaport": (
+        ":12: hosts.gpu2.jump: jump host 'bastion:notaport': port 'notaport' is not a number",
+    ),
+    "jump-port-99999": (
+        ":12: hosts.gpu2.jump: jump host 'bastion:99999': port 99999 is not in 1-65535",
+    ),
     "user-newline": (":7: hosts.gpu1.user: contains U+000A (line feed)",),
-    "identity-not-a-key": (":9: hosts.gpu1.identity_file: tests/data/fuzz/files/not-a-key is "
-                           "not a private key",),
-    "host-key-5000": (":4: hosts: host name 'hhhhhhhhhhhhhhhhhhhh'... (5000 characters) must "
-                      "be 1-63 letters",),
-    "known-hosts-binary": (":1: known_hosts: tests/data/fuzz/files/known_hosts.bin is not a "
-                           "known_hosts file",),
-    "defaults-mounts-relative": (":18: defaults.mounts[0]: mount './data:/data': the host "
-                                 "path './data' is relative",),
-    "defaults-env-unset": (":21: defaults.env.TOKEN: references "
-                           "${GPUCONSOLE_FUZZ_UNSET_VAR}",),
+    "identity-not-a-key": (
+        ":9: hosts.gpu1.identity_file: tests/data/fuzz/files/not-a-key is not a private key",
+    ),
+    "host-key-5000": (
+        ":4: hosts: host name 'hhhhhhhhhhhhhhhhhhhh'... (5000 characters) must be 1-63 letters",
+    ),
+    "known-hosts-binary": (
+        ":1: known_hosts: tests/data/fuzz/files/known_hosts.bin is not a known_hosts file",
+    ),
+    "defaults-mounts-relative": (
+        ":18: defaults.mounts[0]: mount './data:/data': the host path './data' is relative",
+    ),
+    "defaults-env-unset": (":21: defaults.env.TOKEN: references ${GPUCONSOLE_FUZZ_UNSET_VAR}",),
     "image-slash": (":15: defaults.image: '/' is not a Docker image reference",),
     "nul-in-user": (":7: contains U+0000 (NUL)",),
     "duplicate-key": (":25: duplicate key 'known_hosts' (first at line 1)",),
@@ -90,8 +97,7 @@ def runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[CliRunne
 def refused(runner: CliRunner, argv: list[str]) -> Result:
     res = runner.invoke(main, argv, catch_exceptions=True)
     shown = f"{argv}\nexit {res.exit_code}\nstdout: {res.stdout}\nstderr: {res.stderr}"
-    assert res.exception is None or isinstance(res.exception, SystemExit), (
-        shown, res.exc_info)
+    assert res.exception is None or isinstance(res.exception, SystemExit), (shown, res.exc_info)
     assert res.exit_code == 2, shown
     assert res.stdout == "", shown
     assert "Traceback" not in res.stderr, shown
@@ -154,23 +160,34 @@ def test_every_bad_profile_is_refused(runner: CliRunner, tmp_path: Path, path: P
     nothing_recorded(tmp_path)
 
 
-@pytest.mark.parametrize(("argv", "needle"), [
-    (["--gpus-per-node", "x"], "error: --gpus-per-node: 'x' is not `all`, a GPU count or GPU "
-                               "indices"),
-    (["--gpus-per-node", "0,x"], "error: --gpus-per-node: '0,x'"),
-    (["--nproc-per-node", "x"], "error: --nproc-per-node: 'x' is not a whole number from 1 to "
-                                "1024"),
-    (["--nproc-per-node", "5000"], "error: --nproc-per-node: '5000'"),
-    (["--max-restarts", "-1"], "error: --max-restarts: '-1' is not a whole number from 0 to "
-                               "1000"),
-    (["--nodes", "a,,b"], "error: --nodes: 'a,,b' has an empty host name"),
-    (["--nodes", "0"], "error: --nodes: must be from 1 to 1024"),
-    (["--nodes", "zz"], "error: --nodes: unknown host 'zz' (profile 'local')"),
-    (["--name", "Bad Name"], "error: --name: must be lowercase"),
-    (["--image", "/"], "error: --image: '/' is not a Docker image reference"),
-    (["--gpus-per-node", "4", "--nproc-per-node", "8"],
-     "error: --nproc-per-node: more processes than GPUs"),
-])
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (
+            ["--gpus-per-node", "x"],
+            "error: --gpus-per-node: 'x' is not `all`, a GPU count or GPU indices",
+        ),
+        (["--gpus-per-node", "0,x"], "error: --gpus-per-node: '0,x'"),
+        (
+            ["--nproc-per-node", "x"],
+            "error: --nproc-per-node: 'x' is not a whole number from 1 to 1024",
+        ),
+        (["--nproc-per-node", "5000"], "error: --nproc-per-node: '5000'"),
+        (
+            ["--max-restarts", "-1"],
+            "error: --max-restarts: '-1' is not a whole number from 0 to 1000",
+        ),
+        (["--nodes", "a,,b"], "error: --nodes: 'a,,b' has an empty host name"),
+        (["--nodes", "0"], "error: --nodes: must be from 1 to 1024"),
+        (["--nodes", "zz"], "error: --nodes: unknown host 'zz' (profile 'local')"),
+        (["--name", "Bad Name"], "error: --name: must be lowercase"),
+        (["--image", "/"], "error: --image: '/' is not a Docker image reference"),
+        (
+            ["--gpus-per-node", "4", "--nproc-per-node", "8"],
+            "error: --nproc-per-node: more processes than GPUs",
+        ),
+    ],
+)
 def test_flag_errors_blame_the_flag(runner: CliRunner, argv: list[str], needle: str) -> None:
     res = refused(runner, ["-p", "local", "submit", str(VALID_SPEC), "--dry-run", *argv])
     assert res.stderr.startswith(needle), res.stderr

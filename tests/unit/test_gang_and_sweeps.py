@@ -19,13 +19,24 @@ from remote.gang import (
     wrap,
 )
 
-TORCHRUN = ["torchrun", "--nnodes", "2", "--rdzv-endpoint", "10.0.0.1:29400",
-            "--rdzv-conf", "is_host=1", "train.py", "--lr", "0.1"]
+TORCHRUN = [
+    "torchrun",
+    "--nnodes",
+    "2",
+    "--rdzv-endpoint",
+    "10.0.0.1:29400",
+    "--rdzv-conf",
+    "is_host=1",
+    "train.py",
+    "--lr",
+    "0.1",
+]
 
 
 def test_node0_hosts_the_store_and_torchrun_there_does_not() -> None:
-    cmd = wrap(TORCHRUN, node_rank=0, nnodes=2, endpoint="10.0.0.1:29400", run_id="j-abc123",
-               grace=7.0)
+    cmd = wrap(
+        TORCHRUN, node_rank=0, nnodes=2, endpoint="10.0.0.1:29400", run_id="j-abc123", grace=7.0
+    )
     assert cmd[:2] == ["python3", f"{MOUNT_DIR}/gang.py"]
     assert cmd[cmd.index("--") - 1] == "--host-store"
     assert cmd[cmd.index("--store") + 1] == "10.0.0.1:29400"
@@ -35,17 +46,28 @@ def test_node0_hosts_the_store_and_torchrun_there_does_not() -> None:
 
 
 def test_other_nodes_keep_torchrun_unchanged() -> None:
-    cmd = wrap([*TORCHRUN[:6], "is_host=0,read_timeout=90", *TORCHRUN[7:]], node_rank=1,
-               nnodes=2, endpoint="10.0.0.1:29400", run_id="j-abc123")
+    cmd = wrap(
+        [*TORCHRUN[:6], "is_host=0,read_timeout=90", *TORCHRUN[7:]],
+        node_rank=1,
+        nnodes=2,
+        endpoint="10.0.0.1:29400",
+        run_id="j-abc123",
+    )
     assert "--host-store" not in cmd
     assert unwrap(cmd)[6] == "is_host=0,read_timeout=90"
     assert unwrap(TORCHRUN) == TORCHRUN  # not wrapped: as is
 
 
 def test_marker_of_a_torn_down_node() -> None:
-    raw = json.dumps({"node": 0, "outcome": "teardown", "torchrun_exit": 1,
-                      "exit_status": TEARDOWN_EXIT_CODE,
-                      "cause": {"node": 1, "exit_code": 1, "kind": "failed"}}).encode()
+    raw = json.dumps(
+        {
+            "node": 0,
+            "outcome": "teardown",
+            "torchrun_exit": 1,
+            "exit_status": TEARDOWN_EXIT_CODE,
+            "cause": {"node": 1, "exit_code": 1, "kind": "failed"},
+        }
+    ).encode()
     got = parse_marker(raw)
     assert got == GangOutcome(0, "teardown", 1, 75, 1, "failed", 1)
     assert got.describe() == "stopped by gang teardown: node 1 failed (exit code 1)"
@@ -61,8 +83,12 @@ def test_supervisor_file_matches_the_shipped_constants() -> None:
 
 def test_supervisor_refuses_a_command_line_without_torchrun() -> None:
     script = Path(transport.__file__).parent / "agent" / "gang.py"
-    res = subprocess.run([sys.executable, str(script), "--node-rank", "0"],
-                         capture_output=True, text=True, timeout=30)
+    res = subprocess.run(
+        [sys.executable, str(script), "--node-rank", "0"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert res.returncode != 0 and "usage: gang.py" in res.stderr
 
 

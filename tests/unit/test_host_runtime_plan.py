@@ -28,26 +28,30 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "scripts" / "examples"
 
 
 def profile(a: str = "docker", b: str = "docker") -> Profile:
-    return Profile(name="t", hosts={
-        "a": HostConfig(hostname="10.0.0.1", runtime=a, python="~/venv/bin/python"),
-        "b": HostConfig(hostname="10.0.0.2", runtime=b),
-    }, defaults=JobDefaults.model_validate({"image": "img:1"}))
+    return Profile(
+        name="t",
+        hosts={
+            "a": HostConfig(hostname="10.0.0.1", runtime=a, python="~/venv/bin/python"),
+            "b": HostConfig(hostname="10.0.0.2", runtime=b),
+        },
+        defaults=JobDefaults.model_validate({"image": "img:1"}),
+    )
 
 
 def spec(tmp_path: Path, extra: str = "") -> Path:
     p = tmp_path / "job.yaml"
-    p.write_text(f"name: hr\nscript: train_ddp.py\nworkdir: {EXAMPLES}\n"
-                 f"env: {{TOKEN: x}}\n{extra}")
+    p.write_text(f"name: hr\nscript: train_ddp.py\nworkdir: {EXAMPLES}\nenv: {{TOKEN: x}}\n{extra}")
     return p
 
 
 def test_runtime_comes_from_spec_then_python_then_hosts(tmp_path: Path) -> None:
     assert job_runtime(load_spec(spec(tmp_path)), profile(), ["a", "b"]) == "docker"
     assert job_runtime(load_spec(spec(tmp_path)), profile("host", "host"), ["a", "b"]) == "host"
-    assert job_runtime(load_spec(spec(tmp_path, "python: /x/python\n")), profile(),
-                       ["a"]) == "host"
-    assert job_runtime(load_spec(spec(tmp_path, "runtime: docker\n")), profile("host", "host"),
-                       ["a"]) == "docker"
+    assert job_runtime(load_spec(spec(tmp_path, "python: /x/python\n")), profile(), ["a"]) == "host"
+    assert (
+        job_runtime(load_spec(spec(tmp_path, "runtime: docker\n")), profile("host", "host"), ["a"])
+        == "docker"
+    )
     with pytest.raises(ConfigError) as e:
         job_runtime(load_spec(spec(tmp_path)), profile("host", "docker"), ["a", "b"])
     assert "a: host, b: docker" in str(e.value) and "runtime" in (e.value.hint or "")
@@ -77,11 +81,21 @@ def test_docker_only_fields_are_refused_with_their_lines(tmp_path: Path) -> None
 
 def test_host_nodes_run_torchrun_as_a_module_in_the_workdir(tmp_path: Path) -> None:
     loaded = load_spec(spec(tmp_path, "runtime: host\ngpus_per_node: 2\nnodes: 2\n"))
-    facts = {h: HostFacts(h, ip, 2, "/home/u", "/home/u/.cache/gpuconsole/workdirs/abc",
-                          40000, python=f"/opt/{h}/bin/python")
-             for h, ip in (("a", "10.0.0.1"), ("b", "10.0.0.2"))}
-    plan = build_plan(loaded, profile(), ["a", "b"], facts, job_id="hr-1a2b3c", created_at=1.0,
-                      image="")
+    facts = {
+        h: HostFacts(
+            h,
+            ip,
+            2,
+            "/home/u",
+            "/home/u/.cache/gpuconsole/workdirs/abc",
+            40000,
+            python=f"/opt/{h}/bin/python",
+        )
+        for h, ip in (("a", "10.0.0.1"), ("b", "10.0.0.2"))
+    }
+    plan = build_plan(
+        loaded, profile(), ["a", "b"], facts, job_id="hr-1a2b3c", created_at=1.0, image=""
+    )
     assert plan.runtime == "host"
     for n in plan.nodes:
         c = n.container
@@ -108,7 +122,8 @@ def test_docker_ids_and_node_names_route_apart() -> None:
 
 
 def test_docker_only_fields_are_refused_when_the_profile_gives_the_host_runtime(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     """The spec names no runtime; its hosts' profile says `runtime: host`: the same refusal
     as a spec saying `runtime: host` (they were dropped without a word)."""
     p = spec(tmp_path, "image: img:2\nshm_size: 1g\n")

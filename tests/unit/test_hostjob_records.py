@@ -54,7 +54,8 @@ def test_writer_timestamps_never_go_backwards(tmp_path: Path) -> None:
 
 
 def test_pump_partial_last_line_invalid_utf8_and_long_lines(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(hostjob, "MAX_LINE_BYTES", 10)
     data = b"first\nbad \xff\xfe bytes\r\n0123456789abcdefghij\nno newline"
     w = hostjob.LogWriter(str(tmp_path / "log"))
@@ -63,7 +64,13 @@ def test_pump_partial_last_line_invalid_utf8_and_long_lines(
     texts = [parse_record(x) for x in (tmp_path / "log").read_text().split("\n")[:-1]]
     # 10-byte pieces; a line of exactly 2 pieces gives no empty third; \r dropped as Docker
     assert [t.text if t else None for t in texts] == [
-        "first", "bad \ufffd\ufffd byt", "es", "0123456789", "abcdefghij", "no newline"]
+        "first",
+        "bad \ufffd\ufffd byt",
+        "es",
+        "0123456789",
+        "abcdefghij",
+        "no newline",
+    ]
 
 
 def test_rfc3339_matches_dockers_parser() -> None:
@@ -75,16 +82,27 @@ def test_rfc3339_matches_dockers_parser() -> None:
 
 def _run(root: Path, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
     script = Path(hostjob.__file__)
-    return subprocess.run([sys.executable, "-I", "-S", str(script), "--root", str(root), *args],
-                          input=stdin, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-I", "-S", str(script), "--root", str(root), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_vanished_supervisor_reads_as_exited_137(tmp_path: Path) -> None:
     """A run.json whose supervisor is gone (here: a process that already exited) without an
     exit.json is ``exited`` 137 at the log's mtime, and ``list`` records that."""
     root = tmp_path / "jobs"
-    req = {"name": "n1", "labels": {"io.gpuconsole.job-id": "j-1"}, "argv": ["true"],
-           "env": {"SECRET": "s3cr3t", "PLAIN": "p"}, "secret_env": ["SECRET"], "cwd": "/"}
+    req = {
+        "name": "n1",
+        "labels": {"io.gpuconsole.job-id": "j-1"},
+        "argv": ["true"],
+        "env": {"SECRET": "s3cr3t", "PLAIN": "p"},
+        "secret_env": ["SECRET"],
+        "cwd": "/",
+    }
     assert _run(root, "create", stdin=json.dumps(req)).returncode == 0
     d = root / "j-1" / "n1"
     assert oct(d.stat().st_mode & 0o777) == "0o700"
@@ -94,9 +112,16 @@ def test_vanished_supervisor_reads_as_exited_137(tmp_path: Path) -> None:
     gone.wait()
     (d / "log").write_bytes(hostjob.format_record(5, "o", "last words"))
     os.utime(d / "log", ns=(1796130514_000000000, 1796130514_000000000))
-    hostjob.write_json(str(d / "run.json"), {"pid": gone.pid, "pgid": gone.pid, "ticks": 1,
-                                             "boot_id": hostjob.boot_id(),
-                                             "started_at": hostjob.rfc3339_ns(1)})
+    hostjob.write_json(
+        str(d / "run.json"),
+        {
+            "pid": gone.pid,
+            "pgid": gone.pid,
+            "ticks": 1,
+            "boot_id": hostjob.boot_id(),
+            "started_at": hostjob.rfc3339_ns(1),
+        },
+    )
     res = _run(root, "list", "--label", "io.gpuconsole.job-id=j-1")
     assert res.returncode == 0, res.stderr
     [node] = json.loads(res.stdout)
@@ -104,8 +129,7 @@ def test_vanished_supervisor_reads_as_exited_137(tmp_path: Path) -> None:
     assert node["finished_at"] == "2026-12-01T13:08:34.000000000Z"
     assert json.loads((d / "exit.json").read_text())["by"] == "lost"
     info = info_from_node(node)
-    assert (info.id, info.status, info.exit_code, info.gpu_devices) == ("n1", "exited", 137,
-                                                                        "none")
+    assert (info.id, info.status, info.exit_code, info.gpu_devices) == ("n1", "exited", 137, "none")
     assert _run(root, "list", "--label", "io.gpuconsole.job-id=other").stdout.strip() == "[]"
     spec = json.loads(_run(root, "spec", "n1").stdout)
     cs = spec_from_node(spec["spec"], spec["labels"])

@@ -44,8 +44,9 @@ def test_headless_cli_does_not_load_textual() -> None:
         "import sys, console.cli, console.jobs.launch, console.jobs.status, remote.ssh;"
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'textual'))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, cwd=ROOT)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    )
     assert out.stdout.strip() == "[]"
 
 
@@ -62,8 +63,12 @@ def _console_imports(path: Path) -> set[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             out.update(a.name for a in node.names if a.name.startswith("console."))
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 \
-                and node.module.startswith("console"):
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and node.level == 0
+            and node.module.startswith("console")
+        ):
             out.add(node.module)
             out.update(f"{node.module}.{a.name}" for a in node.names)
     return out
@@ -72,17 +77,23 @@ def _console_imports(path: Path) -> set[str]:
 def test_the_backend_seam_is_layered() -> None:
     """service -> backends -> jobs/fleet/slurm: the backends never import the service or a
     face, and what is below them never imports a backend or the service."""
+
     def offenders(folders: tuple[str, ...], banned: tuple[str, ...]) -> dict[str, list[str]]:
         found: dict[str, list[str]] = {}
         for folder in folders:
             for p in (ROOT / "console" / folder).rglob("*.py"):
-                bad = sorted(m for m in _console_imports(p)
-                             if any(m == b or m.startswith(b + ".") for b in banned))
+                bad = sorted(
+                    m
+                    for m in _console_imports(p)
+                    if any(m == b or m.startswith(b + ".") for b in banned)
+                )
                 if bad:
                     found[str(p.relative_to(ROOT))] = bad
         return found
 
     assert offenders(("backends",), ("console.service", "console.cli", "console.app")) == {}
     below = ("jobs", "fleet", "slurm", "diagnosis", "notebook")
-    assert offenders(below, ("console.backends", "console.service", "console.cli",
-                             "console.app")) == {}
+    assert (
+        offenders(below, ("console.backends", "console.service", "console.cli", "console.app"))
+        == {}
+    )

@@ -34,6 +34,7 @@ def profile_error(config_dir: Path, text: str) -> ConfigError:
 
 # -- numbers: finite and bounded -------------------------------------------------------------
 
+
 @pytest.mark.parametrize("value", [".inf", "-.inf", ".nan", "1e308", "601", "0", "-1"])
 def test_connect_timeout_is_finite_and_bounded(config_dir: Path, value: str) -> None:
     e = profile_error(config_dir, f"hosts:\n  a: {{}}\nconnect_timeout: {value}\n")
@@ -48,27 +49,32 @@ def test_connect_timeout_in_range_is_kept(config_dir: Path) -> None:
 
 @pytest.mark.parametrize("value", [".inf", "1e308", ".nan"])
 def test_profile_numbers_refuse_infinity(config_dir: Path, value: str) -> None:
-    for field, text in (("price_per_gpu_hour", f"price_per_gpu_hour: {value}\n"),
-                        ("defaults.stop_grace", f"defaults:\n  stop_grace: {value}\n")):
+    for field, text in (
+        ("price_per_gpu_hour", f"price_per_gpu_hour: {value}\n"),
+        ("defaults.stop_grace", f"defaults:\n  stop_grace: {value}\n"),
+    ):
         e = profile_error(config_dir, "hosts:\n  a: {}\n" + text)
         assert e.field == field and e.line is not None and e.line >= 3, str(e)
 
 
-@pytest.mark.parametrize("args", [
-    ["top", "--once", "--timeout", "inf"],
-    ["top", "--once", "--timeout", "1e308"],
-    ["top", "--once", "--timeout", "nan"],
-    ["top", "--interval", "inf"],
-    ["top", "--speed", "nan"],
-    ["gpus", "--timeout", "inf"],
-    ["ps", "--deadline", "nan"],
-    ["stop", "job", "--grace", "inf"],
-    ["stop", "job", "--grace", "1e308"],
-    ["watch", "--interval", "1e308"],
-    ["watch", "--speed", "inf"],
-    ["notebook", "--timeout", "nan"],
-    ["logs", "job", "--since", "99999999999d"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["top", "--once", "--timeout", "inf"],
+        ["top", "--once", "--timeout", "1e308"],
+        ["top", "--once", "--timeout", "nan"],
+        ["top", "--interval", "inf"],
+        ["top", "--speed", "nan"],
+        ["gpus", "--timeout", "inf"],
+        ["ps", "--deadline", "nan"],
+        ["stop", "job", "--grace", "inf"],
+        ["stop", "job", "--grace", "1e308"],
+        ["watch", "--interval", "1e308"],
+        ["watch", "--speed", "inf"],
+        ["notebook", "--timeout", "nan"],
+        ["logs", "job", "--since", "99999999999d"],
+    ],
+)
 def test_duration_flags_refuse_infinite_and_huge_values(args: list[str]) -> None:
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 2, res.output
@@ -77,6 +83,7 @@ def test_duration_flags_refuse_infinite_and_huge_values(args: list[str]) -> None
 
 
 # -- booleans are not numbers; tags do not change types --------------------------------------
+
 
 def spec_error(tmp_path: Path, extra: str) -> ConfigError:
     from console.jobs.spec import load_spec
@@ -88,8 +95,9 @@ def spec_error(tmp_path: Path, extra: str) -> ConfigError:
     return e.value
 
 
-@pytest.mark.parametrize("field", ["nproc_per_node", "nodes", "gpus_per_node", "max_restarts",
-                                   "rdzv_port"])
+@pytest.mark.parametrize(
+    "field", ["nproc_per_node", "nodes", "gpus_per_node", "max_restarts", "rdzv_port"]
+)
 @pytest.mark.parametrize("value", ["true", "false", "yes"])
 def test_a_boolean_is_not_a_count(tmp_path: Path, field: str, value: str) -> None:
     e = spec_error(tmp_path, f"{field}: {value}\n")
@@ -97,33 +105,44 @@ def test_a_boolean_is_not_a_count(tmp_path: Path, field: str, value: str) -> Non
     assert "(got True)" in str(e) or "(got False)" in str(e) or "(got 'yes')" in str(e)
 
 
-@pytest.mark.parametrize(("text", "field", "line"), [
-    ("hosts:\n  a: {port: true}\n", "hosts.a.port", 2),
-    ("hosts:\n  a: {}\ndefaults:\n  rdzv_port: true\n", "defaults.rdzv_port", 4),
-    ("hosts:\n  a: {}\nconnect_timeout: true\n", "connect_timeout", 3),
-    ("hosts:\n  a: {}\naccept_new_host_keys: 1\n", "accept_new_host_keys", 3),
-])
+@pytest.mark.parametrize(
+    ("text", "field", "line"),
+    [
+        ("hosts:\n  a: {port: true}\n", "hosts.a.port", 2),
+        ("hosts:\n  a: {}\ndefaults:\n  rdzv_port: true\n", "defaults.rdzv_port", 4),
+        ("hosts:\n  a: {}\nconnect_timeout: true\n", "connect_timeout", 3),
+        ("hosts:\n  a: {}\naccept_new_host_keys: 1\n", "accept_new_host_keys", 3),
+    ],
+)
 def test_profile_booleans_and_numbers_do_not_stand_in_for_each_other(
-        config_dir: Path, text: str, field: str, line: int) -> None:
+    config_dir: Path, text: str, field: str, line: int
+) -> None:
     e = profile_error(config_dir, text)
     assert e.field == field and e.line == line, str(e)
 
 
 def test_whole_numbers_still_read_as_seconds(config_dir: Path) -> None:
-    (config_dir / "ok.yaml").write_text("hosts:\n  a: {port: 2222}\nconnect_timeout: 5\n"
-                                        "defaults: {stop_grace: 3}\n")
+    (config_dir / "ok.yaml").write_text(
+        "hosts:\n  a: {port: 2222}\nconnect_timeout: 5\ndefaults: {stop_grace: 3}\n"
+    )
     p = resolve_profile("ok")
     assert (p.connect_timeout, p.defaults.stop_grace, p.hosts["a"].port) == (5.0, 3.0, 2222)
 
 
-@pytest.mark.parametrize(("value", "tag"), [
-    ("!!set {a, b}", "!!set"), ("!!omap [{a: 1}]", "!!omap"), ("!!pairs [{a: 1}]", "!!pairs"),
-    ("!!python/tuple [a]", "!!python/tuple"), ("!!python/object:os.system {}",
-                                               "!!python/object:os.system"),
-    ("!custom [a]", "!custom"),
-])
-def test_tags_that_change_the_type_are_refused_with_the_line(tmp_path: Path, value: str,
-                                                             tag: str) -> None:
+@pytest.mark.parametrize(
+    ("value", "tag"),
+    [
+        ("!!set {a, b}", "!!set"),
+        ("!!omap [{a: 1}]", "!!omap"),
+        ("!!pairs [{a: 1}]", "!!pairs"),
+        ("!!python/tuple [a]", "!!python/tuple"),
+        ("!!python/object:os.system {}", "!!python/object:os.system"),
+        ("!custom [a]", "!custom"),
+    ],
+)
+def test_tags_that_change_the_type_are_refused_with_the_line(
+    tmp_path: Path, value: str, tag: str
+) -> None:
     e = spec_error(tmp_path, f"args: {value}\n")
     assert e.line == 4 and f"the tag {tag} is not accepted" in str(e), str(e)
     assert e.hint is not None and "`[a, b]`" in e.hint
@@ -141,15 +160,20 @@ def test_args_keep_their_order_and_must_be_strings(tmp_path: Path) -> None:
 
 # -- an empty value is not the default ------------------------------------------------------
 
-@pytest.mark.parametrize(("text", "field", "line"), [
-    ('known_hosts: ""\nhosts:\n  a: {}\n', "known_hosts", 1),
-    ("known_hosts: '  '\nhosts:\n  a: {}\n", "known_hosts", 1),
-    ('hosts:\n  a:\n    identity_file: ""\n', "hosts.a.identity_file", 3),
-    ('hosts:\n  a:\n    address: ""\n', "hosts.a.address", 3),
-    ('hosts:\n  a:\n    python: ""\n', "hosts.a.python", 3),
-])
-def test_an_empty_path_is_an_error_not_the_default(config_dir: Path, text: str, field: str,
-                                                   line: int) -> None:
+
+@pytest.mark.parametrize(
+    ("text", "field", "line"),
+    [
+        ('known_hosts: ""\nhosts:\n  a: {}\n', "known_hosts", 1),
+        ("known_hosts: '  '\nhosts:\n  a: {}\n", "known_hosts", 1),
+        ('hosts:\n  a:\n    identity_file: ""\n', "hosts.a.identity_file", 3),
+        ('hosts:\n  a:\n    address: ""\n', "hosts.a.address", 3),
+        ('hosts:\n  a:\n    python: ""\n', "hosts.a.python", 3),
+    ],
+)
+def test_an_empty_path_is_an_error_not_the_default(
+    config_dir: Path, text: str, field: str, line: int
+) -> None:
     e = profile_error(config_dir, text)
     assert e.field == field and e.line == line, str(e)
     assert e.detail.startswith("is empty"), e.detail
@@ -169,11 +193,18 @@ def test_an_empty_spec_field_is_an_error(tmp_path: Path, field: str) -> None:
 
 # -- a spec or profile path that is not a regular file ---------------------------------------
 
-@pytest.mark.parametrize(("make", "kind"), [
-    ("fifo", "a FIFO (named pipe)"), ("dir", "a directory"), ("dev", "a character device"),
-])
-def test_a_spec_path_that_is_not_a_regular_file_says_what_it_is(tmp_path: Path, make: str,
-                                                                kind: str) -> None:
+
+@pytest.mark.parametrize(
+    ("make", "kind"),
+    [
+        ("fifo", "a FIFO (named pipe)"),
+        ("dir", "a directory"),
+        ("dev", "a character device"),
+    ],
+)
+def test_a_spec_path_that_is_not_a_regular_file_says_what_it_is(
+    tmp_path: Path, make: str, kind: str
+) -> None:
     """Nothing is read from it: a FIFO without a writer would block for good, /dev/zero
     never ends."""
     import os
@@ -193,8 +224,9 @@ def test_a_spec_path_that_is_not_a_regular_file_says_what_it_is(tmp_path: Path, 
         assert "fix: give the path of a" in res.output
 
 
-def test_read_source_never_blocks_on_a_fifo(tmp_path: Path,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_read_source_never_blocks_on_a_fifo(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A FIFO put in place after the check is opened without blocking and refused."""
     import os
 
@@ -210,15 +242,22 @@ def test_read_source_never_blocks_on_a_fifo(tmp_path: Path,
 
 # -- mount targets as Docker compares them --------------------------------------------------
 
-@pytest.mark.parametrize(("target", "what"), [
-    ("//workspace", "the synced workdir"), ("/workspace/.", "the synced workdir"),
-    ("/workspace/../workspace", "the synced workdir"), ("/workspace/", "the synced workdir"),
-    ("/opt/gpuconsole-gang", "the gang supervisor"),
-    ("//opt//gpuconsole-gang/", "the gang supervisor"),
-    ("/opt/gpuconsole-gang/sub", "the gang supervisor"),
-])
-def test_reserved_mount_targets_are_refused_however_written(tmp_path: Path, target: str,
-                                                            what: str) -> None:
+
+@pytest.mark.parametrize(
+    ("target", "what"),
+    [
+        ("//workspace", "the synced workdir"),
+        ("/workspace/.", "the synced workdir"),
+        ("/workspace/../workspace", "the synced workdir"),
+        ("/workspace/", "the synced workdir"),
+        ("/opt/gpuconsole-gang", "the gang supervisor"),
+        ("//opt//gpuconsole-gang/", "the gang supervisor"),
+        ("/opt/gpuconsole-gang/sub", "the gang supervisor"),
+    ],
+)
+def test_reserved_mount_targets_are_refused_however_written(
+    tmp_path: Path, target: str, what: str
+) -> None:
     e = spec_error(tmp_path, f"mounts: ['/data:{target}']\n")
     assert e.field == "mounts[0]" and e.line == 4, str(e)
     assert f"where gpuconsole mounts {what}" in e.detail
@@ -230,8 +269,11 @@ def test_container_paths_are_normalised() -> None:
 
     assert container_path("//data//x/./y/../") == "/data/x"
     assert parse_mount("/d://data/.:ro") == ("/d", "/data", True)
-    assert parse_mount("/d:/opt/gpuconsole-gang-other") == ("/d", "/opt/gpuconsole-gang-other",
-                                                           False)
+    assert parse_mount("/d:/opt/gpuconsole-gang-other") == (
+        "/d",
+        "/opt/gpuconsole-gang-other",
+        False,
+    )
 
 
 def test_two_mounts_at_one_point_are_refused_before_any_host(tmp_path: Path) -> None:
@@ -241,21 +283,32 @@ def test_two_mounts_at_one_point_are_refused_before_any_host(tmp_path: Path) -> 
 
     spec = tmp_path / "job.yaml"
     spec.write_text(SPEC + "mounts:\n  - /a:/data\n  - /b:/out\n  - /c://out/.\n")
-    prof = Profile(name="t", hosts={"a": HostConfig(hostname="10.0.0.1")},
-                   defaults=JobDefaults(image="img:1", mounts=["/h:/data/"]))
+    prof = Profile(
+        name="t",
+        hosts={"a": HostConfig(hostname="10.0.0.1")},
+        defaults=JobDefaults(image="img:1", mounts=["/h:/data/"]),
+    )
     with pytest.raises(ConfigError) as e:
         select_hosts(load_spec(spec), prof)
     found = [(p.field, p.line, p.detail) for p in getattr(e.value, "problems", (e.value,))]
     assert found == [
-        ("mounts[0]", 5, "mount '/a:/data': the container path /data is already mounted by "
-                         "defaults.mounts[0] '/h:/data/'"),
-        ("mounts[2]", 7, "mount '/c://out/.': the container path /out is already mounted by "
-                         "mounts[1] '/b:/out'"),
+        (
+            "mounts[0]",
+            5,
+            "mount '/a:/data': the container path /data is already mounted by "
+            "defaults.mounts[0] '/h:/data/'",
+        ),
+        (
+            "mounts[2]",
+            7,
+            "mount '/c://out/.': the container path /out is already mounted by mounts[1] '/b:/out'",
+        ),
     ]
     assert e.value.hint is not None and "its own container path" in e.value.hint
 
 
 # -- symbolic link loops ----------------------------------------------------------------------
+
 
 def test_a_workdir_that_is_a_symlink_loop_names_the_link(tmp_path: Path) -> None:
     import os
@@ -291,8 +344,10 @@ def test_a_script_that_is_a_symlink_loop_names_the_link(tmp_path: Path) -> None:
 
 # -- workdir names the sync cannot copy -------------------------------------------------------
 
+
 def test_backslash_names_are_found_in_files_and_folders_but_not_excluded_ones(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     from remote.transport import unsyncable_names
 
     (tmp_path / "d\\x").mkdir()

@@ -12,15 +12,17 @@ from console.jobs.logs import JobLogLine
 
 
 def test_packed_lines_read_back_and_leave_the_gc_alone() -> None:
-    lines = [JobLogLine(0, "a", 1, 1_000 + i, f"step {i} \x1b[31mloss\x1b[0m 2.5")
-             for i in range(50)]
+    lines = [
+        JobLogLine(0, "a", 1, 1_000 + i, f"step {i} \x1b[31mloss\x1b[0m 2.5") for i in range(50)
+    ]
     lines.append(JobLogLine(1, "b", None, 2_000, "train:  40%|####      | 4/10 [00:01<00:01]"))
-    data = pickle.dumps(("lines", [as_tuple(ln) for ln in lines],
-                         [tuple(display_lines(ln)) for ln in lines]),
-                        protocol=pickle.HIGHEST_PROTOCOL)
+    data = pickle.dumps(
+        ("lines", [as_tuple(ln) for ln in lines], [tuple(display_lines(ln)) for ln in lines]),
+        protocol=pickle.HIGHEST_PROTOCOL,
+    )
     framed = HEADER.pack(len(data)) + data
-    (size,) = HEADER.unpack(framed[:HEADER.size])
-    kind, packed_lines, shown = pickle.loads(framed[HEADER.size:HEADER.size + size])
+    (size,) = HEADER.unpack(framed[: HEADER.size])
+    kind, packed_lines, shown = pickle.loads(framed[HEADER.size : HEADER.size + size])
     assert kind == "lines"
     packed = PackedLines(packed_lines)
     assert len(packed) == 51

@@ -26,9 +26,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 #: The line of ``console/__init__.py`` that sets the start-up handler: gpuconsole's first
 #: line that a SIGINT cannot get past as a traceback.
-_HANDLER_LINE = next(n for n, line in enumerate(
-    (ROOT / "console" / "__init__.py").read_text().splitlines(), 1)
-    if line.strip().startswith("_signal.signal(_signal.SIGINT"))
+_HANDLER_LINE = next(
+    n
+    for n, line in enumerate((ROOT / "console" / "__init__.py").read_text().splitlines(), 1)
+    if line.strip().startswith("_signal.signal(_signal.SIGINT")
+)
 
 
 @dataclass
@@ -44,8 +46,10 @@ class SigintRun:
     imported: list[str]
 
     def where(self) -> str:
-        return (f"SIGINT {self.delay_ms:.1f} ms after exec: exit {self.returncode}\n"
-                f"stderr: {self.stderr[-2500:]}\nstdout: {self.stdout[-300:]}")
+        return (
+            f"SIGINT {self.delay_ms:.1f} ms after exec: exit {self.returncode}\n"
+            f"stderr: {self.stderr[-2500:]}\nstdout: {self.stdout[-300:]}"
+        )
 
 
 def _default_sigint() -> None:
@@ -54,15 +58,23 @@ def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def sigint_run(argv: list[str], env: dict[str, str], cwd: Path, delay_ms: float,
-               again_ms: float | None = None) -> SigintRun:
+def sigint_run(
+    argv: list[str], env: dict[str, str], cwd: Path, delay_ms: float, again_ms: float | None = None
+) -> SigintRun:
     """Start ``argv``, send it SIGINT after ``delay_ms`` (and again ``again_ms`` later), and
     collect how it ended. The interpreter reports each finished import on stderr
     (``PYTHONPROFILEIMPORTTIME``), so a run tells how far the interpreter's start had got."""
     env = {**env, "PYTHONPROFILEIMPORTTIME": "1"}
-    p = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         preexec_fn=_default_sigint)
+    p = subprocess.Popen(
+        argv,
+        env=env,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_default_sigint,
+    )
     for wait_ms in (delay_ms, again_ms):
         if wait_ms is None:
             continue
@@ -88,8 +100,14 @@ FINISHED = "finished"
 BEFORE_PYTHON_HANDLER = "killed before the interpreter's SIGINT handler"
 INTERPRETER_START = "the interpreter's start, before gpuconsole's first line"
 
-_NOISE = ("Traceback", "Exception ignored", "Fatal Python error", "never awaited", "Aborted",
-          "Error processing line")
+_NOISE = (
+    "Traceback",
+    "Exception ignored",
+    "Fatal Python error",
+    "never awaited",
+    "Aborted",
+    "Error processing line",
+)
 
 
 def _gpuconsole_frames(stderr: str) -> list[tuple[Path, int]]:
@@ -97,8 +115,7 @@ def _gpuconsole_frames(stderr: str) -> list[tuple[Path, int]]:
     frames = []
     for f, line in re.findall(r'File "([^"]+)", line (\d+)', stderr):
         path = Path(f)
-        if path.is_absolute() and any(path.is_relative_to(ROOT / d) for d in ("console",
-                                                                              "remote")):
+        if path.is_absolute() and any(path.is_relative_to(ROOT / d) for d in ("console", "remote")):
             frames.append((path, int(line)))
     return frames
 
@@ -136,17 +153,19 @@ def judge(run: SigintRun, finished: tuple[int, str | None]) -> str:
         assert "_signal" not in run.imported, where
         return BEFORE_PYTHON_HANDLER
     if "Traceback" in run.stderr and all(
-            path == ROOT / "console" / "__init__.py" and line < _HANDLER_LINE
-            for path, line in _gpuconsole_frames(run.stderr)):
+        path == ROOT / "console" / "__init__.py" and line < _HANDLER_LINE
+        for path, line in _gpuconsole_frames(run.stderr)
+    ):
         assert "_signal" in run.imported and "KeyboardInterrupt" in run.stderr, where
-        report_end = max(run.stderr.rfind("Remainder of file ignored\n"),
-                         run.stderr.rfind("KeyboardInterrupt: \n"))
+        report_end = max(
+            run.stderr.rfind("Remainder of file ignored\n"),
+            run.stderr.rfind("KeyboardInterrupt: \n"),
+        )
         if report_end < 0:  # Python gave up
             assert run.returncode in (1, -signal.SIGINT) and not run.stdout, where
         else:  # Python carried on: what follows is gpuconsole's
-            rest = run.stderr[run.stderr.index("\n", report_end) + 1:]
-            judge(SigintRun(run.delay_ms, run.returncode, run.stdout, rest, run.imported),
-                  finished)
+            rest = run.stderr[run.stderr.index("\n", report_end) + 1 :]
+            judge(SigintRun(run.delay_ms, run.returncode, run.stdout, rest, run.imported), finished)
         return INTERPRETER_START
     for noise in _NOISE:
         assert noise not in run.stderr, where
@@ -161,10 +180,13 @@ def judge(run: SigintRun, finished: tuple[int, str | None]) -> str:
 
 def _env(tmp_path: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "GPUCONSOLE_PROFILE"}
-    env.update(PYTHONPATH=str(ROOT), GPUCONSOLE_STATE_DIR=str(tmp_path / "state"),
-               GPUCONSOLE_CONFIG_DIR=str(tmp_path / "config"),
-               GPUCONSOLE_CACHE_DIR=str(tmp_path / "cache"),
-               DOCKER_HOST=f"unix://{tmp_path / 'no-docker.sock'}")
+    env.update(
+        PYTHONPATH=str(ROOT),
+        GPUCONSOLE_STATE_DIR=str(tmp_path / "state"),
+        GPUCONSOLE_CONFIG_DIR=str(tmp_path / "config"),
+        GPUCONSOLE_CACHE_DIR=str(tmp_path / "cache"),
+        DOCKER_HOST=f"unix://{tmp_path / 'no-docker.sock'}",
+    )
     return env
 
 
@@ -182,13 +204,27 @@ def launcher_argv(launcher: str, *args: str) -> list[str]:
     return [sys.executable, "-m", launcher.removeprefix("python -m "), *args]
 
 
-def sweep(argv: list[str], env: dict[str, str], cwd: Path, delays_ms: list[float],
-          again_ms: float | None = None, same_stdout: bool = True) -> dict[str, list[float]]:
+def sweep(
+    argv: list[str],
+    env: dict[str, str],
+    cwd: Path,
+    delays_ms: list[float],
+    again_ms: float | None = None,
+    same_stdout: bool = True,
+) -> dict[str, list[float]]:
     """Judge a run of ``argv`` interrupted at each delay (each run judged by :func:`judge`
     against an uninterrupted run: its status, and its stdout if ``same_stdout``); the delays
     of each outcome."""
-    plain = subprocess.run(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
-                           capture_output=True, text=True, timeout=120, check=False)
+    plain = subprocess.run(
+        argv,
+        env=env,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     finished = (plain.returncode, plain.stdout if same_stdout else None)
     outcomes: dict[str, list[float]] = {}
     for d in delays_ms:
@@ -215,8 +251,11 @@ def test_a_launcher_that_blocks_sigint_closes_the_interpreters_start(tmp_path: P
     """``env --block-signal=INT gpuconsole``: the interpreter starts with SIGINT blocked and
     :func:`console.entry.main` lets it through inside its ``try``, so no run gets Python's own
     report; a SIGINT before ``env`` blocks it kills ``env`` (no output, no imports)."""
-    argv = ["env", "--block-signal=INT", *launcher_argv(
-        "installed script", "-p", str(tmp_path / "missing.yaml"), "ps")]
+    argv = [
+        "env",
+        "--block-signal=INT",
+        *launcher_argv("installed script", "-p", str(tmp_path / "missing.yaml"), "ps"),
+    ]
     outcomes = sweep(argv, _env(tmp_path), tmp_path, DELAYS_MS[::2])
     assert INTERPRETER_START not in outcomes, outcomes
     assert INTERRUPTED in outcomes, outcomes
@@ -263,9 +302,16 @@ def test_ctrl_c_while_the_process_exits(tmp_path: Path, where: str) -> None:
     removed by then) is dropped, exit 0; one while atexit callbacks run or while the exit
     waits for a thread is ``interrupted``, 130. Never killed by the signal (-2, which a shell
     shows as 130 with no ``interrupted`` line) and never "Exception ignored"."""
-    p = subprocess.run([sys.executable, "-c", PROBE_END % where, "-", "--version"],
-                       env=_env(tmp_path), cwd=tmp_path, capture_output=True, text=True,
-                       timeout=60, check=False, preexec_fn=_default_sigint)
+    p = subprocess.run(
+        [sys.executable, "-c", PROBE_END % where, "-", "--version"],
+        env=_env(tmp_path),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        preexec_fn=_default_sigint,
+    )
     assert p.stdout == "gpuconsole, version 0.1.0\n", p.stderr
     if where == "finalization":
         assert (p.returncode, p.stderr) == (0, ""), p.stderr
@@ -295,9 +341,16 @@ def test_ctrl_c_anywhere_ends_ps_cleanly(tmp_path: Path) -> None:
     codes = []
     for step in range(26):
         delay = 0.001 + step * 0.008
-        p = subprocess.run([sys.executable, "-c", PROBE, str(delay)], cwd=tmp_path, env=env,
-                           capture_output=True, text=True, timeout=60, check=False,
-                           preexec_fn=_default_sigint)
+        p = subprocess.run(
+            [sys.executable, "-c", PROBE, str(delay)],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            preexec_fn=_default_sigint,
+        )
         where = f"SIGINT after {delay * 1000:.0f} ms: exit {p.returncode}\n{p.stderr[-1500:]}"
         assert "Traceback" not in p.stderr and "never awaited" not in p.stderr, where
         assert p.returncode in (0, 130), where
@@ -354,15 +407,25 @@ def test_ctrl_c_once_gpuconsole_code_runs(tmp_path: Path, launcher: str) -> None
     """Each launcher, interrupted only once its first module of gpuconsole has run (what
     comes before is :data:`INTERPRETER_START`), at 26 moments of its imports."""
     env = _env(tmp_path)
-    probe = [(PROBE_SCRIPT if launcher == "installed script" else PROBE_MODULE).replace(
-        "INTERRUPT_ONCE_OURS", INTERRUPT_ONCE_OURS)]
+    probe = [
+        (PROBE_SCRIPT if launcher == "installed script" else PROBE_MODULE).replace(
+            "INTERRUPT_ONCE_OURS", INTERRUPT_ONCE_OURS
+        )
+    ]
     extra = [str(installed_script())] if launcher == "installed script" else []
     codes = []
     for step in range(26):
         delay = 0.0005 + step * 0.004  # the imports before the entry point's `try`
-        p = subprocess.run([sys.executable, "-c", *probe, str(delay), *extra], cwd=tmp_path,
-                           env=env, capture_output=True, text=True, timeout=60, check=False,
-                           preexec_fn=_default_sigint)
+        p = subprocess.run(
+            [sys.executable, "-c", *probe, str(delay), *extra],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            preexec_fn=_default_sigint,
+        )
         where = f"SIGINT after {delay * 1000:.1f} ms: exit {p.returncode}\n{p.stderr[-1500:]}"
         assert "Traceback" not in p.stderr and "never awaited" not in p.stderr, where
         assert p.returncode in (0, 130), where
@@ -373,16 +436,23 @@ def test_ctrl_c_once_gpuconsole_code_runs(tmp_path: Path, launcher: str) -> None
     assert codes.count(130) >= 13, codes  # the check can fail: most runs were interrupted
 
 
-def test_importing_console_elsewhere_keeps_the_process_sigint_handling(
-        tmp_path: Path) -> None:
+def test_importing_console_elsewhere_keeps_the_process_sigint_handling(tmp_path: Path) -> None:
     """Only the command itself ends at once on a Ctrl-C while it starts: a script or test
     that imports ``console`` keeps Python's KeyboardInterrupt."""
-    code = ("import signal, console\n"
-            "assert signal.getsignal(signal.SIGINT) is signal.default_int_handler\n"
-            "print('kept')\n")
-    p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
-                       text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60,
-                       check=False)
+    code = (
+        "import signal, console\n"
+        "assert signal.getsignal(signal.SIGINT) is signal.default_int_handler\n"
+        "print('kept')\n"
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=60,
+        check=False,
+    )
     assert p.returncode == 0 and p.stdout == "kept\n", p.stderr
 
 
@@ -400,7 +470,8 @@ def _build_class_interrupted() -> None:
 
 
 def test_interrupt_wrapped_by_python_is_still_interrupted(
-        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     import console.cli
     import console.entry
 
@@ -409,7 +480,8 @@ def test_interrupt_wrapped_by_python_is_still_interrupted(
     with pytest.raises(BaseException) as raised:
         _build_class_interrupted()
     assert isinstance(raised.value, KeyboardInterrupt) or isinstance(
-        raised.value.__cause__, KeyboardInterrupt)
+        raised.value.__cause__, KeyboardInterrupt
+    )
 
     def interrupted_main(*a: object, **k: object) -> None:
         _build_class_interrupted()
@@ -446,7 +518,8 @@ class _InterruptedWhileFinalized:
 
 
 def test_interrupt_in_a_finalizer_is_not_lost(
-        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     import console.cli
     import console.entry
 

@@ -65,10 +65,13 @@ def test_launcher_token_names_this_process() -> None:
 
 
 def test_a_dead_launcher_is_not_alive() -> None:
-    child = subprocess.run([sys.executable, "-c",
-                            "from console.jobs.launch import launcher_token as t; print(t())"],
-                           capture_output=True, text=True, check=True,
-                           cwd=Path(__file__).resolve().parents[2])
+    child = subprocess.run(
+        [sys.executable, "-c", "from console.jobs.launch import launcher_token as t; print(t())"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
     assert launcher_alive(child.stdout.strip()) is False
 
 
@@ -84,13 +87,27 @@ def test_launch_in_flight() -> None:
 
 
 def test_container_info_from_the_list_without_inspect() -> None:
-    summary = {"Id": "abc", "Names": ["/gpuconsole-j-1-n0"], "Labels": {"k": "v"},
-               "State": "exited", "Status": "Exited (137) 3 seconds ago", "Created": 1700}
+    summary = {
+        "Id": "abc",
+        "Names": ["/gpuconsole-j-1-n0"],
+        "Labels": {"k": "v"},
+        "State": "exited",
+        "Status": "Exited (137) 3 seconds ago",
+        "Created": 1700,
+    }
     i = ContainerInfo.from_summary(summary)
     assert (i.id, i.name, dict(i.labels), i.status, i.exit_code, i.created_s, i.detailed) == (
-        "abc", "gpuconsole-j-1-n0", {"k": "v"}, "exited", 137, 1700.0, False)
-    assert ContainerInfo.from_summary({**summary, "State": "dead", "Status": "Dead"}
-                                      ).exit_code is None
+        "abc",
+        "gpuconsole-j-1-n0",
+        {"k": "v"},
+        "exited",
+        137,
+        1700.0,
+        False,
+    )
+    assert (
+        ContainerInfo.from_summary({**summary, "State": "dead", "Status": "Dead"}).exit_code is None
+    )
     up = ContainerInfo.from_summary({**summary, "State": "running", "Status": "Up 2 seconds"})
     assert (up.status, up.exit_code, up.started_at) == ("running", None, None)
 
@@ -99,8 +116,9 @@ def test_containers_run_with_init() -> None:
     spec = ContainerSpec(name="n", image="img", command=["torchrun", "x.py"])
     assert spec.create_kwargs()["init"] is True
     assert spec.docker_run_argv()[:4] == ["docker", "run", "-d", "--init"]
-    back = spec_from_attrs({"Name": "/n", "Config": {"Image": "img", "Cmd": ["x"]},
-                            "HostConfig": {"Init": True}})
+    back = spec_from_attrs(
+        {"Name": "/n", "Config": {"Image": "img", "Cmd": ["x"]}, "HostConfig": {"Init": True}}
+    )
     assert back.init is True
     off = ContainerSpec(name="n", image="img", command=["x"], init=False)
     assert "init" not in off.create_kwargs() and "--init" not in off.docker_run_argv()
@@ -126,33 +144,48 @@ class FakeApiCountingInspects:
 
     async def get(self, path: str, params: dict[str, str] | None = None) -> Any:
         if path == "/containers/json":
-            assert params == {"all": "1",
-                              "filters": json.dumps({"label": ["io.gpuconsole.job-id=j-1"]})}
+            assert params == {
+                "all": "1",
+                "filters": json.dumps({"label": ["io.gpuconsole.job-id=j-1"]}),
+            }
             return self.summaries
         cid = path.removeprefix("/containers/").removesuffix("/json")
         self.inspected.append(cid)
-        return {"Id": cid, "Name": "/x", "Config": {"Labels": {}},
-                "State": {"Status": "exited", "ExitCode": 3,
-                          "StartedAt": "2026-01-01T00:00:00Z",
-                          "FinishedAt": "2026-01-01T00:00:05Z"}}
+        return {
+            "Id": cid,
+            "Name": "/x",
+            "Config": {"Labels": {}},
+            "State": {
+                "Status": "exited",
+                "ExitCode": 3,
+                "StartedAt": "2026-01-01T00:00:00Z",
+                "FinishedAt": "2026-01-01T00:00:05Z",
+            },
+        }
 
 
 def test_engine_list_inspects_only_what_detail_asks_for() -> None:
     summaries: list[Mapping[str, Any]] = [
-        {"Id": cid, "Names": [f"/{cid}"], "Labels": {}, "State": st, "Status": stat,
-         "Created": 1}
-        for cid, st, stat in (("r", "running", "Up 1 second"),
-                             ("e", "exited", "Exited (3) 1 second ago"),
-                             ("c", "created", "Created"))]
+        {"Id": cid, "Names": [f"/{cid}"], "Labels": {}, "State": st, "Status": stat, "Created": 1}
+        for cid, st, stat in (
+            ("r", "running", "Up 1 second"),
+            ("e", "exited", "Exited (3) 1 second ago"),
+            ("c", "created", "Created"),
+        )
+    ]
     api = FakeApiCountingInspects(summaries)
     engine = Engine(FakeTransportForList())  # type: ignore[arg-type]
     engine.get = api.get  # type: ignore[method-assign]
     plain = asyncio.run(engine.list({"io.gpuconsole.job-id": "j-1"}))
     assert api.inspected == []
     assert [(i.id, i.status, i.exit_code) for i in plain] == [
-        ("r", "running", None), ("e", "exited", 3), ("c", "created", None)]
-    detailed = asyncio.run(engine.list({"io.gpuconsole.job-id": "j-1"},
-                                       detail=lambda i: i.status == "exited"))
+        ("r", "running", None),
+        ("e", "exited", 3),
+        ("c", "created", None),
+    ]
+    detailed = asyncio.run(
+        engine.list({"io.gpuconsole.job-id": "j-1"}, detail=lambda i: i.status == "exited")
+    )
     assert api.inspected == ["e"]
     e = next(i for i in detailed if i.id == "e")
     assert (e.detailed, e.finished_at) == (True, "2026-01-01T00:00:05Z")
@@ -177,9 +210,11 @@ def test_torchruns_signal_exception_is_a_stop_not_a_script_failure() -> None:
     assert d.summary.startswith("Torchrun's agent (pid 7) was stopped by SIGTERM")
     assert "not by a failure of the training script" in d.summary
     # a rank's own exception before it is still the root cause
-    failing = ("[rank1]:Traceback (most recent call last):\n"
-               "[rank1]:  File \"train.py\", line 3, in <module>\n"
-               "[rank1]:ValueError: bad batch\n") + _STOPPED_TAIL
+    failing = (
+        "[rank1]:Traceback (most recent call last):\n"
+        '[rank1]:  File "train.py", line 3, in <module>\n'
+        "[rank1]:ValueError: bad batch\n"
+    ) + _STOPPED_TAIL
     d2 = diagnose(failing)
     assert d2 is not None and d2.kind == "exception" and "ValueError: bad batch" in d2.summary
 
@@ -201,15 +236,15 @@ def test_a_stopped_job_shows_the_exit_code_its_nodes_recorded() -> None:
     from console.jobs.status import stopped_exit_code
 
     def stopped(*codes: int | None) -> list[NodeRecord]:
-        return [NodeRecord("j", i, "h", "c", state="stopped", exit_code=c)
-                for i, c in enumerate(codes)]
+        return [
+            NodeRecord("j", i, "h", "c", state="stopped", exit_code=c) for i, c in enumerate(codes)
+        ]
 
     assert stopped_exit_code(stopped(1)) == 1  # torchrun after its SignalException
     assert stopped_exit_code(stopped(143, 143)) == 143  # a process SIGTERM ended
     assert stopped_exit_code(stopped(137)) == 137  # SIGKILL after the grace period
     assert stopped_exit_code(stopped(TEARDOWN_EXIT_CODE, 1)) == 1
-    assert stopped_exit_code(stopped(TEARDOWN_EXIT_CODE, TEARDOWN_EXIT_CODE)) == \
-        TEARDOWN_EXIT_CODE
+    assert stopped_exit_code(stopped(TEARDOWN_EXIT_CODE, TEARDOWN_EXIT_CODE)) == TEARDOWN_EXIT_CODE
     assert stopped_exit_code(stopped(None, 143)) == 143
     assert stopped_exit_code(stopped(None, None)) is None  # never started, removed by stop
     # stopped by the user: as a shell reports SIGTERM (README: 143), whatever torchrun's own
@@ -230,12 +265,24 @@ def test_job_ids_read_from_hosts_must_have_gpuconsoles_shape() -> None:
 
     good = new_job_id("train.v2_run")
     assert check_job_id(good) == good
-    for bad in ("../../x-000000", "a/b-000000", "..", "", "UPPER-000000", "x-00000g",
-                "x-000000\n", "x" * 49 + "-000000"):
+    for bad in (
+        "../../x-000000",
+        "a/b-000000",
+        "..",
+        "",
+        "UPPER-000000",
+        "x-00000g",
+        "x-000000\n",
+        "x" * 49 + "-000000",
+    ):
         with pytest.raises(ValueError):
             check_job_id(bad)
-    labels = {K_JOB_ID: "../../etc-000000", "io.gpuconsole.job-name": "etc",
-              "io.gpuconsole.node-rank": "0", "io.gpuconsole.node-count": "1"}
+    labels = {
+        K_JOB_ID: "../../etc-000000",
+        "io.gpuconsole.job-name": "etc",
+        "io.gpuconsole.node-rank": "0",
+        "io.gpuconsole.node-count": "1",
+    }
     with pytest.raises(ValueError):
         NodeLabels.parse(labels)
     with pytest.raises(ValueError):
@@ -245,13 +292,26 @@ def test_job_ids_read_from_hosts_must_have_gpuconsoles_shape() -> None:
 def test_run_line_read_back_is_the_one_that_ran() -> None:
     """``describe``'s ``docker run``: the image's own labels (Docker copies them into every
     container) are not shown as the run's, and --shm-size reads as it was given."""
-    attrs = {"Name": "/n", "Config": {
-        "Image": "img", "Cmd": ["x"],
-        "Labels": {"org.opencontainers.image.title": "torch (CPU)", "io.gpuconsole.job-id": "j",
-                   "overridden": "by the run"}},
-        "HostConfig": {"ShmSize": 1 << 30}}
-    back = spec_from_attrs(attrs, image_labels={"org.opencontainers.image.title": "torch (CPU)",
-                                                "overridden": "in the image"})
+    attrs = {
+        "Name": "/n",
+        "Config": {
+            "Image": "img",
+            "Cmd": ["x"],
+            "Labels": {
+                "org.opencontainers.image.title": "torch (CPU)",
+                "io.gpuconsole.job-id": "j",
+                "overridden": "by the run",
+            },
+        },
+        "HostConfig": {"ShmSize": 1 << 30},
+    }
+    back = spec_from_attrs(
+        attrs,
+        image_labels={
+            "org.opencontainers.image.title": "torch (CPU)",
+            "overridden": "in the image",
+        },
+    )
     assert back.labels == {"io.gpuconsole.job-id": "j", "overridden": "by the run"}
     assert back.shm_size == "1g"
     sizes = {1536 << 20: "1536m", 64 << 10: "64k", 1000: "1000b"}
@@ -273,24 +333,39 @@ def test_a_started_node_is_pending_until_its_first_log_line(tmp_path: Path) -> N
     from remote.docker import ContainerInfo
     from remote.errors import TransportError
 
-    labels = {"io.gpuconsole.job-id": "j-000001", "io.gpuconsole.node-rank": "0",
-              "io.gpuconsole.node-count": "1", "io.gpuconsole.host": "a",
-              "io.gpuconsole.format": "1", "io.gpuconsole.job-name": "j"}
+    labels = {
+        "io.gpuconsole.job-id": "j-000001",
+        "io.gpuconsole.node-rank": "0",
+        "io.gpuconsole.node-count": "1",
+        "io.gpuconsole.host": "a",
+        "io.gpuconsole.format": "1",
+        "io.gpuconsole.job-name": "j",
+    }
     lines: list[str] = []
     broken = False
     reads: list[int] = []
 
     class Engine:
-        async def list(self, filters: object, detail: object = None,
-                       runtime: object = None) -> list[ContainerInfo]:
-            return [ContainerInfo("c" * 64, "gpuconsole-j-000001-n0", labels, "running", None,
-                                  "2026-12-01T00:00:00Z", None)]
+        async def list(
+            self, filters: object, detail: object = None, runtime: object = None
+        ) -> list[ContainerInfo]:
+            return [
+                ContainerInfo(
+                    "c" * 64,
+                    "gpuconsole-j-000001-n0",
+                    labels,
+                    "running",
+                    None,
+                    "2026-12-01T00:00:00Z",
+                    None,
+                )
+            ]
 
         async def logs(self, cid: str, tail: int | None = None) -> AsyncIterator[object]:
             reads.append(1)
             if broken:
                 raise TransportError("host a: connection lost", "retry")
-            for text in lines[-(tail or len(lines)):]:
+            for text in lines[-(tail or len(lines)) :]:
                 yield text
 
     class Session:
@@ -303,9 +378,18 @@ def test_a_started_node_is_pending_until_its_first_log_line(tmp_path: Path) -> N
             return Engine()
 
     store = Store(tmp_path / "state")
-    rec = JobRecord("j-000001", "j", "lab", None, {}, "0" * 12, 1.0, 1, "pending",
-                    nodes=[NodeRecord("j-000001", 0, "a", "gpuconsole-j-000001-n0", "c" * 64,
-                                      "pending")])
+    rec = JobRecord(
+        "j-000001",
+        "j",
+        "lab",
+        None,
+        {},
+        "0" * 12,
+        1.0,
+        1,
+        "pending",
+        nodes=[NodeRecord("j-000001", 0, "a", "gpuconsole-j-000001-n0", "c" * 64, "pending")],
+    )
     store.add_job(rec)
 
     def again() -> JobRecord:
@@ -322,7 +406,8 @@ def test_a_started_node_is_pending_until_its_first_log_line(tmp_path: Path) -> N
     job = again()
     assert job.state == "running" and len(reads) == 2  # running: its log is not read again
 
-    store.update_nodes([NodeRecord("j-000001", 0, "a", "gpuconsole-j-000001-n0", "c" * 64,
-                                   "pending")])
+    store.update_nodes(
+        [NodeRecord("j-000001", 0, "a", "gpuconsole-j-000001-n0", "c" * 64, "pending")]
+    )
     broken = True
     assert again().state == "running"  # the log could not be read: the engine's word

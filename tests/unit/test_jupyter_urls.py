@@ -32,29 +32,57 @@ CASE_TABLE: list[tuple[str, list[tuple[str, str, int, str, str | None]], str | N
     # jup-01: LabApp line and the Copy/paste line with `&token=X` repeated: one URL
     ("jup-01.txt", [("http", "a5933af67d37", 8888, "/", TOK1)], None),
     # jup-02: Jupyter Server 2.x, padded lines: container hostname and 127.0.0.1
-    ("jup-02.txt", [("http", "bb318c6ed218", 8888, "/lab", TOK2),
-                    ("http", "127.0.0.1", 8888, "/lab", TOK2)], None),
+    (
+        "jup-02.txt",
+        [("http", "bb318c6ed218", 8888, "/lab", TOK2), ("http", "127.0.0.1", 8888, "/lab", TOK2)],
+        None,
+    ),
     # jup-04: NotebookApp `(host or 127.0.0.1)`, logged twice: one URL
     ("jup-04.txt", [("http", "81dd24e2a351", 8888, "/", TOK4)], "127.0.0.1"),
-    ("real-ipv6-server2.txt", [("http", "HOSTNAME", 8888, "/", "TOKEN"),
-                               ("http", "::1", 8888, "/", "TOKEN")], None),
-    ("real-server1-or-docker.txt", [("http", "8625965541eb", 8888, "/lab", "0" * 46 + "13"),
-                                    ("http", "127.0.0.1", 8888, "/lab", "0" * 46 + "13")], None),
-    ("real-notebook7-tree.txt", [("http", "localhost", 8888, "/tree", "0" * 44 + "7505"),
-                                 ("http", "127.0.0.1", 8888, "/tree", "0" * 44 + "7505")], None),
-    ("real-tf-docker-or-host.txt", [("http", "2950c268081b", 8888, "/", "0" * 45 + "438")],
-     "127.0.0.1"),
+    (
+        "real-ipv6-server2.txt",
+        [("http", "HOSTNAME", 8888, "/", "TOKEN"), ("http", "::1", 8888, "/", "TOKEN")],
+        None,
+    ),
+    (
+        "real-server1-or-docker.txt",
+        [
+            ("http", "8625965541eb", 8888, "/lab", "0" * 46 + "13"),
+            ("http", "127.0.0.1", 8888, "/lab", "0" * 46 + "13"),
+        ],
+        None,
+    ),
+    (
+        "real-notebook7-tree.txt",
+        [
+            ("http", "localhost", 8888, "/tree", "0" * 44 + "7505"),
+            ("http", "127.0.0.1", 8888, "/tree", "0" * 44 + "7505"),
+        ],
+        None,
+    ),
+    (
+        "real-tf-docker-or-host.txt",
+        [("http", "2950c268081b", 8888, "/", "0" * 45 + "438")],
+        "127.0.0.1",
+    ),
     ("real-labapp-inline.txt", [("http", "localhost", 8888, "/", "0" * 44 + "1967")], None),
-    ("real-notebook-list-no-token.txt", [("http", "localhost", 8889, "/", None),
-                                         ("http", "localhost", 8888, "/", None),
-                                         ("http", "localhost", 8891, "/", None),
-                                         ("http", "localhost", 8890, "/", None)], None),
+    (
+        "real-notebook-list-no-token.txt",
+        [
+            ("http", "localhost", 8889, "/", None),
+            ("http", "localhost", 8888, "/", None),
+            ("http", "localhost", 8891, "/", None),
+            ("http", "localhost", 8890, "/", None),
+        ],
+        None,
+    ),
 ]
 
 
 @pytest.mark.parametrize(("name", "expected", "alt"), CASE_TABLE, ids=[c[0] for c in CASE_TABLE])
-def test_cases(name: str, expected: list[tuple[str, str, int, str, str | None]],
-               alt: str | None) -> None:
+def test_cases(
+    name: str, expected: list[tuple[str, str, int, str, str | None]], alt: str | None
+) -> None:
     text = _read(name)
     urls = parse_server_urls(text)
     assert [_key(u) for u in urls] == expected
@@ -102,24 +130,41 @@ def test_welcome_url_without_port_is_not_a_server() -> None:
 # notebookapp.py `_url`/`display_url`) builds (scheme "https"
 # when a certfile is set; path = default_url, which starts with base_url; query
 # `token=<token>`, or `token=...` when the token came from config): URL strings, not logs.
-@pytest.mark.parametrize(("text", "key", "local"), [
-    ("https://gpu-node-01:8888/lab?token=abc123",
-     ("https", "gpu-node-01", 8888, "/lab", "abc123"), "https://127.0.0.1:7000/lab?token=abc123"),
-    ("http://127.0.0.1:8888/user/user1/lab?token=abc123",
-     ("http", "127.0.0.1", 8888, "/user/user1/lab", "abc123"),
-     "http://127.0.0.1:7000/user/user1/lab?token=abc123"),
-    ("http://127.0.0.1:8888/lab?token=...",
-     ("http", "127.0.0.1", 8888, "/lab", None), "http://127.0.0.1:7000/lab"),
-    ("http://[fe80::1]:8890/tree", ("http", "fe80::1", 8890, "/tree", None),
-     "http://127.0.0.1:7000/tree"),
-    ("http://localhost:8888", ("http", "localhost", 8888, "/", None), "http://127.0.0.1:7000/"),
-    # notebook 5.0-5.4 notebookapp.py `display_url` with ip='' (wildcard)
-    ("http://[all ip addresses on your system]:8888/?token=abc123",
-     ("http", "all ip addresses on your system", 8888, "/", "abc123"),
-     "http://127.0.0.1:7000/?token=abc123"),
-])
-def test_source_shaped_urls(text: str, key: tuple[str, str, int, str, str | None],
-                            local: str) -> None:
+@pytest.mark.parametrize(
+    ("text", "key", "local"),
+    [
+        (
+            "https://gpu-node-01:8888/lab?token=abc123",
+            ("https", "gpu-node-01", 8888, "/lab", "abc123"),
+            "https://127.0.0.1:7000/lab?token=abc123",
+        ),
+        (
+            "http://127.0.0.1:8888/user/user1/lab?token=abc123",
+            ("http", "127.0.0.1", 8888, "/user/user1/lab", "abc123"),
+            "http://127.0.0.1:7000/user/user1/lab?token=abc123",
+        ),
+        (
+            "http://127.0.0.1:8888/lab?token=...",
+            ("http", "127.0.0.1", 8888, "/lab", None),
+            "http://127.0.0.1:7000/lab",
+        ),
+        (
+            "http://[fe80::1]:8890/tree",
+            ("http", "fe80::1", 8890, "/tree", None),
+            "http://127.0.0.1:7000/tree",
+        ),
+        ("http://localhost:8888", ("http", "localhost", 8888, "/", None), "http://127.0.0.1:7000/"),
+        # notebook 5.0-5.4 notebookapp.py `display_url` with ip='' (wildcard)
+        (
+            "http://[all ip addresses on your system]:8888/?token=abc123",
+            ("http", "all ip addresses on your system", 8888, "/", "abc123"),
+            "http://127.0.0.1:7000/?token=abc123",
+        ),
+    ],
+)
+def test_source_shaped_urls(
+    text: str, key: tuple[str, str, int, str, str | None], local: str
+) -> None:
     (url,) = parse_server_urls(text)
     assert _key(url) == key
     assert local_url(url, 7000) == local

@@ -45,9 +45,11 @@ GSP_TWO = (DATA / "diagnose" / "corpus" / "gpu" / "gpu-031.txt").read_text()  # 
 CUDA_LOG = (DATA / "cases" / "torchrun" / "trun-12.txt").read_text()  # illegal memory access
 
 DMESG_EPERM = "dmesg: read kernel buffer failed: Operation not permitted\n"
-JOURNAL_HINT = ("Hint: You are currently not seeing messages from other users and the system.\n"
-                "      Users in groups 'adm', 'systemd-journal' can see all messages.\n"
-                "      Pass -q to turn off this notice.\n")
+JOURNAL_HINT = (
+    "Hint: You are currently not seeing messages from other users and the system.\n"
+    "      Users in groups 'adm', 'systemd-journal' can see all messages.\n"
+    "      Pass -q to turn off this notice.\n"
+)
 NO_JOURNAL = (1, "", "No journal files were found.\n")
 NOT_INSTALLED = (127, "", "bash: line 1: nvidia-smi: command not found\n")
 NO_ISO = (1, "", "dmesg: unrecognized option '--time-format=iso'\n")
@@ -66,11 +68,11 @@ class FakeTransportServingKernelLog:
         self.answers = answers
         self.calls: list[list[str]] = []
 
-    async def run(self, argv: list[str], *, input: bytes | None = None,
-                  timeout: float | None = 60.0) -> CommandResult:
+    async def run(
+        self, argv: list[str], *, input: bytes | None = None, timeout: float | None = 60.0
+    ) -> CommandResult:
         self.calls.append(list(argv))
-        best = max((p for p in self.answers if tuple(argv[:len(p)]) == p), key=len,
-                   default=None)
+        best = max((p for p in self.answers if tuple(argv[: len(p)]) == p), key=len, default=None)
         if best is None:
             return CommandResult(127, "", f"bash: line 1: {argv[0]}: command not found\n")
         got = self.answers[best]
@@ -100,7 +102,7 @@ class FakeEngineServingLog:
         return self._info
 
     async def logs(self, container_id: str, *, tail: int | None = None) -> AsyncIterator[_Line]:
-        for line in self._log.splitlines()[-(tail or 10**9):]:
+        for line in self._log.splitlines()[-(tail or 10**9) :]:
             yield _Line(line)
 
     async def read_file(self, container_id: str, path: str) -> bytes | None:
@@ -108,8 +110,9 @@ class FakeEngineServingLog:
 
 
 class FakeSessionOfOneHost:
-    def __init__(self, engine: FakeEngineServingLog,
-                 transport: FakeTransportServingKernelLog) -> None:
+    def __init__(
+        self, engine: FakeEngineServingLog, transport: FakeTransportServingKernelLog
+    ) -> None:
         self._engine, self._transport = engine, transport
 
     def engine(self, host: str) -> FakeEngineServingLog:
@@ -124,15 +127,30 @@ def _rfc3339(unix_s: float) -> str:
 
 
 def _info(devices: str | None) -> ContainerInfo:
-    return ContainerInfo(id="c0", name="j1-n0", labels={}, status="exited", exit_code=1,
-                         started_at=None, finished_at=None, gpu_devices=devices)
+    return ContainerInfo(
+        id="c0",
+        name="j1-n0",
+        labels={},
+        status="exited",
+        exit_code=1,
+        started_at=None,
+        finished_at=None,
+        gpu_devices=devices,
+    )
 
 
 def _node(started_s: float | None, finished_s: float | None) -> NodeRecord:
-    return NodeRecord(job_id="j1", node_rank=0, host="h", container_name="j1-n0",
-                      container_id="c0", state="failed", exit_code=1,
-                      started_at=_rfc3339(started_s) if started_s is not None else None,
-                      finished_at=_rfc3339(finished_s) if finished_s is not None else None)
+    return NodeRecord(
+        job_id="j1",
+        node_rank=0,
+        host="h",
+        container_name="j1-n0",
+        container_id="c0",
+        state="failed",
+        exit_code=1,
+        started_at=_rfc3339(started_s) if started_s is not None else None,
+        finished_at=_rfc3339(finished_s) if finished_s is not None else None,
+    )
 
 
 def _smi(*rows: tuple[int, str, str]) -> Answer:
@@ -143,8 +161,10 @@ def _smi(*rows: tuple[int, str, str]) -> Answer:
 # 2026-04-26 23:12:26 and 23:13:11: the two GSP timeouts of gpu-031 (stamps without a zone,
 # placed in UTC by the fake host's `date +%z`)
 GSP_FIRST = datetime(2026, 4, 26, 23, 12, 26, tzinfo=timezone.utc).timestamp()
-GSP_GPUS = _smi((5, "GPU-00000000-0000-0000-0000-000000000005", "00000001:6C:00.0"),
-                (6, "GPU-00000000-0000-0000-0000-000000000006", "00000001:96:00.0"))
+GSP_GPUS = _smi(
+    (5, "GPU-00000000-0000-0000-0000-000000000005", "00000001:6C:00.0"),
+    (6, "GPU-00000000-0000-0000-0000-000000000006", "00000001:96:00.0"),
+)
 CLOCK_UTC: dict[tuple[str, ...], Answer | Exception] = {
     ("date",): (0, f"{int(GSP_FIRST) + 3600} +0000\n", ""),
     ("cat", "/proc/uptime"): (0, "3600000.00 1000.00\n", ""),
@@ -163,26 +183,30 @@ def _explain(session: FakeSessionOfOneHost, node: NodeRecord) -> FailureRecord:
 def _log_only() -> FailureRecord:
     """The failure explained from the log alone (no start time: no kernel read)."""
     t = FakeTransportServingKernelLog({})
-    got = _explain(FakeSessionOfOneHost(FakeEngineServingLog(CUDA_LOG, _info("0")), t),
-                   _node(None, None))
+    got = _explain(
+        FakeSessionOfOneHost(FakeEngineServingLog(CUDA_LOG, _info("0")), t), _node(None, None)
+    )
     assert t.calls == []
     return got
 
 
 def test_xid_on_the_nodes_gpu_is_the_root_and_the_cuda_error_its_consequence() -> None:
-    t = FakeTransportServingKernelLog({("journalctl",): (0, GSP_TWO, ""),
-                                       ("nvidia-smi",): GSP_GPUS})
+    t = FakeTransportServingKernelLog(
+        {("journalctl",): (0, GSP_TWO, ""), ("nvidia-smi",): GSP_GPUS}
+    )
     session = FakeSessionOfOneHost(FakeEngineServingLog(CUDA_LOG, _info("5")), t)
     start, end = GSP_FIRST - 600, GSP_FIRST + 30
     got = _explain(session, _node(start, end))
     assert got["kind"] == "xid"
-    assert str(got["reason"]).startswith("Xid 119 (GSP RPC timeout, GSP_RPC_TIMEOUT) on GPU "
-                                         "0001:6c:00")
+    assert str(got["reason"]).startswith(
+        "Xid 119 (GSP RPC timeout, GSP_RPC_TIMEOUT) on GPU 0001:6c:00"
+    )
     consequences = got["consequences"]
     assert any(c.startswith("cuda_illegal_memory_access: ") for c in consequences)
     # the other GPU's timeout is context, never the root
-    assert consequences[-1] == ("the host logged Xid 119 on 0001:96:00 during the job (not a "
-                                "GPU of this node)")
+    assert consequences[-1] == (
+        "the host logged Xid 119 on 0001:96:00 during the job (not a GPU of this node)"
+    )
     assert not any("0001:96:00" in e for e in got["evidence"])
     # the journal was asked for the container's lifetime +- the margin, by argv
     (journal,) = t.ran("journalctl")
@@ -192,10 +216,10 @@ def test_xid_on_the_nodes_gpu_is_the_root_and_the_cuda_error_its_consequence() -
     assert since == f"@{int(start - KERNEL_MARGIN_S)}"
     assert until == f"@{int(end + KERNEL_MARGIN_S) + 1}"
     assert journal[journal.index("-o") + 1] == "short-iso"
-    assert t.ran("nvidia-smi") == [["nvidia-smi", "--query-gpu=index,uuid,pci.bus_id",
-                                    "--format=csv,noheader"]]
-    assert failure_lines(got)[0].startswith(
-        "first failure: node 0 on h, exit code 1: Xid 119")
+    assert t.ran("nvidia-smi") == [
+        ["nvidia-smi", "--query-gpu=index,uuid,pci.bus_id", "--format=csv,noheader"]
+    ]
+    assert failure_lines(got)[0].startswith("first failure: node 0 on h, exit code 1: Xid 119")
 
 
 def test_gpu_off_the_bus_is_the_root_with_all_gpus() -> None:
@@ -210,40 +234,49 @@ def test_gpu_off_the_bus_is_the_root_with_all_gpus() -> None:
 
 
 def test_xid_on_another_gpu_is_context_only() -> None:
-    t = FakeTransportServingKernelLog({
-        ("journalctl",): (0, XID_04, ""),
-        ("nvidia-smi",): _smi((0, "GPU-00000000-0000-0000-0000-00000000003b",
-                               "00000000:3B:00.0")),
-    })
+    t = FakeTransportServingKernelLog(
+        {
+            ("journalctl",): (0, XID_04, ""),
+            ("nvidia-smi",): _smi(
+                (0, "GPU-00000000-0000-0000-0000-00000000003b", "00000000:3B:00.0")
+            ),
+        }
+    )
     session = FakeSessionOfOneHost(FakeEngineServingLog(CUDA_LOG, _info("0")), t)
     got = _explain(session, _node(1000.0, 2000.0))
     alone = _log_only()
     assert got["kind"] == alone["kind"] == "cuda_illegal_memory_access"
     assert got["consequences"] == [
         *alone.get("consequences", []),
-        "the host logged Xid 79 on 0000:b3:00 during the job (not a GPU of this node)"]
+        "the host logged Xid 79 on 0000:b3:00 during the job (not a GPU of this node)",
+    ]
     assert {k: v for k, v in got.items() if k != "consequences"} == {
-        k: v for k, v in alone.items() if k != "consequences"}
+        k: v for k, v in alone.items() if k != "consequences"
+    }
 
 
 def test_unknown_gpus_make_kernel_events_context_and_say_why() -> None:
-    t = FakeTransportServingKernelLog({("journalctl",): (0, XID_04, ""),
-                                       ("nvidia-smi",): NOT_INSTALLED})
+    t = FakeTransportServingKernelLog(
+        {("journalctl",): (0, XID_04, ""), ("nvidia-smi",): NOT_INSTALLED}
+    )
     session = FakeSessionOfOneHost(FakeEngineServingLog(CUDA_LOG, _info("0")), t)
     got = _explain(session, _node(1000.0, 2000.0))
     assert got["kind"] == "cuda_illegal_memory_access"
     assert got["consequences"][-1] == (
         "the host logged Xid 79 on 0000:b3:00 during the job (which GPUs the node used is "
-        "unknown: nvidia-smi: bash: line 1: nvidia-smi: command not found)")
+        "unknown: nvidia-smi: bash: line 1: nvidia-smi: command not found)"
+    )
 
 
 def test_unreadable_kernel_log_gives_the_log_only_diagnosis() -> None:
-    t = FakeTransportServingKernelLog({
-        ("journalctl",): (0, "-- No entries --\n", JOURNAL_HINT),
-        ("dmesg",): (1, "", DMESG_EPERM),
-        ("cat", "/proc/sys/kernel/dmesg_restrict"): (0, "1\n", ""),
-        ("nvidia-smi",): GSP_GPUS,
-    })
+    t = FakeTransportServingKernelLog(
+        {
+            ("journalctl",): (0, "-- No entries --\n", JOURNAL_HINT),
+            ("dmesg",): (1, "", DMESG_EPERM),
+            ("cat", "/proc/sys/kernel/dmesg_restrict"): (0, "1\n", ""),
+            ("nvidia-smi",): GSP_GPUS,
+        }
+    )
     session = FakeSessionOfOneHost(FakeEngineServingLog(CUDA_LOG, _info("5")), t)
     assert _explain(session, _node(1000.0, 2000.0)) == _log_only()
     # the plain dmesg is not tried after a refusal; the reason names both answers
@@ -251,21 +284,25 @@ def test_unreadable_kernel_log_gives_the_log_only_diagnosis() -> None:
     got = asyncio.run(read_gpu_kernel_lines(_tr(t), 1000.0, 2000.0))
     assert got.lines == () and got.source is None
     assert got.reason is not None
-    assert got.reason.startswith("kernel log unreadable: journalctl: Hint: You are currently "
-                                 "not seeing messages from other users and the system.; dmesg: "
-                                 "read kernel buffer failed: Operation not permitted "
-                                 "(kernel.dmesg_restrict=1")
+    assert got.reason.startswith(
+        "kernel log unreadable: journalctl: Hint: You are currently "
+        "not seeing messages from other users and the system.; dmesg: "
+        "read kernel buffer failed: Operation not permitted "
+        "(kernel.dmesg_restrict=1"
+    )
 
 
 def test_dmesg_window_keeps_only_the_events_in_it() -> None:
     # no journal, a dmesg without --time-format (seconds since boot): boot at 1e6 (host clock)
-    t = FakeTransportServingKernelLog({
-        ("journalctl",): NO_JOURNAL,
-        ("dmesg", "--time-format=iso"): NO_ISO,
-        ("dmesg",): (0, XID_02, ""),
-        ("date",): (0, "1010000 +0000\n", ""),
-        ("cat", "/proc/uptime"): (0, "10000.00 1.00\n", ""),
-    })
+    t = FakeTransportServingKernelLog(
+        {
+            ("journalctl",): NO_JOURNAL,
+            ("dmesg", "--time-format=iso"): NO_ISO,
+            ("dmesg",): (0, XID_02, ""),
+            ("date",): (0, "1010000 +0000\n", ""),
+            ("cat", "/proc/uptime"): (0, "10000.00 1.00\n", ""),
+        }
+    )
     boot = 1_000_000.0
     got = asyncio.run(read_gpu_kernel_lines(_tr(t), boot + 14300, boot + 14371))
     assert got.source == "dmesg" and got.reason is None
@@ -281,13 +318,19 @@ def test_dmesg_window_keeps_only_the_events_in_it() -> None:
 
 
 def test_window_places_zone_less_stamps_with_the_hosts_zone() -> None:
-    t = FakeTransportServingKernelLog({
-        ("journalctl",): NO_JOURNAL, ("dmesg", "--time-format=iso"): NO_ISO,
-        ("dmesg",): (0, GSP_TWO, ""), **CLOCK_UTC})
+    t = FakeTransportServingKernelLog(
+        {
+            ("journalctl",): NO_JOURNAL,
+            ("dmesg", "--time-format=iso"): NO_ISO,
+            ("dmesg",): (0, GSP_TWO, ""),
+            **CLOCK_UTC,
+        }
+    )
     got = asyncio.run(read_gpu_kernel_lines(_tr(t), GSP_FIRST - 5, GSP_FIRST + 5))
     split = split_by_gpu(got, NodeGpus((), all_gpus=True))
     assert [ln for ln in split.own_lines if "Xid" in ln] == [
-        ln for ln in GSP_TWO.splitlines() if "Xid (PCI:0001:6c:00): 119" in ln]
+        ln for ln in GSP_TWO.splitlines() if "Xid (PCI:0001:6c:00): 119" in ln
+    ]
     assert got.outside == 1
     # the same stamps, the host 2 h east of UTC: 23:12:26 there is 21:12:26Z, out of window
     t.answers[("date",)] = (0, f"{int(GSP_FIRST)} +0200\n", "")
@@ -296,9 +339,15 @@ def test_window_places_zone_less_stamps_with_the_hosts_zone() -> None:
 
 
 def test_explain_with_a_window_before_the_xid_is_the_log_only_diagnosis() -> None:
-    t = FakeTransportServingKernelLog({
-        ("journalctl",): NO_JOURNAL, ("dmesg", "--time-format=iso"): NO_ISO,
-        ("dmesg",): (0, GSP_TWO, ""), ("nvidia-smi",): GSP_GPUS, **CLOCK_UTC})
+    t = FakeTransportServingKernelLog(
+        {
+            ("journalctl",): NO_JOURNAL,
+            ("dmesg", "--time-format=iso"): NO_ISO,
+            ("dmesg",): (0, GSP_TWO, ""),
+            ("nvidia-smi",): GSP_GPUS,
+            **CLOCK_UTC,
+        }
+    )
     session = FakeSessionOfOneHost(FakeEngineServingLog(CUDA_LOG, _info("5")), t)
     got = _explain(session, _node(GSP_FIRST - 7200, GSP_FIRST - 3600))
     assert got == _log_only()
@@ -310,32 +359,43 @@ def test_limit_and_journal_without_kernel_lines() -> None:
     assert got.lines == tuple(XID_02.splitlines()[:3])
     assert got.dropped == len([ln for ln in XID_02.splitlines() if "NVRM" in ln]) - 3
     # a journal with kernel messages but no NVRM line in the window: read, nothing found
-    quiet = FakeTransportServingKernelLog({("journalctl",): (
-        0, "2026-12-01T10:35:28+0000 h kernel: docker0: port 1(veth6d355c9) entered "
-           "disabled state\n", "")})
+    quiet = FakeTransportServingKernelLog(
+        {
+            ("journalctl",): (
+                0,
+                "2026-12-01T10:35:28+0000 h kernel: docker0: port 1(veth6d355c9) entered "
+                "disabled state\n",
+                "",
+            )
+        }
+    )
     got = asyncio.run(read_gpu_kernel_lines(_tr(quiet), 0.0, 1.0))
     assert (got.lines, got.source, got.reason) == ((), "journalctl", None)
     assert quiet.ran("dmesg") == []
 
 
 def test_commands_that_time_out_are_a_reason_not_an_exception(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     slow = TransportError("h", "`journalctl -k` timed out after 5.0 s")
-    t = FakeTransportServingKernelLog({("journalctl",): slow,
-                                       ("dmesg",): TransportError("h", "`dmesg` timed out")})
+    t = FakeTransportServingKernelLog(
+        {("journalctl",): slow, ("dmesg",): TransportError("h", "`dmesg` timed out")}
+    )
     got = asyncio.run(read_gpu_kernel_lines(_tr(t), 0.0, 1.0))
-    assert got.reason == ("kernel log unreadable: journalctl: host h: `journalctl -k` timed "
-                          "out after 5.0 s; dmesg: host h: `dmesg` timed out")
+    assert got.reason == (
+        "kernel log unreadable: journalctl: host h: `journalctl -k` timed "
+        "out after 5.0 s; dmesg: host h: `dmesg` timed out"
+    )
 
     class FakeTransportThatHangs(FakeTransportServingKernelLog):
-        async def run(self, argv: list[str], *, input: bytes | None = None,
-                      timeout: float | None = 60.0) -> CommandResult:
+        async def run(
+            self, argv: list[str], *, input: bytes | None = None, timeout: float | None = 60.0
+        ) -> CommandResult:
             await asyncio.sleep(10)
             raise AssertionError("not reached")
 
     monkeypatch.setattr(kernellog, "KERNEL_READ_BUDGET_S", 0.2)
-    hung = asyncio.run(node_kernel_events(
-        _tr(FakeTransportThatHangs({})), "all", 0.0, 1.0))
+    hung = asyncio.run(node_kernel_events(_tr(FakeTransportThatHangs({})), "all", 0.0, 1.0))
     assert hung.reason == "kernel log unreadable: no answer within 0.2 s"
     assert hung.own_lines == () and hung.context == ()
 
@@ -357,29 +417,54 @@ def test_node_gpus_from_indices_uuids_and_mig() -> None:
 
 def test_split_keeps_the_events_of_the_nodes_gpu_only() -> None:
     # gpu-031: a GSP timeout on 0001:6c:00 and one on 0001:96:00; the node owns the second
-    got = split_by_gpu(KernelLines(lines=tuple(GSP_TWO.splitlines()), source="x"),
-                       NodeGpus(("00000001:96:00.0",)))
+    got = split_by_gpu(
+        KernelLines(lines=tuple(GSP_TWO.splitlines()), source="x"), NodeGpus(("00000001:96:00.0",))
+    )
     assert [ln for ln in got.own_lines if "Xid" in ln] == [
-        ln for ln in GSP_TWO.splitlines() if "Xid (PCI:0001:96:00)" in ln]
-    assert got.context == ("the host logged Xid 119 on 0001:6c:00 during the job (not a GPU "
-                           "of this node)",)
+        ln for ln in GSP_TWO.splitlines() if "Xid (PCI:0001:96:00)" in ln
+    ]
+    assert got.context == (
+        "the host logged Xid 119 on 0001:6c:00 during the job (not a GPU of this node)",
+    )
 
 
 def test_gpu_devices_from_docker_inspect() -> None:
     def req(**kw: object) -> dict[str, object]:
-        return {"HostConfig": {"Runtime": "runc", "DeviceRequests": [
-            {"Driver": "", "Capabilities": [["gpu"]], **kw}]}}
+        return {
+            "HostConfig": {
+                "Runtime": "runc",
+                "DeviceRequests": [{"Driver": "", "Capabilities": [["gpu"]], **kw}],
+            }
+        }
 
     assert gpu_devices_of(req(DeviceIDs=["0", "3"], Count=0)) == "0,3"
     assert gpu_devices_of(req(DeviceIDs=None, Count=-1)) == "all"
     assert gpu_devices_of(req(DeviceIDs=None, Count=2)) == "0,1"
-    cdi = {"HostConfig": {"DeviceRequests": [
-        {"Driver": "cdi", "DeviceIDs": ["nvidia.com/gpu=1"], "Count": 0}]}}
+    cdi = {
+        "HostConfig": {
+            "DeviceRequests": [{"Driver": "cdi", "DeviceIDs": ["nvidia.com/gpu=1"], "Count": 0}]
+        }
+    }
     assert gpu_devices_of(cdi) == "1"
-    env = {"HostConfig": {"Runtime": "nvidia"},
-           "Config": {"Env": ["PATH=/usr/bin", "NVIDIA_VISIBLE_DEVICES=2,5"]}}
+    env = {
+        "HostConfig": {"Runtime": "nvidia"},
+        "Config": {"Env": ["PATH=/usr/bin", "NVIDIA_VISIBLE_DEVICES=2,5"]},
+    }
     assert gpu_devices_of(env) == "2,5"
-    assert gpu_devices_of({"HostConfig": {"Runtime": "runc"},
-                           "Config": {"Env": ["NVIDIA_VISIBLE_DEVICES=all"]}}) == "none"
-    assert gpu_devices_of({"HostConfig": {"Runtime": "runc", "Devices": [
-        {"PathOnHost": "/dev/nvidia0", "PathInContainer": "/dev/nvidia0"}]}}) is None
+    assert (
+        gpu_devices_of(
+            {"HostConfig": {"Runtime": "runc"}, "Config": {"Env": ["NVIDIA_VISIBLE_DEVICES=all"]}}
+        )
+        == "none"
+    )
+    assert (
+        gpu_devices_of(
+            {
+                "HostConfig": {
+                    "Runtime": "runc",
+                    "Devices": [{"PathOnHost": "/dev/nvidia0", "PathInContainer": "/dev/nvidia0"}],
+                }
+            }
+        )
+        is None
+    )

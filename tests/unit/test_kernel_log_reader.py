@@ -30,9 +30,11 @@ from tests.fakes.fake_nvml import FakeNVML
 CASES = Path(__file__).resolve().parents[1] / "data" / "cases" / "dmesg-xid"
 # util-linux dmesg and systemd journalctl, as they refuse a user without the rights
 DMESG_EPERM = "dmesg: read kernel buffer failed: Operation not permitted\n"
-JOURNAL_HINT = ("Hint: You are currently not seeing messages from other users and the system.\n"
-                "      Users in groups 'adm', 'systemd-journal' can see all messages.\n"
-                "      Pass -q to turn off this notice.\n")
+JOURNAL_HINT = (
+    "Hint: You are currently not seeing messages from other users and the system.\n"
+    "      Users in groups 'adm', 'systemd-journal' can see all messages.\n"
+    "      Pass -q to turn off this notice.\n"
+)
 
 
 def case(name: str) -> str:
@@ -111,8 +113,10 @@ def test_dmesg_same_stamp_and_wrapped_buffer() -> None:
 
 
 def test_journalctl_cursor() -> None:
-    lines = [f"[14328.198504] gpu-node-01 kernel: {ln.split('] ', 1)[1]}"
-             for ln in case("xid-02").splitlines()]  # the short-monotonic spelling
+    lines = [
+        f"[14328.198504] gpu-node-01 kernel: {ln.split('] ', 1)[1]}"
+        for ln in case("xid-02").splitlines()
+    ]  # the short-monotonic spelling
     out1 = "\n".join(lines[:3]) + "\n-- cursor: s=aa;i=1\n"
     run = FakeRunner(journalctl=(0, out1, ""))
     r = KernelLogReader(run=run, clock=Clock())
@@ -126,8 +130,13 @@ def test_journalctl_cursor() -> None:
     assert second is not None and not second["since_boot"]
     assert second["lines"] == [ln for ln in lines[3:] if "NVRM" in ln]
     run.answers["journalctl"] = (0, "-- No entries --\n", "")  # nothing new, no new cursor
-    assert r.read() == {"source": "journalctl", "lines": [], "since_boot": False,
-                        "dropped": 0, "gap": False}
+    assert r.read() == {
+        "source": "journalctl",
+        "lines": [],
+        "since_boot": False,
+        "dropped": 0,
+        "gap": False,
+    }
     r.read()
     assert "--after-cursor=s=aa;i=2" in run.calls[3]
 
@@ -135,15 +144,16 @@ def test_journalctl_cursor() -> None:
 def test_permission_denied_is_a_reason_not_a_crash(tmp_path: Path) -> None:
     restrict = tmp_path / "dmesg_restrict"
     restrict.write_text("1\n")
-    run = FakeRunner(journalctl=(0, "-- No entries --\n", JOURNAL_HINT),
-                     dmesg=(1, "", DMESG_EPERM))
+    run = FakeRunner(journalctl=(0, "-- No entries --\n", JOURNAL_HINT), dmesg=(1, "", DMESG_EPERM))
     reader = KernelLogReader(run=run, clock=Clock(), restrict_path=str(restrict))
     agent = Agent(FakeNVML({"gpus": [{}]}), kernel_log=reader)
     s = agent.sample()
     assert s["kernel_log"] is None and s["state"] == "ok"
     why = s["errors"]["kernel_log"]
-    assert why.startswith("kernel log unreadable: journalctl: Hint: You are currently not "
-                          "seeing messages from other users and the system.; ")
+    assert why.startswith(
+        "kernel log unreadable: journalctl: Hint: You are currently not "
+        "seeing messages from other users and the system.; "
+    )
     assert "; dmesg: read kernel buffer failed: Operation not permitted" in why
     assert "kernel.dmesg_restrict=1" in why
     s2 = agent.sample()  # not due: still says why
@@ -193,12 +203,19 @@ def test_sample_to_fleet_rows_and_text(tmp_path: Path) -> None:
     g0, g1 = group.gpus
     assert (g0.xid, g0.xid_severe) == (None, False)
     assert (g1.xid, g1.xid_code, g1.xid_severe) == (
-        "Xid 62 micro-controller halt: reset GPU", 62, True)
+        "Xid 62 micro-controller halt: reset GPU",
+        62,
+        True,
+    )
     text = render_fleet(state)
     assert "h GPU 1: Xid 62 micro-controller halt: reset GPU" in text
     (x,) = state.snapshot()["hosts"][0]["xids"]
-    assert (x["gpu_index"], x["xid"], x["action"], x["verdict"]) == (1, 62, "reset_gpu",
-                                                                    "needs_reset")
+    assert (x["gpu_index"], x["xid"], x["action"], x["verdict"]) == (
+        1,
+        62,
+        "reset_gpu",
+        "needs_reset",
+    )
     assert x["counts"] == {"31": 1, "62": 1, "45": 8}
     # the next sample carries nothing new; a new agent re-reads the boot: no double count
     state.on_sample("h", json.loads(json.dumps(agent.sample())))
@@ -240,15 +257,31 @@ def test_nvml_events_only_while_the_kernel_log_is_unread() -> None:
 DATA = Path(__file__).resolve().parents[1] / "data"
 KERNEL_CASES = sorted(
     [p for p in (DATA / "cases" / "dmesg-xid").glob("*.txt")]
-    + [p for p in (DATA / "diagnose" / "corpus" / "gpu").glob("gpu-*.txt")
-       if re.search(r"NVRM: Xid|NVRM: .*fallen off the bus", p.read_text())],
-    key=lambda p: p.name)
+    + [
+        p
+        for p in (DATA / "diagnose" / "corpus" / "gpu").glob("gpu-*.txt")
+        if re.search(r"NVRM: Xid|NVRM: .*fallen off the bus", p.read_text())
+    ],
+    key=lambda p: p.name,
+)
 
 
 def test_kernel_cases_are_all_there() -> None:
     names = {p.stem for p in KERNEL_CASES}
-    assert {"xid-01", "xid-02", "xid-04", "gpu-001", "gpu-002", "gpu-003", "gpu-004", "gpu-005",
-            "gpu-017", "gpu-018", "gpu-019", "gpu-031"} <= names
+    assert {
+        "xid-01",
+        "xid-02",
+        "xid-04",
+        "gpu-001",
+        "gpu-002",
+        "gpu-003",
+        "gpu-004",
+        "gpu-005",
+        "gpu-017",
+        "gpu-018",
+        "gpu-019",
+        "gpu-031",
+    } <= names
 
 
 @pytest.mark.parametrize("path", KERNEL_CASES, ids=lambda p: p.stem)
@@ -277,5 +310,7 @@ def test_live_headline_and_diagnosis_name_the_same_root(path: Path, tmp_path: Pa
     for s in others:
         assert s.headline is not None
         assert f"Xid {s.headline.xid}" in d.summary and s.pci_bus_id in d.summary, (
-            s.pci_bus_id, s.headline.text)
+            s.pci_bus_id,
+            s.headline.text,
+        )
         assert not any(s.pci_bus_id in c.summary for c in d.consequences)

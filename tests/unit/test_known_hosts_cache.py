@@ -17,8 +17,9 @@ def key_line(host: str) -> str:
     return f"{host} {key.export_public_key().decode().strip()}\n"
 
 
-def test_parsed_once_until_the_file_changes(tmp_path: Path,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_parsed_once_until_the_file_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     kh = tmp_path / "known_hosts"
     kh.write_text(key_line("gpu1.example.org") + key_line("[10.0.0.12]:2222"))
     parsed: list[str] = []
@@ -58,7 +59,8 @@ def test_missing_file_trusts_nothing_and_bad_file_raises(tmp_path: Path) -> None
 
 
 async def test_default_known_hosts_unusable_names_the_file(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The default ``~/.ssh/known_hosts`` is not checked at profile load (a profile's own
     ``known_hosts:`` is); when it cannot be used, the connect error names it, before any
     packet is sent (nothing listens on the port below)."""
@@ -118,6 +120,7 @@ def test_fingerprint_is_what_ssh_keygen_prints(tmp_path: Path) -> None:
     fp = ssh.fingerprint(key.convert_to_public())
     assert fp.startswith("ED25519 SHA256:") and "=" not in fp
     if shutil.which("ssh-keygen"):
-        out = subprocess.run(["ssh-keygen", "-lf", str(pub)], capture_output=True, text=True,
-                             check=True).stdout.split()
+        out = subprocess.run(
+            ["ssh-keygen", "-lf", str(pub)], capture_output=True, text=True, check=True
+        ).stdout.split()
         assert fp == f"ED25519 {out[1]}" and out[-1] == "(ED25519)"

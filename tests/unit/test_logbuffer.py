@@ -16,8 +16,10 @@ def ln(text: str, node: int = 0, rank: int | None = None, ts: int = 0) -> JobLog
 
 
 def bar(desc: str, n: int, total: int = 10) -> str:
-    return f"{desc}: {n * 100 // total:3d}%|{'#' * n}{' ' * (total - n)}| {n}/{total} " \
-           "[00:01<00:01, 1.00it/s]"
+    return (
+        f"{desc}: {n * 100 // total:3d}%|{'#' * n}{' ' * (total - n)}| {n}/{total} "
+        "[00:01<00:01, 1.00it/s]"
+    )
 
 
 def plains(buf: LogBuffer) -> list[str]:
@@ -33,8 +35,13 @@ def test_append_counts_and_fields() -> None:
     buf = LogBuffer()
     assert buf.append(ln("\x1b[31mred\x1b[0m", node=1, rank=3, ts=42)) == 1
     d = buf[0]
-    assert (d.node_rank, d.rank, d.ts_ns, d.text, d.plain) == (1, 3, 42, "\x1b[31mred\x1b[0m",
-                                                                 "red")
+    assert (d.node_rank, d.rank, d.ts_ns, d.text, d.plain) == (
+        1,
+        3,
+        42,
+        "\x1b[31mred\x1b[0m",
+        "red",
+    )
     assert buf.total == 1 and len(buf) == 1 and buf.version >= 1
     # a glued bar + text line gives two display lines
     assert buf.append(ln(bar("A", 10) + "{'loss': 1}")) == 2
@@ -98,8 +105,14 @@ def test_filters() -> None:
 
 def test_search_matching_errors() -> None:
     buf = LogBuffer()
-    n = buf.extend([ln("Epoch 1 loss 0.3"), ln("\x1b[31mRuntimeError: boom\x1b[0m"),
-                    ln("epoch 2 LOSS 0.2"), ln("Traceback (most recent call last):")])
+    n = buf.extend(
+        [
+            ln("Epoch 1 loss 0.3"),
+            ln("\x1b[31mRuntimeError: boom\x1b[0m"),
+            ln("epoch 2 LOSS 0.2"),
+            ln("Traceback (most recent call last):"),
+        ]
+    )
     assert n == 4
     assert buf.search("loss") == [0, 2]
     assert buf.search("loss", ignore_case=False) == [0]
@@ -128,12 +141,16 @@ def test_errors_follow_eviction_replacement_and_clear() -> None:
 
 
 SAMPLES = [
-    "", "   ", "step 10 loss 2.5", "[2026-12-01 03:05:01] INFO started",
+    "",
+    "   ",
+    "step 10 loss 2.5",
+    "[2026-12-01 03:05:01] INFO started",
     "train:  42%|####2     | 42/100 [00:01<00:02, 31.0it/s]",
     "train:  57%|#####7    | 57/100 [00:02<00:01, 31.0it/s]",
     "train: 100%|##########| 100/100 [00:03<00:00, 31.0it/s]",
     "eval:  10%|#         | 1/10 [00:00<00:05, 1.8it/s]",
-    "42it [00:01, 31.0it/s]", "Epoch 1: 50%|#####     | 5/10 [00:05<00:05, 1.00s/it, loss=0.3]",
+    "42it [00:01, 31.0it/s]",
+    "Epoch 1: 50%|#####     | 5/10 [00:05<00:05, 1.00s/it, loss=0.3]",
 ]
 
 

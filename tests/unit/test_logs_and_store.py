@@ -32,16 +32,14 @@ def test_cursor_resume_skips_exactly_what_was_delivered() -> None:
     assert [ln for ln in first if c.accept(ln)] == first
     # a resume repeats lines before and at the cursor; a third "x" at ts 3 is new
     c.rewind()
-    again = [LogLine(2, "b"), LogLine(3, "x"), LogLine(3, "x"), LogLine(3, "x"),
-             LogLine(4, "c")]
+    again = [LogLine(2, "b"), LogLine(3, "x"), LogLine(3, "x"), LogLine(3, "x"), LogLine(4, "c")]
     assert [ln for ln in again if c.accept(ln)] == [LogLine(3, "x"), LogLine(4, "c")]
     assert c.since_ns == 4
 
 
 def test_archive_dedupes_across_appends(tmp_path: Path) -> None:
     store = Store(tmp_path)
-    rec = JobRecord("j-1", "j", "p", None, {}, "h", 0.0, 1,
-                    nodes=[NodeRecord("j-1", 0, "a", "c0")])
+    rec = JobRecord("j-1", "j", "p", None, {}, "h", 0.0, 1, nodes=[NodeRecord("j-1", 0, "a", "c0")])
     store.add_job(rec)
     assert store.archive("j-1", 0, [LogLine(1, "a"), LogLine(2, "b"), LogLine(2, "b2")]) == 3
     assert store.archive("j-1", 0, [LogLine(2, "b"), LogLine(2, "b2"), LogLine(3, "c")]) == 1
@@ -52,16 +50,31 @@ def test_archive_dedupes_across_appends(tmp_path: Path) -> None:
 
 def test_store_round_trip_and_find(tmp_path: Path) -> None:
     store = Store(tmp_path)
-    rec = JobRecord("train-abc123", "train", "local", None, {"name": "train"}, "h", 5.0, 2,
-                    nodes=[NodeRecord("train-abc123", 0, "a", "c0"),
-                           NodeRecord("train-abc123", 1, "b", "c1")])
+    rec = JobRecord(
+        "train-abc123",
+        "train",
+        "local",
+        None,
+        {"name": "train"},
+        "h",
+        5.0,
+        2,
+        nodes=[NodeRecord("train-abc123", 0, "a", "c0"), NodeRecord("train-abc123", 1, "b", "c1")],
+    )
     store.add_job(rec)
-    store.update_job("train-abc123", state="failed", exit_code=1,
-                     failure={"node": 1, "rank": 3, "reason": "boom"})
+    store.update_job(
+        "train-abc123",
+        state="failed",
+        exit_code=1,
+        failure={"node": 1, "rank": 3, "reason": "boom"},
+    )
     got = store.get("train-abc123")
     assert got is not None
-    assert (got.state, got.exit_code, got.failure) == ("failed", 1,
-                                                      {"node": 1, "rank": 3, "reason": "boom"})
+    assert (got.state, got.exit_code, got.failure) == (
+        "failed",
+        1,
+        {"node": 1, "rank": 3, "reason": "boom"},
+    )
     assert [n.host for n in got.nodes] == ["a", "b"]
     assert [j.id for j in store.find("train")] == ["train-abc123"]
     assert [j.id for j in store.find("train-ab")] == ["train-abc123"]
@@ -73,11 +86,29 @@ def test_adopting_a_job_twice_is_a_no_op(tmp_path: Path) -> None:
     """Two processes (the app's alert rules and a `ps`) may adopt the same job: the second
     insert leaves the first as it is instead of failing."""
     first, second = Store(tmp_path), Store(tmp_path)
-    rec = JobRecord("train-abc123", "train", "local", None, {}, "h", 5.0, 1,
-                    nodes=[NodeRecord("train-abc123", 0, "a", "c0", state="running")])
+    rec = JobRecord(
+        "train-abc123",
+        "train",
+        "local",
+        None,
+        {},
+        "h",
+        5.0,
+        1,
+        nodes=[NodeRecord("train-abc123", 0, "a", "c0", state="running")],
+    )
     assert first.add_job(rec, if_absent=True) is True
-    other = JobRecord("train-abc123", "other", "local", None, {}, "h", 6.0, 1,
-                      nodes=[NodeRecord("train-abc123", 0, "b", "c9", state="failed")])
+    other = JobRecord(
+        "train-abc123",
+        "other",
+        "local",
+        None,
+        {},
+        "h",
+        6.0,
+        1,
+        nodes=[NodeRecord("train-abc123", 0, "b", "c9", state="failed")],
+    )
     assert second.add_job(other, if_absent=True) is False
     got = second.get("train-abc123")
     assert got is not None and got.name == "train"
@@ -91,7 +122,8 @@ def test_adopting_a_job_twice_is_a_no_op(tmp_path: Path) -> None:
 def test_rank_tags() -> None:
     node = NodeRecord("j", 1, "b", "c")
     assert tag_line(node, LogLine(5, "[rank3]:step 1/2 loss 0.5")) == JobLogLine(
-        1, "b", 3, 5, "step 1/2 loss 0.5")
+        1, "b", 3, 5, "step 1/2 loss 0.5"
+    )
     untagged = tag_line(node, LogLine(6, "W1129 torch/distributed/run.py:874]"))
     assert untagged.rank is None and untagged.tag() == "[n1]"
     assert tag_line(node, LogLine(7, "[rank12]:x")).tag() == "[n1 r12]"
@@ -138,11 +170,25 @@ def test_store_migrates_an_unversioned_store(tmp_path: Path) -> None:
     old = store.get("old-abc123")
     assert old is not None
     assert (old.state, old.exit_code, old.failure, old.launcher) == (
-        "failed", 1, {"node": 0, "reason": "boom"}, None)
+        "failed",
+        1,
+        {"node": 0, "reason": "boom"},
+        None,
+    )
     assert [(n.host, n.container_id, n.state) for n in old.nodes] == [("a", "cid", "failed")]
     # the column added by schema 2 is written and read back
-    rec = JobRecord("new-def456", "new", "lab", None, {}, "h", 9.0, 1,
-                    nodes=[NodeRecord("new-def456", 0, "a", "c")], launcher="box 42 1234")
+    rec = JobRecord(
+        "new-def456",
+        "new",
+        "lab",
+        None,
+        {},
+        "h",
+        9.0,
+        1,
+        nodes=[NodeRecord("new-def456", 0, "a", "c")],
+        launcher="box 42 1234",
+    )
     store.add_job(rec)
     got = store.get("new-def456")
     assert got is not None and got.launcher == "box 42 1234"
@@ -178,7 +224,9 @@ def test_store_refuses_a_newer_schema(tmp_path: Path) -> None:
     con.close()
     with pytest.raises(GpuConsoleError) as e:
         Store(tmp_path)
-    assert e.value.message == (f"{tmp_path / 'jobs.sqlite3'}: written by a newer gpuconsole "
-                               "(job store schema 99; this one reads up to 2)")
+    assert e.value.message == (
+        f"{tmp_path / 'jobs.sqlite3'}: written by a newer gpuconsole "
+        "(job store schema 99; this one reads up to 2)"
+    )
     assert e.value.hint is not None and "GPUCONSOLE_STATE_DIR" in e.value.hint
     assert _user_version(tmp_path / "jobs.sqlite3") == 99  # left as it was

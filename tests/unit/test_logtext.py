@@ -40,6 +40,7 @@ def case(name: str) -> list[str]:
 
 # -- the cases -----------------------------------------------------------------------------------
 
+
 def test_tail_01_bar_glued_to_eval_dict() -> None:
     buf = feed((CASES / "tail-01.txt").read_bytes())
     v = view(buf)
@@ -133,8 +134,10 @@ def test_tail_11_fixed_width_padding_trimmed() -> None:
 def _bar(n: int, total: int) -> str:
     pct = n * 100 // total
     fill = n * 10 // total
-    return (f"Map (num_proc=64): {pct:3d}%|{B * fill}{' ' * (10 - fill)}| {n}/{total} "
-            f"[00:{n % 60:02d}<00:00, 1234.56ex/s]")
+    return (
+        f"Map (num_proc=64): {pct:3d}%|{B * fill}{' ' * (10 - fill)}| {n}/{total} "
+        f"[00:{n % 60:02d}<00:00, 1234.56ex/s]"
+    )
 
 
 def test_tail_12_six_megabytes_of_redraws() -> None:
@@ -152,6 +155,7 @@ def test_tail_13_erase_whole_line_then_cr() -> None:
 
 
 # -- unit behaviour ------------------------------------------------------------------------------
+
 
 def test_shorter_segment_overwrites_only_its_columns() -> None:
     assert shape("abcdef\rXY") == ["XYcdef"]
@@ -189,8 +193,10 @@ def test_empty_line() -> None:
 
 
 def test_progress_key_variants() -> None:
-    assert progress_key("Epoch 3:  45%|####5     | 45/100 [00:01<00:02, 30.1it/s, loss=0.1]") \
-        == ("Epoch 3", False)
+    assert progress_key("Epoch 3:  45%|####5     | 45/100 [00:01<00:02, 30.1it/s, loss=0.1]") == (
+        "Epoch 3",
+        False,
+    )
     assert progress_key("100%|##########| 10/10 [00:01<00:00,  9.9it/s]") == ("", True)
     assert progress_key("Downloading: 42it [00:01, 31.00it/s]") == ("Downloading", False)
     assert progress_key("model.bin: 12.3MB [00:01, 10.2MB/s]") == ("model.bin", False)
@@ -214,10 +220,17 @@ def test_supersedes_only_unfinished_same_description() -> None:
 
 
 def test_error_like() -> None:
-    for s in ["Traceback (most recent call last):", "RuntimeError: CUDA error: out of memory",
-              "2024 | ERROR | x", "torch.distributed.elastic.multiprocessing.errors."
-              "ChildFailedError:", "node1:12:12 [0] NCCL WARN Cuda failure", "Killed",
-              "  exitcode  : -9 (pid: 14750)", "FATAL: bad", "error: unknown flag"]:
+    for s in [
+        "Traceback (most recent call last):",
+        "RuntimeError: CUDA error: out of memory",
+        "2024 | ERROR | x",
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:",
+        "node1:12:12 [0] NCCL WARN Cuda failure",
+        "Killed",
+        "  exitcode  : -9 (pid: 14750)",
+        "FATAL: bad",
+        "error: unknown flag",
+    ]:
         assert is_error_like(s), s
     for s in ["{'eval_loss': 0.66}", "INFO loading errors.json handler", "100%|##| 2/2"]:
         assert not is_error_like(s), s

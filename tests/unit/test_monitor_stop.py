@@ -57,8 +57,15 @@ class FakeHostProcess:
     never ends; ``close`` can hang and can swallow the first cancellation (as Python 3.11's
     ``asyncio.wait_for`` does when its inner await completes in the same loop turn)."""
 
-    def __init__(self, lines: list[str], *, eof: bool = False, rc: int = 0,
-                 hang_close: bool = False, lose_cancel: bool = False) -> None:
+    def __init__(
+        self,
+        lines: list[str],
+        *,
+        eof: bool = False,
+        rc: int = 0,
+        hang_close: bool = False,
+        lose_cancel: bool = False,
+    ) -> None:
         self.lines = list(lines)
         self.eof = eof
         self.rc = rc
@@ -98,8 +105,9 @@ class FakeHostTransport:
 
     name = "h"
 
-    def __init__(self, procs: list[FakeHostProcess],
-                 upload: Callable[[], Any] | None = None) -> None:
+    def __init__(
+        self, procs: list[FakeHostProcess], upload: Callable[[], Any] | None = None
+    ) -> None:
         self.procs = list(procs)
         self.opened: list[FakeHostProcess] = []
         self.upload = upload
@@ -138,8 +146,13 @@ class FakeHostEngine:
 class FakeHostSession:
     """The session of one fake host ``h``: ``connect`` is what ``connected`` awaits."""
 
-    def __init__(self, transport: FakeHostTransport, connect: Callable[[], Any] | None = None,
-                 *, hang_engine: bool = False) -> None:
+    def __init__(
+        self,
+        transport: FakeHostTransport,
+        connect: Callable[[], Any] | None = None,
+        *,
+        hang_engine: bool = False,
+    ) -> None:
         self.transport = transport
         self.connect = connect
         self.engine_ = FakeHostEngine(hang_engine)
@@ -153,13 +166,18 @@ class FakeHostSession:
         return self.engine_
 
 
-async def run_until_phase(session: FakeHostSession, phase: str, *, mode: str = "auto",
-                          on_sample: Callable[[str, dict[str, Any]], None] | None = None,
-                          ) -> tuple[FleetMonitor, FleetState, set[asyncio.Task[Any]]]:
+async def run_until_phase(
+    session: FakeHostSession,
+    phase: str,
+    *,
+    mode: str = "auto",
+    on_sample: Callable[[str, dict[str, Any]], None] | None = None,
+) -> tuple[FleetMonitor, FleetState, set[asyncio.Task[Any]]]:
     before = asyncio.all_tasks()
     state = FleetState(["h"], 0.1)
-    mon = FleetMonitor(cast(Session, session), state, ["h"], interval=0.1, mode=mode,
-                       on_sample=on_sample)
+    mon = FleetMonitor(
+        cast(Session, session), state, ["h"], interval=0.1, mode=mode, on_sample=on_sample
+    )
     mon.stop_grace_s = 0.3
     mon.start()
 
@@ -239,8 +257,7 @@ async def test_stop_while_backing_off() -> None:
     session = FakeHostSession(FakeHostTransport([]), connect=refuse)
     mon, state, before = await run_until_phase(session, PHASE_BACKOFF)
     assert state.hosts["h"].status == "down"
-    assert state.hosts["h"].error == ("cannot connect to 127.0.0.99:22: "
-                                      "connection refused")
+    assert state.hosts["h"].error == ("cannot connect to 127.0.0.99:22: connection refused")
     await stop_and_check(mon, before)
 
 

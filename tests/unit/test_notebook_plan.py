@@ -33,18 +33,27 @@ def write(tmp_path: Path, text: str) -> Path:
 
 
 def profile() -> Profile:
-    return Profile(name="t", hosts={"a": HostConfig(hostname="10.0.0.1")},
-                   defaults=JobDefaults.model_validate({"image": "img:1", "user": "1000:1000"}))
+    return Profile(
+        name="t",
+        hosts={"a": HostConfig(hostname="10.0.0.1")},
+        defaults=JobDefaults.model_validate({"image": "img:1", "user": "1000:1000"}),
+    )
 
 
-def plan_of(tmp_path: Path, text: str, gpus: int | None = 2, port: int = 41234,
-            ) -> JobPlan:
+def plan_of(
+    tmp_path: Path,
+    text: str,
+    gpus: int | None = 2,
+    port: int = 41234,
+) -> JobPlan:
     loaded = load_spec(write(tmp_path, text))
     assert loaded.host_workdir is not None
-    f = HostFacts("a", "10.0.0.1", gpus, "/home/u",
-                  expand_home(loaded.host_workdir, "/home/u"), port)
-    plan = build_plan(loaded, profile(), ["a"], {"a": f}, job_id="nb-abc123",
-                      created_at=1.0, image="img:1")
+    f = HostFacts(
+        "a", "10.0.0.1", gpus, "/home/u", expand_home(loaded.host_workdir, "/home/u"), port
+    )
+    plan = build_plan(
+        loaded, profile(), ["a"], {"a": f}, job_id="nb-abc123", created_at=1.0, image="img:1"
+    )
     return plan
 
 
@@ -64,8 +73,10 @@ def test_training_spec_without_script_names_the_field(tmp_path: Path) -> None:
 
 
 def test_notebook_refuses_torchrun_fields_multi_node_and_local_workdir(tmp_path: Path) -> None:
-    p = write(tmp_path, "kind: notebook\nname: nb\nscript: a.py\nnodes: 2\n"
-                        "workdir: notebooks\nmax_restarts: 3\n")
+    p = write(
+        tmp_path,
+        "kind: notebook\nname: nb\nscript: a.py\nnodes: 2\nworkdir: notebooks\nmax_restarts: 3\n",
+    )
     with pytest.raises(ConfigError) as e:
         load_spec(p)
     text = "\n".join(str(x) for x in e.value.problems)  # type: ignore[attr-defined]
@@ -76,8 +87,9 @@ def test_notebook_refuses_torchrun_fields_multi_node_and_local_workdir(tmp_path:
 
 
 def test_notebook_plan_runs_jupyterlab_on_loopback_with_token_by_env(tmp_path: Path) -> None:
-    plan = plan_of(tmp_path, "kind: notebook\nname: nb\ngpus_per_node: 1\n"
-                                     "workdir: ~/nb/explore\nenv: {A: b}\n")
+    plan = plan_of(
+        tmp_path, "kind: notebook\nname: nb\ngpus_per_node: 1\nworkdir: ~/nb/explore\nenv: {A: b}\n"
+    )
     node = plan.nodes[0]
     c = node.container
     assert node.gpu_ids == (0,)
@@ -90,8 +102,7 @@ def test_notebook_plan_runs_jupyterlab_on_loopback_with_token_by_env(tmp_path: P
     assert TOKEN_ENV in c.secret_env and c.env["A"] == "b"
     assert c.network_mode == "host" and not c.privileged
     [bind] = c.binds
-    assert (bind.source, bind.target, bind.read_only) == ("/home/u/nb/explore", "/workspace",
-                                                          False)
+    assert (bind.source, bind.target, bind.read_only) == ("/home/u/nb/explore", "/workspace", False)
     labels = NodeLabels.parse(c.labels)
     assert (labels.kind, labels.port, labels.node_count) == ("notebook", 41234, 1)
     assert c.labels[K_KIND] == "notebook" and c.labels[K_PORT] == "41234"
@@ -129,8 +140,9 @@ def test_notebook_gpu_errors_name_the_flag_typed(tmp_path: Path) -> None:
     spec field `gpus_per_node` nor submit's `--gpus-per-node`; a file's value keeps its
     file:line: field and a fix in the file's terms."""
     data = {"kind": "notebook", "name": "nb", "nodes": ["a"], "gpus_per_node": 5}
-    loaded = validate_spec(dict(data), "(flags)", tmp_path, {},
-                           frozenset({"nodes", "gpus_per_node"}), NOTEBOOK_FLAGS)
+    loaded = validate_spec(
+        dict(data), "(flags)", tmp_path, {}, frozenset({"nodes", "gpus_per_node"}), NOTEBOOK_FLAGS
+    )
     two = HostFacts("a", "10.0.0.1", 2, "/home/u")
     with pytest.raises(PlanError) as e:
         pick_gpus(loaded, two)
@@ -140,8 +152,14 @@ def test_notebook_gpu_errors_name_the_flag_typed(tmp_path: Path) -> None:
         pick_gpus(loaded, HostFacts("a", "10.0.0.1", None, "/home/u"))
     assert str(e.value).startswith("--gpus: host a has no NVIDIA driver")
     assert "gpus_per_node" not in (e.value.hint or "") and "`--gpus 0`" in (e.value.hint or "")
-    ids = validate_spec({**data, "gpus_per_node": [0, 7]}, "(flags)", tmp_path, {},
-                        frozenset({"gpus_per_node"}), NOTEBOOK_FLAGS)
+    ids = validate_spec(
+        {**data, "gpus_per_node": [0, 7]},
+        "(flags)",
+        tmp_path,
+        {},
+        frozenset({"gpus_per_node"}),
+        NOTEBOOK_FLAGS,
+    )
     with pytest.raises(PlanError) as e:
         pick_gpus(ids, two)
     assert str(e.value).startswith("--gpus: host a has GPUs 0..1; GPU index 7")
@@ -164,8 +182,9 @@ def test_describe_labels_a_notebooks_command_by_its_kind() -> None:
 
     def text(kind: str, command: str) -> str:
         rec = JobRecord("j-1", "j", "p", None, {"kind": kind}, "h", 1.0, 1, state="running")
-        node = NodeDescription(0, "a", "gpuconsole-j-1-n0", "c" * 64, "running", None,
-                               "docker run ...", command)
+        node = NodeDescription(
+            0, "a", "gpuconsole-j-1-n0", "c" * 64, "running", None, "docker run ...", command
+        )
         return JobDescription(rec, "", (node,)).render()
 
     nb = text("notebook", jupyter)

@@ -76,14 +76,22 @@ def receiver() -> Iterator[Receiver]:
 
 
 def fired(key_host: str = "b", fired_at: float = 1000.0) -> AlertChanged:
-    a = Alert(f"host_unreachable/{key_host}", "host_unreachable", "critical",
-              f"host {key_host} unreachable for 60 s: connection refused", host=key_host,
-              since=fired_at - 60, fired_at=fired_at, details={"for_s": 60.0})
+    a = Alert(
+        f"host_unreachable/{key_host}",
+        "host_unreachable",
+        "critical",
+        f"host {key_host} unreachable for 60 s: connection refused",
+        host=key_host,
+        since=fired_at - 60,
+        fired_at=fired_at,
+        details={"for_s": 60.0},
+    )
     return AlertChanged(a, "fired", fired_at)
 
 
 def resolved(ev: AlertChanged, at: float) -> AlertChanged:
     import dataclasses
+
     return AlertChanged(dataclasses.replace(ev.alert, resolved_at=at), "resolved", at)
 
 
@@ -96,8 +104,7 @@ def wait_until(pred: Any, timeout: float = 15.0) -> None:
     raise AssertionError(f"timed out waiting for {pred}")
 
 
-def run_notifier(url: str, ledger: Ledger, events: list[AlertChanged],
-                 **kw: Any) -> list[Delivery]:
+def run_notifier(url: str, ledger: Ledger, events: list[AlertChanged], **kw: Any) -> list[Delivery]:
     """One notifier lifetime (a ``watch`` run): start, submit, drain, close."""
     got: list[Delivery] = []
     n = Notifier([url], ledger, report=got.append, **kw)
@@ -126,8 +133,10 @@ def test_one_post_per_transition_across_restarts(receiver: Receiver, tmp_path: P
     # the resolve is paged once, also when repeated after another restart
     run_notifier(url, ledger, [resolved(ev, 1500.0)])
     run_notifier(url, ledger, [resolved(ev, 1500.0), resolved(ev, 1600.0)])
-    assert [p["title"] for p in receiver.posts] == ["[CRITICAL] host_unreachable b",
-                                                    "[RESOLVED] host_unreachable b"]
+    assert [p["title"] for p in receiver.posts] == [
+        "[CRITICAL] host_unreachable b",
+        "[RESOLVED] host_unreachable b",
+    ]
     assert receiver.posts[1]["type"] == "success"
     # the same alert firing again later is a new page
     run_notifier(url, ledger, [fired(fired_at=5000.0)])
@@ -151,14 +160,12 @@ def test_a_failed_attempt_is_retried(receiver: Receiver, tmp_path: Path) -> None
 def test_gives_up_after_the_attempts_and_says_so(receiver: Receiver, tmp_path: Path) -> None:
     receiver.fail = 10
     url = f"json://127.0.0.1:{receiver.port}/hook"
-    got = run_notifier(url, Ledger(tmp_path / "n.sqlite3"), [fired()], attempts=3,
-                       backoff_s=0.01)
+    got = run_notifier(url, Ledger(tmp_path / "n.sqlite3"), [fired()], attempts=3, backoff_s=0.01)
     assert len(receiver.paths) == 3 and not receiver.posts
     assert [d.outcome for d in got] == ["retrying", "retrying", "failed"]
 
 
-def test_pending_delivery_of_a_killed_run_is_resent(receiver: Receiver,
-                                                    tmp_path: Path) -> None:
+def test_pending_delivery_of_a_killed_run_is_resent(receiver: Receiver, tmp_path: Path) -> None:
     url = f"json://127.0.0.1:{receiver.port}/hook"
     ledger = Ledger(tmp_path / "n.sqlite3")
     con = ledger.connect()
@@ -180,8 +187,9 @@ def test_submit_never_waits_for_a_slow_service(tmp_path: Path) -> None:
         sent.append(m.key)
         return True
 
-    n = Notifier(["json://127.0.0.1:9/x", "json://127.0.0.1:10/y"],
-                 Ledger(tmp_path / "n.sqlite3"), send=slow)
+    n = Notifier(
+        ["json://127.0.0.1:9/x", "json://127.0.0.1:10/y"], Ledger(tmp_path / "n.sqlite3"), send=slow
+    )
     n.start()
     t0 = time.monotonic()
     for i in range(50):
@@ -203,6 +211,7 @@ def test_silenced_fire_and_other_changes_are_not_paged(tmp_path: Path) -> None:
     n.start()
     ev = fired()
     import dataclasses
+
     silenced = dataclasses.replace(ev.alert, silenced_until=ev.at + 3600)
     n.submit(AlertChanged(silenced, "fired", ev.at))
     n.submit(AlertChanged(ev.alert, "acknowledged", ev.at + 5))
@@ -210,31 +219,43 @@ def test_silenced_fire_and_other_changes_are_not_paged(tmp_path: Path) -> None:
     assert sent == []
 
 
-@pytest.mark.parametrize(("url", "shown", "hidden"), [
-    ("json://user:s3cretpw@127.0.0.1:8080/hook/T0KEN123", "json://***@127.0.0.1:8080/***",
-     ["s3cretpw", "T0KEN123", "user"]),
-    ("tgram://123456789:ABCdefGHIjkl/987654", "tgram://***",
-     ["ABCdefGHIjkl", "987654", "123456789"]),
-    ("slack://T1JJ3T3L2/A1BRTD4JD/TIiajkdnlazkcOXrIdevi7FQ/#general", "slack://***/***",
-     ["TIiajkdnlazkcOXrIdevi7FQ", "A1BRTD4JD", "T1JJ3T3L2"]),
-    ("mailto://ops:pa55word@example.org", "mailto://***@example.org", ["pa55word", "ops"]),
-    ("json://hooks.example.org", "json://hooks.example.org", []),
-])
+@pytest.mark.parametrize(
+    ("url", "shown", "hidden"),
+    [
+        (
+            "json://user:s3cretpw@127.0.0.1:8080/hook/T0KEN123",
+            "json://***@127.0.0.1:8080/***",
+            ["s3cretpw", "T0KEN123", "user"],
+        ),
+        (
+            "tgram://123456789:ABCdefGHIjkl/987654",
+            "tgram://***",
+            ["ABCdefGHIjkl", "987654", "123456789"],
+        ),
+        (
+            "slack://T1JJ3T3L2/A1BRTD4JD/TIiajkdnlazkcOXrIdevi7FQ/#general",
+            "slack://***/***",
+            ["TIiajkdnlazkcOXrIdevi7FQ", "A1BRTD4JD", "T1JJ3T3L2"],
+        ),
+        ("mailto://ops:pa55word@example.org", "mailto://***@example.org", ["pa55word", "ops"]),
+        ("json://hooks.example.org", "json://hooks.example.org", []),
+    ],
+)
 def test_redacted_urls_hide_their_secrets(url: str, shown: str, hidden: list[str]) -> None:
     assert redact_url(url) == shown
     for h in hidden:
         assert h not in redact_url(url)
 
 
-def test_apprise_log_never_shows_the_secrets(receiver: Receiver, tmp_path: Path,
-                                             caplog: pytest.LogCaptureFixture) -> None:
+def test_apprise_log_never_shows_the_secrets(
+    receiver: Receiver, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """Apprise logs the POST URL (debug) and the refused response (warning); the notifier's
     filter (installed by ``start``) leaves no password, user or path token in them."""
     receiver.fail = 10
     url = f"json://alice:s3cretpw@127.0.0.1:{receiver.port}/hook/T0KEN123"
     with caplog.at_level(logging.DEBUG):
-        run_notifier(url, Ledger(tmp_path / "n.sqlite3"), [fired()], attempts=2,
-                     backoff_s=0.01)
+        run_notifier(url, Ledger(tmp_path / "n.sqlite3"), [fired()], attempts=2, backoff_s=0.01)
     text = caplog.text + "".join(str(r.msg) for r in caplog.records)
     assert "JSON POST URL" in text and "Failed to send JSON" in text  # Apprise did log
     for secret in ("s3cretpw", "T0KEN123", "alice"):

@@ -16,16 +16,28 @@ from console.service import Service
 
 
 def job(job_id: str, hosts: list[str]) -> JobRecord:
-    return JobRecord(id=job_id, name=job_id.split("-")[0], profile="lab", profile_source=None,
-                     spec={}, spec_hash="0" * 12, created_at=1.0, node_count=len(hosts),
-                     nodes=[NodeRecord(job_id, r, h, f"{job_id}-n{r}", f"{r:064x}", "running")
-                            for r, h in enumerate(hosts)])
+    return JobRecord(
+        id=job_id,
+        name=job_id.split("-")[0],
+        profile="lab",
+        profile_source=None,
+        spec={},
+        spec_hash="0" * 12,
+        created_at=1.0,
+        node_count=len(hosts),
+        nodes=[
+            NodeRecord(job_id, r, h, f"{job_id}-n{r}", f"{r:064x}", "running")
+            for r, h in enumerate(hosts)
+        ],
+    )
 
 
 def test_orphan_job_warned_refused_then_forgotten(tmp_path: Path) -> None:
     # host "a" answers nothing (no engine socket there): only the orphan's warning matters
-    profile = Profile(name="lab", hosts={"a": HostConfig(
-        transport="local", docker_socket=str(tmp_path / "no-engine.sock"))})
+    profile = Profile(
+        name="lab",
+        hosts={"a": HostConfig(transport="local", docker_socket=str(tmp_path / "no-engine.sock"))},
+    )
     store = Store(tmp_path / "state")
     store.add_job(job("gone-000001", ["old-gpu"]))
     store.add_job(job("half-000002", ["a", "old-gpu"]))
@@ -41,7 +53,8 @@ def test_orphan_job_warned_refused_then_forgotten(tmp_path: Path) -> None:
             await service.remove(orphan)
         assert refused.value.message == (
             "job gone-000001 ran on host 'old-gpu', which is no longer in profile 'lab': its "
-            "containers there cannot be stopped or removed")
+            "containers there cannot be stopped or removed"
+        )
         assert "rm --force gone-000001" in (refused.value.hint or "")
         forgotten = await service.remove(orphan, force=True)
         assert forgotten.removed_at is not None
@@ -65,15 +78,28 @@ def test_orphan_job_warned_refused_then_forgotten(tmp_path: Path) -> None:
 
 
 def test_exec_into_a_slurm_job_names_its_slurm_id_and_node(tmp_path: Path) -> None:
-    profile = Profile.model_validate({
-        "name": "cluster", "scheduler": "slurm",
-        "hosts": {"login": {"hostname": "login.example.org"}},
-        "slurm": {"login_host": "login"}})
-    job = JobRecord(id="t-abc123", name="t", profile="cluster", profile_source=None, spec={},
-                    spec_hash="0" * 12, created_at=1.0, node_count=2,
-                    nodes=[NodeRecord("t-abc123", 0, "node1", "slurm-254-n0", "254", "running"),
-                           NodeRecord("t-abc123", 1, "(pending)", "slurm-254-n1", "254",
-                                      "pending")])
+    profile = Profile.model_validate(
+        {
+            "name": "cluster",
+            "scheduler": "slurm",
+            "hosts": {"login": {"hostname": "login.example.org"}},
+            "slurm": {"login_host": "login"},
+        }
+    )
+    job = JobRecord(
+        id="t-abc123",
+        name="t",
+        profile="cluster",
+        profile_source=None,
+        spec={},
+        spec_hash="0" * 12,
+        created_at=1.0,
+        node_count=2,
+        nodes=[
+            NodeRecord("t-abc123", 0, "node1", "slurm-254-n0", "254", "running"),
+            NodeRecord("t-abc123", 1, "(pending)", "slurm-254-n1", "254", "pending"),
+        ],
+    )
     service = Service(profile, store=Store(tmp_path))
     with pytest.raises(JobError) as on0:
         service.exec_target(job, None)
@@ -84,16 +110,22 @@ def test_exec_into_a_slurm_job_names_its_slurm_id_and_node(tmp_path: Path) -> No
 
 
 def test_a_dev_shell_on_a_host_without_docker_says_so(tmp_path: Path) -> None:
-    profile = Profile.model_validate({
-        "name": "lab", "hosts": {"a": {"hostname": "gpu1.example.org", "runtime": "host"}},
-        "defaults": {"image": "img:1"}})
+    profile = Profile.model_validate(
+        {
+            "name": "lab",
+            "hosts": {"a": {"hostname": "gpu1.example.org", "runtime": "host"}},
+            "defaults": {"image": "img:1"},
+        }
+    )
     service = Service(profile, store=Store(tmp_path))
 
     async def scenario() -> None:
         with pytest.raises(UsageError) as e:
             await service.shell_on_host("a", ["bash"], tty=False)
-        assert e.value.message == ("host a runs jobs without Docker (its profile says "
-                                   "`runtime: host`): a dev container needs Docker")
+        assert e.value.message == (
+            "host a runs jobs without Docker (its profile says "
+            "`runtime: host`): a dev container needs Docker"
+        )
         assert (e.value.hint or "").startswith("`ssh gpu1.example.org`")
         await service.close()
 

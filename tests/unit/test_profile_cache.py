@@ -57,7 +57,8 @@ def validations(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def test_second_load_of_an_unchanged_file_skips_validation(
-        tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     p = tmp_path / "lab.yaml"
     p.write_text(PROFILE)
     seen = validations(monkeypatch)
@@ -77,7 +78,8 @@ def test_second_load_of_an_unchanged_file_skips_validation(
 
 
 def test_changed_bytes_renamed_file_and_new_code_are_misses(
-        tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     p = tmp_path / "lab.yaml"
     p.write_text(PROFILE)
     load_profile_file(p)
@@ -120,8 +122,9 @@ def test_profile_with_notify_urls_is_not_kept(tmp_path: Path, cache: Path) -> No
     p.write_text("hosts:\n  a: {}\nnotify: ['slack://T000/B000/secret-token']\n")
     assert load_profile_file(p).notify == ["slack://T000/B000/secret-token"]
     assert entries(cache) == []
-    assert not any(b"secret-token" in f.read_bytes() for f in cache.parent.rglob("*")
-                   if f.is_file())
+    assert not any(
+        b"secret-token" in f.read_bytes() for f in cache.parent.rglob("*") if f.is_file()
+    )
 
 
 class _Payload:
@@ -140,7 +143,8 @@ def _mark(what: str) -> str:
 
 
 def test_entry_naming_other_code_is_refused(
-        tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     p = tmp_path / "lab.yaml"
     p.write_text(PROFILE)
     first = load_profile_file(p)
@@ -155,7 +159,8 @@ def test_entry_naming_other_code_is_refused(
 
 
 def test_entry_others_may_write_is_not_used(
-        tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     p = tmp_path / "lab.yaml"
     p.write_text(PROFILE)
     load_profile_file(p)
@@ -184,7 +189,8 @@ def test_unwritable_cache_is_not_an_error(tmp_path: Path, monkeypatch: pytest.Mo
 
 
 def test_oldest_entries_are_removed_past_the_limit(
-        tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(profilecache, "MAX_ENTRIES", 3)
     for i in range(5):
         p = tmp_path / f"p{i}.yaml"
@@ -223,15 +229,32 @@ def test_validation_runs_only_code_the_cache_key_covers(tmp_path: Path) -> None:
     full = tmp_path / "full.yaml"
     full.write_text(PROFILE + "price_per_gpu_hour: 2.5\n")
     slurm = tmp_path / "slurm.yaml"
-    slurm.write_text("scheduler: slurm\nhosts:\n  login: {hostname: login.example.org}\n"
-                     "slurm: {login_host: login, time_limit: '1-00:00:00', "
-                     "sbatch_args: ['--qos=high'], partition: gpu}\n")
-    out = subprocess.run([sys.executable, "-c", VALIDATE, str(full), str(slurm),
-                          str(REPO / "profiles" / "example-cluster.yaml")],
-                         capture_output=True, text=True, check=True, cwd=REPO)
+    slurm.write_text(
+        "scheduler: slurm\nhosts:\n  login: {hostname: login.example.org}\n"
+        "slurm: {login_host: login, time_limit: '1-00:00:00', "
+        "sbatch_args: ['--qos=high'], partition: gpu}\n"
+    )
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            VALIDATE,
+            str(full),
+            str(slurm),
+            str(REPO / "profiles" / "example-cluster.yaml"),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO,
+    )
     ran = set(out.stdout.split())
-    assert {"console.profiles", "remote.ssh", "console.slurm.fields",
-            "console.alerts.config"} <= ran
+    assert {
+        "console.profiles",
+        "remote.ssh",
+        "console.slurm.fields",
+        "console.alerts.config",
+    } <= ran
     assert ran <= set(profilecache.VALIDATION_MODULES), ran - set(profilecache.VALIDATION_MODULES)
 
 

@@ -90,12 +90,15 @@ def _load(config_dir: Path, text: str) -> ConfigError:
     return e.value
 
 
-@pytest.mark.parametrize(("jump", "msg"), [
-    ("bastion:notaport", "jump host 'bastion:notaport': port 'notaport' is not a number"),
-    ("bastion:99999", "jump host 'bastion:99999': port 99999 is not in 1-65535"),
-    ("@bastion", "jump host '@bastion' has an empty user before '@'"),
-    ("me@", "jump host 'me@' has no host name"),
-])
+@pytest.mark.parametrize(
+    ("jump", "msg"),
+    [
+        ("bastion:notaport", "jump host 'bastion:notaport': port 'notaport' is not a number"),
+        ("bastion:99999", "jump host 'bastion:99999': port 99999 is not in 1-65535"),
+        ("@bastion", "jump host '@bastion' has an empty user before '@'"),
+        ("me@", "jump host 'me@' has no host name"),
+    ],
+)
 def test_bad_jump_host(config_dir: Path, jump: str, msg: str) -> None:
     e = _load(config_dir, f"hosts:\n  a:\n    hostname: x\n    jump: '{jump}'\n")
     assert str(e) == f"{config_dir / 'bad.yaml'}:4: hosts.a.jump: {msg}"
@@ -104,16 +107,20 @@ def test_bad_jump_host(config_dir: Path, jump: str, msg: str) -> None:
 
 def test_user_with_a_newline(config_dir: Path) -> None:
     e = _load(config_dir, 'hosts:\n  a:\n    user: "root\\nx"\n')
-    assert str(e) == (f"{config_dir / 'bad.yaml'}:3: hosts.a.user: contains U+000A (line feed); "
-                      "it must be one line of printable text")
+    assert str(e) == (
+        f"{config_dir / 'bad.yaml'}:3: hosts.a.user: contains U+000A (line feed); "
+        "it must be one line of printable text"
+    )
 
 
 def test_identity_file_that_is_not_a_key(config_dir: Path, tmp_path: Path) -> None:
     notkey = tmp_path / "id_fake"
     notkey.write_text("hello\n")
     e = _load(config_dir, f"hosts:\n  a:\n    hostname: x\n    identity_file: {notkey}\n")
-    assert str(e) == (f"{config_dir / 'bad.yaml'}:4: hosts.a.identity_file: {notkey} is not a "
-                      "private key: Invalid private key")
+    assert str(e) == (
+        f"{config_dir / 'bad.yaml'}:4: hosts.a.identity_file: {notkey} is not a "
+        "private key: Invalid private key"
+    )
     # a missing file is left to the connection (reported with the host)
     (config_dir / "ok.yaml").write_text(f"hosts:\n  a:\n    identity_file: {tmp_path / 'no'}\n")
     assert resolve_profile("ok").hosts["a"].identity_file == str(tmp_path / "no")
@@ -123,30 +130,38 @@ def test_binary_known_hosts(config_dir: Path, tmp_path: Path) -> None:
     kh = tmp_path / "kh"
     kh.write_bytes(bytes(range(256)))
     e = _load(config_dir, f"known_hosts: {kh}\nhosts:\n  a: {{}}\n")
-    assert str(e) == (f"{config_dir / 'bad.yaml'}:1: known_hosts: {kh} is not a known_hosts file "
-                      "(it holds NUL bytes: binary data)")
+    assert str(e) == (
+        f"{config_dir / 'bad.yaml'}:1: known_hosts: {kh} is not a known_hosts file "
+        "(it holds NUL bytes: binary data)"
+    )
 
 
 def test_long_host_name(config_dir: Path) -> None:
     e = _load(config_dir, f"hosts:\n  ? {'h' * 5000}\n  : {{}}\n")
-    assert str(e).startswith(f"{config_dir / 'bad.yaml'}:1: hosts: host name "
-                             "'hhhhhhhhhhhhhhhhhhhh'... (5000 characters) must be 1-63")
+    assert str(e).startswith(
+        f"{config_dir / 'bad.yaml'}:1: hosts: host name "
+        "'hhhhhhhhhhhhhhhhhhhh'... (5000 characters) must be 1-63"
+    )
     e = _load(config_dir, f"hosts:\n  a: {{hostname: {'x' * 70}.org}}\n")
-    assert ("hosts.a.hostname: host name 'xxxxxxxxxxxxxxxxxxxx'... has a part longer than 63"
-            in str(e))
+    assert "hosts.a.hostname: host name 'xxxxxxxxxxxxxxxxxxxx'... has a part longer than 63" in str(
+        e
+    )
 
 
 def test_relative_default_mounts_fail_when_the_profile_loads(config_dir: Path) -> None:
     e = _load(config_dir, "hosts:\n  a: {}\ndefaults:\n  mounts: [./data:/data]\n")
-    assert str(e).startswith(f"{config_dir / 'bad.yaml'}:4: defaults.mounts[0]: mount "
-                             "'./data:/data': the host path './data' is relative")
+    assert str(e).startswith(
+        f"{config_dir / 'bad.yaml'}:4: defaults.mounts[0]: mount "
+        "'./data:/data': the host path './data' is relative"
+    )
 
 
 def test_every_problem_of_a_profile_is_reported(config_dir: Path) -> None:
-    e = _load(config_dir, "hosts:\n  a:\n    port: 0\n    user: 'a b'\n"
-                          "defaults:\n  image: /\n")
+    e = _load(config_dir, "hosts:\n  a:\n    port: 0\n    user: 'a b'\ndefaults:\n  image: /\n")
     text = str(e).splitlines()
     assert text[0].startswith(f"{config_dir / 'bad.yaml'}:3: hosts.a.port: ")
     assert text[0].endswith("(and 2 more)")
     assert [t.split(": ")[1] for t in text if t.startswith("  also: ")] == [
-        f"{config_dir / 'bad.yaml'}:4", f"{config_dir / 'bad.yaml'}:6"]
+        f"{config_dir / 'bad.yaml'}:4",
+        f"{config_dir / 'bad.yaml'}:6",
+    ]

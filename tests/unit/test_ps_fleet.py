@@ -20,14 +20,17 @@ JOB_ID = "io.gpuconsole.job-id"
 
 def labelled(cid: str, job_id: str, rank: int, status: str = "running") -> ContainerInfo:
     labels = {
-        "io.gpuconsole.format": "1", JOB_ID: job_id,
+        "io.gpuconsole.format": "1",
+        JOB_ID: job_id,
         "io.gpuconsole.job-name": job_id.rsplit("-", 1)[0],
-        "io.gpuconsole.node-rank": str(rank), "io.gpuconsole.node-count": "2",
-        "io.gpuconsole.nproc-per-node": "1", "io.gpuconsole.host": "h0",
-        "io.gpuconsole.spec-hash": "0" * 12, "io.gpuconsole.created-at": "1.000",
+        "io.gpuconsole.node-rank": str(rank),
+        "io.gpuconsole.node-count": "2",
+        "io.gpuconsole.nproc-per-node": "1",
+        "io.gpuconsole.host": "h0",
+        "io.gpuconsole.spec-hash": "0" * 12,
+        "io.gpuconsole.created-at": "1.000",
     }
-    return ContainerInfo(cid, f"{job_id}-n{rank}", labels, status, None, None, None,
-                         detailed=False)
+    return ContainerInfo(cid, f"{job_id}-n{rank}", labels, status, None, None, None, detailed=False)
 
 
 class FakeEngine:
@@ -38,9 +41,13 @@ class FakeEngine:
     def __init__(self, session: FakeSession, host: str) -> None:
         self.session, self.host = session, host
 
-    async def list(self, labels: Mapping[str, str | None], *,
-                   detail: Callable[[ContainerInfo], bool] | None = None,
-                   runtime: str | None = None) -> list[ContainerInfo]:
+    async def list(
+        self,
+        labels: Mapping[str, str | None],
+        *,
+        detail: Callable[[ContainerInfo], bool] | None = None,
+        runtime: str | None = None,
+    ) -> list[ContainerInfo]:
         s = self.session
         s.in_flight += 1
         s.peak = max(s.peak, s.in_flight)
@@ -55,10 +62,15 @@ class FakeEngine:
 class FakeSession:
     """Hosts that connect at once, hang in connect (``hang``) or refuse (``refuse``)."""
 
-    def __init__(self, hosts: list[str], *, hang: set[str] = frozenset(),  # type: ignore[assignment]
-                 refuse: set[str] = frozenset(),  # type: ignore[assignment]
-                 list_delay: dict[str, float | None] | None = None,
-                 containers: dict[str, list[ContainerInfo]] | None = None) -> None:
+    def __init__(
+        self,
+        hosts: list[str],
+        *,
+        hang: set[str] = frozenset(),  # type: ignore[assignment]
+        refuse: set[str] = frozenset(),  # type: ignore[assignment]
+        list_delay: dict[str, float | None] | None = None,
+        containers: dict[str, list[ContainerInfo]] | None = None,
+    ) -> None:
         self.hosts, self.hang, self.refuse = hosts, hang, refuse
         self.list_delay = list_delay or {}
         self.containers = containers or {}
@@ -91,21 +103,21 @@ def test_every_host_listed_once_with_bounded_concurrency() -> None:
 
 def test_late_hosts_are_pending_and_failed_ones_say_why() -> None:
     hosts = ["ok", "slow", "hang", "refuse"]
-    session = FakeSession(hosts, hang={"hang"}, refuse={"refuse"},
-                          list_delay={"slow": None})
+    session = FakeSession(hosts, hang={"hang"}, refuse={"refuse"}, list_delay={"slow": None})
     loop_t0 = asyncio.new_event_loop()
     try:
         t0 = loop_t0.time()
-        out = loop_t0.run_until_complete(list_fleet(
-            session, hosts, deadline_s=0.3))  # type: ignore[arg-type]
+        out = loop_t0.run_until_complete(list_fleet(session, hosts, deadline_s=0.3))  # type: ignore[arg-type]
         took = loop_t0.time() - t0
     finally:
         loop_t0.close()
     assert took < 2.0  # the deadline, not the hung hosts, ends it
     assert out["ok"].status == HOST_ANSWERED and out["ok"].reason is None
     assert out["slow"].status == HOST_PENDING and out["slow"].containers is None
-    assert out["slow"].reason == ("host slow: no answer within 0.3 s (still listing its "
-                                  "containers); its jobs show their last known state")
+    assert out["slow"].reason == (
+        "host slow: no answer within 0.3 s (still listing its "
+        "containers); its jobs show their last known state"
+    )
     assert out["hang"].status == HOST_PENDING
     assert "(still connecting)" in (out["hang"].reason or "")
     assert out["refuse"].status == HOST_FAILED
@@ -122,9 +134,21 @@ def test_queued_hosts_past_the_deadline_say_they_waited_for_a_slot() -> None:
 
 
 def test_only_unknown_started_or_changed_watched_containers_are_inspected() -> None:
-    watched = JobRecord("w-000001", "w", "p", None, {}, "", 0.0, 2, state="running", nodes=[
-        NodeRecord("w-000001", 0, "h0", "n0", "c0", "running", started_at="t"),
-        NodeRecord("w-000001", 1, "h0", "n1", "c1", "running", started_at="t")])
+    watched = JobRecord(
+        "w-000001",
+        "w",
+        "p",
+        None,
+        {},
+        "",
+        0.0,
+        2,
+        state="running",
+        nodes=[
+            NodeRecord("w-000001", 0, "h0", "n0", "c0", "running", started_at="t"),
+            NodeRecord("w-000001", 1, "h0", "n1", "c1", "running", started_at="t"),
+        ],
+    )
     need = _detail_for({"w-000001", "idle-000002"}, [watched])
     assert need(labelled("x", "new-000003", 0))  # unknown, started: adopted with its times
     assert not need(labelled("x", "new-000003", 0, status="created"))
@@ -135,12 +159,26 @@ def test_only_unknown_started_or_changed_watched_containers_are_inspected() -> N
 
 
 def test_a_jobs_nodes_come_from_the_listing_and_a_pending_host_keeps_them_unknown() -> None:
-    job = JobRecord("j-000001", "j", "p", None, {}, "", 0.0, 2, state="running", nodes=[
-        NodeRecord("j-000001", 0, "h0", "n0", "c0", "running"),
-        NodeRecord("j-000001", 1, "h1", "n1", "c1", "running")])
+    job = JobRecord(
+        "j-000001",
+        "j",
+        "p",
+        None,
+        {},
+        "",
+        0.0,
+        2,
+        state="running",
+        nodes=[
+            NodeRecord("j-000001", 0, "h0", "n0", "c0", "running"),
+            NodeRecord("j-000001", 1, "h1", "n1", "c1", "running"),
+        ],
+    )
     mine, other = labelled("c0", "j-000001", 0), labelled("o", "k-000002", 0)
-    listed = {"h0": HostListing("h0", HOST_ANSWERED, containers=[mine, other]),
-              "h1": HostListing("h1", HOST_PENDING, reason="host h1: no answer")}
+    listed = {
+        "h0": HostListing("h0", HOST_ANSWERED, containers=[mine, other]),
+        "h1": HostListing("h1", HOST_PENDING, reason="host h1: no answer"),
+    }
 
     class NoListing:
         """A session that must not be asked: every host is in the listing."""
@@ -165,8 +203,9 @@ def test_open_file_limit_raised_for_the_fleet_not_above_hard() -> None:
         "print(raise_open_file_limit(512)[0], resource.getrlimit(resource.RLIMIT_NOFILE)[0],"
         " hard)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.split()
     got, now, hard = (int(x) for x in out)
     want = 4 * 512 + 256 if hard < 0 else min(4 * 512 + 256, hard)
     assert got == now == want
@@ -198,9 +237,12 @@ def test_a_failed_engine_listing_cancels_the_host_runtime_command_beside_it() ->
         runtime = "docker"
         hostrt = SlowHostRuntime()
 
-        async def list(self, labels: Mapping[str, str | None], *,
-                       detail: Callable[[ContainerInfo], bool] | None = None,
-                       ) -> list[ContainerInfo]:
+        async def list(
+            self,
+            labels: Mapping[str, str | None],
+            *,
+            detail: Callable[[ContainerInfo], bool] | None = None,
+        ) -> list[ContainerInfo]:
             await asyncio.sleep(0.01)
             raise DockerError("b", "the Docker engine does not answer")
 

@@ -56,12 +56,24 @@ REASON_MASKS = [bit for bit, _ in agent_mod.CLOCK_EVENT_REASONS] + [0x0, 0x7FF, 
 
 def _gpu(i: int, **over: Any) -> dict[str, Any]:
     g: dict[str, Any] = {
-        "uuid": f"GPU-{i:04x}", "pci_bus_id": f"00000000:{0x19 + i:02X}:00.0",
-        "util_gpu": 10 + i, "util_mem": 5 + i, "mem_used": (1000 + i) * MIB,
-        "mem_total": 143771 * MIB, "temp": 40 + i, "power_mw": 512345 + 7 * i,
-        "power_limit_mw": 700000, "sm_clock": 1980, "mem_clock": 3201, "fan": 30 + i,
-        "pstate": 0, "clock_reasons": 0x4, "ecc_uncorrected": i, "persistence": 1,
-        "mig": [0, 0], "gpm_supported": False,
+        "uuid": f"GPU-{i:04x}",
+        "pci_bus_id": f"00000000:{0x19 + i:02X}:00.0",
+        "util_gpu": 10 + i,
+        "util_mem": 5 + i,
+        "mem_used": (1000 + i) * MIB,
+        "mem_total": 143771 * MIB,
+        "temp": 40 + i,
+        "power_mw": 512345 + 7 * i,
+        "power_limit_mw": 700000,
+        "sm_clock": 1980,
+        "mem_clock": 3201,
+        "fan": 30 + i,
+        "pstate": 0,
+        "clock_reasons": 0x4,
+        "ecc_uncorrected": i,
+        "persistence": 1,
+        "mig": [0, 0],
+        "gpm_supported": False,
     }
     g.update(over)
     return g
@@ -75,8 +87,13 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "busy_with_processes": {
         "driver_version": "580.159.04",
         "gpus": [
-            _gpu(0, util_gpu=100, power_mw=694638, clock_reasons=0x4,
-                 procs=[{"pid": 653, "used_mib": 17604}, {"pid": 654, "used_mib": 12}]),
+            _gpu(
+                0,
+                util_gpu=100,
+                power_mw=694638,
+                clock_reasons=0x4,
+                procs=[{"pid": 653, "used_mib": 17604}, {"pid": 654, "used_mib": 12}],
+            ),
             _gpu(1, util_gpu=0, power_mw=83712, clock_reasons=0x1, pstate=8, persistence=0),
         ],
     },
@@ -84,26 +101,48 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "unknown_values": {
         "driver_version": "535.104.05",
         "gpus": [
-            _gpu(0, fail={f: "NotSupported" for f in (
-                "nvmlDeviceGetUtilizationRates", "nvmlDeviceGetMemoryInfo_v2",
-                "nvmlDeviceGetTemperatureV", "nvmlDeviceGetPowerUsage",
-                "nvmlDeviceGetEnforcedPowerLimit", "nvmlDeviceGetClockInfo",
-                "nvmlDeviceGetMaxClockInfo",
-                "nvmlDeviceGetFanSpeed", "nvmlDeviceGetPerformanceState",
-                "nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetTotalEccErrors",
-                "nvmlDeviceGetPersistenceMode", "nvmlDeviceGetMigMode",
-                "nvmlDeviceGetRemappedRows")}),
-            _gpu(1, fail={"nvmlDeviceGetFanSpeed": "NotSupported",
-                          "nvmlDeviceGetTotalEccErrors": "NoPermission"},
-                 procs=[{"pid": 77, "used_mib": None}]),
+            _gpu(
+                0,
+                fail={
+                    f: "NotSupported"
+                    for f in (
+                        "nvmlDeviceGetUtilizationRates",
+                        "nvmlDeviceGetMemoryInfo_v2",
+                        "nvmlDeviceGetTemperatureV",
+                        "nvmlDeviceGetPowerUsage",
+                        "nvmlDeviceGetEnforcedPowerLimit",
+                        "nvmlDeviceGetClockInfo",
+                        "nvmlDeviceGetMaxClockInfo",
+                        "nvmlDeviceGetFanSpeed",
+                        "nvmlDeviceGetPerformanceState",
+                        "nvmlDeviceGetCurrentClocksEventReasons",
+                        "nvmlDeviceGetTotalEccErrors",
+                        "nvmlDeviceGetPersistenceMode",
+                        "nvmlDeviceGetMigMode",
+                        "nvmlDeviceGetRemappedRows",
+                    )
+                },
+            ),
+            _gpu(
+                1,
+                fail={
+                    "nvmlDeviceGetFanSpeed": "NotSupported",
+                    "nvmlDeviceGetTotalEccErrors": "NoPermission",
+                },
+                procs=[{"pid": 77, "used_mib": None}],
+            ),
         ],
     },
     # MIG on: NVML has no whole-GPU utilization and no per-process memory
     "mig_enabled": {
         "driver_version": "580.159.04",
         "gpus": [
-            _gpu(0, mig=[1, 1], fail={"nvmlDeviceGetUtilizationRates": "NotSupported"},
-                 procs=[{"pid": 4242, "used_mib": None}]),
+            _gpu(
+                0,
+                mig=[1, 1],
+                fail={"nvmlDeviceGetUtilizationRates": "NotSupported"},
+                procs=[{"pid": 4242, "used_mib": None}],
+            ),
             _gpu(1, mig=[0, 0]),
         ],
     },
@@ -167,8 +206,9 @@ def assert_same_record(a: dict[str, Any], s: dict[str, Any]) -> None:
             # unknown on both sides, with a reason on both sides (never a silent 0)
             assert (f in ga["errors"]) == (f in gs["errors"]) == (ga[f] is None), (where, f)
         # not supported (n/a) on both sides: NVML_ERROR_NOT_SUPPORTED, nvidia-smi's [N/A]
-        assert [f for f in ga["unsupported"] if f not in SMI_UNKNOWN_GPU_FIELDS] == \
-            gs["unsupported"], where
+        assert [f for f in ga["unsupported"] if f not in SMI_UNKNOWN_GPU_FIELDS] == gs[
+            "unsupported"
+        ], where
     if a["processes"] is None:
         assert s["processes"] is None
         assert "processes" in a["errors"] and "processes" in s["errors"]
@@ -203,9 +243,19 @@ def test_every_reason_bit_has_one_name_on_both_paths() -> None:
     s = smi_sample(SCENARIOS["every_reason_bit"])
     expected = [[name] for _, name in agent_mod.CLOCK_EVENT_REASONS] + [
         [],
-        ["gpu_idle", "applications_clocks_setting", "sw_power_cap", "hw_slowdown", "sync_boost",
-         "sw_thermal", "hw_thermal", "hw_power_brake", "display_clock_setting", "board_limit",
-         "reliability"],
+        [
+            "gpu_idle",
+            "applications_clocks_setting",
+            "sw_power_cap",
+            "hw_slowdown",
+            "sync_boost",
+            "sw_thermal",
+            "hw_thermal",
+            "hw_power_brake",
+            "display_clock_setting",
+            "board_limit",
+            "reliability",
+        ],
         ["gpu_idle", "0x800"],
     ]
     assert [g["throttle_reasons"] for g in a["gpus"]] == expected
@@ -226,8 +276,10 @@ def test_values_as_recorded_units() -> None:
 
 
 def test_unknown_stays_none_and_shows_question_mark_on_both_paths() -> None:
-    for sample in (agent_sample(SCENARIOS["unknown_values"]),
-                   smi_sample(SCENARIOS["unknown_values"])):
+    for sample in (
+        agent_sample(SCENARIOS["unknown_values"]),
+        smi_sample(SCENARIOS["unknown_values"]),
+    ):
         g0 = sample["gpus"][0]
         assert all(g0[f] is None for f in schema.GPU_FIELDS if f not in ("mig_mode", "gpm"))
         assert g0["mig_mode"] is False  # no MIG support: off, not unknown
@@ -239,7 +291,12 @@ def test_unknown_stays_none_and_shows_question_mark_on_both_paths() -> None:
         (group,) = fleet_rows(state, now=0.0)
         r0 = group.gpus[0]
         assert (r0.util_pct, r0.mem_used_mib, r0.temp_c, r0.power_w, r0.fan_pct) == (
-            None, None, None, None, None)
+            None,
+            None,
+            None,
+            None,
+            None,
+        )
         assert util_text(r0.util_pct).strip() == "?"
         assert num_text(r0.temp_c, "C") == "?" and throttle_text(r0.throttle_reasons) == "?"
 
@@ -252,7 +309,8 @@ def test_mig_gpu_on_both_paths() -> None:
         assert g0["gpm"] is None and "gpm" in g0["errors"]
         assert sample["processes"] is not None
         assert [(p["gpu_index"], p["pid"], p["used_mib"]) for p in sample["processes"]] == [
-            (0, 4242, None)]
+            (0, 4242, None)
+        ]
 
 
 def test_host_without_gpus_on_both_paths() -> None:

@@ -35,7 +35,11 @@ def test_literal_types_say_what_the_agent_says() -> None:
 
 def test_record_types_have_the_agents_keys_in_order() -> None:
     assert list(schema.GpuRecord.__annotations__) == [
-        *agent_mod.GPU_IDENTITY, *agent_mod.GPU_FIELDS, agent_mod.UNSUPPORTED_KEY, "errors"]
+        *agent_mod.GPU_IDENTITY,
+        *agent_mod.GPU_FIELDS,
+        agent_mod.UNSUPPORTED_KEY,
+        "errors",
+    ]
     assert list(schema.HostRecord.__annotations__) == [*agent_mod.HOST_FIELDS, "errors"]
     assert list(schema.ProcessRecord.__annotations__) == list(agent_mod.PROCESS_FIELDS)
     assert list(schema.XidRecord.__annotations__) == list(agent_mod.XID_FIELDS)
@@ -48,10 +52,18 @@ def test_record_types_have_the_agents_keys_in_order() -> None:
 def test_reason_vocabulary_is_nvmls_bits() -> None:
     # NVML nvmlClocksEventReason* (nvml.h / nvidia-ml-py 13): 0x1 .. 0x400
     assert dict(agent_mod.CLOCK_EVENT_REASONS) == {
-        0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap",
-        0x8: "hw_slowdown", 0x10: "sync_boost", 0x20: "sw_thermal", 0x40: "hw_thermal",
-        0x80: "hw_power_brake", 0x100: "display_clock_setting", 0x200: "board_limit",
-        0x400: "reliability"}
+        0x1: "gpu_idle",
+        0x2: "applications_clocks_setting",
+        0x4: "sw_power_cap",
+        0x8: "hw_slowdown",
+        0x10: "sync_boost",
+        0x20: "sw_thermal",
+        0x40: "hw_thermal",
+        0x80: "hw_power_brake",
+        0x100: "display_clock_setting",
+        0x200: "board_limit",
+        0x400: "reliability",
+    }
     assert schema.throttle_reasons(0x0) == []
     assert schema.throttle_reasons(0x25) == ["gpu_idle", "sw_power_cap", "sw_thermal"]
     assert schema.throttle_reasons(0x1801) == ["gpu_idle", "0x800", "0x1000"]
@@ -61,20 +73,31 @@ def test_reason_vocabulary_is_nvmls_bits() -> None:
 
 def test_schema_imports_the_agent_without_unix_only_modules() -> None:
     # the console imports the agent file for its vocabulary: it must load where `pwd` does not
-    code = ("import sys; sys.modules['pwd'] = None; import remote.telemetry.schema as s; "
-            "print(s.SCHEMA_VERSION, len(s.HOST_STATES))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, cwd=ROOT)
+    code = (
+        "import sys; sys.modules['pwd'] = None; import remote.telemetry.schema as s; "
+        "print(s.SCHEMA_VERSION, len(s.HOST_STATES))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    )
     assert out.stdout.split() == ["1", "8"]
 
 
 def test_normalize_throttle_reasons() -> None:
     assert schema.normalize_throttle_reasons(
-        ["hw_power_brake_slowdown", "sw_thermal_slowdown", "gpu_idle", "hw_thermal_slowdown",
-         "0x1000", "0x800", "sw_thermal"]) == [
-        "gpu_idle", "sw_thermal", "hw_thermal", "hw_power_brake", "0x800", "0x1000"]
+        [
+            "hw_power_brake_slowdown",
+            "sw_thermal_slowdown",
+            "gpu_idle",
+            "hw_thermal_slowdown",
+            "0x1000",
+            "0x800",
+            "sw_thermal",
+        ]
+    ) == ["gpu_idle", "sw_thermal", "hw_thermal", "hw_power_brake", "0x800", "0x1000"]
     assert schema.normalize_throttle_reasons(["user_defined_clocks"]) == [
-        "applications_clocks_setting"]
+        "applications_clocks_setting"
+    ]
 
 
 def _recorded(path: Path) -> list[dict[str, Any]]:
@@ -85,8 +108,7 @@ def _recorded(path: Path) -> list[dict[str, Any]]:
     return out
 
 
-@pytest.mark.parametrize("name", ["h200-idle.jsonl", "h200-load.jsonl",
-                                  "h200-smi-fallback.jsonl"])
+@pytest.mark.parametrize("name", ["h200-idle.jsonl", "h200-load.jsonl", "h200-smi-fallback.jsonl"])
 def test_recorded_traces_read_into_complete_records(name: str) -> None:
     raw = _recorded(TRACES / name)
     assert len(raw) >= 4
@@ -102,9 +124,12 @@ def test_recorded_traces_read_into_complete_records(name: str) -> None:
             # unknown with the reason
             g0 = before["gpus"][g["index"]]
             assert {k: g[k] for k in g0 if k != "errors"} == {
-                k: v for k, v in g0.items() if k != "errors"}
-            assert g["errors"] == {**g0["errors"], **{
-                k: schema.NOT_RECORDED for k in schema.GPU_FIELDS if k not in g0}}
+                k: v for k, v in g0.items() if k != "errors"
+            }
+            assert g["errors"] == {
+                **g0["errors"],
+                **{k: schema.NOT_RECORDED for k in schema.GPU_FIELDS if k not in g0},
+            }
         for p, p0 in zip(s["processes"] or (), before["processes"] or ()):
             assert list(p) == list(schema.ProcessRecord.__annotations__)
             # the recordings predate rank/local_rank: unknown, not 0
@@ -116,7 +141,10 @@ def test_recorded_values_as_the_readme_states() -> None:
     load = [schema.read_sample(r) for r in _recorded(TRACES / "h200-load.jsonl")]
     g0 = load[0]["gpus"][0]
     assert (g0["mem_used_mib"], g0["power_limit_w"], g0["throttle_reasons"]) == (
-        17612, 700.0, ["sw_power_cap"])
+        17612,
+        700.0,
+        ["sw_power_cap"],
+    )
     assert g0["fan_pct"] is None and g0["errors"]["fan_pct"] == "Not Supported"
     smi = [schema.read_sample(r) for r in _recorded(TRACES / "h200-smi-fallback.jsonl")]
     assert {s["source"] for s in smi} == {"nvidia-smi"}
@@ -145,16 +173,45 @@ def test_not_supported_is_told_apart_from_unknown_in_recordings() -> None:
 
 def test_older_smi_spellings_and_missing_keys_are_normalised_on_read() -> None:
     old = {
-        "schema": 1, "type": "sample", "source": "nvidia-smi", "seq": 3, "host_time": 1.0,
-        "interval_s": 1.0, "state": "ok", "state_detail": None, "host": {"errors": {}},
-        "gpus": [{"index": 0, "uuid": "GPU-a", "name": "NVIDIA H200", "pci_bus_id": "x",
-                  "lost": False, "util_gpu_pct": 0, "throttle_reasons": [
-                      "sw_thermal_slowdown", "hw_power_brake_slowdown", "sw_power_cap"],
-                  "errors": {}}],
-        "processes": [{"gpu_index": 0, "gpu_uuid": "GPU-a", "pid": 5, "used_mib": None,
-                       "type": "compute", "user": None, "command": None,
-                       "container_id": None}],
-        "xid_events": [], "errors": {},
+        "schema": 1,
+        "type": "sample",
+        "source": "nvidia-smi",
+        "seq": 3,
+        "host_time": 1.0,
+        "interval_s": 1.0,
+        "state": "ok",
+        "state_detail": None,
+        "host": {"errors": {}},
+        "gpus": [
+            {
+                "index": 0,
+                "uuid": "GPU-a",
+                "name": "NVIDIA H200",
+                "pci_bus_id": "x",
+                "lost": False,
+                "util_gpu_pct": 0,
+                "throttle_reasons": [
+                    "sw_thermal_slowdown",
+                    "hw_power_brake_slowdown",
+                    "sw_power_cap",
+                ],
+                "errors": {},
+            }
+        ],
+        "processes": [
+            {
+                "gpu_index": 0,
+                "gpu_uuid": "GPU-a",
+                "pid": 5,
+                "used_mib": None,
+                "type": "compute",
+                "user": None,
+                "command": None,
+                "container_id": None,
+            }
+        ],
+        "xid_events": [],
+        "errors": {},
     }
     s = schema.read_sample(old)
     g = s["gpus"][0]
@@ -165,10 +222,16 @@ def test_older_smi_spellings_and_missing_keys_are_normalised_on_read() -> None:
     assert s is old  # read in place: one object, no copy per sample
 
 
-@pytest.mark.parametrize(("change", "field"), [
-    ({"schema": 2}, "schema"), ({"type": "hello"}, "type"), ({"state": "fine"}, "state"),
-    ({"gpus": None}, "gpus"), ({"source": "dcgm"}, "source"),
-])
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"schema": 2}, "schema"),
+        ({"type": "hello"}, "type"),
+        ({"state": "fine"}, "state"),
+        ({"gpus": None}, "gpus"),
+        ({"source": "dcgm"}, "source"),
+    ],
+)
 def test_read_sample_rejects_what_is_not_a_sample(change: dict[str, Any], field: str) -> None:
     s = dict(schema.empty_sample("nvml", 0, 0.0, 1.0), **change)
     with pytest.raises(ValueError, match=f"field `{field}`"):

@@ -23,32 +23,53 @@ def _plan(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runtime: str = "docke
     monkeypatch.setenv("GC_T_A", "spec-secret-value")
     monkeypatch.setenv("GC_T_B", "profile-secret-value")
     p = tmp_path / "job.yaml"
-    p.write_text(f"name: demo\nscript: train_ddp.py\nworkdir: {EXAMPLES}\ngpus_per_node: 0\n"
-                 f"runtime: {runtime}\nenv: {{RUN_TOKEN: '${{GC_T_A}}', PLAIN: x}}\n")
-    prof = Profile(name="t", hosts={"a": HostConfig(hostname="10.0.0.1")},
-                   defaults=JobDefaults.model_validate(
-                       {"image": "img:1", "env": {"P_KEY": "k-${GC_T_B}", "P_PLAIN": "y"}}))
-    return build_plan(load_spec(p), prof, ["a"],
-                      {"a": HostFacts("a", "10.0.0.1", None, "/home/u", python="/usr/bin/py")},
-                      job_id="demo-000000", created_at=0.0, image="img:1")
+    p.write_text(
+        f"name: demo\nscript: train_ddp.py\nworkdir: {EXAMPLES}\ngpus_per_node: 0\n"
+        f"runtime: {runtime}\nenv: {{RUN_TOKEN: '${{GC_T_A}}', PLAIN: x}}\n"
+    )
+    prof = Profile(
+        name="t",
+        hosts={"a": HostConfig(hostname="10.0.0.1")},
+        defaults=JobDefaults.model_validate(
+            {"image": "img:1", "env": {"P_KEY": "k-${GC_T_B}", "P_PLAIN": "y"}}
+        ),
+    )
+    return build_plan(
+        load_spec(p),
+        prof,
+        ["a"],
+        {"a": HostFacts("a", "10.0.0.1", None, "/home/u", python="/usr/bin/py")},
+        job_id="demo-000000",
+        created_at=0.0,
+        image="img:1",
+    )
 
 
-def test_plan_labels_name_every_secret_source(tmp_path: Path,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_plan_labels_name_every_secret_source(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     for runtime in ("docker", "host"):
         c = _plan(tmp_path, monkeypatch, runtime).nodes[0].container
         assert c.labels[K_SECRET_ENV] == "P_KEY,RUN_TOKEN"
         assert secret_env_of(c.labels, c.env) == frozenset({"P_KEY", "RUN_TOKEN"})
 
 
-def test_a_container_read_back_masks_by_its_label(tmp_path: Path,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_container_read_back_masks_by_its_label(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``docker inspect`` JSON of the planned container, read back with no secret names
     given (a fresh state dir): its label alone masks the spec's and the profile's."""
     c = _plan(tmp_path, monkeypatch).nodes[0].container
-    attrs = {"Name": "/" + c.name, "Config": {
-        "Image": c.image, "Cmd": c.command, "Labels": dict(c.labels),
-        "Env": [f"{k}={v}" for k, v in c.env.items()]}, "HostConfig": {}}
+    attrs = {
+        "Name": "/" + c.name,
+        "Config": {
+            "Image": c.image,
+            "Cmd": c.command,
+            "Labels": dict(c.labels),
+            "Env": [f"{k}={v}" for k, v in c.env.items()],
+        },
+        "HostConfig": {},
+    }
     back = spec_from_attrs(attrs)
     assert back.secret_env == frozenset()
     shown = run_line(dataclasses.replace(back, secret_env=secret_env_of(back.labels, back.env)))
@@ -57,23 +78,35 @@ def test_a_container_read_back_masks_by_its_label(tmp_path: Path,
     assert "secret-value" not in shown
 
 
-def test_host_runtime_node_read_back_masks_by_its_label(tmp_path: Path,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_host_runtime_node_read_back_masks_by_its_label(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     c = _plan(tmp_path, monkeypatch, "host").nodes[0].container
     # what remote/agent/hostjob.py keeps in spec.json: names, and the values it was told
     # are not secret
-    stored = {"name": c.name, "argv": c.command, "env_names": sorted(c.env),
-              "env_public": {k: v for k, v in c.env.items() if k not in c.secret_env}}
+    stored = {
+        "name": c.name,
+        "argv": c.command,
+        "env_names": sorted(c.env),
+        "env_public": {k: v for k, v in c.env.items() if k not in c.secret_env},
+    }
     back = spec_from_node(stored, dict(c.labels))
-    shown = run_line(dataclasses.replace(
-        back, secret_env=back.secret_env | secret_env_of(back.labels, back.env)))
+    shown = run_line(
+        dataclasses.replace(back, secret_env=back.secret_env | secret_env_of(back.labels, back.env))
+    )
     assert "RUN_TOKEN=***" in shown and "P_KEY=***" in shown and "PLAIN=x" in shown
     assert "secret-value" not in shown
 
 
 def test_job_container_without_the_label_masks_all_but_gpuconsole_env() -> None:
-    env = {"RUN_TOKEN": "t", "PLAIN": "x", "PYTHONUNBUFFERED": "1", "GPUCONSOLE_JOB_ID": "j",
-           "GPUCONSOLE_NODE_RANK": "0", "TORCHELASTIC_ERROR_FILE": "/tmp/e.json"}
+    env = {
+        "RUN_TOKEN": "t",
+        "PLAIN": "x",
+        "PYTHONUNBUFFERED": "1",
+        "GPUCONSOLE_JOB_ID": "j",
+        "GPUCONSOLE_NODE_RANK": "0",
+        "TORCHELASTIC_ERROR_FILE": "/tmp/e.json",
+    }
     assert secret_env_of({K_JOB_ID: "demo-000000"}, env) == frozenset({"RUN_TOKEN", "PLAIN"})
     assert secret_env_of({K_SECRET_ENV: ""}, env) == frozenset()
     assert secret_env_of({K_SECRET_ENV: "A,B"}, env) == frozenset({"A", "B"})

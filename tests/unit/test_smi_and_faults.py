@@ -54,8 +54,12 @@ def _events(text: str) -> list[XidEvent]:
 
 
 def case(name: str) -> str:
-    folder = {"csv": "nvidia-smi-csv", "err": "nvidia-smi-errors", "nvml": "pynvml",
-              "xid": "dmesg-xid"}[name.split("-")[0]]
+    folder = {
+        "csv": "nvidia-smi-csv",
+        "err": "nvidia-smi-errors",
+        "nvml": "pynvml",
+        "xid": "dmesg-xid",
+    }[name.split("-")[0]]
     return (CASES / folder / f"{name}.txt").read_text()
 
 
@@ -76,27 +80,52 @@ def strict_equal(actual: dict[str, Any], expected: dict[str, Any]) -> None:
 # ---------------------------------------------------------------------------------------------
 # the query
 
+
 def test_query_fields_and_argv() -> None:
     assert QUERY_FIELDS == (
-        "index", "uuid", "name", "pci.bus_id", "utilization.gpu", "utilization.memory",
-        "memory.used", "memory.total", "temperature.gpu", "power.draw", "enforced.power.limit",
-        "clocks.sm", "clocks.mem", "fan.speed", "pstate", "clocks_event_reasons.active",
-        "ecc.errors.uncorrected.volatile.total", "persistence_mode", "mig.mode.current",
+        "index",
+        "uuid",
+        "name",
+        "pci.bus_id",
+        "utilization.gpu",
+        "utilization.memory",
+        "memory.used",
+        "memory.total",
+        "temperature.gpu",
+        "power.draw",
+        "enforced.power.limit",
+        "clocks.sm",
+        "clocks.mem",
+        "fan.speed",
+        "pstate",
+        "clocks_event_reasons.active",
+        "ecc.errors.uncorrected.volatile.total",
+        "persistence_mode",
+        "mig.mode.current",
         "driver_version",
     )
-    assert smi_argv(500) == ["nvidia-smi", "--query-gpu=" + ",".join(QUERY_FIELDS),
-                             "--format=csv,noheader,nounits", "-lms", "500"]
+    assert smi_argv(500) == [
+        "nvidia-smi",
+        "--query-gpu=" + ",".join(QUERY_FIELDS),
+        "--format=csv,noheader,nounits",
+        "-lms",
+        "500",
+    ]
     assert "clocks_throttle_reasons.active" in QUERY_FIELDS_LEGACY
     assert "clocks_event_reasons.active" not in QUERY_FIELDS_LEGACY
-    assert compute_apps_argv() == ["nvidia-smi", "--query-compute-apps=gpu_uuid,pid,used_memory",
-                                   "--format=csv,noheader,nounits"]
+    assert compute_apps_argv() == [
+        "nvidia-smi",
+        "--query-compute-apps=gpu_uuid,pid,used_memory",
+        "--format=csv,noheader,nounits",
+    ]
     with pytest.raises(ValueError):
         smi_argv(0)
 
 
 def test_invalid_field_message_gives_the_retry_query() -> None:
-    fault = classify_smi_failure('Field "clocks_event_reasons.active" is not a valid field to '
-                                 "query.\n")
+    fault = classify_smi_failure(
+        'Field "clocks_event_reasons.active" is not a valid field to query.\n'
+    )
     assert fault is not None and fault.state == "error"
     assert fault.invalid_field == "clocks_event_reasons.active"
     assert fields_without(QUERY_FIELDS, fault.invalid_field) == QUERY_FIELDS_LEGACY
@@ -108,8 +137,15 @@ def test_invalid_field_message_gives_the_retry_query() -> None:
 # ---------------------------------------------------------------------------------------------
 # csv-01: [N/A] / [Not Supported] = no value, never 0; the zeros are real readings
 
-COLS_01 = ["memory.total", "memory.free", "memory.used", "temperature.gpu", "fan.speed",
-           "utilization.gpu", "utilization.memory"]
+COLS_01 = [
+    "memory.total",
+    "memory.free",
+    "memory.used",
+    "temperature.gpu",
+    "fan.speed",
+    "utilization.gpu",
+    "utilization.memory",
+]
 
 
 @pytest.mark.parametrize(("name", "token"), [("csv-01a", "[N/A]"), ("csv-01b", "[Not Supported]")])
@@ -119,10 +155,18 @@ def test_csv01_unknown_fan_is_none_zeros_are_readings(name: str, token: str) -> 
         assert query_of(text) == COLS_01
     rows = parse_csv_rows(text, COLS_01)
     assert len(rows) == 1
-    strict_equal(rows[0].values, {
-        "memory.total": 2004, "memory.free": 2004, "memory.used": 0, "temperature.gpu": 44,
-        "fan.speed": None, "utilization.gpu": 0, "utilization.memory": 0,
-    })
+    strict_equal(
+        rows[0].values,
+        {
+            "memory.total": 2004,
+            "memory.free": 2004,
+            "memory.used": 0,
+            "temperature.gpu": 44,
+            "fan.speed": None,
+            "utilization.gpu": 0,
+            "utilization.memory": 0,
+        },
+    )
     assert list(rows[0].errors) == ["fan.speed"]
     assert token in rows[0].errors["fan.speed"]
 
@@ -132,11 +176,31 @@ def test_csv01_unknown_fan_is_none_zeros_are_readings(name: str, token: str) -> 
     assert gpu["mem_used_mib"] == 0 and gpu["mem_total_mib"] == 2004 and gpu["temp_c"] == 44
 
 
-@pytest.mark.parametrize("token", ["[N/A]", "N/A", "[Not Supported]", "[Unknown Error]", "ERR!",
-                                   "[Requested functionality has been deprecated]",
-                                   "[Insufficient Permissions]", "[GPU requires reset]", ""])
-@pytest.mark.parametrize("field", ["fan.speed", "power.draw", "pstate", "name",
-                                   "persistence_mode", "clocks_event_reasons.active"])
+@pytest.mark.parametrize(
+    "token",
+    [
+        "[N/A]",
+        "N/A",
+        "[Not Supported]",
+        "[Unknown Error]",
+        "ERR!",
+        "[Requested functionality has been deprecated]",
+        "[Insufficient Permissions]",
+        "[GPU requires reset]",
+        "",
+    ],
+)
+@pytest.mark.parametrize(
+    "field",
+    [
+        "fan.speed",
+        "power.draw",
+        "pstate",
+        "name",
+        "persistence_mode",
+        "clocks_event_reasons.active",
+    ],
+)
 def test_every_no_value_token_is_none_with_reason(field: str, token: str) -> None:
     value, reason = parse_value(field, token)
     assert value is None
@@ -158,30 +222,63 @@ def test_units_and_types() -> None:
 # ---------------------------------------------------------------------------------------------
 # csv-02: a foreign tool's column list, with units; one bad field spoils only itself
 
-COLS_02 = ["name", "utilization.gpu", "utilization.memory", "temperature.gpu", "power.draw",
-           "power.limit", "fan.speed", "pstate", "clocks.current.graphics",
-           "clocks.current.memory", "power.max_limit", "power.default_limit"]
+COLS_02 = [
+    "name",
+    "utilization.gpu",
+    "utilization.memory",
+    "temperature.gpu",
+    "power.draw",
+    "power.limit",
+    "fan.speed",
+    "pstate",
+    "clocks.current.graphics",
+    "clocks.current.memory",
+    "power.max_limit",
+    "power.default_limit",
+]
 
 
 def test_csv02_mixed_rig_with_units() -> None:
     rows = parse_csv_rows(case("csv-02"), COLS_02)
     assert len(rows) == 8
     assert [r["name"] for r in rows] == ["GeForce GTX 1080 Ti"] * 7 + ["GeForce GTX 1080"]
-    strict_equal(rows[0].values, {
-        "name": "GeForce GTX 1080 Ti", "utilization.gpu": 53, "utilization.memory": 3,
-        "temperature.gpu": 84, "power.draw": 123.0, "power.limit": 262.5, "fan.speed": None,
-        "pstate": "P2", "clocks.current.graphics": 1746, "clocks.current.memory": 5310,
-        "power.max_limit": 300.0, "power.default_limit": 250.0,
-    })
+    strict_equal(
+        rows[0].values,
+        {
+            "name": "GeForce GTX 1080 Ti",
+            "utilization.gpu": 53,
+            "utilization.memory": 3,
+            "temperature.gpu": 84,
+            "power.draw": 123.0,
+            "power.limit": 262.5,
+            "fan.speed": None,
+            "pstate": "P2",
+            "clocks.current.graphics": 1746,
+            "clocks.current.memory": 5310,
+            "power.max_limit": 300.0,
+            "power.default_limit": 250.0,
+        },
+    )
     assert list(rows[0].errors) == ["fan.speed"]
     assert "[Unknown Error]" in rows[0].errors["fan.speed"]
     assert [r["fan.speed"] for r in rows[1:]] == [60, 83, 65, 77, 71, 83, 71]
-    strict_equal(rows[7].values, {
-        "name": "GeForce GTX 1080", "utilization.gpu": 83, "utilization.memory": 7,
-        "temperature.gpu": 70, "power.draw": 181.22, "power.limit": 200.0, "fan.speed": 71,
-        "pstate": "P2", "clocks.current.graphics": 1860, "clocks.current.memory": 4513,
-        "power.max_limit": 216.0, "power.default_limit": 200.0,
-    })
+    strict_equal(
+        rows[7].values,
+        {
+            "name": "GeForce GTX 1080",
+            "utilization.gpu": 83,
+            "utilization.memory": 7,
+            "temperature.gpu": 70,
+            "power.draw": 181.22,
+            "power.limit": 200.0,
+            "fan.speed": 71,
+            "pstate": "P2",
+            "clocks.current.graphics": 1860,
+            "clocks.current.memory": 4513,
+            "power.max_limit": 216.0,
+            "power.default_limit": 200.0,
+        },
+    )
     # draw above the limit is data, not an error
     for i, draw in ((2, 266.25), (5, 294.91), (6, 267.73)):
         assert rows[i]["power.draw"] == draw and rows[i]["power.limit"] == 262.5
@@ -203,10 +300,12 @@ def test_csv02_mixed_rig_with_units() -> None:
 
 
 def test_header_row_with_units_and_command_line_are_skipped() -> None:
-    text = ("$ nvidia-smi --query-gpu=index,name,memory.used --format=csv\n"
-            "index, name, memory.used [MiB]\n"
-            "0, NVIDIA A100-SXM4-80GB, 1024 MiB\n"
-            "1, NVIDIA A100-SXM4-80GB, [N/A]\n")
+    text = (
+        "$ nvidia-smi --query-gpu=index,name,memory.used --format=csv\n"
+        "index, name, memory.used [MiB]\n"
+        "0, NVIDIA A100-SXM4-80GB, 1024 MiB\n"
+        "1, NVIDIA A100-SXM4-80GB, [N/A]\n"
+    )
     rows = parse_csv_rows(text, ["index", "name", "memory.used"])
     assert [r.values for r in rows] == [
         {"index": 0, "name": "NVIDIA A100-SXM4-80GB", "memory.used": 1024},
@@ -217,6 +316,7 @@ def test_header_row_with_units_and_command_line_are_skipped() -> None:
 # ---------------------------------------------------------------------------------------------
 # csv-03: 19 columns, a name with spaces, a bare N/A
 
+
 def test_csv03_nineteen_values() -> None:
     text = case("csv-03")
     cols = query_of(text)
@@ -225,15 +325,30 @@ def test_csv03_nineteen_values() -> None:
     assert len(rows) == 1
     values = rows[0].values
     assert len(values) == 19
-    strict_equal(values, {
-        "power.limit": 200.0, "power.min_limit": 105.0, "power.max_limit": 292.0,
-        "memory.total": 7979, "vbios_version": "90.04.23.00.5F", "driver_version": "440.64",
-        "name": "GeForce RTX 2080", "gpu_uuid": "GPU-00000000-0000-0000-0000-000000000001",
-        "power.draw": 176.98, "temperature.gpu": 45, "temperature.memory": None,
-        "clocks.current.graphics": 1965, "clocks.sm": 1965, "clocks.mem": 7199,
-        "utilization.gpu": 86, "utilization.memory": 55, "fan.speed": 100,
-        "pcie.link.width.current": 8, "pstate": "P2",
-    })
+    strict_equal(
+        values,
+        {
+            "power.limit": 200.0,
+            "power.min_limit": 105.0,
+            "power.max_limit": 292.0,
+            "memory.total": 7979,
+            "vbios_version": "90.04.23.00.5F",
+            "driver_version": "440.64",
+            "name": "GeForce RTX 2080",
+            "gpu_uuid": "GPU-00000000-0000-0000-0000-000000000001",
+            "power.draw": 176.98,
+            "temperature.gpu": 45,
+            "temperature.memory": None,
+            "clocks.current.graphics": 1965,
+            "clocks.sm": 1965,
+            "clocks.mem": 7199,
+            "utilization.gpu": 86,
+            "utilization.memory": 55,
+            "fan.speed": 100,
+            "pcie.link.width.current": 8,
+            "pstate": "P2",
+        },
+    )
     assert list(rows[0].errors) == ["temperature.memory"]
     assert "N/A" in rows[0].errors["temperature.memory"]
 
@@ -248,6 +363,7 @@ def test_csv03_nineteen_values() -> None:
 
 # ---------------------------------------------------------------------------------------------
 # csv-05: MIG [N/A] = no MIG = off; Disabled = off; such GPUs are ordinary GPUs
+
 
 def test_csv05a_mig_na_is_off_not_an_error() -> None:
     rows = parse_csv_rows(case("csv-05a"), ["mig.mode.current"])
@@ -270,9 +386,11 @@ def test_csv05b_mig_disabled_is_off() -> None:
 
 
 def full_row(index: int, uuid: str, mig: str) -> str:
-    return (f"{index}, {uuid}, NVIDIA A100-SXM4-40GB, 00000000:0{index + 7}:00.0, 87, 40, 30000, "
-            f"40960, 61, 312.45, 400.00, 1410, 1215, [N/A], P0, 0x0000000000000004, 0, "
-            f"Enabled, {mig}, 550.54.15")
+    return (
+        f"{index}, {uuid}, NVIDIA A100-SXM4-40GB, 00000000:0{index + 7}:00.0, 87, 40, 30000, "
+        f"40960, 61, 312.45, 400.00, 1410, 1215, [N/A], P0, 0x0000000000000004, 0, "
+        f"Enabled, {mig}, 550.54.15"
+    )
 
 
 def test_mig_off_gpus_still_get_processes() -> None:
@@ -282,10 +400,30 @@ def test_mig_off_gpus_still_get_processes() -> None:
     sample = sample_from_smi(rows, apps, 1, 10.0, 1.0)
     assert [g["mig_mode"] for g in sample["gpus"]] == [False, False]
     assert sample["processes"] == [
-        {"gpu_index": 0, "gpu_uuid": "GPU-a0", "pid": 4242, "used_mib": 29500, "type": "compute",
-         "user": None, "command": None, "container_id": None, "rank": None, "local_rank": None},
-        {"gpu_index": 1, "gpu_uuid": "GPU-a1", "pid": 4243, "used_mib": None, "type": "compute",
-         "user": None, "command": None, "container_id": None, "rank": None, "local_rank": None},
+        {
+            "gpu_index": 0,
+            "gpu_uuid": "GPU-a0",
+            "pid": 4242,
+            "used_mib": 29500,
+            "type": "compute",
+            "user": None,
+            "command": None,
+            "container_id": None,
+            "rank": None,
+            "local_rank": None,
+        },
+        {
+            "gpu_index": 1,
+            "gpu_uuid": "GPU-a1",
+            "pid": 4243,
+            "used_mib": None,
+            "type": "compute",
+            "user": None,
+            "command": None,
+            "container_id": None,
+            "rank": None,
+            "local_rank": None,
+        },
     ]
     g = sample["gpus"][0]
     assert g["pci_bus_id"] == "00000000:07:00.0" and g["throttle_reasons"] == ["sw_power_cap"]
@@ -298,6 +436,7 @@ def test_mig_off_gpus_still_get_processes() -> None:
 # ---------------------------------------------------------------------------------------------
 # err-01: GPU lost, attributed by the bus id in the message; identical messages = one event
 
+
 def test_err01_one_lost_gpu_by_bus_id() -> None:
     text = case("err-01")
     fault = classify_smi_failure(text)
@@ -307,14 +446,16 @@ def test_err01_one_lost_gpu_by_bus_id() -> None:
     ev = fault.gpu_errors[0]
     assert ev.pci_bus_id == "0000:01:00.0" and ev.lost and ev.reason == "GPU is lost"
     assert ev.repeats == 3
-    assert ev.first_seen == datetime(2019, 3, 5, 15, 17, 6,
-                                     tzinfo=timezone(timedelta(hours=3, minutes=30)))
+    assert ev.first_seen == datetime(
+        2019, 3, 5, 15, 17, 6, tzinfo=timezone(timedelta(hours=3, minutes=30))
+    )
     assert fault.lost_pci_bus_ids == ("0000:01:00.0",)
     assert fault.hint is not None and "reboot" in fault.hint
     assert parse_csv_rows(text, QUERY_FIELDS) == []  # the watchdog's lines are not rows
 
-    known = [dict(empty_gpu(i), pci_bus_id=f"00000000:0{i + 1}:00.0", uuid=f"GPU-{i}")
-             for i in range(3)]
+    known = [
+        dict(empty_gpu(i), pci_bus_id=f"00000000:0{i + 1}:00.0", uuid=f"GPU-{i}") for i in range(3)
+    ]
     sample = sample_from_fault(fault, 5, 1.0, 1.0, known)
     assert sample["state"] == "gpu_lost"
     assert [(g["index"], g["lost"]) for g in sample["gpus"]] == [(0, True), (1, False), (2, False)]
@@ -324,21 +465,26 @@ def test_err01_one_lost_gpu_by_bus_id() -> None:
 
 
 def test_lost_gpu_found_by_bus_id_not_by_position_or_tag() -> None:
-    text = ("WARNING: tempcontrol@[GPU0] Problem detected\n"
-            "Unable to determine the device handle for GPU 0000:81:00.0: GPU is lost.  "
-            "Reboot the system to recover this GPU\n")
+    text = (
+        "WARNING: tempcontrol@[GPU0] Problem detected\n"
+        "Unable to determine the device handle for GPU 0000:81:00.0: GPU is lost.  "
+        "Reboot the system to recover this GPU\n"
+    )
     fault = classify_smi_failure(text)
     assert fault is not None and fault.lost_pci_bus_ids == ("0000:81:00.0",)
     assert fault.gpu_errors[0].first_seen is None
-    known = [dict(empty_gpu(i), pci_bus_id=bus)
-             for i, bus in enumerate(["00000000:01:00.0", "00000000:41:00.0", "00000000:81:00.0"])]
+    known = [
+        dict(empty_gpu(i), pci_bus_id=bus)
+        for i, bus in enumerate(["00000000:01:00.0", "00000000:41:00.0", "00000000:81:00.0"])
+    ]
     sample = sample_from_fault(fault, 0, 0.0, 1.0, known)
     assert [g["lost"] for g in sample["gpus"]] == [False, False, True]
     # two different lost GPUs are two events; a non-lost handle error is not "lost"
     two = classify_smi_failure(text + text.replace("81:00.0", "c1:00.0"))
     assert two is not None and two.lost_pci_bus_ids == ("0000:81:00.0", "0000:c1:00.0")
     other = classify_smi_failure(
-        "Unable to determine the device handle for GPU 0000:41:00.0: Unknown Error\n")
+        "Unable to determine the device handle for GPU 0000:41:00.0: Unknown Error\n"
+    )
     assert other is not None and other.state == "error" and other.lost_pci_bus_ids == ()
 
 
@@ -349,8 +495,9 @@ def test_stream_round_with_a_lost_gpu_keeps_the_others() -> None:
     for t, line in enumerate(rows + rows):
         out += p.feed(line, float(t))
     assert [s["seq"] for s in out] == [0, 1] and p.known_gpus
-    out += p.feed("Unable to determine the device handle for GPU 00000000:08:00.0: GPU is lost",
-                  4.0)
+    out += p.feed(
+        "Unable to determine the device handle for GPU 00000000:08:00.0: GPU is lost", 4.0
+    )
     out += p.feed(rows[0], 4.0)
     out += p.flush(5.0)
     last = out[-1]
@@ -361,6 +508,7 @@ def test_stream_round_with_a_lost_gpu_keeps_the_others() -> None:
 
 # ---------------------------------------------------------------------------------------------
 # err-03: the driver answers with 0 GPUs -> unhealthy; plugin stall = the same fault
+
 
 def test_err03a_no_devices_is_no_gpus_not_idle() -> None:
     text = case("err-03a")
@@ -386,8 +534,10 @@ def test_err03b_plugin_discovery_never_finished_is_the_same_fault() -> None:
     assert both is not None and both.state == "no_gpus"
     assert len(both.evidence) == 1
     assert "16:56:13" in both.evidence[0] and "16:56:45" in both.evidence[0]
-    done = parse_plugin_discovery(case("err-03b") + "nvidia-docker-plugin | 2019/03/04 16:56:46 "
-                                  "Provisioning volumes at /var/lib/nvidia-docker/volumes\n")
+    done = parse_plugin_discovery(
+        case("err-03b") + "nvidia-docker-plugin | 2019/03/04 16:56:46 "
+        "Provisioning volumes at /var/lib/nvidia-docker/volumes\n"
+    )
     assert done.finished and not done.stalled
 
 
@@ -403,6 +553,7 @@ def test_stream_that_fails_at_once_yields_no_rows() -> None:
 
 # ---------------------------------------------------------------------------------------------
 # err-04: driver unreachable (not 0 GPUs); the apt history entry that caused it
+
 
 def test_err04a_driver_unreachable_every_field_unknown() -> None:
     fault = classify_smi_failure(case("err-04a"))
@@ -432,13 +583,15 @@ def test_err04b_unattended_upgrade_changed_the_driver() -> None:
 
 
 def test_driver_upgrade_generalises() -> None:
-    text = ("Start-Date: 2024-02-01  10:00:00\nCommandline: apt upgrade\n"
-            "Requested-By: ops (1000)\nUpgrade: curl:amd64 (7.81.0-1, 7.81.0-2), "
-            "nvidia-driver-535:amd64 (535.104.05-0ubuntu1, 535.154.05-0ubuntu1), "
-            "libnvidia-compute-535:amd64 (535.104.05-0ubuntu1, "
-            "535.154.05-0ubuntu1)\nEnd-Date: 2024-02-01  10:01:00\n\n"
-            "Start-Date: 2024-02-02  10:00:00\nCommandline: apt install htop\n"
-            "Install: htop:amd64 (3.0.5-7build2)\nEnd-Date: 2024-02-02  10:00:05\n")
+    text = (
+        "Start-Date: 2024-02-01  10:00:00\nCommandline: apt upgrade\n"
+        "Requested-By: ops (1000)\nUpgrade: curl:amd64 (7.81.0-1, 7.81.0-2), "
+        "nvidia-driver-535:amd64 (535.104.05-0ubuntu1, 535.154.05-0ubuntu1), "
+        "libnvidia-compute-535:amd64 (535.104.05-0ubuntu1, "
+        "535.154.05-0ubuntu1)\nEnd-Date: 2024-02-01  10:01:00\n\n"
+        "Start-Date: 2024-02-02  10:00:00\nCommandline: apt install htop\n"
+        "Install: htop:amd64 (3.0.5-7build2)\nEnd-Date: 2024-02-02  10:00:05\n"
+    )
     up = classify_driver_upgrade(text)
     assert up is not None and not up.unattended
     assert up.start == datetime(2024, 2, 1, 10, 0, 0)
@@ -449,6 +602,7 @@ def test_driver_upgrade_generalises() -> None:
 
 # ---------------------------------------------------------------------------------------------
 # err-05: version mismatch; line 2 is the library version, not a data row
+
 
 def test_err05_version_mismatch() -> None:
     text = case("err-05")
@@ -466,14 +620,21 @@ def test_err05_version_mismatch() -> None:
     assert all(sample["gpus"][0][f] is None for f in GPU_FIELDS)
 
 
-@pytest.mark.parametrize(("text", "rc", "state"), [
-    ("bash: nvidia-smi: command not found\n", 127, "no_driver"),
-    ("sh: 1: nvidia-smi: not found\n", 127, "no_driver"),
-    ("", 127, "no_driver"),
-    ("NVIDIA-SMI couldn't find libnvidia-ml.so library in your system.\n", 12, "nvml_unavailable"),
-    ("Failed to initialize NVML: Unknown Error\n", 255, "error"),
-    ("garbage\n", 3, "error"),
-])
+@pytest.mark.parametrize(
+    ("text", "rc", "state"),
+    [
+        ("bash: nvidia-smi: command not found\n", 127, "no_driver"),
+        ("sh: 1: nvidia-smi: not found\n", 127, "no_driver"),
+        ("", 127, "no_driver"),
+        (
+            "NVIDIA-SMI couldn't find libnvidia-ml.so library in your system.\n",
+            12,
+            "nvml_unavailable",
+        ),
+        ("Failed to initialize NVML: Unknown Error\n", 255, "error"),
+        ("garbage\n", 3, "error"),
+    ],
+)
 def test_other_smi_failures(text: str, rc: int, state: str) -> None:
     fault = classify_smi_failure(text, rc)
     assert fault is not None and fault.state == state
@@ -482,6 +643,7 @@ def test_other_smi_failures(text: str, rc: int, state: str) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # nvml-01: NotSupported on a getter = that field None; missing function = processes unknown
+
 
 def nvml_sample(n: int = 2) -> dict[str, Any]:
     sample = empty_sample("nvml", 0, 0.0, 1.0)
@@ -504,11 +666,14 @@ def test_nvml01a_fan_not_supported_is_none_not_fault() -> None:
     assert not f.returned.host_fault and "not supported" in f.reason
 
 
-@pytest.mark.parametrize(("func", "fields"), [
-    ("nvmlDeviceGetPowerUsage", ("power_w",)),
-    ("nvmlDeviceGetUtilizationRates", ("util_gpu_pct", "util_mem_pct")),
-    ("nvmlDeviceGetComputeRunningProcesses_v3", ("processes",)),
-])
+@pytest.mark.parametrize(
+    ("func", "fields"),
+    [
+        ("nvmlDeviceGetPowerUsage", ("power_w",)),
+        ("nvmlDeviceGetUtilizationRates", ("util_gpu_pct", "util_mem_pct")),
+        ("nvmlDeviceGetComputeRunningProcesses_v3", ("processes",)),
+    ],
+)
 def test_not_supported_maps_the_getter_to_its_fields(func: str, fields: tuple[str, ...]) -> None:
     f = classify_nvml_traceback(case("nvml-01a").replace("nvmlDeviceGetFanSpeed", func))
     assert f.kind == "not_supported" and f.fields == fields
@@ -528,8 +693,9 @@ def test_nvml01b_missing_function_process_list_unknown() -> None:
     procs = processes_from_compute_apps(apps, sample["gpus"])
     assert [(p["gpu_index"], p["pid"], p["used_mib"]) for p in procs] == [(0, 77, 1000)]
     named = classify_nvml_traceback(
-        case("nvml-01b") + '    raise NVMLError(NVML_ERROR_FUNCTION_NOT_FOUND)\n'
-        "pynvml.NVMLError_FunctionNotFound: Function Not Found\n")
+        case("nvml-01b") + "    raise NVMLError(NVML_ERROR_FUNCTION_NOT_FOUND)\n"
+        "pynvml.NVMLError_FunctionNotFound: Function Not Found\n"
+    )
     assert named.kind == "function_not_found" and named.processes_unknown and named.complete
 
 
@@ -544,6 +710,7 @@ def test_every_truncation_of_a_traceback_classifies(name: str) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # nvml-03: GPU lost at nvmlDeviceGetHandleByIndex -> that GPU only
+
 
 @pytest.mark.parametrize("qualified", [False, True])
 def test_nvml03_gpu_lost_only_that_gpu(qualified: bool) -> None:
@@ -563,30 +730,39 @@ def test_nvml03_gpu_lost_only_that_gpu(qualified: bool) -> None:
 # ---------------------------------------------------------------------------------------------
 # nvml-04: libnvidia-ml.so.1 cannot be opened -> NVML unavailable, use nvidia-smi
 
+
 def test_nvml04_library_not_found() -> None:
     f = classify_nvml_traceback(case("nvml-04"))
     assert f.kind == "library_not_found" and f.host_state == "nvml_unavailable"
     assert f.fallback == "nvidia-smi" and f.nvml_function == "nvmlInit"
     assert not f.complete and f.exception == "OSError"
     assert f.processes_unknown  # unknown, never "no processes"
-    full = classify_nvml_traceback(case("nvml-04") + "pynvml.NVMLError_LibraryNotFound: NVML "
-                                   "Shared Library Not Found\n")
+    full = classify_nvml_traceback(
+        case("nvml-04") + "pynvml.NVMLError_LibraryNotFound: NVML Shared Library Not Found\n"
+    )
     assert full.kind == "library_not_found" and full.complete
 
 
 def test_other_nvml_errors_map_to_host_states() -> None:
     base = case("nvml-01a")
-    mism = classify_nvml_traceback(base.replace(
-        "pynvml.NVMLError_NotSupported: Not Supported",
-        "pynvml.NVMLError_LibRmVersionMismatch: RM has detected an NVML/RM version mismatch."))
+    mism = classify_nvml_traceback(
+        base.replace(
+            "pynvml.NVMLError_NotSupported: Not Supported",
+            "pynvml.NVMLError_LibRmVersionMismatch: RM has detected an NVML/RM version mismatch.",
+        )
+    )
     assert mism.host_state == "version_mismatch"
-    drv = classify_nvml_traceback(base.replace("NVMLError_NotSupported: Not Supported",
-                                               "NVMLError_DriverNotLoaded: Driver Not Loaded"))
+    drv = classify_nvml_traceback(
+        base.replace(
+            "NVMLError_NotSupported: Not Supported", "NVMLError_DriverNotLoaded: Driver Not Loaded"
+        )
+    )
     assert drv.host_state == "driver_unreachable"
 
 
 # ---------------------------------------------------------------------------------------------
 # xid-01: two GPUs faulting for many processes over days -> suspect hardware
+
 
 def by_bus(summaries: list[GpuXidSummary]) -> dict[str, GpuXidSummary]:
     return {s.pci_bus_id: s for s in summaries}
@@ -617,11 +793,18 @@ def test_xid01_two_gpus_suspect_hardware() -> None:
     assert b.first.wall_time == datetime(2021, 1, 29, 23, 42, 34)
     assert b.last.wall_time == datetime(2021, 1, 30, 0, 32, 48)
     assert [e.mmu.address for e in b.events if e.mmu] == [
-        "0x7fd7_90743000", "0x7efe_ba290000", "0x7f57_2c9e8000"]
+        "0x7fd7_90743000",
+        "0x7efe_ba290000",
+        "0x7f57_2c9e8000",
+    ]
     for e in b.events:
         assert e.mmu is not None
         assert (e.mmu.engine, e.mmu.client, e.mmu.fault_type, e.mmu.access_type) == (
-            "GRAPHICS", "GPCCLIENT_T1_10", "FAULT_PDE", "ACCESS_TYPE_VIRT_READ")
+            "GRAPHICS",
+            "GPCCLIENT_T1_10",
+            "FAULT_PDE",
+            "ACCESS_TYPE_VIRT_READ",
+        )
         assert e.uuid == "GPU-00000000-0000-0000-0000-0000000000db"
     assert "MMU fault" in b.diagnosis
 
@@ -635,8 +818,12 @@ def test_single_app_fault_leaves_the_gpu_usable() -> None:
     (s,) = summarize_xids(_events(one))
     assert s.verdict == "application_fault" and not s.drain and s.pids == (35521,)
     # the same process faulting repeatedly is one application, not hardware
-    same = "\n".join(ln.replace("pid=36178", "pid=35521").replace("pid=1405", "pid=35521")
-                     .replace("pid=11101", "pid=35521") for ln in case("xid-01").splitlines()[:5])
+    same = "\n".join(
+        ln.replace("pid=36178", "pid=35521")
+        .replace("pid=1405", "pid=35521")
+        .replace("pid=11101", "pid=35521")
+        for ln in case("xid-01").splitlines()[:5]
+    )
     (s2,) = summarize_xids(_events(same))
     assert s2.verdict == "application_fault" and s2.counts == {43: 4} and s2.pids == (35521,)
 
@@ -646,12 +833,26 @@ def test_xid02_chain_needs_reset() -> None:
     assert len(evs) == 10  # sched: RT throttling skipped
     first = evs[0]
     assert (first.xid, first.pid, first.process_name, first.channel) == (
-        31, 13332, "cuda_plot_k32_v", "00000010")
+        31,
+        13332,
+        "cuda_plot_k32_v",
+        "00000010",
+    )
     assert first.uptime_s == 14328.198504 and first.wall_time is None
     assert first.mmu is not None
-    assert (first.mmu.engine, first.mmu.client, first.mmu.address, first.mmu.fault_type,
-            first.mmu.access_type) == ("CE2", "HUBCLIENT_CE0", "0x7f29_5b8c9000",
-                                       "FAULT_PRIV_VIOLATION", "ACCESS_TYPE_VIRT_READ")
+    assert (
+        first.mmu.engine,
+        first.mmu.client,
+        first.mmu.address,
+        first.mmu.fault_type,
+        first.mmu.access_type,
+    ) == (
+        "CE2",
+        "HUBCLIENT_CE0",
+        "0x7f29_5b8c9000",
+        "FAULT_PRIV_VIOLATION",
+        "ACCESS_TYPE_VIRT_READ",
+    )
     halt = evs[1]
     assert (halt.xid, halt.pid, halt.process_name, halt.uptime_s) == (62, None, None, 14370.687545)
     assert len(re.findall(r"\b[0-9a-f]{8}\b", halt.detail)) == 8
@@ -681,11 +882,17 @@ def test_reset_chain_root_must_be_recent() -> None:
 # ---------------------------------------------------------------------------------------------
 # xid-04: "fallen off the bus" over continuation lines -> one Xid 79 event
 
+
 def test_xid04_fallen_off_the_bus() -> None:
     scan = scan_kernel_log(case("xid-04"))
     (ev,) = scan.events
     assert (ev.xid, ev.inferred, ev.pci_bus_id, ev.pci_device_id, ev.uptime_s) == (
-        79, True, "0000:b3:00.0", "10de:26b5", 1843.308145)
+        79,
+        True,
+        "0000:b3:00.0",
+        "10de:26b5",
+        1843.308145,
+    )
     assert "fallen off the bus and is not responding to commands" in ev.detail
     assert scan.probe_failed_devices == 1
     assert scan.driver_version == "570.158.01" and scan.open_kernel_module is True
@@ -696,14 +903,18 @@ def test_xid04_fallen_off_the_bus() -> None:
 
 
 def test_fallen_off_variants() -> None:
-    text = ("[  100.000001] NVRM: GPU at PCI:0000:3b:00: GPU-0000003b\n"
-            "[  100.000002] NVRM: Xid (PCI:0000:3b:00): 79, pid=2222, GPU has fallen off the "
-            "bus.\n"
-            "[  100.000003] NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.\n"
-            "[  200.000000] NVRM: GPU 0000:5e:00.0: GPU has fallen off the bus.\n")
+    text = (
+        "[  100.000001] NVRM: GPU at PCI:0000:3b:00: GPU-0000003b\n"
+        "[  100.000002] NVRM: Xid (PCI:0000:3b:00): 79, pid=2222, GPU has fallen off the "
+        "bus.\n"
+        "[  100.000003] NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.\n"
+        "[  200.000000] NVRM: GPU 0000:5e:00.0: GPU has fallen off the bus.\n"
+    )
     evs = _events(text)
     assert [(e.pci_bus_id, e.xid, e.inferred) for e in evs] == [
-        ("0000:3b:00", 79, False), ("0000:5e:00.0", 79, True)]
+        ("0000:3b:00", 79, False),
+        ("0000:5e:00.0", 79, True),
+    ]
     assert evs[0].uuid == "GPU-0000003b" and evs[0].pid == 2222
     old_banner = "[    5.1] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  460.73.01  Thu Apr 1\n"
     scan = scan_kernel_log(old_banner)
@@ -711,8 +922,10 @@ def test_fallen_off_variants() -> None:
 
 
 def test_syslog_prefix_and_pci_spellings() -> None:
-    line = ("Jan 27 23:04:35 gpu-node-01 kernel: [14328.198504] NVRM: Xid (PCI:0000:3d:00): 13, "
-            "pid=99, name=python3, Graphics Exception")
+    line = (
+        "Jan 27 23:04:35 gpu-node-01 kernel: [14328.198504] NVRM: Xid (PCI:0000:3d:00): 13, "
+        "pid=99, name=python3, Graphics Exception"
+    )
     (ev,) = _events(line)
     assert (ev.xid, ev.pid, ev.process_name, ev.uptime_s) == (13, 99, "python3", 14328.198504)
     assert pci_key("PCI:0000:3d:00") == pci_key("00000000:3D:00.0") == pci_key("3d:00.0")
@@ -757,9 +970,14 @@ def test_traceback_indented_as_a_block_classifies_the_same() -> None:
         plain = classify_nvml_traceback(text)
         quoted = classify_nvml_traceback("\n".join("    " + ln for ln in text.splitlines()))
         assert (quoted.kind, quoted.nvml_function, quoted.exception) == (
-            plain.kind, plain.nvml_function, plain.exception)
-    assert classify_nvml_traceback("\n".join(
-        "    " + ln for ln in case("nvml-01a").splitlines())).kind == "not_supported"
+            plain.kind,
+            plain.nvml_function,
+            plain.exception,
+        )
+    assert (
+        classify_nvml_traceback("\n".join("    " + ln for ln in case("nvml-01a").splitlines())).kind
+        == "not_supported"
+    )
 
 
 def test_unreadable_stamps_do_not_double_a_printed_xid_79() -> None:
@@ -777,6 +995,7 @@ def test_bare_gsp_timeout_next_to_a_printed_119_without_stamps_is_one_event() ->
     """gpud's dmesg -T capture (tests/unit/test_xid_catalog.py GPUD_119) with the stamps cut
     off, its Xid 119 line then the same timeout in the older drivers' wording without an Xid."""
     from tests.unit.test_xid_catalog import GPUD_119
+
     lines = [ln.split("] ", 1)[1] for ln in GPUD_119.splitlines()]
     bare = lines[2].replace("Xid (PCI:0000:9b:00): 119, pid=2024380, name=nvidia-smi, ", "")
     evs = _events("\n".join([*lines, bare]))
@@ -787,22 +1006,34 @@ def test_dmesg_ctime_in_any_case_and_long_names() -> None:
     line = next(ln for ln in case("xid-01").splitlines() if "Xid" in ln)
     (plain,) = _events(line)
     assert plain.wall_time is not None
-    for variant in (line.replace("Wed Jan", "wed jan"),
-                    line.replace("Wed Jan", "Wednesday January")):
+    for variant in (
+        line.replace("Wed Jan", "wed jan"),
+        line.replace("Wed Jan", "Wednesday January"),
+    ):
         (ev,) = _events(variant)
         assert ev.wall_time == plain.wall_time
 
 
-@pytest.mark.parametrize("prefix", ["Feb 14 05:03:41 gpu-node-01 kernel: ",
-                                    "february 14 05:03:41 gpu-node-01 kernel: ",
-                                    "[ 1843.308145] ", "> [ 1843.308145] "])
+@pytest.mark.parametrize(
+    "prefix",
+    [
+        "Feb 14 05:03:41 gpu-node-01 kernel: ",
+        "february 14 05:03:41 gpu-node-01 kernel: ",
+        "[ 1843.308145] ",
+        "> [ 1843.308145] ",
+    ],
+)
 def test_wrapped_notice_with_a_stamp_on_every_line_is_one_message(prefix: str) -> None:
     """xid-04's three-line notice as journalctl / newer dmesg print it: each line stamped."""
     head = case("xid-04").splitlines()[:3]
-    text = "\n".join(prefix + ln[ln.index("NVRM:"):] for ln in head)
+    text = "\n".join(prefix + ln[ln.index("NVRM:") :] for ln in head)
     (ev,) = _events(text)
     assert (ev.xid, ev.inferred, ev.pci_bus_id, ev.pci_device_id) == (
-        79, True, "0000:b3:00.0", "10de:26b5")
+        79,
+        True,
+        "0000:b3:00.0",
+        "10de:26b5",
+    )
     assert (ev.line_no, ev.end_line_no) == (1, 3)
     assert "fallen off the bus and is not responding" in ev.detail
 
@@ -821,14 +1052,18 @@ def test_cleanup_lines_only_are_judged_by_the_xid_they_name() -> None:
     assert dc.verdict == "gpu_lost" and dc.drain
 
 
-@pytest.mark.parametrize(("name", "client", "kernel", "who", "count"), [
-    ("gpu-024", "535.54.03", "530.30.02", None, 1),  # rsyslog, #012 newlines
-    ("gpu-025", "595.84", "595.80", ("kwin_wayland", 1005), 1),  # newer wording
-    ("gpu-026", "570.148.08", "570.148.06", None, 1),  # every line stamped
-    ("gpu-027", "570.153.02", "570.144", None, 3),  # continuation lines, three notices
-])
-def test_kernel_api_mismatch_notice(name: str, client: str, kernel: str,
-                                    who: tuple[str, int] | None, count: int) -> None:
+@pytest.mark.parametrize(
+    ("name", "client", "kernel", "who", "count"),
+    [
+        ("gpu-024", "535.54.03", "530.30.02", None, 1),  # rsyslog, #012 newlines
+        ("gpu-025", "595.84", "595.80", ("kwin_wayland", 1005), 1),  # newer wording
+        ("gpu-026", "570.148.08", "570.148.06", None, 1),  # every line stamped
+        ("gpu-027", "570.153.02", "570.144", None, 3),  # continuation lines, three notices
+    ],
+)
+def test_kernel_api_mismatch_notice(
+    name: str, client: str, kernel: str, who: tuple[str, int] | None, count: int
+) -> None:
     text = corpus(name)
     for m in (find_api_mismatch(text), scan_kernel_log(text).api_mismatch):
         assert m is not None

@@ -74,8 +74,9 @@ def test_bad_mounts(tmp_path: Path, mount: str) -> None:
     assert e.value.field == "mounts[0]" or e.value.field == "mounts"
 
 
-def test_secret_env_resolved_and_not_hashed(tmp_path: Path,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_secret_env_resolved_and_not_hashed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("MY_TOKEN", "abc")
     p = write(tmp_path, BASE + "env:\n  TOKEN: 'Bearer ${MY_TOKEN}'\n  PLAIN: v\n")
     loaded = load_spec(p)
@@ -116,8 +117,9 @@ def test_more_processes_than_gpus_is_caught_before_any_host(tmp_path: Path) -> N
 def test_plan_two_gpu_nodes(tmp_path: Path) -> None:
     loaded = _loaded(tmp_path, "nodes: 2\ngpus_per_node: all\nargs: ['--lr', '0.1']\n")
     f = {"a": facts("a", "10.0.0.1", 4), "b": facts("b", "10.0.0.2", 4)}
-    plan = build_plan(loaded, profile(), ["a", "b"], f, job_id="demo-abc123", created_at=1.0,
-                      image="img:1")
+    plan = build_plan(
+        loaded, profile(), ["a", "b"], f, job_id="demo-abc123", created_at=1.0, image="img:1"
+    )
     assert plan.world_size == 8 and plan.nproc_per_node == 4 and plan.backend == "nccl"
     assert plan.rdzv_endpoint == "10.0.0.1:40000"
     n1 = plan.nodes[1].container
@@ -141,7 +143,9 @@ def test_plan_two_gpu_nodes(tmp_path: Path) -> None:
     assert kw["shm_size"] == "1g"
     assert kw["device_requests"][0]["DeviceIDs"] == ["0", "1", "2", "3"]
     assert kw["volumes"]["/home/u/.cache/gpuconsole/workdirs/abc"] == {
-        "bind": "/workspace", "mode": "ro"}
+        "bind": "/workspace",
+        "mode": "ro",
+    }
     line = n1.docker_run_line()
     assert "--gpus '\"device=0,1,2,3\"'" in line
     assert "--privileged" not in line
@@ -150,8 +154,15 @@ def test_plan_two_gpu_nodes(tmp_path: Path) -> None:
 def test_plan_cpu_job_ipc_host_mounts_and_caps(tmp_path: Path) -> None:
     loaded = _loaded(tmp_path, "gpus_per_node: 0\nipc: host\nmounts: ['~/data:/data:ro']\n")
     prof = profile(cap_add=["SYS_PTRACE"], mounts=["/scratch:/scratch"])
-    plan = build_plan(loaded, prof, ["a"], {"a": facts("a", "10.0.0.1", None)},
-                      job_id="demo-1", created_at=1.0, image="img:1")
+    plan = build_plan(
+        loaded,
+        prof,
+        ["a"],
+        {"a": facts("a", "10.0.0.1", None)},
+        job_id="demo-1",
+        created_at=1.0,
+        image="img:1",
+    )
     c = plan.nodes[0].container
     assert plan.backend == "gloo" and plan.world_size == 1 and c.gpu_device_ids == ()
     kw = c.create_kwargs()
@@ -163,14 +174,35 @@ def test_plan_cpu_job_ipc_host_mounts_and_caps(tmp_path: Path) -> None:
 
 def test_plan_gpu_errors(tmp_path: Path) -> None:
     with pytest.raises(PlanError, match="host a has no NVIDIA driver"):
-        build_plan(_loaded(tmp_path, "gpus_per_node: 1\n"), profile(), ["a"],
-                   {"a": facts("a", "1.1.1.1", None)}, job_id="x", created_at=0, image="i")
+        build_plan(
+            _loaded(tmp_path, "gpus_per_node: 1\n"),
+            profile(),
+            ["a"],
+            {"a": facts("a", "1.1.1.1", None)},
+            job_id="x",
+            created_at=0,
+            image="i",
+        )
     with pytest.raises(PlanError, match="GPU index 5 does not exist"):
-        build_plan(_loaded(tmp_path, "gpus_per_node: [0, 5]\n"), profile(), ["a"],
-                   {"a": facts("a", "1.1.1.1", 2)}, job_id="x", created_at=0, image="i")
+        build_plan(
+            _loaded(tmp_path, "gpus_per_node: [0, 5]\n"),
+            profile(),
+            ["a"],
+            {"a": facts("a", "1.1.1.1", 2)},
+            job_id="x",
+            created_at=0,
+            image="i",
+        )
     with pytest.raises(PlanError, match="more processes than GPUs: nproc_per_node 4 > 2"):
-        build_plan(_loaded(tmp_path, "gpus_per_node: all\nnproc_per_node: 4\n"), profile(),
-                   ["a"], {"a": facts("a", "1.1.1.1", 2)}, job_id="x", created_at=0, image="i")
+        build_plan(
+            _loaded(tmp_path, "gpus_per_node: all\nnproc_per_node: 4\n"),
+            profile(),
+            ["a"],
+            {"a": facts("a", "1.1.1.1", 2)},
+            job_id="x",
+            created_at=0,
+            image="i",
+        )
 
 
 def test_count_takes_free_gpus_and_busy_ones_are_refused_with_holders(tmp_path: Path) -> None:
@@ -179,13 +211,15 @@ def test_count_takes_free_gpus_and_busy_ones_are_refused_with_holders(tmp_path: 
     from console.jobs.plan import pick_gpus
 
     holder = "pid 4242 (bob: python x.py) in container 0123456789ab"
-    f = replace(facts("a", "1.1.1.1", 4), holders={0: [holder], 1: [], 2: [], 3: []},
-                lost=frozenset({3}))
+    f = replace(
+        facts("a", "1.1.1.1", 4), holders={0: [holder], 1: [], 2: [], 3: []}, lost=frozenset({3})
+    )
     assert pick_gpus(_loaded(tmp_path, "gpus_per_node: 2\n"), f) == (1, 2)
     with pytest.raises(PlanError) as e:
         pick_gpus(_loaded(tmp_path, "gpus_per_node: 3\n"), f)
-    assert str(e.value) == (f"{tmp_path / 'job.yaml'}:4: gpus_per_node: host a: GPU(s) 0 in "
-                            f"use (GPU 0: {holder})")
+    assert str(e.value) == (
+        f"{tmp_path / 'job.yaml'}:4: gpus_per_node: host a: GPU(s) 0 in use (GPU 0: {holder})"
+    )
     assert e.value.hint is not None and "--force" in e.value.hint
     assert "stop those processes" in e.value.hint
     # held by a gpuconsole job: the hint names it
@@ -207,28 +241,43 @@ def test_count_takes_free_gpus_and_busy_ones_are_refused_with_holders(tmp_path: 
 
 
 def test_all_errors_of_a_file_are_reported_each_with_its_line_and_fix(tmp_path: Path) -> None:
-    p = write(tmp_path, "name: Bad Name\nscript: train_ddp.py\n"
-                        f"workdir: {EXAMPLES}\nnodes: 0\nmax_restarts: -1\n")
+    p = write(
+        tmp_path,
+        f"name: Bad Name\nscript: train_ddp.py\nworkdir: {EXAMPLES}\nnodes: 0\nmax_restarts: -1\n",
+    )
     with pytest.raises(ConfigError) as e:
         load_spec(p)
     lines = str(e.value).splitlines()
     assert lines[0].startswith(f"{p}:1: name: must be lowercase") and lines[0].endswith(
-        "(and 2 more)")
-    assert lines[1] == ("  fix: lowercase letters, digits, '.', '_', '-'; e.g. "
-                        "`name: resnet-ddp`")
+        "(and 2 more)"
+    )
+    assert lines[1] == ("  fix: lowercase letters, digits, '.', '_', '-'; e.g. `name: resnet-ddp`")
     assert lines[2] == f"  also: {p}:4: nodes: must be from 1 to 1024"
-    assert lines[4] == (f"  also: {p}:5: max_restarts: Input should be greater than or equal "
-                        "to 0 (got -1)")
+    assert lines[4] == (
+        f"  also: {p}:5: max_restarts: Input should be greater than or equal to 0 (got -1)"
+    )
     assert e.value.hint == "a whole number from 0 to 1000"
 
 
-@pytest.mark.parametrize(("image", "ok"), [
-    ("nvcr.io/nvidia/pytorch:24.10-py3", True),
-    ("localhost:5000/team/img@sha256:" + "a" * 64, True),
-    ("ubuntu", True), ("my_org/img__x:v1.2-rc", True), ("[::1]:5000/x", True),
-    ("/", False), ("UPPER/x", False), ("Ubuntu", False), ("a b", False), ("x:", False),
-    ("a//b", False), ("a@sha256:12", False), ("a" * 256, False), ("img:" + "t" * 129, False),
-])
+@pytest.mark.parametrize(
+    ("image", "ok"),
+    [
+        ("nvcr.io/nvidia/pytorch:24.10-py3", True),
+        ("localhost:5000/team/img@sha256:" + "a" * 64, True),
+        ("ubuntu", True),
+        ("my_org/img__x:v1.2-rc", True),
+        ("[::1]:5000/x", True),
+        ("/", False),
+        ("UPPER/x", False),
+        ("Ubuntu", False),
+        ("a b", False),
+        ("x:", False),
+        ("a//b", False),
+        ("a@sha256:12", False),
+        ("a" * 256, False),
+        ("img:" + "t" * 129, False),
+    ],
+)
 def test_image_reference_grammar(tmp_path: Path, image: str, ok: bool) -> None:
     p = write(tmp_path, BASE + f"image: '{image}'\n")
     if ok:
@@ -246,10 +295,12 @@ def test_script_must_stay_inside_the_workdir(tmp_path: Path) -> None:
     (tmp_path / "outside.py").write_text("")
     (wd / "link.py").symlink_to(tmp_path / "outside.py")
     base = f"name: a\nworkdir: {wd}\n"
-    for script, msg in [("../outside.py", "'../outside.py' leaves the workdir"),
-                        ("sub/../../outside.py", "leaves the workdir"),
-                        ("/etc/passwd", "'/etc/passwd' is an absolute path"),
-                        ("link.py", "'link.py' leads outside the workdir")]:
+    for script, msg in [
+        ("../outside.py", "'../outside.py' leaves the workdir"),
+        ("sub/../../outside.py", "leaves the workdir"),
+        ("/etc/passwd", "'/etc/passwd' is an absolute path"),
+        ("link.py", "'link.py' leads outside the workdir"),
+    ]:
         p = write(tmp_path, base + f"script: {script}\n")
         with pytest.raises(ConfigError) as e:
             load_spec(p)
@@ -258,13 +309,15 @@ def test_script_must_stay_inside_the_workdir(tmp_path: Path) -> None:
 
 
 def test_relative_mount_is_refused_with_its_meaning(tmp_path: Path) -> None:
-    p = write(tmp_path, BASE + "mounts:\n  - /data:/data:ro\n"
-                               "  - ./checkpoints:/workspace/checkpoints\n")
+    p = write(
+        tmp_path, BASE + "mounts:\n  - /data:/data:ro\n  - ./checkpoints:/workspace/checkpoints\n"
+    )
     with pytest.raises(ConfigError) as e:
         load_spec(p)
     assert str(e.value).startswith(
         f"{p}:6: mounts[1]: mount './checkpoints:/workspace/checkpoints': the host path "
-        "'./checkpoints' is relative; a mount's host path is a folder on the GPU host")
+        "'./checkpoints' is relative; a mount's host path is a folder on the GPU host"
+    )
     ok = load_spec(write(tmp_path, BASE + "mounts: ['~/ckpt:/workspace/checkpoints']\n"))
     assert ok.spec.mounts == ["~/ckpt:/workspace/checkpoints"]
 
@@ -298,10 +351,19 @@ def test_plan_errors_carry_the_spec_line(tmp_path: Path) -> None:
     assert e.value.line == 5 and e.value.field == "nproc_per_node"
     loaded = _loaded(tmp_path, "gpus_per_node: 8\n")
     with pytest.raises(PlanError) as e3:
-        build_plan(loaded, profile(), ["a"], {"a": facts("a", "10.0.0.1", 4)},
-                   job_id="demo-000000", created_at=0.0, image="img:1")
-    assert str(e3.value) == (f"{tmp_path / 'job.yaml'}:4: gpus_per_node: host a has 4 GPU(s), "
-                             "the job asks for 8 per node")
+        build_plan(
+            loaded,
+            profile(),
+            ["a"],
+            {"a": facts("a", "10.0.0.1", 4)},
+            job_id="demo-000000",
+            created_at=0.0,
+            image="img:1",
+        )
+    assert str(e3.value) == (
+        f"{tmp_path / 'job.yaml'}:4: gpus_per_node: host a has 4 GPU(s), "
+        "the job asks for 8 per node"
+    )
 
 
 def test_profile_env_references_are_resolved_and_secret(
@@ -313,8 +375,15 @@ def test_profile_env_references_are_resolved_and_secret(
     monkeypatch.delenv("GPUCONSOLE_T_UNSET", raising=False)
     prof = profile(env={"WANDB_API_KEY": "${GPUCONSOLE_T_KEY}", "LEVEL": "x"})
     loaded = _loaded(tmp_path, "gpus_per_node: 0\nenv: {LEVEL: mine}\n")
-    plan = build_plan(loaded, prof, ["a"], {"a": facts("a", "10.0.0.1", None)},
-                      job_id="demo-000000", created_at=0.0, image="img:1")
+    plan = build_plan(
+        loaded,
+        prof,
+        ["a"],
+        {"a": facts("a", "10.0.0.1", None)},
+        job_id="demo-000000",
+        created_at=0.0,
+        image="img:1",
+    )
     c = plan.nodes[0].container
     assert c.env["WANDB_API_KEY"] == "s3cr3t" and c.env["LEVEL"] == "mine"
     assert c.secret_env == frozenset({"WANDB_API_KEY"})
@@ -322,23 +391,36 @@ def test_profile_env_references_are_resolved_and_secret(
     assert "WANDB_API_KEY=***" in text and "s3cr3t" not in text
     with pytest.raises(ConfigError) as e:
         select_hosts(loaded, profile(env={"T": "${GPUCONSOLE_T_UNSET}"}))
-    assert str(e.value) == ("defaults.env.T: references ${GPUCONSOLE_T_UNSET}, which is not set "
-                            "in your environment")
+    assert str(e.value) == (
+        "defaults.env.T: references ${GPUCONSOLE_T_UNSET}, which is not set in your environment"
+    )
 
 
 def test_dry_run_escapes_control_characters_and_notes_local_rank(tmp_path: Path) -> None:
     from console.jobs.plan import render_plan
 
-    loaded = _loaded(tmp_path, "gpus_per_node: 0\nargs: [\"--local-rank=${local_rank}\", "
-                               "\"a\\rEVIL\\a\", \"x\\u202ey\", \"it's\\nnew\", \"${HOME}\", "
-                               "\"\\e[31mred\"]\n")
-    plan = build_plan(loaded, profile(), ["a"], {"a": facts("a", "10.0.0.1", None)},
-                      job_id="demo-000000", created_at=0.0, image="img:1")
+    loaded = _loaded(
+        tmp_path,
+        'gpus_per_node: 0\nargs: ["--local-rank=${local_rank}", '
+        '"a\\rEVIL\\a", "x\\u202ey", "it\'s\\nnew", "${HOME}", '
+        '"\\e[31mred"]\n',
+    )
+    plan = build_plan(
+        loaded,
+        profile(),
+        ["a"],
+        {"a": facts("a", "10.0.0.1", None)},
+        job_id="demo-000000",
+        created_at=0.0,
+        image="img:1",
+    )
     text = render_plan(plan)
     assert not any(c in text for c in "\r\x07\x1b\u202e")
     run = text.splitlines()[2]
-    assert run.endswith("train_ddp.py '--local-rank=${local_rank}' $'a\\rEVIL\\a' "
-                        "$'x\\u202ey' $'it\\'s\\nnew' '${HOME}' $'\\E[31mred'")
+    assert run.endswith(
+        "train_ddp.py '--local-rank=${local_rank}' $'a\\rEVIL\\a' "
+        "$'x\\u202ey' $'it\\'s\\nnew' '${HOME}' $'\\E[31mred'"
+    )
     notes = text.splitlines()[3:]
     assert notes == [
         "note: torchrun replaces ${local_rank} in args[0] '--local-rank=${local_rank}' with "
@@ -385,8 +467,9 @@ def test_file_problems_come_with_field_problems(tmp_path: Path) -> None:
     assert [f for _, f in said if f and f.startswith("script")] and (4, "nodes") in said
 
 
-@pytest.mark.parametrize(("written", "read"), [("30", "30"), ("1:30:00", "1:30:00"),
-                                               ("'2-00:00:00'", "2-00:00:00")])
+@pytest.mark.parametrize(
+    ("written", "read"), [("30", "30"), ("1:30:00", "1:30:00"), ("'2-00:00:00'", "2-00:00:00")]
+)
 def test_time_limit_as_written(tmp_path: Path, written: str, read: str) -> None:
     """A bare number is minutes; `1:30:00` is not YAML 1.1's base-60 integer 5400."""
     p = write(tmp_path, BASE + f"time_limit: {written}\n")

@@ -32,7 +32,8 @@ def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("HOME", str(tmp_path))
     (tmp_path / ".ssh" / "conf.d").mkdir(parents=True)
     (tmp_path / ".ssh" / "conf.d" / "fips.conf").write_text(
-        "Host gpu-legacy\n  Ciphers=aes256-gcm@openssh.com\n")
+        "Host gpu-legacy\n  Ciphers=aes256-gcm@openssh.com\n"
+    )
     path = tmp_path / ".ssh" / "config"
     path.write_text(CONFIG)
     return path
@@ -65,7 +66,8 @@ def test_no_file_or_a_file_asyncssh_refuses_sets_nothing(tmp_path: Path) -> None
 
 
 def test_the_default_file_is_home_ssh_config_and_kept_per_host(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setattr(ssh, "_user_ciphers", {})
     (tmp_path / ".ssh").mkdir()

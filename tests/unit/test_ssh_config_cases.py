@@ -111,9 +111,12 @@ def key_loads(monkeypatch: pytest.MonkeyPatch) -> KeyLoads:
 def gpuconsole_options(target: SSHTarget) -> asyncssh.SSHClientConnectionOptions:
     """The options ``asyncssh.connect(target.hostname, **SSHTransport._options(...))`` builds."""
     transport = SSHTransport("case", target)
-    return asyncssh_options(target.hostname, **transport._options(
-        transport._known_hosts_path(), host=target.hostname, port=target.port,
-        user=target.user))
+    return asyncssh_options(
+        target.hostname,
+        **transport._options(
+            transport._known_hosts_path(), host=target.hostname, port=target.port, user=target.user
+        ),
+    )
 
 
 def asyncssh_options(host: str, **kwargs: object) -> asyncssh.SSHClientConnectionOptions:
@@ -470,11 +473,16 @@ def test_parse_jump_forms_and_errors() -> None:
     assert parse_jump("bastion") == (None, "bastion", None)
     assert parse_jump("me@bastion:2222") == ("me", "bastion", 2222)
     assert parse_jump("[fe80::1]:22") == (None, "fe80::1", 22)
-    for bad, msg in [("b:notaport", "port 'notaport' is not a number"),
-                     ("b:99999", "port 99999 is not in 1-65535"), ("b:0", "not in 1-65535"),
-                     ("", "must be [user@]host[:port]"), ("a b", "without spaces"),
-                     ("me@", "has no host name"), ("[::1]x", "text after ']' must be :port"),
-                     ("b" * 300, "characters long (at most 253)")]:
+    for bad, msg in [
+        ("b:notaport", "port 'notaport' is not a number"),
+        ("b:99999", "port 99999 is not in 1-65535"),
+        ("b:0", "not in 1-65535"),
+        ("", "must be [user@]host[:port]"),
+        ("a b", "without spaces"),
+        ("me@", "has no host name"),
+        ("[::1]x", "text after ']' must be :port"),
+        ("b" * 300, "characters long (at most 253)"),
+    ]:
         with pytest.raises(ValueError, match=re.escape(msg)):
             parse_jump(bad)
 

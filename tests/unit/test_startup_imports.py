@@ -19,18 +19,44 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 #: What no help text needs (top-level packages, plus the service layer itself).
-HEAVY = ("asyncssh", "docker", "pydantic", "textual", "yaml", "requests", "cryptography",
-         "sqlite3", "asyncio", "apprise", "prometheus_client", "console.service",
-         "console.profiles", "console.jobs.store", "remote.ssh")
+HEAVY = (
+    "asyncssh",
+    "docker",
+    "pydantic",
+    "textual",
+    "yaml",
+    "requests",
+    "cryptography",
+    "sqlite3",
+    "asyncio",
+    "apprise",
+    "prometheus_client",
+    "console.service",
+    "console.profiles",
+    "console.jobs.store",
+    "remote.ssh",
+)
 
 
 #: What ``ps`` must not import: the launch path (plan, job-spec models, gang wrapper), the
 #: failure path (diagnosis, the kernel log and its fault parser), the Docker SDK and its HTTP
 #: stack (the engine is listed over its socket by :mod:`remote.dockerapi`), SSH and the app.
-NOT_FOR_PS = ("console.jobs.launch", "console.jobs.plan", "console.jobs.spec",
-              "console.jobs.gang", "console.diagnosis", "remote.telemetry.faults",
-              "remote.kernellog", "docker", "requests", "urllib3", "asyncssh", "cryptography",
-              "textual", "prometheus_client")
+NOT_FOR_PS = (
+    "console.jobs.launch",
+    "console.jobs.plan",
+    "console.jobs.spec",
+    "console.jobs.gang",
+    "console.diagnosis",
+    "remote.telemetry.faults",
+    "remote.kernellog",
+    "docker",
+    "requests",
+    "urllib3",
+    "asyncssh",
+    "cryptography",
+    "textual",
+    "prometheus_client",
+)
 
 
 def imported(args: list[str], tmp_path: Path, **extra_env: str) -> set[str]:
@@ -41,14 +67,27 @@ def imported(args: list[str], tmp_path: Path, **extra_env: str) -> set[str]:
         AssertionError: the command failed.
     """
     env = {k: v for k, v in os.environ.items() if k != "GPUCONSOLE_PROFILE"}
-    env.update(GPUCONSOLE_STATE_DIR=str(tmp_path / "state"),
-               GPUCONSOLE_CONFIG_DIR=str(tmp_path / "config"),
-               PYTHONPATH=str(ROOT), **extra_env)
-    p = subprocess.run([sys.executable, "-X", "importtime", *args], cwd=tmp_path, env=env,
-                       capture_output=True, text=True, timeout=120, check=False)
+    env.update(
+        GPUCONSOLE_STATE_DIR=str(tmp_path / "state"),
+        GPUCONSOLE_CONFIG_DIR=str(tmp_path / "config"),
+        PYTHONPATH=str(ROOT),
+        **extra_env,
+    )
+    p = subprocess.run(
+        [sys.executable, "-X", "importtime", *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert p.returncode == 0, p.stderr[-2000:]
-    return {line.rsplit("|", 1)[-1].strip() for line in p.stderr.splitlines()
-            if line.startswith("import time:")}
+    return {
+        line.rsplit("|", 1)[-1].strip()
+        for line in p.stderr.splitlines()
+        if line.startswith("import time:")
+    }
 
 
 def heavy(mods: set[str]) -> list[str]:
@@ -65,14 +104,18 @@ def test_importtime_sees_heavy_imports(tmp_path: Path) -> None:
 def test_local_profile_needs_no_ssh(tmp_path: Path) -> None:
     """The service and a local host's transport leave asyncssh alone (it is imported when
     a profile names an SSH host: validation, known_hosts and key checks, its transport)."""
-    code = ("import console.service\n"
-            "from console.profiles import resolve_profile\n"
-            "resolve_profile('local').transport('local')")
+    code = (
+        "import console.service\n"
+        "from console.profiles import resolve_profile\n"
+        "resolve_profile('local').transport('local')"
+    )
     mods = imported(["-c", code], tmp_path)
     assert "console.service" in mods
     assert "asyncssh" not in heavy(mods)
-    ssh = imported(["-c", "from console.profiles import resolve_profile\n"
-                          "resolve_profile('example-cluster')"], tmp_path)
+    ssh = imported(
+        ["-c", "from console.profiles import resolve_profile\nresolve_profile('example-cluster')"],
+        tmp_path,
+    )
     assert "asyncssh" in heavy(ssh)
 
 
@@ -82,10 +125,19 @@ def test_import_console_cli_is_light(tmp_path: Path) -> None:
     assert heavy(mods) == []
 
 
-@pytest.mark.parametrize("args", [
-    ["--help"], ["ps", "--help"], ["submit", "--help"], ["top", "--help"],
-    ["alerts", "--help"], ["watch", "--help"], ["notebook", "--help"], ["--version"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--help"],
+        ["ps", "--help"],
+        ["submit", "--help"],
+        ["top", "--help"],
+        ["alerts", "--help"],
+        ["watch", "--help"],
+        ["notebook", "--help"],
+        ["--version"],
+    ],
+)
 def test_help_is_light(tmp_path: Path, args: list[str]) -> None:
     assert heavy(imported(["-m", "console.cli", *args], tmp_path)) == []
 
@@ -98,11 +150,27 @@ def test_help_lists_every_command() -> None:
 
     res = CliRunner().invoke(main, ["--help"], prog_name="gpuconsole")
     assert res.exit_code == 0
-    listed = {line.split()[0] for line in res.output.split("Commands:")[1].splitlines()
-              if line.strip()}
+    listed = {
+        line.split()[0] for line in res.output.split("Commands:")[1].splitlines() if line.strip()
+    }
     assert listed == set(main.commands)
-    assert {"ps", "submit", "logs", "top", "gpus", "watch", "alerts", "diagnose", "notebook",
-            "cp", "shell", "exec", "describe", "stop", "rm"} <= listed
+    assert {
+        "ps",
+        "submit",
+        "logs",
+        "top",
+        "gpus",
+        "watch",
+        "alerts",
+        "diagnose",
+        "notebook",
+        "cp",
+        "shell",
+        "exec",
+        "describe",
+        "stop",
+        "rm",
+    } <= listed
 
 
 def named(names: tuple[str, ...], mods: set[str]) -> list[str]:
@@ -123,19 +191,28 @@ def test_ps_imports_no_launch_or_failure_path(tmp_path: Path) -> None:
 #: What ``ps`` does not import once its profile is in :mod:`console.profilecache`: PyYAML,
 #: pydantic's plugin lookup (``importlib.metadata``), the alert rules' models (validated on
 #: use), the fleet state and the log views' buffers.
-NOT_FOR_CACHED_PS = ("yaml", "pydantic.plugin._loader", "importlib.metadata",
-                     "console.alerts.config", "console.fleet.state", "console.jobs.logbuffer",
-                     "rich")
+NOT_FOR_CACHED_PS = (
+    "yaml",
+    "pydantic.plugin._loader",
+    "importlib.metadata",
+    "console.alerts.config",
+    "console.fleet.state",
+    "console.jobs.logbuffer",
+    "rich",
+)
 
 
 def test_ps_with_a_cached_profile_validates_nothing(tmp_path: Path) -> None:
     """The first ``ps`` parses and validates the bundled profile and keeps it; the second
     takes it from the cache and imports none of :data:`NOT_FOR_CACHED_PS`."""
-    env = {"DOCKER_HOST": f"unix://{tmp_path / 'no-docker.sock'}",
-           "GPUCONSOLE_CACHE_DIR": str(tmp_path / "cache")}
+    env = {
+        "DOCKER_HOST": f"unix://{tmp_path / 'no-docker.sock'}",
+        "GPUCONSOLE_CACHE_DIR": str(tmp_path / "cache"),
+    }
     first = imported(["-m", "console.cli", "ps"], tmp_path, **env)
     assert {"yaml", "pydantic.plugin._loader", "importlib.metadata"} <= set(
-        named(NOT_FOR_CACHED_PS, first))
+        named(NOT_FOR_CACHED_PS, first)
+    )
     assert len(list((tmp_path / "cache" / "profiles").glob("*.pickle"))) == 1
     second = imported(["-m", "console.cli", "ps"], tmp_path, **env)
     assert {"console.service", "console.profiles", "console.profilecache"} <= second
@@ -146,7 +223,8 @@ def test_named_sees_the_launch_path(tmp_path: Path) -> None:
     """The check above can fail: importing the launcher's module imports what it guards."""
     mods = imported(["-c", "import console.jobs.launch, console.jobs.status"], tmp_path)
     assert {"console.jobs.plan", "console.jobs.spec", "console.jobs.gang"} <= set(
-        named(NOT_FOR_PS, mods))
+        named(NOT_FOR_PS, mods)
+    )
 
 
 def test_gc_freeze_runs_after_the_commands_exit_handlers(tmp_path: Path) -> None:
@@ -166,13 +244,25 @@ def test_gc_freeze_runs_after_the_commands_exit_handlers(tmp_path: Path) -> None
         "main(['x-probe'], prog_name='gpuconsole')\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "GPUCONSOLE_PROFILE"}
-    env.update(PYTHONPATH=str(ROOT), GPUCONSOLE_STATE_DIR=str(tmp_path / "state"),
-               GPUCONSOLE_CONFIG_DIR=str(tmp_path / "config"))
-    p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
-                       capture_output=True, text=True, timeout=120, check=False)
+    env.update(
+        PYTHONPATH=str(ROOT),
+        GPUCONSOLE_STATE_DIR=str(tmp_path / "state"),
+        GPUCONSOLE_CONFIG_DIR=str(tmp_path / "config"),
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert p.returncode == 0, p.stderr[-2000:]
-    assert p.stdout.splitlines() == ["command output, unflushedcommand handler, frozen: False",
-                                     "before-command handler, frozen: True"]
+    assert p.stdout.splitlines() == [
+        "command output, unflushedcommand handler, frozen: False",
+        "before-command handler, frozen: True",
+    ]
 
 
 def test_collector_paused_restores_the_collector() -> None:

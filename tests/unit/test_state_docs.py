@@ -26,7 +26,10 @@ def test_the_store_lists_exactly_the_states_that_exist() -> None:
     assert NodeRecord.__doc__ and JobRecord.__doc__
     assert _quoted(_attribute_doc(NodeRecord.__doc__, "state")) == set(get_args(NodeState))
     assert _quoted(_attribute_doc(JobRecord.__doc__, "state")) == {
-        *get_args(JobState), "removed", "removed_at"}
+        *get_args(JobState),
+        "removed",
+        "removed_at",
+    }
 
 
 def test_the_state_machine_and_the_types_module_list_every_node_state() -> None:

@@ -25,8 +25,11 @@ def test_pane_shows_one_finished_bar() -> None:
         buf.append(ln)
     shown = [(buf[i].rank, buf[i].plain) for i in range(len(buf))]
     assert shown == [
-        (None, "[W1201 02:37:44.170377487 socket.cpp:207] [c10d] The hostname of the client "
-               "socket cannot be retrieved. err=-3"),
+        (
+            None,
+            "[W1201 02:37:44.170377487 socket.cpp:207] [c10d] The hostname of the client "
+            "socket cannot be retrieved. err=-3",
+        ),
         (0, "progress: 100%|##########| 100/100 [00:04<00:00, 9.9it/s]"),
     ]
 
@@ -51,9 +54,11 @@ def test_pytorch_own_rank_prefix_is_not_a_carriage_return() -> None:
     """PyTorch 2.x prints a rank's error output with its own ``[rankN]: `` under torchrun's
     tee prefix (recorded: rec-003, a real 2-node run): one tag, the line intact."""
     node = NodeRecord("j", 1, "b", "c")
-    raw = ["[rank1]:[rank1]: Traceback (most recent call last):",
-           '[rank1]:[rank1]:   File "/workspace/train_ddp.py", line 184, in <module>',
-           "[rank1]:[rank1]: RuntimeError: injected failure on rank 1 at step 3"]
+    raw = [
+        "[rank1]:[rank1]: Traceback (most recent call last):",
+        '[rank1]:[rank1]:   File "/workspace/train_ddp.py", line 184, in <module>',
+        "[rank1]:[rank1]: RuntimeError: injected failure on rank 1 at step 3",
+    ]
     lines = [tag_line(node, LogLine(i, t)) for i, t in enumerate(raw)]
     assert [(ln.rank, ln.text) for ln in lines] == [
         (1, "Traceback (most recent call last):"),

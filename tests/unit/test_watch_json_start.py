@@ -31,21 +31,39 @@ REPO = Path(__file__).resolve().parents[2]
 TRACE = REPO / "tests" / "data" / "traces" / "h200-idle.jsonl"
 # every rule but host_unreachable off: nothing but the stored alert can be printed. It is on
 # host b, which the recording (host vm) says nothing of: it stays firing while watch runs.
-RULES_OFF = ("gpu_lost", "xid", "ecc_uncorrected", "remapped_rows_pending", "gpu_temperature",
-             "gpu_throttle", "gpu_memory_high", "job_failed", "job_hung", "straggler",
-             "gpus_idle")
-PROFILE = Profile(name="lab", hosts={"vm": HostConfig(transport="local"),
-                                     "b": HostConfig(hostname="127.0.0.1", port=1)},
-                  alerts={r: {"enabled": False} for r in RULES_OFF})
+RULES_OFF = (
+    "gpu_lost",
+    "xid",
+    "ecc_uncorrected",
+    "remapped_rows_pending",
+    "gpu_temperature",
+    "gpu_throttle",
+    "gpu_memory_high",
+    "job_failed",
+    "job_hung",
+    "straggler",
+    "gpus_idle",
+)
+PROFILE = Profile(
+    name="lab",
+    hosts={"vm": HostConfig(transport="local"), "b": HostConfig(hostname="127.0.0.1", port=1)},
+    alerts={r: {"enabled": False} for r in RULES_OFF},
+)
 
 
 def store_firing(root: Path, profile: str, host: str) -> Alert:
     """``host_unreachable/<host>`` fired 5 minutes ago, stored as ``profile``'s watch does."""
     now = time.time()
-    alert = Alert(key=f"host_unreachable/{host}", rule="host_unreachable", severity="critical",
-                  summary=f"host {host} unreachable for 60 s+: cannot connect to "
-                          "127.0.0.1:1: connection refused", host=host, since=now - 360,
-                  fired_at=now - 300)
+    alert = Alert(
+        key=f"host_unreachable/{host}",
+        rule="host_unreachable",
+        severity="critical",
+        summary=f"host {host} unreachable for 60 s+: cannot connect to "
+        "127.0.0.1:1: connection refused",
+        host=host,
+        since=now - 360,
+        fired_at=now - 300,
+    )
     store = AlertStore(root, profile=profile)
     store.record([AlertChanged(alert, "fired", alert.fired_at)])
     store.close()
@@ -60,8 +78,12 @@ async def run_watch(root: Path, as_json: bool) -> tuple[list[str], list[str]]:
     said: list[str] = []
     async with Service(PROFILE, store=Store(root)) as svc:
         stop = asyncio.Event()
-        w = Watch(svc, WatchOptions(as_json=as_json, replay=TRACE, speed=0),
-                  emit=out.append, say=said.append)
+        w = Watch(
+            svc,
+            WatchOptions(as_json=as_json, replay=TRACE, speed=0),
+            emit=out.append,
+            say=said.append,
+        )
         await asyncio.wait_for(w.run(stop, on_started=stop.set), 60)
     return out, said
 
@@ -74,15 +96,20 @@ async def test_alerts_firing_at_start_are_printed_first(tmp_path: Path, as_json:
     assert len(out) == 1, out
     if as_json:
         assert json.loads(out[0]) == {
-            "type": "alert", "change": "firing", "at": mine.fired_at, "initial": True,
-            "alert": json.loads(alert_to_json(mine))}
+            "type": "alert",
+            "change": "firing",
+            "at": mine.fired_at,
+            "initial": True,
+            "alert": json.loads(alert_to_json(mine)),
+        }
     else:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(mine.fired_at))
         assert out[0] == f"{when}  CRITICAL  firing    {mine.summary}  [{mine.key}]"
     # stderr still says it is carried over (not paged again)
     assert [s for s in said if s.startswith("still firing since")] == [
         f"still firing since {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(mine.fired_at))}"
-        f": {mine.summary} [{mine.key}]"]
+        f": {mine.summary} [{mine.key}]"
+    ]
     assert not any(other.key in s for s in out + said)
 
 
@@ -90,16 +117,26 @@ def test_watch_json_into_head_gets_the_firing_alert_and_ends(tmp_path: Path) -> 
     """``gpuconsole watch --json | head -n 1``: the first line is the alert firing at start;
     head exits, and watch ends with exit 0 at its closed stdout."""
     profile = tmp_path / "lab.yaml"
-    profile.write_text("hosts:\n  vm: {transport: local}\n  b: {hostname: 127.0.0.1, port: 1}\n"
-                       "alerts:\n" + "".join(f"  {r}: {{enabled: false}}\n" for r in RULES_OFF))
+    profile.write_text(
+        "hosts:\n  vm: {transport: local}\n  b: {hostname: 127.0.0.1, port: 1}\n"
+        "alerts:\n" + "".join(f"  {r}: {{enabled: false}}\n" for r in RULES_OFF)
+    )
     mine = store_firing(tmp_path, "lab", "b")
     env = {**os.environ, "GPUCONSOLE_STATE_DIR": str(tmp_path)}
     env.pop("GPUCONSOLE_PROFILE", None)
-    cmd = (f"{sys.executable} -m console.cli -p {profile} watch --json --replay {TRACE} "
-           "--speed 0 | head -n 1; echo \"watch exit ${PIPESTATUS[0]}\" >&2")
-    proc = subprocess.Popen(["bash", "-c", cmd], cwd=REPO, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True)
+    cmd = (
+        f"{sys.executable} -m console.cli -p {profile} watch --json --replay {TRACE} "
+        '--speed 0 | head -n 1; echo "watch exit ${PIPESTATUS[0]}" >&2'
+    )
+    proc = subprocess.Popen(
+        ["bash", "-c", cmd],
+        cwd=REPO,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     try:
         stdout, stderr = proc.communicate(timeout=90)
     except subprocess.TimeoutExpired:  # head still waits: end the pipeline (its own group)

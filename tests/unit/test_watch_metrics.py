@@ -29,8 +29,12 @@ def trace(name: str) -> list[Any]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def scrape(state: FleetState | None, alerts: list[Alert] | None = None,
-           xids: XidTracker | None = None, now: float = 1000.0) -> Series:
+def scrape(
+    state: FleetState | None,
+    alerts: list[Alert] | None = None,
+    xids: XidTracker | None = None,
+    now: float = 1000.0,
+) -> Series:
     """The exposition text, parsed back (what a Prometheus server would store)."""
     col = FleetCollector(lambda: state, lambda: alerts or [], xids, monotonic=lambda: now)
     text = generate_latest(make_registry(col)).decode()
@@ -57,8 +61,7 @@ def test_trace_values_under_dcgm_names_and_labels() -> None:
     for g in last["gpus"]:
         idx = str(g["index"])
         ref = {"gpu": idx, "Hostname": "h200"}
-        _, labels = next((v, lb) for lb, v in got["DCGM_FI_DEV_GPU_UTIL"]
-                         if lb["gpu"] == idx)
+        _, labels = next((v, lb) for lb, v in got["DCGM_FI_DEV_GPU_UTIL"] if lb["gpu"] == idx)
         assert set(GPU_LABELS) <= set(labels)
         assert labels["UUID"] == g["uuid"] and labels["modelName"] == g["name"]
         assert labels["device"] == f"nvidia{g['index']}"
@@ -76,8 +79,10 @@ def test_trace_values_under_dcgm_names_and_labels() -> None:
         assert one(got, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", **ref) == g["ecc_volatile_uncorrected"]
         # DCGM's profiling fields are ratios (0-1); the agent's GPM values are percentages
         assert one(got, "DCGM_FI_PROF_SM_ACTIVE", **ref) == g["gpm"]["sm_activity_pct"] / 100
-        assert one(got, "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", **ref) == \
-            g["gpm"]["tensor_activity_pct"] / 100
+        assert (
+            one(got, "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", **ref)
+            == g["gpm"]["tensor_activity_pct"] / 100
+        )
         # Xid registration worked on that machine and no Xid occurred: DCGM's 0
         assert one(got, "DCGM_FI_DEV_XID_ERRORS", **ref) == 0
     # the loaded GPU really is the busy one (README: ~96 % SM activity, 17612 MiB)
@@ -86,8 +91,9 @@ def test_trace_values_under_dcgm_names_and_labels() -> None:
     # no memory temperature in the schema: never exposed, rather than 0
     assert "DCGM_FI_DEV_MEMORY_TEMP" not in got
     assert one(got, "gpuconsole_host_up", Hostname="h200") == 1
-    assert one(got, "gpuconsole_host_sample_age_seconds", Hostname="h200") == \
-        1020.0 - (990.0 + len(samples) - 1)
+    assert one(got, "gpuconsole_host_sample_age_seconds", Hostname="h200") == 1020.0 - (
+        990.0 + len(samples) - 1
+    )
 
 
 def test_unknown_readings_are_omitted_not_zero() -> None:
@@ -98,8 +104,14 @@ def test_unknown_readings_are_omitted_not_zero() -> None:
     st = FleetState(["x"])
     st.on_sample("x", s, rx=1.0)
     got = scrape(st)
-    for name in ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_FB_USED",
-                 "DCGM_FI_DEV_FB_FREE", "DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_PROF_DRAM_ACTIVE"):
+    for name in (
+        "DCGM_FI_DEV_GPU_TEMP",
+        "DCGM_FI_DEV_POWER_USAGE",
+        "DCGM_FI_DEV_FB_USED",
+        "DCGM_FI_DEV_FB_FREE",
+        "DCGM_FI_PROF_SM_ACTIVE",
+        "DCGM_FI_PROF_DRAM_ACTIVE",
+    ):
         assert [lb["gpu"] for lb, _ in got.get(name, [])] == ["1"], name
     assert one(got, "DCGM_FI_DEV_GPU_UTIL", gpu="0") == g0["util_gpu_pct"]
 
@@ -137,12 +149,30 @@ def test_connecting_host_has_no_up_series() -> None:
 def test_gpu_of_a_job_carries_hpc_job_and_ranks() -> None:
     s = trace("h200-load.jsonl")[0]
     s["processes"] = [
-        {"gpu_index": 0, "gpu_uuid": s["gpus"][0]["uuid"], "pid": 11, "used_mib": 9000,
-         "type": "compute", "user": "root", "command": "python train.py",
-         "container_id": CID, "rank": 3, "local_rank": 1},
-        {"gpu_index": 0, "gpu_uuid": s["gpus"][0]["uuid"], "pid": 12, "used_mib": 900,
-         "type": "compute", "user": "root", "command": "python train.py",
-         "container_id": CID, "rank": 2, "local_rank": 0},
+        {
+            "gpu_index": 0,
+            "gpu_uuid": s["gpus"][0]["uuid"],
+            "pid": 11,
+            "used_mib": 9000,
+            "type": "compute",
+            "user": "root",
+            "command": "python train.py",
+            "container_id": CID,
+            "rank": 3,
+            "local_rank": 1,
+        },
+        {
+            "gpu_index": 0,
+            "gpu_uuid": s["gpus"][0]["uuid"],
+            "pid": 12,
+            "used_mib": 900,
+            "type": "compute",
+            "user": "root",
+            "command": "python train.py",
+            "container_id": CID,
+            "rank": 2,
+            "local_rank": 0,
+        },
     ]
     st = FleetState(["a"])
     st.on_sample("a", s, rx=1.0)
@@ -156,11 +186,19 @@ def test_gpu_of_a_job_carries_hpc_job_and_ranks() -> None:
 
 def test_last_xid_per_gpu_and_absent_where_xid_unsupported() -> None:
     samples = trace("h200-idle.jsonl")[:3]
-    samples[0]["xid_events"] = [{"time": 1.0, "gpu_index": None, "pci_bus_id":
-                                 samples[0]["gpus"][1]["pci_bus_id"], "xid": 79,
-                                 "pid": None, "detail": None}]
-    samples[1]["xid_events"] = [{"time": 2.0, "gpu_index": 1, "pci_bus_id": None,
-                                 "xid": 48, "pid": None, "detail": None}]
+    samples[0]["xid_events"] = [
+        {
+            "time": 1.0,
+            "gpu_index": None,
+            "pci_bus_id": samples[0]["gpus"][1]["pci_bus_id"],
+            "xid": 79,
+            "pid": None,
+            "detail": None,
+        }
+    ]
+    samples[1]["xid_events"] = [
+        {"time": 2.0, "gpu_index": 1, "pci_bus_id": None, "xid": 48, "pid": None, "detail": None}
+    ]
     xids = XidTracker()
     st = FleetState(["a", "b"])
     for s in samples[:2]:
@@ -175,15 +213,47 @@ def test_last_xid_per_gpu_and_absent_where_xid_unsupported() -> None:
 
 
 def test_firing_alerts_follow_prometheus_alerts_convention() -> None:
-    firing = Alert("gpu_temperature/a/gpu1", "gpu_temperature", "warning", "hot", host="a",
-                   gpu=1, since=90.0, fired_at=100.0)
-    job = Alert("job_failed/job/llama", "job_failed", "critical", "failed", job="llama",
-                fired_at=200.0, details=MappingProxyType({"job_id": "llama-1a2b3c"}))
-    gone = Alert("host_unreachable/b", "host_unreachable", "critical", "b down", host="b",
-                 fired_at=50.0, resolved_at=60.0)
+    firing = Alert(
+        "gpu_temperature/a/gpu1",
+        "gpu_temperature",
+        "warning",
+        "hot",
+        host="a",
+        gpu=1,
+        since=90.0,
+        fired_at=100.0,
+    )
+    job = Alert(
+        "job_failed/job/llama",
+        "job_failed",
+        "critical",
+        "failed",
+        job="llama",
+        fired_at=200.0,
+        details=MappingProxyType({"job_id": "llama-1a2b3c"}),
+    )
+    gone = Alert(
+        "host_unreachable/b",
+        "host_unreachable",
+        "critical",
+        "b down",
+        host="b",
+        fired_at=50.0,
+        resolved_at=60.0,
+    )
     got = scrape(None, [firing, job, gone])
-    assert one(got, "ALERTS", alertname="gpu_temperature", alertstate="firing",
-               severity="warning", Hostname="a", gpu="1") == 1
+    assert (
+        one(
+            got,
+            "ALERTS",
+            alertname="gpu_temperature",
+            alertstate="firing",
+            severity="warning",
+            Hostname="a",
+            gpu="1",
+        )
+        == 1
+    )
     # hpc_job is the job id, as on the GPU series (the alert is keyed by the job's name)
     assert one(got, "ALERTS", alertname="job_failed", hpc_job="llama-1a2b3c") == 1
     assert not [lb for lb, _ in got["ALERTS"] if lb["alertname"] == "host_unreachable"]
@@ -220,19 +290,34 @@ async def test_watch_prints_transitions_and_serves_them(tmp_path: Path) -> None:
     from console.service import Service
     from console.watch.runner import Watch, WatchOptions, alert_json, firing_json
 
-    old = Alert("gpu_lost/vm/00000000:00:07.0", "gpu_lost", "critical", "GPU lost", host="vm",
-                fired_at=50.0)
-    hot = Alert("gpu_temperature/vm/gpu0", "gpu_temperature", "warning",
-                "GPU 0 on vm at 91 C for 60 s", host="vm", gpu=0, since=40.0, fired_at=100.0)
+    old = Alert(
+        "gpu_lost/vm/00000000:00:07.0", "gpu_lost", "critical", "GPU lost", host="vm", fired_at=50.0
+    )
+    hot = Alert(
+        "gpu_temperature/vm/gpu0",
+        "gpu_temperature",
+        "warning",
+        "GPU 0 on vm at 91 C for 60 s",
+        host="vm",
+        gpu=0,
+        since=40.0,
+        fired_at=100.0,
+    )
     for as_json in (False, True):
         lines: list[str] = []
         said: list[str] = []
         source = FakeAlertSource([old])
         profile = Profile(name="t", hosts={"vm": {"transport": "local"}})
         async with Service(profile) as svc:
-            w = Watch(svc, WatchOptions(as_json=as_json, metrics_port=0,
-                                        replay=TRACES / "h200-idle.jsonl", speed=0),
-                      emit=lines.append, say=said.append, source=source)
+            w = Watch(
+                svc,
+                WatchOptions(
+                    as_json=as_json, metrics_port=0, replay=TRACES / "h200-idle.jsonl", speed=0
+                ),
+                emit=lines.append,
+                say=said.append,
+                source=source,
+            )
             stop = asyncio.Event()
             task = asyncio.create_task(w.run(stop))
             while not any(s.startswith("replay finished") for s in said):
@@ -247,12 +332,19 @@ async def test_watch_prints_transitions_and_serves_them(tmp_path: Path) -> None:
                     return str(r.read().decode())
 
             text = await asyncio.to_thread(get)
-            firing = {lb["alertname"] for fam in text_string_to_metric_families(text)
-                      if fam.name == "ALERTS" for s in fam.samples for lb in [s.labels]}
+            firing = {
+                lb["alertname"]
+                for fam in text_string_to_metric_families(text)
+                if fam.name == "ALERTS"
+                for s in fam.samples
+                for lb in [s.labels]
+            }
             assert firing == {"gpu_lost", "gpu_temperature"}
             import dataclasses
-            svc.bus.publish(AlertChanged(dataclasses.replace(hot, resolved_at=130.0),
-                                         "resolved", 130.0))
+
+            svc.bus.publish(
+                AlertChanged(dataclasses.replace(hot, resolved_at=130.0), "resolved", 130.0)
+            )
             await asyncio.sleep(0.05)
             assert [a.key for a in w.firing()] == [old.key]
             stop.set()
@@ -265,8 +357,10 @@ async def test_watch_prints_transitions_and_serves_them(tmp_path: Path) -> None:
             assert json.loads(initial) == firing_json(old)
             assert [json.loads(ln) for ln in lines] == [
                 alert_json(AlertChanged(hot, "fired", 100.0)),
-                alert_json(AlertChanged(dataclasses.replace(hot, resolved_at=130.0),
-                                        "resolved", 130.0))]
+                alert_json(
+                    AlertChanged(dataclasses.replace(hot, resolved_at=130.0), "resolved", 130.0)
+                ),
+            ]
             assert json.loads(lines[0])["alert"]["gpu"] == 0
         else:
             assert "CRITICAL  firing" in initial and old.key in initial

@@ -28,7 +28,11 @@ def workdir(tmp_path: Path) -> Path:
 
 def test_entries_and_digest(workdir: Path) -> None:
     assert [str(p) for p in iter_workdir_files(workdir)] == [
-        "dangling", "run.sh", "train.py", "pkg/model.py"]
+        "dangling",
+        "run.sh",
+        "train.py",
+        "pkg/model.py",
+    ]
     d1 = workdir_digest(workdir)
     (workdir / ".git" / "HEAD").write_text("other\n")  # ignored folder: same digest
     assert workdir_digest(workdir) == d1
@@ -36,8 +40,9 @@ def test_entries_and_digest(workdir: Path) -> None:
     assert workdir_digest(workdir) != d1
 
 
-def test_local_sync_is_content_addressed(workdir: Path, tmp_path: Path,
-                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_local_sync_is_content_addressed(
+    workdir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     t = LocalTransport()
     dest = Path(asyncio.run(t.sync_workdir(workdir)))
@@ -61,7 +66,12 @@ def test_exclude_patterns_by_name_and_path(workdir: Path) -> None:
     kept = [str(p) for p in iter_workdir_files(workdir, ["data/", "*.ckpt"])]
     assert kept == ["dangling", "run.sh", "train.py", "pkg/model.py"]
     assert [str(p) for p in iter_workdir_files(workdir, ["pkg/*"])] == [
-        "dangling", "model.ckpt", "run.sh", "train.py", "data/raw/big.bin"]
+        "dangling",
+        "model.ckpt",
+        "run.sh",
+        "train.py",
+        "data/raw/big.bin",
+    ]
     # excluded entries do not change the digest
     d = workdir_digest(workdir, ["data", "*.ckpt"])
     (workdir / "data" / "raw" / "big.bin").write_bytes(b"y" * 1000)

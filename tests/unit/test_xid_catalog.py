@@ -37,10 +37,10 @@ from remote.telemetry.xid_catalog import (
 DATA = Path(__file__).resolve().parents[1] / "data"
 
 
-
 def _events(text: str) -> list[XidEvent]:
     """The Xid events of a kernel log, in log order."""
     return scan_kernel_log(text).events
+
 
 def case(name: str) -> str:
     return (DATA / "cases" / "dmesg-xid" / f"{name}.txt").read_text()
@@ -60,10 +60,15 @@ def test_catalogue_has_every_number_once_with_known_buckets() -> None:
     # NVIDIA's columns as published (spot checks of the transcription)
     x79 = XID_CATALOG[79]
     assert (x79.mnemonic, x79.description, x79.immediate, x79.investigatory) == (
-        "ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS", "GPU has fallen off the bus", "RESTART_BM",
-        "CONTACT_SUPPORT")
-    assert (XID_CATALOG[119].mnemonic, XID_CATALOG[119].immediate) == ("GSP_RPC_TIMEOUT",
-                                                                       "RESET_GPU")
+        "ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS",
+        "GPU has fallen off the bus",
+        "RESTART_BM",
+        "CONTACT_SUPPORT",
+    )
+    assert (XID_CATALOG[119].mnemonic, XID_CATALOG[119].immediate) == (
+        "GSP_RPC_TIMEOUT",
+        "RESET_GPU",
+    )
     assert XID_CATALOG[45].immediate == "WORKFLOW_XID_45"
     assert XID_CATALOG[154].immediate == "XID_154"
     assert XID_CATALOG[1].description == "Unused" and not XID_CATALOG[1].used
@@ -88,11 +93,23 @@ def test_catalogue_agrees_with_the_saved_sources() -> None:
 
 def test_actions_and_roles_follow_nvidia_buckets() -> None:
     assert XID_CATALOG[79].headline == "Xid 79 fallen off the bus: reboot"
-    assert {c: XID_CATALOG[c].action for c in (13, 31, 48, 62, 95, 119, 120, 74, 149, 54, 45,
-                                               154, 63)} == {
-        13: "restart_app", 31: "restart_app", 48: "reset_gpu", 62: "reset_gpu",
-        95: "reset_gpu", 119: "reset_gpu", 120: "reset_gpu", 74: "nvlink", 149: "nvlink",
-        54: "check_mechanicals", 45: "follow_root", 154: "recovery_action", 63: "ignore"}
+    assert {
+        c: XID_CATALOG[c].action for c in (13, 31, 48, 62, 95, 119, 120, 74, 149, 54, 45, 154, 63)
+    } == {
+        13: "restart_app",
+        31: "restart_app",
+        48: "reset_gpu",
+        62: "reset_gpu",
+        95: "reset_gpu",
+        119: "reset_gpu",
+        120: "reset_gpu",
+        74: "nvlink",
+        149: "nvlink",
+        54: "check_mechanicals",
+        45: "follow_root",
+        154: "recovery_action",
+        63: "ignore",
+    }
     assert XID_CATALOG[45].role == "consequence" and XID_CATALOG[154].role == "summary"
     for starter in (74, *range(144, 151), 119, 120, 79, 48, 94, 95, 62, 63, 64, 92):
         assert XID_CATALOG[starter].role == "root", starter
@@ -110,11 +127,27 @@ def test_agent_table_is_the_catalogue() -> None:
 
 def test_faults_classes_come_from_the_catalogue() -> None:
     assert set(faults.XID_INFO) == {c for c, i in XID_CATALOG.items() if i.used}
-    cls = {c: faults.XID_INFO[c][1] for c in (79, 45, 154, 62, 119, 48, 13, 31, 43, 74, 149,
-                                              63, 92, 54, 38)}
-    assert cls == {79: "lost", 45: "consequence", 154: "consequence", 62: "reset",
-                   119: "reset", 48: "reset", 13: "app", 31: "app", 43: "app", 74: "hw",
-                   149: "hw", 63: "hw", 92: "hw", 54: "hw", 38: "info"}
+    cls = {
+        c: faults.XID_INFO[c][1]
+        for c in (79, 45, 154, 62, 119, 48, 13, 31, 43, 74, 149, 63, 92, 54, 38)
+    }
+    assert cls == {
+        79: "lost",
+        45: "consequence",
+        154: "consequence",
+        62: "reset",
+        119: "reset",
+        48: "reset",
+        13: "app",
+        31: "app",
+        43: "app",
+        74: "hw",
+        149: "hw",
+        63: "hw",
+        92: "hw",
+        54: "hw",
+        38: "info",
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -138,8 +171,9 @@ def test_xid04_fallen_off_the_bus_is_reboot() -> None:
 
 def test_xid01_repeated_app_faults_say_drain() -> None:
     by_bus = {s.pci_bus_id: s for s in summarize_xids(_events(case("xid-01")))}
-    assert by_bus["0000:3d:00"].line == ("Xid 43 GPU stopped processing: no action; "
-                                         "4 processes hit: drain, run diagnostics")
+    assert by_bus["0000:3d:00"].line == (
+        "Xid 43 GPU stopped processing: no action; 4 processes hit: drain, run diagnostics"
+    )
     assert by_bus["0000:db:00"].line.startswith("Xid 31 GPU memory page fault: restart app")
 
 
@@ -148,8 +182,9 @@ def test_cleanup_lines_name_their_root() -> None:
     sums = {s.pci_bus_id: s for s in summarize_xids(_events(corpus("gpu-002")))}
     dc = sums["0000:dc:00"]
     assert {e.caused_by for e in dc.events} == {149}
-    assert dc.line == ("Xid 149 NVLINK: NETIR Error: reset GPU if the link error is fatal "
-                       "(via Xid 45)")
+    assert dc.line == (
+        "Xid 149 NVLINK: NETIR Error: reset GPU if the link error is fatal (via Xid 45)"
+    )
     assert sums["0000:ed:00"].headline is not None and sums["0000:ed:00"].headline.xid == 145
 
 

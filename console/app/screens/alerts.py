@@ -51,18 +51,24 @@ def detail_text(alert: Alert, now: float) -> Text:
     """The selected alert in full under the table: its key and state, the diagnosis and fix
     of a job alert, then the other details sorted by name (``usd_per_hour 12.5``)."""
     text = Text(alert.key, style="bold")
-    text.append(f"  {alert_state(alert, now)}, since "
-                f"{time.strftime('%H:%M:%S', time.localtime(alert.since))}")
+    text.append(
+        f"  {alert_state(alert, now)}, since "
+        f"{time.strftime('%H:%M:%S', time.localtime(alert.since))}"
+    )
     if alert.silenced_until is not None and alert.silenced(now):
-        text.append(f", silenced until "
-                    f"{time.strftime('%H:%M', time.localtime(alert.silenced_until))}")
+        text.append(
+            f", silenced until {time.strftime('%H:%M', time.localtime(alert.silenced_until))}"
+        )
     details = alert.details
     if diagnosis := details.get("diagnosis"):
         text.append(f"\n{diagnosis}", style="red")
     if fix := details.get("fix"):
         text.append(f"\nfix: {fix}", style="yellow")
-    rest = [f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}"
-            for k, v in sorted(details.items()) if v is not None and k not in _LEAD]
+    rest = [
+        f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}"
+        for k, v in sorted(details.items())
+        if v is not None and k not in _LEAD
+    ]
     if rest:
         text.append("\n" + "  ".join(rest), style="dim")
     return text
@@ -94,8 +100,9 @@ class AlertsScreen(Screen[None]):
         return host(self.app)
 
     def compose(self) -> ComposeResult:
-        table: DataTable[Text | str] = DataTable(cursor_type="row", zebra_stripes=True,
-                                                 id="alerts-table")
+        table: DataTable[Text | str] = DataTable(
+            cursor_type="row", zebra_stripes=True, id="alerts-table"
+        )
         table.add_columns(*COLUMNS)
         yield table
         yield Static("no alerts firing", id="alerts-empty")
@@ -180,8 +187,18 @@ class AlertsScreen(Screen[None]):
         alert = self._need()
         if alert is None:
             return
-        job = next((j for j in self.gc.service.store.jobs() if j.name == alert.job
-                    and j.state in ("running", "failed", "pending")), None) if alert.job else None
+        job = (
+            next(
+                (
+                    j
+                    for j in self.gc.service.store.jobs()
+                    if j.name == alert.job and j.state in ("running", "failed", "pending")
+                ),
+                None,
+            )
+            if alert.job
+            else None
+        )
         if job is None:
             self.notify("this alert is not about a job", severity="information")
             return

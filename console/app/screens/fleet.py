@@ -59,16 +59,21 @@ from console.fleet.state import FleetState
 DEFAULT_DESCENDING = {"host": False, "util": True, "mem": True, "temp": True, "power": True}
 
 
-def summary_text(groups: list[HostGroup], shown: list[HostGroup], sort_key: str,
-                 descending: bool, query: str) -> Text:
+def summary_text(
+    groups: list[HostGroup], shown: list[HostGroup], sort_key: str, descending: bool, query: str
+) -> Text:
     """The line above the table: hosts by status, GPUs busy/free, sort and filter."""
     hosts = [g.host for g in groups]
     gpus = [r for g in groups for r in g.gpus]
     out = Text()
     out.append(f"{len(hosts)} host{'s' if len(hosts) != 1 else ''}: ", style="bold")
     parts: list[tuple[str, str]] = []
-    for status, style in (("up", "green"), ("stale", "yellow"), ("down", "red"),
-                          ("connecting", "dim")):
+    for status, style in (
+        ("up", "green"),
+        ("stale", "yellow"),
+        ("down", "red"),
+        ("connecting", "dim"),
+    ):
         n = sum(1 for h in hosts if h.status == status and not (status == "up" and h.problem))
         if n:
             parts.append((f"{n} {status}", style))
@@ -85,8 +90,9 @@ def summary_text(groups: list[HostGroup], shown: list[HostGroup], sort_key: str,
     out.append(f"  │  sort {sort_key} {'▼' if descending else '▲'}")
     if query.strip():
         n = sum(len(g.gpus) for g in shown)
-        out.append(f"  │  filter '{query.strip()}': {n} GPU{'s' if n != 1 else ''}",
-                   style="bold yellow")
+        out.append(
+            f"  │  filter '{query.strip()}': {n} GPU{'s' if n != 1 else ''}", style="bold yellow"
+        )
     return out
 
 
@@ -127,10 +133,13 @@ def detail_text(row: HostRow | GpuRow | None) -> Text:
     gpm = row.na("gpm")
     sm = clock_text(row.sm_clock_mhz, row.sm_clock_max_mhz, na=row.na("sm_clock_mhz"))
     mem = clock_text(row.mem_clock_mhz, row.mem_clock_max_mhz, na=row.na("mem_clock_mhz"))
-    text.append(f" | {row.pstate or '?'} | SM {sm} | mem {mem}"
-                f" | tensor {num_text(row.tensor_activity_pct, '%', na=gpm)}"
-                f" dram {num_text(row.dram_bw_util_pct, '%', na=gpm)}"
-                f" | fan {num_text(row.fan_pct, '%', na=row.na('fan_pct'))}", style="dim")
+    text.append(
+        f" | {row.pstate or '?'} | SM {sm} | mem {mem}"
+        f" | tensor {num_text(row.tensor_activity_pct, '%', na=gpm)}"
+        f" dram {num_text(row.dram_bw_util_pct, '%', na=gpm)}"
+        f" | fan {num_text(row.fan_pct, '%', na=row.na('fan_pct'))}",
+        style="dim",
+    )
     return text
 
 
@@ -156,8 +165,7 @@ class FleetScreen(Screen[None]):
         Binding("s", "cycle_sort", "Sort", id="fleet.sort"),
         Binding("r", "reverse_sort", "Reverse", id="fleet.reverse"),
         Binding("slash", "open_filter", "Filter", id="fleet.filter"),
-        Binding("escape", "clear_filter", "Clear filter", id="fleet.clear_filter",
-                show=False),
+        Binding("escape", "clear_filter", "Clear filter", id="fleet.clear_filter", show=False),
         Binding("p", "toggle_gpu_panel", "GPU panel", id="fleet.gpu_panel"),
         Binding("S", "stop", "Stop job", id="fleet.stop"),
     ]
@@ -208,10 +216,16 @@ class FleetScreen(Screen[None]):
             self.host = host
             self.gpu_index = gpu_index
 
-    def __init__(self, *, clock: Callable[[], float] = time.monotonic,
-                 history_points: int | None = None, history_width: int = 8,
-                 name: str | None = None,
-                 id: str | None = "fleet", classes: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        history_points: int | None = None,
+        history_width: int = 8,
+        name: str | None = None,
+        id: str | None = "fleet",
+        classes: str | None = None,
+    ) -> None:
         super().__init__(name=name, id=id, classes=classes)
         self.clock = clock
         self.history_points = history_width if history_points is None else history_points
@@ -226,8 +240,11 @@ class FleetScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         yield OneLine(id="fleet-summary")
-        yield Input(placeholder="filter: free  busy  host:NAME  job:ID  model:TEXT  or any text"
-                                "  (enter: keep, escape: clear)", id="fleet-filter")
+        yield Input(
+            placeholder="filter: free  busy  host:NAME  job:ID  model:TEXT  or any text"
+            "  (enter: keep, escape: clear)",
+            id="fleet-filter",
+        )
         yield FleetTable(history_width=self.history_width, id="fleet-table")
         yield DetailPanel(id="fleet-detail")
         with Horizontal(id="fleet-gpu"):
@@ -275,13 +292,15 @@ class FleetScreen(Screen[None]):
     def _render_rows(self) -> None:
         if not can_draw(self, self._ready):  # kept in self.groups, drawn on mount
             return
-        self.shown = sort_groups(filter_groups(self.groups, self.filter_query), self.sort_key,
-                                 self.descending)
+        self.shown = sort_groups(
+            filter_groups(self.groups, self.filter_query), self.sort_key, self.descending
+        )
         table = self.table
         table.set_sort_marker(self.sort_key, self.descending)
         table.show(self.shown)
-        self.query_one("#fleet-summary", OneLine).show(summary_text(
-            self.groups, self.shown, self.sort_key, self.descending, self.filter_query))
+        self.query_one("#fleet-summary", OneLine).show(
+            summary_text(self.groups, self.shown, self.sort_key, self.descending, self.filter_query)
+        )
         self._show_detail()
 
     def _show_detail(self) -> None:
@@ -302,8 +321,9 @@ class FleetScreen(Screen[None]):
             procs.border_title = "processes"
             return
         points = view.history.get(row.index)
-        chart.show(list(points or ()), mem_total_mib=row.mem_total_mib,
-                   power_limit_w=row.power_limit_w)
+        chart.show(
+            list(points or ()), mem_total_mib=row.mem_total_mib, power_limit_w=row.power_limit_w
+        )
         chart.border_title = f"{row.host} GPU {row.index} history"
         listed = gpu_processes(self.state, row.host, row.index)
         procs.show(listed)
@@ -312,8 +332,7 @@ class FleetScreen(Screen[None]):
         else:
             known = [p.used_mib for p in listed if p.used_mib is not None]
             mem = f", {num_text(sum(known))} MiB" if known else ""
-            procs.border_title = (f"{len(listed)} process{'es' if len(listed) != 1 else ''}"
-                                  f"{mem}")
+            procs.border_title = f"{len(listed)} process{'es' if len(listed) != 1 else ''}{mem}"
 
     def on_resize(self, event: Resize) -> None:
         """The GPU panel's height for the terminal's: smaller below 40 rows."""
@@ -373,10 +392,15 @@ class FleetScreen(Screen[None]):
         row, proc = target
         if proc.job_id is None:
             who = ": ".join(x for x in (proc.user, proc.command) if x)
-            self.notify(f"pid {proc.pid}{f' ({who[:80]})' if who else ''} on {row.host} GPU "
-                        f"{row.index} is not a process of a gpuconsole job: gpuconsole does "
-                        "not kill processes it did not start (stop it on the host, as its "
-                        "owner)", title="not stopped", severity="warning", timeout=10)
+            self.notify(
+                f"pid {proc.pid}{f' ({who[:80]})' if who else ''} on {row.host} GPU "
+                f"{row.index} is not a process of a gpuconsole job: gpuconsole does "
+                "not kill processes it did not start (stop it on the host, as its "
+                "owner)",
+                title="not stopped",
+                severity="warning",
+                timeout=10,
+            )
             return
         self.post_message(self.StopJob(proc.job_id, proc.pid))
 
@@ -426,8 +450,9 @@ class FleetScreen(Screen[None]):
         if isinstance(row, GpuRow) and proc is not None and proc.job_id is not None:
             self.post_message(self.JobSelected(proc.job_id, row.host, row.index))
         elif proc is not None:
-            self.notify(f"pid {proc.pid} is not a process of a gpuconsole job",
-                        severity="information")
+            self.notify(
+                f"pid {proc.pid} is not a process of a gpuconsole job", severity="information"
+            )
 
     @on(DataTable.RowSelected, "#fleet-table")
     def _selected(self, event: DataTable.RowSelected) -> None:

@@ -46,8 +46,15 @@ from console.jobs.rows import (
 from console.jobs.status import failure_lines, job_summary
 from console.jobs.store import JobRecord
 
-_STATE_STYLE = {"running": "green", "pending": "cyan", "succeeded": "bold green",
-                "stopped": "yellow", "lost": "magenta", "removed": "dim", "unknown": "dim"}
+_STATE_STYLE = {
+    "running": "green",
+    "pending": "cyan",
+    "succeeded": "bold green",
+    "stopped": "yellow",
+    "lost": "magenta",
+    "removed": "dim",
+    "unknown": "dim",
+}
 COLUMNS = ("JOB", "KIND", "STATE", "NODES", "AGE", "GPUS", "UTIL", "EXIT", "REASON")
 
 
@@ -66,8 +73,7 @@ def row_cells(r: JobRow) -> tuple[Text | str, ...]:
         r.nodes,
         r.age,
         "-" if not r.active else "?" if r.gpus is None else str(r.gpus),
-        "-" if not r.active or r.cpu_only else "?" if r.util_pct is None
-        else f"{r.util_pct:.0f}%",
+        "-" if not r.active or r.cpu_only else "?" if r.util_pct is None else f"{r.util_pct:.0f}%",
         "" if r.exit_code is None else str(r.exit_code),
         Text(r.reason, style="red") if r.reason else "",
     )
@@ -143,8 +149,11 @@ class JobsScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         yield OneLine(id="jobs-summary")
-        yield Input(placeholder="filter: state:WORD  host:NAME  kind:notebook  job:ID  !WORD  "
-                                "or any text  (enter: keep, escape: clear)", id="jobs-filter")
+        yield Input(
+            placeholder="filter: state:WORD  host:NAME  kind:notebook  job:ID  !WORD  "
+            "or any text  (enter: keep, escape: clear)",
+            id="jobs-filter",
+        )
         table = JobsTable(cursor_type="row", zebra_stripes=True, id="jobs-table")
         for col in COLUMNS:
             table.add_column(col, key=col)
@@ -182,11 +191,15 @@ class JobsScreen(Screen[None]):
             return
         text = Text()
         text.append(job.id, style="bold")
-        text.append(f"  {job.name}  " + " ".join(
-            f"n{n.node_rank}@{n.host}:{n.state}"
-            + (f"({n.exit_code})" if n.exit_code is not None else "") for n in job.nodes))
-        if (job.kind == "notebook" and job.state in ("running", "pending")
-                and not self.gc.readonly):
+        text.append(
+            f"  {job.name}  "
+            + " ".join(
+                f"n{n.node_rank}@{n.host}:{n.state}"
+                + (f"({n.exit_code})" if n.exit_code is not None else "")
+                for n in job.nodes
+            )
+        )
+        if job.kind == "notebook" and job.state in ("running", "pending") and not self.gc.readonly:
             # o and N stay out of the footer (it is full at 100 columns): said where they apply
             text.append("  o: open its JupyterLab, x: a shell in it", style="bold cyan")
         f = job.failure
@@ -216,8 +229,9 @@ class JobsScreen(Screen[None]):
         key = cursor_key(self.query_one(DataTable))
         return self.jobs.get(key) if key is not None else None
 
-    def update_jobs(self, jobs: list[JobRecord] | None = None,
-                    usage: Mapping[str, JobUsage] | None = None) -> None:
+    def update_jobs(
+        self, jobs: list[JobRecord] | None = None, usage: Mapping[str, JobUsage] | None = None
+    ) -> None:
         """Show ``jobs`` (``None``: the ones shown, re-rendered) with the fleet's per-job GPU
         usage, filtered and sorted as set; the cursor stays on the same job (by id) wherever
         it moved, else on the row it was on. Kept until the table is there (shown on mount)
@@ -235,8 +249,9 @@ class JobsScreen(Screen[None]):
         now = self.clock()
         terms = parse_job_query(self.filter_query)
         rows = [(j, job_row(j, now, self.usage)) for j in self.jobs.values()]
-        rows = sort_rows([(j, r) for j, r in rows if job_matches(j, r, terms)], self.sort_key,
-                         self.descending)
+        rows = sort_rows(
+            [(j, r) for j, r in rows if job_matches(j, r, terms)], self.sort_key, self.descending
+        )
         current, index = self._cursor_id, table.cursor_row
         table.clear()
         for j, r in rows:
@@ -258,8 +273,9 @@ class JobsScreen(Screen[None]):
         for col in COLUMNS:
             column = table.columns.get(col)  # type: ignore[call-overload]
             if column is not None:
-                column.label = Text(col + ((" ▼" if self.descending else " ▲")
-                                           if col == marked else ""))
+                column.label = Text(
+                    col + ((" ▼" if self.descending else " ▲") if col == marked else "")
+                )
 
     def _summary(self) -> Text:
         """The line above the table: jobs by state, sort and filter."""
@@ -273,8 +289,11 @@ class JobsScreen(Screen[None]):
         out.append(f"  │  sort {self.sort_key} {'▼' if self.descending else '▲'} (s, r)")
         if self.filter_query.strip():
             n = len(self.shown)
-            out.append(f"  │  filter '{self.filter_query.strip()}': {n} job"
-                       f"{'s' if n != 1 else ''} (escape clears)", style="bold yellow")
+            out.append(
+                f"  │  filter '{self.filter_query.strip()}': {n} job"
+                f"{'s' if n != 1 else ''} (escape clears)",
+                style="bold yellow",
+            )
         else:
             out.append("  │  / filter", style="dim")
         return out

@@ -63,9 +63,24 @@ class LogsFooter(FittedFooter):
     search and filter, errors, the layout keys, stop and shell; then the match keys (once
     there is a search) and the views' keys, which ``?`` lists with the rest."""
 
-    KEEP = ("help", "quit", "back", "follow", "search", "filter", "error_next", "zoom",
-            "toggle_merged", "split_ranks", "stop", "exec", "search_next", "show('fleet')",
-            "show('jobs')", "show('alerts')")
+    KEEP = (
+        "help",
+        "quit",
+        "back",
+        "follow",
+        "search",
+        "filter",
+        "error_next",
+        "zoom",
+        "toggle_merged",
+        "split_ranks",
+        "stop",
+        "exec",
+        "search_next",
+        "show('fleet')",
+        "show('jobs')",
+        "show('alerts')",
+    )
 
     def __init__(self) -> None:
         # a pane's escape clears its search, else goes back (shown as Back)
@@ -136,14 +151,21 @@ class LogsScreen(Screen[None]):
     LogsScreen LogPanes { height: 1fr; }
     """
 
-    def __init__(self, job: JobRecord, *, buffer_lines: int = 100_000,
-                 follow: bool = True, max_backlog: int = 50_000) -> None:
+    def __init__(
+        self,
+        job: JobRecord,
+        *,
+        buffer_lines: int = 100_000,
+        follow: bool = True,
+        max_backlog: int = 50_000,
+    ) -> None:
         super().__init__()
         self.job = job
         self.buffer_lines = buffer_lines
         self.live = follow
         self.by_node: dict[int, LogBuffer] = {
-            n.node_rank: LogBuffer(buffer_lines, node=n.node_rank) for n in job.nodes}
+            n.node_rank: LogBuffer(buffer_lines, node=n.node_rank) for n in job.nodes
+        }
         self.by_rank: dict[tuple[int, int], LogBuffer] = {}
         # the "all ranks" view: in time order as `logs` prints it, whichever node's batch
         # comes first (a node's whole tail, a slower node's lines, arrive after the others')
@@ -191,10 +213,14 @@ class LogsScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         yield OneLine(self._header(), id="logs-header")
-        panes = LogPanes([(self._node_title(n), buf) for n, buf in sorted(self.by_node.items())],
-                         merged=self.merged, id="panes",
-                         rank_panes=[(f"node {n} rank {r}", buf)
-                                     for (n, r), buf in sorted(self.by_rank.items())])
+        panes = LogPanes(
+            [(self._node_title(n), buf) for n, buf in sorted(self.by_node.items())],
+            merged=self.merged,
+            id="panes",
+            rank_panes=[
+                (f"node {n} rank {r}", buf) for (n, r), buf in sorted(self.by_rank.items())
+            ],
+        )
         if self.live:  # from the first frame on: "loading…", never "0 lines"
             self._loading = set(self.by_node)
             for pane in panes.panes + [p for p in [panes.merged_pane] if p is not None]:
@@ -234,8 +260,9 @@ class LogsScreen(Screen[None]):
         if self.job.removed_at is not None or self._finished():
             self._load_finished()
         else:
-            follow = self.gc.service.start_follow(self.job, tail=self.buffer_lines,
-                                                  where=self.intake)
+            follow = self.gc.service.start_follow(
+                self.job, tail=self.buffer_lines, where=self.intake
+            )
             self._following_tail = True
             self._await_follow(follow.task)
             self.set_timer(LOADING_S, lambda: self._stop_loading(set(self._loading)))
@@ -243,7 +270,8 @@ class LogsScreen(Screen[None]):
     def _finished(self) -> bool:
         """No node may write any more: its lines are all in its container or the archive."""
         return self.job.state not in ("pending", "running") and all(
-            n.state not in ("pending", "running") for n in self.job.nodes)
+            n.state not in ("pending", "running") for n in self.job.nodes
+        )
 
     async def on_unmount(self) -> None:
         if self.live:
@@ -377,9 +405,13 @@ class LogsScreen(Screen[None]):
             if pane is not None:
                 pane.set_title(self._node_title(node_rank))
 
-    def take_lines(self, lines: Sequence[JobLogLine],
-                   shown: Sequence[Sequence[Row]] | None = None, *,
-                   keep_all: bool = False) -> None:
+    def take_lines(
+        self,
+        lines: Sequence[JobLogLine],
+        shown: Sequence[Sequence[Row]] | None = None,
+        *,
+        keep_all: bool = False,
+    ) -> None:
         """Queue lines for the panes. They are shaped (unless ``shown`` has their display
         rows, made by the intake process or a worker thread) and shown by :meth:`_drain`, a
         few milliseconds of work at a time, so keys are never stuck behind a burst of lines;
@@ -446,10 +478,17 @@ class LogsScreen(Screen[None]):
         for node, count in sorted(skipped.items()):
             ts = _origin(self._pending[0])[2] if self._pending else 0
             n = next((x for x in self.job.nodes if x.node_rank == node), None)
-            self._append(panes, JobLogLine(
-                node, n.host if n else "?", None, ts,
-                f"\x1b[2m… {count} lines not shown (the console fell behind); "
-                f"all are archived: ctrl+s saves them\x1b[0m"))
+            self._append(
+                panes,
+                JobLogLine(
+                    node,
+                    n.host if n else "?",
+                    None,
+                    ts,
+                    f"\x1b[2m… {count} lines not shown (the console fell behind); "
+                    f"all are archived: ctrl+s saves them\x1b[0m",
+                ),
+            )
 
     def _append(self, panes: LogPanes, item: JobLogLine | tuple[Row, ...]) -> None:
         if isinstance(item, JobLogLine):
@@ -466,10 +505,13 @@ class LogsScreen(Screen[None]):
             key = (node_rank, rank)
             rbuf = self.by_rank.get(key)
             if rbuf is None:
-                rbuf = self.by_rank[key] = LogBuffer(self.buffer_lines, node=node_rank,
-                                                     rank=rank)
-                pane = panes.add_pane(f"node {key[0]} rank {key[1]}", rbuf, rank=True,
-                                      index=sorted(self.by_rank).index(key))
+                rbuf = self.by_rank[key] = LogBuffer(self.buffer_lines, node=node_rank, rank=rank)
+                pane = panes.add_pane(
+                    f"node {key[0]} rank {key[1]}",
+                    rbuf,
+                    rank=True,
+                    index=sorted(self.by_rank).index(key),
+                )
                 n = next((x for x in self.job.nodes if x.node_rank == node_rank), None)
                 if n is not None and n.state not in ("pending", "running"):
                     pane.set_exit_code(n.exit_code)
@@ -483,14 +525,19 @@ class LogsScreen(Screen[None]):
         for n in self.job.nodes:
             if n.state in ("pending", "running"):
                 continue
-            bufs = [self.by_node.get(n.node_rank),
-                    *(b for (node, _), b in self.by_rank.items() if node == n.node_rank)]
+            bufs = [
+                self.by_node.get(n.node_rank),
+                *(b for (node, _), b in self.by_rank.items() if node == n.node_rank),
+            ]
             for buf in bufs:
                 pane = panes.pane_for(buf) if buf is not None else None
                 if pane is not None:
                     pane.set_exit_code(n.exit_code)
-        if panes.merged_pane is not None and self.job.nodes and all(
-                n.state not in ("pending", "running") for n in self.job.nodes):
+        if (
+            panes.merged_pane is not None
+            and self.job.nodes
+            and all(n.state not in ("pending", "running") for n in self.job.nodes)
+        ):
             panes.merged_pane.set_exit_code(self.job.exit_code)
 
     # -- actions ----------------------------------------------------------------------------
@@ -515,8 +562,9 @@ class LogsScreen(Screen[None]):
             if value:
                 self._locate_and_add(value)
 
-        self.app.push_screen(AskScreen("Show the panes of another job next to these "
-                                       "(id or name):"), chosen)
+        self.app.push_screen(
+            AskScreen("Show the panes of another job next to these (id or name):"), chosen
+        )
 
     @work(group="logs-add", exit_on_error=False)
     async def _locate_and_add(self, ref: str) -> None:
@@ -540,7 +588,8 @@ class LogsScreen(Screen[None]):
         panes = self.query_one(LogPanes)
         for n in job.nodes:
             buf = self.other_by_node[(job.id, n.node_rank)] = LogBuffer(
-                self.buffer_lines, node=n.node_rank)
+                self.buffer_lines, node=n.node_rank
+            )
             panes.add_pane(f"{job.name} · node {n.node_rank} · {n.host}", buf)
         self._show_other_exit_codes(job)
         if not self.live:
@@ -566,8 +615,9 @@ class LogsScreen(Screen[None]):
                 why = no_lines_reason(job, n)
                 pane.set_empty_text(why[1] if why is not None else None)
 
-    def _take_other(self, job_id: str, lines: Sequence[JobLogLine],
-                    shown: Sequence[Sequence[Row]] | None) -> None:
+    def _take_other(
+        self, job_id: str, lines: Sequence[JobLogLine], shown: Sequence[Sequence[Row]] | None
+    ) -> None:
         """File another job's lines into its node panes' buffers."""
         for i, ln in enumerate(lines):
             buf = self.other_by_node.get((job_id, ln.node_rank))
@@ -611,13 +661,14 @@ class LogsScreen(Screen[None]):
             if not path.is_absolute():
                 path = Path.cwd() / path
             if path.exists():
-                self.notify(f"{path} exists: give another name", title="save",
-                            severity="warning")
+                self.notify(f"{path} exists: give another name", title="save", severity="warning")
                 return
             self._save(node, path)
 
-        self.app.push_screen(AskScreen(f"Save the whole log of {self.job.id} ({what}) to:",
-                                       str(Path.cwd() / name)), chosen)
+        self.app.push_screen(
+            AskScreen(f"Save the whole log of {self.job.id} ({what}) to:", str(Path.cwd() / name)),
+            chosen,
+        )
 
     @work(group="logs-save", exit_on_error=False)
     @reported("save")

@@ -152,9 +152,12 @@ class HelpScreen(ModalScreen[None]):
             text.append(f"{bid}\n", style="dim")
         from console.config import config_dir
 
-        text.append(f"\nRemap keys by binding id (the right column) in "
-                    f"{config_dir() / 'config.yaml'}: keymap: {{<binding id>: <keys>}}, e.g. "
-                    "keymap: {jobs.stop: ctrl+k}\n", style="dim")
+        text.append(
+            f"\nRemap keys by binding id (the right column) in "
+            f"{config_dir() / 'config.yaml'}: keymap: {{<binding id>: <keys>}}, e.g. "
+            "keymap: {jobs.stop: ctrl+k}\n",
+            style="dim",
+        )
         with VerticalScroll() as v:
             v.border_title = "Keys (? or escape closes)"
             yield Static(text, id="help-text")
@@ -184,8 +187,9 @@ class NotebookScreen(ModalScreen[None]):
         Binding("escape,q", "close", "Close", id="notebook.close"),
     ]
 
-    def __init__(self, title: str, url: str, detail: str,
-                 open_browser: Callable[[str], object]) -> None:
+    def __init__(
+        self, title: str, url: str, detail: str, open_browser: Callable[[str], object]
+    ) -> None:
         """``open_browser(url)`` is called when the user asks for the browser (``o``)."""
         super().__init__()
         self.title_text = title
@@ -205,15 +209,18 @@ class NotebookScreen(ModalScreen[None]):
         yield Footer(compact=True)
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
-        {"copy": self.action_copy, "open": self.action_open,
-         "close": self.action_close}[event.button.id or "close"]()
+        {"copy": self.action_copy, "open": self.action_open, "close": self.action_close}[
+            event.button.id or "close"
+        ]()
 
     def action_copy(self) -> None:
         """Copy the URL to the terminal's clipboard."""
         self.app.copy_to_clipboard(self.url)
-        self.notify("URL copied (through the terminal: OSC 52; if your terminal blocks "
-                    "clipboard writes, select the URL with the mouse, shift held)",
-                    title="notebook")
+        self.notify(
+            "URL copied (through the terminal: OSC 52; if your terminal blocks "
+            "clipboard writes, select the URL with the mouse, shift held)",
+            title="notebook",
+        )
 
     def action_open(self) -> None:
         """Open the URL in a browser."""
@@ -268,8 +275,9 @@ class NewNotebookScreen(ModalScreen[NotebookRequest | None]):
         with Vertical():
             yield Label(Text("New notebook (JupyterLab in a container)", style="bold"))
             yield Label("Host:")
-            yield Select([(h, h) for h in self.hosts], allow_blank=False,
-                         value=self.hosts[0], id="nb-host")
+            yield Select(
+                [(h, h) for h in self.hosts], allow_blank=False, value=self.hosts[0], id="nb-host"
+            )
             yield Label("GPUs (all, a count or indices 0,1; empty: one on a GPU host):")
             yield Input(placeholder="default", id="nb-gpus")
             yield Label("Workdir on the host (mounted at /workspace; empty: the default):")
@@ -328,14 +336,18 @@ def complete_path(value: str) -> str | None:
     head, tail = os.path.split(expanded)
     try:
         with os.scandir(head or ".") as entries:
-            found = sorted((e.name, e.is_dir()) for e in entries
-                           if e.name.startswith(tail) and e.name != tail
-                           and (tail.startswith(".") or not e.name.startswith(".")))
+            found = sorted(
+                (e.name, e.is_dir())
+                for e in entries
+                if e.name.startswith(tail)
+                and e.name != tail
+                and (tail.startswith(".") or not e.name.startswith("."))
+            )
     except OSError:
         return None
     for name, is_dir in found:
         if is_dir or name.endswith((".yaml", ".yml")):
-            return value + name[len(tail):] + ("/" if is_dir else "")
+            return value + name[len(tail) :] + ("/" if is_dir else "")
     return None
 
 
@@ -371,8 +383,10 @@ class SubmitRequest:
         elif text:
             nodes = [n.strip() for n in text.split(",")]
             if not all(nodes):
-                raise UsageError(f"nodes (--nodes): {text!r} has an empty host name",
-                                 "a count like `2`, or host names like `gpu1,gpu2`")
+                raise UsageError(
+                    f"nodes (--nodes): {text!r} has an empty host name",
+                    "a count like `2`, or host names like `gpu1,gpu2`",
+                )
         try:
             args = shlex.split(self.args) if self.args.strip() else None
         except ValueError as e:  # "No closing quotation"
@@ -413,8 +427,9 @@ class SubmitScreen(ModalScreen[None]):
     ]
     AUTO_FOCUS = "#submit-path"
 
-    def __init__(self, request: SubmitRequest | None,
-                 start: Callable[[SubmitScreen, SubmitRequest], None]) -> None:
+    def __init__(
+        self, request: SubmitRequest | None, start: Callable[[SubmitScreen, SubmitRequest], None]
+    ) -> None:
         super().__init__()
         self.request = request or SubmitRequest()
         self.start = start
@@ -424,15 +439,21 @@ class SubmitScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Label(Text("Submit a job spec (its plan is shown before anything runs)",
-                             style="bold"))
+            yield Label(
+                Text("Submit a job spec (its plan is shown before anything runs)", style="bold")
+            )
             yield Label("Spec (YAML; → completes the path):")
-            yield Input(self.request.path, placeholder="path/to/job.yaml",
-                        suggester=PathSuggester(), id="submit-path")
+            yield Input(
+                self.request.path,
+                placeholder="path/to/job.yaml",
+                suggester=PathSuggester(),
+                id="submit-path",
+            )
             yield Label("Nodes (as --nodes: a count or hosts a,b; empty: the spec's):")
             yield Input(self.request.nodes, placeholder="the spec's", id="submit-nodes")
-            yield Label("Args (as --arg, replacing the script's: --lr 3e-4 'a b'; empty: the "
-                        "spec's):")
+            yield Label(
+                "Args (as --arg, replacing the script's: --lr 3e-4 'a b'; empty: the spec's):"
+            )
             yield Input(self.request.args, placeholder="the spec's", id="submit-args")
             yield Static("", id="submit-status")
             with Horizontal():
@@ -442,8 +463,9 @@ class SubmitScreen(ModalScreen[None]):
 
     def typed(self) -> SubmitRequest:
         """The values as typed now."""
-        return SubmitRequest(*(self.query_one(f"#submit-{k}", Input).value
-                               for k in ("path", "nodes", "args")))
+        return SubmitRequest(
+            *(self.query_one(f"#submit-{k}", Input).value for k in ("path", "nodes", "args"))
+        )
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.stop()
@@ -482,10 +504,13 @@ class SubmitScreen(ModalScreen[None]):
         """Close (editing); cancel the plan (planning); a launch cannot be interrupted."""
         if self.phase == "planning" and self.worker is not None:
             self.worker.cancel()
-            self.show_error("planning cancelled (the hosts keep only the synced workdir, "
-                            "a reusable cache)")
+            self.show_error(
+                "planning cancelled (the hosts keep only the synced workdir, a reusable cache)"
+            )
         elif self.phase == "launching":
-            self.notify("launching: all nodes or none, it cannot be interrupted; wait for it",
-                        severity="warning")
+            self.notify(
+                "launching: all nodes or none, it cannot be interrupted; wait for it",
+                severity="warning",
+            )
         elif self.phase == "editing":
             self.dismiss(None)

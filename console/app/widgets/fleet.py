@@ -114,21 +114,47 @@ def host_cells(h: HostRow, n_gpus: int, info_limit: int = 72) -> list[Text]:
     if len(detail) > info_limit:
         detail = detail[: info_limit - 1] + "…"  # the whole text is in the detail line
     if detail:
-        info = Text(detail, style="red" if h.status == "down" else
-                    PROBLEM_STYLE if h.problem or h.missing_gpus else "yellow")
+        info = Text(
+            detail,
+            style="red"
+            if h.status == "down"
+            else PROBLEM_STYLE
+            if h.problem or h.missing_gpus
+            else "yellow",
+        )
     elif h.gpu_count is not None:
-        info = Text(f"{h.gpu_count} GPU{'s' if h.gpu_count != 1 else ''}"
-                    + (f", {n_gpus} shown" if n_gpus != h.gpu_count else ""), style="dim")
+        info = Text(
+            f"{h.gpu_count} GPU{'s' if h.gpu_count != 1 else ''}"
+            + (f", {n_gpus} shown" if n_gpus != h.gpu_count else ""),
+            style="dim",
+        )
     else:
         info = Text("")
     has_readings = h.status != "down" and h.status != "connecting"
-    cpu = (_right(f"cpu {num_text(h.cpu_pct, '%'):>4}", "dim") if has_readings else Text(""))
-    mem = (_right(mem_text(h.mem_used_mib, h.mem_total_mib, width=0).strip(), "dim")
-           if has_readings else Text(""))
-    xid = Text(f"{len(h.xid_notes)} GPU(s) off the table with Xids", style=PROBLEM_STYLE) \
-        if h.xid_notes else Text("")
-    return [Text(h.name, style="bold"), state, cpu, mem, Text(""), Text(""), Text(""),
-            Text(""), Text(""), info, xid]
+    cpu = _right(f"cpu {num_text(h.cpu_pct, '%'):>4}", "dim") if has_readings else Text("")
+    mem = (
+        _right(mem_text(h.mem_used_mib, h.mem_total_mib, width=0).strip(), "dim")
+        if has_readings
+        else Text("")
+    )
+    xid = (
+        Text(f"{len(h.xid_notes)} GPU(s) off the table with Xids", style=PROBLEM_STYLE)
+        if h.xid_notes
+        else Text("")
+    )
+    return [
+        Text(h.name, style="bold"),
+        state,
+        cpu,
+        mem,
+        Text(""),
+        Text(""),
+        Text(""),
+        Text(""),
+        Text(""),
+        info,
+        xid,
+    ]
 
 
 def gpu_cells(r: GpuRow, *, history_width: int, users_limit: int) -> list[Text]:
@@ -149,25 +175,37 @@ def gpu_cells(r: GpuRow, *, history_width: int, users_limit: int) -> list[Text]:
     else:
         state = Text("free", style="green" if r.free else "dim")
     util_frac = r.util_pct / 100.0 if r.util_pct is not None else None
-    mem_frac = (r.mem_used_mib / r.mem_total_mib
-                if r.mem_used_mib is not None and r.mem_total_mib else None)
-    temp_style = ("dim" if r.temp_c is None else "bold red" if r.temp_c >= 85
-                  else "yellow" if r.temp_c >= 75 else "")
+    mem_frac = (
+        r.mem_used_mib / r.mem_total_mib if r.mem_used_mib is not None and r.mem_total_mib else None
+    )
+    temp_style = (
+        "dim"
+        if r.temp_c is None
+        else "bold red"
+        if r.temp_c >= 85
+        else "yellow"
+        if r.temp_c >= 75
+        else ""
+    )
     users = users_text(r.users, command_limit=users_limit)
     return [
         Text(f" {r.index:>2} {model}"),
         state,
         _right(util_text(r.util_pct, UTIL_BAR), "green" if util_frac is not None else "dim"),
-        _right(mem_text(r.mem_used_mib, r.mem_total_mib, MEM_BAR),
-               _level_style(mem_frac, 0.8, 0.95)),
-        _right(num_text(r.sm_activity_pct, "%", na=r.na("gpm")),
-               "" if r.sm_activity_pct is not None else "dim"),
+        _right(
+            mem_text(r.mem_used_mib, r.mem_total_mib, MEM_BAR), _level_style(mem_frac, 0.8, 0.95)
+        ),
+        _right(
+            num_text(r.sm_activity_pct, "%", na=r.na("gpm")),
+            "" if r.sm_activity_pct is not None else "dim",
+        ),
         _right(num_text(r.temp_c, "C", na=r.na("temp_c")), temp_style),
         _right(power_text(r.power_w, r.power_limit_w, na=r.na("power_w"))),
         Text(throttle_text(r.throttle_reasons), style=_throttle_style(r.throttle_reasons)),
         Text(sparkline(r.history, history_width), style="cyan"),
         Text(users, style="bold" if r.job_ids else "dim" if users in ("-", "?") else ""),
-        Text(r.xid, style="bold red" if r.xid_severe else "yellow") if r.xid
+        Text(r.xid, style="bold red" if r.xid_severe else "yellow")
+        if r.xid
         else Text("-", style="dim"),
     ]
 
@@ -193,8 +231,14 @@ class FleetTable(DataTable[Text]):
     FleetTable { height: 1fr; }
     """
 
-    def __init__(self, *, history_width: int = 8, users_limit: int = 24,
-                 id: str | None = None, classes: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        history_width: int = 8,
+        users_limit: int = 24,
+        id: str | None = None,
+        classes: str | None = None,
+    ) -> None:
         super().__init__(cursor_type="row", zebra_stripes=False, id=id, classes=classes)
         self.history_width = history_width
         self.users_limit = users_limit
@@ -207,10 +251,21 @@ class FleetTable(DataTable[Text]):
     def on_mount(self) -> None:
         """Add the columns, then show what arrived before mounting."""
         for key, label in COLUMNS:
-            width = {"util": 5 + UTIL_BAR, "mem": 17 + MEM_BAR, "sm": 4, "temp": 4,
-                     "hist": self.history_width}.get(key)
-            self.add_column(Text(label, justify="right" if key in (
-                "util", "mem", "sm", "temp", "power") else "left"), key=key, width=width)
+            width = {
+                "util": 5 + UTIL_BAR,
+                "mem": 17 + MEM_BAR,
+                "sm": 4,
+                "temp": 4,
+                "hist": self.history_width,
+            }.get(key)
+            self.add_column(
+                Text(
+                    label,
+                    justify="right" if key in ("util", "mem", "sm", "temp", "power") else "left",
+                ),
+                key=key,
+                width=width,
+            )
         self._label_headers()
         if self._pending is not None:
             groups, self._pending = self._pending, None

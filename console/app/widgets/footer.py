@@ -49,8 +49,9 @@ class FooterItem:
         return self.bindings[0][0].action
 
 
-def footer_items(screen: Screen[object], displays: dict[str, str],
-                 pass_on: Collection[str] = ()) -> list[FooterItem]:
+def footer_items(
+    screen: Screen[object], displays: dict[str, str], pass_on: Collection[str] = ()
+) -> list[FooterItem]:
     """The keys a footer shows on ``screen``, in Textual's order, groups combined: one item
     per action of each shown binding (:attr:`Screen.active_bindings`), plus the next shown
     binding of a key whose active binding is hidden and its action one of ``pass_on`` (see
@@ -113,8 +114,9 @@ def item_width(item: FooterItem, displays: dict[str, str]) -> int:
     return len(displays[b.key]) + (1 + len(b.description) if b.description else 0) + 1
 
 
-def fit(items: Sequence[FooterItem], keep: Sequence[str], width: int,
-        displays: dict[str, str]) -> list[FooterItem]:
+def fit(
+    items: Sequence[FooterItem], keep: Sequence[str], width: int, displays: dict[str, str]
+) -> list[FooterItem]:
     """The items that fit ``width`` columns, in their order: those whose action ``keep``
     does not name are left out first, then ``keep``'s own from its end."""
     rank = {action: i for i, action in enumerate(keep)}
@@ -138,8 +140,9 @@ class FittedFooter(Footer):
     FittedFooter.-compact FooterLabel { margin: 0 1 0 1; }
     """
 
-    def __init__(self, keep: Iterable[str] = (), pass_on: Iterable[str] = (),
-                 **kwargs: object) -> None:
+    def __init__(
+        self, keep: Iterable[str] = (), pass_on: Iterable[str] = (), **kwargs: object
+    ) -> None:
         super().__init__(compact=True, **kwargs)  # type: ignore[arg-type]
         self.keep = tuple(keep)
         self.pass_on = frozenset(pass_on)
@@ -151,14 +154,21 @@ class FittedFooter(Footer):
         displays: dict[str, str] = {}
         items = footer_items(self.screen, displays, self.pass_on)
         width = self.size.width or self.app.size.width
-        palette = _PALETTE_W if self.show_command_palette and self.app.ENABLE_COMMAND_PALETTE \
-            else 0
+        palette = _PALETTE_W if self.show_command_palette and self.app.ENABLE_COMMAND_PALETTE else 0
         return fit(items, self.keep, max(width - palette - 1, 0), displays), displays
 
     def _signature(self) -> tuple[object, ...]:
         items, displays = self._plan()
-        return tuple((tuple((b.key, b.action, b.description, displays[b.key], enabled)
-                            for b, enabled, _ in it.bindings), it.group) for it in items)
+        return tuple(
+            (
+                tuple(
+                    (b.key, b.action, b.description, displays[b.key], enabled)
+                    for b, enabled, _ in it.bindings
+                ),
+                it.group,
+            )
+            for it in items
+        )
 
     def compose(self) -> ComposeResult:
         if not self._bindings_ready:
@@ -169,24 +179,39 @@ class FittedFooter(Footer):
             if it.group is not None:
                 with KeyGroup(classes="-compact"):
                     for b, enabled, tooltip in it.bindings:
-                        yield FooterKey(b.key, displays[b.key], "", b.action,
-                                        disabled=not enabled,
-                                        tooltip=tooltip or b.description,
-                                        classes="-grouped").data_bind(compact=Footer.compact)
+                        yield FooterKey(
+                            b.key,
+                            displays[b.key],
+                            "",
+                            b.action,
+                            disabled=not enabled,
+                            tooltip=tooltip or b.description,
+                            classes="-grouped",
+                        ).data_bind(compact=Footer.compact)
                 yield FooterLabel(it.group)
             else:
                 b, enabled, tooltip = it.bindings[0]
-                yield FooterKey(b.key, displays[b.key], b.description, b.action,
-                                disabled=not enabled,
-                                tooltip=tooltip).data_bind(compact=Footer.compact)
+                yield FooterKey(
+                    b.key,
+                    displays[b.key],
+                    b.description,
+                    b.action,
+                    disabled=not enabled,
+                    tooltip=tooltip,
+                ).data_bind(compact=Footer.compact)
         if self.show_command_palette and self.app.ENABLE_COMMAND_PALETTE:
             found = self.screen.active_bindings.get(self.app.COMMAND_PALETTE_BINDING)
             if found is not None:
                 _, binding, enabled, tooltip = found
-                yield FooterKey(binding.key, self.app.get_key_display(binding),
-                                binding.description, binding.action,
-                                classes="-command-palette", disabled=not enabled,
-                                tooltip=binding.tooltip or binding.description)
+                yield FooterKey(
+                    binding.key,
+                    self.app.get_key_display(binding),
+                    binding.description,
+                    binding.action,
+                    classes="-command-palette",
+                    disabled=not enabled,
+                    tooltip=binding.tooltip or binding.description,
+                )
 
     def bindings_changed(self, screen: Screen[object]) -> None:
         """Recompose when what it would show changed (keys, labels, enabled state)."""

@@ -42,13 +42,21 @@ class HistoryChart(Widget):
         self._power_limit: float | None = None
         self.hint = "select a GPU row: its history shows here"
 
-    def show(self, points: Sequence[GpuPoint] | None, *, mem_total_mib: float | None = None,
-             power_limit_w: float | None = None) -> None:
+    def show(
+        self,
+        points: Sequence[GpuPoint] | None,
+        *,
+        mem_total_mib: float | None = None,
+        power_limit_w: float | None = None,
+    ) -> None:
         """Draw these points (oldest first), or the hint for ``None``; repaints only on a
         change."""
         new = None if points is None else tuple(points)
-        if (new, mem_total_mib, power_limit_w) == (self._points, self._mem_total,
-                                                   self._power_limit):
+        if (new, mem_total_mib, power_limit_w) == (
+            self._points,
+            self._mem_total,
+            self._power_limit,
+        ):
             return
         self._points, self._mem_total, self._power_limit = new, mem_total_mib, power_limit_w
         self.refresh()
@@ -59,8 +67,13 @@ class HistoryChart(Widget):
             return Text(self.hint, style="dim")
         height = max(self.size.height, 2)
         width = max(self.size.width - GUTTER - 1, 8)
-        rows = history_chart(self._points, width=width, height=max((height - 1) // 3, 1),
-                             mem_total_mib=self._mem_total, power_limit_w=self._power_limit)
+        rows = history_chart(
+            self._points,
+            width=width,
+            height=max((height - 1) // 3, 1),
+            mem_total_mib=self._mem_total,
+            power_limit_w=self._power_limit,
+        )
         text = Text(no_wrap=True, overflow="crop")
         for i, row in enumerate(rows):
             if i:
@@ -86,7 +99,8 @@ def process_cells(p: ProcessRow) -> list[Text]:
     """One process's cells (one per :data:`PROCESS_COLUMNS` entry); ``?`` unknown, ``-``
     not applicable (a foreign process has no job, rank or node)."""
     node = (f"n{p.node_rank}" if p.node_rank is not None else "") + (
-        f" r{p.rank}" if p.rank is not None else "")
+        f" r{p.rank}" if p.rank is not None else ""
+    )
     return [
         Text(str(p.pid), justify="right"),
         Text(p.job_id, style="bold") if p.job_id else Text("-", style="dim"),
@@ -117,8 +131,9 @@ class ProcessTable(DataTable[Text]):
     def on_mount(self) -> None:
         """Add the columns."""
         for key, label in PROCESS_COLUMNS:
-            self.add_column(Text(label, justify="right" if key in ("pid", "mem") else "left"),
-                            key=key)
+            self.add_column(
+                Text(label, justify="right" if key in ("pid", "mem") else "left"), key=key
+            )
 
     def show(self, processes: Sequence[ProcessRow] | None) -> None:
         """Show these processes (``None``: the list is unknown, no rows), keeping the cursor

@@ -93,8 +93,7 @@ def parse_filter(text: str) -> tuple[str, bool]:
     return text.lower(), False
 
 
-def ascii_window(segments: list[Segment], start: int, span: int, width: int,
-                 pad: Style) -> Strip:
+def ascii_window(segments: list[Segment], start: int, span: int, width: int, pad: Style) -> Strip:
     """Cells ``[start, start + span)`` of a line whose segments hold one cell per character
     (printable ASCII), padded with ``pad`` (or cut) to ``width`` cells.
 
@@ -143,7 +142,7 @@ class LogPrompt(Input):
             placeholder=f"search {pane.title}: the line as shown, tags included"
             if kind == "search"
             else f"filter {pane.title}: the line as shown, tags included; !text: lines "
-                 "without it; empty: all",
+            "without it; empty: all",
         )
         self.pane = pane
         self.kind: PromptKind = kind
@@ -211,8 +210,7 @@ class LogPane(ScrollView, can_focus=True):
         Binding("N", "search_prev", "Previous match", id="logs.search_prev", group=_MATCH),
         Binding("ampersand", "filter", "Filter", key_display="&", id="logs.filter"),
         Binding("w", "toggle_wrap", "Wrap", show=False, id="logs.wrap"),
-        Binding("t", "toggle_timestamps", "Timestamps", show=False,
-                id="logs.timestamps"),
+        Binding("t", "toggle_timestamps", "Timestamps", show=False, id="logs.timestamps"),
         Binding("e", "error_next", "Next error", id="logs.error_next", group=_ERROR),
         Binding("E", "error_prev", "Previous error", id="logs.error_prev", group=_ERROR),
         Binding("ctrl+s", "save", "Save", show=False, id="logs.save"),
@@ -405,14 +403,14 @@ class LogPane(ScrollView, can_focus=True):
     def max_scroll_y(self) -> int:
         """The last row's scroll offset: the virtual canvas may be taller than the view while
         following (see :meth:`_after_view_change`), never scrolled past its last row."""
-        return max(0, self.row_count - self.container_size.height
-                   + self.scrollbar_size_horizontal)
+        return max(0, self.row_count - self.container_size.height + self.scrollbar_size_horizontal)
 
     @property
     def max_scroll_x(self) -> int:
         """The widest line's scroll offset (the canvas may be wider while following)."""
-        return max(0, self._content_width() - self.container_size.width
-                   + self.scrollbar_size_vertical)
+        return max(
+            0, self._content_width() - self.container_size.width + self.scrollbar_size_vertical
+        )
 
     def _content_width(self) -> int:
         """Cells of the widest line with its prefix (0 when wrapping: nothing scrolls
@@ -519,7 +517,7 @@ class LogPane(ScrollView, can_focus=True):
     def _shown_row(self, ts_ns: int, node_rank: int, rank: int | None, plain: str) -> str:
         prefix = f"{format_ts(ts_ns)} " if self._timestamps else ""
         if self._tagged():
-            prefix += (f"[n{node_rank}] " if rank is None else f"[n{node_rank} r{rank}] ")
+            prefix += f"[n{node_rank}] " if rank is None else f"[n{node_rank} r{rank}] "
         return prefix + plain if prefix else plain
 
     def _found(self, line: DisplayLine | None) -> bool:
@@ -557,8 +555,11 @@ class LogPane(ScrollView, can_focus=True):
         buf = self.buffer
         top_before = self._top_line()
         # lines a merge of late lines may move: find them again by their seq afterwards
-        marks = {a: line.seq for a in (top_before, self._cursor)
-                 if a is not None and (line := self._line(a)) is not None}
+        marks = {
+            a: line.seq
+            for a in (top_before, self._cursor)
+            if a is not None and (line := self._line(a)) is not None
+        }
         buf.settle()
         if buf.version == self._synced_version:
             return
@@ -638,8 +639,11 @@ class LogPane(ScrollView, can_focus=True):
         needle, invert = parse_filter(self._filter)
         if needle:
             shown = self._shown_row
-            self._view = [base + i for i, r in enumerate(rows)
-                          if (needle in shown(r[3], r[1], r[2], r[5]).lower()) != invert]
+            self._view = [
+                base + i
+                for i, r in enumerate(rows)
+                if (needle in shown(r[3], r[1], r[2], r[5]).lower()) != invert
+            ]
         else:
             self._view = list(range(base, base + len(rows)))
         self._find_matches()
@@ -658,8 +662,11 @@ class LogPane(ScrollView, can_focus=True):
         base = self._base()
         rows = self.buffer.rows(0, len(self.buffer))
         shown = self._shown_row
-        self._matches = [a for a in self._view
-                         if search in shown((r := rows[a - base])[3], r[1], r[2], r[5]).lower()]
+        self._matches = [
+            a
+            for a in self._view
+            if search in shown((r := rows[a - base])[3], r[1], r[2], r[5]).lower()
+        ]
 
     def _rebuild_rows(self) -> None:
         if not self._wrap:
@@ -695,8 +702,9 @@ class LogPane(ScrollView, can_focus=True):
         elif removed_rows is not None:
             self.scroll_to(y=max(0, self.scroll_y - removed_rows), animate=False, force=True)
         elif top_before is not None:
-            self.scroll_to(y=self._row_of(self._index_at_or_after(top_before)), animate=False,
-                           force=True)
+            self.scroll_to(
+                y=self._row_of(self._index_at_or_after(top_before)), animate=False, force=True
+            )
         self._update_title()
         self.refresh()
 
@@ -763,8 +771,11 @@ class LogPane(ScrollView, can_focus=True):
             body.stylize_before(self._styles()["logpane--error"])
         parts: list[Text] = []
         if self._timestamps:
-            parts.append(Text(format_ts(line.ts_ns) + " ",
-                              self.get_component_rich_style("logpane--timestamp")))
+            parts.append(
+                Text(
+                    format_ts(line.ts_ns) + " ", self.get_component_rich_style("logpane--timestamp")
+                )
+            )
         tag = self._tag(line)
         if tag:
             parts.append(Text(tag + " ", self.get_component_rich_style("logpane--tag")))
@@ -774,8 +785,9 @@ class LogPane(ScrollView, can_focus=True):
             text.stylize(self._styles()["cursor"])
         if self._search:  # in the text as shown, prefix included (what the search matched)
             match = "logpane--match-current" if is_cursor else "logpane--match"
-            text.highlight_words([self._search], self.get_component_rich_style(match),
-                                 case_sensitive=False)
+            text.highlight_words(
+                [self._search], self.get_component_rich_style(match), case_sensitive=False
+            )
         return text
 
     def _styles(self) -> dict[str, Style]:
@@ -788,7 +800,8 @@ class LogPane(ScrollView, can_focus=True):
             for name in ("logpane--timestamp", "logpane--tag", "logpane--error"):
                 styles[name] = base + self.get_component_rich_style(name)
             styles["cursor"] = Style(
-                bgcolor=self.get_component_rich_style("logpane--cursor").bgcolor)
+                bgcolor=self.get_component_rich_style("logpane--cursor").bgcolor
+            )
         return styles
 
     def _plain_segments(self, line: DisplayLine) -> list[Segment] | None:
@@ -811,8 +824,9 @@ class LogPane(ScrollView, can_focus=True):
         segments.append(Segment(raw, styles["logpane--error" if line.error else "base"]))
         return segments
 
-    def _render_row(self, line: DisplayLine, is_cursor: bool, start: int, span: int,
-                    width: int, style: Style) -> Strip:
+    def _render_row(
+        self, line: DisplayLine, is_cursor: bool, start: int, span: int, width: int, style: Style
+    ) -> Strip:
         """Cells ``[start, start + span)`` of the line as shown (prefix included), padded or
         cut to ``width`` cells."""
         segments = None if is_cursor else self._plain_segments(line)
@@ -853,8 +867,7 @@ class LogPane(ScrollView, can_focus=True):
         else:
             span, start = width, scroll_x
         is_cursor = a == self._cursor
-        key = (line.seq, self._timestamps, self.merged, self._search, is_cursor, start, span,
-               width)
+        key = (line.seq, self._timestamps, self.merged, self._search, is_cursor, start, span, width)
         strip = self._strips.get(key)
         if strip is None:
             strip = self._render_row(line, is_cursor, start, span, width, style)
@@ -885,9 +898,16 @@ class LogPane(ScrollView, can_focus=True):
             badges.append(f"+{n} new lines")
         if self._search:
             found, i = len(self._matches), self.match_index
-            badges.append(f"/{self._search} " + (f"{i}/{found:,}" if i is not None
-                                                 else f"{found:,} found" if found
-                                                 else "not found"))
+            badges.append(
+                f"/{self._search} "
+                + (
+                    f"{i}/{found:,}"
+                    if i is not None
+                    else f"{found:,} found"
+                    if found
+                    else "not found"
+                )
+            )
         if self._filter:
             badges.append(f"&{self._filter}")
         self.border_subtitle = Content(" ".join(badges)) if badges else None
@@ -981,12 +1001,14 @@ class LogPane(ScrollView, can_focus=True):
         before = self.scroll_offset
         if event.ctrl or event.shift:
             if self.allow_horizontal_scroll:
-                self.scroll_to(x=self.scroll_target_x + step * self.app.scroll_sensitivity_x,
-                               animate=False)
+                self.scroll_to(
+                    x=self.scroll_target_x + step * self.app.scroll_sensitivity_x, animate=False
+                )
         else:
             if self.allow_vertical_scroll:
-                self.scroll_to(y=self.scroll_target_y + step * self.app.scroll_sensitivity_y,
-                               animate=False)
+                self.scroll_to(
+                    y=self.scroll_target_y + step * self.app.scroll_sensitivity_y, animate=False
+                )
             self._follow_from_position()
         if self.scroll_offset != before:
             event.stop()
@@ -1040,8 +1062,9 @@ class LogPane(ScrollView, can_focus=True):
         else:
             self.set_filter(value)
 
-    def _prompt_closed(self, prompt: LogPrompt, kind: PromptKind, value: str, *,
-                       accepted: bool) -> None:
+    def _prompt_closed(
+        self, prompt: LogPrompt, kind: PromptKind, value: str, *, accepted: bool
+    ) -> None:
         self._prompt_changed(kind, value)
         if prompt is self._prompt:
             self._prompt = None
@@ -1169,8 +1192,11 @@ class LogPane(ScrollView, can_focus=True):
         n = len(view)
         if not n:
             return False
-        if self._cursor is not None and (ci := bisect.bisect_left(view, self._cursor)) < n \
-                and view[ci] == self._cursor:
+        if (
+            self._cursor is not None
+            and (ci := bisect.bisect_left(view, self._cursor)) < n
+            and view[ci] == self._cursor
+        ):
             anchor = ci
         else:
             top = self._locate(round(self.scroll_y))
@@ -1178,8 +1204,9 @@ class LogPane(ScrollView, can_focus=True):
             if direction > 0:
                 anchor = top_vi - 1
             else:
-                bottom = self._locate(round(self.scroll_y) + self.scrollable_content_region.height
-                                      - 1)
+                bottom = self._locate(
+                    round(self.scroll_y) + self.scrollable_content_region.height - 1
+                )
                 anchor = (bottom[0] if bottom is not None else n - 1) + 1
         for k in range(1, n + 1):
             vi = (anchor + direction * k) % n
@@ -1194,8 +1221,9 @@ class LogPane(ScrollView, can_focus=True):
         self._strips.clear()
         height = max(1, self.scrollable_content_region.height)
         row = self._row_of(vi)
-        self.scroll_to(y=max(0, min(row - height // 3, self.max_scroll_y)), animate=False,
-                       force=True)
+        self.scroll_to(
+            y=max(0, min(row - height // 3, self.max_scroll_y)), animate=False, force=True
+        )
         self._update_title()
         self.refresh()
 

@@ -85,7 +85,8 @@ class LogPanes(Widget):
     ]
 
     LAYOUT_BINDING_IDS: ClassVar[frozenset[str]] = frozenset(
-        {"logs.zoom", "logs.merged", "logs.pane_next", "logs.pane_prev", "logs.split_ranks"})
+        {"logs.zoom", "logs.merged", "logs.pane_next", "logs.pane_prev", "logs.split_ranks"}
+    )
     """Bindings (here and the logs screen's ``r``) that only queue a layout change; any
     other key applies the pending one first."""
 
@@ -137,8 +138,9 @@ class LogPanes(Widget):
         super().__init__(name=name, id=id, classes=classes)
         self._panes = [self._new_pane(buf, title) for title, buf in panes]
         self._rank_panes = [self._new_pane(buf, title) for title, buf in rank_panes]
-        self._merged = (self._new_pane(merged, merged_title, merged=True)
-                        if merged is not None else None)
+        self._merged = (
+            self._new_pane(merged, merged_title, merged=True) if merged is not None else None
+        )
         self._tiles: dict[LogPane, _Tile] = {}
         # what the keys asked for; _apply_layout() makes it so
         self._zoomed: LogPane | None = None
@@ -259,8 +261,9 @@ class LogPanes(Widget):
                 return pane
         return None
 
-    def add_pane(self, title: str, buffer: LogBuffer, *, rank: bool = False,
-                 index: int | None = None) -> LogPane:
+    def add_pane(
+        self, title: str, buffer: LogBuffer, *, rank: bool = False, index: int | None = None
+    ) -> LogPane:
         """Add a node's pane (or with ``rank``, a rank's) at ``index`` of its group (``None``:
         after the existing ones); returns it."""
         pane = self._new_pane(buffer, title)
@@ -269,8 +272,11 @@ class LogPanes(Widget):
         group.insert(at, pane)
         if self.is_mounted:
             # tiles in the order of _all(): node panes, rank panes, merged
-            later = group[at + 1 :] + (self._rank_panes if not rank else []) + (
-                [self._merged] if self._merged is not None else [])
+            later = (
+                group[at + 1 :]
+                + (self._rank_panes if not rank else [])
+                + ([self._merged] if self._merged is not None else [])
+            )
             before = next((self._tiles[p] for p in later if p in self._tiles), None)
             tile = self._tile(pane, False)
             if before is not None:
@@ -336,8 +342,7 @@ class LogPanes(Widget):
     # -- layout --------------------------------------------------------------------------------
 
     def _all(self) -> list[LogPane]:
-        return (self._panes + self._rank_panes
-                + ([self._merged] if self._merged is not None else []))
+        return self._panes + self._rank_panes + ([self._merged] if self._merged is not None else [])
 
     def _group(self) -> list[LogPane]:
         """The panes tiled when nothing is zoomed or merged: per rank or per node."""
@@ -383,8 +388,12 @@ class LogPanes(Widget):
         if target is None and visible and current is not None:
             target = visible[0]  # focus was on a pane now hidden
         focused = self.screen.focused
-        if target is not None and focused is not target and target.is_mounted and not (
-                focused is not None and getattr(focused, "pane", None) is target):
+        if (
+            target is not None
+            and focused is not target
+            and target.is_mounted
+            and not (focused is not None and getattr(focused, "pane", None) is target)
+        ):
             self.screen.set_focus(target, scroll_visible=False)
         if self._shown_zoom is not self._zoomed:
             self._shown_zoom = self._zoomed

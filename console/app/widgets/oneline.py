@@ -19,8 +19,9 @@ class OneLine(Static):
     OneLine { height: 1; }
     """
 
-    def __init__(self, text: Text | str = "", *, id: str | None = None,
-                 classes: str | None = None) -> None:
+    def __init__(
+        self, text: Text | str = "", *, id: str | None = None, classes: str | None = None
+    ) -> None:
         super().__init__(text, id=id, classes=classes)
         self._shown = _key(text)
 

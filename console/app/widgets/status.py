@@ -27,7 +27,9 @@ class StatusLine(OneLine):
         for host, status, reason in value:
             text.append(f"{host} ", style="bold")
             text.append("● ", style=_HOST_STYLE.get(status, ""))
-            text.append(status + (f": {reason[:40]}" if reason and status == "down" else ""),
-                        style=_HOST_STYLE.get(status, ""))
+            text.append(
+                status + (f": {reason[:40]}" if reason and status == "down" else ""),
+                style=_HOST_STYLE.get(status, ""),
+            )
             text.append("   ")
         self.show(text)
