@@ -282,3 +282,52 @@ async def test_readonly_hides_remove(state_dir: Path) -> None:
         await pilot.pause()
         assert isinstance(app.screen, JobsScreen)
         assert "D Remove" not in screen_text(app)[-1]
+
+
+@pytest.mark.parametrize(
+    ("view", "size", "missing"),
+    [
+        ("1", (160, 45), []),
+        ("1", (100, 30), ["3 Alerts"]),
+        ("3", (100, 30), []),
+    ],
+)
+async def test_fleet_and_alerts_footers_keep_help_and_quit_whole(
+    state_dir: Path, view: str, size: tuple[int, int], missing: list[str]
+) -> None:
+    """The fleet and alerts views' footers at 160x45 and 100x30: help and quit always shown
+    (Textual's footer cut them off at the right edge once the GPU panel's keys were added),
+    the view's own keys before the other views'; nothing cut, nothing under the palette key."""
+    from textual.widgets._footer import FooterKey
+
+    from console.app.widgets.footer import FittedFooter
+
+    app = make_app(state_dir)
+    async with app.run_test(size=size) as pilot:
+        await show_fleet(app)
+        await pilot.press(view)
+        await pilot.pause(0.3)
+        footer_row = screen_text(app)[-1]
+        labels = {
+            "1": [
+                "? Help",
+                "q Quit",
+                "⏎ Open job",
+                "/ Filter",
+                "s Sort",
+                "p GPU panel",
+                "S Stop job",
+                "r Reverse",
+                "2 Jobs",
+                "3 Alerts",
+            ],
+            "3": ["? Help", "q Quit", "a Acknowledge", "s Silence 1h", "1 Fleet", "2 Jobs"],
+        }[view]
+        for label in labels:
+            assert (label in footer_row) == (label not in missing), (label, footer_row)
+        assert footer_row.rstrip().endswith("▏^p palette"), footer_row
+        footer = app.screen.query_one(FittedFooter)
+        palette = next(k for k in footer.query(FooterKey) if k.has_class("-command-palette"))
+        for key in footer.query(FooterKey):
+            if key is not palette:
+                assert key.region.right <= palette.region.x, (key.description, key.region)

@@ -15,12 +15,13 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Static
 
 from console.alerts.model import Alert
 from console.alerts.rows import age_text, alert_state, subject
 from console.app.host import AppHost, host
 from console.app.lifecycle import can_draw
+from console.app.widgets.footer import FittedFooter
 from console.app.widgets.status import StatusLine
 from console.app.widgets.tables import cursor_key
 
@@ -74,6 +75,19 @@ def detail_text(alert: Alert, now: float) -> Text:
     return text
 
 
+#: The alerts view's footer keys, most important first (those left out are in ``?``).
+ALERTS_FOOTER_KEEP = (
+    "help",
+    "quit",
+    "ack",
+    "silence",
+    "logs",
+    "show('fleet')",
+    "show('jobs')",
+    "show('alerts')",
+)
+
+
 class AlertsScreen(Screen[None]):
     """The alerts table (see the module docstring)."""
 
@@ -108,7 +122,7 @@ class AlertsScreen(Screen[None]):
         yield Static("no alerts firing", id="alerts-empty")
         yield Static(id="alerts-detail")
         yield StatusLine()
-        yield Footer()
+        yield FittedFooter(keep=ALERTS_FOOTER_KEEP)
 
     def on_mount(self) -> None:
         self._composed = True

@@ -30,10 +30,11 @@ from textual.containers import Horizontal
 from textual.events import Resize
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input
+from textual.widgets import DataTable, Input
 
 from console.app.lifecycle import can_draw
 from console.app.widgets.fleet import DetailPanel, FleetTable
+from console.app.widgets.footer import FittedFooter
 from console.app.widgets.gpupanel import HistoryChart, ProcessTable
 from console.app.widgets.oneline import OneLine
 from console.app.widgets.status import StatusLine
@@ -141,6 +142,23 @@ def detail_text(row: HostRow | GpuRow | None) -> Text:
         style="dim",
     )
     return text
+
+
+#: The fleet view's footer keys, most important first: those left out when the width is short
+#: (:class:`~console.app.widgets.footer.FittedFooter`) are in ``?``.
+FLEET_FOOTER_KEEP = (
+    "help",
+    "quit",
+    "select_cursor",
+    "open_filter",
+    "cycle_sort",
+    "toggle_gpu_panel",
+    "stop",
+    "reverse_sort",
+    "show('jobs')",
+    "show('alerts')",
+    "show('fleet')",
+)
 
 
 class FleetScreen(Screen[None]):
@@ -251,7 +269,7 @@ class FleetScreen(Screen[None]):
             yield HistoryChart(id="fleet-chart")
             yield ProcessTable(id="fleet-procs")
         yield StatusLine()
-        yield Footer()
+        yield FittedFooter(keep=FLEET_FOOTER_KEEP)
 
     def on_mount(self) -> None:
         self._ready = True  # is_mounted turns true only after this handler
