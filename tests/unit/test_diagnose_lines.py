@@ -192,6 +192,7 @@ def _texts() -> list[tuple[str, str]]:
 TEXTS = _texts()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(DECORATIONS))
 def test_diagnosis_is_the_same_under_decoration(name: str) -> None:
     decorate = DECORATIONS[name]

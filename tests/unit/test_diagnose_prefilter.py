@@ -122,6 +122,7 @@ def test_same_answer_with_and_without_prefilter(
     assert _answer(text, monkeypatch, True) == _answer(text, monkeypatch, False)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", CASES, ids=[p.stem for p in CASES])
 def test_same_answer_diluted(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     text = path.read_text(encoding="utf-8", errors="replace")
@@ -149,6 +150,7 @@ def test_head_and_tail_are_kept() -> None:
     assert kept == "".join(lines[: 5 + engine.GAP_LINES] + lines[-7:])
 
 
+@pytest.mark.slow
 def test_without_re2_every_line_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without google-re2 there is no pre-filter (Python's ``re`` over every word is slower
     than the rules themselves): the same text, the same answer."""

@@ -238,6 +238,7 @@ def sweep(
 DELAYS_MS = sorted((i * 4.0 for i in range(75)), key=lambda d: (d * 37) % 300)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("launcher", ["installed script", "python -m console"])
 def test_ctrl_c_at_any_moment_of_each_launcher(tmp_path: Path, launcher: str) -> None:
     """``ps`` of a profile file that does not exist (exit 2, no hosts needed): start, imports,
@@ -247,6 +248,7 @@ def test_ctrl_c_at_any_moment_of_each_launcher(tmp_path: Path, launcher: str) ->
     assert INTERRUPTED in outcomes, outcomes  # the check can fail: runs were interrupted
 
 
+@pytest.mark.slow
 def test_a_launcher_that_blocks_sigint_closes_the_interpreters_start(tmp_path: Path) -> None:
     """``env --block-signal=INT gpuconsole``: the interpreter starts with SIGINT blocked and
     :func:`console.entry.main` lets it through inside its ``try``, so no run gets Python's own
@@ -336,6 +338,7 @@ finally:  # a timer still pending would fire in the interpreter's shutdown
 """
 
 
+@pytest.mark.slow
 def test_ctrl_c_anywhere_ends_ps_cleanly(tmp_path: Path) -> None:
     env = _env(tmp_path)
     codes = []
