@@ -27,15 +27,17 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from console.backends import backend_for
 from console.backends.base import (
+    DEFAULT_SHELL,
+    Action,
     Capabilities,
     FollowHooks,
     JobBackend,
     StopOutcome,
     Submission,
+    not_running_hint,
     profile_stop_grace,
     raise_if_unreachable,
 )
-from console.backends.docker import DEFAULT_SHELL, not_running_hint
 from console.errors import ConfigError, JobError, JobNotFound, StateError, UsageError
 from console.events import (
     ArchiveStateChanged,
@@ -300,16 +302,15 @@ class Service:
         if self.store.find(ref):
             return self.find_job(ref)
         unanswered: list[str] = []
-        slurm = self.profile.scheduler == "slurm"
+        backend = self.profile_backend()
         try:
-            await self.profile_backend().adopt(unanswered=unanswered)
+            await backend.adopt(unanswered=unanswered)
         except GpuConsoleError as e:
             unanswered.append(e.message)
         if self.store.find(ref):
             return self.find_job(ref)
-        where = "its login host" if slurm else "its hosts (" + ", ".join(self.profile.hosts) + ")"
         raise JobNotFound(
-            f"no job {ref!r} in {self.store.root} nor on {where} of profile "
+            f"no job {ref!r} in {self.store.root} nor on {backend.places()} of profile "
             f"{self.profile.name!r}"
             + (f"; not asked: {'; '.join(unanswered)}" if unanswered else ""),
             "list jobs with `gpuconsole ps --all`; a job of another profile: "
@@ -332,6 +333,17 @@ class Service:
         faces hide or refuse an action it does not offer, with
         ``backend_for(job).refusal(action, job)`` as the reason."""
         return self.backend_for(job).capabilities
+
+    def refusal(self, job: JobRecord, action: Action) -> GpuConsoleError | None:
+        """Why the job's runtime does not offer ``action`` (the backend's error, with what
+        to do instead, for the job's first node), or ``None`` when it does (or the job has
+        no node to name): the faces read it before they offer the action, so a refusal is
+        said before any prompt or host is asked."""
+        backend = self.backend_for(job)
+        if backend.capabilities.offers(action) or not job.nodes:
+            return None  # a job without nodes is refused by the action itself
+        node = min(job.nodes, key=lambda n: n.node_rank)
+        return backend.refusal(action, job, node)
 
     async def refresh_job(self, job: JobRecord, *, teardown: bool = True) -> JobRecord:
         """Reconcile a job with its runtime (gang teardown on a failure unless
@@ -836,6 +848,8 @@ class Service:
         from console.notebook.attach import READY_TIMEOUT_S, find_server, open_notebook
 
         backend = self.backend_for(job)
+        if not backend.capabilities.notebook:
+            raise backend.refusal("notebook", job, job.nodes[0] if job.nodes else None)
         session = backend.session
         server = await find_server(session, job)
 

@@ -453,6 +453,7 @@ class GpuConsoleApp(App[int]):
         self._with_job(m.job_id, self.confirm_stop)
 
     @work(group="locate", exit_on_error=False)
+    @reported("job")
     async def _with_job(self, job_id: str, then: Callable[[JobRecord], None]) -> None:
         """``then(job)`` for the job with this id: from the store, else adopted from the
         hosts (a job another console submitted: :meth:`Service.locate_job`)."""
@@ -722,7 +723,7 @@ class GpuConsoleApp(App[int]):
     @reported("jobs")
     async def refresh_jobs(self) -> None:
         """Reconcile the jobs with the hosts; re-arms itself after it finished (a failure
-        is said by :meth:`worker_failed`, and retried; never in a replay: it shows the
+        is said by :meth:`report_failure`, and retried; never in a replay: it shows the
         recording's fleet only)."""
         if self.replay is not None:
             return
@@ -904,9 +905,13 @@ class GpuConsoleApp(App[int]):
             self.open_logs(job)
 
     def exec_shell(self, job: JobRecord, node: int | None = None) -> None:
-        """A shell in a node's container: the app suspends until it exits. A job whose record
-        shows no running node is told at once, without suspending (what to do instead)."""
+        """A shell in a node's container: the app suspends until it exits. A job whose
+        runtime has no container (its backend's capabilities) or whose record shows no running
+        node is told at once, without suspending (what to do instead)."""
         if self.readonly:
+            return
+        if (refused := self.service.refusal(job, "exec")) is not None:
+            self.report_failure(refused, "shell")  # the runtime has no container to enter
             return
         running = [n.node_rank for n in job.nodes if n.state == "running"]
         if not running and job.state not in ("running", "pending"):

@@ -152,6 +152,20 @@ class FollowHooks:
     reconcile: Callable[[JobRecord], Awaitable[JobRecord]]
 
 
+#: The shell ``exec`` starts when no command is given: bash when the image has it.
+DEFAULT_SHELL = ("sh", "-c", "command -v bash >/dev/null 2>&1 && exec bash || exec sh")
+
+
+def not_running_hint(job: JobRecord) -> str:
+    """What to do instead of a shell in a job that no longer runs: its output and files."""
+    if job.removed_at is not None:
+        return f"its containers were removed: `gpuconsole logs {job.id}` reads its archived output"
+    return (
+        f"a shell needs a running container: `gpuconsole logs {job.id}` shows its output, "
+        f"`gpuconsole cp {job.id}:PATH .` copies files out of its exited container"
+    )
+
+
 def profile_stop_grace(profile: Profile) -> float:
     """The profile's ``defaults.stop_grace`` (s).
 
@@ -215,6 +229,11 @@ class JobBackend(Protocol):
         """Why ``action`` is not offered (for a job's node, or a host), with what to do
         instead: the error the CLI and the app show (its class sets the exit code); only
         for an action :attr:`capabilities` does not offer."""
+        ...
+
+    def places(self) -> str:
+        """Where the runtime's jobs are asked for, as a sentence names them: ``its hosts
+        (a, b)``, ``its login host``."""
         ...
 
     # -- plan and submit ----------------------------------------------------------------

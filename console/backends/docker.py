@@ -20,12 +20,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from console.backends.base import (
+    DEFAULT_SHELL,
     Action,
     Capabilities,
     FollowHooks,
     StopOutcome,
     Submission,
     mark_removed,
+    not_running_hint,
     profile_stop_grace,
     raise_if_unreachable,
 )
@@ -58,19 +60,6 @@ log = logging.getLogger("gpuconsole.backends.docker")
 #: a job).
 SHELL_KIND_LABEL = K_KIND
 
-#: The shell ``exec`` starts when no command is given: bash when the image has it.
-DEFAULT_SHELL = ("sh", "-c", "command -v bash >/dev/null 2>&1 && exec bash || exec sh")
-
-
-def not_running_hint(job: JobRecord) -> str:
-    """What to do instead of a shell in a job that no longer runs: its output and files."""
-    if job.removed_at is not None:
-        return f"its containers were removed: `gpuconsole logs {job.id}` reads its archived output"
-    return (
-        f"a shell needs a running container: `gpuconsole logs {job.id}` shows its output, "
-        f"`gpuconsole cp {job.id}:PATH .` copies files out of its exited container"
-    )
-
 
 class DockerBackend:
     """Jobs in Docker containers on the profile's SSH hosts (see the module docstring)."""
@@ -81,6 +70,10 @@ class DockerBackend:
     def __init__(self, session: Session, store: Store) -> None:
         self.session = session
         self.store = store
+
+    def places(self) -> str:
+        """The profile's hosts."""
+        return "its hosts (" + ", ".join(self.session.profile.hosts) + ")"
 
     def refusal(
         self,

@@ -51,6 +51,10 @@ class SlurmBackend:
         cfg = self.session.profile.slurm
         return cfg.login_host if cfg else "?"
 
+    def places(self) -> str:
+        """The cluster's login host (its job folders)."""
+        return "its login host"
+
     def refusal(
         self,
         action: Action,

@@ -83,12 +83,6 @@ class TorchelasticFailure:
     root_cause: ProcessFailure | None
     others: tuple[ProcessFailure, ...]
 
-    @property
-    def failed_ranks(self) -> tuple[int, ...]:
-        """Global ranks of every failed process, root cause first."""
-        entries = ((self.root_cause,) if self.root_cause else ()) + self.others
-        return tuple(e.rank for e in entries if e.rank is not None)
-
 
 _BORDER = re.compile(r"^\s*(?:={8,}|-{8,}|\*{8,})\s*$")
 _TITLE = re.compile(r"^\s*(?P<script>\S.*?) FAILED\s*$")

@@ -582,46 +582,6 @@ class Store:
         except OSError as e:
             raise file_error(e, path, what="log archive", if_lost=IF_ARCHIVE_LOST) from e
 
-    def read_archive_range(
-        self, job_id: str, node_rank: int, offset: int, max_lines: int
-    ) -> tuple[list[LogLine], int]:
-        """Up to ``max_lines`` archived lines from byte ``offset`` on, for paging and
-        incremental reads.
-
-        Args:
-            offset: a line start: 0, or an offset this method returned.
-            max_lines: at most this many lines.
-
-        Returns:
-            ``(lines, next_offset)``: the lines, oldest first, and the byte offset just after
-            the last whole line consumed (pass it back to continue). A final line without its
-            ``\n`` is not consumed. Missing archive: ``([], offset)``.
-        """
-        path = self.log_path(job_id, node_rank)
-        if max_lines <= 0:
-            return [], offset
-        f = self._open_archive(path)
-        if f is None:
-            return [], offset
-        try:
-            with f:
-                return _range_lines(f, offset, max_lines)
-        except OSError as e:
-            raise file_error(e, path, what="log archive", if_lost=IF_ARCHIVE_LOST) from e
-
-    def archive_cursor(self, job_id: str, node_rank: int) -> int | None:
-        """Timestamp (ns) of the last archived line of a node, or ``None``."""
-        path = self.log_path(job_id, node_rank)
-        f = self._open_archive(path)
-        if f is None:
-            return None
-        try:
-            with f:
-                ts, _ = _tail_cursor(f)
-        except OSError as e:
-            raise file_error(e, path, what="log archive", if_lost=IF_ARCHIVE_LOST) from e
-        return ts if ts >= 0 else None
-
 
 def migrate(db: sqlite3.Connection, path: Path) -> int:
     """Bring a job database to :data:`SCHEMA_VERSION` (see
@@ -683,31 +643,6 @@ def _append_whole(f: Any, data: bytes, good: int) -> None:
         with contextlib.suppress(OSError):
             f.truncate(good)  # frees blocks; needs no space
         raise
-
-
-def _range_lines(f: BinaryIO, offset: int, max_lines: int) -> tuple[list[LogLine], int]:
-    """Lines of an archive file from ``offset`` on (see :meth:`Store.read_archive_range`)."""
-    out: list[LogLine] = []
-    f.seek(offset)
-    pos = offset
-    pending = b""
-    while len(out) < max_lines:
-        block = f.read(_BLOCK)
-        if not block:
-            break
-        pending += block
-        start = 0
-        while len(out) < max_lines:
-            nl = pending.find(b"\n", start)
-            if nl < 0:
-                break
-            line = _parse_archive_line(pending[start:nl])
-            if line is not None:
-                out.append(line)
-            pos += nl + 1 - start
-            start = nl + 1
-        pending = pending[start:]
-    return out, pos
 
 
 def _tail_lines(f: BinaryIO, n: int) -> list[LogLine]:

@@ -112,11 +112,6 @@ class HostFault:
     invalid_field: str | None = None
     evidence: tuple[str, ...] = ()
 
-    @property
-    def lost_pci_bus_ids(self) -> tuple[str, ...]:
-        """Bus ids of the GPUs that are lost (``gpu_errors`` with ``lost``)."""
-        return tuple(e.pci_bus_id for e in self.gpu_errors if e.lost)
-
 
 # ---------------------------------------------------------------------------------------------
 # pynvml tracebacks

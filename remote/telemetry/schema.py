@@ -273,11 +273,6 @@ def mark_not_supported(gpu: GpuRecord, *keys: GpuField) -> None:
     _not_supported(cast(dict[str, Any], gpu), *keys)
 
 
-def is_not_supported(gpu: GpuRecord, key: GpuField) -> bool:
-    """Whether the GPU does not have reading ``key`` at all (n/a rather than unknown)."""
-    return key in gpu["unsupported"]
-
-
 def throttle_reasons(mask: int) -> list[str]:
     """The ``throttle_reasons`` of a clock-event mask (NVML's value or nvidia-smi's
     ``clocks_event_reasons.active``), in bit order; bits without a name as ``"0x..."``."""
@@ -453,7 +448,6 @@ __all__ = [
     "empty_host",
     "empty_sample",
     "is_limit",
-    "is_not_supported",
     "is_slowdown",
     "mark_not_supported",
     "normalize_throttle_reasons",

@@ -1010,7 +1010,8 @@ def classify_smi_failure(text: str, returncode: int | None = None) -> HostFault 
         return fault(
             "error",
             f'nvidia-smi does not know the query field "{bad}"',
-            "retry the query without it or with its older name (smi.fields_without)",
+            "gpuconsole asks again with the field's older name or without it; if this "
+            "stays, the driver is too old for gpuconsole's query: update it",
             invalid_field=bad,
         )
     if "init" in found:

@@ -172,19 +172,40 @@ async def smi_samples(transport: Transport, interval: float) -> AsyncGenerator[S
 
     When nvidia-smi fails at once (no driver, driver unreachable, version mismatch, no
     devices), one sample carrying that host state is yielded, then the generator returns.
+    A driver that rejects a query field before the first sample ("Field X is not a valid
+    field to query": drivers before R535 know ``clocks_event_reasons.active`` as
+    ``clocks_throttle_reasons.active``) is asked again with the field renamed or, when it is
+    optional, left out (:func:`remote.telemetry.smi.fields_without`).
     """
+    from remote.telemetry.smi import QUERY_FIELDS
+
+    fields: tuple[str, ...] | None = QUERY_FIELDS
+    while fields is not None:
+        retry: list[tuple[str, ...]] = []
+        async for sample in _smi_query(transport, interval, fields, retry):
+            yield sample
+        fields = retry[0] if retry else None
+
+
+async def _smi_query(
+    transport: Transport, interval: float, fields: tuple[str, ...], retry: list[tuple[str, ...]]
+) -> AsyncGenerator[Sample, None]:
+    """One ``nvidia-smi --query-gpu`` stream of ``fields`` (see :func:`smi_samples`); when the
+    driver rejected one of them before any sample, the query to try next goes to ``retry``
+    instead of the fault sample."""
     from remote.telemetry.smi import (
         COMPUTE_APPS_FIELDS,
         SmiStreamParser,
         classify_smi_failure,
         compute_apps_argv,
+        fields_without,
         parse_csv_rows,
         smi_argv,
     )
 
-    parser = SmiStreamParser(interval_s=interval)
+    parser = SmiStreamParser(fields, interval_s=interval)
     try:
-        proc = await transport.open_process(smi_argv(int(interval * 1000)))
+        proc = await transport.open_process(smi_argv(int(interval * 1000), fields))
     except TransportError as e:
         if "command not found" not in e.detail:
             raise
@@ -223,7 +244,17 @@ async def smi_samples(transport: Transport, interval: float) -> AsyncGenerator[S
             text = "\n".join(parser.unparsed) + "\n" + await proc.stderr()
             if rc == 127:
                 text += "\nnvidia-smi: command not found"
-            yield parser.fault_sample(classify_smi_failure(text), time.time())
+            fault = classify_smi_failure(text)
+            if not produced and fault is not None and fault.invalid_field is not None:
+                if (narrower := fields_without(fields, fault.invalid_field)) is not None:
+                    log.info(
+                        "[%s] nvidia-smi does not know %s: asking again without it",
+                        transport.name,
+                        fault.invalid_field,
+                    )
+                    retry.append(narrower)
+                    return
+            yield parser.fault_sample(fault, time.time())
     finally:
         await end_task(poller)
         await proc.close()

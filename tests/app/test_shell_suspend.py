@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 import webbrowser
 from collections.abc import Callable, Coroutine, Iterator
@@ -217,3 +218,44 @@ async def test_a_console_browser_gets_the_terminal_the_same_way(
         await pilot.press("2")
         await pilot.pause()
         assert app.screen is app.jobs_screen
+
+
+async def test_x_on_a_host_runtime_job_is_refused_at_once_with_the_login_to_use(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``runtime: host`` job has no container: its backend's refusal (the ssh login) is
+    said before the node prompt of a 2-node job and without suspending."""
+    app = make_app(state_dir)
+    running = next(j for j in jobs() if j.state == "running")
+    host_job = JobRecord(
+        "hostddp-4d5e6f",
+        "hostddp",
+        "lab",
+        None,
+        {"runtime": "host"},
+        "4" * 12,
+        running.created_at,
+        2,
+        "running",
+        nodes=[
+            dataclasses.replace(n, job_id="hostddp-4d5e6f", container_id=f"hostjob-{n.node_rank}")
+            for n in running.nodes
+        ],
+    )
+    app.service.store.add_job(host_job)
+
+    async def shell(job: JobRecord) -> int:
+        raise AssertionError("no shell in a job without a container")
+
+    term, prepared = setup(app, monkeypatch, shell)
+    assert app.service.refusal(running, "exec") is None  # Docker offers exec
+    async with app.run_test(size=(160, 45)) as pilot:
+        await pilot.press("2")
+        await pilot.pause()
+        await select(app, "hostddp-4d5e6f")
+        await pilot.press("x")
+        await pilot.pause()
+        assert term.suspends == 0 and prepared == []
+        assert not isinstance(app.screen, AskScreen)  # no node prompt first
+        (note,) = [m for m in notes(app) if "runtime: host" in m]
+        assert "h200-a's own Python" in note and "`ssh " in note

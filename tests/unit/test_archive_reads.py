@@ -1,4 +1,4 @@
-"""Archive reads that do not read whole files: tail, range, exact round trip of "\\r" lines."""
+"""Archive reads that do not read whole files: the tail, exact round trip of "\\r" lines."""
 
 from __future__ import annotations
 
@@ -44,7 +44,6 @@ def test_carriage_return_lines_round_trip(store: Store) -> None:
     assert store.archive("j-1", 0, lines) == 5
     assert list(store.read_archive("j-1", 0)) == lines
     assert store.read_archive_tail("j-1", 0, 10) == lines
-    assert store.read_archive_range("j-1", 0, 0, 10)[0] == lines
     # the dedupe cursor reads the file's end the same way: nothing is written twice
     assert store.archive("j-1", 0, lines[3:]) == 0
     assert store.archive("j-1", 0, [LogLine(5, "after"), LogLine(6, bar)]) == 1
@@ -60,23 +59,18 @@ def test_invalid_utf8_is_replaced(store: Store) -> None:
     assert list(store.read_archive("j-1", 0)) == want
     assert store.read_archive_tail("j-1", 0, 3) == want
     assert store.read_archive_tail("j-1", 0, 2) == want[1:]
-    lines, nxt = store.read_archive_range("j-1", 0, 0, 10)
-    assert lines == want and nxt == path.stat().st_size
 
 
-def test_tail_and_range_edges(store: Store) -> None:
+def test_tail_edges(store: Store) -> None:
     assert store.read_archive_tail("j-1", 0, 5) == []
-    assert store.read_archive_range("j-1", 0, 0, 5) == ([], 0)
     path = store.log_path("j-1", 0)
     path.parent.mkdir(parents=True)
     path.write_bytes(b"1 a\n2 b\n3 unfinish")  # an append in progress
     assert store.read_archive_tail("j-1", 0, 5) == [LogLine(1, "a"), LogLine(2, "b")]
     assert store.read_archive_tail("j-1", 0, 0) == []
-    assert store.read_archive_range("j-1", 0, 0, 5) == ([LogLine(1, "a"), LogLine(2, "b")], 8)
-    assert store.read_archive_range("j-1", 0, 8, 5) == ([], 8)
     with open(path, "ab") as f:
         f.write(b"ed\n")
-    assert store.read_archive_range("j-1", 0, 8, 5) == ([LogLine(3, "unfinished")], 21)
+    assert store.read_archive_tail("j-1", 0, 1) == [LogLine(3, "unfinished")]
     path.write_bytes(b"1 only-unfinished")
     assert store.read_archive_tail("j-1", 0, 5) == []
 
@@ -88,24 +82,7 @@ def test_lines_longer_than_a_block(store: Store) -> None:
     assert store.read_archive_tail("j-1", 0, 1) == [lines[3]]
     assert store.read_archive_tail("j-1", 0, 3) == lines[1:]
     assert store.read_archive_tail("j-1", 0, 9) == lines
-    got, off = store.read_archive_range("j-1", 0, 0, 2)
-    assert got == lines[:2]
-    got2, off2 = store.read_archive_range("j-1", 0, off, 5)
-    assert got2 == lines[2:] and off2 == store.log_path("j-1", 0).stat().st_size
-
-
-def test_range_pages_through_everything(store: Store) -> None:
-    lines = [LogLine(i, f"line {i} " + "z" * (i % 37)) for i in range(5000)]
-    store.archive("j-1", 0, lines)
-    got: list[LogLine] = []
-    off = 0
-    while True:
-        page, off = store.read_archive_range("j-1", 0, off, 333)
-        if not page:
-            break
-        assert len(page) <= 333
-        got += page
-    assert got == lines
+    assert list(store.read_archive("j-1", 0)) == lines
 
 
 def test_tail_of_a_50_mb_archive(store: Store) -> None:
@@ -123,9 +100,6 @@ def test_tail_of_a_50_mb_archive(store: Store) -> None:
     assert [ln.ts_ns for ln in tail] == list(range(n - 100, n))
     assert tail[0].text == f"line {n - 100:07d} {pad}"
     assert tail[-1].text == f"line {n - 1:07d} {pad}"
-    page, off = store.read_archive_range("j-1", 1, 0, 3)
-    assert [ln.text for ln in page] == [f"line {i:07d} {pad}" for i in range(3)]
-    assert off == 3 * len(f"0 line 0000000 {pad}\n")
 
 
 async def test_read_job_logs_tail_reads_each_node_tail(store: Store) -> None:

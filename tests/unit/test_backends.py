@@ -83,6 +83,9 @@ def test_backend_for_picks_the_runtime_of_the_profile_then_of_the_job(tmp_path: 
             backend_for(slurm, store),
         )
     ] == ["docker", "host", "slurm"]
+    # where a JOB not in the store is looked for, as locate_job's error names it
+    assert backend_for(ssh, store).places() == "its hosts (a, b)"
+    assert backend_for(slurm, store).places() == "its login host"
 
 
 def test_each_backend_implements_every_method_of_the_protocol() -> None:

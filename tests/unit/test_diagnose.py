@@ -91,7 +91,7 @@ def test_trun02_root_cause_block_not_first_block_and_truncated() -> None:
     ]
     assert {e.time for e in failure.others} == {"2023-06-14_22:36:10"}
     assert {e.host for e in failure.others} == {"gpu-node-01.example.org"}
-    assert failure.failed_ranks == (0, 1, 2)
+    assert [e.rank for e in (root, *failure.others)] == [0, 1, 2]
 
     d = diagnosed(text)
     assert d.kind == "sigabrt"

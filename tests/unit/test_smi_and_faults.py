@@ -18,6 +18,7 @@ import pytest
 
 from remote.telemetry.faults import (
     GpuXidSummary,
+    HostFault,
     XidEvent,
     classify_driver_upgrade,
     classify_nvml_traceback,
@@ -46,6 +47,12 @@ from remote.telemetry.smi import (
 )
 
 CASES = Path(__file__).resolve().parents[1] / "data" / "cases"
+
+
+def lost(fault: HostFault | None) -> tuple[str, ...]:
+    """Bus ids of the GPUs a fault says are lost."""
+    assert fault is not None
+    return tuple(e.pci_bus_id for e in fault.gpu_errors if e.lost)
 
 
 def _events(text: str) -> list[XidEvent]:
@@ -449,7 +456,7 @@ def test_err01_one_lost_gpu_by_bus_id() -> None:
     assert ev.first_seen == datetime(
         2019, 3, 5, 15, 17, 6, tzinfo=timezone(timedelta(hours=3, minutes=30))
     )
-    assert fault.lost_pci_bus_ids == ("0000:01:00.0",)
+    assert lost(fault) == ("0000:01:00.0",)
     assert fault.hint is not None and "reboot" in fault.hint
     assert parse_csv_rows(text, QUERY_FIELDS) == []  # the watchdog's lines are not rows
 
@@ -471,7 +478,7 @@ def test_lost_gpu_found_by_bus_id_not_by_position_or_tag() -> None:
         "Reboot the system to recover this GPU\n"
     )
     fault = classify_smi_failure(text)
-    assert fault is not None and fault.lost_pci_bus_ids == ("0000:81:00.0",)
+    assert fault is not None and lost(fault) == ("0000:81:00.0",)
     assert fault.gpu_errors[0].first_seen is None
     known = [
         dict(empty_gpu(i), pci_bus_id=bus)
@@ -481,11 +488,11 @@ def test_lost_gpu_found_by_bus_id_not_by_position_or_tag() -> None:
     assert [g["lost"] for g in sample["gpus"]] == [False, False, True]
     # two different lost GPUs are two events; a non-lost handle error is not "lost"
     two = classify_smi_failure(text + text.replace("81:00.0", "c1:00.0"))
-    assert two is not None and two.lost_pci_bus_ids == ("0000:81:00.0", "0000:c1:00.0")
+    assert two is not None and lost(two) == ("0000:81:00.0", "0000:c1:00.0")
     other = classify_smi_failure(
         "Unable to determine the device handle for GPU 0000:41:00.0: Unknown Error\n"
     )
-    assert other is not None and other.state == "error" and other.lost_pci_bus_ids == ()
+    assert other is not None and other.state == "error" and lost(other) == ()
 
 
 def test_stream_round_with_a_lost_gpu_keeps_the_others() -> None:

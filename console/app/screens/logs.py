@@ -567,6 +567,7 @@ class LogsScreen(Screen[None]):
         )
 
     @work(group="logs-add", exit_on_error=False)
+    @reported("add job")
     async def _locate_and_add(self, ref: str) -> None:
         """Find the job ``ref`` names (adopted from the hosts when this store does not know
         it, as the CLI does) and add its panes."""
