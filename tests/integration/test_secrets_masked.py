@@ -172,3 +172,34 @@ def test_host_runtime_job_secrets_masked_everywhere(
     outs.check(spec_secret, profile_secret)
     for s in secrets:
         assert _files_holding(cli.tmp, s.encode()) == []
+
+
+def test_an_escaped_reference_reaches_the_container_as_text(
+    cli: CLI, test_profile: Path, engine: docker.DockerClient, secrets: tuple[str, str]
+) -> None:
+    """``$${X}`` is the text ``${X}`` (as Docker Compose reads it): the container gets it
+    verbatim, not the variable's value, and it is no secret (shown as it is)."""
+    spec_secret, _ = secrets
+    name = f"lit-{uuid.uuid4().hex[:6]}"
+    spec = cli.spec(
+        name,
+        args=["--steps", "400", "--step-sleep", "0.2", "--out", "/out", "--workers", "0"],
+        env={"LITERAL": "$${GC_T_SPEC_SECRET}", "PRICE": "$$5", "TOKEN": "${GC_T_SPEC_SECRET}"},
+    )
+    res = cli.run("submit", str(spec))
+    assert res.returncode == 0, res.stdout + res.stderr
+    job_id = res.stdout.strip()
+    try:
+        [c] = job_containers(engine, job_id=job_id)
+        env = c.attrs["Config"]["Env"]
+        assert "LITERAL=${GC_T_SPEC_SECRET}" in env and "PRICE=$5" in env
+        assert f"TOKEN={spec_secret}" in env
+        assert c.labels["io.gpuconsole.secret-env"] == "TOKEN"
+        out = cli.run("describe", job_id)
+        assert out.returncode == 0, out.stderr
+        assert "LITERAL='${GC_T_SPEC_SECRET}'" in out.stdout or (
+            "LITERAL=${GC_T_SPEC_SECRET}" in out.stdout
+        ), out.stdout
+        assert "TOKEN=***" in out.stdout and spec_secret not in out.stdout
+    finally:
+        cli.run("stop", job_id, "--grace", "1")
