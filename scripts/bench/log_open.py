@@ -98,8 +98,7 @@ def cli_logs(state: Path, profile: Path) -> float:
     res = subprocess.run(
         [sys.executable, "-m", "console", "-p", str(profile), "logs", JOB_ID],
         env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        capture_output=True,
         text=True,
         check=False,
     )
@@ -147,9 +146,7 @@ def main() -> None:
         for p in loaders:
             p.kill()
     ratio = statistics.median(alls) / statistics.median(clis)
-    print(
-        f"{a.lines} lines, {a.runs} runs, {a.load} busy process(es) beside it, {os.cpu_count()} cores"
-    )
+    print(f"{a.lines} lines, {a.runs} runs, {a.load} busy process(es), {os.cpu_count()} cores")
     print()
     print("| measure | gpuconsole app | `gpuconsole logs` (baseline) | ratio |")
     print("|---|---|---|---|")
