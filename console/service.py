@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import math
 import os
@@ -68,6 +69,8 @@ if TYPE_CHECKING:  # imported by the methods that use them (CLI start-up: `ps` n
     from console.fleet.state import FleetState
     from console.jobs.copy import CopyRequest, CopyResult
     from console.notebook.attach import NotebookTunnel
+    from console.stacks.analysis import Analysis
+    from console.stacks.model import Capture
     from remote.telemetry.schema import Sample
 
 log = logging.getLogger("gpuconsole.service")
@@ -670,6 +673,100 @@ class Service:
         raise_if_unreachable(job)
         n = self.exec_target(job, node)
         return await backend.attach_exec(job, n, command, tty=tty)
+
+    # -- stacks -----------------------------------------------------------------------------
+
+    async def stacks(
+        self,
+        job: JobRecord,
+        *,
+        node: int | None = None,
+        rank: int | None = None,
+        native: bool = False,
+        save: bool = True,
+    ) -> tuple[Capture, Analysis]:
+        """Every rank's Python stack, all nodes at once (the job's backend takes them, see
+        :meth:`JobBackend.take_stacks`), grouped and read (:func:`console.stacks.analysis.
+        analyse`); saved as the job's last capture (:meth:`last_stacks`) unless ``save`` is
+        off. A node that could not be read is in the result with its reason.
+
+        Args:
+            node: only this node's processes.
+            rank: only this rank (and its children).
+            native: native frames too (py-spy ``--native``).
+
+        Raises:
+            UsageError: ``node`` is not a node of the job.
+            JobError: the job runs on no node (what to read instead), or its runtime cannot.
+        """
+        from console.stacks.analysis import analyse
+        from console.stacks.model import Capture, NodeCapture
+
+        backend = self.backend_for(job)
+        if not backend.capabilities.stacks:
+            raise backend.refusal("stacks", job, job.nodes[0] if job.nodes else None)
+        if node is not None and node not in {n.node_rank for n in job.nodes}:
+            raise UsageError(
+                f"--node {node}: job {job.id} has nodes "
+                + ", ".join(str(n.node_rank) for n in job.nodes),
+                "pass one of them, or leave --node out for every node",
+            )
+        nodes = [n for n in job.nodes if node is None or n.node_rank == node]
+        if not any(n.state == "running" for n in nodes):
+            where = f"node {node} of job {job.id}" if node is not None else f"job {job.id}"
+            raise JobError(
+                f"{where} is not running ({job.state}): a process that ended has no stack",
+                f"`gpuconsole logs {job.id}` shows how it ended"
+                + (
+                    "; `gpuconsole describe` shows its last stacks" if self.last_stacks(job) else ""
+                ),
+            )
+        taken = await backend.take_stacks(job, nodes, native=native)
+        if rank is not None:
+            taken = [
+                dataclasses.replace(
+                    n,
+                    processes=tuple(
+                        p for p in n.processes if p.role in ("rank", "child") and p.rank == rank
+                    ),
+                )
+                for n in taken
+            ]
+        capture = Capture(job.id, time.time(), list(taken), native=native)
+        if rank is not None and not capture.processes("rank") and not any(n.error for n in taken):
+            capture.nodes.append(NodeCapture(-1, "-", error=f"rank {rank} was on no node read"))
+        analysis = analyse(capture)
+        if save and node is None and rank is None:
+            await asyncio.to_thread(self._save_stacks, capture)
+        return capture, analysis
+
+    def _stacks_path(self, job: JobRecord) -> Path:
+        return self.store.root / "stacks" / f"{job.id}.json"
+
+    def _save_stacks(self, capture: Capture) -> None:
+        import json
+
+        path = self.store.root / "stacks" / f"{capture.job_id}.json"
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(capture.to_json()))
+            os.replace(tmp, path)
+        except OSError as e:  # the capture is still shown; only describe's copy is lost
+            log.warning("stacks of %s not saved to %s: %s", capture.job_id, path, e)
+
+    def last_stacks(self, job: JobRecord) -> Capture | None:
+        """The job's last full capture (:meth:`stacks`), ``None`` if none was taken or it
+        cannot be read."""
+        import json
+
+        from console.stacks.model import capture_from_json
+
+        try:
+            data = json.loads(self._stacks_path(job).read_text())
+            return capture_from_json(data)
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
 
     # -- shell (dev container) ----------------------------------------------------------------
 

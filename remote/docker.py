@@ -727,6 +727,75 @@ class Engine:
 
         return await self.call(get)
 
+    async def run_sidecar(
+        self,
+        target: str,
+        argv: Sequence[str],
+        *,
+        binds: dict[str, str],
+        cap_add: str,
+        labels: dict[str, str],
+        timeout: float,
+    ) -> tuple[int, bytes, bytes]:
+        """Run ``argv`` to its end in a short-lived container that joins ``target``'s PID
+        namespace (``docker run --rm --pid container:ID``) from ``target``'s own image, and
+        return ``(exit status, stdout, stderr)``; the container is removed in every case.
+
+        It gets the one capability ``cap_add`` (e.g. ``SYS_PTRACE``) and nothing else:
+        ``--cap-drop ALL``, ``no-new-privileges``, no network, a read-only root file system,
+        512 MiB, 64 processes, user root (the capability is checked against the target's
+        processes, whatever their user); ``binds`` (host path -> container path) are
+        read-only.
+
+        Raises:
+            DockerError: the engine refused it (the target is gone, the image lacks ``argv[0]``).
+            ConnectionLost: the engine could not be reached.
+        """
+        import docker.errors
+
+        def run(c: docker.DockerClient) -> tuple[int, bytes, bytes]:
+            info = c.api.inspect_container(target)
+            host_config = c.api.create_host_config(
+                pid_mode=f"container:{info['Id']}",
+                cap_drop=["ALL"],
+                cap_add=[cap_add],
+                security_opt=["no-new-privileges"],
+                network_mode="none",
+                read_only=True,
+                mem_limit="512m",
+                pids_limit=64,
+                binds={src: {"bind": dst, "mode": "ro"} for src, dst in binds.items()},
+            )
+            made = c.api.create_container(
+                info["Image"],
+                command=[*argv[1:]],
+                entrypoint=[argv[0]],
+                user="0:0",
+                labels=labels,
+                host_config=host_config,
+                network_disabled=True,
+            )
+            cid = made["Id"]
+            try:
+                c.api.start(cid)
+                try:
+                    status = c.api.wait(cid, timeout=math.ceil(timeout)).get("StatusCode", -1)
+                except Exception as e:  # requests' ReadTimeout: it did not end in time
+                    c.api.kill(cid)
+                    raise docker.errors.DockerException(
+                        f"the sidecar did not end within {timeout:g} s"
+                    ) from e
+                out = c.api.logs(cid, stdout=True, stderr=False)
+                err = c.api.logs(cid, stdout=False, stderr=True)
+                return int(status), bytes(out), bytes(err)
+            finally:
+                try:
+                    c.api.remove_container(cid, force=True)
+                except docker.errors.NotFound:
+                    pass
+
+        return await self.call(run)
+
     async def logs(
         self,
         container_id: str,

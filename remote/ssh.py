@@ -28,6 +28,7 @@ import termios
 import time
 import tty as tty_mod
 import weakref
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -773,12 +774,16 @@ class SSHTransport(Transport):
             raise ConnectionLost(self.name, f"cannot start `{cmd}`: {e}") from e
         return _SSHProcess(proc)
 
-    async def _put_files(self, files: dict[str, bytes], remote_dir: str) -> None:
+    async def _put_files(
+        self, files: dict[str, bytes], remote_dir: str, executable: Collection[str] = ()
+    ) -> None:
         sftp = await self._sftp_client()
         await sftp.makedirs(remote_dir)
         for name, data in files.items():
             async with sftp.open(f"{remote_dir}/{name}", "wb") as f:
                 await f.write(data)
+            if name in executable:
+                await sftp.chmod(f"{remote_dir}/{name}", 0o755)
 
     async def _put_tree(self, local_dir: Path, remote_dir: str) -> None:
         sftp = await self._sftp_client()

@@ -26,7 +26,7 @@ import stat
 import tempfile
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -375,14 +375,20 @@ class Transport(ABC):
         """
 
     @abstractmethod
-    async def _put_files(self, files: dict[str, bytes], remote_dir: str) -> None:
-        """Write ``files`` (name -> bytes) into ``remote_dir``, which must not exist."""
+    async def _put_files(
+        self, files: dict[str, bytes], remote_dir: str, executable: Collection[str] = ()
+    ) -> None:
+        """Write ``files`` (name -> bytes) into ``remote_dir``, which must not exist; the
+        names in ``executable`` get mode 0755."""
 
-    async def put_bundle(self, files: dict[str, bytes], base: str) -> str:
+    async def put_bundle(
+        self, files: dict[str, bytes], base: str, *, executable: Collection[str] = ()
+    ) -> str:
         """Upload a set of files into ``~/<base>/<sha256[:16]>`` unless it is already there.
 
         Content-addressed like :meth:`sync_workdir`: re-uploaded only when a file changes,
-        never seen half-written.
+        never seen half-written; the files named in ``executable`` are executable (mode
+        0755) before the folder appears.
 
         Returns:
             The folder's absolute path on the host.
@@ -394,7 +400,7 @@ class Transport(ABC):
             return final
         await self.sweep_staging(root)
         tmp = f"{root}/{staging_name(digest)}"
-        await self._put_files(files, tmp)
+        await self._put_files(files, tmp, executable)
         if not await self._rename(tmp, final):
             await self.run(["rm", "-rf", "--", tmp])
         return final
@@ -806,11 +812,15 @@ class LocalTransport(Transport):
             raise TransportError(self.name, f"{argv[0]}: command not found") from e
         return _LocalProcess(proc)
 
-    async def _put_files(self, files: dict[str, bytes], remote_dir: str) -> None:
+    async def _put_files(
+        self, files: dict[str, bytes], remote_dir: str, executable: Collection[str] = ()
+    ) -> None:
         d = Path(remote_dir)
         d.mkdir(parents=True)
         for name, data in files.items():
             (d / name).write_bytes(data)
+            if name in executable:
+                (d / name).chmod(0o755)
 
     async def _put_tree(self, local_dir: Path, remote_dir: str) -> None:
         Path(remote_dir).parent.mkdir(parents=True, exist_ok=True)

@@ -38,6 +38,7 @@ if TYPE_CHECKING:  # the plans import the launch path (CLI start-up: `ps` needs 
     from console.profiles import Profile
     from console.session import Session
     from console.slurm.backend import SlurmPlan
+    from console.stacks.model import NodeCapture
 
 Action = Literal["exec", "cp", "notebook", "shell", "stacks"]
 """An action on a job (or a host) that not every runtime offers (:class:`Capabilities`)."""
@@ -53,7 +54,7 @@ class Capabilities:
         cp: ``cp``: files between this machine and a node's container.
         notebook: ``notebook``: a JupyterLab job and its tunnel.
         shell: ``shell --host``: a dev container on a host.
-        stacks: per-rank stack dumps of a running job (none offers it yet).
+        stacks: per-rank Python stacks of a running job (``stacks``; py-spy on each node).
         intake_process: its log streams can be read in the intake child process
             (:mod:`console.intake`); otherwise a follow reads them on the service's loop.
     """
@@ -183,6 +184,29 @@ def profile_stop_grace(profile: Profile) -> float:
             field="defaults.stop_grace",
         )
     return value
+
+
+async def stacks_of_nodes(
+    nodes: Sequence[NodeRecord],
+    read: Callable[[NodeRecord], Awaitable[NodeCapture]],
+) -> list[NodeCapture]:
+    """Every node's stacks at once (``read`` one node); a node that is not running, or whose
+    read failed, is a :class:`~console.stacks.model.NodeCapture` with its reason (the error's
+    message and fix), never an exception: the other nodes are still shown."""
+    import asyncio
+
+    from console.stacks.model import NodeCapture
+
+    async def one(node: NodeRecord) -> NodeCapture:
+        if node.state != "running" or not node.container_id:
+            return NodeCapture(node.node_rank, node.host, error=f"not running ({node.state})")
+        try:
+            return await read(node)
+        except GpuConsoleError as e:
+            why = f"{e.message} (fix: {e.hint})" if e.hint else e.message
+            return NodeCapture(node.node_rank, node.host, error=why)
+
+    return list(await asyncio.gather(*(one(n) for n in nodes)))
 
 
 def raise_if_unreachable(job: JobRecord) -> None:
@@ -369,6 +393,14 @@ class JobBackend(Protocol):
 
     async def copy(self, job: JobRecord, node: int | None, request: CopyRequest) -> CopyResult:
         """``cp`` between this machine and one node (see :mod:`console.jobs.copy`)."""
+        ...
+
+    async def take_stacks(
+        self, job: JobRecord, nodes: Sequence[NodeRecord], *, native: bool
+    ) -> list[NodeCapture]:
+        """The Python stacks of every process of ``nodes`` (py-spy, see
+        :mod:`remote.stacks`), all nodes at once; a node that could not be read carries its
+        reason instead (:func:`stacks_of_nodes`)."""
         ...
 
     # -- a host -------------------------------------------------------------------------

@@ -30,6 +30,7 @@ from console.backends.base import (
     not_running_hint,
     profile_stop_grace,
     raise_if_unreachable,
+    stacks_of_nodes,
 )
 from console.backends.containers import (
     ACTIVE_STATES,
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
     from console.jobs.status import HostListing
     from console.jobs.store import JobRecord, NodeRecord, Store
     from console.session import Session
+    from console.stacks.model import NodeCapture
 
 log = logging.getLogger("gpuconsole.backends.docker")
 
@@ -65,7 +67,9 @@ class DockerBackend:
     """Jobs in Docker containers on the profile's SSH hosts (see the module docstring)."""
 
     name = "docker"
-    capabilities = Capabilities(exec=True, cp=True, notebook=True, shell=True, intake_process=True)
+    capabilities = Capabilities(
+        exec=True, cp=True, notebook=True, shell=True, stacks=True, intake_process=True
+    )
 
     def __init__(self, session: Session, store: Store) -> None:
         self.session = session
@@ -82,7 +86,7 @@ class DockerBackend:
         node: NodeRecord | None = None,
         host: str | None = None,
     ) -> GpuConsoleError:
-        """Why ``action`` is not offered (Docker offers all but ``stacks``)."""
+        """Why ``action`` is not offered (Docker offers every action)."""
         return JobError(
             f"{action} is not offered for Docker jobs yet",
             "`gpuconsole logs` shows what the job printed",
@@ -377,6 +381,28 @@ class DockerBackend:
         from console.jobs.copy import copy_job_files
 
         return await copy_job_files(self.session, job, node, request)
+
+    # -- stacks ---------------------------------------------------------------------------
+
+    async def take_stacks(
+        self, job: JobRecord, nodes: Sequence[NodeRecord], *, native: bool
+    ) -> list[NodeCapture]:
+        """Each node read by a sidecar in its container's PID namespace
+        (:func:`remote.stacks.in_sidecar`); its GPUs from the container's labels."""
+        return await stacks_of_nodes(nodes, lambda n: self._node_stacks(n, native))
+
+    async def _node_stacks(self, node: NodeRecord, native: bool) -> NodeCapture:
+        from console.jobs.labels import gpu_indices
+        from console.stacks.model import parse_node
+        from remote.stacks import in_sidecar
+
+        assert node.container_id is not None
+        t = await self.session.connected(node.host)
+        engine = self.session.engine(node.host)
+        info = await engine.inspect(node.container_id)
+        gpus = gpu_indices(info.labels) if info is not None else ()
+        doc = await in_sidecar(t, engine, node.container_id, native=native)
+        return parse_node(node.node_rank, node.host, doc, gpus)
 
     # -- dev containers -------------------------------------------------------------------
 

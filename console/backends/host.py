@@ -4,7 +4,8 @@
 Its nodes are listed, stopped, read and removed through the same engine calls as Docker's
 (:class:`remote.runtimes.RuntimeEngine` routes by the node's id), so this backend is the
 Docker one (:mod:`console.backends.docker`) less what needs a container: ``exec``, ``cp``,
-notebooks and dev containers, each refused with the way to do it on the host.
+notebooks and dev containers, each refused with the way to do it on the host. Stacks are read
+on the host itself, as the SSH user, under the node's torchrun (its ``run.json``).
 """
 
 from __future__ import annotations
@@ -17,9 +18,34 @@ from console.backends.base import Action, Capabilities
 from console.backends.docker import DockerBackend
 from console.errors import JobError, UsageError
 
+
+def ptrace_hint(capture: NodeCapture) -> NodeCapture:
+    """A capture whose processes were refused by the kernel's ptrace policy (Yama's
+    ``kernel.yama.ptrace_scope`` >= 1 lets a user read only its own children, unless it has
+    ``CAP_SYS_PTRACE``) says so once for the node, with what to change."""
+    import dataclasses
+
+    refused = [p for p in capture.processes if p.error and "permission denied" in p.error]
+    if not refused or capture.error is not None:
+        return capture
+    scope = capture.ptrace_scope
+    policy = f"kernel.yama.ptrace_scope is {scope}" if scope is not None else "the kernel"
+    return dataclasses.replace(
+        capture,
+        error=(
+            f"{policy} on {capture.host}: user {capture.uid} may not read the job's "
+            f"processes ({len(refused)} refused) (fix: `sudo sysctl kernel.yama.ptrace_scope=0` "
+            "on the host, or give py-spy the capability, `sudo setcap cap_sys_ptrace+ep "
+            "~/.cache/gpuconsole/stacks/*/py-spy`, or log in as root; ptrace_scope 3 "
+            "forbids it until a reboot)"
+        ),
+    )
+
+
 if TYPE_CHECKING:
     from console.jobs.copy import CopyRequest, CopyResult
     from console.jobs.store import JobRecord, NodeRecord
+    from console.stacks.model import NodeCapture
     from remote.errors import GpuConsoleError
 
 
@@ -28,7 +54,7 @@ class HostBackend(DockerBackend):
 
     name = "host"
     capabilities = Capabilities(
-        exec=False, cp=False, notebook=False, shell=False, intake_process=True
+        exec=False, cp=False, notebook=False, shell=False, stacks=True, intake_process=True
     )
 
     def refusal(
@@ -99,6 +125,30 @@ class HostBackend(DockerBackend):
         from console.jobs.copy import copy_node
 
         raise self.refusal("cp", job, copy_node(job, node))
+
+    async def _node_stacks(self, node: NodeRecord, native: bool) -> NodeCapture:
+        """py-spy on the host under the node's torchrun (``run.json``'s child pid), as the
+        SSH user: the host's ptrace policy (Yama) decides, and a refusal says what to change."""
+        import json
+
+        from console.jobs.labels import gpu_indices
+        from console.stacks.model import NodeCapture, parse_node
+        from remote.stacks import on_host
+
+        assert node.container_id is not None
+        t = await self.session.connected(node.host)
+        engine = self.session.engine(node.host)
+        info = await engine.inspect(node.container_id)
+        raw = await engine.hostrt.read_file(node.container_id, "run.json")
+        try:
+            child = int(json.loads(raw or b"{}")["child"])
+        except (ValueError, KeyError, TypeError):
+            return NodeCapture(node.node_rank, node.host, error="its process is not known yet")
+        doc = await on_host(t, engine.hostrt.agent_python, child, native=native)
+        capture = parse_node(
+            node.node_rank, node.host, doc, gpu_indices(info.labels) if info is not None else ()
+        )
+        return ptrace_hint(capture)
 
     async def dev_shell(
         self,

@@ -22,6 +22,7 @@ from console.backends.base import (
     mark_removed,
     profile_stop_grace,
     raise_if_unreachable,
+    stacks_of_nodes,
 )
 from console.errors import JobError, PlanError, UsageError
 from console.jobs.status import ACTIVE_STATES
@@ -35,13 +36,14 @@ if TYPE_CHECKING:
     from console.jobs.status import HostListing
     from console.jobs.store import JobRecord, NodeRecord, Store
     from console.session import Session
+    from console.stacks.model import NodeCapture
 
 
 class SlurmBackend:
     """Jobs submitted to a Slurm cluster (see the module docstring)."""
 
     name = "slurm"
-    capabilities = Capabilities(exec=False, cp=False, notebook=False, shell=False)
+    capabilities = Capabilities(exec=False, cp=False, notebook=False, shell=False, stacks=True)
 
     def __init__(self, session: Session, store: Store) -> None:
         self.session = session
@@ -272,6 +274,26 @@ class SlurmBackend:
     async def copy(self, job: JobRecord, node: int | None, request: CopyRequest) -> CopyResult:
         """Refused: the files are on the cluster's shared filesystem."""
         raise self.refusal("cp", job)
+
+    async def take_stacks(
+        self, job: JobRecord, nodes: Sequence[NodeRecord], *, native: bool
+    ) -> list[NodeCapture]:
+        """Each node read inside the job's allocation: ``srun --overlap --jobid N -w NODE``
+        from the login host (:func:`remote.stacks.in_allocation`; the bundle in the login
+        host's home, which the compute nodes share)."""
+        from console.slurm.script import slurm_config
+        from console.stacks.model import parse_node
+        from remote.stacks import in_allocation
+
+        login = slurm_config(self.session.profile).login_host
+        t = await self.session.connected(login)
+
+        async def read(node: NodeRecord) -> NodeCapture:
+            assert node.container_id is not None
+            doc = await in_allocation(t, node.container_id, node.host, native=native)
+            return parse_node(node.node_rank, node.host, doc)
+
+        return await stacks_of_nodes(nodes, read)
 
     async def dev_shell(
         self,

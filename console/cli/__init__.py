@@ -1,5 +1,5 @@
-"""The headless CLI: ``gpuconsole submit|notebook|ps|logs|stop|rm|exec|shell|describe|cp|top``,
-``gpus``, and ``watch|alerts|diagnose`` for on-call.
+"""The headless CLI: ``gpuconsole submit|notebook|ps|logs|stop|rm|exec|shell|describe|cp``,
+``stacks``, ``top``, ``gpus``, and ``watch|alerts|diagnose`` for on-call.
 
 :data:`main` is the click group (the ``gpuconsole`` entry point); each module below adds its
 commands to it. The CLI only parses, calls :class:`console.service.Service` and prints (see
@@ -16,6 +16,7 @@ from console.cli import (  # noqa: F401  (each registers its commands)
     jobs,
     notebook,
     shell,
+    stacks,
     submit,
     watch,
 )

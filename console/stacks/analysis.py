@@ -1,0 +1,295 @@
+"""A capture read as a person would: ranks with the same stack folded into one group, the odd
+ones out first and named as the likely cause, torchrun's agents and the ranks' children apart.
+
+The collectives are ``torch.distributed``'s (``torch/distributed/distributed_c10d.py``: the
+functions a rank calls and then waits in until every rank of the group has called it too);
+a rank that is not in the collective the others wait in holds them all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from console.stacks.model import Capture, Frame, ProcessStack
+
+#: torch.distributed's collectives and point-to-point calls (distributed_c10d.py's public
+#: functions) and the waits on their work objects
+COLLECTIVES = frozenset(
+    {
+        "all_reduce",
+        "all_reduce_coalesced",
+        "all_gather",
+        "all_gather_into_tensor",
+        "all_gather_object",
+        "all_gather_coalesced",
+        "reduce_scatter",
+        "reduce_scatter_tensor",
+        "all_to_all",
+        "all_to_all_single",
+        "broadcast",
+        "broadcast_object_list",
+        "reduce",
+        "gather",
+        "gather_object",
+        "scatter",
+        "scatter_object_list",
+        "barrier",
+        "monitored_barrier",
+        "send",
+        "recv",
+        "isend",
+        "irecv",
+        "batch_isend_irecv",
+        "send_object_list",
+        "recv_object_list",
+    }
+)
+_LIBRARY_MARKS = ("/site-packages/", "/dist-packages/", "/lib/python3", "<frozen ")
+_WRAPPERS = frozenset({"wrapper", "_fn", "inner", "decorate_context"})
+
+
+def is_library(frame: Frame) -> bool:
+    """Whether a frame is in an installed package or the standard library (not the job's
+    own code)."""
+    return any(m in frame.filename for m in _LIBRARY_MARKS)
+
+
+def collective_of(frames: Sequence[Frame]) -> Frame | None:
+    """The innermost frame that is one of torch.distributed's collectives, if any."""
+    for f in frames:
+        base = f.name.rsplit(".", 1)[-1]
+        if base in COLLECTIVES and "torch/distributed/" in f.filename:
+            return f
+    return None
+
+
+def ranks_text(ranks: Iterable[int]) -> str:
+    """``0, 2-7``: sorted, runs folded."""
+    rs = sorted(set(ranks))
+    parts: list[str] = []
+    i = 0
+    while i < len(rs):
+        j = i
+        while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1:
+            j += 1
+        parts.append(str(rs[i]) if i == j else f"{rs[i]}-{rs[j]}")
+        i = j + 1
+    return ", ".join(parts)
+
+
+def who(ranks: Sequence[int]) -> str:
+    """``rank 1`` / ``ranks 0, 2-7`` (the verb's number follows: see :func:`_is`)."""
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {ranks_text(ranks)}"
+
+
+def _is(ranks: Sequence[int]) -> str:
+    return "is" if len(ranks) == 1 else "are"
+
+
+def describe_frames(frames: Sequence[Frame], *, own_code: bool = True) -> str:
+    """Where a stack is, in one line: the collective it waits in (else its innermost frame
+    of the job's own code, else its innermost frame), then up to two callers of the job's
+    code: ``in all_reduce <- train (hang.py:38) <- hang.py:50``. ``own_code=False`` (torchrun's
+    agent, whose own code is a library's): the innermost frame and no callers."""
+    if not frames:
+        return "no Python frame"
+    if not own_code:
+        return f"in {frames[0].where()}"
+    coll = collective_of(frames)
+    user = [i for i, f in enumerate(frames) if not is_library(f)]
+    if coll is not None:
+        key = frames.index(coll)
+        head = f"in {coll.name.rsplit('.', 1)[-1]}"
+    elif user:
+        key = user[0]
+        head = f"in {frames[key].where()}"
+    else:
+        key = 0
+        head = f"in {frames[0].where()}"
+    callers = [
+        frames[i] for i in user if i > key and frames[i].name.rsplit(".", 1)[-1] not in _WRAPPERS
+    ]
+    if not callers and coll is not None:
+        callers = [f for f in frames[key + 1 :] if f.name not in _WRAPPERS][:1]
+    parts = [head]
+    if callers:
+        parts.append(_caller(callers[0]))
+        if len(callers) > 1:
+            parts.append(_caller(callers[-1]))
+    return " <- ".join(parts)
+
+
+def _caller(f: Frame) -> str:
+    """A caller as a stack line names it; a module's top level by its file and line."""
+    if f.name == "<module>":
+        return f"{f.short}:{f.line}" if f.line is not None else f.short
+    return f.where()
+
+
+@dataclass(frozen=True)
+class StackGroup:
+    """Processes whose main threads stand at the same frames.
+
+    Attributes:
+        processes: the members (ranks by rank).
+        frames: the shared main-thread stack, innermost first.
+        collective: the collective they wait in, if any.
+        where: :func:`describe_frames` of the stack.
+        idle: no member's main thread was running when read.
+    """
+
+    processes: tuple[ProcessStack, ...]
+    frames: tuple[Frame, ...]
+    collective: str | None
+    where: str
+    idle: bool
+
+    @property
+    def ranks(self) -> tuple[int, ...]:
+        """The members' ranks."""
+        return tuple(sorted({p.rank for p in self.processes if p.rank is not None}))
+
+    def title(self) -> str:
+        """``ranks 0, 2-7 (7): in all_reduce <- ...``."""
+        n = len(self.processes)
+        return (
+            f"{who(self.ranks)} ({n}): {self.where}"
+            if n > 1
+            else f"{who(self.ranks)}: {self.where}"
+        )
+
+
+@dataclass
+class Analysis:
+    """What a capture says (see the module docstring).
+
+    Attributes:
+        groups: the ranks' groups, the odd ones out first, the largest last.
+        odd: the groups that differ from the largest one (when there are several).
+        findings: the likely causes, most likely first, one sentence each.
+        agents: torchrun's agents, grouped.
+        children: the ranks' children (DataLoader workers), grouped.
+        missing: ranks of the world size that no node showed.
+        problems: one line per node or process that could not be read, naming it and why.
+        world_size: from the ranks' ``WORLD_SIZE``, when they say it.
+    """
+
+    groups: list[StackGroup] = field(default_factory=list)
+    odd: list[StackGroup] = field(default_factory=list)
+    findings: list[str] = field(default_factory=list)
+    agents: list[StackGroup] = field(default_factory=list)
+    children: list[StackGroup] = field(default_factory=list)
+    missing: list[int] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    world_size: int | None = None
+
+    def summary(self) -> str:
+        """One line: the first finding, else where the ranks are (an alert's detail)."""
+        if self.findings:
+            return self.findings[0]
+        if self.groups:
+            return "; ".join(g.title() for g in self.groups[:2])
+        return self.problems[0] if self.problems else "no rank was found"
+
+    @property
+    def partial(self) -> bool:
+        """Some node, rank or process could not be read (``stacks`` exits 3)."""
+        return bool(self.problems or self.missing)
+
+
+def group(processes: Iterable[ProcessStack], *, own_code: bool = True) -> list[StackGroup]:
+    """Processes folded by their main thread's frames (function, file, line), largest group
+    last; processes without a stack are left out (``own_code``: see
+    :func:`describe_frames`)."""
+    buckets: dict[tuple[tuple[str, str, int | None], ...], list[ProcessStack]] = {}
+    for p in processes:
+        main = p.main
+        if main is None:
+            continue
+        key = tuple((f.filename, f.name, f.line) for f in main.frames)
+        buckets.setdefault(key, []).append(p)
+    out = []
+    for members in buckets.values():
+        main = members[0].main
+        assert main is not None
+        coll = collective_of(main.frames)
+        out.append(
+            StackGroup(
+                processes=tuple(members),
+                frames=main.frames,
+                collective=coll.name.rsplit(".", 1)[-1] if coll is not None else None,
+                where=describe_frames(main.frames, own_code=own_code),
+                idle=not any(m.main is not None and m.main.active for m in members),
+            )
+        )
+    out.sort(key=lambda g: (len(g.processes), g.collective is not None, -min(g.ranks or (0,))))
+    return out
+
+
+def _problem(p: ProcessStack) -> str:
+    what = p.tag if p.role in ("rank", "child") else f"[n{p.node_rank}] {p.role}"
+    return f"{what} {p.host} pid {p.pid}: {p.error}"
+
+
+def analyse(capture: Capture) -> Analysis:
+    """Group a capture and name its likely causes (see :class:`Analysis`)."""
+    a = Analysis()
+    for n in capture.nodes:
+        if n.error is not None:
+            a.problems.append(f"node {n.node_rank} ({n.host}): {n.error}")
+    ranks = capture.processes("rank")
+    for p in capture.processes():
+        if p.role != "other" and p.threads is None and p.error:
+            a.problems.append(_problem(p))
+    sizes = {p.world_size for p in ranks if p.world_size}
+    a.world_size = max(sizes) if sizes else None
+    if a.world_size is not None:
+        seen = {p.rank for p in ranks}
+        a.missing = [r for r in range(a.world_size) if r not in seen]
+    a.groups = group(ranks)
+    a.agents = group(capture.processes("agent"), own_code=False)
+    a.children = group(capture.processes("child"))
+    if len(a.groups) > 1:
+        main = a.groups[-1]
+        a.odd = a.groups[:-1]
+        # an odd one out is named only against a majority, or against ranks that wait in a
+        # collective (two ranks in two places, neither waiting, blame neither)
+        a.findings = [
+            _finding(g, main)
+            for g in a.odd
+            if len(g.processes) < len(main.processes) or main.collective is not None
+        ]
+    elif len(a.groups) == 1 and a.groups[0].collective is not None and len(ranks) > 1:
+        g = a.groups[0]
+        a.findings.append(
+            f"every rank read ({ranks_text(g.ranks)}) is in {g.collective} at the same place: "
+            "if they stay there, the collective itself is stuck (the network, NCCL, or a "
+            "rank not read)"
+        )
+    if a.missing:
+        a.findings.append(
+            f"{who(a.missing)} of {a.world_size} {_is(a.missing)} on no node that was read "
+            "(exited, or on a node that could not be read)"
+        )
+    return a
+
+
+def _finding(odd: StackGroup, main: StackGroup) -> str:
+    rs = odd.ranks
+    if main.collective is not None and odd.collective is None:
+        return (
+            f"{who(rs)} {_is(rs)} not in the collective ({main.collective}) that "
+            f"{who(main.ranks)} wait in: {odd.where}"
+        )
+    if main.collective is not None and odd.collective not in (None, main.collective):
+        return (
+            f"mismatched collectives: {who(rs)} {_is(rs)} in {odd.collective} while "
+            f"{who(main.ranks)} are in {main.collective} ({odd.where})"
+        )
+    if main.collective is None and odd.collective is not None:
+        return (
+            f"{who(main.ranks)} are not in the collective ({odd.collective}) that "
+            f"{who(rs)} wait{'s' if len(rs) == 1 else ''} in: {main.where}"
+        )
+    return f"{who(rs)} {_is(rs)} elsewhere than {who(main.ranks)}: {odd.where}"

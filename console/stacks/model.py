@@ -1,0 +1,277 @@
+"""A job's Python stacks as typed records, read once from what each node's script printed.
+
+The node document comes from ``remote/agent/stacks.py`` (format 1, see its docstring); each
+process's ``threads`` is py-spy's ``dump --json`` output (py-spy 0.4: a list of threads, each
+``{thread_name, os_thread_id, active, owns_gil, frames: [{name, filename, short_filename,
+module, line, ...}]}``, innermost frame first).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Role = Literal["rank", "agent", "child", "other"]
+"""What a process is to torchrun: a rank (a training process), torchrun's elastic agent, a
+rank's child (a DataLoader worker), anything else (a shell, the gang supervisor)."""
+
+_ROLES: tuple[Role, ...] = ("rank", "agent", "child", "other")
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One Python frame (py-spy's ``frames[i]``).
+
+    Attributes:
+        name: the function (``Class.method`` from Python 3.11 on).
+        filename: the file as the process sees it.
+        short: py-spy's ``short_filename`` (the path under its package root).
+        line: the line being run, ``None`` if py-spy could not tell.
+    """
+
+    name: str
+    filename: str
+    short: str
+    line: int | None
+
+    def where(self) -> str:
+        """``name (short:line)``, as py-spy prints a frame."""
+        at = f"{self.short}:{self.line}" if self.line is not None else self.short
+        return f"{self.name} ({at})"
+
+
+@dataclass(frozen=True)
+class ThreadStack:
+    """One thread of a process.
+
+    Attributes:
+        name: its Python name (``MainThread``), ``None`` when py-spy could not read it.
+        os_id: the OS thread id.
+        active: py-spy saw it running (not idle in a wait).
+        frames: innermost first.
+    """
+
+    name: str | None
+    os_id: int | None
+    active: bool
+    frames: tuple[Frame, ...]
+
+
+@dataclass(frozen=True)
+class ProcessStack:
+    """One process of a node, with its stacks (or why there are none).
+
+    Attributes:
+        node_rank, host: the job's node it runs on.
+        pid, ppid: in the PID namespace it was read in (the container's for Docker jobs).
+        role: see :data:`Role`.
+        rank: the global rank (``RANK``) of a rank; for a child, its rank's.
+        local_rank: ``LOCAL_RANK`` of a rank.
+        world_size: ``WORLD_SIZE`` of a rank.
+        gpu: the host GPU index of a rank (the node's GPUs by local rank), when known.
+        cmdline: its argv.
+        age_s: seconds since it started.
+        threads: its threads (main first), ``None`` when not read (``error`` says why; an
+            ``other`` process is never read).
+        error: why py-spy could not read it.
+    """
+
+    node_rank: int
+    host: str
+    pid: int
+    ppid: int
+    role: Role
+    rank: int | None
+    local_rank: int | None
+    world_size: int | None
+    gpu: int | None
+    cmdline: tuple[str, ...]
+    age_s: float | None
+    threads: tuple[ThreadStack, ...] | None
+    error: str | None
+
+    @property
+    def tag(self) -> str:
+        """``[nN rR]`` as the log panes tag a rank's lines (``[nN]`` without a rank)."""
+        return (
+            f"[n{self.node_rank} r{self.rank}]" if self.rank is not None else f"[n{self.node_rank}]"
+        )
+
+    @property
+    def main(self) -> ThreadStack | None:
+        """The main thread (``MainThread``, else the thread whose id is the pid, else the
+        first)."""
+        if not self.threads:
+            return None
+        for t in self.threads:
+            if t.name == "MainThread":
+                return t
+        return next((t for t in self.threads if t.os_id == self.pid), self.threads[0])
+
+
+@dataclass(frozen=True)
+class NodeCapture:
+    """What one node gave: its processes, or why nothing could be read there.
+
+    Attributes:
+        node_rank, host: the node.
+        processes: every process seen (ranks, agents, children, others).
+        error: the node could not be read at all (host down, not running, no py-spy).
+        py_spy: py-spy's version as it printed it.
+        ptrace_scope: the host's ``kernel.yama.ptrace_scope`` (``None``: no Yama).
+        uid: the user the script ran as.
+    """
+
+    node_rank: int
+    host: str
+    processes: tuple[ProcessStack, ...] = ()
+    error: str | None = None
+    py_spy: str | None = None
+    ptrace_scope: int | None = None
+    uid: int | None = None
+
+    @property
+    def ranks(self) -> tuple[ProcessStack, ...]:
+        """The node's ranks, by rank."""
+        return tuple(
+            sorted((p for p in self.processes if p.role == "rank"), key=lambda p: p.rank or 0)
+        )
+
+
+@dataclass
+class Capture:
+    """One ``stacks`` of a job: every node asked at once.
+
+    Attributes:
+        job_id: the job.
+        taken_at: when (Unix s, this machine's clock).
+        nodes: one per node asked, by node rank.
+        native: native frames were asked for (py-spy ``--native``).
+    """
+
+    job_id: str
+    taken_at: float
+    nodes: list[NodeCapture] = field(default_factory=list)
+    native: bool = False
+
+    def processes(self, role: Role | None = None) -> list[ProcessStack]:
+        """Every process of every node (of ``role`` when given), ranks by rank."""
+        ps = [p for n in self.nodes for p in n.processes if role is None or p.role == role]
+        return sorted(
+            ps, key=lambda p: (p.rank if p.rank is not None else 1 << 30, p.node_rank, p.pid)
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The capture as JSON data (``stacks --json``, the saved last capture)."""
+        from dataclasses import asdict
+
+        return {"format": 1, **asdict(self)}
+
+
+def _int(v: object) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def _frames(raw: object) -> tuple[Frame, ...]:
+    out = []
+    for f in raw if isinstance(raw, list) else []:
+        if not isinstance(f, Mapping):
+            continue
+        filename = str(f.get("filename") or "?")
+        out.append(
+            Frame(
+                name=str(f.get("name") or "?"),
+                filename=filename,
+                short=str(f.get("short_filename") or filename.rsplit("/", 1)[-1]),
+                line=_int(f.get("line")),
+            )
+        )
+    return tuple(out)
+
+
+def _threads(raw: object) -> tuple[ThreadStack, ...] | None:
+    if not isinstance(raw, list):
+        return None
+    threads = [
+        ThreadStack(
+            name=str(t["thread_name"]) if t.get("thread_name") is not None else None,
+            os_id=_int(t.get("os_thread_id")),
+            active=bool(t.get("active")),
+            frames=_frames(t.get("frames")),
+        )
+        for t in raw
+        if isinstance(t, Mapping)
+    ]
+    return tuple(threads)
+
+
+def parse_node(
+    node_rank: int, host: str, doc: Mapping[str, Any], gpus: Sequence[int] = ()
+) -> NodeCapture:
+    """A node's document (``remote/agent/stacks.py``, format 1) as a :class:`NodeCapture`;
+    ``gpus``: the node's GPU indices, by local rank (its ``io.gpuconsole.gpus`` label)."""
+    procs = []
+    for p in doc.get("processes") or []:
+        if not isinstance(p, Mapping) or _int(p.get("pid")) is None:
+            continue
+        role: Role = p["role"] if p.get("role") in _ROLES else "other"
+        local = _int(p.get("local_rank"))
+        rank = _int(p.get("rank")) if role == "rank" else _int(p.get("parent_rank"))
+        procs.append(
+            ProcessStack(
+                node_rank=node_rank,
+                host=host,
+                pid=int(p["pid"]),
+                ppid=_int(p.get("ppid")) or 0,
+                role=role,
+                rank=rank if role in ("rank", "child") else None,
+                local_rank=local,
+                world_size=_int(p.get("world_size")),
+                gpu=gpus[local]
+                if role == "rank" and local is not None and local < len(gpus)
+                else None,
+                cmdline=tuple(str(a) for a in p.get("cmdline") or ()),
+                age_s=float(p["age_s"]) if isinstance(p.get("age_s"), int | float) else None,
+                threads=_threads(p.get("threads")),
+                error=str(p["error"]) if p.get("error") else None,
+            )
+        )
+    return NodeCapture(
+        node_rank=node_rank,
+        host=host,
+        processes=tuple(procs),
+        error=str(doc["error"]) if doc.get("error") else None,
+        py_spy=str(doc["py_spy"]) if doc.get("py_spy") else None,
+        ptrace_scope=_int(doc.get("ptrace_scope")),
+        uid=_int(doc.get("uid")),
+    )
+
+
+def capture_from_json(data: Mapping[str, Any]) -> Capture:
+    """A capture saved by :meth:`Capture.to_json`."""
+    nodes = []
+    for n in data.get("nodes") or []:
+        procs = []
+        for p in n.get("processes") or []:
+            threads = None
+            if p.get("threads") is not None:
+                threads = tuple(
+                    ThreadStack(
+                        t.get("name"),
+                        t.get("os_id"),
+                        bool(t.get("active")),
+                        tuple(Frame(**f) for f in t.get("frames") or ()),
+                    )
+                    for t in p["threads"]
+                )
+            procs.append(
+                ProcessStack(**{**p, "cmdline": tuple(p.get("cmdline") or ()), "threads": threads})
+            )
+        nodes.append(NodeCapture(**{**n, "processes": tuple(procs)}))
+    return Capture(
+        job_id=str(data["job_id"]),
+        taken_at=float(data["taken_at"]),
+        nodes=nodes,
+        native=bool(data.get("native")),
+    )

@@ -1,0 +1,288 @@
+"""One node's Python stacks: every torchrun rank, its agent and the ranks' children, by py-spy.
+
+Shipped to the hosts in a content-addressed bundle beside the ``py-spy`` binary (see
+:mod:`remote.stacks`) and run by a Python 3.8+ with the standard library only: in a sidecar
+container that joins a job container's PID namespace (Docker), on the host as the job's user
+(``runtime: host``) or inside the job's allocation (``srun --overlap``, Slurm).
+
+It reads ``/proc`` for the processes it may look at (all of its PID namespace but itself and
+its own children, narrowed by ``--root-pid`` and ``--env``), tells their roles apart by what
+torchrun gives each process (torch/distributed/run.py and torchelastic's
+``LocalElasticAgent`` set ``RANK``, ``LOCAL_RANK``, ``GROUP_RANK``, ``WORLD_SIZE`` and
+``LOCAL_WORLD_SIZE`` in every worker's environment):
+
+- ``rank``: a process with ``RANK`` and ``LOCAL_RANK`` whose ancestors have none (a training
+  process torchrun started);
+- ``child``: a descendant of a rank (a DataLoader worker, a compile worker), with its rank;
+- ``agent``: torchrun itself (``torch.distributed.run``/``torchrun``/``launch`` in argv);
+- ``other``: the rest (a shell, gpuconsole's gang supervisor); listed, never dumped.
+
+Each rank, agent and child is dumped with ``py-spy dump --json`` (py-spy's JSON: a list of
+threads, each ``{pid, thread_id, thread_name, os_thread_id, active, owns_gil, frames: [{name,
+filename, module, short_filename, line, locals, ...}]}``, innermost frame first), several at
+once, each with a time limit. py-spy pauses the process while it reads it (a few ms).
+
+Prints one JSON document (``"version": 1``)::
+
+    {"version": 1, "hostname": str, "time": unix s, "py_spy": "py-spy 0.4.3" | null,
+     "uid": int, "ptrace_scope": int | null, "error": str | null,
+     "processes": [{"pid", "ppid", "uid", "role", "rank", "local_rank", "group_rank",
+                    "world_size", "parent_rank", "cmdline": [str], "age_s", "state",
+                    "threads": [py-spy thread] | null, "error": str | null}]}
+
+``error`` at the top: nothing could be dumped (py-spy missing or not runnable). Exit status
+0 whenever the document was printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+FORMAT_VERSION = 1
+#: argv words that make a process torchrun's elastic agent
+AGENT_WORDS = ("torch.distributed.run", "torchrun", "torch.distributed.launch")
+#: at most this many py-spy processes at once
+PARALLEL = 8
+#: what py-spy says when the kernel refused to let it read the process
+PERMISSION_WORDS = ("Permission denied", "Operation not permitted", "os error 1)", "os error 13)")
+
+
+def read(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+class Proc:
+    """What ``/proc/PID`` says of one process."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.ppid = 0
+        self.state = "?"
+        self.start_ticks = 0
+        self.uid: int | None = None
+        self.cmdline: list[str] = []
+        self.env: dict[str, str] | None = None
+        stat = read(f"/proc/{pid}/stat")
+        if stat is not None:
+            # pid (comm) state ppid ...: comm may hold spaces and parentheses
+            rest = stat.decode("utf-8", "replace").rsplit(")", 1)[-1].split()
+            if len(rest) > 19:
+                self.state, self.ppid, self.start_ticks = rest[0], int(rest[1]), int(rest[19])
+        raw = read(f"/proc/{pid}/cmdline")
+        if raw:
+            self.cmdline = [a.decode("utf-8", "replace") for a in raw.rstrip(b"\0").split(b"\0")]
+        status = read(f"/proc/{pid}/status")
+        for line in (status or b"").decode("utf-8", "replace").splitlines():
+            if line.startswith("Uid:"):
+                self.uid = int(line.split()[1])
+        env = read(f"/proc/{pid}/environ")
+        if env is not None:
+            self.env = {}
+            for item in env.split(b"\0"):
+                k, sep, v = item.partition(b"=")
+                if sep:
+                    self.env[k.decode("utf-8", "replace")] = v.decode("utf-8", "replace")
+
+    def env_int(self, key: str) -> int | None:
+        v = (self.env or {}).get(key)
+        try:
+            return int(v) if v is not None else None
+        except ValueError:
+            return None
+
+    def is_worker(self) -> bool:
+        return self.env_int("RANK") is not None and self.env_int("LOCAL_RANK") is not None
+
+    def is_agent(self) -> bool:
+        words = " ".join(self.cmdline[:4])
+        return any(w in words for w in AGENT_WORDS)
+
+
+def all_procs() -> dict[int, Proc]:
+    procs = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            p = Proc(int(name))
+            if p.cmdline or p.ppid:  # gone meanwhile, or a kernel thread
+                procs[p.pid] = p
+    return procs
+
+
+def ancestors(procs: dict[int, Proc], pid: int) -> list[int]:
+    out, seen = [], {pid}
+    while pid in procs and procs[pid].ppid not in seen and procs[pid].ppid > 0:
+        pid = procs[pid].ppid
+        seen.add(pid)
+        out.append(pid)
+    return out
+
+
+def select(
+    procs: dict[int, Proc], root: int | None, env: list[tuple[str, str]], me: int
+) -> list[Proc]:
+    """The processes to report: not this script or its children, under ``root`` when
+    given, with every ``env`` pair in their environment."""
+    chosen = []
+    for p in procs.values():
+        up = ancestors(procs, p.pid)
+        if p.pid == me or me in up:
+            continue
+        if root is not None and p.pid != root and root not in up:
+            continue
+        if env and (p.env is None or any(p.env.get(k) != v for k, v in env)):
+            continue
+        chosen.append(p)
+    return sorted(chosen, key=lambda p: p.pid)
+
+
+def roles(procs: dict[int, Proc], chosen: list[Proc]) -> dict[int, tuple[str, int | None]]:
+    """pid -> (role, the rank a child belongs to)."""
+    out: dict[int, tuple[str, int | None]] = {}
+    for p in chosen:
+        up = [procs[a] for a in ancestors(procs, p.pid) if a in procs]
+        rank_above = next((a for a in up if a.is_worker()), None)
+        if rank_above is not None:
+            out[p.pid] = ("child", rank_above.env_int("RANK"))
+        elif p.is_worker():
+            out[p.pid] = ("rank", None)
+        elif p.is_agent():
+            out[p.pid] = ("agent", None)
+        else:
+            out[p.pid] = ("other", None)
+    return out
+
+
+def py_spy_version(py_spy: str) -> tuple[str | None, str | None]:
+    try:
+        res = subprocess.run([py_spy, "--version"], capture_output=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return None, f"py-spy cannot run here: {e}"
+    text = res.stdout.decode("utf-8", "replace").strip()
+    if res.returncode != 0 or not text:
+        why = res.stderr.decode("utf-8", "replace").strip().splitlines()
+        return None, f"py-spy cannot run here: {why[-1] if why else res.returncode}"
+    return text, None
+
+
+def first_reason(text: str) -> str:
+    """py-spy's own error line (it prints ``Error: ...`` then a Rust backtrace)."""
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("Error:"):
+            return line[len("Error:") :].strip()
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[0] if lines else "no output"
+
+
+def dump(py_spy: str, pid: int, native: bool, timeout: float) -> tuple[object, str | None]:
+    argv = [py_spy, "dump", "--pid", str(pid), "--json"]
+    if native:
+        argv.append("--native")
+    try:
+        res = subprocess.run(argv, capture_output=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None, f"py-spy did not answer within {timeout:g} s"
+    except OSError as e:
+        return None, f"py-spy cannot run: {e}"
+    if res.returncode != 0:
+        reason = first_reason(res.stderr.decode("utf-8", "replace"))
+        if any(w in reason for w in PERMISSION_WORDS):
+            reason = "permission denied: " + reason
+        return None, reason
+    try:
+        threads = json.loads(res.stdout.decode("utf-8", "replace"))
+    except ValueError:
+        return None, "py-spy printed no JSON: " + first_reason(
+            res.stdout.decode("utf-8", "replace")
+        )
+    return threads, None
+
+
+def ptrace_scope() -> int | None:
+    raw = read("/proc/sys/kernel/yama/ptrace_scope")
+    try:
+        return int(raw.decode().strip()) if raw else None
+    except ValueError:
+        return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--py-spy", required=True, help="the py-spy binary")
+    ap.add_argument("--native", action="store_true", help="native frames too (py-spy --native)")
+    ap.add_argument("--root-pid", type=int, help="only this process and its descendants")
+    ap.add_argument("--env", action="append", default=[], help="KEY=VALUE every process has")
+    ap.add_argument("--timeout", type=float, default=20.0, help="seconds per py-spy dump")
+    a = ap.parse_args(argv)
+    env = [(k, v) for k, _, v in (e.partition("=") for e in a.env if "=" in e)]
+    ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    up_raw = read("/proc/uptime")
+    uptime = float(up_raw.split()[0]) if up_raw else None
+    doc: dict[str, Any] = {
+        "version": FORMAT_VERSION,
+        "hostname": socket.gethostname(),
+        "time": time.time(),
+        "uid": os.getuid(),
+        "ptrace_scope": ptrace_scope(),
+        "py_spy": None,
+        "error": None,
+        "processes": [],
+    }
+    version, error = py_spy_version(a.py_spy)
+    doc["py_spy"], doc["error"] = version, error
+    procs = all_procs()
+    chosen = select(procs, a.root_pid, env, os.getpid())
+    kinds = roles(procs, chosen)
+    records: list[dict[str, Any]] = []
+    for p in chosen:
+        role, parent_rank = kinds[p.pid]
+        records.append(
+            {
+                "pid": p.pid,
+                "ppid": p.ppid,
+                "uid": p.uid,
+                "role": role,
+                "rank": p.env_int("RANK") if role == "rank" else None,
+                "local_rank": p.env_int("LOCAL_RANK") if role == "rank" else None,
+                "group_rank": p.env_int("GROUP_RANK") if role == "rank" else None,
+                "world_size": p.env_int("WORLD_SIZE") if role == "rank" else None,
+                "parent_rank": parent_rank,
+                "cmdline": p.cmdline[:64],
+                "age_s": (
+                    round(uptime - p.start_ticks / ticks, 3)
+                    if uptime is not None and p.start_ticks
+                    else None
+                ),
+                "state": p.state,
+                "threads": None,
+                "error": None,
+            }
+        )
+    wanted = [r for r in records if r["role"] != "other"]
+    if error is None and wanted:
+        with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
+            results = list(
+                pool.map(lambda r: dump(a.py_spy, int(r["pid"]), a.native, a.timeout), wanted)
+            )
+        for r, (threads, why) in zip(wanted, results):
+            r["threads"], r["error"] = threads, why
+    doc["processes"] = records
+    sys.stdout.write(json.dumps(doc) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

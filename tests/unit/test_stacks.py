@@ -1,0 +1,286 @@
+"""Per-rank stacks: the node script (remote/agent/stacks.py) over real processes read by the
+real py-spy, the typed records, and the reading of a capture (groups, the odd ones out, the
+likely cause).
+
+The recorded capture is real: a 2-node x 2-rank gloo job on the test hosts
+(scripts/examples/stuck_rank.py, rank 1 held in ``load_next_shard`` at step 3) read by
+``gpuconsole stacks`` through its Docker sidecars."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from console.stacks.analysis import analyse, describe_frames, ranks_text
+from console.stacks.model import Capture, Frame, ProcessStack, capture_from_json, parse_node
+from console.stacks.render import analysis_json, render
+from remote.stacks import elf_machine, parse_document, py_spy_for
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "stacks"
+SCRIPT = Path(__file__).resolve().parents[2] / "remote" / "agent" / "stacks.py"
+PY_SPY = Path(sys.executable).parent / "py-spy"
+
+
+def recorded() -> Capture:
+    return capture_from_json(
+        json.loads((DATA / "docker-gloo-2x2-rank1-stuck.capture.json").read_text())
+    )
+
+
+# --- the reading of a real capture ---------------------------------------------------------
+
+
+def test_the_stuck_rank_is_named_first_and_the_others_are_one_group() -> None:
+    capture = recorded()
+    a = analyse(capture)
+    assert [g.ranks for g in a.groups] == [(1,), (0, 2, 3)]
+    assert [g.ranks for g in a.odd] == [(1,)]
+    assert a.findings == [
+        "rank 1 is not in the collective (all_reduce) that ranks 0, 2-3 wait in: in "
+        "load_next_shard (stuck_rank.py:21) <- train (stuck_rank.py:28) <- stuck_rank.py:54"
+    ]
+    assert a.summary() == a.findings[0]
+    main = a.groups[-1]
+    assert main.collective == "all_reduce"
+    assert (
+        main.title()
+        == "ranks 0, 2-3 (3): in all_reduce <- train (stuck_rank.py:29) <- stuck_rank.py:54"
+    )
+    assert [(p.tag, p.host, p.pid) for p in main.processes] == [
+        ("[n0 r0]", "a", 15),
+        ("[n1 r2]", "b", 13),
+        ("[n1 r3]", "b", 14),
+    ]
+    # torchrun's agents apart, not among the ranks; gang supervisor and init not read
+    assert [(p.node_rank, p.pid) for g in a.agents for p in g.processes] == [(0, 10), (1, 9)]
+    assert a.agents[0].where.startswith("in SimpleElasticAgent._invoke_run (")
+    assert a.world_size == 4 and a.missing == [] and a.problems == [] and not a.partial
+
+
+def test_the_text_shows_causes_groups_members_and_frames() -> None:
+    capture = recorded()
+    text = render(capture, analyse(capture))
+    lines = text.splitlines()
+    assert lines[0].startswith("job stuck-9271f5: 4 ranks on 2 nodes, taken ")
+    assert lines[0].endswith("(py-spy 0.4.3)")
+    assert lines[2].startswith("likely cause: rank 1 is not in the collective (all_reduce)")
+    assert "odd one out: rank 1: in load_next_shard (stuck_rank.py:21)" in text
+    assert "  [n0 r0] a pid 15, [n1 r2] b pid 13, [n1 r3] b pid 14" in lines
+    assert "    all_reduce (torch/distributed/distributed_c10d.py:3252)" in lines
+    assert (
+        text.index("odd one out") < text.index("ranks 0, 2-3 (3)") < text.index("torchrun agents")
+    )
+
+
+def test_json_round_trip_and_analysis_json() -> None:
+    capture = recorded()
+    again = capture_from_json(json.loads(json.dumps(capture.to_json())))
+    assert again == capture
+    data = analysis_json(analyse(capture))
+    assert data["odd"] == [[1]] and data["groups"][-1]["ranks"] == [0, 2, 3]
+    assert data["groups"][-1]["members"][0] == {
+        "node": 0,
+        "host": "a",
+        "rank": 0,
+        "pid": 15,
+        "gpu": None,
+    }
+    assert data["partial"] is False
+
+
+def _with_frames(capture: Capture, rank: int, frames: tuple[Frame, ...]) -> Capture:
+    def swap(p: ProcessStack) -> ProcessStack:
+        if p.role != "rank" or p.rank != rank or p.threads is None:
+            return p
+        main = dataclasses.replace(p.threads[0], frames=frames)
+        return dataclasses.replace(p, threads=(main, *p.threads[1:]))
+
+    nodes = [
+        dataclasses.replace(n, processes=tuple(swap(p) for p in n.processes)) for n in capture.nodes
+    ]
+    return dataclasses.replace(capture, nodes=nodes)
+
+
+def _collective_frames(capture: Capture, name: str) -> tuple[Frame, ...]:
+    main = next(p for p in capture.processes("rank") if p.rank == 0).main
+    assert main is not None
+    return (dataclasses.replace(main.frames[0], name=name, line=4321), *main.frames[1:])
+
+
+def test_a_rank_in_another_collective_is_a_mismatch() -> None:
+    capture = recorded()
+    capture = _with_frames(capture, 1, _collective_frames(capture, "broadcast"))
+    (finding,) = analyse(capture).findings
+    assert finding.startswith(
+        "mismatched collectives: rank 1 is in broadcast while ranks 0, 2-3 are in all_reduce"
+    )
+
+
+def test_every_rank_in_the_collective_points_at_the_collective() -> None:
+    capture = recorded()
+    frames = next(p for p in capture.processes("rank") if p.rank == 0).main.frames  # type: ignore[union-attr]
+    capture = _with_frames(capture, 1, frames)
+    a = analyse(capture)
+    assert [g.ranks for g in a.groups] == [(0, 1, 2, 3)] and a.odd == []
+    assert a.findings == [
+        "every rank read (0-3) is in all_reduce at the same place: if they stay there, the "
+        "collective itself is stuck (the network, NCCL, or a rank not read)"
+    ]
+
+
+def test_a_node_not_read_leaves_its_ranks_missing_and_the_capture_partial() -> None:
+    capture = recorded()
+    capture.nodes[1] = dataclasses.replace(
+        capture.nodes[1], processes=(), error="cannot reach b: connection refused"
+    )
+    a = analyse(capture)
+    assert a.missing == [2, 3] and a.partial
+    assert a.problems == ["node 1 (b): cannot reach b: connection refused"]
+    assert a.findings[-1] == (
+        "ranks 2-3 of 4 are on no node that was read (exited, or on a node that could not be read)"
+    )
+    assert "not read:\n  node 1 (b): cannot reach b: connection refused" in render(capture, a)
+
+
+def test_ranks_text_and_where() -> None:
+    assert ranks_text([7, 0, 2, 3, 4, 5, 6]) == "0, 2-7"
+    assert ranks_text([1]) == "1" and ranks_text([]) == ""
+    lib = Frame("wait", "/usr/lib/python3.11/threading.py", "threading.py", 320)
+    own = Frame("load", "/workspace/data.py", "data.py", 41)
+    top = Frame("<module>", "/workspace/train.py", "train.py", 88)
+    assert describe_frames([lib, own, top]) == "in load (data.py:41) <- train.py:88"
+    assert describe_frames([lib]) == "in wait (threading.py:320)"
+    assert describe_frames([]) == "no Python frame"
+
+
+# --- the node script over real processes, read by the real py-spy ---------------------------
+
+AGENT = textwrap.dedent(
+    """
+    # a stand-in for torchrun's agent (its argv names torch.distributed.run): it starts two
+    # "ranks" with the environment torchrun gives its workers, world size 3 (rank 2 absent)
+    import os, subprocess, sys, time
+    rank_py = sys.argv[1]
+    for r in (0, 1):
+        env = dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), GROUP_RANK="0", WORLD_SIZE="3")
+        subprocess.Popen([sys.executable, rank_py, str(r)], env=env)
+    print("started", flush=True)
+    time.sleep(120)
+    """
+)
+RANK = textwrap.dedent(
+    """
+    import multiprocessing, sys, time
+
+    def _worker_loop():
+        time.sleep(120)
+
+    def load_next_shard():
+        time.sleep(120)
+
+    def step():
+        time.sleep(120)
+
+    if __name__ == "__main__":
+        if sys.argv[1] == "0":
+            multiprocessing.Process(target=_worker_loop).start()
+            step()
+        else:
+            load_next_shard()
+    """
+)
+
+
+@pytest.fixture
+def fake_job(tmp_path: Path) -> Iterator[int]:
+    (tmp_path / "rank.py").write_text(RANK)
+    (tmp_path / "agent.py").write_text(AGENT)
+    agent = subprocess.Popen(
+        [
+            sys.executable,
+            str(tmp_path / "agent.py"),
+            str(tmp_path / "rank.py"),
+            "torch.distributed.run",
+        ],
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        assert agent.stdout is not None and agent.stdout.readline() == b"started\n"
+        time.sleep(1.0)  # the ranks reach their sleeps, rank 0 its child
+        yield agent.pid
+    finally:
+        os.killpg(agent.pid, 9)
+        agent.wait()
+
+
+@pytest.mark.skipif(not os.access(PY_SPY, os.X_OK), reason="py-spy is not installed in the venv")
+def test_the_node_script_reads_every_role_by_what_torchrun_sets(fake_job: int) -> None:
+    res = subprocess.run(
+        [sys.executable, str(SCRIPT), "--py-spy", str(PY_SPY), "--root-pid", str(fake_job)],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
+    doc = parse_document("here", res.stdout, res.stderr)
+    assert doc["py_spy"].startswith("py-spy 0.") and doc["error"] is None
+    node = parse_node(0, "here", doc, gpus=(4, 5))
+    roles = sorted((p.role, p.rank) for p in node.processes)
+    assert roles == [("agent", None), ("child", 0), ("rank", 0), ("rank", 1)]
+    r0, r1 = node.ranks
+    assert (r0.local_rank, r0.gpu, r1.gpu, r1.world_size) == (0, 4, 5, 3)
+    assert r1.main is not None and [f.name for f in r1.main.frames[:2]] == [
+        "load_next_shard",
+        "<module>",
+    ]
+    child = next(p for p in node.processes if p.role == "child")
+    assert child.main is not None and child.main.frames[0].name == "_worker_loop"
+    a = analyse(Capture("fake", time.time(), [node]))
+    assert a.missing == [2] and a.partial
+    # two ranks, two stacks: neither is a majority; the higher rank's listed first
+    assert [g.where for g in a.groups] == [
+        "in load_next_shard (rank.py:8) <- rank.py:18",
+        "in step (rank.py:11) <- rank.py:16",
+    ]
+    # neither waits in a collective and neither is a majority: no one is blamed
+    assert a.findings == [
+        "rank 2 of 3 is on no node that was read (exited, or on a node that could not be read)"
+    ]
+    assert [g.processes[0].rank for g in a.children] == [0]
+
+
+def test_the_script_says_when_py_spy_cannot_run(tmp_path: Path) -> None:
+    res = subprocess.run(
+        [sys.executable, str(SCRIPT), "--py-spy", str(tmp_path / "missing"), "--root-pid", "1"],
+        capture_output=True,
+        timeout=60,
+        check=True,
+    )
+    doc = parse_document("here", res.stdout, res.stderr)
+    assert doc["error"].startswith("py-spy cannot run here: ")
+    assert parse_node(0, "here", doc).error == doc["error"]
+
+
+def test_a_py_spy_binary_is_chosen_by_the_hosts_cpu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    arm = tmp_path / "py-spy-arm"
+    arm.write_bytes(b"\x7fELF\x02\x01\x01" + b"\0" * 11 + (183).to_bytes(2, "little") + b"\0" * 40)
+    assert elf_machine(arm.read_bytes()) == 183 and elf_machine(b"#!/bin/sh\n") is None
+    monkeypatch.setenv("GPUCONSOLE_PY_SPY", str(arm))
+    assert py_spy_for("aarch64") == arm.read_bytes()
+    monkeypatch.setenv("PATH", str(tmp_path))  # nothing else to find
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python3"))
+    with pytest.raises(Exception) as e:
+        py_spy_for("x86_64")
+    assert "no py-spy binary for a Linux x86_64 host" in str(e.value)
+    assert "is not a Linux x86_64 binary" in str(e.value)
