@@ -137,11 +137,13 @@ class NodeDescription:
 
 @dataclass(frozen=True)
 class JobDescription:
-    """A job for ``describe``: its record, its spec as YAML and each node's commands."""
+    """A job for ``describe``: its record, its spec as YAML, each node's commands and the
+    job's last stacks (``stacks``: when they were taken and what they said, one line)."""
 
     job: JobRecord
     spec_yaml: str
     nodes: tuple[NodeDescription, ...]
+    last_stacks: tuple[float, str] | None = None
 
     def render(self) -> str:
         """Plain text, the same in the CLI and the app."""
@@ -171,6 +173,11 @@ class JobDescription:
             if n.torchrun:
                 label = "torchrun" if j.kind == "train" else "command"
                 out.append(f"  {label}: {n.torchrun}")
+        if self.last_stacks is not None:
+            taken, summary = self.last_stacks
+            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(taken))
+            out += ["", f"last stacks ({when}; `gpuconsole stacks {j.id}` takes new ones):"]
+            out.append(f"  {summary}")
         if self.spec_yaml.strip():
             out += ["", "spec:", *("  " + ln for ln in self.spec_yaml.rstrip().splitlines())]
         return "\n".join(out)
@@ -623,7 +630,12 @@ class Service:
         import yaml  # PyYAML: only `describe` writes YAML
 
         spec_yaml = yaml.safe_dump(job.spec, sort_keys=False) if job.spec else ""
-        return JobDescription(job, spec_yaml, tuple(nodes))
+        last = None
+        if (capture := await asyncio.to_thread(self.last_stacks, job)) is not None:
+            from console.stacks.analysis import analyse
+
+            last = (capture.taken_at, analyse(capture).summary())
+        return JobDescription(job, spec_yaml, tuple(nodes), last)
 
     # -- exec -------------------------------------------------------------------------------
 

@@ -35,10 +35,11 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from console.alerts.config import AlertsConfig
-from console.alerts.model import Alert, AlertChange, AlertChanged, Severity
+from console.alerts.model import Alert, AlertChange, AlertChanged, DetailValue, Severity
 from console.alerts.rules import (
     HostInput,
     Inputs,
@@ -114,6 +115,16 @@ class AlertEngine:
     def silences(self) -> list[Silence]:
         """The silences the engine applies (as last set)."""
         return list(self._silences)
+
+    def annotate(self, key: str, **details: DetailValue) -> Alert | None:
+        """Add ``details`` to a firing alert (kept while it fires); the alert after it, or
+        ``None`` when no alert of that key fires."""
+        alert = self._firing.get(key)
+        if alert is None:
+            return None
+        alert = replace(alert, details=MappingProxyType({**alert.details, **details}))
+        self._firing[key] = alert
+        return alert
 
     # -- evaluation --------------------------------------------------------------------------
 
@@ -294,6 +305,10 @@ def build_inputs(
 
 
 # -- the live adapter --------------------------------------------------------------------------
+
+
+#: seconds a fired ``job_hung`` waits for the job's stacks before it is published without them
+STACKS_TIMEOUT_S = 60.0
 
 
 class AlertWatcher:
@@ -484,15 +499,42 @@ class AlertWatcher:
 
     async def evaluate_now(self) -> list[AlertChanged]:
         """One round: re-read acks and silences, evaluate, store and publish the
-        transitions (also returned)."""
+        transitions (also returned). A ``job_hung`` that fires carries the job's stacks
+        summary (:meth:`_with_stacks`: taken once, as it fires)."""
         async with self._lock:
             now = self.clock()
             acks, silences = await asyncio.to_thread(self.store.controls, now)
             self.engine.set_controls(acks, silences)
             changes = self.engine.evaluate(self.inputs(now), now)
+            changes = [await self._with_stacks(c) for c in changes]
             await self._commit(changes)
             self.rounds += 1
             return changes
+
+    async def _with_stacks(self, change: AlertChanged) -> AlertChanged:
+        """A fired ``job_hung`` with ``stacks`` in its details: the grouped summary of every
+        rank's stack (:meth:`console.service.Service.stacks`, at most
+        :data:`STACKS_TIMEOUT_S`), or why they could not be taken; other changes as they are."""
+        a = change.alert
+        job_id = a.details.get("job_id")
+        if change.change != "fired" or a.rule != "job_hung" or not isinstance(job_id, str):
+            return change
+        job = self._jobs.get(job_id)
+        if job is None:
+            return change
+        try:
+            _, analysis = await asyncio.wait_for(self.service.stacks(job), STACKS_TIMEOUT_S)
+            summary = analysis.summary()
+            odd = ", ".join(str(r) for g in analysis.odd for r in g.ranks) or None
+        except (GpuConsoleError, asyncio.TimeoutError) as e:
+            why = (
+                e.message
+                if isinstance(e, GpuConsoleError)
+                else f"no answer in {STACKS_TIMEOUT_S:g} s"
+            )
+            summary, odd = f"not taken: {why}", None
+        annotated = self.engine.annotate(a.key, stacks=summary, odd_ranks=odd)
+        return replace(change, alert=annotated or a)
 
     async def _commit(self, changes: list[AlertChanged]) -> None:
         if changes:

@@ -212,6 +212,12 @@ async def test_job_hung_fires_for_a_silent_job_and_resolves_when_it_is_stopped(
         assert lines and abs(lines[-1].ts_ns / 1e9 - last_line) < 1e-3
         assert "local_rank" in lines[-1].text  # the startup line, then silence
         assert fired.at - max(a.since, last_line) >= 4
+        # the stacks were taken once, as it fired: both ranks sleep in the same step
+        assert str(a.details["stacks"]).startswith(
+            "ranks 0-1 (2): in main (train_ddp.py:161) <- train_ddp.py:"
+        ), a.details["stacks"]
+        assert a.details["odd_ranks"] is None
+        assert watcher.engine.get(a.key) == a  # kept with the alert while it fires
         await svc.stop(svc.find_job(job_id), grace=1)
         resolved = await changes.wait(
             lambda c: c.change == "resolved" and c.alert.job == name, 60, "resolved"

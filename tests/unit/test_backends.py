@@ -121,7 +121,11 @@ def test_capabilities_say_what_each_runtime_offers() -> None:
         ]  # type: ignore[arg-type]
         for cls in (DockerBackend, HostBackend, SlurmBackend)
     }
-    assert offered == {"docker": ["exec", "cp", "notebook", "shell"], "host": [], "slurm": []}
+    assert offered == {
+        "docker": ["exec", "cp", "notebook", "shell", "stacks"],
+        "host": ["stacks"],
+        "slurm": ["stacks"],
+    }
     assert [
         cls.capabilities.intake_process for cls in (DockerBackend, HostBackend, SlurmBackend)
     ] == [True, True, False]
