@@ -744,7 +744,9 @@ class Service:
                 )
                 for n in taken
             ]
-        capture = Capture(job.id, time.time(), list(taken), native=native)
+        capture = Capture(
+            job.id, time.time(), list(taken), native=native, whole=node is None and rank is None
+        )
         if rank is not None and not capture.processes("rank") and not any(n.error for n in taken):
             capture.nodes.append(NodeCapture(-1, "-", error=f"rank {rank} was on no node read"))
         analysis = analyse(capture)

@@ -179,7 +179,8 @@ async def in_allocation(
     login: Transport, slurm_job_id: str, node: str, *, native: bool
 ) -> dict[str, Any]:
     """A Slurm job's stacks on one of its nodes: ``srun --overlap`` into the allocation runs
-    the script there, which reads the processes of that job (``SLURM_JOB_ID``)."""
+    the script there, which reads the processes of that job on that node (``SLURM_JOB_ID``
+    and ``SLURMD_NODENAME``, which slurmd sets for every task and its children)."""
     folder = await deploy(login)
     argv = [
         "srun",
@@ -195,6 +196,9 @@ async def in_allocation(
         *script_args(folder, native=native),
         "--env",
         f"SLURM_JOB_ID={slurm_job_id}",
+        # the node's own processes only, also where several slurmd share one machine
+        "--env",
+        f"SLURMD_NODENAME={node}",
     ]
     res = await login.run(argv, timeout=NODE_TIMEOUT_S)
     return parse_document(login.name, res.stdout, res.stderr)

@@ -187,17 +187,22 @@ def profile_stop_grace(profile: Profile) -> float:
 
 
 async def stacks_of_nodes(
+    job: JobRecord,
     nodes: Sequence[NodeRecord],
     read: Callable[[NodeRecord], Awaitable[NodeCapture]],
 ) -> list[NodeCapture]:
-    """Every node's stacks at once (``read`` one node); a node that is not running, or whose
-    read failed, is a :class:`~console.stacks.model.NodeCapture` with its reason (the error's
-    message and fix), never an exception: the other nodes are still shown."""
+    """Every node's stacks at once (``read`` one node); a node that is not running, whose
+    host could not be reached, or whose read failed, is a
+    :class:`~console.stacks.model.NodeCapture` with its reason (the error's message and fix),
+    never an exception: the other nodes are still shown."""
     import asyncio
 
     from console.stacks.model import NodeCapture
 
     async def one(node: NodeRecord) -> NodeCapture:
+        if node.host in job.unreachable:
+            why = f"host {node.host} could not be reached: {job.unreachable[node.host]}"
+            return NodeCapture(node.node_rank, node.host, error=why)
         if node.state != "running" or not node.container_id:
             return NodeCapture(node.node_rank, node.host, error=f"not running ({node.state})")
         try:

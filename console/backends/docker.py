@@ -389,7 +389,7 @@ class DockerBackend:
     ) -> list[NodeCapture]:
         """Each node read by a sidecar in its container's PID namespace
         (:func:`remote.stacks.in_sidecar`); its GPUs from the container's labels."""
-        return await stacks_of_nodes(nodes, lambda n: self._node_stacks(n, native))
+        return await stacks_of_nodes(job, nodes, lambda n: self._node_stacks(n, native))
 
     async def _node_stacks(self, node: NodeRecord, native: bool) -> NodeCapture:
         from console.jobs.labels import gpu_indices

@@ -293,7 +293,7 @@ class SlurmBackend:
             doc = await in_allocation(t, node.container_id, node.host, native=native)
             return parse_node(node.node_rank, node.host, doc)
 
-        return await stacks_of_nodes(nodes, read)
+        return await stacks_of_nodes(job, nodes, read)
 
     async def dev_shell(
         self,

@@ -244,7 +244,7 @@ def analyse(capture: Capture) -> Analysis:
             a.problems.append(_problem(p))
     sizes = {p.world_size for p in ranks if p.world_size}
     a.world_size = max(sizes) if sizes else None
-    if a.world_size is not None:
+    if a.world_size is not None and capture.whole:
         seen = {p.rank for p in ranks}
         a.missing = [r for r in range(a.world_size) if r not in seen]
     a.groups = group(ranks)

@@ -148,12 +148,15 @@ class Capture:
         taken_at: when (Unix s, this machine's clock).
         nodes: one per node asked, by node rank.
         native: native frames were asked for (py-spy ``--native``).
+        whole: every node and rank of the job was asked for (not ``--node``/``--rank``): only
+            then are ranks that no node showed missing.
     """
 
     job_id: str
     taken_at: float
     nodes: list[NodeCapture] = field(default_factory=list)
     native: bool = False
+    whole: bool = True
 
     def processes(self, role: Role | None = None) -> list[ProcessStack]:
         """Every process of every node (of ``role`` when given), ranks by rank."""
@@ -274,4 +277,5 @@ def capture_from_json(data: Mapping[str, Any]) -> Capture:
         taken_at=float(data["taken_at"]),
         nodes=nodes,
         native=bool(data.get("native")),
+        whole=bool(data.get("whole", True)),
     )
