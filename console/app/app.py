@@ -115,6 +115,7 @@ def _binding_scopes() -> list[tuple[type, ...]]:
     """The classes whose bindings are active together (the app's, a screen's, its
     widgets'): a key may be bound once per scope."""
     from console.app.screens.logs import LogsScreen
+    from console.app.screens.stacks import StacksScreen
     from console.app.widgets.fleet import FleetTable
     from console.app.widgets.logpane import LogPane, LogPrompt
     from console.app.widgets.logpanes import LogPanes
@@ -135,6 +136,7 @@ def _binding_scopes() -> list[tuple[type, ...]]:
         (HelpScreen,),
         (NotebookScreen,),
         (NewNotebookScreen,),
+        (StacksScreen,),
     ]
     return [(GpuConsoleApp, *classes) for classes in screens] + modals
 
@@ -830,6 +832,29 @@ class GpuConsoleApp(App[int]):
             title="removed",
         )
         self.post_message(JobUpdated(out))
+
+    def show_stacks(self, job: JobRecord) -> None:
+        """Push the stacks view of a running job (a finished one is told at once, with what
+        to read instead); the view takes them (:meth:`Service.stacks`)."""
+        from console.app.screens.stacks import StacksScreen
+
+        if not any(n.state == "running" for n in job.nodes):
+            self.notify(
+                f"job {job.id} is not running ({job.state}): a process that ended has no "
+                f"stack; `gpuconsole logs {job.id}` shows how it ended",
+                title="stacks",
+                severity="warning",
+                timeout=15,
+            )
+            return
+
+        async def take(j: JobRecord) -> tuple[str, bool]:
+            from console.stacks.render import render
+
+            capture, analysis = await self.service.stacks(j)
+            return render(capture, analysis), analysis.partial
+
+        self.push_screen(StacksScreen(job, take, self.service.store.root / "stacks"))
 
     @work(group="describe", exit_on_error=False)
     @reported("describe")

@@ -54,6 +54,9 @@ class AppHost(Protocol):
     def exec_shell(self, job: JobRecord, node: int | None = None) -> None:
         """A shell in a node of the job."""
 
+    def show_stacks(self, job: JobRecord) -> None:
+        """The job's stacks view (taken when it opens, again on ``r``)."""
+
     def open_notebook(self, job: JobRecord) -> None:
         """Show a notebook job's URL (opening its tunnel first)."""
 

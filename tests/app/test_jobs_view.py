@@ -171,6 +171,7 @@ async def test_a_long_reason_is_read_whole_under_the_table_at_100x30(state_dir: 
             "d Describe",
             "n Submit",
             "x Shell",
+            "k Stacks",
             "D Remove",
             "1 Fleet",
             "? Help",

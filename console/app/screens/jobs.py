@@ -24,10 +24,11 @@ from textual.actions import SkipAction
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input, Static
+from textual.widgets import DataTable, Input, Static
 
 from console.app.host import AppHost, host
 from console.app.lifecycle import can_draw
+from console.app.widgets.footer import FittedFooter
 from console.app.widgets.oneline import OneLine
 from console.app.widgets.status import StatusLine
 from console.app.widgets.tables import cursor_key
@@ -99,6 +100,24 @@ class JobsTable(DataTable[Text | str]):
             self.move_cursor(row=self.row_count - 1)
 
 
+#: The jobs view's footer keys, most important first: those left out when the width is short
+#: (:class:`~console.app.widgets.footer.FittedFooter`) are in ``?``.
+JOBS_FOOTER_KEEP = (
+    "help",
+    "quit",
+    "logs",
+    "stop",
+    "describe",
+    "submit",
+    "exec",
+    "stacks",
+    "remove",
+    "show('fleet')",
+    "show('alerts')",
+    "show('jobs')",
+)
+
+
 class JobsScreen(Screen[None]):
     """The jobs table (see the module docstring)."""
 
@@ -108,6 +127,7 @@ class JobsScreen(Screen[None]):
         Binding("d", "describe", "Describe", id="jobs.describe"),
         Binding("n", "submit", "Submit", id="jobs.submit"),
         Binding("x", "exec", "Shell", id="jobs.exec"),
+        Binding("k", "stacks", "Stacks", id="jobs.stacks"),
         Binding("D", "remove", "Remove", id="jobs.remove"),
         # the line above the table names / and s (the footer fits 100 columns without them)
         Binding("slash", "open_filter", "Filter", show=False, id="jobs.filter"),
@@ -161,7 +181,7 @@ class JobsScreen(Screen[None]):
         yield Static(self.empty_text, id="jobs-empty")
         yield Static(id="jobs-detail")
         yield StatusLine()
-        yield Footer(compact=True)  # every key shown fits in 100 columns
+        yield FittedFooter(keep=JOBS_FOOTER_KEEP)
 
     def on_mount(self) -> None:
         self._composed = True
@@ -390,6 +410,12 @@ class JobsScreen(Screen[None]):
         job = self._need()
         if job is not None:
             self.gc.exec_shell(job)
+
+    def action_stacks(self) -> None:
+        """Every rank's Python stack of the running job, the odd ones out first."""
+        job = self._need()
+        if job is not None:
+            self.gc.show_stacks(job)
 
     def action_remove(self) -> None:
         """Confirm (listing what is removed), then remove a finished job's containers; a
