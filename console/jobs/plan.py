@@ -16,6 +16,7 @@ from typing import Any
 
 from console import fields
 from console.errors import ConfigError, PlanError
+from console.jobs.flightrec import flight_recorder_env
 from console.jobs.labels import ERROR_FILE as ERROR_FILE  # defined with the labels
 from console.jobs.labels import HOST_ERROR_FILE as HOST_ERROR_FILE
 from console.jobs.labels import K_GPUS, NodeLabels, secret_label
@@ -537,6 +538,9 @@ def build_plan(
         if notebook:
             env[TOKEN_ENV] = secrets.token_hex(24)
         else:
+            if spec.flight_recorder:  # the spec's own values win
+                fr = flight_recorder_env("/tmp" if runtime == "docker" else node_folder)
+                env = {**fr, **env}
             env.update(
                 {
                     "TORCHELASTIC_ERROR_FILE": ERROR_FILE

@@ -115,6 +115,10 @@ class JobSpec(BaseModel):
         rdzv_port: TCP port of the c10d rendezvous store on node 0.
         time_limit: Slurm profiles only: the job's ``sbatch --time`` (default: the
             profile's ``slurm.time_limit``, else the partition's).
+        flight_recorder: PyTorch's Flight Recorder on for the job (default): every rank
+            keeps its last collectives in a ring buffer, dumped on a watchdog timeout or on
+            demand (:func:`console.jobs.flightrec.flight_recorder_env`); ``false`` sets none of
+            its variables.
     """
 
     model_config = ConfigDict(extra="forbid", strict=True)
@@ -138,6 +142,7 @@ class JobSpec(BaseModel):
     max_restarts: int = Field(0, ge=0, le=1000)
     rdzv_port: int | None = Field(None, ge=1, le=65535)
     time_limit: SlurmTime | None = None
+    flight_recorder: bool = True
 
     @field_validator("name")
     @classmethod

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 from console.errors import PlanError
 from console.fields import WORKSPACE, parse_mount
+from console.jobs.flightrec import flight_recorder_env
 from console.jobs.plan import LOG_PREFIX_TEMPLATE, shell_word
 from console.jobs.spec import LoadedSpec
 from console.profiles import Profile, SlurmConfig
@@ -242,6 +243,9 @@ def render_sbatch(
         f"export PYTHONUNBUFFERED=1 GPUCONSOLE_JOB_ID={q(job_id)} "
         f"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE={q(LOG_PREFIX_TEMPLATE)}",
     ]
+    if spec.flight_recorder:  # PyTorch's Flight Recorder (console/jobs/flightrec.py)
+        fr = {k: v for k, v in flight_recorder_env(job_dir).items() if k not in spec.env}
+        out.append("export " + " ".join(f"{k}={q(v)}" for k, v in fr.items()))
     srun = [
         "srun",
         "--kill-on-bad-exit=1",
