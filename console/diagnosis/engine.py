@@ -57,6 +57,7 @@ RULE_MODULES: tuple[str, ...] = (
     "console.diagnosis.torchrun",
     "console.diagnosis.slurm",
     "console.diagnosis.jupyter",
+    "console.diagnosis.stacks",
 )
 
 #: Cause ids from root to consequence (``xid_app``: an ``xid`` the application caused). An id
@@ -130,8 +131,13 @@ PRECEDENCE: tuple[CauseKind | Literal["xid_app"], ...] = (
     "sigsegv",
     # the scheduler's clock, then what peers see when one rank is gone
     "slurm_time_limit",
+    # a hang's stacks (py-spy): the rank not in the collective, or collectives out of order,
+    # is what the others' timeouts wait for; every rank in one collective points past them
+    "stuck_rank",
+    "collective_mismatch",
     "nccl_timeout",
     "nccl_remote_error",
+    "collective_wait",
     # a notebook's kernel that died (an OOM kill or a signal above explains it)
     "jupyter_kernel_died",
     # how the other processes ended
@@ -141,6 +147,8 @@ PRECEDENCE: tuple[CauseKind | Literal["xid_app"], ...] = (
     "hangup",
     "stopped",
     "slurm_cancelled",
+    # where one process was, with nothing to compare it with
+    "process_stack",
     # an Xid the application caused (13, 31, 43...) ranks below the application's own error
     "xid_app",
 )

@@ -83,8 +83,11 @@ CauseKind = Literal[
     "sigkill",
     "sigsegv",
     "slurm_time_limit",
+    "stuck_rank",
+    "collective_mismatch",
     "nccl_timeout",
     "nccl_remote_error",
+    "collective_wait",
     "jupyter_kernel_died",
     "sigabrt",
     "signal",
@@ -92,6 +95,7 @@ CauseKind = Literal[
     "hangup",
     "stopped",
     "slurm_cancelled",
+    "process_stack",
     # not ranked by the engine (after every ranked id)
     "image_platform_mismatch",
     # a Slurm job's end state when its logs name no cause (console/slurm/state.STATE_KINDS):

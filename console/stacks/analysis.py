@@ -8,8 +8,10 @@ a rank that is not in the collective the others wait in holds them all.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from console.stacks.model import Capture, Frame, ProcessStack
 
@@ -46,13 +48,52 @@ COLLECTIVES = frozenset(
     }
 )
 _LIBRARY_MARKS = ("/site-packages/", "/dist-packages/", "/lib/python3", "<frozen ")
-_WRAPPERS = frozenset({"wrapper", "_fn", "inner", "decorate_context"})
+_WRAPPERS = frozenset({"wrapper", "_fn", "inner", "decorate_context", "wrapped_fn", "log_wrapper"})
+#: packages a pasted dump names by their short path (``torch/...``): not the job's own code
+_PACKAGES = frozenset(
+    {
+        "torch",
+        "deepspeed",
+        "transformers",
+        "accelerate",
+        "apex",
+        "lightning",
+        "pytorch_lightning",
+        "triton",
+        "numpy",
+        "datasets",
+        "vllm",
+        "peft",
+        "trl",
+        "fairscale",
+        "torchtitan",
+    }
+)
+
+
+def _root(frame: Frame) -> str:
+    """The top-level module a frame's file belongs to, from a short path (``torch/x.py``,
+    ``threading.py``); "" for a full path."""
+    if frame.filename.startswith("/"):
+        return ""
+    head = frame.filename.split("/", 1)[0]
+    return head[:-3] if head.endswith(".py") else head
+
+
+def is_stdlib(frame: Frame) -> bool:
+    """Whether a frame is in Python's standard library (a wait in ``threading``,
+    ``queue``, ``selectors``...)."""
+    if frame.filename.startswith("/"):
+        return "/lib/python3" in frame.filename and "-packages/" not in frame.filename
+    return _root(frame) in sys.stdlib_module_names or frame.filename.startswith("<frozen ")
 
 
 def is_library(frame: Frame) -> bool:
     """Whether a frame is in an installed package or the standard library (not the job's
-    own code)."""
-    return any(m in frame.filename for m in _LIBRARY_MARKS)
+    own code): by its full path, or a pasted dump's short path (:data:`_PACKAGES`)."""
+    if any(m in frame.filename for m in _LIBRARY_MARKS):
+        return True
+    return is_stdlib(frame) or _root(frame) in _PACKAGES
 
 
 def collective_of(frames: Sequence[Frame]) -> Frame | None:
@@ -83,26 +124,42 @@ def who(ranks: Sequence[int]) -> str:
     return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {ranks_text(ranks)}"
 
 
-def _is(ranks: Sequence[int]) -> str:
+def _is(ranks: Sequence[object]) -> str:
     return "is" if len(ranks) == 1 else "are"
+
+
+def members(processes: Sequence[ProcessStack]) -> str:
+    """Who a group is: its ranks when every member's is known (``ranks 0, 2-3``), else its
+    processes by pid (``3 processes (pids 33550, 33551, 33552)``, ``process 688514``)."""
+    ranks = [p.rank for p in processes]
+    if ranks and all(r is not None for r in ranks):
+        return who(sorted({r for r in ranks if r is not None}))
+    pids = [str(p.pid) for p in processes if p.pid >= 0]
+    if len(processes) == 1:
+        return f"process {pids[0]}" if pids else "one process"
+    whole = len(pids) == len(processes)  # a paste that folded N processes names one pid
+    shown = f" (pids {', '.join(pids[:4])}{', ...' if len(pids) > 4 else ''})" if whole else ""
+    return f"{len(processes)} processes{shown}"
 
 
 def describe_frames(frames: Sequence[Frame], *, own_code: bool = True) -> str:
     """Where a stack is, in one line: the collective it waits in (else its innermost frame
-    of the job's own code, else its innermost frame), then up to two callers of the job's
-    code: ``in all_reduce <- train (hang.py:38) <- hang.py:50``. ``own_code=False`` (torchrun's
-    agent, whose own code is a library's): the innermost frame and no callers."""
+    outside the standard library's waits, else its innermost frame), then up to two callers
+    of the job's own code: ``in all_reduce <- train (hang.py:38) <- hang.py:50``.
+    ``own_code=False`` (torchrun's agent, whose own code is a library's): the innermost frame
+    and no callers."""
     if not frames:
         return "no Python frame"
     if not own_code:
         return f"in {frames[0].where()}"
     coll = collective_of(frames)
     user = [i for i, f in enumerate(frames) if not is_library(f)]
+    beyond_stdlib = [i for i, f in enumerate(frames) if not is_stdlib(f)]
     if coll is not None:
         key = frames.index(coll)
         head = f"in {coll.name.rsplit('.', 1)[-1]}"
-    elif user:
-        key = user[0]
+    elif beyond_stdlib:
+        key = beyond_stdlib[0]
         head = f"in {frames[key].where()}"
     else:
         key = 0
@@ -150,14 +207,40 @@ class StackGroup:
         """The members' ranks."""
         return tuple(sorted({p.rank for p in self.processes if p.rank is not None}))
 
+    def who(self) -> str:
+        """Its members (:func:`members`)."""
+        return members(self.processes)
+
     def title(self) -> str:
         """``ranks 0, 2-7 (7): in all_reduce <- ...``."""
         n = len(self.processes)
-        return (
-            f"{who(self.ranks)} ({n}): {self.where}"
-            if n > 1
-            else f"{who(self.ranks)}: {self.where}"
-        )
+        named = self.who()
+        counted = n > 1 and not named.startswith(f"{n} processes")
+        return f"{named} ({n}): {self.where}" if counted else f"{named}: {self.where}"
+
+
+FindingKind = Literal["outside_collective", "mismatch", "all_in_collective", "missing", "elsewhere"]
+"""What a finding says: ranks not in the collective the others wait in; ranks in different
+collectives; every rank in one collective at one place; ranks no node showed; ranks elsewhere
+than a majority that waits in no collective."""
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A likely cause, one sentence.
+
+    Attributes:
+        kind: see :data:`FindingKind`.
+        text: the sentence.
+        processes: the processes it blames (none for ``missing``).
+    """
+
+    kind: FindingKind
+    text: str
+    processes: tuple[ProcessStack, ...] = ()
+
+    def __str__(self) -> str:
+        return self.text
 
 
 @dataclass
@@ -177,7 +260,7 @@ class Analysis:
 
     groups: list[StackGroup] = field(default_factory=list)
     odd: list[StackGroup] = field(default_factory=list)
-    findings: list[str] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
     agents: list[StackGroup] = field(default_factory=list)
     children: list[StackGroup] = field(default_factory=list)
     missing: list[int] = field(default_factory=list)
@@ -187,7 +270,7 @@ class Analysis:
     def summary(self) -> str:
         """One line: the first finding, else where the ranks are (an alert's detail)."""
         if self.findings:
-            return self.findings[0]
+            return self.findings[0].text
         if self.groups:
             return "; ".join(g.title() for g in self.groups[:2])
         return self.problems[0] if self.problems else "no rank was found"
@@ -262,34 +345,53 @@ def analyse(capture: Capture) -> Analysis:
         ]
     elif len(a.groups) == 1 and a.groups[0].collective is not None and len(ranks) > 1:
         g = a.groups[0]
+        everyone = (
+            f"every rank read ({ranks_text(g.ranks)})"
+            if len(g.ranks) == len(g.processes)
+            else f"every process read ({len(g.processes)})"
+        )
         a.findings.append(
-            f"every rank read ({ranks_text(g.ranks)}) is in {g.collective} at the same place: "
-            "if they stay there, the collective itself is stuck (the network, NCCL, or a "
-            "rank not read)"
+            Finding(
+                "all_in_collective",
+                f"{everyone} is in {g.collective} at the same place: if they stay there, the "
+                "collective itself is stuck (the network, NCCL, or a rank not read)",
+                g.processes,
+            )
         )
     if a.missing:
         a.findings.append(
-            f"{who(a.missing)} of {a.world_size} {_is(a.missing)} on no node that was read "
-            "(exited, or on a node that could not be read)"
+            Finding(
+                "missing",
+                f"{who(a.missing)} of {a.world_size} {_is(a.missing)} on no node that was read "
+                "(exited, or on a node that could not be read)",
+            )
         )
     return a
 
 
-def _finding(odd: StackGroup, main: StackGroup) -> str:
-    rs = odd.ranks
+def _finding(odd: StackGroup, main: StackGroup) -> Finding:
+    rs, them = odd.processes, main.processes
     if main.collective is not None and odd.collective is None:
-        return (
-            f"{who(rs)} {_is(rs)} not in the collective ({main.collective}) that "
-            f"{who(main.ranks)} wait in: {odd.where}"
+        return Finding(
+            "outside_collective",
+            f"{odd.who()} {_is(rs)} not in the collective ({main.collective}) that "
+            f"{main.who()} wait{'s' if len(them) == 1 else ''} in: {odd.where}",
+            rs,
         )
     if main.collective is not None and odd.collective not in (None, main.collective):
-        return (
-            f"mismatched collectives: {who(rs)} {_is(rs)} in {odd.collective} while "
-            f"{who(main.ranks)} are in {main.collective} ({odd.where})"
+        return Finding(
+            "mismatch",
+            f"mismatched collectives: {odd.who()} {_is(rs)} in {odd.collective} while "
+            f"{main.who()} {_is(them)} in {main.collective} ({odd.where})",
+            rs,
         )
     if main.collective is None and odd.collective is not None:
-        return (
-            f"{who(main.ranks)} are not in the collective ({odd.collective}) that "
-            f"{who(rs)} wait{'s' if len(rs) == 1 else ''} in: {main.where}"
+        return Finding(
+            "outside_collective",
+            f"{main.who()} {_is(them)} not in the collective ({odd.collective}) that "
+            f"{odd.who()} wait{'s' if len(rs) == 1 else ''} in: {main.where}",
+            them,
         )
-    return f"{who(rs)} {_is(rs)} elsewhere than {who(main.ranks)}: {odd.where}"
+    return Finding(
+        "elsewhere", f"{odd.who()} {_is(rs)} elsewhere than {main.who()}: {odd.where}", rs
+    )

@@ -87,7 +87,7 @@ def analysis_json(a: Analysis) -> dict[str, Any]:
     """An analysis as JSON data (``stacks --json``'s ``analysis``)."""
     return {
         "summary": a.summary(),
-        "findings": a.findings,
+        "findings": [{"kind": f.kind, "text": f.text} for f in a.findings],
         "groups": [_group_json(g) for g in a.groups],
         "odd": [list(g.ranks) for g in a.odd],
         "agents": [_group_json(g) for g in a.agents],

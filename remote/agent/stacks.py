@@ -210,6 +210,62 @@ def dump(py_spy: str, pid: int, native: bool, timeout: float) -> tuple[object, s
     return threads, None
 
 
+def fr_dump(p: Proc, wait_s: float) -> dict[str, Any]:
+    """Ask a rank for its Flight Recorder buffer through its dump pipe and read the dump.
+
+    PyTorch's NCCL watchdog makes the pipe ``$TORCH_NCCL_DEBUG_INFO_PIPE_FILE<rank>.pipe``
+    and dumps to ``$TORCH_NCCL_DEBUG_INFO_TEMP_FILE<rank>`` when anything is written to it
+    (ProcessGroupNCCL.cpp, ``DumpPipe``). The paths are the rank's own: they are opened under
+    ``/proc/PID/root``, so a sidecar in another mount namespace reaches them too. Returns
+    ``{"path", "data_b64"}`` or ``{"path", "error"}``.
+    """
+    import base64
+    import errno
+    import stat as stat_mod
+
+    env = p.env or {}
+    rank = p.env_int("RANK")
+    pipe_prefix = env.get("TORCH_NCCL_DEBUG_INFO_PIPE_FILE")
+    dump_prefix = env.get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE") or env.get("TORCH_FR_DUMP_TEMP_FILE")
+    if not pipe_prefix or not dump_prefix:
+        return {"path": None, "error": "the Flight Recorder's dump pipe is not set for this rank"}
+    root = f"/proc/{p.pid}/root"
+    pipe = f"{pipe_prefix}{rank}.pipe"
+    dump = f"{dump_prefix}{rank}"
+    try:
+        before = os.stat(root + dump).st_mtime_ns
+    except OSError:
+        before = 0
+    try:
+        if not stat_mod.S_ISFIFO(os.stat(root + pipe).st_mode):
+            return {"path": dump, "error": f"{pipe} is not a pipe"}
+        fd = os.open(root + pipe, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError as e:
+        if e.errno in (errno.ENOENT, errno.ENXIO):
+            why = f"no dump pipe {pipe} (PyTorch makes it for NCCL process groups only)"
+            return {"path": dump, "error": why}
+        return {"path": dump, "error": f"cannot open {pipe}: {e.strerror or e}"}
+    try:
+        os.write(fd, b"1\n")
+    finally:
+        os.close(fd)
+    deadline = time.monotonic() + wait_s
+    size = -1
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+        try:
+            st = os.stat(root + dump)
+        except OSError:
+            continue
+        if st.st_mtime_ns > before and st.st_size > 0:
+            if st.st_size == size:  # written whole
+                data = read(root + dump)
+                if data:
+                    return {"path": dump, "data_b64": base64.b64encode(data).decode()}
+            size = st.st_size
+    return {"path": dump, "error": f"no dump in {wait_s:g} s after the pipe was written"}
+
+
 def ptrace_scope() -> int | None:
     raw = read("/proc/sys/kernel/yama/ptrace_scope")
     try:
@@ -225,6 +281,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--root-pid", type=int, help="only this process and its descendants")
     ap.add_argument("--env", action="append", default=[], help="KEY=VALUE every process has")
     ap.add_argument("--timeout", type=float, default=20.0, help="seconds per py-spy dump")
+    ap.add_argument(
+        "--flight-recorder",
+        action="store_true",
+        help="also ask every rank for its Flight Recorder dump (its NCCL dump pipe)",
+    )
     a = ap.parse_args(argv)
     env = [(k, v) for k, _, v in (e.partition("=") for e in a.env if "=" in e)]
     ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -278,6 +339,12 @@ def main(argv: list[str] | None = None) -> int:
             )
         for r, (threads, why) in zip(wanted, results):
             r["threads"], r["error"] = threads, why
+    if a.flight_recorder:
+        ranks = [(r, procs[int(r["pid"])]) for r in records if r["role"] == "rank"]
+        with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
+            dumps = list(pool.map(lambda rp: fr_dump(rp[1], 15.0), ranks))
+        for (r, _), d in zip(ranks, dumps):
+            r["flight_recorder"] = d
     doc["processes"] = records
     sys.stdout.write(json.dumps(doc) + "\n")
     sys.stdout.flush()

@@ -44,11 +44,12 @@ def test_the_stuck_rank_is_named_first_and_the_others_are_one_group() -> None:
     a = analyse(capture)
     assert [g.ranks for g in a.groups] == [(1,), (0, 2, 3)]
     assert [g.ranks for g in a.odd] == [(1,)]
-    assert a.findings == [
+    assert [f.text for f in a.findings] == [
         "rank 1 is not in the collective (all_reduce) that ranks 0, 2-3 wait in: in "
         "load_next_shard (stuck_rank.py:21) <- train (stuck_rank.py:28) <- stuck_rank.py:54"
     ]
-    assert a.summary() == a.findings[0]
+    assert a.summary() == a.findings[0].text
+    assert [f.kind for f in a.findings] == ["outside_collective"]
     main = a.groups[-1]
     assert main.collective == "all_reduce"
     assert (
@@ -120,7 +121,7 @@ def test_a_rank_in_another_collective_is_a_mismatch() -> None:
     capture = recorded()
     capture = _with_frames(capture, 1, _collective_frames(capture, "broadcast"))
     (finding,) = analyse(capture).findings
-    assert finding.startswith(
+    assert finding.kind == "mismatch" and finding.text.startswith(
         "mismatched collectives: rank 1 is in broadcast while ranks 0, 2-3 are in all_reduce"
     )
 
@@ -131,7 +132,7 @@ def test_every_rank_in_the_collective_points_at_the_collective() -> None:
     capture = _with_frames(capture, 1, frames)
     a = analyse(capture)
     assert [g.ranks for g in a.groups] == [(0, 1, 2, 3)] and a.odd == []
-    assert a.findings == [
+    assert [f.text for f in a.findings] == [
         "every rank read (0-3) is in all_reduce at the same place: if they stay there, the "
         "collective itself is stuck (the network, NCCL, or a rank not read)"
     ]
@@ -145,7 +146,7 @@ def test_a_node_not_read_leaves_its_ranks_missing_and_the_capture_partial() -> N
     a = analyse(capture)
     assert a.missing == [2, 3] and a.partial
     assert a.problems == ["node 1 (b): cannot reach b: connection refused"]
-    assert a.findings[-1] == (
+    assert a.findings[-1].text == (
         "ranks 2-3 of 4 are on no node that was read (exited, or on a node that could not be read)"
     )
     assert "not read:\n  node 1 (b): cannot reach b: connection refused" in render(capture, a)
@@ -252,7 +253,7 @@ def test_the_node_script_reads_every_role_by_what_torchrun_sets(fake_job: int) -
         "in step (rank.py:11) <- rank.py:16",
     ]
     # neither waits in a collective and neither is a majority: no one is blamed
-    assert a.findings == [
+    assert [f.text for f in a.findings] == [
         "rank 2 of 3 is on no node that was read (exited, or on a node that could not be read)"
     ]
     assert [g.processes[0].rank for g in a.children] == [0]

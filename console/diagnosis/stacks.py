@@ -1,0 +1,131 @@
+"""Saved py-spy dumps of a hung job: which rank is not where the others are.
+
+The input is ``py-spy dump`` text (py-spy's ``src/dump.rs``: ``Process N: cmd``, ``Thread N
+(idle): "MainThread"`` and one ``    func (file:line)`` line per frame, innermost first), one
+process or many, as :mod:`console.stacks.pyspy_text` reads it (also folded by hand and with
+``[rankN]:`` prefixes). The reading is ``gpuconsole stacks``' own
+(:func:`console.stacks.analysis.analyse`): the main threads grouped by their frames, the
+collectives of ``torch.distributed`` (``distributed_c10d.py``) that ranks wait in until every
+rank of the group calls them too.
+
+Cause ids:
+
+- ``stuck_rank``: some processes are not in the collective the others wait in (they hold it),
+  or elsewhere than a majority;
+- ``collective_mismatch``: groups wait in different collectives (the ranks called collectives
+  in different orders: none completes);
+- ``collective_wait``: every process read waits in the same collective at the same place (the
+  collective itself is stuck: the network, NCCL, or a rank that was not dumped);
+- ``process_stack``: stacks that show no collective to compare with (one process): where it is.
+"""
+
+from __future__ import annotations
+
+from console.diagnosis.model import CauseKind, Context, Diagnosis, FactValue, Needs
+from console.diagnosis.model import make_diagnosis as _diag
+from console.stacks.analysis import Analysis, StackGroup, analyse
+from console.stacks.model import ProcessStack
+from console.stacks.pyspy_text import looks_like_pyspy, parse_pyspy_text
+
+__all__ = ["RULES"]
+
+_KIND: dict[str, CauseKind] = {
+    "outside_collective": "stuck_rank",
+    "elsewhere": "stuck_rank",
+    "mismatch": "collective_mismatch",
+    "all_in_collective": "collective_wait",
+}
+
+
+def _evidence(groups: list[StackGroup], limit: int = 6) -> list[str]:
+    out = []
+    for g in groups:
+        head = g.frames[0].where() if g.frames else g.where
+        out.append(f"{g.title()}")
+        out.append(head)
+    return out[: limit * 2]
+
+
+def _ranks(processes: tuple[ProcessStack, ...]) -> tuple[int, ...]:
+    return tuple(sorted({p.rank for p in processes if p.rank is not None}))
+
+
+def _group_of(a: Analysis, processes: tuple[ProcessStack, ...]) -> StackGroup | None:
+    return next((g for g in a.groups if set(g.processes) & set(processes)), None)
+
+
+def _where(g: StackGroup | None) -> str | None:
+    """The group's key frame as the stack prints it (``fn (file:line)``)."""
+    if g is None or not g.frames:
+        return None
+    return g.where.removeprefix("in ").split(" <- ", 1)[0]
+
+
+def _pyspy(ctx: Context) -> list[Diagnosis]:
+    """The reading of a py-spy dump in the text, if it holds one (read from the normalised
+    lines: a collector's prefixes are gone, a ``[rankN]:`` prefix is kept)."""
+    text = "\n".join(ln.raw for ln in ctx.lines)
+    if not looks_like_pyspy(text):
+        return []
+    capture = parse_pyspy_text(text)
+    a = analyse(capture)
+    if not a.groups:
+        return []
+    main = a.groups[-1]
+    if not a.findings:
+        if main.collective is not None:
+            return []  # one process in a collective: no cause without its peers
+        facts: dict[str, FactValue | None] = {"where": _where(main)}
+        return [
+            _diag(
+                "process_stack",
+                f"{main.title()} (no collective to compare with: dump every rank to see "
+                "which one the others wait for)",
+                _ranks(main.processes),
+                "dump every rank at once (`gpuconsole stacks JOB`, or `py-spy dump --pid` for "
+                "each rank) and compare where each one is",
+                _evidence([main]),
+                facts,
+            )
+        ]
+    first = a.findings[0]
+    kind = _KIND.get(first.kind)
+    if kind is None:
+        return []
+    blamed = _group_of(a, first.processes) if first.processes else None
+    facts = {"where": _where(blamed)}
+    if kind == "collective_mismatch" and blamed is not None:
+        facts = {"collective": main.collective, "other_collective": blamed.collective}
+    elif kind == "stuck_rank":
+        waiting = next((g.collective for g in a.groups if g.collective), None)
+        facts["collective"] = waiting
+        pids = tuple(sorted(p.pid for p in first.processes if p.pid >= 0))
+        if pids and len(pids) == len(first.processes):
+            facts["pids"] = pids
+    elif kind == "collective_wait":
+        facts = {"collective": main.collective, "where": _where(main)}
+    fixes = {
+        "stuck_rank": "look at what that rank does there (its data loading, I/O, a branch "
+        "the others did not take): the ranks that wait in the collective only wait for it",
+        "collective_mismatch": "make every rank call the same collectives in the same order "
+        "(a collective under a rank-dependent branch, or hooks that fire on some ranks only)",
+        "collective_wait": "every rank is in the collective: check the network and NCCL "
+        "(NCCL_DEBUG=INFO, a rank or node not dumped here), or take the Flight Recorder's view",
+    }
+    return [
+        _diag(
+            kind,
+            first.text,
+            _ranks(first.processes),
+            fixes[kind],
+            _evidence(a.groups),
+            facts,
+        )
+    ]
+
+
+#: The rules of this module (the engine ranks what they find).
+RULES = (_pyspy,)
+
+#: py-spy's thread header and frame lines, and the lines of a pasted dump around them.
+NEEDS = {_pyspy: Needs(("thread ",), before=8, after=200)}
