@@ -604,7 +604,12 @@ class SSHTransport(Transport):
             res = await conn.run(cmd, timeout=timeout, encoding=None, **stdin)
         except asyncssh.TimeoutError as e:
             raise TransportError(self.name, f"`{cmd}` timed out after {timeout} s") from e
-        except (asyncssh.ConnectionLost, asyncssh.DisconnectError, OSError) as e:
+        except (
+            asyncssh.ConnectionLost,
+            asyncssh.DisconnectError,
+            asyncssh.ChannelOpenError,  # the connection closed as the session was opened
+            OSError,
+        ) as e:
             raise ConnectionLost(self.name, f"connection lost while running `{cmd}`") from e
         rc = res.exit_status
         if rc is None:
@@ -618,7 +623,10 @@ class SSHTransport(Transport):
         conn = await self._connection()
         async with self._sftp_lock:
             if self._sftp is None or self._sftp_conn is not conn:
-                self._sftp = await conn.start_sftp_client()
+                try:
+                    self._sftp = await conn.start_sftp_client()
+                except (asyncssh.Error, OSError) as e:  # ChannelOpenError: it closed meanwhile
+                    raise ConnectionLost(self.name, f"cannot start SFTP: {e}") from e
                 self._sftp_conn = conn
             return self._sftp
 
