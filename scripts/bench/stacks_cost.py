@@ -9,7 +9,7 @@ steps taken while nothing else ran (``--seconds`` s) with those taken while ``gp
 stacks`` ran back to back (each run: SSH, a sidecar per node, py-spy pausing every process
 for its read), then again without, to see the job come back::
 
-    .venv/bin/python scripts/bench/stacks_cost.py [--seconds 40]
+    .venv/bin/python scripts/bench/stacks_cost.py [--seconds 40] [--every 10]
 
 Prints a markdown table: the phases, their step count and median samples/s per rank, the
 ratio to the first quiet phase, and how long one ``stacks`` took.
@@ -70,6 +70,12 @@ def samples(state: Path, job: str, t0: float, t1: float) -> list[float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=40.0, help="length of each phase")
+    ap.add_argument(
+        "--every",
+        type=float,
+        default=0.0,
+        help="seconds from one stacks to the next (0: back to back)",
+    )
     a = ap.parse_args()
     tmp = Path(os.environ.get("TMPDIR", "/tmp")) / f"stacks-cost-{os.getpid()}"
     state = tmp / "state"
@@ -108,7 +114,9 @@ def main() -> None:
             s = time.monotonic()
             gc(state, "stacks", job)
             took.append(time.monotonic() - s)
-        phases.append((f"`stacks` back to back ({len(took)} runs)", t0, time.time(), took))
+            time.sleep(max(0.0, a.every - (time.monotonic() - s)))
+        how = f"every {a.every:g} s" if a.every else "back to back"
+        phases.append((f"`stacks` {how} ({len(took)} runs)", t0, time.time(), took))
         t0 = time.time()
         time.sleep(a.seconds)
         phases.append(("quiet again", t0, time.time(), []))
