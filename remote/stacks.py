@@ -114,8 +114,10 @@ async def deploy(transport: Transport) -> str:
 
 
 def script_args(folder: str, *, native: bool) -> list[str]:
-    """The arguments after the interpreter: the script and py-spy in ``folder``."""
-    args = [f"{folder}/stacks.py", "--py-spy", f"{folder}/py-spy"]
+    """The arguments after the interpreter: the script and py-spy in ``folder``, and each
+    rank's Flight Recorder asked for its buffer (its NCCL dump pipe; a rank without one says
+    why)."""
+    args = [f"{folder}/stacks.py", "--py-spy", f"{folder}/py-spy", "--flight-recorder"]
     return [*args, "--native"] if native else args
 
 

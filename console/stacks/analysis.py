@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from console.stacks.model import Capture, Frame, ProcessStack
+from console.stacks.model import Capture, Frame, FrEntry, ProcessStack
 
 #: torch.distributed's collectives and point-to-point calls (distributed_c10d.py's public
 #: functions) and the waits on their work objects
@@ -256,6 +256,7 @@ class Analysis:
         missing: ranks of the world size that no node showed.
         problems: one line per node or process that could not be read, naming it and why.
         world_size: from the ranks' ``WORLD_SIZE``, when they say it.
+        flight: what the ranks' Flight Recorders say together (:func:`flight_recorder`).
     """
 
     groups: list[StackGroup] = field(default_factory=list)
@@ -266,6 +267,7 @@ class Analysis:
     missing: list[int] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     world_size: int | None = None
+    flight: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         """One line: the first finding, else where the ranks are (an alert's detail)."""
@@ -332,6 +334,7 @@ def analyse(capture: Capture) -> Analysis:
         a.missing = [r for r in range(a.world_size) if r not in seen]
     a.groups = group(ranks)
     a.agents = group(capture.processes("agent"), own_code=False)
+    a.flight = flight_recorder(capture)
     a.children = group(capture.processes("child"))
     if len(a.groups) > 1:
         main = a.groups[-1]
@@ -395,3 +398,94 @@ def _finding(odd: StackGroup, main: StackGroup) -> Finding:
     return Finding(
         "elsewhere", f"{odd.who()} {_is(rs)} elsewhere than {main.who()}: {odd.where}", rs
     )
+
+
+def flight_recorder(capture: Capture) -> list[str]:
+    """What the ranks' Flight Recorders say together, one line each (PyTorch's ring buffer of
+    each rank's collectives: ``FrEntry``): for each process group, the collective some ranks
+    entered and others never did (the ranks behind are the ones the others wait for), ranks
+    that called different collectives at one sequence number (a mismatch), a collective every
+    rank entered that is not completed; or that they agree; or, when no rank's buffer could be
+    read, why (one line)."""
+    ranks = [p for p in capture.processes("rank") if p.flight is not None]
+    if not ranks:
+        return []
+    read = [p for p in ranks if p.flight is not None and p.flight.error is None]
+    if not read:
+        first = ranks[0].flight
+        assert first is not None
+        return [f"not read: {first.error}"]
+    out: list[str] = []
+    groups = sorted(_pgs(read))
+    for pg in groups:
+        status = {p.rank: s for p in read if p.flight for s in p.flight.status if s[0] == pg}
+        if not status:
+            continue
+        top = max(s[1] for s in status.values())
+        behind = sorted(r for r, s in status.items() if r is not None and s[1] < top)
+        ahead = sorted(r for r, s in status.items() if r is not None and s[1] == top)
+        entry = _entry(read, pg, top)
+        op = f" ({entry.op}{', ' + entry.where if entry.where else ''})" if entry else ""
+        if behind:
+            last = {status[r][1] for r in behind}
+            out.append(
+                f"process group {pg}: {who(ahead)} entered collective {top}{op} that "
+                f"{who(behind)} never did (last entered: {', '.join(map(str, sorted(last)))})"
+            )
+        out += _mismatches(read, pg)
+        if not behind:
+            # the entries' own state (pg_status's last completed lags the watchdog's polling)
+            waiting = sorted(
+                p.rank
+                for p in read
+                if p.rank is not None
+                and (e := _entry([p], pg, top)) is not None
+                and e.state != "completed"
+            )
+            if waiting:
+                out.append(
+                    f"process group {pg}: every rank read entered collective {top}{op}; "
+                    f"{who(waiting)} {_is(waiting)} still in it: "
+                    "if it stays so, the collective itself waits (the network, NCCL, a rank "
+                    "not read)"
+                )
+    if not out:
+        out.append(
+            f"the {len(read)} rank(s) read entered and completed the same collectives: no "
+            "divergence in their buffers"
+        )
+    errors = [(p, p.flight.error) for p in ranks if p.flight is not None and p.flight.error]
+    if errors:
+        named = who(sorted(p.rank for p, _ in errors if p.rank is not None))
+        out.append(f"not read on {named}: {errors[0][1]}")
+    return out
+
+
+def _pgs(read: Sequence[ProcessStack]) -> set[str]:
+    return {s[0] for p in read if p.flight is not None for s in p.flight.status}
+
+
+def _entry(read: Sequence[ProcessStack], pg: str, seq: int) -> FrEntry | None:
+    for p in read:
+        assert p.flight is not None
+        for e in p.flight.entries:
+            if e.pg == pg and not e.p2p and e.seq == seq:
+                return e
+    return None
+
+
+def _mismatches(read: Sequence[ProcessStack], pg: str) -> list[str]:
+    """Sequence numbers of ``pg`` at which ranks' entries name different collectives."""
+    ops: dict[int, dict[str, list[int]]] = {}
+    for p in read:
+        assert p.flight is not None
+        for e in p.flight.entries:
+            if e.pg == pg and not e.p2p and e.seq is not None and p.rank is not None:
+                ops.setdefault(e.seq, {}).setdefault(e.op, []).append(p.rank)
+    out = []
+    for seq in sorted(ops):
+        if len(ops[seq]) > 1:
+            named = "; ".join(f"{who(sorted(rs))} {op}" for op, rs in sorted(ops[seq].items()))
+            out.append(f"process group {pg}: mismatched collectives at {seq}: {named}")
+            break  # the first is where they diverge
+    return out

@@ -59,6 +59,42 @@ class ThreadStack:
 
 
 @dataclass(frozen=True)
+class FrEntry:
+    """One collective of a rank's Flight Recorder buffer (PyTorch's dump entry).
+
+    Attributes:
+        seq: ``collective_seq_id`` in its process group (``p2p_seq_id`` for send/recv).
+        op: ``profiling_name`` (``nccl:all_reduce``).
+        state: ``scheduled``, ``started`` or ``completed``.
+        pg: the process group's id (``"0"``: the default group).
+        p2p: a send/recv (numbered apart from the collectives).
+        where: the innermost frame outside torch.distributed that called it.
+    """
+
+    seq: int | None
+    op: str
+    state: str
+    pg: str
+    p2p: bool
+    where: str | None
+
+
+@dataclass(frozen=True)
+class FlightRecord:
+    """What a rank's Flight Recorder gave (``remote/agent/stacks.py --flight-recorder``).
+
+    Attributes:
+        error: why there is no dump (no dump pipe: not an NCCL process group...).
+        status: process group -> (last enqueued, last started, last completed) collective.
+        entries: the newest collectives, oldest first.
+    """
+
+    error: str | None = None
+    status: tuple[tuple[str, int, int, int], ...] = ()
+    entries: tuple[FrEntry, ...] = ()
+
+
+@dataclass(frozen=True)
 class ProcessStack:
     """One process of a node, with its stacks (or why there are none).
 
@@ -75,6 +111,7 @@ class ProcessStack:
         threads: its threads (main first), ``None`` when not read (``error`` says why; an
             ``other`` process is never read).
         error: why py-spy could not read it.
+        flight: its Flight Recorder (ranks, when asked), ``None`` when not asked.
     """
 
     node_rank: int
@@ -90,6 +127,7 @@ class ProcessStack:
     age_s: float | None
     threads: tuple[ThreadStack, ...] | None
     error: str | None
+    flight: FlightRecord | None = None
 
     @property
     def tag(self) -> str:
@@ -209,6 +247,41 @@ def _threads(raw: object) -> tuple[ThreadStack, ...] | None:
     return tuple(threads)
 
 
+def _flight(raw: object) -> FlightRecord | None:
+    """A rank's ``flight_recorder`` of the node document."""
+    if not isinstance(raw, Mapping):
+        return None
+    if raw.get("error"):
+        return FlightRecord(error=str(raw["error"]))
+    summary = raw.get("summary")
+    if not isinstance(summary, Mapping):
+        return FlightRecord(error="no Flight Recorder summary")
+    status = []
+    for pg, st in (summary.get("pg_status") or {}).items():
+        if isinstance(st, Mapping):
+            status.append(
+                (
+                    str(pg),
+                    _int(st.get("last_enqueued_collective")) or 0,
+                    _int(st.get("last_started_collective")) or 0,
+                    _int(st.get("last_completed_collective")) or 0,
+                )
+            )
+    entries = tuple(
+        FrEntry(
+            seq=_int(e.get("p2p_seq") if e.get("p2p") else e.get("seq")),
+            op=str(e.get("op") or "?"),
+            state=str(e.get("state") or "?"),
+            pg=str(e.get("pg") or ""),
+            p2p=bool(e.get("p2p")),
+            where=str(e["where"]) if e.get("where") else None,
+        )
+        for e in summary.get("entries") or []
+        if isinstance(e, Mapping)
+    )
+    return FlightRecord(status=tuple(status), entries=entries)
+
+
 def parse_node(
     node_rank: int, host: str, doc: Mapping[str, Any], gpus: Sequence[int] = ()
 ) -> NodeCapture:
@@ -238,6 +311,7 @@ def parse_node(
                 age_s=float(p["age_s"]) if isinstance(p.get("age_s"), int | float) else None,
                 threads=_threads(p.get("threads")),
                 error=str(p["error"]) if p.get("error") else None,
+                flight=_flight(p.get("flight_recorder")) if role == "rank" else None,
             )
         )
     return NodeCapture(
@@ -268,8 +342,22 @@ def capture_from_json(data: Mapping[str, Any]) -> Capture:
                     )
                     for t in p["threads"]
                 )
+            flight = p.get("flight")
+            if isinstance(flight, Mapping):
+                flight = FlightRecord(
+                    error=flight.get("error"),
+                    status=tuple(tuple(s) for s in flight.get("status") or ()),
+                    entries=tuple(FrEntry(**e) for e in flight.get("entries") or ()),
+                )
             procs.append(
-                ProcessStack(**{**p, "cmdline": tuple(p.get("cmdline") or ()), "threads": threads})
+                ProcessStack(
+                    **{
+                        **p,
+                        "cmdline": tuple(p.get("cmdline") or ()),
+                        "threads": threads,
+                        "flight": flight,
+                    }
+                )
             )
         nodes.append(NodeCapture(**{**n, "processes": tuple(procs)}))
     return Capture(

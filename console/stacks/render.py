@@ -46,6 +46,10 @@ def render(capture: Capture, analysis: Analysis, *, frames: int = 12) -> str:
         out.append(f"{mark}{g.title()}{' (idle)' if g.idle else ''}")
         out.append("  " + ", ".join(_member(p) for p in g.processes))
         out += _frames(g, "    ", frames)
+    if analysis.flight:
+        out.append("")
+        out.append("Flight Recorder (each rank's last collectives, PyTorch's ring buffer):")
+        out += [f"  {line}" for line in analysis.flight]
     if analysis.agents:
         out.append("")
         out.append("torchrun agents:")
@@ -95,5 +99,6 @@ def analysis_json(a: Analysis) -> dict[str, Any]:
         "missing_ranks": a.missing,
         "world_size": a.world_size,
         "problems": a.problems,
+        "flight_recorder": a.flight,
         "partial": a.partial,
     }

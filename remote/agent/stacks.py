@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pickle
 import socket
 import subprocess
 import sys
@@ -210,6 +211,58 @@ def dump(py_spy: str, pid: int, native: bool, timeout: float) -> tuple[object, s
     return threads, None
 
 
+class _PlainUnpickler(pickle.Unpickler):
+    """Reads a Flight Recorder dump: builtin containers and scalars only (a dump is a dict of
+    lists, tuples, strings and numbers); any class reference is refused."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"{module}.{name} is not in a Flight Recorder dump")
+
+
+#: entries of each rank's buffer kept in the summary (the newest)
+FR_ENTRIES = 24
+
+
+def fr_summary(data: bytes) -> dict[str, Any]:
+    """A Flight Recorder dump (PyTorch's pickle, ``FlightRecorder.hpp`` ``dump``: ``version``,
+    ``pg_config``, ``pg_status`` {pg: last_enqueued/started/completed_collective}, ``entries``
+    [{collective_seq_id, profiling_name, state, input_sizes, process_group, frames...}]) as
+    JSON data: its version, each process group's status and the newest entries."""
+    import io
+
+    dump = _PlainUnpickler(io.BytesIO(data)).load()
+    if not isinstance(dump, dict):
+        raise ValueError("not a Flight Recorder dump")
+    entries = []
+    for e in (dump.get("entries") or [])[-FR_ENTRIES:]:
+        pg = e.get("process_group") or ("", "")
+        frames = e.get("frames") or []
+        top = next((f for f in frames if "torch/distributed/" not in str(f.get("filename"))), None)
+        entries.append(
+            {
+                "seq": e.get("collective_seq_id"),
+                "p2p_seq": e.get("p2p_seq_id"),
+                "op": e.get("profiling_name"),
+                "state": e.get("state"),
+                "pg": str(pg[0]) if pg else "",
+                "pg_desc": str(pg[1]) if len(pg) > 1 else "",
+                "sizes": e.get("input_sizes"),
+                "p2p": bool(e.get("is_p2p")),
+                "where": "{} ({}:{})".format(
+                    top.get("name"), str(top.get("filename")).rsplit("/", 1)[-1], top.get("line")
+                )
+                if top
+                else None,
+            }
+        )
+    return {
+        "version": dump.get("version"),
+        "pg_status": dump.get("pg_status") or {},
+        "pg_config": dump.get("pg_config") or {},
+        "entries": entries,
+    }
+
+
 def fr_dump(p: Proc, wait_s: float) -> dict[str, Any]:
     """Ask a rank for its Flight Recorder buffer through its dump pipe and read the dump.
 
@@ -217,9 +270,8 @@ def fr_dump(p: Proc, wait_s: float) -> dict[str, Any]:
     and dumps to ``$TORCH_NCCL_DEBUG_INFO_TEMP_FILE<rank>`` when anything is written to it
     (ProcessGroupNCCL.cpp, ``DumpPipe``). The paths are the rank's own: they are opened under
     ``/proc/PID/root``, so a sidecar in another mount namespace reaches them too. Returns
-    ``{"path", "data_b64"}`` or ``{"path", "error"}``.
+    ``{"path", "summary"}`` (:func:`fr_summary`) or ``{"path", "error"}``.
     """
-    import base64
     import errno
     import stat as stat_mod
 
@@ -261,7 +313,10 @@ def fr_dump(p: Proc, wait_s: float) -> dict[str, Any]:
             if st.st_size == size:  # written whole
                 data = read(root + dump)
                 if data:
-                    return {"path": dump, "data_b64": base64.b64encode(data).decode()}
+                    try:
+                        return {"path": dump, "summary": fr_summary(data)}
+                    except Exception as e:  # any unpickling failure: said, never raised
+                        return {"path": dump, "error": f"the dump could not be read: {e}"}
             size = st.st_size
     return {"path": dump, "error": f"no dump in {wait_s:g} s after the pipe was written"}
 

@@ -285,3 +285,129 @@ def test_a_py_spy_binary_is_chosen_by_the_hosts_cpu(
         py_spy_for("x86_64")
     assert "no py-spy binary for a Linux x86_64 host" in str(e.value)
     assert "is not a Linux x86_64 binary" in str(e.value)
+
+
+# --- the Flight Recorder: a real NCCL dump (H200, torch 2.11) taken through its dump pipe ------
+
+FR_DOC = DATA / "flightrec" / "h200-nccl-1rank.stacks-doc.json"
+
+
+def real_fr_summary() -> dict[str, object]:
+    """The recorded dump (stacks.py --flight-recorder on the device machine, a 1-rank NCCL
+    job of stuck_rank.py) summarised by the node script's own reader."""
+    import base64
+
+    from remote.agent.stacks import fr_summary
+
+    doc = json.loads(FR_DOC.read_text())
+    (rank,) = [p for p in doc["processes"] if p["role"] == "rank"]
+    return fr_summary(base64.b64decode(rank["flight_recorder"]["data_b64"]))
+
+
+def test_the_node_script_reads_a_real_nccl_dump() -> None:
+    s = real_fr_summary()
+    assert s["version"] == "2.10"
+    assert s["pg_status"] == {
+        "0": {
+            "last_enqueued_collective": 68,
+            "last_started_collective": -1,
+            "last_completed_collective": 66,
+        }
+    }
+    entries = s["entries"]
+    assert isinstance(entries, list) and len(entries) == 24
+    assert entries[-1] == {
+        "seq": 68,
+        "p2p_seq": 0,
+        "op": "nccl:all_reduce",
+        "state": "completed",
+        "pg": "0",
+        "pg_desc": "default_pg",
+        "sizes": [[1024]],
+        "p2p": False,
+        "where": "train (stuck_rank.py:29)",
+    }
+
+
+def test_a_dump_with_a_class_in_it_is_refused() -> None:
+    import pickle
+
+    from remote.agent.stacks import fr_summary
+
+    with pytest.raises(pickle.UnpicklingError):
+        fr_summary(pickle.dumps({"entries": [Path("/x")]}))
+
+
+def _fr_capture(rank1_summary: dict[str, object]) -> Capture:
+    rank0 = {"role": "rank", "pid": 10, "rank": 0, "local_rank": 0, "world_size": 2}
+    rank1 = {"role": "rank", "pid": 11, "rank": 1, "local_rank": 1, "world_size": 2}
+    doc = {
+        "processes": [
+            {**rank0, "flight_recorder": {"summary": real_fr_summary()}},
+            {**rank1, "flight_recorder": {"summary": rank1_summary}},
+        ]
+    }
+    return Capture("fr", 0.0, [parse_node(0, "gpu1", doc)])
+
+
+def test_a_rank_that_never_entered_the_collective_is_named() -> None:
+    s = real_fr_summary()
+    behind = {
+        **s,
+        "pg_status": {
+            "0": {
+                "last_enqueued_collective": 67,
+                "last_started_collective": -1,
+                "last_completed_collective": 66,
+            }
+        },
+        "entries": s["entries"][:-1],  # type: ignore[index]
+    }
+    assert analyse(_fr_capture(behind)).flight == [
+        "process group 0: rank 0 entered collective 68 (nccl:all_reduce, train (stuck_rank.py:29)) "
+        "that rank 1 never did (last entered: 67)"
+    ]
+
+
+def test_ranks_calling_different_collectives_are_a_mismatch() -> None:
+    s = real_fr_summary()
+    entries = [dict(e) for e in s["entries"]]  # type: ignore[attr-defined]
+    entries[-1]["op"] = "nccl:broadcast"
+    flight = analyse(_fr_capture({**s, "entries": entries})).flight
+    assert flight == [
+        "process group 0: mismatched collectives at 68: rank 0 nccl:all_reduce; rank 1 "
+        "nccl:broadcast"
+    ]
+
+
+def test_ranks_that_agree_say_so_and_a_missing_pipe_is_one_line() -> None:
+    assert analyse(_fr_capture(real_fr_summary())).flight == [
+        "the 2 rank(s) read entered and completed the same collectives: no divergence in their "
+        "buffers"
+    ]
+    s = real_fr_summary()
+    entries = [dict(e) for e in s["entries"]]  # type: ignore[attr-defined]
+    entries[-1]["state"] = "started"
+    assert analyse(_fr_capture({**s, "entries": entries})).flight == [
+        "process group 0: every rank read entered collective 68 (nccl:all_reduce, train "
+        "(stuck_rank.py:29)); rank 1 is still in it: if it stays so, the collective itself "
+        "waits (the network, NCCL, a rank not read)"
+    ]
+    why = (
+        "no dump pipe /tmp/gpuconsole_fr_pipe_0.pipe (PyTorch makes it for NCCL process groups "
+        "only)"
+    )
+    doc = {
+        "processes": [
+            {
+                "role": "rank",
+                "pid": 5,
+                "rank": 0,
+                "local_rank": 0,
+                "flight_recorder": {"path": "/tmp/x", "error": why},
+            }
+        ]
+    }
+    capture = Capture("g", 0.0, [parse_node(0, "a", doc)])
+    assert analyse(capture).flight == [f"not read: {why}"]
+    assert f"  not read: {why}" in render(capture, analyse(capture)).splitlines()
