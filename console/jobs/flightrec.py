@@ -8,16 +8,18 @@ buffer. It is read by ``torch.distributed.flight_recorder`` (``torchfrtrace``), 
 where the ranks diverge: a collective that some ranks never entered, or ranks calling
 different collectives at one sequence number.
 
-The variables set (the spec's own ``env`` wins over each):
+The variables set (the spec's own ``env`` wins over each), by their current names only:
+PyTorch warns on every rank at start-up for a deprecated name (``TORCH_NCCL_TRACE_BUFFER_SIZE
+is deprecated; use TORCH_FR_BUFFER_SIZE``, PyTorch 2.13), so a release that predates the
+``TORCH_FR_*`` names records nothing unless the spec sets ``TORCH_NCCL_TRACE_BUFFER_SIZE``:
 
-- ``TORCH_NCCL_TRACE_BUFFER_SIZE`` (NCCL process groups) and ``TORCH_FR_BUFFER_SIZE`` (the
-  name newer releases read for every backend, gloo included): :data:`BUFFER_ENTRIES`
-  entries, PyTorch's tutorial's suggestion.
+- ``TORCH_FR_BUFFER_SIZE``: :data:`BUFFER_ENTRIES` entries per rank (PyTorch's tutorial's
+  suggestion), every backend (gloo records too).
 - ``TORCH_NCCL_DUMP_ON_TIMEOUT=1``: the NCCL watchdog writes every rank's buffer when a
-  collective times out, to ``TORCH_NCCL_DEBUG_INFO_TEMP_FILE<rank>`` (``TORCH_FR_DUMP_TEMP_FILE``
-  for the generic recorder).
+  collective times out, to ``TORCH_FR_DUMP_TEMP_FILE<rank>``.
 - ``TORCH_NCCL_DEBUG_INFO_PIPE_FILE``: each rank's watchdog makes a named pipe
-  ``<prefix><rank>.pipe``; writing to it dumps that rank's buffer while the job runs.
+  ``<prefix><rank>.pipe``; writing to it dumps that rank's buffer while the job runs (NCCL
+  process groups only).
 
 Where: ``/tmp/`` in a container (the container's own); the node's folder on a host
 (``runtime: host``: several jobs share a host's ``/tmp``); the job's folder for Slurm.
@@ -38,10 +40,8 @@ def flight_recorder_env(folder: str) -> dict[str, str]:
     folder = folder.rstrip("/") or "/"
     dump = f"{folder}/{DUMP_PREFIX}"
     return {
-        "TORCH_NCCL_TRACE_BUFFER_SIZE": str(BUFFER_ENTRIES),
         "TORCH_FR_BUFFER_SIZE": str(BUFFER_ENTRIES),
         "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
-        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": dump,
         "TORCH_FR_DUMP_TEMP_FILE": dump,
         "TORCH_NCCL_DEBUG_INFO_PIPE_FILE": f"{folder}/{PIPE_PREFIX}",
     }

@@ -267,7 +267,8 @@ def fr_dump(p: Proc, wait_s: float) -> dict[str, Any]:
     """Ask a rank for its Flight Recorder buffer through its dump pipe and read the dump.
 
     PyTorch's NCCL watchdog makes the pipe ``$TORCH_NCCL_DEBUG_INFO_PIPE_FILE<rank>.pipe``
-    and dumps to ``$TORCH_NCCL_DEBUG_INFO_TEMP_FILE<rank>`` when anything is written to it
+    and dumps to ``$TORCH_FR_DUMP_TEMP_FILE<rank>`` (older: ``TORCH_NCCL_DEBUG_INFO_TEMP_FILE``)
+    when anything is written to it
     (ProcessGroupNCCL.cpp, ``DumpPipe``). The paths are the rank's own: they are opened under
     ``/proc/PID/root``, so a sidecar in another mount namespace reaches them too. Returns
     ``{"path", "summary"}`` (:func:`fr_summary`) or ``{"path", "error"}``.
@@ -278,9 +279,14 @@ def fr_dump(p: Proc, wait_s: float) -> dict[str, Any]:
     env = p.env or {}
     rank = p.env_int("RANK")
     pipe_prefix = env.get("TORCH_NCCL_DEBUG_INFO_PIPE_FILE")
-    dump_prefix = env.get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE") or env.get("TORCH_FR_DUMP_TEMP_FILE")
-    if not pipe_prefix or not dump_prefix:
-        return {"path": None, "error": "the Flight Recorder's dump pipe is not set for this rank"}
+    # the current name first, then the deprecated one, then PyTorch's default
+    dump_prefix = (
+        env.get("TORCH_FR_DUMP_TEMP_FILE")
+        or env.get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
+        or "/tmp/nccl_trace_rank_"
+    )
+    if not pipe_prefix:
+        return {"path": None, "error": "no dump pipe: TORCH_NCCL_DEBUG_INFO_PIPE_FILE is not set"}
     root = f"/proc/{p.pid}/root"
     pipe = f"{pipe_prefix}{rank}.pipe"
     dump = f"{dump_prefix}{rank}"

@@ -10,7 +10,7 @@
 #   gpuconsole_fr_rank_0 the dump itself (PyTorch's pickle)
 #   fr_trace.txt         python -m torch.distributed.flight_recorder.fr_trace on the dumps
 #   fr_trace_entries.txt the same with --just_print_entries
-#   log.txt              everything printed (versions, the job's output)
+#   log.txt              everything printed (versions, the job's warnings)
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-$PWD/out-fr}
@@ -65,6 +65,8 @@ PY
       > "$OUT/fr_trace_entries.txt" 2>&1; echo "exit $?"
   head -40 "$OUT/fr_trace.txt"; head -30 "$OUT/fr_trace_entries.txt"
   kill "$JOB"; wait "$JOB"
+  echo "== the job's warnings (PyTorch says deprecated variable names here)"
+  grep -i -E "warn|deprecat" "$W/job.log" | head -20
   ls -la "$W" "$W/dumps"
 }
 main 2>&1 | tee "$OUT/log.txt"
