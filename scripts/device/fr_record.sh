@@ -6,7 +6,7 @@
 #   OUT=... bash scripts/device/fr_record.sh
 # Writes into $OUT:
 #   stacks-doc.json      remote/agent/stacks.py --flight-recorder over the running job: the
-#                        ranks' py-spy stacks and each rank's dump (base64), as a node sends it
+#                        ranks' py-spy stacks and each rank's dump summary, as a node sends it
 #   gpuconsole_fr_rank_0 the dump itself (PyTorch's pickle)
 #   fr_trace.txt         python -m torch.distributed.flight_recorder.fr_trace on the dumps
 #   fr_trace_entries.txt the same with --just_print_entries
@@ -57,6 +57,8 @@ for p in doc["processes"]:
         open(os.path.join(sys.argv[2], name), "wb").write(base64.b64decode(fr["data_b64"]))
         print("dump", name, len(base64.b64decode(fr["data_b64"])), "bytes")
 PY
+  # the node script sends a summary; PyTorch's analyser reads the dumps themselves
+  cp "$W"/gpuconsole_fr_rank_* "$W/dumps/" 2>/dev/null
   cp "$W"/dumps/gpuconsole_fr_rank_0 "$OUT/" 2>/dev/null
   echo "== fr_trace"
   $PY -m torch.distributed.flight_recorder.fr_trace "$W/dumps" -p gpuconsole_fr_rank_ \

@@ -411,3 +411,28 @@ def test_ranks_that_agree_say_so_and_a_missing_pipe_is_one_line() -> None:
     capture = Capture("g", 0.0, [parse_node(0, "a", doc)])
     assert analyse(capture).flight == [f"not read: {why}"]
     assert f"  not read: {why}" in render(capture, analyse(capture)).splitlines()
+
+
+def test_a_real_nccl_node_document_reads_as_one_rank_in_step() -> None:
+    """What the node script sent on the device machine (H100, torch 2.11, NCCL 2.28) for a
+    1-rank job given gpuconsole's Flight Recorder variables by their current names: the dump
+    came through the pipe to TORCH_FR_DUMP_TEMP_FILE and was summarised there."""
+    doc = json.loads(
+        (DATA / "flightrec" / "h100-nccl-1rank-current-names.stacks-doc.json").read_text()
+    )
+    node = parse_node(0, "gpu", doc)
+    (rank,) = node.ranks
+    assert rank.flight is not None and rank.flight.error is None
+    assert rank.flight.status == (("0", 69, -1, 67),)
+    last = rank.flight.entries[-1]
+    assert (last.seq, last.op, last.state, last.where) == (
+        69,
+        "nccl:all_reduce",
+        "completed",
+        "train (stuck_rank.py:29)",
+    )
+    a = analyse(Capture("fr", 0.0, [node]))
+    assert a.flight == [
+        "the 1 rank(s) read entered and completed the same collectives: no divergence in their "
+        "buffers"
+    ]
