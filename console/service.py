@@ -724,6 +724,13 @@ class Service:
                 "pass one of them, or leave --node out for every node",
             )
         nodes = [n for n in job.nodes if node is None or n.node_rank == node]
+        down = {n.host: job.unreachable[n.host] for n in nodes if n.host in job.unreachable}
+        if down and len(down) == len({n.host for n in nodes}):
+            why = next(iter(down.values()))
+            raise JobError(
+                f"job {job.id}: cannot reach {', '.join(sorted(down))}: {why}",
+                "the job may still be running there; retry when the host is reachable",
+            )
         if not any(n.state == "running" for n in nodes):
             where = f"node {node} of job {job.id}" if node is not None else f"job {job.id}"
             raise JobError(
@@ -759,12 +766,14 @@ class Service:
 
     def _save_stacks(self, capture: Capture) -> None:
         import json
+        import tempfile
 
         path = self.store.root / "stacks" / f"{capture.job_id}.json"
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(capture.to_json()))
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{capture.job_id}.")
+            with os.fdopen(fd, "w") as f:
+                f.write(json.dumps(capture.to_json()))
             os.replace(tmp, path)
         except OSError as e:  # the capture is still shown; only describe's copy is lost
             log.warning("stacks of %s not saved to %s: %s", capture.job_id, path, e)

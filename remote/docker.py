@@ -774,6 +774,8 @@ class Engine:
                 labels=labels,
                 host_config=host_config,
                 network_disabled=True,
+                # no GPU where nvidia is the engine's default runtime
+                environment={"NVIDIA_VISIBLE_DEVICES": "void"},
             )
             cid = made["Id"]
             try:

@@ -152,7 +152,7 @@ async def in_sidecar(
     folder = await deploy(transport)
     status, out, err = await engine.run_sidecar(
         container_id,
-        ["python3", *script_args(SIDECAR_DIR, native=native)],
+        ["python3", "-I", "-S", *script_args(SIDECAR_DIR, native=native)],
         binds={folder: SIDECAR_DIR},
         cap_add="SYS_PTRACE",
         labels={"io.gpuconsole.kind": SIDECAR_KIND, "io.gpuconsole.stacks-of": container_id},

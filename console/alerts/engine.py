@@ -533,6 +533,9 @@ class AlertWatcher:
                 else f"no answer in {STACKS_TIMEOUT_S:g} s"
             )
             summary, odd = f"not taken: {why}", None
+        except Exception as e:  # a bug must not lose the alert: it fires without the stacks
+            log.warning("stacks of %s for its job_hung alert failed", job_id, exc_info=True)
+            summary, odd = f"not taken: {type(e).__name__}: {e}", None
         annotated = self.engine.annotate(a.key, stacks=summary, odd_ranks=odd)
         return replace(change, alert=annotated or a)
 

@@ -35,9 +35,8 @@ def ptrace_hint(capture: NodeCapture) -> NodeCapture:
         error=(
             f"{policy} on {capture.host}: user {capture.uid} may not read the job's "
             f"processes ({len(refused)} refused) (fix: `sudo sysctl kernel.yama.ptrace_scope=0` "
-            "on the host, or give py-spy the capability, `sudo setcap cap_sys_ptrace+ep "
-            "~/.cache/gpuconsole/stacks/*/py-spy`, or log in as root; ptrace_scope 3 "
-            "forbids it until a reboot)"
+            "on the host (a user may then read only its own processes), or run gpuconsole's "
+            "profile for this host as root; ptrace_scope 3 forbids it until a reboot)"
         ),
     )
 

@@ -47,6 +47,8 @@ COLLECTIVES = frozenset(
         "recv_object_list",
     }
 )
+#: at most this many odd groups are named (the largest of them; the rest are still listed)
+MAX_FINDINGS = 20
 _LIBRARY_MARKS = ("/site-packages/", "/dist-packages/", "/lib/python3", "<frozen ")
 _WRAPPERS = frozenset({"wrapper", "_fn", "inner", "decorate_context", "wrapped_fn", "log_wrapper"})
 #: packages a pasted dump names by their short path (``torch/...``): not the job's own code
@@ -341,9 +343,10 @@ def analyse(capture: Capture) -> Analysis:
         a.odd = a.groups[:-1]
         # an odd one out is named only against a majority, or against ranks that wait in a
         # collective (two ranks in two places, neither waiting, blame neither)
+        main_who = main.who()
         a.findings = [
-            _finding(g, main)
-            for g in a.odd
+            _finding(g, main, main_who)
+            for g in a.odd[-MAX_FINDINGS:]
             if len(g.processes) < len(main.processes) or main.collective is not None
         ]
     elif len(a.groups) == 1 and a.groups[0].collective is not None and len(ranks) > 1:
@@ -372,32 +375,30 @@ def analyse(capture: Capture) -> Analysis:
     return a
 
 
-def _finding(odd: StackGroup, main: StackGroup) -> Finding:
+def _finding(odd: StackGroup, main: StackGroup, main_who: str) -> Finding:
     rs, them = odd.processes, main.processes
     if main.collective is not None and odd.collective is None:
         return Finding(
             "outside_collective",
             f"{odd.who()} {_is(rs)} not in the collective ({main.collective}) that "
-            f"{main.who()} wait{'s' if len(them) == 1 else ''} in: {odd.where}",
+            f"{main_who} wait{'s' if len(them) == 1 else ''} in: {odd.where}",
             rs,
         )
     if main.collective is not None and odd.collective not in (None, main.collective):
         return Finding(
             "mismatch",
             f"mismatched collectives: {odd.who()} {_is(rs)} in {odd.collective} while "
-            f"{main.who()} {_is(them)} in {main.collective} ({odd.where})",
+            f"{main_who} {_is(them)} in {main.collective} ({odd.where})",
             rs,
         )
     if main.collective is None and odd.collective is not None:
         return Finding(
             "outside_collective",
-            f"{main.who()} {_is(them)} not in the collective ({odd.collective}) that "
+            f"{main_who} {_is(them)} not in the collective ({odd.collective}) that "
             f"{odd.who()} wait{'s' if len(rs) == 1 else ''} in: {main.where}",
             them,
         )
-    return Finding(
-        "elsewhere", f"{odd.who()} {_is(rs)} elsewhere than {main.who()}: {odd.where}", rs
-    )
+    return Finding("elsewhere", f"{odd.who()} {_is(rs)} elsewhere than {main_who}: {odd.where}", rs)
 
 
 def flight_recorder(capture: Capture) -> list[str]:

@@ -29,15 +29,16 @@ from console.stacks.model import Capture, Frame, NodeCapture, ProcessStack, Thre
 _DECOR = re.compile(
     r"^(?:\s*>\s?)*"  # Markdown quoting
     r"(?:\d{4}-\d\d-\d\d[T ][\d:.,]+Z?\s+)?"  # a collector's timestamp
-    r"(?:\[?rank\s*(?P<rank>\d+)\]?\s*:\s*)?",
+    r"(?:\[?rank\s*(?P<rank>\d{1,7})\]?\s*:\s*)?",
     re.IGNORECASE,
 )
-_PROCESS = re.compile(r"^Process (?P<pid>\d+):\s*(?P<cmd>.*)$")
+_PROCESS = re.compile(r"^Process (?P<pid>\d{1,10}):\s*(?P<cmd>.*)$")
 _THREAD = re.compile(
-    r"^Thread (?P<tid>0x[0-9A-Fa-f]+|\d+) \((?P<state>[a-z+]+)\)(?::\s*\"(?P<name>[^\"]*)\")?"
+    r"^Thread (?P<tid>0x[0-9A-Fa-f]{1,16}|\d{1,20}) \((?P<state>[a-z+]+)\)"
+    r"(?::\s*\"(?P<name>[^\"]*)\")?"
 )
-_FRAME = re.compile(r"^\s{2,}(?P<name>\S.*?) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)\s*$")
-_COUNT = re.compile(r"^(?P<n>\d+)\s+(?:process(?:es)?\s+)?(?:are\s+|is\s+)?in\s*:\s*$", re.I)
+_FRAME = re.compile(r"^\s{2,}(?P<name>\S.*?) \((?P<file>[^()]*?)(?::(?P<line>\d{1,9}))?\)\s*$")
+_COUNT = re.compile(r"^(?P<n>\d{1,5})\s+(?:process(?:es)?\s+)?(?:are\s+|is\s+)?in\s*:\s*$", re.I)
 _NODE = re.compile(r"^(?:node|host)\s+(?P<node>\S+?)\s*:\s*$", re.I)
 
 
@@ -116,7 +117,8 @@ def parse_pyspy_text(text: str, job_id: str = "-") -> Capture:
             cur = _Block(headers=[header], count=pending_count, pid=pid, rank=rank, node=node)
             pending_count, pid = None, None
             continue
-        # any other line (Python v3.x, a comment) ends nothing
+        if not stripped.startswith("Python v"):  # a Process line's own second line
+            pending_count, pid = None, None  # a count or a pid names the stack right after it
     close()
     return _capture(blocks, job_id)
 

@@ -40,6 +40,7 @@ import argparse
 import json
 import os
 import pickle
+import signal
 import socket
 import subprocess
 import sys
@@ -187,16 +188,30 @@ def first_reason(text: str) -> str:
     return lines[0] if lines else "no output"
 
 
+def resume(pid: int) -> None:
+    """SIGCONT ``pid``: a py-spy ended in the middle of a read can leave its target stopped
+    (py-spy issues 390, 587); a running process ignores it."""
+    try:
+        os.kill(pid, signal.SIGCONT)
+    except OSError:
+        pass
+
+
 def dump(py_spy: str, pid: int, native: bool, timeout: float) -> tuple[object, str | None]:
+    if timeout < 1.0:
+        return None, "not read: the node's time for stacks was used up"
     argv = [py_spy, "dump", "--pid", str(pid), "--json"]
     if native:
         argv.append("--native")
     try:
         res = subprocess.run(argv, capture_output=True, timeout=timeout)
     except subprocess.TimeoutExpired:
+        resume(pid)
         return None, f"py-spy did not answer within {timeout:g} s"
     except OSError as e:
         return None, f"py-spy cannot run: {e}"
+    if res.returncode < 0:  # py-spy itself was killed: its target may be left stopped
+        resume(pid)
     if res.returncode != 0:
         reason = first_reason(res.stderr.decode("utf-8", "replace"))
         if any(w in reason for w in PERMISSION_WORDS):
@@ -305,6 +320,8 @@ def fr_dump(p: Proc, wait_s: float) -> dict[str, Any]:
         return {"path": dump, "error": f"cannot open {pipe}: {e.strerror or e}"}
     try:
         os.write(fd, b"1\n")
+    except OSError as e:  # the reader went away between the open and the write
+        return {"path": dump, "error": f"cannot write {pipe}: {e.strerror or e}"}
     finally:
         os.close(fd)
     deadline = time.monotonic() + wait_s
@@ -342,6 +359,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--root-pid", type=int, help="only this process and its descendants")
     ap.add_argument("--env", action="append", default=[], help="KEY=VALUE every process has")
     ap.add_argument("--timeout", type=float, default=20.0, help="seconds per py-spy dump")
+    ap.add_argument(
+        "--deadline", type=float, default=70.0, help="seconds for the whole node (then say so)"
+    )
     ap.add_argument(
         "--flight-recorder",
         action="store_true",
@@ -392,22 +412,46 @@ def main(argv: list[str] | None = None) -> int:
                 "error": None,
             }
         )
-    wanted = [r for r in records if r["role"] != "other"]
-    if error is None and wanted:
-        with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
-            results = list(
-                pool.map(lambda r: dump(a.py_spy, int(r["pid"]), a.native, a.timeout), wanted)
-            )
-        for r, (threads, why) in zip(wanted, results):
-            r["threads"], r["error"] = threads, why
-    if a.flight_recorder:
-        ranks = [(r, procs[int(r["pid"])]) for r in records if r["role"] == "rank"]
-        with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
-            dumps = list(pool.map(lambda rp: fr_dump(rp[1], 15.0), ranks))
-        for (r, _), d in zip(ranks, dumps):
-            r["flight_recorder"] = d
+    end = time.monotonic() + a.deadline
+    # ranks first, then agents, then children: what is read before the deadline matters most
+    order = {"rank": 0, "agent": 1, "child": 2}
+    wanted = sorted((r for r in records if r["role"] != "other"), key=lambda r: order[r["role"]])
+
+    def left(cap: float) -> float:
+        return float(max(0.0, min(cap, end - time.monotonic())))
+
+    def one_dump(r: dict[str, Any]) -> tuple[object, str | None]:
+        return dump(a.py_spy, int(r["pid"]), a.native, left(a.timeout))
+
+    def one_fr(p: Proc) -> dict[str, Any]:
+        if left(15.0) < 2.0:
+            return {"path": None, "error": "not asked: the node's time for stacks was used up"}
+        try:
+            return fr_dump(p, left(15.0))
+        except Exception as e:  # said for that rank, never the end of the document
+            return {"path": None, "error": f"{type(e).__name__}: {e}"}
+
+    try:
+        if error is None and wanted:
+            with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
+                results = list(pool.map(one_dump, wanted))
+            for r, (threads, why) in zip(wanted, results):
+                r["threads"], r["error"] = threads, why
+        if a.flight_recorder:
+            ranks = [(r, procs[int(r["pid"])]) for r in records if r["role"] == "rank"]
+            with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
+                dumps = list(pool.map(lambda rp: one_fr(rp[1]), ranks))
+            for (r, _), d in zip(ranks, dumps):
+                r["flight_recorder"] = d
+    except Exception as e:  # whatever was read is still printed, with why the rest is not
+        doc["error"] = doc["error"] or f"{type(e).__name__}: {e}"
+    finally:
+        for r in wanted:  # left stopped by a py-spy that ended mid-read (it was not before)
+            if r["state"] not in ("T", "t") and Proc(int(r["pid"])).state in ("T", "t"):
+                resume(int(r["pid"]))
     doc["processes"] = records
-    sys.stdout.write(json.dumps(doc) + "\n")
+    # default=repr: a dump may hold bytes or sets (the unpickler allows builtin types)
+    sys.stdout.write(json.dumps(doc, default=repr) + "\n")
     sys.stdout.flush()
     return 0
 

@@ -436,3 +436,49 @@ def test_a_real_nccl_node_document_reads_as_one_rank_in_step() -> None:
         "the 1 rank(s) read entered and completed the same collectives: no divergence in their "
         "buffers"
     ]
+
+
+@pytest.mark.skipif(not os.access(PY_SPY, os.X_OK), reason="py-spy is not installed in the venv")
+def test_a_node_out_of_time_still_sends_what_it_has(fake_job: int) -> None:
+    """With no time left every process is listed with why it was not read; the document is
+    printed all the same, and no process is left stopped."""
+    res = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--py-spy",
+            str(PY_SPY),
+            "--root-pid",
+            str(fake_job),
+            "--deadline",
+            "0",
+            "--flight-recorder",
+        ],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
+    node = parse_node(0, "here", parse_document("here", res.stdout, res.stderr))
+    read = [p for p in node.processes if p.role != "other"]
+    assert len(read) == 4
+    assert {p.error for p in read} == {"not read: the node's time for stacks was used up"}
+    assert {p.flight.error for p in node.ranks if p.flight} == {
+        "not asked: the node's time for stacks was used up"
+    }
+    for p in read:
+        assert Path(f"/proc/{p.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "T"
+
+
+def test_counts_and_pids_name_only_the_stack_right_after_them() -> None:
+    from console.stacks.pyspy_text import parse_pyspy_text
+
+    frame = 'Thread 7 (idle): "MainThread"\n    f (a.py:1)\n'
+    assert len(parse_pyspy_text("3 in:\nsomething else\n" + frame).processes()) == 1
+    assert len(parse_pyspy_text("3 in:\n" + frame).processes()) == 3
+    assert len(parse_pyspy_text("1000000 in:\n" + frame).processes()) == 1  # not a count
+    (p,) = parse_pyspy_text("Process 777: bash\nunrelated\n" + frame).processes()
+    assert p.pid == 7
+    (p,) = parse_pyspy_text(
+        "Process 777: python x\nPython v3.11.2 (/usr/bin/python3)\n" + frame
+    ).processes()
+    assert p.pid == 777
