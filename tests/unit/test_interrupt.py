@@ -142,8 +142,13 @@ def judge(run: SigintRun, finished: tuple[int, str | None]) -> str:
       ("Fatal Python error: init_import_site") or dies by SIGINT, with no stdout; or, where
       its own code swallowed the interrupt ("Error processing line" of a ``.pth``,
       "Exception ignored in" an import lock's callback), carries on into gpuconsole, which
-      must end as above. No code of a package runs there, so no package can turn it into
-      ``interrupted`` (module docstring of :mod:`console`).
+      must end as above. The same report without a traceback, exit 1 and nothing else, is
+      an interrupt taken by the interpreter between its start and the script's first line:
+      CPython's ``pymain_run_file_obj`` runs pending signal handlers (``Py_MakePendingCalls``)
+      before it reads the launcher, and prints what they raised with no frame; the import
+      report then shows that no import of ``console`` had begun. No code of a package runs
+      there, so no package can turn it into ``interrupted`` (module docstring of
+      :mod:`console`).
 
     Anything else fails the test with the run's output.
     """
@@ -166,6 +171,10 @@ def judge(run: SigintRun, finished: tuple[int, str | None]) -> str:
         else:  # Python carried on: what follows is gpuconsole's
             rest = run.stderr[run.stderr.index("\n", report_end) + 1 :]
             judge(SigintRun(run.delay_ms, run.returncode, run.stdout, rest, run.imported), finished)
+        return INTERPRETER_START
+    if run.stderr == "KeyboardInterrupt\n" and run.returncode == 1:
+        assert not run.stdout and "_signal" in run.imported, where
+        assert not any(m == "console" or m.startswith("console.") for m in run.imported), where
         return INTERPRETER_START
     for noise in _NOISE:
         assert noise not in run.stderr, where
@@ -540,3 +549,36 @@ def test_interrupt_in_a_finalizer_is_not_lost(
     assert ended.value.code == 130
     err = capsys.readouterr().err
     assert err == "interrupted\n", err
+
+
+#: What a real run printed when its SIGINT was taken by CPython's pending calls just before it
+#: read the launcher (CI, 15 ms after exec of ``gpuconsole ps``; imports in completion order).
+_BARE_REPORT = SigintRun(
+    15.0,
+    1,
+    "",
+    "KeyboardInterrupt\n",
+    [
+        "_signal",
+        "_io",
+        "urllib.parse",
+        "pathlib",
+        "__editable___gpuconsole_0_1_0_finder",
+        "_distutils_hack",
+        "sitecustomize",
+        "site",
+    ],
+)
+
+
+def test_the_interpreters_frameless_report_before_the_launcher_runs() -> None:
+    """Exit 1 and a bare ``KeyboardInterrupt`` is the interpreter's start while no import of
+    ``console`` had begun; the same report once gpuconsole's code was being imported, or with
+    output, is a failure of gpuconsole."""
+    assert judge(_BARE_REPORT, (0, None)) == INTERPRETER_START
+    for imported in (["console"], ["console.entry", "console"]):
+        late = SigintRun(15.0, 1, "", "KeyboardInterrupt\n", _BARE_REPORT.imported + imported)
+        with pytest.raises(AssertionError):
+            judge(late, (0, None))
+    with pytest.raises(AssertionError):
+        judge(SigintRun(15.0, 1, "{}", "KeyboardInterrupt\n", _BARE_REPORT.imported), (0, None))
