@@ -19,10 +19,11 @@ install's finder imports ``pathlib``), while the launcher imports ``re`` and the
 looks for ``console``, or while ``runpy`` starts for ``-m``, gets Python's own report: a
 ``KeyboardInterrupt`` traceback and exit 1 ("Fatal Python error: init_import_site"), death
 by SIGINT, or (taken by the interpreter's pending calls just before it reads the launcher) a
-bare ``KeyboardInterrupt`` line and exit 1. That takes some 10 ms of an idle machine, tens of ms of a busy one. Only a
-launcher that starts Python with SIGINT blocked closes it (``env --block-signal=INT
-gpuconsole ...``: :func:`console.entry.main` lets the signal through inside its ``try``).
-tests/unit/test_interrupt.py (``judge``) tells these apart from gpuconsole's own outcomes.
+bare ``KeyboardInterrupt`` line and exit 1. That takes some 10 ms of an idle machine, tens of
+ms of a busy one. Only a launcher that starts Python with SIGINT blocked closes it (``env
+--block-signal=INT gpuconsole ...``: :func:`console.entry.main` lets the signal through
+inside its ``try``). tests/unit/test_interrupt.py (``judge``) tells these apart from
+gpuconsole's own outcomes.
 """
 
 import _signal  # type: ignore[import-not-found]  # C: ``signal`` would import enum first

@@ -70,6 +70,7 @@ if TYPE_CHECKING:  # imported by the methods that use them (CLI start-up: `ps` n
     from console.jobs.copy import CopyRequest, CopyResult
     from console.notebook.attach import NotebookTunnel
     from console.stacks.analysis import Analysis
+    from console.stacks.frtrace import FrTrace
     from console.stacks.model import Capture
     from remote.telemetry.schema import Sample
 
@@ -756,10 +757,39 @@ class Service:
         )
         if rank is not None and not capture.processes("rank") and not any(n.error for n in taken):
             capture.nodes.append(NodeCapture(-1, "-", error=f"rank {rank} was on no node read"))
+        if capture.whole and capture.dumps():
+            capture.fr_trace = await self._fr_trace(backend, job, capture)
         analysis = analyse(capture)
         if save and node is None and rank is None:
             await asyncio.to_thread(self._save_stacks, capture)
         return capture, analysis
+
+    async def _fr_trace(self, backend: JobBackend, job: JobRecord, capture: Capture) -> FrTrace:
+        """PyTorch's Flight Recorder analyser over every rank's dump of ``capture``, run on
+        the node of the lowest rank that gave one, with that rank's own Python (where the
+        job's PyTorch is); one line instead when it could not run."""
+        from console.stacks.frtrace import FrTrace, analyser_args, dump_files, from_output
+
+        dumps = capture.dumps()
+        ranks = tuple(sorted(dumps))
+        running = {n.node_rank: n for n in job.nodes if n.state == "running" and n.container_id}
+        chosen = next(
+            (p for p in capture.processes("rank") if p.rank in dumps and p.node_rank in running),
+            None,
+        )
+        if chosen is None:
+            return FrTrace(ranks, error="not run: no node of the job runs any more")
+        world = max((p.world_size or 0 for p in capture.processes("rank")), default=0)
+        args = analyser_args("{dir}")
+        if len(ranks) < world:  # it refuses otherwise; what it cannot decide, it says
+            args.append("--allow-incomplete-ranks")
+        try:
+            status, out, where = await backend.run_fr_trace(
+                job, running[chosen.node_rank], chosen.exe or "python3", dump_files(dumps), args
+            )
+        except GpuConsoleError as e:
+            return FrTrace(ranks, error=f"not run: {e.message}")
+        return from_output(ranks, status, out, where)
 
     def _stacks_path(self, job: JobRecord) -> Path:
         return self.store.root / "stacks" / f"{job.id}.json"

@@ -21,6 +21,7 @@ import math
 import re
 import shlex
 import tarfile
+import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -416,6 +417,24 @@ def _docker_time(value: object) -> str | None:
     return value
 
 
+def _sweep_sidecars(c: docker.DockerClient, kind: str, older_than_s: float) -> None:
+    """Remove the ended sidecars labelled ``io.gpuconsole.kind=<kind>`` made more than
+    ``older_than_s`` seconds ago (by its creation time): their console was killed before it
+    removed them. A console waits for its sidecar at most its timeout and removes it at once
+    when it ends, so a running one, or a younger one just ended, is still another console's."""
+    import docker.errors
+
+    now = time.time()
+    for summary in c.api.containers(all=True, filters={"label": f"io.gpuconsole.kind={kind}"}):
+        created = summary.get("Created")
+        old = isinstance(created, int | float) and now - created > older_than_s
+        if old and summary.get("State") in ("exited", "dead"):
+            try:
+                c.api.remove_container(summary["Id"], force=True)
+            except docker.errors.APIError:  # another console removed it first
+                pass
+
+
 class Engine:
     """The Docker engine of one host (see module docstring for the threading model).
 
@@ -733,19 +752,23 @@ class Engine:
         argv: Sequence[str],
         *,
         binds: dict[str, str],
-        cap_add: str,
+        cap_add: str | None,
         labels: dict[str, str],
         timeout: float,
+        join_pid: bool = True,
     ) -> tuple[int, bytes, bytes]:
-        """Run ``argv`` to its end in a short-lived container that joins ``target``'s PID
-        namespace (``docker run --rm --pid container:ID``) from ``target``'s own image, and
-        return ``(exit status, stdout, stderr)``; the container is removed in every case.
+        """Run ``argv`` to its end in a short-lived container of ``target``'s own image
+        (running or exited) that joins ``target``'s PID namespace (``--pid container:ID``,
+        unless ``join_pid`` is off), and return ``(exit status, stdout, stderr)``; the
+        container is removed in every case, and sidecars with the same
+        ``io.gpuconsole.kind`` label that an earlier console left behind (killed mid-run)
+        are removed first.
 
-        It gets the one capability ``cap_add`` (e.g. ``SYS_PTRACE``) and nothing else:
-        ``--cap-drop ALL``, ``no-new-privileges``, no network, a read-only root file system,
-        512 MiB, 64 processes, user root (the capability is checked against the target's
-        processes, whatever their user); ``binds`` (host path -> container path) are
-        read-only.
+        It gets at most the one capability ``cap_add`` (e.g. ``SYS_PTRACE``):
+        ``--cap-drop ALL``, ``no-new-privileges``, no network, a read-only root file system
+        (a 64 MiB ``/tmp``), 512 MiB, 64 processes, user root (the capability is checked
+        against the target's processes, whatever their user); ``binds`` (host path ->
+        container path) are read-only.
 
         Raises:
             DockerError: the engine refused it (the target is gone, the image lacks ``argv[0]``).
@@ -755,10 +778,14 @@ class Engine:
 
         def run(c: docker.DockerClient) -> tuple[int, bytes, bytes]:
             info = c.api.inspect_container(target)
+            kind = labels.get("io.gpuconsole.kind")
+            if kind:
+                _sweep_sidecars(c, kind, 2 * timeout)
             host_config = c.api.create_host_config(
-                pid_mode=f"container:{info['Id']}",
+                pid_mode=f"container:{info['Id']}" if join_pid else None,
                 cap_drop=["ALL"],
-                cap_add=[cap_add],
+                cap_add=[cap_add] if cap_add else None,
+                tmpfs={"/tmp": "rw,noexec,nosuid,size=64m"},
                 security_opt=["no-new-privileges"],
                 network_mode="none",
                 read_only=True,

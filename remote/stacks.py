@@ -204,3 +204,107 @@ async def in_allocation(
     ]
     res = await login.run(argv, timeout=NODE_TIMEOUT_S)
     return parse_document(login.name, res.stdout, res.stderr)
+
+
+#: where the ranks' dumps are uploaded for PyTorch's analyser (removed after its run)
+FR_BASE = ".cache/gpuconsole/frdumps"
+#: where they are mounted in the analyser's container
+FR_DIR = "/opt/gpuconsole-frdumps"
+#: label of the analyser's container
+FR_KIND = "fr-trace"
+#: seconds PyTorch's analyser may take
+FR_TIMEOUT_S = 120.0
+
+
+async def _upload_dumps(transport: Transport, files: dict[str, bytes]) -> str:
+    """The dump files in a folder of their own on the host (content-addressed)."""
+    return await transport.put_bundle(files, FR_BASE)
+
+
+async def _remove(transport: Transport, folder: str) -> None:
+    try:
+        await transport.run(["rm", "-rf", "--", folder], timeout=30.0)
+    except GpuConsoleError:  # left in the cache folder; the next upload of these dumps reuses it
+        pass
+
+
+def _text(out: bytes | str, err: bytes | str) -> str:
+    def s(b: bytes | str) -> str:
+        return b.decode("utf-8", "replace") if isinstance(b, bytes) else b
+
+    return s(out) + s(err)
+
+
+async def fr_trace_in_container(
+    transport: Transport,
+    engine: Engine,
+    container_id: str,
+    python: str,
+    files: dict[str, bytes],
+    args: list[str],
+) -> tuple[int, str]:
+    """PyTorch's Flight Recorder analyser over ``files`` (the ranks' dumps) in a container of
+    the job container's image: ``python`` ``args`` (``-m ...fr_trace {dir} -p PREFIX``,
+    ``{dir}`` standing for the dumps' folder), no capability, no network, the dumps mounted
+    read-only. Returns its exit status and its output (stdout, then stderr).
+
+    Raises:
+        TransportError, DockerError: it could not run.
+    """
+    folder = await _upload_dumps(transport, files)
+    try:
+        status, out, err = await engine.run_sidecar(
+            container_id,
+            [python, *(a.replace("{dir}", FR_DIR) for a in args)],
+            binds={folder: FR_DIR},
+            cap_add=None,
+            labels={"io.gpuconsole.kind": FR_KIND, "io.gpuconsole.fr-trace-of": container_id},
+            timeout=FR_TIMEOUT_S,
+            join_pid=False,
+        )
+    finally:
+        await _remove(transport, folder)
+    return status, _text(out, err)
+
+
+async def fr_trace_on_host(
+    transport: Transport, python: str, files: dict[str, bytes], args: list[str]
+) -> tuple[int, str]:
+    """The analyser with the job's own ``python`` on a host (``args`` with ``{dir}`` for the
+    dumps' folder); its exit status and output."""
+    folder = await _upload_dumps(transport, files)
+    try:
+        argv = [python, *(a.replace("{dir}", folder) for a in args)]
+        res = await transport.run(argv, timeout=FR_TIMEOUT_S)
+    finally:
+        await _remove(transport, folder)
+    return res.returncode, _text(res.stdout, res.stderr)
+
+
+async def fr_trace_in_allocation(
+    login: Transport,
+    slurm_job_id: str,
+    node: str,
+    python: str,
+    files: dict[str, bytes],
+    args: list[str],
+) -> tuple[int, str]:
+    """The analyser with the job's ``python`` on one of a running Slurm job's nodes (``srun
+    --overlap``; the dumps in the login host's home, which the nodes share)."""
+    folder = await _upload_dumps(login, files)
+    try:
+        argv = [
+            "srun",
+            "--overlap",
+            f"--jobid={slurm_job_id}",
+            f"--nodelist={node}",
+            "--nodes=1",
+            "--ntasks=1",
+            "--quiet",
+            python,
+            *(a.replace("{dir}", folder) for a in args),
+        ]
+        res = await login.run(argv, timeout=FR_TIMEOUT_S)
+    finally:
+        await _remove(login, folder)
+    return res.returncode, _text(res.stdout, res.stderr)

@@ -408,6 +408,26 @@ class JobBackend(Protocol):
         reason instead (:func:`stacks_of_nodes`)."""
         ...
 
+    async def run_fr_trace(
+        self,
+        job: JobRecord,
+        node: NodeRecord,
+        python: str,
+        files: dict[str, bytes],
+        args: list[str],
+    ) -> tuple[int, str, str]:
+        """Run PyTorch's Flight Recorder analyser where the job's PyTorch is, on ``node``:
+        ``python`` (a rank's own interpreter) with ``args`` (``{dir}``: the folder that holds
+        ``files``, the ranks' dumps, uploaded for the run and removed after it).
+
+        Returns:
+            Its exit status, its output (stdout then stderr) and where it ran, in words.
+
+        Raises:
+            GpuConsoleError: it could not be run there.
+        """
+        ...
+
     # -- a host -------------------------------------------------------------------------
 
     async def dev_shell(

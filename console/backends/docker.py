@@ -404,6 +404,24 @@ class DockerBackend:
         doc = await in_sidecar(t, engine, node.container_id, native=native)
         return parse_node(node.node_rank, node.host, doc, gpus)
 
+    async def run_fr_trace(
+        self,
+        job: JobRecord,
+        node: NodeRecord,
+        python: str,
+        files: dict[str, bytes],
+        args: list[str],
+    ) -> tuple[int, str, str]:
+        """In a container of the node's image, without capabilities or network
+        (:func:`remote.stacks.fr_trace_in_container`)."""
+        from remote.stacks import fr_trace_in_container
+
+        assert node.container_id is not None
+        t = await self.session.connected(node.host)
+        engine = self.session.engine(node.host)
+        status, out = await fr_trace_in_container(t, engine, node.container_id, python, files, args)
+        return status, out, f"on {node.host}, in the job's image"
+
     # -- dev containers -------------------------------------------------------------------
 
     async def dev_shell(

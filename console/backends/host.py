@@ -125,6 +125,22 @@ class HostBackend(DockerBackend):
 
         raise self.refusal("cp", job, copy_node(job, node))
 
+    async def run_fr_trace(
+        self,
+        job: JobRecord,
+        node: NodeRecord,
+        python: str,
+        files: dict[str, bytes],
+        args: list[str],
+    ) -> tuple[int, str, str]:
+        """With the job's Python on the node's host, as the SSH user
+        (:func:`remote.stacks.fr_trace_on_host`)."""
+        from remote.stacks import fr_trace_on_host
+
+        t = await self.session.connected(node.host)
+        status, out = await fr_trace_on_host(t, python, files, args)
+        return status, out, f"on {node.host}, with {python}"
+
     async def _node_stacks(self, node: NodeRecord, native: bool) -> NodeCapture:
         """py-spy on the host under the node's torchrun (``run.json``'s child pid), as the
         SSH user: the host's ptrace policy (Yama) decides, and a refusal says what to change."""

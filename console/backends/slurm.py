@@ -295,6 +295,27 @@ class SlurmBackend:
 
         return await stacks_of_nodes(job, nodes, read)
 
+    async def run_fr_trace(
+        self,
+        job: JobRecord,
+        node: NodeRecord,
+        python: str,
+        files: dict[str, bytes],
+        args: list[str],
+    ) -> tuple[int, str, str]:
+        """With the job's Python on one of its nodes, inside its allocation
+        (:func:`remote.stacks.fr_trace_in_allocation`)."""
+        from console.slurm.script import slurm_config
+        from remote.stacks import fr_trace_in_allocation
+
+        assert node.container_id is not None
+        login = slurm_config(self.session.profile).login_host
+        t = await self.session.connected(login)
+        status, out = await fr_trace_in_allocation(
+            t, node.container_id, node.host, python, files, args
+        )
+        return status, out, f"on {node.host} (Slurm job {node.container_id}), with {python}"
+
     async def dev_shell(
         self,
         host: str,

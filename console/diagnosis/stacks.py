@@ -1,12 +1,15 @@
-"""Saved py-spy dumps of a hung job: which rank is not where the others are.
+"""Saved stacks and Flight Recorder analyses of a hung job: which rank is not where the others are.
 
-The input is ``py-spy dump`` text (py-spy's ``src/dump.rs``: ``Process N: cmd``, ``Thread N
-(idle): "MainThread"`` and one ``    func (file:line)`` line per frame, innermost first), one
-process or many, as :mod:`console.stacks.pyspy_text` reads it (also folded by hand and with
-``[rankN]:`` prefixes). The reading is ``gpuconsole stacks``' own
-(:func:`console.stacks.analysis.analyse`): the main threads grouped by their frames, the
-collectives of ``torch.distributed`` (``distributed_c10d.py``) that ranks wait in until every
-rank of the group calls them too.
+Two inputs. PyTorch's Flight Recorder analyser's output (``fr_trace``/``torchfrtrace``, every
+version's blocks and its ``-j`` table, as :mod:`console.stacks.frtrace` reads them): ranks that
+never joined a collective the others entered hold them (``stuck_rank``), ranks that called a
+different collective at one sequence number are out of step (``collective_mismatch``). And
+``py-spy dump`` text (py-spy's ``src/dump.rs``: ``Process N: cmd``, ``Thread N (idle):
+"MainThread"`` and one ``    func (file:line)`` line per frame, innermost first), one process or
+many, as :mod:`console.stacks.pyspy_text` reads it (also folded by hand and with ``[rankN]:``
+prefixes). The reading is ``gpuconsole stacks``' own (:func:`console.stacks.analysis.analyse`):
+the main threads grouped by their frames, the collectives of ``torch.distributed``
+(``distributed_c10d.py``) that ranks wait in until every rank of the group calls them too.
 
 Cause ids:
 
@@ -20,6 +23,8 @@ Cause ids:
 """
 
 from __future__ import annotations
+
+import re
 
 from console.diagnosis.model import CauseKind, Context, Diagnosis, FactValue, Needs
 from console.diagnosis.model import make_diagnosis as _diag
@@ -124,8 +129,72 @@ def _pyspy(ctx: Context) -> list[Diagnosis]:
     ]
 
 
-#: The rules of this module (the engine ranks what they find).
-RULES = (_pyspy,)
+def _fr_trace(ctx: Context) -> list[Diagnosis]:
+    """The first verdict of PyTorch's Flight Recorder analyser in the text, if it holds one."""
+    from console.stacks.frtrace import FrTraceFinding, looks_like_fr_trace, parse_fr_trace
 
-#: py-spy's thread header and frame lines, and the lines of a pasted dump around them.
-NEEDS = {_pyspy: Needs(("thread ",), before=8, after=200)}
+    text = "\n".join(ln.raw for ln in ctx.lines)
+    if not looks_like_fr_trace(text):
+        return []
+    found: list[FrTraceFinding] = [
+        f for f in parse_fr_trace(text) if f.kind in ("not_joined", "mismatch")
+    ]
+    if not found:
+        return []
+    f = found[0]
+    op = f.op.split(":", 1)[-1] if f.op else None
+    evidence = [f.text] + [v for v in (f.group and f"group info: {f.group}",) if v]
+    if f.kind == "not_joined":
+        facts: dict[str, FactValue | None] = {
+            "collective": op,
+            "seq": f.seq,
+            "group": f.group,
+            "where": f.where,
+        }
+        return [
+            _diag(
+                "stuck_rank",
+                f"PyTorch's Flight Recorder analyser: {f.line()}",
+                f.missing,
+                "look at what those ranks do instead of that collective (their data loading, "
+                "I/O, a branch the others did not take): the ranks in it only wait for them "
+                "(`gpuconsole stacks JOB` shows where each rank is)",
+                evidence,
+                facts,
+            )
+        ]
+    other = None
+    for _, detail in f.culprits:
+        m = re.search(r"found collective type: '(\w+)'", detail) or re.search(
+            r"^\w+: Type '\w+' and '(\w+)' do not match", detail
+        )
+        if m:
+            other = m.group(1)
+            break
+    return [
+        _diag(
+            "collective_mismatch",
+            f"PyTorch's Flight Recorder analyser: {f.line()}",
+            tuple(sorted(r for r, _ in f.culprits)),
+            "make every rank call the same collectives in the same order with the same "
+            "sizes (a collective under a rank-dependent branch, or hooks that fire on some "
+            "ranks only)",
+            evidence,
+            {"collective": op, "other_collective": other, "seq": f.seq, "group": f.group},
+        )
+    ]
+
+
+#: The rules of this module (the engine ranks what they find).
+RULES = (_fr_trace, _pyspy)
+
+#: py-spy's thread header and frame lines, and the lines of a pasted dump around them; the
+#: analyser's head lines (every version's) and its ``-j`` table, with the fields after them.
+NEEDS = {
+    _pyspy: Needs(("thread ",), before=8, after=200),
+    _fr_trace: Needs(
+        ("not all ranks joining", "has errors", "errors for group", "at entry", "-----"),
+        before=2,
+        after=60,
+    ),
+}

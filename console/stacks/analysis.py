@@ -337,6 +337,8 @@ def analyse(capture: Capture) -> Analysis:
     a.groups = group(ranks)
     a.agents = group(capture.processes("agent"), own_code=False)
     a.flight = flight_recorder(capture)
+    if capture.fr_trace is not None:
+        a.flight += capture.fr_trace.lines()
     a.children = group(capture.processes("child"))
     if len(a.groups) > 1:
         main = a.groups[-1]
@@ -455,11 +457,28 @@ def flight_recorder(capture: Capture) -> list[str]:
             f"the {len(read)} rank(s) read entered and completed the same collectives: no "
             "divergence in their buffers"
         )
+    earlier = sorted(
+        (p for p in read if p.flight is not None and p.flight.source == "file"),
+        key=lambda p: p.rank or 0,
+    )
+    if earlier:
+        ages = [p.flight.age_s for p in earlier if p.flight and p.flight.age_s is not None]
+        age = f", {_age(max(ages))} old" if ages else ""
+        out.append(
+            f"{who([p.rank for p in earlier if p.rank is not None])}: no dump pipe, so the dump "
+            f"read is one written before{age} (by the NCCL watchdog on a timeout, or the job)"
+        )
     errors = [(p, p.flight.error) for p in ranks if p.flight is not None and p.flight.error]
     if errors:
         named = who(sorted(p.rank for p, _ in errors if p.rank is not None))
         out.append(f"not read on {named}: {errors[0][1]}")
     return out
+
+
+def _age(seconds: float) -> str:
+    """``42 s``, ``17 min``, ``3 h``."""
+    s = max(0, int(seconds))
+    return f"{s} s" if s < 120 else f"{s // 60} min" if s < 7200 else f"{s // 3600} h"
 
 
 def _pgs(read: Sequence[ProcessStack]) -> set[str]:

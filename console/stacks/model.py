@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from console.stacks.frtrace import FrTrace
 
 Role = Literal["rank", "agent", "child", "other"]
 """What a process is to torchrun: a rank (a training process), torchrun's elastic agent, a
@@ -87,11 +90,16 @@ class FlightRecord:
         error: why there is no dump (no dump pipe: not an NCCL process group...).
         status: process group -> (last enqueued, last started, last completed) collective.
         entries: the newest collectives, oldest first.
+        source: ``pipe`` (asked for now through the rank's dump pipe) or ``file`` (written
+            before: by the NCCL watchdog when a collective timed out, or by the job).
+        age_s: how old the dump was when read, in seconds.
     """
 
     error: str | None = None
     status: tuple[tuple[str, int, int, int], ...] = ()
     entries: tuple[FrEntry, ...] = ()
+    source: str | None = None
+    age_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -112,6 +120,8 @@ class ProcessStack:
             ``other`` process is never read).
         error: why py-spy could not read it.
         flight: its Flight Recorder (ranks, when asked), ``None`` when not asked.
+        exe: a rank's Python, as a path in its own file system (its absolute argv[0], else
+            ``/proc/PID/exe``).
     """
 
     node_rank: int
@@ -128,6 +138,7 @@ class ProcessStack:
     threads: tuple[ThreadStack, ...] | None
     error: str | None
     flight: FlightRecord | None = None
+    exe: str | None = None
 
     @property
     def tag(self) -> str:
@@ -159,6 +170,8 @@ class NodeCapture:
         py_spy: py-spy's version as it printed it.
         ptrace_scope: the host's ``kernel.yama.ptrace_scope`` (``None``: no Yama).
         uid: the user the script ran as.
+        dumps: each rank's whole Flight Recorder dump (PyTorch's pickle), for PyTorch's
+            analyser; not saved with the capture.
     """
 
     node_rank: int
@@ -168,6 +181,7 @@ class NodeCapture:
     py_spy: str | None = None
     ptrace_scope: int | None = None
     uid: int | None = None
+    dumps: Mapping[int, bytes] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def ranks(self) -> tuple[ProcessStack, ...]:
@@ -188,6 +202,8 @@ class Capture:
         native: native frames were asked for (py-spy ``--native``).
         whole: every node and rank of the job was asked for (not ``--node``/``--rank``): only
             then are ranks that no node showed missing.
+        fr_trace: what PyTorch's Flight Recorder analyser said about the ranks' dumps, or why
+            it did not run; ``None`` when no rank gave a dump.
     """
 
     job_id: str
@@ -195,6 +211,7 @@ class Capture:
     nodes: list[NodeCapture] = field(default_factory=list)
     native: bool = False
     whole: bool = True
+    fr_trace: FrTrace | None = None
 
     def processes(self, role: Role | None = None) -> list[ProcessStack]:
         """Every process of every node (of ``role`` when given), ranks by rank."""
@@ -207,7 +224,14 @@ class Capture:
         """The capture as JSON data (``stacks --json``, the saved last capture)."""
         from dataclasses import asdict
 
-        return {"format": 1, **asdict(self)}
+        data = {"format": 1, **asdict(self)}
+        for n in data["nodes"]:
+            n.pop("dumps", None)  # bytes: for the analyser only
+        return data
+
+    def dumps(self) -> dict[int, bytes]:
+        """Every rank's whole Flight Recorder dump, by global rank."""
+        return {r: d for n in self.nodes for r, d in n.dumps.items()}
 
 
 def _int(v: object) -> int | None:
@@ -279,7 +303,28 @@ def _flight(raw: object) -> FlightRecord | None:
         for e in summary.get("entries") or []
         if isinstance(e, Mapping)
     )
-    return FlightRecord(status=tuple(status), entries=entries)
+    age = raw.get("age_s")
+    return FlightRecord(
+        status=tuple(status),
+        entries=entries,
+        source=str(raw["source"]) if raw.get("source") else None,
+        age_s=float(age) if isinstance(age, int | float) else None,
+    )
+
+
+def _dump_bytes(raw: object) -> bytes | None:
+    """The whole dump a rank's ``flight_recorder`` carries (zlib, base64), ``None`` if none
+    or damaged."""
+    import base64
+    import binascii
+    import zlib
+
+    if not isinstance(raw, Mapping) or not isinstance(raw.get("dump_zlib_b64"), str):
+        return None
+    try:
+        return zlib.decompress(base64.b64decode(raw["dump_zlib_b64"], validate=True))
+    except (binascii.Error, ValueError, zlib.error):
+        return None
 
 
 def parse_node(
@@ -288,6 +333,7 @@ def parse_node(
     """A node's document (``remote/agent/stacks.py``, format 1) as a :class:`NodeCapture`;
     ``gpus``: the node's GPU indices, by local rank (its ``io.gpuconsole.gpus`` label)."""
     procs = []
+    dumps: dict[int, bytes] = {}
     for p in doc.get("processes") or []:
         if not isinstance(p, Mapping) or _int(p.get("pid")) is None:
             continue
@@ -312,8 +358,12 @@ def parse_node(
                 threads=_threads(p.get("threads")),
                 error=str(p["error"]) if p.get("error") else None,
                 flight=_flight(p.get("flight_recorder")) if role == "rank" else None,
+                exe=str(p["exe"]) if role == "rank" and p.get("exe") else None,
             )
         )
+        data = _dump_bytes(p.get("flight_recorder")) if role == "rank" else None
+        if data is not None and rank is not None:
+            dumps[rank] = data
     return NodeCapture(
         node_rank=node_rank,
         host=host,
@@ -322,11 +372,14 @@ def parse_node(
         py_spy=str(doc["py_spy"]) if doc.get("py_spy") else None,
         ptrace_scope=_int(doc.get("ptrace_scope")),
         uid=_int(doc.get("uid")),
+        dumps=dumps,
     )
 
 
 def capture_from_json(data: Mapping[str, Any]) -> Capture:
     """A capture saved by :meth:`Capture.to_json`."""
+    from console.stacks.frtrace import from_json as fr_from_json
+
     nodes = []
     for n in data.get("nodes") or []:
         procs = []
@@ -348,6 +401,8 @@ def capture_from_json(data: Mapping[str, Any]) -> Capture:
                     error=flight.get("error"),
                     status=tuple(tuple(s) for s in flight.get("status") or ()),
                     entries=tuple(FrEntry(**e) for e in flight.get("entries") or ()),
+                    source=flight.get("source"),
+                    age_s=flight.get("age_s"),
                 )
             procs.append(
                 ProcessStack(
@@ -366,4 +421,5 @@ def capture_from_json(data: Mapping[str, Any]) -> Capture:
         nodes=nodes,
         native=bool(data.get("native")),
         whole=bool(data.get("whole", True)),
+        fr_trace=fr_from_json(data.get("fr_trace")),
     )

@@ -28,7 +28,13 @@ Prints one JSON document (``"version": 1``)::
      "uid": int, "ptrace_scope": int | null, "error": str | null,
      "processes": [{"pid", "ppid", "uid", "role", "rank", "local_rank", "group_rank",
                     "world_size", "parent_rank", "cmdline": [str], "age_s", "state",
-                    "threads": [py-spy thread] | null, "error": str | null}]}
+                    "exe": str | null, "threads": [py-spy thread] | null,
+                    "error": str | null,
+                    "flight_recorder": {"path", "summary", "source": "pipe" | "file",
+                                        "age_s", "dump_zlib_b64"} | {"path", "error"}}]}
+
+``flight_recorder`` only with ``--flight-recorder``, on ranks. One capture runs on a host at
+a time (:func:`one_at_a_time`).
 
 ``error`` at the top: nothing could be dumped (py-spy missing or not runnable). Exit status
 0 whenever the document was printed.
@@ -300,28 +306,28 @@ def fr_dump(p: Proc, wait_s: float) -> dict[str, Any]:
         or env.get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
         or "/tmp/nccl_trace_rank_"
     )
-    if not pipe_prefix:
-        return {"path": None, "error": "no dump pipe: TORCH_NCCL_DEBUG_INFO_PIPE_FILE is not set"}
     root = f"/proc/{p.pid}/root"
-    pipe = f"{pipe_prefix}{rank}.pipe"
     dump = f"{dump_prefix}{rank}"
+    if not pipe_prefix:
+        return earlier_dump(root, dump, "no dump pipe: TORCH_NCCL_DEBUG_INFO_PIPE_FILE is not set")
+    pipe = f"{pipe_prefix}{rank}.pipe"
     try:
         before = os.stat(root + dump).st_mtime_ns
     except OSError:
         before = 0
     try:
         if not stat_mod.S_ISFIFO(os.stat(root + pipe).st_mode):
-            return {"path": dump, "error": f"{pipe} is not a pipe"}
+            return earlier_dump(root, dump, f"{pipe} is not a pipe")
         fd = os.open(root + pipe, os.O_WRONLY | os.O_NONBLOCK)
     except OSError as e:
         if e.errno in (errno.ENOENT, errno.ENXIO):
             why = f"no dump pipe {pipe} (PyTorch makes it for NCCL process groups only)"
-            return {"path": dump, "error": why}
-        return {"path": dump, "error": f"cannot open {pipe}: {e.strerror or e}"}
+            return earlier_dump(root, dump, why)
+        return earlier_dump(root, dump, f"cannot open {pipe}: {e.strerror or e}")
     try:
         os.write(fd, b"1\n")
     except OSError as e:  # the reader went away between the open and the write
-        return {"path": dump, "error": f"cannot write {pipe}: {e.strerror or e}"}
+        return earlier_dump(root, dump, f"cannot write {pipe}: {e.strerror or e}")
     finally:
         os.close(fd)
     deadline = time.monotonic() + wait_s
@@ -336,12 +342,81 @@ def fr_dump(p: Proc, wait_s: float) -> dict[str, Any]:
             if st.st_size == size:  # written whole
                 data = read(root + dump)
                 if data:
-                    try:
-                        return {"path": dump, "summary": fr_summary(data)}
-                    except Exception as e:  # any unpickling failure: said, never raised
-                        return {"path": dump, "error": f"the dump could not be read: {e}"}
+                    return dump_record(dump, data, "pipe", 0.0)
             size = st.st_size
     return {"path": dump, "error": f"no dump in {wait_s:g} s after the pipe was written"}
+
+
+#: a dump larger than this is summarised but not sent whole (PyTorch's analyser then lacks it)
+FR_RAW_MAX = 32 << 20
+
+
+def dump_record(path: str, data: bytes, source: str, age_s: float) -> dict[str, Any]:
+    """A rank's dump as the document carries it: its summary (:func:`fr_summary`), the dump
+    itself (zlib, base64: PyTorch's analyser needs every rank's whole dump in one place),
+    where it came from (``pipe``: asked for now; ``file``: written before, by the NCCL
+    watchdog on a timeout or by the job) and its age in seconds."""
+    import base64
+    import zlib
+
+    try:
+        summary = fr_summary(data)
+    except Exception as e:  # any unpickling failure: said, never raised
+        return {"path": path, "error": f"the dump could not be read: {e}"}
+    record: dict[str, Any] = {"path": path, "summary": summary, "source": source}
+    record["age_s"] = round(age_s, 1)
+    if len(data) <= FR_RAW_MAX:
+        record["dump_zlib_b64"] = base64.b64encode(zlib.compress(data, 6)).decode("ascii")
+    else:
+        record["dump_left_out"] = f"{len(data)} bytes, over {FR_RAW_MAX}"
+    return record
+
+
+def earlier_dump(root: str, path: str, why: str) -> dict[str, Any]:
+    """The dump a rank wrote before (``TORCH_FR_DUMP_TEMP_FILE<rank>``: the NCCL watchdog
+    writes it when a collective times out, with ``TORCH_NCCL_DUMP_ON_TIMEOUT=1``), when it
+    cannot be asked for a new one (``why``)."""
+    try:
+        st = os.stat(root + path)
+    except OSError:
+        return {"path": path, "error": why}
+    data = read(root + path)
+    if not data:
+        return {"path": path, "error": why}
+    return dump_record(path, data, "file", max(0.0, time.time() - st.st_mtime))
+
+
+def python_of(p: Proc) -> str | None:
+    """The interpreter a rank runs, as a path in its own file system: its ``argv[0]`` when
+    absolute (torchrun starts each rank with its own ``sys.executable``, which keeps a
+    virtual environment's path), else ``/proc/PID/exe`` (the binary itself: a venv's
+    symlink resolved)."""
+    if p.cmdline and p.cmdline[0].startswith("/"):
+        return p.cmdline[0]
+    try:
+        return os.readlink(f"/proc/{p.pid}/exe")
+    except OSError:
+        return None
+
+
+def one_at_a_time(wait_s: float) -> Any:
+    """Hold this host's capture lock (``flock`` on this script, which every capture on the
+    host shares, also from containers): py-spy attaches to a process once at a time, so a
+    second capture at the same moment would read nothing. Returns the held file, or ``None``
+    when another capture kept it ``wait_s`` seconds."""
+    import fcntl
+
+    f = open(os.path.abspath(__file__), "rb")
+    end = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return f
+        except OSError:
+            if time.monotonic() >= end:
+                f.close()
+                return None
+            time.sleep(0.2)
 
 
 def ptrace_scope() -> int | None:
@@ -368,6 +443,7 @@ def main(argv: list[str] | None = None) -> int:
         help="also ask every rank for its Flight Recorder dump (its NCCL dump pipe)",
     )
     a = ap.parse_args(argv)
+    end = time.monotonic() + a.deadline  # the wait for the capture lock counts too
     env = [(k, v) for k, _, v in (e.partition("=") for e in a.env if "=" in e)]
     ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
     up_raw = read("/proc/uptime")
@@ -384,6 +460,14 @@ def main(argv: list[str] | None = None) -> int:
     }
     version, error = py_spy_version(a.py_spy)
     doc["py_spy"], doc["error"] = version, error
+    held = one_at_a_time(a.deadline / 2)
+    if held is None:
+        doc["error"] = doc["error"] or (
+            f"another capture of this host's processes ran for {a.deadline / 2:g} s "
+            "(py-spy reads a process once at a time); try again when it is done"
+        )
+        sys.stdout.write(json.dumps(doc) + "\n")
+        return 0
     procs = all_procs()
     chosen = select(procs, a.root_pid, env, os.getpid())
     kinds = roles(procs, chosen)
@@ -408,11 +492,11 @@ def main(argv: list[str] | None = None) -> int:
                     else None
                 ),
                 "state": p.state,
+                "exe": python_of(p) if role == "rank" else None,
                 "threads": None,
                 "error": None,
             }
         )
-    end = time.monotonic() + a.deadline
     # ranks first, then agents, then children: what is read before the deadline matters most
     order = {"rank": 0, "agent": 1, "child": 2}
     wanted = sorted((r for r in records if r["role"] != "other"), key=lambda r: order[r["role"]])

@@ -4,6 +4,11 @@ loop (gloo on CPU, NCCL on GPUs), except that ``--stuck-rank R`` stops at step
 the other ranks wait in the collective until it comes back.
 
     torchrun --nnodes 2 --nproc-per-node 2 ... stuck_rank.py --stuck-rank 1 --hold 600
+
+``--fr-dump-after S``: S seconds after start, every rank writes its Flight Recorder buffer
+where PyTorch's NCCL watchdog writes it when a collective times out
+(``$TORCH_FR_DUMP_TEMP_FILE<rank>``): a gloo job has neither the watchdog's dump nor the
+dump pipe, so this stands in for the dump an NCCL job leaves.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
+import threading
 import time
 
 import torch
@@ -32,12 +38,31 @@ def train(steps: int, stuck_rank: int, stuck_step: int, hold: float, device: str
         time.sleep(0.05)
 
 
+def dump_flight_recorder_after(seconds: float) -> None:
+    """Write this rank's Flight Recorder buffer to ``$TORCH_FR_DUMP_TEMP_FILE<rank>`` once,
+    ``seconds`` from now (whole: written aside, then renamed)."""
+    prefix = os.environ.get("TORCH_FR_DUMP_TEMP_FILE")
+    dump = getattr(torch._C._distributed_c10d, "_dump_fr_trace", None)
+    if not prefix or dump is None:
+        return
+
+    def write() -> None:
+        time.sleep(seconds)
+        path = f"{prefix}{dist.get_rank()}"
+        with open(path + ".tmp", "wb") as f:
+            f.write(dump())
+        os.replace(path + ".tmp", path)
+
+    threading.Thread(target=write, daemon=True).start()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--stuck-rank", type=int, default=1)
     ap.add_argument("--stuck-step", type=int, default=3)
     ap.add_argument("--hold", type=float, default=600.0, help="seconds the stuck rank sleeps")
+    ap.add_argument("--fr-dump-after", type=float, help="write the Flight Recorder dump then")
     a = ap.parse_args()
     cuda = torch.cuda.is_available()
     if cuda:
@@ -46,6 +71,8 @@ def main() -> None:
         "nccl" if cuda else "gloo", timeout=datetime.timedelta(seconds=a.hold + 120)
     )
     print(f"rank {dist.get_rank()}/{dist.get_world_size()} ready", flush=True)
+    if a.fr_dump_after is not None:
+        dump_flight_recorder_after(a.fr_dump_after)
     train(a.steps, a.stuck_rank, a.stuck_step, a.hold, "cuda" if cuda else "cpu")
     dist.destroy_process_group()
 

@@ -23,9 +23,21 @@ from tests.integration.test_slurm_backend import slurm_cli  # noqa: F401  (the f
 from tests.integration.test_slurm_backend import spec as slurm_spec
 
 VENV_PYTHON = "/var/tmp/gpuconsole-slurm/venv/bin/python"  # has torch (scripts/test makes it)
+
+
+def _line(marker: str) -> int:
+    """The line of scripts/examples/stuck_rank.py that holds ``marker``."""
+    lines = (EXAMPLES / "stuck_rank.py").read_text().splitlines()
+    return next(n for n, text in enumerate(lines, 1) if marker in text)
+
+
+#: the lines py-spy names: the stuck rank's sleep, its call, the others' all_reduce, main()
+SLEEP, CALL = _line("# the odd one out"), _line("load_next_shard(hold)")
+REDUCE, MAIN = _line("dist.all_reduce(t)"), _line("    main()")
 CAUSE = (
     "likely cause: rank 1 is not in the collective (all_reduce) that ranks 0, 2-3 wait in: "
-    "in load_next_shard (stuck_rank.py:21) <- train (stuck_rank.py:28) <- stuck_rank.py:54"
+    f"in load_next_shard (stuck_rank.py:{SLEEP}) <- train (stuck_rank.py:{CALL}) "
+    f"<- stuck_rank.py:{MAIN}"
 )
 
 
@@ -60,17 +72,48 @@ def wait_stuck(cli: CLI, job_id: str, timeout: float = 180) -> None:
         time.sleep(1.0)
 
 
-def check_stacks(cli: CLI, job_id: str) -> dict[str, Any]:
+#: stuck_spec's args that make every rank write its Flight Recorder dump 4 s after start,
+#: as the NCCL watchdog does on a timeout (gloo has no dump pipe)
+FR_ARGS = ["--fr-dump-after", "4"]
+
+
+def fr_trace_said(stdout: str, where: str) -> None:
+    """PyTorch's analyser, run where the regex ``where`` says, named rank 1 as the one that
+    never joined the collective ranks 0, 2-3 wait in, at the line the others called it
+    from."""
+    assert re.search(
+        rf"^  PyTorch's fr_trace \({where}\) over the dumps of ranks 0-3:\n"
+        r"^    rank 1 never joined collective \d+ of process group 0:default_pg "
+        r"\(all_reduce, scheduled\), which ranks 0, 2-3 entered; "
+        rf"called at train \(stuck_rank\.py:{REDUCE}\)$",
+        stdout,
+        re.M,
+    ), stdout
+    assert re.search(
+        r"^  ranks 0-3: no dump pipe, so the dump read is one written before, \d+ s old "
+        r"\(by the NCCL watchdog on a timeout, or the job\)$",
+        stdout,
+        re.M,
+    ), stdout
+
+
+def check_stacks(cli: CLI, job_id: str, fr_where: str | None = None) -> dict[str, Any]:
+    """``stacks`` names rank 1 and groups the rest in all_reduce; with ``fr_where`` (a
+    regex), the ranks wrote Flight Recorder dumps (:data:`FR_ARGS`) that PyTorch's analyser
+    read there."""
+    if fr_where is not None:
+        time.sleep(5.0)  # wait_stuck saw every rank past its start: the dumps are written
     r = cli.run("stacks", job_id)
     assert r.returncode == 0, r.stdout + r.stderr
     lines = r.stdout.splitlines()
     assert lines[0].startswith(f"job {job_id}: 4 ranks on 2 nodes, taken "), r.stdout
     assert CAUSE in lines, r.stdout
     assert re.search(
-        r"^odd one out: rank 1: in load_next_shard \(stuck_rank\.py:21\)", r.stdout, re.M
+        rf"^odd one out: rank 1: in load_next_shard \(stuck_rank\.py:{SLEEP}\)", r.stdout, re.M
     )
     assert re.search(
-        r"^ranks 0, 2-3 \(3\): in all_reduce <- train \(stuck_rank\.py:29\) <- stuck_rank\.py:54",
+        rf"^ranks 0, 2-3 \(3\): in all_reduce <- train \(stuck_rank\.py:{REDUCE}\) "
+        rf"<- stuck_rank\.py:{MAIN}",
         r.stdout,
         re.M,
     ), r.stdout
@@ -84,13 +127,16 @@ def check_stacks(cli: CLI, job_id: str) -> dict[str, Any]:
     )
     assert "torchrun agents:" in r.stdout and "\nnot read:" not in r.stdout
     # gloo has no Flight Recorder dump pipe (PyTorch makes one for NCCL groups): said once
-    assert re.search(
-        r"^Flight Recorder \(each rank's last collectives, PyTorch's ring buffer\):\n"
-        r"  not read: no dump pipe /\S+/gpuconsole_fr_pipe_\d\.pipe \(PyTorch makes it for NCCL "
-        r"process groups only\)$",
-        r.stdout,
-        re.M,
-    ), r.stdout
+    if fr_where is not None:
+        fr_trace_said(r.stdout, fr_where)
+    else:
+        assert re.search(
+            r"^Flight Recorder \(each rank's last collectives, PyTorch's ring buffer\):\n"
+            r"  not read: no dump pipe /\S+/gpuconsole_fr_pipe_\d\.pipe \(PyTorch makes it for "
+            r"NCCL process groups only\)$",
+            r.stdout,
+            re.M,
+        ), r.stdout
     j = cli.run("stacks", job_id, "--json")
     assert j.returncode == 0, j.stderr
     data: dict[str, Any] = json.loads(j.stdout)
@@ -108,19 +154,22 @@ def test_docker_job_names_the_stuck_rank_and_keeps_its_containers_capless(
     proxy = CuttableProxy(("127.0.0.12", 22))
     cli = proxied_b(cli, proxy)
     name = f"stk-{os.urandom(3).hex()}"
-    r = cli.run("submit", str(stuck_spec(cli, name)))
+    args = ["--stuck-rank", "1", "--stuck-step", "3", "--hold", "300", *FR_ARGS]
+    r = cli.run("submit", str(stuck_spec(cli, name, args=args)))
     assert r.returncode == 0, r.stderr
     job_id = r.stdout.strip()
     try:
         wait_stuck(cli, job_id)
-        data = check_stacks(cli, job_id)
+        data = check_stacks(cli, job_id, fr_where=re.escape("on a, in the job's image"))
         # the sidecars read the containers' own PID namespaces: pids are the containers'
         members = data["analysis"]["groups"][-1]["members"]
         assert {(m["node"], m["host"]) for m in members} == {(0, "a"), (1, "b")}
         # one rank, one node
         one = cli.run("stacks", job_id, "--rank", "1")
         assert one.returncode == 0, one.stdout + one.stderr
-        assert re.search(r"^rank 1: in load_next_shard \(stuck_rank\.py:21\)", one.stdout, re.M)
+        assert re.search(
+            rf"^rank 1: in load_next_shard \(stuck_rank\.py:{SLEEP}\)", one.stdout, re.M
+        )
         assert "ranks 0, 2-3" not in one.stdout
         node1 = cli.run("stacks", job_id, "--node", "1")
         assert node1.returncode == 0, node1.stdout + node1.stderr
@@ -132,8 +181,9 @@ def test_docker_job_names_the_stuck_rank_and_keeps_its_containers_capless(
             hc = c.attrs["HostConfig"]
             assert hc["CapDrop"] == ["ALL"] and not hc.get("CapAdd"), hc
             assert not hc.get("Privileged")
-        left = engine.containers.list(all=True, filters={"label": "io.gpuconsole.kind=stacks"})
-        assert left == []
+        for kind in ("stacks", "fr-trace"):
+            label = f"io.gpuconsole.kind={kind}"
+            assert engine.containers.list(all=True, filters={"label": label}) == []
         # describe shows the last capture
         d = cli.run("describe", job_id)
         assert d.returncode == 0, d.stderr
@@ -187,7 +237,13 @@ def proxied_b(cli: CLI, proxy: CuttableProxy) -> CLI:
 @pytest.mark.skipif(not os.access(VENV_PYTHON, os.X_OK), reason=f"{VENV_PYTHON} missing")
 def test_host_runtime_job_names_the_stuck_rank(cli: CLI) -> None:
     name = f"stkh-{os.urandom(3).hex()}"
-    spec = stuck_spec(cli, name, runtime="host", python=VENV_PYTHON)
+    spec = stuck_spec(
+        cli,
+        name,
+        runtime="host",
+        python=VENV_PYTHON,
+        args=["--stuck-rank", "1", "--stuck-step", "3", "--hold", "300", *FR_ARGS],
+    )
     data = yaml.safe_load(spec.read_text())
     del data["image"]
     spec.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -196,7 +252,7 @@ def test_host_runtime_job_names_the_stuck_rank(cli: CLI) -> None:
     job_id = r.stdout.strip()
     try:
         wait_stuck(cli, job_id)
-        data = check_stacks(cli, job_id)
+        data = check_stacks(cli, job_id, fr_where=re.escape(f"on a, with {VENV_PYTHON}"))
         # read on the host: the pids are the host's, and they are the job's processes
         for m in data["analysis"]["groups"][-1]["members"]:
             environ = Path(f"/proc/{m['pid']}/environ").read_bytes()
@@ -214,14 +270,14 @@ def test_slurm_job_names_the_stuck_rank(slurm_cli: CLI) -> None:  # noqa: F811
         name,
         nproc_per_node=2,
         script="stuck_rank.py",
-        args=["--stuck-rank", "1", "--stuck-step", "3", "--hold", "300"],
+        args=["--stuck-rank", "1", "--stuck-step", "3", "--hold", "300", *FR_ARGS],
     )
     r = slurm_cli.run("submit", str(spec))
     assert r.returncode == 0, r.stdout + r.stderr
     job_id = r.stdout.strip()
     try:
         wait_stuck(slurm_cli, job_id)
-        data = check_stacks(slurm_cli, job_id)
+        data = check_stacks(slurm_cli, job_id, fr_where=r"on node1 \(Slurm job \d+\), with /\S+")
         assert {m["host"] for m in data["analysis"]["groups"][-1]["members"]} == {"node1", "node2"}
     finally:
         slurm_cli.run("stop", job_id, "--grace", "1")

@@ -1,0 +1,217 @@
+"""PyTorch's Flight Recorder analyser (``fr_trace``): the dumps handed to it, what it prints
+read back (its real output here, PyTorch 2.13 over gloo dumps, and the public cases of
+tests/data/stacks/frtrace/cases/), and how a capture carries the ranks' dumps and the
+analyser's verdict."""
+
+from __future__ import annotations
+
+import base64
+import fcntl
+import json
+import pickle
+import zlib
+from pathlib import Path
+
+import pytest
+
+import remote.agent.stacks as agent
+from console.stacks.analysis import analyse
+from console.stacks.frtrace import (
+    FrTrace,
+    dump_files,
+    entries_table,
+    from_output,
+    looks_like_fr_trace,
+    parse_fr_trace,
+)
+from console.stacks.model import Capture, capture_from_json, parse_node
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "stacks" / "frtrace"
+
+
+def _dumps(case: str) -> dict[int, bytes]:
+    return {
+        int(p.name.rsplit("_", 1)[1]): p.read_bytes()
+        for p in (DATA / case).glob("gpuconsole_fr_rank_*")
+    }
+
+
+def test_gloo_dumps_get_their_group_named_for_the_analyser() -> None:
+    """PyTorch 2.13's gloo dumps leave pg_config's name empty (the analyser then fails with
+    KeyError ('0', 1)); the files handed over name it from the entries, nothing else moves."""
+    raw = _dumps("gloo-2rank-missing")
+    before = pickle.loads(raw[1])
+    assert before["pg_config"] == {"": {"name": "", "desc": "", "ranks": "[0, 1]"}}
+    files = dump_files(raw)
+    assert sorted(files) == ["gpuconsole_fr_rank_0", "gpuconsole_fr_rank_1"]
+    after = pickle.loads(files["gpuconsole_fr_rank_1"])
+    assert after["pg_config"] == {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"}}
+    assert after["entries"] == before["entries"] and after["pg_status"] == before["pg_status"]
+    # a dump whose group is named already is handed over as it is
+    again = dump_files({1: files["gpuconsole_fr_rank_1"]})
+    assert again["gpuconsole_fr_rank_1"] == files["gpuconsole_fr_rank_1"]
+    assert dump_files({0: b"not a pickle"}) == {"gpuconsole_fr_rank_0": b"not a pickle"}
+
+
+def test_the_analysers_verdicts_on_real_gloo_dumps() -> None:
+    missing = parse_fr_trace((DATA / "gloo-2rank-missing" / "fr_trace.txt").read_text())
+    assert [(f.kind, f.seq, f.group, f.op, f.missing, f.expected) for f in missing] == [
+        ("not_joined", 4, "0:default_pg", "gloo:all_reduce", (1,), (0, 1))
+    ]
+    assert missing[0].where == "<module> (make_gloo_dumps.py:33)"
+    assert missing[0].line() == (
+        "rank 1 never joined collective 4 of process group 0:default_pg (all_reduce, "
+        "scheduled), which rank 0 entered; called at <module> (make_gloo_dumps.py:33)"
+    )
+    op = parse_fr_trace((DATA / "gloo-2rank-op" / "fr_trace.txt").read_text())
+    assert [(f.kind, f.seq, f.op) for f in op] == [("mismatch", 4, "gloo:broadcast")]
+    assert op[0].culprits[0][0] == 0
+    assert op[0].culprits[0][1].startswith("COLLECTIVE_TYPE_MISMATCH: Expected collective type")
+    assert op[0].line() == (
+        "rank 0 called all_reduce where rank 1 called broadcast, at collective 4 of process "
+        "group 0:default_pg (scheduled); called at <module> (make_gloo_dumps.py:36)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("case", "kind", "seq", "missing"),
+    [
+        ("frt-001", "not_joined", 5, (1,)),  # main between 2.5 and 2.6: "... 5 at entry 4"
+        ("frt-003", "not_joined", 31117, (3, 4, 5, 6, 7)),  # "collective: sequence number:"
+        ("frt-004", "not_joined", 4, (1,)),  # 2.6 on, cut before the stack trace
+        ("frt-005", "not_joined", None, (1,)),  # -j table, hand-aligned columns
+        ("frt-006", "not_joined", None, (1,)),  # -j table
+    ],
+)
+def test_public_cases(case: str, kind: str, seq: int | None, missing: tuple[int, ...]) -> None:
+    text = (DATA / "cases" / f"{case}.txt").read_text()
+    assert looks_like_fr_trace(text)
+    found = parse_fr_trace(text)
+    assert [(f.kind, f.seq, f.missing) for f in found] == [(kind, seq, missing)]
+
+
+def test_between_versions_expected_ranks_is_a_count_not_ranks() -> None:
+    (f,) = parse_fr_trace((DATA / "cases" / "frt-001.txt").read_text())
+    assert f.expected == () and f.where == "<module> (crash.py:44)"
+    assert f.line().startswith("rank 1 never joined collective 5 of process group 0:default_pg")
+
+
+def test_the_j_table_reads_cells_by_their_column() -> None:
+    table = entries_table((DATA / "cases" / "frt-005.txt").read_text())
+    assert table == {
+        0: ["all_reduce", "all_reduce", "all_reduce", "broadcast", "all_reduce"],
+        1: ["all_reduce", "all_reduce", "all_reduce", "broadcast"],
+    }
+    # ranks in step (one row each, --selected-ranks): no verdict
+    assert parse_fr_trace((DATA / "cases" / "frt-002.txt").read_text()) == []
+
+
+def test_older_one_line_blocks_from_pytorch_2_5() -> None:
+    """2.5 printed each block with ``print(a, b, ...)``: one line, its fields joined by
+    spaces (torch/distributed/flight_recorder's predecessor, tools/flight_recorder; the
+    format strings in tests/data/stacks/frtrace/cases/README.md)."""
+    text = (
+        "Not all ranks joining collective for group 0:default_pg collective nccl:all_reduce  "
+        "Missing ranks are {2, 3}  [[8]] [[8]] 4 scheduled  \n"
+        "Collective 12 errors for group 0:default_pg collective nccl:broadcast  [[8]] [[8]] 4 "
+        "scheduled  \n"
+        "Found errors: Error rank 1, Error type: COLLECTIVE_TYPE_MISMATCH, Detail finding "
+        "Type 'broadcast' and 'all_gather' do not match\n"
+    )
+    a, b = parse_fr_trace(text)
+    assert (a.kind, a.group, a.op, a.missing) == (
+        "not_joined",
+        "0:default_pg",
+        "nccl:all_reduce",
+        (2, 3),
+    )
+    assert (b.kind, b.op, b.culprits[0][0]) == ("mismatch", "nccl:broadcast", 1)
+    assert "Type 'broadcast' and 'all_gather' do not match" in b.culprits[0][1]
+
+
+def test_a_failed_run_is_one_line_with_its_error() -> None:
+    out = (
+        "tabulate is not installed. Proceeding without it.\n"
+        "Traceback (most recent call last):\n"
+        '  File "/opt/venv/lib/python3.11/site-packages/torch/distributed/flight_recorder/'
+        'components/builder.py", line 212, in build_collectives\n'
+        "    pg_name = _pg_guids[(original_pg_name, first_rank)]\n"
+        "KeyError: ('0', 1)\n"
+    )
+    fr = from_output((0, 1), 1, out, "on a, in the job's image")
+    assert fr.error == "failed (exit 1): KeyError: ('0', 1)"
+    assert fr.lines() == ["PyTorch's fr_trace: failed (exit 1): KeyError: ('0', 1)"]
+    old = from_output((0,), 1, "/usr/bin/python3: No module named torch.distributed.flight", "x")
+    assert old.error is not None and "PyTorch 2.6 or later" in old.error
+    clean = from_output((0, 1), 0, "tabulate is not installed. Proceeding without it.\n", "x")
+    assert clean.findings == () and clean.lines() == [
+        "PyTorch's fr_trace (x) over the dumps of ranks 0-1: every collective matched across "
+        "the ranks"
+    ]
+
+
+def _doc_with_dump(tmp_path: Path, data: bytes) -> dict[str, object]:
+    """A node document whose rank 0 had no dump pipe and left a dump file (what the node
+    script reads then: :func:`remote.agent.stacks.earlier_dump`)."""
+    (tmp_path / "gpuconsole_fr_rank_0").write_bytes(data)
+    record = agent.earlier_dump(str(tmp_path), "/gpuconsole_fr_rank_0", "no dump pipe")
+    return {
+        "version": 1,
+        "processes": [
+            {
+                "pid": 15,
+                "role": "rank",
+                "rank": 0,
+                "local_rank": 0,
+                "world_size": 2,
+                "cmdline": ["/opt/venv/bin/python3", "-u", "train.py"],
+                "exe": "/opt/venv/bin/python3",
+                "threads": [],
+                "flight_recorder": record,
+            }
+        ],
+    }
+
+
+def test_a_dump_written_before_travels_whole_and_is_named_so(tmp_path: Path) -> None:
+    raw = _dumps("gloo-2rank-missing")[0]
+    doc = _doc_with_dump(tmp_path, raw)
+    rec = doc["processes"][0]["flight_recorder"]  # type: ignore[index]
+    assert rec["source"] == "file" and rec["age_s"] >= 0  # type: ignore[index]
+    assert zlib.decompress(base64.b64decode(rec["dump_zlib_b64"])) == raw  # type: ignore[index]
+    node = parse_node(0, "a", json.loads(json.dumps(doc)))
+    assert node.dumps == {0: raw}
+    assert node.processes[0].exe == "/opt/venv/bin/python3"
+    assert node.processes[0].flight is not None and node.processes[0].flight.source == "file"
+    capture = Capture("j1", 0.0, [node])
+    capture.fr_trace = FrTrace((0,), error="not run: x")
+    flight = analyse(capture).flight
+    assert any(
+        line.startswith("rank 0: no dump pipe, so the dump read is one written before, ")
+        for line in flight
+    ), flight
+    assert flight[-1] == "PyTorch's fr_trace: not run: x"
+    # saved without the dump's bytes, read back with the analyser's verdict
+    saved = json.loads(json.dumps(capture.to_json()))
+    assert "dumps" not in saved["nodes"][0]
+    back = capture_from_json(saved)
+    assert back.fr_trace == capture.fr_trace and back.dumps() == {}
+    assert back.nodes[0].processes[0].flight == node.processes[0].flight
+
+
+def test_no_dump_and_no_pipe_says_why(tmp_path: Path) -> None:
+    assert agent.earlier_dump(str(tmp_path), "/gpuconsole_fr_rank_3", "no dump pipe x") == {
+        "path": "/gpuconsole_fr_rank_3",
+        "error": "no dump pipe x",
+    }
+
+
+def test_one_capture_at_a_time_on_a_host() -> None:
+    """A second capture waits for the first (py-spy attaches to a process once at a time),
+    and gives up with ``None`` when the first holds on."""
+    with open(agent.__file__, "rb") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+        assert agent.one_at_a_time(0.3) is None
+    got = agent.one_at_a_time(0.3)
+    assert got is not None
+    got.close()
