@@ -733,6 +733,10 @@ class Service:
                 "the job may still be running there; retry when the host is reachable",
             )
         if not any(n.state == "running" for n in nodes):
+            if node is None and rank is None:
+                ended = await self._dumps_of_ended(backend, job)
+                if ended is not None:
+                    return ended
             where = f"node {node} of job {job.id}" if node is not None else f"job {job.id}"
             raise JobError(
                 f"{where} is not running ({job.state}): a process that ended has no stack",
@@ -764,28 +768,64 @@ class Service:
             await asyncio.to_thread(self._save_stacks, capture)
         return capture, analysis
 
+    async def _dumps_of_ended(
+        self, backend: JobBackend, job: JobRecord
+    ) -> tuple[Capture, Analysis] | None:
+        """A job that no longer runs has no stacks, but the Flight Recorder dumps its ranks
+        left (the NCCL watchdog writes them when a collective times out) still say which rank
+        the others waited for: PyTorch's analyser over them, each node marked not running.
+        ``None`` when no node holds a dump."""
+        from console.stacks.analysis import analyse
+        from console.stacks.model import Capture, NodeCapture
+
+        found = await backend.read_dumps(job)
+        if not found:
+            return None
+        capture = Capture(
+            job.id,
+            time.time(),
+            [
+                NodeCapture(
+                    n.node_rank,
+                    n.host,
+                    error=f"not running ({n.state})",
+                    dumps=found.get(n.node_rank, {}),
+                )
+                for n in job.nodes
+            ],
+        )
+        capture.fr_trace = await self._fr_trace(backend, job, capture)
+        return capture, analyse(capture)
+
     async def _fr_trace(self, backend: JobBackend, job: JobRecord, capture: Capture) -> FrTrace:
         """PyTorch's Flight Recorder analyser over every rank's dump of ``capture``, run on
         the node of the lowest rank that gave one, with that rank's own Python (where the
-        job's PyTorch is); one line instead when it could not run."""
+        job's PyTorch is; the spec's ``python``, else ``python3``, for a job that ended); one
+        line instead when it could not run."""
         from console.stacks.frtrace import FrTrace, analyser_args, dump_files, from_output
 
         dumps = capture.dumps()
         ranks = tuple(sorted(dumps))
-        running = {n.node_rank: n for n in job.nodes if n.state == "running" and n.container_id}
-        chosen = next(
-            (p for p in capture.processes("rank") if p.rank in dumps and p.node_rank in running),
-            None,
+        records = {n.node_rank: n for n in job.nodes if n.container_id}
+        holders = sorted((min(n.dumps), n.node_rank) for n in capture.nodes if n.dumps)
+        lowest, node_rank = next(((r, nr) for r, nr in holders if nr in records), (None, None))
+        if lowest is None or node_rank is None:
+            return FrTrace(ranks, error="not run: no node of the job is known")
+        rank = next((p for p in capture.processes("rank") if p.rank == lowest), None)
+        spec_python = job.spec.get("python")
+        python = (rank.exe if rank else None) or (
+            spec_python if isinstance(spec_python, str) else "python3"
         )
-        if chosen is None:
-            return FrTrace(ranks, error="not run: no node of the job runs any more")
         world = max((p.world_size or 0 for p in capture.processes("rank")), default=0)
+        nproc = job.spec.get("nproc_per_node")
+        if not world and isinstance(nproc, int):  # a job that ended: its spec says
+            world = job.node_count * nproc
         args = analyser_args("{dir}")
         if len(ranks) < world:  # it refuses otherwise; what it cannot decide, it says
             args.append("--allow-incomplete-ranks")
         try:
             status, out, where = await backend.run_fr_trace(
-                job, running[chosen.node_rank], chosen.exe or "python3", dump_files(dumps), args
+                job, records[node_rank], python, dump_files(dumps), args
             )
         except GpuConsoleError as e:
             return FrTrace(ranks, error=f"not run: {e.message}")

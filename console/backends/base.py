@@ -214,6 +214,46 @@ async def stacks_of_nodes(
     return list(await asyncio.gather(*(one(n) for n in nodes)))
 
 
+async def read_node_dumps(
+    session: Session, job: JobRecord, runtime: Literal["docker", "host"]
+) -> dict[int, dict[int, bytes]]:
+    """The Flight Recorder dumps on a job's nodes, node rank -> global rank -> the dump: for
+    each node, the files
+    ``$TORCH_FR_DUMP_TEMP_FILE<rank>`` of its ranks (node rank x ``nproc_per_node`` + local
+    rank), the spec's own value of the variable else gpuconsole's (``/tmp/`` in a container,
+    the node's folder on a host: :mod:`console.jobs.flightrec`), read through the node's
+    engine (a container's files also once it exited). A node whose host cannot be reached, or
+    that has no such file, adds nothing."""
+    import asyncio
+
+    from console.jobs.flightrec import DUMP_PREFIX
+    from console.stacks.frtrace import DUMP_MAX
+
+    env = job.spec.get("env")
+    ours = f"/tmp/{DUMP_PREFIX}" if runtime == "docker" else DUMP_PREFIX
+    prefix = str((env if isinstance(env, dict) else {}).get("TORCH_FR_DUMP_TEMP_FILE") or ours)
+    nproc = job.spec.get("nproc_per_node")
+    per_node = nproc if isinstance(nproc, int) and nproc > 0 else 8
+
+    async def one(node: NodeRecord) -> dict[int, bytes]:
+        if not node.container_id or node.host in job.unreachable:
+            return {}
+        engine = session.engine(node.host)
+        out: dict[int, bytes] = {}
+        for local in range(per_node):
+            rank = node.node_rank * per_node + local
+            try:
+                data = await engine.read_file(node.container_id, f"{prefix}{rank}", DUMP_MAX)
+            except GpuConsoleError:
+                return out
+            if data:
+                out[rank] = data
+        return out
+
+    parts = await asyncio.gather(*(one(n) for n in job.nodes))
+    return {n.node_rank: part for n, part in zip(job.nodes, parts, strict=True) if part}
+
+
 def raise_if_unreachable(job: JobRecord) -> None:
     """Raise :class:`JobError` naming the first host of the job that could not be asked in
     its last refresh."""
@@ -406,6 +446,13 @@ class JobBackend(Protocol):
         """The Python stacks of every process of ``nodes`` (py-spy, see
         :mod:`remote.stacks`), all nodes at once; a node that could not be read carries its
         reason instead (:func:`stacks_of_nodes`)."""
+        ...
+
+    async def read_dumps(self, job: JobRecord) -> dict[int, dict[int, bytes]]:
+        """The Flight Recorder dumps the ranks of a job that no longer runs left on its nodes
+        (written by the NCCL watchdog when a collective timed out, or by the job), node rank
+        -> global rank -> dump; ``{}`` when none is there or the runtime cannot read them any
+        more."""
         ...
 
     async def run_fr_trace(

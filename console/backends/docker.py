@@ -30,6 +30,7 @@ from console.backends.base import (
     not_running_hint,
     profile_stop_grace,
     raise_if_unreachable,
+    read_node_dumps,
     stacks_of_nodes,
 )
 from console.backends.containers import (
@@ -403,6 +404,11 @@ class DockerBackend:
         gpus = gpu_indices(info.labels) if info is not None else ()
         doc = await in_sidecar(t, engine, node.container_id, native=native)
         return parse_node(node.node_rank, node.host, doc, gpus)
+
+    async def read_dumps(self, job: JobRecord) -> dict[int, dict[int, bytes]]:
+        """From each node's container, running or exited (``docker cp``): the files the
+        Flight Recorder variables name (:func:`~console.backends.base.read_node_dumps`)."""
+        return await read_node_dumps(self.session, job, "docker")
 
     async def run_fr_trace(
         self,

@@ -125,6 +125,12 @@ class HostBackend(DockerBackend):
 
         raise self.refusal("cp", job, copy_node(job, node))
 
+    async def read_dumps(self, job: JobRecord) -> dict[int, dict[int, bytes]]:
+        """From each node's folder on its host (the dumps are written there)."""
+        from console.backends.base import read_node_dumps
+
+        return await read_node_dumps(self.session, job, "host")
+
     async def run_fr_trace(
         self,
         job: JobRecord,

@@ -295,6 +295,11 @@ class SlurmBackend:
 
         return await stacks_of_nodes(job, nodes, read)
 
+    async def read_dumps(self, job: JobRecord) -> dict[int, dict[int, bytes]]:
+        """None: PyTorch's analyser runs inside the job's allocation, which has ended (the
+        dumps stay in the job's folder)."""
+        return {}
+
     async def run_fr_trace(
         self,
         job: JobRecord,

@@ -40,9 +40,12 @@ def stacks(
     ones out first and named as the likely cause; torchrun's agents and DataLoader workers
     apart. The job is paused only while py-spy reads each process (milliseconds).
 
+    A job that no longer runs has no stacks; the Flight Recorder dumps its ranks left (the
+    NCCL watchdog writes them on a timeout) are read instead, by PyTorch's analyser.
+
     Exit status: 0 every node was read, 3 some node, rank or process could not be (each
-    named under "not read", the rest shown), 1 the job does not run or no node could be
-    read, 2 bad flags.
+    named under "not read", the rest shown) or the job ended and only its dumps were read,
+    1 the job does not run (and left no dump) or no node could be read, 2 bad flags.
     """
     raise SystemExit(run(_stacks(ctx, job_ref, node, rank, native, as_json, frames)))
 
@@ -70,6 +73,7 @@ async def _stacks(
         )
     else:
         out(render(capture, analysis, frames=frames))
-    if not capture.processes("rank") and analysis.problems:
+    fr = capture.fr_trace
+    if not capture.processes("rank") and analysis.problems and (fr is None or fr.error):
         return 1
     return EXIT_PARTIAL if analysis.partial else 0

@@ -49,6 +49,8 @@ from console.stacks.analysis import who
 MODULE = "torch.distributed.flight_recorder.fr_trace"
 #: file names of the dumps handed to it: this prefix and the global rank
 PREFIX = "gpuconsole_fr_rank_"
+#: a dump larger than this is not handed over (the node script's ``FR_RAW_MAX`` too)
+DUMP_MAX = 32 << 20
 
 FindingKind = Literal[
     "not_joined", "mismatch", "size_mismatch", "dumps_missing", "no_error", "too_many", "other"

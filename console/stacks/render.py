@@ -33,6 +33,11 @@ def render(capture: Capture, analysis: Analysis, *, frames: int = 12) -> str:
         f"job {capture.job_id}: {len(ranks)} rank{'s' * (len(ranks) != 1)} on "
         f"{nodes} node{'s' * (nodes != 1)}, taken {when}" + (f" ({spy})" if spy else "")
     )
+    if not ranks and capture.fr_trace is not None:
+        head = (
+            f"job {capture.job_id}: no rank runs; read the Flight Recorder dumps its ranks "
+            f"left, {when}"
+        )
     out = [head]
     if analysis.findings:
         out.append("")

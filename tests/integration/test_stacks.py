@@ -77,7 +77,7 @@ def wait_stuck(cli: CLI, job_id: str, timeout: float = 180) -> None:
 FR_ARGS = ["--fr-dump-after", "4"]
 
 
-def fr_trace_said(stdout: str, where: str) -> None:
+def fr_trace_said(stdout: str, where: str, *, earlier: bool = True) -> None:
     """PyTorch's analyser, run where the regex ``where`` says, named rank 1 as the one that
     never joined the collective ranks 0, 2-3 wait in, at the line the others called it
     from."""
@@ -89,6 +89,8 @@ def fr_trace_said(stdout: str, where: str) -> None:
         stdout,
         re.M,
     ), stdout
+    if not earlier:  # read from the nodes' files after the job ended
+        return
     assert re.search(
         r"^  ranks 0-3: no dump pipe, so the dump read is one written before, \d+ s old "
         r"\(by the NCCL watchdog on a timeout, or the job\)$",
@@ -203,12 +205,20 @@ def test_docker_job_names_the_stuck_rank_and_keeps_its_containers_capless(
         cli.profile.write_text(cli.profile.with_name("direct.yaml").read_text())
         stop = cli.run("stop", job_id, "--grace", "1")
         assert stop.returncode == 0, stop.stdout + stop.stderr
-    # a job that no longer runs, and one that never existed: one error line each, exit 1
+    # a job that no longer runs has no stacks, but its ranks' dumps are still read, from
+    # the exited containers, by PyTorch's analyser in the job's image: exit 3 (partial)
     done = cli.run("stacks", job_id)
-    assert done.returncode == 1, done.stdout + done.stderr
-    assert f"error: job {job_id} is not running (stopped)" in done.stderr
-    assert "gpuconsole describe` shows its last stacks" in done.stderr
-    assert done.stderr.count("error:") == 1 and "Traceback" not in done.stderr
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert done.stdout.startswith(
+        f"job {job_id}: no rank runs; read the Flight Recorder dumps its ranks left, "
+    ), done.stdout
+    fr_trace_said(done.stdout, re.escape("on a, in the job's image"), earlier=False)
+    assert re.search(r"^  node 0 \(a\): not running \(stopped\)$", done.stdout, re.M)
+    assert "Traceback" not in done.stderr
+    for kind in ("stacks", "fr-trace"):
+        label = f"io.gpuconsole.kind={kind}"
+        assert engine.containers.list(all=True, filters={"label": label}) == []
+    # one that never existed: one error line, exit 1
     missing = cli.run("stacks", "no-such-job-0000")
     assert missing.returncode == 1 and "error: no job 'no-such-job-0000'" in missing.stderr
 
@@ -259,6 +269,11 @@ def test_host_runtime_job_names_the_stuck_rank(cli: CLI) -> None:
             assert f"RANK={m['rank']}".encode() in environ.split(b"\0")
     finally:
         cli.run("stop", job_id, "--grace", "1")
+    # ended: the dumps are read from the nodes' folders, the analyser runs with the spec's
+    # python
+    done = cli.run("stacks", job_id)
+    assert done.returncode == 3, done.stdout + done.stderr
+    fr_trace_said(done.stdout, re.escape(f"on a, with {VENV_PYTHON}"), earlier=False)
 
 
 def test_slurm_job_names_the_stuck_rank(slurm_cli: CLI) -> None:  # noqa: F811
@@ -281,3 +296,10 @@ def test_slurm_job_names_the_stuck_rank(slurm_cli: CLI) -> None:  # noqa: F811
         assert {m["host"] for m in data["analysis"]["groups"][-1]["members"]} == {"node1", "node2"}
     finally:
         slurm_cli.run("stop", job_id, "--grace", "1")
+    # a job that no longer runs (its allocation is gone: the analyser has nowhere to run):
+    # one error line, exit 1
+    done = slurm_cli.run("stacks", job_id)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"error: job {job_id} is not running (" in done.stderr
+    assert "gpuconsole describe` shows its last stacks" in done.stderr
+    assert done.stderr.count("error:") == 1 and "Traceback" not in done.stderr
