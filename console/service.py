@@ -611,8 +611,7 @@ class Service:
 
         backend = self.backend_for(job)
         # a notebook's token is as secret as the spec's ${VAR} values
-        secret = {k for k, v in (job.spec.get("env") or {}).items() if v == "${secret}"}
-        secret.add(TOKEN_ENV)
+        secret = set(job.secret_env) | {TOKEN_ENV}
         nodes = []
         for n in job.nodes:
             docker_run, torchrun = await backend.describe_node(job, n, secret)

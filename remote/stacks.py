@@ -31,6 +31,7 @@ import json
 import os
 import shutil
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -113,11 +114,15 @@ async def deploy(transport: Transport) -> str:
     return await transport.put_bundle(files, BUNDLE_BASE, executable=("py-spy",))
 
 
-def script_args(folder: str, *, native: bool) -> list[str]:
+def script_args(folder: str, *, native: bool, mask: Sequence[str] = ()) -> list[str]:
     """The arguments after the interpreter: the script and py-spy in ``folder``, and each
     rank's Flight Recorder asked for its buffer (its NCCL dump pipe; a rank without one says
-    why)."""
+    why); the values of the environment variables ``mask`` names (secrets) are replaced by
+    ``${NAME}`` in the command lines it reports (names only here: the values stay on the
+    node)."""
     args = [f"{folder}/stacks.py", "--py-spy", f"{folder}/py-spy", "--flight-recorder"]
+    for name in sorted(mask):
+        args += ["--mask-env", name]
     return [*args, "--native"] if native else args
 
 
@@ -142,7 +147,12 @@ def parse_document(host: str, out: bytes | str, err: bytes | str) -> dict[str, A
 
 
 async def in_sidecar(
-    transport: Transport, engine: Engine, container_id: str, *, native: bool
+    transport: Transport,
+    engine: Engine,
+    container_id: str,
+    *,
+    native: bool,
+    mask: Sequence[str] = (),
 ) -> dict[str, Any]:
     """A Docker node's stacks, read by a sidecar in its PID namespace (module docstring).
 
@@ -152,7 +162,7 @@ async def in_sidecar(
     folder = await deploy(transport)
     status, out, err = await engine.run_sidecar(
         container_id,
-        ["python3", "-I", "-S", *script_args(SIDECAR_DIR, native=native)],
+        ["python3", "-I", "-S", *script_args(SIDECAR_DIR, native=native, mask=mask)],
         binds={folder: SIDECAR_DIR},
         cap_add="SYS_PTRACE",
         labels={"io.gpuconsole.kind": SIDECAR_KIND, "io.gpuconsole.stacks-of": container_id},
@@ -167,18 +177,19 @@ async def in_sidecar(
 
 
 async def on_host(
-    transport: Transport, python: str, root_pid: int, *, native: bool
+    transport: Transport, python: str, root_pid: int, *, native: bool, mask: Sequence[str] = ()
 ) -> dict[str, Any]:
     """A ``runtime: host`` node's stacks: the process tree under ``root_pid`` (torchrun),
     read as the SSH user with the host's ``python``."""
     folder = await deploy(transport)
-    argv = [python, "-I", "-S", *script_args(folder, native=native), "--root-pid", str(root_pid)]
+    argv = [python, "-I", "-S", *script_args(folder, native=native, mask=mask)]
+    argv += ["--root-pid", str(root_pid)]
     res = await transport.run(argv, timeout=NODE_TIMEOUT_S)
     return parse_document(transport.name, res.stdout, res.stderr)
 
 
 async def in_allocation(
-    login: Transport, slurm_job_id: str, node: str, *, native: bool
+    login: Transport, slurm_job_id: str, node: str, *, native: bool, mask: Sequence[str] = ()
 ) -> dict[str, Any]:
     """A Slurm job's stacks on one of its nodes: ``srun --overlap`` into the allocation runs
     the script there, which reads the processes of that job on that node (``SLURM_JOB_ID``
@@ -195,7 +206,7 @@ async def in_allocation(
         "python3",
         "-I",
         "-S",
-        *script_args(folder, native=native),
+        *script_args(folder, native=native, mask=mask),
         "--env",
         f"SLURM_JOB_ID={slurm_job_id}",
         # the node's own processes only, also where several slurmd share one machine

@@ -390,9 +390,12 @@ class DockerBackend:
     ) -> list[NodeCapture]:
         """Each node read by a sidecar in its container's PID namespace
         (:func:`remote.stacks.in_sidecar`); its GPUs from the container's labels."""
-        return await stacks_of_nodes(job, nodes, lambda n: self._node_stacks(n, native))
+        mask = job.secret_env
+        return await stacks_of_nodes(job, nodes, lambda n: self._node_stacks(n, native, mask))
 
-    async def _node_stacks(self, node: NodeRecord, native: bool) -> NodeCapture:
+    async def _node_stacks(
+        self, node: NodeRecord, native: bool, mask: frozenset[str] = frozenset()
+    ) -> NodeCapture:
         from console.jobs.labels import gpu_indices
         from console.stacks.model import parse_node
         from remote.stacks import in_sidecar
@@ -402,7 +405,7 @@ class DockerBackend:
         engine = self.session.engine(node.host)
         info = await engine.inspect(node.container_id)
         gpus = gpu_indices(info.labels) if info is not None else ()
-        doc = await in_sidecar(t, engine, node.container_id, native=native)
+        doc = await in_sidecar(t, engine, node.container_id, native=native, mask=sorted(mask))
         return parse_node(node.node_rank, node.host, doc, gpus)
 
     async def read_dumps(self, job: JobRecord) -> dict[int, dict[int, bytes]]:

@@ -147,7 +147,9 @@ class HostBackend(DockerBackend):
         status, out = await fr_trace_on_host(t, python, files, args)
         return status, out, f"on {node.host}, with {python}"
 
-    async def _node_stacks(self, node: NodeRecord, native: bool) -> NodeCapture:
+    async def _node_stacks(
+        self, node: NodeRecord, native: bool, mask: frozenset[str] = frozenset()
+    ) -> NodeCapture:
         """py-spy on the host under the node's torchrun (``run.json``'s child pid), as the
         SSH user: the host's ptrace policy (Yama) decides, and a refusal says what to change."""
         import json
@@ -165,7 +167,7 @@ class HostBackend(DockerBackend):
             child = int(json.loads(raw or b"{}")["child"])
         except (ValueError, KeyError, TypeError):
             return NodeCapture(node.node_rank, node.host, error="its process is not known yet")
-        doc = await on_host(t, engine.hostrt.agent_python, child, native=native)
+        doc = await on_host(t, engine.hostrt.agent_python, child, native=native, mask=sorted(mask))
         capture = parse_node(
             node.node_rank, node.host, doc, gpu_indices(info.labels) if info is not None else ()
         )

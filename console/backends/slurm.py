@@ -290,7 +290,9 @@ class SlurmBackend:
 
         async def read(node: NodeRecord) -> NodeCapture:
             assert node.container_id is not None
-            doc = await in_allocation(t, node.container_id, node.host, native=native)
+            doc = await in_allocation(
+                t, node.container_id, node.host, native=native, mask=sorted(job.secret_env)
+            )
             return parse_node(node.node_rank, node.host, doc)
 
         return await stacks_of_nodes(job, nodes, read)

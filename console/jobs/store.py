@@ -196,6 +196,15 @@ class JobRecord:
     gone: set[int] = field(default_factory=set)
 
     @property
+    def secret_env(self) -> frozenset[str]:
+        """The names of the spec's ``env`` whose values are secret (stored as ``${secret}``):
+        what every surface masks."""
+        env = self.spec.get("env")
+        if not isinstance(env, dict):
+            return frozenset()
+        return frozenset(k for k, v in env.items() if v == "${secret}")
+
+    @property
     def kind(self) -> str:
         """``train`` or ``notebook`` (the spec's ``kind``; adopted jobs carry it from their
         containers' ``io.gpuconsole.kind`` label)."""

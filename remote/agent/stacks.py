@@ -386,6 +386,21 @@ def earlier_dump(root: str, path: str, why: str) -> dict[str, Any]:
     return dump_record(path, data, "file", max(0.0, time.time() - st.st_mtime))
 
 
+def masked(p: Proc, names: list[str]) -> list[str]:
+    """``p``'s command line with the value of each variable ``names`` lists (in ``p``'s own
+    environment; 4 characters or more) replaced by ``${NAME}``."""
+    env = p.env or {}
+    values = sorted(
+        ((n, env[n]) for n in names if len(env.get(n) or "") >= 4), key=lambda nv: -len(nv[1])
+    )
+    out = []
+    for arg in p.cmdline:
+        for name, value in values:
+            arg = arg.replace(value, "${" + name + "}")
+        out.append(arg)
+    return out
+
+
 def python_of(p: Proc) -> str | None:
     """The interpreter a rank runs, as a path in its own file system: its ``argv[0]`` when
     absolute (torchrun starts each rank with its own ``sys.executable``, which keeps a
@@ -438,6 +453,12 @@ def main(argv: list[str] | None = None) -> int:
         "--deadline", type=float, default=70.0, help="seconds for the whole node (then say so)"
     )
     ap.add_argument(
+        "--mask-env",
+        action="append",
+        default=[],
+        help="NAME of a secret variable: its value in a command line is reported as ${NAME}",
+    )
+    ap.add_argument(
         "--flight-recorder",
         action="store_true",
         help="also ask every rank for its Flight Recorder dump (its NCCL dump pipe)",
@@ -485,7 +506,7 @@ def main(argv: list[str] | None = None) -> int:
                 "group_rank": p.env_int("GROUP_RANK") if role == "rank" else None,
                 "world_size": p.env_int("WORLD_SIZE") if role == "rank" else None,
                 "parent_rank": parent_rank,
-                "cmdline": p.cmdline[:64],
+                "cmdline": masked(p, a.mask_env)[:64],
                 "age_s": (
                     round(uptime - p.start_ticks / ticks, 3)
                     if uptime is not None and p.start_ticks

@@ -9,6 +9,9 @@ import base64
 import fcntl
 import json
 import pickle
+import subprocess
+import sys
+import time
 import zlib
 from pathlib import Path
 
@@ -215,3 +218,26 @@ def test_one_capture_at_a_time_on_a_host() -> None:
     got = agent.one_at_a_time(0.3)
     assert got is not None
     got.close()
+
+
+def test_secret_values_are_masked_in_reported_command_lines() -> None:
+    """A rank started with a secret on its command line (a spec's ``${VAR}`` in ``args``):
+    the node script reports ``${NAME}`` in its place, read from the process's own
+    environment, so the value never leaves the node (the console passes names only)."""
+    secret = "hf_" + "x7Qz" * 6
+    env = {"PATH": "/usr/bin:/bin", "HF_TOKEN": secret, "SHORT": "ab"}
+    code = "import sys, time; time.sleep(30)"
+    p = subprocess.Popen([sys.executable, "-c", code, f"--token={secret}", "ab"], env=env)
+    try:
+        for _ in range(100):  # until the exec is done and /proc shows the new command line
+            proc = agent.Proc(p.pid)
+            if proc.cmdline[-1:] == ["ab"]:
+                break
+            time.sleep(0.02)
+        shown = agent.masked(proc, ["HF_TOKEN", "SHORT", "UNSET"])
+        assert shown[-2:] == ["--token=${HF_TOKEN}", "ab"]  # 2 characters are never masked
+        assert all(secret not in a for a in shown)
+        assert agent.masked(proc, [])[-2] == f"--token={secret}"
+    finally:
+        p.kill()
+        p.wait()
