@@ -107,9 +107,10 @@ async def host_machine(transport: Transport) -> str:
     return (await transport.check(["uname", "-m"], timeout=30.0)).strip()
 
 
-async def deploy(transport: Transport) -> str:
-    """Upload the bundle for this host's CPU unless it is there; returns its folder."""
-    machine = await host_machine(transport)
+async def deploy(transport: Transport, machine: str | None = None) -> str:
+    """Upload the bundle for ``machine`` (a ``uname -m``; default: this host's CPU) unless it
+    is there; returns its folder."""
+    machine = machine or await host_machine(transport)
     files = {"stacks.py": _SCRIPT.read_bytes(), "py-spy": py_spy_for(machine)}
     return await transport.put_bundle(files, BUNDLE_BASE, executable=("py-spy",))
 
@@ -193,9 +194,10 @@ async def in_allocation(
 ) -> dict[str, Any]:
     """A Slurm job's stacks on one of its nodes: ``srun --overlap`` into the allocation runs
     the script there, which reads the processes of that job on that node (``SLURM_JOB_ID``
-    and ``SLURMD_NODENAME``, which slurmd sets for every task and its children)."""
-    folder = await deploy(login)
-    argv = [
+    and ``SLURMD_NODENAME``, which slurmd sets for every task and its children). py-spy is
+    the one for the node's CPU (its ``uname -m``, asked the same way: a cluster's login host
+    may differ from its compute nodes)."""
+    srun = [
         "srun",
         "--overlap",
         f"--jobid={slurm_job_id}",
@@ -203,6 +205,11 @@ async def in_allocation(
         "--nodes=1",
         "--ntasks=1",
         "--quiet",
+    ]
+    machine = (await login.check([*srun, "uname", "-m"], timeout=NODE_TIMEOUT_S)).strip()
+    folder = await deploy(login, machine or None)
+    argv = [
+        *srun,
         "python3",
         "-I",
         "-S",

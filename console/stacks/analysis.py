@@ -122,7 +122,10 @@ def ranks_text(ranks: Iterable[int]) -> str:
 
 
 def who(ranks: Sequence[int]) -> str:
-    """``rank 1`` / ``ranks 0, 2-7`` (the verb's number follows: see :func:`_is`)."""
+    """``rank 1`` / ``ranks 0, 2-7`` / ``no rank`` (the verb's number follows: see
+    :func:`_is`)."""
+    if not ranks:
+        return "no rank"
     return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {ranks_text(ranks)}"
 
 
