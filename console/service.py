@@ -801,7 +801,13 @@ class Service:
         the node of the lowest rank that gave one, with that rank's own Python (where the
         job's PyTorch is; the spec's ``python``, else ``python3``, for a job that ended); one
         line instead when it could not run."""
-        from console.stacks.frtrace import FrTrace, analyser_args, dump_files, from_output
+        from console.stacks.frtrace import (
+            FrTrace,
+            analyser_args,
+            dump_files,
+            from_output,
+            pending_of,
+        )
 
         dumps = capture.dumps()
         ranks = tuple(sorted(dumps))
@@ -828,7 +834,7 @@ class Service:
             )
         except GpuConsoleError as e:
             return FrTrace(ranks, error=f"not run: {e.message}")
-        return from_output(ranks, status, out, where)
+        return from_output(ranks, status, out, where, pending_of(dumps))
 
     def _stacks_path(self, job: JobRecord) -> Path:
         return self.store.root / "stacks" / f"{job.id}.json"

@@ -211,13 +211,17 @@ class FrTrace:
         ranks: the ranks whose dumps were given.
         findings: its blocks in order (none: every collective matched).
         error: why it did not run or failed, one line; ``None`` when it ran.
-        where: where it ran (``host a, image gpuconsole/torch:2.13.0-cpu``).
+        where: where it ran (``on a, in the job's image``).
+        pending: the collectives the dumps show enqueued and never completed (each process
+            group's ``pg_status``), as (rank, process group, sequence number, op): what a
+            verdict without findings still says about a hang.
     """
 
     ranks: tuple[int, ...] = ()
     findings: tuple[FrTraceFinding, ...] = ()
     error: str | None = None
     where: str | None = None
+    pending: tuple[tuple[int, str, int, str], ...] = ()
 
     def lines(self) -> list[str]:
         """What to show, one line each."""
@@ -225,9 +229,25 @@ class FrTrace:
             return [f"PyTorch's fr_trace: {self.error}"]
         at = f" ({self.where})" if self.where else ""
         head = f"PyTorch's fr_trace{at} over the dumps of {who(list(self.ranks))}"
-        if not self.findings:
-            return [f"{head}: every collective matched across the ranks"]
-        return [f"{head}:", *(f"  {f.line()}" for f in self.findings)]
+        if self.findings:
+            return [f"{head}:", *(f"  {f.line()}" for f in self.findings)]
+        said = (
+            "one rank: nothing to compare"
+            if len(self.ranks) == 1
+            else "every collective matched across the ranks"
+        )
+        if not self.pending:
+            return [f"{head}: {said}, and every one completed"]
+        by: dict[tuple[str, int, str], list[int]] = {}
+        for rank, pg, seq, op in self.pending:
+            by.setdefault((pg, seq, op), []).append(rank)
+        (pg, seq, op), ranks = min(by.items(), key=lambda kv: kv[0][1])
+        return [
+            f"{head}: {said}; collective {seq} of process group {pg} "
+            f"({op.split(':', 1)[-1]}) never completed on {who(sorted(ranks))}: every rank "
+            "that should entered it, so it waits on something else (work queued before it on "
+            "the GPU, the network, NCCL)"
+        ]
 
     def to_json(self) -> dict[str, Any]:
         """JSON data (``stacks --json``, the saved capture)."""
@@ -258,6 +278,9 @@ def from_json(data: object) -> FrTrace | None:
         findings=tuple(findings),
         error=data.get("error"),
         where=data.get("where"),
+        pending=tuple(
+            (int(r), str(pg), int(seq), str(op)) for r, pg, seq, op in data.get("pending") or ()
+        ),
     )
 
 
@@ -420,9 +443,48 @@ def _error_ranks(text: str) -> tuple[tuple[int, str], ...]:
     )
 
 
-def from_output(ranks: Sequence[int], status: int, out: str, where: str) -> FrTrace:
+def pending_of(dumps: Mapping[int, bytes]) -> tuple[tuple[int, str, int, str], ...]:
+    """The collectives each rank's dump shows enqueued and not completed: for each process
+    group of its ``pg_status``, ``last_completed_collective + 1`` when the group's
+    ``last_enqueued_collective`` is beyond it (entry states are not used: gloo leaves them
+    ``scheduled``), with the op of that entry; as (rank, group, seq, op)."""
+    from remote.agent.stacks import fr_summary
+
+    out = []
+    for rank, data in sorted(dumps.items()):
+        try:
+            summary = fr_summary(data)
+        except Exception:  # a dump that cannot be read says nothing here
+            continue
+        for pg, st in (summary.get("pg_status") or {}).items():
+            if not isinstance(st, dict):
+                continue
+            enq, done = st.get("last_enqueued_collective"), st.get("last_completed_collective")
+            if not isinstance(enq, int) or not isinstance(done, int) or enq <= done:
+                continue
+            seq = done + 1
+            op = next(
+                (
+                    str(e.get("op"))
+                    for e in summary.get("entries") or []
+                    if e.get("pg") == str(pg) and e.get("seq") == seq and not e.get("p2p")
+                ),
+                "?",
+            )
+            out.append((rank, str(pg), seq, op))
+    return tuple(out)
+
+
+def from_output(
+    ranks: Sequence[int],
+    status: int,
+    out: str,
+    where: str,
+    pending: tuple[tuple[int, str, int, str], ...] = (),
+) -> FrTrace:
     """The analyser's run (exit ``status``, its output ``out``, stdout and stderr together)
-    as a :class:`FrTrace`; a failed run is one line: its last error line."""
+    as a :class:`FrTrace`; a failed run is one line: its last error line. ``pending``: see
+    :func:`pending_of`."""
     findings = parse_fr_trace(out)
     if status != 0 and not findings:
         lines = [ln.strip() for ln in out.splitlines() if ln.strip()]
@@ -433,7 +495,7 @@ def from_output(ranks: Sequence[int], status: int, out: str, where: str) -> FrTr
         if "No module named" in last:
             last += " (PyTorch 2.6 or later has the analyser)"
         return FrTrace(tuple(ranks), error=f"failed (exit {status}): {last}", where=where)
-    return FrTrace(tuple(ranks), tuple(findings), where=where)
+    return FrTrace(tuple(ranks), tuple(findings), where=where, pending=pending)
 
 
 class _PlainUnpickler(pickle.Unpickler):

@@ -26,6 +26,7 @@ from console.stacks.frtrace import (
     from_output,
     looks_like_fr_trace,
     parse_fr_trace,
+    pending_of,
 )
 from console.stacks.model import Capture, capture_from_json, parse_node
 
@@ -149,7 +150,7 @@ def test_a_failed_run_is_one_line_with_its_error() -> None:
     clean = from_output((0, 1), 0, "tabulate is not installed. Proceeding without it.\n", "x")
     assert clean.findings == () and clean.lines() == [
         "PyTorch's fr_trace (x) over the dumps of ranks 0-1: every collective matched across "
-        "the ranks"
+        "the ranks, and every one completed"
     ]
 
 
@@ -241,3 +242,44 @@ def test_secret_values_are_masked_in_reported_command_lines() -> None:
     finally:
         p.kill()
         p.wait()
+
+
+NCCL_TIMEOUT = DATA.parent / "flightrec" / "h100-nccl-watchdog-timeout"
+
+
+def test_a_real_nccl_watchdog_timeout_dump() -> None:
+    """Recorded on an H100 (torch 2.11, NCCL 2.28; scripts/device/fr_timeout.sh): a 1-rank
+    job's all_reduce waited behind a kernel spinning for minutes, the watchdog timed it out
+    after 15 s and wrote the dump (TORCH_NCCL_DUMP_ON_TIMEOUT). PyTorch's analyser printed
+    nothing (one rank matches itself); the dump's pg_status still says collective 6 was
+    enqueued and never completed, which is what gpuconsole says."""
+    dump = (NCCL_TIMEOUT / "gpuconsole_fr_rank_0").read_bytes()
+    log = (NCCL_TIMEOUT / "job.log").read_text()
+    assert "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=6" in log
+    assert (NCCL_TIMEOUT / "fr_trace.txt").read_text() == ""
+    assert dump_files({0: dump}) == {"gpuconsole_fr_rank_0": dump}  # NCCL names its group
+    fr = from_output((0,), 0, "", "on a, in the job's image", pending_of({0: dump}))
+    assert fr.pending == ((0, "0", 6, "nccl:all_reduce"),)
+    assert fr.lines() == [
+        "PyTorch's fr_trace (on a, in the job's image) over the dumps of rank 0: one rank: "
+        "nothing to compare; collective 6 of process group 0 (all_reduce) never completed on "
+        "rank 0: every rank that should entered it, so it waits on something else (work "
+        "queued before it on the GPU, the network, NCCL)"
+    ]
+    # the node script read that file as a dump written before (the pipe was gone)
+    ended = json.loads((NCCL_TIMEOUT / "stacks-doc-ended.json").read_text())
+    assert ended["source"] == "file" and ended["summary"]["pg_status"]["0"] == {
+        "last_enqueued_collective": 6,
+        "last_started_collective": -1,
+        "last_completed_collective": 5,
+    }
+    assert zlib.decompress(base64.b64decode(ended["dump_zlib_b64"])) == dump
+    # while it hung, the pipe gave the dump, and the rank's Python is its venv's
+    hung = parse_node(0, "gpu", json.loads((NCCL_TIMEOUT / "stacks-doc-hung.json").read_text()))
+    (rank,) = hung.ranks
+    assert rank.exe == "/opt/torch/.venv/bin/python3"
+    assert rank.flight is not None and rank.flight.source == "pipe"
+    assert 0 in hung.dumps
+    assert pending_of(hung.dumps) == ((0, "0", 6, "nccl:all_reduce"),)
+    # a gloo job's entries stay "scheduled"; pg_status tells what completed
+    assert pending_of(_dumps("gloo-2rank-missing")) == ((0, "0", 4, "gloo:all_reduce"),)
