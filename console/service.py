@@ -723,6 +723,13 @@ class Service:
                 + ", ".join(str(n.node_rank) for n in job.nodes),
                 "pass one of them, or leave --node out for every node",
             )
+        nproc = job.spec.get("nproc_per_node")
+        world = job.node_count * nproc if isinstance(nproc, int) and nproc > 0 else None
+        if rank is not None and (rank < 0 or (world is not None and rank >= world)):
+            has = f"job {job.id} has ranks 0-{world - 1}" if world else "a rank is 0 or more"
+            raise UsageError(
+                f"--rank {rank}: {has}", "pass one of them, or leave --rank out for every rank"
+            )
         nodes = [n for n in job.nodes if node is None or n.node_rank == node]
         down = {n.host: job.unreachable[n.host] for n in nodes if n.host in job.unreachable}
         if down and len(down) == len({n.host for n in nodes}):

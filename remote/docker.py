@@ -18,6 +18,7 @@ import builtins
 import io
 import logging
 import math
+import os
 import re
 import shlex
 import tarfile
@@ -776,11 +777,12 @@ class Engine:
         """
         import docker.errors
 
+        kind = labels.get("io.gpuconsole.kind") or "sidecar"
+        name = f"gpuconsole-{kind}-{os.urandom(6).hex()}"
+
         def run(c: docker.DockerClient) -> tuple[int, bytes, bytes]:
             info = c.api.inspect_container(target)
-            kind = labels.get("io.gpuconsole.kind")
-            if kind:
-                _sweep_sidecars(c, kind, 2 * timeout)
+            _sweep_sidecars(c, kind, timeout + 30.0)
             host_config = c.api.create_host_config(
                 pid_mode=f"container:{info['Id']}" if join_pid else None,
                 cap_drop=["ALL"],
@@ -795,6 +797,7 @@ class Engine:
             )
             made = c.api.create_container(
                 info["Image"],
+                name=name,
                 command=[*argv[1:]],
                 entrypoint=[argv[0]],
                 user="0:0",
@@ -823,7 +826,20 @@ class Engine:
                 except docker.errors.NotFound:
                     pass
 
-        return await self.call(run)
+        def remove(c: docker.DockerClient) -> None:
+            try:
+                c.api.remove_container(name, force=True)
+            except docker.errors.APIError:  # never made, or already removed
+                pass
+
+        try:
+            return await self.call(run)
+        except asyncio.CancelledError:  # Ctrl-C: the container goes now, not at the next sweep
+            try:
+                await asyncio.wait_for(asyncio.shield(self.call(remove)), 5.0)
+            except Exception:  # the next sidecar's sweep removes it
+                pass
+            raise
 
     async def logs(
         self,

@@ -235,8 +235,10 @@ FR_TIMEOUT_S = 120.0
 
 
 async def _upload_dumps(transport: Transport, files: dict[str, bytes]) -> str:
-    """The dump files in a folder of their own on the host (content-addressed)."""
-    return await transport.put_bundle(files, FR_BASE)
+    """The dump files in a folder of this run's own on the host: a nonce file makes it
+    unique, so two captures of the same dumps at once never share (and remove) one folder
+    (the analyser reads only the files named with its prefix)."""
+    return await transport.put_bundle({**files, "run": os.urandom(8).hex().encode()}, FR_BASE)
 
 
 async def _remove(transport: Transport, folder: str) -> None:

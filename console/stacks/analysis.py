@@ -262,6 +262,7 @@ class Analysis:
         problems: one line per node or process that could not be read, naming it and why.
         world_size: from the ranks' ``WORLD_SIZE``, when they say it.
         flight: what the ranks' Flight Recorders say together (:func:`flight_recorder`).
+        fr_failed: PyTorch's analyser was to run over the ranks' dumps and could not.
     """
 
     groups: list[StackGroup] = field(default_factory=list)
@@ -273,6 +274,7 @@ class Analysis:
     problems: list[str] = field(default_factory=list)
     world_size: int | None = None
     flight: list[str] = field(default_factory=list)
+    fr_failed: bool = False
 
     def summary(self) -> str:
         """One line: the first finding, else where the ranks are (an alert's detail)."""
@@ -284,32 +286,43 @@ class Analysis:
 
     @property
     def partial(self) -> bool:
-        """Some node, rank or process could not be read (``stacks`` exits 3)."""
-        return bool(self.problems or self.missing)
+        """Some node, rank or process could not be read, or PyTorch's analyser could not run
+        over the dumps that were (``stacks`` exits 3)."""
+        return bool(self.problems or self.missing or self.fr_failed)
+
+
+def python_frames(frames: Sequence[Frame]) -> tuple[Frame, ...]:
+    """The Python frames of a stack (a ``.py`` file, or ``<frozen ...>``/``<string>``); all
+    of them when it has none. With ``--native`` py-spy interleaves native frames, whose
+    addresses differ from process to process (ASLR): ranks are grouped and described by
+    their Python frames."""
+    py = tuple(f for f in frames if f.filename.endswith(".py") or f.filename.startswith("<"))
+    return py or tuple(frames)
 
 
 def group(processes: Iterable[ProcessStack], *, own_code: bool = True) -> list[StackGroup]:
-    """Processes folded by their main thread's frames (function, file, line), largest group
-    last; processes without a stack are left out (``own_code``: see
-    :func:`describe_frames`)."""
+    """Processes folded by their main thread's Python frames (function, file, line:
+    :func:`python_frames`), largest group last; processes without a stack are left out
+    (``own_code``: see :func:`describe_frames`)."""
     buckets: dict[tuple[tuple[str, str, int | None], ...], list[ProcessStack]] = {}
     for p in processes:
         main = p.main
         if main is None:
             continue
-        key = tuple((f.filename, f.name, f.line) for f in main.frames)
+        key = tuple((f.filename, f.name, f.line) for f in python_frames(main.frames))
         buckets.setdefault(key, []).append(p)
     out = []
     for members in buckets.values():
         main = members[0].main
         assert main is not None
-        coll = collective_of(main.frames)
+        py = python_frames(main.frames)
+        coll = collective_of(py)
         out.append(
             StackGroup(
                 processes=tuple(members),
                 frames=main.frames,
                 collective=coll.name.rsplit(".", 1)[-1] if coll is not None else None,
-                where=describe_frames(main.frames, own_code=own_code),
+                where=describe_frames(py, own_code=own_code),
                 idle=not any(m.main is not None and m.main.active for m in members),
             )
         )
@@ -342,6 +355,7 @@ def analyse(capture: Capture) -> Analysis:
     a.flight = flight_recorder(capture)
     if capture.fr_trace is not None:
         a.flight += capture.fr_trace.lines()
+        a.fr_failed = capture.fr_trace.error is not None
     a.children = group(capture.processes("child"))
     if len(a.groups) > 1:
         main = a.groups[-1]
@@ -440,12 +454,14 @@ def flight_recorder(capture: Capture) -> list[str]:
             )
         out += _mismatches(read, pg)
         if not behind:
-            # the entries' own state (pg_status's last completed lags the watchdog's polling)
+            # not completed by its group's status and by its entry's state (pg_status lags
+            # the NCCL watchdog's polling; gloo leaves every entry "scheduled")
             waiting = sorted(
-                p.rank
-                for p in read
-                if p.rank is not None
-                and (e := _entry([p], pg, top)) is not None
+                r
+                for r, s in status.items()
+                if r is not None
+                and s[3] < top
+                and (e := _entry([p for p in read if p.rank == r], pg, top)) is not None
                 and e.state != "completed"
             )
             if waiting:

@@ -29,7 +29,8 @@ from console.stacks.model import Capture, Frame, NodeCapture, ProcessStack, Thre
 _DECOR = re.compile(
     r"^(?:\s*>\s?)*"  # Markdown quoting
     r"(?:\d{4}-\d\d-\d\d[T ][\d:.,]+Z?\s+)?"  # a collector's timestamp
-    r"(?:\[?rank\s*(?P<rank>\d{1,7})\]?\s*:\s*)?",
+    # a launcher's rank prefix; the indentation after it is the frame's own
+    r"(?:\[?rank\s*(?P<rank>\d{1,7})\]?\s*:)?",
     re.IGNORECASE,
 )
 _PROCESS = re.compile(r"^Process (?P<pid>\d{1,10}):\s*(?P<cmd>.*)$")

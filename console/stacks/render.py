@@ -14,10 +14,16 @@ def _member(p: ProcessStack) -> str:
     return f"{p.tag} {p.host} pid {p.pid}{gpu}"
 
 
+def _short(text: str, cap: int = 240) -> str:
+    """A frame as printed, a C++ template name of thousands of characters cut short."""
+    return text if len(text) <= cap else text[: cap - 3] + "..."
+
+
 def _frames(g: StackGroup, indent: str, limit: int) -> list[str]:
-    shown = [f"{indent}{f.where()}" for f in g.frames[:limit]]
+    shown = [f"{indent}{_short(f.where())}" for f in g.frames[:limit]]
     if len(g.frames) > limit:
-        shown.append(f"{indent}... {len(g.frames) - limit} more frames (outermost last)")
+        more = len(g.frames) - limit
+        shown.append(f"{indent}... {more} more frame{'s' * (more != 1)} (outermost last)")
     return shown
 
 

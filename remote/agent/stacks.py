@@ -51,6 +51,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -386,13 +387,23 @@ def earlier_dump(root: str, path: str, why: str) -> dict[str, Any]:
     return dump_record(path, data, "file", max(0.0, time.time() - st.st_mtime))
 
 
-def masked(p: Proc, names: list[str]) -> list[str]:
-    """``p``'s command line with the value of each variable ``names`` lists (in ``p``'s own
-    environment; 4 characters or more) replaced by ``${NAME}``."""
-    env = p.env or {}
-    values = sorted(
-        ((n, env[n]) for n in names if len(env.get(n) or "") >= 4), key=lambda nv: -len(nv[1])
-    )
+def secret_values(procs: Iterable[Proc], names: list[str]) -> list[tuple[str, str]]:
+    """The values the variables ``names`` lists have in any of ``procs`` (the job's whole
+    PID namespace or process tree: a child started with a clean environment still carries
+    the value its parent had, e.g. on its command line), 4 characters or more, longest
+    first."""
+    found = set()
+    for p in procs:
+        env = p.env or {}
+        for n in names:
+            if len(env.get(n) or "") >= 4:
+                found.add((n, env[n]))
+    return sorted(found, key=lambda nv: (-len(nv[1]), nv[0]))
+
+
+def masked(p: Proc, values: list[tuple[str, str]]) -> list[str]:
+    """``p``'s command line with each secret value (:func:`secret_values`) replaced by
+    ``${NAME}``."""
     out = []
     for arg in p.cmdline:
         for name, value in values:
@@ -492,6 +503,7 @@ def main(argv: list[str] | None = None) -> int:
     procs = all_procs()
     chosen = select(procs, a.root_pid, env, os.getpid())
     kinds = roles(procs, chosen)
+    secrets = secret_values(list(procs.values()) + chosen, a.mask_env)
     records: list[dict[str, Any]] = []
     for p in chosen:
         role, parent_rank = kinds[p.pid]
@@ -506,7 +518,7 @@ def main(argv: list[str] | None = None) -> int:
                 "group_rank": p.env_int("GROUP_RANK") if role == "rank" else None,
                 "world_size": p.env_int("WORLD_SIZE") if role == "rank" else None,
                 "parent_rank": parent_rank,
-                "cmdline": masked(p, a.mask_env)[:64],
+                "cmdline": masked(p, secrets)[:64],
                 "age_s": (
                     round(uptime - p.start_ticks / ticks, 3)
                     if uptime is not None and p.start_ticks

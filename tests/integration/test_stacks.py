@@ -179,6 +179,9 @@ def test_docker_job_names_the_stuck_rank_and_keeps_its_containers_capless(
         assert re.search(r"^ranks 2-3 \(2\): in all_reduce", node1.stdout, re.M), node1.stdout
         bad = cli.run("stacks", job_id, "--node", "7")
         assert bad.returncode == 2 and "error: --node 7: job " in bad.stderr, bad.stderr
+        bad = cli.run("stacks", job_id, "--rank", "99")
+        assert bad.returncode == 2, bad.stdout + bad.stderr
+        assert f"error: --rank 99: job {job_id} has ranks 0-3" in bad.stderr, bad.stderr
         # the job containers keep --cap-drop ALL and gain nothing; no sidecar is left
         for c in job_containers(engine, job_id=job_id):
             hc = c.attrs["HostConfig"]

@@ -221,27 +221,43 @@ def test_one_capture_at_a_time_on_a_host() -> None:
     got.close()
 
 
+def _started(argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """``argv`` running, its command line visible in /proc (the exec done)."""
+    p = subprocess.Popen(argv, env=env)
+    for _ in range(250):
+        if agent.Proc(p.pid).cmdline[-1:] == argv[-1:]:
+            return p
+        time.sleep(0.02)
+    raise AssertionError(f"{argv} never showed in /proc")
+
+
 def test_secret_values_are_masked_in_reported_command_lines() -> None:
-    """A rank started with a secret on its command line (a spec's ``${VAR}`` in ``args``):
-    the node script reports ``${NAME}`` in its place, read from the process's own
-    environment, so the value never leaves the node (the console passes names only)."""
+    """A rank started with a secret on its command line (a spec's ``${VAR}`` in ``args``),
+    and a child it started with a clean environment and the value in its arguments: the
+    node script reports ``${NAME}`` in their place, the values read from the environments
+    of every process it sees (the console passes names only, so values never leave the
+    node)."""
     secret = "hf_" + "x7Qz" * 6
-    env = {"PATH": "/usr/bin:/bin", "HF_TOKEN": secret, "SHORT": "ab"}
-    code = "import sys, time; time.sleep(30)"
-    p = subprocess.Popen([sys.executable, "-c", code, f"--token={secret}", "ab"], env=env)
+    code = "import time; time.sleep(30)"
+    rank = _started(
+        [sys.executable, "-c", code, f"--token={secret}", "ab"],
+        {"PATH": "/usr/bin:/bin", "HF_TOKEN": secret, "SHORT": "ab"},
+    )
+    child = _started(
+        [sys.executable, "-c", code, f"https://user:{secret}@huggingface.co/x"],
+        {"PATH": "/usr/bin:/bin"},
+    )
     try:
-        for _ in range(100):  # until the exec is done and /proc shows the new command line
-            proc = agent.Proc(p.pid)
-            if proc.cmdline[-1:] == ["ab"]:
-                break
-            time.sleep(0.02)
-        shown = agent.masked(proc, ["HF_TOKEN", "SHORT", "UNSET"])
-        assert shown[-2:] == ["--token=${HF_TOKEN}", "ab"]  # 2 characters are never masked
-        assert all(secret not in a for a in shown)
-        assert agent.masked(proc, [])[-2] == f"--token={secret}"
+        procs = [agent.Proc(rank.pid), agent.Proc(child.pid)]
+        values = agent.secret_values(procs, ["HF_TOKEN", "SHORT", "UNSET"])
+        assert values == [("HF_TOKEN", secret)]  # 2 characters are never masked
+        assert agent.masked(procs[0], values)[-2:] == ["--token=${HF_TOKEN}", "ab"]
+        assert agent.masked(procs[1], values)[-1] == "https://user:${HF_TOKEN}@huggingface.co/x"
+        assert agent.masked(procs[0], [])[-2] == f"--token={secret}"
     finally:
-        p.kill()
-        p.wait()
+        for p in (rank, child):
+            p.kill()
+            p.wait()
 
 
 NCCL_TIMEOUT = DATA.parent / "flightrec" / "h100-nccl-watchdog-timeout"

@@ -482,3 +482,50 @@ def test_counts_and_pids_name_only_the_stack_right_after_them() -> None:
         "Process 777: python x\nPython v3.11.2 (/usr/bin/python3)\n" + frame
     ).processes()
     assert p.pid == 777
+
+
+def test_pasted_pyspy_with_rank_prefixes_on_every_line() -> None:
+    """torchrun's ``--tee``/log prefix ``[rankN]:`` before every line of a dump: the frame's
+    own indentation after it is kept, so the dump reads as without the prefixes."""
+    from console.diagnosis import diagnose
+
+    corpus = Path(__file__).resolve().parents[1] / "data" / "diagnose" / "corpus" / "stacks"
+    for case in ("stk-001", "stk-003"):
+        text = (corpus / f"{case}.txt").read_text()
+        plain = diagnose(text)
+        assert plain is not None
+        for prefix in ("[rank0]:", "[rank0]: "):
+            prefixed = "\n".join(prefix + line for line in text.splitlines())
+            got = diagnose(prefixed)
+            assert got is not None and got.kind == plain.kind, (case, prefix, got)
+            assert dict(got.facts) == dict(plain.facts), (case, prefix)
+
+
+def test_native_frames_do_not_split_ranks_with_the_same_python_stack() -> None:
+    """``--native``: py-spy interleaves native frames whose addresses differ per process
+    (ASLR); ranks are folded and described by their Python frames, the native ones still
+    shown in the group's frames."""
+    from console.stacks.analysis import group
+    from console.stacks.model import Frame, ProcessStack, ThreadStack
+
+    def rank(r: int, address: str) -> ProcessStack:
+        frames = (
+            Frame(address, "libc.so.6", "libc.so.6", 0),
+            Frame("clock_nanosleep", "libc.so.6", "libc.so.6", 0),
+            Frame(
+                "all_reduce",
+                "/opt/venv/torch/distributed/distributed_c10d.py",
+                "torch/distributed/distributed_c10d.py",
+                3252,
+            ),
+            Frame("train", "/workspace/stuck_rank.py", "stuck_rank.py", 35),
+            Frame(f"0x{r:x}55d0", "python3.11", "python3.11", 0),
+        )
+        main = ThreadStack("MainThread", 100 + r, False, frames)
+        return ProcessStack(0, "a", 100 + r, 1, "rank", r, r, 4, None, (), 1.0, (main,), None)
+
+    (g,) = group([rank(0, "0x7f86a6be624a"), rank(2, "0x7f818fca624a")])
+    assert g.ranks == (0, 2)
+    assert g.collective == "all_reduce"
+    assert g.where == "in all_reduce <- train (stuck_rank.py:35)"
+    assert g.frames[0].name == "0x7f86a6be624a"
