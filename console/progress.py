@@ -126,6 +126,7 @@ _NOT_TRAINING = re.compile(
     r"shard|sanity|generat|convert|extract|prepar|process|sampl|index|cach|saving",
     re.I,
 )
+_NOISE_WORDS = ("nccl", "time (ms)", "overflow", "examples/s", "step ")
 _NOISE = (
     re.compile(r"\bNCCL (?:INFO|WARN)\b"),
     re.compile(r"^\s*Step \d+/\d+ : "),  # docker build's steps
@@ -135,10 +136,12 @@ _NOISE = (
 )
 
 
-def _not_training(line: str) -> bool:
-    if _BYTES_RATE.search(line) or any(p.search(line) for p in _NOISE):
+def _not_training(line: str, low: str) -> bool:
+    if "b/s" in low and _BYTES_RATE.search(line):
         return True
-    m = _BAR_DESC.match(line)
+    if any(w in low for w in _NOISE_WORDS) and any(p.search(line) for p in _NOISE):
+        return True
+    m = _BAR_DESC.match(line) if "%" in line else None
     return bool(m and m.group("desc").strip() and _NOT_TRAINING.search(m.group("desc")))
 
 
@@ -275,20 +278,30 @@ _STEP_PATTERNS = (
 )
 _DS_EPOCH_STEP = re.compile(r"\]\s*(\d+)/(\d+),\s*SamplesPerSec=")  # DeepSpeed before 0.9
 _EPOCH = re.compile(r"\bepoch\b\s*[:=]?\s*\[?\s*(\d+(?:\.\d+)?)", re.I)
-#: (pattern, what to do with the number): steps/s from a rate or a time per step
+#: (a word the line must hold, pattern, what to do with the number): steps/s from a rate or
+#: a time per step
 _IT_RATE = (
-    (re.compile(r"(" + _NUM + r")\s*it/s(?:ec)?\b"), 1.0),
-    (re.compile(r"(" + _NUM + r")\s*s/it\b"), -1.0),
-    (re.compile(r"\bsteps/sec:\s*(" + _NUM + r")", re.I), 1.0),
-    (re.compile(r"elapsed[ _]time[ _]per[ _]iteration[ _]\(?ms\)?:\s*(" + _NUM + r"[KM]?)"), -1e3),
-    (re.compile(r"\biter time \(s\):\s*(" + _NUM + r")"), -1.0),
-    (re.compile(r"\btime\s+(" + _NUM + r")\s*ms\b"), -1e3),
-    (re.compile(r"\bdt:\s*(" + _NUM + r")\s*ms\b"), -1e3),
-    (re.compile(r"\|\s*(" + _NUM + r")\s*ms\s*\|"), -1e3),
-    (re.compile(r"\bcompleted step: \d+, seconds:\s*(" + _NUM + r")"), -1.0),
-    (re.compile(r"(" + _NUM + r")\s*sec/(?:batch|step)\b"), -1.0),
-    (re.compile(r"\bper-step time\s*(" + _NUM + r")\s*s\b"), -1.0),
-    (re.compile(r"\btime:\s*(" + _NUM + r")\s+data:"), -1.0),
+    ("it/s", re.compile(r"(" + _NUM + r")\s*it/s(?:ec)?\b"), 1.0),
+    ("s/it", re.compile(r"(" + _NUM + r")\s*s/it\b"), -1.0),
+    ("steps/sec", re.compile(r"\bsteps/sec:\s*(" + _NUM + r")", re.I), 1.0),
+    (
+        "per_iteration",
+        re.compile(r"elapsed[ _]time[ _]per[ _]iteration[ _]\(?ms\)?:\s*(" + _NUM + r"[KM]?)"),
+        -1e3,
+    ),
+    (
+        "per iteration",
+        re.compile(r"elapsed[ _]time[ _]per[ _]iteration[ _]\(?ms\)?:\s*(" + _NUM + r"[KM]?)"),
+        -1e3,
+    ),
+    ("iter time", re.compile(r"\biter time \(s\):\s*(" + _NUM + r")"), -1.0),
+    ("time ", re.compile(r"\btime\s+(" + _NUM + r")\s*ms\b"), -1e3),
+    ("dt:", re.compile(r"\bdt:\s*(" + _NUM + r")\s*ms\b"), -1e3),
+    ("ms", re.compile(r"\|\s*(" + _NUM + r")\s*ms\s*\|"), -1e3),
+    ("seconds:", re.compile(r"\bcompleted step: \d+, seconds:\s*(" + _NUM + r")"), -1.0),
+    ("sec/", re.compile(r"(" + _NUM + r")\s*sec/(?:batch|step)\b"), -1.0),
+    ("per-step time", re.compile(r"\bper-step time\s*(" + _NUM + r")\s*s\b"), -1.0),
+    ("time:", re.compile(r"\btime:\s*(" + _NUM + r")\s+data:"), -1.0),
 )
 #: (pattern, scope)
 _SAMPLES = (
@@ -330,9 +343,12 @@ def _first(patterns: Any, line: str) -> tuple[re.Match[str], Any] | None:
 
 
 def _from_fields(line: str) -> Progress:
+    # each group of patterns only where its word is (a regex search that starts with a number
+    # tries every position of the line: the words keep a noisy line cheap)
+    low = line.lower()
     step = total = None
     epoch: float | None = None
-    if (ds := _DS_EPOCH_STEP.search(line)) is not None:
+    if "samplespersec=" in low and (ds := _DS_EPOCH_STEP.search(line)) is not None:
         epoch, step = float(ds.group(1)), int(ds.group(2))
     else:
         for p in _STEP_PATTERNS:
@@ -341,34 +357,36 @@ def _from_fields(line: str) -> Progress:
                 if m.lastindex and m.lastindex >= 2 and m.group(2):
                     total = _int(m.group(2))
                 break
-        if (e := _EPOCH.search(line)) is not None:
+        if "epoch" in low and (e := _EPOCH.search(line)) is not None:
             epoch = float(e.group(1))
         if step is not None and epoch is not None and re.search(r"\bepoch \d+/\d+", line, re.I):
             if (em := re.search(r"\bepoch (\d+)/(\d+)", line, re.I)) and _int(em.group(1)) == step:
                 step = total = None  # "epoch 11/50": epochs, not steps
     it = None
-    if (hit := _first(_IT_RATE, line)) is not None:
-        m, how = hit
-        v = _num(m.group(1))
-        if v is not None:
-            it = v * how if how > 0 else (-how / v if v else None)
+    for word, p, how in _IT_RATE:
+        if word in low and (m := p.search(line)) is not None:
+            v = _num(m.group(1))
+            if v is not None:
+                it = v * how if how > 0 else (-how / v if v else None)
+            break
     samples = scope = None
-    if (hit := _first(_SAMPLES, line)) is not None:
+    if ("sample" in low or "example" in low) and (hit := _first(_SAMPLES, line)) is not None:
         samples, scope = _num(hit[0].group(1)), hit[1]
     tokens = None
-    if (hit := _first(_TOKENS, line)) is not None:
+    if any(w in low for w in ("tok", "tps", "wps")) and (hit := _first(_TOKENS, line)):
         tokens, scope = _num(hit[0].group(1)), hit[1]
-    tflops = next((_num(m.group(1)) for p in _TFLOPS if (m := p.search(line))), None)
-    if tflops is None and (fm := _FLOPS_UNIT.search(line)) is not None:
+    flops = "flop" in low
+    tflops = next((_num(m.group(1)) for p in _TFLOPS if flops and (m := p.search(line))), None)
+    if flops and tflops is None and (fm := _FLOPS_UNIT.search(line)) is not None:
         v = _num(fm.group(1))
         tflops = v * {"G": 1e-3, "T": 1.0, "P": 1e3}[fm.group(2)] if v is not None else None
     mfu = None
-    if (mm := _MFU.search(line)) is not None:
+    if "mfu" in low and (mm := _MFU.search(line)) is not None:
         mfu = _num(mm.group(1))
         if mfu is not None and mfu < 0:  # nanoGPT's -100%: not measured yet
             mfu = None
     loss = None
-    for p in _LOSS:
+    for p in _LOSS if "loss" in low else ():
         if (lm := p.search(line)) is not None:
             key, value = (lm.group(1), lm.group(2)) if lm.lastindex == 2 else ("loss", lm.group(1))
             if not re.search(r"val|eval|scale|balanc", key, re.I):
@@ -388,20 +406,47 @@ def _from_fields(line: str) -> Progress:
     )
 
 
+#: a word every format above has (lower case); a line without one is not read further
+_CANDIDATE = (
+    "step",
+    "iter",
+    "it/s",
+    "s/it",
+    "loss",
+    "epoch",
+    "/sec",
+    "per_s",
+    "tps",
+    "wps",
+    "flop",
+    "mfu",
+    "sample",
+    "tok",
+    "batch",
+    "progress",
+    "{",
+)
+
+
 def parse_progress(line: str) -> Progress | None:
     """What ``line`` (one physical log line, a launcher's prefix such as ``[rank3]:``
     allowed) says about training progress, ``None`` when it is not training progress
     (module docstring)."""
+    low = line.lower()
+    if not any(w in low for w in _CANDIDATE):  # most of a training log: done here
+        return None
     if (i := line.find(EXPLICIT_PREFIX)) >= 0:
         explicit = _explicit(line[i + len(EXPLICIT_PREFIX) :])
         return explicit if explicit is not None and explicit.says_progress else None
-    if _not_training(line):
+    if _not_training(line, low):
         return None
     body = line.strip()
     found: Progress | None = None
-    if (bar := _BAR.search(line)) is not None:
+    bar = _BAR.search(line) if "it/s" in low or "s/it" in low else None
+    to = _TRAIN_OUTPUT.search(line) if "TrainOutput(" in line else None
+    if bar is not None:
         found = _from_bar(line, bar)
-    elif (to := _TRAIN_OUTPUT.search(line)) is not None:
+    elif to is not None:
         metrics = {k: v for k, _, v in _PY_PAIR.findall(line)}
         base = _from_mapping(metrics)
         found = Progress(
@@ -420,7 +465,7 @@ def parse_progress(line: str) -> Progress | None:
         except ValueError:
             data = None
         found = _from_mapping(data) if isinstance(data, dict) else None
-    elif (row := _HF_ROW.match(line)) is not None:
+    elif "=" in line and (row := _HF_ROW.match(line)) is not None:
         found = _from_mapping({row.group(1): row.group(2)})
     else:
         found = _from_fields(line)

@@ -71,7 +71,7 @@ if TYPE_CHECKING:  # imported by the methods that use them (CLI start-up: `ps` n
     from console.notebook.attach import NotebookTunnel
     from console.stacks.analysis import Analysis
     from console.stacks.frtrace import FrTrace
-    from console.stacks.model import Capture
+    from console.stacks.model import Capture, NodeCapture
     from remote.telemetry.schema import Sample
 
 log = logging.getLogger("gpuconsole.service")
@@ -782,20 +782,20 @@ class Service:
         the others waited for: PyTorch's analyser over them, each node marked not running.
         ``None`` when no node holds a dump."""
         from console.stacks.analysis import analyse
-        from console.stacks.model import Capture, NodeCapture
+        from console.stacks.model import Capture
 
         found = await backend.read_dumps(job)
         if not found:
             return None
+        nproc = job.spec.get("nproc_per_node")
+        world = job.node_count * nproc if isinstance(nproc, int) else None
         capture = Capture(
             job.id,
             time.time(),
             [
-                NodeCapture(
-                    n.node_rank,
-                    n.host,
+                dataclasses.replace(
+                    _ended_ranks(n.node_rank, n.host, found.get(n.node_rank, {}), world),
                     error=f"not running ({n.state})",
-                    dumps=found.get(n.node_rank, {}),
                 )
                 for n in job.nodes
             ],
@@ -1462,3 +1462,31 @@ class Service:
             self._replay.cancel()
             await asyncio.gather(self._replay, return_exceptions=True)
             self._replay = None
+
+
+def _ended_ranks(
+    node_rank: int, host: str, dumps: dict[int, bytes], world: int | None
+) -> NodeCapture:
+    """A node of a job that ended, as its ranks' dumps describe it: one rank each (no pid,
+    no stack) with the summary of its Flight Recorder buffer, read as a running rank's is
+    (:func:`console.stacks.analysis.flight_recorder`)."""
+    from console.stacks.model import parse_node
+    from remote.agent.stacks import fr_summary
+
+    processes: list[dict[str, object]] = []
+    for rank, data in sorted(dumps.items()):
+        try:
+            flight: dict[str, object] = {"summary": fr_summary(data)}
+        except Exception as e:  # a damaged dump: said for its rank
+            flight = {"error": f"the dump could not be read: {e}"}
+        processes.append(
+            {
+                "pid": -1,
+                "role": "rank",
+                "rank": rank,
+                "world_size": world,
+                "flight_recorder": flight,
+            }
+        )
+    node = parse_node(node_rank, host, {"processes": processes})
+    return dataclasses.replace(node, dumps=dumps)

@@ -39,7 +39,7 @@ def render(capture: Capture, analysis: Analysis, *, frames: int = 12) -> str:
         f"job {capture.job_id}: {len(ranks)} rank{'s' * (len(ranks) != 1)} on "
         f"{nodes} node{'s' * (nodes != 1)}, taken {when}" + (f" ({spy})" if spy else "")
     )
-    if not ranks and capture.fr_trace is not None:
+    if capture.fr_trace is not None and all(p.pid < 0 for p in ranks):  # a job that ended
         head = (
             f"job {capture.job_id}: no rank runs; read the Flight Recorder dumps its ranks "
             f"left, {when}"

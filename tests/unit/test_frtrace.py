@@ -6,6 +6,7 @@ analyser's verdict."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import fcntl
 import json
 import pickle
@@ -299,3 +300,33 @@ def test_a_real_nccl_watchdog_timeout_dump() -> None:
     assert pending_of(hung.dumps) == ((0, "0", 6, "nccl:all_reduce"),)
     # a gloo job's entries stay "scheduled"; pg_status tells what completed
     assert pending_of(_dumps("gloo-2rank-missing")) == ((0, "0", 4, "gloo:all_reduce"),)
+
+
+def test_a_job_that_ended_is_read_from_its_ranks_dumps() -> None:
+    """No rank runs: each dumped rank is a rank without a stack whose Flight Recorder summary
+    is read as a running rank's (the collective rank 1 never entered), beside PyTorch's
+    verdict; the header says the dumps were read."""
+    from console.service import _ended_ranks
+    from console.stacks.render import render
+
+    dumps = _dumps("gloo-2rank-missing")
+    node = dataclasses.replace(_ended_ranks(0, "a", dumps, 2), error="not running (failed)")
+    capture = Capture("j1", 0.0, [node])
+    capture.fr_trace = from_output(
+        (0, 1),
+        0,
+        (DATA / "gloo-2rank-missing" / "fr_trace.txt").read_text(),
+        "on a, in the job's image",
+        pending_of(dumps),
+    )
+    a = analyse(capture)
+    assert a.groups == [] and a.missing == []
+    assert a.flight[0] == (
+        "process group 0: rank 0 entered collective 4 (gloo:all_reduce, <module> "
+        "(make_gloo_dumps.py:33)) that rank 1 never did (last entered: 3)"
+    )
+    text = render(capture, a)
+    assert text.startswith("job j1: no rank runs; read the Flight Recorder dumps its ranks left")
+    assert "  node 0 (a): not running (failed)" in text
+    assert "rank 1 never joined collective 4 of process group 0:default_pg" in text
+    assert a.partial
