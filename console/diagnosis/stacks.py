@@ -185,12 +185,107 @@ def _fr_trace(ctx: Context) -> list[Diagnosis]:
     ]
 
 
+_WHO = r"(?:ranks? \d+(?:(?:, |-)\d+)*|\d+ processes(?: \([^)]*\))?|process \d+)"
+_CAUSE = re.compile(r"^likely cause: (?P<text>.+)$", re.M)
+_OUTSIDE = re.compile(
+    rf"^(?P<who>{_WHO}) (?:is|are) not in the collective \((?P<coll>\w+)\) that .+? waits? "
+    r"in: in (?P<where>.+)$"
+)
+_MISMATCH = re.compile(
+    rf"^mismatched collectives: (?P<who>{_WHO}) (?:is|are) in (?P<c1>\w+) while .+? (?:is|are) "
+    r"in (?P<c2>\w+)"
+)
+_ALL_IN = re.compile(r"^every (?:rank|process) read \((?P<r>[^)]*)\) is in (?P<coll>\w+)")
+_ELSEWHERE = re.compile(rf"^(?P<who>{_WHO}) (?:is|are) elsewhere than .+?: in (?P<where>.+)$")
+_NEVER_JOINED = re.compile(
+    rf"^\s*(?P<who>{_WHO}) never joined collective (?P<seq>\d+) of process group "
+    r"(?P<group>\S+) \((?P<op>\w+)"
+)
+
+
+def _ranks_in(who: str) -> tuple[int, ...]:
+    """``rank 1`` / ``ranks 0, 2-3`` as ranks; ``()`` for processes by pid."""
+    if not who.startswith("rank"):
+        return ()
+    out: list[int] = []
+    for part in who.split(" ", 1)[1].split(","):
+        a, _, b = part.strip().partition("-")
+        out += range(int(a), int(b) + 1) if b else [int(a)]
+    return tuple(out)
+
+
+def _stacks_text(ctx: Context) -> list[Diagnosis]:
+    """``gpuconsole stacks`` output as saved (``stacks JOB > file``, the app's stacks view):
+    its own first ``likely cause`` line, or for a job that ended the Flight Recorder's
+    ``never joined`` line, read back into the cause it names."""
+    text = "\n".join(ln.raw for ln in ctx.lines)
+    if not re.search(r"^job \S+: (?:\d+ ranks? on \d+ nodes?, taken|no rank runs)", text, re.M):
+        return []
+    cause = _CAUSE.search(text)
+    said = cause.group("text") if cause else ""
+    evidence = [cause.group(0)] if cause else []
+    fix_stuck = (
+        "look at what that rank does there (its data loading, I/O, a branch the others did not "
+        "take): the ranks that wait in the collective only wait for it"
+    )
+    if (m := _OUTSIDE.match(said)) or (m := _ELSEWHERE.match(said)):
+        where = m.group("where").split(" <- ", 1)[0]
+        facts: dict[str, FactValue | None] = {
+            "collective": m.groupdict().get("coll"),
+            "where": where,
+        }
+        return [_diag("stuck_rank", said, _ranks_in(m.group("who")), fix_stuck, evidence, facts)]
+    if (m := _MISMATCH.match(said)) is not None:
+        return [
+            _diag(
+                "collective_mismatch",
+                said,
+                _ranks_in(m.group("who")),
+                "make every rank call the same collectives in the same order (a collective under "
+                "a rank-dependent branch, or hooks that fire on some ranks only)",
+                evidence,
+                {"collective": m.group("c2"), "other_collective": m.group("c1")},
+            )
+        ]
+    if (m := _ALL_IN.match(said)) is not None:
+        return [
+            _diag(
+                "collective_wait",
+                said,
+                _ranks_in("ranks " + m.group("r")) if m.group("r")[:1].isdigit() else (),
+                "every rank is in the collective: check the network and NCCL (NCCL_DEBUG=INFO), "
+                "or take the Flight Recorder's view",
+                evidence,
+                {"collective": m.group("coll")},
+            )
+        ]
+    for line in text.splitlines():
+        if (j := _NEVER_JOINED.match(line)) is not None:
+            facts = {
+                "collective": j.group("op"),
+                "seq": int(j.group("seq")),
+                "group": j.group("group"),
+            }
+            return [
+                _diag(
+                    "stuck_rank",
+                    line.strip(),
+                    _ranks_in(j.group("who")),
+                    fix_stuck,
+                    [line.strip()],
+                    facts,
+                )
+            ]
+    return []
+
+
 #: The rules of this module (the engine ranks what they find).
-RULES = (_fr_trace, _pyspy)
+RULES = (_stacks_text, _fr_trace, _pyspy)
 
 #: py-spy's thread header and frame lines, and the lines of a pasted dump around them; the
 #: analyser's head lines (every version's) and its ``-j`` table, with the fields after them.
 NEEDS = {
+    _stacks_text: Needs(("likely cause:", "never joined collective", "no rank runs"), 300, 300),
     _pyspy: Needs(("thread ",), before=8, after=200),
     _fr_trace: Needs(
         ("not all ranks joining", "has errors", "errors for group", "at entry", "-----"),
