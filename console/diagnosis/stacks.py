@@ -283,13 +283,15 @@ def _stacks_text(ctx: Context) -> list[Diagnosis]:
 RULES = (_stacks_text, _fr_trace, _pyspy)
 
 #: py-spy's thread header and frame lines, and the lines of a pasted dump around them; the
-#: analyser's head lines (every version's) and its ``-j`` table, with the fields after them.
+#: analyser's head lines (every version's) and its ``-j`` table's cells, with the fields
+#: after them.
 NEEDS = {
-    _stacks_text: Needs(("likely cause:", "never joined collective", "no rank runs"), 300, 300),
+    # a block's lines may lie far apart in a log (other processes' lines between them)
+    _stacks_text: Needs(("likely cause:", "no rank runs"), before=300, after=2500),
     _pyspy: Needs(("thread ",), before=8, after=200),
     _fr_trace: Needs(
-        ("not all ranks joining", "has errors", "errors for group", "at entry", "-----"),
-        before=2,
-        after=60,
+        ("not all ranks joining", "has errors", "errors for group", "at entry", "input_sizes="),
+        before=150,
+        after=2500,
     ),
 }

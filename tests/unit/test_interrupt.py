@@ -120,6 +120,10 @@ def _gpuconsole_frames(stderr: str) -> list[tuple[Path, int]]:
     return frames
 
 
+#: CPython's report when checking the script path for zipimport fails (``pymain_run_python``)
+_ARGV0_CHECK = "Failed checking if argv[0] is an import path entry\n"
+
+
 def judge(run: SigintRun, finished: tuple[int, str | None]) -> str:
     """Assert that ``run`` ended as a Ctrl-C of gpuconsole may, and say which way.
 
@@ -145,8 +149,12 @@ def judge(run: SigintRun, finished: tuple[int, str | None]) -> str:
       must end as above. The same report without a traceback, exit 1 and nothing else, is
       an interrupt taken by the interpreter between its start and the script's first line:
       CPython's ``pymain_run_file_obj`` runs pending signal handlers (``Py_MakePendingCalls``)
-      before it reads the launcher, and prints what they raised with no frame; the import
-      report then shows that no import of ``console`` had begun. No code of a package runs
+      before it reads the launcher, and prints what they raised with no frame (exit 1, or
+      death by a second SIGINT after the interpreter's exit reset its handler); the import
+      report then shows that no import of ``console`` had begun. Before that, it asks
+      zipimport whether the launcher is an archive: an interrupt there is printed as
+      "Failed checking if argv[0] is an import path entry" and Python goes on into
+      gpuconsole, which must end as above. No code of a package runs
       there, so no package can turn it into ``interrupted`` (module docstring of
       :mod:`console`).
 
@@ -157,6 +165,15 @@ def judge(run: SigintRun, finished: tuple[int, str | None]) -> str:
     if run.returncode == -signal.SIGINT and not run.stdout and not run.stderr:
         assert "_signal" not in run.imported, where
         return BEFORE_PYTHON_HANDLER
+    if run.stderr.startswith(_ARGV0_CHECK):
+        # CPython's pymain_run_python asked zipimport whether the launcher is an archive; the
+        # interrupt landed there, Python printed it and went on to run the launcher
+        assert "_signal" in run.imported, where
+        lines = run.stderr.splitlines(keepends=True)
+        end = next(i for i, ln in enumerate(lines) if ln.startswith("KeyboardInterrupt"))
+        rest = "".join(lines[end + 1 :])
+        judge(SigintRun(run.delay_ms, run.returncode, run.stdout, rest, run.imported), finished)
+        return INTERPRETER_START
     if "Traceback" in run.stderr and all(
         path == ROOT / "console" / "__init__.py" and line < _HANDLER_LINE
         for path, line in _gpuconsole_frames(run.stderr)
@@ -172,7 +189,8 @@ def judge(run: SigintRun, finished: tuple[int, str | None]) -> str:
             rest = run.stderr[run.stderr.index("\n", report_end) + 1 :]
             judge(SigintRun(run.delay_ms, run.returncode, run.stdout, rest, run.imported), finished)
         return INTERPRETER_START
-    if run.stderr == "KeyboardInterrupt\n" and run.returncode == 1:
+    if run.stderr == "KeyboardInterrupt\n" and run.returncode in (1, -signal.SIGINT):
+        # exit 1; or killed by a second SIGINT once the interpreter's exit had reset its handler
         assert not run.stdout and "_signal" in run.imported, where
         assert not any(m == "console" or m.startswith("console.") for m in run.imported), where
         return INTERPRETER_START
@@ -582,3 +600,36 @@ def test_the_interpreters_frameless_report_before_the_launcher_runs() -> None:
             judge(late, (0, None))
     with pytest.raises(AssertionError):
         judge(SigintRun(15.0, 1, "{}", "KeyboardInterrupt\n", _BARE_REPORT.imported), (0, None))
+
+
+def test_the_interpreters_report_of_its_archive_check_then_gpuconsoles_own_result() -> None:
+    """A real run (CI, 16 ms after exec of the launcher with a missing profile): the
+    interrupt landed in zipimport's check of argv[0], Python printed it and went on, and
+    gpuconsole ended with its own error (exit 2). Judged by what follows the report; the
+    same report followed by a gpuconsole traceback fails."""
+    report = (
+        "Failed checking if argv[0] is an import path entry\n"
+        "Traceback (most recent call last):\n"
+        '  File "<frozen zipimport>", line 92, in __init__\n'
+        "KeyError: '/tmp/ci8/.venv/bin/gpuconsole'\n"
+        "\n"
+        "During handling of the above exception, another exception occurred:\n"
+        "\n"
+        "Traceback (most recent call last):\n"
+        '  File "<frozen zipimport>", line 94, in __init__\n'
+        '  File "<frozen zipimport>", line 416, in _read_directory\n'
+        "KeyboardInterrupt\n"
+    )
+    own = "error: profile file /x/missing.yaml does not exist\n  fix: give an existing YAML file\n"
+    run = SigintRun(16.0, 2, "", report + own, _BARE_REPORT.imported + ["console"])
+    assert judge(run, (2, "")) == INTERPRETER_START
+    broken = SigintRun(16.0, 1, "", report + "Traceback (most recent call last):\n", [])
+    with pytest.raises(AssertionError):
+        judge(broken, (2, ""))
+
+
+def test_a_second_sigint_after_the_frameless_report_kills_the_interpreter() -> None:
+    """A real run (CI, a second SIGINT 1 ms after the first, 24 ms after exec): the bare
+    report, then death by the second signal once the interpreter's exit reset its handler."""
+    run = SigintRun(24.0, -signal.SIGINT, "", "KeyboardInterrupt\n", _BARE_REPORT.imported)
+    assert judge(run, (2, "")) == INTERPRETER_START
