@@ -189,15 +189,10 @@ async def on_host(
     return parse_document(transport.name, res.stdout, res.stderr)
 
 
-async def in_allocation(
-    login: Transport, slurm_job_id: str, node: str, *, native: bool, mask: Sequence[str] = ()
-) -> dict[str, Any]:
-    """A Slurm job's stacks on one of its nodes: ``srun --overlap`` into the allocation runs
-    the script there, which reads the processes of that job on that node (``SLURM_JOB_ID``
-    and ``SLURMD_NODENAME``, which slurmd sets for every task and its children). py-spy is
-    the one for the node's CPU (its ``uname -m``, asked the same way: a cluster's login host
-    may differ from its compute nodes)."""
-    srun = [
+def srun_on(slurm_job_id: str, node: str) -> list[str]:
+    """``srun`` of one task on ``node`` inside a running Slurm job's allocation, beside its
+    own steps (``--overlap``), without srun's own messages."""
+    return [
         "srun",
         "--overlap",
         f"--jobid={slurm_job_id}",
@@ -206,6 +201,17 @@ async def in_allocation(
         "--ntasks=1",
         "--quiet",
     ]
+
+
+async def in_allocation(
+    login: Transport, slurm_job_id: str, node: str, *, native: bool, mask: Sequence[str] = ()
+) -> dict[str, Any]:
+    """A Slurm job's stacks on one of its nodes: ``srun --overlap`` into the allocation runs
+    the script there, which reads the processes of that job on that node (``SLURM_JOB_ID``
+    and ``SLURMD_NODENAME``, which slurmd sets for every task and its children). py-spy is
+    the one for the node's CPU (its ``uname -m``, asked the same way: a cluster's login host
+    may differ from its compute nodes)."""
+    srun = srun_on(slurm_job_id, node)
     machine = (await login.check([*srun, "uname", "-m"], timeout=NODE_TIMEOUT_S)).strip()
     folder = await deploy(login, machine or None)
     argv = [
@@ -314,13 +320,7 @@ async def fr_trace_in_allocation(
     folder = await _upload_dumps(login, files)
     try:
         argv = [
-            "srun",
-            "--overlap",
-            f"--jobid={slurm_job_id}",
-            f"--nodelist={node}",
-            "--nodes=1",
-            "--ntasks=1",
-            "--quiet",
+            *srun_on(slurm_job_id, node),
             python,
             *(a.replace("{dir}", folder) for a in args),
         ]

@@ -498,19 +498,13 @@ def from_output(
     return FrTrace(tuple(ranks), tuple(findings), where=where, pending=pending)
 
 
-class _PlainUnpickler(pickle.Unpickler):
-    """A Flight Recorder dump holds builtin containers and scalars only; any class is
-    refused (a dump is read on the operator's machine)."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        raise pickle.UnpicklingError(f"{module}.{name} is not in a Flight Recorder dump")
-
-
 def _named_groups(data: bytes) -> bytes:
     """``data`` with an unnamed sole process group named from its entries (gloo, module
     docstring); other dumps unchanged."""
+    from remote.agent.stacks import PlainUnpickler  # builtin types only: any class refused
+
     try:
-        dump = _PlainUnpickler(io.BytesIO(data)).load()
+        dump = PlainUnpickler(io.BytesIO(data)).load()
     except Exception:  # not ours to judge: the analyser says what it cannot read
         return data
     if not isinstance(dump, dict):

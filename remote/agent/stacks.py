@@ -233,7 +233,7 @@ def dump(py_spy: str, pid: int, native: bool, timeout: float) -> tuple[object, s
     return threads, None
 
 
-class _PlainUnpickler(pickle.Unpickler):
+class PlainUnpickler(pickle.Unpickler):
     """Reads a Flight Recorder dump: builtin containers and scalars only (a dump is a dict of
     lists, tuples, strings and numbers); any class reference is refused."""
 
@@ -252,7 +252,7 @@ def fr_summary(data: bytes) -> dict[str, Any]:
     JSON data: its version, each process group's status and the newest entries."""
     import io
 
-    dump = _PlainUnpickler(io.BytesIO(data)).load()
+    dump = PlainUnpickler(io.BytesIO(data)).load()
     if not isinstance(dump, dict):
         raise ValueError("not a Flight Recorder dump")
     entries = []
