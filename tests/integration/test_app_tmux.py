@@ -190,8 +190,16 @@ def _select_row(tmux: Tmux, job_id: str) -> None:
     """Move the jobs view's cursor onto ``job_id``'s row (other jobs may be listed above)."""
     tmux.tmux("send-keys", "-t", tmux.target, "-N", "200", "Up")  # to the first row
     time.sleep(1)
-    lines = tmux.wait_for(job_id, timeout=30).splitlines()
-    header = next(i for i, ln in enumerate(lines) if "REASON" in ln)
+    # one screen with both the table's header and the row (a screen taken while the 200 keys
+    # are still being handled may be mid-redraw)
+    deadline = time.monotonic() + 30
+    screen = tmux.screen()
+    while not ("REASON" in screen and f" {job_id} " in screen) and time.monotonic() < deadline:
+        time.sleep(0.3)
+        screen = tmux.screen()
+    lines = screen.splitlines()
+    header = next((i for i, ln in enumerate(lines) if "REASON" in ln), None)
+    assert header is not None and f" {job_id} " in screen, screen
     row = next(i for i, ln in enumerate(lines) if f" {job_id} " in ln)
     for _ in range(row - header - 1):
         tmux.keys("Down")
