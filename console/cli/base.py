@@ -137,6 +137,8 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
     (a closed stdout: exit 0, see the module docstring). Ctrl-C: ``interrupted``, exit 130,
     also before the coroutine started (it is closed, not left un-awaited), and tasks that
     end with an error while asyncio cancels them go to the debug log, not stderr."""
+    global _after_interrupt
+    _after_interrupt = False  # (in-process tests call run() again and again)
     main = _quiet_when_interrupted(coro)
     try:
         import asyncio
@@ -156,6 +158,9 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
             err(f"  fix: {e.hint}")
         raise SystemExit(2 if isinstance(e, (ConfigError, PlanError, UsageError)) else 1) from None
     except KeyboardInterrupt:
+        # the command may have ended with an error just as Ctrl-C came: its task's exception,
+        # never retrieved, is reported when the task is collected; the handler hears it now
+        _after_interrupt = True
         main.close()  # interrupted before asyncio.run started them: no "never awaited"
         coro.close()
         quiet_teardown()
@@ -163,6 +168,10 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
 
         say_interrupted()  # once, also if the command's end is interrupted again
         raise SystemExit(INTERRUPTED_EXIT) from None
+
+
+#: Set by :func:`run` once Ctrl-C ended the command (:func:`_quiet_when_interrupted`).
+_after_interrupt = False
 
 
 async def _quiet_when_interrupted(coro: Coroutine[Any, Any, T]) -> T:
@@ -177,7 +186,7 @@ async def _quiet_when_interrupted(coro: Coroutine[Any, Any, T]) -> T:
     interrupted = False
 
     def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-        if interrupted or isinstance(sys.exc_info()[1], KeyboardInterrupt):
+        if interrupted or _after_interrupt or isinstance(sys.exc_info()[1], KeyboardInterrupt):
             logging.getLogger("gpuconsole").debug(
                 "after interrupt: %s: %r", context.get("message"), context.get("exception")
             )
