@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # fields' types only: a command that publishes no such event 
     from console.jobs.logbuffer import Row
     from console.jobs.logs import JobLogLine
     from console.jobs.store import JobRecord
+    from console.throughput import JobProgress
     from remote.telemetry.schema import Sample
 
 log = logging.getLogger("gpuconsole.events")
@@ -197,6 +198,20 @@ class ArchiveStateChanged:
         return ("archive", self.job_id, self.node_rank)
 
 
+@dataclass(frozen=True)
+class ProgressRead:
+    """Running jobs' progress and cost were read from their logs
+    (:meth:`console.service.Service.progress`).
+
+    Attributes:
+        progress: one per job read (jobs whose log said nothing carry ``throughput`` ``None``).
+    """
+
+    progress: tuple[JobProgress, ...]
+
+    key = ("progress",)
+
+
 Event = (
     AlertChanged
     | SampleReceived
@@ -207,6 +222,7 @@ Event = (
     | LogLinesReceived
     | FollowStateChanged
     | ArchiveStateChanged
+    | ProgressRead
 )
 Handler = Callable[[Event], None]
 

@@ -310,6 +310,7 @@ _SAMPLES = (
     (re.compile(r"\bsamples/sec:\s*(" + _NUM + r")"), "total"),
     (re.compile(r"\bSpeed:\s*(" + _NUM + r")\s*samples/sec"), None),
     (re.compile(r"(" + _NUM + r")\s*(?:examples|samples)/sec\b"), None),
+    (re.compile(r"\b(?:examples|samples)/s(?:ec)?\s*[:=]?\s*(" + _NUM + r")(?![\w/])"), None),
 )
 _TOKENS = (
     (re.compile(r"\btokens_per_sec:\s*(" + _NUM + r"[KMG]?)"), "total"),
@@ -318,6 +319,7 @@ _TOKENS = (
     (re.compile(r"\bTokens/s/device:\s*(" + _NUM + r")"), "gpu"),
     (re.compile(r"\b(?:tps|wps):\s*(" + _NUM + r")"), "gpu"),
     (re.compile(r"\btokens_per_second:\s*(" + _NUM + r")"), None),
+    (re.compile(r"\b(?:tokens|tok)/s(?:ec)?\s*[:=]?\s*(" + _NUM + r")(?![\w/])"), None),
 )
 _TFLOPS = (
     re.compile(r"\btflops:\s*(" + _NUM + r")"),

@@ -47,6 +47,7 @@ from console.events import (
     JobChanged,
     LogLinesReceived,
     NodeExited,
+    ProgressRead,
 )
 from console.jobs.logs import JobLogLine, read_job_logs
 from console.jobs.states import NodeState
@@ -72,6 +73,7 @@ if TYPE_CHECKING:  # imported by the methods that use them (CLI start-up: `ps` n
     from console.stacks.analysis import Analysis
     from console.stacks.frtrace import FrTrace
     from console.stacks.model import Capture, NodeCapture
+    from console.throughput import JobProgress
     from remote.telemetry.schema import Sample
 
 log = logging.getLogger("gpuconsole.service")
@@ -145,6 +147,7 @@ class JobDescription:
     spec_yaml: str
     nodes: tuple[NodeDescription, ...]
     last_stacks: tuple[float, str] | None = None
+    progress: tuple[str, ...] = ()
 
     def render(self) -> str:
         """Plain text, the same in the CLI and the app."""
@@ -162,6 +165,7 @@ class JobDescription:
             out += failure_lines(j.failure)
         elif job_summary(j):
             out.append(job_summary(j))
+        out += self.progress
         for n in self.nodes:
             code = f" exit {n.exit_code}" if n.exit_code is not None else ""
             out.append("")
@@ -229,6 +233,8 @@ class Service:
         #: yet, or a Slurm profile)
         self.host_status: dict[str, HostListing] = {}
         self._deadline_s = LIST_DEADLINE_S  # of the list_jobs in progress
+        #: job id -> its latest :meth:`progress`
+        self.last_progress: dict[str, JobProgress] = {}
 
     async def __aenter__(self) -> Service:
         return self
@@ -635,7 +641,73 @@ class Service:
             from console.stacks.analysis import analyse
 
             last = (capture.taken_at, analyse(capture).summary())
-        return JobDescription(job, spec_yaml, tuple(nodes), last)
+        progress: tuple[str, ...] = ()
+        if job.state == "running" and job.kind == "train":
+            from console.throughput import throughput_lines
+
+            p = (await self.progress([job])).get(job.id)
+            if p is not None:
+                progress = tuple(throughput_lines(p.throughput, p.cost, time.time()))
+        return JobDescription(job, spec_yaml, tuple(nodes), last, progress)
+
+    async def progress(
+        self, jobs: list[JobRecord], *, deadline_s: float = 10.0
+    ) -> dict[str, JobProgress]:
+        """Each running training job's progress and cost, from the last
+        :data:`~console.throughput.TAIL_LINES` lines of its log (all jobs read concurrently;
+        a job whose log is not read within ``deadline_s`` is left out) and its profile's
+        ``price_per_gpu_hour``. Jobs not running, and notebooks, are left out. The result is
+        also kept in :attr:`last_progress` and published as :class:`ProgressRead`.
+
+        The GPUs a job holds are the fleet's telemetry's when the fleet monitor runs, else
+        the spec's count (``gpus_per_node: all`` is then unknown: no cost).
+        """
+        from console.throughput import (
+            TAIL_LINES,
+            JobProgress,
+            job_cost,
+            ran_seconds,
+            spec_gpus,
+            throughput_of,
+            world_size,
+        )
+
+        usage = self.fleet.job_usage() if self.fleet is not None else {}
+
+        async def one(job: JobRecord) -> JobProgress:
+            now = time.time()
+            try:
+                lines = await self.backend_for(job).read_logs(
+                    job, node=None, since_ns=None, tail=TAIL_LINES
+                )
+            except GpuConsoleError as e:
+                return JobProgress(job.id, None, None, now, e.message)
+            held = usage.get(job.id)
+            gpus = len(held.gpus) if held is not None and held.gpus else spec_gpus(job)
+            tp = throughput_of(lines, world_size=world_size(job, gpus))
+            price = profile_of(job, self.profile).price_per_gpu_hour
+            return JobProgress(job.id, tp, job_cost(gpus, price, ran_seconds(job, now), tp), now)
+
+        todo = [
+            j for j in jobs if j.state == "running" and j.kind == "train" and j.removed_at is None
+        ]
+        tasks = [asyncio.create_task(one(j)) for j in todo]
+        if not tasks:
+            return {}
+        done, pending = await asyncio.wait(tasks, timeout=deadline_s)
+        for t in pending:
+            t.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        out: dict[str, JobProgress] = {}
+        for t in done:
+            if t.exception() is None:
+                p = t.result()
+                out[p.job_id] = p
+            elif not isinstance(t.exception(), GpuConsoleError):
+                raise t.exception()  # type: ignore[misc]
+        self.last_progress.update(out)
+        self.bus.publish(ProgressRead(tuple(out.values())))
+        return out
 
     # -- exec -------------------------------------------------------------------------------
 

@@ -56,9 +56,12 @@ async def _ps(
             deadline_s=LIST_DEADLINE_S if deadline is None else deadline,
         )
         hosts = svc.host_status
+        progress = await svc.progress(jobs)
     if as_json:
         out = [JobView(j).as_dict() for j in jobs]
         for job in out:
+            p = progress.get(job["id"])
+            job["progress"] = p.as_dict() if p is not None else None
             for node in job["nodes"]:
                 h = hosts.get(node["host"])
                 node["host_status"] = h.status if h is not None else None
@@ -69,11 +72,26 @@ async def _ps(
         else:
             click.echo(json.dumps(out, indent=2))
         return
+    from console.throughput import eta_text, rate_text, spec_gpus, step_text, usd
+
     now = time.time()
-    rows = [("JOB", "KIND", "STATE", "NODES", "AGE", "REASON")]
+    rows = [("JOB", "KIND", "STATE", "NODES", "AGE", "STEP", "RATE", "ETA", "$/H", "REASON")]
     for j in jobs:
         jr = job_row(j, now)
-        rows.append((jr.job_id, jr.kind, jr.state, jr.nodes, jr.age, jr.reason))
+        p = progress.get(j.id)
+        if p is None:  # not running (or its log not read in time): nothing applies
+            cells = ("-", "-", "-", "-")
+        else:
+            tp = p.throughput
+            cost = (
+                usd(p.cost.usd_per_hour)
+                if p.cost is not None
+                else "-"
+                if spec_gpus(j) == 0 or jr.cpu_only
+                else "?"
+            )
+            cells = (step_text(tp), rate_text(tp), eta_text(tp), cost)
+        rows.append((jr.job_id, jr.kind, jr.state, jr.nodes, jr.age, *cells, jr.reason))
     for line in text_table(rows):
         click.echo(line)
 

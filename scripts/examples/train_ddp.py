@@ -45,6 +45,16 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=Path("/out"), help="checkpoint folder")
     p.add_argument("--ckpt-every", type=int, default=10, help="checkpoint every N steps")
     p.add_argument("--step-sleep", type=float, default=0.0, help="extra seconds to sleep per step")
+    p.add_argument(
+        "--slow-rank", type=int, default=-1, help="global rank that computes more per step"
+    )
+    p.add_argument(
+        "--slow-work",
+        type=int,
+        default=0,
+        help="extra 512x512 matmuls --slow-rank does per step (a straggler: the others wait "
+        "for it in the gradient all-reduce)",
+    )
     p.add_argument("--fail-rank", type=int, default=-1, help="global rank that fails on purpose")
     p.add_argument("--fail-step", type=int, default=-1, help="step at which --fail-rank fails")
     return p.parse_args()
@@ -157,6 +167,10 @@ def main() -> None:
             loss.backward()  # DDP all-reduces the gradients here
             optimizer.step()
             loss_value = loss.item()  # this rank's loss on its own batch
+            if rank == args.slow_rank and args.slow_work > 0:
+                busy = torch.randn(512, 512, device=device)
+                for _ in range(args.slow_work):
+                    busy = torch.tanh(busy @ busy)
             if args.step_sleep > 0:
                 time.sleep(args.step_sleep)
             now = time.perf_counter()
