@@ -681,31 +681,36 @@ class Service:
                     job, node=None, since_ns=None, tail=TAIL_LINES
                 )
             except GpuConsoleError as e:
-                return JobProgress(job.id, None, None, now, e.message)
+                return JobProgress(job.id, None, None, now, error=e.message)
             held = usage.get(job.id)
             gpus = len(held.gpus) if held is not None and held.gpus else spec_gpus(job)
             tp = throughput_of(lines, world_size=world_size(job, gpus))
             price = profile_of(job, self.profile).price_per_gpu_hour
-            return JobProgress(job.id, tp, job_cost(gpus, price, ran_seconds(job, now), tp), now)
+            cost = job_cost(gpus, price, ran_seconds(job, now), tp)
+            last = max((ln.ts_ns for ln in lines), default=None)
+            return JobProgress(job.id, tp, cost, now, last / 1e9 if last is not None else None)
 
         todo = [
             j for j in jobs if j.state == "running" and j.kind == "train" and j.removed_at is None
         ]
         tasks = [asyncio.create_task(one(j)) for j in todo]
-        if not tasks:
-            return {}
-        done, pending = await asyncio.wait(tasks, timeout=deadline_s)
-        for t in pending:
-            t.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
         out: dict[str, JobProgress] = {}
-        for t in done:
-            if t.exception() is None:
-                p = t.result()
-                out[p.job_id] = p
-            elif not isinstance(t.exception(), GpuConsoleError):
-                raise t.exception()  # type: ignore[misc]
+        if tasks:
+            done, pending = await asyncio.wait(tasks, timeout=deadline_s)
+            for t in pending:
+                t.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+            for t in done:
+                if (exc := t.exception()) is None:
+                    p = t.result()
+                    out[p.job_id] = p
+                elif not isinstance(exc, GpuConsoleError):
+                    raise exc
         self.last_progress.update(out)
+        asked = {j.id for j in todo}
+        for j in jobs:  # a job no longer running has no progress
+            if j.id not in asked:
+                self.last_progress.pop(j.id, None)
         self.bus.publish(ProgressRead(tuple(out.values())))
         return out
 

@@ -437,6 +437,7 @@ class JobProgress:
         throughput: what its log says, or ``None`` when it says nothing yet.
         cost: at the profile's price, or ``None`` (no price, GPU count unknown, CPU job).
         read_at: when the log was read (Unix s).
+        last_line_at: when its newest line was written (Unix s), ``None`` without lines.
         error: why the log could not be read (one line), else ``None``.
     """
 
@@ -444,13 +445,16 @@ class JobProgress:
     throughput: Throughput | None
     cost: JobCost | None
     read_at: float
+    last_line_at: float | None = None
     error: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        """``{"throughput": {...} | null, "cost": {...} | null, "read_at": ..., "error": ...}``."""
+        """``{"throughput": {...} | null, "cost": {...} | null, "read_at": ...,
+        "last_line_at": ..., "error": ...}``."""
         return {
             "throughput": self.throughput.as_dict() if self.throughput else None,
             "cost": self.cost.as_dict() if self.cost else None,
             "read_at": self.read_at,
+            "last_line_at": self.last_line_at,
             "error": self.error,
         }

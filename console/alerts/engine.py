@@ -548,9 +548,10 @@ class AlertWatcher:
 
     async def refresh_jobs(self) -> None:
         """Reconcile every job with the hosts (``Service.list_jobs``: publishes
-        :class:`~console.events.JobChanged`), keep the profile's, then ask each of its running
-        jobs whose newest known log line is older than ``jobs_refresh_s`` for its last
-        line."""
+        :class:`~console.events.JobChanged`), keep the profile's, read its running training
+        jobs' progress (``Service.progress``: publishes :class:`~console.events.ProgressRead`,
+        and gives each one's newest line), then ask each other job whose newest known log line
+        is older than ``jobs_refresh_s`` for its last line."""
         try:
             # reuse a reconcile someone else (the app's jobs view) just did
             jobs = await self.service.list_jobs(max_age_s=self.config.jobs_refresh_s / 2)
@@ -561,11 +562,18 @@ class AlertWatcher:
         self._jobs = {j.id: j for j in jobs}
         self._jobs_complete = True
         now = self.clock()
+        # running jobs' progress (and newest line) from one read of each one's log tail
+        progress = await self.service.progress(jobs)
         for j in jobs:
             if not any(has_started(n) for n in j.nodes) or j.removed_at is not None:
                 self._last_log.pop(j.id, None)
                 continue
             last = self._last_log.get(j.id)
+            read = progress.get(j.id)
+            if read is not None and read.error is None:
+                seen = read.last_line_at or node_started_at(j) or j.created_at
+                self._last_log[j.id] = max(last or 0.0, seen)
+                continue
             if last is not None and now - last < self.config.jobs_refresh_s:
                 continue  # a follow keeps it fresh
             try:

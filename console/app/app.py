@@ -48,6 +48,7 @@ from console.app.messages import (
     JobUpdated,
     LogLinesArrived,
     NotebookOpened,
+    ProgressUpdated,
 )
 from console.app.screens.alerts import AlertsScreen
 from console.app.screens.fleet import FleetScreen
@@ -72,6 +73,7 @@ from console.events import (
     HostStateChanged,
     JobChanged,
     LogLinesReceived,
+    ProgressRead,
     SampleReceived,
     Subscription,
 )
@@ -408,6 +410,8 @@ class GpuConsoleApp(App[int]):
             self.post_message(ArchiveUpdated(ev.job_id, ev.node_rank, ev.error, ev.hint))
         elif isinstance(ev, AlertChanged) and self.alerts is not None:
             self.post_message(AlertsUpdated(ev, self.alerts.active()))
+        elif isinstance(ev, ProgressRead):
+            self.post_message(ProgressUpdated(ev.progress))
 
     def report_failure(self, error: Exception, title: str) -> None:
         """Say why a worker failed (:mod:`console.app.failures`: the one place for every
@@ -485,6 +489,9 @@ class GpuConsoleApp(App[int]):
     def on_host_status_updated(self, m: HostStatusUpdated) -> None:
         self._hosts[m.host] = (m.status, m.reason)
         self._publish_hosts()
+
+    def on_progress_updated(self, m: ProgressUpdated) -> None:
+        self.jobs_screen.update_progress({p.job_id: p for p in m.progress})
 
     def on_jobs_listed(self, m: JobsListed) -> None:
         self.jobs_screen.update_jobs(m.jobs)

@@ -21,6 +21,7 @@ from console.jobs.store import JobRecord
 
 if TYPE_CHECKING:
     from console.notebook.attach import NotebookTunnel
+    from console.throughput import JobProgress
 
 __all__ = [
     "AlertsUpdated",
@@ -30,6 +31,7 @@ __all__ = [
     "JobsListed",
     "LogLinesArrived",
     "NotebookOpened",
+    "ProgressUpdated",
 ]
 
 
@@ -38,6 +40,13 @@ class JobsListed(Message, bubble=False):
     """The jobs were reconciled with the hosts (newest first)."""
 
     jobs: list[JobRecord]
+
+
+@dataclass
+class ProgressUpdated(Message, bubble=False):
+    """Running jobs' progress and cost were read from their logs (one per job read)."""
+
+    progress: tuple[JobProgress, ...]
 
 
 @dataclass

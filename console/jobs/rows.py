@@ -16,6 +16,7 @@ from console.jobs.status import format_node_state, job_summary, shown_state
 if TYPE_CHECKING:  # annotations only: `ps` needs neither the fleet state nor the store here
     from console.fleet.state import JobUsage
     from console.jobs.store import JobRecord
+    from console.throughput import JobProgress
 
 
 def age(seconds: float) -> str:
@@ -60,6 +61,8 @@ class JobRow:
         kind: ``train`` or ``notebook``.
         cpu_only: the job asked for no GPU (``gpus_per_node: 0``), or telemetry shows it
             holds none: utilization does not apply (``-``), it is not unknown (``?``).
+        progress: its progress and cost read from its log while running
+            (:meth:`console.service.Service.progress`), else ``None``.
     """
 
     job_id: str
@@ -74,6 +77,7 @@ class JobRow:
     active: bool = False
     kind: str = "train"
     cpu_only: bool = False
+    progress: JobProgress | None = None
 
 
 LIST_NODES = 4
@@ -99,8 +103,14 @@ def nodes_text(job: JobRecord, *, listed: int = 3) -> str:
     return text
 
 
-def job_row(job: JobRecord, now: float, usage: Mapping[str, JobUsage] | None = None) -> JobRow:
-    """The row of one job at time ``now`` (Unix s); ``usage`` from the fleet, if watched."""
+def job_row(
+    job: JobRecord,
+    now: float,
+    usage: Mapping[str, JobUsage] | None = None,
+    progress: Mapping[str, JobProgress] | None = None,
+) -> JobRow:
+    """The row of one job at time ``now`` (Unix s); ``usage`` from the fleet, if watched;
+    ``progress`` as last read from the running jobs' logs."""
     u = usage.get(job.id) if usage is not None else None
     running = job.state in ("running", "pending") and not job.removed_at
     asked_none = job.spec.get("gpus_per_node") == 0
@@ -122,6 +132,7 @@ def job_row(job: JobRecord, now: float, usage: Mapping[str, JobUsage] | None = N
         active=running,
         kind=job.kind,
         cpu_only=gpus == 0,
+        progress=progress.get(job.id) if progress is not None and running else None,
     )
 
 

@@ -43,13 +43,21 @@ gpuconsole's own series: ``gpuconsole_host_up{Hostname}`` (1 streaming, 0 down o
 while connecting), ``gpuconsole_host_sample_age_seconds{Hostname}``, and the firing alerts as
 Prometheus' own rule evaluator writes them: ``ALERTS{alertname, alertstate="firing",
 severity, ...} 1`` and ``ALERTS_FOR_STATE{alertname, ...} <fired_at, Unix s>``.
+
+Jobs' progress, read from their logs every ``jobs_refresh_s``
+(:meth:`console.service.Service.progress`): ``gpuconsole_job_throughput{hpc_job, unit}``
+(``unit`` ``steps/s``, and ``tokens/s`` or ``samples/s`` for the whole job when it reports
+one), ``gpuconsole_job_eta_seconds``, ``gpuconsole_job_tflops_per_gpu`` and
+``gpuconsole_job_mfu_percent`` (as the job reports them), ``gpuconsole_job_cost_usd_per_hour``
+and ``gpuconsole_job_cost_usd`` (at ``price_per_gpu_hour``). A job whose log says nothing has
+none of them.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -58,6 +66,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from console.alerts.model import Alert
 from console.fleet.state import FleetState, HostView
+from console.throughput import JobProgress
 from remote.telemetry.schema import DRIVER_DOWN_STATES, GpuRecord, Sample
 
 __all__ = [
@@ -217,6 +226,7 @@ class FleetCollector(Collector):
         alerts: returns the alerts that are firing now.
         xids: the last Xid per GPU.
         monotonic: clock of :attr:`HostView.last_rx` (s).
+        progress: returns the running jobs' latest progress (``Service.last_progress``).
     """
 
     def __init__(
@@ -225,11 +235,13 @@ class FleetCollector(Collector):
         alerts: Callable[[], Iterable[Alert]],
         xids: XidTracker | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        progress: Callable[[], Mapping[str, JobProgress]] | None = None,
     ) -> None:
         self._fleet = fleet
         self._alerts = alerts
         self._xids = xids or XidTracker()
         self._monotonic = monotonic
+        self._progress = progress
 
     def collect(self) -> Iterator[Metric]:
         """The series, read from the state at scrape time."""
@@ -237,7 +249,50 @@ class FleetCollector(Collector):
         if state is not None:
             yield from self._gpu_series(state)
             yield from self._host_series(state)
+        if self._progress is not None:
+            yield from self._job_series(dict(self._progress()))
         yield from self._alert_series()
+
+    def _job_series(self, progress: Mapping[str, JobProgress]) -> Iterator[Metric]:
+        tput = GaugeMetricFamily(
+            "gpuconsole_job_throughput",
+            "A running job's training speed read from its log: unit steps/s, and tokens/s "
+            "or samples/s (the whole job's) when it reports them.",
+        )
+        eta = GaugeMetricFamily(
+            "gpuconsole_job_eta_seconds", "Seconds until the job's step reaches its total (s)."
+        )
+        tflops = GaugeMetricFamily(
+            "gpuconsole_job_tflops_per_gpu", "TFLOP/s per GPU, as the job's log reports it."
+        )
+        mfu = GaugeMetricFamily(
+            "gpuconsole_job_mfu_percent", "Model FLOPs utilization (%), as the job reports it."
+        )
+        usd_h = GaugeMetricFamily(
+            "gpuconsole_job_cost_usd_per_hour",
+            "GPUs held x the profile's price_per_gpu_hour (USD/h).",
+        )
+        usd = GaugeMetricFamily(
+            "gpuconsole_job_cost_usd", "USD spent since the job's first node started."
+        )
+        for job_id, p in sorted(progress.items()):
+            labels = {"hpc_job": job_id}
+            tp = p.throughput
+            if tp is not None:
+                if tp.steps_per_s is not None:
+                    _add(tput, {**labels, "unit": "steps/s"}, tp.steps_per_s)
+                if tp.rate is not None and tp.rate_unit is not None:
+                    _add(tput, {**labels, "unit": tp.rate_unit}, tp.rate)
+                if tp.eta_s is not None:
+                    _add(eta, labels, tp.eta_s)
+                if tp.tflops is not None:
+                    _add(tflops, labels, tp.tflops)
+                if tp.mfu_pct is not None:
+                    _add(mfu, labels, tp.mfu_pct)
+            if p.cost is not None:
+                _add(usd_h, labels, p.cost.usd_per_hour)
+                _add(usd, labels, p.cost.usd_so_far)
+        yield from (tput, eta, tflops, mfu, usd_h, usd)
 
     def _gpu_series(self, state: FleetState) -> Iterator[Metric]:
         fams = {m.name: GaugeMetricFamily(m.name, m.help) for m in GPU_METRICS}

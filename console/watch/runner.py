@@ -304,7 +304,12 @@ class Watch:
 
         from remote.errors import GpuConsoleError
 
-        collector = FleetCollector(lambda: self.svc.fleet, self.firing, self.xids)
+        collector = FleetCollector(
+            lambda: self.svc.fleet,
+            self.firing,
+            self.xids,
+            progress=lambda: dict(self.svc.last_progress),
+        )
         port = self.opts.metrics_port or 0
         try:
             server, _thread = start_http_server(

@@ -174,6 +174,20 @@ async def show_fleet(app: GpuConsoleApp) -> None:
     app.refresh_fleet_view(force=True)
 
 
+def show_progress(app: GpuConsoleApp) -> None:
+    """The running job's progress as the service reads it from :func:`log_lines` (its GPUs
+    in the fleet at $3.50/h, 300 s since its nodes started)."""
+    from console.throughput import JobProgress, job_cost, throughput_of
+
+    job = next(j for j in jobs() if j.state == "running")
+    tp = throughput_of(log_lines(job), world_size=4)
+    assert app.service.fleet is not None
+    gpus = len(app.service.fleet.job_usage()[job.id].gpus)
+    app.jobs_screen.update_progress(
+        {job.id: JobProgress(job.id, tp, job_cost(gpus, 3.5, 300, tp), NOW)}
+    )
+
+
 async def show_logs(app: GpuConsoleApp) -> LogsScreen:
     """Push the running job's panes and feed them :func:`log_lines`."""
     job = next(j for j in jobs() if j.state == "running")

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from textual.pilot import Pilot
 
-from tests.app.demo_data import make_app, show_fleet, show_logs
+from tests.app.demo_data import make_app, show_fleet, show_logs, show_progress
 
 SIZE = (120, 36)
 
@@ -33,6 +33,7 @@ def test_fleet_view(snap_compare: Any, state_dir: Path) -> None:
 def test_jobs_view(snap_compare: Any, state_dir: Path) -> None:
     async def before(pilot: Pilot[Any]) -> None:
         await show_fleet(pilot.app)  # type: ignore[arg-type]  # GPUs and utilization
+        show_progress(pilot.app)  # type: ignore[arg-type]  # rate and $/h of the running job
         await pilot.press("2")
         await pilot.pause()
         await pilot.press("down", "down")  # the failed job, with its diagnosis

@@ -366,3 +366,34 @@ async def test_watch_prints_transitions_and_serves_them(tmp_path: Path) -> None:
             assert "CRITICAL  firing" in initial and old.key in initial
             assert "WARNING" in lines[0] and "fired" in lines[0] and hot.summary in lines[0]
             assert "RESOLVED" in lines[1] and hot.key in lines[1]
+
+
+def test_job_throughput_eta_and_cost_series() -> None:
+    from console.jobs.logs import JobLogLine
+    from console.throughput import JobProgress, job_cost, throughput_of
+
+    # torchtitan on 8 GPUs: steps 10 -> 30 over 40 s (0.5 steps/s), 10,050 tokens/s per GPU
+    text = "[titan] - root - INFO - step: {s}  loss:  7.6  tps: 10,050  tflops: 314.71  mfu: 13.99%"
+    lines = [
+        JobLogLine(0, "a", 0, int((100 + 20 * i) * 1e9), text.format(s=10 * (i + 1)))
+        for i in range(3)
+    ]
+    tp = throughput_of(lines, world_size=8)
+    progress = {
+        "llm-1": JobProgress("llm-1", tp, job_cost(8, 2.5, 3600, tp), 140.0),
+        "quiet-2": JobProgress("quiet-2", None, None, 140.0),  # its log says nothing yet
+    }
+    col = FleetCollector(lambda: None, lambda: [], progress=lambda: progress)
+    out: Series = {}
+    for fam in text_string_to_metric_families(generate_latest(make_registry(col)).decode()):
+        for s in fam.samples:
+            out.setdefault(s.name, []).append((dict(s.labels), s.value))
+    assert one(out, "gpuconsole_job_throughput", hpc_job="llm-1", unit="steps/s") == 0.5
+    assert one(out, "gpuconsole_job_throughput", hpc_job="llm-1", unit="tokens/s") == 80400
+    assert one(out, "gpuconsole_job_tflops_per_gpu", hpc_job="llm-1") == 314.71
+    assert one(out, "gpuconsole_job_mfu_percent", hpc_job="llm-1") == 13.99
+    assert one(out, "gpuconsole_job_cost_usd_per_hour", hpc_job="llm-1") == 20.0
+    assert one(out, "gpuconsole_job_cost_usd", hpc_job="llm-1") == 20.0
+    assert "gpuconsole_job_eta_seconds" not in out  # no total step printed: no ETA
+    every = [lb for series in out.values() for lb, _ in series]
+    assert all(lb.get("hpc_job") != "quiet-2" for lb in every)  # unknown stays absent

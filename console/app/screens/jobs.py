@@ -46,6 +46,7 @@ from console.jobs.rows import (
 )
 from console.jobs.status import failure_lines, job_summary
 from console.jobs.store import JobRecord
+from console.throughput import JobProgress, eta_text, rate_text, throughput_lines, usd
 
 _STATE_STYLE = {
     "running": "green",
@@ -56,7 +57,20 @@ _STATE_STYLE = {
     "removed": "dim",
     "unknown": "dim",
 }
-COLUMNS = ("JOB", "KIND", "STATE", "NODES", "AGE", "GPUS", "UTIL", "EXIT", "REASON")
+COLUMNS = (
+    "JOB",
+    "KIND",
+    "STATE",
+    "NODES",
+    "AGE",
+    "GPUS",
+    "UTIL",
+    "RATE",
+    "ETA",
+    "$/H",
+    "EXIT",
+    "REASON",
+)
 
 
 def _cell_state(state: str) -> Text:
@@ -67,6 +81,12 @@ def _cell_state(state: str) -> Text:
 def row_cells(r: JobRow) -> tuple[Text | str, ...]:
     """The table cells of one row; unknown values show as ``?``, values that do not apply
     (GPUs of a finished job, utilization of a job without GPUs) as ``-``."""
+    p = r.progress
+    if p is None:  # not running, or its log not read yet
+        rate = eta = cost = "-" if not r.active or r.kind != "train" else "?"
+    else:
+        rate, eta = rate_text(p.throughput), eta_text(p.throughput)
+        cost = usd(p.cost.usd_per_hour) if p.cost else "-" if r.cpu_only else "?"
     return (
         r.job_id,
         Text(r.kind, style="bold cyan") if r.kind == "notebook" else r.kind,
@@ -75,6 +95,9 @@ def row_cells(r: JobRow) -> tuple[Text | str, ...]:
         r.age,
         "-" if not r.active else "?" if r.gpus is None else str(r.gpus),
         "-" if not r.active or r.cpu_only else "?" if r.util_pct is None else f"{r.util_pct:.0f}%",
+        rate,
+        eta,
+        cost,
         "" if r.exit_code is None else str(r.exit_code),
         Text(r.reason, style="red") if r.reason else "",
     )
@@ -152,6 +175,7 @@ class JobsScreen(Screen[None]):
         self.clock = clock
         self.jobs: dict[str, JobRecord] = {}
         self.usage: Mapping[str, JobUsage] | None = None
+        self.progress: dict[str, JobProgress] = {}
         self._composed = False
         self.sort_key: JobSortKey = "age"
         self.descending = DEFAULT_DESCENDING["age"]
@@ -230,6 +254,10 @@ class JobsScreen(Screen[None]):
                 text.append("\n" + line, style="yellow" if "fix:" in line else "dim")
         elif reason := job_summary(job):
             text.append("\n" + reason, style="yellow")
+        p = self.progress.get(job.id)
+        if p is not None and job.state == "running":
+            for line in throughput_lines(p.throughput, p.cost, self.clock()):
+                text.append("\n" + line)
         detail.update(text)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -262,13 +290,19 @@ class JobsScreen(Screen[None]):
             self.usage = usage
         self._draw()
 
+    def update_progress(self, progress: Mapping[str, JobProgress]) -> None:
+        """Show the running jobs' progress as last read from their logs (jobs not in
+        ``progress`` keep theirs until they stop running)."""
+        self.progress.update(progress)
+        self._draw()
+
     def _draw(self) -> None:
         if not can_draw(self, self._composed):
             return
         table = self.query_one(DataTable)
         now = self.clock()
         terms = parse_job_query(self.filter_query)
-        rows = [(j, job_row(j, now, self.usage)) for j in self.jobs.values()]
+        rows = [(j, job_row(j, now, self.usage, self.progress)) for j in self.jobs.values()]
         rows = sort_rows(
             [(j, r) for j, r in rows if job_matches(j, r, terms)], self.sort_key, self.descending
         )
