@@ -140,6 +140,10 @@ GPU_FIELDS = (
     "mem_clock_mhz",
     "sm_clock_max_mhz",
     "mem_clock_max_mhz",
+    "pcie_gen",
+    "pcie_gen_max",
+    "pcie_width",
+    "pcie_width_max",
     "fan_pct",
     "pstate",
     "throttle_reasons",
@@ -158,7 +162,8 @@ GPU_FIELDS = (
 UNSUPPORTED_KEY = "unsupported"
 
 #: Host readings, in record order (then ``errors``): hostname, CPU %, load averages, memory
-#: (MiB), uptime (s), driver / CUDA / NVML versions.
+#: and swap (MiB), pages swapped in and out per second (``/proc/vmstat`` ``pswpin`` +
+#: ``pswpout`` since the previous sample), uptime (s), driver / CUDA / NVML versions.
 HOST_FIELDS = (
     "hostname",
     "cpu_pct",
@@ -167,6 +172,9 @@ HOST_FIELDS = (
     "load15",
     "mem_used_mib",
     "mem_total_mib",
+    "swap_used_mib",
+    "swap_total_mib",
+    "swap_pages_per_s",
     "uptime_s",
     "driver_version",
     "cuda_version",
@@ -189,6 +197,13 @@ PROCESS_FIELDS = (
 )
 #: ``processes[].type``.
 PROCESS_TYPES = ("compute", "graphics")
+
+#: A ``ranks`` record's keys, in order: one per torchrun worker process on the host (its
+#: environment holds ``RANK`` and ``TORCHELASTIC_RUN_ID``, as torchrun's elastic agent sets
+#: them), on a GPU or not. ``cpu_pct``: the process's CPU time (user + system, all its
+#: threads) over the last interval, % of one core (``/proc/PID/stat``); ``None`` on its first
+#: sample.
+RANK_FIELDS = ("pid", "rank", "local_rank", "container_id", "cpu_pct")
 
 #: An Xid event record's keys, in order (``time`` Unix s).
 XID_FIELDS = ("time", "gpu_index", "pci_bus_id", "xid", "pid", "detail")
@@ -249,6 +264,7 @@ def empty_sample(source: str, seq: int, host_time: float, interval_s: float) -> 
         "xid_events": [],
         "errors": {},
         "kernel_log": None,
+        "ranks": None,
     }
 
 
@@ -882,6 +898,8 @@ class HostReader:
     def __init__(self, proc_root: str = "/proc") -> None:
         self.proc = proc_root
         self._prev_cpu = self._cpu_times()
+        pages = self._swapped_pages()
+        self._prev_swap = None if pages is None else (time.monotonic(), pages)
         try:
             self.hostname = os.uname().nodename  # what socket.gethostname() says, on Linux
         except AttributeError:  # no uname (not Linux: no /proc either)
@@ -902,6 +920,18 @@ class HostReader:
             return None
         idle = vals[3] + (vals[4] if len(vals) > 4 else 0)
         return idle, sum(vals)
+
+    def _swapped_pages(self) -> int | None:
+        """Pages swapped in plus out since boot (``/proc/vmstat`` ``pswpin``, ``pswpout``)."""
+        try:
+            total = 0
+            for line in read_text(os.path.join(self.proc, "vmstat")).splitlines():
+                key, _, value = line.partition(" ")
+                if key in ("pswpin", "pswpout"):
+                    total += int(value)
+            return total
+        except (OSError, ValueError):
+            return None
 
     def read(self) -> dict[str, Any]:
         """The host record without the NVML version fields (the caller adds those)."""
@@ -930,12 +960,31 @@ class HostReader:
             info: dict[str, int] = {}
             for line in read_text(os.path.join(self.proc, "meminfo")).splitlines():
                 key, _, rest = line.partition(":")
-                if key in ("MemTotal", "MemAvailable"):
+                if key in ("MemTotal", "MemAvailable", "SwapTotal", "SwapFree"):
                     info[key] = int(rest.split()[0])  # kB
             rec["mem_total_mib"] = info["MemTotal"] // 1024
             rec["mem_used_mib"] = (info["MemTotal"] - info["MemAvailable"]) // 1024
+            if "SwapTotal" in info and "SwapFree" in info:
+                rec["swap_total_mib"] = info["SwapTotal"] // 1024
+                rec["swap_used_mib"] = (info["SwapTotal"] - info["SwapFree"]) // 1024
+            else:
+                for k in ("swap_used_mib", "swap_total_mib"):
+                    errors[k] = "no Swap lines in /proc/meminfo"
         except (OSError, KeyError, ValueError, IndexError) as e:
-            errors["mem_used_mib"] = errors["mem_total_mib"] = "/proc/meminfo: " + reason_of(e)
+            for k in ("mem_used_mib", "mem_total_mib", "swap_used_mib", "swap_total_mib"):
+                if rec[k] is None:
+                    errors[k] = "/proc/meminfo: " + reason_of(e)
+        swapped = self._swapped_pages()
+        if swapped is None:
+            errors["swap_pages_per_s"] = "/proc/vmstat unreadable"
+        else:
+            t = time.monotonic()
+            if self._prev_swap is None or t <= self._prev_swap[0]:
+                errors["swap_pages_per_s"] = "no interval yet"
+            else:
+                rate = (swapped - self._prev_swap[1]) / (t - self._prev_swap[0])
+                rec["swap_pages_per_s"] = round(max(0.0, rate), 1)
+            self._prev_swap = (t, swapped)
         try:
             rec["uptime_s"] = float(read_text(os.path.join(self.proc, "uptime")).split()[0])
         except (OSError, ValueError, IndexError) as e:
@@ -1050,6 +1099,120 @@ class ProcessInfoReader:
         return None
 
 
+class RankReader:
+    """torchrun's worker processes on the host (:data:`RANK_FIELDS`), on a GPU or not, with
+    their CPU use: what tells a CPU rank that computes more than the others, or a rank whose
+    input pipeline eats the host.
+
+    A process is a worker when its ``/proc/PID/environ`` holds ``RANK`` and
+    ``TORCHELASTIC_RUN_ID`` (torchrun's elastic agent sets both); it is read once per PID
+    (only for PIDs not seen before). A worker's children with the same ``RANK`` (DataLoader
+    workers inherit the environment) are not ranks of their own: their CPU time counts to
+    the rank. CPU time is ``utime + stime`` of ``/proc/PID/stat`` (clock ticks).
+    """
+
+    def __init__(
+        self,
+        proc_root: str = "/proc",
+        procinfo: ProcessInfoReader | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.proc = proc_root
+        self.clock = clock
+        self.procinfo = procinfo or ProcessInfoReader(proc_root)
+        try:
+            self.hz = float(os.sysconf("SC_CLK_TCK"))
+        except (AttributeError, ValueError, OSError):
+            self.hz = 100.0
+        #: pid -> (rank, local_rank, container id) for workers, ``None`` for other processes
+        self._kind: dict[int, tuple[int, int | None, str | None] | None] = {}
+        self._prev: dict[int, tuple[float, int]] = {}  # rank's pid -> (monotonic s, ticks)
+
+    def _classify(self, pid: int) -> tuple[int, int | None, str | None] | None:
+        try:
+            raw = read_text(f"{self.proc}/{pid}/environ")
+        except OSError:
+            return None
+        if "TORCHELASTIC_RUN_ID=" not in raw:
+            return None
+        env = dict(kv.split("=", 1) for kv in raw.split("\0") if "=" in kv)
+        rank = _int_or_none(env.get("RANK"))
+        if rank is None:
+            return None
+        return rank, _int_or_none(env.get("LOCAL_RANK")), self.procinfo._container(pid)
+
+    def _stat(self, pid: int) -> tuple[int, int] | None:
+        """``(ppid, utime + stime ticks)``; ``None`` once the process is gone."""
+        try:
+            raw = read_text(f"{self.proc}/{pid}/stat")
+        except OSError:
+            return None
+        rest = raw[raw.rfind(")") + 2 :].split()  # after "pid (comm) "
+        try:
+            return int(rest[1]), int(rest[11]) + int(rest[12])
+        except (IndexError, ValueError):
+            return None
+
+    def read(self) -> list[dict[str, Any]] | None:
+        """The workers now, lowest rank first; ``None`` when ``/proc`` cannot be listed."""
+        try:
+            pids = [int(n) for n in os.listdir(self.proc) if n.isdigit()]
+        except OSError:
+            return None
+        live = set(pids)
+        for pid in [p for p in self._kind if p not in live]:
+            del self._kind[pid]
+            self._prev.pop(pid, None)
+        workers: dict[int, tuple[int, int | None, str | None]] = {}
+        for pid in pids:
+            if pid not in self._kind:
+                self._kind[pid] = self._classify(pid)
+            kind = self._kind[pid]
+            if kind is not None:
+                workers[pid] = kind
+        now = self.clock()
+        ticks: dict[int, int] = {}
+        parent: dict[int, int] = {}
+        for pid in workers:
+            st = self._stat(pid)
+            if st is not None:
+                parent[pid], ticks[pid] = st
+        # a worker whose parent is a worker of the same rank is that rank's helper
+        top: dict[int, int] = {}
+        for pid in ticks:
+            root = pid
+            for _ in range(8):
+                up = parent.get(root)
+                if up is None or up not in ticks or workers[up][0] != workers[pid][0]:
+                    break
+                root = up
+            top[pid] = root
+        total: dict[int, int] = {}
+        for pid, root in top.items():
+            total[root] = total.get(root, 0) + ticks[pid]
+        out: list[dict[str, Any]] = []
+        for pid, t in total.items():
+            rank, local_rank, container = workers[pid]
+            prev = self._prev.get(pid)
+            cpu = None
+            if prev is not None and now > prev[0] and t >= prev[1]:
+                cpu = round(100.0 * (t - prev[1]) / self.hz / (now - prev[0]), 1)
+            self._prev[pid] = (now, t)
+            out.append(
+                {
+                    "pid": pid,
+                    "rank": rank,
+                    "local_rank": local_rank,
+                    "container_id": container,
+                    "cpu_pct": cpu,
+                }
+            )
+        for pid in [p for p in self._prev if p not in total]:
+            del self._prev[pid]
+        out.sort(key=lambda r: (r["rank"], r["container_id"] or "", r["pid"]))
+        return out
+
+
 # --------------------------------------------------------------------------------------------
 # the agent
 
@@ -1134,6 +1297,7 @@ class Agent:
         self._by_handle: dict[int, GpuState] = {}
         self.host = HostReader(proc_root)
         self.procinfo = ProcessInfoReader(proc_root)
+        self.rank_reader = RankReader(proc_root, self.procinfo)
         self._v: dict[str, Versioned] = {}
         if nv is None:
             self.state = "nvml_unavailable"
@@ -1371,6 +1535,9 @@ class Agent:
         host = self.host.read()
         self._add_versions(host)
         s["host"] = host
+        s["ranks"] = self.rank_reader.read()
+        if s["ranks"] is None:
+            s["errors"]["ranks"] = f"{self.proc_root} cannot be listed"
         if self.initialized:
             self._sample_gpus(s)
         else:
@@ -1430,8 +1597,9 @@ class Agent:
 
     def _read_slow(self, g: GpuState) -> None:
         """Name (``nvmlDeviceGetName``), UUID, PCI bus id (``nvmlDeviceGetPciInfo``), enforced
-        power limit (mW -> W), volatile uncorrected ECC total, remapped rows pending, persistence
-        mode, current MIG mode."""
+        power limit (mW -> W), the highest clocks, the highest PCIe generation and width
+        (``nvmlDeviceGetMaxPcieLinkGeneration``/``Width``), volatile uncorrected ECC total,
+        remapped rows pending, persistence mode, current MIG mode."""
         nv, h = self.nv, g.handle
         vals: dict[str, Any] = {}
         errs: dict[str, str] = {}
@@ -1453,6 +1621,9 @@ class Agent:
             # the highest clocks the GPU may run at (boost), MHz
             ("sm_clock_max_mhz", lambda: int(nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_SM))),
             ("mem_clock_max_mhz", lambda: int(nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_MEM))),
+            # the fastest PCIe link this GPU and this system allow together
+            ("pcie_gen_max", lambda: int(nv.nvmlDeviceGetMaxPcieLinkGeneration(h))),
+            ("pcie_width_max", lambda: int(nv.nvmlDeviceGetMaxPcieLinkWidth(h))),
             (
                 "ecc_volatile_uncorrected",
                 lambda: int(
@@ -1557,6 +1728,9 @@ class Agent:
         self._field(
             g, rec, "mem_clock_mhz", lambda: int(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM))
         )
+        # the link as trained now (an idle GPU may lower its generation to save power)
+        self._field(g, rec, "pcie_gen", lambda: int(nv.nvmlDeviceGetCurrPcieLinkGeneration(h)))
+        self._field(g, rec, "pcie_width", lambda: int(nv.nvmlDeviceGetCurrPcieLinkWidth(h)))
         self._field(g, rec, "fan_pct", lambda: int(nv.nvmlDeviceGetFanSpeed(h)))
         self._field(g, rec, "pstate", pstate)
         self._field(
@@ -1567,6 +1741,8 @@ class Agent:
             "power_limit_w",
             "sm_clock_max_mhz",
             "mem_clock_max_mhz",
+            "pcie_gen_max",
+            "pcie_width_max",
             "ecc_volatile_uncorrected",
             "remapped_rows_pending",
             "persistence_mode",

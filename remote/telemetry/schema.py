@@ -57,6 +57,7 @@ from remote.agent.agent import (
     KERNEL_LOG_SOURCES,
     PROCESS_FIELDS,
     PROCESS_TYPES,
+    RANK_FIELDS,
     SCHEMA_VERSION,
     SLOWDOWN_REASONS,
     SOURCES,
@@ -96,6 +97,10 @@ GpuField = Literal[
     "mem_clock_mhz",
     "sm_clock_max_mhz",
     "mem_clock_max_mhz",
+    "pcie_gen",
+    "pcie_gen_max",
+    "pcie_width",
+    "pcie_width_max",
     "fan_pct",
     "pstate",
     "throttle_reasons",
@@ -151,6 +156,10 @@ class GpuRecord(TypedDict):
     mem_clock_mhz: int | None  # MHz
     sm_clock_max_mhz: int | None  # MHz, the highest SM clock (nvmlDeviceGetMaxClockInfo)
     mem_clock_max_mhz: int | None  # MHz, the highest memory clock
+    pcie_gen: int | None  # PCIe generation the link runs at now (idle GPUs may drop it)
+    pcie_gen_max: int | None  # the highest generation this GPU and system allow
+    pcie_width: int | None  # PCIe lanes the link runs with now
+    pcie_width_max: int | None  # the most lanes this GPU and system allow
     fan_pct: int | None  # % of maximum speed (None on fanless SXM parts)
     pstate: str | None  # "P0".."P15"
     throttle_reasons: list[str] | None  # THROTTLE_REASONS names, gpu_idle included
@@ -173,6 +182,9 @@ class HostRecord(TypedDict):
     load15: float | None
     mem_used_mib: int | None  # MiB (MemTotal - MemAvailable)
     mem_total_mib: int | None  # MiB
+    swap_used_mib: int | None  # MiB (SwapTotal - SwapFree)
+    swap_total_mib: int | None  # MiB
+    swap_pages_per_s: float | None  # pages swapped in + out per s over the last interval
     uptime_s: float | None  # s
     driver_version: str | None  # "580.159.04"
     cuda_version: str | None  # "13.0"
@@ -194,6 +206,16 @@ class ProcessRecord(TypedDict):
     container_id: str | None  # 64 hex
     rank: int | None
     local_rank: int | None
+
+
+class RankRecord(TypedDict):
+    """A torchrun worker process on the host (``RankReader`` in the agent), on a GPU or not."""
+
+    pid: int  # host PID
+    rank: int  # RANK
+    local_rank: int | None  # LOCAL_RANK
+    container_id: str | None  # 64 hex, or a host-runtime node's name
+    cpu_pct: float | None  # CPU over the last interval, % of one core (its helpers included)
 
 
 class XidRecord(TypedDict):
@@ -236,6 +258,7 @@ class Sample(TypedDict):
     xid_events: list[XidRecord]
     errors: dict[str, str]  # "processes", "xid", "gpus", "kernel_log" -> reason
     kernel_log: KernelLogRecord | None  # None: not read this sample (reason in errors if any)
+    ranks: list[RankRecord] | None  # None: not read (nvidia-smi, older recordings)
 
 
 def empty_host() -> HostRecord:
@@ -326,6 +349,10 @@ NOT_RECORDED = "not in the record (written before this field existed)"
 #: A GPU record's keys in record order (what :func:`read_sample` restores for an older
 #: record: keys added later sit in the middle).
 _GPU_ORDER: tuple[str, ...] = (*GPU_IDENTITY, *GPU_FIELDS, UNSUPPORTED_KEY, "errors")
+_HOST_ORDER: tuple[str, ...] = (*HOST_FIELDS, "errors")
+#: Host readings added to schema 1 after its first recordings (a record without them was
+#: written before they existed: unknown with :data:`NOT_RECORDED`).
+HOST_FIELDS_ADDED: tuple[str, ...] = ("swap_used_mib", "swap_total_mib", "swap_pages_per_s")
 
 
 def read_sample(obj: Mapping[str, Any] | Any) -> Sample:
@@ -365,7 +392,17 @@ def read_sample(obj: Mapping[str, Any] | Any) -> Sample:
     host = obj.get("host")
     if not isinstance(host, dict):
         host = obj["host"] = {}
-    _fill(host, HOST_FIELDS, True)
+    if not isinstance(host.get("errors"), dict):
+        host["errors"] = {}
+    if any(k not in host for k in HOST_FIELDS):  # readings added since: unknown, in order
+        for k in HOST_FIELDS:
+            if k not in host:
+                host[k] = None
+                if k in HOST_FIELDS_ADDED:
+                    host["errors"].setdefault(k, NOT_RECORDED)
+        for k in [*HOST_FIELDS, "errors", *(k for k in host if k not in _HOST_ORDER)]:
+            if k in host:
+                host[k] = host.pop(k)
     for g in obj["gpus"]:
         _fill(g, GPU_IDENTITY, False)
         if g["lost"] is None:
@@ -404,6 +441,13 @@ def read_sample(obj: Mapping[str, Any] | Any) -> Sample:
         kl.setdefault("since_boot", False)
         kl.setdefault("dropped", 0)
         kl.setdefault("gap", False)
+    ranks = obj.get("ranks")  # absent before the agent listed torchrun's workers
+    if ranks is None or not isinstance(ranks, list):
+        obj.pop("ranks", None)
+        obj["ranks"] = None
+    else:
+        for r in ranks:
+            _fill(r, RANK_FIELDS, False)
     return cast(Sample, obj)
 
 

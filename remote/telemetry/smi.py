@@ -68,6 +68,10 @@ SMI_UNKNOWN_GPU_FIELDS: tuple[str, ...] = (
     "gpm",
     "sm_clock_max_mhz",
     "mem_clock_max_mhz",
+    "pcie_gen",
+    "pcie_gen_max",
+    "pcie_width",
+    "pcie_width_max",
 )
 #: Process keys ``--query-compute-apps`` does not give (always ``None``); every listed process
 #: is of ``type`` ``compute``.
@@ -390,6 +394,10 @@ _KEY_SOURCES: dict[str, tuple[str, ...]] = {
     "mem_clock_mhz": ("clocks.mem", "clocks.current.memory"),
     "sm_clock_max_mhz": ("clocks.max.sm", "clocks.max.graphics"),
     "mem_clock_max_mhz": ("clocks.max.memory", "clocks.max.mem"),
+    "pcie_gen": ("pcie.link.gen.current",),
+    "pcie_gen_max": ("pcie.link.gen.max",),
+    "pcie_width": ("pcie.link.width.current",),
+    "pcie_width_max": ("pcie.link.width.max",),
     "fan_pct": ("fan.speed",),
     "pstate": ("pstate",),
     "throttle_reasons": ("clocks_event_reasons.active", "clocks_throttle_reasons.active"),

@@ -20,6 +20,7 @@ error codes, driven by a *scenario* (a JSON-able dict)::
         "temp": 55, "power_mw": 512345, "power_limit_mw": 700000,
         "sm_clock": 1980, "mem_clock": 3201, "fan": 30, "pstate": 0,
         "sm_clock_max": 1980, "mem_clock_max": 3201,
+        "pcie_gen": 5, "pcie_gen_max": 5, "pcie_width": 16, "pcie_width_max": 16,
         "clock_reasons": 4, "ecc_uncorrected": 0, "remapped_rows": [0, 0, 0, 0],
         "persistence": 1, "mig": [0, 0],
         "gpm_supported": true, "gpm": {"2": 91.5, "3": 40.25, "5": 63.0, "10": 22.5},
@@ -88,6 +89,10 @@ GPU_DEFAULTS: dict[str, Any] = {
     "mem_clock": 3201,
     "sm_clock_max": 1980,
     "mem_clock_max": 3201,
+    "pcie_gen": 5,
+    "pcie_gen_max": 5,
+    "pcie_width": 16,
+    "pcie_width_max": 16,
     "fan": 0,
     "pstate": 0,
     "clock_reasons": 1,
@@ -393,6 +398,22 @@ class FakeNVML(types.ModuleType):
         """``nvmlDeviceGetMaxClockInfo`` (MHz) for NVML_CLOCK_SM / NVML_CLOCK_MEM."""
         spec = self._enter("nvmlDeviceGetMaxClockInfo", h)
         return int(spec["sm_clock_max"] if clock == self.NVML_CLOCK_SM else spec["mem_clock_max"])
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, h: FakeHandle) -> int:
+        """``nvmlDeviceGetCurrPcieLinkGeneration``."""
+        return int(self._enter("nvmlDeviceGetCurrPcieLinkGeneration", h)["pcie_gen"])
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, h: FakeHandle) -> int:
+        """``nvmlDeviceGetMaxPcieLinkGeneration``."""
+        return int(self._enter("nvmlDeviceGetMaxPcieLinkGeneration", h)["pcie_gen_max"])
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, h: FakeHandle) -> int:
+        """``nvmlDeviceGetCurrPcieLinkWidth`` (lanes)."""
+        return int(self._enter("nvmlDeviceGetCurrPcieLinkWidth", h)["pcie_width"])
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, h: FakeHandle) -> int:
+        """``nvmlDeviceGetMaxPcieLinkWidth`` (lanes)."""
+        return int(self._enter("nvmlDeviceGetMaxPcieLinkWidth", h)["pcie_width_max"])
 
     def nvmlDeviceGetFanSpeed(self, h: FakeHandle) -> int:
         """``nvmlDeviceGetFanSpeed`` (%)."""

@@ -119,7 +119,9 @@ def proc_root(tmp_path: Path) -> Path:
     (root / "stat").write_text("cpu  100 0 100 800 0 0 0 0 0 0\ncpu0 1 1 1 1\n")
     (root / "meminfo").write_text(
         "MemTotal:       65536000 kB\nMemFree:  1000 kB\nMemAvailable:   49152000 kB\n"
+        "SwapTotal:       8388608 kB\nSwapFree:        7340032 kB\n"
     )
+    (root / "vmstat").write_text("nr_free_pages 1000\npswpin 500\npswpout 700\n")
     (root / "uptime").write_text("12345.67 99999.00\n")
     p = root / "4242"
     p.mkdir()
@@ -156,6 +158,9 @@ HOST_KEYS = [
     "load15",
     "mem_used_mib",
     "mem_total_mib",
+    "swap_used_mib",
+    "swap_total_mib",
+    "swap_pages_per_s",
     "uptime_s",
     "driver_version",
     "cuda_version",
@@ -176,6 +181,10 @@ GPU_TYPES: dict[str, tuple[type, ...]] = {
     "mem_clock_mhz": (int,),
     "sm_clock_max_mhz": (int,),
     "mem_clock_max_mhz": (int,),
+    "pcie_gen": (int,),
+    "pcie_gen_max": (int,),
+    "pcie_width": (int,),
+    "pcie_width_max": (int,),
     "fan_pct": (int,),
     "pstate": (str,),
     "throttle_reasons": (list,),
@@ -245,6 +254,8 @@ def test_two_gpus_exact_values(proc_root: Path) -> None:
     h = s["host"]
     assert h["cpu_pct"] == 50.0
     assert (h["mem_total_mib"], h["mem_used_mib"]) == (64000, 16000)
+    assert (h["swap_total_mib"], h["swap_used_mib"]) == (8192, 1024)
+    assert h["swap_pages_per_s"] == 0.0  # no page swapped since the agent started
     assert h["uptime_s"] == 12345.67
     assert (h["driver_version"], h["cuda_version"], h["nvml_version"]) == (
         "580.159.04",
@@ -270,6 +281,10 @@ def test_two_gpus_exact_values(proc_root: Path) -> None:
         "mem_clock_mhz": 3201,
         "sm_clock_max_mhz": 1980,
         "mem_clock_max_mhz": 3201,
+        "pcie_gen": 5,
+        "pcie_gen_max": 5,
+        "pcie_width": 16,
+        "pcie_width_max": 16,
         "fan_pct": 30,
         "pstate": "P0",
         "throttle_reasons": ["sw_power_cap", "sw_thermal"],
@@ -1037,3 +1052,63 @@ def test_worker_ranks_come_from_the_process_environment() -> None:
         plain.kill()
         worker.wait()
         plain.wait()
+
+
+# ---------------------------------------------------------------------------------------------
+# torchrun's workers and their CPU (RankReader)
+
+
+def _proc_pid(root: Path, pid: int, ppid: int, ticks: tuple[int, int], env: bytes) -> None:
+    d = root / str(pid)
+    d.mkdir(exist_ok=True)
+    # /proc/PID/stat: pid (comm) state ppid ... utime(14) stime(15); comm may hold spaces
+    fields = ["S", str(ppid)] + ["0"] * 9 + [str(ticks[0]), str(ticks[1])] + ["0"] * 30
+    (d / "stat").write_text(f"{pid} (pt main thread) " + " ".join(fields) + "\n")
+    (d / "environ").write_bytes(env)
+    (d / "cgroup").write_text(f"0::/system.slice/docker-{ID_A}.scope\n")
+
+
+def test_rank_reader_finds_torchrun_workers_and_their_cpu(tmp_path: Path) -> None:
+    root = tmp_path / "proc"
+    root.mkdir()
+    worker = b"PATH=/bin\0TORCHELASTIC_RUN_ID=abc\0RANK=%d\0LOCAL_RANK=%d\0"
+    _proc_pid(root, 100, 1, (0, 0), b"PATH=/bin\0")  # torchrun itself: no RANK
+    _proc_pid(root, 101, 100, (1000, 200), worker % (0, 0))
+    _proc_pid(root, 102, 100, (1000, 200), worker % (1, 1))
+    _proc_pid(root, 103, 101, (50, 10), worker % (0, 0))  # rank 0's DataLoader worker
+    _proc_pid(root, 104, 1, (10, 0), b"RANK=3\0")  # RANK without torchrun: not a worker
+    clock = iter([10.0, 11.0, 12.0])
+    reader = agent_mod.RankReader(str(root), clock=lambda: next(clock))
+    reader.hz = 100.0
+    first = reader.read()
+    assert first is not None
+    assert [(r["pid"], r["rank"], r["local_rank"], r["cpu_pct"]) for r in first] == [
+        (101, 0, 0, None),  # no interval yet
+        (102, 1, 1, None),
+    ]
+    assert first[0]["container_id"] == ID_A
+    # over the next interval: rank 0 +150 ticks (+30 in its loader worker), rank 1 +50 ticks
+    _proc_pid(root, 101, 100, (1120, 230), worker % (0, 0))
+    _proc_pid(root, 102, 100, (1040, 210), worker % (1, 1))
+    _proc_pid(root, 103, 101, (75, 15), worker % (0, 0))
+    second = reader.read()
+    assert second is not None
+    cpu = {r["rank"]: r["cpu_pct"] for r in second}
+    # 1 s apart: 180 ticks at 100 Hz = 180 % of a core (1.8 cores busy), 50 ticks = 50 %
+    assert cpu == {0: 180.0, 1: 50.0}
+    # a worker that exits is forgotten
+    for f in (root / "102").iterdir():
+        f.unlink()
+    (root / "102").rmdir()
+    third = reader.read()
+    assert third is not None and [r["rank"] for r in third] == [0]
+
+
+def test_sample_carries_ranks_and_swap(proc_root: Path) -> None:
+    agent, _ = make(scenario_two_gpus(), proc_root)
+    s = agent.sample()
+    assert s["ranks"] == []  # PIDs 4242 and 4243 carry no TORCHELASTIC_RUN_ID
+    (proc_root / "vmstat").write_text("pswpin 900\npswpout 1300\n")  # +1000 pages
+    agent.host._prev_swap = (agent.host._prev_swap[0] - 2.0, agent.host._prev_swap[1])
+    s = agent.sample()
+    assert s["host"]["swap_pages_per_s"] == pytest.approx(500.0, rel=0.05)

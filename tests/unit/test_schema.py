@@ -217,7 +217,9 @@ def test_older_smi_spellings_and_missing_keys_are_normalised_on_read() -> None:
     g = s["gpus"][0]
     assert g["throttle_reasons"] == ["sw_power_cap", "sw_thermal", "hw_power_brake"]
     assert g["util_gpu_pct"] == 0 and g["temp_c"] is None and g["gpm"] is None
-    assert s["host"]["hostname"] is None and s["host"]["errors"] == {}
+    assert s["host"]["hostname"] is None
+    # readings added to the schema since the record was written: unknown, with why
+    assert s["host"]["errors"] == {k: schema.NOT_RECORDED for k in schema.HOST_FIELDS_ADDED}
     assert s["processes"] is not None and s["processes"][0]["rank"] is None
     assert s is old  # read in place: one object, no copy per sample
 
