@@ -169,10 +169,15 @@ class JobHungRule(RuleConfig):
 
 
 class StragglerRule(RuleConfig):
-    """Some of a job's GPUs idle (< ``idle_pct``) while its others are busy (>
-    ``busy_pct``) for ``for_s``."""
+    """A rank of a running job slows the others for ``for_s``: its load (GPM SM activity,
+    else power, else a CPU rank's CPU; averaged over ``window_s``) is at least
+    ``slower_pct`` % above the median of the job's other ranks, or its GPU idles (<
+    ``idle_pct``) while the others are busy (> ``busy_pct``: an input-bound rank). The
+    alert names the rank and what its GPU and host show (console/fleet/straggler.py)."""
 
     for_s: Seconds = 120.0
+    slower_pct: Percent = 10.0
+    window_s: Seconds = 60.0
     idle_pct: Percent = 5.0
     busy_pct: Percent = 50.0
 

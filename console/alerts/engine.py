@@ -62,6 +62,7 @@ from console.events import (
     SampleReceived,
     Subscription,
 )
+from console.fleet.straggler import WINDOW_S, RankLoad, rank_loads
 from console.jobs.status import has_started
 from console.jobs.store import JobRecord
 from remote.errors import GpuConsoleError
@@ -272,6 +273,7 @@ def build_inputs(
     known_gpus: Mapping[str, Mapping[str, int | None]] | None = None,
     jobs_complete: bool = True,
     price_per_gpu_hour: float | None = None,
+    straggler_window_s: float = WINDOW_S,
 ) -> Inputs:
     """:class:`Inputs` from a fleet state (hosts, samples, container -> job map) and job
     records.
@@ -286,6 +288,7 @@ def build_inputs(
             fleet's ``known_gpus``, indices unknown).
         jobs_complete: ``jobs`` lists every job not removed.
         price_per_gpu_hour: USD.
+        straggler_window_s: seconds each rank's load is averaged over.
     """
     hosts: dict[str, HostInput] = {}
     gpus_of: dict[str, tuple[JobGpu, ...]] = {}
@@ -298,8 +301,16 @@ def build_inputs(
                 v.name, v.status, v.error, (status_since or {}).get(v.name), v.sample, dict(known)
             )
         gpus_of = dict(job_gpus(fleet))
+    jobs = list(jobs)
+    loads: dict[str, list[RankLoad]] = {}
+    if fleet is not None:
+        running = [j for j in jobs if j.state in ("running", "pending") and j.removed_at is None]
+        loads = rank_loads(fleet, running, window_s=straggler_window_s)
     job_inputs = {
-        j.id: JobInput(j, gpus_of.get(j.id, ()), (last_log or {}).get(j.id)) for j in jobs
+        j.id: JobInput(
+            j, gpus_of.get(j.id, ()), (last_log or {}).get(j.id), tuple(loads.get(j.id, ()))
+        )
+        for j in jobs
     }
     return Inputs(hosts, job_inputs, tuple(xids), jobs_complete, price_per_gpu_hour)
 
@@ -495,6 +506,7 @@ class AlertWatcher:
             known_gpus=self._known_gpus,
             jobs_complete=self._jobs_complete,
             price_per_gpu_hour=self.price,
+            straggler_window_s=self.config.straggler.window_s,
         )
 
     async def evaluate_now(self) -> list[AlertChanged]:

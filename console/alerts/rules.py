@@ -21,7 +21,9 @@ Sources, per rule:
   ``console/jobs/status.py`` and ``console/jobs/diagnose.py``).
 - ``job_hung``, ``straggler``, ``gpus_idle``: the GPUs a job's processes hold (the fleet's
   container -> job map and the process list, :func:`job_gpus`), their utilization
-  (``util_gpu_pct``, %), and the time of the job's newest log line.
+  (``util_gpu_pct``, %), and the time of the job's newest log line; ``straggler`` also each
+  rank's load over a window (GPM SM activity, power, or a CPU rank's CPU from the agent's
+  ``ranks``) and what its GPU and host show (:mod:`console.fleet.straggler`).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from console.alerts.config import (
     XidRule,
 )
 from console.alerts.model import Alert, DetailValue, RuleId, Severity, alert_key
+from console.fleet.straggler import RankLoad, slowest
 from console.jobs.status import first_failed, has_started, job_summary
 from console.jobs.store import JobRecord
 from remote.dockerlogs import parse_rfc3339_ns
@@ -128,11 +131,14 @@ class JobInput:
             lists are unknown or its containers are not mapped yet).
         last_log_at: Unix s of its newest log line (Docker's timestamp), or when it started
             when it never wrote one; ``None`` when unknown (no ``job_hung`` verdict then).
+        ranks: its ranks' loads and the causes their GPUs and hosts show
+            (:func:`console.fleet.straggler.rank_loads`), for the ``straggler`` rule.
     """
 
     job: JobRecord
     gpus: tuple[JobGpu, ...] = ()
     last_log_at: float | None = None
+    ranks: tuple[RankLoad, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -685,32 +691,78 @@ def job_hung(inputs: Inputs, cfg: JobHungRule, ctx: RuleContext) -> Iterator[Obs
     yield from _finished_job_alerts(inputs, "job_hung", ctx, keys)
 
 
+#: The least load the busiest rank must have to be judged (idle ranks are all alike).
+STRAGGLER_FLOOR = {"sm_activity": 10.0, "power": 0.0, "cpu": 20.0}
+
+
 def straggler(inputs: Inputs, cfg: StragglerRule, ctx: RuleContext) -> Iterator[Observation]:
-    """Some GPUs of a running job idle (< ``idle_pct``) while every other one is busy
-    (> ``busy_pct``)."""
+    """A rank of a running job slows the others: its load is ``slower_pct`` % above the
+    median of the others (:func:`console.fleet.straggler.slowest`), or its GPU idles (<
+    ``idle_pct``) while every other one is busy (> ``busy_pct``: input-bound). The summary
+    names the rank and the causes its GPU and host show."""
     keys: set[str] = set()
     for ji in _running(inputs):
-        if len(ji.gpus) < 2 or any(g.util_pct is None for g in ji.gpus):
-            continue
         job = ji.job
         key = alert_key("straggler", job=job.name)
+        gpus_known = len(ji.gpus) >= 2 and all(g.util_pct is not None for g in ji.gpus)
+        slow = None
+        if len(ji.ranks) >= 2:
+            slow = slowest(ji.ranks, floor=STRAGGLER_FLOOR[ji.ranks[0].signal])
+        if not gpus_known and slow is None and len(ji.ranks) < 2:
+            continue  # nothing to judge it by
         keys.add(key)
         idle = [g for g in ji.gpus if g.util_pct is not None and g.util_pct < cfg.idle_pct]
         busy = [g for g in ji.gpus if g.util_pct is not None and g.util_pct > cfg.busy_pct]
-        holds = bool(idle) and bool(busy) and len(idle) + len(busy) == len(ji.gpus)
-        nodes = sorted({g.node_rank for g in idle})
+        input_bound = (
+            gpus_known and bool(idle) and bool(busy) and len(idle) + len(busy) == len(ji.gpus)
+        )
+        if input_bound:
+            nodes = sorted({g.node_rank for g in idle})
+            why = [
+                c
+                for r in ji.ranks
+                for g in idle
+                if r.host == g.host and r.gpu == g.gpu
+                for c in r.causes
+            ]
+            text = (
+                f"job {job.name} ({job.id}): {', '.join(g.label() for g in idle)} idle "
+                f"(< {cfg.idle_pct:g} %) while its other {len(busy)} GPU(s) are busy "
+                f"(> {cfg.busy_pct:g} %): input-bound, the others wait for it"
+            )
+            if why:
+                text += ": " + "; ".join(dict.fromkeys(why))
+            yield _obs(
+                "straggler",
+                cfg,
+                True,
+                text,
+                job=job.name,
+                job_id=job.id,
+                kind="input_bound",
+                idle_gpus=",".join(g.label() for g in idle),
+                idle_nodes=",".join(map(str, nodes)),
+                busy_gpus=len(busy),
+            )
+            continue
+        holds = slow is not None and slow.slower_pct >= cfg.slower_pct
+        r = slow.rank if slow is not None else None
         yield _obs(
             "straggler",
             cfg,
             holds,
-            f"job {job.name} ({job.id}): {', '.join(g.label() for g in idle) or '-'} "
-            f"idle (< {cfg.idle_pct:g} %) while its other {len(busy)} GPU(s) are busy "
-            f"(> {cfg.busy_pct:g} %)",
+            f"job {job.name} ({job.id}): "
+            + (slow.sentence() if slow is not None else "no rank stands out"),
             job=job.name,
             job_id=job.id,
-            idle_gpus=",".join(g.label() for g in idle) or None,
-            idle_nodes=",".join(map(str, nodes)) or None,
-            busy_gpus=len(busy),
+            kind="slow_rank" if holds else None,
+            rank=r.rank if r is not None else None,
+            node=r.node_rank if r is not None else None,
+            rank_host=r.host if r is not None else None,
+            rank_gpu=r.gpu if r is not None else None,
+            signal=r.signal if r is not None else None,
+            slower_pct=round(slow.slower_pct, 1) if slow is not None else None,
+            causes="; ".join(r.causes) if r is not None and r.causes else None,
         )
     yield from _finished_job_alerts(inputs, "straggler", ctx, keys)
 

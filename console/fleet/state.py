@@ -78,6 +78,11 @@ class HostView:
     last_rx: float | None = None
     samples: int = 0
     history: dict[int, deque[GpuPoint]] = field(default_factory=dict)
+    #: (container id, torchrun rank) -> (host time, CPU % of one core) of each sample that
+    #: listed that worker (``ranks``), as long as the GPU history
+    rank_history: dict[tuple[str | None, int], deque[tuple[float, float | None]]] = field(
+        default_factory=dict
+    )
     known_gpus: dict[str, str] = field(default_factory=dict)
     #: PCI bus id (as the samples spell it) -> GPU index, every GPU seen (a GPU that fell off
     #: the bus keeps its index for its Xids).
@@ -220,6 +225,18 @@ class FleetState:
                     gpm["sm_activity_pct"] if gpm else None,
                 )
             )
+        ranks = typed["ranks"]
+        if ranks is not None:
+            seen = set()
+            for r in ranks:
+                key = (r["container_id"], r["rank"])
+                seen.add(key)
+                rh = v.rank_history.get(key)
+                if rh is None:
+                    rh = v.rank_history[key] = deque(maxlen=self.maxlen)
+                rh.append((t, r["cpu_pct"]))
+            for key in [k for k in v.rank_history if k not in seen]:
+                del v.rank_history[key]  # the worker exited
         _take_xids(v, typed)
 
     def on_down(self, host: str, error: str) -> None:
