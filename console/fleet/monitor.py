@@ -85,16 +85,19 @@ MAP_FULL_EVERY_S = 300.0
 
 
 def container_ids(sample: Sample | None) -> frozenset[str]:
-    """The container ids (or ``runtime: host`` node names) of ``sample``'s GPU processes."""
+    """The container ids (or ``runtime: host`` node names) of ``sample``'s GPU processes and
+    torchrun workers (``ranks``: a CPU job's ranks too)."""
     if sample is None:
         return frozenset()
-    return frozenset(c for p in sample.get("processes") or [] if (c := p.get("container_id")))
+    procs = sample.get("processes") or []
+    ranks = sample.get("ranks") or []
+    return frozenset(c for p in [*procs, *ranks] if (c := p.get("container_id")))
 
 
 def in_containers(sample: Sample | None) -> bool:
-    """Whether ``sample`` shows a GPU process with a container id (a container, or a
-    ``runtime: host`` node): only those can be matched to jobs."""
-    return sample is not None and any(p.get("container_id") for p in sample.get("processes") or [])
+    """Whether ``sample`` shows a GPU process or a torchrun worker with a container id (a
+    container, or a ``runtime: host`` node): only those can be matched to jobs."""
+    return bool(container_ids(sample))
 
 
 async def container_jobs(session: Session, hosts: list[str]) -> dict[str, ContainerJob]:

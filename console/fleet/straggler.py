@@ -111,9 +111,13 @@ class SlowRank:
         still shows some activity (NCCL's kernels), so the ratio understates the gap."""
         r = self.rank
         unit = _UNIT[r.signal]
+        gap = (
+            f"~{self.slower_pct:.0f}%"
+            if self.slower_pct < 100
+            else f"~{1 + self.slower_pct / 100:.3g}x"  # the others wait most of each step
+        )
         text = (
-            f"{r.who()} is at least ~{self.slower_pct:.0f}% slower ({r.load_text()}, the others' "
-            f"median "
+            f"{r.who()} is at least {gap} slower ({r.load_text()}, the others' median "
             f"{self.median:.0f}{unit})"
         )
         if r.causes:
