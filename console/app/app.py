@@ -476,6 +476,7 @@ class GpuConsoleApp(App[int]):
     def on_alerts_updated(self, m: AlertsUpdated) -> None:
         """Refresh the alerts view; a new alert (not silenced) pops a toast."""
         self.alerts_screen.update_alerts(m.active)
+        self.jobs_screen.update_alerts(m.active)
         alert = m.change.alert
         if m.change.change != "fired" or alert.silenced(m.change.at) or alert.acked_at:
             return

@@ -332,3 +332,40 @@ async def test_fleet_and_alerts_footers_keep_help_and_quit_whole(
         for key in footer.query(FooterKey):
             if key is not palette:
                 assert key.region.right <= palette.region.x, (key.description, key.region)
+
+
+async def test_a_straggler_alert_shows_in_the_row_and_the_detail(state_dir: Path) -> None:
+    """The straggler alert's sentence in the running job's REASON cell and, whole, under the
+    table; gone when the alert resolves."""
+    from types import MappingProxyType
+
+    from console.alerts.model import Alert
+
+    sentence = (
+        "rank 1 is at least ~16% slower (97% SM activity, the others' median 83% SM activity): "
+        "GPU 1 on host h200-b is held at 1410 MHz (the others 1650 MHz) by hw_thermal, 87 C"
+    )
+    alert = Alert(
+        key="straggler/job/ddp-x",
+        rule="straggler",
+        severity="warning",
+        summary=f"job ddp-x (ddp-x-1a2b3c): {sentence}",
+        job="ddp-x",
+        since=NOW - 200,
+        fired_at=NOW - 80,
+        details=MappingProxyType({"job_id": "ddp-x-1a2b3c", "rank": 1}),
+    )
+    app = make_app(state_dir)
+    async with app.run_test(size=(200, 40)) as pilot:
+        await pilot.press("2")
+        await pilot.pause()
+        jobs_screen(app).update_alerts([alert])
+        await pilot.pause()
+        rows = screen_text(app)
+        (row,) = [r for r in rows if r.startswith(" ddp-x-1a2b3c") and " train " in r]
+        assert "straggler: rank 1 is at least ~16% slower" in row
+        text = " ".join(r.strip() for r in rows[-8:])
+        assert f"straggler: {sentence}" in text
+        jobs_screen(app).update_alerts([dataclasses.replace(alert, resolved_at=NOW)])
+        await pilot.pause()
+        assert not any("straggler" in r for r in screen_text(app))

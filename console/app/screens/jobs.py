@@ -16,7 +16,7 @@ messages back.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from rich.text import Text
 from textual import on
@@ -26,6 +26,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Input, Static
 
+from console.alerts.model import Alert
 from console.app.host import AppHost, host
 from console.app.lifecycle import can_draw
 from console.app.widgets.footer import FittedFooter
@@ -103,6 +104,16 @@ def row_cells(r: JobRow) -> tuple[Text | str, ...]:
     )
 
 
+#: The rules whose alerts are about a running job, shown in the jobs view.
+JOB_ALERT_RULES = frozenset({"straggler", "gpus_idle", "job_hung"})
+
+
+def _about(alert: Alert) -> str:
+    """An alert's summary without its ``job NAME (ID): `` opening (the row says which job)."""
+    head, sep, rest = alert.summary.partition("): ")
+    return rest if sep and head.startswith("job ") else alert.summary
+
+
 class JobsTable(DataTable[Text | str]):
     """The jobs table: home/``g`` and end/``G`` move the cursor to the first and last row
     (DataTable's own home/end only scroll)."""
@@ -176,6 +187,8 @@ class JobsScreen(Screen[None]):
         self.jobs: dict[str, JobRecord] = {}
         self.usage: Mapping[str, JobUsage] | None = None
         self.progress: dict[str, JobProgress] = {}
+        #: job id -> its firing job alerts (straggler, gpus_idle, job_hung), most severe first
+        self.alerts: dict[str, list[Alert]] = {}
         self._composed = False
         self.sort_key: JobSortKey = "age"
         self.descending = DEFAULT_DESCENDING["age"]
@@ -254,6 +267,8 @@ class JobsScreen(Screen[None]):
                 text.append("\n" + line, style="yellow" if "fix:" in line else "dim")
         elif reason := job_summary(job):
             text.append("\n" + reason, style="yellow")
+        for a in self.alerts.get(job.id, []):
+            text.append(f"\n{a.rule}: {_about(a)}", style="yellow")
         p = self.progress.get(job.id)
         if p is not None and job.state == "running":
             for line in throughput_lines(p.throughput, p.cost, self.clock()):
@@ -290,6 +305,18 @@ class JobsScreen(Screen[None]):
             self.usage = usage
         self._draw()
 
+    def update_alerts(self, active: Iterable[Alert]) -> None:
+        """Keep the firing alerts about jobs (shown in the REASON column of a running job and
+        in its detail: a straggler's sentence, idle money, a hang)."""
+        by_job: dict[str, list[Alert]] = {}
+        for a in active:
+            job_id = a.details.get("job_id")
+            if a.firing and isinstance(job_id, str) and a.rule in JOB_ALERT_RULES:
+                by_job.setdefault(job_id, []).append(a)
+        if by_job != self.alerts:
+            self.alerts = by_job
+            self._draw()
+
     def update_progress(self, progress: Mapping[str, JobProgress]) -> None:
         """Show the running jobs' progress as last read from their logs (jobs not in
         ``progress`` keep theirs until they stop running)."""
@@ -309,7 +336,13 @@ class JobsScreen(Screen[None]):
         current, index = self._cursor_id, table.cursor_row
         table.clear()
         for j, r in rows:
-            table.add_row(*row_cells(r), key=j.id)
+            cells = row_cells(r)
+            if not r.reason and (alerts := self.alerts.get(j.id)):
+                cells = (
+                    *cells[:-1],
+                    Text(f"{alerts[0].rule}: {_about(alerts[0])}", style="yellow"),
+                )
+            table.add_row(*cells, key=j.id)
         self.shown = [j.id for j, _ in rows]
         self._mark_sort(table)
         if current in self.shown:
