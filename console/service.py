@@ -68,8 +68,10 @@ from remote.errors import GpuConsoleError
 if TYPE_CHECKING:  # imported by the methods that use them (CLI start-up: `ps` needs none)
     from console.fleet.monitor import FleetMonitor
     from console.fleet.state import FleetState
+    from console.history import HistoryRecorder
     from console.jobs.copy import CopyRequest, CopyResult
     from console.notebook.attach import NotebookTunnel
+    from console.report import By, Report
     from console.stacks.analysis import Analysis
     from console.stacks.frtrace import FrTrace
     from console.stacks.model import Capture, NodeCapture
@@ -235,6 +237,8 @@ class Service:
         self._deadline_s = LIST_DEADLINE_S  # of the list_jobs in progress
         #: job id -> its latest :meth:`progress`
         self.last_progress: dict[str, JobProgress] = {}
+        self._history: HistoryRecorder | None = None
+        self._history_off = False
 
     async def __aenter__(self) -> Service:
         return self
@@ -274,17 +278,65 @@ class Service:
         return self.session(profile_of(job, self.profile))
 
     async def close(self) -> None:
-        """End every follow, the fleet monitor and every connection; close the store."""
+        """End every follow, the fleet monitor and every connection; write the history's
+        minutes in progress; close the store."""
         for f in list(self._follows.values()):
             await f.close()
         self._follows.clear()
         await self.stop_fleet()
+        if self._history is not None:
+            rec, self._history = self._history, None
+            rec.flush()
+            await asyncio.to_thread(rec.store.close)
         for s in self._sessions.values():
             await s.close()
         self._sessions.clear()
         if self._store is not None:
             self._store.close()
             self._store = None
+
+    # -- history ----------------------------------------------------------------------------
+
+    @property
+    def history(self) -> HistoryRecorder | None:
+        """The recorder of the GPU-hours history (:mod:`console.history`), opened on first
+        use; ``None`` when its file cannot be opened (said once in the log: nothing else
+        stops for it)."""
+        if self._history is None and not self._history_off:
+            from console.history import HistoryRecorder, HistoryStore
+
+            try:
+                store = HistoryStore(self.store.root)
+            except GpuConsoleError as e:
+                self._history_off = True
+                log.warning("history not recorded: %s", e.message)
+                return None
+            idle = self.profile.alert_rules.gpus_idle.idle_pct
+            self._history = HistoryRecorder(store, idle_pct=idle)
+        return self._history
+
+    async def report(self, since: float, *, by: By = "job", until: float | None = None) -> Report:
+        """The GPU-hours report (:mod:`console.report`) from ``since`` (Unix s) to ``until``
+        (default now), at the profile's ``price_per_gpu_hour``.
+
+        Raises:
+            StateError: the history cannot be read.
+        """
+        from console.history import HistoryStore
+        from console.report import build_report
+
+        store = HistoryStore(self.store.root)
+        gpus, jobs, info = await asyncio.to_thread(store.read, since)
+        return build_report(
+            gpus,
+            jobs,
+            info,
+            since=since,
+            until=time.time() if until is None else until,
+            by=by,
+            price_per_gpu_hour=self.profile.price_per_gpu_hour,
+            idle_pct=self.profile.alert_rules.gpus_idle.idle_pct,
+        )
 
     # -- jobs -------------------------------------------------------------------------------
 
@@ -712,6 +764,11 @@ class Service:
             if j.id not in asked:
                 self.last_progress.pop(j.id, None)
         self.bus.publish(ProgressRead(tuple(out.values())))
+        if out and (rec := self.history) is not None:
+            from console.history import JobInfo
+
+            names = {j.id: JobInfo(j.id, j.name, j.profile) for j in todo if j.id in out}
+            rec.on_progress(out.values(), names)
         return out
 
     # -- exec -------------------------------------------------------------------------------
@@ -1458,7 +1515,8 @@ class Service:
             hosts: default: all of the profile's.
             interval: sampling interval on the hosts (s).
             mode: ``auto``, ``agent`` or ``smi``.
-            on_sample: also called with every ``(host, sample)`` (recording).
+            on_sample: also called with every ``(host, sample)`` (recording). Every sample
+                also goes to the GPU-hours history (:attr:`history`).
             replay_path: a trace on the hosts for their agents to replay instead of NVML
                 (benchmarks: ``top --agent-replay``).
         """
@@ -1469,12 +1527,20 @@ class Service:
 
         state = ObservedFleetState(self.bus, names, interval)
         self.fleet = state
+        recorder = self.history
+
+        def sampled(host: str, sample: Sample) -> None:
+            if recorder is not None:
+                recorder.on_sample(host, sample, state)
+            if on_sample is not None:
+                on_sample(host, sample)
+
         self._monitor = FleetMonitor(
             self.session(),
             state,
             names,
             interval=interval,
-            on_sample=on_sample,
+            on_sample=sampled,
             mode=mode,
             replay_path=replay_path,
         )

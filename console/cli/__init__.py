@@ -1,5 +1,5 @@
 """The headless CLI: ``gpuconsole submit|notebook|ps|logs|stop|rm|exec|shell|describe|cp``,
-``stacks``, ``top``, ``gpus``, and ``watch|alerts|diagnose`` for on-call.
+``stacks``, ``top``, ``gpus``, ``report``, and ``watch|alerts|diagnose`` for on-call.
 
 :data:`main` is the click group (the ``gpuconsole`` entry point); each module below adds its
 commands to it. The CLI only parses, calls :class:`console.service.Service` and prints (see
@@ -15,6 +15,7 @@ from console.cli import (  # noqa: F401  (each registers its commands)
     fleet,
     jobs,
     notebook,
+    report,
     shell,
     stacks,
     submit,
