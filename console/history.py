@@ -16,8 +16,10 @@ utilization.gpu (%), most memory used (MiB) and mean power (W). Names are stored
 (docs/benchmarks.md). ``job_minute`` keeps a job's steps/s and rate as last read in that
 minute.
 
-Bounded: rows older than ``retention_days`` are deleted, and the oldest minutes go first
-while the file is over ``max_bytes`` (checked every :data:`PRUNE_EVERY_S`). Two processes
+Bounded: minute rows older than :data:`MINUTE_DAYS` are rolled up into hour rows
+(``gpu_hour``: per GPU, job and user; ~0.6 KB per GPU-day), rows older than
+``retention_days`` are deleted, and the oldest go first while the file is over ``max_bytes``
+(checked every :data:`PRUNE_EVERY_S`). Two processes
 recording the same minute of the same GPU (``watch`` and the app) keep the row that covers
 more seconds.
 """
@@ -49,8 +51,11 @@ FILE = "history.sqlite3"
 IF_LOST = "the GPU-hours history that `report` reads"
 #: How long rows are kept (days).
 RETENTION_DAYS = 90
-#: Largest file size before the oldest minutes go (bytes).
-MAX_BYTES = 512 << 20
+#: Minute rows older than this (days) are rolled up into one row per GPU, job and user per
+#: hour (``gpu_hour``): a 60th of the bytes.
+MINUTE_DAYS = 3
+#: Largest file size before the oldest rows go (bytes).
+MAX_BYTES = 1 << 30
 #: Seconds between checks of age and size.
 PRUNE_EVERY_S = 600.0
 #: Batches the writer may hold before new ones are dropped.
@@ -71,20 +76,27 @@ MIGRATIONS: dict[int, list[str]] = {
         "steps_per_s REAL, rate REAL, rate_unit TEXT, tflops REAL, mfu_pct REAL, "
         "PRIMARY KEY (minute, job)) WITHOUT ROWID",
         "CREATE TABLE jobs (job INTEGER PRIMARY KEY, name TEXT, profile TEXT)",
+        # the same columns per hour (job and user 0: none); util10/power10 means over seconds
+        "CREATE TABLE gpu_hour (hour INTEGER NOT NULL, host INTEGER NOT NULL, "
+        "gpu INTEGER NOT NULL, job INTEGER NOT NULL, user INTEGER NOT NULL, "
+        "seconds INTEGER NOT NULL, held INTEGER NOT NULL, busy INTEGER NOT NULL, "
+        "util10 INTEGER, mem INTEGER, power10 INTEGER, "
+        "PRIMARY KEY (hour, host, gpu, job, user)) WITHOUT ROWID",
     ],
 }
 
 
 @dataclass(frozen=True)
 class GpuMinute:
-    """One GPU over one minute.
+    """One GPU over one minute (or, for rows older than :data:`MINUTE_DAYS`, one hour of one
+    job and user on it: ``minute`` its first minute, ``seconds`` up to 3600).
 
     Attributes:
         minute: Unix s // 60.
         host / gpu: which GPU.
         job: the gpuconsole job holding it (id), or ``None``.
         user: its processes' owner, or ``None`` (free, or unknown).
-        seconds: seconds covered by samples (at most 60).
+        seconds: seconds covered by samples (at most 60; 3600 for an hour row).
         held_s: of those, seconds with a process on it.
         busy_s: of those, seconds at or above the idle threshold.
         util_pct: mean utilization.gpu (%), ``None`` when unknown.
@@ -210,14 +222,27 @@ class HistoryStore:
                 item = self._queue.get()
                 if item is None:
                     return
+                gpus, jobs, info = item
+                end = False
+                for _ in range(QUEUE_MAX):  # what queued meanwhile: one transaction
+                    try:
+                        more = self._queue.get_nowait()
+                    except queue.Empty:
+                        break
+                    if more is None:
+                        end = True
+                        break
+                    gpus, jobs, info = gpus + more[0], jobs + more[1], info + more[2]
                 try:
-                    self._insert(db, ids, *item)
+                    self._insert(db, ids, gpus, jobs, info)
                     if time.monotonic() - self._last_prune >= PRUNE_EVERY_S:
                         self._last_prune = time.monotonic()
                         self.prune(db)
                 except sqlite3.Error:
                     log.exception("history: cannot write %s (rows dropped)", self.path)
                     ids.clear()
+                if end:
+                    return
         finally:
             db.close()
 
@@ -292,14 +317,33 @@ class HistoryStore:
             )
 
     def prune(self, db: sqlite3.Connection | None = None, now: float | None = None) -> None:
-        """Delete rows older than the retention, then the oldest minutes while the file is
-        over ``max_bytes`` (a tenth of the span at a time; the newest minute always stays)."""
+        """Roll minute rows older than :data:`MINUTE_DAYS` (whole hours) up into hour rows,
+        delete rows older than the retention, then the oldest while the file is over
+        ``max_bytes`` (a tenth of the span at a time; the newest minute always stays)."""
         own = db is None
         conn = db if db is not None else self._connect()
+        t = time.time() if now is None else now
         try:
-            horizon = int(((now or time.time()) - self.retention_days * 86400) // 60)
+            horizon = int((t - self.retention_days * 86400) // 60)
+            rollup = int((t - MINUTE_DAYS * 86400) // 3600) * 60  # an hour's first minute
             with conn:
+                conn.execute(
+                    "INSERT INTO gpu_hour SELECT minute / 60, host, gpu, IFNULL(job, 0), "
+                    "IFNULL(user, 0), SUM(seconds), SUM(held), SUM(busy), "
+                    "CAST(ROUND(SUM(util10 * seconds) * 1.0 / NULLIF(SUM("
+                    "CASE WHEN util10 IS NULL THEN 0 ELSE seconds END), 0)) AS INTEGER), "
+                    "MAX(mem), CAST(ROUND(SUM(power10 * seconds) * 1.0 / NULLIF(SUM("
+                    "CASE WHEN power10 IS NULL THEN 0 ELSE seconds END), 0)) AS INTEGER) "
+                    "FROM gpu_minute WHERE minute < ? "
+                    "GROUP BY minute / 60, host, gpu, IFNULL(job, 0), IFNULL(user, 0) "
+                    "ON CONFLICT (hour, host, gpu, job, user) DO UPDATE SET "
+                    "seconds = seconds + excluded.seconds, held = held + excluded.held, "
+                    "busy = busy + excluded.busy, mem = MAX(IFNULL(mem, 0), excluded.mem)",
+                    (rollup,),
+                )
+                conn.execute("DELETE FROM gpu_minute WHERE minute < ?", (rollup,))
                 conn.execute("DELETE FROM gpu_minute WHERE minute < ?", (horizon,))
+                conn.execute("DELETE FROM gpu_hour WHERE hour < ?", (horizon // 60,))
                 conn.execute("DELETE FROM job_minute WHERE minute < ?", (horizon,))
             for _ in range(10):
                 pages = conn.execute("PRAGMA page_count").fetchone()[0]
@@ -307,6 +351,13 @@ class HistoryStore:
                 size = conn.execute("PRAGMA page_size").fetchone()[0]
                 if (pages - free) * size <= self.max_bytes:
                     break
+                lo_h, hi_h = conn.execute("SELECT MIN(hour), MAX(hour) FROM gpu_hour").fetchone()
+                if lo_h is not None:  # the oldest hours go first
+                    cut_h = lo_h + max(1, (hi_h - lo_h) // 10)
+                    with conn:
+                        conn.execute("DELETE FROM gpu_hour WHERE hour < ?", (cut_h,))
+                        conn.execute("DELETE FROM job_minute WHERE minute < ?", (cut_h * 60,))
+                    continue
                 lo, hi = conn.execute("SELECT MIN(minute), MAX(minute) FROM gpu_minute").fetchone()
                 if lo is None:
                     break
@@ -334,7 +385,26 @@ class HistoryStore:
                 (k, i): t for i, k, t in db.execute("SELECT id, kind, text FROM names").fetchall()
             }
             start = int(since // 60)
-            gpus = [
+            hours = [
+                GpuMinute(
+                    h * 60,
+                    names.get(("host", host), "?"),
+                    g,
+                    names.get(("job", j)) if j else None,
+                    names.get(("user", u)) if u else None,
+                    s,
+                    held,
+                    busy,
+                    None if u10 is None else u10 / 10,
+                    mem,
+                    None if p10 is None else p10 / 10,
+                )
+                for h, host, g, j, u, s, held, busy, u10, mem, p10 in db.execute(
+                    "SELECT * FROM gpu_hour WHERE hour >= ? ORDER BY hour, host, gpu",
+                    (start // 60,),
+                )
+            ]
+            gpus = hours + [
                 GpuMinute(
                     m,
                     names.get(("host", h), "?"),

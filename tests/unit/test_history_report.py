@@ -237,3 +237,31 @@ def test_sparkline_and_renderings(tmp_path: Path) -> None:
         "llm-a1",
         "idle-b2",
     }
+
+
+def test_minutes_older_than_three_days_become_hour_rows(tmp_path: Path) -> None:
+    now = time.time()
+    hour = int((now - 4 * 86400) // 3600)  # an hour four days ago
+    m0 = hour * 60
+    rows = [
+        GpuMinute(m0, "vm", 0, "llm-a1", "root", 60, 60, 60, 100.0, 17000, 690.0),
+        GpuMinute(m0 + 1, "vm", 0, "llm-a1", "root", 60, 60, 0, 0.0, 18000, 80.0),
+        GpuMinute(m0 + 2, "vm", 0, None, None, 30, 0, 0, 0.0, 0, 75.0),
+        GpuMinute(int(now // 60) - 1, "vm", 0, "llm-a1", "root", 60, 60, 60, 99.0, 1, 600.0),
+    ]
+    store = HistoryStore(tmp_path)
+    store.write(gpus=rows)
+    store.close()
+    store.prune(now=now)
+    gpus, _, _ = store.read(now - 5 * 86400)
+    assert [
+        (g.minute, g.job, g.seconds, g.held_s, g.busy_s, g.util_pct, g.mem_mib, g.power_w)
+        for g in gpus
+    ] == [
+        (m0, None, 30, 0, 0, 0.0, 0, 75.0),  # the free half minute, its own hour row
+        (m0, "llm-a1", 120, 120, 60, 50.0, 18000, 385.0),  # two minutes: sums, means, max
+        (rows[3].minute, "llm-a1", 60, 60, 60, 99.0, 1, 600.0),  # recent: still a minute row
+    ]
+    rep = build_report(gpus, [], {}, since=now - 5 * 86400, until=now, by="job")
+    (r,) = rep.rows
+    assert r.held_h == pytest.approx(180 / 3600) and r.busy_h == pytest.approx(120 / 3600)
