@@ -15,7 +15,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.app.demo_data import make_app, show_fleet, show_logs  # noqa: E402
+from tests.app.demo_data import make_app, show_fleet, show_logs, show_progress  # noqa: E402
 
 OUT = REPO / "docs" / "img"
 SIZE = (120, 36)
@@ -26,6 +26,7 @@ async def shoot(name: str, state_dir: Path) -> Path:
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         await show_fleet(app)
+        show_progress(app)
         if name in ("jobs", "logs"):
             await pilot.press("2")
             await pilot.pause()
