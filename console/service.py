@@ -718,9 +718,11 @@ class Service:
             TAIL_LINES,
             JobProgress,
             job_cost,
+            progress_points,
             ran_seconds,
+            rank_rates,
             spec_gpus,
-            throughput_of,
+            throughput_from,
             world_size,
         )
 
@@ -736,11 +738,19 @@ class Service:
                 return JobProgress(job.id, None, None, now, error=e.message)
             held = usage.get(job.id)
             gpus = len(held.gpus) if held is not None and held.gpus else spec_gpus(job)
-            tp = throughput_of(lines, world_size=world_size(job, gpus))
+            points = progress_points(lines)
+            tp = throughput_from(points, world_size=world_size(job, gpus))
             price = profile_of(job, self.profile).price_per_gpu_hour
             cost = job_cost(gpus, price, ran_seconds(job, now), tp)
             last = max((ln.ts_ns for ln in lines), default=None)
-            return JobProgress(job.id, tp, cost, now, last / 1e9 if last is not None else None)
+            return JobProgress(
+                job.id,
+                tp,
+                cost,
+                now,
+                last / 1e9 if last is not None else None,
+                rank_rates=rank_rates(points),
+            )
 
         todo = [
             j for j in jobs if j.state == "running" and j.kind == "train" and j.removed_at is None

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -180,7 +180,59 @@ def throughput_of(
         world_size: the job's ranks, to turn a per-GPU rate into the job's; ``None`` when
             unknown (a per-GPU rate then gives no job rate).
     """
-    points = progress_points(lines)
+    return throughput_from(progress_points(lines), world_size=world_size)
+
+
+#: A rank's rate is the mean of its last this many readings.
+RANK_RATE_READINGS = 5
+
+
+@dataclass(frozen=True)
+class RankRates:
+    """Each rank's own rate, where every rank logs one (``step N ... samples/s S`` on each).
+
+    Attributes:
+        unit: ``tokens/s``, ``samples/s`` or ``steps/s``: the first that two ranks or more
+            report, in that order.
+        rates: rank -> the mean of its last :data:`RANK_RATE_READINGS` readings in ``unit``.
+        peaks: rank -> the highest of those readings (a rank slower in every reading is
+            slower; one slow step is not).
+    """
+
+    unit: str
+    rates: dict[int, float]
+    peaks: dict[int, float] = field(default_factory=dict)
+
+
+def rank_rates(points: list[ProgressPoint]) -> RankRates | None:
+    """:class:`RankRates` from the progress readings of a job's ranks, or ``None`` when fewer
+    than two ranks report a rate in the same unit. In synchronous data-parallel training
+    every rank's rate counts its wait for the others, so they agree; a rank that reports a
+    lower rate than the others (its own compute or input time) is slower."""
+    for attr, unit in (
+        ("tokens_per_s", "tokens/s"),
+        ("samples_per_s", "samples/s"),
+        ("it_per_s", "steps/s"),
+    ):
+        by_rank: dict[int, list[float]] = {}
+        for p in points:
+            v = getattr(p.progress, attr)
+            if p.rank is not None and v is not None and not math.isnan(v) and v > 0:
+                by_rank.setdefault(p.rank, []).append(float(v))
+        if len(by_rank) >= 2:
+            last = {r: vs[-RANK_RATE_READINGS:] for r, vs in sorted(by_rank.items())}
+            return RankRates(
+                unit,
+                {r: sum(vs) / len(vs) for r, vs in last.items()},
+                {r: max(vs) for r, vs in last.items()},
+            )
+    return None
+
+
+def throughput_from(
+    points: list[ProgressPoint], *, world_size: int | None = None
+) -> Throughput | None:
+    """:func:`throughput_of` from readings already parsed (:func:`progress_points`)."""
     if not points:
         return None
     mine = sorted(_leading(points), key=lambda p: p.ts_s)
@@ -439,6 +491,7 @@ class JobProgress:
         read_at: when the log was read (Unix s).
         last_line_at: when its newest line was written (Unix s), ``None`` without lines.
         error: why the log could not be read (one line), else ``None``.
+        rank_rates: each rank's own rate, where the ranks log one (:func:`rank_rates`).
     """
 
     job_id: str
@@ -447,6 +500,7 @@ class JobProgress:
     read_at: float
     last_line_at: float | None = None
     error: str | None = None
+    rank_rates: RankRates | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """``{"throughput": {...} | null, "cost": {...} | null, "read_at": ...,
@@ -457,4 +511,10 @@ class JobProgress:
             "read_at": self.read_at,
             "last_line_at": self.last_line_at,
             "error": self.error,
+            "rank_rates": None
+            if self.rank_rates is None
+            else {
+                "unit": self.rank_rates.unit,
+                "rates": {str(r): v for r, v in self.rank_rates.rates.items()},
+            },
         }

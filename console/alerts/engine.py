@@ -65,6 +65,7 @@ from console.events import (
 from console.fleet.straggler import WINDOW_S, RankLoad, rank_loads
 from console.jobs.status import has_started
 from console.jobs.store import JobRecord
+from console.throughput import RankRates
 from remote.errors import GpuConsoleError
 
 if TYPE_CHECKING:
@@ -274,6 +275,7 @@ def build_inputs(
     jobs_complete: bool = True,
     price_per_gpu_hour: float | None = None,
     straggler_window_s: float = WINDOW_S,
+    rank_rates: Mapping[str, RankRates] | None = None,
 ) -> Inputs:
     """:class:`Inputs` from a fleet state (hosts, samples, container -> job map) and job
     records.
@@ -289,6 +291,7 @@ def build_inputs(
         jobs_complete: ``jobs`` lists every job not removed.
         price_per_gpu_hour: USD.
         straggler_window_s: seconds each rank's load is averaged over.
+        rank_rates: job id -> its ranks' own logged rates (``Service.progress``).
     """
     hosts: dict[str, HostInput] = {}
     gpus_of: dict[str, tuple[JobGpu, ...]] = {}
@@ -308,7 +311,11 @@ def build_inputs(
         loads = rank_loads(fleet, running, window_s=straggler_window_s)
     job_inputs = {
         j.id: JobInput(
-            j, gpus_of.get(j.id, ()), (last_log or {}).get(j.id), tuple(loads.get(j.id, ()))
+            j,
+            gpus_of.get(j.id, ()),
+            (last_log or {}).get(j.id),
+            tuple(loads.get(j.id, ())),
+            (rank_rates or {}).get(j.id),
         )
         for j in jobs
     }
@@ -356,6 +363,7 @@ class AlertWatcher:
         self._jobs: dict[str, JobRecord] = {}
         self._jobs_complete = False
         self._last_log: dict[str, float] = {}
+        self._rank_rates: dict[str, RankRates] = {}
         self._xids: deque[SeenXid] = deque(maxlen=10_000)
         self._status_since: dict[str, float] = {}
         self._known_gpus: dict[str, dict[str, int | None]] = {}
@@ -507,6 +515,7 @@ class AlertWatcher:
             jobs_complete=self._jobs_complete,
             price_per_gpu_hour=self.price,
             straggler_window_s=self.config.straggler.window_s,
+            rank_rates=self._rank_rates,
         )
 
     async def evaluate_now(self) -> list[AlertChanged]:
@@ -576,6 +585,9 @@ class AlertWatcher:
         now = self.clock()
         # running jobs' progress (and newest line) from one read of each one's log tail
         progress = await self.service.progress(jobs)
+        self._rank_rates = {
+            job_id: p.rank_rates for job_id, p in progress.items() if p.rank_rates is not None
+        }
         for j in jobs:
             if not any(has_started(n) for n in j.nodes) or j.removed_at is not None:
                 self._last_log.pop(j.id, None)

@@ -28,6 +28,7 @@ Sources, per rule:
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -49,6 +50,7 @@ from console.alerts.model import Alert, DetailValue, RuleId, Severity, alert_key
 from console.fleet.straggler import RankLoad, slowest
 from console.jobs.status import first_failed, has_started, job_summary
 from console.jobs.store import JobRecord
+from console.throughput import RankRates, si
 from remote.dockerlogs import parse_rfc3339_ns
 from remote.telemetry.faults import XID_INFO
 from remote.telemetry.schema import DRIVER_DOWN_STATES, GpuRecord, Sample, XidRecord
@@ -133,12 +135,15 @@ class JobInput:
             when it never wrote one; ``None`` when unknown (no ``job_hung`` verdict then).
         ranks: its ranks' loads and the causes their GPUs and hosts show
             (:func:`console.fleet.straggler.rank_loads`), for the ``straggler`` rule.
+        rank_rates: each rank's own rate as its log reports it, where every rank logs one
+            (:func:`console.throughput.rank_rates`), for the ``straggler`` rule.
     """
 
     job: JobRecord
     gpus: tuple[JobGpu, ...] = ()
     last_log_at: float | None = None
     ranks: tuple[RankLoad, ...] = ()
+    rank_rates: RankRates | None = None
 
 
 @dataclass(frozen=True)
@@ -708,7 +713,8 @@ def straggler(inputs: Inputs, cfg: StragglerRule, ctx: RuleContext) -> Iterator[
         slow = None
         if len(ji.ranks) >= 2:
             slow = slowest(ji.ranks, floor=STRAGGLER_FLOOR[ji.ranks[0].signal])
-        if not gpus_known and slow is None and len(ji.ranks) < 2:
+        logged = _slow_by_log(ji.rank_rates)
+        if not gpus_known and slow is None and len(ji.ranks) < 2 and logged is None:
             continue  # nothing to judge it by
         keys.add(key)
         idle = [g for g in ji.gpus if g.util_pct is not None and g.util_pct < cfg.idle_pct]
@@ -746,6 +752,21 @@ def straggler(inputs: Inputs, cfg: StragglerRule, ctx: RuleContext) -> Iterator[
             )
             continue
         holds = slow is not None and slow.slower_pct >= cfg.slower_pct
+        if not holds and logged is not None and logged[1] >= cfg.slower_pct:
+            rank, pct, sentence = logged
+            yield _obs(
+                "straggler",
+                cfg,
+                True,
+                f"job {job.name} ({job.id}): {sentence}",
+                job=job.name,
+                job_id=job.id,
+                kind="slow_rank",
+                rank=rank,
+                signal="log",
+                slower_pct=round(pct, 1),
+            )
+            continue
         r = slow.rank if slow is not None else None
         yield _obs(
             "straggler",
@@ -765,6 +786,27 @@ def straggler(inputs: Inputs, cfg: StragglerRule, ctx: RuleContext) -> Iterator[
             causes="; ".join(r.causes) if r is not None and r.causes else None,
         )
     yield from _finished_job_alerts(inputs, "straggler", ctx, keys)
+
+
+def _slow_by_log(rates: RankRates | None) -> tuple[int, float, str] | None:
+    """(rank, % slower, sentence) of the rank whose own logged rate is lowest against the
+    median of the others, or ``None`` (fewer than two ranks, a median of 0, or one of its
+    recent readings as fast as the others': jitter, not a straggler)."""
+    if rates is None or len(rates.rates) < 2:
+        return None
+    rank = min(rates.rates, key=lambda r: (rates.rates[r], r))
+    low = rates.rates[rank]
+    med = statistics.median(v for r, v in rates.rates.items() if r != rank)
+    if low <= 0 or med <= 0 or rates.peaks.get(rank, low) >= med:
+        return None  # not slower in every one of its recent readings
+    pct = (med / low - 1) * 100
+    unit = rates.unit
+    return (
+        rank,
+        pct,
+        f"rank {rank} is ~{pct:.0f}% slower by its own log ({si(low)} {unit}, the others' "
+        f"median {si(med)} {unit})",
+    )
 
 
 def gpus_idle(inputs: Inputs, cfg: GpusIdleRule, ctx: RuleContext) -> Iterator[Observation]:

@@ -287,3 +287,64 @@ def test_cpu_ranks_compare_by_cpu_from_the_agents_ranks() -> None:
         "rank 0 is at least ~59% slower (97% CPU, the others' median 61% CPU)"
     )
     assert [c.change for c in fire(samples)] == ["fired"]
+
+
+def _logged(rank_lines: dict[int, list[str]]) -> Any:
+    from console.jobs.logs import JobLogLine
+    from console.throughput import progress_points, rank_rates
+
+    lines = [
+        JobLogLine(0, "b", r, int((1_790_000_000 + i) * 1e9), text)
+        for r, texts in rank_lines.items()
+        for i, text in enumerate(texts)
+    ]
+    return rank_rates(progress_points(lines))
+
+
+def test_a_rank_slower_by_its_own_log() -> None:
+    # each rank logs its own compute rate (a trainer that times the step without the wait):
+    # rank 2 reads 1,100-1,180 samples/s in every line, the others ~1,500
+    lines = {
+        r: [
+            f"step {s}/500 loss 2.1 samples/s: {1500 + (s % 3) * 10 if r != 2 else 1100 + s * 20}"
+            for s in range(1, 5)
+        ]
+        for r in range(4)
+    }
+    rates = _logged(lines)
+    assert rates is not None and rates.unit == "samples/s"
+    assert rates.rates[2] == pytest.approx(1150.0) and rates.peaks[2] == 1180.0
+    from console.alerts.engine import build_inputs as build
+    from console.alerts.rules import straggler
+
+    inputs = build(None, [job()], rank_rates={JOB: rates})
+    cfg = AlertsConfig().straggler
+    (obs,) = [o for o in straggler(inputs, cfg, _ctx()) if o.holds]
+    assert obs.details["rank"] == 2 and obs.details["signal"] == "log"
+    assert obs.summary == (
+        f"job llm ({JOB}): rank 2 is ~31% slower by its own log (1.15k samples/s, the others' "
+        "median 1.51k samples/s)"
+    )
+
+
+def test_jitter_in_logged_rates_is_not_a_straggler() -> None:
+    # ranks whose rates include the wait agree on average; one slow reading is not slower
+    lines = {
+        r: [
+            f"step {s}/500 loss 2.1 samples/s: {1500 if (s + r) % 4 else 1000}" for s in range(1, 6)
+        ]
+        for r in range(4)
+    }
+    rates = _logged(lines)
+    assert rates is not None
+    from console.alerts.engine import build_inputs as build
+    from console.alerts.rules import straggler
+
+    inputs = build(None, [job()], rank_rates={JOB: rates})
+    assert not any(o.holds for o in straggler(inputs, AlertsConfig().straggler, _ctx()))
+
+
+def _ctx() -> Any:
+    from console.alerts.rules import RuleContext
+
+    return RuleContext(now=2_000_000_000.0, firing={}, pending={})
