@@ -244,8 +244,9 @@ def _explicit(text: str) -> Progress | None:
         if k not in known:
             continue
         if k == "rate_scope":
-            if v in ("gpu", "total"):
-                kept[k] = v
+            if v not in ("gpu", "total"):
+                return None  # a scope gpuconsole cannot read: the rates' meaning is unknown
+            kept[k] = v
         elif k in ("step", "total"):
             if isinstance(v, int) and not isinstance(v, bool):
                 kept[k] = v
@@ -320,6 +321,7 @@ _TOKENS = (
     (re.compile(r"\b(?:tps|wps):\s*(" + _NUM + r")"), "gpu"),
     (re.compile(r"\btokens_per_second:\s*(" + _NUM + r")"), None),
     (re.compile(r"\b(?:tokens|tok)/s(?:ec)?\s*[:=]?\s*(" + _NUM + r")(?![\w/])"), None),
+    (re.compile(r"(" + _NUM + r")\s*(?:tokens|tok)/s(?:ec)?\b"), None),
 )
 _TFLOPS = (
     re.compile(r"\btflops:\s*(" + _NUM + r")"),
@@ -439,6 +441,7 @@ def parse_progress(line: str) -> Progress | None:
         return None
     if (i := line.find(EXPLICIT_PREFIX)) >= 0:
         explicit = _explicit(line[i + len(EXPLICIT_PREFIX) :])
+        explicit = _sane(explicit) if explicit is not None else None
         return explicit if explicit is not None and explicit.says_progress else None
     if _not_training(line, low):
         return None
@@ -471,4 +474,38 @@ def parse_progress(line: str) -> Progress | None:
         found = _from_mapping({row.group(1): row.group(2)})
     else:
         found = _from_fields(line)
+    found = _sane(found) if found is not None else None
     return found if found is not None and found.says_progress else None
+
+
+#: The largest value taken for a rate, TFLOP/s or a step counter (above: a misprint).
+_MAX = 1e15
+
+
+def _sane(p: Progress) -> Progress:
+    """``p`` with the values no training can have made unknown: infinities, negative steps,
+    totals, epochs, rates and TFLOP/s, MFU outside 0-100 %, a total under the step (a NaN
+    loss is kept: the job printed it)."""
+
+    def ok(v: float | None, hi: float = _MAX) -> float | None:
+        return v if v is not None and math.isfinite(v) and 0 <= v <= hi else None
+
+    step = p.step if p.step is not None and 0 <= p.step <= _MAX else None
+    total = p.total if p.total is not None and 0 < p.total <= _MAX else None
+    if total is not None and step is not None and total < step:
+        total = None
+    loss = p.loss if p.loss is None or not math.isinf(p.loss) else None
+    rates = (ok(p.it_per_s), ok(p.samples_per_s), ok(p.tokens_per_s))
+    new = Progress(
+        step=step,
+        total=total,
+        epoch=ok(p.epoch),
+        it_per_s=rates[0],
+        samples_per_s=rates[1],
+        tokens_per_s=rates[2],
+        rate_scope=p.rate_scope,
+        tflops=ok(p.tflops),
+        mfu_pct=ok(p.mfu_pct, 100.0),
+        loss=loss,
+    )
+    return p if new == p else new

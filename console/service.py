@@ -739,7 +739,7 @@ class Service:
             held = usage.get(job.id)
             gpus = len(held.gpus) if held is not None and held.gpus else spec_gpus(job)
             points = progress_points(lines)
-            tp = throughput_from(points, world_size=world_size(job, gpus))
+            tp = throughput_from(points, world_size=world_size(job, gpus), now=now)
             price = profile_of(job, self.profile).price_per_gpu_hour
             cost = job_cost(gpus, price, ran_seconds(job, now), tp)
             last = max((ln.ts_ns for ln in lines), default=None)

@@ -18,7 +18,9 @@ timestamped when read), the rate the job prints (tqdm's it/s, a time per iterati
 
 from __future__ import annotations
 
+import itertools
 import math
+import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -79,6 +81,9 @@ class Throughput:
         eta_s: seconds until ``step`` reaches ``total`` at ``steps_per_s``, or ``None``.
         at_s: when the latest progress line was written (Unix s).
         rank: the rank whose lines these are (``None``: untagged lines).
+        stalled_s: seconds since the last progress line when that is much longer than the
+            job's usual gap between them (:func:`stall_after_s`): the rates and ETA are then
+            unknown; ``None`` while progress comes.
     """
 
     step: int | None
@@ -95,6 +100,7 @@ class Throughput:
     eta_s: float | None
     at_s: float
     rank: int | None
+    stalled_s: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The ``throughput`` object of ``ps --json`` and ``describe --json`` (keys as the
@@ -114,6 +120,7 @@ class Throughput:
             "eta_s": self.eta_s,
             "at": self.at_s,
             "rank": self.rank,
+            "stalled_s": self.stalled_s,
         }
 
 
@@ -169,7 +176,7 @@ def _latest(points: list[ProgressPoint], attr: str) -> tuple[ProgressPoint, floa
 
 
 def throughput_of(
-    lines: Iterable[JobLogLine], *, world_size: int | None = None
+    lines: Iterable[JobLogLine], *, world_size: int | None = None, now: float | None = None
 ) -> Throughput | None:
     """A job's :class:`Throughput` from its recent lines (any order of nodes; each node's in
     time order), or ``None`` when none says anything about progress.
@@ -179,8 +186,9 @@ def throughput_of(
             timestamps.
         world_size: the job's ranks, to turn a per-GPU rate into the job's; ``None`` when
             unknown (a per-GPU rate then gives no job rate).
+        now: the time (Unix s) to judge a stall by; ``None``: never stalled.
     """
-    return throughput_from(progress_points(lines), world_size=world_size)
+    return throughput_from(progress_points(lines), world_size=world_size, now=now)
 
 
 #: A rank's rate is the mean of its last this many readings.
@@ -229,10 +237,35 @@ def rank_rates(points: list[ProgressPoint]) -> RankRates | None:
     return None
 
 
+def _recent(points: list[ProgressPoint], attr: str) -> list[float]:
+    """The last :data:`RANK_RATE_READINGS` finite values of ``attr`` among ``points``."""
+    vals = [
+        float(v)
+        for p in points
+        if (v := getattr(p.progress, attr)) is not None and not math.isnan(v) and v > 0
+    ]
+    return vals[-RANK_RATE_READINGS:]
+
+
+def stall_after_s(points: list[ProgressPoint]) -> float:
+    """How long without a progress line before a job's rate is no longer its rate: five of
+    the rank's usual gaps between progress lines, at least :data:`MIN_STALL_S`."""
+    ts = [p.ts_s for p in points[-11:]]
+    gaps = sorted(b - a for a, b in itertools.pairwise(ts) if b > a)
+    usual = gaps[len(gaps) // 2] if gaps else 0.0
+    return max(MIN_STALL_S, 5 * usual)
+
+
+#: The least time without a progress line that counts as a stall (s).
+MIN_STALL_S = 120.0
+
+
 def throughput_from(
-    points: list[ProgressPoint], *, world_size: int | None = None
+    points: list[ProgressPoint], *, world_size: int | None = None, now: float | None = None
 ) -> Throughput | None:
-    """:func:`throughput_of` from readings already parsed (:func:`progress_points`)."""
+    """:func:`throughput_of` from readings already parsed (:func:`progress_points`); with
+    ``now`` (Unix s), a job whose last progress line is older than :func:`stall_after_s` is
+    stalled: its rates and ETA are unknown, ``stalled_s`` says since when."""
     if not points:
         return None
     mine = sorted(_leading(points), key=lambda p: p.ts_s)
@@ -254,14 +287,31 @@ def throughput_from(
         found = _latest(mine, attr)
         if found is None:
             continue
-        point, value = found
+        point, _ = found
+        value = statistics.fmean(_recent(mine, attr) or [found[1]])  # a few lines, not one
         unit = "tokens/s" if u == "tokens/s" else "samples/s"
-        if point.progress.rate_scope == "gpu":
+        scope = point.progress.rate_scope
+        printing = {p.rank for p in points if p.rank is not None and getattr(p.progress, attr)}
+        if scope == "gpu":
             per_gpu = value
             rate = value * world_size if world_size else None
+        elif scope is None and len(printing) >= 2:
+            # every rank prints a rate of its own (the scope unsaid): a rank's, so the job's
+            # is their mean times the ranks
+            by_rank = [
+                statistics.fmean(vals)
+                for r in sorted(printing)
+                if (vals := _recent([p for p in points if p.rank == r], attr))
+            ]
+            per_gpu = statistics.fmean(by_rank)
+            rate = per_gpu * (world_size or len(printing))
         else:
             rate = value
         break
+    stalled = None
+    if now is not None and now - latest.ts_s > stall_after_s(mine):
+        stalled = now - latest.ts_s
+        steps = source = rate = per_gpu = None
     eta = None
     if steps and step is not None and total is not None and total >= step:
         eta = (total - step) / steps
@@ -278,12 +328,13 @@ def throughput_from(
         rate=rate,
         rate_unit=unit,
         rate_per_gpu=per_gpu,
-        tflops=tflops[1] if tflops else None,
-        mfu_pct=mfu[1] if mfu else None,
+        tflops=tflops[1] if tflops and stalled is None else None,
+        mfu_pct=mfu[1] if mfu and stalled is None else None,
         loss=loss,
         eta_s=eta,
         at_s=latest.ts_s,
         rank=latest.rank,
+        stalled_s=stalled,
     )
 
 
@@ -416,9 +467,11 @@ def duration_text(seconds: float) -> str:
 
 
 def rate_text(tp: Throughput | None) -> str:
-    """``51.2k tokens/s``, ``2.41 steps/s`` (when no training rate), or ``?``."""
+    """``51.2k tokens/s``, ``2.41 steps/s`` (when no training rate), ``stalled 5m`` or ``?``."""
     if tp is None:
         return "?"
+    if tp.stalled_s is not None:
+        return f"stalled {duration_text(tp.stalled_s)}"
     if tp.rate is not None and tp.rate_unit is not None:
         return f"{si(tp.rate)} {tp.rate_unit}"
     if tp.rate_per_gpu is not None and tp.rate_unit is not None:
@@ -470,7 +523,11 @@ def throughput_lines(tp: Throughput | None, cost: JobCost | None, now: float) ->
             parts.append(f"loss {tp.loss:.4g}")
         if tp.eta_s is not None:
             parts.append(f"ETA {duration_text(tp.eta_s)}")
-        out.append("progress: " + ", ".join(parts) + f" (read {duration_text(now - tp.at_s)} ago)")
+        if tp.stalled_s is not None:
+            parts.append(f"no progress line for {duration_text(tp.stalled_s)}: stalled?")
+        out.append(
+            "progress: " + ", ".join(parts) + f" (last line {duration_text(now - tp.at_s)} ago)"
+        )
     if cost is not None:
         text = f"cost: {usd(cost.usd_per_hour)}/h ({cost.gpus} GPUs), {usd(cost.usd_so_far)} so far"
         if cost.usd_per_unit is not None:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
 from remote.telemetry.schema import SLOWDOWN_REASONS, GpuRecord, HostRecord, ProcessRecord
@@ -129,9 +129,16 @@ class SlowRank:
         )
 
 
+#: The least gap between the busiest rank's load and the others' median that counts, per
+#: signal (points of %, or W): below it, the difference is the samples' noise (two CPU ranks
+#: at 24 % and 22 % of a core are alike however the ratio reads).
+MIN_GAP = {"sm_activity": 5.0, "power": 20.0, "cpu": 10.0}
+
+
 def slowest(loads: Sequence[RankLoad], *, floor: float = 0.0) -> SlowRank | None:
     """The rank with the highest load against the median of the others, or ``None`` (fewer
-    than two ranks with a known load, the busiest under ``floor``, or the others' median 0).
+    than two ranks with a known load, the busiest under ``floor``, the others' median 0, or
+    a gap under :data:`MIN_GAP` of the signal).
     """
     known = [r for r in loads if r.load is not None]
     if len(known) < 2:
@@ -141,7 +148,7 @@ def slowest(loads: Sequence[RankLoad], *, floor: float = 0.0) -> SlowRank | None
         return None
     others = [r.load for r in known if r is not top and r.load is not None]
     med = statistics.median(others)
-    if med <= 0:
+    if med <= 0 or top.load - med < MIN_GAP[top.signal]:
         return None
     return SlowRank(top, med, (top.load / med - 1.0) * 100.0)
 
@@ -209,7 +216,36 @@ def rank_loads(
                 )
                 for rank, (v, node, window) in sorted(cpu_ranks[job_id].items())
             ]
+    return {job_id: _own_host_causes(state, loads) for job_id, loads in out.items()}
+
+
+def _own_host_causes(state: FleetState, loads: list[RankLoad]) -> list[RankLoad]:
+    """Drop a host's CPU or swapping from a rank's causes when a host of another of the job's
+    ranks shows the same: shared by the job, it does not set this rank apart (two test hosts
+    on one machine are both saturated by the job itself)."""
+    flags: dict[str, set[str]] = {}
+    for r in loads:
+        if r.host not in flags:
+            v = state.hosts.get(r.host)
+            sample = v.sample if v is not None else None
+            host = sample["host"] if sample is not None else None
+            kinds = {_host_kind(c, r.host) for c in _host_causes(r.host, host)}
+            flags[r.host] = {k for k in kinds if k is not None}
+    out = []
+    for r in loads:
+        elsewhere: set[str] = set().union(*(flags[h] for h in flags if h != r.host))
+        keep = tuple(c for c in r.causes if _host_kind(c, r.host) not in elsewhere)
+        out.append(r if keep == r.causes else replace(r, causes=keep))
     return out
+
+
+def _host_kind(cause: str, host: str) -> str | None:
+    """``cpu`` or ``swap`` for a host cause of ``host`` (:func:`_host_causes`), else None."""
+    if cause.startswith(f"host {host}'s CPU is "):
+        return "cpu"
+    if cause.startswith(f"host {host} is swapping"):
+        return "swap"
+    return None
 
 
 def _gpu_loads(

@@ -93,3 +93,26 @@ def test_the_explicit_form() -> None:
     # wrong types are dropped, not guessed
     assert parse_progress('gpuconsole:progress {"step": "12", "rate_scope": "node"}') is None
     assert parse_progress("gpuconsole:progress not json") is None
+
+
+@pytest.mark.parametrize(
+    ("payload", "expected"),
+    [
+        # values no training has are unknown, never shown (nor written as Infinity in JSON)
+        ('{"step": 3, "tokens_per_s": 1e309}', {"step": 3}),
+        ('{"step": 3, "samples_per_s": -5, "tflops": -1, "epoch": -2}', {"step": 3}),
+        ('{"step": 136, "total": 0, "mfu_pct": 250}', {"step": 136}),
+        ('{"step": 136, "total": 100}', {"step": 136}),  # a total under the step
+        ('{"step": 3, "mfu_pct": 41.5, "total": 10}', {"step": 3, "mfu_pct": 41.5, "total": 10}),
+    ],
+)
+def test_impossible_values_are_unknown(payload: str, expected: dict[str, object]) -> None:
+    from console.progress import EXPLICIT_PREFIX, Progress
+
+    assert parse_progress(EXPLICIT_PREFIX + payload) == Progress(**expected)  # type: ignore[arg-type]
+
+
+def test_an_unknown_rate_scope_makes_the_line_unreadable() -> None:
+    from console.progress import EXPLICIT_PREFIX
+
+    assert parse_progress(EXPLICIT_PREFIX + '{"tokens_per_s": 5, "rate_scope": "weird"}') is None

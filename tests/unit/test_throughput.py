@@ -8,6 +8,7 @@ Docker gives them.
 from __future__ import annotations
 
 import math
+import statistics
 
 import pytest
 
@@ -193,3 +194,36 @@ def test_gpus_world_size_and_ran_seconds_from_the_spec() -> None:
     assert ran_seconds(job, started + 100.5) == pytest.approx(100.5 - 0.123456, abs=1e-3)
     assert ran_seconds(_job({}, state="pending"), started) == pytest.approx(0.0, abs=0.2)
     assert not math.isnan(ran_seconds(job, 0))
+
+
+def test_a_job_that_stopped_printing_progress_is_stalled_not_fast() -> None:
+    # steps every second up to step 29, then nothing for 3 minutes: rates and ETA unknown
+    lines = [line(i, f"step {i}/1000 loss 1.0") for i in range(30)]
+    tp = throughput_of(lines, now=T0 + 29 + 180)
+    assert tp is not None and tp.step == 29 and tp.total == 1000
+    assert tp.stalled_s == pytest.approx(180.0)
+    assert tp.steps_per_s is None and tp.eta_s is None and tp.rate is None
+    assert rate_text(tp) == "stalled 3m"
+    # 90 s after the last line: still within the least stall time (120 s)
+    fresh = throughput_of(lines, now=T0 + 29 + 90)
+    assert fresh is not None and fresh.stalled_s is None and fresh.steps_per_s == pytest.approx(1)
+    # a job that prints every 10 minutes is not stalled 20 minutes after its last line
+    slow = [line(600 * i, f"step {100 * i}/5000 loss 1.0") for i in range(6)]
+    assert throughput_of(slow, now=T0 + 3000 + 1200) is not None
+    assert throughput_of(slow, now=T0 + 3000 + 1200).stalled_s is None  # type: ignore[union-attr]
+    assert throughput_of(slow, now=T0 + 3000 + 3001).stalled_s is not None  # type: ignore[union-attr]
+
+
+def test_every_rank_printing_its_own_rate_makes_the_jobs_rate_their_sum() -> None:
+    # scripts/examples/train_ddp.py: each of 4 ranks prints its own samples/s (~290-300)
+    lines = [
+        line(i, f"step {i}/2000 loss 2.3012 samples/s {290 + r * 3 + i % 2} world_size 4", rank=r)
+        for i in range(1, 9)
+        for r in range(4)
+    ]
+    tp = throughput_of(lines, world_size=4)
+    assert tp is not None and tp.rate_unit == "samples/s"
+    # each rank's mean over its last 5 readings, averaged, times 4 ranks
+    per_rank = [statistics.fmean(290 + r * 3 + i % 2 for i in range(4, 9)) for r in range(4)]
+    assert tp.rate_per_gpu == pytest.approx(statistics.fmean(per_rank))
+    assert tp.rate == pytest.approx(4 * statistics.fmean(per_rank))  # ~1,180, not one rank's 290
