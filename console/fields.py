@@ -254,16 +254,16 @@ def size(v: str) -> str:
 Size = Annotated[str, AfterValidator(size)]
 
 
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
 
 
 def duration_s(value: str) -> float | None:
-    """Seconds in a duration written ``90s``, ``10m``, ``2h`` or ``1d``; None when ``value``
-    is not one."""
+    """Seconds in a duration written ``90s``, ``10m``, ``2h``, ``1d`` or ``2w``; None when
+    ``value`` is not one."""
     m = _DURATION.match(value.strip())
     if m is None:
         return None
-    return float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+    return float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[m.group(2)]
 
 
 def parse_gpus(value: str) -> Literal["all"] | int | list[int]:

@@ -12,7 +12,8 @@ Definitions (per row, over the report's window):
 - **util**: mean utilization.gpu over the held seconds (by host: over all observed seconds);
 - **$** and **idle $**: held and idle GPU-hours x the profile's ``price_per_gpu_hour``;
 - **throughput** (jobs): the mean of the steps/s and rate read from the job's log in the
-  minutes it was known (``report`` shows what the job itself reported, nothing derived).
+  minutes it was known (``report`` shows what the job itself reported, nothing derived); a
+  job whose progress was read but that held no GPU (a CPU job) has a row with 0 GPU-hours.
 """
 
 from __future__ import annotations
@@ -158,6 +159,7 @@ def build_report(
     rows_in = [m for m in gpus if since - 60 <= m.minute * 60 < until]
     start = max(since, min((m.minute * 60 for m in rows_in), default=since))
     span = max(until - start, 60.0)
+    buckets = max(1, min(buckets, int(span // 60)))  # a bucket holds a minute at least
     sums: dict[str, _Sums] = {}
     total = _Sums(buckets)
     for m in rows_in:
@@ -204,10 +206,17 @@ def build_report(
             r.usd, r.idle_usd = r.held_h * price_per_gpu_hour, r.idle_h * price_per_gpu_hour
         r.first = None if s.first is None else float(s.first)
         r.last = None if s.last is None else float(s.last + 60)
+        if key in tput and by == "job":
+            seen = [j.minute * 60 for j in tput[key]]
+            r.first = min([*seen, *([r.first] if r.first is not None else [])])
+            r.last = max([*(t + 60 for t in seen), *([r.last] if r.last is not None else [])])
         r.spark = [a / w if w else None for a, w in zip(s.spark_sum, s.spark_s)]
         r.gpus = len(s.gpus)
         return r
 
+    if by == "job":  # jobs whose progress was read but that held no GPU (CPU jobs)
+        for key in tput:
+            sums.setdefault(key, _Sums(buckets))
     rows = []
     for key, s in sums.items():
         r = row(key, s)
@@ -404,4 +413,5 @@ def _bucket_text(rep: Report) -> str:
     from console.throughput import duration_text
 
     n = len(rep.total.spark) or BUCKETS
-    return duration_text(max(rep.until - max(rep.since, rep.chart_since), 60) / n)
+    each = max(rep.until - max(rep.since, rep.chart_since), 60) / n
+    return duration_text(each) if each >= 3600 or each % 60 < 1 else f"{each:.0f}s"

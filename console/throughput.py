@@ -103,7 +103,7 @@ class Throughput:
     stalled_s: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        """The ``throughput`` object of ``ps --json`` and ``describe --json`` (keys as the
+        """The ``throughput`` object of ``ps --json``'s ``progress`` (keys as the
         attributes; ``null`` when unknown; a NaN loss as ``null``)."""
         return {
             "step": self.step,
@@ -358,7 +358,7 @@ class JobCost:
     per_unit: Literal["Mtok", "1k samples"] | None
 
     def as_dict(self) -> dict[str, Any]:
-        """The ``cost`` object of ``ps --json`` and ``describe --json``."""
+        """The ``cost`` object of ``ps --json``'s ``progress``."""
         return {
             "gpus": self.gpus,
             "usd_per_hour": round(self.usd_per_hour, 4),

@@ -752,6 +752,29 @@ def straggler(inputs: Inputs, cfg: StragglerRule, ctx: RuleContext) -> Iterator[
             )
             continue
         holds = slow is not None and slow.slower_pct >= cfg.slower_pct
+        fired = ctx.firing.get(key)
+        if (
+            holds
+            and slow is not None
+            and fired is not None
+            and (
+                fired.details.get("rank") == slow.rank.rank
+                and fired.details.get("signal") == slow.rank.signal
+            )
+        ):
+            # still the same rank: the alert keeps the sentence it fired with (the numbers of
+            # a rank that is slow drift, and at the job's end its peers exit first)
+            yield Observation(
+                key=key,
+                rule="straggler",
+                holds=True,
+                severity=cfg.severity,
+                summary=fired.summary,
+                job=job.name,
+                for_s=cfg.for_s,
+                details=fired.details,
+            )
+            continue
         if not holds and logged is not None and logged[1] >= cfg.slower_pct:
             rank, pct, sentence = logged
             yield _obs(

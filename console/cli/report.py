@@ -18,7 +18,7 @@ from console.cli.base import command_service, err, main, run
     default="7d",
     show_default=True,
     metavar="DURATION",
-    help="How far back: a duration (90m, 12h, 7d) or an ISO 8601 time.",
+    help="How far back: a duration (90m, 12h, 7d, 2w) or an ISO 8601 time.",
 )
 @click.option(
     "--by",
@@ -98,10 +98,10 @@ async def _report(
     elif as_csv:
         click.echo(render_csv(rep), nl=False)
     else:
-        if not rep.rows:
+        if not rep.total.observed_h:
             err(
-                "no GPU time recorded in that window: the history is kept while `watch`, the "
-                "app or `top` runs (and `ps` records jobs' progress)"
+                "no GPU time recorded in that window: GPU time is recorded while `watch`, the "
+                "app or `top` runs; `ps` and `watch` record the jobs' progress"
             )
         for line in render_text(rep):
             click.echo(line)

@@ -272,3 +272,31 @@ def test_minutes_older_than_three_days_become_hour_rows(tmp_path: Path) -> None:
     rep = build_report(gpus, [], {}, since=now - 5 * 86400, until=now, by="job")
     (r,) = rep.rows
     assert r.held_h == pytest.approx(180 / 3600) and r.busy_h == pytest.approx(120 / 3600)
+
+
+def test_a_cpu_job_with_progress_has_a_row_and_buckets_hold_a_minute() -> None:
+    from console.history import JobMinute
+
+    now = time.time() // 60 * 60
+    jobs = [
+        JobMinute(int(now // 60) - k, "cpu-x", 2.0, 900.0, "samples/s", None, None)
+        for k in range(3)
+    ]
+    gpu = [
+        GpuMinute(int(now // 60) - k, "vm", 0, "gpu-y", "root", 60, 60, 60, 90.0, 1, 1.0)
+        for k in range(30)
+    ]
+    rep = build_report(gpu, jobs, {}, since=now - 3600, until=now, by="job")
+    rows = {r.key: r for r in rep.rows}
+    cpu = rows["cpu-x"]
+    assert (cpu.gpus, cpu.held_h, cpu.rate, cpu.rate_unit, cpu.steps_per_s) == (
+        0,
+        0.0,
+        900.0,
+        "samples/s",
+        2.0,
+    )
+    assert cpu.usd is None and cpu.first == now - 120 and cpu.last == now  # until is open
+    # 30 minutes of data: 30 buckets of a minute, none empty between the rows
+    assert len(rows["gpu-y"].spark) == 30 and None not in rows["gpu-y"].spark
+    assert "1m per character" in render_text(rep)[0]

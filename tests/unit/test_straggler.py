@@ -400,3 +400,36 @@ def test_a_busy_cpu_every_rank_s_host_shares_is_not_a_cause() -> None:
         slow = slowest(rank_loads(st, [two])[JOB])
         assert slow is not None and slow.rank.rank == 1
         assert slow.rank.causes == expected, busy_a
+
+
+def test_a_firing_straggler_keeps_the_sentence_it_fired_with() -> None:
+    # fires on the real replay, then rank 1's numbers grow (its peers exit first at the end):
+    # the summary stays the one it fired with, also once resolved
+    samples = node_samples()
+    changes = fire(samples + [_peers_gone(s, i) for i, s in enumerate(samples[-12:])])
+    assert [c.change for c in changes] == ["fired"]
+    cfg = AlertsConfig.model_validate({"straggler": {"for_s": 10}})
+    eng = AlertEngine(cfg)
+    st = FleetState(["b"])
+    st.set_containers({CID: ContainerJob(JOB, "llm", 0)})
+    out = []
+    for s in samples + [_peers_gone(s, i) for i, s in enumerate(samples[-12:])]:
+        st.on_sample("b", copy.deepcopy(s), rx=0.0)
+        out += eng.evaluate(build_inputs(st, [job()]), s["host_time"])
+    fired = [c for c in out if c.change == "fired" and c.alert.rule == "straggler"]
+    assert len(fired) == 1
+    summary = fired[0].alert.summary
+    assert "at least ~16% slower" in summary
+    done = eng.evaluate(build_inputs(st, [job("succeeded")]), samples[-1]["host_time"] + 100)
+    (resolved,) = [c for c in done if c.alert.rule == "straggler"]
+    assert resolved.change == "resolved" and resolved.alert.summary == summary
+
+
+def _peers_gone(s: dict[str, Any], i: int) -> dict[str, Any]:
+    """``s`` later in time, the waiting GPUs gone quiet (their ranks exited)."""
+    s = copy.deepcopy(s)
+    s["host_time"] += 40 + i
+    for g in s["gpus"]:
+        if g["index"] != 1:
+            g["gpm"]["sm_activity_pct"] = 2.0
+    return s
