@@ -284,7 +284,7 @@ def test_a_cpu_job_with_progress_has_a_row_and_buckets_hold_a_minute() -> None:
     ]
     gpu = [
         GpuMinute(int(now // 60) - k, "vm", 0, "gpu-y", "root", 60, 60, 60, 90.0, 1, 1.0)
-        for k in range(30)
+        for k in range(1, 31)
     ]
     rep = build_report(gpu, jobs, {}, since=now - 3600, until=now, by="job")
     rows = {r.key: r for r in rep.rows}
