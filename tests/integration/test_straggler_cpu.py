@@ -74,7 +74,12 @@ def test_a_rank_that_computes_more_is_named_by_the_straggler_alert(cli: CLI) -> 
         assert d["slower_pct"] >= 100, alert  # rank 0 waits most of each step
         assert f"job strag ({job_id}): rank 1 is at least ~" in alert["summary"], alert
         assert "x slower (" in alert["summary"] and "% CPU, the others' median " in alert["summary"]
-        assert "no hardware cause seen on host a" in alert["summary"], alert
+        # nothing set rank 1 apart but its work; on a machine busy with other tests the
+        # host's CPU may be saturated too, which is said as its cause
+        assert (
+            "no hardware cause seen on host a" in alert["summary"]
+            or "host a's CPU is " in alert["summary"]
+        ), alert
         # the job's speed, read from its log, on the metrics endpoint
         url = w.metrics_url()
 
