@@ -28,7 +28,7 @@ from console.events import Event
 from console.jobs.store import Store
 from console.profiles import load_profile_file
 from console.service import Service
-from tests.integration.conftest import CLI, REPO
+from tests.integration.conftest import CLI, EXAMPLES, REPO
 
 
 def only(
@@ -213,8 +213,10 @@ async def test_job_hung_fires_for_a_silent_job_and_resolves_when_it_is_stopped(
         assert "local_rank" in lines[-1].text  # the startup line, then silence
         assert fired.at - max(a.since, last_line) >= 4
         # the stacks were taken once, as it fired: both ranks sleep in the same step
+        script = (EXAMPLES / "train_ddp.py").read_text().splitlines()
+        sleep_at = 1 + next(i for i, ln in enumerate(script) if "time.sleep(args.step_sleep)" in ln)
         assert str(a.details["stacks"]).startswith(
-            "ranks 0-1 (2): in main (train_ddp.py:161) <- train_ddp.py:"
+            f"ranks 0-1 (2): in main (train_ddp.py:{sleep_at}) <- train_ddp.py:"
         ), a.details["stacks"]
         assert a.details["odd_ranks"] is None
         assert watcher.engine.get(a.key) == a  # kept with the alert while it fires

@@ -17,7 +17,7 @@ import pytest
 from textual.widgets import Input
 
 from console.app.app import GpuConsoleApp
-from console.app.screens.jobs import JobsScreen
+from console.app.screens.jobs import COLUMNS, JobsScreen
 from console.app.screens.logs import LogsScreen
 from console.app.screens.modals import AskScreen, ConfirmScreen, TextScreen
 from console.app.widgets.logpanes import LogPanes
@@ -545,7 +545,8 @@ async def test_a_stopped_job_exits_143_and_d_removes_it(app_env: CLI) -> None:
         job = jobs_screen(app).jobs[job_id]
         assert job.exit_code == 143, job
         table = jobs_screen(app).query_one("#jobs-table")
-        assert str(table.get_row(job_id)[7]) == "143"  # type: ignore[attr-defined]
+        exit_cell = table.get_row(job_id)[COLUMNS.index("EXIT")]  # type: ignore[attr-defined]
+        assert str(exit_cell) == "143"
         view = ps_job(cli, job_id)
         assert (view["state"], view["exit_code"]) == ("stopped", 143), view
         node_codes = [n["exit_code"] for n in view["nodes"]]  # type: ignore[attr-defined]

@@ -194,11 +194,11 @@ def _select_row(tmux: Tmux, job_id: str) -> None:
     # are still being handled may be mid-redraw)
     deadline = time.monotonic() + 30
     screen = tmux.screen()
-    while not ("REASON" in screen and f" {job_id} " in screen) and time.monotonic() < deadline:
+    while not (" KIND " in screen and f" {job_id} " in screen) and time.monotonic() < deadline:
         time.sleep(0.3)
         screen = tmux.screen()
     lines = screen.splitlines()
-    header = next((i for i, ln in enumerate(lines) if "REASON" in ln), None)
+    header = next((i for i, ln in enumerate(lines) if " KIND " in ln), None)
     assert header is not None and f" {job_id} " in screen, screen
     row = next(i for i, ln in enumerate(lines) if f" {job_id} " in ln)
     for _ in range(row - header - 1):
@@ -256,10 +256,10 @@ def test_x_on_a_running_job_hands_the_terminal_over_and_back(cli: CLI, tmux: Tmu
     tmux.wait_for("x Shell", timeout=10)
     time.sleep(0.5)
     tmux.keys("2")
-    tmux.wait_for("REASON", timeout=20)
+    tmux.wait_for(" KIND ", timeout=20)
     _select_row(tmux, job_id)
     screen = _shell_round(tmux, job_id, leak, ticks=6)
-    assert "REASON" in screen and job_id in screen, screen
+    assert " KIND " in screen and job_id in screen, screen
     tmux.keys("1")
     tmux.wait_for("sort host", timeout=20)
     screen = _quit_to_outer_shell(tmux)
