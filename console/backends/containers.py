@@ -406,7 +406,9 @@ async def explain_failure(
         text += "\n" + raw.decode("utf-8", errors="replace")
     if kernel is not None and kernel.own_lines:  # Xids on this node's GPUs: the engine ranks
         text += "\n" + "\n".join(kernel.own_lines)  # a reset-class one above CUDA errors
-    diag = diagnose(text) if text else None
+    # the diagnosis is CPU work over up to DIAGNOSIS_TAIL lines: off the event loop, so a
+    # reconcile that explains failed jobs does not hold up the app's keys and redraws
+    diag = await asyncio.to_thread(diagnose, text) if text else None
     if oom_killed and (diag is None or diag.kind in _ENDINGS):
         out["kind"] = "oom_killed"
         out["reason"] = (
@@ -425,7 +427,7 @@ async def explain_failure(
         other_text, _, other_raw, _ = await _node_evidence(session, other)
         if other_raw:
             other_text += "\n" + other_raw.decode("utf-8", errors="replace")
-        found = diagnose(other_text) if other_text else None
+        found = await asyncio.to_thread(diagnose, other_text) if other_text else None
         if found is not None and (diag is None or precedence_of(found) < precedence_of(diag)):
             diag = found
             out["node"], out["host"] = other.node_rank, other.host
