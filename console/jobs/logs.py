@@ -12,6 +12,7 @@ no rank.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import logging
 import re
@@ -102,6 +103,12 @@ async def _node_lines(
     in ``job.log_problems`` and the container's lines are shown without it; a node with no
     archive and no container to read is said there too."""
     fresh: list[LogLine] | None = None  # the container's lines, when it could be read
+    # the container is read from where the archive ends (all that archiving would keep),
+    # so reading a long-running job's log again costs what it wrote since, not all of it
+    try:
+        cursor = await store.call(store.archive_cursor, job.id, node.node_rank)
+    except StateError:
+        cursor = None  # an unreadable archive: read the container whole
     if node.container_id and job.removed_at is None and not archive_only:
         try:
             await session.connected(node.host)
@@ -109,7 +116,10 @@ async def _node_lines(
             if await engine.inspect(node.container_id) is not None:
                 job.gone.discard(node.node_rank)
                 fresh = [
-                    ln async for ln in follow_container(engine, node.container_id, follow=False)
+                    ln
+                    async for ln in follow_container(
+                        engine, node.container_id, cursor, follow=False
+                    )
                 ]
             else:
                 job.gone.add(node.node_rank)
@@ -118,7 +128,19 @@ async def _node_lines(
     lines: list[LogLine]
     try:
         if fresh is not None:
-            await store.call(store.archive, job.id, node.node_rank, fresh)
+            try:
+                await store.call(store.archive, job.id, node.node_rank, fresh)
+            except StateError as err:
+                if cursor is not None:  # shown without the archive: its older lines too
+                    with contextlib.suppress(StateError):
+                        fresh = (
+                            await store.call(store.read_archive_tail, job.id, node.node_rank, tail)
+                            if tail is not None
+                            else await store.call(
+                                lambda: list(store.read_archive(job.id, node.node_rank))
+                            )
+                        ) + fresh
+                raise err
         if tail is not None:
             # the archive is in time order, so the last `tail` lines at or after `since_ns`
             # are the last `tail` lines, filtered

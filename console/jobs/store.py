@@ -572,6 +572,26 @@ class Store:
             except OSError as e:
                 raise file_error(e, path, what="log archive", if_lost=IF_ARCHIVE_LOST) from e
 
+    def archive_cursor(self, job_id: str, node_rank: int) -> LogCursor | None:
+        """Where one node's archive ends, as a cursor to read its container from: the last
+        archived timestamp and the texts archived at it (what :meth:`archive` would keep
+        of a container's lines is exactly what the container wrote after it). ``None``
+        when the node has no archive or an empty one.
+
+        Raises:
+            StateError: the archive cannot be read.
+        """
+        path = self.log_path(job_id, node_rank)
+        f = self._open_archive(path)
+        if f is None:
+            return None
+        try:
+            with f:
+                last_ts, at_last = _tail_cursor(f)
+        except OSError as e:
+            raise file_error(e, path, what="log archive", if_lost=IF_ARCHIVE_LOST) from e
+        return LogCursor(last_ts, at_last) if last_ts >= 0 else None
+
     def read_archive_tail(self, job_id: str, node_rank: int, n: int) -> list[LogLine]:
         """The last ``n`` archived lines of one node, oldest first.
 

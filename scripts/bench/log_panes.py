@@ -720,6 +720,13 @@ def bench(args: argparse.Namespace, run: Run) -> dict[str, Any]:
         probers.append((side, prober, lambda: tm.capture(pane)))
         # the app and its children (the log intake process): CPU and RSS summed
         res_sides.append((side, lambda: [app_pid, *descendants(app_pid)]))
+        # the intake process alone, to split the app's CPU between its two processes
+        res_sides.append(
+            (
+                sides.setdefault("gpuconsole intake", Side("gpuconsole intake")),
+                lambda: descendants(app_pid),
+            )
+        )
         res_sides.append(
             (sides.setdefault("gpuconsole tmux", Side("gpuconsole tmux")), lambda: [tm_pid])
         )
@@ -974,6 +981,11 @@ def report(args: argparse.Namespace, out: dict[str, Any], wall: float) -> str:
             f"out; capture-pane takes {g['capture_ms']:.1f} ms (app) / "
             f"{b['capture_ms'] if b else nan:.1f} ms (baseline)"
         )
+        gi = s.get("gpuconsole intake")
+        if gi:
+            notes.append(
+                f"app CPU by process: UI {g['cpu'] - gi['cpu']:.0f} %, log intake {gi['cpu']:.0f} %"
+            )
         notes.append(
             "app RSS (MiB) by time since stream start: " + rss_curve(sides["gpuconsole"], t0, 10)
         )

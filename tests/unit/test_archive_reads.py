@@ -137,3 +137,18 @@ def test_resumed_batch_is_not_archived_twice_when_its_last_time_spans_many_block
     assert store.archive("j-1", 0, [*same, LogLine(3_000, "after")]) == 0
     back = list(store.read_archive("j-1", 0))
     assert [ln.text for ln in back] == ["before", *(ln.text for ln in same), "after"]
+
+
+def test_archive_cursor_is_where_the_archive_ends(store: Store) -> None:
+    assert store.archive_cursor("j-1", 0) is None  # no archive yet
+    store.archive("j-1", 0, [LogLine(1, "a"), LogLine(2, "b"), LogLine(2, "b"), LogLine(2, "c")])
+    cursor = store.archive_cursor("j-1", 0)
+    assert cursor is not None
+    assert (cursor.ts_ns, cursor.delivered) == (2, {"b": 2, "c": 1})
+    # read from it, a container's log keeps exactly what archiving would keep
+    cursor.rewind()
+    again = [LogLine(2, "b"), LogLine(2, "b"), LogLine(2, "c"), LogLine(2, "d"), LogLine(3, "e")]
+    assert [ln for ln in again if cursor.accept(ln)] == again[3:]
+    store.log_path("j-1", 1).parent.mkdir(parents=True, exist_ok=True)
+    store.log_path("j-1", 1).write_bytes(b"7 unfinished")  # an append cut short
+    assert store.archive_cursor("j-1", 1) is None
