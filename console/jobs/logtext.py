@@ -61,6 +61,10 @@ _FRAC_FORM = (
 # Unknown total: "42it [00:01, 3.1it/s]", "12.3MB [00:01, 10.2MB/s]".
 _OPEN_FORM = rf"(?P<n3>{_NUM})[A-Za-z]*\s*\[{_TIME},[^\]\[]*/[^\]\[]*\]"
 _BAR_RE = re.compile(f"{_PCT_FORM}|{_FRAC_FORM}|{_OPEN_FORM}")
+# What every bar form but the percentage one holds ("[" and an elapsed time), and every
+# bar's end: a cheap test that spares the bar patterns on ordinary lines, which start with
+# a "[rank0]:" or "[default0]:" prefix under torchrun.
+_TIME_BRACKET_RE = re.compile(r"\[\d+:\d{2}")
 # The end of a bar: its closing "[elapsed<remaining, rate]" bracket.
 _BAR_END_RE = re.compile(rf"(?:{_NUM}(?:/{_NUM})?[A-Za-z]*\s*){_BRACKET}")
 
@@ -124,7 +128,7 @@ def progress_key(plain: str) -> tuple[str, bool] | None:
         is the text before the bar without its trailing ``:`` and spaces; ``finished`` is
         ``n == total`` or 100%. ``None`` for any other line.
     """
-    if "[" not in plain and "%|" not in plain:
+    if "%|" not in plain and _TIME_BRACKET_RE.search(plain) is None:
         return None
     m = _BAR_RE.search(plain)
     if m is None:
@@ -283,7 +287,7 @@ def _render_overlay(text: str) -> str:
 
 def _split_glued_bars(text: str) -> list[str]:
     """Split tqdm bars glued to what follows them; later redraws of one bar win."""
-    if "[" not in text:
+    if _TIME_BRACKET_RE.search(text) is None:  # no bar's end: nothing glued
         return [text]
     pieces: list[str] = []
     pos = 0

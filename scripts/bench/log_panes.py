@@ -684,6 +684,7 @@ def bench(args: argparse.Namespace, run: Run) -> dict[str, Any]:
                 spy,
                 "record",
                 "--threads",
+                "--subprocesses",  # the log intake process too
                 "--nonblocking",
                 "-r",
                 "50",
