@@ -250,7 +250,10 @@ async def refresh(
         fields["exit_code"] = failed.exit_code if failed is not None else None
     elif failed is not None and not interrupted:
         fields["exit_code"] = failed.exit_code
-        if job.failure is None or job.failure.get("node") != failed.node_rank:
+        # explained once per first failed node (the root cause may be another node's)
+        if job.failure is None or failed.node_rank != job.failure.get(
+            "failed_node", job.failure.get("node")
+        ):
             job.failure = await explain_failure(session, failed, job.nodes)
             fields["failure"] = job.failure
     elif state == "succeeded":
@@ -382,6 +385,7 @@ async def explain_failure(
 
     out: FailureRecord = {
         "node": node.node_rank,
+        "failed_node": node.node_rank,
         "host": node.host,
         "exit_code": node.exit_code,
         "rank": None,

@@ -116,7 +116,7 @@ def display_lines(line: JobLogLine) -> list[Row]:
                 plain,
                 is_error_like(plain),
                 progress_key(plain),
-                cell_len(plain),
+                len(plain) if plain.isascii() else cell_len(plain),  # shaped: no controls
             )
         )
     return out

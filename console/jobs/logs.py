@@ -292,7 +292,7 @@ async def follow_job_log_batches(
                     on_state(n, s, why)
 
             async for batch in follow_container_batches(
-                engine, n.container_id, cursor, tail=tail, on_state=state
+                engine, n.container_id, cursor, tail=tail, on_state=state, pace_s=FOLLOW_PACE_S
             ):
                 queue.put_nowait((n, batch))
         except GpuConsoleError:
@@ -337,6 +337,10 @@ async def follow_job_log_batches(
             t.cancel()
         await asyncio.gather(*tasks, ticker, return_exceptions=True)
 
+
+FOLLOW_PACE_S = 0.04
+"""A followed stream that is not bursting is read at most this often (s): its lines arrive
+in batches of what it wrote meanwhile, not one wake-up per write of the job."""
 
 ARCHIVE_EVERY_S = 0.5
 """Seconds between two archive writes of a follow while lines keep coming."""

@@ -189,8 +189,8 @@ def shape(text: str) -> list[str]:
     Returns:
         At least one display line (``""`` for an empty line); each may contain SGR.
     """
-    if not _SPECIAL_RE.search(text):
-        rendered = text
+    if (text.isascii() and text.isprintable()) or not _SPECIAL_RE.search(text):
+        rendered = text  # printable ASCII (most lines: C-speed test) or nothing special
     elif _OVERLAY_HINT_RE.search(text):
         rendered = _render_overlay(text)
     else:

@@ -136,7 +136,9 @@ class FailureRecord(TypedDict, total=False):
     ``rank`` (global torchrun rank blamed, or None), ``reason`` (one line), ``fix`` (one line
     or None), ``kind`` (the diagnosis cause id, ``console/diagnosis``), ``evidence`` (the log
     lines it rests on), ``consequences`` (one line each: what followed from it),
-    ``interrupted`` (True for a launch interrupted before every container started).
+    ``interrupted`` (True for a launch interrupted before every container started),
+    ``failed_node`` (the first node that failed, whose exit was explained: ``node`` is
+    another when that node's log holds the root cause).
     """
 
     node: int
@@ -149,6 +151,7 @@ class FailureRecord(TypedDict, total=False):
     evidence: list[str]
     consequences: list[str]
     interrupted: bool
+    failed_node: int
 
 
 @dataclass

@@ -470,6 +470,9 @@ def run_app(job_id: str, stats_path: Path, profile_path: Path, intake: str = "pr
     import gc
     import logging
 
+    import console.app  # noqa: F401  # first, as in the app: it sets Textual up
+
+    # isort: split
     from textual import events
 
     from console.app.app import GpuConsoleApp
@@ -494,6 +497,7 @@ def run_app(job_id: str, stats_path: Path, profile_path: Path, intake: str = "pr
             super().__init__(service, **kw)
             self.keys: list[tuple[float, str]] = []
             self.timeline: list[tuple[float, int, float]] = []
+            self.frame_log: list[tuple[float, int, float, float]] = []
             self.opened_at: float | None = None
             self.logs: LogsScreen | None = None
             self._last_key: events.Key | None = None
@@ -540,6 +544,9 @@ def run_app(job_id: str, stats_path: Path, profile_path: Path, intake: str = "pr
         def _tick(self) -> None:
             taken = self.logs.lines_taken if self.logs is not None else 0
             self.timeline.append((time.time(), taken, proc_rss_mib(os.getpid())))
+            fr = self.frames()
+            if fr is not None:
+                self.frame_log.append((time.time(), fr["frames"], fr["interval_s"], fr["cost_s"]))
             if len(self.timeline) % 2 == 0:
                 self.write_stats()
 
@@ -562,10 +569,23 @@ def run_app(job_id: str, stats_path: Path, profile_path: Path, intake: str = "pr
                 "stalls": self.stalls,
                 "gc": self.gc_pauses,
                 "gc_objects": getattr(self, "gc_objects", None),
+                "frames": self.frame_log,
             }
             tmp = stats_path.with_suffix(".tmp")
             tmp.write_text(json.dumps(data))
             tmp.replace(stats_path)
+
+        def frames(self) -> dict[str, float] | None:
+            """The log panes' frame clock: frames drawn, their interval and cost now."""
+            from console.app.widgets.logpanes import LogPanes
+
+            try:
+                clock = self.logs.query_one(LogPanes).clock if self.logs else None
+            except Exception:  # the screen is gone
+                return None
+            if clock is None:
+                return None
+            return {"frames": clock.frames, "interval_s": clock.interval, "cost_s": clock.cost}
 
         async def on_unmount(self) -> None:  # runs before GpuConsoleApp.on_unmount
             from collections import Counter
@@ -1019,6 +1039,15 @@ def report(args: argparse.Namespace, out: dict[str, Any], wall: float) -> str:
             notes.append(
                 f"event loop during the streams: a 20 ms heartbeat ran late by p50 "
                 f"{pct(late, 0.5):.0f} / p95 {pct(late, 0.95):.0f} / max {max(late):.0f} ms"
+            )
+        fl = [f for f in app.get("frames") or [] if t0 <= f[0] <= t0 + secs]
+        if len(fl) >= 2:
+            per_s = (fl[-1][1] - fl[0][1]) / (fl[-1][0] - fl[0][0])
+            cost = 1000 * pct([f[3] for f in fl], 0.5)
+            every = 1000 * pct([f[2] for f in fl], 0.5)
+            notes.append(
+                f"log frames during the streams: {per_s:.1f} per s; one cost p50 {cost:.1f} ms "
+                f"of the UI thread, interval p50 {every:.0f} ms"
             )
         if app.get("gc_objects"):
             total, kinds = app["gc_objects"]

@@ -76,6 +76,9 @@ def test_root_cause_on_another_node_wins() -> None:
     got = asyncio.run(explain_failure(session, first, [other, first]))  # type: ignore[arg-type]
     assert got["kind"] == "cuda_illegal_memory_access"
     assert (got["node"], got["host"], got["rank"]) == (0, "a", 2)
+    # the node whose exit was explained: a reconcile that finds node 1 first failed again
+    # does not explain it again (it did so on every refresh while "node" was compared)
+    assert got["failed_node"] == 1
     assert got["consequences"][0].startswith("node 1: sigabrt: ")
     text = "\n".join(failure_lines(got))
     assert text.startswith(

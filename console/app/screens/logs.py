@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from rich.text import Text
-from textual import work
+from textual import events, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
@@ -369,6 +369,12 @@ class LogsScreen(Screen[None]):
             self.archive_errors[m.node_rank] = m.error
         if can_draw(self, self._composed):
             self.query_one("#logs-header", OneLine).show(self._header())
+
+    def on_key(self, _event: events.Key) -> None:
+        """Any key on this screen (a pane's, its prompt's): the panes' next log frame waits
+        a moment, so what the key does is drawn first, alone."""
+        if can_draw(self, self._composed):
+            self.query_one(LogPanes).input_arrived()
 
     def on_log_lines_arrived(self, m: LogLinesArrived) -> None:
         """Lines of this screen's job, or of a job shown beside it (``+``)."""

@@ -21,12 +21,14 @@ often as it likes); the pane syncs with the buffer at most every :data:`REFRESH_
 from __future__ import annotations
 
 import bisect
+import re
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import ClassVar, Literal
 
+from rich.ansi import AnsiDecoder
 from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
@@ -36,7 +38,7 @@ from textual.actions import SkipAction
 from textual.binding import Binding, BindingType
 from textual.cache import LRUCache
 from textual.content import Content
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.scrollbar import ScrollDown, ScrollTo, ScrollUp
@@ -91,6 +93,42 @@ def parse_filter(text: str) -> tuple[str, bool]:
     if text.startswith("!"):
         return text[1:].lower(), True
     return text.lower(), False
+
+
+_SGR_SPLIT_RE = re.compile(r"\x1b\[([0-9;:]*)m")
+_SGR_STYLES: dict[tuple[Style, str], Style] = {}
+_SGR_STYLES_MAX = 4096
+
+
+def sgr_style(current: Style, params: str) -> Style:
+    """The style after the SGR sequence ``ESC[<params>m`` on top of ``current``, as Rich's
+    :class:`~rich.ansi.AnsiDecoder` (what ``Text.from_ansi`` uses) computes it; cached (a
+    log uses a handful of sequences over and over)."""
+    key = (current, params)
+    style = _SGR_STYLES.get(key)
+    if style is None:
+        if len(_SGR_STYLES) >= _SGR_STYLES_MAX:
+            _SGR_STYLES.clear()
+        decoder = AnsiDecoder()
+        decoder.style = current
+        decoder.decode_line(f"\x1b[{params}m")
+        style = _SGR_STYLES[key] = decoder.style
+    return style
+
+
+def sgr_segments(text: str, base: Style) -> list[Segment]:
+    """The segments of a shaped line whose only escapes are SGR sequences, each run of text
+    in ``base`` plus its SGR colours: the same styles as ``Text.from_ansi(text)`` rendered
+    over ``base``, without Rich's per-character decoding."""
+    parts = _SGR_SPLIT_RE.split(text)
+    out: list[Segment] = []
+    sgr = Style.null()
+    for i, part in enumerate(parts):
+        if i % 2:
+            sgr = sgr_style(sgr, part)
+        elif part:
+            out.append(Segment(part, base + sgr if sgr else base))
+    return out
 
 
 def ascii_window(segments: list[Segment], start: int, span: int, width: int, pad: Style) -> Strip:
@@ -319,6 +357,7 @@ class LogPane(ScrollView, can_focus=True):
         self._max_width = 0  # widest line body in cells (no prefix)
         self._sync_scheduled = False
         self._strips: LRUCache[tuple[object, ...], Strip] = LRUCache(STRIP_CACHE)
+        self._row_ctx: tuple[int, int, int] | None = None  # (x, y, width) while rendering
         self._segment_styles: dict[str, Style] = {}  # see _styles(); until styles change
         self.add_class("-following")
         self._prompt: LogPrompt | None = None
@@ -344,9 +383,10 @@ class LogPane(ScrollView, can_focus=True):
         self._sync_scheduled = True
         self.set_timer(REFRESH_INTERVAL_S, self._scheduled_sync)
 
-    def flush(self) -> None:
-        """Sync with the buffer now (instead of at the next coalesced refresh)."""
-        self._sync()
+    def flush(self) -> bool:
+        """Sync with the buffer now (instead of at the next coalesced refresh); whether the
+        buffer had changed (the pane repaints)."""
+        return self._sync()
 
     def set_exit_code(self, code: int | None) -> None:
         """The stream ended: the border says ``exited <code>`` (``ended`` when the code is
@@ -550,8 +590,9 @@ class LogPane(ScrollView, can_focus=True):
         self._sync_scheduled = False
         self._sync()
 
-    def _sync(self) -> None:
-        """Bring the view up to date with the buffer (incrementally) and repaint."""
+    def _sync(self) -> bool:
+        """Bring the view up to date with the buffer (incrementally) and repaint; whether
+        it had changed."""
         buf = self.buffer
         top_before = self._top_line()
         # lines a merge of late lines may move: find them again by their seq afterwards
@@ -562,7 +603,7 @@ class LogPane(ScrollView, can_focus=True):
         }
         buf.settle()
         if buf.version == self._synced_version:
-            return
+            return False
         self.syncs += 1
         base, end = self._base(), buf.total
         moved = buf.rewritten_since(self._synced_version)
@@ -616,8 +657,9 @@ class LogPane(ScrollView, can_focus=True):
                 self._cursor = new.get(self._cursor)
             if top_before is not None and top_before >= moved and new.get(top_before) is not None:
                 self._after_view_change(new[top_before], None)
-                return
+                return True
         self._after_view_change(top_before, removed_rows)
+        return True
 
     def _find_seqs(self, seqs: set[int], start: int) -> dict[int, int]:
         """Absolute positions (at or after ``start``) of the lines with these ``seq`` s."""
@@ -805,12 +847,17 @@ class LogPane(ScrollView, can_focus=True):
         return styles
 
     def _plain_segments(self, line: DisplayLine) -> list[Segment] | None:
-        """The segments of a line of printable ASCII with no search match (one cell per
-        character, so a window of it is a string slice): most lines of a busy log, built
-        without Rich's markup and ANSI parsing; ``None`` for any other line (it takes
-        :meth:`_line_text`, which gives the same result for these)."""
+        """The segments of a line of printable ASCII, coloured or not, with no search match
+        (one cell per character, so a window of it is a string slice): most lines of a busy
+        log, built without Rich's markup and per-character ANSI decoding; ``None`` for any
+        other line (it takes :meth:`_line_text`, which gives the same result for these)."""
         raw = line.text
-        if len(raw) > MAX_RENDER_CHARS or not raw.isascii() or not raw.isprintable():
+        if len(raw) > MAX_RENDER_CHARS:
+            return None
+        coloured = not (raw.isascii() and raw.isprintable())
+        if coloured and not (
+            "\x1b" in raw and line.plain.isascii() and line.plain.isprintable()
+        ):  # shaped lines keep no escape but SGR: without them, printable ASCII
             return None
         if self._found(line):
             return None
@@ -821,7 +868,11 @@ class LogPane(ScrollView, can_focus=True):
         tag = self._tag(line)
         if tag:
             segments.append(Segment(tag + " ", styles["logpane--tag"]))
-        segments.append(Segment(raw, styles["logpane--error" if line.error else "base"]))
+        body = styles["logpane--error" if line.error else "base"]
+        if coloured:
+            segments += sgr_segments(raw, body)
+        else:
+            segments.append(Segment(raw, body))
         return segments
 
     def _render_row(
@@ -838,14 +889,25 @@ class LogPane(ScrollView, can_focus=True):
         full = Strip(text.render(self.app.console), text.cell_len)
         return full.crop_extend(start, start + span, style).adjust_cell_length(width, style)
 
+    def render_lines(self, crop: Region) -> list[Strip]:
+        """Textual's render of the rows in ``crop``: the scroll offset and the width are read
+        once for all of them (each read walks Textual's reactives and regions)."""
+        self._row_ctx = (*self.scroll_offset, self.scrollable_content_region.width)
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._row_ctx = None
+
     def render_line(self, y: int) -> Strip:
         """Textual's Line API: row ``y`` of the visible region (only visible rows are asked).
 
         Rows are cached as shown (window and width in the key), not as whole lines: a
         whole line's strip would keep Textual's caches of its crops alive with it."""
         self.lines_rendered += 1
-        scroll_x, scroll_y = self.scroll_offset
-        width = self.scrollable_content_region.width
+        ctx = self._row_ctx
+        if ctx is None:
+            ctx = (*self.scroll_offset, self.scrollable_content_region.width)
+        scroll_x, scroll_y, width = ctx
         style = self._styles()["base"]
         found = self._locate(scroll_y + y)
         if found is None:

@@ -10,6 +10,7 @@ order, as ``logs`` prints it); it appends every
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import ClassVar
@@ -19,13 +20,12 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.message import Message
+from textual.timer import Timer
 from textual.widget import Widget
 
-from console.app.widgets.logpane import REFRESH_INTERVAL_S, LogPane
+from console.app.widgets.frameclock import FrameClock
+from console.app.widgets.logpane import LogPane
 from console.jobs.logbuffer import LogBuffer
-
-BUSY_LINES = 500
-"""New display lines (all panes) in one tick beyond which the next tick waits twice as long."""
 
 WIDE_COLUMNS = 150
 """From this many terminal columns on, 5 or more panes are tiled in 3 columns (else 2)."""
@@ -154,9 +154,13 @@ class LogPanes(Widget):
         self._shown_merged = False
         self.layouts = 0
         """Layouts applied so far (one per burst of layout keys)."""
-        self._sync_scheduled = False
-        self._interval = REFRESH_INTERVAL_S
-        self._synced_total = 0
+        self.clock = FrameClock()
+        """When the shown panes repaint next (see :mod:`~console.app.widgets.frameclock`)."""
+        self._frame_timer: Timer | None = None
+        self._wanted_since: float | None = None  # when the first unshown change came
+        self._frame_left: list[LogPane] | None = None  # panes the running frame has left
+        self._frame_cost = 0.0  # UI thread CPU s the running frame's panes took so far
+        self._step_cpu: float | None = None  # UI thread CPU time at the last pane's sync
 
     def _tile(self, pane: LogPane, shown: bool) -> _Tile:
         tile = self._tiles[pane] = _Tile(pane)
@@ -312,26 +316,70 @@ class LogPanes(Widget):
         self._request_layout(group[0] if group else None)
 
     def notify_appended(self) -> None:
-        """Tell the panes their buffers may have changed. Cheap: every shown pane syncs at
-        the next shared tick (at most one per
-        :data:`~console.app.widgets.logpane.REFRESH_INTERVAL_S`), all in the same frame; an
-        unchanged pane costs nothing, a hidden one syncs when it is shown."""
-        if self._sync_scheduled or not self.is_mounted:
+        """Tell the panes their buffers may have changed. Cheap: the shown panes sync and
+        repaint together at the next frame (:class:`~console.app.widgets.frameclock
+        .FrameClock`: 10 a second at most, fewer while a flood would make the frames cost
+        more than their budget, none just after a key); an unchanged pane costs nothing, a
+        hidden one syncs when it is shown."""
+        if not self.is_mounted:
             return
-        self._sync_scheduled = True
-        self.set_timer(self._interval, self._sync_all)
+        now = time.monotonic()
+        if self._wanted_since is None:
+            self._wanted_since = now
+        if self._frame_timer is None and self._frame_left is None:
+            self._arm_frame(now, self._wanted_since)
 
-    def _sync_all(self) -> None:
-        self._sync_scheduled = False
-        total = sum(p.buffer.total for p in self._shown)
-        # a flood (more than BUSY_LINES new lines since the last tick) repaints half as often:
-        # nobody reads 5,000 lines a second, and the keys keep the time the repaints free
-        busy = total - self._synced_total > BUSY_LINES
-        self._interval = REFRESH_INTERVAL_S * (2 if busy else 1)
-        self._synced_total = total
-        for pane in self._shown:
-            if pane.is_mounted:
-                pane.flush()
+    def input_arrived(self) -> None:
+        """A key came: the next frame waits a moment, so the key's repaint goes alone."""
+        self.clock.key(time.monotonic())
+
+    def _arm_frame(self, now: float, wanted_since: float) -> None:
+        # Textual's timers take no zero delay: a millisecond is "now"
+        delay = max(0.001, self.clock.delay(now, wanted_since))
+        self._frame_timer = self.set_timer(delay, self._frame, name="log frame")
+
+    def _frame(self) -> None:
+        """Start a frame: the shown panes sync and repaint one after another, each in a
+        screen update of its own (see :meth:`_step`)."""
+        self._frame_timer = None
+        now = time.monotonic()
+        if self._wanted_since is None or self._frame_left is not None:
+            return
+        if self.clock.delay(now, self._wanted_since) > 0:  # a key came since it was set
+            self._arm_frame(now, self._wanted_since)
+            return
+        self._wanted_since = None
+        self.clock.started(now)
+        self._frame_cost = 0.0
+        self._step_cpu = None
+        self._frame_left = list(self._shown)
+        self._step()
+
+    def _step(self) -> None:
+        """Sync the frame's next pane that changed and let the screen draw it before the
+        next: a key waits behind one pane's repaint at most, never behind all of them; after
+        a key the frame waits (:meth:`FrameClock.hold`)."""
+        left = self._frame_left
+        if left is None:
+            return
+        if self._step_cpu is not None:  # the last pane's sync and screen update
+            self._frame_cost += time.thread_time() - self._step_cpu
+            self._step_cpu = None
+        hold = self.clock.hold(time.monotonic())
+        if hold > 0:
+            self.set_timer(hold, self._step, name="log frame step")
+            return
+        while left:
+            pane = left.pop(0)
+            cpu = time.thread_time()
+            if pane.is_mounted and pane.flush():
+                self._step_cpu = cpu
+                self.call_after_refresh(self._step)
+                return
+        self._frame_left = None
+        self.clock.painted(self._frame_cost)
+        if self._wanted_since is not None:  # lines came during the frame
+            self._arm_frame(time.monotonic(), self._wanted_since)
 
     def flush(self) -> None:
         """Sync every pane (shown or not) with its buffer now."""
