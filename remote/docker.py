@@ -886,8 +886,12 @@ class Engine:
         Raises:
             DockerError: the engine refused the request (with its message).
         """
-        path = await self.transport.docker_socket()
-        stream = read_log_batches(path, container_id, since_ns=since_ns, tail=tail, follow=follow)
+        try:
+            opened = await self.transport.open_engine_stream()
+        except OSError as e:  # the stream ends at once; the caller decides whether to resume
+            log.debug("[%s] logs of %s: cannot reach the engine: %s", self.host, container_id, e)
+            return
+        stream = read_log_batches(opened, container_id, since_ns=since_ns, tail=tail, follow=follow)
         try:
             async for batch in stream:
                 yield batch

@@ -27,6 +27,7 @@ import struct
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import Protocol
 from urllib.parse import quote, urlencode
 
 from remote.dockerapi import EngineRequestError, parse_head
@@ -289,8 +290,34 @@ class LogsRequestError(Exception):
         self.message = message
 
 
+class ByteReader(Protocol):
+    """The reading half of a stream to the engine (asyncio's ``StreamReader``, or an SSH
+    channel's reader): errors of the connection under it are ``OSError``."""
+
+    async def read(self, n: int) -> bytes:
+        """Up to ``n`` bytes; ``b""`` at the end of the stream."""
+        ...
+
+    async def readuntil(self, separator: bytes) -> bytes:
+        """Bytes up to and including ``separator``; ``asyncio.IncompleteReadError`` at the
+        end of the stream."""
+        ...
+
+
+class ByteWriter(Protocol):
+    """The writing half of a stream to the engine."""
+
+    def write(self, data: bytes) -> None:
+        """Queue ``data`` to send."""
+        ...
+
+    def close(self) -> None:
+        """Close the stream."""
+        ...
+
+
 async def read_log_batches(
-    socket_path: str,
+    socket_path: str | tuple[ByteReader, ByteWriter],
     container_id: str,
     *,
     since_ns: int | None = None,
@@ -301,7 +328,9 @@ async def read_log_batches(
     per socket read, from the Docker engine listening on ``socket_path``.
 
     Args:
-        socket_path: the engine's unix socket (local, or an SSH-forwarded one).
+        socket_path: the engine's unix socket (local, or an SSH-forwarded one), or a stream
+            to the engine already open (an SSH channel to its socket, see
+            :meth:`remote.transport.Transport.open_engine_stream`), which this closes.
         container_id: id or name.
         since_ns: only lines at or after this time (ns since the epoch; Docker may return a
             few lines at the cursor again: callers dedupe, see :mod:`remote.logs`).
@@ -326,11 +355,16 @@ async def read_log_batches(
     if tail is not None:
         params["tail"] = str(tail)
     target = f"/containers/{quote(container_id, safe='')}/logs?{urlencode(params)}"
-    try:
-        reader, writer = await asyncio.open_unix_connection(socket_path)
-    except OSError as e:
-        log.debug("logs of %s: cannot connect to %s: %s", container_id[:12], socket_path, e)
-        return
+    reader: ByteReader
+    writer: ByteWriter
+    if isinstance(socket_path, str):
+        try:
+            reader, writer = await asyncio.open_unix_connection(socket_path)
+        except OSError as e:
+            log.debug("logs of %s: cannot connect to %s: %s", container_id[:12], socket_path, e)
+            return
+    else:
+        reader, writer = socket_path
     try:
         writer.write(f"GET {target} HTTP/1.0\r\nHost: docker\r\n\r\n".encode())
         try:

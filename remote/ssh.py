@@ -36,6 +36,7 @@ from typing import Any
 import asyncssh
 from asyncssh.config import SSHClientConfig
 
+from remote.dockerlogs import ByteReader, ByteWriter
 from remote.errors import (
     AuthenticationFailed,
     ConnectionLost,
@@ -661,6 +662,31 @@ class SSHTransport(Transport):
                     ) from e
             return path
 
+    async def open_engine_stream(self) -> tuple[ByteReader, ByteWriter]:
+        """A new SSH channel to the host's engine socket (``direct-streamlocal``, asyncssh
+        ``open_unix_connection``): what the engine sends is read straight from the channel,
+        not relayed through the local forward of :meth:`docker_socket` (a socket write and
+        a wake-up less per SSH packet of a log follow).
+
+        Raises:
+            OSError: the channel could not be opened or the connection is gone.
+            DockerError: sshd refused the channel (streamlocal forwarding not allowed, or
+                nothing listens on the socket).
+        """
+        conn = await self._connection()
+        try:
+            reader, writer = await conn.open_unix_connection(self.target.docker_socket)
+        except asyncssh.ChannelOpenError as e:
+            raise DockerError(
+                self.name,
+                f"cannot open a channel to the Docker socket {self.target.docker_socket}: "
+                f"{e.reason}",
+                "check that sshd allows AllowStreamLocalForwarding and that docker runs",
+            ) from e
+        except (asyncssh.Error, OSError) as e:
+            raise ConnectionResetError(f"[{self.name}] {e}") from e
+        return _ChannelReader(reader), writer
+
     async def forward_local(
         self, remote_port: int, *, remote_host: str = "127.0.0.1", local_port: int = 0
     ) -> Forward:
@@ -1234,3 +1260,25 @@ async def bridge_terminal(proc: asyncssh.SSHClientProcess[bytes], *, tty: bool) 
     if proc.exit_status is not None:
         return proc.exit_status
     return 128 + _signal_number(proc.exit_signal[0]) if proc.exit_signal else 255
+
+
+class _ChannelReader:
+    """An SSH channel's reader as a :class:`~remote.dockerlogs.ByteReader`: the channel's
+    errors (the connection lost, the channel closed) are ``OSError`` s, as a socket's."""
+
+    def __init__(self, reader: asyncssh.SSHReader[bytes]) -> None:
+        self._reader = reader
+
+    async def read(self, n: int) -> bytes:
+        """Up to ``n`` bytes; ``b""`` at the end of the channel."""
+        try:
+            return await self._reader.read(n)
+        except asyncssh.Error as e:
+            raise ConnectionResetError(str(e)) from e
+
+    async def readuntil(self, separator: bytes) -> bytes:
+        """Bytes up to and including ``separator``."""
+        try:
+            return await self._reader.readuntil(separator)
+        except asyncssh.Error as e:
+            raise ConnectionResetError(str(e)) from e

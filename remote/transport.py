@@ -30,8 +30,12 @@ from collections.abc import Awaitable, Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from remote.errors import GpuConsoleError, RemoteCommandFailed, TransportError
+
+if TYPE_CHECKING:
+    from remote.dockerlogs import ByteReader, ByteWriter
 
 log = logging.getLogger("gpuconsole.remote")
 
@@ -348,6 +352,16 @@ class Transport(ABC):
         Raises:
             DockerError: the engine's socket is missing or the forward could not be opened.
         """
+
+    async def open_engine_stream(self) -> tuple[ByteReader, ByteWriter]:
+        """A new stream to the host's Docker engine (one HTTP exchange, e.g. a log follow):
+        here, a connection to :meth:`docker_socket`.
+
+        Raises:
+            OSError: the socket could not be connected.
+            DockerError: see :meth:`docker_socket`.
+        """
+        return await asyncio.open_unix_connection(await self.docker_socket())
 
     @abstractmethod
     async def _put_tree(self, local_dir: Path, remote_dir: str) -> None:

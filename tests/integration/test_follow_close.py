@@ -8,7 +8,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import docker
 import pytest
@@ -31,13 +31,37 @@ def _sockets() -> int:
     return n
 
 
-async def _follow_then_close(engine: Engine, cid: str) -> tuple[int, float]:
+def _sshd_unix_sockets() -> int:
+    """Unix sockets the test hosts' sshd sessions hold: one per channel to the Docker socket
+    (a follow over SSH reads a channel of its own; nothing opens here for it)."""
+    with open("/proc/net/unix") as f:
+        unix = {line.split()[6] for line in f.readlines()[1:] if len(line.split()) > 6}
+    n = 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if not f.read().startswith(b"sshd: "):
+                    continue
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            n += link.startswith("socket:[") and link[8:-1] in unix
+    return n
+
+
+async def _follow_then_close(
+    engine: Engine, cid: str, count: Callable[[], int] = _sockets
+) -> tuple[int, float]:
     """Follow until the first line, close; returns (sockets still open beyond those before
-    the follow, seconds the close took)."""
+    the follow, as ``count`` counts them, and the seconds the close took)."""
     got: list[str] = []
     threads = threading.active_count()
-    await engine.transport.docker_socket()  # the SSH forward's listener exists before
-    before = _sockets()
+    before = count()
 
     async def consume() -> None:
         async for line in engine.logs(cid, follow=True):
@@ -48,14 +72,14 @@ async def _follow_then_close(engine: Engine, cid: str) -> tuple[int, float]:
     while not got and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
     assert got == ["ready"]
-    assert _sockets() > before  # the follow's connection (and, over SSH, its forward)
+    assert count() > before  # the follow's connection (over SSH: its channel's, at sshd)
     assert threading.active_count() == threads  # read on the loop, no reader thread
     t0 = time.monotonic()
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
-    while _sockets() > before and time.monotonic() - t0 < 10:
+    while count() > before and time.monotonic() - t0 < 10:
         await asyncio.sleep(0.02)
-    return _sockets() - before, time.monotonic() - t0
+    return count() - before, time.monotonic() - t0
 
 
 @pytest.fixture
@@ -84,7 +108,11 @@ async def test_closing_a_follow_ends_its_reader_over_ssh(quiet_container: str, c
     session = Session(load_profile_file(cli.profile))
     try:
         await session.connected("a")
-        left, took = await _follow_then_close(session.engine("a"), quiet_container)
+        local = _sockets()
+        left, took = await _follow_then_close(
+            session.engine("a"), quiet_container, _sshd_unix_sockets
+        )
+        assert _sockets() == local  # read from the SSH channel: no local socket for it
     finally:
         await session.close()
     assert left == 0
