@@ -142,7 +142,7 @@ async def test_merged_view_and_its_filter_are_in_time_order_when_a_node_is_late(
         # clearing the filter: every line, still in time order
         await pilot.press("ampersand", *["backspace"] * 6, "enter")
         await pilot.pause()
-        merged.scroll_to(y=0, animate=False)
+        merged.action_scroll_home()  # `home`: the first line (pauses follow)
         await pilot.pause()
         assert pane_rows(app, merged)[:5] == [shown(ln, width) for ln in by_time(lines)[:5]]
 

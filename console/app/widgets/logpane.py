@@ -16,6 +16,12 @@ reads the buffer as it stood then (``peek``), so no repaint sees lines move unde
 
 Updates are coalesced: the owner calls :meth:`LogPane.notify_appended` after appending (as
 often as it likes); the pane syncs with the buffer at most every :data:`REFRESH_INTERVAL_S`.
+
+While following, the pane does not scroll: its canvas is one screen tall and it draws the
+view's last rows (:meth:`LogPane._top_row`), so new lines cost a repaint of the pane alone
+(a scroll makes Textual re-arrange the whole screen). Leaving the bottom (a key, the wheel, a
+search jump) pauses follow and turns the canvas into the whole view, scrolled to the rows that
+were shown; reaching the bottom again pins it back.
 """
 
 from __future__ import annotations
@@ -55,10 +61,6 @@ pane whose lines keep coming; keys repaint at once)."""
 MAX_RENDER_CHARS = 20_000
 """Characters of one line the pane formats at most (the buffer already caps lines at 10,000;
 this guards the layout against a buffer that does not)."""
-
-GROW_ROWS = 4096
-"""While following, the virtual canvas starts this many rows tall and doubles when the view
-outgrows it (a layout pass per doubling instead of per repaint)."""
 
 GROW_COLUMNS = 64
 """While following, the canvas's width grows in steps of this many cells."""
@@ -441,9 +443,22 @@ class LogPane(ScrollView, can_focus=True):
 
     @property
     def max_scroll_y(self) -> int:
-        """The last row's scroll offset: the virtual canvas may be taller than the view while
-        following (see :meth:`_after_view_change`), never scrolled past its last row."""
-        return max(0, self.row_count - self.container_size.height + self.scrollbar_size_horizontal)
+        """The last row's scroll offset; 0 while following (the canvas is pinned: one screen
+        tall, showing the view's last rows)."""
+        if self._following:
+            return 0
+        return max(0, self.row_count - self._page_rows())
+
+    def _page_rows(self) -> int:
+        """Rows of the view the pane shows at once."""
+        return self.container_size.height - self.scrollbar_size_horizontal
+
+    def _top_row(self) -> int:
+        """The view's row at the top of the pane: while following, the first of the last
+        screenful; else the scroll offset."""
+        if self._following:
+            return max(0, self.row_count - self._page_rows())
+        return round(self.scroll_y)
 
     @property
     def max_scroll_x(self) -> int:
@@ -525,7 +540,7 @@ class LogPane(ScrollView, can_focus=True):
     def visible_lines(self) -> list[DisplayLine]:
         """The buffer lines currently on screen, top to bottom (each once, even if wrapped)."""
         height = self.scrollable_content_region.height
-        top = round(self.scroll_y)
+        top = self._top_row()
         out: list[DisplayLine] = []
         seen: set[int] = set()
         for row in range(top, top + height):
@@ -723,41 +738,27 @@ class LogPane(ScrollView, can_focus=True):
         self._rows = rows
 
     def _after_view_change(self, top_before: int | None, removed_rows: int | None) -> None:
-        """Resize the virtual canvas, then stick to the bottom or keep the same top line."""
+        """Resize the virtual canvas, then (paused) keep the same top line; following, the
+        canvas stays one screen tall and the pane only repaints (see the module docstring)."""
         width = self._content_width()
-        rows = self.row_count
         if self._following:
-            # a new virtual size costs the whole screen a layout pass: while following, the
-            # canvas at least doubles when it grows (GROW_ROWS first; a few passes in all up
-            # to the buffer's cap) and the rows past the end are never scrolled to
-            # (max_scroll_y stops at the last row); exact again once the view is paused
-            grown = max(self.virtual_size.height, GROW_ROWS)
-            while grown < rows:
-                grown *= 2
-            rows = grown
-            width = -(-width // GROW_COLUMNS) * GROW_COLUMNS
-        size = Size(width, rows)
-        if size != self.virtual_size:
-            self.virtual_size = size
-        if self._following:
-            self._scroll_bottom()
-        elif removed_rows is not None:
-            self.scroll_to(y=max(0, self.scroll_y - removed_rows), animate=False, force=True)
-        elif top_before is not None:
-            self.scroll_to(
-                y=self._row_of(self._index_at_or_after(top_before)), animate=False, force=True
-            )
+            # the canvas widens in steps (a layout pass per step, not per repaint); nothing
+            # scrolls vertically
+            size = Size(-(-width // GROW_COLUMNS) * GROW_COLUMNS, self.container_size.height)
+            if size != self.virtual_size:
+                self.virtual_size = size
+        else:
+            size = Size(width, self.row_count)
+            if size != self.virtual_size:
+                self.virtual_size = size
+            if removed_rows is not None:
+                self.scroll_to(y=max(0, self.scroll_y - removed_rows), animate=False, force=True)
+            elif top_before is not None:
+                self.scroll_to(
+                    y=self._row_of(self._index_at_or_after(top_before)), animate=False, force=True
+                )
         self._update_title()
         self.refresh()
-
-    def _scroll_bottom(self) -> None:
-        self.scroll_to(y=self.max_scroll_y, animate=False, force=True)
-        # the horizontal scrollbar may appear at the next layout and move the bottom
-        self.call_after_refresh(self._stick_bottom)
-
-    def _stick_bottom(self) -> None:
-        if self._following and self.scroll_y != self.max_scroll_y:
-            self.scroll_to(y=self.max_scroll_y, animate=False, force=True)
 
     # -- rows <-> lines ------------------------------------------------------------------------
 
@@ -785,7 +786,7 @@ class LogPane(ScrollView, can_focus=True):
         return bisect.bisect_left(self._view, a)
 
     def _top_line(self) -> int | None:
-        found = self._locate(round(self.scroll_y))
+        found = self._locate(self._top_row())
         return self._view[found[0]] if found is not None else None
 
     # -- rendering -----------------------------------------------------------------------------
@@ -804,7 +805,7 @@ class LogPane(ScrollView, can_focus=True):
             self._rebuild_rows()
             self._after_view_change(top, None)
         elif self._following:
-            self._scroll_bottom()
+            self._after_view_change(None, None)  # the pinned canvas is one screen tall
 
     def _line_text(self, line: DisplayLine, is_cursor: bool) -> Text:
         raw = line.text if len(line.text) <= MAX_RENDER_CHARS else line.text[:MAX_RENDER_CHARS]
@@ -907,7 +908,8 @@ class LogPane(ScrollView, can_focus=True):
         ctx = self._row_ctx
         if ctx is None:
             ctx = (*self.scroll_offset, self.scrollable_content_region.width)
-        scroll_x, scroll_y, width = ctx
+        scroll_x, _scroll_y, width = ctx
+        scroll_y = self._top_row()
         style = self._styles()["base"]
         found = self._locate(scroll_y + y)
         if found is None:
@@ -979,25 +981,34 @@ class LogPane(ScrollView, can_focus=True):
     def _set_following(self, following: bool) -> None:
         if following == self._following:
             return
+        top = self._top_row()  # the rows shown, kept when the canvas changes
         self._following = following
         self.set_class(following, "-following")
         self._paused_end = None if following else self._synced_end
-        exact = Size(self._content_width(), self.row_count)
-        if not following and self.virtual_size != exact:
-            # paused: the scrollbars show, so the canvas is exactly the view
-            self.virtual_size = exact
         if following:
             self._cursor = None
             self._strips.clear()
-            self.refresh()
-        self._update_title()
+        else:
+            # paused: the canvas becomes the whole view, scrolled to what was shown
+            exact = Size(self._content_width(), self.row_count)
+            if self.virtual_size != exact:
+                self.virtual_size = exact
+            self.scroll_to(y=top, animate=False, force=True)
+        self._after_view_change(None, None)
         self.post_message(self.FollowChanged(self, following))
 
     def _follow_from_position(self) -> None:
         """After a user scroll: following exactly when the view is at the bottom."""
-        self._set_following(self.scroll_y >= self.max_scroll_y)
+        if not self._following:
+            self._set_following(self.scroll_y >= self.max_scroll_y)
 
     def _scroll_rows_to(self, y: float) -> None:
+        """Show the view from row ``y`` (clamped): above the bottom pauses follow, at the
+        bottom resumes it."""
+        if self._following:
+            if y >= self._top_row():
+                return  # at the bottom already
+            self._set_following(False)
         self.scroll_to(y=max(0.0, min(y, self.max_scroll_y)), animate=False, force=True)
         self._follow_from_position()
 
@@ -1009,23 +1020,22 @@ class LogPane(ScrollView, can_focus=True):
         """``G``/``end``: jump to the last line and resume follow."""
         self._sync()
         self._set_following(True)
-        self._scroll_bottom()
 
     def action_scroll_up(self) -> None:
         """``up``: one row up (pauses follow)."""
-        self._scroll_rows_to(self.scroll_y - 1)
+        self._scroll_rows_to(self._top_row() - 1)
 
     def action_scroll_down(self) -> None:
         """``down``: one row down (reaching the bottom resumes follow)."""
-        self._scroll_rows_to(self.scroll_y + 1)
+        self._scroll_rows_to(self._top_row() + 1)
 
     def action_page_up(self) -> None:
         """``pageup``: one page up (pauses follow)."""
-        self._scroll_rows_to(self.scroll_y - max(1, self.scrollable_content_region.height))
+        self._scroll_rows_to(self._top_row() - max(1, self.scrollable_content_region.height))
 
     def action_page_down(self) -> None:
         """``pagedown``: one page down."""
-        self._scroll_rows_to(self.scroll_y + max(1, self.scrollable_content_region.height))
+        self._scroll_rows_to(self._top_row() + max(1, self.scrollable_content_region.height))
 
     def action_scroll_home(self) -> None:
         """``home``: first line (pauses follow)."""
@@ -1060,19 +1070,15 @@ class LogPane(ScrollView, can_focus=True):
     def _wheel(self, event: events.MouseScrollUp | events.MouseScrollDown, step: int) -> None:
         """One wheel step as Textual's widgets take it (the app's scroll sensitivity in rows,
         in columns with ctrl or shift); the event goes no further when the pane moved."""
-        before = self.scroll_offset
+        before = (self.scroll_offset, self._top_row())
         if event.ctrl or event.shift:
             if self.allow_horizontal_scroll:
                 self.scroll_to(
                     x=self.scroll_target_x + step * self.app.scroll_sensitivity_x, animate=False
                 )
-        else:
-            if self.allow_vertical_scroll:
-                self.scroll_to(
-                    y=self.scroll_target_y + step * self.app.scroll_sensitivity_y, animate=False
-                )
-            self._follow_from_position()
-        if self.scroll_offset != before:
+        elif self._following or self.allow_vertical_scroll:
+            self._scroll_rows_to(self._top_row() + step * self.app.scroll_sensitivity_y)
+        if (self.scroll_offset, self._top_row()) != before:
             event.stop()
 
     def on_scroll_to(self, message: ScrollTo) -> None:
@@ -1261,14 +1267,12 @@ class LogPane(ScrollView, can_focus=True):
         ):
             anchor = ci
         else:
-            top = self._locate(round(self.scroll_y))
+            top = self._locate(self._top_row())
             top_vi = top[0] if top is not None else n - 1
             if direction > 0:
                 anchor = top_vi - 1
             else:
-                bottom = self._locate(
-                    round(self.scroll_y) + self.scrollable_content_region.height - 1
-                )
+                bottom = self._locate(self._top_row() + self.scrollable_content_region.height - 1)
                 anchor = (bottom[0] if bottom is not None else n - 1) + 1
         for k in range(1, n + 1):
             vi = (anchor + direction * k) % n
