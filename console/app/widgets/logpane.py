@@ -359,7 +359,7 @@ class LogPane(ScrollView, can_focus=True):
         self._max_width = 0  # widest line body in cells (no prefix)
         self._sync_scheduled = False
         self._strips: LRUCache[tuple[object, ...], Strip] = LRUCache(STRIP_CACHE)
-        self._row_ctx: tuple[int, int, int] | None = None  # (x, y, width) while rendering
+        self._row_ctx: tuple[int, int, int] | None = None  # (x, top row, width) while rendering
         self._segment_styles: dict[str, Style] = {}  # see _styles(); until styles change
         self.add_class("-following")
         self._prompt: LogPrompt | None = None
@@ -891,9 +891,14 @@ class LogPane(ScrollView, can_focus=True):
         return full.crop_extend(start, start + span, style).adjust_cell_length(width, style)
 
     def render_lines(self, crop: Region) -> list[Strip]:
-        """Textual's render of the rows in ``crop``: the scroll offset and the width are read
-        once for all of them (each read walks Textual's reactives and regions)."""
-        self._row_ctx = (*self.scroll_offset, self.scrollable_content_region.width)
+        """Textual's render of the rows in ``crop``: the scroll offset, the top row and the
+        width are read once for all of them (each read walks Textual's reactives and
+        regions)."""
+        self._row_ctx = (
+            self.scroll_offset.x,
+            self._top_row(),
+            self.scrollable_content_region.width,
+        )
         try:
             return super().render_lines(crop)
         finally:
@@ -907,9 +912,8 @@ class LogPane(ScrollView, can_focus=True):
         self.lines_rendered += 1
         ctx = self._row_ctx
         if ctx is None:
-            ctx = (*self.scroll_offset, self.scrollable_content_region.width)
-        scroll_x, _scroll_y, width = ctx
-        scroll_y = self._top_row()
+            ctx = (self.scroll_offset.x, self._top_row(), self.scrollable_content_region.width)
+        scroll_x, scroll_y, width = ctx
         style = self._styles()["base"]
         found = self._locate(scroll_y + y)
         if found is None:
