@@ -5,7 +5,7 @@ Sources: 8 real containers on the two test hosts (4 labelled host ``a``, 4 host 
 dockerd serves both), each a python3 loop writing ``--rate`` lines/s (paced every 10 ms) for
 ``--seconds`` s from a common start time, then idling. They carry gpuconsole's job labels
 (``console/jobs/labels.py``), so the app adopts them as one job of 8 nodes and follows each
-through the real service (SSH-forwarded Docker socket, ``remote.logs.follow_container``), 4
+through the real service (an SSH channel to the Docker socket, ``remote.logs.follow_container``), 4
 over host a's SSH connection and 4 over host b's. Lines look like a training log: a torchrun
 rank prefix, a step record; every 10th line is coloured (ANSI SGR), every 50th is a tqdm bar
 redrawn 4 times with ``\\r``. Each line carries a marker ``k<node>:<seq> @<ms>`` (sequence
@@ -831,6 +831,12 @@ def bench(args: argparse.Namespace, run: Run) -> dict[str, Any]:
         t.start()
     try:
         while time.time() < t_end + 1:
+            if (
+                "gpuconsole" in sides
+                and "archive_5s" not in out
+                and time.time() >= t0 + args.seconds + 5
+            ):  # the archive 5 s after the streams stopped
+                out["archive_5s"] = archive_counts(state, job_id)
             time.sleep(0.5)
     finally:
         stop.set()
@@ -962,6 +968,15 @@ def report(args: argparse.Namespace, out: dict[str, Any], wall: float) -> str:
         [
             "lines archived at exit (distinct markers) / missing",
             f"{arch[1]:,} / {produced - arch[1]:,}" if g else "-",
+            "- / 0 (pty)",
+            "-",
+        ]
+    )
+    a5 = out.get("archive_5s", (0, 0))
+    rows.append(
+        [
+            "lines archived 5 s after the streams stopped / missing",
+            f"{a5[1]:,} / {produced - a5[1]:,}" if g and "archive_5s" in out else "-",
             "- / 0 (pty)",
             "-",
         ]
