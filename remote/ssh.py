@@ -31,12 +31,11 @@ import weakref
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import asyncssh
 from asyncssh.config import SSHClientConfig
 
-from remote.dockerlogs import ByteReader, ByteWriter
 from remote.errors import (
     AuthenticationFailed,
     ConnectionLost,
@@ -58,6 +57,9 @@ from remote.transport import (
     local_temp_dir,
     unsyncable_names,
 )
+
+if TYPE_CHECKING:
+    from remote.dockerlogs import ByteReader, ByteWriter
 
 #: Ciphers offered, in order of preference: AES-GCM first. asyncssh's default puts
 #: chacha20-poly1305 first, which it runs as two new cipher contexts and a Poly1305 per
