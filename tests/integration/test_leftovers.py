@@ -109,7 +109,7 @@ def mine(tmpdir: Path, pid: int, kind: str) -> list[Path]:
     return [p for p in tmpdir.iterdir() if p.name.startswith(f"gpuconsole-{pid}-{kind}")]
 
 
-def test_sigkilled_logs_follow_leaves_socket_dirs_the_next_run_removes(
+def test_sigkilled_watch_leaves_socket_dirs_the_next_run_removes(
     lo: tuple[CLI, Path, Path],
 ) -> None:
     cli, profile, tmpdir = lo
@@ -121,17 +121,21 @@ def test_sigkilled_logs_follow_leaves_socket_dirs_the_next_run_removes(
     )
     assert res.returncode == 0, res.stderr
     job_id = res.stdout.split()[0]
-    follower = popen(cli, profile, "logs", "-f", job_id)
+    # `watch` reconciles the job through the engine's API: the forwarded Docker socket (a
+    # log follow reads an SSH channel of its own and forwards nothing)
+    watcher = popen(cli, profile, "watch", "--json", "--interval", "1")
     try:
-        assert follower.stdout is not None
-        wait_for(
-            lambda: "step 1/100" in (follower.stdout.readline() or ""), timeout=120, interval=0
+        socks = wait_for(
+            lambda: [
+                d for d in mine(tmpdir, watcher.pid, "sock-lo-a") if (d / "docker.sock").exists()
+            ],
+            timeout=120,
+            interval=0.2,
         )
-        socks = mine(tmpdir, follower.pid, "sock-lo-a")
-        assert len(socks) == 1 and (socks[0] / "docker.sock").exists()
+        assert len(socks) == 1
     finally:
-        follower.send_signal(signal.SIGKILL)
-        follower.wait()
+        watcher.send_signal(signal.SIGKILL)
+        watcher.wait()
     assert socks[0].exists()  # nothing removed it: the process had no chance
     res = cli.run("ps", profile=profile)
     assert res.returncode == 0, res.stderr
