@@ -43,6 +43,7 @@ from console.jobs.status import (
 from console.jobs.store import FailureRecord, JobRecord, NodeRecord, Store
 from remote.docker import parse_rfc3339_ns
 from remote.errors import GpuConsoleError
+from remote.gang import TEARDOWN_EXIT_CODE
 from remote.runtimes import host_runtime_nodes, is_docker_id
 
 if TYPE_CHECKING:  # the failure path imports diagnosis and the kernel log (CLI start-up)
@@ -435,7 +436,11 @@ async def explain_failure(
         if found is not None and (diag is None or precedence_of(found) < precedence_of(diag)):
             diag = found
             out["node"], out["host"] = other.node_rank, other.host
-            out["exit_code"], out["rank"] = other.exit_code, None
+            out["rank"] = None
+            # a node the gang tore down (it may have lost the race to exit first) carries
+            # no cause in its code: the job keeps the failed node's own
+            if other.exit_code is not None and other.exit_code != TEARDOWN_EXIT_CODE:
+                out["exit_code"] = other.exit_code
             message = None
     context = list(kernel.context) if kernel is not None else []
     if diag is None:

@@ -104,3 +104,21 @@ def test_oom_killed_container_beats_a_bare_sigkill() -> None:
     assert got["kind"] == "oom_killed"
     assert "OOM killer" in got["reason"]
     assert got["consequences"] and "SIGKILL" in got["consequences"][0]
+
+
+def test_root_cause_on_a_torn_down_node_keeps_the_failed_nodes_code() -> None:
+    # node 0 exited 1 first (its ranks lost their peer); node 1, whose log holds the root
+    # cause, was torn down by the gang (exit 75, remote.gang.TEARDOWN_EXIT_CODE): the job's
+    # exit code is node 0's 1, not the teardown's 75
+    from remote.gang import TEARDOWN_EXIT_CODE
+
+    cuda = (DATA / "cases" / "torchrun" / "trun-12.txt").read_text()
+    session = FakeSessionOfOneEngine(FakeEngineServingLogs({"c0": "peer gone\n", "c1": cuda}))
+    first, torn = _node(0, "a", 1), _node(1, "b", TEARDOWN_EXIT_CODE)
+    got = asyncio.run(explain_failure(session, first, [first, torn]))  # type: ignore[arg-type]
+    assert (got["kind"], got["node"], got["failed_node"]) == ("cuda_illegal_memory_access", 1, 0)
+    assert got["exit_code"] == 1
+    # a cause node with a real code of its own gives it
+    torn.exit_code = 134
+    got = asyncio.run(explain_failure(session, first, [first, torn]))  # type: ignore[arg-type]
+    assert got["exit_code"] == 134
