@@ -14,8 +14,10 @@ from rich.style import Style
 from textual import events
 from textual.app import App, ComposeResult
 from textual.containers import Vertical
+from textual.geometry import Region
 from textual.pilot import Pilot
 from textual.strip import Strip
+from textual.widget import Widget
 from textual.widgets import Footer, Input
 
 from console.app.widgets.logpane import LogPane, ascii_window
@@ -1014,6 +1016,65 @@ async def test_plain_line_fast_path_renders_as_the_rich_path(merged: bool) -> No
                     ], (dl.plain, start)
                     checked += 1
         assert checked == 2 * 5 * 6
+
+
+@pytest.mark.parametrize("theme", ["textual-dark", "textual-light"])
+async def test_framed_rows_render_as_textuals_styles_cache(theme: str) -> None:
+    """LogPane._framed_lines (border rows from Textual, content rows framed once per
+    strip) gives exactly what Textual's StylesCache draws, in every state a pane has."""
+    bufs = [LogBuffer(), LogBuffer()]
+    for n, buf in enumerate(bufs):
+        fill(
+            buf,
+            [f"step {i} loss 2.5 \x1b[32mok\x1b[0m needle {i % 7}" for i in range(300)]
+            + ["RuntimeError: boom", "世界 wide", "x" * 400],
+            node=n,
+        )
+    app = PanesApp([("node 0 · host a", bufs[0]), ("node 1 · host b", bufs[1])])
+    app.theme = theme
+    async with app.run_test(size=SIZE) as pilot:
+        panes = app.query_one(LogPanes)
+        await settle(pilot, panes)
+        checked = 0
+
+        def same(pane: LogPane, what: str) -> None:
+            nonlocal checked
+            height = pane.region.height
+            for crop in (pane.region.reset_offset, Region(3, 0, 20, height)):
+                pane._styles_cache.clear()  # Textual's render, not its cached rows
+                framed = pane._framed_lines(crop)
+                assert framed is not None, what
+                pane._row_ctx = (
+                    pane.scroll_offset.x,
+                    pane._top_row(),
+                    pane.scrollable_content_region.width,
+                )
+                textual = Widget.render_lines(pane, crop)
+                pane._row_ctx = None
+                assert len(framed) == len(textual) == crop.height
+                for y, (a, b) in enumerate(zip(framed, textual)):
+                    assert [(s.text, s.style) for s in a.simplify()] == [
+                        (s.text, s.style) for s in b.simplify()
+                    ], (what, y)
+                checked += 1
+
+        first, second = panes.panes
+        same(first, "focused, following")
+        same(second, "unfocused, following")
+        await pilot.press("up", "up", "up")  # paused: scrollbars show
+        await settle(pilot, panes)
+        same(first, "paused, cursor")
+        await pilot.press("slash", *"needle", "enter")
+        await settle(pilot, panes)
+        same(first, "search matches")
+        await pilot.press("w", "t")
+        await settle(pilot, panes)
+        same(first, "wrapped, timestamps")
+        await pilot.press("tab")
+        await settle(pilot, panes)
+        same(first, "after focus moved away")
+        same(second, "after focus moved here")
+        assert checked == 2 * 7
 
 
 def contrast(fg: Color, bg: Color) -> float:

@@ -40,6 +40,7 @@ from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual import events
+from textual._border import get_box
 from textual.actions import SkipAction
 from textual.binding import Binding, BindingType
 from textual.cache import LRUCache
@@ -49,6 +50,7 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.scrollbar import ScrollDown, ScrollTo, ScrollUp
 from textual.strip import Strip
+from textual.style import Style as TextualStyle
 from textual.widget import Widget
 from textual.widgets import Input
 
@@ -360,6 +362,10 @@ class LogPane(ScrollView, can_focus=True):
         self._sync_scheduled = False
         self._strips: LRUCache[tuple[object, ...], Strip] = LRUCache(STRIP_CACHE)
         self._row_ctx: tuple[int, int, int] | None = None  # (x, top row, width) while rendering
+        # framed rows (see _framed_lines): id(content strip) -> (that strip, framed strip),
+        # valid for the border segments in _frame_ends
+        self._framed: LRUCache[int, tuple[Strip, Strip]] = LRUCache(STRIP_CACHE * 2)
+        self._frame_ends: tuple[Segment, Segment] | None = None
         self._segment_styles: dict[str, Style] = {}  # see _styles(); until styles change
         self.add_class("-following")
         self._prompt: LogPrompt | None = None
@@ -795,6 +801,7 @@ class LogPane(ScrollView, can_focus=True):
         """Styles changed: cached strips carry old colours."""
         super().notify_style_update()
         self._strips.clear()
+        self._framed.clear()
         self._segment_styles.clear()
 
     def on_resize(self, event: events.Resize) -> None:
@@ -900,9 +907,74 @@ class LogPane(ScrollView, can_focus=True):
             self.scrollable_content_region.width,
         )
         try:
-            return super().render_lines(crop)
+            framed = self._framed_lines(crop)
+            return framed if framed is not None else super().render_lines(crop)
         finally:
             self._row_ctx = None
+
+    def _framed_lines(self, crop: Region) -> list[Strip] | None:
+        """The rows in ``crop`` as Textual's ``StylesCache.render_line`` draws a widget with a
+        border and nothing else (no padding, outline, tint, hatch or opacity), with the
+        border rows from Textual itself and each content row framed once per content strip:
+        a following pane's rows move up a row at every frame, so Textual's per-row cache
+        (by ``y``) misses on every row while these hit. ``None`` when the pane's styles use
+        anything else (Textual renders it then). Equality with Textual's render is tested
+        (tests/app/test_logpane.py)."""
+        styles = self.styles
+        (top, _), (right, right_color), (bottom, _), (left, left_color) = styles.border
+        outline = styles.outline
+        if (
+            self.BLANK
+            or not (top and right and bottom and left)
+            or any(edge for edge, _ in outline)
+            or styles.padding != (0, 0, 0, 0)
+            or styles.text_opacity != 1.0
+            or self.opacity != 1.0
+            or styles.tint.a
+            or (styles.has_rule("hatch") and styles.hatch != "none")
+        ):
+            return None
+        width, height = self.region.size
+        content_width, content_height = self.content_region.size
+        base_background, background = self.background_colors
+        inner = TextualStyle(background=base_background + background)
+        outer = TextualStyle(background=base_background)
+        ends = (
+            get_box(left, inner, outer, TextualStyle(foreground=base_background + left_color))[1][
+                0
+            ],
+            get_box(right, inner, outer, TextualStyle(foreground=base_background + right_color))[1][
+                2
+            ],
+        )
+        if ends != self._frame_ends:
+            self._framed.clear()
+            self._frame_ends = ends
+        pad = inner.rich_style
+        filters = self.get_line_filters()
+        framed_cache = self._framed
+        x1, x2 = crop.column_span
+        whole = (x1, x2) == (0, width)
+        out: list[Strip] = []
+        for y in crop.line_range:
+            if y == 0 or y == height - 1:  # the border rows, titles included: Textual's own
+                strip = super().render_lines(Region(0, y, width, 1))[0]
+            else:
+                if y - 1 < content_height:
+                    content = self.render_line(y - 1)
+                else:
+                    content = Strip.blank(content_width, pad)
+                hit = framed_cache.get(id(content))
+                if hit is not None and hit[0] is content:
+                    strip = hit[1]
+                else:
+                    body = content.adjust_cell_length(content_width, pad)
+                    strip = Strip([ends[0], *body, ends[1]], width)
+                    framed_cache[id(content)] = (content, strip)
+                for line_filter in filters:
+                    strip = strip.apply_filter(line_filter, background)
+            out.append(strip if whole else strip.crop(x1, x2))
+        return out
 
     def render_line(self, y: int) -> Strip:
         """Textual's Line API: row ``y`` of the visible region (only visible rows are asked).
