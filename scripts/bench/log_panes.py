@@ -496,6 +496,7 @@ def run_app(job_id: str, stats_path: Path, profile_path: Path, intake: str = "pr
         def __init__(self, service: Service, **kw: Any) -> None:
             super().__init__(service, **kw)
             self.keys: list[tuple[float, str]] = []
+            self.writes: list[float] = []  # when a screen update went to the terminal
             self.timeline: list[tuple[float, int, float]] = []
             self.frame_log: list[tuple[float, int, float, float]] = []
             self.opened_at: float | None = None
@@ -531,6 +532,11 @@ def run_app(job_id: str, stats_path: Path, profile_path: Path, intake: str = "pr
 
             loop.call_later(0.02, beat, time.perf_counter() + 0.02)
 
+        def _end_update(self) -> None:
+            super()._end_update()
+            if self.keys and self.keys[-1][0] > (self.writes[-1] if self.writes else 0.0):
+                self.writes.append(time.time())  # the first write after each key only
+
         def _open_when_adopted(self) -> None:
             if self.logs is not None:
                 return
@@ -562,6 +568,7 @@ def run_app(job_id: str, stats_path: Path, profile_path: Path, intake: str = "pr
             data = {
                 "opened_at": self.opened_at,
                 "keys": self.keys,
+                "writes": self.writes,
                 "timeline": self.timeline,
                 "lines_taken": logs.lines_taken if logs else 0,
                 "buffers": {str(n): len(b) for n, b in logs.by_node.items()} if logs else {},
@@ -1049,6 +1056,17 @@ def report(args: argparse.Namespace, out: dict[str, Any], wall: float) -> str:
                 f"key received by the app after send-keys: p50 {pct(d, 0.5):.0f} ms, "
                 f"p95 {pct(d, 0.95):.0f} ms"
             )
+            writes = app.get("writes") or []
+            w = [
+                1000 * (next((x for x in writes if x >= k), k) - k)
+                for k in ks
+                if any(x >= k for x in writes)
+            ]
+            if w:
+                notes.append(
+                    f"key received -> the app's next screen write: p50 {pct(w, 0.5):.0f} ms, "
+                    f"p95 {pct(w, 0.95):.0f} ms"
+                )
         late = [ms for t, ms in app.get("stalls", []) if t0 <= t <= t0 + secs]
         if late:
             notes.append(

@@ -20,7 +20,7 @@ from textual.widgets import DataTable, Static
 from console.alerts.model import Alert
 from console.alerts.rows import age_text, alert_state, subject
 from console.app.host import AppHost, host
-from console.app.lifecycle import can_draw
+from console.app.lifecycle import can_draw, seen
 from console.app.widgets.footer import FittedFooter
 from console.app.widgets.status import StatusLine
 from console.app.widgets.tables import cursor_key
@@ -141,8 +141,8 @@ class AlertsScreen(Screen[None]):
         self._draw()
 
     def _draw(self) -> None:
-        if not can_draw(self, self._composed):
-            return
+        if not can_draw(self, self._composed) or not seen(self):
+            return  # under another screen: drawn by on_screen_resume when shown again
         table = self.query_one(DataTable)
         current = self.selected()
         now = self.clock()

@@ -32,7 +32,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Input
 
-from console.app.lifecycle import can_draw
+from console.app.lifecycle import can_draw, seen
 from console.app.widgets.fleet import DetailPanel, FleetTable
 from console.app.widgets.footer import FittedFooter
 from console.app.widgets.gpupanel import HistoryChart, ProcessTable
@@ -255,6 +255,7 @@ class FleetScreen(Screen[None]):
         self.shown: list[HostGroup] = []
         self.state: FleetState | None = None
         self._ready = False
+        self._stale = False  # a state arrived while another screen was shown
 
     def compose(self) -> ComposeResult:
         yield OneLine(id="fleet-summary")
@@ -304,8 +305,18 @@ class FleetScreen(Screen[None]):
         The cursor stays on the same host/GPU row when it is still shown.
         """
         self.state = state
+        if self._ready and not seen(self):
+            # under another screen: drawn when it is shown again (a hidden screen's repaint
+            # would make Textual repaint the whole screen on top of it)
+            self._stale = True
+            return
         self.groups = fleet_rows(state, now=self.clock(), history_points=self.history_points)
         self._render_rows()
+
+    def on_screen_resume(self) -> None:
+        if self._stale and self.state is not None:
+            self._stale = False
+            self.update_fleet(self.state)
 
     def _render_rows(self) -> None:
         if not can_draw(self, self._ready):  # kept in self.groups, drawn on mount

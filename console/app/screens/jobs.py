@@ -28,7 +28,7 @@ from textual.widgets import DataTable, Input, Static
 
 from console.alerts.model import Alert
 from console.app.host import AppHost, host
-from console.app.lifecycle import can_draw
+from console.app.lifecycle import can_draw, seen
 from console.app.widgets.footer import FittedFooter
 from console.app.widgets.oneline import OneLine
 from console.app.widgets.status import StatusLine
@@ -324,8 +324,8 @@ class JobsScreen(Screen[None]):
         self._draw()
 
     def _draw(self) -> None:
-        if not can_draw(self, self._composed):
-            return
+        if not can_draw(self, self._composed) or not seen(self):
+            return  # under another screen: drawn by on_screen_resume when shown again
         table = self.query_one(DataTable)
         now = self.clock()
         terms = parse_job_query(self.filter_query)

@@ -50,6 +50,8 @@ from remote.errors import GpuConsoleError
 DRAIN_BUDGET_S = 0.010
 #: Pause between intake stretches while a backlog remains (s).
 DRAIN_PAUSE_S = 0.005
+#: The header's line counts repaint at most this often while lines arrive (s).
+HEADER_EVERY_S = 0.5
 #: Lines of a finished log shaped per worker-thread call (the first chunk shows at once).
 SHAPE_CHUNK = 2048
 #: A followed node's pane says ``loading…`` until its first line, a change of its stream's
@@ -183,6 +185,7 @@ class LogsScreen(Screen[None]):
         self._skipped_by_node: dict[int, int] = {}
         self._drain_scheduled = False
         self._header_at = 0.0
+        self._header_due = False
         # node ranks whose panes still say "loading…" (follow: until a first line), and
         # whether all there is to load was queued (then, once drained, say why a pane is
         # empty)
@@ -446,6 +449,25 @@ class LogsScreen(Screen[None]):
         """Lines received but not yet in the panes' buffers."""
         return len(self._pending)
 
+    def _count_in_header(self) -> None:
+        """Show the header's line counts at most every :data:`HEADER_EVERY_S` (a flood
+        drains in many small steps), the last counts always: a later update is scheduled
+        when one is skipped."""
+        if self._header_due:
+            return
+        wait = self._header_at + HEADER_EVERY_S - time.monotonic()
+        if wait > 0:
+            self._header_due = True
+            self.set_timer(wait, self._header_timer)
+            return
+        self._header_at = time.monotonic()
+        self.query_one("#logs-header", OneLine).show(self._header())
+
+    def _header_timer(self) -> None:
+        self._header_due = False
+        if can_draw(self, self._composed):
+            self._count_in_header()
+
     def _drain(self) -> None:
         """Move queued lines into the buffers for at most :data:`DRAIN_BUDGET_S`, then yield
         to the event loop (keys, repaint) and continue on a timer."""
@@ -470,10 +492,7 @@ class LogsScreen(Screen[None]):
                 self._stop_loading({n for n in self._loading if len(self.by_node[n])})
         if not pending and self._loaded:
             self._finish_loading()
-        now = time.monotonic()
-        if now - self._header_at >= 0.25 or not pending:
-            self._header_at = now
-            self.query_one("#logs-header", OneLine).show(self._header())
+        self._count_in_header()
         if pending:
             self._drain_scheduled = True
             self.set_timer(DRAIN_PAUSE_S, self._drain)
