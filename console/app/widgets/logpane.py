@@ -68,6 +68,9 @@ GROW_COLUMNS = 64
 """While following, the canvas's width grows in steps of this many cells."""
 
 STRIP_CACHE = 96
+#: Framed rows kept per pane (:meth:`LogPane._framed_lines`): a screen of rows and then some;
+#: each strip carries seven GC-tracked caches, so more would cost the cyclic GC.
+FRAMED_CACHE = 64
 """Rendered lines a pane keeps (a screenful or two, for scrolling): each strip holds
 Textual's caches of its crops and styles, objects the cyclic GC walks at every pass, so a
 flood of new lines should not leave hundreds of them alive."""
@@ -364,7 +367,7 @@ class LogPane(ScrollView, can_focus=True):
         self._row_ctx: tuple[int, int, int] | None = None  # (x, top row, width) while rendering
         # framed rows (see _framed_lines): id(content strip) -> (that strip, framed strip),
         # valid for the border segments in _frame_ends
-        self._framed: LRUCache[int, tuple[Strip, Strip]] = LRUCache(STRIP_CACHE * 2)
+        self._framed: LRUCache[int, tuple[Strip, Strip]] = LRUCache(FRAMED_CACHE)
         self._frame_ends: tuple[Segment, Segment] | None = None
         self._segment_styles: dict[str, Style] = {}  # see _styles(); until styles change
         self.add_class("-following")
@@ -953,6 +956,8 @@ class LogPane(ScrollView, can_focus=True):
         pad = inner.rich_style
         filters = self.get_line_filters()
         framed_cache = self._framed
+        if framed_cache.maxsize < 2 * height:  # a zoomed pane on a tall terminal
+            framed_cache.grow(2 * height)
         x1, x2 = crop.column_span
         whole = (x1, x2) == (0, width)
         out: list[Strip] = []
