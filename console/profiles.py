@@ -107,6 +107,12 @@ class HostConfig(BaseModel):
         description="runtime host: the python with torch (a path, or a conda env "
         "name); default python3",
     )
+    relay_python: Given = Field(
+        "python3",
+        description="the host's Python 3.8+ (a name on its PATH, or a path) that runs "
+        "gpuconsole's log relay; without a usable one log follows read the Docker socket "
+        "directly (more SSH packets, more console CPU)",
+    )
 
     @field_validator("hostname")
     @classmethod
@@ -356,6 +362,7 @@ class Profile(BaseModel):
                 address=cfg.address,
                 docker_socket=cfg.docker_socket or DEFAULT_DOCKER_SOCKET,
                 connect_timeout=self.connect_timeout,
+                relay_python=cfg.relay_python,
             ),
         )
 

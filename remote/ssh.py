@@ -79,6 +79,14 @@ CIPHERS = (
 #: :func:`user_sets_ciphers` for ``~/.ssh/config``, by (its path, host, port, user)
 _user_ciphers: dict[tuple[str, str, int | None, str | None], bool] = {}
 
+#: Engine relays (log follows, :meth:`SSHTransport.open_engine_stream`) open at once on one
+#: connection; more streams take a ``direct-streamlocal`` channel. Each relay is a session
+#: channel, which sshd's ``MaxSessions`` (default 10) counts with the telemetry agent, ``run``
+#: commands and SFTP; direct channels are not counted.
+RELAY_SESSIONS = 6
+#: Seconds the relay may take to start (a shell and a python) before a stream goes direct.
+RELAY_START_S = 20.0
+
 #: Key exchanges in flight at once through one jump host (per event loop). A fleet behind a
 #: bastion opens one connection to it per host; OpenSSH's sshd drops unauthenticated
 #: connections beyond ``MaxStartups`` (default ``10:30:100``: from 10 in flight, 30 % of new
@@ -199,6 +207,9 @@ class SSHTarget:
         address: the IP other nodes use to reach this host; default: the connected peer's IP.
         docker_socket: the engine's socket path on the host.
         connect_timeout: seconds to wait for the TCP connect and SSH handshake.
+        relay_python: the host's python (3.8+, a name on its PATH or a path) that runs the
+            engine relay of log follows (:mod:`remote.relay`); without a usable one a follow
+            reads the socket through a ``direct-streamlocal`` channel.
     """
 
     hostname: str
@@ -211,6 +222,7 @@ class SSHTarget:
     address: str | None = None
     docker_socket: str = DEFAULT_DOCKER_SOCKET
     connect_timeout: float = 10.0
+    relay_python: str = "python3"
 
 
 class SSHTransport(Transport):
@@ -237,6 +249,17 @@ class SSHTransport(Transport):
         #: when and why the last connection (or its jump hop) dropped; ``None`` once a
         #: connection is open again
         self._lost: tuple[float, Exception] | None = None
+        #: the connection on which the engine relay could not start (no usable python):
+        #: its follows read the socket directly, without trying the relay again
+        self._relay_off: asyncssh.SSHClientConnection | None = None
+        #: the relay's path once this transport uploaded it (else :func:`relay_script`)
+        self._relay_path: str | None = None
+        self._relay_upload = asyncio.Lock()
+        #: the relays started on :attr:`_relays_conn` (closed ones are pruned as counted)
+        self._relays: list[asyncssh.SSHClientProcess[bytes]] = []
+        self._relays_conn: asyncssh.SSHClientConnection | None = None
+        #: relays being started on :attr:`_relays_conn` (their slots are taken)
+        self._relays_starting = 0
 
     # -- connection -------------------------------------------------------------------------
 
@@ -665,17 +688,156 @@ class SSHTransport(Transport):
             return path
 
     async def open_engine_stream(self) -> tuple[ByteReader, ByteWriter]:
-        """A new SSH channel to the host's engine socket (``direct-streamlocal``, asyncssh
-        ``open_unix_connection``): what the engine sends is read straight from the channel,
-        not relayed through the local forward of :meth:`docker_socket` (a socket write and
-        a wake-up less per SSH packet of a log follow).
+        """A new stream to the host's engine socket, for one HTTP exchange (a log read or
+        follow).
+
+        Through the engine relay (:mod:`remote.relay`): an exec channel running
+        ``remote/agent/relay.py`` with :attr:`SSHTarget.relay_python`, which copies the
+        request to the socket and the answer back in writes of up to 64 KiB or 50 ms, so a
+        followed log costs a few SSH packets a second instead of one per line. The host's
+        stdout is read straight from the channel; closing the writer closes the channel and
+        the relay exits with it.
+
+        Where the relay cannot run, a ``direct-streamlocal`` channel to the socket (asyncssh
+        ``open_unix_connection``) instead: on a connection where the host has no usable
+        python (remembered for the connection, logged once at info), while
+        :data:`RELAY_SESSIONS` relays are open on it, or when sshd refuses the session.
 
         Raises:
-            OSError: the channel could not be opened or the connection is gone.
+            ConnectionResetError: the connection is gone (an ``OSError``).
+            DockerError: the socket cannot be reached (nothing listens there, no permission,
+                or sshd refused the direct channel).
+        """
+        conn = await self._connection()
+        if self._relays_conn is not conn:
+            self._relays, self._relays_starting, self._relays_conn = [], 0, conn
+        self._relays = [p for p in self._relays if not p.is_closing()]
+        if (
+            self._relay_off is not conn
+            and len(self._relays) + self._relays_starting < RELAY_SESSIONS
+        ):
+            self._relays_starting += 1  # a slot, taken before the first wait
+            try:
+                opened = await self._open_relay(conn)
+            finally:
+                if self._relays_conn is conn:
+                    self._relays_starting -= 1
+            if opened is not None:
+                return opened
+        return await self._open_unix_channel(conn)
+
+    async def _open_relay(
+        self, conn: asyncssh.SSHClientConnection
+    ) -> tuple[ByteReader, ByteWriter] | None:
+        """The engine relay's channel (see :meth:`open_engine_stream`), once the relay said
+        it is connected; ``None`` where the relay cannot run (the caller opens the direct
+        channel).
+
+        Raises:
+            ConnectionResetError: the connection is gone.
+            DockerError: the relay could not connect to the socket.
+        """
+        from remote import relay
+
+        sock = self.target.docker_socket
+        for attempt in range(2):
+            script = self._relay_path or relay.relay_script()
+            cmd = shlex.join(relay.relay_argv(self.target.relay_python, sock, script))
+            try:
+                proc = await conn.create_process(cmd, encoding=None)
+            except asyncssh.ChannelOpenError as e:
+                # sshd refused a session (its MaxSessions): this stream goes direct
+                log.debug("[%s] no session for the engine relay: %s", self.name, e.reason)
+                return None
+            except (asyncssh.Error, OSError) as e:
+                raise ConnectionResetError(f"[{self.name}] {e}") from e
+            try:
+                first = await asyncio.wait_for(proc.stderr.readline(), RELAY_START_S)
+            except asyncio.TimeoutError:
+                proc.close()
+                log.info(
+                    "[%s] the engine relay did not start within %g s; this log is read without it",
+                    self.name,
+                    RELAY_START_S,
+                )
+                return None
+            except (asyncssh.Error, OSError) as e:
+                proc.close()
+                raise ConnectionResetError(f"[{self.name}] {e}") from e
+            except BaseException:
+                proc.close()  # cancelled: the channel closes, the relay exits with it
+                raise
+            if first == relay.READY:
+                self._relays.append(proc)
+                return _ChannelReader(proc.stdout), proc.stdin
+            # it ended before connecting: the status says why
+            try:
+                await asyncio.wait_for(proc.wait_closed(), RELAY_START_S)
+            except (asyncio.TimeoutError, asyncssh.Error, OSError):
+                proc.close()
+            except BaseException:
+                proc.close()
+                raise
+            status = proc.exit_status
+            said = first.decode(errors="replace").strip()
+            if status == relay.LAUNCH_MISSING and attempt == 0:
+                if not await self._upload_relay(script):
+                    return None
+                continue
+            if status == relay.EXIT_NO_SOCKET:
+                raise DockerError(
+                    self.name,
+                    f"cannot connect to the Docker socket {sock}: "
+                    f"{said.rpartition(': ')[2] or 'no reason given'}",
+                    "check that docker runs on the host and that the SSH user may use its "
+                    "socket (the docker group)",
+                )
+            if conn.is_closed():
+                raise ConnectionResetError(f"[{self.name}] connection lost")
+            self._relay_off = conn
+            why = said or (
+                f"exit status {status}"
+                if status is not None
+                else f"signal {proc.exit_signal[0] if proc.exit_signal else '?'}"
+            )
+            log.info(
+                "[%s] the engine relay cannot run with %s (%s); log follows read the "
+                "Docker socket directly on this connection (one SSH packet per line)",
+                self.name,
+                self.target.relay_python,
+                why,
+            )
+            return None
+        return None
+
+    async def _upload_relay(self, tried: str) -> bool:
+        """Upload the relay's bundle (once per transport, whoever asks first); ``False`` when
+        the upload failed (logged: that stream goes direct)."""
+        from remote import relay
+
+        async with self._relay_upload:
+            if self._relay_path is not None and self._relay_path != tried:
+                return True  # another stream uploaded it meanwhile
+            try:
+                folder = await self.put_bundle(relay.relay_files(), relay.RELAY_BASE)
+            except (TransportError, asyncssh.Error, OSError) as e:
+                log.info("[%s] cannot upload the engine relay: %s", self.name, e)
+                return False
+            self._relay_path = f"{folder}/relay.py"
+            return True
+
+    async def _open_unix_channel(
+        self, conn: asyncssh.SSHClientConnection
+    ) -> tuple[ByteReader, ByteWriter]:
+        """A ``direct-streamlocal`` channel to the host's engine socket (asyncssh
+        ``open_unix_connection``), read straight from the channel: one SSH packet per write
+        of the engine.
+
+        Raises:
+            ConnectionResetError: the connection is gone.
             DockerError: sshd refused the channel (streamlocal forwarding not allowed, or
                 nothing listens on the socket).
         """
-        conn = await self._connection()
         try:
             reader, writer = await conn.open_unix_connection(self.target.docker_socket)
         except asyncssh.ChannelOpenError as e:

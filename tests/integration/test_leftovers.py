@@ -24,6 +24,8 @@ import yaml
 
 from remote.transport import workdir_digest
 from tests.integration.conftest import CLI, EXAMPLES, wait_for
+from tests.integration.test_engine_relay import own_sock as own_sock  # a fixture
+from tests.integration.test_engine_relay import relay_pids
 
 KEY = Path("/var/tmp/gpuconsole-testhosts/id_ed25519")
 KNOWN = Path("/var/tmp/gpuconsole-testhosts/known_hosts")
@@ -140,6 +142,34 @@ def test_sigkilled_watch_leaves_socket_dirs_the_next_run_removes(
     res = cli.run("ps", profile=profile)
     assert res.returncode == 0, res.stderr
     assert not socks[0].exists()
+    assert cli.run("rm", "--force", job_id, profile=profile).returncode == 0
+
+
+def test_sigkilled_logs_follow_leaves_no_relay_on_the_host(
+    lo: tuple[CLI, Path, Path], own_sock: str
+) -> None:
+    """A console SIGKILLed while it follows a log: its SSH connection closes with the
+    process, and the engine relay that served the follow on the host exits with it."""
+    cli, profile, _ = lo
+    data = yaml.safe_load(profile.read_text())
+    data["hosts"]["lo-a"]["docker_socket"] = own_sock  # its relays are found by this path
+    profile.write_text(yaml.safe_dump(data))
+    wd = workdir(cli, "relay")
+    res = cli.run(
+        "submit",
+        str(spec(cli, "lorelay", wd, "--steps", "100", "--step-sleep", "1")),
+        profile=profile,
+    )
+    assert res.returncode == 0, res.stderr
+    job_id = res.stdout.split()[0]
+    follower = popen(cli, profile, "logs", job_id, "--follow")
+    try:
+        relays = wait_for(lambda: relay_pids(own_sock), timeout=120, interval=0.2)
+        assert len(relays) == 1
+    finally:
+        follower.send_signal(signal.SIGKILL)
+        follower.wait()
+    wait_for(lambda: relay_pids(own_sock) == [], timeout=30, interval=0.1)
     assert cli.run("rm", "--force", job_id, profile=profile).returncode == 0
 
 
