@@ -46,6 +46,6 @@ def test_logs_view(snap_compare: Any, state_dir: Path) -> None:
     async def before(pilot: Pilot[Any]) -> None:
         await pilot.press("2")
         await show_logs(pilot.app)  # type: ignore[arg-type]
-        await pilot.pause(0.2)
+        await pilot.pause(0.6)  # the header's counts repaint at most every 0.5 s
 
     assert snap_compare(make_app(state_dir), terminal_size=SIZE, run_before=before)

@@ -45,6 +45,7 @@ from textual.actions import SkipAction
 from textual.binding import Binding, BindingType
 from textual.cache import LRUCache
 from textual.content import Content
+from textual.filter import LineFilter
 from textual.geometry import Region, Size
 from textual.message import Message
 from textual.scroll_view import ScrollView
@@ -365,9 +366,11 @@ class LogPane(ScrollView, can_focus=True):
         self._sync_scheduled = False
         self._strips: LRUCache[tuple[object, ...], Strip] = LRUCache(STRIP_CACHE)
         self._row_ctx: tuple[int, int, int] | None = None  # (x, top row, width) while rendering
-        # framed rows (see _framed_lines): id(content strip) -> (that strip, framed strip),
-        # valid for the border segments in _frame_ends
-        self._framed: LRUCache[int, tuple[Strip, Strip]] = LRUCache(FRAMED_CACHE)
+        # framed rows (see _framed_lines): id(content strip) -> (that strip, the line filters
+        # applied, framed strip), valid for the border segments in _frame_ends
+        self._framed: LRUCache[int, tuple[Strip, tuple[LineFilter, ...], Strip]] = LRUCache(
+            FRAMED_CACHE
+        )
         self._frame_ends: tuple[Segment, Segment] | None = None
         self._segment_styles: dict[str, Style] = {}  # see _styles(); until styles change
         self.add_class("-following")
@@ -954,7 +957,7 @@ class LogPane(ScrollView, can_focus=True):
             self._framed.clear()
             self._frame_ends = ends
         pad = inner.rich_style
-        filters = self.get_line_filters()
+        filters = tuple(self.get_line_filters())
         framed_cache = self._framed
         if framed_cache.maxsize < 2 * height:  # a zoomed pane on a tall terminal
             framed_cache.grow(2 * height)
@@ -970,14 +973,14 @@ class LogPane(ScrollView, can_focus=True):
                 else:
                     content = Strip.blank(content_width, pad)
                 hit = framed_cache.get(id(content))
-                if hit is not None and hit[0] is content:
-                    strip = hit[1]
-                else:
+                if hit is not None and hit[0] is content and hit[1] == filters:
+                    strip = hit[2]
+                else:  # framed and filtered at once: only the result is kept
                     body = content.adjust_cell_length(content_width, pad)
                     strip = Strip([ends[0], *body, ends[1]], width)
-                    framed_cache[id(content)] = (content, strip)
-                for line_filter in filters:
-                    strip = strip.apply_filter(line_filter, background)
+                    for line_filter in filters:
+                        strip = strip.apply_filter(line_filter, background)
+                    framed_cache[id(content)] = (content, filters, strip)
             out.append(strip if whole else strip.crop(x1, x2))
         return out
 
