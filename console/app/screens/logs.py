@@ -47,7 +47,7 @@ from remote.docker import format_ns
 from remote.errors import GpuConsoleError
 
 #: Longest stretch of line intake before the loop gets keys and repaints again (s).
-DRAIN_BUDGET_S = 0.004
+DRAIN_BUDGET_S = 0.010
 #: Pause between intake stretches while a backlog remains (s).
 DRAIN_PAUSE_S = 0.005
 #: The header's line counts repaint at most this often while lines arrive (s).
