@@ -15,7 +15,8 @@ ends are the same installed code). Messages (child -> parent):
 - ``("lines", [(node_rank, host, rank, ts_ns, text), ...], [rows, ...])``: a batch, at most
   one per ``batch_s`` while lines keep coming: the lines (the fields of
   :class:`~console.jobs.logs.JobLogLine`) and, in the same order, each line's display rows
-  shaped here (:func:`~console.jobs.logbuffer.display_lines`; the console renumbers them);
+  shaped here (:func:`~console.jobs.logbuffer.display_lines`, numbered from the request's
+  ``seq_first``);
 - ``("state", node_rank, state, why)``: a node's stream dropped (``reconnecting``) or
   resumed (``following``);
 - ``("exit", node_rank, host)``: a node's stream ended (its container exited);
@@ -45,7 +46,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, overload
 
 from console.errors import StateError
-from console.jobs.logbuffer import Row, display_lines
+from console.jobs.logbuffer import Row, display_lines, number_from
 from console.jobs.logs import JobLogLine, follow_job_log_batches
 from console.jobs.store import JobRecord, NodeRecord, Store
 from console.profiles import Profile
@@ -101,6 +102,9 @@ class IntakeRequest:
         tail: start each node with its last ``tail`` lines (``None``: all).
         batch_s: seconds between two line batches while lines keep coming.
         log_file: append this process's log here (``None``: no log).
+        seq_first: the first display-line sequence number of this child's rows (a block
+            the console reserved: :func:`console.jobs.logbuffer.reserve_seq_block`; the
+            console keeps the rows as they come).
     """
 
     profile: Profile
@@ -109,6 +113,7 @@ class IntakeRequest:
     tail: int | None
     batch_s: float
     log_file: Path | None
+    seq_first: int
 
 
 HEADER = struct.Struct(">I")
@@ -121,6 +126,7 @@ def main() -> None:
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 1)  # stray prints cannot corrupt the protocol
     request: IntakeRequest = pickle.load(sys.stdin.buffer)
+    number_from(request.seq_first)
     if request.log_file is not None:
         logging.basicConfig(
             level=logging.INFO,

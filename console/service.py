@@ -1429,6 +1429,7 @@ class Service:
         import pickle
 
         from console.intake import HEADER, IntakeRequest, PackedLines
+        from console.jobs.logbuffer import reserve_seq_block
 
         log_file = next(
             (
@@ -1439,7 +1440,13 @@ class Service:
             None,
         )
         request = IntakeRequest(
-            profile_of(job, self.profile), self.store.root, job, tail, batch_s, log_file
+            profile_of(job, self.profile),
+            self.store.root,
+            job,
+            tail,
+            batch_s,
+            log_file,
+            reserve_seq_block(),
         )
         # the child imports this same console package, wherever it was imported from
         here = str(Path(__file__).resolve().parents[1])

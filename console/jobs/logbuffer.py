@@ -42,7 +42,14 @@ from rich.cells import cell_len
 from console.jobs.logs import JobLogLine, line_tag
 from console.jobs.logtext import is_error_like, progress_key, shape, strip_ansi
 
+SEQ_BLOCK = 1 << 40
+"""Sequence numbers of display lines shaped in this process are below this; a child process
+that shapes lines for it (the log intake) numbers its own from a block of its own
+(:func:`reserve_seq_block`, :func:`number_from`), so rows from any process stay unique (the
+panes key their cached rows by it) without being copied to be renumbered."""
+
 _SEQ = itertools.count(1)
+_BLOCKS = itertools.count(1)
 
 
 Row = tuple[int, int, int | None, int, str, str, bool, tuple[str, bool] | None, int]
@@ -122,10 +129,17 @@ def display_lines(line: JobLogLine) -> list[Row]:
     return out
 
 
-def renumbered(rows: Iterable[Row]) -> list[Row]:
-    """``rows`` with this process's sequence numbers (rows shaped in another process, e.g.
-    the log intake, carry that process's numbers, which may collide with ours)."""
-    return [(next(_SEQ), *r[1:]) for r in rows]
+def reserve_seq_block() -> int:
+    """The first of :data:`SEQ_BLOCK` sequence numbers no other process started by this one
+    uses: hand it to a child that shapes lines for this process (:func:`number_from`)."""
+    return next(_BLOCKS) * SEQ_BLOCK
+
+
+def number_from(first: int) -> None:
+    """Number the display lines this process shapes from ``first`` on (a block its parent
+    reserved with :func:`reserve_seq_block`)."""
+    global _SEQ
+    _SEQ = itertools.count(first)
 
 
 def redraws(prev: Row, new: Row) -> bool:

@@ -14,7 +14,7 @@ from collections import Counter
 import pytest
 
 from console.events import Event, FollowStateChanged, JobChanged, LogLinesReceived
-from console.jobs.logbuffer import display_lines
+from console.jobs.logbuffer import SEQ_BLOCK, display_lines
 from console.jobs.store import Store
 from console.profiles import load_profile_file
 from console.service import Intake, Service
@@ -77,6 +77,12 @@ async def test_background_follow_of_a_two_node_job(cli: CLI, where: Intake) -> N
                 assert ev.shown is not None
                 for line, rows in zip(ev.lines, ev.shown):
                     assert [r[1:] for r in rows] == [r[1:] for r in display_lines(line)]
+            # numbered from a block of the child's own, above this process's numbers: the
+            # console keeps them as they come
+            seqs = [r[0] for ev in batches if ev.shown for rows in ev.shown for r in rows]
+            assert len(set(seqs)) == len(seqs)
+            assert min(seqs) >= SEQ_BLOCK and max(seqs) < min(seqs) + SEQ_BLOCK
+            assert all(r[0] < SEQ_BLOCK for r in display_lines(followed[0]))
         # events reached the subscriber on its own loop's thread
         assert {tid for _, tid in seen} == {main}
         ended = {

@@ -35,3 +35,36 @@ def test_packed_lines_read_back_and_leave_the_gc_alone() -> None:
     # nothing per line left for the collector's passes
     assert not any(gc.is_tracked(t) for t in packed_lines)
     assert not any(gc.is_tracked(rows) for rows in shown)
+
+
+def test_a_child_numbers_its_rows_from_its_own_block() -> None:
+    """Rows shaped in the intake child keep their sequence numbers in the console (the panes
+    key cached rows by them): each child numbers from a block the console reserved, so no
+    row of any child or of the console itself shares one."""
+    import subprocess
+    import sys
+
+    from console.jobs.logbuffer import SEQ_BLOCK, reserve_seq_block
+
+    first, second = reserve_seq_block(), reserve_seq_block()
+    assert first >= SEQ_BLOCK and second == first + SEQ_BLOCK
+    code = (
+        "import sys\n"
+        "from console.jobs.logbuffer import number_from, display_lines\n"
+        "from console.jobs.logs import JobLogLine\n"
+        "number_from(int(sys.argv[1]))\n"
+        "print(*[r[0] for i in range(3) for r in display_lines("
+        "JobLogLine(0, 'a', 0, i, f'line {i}\\rbar'))])\n"
+    )
+    got = [
+        [
+            int(x)
+            for x in subprocess.run(
+                [sys.executable, "-c", code, str(b)], capture_output=True, text=True, check=True
+            ).stdout.split()
+        ]
+        for b in (first, second)
+    ]
+    assert got == [[first, first + 1, first + 2], [second, second + 1, second + 2]]
+    mine = [r[0] for r in display_lines(JobLogLine(0, "a", 0, 0, "here"))]
+    assert mine[0] < SEQ_BLOCK

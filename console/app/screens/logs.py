@@ -38,7 +38,7 @@ from console.app.widgets.logpane import LogPane
 from console.app.widgets.logpanes import LogPanes
 from console.app.widgets.oneline import OneLine
 from console.app.widgets.status import StatusLine
-from console.jobs.logbuffer import LogBuffer, Row, display_lines, renumbered
+from console.jobs.logbuffer import LogBuffer, Row, display_lines
 from console.jobs.logs import JobLogLine
 from console.jobs.rows import state_label
 from console.jobs.store import JobRecord
@@ -516,10 +516,8 @@ class LogsScreen(Screen[None]):
             )
 
     def _append(self, panes: LogPanes, item: JobLogLine | tuple[Row, ...]) -> None:
-        if isinstance(item, JobLogLine):
-            shown = display_lines(item)
-        else:
-            shown = renumbered(item)
+        # rows shaped by the intake process come numbered from a block of their own
+        shown = display_lines(item) if isinstance(item, JobLogLine) else item
         node_rank, rank, _ts = _origin(item)
         buf = self.by_node.get(node_rank)
         if buf is None:  # a node the record did not list (adopted job): give it a pane
@@ -648,7 +646,7 @@ class LogsScreen(Screen[None]):
         for i, ln in enumerate(lines):
             buf = self.other_by_node.get((job_id, ln.node_rank))
             if buf is not None:
-                rows = renumbered(shown[i]) if shown is not None else display_lines(ln)
+                rows = shown[i] if shown is not None else display_lines(ln)
                 buf.append_rows(ln.node_rank, ln.rank, rows)
         self.query_one(LogPanes).notify_appended()
 
