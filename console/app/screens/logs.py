@@ -184,6 +184,7 @@ class LogsScreen(Screen[None]):
         self._pending: deque[JobLogLine | tuple[Row, ...]] = deque()
         self._skipped_by_node: dict[int, int] = {}
         self._drain_scheduled = False
+        self._key_waiting = False
         self._header_at = 0.0
         self._header_due = False
         # node ranks whose panes still say "loading…" (follow: until a first line), and
@@ -378,6 +379,7 @@ class LogsScreen(Screen[None]):
         a moment, so what the key does is drawn first, alone."""
         if can_draw(self, self._composed):
             self.query_one(LogPanes).input_arrived()
+            self._key_waiting = True  # the next intake stretch waits for the key's repaint
 
     def on_log_lines_arrived(self, m: LogLinesArrived) -> None:
         """Lines of this screen's job, or of a job shown beside it (``+``)."""
@@ -474,6 +476,11 @@ class LogsScreen(Screen[None]):
         self._drain_scheduled = False
         if not can_draw(self, self._composed):
             return  # kept in self._pending: on mount, or once the panes are swapped
+        if self._key_waiting:  # a key came: its repaint goes first, then the intake
+            self._key_waiting = False
+            self._drain_scheduled = True
+            self.call_after_refresh(self._drain)
+            return
         panes = self.query_one(LogPanes)
         deadline = time.perf_counter() + DRAIN_BUDGET_S
         taken = 0
