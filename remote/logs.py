@@ -140,8 +140,9 @@ async def follow_container_batches(
             if reconnecting:
                 # the engine answers about the container again (raises while the host is
                 # still away): the stream resumes from the cursor
-                if await engine.inspect(container_id) is None:
-                    return
+                again = await engine.inspect(container_id)
+                if again is None or again.status == "removing":
+                    return  # removed meanwhile: nothing left to resume
                 reconnecting = False
                 if on_state is not None:
                     on_state("following", None)
@@ -168,8 +169,8 @@ async def follow_container_batches(
                 outage_started = loop.time()
                 continue
             info = await engine.inspect(container_id)
-            if info is None:
-                return
+            if info is None or info.status == "removing":
+                return  # removed (``docker rm -f`` ends the stream as it removes)
             if info.status in ("exited", "dead"):
                 # one last read without follow: lines written between the stream's end and exit
                 cursor.rewind()

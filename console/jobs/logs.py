@@ -263,6 +263,9 @@ async def follow_job_log_batches(
     however many batches arrived (a stream of 2,000 lines/s comes in ~100 batches a second);
     what is left is archived when the follow ends.
 
+    A node whose container no longer exists (removed, or gone with a reboot) gives the lines
+    its archive kept (as :func:`read_job_logs` does), then ends.
+
     ``on_node_exit`` is called when a node's stream has ended (its container exited or
     vanished), after its lines were archived, e.g. to trigger gang teardown; ``on_state(node,
     state, why)`` when a node's stream drops (``reconnecting``) and resumes (``following``).
@@ -275,7 +278,10 @@ async def follow_job_log_batches(
     container later). See :class:`_Archiver`.
     """
     nodes = [n for n in job.nodes if node is None or n.node_rank == node]
-    queue: asyncio.Queue[tuple[NodeRecord, list[LogLine]] | NodeRecord | None] = asyncio.Queue()
+    # (node, lines, read back from its archive), a node whose stream ended, or None (archive)
+    queue: asyncio.Queue[tuple[NodeRecord, list[LogLine], bool] | NodeRecord | None] = (
+        asyncio.Queue()
+    )
 
     async def pump(n: NodeRecord) -> None:
         try:
@@ -283,6 +289,12 @@ async def follow_job_log_batches(
                 return
             await session.connected(n.host)
             engine = session.engine(n.host)
+            if await engine.inspect(n.container_id) is None:
+                # removed (``docker rm``, a reboot): its archive is all there is, as for logs
+                kept = await _node_lines(session, store, job, n, since_ns, tail, archive_only=True)
+                if kept:
+                    queue.put_nowait((n, kept, True))
+                return
             cursor = LogCursor()
             if since_ns is not None:
                 cursor.ts_ns = since_ns - 1
@@ -294,7 +306,7 @@ async def follow_job_log_batches(
             async for batch in follow_container_batches(
                 engine, n.container_id, cursor, tail=tail, on_state=state, pace_s=FOLLOW_PACE_S
             ):
-                queue.put_nowait((n, batch))
+                queue.put_nowait((n, batch, False))
         except GpuConsoleError:
             pass
         finally:
@@ -324,9 +336,10 @@ async def follow_job_log_batches(
                 if on_node_exit is not None:
                     on_node_exit(item)
                 continue
-            n, lines = item
-            archiver.add(n, lines)
-            waiting += len(lines)
+            n, lines, archived = item
+            if not archived:
+                archiver.add(n, lines)
+                waiting += len(lines)
             if waiting >= ARCHIVE_BATCH:
                 waiting = 0
                 await archiver.flush_async()
