@@ -22,7 +22,7 @@ from __future__ import annotations
 FRAME_MIN_S = 0.1
 """Shortest time between two frames (s)."""
 
-FRAME_MAX_S = 0.5
+FRAME_MAX_S = 0.4
 """Longest time between two frames while lines come (s)."""
 
 FRAME_BUDGET = 0.10
