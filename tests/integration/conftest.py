@@ -15,6 +15,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -199,6 +200,19 @@ def engine() -> Iterator[docker.DockerClient]:
     client = docker.from_env()
     yield client
     client.close()
+
+
+@pytest.fixture
+def quiet_container(engine: docker.DockerClient) -> Iterator[str]:
+    """A container that prints ``ready`` and then nothing for 2 minutes (a follow that waits)."""
+    c = engine.containers.run(
+        IMAGE,
+        ["python3", "-c", "print('ready', flush=True); import time; time.sleep(120)"],
+        detach=True,
+        name=f"gc-quiet-{uuid.uuid4().hex[:6]}",
+    )
+    yield c.id
+    c.remove(force=True)
 
 
 @pytest.fixture(autouse=True)

@@ -203,21 +203,8 @@ async def test_a_socket_nobody_listens_on_is_a_docker_error_naming_it(
     assert relay_pids(missing) == []
 
 
-@pytest.fixture
-def quiet(engine: docker.DockerClient) -> Iterator[str]:
-    """A container that prints ``ready`` and then nothing for 2 minutes."""
-    c = engine.containers.run(
-        IMAGE,
-        ["python3", "-c", "print('ready', flush=True); import time; time.sleep(120)"],
-        detach=True,
-        name=f"gc-relay-quiet-{uuid.uuid4().hex[:6]}",
-    )
-    yield c.id
-    c.remove(force=True)
-
-
 async def test_at_most_relay_sessions_relays_per_connection(
-    cli: CLI, own_sock: str, quiet: str
+    cli: CLI, own_sock: str, quiet_container: str
 ) -> None:
     """8 follows opened at once on one connection: 6 through relays (sshd's MaxSessions,
     default 10, also counts the agent, commands and SFTP), 2 through direct channels; every
@@ -229,7 +216,7 @@ async def test_at_most_relay_sessions_relays_per_connection(
         assert len(relay_pids(own_sock)) == RELAY_SESSIONS == 6
 
         async def first_line(opened: tuple[ByteReader, ByteWriter]) -> list[str]:
-            gen = read_log_batches(opened, quiet, follow=True)
+            gen = read_log_batches(opened, quiet_container, follow=True)
             try:
                 return [line.text for line in await anext(gen)]
             finally:

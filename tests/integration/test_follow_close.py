@@ -9,17 +9,13 @@ import asyncio
 import os
 import threading
 import time
-import uuid
-from collections.abc import Callable, Iterator
-
-import docker
-import pytest
+from collections.abc import Callable
 
 from console.profiles import load_profile_file
 from console.session import Session
 from remote.docker import Engine
 from remote.transport import LocalTransport
-from tests.integration.conftest import CLI, IMAGE
+from tests.integration.conftest import CLI
 from tests.integration.test_engine_relay import own_sock as own_sock  # a fixture
 from tests.integration.test_engine_relay import profile_with, relay_pids
 
@@ -87,18 +83,6 @@ async def _follow_then_close(
     while count() > before and time.monotonic() - t0 < 10:
         await asyncio.sleep(0.02)
     return count() - before, time.monotonic() - t0
-
-
-@pytest.fixture
-def quiet_container(engine: docker.DockerClient) -> Iterator[str]:
-    c = engine.containers.run(
-        IMAGE,
-        ["python3", "-c", "print('ready', flush=True); import time; time.sleep(120)"],
-        detach=True,
-        name=f"gc-quiet-{uuid.uuid4().hex[:6]}",
-    )
-    yield c.id
-    c.remove(force=True)
 
 
 async def test_closing_a_follow_ends_its_reader_local(quiet_container: str) -> None:

@@ -96,6 +96,18 @@ def spec(cli: CLI, name: str, wd: Path, *args: str) -> Path:
     )
 
 
+def submit_slow(cli: CLI, profile: Path, folder: str, name: str) -> str:
+    """Submit a job of 100 one-second steps from a workdir of its own; its id."""
+    wd = workdir(cli, folder)
+    res = cli.run(
+        "submit",
+        str(spec(cli, name, wd, "--steps", "100", "--step-sleep", "1")),
+        profile=profile,
+    )
+    assert res.returncode == 0, res.stderr
+    return res.stdout.split()[0]
+
+
 def popen(cli: CLI, profile: Path, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         cli.argv(*args, profile=profile),
@@ -115,14 +127,7 @@ def test_sigkilled_watch_leaves_socket_dirs_the_next_run_removes(
     lo: tuple[CLI, Path, Path],
 ) -> None:
     cli, profile, tmpdir = lo
-    wd = workdir(cli, "follow")
-    res = cli.run(
-        "submit",
-        str(spec(cli, "lofollow", wd, "--steps", "100", "--step-sleep", "1")),
-        profile=profile,
-    )
-    assert res.returncode == 0, res.stderr
-    job_id = res.stdout.split()[0]
+    job_id = submit_slow(cli, profile, "follow", "lofollow")
     # `watch` reconciles the job through the engine's API: the forwarded Docker socket (a
     # log follow reads an SSH channel of its own and forwards nothing)
     watcher = popen(cli, profile, "watch", "--json", "--interval", "1")
@@ -154,14 +159,7 @@ def test_sigkilled_logs_follow_leaves_no_relay_on_the_host(
     data = yaml.safe_load(profile.read_text())
     data["hosts"]["lo-a"]["docker_socket"] = own_sock  # its relays are found by this path
     profile.write_text(yaml.safe_dump(data))
-    wd = workdir(cli, "relay")
-    res = cli.run(
-        "submit",
-        str(spec(cli, "lorelay", wd, "--steps", "100", "--step-sleep", "1")),
-        profile=profile,
-    )
-    assert res.returncode == 0, res.stderr
-    job_id = res.stdout.split()[0]
+    job_id = submit_slow(cli, profile, "relay", "lorelay")
     follower = popen(cli, profile, "logs", job_id, "--follow")
     try:
         relays = wait_for(lambda: relay_pids(own_sock), timeout=120, interval=0.2)

@@ -9,6 +9,16 @@ from console.jobs.labels import K_NODE_RANK
 from tests.integration.conftest import CLI, job_containers, wait_for
 
 
+def wait_exited(engine: docker.DockerClient, job_id: str) -> None:
+    """Until both of the two-node job's containers have exited."""
+
+    def exited() -> bool:
+        found = job_containers(engine, job_id=job_id)
+        return len(found) == 2 and all(c.status == "exited" for c in found)
+
+    wait_for(exited, timeout=180)
+
+
 def test_logs_of_a_job_whose_containers_are_gone_says_why(
     cli: CLI, engine: docker.DockerClient
 ) -> None:
@@ -21,12 +31,7 @@ def test_logs_of_a_job_whose_containers_are_gone_says_why(
     sub = cli.run("submit", str(spec))  # no --follow: nothing read, nothing archived
     assert sub.returncode == 0, sub.stderr
     job_id = sub.stdout.strip()
-
-    def exited() -> bool:
-        found = job_containers(engine, job_id=job_id)
-        return len(found) == 2 and all(c.status == "exited" for c in found)
-
-    wait_for(exited, timeout=180)
+    wait_exited(engine, job_id)
     for c in job_containers(engine, job_id=job_id):
         c.remove(force=True)
     assert not (cli.state_dir / "logs" / job_id).exists() or not any(
@@ -64,12 +69,7 @@ def test_follow_of_a_job_with_a_removed_container_gives_its_archived_lines(
     sub = cli.run("submit", str(spec))
     assert sub.returncode == 0, sub.stderr
     job_id = sub.stdout.strip()
-
-    def exited() -> bool:
-        found = job_containers(engine, job_id=job_id)
-        return len(found) == 2 and all(c.status == "exited" for c in found)
-
-    wait_for(exited, timeout=180)
+    wait_exited(engine, job_id)
     before = cli.run("logs", job_id)  # archives every line
     assert before.returncode == 0, before.stderr
     n1 = [ln for ln in before.stdout.splitlines() if ln.startswith("[n1")]

@@ -87,6 +87,12 @@ class Relay:
         """The relay's first stderr line."""
         return self.stderr.readline()
 
+    def start(self) -> None:
+        """Wait for the relay's "connected" line, then send it the request."""
+        assert self.ready() == READY
+        self.stdin.write(REQUEST)
+        self.stdin.flush()
+
     def writes(self, timeout: float = 20) -> list[bytes]:
         """Every write the relay made to stdout until it closed it (exited)."""
         out: list[bytes] = []
@@ -107,6 +113,18 @@ class Relay:
         self.stdin.close()
         self.stderr.close()
         self.out.close()
+
+
+def relayed_to_the_end(path: str) -> list[bytes]:
+    """Run the relay on ``path`` until the engine closes: its stdout writes; it exited 0."""
+    relay = Relay(path)
+    try:
+        relay.start()
+        writes = relay.writes()
+        assert relay.wait() == 0
+    finally:
+        relay.close()
+    return writes
 
 
 @pytest.fixture
@@ -132,15 +150,7 @@ def test_a_trickle_arrives_whole_in_few_writes_and_the_relay_exits_0_at_close(
             time.sleep(0.002)
 
     engine = Engine(sock_path, serve)
-    relay = Relay(sock_path)
-    try:
-        assert relay.ready() == READY
-        relay.stdin.write(REQUEST)
-        relay.stdin.flush()
-        writes = relay.writes()
-        assert relay.wait() == 0
-    finally:
-        relay.close()
+    writes = relayed_to_the_end(sock_path)
     engine.join()
     assert engine.got == REQUEST  # stdin -> socket unchanged
     assert b"".join(writes) == b"".join(lines)  # socket -> stdout byte-exact
@@ -159,15 +169,7 @@ def test_a_flood_goes_out_in_writes_of_at_most_64_kib(sock_path: str) -> None:
             conn.sendall(chunk)
 
     engine = Engine(sock_path, serve)
-    relay = Relay(sock_path)
-    try:
-        assert relay.ready() == READY
-        relay.stdin.write(REQUEST)
-        relay.stdin.flush()
-        writes = relay.writes()
-        assert relay.wait() == 0
-    finally:
-        relay.close()
+    writes = relayed_to_the_end(sock_path)
     engine.join()
     assert b"".join(writes) == chunk * total
     assert max(len(w) for w in writes) <= COALESCE_BYTES
@@ -192,9 +194,7 @@ def test_a_lone_line_is_not_held_back(sock_path: str) -> None:
     engine = Engine(sock_path, serve)
     relay = Relay(sock_path)
     try:
-        assert relay.ready() == READY
-        relay.stdin.write(REQUEST)
-        relay.stdin.flush()
+        relay.start()
         relay.out.settimeout(20)
         msg = relay.out.recv(COALESCE_BYTES)
         took = time.monotonic() - t_sent[0]
@@ -222,9 +222,7 @@ def test_stdin_eof_ends_the_relay_with_0(sock_path: str) -> None:
     engine = Engine(sock_path, serve)
     relay = Relay(sock_path)
     try:
-        assert relay.ready() == READY
-        relay.stdin.write(REQUEST)
-        relay.stdin.flush()
+        relay.start()
         relay.stdin.close()
         assert relay.wait() == 0
     finally:
@@ -251,9 +249,7 @@ def test_stdout_closed_ends_the_relay_with_0(sock_path: str) -> None:
     engine = Engine(sock_path, serve)
     relay = Relay(sock_path)
     try:
-        assert relay.ready() == READY
-        relay.stdin.write(REQUEST)
-        relay.stdin.flush()
+        relay.start()
         relay.out.settimeout(20)
         assert relay.out.recv(COALESCE_BYTES)
         relay.out.close()
