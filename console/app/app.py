@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import sys
 import time
 import webbrowser
 from collections.abc import Awaitable, Callable, Iterable
@@ -90,6 +91,10 @@ T = TypeVar("T")
 
 #: Actions that change remote state or expose a shell on a host, hidden by ``--readonly``
 #: (``notebook`` opens a notebook's JupyterLab, which runs code in its container).
+INPUT_SWITCH_INTERVAL_S = 0.001
+"""``sys.setswitchinterval`` while the app runs (CPython's default: 0.005 s): how long Textual's
+input thread may wait for the GIL while the event loop runs Python."""
+
 WRITE_ACTIONS = frozenset({"stop", "submit", "exec", "remove", "notebook", "new_notebook"})
 
 _MODIFIERS = ("ctrl+", "shift+", "alt+", "super+", "meta+", "hyper+")
@@ -276,6 +281,7 @@ class GpuConsoleApp(App[int]):
         self.replay = replay
         self.replay_speed = replay_speed
         self.gc_policy = GcPolicy()
+        self._switch_interval: float | None = None  # the interpreter's, while the app runs
         """The cyclic-GC policy (:mod:`console.app.gcpolicy`), started after the first
         screen; screens call its ``sweep`` at natural pauses."""
         self.replay_ended = False
@@ -341,6 +347,11 @@ class GpuConsoleApp(App[int]):
             if self.live:
                 self.refresh_jobs()
         self.call_after_refresh(self.gc_policy.start)
+        # Textual reads keys on a thread of its own: while the event loop runs Python (a log
+        # frame, a drain), that thread waits for the GIL up to the switch interval (5 ms by
+        # default) before it can pass a key on; 1 ms keeps a key's wait short
+        self._switch_interval = sys.getswitchinterval()
+        sys.setswitchinterval(INPUT_SWITCH_INTERVAL_S)
 
     @work(group="replay", exit_on_error=False)
     @reported("replay")
@@ -378,6 +389,8 @@ class GpuConsoleApp(App[int]):
         if self.alerts is not None:
             await self.alerts.close()
         self.gc_policy.stop()
+        if self._switch_interval is not None:
+            sys.setswitchinterval(self._switch_interval)
         if self._sub is not None:
             self._sub.close()
         await self.service.close()

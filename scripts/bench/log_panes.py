@@ -24,7 +24,9 @@ Two terminals, side by side in the same run, each its own tmux server, 200x60:
 Measured (both sides, from outside, through ``tmux capture-pane`` as a person sees it):
 
 - key-to-screen latency: the time from ``tmux send-keys`` to the change appearing in
-  ``capture-pane``, polled every ``--poll-ms``. gpuconsole: ``t`` (timestamps on/off in the
+  ``capture-pane``, polled every ``--poll-ms`` (2 ms: with a capture taking 3-5 ms, a change
+  is seen within about 6 ms of being drawn; at 10 ms, the earlier default, within about 14 ms,
+  which made a 5 ms difference read as a 14 ms one). gpuconsole: ``t`` (timestamps on/off in the
   focused pane; detected as HH:MM:SS.mmm prefixes appearing/disappearing). Baseline: a unique
   token typed into a pane (the terminal echoes it; ssh without ``-t`` leaves the tty cooked),
   detected in the pane's screen plus scrollback. One probe a second per side. The same probes
@@ -237,10 +239,14 @@ class Tmux:
         out = self("list-panes", "-s", "-F", "#{pane_id} #{pane_pid}")
         return [(p, int(pid)) for p, pid in (ln.split() for ln in out.splitlines())]
 
-    def capture(self, target: str, history: int = 0) -> str:
+    def capture(self, target: str, history: int = 0, join: bool = False) -> str:
+        """The pane's screen (and ``history`` lines of scrollback); ``join``: wrapped lines
+        joined (``-J``), so a token echoed across a wrap is still one string."""
         args = ["capture-pane", "-p", "-t", target]
         if history:
             args += ["-S", f"-{history}"]
+        if join:
+            args.append("-J")
         return self(*args)
 
     def kill(self) -> None:
@@ -691,6 +697,8 @@ def bench(args: argparse.Namespace, run: Run) -> dict[str, Any]:
             "LANG": os.environ.get("LANG", "C.UTF-8"),
             "PATH": os.environ.get("PATH", ""),
         }
+        if "TEXTUAL_FPS" in os.environ:  # to try another screen update rate
+            env["TEXTUAL_FPS"] = os.environ["TEXTUAL_FPS"]
         argv = [
             sys.executable,
             str(Path(__file__).resolve()),
@@ -803,7 +811,7 @@ def bench(args: argparse.Namespace, run: Run) -> dict[str, Any]:
             return probe_token(i) in text
 
         def b_capture() -> str:  # the pane of the probe in flight, with scrollback
-            return tb.capture(bpanes[(bprobe.i - 1) % NODES][0], history=400)
+            return tb.capture(bpanes[(bprobe.i - 1) % NODES][0], history=400, join=True)
 
         bprobe = Prober(b_send, b_shown, b_capture, poll_s)
 
@@ -1127,7 +1135,7 @@ def main() -> None:
     )
     ap.add_argument("--sides", choices=["both", "app", "tmux"], default="both")
     ap.add_argument(
-        "--poll-ms", type=float, default=10.0, help="sleep between two captures while a probe waits"
+        "--poll-ms", type=float, default=2.0, help="sleep between two captures while a probe waits"
     )
     ap.add_argument("--floor-probes", type=int, default=10)
     ap.add_argument(

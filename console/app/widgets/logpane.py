@@ -44,6 +44,7 @@ from textual._border import get_box
 from textual.actions import SkipAction
 from textual.binding import Binding, BindingType
 from textual.cache import LRUCache
+from textual.color import Color
 from textual.content import Content
 from textual.filter import LineFilter
 from textual.geometry import Region, Size
@@ -71,6 +72,9 @@ GROW_COLUMNS = 64
 STRIP_CACHE = 96
 #: Framed rows kept per pane (:meth:`LogPane._framed_lines`): a screen of rows and then some;
 #: each strip carries seven GC-tracked caches, so more would cost the cyclic GC.
+BORDER_ROWS = 8
+"""Border rows a pane keeps drawn (top and bottom, with the last few titles)."""
+
 FRAMED_CACHE = 64
 """Rendered lines a pane keeps (a screenful or two, for scrolling): each strip holds
 Textual's caches of its crops and styles, objects the cyclic GC walks at every pass, so a
@@ -372,6 +376,8 @@ class LogPane(ScrollView, can_focus=True):
             FRAMED_CACHE
         )
         self._frame_ends: tuple[Segment, Segment] | None = None
+        # border rows (see _border_row): everything Textual draws them from -> the row
+        self._border_rows: dict[tuple[object, ...], Strip] = {}
         self._segment_styles: dict[str, Style] = {}  # see _styles(); until styles change
         self.add_class("-following")
         self._prompt: LogPrompt | None = None
@@ -966,7 +972,7 @@ class LogPane(ScrollView, can_focus=True):
         out: list[Strip] = []
         for y in crop.line_range:
             if y == 0 or y == height - 1:  # the border rows, titles included: Textual's own
-                strip = super().render_lines(Region(0, y, width, 1))[0]
+                strip = self._border_row(y, y == 0, width, base_background, background, filters)
             else:
                 if y - 1 < content_height:
                     content = self.render_line(y - 1)
@@ -983,6 +989,51 @@ class LogPane(ScrollView, can_focus=True):
                     framed_cache[id(content)] = (content, filters, strip)
             out.append(strip if whole else strip.crop(x1, x2))
         return out
+
+    def _border_row(
+        self,
+        y: int,
+        top: bool,
+        width: int,
+        base_background: Color,
+        background: Color,
+        filters: tuple[LineFilter, ...],
+    ) -> Strip:
+        """Border row ``y`` (the top or the bottom one) as Textual draws it, kept while
+        everything it is drawn from is unchanged: the edge, the title or subtitle (text and
+        spans) with their colours and alignment, the backgrounds, the width, the line
+        filters and the ANSI theme. Textual's own render of one such row costs about as
+        much as drawing ten content rows, and a frame drew 16 of them again (the pane
+        repaints whole while it follows)."""
+        styles = self.styles
+        if top:
+            label = self._border_title
+            label_style = self._get_title_style_information(base_background)
+            edge, align = styles.border_top, styles.border_title_align
+        else:
+            label = self._border_subtitle
+            label_style = self._get_subtitle_style_information(base_background)
+            edge, align = styles.border_bottom, styles.border_subtitle_align
+        key = (
+            top,
+            width,
+            edge,
+            align,
+            None if label is None else (label.plain, tuple(label.spans)),
+            label_style,
+            base_background,
+            background,
+            filters,
+            id(self.app.ansi_theme),
+        )
+        rows = self._border_rows
+        strip = rows.get(key)
+        if strip is None:
+            strip = super().render_lines(Region(0, y, width, 1))[0]
+            if len(rows) >= BORDER_ROWS:
+                rows.clear()
+            rows[key] = strip
+        return strip
 
     def render_line(self, y: int) -> Strip:
         """Textual's Line API: row ``y`` of the visible region (only visible rows are asked).
