@@ -738,7 +738,9 @@ class Service:
                 return JobProgress(job.id, None, None, now, error=e.message)
             held = usage.get(job.id)
             gpus = len(held.gpus) if held is not None and held.gpus else spec_gpus(job)
-            points = progress_points(lines)
+            # parsing a tail of many nodes costs tens of ms: not on the event loop (the app's
+            # keys and frames share it)
+            points = await asyncio.to_thread(progress_points, lines)
             tp = throughput_from(points, world_size=world_size(job, gpus), now=now)
             price = profile_of(job, self.profile).price_per_gpu_hour
             cost = job_cost(gpus, price, ran_seconds(job, now), tp)
