@@ -37,6 +37,7 @@ from console.app.widgets.footer import FittedFooter
 from console.app.widgets.logpane import LogPane
 from console.app.widgets.logpanes import LogPanes
 from console.app.widgets.oneline import OneLine
+from console.app.widgets.rendermemo import RenderMemo
 from console.app.widgets.status import StatusLine
 from console.jobs.logbuffer import LogBuffer, Row, display_lines
 from console.jobs.logs import JobLogLine
@@ -126,7 +127,7 @@ def _newer(old: list[JobLogLine], new: list[JobLogLine]) -> list[JobLogLine] | N
     return out
 
 
-class LogsScreen(Screen[None]):
+class LogsScreen(RenderMemo, Screen[None]):
     """Log panes of ``job`` (see the module docstring).
 
     Args:

@@ -25,6 +25,7 @@ from textual.widget import Widget
 
 from console.app.widgets.frameclock import FrameClock
 from console.app.widgets.logpane import LogPane
+from console.app.widgets.rendermemo import RenderMemo
 from console.jobs.logbuffer import LogBuffer
 
 WIDE_COLUMNS = 150
@@ -49,7 +50,7 @@ def grid_shape(count: int, width: int) -> tuple[int, int]:
     return cols, math.ceil(count / cols)
 
 
-class _Tile(Vertical):
+class _Tile(RenderMemo, Vertical):
     """One grid cell: a pane (its search/filter prompt opens under the whole grid)."""
 
     DEFAULT_CSS = """
@@ -57,7 +58,7 @@ class _Tile(Vertical):
     """
 
 
-class LogPanes(Widget):
+class LogPanes(RenderMemo, Widget):
     """Tiles :class:`LogPane` s; zoom one, cycle focus, switch to the merged pane or to one
     pane per rank.
 
