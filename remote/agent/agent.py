@@ -296,6 +296,14 @@ NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25
 #: the record's ``unsupported``).
 GPM_NOT_SUPPORTED = "GPM not supported on this GPU (needs Hopper or newer)"
 
+#: Shortest time between the two ``nvmlGpmSampleGet`` a GPM reading is computed from (s):
+#: NVML's GPM documentation asks for more than 100 ms ("due to the internal sample refresh
+#: rate"); over a shorter one a fully loaded H200 read 0 % SM and tensor activity.
+GPM_MIN_INTERVAL_S = 0.1
+
+#: ``errors["gpm"]`` of a sample too soon after GPM's first sample (its values are ``None``).
+GPM_FIRST = "GPM needs two samples 100 ms apart: unknown until the next sample"
+
 #: ``nvmlInitWithFlags`` flag: do not fail when the driver enumerates no GPU.
 NVML_INIT_FLAG_NO_GPUS = 1
 #: ``nvmlEventTypeXidCriticalError``.
@@ -1243,6 +1251,8 @@ class GpuState:
         #: GPM: (previous sample, spare sample, metrics struct), or the reason it is off.
         self.gpm: tuple[Any, Any, Any] | None = None
         self.gpm_error: str | None = None
+        #: when the previous GPM sample was taken (the agent's clock, s).
+        self.gpm_at = 0.0
         self.xid_registered = False
 
     @property
@@ -1263,6 +1273,7 @@ class Agent:
         import_error: why pynvml could not be imported.
         kernel_log: reads the host's NVRM kernel messages into ``kernel_log`` (``None``: not
             read; the command line always gives one unless ``--kernel-log-every 0``).
+        clock: monotonic seconds (the GPM interval's).
     """
 
     def __init__(
@@ -1273,8 +1284,10 @@ class Agent:
         proc_root: str = "/proc",
         import_error: str | None = None,
         kernel_log: KernelLogReader | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.kernel_log = kernel_log
+        self.clock = clock
         self.nv = nv
         self.interval_s = interval_s
         self.slow_every = max(1, slow_every)
@@ -1468,8 +1481,8 @@ class Agent:
 
     def _setup_gpm(self, g: GpuState) -> None:
         """GPM on Hopper+: ``nvmlGpmQueryDeviceSupport``, two ``nvmlGpmSampleAlloc`` buffers, a
-        ``c_nvmlGpmMetricsGet_t`` reused every sample, and a first ``nvmlGpmSampleGet`` so the
-        first emitted sample already has an interval to measure."""
+        ``c_nvmlGpmMetricsGet_t`` reused every sample, and a first ``nvmlGpmSampleGet``: the start
+        of the first reading (see :meth:`_gpm`)."""
         if g.handle is None:
             g.gpm_error = g.lost_reason or g.handle_error or "no handle"
             return
@@ -1491,6 +1504,7 @@ class Agent:
             self._note_lost(g, e)
             return
         g.gpm = (prev, spare, mg)
+        g.gpm_at = self.clock()
         g.gpm_error = None
 
     def _setup_xid(self) -> None:
@@ -1760,7 +1774,9 @@ class Agent:
 
     def _gpm(self, g: GpuState, rec: dict[str, Any]) -> None:
         """SM activity, SM occupancy, any-tensor activity, DRAM bandwidth (%) between the
-        previous ``nvmlGpmSampleGet`` and this one (``nvmlGpmMetricsGet``)."""
+        previous ``nvmlGpmSampleGet`` and this one (``nvmlGpmMetricsGet``); ``None`` each,
+        with :data:`GPM_FIRST`, when the previous one is less than
+        :data:`GPM_MIN_INTERVAL_S` old (the first sample, taken as soon as NVML answers)."""
         if g.gpm is None:
             rec["errors"]["gpm"] = g.gpm_error or "GPM not set up"
             if g.gpm_error == GPM_NOT_SUPPORTED:
@@ -1769,6 +1785,11 @@ class Agent:
         if rec.get("mig_mode"):
             rec["errors"]["gpm"] = "MIG mode: GPM is per GPU instance (not collected)"
             return
+        now = self.clock()
+        if now - g.gpm_at < GPM_MIN_INTERVAL_S:  # the first sample, at once: no reading yet
+            rec["gpm"] = {key: None for _, key in GPM_METRICS}
+            rec["errors"]["gpm"] = GPM_FIRST
+            return  # the start sample stays: the next reading spans from it
         prev, cur, mg = g.gpm
         nv = self.nv
         try:
@@ -1778,6 +1799,7 @@ class Agent:
             self._note_lost(g, e)
             return
         g.gpm = (cur, prev, mg)  # this sample is the next one's start
+        g.gpm_at = now
         try:
             mg.sample1, mg.sample2 = prev, cur
             nv.nvmlGpmMetricsGet(mg)

@@ -138,10 +138,27 @@ def proc_root(tmp_path: Path) -> Path:
     return root
 
 
-def make(sc: dict[str, Any], proc: Path | None = None, slow_every: int = 10) -> tuple[Any, Any]:
-    """(agent, fake) for a scenario."""
+class TickingClock:
+    """Monotonic seconds that advance ``step`` at every read (a sample's GPM interval is then
+    never too short, as between two real samples a second apart)."""
+
+    def __init__(self, step: float = 1.0) -> None:
+        self.t, self.step = 1000.0, step
+
+    def __call__(self) -> float:
+        self.t += self.step
+        return self.t
+
+
+def make(
+    sc: dict[str, Any],
+    proc: Path | None = None,
+    slow_every: int = 10,
+    clock: Any = None,
+) -> tuple[Any, Any]:
+    """(agent, fake) for a scenario; the agent's clock ticks 1 s a read unless given."""
     fake = FakeNVML(sc)
-    kw: dict[str, Any] = {"slow_every": slow_every}
+    kw: dict[str, Any] = {"slow_every": slow_every, "clock": clock or TickingClock()}
     if proc is not None:
         kw["proc_root"] = str(proc)
     return agent_mod.Agent(fake, 1.0, **kw), fake
@@ -363,6 +380,25 @@ def test_gpm_uses_two_distinct_samples_every_interval() -> None:
         assert g0["gpm"]["sm_activity_pct"] == 10.0 + i, g0["errors"]
     assert fake.calls["nvmlGpmSampleGet"] == 4  # one at start, one per sample
     assert fake.calls["nvmlGpmSampleAlloc"] == 2  # per supported GPU, reused
+
+
+def test_gpm_first_sample_at_once_is_unknown_not_zero() -> None:
+    """GPM reads two samples apart; the first emitted sample comes as soon as NVML answers,
+    before 100 ms have passed: unknown with the reason, then real from the next sample."""
+    clock = TickingClock(step=0.0)
+    agent, fake = make(scenario_two_gpus(), clock=clock)
+    g0 = agent.sample()["gpus"][0]
+    assert g0["gpm"] == dict.fromkeys(
+        ["sm_activity_pct", "sm_occupancy_pct", "tensor_activity_pct", "dram_bw_util_pct"]
+    )
+    assert g0["errors"]["gpm"] == agent_mod.GPM_FIRST
+    assert fake.calls["nvmlGpmSampleGet"] == 1  # setup's only (GPU 1 has no GPM)
+    clock.t += 0.05  # still too soon: the start sample is kept
+    assert agent.sample()["gpus"][0]["gpm"]["sm_activity_pct"] is None
+    clock.t += 0.06  # 110 ms after the start sample
+    g0 = agent.sample()["gpus"][0]
+    assert g0["gpm"]["sm_activity_pct"] == 91.5 and "gpm" not in g0["errors"]
+    assert fake.calls["nvmlGpmSampleGet"] == 2
 
 
 def test_gpm_metric_error_is_null_with_reason() -> None:
@@ -773,7 +809,10 @@ def test_process_exits_when_stdin_closes(tmp_path: Path) -> None:
     assert [s["seq"] for s in lines] == [0, 1, 2]
     for s in lines:
         check_schema(s)
-    assert lines[0]["gpus"][0]["gpm"]["sm_activity_pct"] == 91.5
+    # the first sample comes as soon as NVML answers: GPM unknown then, read from the next
+    assert lines[0]["gpus"][0]["gpm"]["sm_activity_pct"] is None
+    assert lines[0]["gpus"][0]["errors"]["gpm"] == agent_mod.GPM_FIRST
+    assert lines[1]["gpus"][0]["gpm"]["sm_activity_pct"] == 91.5
     assert lines[2]["host_time"] - lines[0]["host_time"] == pytest.approx(0.4, abs=0.15)
     t0 = time.monotonic()
     proc.stdin.close()
