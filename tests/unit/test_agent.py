@@ -401,6 +401,27 @@ def test_gpm_first_sample_at_once_is_unknown_not_zero() -> None:
     assert fake.calls["nvmlGpmSampleGet"] == 2
 
 
+FIRST_SAMPLES = Path(__file__).parents[1] / "data/device/agent-first-samples-h100"
+
+
+def test_recorded_first_samples_on_a_loaded_hopper_gpu() -> None:
+    """The device recording (README there): a matmul load on an H100; the first sample's GPM
+    is unknown with the reason, every later one reads the load."""
+    lines = (FIRST_SAMPLES / "first-samples.jsonl").read_text().splitlines()
+    samples = [json.loads(ln) for ln in lines]
+    assert [s["seq"] for s in samples] == [0, 1, 2, 3]
+    for s in samples:
+        check_schema(s)
+    first = samples[0]["gpus"][0]
+    assert first["name"] == "NVIDIA H100 80GB HBM3" and first["util_gpu_pct"] == 100
+    assert set(first["gpm"].values()) == {None}
+    assert first["errors"]["gpm"] == agent_mod.GPM_FIRST
+    for s in samples[1:]:
+        g = s["gpus"][0]
+        assert g["gpm"]["sm_activity_pct"] > 90 and g["gpm"]["tensor_activity_pct"] > 90, g
+        assert "gpm" not in g["errors"]
+
+
 def test_gpm_metric_error_is_null_with_reason() -> None:
     sc = scenario_two_gpus()
     sc["gpus"][0]["gpm_metric_errors"] = {"10": "NotSupported"}
