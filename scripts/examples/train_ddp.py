@@ -10,7 +10,8 @@ batches to the trainer through shared memory, so a container needs a big enough 
 Rank 0 writes ``<out>/checkpoint.pt`` atomically every ``--ckpt-every`` steps and at the end;
 a restarted job resumes from it. ``--fail-rank R --fail-step K`` makes global rank R raise at
 step K, to exercise failure handling (torchrun prints its failure summary, and ``@record``
-makes it write the rank's error file).
+makes it write the rank's error file). ``--oom-rank R --fail-step K`` makes global rank R ask
+its GPU for more memory than it has at step K: a real CUDA out-of-memory error.
 """
 
 from __future__ import annotations
@@ -57,6 +58,12 @@ def parse_args() -> argparse.Namespace:
     )
     p.add_argument("--fail-rank", type=int, default=-1, help="global rank that fails on purpose")
     p.add_argument("--fail-step", type=int, default=-1, help="step at which --fail-rank fails")
+    p.add_argument(
+        "--oom-rank",
+        type=int,
+        default=-1,
+        help="global rank that runs out of GPU memory at --fail-step (allocates twice the GPU)",
+    )
     return p.parse_args()
 
 
@@ -82,6 +89,16 @@ def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
     tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
     torch.save(state, tmp)
     os.replace(tmp, path)
+
+
+def exhaust_memory(device: torch.device) -> None:
+    """Allocate twice the GPU's memory at once: CUDA's caching allocator raises
+    ``torch.OutOfMemoryError`` ("CUDA out of memory. Tried to allocate ... GiB. GPU 0 has a
+    total capacity of ..."). A CPU rank has no GPU memory to run out of: it says so."""
+    if device.type != "cuda":
+        raise RuntimeError("--oom-rank needs a GPU: this rank runs on the CPU")
+    total = torch.cuda.get_device_properties(device).total_memory
+    torch.empty(2 * total, dtype=torch.uint8, device=device)
 
 
 def say(line: str) -> None:
@@ -159,6 +176,8 @@ def main() -> None:
             step += 1
             if rank == args.fail_rank and step == args.fail_step:
                 raise RuntimeError(f"injected failure on rank {rank} at step {step}")
+            if rank == args.oom_rank and step == args.fail_step:
+                exhaust_memory(device)
             x = x.to(device, non_blocking=True)
             y = y.to(device, non_blocking=True)
             with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=use_cuda):
