@@ -124,16 +124,12 @@ class DockerBackend:
         profile = self.session.profile
         exclude = profile.defaults.exclude_slow if exclude_slow is None else exclude_slow
         try:
-            flagged = await asyncio.to_thread(BenchStore(self.store.root).flagged, profile.name)
+            slow = await asyncio.to_thread(BenchStore(self.store.root).slow, profile.name)
         except StateError as e:
             if exclude:  # asked to leave slow GPUs out, and which they are cannot be read
                 raise
             log.warning("the last bench's results are not read: %s", e)
-            flagged = {}
-        slow = {
-            host: {i: s.verdict.summary() for i, s in gpus.items()}
-            for host, gpus in flagged.items()
-        }
+            slow = {}
         prepared = await prepare(
             self.session, loaded, dry_run=dry_run, force=force, slow=slow, exclude_slow=exclude
         )

@@ -213,6 +213,14 @@ class BenchStore:
         except (KeyError, TypeError, ValueError):
             return None
 
+    def slow(self, profile: str) -> dict[str, dict[int, str]]:
+        """host -> GPU index -> the verdict's line (``slow: ...; likely: ...``), for the GPUs
+        the last bench flagged: what a plan names (:class:`console.jobs.plan.HostFacts`)."""
+        return {
+            host: {i: s.verdict.summary() for i, s in gpus.items()}
+            for host, gpus in self.flagged(profile).items()
+        }
+
     def flagged(self, profile: str) -> dict[str, dict[int, StoredGpu]]:
         """host -> GPU index -> its last bench, for the GPUs the last bench flagged."""
         out: dict[str, dict[int, StoredGpu]] = {}
