@@ -1355,6 +1355,17 @@ class Service:
             return DcgmVerdict(host, level, "error", (), e.message)
         return parse_diag(host, level, res.stdout, res.stderr, res.returncode)
 
+    def bench_lines(self) -> dict[tuple[str, int], str]:
+        """(host, GPU index) -> the last bench's line for the fleet view (date, figures,
+        verdict: :func:`console.bench.render.detail`)."""
+        from console.bench.render import detail
+
+        return {
+            (s.result.host, s.result.index): detail(s)
+            for s in self.bench_results()
+            if s.result.index is not None
+        }
+
     def bench_results(self) -> list[StoredGpu]:
         """The last bench of every GPU of the profile, with its verdict (``[]`` when none, or
         the results cannot be read: logged)."""
