@@ -165,6 +165,11 @@ class JobDefaults(BaseModel):
     stop_grace: float = Field(
         30.0, ge=0, le=3600, allow_inf_nan=False, description="seconds between SIGTERM and SIGKILL"
     )
+    exclude_slow: bool = Field(
+        False,
+        description="submit leaves out the GPUs the last `gpuconsole bench` flagged "
+        "(as --exclude-slow)",
+    )
 
     @field_validator("env")
     @classmethod

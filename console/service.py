@@ -18,6 +18,7 @@ import dataclasses
 import logging
 import math
 import os
+import shutil
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
@@ -66,6 +67,8 @@ from console.session import Session
 from remote.errors import GpuConsoleError
 
 if TYPE_CHECKING:  # imported by the methods that use them (CLI start-up: `ps` needs none)
+    from console.bench.model import BenchReport, DcgmVerdict, GpuBench, HostBench
+    from console.bench.store import StoredGpu
     from console.fleet.monitor import FleetMonitor
     from console.fleet.state import FleetState
     from console.history import HistoryRecorder
@@ -79,6 +82,11 @@ if TYPE_CHECKING:  # imported by the methods that use them (CLI start-up: `ps` n
     from remote.telemetry.schema import Sample
 
 log = logging.getLogger("gpuconsole.service")
+
+#: How long a bench job may run before it is stopped (s), by mode: the image's start and
+#: torch's import, CUDA and NCCL start-up on every GPU, then the measurements (the sustained
+#: load: 6 s quick, 60 s full; a host's GPUs take turns on PCIe).
+BENCH_TIMEOUT_S = {"quick": 300.0, "full": 1200.0}
 
 __all__ = [
     "DEFAULT_SHELL",
@@ -549,8 +557,11 @@ class Service:
         *,
         dry_run: bool = False,
         force: bool = False,
+        exclude_slow: bool | None = None,
     ) -> Submission:
-        """Validate a spec and preflight every host (no container is created).
+        """Validate a spec and preflight every host (no container is created). ``exclude_slow``
+        leaves out the GPUs the last bench flagged (``None``: the profile's
+        ``defaults.exclude_slow``); the plan names those it uses.
 
         Without ``dry_run`` the workdir is synced to the hosts (content-addressed, so a
         submission that is not launched leaves only a reusable copy).
@@ -568,7 +579,9 @@ class Service:
         if problem is not None:
             raise problem
         loaded = await asyncio.to_thread(load_spec, spec_path, overrides)
-        return await self.profile_backend().plan(loaded, dry_run=dry_run, force=force)
+        return await self.profile_backend().plan(
+            loaded, dry_run=dry_run, force=force, exclude_slow=exclude_slow
+        )
 
     async def submit(self, submission: Submission) -> JobRecord:
         """Launch a planned submission (all nodes or none) and publish :class:`JobChanged`.
@@ -1065,6 +1078,304 @@ class Service:
         return await backend.dev_shell(
             host, command, tty=tty, image=image, gpus=gpus, workdir=workdir, warn=warn
         )
+
+    # -- bench --------------------------------------------------------------------------------
+
+    async def bench(
+        self,
+        hosts: list[str] | None = None,
+        *,
+        mode: Literal["quick", "full"] = "quick",
+        cross: bool = False,
+        dcgm: bool = False,
+        force: bool = False,
+        sustain_s: float | None = None,
+        say: Callable[[str], None] | None = None,
+    ) -> BenchReport:
+        """``gpuconsole bench``: bench every GPU of ``hosts`` (default: the profile's) and
+        judge each against its model's fleet median and datasheet (:mod:`console.bench`).
+
+        Each host with GPUs runs ``remote/bench/gpubench.py`` as a job (name ``gpubench``,
+        one node, every GPU, one process per GPU) through its backend, exactly as ``submit``
+        launches one: the profile's image and runtime, the busy-GPU refusal (``force`` to
+        bench GPUs others hold), labels, claims; the job is followed to its end, its
+        documents read from its log and the job removed. Hosts run at once. A host without
+        an NVIDIA driver or GPU has nothing to bench. ``cross``: then one job over every host
+        that was benched, the NCCL all-reduce across them. ``dcgm``: then ``dcgmi diag -r 1``
+        (``-r 2`` for ``full``) on each benched host where DCGM is installed. The results
+        and verdicts are kept in the state dir (:class:`console.bench.store.BenchStore`).
+
+        Args:
+            mode: ``quick`` (under 30 s a host once the image is there) or ``full``.
+            sustain_s: the sustained load's seconds (default: the mode's, 6 or 60).
+            say: called with a line of progress (a host started, ended).
+
+        Raises:
+            UsageError: a host that is not in the profile, or a Slurm profile.
+            StateError: the results cannot be stored.
+        """
+        from console.bench import analysis
+        from console.bench.model import BenchReport, HostBench
+        from console.bench.store import BenchStore
+        from console.jobs.launch import gpu_facts
+
+        prof = self.profile
+        if prof.scheduler == "slurm":
+            raise UsageError(
+                f"profile {prof.name} is a Slurm cluster: bench runs on a profile's SSH hosts",
+                "bench the nodes with a profile that lists them as hosts",
+            )
+        names = list(hosts) if hosts else list(prof.hosts)
+        unknown = [h for h in names if h not in prof.hosts]
+        if unknown:
+            raise UsageError(
+                f"--host {unknown[0]!r}: not a host of profile {prof.name}",
+                f"hosts: {', '.join(prof.hosts)}",
+            )
+        tell = say or (lambda _line: None)
+        started = time.time()
+        session = self.session()
+        args = ["--mode", mode] + (["--sustain-s", f"{sustain_s:g}"] if sustain_s else [])
+
+        async def one(host: str) -> tuple[list[GpuBench], HostBench]:
+            try:
+                facts = await gpu_facts(session, host)
+            except GpuConsoleError as e:
+                tell(f"{host}: not benched: {e.message}")
+                return [], HostBench(host, mode, time.time(), "failed", False, e.message)
+            if not facts.count:
+                why = "no NVIDIA driver" if facts.count is None else "no GPU"
+                return [], HostBench(host, mode, time.time(), "no_gpu", False, why)
+            tell(f"{host}: benching {facts.count} GPU(s) ({mode})")
+            gpus, host_docs = await self._bench_job(
+                [host], "all", args, mode, force, sustain_s or 0.0
+            )
+            h = host_docs[0] if host_docs else None
+            if h is None or h.state != "benched":
+                tell(f"{host}: {h.reason if h else 'no result'}")
+            else:
+                tell(f"{host}: done in {h.elapsed_s or 0:.0f} s")
+            return gpus, h or HostBench(host, mode, time.time(), "failed", False, "no result")
+
+        done = await asyncio.gather(*(one(h) for h in names))
+        run = [g for gs, _h in done for g in gs]
+        host_results = [h for _gs, h in done]
+        cross_result = None
+        if cross:
+            ok = [h for h in host_results if h.state == "benched" and h.gpus]
+            if len(ok) < 2:
+                cross_result = HostBench(
+                    ",".join(h.host for h in ok) or "-",
+                    mode,
+                    time.time(),
+                    "no_gpu",
+                    False,
+                    "--cross needs 2 or more hosts benched with GPUs",
+                )
+            else:
+                per_node = min(h.gpus or 0 for h in ok)
+                tell(f"across {', '.join(h.host for h in ok)}: all-reduce, {per_node} GPU(s) each")
+                _g, cross_docs = await self._bench_job(
+                    [h.host for h in ok], per_node, [*args, "--allreduce-only"], mode, force
+                )
+                with_ar = [d for d in cross_docs if d.allreduce]
+                cross_result = dataclasses.replace(
+                    with_ar[0] if with_ar else cross_docs[0],
+                    host=",".join(h.host for h in ok),
+                )
+        dcgm_results = []
+        if dcgm:
+            level = 2 if mode == "full" else 1
+            dcgm_results = list(
+                await asyncio.gather(
+                    *(
+                        self._dcgm(h.host, level)
+                        for h in host_results
+                        if h.state == "benched" and h.gpus
+                    )
+                )
+            )
+        bstore = BenchStore(self.store.root)
+        try:
+            stored = await asyncio.to_thread(bstore.last_gpus, prof.name)
+        except StateError as e:  # judged against this run alone; saving says it again
+            log.warning("past bench results not read: %s", e)
+            stored = []
+        mine = {(g.host, g.index) for g in run}
+        fleet = [s.result for s in stored if (s.result.host, s.result.index) not in mine] + run
+        verdicts = analysis.judge(run, fleet)
+        pairs = sorted(
+            zip(run, verdicts),
+            key=lambda p: (p[0].host, p[0].index if p[0].index is not None else -1),
+        )
+        await asyncio.to_thread(
+            bstore.save,
+            prof.name,
+            pairs,
+            [h for h in host_results if h.state == "benched"],
+            cross_result if cross_result and cross_result.state == "benched" else None,
+        )
+        return BenchReport(
+            prof.name,
+            mode,
+            started,
+            time.time(),
+            tuple(pairs),
+            tuple(host_results),
+            cross_result,
+            tuple(dcgm_results),
+        )
+
+    async def _bench_job(
+        self,
+        hosts: list[str],
+        gpus: Literal["all"] | int,
+        args: list[str],
+        mode: str,
+        force: bool,
+        extra_s: float = 0.0,
+    ) -> tuple[list[GpuBench], list[HostBench]]:
+        """Run the bench script as a job on ``hosts`` (see :meth:`bench`) and read its
+        documents: the GPUs' results and one :class:`HostBench` per host (``failed`` with
+        the reason when it could not run or did not end)."""
+        from console.bench.model import HostBench, documents, gpu_result, host_result
+        from console.jobs.spec import validate_spec
+        from remote.bench import SCRIPT, stage
+        from remote.transport import local_temp_dir
+
+        def failed(why: str) -> tuple[list[GpuBench], list[HostBench]]:
+            return [], [HostBench(h, mode, time.time(), "failed", False, why) for h in hosts]
+
+        folder = Path(await asyncio.to_thread(local_temp_dir, "bench"))
+        try:
+            await asyncio.to_thread(stage, folder)
+            data: dict[str, Any] = {
+                "name": "gpubench",
+                "nodes": hosts,
+                "gpus_per_node": gpus,
+                "workdir": str(folder),
+                "script": SCRIPT,
+                "args": args,
+                # CUDA numbers the GPUs as nvidia-smi does (PCI order), so local rank i is
+                # the i-th GPU given to the node
+                "env": {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "PYTHONDONTWRITEBYTECODE": "1"},
+                "flight_recorder": False,
+            }
+            loaded = validate_spec(data, "(bench)", folder)
+            try:
+                sub = await self.profile_backend(hosts[0]).plan(
+                    loaded, dry_run=False, force=force, exclude_slow=False
+                )
+            except GpuConsoleError as e:
+                return failed(e.message + (f" ({e.hint})" if e.hint else ""))
+        finally:
+            await asyncio.to_thread(shutil.rmtree, folder, True)
+        plan = sub.prepared.plan
+        try:
+            job = await self.submit(sub)
+        except GpuConsoleError as e:
+            return failed(e.message)
+        timeout = BENCH_TIMEOUT_S[mode] + extra_s + 2 * max(0, len(hosts) - 1)
+        lines: list[str] = []
+
+        async def collect() -> None:
+            async for batch in self.follow_batches(job):
+                lines.extend(x.text for x in batch)
+
+        timed_out = False
+        try:
+            try:
+                await asyncio.wait_for(collect(), timeout)
+            except asyncio.TimeoutError:
+                timed_out = True
+                await self.stop(job, grace=5)
+            job = await self.refresh_job(job)
+        finally:
+            try:
+                await asyncio.shield(self.remove(job, force=True))
+            except GpuConsoleError as e:
+                log.warning("bench job %s not removed: %s", job.id, e)
+        at = time.time()
+        gpu_out: list[GpuBench] = []
+        host_out: dict[str, HostBench] = {}
+        for doc in documents(lines):
+            raw = doc.get("node")
+            node = raw if isinstance(raw, int) else 0
+            if not 0 <= node < len(plan.nodes):
+                continue
+            n = plan.nodes[node]
+            if doc["kind"] == "host":
+                host_out.setdefault(n.host, host_result(doc, n.host, at, plan.runtime))
+                if doc.get("allreduce"):
+                    host_out[n.host] = host_result(doc, n.host, at, plan.runtime)
+                continue
+            local = doc.get("local_rank")
+            index = (
+                n.gpu_ids[local] if isinstance(local, int) and 0 <= local < len(n.gpu_ids) else None
+            )
+            gpu_out.append(gpu_result(doc, n.host, index, at))
+        if timed_out or job.state != "succeeded":
+            why = (
+                f"the bench did not end within {timeout:.0f} s (job {job.id} stopped)"
+                if timed_out
+                else f"the bench job {job.id} {job.state}"
+                + (f": {job.failure.get('reason')}" if job.failure else "")
+            )
+            for h in hosts:
+                had = host_out.get(h)
+                host_out[h] = HostBench(
+                    h,
+                    mode,
+                    at,
+                    "failed",
+                    False,
+                    why,
+                    had.gpus if had else None,
+                    runtime=plan.runtime,
+                )
+        out = [
+            host_out.get(h) or HostBench(h, mode, at, "failed", False, "no result in its log")
+            for h in hosts
+        ]
+        return gpu_out, out
+
+    async def _dcgm(self, host: str, level: int) -> DcgmVerdict:
+        """``dcgmi diag -r LEVEL`` on ``host`` when DCGM is installed there, read by
+        :func:`console.bench.dcgm.parse_diag`; ``absent`` when it is not."""
+        from console.bench.dcgm import parse_diag
+        from console.bench.model import DcgmVerdict
+
+        try:
+            t = await self.session().connected(host)
+            found = await t.run(["sh", "-c", "command -v dcgmi"], timeout=30)
+            if found.returncode != 0:
+                return DcgmVerdict(host, level, "absent", (), "dcgmi is not on the host's PATH")
+            res = await t.run(["dcgmi", "diag", "-r", str(level)], timeout=900)
+        except GpuConsoleError as e:
+            return DcgmVerdict(host, level, "error", (), e.message)
+        return parse_diag(host, level, res.stdout, res.stderr, res.returncode)
+
+    def bench_lines(self) -> dict[tuple[str, int], str]:
+        """(host, GPU index) -> the last bench's line for the fleet view (date, figures,
+        verdict: :func:`console.bench.render.detail`)."""
+        from console.bench.render import detail
+
+        return {
+            (s.result.host, s.result.index): detail(s)
+            for s in self.bench_results()
+            if s.result.index is not None
+        }
+
+    def bench_results(self) -> list[StoredGpu]:
+        """The last bench of every GPU of the profile, with its verdict (``[]`` when none, or
+        the results cannot be read: logged)."""
+        from console.bench.store import BenchStore
+
+        try:
+            return BenchStore(self.store.root).last_gpus(self.profile.name)
+        except StateError as e:
+            log.warning("bench results not read: %s", e)
+            return []
 
     # -- notebooks ----------------------------------------------------------------------------
 

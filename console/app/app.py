@@ -311,6 +311,8 @@ class GpuConsoleApp(App[int]):
         # timers and workers at any point of their life (they keep it until they can draw
         # it), also while Textual shuts down and no longer lists them
         self.fleet_screen = FleetScreen(clock=monotonic)
+        if not replay:  # the last bench of each GPU: a line under the table
+            self.fleet_screen.set_bench(service.bench_lines())
         self.jobs_screen = JobsScreen(clock=clock)
         self.alerts_screen = AlertsScreen(clock=clock)
         if self.config.theme:

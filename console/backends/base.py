@@ -307,8 +307,12 @@ class JobBackend(Protocol):
 
     # -- plan and submit ----------------------------------------------------------------
 
-    async def plan(self, loaded: LoadedSpec, *, dry_run: bool, force: bool) -> Submission:
-        """Preflight a loaded spec on the runtime (no job is created).
+    async def plan(
+        self, loaded: LoadedSpec, *, dry_run: bool, force: bool, exclude_slow: bool | None = None
+    ) -> Submission:
+        """Preflight a loaded spec on the runtime (no job is created). ``exclude_slow``: leave
+        out the GPUs the last bench flagged (``None``: the profile's
+        ``defaults.exclude_slow``); the plan names those it uses.
 
         Raises:
             ConfigError, PlanError, JobNameInUse, TransportError: the spec cannot run there.

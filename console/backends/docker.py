@@ -95,10 +95,14 @@ class DockerBackend:
 
     # -- plan and submit ----------------------------------------------------------------
 
-    async def plan(self, loaded: LoadedSpec, *, dry_run: bool, force: bool) -> Submission:
+    async def plan(
+        self, loaded: LoadedSpec, *, dry_run: bool, force: bool, exclude_slow: bool | None = None
+    ) -> Submission:
         """Preflight every host (:func:`console.jobs.launch.prepare`); without ``dry_run``
         the workdir is synced to them (content-addressed, so a plan that is not launched
-        leaves only a reusable copy).
+        leaves only a reusable copy). The GPUs the last bench flagged
+        (:meth:`console.bench.store.BenchStore.flagged`) are named in the plan, and left out
+        with ``exclude_slow`` (``None``: the profile's ``defaults.exclude_slow``).
 
         Raises:
             ConfigError: the spec sets ``time_limit`` (Slurm's).
@@ -114,7 +118,21 @@ class DockerBackend:
                 "remove it, or submit with a Slurm profile",
                 **loaded.blame("time_limit"),
             )
-        prepared = await prepare(self.session, loaded, dry_run=dry_run, force=force)
+        from console.bench.store import BenchStore
+        from console.errors import StateError
+
+        profile = self.session.profile
+        exclude = profile.defaults.exclude_slow if exclude_slow is None else exclude_slow
+        try:
+            slow = await asyncio.to_thread(BenchStore(self.store.root).slow, profile.name)
+        except StateError as e:
+            if exclude:  # asked to leave slow GPUs out, and which they are cannot be read
+                raise
+            log.warning("the last bench's results are not read: %s", e)
+            slow = {}
+        prepared = await prepare(
+            self.session, loaded, dry_run=dry_run, force=force, slow=slow, exclude_slow=exclude
+        )
         return Submission(loaded, prepared, dry_run, backend=self)
 
     def plan_text(self, submission: Submission) -> str:

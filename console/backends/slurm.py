@@ -102,9 +102,11 @@ class SlurmBackend:
 
     # -- plan and submit ----------------------------------------------------------------
 
-    async def plan(self, loaded: LoadedSpec, *, dry_run: bool, force: bool) -> Submission:
+    async def plan(
+        self, loaded: LoadedSpec, *, dry_run: bool, force: bool, exclude_slow: bool | None = None
+    ) -> Submission:
         """Render and validate the sbatch script (:func:`console.slurm.backend.plan_slurm`);
-        ``force`` has no meaning here (Slurm allocates the GPUs)."""
+        ``force`` and ``exclude_slow`` have no meaning here (Slurm allocates the GPUs)."""
         from console.slurm.backend import plan_slurm
 
         splan = await plan_slurm(self.session, loaded, dry_run=dry_run)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from console.cli import (  # noqa: F401  (each registers its commands)
     alerts,
+    bench,
     cp,
     diagnose,
     fleet,

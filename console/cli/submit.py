@@ -105,6 +105,13 @@ def _overrides(
 @click.option("--arg", "args", multiple=True, help="Replace the script's arguments (repeat).")
 @click.option("--force", is_flag=True, help="Use GPUs that other processes hold.")
 @click.option(
+    "--exclude-slow",
+    is_flag=True,
+    default=None,
+    help="Leave out the GPUs the last `gpuconsole bench` flagged (default: the profile's "
+    "defaults.exclude_slow).",
+)
+@click.option(
     "--runtime",
     type=click.Choice(["docker", "host"]),
     help="docker containers, or host: torchrun in the hosts' own Python.",
@@ -129,12 +136,13 @@ def submit(
     max_restarts: str | None,
     args: tuple[str, ...],
     force: bool,
+    exclude_slow: bool | None,
     runtime: str | None,
     python: str | None,
 ) -> None:
     """Launch the job described by SPEC (YAML); flags override its fields."""
     flags = (name, image, nodes, gpus_per_node, nproc_per_node, max_restarts, args, runtime, python)
-    code = run(_submit(ctx, spec, flags, follow, dry_run, force))
+    code = run(_submit(ctx, spec, flags, follow, dry_run, force, exclude_slow or None))
     raise SystemExit(code)
 
 
@@ -145,10 +153,13 @@ async def _submit(
     follow: bool,
     dry_run: bool,
     force: bool,
+    exclude_slow: bool | None = None,
 ) -> int:
     overrides = _overrides(*flags)  # before the service: a bad flag touches nothing
     async with command_service(ctx) as svc:
-        sub = await svc.plan(spec_path, overrides, dry_run=dry_run, force=force)
+        sub = await svc.plan(
+            spec_path, overrides, dry_run=dry_run, force=force, exclude_slow=exclude_slow
+        )
         if dry_run:
             click.echo(sub.plan_text())
             return 0

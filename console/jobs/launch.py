@@ -30,7 +30,7 @@ import dataclasses
 import logging
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -455,12 +455,20 @@ async def check_name_free(
 
 
 async def prepare(
-    session: Session, loaded: LoadedSpec, *, dry_run: bool = False, force: bool = False
+    session: Session,
+    loaded: LoadedSpec,
+    *,
+    dry_run: bool = False,
+    force: bool = False,
+    slow: Mapping[str, Mapping[int, str]] | None = None,
+    exclude_slow: bool = False,
 ) -> Prepared:
     """Preflight every host and build the plan (steps 1-3 of the module docstring).
 
     With ``dry_run`` nothing is written anywhere (the workdir is not synced). ``force`` lets
-    the job use GPUs that other processes hold.
+    the job use GPUs that other processes hold. ``slow``: host -> GPU index -> the last
+    bench's verdict, for the GPUs it flagged (named in the plan; left out with
+    ``exclude_slow``).
 
     Raises:
         ConfigError, PlanError, JobNameInUse, TransportError, ImageNotFound.
@@ -492,7 +500,12 @@ async def prepare(
         if explained is e:
             raise
         raise explained from e
-    facts = {f.host: f for f in facts_list}
+    facts = {
+        f.host: dataclasses.replace(
+            f, slow=dict((slow or {}).get(f.host, {})), exclude_slow=exclude_slow
+        )
+        for f in facts_list
+    }
     job_id = new_job_id(loaded.spec.name)
     # Plan once before any effect, so GPU and process errors come before the workdir sync.
     plan = build_plan(

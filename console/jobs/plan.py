@@ -11,7 +11,8 @@ import ipaddress
 import re
 import secrets
 import shlex
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from console import fields
@@ -72,6 +73,11 @@ class HostFacts:
             unknown.
         lost: indices of GPUs that are lost (never chosen).
         python: ``runtime: host``: the python with torch, resolved on the host (a path).
+        slow: GPU index -> the last bench's verdict on it, for GPUs that bench flagged
+            (``gpuconsole bench``, :mod:`console.bench.store`): named in the plan, and left
+            out with ``exclude_slow``.
+        exclude_slow: leave the ``slow`` GPUs out (``submit --exclude-slow``, the profile's
+            ``defaults.exclude_slow``).
 
     For a notebook, ``workdir`` is its folder on the host and ``rdzv_port`` JupyterLab's port.
     """
@@ -85,6 +91,8 @@ class HostFacts:
     holders: dict[int, list[str]] | None = None
     lost: frozenset[int] = frozenset()
     python: str | None = None
+    slow: Mapping[int, str] = field(default_factory=dict)
+    exclude_slow: bool = False
 
 
 @dataclass(frozen=True)
@@ -123,6 +131,7 @@ class JobPlan:
     kind: str = "train"
     port: int | None = None
     runtime: str = "docker"
+    notes: tuple[str, ...] = ()
 
 
 def new_job_id(name: str) -> str:
@@ -358,7 +367,18 @@ def pick_gpus(loaded: LoadedSpec, facts: HostFacts, force: bool = False) -> tupl
         )
     holders = facts.holders or {}
     busy = {i for i in range(count) if holders.get(i)} | set(facts.lost)
+    slow = set(facts.slow) if facts.exclude_slow else set()
     if isinstance(gpus, int):
+        if slow:
+            usable = [i for i in range(count) if i not in slow]
+            if len(usable) < gpus:
+                raise slow_error(facts, sorted(slow), at)
+            free = [i for i in usable if i not in busy]
+            if len(free) >= gpus:
+                return tuple(free[:gpus])
+            if not force or facts.lost & set(usable[:gpus]):
+                raise busy_error(facts, sorted(busy - slow)[: gpus - len(free)], at)
+            return tuple(usable[:gpus])
         if gpus > count:
             raise PlanError(
                 f"{at}host {facts.host} has {count} GPU(s), the job asks for {gpus} per node",
@@ -378,10 +398,43 @@ def pick_gpus(loaded: LoadedSpec, facts: HostFacts, force: bool = False) -> tupl
             f"{at}host {facts.host} has GPUs 0..{count - 1}; GPU index {missing[0]} does not exist",
             f"fix {loaded.name_of('gpus_per_node')} (indices 0..{count - 1})",
         )
+    flagged = [i for i in wanted if i in slow]
+    if flagged:
+        raise slow_error(facts, flagged, at)
     taken = [i for i in wanted if i in busy and (not force or i in facts.lost)]
     if taken:
         raise busy_error(facts, taken, at)
     return tuple(wanted)
+
+
+def slow_error(facts: HostFacts, flagged: list[int], at: str = "") -> PlanError:
+    """The refusal of GPUs the last bench flagged while ``exclude_slow`` is on."""
+    who = "; ".join(f"GPU {i}: {facts.slow.get(i, 'flagged')}" for i in flagged)
+    return PlanError(
+        f"{at}host {facts.host}: GPU(s) {', '.join(map(str, flagged))} flagged slow by the last "
+        f"bench and left out by --exclude-slow ({who})",
+        "ask for fewer GPUs, pick others, bench again (`gpuconsole bench --host "
+        f"{facts.host}`), or drop --exclude-slow (`defaults.exclude_slow` in the profile)",
+    )
+
+
+def slow_notes(
+    hosts: list[str], gpu_sets: list[tuple[int, ...]], facts: Mapping[str, HostFacts]
+) -> tuple[str, ...]:
+    """The plan's lines about GPUs the last bench flagged: each one the plan uses, and (with
+    ``exclude_slow``) each one it left out."""
+    out = []
+    for host, gpus in zip(hosts, gpu_sets):
+        f = facts[host]
+        for i, verdict in sorted(f.slow.items()):
+            if i in gpus:
+                out.append(
+                    f"note: host {host} GPU {i} was flagged by the last bench: {verdict} "
+                    "(--exclude-slow leaves it out)"
+                )
+            elif f.exclude_slow:
+                out.append(f"note: host {host} GPU {i} left out (--exclude-slow): {verdict}")
+    return tuple(dict.fromkeys(out))
 
 
 def _loopback(address: str) -> bool:
@@ -629,6 +682,7 @@ def build_plan(
         kind=spec.kind,
         port=port if notebook else None,
         runtime=runtime,
+        notes=slow_notes(hosts, gpu_sets, facts),
     )
 
 
@@ -653,6 +707,7 @@ def render_plan(plan: JobPlan) -> str:
         lines.append(f"node {n.node_rank} on {n.host}: GPUs {gpus}")
         lines.append("  " + run_line(n.container))
     lines += args_notes(plan.script_args, plan.nproc_per_node)
+    lines += plan.notes
     return "\n".join(escape_text(ln) for ln in lines)
 
 

@@ -130,6 +130,12 @@ async def test_cells_show_the_traces_readings() -> None:
             "90 16 (17604 MiB) | P0 | SM 1500/? MHz | mem 3201/? MHz | tensor 93% "
             "dram 17% | fan n/a"
         )
+        # the last bench of the GPU (Service.bench_lines), last in its detail
+        line = "bench 2026-01-02 03:04 (quick): bf16 612 TFLOP/s: slow: bf16 612 TFLOP/s is 22%"
+        fleet(app).set_bench({("h200-a", 0): line})
+        await pilot.pause()
+        detail = " ".join(app.screen.query_one("#fleet-detail", DetailPanel).lines())
+        assert detail.endswith(f"fan n/a | {line}")
         fleet(app).table.move_to_key("host:gpu-c")
         await pilot.pause()
         detail = " ".join(app.screen.query_one("#fleet-detail", DetailPanel).lines())

@@ -97,10 +97,11 @@ def summary_text(
     return out
 
 
-def detail_text(row: HostRow | GpuRow | None) -> Text:
+def detail_text(row: HostRow | GpuRow | None, bench: str | None = None) -> Text:
     """The panel below the table: the cursor row's whole story, wrapped to the panel's
     width, never cut to a column (the down or driver reason, every process with its full
-    command, the Xid chain's root and its action, clocks, GPM, fan, ECC)."""
+    command, the Xid chain's root and its action, clocks, GPM, fan, ECC; ``bench``: the last
+    bench's line, last)."""
     if row is None:
         return Text("")
     if isinstance(row, HostRow):
@@ -141,6 +142,8 @@ def detail_text(row: HostRow | GpuRow | None) -> Text:
         f" | fan {num_text(row.fan_pct, '%', na=row.na('fan_pct'))}",
         style="dim",
     )
+    if bench:
+        text.append(f" | {bench}", style="bold red" if ": slow: " in bench else "green")
     return text
 
 
@@ -254,6 +257,9 @@ class FleetScreen(Screen[None]):
         self.groups: list[HostGroup] = []
         self.shown: list[HostGroup] = []
         self.state: FleetState | None = None
+        #: (host, GPU index) -> the last bench's line (``gpuconsole bench``), shown in the
+        #: cursor GPU's detail
+        self.bench: dict[tuple[str, int], str] = {}
         self._ready = False
         self._stale = False  # a state arrived while another screen was shown
 
@@ -313,6 +319,12 @@ class FleetScreen(Screen[None]):
         self.groups = fleet_rows(state, now=self.clock(), history_points=self.history_points)
         self._render_rows()
 
+    def set_bench(self, lines: dict[tuple[str, int], str]) -> None:
+        """Keep the last bench's line of each GPU (:meth:`console.service.Service.bench_lines`)
+        for the detail panel."""
+        self.bench = dict(lines)
+        self._show_detail()
+
     def on_screen_resume(self) -> None:
         if self._stale and self.state is not None:
             self._stale = False
@@ -336,7 +348,8 @@ class FleetScreen(Screen[None]):
         if not can_draw(self, self._ready):
             return
         row = self.table.row_data()
-        self.query_one("#fleet-detail", DetailPanel).show(detail_text(row))
+        bench = self.bench.get((row.host, row.index)) if isinstance(row, GpuRow) else None
+        self.query_one("#fleet-detail", DetailPanel).show(detail_text(row, bench))
         self._show_gpu_panel(row if isinstance(row, GpuRow) else None)
 
     def _show_gpu_panel(self, row: GpuRow | None) -> None:
