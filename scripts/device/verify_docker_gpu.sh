@@ -11,8 +11,10 @@
 #   3. a rank that runs out of CUDA memory: the failure as `ps --json`, `describe` and
 #      `diagnose` (of its saved `logs`) read it;
 #   4. `notebook` on the GPU: JupyterLab in a container, a kernel's torch.cuda.is_available();
-#   5. `ps` of all of it.
+#   5. `ps` of all of it;
+#   6. `bench --quick` and `bench --full --json` through Docker (the profile's image).
 # Usage (repository root): scripts/device/verify_docker_gpu.sh OUTDIR [CLI_PYTHON]
+# STEPS (default "1 2 3 4 5 6") picks the sections to run.
 # Environment: IMAGE (default gpuconsole/device-base, made by ../shared/device/docker-gpu/up),
 # MOUNTS (comma-separated, default "/usr:/usr:ro,/opt/torch:/opt/torch:ro": the device's own
 # Python, PyTorch and NCCL in that empty image; "" for none). The CLI's dependencies must be
@@ -24,6 +26,8 @@ out=${1:?OUTDIR}
 cli=${2:-python3}
 image=${IMAGE:-gpuconsole/device-base}
 mounts=${MOUNTS-/usr:/usr:ro,/opt/torch:/opt/torch:ro}
+steps=" ${STEPS:-1 2 3 4 5 6} "
+want() { [[ $steps == *" $1 "* ]]; }
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 here=$(pwd)
@@ -31,6 +35,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 export GPUCONSOLE_STATE_DIR=$out/state GPUCONSOLE_CONFIG_DIR=$out/config
 export PYTHONPATH=$here${PYTHONPATH:+:$PYTHONPATH}
 gc() { "$cli" -m console.cli -p "$out/profile.yaml" "$@"; }
+bg() { ( exec "$cli" -m console.cli -p "$out/profile.yaml" "$@" ) & }  # $! is the CLI itself
 ms() { echo $(( ($(date +%s%N) - $1) / 1000000 )); }
 
 gpus=0
@@ -81,6 +86,7 @@ docker run --rm --gpus all $(for m in ${mounts//,/ }; do printf -- '-v %s ' "$m"
     python3 -c 'import sys, torch; print("in a container: python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.cuda.is_available(), torch.cuda.device_count())' 2>&1 | tail -2
 smi | tee "$out/smi-before.txt"
 
+if want 1; then
 echo "== 1. submit --follow (GPU example, 30 steps), then 40 steps: resume"
 spec gpu-ckpt 30 0
 t0=$(date +%s%N)
@@ -96,13 +102,15 @@ t0=$(date +%s%N)
 gc submit "$out/gpu-ckpt.yaml" --follow >"$out/resume.out" 2>"$out/resume.err"
 echo "resume exit $? in $(ms "$t0") ms" | tee "$out/resume.rc"
 grep -E "resumed from|backend" "$out/resume.out"; tail -2 "$out/resume.out"; tail -2 "$out/resume.err"
+fi
 
+if want 2; then
 echo "== 2. a long run: top, gpus --free, second submit, fleet view, metrics, stop, logs, cp"
 spec gpu-long 100000 0.02
 gc submit "$out/gpu-long.yaml" >"$out/long.id" 2>"$out/long.err"
 job=$(tail -1 "$out/long.id"); echo "job $job"
 [ -n "$job" ] || { cat "$out/long.err"; exit 1; }
-for i in $(seq 120); do  # until its rank holds the GPU (or it ended)
+for i in $(seq $([ "$gpus" -gt 0 ] && echo 120 || echo 5)); do  # until its rank holds the GPU
     gc top --once --json >"$out/top.json" 2>/dev/null
     if grep -q "\"$job\"" "$out/top.json" && [ "$i" -gt 3 ]; then echo "mapped after ${i}s"; break; fi
     st=$(job_state "$job"); case $st in running|pending) ;; *) echo "job $st early"; break ;; esac
@@ -116,7 +124,7 @@ gc submit "$out/gpu-second.yaml" >"$out/second.out" 2>"$out/second.err"
 echo "second submit exit $?" | tee "$out/second.rc"; cat "$out/second.err"
 timeout 120 "$cli" scripts/device/fleet_pilot.py "$out/profile.yaml" "$job" "$out/fleet.txt" --timeout 60
 echo "fleet pilot exit $?"; grep -E "$job|GPU" "$out/fleet.txt" | head -8
-gc watch --metrics-port 0 --interval 1 >"$out/watch.out" 2>"$out/watch.err" &
+bg watch --metrics-port 0 --interval 1 >"$out/watch.out" 2>"$out/watch.err"
 wpid=$!
 port=""
 for _ in $(seq 40); do
@@ -143,7 +151,9 @@ smi | tee "$out/smi-after.txt"
 gc logs "$job" --tail 3 >"$out/logs-after.txt" 2>&1; echo "logs after stop exit $?"; cat "$out/logs-after.txt"
 rm -rf "$out/cp"; mkdir -p "$out/cp"
 gc cp "$job:/out" "$out/cp" 2>&1; echo "cp exit $?"; ls -la "$out/cp/out" 2>&1
+fi
 
+if want 3; then
 echo "== 3. a rank out of CUDA memory"
 spec gpu-oom 50 0 --oom-rank 0 --fail-step 5
 t0=$(date +%s%N)
@@ -156,11 +166,13 @@ gc describe gpu-oom >"$out/describe-oom.txt" 2>&1
 grep -iE -A3 "failure|cause|fix" "$out/describe-oom.txt" | head -12
 gc logs gpu-oom >"$out/oom-logs.txt" 2>&1
 gc diagnose "$out/oom-logs.txt" >"$out/diagnose-oom.txt" 2>&1; echo "diagnose exit $?"; cat "$out/diagnose-oom.txt"
+fi
 
+if want 4; then
 echo "== 4. notebook on the GPU"
 nbgpus=$([ "$gpus" -gt 0 ] && echo 1 || echo 0)
 mkdir -p "$out/nb"
-gc notebook --gpus "$nbgpus" --name nb-gpu -w "$out/nb" --timeout 240 >"$out/notebook.out" 2>"$out/notebook.err" &
+bg notebook --gpus "$nbgpus" --name nb-gpu -w "$out/nb" --timeout 240 >"$out/notebook.out" 2>"$out/notebook.err"
 npid=$!
 url=""
 for _ in $(seq 500); do
@@ -178,10 +190,25 @@ else
 fi
 kill -TERM "$npid" 2>/dev/null; wait "$npid"; echo "notebook CLI exit $? (SIGTERM)"
 gc stop nb-gpu >/dev/null 2>&1; gc rm nb-gpu >/dev/null 2>&1
+fi
 
+if want 5; then
 echo "== 5. ps"
 gc ps | tee "$out/ps.txt"
 gc ps --json >"$out/ps.json"
 for j in gpu-second "$job" gpu-ckpt gpu-oom; do gc rm --force "$j" >/dev/null 2>&1; done
 smi
+fi
+
+if want 6; then
+echo "== 6. bench through Docker"
+t0=$(date +%s%N)
+gc bench --quick >"$out/bench-quick.txt" 2>"$out/bench-quick.err"
+echo "bench --quick exit $? in $(ms "$t0") ms"; cat "$out/bench-quick.txt"; tail -3 "$out/bench-quick.err"
+t0=$(date +%s%N)
+gc bench --full --json >"$out/bench-full.json" 2>"$out/bench-full.err"
+echo "bench --full exit $? in $(ms "$t0") ms"; tail -3 "$out/bench-full.err"
+gc bench --last | tee "$out/bench-last.txt"
+fi
+
 echo "== done"
