@@ -1772,6 +1772,15 @@ class Agent:
             rec["lost"] = True
         return rec
 
+    def gpm_wait_s(self) -> float:
+        """Seconds until every GPU with GPM has a window of :data:`GPM_MIN_INTERVAL_S` since
+        its start sample (0.0 when none has GPM): waited before the first sample, so that it
+        carries SM and tensor activity instead of :data:`GPM_FIRST` (``top --once`` on a
+        Hopper host shows its load, not ``?``)."""
+        now = self.clock()
+        waits = [g.gpm_at + GPM_MIN_INTERVAL_S - now for g in self.gpus if g.gpm is not None]
+        return max([0.0, *waits])
+
     def _gpm(self, g: GpuState, rec: dict[str, Any]) -> None:
         """SM activity, SM occupancy, any-tensor activity, DRAM bandwidth (%) between the
         previous ``nvmlGpmSampleGet`` and this one (``nvmlGpmMetricsGet``); ``None`` each,
@@ -2240,10 +2249,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 emit(agent.sample(), out)
                 return EXIT_NVML_UNAVAILABLE
             agent.without_nvidia_smi()  # nothing else can: a host without GPUs, streaming
-        # the first sample goes out as soon as NVML answers, so a console sees the whole
-        # fleet at once (its CPU % and GPM deltas are null: no window yet); then one every
-        # interval
-        next_t = time.monotonic()
+        # the first sample goes out as soon as NVML answers (on a GPU with GPM, once its
+        # 100 ms window is there), so a console sees the whole fleet at once (its CPU % is
+        # null: no window yet); then one every interval
+        wait = agent.gpm_wait_s()
+        next_t = time.monotonic() + (wait + 0.005 if wait > 0 else 0.0)
         while True:
             if closed.wait(max(0.0, next_t - time.monotonic())):
                 return 0
