@@ -1366,6 +1366,16 @@ class Service:
             if s.result.index is not None
         }
 
+    def bench_stamp(self) -> int | None:
+        """When the bench results last changed (the results file's mtime, ns), ``None``
+        when there are none: cheap, for a view that re-reads :meth:`bench_lines` on change."""
+        from console.bench.store import BenchStore
+
+        try:
+            return BenchStore(self.store.root).path.stat().st_mtime_ns
+        except OSError:
+            return None
+
     def bench_results(self) -> list[StoredGpu]:
         """The last bench of every GPU of the profile, with its verdict (``[]`` when none, or
         the results cannot be read: logged)."""

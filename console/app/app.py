@@ -89,12 +89,15 @@ log = logging.getLogger("gpuconsole.app")
 
 T = TypeVar("T")
 
-#: Actions that change remote state or expose a shell on a host, hidden by ``--readonly``
-#: (``notebook`` opens a notebook's JupyterLab, which runs code in its container).
 INPUT_SWITCH_INTERVAL_S = 0.001
 """``sys.setswitchinterval`` while the app runs (CPython's default: 0.005 s): how long Textual's
 input thread may wait for the GIL while the event loop runs Python."""
 
+BENCH_POLL_S = 5.0
+"""Seconds between two looks at the bench results file (a stat; re-read when it changed)."""
+
+#: Actions that change remote state or expose a shell on a host, hidden by ``--readonly``
+#: (``notebook`` opens a notebook's JupyterLab, which runs code in its container).
 WRITE_ACTIONS = frozenset({"stop", "submit", "exec", "remove", "notebook", "new_notebook"})
 
 _MODIFIERS = ("ctrl+", "shift+", "alt+", "super+", "meta+", "hyper+")
@@ -311,7 +314,9 @@ class GpuConsoleApp(App[int]):
         # timers and workers at any point of their life (they keep it until they can draw
         # it), also while Textual shuts down and no longer lists them
         self.fleet_screen = FleetScreen(clock=monotonic)
+        self._bench_stamp: int | None = None
         if not replay:  # the last bench of each GPU: a line under the table
+            self._bench_stamp = service.bench_stamp()
             self.fleet_screen.set_bench(service.bench_lines())
         self.jobs_screen = JobsScreen(clock=clock)
         self.alerts_screen = AlertsScreen(clock=clock)
@@ -336,6 +341,8 @@ class GpuConsoleApp(App[int]):
             self.service.start_fleet(interval=self.config.interval)
             self.start_alerts()
         self._fleet_timer = self.set_interval(0.5, self.refresh_fleet_view)
+        if self.replay is None:
+            self.set_timer(BENCH_POLL_S, self._poll_bench)
         if self.replay is not None:  # a recording has no jobs: the store's are live ones
             self.jobs_screen.set_empty_text(
                 f"replay of {self.replay}: a recording (`top --record`) holds the fleet's "
@@ -461,6 +468,15 @@ class GpuConsoleApp(App[int]):
         for name, v in state.hosts.items():  # the fleet state is the truth for the line
             self._hosts[name] = (v.status, v.error)
         self._publish_hosts()
+
+    def _poll_bench(self) -> None:
+        """Show a bench that ended since (``gpuconsole bench`` in another terminal): the
+        results file is re-read when its mtime moved; then the poll re-arms."""
+        stamp = self.service.bench_stamp()
+        if stamp != self._bench_stamp:
+            self._bench_stamp = stamp
+            self.fleet_screen.set_bench(self.service.bench_lines())
+        self.set_timer(BENCH_POLL_S, self._poll_bench)
 
     # -- messages ---------------------------------------------------------------------------
 
