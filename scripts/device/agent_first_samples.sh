@@ -2,8 +2,9 @@
 # On a GPU machine (the device tool), from the repository root: what the agent's first
 # samples say about a fully loaded GPU, and where its start-up CPU goes.
 #   scripts/device/agent_first_samples.sh OUTDIR [PYTHON]
-# 1. matmul_load.py on GPU 0; the agent (--count 4 --interval 0.5) beside it: the first
-#    sample's GPM must be unknown (null, errors.gpm says why), the next ones near 100 %;
+# 1. matmul_load.py on GPU 0; the agent (--count 4 --interval 0.5) beside it: every sample's
+#    GPM near 100 % (the first waits for GPM's 100 ms window; a reading over a shorter one
+#    would be 0 %, so the agent never gives one);
 # 2. five `--count 1` runs: CPU (user + sys) of each, from /proc/self via `python -c` wrapper;
 # 3. `-X importtime` and cProfile of one `--count 1` run.
 set -uo pipefail
