@@ -14,7 +14,10 @@ declares, in its module's ``NEEDS``, the literal words a line it matches holds a
 around it that it reads (:class:`~console.diagnosis.model.Needs`). One scan of the lower-cased
 input for all the words (one alternation compiled by RE2, a DFA) finds the physical lines to
 keep; the lines between are dropped except a few that keep what was apart apart. A rule that
-declares nothing makes the engine read every line for it.
+declares nothing makes the engine read every line for it. Every rule reads the lines of all
+the words, except one whose Needs say ``alone``: it reads the lines of its own words (the same
+cut: context, head, tail, the start of each dropped stretch), normalised on their own, and is
+not run when none of them is in the input. The findings are ordered on every rule's lines.
 """
 
 from __future__ import annotations
@@ -285,6 +288,8 @@ def _compile(pattern: bytes) -> _Searcher | None:
 class _Searcher(Protocol):
     def finditer(self, string: bytes) -> Iterator[re.Match[bytes]]: ...
 
+    def search(self, string: bytes, pos: int, endpos: int) -> re.Match[bytes] | None: ...
+
 
 @functools.cache
 def _matcher() -> tuple[_Searcher, Mapping[bytes, tuple[int, int]]] | None:
@@ -333,52 +338,124 @@ def _line_end(data: bytes, pos: int, forward: int) -> int:
     return end
 
 
+class _Filter:
+    """One input read for the pre-filter: its UTF-8 bytes, lower-cased, and every match of the
+    words (one RE2 pass), from which :meth:`kept` cuts the text a set of rules reads."""
+
+    def __init__(self, text: str, searcher: _Searcher) -> None:
+        self.data = text.encode("utf-8", "surrogatepass")
+        self.low = self.data.lower()
+        self.matches = [(m.start(), m.group()) for m in searcher.finditer(self.low)]
+
+    def _word_spans(self, context: Mapping[bytes, tuple[int, int]]) -> list[tuple[int, int]]:
+        """Every match's line with its word's context (the union of every rule's lines)."""
+        data = self.data
+        return [
+            (_line_start(data, pos, context[word][0]), _line_end(data, pos, context[word][1]))
+            for pos, word in self.matches
+        ]
+
+    def _needs_spans(self, only: Sequence[Needs]) -> list[tuple[int, int]]:
+        """The lines holding one of ``only``'s words, each with its own context. Each matched
+        line is searched for each :class:`Needs`' own words: a word of another rule matched
+        first may hide one of these in the same line."""
+        data, low = self.data, self.low
+        searchers = [(_needs_searcher(n), n.before, n.after) for n in only]
+        spans: list[tuple[int, int]] = []
+        line_end = -1
+        for pos, _word in self.matches:
+            if pos < line_end:
+                continue  # the same line
+            start = low.rfind(b"\n", 0, pos) + 1
+            end = low.find(b"\n", pos)
+            line_end = len(low) if end < 0 else end
+            for searcher, before, after in searchers:
+                if searcher is not None and searcher.search(low, start, line_end) is not None:
+                    spans.append((_line_start(data, start, before), _line_end(data, start, after)))
+        return spans
+
+    def kept(
+        self,
+        context: Mapping[bytes, tuple[int, int]],
+        only: Sequence[Needs] | None,
+        head: int,
+        tail: int,
+        gap: int,
+    ) -> str:
+        """The text holding the lines of every word (``only`` None) or of ``only``'s words,
+        with the first ``head`` and last ``tail`` lines and the first ``gap`` of each dropped
+        stretch (see :func:`kept_text`)."""
+        spans = self._word_spans(context) if only is None else self._needs_spans(only)
+        return self.cut(spans, head, tail, gap)
+
+    def cut(self, spans: list[tuple[int, int]], head: int, tail: int, gap: int) -> str:
+        """The text of ``spans`` (byte offsets, whole lines), the first ``head`` and last
+        ``tail`` lines, and the first ``gap`` lines of each stretch between."""
+        data = self.data
+        spans = list(spans)
+        if head:
+            spans.append((0, _line_end(data, 0, head - 1)))
+        if tail:
+            last = len(data) - 1 if data.endswith(b"\n") else len(data)
+            spans.append((_line_start(data, last, tail - 1), len(data)))
+        spans.sort()
+        parts: list[bytes] = []
+        at = 0
+        for start, end in [*spans, (len(data), len(data))]:
+            if end <= at and start < len(data):
+                continue
+            if start > at:
+                parts.append(data[at : min(start, _line_end(data, at, gap - 1) if gap else at)])
+                at = start
+            parts.append(data[at:end])
+            at = max(at, end)
+        return b"".join(parts).decode("utf-8", "surrogatepass")
+
+
+@functools.cache
+def _needs_searcher(needs: Needs) -> _Searcher | None:
+    """RE2 for one :class:`Needs`' words (lower-case); None without google-re2."""
+    return _compile(b"|".join(re.escape(w.lower().encode()) for w in sorted(needs.words)))
+
+
+def _filter(text: str) -> _Filter | None:
+    """``text`` read for the pre-filter; None when every line is read instead (a text of at
+    most :data:`SMALL_TEXT` characters, no rule declared words, google-re2 missing)."""
+    matcher = _matcher()
+    if matcher is None or len(text) <= SMALL_TEXT:
+        return None
+    return _Filter(text, matcher[0])
+
+
 def kept_text(
     text: str,
     *,
+    only: Sequence[Needs] | None = None,
     head: int | None = None,
     tail: int | None = None,
     gap: int | None = None,
     small: int | None = None,
 ) -> str:
     """``text`` with the physical lines that no rule can read dropped (see the module
-    docstring): the lines holding a declared word and their context, the first ``head`` and
-    last ``tail`` lines, and the first ``gap`` lines of each dropped stretch (by default
-    :data:`HEAD_LINES`, :data:`TAIL_LINES`, :data:`GAP_LINES`, :data:`SMALL_TEXT`).
-    ``text`` itself when it is at most ``small`` characters, when no rule declared
-    anything, or without google-re2. The rules that declared nothing still read the whole ``text``
-    (:func:`diagnose`). Words are matched on the UTF-8 bytes, ASCII case folded."""
-    head = HEAD_LINES if head is None else head
-    tail = TAIL_LINES if tail is None else tail
-    gap = GAP_LINES if gap is None else gap
+    docstring): the lines holding a declared word and their context (with ``only``, the words
+    of these :class:`~console.diagnosis.model.Needs` alone: what a rule that reads only its
+    own lines is given), the first ``head`` and last ``tail`` lines, and the first ``gap``
+    lines of each dropped stretch (by default :data:`HEAD_LINES`, :data:`TAIL_LINES`,
+    :data:`GAP_LINES`, :data:`SMALL_TEXT`). ``text`` itself when it is at most ``small``
+    characters, when no rule declared anything, or without google-re2. The rules that declared
+    nothing still read the whole ``text`` (:func:`diagnose`). Words are matched on the UTF-8
+    bytes, ASCII case folded."""
     small = SMALL_TEXT if small is None else small
     matcher = _matcher()
     if matcher is None or len(text) <= small:
         return text
-    pattern, context = matcher
-    data = text.encode("utf-8", "surrogatepass")
-    low = data.lower()
-    spans: list[tuple[int, int]] = []
-    if head:
-        spans.append((0, _line_end(data, 0, head - 1)))
-    for m in pattern.finditer(low):
-        before, after = context[m.group()]
-        spans.append((_line_start(data, m.start(), before), _line_end(data, m.start(), after)))
-    if tail:
-        last = len(data) - 1 if data.endswith(b"\n") else len(data)
-        spans.append((_line_start(data, last, tail - 1), len(data)))
-    spans.sort()
-    parts: list[bytes] = []
-    at = 0
-    for start, end in [*spans, (len(data), len(data))]:
-        if end <= at and start < len(data):
-            continue
-        if start > at:
-            parts.append(data[at : min(start, _line_end(data, at, gap - 1) if gap else at)])
-            at = start
-        parts.append(data[at:end])
-        at = max(at, end)
-    return b"".join(parts).decode("utf-8", "surrogatepass")
+    return _Filter(text, matcher[0]).kept(
+        matcher[1],
+        only,
+        HEAD_LINES if head is None else head,
+        TAIL_LINES if tail is None else tail,
+        GAP_LINES if gap is None else gap,
+    )
 
 
 def _position(d: Diagnosis, lines: Sequence[Line]) -> int:
@@ -399,20 +476,31 @@ def _order(d: Diagnosis, lines: Sequence[Line]) -> tuple[int, int]:
     return (precedence_of(d), _position(d, lines))
 
 
-def findings(ctx: Context, full: Callable[[], Context] | None = None) -> list[Diagnosis]:
+def findings(
+    ctx: Context,
+    full: Callable[[], Context] | None = None,
+    own: Callable[[tuple[Needs, ...]], Context | None] | None = None,
+) -> list[Diagnosis]:
     """Everything every rule found in ``ctx``, root cause first (see the module docstring).
 
     ``full``, when given, makes the context of the whole input for the rules that declared
     no :class:`~console.diagnosis.model.Needs` (``ctx`` then holds the pre-filtered input).
-    A rule that raises is logged and skipped: one broken rule never hides the others.
+    ``own``, when given, makes the context of a rule whose Needs read their own lines alone
+    (``Needs.alone``), or None when none of its words is in the input (the rule is not run:
+    every line it matches holds one). Without it such a rule reads ``ctx``. A rule that
+    raises is logged and skipped: one broken rule never hides the others.
     """
     found: list[Diagnosis] = []
     whole: Context | None = None
     for rule, needs in _declared():
-        on = ctx
+        on: Context | None = ctx
         if needs is None and full is not None:
             whole = whole or full()
             on = whole
+        elif needs is not None and own is not None and all(n.alone for n in needs):
+            on = own(needs)
+        if on is None:
+            continue
         try:
             got = rule(on)
         except Exception:
@@ -509,6 +597,31 @@ def _context(text: str) -> Context:
     return Context(text, lines, parse_torchelastic_failure(text, lines))
 
 
+def _own_context(text: str, ctx: Context) -> Context:
+    """The context of ``text`` (a rule's own lines) with torchelastic's summary as read in
+    ``ctx`` (every rule's lines of the same input)."""
+    return Context(text, normalize(text), ctx.failure)
+
+
+def _own(filtered: _Filter, ctx: Context) -> Callable[[tuple[Needs, ...]], Context | None]:
+    """For :func:`findings`: the context of the lines of a rule's own words alone (its
+    :class:`~console.diagnosis.model.Needs` with ``alone``), one per distinct Needs; None when
+    none of its words is in the input."""
+    made: dict[tuple[Needs, ...], Context | None] = {}
+
+    def own(needs: tuple[Needs, ...]) -> Context | None:
+        if needs not in made:
+            spans = filtered._needs_spans(needs)
+            made[needs] = (
+                _own_context(filtered.cut(spans, HEAD_LINES, TAIL_LINES, GAP_LINES), ctx)
+                if spans
+                else None
+            )
+        return made[needs]
+
+    return own
+
+
 def diagnose(text: str, *, prefilter: bool = True) -> Diagnosis | None:
     """The one root cause of the failure ``text`` shows, or None when it shows none.
 
@@ -519,9 +632,17 @@ def diagnose(text: str, *, prefilter: bool = True) -> Diagnosis | None:
     ``prefilter=False`` runs every rule on every line (the reference the pre-filter is tested
     against; same answer, slower on a big input).
     """
-    kept = kept_text(text) if prefilter else text
-    ctx = _context(kept)
-    found = findings(ctx, (lambda: _context(text)) if kept is not text else None)
+    filtered = _filter(text) if prefilter else None
+    if filtered is None:
+        kept = text
+        ctx = _context(kept)
+        found = findings(ctx)
+    else:
+        matcher = _matcher()
+        assert matcher is not None
+        kept = filtered.kept(matcher[1], None, HEAD_LINES, TAIL_LINES, GAP_LINES)
+        ctx = _context(kept)
+        found = findings(ctx, lambda: _context(text), _own(filtered, ctx))
     if not found:
         return None
     root = found[0]

@@ -208,12 +208,19 @@ class Needs:
     its header). The engine runs the rule on those lines only; a rule that declares nothing
     reads every line.
 
+    By default a rule reads every rule's lines (the union of all words); with ``alone`` (on
+    every Needs of the rule) it reads the lines of its own words only, and is not run at all
+    when none of them is in the input. On a big log that is what keeps one rule's cost off
+    the lines only other rules read (an ``NCCL_DEBUG=INFO`` run's communicator lines).
+
     Attributes:
         words: literal substrings, lower-case (``"traceback"``, ``"nccl warn"``).
         before: physical lines kept before each line holding a word.
         after: physical lines kept after it.
+        alone: the rule reads the lines of these words only, not every rule's.
     """
 
     words: tuple[str, ...]
     before: int = 4
     after: int = 8
+    alone: bool = False
