@@ -1,0 +1,113 @@
+"""A rule given only its own words' lines (``Needs.alone``) answers as it does on every line.
+
+The case: a corpus failure at the end of dense ``NCCL_DEBUG=INFO`` output (a burst of NCCL's
+communicator chatter every 100 step lines, PyTorch's c10d ``UserWarning`` after it: what makes
+the pre-filter keep many lines, and what a rule reading its own words alone skips). The log is
+bigger than :data:`engine.SMALL_TEXT`, so the pre-filter, each ``alone`` rule's own cut and the
+fixed head and tail all apply; the answer must equal the answer with every rule on every line
+(``prefilter=False``), and name the same cause as the case alone.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from console.diagnosis import Diagnosis, engine
+
+CORPUS = Path(__file__).resolve().parents[1] / "data" / "diagnose" / "corpus"
+CASES = sorted(CORPUS.glob("*/*.txt"))
+#: A tail of scripts/bench/diagnose_speed.py and two container-engine failures (the module whose
+#: rule reads its own lines alone): the fast loop's share.
+FAST = ("nccl/nccl-003.txt", "docker/dkr-001.txt", "docker/dkr-027.txt")
+#: The slow loop's sweep: every 8th case of the corpus (each costs about a second of every
+#: rule on every line of the dense log).
+SWEEP = CASES[::8]
+
+#: NCCL_DEBUG=INFO chatter as NCCL prints it (``host:pid:tid [dev] NCCL INFO ...``): words of
+#: failure rules in it (``cudaDev``, ``nranks``, ``NCCL_*``, ``NET/Socket``, ``GPU``, ``device``).
+_CHATTER = (
+    "Bootstrap : Using eth0:192.0.2.14<0>",
+    "NET/Plugin : No plugin found (libnccl-net.so), using internal implementation",
+    "NET/IB : No device found.",
+    "NET/Socket : Using [0]eth0:192.0.2.40<0>",
+    "NCCL_IB_ADDR_FAMILY set by environment to AF_INET",
+    "cudaDriverVersion 12020",
+    "Setting affinity for GPU 1 to 0fffff00,000fffff",
+    "Channel 00/02 :    0   1",
+    "comm 0x43b40770 rank {r} nranks 8 cudaDev {r} busId ce000 - Init COMPLETE",
+)
+_WARNING = (
+    "/usr/lib/python3/dist-packages/torch/distributed/c10d_logger.py:83: UserWarning: "
+    "barrier(): using the device under current context. You can specify `device_id` in "
+    "`init_process_group` to mute this warning."
+)
+
+
+def _dense(case: str, kib: int = 280) -> str:
+    """``kib`` KiB of a training run printing NCCL's INFO output, then ``case``."""
+    lines: list[str] = []
+    size, step = 0, 0
+    while size < kib * 1024:
+        block = [
+            f"[default{k % 8}]:gpu-node-03:{14750 + k % 8}:{15000 + k % 8} [{k % 8}] NCCL INFO "
+            + _CHATTER[k % len(_CHATTER)].format(r=k % 8)
+            for k in range(24)
+        ]
+        for i in range(100):
+            step += 1
+            block.append(f"[default{i % 8}]:step {step}/100000 loss 2.{step % 9973:04d}")
+        block.append(f"[default0]:{_WARNING}")
+        size += sum(len(x) + 1 for x in block)
+        lines += block
+    return "\n".join(lines) + "\n" + case
+
+
+def _answer(d: Diagnosis | None) -> Any:
+    if d is None:
+        return None
+    return (
+        d.kind,
+        d.summary,
+        d.ranks,
+        d.fix,
+        dict(d.facts),
+        d.evidence,
+        d.failure,
+        d.inputs,
+        [(c.kind, c.summary, c.evidence) for c in d.consequences],
+    )
+
+
+def _check(path: Path) -> None:
+    case = path.read_text(encoding="utf-8", errors="replace")
+    text = _dense(case)
+    assert len(text) > engine.SMALL_TEXT
+    got = engine.diagnose(text)
+    assert _answer(got) == _answer(engine.diagnose(text, prefilter=False))
+    alone = engine.diagnose(case)
+    assert (got.kind if got else None) == (alone.kind if alone else None)
+
+
+def test_some_rule_reads_its_own_lines_alone() -> None:
+    """The test is about something: a rule with ``Needs.alone`` exists, and on the dense log
+    its own lines are far fewer than every rule's."""
+    alone = [needs for _rule, needs in engine._declared() if needs and all(n.alone for n in needs)]
+    assert alone
+    text = _dense((CORPUS / "docker" / "dkr-001.txt").read_text(encoding="utf-8"))
+    every = engine.kept_text(text).count("\n")
+    own = engine.kept_text(text, only=alone[0]).count("\n")
+    assert own * 5 < every
+
+
+@pytest.mark.parametrize("name", FAST)
+def test_dense_nccl_log_same_answer(name: str) -> None:
+    _check(CORPUS / name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", SWEEP, ids=[p.stem for p in SWEEP])
+def test_dense_nccl_log_same_answer_sweep(path: Path) -> None:
+    _check(path)
