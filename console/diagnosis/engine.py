@@ -22,17 +22,19 @@ not run when none of them is in the input. The findings are ordered on every rul
 
 from __future__ import annotations
 
+import bisect
 import functools
 import importlib
 import logging
 import re
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from types import ModuleType
 from typing import Any, Literal, Protocol
 
 from console.diagnosis.elastic import parse_torchelastic_failure
-from console.diagnosis.lines import Line, normalize
+from console.diagnosis.lines import _ANSI, Line, normalize
 from console.diagnosis.model import CauseKind, Consequence, Context, Diagnosis, Needs
 
 __all__ = [
@@ -381,14 +383,14 @@ class _Filter:
         head: int,
         tail: int,
         gap: int,
-    ) -> str:
+    ) -> _Cut:
         """The text holding the lines of every word (``only`` None) or of ``only``'s words,
         with the first ``head`` and last ``tail`` lines and the first ``gap`` of each dropped
         stretch (see :func:`kept_text`)."""
         spans = self._word_spans(context) if only is None else self._needs_spans(only)
         return self.cut(spans, head, tail, gap)
 
-    def cut(self, spans: list[tuple[int, int]], head: int, tail: int, gap: int) -> str:
+    def cut(self, spans: list[tuple[int, int]], head: int, tail: int, gap: int) -> _Cut:
         """The text of ``spans`` (byte offsets, whole lines), the first ``head`` and last
         ``tail`` lines, and the first ``gap`` lines of each stretch between."""
         data = self.data
@@ -400,16 +402,53 @@ class _Filter:
             spans.append((_line_start(data, last, tail - 1), len(data)))
         spans.sort()
         parts: list[bytes] = []
+        starts: list[int] = []
+        origins: list[int] = []
+        kept_lines = origin = origin_at = 0
+
+        def take(start: int, end: int) -> None:
+            nonlocal kept_lines, origin, origin_at
+            if end <= start:
+                return
+            origin += data.count(b"\n", origin_at, start)
+            origin_at = start
+            starts.append(kept_lines)
+            origins.append(origin)
+            parts.append(data[start:end])
+            kept_lines += data.count(b"\n", start, end)
+
         at = 0
         for start, end in [*spans, (len(data), len(data))]:
             if end <= at and start < len(data):
                 continue
             if start > at:
-                parts.append(data[at : min(start, _line_end(data, at, gap - 1) if gap else at)])
+                take(at, min(start, _line_end(data, at, gap - 1) if gap else at))
                 at = start
-            parts.append(data[at:end])
+            take(at, end)
             at = max(at, end)
-        return b"".join(parts).decode("utf-8", "surrogatepass")
+        text = b"".join(parts).decode("utf-8", "surrogatepass")
+        return _Cut(text, tuple(starts), tuple(origins))
+
+
+@dataclass(frozen=True)
+class _Cut:
+    """A pre-filtered input and where its lines were in the input.
+
+    Attributes:
+        text: the lines kept.
+        starts: the line of ``text`` (0-based, lines split at ``\\n``) where each run of
+            consecutive input lines begins.
+        origins: the input's line where that run begins.
+    """
+
+    text: str
+    starts: tuple[int, ...] = (0,)
+    origins: tuple[int, ...] = (0,)
+
+    def origin(self, line: int) -> int:
+        """The input's line (split at ``\\n``) that ``text``'s line ``line`` is."""
+        i = bisect.bisect_right(self.starts, line) - 1
+        return line if i < 0 else self.origins[i] + line - self.starts[i]
 
 
 @functools.cache
@@ -449,12 +488,16 @@ def kept_text(
     matcher = _matcher()
     if matcher is None or len(text) <= small:
         return text
-    return _Filter(text, matcher[0]).kept(
-        matcher[1],
-        only,
-        HEAD_LINES if head is None else head,
-        TAIL_LINES if tail is None else tail,
-        GAP_LINES if gap is None else gap,
+    return (
+        _Filter(text, matcher[0])
+        .kept(
+            matcher[1],
+            only,
+            HEAD_LINES if head is None else head,
+            TAIL_LINES if tail is None else tail,
+            GAP_LINES if gap is None else gap,
+        )
+        .text
     )
 
 
@@ -472,67 +515,134 @@ def _position(d: Diagnosis, lines: Sequence[Line]) -> int:
     return len(lines)
 
 
-def _order(d: Diagnosis, lines: Sequence[Line]) -> tuple[int, int]:
-    return (precedence_of(d), _position(d, lines))
+class _Read:
+    """A context a rule reads, and where its lines were in the input (to order the findings
+    of rules that read different lines of it)."""
+
+    def __init__(self, ctx: Context, cut: _Cut) -> None:
+        self.ctx = ctx
+        self.cut = cut
+
+    @functools.cached_property
+    def _split_line(self) -> list[int]:
+        """For each physical line of the context (as :func:`normalize` splits: ``\\r``
+        too), its line split at ``\\n`` only."""
+        pieces = self.ctx.text.split("\n")
+        if pieces and not pieces[-1]:
+            pieces.pop()
+        out: list[int] = []
+        for i, piece in enumerate(pieces):
+            out += [i] * (len(_ANSI.sub("", piece).splitlines()) or 1)
+        return out
+
+    def where(self, d: Diagnosis) -> tuple[int, int]:
+        """Where ``d``'s evidence first appears in the input: its line (split at ``\\n``)
+        and the place among the lines normalised out of that one; after every line when the
+        evidence is in none."""
+        lines = self.ctx.lines
+        i = _position(d, lines)
+        if i >= len(lines):
+            return (sys.maxsize, 0)
+        first = i
+        while first > 0 and lines[first - 1].source_line == lines[i].source_line:
+            first -= 1
+        return (self.cut.origin(self._split_line[lines[i].source_line]), i - first)
 
 
-def findings(
-    ctx: Context,
-    full: Callable[[], Context] | None = None,
-    own: Callable[[tuple[Needs, ...]], Context | None] | None = None,
-) -> list[Diagnosis]:
-    """Everything every rule found in ``ctx``, root cause first (see the module docstring).
+class _Reading:
+    """The contexts of one input the rules read: every rule's lines (the pre-filtered input),
+    the lines of a rule's own words (:class:`Needs` with ``alone``), the whole input."""
 
-    ``full``, when given, makes the context of the whole input for the rules that declared
-    no :class:`~console.diagnosis.model.Needs` (``ctx`` then holds the pre-filtered input).
-    ``own``, when given, makes the context of a rule whose Needs read their own lines alone
-    (``Needs.alone``), or None when none of its words is in the input (the rule is not run:
-    every line it matches holds one). Without it such a rule reads ``ctx``. A rule that
-    raises is logged and skipped: one broken rule never hides the others.
-    """
-    found: list[Diagnosis] = []
-    whole: Context | None = None
+    def __init__(self, text: str, filtered: _Filter | None) -> None:
+        self.text = text
+        self.filtered = filtered
+        self._own: dict[tuple[Needs, ...], _Read | None] = {}
+
+    @functools.cached_property
+    def union(self) -> _Read:
+        """Every rule's lines (the whole input when there is no pre-filter)."""
+        matcher = _matcher()
+        if self.filtered is None or matcher is None:
+            return self.whole
+        cut = self.filtered.kept(matcher[1], None, HEAD_LINES, TAIL_LINES, GAP_LINES)
+        return _Read(_context(cut.text), cut)
+
+    @functools.cached_property
+    def whole(self) -> _Read:
+        return _Read(_context(self.text), _Cut(self.text))
+
+    def own(self, needs: tuple[Needs, ...]) -> _Read | None:
+        """The lines of ``needs``' words alone; None when none of them is in the input."""
+        if self.filtered is None:
+            return self.union
+        if needs not in self._own:
+            spans = self.filtered._needs_spans(needs)
+            if not spans:
+                self._own[needs] = None
+            else:
+                cut = self.filtered.cut(spans, HEAD_LINES, TAIL_LINES, GAP_LINES)
+                ctx = Context(cut.text, normalize(cut.text), self.union.ctx.failure)
+                self._own[needs] = _Read(ctx, cut)
+        return self._own[needs]
+
+
+def findings(ctx: Context) -> list[Diagnosis]:
+    """Everything every rule found in ``ctx`` (every line of it), root cause first (see the
+    module docstring)."""
+    reading = _Reading(ctx.text, None)
+    reading.whole = _Read(ctx, _Cut(ctx.text))
+    return [d for d, _key in _findings(reading)]
+
+
+def _findings(reading: _Reading) -> list[tuple[Diagnosis, tuple[int, int, int]]]:
+    """Every rule's findings, each on the lines it reads (see :class:`_Reading`), root cause
+    first, with its order key (precedence, where its evidence is). A rule that raises is
+    logged and skipped: one broken rule never hides the others."""
+    found: list[tuple[Diagnosis, tuple[int, int, int]]] = []
     for rule, needs in _declared():
-        on: Context | None = ctx
-        if needs is None and full is not None:
-            whole = whole or full()
-            on = whole
-        elif needs is not None and own is not None and all(n.alone for n in needs):
-            on = own(needs)
+        if needs is None:
+            on: _Read | None = reading.whole
+        elif all(n.alone for n in needs):
+            on = reading.own(needs)
+        else:
+            on = reading.union
         if on is None:
-            continue
+            continue  # none of its words is in the input: it can match no line
         try:
-            got = rule(on)
+            got = rule(on.ctx)
         except Exception:
             log.exception("diagnosis rule %s failed; skipped", getattr(rule, "__qualname__", rule))
             continue
         if got is None:
             continue
-        found.extend([got] if isinstance(got, Diagnosis) else got)
-    ordered = sorted(found, key=lambda d: _order(d, ctx.lines))
-    return _after_scheduler_end(ordered, ctx.lines)
+        for d in [got] if isinstance(got, Diagnosis) else got:
+            found.append((d, (precedence_of(d), *on.where(d))))
+    found.sort(key=lambda f: f[1])
+    return _after_scheduler_end(found)
 
 
-def _after_scheduler_end(found: list[Diagnosis], lines: Sequence[Line]) -> list[Diagnosis]:
+def _after_scheduler_end(
+    found: list[tuple[Diagnosis, tuple[int, int, int]]],
+) -> list[tuple[Diagnosis, tuple[int, int, int]]]:
     """``found`` with the findings that follow a scheduler's end of the job (see
     :data:`SCHEDULER_ENDS`) moved after it."""
-    end = next((d for d in found if d.kind in SCHEDULER_ENDS), None)
+    end = next((f for f in found if f[0].kind in SCHEDULER_ENDS), None)
     if end is None:
         return found
-    at, rank = _position(end, lines), precedence_of(end)
+    at, rank = end[1][1:], end[1][0]
     # with a reason (DUE TO TIME LIMIT / PREEMPTION / NODE FAILURE...) the end came from outside
     # the job: a Python exception printed after it is the processes failing on the way out
-    from_outside = bool(end.facts.get("reason")) or end.kind == "slurm_time_limit"
+    from_outside = bool(end[0].facts.get("reason")) or end[0].kind == "slurm_time_limit"
     later = [
-        d
-        for d in found
-        if (d.kind in _AFTER_A_STOP or (from_outside and d.kind == "exception"))
-        and precedence_of(d) < rank
-        and _position(d, lines) > at
+        f
+        for f in found
+        if (f[0].kind in _AFTER_A_STOP or (from_outside and f[0].kind == "exception"))
+        and f[1][0] < rank
+        and f[1][1:] > at
     ]
     if not later:
         return found
-    rest = [d for d in found if d not in later]
+    rest = [f for f in found if f not in later]
     i = rest.index(end) + 1
     return rest[:i] + later + rest[i:]
 
@@ -597,31 +707,6 @@ def _context(text: str) -> Context:
     return Context(text, lines, parse_torchelastic_failure(text, lines))
 
 
-def _own_context(text: str, ctx: Context) -> Context:
-    """The context of ``text`` (a rule's own lines) with torchelastic's summary as read in
-    ``ctx`` (every rule's lines of the same input)."""
-    return Context(text, normalize(text), ctx.failure)
-
-
-def _own(filtered: _Filter, ctx: Context) -> Callable[[tuple[Needs, ...]], Context | None]:
-    """For :func:`findings`: the context of the lines of a rule's own words alone (its
-    :class:`~console.diagnosis.model.Needs` with ``alone``), one per distinct Needs; None when
-    none of its words is in the input."""
-    made: dict[tuple[Needs, ...], Context | None] = {}
-
-    def own(needs: tuple[Needs, ...]) -> Context | None:
-        if needs not in made:
-            spans = filtered._needs_spans(needs)
-            made[needs] = (
-                _own_context(filtered.cut(spans, HEAD_LINES, TAIL_LINES, GAP_LINES), ctx)
-                if spans
-                else None
-            )
-        return made[needs]
-
-    return own
-
-
 def diagnose(text: str, *, prefilter: bool = True) -> Diagnosis | None:
     """The one root cause of the failure ``text`` shows, or None when it shows none.
 
@@ -632,17 +717,8 @@ def diagnose(text: str, *, prefilter: bool = True) -> Diagnosis | None:
     ``prefilter=False`` runs every rule on every line (the reference the pre-filter is tested
     against; same answer, slower on a big input).
     """
-    filtered = _filter(text) if prefilter else None
-    if filtered is None:
-        kept = text
-        ctx = _context(kept)
-        found = findings(ctx)
-    else:
-        matcher = _matcher()
-        assert matcher is not None
-        kept = filtered.kept(matcher[1], None, HEAD_LINES, TAIL_LINES, GAP_LINES)
-        ctx = _context(kept)
-        found = findings(ctx, lambda: _context(text), _own(filtered, ctx))
+    reading = _Reading(text, _filter(text) if prefilter else None)
+    found = [d for d, _key in _findings(reading)]
     if not found:
         return None
     root = found[0]
@@ -654,5 +730,7 @@ def diagnose(text: str, *, prefilter: bool = True) -> Diagnosis | None:
         seen.add(d.kind)
         consequences.append(Consequence(d.kind, d.summary, d.evidence))
     return replace(
-        root, consequences=root.consequences + tuple(consequences), inputs=_inputs(text, kept)
+        root,
+        consequences=root.consequences + tuple(consequences),
+        inputs=_inputs(text, reading.union.ctx.text),
     )
