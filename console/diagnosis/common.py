@@ -11,8 +11,10 @@ from console.diagnosis.lines import Line
 from remote.telemetry.faults import classify_nvml_traceback
 
 __all__ = [
+    "CHATTER_WORDS",
     "FAILURE_WORDS",
     "GLOG_TIME",
+    "NCCL_INFO",
     "NCCL_LINE",
     "NCCL_RESULTS",
     "NCCL_RETURN",
@@ -24,6 +26,7 @@ __all__ = [
     "human_bytes",
     "join_ranks",
     "not_a_failure",
+    "own_words",
     "place_of",
     "rank_and_place",
     "rank_of",
@@ -242,6 +245,25 @@ FAILURE_WORDS: tuple[str, ...] = (
     "commandline",
     "upgrade",
 )
+
+
+#: What NCCL's INFO logging prints on every line (``host:pid:tid [dev] NCCL INFO ...``):
+#: thousands of lines in an ``NCCL_DEBUG=INFO`` run, holding failure words (``cudaDev``,
+#: ``nranks``, ``NCCL_*``, ``NET/Socket``, ``GPU``, ``No device found``). A rule outside
+#: :mod:`console.diagnosis.nccl` matches none of them (``Needs.unless``).
+NCCL_INFO = "nccl info"
+
+#: Failure words of a training run's own chatter besides NCCL's: PyTorch's ``UserWarning``s
+#: (``.../torch/distributed/c10d_logger.py:83: UserWarning: barrier(): using the device under
+#: current context ... init_process_group``). A module whose every line holds another word
+#: leaves them out of its own (:func:`own_words`).
+CHATTER_WORDS: frozenset[str] = frozenset({"warning", "torch", "c10d", "process", "device"})
+
+
+def own_words(dropped: Iterable[str] = CHATTER_WORDS, added: Iterable[str] = ()) -> tuple[str, ...]:
+    """:data:`FAILURE_WORDS` less ``dropped``, with ``added``: a module's own words."""
+    out = frozenset(dropped)
+    return (*(w for w in FAILURE_WORDS if w not in out), *added)
 
 
 def human_bytes(n: int) -> str:

@@ -362,7 +362,10 @@ class _Filter:
         line is searched for each :class:`Needs`' own words: a word of another rule matched
         first may hide one of these in the same line."""
         data, low = self.data, self.low
-        searchers = [(_needs_searcher(n), n.before, n.after) for n in only]
+        searchers = [
+            (_searcher(n.words), _searcher(n.unless) if n.unless else None, n.before, n.after)
+            for n in only
+        ]
         spans: list[tuple[int, int]] = []
         line_end = -1
         for pos, _word in self.matches:
@@ -371,8 +374,12 @@ class _Filter:
             start = low.rfind(b"\n", 0, pos) + 1
             end = low.find(b"\n", pos)
             line_end = len(low) if end < 0 else end
-            for searcher, before, after in searchers:
-                if searcher is not None and searcher.search(low, start, line_end) is not None:
+            for words, unless, before, after in searchers:
+                if (
+                    words is not None
+                    and words.search(low, start, line_end) is not None
+                    and (unless is None or unless.search(low, start, line_end) is None)
+                ):
                     spans.append((_line_start(data, start, before), _line_end(data, start, after)))
         return spans
 
@@ -452,9 +459,9 @@ class _Cut:
 
 
 @functools.cache
-def _needs_searcher(needs: Needs) -> _Searcher | None:
-    """RE2 for one :class:`Needs`' words (lower-case); None without google-re2."""
-    return _compile(b"|".join(re.escape(w.lower().encode()) for w in sorted(needs.words)))
+def _searcher(words: tuple[str, ...]) -> _Searcher | None:
+    """RE2 for ``words`` (lower-case literals); None without google-re2."""
+    return _compile(b"|".join(re.escape(w.lower().encode()) for w in sorted(words)))
 
 
 def _filter(text: str) -> _Filter | None:

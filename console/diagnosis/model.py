@@ -218,9 +218,14 @@ class Needs:
         before: physical lines kept before each line holding a word.
         after: physical lines kept after it.
         alone: the rule reads the lines of these words only, not every rule's.
+        unless: literal substrings, lower-case: a line holding one is never one the rule
+            matches, whatever word it holds (with ``alone``: such a line is kept for the rule
+            only as another's context). ``common.NCCL_INFO`` for a rule that never reads NCCL's
+            INFO chatter.
     """
 
     words: tuple[str, ...]
     before: int = 4
     after: int = 8
     alone: bool = False
+    unless: tuple[str, ...] = ()
