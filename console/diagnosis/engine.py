@@ -357,16 +357,14 @@ class _Filter:
             for pos, word in self.matches
         ]
 
-    def _needs_spans(self, only: Sequence[Needs]) -> list[tuple[int, int]]:
-        """The lines holding one of ``only``'s words, each with its own context. Each matched
-        line is searched for each :class:`Needs`' own words: a word of another rule matched
-        first may hide one of these in the same line."""
-        data, low = self.data, self.low
-        searchers = [
-            (_searcher(n.words), _searcher(n.unless) if n.unless else None, n.before, n.after)
-            for n in only
-        ]
-        spans: list[tuple[int, int]] = []
+    @functools.cached_property
+    def _held(self) -> list[tuple[int, int, frozenset[int]]]:
+        """Each line holding a word: its start, its end, and which word lists of
+        :func:`_word_lists` it holds (one RE2 set match a line: a word of another rule matched
+        first by the scan may hide one of them in the same line)."""
+        lists = _word_lists()
+        low = self.low
+        out: list[tuple[int, int, frozenset[int]]] = []
         line_end = -1
         for pos, _word in self.matches:
             if pos < line_end:
@@ -374,14 +372,28 @@ class _Filter:
             start = low.rfind(b"\n", 0, pos) + 1
             end = low.find(b"\n", pos)
             line_end = len(low) if end < 0 else end
-            for words, unless, before, after in searchers:
-                if (
-                    words is not None
-                    and words.search(low, start, line_end) is not None
-                    and (unless is None or unless.search(low, start, line_end) is None)
-                ):
-                    spans.append((_line_start(data, start, before), _line_end(data, start, after)))
-        return spans
+            held = frozenset((lists[0].Match(low[start:line_end]) or ()) if lists else ())
+            out.append((start, line_end, held))
+        return out
+
+    def _needs_spans(self, only: Sequence[Needs]) -> list[tuple[int, int]]:
+        """The lines holding one of ``only``'s words and none of its ``unless``, each with its
+        own context."""
+        lists = _word_lists()
+        index = lists[1] if lists else {}
+        wanted = [
+            (index.get(n.words), index.get(n.unless) if n.unless else None, n.before, n.after)
+            for n in only
+        ]
+        if any(w is None or (n.unless and u is None) for (w, u, _b, _a), n in zip(wanted, only)):
+            raise ValueError("Needs of no declared rule: not in the engine's word lists")
+        data = self.data
+        return [
+            (_line_start(data, start, before), _line_end(data, start, after))
+            for start, _end, held in self._held
+            for words, unless, before, after in wanted
+            if words in held and (unless is None or unless not in held)
+        ]
 
     def kept(
         self,
@@ -459,9 +471,33 @@ class _Cut:
 
 
 @functools.cache
-def _searcher(words: tuple[str, ...]) -> _Searcher | None:
-    """RE2 for ``words`` (lower-case literals); None without google-re2."""
-    return _compile(b"|".join(re.escape(w.lower().encode()) for w in sorted(words)))
+def _word_lists() -> tuple[Any, Mapping[tuple[str, ...], int]] | None:
+    """The word lists of the rules that read their own lines (``Needs.alone``: their words and
+    their ``unless``) as one RE2 set (which of them a line holds, in one match), and each list's
+    index in it; None without google-re2 or without such a rule."""
+    lists = sorted(
+        {
+            words
+            for _rule, needs in _declared()
+            for n in needs or ()
+            if n.alone
+            for words in (n.words, n.unless)
+            if words
+        }
+    )
+    try:
+        re2: Any = importlib.import_module("re2")
+        options = re2.Options()
+    except (ImportError, AttributeError):
+        return None
+    if not lists:
+        return None
+    options.max_mem = 64 << 20
+    found = re2.Set.SearchSet(options)
+    for words in lists:
+        found.Add(b"|".join(re.escape(w.lower().encode()) for w in sorted(words)))
+    found.Compile()
+    return found, {words: i for i, words in enumerate(lists)}
 
 
 def _filter(text: str) -> _Filter | None:
@@ -680,10 +716,45 @@ _INPUTS: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 
 
+#: Python's ``\\d`` and ``\\s`` match Unicode digits and blanks; RE2's ASCII only. Widened
+#: for RE2 to every non-ASCII character, its answer is then a superset of Python's.
+_WIDER = ((r"\d", r"[0-9\x{80}-\x{10FFFF}]"), (r"\s", r"[\t-\r \x{1c}-\x{1f}\x{80}-\x{10FFFF}]"))
+
+
+@functools.cache
+def _inputs_set() -> Any | None:
+    """:data:`_INPUTS` as one RE2 set over the UTF-8 bytes, each pattern matching wherever
+    Python's does (and maybe more): which of them can match, in one pass (``Match``: their
+    indices, None for none). None without google-re2."""
+    try:
+        re2: Any = importlib.import_module("re2")
+        options = re2.Options()
+    except (ImportError, AttributeError):
+        return None
+    found = re2.Set.SearchSet(options)
+    for _name, pattern in _INPUTS:
+        source = pattern.pattern
+        for python, wider in _WIDER:
+            source = source.replace(python, wider)
+        flags = ("i" if pattern.flags & re.I else "") + ("m" if pattern.flags & re.M else "")
+        found.Add((f"(?{flags})" if flags else "") + source)
+    found.Compile()
+    return found
+
+
 def detect_inputs(text: str) -> tuple[str, ...]:
     """What ``text`` looks like (``torchrun log``, ``kernel log``, ``docker output``...), in
-    a fixed order; empty when nothing familiar is in it."""
-    return tuple(name for name, pattern in _INPUTS if pattern.search(text))
+    a fixed order; empty when nothing familiar is in it. (RE2 first says which patterns can
+    match, in one pass; Python's ``re`` confirms those.)"""
+    found = _inputs_set()
+    maybe = (
+        range(len(_INPUTS))
+        if found is None
+        else frozenset(found.Match(text.encode("utf-8", "surrogatepass")) or ())
+    )
+    return tuple(
+        name for i, (name, pattern) in enumerate(_INPUTS) if i in maybe and pattern.search(text)
+    )
 
 
 def _restates(d: Diagnosis, root: Diagnosis) -> bool:
@@ -706,7 +777,9 @@ def _inputs(text: str, kept: str) -> tuple[str, ...]:
     at = text.find("NCCL ")
     if at < 0 or _NCCL_DEBUG.search(text, max(0, at - 1)) is None:
         return found
-    return detect_inputs(kept + "\nNCCL INFO")
+    # what detect_inputs(kept + "\nNCCL INFO") says: that line matches no other pattern
+    names = {*found, "NCCL debug output"}
+    return tuple(name for name, _pattern in _INPUTS if name in names)
 
 
 def _context(text: str) -> Context:
