@@ -42,6 +42,7 @@ from dataclasses import replace
 
 from console.diagnosis.common import (
     FAILURE_WORDS,
+    NCCL_INFO,
     join_ranks,
     not_a_failure,
     place_of,
@@ -1649,4 +1650,6 @@ RULES: tuple[Rule, ...] = (
 )
 
 #: What lines each rule reads (the engine's pre-filter; see :class:`Needs`).
-NEEDS = {rule: Needs(FAILURE_WORDS) for rule in RULES}
+#: Its own: every failure word (PyTorch's own chatter names torch, c10d, the process group:
+#: :data:`_TORCH` asks whether the text is PyTorch's at all), never NCCL's INFO lines.
+NEEDS = {rule: Needs(FAILURE_WORDS, alone=True, unless=(NCCL_INFO,)) for rule in RULES}
