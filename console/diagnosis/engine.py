@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 from types import ModuleType
 from typing import Any, Literal, Protocol
 
-from console.diagnosis.elastic import parse_torchelastic_failure
+from console.diagnosis.elastic import TorchelasticFailure, parse_torchelastic_failure
 from console.diagnosis.lines import _ANSI, Line, normalize
 from console.diagnosis.model import CauseKind, Consequence, Context, Diagnosis, Needs
 
@@ -210,28 +210,32 @@ def _declared() -> list[tuple[Rule, tuple[Needs, ...] | None]]:
     return out
 
 
-#: What the engine itself reads besides the rules: torchelastic's failure summary
-#: (:func:`~console.diagnosis.elastic.parse_torchelastic_failure`: its borders, title, headers
-#: and fields) and :func:`detect_inputs`' words (``NCCL INFO`` is looked for in the whole
-#: input instead: :func:`_inputs`).
-ENGINE_NEEDS: tuple[Needs, ...] = (
-    Needs(
-        (
-            "root cause",
-            "failures:",
-            " failed",
-            "exitcode",
-            "error_file",
-            "traceback :",
-            "local_rank:",
-            "<no_other_failures>",
-            "========",
-            "--------",
-            "********",
-        ),
-        before=4,
-        after=12,
+#: torchelastic's failure summary (:func:`~console.diagnosis.elastic.parse_torchelastic_failure`:
+#: its borders, title, headers and fields), read from these lines alone.
+SUMMARY_NEEDS = Needs(
+    (
+        "root cause",
+        "failures:",
+        " failed",
+        "exitcode",
+        "error_file",
+        "traceback :",
+        "local_rank:",
+        "<no_other_failures>",
+        "========",
+        "--------",
+        "********",
     ),
+    before=4,
+    after=12,
+    alone=True,
+)
+
+#: What the engine itself reads besides the rules: torchelastic's failure summary
+#: (:data:`SUMMARY_NEEDS`) and :func:`detect_inputs`' words (``NCCL INFO`` is looked for in the
+#: whole input instead: :func:`_inputs`).
+ENGINE_NEEDS: tuple[Needs, ...] = (
+    SUMMARY_NEEDS,
     Needs(
         (
             "torch.distributed",
@@ -475,11 +479,11 @@ def _word_lists() -> tuple[Any, Mapping[tuple[str, ...], int]] | None:
     """The word lists of the rules that read their own lines (``Needs.alone``: their words and
     their ``unless``) as one RE2 set (which of them a line holds, in one match), and each list's
     index in it; None without google-re2 or without such a rule."""
+    declared = [n for _rule, needs in _declared() for n in needs or ()]
     lists = sorted(
         {
             words
-            for _rule, needs in _declared()
-            for n in needs or ()
+            for n in (SUMMARY_NEEDS, *declared)
             if n.alone
             for words in (n.words, n.unless)
             if words
@@ -594,38 +598,61 @@ class _Read:
 
 class _Reading:
     """The contexts of one input the rules read: every rule's lines (the pre-filtered input),
-    the lines of a rule's own words (:class:`Needs` with ``alone``), the whole input."""
+    the lines of a rule's own words (:class:`Needs` with ``alone``; one context for each
+    different cut), the whole input."""
 
     def __init__(self, text: str, filtered: _Filter | None) -> None:
         self.text = text
         self.filtered = filtered
         self._own: dict[tuple[Needs, ...], _Read | None] = {}
+        self._cuts: dict[str, _Read] = {}
 
     @functools.cached_property
-    def union(self) -> _Read:
+    def union_cut(self) -> _Cut:
         """Every rule's lines (the whole input when there is no pre-filter)."""
         matcher = _matcher()
         if self.filtered is None or matcher is None:
+            return _Cut(self.text)
+        return self.filtered.kept(matcher[1], None, HEAD_LINES, TAIL_LINES, GAP_LINES)
+
+    @functools.cached_property
+    def union(self) -> _Read:
+        """The context of every rule's lines."""
+        if self.filtered is None:
             return self.whole
-        cut = self.filtered.kept(matcher[1], None, HEAD_LINES, TAIL_LINES, GAP_LINES)
-        return _Read(_context(cut.text), cut)
+        text = self.union_cut.text
+        return _Read(Context(text, normalize(text), self.failure), self.union_cut)
 
     @functools.cached_property
     def whole(self) -> _Read:
         return _Read(_context(self.text), _Cut(self.text))
 
+    @functools.cached_property
+    def failure(self) -> TorchelasticFailure | None:
+        """torchelastic's failure summary, read from the lines of its words
+        (:data:`SUMMARY_NEEDS`)."""
+        if self.filtered is None:
+            return self.whole.ctx.failure
+        spans = self.filtered._needs_spans((SUMMARY_NEEDS,))
+        if not spans:
+            return None
+        text = self.filtered.cut(spans, HEAD_LINES, TAIL_LINES, GAP_LINES).text
+        return parse_torchelastic_failure(text, normalize(text))
+
     def own(self, needs: tuple[Needs, ...]) -> _Read | None:
         """The lines of ``needs``' words alone; None when none of them is in the input."""
         if self.filtered is None:
-            return self.union
+            return self.whole
         if needs not in self._own:
             spans = self.filtered._needs_spans(needs)
             if not spans:
                 self._own[needs] = None
             else:
                 cut = self.filtered.cut(spans, HEAD_LINES, TAIL_LINES, GAP_LINES)
-                ctx = Context(cut.text, normalize(cut.text), self.union.ctx.failure)
-                self._own[needs] = _Read(ctx, cut)
+                if cut.text not in self._cuts:
+                    ctx = Context(cut.text, normalize(cut.text), self.failure)
+                    self._cuts[cut.text] = _Read(ctx, cut)
+                self._own[needs] = self._cuts[cut.text]
         return self._own[needs]
 
 
@@ -812,5 +839,5 @@ def diagnose(text: str, *, prefilter: bool = True) -> Diagnosis | None:
     return replace(
         root,
         consequences=root.consequences + tuple(consequences),
-        inputs=_inputs(text, reading.union.ctx.text),
+        inputs=_inputs(text, reading.union_cut.text),
     )
