@@ -22,6 +22,7 @@ __all__ = [
     "PG_NAME",
     "PG_RANK",
     "TERMINATE",
+    "WORLD_SIZE",
     "WRAPS",
     "human_bytes",
     "join_ranks",
@@ -333,6 +334,8 @@ NCCL_RESULTS = {
 
 
 GLOG_TIME = re.compile(r"\[[IWEF](?P<mm>\d{1,2}?)(?P<dd>\d\d) (?P<hms>\d\d:\d\d:\d\d)")
+#: How a log names its world size, most specific first (:func:`world_size` takes the first
+#: line of the first pattern any line matches).
 WORLD_SIZE = (
     re.compile(r"\brank \d+/(?P<n>\d+) local_rank\b"),
     re.compile(r"\bworld_size[ =:]+(?P<n>\d+)\b", re.I),

@@ -380,6 +380,24 @@ class _Filter:
             out.append((start, line_end, held))
         return out
 
+    def first_line(self, pattern: str) -> tuple[int, int] | None:
+        """The first line of the input ``pattern`` (Python's syntax) matches, as a span; None
+        when it matches none. RE2 (:func:`_wider`: matching wherever Python's ``re`` does)
+        finds the candidates, Python's ``re`` confirms each."""
+        found = _first_searcher(pattern)
+        if found is None:
+            return None
+        fast, exact = found
+        data, at = self.data, 0
+        while (m := fast.search(data, at, len(data))) is not None:
+            start = data.rfind(b"\n", 0, m.start()) + 1
+            end = data.find(b"\n", m.start())
+            end = len(data) if end < 0 else end + 1
+            if exact.search(data[start:end].decode("utf-8", "surrogatepass")):
+                return (start, end)
+            at = end
+        return None
+
     def _needs_spans(self, only: Sequence[Needs]) -> list[tuple[int, int]]:
         """The lines holding one of ``only``'s words and none of its ``unless``, each with its
         own context."""
@@ -472,6 +490,27 @@ class _Cut:
         """The input's line (split at ``\\n``) that ``text``'s line ``line`` is."""
         i = bisect.bisect_right(self.starts, line) - 1
         return line if i < 0 else self.origins[i] + line - self.starts[i]
+
+
+#: Python's ``\\d`` and ``\\s`` match Unicode digits and blanks; RE2's ASCII only. Widened
+#: for RE2 to every non-ASCII character, its answer is then a superset of Python's.
+_WIDER = ((r"\d", r"[0-9\x{80}-\x{10FFFF}]"), (r"\s", r"[\t-\r \x{1c}-\x{1f}\x{80}-\x{10FFFF}]"))
+
+
+def _wider(source: str) -> str:
+    """``source`` (a Python pattern) for RE2 over UTF-8 bytes, matching wherever Python's does
+    and maybe more: Python's ``\\d`` and ``\\s`` match Unicode digits and blanks, RE2's ASCII
+    ones only, so both are widened to every non-ASCII character."""
+    for python, wider in _WIDER:
+        source = source.replace(python, wider)
+    return source
+
+
+@functools.cache
+def _first_searcher(pattern: str) -> tuple[_Searcher, re.Pattern[str]] | None:
+    """RE2 for :func:`_wider` ``pattern`` and Python's own; None without google-re2."""
+    fast = _compile(_wider(pattern).encode())
+    return None if fast is None else (fast, re.compile(pattern))
 
 
 @functools.cache
@@ -640,14 +679,22 @@ class _Reading:
         return parse_torchelastic_failure(text, normalize(text))
 
     def own(self, needs: tuple[Needs, ...]) -> _Read | None:
-        """The lines of ``needs``' words alone; None when none of them is in the input."""
+        """The lines of ``needs``' words alone; None when none of the words of those not
+        ``also`` is in the input."""
         if self.filtered is None:
             return self.whole
         if needs not in self._own:
-            spans = self.filtered._needs_spans(needs)
+            spans = self.filtered._needs_spans([n for n in needs if not n.also])
             if not spans:
                 self._own[needs] = None
             else:
+                spans += self.filtered._needs_spans([n for n in needs if n.also])
+                spans += [
+                    span
+                    for n in needs
+                    for pattern in n.first
+                    if (span := self.filtered.first_line(pattern)) is not None
+                ]
                 cut = self.filtered.cut(spans, HEAD_LINES, TAIL_LINES, GAP_LINES)
                 if cut.text not in self._cuts:
                     ctx = Context(cut.text, normalize(cut.text), self.failure)
@@ -743,11 +790,6 @@ _INPUTS: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 
 
-#: Python's ``\\d`` and ``\\s`` match Unicode digits and blanks; RE2's ASCII only. Widened
-#: for RE2 to every non-ASCII character, its answer is then a superset of Python's.
-_WIDER = ((r"\d", r"[0-9\x{80}-\x{10FFFF}]"), (r"\s", r"[\t-\r \x{1c}-\x{1f}\x{80}-\x{10FFFF}]"))
-
-
 @functools.cache
 def _inputs_set() -> Any | None:
     """:data:`_INPUTS` as one RE2 set over the UTF-8 bytes, each pattern matching wherever
@@ -760,9 +802,7 @@ def _inputs_set() -> Any | None:
         return None
     found = re2.Set.SearchSet(options)
     for _name, pattern in _INPUTS:
-        source = pattern.pattern
-        for python, wider in _WIDER:
-            source = source.replace(python, wider)
+        source = _wider(pattern.pattern)
         flags = ("i" if pattern.flags & re.I else "") + ("m" if pattern.flags & re.M else "")
         found.Add((f"(?{flags})" if flags else "") + source)
     found.Compile()

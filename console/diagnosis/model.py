@@ -222,6 +222,11 @@ class Needs:
             matches, whatever word it holds (with ``alone``: such a line is kept for the rule
             only as another's context). ``common.NCCL_INFO`` for a rule that never reads NCCL's
             INFO chatter.
+        also: (with ``alone``) lines the rule reads besides, once a line of its other Needs is
+            in the input: they do not make it run (every line it matches holds another's word).
+        first: regular expressions (Python's syntax): the first line of the input each one
+            matches is read too, with no context (what a rule takes from the first such line
+            only: the world size).
     """
 
     words: tuple[str, ...]
@@ -229,3 +234,5 @@ class Needs:
     after: int = 8
     alone: bool = False
     unless: tuple[str, ...] = ()
+    also: bool = False
+    first: tuple[str, ...] = ()

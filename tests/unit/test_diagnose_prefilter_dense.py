@@ -46,9 +46,11 @@ _WARNING = (
 )
 
 
-def _dense(case: str, kib: int = 280) -> str:
-    """``kib`` KiB of a training run printing NCCL's INFO output, then ``case``."""
-    lines: list[str] = []
+def _dense(case: str, kib: int = 280, lead: int = 0, middle: str = "") -> str:
+    """``kib`` KiB of a training run printing NCCL's INFO output, then ``case``: ``lead`` lines
+    without it before and after (the NCCL lines then out of the input's head and tail),
+    ``middle`` in the middle of it."""
+    lines = [f"[default0]:warm-up {i} loss 9.{i:04d}" for i in range(lead)]
     size, step = 0, 0
     while size < kib * 1024:
         block = [
@@ -62,6 +64,10 @@ def _dense(case: str, kib: int = 280) -> str:
         block.append(f"[default0]:{_WARNING}")
         size += sum(len(x) + 1 for x in block)
         lines += block
+        if middle and size >= kib * 512:
+            lines.append(middle.rstrip("\n"))
+            middle = ""
+    lines += [f"[default0]:eval {i} loss 9.{i:04d}" for i in range(lead)]
     return "\n".join(lines) + "\n" + case
 
 
@@ -84,11 +90,36 @@ def _answer(d: Diagnosis | None) -> Any:
 def _check(path: Path) -> Diagnosis | None:
     """The dense log ending in ``path``'s case gets the answer of every rule on every line;
     returns it."""
-    text = _dense(path.read_text(encoding="utf-8", errors="replace"))
+    return _same(_dense(path.read_text(encoding="utf-8", errors="replace")))
+
+
+def _same(text: str) -> Diagnosis | None:
     assert len(text) > engine.SMALL_TEXT
     got = engine.diagnose(text)
     assert _answer(got) == _answer(engine.diagnose(text, prefilter=False))
     return got
+
+
+def test_world_size_from_a_communicator_line_far_from_the_head() -> None:
+    """A watchdog timeout names the ranks that did not report from the world size; here only
+    NCCL's communicator lines (``nranks 8``) say it, all of them far from the input's head and
+    from the failure: the NCCL rules read the first line of each world-size pattern."""
+    case = (CORPUS / "nccl" / "nccl-003.txt").read_text(encoding="utf-8")
+    got = _same(_dense(case, lead=2 * engine.TAIL_LINES))
+    assert got is not None and got.kind == "nccl_timeout" and got.facts["world_size"] == 8
+
+
+def test_a_warn_after_its_communicator_completed_init_far_above() -> None:
+    """A connection reset after that process's communicator printed ``Init COMPLETE`` (far
+    above, amid the chatter) is a peer gone mid-run, not the set-up failing (nccl-043 alone:
+    nccl_system_error in init)."""
+    case = (CORPUS / "nccl" / "nccl-043.txt").read_text(encoding="utf-8")
+    done = (
+        "9306dc444753:248281:248335 [3] NCCL INFO ncclCommInitRank comm 0x7f00a8000f00 "
+        "rank 3 nranks 8 cudaDev 3 busId 3d000 commId 0x1 - Init COMPLETE"
+    )
+    got = _same(_dense(case, lead=2 * engine.TAIL_LINES, middle=done))
+    assert got is not None and got.kind == "nccl_remote_error"
 
 
 def test_some_rule_reads_its_own_lines_alone() -> None:
