@@ -146,3 +146,12 @@ def test_dense_nccl_log_same_answer(name: str) -> None:
 @pytest.mark.parametrize("path", SWEEP, ids=[p.stem for p in SWEEP])
 def test_dense_nccl_log_same_answer_sweep(path: Path) -> None:
     _check(path)
+
+
+def test_a_name_not_resolving_in_a_log_that_is_pytorchs_only_far_above() -> None:
+    """A host name that does not resolve is the store's address when the text is PyTorch's;
+    here only PyTorch's own warnings (far from the head, the tail and the error) say so: the
+    torchrun rules read the first line naming PyTorch."""
+    tail = "socket.gaierror: [Errno -2] Name or service not known\n"
+    got = _same(_dense(tail, lead=2 * engine.TAIL_LINES))
+    assert got is not None and got.kind == "store_address_unresolved"
