@@ -562,9 +562,9 @@ def kept_text(
     small: int | None = None,
 ) -> str:
     """``text`` with the physical lines that no rule can read dropped (see the module
-    docstring): the lines holding a declared word and their context (with ``only``, the words
-    of these :class:`~console.diagnosis.model.Needs` alone: what a rule that reads only its
-    own lines is given), the first ``head`` and last ``tail`` lines, and the first ``gap``
+    docstring): the lines holding a declared word and their context (with ``only``, a
+    declared rule's :class:`~console.diagnosis.model.Needs`, the lines of their words alone:
+    what that rule reads), the first ``head`` and last ``tail`` lines, and the first ``gap``
     lines of each dropped stretch (by default :data:`HEAD_LINES`, :data:`TAIL_LINES`,
     :data:`GAP_LINES`, :data:`SMALL_TEXT`). ``text`` itself when it is at most ``small``
     characters, when no rule declared anything, or without google-re2. The rules that declared
@@ -640,11 +640,12 @@ class _Reading:
     the lines of a rule's own words (:class:`Needs` with ``alone``; one context for each
     different cut), the whole input."""
 
-    def __init__(self, text: str, filtered: _Filter | None) -> None:
+    def __init__(self, text: str, filtered: _Filter | None, whole: Context | None = None) -> None:
         self.text = text
         self.filtered = filtered
+        self._whole = whole
         self._own: dict[tuple[Needs, ...], _Read | None] = {}
-        self._cuts: dict[str, _Read] = {}
+        self._cuts: dict[_Cut, _Read] = {}
 
     @functools.cached_property
     def union_cut(self) -> _Cut:
@@ -664,7 +665,8 @@ class _Reading:
 
     @functools.cached_property
     def whole(self) -> _Read:
-        return _Read(_context(self.text), _Cut(self.text))
+        """The context of the whole input."""
+        return _Read(self._whole or _context(self.text), _Cut(self.text))
 
     @functools.cached_property
     def failure(self) -> TorchelasticFailure | None:
@@ -696,19 +698,17 @@ class _Reading:
                     if (span := self.filtered.first_line(pattern)) is not None
                 ]
                 cut = self.filtered.cut(spans, HEAD_LINES, TAIL_LINES, GAP_LINES)
-                if cut.text not in self._cuts:
+                if cut not in self._cuts:
                     ctx = Context(cut.text, normalize(cut.text), self.failure)
-                    self._cuts[cut.text] = _Read(ctx, cut)
-                self._own[needs] = self._cuts[cut.text]
+                    self._cuts[cut] = _Read(ctx, cut)
+                self._own[needs] = self._cuts[cut]
         return self._own[needs]
 
 
 def findings(ctx: Context) -> list[Diagnosis]:
     """Everything every rule found in ``ctx`` (every line of it), root cause first (see the
     module docstring)."""
-    reading = _Reading(ctx.text, None)
-    reading.whole = _Read(ctx, _Cut(ctx.text))
-    return [d for d, _key in _findings(reading)]
+    return [d for d, _key in _findings(_Reading(ctx.text, None, ctx))]
 
 
 def _findings(reading: _Reading) -> list[tuple[Diagnosis, tuple[int, int, int]]]:
