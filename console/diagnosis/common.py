@@ -11,8 +11,10 @@ from console.diagnosis.lines import Line
 from remote.telemetry.faults import classify_nvml_traceback
 
 __all__ = [
+    "CHATTER_WORDS",
     "FAILURE_WORDS",
     "GLOG_TIME",
+    "NCCL_INFO",
     "NCCL_LINE",
     "NCCL_RESULTS",
     "NCCL_RETURN",
@@ -20,10 +22,12 @@ __all__ = [
     "PG_NAME",
     "PG_RANK",
     "TERMINATE",
+    "WORLD_SIZE",
     "WRAPS",
     "human_bytes",
     "join_ranks",
     "not_a_failure",
+    "own_words",
     "place_of",
     "rank_and_place",
     "rank_of",
@@ -244,6 +248,25 @@ FAILURE_WORDS: tuple[str, ...] = (
 )
 
 
+#: What NCCL's INFO logging prints on every line (``host:pid:tid [dev] NCCL INFO ...``):
+#: thousands of lines in an ``NCCL_DEBUG=INFO`` run, holding failure words (``cudaDev``,
+#: ``nranks``, ``NCCL_*``, ``NET/Socket``, ``GPU``, ``No device found``). A rule outside
+#: :mod:`console.diagnosis.nccl` matches none of them (``Needs.unless``).
+NCCL_INFO = "nccl info"
+
+#: Failure words of a training run's own chatter besides NCCL's: PyTorch's ``UserWarning``s
+#: (``.../torch/distributed/c10d_logger.py:83: UserWarning: barrier(): using the device under
+#: current context ... init_process_group``). A module whose every line holds another word
+#: leaves them out of its own (:func:`own_words`).
+CHATTER_WORDS: frozenset[str] = frozenset({"warning", "torch", "c10d", "process", "device"})
+
+
+def own_words(dropped: Iterable[str] = CHATTER_WORDS, added: Iterable[str] = ()) -> tuple[str, ...]:
+    """:data:`FAILURE_WORDS` less ``dropped``, with ``added``: a module's own words."""
+    out = frozenset(dropped)
+    return (*(w for w in FAILURE_WORDS if w not in out), *added)
+
+
 def human_bytes(n: int) -> str:
     size = float(n)
     for unit in ("B", "KiB", "MiB", "GiB"):
@@ -311,6 +334,8 @@ NCCL_RESULTS = {
 
 
 GLOG_TIME = re.compile(r"\[[IWEF](?P<mm>\d{1,2}?)(?P<dd>\d\d) (?P<hms>\d\d:\d\d:\d\d)")
+#: How a log names its world size, most specific first (:func:`world_size` takes the first
+#: line of the first pattern any line matches).
 WORLD_SIZE = (
     re.compile(r"\brank \d+/(?P<n>\d+) local_rank\b"),
     re.compile(r"\bworld_size[ =:]+(?P<n>\d+)\b", re.I),

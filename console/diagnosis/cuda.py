@@ -36,12 +36,13 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from console.diagnosis.common import (
-    FAILURE_WORDS,
+    NCCL_INFO,
     PG_ID,
     PG_NAME,
     PG_RANK,
     TERMINATE,
     join_ranks,
+    own_words,
     rank_of,
     unwrapped,
 )
@@ -471,4 +472,11 @@ def _cuda(ctx: Context) -> list[Diagnosis]:
 RULES = (_cuda, _not_available)
 
 #: What lines each rule reads (the engine's pre-filter; see :class:`Needs`).
-NEEDS = {rule: Needs(FAILURE_WORDS) for rule in RULES}
+#: Its own: every line it reads holds ``cuda``, ``error``, ``nvidia``, ``kernel``, ``assert``,
+#: ``invalid``... besides PyTorch's chatter words (``device``, ``torch``, ``warning``); only
+#: "Setting the available devices to be zero" needs its own. NCCL's INFO lines are NCCL's
+#: (``_NCCL_OWN``).
+NEEDS = {
+    rule: Needs(own_words(added=("available devices",)), alone=True, unless=(NCCL_INFO,))
+    for rule in RULES
+}

@@ -1241,5 +1241,58 @@ def _docker(ctx: Context) -> list[Diagnosis]:
 #: The rules of this module (the engine ranks what they find).
 RULES = (_docker,)
 
-#: What lines each rule reads (the engine's pre-filter; see :class:`Needs`).
-NEEDS = {rule: Needs(FAILURE_WORDS) for rule in RULES}
+#: Failure words no line this module matches or reads needs: every such line holds another
+#: (checked check by check: a GPU named in ``docker run --gpus`` is on a ``docker`` line, the
+#: toolkit's device and driver errors hold ``nvidia`` and ``error``, ``no space left on device``
+#: holds ``no space``, a CUDA requirement ``nvidia``, nvidia-smi's header ``nvidia``/``smi``,
+#: moby's platform ``WARNING`` ``image``, the daemon's socket ``daemon``). They are the
+#: words of a training run's own chatter (``NCCL_DEBUG=INFO``'s ``cudaDev``/``nranks``/
+#: ``NCCL_*``/``NET/Socket`` lines, PyTorch's ``UserWarning``s naming the device, the process
+#: group, ``torch/distributed/c10d_logger.py``), which this rule then never reads.
+_NOT_DOCKER_WORDS = frozenset(
+    {
+        "warning",
+        "torch",
+        "c10d",
+        "process",
+        "device",
+        "driver",
+        "cuda",
+        "cudnn",
+        "nranks",
+        "nccl_",
+        "socket",
+        " gpu",
+        "gpu ",
+        "gpus",
+        "gpu:",
+        "gpu=",
+        "gpu)",
+        "gpu]",
+        "gpu.",
+        "gpu,",
+        "gpu_",
+        "_gpu",
+        "[gpu",
+        "(gpu",
+        "/gpu",
+        '"gpu',
+        'gpu"',
+        "'gpu",
+        "gpu'",
+        "-gpu",
+        "gpu%",
+        "gpu#",
+    }
+)
+#: The lines the container engine's errors and commands hold (the engine's pre-filter; see
+#: :class:`Needs`): the failure words less :data:`_NOT_DOCKER_WORDS`, and the engines that
+#: :data:`_COMMAND` names besides ``docker`` (an attempt starts at its command line).
+DOCKER_WORDS: tuple[str, ...] = (
+    *(w for w in FAILURE_WORDS if w not in _NOT_DOCKER_WORDS),
+    "podman",
+    "nerdctl",
+)
+
+#: What lines each rule reads (the engine's pre-filter; see :class:`Needs`): its own.
+NEEDS = {rule: Needs(DOCKER_WORDS, alone=True) for rule in RULES}

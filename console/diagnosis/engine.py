@@ -14,22 +14,27 @@ declares, in its module's ``NEEDS``, the literal words a line it matches holds a
 around it that it reads (:class:`~console.diagnosis.model.Needs`). One scan of the lower-cased
 input for all the words (one alternation compiled by RE2, a DFA) finds the physical lines to
 keep; the lines between are dropped except a few that keep what was apart apart. A rule that
-declares nothing makes the engine read every line for it.
+declares nothing makes the engine read every line for it. Every rule reads the lines of all
+the words, except one whose Needs say ``alone``: it reads the lines of its own words (the same
+cut: context, head, tail, the start of each dropped stretch), normalised on their own, and is
+not run when none of them is in the input. The findings are ordered on every rule's lines.
 """
 
 from __future__ import annotations
 
+import bisect
 import functools
 import importlib
 import logging
 import re
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from types import ModuleType
 from typing import Any, Literal, Protocol
 
-from console.diagnosis.elastic import parse_torchelastic_failure
-from console.diagnosis.lines import Line, normalize
+from console.diagnosis.elastic import TorchelasticFailure, parse_torchelastic_failure
+from console.diagnosis.lines import _ANSI, Line, normalize
 from console.diagnosis.model import CauseKind, Consequence, Context, Diagnosis, Needs
 
 __all__ = [
@@ -205,28 +210,32 @@ def _declared() -> list[tuple[Rule, tuple[Needs, ...] | None]]:
     return out
 
 
-#: What the engine itself reads besides the rules: torchelastic's failure summary
-#: (:func:`~console.diagnosis.elastic.parse_torchelastic_failure`: its borders, title, headers
-#: and fields) and :func:`detect_inputs`' words (``NCCL INFO`` is looked for in the whole
-#: input instead: :func:`_inputs`).
-ENGINE_NEEDS: tuple[Needs, ...] = (
-    Needs(
-        (
-            "root cause",
-            "failures:",
-            " failed",
-            "exitcode",
-            "error_file",
-            "traceback :",
-            "local_rank:",
-            "<no_other_failures>",
-            "========",
-            "--------",
-            "********",
-        ),
-        before=4,
-        after=12,
+#: torchelastic's failure summary (:func:`~console.diagnosis.elastic.parse_torchelastic_failure`:
+#: its borders, title, headers and fields), read from these lines alone.
+SUMMARY_NEEDS = Needs(
+    (
+        "root cause",
+        "failures:",
+        " failed",
+        "exitcode",
+        "error_file",
+        "traceback :",
+        "local_rank:",
+        "<no_other_failures>",
+        "========",
+        "--------",
+        "********",
     ),
+    before=4,
+    after=12,
+    alone=True,
+)
+
+#: What the engine itself reads besides the rules: torchelastic's failure summary
+#: (:data:`SUMMARY_NEEDS`) and :func:`detect_inputs`' words (``NCCL INFO`` is looked for in the
+#: whole input instead: :func:`_inputs`).
+ENGINE_NEEDS: tuple[Needs, ...] = (
+    SUMMARY_NEEDS,
     Needs(
         (
             "torch.distributed",
@@ -285,6 +294,8 @@ def _compile(pattern: bytes) -> _Searcher | None:
 class _Searcher(Protocol):
     def finditer(self, string: bytes) -> Iterator[re.Match[bytes]]: ...
 
+    def search(self, string: bytes, pos: int, endpos: int) -> re.Match[bytes] | None: ...
+
 
 @functools.cache
 def _matcher() -> tuple[_Searcher, Mapping[bytes, tuple[int, int]]] | None:
@@ -333,52 +344,247 @@ def _line_end(data: bytes, pos: int, forward: int) -> int:
     return end
 
 
+class _Filter:
+    """One input read for the pre-filter: its UTF-8 bytes, lower-cased, and every match of the
+    words (one RE2 pass), from which :meth:`kept` cuts the text a set of rules reads."""
+
+    def __init__(self, text: str, searcher: _Searcher) -> None:
+        self.data = text.encode("utf-8", "surrogatepass")
+        self.low = self.data.lower()
+        self.matches = [(m.start(), m.group()) for m in searcher.finditer(self.low)]
+
+    def _word_spans(self, context: Mapping[bytes, tuple[int, int]]) -> list[tuple[int, int]]:
+        """Every match's line with its word's context (the union of every rule's lines)."""
+        data = self.data
+        return [
+            (_line_start(data, pos, context[word][0]), _line_end(data, pos, context[word][1]))
+            for pos, word in self.matches
+        ]
+
+    @functools.cached_property
+    def _held(self) -> list[tuple[int, int, frozenset[int]]]:
+        """Each line holding a word: its start, its end, and which word lists of
+        :func:`_word_lists` it holds (one RE2 set match a line: a word of another rule matched
+        first by the scan may hide one of them in the same line)."""
+        lists = _word_lists()
+        low = self.low
+        out: list[tuple[int, int, frozenset[int]]] = []
+        line_end = -1
+        for pos, _word in self.matches:
+            if pos < line_end:
+                continue  # the same line
+            start = low.rfind(b"\n", 0, pos) + 1
+            end = low.find(b"\n", pos)
+            line_end = len(low) if end < 0 else end
+            held = frozenset((lists[0].Match(low[start:line_end]) or ()) if lists else ())
+            out.append((start, line_end, held))
+        return out
+
+    def first_line(self, pattern: str) -> tuple[int, int] | None:
+        """The first line of the input ``pattern`` (Python's syntax) matches, as a span; None
+        when it matches none. RE2 (:func:`_wider`: matching wherever Python's ``re`` does)
+        finds the candidates, Python's ``re`` confirms each."""
+        found = _first_searcher(pattern)
+        if found is None:
+            return None
+        fast, exact = found
+        data, at = self.data, 0
+        while (m := fast.search(data, at, len(data))) is not None:
+            start = data.rfind(b"\n", 0, m.start()) + 1
+            end = data.find(b"\n", m.start())
+            end = len(data) if end < 0 else end + 1
+            if exact.search(data[start:end].decode("utf-8", "surrogatepass")):
+                return (start, end)
+            at = end
+        return None
+
+    def _needs_spans(self, only: Sequence[Needs]) -> list[tuple[int, int]]:
+        """The lines holding one of ``only``'s words and none of its ``unless``, each with its
+        own context."""
+        lists = _word_lists()
+        index = lists[1] if lists else {}
+        wanted = [
+            (index.get(n.words), index.get(n.unless) if n.unless else None, n.before, n.after)
+            for n in only
+        ]
+        if any(w is None or (n.unless and u is None) for (w, u, _b, _a), n in zip(wanted, only)):
+            raise ValueError("Needs of no declared rule: not in the engine's word lists")
+        data = self.data
+        return [
+            (_line_start(data, start, before), _line_end(data, start, after))
+            for start, _end, held in self._held
+            for words, unless, before, after in wanted
+            if words in held and (unless is None or unless not in held)
+        ]
+
+    def kept(
+        self,
+        context: Mapping[bytes, tuple[int, int]],
+        only: Sequence[Needs] | None,
+        head: int,
+        tail: int,
+        gap: int,
+    ) -> _Cut:
+        """The text holding the lines of every word (``only`` None) or of ``only``'s words,
+        with the first ``head`` and last ``tail`` lines and the first ``gap`` of each dropped
+        stretch (see :func:`kept_text`)."""
+        spans = self._word_spans(context) if only is None else self._needs_spans(only)
+        return self.cut(spans, head, tail, gap)
+
+    def cut(self, spans: list[tuple[int, int]], head: int, tail: int, gap: int) -> _Cut:
+        """The text of ``spans`` (byte offsets, whole lines), the first ``head`` and last
+        ``tail`` lines, and the first ``gap`` lines of each stretch between."""
+        data = self.data
+        spans = list(spans)
+        if head:
+            spans.append((0, _line_end(data, 0, head - 1)))
+        if tail:
+            last = len(data) - 1 if data.endswith(b"\n") else len(data)
+            spans.append((_line_start(data, last, tail - 1), len(data)))
+        spans.sort()
+        parts: list[bytes] = []
+        starts: list[int] = []
+        origins: list[int] = []
+        kept_lines = origin = origin_at = 0
+
+        def take(start: int, end: int) -> None:
+            nonlocal kept_lines, origin, origin_at
+            if end <= start:
+                return
+            origin += data.count(b"\n", origin_at, start)
+            origin_at = start
+            starts.append(kept_lines)
+            origins.append(origin)
+            parts.append(data[start:end])
+            kept_lines += data.count(b"\n", start, end)
+
+        at = 0
+        for start, end in [*spans, (len(data), len(data))]:
+            if end <= at and start < len(data):
+                continue
+            if start > at:
+                take(at, min(start, _line_end(data, at, gap - 1) if gap else at))
+                at = start
+            take(at, end)
+            at = max(at, end)
+        text = b"".join(parts).decode("utf-8", "surrogatepass")
+        return _Cut(text, tuple(starts), tuple(origins))
+
+
+@dataclass(frozen=True)
+class _Cut:
+    """A pre-filtered input and where its lines were in the input.
+
+    Attributes:
+        text: the lines kept.
+        starts: the line of ``text`` (0-based, lines split at ``\\n``) where each run of
+            consecutive input lines begins.
+        origins: the input's line where that run begins.
+    """
+
+    text: str
+    starts: tuple[int, ...] = (0,)
+    origins: tuple[int, ...] = (0,)
+
+    def origin(self, line: int) -> int:
+        """The input's line (split at ``\\n``) that ``text``'s line ``line`` is."""
+        i = bisect.bisect_right(self.starts, line) - 1
+        return line if i < 0 else self.origins[i] + line - self.starts[i]
+
+
+#: Python's ``\\d`` and ``\\s`` match Unicode digits and blanks; RE2's ASCII only. Widened
+#: for RE2 to every non-ASCII character, its answer is then a superset of Python's.
+_WIDER = ((r"\d", r"[0-9\x{80}-\x{10FFFF}]"), (r"\s", r"[\t-\r \x{1c}-\x{1f}\x{80}-\x{10FFFF}]"))
+
+
+def _wider(source: str) -> str:
+    """``source`` (a Python pattern) for RE2 over UTF-8 bytes, matching wherever Python's does
+    and maybe more: Python's ``\\d`` and ``\\s`` match Unicode digits and blanks, RE2's ASCII
+    ones only, so both are widened to every non-ASCII character."""
+    for python, wider in _WIDER:
+        source = source.replace(python, wider)
+    return source
+
+
+@functools.cache
+def _first_searcher(pattern: str) -> tuple[_Searcher, re.Pattern[str]] | None:
+    """RE2 for :func:`_wider` ``pattern`` and Python's own; None without google-re2."""
+    fast = _compile(_wider(pattern).encode())
+    return None if fast is None else (fast, re.compile(pattern))
+
+
+@functools.cache
+def _word_lists() -> tuple[Any, Mapping[tuple[str, ...], int]] | None:
+    """The word lists of the rules that read their own lines (``Needs.alone``: their words and
+    their ``unless``) as one RE2 set (which of them a line holds, in one match), and each list's
+    index in it; None without google-re2 or without such a rule."""
+    declared = [n for _rule, needs in _declared() for n in needs or ()]
+    lists = sorted(
+        {
+            words
+            for n in (SUMMARY_NEEDS, *declared)
+            if n.alone
+            for words in (n.words, n.unless)
+            if words
+        }
+    )
+    try:
+        re2: Any = importlib.import_module("re2")
+        options = re2.Options()
+    except (ImportError, AttributeError):
+        return None
+    if not lists:
+        return None
+    options.max_mem = 64 << 20
+    found = re2.Set.SearchSet(options)
+    for words in lists:
+        found.Add(b"|".join(re.escape(w.lower().encode()) for w in sorted(words)))
+    found.Compile()
+    return found, {words: i for i, words in enumerate(lists)}
+
+
+def _filter(text: str) -> _Filter | None:
+    """``text`` read for the pre-filter; None when every line is read instead (a text of at
+    most :data:`SMALL_TEXT` characters, no rule declared words, google-re2 missing)."""
+    matcher = _matcher()
+    if matcher is None or len(text) <= SMALL_TEXT:
+        return None
+    return _Filter(text, matcher[0])
+
+
 def kept_text(
     text: str,
     *,
+    only: Sequence[Needs] | None = None,
     head: int | None = None,
     tail: int | None = None,
     gap: int | None = None,
     small: int | None = None,
 ) -> str:
     """``text`` with the physical lines that no rule can read dropped (see the module
-    docstring): the lines holding a declared word and their context, the first ``head`` and
-    last ``tail`` lines, and the first ``gap`` lines of each dropped stretch (by default
-    :data:`HEAD_LINES`, :data:`TAIL_LINES`, :data:`GAP_LINES`, :data:`SMALL_TEXT`).
-    ``text`` itself when it is at most ``small`` characters, when no rule declared
-    anything, or without google-re2. The rules that declared nothing still read the whole ``text``
-    (:func:`diagnose`). Words are matched on the UTF-8 bytes, ASCII case folded."""
-    head = HEAD_LINES if head is None else head
-    tail = TAIL_LINES if tail is None else tail
-    gap = GAP_LINES if gap is None else gap
+    docstring): the lines holding a declared word and their context (with ``only``, a
+    declared rule's :class:`~console.diagnosis.model.Needs`, the lines of their words alone:
+    what that rule reads), the first ``head`` and last ``tail`` lines, and the first ``gap``
+    lines of each dropped stretch (by default :data:`HEAD_LINES`, :data:`TAIL_LINES`,
+    :data:`GAP_LINES`, :data:`SMALL_TEXT`). ``text`` itself when it is at most ``small``
+    characters, when no rule declared anything, or without google-re2. The rules that declared
+    nothing still read the whole ``text`` (:func:`diagnose`). Words are matched on the UTF-8
+    bytes, ASCII case folded."""
     small = SMALL_TEXT if small is None else small
     matcher = _matcher()
     if matcher is None or len(text) <= small:
         return text
-    pattern, context = matcher
-    data = text.encode("utf-8", "surrogatepass")
-    low = data.lower()
-    spans: list[tuple[int, int]] = []
-    if head:
-        spans.append((0, _line_end(data, 0, head - 1)))
-    for m in pattern.finditer(low):
-        before, after = context[m.group()]
-        spans.append((_line_start(data, m.start(), before), _line_end(data, m.start(), after)))
-    if tail:
-        last = len(data) - 1 if data.endswith(b"\n") else len(data)
-        spans.append((_line_start(data, last, tail - 1), len(data)))
-    spans.sort()
-    parts: list[bytes] = []
-    at = 0
-    for start, end in [*spans, (len(data), len(data))]:
-        if end <= at and start < len(data):
-            continue
-        if start > at:
-            parts.append(data[at : min(start, _line_end(data, at, gap - 1) if gap else at)])
-            at = start
-        parts.append(data[at:end])
-        at = max(at, end)
-    return b"".join(parts).decode("utf-8", "surrogatepass")
+    return (
+        _Filter(text, matcher[0])
+        .kept(
+            matcher[1],
+            only,
+            HEAD_LINES if head is None else head,
+            TAIL_LINES if tail is None else tail,
+            GAP_LINES if gap is None else gap,
+        )
+        .text
+    )
 
 
 def _position(d: Diagnosis, lines: Sequence[Line]) -> int:
@@ -395,56 +601,165 @@ def _position(d: Diagnosis, lines: Sequence[Line]) -> int:
     return len(lines)
 
 
-def _order(d: Diagnosis, lines: Sequence[Line]) -> tuple[int, int]:
-    return (precedence_of(d), _position(d, lines))
+class _Read:
+    """A context a rule reads, and where its lines were in the input (to order the findings
+    of rules that read different lines of it)."""
+
+    def __init__(self, ctx: Context, cut: _Cut) -> None:
+        self.ctx = ctx
+        self.cut = cut
+
+    @functools.cached_property
+    def _split_line(self) -> list[int]:
+        """For each physical line of the context (as :func:`normalize` splits: ``\\r``
+        too), its line split at ``\\n`` only."""
+        pieces = self.ctx.text.split("\n")
+        if pieces and not pieces[-1]:
+            pieces.pop()
+        out: list[int] = []
+        for i, piece in enumerate(pieces):
+            out += [i] * (len(_ANSI.sub("", piece).splitlines()) or 1)
+        return out
+
+    def where(self, d: Diagnosis) -> tuple[int, int]:
+        """Where ``d``'s evidence first appears in the input: its line (split at ``\\n``)
+        and the place among the lines normalised out of that one; after every line when the
+        evidence is in none."""
+        lines = self.ctx.lines
+        i = _position(d, lines)
+        if i >= len(lines):
+            return (sys.maxsize, 0)
+        first = i
+        while first > 0 and lines[first - 1].source_line == lines[i].source_line:
+            first -= 1
+        return (self.cut.origin(self._split_line[lines[i].source_line]), i - first)
 
 
-def findings(ctx: Context, full: Callable[[], Context] | None = None) -> list[Diagnosis]:
-    """Everything every rule found in ``ctx``, root cause first (see the module docstring).
+class _Reading:
+    """The contexts of one input the rules read: every rule's lines (the pre-filtered input),
+    the lines of a rule's own words (:class:`Needs` with ``alone``; one context for each
+    different cut), the whole input."""
 
-    ``full``, when given, makes the context of the whole input for the rules that declared
-    no :class:`~console.diagnosis.model.Needs` (``ctx`` then holds the pre-filtered input).
-    A rule that raises is logged and skipped: one broken rule never hides the others.
-    """
-    found: list[Diagnosis] = []
-    whole: Context | None = None
+    def __init__(self, text: str, filtered: _Filter | None, whole: Context | None = None) -> None:
+        self.text = text
+        self.filtered = filtered
+        self._whole = whole
+        self._own: dict[tuple[Needs, ...], _Read | None] = {}
+        self._cuts: dict[_Cut, _Read] = {}
+
+    @functools.cached_property
+    def union_cut(self) -> _Cut:
+        """Every rule's lines (the whole input when there is no pre-filter)."""
+        matcher = _matcher()
+        if self.filtered is None or matcher is None:
+            return _Cut(self.text)
+        return self.filtered.kept(matcher[1], None, HEAD_LINES, TAIL_LINES, GAP_LINES)
+
+    @functools.cached_property
+    def union(self) -> _Read:
+        """The context of every rule's lines."""
+        if self.filtered is None:
+            return self.whole
+        text = self.union_cut.text
+        return _Read(Context(text, normalize(text), self.failure), self.union_cut)
+
+    @functools.cached_property
+    def whole(self) -> _Read:
+        """The context of the whole input."""
+        return _Read(self._whole or _context(self.text), _Cut(self.text))
+
+    @functools.cached_property
+    def failure(self) -> TorchelasticFailure | None:
+        """torchelastic's failure summary, read from the lines of its words
+        (:data:`SUMMARY_NEEDS`)."""
+        if self.filtered is None:
+            return self.whole.ctx.failure
+        spans = self.filtered._needs_spans((SUMMARY_NEEDS,))
+        if not spans:
+            return None
+        text = self.filtered.cut(spans, HEAD_LINES, TAIL_LINES, GAP_LINES).text
+        return parse_torchelastic_failure(text, normalize(text))
+
+    def own(self, needs: tuple[Needs, ...]) -> _Read | None:
+        """The lines of ``needs``' words alone; None when none of the words of those not
+        ``also`` is in the input."""
+        if self.filtered is None:
+            return self.whole
+        if needs not in self._own:
+            spans = self.filtered._needs_spans([n for n in needs if not n.also])
+            if not spans:
+                self._own[needs] = None
+            else:
+                spans += self.filtered._needs_spans([n for n in needs if n.also])
+                spans += [
+                    span
+                    for n in needs
+                    for pattern in n.first
+                    if (span := self.filtered.first_line(pattern)) is not None
+                ]
+                cut = self.filtered.cut(spans, HEAD_LINES, TAIL_LINES, GAP_LINES)
+                if cut not in self._cuts:
+                    ctx = Context(cut.text, normalize(cut.text), self.failure)
+                    self._cuts[cut] = _Read(ctx, cut)
+                self._own[needs] = self._cuts[cut]
+        return self._own[needs]
+
+
+def findings(ctx: Context) -> list[Diagnosis]:
+    """Everything every rule found in ``ctx`` (every line of it), root cause first (see the
+    module docstring)."""
+    return [d for d, _key in _findings(_Reading(ctx.text, None, ctx))]
+
+
+def _findings(reading: _Reading) -> list[tuple[Diagnosis, tuple[int, int, int]]]:
+    """Every rule's findings, each on the lines it reads (see :class:`_Reading`), root cause
+    first, with its order key (precedence, where its evidence is). A rule that raises is
+    logged and skipped: one broken rule never hides the others."""
+    found: list[tuple[Diagnosis, tuple[int, int, int]]] = []
     for rule, needs in _declared():
-        on = ctx
-        if needs is None and full is not None:
-            whole = whole or full()
-            on = whole
+        if needs is None:
+            on: _Read | None = reading.whole
+        elif all(n.alone for n in needs):
+            on = reading.own(needs)
+        else:
+            on = reading.union
+        if on is None:
+            continue  # none of its words is in the input: it can match no line
         try:
-            got = rule(on)
+            got = rule(on.ctx)
         except Exception:
             log.exception("diagnosis rule %s failed; skipped", getattr(rule, "__qualname__", rule))
             continue
         if got is None:
             continue
-        found.extend([got] if isinstance(got, Diagnosis) else got)
-    ordered = sorted(found, key=lambda d: _order(d, ctx.lines))
-    return _after_scheduler_end(ordered, ctx.lines)
+        for d in [got] if isinstance(got, Diagnosis) else got:
+            found.append((d, (precedence_of(d), *on.where(d))))
+    found.sort(key=lambda f: f[1])
+    return _after_scheduler_end(found)
 
 
-def _after_scheduler_end(found: list[Diagnosis], lines: Sequence[Line]) -> list[Diagnosis]:
+def _after_scheduler_end(
+    found: list[tuple[Diagnosis, tuple[int, int, int]]],
+) -> list[tuple[Diagnosis, tuple[int, int, int]]]:
     """``found`` with the findings that follow a scheduler's end of the job (see
     :data:`SCHEDULER_ENDS`) moved after it."""
-    end = next((d for d in found if d.kind in SCHEDULER_ENDS), None)
+    end = next((f for f in found if f[0].kind in SCHEDULER_ENDS), None)
     if end is None:
         return found
-    at, rank = _position(end, lines), precedence_of(end)
+    at, rank = end[1][1:], end[1][0]
     # with a reason (DUE TO TIME LIMIT / PREEMPTION / NODE FAILURE...) the end came from outside
     # the job: a Python exception printed after it is the processes failing on the way out
-    from_outside = bool(end.facts.get("reason")) or end.kind == "slurm_time_limit"
+    from_outside = bool(end[0].facts.get("reason")) or end[0].kind == "slurm_time_limit"
     later = [
-        d
-        for d in found
-        if (d.kind in _AFTER_A_STOP or (from_outside and d.kind == "exception"))
-        and precedence_of(d) < rank
-        and _position(d, lines) > at
+        f
+        for f in found
+        if (f[0].kind in _AFTER_A_STOP or (from_outside and f[0].kind == "exception"))
+        and f[1][0] < rank
+        and f[1][1:] > at
     ]
     if not later:
         return found
-    rest = [d for d in found if d not in later]
+    rest = [f for f in found if f not in later]
     i = rest.index(end) + 1
     return rest[:i] + later + rest[i:]
 
@@ -475,10 +790,38 @@ _INPUTS: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 
 
+@functools.cache
+def _inputs_set() -> Any | None:
+    """:data:`_INPUTS` as one RE2 set over the UTF-8 bytes, each pattern matching wherever
+    Python's does (and maybe more): which of them can match, in one pass (``Match``: their
+    indices, None for none). None without google-re2."""
+    try:
+        re2: Any = importlib.import_module("re2")
+        options = re2.Options()
+    except (ImportError, AttributeError):
+        return None
+    found = re2.Set.SearchSet(options)
+    for _name, pattern in _INPUTS:
+        source = _wider(pattern.pattern)
+        flags = ("i" if pattern.flags & re.I else "") + ("m" if pattern.flags & re.M else "")
+        found.Add((f"(?{flags})" if flags else "") + source)
+    found.Compile()
+    return found
+
+
 def detect_inputs(text: str) -> tuple[str, ...]:
     """What ``text`` looks like (``torchrun log``, ``kernel log``, ``docker output``...), in
-    a fixed order; empty when nothing familiar is in it."""
-    return tuple(name for name, pattern in _INPUTS if pattern.search(text))
+    a fixed order; empty when nothing familiar is in it. (RE2 first says which patterns can
+    match, in one pass; Python's ``re`` confirms those.)"""
+    found = _inputs_set()
+    maybe = (
+        range(len(_INPUTS))
+        if found is None
+        else frozenset(found.Match(text.encode("utf-8", "surrogatepass")) or ())
+    )
+    return tuple(
+        name for i, (name, pattern) in enumerate(_INPUTS) if i in maybe and pattern.search(text)
+    )
 
 
 def _restates(d: Diagnosis, root: Diagnosis) -> bool:
@@ -501,7 +844,9 @@ def _inputs(text: str, kept: str) -> tuple[str, ...]:
     at = text.find("NCCL ")
     if at < 0 or _NCCL_DEBUG.search(text, max(0, at - 1)) is None:
         return found
-    return detect_inputs(kept + "\nNCCL INFO")
+    # what detect_inputs(kept + "\nNCCL INFO") says: that line matches no other pattern
+    names = {*found, "NCCL debug output"}
+    return tuple(name for name, _pattern in _INPUTS if name in names)
 
 
 def _context(text: str) -> Context:
@@ -519,9 +864,8 @@ def diagnose(text: str, *, prefilter: bool = True) -> Diagnosis | None:
     ``prefilter=False`` runs every rule on every line (the reference the pre-filter is tested
     against; same answer, slower on a big input).
     """
-    kept = kept_text(text) if prefilter else text
-    ctx = _context(kept)
-    found = findings(ctx, (lambda: _context(text)) if kept is not text else None)
+    reading = _Reading(text, _filter(text) if prefilter else None)
+    found = [d for d, _key in _findings(reading)]
     if not found:
         return None
     root = found[0]
@@ -533,5 +877,7 @@ def diagnose(text: str, *, prefilter: bool = True) -> Diagnosis | None:
         seen.add(d.kind)
         consequences.append(Consequence(d.kind, d.summary, d.evidence))
     return replace(
-        root, consequences=root.consequences + tuple(consequences), inputs=_inputs(text, kept)
+        root,
+        consequences=root.consequences + tuple(consequences),
+        inputs=_inputs(text, reading.union_cut.text),
     )

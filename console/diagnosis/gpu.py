@@ -40,7 +40,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
-from console.diagnosis.common import FAILURE_WORDS
+from console.diagnosis.common import NCCL_INFO, own_words
 from console.diagnosis.lines import Line
 from console.diagnosis.model import CauseKind, Consequence, Context, Diagnosis, FactValue, Needs
 from console.diagnosis.model import make_diagnosis as _diag
@@ -1391,6 +1391,24 @@ RULES = (
 )
 
 #: What lines each rule reads (the engine's pre-filter; see :class:`Needs`).
-NEEDS = {rule: Needs(FAILURE_WORDS) for rule in RULES}
-NEEDS[_nvml_blocked] = Needs((*FAILURE_WORDS, "operating"))
-NEEDS[_nvml_permission] = Needs((*FAILURE_WORDS, "insufficient p", "nvmlerror_nopermission"))
+#: Its own: the failure words less PyTorch's chatter (``device``, ``process``, ``torch``,
+#: ``warning``), with the few lines of this module that hold one of those and no other word:
+#: nvidia-smi's ``No devices were found``, the Kubernetes device plugin's name, a wrapper's
+#: bare timestamp (:data:`_WRAPPER_STAMP`: ``WARNING: Tue Mar  5 ...``, ``WARNING: 2019-03-05
+#: ...``). Never NCCL's INFO lines.
+_WORDS = own_words(
+    added=(
+        "no devices",
+        "device plugin",
+        "device-plugin",
+        "deviceplugin",
+        *(f"warning: {day}" for day in ("mon", "tue", "wed", "thu", "fri", "sat", "sun")),
+        "warning: 1",
+        "warning: 2",
+    )
+)
+NEEDS = {rule: Needs(_WORDS, alone=True, unless=(NCCL_INFO,)) for rule in RULES}
+NEEDS[_nvml_blocked] = Needs((*_WORDS, "operating"), alone=True, unless=(NCCL_INFO,))
+NEEDS[_nvml_permission] = Needs(
+    (*_WORDS, "insufficient p", "nvmlerror_nopermission"), alone=True, unless=(NCCL_INFO,)
+)

@@ -48,7 +48,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-from console.diagnosis.common import FAILURE_WORDS
+from console.diagnosis.common import NCCL_INFO, own_words
 from console.diagnosis.lines import Line
 from console.diagnosis.model import CauseKind, Context, Diagnosis, FactValue, Needs
 from console.diagnosis.model import make_diagnosis as _diag
@@ -383,4 +383,6 @@ def _jupyter(ctx: Context) -> list[Diagnosis]:
 RULES = (_jupyter,)
 
 #: What lines each rule reads (the engine's pre-filter; see :class:`Needs`).
-NEEDS = {rule: Needs(FAILURE_WORDS) for rule in RULES}
+#: Its own: no line it reads needs PyTorch's chatter words (``device``, ``torch``,
+#: ``process``, ``warning``: the server's levels are ``[W ...]``), nor NCCL's INFO lines.
+NEEDS = {rule: Needs(own_words(), alone=True, unless=(NCCL_INFO,)) for rule in RULES}

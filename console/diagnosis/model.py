@@ -208,12 +208,31 @@ class Needs:
     its header). The engine runs the rule on those lines only; a rule that declares nothing
     reads every line.
 
+    By default a rule reads every rule's lines (the union of all words); with ``alone`` (on
+    every Needs of the rule) it reads the lines of its own words only, and is not run at all
+    when none of them is in the input. On a big log that is what keeps one rule's cost off
+    the lines only other rules read (an ``NCCL_DEBUG=INFO`` run's communicator lines).
+
     Attributes:
         words: literal substrings, lower-case (``"traceback"``, ``"nccl warn"``).
         before: physical lines kept before each line holding a word.
         after: physical lines kept after it.
+        alone: the rule reads the lines of these words only, not every rule's.
+        unless: literal substrings, lower-case: a line holding one is never one the rule
+            matches, whatever word it holds (with ``alone``: such a line is kept for the rule
+            only as another's context). ``common.NCCL_INFO`` for a rule that never reads NCCL's
+            INFO chatter.
+        also: (with ``alone``) lines the rule reads besides, once a line of its other Needs is
+            in the input: they do not make it run (every line it matches holds another's word).
+        first: regular expressions (Python's syntax): the first line of the input each one
+            matches is read too, with no context (what a rule takes from the first such line
+            only: the world size).
     """
 
     words: tuple[str, ...]
     before: int = 4
     after: int = 8
+    alone: bool = False
+    unless: tuple[str, ...] = ()
+    also: bool = False
+    first: tuple[str, ...] = ()

@@ -53,11 +53,12 @@ from __future__ import annotations
 
 import bisect
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from console.diagnosis.common import (
+    CHATTER_WORDS,
     FAILURE_WORDS,
     GLOG_TIME,
     NCCL_LINE,
@@ -65,8 +66,10 @@ from console.diagnosis.common import (
     NCCL_RETURN,
     PG_ID,
     PG_RANK,
+    WORLD_SIZE,
     human_bytes,
     join_ranks,
+    own_words,
     rank_of,
     world_size,
 )
@@ -1114,4 +1117,45 @@ def _odd_rank(value_of: dict[int, int] | dict[int, str]) -> int | None:
 RULES = (_nccl_cuda_oom, _nccl_warnings, _nccl_results, _nccl_timeout)
 
 #: What lines each rule reads (the engine's pre-filter; see :class:`Needs`).
-NEEDS = {rule: Needs(FAILURE_WORDS) for rule in RULES}
+#: Its own: the failure words less the words of NCCL's INFO chatter (``cudaDev``,
+#: ``cudaDriverVersion``, ``nranks``, ``NCCL_*`` settings, ``NET/Socket``, ``No device found``,
+#: ``Setting affinity for GPU``) and of PyTorch's (``device``, ``process``, ``torch``,
+#: ``warning``, ``c10d``): the lines these rules match hold another (``NCCL WARN``, a return
+#: trace's ``init.cc:``, ``fail``, ``error``, ``watchdog``, ``ProcessGroupNCCL``...).
+_NCCL_WORDS = own_words(
+    dropped={
+        *CHATTER_WORDS,
+        "nranks",
+        "nccl_",
+        "socket",
+        "cuda",
+        "cudnn",
+        "driver",
+        *(w for w in FAILURE_WORDS if "gpu" in w),
+    }
+)
+#: The lines of a WARN (``NCCL WARN``, before 2.3 ``file:line WARN``), of a failed IB
+#: completion or a socket function's message quoted without it (:data:`_BARE_IB`,
+#: :data:`_BARE_SOCKET`: ``socketProgress:``, ``ncclSocketInit:``): what
+#: :func:`_nccl_warnings` matches.
+_WARN_WORDS = (
+    "nccl warn",
+    " warn ",
+    "got completion from peer",
+    *(f"socket{c}" for c in "abcdefghijklmnopqrstuvwxyz"),
+)
+NEEDS: dict[Callable[[Context], object], Needs | tuple[Needs, ...]] = {
+    _nccl_cuda_oom: Needs(_NCCL_WORDS, alone=True),
+    # with a WARN: every failure line, and each communicator's Init COMPLETE (_during_init)
+    _nccl_warnings: (
+        Needs(_WARN_WORDS, alone=True),
+        Needs((*_NCCL_WORDS, "init complete"), alone=True, also=True),
+    ),
+    _nccl_results: Needs(_NCCL_WORDS, alone=True),
+    # world_size: the first line of each of its patterns
+    _nccl_timeout: Needs(
+        _NCCL_WORDS,
+        alone=True,
+        first=tuple(("(?i)" if p.flags & re.I else "") + p.pattern for p in WORLD_SIZE),
+    ),
+}

@@ -35,7 +35,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import replace
 
-from console.diagnosis.common import FAILURE_WORDS, WRAPS
+from console.diagnosis.common import NCCL_INFO, WRAPS, own_words
 from console.diagnosis.elastic import EXCEPTION_LINE
 from console.diagnosis.lines import Line
 from console.diagnosis.model import Consequence, Context, Diagnosis, FactValue, Needs
@@ -496,5 +496,7 @@ def _gpu_unschedulable(ctx: Context) -> Diagnosis | None:
 RULES = (_cancelled, _oom, _task_exits, _exec_failed, _gpu_unschedulable)
 
 #: What lines each rule reads (the engine's pre-filter; see :class:`Needs`).
-NEEDS = {rule: Needs(FAILURE_WORDS) for rule in RULES}
-NEEDS[_exec_failed] = Needs((*FAILURE_WORDS, "execve("))
+#: Its own: Slurm's messages hold ``slurm``/``srun``/``task``/``error``/``kill``..., never
+#: only PyTorch's chatter words (``device``, ``process``, ``warning``), nor NCCL's INFO lines.
+NEEDS = {rule: Needs(own_words(), alone=True, unless=(NCCL_INFO,)) for rule in RULES}
+NEEDS[_exec_failed] = Needs(own_words(added=("execve(",)), alone=True, unless=(NCCL_INFO,))

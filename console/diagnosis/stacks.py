@@ -284,14 +284,15 @@ RULES = (_stacks_text, _fr_trace, _pyspy)
 
 #: py-spy's thread header and frame lines, and the lines of a pasted dump around them; the
 #: analyser's head lines (every version's) and its ``-j`` table's cells, with the fields
-#: after them.
+#: after them. Each rule reads these lines alone (not the failure words' lines).
 NEEDS = {
     # a block's lines may lie far apart in a log (other processes' lines between them)
-    _stacks_text: Needs(("likely cause:", "no rank runs"), before=300, after=2500),
-    _pyspy: Needs(("thread ",), before=8, after=200),
+    _stacks_text: Needs(("likely cause:", "no rank runs"), before=300, after=2500, alone=True),
+    _pyspy: Needs(("thread ",), before=8, after=200, alone=True),
     _fr_trace: Needs(
         ("not all ranks joining", "has errors", "errors for group", "at entry", "input_sizes="),
         before=150,
         after=2500,
+        alone=True,
     ),
 }

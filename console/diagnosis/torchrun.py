@@ -41,9 +41,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 
 from console.diagnosis.common import (
-    FAILURE_WORDS,
+    NCCL_INFO,
     join_ranks,
     not_a_failure,
+    own_words,
     place_of,
     rank_and_place,
 )
@@ -1649,4 +1650,17 @@ RULES: tuple[Rule, ...] = (
 )
 
 #: What lines each rule reads (the engine's pre-filter; see :class:`Needs`).
-NEEDS = {rule: Needs(FAILURE_WORDS) for rule in RULES}
+#: Its own: the failure words less PyTorch's chatter (``torch``, ``c10d``, ``process``,
+#: ``device``, ``warning``: what this module matches holds another: ``error``, ``signal``,
+#: ``socket``, ``elastic``, ``file "``...), with the launch command (:data:`_LAUNCH_CMD`); the
+#: first line :data:`_TORCH` matches (whether the text is PyTorch's at all). Never NCCL's INFO
+#: lines.
+NEEDS = {
+    rule: Needs(
+        own_words(added=("torchrun", "torch.distributed.run", "torch.distributed.launch")),
+        alone=True,
+        unless=(NCCL_INFO,),
+        first=("(?i)" + _TORCH.pattern,),
+    )
+    for rule in RULES
+}

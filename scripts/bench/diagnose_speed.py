@@ -141,6 +141,8 @@ def _time(fn: object, rounds: int) -> float:
 
 _BASELINE = """
 import sys, time
+import console
+assert console.__file__.startswith(sys.argv[2]), console.__file__  # the checkout's code
 from console.diagnosis import diagnose
 text = open(sys.argv[1], encoding="utf-8").read()
 t0 = time.perf_counter()
@@ -153,11 +155,12 @@ def _baseline(checkout: str, path: str) -> tuple[float, str]:
     """Seconds one ``diagnose`` of the file takes in another checkout (the code before a
     change), in a child process, and its answer."""
     out = subprocess.run(
-        [sys.executable, "-c", _BASELINE, path],
+        [sys.executable, "-c", _BASELINE, path, str(Path(checkout).resolve())],
         capture_output=True,
         text=True,
         check=True,
         env={"PYTHONPATH": checkout, "PATH": "/usr/bin"},
+        cwd=checkout,  # ``-c`` puts the working directory first on sys.path
     )
     seconds, kind = out.stdout.split()
     return float(seconds), kind

@@ -402,11 +402,12 @@ def test_gpm_first_sample_at_once_is_unknown_not_zero() -> None:
 
 
 FIRST_SAMPLES = Path(__file__).parents[1] / "data/device/agent-first-samples-h100"
+FIRST_SAMPLES_H200 = Path(__file__).parents[1] / "data/device/agent-first-samples-h200"
 
 
 def test_recorded_first_samples_on_a_loaded_hopper_gpu() -> None:
-    """The device recording (README there): a matmul load on an H100; the first sample's GPM
-    is unknown with the reason, every later one reads the load."""
+    """The device recording (README there): a matmul load on an H100, the agent taking its
+    first sample at once: its GPM is unknown with the reason, every later one reads the load."""
     lines = (FIRST_SAMPLES / "first-samples.jsonl").read_text().splitlines()
     samples = [json.loads(ln) for ln in lines]
     assert [s["seq"] for s in samples] == [0, 1, 2, 3]
@@ -1172,3 +1173,17 @@ def test_sample_carries_ranks_and_swap(proc_root: Path) -> None:
     agent.host._prev_swap = (agent.host._prev_swap[0] - 2.0, agent.host._prev_swap[1])
     s = agent.sample()
     assert s["host"]["swap_pages_per_s"] == pytest.approx(500.0, rel=0.05)
+
+
+def test_recorded_first_sample_on_a_loaded_h200_reads_the_load() -> None:
+    """The device recording of the agent that waits for GPM's window before its first sample
+    (README there): on a loaded H200 every sample, the first too, reads the load."""
+    lines = (FIRST_SAMPLES_H200 / "first-samples.jsonl").read_text().splitlines()
+    samples = [json.loads(ln) for ln in lines]
+    assert [s["seq"] for s in samples] == [0, 1, 2, 3]
+    for s in samples:
+        check_schema(s)
+        (g,) = s["gpus"]
+        assert g["name"] == "NVIDIA H200" and g["util_gpu_pct"] == 100
+        assert g["gpm"]["sm_activity_pct"] > 90 and g["gpm"]["tensor_activity_pct"] > 90, g
+        assert "gpm" not in g["errors"]

@@ -42,11 +42,19 @@ def _strict(text: str) -> str:
     return _KEPT(text, head=0, tail=0, small=0)
 
 
+def _strictly(m: pytest.MonkeyPatch) -> None:
+    """The pre-filter applied to every size, with no fixed head or tail kept (as :func:`_strict`),
+    in :func:`engine.diagnose`: for every rule's lines and each rule's own."""
+    m.setattr(engine, "HEAD_LINES", 0)
+    m.setattr(engine, "TAIL_LINES", 0)
+    m.setattr(engine, "SMALL_TEXT", 0)
+
+
 def _answer(text: str, monkeypatch: pytest.MonkeyPatch, prefilter: bool) -> Any:
     """The diagnosis as comparable values; evidence without noise lines (a rule that shows a
     message with its continuation lines takes the step lines after it as those)."""
     with monkeypatch.context() as m:
-        m.setattr(engine, "kept_text", lambda t: _strict(t))
+        _strictly(m)
         d = engine.diagnose(text, prefilter=prefilter)
     if d is None:
         return None
