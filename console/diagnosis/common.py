@@ -62,6 +62,32 @@ WRAPS = re.compile(
 )
 
 
+#: "gpu" as a word of its own, never inside a host name ("gpu-node-01:14750:15000 [0] NCCL
+#: INFO"): lower-cased, each with what may stand beside it.
+GPU_WORDS: tuple[str, ...] = (
+    " gpu",
+    "gpu ",
+    "gpus",
+    "gpu:",
+    "gpu=",
+    "gpu)",
+    "gpu]",
+    "gpu.",
+    "gpu,",
+    "gpu_",
+    "_gpu",
+    "[gpu",
+    "(gpu",
+    "/gpu",
+    '"gpu',
+    'gpu"',
+    "'gpu",
+    "gpu'",
+    "-gpu",
+    "gpu%",
+    "gpu#",
+)
+
 #: Words every failure line the rules read holds one of, lower-case (the pre-filter's
 #: :class:`~console.diagnosis.model.Needs`, case-insensitive, anywhere in a physical line):
 #: how a process or a run ends, Python's tracebacks and exception names, the words of the
@@ -155,27 +181,7 @@ FAILURE_WORDS: tuple[str, ...] = (
     ".c:",
     ".h:",
     # a GPU named as a word, not inside a host name ("gpu-node-01:14750:15000 [0] NCCL INFO")
-    " gpu",
-    "gpu ",
-    "gpus",
-    "gpu:",
-    "gpu=",
-    "gpu)",
-    "gpu]",
-    "gpu.",
-    "gpu,",
-    "gpu_",
-    "_gpu",
-    "[gpu",
-    "(gpu",
-    "/gpu",
-    '"gpu',
-    'gpu"',
-    "'gpu",
-    "gpu'",
-    "-gpu",
-    "gpu%",
-    "gpu#",
+    *GPU_WORDS,
     "cuda",
     "cudnn",
     "nvidia",

@@ -48,7 +48,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
-from console.diagnosis.common import FAILURE_WORDS
+from console.diagnosis.common import FAILURE_WORDS, GPU_WORDS
 from console.diagnosis.lines import Line
 from console.diagnosis.model import CauseKind, Consequence, Context, Diagnosis, FactValue, Needs
 from console.diagnosis.model import make_diagnosis as _diag
@@ -1262,27 +1262,7 @@ _NOT_DOCKER_WORDS = frozenset(
         "nranks",
         "nccl_",
         "socket",
-        " gpu",
-        "gpu ",
-        "gpus",
-        "gpu:",
-        "gpu=",
-        "gpu)",
-        "gpu]",
-        "gpu.",
-        "gpu,",
-        "gpu_",
-        "_gpu",
-        "[gpu",
-        "(gpu",
-        "/gpu",
-        '"gpu',
-        'gpu"',
-        "'gpu",
-        "gpu'",
-        "-gpu",
-        "gpu%",
-        "gpu#",
+        *GPU_WORDS,
     }
 )
 #: The lines the container engine's errors and commands hold (the engine's pre-filter; see
