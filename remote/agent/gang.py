@@ -28,7 +28,8 @@ of a teardown, its own or the console's, included) or was stopped alone (also wh
 torchrun failed after the gang had already failed, or after the store was gone). The
 outcome is written as JSON to :data:`MARKER_FILE` in the container (``torchrun_exit``:
 torchrun's own code, e.g. 1 after the SignalException of a SIGTERM; ``cause``: the other
-node's end that came first, for a teardown or a stop)::
+node's end that came first, for a teardown or a stop); from then on SIGTERM and SIGINT are
+ignored, so the exit status is always the one recorded::
 
     {"node": 1, "outcome": "first_failure" | "teardown" | "succeeded" | "stopped",
      "torchrun_exit": 1, "cause": {"node": 0, "exit_code": 1, "kind": "failed"} | null}
@@ -257,6 +258,12 @@ class Supervisor:
             cause = self.cause
         outcome, status = self.decide(code, cause)
         self.write_marker(outcome, code, status)
+        # Decided and recorded: a signal from now on (a console's teardown crossing this
+        # node's own) has nothing left to stop. Ignored, not handled: the interpreter's
+        # shutdown puts handled signals back to the default, and a SIGTERM then would end
+        # the process with 143 against the 75 or 0 just recorded.
+        for s in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(s, signal.SIG_IGN)
         return status
 
     def decide(self, code: int, cause: dict[str, Any] | None) -> tuple[str, int]:

@@ -343,7 +343,8 @@ def test_failing_rank_tears_down_the_gang(cli: CLI, jobs: Jobs) -> None:
     torn = 1 - first
     assert (nodes[first]["state"], nodes[first]["exit_code"]) == ("failed", 1), nodes
     assert nodes[torn]["state"] == "stopped", nodes[torn]
-    assert nodes[torn]["exit_code"] == TEARDOWN_EXIT, nodes[torn]
+    gang_lines = [ln for ln in (res.stdout + res.stderr).splitlines() if "[gpuconsole-gang]" in ln]
+    assert nodes[torn]["exit_code"] == TEARDOWN_EXIT, (nodes[torn], gang_lines)
     n_torn = json.loads((node_dirs(job_id)[torn] / "exit.json").read_text())
     assert n_torn["exit_code"] == TEARDOWN_EXIT
 
