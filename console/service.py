@@ -67,7 +67,7 @@ from console.session import Session
 from remote.errors import GpuConsoleError
 
 if TYPE_CHECKING:  # imported by the methods that use them (CLI start-up: `ps` needs none)
-    from console.bench.model import BenchReport, DcgmVerdict, GpuBench, HostBench
+    from console.bench.model import BenchMode, BenchReport, DcgmVerdict, GpuBench, HostBench
     from console.bench.store import StoredGpu
     from console.fleet.monitor import FleetMonitor
     from console.fleet.state import FleetState
@@ -1085,7 +1085,7 @@ class Service:
         self,
         hosts: list[str] | None = None,
         *,
-        mode: Literal["quick", "full"] = "quick",
+        mode: BenchMode = "quick",
         cross: bool = False,
         dcgm: bool = False,
         force: bool = False,
@@ -1231,7 +1231,7 @@ class Service:
         hosts: list[str],
         gpus: Literal["all"] | int,
         args: list[str],
-        mode: str,
+        mode: BenchMode,
         force: bool,
         extra_s: float = 0.0,
     ) -> tuple[list[GpuBench], list[HostBench]]:

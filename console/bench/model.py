@@ -13,12 +13,23 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from remote.bench import MARKER, SCHEMA
 
 if TYPE_CHECKING:
     from console.bench.analysis import Verdict
+
+#: How long a bench runs: ``quick`` (under 30 s a host) or ``full`` (larger sizes, 60 s of
+#: sustained load); the modes of ``remote/bench/gpubench.py --mode``.
+BenchMode = Literal["quick", "full"]
+
+
+def bench_mode(value: object) -> BenchMode:
+    """A stored or printed mode as :data:`BenchMode`; ``quick`` for a missing or unknown one
+    (documents written before the field existed)."""
+    return "full" if value == "full" else "quick"
+
 
 #: The reason bits that are no limit on a working GPU (left out of the reasons shown).
 IGNORED_REASONS = frozenset({"gpu_idle"})
@@ -139,7 +150,7 @@ class GpuBench:
     index: int | None
     uuid: str | None
     name: str | None
-    mode: str
+    mode: BenchMode
     at: float
     bf16_tflops: float | None = None
     fp8_tflops: float | None = None
@@ -220,7 +231,7 @@ class HostBench:
     """
 
     host: str
-    mode: str
+    mode: BenchMode
     at: float
     state: str = "benched"
     cuda: bool = True
@@ -340,7 +351,7 @@ def gpu_result(doc: Mapping[str, Any], host: str, index: int | None, at: float) 
         index=index,
         uuid=doc.get("uuid") if isinstance(doc.get("uuid"), str) else None,
         name=doc.get("static", {}).get("name") or doc.get("name"),
-        mode=str(doc.get("mode") or "quick"),
+        mode=bench_mode(doc.get("mode")),
         at=at,
         bf16_tflops=_num(_get(doc, "bf16", "median")),
         fp8_tflops=_num(_get(doc, "fp8", "median")),
@@ -374,7 +385,7 @@ def host_result(
     cuda = bool(doc.get("cuda", True))
     return HostBench(
         host=host,
-        mode=str(doc.get("mode") or "quick"),
+        mode=bench_mode(doc.get("mode")),
         at=at,
         state="benched" if cuda else "no_gpu",
         cuda=cuda,
@@ -430,7 +441,7 @@ class BenchReport:
     """
 
     profile: str
-    mode: str
+    mode: BenchMode
     started: float
     ended: float
     gpus: tuple[tuple[GpuBench, Verdict], ...] = ()

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import click
 
 from console.cli.base import command_service, err, main, out, run
+
+if TYPE_CHECKING:
+    from console.bench.model import BenchMode
 
 
 @main.command()
@@ -62,15 +66,17 @@ def bench(
     DCGM), 4 nothing to bench (no host asked has a GPU), 1 a host could not be benched,
     2 bad flags.
     """
+    from console.bench.model import bench_mode
+
     raise SystemExit(
-        run(_bench(ctx, list(hosts), mode or "quick", cross, dcgm, sustain, force, as_json, last))
+        run(_bench(ctx, list(hosts), bench_mode(mode), cross, dcgm, sustain, force, as_json, last))
     )
 
 
 async def _bench(
     ctx: click.Context,
     hosts: list[str],
-    mode: str,
+    mode: BenchMode,
     cross: bool,
     dcgm: bool,
     sustain: float | None,
@@ -101,7 +107,7 @@ async def _bench(
             return 0
         report = await svc.bench(
             hosts or None,
-            mode="full" if mode == "full" else "quick",
+            mode=mode,
             cross=cross,
             dcgm=dcgm,
             force=force,

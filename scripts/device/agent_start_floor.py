@@ -30,7 +30,9 @@ import ctypes
 lib = ctypes.CDLL("libnvidia-ml.so.1")
 assert lib.nvmlInitWithFlags(0) == 0
 """
-CTYPES_FIELDS = CTYPES_INIT + """
+CTYPES_FIELDS = (
+    CTYPES_INIT
+    + """
 n = ctypes.c_uint()
 assert lib.nvmlDeviceGetCount_v2(ctypes.byref(n)) == 0
 h = ctypes.c_void_p()
@@ -46,13 +48,16 @@ assert lib.nvmlDeviceGetClockInfo(h, 1, ctypes.byref(v)) == 0
 assert lib.nvmlDeviceGetClockInfo(h, 2, ctypes.byref(v)) == 0
 lib.nvmlShutdown()
 """
+)
 PYNVML_INIT = """
 import sys
 sys.path.insert(0, sys.argv[1])
 import pynvml
 pynvml.nvmlInitWithFlags(0)
 """
-PYNVML_FIELDS = PYNVML_INIT + """
+PYNVML_FIELDS = (
+    PYNVML_INIT
+    + """
 pynvml.nvmlDeviceGetCount()
 h = pynvml.nvmlDeviceGetHandleByIndex(0)
 pynvml.nvmlDeviceGetMemoryInfo(h)
@@ -63,12 +68,14 @@ pynvml.nvmlDeviceGetClockInfo(h, 1)
 pynvml.nvmlDeviceGetClockInfo(h, 2)
 pynvml.nvmlShutdown()
 """
+)
 
 
 def cpu_ms(argv: list[str]) -> tuple[float, float, int]:
     """(user ms, sys ms, exit status) of one run of ``argv``."""
-    p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL)
+    p = subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     _, status, ru = os.wait4(p.pid, 0)
     p.returncode = os.waitstatus_to_exitcode(status)
     return 1000 * ru.ru_utime, 1000 * ru.ru_stime, p.returncode
@@ -80,10 +87,21 @@ def main() -> int:
     agent = os.path.join(os.path.dirname(__file__), "..", "..", "remote", "agent", "agent.py")
     variants: list[tuple[str, list[str]]] = [
         ("interpreter -I -S", [PY, "-I", "-S", "-c", "pass"]),
-        ("agent's top-level imports", [PY, "-I", "-S", "-c",
-                                       "import json, math, os, sys, threading, time"]),
-        ("import pynvml", [PY, "-I", "-S", "-c",
-                           "import sys; sys.path.insert(0, sys.argv[1]); import pynvml", pdir]),
+        (
+            "agent's top-level imports",
+            [PY, "-I", "-S", "-c", "import json, math, os, sys, threading, time"],
+        ),
+        (
+            "import pynvml",
+            [
+                PY,
+                "-I",
+                "-S",
+                "-c",
+                "import sys; sys.path.insert(0, sys.argv[1]); import pynvml",
+                pdir,
+            ],
+        ),
         ("import ctypes", [PY, "-I", "-S", "-c", "import ctypes"]),
         ("ctypes: NVML init", [PY, "-I", "-S", "-c", CTYPES_INIT]),
         ("pynvml: NVML init", [PY, "-I", "-S", "-c", PYNVML_INIT, pdir]),
@@ -93,17 +111,25 @@ def main() -> int:
     for tool in (["journalctl", "-k", "-n", "1", "--no-pager"], ["dmesg"]):
         if shutil.which(tool[0]):
             variants.append((" ".join(tool), tool))
-    variants.append(("agent --count 1", [PY, "-I", "-S", agent, "--pynvml-dir", pdir,
-                                         "--count", "1", "--no-stdin-watch"]))
-    print(f"python {sys.version.split()[0]}, {runs} runs each; CPU ms (user + sys): "
-          "median [min-max], user/sys medians")
+    variants.append(
+        (
+            "agent --count 1",
+            [PY, "-I", "-S", agent, "--pynvml-dir", pdir, "--count", "1", "--no-stdin-watch"],
+        )
+    )
+    print(
+        f"python {sys.version.split()[0]}, {runs} runs each; CPU ms (user + sys): "
+        "median [min-max], user/sys medians"
+    )
     for name, argv in variants:
         got = [cpu_ms(argv) for _ in range(runs)]
         tot = [u + s for u, s, _ in got]
         codes = sorted({c for _, _, c in got})
-        print(f"{name:36s} {statistics.median(tot):6.1f} [{min(tot):5.1f}-{max(tot):5.1f}]  "
-              f"user {statistics.median([u for u, _, _ in got]):5.1f} "
-              f"sys {statistics.median([s for _, s, _ in got]):5.1f}  exit {codes}")
+        print(
+            f"{name:36s} {statistics.median(tot):6.1f} [{min(tot):5.1f}-{max(tot):5.1f}]  "
+            f"user {statistics.median([u for u, _, _ in got]):5.1f} "
+            f"sys {statistics.median([s for _, s, _ in got]):5.1f}  exit {codes}"
+        )
     return 0
 
 
