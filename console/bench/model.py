@@ -400,24 +400,36 @@ def host_result(
     )
 
 
+#: ``dcgmi diag``'s outcome on a host: its verdict (``pass``, ``warn``, ``fail``), ``absent`` (no
+#: ``dcgmi`` there) or ``error`` (it could not run).
+DcgmOutcome = Literal["pass", "warn", "fail", "absent", "error"]
+
+
 @dataclass(frozen=True)
 class DcgmVerdict:
-    """``dcgmi diag`` on one host.
+    """``dcgmi diag`` on one host (read by :func:`console.bench.dcgm.parse_diag`).
 
     Attributes:
         host: the host.
         level: the run level (``-r 1`` or ``2``).
-        verdict: ``pass``, ``fail``, ``warn``, or ``absent`` (no dcgmi there), ``error``
-            (it could not run: the reason in ``detail``).
-        failed: the tests DCGM failed or warned about, as it names them.
-        detail: DCGM's own lines about the failures, or why it could not run.
+        verdict: see :data:`DcgmOutcome`.
+        failed: the tests that failed, as DCGM names them (``PCIe``, ``pcie``,
+            ``Persistence Mode``).
+        detail: DCGM's own ``Warning``/``Error`` text about the failures, or why it could
+            not run.
+        warned: the tests that warned.
+        skipped: the tests DCGM skipped (no failure).
+        gpus: the GPU indices DCGM said failed or warned (empty when it named none).
     """
 
     host: str
     level: int
-    verdict: str
+    verdict: DcgmOutcome
     failed: tuple[str, ...] = ()
     detail: str = ""
+    warned: tuple[str, ...] = ()
+    skipped: tuple[str, ...] = ()
+    gpus: tuple[int, ...] = ()
 
 
 #: ``bench``'s exit statuses (README, "Is every GPU as fast as it should be"): every GPU

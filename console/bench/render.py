@@ -15,6 +15,9 @@ from console.bench.model import BenchReport, GpuBench, HostBench
 from console.bench.store import StoredGpu, verdict_json
 from console.texttable import text_table
 
+#: How much of DCGM's own text about a failure the table shows (``--json`` has all of it).
+DCGM_DETAIL_CHARS = 300
+
 
 def _f(v: float | None, scale: float = 1.0) -> str:
     return "?" if v is None else fmt(v / scale)
@@ -130,11 +133,18 @@ def render(report: BenchReport) -> str:
         elif d.verdict == "error":
             lines.append(f"dcgm: host {d.host}: could not run: {d.detail}")
         else:
-            failed = f": {', '.join(d.failed)}" if d.failed else ""
-            detail = f" ({d.detail})" if d.detail else ""
+            named = [*d.failed, *(f"{t} (warn)" for t in d.warned)]
+            failed = f": {', '.join(named)}" if named else ""
+            gpus = f" on GPU {', '.join(map(str, d.gpus))}" if d.gpus else ""
+            text = (
+                d.detail
+                if len(d.detail) <= DCGM_DETAIL_CHARS
+                else (d.detail[: DCGM_DETAIL_CHARS - 1] + "…")
+            )
+            detail = f" ({text})" if text else ""
             lines.append(
                 f"dcgm: host {d.host}: dcgmi diag -r {d.level}: {d.verdict.upper()}{failed}"
-                f"{detail}; gpuconsole: "
+                f"{gpus}{detail}; gpuconsole: "
                 + ("SLOW" if any(v.flagged for g, v in pairs if g.host == d.host) else "ok")
             )
     took = report.ended - report.started
@@ -168,6 +178,9 @@ def report_json(report: BenchReport) -> dict[str, Any]:
                 "level": d.level,
                 "verdict": d.verdict,
                 "failed": list(d.failed),
+                "warned": list(d.warned),
+                "skipped": list(d.skipped),
+                "gpus": list(d.gpus),
                 "detail": d.detail,
             }
             for d in report.dcgm

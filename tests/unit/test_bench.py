@@ -340,3 +340,25 @@ def test_dcgm_diag_verdicts() -> None:
     assert parse_diag("a", 1, passed, "", 0).verdict == "pass"
     err = parse_diag("a", 2, "", "Error: unable to establish a connection to the host engine", 1)
     assert err.verdict == "error" and "host engine" in err.detail
+
+
+def test_dcgm_verdict_in_the_table_and_json() -> None:
+    """A real 3.x table (one GPU of four failing Targeted Power) beside gpuconsole's verdict:
+    the table names the test, the GPU and DCGM's reason; ``--json`` has every field."""
+    case = "10-sagemaker-3x-level3-targeted-power-fail-gpu1.txt"
+    text = (Path(__file__).parents[1] / "data" / "dcgm" / case).read_text()
+    d = parse_diag("a", 2, text, "", 226)
+    ok_host = HostBench("a", "quick", 1.0, gpus=1, runtime="docker")
+    run = run_of([gpu_doc(local=0)])
+    rep = replace(report_of(list(zip(run, analysis.judge(run, run))), [ok_host]), dcgm=(d,))
+    assert rep.exit_code == EXIT_FLAGGED
+    line = next(ln for ln in render(rep).splitlines() if ln.startswith("dcgm:"))
+    assert line.startswith(
+        "dcgm: host a: dcgmi diag -r 2: FAIL: Targeted Power on GPU 1 "
+        "(Targeted Power: GPU 1 Max power of 224.1 did not reach desired power minimum"
+    ), line
+    assert line.endswith("; gpuconsole: ok"), line
+    j = report_json(rep)["dcgm"][0]
+    assert (j["verdict"], j["failed"], j["gpus"], j["skipped"]) == (
+        "fail", ["Targeted Power"], [1], ["EUD Test"]
+    )  # fmt: skip
