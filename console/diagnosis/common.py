@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from console.diagnosis.elastic import ProcessFailure
 from console.diagnosis.lines import Line
 from remote.telemetry.faults import classify_nvml_traceback
+
+if TYPE_CHECKING:
+    from console.diagnosis.model import Context
 
 __all__ = [
     "CHATTER_WORDS",
@@ -366,14 +370,19 @@ _PADDED_WRAP = re.compile(r"(?<=[A-Za-z]) {8,}(?=[a-z])")
 _MIN_ROW = 60
 
 
-def unwrapped(lines: Sequence[Line], index: int) -> tuple[str, ...]:
+def unwrapped(lines: Sequence[Line], index: int, ctx: Context | None = None) -> tuple[str, ...]:
     """``lines[index].text`` with a terminal's wrap undone (see :data:`TERMINAL_WIDTHS`), for a
     rule to match a known message that a fixed-width wrap split: the padded blanks inside the
     line removed (when they start at least 60 columns in), or the next line appended when
-    this one is exactly a common terminal width long. Each join is given with and without a
-    blank (the wrap may have fallen on the blank between two words). Empty when the line
-    shows no wrap."""
+    this one is exactly a common terminal width long, or (given the ``ctx`` of ``lines``) as
+    long as the width the text shows it was wrapped at (:attr:`Context.wrap_width`: any
+    window's width). Each join is given with and without a blank (the wrap may have fallen
+    on the blank between two words). Empty when the line shows no wrap."""
     ln = lines[index]
+    wide = len(ln.raw) in TERMINAL_WIDTHS
+    if not wide and ctx is not None and ctx.wrap_width is not None:
+        row = ctx.physical[ln.source_line] if ln.source_line < len(ctx.physical) else ""
+        wide = len(row) == ctx.wrap_width and row.endswith(ln.raw)
     out: list[str] = []
     m = _PADDED_WRAP.search(ln.text)
     if m is not None and m.start() >= _MIN_ROW:
@@ -381,7 +390,7 @@ def unwrapped(lines: Sequence[Line], index: int) -> tuple[str, ...]:
             ln.text[: m.start()] + ln.text[m.end() :],
             ln.text[: m.start()] + " " + ln.text[m.end() :],
         ]
-    if len(ln.raw) in TERMINAL_WIDTHS and index + 1 < len(lines):
+    if wide and index + 1 < len(lines):
         nxt = lines[index + 1].text
         if nxt[:1].strip() and ln.text[-1:].strip():
             out += [ln.text + nxt, ln.text + " " + nxt]

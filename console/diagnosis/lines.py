@@ -287,13 +287,18 @@ def _untag(entry: _Staged, pattern: re.Pattern[str], tags: set[str], group: str)
     return (number, body, more_src or name, mpi_rank if more_rank is None else more_rank)
 
 
+def strip_escapes(text: str) -> str:
+    """``text`` without ANSI escape sequences (colours, cursor moves)."""
+    return _ANSI.sub("", text)
+
+
 def normalize(text: str) -> list[Line]:
     """The lines of ``text`` as the processes printed them (see the module docstring).
 
     ``\\r`` counts as a line break (progress bars), ANSI escapes are removed, trailing blanks
     trimmed. Never raises.
     """
-    physical = _ANSI.sub("", text).splitlines()
+    physical = strip_escapes(text).splitlines()
     staged: list[tuple[int, str, str | None, int | None]] = []
     for number, original in enumerate(physical):
         for part in _expand(original):

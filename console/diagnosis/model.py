@@ -6,6 +6,7 @@ the TUI's jobs view and the job-failed alert.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -196,6 +197,29 @@ class Context:
     text: str
     lines: list[Line]
     failure: TorchelasticFailure | None
+
+    @functools.cached_property
+    def physical(self) -> list[str]:
+        """The input's physical lines as :func:`~console.diagnosis.lines.normalize` split
+        them (ANSI escapes removed, trailing blanks trimmed): ``Line.source_line`` indexes
+        this."""
+        from console.diagnosis.lines import strip_escapes
+
+        return [p.rstrip() for p in strip_escapes(self.text).splitlines()]
+
+    @functools.cached_property
+    def wrap_width(self) -> int | None:
+        """The width a terminal wrapped this text at, when the text shows one: at least two
+        different physical lines of 60 columns or more exactly as long as the longest (a
+        terminal copy keeps each wrapped row at the full width; ``None`` otherwise)."""
+        at: dict[int, set[str]] = {}
+        for p in self.physical:
+            if len(p) >= 60:
+                at.setdefault(len(p), set()).add(p)
+        if not at:
+            return None
+        widest = max(at)
+        return widest if len(at[widest]) >= 2 else None
 
 
 @dataclass(frozen=True)

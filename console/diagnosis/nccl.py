@@ -258,8 +258,14 @@ _REMOTE = re.compile(
     r"Connection closed by (?:remote peer|localRank)|Connection reset by peer|Broken pipe"
     r"|remote process exited|Call to recv from \S+ failed"
 )
+# Failures to set up a socket or to connect one: a peer never reached is a network or address
+# fault on the path, not a peer that went away. socket.cc's connect stage (2.19+):
+# "socketStartConnect: exceeded retries (%d)" (connect refused or timed out that many times),
+# "socketPollConnect: connect returned %s, exceeded timeout (%ld) ms", "socketPollConnect:
+# Connect to %s returned %d(%s) errno %d(%s)"; older: "Connect to %s failed : %s".
 _SOCKET = re.compile(
     r"Connect to \S+ failed|Call to (?:connect|socket|bind|listen|accept)\b|NET/Socket"
+    r"|socket(?:Start|Poll)Connect\b"
     r"|Network is unreachable|No route to host|Connection refused|Connection timed out"
     r"|Cannot assign requested address|Software caused connection abort"
     r"|Socket creation failed|Address family not supported"
@@ -575,8 +581,11 @@ def _nccl_warnings(ctx: Context) -> list[Diagnosis]:
         if (
             kind == "nccl_remote_error"
             and message
-            and _RESET.search(message)
             and head is not None
+            and (
+                _RESET.search(message)
+                or (_CLOSED.search(message) and _traced(ctx.lines, f.lines[0], _BOOTSTRAP_TRACE))
+            )
             and _during_init(ctx.lines, f.lines[0], head)
         ):
             # reset while the communicator was being set up: no collective had run, so no
@@ -588,7 +597,8 @@ def _nccl_warnings(ctx: Context) -> list[Diagnosis]:
             out.append(
                 _diag(
                     "nccl_system_error",
-                    "NCCL's bootstrap connection was reset"
+                    "NCCL's bootstrap connection was "
+                    + ("closed" if "closed" in message else "reset")
                     + peer
                     + (f" on {where}" if where else "")
                     + " during communicator init ("
@@ -648,11 +658,22 @@ def _nccl_warnings(ctx: Context) -> list[Diagnosis]:
     return out
 
 
+#: A connection the other end reset during set-up (``socket.cc``: "Connection reset by peer").
 _RESET = re.compile(r"Connection reset by peer")
+#: A bootstrap connection the other end closed before its data came (2.19+ ``socketProgress``:
+#: "Connection closed by remote peer <addr>", traced back through ``bootstrap.cc``). A
+#: transport's connection closed during set-up (``proxy.cc`` Connect) is a peer gone instead.
+_CLOSED = re.compile(r"Connection closed by remote peer")
+_BOOTSTRAP_TRACE = re.compile(r"NCCL INFO bootstrap\.cc:\d+ -> \d+")
 #: NCCL's return traces through communicator set-up (``bootstrap.cc``, ``init.cc``), and the
 #: INFO line of a communicator whose init finished.
 _INIT_TRACE = re.compile(r"NCCL INFO (?:bootstrap|init)\.cc:\d+ -> \d+")
 _INIT_DONE = re.compile(r"Init COMPLETE")
+
+
+def _traced(lines: Sequence[Line], warn: Line, trace: re.Pattern[str]) -> bool:
+    """Whether the return trace right after the WARN at ``warn`` passes ``trace``."""
+    return any(trace.search(ln.text) for ln in lines[warn.index + 1 : warn.index + 40])
 
 
 def _during_init(lines: Sequence[Line], warn: Line, head: re.Match[str]) -> bool:

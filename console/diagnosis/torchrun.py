@@ -47,6 +47,7 @@ from console.diagnosis.common import (
     own_words,
     place_of,
     rank_and_place,
+    unwrapped,
 )
 from console.diagnosis.common import WRAPS as _WRAPS
 from console.diagnosis.elastic import EXCEPTION_LINE, ProcessFailure, signal_name
@@ -382,7 +383,19 @@ def _rendezvous(ctx: Context) -> Diagnosis | None:
     """
     if ctx.failure is not None and ctx.failure.root_cause is not None:
         return None
-    timeout = next((ln for ln in ctx.lines if _RDZV_TIMEOUT.search(ln.text)), None)
+    # the first text of each line that matches: the line, or the line with a terminal's wrap
+    # undone (the address's port wrapped onto the next row)
+    timeout_at = next(
+        (
+            (ln, m)
+            for ln in ctx.lines
+            if "timed out" in ln.text
+            for text in (ln.text, *unwrapped(ctx.lines, ln.index, ctx))
+            if (m := _RDZV_TIMEOUT.search(text))
+        ),
+        None,
+    )
+    timeout = timeout_at[0] if timeout_at else None
     refused = [ln for ln in ctx.lines if _RDZV_CONNECT.search(ln.text)]
     errors = [ln for ln in ctx.lines if _RDZV_ERROR.search(ln.text)]
     clients = next((ln for ln in ctx.lines if _CLIENTS.search(ln.text)), None)
@@ -471,7 +484,8 @@ def _rendezvous(ctx: Context) -> Diagnosis | None:
     port: int | None = None
     seconds: float | None = None
     why: str | None = None
-    if timeout and (m := _RDZV_TIMEOUT.search(timeout.text)):
+    if timeout_at is not None:
+        m = timeout_at[1]
         if m["ms"]:
             seconds = int(m["ms"]) / 1000
         else:
