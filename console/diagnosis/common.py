@@ -53,7 +53,7 @@ WRAPS = re.compile(
     r"|CUDA driver initialization|system not yet initialized|CUDA unknown error"
     r"|ncclUnhandledCudaError|ncclSystemError|ncclInternalError|ncclInvalidUsage|ncclRemoteError"
     r"|unhandled (?:cuda|system) error|internal error|invalid usage|remote process exited"
-    r"|DistNetworkError|Rendezvous\w*Error|Address already in use|EADDRINUSE"
+    r"|Rendezvous\w*Error|Address already in use|EADDRINUSE|errno: 98\b"
     # a store wait that another rule names: the rendezvous' own keys (_elastic_store_wait), the
     # clients that never joined (_rendezvous); a DistStoreError on other keys (the application's
     # barrier with a vLLM server, the process group's store-based barrier) is the exception

@@ -249,8 +249,12 @@ _UNKNOWN_RUNTIME = re.compile(
     r"unknown or invalid runtime name: (?P<name>[\w.-]+)"
     r"|Unknown runtime specified:? (?P<oname>[\w.-]+)"
     r"|default OCI runtime \\?\"(?P<pname>[\w.-]+)\\?\" not found"  # podman
-    r"|runtime \\?\"(?P<cname>[\w.-]+)\\?\" binary not installed"
-)  # containerd shim
+    r"|runtime \\?\"(?P<cname>[\w.-]+)\\?\" binary not installed"  # containerd shim
+    # containerd's CRI plugin for a pod whose RuntimeClass names a handler it lacks (Kubernetes
+    # events: "Failed to create pod sandbox: ... unable to get OCI runtime for sandbox ...: no
+    # runtime for "nvidia" is configured")
+    r"|no runtime for \\?\"(?P<kname>[\w.-]+)\\?\" is configured"
+)
 _RUNTIMES = re.compile(r"^\s*Runtimes:\s*(?P<list>.+)$")
 
 
@@ -258,10 +262,23 @@ def _unknown_runtime(lines: Sequence[Line], image: str | None) -> Diagnosis | No
     if (hit := _first(lines, _UNKNOWN_RUNTIME)) is None:
         return None
     ln, m = hit
-    name = m["name"] or m["oname"] or m["pname"] or m["cname"]
+    name = m["name"] or m["oname"] or m["pname"] or m["cname"] or m["kname"]
     have = next((r["list"].strip() for x in lines if (r := _RUNTIMES.match(x.text))), None)
     known = f" (docker info lists only: {have})" if have else ""
     evidence = [ln.raw] + [x.raw for x in lines if _RUNTIMES.match(x.text)]
+    if m["kname"]:
+        return _make(
+            "docker_unknown_runtime",
+            f"containerd on the node has no runtime handler named {name!r}: the pods whose "
+            f"RuntimeClass is {name!r} cannot get a sandbox, so none of them starts; the NVIDIA "
+            "Container Toolkit has not configured containerd (the GPU operator's toolkit "
+            "daemonset has not finished or failed, or containerd was not restarted after it)",
+            "check the toolkit daemonset's log on that node, then `sudo nvidia-ctk runtime "
+            "configure --runtime=containerd` (runtimes.nvidia in containerd's config) and restart "
+            "containerd",
+            evidence,
+            {"image": image, "runtime": name, "runtimes": have},
+        )
     return _make(
         "docker_unknown_runtime",
         f"the Docker daemon has no runtime named {name!r}{known}: the NVIDIA Container Toolkit "

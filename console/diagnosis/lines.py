@@ -4,7 +4,7 @@ Failure text reaches a person through collectors that decorate every line: a log
 numbers, ISO or syslog timestamps, Kubernetes' CRI log format (``<RFC3339> stderr F ``), Docker
 compose (``trainer-1  | ``), ``kubectl logs --prefix`` (``[pod/name/container] ``), Slurm's
 ``srun --label`` (``3: ``), ``pdsh``/``clush`` (``gpu-node-01: ``), Open MPI's
-``--tag-output`` (``[1,3]<stderr>:``), a relay's constant word prefix on most lines
+``--tag-output`` (``[1,3]<stderr>:``) and horovodrun's (``[1]<stderr>:``), a relay's constant word prefix on most lines
 (``stderr: ``, ``out: ``, ``worker | ``, ``[worker-0] ``), gpuconsole's own ``logs`` tags
 (``[n0 r1] ``, ``[n1] ``), Markdown quoting in an issue
 (``> ``) and emphasis around a whole line (``**...**``, ``*...*``, ``__...__``, backticks),
@@ -99,8 +99,9 @@ _PREFIXES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("gpuconsole", re.compile(r"^\[n(?P<src>\d+)(?: r(?P<rank>\d+))?\] ")),
     # srun --label: "3: " (task id)
     ("srun", re.compile(r"^(?P<src>\d{1,5}): ")),
-    # Open MPI --tag-output: "[1,3]<stderr>:"
-    ("mpi", re.compile(r"^\[\d+,(?P<rank>\d+)\]<(?:stdout|stderr|stddiag)>:\s?")),
+    # Open MPI --tag-output: "[1,3]<stderr>:"; horovodrun's own (gloo) launcher:
+    # "[1]<stderr>:" (horovod/runner/common/util/safe_shell_exec.py, the rank's index)
+    ("mpi", re.compile(r"^\[(?:\d+,)?(?P<rank>\d+)\]<(?:stdout|stderr|stddiag)>:\s?")),
 )
 
 # torchrun/PyTorch's own rank prefixes: "[rank3]:", "[default0]:" (role + local rank)

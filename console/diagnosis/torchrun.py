@@ -1214,6 +1214,10 @@ _SHELL_KILLED = re.compile(
     r"(?:\bline \d+:\s+(?P<pid>\d+)|^\[\d+\][+-]?)\s+(?P<how>Killed|Segmentation fault|Aborted"
     r"|Bus error)(?:\s+\(core dumped\))?\s+(?P<cmd>\S.*)$"
     r"|(?:^|(?<=[\]|]))(?P<how2>Killed)\s*$"
+    # PyTorch's DataLoader (torch/csrc/DataLoader.cpp): "DataLoader worker (pid N) is killed by
+    # signal: <strsignal>." (Bus error: shared memory, the shm rule's)
+    r"|DataLoader worker \(pid (?P<pid3>\d+)\) is killed by signal: "
+    r"(?P<how3>Killed|Segmentation fault|Aborted)"
 )
 _EXIT_128 = re.compile(
     # "exit code 137", "exited with code 137", "exit_code: 137", docker inspect's State
@@ -1243,7 +1247,7 @@ def _shell_signal(ctx: Context) -> Diagnosis | None:
     if killed is None and code is None:
         return None
     if killed is not None:
-        name = _SHELL_SIGNALS[killed[1]["how"] or killed[1]["how2"]]
+        name = _SHELL_SIGNALS[killed[1]["how"] or killed[1]["how2"] or killed[1]["how3"]]
     else:
         assert code is not None
         name = _CODE_SIGNALS[int(code[1]["code"])]
@@ -1251,12 +1255,20 @@ def _shell_signal(ctx: Context) -> Diagnosis | None:
         return None  # faulthandler's / the shell's own words: _fatal_signal
     if name == "SIGKILL" and any(_OOM.search(ln.text) for ln in ctx.lines):
         return None  # the OOM killer's record: oom_killed
-    pid = int(killed[1]["pid"]) if killed is not None and killed[1]["pid"] else None
+    said = killed[1]["pid"] or killed[1]["pid3"] if killed is not None else None
+    pid = int(said) if said else None
+    loader = killed is not None and killed[1]["pid3"] is not None
     command = killed[1]["cmd"].strip() if killed is not None and killed[1]["cmd"] else None
     exit_code = int(code[1]["code"]) if code is not None else None
     number = getattr(signal, name).value
     meaning, fix = _SIGNAL_HINTS[name]
-    who = f"process {pid}" if pid is not None else "the process"
+    who = (
+        f"DataLoader worker process {pid}"
+        if loader
+        else f"process {pid}"
+        if pid is not None
+        else "the process"
+    )
     if command:
         who += f" ({command.split()[0]})"
     status = f", exit code {exit_code} = 128+{number}" if exit_code is not None else ""
@@ -1265,8 +1277,9 @@ def _shell_signal(ctx: Context) -> Diagnosis | None:
     )
     return _diag(
         _SIGNAL_KINDS.get(name, "signal"),
-        f"{who[0].upper()}{who[1:]} was killed by {name} (signal {number}{status}), with no "
-        f"Python error: {meaning}",
+        f"{who[0].upper()}{who[1:]} was killed by {name} (signal {number}{status})"
+        + (": " if loader else ", with no Python error: ")
+        + meaning,
         (),
         fix.format(pid=pid if pid is not None else "<pid>", whose=_whose(None)),
         evidence[:3],
