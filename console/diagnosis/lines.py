@@ -2,16 +2,16 @@
 
 Failure text reaches a person through collectors that decorate every line: a log viewer's line
 numbers, ISO or syslog timestamps, Kubernetes' CRI log format (``<RFC3339> stderr F ``), Docker
-compose (``trainer-1  | ``), ``kubectl logs --prefix`` (``[pod/name/container] ``), Slurm's
-``srun --label`` (``3: ``), ``pdsh``/``clush`` (``gpu-node-01: ``), Open MPI's
-``--tag-output`` (``[1,3]<stderr>:``) and horovodrun's (``[1]<stderr>:``), a relay's constant
-word prefix on most lines (``stderr: ``, ``out: ``, ``worker | ``, ``[worker-0] ``), gpuconsole's own ``logs`` tags
-(``[n0 r1] ``, ``[n1] ``), Markdown quoting in an issue
-(``> ``) and emphasis around a whole line (``**...**``, ``*...*``, ``__...__``, backticks),
-Ray's worker prefix (``(pid=N) ``, ``(RayWorker pid=N, ip=...) ``), ANSI colours,
-JSON records (Docker's json-file ``{"log": "...\\n"}``, torchelastic's error file
-``{"message": {"message": ..., "extraInfo": {"py_callstack": ...}}}``), and, when several ranks
-write to one stream, ranks' output glued mid-line (``...step 3[rank1]: Traceback``).
+compose (``trainer-1 | ``), ``kubectl logs --prefix`` (``[pod/name/container] ``), Slurm's
+``srun --label`` (``3: ``), ``pdsh``/``clush`` (``gpu-node-01: ``), Open MPI's ``--tag-output``
+(``[1,3]<stderr>:``) and horovodrun's (``[1]<stderr>:``), a relay's constant word prefix on
+most lines (``stderr: ``, ``out: ``, ``worker | ``, ``[worker-0] ``), gpuconsole's own ``logs``
+tags (``[n0 r1] ``, ``[n1] ``), Markdown quoting in an issue (``> ``) and emphasis around a
+whole line (``**...**``, ``*...*``, ``__...__``, backticks), Ray's worker prefix (``(pid=N) ``,
+``(RayWorker pid=N, ip=...) ``), ANSI colours, JSON records (Docker's json-file ``{"log":
+"...\\n"}``, torchelastic's error file ``{"message": {"message": ..., "extraInfo":
+{"py_callstack": ...}}}``), and, when several ranks write to one stream, ranks' output glued
+mid-line (``...step 3[rank1]: Traceback``).
 
 :func:`normalize` removes all of that and returns one :class:`Line` per line the process
 printed, with the rank it came from when a prefix said so (``[rankN]:`` is PyTorch's
