@@ -2,7 +2,7 @@
 
 Failure text reaches a person through collectors that decorate every line: a log viewer's line
 numbers, ISO or syslog timestamps, Kubernetes' CRI log format (``<RFC3339> stderr F ``), Docker
-compose (``trainer-1 | ``), ``kubectl logs --prefix`` (``[pod/name/container] ``), Slurm's
+compose (``trainer-1  | ``), ``kubectl logs --prefix`` (``[pod/name/container] ``), Slurm's
 ``srun --label`` (``3: ``), ``pdsh``/``clush`` (``gpu-node-01: ``), Open MPI's ``--tag-output``
 (``[1,3]<stderr>:``) and horovodrun's (``[1]<stderr>:``), a relay's constant word prefix on
 most lines (``stderr: ``, ``out: ``, ``worker | ``, ``[worker-0] ``), gpuconsole's own ``logs``
