@@ -380,9 +380,17 @@ def unwrapped(lines: Sequence[Line], index: int, ctx: Context | None = None) -> 
     on the blank between two words). Empty when the line shows no wrap."""
     ln = lines[index]
     wide = len(ln.raw) in TERMINAL_WIDTHS
-    if not wide and ctx is not None and ctx.wrap_width is not None:
+    rows: list[str] = []  # the next physical row less this row's decoration, when wrapped
+    if ctx is not None:
         row = ctx.physical[ln.source_line] if ln.source_line < len(ctx.physical) else ""
-        wide = len(row) == ctx.wrap_width and row.endswith(ln.raw)
+        width = ctx.wrap_width
+        wide = wide or (
+            width is not None and width <= len(row) <= width + 2 and row.endswith(ln.raw)
+        )
+        if wide and row.endswith(ln.raw) and ln.source_line + 1 < len(ctx.physical):
+            # a collector's prefix on every row (a timestamp) may be stripped from the next
+            # row with what the wrap left at its start (", 44737)."): cut the same width
+            rows.append(ctx.physical[ln.source_line + 1][len(row) - len(ln.raw) :])
     out: list[str] = []
     m = _PADDED_WRAP.search(ln.text)
     if m is not None and m.start() >= _MIN_ROW:
@@ -391,7 +399,7 @@ def unwrapped(lines: Sequence[Line], index: int, ctx: Context | None = None) -> 
             ln.text[: m.start()] + " " + ln.text[m.end() :],
         ]
     if wide and index + 1 < len(lines):
-        nxt = lines[index + 1].text
-        if nxt[:1].strip() and ln.text[-1:].strip():
-            out += [ln.text + nxt, ln.text + " " + nxt]
+        for nxt in dict.fromkeys([lines[index + 1].text, *rows]):
+            if nxt[:1].strip() and ln.text[-1:].strip():
+                out += [ln.text + nxt, ln.text + " " + nxt]
     return tuple(out)

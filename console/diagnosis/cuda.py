@@ -361,6 +361,13 @@ def _diagnosis(ctx: Context, kind: CauseKind, hits: list[Line]) -> Diagnosis:
         found = int(m["v"])
         facts["driver_cuda"] = f"{found // 1000}.{found % 1000 // 10}"
         summary += f" (the driver supports CUDA {facts['driver_cuda']})"
+    if kind == "driver_too_old" and (
+        h := next((h for ln in ctx.lines if (h := _SMI_DRIVER.search(ln.text))), None)
+    ):
+        # nvidia-smi's header in the same text: the host's driver (older drivers print no
+        # CUDA Version beside it)
+        facts["driver_version"] = h["driver"]
+        summary += f"; the host's driver is {h['driver']}"
     if kind == "cuda_unsupported_arch":
         for ln in ctx.lines:
             sig = dict(SIGNATURES)["cuda_unsupported_arch"].search(ln.text)
@@ -407,6 +414,11 @@ def _diagnosis(ctx: Context, kind: CauseKind, hits: list[Line]) -> Diagnosis:
             ),
         )
     return d
+
+
+#: nvidia-smi's header: ``| NVIDIA-SMI 367.57   Driver Version: 367.57   |`` (from R410 also
+#: ``CUDA Version: 10.0`` after it).
+_SMI_DRIVER = re.compile(r"NVIDIA-SMI \d[\d.]*\s+Driver Version:\s*(?P<driver>\d+\.\d+(?:\.\d+)?)")
 
 
 # ``torch.cuda.is_available()`` printed False: a shell one-liner and its output line.

@@ -226,11 +226,26 @@ def _strip_decorations(line: str) -> tuple[str, str | None, int | None]:
     return line, src, rank
 
 
+#: A Python exception named with its module (``torch.distributed.DistNetworkError:``): after a
+#: ``host: `` tag it shows the tag is a source's, also on a line of its own.
+_DOTTED_EXCEPTION = re.compile(r"(?:[A-Za-z_]\w*\.)+[A-Za-z_]\w*(?:Error|Exception)\b:")
+
+
 def _repeated_host_tags(lines: list[str]) -> set[str]:
-    """pdsh-style ``host: `` tags that start at least 3 lines and a third of non-empty lines."""
+    """pdsh-style ``host: `` tags that start at least 3 lines and a third of non-empty lines,
+    or a line whose rest is a module-qualified Python exception (:data:`_DOTTED_EXCEPTION`)."""
     tags = Counter(m["src"] for ln in lines if (m := _HOST_TAG.match(ln)))
     filled = sum(1 for ln in lines if ln.strip())
-    return {t for t, n in tags.items() if n >= 3 and n * 3 >= filled and not _PY_NAME.match(t)}
+    named = {
+        m["src"]
+        for ln in lines
+        if (m := _HOST_TAG.match(ln)) and _DOTTED_EXCEPTION.match(ln, m.end())
+    }
+    return {
+        t
+        for t, n in tags.items()
+        if (t in named or (n >= 3 and n * 3 >= filled)) and not _PY_NAME.match(t)
+    }
 
 
 def _repeated_word_tags(lines: list[str]) -> set[str]:

@@ -209,17 +209,20 @@ class Context:
 
     @functools.cached_property
     def wrap_width(self) -> int | None:
-        """The width a terminal wrapped this text at, when the text shows one: at least two
-        different physical lines of 60 columns or more exactly as long as the longest (a
-        terminal copy keeps each wrapped row at the full width; ``None`` otherwise)."""
+        """The width a terminal wrapped this text at, when the text shows one: the length
+        (60 columns or more) that most different physical lines share, at most 2 columns
+        short of the longest line (a terminal copy keeps each wrapped row at the full width;
+        a paste may add a character or two to one, a Markdown backtick). ``None`` when no
+        two lines share such a length."""
         at: dict[int, set[str]] = {}
         for p in self.physical:
             if len(p) >= 60:
                 at.setdefault(len(p), set()).add(p)
         if not at:
             return None
-        widest = max(at)
-        return widest if len(at[widest]) >= 2 else None
+        longest = max(at)
+        shared = [(len(rows), n) for n, rows in at.items() if len(rows) >= 2 and n >= longest - 2]
+        return max(shared)[1] if shared else None
 
 
 @dataclass(frozen=True)

@@ -1226,6 +1226,14 @@ _EXIT_128 = re.compile(
     r"\W{0,3}(?P<code>13[4579])\b",
     re.I,
 )
+# A supervisor's report of a child ended by signal N, in Python's returncode convention (-N):
+# vLLM's executor "Worker proc VllmWorker-0 died unexpectedly (exit code: -15), shutting down
+# executor" (v1/executor/multiproc_executor.py), multiprocessing's "<Process ...> exitcode=-9".
+_NEGATIVE_EXIT = re.compile(
+    r"\b(?:died|exited|terminated|ended)\b[^\n]{0,40}?\(?(?:exit ?code|exitcode|returncode)"
+    r"[:=]\s*-(?P<num>\d{1,2})\b",
+    re.I,
+)
 _SHELL_SIGNALS = {
     "Killed": "SIGKILL",
     "Segmentation fault": "SIGSEGV",
@@ -1245,7 +1253,7 @@ def _shell_signal(ctx: Context) -> Diagnosis | None:
     killed = next(((ln, m) for ln in ctx.lines if (m := _SHELL_KILLED.search(ln.text))), None)
     code = next(((ln, m) for ln in ctx.lines if (m := _EXIT_128.search(ln.text))), None)
     if killed is None and code is None:
-        return None
+        return _negative_exit(ctx)
     if killed is not None:
         name = _SHELL_SIGNALS[killed[1]["how"] or killed[1]["how2"] or killed[1]["how3"]]
     else:
@@ -1288,24 +1296,52 @@ def _shell_signal(ctx: Context) -> Diagnosis | None:
     )
 
 
+def _negative_exit(ctx: Context) -> Diagnosis | None:
+    """A child process a supervisor says ended with exit code -N (:data:`_NEGATIVE_EXIT`):
+    killed by signal N."""
+    hit = next(((ln, m) for ln in ctx.lines if (m := _NEGATIVE_EXIT.search(ln.text))), None)
+    if hit is None:
+        return None
+    ln, m = hit
+    name = signal_name(-int(m["num"]))
+    if name is None:
+        return None
+    meaning, fix = _SIGNAL_HINTS.get(
+        name, ("a signal from outside or from native code", "Read the process's own log")
+    )
+    return _diag(
+        _SIGNAL_KINDS.get(name, "signal"),
+        f"A child process ended by {name} (exit code -{m['num']}): {meaning}",
+        (),
+        fix.format(pid="<pid>", whose=_whose(None)),
+        [_shown(ln, m)],
+        {"signal": name, "exitcode": -int(m["num"])},
+        ctx.failure,
+    )
+
+
 # A Kubernetes container's end as the job's controller or kubectl reports it:
 # - Kubeflow training-operator (pkg/controller.v1/common/pod.go, events): "Error pod <pod>
 #   container <c> exitCode: N terminated message: ..." and "Pod: <ns>.<pod> exited with code N";
 # - ``kubectl describe pod`` (ContainerStateTerminated): "State:|Last State: Terminated" then
 #   indented "Reason: Error|OOMKilled" and "Exit Code: N" (the container's status; 128+N = killed
 #   by signal N, OOMKilled = the cgroup's OOM killer).
+# - Docker compose (v1 and v2) when a service's container ends: "<container> exited with code N"
+#   on a line of its own.
 _K8S_EXIT = re.compile(
     r"\bcontainer (?P<container>\S+) exitCode: (?P<code>\d+)"
     r"|\bPod: (?P<pod>\S+) exited with code (?P<code2>\d+)"
     r"|^\s*Exit Code:\s+(?P<code3>\d+)\s*$"
+    r"|^(?P<service>[A-Za-z0-9][\w.-]*) exited with code (?P<code4>\d+)\s*$"
 )
 _K8S_TERMINATED = re.compile(r"^\s*(?:Last )?State:\s+Terminated\b")
 _K8S_REASON = re.compile(r"^\s*Reason:\s+(?P<reason>\w+)")
 
 
 def _k8s_exit(ctx: Context) -> Diagnosis | None:
-    """A Kubernetes container that ended non-zero (:data:`_K8S_EXIT`), when no launcher named a
-    worker: OOMKilled -> oom_killed, 128+N -> the signal's kind, else exit_code."""
+    """A container that ended non-zero as Kubernetes or compose reports it (:data:`_K8S_EXIT`),
+    when no launcher named a worker: OOMKilled -> oom_killed, 128+N -> the signal's kind, else
+    exit_code."""
     if _failed_worker(ctx)[0] is not None:
         return None
     for ln in ctx.lines:
@@ -1315,21 +1351,22 @@ def _k8s_exit(ctx: Context) -> Diagnosis | None:
         block = ctx.lines[max(0, ln.index - 6) : ln.index + 4]
         if m["code3"] and not any(_K8S_TERMINATED.match(x.text) for x in block):
             continue  # "Exit Code:" outside a terminated container state
-        code = int(m["code"] or m["code2"] or m["code3"])
+        code = int(m["code"] or m["code2"] or m["code3"] or m["code4"])
         if code == 0:
             continue
         reason = next((r["reason"] for x in block if (r := _K8S_REASON.match(x.text))), None)
         who = (
-            f"container {m['container']}"
-            if m["container"]
+            f"container {m['container'] or m['service']}"
+            if m["container"] or m["service"]
             else f"pod {m['pod']}"
             if m["pod"]
             else "the container"
         )
+        by = "compose" if m["service"] else "Kubernetes"
         facts: dict[str, FactValue | None] = {
             "exitcode": code,
             "reason": reason,
-            "container": m["container"],
+            "container": m["container"] or m["service"],
             "pod": m["pod"],
         }
         evidence = [
@@ -1346,7 +1383,7 @@ def _k8s_exit(ctx: Context) -> Diagnosis | None:
         if reason == "OOMKilled":
             return _diag(
                 "oom_killed",
-                f"Kubernetes: {who} was OOMKilled (exit code {code}): the container used more "
+                f"{by}: {who} was OOMKilled (exit code {code}): the container used more "
                 "memory than its limit",
                 (),
                 "Raise the container's memory limit or lower its memory use (fewer "
@@ -1362,7 +1399,7 @@ def _k8s_exit(ctx: Context) -> Diagnosis | None:
             )
             return _diag(
                 _SIGNAL_KINDS.get(name, "signal"),
-                f"Kubernetes: {who} was killed by {name} (exit code {code} = 128+"
+                f"{by}: {who} was killed by {name} (exit code {code} = 128+"
                 f"{code - 128}, reason {reason or 'not given'}): {meaning}",
                 (),
                 fix.format(pid="<pid>", whose=_whose(None)),
@@ -1372,13 +1409,18 @@ def _k8s_exit(ctx: Context) -> Diagnosis | None:
             )
         return _diag(
             "exit_code",
-            f"Kubernetes: {who} exited with code {code}"
+            f"{by}: {who} exited with code {code}"
             + (f" (reason {reason})" if reason else "")
             + ", no reason in this log: the "
             "training script itself failed",
             (),
-            "Read the pod's own log (kubectl logs <pod> -c <container>, --previous after a "
-            "restart) for its traceback",
+            "Read the container's own log for its traceback ("
+            + (
+                "docker compose logs <service>"
+                if m["service"]
+                else "kubectl logs <pod> -c <container>, --previous after a restart"
+            )
+            + ")",
             evidence,
             facts,
             ctx.failure,
