@@ -234,13 +234,14 @@ _DOTTED_EXCEPTION = re.compile(r"(?:[A-Za-z_]\w*\.)+[A-Za-z_]\w*(?:Error|Excepti
 def _repeated_host_tags(lines: list[str]) -> set[str]:
     """pdsh-style ``host: `` tags that start at least 3 lines and a third of non-empty lines,
     or a line whose rest is a module-qualified Python exception (:data:`_DOTTED_EXCEPTION`)."""
-    tags = Counter(m["src"] for ln in lines if (m := _HOST_TAG.match(ln)))
+    tags: Counter[str] = Counter()
+    named: set[str] = set()
+    for ln in lines:
+        if (m := _HOST_TAG.match(ln)) is not None:
+            tags[m["src"]] += 1
+            if _DOTTED_EXCEPTION.match(ln, m.end()):
+                named.add(m["src"])
     filled = sum(1 for ln in lines if ln.strip())
-    named = {
-        m["src"]
-        for ln in lines
-        if (m := _HOST_TAG.match(ln)) and _DOTTED_EXCEPTION.match(ln, m.end())
-    }
     return {
         t
         for t, n in tags.items()
