@@ -1002,8 +1002,7 @@ class SSHTransport(Transport):
             if bad:
                 raise TransportError(
                     self.name,
-                    f"copying the workdir to {remote_dir} failed: {bad[0]!r} has a "
-                    "backslash in its name, which the SFTP copy refuses",
+                    f"copying the workdir to {remote_dir} failed: {bad[0][0]!a}: {bad[0][1]}",
                     "rename it, or leave it out with the spec's `exclude`",
                 ) from e
             if isinstance(e, (asyncssh.SFTPNoSpaceOnFilesystem, asyncssh.SFTPQuotaExceeded)):

@@ -648,24 +648,39 @@ def iter_workdir_files(root: Path, exclude: Sequence[str] = ()) -> Iterator[Path
                 yield p.relative_to(root)
 
 
-def unsyncable_names(root: Path, exclude: Sequence[str] = ()) -> list[str]:
-    """Relative paths of synced workdir entries (files, links, folders) whose name has a
-    backslash: the copy to an SSH host refuses them (asyncssh's recursive SFTP copy rejects
-    a name with ``\\``, a path separator on Windows servers, as "Invalid filename"). Checked
-    before anything is made on a host."""
-    bad: list[str] = []
+def unsyncable_name(name: str) -> str | None:
+    """Why the workdir sync cannot copy an entry of this name, or ``None``: a backslash
+    (asyncssh's recursive SFTP copy rejects a name with ``\\``, a path separator on Windows
+    servers, as "Invalid filename"), or bytes that are not UTF-8 (the name as ``os.walk``
+    gives it holds surrogates; SFTP version 3 names are UTF-8 strings)."""
+    if "\\" in name:
+        return "a backslash in a file name, which the workdir sync to SSH hosts (SFTP) refuses"
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return (
+            "a file name that is not UTF-8, which the workdir sync to SSH hosts (SFTP) cannot send"
+        )
+    return None
+
+
+def unsyncable_names(root: Path, exclude: Sequence[str] = ()) -> list[tuple[str, str]]:
+    """``(relative path, why)`` of synced workdir entries (files, links, folders) whose name
+    the copy to an SSH host refuses (:func:`unsyncable_name`). Checked before anything is made
+    on a host."""
+    bad: list[tuple[str, str]] = []
     for dirpath, dirnames, filenames in os.walk(root):
         reldir = os.path.relpath(dirpath, root)
         base = "" if reldir == "." else reldir + "/"
         dirnames[:] = sorted(
             d for d in dirnames if d not in WORKDIR_IGNORE and not excluded(base + d, d, exclude)
         )
-        bad += [base + d for d in dirnames if "\\" in d]
-        dirnames[:] = [d for d in dirnames if "\\" not in d]
+        bad += [(base + d, why) for d in dirnames if (why := unsyncable_name(d))]
+        dirnames[:] = [d for d in dirnames if unsyncable_name(d) is None]
         bad += [
-            base + fn
+            (base + fn, why)
             for fn in sorted(filenames)
-            if "\\" in fn and not excluded(base + fn, fn, exclude)
+            if (why := unsyncable_name(fn)) and not excluded(base + fn, fn, exclude)
         ]
     return bad
 
@@ -677,9 +692,9 @@ def workdir_digest(root: Path, exclude: Sequence[str] = ()) -> str:
     for rel in iter_workdir_files(root, exclude):
         p = root / rel
         st = p.lstat()
-        h.update(str(rel).encode() + b"\0" + oct(st.st_mode).encode() + b"\0")
+        h.update(os.fsencode(rel) + b"\0" + oct(st.st_mode).encode() + b"\0")
         if p.is_symlink():
-            h.update(os.readlink(p).encode())
+            h.update(os.fsencode(os.readlink(p)))
             continue
         fh = hashlib.sha256()
         with open(p, "rb") as f:

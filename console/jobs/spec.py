@@ -526,16 +526,20 @@ def _workdir_problems(loaded: LoadedSpec) -> list[ConfigError]:
                 **loaded.blame("script"),
             )
         ]
-    from remote.transport import unsyncable_names
+    from remote.transport import unsyncable_name, unsyncable_names
 
     bad = unsyncable_names(wd, spec.exclude)
     if bad:
         more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        first, why = bad[0]
+        shown = os.fsencode(first).decode("utf-8", "backslashreplace")
+        pattern = first if first.isascii() or unsyncable_name(first) is None else "*"
         return [
             ConfigError(
-                f"{wd / bad[0]}{more}: a backslash in a file name, which the workdir sync to SSH "
-                "hosts (SFTP) refuses",
-                f"rename it, or leave it out: `exclude: ['{bad[0]}']`",
+                f"{wd / shown}{more}: {why}",
+                f"rename it, or leave it out: `exclude: ['{pattern}']`"
+                if pattern != "*"
+                else "rename it, or leave it out with an `exclude:` pattern that matches it",
                 **loaded.blame("workdir"),
             )
         ]

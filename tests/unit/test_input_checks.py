@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -357,8 +358,30 @@ def test_backslash_names_are_found_in_files_and_folders_but_not_excluded_ones(
     (tmp_path / "data\\raw").write_text("")
     (tmp_path / ".git").mkdir()
     (tmp_path / ".git" / "h\\i").write_text("")  # never synced
-    assert unsyncable_names(tmp_path) == ["d\\x", "data\\raw", "ok/f\\g.py"]
-    assert unsyncable_names(tmp_path, ["d\\x", "data*"]) == ["ok/f\\g.py"]
+    names = [name for name, _why in unsyncable_names(tmp_path)]
+    assert names == ["d\\x", "data\\raw", "ok/f\\g.py"]
+    assert [name for name, _why in unsyncable_names(tmp_path, ["d\\x", "data*"])] == ["ok/f\\g.py"]
+
+
+def test_a_spec_whose_workdir_has_a_name_that_is_not_utf8_is_refused(tmp_path: Path) -> None:
+    """A file name of Latin-1 bytes (os.walk gives it with surrogates): refused at load, so at
+    ``--dry-run`` too, naming the file readably; the digest of the workdir reads its bytes."""
+    from console.jobs.spec import load_spec
+    from remote.transport import workdir_digest
+
+    wd = tmp_path / "w"
+    wd.mkdir()
+    (wd / "train.py").write_text("")
+    (wd / os.fsdecode(b"lat\xe9n.txt")).write_text("")
+    assert len(workdir_digest(wd)) == 64
+    spec = tmp_path / "job.yaml"
+    spec.write_text("name: demo\nscript: train.py\nworkdir: w\n")
+    with pytest.raises(ConfigError) as e:
+        load_spec(spec)
+    assert (e.value.field, e.value.line) == ("workdir", 3)
+    assert "lat\\xe9n.txt: a file name that is not UTF-8" in e.value.detail, e.value.detail
+    spec.write_text("name: demo\nscript: train.py\nworkdir: w\nexclude: ['lat*']\n")
+    assert load_spec(spec).spec.workdir is not None
 
 
 def test_a_spec_whose_workdir_has_a_backslash_name_is_refused(tmp_path: Path) -> None:
