@@ -933,6 +933,10 @@ class GpuConsoleApp(App[int]):
             if screen in self.screen_stack:
                 screen.show_error(_error_text(e))
             return
+        except Exception as e:  # a bug: the modal leaves "planning" (the toast and log follow)
+            if screen in self.screen_stack:
+                screen.show_error(f"planning failed: {type(e).__name__}: {e} (details in the log)")
+            raise
         if screen not in self.screen_stack:
             return
 
@@ -962,6 +966,10 @@ class GpuConsoleApp(App[int]):
             if screen in self.screen_stack:
                 screen.show_error("submit failed: " + _error_text(e))
             return
+        except Exception as e:  # a bug: the modal leaves "launching" (the toast and log follow)
+            if screen in self.screen_stack:
+                screen.show_error(f"submit failed: {type(e).__name__}: {e} (details in the log)")
+            raise
         self.notify(f"submitted {job.id}", title="submit")
         self.post_message(JobUpdated(job))
         if screen in self.screen_stack:

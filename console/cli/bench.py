@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from console.cli.base import command_service, err, main, out, run
+from console.cli.params import FiniteFloat
 
 if TYPE_CHECKING:
     from console.bench.model import BenchMode
@@ -21,8 +22,8 @@ if TYPE_CHECKING:
     metavar="HOST",
     help="Bench this host (repeat; default: every host of the profile).",
 )
-@click.option("--quick", "mode", flag_value="quick", help="Under 30 s a host (the default).")
-@click.option("--full", "mode", flag_value="full", help="Larger sizes, 60 s sustained load.")
+@click.option("--quick", is_flag=True, help="Under 30 s a host (the default).")
+@click.option("--full", is_flag=True, help="Larger sizes, 60 s sustained load.")
 @click.option(
     "--cross", is_flag=True, help="Also the NCCL all-reduce across the hosts (after the hosts)."
 )
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 )
 @click.option(
     "--sustain",
-    type=click.FloatRange(min=1, max=3600),
+    type=FiniteFloat(min=1, max=3600),
     metavar="SECONDS",
     help="The sustained load's length (default: 6 s quick, 60 s full).",
 )
@@ -46,7 +47,8 @@ if TYPE_CHECKING:
 def bench(
     ctx: click.Context,
     hosts: tuple[str, ...],
-    mode: str | None,
+    quick: bool,
+    full: bool,
     cross: bool,
     dcgm: bool,
     sustain: float | None,
@@ -66,10 +68,11 @@ def bench(
     DCGM), 4 nothing to bench (no host asked has a GPU), 1 a host could not be benched,
     2 bad flags.
     """
-    from console.bench.model import bench_mode
-
+    if quick and full:
+        raise click.UsageError("--quick and --full are alternatives: give one of them")
+    mode: BenchMode = "full" if full else "quick"
     raise SystemExit(
-        run(_bench(ctx, list(hosts), bench_mode(mode), cross, dcgm, sustain, force, as_json, last))
+        run(_bench(ctx, list(hosts), mode, cross, dcgm, sustain, force, as_json, last))
     )
 
 

@@ -74,6 +74,8 @@ def test_profile_numbers_refuse_infinity(config_dir: Path, value: str) -> None:
         ["watch", "--speed", "inf"],
         ["notebook", "--timeout", "nan"],
         ["logs", "job", "--since", "99999999999d"],
+        ["bench", "--sustain", "nan"],
+        ["bench", "--sustain", "inf"],
     ],
 )
 def test_duration_flags_refuse_infinite_and_huge_values(args: list[str]) -> None:
@@ -81,6 +83,12 @@ def test_duration_flags_refuse_infinite_and_huge_values(args: list[str]) -> None
     assert res.exit_code == 2, res.output
     flag = args[-2]
     assert f"Invalid value for '{flag}'" in res.output
+
+
+def test_bench_quick_and_full_are_alternatives() -> None:
+    res = CliRunner().invoke(main, ["bench", "--quick", "--full"])
+    assert res.exit_code == 2, res.output
+    assert "--quick and --full are alternatives" in res.output
 
 
 # -- booleans are not numbers; tags do not change types --------------------------------------
