@@ -29,6 +29,7 @@ from typing import Any, Protocol
 from console.alerts.engine import AlertWatcher
 from console.alerts.model import Alert, AlertChanged
 from console.alerts.store import alert_to_json
+from console.errors import ConfigError
 from console.events import SampleReceived
 from console.service import Service
 from console.watch.metrics import FleetCollector, XidTracker, make_registry
@@ -161,6 +162,7 @@ class Watch:
         self.notifier: Notifier | None = None
         self.metrics_url: str | None = None
         self._server: Any = None
+        self._replay_error: ConfigError | None = None  # a recording that is not one
 
     # -- what the metrics thread reads ------------------------------------------------------
 
@@ -220,7 +222,7 @@ class Watch:
             self._carried_over(self.source.active())
             if replay is not None:  # after the start lines: at speed 0 it is over at once
                 self.svc.start_replay(replay, speed=self.opts.speed)
-                tasks.append(asyncio.create_task(self._replay_done(), name="watch-replay"))
+                tasks.append(asyncio.create_task(self._replay_done(stop), name="watch-replay"))
             printer = asyncio.create_task(self._print_loop(), name="watch-print")
             stopper = asyncio.create_task(stop.wait(), name="watch-stop")
             done, _ = await asyncio.wait({printer, stopper}, return_when=asyncio.FIRST_COMPLETED)
@@ -229,6 +231,8 @@ class Watch:
             printer.cancel()
             await asyncio.gather(printer, return_exceptions=True)
             self._drain_printed()
+            if self._replay_error is not None:
+                raise self._replay_error
         finally:
             for t in tasks:
                 t.cancel()
@@ -330,11 +334,20 @@ class Watch:
         server.shutdown()
         server.server_close()
 
-    async def _replay_done(self) -> None:
+    async def _replay_done(self, stop: asyncio.Event) -> None:
+        """Say when the replay has fed its last sample (the watch goes on: its alerts and
+        metrics stay up until it is stopped); a recording that is not one, or holds no
+        sample, ends the watch with a :class:`ConfigError` (exit 2) instead."""
+        fix = "give a file written by `gpuconsole top --record`"
         try:
             n = await self.svc.replay_finished()
         except ValueError as e:
-            self.say(f"error: {e}")
+            self._replay_error = ConfigError(str(e), fix)
+            stop.set()
+            return
+        if n == 0:
+            self._replay_error = ConfigError(f"{self.opts.replay}: no sample in it", fix)
+            stop.set()
             return
         self.say(f"replay finished: {n} samples")
 

@@ -408,3 +408,19 @@ def test_a_spec_whose_workdir_has_a_backslash_name_is_refused(tmp_path: Path) ->
     assert e.value.hint == "rename it, or leave it out: `exclude: ['a\\b.txt']`"
     spec.write_text("name: demo\nscript: train.py\nworkdir: w\nexclude: ['a\\b.txt']\n")
     assert load_spec(spec).spec.exclude == ["a\\b.txt"]
+
+
+@pytest.mark.parametrize(
+    ("text", "said"), [('{"bad json\n', "not a gpuconsole recording line"), ("", "no sample in it")]
+)
+def test_watch_replay_of_a_bad_recording_ends_with_exit_2(
+    tmp_path: Path, text: str, said: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GPUCONSOLE_STATE_DIR", str(tmp_path / "state"))
+    rec = tmp_path / "rec.jsonl"
+    rec.write_text(text)
+    res = CliRunner().invoke(main, ["watch", "--replay", str(rec)])
+    assert res.exit_code == 2, res.output
+    assert (
+        said in res.output and "fix: give a file written by `gpuconsole top --record`" in res.output
+    )
