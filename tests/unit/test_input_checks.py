@@ -414,7 +414,7 @@ def test_a_spec_whose_workdir_has_a_backslash_name_is_refused(tmp_path: Path) ->
     ("text", "said"), [('{"bad json\n', "not a gpuconsole recording line"), ("", "no sample in it")]
 )
 def test_watch_replay_of_a_bad_recording_ends_with_exit_2(
-    tmp_path: Path, text: str, said: str, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, config_dir: Path, text: str, said: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("GPUCONSOLE_STATE_DIR", str(tmp_path / "state"))
     rec = tmp_path / "rec.jsonl"
