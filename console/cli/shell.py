@@ -12,11 +12,16 @@ through.
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
 from console.cli.base import command_service, err, main, run
 from console.cli.jobs import _exec
+from console.errors import JobNotFound
+
+if TYPE_CHECKING:
+    from console.service import Service
 
 
 @main.command(context_settings={"ignore_unknown_options": True})
@@ -75,6 +80,12 @@ async def _dev_shell(
 
     wanted = parse_gpus(gpus)
     async with command_service(ctx) as svc:
+        if command and _is_job(svc, command[0]):
+            # `shell JOB --host H`: click cannot tell JOB from a command given without `--`
+            raise click.UsageError(
+                f"{command[0]!r} is a job: give a JOB (its container) or --host HOST (a dev "
+                "container), not both; with --host, put a command after `--`"
+            )
         return await svc.shell_on_host(
             host,
             command,
@@ -84,3 +95,12 @@ async def _dev_shell(
             workdir=workdir,
             warn=lambda m: err(f"warning: {m}"),
         )
+
+
+def _is_job(svc: Service, ref: str) -> bool:
+    """Whether ``ref`` is exactly a known job's id or name."""
+    try:
+        job = svc.find_job(ref)
+    except JobNotFound:
+        return False
+    return ref in (job.id, job.name)

@@ -210,6 +210,10 @@ def test_shell_job_is_exec(cli: CLI) -> None:
         assert res.stdout.strip() == "['a b', '$HOME']"
         res = cli.run("shell", job_id, "--node", "4", "--", "true")
         assert res.returncode == 2 and f"job {job_id} has no node 4" in res.stderr
+        # a job and --host: no dev container runs the job's id as its command
+        res = cli.run("shell", job_id, "--host", "a")
+        assert res.returncode == 2, (res.stdout, res.stderr)
+        assert f"{job_id!r} is a job: give a JOB (its container) or --host HOST" in res.stderr
     finally:
         cli.run("stop", job_id, "--grace", "1")
 
