@@ -433,6 +433,10 @@ async def explain_failure(
         if other_raw:
             other_text += "\n" + other_raw.decode("utf-8", errors="replace")
         found = await asyncio.to_thread(diagnose, other_text) if other_text else None
+        if found is not None and found.kind in _ENDINGS:
+            # how another node ended (the SIGTERM of the gang's teardown, its own kill) is
+            # never the cause of this node's failure, even when this one's log says nothing
+            found = None
         if found is not None and (diag is None or precedence_of(found) < precedence_of(diag)):
             diag = found
             out["node"], out["host"] = other.node_rank, other.host

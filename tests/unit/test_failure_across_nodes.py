@@ -122,3 +122,22 @@ def test_root_cause_on_a_torn_down_node_keeps_the_failed_nodes_code() -> None:
     torn.exit_code = 134
     got = asyncio.run(explain_failure(session, first, [first, torn]))  # type: ignore[arg-type]
     assert got["exit_code"] == 134
+
+
+def test_a_killed_node_is_not_explained_by_the_teardown_of_another() -> None:
+    # node 1 was killed (docker kill -s KILL, the OOM killer): its log ends with training
+    # lines; node 0, stopped by the console's teardown, logged its agent's SIGTERM. That
+    # SIGTERM is how node 0 ended, never the cause: the failure stays node 1's exit 137
+    steps = "".join(f"[rank2]: step {i}/500 loss 0.5\n" for i in range(20))
+    stopped = (
+        "[2026-12-07 00:10:00,000] torch.distributed.elastic.agent.server.api: [WARNING] "
+        "Received Signals.SIGTERM death signal, shutting down workers\n"
+        "torch.distributed.elastic.multiprocessing.api.SignalException: Process 10 got "
+        "signal: 15\n"
+    )
+    session = FakeSessionOfOneEngine(FakeEngineServingLogs({"c0": stopped, "c1": steps}))
+    torn, killed = _node(0, "a", 143), _node(1, "b", 137)
+    got = asyncio.run(explain_failure(session, killed, [torn, killed]))  # type: ignore[arg-type]
+    assert (got["node"], got["failed_node"], got["exit_code"]) == (1, 1, 137), got
+    assert got["reason"] == "exited with code 137 (128+9: SIGKILL)", got
+    assert got.get("kind") != "stopped"
