@@ -246,6 +246,7 @@ class SSHTransport(Transport):
         self._peer_ip: str | None = None
         self._home: str | None = None
         self._lock = asyncio.Lock()
+        self._connecting: asyncio.Task[Any] | None = None  # the task opening the connection
         #: when and why the last connection (or its jump hop) dropped; ``None`` once a
         #: connection is open again
         self._lost: tuple[float, Exception] | None = None
@@ -399,7 +400,11 @@ class SSHTransport(Transport):
             if self.connected:
                 return
             await self._drop()
-            self._conn = await self._open()
+            self._connecting = asyncio.current_task()
+            try:
+                self._conn = await self._open()
+            finally:
+                self._connecting = None
             self._lost = None
             peer = self._conn.get_extra_info("peername")
             self._peer_ip = str(peer[0]) if peer else None
@@ -576,7 +581,11 @@ class SSHTransport(Transport):
         return f"the SSH connection dropped: {exc}"
 
     async def close(self) -> None:
-        """Close the connection and the forwarded socket."""
+        """Close the connection and the forwarded socket. A connect in flight (another task's)
+        is cancelled first: closing never waits out a silent host's connect timeout."""
+        connecting = self._connecting
+        if connecting is not None and connecting is not asyncio.current_task():
+            connecting.cancel()
         async with self._lock:
             await self._drop()
             self._lost = None  # closed on purpose: no drop to explain

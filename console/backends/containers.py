@@ -589,7 +589,15 @@ async def list_fleet(
 
     tasks = [asyncio.ensure_future(one(h)) for h in out.values()]
     if tasks:
-        done, late = await asyncio.wait(tasks, timeout=max(0.0, deadline_s))
+        try:
+            done, late = await asyncio.wait(tasks, timeout=max(0.0, deadline_s))
+        except asyncio.CancelledError:
+            # Ctrl-C: asyncio.wait leaves its tasks running; a host still connecting would
+            # hold the session's close until its connect timeout
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
         for task in late:
             task.cancel()
         if late:

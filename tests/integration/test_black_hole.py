@@ -10,8 +10,10 @@ path carries bytes again and resumes from its cursor: every line once.
 from __future__ import annotations
 
 import re
+import signal
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -119,3 +121,38 @@ def test_a_follow_says_the_host_stopped_answering_and_resumes(
     assert [ln for ln in said if "log stream" in ln] == [lost[0], "n0 on a: log stream resumed"]
     steps = [ln for ln in got if re.search(r"step \d+/120 loss", ln)]
     assert len(steps) == 240 and len(set(steps)) == 240  # none lost or repeated
+
+
+@pytest.mark.parametrize("command", [["ps"], ["logs", "no-such-job"]])
+def test_ctrl_c_while_a_host_is_still_connecting_ends_at_once(
+    cli: CLI, black_holed_a: tuple[Path, BlackHoleProxy], command: list[str]
+) -> None:
+    """A host that accepts the TCP connection and never speaks SSH: Ctrl-C during its
+    connect (a 30 s connect_timeout) ends the command with `interrupted` (130) at once, not
+    when the connect gives up."""
+    profile, proxy = black_holed_a
+    data = yaml.safe_load(profile.read_text())
+    data["connect_timeout"] = 30
+    profile.write_text(yaml.safe_dump(data, sort_keys=False))
+    proxy.silence()
+    proc = subprocess.Popen(
+        cli.argv(*command, profile=profile),
+        env=cli.env(),
+        cwd=REPO,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        time.sleep(3)  # connecting to a, silently
+        assert proc.poll() is None
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert err.rstrip().endswith("interrupted"), err
+    assert took < 10, took  # the connect timeout (30 s) would be waited out
