@@ -682,7 +682,19 @@ def build_plan(
         kind=spec.kind,
         port=port if notebook else None,
         runtime=runtime,
-        notes=slow_notes(hosts, gpu_sets, facts),
+        notes=slow_notes(hosts, gpu_sets, facts)
+        + no_workdir_note(spec.workdir, spec.script, notebook),
+    )
+
+
+def no_workdir_note(workdir: str | None, script: str | None, notebook: bool) -> tuple[str, ...]:
+    """A spec without ``workdir`` syncs nothing: its script must be in the image (or on the
+    host, for ``runtime: host``); the plan says so, as nothing could check it here."""
+    if workdir is not None or script is None or notebook:
+        return ()
+    return (
+        f"note: no workdir: nothing is synced, so {script!r} must already be in the image "
+        f"(or on the host, for `runtime: host`), as the node's working directory sees it",
     )
 
 

@@ -526,7 +526,27 @@ def _workdir_problems(loaded: LoadedSpec) -> list[ConfigError]:
                 **loaded.blame("script"),
             )
         ]
-    from remote.transport import unsyncable_name, unsyncable_names
+    from remote.transport import excluded, unsyncable_name, unsyncable_names
+
+    rel = PurePosixPath(os.path.normpath(spec.script))
+    parents = [str(p) for p in reversed(rel.parents) if str(p) != "."]
+    hit = next(
+        (
+            path
+            for path in [*parents, str(rel)]
+            if excluded(path, PurePosixPath(path).name, spec.exclude)
+        ),
+        None,
+    )
+    if hit is not None:
+        return [
+            ConfigError(
+                f"{spec.script!r} is left out of the synced workdir by `exclude` (it matches "
+                f"{hit!r}): the job would not find it",
+                "narrow the `exclude` patterns so the script (and its folder) is synced",
+                **loaded.blame("exclude"),
+            )
+        ]
 
     bad = unsyncable_names(wd, spec.exclude)
     if bad:

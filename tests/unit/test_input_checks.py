@@ -424,3 +424,25 @@ def test_watch_replay_of_a_bad_recording_ends_with_exit_2(
     assert (
         said in res.output and "fix: give a file written by `gpuconsole top --record`" in res.output
     )
+
+
+@pytest.mark.parametrize("pattern", ["*.py", "train_ddp.py", "train*"])
+def test_an_exclude_that_leaves_out_the_script_is_refused(tmp_path: Path, pattern: str) -> None:
+    e = spec_error(tmp_path, f"exclude: ['{pattern}']\n")
+    assert e.field == "exclude" and e.line == 4, str(e)
+    assert "'train_ddp.py' is left out of the synced workdir by `exclude`" in str(e)
+
+
+def test_an_exclude_of_the_scripts_folder_is_refused(tmp_path: Path) -> None:
+    from console.jobs.spec import load_spec
+
+    wd = tmp_path / "w"
+    (wd / "src").mkdir(parents=True)
+    (wd / "src" / "train.py").write_text("")
+    spec = tmp_path / "job.yaml"
+    spec.write_text("name: demo\nscript: src/train.py\nworkdir: w\nexclude: ['src']\n")
+    with pytest.raises(ConfigError) as e:
+        load_spec(spec)
+    assert e.value.field == "exclude" and "(it matches 'src')" in str(e.value)
+    spec.write_text("name: demo\nscript: src/train.py\nworkdir: w\nexclude: ['*.ckpt']\n")
+    assert load_spec(spec).spec.script == "src/train.py"
