@@ -306,6 +306,11 @@ async def follow_job_log_batches(
             async for batch in follow_container_batches(
                 engine, n.container_id, cursor, tail=tail, on_state=state, pace_s=FOLLOW_PACE_S
             ):
+                if since_ns is not None and batch[0].ts_ns < since_ns:
+                    # the cursor starts 1 ns before `since` and takes lines at its own time
+                    batch = [ln for ln in batch if ln.ts_ns >= since_ns]
+                    if not batch:
+                        continue
                 queue.put_nowait((n, batch, False))
         except GpuConsoleError:
             pass

@@ -300,3 +300,21 @@ def test_ps_adopts_only_containers_of_its_own_hosts(cli: CLI, tmp_path: Path) ->
     assert job_id not in {j["id"] for j in json.loads(res_a.stdout)}
     fresh = CLI(cli.profile, tmp_path / "state-ab", tmp_path)
     assert the_job(fresh, job_id)["nodes"][0]["host"] == "b"
+
+
+def test_follow_with_tail_is_the_merged_logs_tail(cli: CLI) -> None:
+    """`logs -f --tail N` of a 2-node job: the last N lines of the merged log in time order
+    (as `logs --tail N`), not N per node, then the follow (here: the job has ended)."""
+    spec = cli.spec(
+        "ftail",
+        nodes=["a", "b"],
+        args=["--steps", "6", "--out", "/out", "--workers", "0"],
+    )
+    sub = cli.run("submit", str(spec), "--follow")
+    assert sub.returncode == 0, sub.stderr
+    job_id = job_named(cli, "ftail")
+    plain = cli.run("logs", job_id, "--tail", "3", "-t").stdout.splitlines()
+    followed = cli.run("logs", job_id, "-f", "--tail", "3", "-t").stdout.splitlines()
+    assert len(plain) == 3 and followed == plain, (plain, followed)
+    stamps = [ln.split()[0] for ln in followed]
+    assert stamps == sorted(stamps)
