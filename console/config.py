@@ -11,7 +11,7 @@ Layers, later wins: built-in defaults < ``config.yaml`` < command-line flags. Ex
       jobs.stop: ctrl+k
 
 Binding ids: ``?`` in the app lists every key that applies on the screen, what it does and its
-binding id (right column); README.md's "Keys" section and docs/architecture.md list them all. A
+binding id (right column); README.md's "Keys and config" and docs/architecture.md list them all. A
 key YAML reads as a number (``app.fleet: 1``) is taken as that key's name; a key that another
 binding of the same screen already has is refused (:func:`console.app.app.keymap_errors`).
 The directory is ``$GPUCONSOLE_CONFIG_DIR`` if set.

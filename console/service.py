@@ -18,6 +18,7 @@ import dataclasses
 import logging
 import math
 import os
+import re
 import shutil
 import sys
 import time
@@ -1466,12 +1467,12 @@ class Service:
             data = {"kind": "notebook", **data, **given}
             source, base, flags = str(spec_path), spec_path.parent.resolve(), frozenset(given)
         else:
-            data = {
-                "kind": "notebook",
-                "name": "notebook",
-                "nodes": [next(iter(self.profile.hosts))],
-                **given,
-            }
+            data = {"kind": "notebook", "nodes": [next(iter(self.profile.hosts))], **given}
+            if "name" not in data:
+                # one notebook per host by default (a job's name runs once): notebook-<host>
+                nodes = data["nodes"]
+                host = nodes[0] if isinstance(nodes, list) and nodes else ""
+                data["name"] = notebook_name(str(host))
             source, base, lines, flags = "(flags)", Path.cwd(), {}, frozenset(given)
         if "gpus_per_node" not in data:
             nodes = data.get("nodes")
@@ -1973,3 +1974,10 @@ def _ended_ranks(
         )
     node = parse_node(node_rank, host, {"processes": processes})
     return dataclasses.replace(node, dumps=dumps)
+
+
+def notebook_name(host: str) -> str:
+    """The default name of a notebook on ``host``: ``notebook-<host>`` in a job name's
+    alphabet (lowercase letters, digits, ``.``, ``_``, ``-``; at most 48 characters)."""
+    safe = re.sub(r"[^a-z0-9._-]+", "-", host.lower()).strip("-._")
+    return f"notebook-{safe}"[:48].rstrip("-._") if safe else "notebook"

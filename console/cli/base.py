@@ -137,8 +137,9 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
     (a closed stdout: exit 0, see the module docstring). Ctrl-C: ``interrupted``, exit 130,
     also before the coroutine started (it is closed, not left un-awaited), and tasks that
     end with an error while asyncio cancels them go to the debug log, not stderr."""
-    global _after_interrupt
+    global _after_interrupt, _interrupt_note
     _after_interrupt = False  # (in-process tests call run() again and again)
+    _interrupt_note = None
     main = _quiet_when_interrupted(coro)
     try:
         import asyncio
@@ -167,7 +168,20 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
         from console.entry import INTERRUPTED_EXIT, say_interrupted
 
         say_interrupted()  # once, also if the command's end is interrupted again
+        if _interrupt_note is not None:
+            err(_interrupt_note)
         raise SystemExit(INTERRUPTED_EXIT) from None
+
+
+#: What a Ctrl-C from now on leaves done, said after ``interrupted`` (:func:`note_done`).
+_interrupt_note: str | None = None
+
+
+def note_done(note: str) -> None:
+    """Say ``note`` after ``interrupted`` if Ctrl-C comes from now on: what the command has
+    already done that the interruption does not undo (a job submitted keeps running)."""
+    global _interrupt_note
+    _interrupt_note = note
 
 
 #: Set by :func:`run` once Ctrl-C ended the command (:func:`_quiet_when_interrupted`).
@@ -251,13 +265,23 @@ def main(
         raise SystemExit(_app(ctx, verbose, readonly, replay))
     # Registered first, so it runs after every exit handler the command registers (LIFO).
     atexit.register(freeze_heap_at_exit)
+    handler = logging.StreamHandler(sys.stderr)
+    if not verbose:  # as the commands' own lines: "warning: ..." (-v: the log's full form)
+        handler.setFormatter(_SayFormatter())
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
+        handlers=[handler],
     )
     if not verbose:
         logging.getLogger("asyncssh").setLevel(logging.ERROR)
+
+
+class _SayFormatter(logging.Formatter):
+    """A log record on stderr as the commands say things: ``warning: <message>``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return f"{record.levelname.lower()}: {super().format(record)}"
 
 
 def freeze_heap_at_exit() -> None:
@@ -306,7 +330,7 @@ def _app(ctx: click.Context, verbose: bool, readonly: bool, replay: Path | None)
             err(f"error: {path}{f':{line}' if line else ''}: {p}")
         err(
             "  fix: the binding ids: press `?` in the console (each key that applies there, "
-            'what it does and its binding id), or see the "Keys" section of README.md'
+            'what it does and its binding id), or see "Keys and config" in README.md'
         )
         return 2
     if not (sys.stdin.isatty() and sys.stdout.isatty()):

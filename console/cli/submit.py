@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from console.cli.base import command_service, err, follow_job, main, run
+from console.cli.base import command_service, err, follow_job, main, note_done, run
 from console.errors import UsageError
 
 
@@ -164,6 +164,7 @@ async def _submit(
             click.echo(sub.plan_text())
             return 0
         job = await svc.submit(sub)
+        note_done(f"job {job.id} was submitted and keeps running (`gpuconsole stop {job.id}`)")
         err(sub.submitted_line(job))
         if not follow:
             click.echo(job.id)
