@@ -94,6 +94,10 @@ def _command() -> object:
         return e.code
     except ClickException as e:
         e.show()
+        if _profile_after_command(e):
+            sys.stderr.write(
+                "  fix: -p/--profile goes before the command: gpuconsole -p PROFILE COMMAND ...\n"
+            )
         return e.exit_code
     except Abort as e:
         if isinstance(e.__cause__, KeyboardInterrupt):
@@ -250,3 +254,11 @@ def _interrupted_again(signum: int = 0, frame: object = None) -> NoReturn:
         except OSError:
             pass
     os._exit(INTERRUPTED_EXIT)
+
+
+def _profile_after_command(e: Exception) -> bool:
+    """Whether click refused ``-p``/``--profile`` given after the command (``gpuconsole ps -p
+    X``): the profile is the group's option, before the command."""
+    from click.exceptions import NoSuchOption
+
+    return isinstance(e, NoSuchOption) and e.option_name in ("-p", "--profile")

@@ -41,7 +41,14 @@ from console.backends.base import (
     profile_stop_grace,
     raise_if_unreachable,
 )
-from console.errors import ConfigError, JobError, JobNotFound, StateError, UsageError
+from console.errors import (
+    ConfigError,
+    JobError,
+    JobNotFound,
+    StateError,
+    UsageError,
+    host_reason,
+)
 from console.events import (
     ArchiveStateChanged,
     EventBus,
@@ -1142,8 +1149,9 @@ class Service:
             try:
                 facts = await gpu_facts(session, host)
             except GpuConsoleError as e:
-                tell(f"{host}: not benched: {e.message}")
-                return [], HostBench(host, mode, time.time(), "failed", False, e.message)
+                why = host_reason(e, named=False)  # the lines name the host already
+                tell(f"{host}: not benched: {why}")
+                return [], HostBench(host, mode, time.time(), "failed", False, why)
             if not facts.count:
                 why = "no NVIDIA driver" if facts.count is None else "no GPU"
                 return [], HostBench(host, mode, time.time(), "no_gpu", False, why)

@@ -94,8 +94,9 @@ def state_dir() -> Path:
     try:
         p.mkdir(parents=True, exist_ok=True, mode=0o700)
     except OSError as e:
+        why = "it is a file, not a folder" if p.is_file() else e.strerror
         raise GpuConsoleError(
-            f"cannot create the state dir {p}: {e.strerror}",
+            f"cannot use the state dir {p}: {why}",
             "set GPUCONSOLE_STATE_DIR to a writable folder",
         ) from e
     return p
