@@ -62,11 +62,13 @@ def render_fleet(state: FleetState) -> str:
     xid_notes: list[str] = []  # each GPU's Xid chain root with its action
     for v in state.hosts.values():
         if v.sample is None or v.status == "down":
+            if v.error:  # under the table: a long reason in the NAME column pushes the rest off
+                notes.append(f"{v.name}: {v.status}: {v.error.removeprefix(f'host {v.name}: ')}")
             rows.append(
                 [
                     v.name,
                     "-",
-                    v.status + (f": {v.error}" if v.error else ""),
+                    v.status,
                     "",
                     "",
                     "",
