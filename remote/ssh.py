@@ -1011,7 +1011,8 @@ class SSHTransport(Transport):
             if bad:
                 raise TransportError(
                     self.name,
-                    f"copying the workdir to {remote_dir} failed: {bad[0][0]!a}: {bad[0][1]}",
+                    f"copying the workdir to {remote_dir} failed: "
+                    f"{os.fsencode(bad[0][0]).decode('utf-8', 'backslashreplace')!r}: {bad[0][1]}",
                     "rename it, or leave it out with the spec's `exclude`",
                 ) from e
             if isinstance(e, (asyncssh.SFTPNoSpaceOnFilesystem, asyncssh.SFTPQuotaExceeded)):

@@ -132,6 +132,6 @@ def test_a_failed_workdir_copy_leaves_no_staging_folder(cli: CLI) -> None:
             await t.close()
 
     err = asyncio.run(sync())
-    assert "'sub/a\\\\b.txt' has a backslash in its name" in err.detail, err.detail
+    assert "'sub/a\\\\b.txt': a backslash in a file name" in err.detail, err.detail
     assert err.hint is not None and "exclude" in err.hint
     assert _workdirs_of(digest) == []
