@@ -1,16 +1,23 @@
 """gpuconsole host agent: one telemetry sample (schema v1) per interval on stdout, from NVML.
 
 Run on a GPU host with the host's own ``python3`` (3.8 or newer, standard library only), from a
-folder that also holds ``pynvml.py`` (nvidia-ml-py)::
+folder that also holds ``nvmlc.py`` (the agent's own small ctypes binding of the NVML calls it
+makes) and ``pynvml.py`` (nvidia-ml-py)::
 
-    python3 agent.py --interval 1.0 [--pynvml-dir DIR] [--slow-every 10] [--count N]
+    python3 agent.py --interval 1.0 [--nvml auto|nvmlc|pynvml] [--pynvml-dir DIR]
+                     [--slow-every 10] [--count N]
+
+NVML binding (:func:`load_nvml`): ``nvmlc.py`` unless ``--nvml pynvml`` (or the environment's
+``GPUCONSOLE_AGENT_NVML=pynvml``) or ``--pynvml-dir`` asks for pynvml; pynvml also when
+``nvmlc.py`` cannot be imported. Both give the same records; nvmlc starts about 30 ms of CPU
+sooner (pynvml defines its whole API at import).
 
 Each line on stdout is one JSON object in the format of ``remote/telemetry/schema.py`` (version
 1, ``"source": "nvml"``); stdout is flushed after each line. The agent exits with status 0 when
 its stdin reaches end of file (the console keeps stdin open as the liveness link: a dropped SSH
 session closes it), after ``--count`` samples, or when stdout is closed.
 
-Exit status 3: NVML could not be loaded (``libnvidia-ml.so.1`` or ``pynvml.py`` missing) but
+Exit status 3: NVML could not be loaded (``libnvidia-ml.so.1`` or both bindings missing) but
 ``nvidia-smi`` is on PATH; one sample with state ``nvml_unavailable`` is written first, and the
 console falls back to ``nvidia-smi``. When ``nvidia-smi`` is missing too, nothing could read the
 GPUs: the agent does not exit but streams host samples (CPU, memory, load; zero GPUs) every
@@ -33,13 +40,14 @@ Unknown is ``null``, never 0: a field that NVML does not support or that failed 
 the reason (NVML's error string, e.g. ``"Not Supported"``) is kept in the record's ``errors`` map
 under the field's name. One failing field or GPU never stops the others.
 
-This file is shipped to hosts as a file (with ``pynvml.py`` only) and run there by itself, so it
-is also the single source of the record's vocabulary (host states, clock-event reason names and
-bits, keys, record builders: the block below the imports). The console imports this module for
-that vocabulary only (``remote/telemetry/schema.py`` types it; the nvidia-smi fallback builds
-its records with it); it never runs the agent in process. Hence: standard library only, no
-Unix-only module imported at import time (``pwd`` is imported where it is used), and Python 3.8
-syntax and semantics (the annotations below are strings, never evaluated).
+This file is shipped to hosts as a file (with ``nvmlc.py`` and ``pynvml.py`` only) and run there
+by itself, so it is also the single source of the record's vocabulary (host states, clock-event
+reason names and bits, keys, record builders: the block below the imports). The console imports
+this module for that vocabulary only (``remote/telemetry/schema.py`` types it; the nvidia-smi
+fallback builds its records with it); it never runs the agent in process. Hence: standard
+library only, no Unix-only module imported at import time (``pwd`` is imported where it is
+used), and Python 3.8 syntax and semantics (the annotations below are strings, never
+evaluated).
 """
 
 from __future__ import annotations
@@ -55,7 +63,8 @@ import time
 # no user site), so nothing is imported here that the first sample does not need. ``argparse``,
 # ``re``, ``socket``, ``typing`` and ``ctypes`` cost milliseconds each to import; the options
 # are parsed by hand (:func:`parse_args`, argparse only for --help and mistakes), the
-# regular expressions are compiled where they are used, and ``ctypes`` comes with pynvml.
+# regular expressions are compiled where they are used, and ``ctypes`` comes with the NVML
+# binding (nvmlc.py or pynvml).
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only (they are strings, never evaluated)
     from collections.abc import Callable, Iterable, Sequence
@@ -64,10 +73,11 @@ if TYPE_CHECKING:  # annotations only (they are strings, never evaluated)
 # --------------------------------------------------------------------------------------------
 # the record's vocabulary: the single source of these names and keys
 #
-# This file runs on hosts by itself (only pynvml.py is shipped with it), so the names and keys
-# that appear in its JSON lines are defined here, once. The console's typed view of the record,
-# remote/telemetry/schema.py, imports them from this file, and the nvidia-smi fallback
-# (remote/telemetry/smi.py) builds its records with them: both paths spell everything alike.
+# This file runs on hosts by itself (only its NVML bindings are shipped with it), so the names
+# and keys that appear in its JSON lines are defined here, once. The console's typed view of
+# the record, remote/telemetry/schema.py, imports them from this file, and the nvidia-smi
+# fallback (remote/telemetry/smi.py) builds its records with them: both paths spell everything
+# alike.
 
 SCHEMA_VERSION = 1
 #: Environment variable naming a ``runtime: host`` node (its process has no container): the
@@ -448,7 +458,8 @@ _CONTAINER_ID_PATTERN = (
 
 
 def nvml_code(exc: BaseException) -> int | None:
-    """The NVML return code carried by a pynvml ``NVMLError`` (its ``value``), else ``None``."""
+    """The NVML return code carried by an ``NVMLError`` of pynvml or nvmlc (its ``value``), else
+    ``None``."""
     value = getattr(exc, "value", None)
     return value if isinstance(value, int) else None
 
@@ -458,7 +469,7 @@ def reason_of(exc: BaseException) -> str:
     if nvml_code(exc) is not None:
         try:
             return str(exc)
-        except Exception:  # pynvml's __str__ can itself call NVML
+        except Exception:  # NVMLError's __str__ can itself call NVML (nvmlErrorString)
             return f"NVML error {nvml_code(exc)}"
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
@@ -478,7 +489,7 @@ def _finite(value: float) -> float | None:
 
 def handle_key(handle: Any) -> int:
     """A hashable identity for an NVML device handle (the ``nvmlDevice_t`` pointer value)."""
-    import ctypes  # pynvml imported it already
+    import ctypes  # the NVML binding imported it already
 
     try:
         ptr = ctypes.cast(handle, ctypes.c_void_p).value
@@ -604,7 +615,7 @@ def processes_v1(nv: Any, symbol: str, handle: Any) -> list[Any]:
     pynvml 12+ has no wrapper for the v1 symbols, which drivers older than R470 export alone.
     Returns objects with ``pid`` and ``usedGpuMemory`` (bytes, ``None`` when not available).
     """
-    import ctypes  # pynvml imported it already
+    import ctypes  # the NVML binding imported it already
 
     class ProcessInfoV1(ctypes.Structure):
         _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong)]
@@ -1265,12 +1276,13 @@ class Agent:
     """Reads NVML and /proc and builds samples (schema v1).
 
     Args:
-        nv: the pynvml module (or a stand-in with the same API); ``None`` when it could not be
-            imported (then ``import_error`` says why).
+        nv: the NVML binding: ``nvmlc`` (this folder's ``nvmlc.py``), the pynvml module, or a
+            stand-in with the same API (:func:`load_nvml`); ``None`` when none could be imported
+            (then ``import_error`` says why).
         interval_s: the sampling interval reported in samples (s).
         slow_every: read the slow fields every this many samples.
         proc_root: where ``/proc`` is (tests point it elsewhere).
-        import_error: why pynvml could not be imported.
+        import_error: why no NVML binding could be imported.
         kernel_log: reads the host's NVRM kernel messages into ``kernel_log`` (``None``: not
             read; the command line always gives one unless ``--kernel-log-every 0``).
         clock: monotonic seconds (the GPM interval's).
@@ -1314,7 +1326,7 @@ class Agent:
         self._v: dict[str, Versioned] = {}
         if nv is None:
             self.state = "nvml_unavailable"
-            self.state_detail = f"pynvml could not be imported: {import_error or 'unknown'}"
+            self.state_detail = f"no NVML binding could be imported: {import_error or 'unknown'}"
             return
         self._v = self._versioned_calls(nv)
         self._init_nvml()
@@ -1981,6 +1993,12 @@ class Agent:
 # main loop
 
 
+#: The NVML bindings :func:`load_nvml` chooses from (``--nvml``).
+NVML_BINDINGS = ("auto", "nvmlc", "pynvml")
+#: Environment variable choosing the binding when ``--nvml`` is not given (A/B runs).
+NVML_BINDING_ENV = "GPUCONSOLE_AGENT_NVML"
+
+
 def load_pynvml(pynvml_dir: str | None) -> tuple[Any, str | None]:
     """Import ``pynvml`` (from ``pynvml_dir`` first when given, else next to this script).
 
@@ -1998,6 +2016,33 @@ def load_pynvml(pynvml_dir: str | None) -> tuple[Any, str | None]:
         return __import__("pynvml"), None
     except Exception as e:
         return None, reason_of(e)
+
+
+def load_nvml(binding: str = "auto", pynvml_dir: str | None = None) -> tuple[Any, str | None]:
+    """The NVML binding the agent reads with: ``nvmlc`` (``nvmlc.py`` next to this script: only
+    the calls the agent makes, through ctypes, cheaper to start) or nvidia-ml-py's ``pynvml``
+    (:func:`load_pynvml`).
+
+    ``binding``: ``"nvmlc"`` or ``"pynvml"`` forces one; ``"auto"`` takes pynvml when
+    ``pynvml_dir`` names a folder for it (an explicit request; the tests' stand-in comes that
+    way), else nvmlc, and pynvml when nvmlc cannot be imported (a folder without it).
+
+    Returns:
+        ``(module, None)`` or ``(None, reason)`` (both reasons when neither imports).
+    """
+    if binding == "pynvml" or (binding == "auto" and pynvml_dir):
+        return load_pynvml(pynvml_dir)
+    here = os.path.dirname(os.path.abspath(__file__))
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    try:
+        return __import__("nvmlc"), None
+    except Exception as e:
+        why = "nvmlc: " + reason_of(e)
+    if binding == "nvmlc":
+        return None, why
+    nv, err = load_pynvml(pynvml_dir)
+    return (nv, None) if nv is not None else (None, f"{why}; pynvml: {err}")
 
 
 def watch_stdin(closed: threading.Event) -> threading.Thread:
@@ -2042,6 +2087,7 @@ class Options:
     def __init__(self) -> None:
         self.interval = 1.0
         self.pynvml_dir: str | None = None
+        self.nvml = os.environ.get(NVML_BINDING_ENV, "auto")
         self.slow_every = 10
         self.count = 0
         self.no_stdin_watch = False
@@ -2055,6 +2101,7 @@ class Options:
 _VALUED: dict[str, tuple[str, Callable[[str], Any]]] = {
     "--interval": ("interval", float),
     "--pynvml-dir": ("pynvml_dir", str),
+    "--nvml": ("nvml", str),
     "--slow-every": ("slow_every", int),
     "--count": ("count", int),
     "--replay": ("replay", str),
@@ -2087,7 +2134,7 @@ def _parse_fast(argv: Sequence[str]) -> Options | None:
             setattr(o, attr, kind(value))
         except ValueError:
             return None
-    if not o.interval > 0 or o.kernel_log_every < 0:
+    if not o.interval > 0 or o.kernel_log_every < 0 or o.nvml not in NVML_BINDINGS:
         return None
     return o
 
@@ -2108,6 +2155,14 @@ def parse_args(argv: Sequence[str] | None) -> Options:
     )
     p.add_argument("--interval", type=float, default=1.0, help="seconds between samples")
     p.add_argument("--pynvml-dir", default=None, help="folder holding pynvml.py")
+    p.add_argument(
+        "--nvml",
+        choices=NVML_BINDINGS,
+        default=os.environ.get(NVML_BINDING_ENV, "auto"),
+        help="NVML binding: nvmlc.py next to this file, or nvidia-ml-py's pynvml; auto (the "
+        f"default, or ${NVML_BINDING_ENV}): pynvml when --pynvml-dir is given, else nvmlc, "
+        "pynvml when nvmlc is missing",
+    )
     p.add_argument(
         "--slow-every", type=int, default=10, help="read slow fields every N samples (default 10)"
     )
@@ -2230,7 +2285,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         except BrokenPipeError:
             return 0
-    nv, import_error = load_pynvml(args.pynvml_dir)
+    nv, import_error = load_nvml(args.nvml, args.pynvml_dir)
     reader = (
         KernelLogReader(args.kernel_log_every, file=args.kernel_log_file)
         if args.kernel_log_every > 0

@@ -1,7 +1,8 @@
 """One host's telemetry stream: the agent shipped over the connection, or nvidia-smi.
 
-The agent (``remote/agent/agent.py``, stdlib only) and the ``pynvml.py`` of the console's own
-nvidia-ml-py are uploaded into ``~/.cache/gpuconsole/agent/<sha256[:16]>/`` (re-uploaded only
+The agent (``remote/agent/agent.py``, stdlib only), its NVML binding (``remote/agent/nvmlc.py``)
+and the ``pynvml.py`` of the console's own nvidia-ml-py (the agent's fallback binding) are
+uploaded into ``~/.cache/gpuconsole/agent/<sha256[:16]>/`` (re-uploaded only
 when they change) and run with the host's ``python3``. Its stdin stays open as the liveness
 link: when the connection or the console goes away, stdin closes and the agent exits, so
 nothing outlives the connection.
@@ -44,15 +45,17 @@ log = logging.getLogger("gpuconsole.remote.telemetry")
 AGENT_BASE = ".cache/gpuconsole/agent"
 #: The agent's exit status when NVML cannot be used (the console falls back to nvidia-smi).
 AGENT_EXIT_NO_NVML = 3
-_AGENT_FILE = Path(__file__).resolve().parent.parent / "agent" / "agent.py"
+_AGENT_DIR = Path(__file__).resolve().parent.parent / "agent"
 
 
 def agent_bundle() -> dict[str, bytes]:
-    """The files uploaded to a host: ``agent.py`` and nvidia-ml-py's ``pynvml.py``."""
+    """The files uploaded to a host: ``agent.py``, its NVML binding ``nvmlc.py`` (what it reads
+    NVML with) and nvidia-ml-py's ``pynvml.py`` (its fallback, ``--nvml pynvml``)."""
     import pynvml
 
     return {
-        "agent.py": _AGENT_FILE.read_bytes(),
+        "agent.py": (_AGENT_DIR / "agent.py").read_bytes(),
+        "nvmlc.py": (_AGENT_DIR / "nvmlc.py").read_bytes(),
         "pynvml.py": Path(pynvml.__file__).read_bytes(),
     }
 

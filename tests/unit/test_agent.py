@@ -928,7 +928,9 @@ def test_bad_interval_is_usage_error() -> None:
 
 
 @pytest.mark.parametrize(
-    "path", [AGENT_DIR / "agent.py", FAKES_DIR / "fake_nvml.py"], ids=["agent.py", "fake_nvml.py"]
+    "path",
+    [AGENT_DIR / "agent.py", AGENT_DIR / "nvmlc.py", FAKES_DIR / "fake_nvml.py"],
+    ids=["agent.py", "nvmlc.py", "fake_nvml.py"],
 )
 def test_agent_keeps_python38_syntax(path: Path) -> None:
     source = path.read_text()
