@@ -52,7 +52,6 @@ evaluated).
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
@@ -61,10 +60,14 @@ import time
 
 # Start-up cost: the host starts this file once per connection (``python3 -I -S``: no site,
 # no user site), so nothing is imported here that the first sample does not need. ``argparse``,
-# ``re``, ``socket``, ``typing`` and ``ctypes`` cost milliseconds each to import; the options
-# are parsed by hand (:func:`parse_args`, argparse only for --help and mistakes), the
-# regular expressions are compiled where they are used, and ``ctypes`` comes with the NVML
-# binding (nvmlc.py or pynvml).
+# ``re``, ``json``, ``subprocess``, ``socket``, ``typing`` and ``ctypes`` cost milliseconds each
+# to import (``json`` and ``subprocess`` mostly through ``re``, which they import); the options
+# are parsed by hand (:func:`parse_args`, argparse only for --help and mistakes), samples are
+# written by :func:`dumps` (json's own C string encoder, no ``json`` package), the kernel log
+# tools are started with ``os.posix_spawnp`` (:func:`run_command`), dmesg's stamps are read
+# without a regular expression, the container id's regular expression is compiled where it is
+# used (only for processes on a GPU), and ``ctypes`` comes with the NVML binding (nvmlc.py or
+# pynvml).
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only (they are strings, never evaluated)
     from collections.abc import Callable, Iterable, Sequence
@@ -659,7 +662,23 @@ KERNEL_LOG_FIELDS = ("source", "lines", "since_boot", "dropped", "gap")
 #: ``kernel_log.source`` values (``file``: a test's file standing in for the kernel log).
 KERNEL_LOG_SOURCES = ("journalctl", "dmesg", "file")
 
-_STAMP_PATTERN = r"^\[\s*(\d+\.\d+)\]"  # dmesg's [seconds.micros] prefix
+
+def dmesg_stamp(line: str) -> float | None:
+    """The seconds of dmesg's ``[  123.456789]`` prefix, else ``None`` (what the regular
+    expression ``^\\[\\s*(\\d+\\.\\d+)\\]`` reads, with ASCII digits)."""
+    if not line.startswith("["):
+        return None
+    end = line.find("]")
+    if end < 0:
+        return None
+    whole, dot, frac = line[1:end].lstrip().partition(".")
+    if not (dot and whole and frac) or not (whole + frac).isascii():
+        return None
+    if not (whole.isdigit() and frac.isdigit()):
+        return None
+    return float(whole + "." + frac)
+
+
 #: journalctl's words when it runs but cannot show the kernel's messages to this user.
 _JOURNAL_REFUSALS = (
     "not seeing messages from other users",
@@ -670,11 +689,18 @@ _JOURNAL_REFUSALS = (
 
 
 def run_command(argv: Sequence[str], timeout: float) -> tuple[int, str, str]:
-    """Run ``argv`` (C locale); ``(returncode, stdout, stderr)``; 127 when the program is not
-    installed, 124 when it ran past ``timeout`` s. Never raises for these."""
-    import subprocess  # only the kernel log reader starts processes
+    """Run ``argv`` (C locale, stdin ``/dev/null``); ``(returncode, stdout, stderr)``; 127 when
+    the program is not installed, 124 when it ran past ``timeout`` s (it is killed), 126 when
+    it could not be started otherwise. Never raises for these.
 
+    Started with ``os.posix_spawnp`` and read through two pipes with ``select``
+    (:func:`_spawn_and_read`): ``subprocess`` imports ``locale`` and with it ``re``, several ms
+    of the agent's start; ``subprocess`` where there is no ``posix_spawnp``."""
     env = dict(os.environ, LC_ALL="C")
+    if hasattr(os, "posix_spawnp"):
+        return _spawn_and_read(list(argv), env, timeout)
+    import subprocess
+
     try:
         res = subprocess.run(
             list(argv), capture_output=True, timeout=timeout, env=env, stdin=subprocess.DEVNULL
@@ -689,6 +715,76 @@ def run_command(argv: Sequence[str], timeout: float) -> tuple[int, str, str]:
         res.returncode,
         res.stdout.decode("utf-8", "replace"),
         res.stderr.decode("utf-8", "replace"),
+    )
+
+
+def _spawn_and_read(argv: list[str], env: dict[str, str], timeout: float) -> tuple[int, str, str]:
+    """:func:`run_command` through ``os.posix_spawnp``: the child's stdout and stderr are two
+    pipes (``os.pipe`` fds are close-on-exec: the child keeps only its dup2'ed 1 and 2), read
+    with ``select`` until both close or ``timeout`` s pass (then SIGKILL), its SIGPIPE and
+    SIGXFSZ at their defaults as ``subprocess`` leaves them."""
+    import select  # a C module: no Python imports behind it
+
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    try:
+        pid = os.posix_spawnp(
+            argv[0],
+            argv,
+            env,
+            file_actions=[
+                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                (os.POSIX_SPAWN_DUP2, out_w, 1),
+                (os.POSIX_SPAWN_DUP2, err_w, 2),
+            ],
+            # SIGPIPE and SIGXFSZ back to their defaults in the child (Python ignores them;
+            # subprocess's restore_signals does the same); 13 and 25 on Linux and macOS, the
+            # numbers because ``signal`` imports enum
+            setsigdef=(13, 25),
+        )
+    except FileNotFoundError:
+        for fd in (out_r, out_w, err_r, err_w):
+            os.close(fd)
+        return 127, "", argv[0] + ": not installed"
+    except OSError as e:
+        for fd in (out_r, out_w, err_r, err_w):
+            os.close(fd)
+        return 126, "", f"{argv[0]}: {reason_of(e)}"
+    os.close(out_w)
+    os.close(err_w)
+    chunks: dict[int, list[bytes]] = {out_r: [], err_r: []}
+    open_fds = [out_r, err_r]
+    deadline = time.monotonic() + timeout
+    timed_out = False
+    try:
+        while open_fds:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                timed_out = True
+                break
+            ready, _, _ = select.select(open_fds, [], [], left)
+            for fd in ready:
+                data = os.read(fd, 65536)
+                if data:
+                    chunks[fd].append(data)
+                else:
+                    open_fds.remove(fd)
+    finally:
+        for fd in (out_r, err_r):
+            os.close(fd)
+        if timed_out:
+            try:
+                os.kill(pid, 9)  # SIGKILL (Linux and BSDs; ``signal`` imports enum)
+            except OSError:
+                pass
+        _, status = os.waitpid(pid, 0)
+    if timed_out:
+        return 124, "", f"{argv[0]}: no answer within {timeout:g}s"
+    code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -os.WTERMSIG(status)
+    return (
+        code,
+        b"".join(chunks[out_r]).decode("utf-8", "replace"),
+        b"".join(chunks[err_r]).decode("utf-8", "replace"),
     )
 
 
@@ -852,13 +948,11 @@ class KernelLogReader:
                     "kernel log; journalctl needs the adm or systemd-journal group)"
                 )
             return why
-        import re  # compiled once by re's own cache
-
         records: list[tuple[float, list[str]]] = []
         for line in out.splitlines():
-            m = re.match(_STAMP_PATTERN, line)
-            if m:
-                records.append((float(m.group(1)), [line]))
+            stamp = dmesg_stamp(line)
+            if stamp is not None:
+                records.append((stamp, [line]))
             elif records and line.strip():
                 records[-1][1].append(line)
         if out.strip() and not records:
@@ -2062,9 +2156,99 @@ def watch_stdin(closed: threading.Event) -> threading.Thread:
     return t
 
 
+def _string_encoder() -> Callable[[str], str]:
+    """JSON's ASCII string encoder: ``_json``'s C function (what ``json.dumps`` uses) without
+    importing the ``json`` package (which imports ``re``); ``json``'s own where there is no
+    ``_json`` (not CPython)."""
+    try:
+        from _json import encode_basestring_ascii
+
+        return encode_basestring_ascii
+    except ImportError:
+        from json.encoder import encode_basestring_ascii as py_encoder
+
+        return py_encoder
+
+
+_encode_str: Callable[[str], str] | None = None
+
+
+def dumps(obj: Any) -> str:
+    """``json.dumps(obj, separators=(",", ":"), allow_nan=False)``, the same text, for what a
+    sample holds (dicts, lists, tuples, strings, ints, floats, booleans, ``None``).
+
+    Raises:
+        ValueError: a NaN or infinity (JSON has neither).
+        TypeError: any other type, or a dict key that is not a string, number, bool or None.
+    """
+    global _encode_str
+    if _encode_str is None:
+        _encode_str = _string_encoder()
+    enc = _encode_str
+    parts: list[str] = []
+    add = parts.append
+
+    def key(k: Any) -> str:
+        if isinstance(k, str):
+            return enc(k)
+        if k is True:
+            return '"true"'
+        if k is False:
+            return '"false"'
+        if k is None:
+            return '"null"'
+        if isinstance(k, int):
+            return '"' + int.__repr__(k) + '"'
+        if isinstance(k, float):
+            return '"' + number(k) + '"'
+        raise TypeError(f"keys must be str, int, float, bool or None, not {type(k).__name__}")
+
+    def number(f: float) -> str:
+        if f != f or f in (math.inf, -math.inf):
+            raise ValueError("Out of range float values are not JSON compliant: " + repr(f))
+        return float.__repr__(f)
+
+    def value(o: Any) -> None:
+        if isinstance(o, str):
+            add(enc(o))
+        elif o is None:
+            add("null")
+        elif o is True:
+            add("true")
+        elif o is False:
+            add("false")
+        elif isinstance(o, int):
+            add(int.__repr__(o))
+        elif isinstance(o, float):
+            add(number(o))
+        elif isinstance(o, dict):
+            add("{")
+            first = True
+            for k, v in o.items():
+                if not first:
+                    add(",")
+                first = False
+                add(key(k))
+                add(":")
+                value(v)
+            add("}")
+        elif isinstance(o, (list, tuple)):
+            add("[")
+            for i, v in enumerate(o):
+                if i:
+                    add(",")
+                value(v)
+            add("]")
+        else:
+            raise TypeError(f"Object of type {type(o).__name__} is not JSON serializable")
+
+    value(obj)
+    return "".join(parts)
+
+
 def emit(sample: dict[str, Any], out: Any) -> None:
-    """Write one sample as one JSON line and flush."""
-    out.write(json.dumps(sample, separators=(",", ":"), allow_nan=False) + "\n")
+    """Write one sample as one JSON line (:func:`dumps`) and flush."""
+    out.write(dumps(sample) + "\n")
     out.flush()
 
 
@@ -2227,6 +2411,8 @@ def link_python() -> None:
 def load_trace(path: str) -> list[dict[str, Any]]:
     """The samples of a trace file: JSON lines of samples, or recording lines
     (``{"host", "rx", "sample"}``)."""
+    import json  # replays only
+
     samples = []
     with open(path, encoding="utf-8") as f:
         for line in f:

@@ -442,3 +442,94 @@ def stable(s: dict[str, Any]) -> dict[str, Any]:
         "procs": s["processes"],
         "errors": sorted(s["errors"]),
     }
+
+
+# ---------------------------------------------------------------------------------------------
+# the agent's start-up cuts: JSON without the json package, commands without subprocess
+
+TRACES = ROOT / "tests" / "data" / "traces"
+
+
+def json_dumps(obj: Any) -> str:
+    return json.dumps(obj, separators=(",", ":"), allow_nan=False)
+
+
+def test_dumps_writes_what_json_dumps_writes(libs: None) -> None:
+    samples, _ = agent_run(nvmlc, set())
+    traces = [
+        json.loads(line)
+        for path in sorted(TRACES.glob("*.jsonl"))
+        for line in path.read_text().splitlines()
+        if line.strip()
+    ]
+    assert len(traces) > 20
+    odd = {
+        "text": 'quote " backslash \\ tab \t nul \x00 del \x7f é ü 漢 🙂 \ud800 \u2028',
+        "numbers": [0, -1, 2**70, 1.5, -0.0, 1e-300, 1e300, 0.1 + 0.2, 123456789.125],
+        "nested": {"a": [[], {}, (1, 2), [None, True, False]]},
+        7: "int key",
+        2.5: "float key",
+        True: "bool key",
+        None: "none key",
+    }
+    for obj in [*samples, *traces, odd]:
+        assert agent_mod.dumps(obj) == json_dumps(obj)
+    for bad in (float("nan"), {"x": [float("inf")]}, -float("inf")):
+        with pytest.raises(ValueError):
+            agent_mod.dumps(bad)
+        with pytest.raises(ValueError):
+            json_dumps(bad)
+    for bad in ({"x": {1, 2}}, {(1, 2): "tuple key"}, b"bytes"):
+        with pytest.raises(TypeError):
+            agent_mod.dumps(bad)
+        with pytest.raises(TypeError):
+            json_dumps(bad)
+
+
+def test_run_command_without_subprocess(tmp_path: Path) -> None:
+    rc, out, err = agent_mod.run_command(
+        ["sh", "-c", 'echo "out $LC_ALL"; echo err >&2; head -c 5; exit 3'], 10.0
+    )
+    assert (rc, out, err) == (3, "out C\n", "err\n")  # stdin is /dev/null: head reads nothing
+    # more than a pipe holds, on both: both are drained while it runs
+    rc, out, err = agent_mod.run_command(
+        ["sh", "-c", "yes x | head -c 300000; yes y | head -c 300000 >&2"], 10.0
+    )
+    assert (rc, out, err) == (0, "x\n" * 150_000, "y\n" * 150_000)
+    assert agent_mod.run_command(["gpuconsole-no-such-tool"], 10.0) == (
+        127,
+        "",
+        "gpuconsole-no-such-tool: not installed",
+    )
+    rc, out, err = agent_mod.run_command(["sh", "-c", "kill -9 $$"], 10.0)
+    assert (rc, out, err) == (-9, "", "")
+    marker = tmp_path / "still-running"
+    rc, out, err = agent_mod.run_command(["sh", "-c", f"sleep 30; touch {marker}"], 0.3)
+    assert (rc, err) == (124, "sh: no answer within 0.3s")
+    (tmp_path / "x").write_text("")
+    rc, _, _ = agent_mod.run_command([str(tmp_path / "x")], 10.0)  # not executable
+    assert rc == 126
+
+
+def test_dmesg_stamp_reads_what_the_old_regular_expression_read() -> None:
+    import re
+
+    pattern = r"^\[\s*(\d+\.\d+)\]"
+    lines = [
+        "[    5.123456] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  580.159.04",
+        "[12345.000001] NVRM: Xid (PCI:0000:19:00): 79, pid=1, GPU has fallen off the bus.",
+        "[5.1]x",
+        "[\t 7.25] tab",
+        "[ 5.] no fraction",
+        "[ .5] no whole",
+        "[ 5.1 ] space before the bracket",
+        "[ 5,1] comma",
+        "5.1] no bracket",
+        "[5.1.2] two dots",
+        "[ 5.1",
+        "",
+        "  continuation line",
+    ]
+    for line in lines:
+        m = re.match(pattern, line)
+        assert agent_mod.dmesg_stamp(line) == (float(m.group(1)) if m else None), line
