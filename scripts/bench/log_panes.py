@@ -501,12 +501,36 @@ def run_app(job_id: str, stats_path: Path, profile_path: Path, intake: str = "pr
     )
     logging.getLogger("asyncssh").setLevel(logging.WARNING)
 
+    from textual.drivers import _writer_thread
+
+    flushes: list[float] = []  # when the output thread's flushes to the terminal returned
+
+    def writer_run(self: Any) -> None:  # textual's WriterThread.run, timing each flush
+        write, flush, get, qsize = (
+            self._file.write,
+            self._file.flush,
+            self._queue.get,
+            self._queue.qsize,
+        )
+        while True:
+            text = get()
+            if text is None:
+                break
+            write(text)
+            if qsize() == 0:
+                flush()
+                flushes.append(time.time())
+        flush()
+
+    _writer_thread.WriterThread.run = writer_run  # type: ignore[method-assign]
+
     class BenchApp(GpuConsoleApp):
         """GpuConsoleApp plus the benchmark's bookkeeping (no behaviour changed)."""
 
         def __init__(self, service: Service, **kw: Any) -> None:
             super().__init__(service, **kw)
             self.keys: list[tuple[float, str]] = []
+            self.key_reads: list[tuple[float, str]] = []  # when the input thread parsed a key
             self.writes: list[float] = []  # when a screen update went to the terminal
             self.timeline: list[tuple[float, int, float]] = []
             self.frame_log: list[tuple[float, int, float, float]] = []
@@ -515,10 +539,21 @@ def run_app(job_id: str, stats_path: Path, profile_path: Path, intake: str = "pr
             self._last_key: events.Key | None = None
 
         def on_mount(self) -> None:  # Textual also runs GpuConsoleApp.on_mount
+            driver = self._driver
+            if driver is not None:
+                parsed = driver.process_message
+
+                def process_message(message: Any) -> None:  # runs in the input thread
+                    if isinstance(message, events.Key):
+                        self.key_reads.append((time.time(), message.key))
+                    parsed(message)
+
+                driver.process_message = process_message  # type: ignore[method-assign]
             self.set_interval(0.2, self._open_when_adopted)
             self.set_interval(1.0, self._tick)
             self.stalls: list[tuple[float, float]] = []  # (time, ms a 20 ms heartbeat ran late)
-            self.gc_pauses: list[tuple[float, int, float]] = []  # (time, generation, ms)
+            # (time, generation, ms, objects freed)
+            self.gc_pauses: list[tuple[float, int, float, int]] = []
             gc_started: list[float] = []
 
             def on_gc(phase: str, info: dict[str, int]) -> None:
@@ -530,6 +565,7 @@ def run_app(job_id: str, stats_path: Path, profile_path: Path, intake: str = "pr
                             time.time(),
                             info["generation"],
                             1000 * (time.perf_counter() - gc_started[0]),
+                            info.get("collected", 0),
                         )
                     )
 
@@ -543,10 +579,29 @@ def run_app(job_id: str, stats_path: Path, profile_path: Path, intake: str = "pr
 
             loop.call_later(0.02, beat, time.perf_counter() + 0.02)
 
+            # every loop callback over 10 ms: when it ended, wall and CPU ms, what it was
+            self.slow_callbacks: list[tuple[float, float, float, str]] = []
+            run = asyncio.events.Handle._run
+            slow = self.slow_callbacks
+
+            def timed_run(handle: asyncio.events.Handle) -> None:
+                w0, c0 = time.perf_counter(), time.thread_time()
+                run(handle)
+                wall = time.perf_counter() - w0
+                if wall > 0.01:
+                    cb = getattr(handle, "_callback", None)
+                    what = getattr(cb, "__qualname__", None) or repr(cb)[:80]
+                    coro = getattr(getattr(cb, "__self__", None), "get_coro", None)
+                    if coro is not None:
+                        c = coro()
+                        what += " " + getattr(c, "__qualname__", repr(c)[:60])
+                    slow.append((time.time(), 1000 * wall, 1000 * (time.thread_time() - c0), what))
+
+            asyncio.events.Handle._run = timed_run  # type: ignore[method-assign,assignment]
+
         def _end_update(self) -> None:
             super()._end_update()
-            if self.keys and self.keys[-1][0] > (self.writes[-1] if self.writes else 0.0):
-                self.writes.append(time.time())  # the first write after each key only
+            self.writes.append(time.time())
 
         def _open_when_adopted(self) -> None:
             if self.logs is not None:
@@ -563,7 +618,9 @@ def run_app(job_id: str, stats_path: Path, profile_path: Path, intake: str = "pr
             self.timeline.append((time.time(), taken, proc_rss_mib(os.getpid())))
             fr = self.frames()
             if fr is not None:
-                self.frame_log.append((time.time(), fr["frames"], fr["interval_s"], fr["cost_s"]))
+                self.frame_log.append(
+                    (time.time(), int(fr["frames"]), fr["interval_s"], fr["cost_s"])
+                )
             if len(self.timeline) % 2 == 0:
                 self.write_stats()
 
@@ -579,6 +636,7 @@ def run_app(job_id: str, stats_path: Path, profile_path: Path, intake: str = "pr
             data = {
                 "opened_at": self.opened_at,
                 "keys": self.keys,
+                "key_reads": self.key_reads,
                 "writes": self.writes,
                 "timeline": self.timeline,
                 "lines_taken": logs.lines_taken if logs else 0,
@@ -586,6 +644,8 @@ def run_app(job_id: str, stats_path: Path, profile_path: Path, intake: str = "pr
                 "merged": len(logs.merged) if logs else 0,
                 "stalls": self.stalls,
                 "gc": self.gc_pauses,
+                "slow_callbacks": self.slow_callbacks,
+                "flushes": flushes[-20000:],
                 "gc_objects": getattr(self, "gc_objects", None),
                 "frames": self.frame_log,
             }
@@ -726,8 +786,9 @@ def bench(args: argparse.Namespace, run: Run) -> dict[str, Any]:
                 "--threads",
                 "--subprocesses",  # the log intake process too
                 "--nonblocking",
+                *(["--gil"] if args.py_spy_gil else []),
                 "-r",
-                "50",
+                str(args.py_spy_rate),
                 "-o",
                 str(Path(args.py_spy).resolve()),
                 "--format",
@@ -1074,6 +1135,58 @@ def report(args: argparse.Namespace, out: dict[str, Any], wall: float) -> str:
                 f"key received by the app after send-keys: p50 {pct(d, 0.5):.0f} ms, "
                 f"p95 {pct(d, 0.95):.0f} ms"
             )
+            reads = [t for t, k in app.get("key_reads", []) if k == "t" and t >= t0]
+            if len(reads) == len(ks):
+                r = [1000 * (x - s_) for x, s_ in zip(reads, sent)]
+                q = [1000 * (k - x) for k, x in zip(ks, reads)]
+                notes.append(
+                    f"  of which send-keys -> parsed by the input thread: p50 {pct(r, 0.5):.0f}"
+                    f" / p95 {pct(r, 0.95):.0f} ms; parsed -> dispatched on the loop: p50 "
+                    f"{pct(q, 0.5):.0f} / p95 {pct(q, 0.95):.0f} ms"
+                )
+                seen = sides["gpuconsole"].key_ms
+                writes = app.get("writes") or []
+                if len(seen) == len(ks):
+                    slow: list[tuple[float, str]] = []
+                    for total, s_, x, k in zip(seen, sent, reads, ks):
+                        w_ = next((y for y in writes if y >= k), None)
+                        wk = "-" if w_ is None else f"{1000 * (w_ - k):.0f}"
+                        sn = "-" if w_ is None else f"{total - 1000 * (w_ - s_):.0f}"
+                        seen_at = s_ + total / 1000
+                        ws = ",".join(f"{1000 * (y - k):.0f}" for y in writes if k <= y <= seen_at)
+                        gcs = ",".join(
+                            f"g{g}:{ms:.0f}"
+                            for t, g, ms, _ in app.get("gc", [])
+                            if s_ <= t <= seen_at + 0.2 and ms >= 5
+                        )
+                        late = max(
+                            [ms for t, ms in app.get("stalls", []) if s_ <= t <= seen_at + 0.05]
+                            or [0.0]
+                        )
+                        slow.append(
+                            (
+                                total,
+                                f"{total:.0f} = {1000 * (x - s_):.0f} + {1000 * (k - x):.0f} + "
+                                f"{wk} + {sn} [writes {ws}; flushed "
+                                + ",".join(
+                                    f"{1000 * (y - k):.0f}"
+                                    for y in app.get("flushes", [])
+                                    if k <= y <= seen_at
+                                )
+                                + f"; gc {gcs or '-'}; loop late {late:.0f}; "
+                                + ", ".join(
+                                    f"{w:.0f}/{c:.0f}ms {what}"
+                                    for t, w, c, what in app.get("slow_callbacks", [])
+                                    if s_ <= t <= seen_at + 0.05
+                                )
+                                + "]",
+                            )
+                        )
+                    notes.append(
+                        "  slowest keys, ms = to the input thread + to dispatch + to the "
+                        "next write + to seen: "
+                        + "\n    ".join(t for _, t in sorted(slow, reverse=True)[:6])
+                    )
             writes = app.get("writes") or []
             w = [
                 1000 * (next((x for x in writes if x >= k), k) - k)
@@ -1107,13 +1220,14 @@ def report(args: argparse.Namespace, out: dict[str, Any], wall: float) -> str:
                 + ", ".join(f"{k} {n:,}" for k, n in kinds)
                 + ")"
             )
-        pauses = [(g, ms) for t, g, ms in app.get("gc", []) if t0 <= t <= t0 + secs + 10]
+        pauses = [(g, ms, n) for t, g, ms, n in app.get("gc", []) if t0 <= t <= t0 + secs + 10]
         for gen in (0, 1, 2):
-            ms = [p for g, p in pauses if g == gen]
+            ms = [p for g, p, _ in pauses if g == gen]
             if ms:
+                freed = sum(n for g, _, n in pauses if g == gen)
                 notes.append(
                     f"GC generation {gen}: {len(ms)} collections, max {max(ms):.0f} ms, "
-                    f"total {sum(ms):.0f} ms"
+                    f"total {sum(ms):.0f} ms, {freed:,} objects freed"
                 )
     m = summarize(out["machine"], t0, secs)
     notes.append(
@@ -1161,6 +1275,10 @@ def main() -> None:
         help="runs tried when another process removes the stream containers",
     )
     ap.add_argument("--py-spy", help="profile the app with py-spy into this file (.svg/.json/.txt)")
+    ap.add_argument("--py-spy-rate", type=int, default=50, help="py-spy samples a second")
+    ap.add_argument(
+        "--py-spy-gil", action="store_true", help="py-spy: only the thread holding the GIL"
+    )
     ap.add_argument("--json", type=Path, help="also write the raw numbers here")
     ap.add_argument(
         "--intake",
