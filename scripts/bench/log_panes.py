@@ -599,6 +599,20 @@ def run_app(job_id: str, stats_path: Path, profile_path: Path, intake: str = "pr
 
             asyncio.events.Handle._run = timed_run  # type: ignore[method-assign,assignment]
 
+            # every layout pass of a screen: when it ended, ms
+            from textual.screen import Screen
+
+            self.layouts: list[tuple[float, float]] = []
+            relayout = Screen._refresh_layout
+            layouts = self.layouts
+
+            def timed_layout(screen: Screen[Any], *a: Any, **kw: Any) -> None:
+                w0 = time.perf_counter()
+                relayout(screen, *a, **kw)
+                layouts.append((time.time(), 1000 * (time.perf_counter() - w0)))
+
+            Screen._refresh_layout = timed_layout  # type: ignore[method-assign,assignment]
+
         def _end_update(self) -> None:
             super()._end_update()
             self.writes.append(time.time())
@@ -645,6 +659,7 @@ def run_app(job_id: str, stats_path: Path, profile_path: Path, intake: str = "pr
                 "stalls": self.stalls,
                 "gc": self.gc_pauses,
                 "slow_callbacks": self.slow_callbacks,
+                "layouts": self.layouts,
                 "flushes": flushes[-20000:],
                 "gc_objects": getattr(self, "gc_objects", None),
                 "frames": self.frame_log,
@@ -1173,6 +1188,12 @@ def report(args: argparse.Namespace, out: dict[str, Any], wall: float) -> str:
                                     for y in app.get("flushes", [])
                                     if k <= y <= seen_at
                                 )
+                                + "; layouts "
+                                + ",".join(
+                                    f"{1000 * (y - k):.0f}:{ms:.0f}ms"
+                                    for y, ms in app.get("layouts", [])
+                                    if k <= y <= seen_at
+                                )
                                 + f"; gc {gcs or '-'}; loop late {late:.0f}; "
                                 + ", ".join(
                                     f"{w:.0f}/{c:.0f}ms {what}"
@@ -1198,6 +1219,12 @@ def report(args: argparse.Namespace, out: dict[str, Any], wall: float) -> str:
                     f"key received -> the app's next screen write: p50 {pct(w, 0.5):.0f} ms, "
                     f"p95 {pct(w, 0.95):.0f} ms"
                 )
+        lay = [ms for t, ms in app.get("layouts", []) if t0 <= t <= t0 + secs]
+        if lay:
+            notes.append(
+                f"layout passes during the streams: {len(lay)}, p50 {pct(lay, 0.5):.1f} / max "
+                f"{max(lay):.1f} ms"
+            )
         late = [ms for t, ms in app.get("stalls", []) if t0 <= t <= t0 + secs]
         if late:
             notes.append(
