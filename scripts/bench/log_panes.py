@@ -44,11 +44,15 @@ Run (needs ``scripts/testhosts/up``)::
 
     .venv/bin/python scripts/bench/log_panes.py --seconds 60 [--rate 2000] [--buffer-lines N]
         [--sides both|app|tmux] [--intake process|loop] [--py-spy FILE.svg|.json|.txt]
+        [--py-spy-rate N] [--py-spy-gil] [--trace-loop]
 
 ``--intake`` picks where the app reads the streams: ``process`` (the app's own choice, a child
 process) or ``loop`` (the app's loop, for comparison). Besides the table it prints how late a
-20 ms heartbeat on the app's loop ran, the cyclic GC's pauses by generation and the objects it
-tracks at exit.
+20 ms heartbeat on the app's loop ran, the cyclic GC's pauses by generation (wall and CPU
+time, objects freed) and the objects it tracks at exit, the layout passes, and where the
+slowest keys' time went: to the app's input thread, to dispatch on the loop, to the next
+screen update and to the capture that saw it, with the GC passes, loop stalls and flushes to
+the terminal in that window (``--trace-loop`` adds every loop callback over 10 ms).
 
 Prints a markdown table with the gpuconsole column, the baseline column and their ratio.
 Every container and tmux server it started is removed at the end, also on Ctrl-C.
@@ -474,7 +478,13 @@ def sample_resources(
 # -- the app launcher (runs inside the gpuconsole tmux server) --------------------------------
 
 
-def run_app(job_id: str, stats_path: Path, profile_path: Path, intake: str = "process") -> int:
+def run_app(
+    job_id: str,
+    stats_path: Path,
+    profile_path: Path,
+    intake: str = "process",
+    trace_loop: bool = False,
+) -> int:
     """The real app on ``profile_path``; opens ``job_id``'s log panes once adopted; writes
     in-process numbers to ``stats_path`` every 2 s and at exit."""
     import asyncio
@@ -552,13 +562,13 @@ def run_app(job_id: str, stats_path: Path, profile_path: Path, intake: str = "pr
             self.set_interval(0.2, self._open_when_adopted)
             self.set_interval(1.0, self._tick)
             self.stalls: list[tuple[float, float]] = []  # (time, ms a 20 ms heartbeat ran late)
-            # (time, generation, ms, objects freed)
-            self.gc_pauses: list[tuple[float, int, float, int]] = []
+            # (time, generation, ms, objects freed, CPU ms of the collecting thread)
+            self.gc_pauses: list[tuple[float, int, float, int, float]] = []
             gc_started: list[float] = []
 
             def on_gc(phase: str, info: dict[str, int]) -> None:
                 if phase == "start":
-                    gc_started[:] = [time.perf_counter()]
+                    gc_started[:] = [time.perf_counter(), time.thread_time()]
                 elif gc_started:
                     self.gc_pauses.append(
                         (
@@ -566,6 +576,7 @@ def run_app(job_id: str, stats_path: Path, profile_path: Path, intake: str = "pr
                             info["generation"],
                             1000 * (time.perf_counter() - gc_started[0]),
                             info.get("collected", 0),
+                            1000 * (time.thread_time() - gc_started[1]),
                         )
                     )
 
@@ -580,6 +591,7 @@ def run_app(job_id: str, stats_path: Path, profile_path: Path, intake: str = "pr
             loop.call_later(0.02, beat, time.perf_counter() + 0.02)
 
             # every loop callback over 10 ms: when it ended, wall and CPU ms, what it was
+            # (``--trace-loop``: timing every callback costs the app some CPU of its own)
             self.slow_callbacks: list[tuple[float, float, float, str]] = []
             run = asyncio.events.Handle._run
             slow = self.slow_callbacks
@@ -597,7 +609,8 @@ def run_app(job_id: str, stats_path: Path, profile_path: Path, intake: str = "pr
                         what += " " + getattr(c, "__qualname__", repr(c)[:60])
                     slow.append((time.time(), 1000 * wall, 1000 * (time.thread_time() - c0), what))
 
-            asyncio.events.Handle._run = timed_run  # type: ignore[method-assign,assignment]
+            if trace_loop:
+                asyncio.events.Handle._run = timed_run  # type: ignore[method-assign,assignment]
 
             # every layout pass of a screen: when it ended, ms
             from textual.screen import Screen
@@ -787,6 +800,7 @@ def bench(args: argparse.Namespace, run: Run) -> dict[str, Any]:
             job_id,
             "--intake",
             args.intake,
+            *(["--trace-loop"] if args.trace_loop else []),
             "--stats",
             str(stats_path),
             "--profile",
@@ -1171,7 +1185,7 @@ def report(args: argparse.Namespace, out: dict[str, Any], wall: float) -> str:
                         ws = ",".join(f"{1000 * (y - k):.0f}" for y in writes if k <= y <= seen_at)
                         gcs = ",".join(
                             f"g{g}:{ms:.0f}"
-                            for t, g, ms, _ in app.get("gc", [])
+                            for t, g, ms, *_ in app.get("gc", [])
                             if s_ <= t <= seen_at + 0.2 and ms >= 5
                         )
                         late = max(
@@ -1247,14 +1261,17 @@ def report(args: argparse.Namespace, out: dict[str, Any], wall: float) -> str:
                 + ", ".join(f"{k} {n:,}" for k, n in kinds)
                 + ")"
             )
-        pauses = [(g, ms, n) for t, g, ms, n in app.get("gc", []) if t0 <= t <= t0 + secs + 10]
+        pauses = [
+            (g, ms, n, c) for t, g, ms, n, c in app.get("gc", []) if t0 <= t <= t0 + secs + 10
+        ]
         for gen in (0, 1, 2):
-            ms = [p for g, p, _ in pauses if g == gen]
+            ms = [p for g, p, _, _ in pauses if g == gen]
             if ms:
-                freed = sum(n for g, _, n in pauses if g == gen)
+                freed = sum(n for g, _, n, _ in pauses if g == gen)
+                cpu = sum(c for g, _, _, c in pauses if g == gen)
                 notes.append(
                     f"GC generation {gen}: {len(ms)} collections, max {max(ms):.0f} ms, "
-                    f"total {sum(ms):.0f} ms, {freed:,} objects freed"
+                    f"total {sum(ms):.0f} ms ({cpu:.0f} ms CPU), {freed:,} objects freed"
                 )
     m = summarize(out["machine"], t0, secs)
     notes.append(
@@ -1273,6 +1290,7 @@ def main() -> None:
     a.add_argument("--stats", type=Path, required=True)
     a.add_argument("--profile", type=Path, required=True)
     a.add_argument("--intake", default="process")
+    a.add_argument("--trace-loop", action="store_true")
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--rate", type=int, default=2000, help="lines/s per stream")
     ap.add_argument(
@@ -1306,6 +1324,12 @@ def main() -> None:
     ap.add_argument(
         "--py-spy-gil", action="store_true", help="py-spy: only the thread holding the GIL"
     )
+    ap.add_argument(
+        "--trace-loop",
+        action="store_true",
+        help="time every event-loop callback of the app (slow ones shown beside the slowest"
+        " keys; costs the app CPU)",
+    )
     ap.add_argument("--json", type=Path, help="also write the raw numbers here")
     ap.add_argument(
         "--intake",
@@ -1315,7 +1339,7 @@ def main() -> None:
     )
     args = ap.parse_args()
     if args.cmd == "app":
-        sys.exit(run_app(args.job, args.stats, args.profile, args.intake))
+        sys.exit(run_app(args.job, args.stats, args.profile, args.intake, args.trace_loop))
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
