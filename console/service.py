@@ -1599,7 +1599,16 @@ class Service:
         tail: int | None = None,
     ) -> AsyncIterator[JobLogLine]:
         """Follow a job's lines until every followed node's container exited; one line at a
-        time over :meth:`follow_batches` (same arguments, same events)."""
+        time over :meth:`follow_batches` (same arguments, same events), except ``tail`` of a
+        job of several nodes with no ``node``: the last ``tail`` lines of the merged log, in
+        time order (``docker logs --tail`` of each node would give ``tail`` per node), then
+        every node from just after the last of them."""
+        if tail is not None and node is None and len(job.nodes) > 1:
+            backlog = await self.read_logs(job, since_ns=since_ns, tail=tail)
+            for line in backlog:
+                yield line
+            if backlog:
+                since_ns, tail = backlog[-1].ts_ns + 1, None
         async for batch in self.follow_batches(job, node=node, since_ns=since_ns, tail=tail):
             for line in batch:
                 yield line

@@ -176,14 +176,6 @@ async def _logs(
         job = await svc.locate_job(ref)
         svc.check_node(job, node)
         if follow and job.removed_at is None:
-            if tail is not None and node is None and len(job.nodes) > 1:
-                # the last N lines of the merged log, in time order (each node's own tail
-                # would give N per node), then every node from just after the last of them
-                backlog = await svc.read_logs(job, since_ns=since_ns, tail=tail)
-                for line in backlog:
-                    print_line(line, timestamps)
-                if backlog:
-                    since_ns, tail = backlog[-1].ts_ns + 1, None
             return await follow_job(
                 svc, job, tail=tail, timestamps=timestamps, node=node, since_ns=since_ns
             )
