@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from console.diagnosis.elastic import ProcessFailure
 from console.diagnosis.lines import Line
+from console.diagnosis.model import MIN_WRAPPED_ROW
 from remote.telemetry.faults import classify_nvml_traceback
 
 if TYPE_CHECKING:
@@ -367,17 +368,17 @@ def world_size(lines: Sequence[Line]) -> int | None:
 # the width ("CUDA driver initializati<90 blanks>on failed").
 TERMINAL_WIDTHS = frozenset({80, 100, 120, 132, 140, 150, 160, 180, 200, 210, 220, 240, 250, 256})
 _PADDED_WRAP = re.compile(r"(?<=[A-Za-z]) {8,}(?=[a-z])")
-_MIN_ROW = 60
 
 
 def unwrapped(lines: Sequence[Line], index: int, ctx: Context | None = None) -> tuple[str, ...]:
     """``lines[index].text`` with a terminal's wrap undone (see :data:`TERMINAL_WIDTHS`), for a
     rule to match a known message that a fixed-width wrap split: the padded blanks inside the
-    line removed (when they start at least 60 columns in), or the next line appended when
-    this one is exactly a common terminal width long, or (given the ``ctx`` of ``lines``) as
-    long as the width the text shows it was wrapped at (:attr:`Context.wrap_width`: any
-    window's width). Each join is given with and without a blank (the wrap may have fallen
-    on the blank between two words). Empty when the line shows no wrap."""
+    line removed (when they start at least :data:`MIN_WRAPPED_ROW` columns in), or the next
+    line appended when this one is exactly a common terminal width long, or (given the
+    ``ctx`` of ``lines``) as long as the width the text shows it was wrapped at
+    (:attr:`Context.wrap_width`: any window's width). Each join is given with and without a
+    blank (the wrap may have fallen on the blank between two words). Empty when the line
+    shows no wrap."""
     ln = lines[index]
     wide = len(ln.raw) in TERMINAL_WIDTHS
     rows: list[str] = []  # the next physical row less this row's decoration, when wrapped
@@ -393,7 +394,7 @@ def unwrapped(lines: Sequence[Line], index: int, ctx: Context | None = None) -> 
             rows.append(ctx.physical[ln.source_line + 1][len(row) - len(ln.raw) :])
     out: list[str] = []
     m = _PADDED_WRAP.search(ln.text)
-    if m is not None and m.start() >= _MIN_ROW:
+    if m is not None and m.start() >= MIN_WRAPPED_ROW:
         out += [
             ln.text[: m.start()] + ln.text[m.end() :],
             ln.text[: m.start()] + " " + ln.text[m.end() :],

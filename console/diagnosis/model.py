@@ -10,7 +10,7 @@ import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Literal, TypeAlias
+from typing import TYPE_CHECKING, Final, Literal, TypeAlias
 
 if TYPE_CHECKING:
     from console.diagnosis.elastic import TorchelasticFailure
@@ -182,6 +182,11 @@ def make_diagnosis(
     )
 
 
+MIN_WRAPPED_ROW: Final = 60
+"""The shortest row (columns) taken for a terminal's wrap: a log line wrapped at a narrower
+window is rare, and a shorter row is as likely a line that just ended."""
+
+
 @dataclass(frozen=True)
 class Context:
     """What every rule reads.
@@ -210,13 +215,13 @@ class Context:
     @functools.cached_property
     def wrap_width(self) -> int | None:
         """The width a terminal wrapped this text at, when the text shows one: the length
-        (60 columns or more) that most different physical lines share, at most 2 columns
-        short of the longest line (a terminal copy keeps each wrapped row at the full width;
-        a paste may add a character or two to one, a Markdown backtick). ``None`` when no
-        two lines share such a length."""
+        (:data:`MIN_WRAPPED_ROW` columns or more) that most different physical lines share,
+        at most 2 columns short of the longest line (a terminal copy keeps each wrapped row
+        at the full width; a paste may add a character or two to one, a Markdown backtick).
+        ``None`` when no two lines share such a length."""
         at: dict[int, set[str]] = {}
         for p in self.physical:
-            if len(p) >= 60:
+            if len(p) >= MIN_WRAPPED_ROW:
                 at.setdefault(len(p), set()).add(p)
         if not at:
             return None
