@@ -229,6 +229,16 @@ def quiet_teardown() -> None:
     sys.unraisablehook = hook
 
 
+def _nonempty_profile(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """``-p ""`` is a mistake (an unset shell variable), not a request for the default."""
+    if value is not None and not value.strip():
+        raise click.BadParameter(
+            "is empty: give a profile's name or a profile file's path, or leave -p out for "
+            "the default ($GPUCONSOLE_PROFILE, your default, then `local`)"
+        )
+    return value
+
+
 @click.group(invoke_without_command=True)
 @click.option(
     "--profile",
@@ -236,6 +246,7 @@ def quiet_teardown() -> None:
     "profile",
     metavar="NAME|PATH",
     default=None,
+    callback=_nonempty_profile,
     help="Profile to use (default: $GPUCONSOLE_PROFILE, your default, then `local`).",
 )
 @click.option(
@@ -275,6 +286,30 @@ def main(
     )
     if not verbose:
         logging.getLogger("asyncssh").setLevel(logging.ERROR)
+
+
+@main.command("help")
+@click.argument("command", nargs=-1)
+@click.pass_context
+def help_command(ctx: click.Context, command: tuple[str, ...]) -> None:
+    """Show gpuconsole's help, or a command's (`gpuconsole help logs` = `gpuconsole logs
+    --help`)."""
+    group = ctx.parent.command if ctx.parent is not None else main
+    parent = ctx.parent
+    cmd: click.Command = group
+    path = [parent.info_name if parent is not None and parent.info_name else "gpuconsole"]
+    for name in command:
+        sub = cmd.get_command(ctx, name) if isinstance(cmd, click.Group) else None
+        if sub is None:
+            where = " ".join(path)
+            names = ", ".join(cmd.list_commands(ctx)) if isinstance(cmd, click.Group) else ""
+            raise click.UsageError(
+                f"no command {name!r} in `{where}`" + (f"; commands: {names}" if names else "")
+            )
+        cmd = sub
+        path.append(name)
+    with click.Context(cmd, info_name=" ".join(path), parent=None) as sub_ctx:
+        click.echo(cmd.get_help(sub_ctx))
 
 
 class _SayFormatter(logging.Formatter):
