@@ -1243,11 +1243,14 @@ def report(args: argparse.Namespace, out: dict[str, Any], wall: float) -> str:
                     f"key received -> the app's next screen write: p50 {pct(w, 0.5):.0f} ms, "
                     f"p95 {pct(w, 0.95):.0f} ms"
                 )
-        lay = [ms for t, ms in app.get("layouts", []) if t0 <= t <= t0 + secs]
+        lay_t = [(t, ms) for t, ms in app.get("layouts", []) if t0 <= t <= t0 + secs]
+        lay = [ms for _, ms in lay_t]
         if lay:
+            key_times = [k for k, _ in app.get("keys", [])]
+            after_key = sum(1 for t, _ in lay_t if any(0 <= t - k <= 0.2 for k in key_times))
             notes.append(
                 f"layout passes during the streams: {len(lay)}, p50 {pct(lay, 0.5):.1f} / max "
-                f"{max(lay):.1f} ms"
+                f"{max(lay):.1f} ms; {after_key} of them within 200 ms after a key"
             )
         late = [ms for t, ms in app.get("stalls", []) if t0 <= t <= t0 + secs]
         if late:
