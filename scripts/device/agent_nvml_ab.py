@@ -39,6 +39,9 @@ from typing import Any
 PY = sys.executable
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 AGENT_DIR = os.path.join(ROOT, "remote", "agent")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from agent_start_floor import CTYPES_FIELDS, cpu_ms  # noqa: E402  # the floor's own snippet
+
 #: the console's start command's Python (remote/telemetry/stream.py, _AGENT_MAIN)
 AGENT_MAIN = (
     "import sys;p=sys.argv.pop(1);sys.path.insert(0,p.rpartition('/')[0]);"
@@ -55,25 +58,6 @@ nv.nvmlDeviceGetClockInfo(h, 1)
 nv.nvmlDeviceGetClockInfo(h, 2)
 nv.nvmlShutdown()
 """
-CTYPES_FIELDS = """
-import ctypes
-lib = ctypes.CDLL("libnvidia-ml.so.1")
-assert lib.nvmlInitWithFlags(0) == 0
-n = ctypes.c_uint()
-assert lib.nvmlDeviceGetCount_v2(ctypes.byref(n)) == 0
-h = ctypes.c_void_p()
-assert lib.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(h)) == 0
-mem = (ctypes.c_ulonglong * 3)()
-util = (ctypes.c_uint * 2)()
-v = ctypes.c_uint()
-assert lib.nvmlDeviceGetMemoryInfo(h, mem) == 0
-assert lib.nvmlDeviceGetUtilizationRates(h, util) == 0
-assert lib.nvmlDeviceGetTemperature(h, 0, ctypes.byref(v)) == 0
-assert lib.nvmlDeviceGetPowerUsage(h, ctypes.byref(v)) == 0
-assert lib.nvmlDeviceGetClockInfo(h, 1, ctypes.byref(v)) == 0
-assert lib.nvmlDeviceGetClockInfo(h, 2, ctypes.byref(v)) == 0
-lib.nvmlShutdown()
-"""
 #: GPU readings that move between two moments (their values are not compared)
 MOVING = (
     "util_gpu_pct",
@@ -87,16 +71,6 @@ MOVING = (
     "pcie_gen",
     "mem_used_mib",
 )
-
-
-def cpu_ms(argv: list[str]) -> tuple[float, float, int]:
-    """(user ms, sys ms, exit status) of one run of ``argv``."""
-    p = subprocess.Popen(
-        argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    _, status, ru = os.wait4(p.pid, 0)
-    p.returncode = os.waitstatus_to_exitcode(status)
-    return 1000 * ru.ru_utime, 1000 * ru.ru_stime, p.returncode
 
 
 def stable(s: dict[str, Any]) -> dict[str, Any]:

@@ -411,39 +411,24 @@ def test_device_records_equal_through_both_bindings(path: Path) -> None:
     assert ab["differences"] == []
 
 
-#: GPU readings that move between two samples taken apart (the rest must be equal)
-MOVING = {
-    "util_gpu_pct",
-    "util_mem_pct",
-    "temp_c",
-    "power_w",
-    "sm_clock_mhz",
-    "mem_clock_mhz",
-    "pstate",
-    "throttle_reasons",
-    "pcie_gen",
-    "mem_used_mib",
-}
+def _ab_script() -> Any:
+    """scripts/device/agent_nvml_ab.py as a module (its ``stable``: what two bindings'
+    samples must agree on)."""
+    import importlib.util
+
+    path = ROOT / "scripts" / "device" / "agent_nvml_ab.py"
+    spec = importlib.util.spec_from_file_location("agent_nvml_ab", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def stable(s: dict[str, Any]) -> dict[str, Any]:
-    """What must be equal between two bindings' samples of one idle GPU: everything but the
-    moving readings' values (which of them are null, and why, must still be equal) and the
-    GPM values."""
-    gpus = []
-    for g in s["gpus"]:
-        rec = {k: v for k, v in g.items() if k not in MOVING and k != "gpm"}
-        rec["null"] = sorted(k for k in MOVING if g[k] is None)
-        rec["gpm_keys"] = sorted(g["gpm"]) if g["gpm"] else None
-        gpus.append(rec)
-    host = {k: s["host"][k] for k in ("driver_version", "cuda_version", "nvml_version")}
-    return {
-        "gpus": gpus,
-        "host": host,
-        "state": s["state"],
-        "procs": s["processes"],
-        "errors": sorted(s["errors"]),
-    }
+    """What must be equal between two bindings' samples of one idle GPU (the device script's
+    own rule)."""
+    result: dict[str, Any] = _ab_script().stable(s)
+    return result
 
 
 # ---------------------------------------------------------------------------------------------
@@ -481,7 +466,8 @@ def test_dumps_writes_what_json_dumps_writes(libs: None) -> None:
             agent_mod.dumps(bad)
         with pytest.raises(ValueError):
             json_dumps(bad)
-    for bad in ({"x": {1, 2}}, {(1, 2): "tuple key"}, b"bytes"):
+    wrong: list[object] = [{"x": {1, 2}}, {(1, 2): "tuple key"}, b"bytes"]
+    for bad in wrong:
         with pytest.raises(TypeError):
             agent_mod.dumps(bad)
         with pytest.raises(TypeError):
