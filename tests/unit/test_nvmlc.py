@@ -467,11 +467,11 @@ def test_dumps_writes_what_json_dumps_writes(libs: None) -> None:
         with pytest.raises(ValueError):
             json_dumps(bad)
     wrong: list[object] = [{"x": {1, 2}}, {(1, 2): "tuple key"}, b"bytes"]
-    for bad in wrong:
+    for wrong_type in wrong:
         with pytest.raises(TypeError):
-            agent_mod.dumps(bad)
+            agent_mod.dumps(wrong_type)
         with pytest.raises(TypeError):
-            json_dumps(bad)
+            json_dumps(wrong_type)
 
 
 def test_run_command_without_subprocess(tmp_path: Path) -> None:
