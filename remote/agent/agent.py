@@ -726,7 +726,12 @@ def _spawn_and_read(argv: list[str], env: dict[str, str], timeout: float) -> tup
     import select  # a C module: no Python imports behind it
 
     out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
+    try:
+        err_r, err_w = os.pipe()
+    except OSError as e:  # out of descriptors
+        os.close(out_r)
+        os.close(out_w)
+        return 126, "", f"{argv[0]}: {reason_of(e)}"
     try:
         pid = os.posix_spawnp(
             argv[0],
@@ -772,12 +777,16 @@ def _spawn_and_read(argv: list[str], env: dict[str, str], timeout: float) -> tup
     finally:
         for fd in (out_r, err_r):
             os.close(fd)
-        if timed_out:
+        # past the deadline, or the reading failed (Ctrl-C): the child goes; else it has
+        # closed its output and is given what is left of the deadline to exit
+        status = None if timed_out or open_fds else _wait_until(pid, deadline)
+        if status is None:
+            timed_out = timed_out or not open_fds
             try:
                 os.kill(pid, 9)  # SIGKILL (Linux and BSDs; ``signal`` imports enum)
             except OSError:
                 pass
-        _, status = os.waitpid(pid, 0)
+            _, status = os.waitpid(pid, 0)
     if timed_out:
         return 124, "", f"{argv[0]}: no answer within {timeout:g}s"
     code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -os.WTERMSIG(status)
@@ -786,6 +795,19 @@ def _spawn_and_read(argv: list[str], env: dict[str, str], timeout: float) -> tup
         b"".join(chunks[out_r]).decode("utf-8", "replace"),
         b"".join(chunks[err_r]).decode("utf-8", "replace"),
     )
+
+
+def _wait_until(pid: int, deadline: float) -> int | None:
+    """The wait status of child ``pid`` once it exits, or ``None`` if it still runs at
+    ``deadline`` (``time.monotonic()``); polls every 2 ms (a child that closed its output is
+    usually exiting)."""
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.002)
 
 
 def nvrm_lines(lines: Iterable[str]) -> list[str]:
@@ -1593,12 +1615,15 @@ class Agent:
             g.gpm_error = g.lost_reason or g.handle_error or "no handle"
             return
         nv = self.nv
+        samples: list[Any] = []  # allocated so far: freed again if the set-up fails
         try:
             support = nv.nvmlGpmQueryDeviceSupport(g.handle)
             if not support.isSupportedDevice:
                 g.gpm_error = GPM_NOT_SUPPORTED
                 return
-            prev, spare = nv.nvmlGpmSampleAlloc(), nv.nvmlGpmSampleAlloc()
+            samples.append(nv.nvmlGpmSampleAlloc())
+            samples.append(nv.nvmlGpmSampleAlloc())
+            prev, spare = samples
             mg = nv.c_nvmlGpmMetricsGet_t()
             mg.version = nv.NVML_GPM_METRICS_GET_VERSION
             mg.numMetrics = len(GPM_METRICS)
@@ -1606,6 +1631,7 @@ class Agent:
                 mg.metrics[i].metricId = mid
             nv.nvmlGpmSampleGet(g.handle, prev)
         except Exception as e:
+            self._free_samples(samples)
             g.gpm_error = reason_of(e)
             self._note_lost(g, e)
             return
@@ -2050,10 +2076,21 @@ class Agent:
                 for g in broken
             )
 
+    def _free_samples(self, samples: Iterable[Any]) -> None:
+        """``nvmlGpmSampleFree`` each of ``samples`` (errors ignored: a lost GPU's may fail)."""
+        for sample in samples:
+            try:
+                self.nv.nvmlGpmSampleFree(sample)
+            except Exception:
+                pass
+
     def _drop_handle(self, g: GpuState) -> None:
-        """Forget a lost GPU's handle; the slow refresh asks for it again."""
+        """Forget a lost GPU's handle (its GPM samples freed); the slow refresh asks for it
+        again."""
         if g.handle is not None:
             self._by_handle.pop(handle_key(g.handle), None)
+        if g.gpm is not None:
+            self._free_samples(g.gpm[:2])
         g.handle = None
         g.gpm = None
         g.gpm_error = g.lost_reason

@@ -425,7 +425,7 @@ def nvmlErrorString(result: int) -> str:
     fn = _nvmlGetFunctionPointer("nvmlErrorString")
     fn.restype = c_char_p
     raw = fn(c_int(result))
-    return raw.decode("utf-8", "replace") if raw is not None else ""
+    return raw.decode("utf-8", "replace") if raw else f"NVML Error with code {result}"
 
 
 def nvmlSystemGetDriverVersion() -> str:

@@ -529,6 +529,38 @@ def test_lost_gpu_that_returns_is_picked_up_at_slow_refresh() -> None:
     assert len(s["processes"]) == 2
 
 
+def test_a_lost_gpus_gpm_samples_are_freed() -> None:
+    """A GPU with GPM holds two samples (GPU 0 here; GPU 1 has no GPM); losing it frees
+    them, so a GPU that comes and goes holds two at a time, not two more per return."""
+    agent, fake = make(scenario_two_gpus(), slow_every=4)
+    agent.sample()
+
+    def held() -> int:
+        return int(fake.calls["nvmlGpmSampleAlloc"] - fake.calls["nvmlGpmSampleFree"])
+
+    assert held() == 2
+    for _ in range(3):  # lost, then back at the next slow refresh
+        fake.lose_gpu(0)
+        agent.sample()
+        assert held() == 0
+        fake.lost.clear()
+        while agent.sample()["gpus"][0]["lost"]:
+            pass
+        assert held() == 2
+    assert fake.calls["nvmlGpmSampleAlloc"] == 8
+    agent.close()
+    assert held() == 0
+
+
+def test_a_failed_gpm_set_up_frees_what_it_allocated() -> None:
+    fake = FakeNVML(scenario_two_gpus())
+    fake.missing.add("nvmlGpmSampleGet")  # the set-up's first reading fails
+    agent = agent_mod.Agent(fake, 1.0, slow_every=10, clock=TickingClock())
+    s = agent.sample()
+    assert s["gpus"][0]["gpm"] is None
+    assert fake.calls["nvmlGpmSampleAlloc"] == fake.calls["nvmlGpmSampleFree"] == 2
+
+
 def test_other_handle_error_is_state_error() -> None:
     sc = scenario_two_gpus()
     sc["gpus"][1]["handle_error"] = "NoPermission"

@@ -16,6 +16,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -499,6 +500,46 @@ def test_run_command_without_subprocess(tmp_path: Path) -> None:
     assert rc == 126
 
 
+def test_run_command_ends_a_child_that_closed_its_output_but_runs_on(tmp_path: Path) -> None:
+    """A child that closes stdout and stderr and keeps running is killed at the deadline
+    (124), not waited for."""
+    marker = tmp_path / "still-running"
+    t0 = time.monotonic()
+    rc, _out, err = agent_mod.run_command(
+        ["sh", "-c", f"echo early; exec >&- 2>&-; sleep 30; touch {marker}"], 0.5
+    )
+    assert (rc, err) == (124, "sh: no answer within 0.5s")
+    assert time.monotonic() - t0 < 5
+    assert not marker.exists()
+
+
+def test_run_command_reaps_its_child_when_reading_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An exception while reading (Ctrl-C) kills the child before it propagates: no wait for
+    a child that could run on, no zombie."""
+    import select as select_mod
+
+    started: list[int] = []
+    real_spawn = os.posix_spawnp
+
+    def spawn(*a: Any, **kw: Any) -> int:
+        pid = real_spawn(*a, **kw)
+        started.append(pid)
+        return pid
+
+    def interrupted(*a: Any, **kw: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "posix_spawnp", spawn)
+    monkeypatch.setattr(select_mod, "select", interrupted)
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        agent_mod.run_command(["sleep", "30"], 60.0)
+    assert time.monotonic() - t0 < 5
+    assert started
+    with pytest.raises(ChildProcessError):  # reaped already
+        os.waitpid(started[0], os.WNOHANG)
+
+
 def test_dmesg_stamp_reads_what_the_old_regular_expression_read() -> None:
     import re
 
@@ -521,3 +562,21 @@ def test_dmesg_stamp_reads_what_the_old_regular_expression_read() -> None:
     for line in lines:
         m = re.match(pattern, line)
         assert agent_mod.dmesg_stamp(line) == (float(m.group(1)) if m else None), line
+
+
+def test_an_error_nvml_has_no_text_for_still_says_its_code(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``nvmlErrorString`` answering NULL (a code this driver does not know) gives the code,
+    never an empty reason."""
+
+    class NullText:
+        restype: object = None
+
+        def __call__(self, code: object) -> None:
+            return None
+
+    monkeypatch.setattr(nvmlc, "_nvmlGetFunctionPointer", lambda name: NullText())
+    monkeypatch.setattr(nvmlc.NVMLError, "_errcode_to_string", {})
+    assert nvmlc.nvmlErrorString(4242) == "NVML Error with code 4242"
+    assert str(nvmlc.NVMLError(4242)) == "NVML Error with code 4242"
