@@ -28,7 +28,9 @@ bad arguments.
 Kernel log: every ``--kernel-log-every`` s (default 10, and at the first sample) the agent reads
 new ``NVRM:`` kernel messages (Xids) with ``journalctl -k`` or ``dmesg``, whichever this user may
 run, keeping a cursor (:class:`KernelLogReader`); they go into the sample's ``kernel_log``, and
-while neither works ``errors["kernel_log"]`` says why.
+while neither works ``errors["kernel_log"]`` says why. NVML's Xid events (``xid_events``) are
+registered once the first sample is out (:meth:`Agent.arm_xid`): NVML delivers only events
+that come after the registration, so the first sample could not hold any.
 
 Costs: NVML is initialised once, device handles are cached; the only subprocesses are the
 kernel log reads (one ``journalctl`` or ``dmesg`` per ``--kernel-log-every``). Fast
@@ -52,10 +54,10 @@ evaluated).
 
 from __future__ import annotations
 
+import _thread
 import math
 import os
 import sys
-import threading
 import time
 
 # Start-up cost: the host starts this file once per connection (``python3 -I -S``: no site,
@@ -66,8 +68,9 @@ import time
 # written by :func:`dumps` (json's own C string encoder, no ``json`` package), the kernel log
 # tools are started with ``os.posix_spawnp`` (:func:`run_command`), dmesg's stamps are read
 # without a regular expression, the container id's regular expression is compiled where it is
-# used (only for processes on a GPU), and ``ctypes`` comes with the NVML binding (nvmlc.py or
-# pynvml).
+# used (only for processes on a GPU), the stdin watcher is a ``_thread`` thread (``threading``
+# imports functools and collections: 3 ms), and ``ctypes`` comes with the NVML binding
+# (nvmlc.py or pynvml).
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only (they are strings, never evaluated)
     from collections.abc import Callable, Iterable, Sequence
@@ -1435,6 +1438,8 @@ class Agent:
         self.version_errors: dict[str, str] = {}
         self.event_set: Any = None
         self.xid_error: str | None = None
+        #: Xid events asked for (:meth:`arm_xid`)
+        self.xid_armed = False
         self._by_handle: dict[int, GpuState] = {}
         self.host = HostReader(proc_root)
         self.procinfo = ProcessInfoReader(proc_root)
@@ -1511,7 +1516,8 @@ class Agent:
         }
 
     def _init_nvml(self) -> None:
-        """``nvmlInitWithFlags`` once, then device count, handles, GPM and Xid registration.
+        """``nvmlInitWithFlags`` once, then device count, handles and GPM (Xid events are
+        registered after the first sample: :meth:`arm_xid`).
 
         Sets ``state``: ``nvml_unavailable`` (library missing), ``driver_unreachable``,
         ``version_mismatch``, ``error`` (other init failures); ``no_gpus`` is decided per sample.
@@ -1557,7 +1563,7 @@ class Agent:
         self._refresh_slow()
         for g in self.gpus:
             self._setup_gpm(g)
-        self._setup_xid()
+        self.xid_armed = False
 
     def _fail_init(self, state: str, detail: str) -> None:
         self.state, self.state_detail = state, detail
@@ -1639,6 +1645,17 @@ class Agent:
         g.gpm_at = self.clock()
         g.gpm_error = None
 
+    def arm_xid(self) -> None:
+        """Register for Xid events (:meth:`_setup_xid`), once NVML is up; done after the first
+        sample, which could not hold any: NVML delivers only the events that come after the
+        registration, so registering first only added its cost (the driver's) to the first
+        sample's (the kernel log read of the first sample has the Xids from before). The main
+        loop calls it once the first sample is out and more will follow; :meth:`sample` calls
+        it from the second sample on if nobody did."""
+        if self.initialized and not self.xid_armed:
+            self.xid_armed = True
+            self._setup_xid()
+
     def _setup_xid(self) -> None:
         """``nvmlEventSetCreate`` and ``nvmlDeviceRegisterEvents(nvmlEventTypeXidCriticalError)``
         on every GPU; failures go to ``errors["xid"]``."""
@@ -1685,6 +1702,8 @@ class Agent:
         if s["ranks"] is None:
             s["errors"]["ranks"] = f"{self.proc_root} cannot be listed"
         if self.initialized:
+            if self.seq > 0:
+                self.arm_xid()
             self._sample_gpus(s)
         else:
             s["errors"]["processes"] = s["state_detail"] or s["state"]
@@ -2176,8 +2195,39 @@ def load_nvml(binding: str = "auto", pynvml_dir: str | None = None) -> tuple[Any
     return (nv, None) if nv is not None else (None, f"{why}; pynvml: {err}")
 
 
-def watch_stdin(closed: threading.Event) -> threading.Thread:
-    """Set ``closed`` when stdin reaches end of file (or errors); input itself is ignored."""
+class Flag:
+    """``threading.Event``'s ``set``/``is_set``/``wait`` over one ``_thread`` lock (the lock is
+    held while the flag is down; :meth:`set` releases it for good)."""
+
+    def __init__(self) -> None:
+        self._lock = _thread.allocate_lock()
+        self._lock.acquire()
+        self._up = False
+
+    def set(self) -> None:
+        """Raise the flag (once; later calls do nothing)."""
+        if not self._up:
+            self._up = True
+            self._lock.release()
+
+    def is_set(self) -> bool:
+        """Whether :meth:`set` was called."""
+        return self._up
+
+    def wait(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` s for the flag; ``True`` once it is up."""
+        if self._up:
+            return True
+        if self._lock.acquire(True, max(0.0, timeout)):
+            self._lock.release()  # stays up for the next wait
+            return True
+        return self._up
+
+
+def watch_stdin(closed: Flag) -> int:
+    """Set ``closed`` when stdin reaches end of file (or errors); input itself is ignored.
+    Runs in a ``_thread`` thread, which the interpreter does not wait for at exit (as a
+    daemon thread); returns its id."""
 
     def run() -> None:
         try:
@@ -2188,9 +2238,7 @@ def watch_stdin(closed: threading.Event) -> threading.Thread:
             pass
         closed.set()
 
-    t = threading.Thread(target=run, name="stdin-watch", daemon=True)
-    t.start()
-    return t
+    return _thread.start_new_thread(run, ())
 
 
 def _string_encoder() -> Callable[[str], str]:
@@ -2466,7 +2514,7 @@ def replay(
     path: str,
     interval: float,
     count: int,
-    closed: threading.Event,
+    closed: Flag,
     after_first: Callable[[], None] | None = None,
 ) -> int:
     """Emit a trace's samples in a loop every ``interval`` s with fresh ``seq``/``host_time``
@@ -2495,7 +2543,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Sample every ``--interval`` s until stdin closes; see the module docstring."""
     args = parse_args(argv)
     if args.replay:
-        closed_r = threading.Event()
+        closed_r = Flag()
         if not args.no_stdin_watch:
             watch_stdin(closed_r)
         try:
@@ -2515,7 +2563,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else None
     )
     agent = Agent(nv, args.interval, args.slow_every, import_error=import_error, kernel_log=reader)
-    closed = threading.Event()
+    closed = Flag()
     if not args.no_stdin_watch:
         watch_stdin(closed)
     out = sys.stdout
@@ -2540,6 +2588,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 link_python()
             if args.count and agent.seq >= args.count:
                 return 0
+            if agent.seq == 1:
+                agent.arm_xid()  # the first sample is out: Xid events from now on
             next_t += args.interval
             now = time.monotonic()
             if next_t < now:  # fell behind (suspended, slow NVML): skip, don't burst

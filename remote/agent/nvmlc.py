@@ -33,8 +33,8 @@ Python 3.8 syntax; annotations are strings (never evaluated); nothing Unix-only 
 
 from __future__ import annotations
 
+import _thread  # threading's C core (``threading`` imports functools, collections: 3 ms)
 import ctypes
-import threading
 from ctypes import (
     POINTER,
     Structure,
@@ -319,7 +319,7 @@ def _check(ret: int) -> None:
 # the library and its functions: loaded on the first nvmlInit, each function on its first call
 
 _lib: Any = None
-_load_lock = threading.Lock()
+_load_lock = _thread.allocate_lock()
 _fns: dict[str, Any] = {}
 _refcount = 0
 

@@ -728,7 +728,10 @@ def test_zero_gpus_is_a_valid_sample() -> None:
 
 def test_xid_events_reported_once() -> None:
     agent, fake = make(scenario_two_gpus(xid_events=[{"gpu": 1, "xid": 79}]))
-    s = agent.sample()
+    first = agent.sample()  # registers nothing: NVML delivers no event from before it
+    assert first["xid_events"] == [] and "xid" not in first["errors"]
+    assert fake.calls["nvmlEventSetCreate"] == fake.calls["nvmlDeviceRegisterEvents"] == 0
+    s = agent.sample()  # registered at its start; the fake's pending event comes now
     (x,) = s["xid_events"]
     assert x["time"] == pytest.approx(time.time(), abs=5)
     assert {k: v for k, v in x.items() if k != "time"} == {
@@ -749,10 +752,14 @@ def test_xid_registration_refused_goes_to_errors() -> None:
     sc = scenario_two_gpus()
     sc["gpus"][1]["fail"]["nvmlDeviceRegisterEvents"] = "NotSupported"
     sc["xid_events"] = [{"gpu": 0, "xid": 13}]
-    s = make(sc)[0].sample()
+    agent = make(sc)[0]
+    assert "xid" not in agent.sample()["errors"]  # the first sample registers nothing
+    s = agent.sample()
     assert s["errors"]["xid"] == "Xid events not registered: GPU 1: Not Supported"
     assert [x["xid"] for x in s["xid_events"]] == [13]  # GPU 0 still watched
-    s = make(scenario_two_gpus(event_set_error="NoPermission"))[0].sample()
+    agent = make(scenario_two_gpus(event_set_error="NoPermission"))[0]
+    agent.arm_xid()  # as the main loop does once the first sample is out
+    s = agent.sample()
     assert s["errors"] == {"xid": "nvmlEventSetCreate: Insufficient Permissions"}
     assert s["state"] == "ok"
 

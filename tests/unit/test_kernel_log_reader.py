@@ -244,7 +244,9 @@ def test_lost_gpu_keeps_its_index(tmp_path: Path) -> None:
 
 def test_nvml_events_only_while_the_kernel_log_is_unread() -> None:
     nv = FakeNVML({"gpus": [{}, {}], "xid_events": [{"gpu": 1, "xid": 79}]})
-    s = read_sample(Agent(nv).sample())
+    agent = Agent(nv)
+    agent.arm_xid()  # as the agent's loop does once its first sample is out
+    s = read_sample(agent.sample())
     assert s["kernel_log"] is None and s["xid_events"][0]["xid"] == 79
     state = FleetState(["h"])
     state.on_sample("h", s)
