@@ -26,14 +26,15 @@ all the same), the NVML reason in ``state_detail`` (:meth:`Agent.without_nvidia_
 bad arguments.
 
 Kernel log: every ``--kernel-log-every`` s (default 10, and at the first sample) the agent reads
-new ``NVRM:`` kernel messages (Xids) with ``journalctl -k`` or ``dmesg``, whichever this user may
-run, keeping a cursor (:class:`KernelLogReader`); they go into the sample's ``kernel_log``, and
-while neither works ``errors["kernel_log"]`` says why. NVML's Xid events (``xid_events``) are
+new ``NVRM:`` kernel messages (Xids) from ``/dev/kmsg``, ``journalctl -k`` or ``dmesg``, the first
+this user may read, keeping a cursor (:class:`KernelLogReader`); they go into the sample's
+``kernel_log``, and while none works ``errors["kernel_log"]`` says why. NVML's Xid events (``xid_events``) are
 registered once the first sample is out (:meth:`Agent.arm_xid`): NVML delivers only events
 that come after the registration, so the first sample could not hold any.
 
-Costs: NVML is initialised once, device handles are cached; the only subprocesses are the
-kernel log reads (one ``journalctl`` or ``dmesg`` per ``--kernel-log-every``). Fast
+Costs: NVML is initialised once, device handles are cached; ``/dev/kmsg`` stays open between
+kernel log reads; the only subprocesses are the kernel log reads where it cannot be read (one
+``journalctl`` or ``dmesg`` per ``--kernel-log-every``). Fast
 fields are read every sample; slow ones (name, UUID, PCI bus id, power limit, ECC counters,
 remapped rows, persistence and MIG mode, versions) every ``--slow-every`` samples and cached. A
 field NVML reports as not supported is not asked again until the next slow refresh.
@@ -663,7 +664,16 @@ KERNEL_LOG_TIMEOUT_S = 5.0
 #: The ``kernel_log`` record's keys, in order.
 KERNEL_LOG_FIELDS = ("source", "lines", "since_boot", "dropped", "gap")
 #: ``kernel_log.source`` values (``file``: a test's file standing in for the kernel log).
-KERNEL_LOG_SOURCES = ("journalctl", "dmesg", "file")
+KERNEL_LOG_SOURCES = ("kmsg", "journalctl", "dmesg", "file")
+#: The kernel's record-per-read log device (Documentation/ABI/testing/dev-kmsg), what util-linux
+#: ``dmesg`` itself reads.
+KMSG_PATH = "/dev/kmsg"
+#: Bytes one ``read`` of ``/dev/kmsg`` may return: a record is at most the kernel's
+#: ``CONSOLE_EXT_LOG_MAX`` (8 KiB) with its header; a smaller buffer gets EINVAL.
+KMSG_READ_BYTES = 16384
+#: Most records one read of ``/dev/kmsg`` takes (a kernel flooding its log cannot hold the
+#: sample up); the rest are read at the next read.
+KMSG_MAX_RECORDS = 100_000
 
 
 def dmesg_stamp(line: str) -> float | None:
@@ -836,6 +846,45 @@ def nvrm_lines(lines: Iterable[str]) -> list[str]:
     return out
 
 
+def kmsg_unescape(text: bytes) -> bytes:
+    """``/dev/kmsg``'s message text with its ``\\xNN`` escapes undone (the kernel writes every
+    non-printable byte and the backslash itself that way, a newline as ``\\x0a``)."""
+    if b"\\x" not in text:
+        return text
+    parts = text.split(b"\\x")
+    out = [parts[0]]
+    for part in parts[1:]:
+        code = part[:2]
+        if len(code) == 2 and not code.strip(b"0123456789abcdefABCDEF"):
+            out.append(bytes((int(code, 16),)) + part[2:])
+        else:  # not an escape the kernel wrote: kept as it came
+            out.append(b"\\x" + part)
+    return b"".join(out)
+
+
+def kmsg_lines(record: bytes) -> list[str]:
+    """One ``/dev/kmsg`` record as ``dmesg`` prints it: ``[%5d.%06d] text`` (seconds since
+    boot, the record's microsecond stamp), the lines after a newline in the text indented
+    under it as older dmesg indents them; ``[]`` for a record that is not one.
+
+    Format (Documentation/ABI/testing/dev-kmsg): ``prio,seq,usec,flags[,...];text\\n``, then
+    dictionary lines that begin with a space (``" SUBSYSTEM=pci"``), which are not the message.
+    """
+    head, sep, rest = record.partition(b";")
+    fields = head.split(b",")
+    if not sep or len(fields) < 4:
+        return []
+    try:
+        usec = int(fields[2])
+    except ValueError:
+        return []
+    text = kmsg_unescape(rest.partition(b"\n")[0]).decode("utf-8", "replace")
+    stamp = f"[{usec // 1_000_000:5d}.{usec % 1_000_000:06d}]"
+    first, *more = text.split("\n")
+    pad = " " * (len(stamp) + 1)
+    return [f"{stamp} {first}"] + [pad + m for m in more if m.strip()]
+
+
 def _last_line(text: str) -> str:
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
     return lines[-1] if lines else ""
@@ -847,6 +896,11 @@ class KernelLogReader:
 
     Sources, the first that works is kept (the SSH user is often not root):
 
+    * ``/dev/kmsg``, read in the agent's own process (no program started): the kernel's ring
+      buffer, one record per ``read``, kept open so that each read continues where the last
+      ended; the kernel says when records were overwritten before they were read (EPIPE):
+      ``gap``. The same rights as ``dmesg`` (``kernel.dmesg_restrict``), at a tenth of its
+      CPU (no process to start, only NVRM records decoded).
     * ``journalctl -k -b -o short-monotonic --show-cursor`` (first read: this boot; then
       ``--after-cursor``). Needs the journal and, for a non-root user, the ``adm`` or
       ``systemd-journal`` group; journalctl then exits 0 showing no kernel lines and says so
@@ -868,6 +922,9 @@ class KernelLogReader:
         run: runs a command (:func:`run_command`; tests give a fake).
         clock: monotonic seconds.
         restrict_path: where ``kernel.dmesg_restrict`` is read, to explain a refusal.
+        kmsg_path: the kernel's log device (:data:`KMSG_PATH`); ``None``: not tried.
+        open_fd: opens ``kmsg_path`` (``os.open``), read_fd: reads one record from the file
+            descriptor (``os.read``); tests give fakes for both.
     """
 
     def __init__(
@@ -877,12 +934,19 @@ class KernelLogReader:
         run: Callable[[Sequence[str], float], tuple[int, str, str]] = run_command,
         clock: Callable[[], float] = time.monotonic,
         restrict_path: str = "/proc/sys/kernel/dmesg_restrict",
+        kmsg_path: str | None = KMSG_PATH,
+        open_fd: Callable[[str, int], int] = os.open,
+        read_fd: Callable[[int, int], bytes] = os.read,
     ) -> None:
         self.every_s = every_s
         self.file = file
         self.run = run
         self.clock = clock
         self.restrict_path = restrict_path
+        self.kmsg_path = kmsg_path
+        self.open_fd = open_fd
+        self.read_fd = read_fd
+        self._kmsg_fd: int | None = None
         #: the source in use (``None``: none works yet).
         self.source: str | None = None
         #: why no source works after the last read, or ``None``.
@@ -899,7 +963,10 @@ class KernelLogReader:
     def read(self) -> dict[str, Any] | None:
         """Read what is new; sets :attr:`error` when no source works (never raises)."""
         self._next = self.clock() + self.every_s
-        order = ["file"] if self.file else ["journalctl", "dmesg"]
+        if self.file:
+            order = ["file"]
+        else:
+            order = (["kmsg"] if self.kmsg_path else []) + ["journalctl", "dmesg"]
         if self.source in order:  # the working source first
             order.remove(self.source)
             order.insert(0, self.source)
@@ -928,7 +995,47 @@ class KernelLogReader:
         self.error = "kernel log unreadable: " + "; ".join(why)
         return None
 
+    def close(self) -> None:
+        """Close ``/dev/kmsg`` if it is open."""
+        fd, self._kmsg_fd = self._kmsg_fd, None
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
     # -- sources: each returns (new lines, since_boot, gap) or the reason it cannot --------------
+
+    def _read_kmsg(self) -> tuple[list[str], bool, bool] | str:
+        assert self.kmsg_path is not None
+        first = self._kmsg_fd is None
+        if self._kmsg_fd is None:
+            try:  # the position starts at the oldest record the ring buffer still holds
+                flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
+                self._kmsg_fd = self.open_fd(self.kmsg_path, flags)
+            except OSError as e:
+                return f"kmsg: {self.kmsg_path}: {e.strerror or reason_of(e)}"
+        fd = self._kmsg_fd
+        lines: list[str] = []
+        gap = False
+        for _ in range(KMSG_MAX_RECORDS):
+            try:
+                record = self.read_fd(fd, KMSG_READ_BYTES)
+            except BlockingIOError:  # every record read
+                break
+            except BrokenPipeError:  # overwritten before it was read: the next one follows
+                gap = True
+                continue
+            except InterruptedError:
+                continue
+            except OSError as e:
+                self.close()
+                return f"kmsg: {self.kmsg_path}: {e.strerror or reason_of(e)}"
+            if not record:
+                break
+            if b"NVRM" in record:  # the only records shipped: the rest are not decoded
+                lines.extend(kmsg_lines(record))
+        return lines, first, gap
 
     def _read_journalctl(self) -> tuple[list[str], bool, bool] | str:
         argv = ["journalctl", "-k", "-b", "-o", "short-monotonic", "--no-pager", "--show-cursor"]
@@ -2116,7 +2223,10 @@ class Agent:
         g.xid_registered = False
 
     def close(self) -> None:
-        """Free GPM samples and the event set, ``nvmlShutdown`` (errors ignored)."""
+        """Free GPM samples and the event set, ``nvmlShutdown``, close the kernel log (errors
+        ignored)."""
+        if self.kernel_log is not None:
+            self.kernel_log.close()
         if not self.initialized:
             return
         nv = self.nv

@@ -113,7 +113,7 @@ GpuField = Literal[
 #: ``processes[].type``.
 ProcessType = Literal["compute", "graphics"]
 #: ``kernel_log.source`` (``file``: a test's stand-in for the kernel log).
-KernelLogSource = Literal["journalctl", "dmesg", "file"]
+KernelLogSource = Literal["kmsg", "journalctl", "dmesg", "file"]
 
 #: States in which the driver did not answer: the GPU list of the sample cannot be trusted.
 DRIVER_DOWN_STATES: frozenset[str] = frozenset(
@@ -235,7 +235,7 @@ class KernelLogRecord(TypedDict):
     ``faults.scan_kernel_log``)."""
 
     source: KernelLogSource
-    lines: list[str]  # as the source printed them (journalctl short-monotonic, dmesg)
+    lines: list[str]  # as the source printed them (journalctl short-monotonic; dmesg, kmsg)
     since_boot: bool  # the first read of this source: every NVRM line of the boot so far
     dropped: int  # NVRM lines left out (more than the agent's KERNEL_LOG_MAX_LINES)
     gap: bool  # lines may be missing before these (ring buffer wrapped, file truncated)

@@ -2,8 +2,9 @@
 python3, reading its kernel log with a cursor; the console parsing what it ships.
 
 What is real: the OpenSSH test host ``a``, the upload (``deploy_agent``), the agent process and
-its kernel log reader, ``journalctl``/``dmesg`` and ``kernel.dmesg_restrict`` on the host, an
-unprivileged user (``setpriv`` to uid 65534), the console's FleetState, rows and text.
+its kernel log reader, ``/dev/kmsg``, ``journalctl``/``dmesg`` and ``kernel.dmesg_restrict`` on
+the host, an unprivileged user (``setpriv`` to uid 65534), the console's FleetState, rows and
+text.
 What stands in: the test hosts have no GPU and no NVIDIA driver, so NVML is FakeNVML
 (tests/fakes/fake_nvml.py, through its pynvml shim) and the kernel log is a file on the host
 (``--kernel-log-file``, the agent's test-only source) holding a real kernel log
@@ -114,7 +115,7 @@ async def test_agent_ships_new_xid_lines_once_over_ssh(cli: CLI, scratch: Path) 
 
 
 async def test_unprivileged_user_gets_a_reason(cli: CLI, scratch: Path) -> None:
-    """The real journalctl and dmesg of the host, run by uid 65534 (no NVML and no nvidia-smi
+    """The real /dev/kmsg, journalctl and dmesg of the host, read by uid 65534 (no NVML and no nvidia-smi
     there: the agent streams no_driver host samples, as on a host without a driver; one here)."""
     shutil.copy(REPO / "remote" / "agent" / "agent.py", scratch / "agent.py")
     os.chmod(scratch / "agent.py", 0o644)
@@ -144,11 +145,12 @@ async def test_unprivileged_user_gets_a_reason(cli: CLI, scratch: Path) -> None:
     assert res.returncode == 0, res.stderr
     s = read_sample(json.loads(res.stdout.splitlines()[0]))
     assert s["state"] == "no_driver"
-    if restrict == "1":  # dmesg refused to users without CAP_SYSLOG
+    if restrict == "1":  # /dev/kmsg and dmesg refused to users without CAP_SYSLOG
         assert s["kernel_log"] is None
         why = s["errors"]["kernel_log"]
-        assert why.startswith("kernel log unreadable: journalctl: ")
+        assert why.startswith("kernel log unreadable: kmsg: /dev/kmsg: ")
+        assert "; journalctl: " in why and "; dmesg: " in why
         assert "Operation not permitted" in why and "kernel.dmesg_restrict=1" in why
-    else:  # the host lets anyone read it: dmesg (or the journal) is the source
+    else:  # the host lets anyone read it: /dev/kmsg (or dmesg, or the journal) is the source
         assert s["kernel_log"] is not None and s["kernel_log"]["since_boot"]
         assert "kernel_log" not in s["errors"]

@@ -10,8 +10,11 @@ reader on a real host.
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import re
+import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -21,7 +24,7 @@ from console.diagnosis import diagnose
 from console.fleet.render import render_fleet
 from console.fleet.rows import fleet_rows
 from console.fleet.state import FleetState
-from remote.agent.agent import Agent, KernelLogReader, nvrm_lines
+from remote.agent.agent import KMSG_PATH, Agent, KernelLogReader, kmsg_lines, nvrm_lines
 from remote.telemetry.faults import pci_key
 from remote.telemetry.schema import read_sample
 from remote.telemetry.xid_catalog import ACTION_TEXT
@@ -54,6 +57,12 @@ class FakeRunner:
         return self.answers.get(argv[0], (127, "", f"{argv[0]}: not installed"))
 
 
+def kmsg_refused(path: str, flags: int) -> int:
+    """``open("/dev/kmsg")`` as the kernel answers it under ``kernel.dmesg_restrict=1`` for a
+    user without CAP_SYSLOG (devkmsg_open -> check_syslog_permissions: EPERM)."""
+    raise PermissionError(errno.EPERM, os.strerror(errno.EPERM), path)
+
+
 class Clock:
     def __init__(self) -> None:
         self.t = 0.0
@@ -77,7 +86,7 @@ def test_dmesg_cursor_no_repeats_no_loss(tmp_path: Path) -> None:
     no_journal = (1, "", "No journal files were found.\n")
     run = FakeRunner(journalctl=no_journal, dmesg=(0, "\n".join(lines[:4]) + "\n", ""))
     clock = Clock()
-    r = KernelLogReader(every_s=10, run=run, clock=clock)
+    r = KernelLogReader(every_s=10, run=run, clock=clock, kmsg_path=None)
     assert r.due()
     first = r.read()
     assert first is not None and first["source"] == "dmesg" and first["since_boot"]
@@ -100,7 +109,7 @@ def test_dmesg_same_stamp_and_wrapped_buffer() -> None:
     msg = "[  100.000001] NVRM: Xid (PCI:0000:0a:00): 45, pid='<unknown>', name=<unknown>, Ch "
     two = f"{msg}00000008\n{msg}00000009\n"
     run = FakeRunner(journalctl=(1, "", "No journal files were found.\n"), dmesg=(0, two, ""))
-    r = KernelLogReader(run=run, clock=Clock())
+    r = KernelLogReader(run=run, clock=Clock(), kmsg_path=None)
     assert r.read() is not None
     run.answers["dmesg"] = (0, two + f"{msg}0000000a\n", "")  # a third line, same stamp
     got = r.read()
@@ -119,7 +128,7 @@ def test_journalctl_cursor() -> None:
     ]  # the short-monotonic spelling
     out1 = "\n".join(lines[:3]) + "\n-- cursor: s=aa;i=1\n"
     run = FakeRunner(journalctl=(0, out1, ""))
-    r = KernelLogReader(run=run, clock=Clock())
+    r = KernelLogReader(run=run, clock=Clock(), kmsg_path=None)
     first = r.read()
     assert first is not None and first["source"] == "journalctl" and first["lines"] == lines[:3]
     assert run.calls[0][:3] == ["journalctl", "-k", "-b"]
@@ -145,13 +154,16 @@ def test_permission_denied_is_a_reason_not_a_crash(tmp_path: Path) -> None:
     restrict = tmp_path / "dmesg_restrict"
     restrict.write_text("1\n")
     run = FakeRunner(journalctl=(0, "-- No entries --\n", JOURNAL_HINT), dmesg=(1, "", DMESG_EPERM))
-    reader = KernelLogReader(run=run, clock=Clock(), restrict_path=str(restrict))
+    reader = KernelLogReader(
+        run=run, clock=Clock(), restrict_path=str(restrict), open_fd=kmsg_refused
+    )
     agent = Agent(FakeNVML({"gpus": [{}]}), kernel_log=reader)
     s = agent.sample()
     assert s["kernel_log"] is None and s["state"] == "ok"
     why = s["errors"]["kernel_log"]
     assert why.startswith(
-        "kernel log unreadable: journalctl: Hint: You are currently not "
+        "kernel log unreadable: kmsg: /dev/kmsg: Operation not permitted; "
+        "journalctl: Hint: You are currently not "
         "seeing messages from other users and the system.; "
     )
     assert "; dmesg: read kernel buffer failed: Operation not permitted" in why
@@ -181,6 +193,145 @@ def test_file_source_offsets(tmp_path: Path) -> None:
     assert got is not None and got["since_boot"] and got["gap"] and got["lines"] == [lines[0]]
     f.unlink()
     assert r.read() is None and r.error is not None and "No such file" in r.error
+
+
+# -- /dev/kmsg ---------------------------------------------------------------------------------
+# Records in the format of Documentation/ABI/testing/dev-kmsg: "prio,seq,usec,flags;text\n",
+# non-printable bytes and "\\" escaped as \\xNN, dictionary lines after it starting with a space.
+
+
+def kmsg_records(text: str, first_seq: int = 1) -> list[bytes]:
+    """The records the kernel held for a dmesg text (a message: a stamped line and the
+    indented lines under it, which the kernel holds as one text with \\x0a escapes)."""
+    messages: list[tuple[int, list[str]]] = []
+    for line in text.splitlines():
+        if line[:1].isspace() and messages:
+            messages[-1][1].append(line.strip())
+            continue
+        stamp, _, msg = line.partition("] ")
+        whole, _, frac = stamp.lstrip("[ ").partition(".")
+        messages.append((int(whole) * 1_000_000 + int(frac), [msg]))
+    newline = "\\x0a"  # the kernel's escape of a newline inside one record
+    return [
+        f"4,{first_seq + i},{usec},-;{newline.join(msg)}\n SUBSYSTEM=pci\n".encode()
+        for i, (usec, msg) in enumerate(messages)
+    ]
+
+
+def test_kmsg_record_as_dmesg_prints_it() -> None:
+    """Each record as dmesg prints it, the NVRM lines of real reports byte for byte."""
+    for name in ("xid-02", "xid-04"):
+        text = case(name)
+        got = [ln for rec in kmsg_records(text) for ln in kmsg_lines(rec)]
+        assert got == text.splitlines()
+    # the kernel's own example (dev-kmsg), and its escapes: "\\" itself, ESC, a stray "\\x"
+    doc = (
+        b"7,160,424069,-;pci_root PNP0A03:00: host bridge window [io  0x0000-0x0cf7] "
+        b"(ignored)\n SUBSYSTEM=acpi\n DEVICE=+acpi:PNP0A03:00\n"
+    )
+    assert kmsg_lines(doc) == [
+        "[    0.424069] pci_root PNP0A03:00: host bridge window [io  0x0000-0x0cf7] (ignored)"
+    ]
+    assert kmsg_lines(b"6,3,12345678901,c;a\\x5cb \\x1b[0m \\x5cxzz \\xzz\n") == [
+        "[12345.678901] a\\b \x1b[0m \\xzz \\xzz"
+    ]
+    assert kmsg_lines(b"no header here\n") == [] and kmsg_lines(b"6,1,x,-;text\n") == []
+
+
+class FakeKmsg:
+    """Stands in for /dev/kmsg's reads: scripted records, an exception where the kernel
+    answers with one (EPIPE: overwritten before read), EAGAIN once nothing is left. The file
+    descriptor is a real one (/dev/null) so that closing it is real."""
+
+    def __init__(self) -> None:
+        self.queue: list[bytes | OSError] = []
+        self.opened: list[int] = []
+
+    def open(self, path: str, flags: int) -> int:
+        assert flags & os.O_NONBLOCK and flags & os.O_CLOEXEC
+        fd = os.open(os.devnull, os.O_RDONLY)
+        self.opened.append(fd)
+        return fd
+
+    def read(self, fd: int, n: int) -> bytes:
+        assert fd == self.opened[-1] and n >= 8192
+        if not self.queue:
+            raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
+        item = self.queue.pop(0)
+        if isinstance(item, OSError):
+            raise item
+        return item
+
+
+def test_kmsg_source_keeps_its_position_and_says_gap() -> None:
+    """No program is started; the device stays open, each read goes on where the last ended;
+    records overwritten before they were read (EPIPE) make a gap."""
+    lines = case("xid-02").splitlines()
+    records = kmsg_records(case("xid-02"))
+    fake = FakeKmsg()
+    fake.queue = records[:4]
+    run = FakeRunner()
+    clock = Clock()
+    r = KernelLogReader(run=run, clock=clock, open_fd=fake.open, read_fd=fake.read)
+    first = r.read()
+    assert first == {
+        "source": "kmsg",
+        "lines": lines[:4],
+        "since_boot": True,
+        "dropped": 0,
+        "gap": False,
+    }
+    assert run.calls == [] and len(fake.opened) == 1
+    clock.t = 10.0
+    fake.queue = [BrokenPipeError(errno.EPIPE, "Broken pipe"), *records[5:]]
+    second = r.read()
+    assert second is not None and second["gap"] and not second["since_boot"]
+    assert second["lines"] == [ln for ln in lines[5:] if "NVRM" in ln]  # sched: line left out
+    assert r.read() == {**first, "lines": [], "since_boot": False}
+    assert len(fake.opened) == 1 and run.calls == []
+    fd = fake.opened[0]
+    r.close()
+    with pytest.raises(OSError):
+        os.fstat(fd)
+
+
+def test_kmsg_read_error_falls_back_to_the_programs() -> None:
+    fake = FakeKmsg()
+    fake.queue = [OSError(errno.EIO, "Input/output error")]
+    run = FakeRunner(
+        journalctl=(1, "", "No journal files were found.\n"), dmesg=(0, case("xid-02"), "")
+    )
+    r = KernelLogReader(run=run, clock=Clock(), open_fd=fake.open, read_fd=fake.read)
+    got = r.read()
+    assert got is not None and got["source"] == "dmesg" and len(got["lines"]) == 11
+    with pytest.raises(OSError):
+        os.fstat(fake.opened[0])  # closed: the next read opens it again
+    assert r.read() is not None and len(fake.opened) == 1  # dmesg stays first while it works
+
+
+def test_real_kmsg_reads_what_dmesg_prints() -> None:
+    """This machine's own /dev/kmsg, every record (not only NVRM), against util-linux dmesg
+    run right after: each one-line record reads as the line dmesg prints for it."""
+    try:
+        fd = os.open(KMSG_PATH, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as e:
+        pytest.skip(f"{KMSG_PATH} cannot be read here: {e.strerror}")
+    mine: list[str] = []
+    try:
+        while True:
+            try:
+                rec = os.read(fd, 16384)
+            except BlockingIOError:
+                break
+            except BrokenPipeError:
+                continue
+            if b"\\x0a" not in rec.partition(b"\n")[0]:
+                mine.extend(kmsg_lines(rec))
+    finally:
+        os.close(fd)
+    dmesg = subprocess.run(["dmesg"], capture_output=True, text=True, check=True).stdout
+    assert mine and set(mine) <= set(dmesg.splitlines())
+    assert all(re.match(r"^\[ *\d+\.\d{6}\] ", ln) for ln in mine)
 
 
 def agent_with_log(f: Path, text: str, buses: list[str]) -> tuple[Agent, Clock]:
