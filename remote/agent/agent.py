@@ -26,11 +26,12 @@ all the same), the NVML reason in ``state_detail`` (:meth:`Agent.without_nvidia_
 bad arguments.
 
 Kernel log: every ``--kernel-log-every`` s (default 10, and at the first sample) the agent reads
-new ``NVRM:`` kernel messages (Xids) from ``/dev/kmsg``, ``journalctl -k`` or ``dmesg``, the first
-this user may read, keeping a cursor (:class:`KernelLogReader`); they go into the sample's
-``kernel_log``, and while none works ``errors["kernel_log"]`` says why. NVML's Xid events (``xid_events``) are
-registered once the first sample is out (:meth:`Agent.arm_xid`): NVML delivers only events
-that come after the registration, so the first sample could not hold any.
+new ``NVRM:`` kernel messages (Xids) from ``/dev/kmsg``, ``journalctl -k`` or ``dmesg``, the
+first this user may read, keeping a cursor (:class:`KernelLogReader`); they go into the
+sample's ``kernel_log``, and while none works ``errors["kernel_log"]`` says why. NVML's Xid
+events (``xid_events``) are registered once the first sample is out (:meth:`Agent.arm_xid`):
+NVML delivers only events that come after the registration, so the first sample could not hold
+any.
 
 Costs: NVML is initialised once, device handles are cached; ``/dev/kmsg`` stays open between
 kernel log reads; the only subprocesses are the kernel log reads where it cannot be read (one
@@ -1764,16 +1765,20 @@ class Agent:
             self._setup_xid()
 
     def _setup_xid(self) -> None:
-        """``nvmlEventSetCreate`` and ``nvmlDeviceRegisterEvents(nvmlEventTypeXidCriticalError)``
-        on every GPU; failures go to ``errors["xid"]``."""
-        usable = [g for g in self.gpus if g.handle is not None]
+        """``nvmlEventSetCreate`` (once) and ``nvmlDeviceRegisterEvents(
+        nvmlEventTypeXidCriticalError)`` on every GPU with a handle that is not registered yet
+        (a GPU that came back after it was lost has a new handle); failures go to
+        ``errors["xid"]``."""
+        usable = [g for g in self.gpus if g.handle is not None and not g.xid_registered]
         if not usable:
             return
-        try:
-            self.event_set = self.nv.nvmlEventSetCreate()
-        except Exception as e:
-            self.xid_error = f"nvmlEventSetCreate: {reason_of(e)}"
-            return
+        if self.event_set is None:
+            try:
+                self.event_set = self.nv.nvmlEventSetCreate()
+            except Exception as e:
+                self.xid_error = f"nvmlEventSetCreate: {reason_of(e)}"
+                return
+        self.xid_error = None
         failed: list[str] = []
         for g in usable:
             try:
@@ -1855,6 +1860,7 @@ class Agent:
             except Exception as e:
                 self.versions[key] = None
                 self.version_errors[key] = reason_of(e)
+        regained_any = False
         for g in self.gpus:
             regained = False
             if g.handle is None:
@@ -1866,6 +1872,9 @@ class Agent:
             self._read_slow(g)
             if regained:
                 self._setup_gpm(g)
+                regained_any = True
+        if regained_any and self.xid_armed:  # its Xid events, on its new handle
+            self._setup_xid()
 
     def _read_slow(self, g: GpuState) -> None:
         """Name (``nvmlDeviceGetName``), UUID, PCI bus id (``nvmlDeviceGetPciInfo``), enforced

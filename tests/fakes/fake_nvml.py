@@ -252,8 +252,12 @@ class FakeNVML(types.ModuleType):
     # -- scenario control (tests) --------------------------------------------------------------
 
     def lose_gpu(self, index: int) -> None:
-        """From now on every call on GPU ``index`` (and its handle lookup) says GpuIsLost."""
+        """From now on every call on GPU ``index`` (and its handle lookup) says GpuIsLost;
+        its event registrations go with its handle (a handle it gets when it is back must be
+        registered again)."""
         self.lost.add(index)
+        for es in self.event_sets:
+            es.registered.pop(index, None)
 
     def inject_xid(self, gpu: int, xid: int) -> None:
         """Queue an Xid event on GPU ``gpu`` for registered event sets."""

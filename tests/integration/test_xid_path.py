@@ -115,8 +115,9 @@ async def test_agent_ships_new_xid_lines_once_over_ssh(cli: CLI, scratch: Path) 
 
 
 async def test_unprivileged_user_gets_a_reason(cli: CLI, scratch: Path) -> None:
-    """The real /dev/kmsg, journalctl and dmesg of the host, read by uid 65534 (no NVML and no nvidia-smi
-    there: the agent streams no_driver host samples, as on a host without a driver; one here)."""
+    """The real /dev/kmsg, journalctl and dmesg of the host, read by uid 65534 (no NVML and no
+    nvidia-smi there: the agent streams no_driver host samples, as on a host without a driver;
+    one here)."""
     shutil.copy(REPO / "remote" / "agent" / "agent.py", scratch / "agent.py")
     os.chmod(scratch / "agent.py", 0o644)
     session = Session(load_profile_file(cli.profile))

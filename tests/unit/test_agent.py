@@ -748,6 +748,26 @@ def test_xid_events_reported_once() -> None:
     assert fake.calls["nvmlDeviceRegisterEvents"] == 2
 
 
+def test_a_gpu_back_from_lost_is_registered_for_xid_events_again() -> None:
+    """GPU 0 is lost (its registration goes with its handle) and back at the slow refresh:
+    its new handle is registered on the same event set, and its next Xid is reported."""
+    agent, fake = make(scenario_two_gpus(), slow_every=4)
+    agent.sample()
+    agent.arm_xid()
+    assert fake.calls["nvmlDeviceRegisterEvents"] == 2
+    fake.lose_gpu(0)
+    agent.sample()
+    fake.lost.clear()
+    while agent.sample()["gpus"][0]["lost"]:
+        pass
+    assert fake.calls["nvmlDeviceRegisterEvents"] == 3
+    assert fake.calls["nvmlEventSetCreate"] == 1
+    fake.inject_xid(0, 79)
+    s = agent.sample()
+    assert [(x["gpu_index"], x["xid"]) for x in s["xid_events"]] == [(0, 79)]
+    assert "xid" not in s["errors"]
+
+
 def test_xid_registration_refused_goes_to_errors() -> None:
     sc = scenario_two_gpus()
     sc["gpus"][1]["fail"]["nvmlDeviceRegisterEvents"] = "NotSupported"
