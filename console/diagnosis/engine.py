@@ -273,7 +273,7 @@ TAIL_LINES = 200
 #: trace within 40 lines of its WARN; a frame within 4 lines of an exception line...).
 GAP_LINES = 40
 #: Inputs up to this many characters are read whole.
-SMALL_TEXT = 256 * 1024
+SMALL_TEXT = 16 * 1024
 
 
 def _compile(pattern: bytes) -> _Searcher | None:
