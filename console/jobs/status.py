@@ -128,7 +128,9 @@ def job_summary(job: JobRecord) -> str:
 
     A failure (or an interrupted launch): ``node 1 rank 3: <reason>``. A job the user stopped
     (``stop``, ``rm --force``): ``stopped by the user (SIGTERM)``, never the SignalException
-    traceback torchrun prints when it gets that SIGTERM.
+    traceback torchrun prints when it gets that SIGTERM. A lost job: its first lost node, gone
+    from its host while its host answers (its container removed, or a Slurm job its scheduler
+    no longer knows), or never started (its launch ended first).
     """
     f = job.failure
     if f:
@@ -136,6 +138,12 @@ def job_summary(job: JobRecord) -> str:
         return f"node {f['node']}{rank}: {f['reason']}"
     if job.state == "stopped" and job.stop_requested_at is not None:
         return "stopped by the user (SIGTERM)"
+    if job.state == "lost":
+        lost = next((n for n in job.nodes if n.state == "lost"), None)
+        if lost is not None:
+            if lost.container_id is None:
+                return f"node {lost.node_rank}: its launch ended before it started on {lost.host}"
+            return f"node {lost.node_rank}: no longer on {lost.host} (removed outside gpuconsole?)"
     return ""
 
 

@@ -52,6 +52,13 @@ def test_removed_stopped_and_interrupted_rows() -> None:
     assert job_row(stopped, 1.0).reason == "stopped by the user (SIGTERM)"
     assert JobView(stopped).as_dict()["summary"] == "stopped by the user (SIGTERM)"
 
+    lost = job([("succeeded", 0), ("lost", None)])
+    lost.state = "lost"
+    lost.nodes[1].container_id = "0123456789abcdef"
+    assert job_row(lost, 1.0).reason == "node 1: no longer on h1 (removed outside gpuconsole?)"
+    lost.nodes[1].container_id = None
+    assert job_row(lost, 1.0).reason == "node 1: its launch ended before it started on h1"
+
     half = job([("created", None), ("created", None)])
     assert nodes_text(half) == "n0@h0:created n1@h1:created"
 
