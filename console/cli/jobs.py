@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -16,6 +17,7 @@ from console.cli.params import FiniteFloat
 if TYPE_CHECKING:
     from console.jobs.logs import JobLogLine
     from console.jobs.store import JobRecord
+    from console.throughput import JobProgress
 
 
 @main.command()
@@ -46,7 +48,6 @@ async def _ps(
     ctx: click.Context, as_json: bool, show_all: bool, with_hosts: bool, deadline: float | None
 ) -> None:
     async with command_service(ctx) as svc:  # imports the service stack, GC paused
-        from console.jobs.rows import job_row
         from console.jobs.status import LIST_DEADLINE_S, JobView
         from console.texttable import text_table
 
@@ -72,15 +73,26 @@ async def _ps(
         else:
             click.echo(json.dumps(out, indent=2))
         return
+    for line in text_table(ps_rows(jobs, progress, time.time())):
+        click.echo(line)
+
+
+def ps_rows(
+    jobs: Sequence[JobRecord], progress: Mapping[str, JobProgress], now: float
+) -> list[tuple[str, ...]]:
+    """``ps``'s table: a header, then a row per job at ``now`` (Unix s). A PROFILE column
+    after JOB when the jobs come from more than one profile (the state dir is shared)."""
+    from console.jobs.rows import job_row
     from console.throughput import eta_text, rate_text, spec_gpus, step_text, usd
 
-    now = time.time()
-    rows = [("JOB", "KIND", "STATE", "NODES", "AGE", "STEP", "RATE", "ETA", "$/H", "REASON")]
+    profiles = len({j.profile for j in jobs}) > 1
+    head = ("JOB", "KIND", "STATE", "NODES", "AGE", "STEP", "RATE", "ETA", "$/H", "REASON")
+    rows: list[tuple[str, ...]] = [(head[0], "PROFILE", *head[1:]) if profiles else head]
     for j in jobs:
         jr = job_row(j, now)
         p = progress.get(j.id)
         if p is None:  # not running (or its log not read in time): nothing applies
-            cells = ("-", "-", "-", "-")
+            cells: tuple[str, ...] = ("-", "-", "-", "-")
         else:
             tp = p.throughput
             cost = (
@@ -91,9 +103,9 @@ async def _ps(
                 else "?"
             )
             cells = (step_text(tp), rate_text(tp), eta_text(tp), cost)
-        rows.append((jr.job_id, jr.kind, jr.state, jr.nodes, jr.age, *cells, jr.reason))
-    for line in text_table(rows):
-        click.echo(line)
+        first = (jr.job_id, j.profile) if profiles else (jr.job_id,)
+        rows.append((*first, jr.kind, jr.state, jr.nodes, jr.age, *cells, jr.reason))
+    return rows
 
 
 # -- logs -----------------------------------------------------------------------------------

@@ -84,3 +84,16 @@ def test_a_job_without_gpus_has_no_utilization_to_know() -> None:
     assert row_cells(job_row(gpu, 1.0, usage))[5:7] == ("1", "?")
     usage = {"j-1": JobUsage("j-1", (("h0", 0),), 42.0, None)}
     assert row_cells(job_row(gpu, 1.0, usage))[5:7] == ("1", "42%")
+
+
+def test_ps_names_the_profile_when_jobs_come_from_more_than_one() -> None:
+    from console.cli.jobs import ps_rows
+
+    one = job([("running", None)])
+    other = job([("succeeded", 0)])
+    other.id, other.profile, other.state = "k-2", "lab", "succeeded"
+    assert ps_rows([one], {}, 1.0)[0][:2] == ("JOB", "KIND")
+    both = ps_rows([one, other], {}, 1.0)
+    assert both[0][:3] == ("JOB", "PROFILE", "KIND")
+    assert [r[:2] for r in both[1:]] == [("j-1", "p"), ("k-2", "lab")]
+    assert {len(r) for r in both} == {11}
