@@ -25,7 +25,7 @@ FRAME_MIN_S = 0.1
 FRAME_MAX_S = 0.4
 """Longest time between two frames while lines come (s)."""
 
-FRAME_BUDGET = 0.10
+FRAME_BUDGET = 0.08
 """Share of one core the frames may take: the interval is a frame's cost over this."""
 
 KEY_QUIET_S = 0.06
