@@ -14,6 +14,7 @@ import ctypes.util
 import inspect
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -413,6 +414,35 @@ def test_device_records_equal_through_both_bindings(path: Path) -> None:
         assert a["gpus"] and a["gpus"][0]["name"].startswith("NVIDIA ")
         assert stable(a) == stable(b)
     assert ab["differences"] == []
+
+
+DEVICE_PHASES = sorted((ROOT / "tests" / "data" / "device").glob("*/phases.json"))
+
+
+@pytest.mark.skipif(not DEVICE_PHASES, reason="no device recording")
+@pytest.mark.parametrize("path", DEVICE_PHASES, ids=[p.parent.name for p in DEVICE_PHASES])
+def test_device_start_phases_hold_together(path: Path) -> None:
+    """scripts/device/agent_phases.py on a GPU: the kernel log came from /dev/kmsg with no
+    error, and each run's inclusive steps hold what they call (a step's CPU is at least its
+    NVML calls'; the whole start at least its steps')."""
+    rec = json.loads(path.read_text())
+    assert len(rec["runs"]) == len(rec["totals_ms"]) >= 5
+    for run in rec["runs"]:
+        assert run["kernel_log"] == {
+            "source": "kmsg",
+            "lines": run["kernel_log"]["lines"],
+            "error": None,
+        }
+        assert run["gpus"] >= 1
+        cpu = {k: v[0] for k, v in run["steps"].items()}
+        assert cpu["Agent._init_nvml"] >= cpu["nvml nvmlInitWithFlags"]
+        assert cpu["Agent._refresh_slow"] >= cpu["Agent._read_slow"]
+        assert cpu["Agent.sample"] >= cpu["Agent._sample_gpus"] + cpu["Agent._read_kernel_log"]
+        steps = cpu["Agent.__init__"] + cpu["Agent.sample"] + cpu["Agent.close"]
+        assert run["measured"] >= steps
+    shipped = json.loads((path.parent / "ab.json").read_text())["runs"][0]["samples"][0]
+    assert shipped["kernel_log"]["source"] == "kmsg" and shipped["kernel_log"]["since_boot"]
+    assert all(re.match(r"^\[ *\d+\.\d{6}\] NVRM: ", ln) for ln in shipped["kernel_log"]["lines"])
 
 
 def _ab_script() -> Any:
