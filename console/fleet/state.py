@@ -91,7 +91,7 @@ class HostView:
     #: host's kernel log (``kernel_log`` of the samples, parsed by ``faults.scan_kernel_log``),
     #: or from NVML's Xid events while the kernel log cannot be read.
     xid_events: list[XidEvent] = field(default_factory=list)
-    #: where the kernel log is read (``journalctl``, ``dmesg``...), ``None`` until it is.
+    #: where the kernel log is read (``kmsg``, ``journalctl``, ``dmesg``), ``None`` until it is.
     kernel_log_source: str | None = None
     #: why the host's kernel log cannot be read (the latest sample's reason), or ``None``.
     kernel_log_error: str | None = None
