@@ -900,8 +900,8 @@ class KernelLogReader:
     * ``/dev/kmsg``, read in the agent's own process (no program started): the kernel's ring
       buffer, one record per ``read``, kept open so that each read continues where the last
       ended; the kernel says when records were overwritten before they were read (EPIPE):
-      ``gap``. The same rights as ``dmesg`` (``kernel.dmesg_restrict``), at a tenth of its
-      CPU (no process to start, only NVRM records decoded).
+      ``gap``. The same rights as ``dmesg`` (``kernel.dmesg_restrict``), about a third of
+      its CPU (no process to start, only NVRM records decoded).
     * ``journalctl -k -b -o short-monotonic --show-cursor`` (first read: this boot; then
       ``--after-cursor``). Needs the journal and, for a non-root user, the ``adm`` or
       ``systemd-journal`` group; journalctl then exits 0 showing no kernel lines and says so
