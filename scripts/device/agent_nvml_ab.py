@@ -103,15 +103,21 @@ def diff(a: object, b: object, path: str, out: list[str]) -> None:
         out.append(f"{path}: {a!r} != {b!r}")
 
 
+def agent_folder(prefix: str) -> str:
+    """A temporary folder holding ``agent.py`` and ``nvmlc.py``, as the console uploads them."""
+    work = tempfile.mkdtemp(prefix=prefix)
+    for name in ("agent.py", "nvmlc.py"):
+        shutil.copyfile(os.path.join(AGENT_DIR, name), os.path.join(work, name))
+    return work
+
+
 def main() -> int:
     out_dir = sys.argv[1]
     runs = int(sys.argv[2]) if len(sys.argv) > 2 else 9
     os.makedirs(out_dir, exist_ok=True)
     import pynvml
 
-    work = tempfile.mkdtemp(prefix="agent-ab-")
-    for name in ("agent.py", "nvmlc.py"):
-        shutil.copyfile(os.path.join(AGENT_DIR, name), os.path.join(work, name))
+    work = agent_folder("agent-ab-")
     shutil.copyfile(pynvml.__file__, os.path.join(work, "pynvml.py"))
     agent_py = os.path.join(work, "agent.py")
     before_py = None

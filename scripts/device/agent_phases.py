@@ -26,9 +26,6 @@ T_START = time.process_time_ns()  # the interpreter's own start, in the child
 import os  # noqa: E402  # loaded by the interpreter's start already
 import sys  # noqa: E402
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-AGENT_DIR = os.path.join(ROOT, "remote", "agent")
-
 #: (class name, method) of the agent wrapped in timers, besides every ``nvml*`` function
 STEPS = (
     ("Agent", "__init__"),
@@ -130,14 +127,13 @@ def main() -> int:
     import shutil
     import statistics
     import subprocess
-    import tempfile
+
+    from agent_nvml_ab import agent_folder  # this folder's
 
     out_dir = sys.argv[1]
     runs = int(sys.argv[2]) if len(sys.argv) > 2 else 9
     os.makedirs(out_dir, exist_ok=True)
-    work = tempfile.mkdtemp(prefix="agent-phases-")
-    for name in ("agent.py", "nvmlc.py"):
-        shutil.copyfile(os.path.join(AGENT_DIR, name), os.path.join(work, name))
+    work = agent_folder("agent-phases-")
     argv = [sys.executable, "-I", "-S", os.path.abspath(__file__), "--child", work]
     env = dict(os.environ)
     env.pop("GPUCONSOLE_AGENT_NVML", None)
