@@ -25,7 +25,7 @@ from console.fleet.render import render_fleet
 from console.fleet.rows import fleet_rows
 from console.fleet.state import FleetState
 from remote.agent.agent import KMSG_PATH, Agent, KernelLogReader, kmsg_lines, nvrm_lines
-from remote.telemetry.faults import pci_key
+from remote.telemetry.faults import pci_key, scan_kernel_log
 from remote.telemetry.schema import read_sample
 from remote.telemetry.xid_catalog import ACTION_TEXT
 from tests.fakes.fake_nvml import FakeNVML
@@ -467,3 +467,48 @@ def test_live_headline_and_diagnosis_name_the_same_root(path: Path, tmp_path: Pa
             s.headline.text,
         )
         assert not any(s.pci_bus_id in c.summary for c in d.consequences)
+
+
+def test_kmsg_records_of_real_driver_lines_read_as_their_xids() -> None:
+    """Driver lines from public reports (leptonai/gpud #1174: the NVLink Xids 149 and 145 as
+    its /dev/kmsg reader got them; #46: Xid 13 and 109), each held by the kernel as one
+    record: read through the kmsg source, the console finds each Xid on its GPU, stamped
+    with the record's time. Expected, written first: 149 on 0019:01:00, 145 on 0018:01:00,
+    13 and 109 on 0000:cb:00, at 5.000001, 6.5, 7.25 and 8.0 s."""
+    texts = [
+        (
+            5_000_001,
+            "NVRM: Xid (PCI:0019:01:00): 149, NETIR Fatal XC0 i0 Link -1 (0x000fe406 "
+            "0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)",
+        ),
+        (
+            6_500_000,
+            "NVRM: Xid (PCI:0018:01:00): 145, RLW_RXPIPE Nonfatal XC0 i0 Link 13 "
+            "(0x0409a0c2 0x00000008 0x00000001 0x00000000 0x00100000 0x00000004)",
+        ),
+        (
+            7_250_000,
+            "NVRM: Xid (PCI:0000:cb:00): 13, pid='<unknown>', name=<unknown>, Graphics "
+            "SM Warp Exception on (GPC 7, TPC 7, SM 0): Illegal Instruction Parameter",
+        ),
+        (
+            8_000_000,
+            "NVRM: Xid (PCI:0000:cb:00): 109, pid=1797828, name=pt_main_thread, Ch "
+            "00000008, errorString CTX SWITCH TIMEOUT, Info 0x58005",
+        ),
+    ]
+    fake = FakeKmsg()
+    fake.queue = [
+        f"4,{i},{usec},-;{text}\n SUBSYSTEM=pci\n".encode() for i, (usec, text) in enumerate(texts)
+    ]
+    r = KernelLogReader(run=FakeRunner(), clock=Clock(), open_fd=fake.open, read_fd=fake.read)
+    got = r.read()
+    assert got is not None and got["source"] == "kmsg"
+    scan = scan_kernel_log("\n".join(got["lines"]))
+    assert [(e.xid, e.pci_bus_id, e.uptime_s) for e in scan.events] == [
+        (149, "0019:01:00", 5.000001),
+        (145, "0018:01:00", 6.5),
+        (13, "0000:cb:00", 7.25),
+        (109, "0000:cb:00", 8.0),
+    ]
+    r.close()
