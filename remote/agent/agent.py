@@ -76,7 +76,7 @@ import time
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only (they are strings, never evaluated)
     from collections.abc import Callable, Iterable, Sequence
-    from typing import Any
+    from typing import Any, NoReturn
 
 # --------------------------------------------------------------------------------------------
 # the record's vocabulary: the single source of these names and keys
@@ -2231,12 +2231,16 @@ class Agent:
         g.gpm_error = g.lost_reason
         g.xid_registered = False
 
-    def close(self) -> None:
+    def close(self, release_nvml: bool = True) -> None:
         """Free GPM samples and the event set, ``nvmlShutdown``, close the kernel log (errors
-        ignored)."""
+        ignored). ``release_nvml=False``: the process is ending, and the driver frees its
+        NVML objects with it; only the kernel log is closed."""
         if self.kernel_log is not None:
             self.kernel_log.close()
         if not self.initialized:
+            return
+        if not release_nvml:
+            self.initialized = False
             return
         nv = self.nv
         for g in self.gpus:
@@ -2658,8 +2662,12 @@ def replay(
         next_t += interval
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Sample every ``--interval`` s until stdin closes; see the module docstring."""
+def main(argv: Sequence[str] | None = None, *, exiting: bool = False) -> int:
+    """Sample every ``--interval`` s until stdin closes; see the module docstring.
+
+    ``exiting``: the process ends as this returns (:func:`run`), so NVML is not shut down
+    and its GPM samples and event set are not freed one by one: the driver frees a process's
+    NVML objects when its device files close."""
     args = parse_args(argv)
     if args.replay:
         closed_r = Flag()
@@ -2722,8 +2730,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     finally:
-        agent.close()
+        agent.close(release_nvml=not exiting)
+
+
+def run(argv: Sequence[str] | None = None) -> NoReturn:
+    """:func:`main`, then end the process at once with its exit code: stdout and stderr are
+    flushed, and ``os._exit`` skips the interpreter's finalization (module teardown, a last
+    garbage collection), which here is all cost and no effect (the console's start command,
+    ``remote/telemetry/stream.py``)."""
+    code = main(argv, exiting=True)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # the reader is gone: nothing left to deliver
+            pass
+    os._exit(code)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -70,8 +70,7 @@ LAUNCH_MISSING = 97
 #: Run by ``python3 -I -S -c``: argv[1] is the agent's path (so ``ps`` shows it); ``agent``
 #: is imported from there, its byte code cached in the folder, then run with the rest.
 _AGENT_MAIN = (
-    "import sys;p=sys.argv.pop(1);sys.path.insert(0,p.rpartition('/')[0]);"
-    "import agent;sys.exit(agent.main())"
+    "import sys;p=sys.argv.pop(1);sys.path.insert(0,p.rpartition('/')[0]);import agent;agent.run()"
 )
 #: ``sh -c`` script: $0 is :data:`_AGENT_MAIN`, $1 the folder (absolute, or under $HOME),
 #: the rest the agent's options.

@@ -45,7 +45,7 @@ from agent_start_floor import CTYPES_FIELDS, cpu_ms  # noqa: E402  # the floor's
 #: the console's start command's Python (remote/telemetry/stream.py, _AGENT_MAIN)
 AGENT_MAIN = (
     "import sys;p=sys.argv.pop(1);sys.path.insert(0,p.rpartition('/')[0]);"
-    "import agent;sys.exit(agent.main())"
+    "import agent;r=getattr(agent,'run',None);r() if r else sys.exit(agent.main())"
 )
 FIELDS = """
 n = nv.nvmlDeviceGetCount()

@@ -552,6 +552,20 @@ def test_a_lost_gpus_gpm_samples_are_freed() -> None:
     assert held() == 0
 
 
+def test_close_at_the_process_end_leaves_nvml_to_the_driver() -> None:
+    agent, fake = make(scenario_two_gpus())
+    agent.sample()
+    agent.sample()
+    before = dict(fake.calls)
+    agent.close(release_nvml=False)
+    assert dict(fake.calls) == before  # no GPM free, no event set free, no nvmlShutdown
+    assert not agent.initialized
+    agent2, fake2 = make(scenario_two_gpus())
+    agent2.sample()
+    agent2.close()
+    assert fake2.calls["nvmlShutdown"] == 1
+
+
 def test_a_failed_gpm_set_up_frees_what_it_allocated() -> None:
     fake = FakeNVML(scenario_two_gpus())
     fake.missing.add("nvmlGpmSampleGet")  # the set-up's first reading fails
@@ -973,6 +987,36 @@ def test_process_count_and_closed_stdout(tmp_path: Path) -> None:
     proc.stderr.close()
     assert proc.stdin is not None
     proc.stdin.close()
+
+
+def test_console_start_command_delivers_every_line_then_exits(tmp_path: Path) -> None:
+    """As the console starts it (``_AGENT_MAIN``: ``agent.run``, which ends the process with
+    ``os._exit``), stdout a pipe: every sample arrives whole, nothing on stderr, exit code 0;
+    a usage error still exits 2 with its message."""
+    from remote.telemetry.stream import _AGENT_MAIN
+
+    env = run_env(tmp_path, scenario_two_gpus())
+    argv = [sys.executable, "-I", "-S", "-c", _AGENT_MAIN, str(AGENT_PY)]
+    opts = ["--interval", "0.05", "--count", "3", "--pynvml-dir", str(tmp_path)]
+    proc = subprocess.Popen(
+        [*argv, *opts],
+        stdin=subprocess.PIPE,  # held open: the agent ends at --count, not at stdin's EOF
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    assert proc.stdout is not None and proc.stderr is not None and proc.stdin is not None
+    out, err = proc.stdout.read(), proc.stderr.read()
+    assert proc.wait(timeout=30) == 0 and err == b""
+    proc.stdin.close()
+    proc.stdout.close()
+    proc.stderr.close()
+    samples = [json.loads(line) for line in out.decode().splitlines()]
+    assert [s["seq"] for s in samples] == [0, 1, 2]
+    assert [g["uuid"] for g in samples[-1]["gpus"]] == ["GPU-aaaa", "GPU-bbbb"]
+    assert samples[-1]["gpus"][0]["power_limit_w"] == 700.0
+    bad = subprocess.run([*argv, "--interval", "0"], capture_output=True, env=env, timeout=30)
+    assert bad.returncode == 2 and b"--interval must be > 0" in bad.stderr
 
 
 def test_bad_interval_is_usage_error() -> None:

@@ -445,6 +445,34 @@ def test_device_start_phases_hold_together(path: Path) -> None:
     assert all(re.match(r"^\[ *\d+\.\d{6}\] NVRM: ", ln) for ln in shipped["kernel_log"]["lines"])
 
 
+DEVICE_COSTS = ROOT / "tests" / "data" / "device" / "agent-nvmlc-h100-exit"
+
+
+@pytest.mark.skipif(not (DEVICE_COSTS / "costs.json").exists(), reason="no device recording")
+def test_device_record_agrees_with_the_raw_slow_calls() -> None:
+    """scripts/device/nvml_call_costs.py called the slow NVML functions one by one through
+    pynvml on the same H100 the agent sampled: the agent's record (ended by ``agent.run``, as
+    the console starts it) carries the same power limit (mW -> W), maximum clocks and ECC
+    count; the power limit's field value (NVML_FI_DEV_POWER_CURRENT_LIMIT) is the same too."""
+    costs = json.loads((DEVICE_COSTS / "costs.json").read_text())
+    raw: dict[str, set[str]] = {}
+    for runs in costs["calls"].values():
+        assert len(runs) == costs["runs"] >= 5
+        for _total, calls in runs:
+            for name, _ms, result in calls:
+                raw.setdefault(name.removesuffix(" again"), set()).add(result)
+    ab = json.loads((DEVICE_COSTS / "ab.json").read_text())
+    (nvmlc,) = (r for r in ab["runs"] if r["binding"] == "nvmlc")
+    assert nvmlc["exit"] == 0 and len(nvmlc["samples"]) == 3
+    g = nvmlc["samples"][0]["gpus"][0]
+    assert raw["EnforcedPowerLimit"] == {f"ok {round(g['power_limit_w'] * 1000)}"}
+    assert raw["MaxClockInfo SM"] == {f"ok {g['sm_clock_max_mhz']}"}
+    assert raw["MaxClockInfo MEM"] == {f"ok {g['mem_clock_max_mhz']}"}
+    assert raw["TotalEccErrors"] == {f"ok {g['ecc_volatile_uncorrected']}"}
+    limit_mw = round(g["power_limit_w"] * 1000)
+    assert raw["FieldValues [190]"] == {f"ok [(190, 0, {limit_mw})]"}
+
+
 def _ab_script() -> Any:
     """scripts/device/agent_nvml_ab.py as a module (its ``stable``: what two bindings'
     samples must agree on)."""
