@@ -47,17 +47,22 @@ AGENT_MAIN = (
     "import sys;p=sys.argv.pop(1);sys.path.insert(0,p.rpartition('/')[0]);"
     "import agent;r=getattr(agent,'run',None);r() if r else sys.exit(agent.main())"
 )
-FIELDS = """
-n = nv.nvmlDeviceGetCount()
-h = nv.nvmlDeviceGetHandleByIndex(0)
+#: the six fast fields of GPU 0's handle ``h`` through a binding ``nv``
+FAST_FIELDS = """
 nv.nvmlDeviceGetMemoryInfo(h)
 nv.nvmlDeviceGetUtilizationRates(h)
 nv.nvmlDeviceGetTemperature(h, 0)
 nv.nvmlDeviceGetPowerUsage(h)
 nv.nvmlDeviceGetClockInfo(h, 1)
 nv.nvmlDeviceGetClockInfo(h, 2)
-nv.nvmlShutdown()
 """
+FIELDS = (
+    """
+n = nv.nvmlDeviceGetCount()
+h = nv.nvmlDeviceGetHandleByIndex(0)"""
+    + FAST_FIELDS
+    + "nv.nvmlShutdown()\n"
+)
 #: GPU readings that move between two moments (their values are not compared)
 MOVING = (
     "util_gpu_pct",

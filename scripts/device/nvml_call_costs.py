@@ -32,6 +32,8 @@ import subprocess
 import sys
 
 PY = sys.executable
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from agent_nvml_ab import FAST_FIELDS  # noqa: E402  # the same six fields as the A/B's floor
 
 HEAD = """
 import json, os, sys, time
@@ -50,14 +52,7 @@ def t(name, fn, *a):
 t("init", nv.nvmlInitWithFlags, FLAGS)
 h = nv.nvmlDeviceGetHandleByIndex(0)
 """
-FAST = """
-nv.nvmlDeviceGetMemoryInfo(h)
-nv.nvmlDeviceGetUtilizationRates(h)
-nv.nvmlDeviceGetTemperature(h, 0)
-nv.nvmlDeviceGetPowerUsage(h)
-nv.nvmlDeviceGetClockInfo(h, 1)
-nv.nvmlDeviceGetClockInfo(h, 2)
-"""
+FAST = FAST_FIELDS
 TAIL = """
 sys.stdout.write(json.dumps(T) + "\\n")
 sys.stdout.flush()
