@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from importlib import resources
+from typing import Literal, get_args
 
 from remote.transport import bundle_digest
 
@@ -103,6 +104,12 @@ def unwrap(command: list[str]) -> list[str]:
     return list(command)
 
 
+#: How a node of a gang ended (the marker's ``outcome``, remote/agent/gang.py).
+GangOutcomeKind = Literal["first_failure", "teardown", "succeeded", "stopped", "failed"]
+#: What ended the node that came first (the marker's ``cause.kind``).
+GangCauseKind = Literal["failed", "stopped", "store_lost"]
+
+
 @dataclass(frozen=True)
 class GangOutcome:
     """How a node of a gang ended, from its :data:`MARKER_FILE`.
@@ -118,11 +125,11 @@ class GangOutcome:
     """
 
     node: int
-    outcome: str
+    outcome: GangOutcomeKind
     torchrun_exit: int | None
     exit_status: int | None
     cause_node: int | None = None
-    cause_kind: str | None = None
+    cause_kind: GangCauseKind | None = None
     cause_exit_code: int | None = None
 
     def describe(self) -> str:
@@ -142,25 +149,27 @@ def _int(v: object) -> int | None:
 
 
 def parse_marker(raw: bytes) -> GangOutcome | None:
-    """Parse a :data:`MARKER_FILE`; ``None`` when it is not one."""
+    """Parse a :data:`MARKER_FILE`; ``None`` when it is not one (not JSON, no node rank, an
+    outcome the supervisor does not write). A cause kind it does not write reads as ``None``."""
     try:
         data = json.loads(raw)
     except ValueError:
         return None
-    if not isinstance(data, dict) or not isinstance(data.get("outcome"), str):
+    if not isinstance(data, dict):
         return None
+    outcome = next((k for k in get_args(GangOutcomeKind) if k == data.get("outcome")), None)
     node = _int(data.get("node"))
-    if node is None:
+    if outcome is None or node is None:
         return None
     raw_cause = data.get("cause")
     cause: dict[str, object] = raw_cause if isinstance(raw_cause, dict) else {}
-    kind = cause.get("kind")
+    kind = next((k for k in get_args(GangCauseKind) if k == cause.get("kind")), None)
     return GangOutcome(
         node=node,
-        outcome=data["outcome"],
+        outcome=outcome,
         torchrun_exit=_int(data.get("torchrun_exit")),
         exit_status=_int(data.get("exit_status")),
         cause_node=_int(cause.get("node")),
-        cause_kind=kind if isinstance(kind, str) else None,
+        cause_kind=kind,
         cause_exit_code=_int(cause.get("exit_code")),
     )

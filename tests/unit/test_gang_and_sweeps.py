@@ -73,6 +73,15 @@ def test_marker_of_a_torn_down_node() -> None:
     assert got.describe() == "stopped by gang teardown: node 1 failed (exit code 1)"
     assert parse_marker(b"not json") is None
     assert parse_marker(b'{"outcome": "teardown"}') is None
+    assert parse_marker(b'{"node": 1, "outcome": "exploded"}') is None  # not the supervisor's
+    lost = parse_marker(
+        b'{"node": 1, "outcome": "teardown", "torchrun_exit": 143, "exit_status": 75,'
+        b' "cause": {"node": 0, "exit_code": null, "kind": "store_lost"}}'
+    )
+    assert lost is not None and lost.cause_kind == "store_lost" and lost.cause_exit_code is None
+    assert lost.describe() == "stopped by gang teardown: node 0's rendezvous store went away"
+    odd = parse_marker(b'{"node": 1, "outcome": "teardown", "cause": {"kind": "meteor"}}')
+    assert odd is not None and odd.cause_kind is None
 
 
 def test_supervisor_file_matches_the_shipped_constants() -> None:
