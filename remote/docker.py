@@ -344,6 +344,12 @@ def _docker_size(n: int) -> str:
     return f"{n}b"
 
 
+#: Container label naming the environment variables the run itself set, comma-separated
+#: (written by console/jobs/plan.py): :func:`spec_from_attrs` keeps them in the environment
+#: also where the image sets the same value.
+RUN_ENV_LABEL = "io.gpuconsole.env"
+
+
 def spec_from_attrs(
     attrs: Mapping[str, Any],
     secret_env: frozenset[str] = frozenset(),
@@ -353,16 +359,18 @@ def spec_from_attrs(
     """Rebuild a :class:`ContainerSpec` from ``docker inspect`` JSON (the fields gpuconsole
     sets: name, image, command, env, labels, GPUs, shm/ipc, binds, capabilities, privileges,
     network, workdir, user). ``image_env`` (the image's ``KEY=value`` list) is left out of
-    the environment and ``image_labels`` (the image's ``Config.Labels``, which Docker copies
-    into every container's) out of the labels, unless the run set another value."""
+    the environment (unless :data:`RUN_ENV_LABEL` names it: the run set it too) and
+    ``image_labels`` (the image's ``Config.Labels``, which Docker copies into every
+    container's) out of the labels, unless the run set another value."""
     cfg = attrs.get("Config") or {}
     host = attrs.get("HostConfig") or {}
     env: dict[str, str] = {}
     inherited = set(image_env)
+    run_set = set(str((cfg.get("Labels") or {}).get(RUN_ENV_LABEL) or "").split(","))
     for item in cfg.get("Env") or []:
-        if item in inherited:
-            continue
         k, _, v = str(item).partition("=")
+        if item in inherited and k not in run_set:
+            continue
         env[k] = v
     gpus: list[str] = []
     for req in host.get("DeviceRequests") or []:

@@ -25,6 +25,10 @@ meaning, and keep reading older versions).
 |                              | comma-separated (may be empty); a job        |
 |                              | container without it shows no env value but  |
 |                              | gpuconsole's own (:func:`secret_env_of`)     |
+| io.gpuconsole.env            | every env name the run set, comma-separated  |
+|                              | (Docker nodes; :data:`remote.docker.         |
+|                              | RUN_ENV_LABEL`): ``describe`` shows them     |
+|                              | also where the image sets the same value     |
 """
 
 from __future__ import annotations
@@ -69,6 +73,9 @@ K_KIND = PREFIX + "kind"
 K_PORT = PREFIX + "port"
 K_SECRET_ENV = PREFIX + "secret-env"
 K_GPUS = PREFIX + "gpus"
+#: the same key as remote.docker.RUN_ENV_LABEL (which reads it back; not imported here: that
+#: module's imports cost the CLI's start 50 ms)
+K_RUN_ENV = PREFIX + "env"
 
 #: The variables gpuconsole itself sets on a job's nodes (never secret; every other
 #: variable of a job container that lacks :data:`K_SECRET_ENV` is masked).

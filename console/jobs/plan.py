@@ -20,7 +20,7 @@ from console.errors import ConfigError, PlanError
 from console.jobs.flightrec import flight_recorder_env
 from console.jobs.labels import ERROR_FILE as ERROR_FILE  # defined with the labels
 from console.jobs.labels import HOST_ERROR_FILE as HOST_ERROR_FILE
-from console.jobs.labels import K_GPUS, NodeLabels, secret_label
+from console.jobs.labels import K_GPUS, K_RUN_ENV, NodeLabels, secret_label
 from console.jobs.spec import DOCKER_ONLY, LoadedSpec, parse_mount, resolve_env
 from console.profiles import Profile
 from console.yamlsrc import combine, line_of
@@ -651,6 +651,8 @@ def build_plan(
                 )
             )
             continue
+        # what the run set, so `describe` shows a value the image happens to set too
+        labels[K_RUN_ENV] = ",".join(sorted(env))
         container = ContainerSpec(
             name=f"gpuconsole-{job_id}-n{rank}",
             image=image,

@@ -64,6 +64,9 @@ def test_exec_and_describe(cli: CLI) -> None:
         assert "RUN_TOKEN=***" in out  # a ${VAR} secret is masked...
         assert env_token not in out and env_token not in res.stderr  # ...and never printed
         assert "PATH=" not in out  # the image's own environment is not part of the run line
+        # ...but what the run set is, also where the image sets the same value (its ENV has
+        # PYTHONUNBUFFERED=1, scripts/image/Dockerfile)
+        assert "-e PYTHONUNBUFFERED=1" in out
     finally:
         cli.run("stop", job_id, "--grace", "1")
     res = cli.run("exec", job_id, "--", "true")

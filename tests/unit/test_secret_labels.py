@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from console.jobs.labels import K_JOB_ID, K_SECRET_ENV, secret_env_of
+from console.jobs.labels import K_JOB_ID, K_RUN_ENV, K_SECRET_ENV, secret_env_of
 from console.jobs.plan import HostFacts, JobPlan, build_plan, run_line
 from console.jobs.spec import load_spec
 from console.profiles import HostConfig, JobDefaults, Profile
-from remote.docker import spec_from_attrs
+from remote.docker import RUN_ENV_LABEL, spec_from_attrs
 from remote.hostengine import spec_from_node
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "scripts" / "examples"
@@ -76,6 +76,37 @@ def test_a_container_read_back_masks_by_its_label(
     assert "'RUN_TOKEN=***'" in shown and "'P_KEY=***'" in shown
     assert "-e PLAIN=x" in shown and "-e P_PLAIN=y" in shown
     assert "secret-value" not in shown
+
+
+def test_read_back_keeps_what_the_run_set_where_the_image_sets_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The image sets ``PLAIN=x`` (as the spec does) and ``PATH``: the run line shows
+    ``PLAIN=x`` (the run set it, :data:`K_RUN_ENV` says so) and not the image's ``PATH``; a
+    container without the label (an older gpuconsole) leaves both out."""
+    c = _plan(tmp_path, monkeypatch).nodes[0].container
+    assert K_RUN_ENV == RUN_ENV_LABEL
+    assert set(c.labels[K_RUN_ENV].split(",")) == set(c.env) and "PLAIN" in c.env
+    image_env = ["PATH=/usr/local/bin:/usr/bin", "PLAIN=x"]
+    attrs = {
+        "Name": "/" + c.name,
+        "Config": {
+            "Image": c.image,
+            "Cmd": c.command,
+            "Labels": dict(c.labels),
+            "Env": [*image_env[:1], *(f"{k}={v}" for k, v in c.env.items())],
+        },
+        "HostConfig": {},
+    }
+    back = spec_from_attrs(attrs, image_env=image_env)
+    assert back.env == c.env
+    shown = run_line(dataclasses.replace(back, secret_env=secret_env_of(back.labels, back.env)))
+    assert "-e PLAIN=x" in shown and "PATH=" not in shown
+    labels = {k: v for k, v in c.labels.items() if k != K_RUN_ENV}
+    old = spec_from_attrs(
+        {**attrs, "Config": {**attrs["Config"], "Labels": labels}}, image_env=image_env
+    )
+    assert "PLAIN" not in old.env and "PATH" not in old.env and "RUN_TOKEN" in old.env
 
 
 def test_host_runtime_node_read_back_masks_by_its_label(
