@@ -164,6 +164,15 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
         _after_interrupt = True
         main.close()  # interrupted before asyncio.run started them: no "never awaited"
         coro.close()
+        # asyncio.run's own end can be cut between making a coroutine and starting it
+        # (Runner.close: shutdown_asyncgens, shutdown_default_executor); the "never awaited"
+        # warning when that coroutine is collected later says nothing to the person who
+        # pressed Ctrl-C
+        import warnings
+
+        warnings.filterwarnings(
+            "ignore", message=r"coroutine .* was never awaited", category=RuntimeWarning
+        )
         quiet_teardown()
         from console.entry import INTERRUPTED_EXIT, say_interrupted
 
