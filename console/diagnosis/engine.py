@@ -735,7 +735,47 @@ def _findings(reading: _Reading) -> list[tuple[Diagnosis, tuple[int, int, int]]]
         for d in [got] if isinstance(got, Diagnosis) else got:
             found.append((d, (precedence_of(d), *on.where(d))))
     found.sort(key=lambda f: f[1])
-    return _after_scheduler_end(found)
+    return _after_network_failure(_after_scheduler_end(found))
+
+
+#: Ids of a CUDA call's failure, as NCCL reports it too ("NCCL WARN Cuda failure '...'").
+_CUDA_FAILURES: frozenset[CauseKind] = frozenset(
+    {"cuda_illegal_memory_access", "cuda_error", "nccl_unhandled_cuda"}
+)
+
+
+def _after_network_failure(
+    found: list[tuple[Diagnosis, tuple[int, int, int]]],
+) -> list[tuple[Diagnosis, tuple[int, int, int]]]:
+    """``found`` with a CUDA failure that only NCCL reported, printed after NCCL's network
+    transport failed (``nccl_system_error``: an IB work completion with an error, a socket
+    closed), moved after that failure. When a proxy's transfers fail, NCCL tears the
+    communicator down while its kernels may still run, and the CUDA calls of that teardown
+    (``init.cc``: "Cuda failure 'an illegal memory access was encountered'") fail in turn
+    (NVIDIA/nccl#629, NVIDIA/nccl-tests#24). A CUDA error of the application itself (PyTorch's
+    ``CUDA error: ...``) or one printed first keeps its precedence."""
+    net = next((f for f in found if f[0].kind == "nccl_system_error"), None)
+    if net is None:
+        return found
+    later = [
+        f
+        for f in found
+        if f[0].kind in _CUDA_FAILURES
+        and f[1][0] < net[1][0]
+        and f[1][1:] > net[1][1:]
+        and f[0].evidence
+        and all(_NCCL_LINE.search(e) for e in f[0].evidence)
+    ]
+    if not later:
+        return found
+    rest = [f for f in found if f not in later]
+    i = rest.index(net) + 1
+    return rest[:i] + later + rest[i:]
+
+
+#: A line NCCL printed (its debug output: "host:pid:tid [dev] file:line NCCL WARN ..."), or
+#: nccl-tests' report of what an NCCL call returned ("Test NCCL failure common.cu:343 ...").
+_NCCL_LINE = re.compile(r"\bNCCL (?:WARN|INFO)\b|\bTest NCCL failure\b")
 
 
 def _after_scheduler_end(

@@ -187,6 +187,24 @@ def _json_texts(value: object) -> list[str]:
     return out
 
 
+# bash's ``set -x`` trace of an assignment (PS4 "+ ", one "+" per level of nesting): the
+# value is often a command's captured output, e.g. "+ VERSION='No devices were found'"
+_XTRACE_SET = re.compile(
+    r"^\s*\++ (?:(?:export|local|readonly|declare(?: -\w+)?) )?[A-Za-z_]\w*="
+    r"(?:'(?P<quoted>.*?)'?|(?P<bare>\S+))\s*$"
+)
+
+
+def _untrace(line: str) -> str:
+    """The value of a shell trace's assignment (:data:`_XTRACE_SET`) out of its quotes; any
+    other line as it is."""
+    if (m := _XTRACE_SET.match(line)) is not None:
+        value = m["bare"] if m["quoted"] is None else m["quoted"].replace("'\\''", "'")
+        if value:
+            return value
+    return line
+
+
 def _expand(line: str) -> list[str]:
     """One physical line as the lines it stands for: JSON records and escaped newlines opened."""
     body = line.strip()
@@ -331,7 +349,7 @@ def normalize(text: str) -> list[Line]:
     pieces = [
         (number, piece, src, mpi_rank)
         for number, body, src, mpi_rank in staged
-        for piece in _GLUED_RANK.split(body)
+        for piece in _GLUED_RANK.split(_untrace(body))
     ]
     for number, body, src, mpi_rank in pieces:
         raw = _unemphasize(body.rstrip())

@@ -226,7 +226,7 @@ _OLD_WARN = re.compile(
 # A failed IB completion quoted without NCCL's "NCCL WARN" (an issue title, a paste of the message)
 _BARE_IB = re.compile(
     _PREFIX + r"(?:(?P<src>\S+:\d+) )?"
-    r"(?P<msg>NET/IB\w*(?:/\w+)?\s*:\s*Got completion from peer .*)$"
+    r"(?P<msg>NET/IB\w*(?:/\w+)?\s*:\s*Got completion (?:from peer \S+ )?with .*)$"
 )
 # A message of NCCL's socket layer quoted without "NCCL WARN" (prose, a title, back-quotes, after
 # any punctuation, CJK's included): its
@@ -275,13 +275,17 @@ _SOCKET = re.compile(
 _INTERNAL = re.compile(
     r"Message truncated|Attribute \w+ of node \w+ not found|Socket recv failed while polling"
 )
-# A failed InfiniBand/RoCE work completion, in NCCL's wordings: "NET/IB : Got completion from peer
+# A failed InfiniBand/RoCE work completion, in NCCL's wordings: "NET/IB : Got completion with
+# error %d, opcode %d, ..." (net_ib.cu, 2.4), "NET/IB : Got completion from peer
 # %s with error %d, opcode %d, ..." (net_ib.cc to 2.18), "... with status=%d opcode=%d ..."
 # (2.19+), "NET/IB: Got completion from peer %s with status=%s(%d) ..." (net_ib/p2p.cc, 2.28+,
 # ibvWcStatusStr), also "NET/IBP:" / "NET/IB/GIN:" plugins. NCCL returns ncclSystemError for it
 # up to 2.13 and ncclRemoteError from 2.14 on, whatever the status.
 _IB_STATUS = re.compile(r"with (?:error (?P<a>\d+)|status=(?:(?P<b>\d+)|[^()]*\((?P<c>\d+)\)))")
 _IB_COMPLETION = re.compile(r"Got completion from peer \S+ with (?:error|status=)")
+# NCCL 2.4's wording names no peer ("NET/IB : Got completion with error 12, ..."); it returned
+# ncclSystemError for every status, and the trace after it says so
+_IB_COMPLETION_ANY = re.compile(r"Got completion (?:from peer \S+ )?with (?:error|status=)")
 #: ``enum ibv_wc_status`` (rdma-core ``libibverbs/verbs.h``): statuses that name a fault of this
 #: side (its own QP, memory registration / protection, e.g. ACS blocking GPUDirect RDMA for 4).
 _IB_LOCAL_STATUS = {
@@ -320,7 +324,7 @@ def _ib_said(status: int | None) -> str:
 
 def _ib_status(message: str) -> int | None:
     """The ``ibv_wc_status`` of a failed work completion NCCL reported, or None."""
-    if not _IB_COMPLETION.search(message) or (m := _IB_STATUS.search(message)) is None:
+    if not _IB_COMPLETION_ANY.search(message) or (m := _IB_STATUS.search(message)) is None:
         return None
     return int(m["a"] or m["b"] or m["c"])
 
@@ -1162,7 +1166,7 @@ _NCCL_WORDS = own_words(
 _WARN_WORDS = (
     "nccl warn",
     " warn ",
-    "got completion from peer",
+    "got completion ",
     *(f"socket{c}" for c in "abcdefghijklmnopqrstuvwxyz"),
 )
 NEEDS: dict[Callable[[Context], object], Needs | tuple[Needs, ...]] = {

@@ -669,10 +669,11 @@ def _agent_signal(ctx: Context) -> Diagnosis | None:
         name = _sig_name(m["sig"])
         if pid is None and (g := _GLOG_PID.match(death.raw)):
             pid = int(g["pid"])
-    workers = tuple(
-        int(m["pid"]) for ln in ctx.lines if (m := _CLOSING.search(ln.text)) and m["sig"] == name
-    )
-    evidence = [ln.raw for ln in (death, raised) if ln is not None]
+    closing = [ln for ln in ctx.lines if (m := _CLOSING.search(ln.text)) and m["sig"] == name]
+    workers = tuple(int(m["pid"]) for ln in closing if (m := _CLOSING.search(ln.text)))
+    # the first "closing signal SIGHUP" line names the signal that older agents give only as
+    # a number ("Received 1 death signal")
+    evidence = [ln.raw for ln in (death, raised, *closing[:1]) if ln is not None]
     if death is None and raised is None and keyboard is not None:
         evidence = [keyboard.raw]
     agent = f"Torchrun's agent (pid {pid})" if pid is not None else "Torchrun's agent"
