@@ -325,15 +325,27 @@ def _is_header(tokens: Sequence[str], fields: Sequence[str]) -> bool:
     return any(n in fields or "." in n or "_" in n for n in names)
 
 
+#: The query's own command line, after whatever prompt (``$ ``, a root shell's ``# ``,
+#: ``PS C:\> ``, ``user@host:~$ ``, none): a data row holds no ``--query-...=`` or ``--format=``.
+_COMMAND_RE = re.compile(r"\bnvidia-smi(?:\.exe)?\b.*\s--(?:query-[\w-]+|format)=")
+
+
 def parse_csv_line(line: str, fields: Sequence[str], line_no: int = 0) -> CsvRow | None:
-    """Parse one line; ``None`` for blank lines, ``$ `` command lines, headers and messages.
+    """Parse one line; ``None`` for blank lines, command lines (``$ nvidia-smi ...``, with any
+    prompt or none: :data:`_COMMAND_RE`), headers and messages.
 
     Raises:
         ValueError: the line has another number of values than ``fields`` (not a data row of
             this query: positions cannot be trusted).
     """
     text = line.strip()
-    if not text or line.startswith("$ ") or text == "$" or _message_kind(text) is not None:
+    if (
+        not text
+        or line.startswith("$ ")
+        or text == "$"
+        or _COMMAND_RE.search(text)
+        or _message_kind(text) is not None
+    ):
         return None
     tokens = [t.strip() for t in text.split(",")]
     fields = tuple(fields)
@@ -356,7 +368,7 @@ def parse_csv_rows(
     """Parse ``nvidia-smi --query-*`` CSV output with the given column list.
 
     Works for ``csv``, ``csv,noheader`` and ``csv,noheader,nounits``. Skips an optional header
-    row, a leading ``$ command`` line, blank lines and nvidia-smi's failure messages (see
+    row, the command line (after any prompt), blank lines and nvidia-smi's failure messages (see
     :func:`classify_smi_failure`; e.g. ``NVML library version: 570.124`` is not a row). A value
     that cannot be read spoils only that field. A line with another number of values is not a
     row of this query (a message, a wrapper's log line): it is skipped and, when ``rejected`` is

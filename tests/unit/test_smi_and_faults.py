@@ -38,6 +38,7 @@ from remote.telemetry.smi import (
     classify_smi_failure,
     compute_apps_argv,
     fields_without,
+    gpu_from_row,
     parse_csv_rows,
     parse_value,
     processes_from_compute_apps,
@@ -318,6 +319,41 @@ def test_header_row_with_units_and_command_line_are_skipped() -> None:
         {"index": 0, "name": "NVIDIA A100-SXM4-80GB", "memory.used": 1024},
         {"index": 1, "name": "NVIDIA A100-SXM4-80GB", "memory.used": None},
     ]
+
+
+def test_a_command_line_after_any_prompt_is_not_a_row() -> None:
+    """A root shell's ``# `` prompt (Stability-AI/StableSwarmUI#388: a MIG A100 in an
+    unprivileged pod; the command splits into as many commas as the query has fields), a
+    Windows prompt, none: the command is never a row. ``[Insufficient Permissions]`` is a
+    reading refused, not one the GPU lacks."""
+    fields = [
+        "gpu_name",
+        "driver_version",
+        "temperature.gpu",
+        "utilization.gpu",
+        "utilization.memory",
+        "memory.total",
+        "memory.free",
+        "memory.used",
+    ]
+    query = "--query-gpu=" + ",".join(fields) + " --format=csv"
+    data = (
+        "name, driver_version, temperature.gpu, utilization.gpu [%], utilization.memory [%], "
+        "memory.total [MiB], memory.free [MiB], memory.used [MiB]\n"
+        "NVIDIA A100-SXM4-80GB, 535.161.08, 47, [N/A], [N/A], [Insufficient Permissions], "
+        "[Insufficient Permissions], [Insufficient Permissions]\n"
+    )
+    for prompt in ("# ", "PS C:\\Users\\user1> ", "user1@gpu-node-01:~$ ", ""):
+        exe = "nvidia-smi.exe " if prompt.startswith("PS") else "nvidia-smi "
+        rejected: list[tuple[int, str]] = []
+        (row,) = parse_csv_rows(prompt + exe + query + "\n" + data, fields, rejected=rejected)
+        assert rejected == []
+        assert row.values["gpu_name"] == "NVIDIA A100-SXM4-80GB"
+        assert row.values["temperature.gpu"] == 47
+        gpu = gpu_from_row(row, 0)
+        assert gpu["util_gpu_pct"] is None and "util_gpu_pct" in gpu["unsupported"]
+        assert gpu["mem_used_mib"] is None and "mem_used_mib" not in gpu["unsupported"]
+        assert "Insufficient Permissions" in gpu["errors"]["mem_used_mib"]
 
 
 # ---------------------------------------------------------------------------------------------
