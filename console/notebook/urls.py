@@ -41,7 +41,9 @@ __all__ = ["ServerUrl", "local_url", "notebook_to_open", "parse_server_urls"]
 
 #: scheme, then the host in one of four forms: `(a or b)` or `[all ip addresses on your
 #: system]` (NotebookApp 5.x's wildcard ip), `[v6]`, or a name / IPv4 address; then the
-#: explicit port and the rest up to whitespace.
+#: explicit port and the rest up to whitespace or a bracket (RFC 3986 allows `[` `]` only
+#: around an IPv6 host: a log record glued on after the URL, "...token=X[I 16:38:05.776
+#: NotebookApp]", is not part of it).
 _URL_RE = re.compile(
     r"(?<![\w+.-])(?P<scheme>https?)://"
     r"(?:\((?P<or_a>[^\s()]+) or (?P<or_b>[^\s()]+)\)"
@@ -49,7 +51,7 @@ _URL_RE = re.compile(
     r"|\[(?P<v6>[0-9A-Fa-f:.%]+)\]"
     r"|(?P<host>[A-Za-z0-9_.~%-]+))"
     r":(?P<port>\d{1,5})"
-    r"(?P<rest>[/?#]\S*)?"
+    r"(?P<rest>[/?#][^\s\[\]]*)?"
 )
 
 #: host names a browser on the server's own machine reaches it by

@@ -76,6 +76,15 @@ CASE_TABLE: list[tuple[str, list[tuple[str, str, int, str, str | None]], str | N
         ],
         None,
     ),
+    # records glued on after the URL: "...token=X[I 16:38:05.776 NotebookApp]"
+    (
+        "real-vscode-glued-records.txt",
+        [
+            ("http", "localhost", 8888, "/", "0" * 44 + "9089"),
+            ("http", "127.0.0.1", 8888, "/", "0" * 44 + "9089"),
+        ],
+        None,
+    ),
 ]
 
 
