@@ -306,7 +306,7 @@ async def read_gpu_kernel_lines(
         t = event_time_s(ev, boot, offset)
         if t is None or not since_s <= t <= until_s:
             outside += 1
-            out_rows.update(range(ev.line_no, max(ev.end_line_no, ev.line_no) + 1))
+            out_rows.update(ev.rows())
     kept = [ln for no, ln in enumerate(keep, 1) if no not in out_rows]
     return _bounded(kept, "dmesg", limit, outside)
 
@@ -373,7 +373,7 @@ def split_by_gpu(kernel: KernelLines, gpus: NodeGpus) -> NodeKernelEvents:
     others: dict[str, list[XidEvent]] = {}
     for ev in scan.events:
         if gpus.owns(ev):
-            own_rows.update(range(ev.line_no, max(ev.end_line_no, ev.line_no) + 1))
+            own_rows.update(ev.rows())
         else:
             key = pci_key(ev.pci_bus_id)
             name = ev.pci_bus_id if key is None else "{:04x}:{:02x}:{:02x}".format(*key[:3])

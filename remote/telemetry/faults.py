@@ -38,6 +38,7 @@ from remote.telemetry.xid_catalog import (
     ACTION_TEXT,
     CAUSED_BY_RE,
     GSP_DETAIL_RE,
+    GSP_TIMEOUT_BANNER_RE,
     GSP_TIMEOUT_RE,
     GSP_TIMEOUT_WORDS_RE,
     XID_CATALOG,
@@ -821,6 +822,9 @@ class XidEvent:
             recovery action records what the timeout made the driver decide.
         recovery: for Xid 154, the new recovery action (``xid_catalog.Action``, e.g.
             ``reset_gpu`` for ``0x1 (GPU Reset Required)``), else ``None``.
+        lead_line_no: 1-based first line of what the driver printed about this event before
+            its own message (the ``GSP Timeout`` banner above an Xid 119), 0 when nothing:
+            those lines go where the event goes (:meth:`rows`).
 
     ``pci_bus_id`` of a GSP message that names no bus is the driver's GPU number (``GPU4``),
     which :func:`pci_key` does not read as a bus id.
@@ -843,6 +847,12 @@ class XidEvent:
     caused_by: int | None = None
     recovery: str | None = None
     end_line_no: int = 0
+    lead_line_no: int = 0
+
+    def rows(self) -> range:
+        """The 1-based lines of the event: its lead lines, its message and continuations."""
+        first = min(self.lead_line_no or self.line_no, self.line_no)
+        return range(first, max(self.end_line_no, self.line_no) + 1)
 
 
 #: nv.c's notice after its wrapping ``NVRM:`` tokens and rsyslog's ``#012`` newlines are
@@ -1075,8 +1085,10 @@ def scan_kernel_log(text: str) -> KernelLogScan:
     with a printed Xid 79 for the same GPU within 10 s of it, or when the stamps cannot be
     compared (syslog stamps have no year, unstamped pastes), it is the same event and not
     counted twice. A GSP RPC timeout printed without an Xid (``Timeout waiting for RPC from
-    GSP``) is an Xid 119 event (``inferred``, the catalogue's meaning) unless a printed Xid
-    119/120 is within 10 s of it (or cannot be placed against it); the ``GPUn GSP RPC buffer``
+    GSP``, or the ``GSP Timeout`` banner the driver prints before that Xid) is an Xid 119
+    event (``inferred``, the catalogue's meaning) unless a printed Xid 119/120 is within 10 s
+    of it (or cannot be placed against it; printed before it, its lines then lead that event:
+    :attr:`XidEvent.lead_line_no`); the ``GPUn GSP RPC buffer``
     / ``RPC history`` lines after one are its details, never events. Those dumps
     (``GPU%d RPC history (CPU -> GSP):``, ``GPU%d RPC event history (CPU <- GSP):``) are only
     printed by the driver's ``kgspLogRpcDebugInfo`` after a GSP RPC timed out (``_kgspLogXid119``)
@@ -1142,7 +1154,7 @@ def scan_kernel_log(text: str) -> KernelLogScan:
                     )
                 )
             continue
-        if (gsp := GSP_TIMEOUT_RE.search(msg)) is not None:
+        if (gsp := GSP_TIMEOUT_RE.search(msg) or GSP_TIMEOUT_BANNER_RE.search(msg)) is not None:
             scan.events.append(
                 XidEvent(
                     xid=119,
@@ -1184,11 +1196,17 @@ def scan_kernel_log(text: str) -> KernelLogScan:
             mismatches += _api_mismatches(msg)
     if mismatches:
         scan.api_mismatch = replace(mismatches[-1], count=len(mismatches))
-    scan.events = [
-        e
-        for i, e in enumerate(scan.events)
-        if not _restates_printed(e, scan.events, scan.events[:i])
-    ]
+    # an inferred event another stands for is dropped; printed before it, its lines lead that
+    # event's (the "GSP Timeout" banner above its Xid 119: in a window or out of it together)
+    lead: dict[int, int] = {}
+    kept: list[XidEvent] = []
+    for i, e in enumerate(scan.events):
+        by = _restated_by(e, scan.events, scan.events[:i])
+        if by is None:
+            kept.append(e)
+        elif e.line_no < by.line_no:
+            lead[id(by)] = min(lead.get(id(by), e.line_no), e.line_no)
+    scan.events = [replace(e, lead_line_no=lead[id(e)]) if id(e) in lead else e for e in kept]
     if scan.bus_to_uuid:
         keyed = {pci_key(k): v for k, v in scan.bus_to_uuid.items()}
         scan.events = [
@@ -1200,16 +1218,16 @@ def scan_kernel_log(text: str) -> KernelLogScan:
     return scan
 
 
-def _restates_printed(
+def _restated_by(
     ev: XidEvent, events: Sequence[XidEvent], earlier: Sequence[XidEvent]
-) -> bool:
-    """An inferred event that another already stands for: a printed Xid 79 for the same GPU,
-    or a printed Xid 119/120 (the bare GSP timeout names the driver's GPU number, not a bus),
-    at most :data:`_SAME_EVENT_S` away or at an unknown distance (stamps missing or not
-    comparable); or an ``earlier`` inferred Xid 79 of the same GPU (a GPU falls off the bus
-    once: the driver's notice and its one-line restatement are one event)."""
+) -> XidEvent | None:
+    """The event that already stands for an inferred one, or ``None``: a printed Xid 79 for
+    the same GPU, or a printed Xid 119/120 (the bare GSP timeout names the driver's GPU
+    number, not a bus), at most :data:`_SAME_EVENT_S` away or at an unknown distance (stamps
+    missing or not comparable); or an ``earlier`` inferred Xid 79 of the same GPU (a GPU falls
+    off the bus once: the driver's notice and its one-line restatement are one event)."""
     if not ev.inferred:
-        return False
+        return None
     same = (79,) if ev.xid == 79 else (119, 120)
     for e in events:
         if (
@@ -1222,8 +1240,8 @@ def _restates_printed(
             continue
         d = _seconds(e, ev)
         if d is None or abs(d) <= _SAME_EVENT_S:
-            return True
-    return False
+            return e
+    return None
 
 
 def _xid_pid(rest: str) -> int | None:

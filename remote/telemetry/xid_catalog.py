@@ -712,13 +712,20 @@ GSP_TIMEOUT_RE = re.compile(
 )
 #: The driver's other GSP timeout wordings, which name no GPU (open-gpu-kernel-modules
 #: ``src/nvidia/src/kernel/gpu/gsp/kernel_gsp.c``: "Back to back GSP RPC timeout detected! GPU
-#: marked for reset", "_kgspRpcRecvPoll: GSP RM heartbeat timed out"; ``rpc.c``
+#: marked for reset", "_kgspRpcRecvPoll: GSP RM heartbeat timed out", "_kgspIsHeartbeatTimedOut:
+#: Heartbeat timed out, ... timeout 5200", the "GSP Timeout" banner; ``rpc.c``
 #: ``_issueRpcAndWait``: "rpcRecvPoll timedout for fn %d sequence %u!"). An Xid 154 (recovery
 #: action changed) right after them is the driver's summary of that timeout.
 GSP_TIMEOUT_WORDS_RE = re.compile(
     r"GSP RPC timeout|rpcRecvPoll timedout|GSP RM heartbeat timed out"
+    r"|_kgspIsHeartbeatTimedOut: Heartbeat timed out|\*+ ?GSP Timeout ?\*+"
     r"|Timeout (?:after \d+s of )?waiting for RPC (?:response )?from (?:GPU\d+ )?GSP"
 )
+#: The banner ``kernel_gsp.c`` prints on a GSP RPC's first timeout, right before that
+#: timeout's Xid 119 (``_kgspLogXid119``, ``_kgspLogRpcTimeout`` in newer drivers; their
+#: "GPU%d " prefix names the GPU): "NVRM: GPU6 _kgspLogRpcTimeout: ****** GSP Timeout ******".
+#: Without the Xid line (an excerpt cut after it) it means what Xid 119 means.
+GSP_TIMEOUT_BANNER_RE = re.compile(r"(?:\bGPU(?P<gpu>\d+) )?_kgsp\w*: \*+ ?GSP Timeout ?\*+")
 #: Follow-up lines of a GSP RPC failure (``GPU4 GSP RPC buffer contains function 103``,
 #: ``GPU4 RPC history``): details of the Xid 119 before them, never an event.
 GSP_DETAIL_RE = re.compile(r"\bGPU(?P<gpu>\d+) (?:GSP RPC buffer|RPC (?:event )?history)")
@@ -742,7 +749,9 @@ __all__ = [
     "CATALOG_URL",
     "CAUSED_BY_RE",
     "GSP_DETAIL_RE",
+    "GSP_TIMEOUT_BANNER_RE",
     "GSP_TIMEOUT_RE",
+    "GSP_TIMEOUT_WORDS_RE",
     "RECOVERY_ACTIONS",
     "RECOVERY_RE",
     "XID_CATALOG",

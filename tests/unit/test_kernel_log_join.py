@@ -328,9 +328,11 @@ def test_window_places_zone_less_stamps_with_the_hosts_zone() -> None:
     )
     got = asyncio.run(read_gpu_kernel_lines(_tr(t), GSP_FIRST - 5, GSP_FIRST + 5))
     split = split_by_gpu(got, NodeGpus((), all_gpus=True))
-    assert [ln for ln in split.own_lines if "Xid" in ln] == [
+    assert [ln for ln in split.own_lines if "NVRM: Xid (" in ln] == [
         ln for ln in GSP_TWO.splitlines() if "Xid (PCI:0001:6c:00): 119" in ln
     ]
+    # the driver's "GSP Timeout" banner above it is part of that event, in the window with it
+    assert [ln for ln in split.own_lines if "GSP Timeout" in ln] == [GSP_TWO.splitlines()[0]]
     assert got.outside == 1
     # the same stamps, the host 2 h east of UTC: 23:12:26 there is 21:12:26Z, out of window
     t.answers[("date",)] = (0, f"{int(GSP_FIRST)} +0200\n", "")
@@ -420,9 +422,10 @@ def test_split_keeps_the_events_of_the_nodes_gpu_only() -> None:
     got = split_by_gpu(
         KernelLines(lines=tuple(GSP_TWO.splitlines()), source="x"), NodeGpus(("00000001:96:00.0",))
     )
-    assert [ln for ln in got.own_lines if "Xid" in ln] == [
+    assert [ln for ln in got.own_lines if "NVRM: Xid (" in ln] == [
         ln for ln in GSP_TWO.splitlines() if "Xid (PCI:0001:96:00)" in ln
     ]
+    assert sum("GSP Timeout" in ln for ln in got.own_lines) == 1  # its banner, not the other's
     assert got.context == (
         "the host logged Xid 119 on 0001:6c:00 during the job (not a GPU of this node)",
     )

@@ -28,6 +28,7 @@ from remote.telemetry.xid_catalog import (
     ACTION_RANK,
     ACTION_TEXT,
     CATALOG_ROWS,
+    GSP_TIMEOUT_WORDS_RE,
     XID_CATALOG,
     agent_meanings,
     recovery_action,
@@ -235,6 +236,30 @@ def test_gsp_details_are_not_events_and_a_bare_timeout_is_119() -> None:
     assert [(e.xid, e.pci_bus_id, e.inferred) for e in evs2] == [(119, "GPU4", True)]
     (s,) = summarize_xids(evs2)
     assert s.gpu_index is None and s.line == "Xid 119 GSP RPC timeout: reset GPU"
+
+
+def test_the_gsp_timeout_banner_is_119_and_leads_a_printed_one() -> None:
+    """gpu-054 (open module 595): GPU6's heartbeat timed out, then the "GSP Timeout" banner,
+    the excerpt cut before its Xid line: one inferred Xid 119 on GPU6 at the banner; the
+    heartbeat lines are no event. gpu-031 (an older driver's ``_kgspLogXid119`` banner above
+    each printed Xid 119): no extra event, the banner and its note lead the printed one."""
+    evs = _events(corpus("gpu-054"))
+    assert [(e.xid, e.pci_bus_id, e.inferred, e.uptime_s) for e in evs] == [
+        (119, "GPU6", True, 84.300488)
+    ]
+    lines = corpus("gpu-031").splitlines()
+    printed = _events(corpus("gpu-031"))
+    assert [(e.xid, e.pci_bus_id, e.inferred) for e in printed] == [
+        (119, "0001:6c:00", False),
+        (119, "0001:96:00", False),
+    ]
+    first = printed[0]
+    assert [lines[n - 1] for n in first.rows()][:2] == lines[:2]  # banner, note
+    assert "GSP Timeout" in lines[first.lead_line_no - 1] and first.line_no == 3
+    # heartbeat alone: a GSP timeout for the diagnosis (its words), no Xid event of its own
+    beat = "\n".join(ln for ln in corpus("gpu-054").splitlines() if "Heartbeat" in ln)
+    assert _events(beat) == []
+    assert GSP_TIMEOUT_WORDS_RE.search(beat) is not None
 
 
 @pytest.mark.parametrize("code", [13, 45, 79, 119, 149, 154])
