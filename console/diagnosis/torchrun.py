@@ -875,13 +875,14 @@ def _loose_entry(ctx: Context) -> ProcessFailure | None:
             else:
                 code = int(m["code"])
             return _entry([_shown(ln, m)], None, int(m["index"]), code, None)
-    for ln in ctx.lines:
-        if (m := _DS_EXIT.search(ln.text)) and int(m["code"]) != 0:
-            arg = _LOCAL_RANK_ARG.search(ln.text[: m.start()])
-            return _entry(
-                [_shown(ln, m)], None, int(arg["local"]) if arg else None, int(m["code"]), None
-            )
-    return None
+    # the launcher's own line (its log prefix, the worker's argv) over the same words quoted
+    # in prose (an issue's title: "Killing subprocess exits with return code = 1")
+    ds = [(ln, m) for ln in ctx.lines if (m := _DS_EXIT.search(ln.text)) and int(m["code"]) != 0]
+    if not ds:
+        return None
+    ln, m = min(ds, key=lambda c: "sigkill_handler" not in c[0].text)  # the first such
+    arg = _LOCAL_RANK_ARG.search(ln.text[: m.start()])
+    return _entry([_shown(ln, m)], None, int(arg["local"]) if arg else None, int(m["code"]), None)
 
 
 _SIGNAL_HINTS = {

@@ -85,3 +85,19 @@ def test_the_applications_own_cuda_error_after_a_network_failure_stays_the_root(
     )
     d = diagnose(first)
     assert d is not None and d.kind == "cuda_illegal_memory_access"
+
+
+def test_the_launchers_own_exit_line_over_its_words_in_a_title() -> None:
+    """hold10-016's shape: an issue title quoting DeepSpeed's words, then the launcher's
+    ``sigkill_handler`` line with the worker's argv: that line is the evidence, its
+    ``--local_rank`` the local rank."""
+    text = (
+        "Training dies: exits with return code = 1 after the first epoch\n"
+        "[2024-05-01 10:00:00,000] [INFO] [launch.py:315:sigkill_handler] Killing subprocess 71\n"
+        "[2024-05-01 10:00:00,100] [ERROR] [launch.py:321:sigkill_handler] ['/usr/bin/python', "
+        "'-u', 'train.py', '--local_rank=6', '--deepspeed', 'ds.json'] exits with return code "
+        "= -9\n"
+    )
+    d = diagnose(text)
+    assert d is not None and d.kind == "sigkill"
+    assert d.facts["local_rank"] == 6 and d.facts["exitcode"] == -9
