@@ -30,7 +30,7 @@ import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from types import ModuleType
+from types import MappingProxyType, ModuleType
 from typing import Any, Literal, Protocol
 
 from console.diagnosis.elastic import TorchelasticFailure, parse_torchelastic_failure
@@ -916,8 +916,25 @@ def diagnose(text: str, *, prefilter: bool = True) -> Diagnosis | None:
             continue
         seen.add(d.kind)
         consequences.append(Consequence(d.kind, d.summary, d.evidence))
+    facts = root.facts
+    if root.kind in _DRIVER_KINDS and "driver_version" not in facts:
+        if (v := _DRIVER_VERSION.search(text)) is not None:
+            facts = MappingProxyType({**facts, "driver_version": v["v"]})
     return replace(
         root,
+        facts=facts,
         consequences=root.consequences + tuple(consequences),
         inputs=_inputs(text, reading.union_cut.text),
     )
+
+
+#: nvidia-smi's header (``Driver Version: 565.57.01``) or ``nvidia-smi -q``'s line
+#: (``Driver Version                            : 451.67``): the host's driver.
+_DRIVER_VERSION = re.compile(r"\bDriver Version\s*:\s*(?P<v>\d+\.\d+(?:\.\d+)?)\b")
+#: Cause ids about the host's driver, its GPUs, the container engine and the NVIDIA toolkit:
+#: the driver's version, when the text shows it, is one of their facts.
+_DRIVER_KINDS: frozenset[str] = frozenset(PRECEDENCE[: PRECEDENCE.index("oom_killed")]) | {
+    "cuda_no_device",
+    "cuda_invalid_device",
+    "cuda_unsupported_arch",
+}

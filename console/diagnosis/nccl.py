@@ -111,7 +111,7 @@ _STRING_CODES = {
     "remote process exited or there was a network error": 6,
     "NCCL operation in progress": 7,
 }
-_VERSION = re.compile(r"\bNCCL version:? (?P<v>\d+\.\d+\.\d+)")
+_VERSION = re.compile(r"\bNCCL (?:version:? )?v?(?P<v>\d+\.\d+\.\d+)")
 
 
 def _nccl_version(lines: Sequence[Line]) -> str | None:
@@ -126,6 +126,11 @@ _NCCL_OOM = re.compile(r"Cuda failure (?:2 )?'out of memory'", re.I)
 _NCCL_ALLOC = re.compile(
     r"Failed to CUDA (?:calloc|malloc|host alloc)\w* (?P<bytes>\d+) bytes", re.I
 )
+
+
+# proxy.cc: "[Proxy Service %d] Failed to execute operation %s from rank %d, retcode %d", the
+# first number the proxy's own (its process's) communicator rank, the second the requester's
+_PROXY_FAILED = re.compile(r"\[Proxy Service (?P<rank>\d+)\] Failed to execute operation \w+")
 
 
 def _nccl_cuda_oom(ctx: Context) -> Diagnosis | None:
@@ -161,6 +166,10 @@ def _nccl_cuda_oom(ctx: Context) -> Diagnosis | None:
     pid = int(head["pid"]) if head and head["pid"] else None
     host = head["host"] if head else None
     rank = rank_of(hit)
+    if rank is None:
+        # the proxy thread's report of the failed setup names its process's communicator rank:
+        # "[Proxy Service 2] Failed to execute operation Setup from rank 2, retcode 1"
+        rank = next((int(m["rank"]) for ln in same if (m := _PROXY_FAILED.search(ln.text))), None)
     # Other processes' NCCL warnings (closed connections, failed receives) are consequences.
     others = {
         int(m["pid"])
@@ -792,6 +801,9 @@ def _nccl_results(ctx: Context) -> list[Diagnosis]:
             evidence.append(last_line.raw)
         elif last:
             evidence.append(ln.raw)
+        # no detail: NCCL's own return trace of that code shows where it failed
+        traced, during_init = _trace_chain(ctx.lines, code) if not last else ([], False)
+        evidence += [t.raw for t in traced[:4] if t.raw not in evidence]
         ranks = sorted({r for h in hits if (r := rank_of(h[0])) is not None})
         pg = None
         if (pr := PG_RANK.search(ln.text)) and (p := PG_ID.search(pr["inside"])):
@@ -807,6 +819,7 @@ def _nccl_results(ctx: Context) -> list[Diagnosis]:
             "process_group": pg,
             "seq": int(work["seq"]) if work else None,
             "op": work["op"] if work and work["op"] else None,
+            "phase": "init" if during_init else None,
         }
         ver = f", NCCL {version}" if version else ""
         because = (
@@ -873,6 +886,20 @@ _CHECK_TIMEOUT = re.compile(
     r"Exception raised from checkTimeout at \S*ProcessGroupNCCL\.cpp"
     r"|^frame #[01]: c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout\("
 )
+# The watchdog's report cut off at the end of a line ("[Rank 5] Watchdog caught collective
+# operati", a paste or a terminal that stopped there), and the lines ProcessGroupNCCL prints as
+# it takes a process down after a failed or timed-out collective ("Some NCCL operations have
+# failed or timed out. Due to the asynchronous nature of CUDA kernels, ...").
+_WATCHDOG_CUT = re.compile(r"Watchdog caught (?P<tail>co[a-z ]*)$")
+_TAKEN_DOWN = re.compile(r"Some NCCL operations have failed or timed out\b")
+
+
+def _cut_report(text: str) -> bool:
+    """Whether ``text`` ends inside the words of the watchdog's timeout report."""
+    m = _WATCHDOG_CUT.search(text.rstrip())
+    return m is not None and "collective operation timeout".startswith(m["tail"])
+
+
 _RANK_BEFORE = re.compile(r"\[(?:[^\[\]]*?\b)?Rank (?P<rank>\d+)\]\s*(?:[^\[\]]{0,80})$")
 
 
@@ -923,19 +950,26 @@ def _nccl_timeout(ctx: Context) -> Diagnosis | None:
     aborted = list(_ABORTED.finditer(flat.text))
     dumps = list(_DUMP.finditer(flat.text))
     raised = next((ln for ln in ctx.lines if _CHECK_TIMEOUT.search(ln.text)), None)
-    if not reports and not works and not beats and not dumps and raised is None:
+    # (an NCCL error in the text says why the process was taken down: that rule's)
+    cut = (
+        []
+        if any(_RESULT.search(ln.text) for ln in ctx.lines)
+        else [ln for ln in ctx.lines if _cut_report(ln.text) or _TAKEN_DOWN.search(ln.text)]
+    )
+    if not reports and not works and not beats and not dumps and raised is None and not cut:
         if not aborted or any(_RESULT.search(ln.text) for ln in ctx.lines):
             return None
     evidence: list[str] = []
     waited: dict[int, int] = {}
     seq_of: dict[int, int] = {}
     op_of: dict[int, str] = {}
-    seq = op = numel = timeout_ms = None
+    seq = op = numel = numel_out = timeout_ms = None
     for m in reports:
         args = m["args"]
         seq = seq or _arg(r"SeqNum=(\d+)", args)
         op = op or _arg(r"OpType=(\w+)", args)
         numel = numel or _arg(r"NumelIn=(\d+)", args)
+        numel_out = numel_out or _arg(r"NumelOut=(\d+)", args)
         timeout_ms = timeout_ms or _arg(r"Timeout\(ms\)=(\d+)", args)
         if (rank := flat.rank_at(m)) is not None:
             waited.setdefault(rank, int(m["ran"]))
@@ -1056,6 +1090,18 @@ def _nccl_timeout(ctx: Context) -> Diagnosis | None:
             "group's timeout and the process was taken down; the cause is a rank that never "
             "entered that collective (hung, dead, slow, or on another code path)"
         )
+    elif cut and not stuck and not beats:
+        evidence += [ln.raw for ln in cut[:3]]
+        seen = sorted({n for ln in cut if (n := rank_of(ln)) is not None})
+        who = f"rank {join_ranks(seen)}" if seen else "a rank"
+        summary = (
+            f"NCCL watchdog timeout on {who}: ProcessGroupNCCL's watchdog took the process "
+            "down after a collective failed or ran past the process group's timeout (its report "
+            "is cut off here, without the collective's details); the cause is a rank that never "
+            "entered that collective (hung, dead, slow, or on another code path), not "
+            f"{'this one' if len(seen) == 1 else 'these'}"
+        )
+        victims = seen
     elif stuck or beats:
         secs = f" for {heartbeat_s} s" if heartbeat_s else ""
         who = f"rank {join_ranks(sorted(stuck))}" if stuck else "a rank"
@@ -1101,6 +1147,9 @@ def _nccl_timeout(ctx: Context) -> Diagnosis | None:
             "seqnum": int(seq) if seq else None,
             "op": op,
             "numel": int(numel) if numel else None,
+            "numel_in": int(numel) if numel else None,  # WorkNCCL's own name for it
+            # an all-gather's output is the group's size times its input
+            "numel_out": int(numel_out) if numel_out and numel_out != numel else None,
             "timeout_ms": int(timeout_ms) if timeout_ms else None,
             "waited_ms": MappingProxyType(waited) if waited else None,
             "last_enqueued": MappingProxyType(enqueued) if enqueued else None,
@@ -1139,7 +1188,91 @@ def _odd_rank(value_of: dict[int, int] | dict[int, str]) -> int | None:
 
 
 #: The rules of this module (the engine ranks what they find).
-RULES = (_nccl_cuda_oom, _nccl_warnings, _nccl_results, _nccl_timeout)
+def _trace_chain(lines: Sequence[Line], code: int | None = None) -> tuple[list[Line], bool]:
+    """The first ``NCCL INFO <file>:<line> -> <code>`` return trace (of ``code`` when given):
+    its thread's lines of that code, and whether it runs through ``bootstrap.cc`` /
+    ``init.cc`` (a failure while the communicator was being set up)."""
+    first = next(
+        (
+            m
+            for ln in lines
+            if (m := _TRACE.search(ln.text)) is not None
+            and int(m["code"]) in _KIND_OF_CODE
+            and (code is None or int(m["code"]) == code)
+        ),
+        None,
+    )
+    if first is None:
+        return [], False
+    own = int(first["code"])
+    mine = [
+        ln
+        for ln in lines
+        if (m := _TRACE.search(ln.text)) is not None
+        and _thread(m) == _thread(first)
+        and int(m["code"]) == own
+    ]
+    init = any(
+        (m := _TRACE.search(ln.text)) is not None
+        and m["src"].rsplit("/", 1)[-1].startswith(("bootstrap.", "init."))
+        for ln in mine
+    )
+    return mine, init
+
+
+def _nccl_traces(ctx: Context) -> Diagnosis | None:
+    """A failure NCCL returned without a WARN, seen only in its ``NCCL_DEBUG=INFO`` return
+    trace: ``host:pid:tid [dev] NCCL INFO <file>:<line> -> <ncclResult_t>`` from where it
+    failed up to the API call (some paths return without a message, e.g. ``socketPollConnect``
+    in NCCL 2.18). Only a chain through ``bootstrap.cc`` / ``init.cc`` counts: the
+    communicator's set-up failed (a later trace is sockets closing after another failure).
+    The first traced thread's chain is the evidence."""
+    if any(
+        _WARN.search(ln.text) or _OLD_WARN.search(ln.text) or _RESULT.search(ln.text)
+        for ln in ctx.lines
+    ):
+        return None  # a WARN, or the error the caller reported: the other rules'
+    mine, init = _trace_chain(ctx.lines)
+    if not mine or not init:
+        # a trace outside the set-up (sockets closing as a communicator is aborted after a
+        # timeout or a peer's failure) is what follows a failure, not one on its own
+        return None
+    first = _TRACE.search(mine[0].text)
+    assert first is not None
+    code = int(first["code"])
+    sources = [m["src"] for ln in mine if (m := _TRACE.search(ln.text)) is not None]
+    name = _NAMES[code]
+    where = f" (pid {first['pid']}, CUDA device {first['dev']})" if first["pid"] else ""
+    during = " while the communicator was being set up" if init else ""
+    return _diag(
+        _KIND_OF_CODE[code],
+        f"NCCL returned {name} ({code}){during}{where} without a warning: its trace runs "
+        f"{sources[0]} -> ... -> {sources[-1]}. {_WHY_CODE.get(code, '')}".rstrip(),
+        (),
+        _FIX.get(_KIND_OF_CODE[code], _CUDA_FIX),
+        [ln.raw for ln in mine[:4]],
+        {
+            "nccl_result": code,
+            "nccl_error": name,
+            "nccl_version": _nccl_version(ctx.lines),
+            "phase": "init" if init else None,
+            "pid": int(first["pid"]) if first["pid"] else None,
+            "device": int(first["dev"]) if first["dev"] else None,
+        },
+        ctx.failure,
+    )
+
+
+#: What a result code says, for a trace that has nothing else.
+_WHY_CODE = {
+    1: "A CUDA call NCCL made failed.",
+    2: "A system call, the network (socket or IB/RoCE) or shared memory failed.",
+    3: "NCCL hit an internal error.",
+    6: "A remote process exited or the connection to it broke.",
+}
+
+
+RULES = (_nccl_cuda_oom, _nccl_warnings, _nccl_results, _nccl_timeout, _nccl_traces)
 
 #: What lines each rule reads (the engine's pre-filter; see :class:`Needs`).
 #: Its own: the failure words less the words of NCCL's INFO chatter (``cudaDev``,
@@ -1176,7 +1309,8 @@ NEEDS: dict[Callable[[Context], object], Needs | tuple[Needs, ...]] = {
         Needs(_WARN_WORDS, alone=True),
         Needs((*_NCCL_WORDS, "init complete"), alone=True, also=True),
     ),
-    _nccl_results: Needs(_NCCL_WORDS, alone=True),
+    _nccl_results: Needs((*_NCCL_WORDS, " -> "), alone=True),
+    _nccl_traces: Needs((*_NCCL_WORDS, *_WARN_WORDS, " -> "), alone=True),
     # world_size: the first line of each of its patterns
     _nccl_timeout: Needs(
         _NCCL_WORDS,

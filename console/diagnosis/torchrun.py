@@ -282,7 +282,10 @@ _RDZV_TIMEOUT = re.compile(
     r".*?connect to " + _HOST_PORT + r"|connect\(\) timed out\. Original timeout was (?P<ms>\d+) ms"
 )
 _RDZV_CONNECT = re.compile(
-    r"client socket (?:has failed to connect to|cannot be initialized to connect to) "
+    # TCPStore.cpp (torch >= 2.4): "TCP client failed to connect/validate to host H:P -
+    # retrying (try=N, timeout=Tms, delay=Dms): <why>"
+    r"(?:client socket (?:has failed to connect to|cannot be initialized to connect to) "
+    r"|TCP client failed to connect/validate to host )"
     r"(?:any network address of )?"
     + _HOST_PORT
     # "(errno: 111 - Connection refused)"; on Windows "(system error: 10049 - <localised>)"
