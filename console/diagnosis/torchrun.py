@@ -1026,7 +1026,26 @@ def _failed_worker(ctx: Context) -> tuple[ProcessFailure | None, bool]:
 
 def _signal(ctx: Context) -> Diagnosis | None:
     """The first failed worker died of a signal or exited non-zero (torchelastic's summary, or
-    the agent's ``failed (exitcode: N)`` line when no summary was printed)."""
+    the agent's ``failed (exitcode: N)`` line when no summary was printed).
+
+    A summary cut before its "Root Cause" entry shows only the OTHER failures: the worker read
+    from them is said as such and blamed on no rank (the one that failed first is not in the
+    text)."""
+    d = _signal_of(ctx)
+    failure = ctx.failure
+    if d is None or failure is None or failure.root_cause is not None or not failure.others:
+        return d
+    first = d.summary[:1].lower() + d.summary[1:]
+    return replace(
+        d,
+        ranks=(),
+        summary="The failure summary is cut off before its Root Cause entry, so the rank that "
+        f"failed first is not in the text; of the other failed ranks: {first}",
+    )
+
+
+def _signal_of(ctx: Context) -> Diagnosis | None:
+    """:func:`_signal` as if the worker read were the first to fail."""
     root, full = _failed_worker(ctx)
     if root is None or root.exitcode is None or root.exitcode == 0:
         return None

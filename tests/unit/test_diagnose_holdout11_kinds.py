@@ -109,3 +109,43 @@ def test_tcpstores_retry_wording_is_a_store_connection_failure() -> None:
     assert (d.facts["host"], d.facts["port"]) == ("10.8.0.4", 29500)
     # retries followed by the run going on: reached in the end, no failure
     assert diagnose(line + "step 1/1000 loss 2.31\nstep 2/1000 loss 2.28\n") is None
+
+
+SUMMARY_HEAD = (
+    "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n"
+    "============================================================\n"
+    "train.py FAILED\n"
+    "------------------------------------------------------------\n"
+    "Failures:\n"
+    "[1]:\n"
+    "  time      : 2024-02-01_10:00:00\n"
+    "  host      : gpu-node-02\n"
+    "  rank      : 5 (local_rank: 1)\n"
+    "  exitcode  : 1 (pid: 4242)\n"
+    "  error_file: <N/A>\n"
+    "  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html\n"
+)
+
+
+def test_a_summary_cut_before_its_root_cause_blames_no_rank() -> None:
+    """torchelastic lists the OTHER failed ranks under "Failures:" and the first one under
+    "Root Cause (first observed failure)" (ChildFailedError.format_msg): cut before that entry,
+    the rank read is one that also failed, not the root."""
+    d = diagnose(SUMMARY_HEAD)
+    assert d is not None and d.kind == "exit_code"
+    assert d.ranks == () and d.facts["exitcode"] == 1 and d.facts["host"] == "gpu-node-02"
+    assert "cut off before its Root Cause entry" in d.summary
+    whole = SUMMARY_HEAD + (
+        "------------------------------------------------------------\n"
+        "Root Cause (first observed failure):\n"
+        "[0]:\n"
+        "  time      : 2024-02-01_09:59:58\n"
+        "  host      : gpu-node-01\n"
+        "  rank      : 2 (local_rank: 2)\n"
+        "  exitcode  : -9 (pid: 3131)\n"
+        "  error_file: <N/A>\n"
+        "  traceback : Signal 9 (SIGKILL) received by PID 3131\n"
+        "============================================================\n"
+    )
+    d = diagnose(whole)
+    assert d is not None and d.kind == "sigkill" and d.ranks == (2,)
