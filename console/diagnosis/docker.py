@@ -97,6 +97,16 @@ def is_docker_command(text: str) -> bool:
     return _COMMAND.match(text.strip()) is not None
 
 
+def _continued(lines: Sequence[Line], i: int) -> str:
+    """Line ``i`` with the lines a shell joins to it: each ending in a backslash continues on
+    the next (``docker run \\`` / ``    --rm \\`` / ``    nvidia/cuda nvidia-smi``)."""
+    text, j = lines[i].text, i
+    while text.rstrip().endswith("\\") and j + 1 < len(lines):
+        j += 1
+        text = text.rstrip()[:-1] + " " + lines[j].text.strip()
+    return text
+
+
 def _image_in_command(text: str) -> str | None:
     """The image a ``docker run|create|pull`` command line names (its first operand)."""
     m = _COMMAND.match(text.strip())
@@ -142,8 +152,8 @@ def image_of(lines: Sequence[Line]) -> str | None:
         for ln in lines:
             if m := pattern.search(ln.text):
                 return tidy_value(m["image"])
-    for ln in reversed(lines):
-        if image := _image_in_command(ln.text):
+    for i in reversed(range(len(lines))):
+        if image := _image_in_command(_continued(lines, i)):
             return image
     for ln in lines:
         if m := _MANIFEST_URL.search(ln.text):

@@ -1329,6 +1329,25 @@ def _nvml_permission(ctx: Context) -> Diagnosis | None:
             reading = reading or _READING_OF.get(fn or "", fn)
     mig = _MIG.search(ctx.text) is not None
     ret = NVML_RETURNS[4]
+    if fn and fn.startswith("nvmlInit"):
+        # refused at its start, NVML gives the process no reading at all
+        return _diag(
+            "nvml_permission",
+            f"NVML refused to start ({fn}) with {ret.name} ({ret.code}, '{ret.message}'): "
+            "this user may not open the GPUs' device files, so every reading fails (not one "
+            "refused field; the GPUs themselves may be fine)",
+            (),
+            "Run it as a user with access to /dev/nvidia* (the video group, or the driver's "
+            "device-file permissions: NVreg_DeviceFileMode / NVreg_DeviceFileGID); on Windows, "
+            "as an administrator",
+            [ln.raw for ln, _ in hits[:2]],
+            {
+                "nvml_return": ret.name,
+                "nvml_code": ret.code,
+                "nvml_function": fn,
+                "reading": "every reading",
+            },
+        )
     what = reading or "a reading"
     return _diag(
         "nvml_permission",

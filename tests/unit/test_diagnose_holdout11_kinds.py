@@ -149,3 +149,34 @@ def test_a_summary_cut_before_its_root_cause_blames_no_rank() -> None:
     )
     d = diagnose(whole)
     assert d is not None and d.kind == "sigkill" and d.ranks == (2,)
+
+
+def test_the_image_of_a_docker_run_continued_over_lines() -> None:
+    text = (
+        "$ sudo docker run \\\n"
+        "    --rm --gpus all \\\n"
+        "    -e NVIDIA_DRIVER_CAPABILITIES=all \\\n"
+        "    nvcr.io/nvidia/pytorch:24.05-py3 nvidia-smi\n"
+        'docker: Error response from daemon: could not select device driver "" with '
+        "capabilities: [[gpu]].\n"
+    )
+    d = diagnose(text)
+    assert d is not None and d.kind == "docker_no_gpu_driver"
+    assert d.facts["image"] == "nvcr.io/nvidia/pytorch:24.05-py3"
+
+
+def test_nvml_refused_at_its_start_is_every_reading() -> None:
+    text = (
+        "Traceback (most recent call last):\n"
+        '  File "/usr/lib/python3/dist-packages/pynvml.py", line 1450, in nvmlInit\n'
+        "    nvmlInitWithFlags(0)\n"
+        '  File "/usr/lib/python3/dist-packages/pynvml.py", line 1440, in nvmlInitWithFlags\n'
+        "    _nvmlCheckReturn(ret)\n"
+        '  File "/usr/lib/python3/dist-packages/pynvml.py", line 765, in _nvmlCheckReturn\n'
+        "    raise NVMLError(ret)\n"
+        "pynvml.NVMLError_NoPermission: Insufficient Permissions\n"
+    )
+    d = diagnose(text)
+    assert d is not None and d.kind == "nvml_permission"
+    assert d.facts["nvml_function"] == "nvmlInitWithFlags"
+    assert "every reading fails" in d.summary and "one reading" not in d.summary
