@@ -155,7 +155,33 @@ _CUDA_ERROR = re.compile(
     r"|cuda runtime error \((?P<code>\d+)\) : (?P<msg2>[^\n]+?)(?: at \S+)?$"
     r"|THCudaCheck FAIL file=\S+ line=\d+ error=(?P<code3>\d+) : (?P<msg3>.+)$"
     r"|cuDNN error: (?P<msg4>CUDNN_STATUS_\w+)"
+    # CUB's CubDebug (cub/util_debug.cuh): "CUDA error 716 [<file>, 351]: misaligned address"
+    r"|CUDA error (?P<code5>\d+) \[[^\]]*\]: (?P<msg5>[^\n]+?)\s*$"
+    # the runtime's enum name, alone or before its string (thrust's system_error: "after
+    # reduction step 1: cudaErrorMisalignedAddress: misaligned address"; cuda-python's
+    # CUDAError: "cudaErrorMisalignedAddress:")
+    # (not the codes that report a state: cudaErrorNotReady is a query's "not yet")
+    r"|\b(?P<enum>cudaError(?!NotReady\b|PeerAccessAlreadyEnabled\b"
+    r"|HostMemoryAlreadyRegistered\b)[A-Z]\w*)\b(?::[ \t]*(?P<msg6>[^\n:]*[^\s:])?)?"
 )
+#: ``cudaGetErrorString`` of the runtime errors a kernel or a library call reports most
+#: (CUDA Runtime API, ``cudaError``), for a text that names only the enum.
+_CUDA_ENUM_STRING = {
+    "cudaErrorMisalignedAddress": "misaligned address",
+    "cudaErrorLaunchFailure": "unspecified launch failure",
+    "cudaErrorIllegalInstruction": "an illegal instruction was encountered",
+    "cudaErrorInvalidAddressSpace": "operation not supported on global/shared address space",
+    "cudaErrorInvalidPc": "invalid program counter",
+    "cudaErrorHardwareStackError": "hardware stack error",
+    "cudaErrorLaunchTimeout": "the launch timed out and was terminated",
+    "cudaErrorLaunchOutOfResources": "too many resources requested for launch",
+    "cudaErrorInvalidValue": "invalid argument",
+    "cudaErrorInvalidConfiguration": "invalid configuration argument",
+    "cudaErrorInvalidResourceHandle": "invalid resource handle",
+    "cudaErrorNotPermitted": "operation not permitted",
+    "cudaErrorNotSupported": "operation not supported",
+    "cudaErrorUnknown": "unknown error",
+}
 
 _WHAT = {
     "cuda_oom": "ran out of GPU memory",
@@ -249,7 +275,15 @@ def _rank(ctx: Context, hits: Sequence[Line]) -> int | None:
 def _message(kind: CauseKind, hit: Line) -> str:
     """The error string the line carries (``CUDA error: <this>`` or the signature matched)."""
     if (m := _CUDA_ERROR.search(hit.text)) is not None:
-        msg = m["msg"] or m["msg2"] or m["msg3"] or m["msg4"] or ""
+        msg = (
+            m["msg"]
+            or m["msg2"]
+            or m["msg3"]
+            or m["msg4"]
+            or m["msg5"]
+            or m["msg6"]
+            or _CUDA_ENUM_STRING.get(m["enum"] or "", m["enum"] or "")
+        )
         if msg.strip():
             return msg.strip()
     sig = dict(SIGNATURES).get(kind)

@@ -268,11 +268,17 @@ _UNKNOWN_RUNTIME = re.compile(
 _RUNTIMES = re.compile(r"^\s*Runtimes:\s*(?P<list>.+)$")
 
 
+def _runtime_named(m: re.Match[str]) -> str:
+    return str(m["name"] or m["oname"] or m["pname"] or m["cname"] or m["kname"])
+
+
 def _unknown_runtime(lines: Sequence[Line], image: str | None) -> Diagnosis | None:
-    if (hit := _first(lines, _UNKNOWN_RUNTIME)) is None:
+    hits = [(ln, m) for ln in lines if (m := _UNKNOWN_RUNTIME.search(ln.text)) is not None]
+    if not hits:
         return None
-    ln, m = hit
-    name = m["name"] or m["oname"] or m["pname"] or m["cname"] or m["kname"]
+    # compose's progress line cut to the terminal's width ("runtime name: ...") names none
+    ln, m = next(((x, n) for x, n in hits if _runtime_named(n).strip(".")), hits[0])
+    name = _runtime_named(m)
     have = next((r["list"].strip() for x in lines if (r := _RUNTIMES.match(x.text))), None)
     known = f" (docker info lists only: {have})" if have else ""
     evidence = [ln.raw] + [x.raw for x in lines if _RUNTIMES.match(x.text)]

@@ -233,6 +233,9 @@ _JUPYTER_TB = re.compile(
 _CONTENTS = re.compile(
     r"^\[[DIWEC] [^\]]*\]\s+Permission denied: (?P<path>\S.*?)\s*$"
     r"|\b403 (?:GET|POST|PUT|PATCH|DELETE) \S+.*?: Permission denied: (?P<path2>\S.*?)\s*$"
+    # the notebook server's tornado log of the same refusal (NotebookApp, notebook < 7):
+    # "[W 21:14:41.319 NotebookApp] HTTP 403: Forbidden (Permission denied: work/x.ipynb)"
+    r"|\bHTTP 403: Forbidden \(Permission denied: (?P<path3>[^)\s][^)]*)\)"
 )
 
 
@@ -257,7 +260,7 @@ def _permission(lines: Sequence[Line]) -> Diagnosis | None:
     for ln in lines:
         if (m := _CONTENTS.search(ln.text.strip())) is None:
             continue
-        path = _tidy_path(m["path"] or m["path2"])
+        path = _tidy_path(m["path"] or m["path2"] or m["path3"])
         return _make(
             "jupyter_permission",
             f"the Jupyter server may not write in its folder: creating or saving {path} was "

@@ -1232,12 +1232,12 @@ def _fatal_signal(ctx: Context) -> Diagnosis | None:
 # Bus error, optionally `` (core dumped)``), and an exit status of 128+N that a shell, a
 # container runtime or a job controller reports (POSIX: a child killed by signal N exits
 # 128+N to the shell; ``docker ps``/compose ``exited with code 137``, ``Exit code: 137``).
-# A foreground job's report is the bare word (``Killed`` on its own line, or glued to the end
-# of a progress bar the process was redrawing).
+# A foreground job's report is the bare word (``Killed``, ``Aborted``, ``Segmentation fault``
+# on its own line, or glued to the end of a progress bar the process was redrawing).
 _SHELL_KILLED = re.compile(
     r"(?:\bline \d+:\s+(?P<pid>\d+)|^\[\d+\][+-]?)\s+(?P<how>Killed|Segmentation fault|Aborted"
     r"|Bus error)(?:\s+\(core dumped\))?\s+(?P<cmd>\S.*)$"
-    r"|(?:^|(?<=[\]|]))(?P<how2>Killed)\s*$"
+    r"|(?:^|(?<=[\]|]))(?P<how2>Killed|Aborted|Segmentation fault)\s*$"
     # PyTorch's DataLoader (torch/csrc/DataLoader.cpp): "DataLoader worker (pid N) is killed by
     # signal: <strsignal>." (Bus error: shared memory, the shm rule's)
     r"|DataLoader worker \(pid (?P<pid3>\d+)\) is killed by signal: "
