@@ -1396,7 +1396,37 @@ def _rules_nvml(ctx: Context) -> Iterable[Diagnosis]:
 
 
 #: The rules of this module (the engine ranks what they find).
+#: A line that states the fault in words, with no kernel line of it in the text (a reply in an
+#: issue: "You're getting a XID 79, fallen off the bus."): the Xid and the words together.
+_SAID_LOST = re.compile(
+    r"\bXid\W{0,3}79\b.{0,40}fallen off the bus|fallen off the bus.{0,40}"
+    r"\bXid\W{0,3}79\b",
+    re.I,
+)
+
+
+def _said_lost(ctx: Context) -> Diagnosis | None:
+    """Xid 79 named with its words on a line that is not the kernel's (see :data:`_SAID_LOST`),
+    when no kernel line shows it: the text says the GPU fell off the bus."""
+    if any("NVRM" in ln.text for ln in ctx.lines):
+        return None  # the kernel's own lines are _rules_xid's
+    hit = next((ln for ln in ctx.lines if _SAID_LOST.search(ln.text)), None)
+    if hit is None:
+        return None
+    return _diag(
+        "gpu_lost",
+        "The text says the GPU fell off the bus (Xid 79), with no kernel line of it: the GPU "
+        "stopped answering on PCIe and stays lost until a reboot (power, overheating, the "
+        "slot or riser, the board's firmware)",
+        (),
+        _FIXES["reboot"],
+        [hit.raw],
+        {"xid": 79, "action": ACTION_TEXT["reboot"]},
+    )
+
+
 RULES = (
+    _said_lost,
     _rules_xid,
     _rules_smi,
     _rules_nvml,
