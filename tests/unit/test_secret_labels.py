@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,7 +14,7 @@ from console.jobs.labels import K_JOB_ID, K_RUN_ENV, K_SECRET_ENV, secret_env_of
 from console.jobs.plan import HostFacts, JobPlan, build_plan, run_line
 from console.jobs.spec import load_spec
 from console.profiles import HostConfig, JobDefaults, Profile
-from remote.docker import RUN_ENV_LABEL, spec_from_attrs
+from remote.docker import RUN_ENV_LABEL, ContainerSpec, spec_from_attrs
 from remote.hostengine import spec_from_node
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "scripts" / "examples"
@@ -54,23 +55,27 @@ def test_plan_labels_name_every_secret_source(
         assert secret_env_of(c.labels, c.env) == frozenset({"P_KEY", "RUN_TOKEN"})
 
 
+def _inspected(c: ContainerSpec, image_env: list[str] | None = None) -> dict[str, Any]:
+    """``docker inspect`` JSON of the planned container ``c`` (the image's env first)."""
+    return {
+        "Name": "/" + c.name,
+        "Config": {
+            "Image": c.image,
+            "Cmd": c.command,
+            "Labels": dict(c.labels),
+            "Env": [*(image_env or []), *(f"{k}={v}" for k, v in c.env.items())],
+        },
+        "HostConfig": {},
+    }
+
+
 def test_a_container_read_back_masks_by_its_label(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``docker inspect`` JSON of the planned container, read back with no secret names
     given (a fresh state dir): its label alone masks the spec's and the profile's."""
     c = _plan(tmp_path, monkeypatch).nodes[0].container
-    attrs = {
-        "Name": "/" + c.name,
-        "Config": {
-            "Image": c.image,
-            "Cmd": c.command,
-            "Labels": dict(c.labels),
-            "Env": [f"{k}={v}" for k, v in c.env.items()],
-        },
-        "HostConfig": {},
-    }
-    back = spec_from_attrs(attrs)
+    back = spec_from_attrs(_inspected(c))
     assert back.secret_env == frozenset()
     shown = run_line(dataclasses.replace(back, secret_env=secret_env_of(back.labels, back.env)))
     assert "'RUN_TOKEN=***'" in shown and "'P_KEY=***'" in shown
@@ -88,16 +93,7 @@ def test_read_back_keeps_what_the_run_set_where_the_image_sets_the_same(
     assert K_RUN_ENV == RUN_ENV_LABEL
     assert set(c.labels[K_RUN_ENV].split(",")) == set(c.env) and "PLAIN" in c.env
     image_env = ["PATH=/usr/local/bin:/usr/bin", "PLAIN=x"]
-    attrs = {
-        "Name": "/" + c.name,
-        "Config": {
-            "Image": c.image,
-            "Cmd": c.command,
-            "Labels": dict(c.labels),
-            "Env": [*image_env[:1], *(f"{k}={v}" for k, v in c.env.items())],
-        },
-        "HostConfig": {},
-    }
+    attrs = _inspected(c, image_env[:1])
     back = spec_from_attrs(attrs, image_env=image_env)
     assert back.env == c.env
     shown = run_line(dataclasses.replace(back, secret_env=secret_env_of(back.labels, back.env)))
