@@ -199,6 +199,14 @@ async def _logs(
         missing = (
             _missing(job, node, lines) if since_ns is None and (tail is None or tail > 0) else []
         )
+        if tail is not None and lines and missing:
+            # --tail cut the node's lines away, they were not missing: ask for its own last one
+            import asyncio
+
+            had = await asyncio.gather(
+                *(svc.read_logs(job, node=rank, tail=1) for rank, _, _ in missing)
+            )
+            missing = [m for m, last in zip(missing, had) if not last]
         if missing and not lines:
             from console.errors import JobError
 

@@ -120,6 +120,13 @@ def test_two_nodes_world_size_4(cli: CLI, engine: docker.DockerClient) -> None:
         (1, "b", "succeeded"),
     ]
 
+    # removed: its archived lines remain; --tail cuts one node's away, it does not lose them
+    assert cli.run("rm", job_id).returncode == 0
+    tail = cli.run("logs", job_id, "--tail", "1")
+    assert tail.returncode == 0 and len(tail.stdout.splitlines()) == 1
+    assert "nothing had been archived" not in tail.stderr, tail.stderr
+    assert cli.run("logs", job_id, "--node", "0").stdout.strip()
+
 
 def test_failing_rank_tears_down_the_gang(cli: CLI, engine: docker.DockerClient) -> None:
     spec = cli.spec(
