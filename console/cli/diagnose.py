@@ -10,6 +10,7 @@ and the consequences (``--json``: one JSON object). Exit 0 when a cause was foun
 
 from __future__ import annotations
 
+import io
 import json
 import stat
 import sys
@@ -54,15 +55,16 @@ def _tail(stream: BinaryIO) -> tuple[bytes, bool]:
     return bytes(kept), cut
 
 
-def _read(name: str) -> tuple[str, bool]:
-    """The text of ``name`` (``-``: stdin), invalid UTF-8 replaced; and whether it was cut.
+def _read(name: str, stdin: BinaryIO | None = None) -> tuple[str, bool]:
+    """The text of ``name`` (``-``: ``stdin``, default ``sys.stdin.buffer``), invalid UTF-8
+    replaced; and whether it was cut.
 
     Raises:
         UsageError: the file cannot be read, is not a file or a stream, or is binary.
     """
     try:
         if name == "-":
-            data, cut = _tail(sys.stdin.buffer)
+            data, cut = _tail(stdin if stdin is not None else sys.stdin.buffer)
         else:
             path = Path(name)
             mode = path.stat().st_mode
@@ -162,10 +164,48 @@ def diagnose_command(files: tuple[str, ...], as_json: bool) -> None:
     run(_diagnose(files, as_json))
 
 
+async def _read_stdin() -> tuple[str, bool]:
+    """:func:`_read` of standard input on a daemon thread: a read that blocks (a terminal, a
+    pipe still open) must not hold the event loop, or the first Ctrl-C (asyncio.run cancels
+    the command's task) would wait for the input's end; the thread is left to the process's
+    exit."""
+    import asyncio
+    import threading
+
+    try:
+        fd = sys.stdin.fileno()
+    except (OSError, ValueError, AttributeError):  # an in-memory stdin (a test runner's)
+        return _read("-")
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[tuple[str, bool]] = loop.create_future()
+
+    def settle(result: tuple[str, bool] | None, error: BaseException | None) -> None:
+        if done.done():  # cancelled by Ctrl-C meanwhile
+            return
+        if error is not None:
+            done.set_exception(error)
+        else:
+            assert result is not None
+            done.set_result(result)
+
+    def work() -> None:
+        try:
+            # the raw descriptor, not sys.stdin.buffer: a thread blocked inside the buffered
+            # reader holds its lock, and the interpreter's exit would abort on it
+            result = _read("-", io.FileIO(fd, "rb", closefd=False))
+        except BaseException as e:  # handed to the awaiting task, raised there
+            loop.call_soon_threadsafe(settle, None, e)
+            return
+        loop.call_soon_threadsafe(settle, result, None)
+
+    threading.Thread(target=work, name="diagnose-stdin", daemon=True).start()
+    return await done
+
+
 async def _diagnose(files: tuple[str, ...], as_json: bool) -> None:
     texts: list[str] = []
     for name in files:
-        text, cut = _read(name)
+        text, cut = await _read_stdin() if name == "-" else _read(name)
         if cut:
             click.echo(
                 f"note: {_shown(name)}: read its last {MAX_BYTES // 2**20} MiB only", err=True

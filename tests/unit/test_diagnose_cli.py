@@ -76,3 +76,26 @@ def test_a_long_evidence_line_is_shortened(tmp_path: Path) -> None:
     assert res.exit_code == 0
     assert max(len(line) for line in res.output.splitlines()) < 400
     assert " characters)" in res.output and "1,000,0" in res.output
+
+
+def test_ctrl_c_while_stdin_is_still_open_ends_at_once() -> None:
+    """``diagnose -`` reading a terminal or a pipe still open: the first Ctrl-C ends it
+    (``interrupted``, 130), without waiting for the input's end or a second Ctrl-C."""
+    import signal
+    import time
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "console.cli", "diagnose", "-"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdin is not None
+    proc.stdin.write("epoch 1 loss 0.5\n")  # some input, and the pipe stays open
+    proc.stdin.flush()
+    time.sleep(3)  # started and reading
+    proc.send_signal(signal.SIGINT)
+    rc = proc.wait(timeout=10)  # stdin still open: not ended by its end
+    out, err = proc.communicate()
+    assert (rc, out, err) == (130, "", "interrupted\n")
