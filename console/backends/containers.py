@@ -257,6 +257,13 @@ async def refresh(
         ):
             job.failure = await explain_failure(session, failed, job.nodes)
             fields["failure"] = job.failure
+        if job.failure.get("kind") == "stopped" and job.stop_requested_at is None:
+            # a stop this store has no record of (another console's, or this one's before it
+            # lost its state; `docker stop`): torchrun's agent got SIGTERM/SIGINT from
+            # outside. The flags are kept as if this console had stopped it.
+            await _stopped_from_outside(store, job, failed)
+            state = job.state
+            fields = {"state": state, "failure": None, "exit_code": job.exit_code}
     elif state == "succeeded":
         fields["exit_code"] = 0
     elif state == "stopped":
@@ -270,6 +277,27 @@ async def refresh(
     job.state = state
     job.exit_code = fields.get("exit_code", job.exit_code)
     return job
+
+
+async def _stopped_from_outside(store: Store, job: JobRecord, failed: NodeRecord) -> None:
+    """Record ``job`` as stopped when its first failed node was stopped from outside: every
+    node that ended non-zero is ``stopped`` (with its stop flag), the job's stop time its
+    first node's end; the failure goes (``ps`` says "stopped by the user (SIGTERM)" and 143,
+    as for a stop of this console)."""
+    for n in job.nodes:
+        if n.state == "failed":
+            n.state = "stopped"
+            n.stop_requested = True
+    await store.call(store.update_nodes, job.nodes)
+    try:
+        at = parse_rfc3339_ns(failed.finished_at or "") / 1e9
+    except ValueError:
+        at = time.time()
+    job.stop_requested_at = at
+    job.failure = None
+    job.state = job_state(job.nodes)
+    job.exit_code = stopped_exit_code(job.nodes, by_user=True)
+    await store.call(store.update_job, job.id, stop_requested_at=at)
 
 
 async def stop_nodes(

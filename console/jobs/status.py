@@ -15,7 +15,10 @@ Node states (shown by ``ps``):
 - ``failed``: exited non-zero by itself (``failed(<code>)``);
 - ``stopped``: exited after gpuconsole stopped it (``stop``, ``rm --force``, or gang
   teardown: a node its supervisor ended with exit 75 because a peer failed, see
-  :mod:`remote.gang`), or a never-started container that ``stop`` removed;
+  :mod:`remote.gang`), or a never-started container that ``stop`` removed; also a job this
+  store has no stop of whose first failure reads as torchrun's agent stopped by SIGTERM /
+  SIGINT from outside (another console's ``stop``, this one's before it lost its state,
+  ``docker stop``: :mod:`console.backends.containers` then records the stop);
 - ``lost``: the container is gone although the job was not removed (or was never created
   by a launch that is over);
 - ``unreachable``: its host could not be asked (last known values kept);

@@ -227,3 +227,33 @@ def test_rm_force_of_a_running_job_and_bad_flags(
     # its logs were archived before the container went
     assert "step 1/1000" in cli.run("logs", job_id).stdout
     assert os.path.exists(cli.state_dir / "logs" / job_id / "node0.log")
+
+
+def test_a_stopped_job_reads_as_stopped_from_a_fresh_state_dir(cli: CLI) -> None:
+    """``stop`` leaves no flag on the host: a console that lost its state (or a teammate's)
+    reads the job back from the containers and their logs. A job ended by SIGTERM is stopped,
+    one node or a gang, not failed."""
+    one = cli.spec("stopone", args=["--steps", "400", "--step-sleep", "0.2", "--out", "/out"])
+    two = cli.spec(
+        "stoptwo",
+        nodes=["a", "b"],
+        args=["--steps", "400", "--step-sleep", "0.2", "--out", "/out", "--workers", "0"],
+    )
+    ids = []
+    for spec in (one, two):
+        res = cli.run("submit", str(spec))
+        assert res.returncode == 0, res.stderr
+        ids.append(res.stdout.strip())
+    for job_id in ids:
+        wait_for(lambda j=job_id: "step 2/400" in cli.run("logs", j).stdout, timeout=120)
+        assert cli.run("stop", job_id, "--grace", "10").returncode == 0
+    fresh = CLI(cli.profile, cli.tmp / "fresh-state", cli.tmp)
+    for job_id, nodes in zip(ids, (1, 2)):
+        job = the_job(fresh, job_id)
+        assert (job["state"], job["exit_code"]) == ("stopped", 143), job
+        assert [n["state"] for n in job["nodes"]] == ["stopped"] * nodes
+        assert not job.get("failure"), job["failure"]
+        # and again, from the record the first look kept
+        job = the_job(fresh, job_id)
+        assert (job["state"], job["exit_code"]) == ("stopped", 143), job
+        assert cli.run("rm", job_id).returncode == 0
