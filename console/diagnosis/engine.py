@@ -918,8 +918,8 @@ def diagnose(text: str, *, prefilter: bool = True) -> Diagnosis | None:
         consequences.append(Consequence(d.kind, d.summary, d.evidence))
     facts = root.facts
     if root.kind in _DRIVER_KINDS and "driver_version" not in facts:
-        if (v := _DRIVER_VERSION.search(text)) is not None:
-            facts = MappingProxyType({**facts, "driver_version": v["v"]})
+        if (v := _driver_version(text)) is not None:
+            facts = MappingProxyType({**facts, "driver_version": v})
     return replace(
         root,
         facts=facts,
@@ -930,7 +930,20 @@ def diagnose(text: str, *, prefilter: bool = True) -> Diagnosis | None:
 
 #: nvidia-smi's header (``Driver Version: 565.57.01``) or ``nvidia-smi -q``'s line
 #: (``Driver Version                            : 451.67``): the host's driver.
-_DRIVER_VERSION = re.compile(r"\bDriver Version\s*:\s*(?P<v>\d+\.\d+(?:\.\d+)?)\b")
+_DRIVER_VERSION = re.compile(r"Driver Version\s*:\s*(?P<v>\d+\.\d+(?:\.\d+)?)\b")
+
+
+def _driver_version(text: str) -> str | None:
+    """The first :data:`_DRIVER_VERSION` of ``text``, the words found by ``str.find`` (a
+    regex scan of a 30 MiB log costs 0.8 s; ``find`` 13 ms)."""
+    at = text.find("Driver Version")
+    while at >= 0:
+        if (m := _DRIVER_VERSION.match(text, at)) is not None:
+            return m["v"]
+        at = text.find("Driver Version", at + 1)
+    return None
+
+
 #: Cause ids about the host's driver, its GPUs, the container engine and the NVIDIA toolkit:
 #: the driver's version, when the text shows it, is one of their facts.
 _DRIVER_KINDS: frozenset[str] = frozenset(PRECEDENCE[: PRECEDENCE.index("oom_killed")]) | {
