@@ -369,3 +369,33 @@ async def test_a_straggler_alert_shows_in_the_row_and_the_detail(state_dir: Path
         jobs_screen(app).update_alerts([dataclasses.replace(alert, resolved_at=NOW)])
         await pilot.pause()
         assert not any("straggler" in r for r in screen_text(app))
+
+
+async def test_a_job_handed_out_is_a_copy_so_the_table_never_lags_its_record(
+    state_dir: Path,
+) -> None:
+    """The service refreshes the record it is handed in place (a stop marks its nodes
+    stopped and sets 143 before its JobChanged arrives). The view hands out a copy, so what
+    it holds changes only through the message that also redraws its row: a record that
+    reads `stopped` while its row still shows `running` and no EXIT cannot happen."""
+    app = make_app(state_dir)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.press("2")
+        await pilot.pause()
+        screen = jobs_screen(app)
+        handed = screen.selected_job()
+        assert handed is not None and handed.id == "ddp-x-1a2b3c"
+        before = screen.jobs[handed.id].state
+        nodes_before = [n.state for n in screen.jobs[handed.id].nodes]
+        assert before == "running" and "running" in nodes_before
+        handed.state, handed.exit_code = "stopped", 143
+        for n in handed.nodes:
+            n.state = "stopped"
+        assert screen.jobs[handed.id].state == "running"
+        assert screen.jobs[handed.id].exit_code is None
+        assert [n.state for n in screen.jobs[handed.id].nodes] == nodes_before
+        app.on_job_updated(type("M", (), {"job": handed})())  # type: ignore[arg-type]
+        await pilot.pause()
+        assert screen.jobs[handed.id].state == "stopped"
+        table = screen.query_one("#jobs-table", DataTable)
+        assert str(table.get_row(handed.id)[-2]) == "143"

@@ -15,6 +15,7 @@ messages back.
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Callable, Iterable, Mapping
 
@@ -241,7 +242,7 @@ class JobsScreen(Screen[None]):
         fix, wrapped (the REASON column is cut on a narrow terminal)."""
         if not can_draw(self, self._composed):
             return
-        job = self.selected_job()
+        job = self._cursor_job()
         detail = self.query_one("#jobs-detail", Static)
         if job is None:
             detail.update("")
@@ -286,7 +287,14 @@ class JobsScreen(Screen[None]):
         self.action_logs()
 
     def selected_job(self) -> JobRecord | None:
-        """The job under the cursor, or ``None`` (also while the table is not there)."""
+        """A copy of the job under the cursor, or ``None`` (also while the table is not
+        there). A copy: the service refreshes the record it is handed in place (a stop
+        marks its nodes), and the view's own records change only by the messages that
+        redraw it, so the table never lags a record it holds."""
+        job = self._cursor_job()
+        return copy.deepcopy(job) if job is not None else None
+
+    def _cursor_job(self) -> JobRecord | None:
         if not can_draw(self, self._composed):
             return None
         key = cursor_key(self.query_one(DataTable))
