@@ -5,7 +5,7 @@ folder that also holds ``nvmlc.py`` (the agent's own small ctypes binding of the
 makes) and ``pynvml.py`` (nvidia-ml-py)::
 
     python3 agent.py --interval 1.0 [--nvml auto|nvmlc|pynvml] [--pynvml-dir DIR]
-                     [--slow-every 10] [--count N]
+                     [--slow-every 10] [--count N] [--boot-fixed-cache FILE]
 
 NVML binding (:func:`load_nvml`): ``nvmlc.py`` unless ``--nvml pynvml`` (or the environment's
 ``GPUCONSOLE_AGENT_NVML=pynvml``) or ``--pynvml-dir`` asks for pynvml; pynvml also when
@@ -38,7 +38,10 @@ kernel log reads; the only subprocesses are the kernel log reads where it cannot
 ``journalctl`` or ``dmesg`` per ``--kernel-log-every``). Fast
 fields are read every sample; slow ones (name, UUID, PCI bus id, power limit, ECC counters,
 remapped rows, persistence and MIG mode, versions) every ``--slow-every`` samples and cached. A
-field NVML reports as not supported is not asked again until the next slow refresh.
+field NVML reports as not supported is not asked again until the next slow refresh. With
+``--boot-fixed-cache FILE`` (the console passes it), each GPU's highest clocks and PCIe link
+come at the start from FILE, written by an earlier run of the same boot and driver
+(:class:`BootFixedCache`), instead of the driver.
 
 Unknown is ``null``, never 0: a field that NVML does not support or that failed is ``null`` and
 the reason (NVML's error string, e.g. ``"Not Supported"``) is kept in the record's ``errors`` map
@@ -560,6 +563,111 @@ def read_text(path: str) -> str:
     """A small /proc file's text (raises OSError)."""
     with open(path, "rb") as f:
         return f.read().decode("utf-8", "replace")
+
+
+# --------------------------------------------------------------------------------------------
+# the boot-fixed slow fields, kept between runs
+
+
+#: Slow fields that cannot change while the machine is up with the same driver: the board's
+#: highest clocks (``nvmlDeviceGetMaxClockInfo`` costs 1.4-2.7 ms of CPU on every call on an
+#: H100 with driver 580: ``tests/data/device/agent-nvmlc-h100-exit/calls.txt``) and the
+#: fastest PCIe link the GPU and the system allow together.
+BOOT_FIXED = ("sm_clock_max_mhz", "mem_clock_max_mhz", "pcie_gen_max", "pcie_width_max")
+
+
+class BootFixedCache:
+    """Each GPU's :data:`BOOT_FIXED` values, kept in a small file between the agent's runs on
+    a host (``--boot-fixed-cache``), so a start reads them from the file instead of the driver.
+    The slow refreshes after the first sample ask the driver again, and rewrite the file when
+    it said something else.
+
+    Valid for one boot (``/proc/sys/kernel/random/boot_id``) and one driver version
+    (``nvmlSystemGetDriverVersion``); a GPU is known by its UUID and PCI bus id together.
+    Format, ASCII: line 1 ``gpuconsole-boot-fixed 1 BOOT_ID DRIVER_VERSION``, then one line per
+    GPU: ``UUID BUS_ID`` and the four values in :data:`BOOT_FIXED`'s order (integers). A file
+    that is missing, unreadable, of another boot or driver, or not in this format is ignored
+    (and replaced); one that cannot be written leaves the agent as it was (no cache).
+
+    Args:
+        path: the file (relative: to the agent's working folder, its bundle's).
+        proc_root: where ``/proc`` is (tests point it elsewhere).
+    """
+
+    MAGIC = "gpuconsole-boot-fixed 1"
+
+    def __init__(self, path: str, proc_root: str = "/proc") -> None:
+        self.path = path
+        self.proc_root = proc_root
+        self.key: str | None = None
+        self.gpus: dict[tuple[str, str], tuple[int, ...]] = {}
+        self.dirty = False
+
+    def load(self, driver_version: str | None) -> None:
+        """Read the file for this boot and ``driver_version`` (nothing kept without both)."""
+        self.gpus, self.dirty, self.key = {}, False, None
+        try:
+            boot = read_text(self.proc_root + "/sys/kernel/random/boot_id").strip()
+        except OSError:
+            return
+        words = [boot, driver_version or ""]
+        if not all(w and w.isprintable() and " " not in w for w in words):
+            return
+        self.key = " ".join([self.MAGIC, *words])
+        try:
+            lines = read_text(self.path).splitlines()
+        except OSError:
+            return
+        if not lines or lines[0] != self.key:
+            return
+        for line in lines[1:]:
+            parts = line.split(" ")
+            if len(parts) != 2 + len(BOOT_FIXED):
+                self.gpus = {}
+                return
+            try:
+                values = tuple(int(v) for v in parts[2:])
+            except ValueError:
+                self.gpus = {}
+                return
+            self.gpus[(parts[0], parts[1])] = values
+
+    def get(self, uuid: str | None, bus_id: str | None) -> dict[str, int] | None:
+        """The kept values of the GPU with this UUID and bus id, or ``None``."""
+        values = self.gpus.get((str(uuid), str(bus_id))) if uuid and bus_id else None
+        return dict(zip(BOOT_FIXED, values)) if values is not None else None
+
+    def put(self, uuid: str | None, bus_id: str | None, values: dict[str, Any]) -> None:
+        """Keep what the driver said for a GPU (only a GPU whose four values it all gave)."""
+        if self.key is None or not uuid or not bus_id or " " in uuid + bus_id:
+            return
+        if not all(isinstance(values.get(k), int) for k in BOOT_FIXED):
+            return
+        new = tuple(int(values[k]) for k in BOOT_FIXED)
+        if self.gpus.get((uuid, bus_id)) != new:
+            self.gpus[(uuid, bus_id)] = new
+            self.dirty = True
+
+    def save(self) -> None:
+        """Write the file if anything changed: a temporary file renamed over it, so a reader
+        never sees half of one (two agents starting together write the same lines)."""
+        if not self.dirty or self.key is None:
+            return
+        self.dirty = False
+        lines = [self.key] + [
+            " ".join([uuid, bus, *(str(v) for v in values)])
+            for (uuid, bus), values in sorted(self.gpus.items())
+        ]
+        tmp = f"{self.path}.{os.getpid()}.tmp"
+        try:
+            with open(tmp, "w", encoding="ascii") as f:
+                f.write("\n".join(lines) + "\n")
+            os.replace(tmp, self.path)
+        except (OSError, UnicodeEncodeError):
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
 
 
 # --------------------------------------------------------------------------------------------
@@ -1513,6 +1621,8 @@ class Agent:
         kernel_log: reads the host's NVRM kernel messages into ``kernel_log`` (``None``: not
             read; the command line always gives one unless ``--kernel-log-every 0``).
         clock: monotonic seconds (the GPM interval's).
+        boot_fixed: where the first sample's :data:`BOOT_FIXED` fields come from when it knows
+            them (``None``: the driver, every time).
     """
 
     def __init__(
@@ -1524,8 +1634,10 @@ class Agent:
         import_error: str | None = None,
         kernel_log: KernelLogReader | None = None,
         clock: Callable[[], float] = time.monotonic,
+        boot_fixed: BootFixedCache | None = None,
     ) -> None:
         self.kernel_log = kernel_log
+        self.boot_fixed = boot_fixed
         self.clock = clock
         self.nv = nv
         self.interval_s = interval_s
@@ -1860,6 +1972,8 @@ class Agent:
             except Exception as e:
                 self.versions[key] = None
                 self.version_errors[key] = reason_of(e)
+        if self.boot_fixed is not None and self.seq == 0:
+            self.boot_fixed.load(self.versions["driver_version"])
         regained_any = False
         for g in self.gpus:
             regained = False
@@ -1875,16 +1989,22 @@ class Agent:
                 regained_any = True
         if regained_any and self.xid_armed:  # its Xid events, on its new handle
             self._setup_xid()
+        if self.boot_fixed is not None:
+            self.boot_fixed.save()
 
     def _read_slow(self, g: GpuState) -> None:
         """Name (``nvmlDeviceGetName``), UUID, PCI bus id (``nvmlDeviceGetPciInfo``), enforced
         power limit (mW -> W), the highest clocks, the highest PCIe generation and width
         (``nvmlDeviceGetMaxPcieLinkGeneration``/``Width``), volatile uncorrected ECC total,
-        remapped rows pending, persistence mode, current MIG mode."""
+        remapped rows pending, persistence mode, current MIG mode. At the start the
+        :data:`BOOT_FIXED` ones come from :attr:`boot_fixed` where it knows this GPU."""
         nv, h = self.nv, g.handle
         vals: dict[str, Any] = {}
         errs: dict[str, str] = {}
         unsupported: list[str] = []
+        store = self.boot_fixed
+        kept: dict[str, int] | None = None
+        looked = False
 
         def mig() -> bool:
             try:
@@ -1920,6 +2040,12 @@ class Agent:
             ),
             ("mig_mode", mig),
         ):
+            if key in BOOT_FIXED and store is not None and self.seq == 0:
+                if not looked:  # the UUID and bus id are read by now
+                    kept, looked = store.get(vals.get("uuid"), vals.get("pci_bus_id")), True
+                if kept is not None:
+                    vals[key] = kept[key]
+                    continue
             try:
                 vals[key] = fn()
             except Exception as e:
@@ -1928,6 +2054,9 @@ class Agent:
                 if nvml_code(e) == NVML_ERROR_NOT_SUPPORTED:
                     unsupported.append(key)
                 self._note_lost(g, e)
+        if store is not None and kept is None:
+            fixed = {k: vals[k] for k in BOOT_FIXED if k not in errs}
+            store.put(vals.get("uuid"), vals.get("pci_bus_id"), fixed)
         g.slow, g.slow_errors, g.slow_unsupported = vals, errs, tuple(unsupported)
 
     def _note_lost(self, g: GpuState, exc: BaseException) -> None:
@@ -2487,6 +2616,7 @@ class Options:
         self.kernel_log_every = KERNEL_LOG_EVERY_S
         self.kernel_log_file: str | None = None
         self.link_python = False
+        self.boot_fixed_cache: str | None = None
 
 
 #: Options taking a value -> (attribute, type); flags -> attribute (the fast parser's table).
@@ -2499,6 +2629,7 @@ _VALUED: dict[str, tuple[str, Callable[[str], Any]]] = {
     "--replay": ("replay", str),
     "--kernel-log-every": ("kernel_log_every", float),
     "--kernel-log-file": ("kernel_log_file", str),
+    "--boot-fixed-cache": ("boot_fixed_cache", str),
 }
 _FLAGS = {"--no-stdin-watch": "no_stdin_watch", "--link-python": "link_python"}
 
@@ -2578,6 +2709,13 @@ def parse_args(argv: Sequence[str] | None) -> Options:
         action="store_true",
         help="after the first sample, link this interpreter as 'py' next to this "
         "file (the console starts that link next time: no PATH shim)",
+    )
+    p.add_argument(
+        "--boot-fixed-cache",
+        default=None,
+        metavar="FILE",
+        help="keep each GPU's highest clocks and PCIe link in FILE between runs (valid for "
+        "one boot and driver version): a start does not ask the driver for them again",
     )
     # tests only: a file stands in for the kernel log (hosts without an NVIDIA driver)
     p.add_argument("--kernel-log-file", default=None, help=argparse.SUPPRESS)
@@ -2689,7 +2827,15 @@ def main(argv: Sequence[str] | None = None, *, exiting: bool = False) -> int:
         if args.kernel_log_every > 0
         else None
     )
-    agent = Agent(nv, args.interval, args.slow_every, import_error=import_error, kernel_log=reader)
+    fixed = BootFixedCache(args.boot_fixed_cache) if args.boot_fixed_cache else None
+    agent = Agent(
+        nv,
+        args.interval,
+        args.slow_every,
+        import_error=import_error,
+        kernel_log=reader,
+        boot_fixed=fixed,
+    )
     closed = Flag()
     if not args.no_stdin_watch:
         watch_stdin(closed)

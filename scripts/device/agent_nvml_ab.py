@@ -12,14 +12,18 @@ in a temporary directory, byte code cached by a first run, then writes into OUT_
   move between two moments (utilization, temperature, power, clocks, P-state, clock reasons,
   link generation, memory used; which of them are null must still agree), and the GPM values;
 * ``ab.txt``: the two runs' first samples side by side, field by field;
+* ``ab.json``'s ``boot_fixed``: the boot-fixed fields (``--boot-fixed-cache``) of a start
+  without the file, the start that writes it and the one that reads it, the file's text, and
+  whether the three agree;
 * ``cpu.txt``: the CPU (user + sys, ``os.wait4``'s rusage of each child) of fresh processes, RUNS
   times each (default 9, the variants interleaved run by run), median and range in ms: the bare
   interpreter, the agent's top-level imports, ``import nvmlc``, ``import pynvml``, NVML init +
   one handle + six fields through plain ctypes, nvmlc and pynvml, and the agent's ``--count 1``
   through each binding, started as the console starts it (``-I -S -c 'import agent'``, byte code
-  cached) and as a script (``agent.py``, compiled each time); with BEFORE_AGENT_PY (an earlier
-  ``agent.py``, e.g. ``git show REV:remote/agent/agent.py``), its ``--count 1`` too, from a
-  folder of its own with the same ``nvmlc.py`` and ``pynvml.py``;
+  cached; nvmlc also with its boot-fixed file there, and with one it cannot write: a start
+  that asks the driver) and as a script (``agent.py``, compiled each time); with
+  BEFORE_AGENT_PY (an earlier ``agent.py``, e.g. ``git show REV:remote/agent/agent.py``),
+  its ``--count 1`` too, from a folder of its own with the same ``nvmlc.py`` and ``pynvml.py``;
 * ``importtime-nvmlc.txt``, ``importtime-pynvml.txt``: ``-X importtime`` of the agent's
   ``--count 1`` through each binding (as the console starts it);
 * ``smi.txt``: ``nvidia-smi`` (the GPU and driver).
@@ -47,6 +51,8 @@ AGENT_MAIN = (
     "import sys;p=sys.argv.pop(1);sys.path.insert(0,p.rpartition('/')[0]);"
     "import agent;r=getattr(agent,'run',None);r() if r else sys.exit(agent.main())"
 )
+#: the agent's fields kept in its boot-fixed file (remote/agent/agent.py, BOOT_FIXED)
+BOOT_FIXED = ("sm_clock_max_mhz", "mem_clock_max_mhz", "pcie_gen_max", "pcie_width_max")
 #: the six fast fields of GPU 0's handle ``h`` through a binding ``nv``
 FAST_FIELDS = """
 nv.nvmlDeviceGetMemoryInfo(h)
@@ -177,6 +183,36 @@ def main() -> int:
         f.write(f"differences: {differences}\n")
     print("differences:", differences)
 
+    # (a2) the boot-fixed file: a first start writes it, a second reads its fields from it;
+    # both records' fields equal the ones read from the driver without it
+    fixed_file = os.path.join(work, "boot-fixed.txt")
+    fixed: dict[str, Any] = {"file": fixed_file, "runs": []}
+    for label in ("no file", "first start (writes it)", "second start (reads it)"):
+        more = [] if label == "no file" else ["--boot-fixed-cache", fixed_file]
+        res = subprocess.run(
+            agent("nvmlc", "--count", "1", *more), capture_output=True, text=True, timeout=60
+        )
+        gpus = [json.loads(line)["gpus"] for line in res.stdout.splitlines() if line.strip()]
+        fixed["runs"].append(
+            {
+                "run": label,
+                "exit": res.returncode,
+                "stderr": res.stderr,
+                "fields": [{k: g.get(k) for k in BOOT_FIXED} for g in gpus[0]] if gpus else None,
+            }
+        )
+    try:
+        with open(fixed_file) as f:
+            fixed["text"] = f.read()
+    except OSError as e:
+        fixed["text"] = f"not written: {e}"
+    firsts = [r["fields"] for r in fixed["runs"]]
+    fixed["agree"] = all(f == firsts[0] for f in firsts) and firsts[0] is not None
+    ab["boot_fixed"] = fixed
+    with open(os.path.join(out_dir, "ab.json"), "w") as f:
+        json.dump(ab, f, indent=1)
+    print("boot-fixed fields agree:", fixed["agree"], firsts[0])
+
     # (b) CPU per start
     path = f"import sys; sys.path.insert(0, {work!r}); "
     variants: list[tuple[str, list[str]]] = [
@@ -198,6 +234,14 @@ def main() -> int:
             [PY, "-I", "-S", "-c", path + "import pynvml as nv; nv.nvmlInitWithFlags(0)" + FIELDS],
         ),
         ("agent --count 1, nvmlc", agent("nvmlc", "--count", "1")),
+        (
+            "agent --count 1, nvmlc, boot-fixed file",
+            agent("nvmlc", "--count", "1", "--boot-fixed-cache", fixed_file),
+        ),
+        (
+            "agent --count 1, nvmlc, file unwritable",
+            agent("nvmlc", "--count", "1", "--boot-fixed-cache", os.path.join(work, "no", "f")),
+        ),
         ("agent --count 1, pynvml", agent("pynvml", "--count", "1")),
         ("agent.py script --count 1, nvmlc", agent("nvmlc", "--count", "1", script=True)),
         ("agent.py script --count 1, pynvml", agent("pynvml", "--count", "1", script=True)),
