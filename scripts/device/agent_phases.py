@@ -1,6 +1,6 @@
 """Where the agent's ``--count 1`` CPU goes, phase by phase and NVML call by call, on a GPU.
 
-    python3 scripts/device/agent_phases.py OUT_DIR [RUNS]
+    python3 scripts/device/agent_phases.py OUT_DIR [RUNS] [--console]
 
 Copies ``agent.py`` and ``nvmlc.py`` into a temporary folder (as the console uploads them),
 caches their byte code, then starts RUNS fresh children (default 9) of this file with
@@ -8,7 +8,10 @@ caches their byte code, then starts RUNS fresh children (default 9) of this file
 binding ``nvmlc``, the kernel log reader, the stdin watcher, the first sample after GPM's
 window, ``emit``, ``close``) with every step and every NVML function of the binding wrapped
 in a timer: CPU (``time.process_time_ns``, the whole process) and wall time, inclusive (a step
-holds the steps and calls under it). The parent reads each child's total CPU from
+holds the steps and calls under it). With ``--console``, the children start as the console
+starts the agent: with its boot-fixed file (``boot-fixed.txt`` in the folder, written by the
+uncounted first run) and ending without NVML's teardown (``Agent.close(release_nvml=False)``).
+The parent reads each child's total CPU from
 ``os.wait4``'s rusage. Writes into OUT_DIR:
 
 * ``phases.txt``: per step and per NVML function, the median over the runs of its CPU and
@@ -50,7 +53,7 @@ STEPS = (
 )
 
 
-def child(folder: str) -> None:
+def child(folder: str, console: bool = False) -> None:
     """One ``--count 1`` start with timers; prints one JSON line of the numbers."""
     acc: dict[str, list[int]] = {}  # name -> [cpu ns, wall ns, calls]
     order: list[str] = []
@@ -90,7 +93,8 @@ def child(folder: str) -> None:
         klass = getattr(agent, cls)
         setattr(klass, meth, timed(f"{cls}.{meth}", getattr(klass, meth)))
     reader = agent.KernelLogReader(agent.KERNEL_LOG_EVERY_S)
-    a = agent.Agent(nv, 1.0, 10, kernel_log=reader)
+    fixed = agent.BootFixedCache(os.path.join(folder, "boot-fixed.txt")) if console else None
+    a = agent.Agent(nv, 1.0, 10, kernel_log=reader, boot_fixed=fixed)
     closed = agent.Flag()
     step("watch_stdin (a thread)", agent.watch_stdin, closed)
     wait = a.gpm_wait_s()
@@ -99,7 +103,7 @@ def child(folder: str) -> None:
     sample = agent.safe_sample(a)
     with open(os.devnull, "w") as out:
         step("emit (dumps + write)", agent.emit, sample, out)
-    a.close()
+    a.close(release_nvml=not console)
     c_end = time.process_time_ns()
     kl = sample.get("kernel_log") or {}
     import json  # after the measurement
@@ -135,6 +139,8 @@ def main() -> int:
     os.makedirs(out_dir, exist_ok=True)
     work = agent_folder("agent-phases-")
     argv = [sys.executable, "-I", "-S", os.path.abspath(__file__), "--child", work]
+    if "--console" in sys.argv[3:]:
+        argv.append("--console")
     env = dict(os.environ)
     env.pop("GPUCONSOLE_AGENT_NVML", None)
     got: list[dict] = []  # type: ignore[type-arg]
@@ -197,6 +203,6 @@ def main() -> int:
 
 if __name__ == "__main__":
     if len(sys.argv) > 2 and sys.argv[1] == "--child":
-        child(sys.argv[2])
+        child(sys.argv[2], "--console" in sys.argv[3:])
         sys.exit(0)
     sys.exit(main())

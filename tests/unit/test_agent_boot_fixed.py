@@ -6,6 +6,7 @@ PCI bus id; the slow refreshes ask the driver again and correct it. NVML is the 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -180,3 +181,42 @@ def test_the_console_starts_the_agent_with_the_file_in_its_bundle_folder() -> No
     assert opts is not None and opts.boot_fixed_cache == "boot-fixed.txt"
     assert opts.interval == 2.0
     assert "--boot-fixed-cache" not in agent_argv(2.0, replay="/tmp/trace.jsonl")
+
+
+DEVICE = Path(__file__).resolve().parents[2] / "tests" / "data" / "device" / "agent-bootfixed-h100"
+
+
+def test_device_record_the_file_written_and_read_on_an_h100() -> None:
+    """scripts/device/agent_nvml_ab.py on an H100: a start without the file, the one that
+    writes it and the one that reads it gave the same four fields; the file holds the GPU's
+    own UUID and bus id (as its records name them) and the driver's version."""
+    ab = json.loads((DEVICE / "ab.json").read_text())
+    fixed = ab["boot_fixed"]
+    assert [r["exit"] for r in fixed["runs"]] == [0, 0, 0] and fixed["agree"] is True
+    fields = [r["fields"] for r in fixed["runs"]]
+    assert fields[0] == fields[1] == fields[2]
+    (gpu,) = fields[0]
+    g = ab["runs"][0]["samples"][0]["gpus"][0]
+    assert {k: g[k] for k in agent_mod.BOOT_FIXED} == gpu
+    head, line = fixed["text"].splitlines()
+    driver = ab["runs"][0]["samples"][0]["host"]["driver_version"]
+    assert head.startswith("gpuconsole-boot-fixed 1 ") and head.endswith(" " + driver)
+    values = " ".join(str(gpu[k]) for k in agent_mod.BOOT_FIXED)
+    assert line == f"{g['uuid']} {g['pci_bus_id']} {values}"
+
+
+def test_device_phases_a_start_with_the_file_asks_no_maximum() -> None:
+    """scripts/device/agent_phases.py on the same H100, as before and ``--console`` (the file
+    there, no NVML teardown): every run of the first asks nvmlDeviceGetMaxClockInfo twice and
+    the maximum PCIe link; no run of the second asks any of them, nor nvmlShutdown."""
+    plain = json.loads((DEVICE / "phases.json").read_text())["runs"]
+    console = json.loads((DEVICE / "phases-console.json").read_text())["runs"]
+    assert len(plain) == len(console) >= 5
+    for run in plain:
+        assert run["steps"]["nvml nvmlDeviceGetMaxClockInfo"][2] == 2
+        assert run["steps"]["nvml nvmlDeviceGetMaxPcieLinkGeneration"][2] == 1
+        assert run["steps"]["nvml nvmlShutdown"][2] == 1
+    for run in console:
+        asked = {k for k in run["steps"] if k.startswith("nvml ")}
+        assert not asked & {"nvml " + f for f in (*FIXED_CALLS, "nvmlShutdown")}
+        assert run["steps"]["nvml nvmlDeviceGetTotalEccErrors"][2] == 1  # still asked
