@@ -462,6 +462,9 @@ def _rendezvous(ctx: Context) -> Diagnosis | None:
                 "; the other nodes' workers were running and were stopped after it (the "
                 "step ended, their agents sent SIGTERM): consequences"
                 if workers_ran
+                else "; this agent started no worker (the job's other nodes may have been "
+                "training before it came)"
+                if "Closed" in etype
                 else "; no worker started"
             )
             return _diag(
