@@ -144,6 +144,11 @@ SIGNATURES: tuple[tuple[CauseKind, re.Pattern[str]], ...] = (
             # cuBLAS / cuDNN status codes for an allocation they could not make ("usually caused
             # by a cudaMalloc() failure": cuBLAS and cuDNN API references)
             r"|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED"
+            # the caching allocator's message pasted without its head (the head was the
+            # issue's title): torch 1.x "Tried to allocate 20.00 MiB (GPU 0; 1.96 GiB total
+            # capacity; ...", torch 2.x "Tried to allocate 2.00 GiB. GPU 0 has a total capacity"
+            r"|Tried to allocate [\d.]+ [KMGT]?i?B(?: \(GPU \d+; [\d.]+ [KMGT]?i?B total "
+            r"capacity|\. GPU \d+ has a total capacity)"
         ),
     ),
 )
@@ -250,7 +255,7 @@ _UNKNOWN_INIT = (
     "(in a container: it lost its devices), or the driver is in a bad state"
 )
 _TORCH_OOM = re.compile(
-    r"CUDA out of memory\. Tried to allocate (?P<size>[\d.]+ [KMGT]?i?B)"
+    r"(?:CUDA out of memory\. |^\W*)Tried to allocate (?P<size>[\d.]+ [KMGT]?i?B)"
     r"(?:.*?GPU (?P<gpu>\d+))?",
 )
 _DRIVER_FOUND = re.compile(r"too old \(found version (?P<v>\d+)\)")
@@ -402,6 +407,23 @@ def _diagnosis(ctx: Context, kind: CauseKind, hits: list[Line]) -> Diagnosis:
         # CUDA Version beside it)
         facts["driver_version"] = h["driver"]
         summary += f"; the host's driver is {h['driver']}"
+    if kind == "cuda_unsupported_arch" and not dict(SIGNATURES)[kind].search(hit.text):
+        gap = _arch_gap(ctx.lines)
+        if gap is not None:
+            model, arch, cuda = gap
+            facts.update({"gpu_model": model, "arch": arch, "build_cuda": cuda})
+            summary = (
+                f"{on[0].upper()}{on[1:]}{where} hit '{error}' on an {model} ({arch}) with a "
+                f"build for CUDA {cuda}, which cannot target {arch}: its kernels do not run on "
+                "this GPU"
+            )
+            named = [
+                ln.raw
+                for ln in ctx.lines
+                if any(p.search(ln.text) for p, a, _ in _NEW_ARCHS if a == arch)
+                or any(m["a"] or m["c"] or m["e"] for m in _BUILD_CUDA.finditer(ln.text))
+            ]
+            evidence += named[:2]
     if kind == "cuda_unsupported_arch":
         for ln in ctx.lines:
             sig = dict(SIGNATURES)["cuda_unsupported_arch"].search(ln.text)
@@ -492,6 +514,71 @@ def _not_available(ctx: Context) -> Diagnosis | None:
     return None
 
 
+#: GPU models by the first CUDA toolkit that can build for their compute capability (NVIDIA's
+#: CUDA GPUs table and the toolkit release notes: sm_80 from CUDA 11.0, sm_86 11.1, sm_89 and
+#: sm_90 11.8, sm_100 and sm_120 12.8), as reports name them.
+_NEW_ARCHS: tuple[tuple[re.Pattern[str], str, tuple[int, int]], ...] = (
+    (re.compile(r"\b(?:A100|A800|A30)\b"), "sm_80", (11, 0)),
+    (
+        re.compile(r"\bRTX ?30[5-9]0(?: ?Ti)?\b|\bRTX ?A[2-6]000\b|\b(?:A10|A16|A40)\b", re.I),
+        "sm_86",
+        (11, 1),
+    ),
+    (re.compile(r"\bRTX ?40[6-9]0(?: ?Ti)?\b|\bL40S?\b|\bRTX 6000 Ada\b", re.I), "sm_89", (11, 8)),
+    (re.compile(r"\b(?:H100|H200|H800|GH200)\b"), "sm_90", (11, 8)),
+    (re.compile(r"\b(?:B100|B200|GB200)\b"), "sm_100", (12, 8)),
+    (re.compile(r"\bRTX ?50[6-9]0(?: ?Ti)?\b", re.I), "sm_120", (12, 8)),
+)
+#: The CUDA version a PyTorch build or its toolkit is for (not the driver's: nvidia-smi's
+#: ``CUDA Version:`` beside ``Driver Version:`` is what the driver supports): conda's
+#: ``cudatoolkit 10.0``, collect_env's ``CUDA used to build PyTorch: 10.2``, a wheel's
+#: ``+cu102``, and "CUDA 10.0" in words.
+_BUILD_CUDA = re.compile(
+    r"cudatoolkit[ =:-]*(?P<a>\d+)\.(?P<b>\d)"
+    r"|CUDA used to build PyTorch: (?P<c>\d+)\.(?P<d>\d)"
+    r"|\+cu(?P<e>\d{2,3})\b"
+    r"|\bCUDA(?: toolkit| [Vv]ersion)?[ :]*(?P<f>\d+)\.(?P<g>\d)\b",
+)
+
+
+def _arch_gap(lines: Sequence[Line]) -> tuple[str, str, str] | None:
+    """``(GPU model, its compute capability, the build's CUDA version)`` when the text names
+    one GPU model newer than every CUDA version it names for the build: a PyTorch (or
+    extension) built with a toolkit that cannot target that GPU, whose kernels then fail with
+    a generic error (``CUBLAS_STATUS_EXECUTION_FAILED``...) instead of "no kernel image"."""
+    models: dict[str, tuple[str, tuple[int, int]]] = {}
+    versions: list[tuple[int, int]] = []
+    for ln in lines:
+        for pattern, arch, first in _NEW_ARCHS:
+            if m := pattern.search(ln.text):
+                models.setdefault(arch, (m.group(0), first))
+        if "Driver Version" in ln.text or "NVIDIA-SMI" in ln.text:
+            continue
+        for m in _BUILD_CUDA.finditer(ln.text):
+            if m["e"]:
+                tag = m["e"]
+                versions.append((int(tag[:-1]), int(tag[-1])))
+            else:
+                major, minor = (
+                    (m["a"], m["b"])
+                    if m["a"]
+                    else (m["c"], m["d"])
+                    if m["c"]
+                    else (
+                        m["f"],
+                        m["g"],
+                    )
+                )
+                versions.append((int(major), int(minor)))
+    if len(models) != 1 or not versions:
+        return None
+    ((arch, (model, first)),) = models.items()
+    if max(versions) >= first:
+        return None
+    newest = max(versions)
+    return model, arch, f"{newest[0]}.{newest[1]}"
+
+
 def _cuda(ctx: Context) -> list[Diagnosis]:
     """One diagnosis per CUDA error kind the text shows (the engine ranks them: an ECC error
     explains the illegal address that follows it...)."""
@@ -511,6 +598,9 @@ def _cuda(ctx: Context) -> list[Diagnosis]:
                     break
         if kind is not None:
             by_kind.setdefault(kind, []).append(ln)
+    if "cuda_error" in by_kind and "cuda_unsupported_arch" not in by_kind and _arch_gap(ctx.lines):
+        # a generic kernel failure on a GPU the build's CUDA cannot target: that is why
+        by_kind["cuda_unsupported_arch"] = by_kind.pop("cuda_error")
     return [_diagnosis(ctx, kind, hits) for kind, hits in by_kind.items()]
 
 

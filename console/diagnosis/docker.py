@@ -223,7 +223,8 @@ _HOOK = re.compile(
 )
 
 _NO_GPU_DRIVER = re.compile(
-    r"could not select device driver \\?\"?(?P<driver>[^\"\\\s]*)\\?\"? with capabilities: "
+    r"could not select device driver (?:\\?\"?(?P<driver>[^\"\\\s]*)\\?\"? )?with "
+    r"capabilities: "
     r"(?P<caps>\[\[[^\]]*\]\])"
 )
 

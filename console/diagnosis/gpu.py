@@ -1425,8 +1425,63 @@ def _said_lost(ctx: Context) -> Diagnosis | None:
     )
 
 
+#: A hardware Xid named in words beside what it means, on a line that is not the kernel's (a
+#: report's summary of its dmesg: "`Xid 48 / 171`: uncorrectable double-bit ECC (DBE) in
+#: HBM"): the number, then within the line the fault's words.
+_SAID_XID = re.compile(r"\bXid\W{0,3}(?P<xid>\d{2,3})\b(?P<rest>.*)$", re.I)
+_FAULT_WORDS = re.compile(
+    r"\bECC\b|\bDBE\b|double[- ]bit|uncorrectable|row remap|remapp|NVLink|\bGSP\b|\bHBM\b"
+    r"|memory error|page retire",
+    re.I,
+)
+#: The text says where the Xids came from: the kernel's log, or a GPU's PCI bus id.
+_FROM_KERNEL = re.compile(r"\bdmesg\b|kernel log|journalctl|/var/log/(?:syslog|messages|kern)")
+_PCI_ANY = re.compile(r"\b(?P<pci>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.\d)?)\b")
+
+
+def _said_xid(ctx: Context) -> Diagnosis | None:
+    """A hardware Xid (one whose action is more than restarting the application) stated in
+    words with its fault on the same line, in a text that names the kernel's log or a GPU's
+    PCI bus id and has no kernel line of it: the report's own summary of its dmesg. The first
+    one stated is the root (Xid 79 in words: :func:`_said_lost`)."""
+    if any("NVRM" in ln.text for ln in ctx.lines):
+        return None  # the kernel's own lines are _rules_xid's
+    text_pci = next((m["pci"] for ln in ctx.lines if (m := _PCI_ANY.search(ln.text))), None)
+    if text_pci is None and not any(_FROM_KERNEL.search(ln.text) for ln in ctx.lines):
+        return None
+    for ln in ctx.lines:
+        m = _SAID_XID.search(ln.text)
+        if m is None or not _FAULT_WORDS.search(m["rest"]):
+            continue
+        code = int(m["xid"])
+        info = xid_info(code)
+        if (
+            code == 79
+            or info.role != "root"
+            or ACTION_RANK.get(info.action, 0) <= ACTION_RANK.get("restart_app", 0)
+        ):
+            continue
+        on = f"GPU {text_pci}" if text_pci else "a GPU"
+        return _diag(
+            "xid",
+            f"The text reports Xid {code} ({info.short}) on {on}, with no kernel line of it; "
+            f"NVIDIA's action: {ACTION_TEXT.get(info.action, info.action)}",
+            (),
+            _FIXES.get(info.action, _FIXES["unknown"]).format(pci=text_pci or "<the faulting GPU>"),
+            [ln.raw],
+            {
+                "xid": code,
+                "pci": text_pci,
+                "action": ACTION_TEXT.get(info.action, info.action),
+                "xid_name": info.mnemonic.split(" /")[0] or None,
+            },
+        )
+    return None
+
+
 RULES = (
     _said_lost,
+    _said_xid,
     _rules_xid,
     _rules_smi,
     _rules_nvml,

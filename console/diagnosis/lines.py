@@ -85,13 +85,13 @@ _PREFIXES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("kubectl", re.compile(r"^\[(?P<src>pod/[^\]\s]+)\] ")),
     # Ray's worker log relay (python/ray/_private/log_monitor.py / worker.py print_logs):
     # "(pid=909608) ", "(RayWorker pid=123) ", "(RayTrainWorker pid=123, ip=10.0.0.1) ",
-    # "(raylet) ", "(raylet, ip=10.0.0.1) "
+    # "(raylet) ", "(raylet, ip=10.0.0.1) "; what follows keeps its own indent (a traceback's
+    # "(Actor pid=1)   File ...")
     (
         "ray",
         re.compile(
             r"^\((?P<src>(?:[A-Za-z_][\w.:-]* )?pid=\d+(?:, ip=[\w.:-]+)?"
             r"|raylet(?:, ip=[\w.:-]+)?)\) ?"
-            r"(?=\S|$)"
         ),
     ),
     # gpuconsole's own `logs`: "[n0 r1] " (node 0, global rank 1) or "[n1] " (node 1's

@@ -113,9 +113,10 @@ releases (stored in a job's failure, printed by ``diagnose --json``, matched by 
 each is documented in ``docs/diagnose.md`` and ranked by
 :data:`console.diagnosis.engine.PRECEDENCE`."""
 
-FactValue: TypeAlias = str | int | float | tuple[int, ...] | Mapping[int, int]
+FactValue: TypeAlias = str | int | float | tuple[int, ...] | Mapping[int, int] | Mapping[int, str]
 """A value in :attr:`Diagnosis.facts`: numbers are in the units their key names (``_ms``,
-``_s``, ``bytes``); tuples hold ranks or pids; a mapping goes from rank to a number."""
+``_s``, ``bytes``); tuples hold ranks or pids; a mapping goes from rank to a number or a name
+(``op_by_rank``: each rank's collective)."""
 
 
 @dataclass(frozen=True)

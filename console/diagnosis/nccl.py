@@ -249,6 +249,8 @@ _BARE_SOCKET = re.compile(
 )
 _WARN_OR_INFO = re.compile(_PREFIX + r"(?:\S+:\d+ )?NCCL (?:WARN|INFO) ")
 _TRACE = re.compile(_PREFIX + r"NCCL INFO (?P<src>\S+:\d+) -> (?P<code>\d+)")
+# A WARN after which NCCL went on (a fallback it took): no failure of its own.
+_WENT_ON = re.compile(r"falling back|fall back|\bretrying\b", re.I)
 # A WARN that only passes on an earlier failure's code.
 _FOLLOW_ON = re.compile(r"Failed to execute operation \w+ from rank \d+, retcode (?P<code>\d+)")
 
@@ -274,6 +276,8 @@ _REMOTE = re.compile(
 # Connect to %s returned %d(%s) errno %d(%s)"; older: "Connect to %s failed : %s".
 _SOCKET = re.compile(
     r"Connect to \S+ failed|Call to (?:connect|socket|bind|listen|accept)\b|NET/Socket"
+    # a WARN cut inside its address ("include/socket.h:403 NCCL WARN Connect to f")
+    r"|^Connect to\b"
     r"|socket(?:Start|Poll)Connect\b"
     r"|Network is unreachable|No route to host|Connection refused|Connection timed out"
     r"|Cannot assign requested address|Software caused connection abort"
@@ -743,7 +747,8 @@ def _code(m: re.Match[str]) -> int | None:
 
 
 def _last_error(lines: Sequence[Line], start: int) -> tuple[str | None, Line | None]:
-    """The text after ``Last error:`` in the few lines from ``start`` (same or next line)."""
+    """The text after ``Last error:`` in the few lines from ``start`` (same or next line), or
+    the line before an empty ``Last error:`` just above ``start`` (a reversed paste)."""
     for ln in lines[start : start + 5]:
         m = _LAST_ERROR.search(ln.text)
         if m is None:
@@ -759,6 +764,12 @@ def _last_error(lines: Sequence[Line], start: int) -> tuple[str | None, Line | N
         if prefix.strip() and text.startswith(prefix):  # a collector's prefix on every line
             text = text[len(prefix) :]
         return text.strip(), nxt
+    # a paste in reverse order, innermost line first: the detail, an empty "Last error:", then
+    # the result's own lines
+    if start >= 2 and (m := _LAST_ERROR.search(lines[start - 1].text)) and not m["rest"].strip():
+        detail = lines[start - 2]
+        if detail.text.strip() and not _RESULT.search(detail.text):
+            return detail.text.strip(), detail
     return None, None
 
 
@@ -794,6 +805,21 @@ def _nccl_results(ctx: Context) -> list[Diagnosis]:
         said = warned.get(kind)
         if last is None and said is not None and said.messages and said.lines:
             last, last_line = said.messages[0], said.lines[0]
+        if last is None and code == 3:
+            # ncclInternalError names no cause of its own: a WARN that no rule classifies
+            # ("graph/topo.h:230 NCCL WARN Could not find NET with id 0") is what NCCL said
+            # as it failed; the last one (not a fallback NCCL took and went on from)
+            plain = [
+                (m["msg"].strip(), w)
+                for w in ctx.lines
+                if (m := _WARN.search(w.text))
+                and m["msg"].strip()
+                and not _FOLLOW_ON.search(m["msg"])
+                and not _WENT_ON.search(m["msg"])
+                and _classify(m["msg"].strip()) is None
+            ]
+            if plain:
+                last, last_line = plain[-1]
         detail = ctx.lines[ln.index + 1] if ln.index + 1 < len(ctx.lines) else None
         if detail is not None and _RESULT.search(detail.text) and detail is not last_line:
             evidence.append(detail.raw)
@@ -865,9 +891,13 @@ def _nccl_results(ctx: Context) -> list[Diagnosis]:
 
 # Matched over the lines joined without separators, so that a message hard-wrapped at a fixed
 # width ("...OpTy" / "pe=BROADCAST...") reads whole.
+# Also the report cut after its WorkNCCL(...) ("Timeout(ms)=600000) ra", inside a C++
+# ``what():``), and the blocking-wait wording (TORCH_NCCL_BLOCKING_WAIT=1: "Work WorkNCCL(...)
+# timed out in blocking wait", ProcessGroupNCCL.cpp).
 _WATCHDOG = re.compile(
     r"(?:Watchdog c|C)aught collective operation timeout: "
-    r"WorkNCCL\((?P<args>(?:[^()]|\(ms\))*)\) ran for (?P<ran>\d+) milliseconds"
+    r"WorkNCCL\((?P<args>(?:[^()]|\(ms\))*)\)(?: ran for (?P<ran>\d+) milliseconds)?"
+    r"|\bWork WorkNCCL\((?P<args2>(?:[^()]|\(ms\))*)\) timed out in blocking wait"
 )
 _WATCHDOG_WORK = re.compile(
     r"(?:(?:detected by watchdog at work|Timeout at NCCL work): (?P<seq>\d+), )?"
@@ -965,14 +995,15 @@ def _nccl_timeout(ctx: Context) -> Diagnosis | None:
     op_of: dict[int, str] = {}
     seq = op = numel = numel_out = timeout_ms = None
     for m in reports:
-        args = m["args"]
+        args = m["args"] if m["args"] is not None else m["args2"]
         seq = seq or _arg(r"SeqNum=(\d+)", args)
         op = op or _arg(r"OpType=(\w+)", args)
         numel = numel or _arg(r"NumelIn=(\d+)", args)
         numel_out = numel_out or _arg(r"NumelOut=(\d+)", args)
         timeout_ms = timeout_ms or _arg(r"Timeout\(ms\)=(\d+)", args)
         if (rank := flat.rank_at(m)) is not None:
-            waited.setdefault(rank, int(m["ran"]))
+            if m["ran"] is not None:
+                waited.setdefault(rank, int(m["ran"]))
             if (own := _arg(r"SeqNum=(\d+)", args)) is not None:
                 seq_of.setdefault(rank, int(own))
             if (kind := _arg(r"OpType=(\w+)", args)) is not None:
@@ -1156,8 +1187,8 @@ def _nccl_timeout(ctx: Context) -> Diagnosis | None:
             "last_completed": MappingProxyType(completed) if completed else None,
             "victims": tuple(victims),
             "seq_by_rank": MappingProxyType(seq_of) if out_of_step else None,
-            "op_by_rank": "; ".join(f"rank {r}: {op_of[r]}" for r in sorted(op_of))
-            if other_op
+            "op_by_rank": MappingProxyType(dict(sorted(op_of.items())))
+            if mismatch and len(set(op_of.values())) > 1
             else None,
             "mismatch": "collectives out of step across ranks"
             if out_of_step

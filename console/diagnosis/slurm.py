@@ -407,8 +407,12 @@ def _span(tasks: Sequence[int]) -> str:
 #: up as "0/N nodes are available: M Insufficient nvidia.com/gpu").
 _UNSCHEDULABLE = re.compile(
     r"(?P<free>\d+)/(?P<nodes>\d+) nodes are available:.{0,200}?"
-    r"(?P<short>\d+) Insufficient (?P<res>nvidia\.com/(?:gpu|mig-[\w.-]*\w)|amd\.com/gpu)"
+    r"(?P<short>\d+) Insufficient (?P<res>nvidia\.com/(?:gpu\w*(?:[.-][a-z][\w-]*)*"
+    r"|mig-[\w.-]*\w)|amd\.com/gpu)"
 )
+#: A device plugin's share of a GPU rather than whole GPUs (HAMi's nvidia.com/gpumem,
+#: nvidia.com/gpu.memory, nvidia.com/gpucores; time-slicing's nvidia.com/gpu.shared).
+_SHARED_RESOURCE = re.compile(r"nvidia\.com/gpu(?:\w+|[.-]\w+)")
 
 
 #: slurmstepd's execve failure (task.c ``_exec_task``), also quoted in prose or inline code.
@@ -478,12 +482,17 @@ def _gpu_unschedulable(ctx: Context) -> Diagnosis | None:
     m = _UNSCHEDULABLE.search(hit.text)
     assert m is not None
     res, nodes, short = m["res"], int(m["nodes"]), int(m["short"])
+    what = (
+        f"Either the GPUs' {res} is already given to other pods, or the GPU-sharing device "
+        "plugin that advertises it is not running or not registered on those nodes"
+        if _SHARED_RESOURCE.fullmatch(res)
+        else "Either every GPU is already allocated, or the GPU nodes advertise none (the "
+        "NVIDIA device plugin is not running or not registered there)"
+    )
     return _diag(
         "gpu_unschedulable",
         f"Kubernetes cannot schedule the pod: {short} of {nodes} node(s) lack the requested "
-        f"{res} (FailedScheduling; the pod stays Pending). Either every GPU is already "
-        "allocated, or the GPU nodes advertise none (the NVIDIA device plugin is not running "
-        "or not registered there)",
+        f"{res} (FailedScheduling; the pod stays Pending). {what}",
         (),
         f"`kubectl describe node <gpu node>`: if Allocatable shows no {res}, fix the NVIDIA "
         "device plugin / GPU operator on that node (its pod's log says why); if they are all "

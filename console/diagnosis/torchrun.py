@@ -308,8 +308,10 @@ _RDZV_ERROR = re.compile(r"(?P<type>Rendezvous\w*Error)\b(?::\s*(?P<msg>.*))?")
 _CLIENTS = re.compile(
     r"Timed out after (?P<s>\d+) seconds waiting for clients\. (?P<n>\d+)/(?P<of>\d+) clients"
 )
+# A flag of the command line, or the launcher's own "Starting elastic_operator with launch
+# configs:" block (torch/distributed/launcher/api.py: "  rdzv_endpoint    : host:port").
 _RDZV_ENDPOINT = re.compile(
-    r"--(?:rdzv[_-]endpoint|master[_-]addr)[= ][\"']?"
+    r"(?:--(?:rdzv[_-]endpoint|master[_-]addr)[= ]|^\s*rdzv_endpoint\s*:\s*)[\"']?"
     r"(?P<ep>\[[0-9A-Fa-f:.]+\](?::\d+)?|[^\s\"',\[\]()]+)"
 )
 _DEATH = re.compile(r"Received (?:Signals\.)?(?P<sig>SIG[A-Z]+|\d+) death signal")
@@ -1198,10 +1200,18 @@ def _signal_of(ctx: Context) -> Diagnosis | None:
 
 # Python's faulthandler ("Fatal Python error: Aborted") and the shell's job report
 # ("Segmentation fault (core dumped)") when no torchelastic line names the worker.
+# Also Open MPI's signal handler (opal/util/stacktrace.c: "[host:pid] *** Process received
+# signal ***", then "[host:pid] Signal: Segmentation fault (11)"), as mpirun / horovodrun
+# workers print it.
 _FATAL = re.compile(
     r"Fatal Python error: (?P<py>Segmentation fault|Aborted|Bus error)"
     r"|^(?:.*\s)?(?P<sh>Segmentation fault|Aborted|Bus error) \(core dumped\)"
+    r"|(?:^|\] )Signal: (?P<mpi>Segmentation fault|Aborted|Bus error) \(\d+\)"
 )
+#: Open MPI's "[host:pid] " before its signal report (the normaliser may have taken it off
+#: the text as a prefix; the raw line keeps it).
+_MPI_WHO = re.compile(r"\[(?P<host>[^\]\s:]+):(?P<pid>\d+)\] Signal: ")
+_MPI_TASK = re.compile(r"(?P<host>[^\]\s:]+):(?P<pid>\d+)")
 _FATAL_SIGNALS = {"Segmentation fault": "SIGSEGV", "Aborted": "SIGABRT", "Bus error": "SIGBUS"}
 
 
@@ -1214,17 +1224,22 @@ def _fatal_signal(ctx: Context) -> Diagnosis | None:
     if hit is None:
         return None
     ln, m = hit
-    name = _FATAL_SIGNALS[m["py"] or m["sh"]]
+    name = _FATAL_SIGNALS[m["py"] or m["sh"] or m["mpi"]]
     rank = ln.rank
     meaning, fix = _SIGNAL_HINTS[name]
     on = f"rank {rank}" if rank is not None else "a process"
+    who = _MPI_WHO.search(ln.raw) if m["mpi"] else None
+    if m["mpi"] and who is None and ln.task and (t := _MPI_TASK.fullmatch(ln.task)):
+        who = t  # taken off the text as its source
+    pid, host = (int(who["pid"]), who["host"]) if who else (None, None)
+    at = f" (pid {pid} on {host})" if who else ""
     return _diag(
         _SIGNAL_KINDS.get(name, "signal"),
-        f"{on[0].upper()}{on[1:]} died of {name}: {meaning}",
+        f"{on[0].upper()}{on[1:]}{at} died of {name}: {meaning}",
         (rank,) if rank is not None else (),
-        fix.format(pid="<pid>", whose=_whose(rank)),
+        fix.format(pid=pid or "<pid>", whose=_whose(rank)),
         [ln.raw],
-        {"signal": name, "rank": rank},
+        {"signal": name, "rank": rank, "pid": pid, "host": host},
         ctx.failure,
     )
 
@@ -1551,6 +1566,13 @@ _STRICT_EXCEPTION = re.compile(
 _NEAR = 4
 
 
+def _cut(text: str) -> bool:
+    """Whether ``text`` is a name cut short rather than an exception line: no message, and its
+    last dotted part starts lowercase where a class name would ("torch.distr", "torch": a
+    paste that stopped inside ``torch.distributed.elastic...ChildFailedError``)."""
+    return ":" not in text and text.rsplit(".", 1)[-1][:1].islower()
+
+
 def _rank_exceptions(lines: Sequence[Line]) -> list[tuple[int | None, Line]]:
     """Final exception lines of the Python tracebacks printed by ranks.
 
@@ -1579,7 +1601,7 @@ def _rank_exceptions(lines: Sequence[Line]) -> list[tuple[int | None, Line]]:
                 if in_tb[who] == "header" or who != (None, None)
                 else _STRICT_EXCEPTION
             )
-            if form.match(ln.text) and not ln.text.startswith("File "):
+            if form.match(ln.text) and not ln.text.startswith("File ") and not _cut(ln.text):
                 found.append((ln.rank, ln))
                 in_tb[who] = ""
             elif not ln.text.startswith(("File ", "^", "~")):
