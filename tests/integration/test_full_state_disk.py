@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import shutil
 import subprocess
 import threading
 from collections import Counter
@@ -57,6 +58,13 @@ def small_state_dir(cli: CLI) -> Iterator[Path]:
     try:
         yield cli.state_dir
     finally:
+        # the store goes with the tmpfs: a copy beside it keeps the test's jobs known to the
+        # conftest's container cleanup, which runs after this
+        db = cli.state_dir / "jobs.sqlite3"
+        if db.exists():
+            kept = cli.tmp / "store-of-the-tmpfs"
+            kept.mkdir(exist_ok=True)
+            shutil.copy(db, kept / "jobs.sqlite3")
         subprocess.run(["umount", "-l", str(cli.state_dir)], check=False)
 
 
