@@ -22,7 +22,13 @@ each (tests/data/progress/README.md has the fields and units):
   ... samples/sec: ...``; ``ThroughputTimer``'s ``epoch=E/micro_step=M/global_step=S,
   ...CurrSamplesPerSec=...``, whole job), nanoGPT (``iter N: loss L, time T ms, mfu M%``;
   ``mfu -100.00%`` is "not measured yet"), nanotron (SI suffixes: ``28.2K``), MaxText,
-  TensorFlow, MXNet and others.
+  TensorFlow, MXNet and others; detection trainers: mmcv's runner (``Epoch [1][2150/29317] ...
+  time: 0.391, data_time: ...``) and MMEngine's (``Epoch(train) [1][ 50/1000]``,
+  ``Iter(train) [ 50/90000]``; its ``Epoch(val)`` is not training), maskrcnn-benchmark's
+  MetricLogger (``iter: N  loss: L (avg) ... time: s (avg)  data: ...``: seconds per
+  iteration), Detectron's ``json_stats: {"iter": ..., "time": ...}``; old fairseq's simple bar
+  (``| epoch 010  2000 / 8223 loss=1.27 (1.50), wps=962``; its ``valid on 'valid' subset``
+  lines are not training).
 
 The explicit form, for a script that wants to be read exactly: one line
 ``gpuconsole:progress {json}`` whose object holds any of :class:`Progress`'s field names
@@ -126,13 +132,15 @@ _NOT_TRAINING = re.compile(
     r"shard|sanity|generat|convert|extract|prepar|process|sampl|index|cach|saving",
     re.I,
 )
-_NOISE_WORDS = ("nccl", "time (ms)", "overflow", "examples/s", "step ")
+_NOISE_WORDS = ("nccl", "time (ms)", "overflow", "examples/s", "step ", "valid on", "epoch(")
 _NOISE = (
     re.compile(r"\bNCCL (?:INFO|WARN)\b"),
     re.compile(r"^\s*Step \d+/\d+ : "),  # docker build's steps
     re.compile(r"^\s*time \(ms\) \|"),  # DeepSpeed's wall-clock breakdown (timers in ms)
     re.compile(r"\bOVERFLOW!"),
     re.compile(r"examples/s\]"),  # datasets' map()/filter() bars
+    re.compile(r"\bvalid on '[^']*' subset"),  # fairseq's validation lines
+    re.compile(r"\bEpoch\((?:val|test)\)"),  # MMEngine's validation / test loops
 )
 
 
@@ -201,7 +209,7 @@ def _from_mapping(d: dict[str, Any]) -> Progress:
     def num(*keys: str) -> float | None:
         return next((_num(get[k]) for k in keys if k in get), None)
 
-    step = num("step", "global_step", "iteration")
+    step = num("step", "global_step", "iteration", "iter")
     samples = num("train_samples_per_second", "samples_per_second")
     tokens = num("tokens_per_second", "tokens_per_s")
     loss = num("loss", "train_loss", "training_loss")
@@ -220,10 +228,16 @@ def _from_mapping(d: dict[str, Any]) -> Progress:
         return Progress(
             step=inner.step, epoch=inner.epoch, loss=_num(str(value)) if value is not None else None
         )
+    it_per_s = num("train_steps_per_second", "steps_per_second")
+    if it_per_s is None and ("iter" in get or "data_time" in get):
+        # Detectron's json_stats, detectron2's / MMEngine's metrics: "time" is seconds per
+        # iteration there (elsewhere it may be a timestamp)
+        per = num("time")
+        it_per_s = 1.0 / per if per is not None and 0 < per < 3600 else None
     return Progress(
         step=int(step) if step is not None and not math.isnan(step) else None,
         epoch=num("epoch"),
-        it_per_s=num("train_steps_per_second", "steps_per_second"),
+        it_per_s=it_per_s,
         samples_per_s=samples,
         tokens_per_s=tokens,
         rate_scope="total" if samples is not None and "train_samples_per_second" in get else None,
@@ -273,6 +287,10 @@ _STEP_PATTERNS = (
         re.I,
     ),
     re.compile(r"\bEpoch: \[\d+\]\s+\[\s*(\d+)/(\d+)\]"),  # torchvision's MetricLogger
+    # mmcv's runner "Epoch [1][2150/29317]", MMEngine's "Epoch(train) [1][ 50/1000]" and
+    # "Iter(train) [  50/90000]"
+    re.compile(r"\b(?:Epoch|Iter)(?:\(train\))?\s*(?:\[\d+\])?\[\s*(\d+)/(\d+)\]"),
+    re.compile(r"^\|\s*epoch \d+:?\s+(\d+) / (\d+)\b"),  # fairseq's simple progress bar
     re.compile(r"\bBatch \[(\d+)\]"),  # MXNet's Speedometer
     re.compile(r"\|\s*(\d+)/(\d+)\s*\|"),  # a "| n/total |" field
     re.compile(r"^\s*(\d+)\s*\|\s*loss\b"),  # llama2.c: "490 | loss ..."
@@ -302,7 +320,13 @@ _IT_RATE = (
     ("seconds:", re.compile(r"\bcompleted step: \d+, seconds:\s*(" + _NUM + r")"), -1.0),
     ("sec/", re.compile(r"(" + _NUM + r")\s*sec/(?:batch|step)\b"), -1.0),
     ("per-step time", re.compile(r"\bper-step time\s*(" + _NUM + r")\s*s\b"), -1.0),
-    ("time:", re.compile(r"\btime:\s*(" + _NUM + r")\s+data:"), -1.0),
+    # maskrcnn-benchmark / Detectron's MetricLogger "time: 0.5063 (0.5132)  data: ...", mmcv's
+    # "time: 0.391, data_time: 0.009": seconds per iteration
+    (
+        "time:",
+        re.compile(r"\btime:\s*(" + _NUM + r")(?:\s*\(" + _NUM + r"\))?,?\s+data(?:_time)?:"),
+        -1.0,
+    ),
 )
 #: (pattern, scope)
 _SAMPLES = (
@@ -319,6 +343,7 @@ _TOKENS = (
     (re.compile(r"\btokens_per_second_per_gpu:\s*(" + _NUM + r")"), "gpu"),
     (re.compile(r"\bTokens/s/device:\s*(" + _NUM + r")"), "gpu"),
     (re.compile(r"\b(?:tps|wps):\s*(" + _NUM + r")"), "gpu"),
+    (re.compile(r"\bwps=(" + _NUM + r")"), None),  # fairseq: words (target tokens) per second
     (re.compile(r"\btokens_per_second:\s*(" + _NUM + r")"), None),
     (re.compile(r"\b(?:tokens|tok)/s(?:ec)?\s*[:=]?\s*(" + _NUM + r")(?![\w/])"), None),
     (re.compile(r"(" + _NUM + r")\s*(?:tokens|tok)/s(?:ec)?\b"), None),
@@ -464,9 +489,11 @@ def parse_progress(line: str) -> Progress | None:
         )
     elif body.startswith("{'"):
         found = _from_mapping({k: v for k, _, v in _PY_PAIR.findall(body)})
-    elif body.startswith('{"'):
+    elif body.startswith('{"') or "json_stats: {" in body:
+        # a JSON line, or Detectron's "json_stats: {...}"
+        start = body.find("{") if body.startswith('{"') else body.index("json_stats: {") + 12
         try:
-            data, _ = json.JSONDecoder().raw_decode(body)
+            data, _ = json.JSONDecoder().raw_decode(body[start:])
         except ValueError:
             data = None
         found = _from_mapping(data) if isinstance(data, dict) else None

@@ -224,7 +224,8 @@ def parse_torchelastic_failures(
     text: str,
     normalized: Sequence[Line] | None = None,
 ) -> tuple[TorchelasticFailure, ...]:
-    """Every torchelastic failure summary in ``text``, in order (one per agent / node).
+    """Every torchelastic failure summary in ``text``, in order (one per agent / node); a
+    summary cut above its root cause's header (no title) gives that root cause alone.
 
     See :func:`parse_torchelastic_failure`; a multi-node log holds one summary per node.
     ``normalized`` is ``normalize(text)`` when the caller has it already.
@@ -240,6 +241,15 @@ def parse_torchelastic_failures(
                 found.append(summary)
             continue
         i += 1
+    if not found:
+        # a summary cut at the top (no "<script> FAILED" title, the paste starting inside its
+        # "Failures:" list) still holds its root cause: from its own header on
+        for i, line in enumerate(lines):
+            if _ROOT_HEADER.match(line) and i > 0 and _BORDER.match(lines[i - 1]):
+                summary, _ = _parse_summary(["", *lines[i:]], 0)
+                if summary.root_cause is not None:
+                    found.append(summary)
+                break
     return tuple(found)
 
 

@@ -103,18 +103,30 @@ def _split_rest(rest: str) -> tuple[str, str]:
     return (path or "/", query)
 
 
+#: A shell prompt before a command line (``$ ``, ``# ``, ``user@host:~$ ``, ``(env) $ ``,
+#: PowerShell's ``PS C:\> ``): a URL in a command the user typed (another tool's argument,
+#: ``curl``) is not one the server logged.
+_PROMPT_RE = re.compile(
+    r"^(?:\([\w.-]+\)\s+)?(?:[\w.-]+@[\w.-]+(?::\S*)?\s?)?[$#%]\s+\S|^PS [A-Za-z]:\\[^>]*>\s"
+)
+
+
 def parse_server_urls(text: str) -> list[ServerUrl]:
     """Every Jupyter server URL in `text` (a startup log, or `jupyter server list` output), in
     the order first logged, each once: URLs with the same scheme, host, port, path and token are
-    one (NotebookApp and Jupyter Server log the same URL at INFO and again at CRITICAL).
+    one (NotebookApp and Jupyter Server log the same URL at INFO and again at CRITICAL), and a
+    URL without a token is left out where the same one is there with its token.
 
     Reads the formats in this module's docstring; `file:` and `http+unix:` URLs and URLs
-    without an explicit port are not servers reachable by a forwarded TCP port and are left out.
+    without an explicit port are not servers reachable by a forwarded TCP port and are left out,
+    and so are URLs on a command line typed after a shell prompt (a user's own command).
     """
     found: list[ServerUrl] = []
     seen: set[tuple[str, str, int, str, str | None]] = set()
     for raw in text.splitlines():
         line = raw.strip()
+        if _PROMPT_RE.match(line):
+            continue
         for m in _URL_RE.finditer(line):
             port = int(m["port"])
             if not 0 < port < 65536:
@@ -134,7 +146,10 @@ def parse_server_urls(text: str) -> list[ServerUrl]:
             if key not in seen:
                 seen.add(key)
                 found.append(url)
-    return found
+    # the same server mentioned without its token ("password for http://localhost:8888:", a
+    # tool's own output) is the one logged with it
+    tokened = {(u.scheme, u.host, u.port, u.path) for u in found if u.token}
+    return [u for u in found if u.token or (u.scheme, u.host, u.port, u.path) not in tokened]
 
 
 def notebook_to_open(urls: Sequence[ServerUrl]) -> ServerUrl | None:

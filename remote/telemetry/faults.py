@@ -50,7 +50,7 @@ from remote.telemetry.xid_catalog import (
 # shared: PCI bus ids and host faults
 
 _PCI_RE = re.compile(
-    r"(?:PCI:)?(?:(?P<dom>[0-9a-fA-F]{4,8}):)?(?P<bus>[0-9a-fA-F]{2}):(?P<dev>[0-9a-fA-F]{2})"
+    r"(?:PCI:)?(?:(?P<dom>[0-9a-fA-F]{1,8}):)?(?P<bus>[0-9a-fA-F]{2}):(?P<dev>[0-9a-fA-F]{2})"
     r"(?:\.(?P<fn>[0-7]))?"
 )
 
@@ -60,7 +60,9 @@ def pci_key(bus_id: str) -> tuple[int, int, int, int] | None:
 
     Accepts ``00000000:3D:00.0`` (nvidia-smi ``pci.bus_id``, NVML), ``0000:01:00.0`` (nvidia-smi
     messages, lspci -D), ``PCI:0000:3d:00`` / ``0000:3d:00`` (kernel Xid lines; the function is
-    omitted and means 0) and ``0a:00.0`` (``nvidia-smi -i``; domain 0). ``None`` if unparseable.
+    omitted and means 0), ``0a:00.0`` (``nvidia-smi -i``; domain 0) and a domain of other
+    widths (``000:BA:80.0``, as dcgm-exporter's users quote nvidia-smi). ``None`` if
+    unparseable.
     """
     m = _PCI_RE.fullmatch(bus_id.strip())
     if m is None:
@@ -521,6 +523,18 @@ _NVML_MESSAGES: dict[str, NvmlFaultKind] = {
 }
 
 _FRAME_RE = re.compile(r'^\s*File "(?P<path>[^"]*)", line (?P<line>\d+), in (?P<func>\S+)\s*$')
+#: IPython's / Jupyter's traceback (IPython.core.ultratb): a header naming the exception
+#: ("NVMLError_Unknown      Traceback (most recent call last)"), frames as "<path> in
+#: <func>(<args>)", the current line of each marked "---> 78" / "-> 2141".
+_IPY_HEADER_RE = re.compile(r"^(?P<name>[A-Za-z_][\w.]*)\s{2,}Traceback \(most recent call last\)")
+_IPY_FRAME_RE = re.compile(
+    r"^(?:~|/|<ipython-input-|<ipykernel_|[A-Za-z]:\\|\S+\.py\b)\S*(?: \S+)*? in "
+    r"(?P<func>[A-Za-z_<][\w.<>]*)\(.*\)\s*$"
+)
+_IPY_CURRENT_RE = re.compile(r"^-*> ?\d+\s")
+#: An NVML call in a frame's source line (the caller's ``pynvml.nvmlInit()``, when pynvml's
+#: own frames are not in the text).
+_NVML_CALL_RE = re.compile(r"(?<![\w'\"])(?:\w+\.)?(?P<fn>nvml[A-Z]\w*)\s*\(")
 _EXC_RE = re.compile(
     r"^(?P<name>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)(?:_\w+)?)(?::\s?(?P<msg>.*))?$"
 )
@@ -552,8 +566,10 @@ class NvmlFault:
 
     Attributes:
         kind: see :data:`NvmlFaultKind`.
-        exception: the final exception class without its module (``NVMLError_NotSupported``),
-            or ``None`` when the traceback was cut before it.
+        exception: the last exception class the text names, without its module
+            (``NVMLError_NotSupported``): a traceback cut before its own exception line leaves
+            the one before it (a chained ``OSError``, the same error printed earlier), and
+            ``complete`` False; ``None`` when the text names none.
         message: the exception's message (``Not Supported``), or ``None``.
         nvml_function: the innermost ``nvml*`` API call in the frames, or ``None``.
         fields: schema GPU fields this fault makes unknown (``processes`` = the process list).
@@ -596,29 +612,45 @@ def classify_nvml_traceback(text: str) -> NvmlFault:
     .../libnvidia-ml.so.1: undefined symbol: nvml...`` (the lookup inside
     ``_nvmlGetFunctionPointer``, before pynvml re-raises it) is a function not found too, and
     names the missing function. A traceback indented as a block (quoted in Markdown) is read
-    without that indentation.
+    without that indentation; IPython's / Jupyter's form (the exception named in its header,
+    ``<path> in <func>(...)`` frames) too. Where no pynvml frame names the NVML function, the
+    last ``nvml*(...)`` call in a frame's source line does (the caller's ``pynvml.nvmlInit()``).
     """
     frames: list[str] = []
     exceptions: list[tuple[str, str | None]] = []
+    calls: list[str] = []  # NVML calls in the frames' source lines
     complete = False  # the last traceback block ended with its exception line
     text = _dedent_traceback(text)
+    after_frame = False
     for raw in text.splitlines():
         if raw.startswith("Traceback (most recent call last)"):
             complete = False
             continue
-        fm = _FRAME_RE.match(raw)
+        if (hm := _IPY_HEADER_RE.match(raw)) is not None:
+            exceptions.append((hm["name"].rsplit(".", 1)[-1], None))
+            complete = False
+            continue
+        fm = _FRAME_RE.match(raw) or _IPY_FRAME_RE.match(raw)
         if fm:
             frames.append(fm["func"])
             complete = False
+            after_frame = True
             continue
+        source = after_frame or _IPY_CURRENT_RE.match(raw.lstrip()) is not None
+        after_frame = False
         em = _EXC_RE.match(raw.rstrip())
         if em and not raw.startswith((" ", "\t")):
-            msg = em["msg"].strip() if em["msg"] is not None else None
+            msg = em["msg"] if em["msg"] is not None else None
+            # a Markdown inline-code paste closes on the line: its backtick is not NVML's
+            msg = msg.strip().rstrip("`").strip() if msg is not None else None
             exceptions.append((em["name"].rsplit(".", 1)[-1], msg))
             complete = True
+            continue
+        if source and (cm := _NVML_CALL_RE.search(raw)) is not None:
+            calls.append(cm["fn"])
     exc_name, exc_msg = exceptions[-1] if exceptions else (None, None)
     nvml_funcs = [f for f in frames if f.startswith("nvml")]
-    nvml_function = nvml_funcs[-1] if nvml_funcs else None
+    nvml_function = nvml_funcs[-1] if nvml_funcs else calls[-1] if calls else None
     sm = _UNDEFINED_SYMBOL_RE.search(text)
     symbol = sm["sym"] if sm is not None else None
 
@@ -734,6 +766,9 @@ _PREFIXES: tuple[re.Pattern[str], ...] = (
         rf"^(?P<sys>{_NAME} +\d{{1,2}} \d\d:\d\d:\d\d) \S+ kernel: "
         r"(?:\[\s*(?P<up>\d+\.\d+)\] )?(?P<msg>.*)$"
     ),
+    # the same stamp straight before the driver's message (a report that left out the host
+    # and "kernel:", or a collector that prints none): Sep 18 20:07:01 NVRM: Xid ...
+    re.compile(rf"^(?P<sys>{_NAME} +\d{{1,2}} \d\d:\d\d:\d\d) (?P<msg>NVRM:.*)$"),
 )
 #: A Markdown quote (``> ``, ``>> ``) in front of a pasted kernel log line.
 _QUOTE_RE = re.compile(r"^\s*(?:>\s?)+")

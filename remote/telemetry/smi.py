@@ -832,7 +832,7 @@ _NO_GPUS_RE = re.compile(r"^No devices (?:were )?found\.?$", re.IGNORECASE)
 #: nvidia-smi's per-GPU failure; older releases (and nvidia-smi.exe) say "detect".
 _HANDLE_RE = re.compile(
     r"Unable to (?:determine|detect) the device handle for GPU ?"
-    r"(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)"
+    r"(?P<pci>[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)"
     r"\s*:\s*(?P<reason>.*)$",
     re.IGNORECASE,
 )
