@@ -62,7 +62,9 @@ WRAPS = re.compile(
     r"|keys: \S*torchelastic/"
     r"|host not found|Name or service not known|client socket has"
     r"|DataLoader worker \(pid|Caught \w+ in DataLoader worker process"
-    r"|unable to (?:allocate shared memory|write to file </torch_)",
+    r"|unable to (?:allocate shared memory|write to file </torch_)"
+    # a launcher's CalledProcessError for a child a signal ended: the signal rule's
+    r"|died with <Signals\.",
     re.I,
 )
 

@@ -155,8 +155,9 @@ SIGNATURES: tuple[tuple[CauseKind, re.Pattern[str]], ...] = (
 
 # Any other CUDA error string, in PyTorch's wordings of several versions.
 _CUDA_ERROR = re.compile(
-    # torch's "CUDA error: <string>", and kernel libraries' "CUDA Error: <string> (<code>)"
-    r"CUDA (?:driver )?[Ee]rror: (?P<msg>[^.(\n]+)"
+    # torch's "CUDA error: <string>", and kernel libraries' "CUDA Error: <string> (<code>)" (a
+    # parenthesis inside the string stays: "CUDA-capable device(s) is/are busy or unavailable")
+    r"CUDA (?:driver )?[Ee]rror: (?P<msg>(?:[^.(\n]|\((?!\d+\)))+)"
     r"|cuda runtime error \((?P<code>\d+)\) : (?P<msg2>[^\n]+?)(?: at \S+)?$"
     r"|THCudaCheck FAIL file=\S+ line=\d+ error=(?P<code3>\d+) : (?P<msg3>.+)$"
     r"|cuDNN error: (?P<msg4>CUDNN_STATUS_\w+)"
@@ -254,6 +255,15 @@ _UNKNOWN_INIT = (
     "the nvidia_uvm module or the /dev/nvidia* device nodes are missing or not accessible "
     "(in a container: it lost its devices), or the driver is in a bad state"
 )
+#: cudaErrorDevicesUnavailable (46, "CUDA-capable device(s) is/are busy or unavailable": CUDA
+#: Runtime API): the device is in Exclusive Process compute mode and another process has it, or
+#: it cannot take a context at all.
+_DEVICES_UNAVAILABLE = (
+    "the GPU would not take a context: another process holds it in Exclusive Process compute "
+    "mode (`nvidia-smi -q -d COMPUTE`), or the GPU is in a bad state"
+)
+#: The driver asking for a GPU reset (an RM status in an NVRM assertion line).
+_RESET_REQUIRED = re.compile(r"NV_ERR_RESET_REQUIRED|\bReset required\b")
 _TORCH_OOM = re.compile(
     r"(?:CUDA out of memory\. |^\W*)Tried to allocate (?P<size>[\d.]+ [KMGT]?i?B)"
     r"(?:.*?GPU (?P<gpu>\d+))?",
@@ -289,8 +299,9 @@ def _message(kind: CauseKind, hit: Line) -> str:
             or m["msg6"]
             or _CUDA_ENUM_STRING.get(m["enum"] or "", m["enum"] or "")
         )
-        if msg.strip():
-            return msg.strip()
+        msg = msg.strip().strip("*_`").strip()  # a reporter's Markdown emphasis around it
+        if msg:
+            return msg
     sig = dict(SIGNATURES).get(kind)
     if sig is not None and (m := sig.search(hit.text)) is not None:
         return m.group(0)
@@ -390,8 +401,21 @@ def _diagnosis(ctx: Context, kind: CauseKind, hits: list[Line]) -> Diagnosis:
         summary = f"{on[0].upper()}{on[1:]}{where} {_WHAT[kind]}: {by}'{error}'{end}"
         if kind == "cuda_no_device" and "unknown error" in error.lower():
             meaning = _UNKNOWN_INIT
+        if kind == "cuda_error" and "busy or unavailable" in error:
+            meaning = _DEVICES_UNAVAILABLE
         if meaning:
             summary += f". {meaning[0].upper()}{meaning[1:]}"
+    fix = _FIX[kind].format(on=on)
+    reset = next((ln for ln in ctx.lines if _RESET_REQUIRED.search(ln.text)), None)
+    if reset is not None:
+        # the driver's own word on this GPU: the fault is the GPU's state, not a kernel's
+        summary += "; the kernel driver says the GPU needs a reset (NV_ERR_RESET_REQUIRED)"
+        fix = (
+            "Reset the GPU once it is idle (`nvidia-smi -r -i <index>`) or reboot the node, "
+            "then run again; if it recurs, drain the GPU and run `dcgmi diag -r 3`"
+        )
+        evidence.append(reset.raw)
+        facts["reset_required"] = 1
     if (
         kind == "driver_too_old"
         and (m := next((m for ln in hits if (m := _DRIVER_FOUND.search(ln.text))), None))
@@ -452,7 +476,7 @@ def _diagnosis(ctx: Context, kind: CauseKind, hits: list[Line]) -> Diagnosis:
         kind,
         summary,
         tuple(sorted(ooms)) if len(ooms) > 1 else (rank,) if rank is not None else (),
-        _FIX[kind].format(on=on),
+        fix,
         evidence,
         facts,
         ctx.failure,

@@ -583,11 +583,19 @@ def _toolkit(lines: Sequence[Line], image: str | None) -> Diagnosis | None:
         )
     if nvml:  # NVML failing in any stage: initialization, detection (libnvidia-container)
         why = _clean(nvml["why"])
+        # an unknown error or a lost GPU is the driver's word on a GPU in a bad state; the
+        # others (permissions, a missing library or driver) are the host's set-up
+        gpus = (
+            "a GPU in a bad state may be why (NVML's unknown error: check `nvidia-smi` and "
+            "the kernel log for Xids)"
+            if re.search(r"unknown error|gpu is lost|fallen off", why, re.I)
+            else "the GPUs are not implicated"
+        )
         d = _make(
             "toolkit_nvml_init",
             "the NVIDIA Container Toolkit's prestart hook could not initialise NVML on the "
             f"host ({stage} stage): {why}. The container was never created, so the command in "
-            "it never ran; the GPUs are not implicated",
+            f"it never ran; {gpus}",
             _NVML_FIXES.get(why.lower(), _NVML_FIXES["insufficient permissions"]),
             evidence,
             {**facts, "nvml_error": why},

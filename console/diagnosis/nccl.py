@@ -176,6 +176,14 @@ def _nccl_cuda_oom(ctx: Context) -> Diagnosis | None:
         for ln in ctx.lines
         if (m := NCCL_LINE.match(ln.text)) and m["level"] == "WARN" and m["pid"] != str(pid)
     }
+    # every process whose own NCCL allocation failed: several GPUs full at once are the job's
+    # own memory, not one GPU's neighbour
+    all_oom = {
+        (int(m["pid"]), int(m["dev"]) if m["dev"] else None)
+        for ln in ctx.lines
+        if _NCCL_OOM.search(ln.text) and (m := _WARN.search(ln.text)) and m["pid"]
+    }
+    devices = sorted({d for _, d in all_oom if d is not None})
     who = f"CUDA device {device}" if device is not None else "a GPU"
     if pid is not None:
         who += f" (pid {pid}" + (f" on {host})" if host else ")")
@@ -183,17 +191,38 @@ def _nccl_cuda_oom(ctx: Context) -> Diagnosis | None:
         who = f"rank {rank}, {who}"
     what = f"a {size}-byte ({human_bytes(size)}) allocation failed" if size else "cudaMalloc failed"
     res = f", result {result} ({NCCL_RESULTS.get(result, 'error')})" if result else ""
-    summary = (
-        f"{who} ran out of GPU memory inside NCCL: {what}"
-        + (f" while {' '.join(stage)}" if stage else "")
-        + res
-        + (f"; the errors of pid {join_ranks(sorted(others))} follow from it" if others else "")
-    )
-    gpu = f"GPU {device}" if device is not None else "the GPU"
-    fix = (
-        f"Free {gpu} before NCCL init: stop the other process using it, or have the job use "
-        "less memory before init_process_group / its first collective"
-    )
+    if len(all_oom) > 1:
+        others -= {p for p, _ in all_oom}
+        on = f"CUDA devices {join_ranks(devices)}" if devices else f"{len(all_oom)} processes"
+        summary = (
+            f"{len(all_oom)} processes ({on}"
+            + (f" on {host}" if host else "")
+            + f") ran out of GPU memory inside NCCL at once: {what}"
+            + (f" while {' '.join(stage)}" if stage else "")
+            + res
+            + "; every GPU was full of the job's own memory when NCCL needed its buffers, not "
+            "one GPU taken by another process"
+        )
+        evidence += [
+            ln.raw for ln in ctx.lines if _NCCL_OOM.search(ln.text) and ln.raw not in evidence
+        ][:3]
+        fix = (
+            "Leave GPU memory for NCCL's buffers: lower the batch size or the model state the "
+            "job holds before its first collective (or NCCL_BUFFSIZE), and check with "
+            "nvidia-smi that no other process uses these GPUs"
+        )
+    else:
+        summary = (
+            f"{who} ran out of GPU memory inside NCCL: {what}"
+            + (f" while {' '.join(stage)}" if stage else "")
+            + res
+            + (f"; the errors of pid {join_ranks(sorted(others))} follow from it" if others else "")
+        )
+        gpu = f"GPU {device}" if device is not None else "the GPU"
+        fix = (
+            f"Free {gpu} before NCCL init: stop the other process using it, or have the job "
+            "use less memory before init_process_group / its first collective"
+        )
     return _diag(
         "nccl_cuda_oom",
         summary,
@@ -1303,7 +1332,47 @@ _WHY_CODE = {
 }
 
 
-RULES = (_nccl_cuda_oom, _nccl_warnings, _nccl_results, _nccl_timeout, _nccl_traces)
+#: NCCL's check that two ranks of a communicator are not on one GPU (init.cc: "Duplicate GPU
+#: detected : rank %d and rank %d both on CUDA device %lx"), quoted on its own (in prose, a
+#: title, from NCCL INFO) where no WARN or PyTorch error line carries it.
+_DUPLICATE_GPU = re.compile(
+    r"Duplicate GPU detected\s*:\s*rank (?P<a>\d+) and rank (?P<b>\d+) both on CUDA device "
+    r"(?P<dev>[0-9a-fA-F]+)"
+)
+
+
+def _duplicate_gpu(ctx: Context) -> Diagnosis | None:
+    """Two ranks on one GPU, said only by NCCL's own words (see :data:`_DUPLICATE_GPU`)."""
+    if any(_WARN.search(ln.text) or _RESULT.search(ln.text) for ln in ctx.lines):
+        return None  # _nccl_warnings' / _nccl_results' (the same words as their detail)
+    hit = next(((ln, m) for ln in ctx.lines if (m := _DUPLICATE_GPU.search(ln.text))), None)
+    if hit is None:
+        return None
+    ln, m = hit
+    a, b, dev = int(m["a"]), int(m["b"]), m["dev"]
+    return _diag(
+        "nccl_invalid_usage",
+        f"NCCL refused to build the communicator: ranks {b} and {a} are on the same GPU (CUDA "
+        f"device {dev}, its PCI bus id); each rank needs a GPU of its own (ncclInvalidUsage)",
+        (),
+        "Give every rank its own GPU: set the device from LOCAL_RANK "
+        "(`torch.cuda.set_device(int(os.environ['LOCAL_RANK']))`) before init_process_group, "
+        "and launch no more processes per node than it has GPUs (--nproc-per-node, "
+        "CUDA_VISIBLE_DEVICES)",
+        [ln.raw],
+        {"nccl_result": 5, "ranks_sharing": (min(a, b), max(a, b))},
+        ctx.failure,
+    )
+
+
+RULES = (
+    _nccl_cuda_oom,
+    _nccl_warnings,
+    _nccl_results,
+    _nccl_timeout,
+    _nccl_traces,
+    _duplicate_gpu,
+)
 
 #: What lines each rule reads (the engine's pre-filter; see :class:`Needs`).
 #: Its own: the failure words less the words of NCCL's INFO chatter (``cudaDev``,
@@ -1341,6 +1410,7 @@ NEEDS: dict[Callable[[Context], object], Needs | tuple[Needs, ...]] = {
         Needs((*_NCCL_WORDS, "init complete"), alone=True, also=True),
     ),
     _nccl_results: Needs((*_NCCL_WORDS, " -> "), alone=True),
+    _duplicate_gpu: Needs(("duplicate gpu", "nccl warn", " warn ", *_NCCL_WORDS), alone=True),
     _nccl_traces: Needs((*_NCCL_WORDS, *_WARN_WORDS, " -> "), alone=True),
     # world_size: the first line of each of its patterns
     _nccl_timeout: Needs(

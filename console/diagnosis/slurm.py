@@ -474,11 +474,21 @@ def _exec_failed(ctx: Context) -> Diagnosis | None:
     )
 
 
+#: The cluster autoscaler's event on GKE and other clouds ("PodUnschedulable Cannot schedule
+#: pods: Insufficient nvidia.com/gpu."); a console that lists events may split the resource at
+#: its dot over two entries ("... Insufficient nvidia " then "... Cannot schedule pods:
+#: com/gpu.").
+_CANNOT_SCHEDULE = re.compile(
+    r"Cannot schedule pods: Insufficient (?P<res>nvidia(?:\.com/[\w.-]*\w)?|amd\.com/gpu)"
+)
+_CANNOT_SCHEDULE_REST = re.compile(r"Cannot schedule pods: (?P<rest>com/[\w.-]*\w)")
+
+
 def _gpu_unschedulable(ctx: Context) -> Diagnosis | None:
     """Kubernetes left a GPU pod Pending: no node offers the GPUs it requests."""
     hit = next((ln for ln in ctx.lines if _UNSCHEDULABLE.search(ln.text)), None)
     if hit is None:
-        return None
+        return _cannot_schedule(ctx)
     m = _UNSCHEDULABLE.search(hit.text)
     assert m is not None
     res, nodes, short = m["res"], int(m["nodes"]), int(m["short"])
@@ -499,6 +509,43 @@ def _gpu_unschedulable(ctx: Context) -> Diagnosis | None:
         "allocated, wait or lower the request",
         [hit.raw],
         {"resource": res, "nodes": nodes, "nodes_short": short},
+    )
+
+
+def _cannot_schedule(ctx: Context) -> Diagnosis | None:
+    """The autoscaler's ``Cannot schedule pods: Insufficient <resource>`` (see
+    :data:`_CANNOT_SCHEDULE`), the resource joined again where the event list split it."""
+    hit = next(((ln, m) for ln in ctx.lines if (m := _CANNOT_SCHEDULE.search(ln.text))), None)
+    if hit is None:
+        return None
+    ln, m = hit
+    res = m["res"]
+    evidence = [ln.raw]
+    if res == "nvidia":
+        rest = next(
+            (
+                (x, r)
+                for x in ctx.lines[ln.index + 1 :]
+                if (r := _CANNOT_SCHEDULE_REST.search(x.text))
+            ),
+            None,
+        )
+        if rest is None:
+            return None
+        res = f"nvidia.{rest[1]['rest']}"
+        evidence.append(rest[0].raw)
+    return _diag(
+        "gpu_unschedulable",
+        f"Kubernetes cannot schedule the pod: no node has the requested {res} free (the "
+        "cluster autoscaler's PodUnschedulable; the pod stays Pending). Either every GPU is "
+        "already allocated, or the GPU nodes advertise none (the NVIDIA device plugin is not "
+        "running there, or the node pool has no GPUs / no GPU driver installed)",
+        (),
+        f"`kubectl describe node <gpu node>`: if Allocatable shows no {res}, install the GPU "
+        "driver and the NVIDIA device plugin on that node pool (on GKE: the driver installer "
+        "DaemonSet); if the GPUs are all allocated, wait, add GPU nodes or lower the request",
+        evidence,
+        {"resource": res},
     )
 
 

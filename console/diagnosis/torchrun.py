@@ -98,11 +98,20 @@ _SHM_FIX = (
 # signal SIGBUS, Bus error." is gdb's; "Fatal Python error: Bus error"; "Bus error (core
 # dumped)"), and a frame or message in shared memory near it: NCCL's shm transport
 # (src/misc/shmutils.cc ncclShmOpen), shm_open, /dev/shm.
+# Also UCX's signal handler ("[host:pid :0:tid] Caught signal 7 (Bus error: nonexistent physical
+# address)", NGC containers), and the launcher's exit -7 of a worker (SIGBUS).
 _BUS = re.compile(
     r"received signal SIGBUS|Fatal Python error: Bus error"
-    r"|\bBus error \(core dumped\)"
+    r"|\bBus error \(core dumped\)|Caught signal 7 \(Bus error"
+    r"|failed \(exitcode: -7\) local_rank: (?P<local>\d+) \(pid: (?P<pid>\d+)\)"
 )
-_SHM_PLACE = re.compile(r"\bnccl\w*Shm\w*|\bshm_open\b|/dev/shm\b|\bshmOpen\b")
+# Where in shared memory: NCCL's shm transport and its proxy thread (a SIGBUS in NCCL's own
+# frames is its /dev/shm segment: NCCL's troubleshooting guide, Docker's 64 MB default), shm_open.
+_SHM_PLACE = re.compile(
+    r"\bnccl\w*Shm\w*|\bshm_open\b|/dev/shm\b|\bshmOpen\b"
+    r"|\bnccl(?:GroupEnd|GetUniqueId|RedOpDestroy|CommInitRank\w*|ProxyService\w*)\(\)"
+    r"|libnccl\.so"
+)
 # What says the process ran in a container: the words, or a torchelastic host that is a
 # container id (Docker sets the hostname to the first 12 hex digits of the id).
 _CONTAINER = re.compile(
@@ -128,7 +137,11 @@ def _shm_exhausted(ctx: Context) -> Diagnosis | None:
         bus = next((ln for ln in ctx.lines if _BUS.search(ln.text)), None)
         where = (
             next(
-                (ln for ln in ctx.lines[bus.index : bus.index + 12] if _SHM_PLACE.search(ln.text)),
+                (
+                    ln
+                    for ln in ctx.lines[max(0, bus.index - 12) : bus.index + 12]
+                    if _SHM_PLACE.search(ln.text)
+                ),
                 None,
             )
             if bus is not None
@@ -138,6 +151,11 @@ def _shm_exhausted(ctx: Context) -> Diagnosis | None:
             return None
         place = _SHM_PLACE.search(where.text)
         assert place is not None
+        b = _BUS.search(bus.text)
+        assert b is not None
+        facts: dict[str, FactValue | None] = {"signal": "SIGBUS", "rank": bus.rank}
+        if b["pid"]:
+            facts.update({"pid": int(b["pid"]), "local_rank": int(b["local"]), "exitcode": -7})
         return _diag(
             "shm_exhausted",
             f"A process got SIGBUS (Bus error) in shared memory ({place.group(0)}): /dev/shm "
@@ -146,7 +164,7 @@ def _shm_exhausted(ctx: Context) -> Diagnosis | None:
             (bus.rank,) if bus.rank is not None else (),
             _SHM_FIX,
             [bus.raw, where.raw],
-            {"signal": "SIGBUS", "rank": bus.rank},
+            facts,
             ctx.failure,
         )
     pids: list[int] = []
@@ -514,23 +532,30 @@ def _rendezvous(ctx: Context) -> Diagnosis | None:
     ):
         h, _, p = ep.rpartition(":") if ":" in ep else (ep, "", "")
         host, port = h, int(p) if p.isdigit() else None
-    endpoint = f"{host}:{port}" if host and port else host or "the rendezvous endpoint"
+    endpoint = f"{host}:{port}" if host and port is not None else host or "the rendezvous endpoint"
     after = f" after {seconds:g} s" if seconds is not None else ""
     how = f"timed out{after}" if timeout else f"was refused ({why})" if why else "failed"
     rest = f" → {etype}" if etype else ""
     facts: dict[str, FactValue | None] = {
         "host": host,
         "port": port,
-        "endpoint": endpoint if host and port else None,
+        "endpoint": endpoint if host and port is not None else None,
         "timeout_s": seconds,
         "errno_reason": why,
         "error_type": etype,
     }
     fix = (
         f"Make sure the store host {host or '(rdzv endpoint)'} is up with its torchrun agent "
-        f"(or rank 0) started, the address and port are right, and TCP {port or 'port'} is "
-        "reachable (firewall)"
+        f"(or rank 0) started, the address and port are right, and TCP "
+        f"{port if port is not None else 'port'} is reachable (firewall)"
     )
+    if port == 0:
+        # port 0 asks the OS for any free port where the store binds; a client cannot connect
+        # to it (the workers were handed "host:0", not the port the store got)
+        fix = (
+            "Give the rendezvous a real port: --rdzv-endpoint host:29500 (or --master-port "
+            "29500, MASTER_PORT=29500), free on the store's host; port 0 cannot be connected to"
+        )
     distinct = list(dict.fromkeys(ln.text for ln in refused))
     shown = [next(ln.raw for ln in refused if ln.text == t) for t in distinct[:4]]
     evidence = ([timeout.raw] if timeout else []) + shown + ([error.raw] if error else [])
@@ -556,9 +581,21 @@ def _rendezvous(ctx: Context) -> Diagnosis | None:
             facts,
             ctx.failure,
         )
+    # a worker's own frames (the training script's, not torch's): the workers ran and their
+    # init_process_group could not reach the store
+    workers = any(
+        _FRAME.match(ln.text) and "/torch/" not in ln.text and "torchrun" not in ln.text
+        for ln in ctx.lines
+    )
+    started = (
+        "; the workers had started: their init_process_group could not reach it"
+        if workers
+        else "; no worker started"
+    )
+    zero = "; port 0 is no port a client can connect to" if port == 0 else ""
     return _diag(
         "rendezvous_connection",
-        f"Connecting to the c10d store at {endpoint} {how}{rest}; no worker started",
+        f"Connecting to the c10d store at {endpoint} {how}{rest}{zero}{started}",
         (),
         fix,
         evidence,
@@ -643,6 +680,9 @@ _AGENT_SIGNAL = re.compile(r"SignalException: Process (?P<pid>\d+) got signal: (
 _CLOSING = re.compile(r"Sending process (?P<pid>\d+) closing signal (?P<sig>SIG[A-Z]+)")
 # PyTorch's glog-style prefix "W0409 07:28:49.530000 1359 torch/...": 1359 is the process id
 _GLOG_PID = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+(?P<pid>\d+) ")
+# the same prefix glued after a progress bar the terminal was redrawing ("...14.88s/it]W1229
+# 16:43:25.650000 190834 /envs/.../api.py:723] Received 1 death signal")
+_GLUED_GLOG_PID = re.compile(r"(?<![\w.])[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+(?P<pid>\d+) \S+\] ")
 _KEYBOARD = re.compile(r"^KeyboardInterrupt\s*$")
 
 
@@ -675,7 +715,7 @@ def _agent_signal(ctx: Context) -> Diagnosis | None:
         pid, name = int(m["pid"]), _sig_name(m["sig"])
     if death is not None and (m := _DEATH.search(death.text)):
         name = _sig_name(m["sig"])
-        if pid is None and (g := _GLOG_PID.match(death.raw)):
+        if pid is None and (g := _GLOG_PID.match(death.raw) or _GLUED_GLOG_PID.search(death.raw)):
             pid = int(g["pid"])
     closing = [ln for ln in ctx.lines if (m := _CLOSING.search(ln.text)) and m["sig"] == name]
     workers = tuple(int(m["pid"]) for ln in closing if (m := _CLOSING.search(ln.text)))
@@ -1207,6 +1247,8 @@ _FATAL = re.compile(
     r"Fatal Python error: (?P<py>Segmentation fault|Aborted|Bus error)"
     r"|^(?:.*\s)?(?P<sh>Segmentation fault|Aborted|Bus error) \(core dumped\)"
     r"|(?:^|\] )Signal: (?P<mpi>Segmentation fault|Aborted|Bus error) \(\d+\)"
+    # UCX's handler (ucs/debug: "[host:pid :0:tid] Caught signal 11 (Segmentation fault: ...)")
+    r"|Caught signal \d+ \((?P<ucx>Segmentation fault|Aborted|Bus error)\b"
 )
 #: Open MPI's "[host:pid] " before its signal report (the normaliser may have taken it off
 #: the text as a prefix; the raw line keeps it).
@@ -1224,7 +1266,7 @@ def _fatal_signal(ctx: Context) -> Diagnosis | None:
     if hit is None:
         return None
     ln, m = hit
-    name = _FATAL_SIGNALS[m["py"] or m["sh"] or m["mpi"]]
+    name = _FATAL_SIGNALS[m["py"] or m["sh"] or m["mpi"] or m["ucx"]]
     rank = ln.rank
     meaning, fix = _SIGNAL_HINTS[name]
     on = f"rank {rank}" if rank is not None else "a process"
@@ -1270,10 +1312,13 @@ _EXIT_128 = re.compile(
 )
 # A supervisor's report of a child ended by signal N, in Python's returncode convention (-N):
 # vLLM's executor "Worker proc VllmWorker-0 died unexpectedly (exit code: -15), shutting down
-# executor" (v1/executor/multiproc_executor.py), multiprocessing's "<Process ...> exitcode=-9".
+# executor" (v1/executor/multiproc_executor.py), multiprocessing's "<Process ...> exitcode=-9",
+# and Python's subprocess.CalledProcessError of a child a signal ended ("Command '[...]' died
+# with <Signals.SIGKILL: 9>.": a launcher such as accelerate's simple_launcher raising it).
 _NEGATIVE_EXIT = re.compile(
     r"\b(?:died|exited|terminated|ended)\b[^\n]{0,40}?\(?(?:exit ?code|exitcode|returncode)"
-    r"[:=]\s*-(?P<num>\d{1,2})\b",
+    r"[:=]\s*-(?P<num>\d{1,2})\b"
+    r"|\bdied with <Signals\.SIG[A-Z0-9]+: (?P<num2>\d{1,2})>",
     re.I,
 )
 _SHELL_SIGNALS = {
@@ -1345,7 +1390,8 @@ def _negative_exit(ctx: Context) -> Diagnosis | None:
     if hit is None:
         return None
     ln, m = hit
-    name = signal_name(-int(m["num"]))
+    num = m["num"] or m["num2"]
+    name = signal_name(-int(num))
     if name is None:
         return None
     meaning, fix = _SIGNAL_HINTS.get(
@@ -1353,11 +1399,11 @@ def _negative_exit(ctx: Context) -> Diagnosis | None:
     )
     return _diag(
         _SIGNAL_KINDS.get(name, "signal"),
-        f"A child process ended by {name} (exit code -{m['num']}): {meaning}",
+        f"A child process ended by {name} (exit code -{num}): {meaning}",
         (),
         fix.format(pid="<pid>", whose=_whose(None)),
         [_shown(ln, m)],
-        {"signal": name, "exitcode": -int(m["num"])},
+        {"signal": name, "exitcode": -int(num)},
         ctx.failure,
     )
 
