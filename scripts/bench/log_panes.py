@@ -787,7 +787,7 @@ def bench(args: argparse.Namespace, run: Run) -> dict[str, Any]:
     poll_s = args.poll_ms / 1000
     probers: list[tuple[Side, Prober, Callable[[], str]]] = []
     res_sides: list[tuple[Side, Callable[[], list[int]]]] = []
-    out: dict[str, Any] = {"job_id": job_id}
+    out: dict[str, Any] = {"job_id": job_id, "other_jobs": _other_jobs(job_id)}
     sides: dict[str, Side] = {}
 
     if args.sides in ("both", "app"):
@@ -1043,6 +1043,23 @@ def rss_curve(side: Side, t0: float, step: float) -> str:
     return ", ".join(out)
 
 
+def _other_jobs(job_id: str) -> dict[str, int]:
+    """Other gpuconsole jobs' containers on the engine the test hosts share: the app adopts
+    every job it finds there, and explains each failed one at its start (a diagnosis of its
+    log on worker threads), so leftovers of other runs load the app being measured."""
+    import docker
+
+    client = docker.from_env()
+    try:
+        found = client.containers.list(all=True, filters={"label": "io.gpuconsole.job-id"})
+    finally:
+        client.close()
+    others = [c for c in found if c.labels.get("io.gpuconsole.job-id") != job_id]
+    exited = [c for c in others if c.status == "exited"]
+    failed = [c for c in exited if c.attrs.get("State", {}).get("ExitCode", 0) != 0]
+    return {"containers": len(others), "exited": len(exited), "failed": len(failed)}
+
+
 def report(args: argparse.Namespace, out: dict[str, Any], wall: float) -> str:
     sides: dict[str, Side] = out["sides"]
     t0, secs, rate = out["t0"], args.seconds, args.rate
@@ -1286,6 +1303,13 @@ def report(args: argparse.Namespace, out: dict[str, Any], wall: float) -> str:
                     f"GC generation {gen}: {len(ms)} collections, max {max(ms):.0f} ms, "
                     f"total {sum(ms):.0f} ms ({cpu:.0f} ms CPU), {freed:,} objects freed"
                 )
+    other = out.get("other_jobs") or {}
+    if other.get("containers"):
+        notes.append(
+            f"other gpuconsole jobs' containers on the test hosts at the start: "
+            f"{other['containers']} ({other['exited']} exited, {other['failed']} failed: the app "
+            "explains each failed one as it starts; remove them for a clean run)"
+        )
     m = summarize(out["machine"], t0, secs)
     notes.append(
         f"whole machine busy during the streams: {m['cpu']:.0f} % of one core "
