@@ -591,8 +591,12 @@ class Service:
             loaded, dry_run=dry_run, force=force, exclude_slow=exclude_slow
         )
 
-    async def submit(self, submission: Submission) -> JobRecord:
+    async def submit(
+        self, submission: Submission, on_started: Callable[[str], None] | None = None
+    ) -> JobRecord:
         """Launch a planned submission (all nodes or none) and publish :class:`JobChanged`.
+        ``on_started(job_id)``: called the moment the launch is complete (see
+        :meth:`console.backends.base.JobBackend.submit`).
 
         Raises:
             JobError: the submission was a dry run.
@@ -604,7 +608,7 @@ class Service:
             raise JobError(
                 "this submission was not planned by a backend", "plan it with `Service.plan`"
             )
-        job = await submission.backend.submit(submission)
+        job = await submission.backend.submit(submission, on_started)
         self.bus.publish(JobChanged(job))
         return job
 

@@ -327,8 +327,12 @@ class JobBackend(Protocol):
         """What ``submit`` says once the job is submitted."""
         ...
 
-    async def submit(self, submission: Submission) -> JobRecord:
+    async def submit(
+        self, submission: Submission, on_started: Callable[[str], None] | None = None
+    ) -> JobRecord:
         """Launch a planned submission, all nodes or none; the job is in the store.
+        ``on_started(job_id)`` is called the moment the launch is complete: an interrupt
+        before it undoes the launch, one after it leaves the job running.
 
         Raises:
             GpuConsoleError: the launch failed (everything was rolled back).

@@ -150,11 +150,15 @@ class DockerBackend:
             f"{', '.join(n.host for n in plan.nodes)}"
         )
 
-    async def submit(self, submission: Submission) -> JobRecord:
+    async def submit(
+        self, submission: Submission, on_started: Callable[[str], None] | None = None
+    ) -> JobRecord:
         """Create and start every node's container (:func:`console.jobs.launch.launch`)."""
         from console.jobs.launch import launch
 
-        job_id = await launch(self.session, self.store, submission.loaded, submission.prepared)
+        job_id = await launch(
+            self.session, self.store, submission.loaded, submission.prepared, on_started
+        )
         job = await self.store.call(self.store.get, job_id)
         assert job is not None
         return job

@@ -127,12 +127,17 @@ class SlurmBackend:
             f"process(es), runtime {sh.runtime}"
         )
 
-    async def submit(self, submission: Submission) -> JobRecord:
+    async def submit(
+        self, submission: Submission, on_started: Callable[[str], None] | None = None
+    ) -> JobRecord:
         """``sbatch`` it (:func:`console.slurm.backend.submit_slurm`)."""
         from console.slurm.backend import submit_slurm
 
         assert submission.slurm is not None
-        return await submit_slurm(self.session, self.store, submission.loaded, submission.slurm)
+        job = await submit_slurm(self.session, self.store, submission.loaded, submission.slurm)
+        if on_started is not None:  # no await since it returned: the job stays queued now
+            on_started(job.id)
+        return job
 
     # -- state --------------------------------------------------------------------------
 

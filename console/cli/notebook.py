@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from console.cli.base import command_service, err, main, out, run
+from console.cli.base import command_service, err, main, note_done, out, run
 from console.cli.params import FiniteFloat
 from remote.errors import GpuConsoleError
 
@@ -183,7 +183,13 @@ async def _notebook(
             if dry_run:
                 click.echo(sub.plan_text())
                 return 0
-            job = await svc.submit(sub)
+            job = await svc.submit(
+                sub,
+                lambda job_id: note_done(
+                    f"notebook {job_id} keeps running: `gpuconsole notebook {job_id}` "
+                    f"re-attaches, `gpuconsole stop {job_id}` ends it"
+                ),
+            )
             plan = sub.prepared.plan
             node = plan.nodes[0]
             gpu_text = ",".join(map(str, node.gpu_ids)) or "none"

@@ -163,8 +163,14 @@ async def _submit(
         if dry_run:
             click.echo(sub.plan_text())
             return 0
-        job = await svc.submit(sub)
-        note_done(f"job {job.id} was submitted and keeps running (`gpuconsole stop {job.id}`)")
+        # said from the moment the launch is complete, even if Ctrl-C comes before submit
+        # returns (an interrupt before it undoes the launch)
+        job = await svc.submit(
+            sub,
+            lambda job_id: note_done(
+                f"job {job_id} was submitted and keeps running (`gpuconsole stop {job_id}`)"
+            ),
+        )
         err(sub.submitted_line(job))
         if not follow:
             click.echo(job.id)

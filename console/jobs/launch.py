@@ -30,7 +30,7 @@ import dataclasses
 import logging
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -540,20 +540,32 @@ async def prepare(
     return Prepared(plan, hosts, force)
 
 
-async def launch(session: Session, store: Store, loaded: LoadedSpec, prepared: Prepared) -> str:
+async def launch(
+    session: Session,
+    store: Store,
+    loaded: LoadedSpec,
+    prepared: Prepared,
+    on_started: Callable[[str], None] | None = None,
+) -> str:
     """Claim the name and GPUs, then create and start every node's container (steps 4-5);
-    returns the job id.
+    returns the job id. ``on_started(job_id)`` is called the moment the launch is complete
+    (every container started and recorded): an interrupt before it undoes the launch, one
+    after it leaves the job running (what a face says then).
 
     Raises:
         JobNameInUse, PlanError: another launch won the race (see :func:`claim_launch`).
         GpuConsoleError: the first create/start failure, after everything was rolled back.
     """
     async with claim_launch(session, prepared.plan, force=prepared.force):
-        return await _create_and_start(session, store, loaded, prepared.plan)
+        return await _create_and_start(session, store, loaded, prepared.plan, on_started)
 
 
 async def _create_and_start(
-    session: Session, store: Store, loaded: LoadedSpec, plan: JobPlan
+    session: Session,
+    store: Store,
+    loaded: LoadedSpec,
+    plan: JobPlan,
+    on_started: Callable[[str], None] | None = None,
 ) -> str:
     record = JobRecord(
         id=plan.job_id,
@@ -585,6 +597,11 @@ async def _create_and_start(
         await gather_first_error(
             *(session.engine(n.host).start(created[n.node_rank]) for n in plan.nodes)
         )
+        for n in record.nodes:
+            n.container_id = created[n.node_rank]
+            n.state = "pending"  # started; `running` from its first log line (containers.refresh)
+        await store.call(store.update_nodes, record.nodes)
+        await store.call(store.update_job, plan.job_id, state="pending", launcher=None)
 
     async def rollback() -> None:
         await asyncio.gather(
@@ -593,8 +610,9 @@ async def _create_and_start(
         )
         await store.call(store.delete_job, plan.job_id)
 
-    # Shielded: an interrupt (Ctrl-C) lets the engine calls in flight finish, then undoes
-    # them all, so a launch is all or none.
+    # Shielded: an interrupt (Ctrl-C) lets the engine calls and the record in flight finish,
+    # then undoes them all, so a launch is all or none; the launch is complete (and said so)
+    # only once the store has it.
     effects = asyncio.ensure_future(create_and_start())
     try:
         await asyncio.shield(effects)
@@ -609,9 +627,6 @@ async def _create_and_start(
         if explained is e:
             raise
         raise explained from e
-    for n in record.nodes:
-        n.container_id = created[n.node_rank]
-        n.state = "pending"  # started; `running` from its first log line (containers.refresh)
-    await store.call(store.update_nodes, record.nodes)
-    await store.call(store.update_job, plan.job_id, state="pending", launcher=None)
+    if on_started is not None:  # no await since the shield: an interrupt now leaves it running
+        on_started(plan.job_id)
     return plan.job_id
