@@ -169,6 +169,10 @@ _CUDA_ERROR = re.compile(
     # (not the codes that report a state: cudaErrorNotReady is a query's "not yet")
     r"|\b(?P<enum>cudaError(?!NotReady\b|PeerAccessAlreadyEnabled\b"
     r"|HostMemoryAlreadyRegistered\b)[A-Z]\w*)\b(?::[ \t]*(?P<msg6>[^\n:]*[^\s:])?)?"
+    # a cuBLAS status on its own (Caffe's glog "Check failed: status == CUBLAS_STATUS_SUCCESS
+    # (13 vs. 0)  CUBLAS_STATUS_EXECUTION_FAILED"; cublas_api.h's cublasStatus_t)
+    r"|\b(?P<msg7>CUBLAS_STATUS_(?:EXECUTION_FAILED|INTERNAL_ERROR|NOT_INITIALIZED|ARCH_MISMATCH"
+    r"|INVALID_VALUE|MAPPING_ERROR|NOT_SUPPORTED))\b"
 )
 #: ``cudaGetErrorString`` of the runtime errors a kernel or a library call reports most
 #: (CUDA Runtime API, ``cudaError``), for a text that names only the enum.
@@ -255,6 +259,11 @@ _UNKNOWN_INIT = (
     "the nvidia_uvm module or the /dev/nvidia* device nodes are missing or not accessible "
     "(in a container: it lost its devices), or the driver is in a bad state"
 )
+#: What PyTorch prints after a CUDA error string (c10/cuda/CUDAException.cpp).
+_ADVICE = re.compile(
+    r"\s+(?:Compile with `?TORCH_USE_CUDA_DSA|CUDA kernel errors might|For debugging consider"
+    r"|Search for `cudaError)"
+)
 #: cudaErrorDevicesUnavailable (46, "CUDA-capable device(s) is/are busy or unavailable": CUDA
 #: Runtime API): the device is in Exclusive Process compute mode and another process has it, or
 #: it cannot take a context at all.
@@ -297,8 +306,11 @@ def _message(kind: CauseKind, hit: Line) -> str:
             or m["msg4"]
             or m["msg5"]
             or m["msg6"]
+            or m["msg7"]
             or _CUDA_ENUM_STRING.get(m["enum"] or "", m["enum"] or "")
         )
+        # PyTorch's advice after the string, on the same line when a paste lost the breaks
+        msg = _ADVICE.split(msg, 1)[0]
         msg = msg.strip().strip("*_`").strip()  # a reporter's Markdown emphasis around it
         if msg:
             return msg
@@ -603,6 +615,28 @@ def _arch_gap(lines: Sequence[Line]) -> tuple[str, str, str] | None:
     return model, arch, f"{newest[0]}.{newest[1]}"
 
 
+def _cut_mid_word(lines: Sequence[Line], ln: Line) -> tuple[CauseKind, Line] | None:
+    """A signature the line break cut inside a word (a paste or a tool that breaks lines at a
+    fixed length: "...CUDA error: an illeg" / "al memory access was encountered ..."): the
+    line and the next joined without a separator, when a signature spans the join."""
+    if ln.index + 1 >= len(lines) or not ln.text[-1:].isalpha():
+        return None
+    nxt = lines[ln.index + 1]
+    rest = nxt.text
+    head, sep, _ = ln.text.partition(": ")
+    if sep and " " not in head and rest.startswith(head + sep):
+        rest = rest[len(head) + len(sep) :]  # a collector's source tag on both lines (pdsh)
+    if not rest[:1].isalpha() or not rest[:1].islower():
+        return None
+    cut = len(ln.text)
+    text = ln.text + rest
+    for kind, sig in SIGNATURES:
+        m = sig.search(text, max(0, cut - 120), cut + 120)
+        if m is not None and m.start() < cut < m.end():
+            return kind, replace(ln, text=text, raw=ln.raw + nxt.raw)
+    return None
+
+
 def _cuda(ctx: Context) -> list[Diagnosis]:
     """One diagnosis per CUDA error kind the text shows (the engine ranks them: an ECC error
     explains the illegal address that follows it...)."""
@@ -620,6 +654,8 @@ def _cuda(ctx: Context) -> list[Diagnosis]:
                 ) is not None:
                     ln = replace(ln, text=text)
                     break
+        if kind in (None, "cuda_error") and (joined := _cut_mid_word(ctx.lines, ln)) is not None:
+            kind, ln = joined  # a specific error, cut by the line break
         if kind is not None:
             by_kind.setdefault(kind, []).append(ln)
     if "cuda_error" in by_kind and "cuda_unsupported_arch" not in by_kind and _arch_gap(ctx.lines):

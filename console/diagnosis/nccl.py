@@ -278,6 +278,14 @@ _BARE_SOCKET = re.compile(
 )
 _WARN_OR_INFO = re.compile(_PREFIX + r"(?:\S+:\d+ )?NCCL (?:WARN|INFO) ")
 _TRACE = re.compile(_PREFIX + r"NCCL INFO (?P<src>\S+:\d+) -> (?P<code>\d+)")
+# NCCL's bootstrap / socket set-up finding no interface to use (bootstrap.cc, misc/socket.cc:
+# "Bootstrap : no socket interface found", "NET/Socket : no interface found", "No usable
+# listening interface found").
+_NO_INTERFACE = re.compile(
+    r"no socket interface found|NET/Socket\s*:\s*no interface found"
+    r"|No usable listening interface found",
+    re.I,
+)
 # A WARN after which NCCL went on (a fallback it took): no failure of its own.
 _WENT_ON = re.compile(r"falling back|fall back|\bretrying\b", re.I)
 # A WARN that only passes on an earlier failure's code.
@@ -903,13 +911,26 @@ def _nccl_results(ctx: Context) -> list[Diagnosis]:
             if last and (status := _ib_status(last)) is not None:
                 facts["ib_status"] = status
                 summary += _ib_said(status)
-            if kind in _MEANING:
+            no_iface = bool(last and _NO_INTERFACE.search(last))
+            if no_iface:
+                summary += (
+                    ". NCCL found no network interface it may use: NCCL_SOCKET_IFNAME names "
+                    "none the host has up (or its prefix matches none), or the host has only "
+                    "loopback / docker interfaces NCCL skips"
+                )
+            elif kind in _MEANING:
                 summary += f". {_MEANING[kind][0].upper()}{_MEANING[kind][1:]}"
             if kind == "nccl_invalid_usage" and last and (usage := _usage([last])) is not None:
                 summary, more, sharing = usage
                 facts.update(more)
                 ranks = sorted(set(ranks) | set(sharing))
             fix = _FIX.get(kind, _CUDA_FIX)
+            if no_iface:
+                fix = (
+                    "Set NCCL_SOCKET_IFNAME to an interface every host has up (`ip -br addr`: "
+                    "e.g. NCCL_SOCKET_IFNAME=eth0, or =^docker,lo to exclude), the same on all "
+                    "nodes"
+                )
         out.append(_diag(kind, summary, ranks, fix, evidence, facts, ctx.failure))
     return out
 

@@ -194,8 +194,12 @@ def _cancelled(ctx: Context) -> Diagnosis | None:
     if "TIME LIMIT" in why.upper():
         d = _diag(
             "slurm_time_limit",
-            f"Slurm cancelled {entity}{on} at {m['at']}: it reached its time limit (--time); "
-            "the SIGTERM/SIGKILL the tasks got after it are consequences",
+            f"Slurm cancelled {entity}{on} at {m['at']}: it reached its time limit (--time)"
+            + (
+                "; the task ends after it (SIGTERM, then SIGKILL) are consequences"
+                if consequences
+                else "; Slurm then sends the tasks SIGTERM, and SIGKILL after KillWait"
+            ),
             (),
             "request more time (`--time`), or checkpoint and requeue before the limit "
             "(`--signal=USR1@120` with a handler that saves, `--requeue`)",

@@ -1056,7 +1056,32 @@ def _failed_worker(ctx: Context) -> tuple[ProcessFailure | None, bool]:
         if root.exitcode is None:
             printed = next((e for e in failure.others if e.exitcode is not None), None)
             if printed is not None:
-                return printed, True
+                # the others' exit code; the root's own rank where the entry said it, else the
+                # one rank the others leave out of 0..their highest (every rank failed: the
+                # summary lists all but the first)
+                ranks = {e.rank for e in failure.others if e.rank is not None}
+                missing = sorted(set(range(max(ranks) + 1)) - ranks) if ranks else []
+                rank = (
+                    root.rank
+                    if root.rank is not None
+                    else (missing[0] if len(missing) == 1 else None)
+                )
+                return (
+                    replace(
+                        printed,
+                        index=root.index,
+                        rank=rank,
+                        local_rank=root.local_rank,
+                        pid=root.pid,
+                        time=root.time or printed.time,
+                        host=root.host or printed.host,
+                        error_file=root.error_file,
+                        traceback=None,
+                        exception=None,
+                        lines=(*root.lines, *printed.lines),
+                    ),
+                    True,
+                )
         return root, True
     loose = _loose_entry(ctx)
     if (
@@ -1139,6 +1164,14 @@ def _signal_of(ctx: Context) -> Diagnosis | None:
         )
     )
     who = who[0].upper() + who[1:]
+    cut = failure.root_cause if failure and failure.root_cause else None
+    if full and cut is not None and cut.exitcode is None:
+        # _failed_worker read the code from the other ranks: say so
+        who += " (its Root Cause entry is cut off: the exit code is the other ranks'" + (
+            "; it is the only rank missing from them)"
+            if cut.rank is None and root.rank is not None
+            else ")"
+        )
     ranks = (root.rank,) if root.rank is not None else ()
     if root.signal is None:
         if root.exitcode < 0:
@@ -1160,8 +1193,8 @@ def _signal_of(ctx: Context) -> Diagnosis | None:
             )
         return _diag(
             "exit_code",
-            f"{who} exited with code {root.exitcode}{at}, without a Python traceback in the "
-            f"{'summary' if full else 'log'}{also}",
+            f"{who} exited with code {root.exitcode}{at}, without a Python traceback in "
+            f"the {'summary' if full else 'log'}{also}",
             ranks,
             f"Read {_whose(root.rank, root.local_rank)} own output; "
             "decorate the entrypoint with "

@@ -14,11 +14,15 @@ def _text(case: str) -> str:
     return (HOLD5 / f"{case}.txt").read_text()
 
 
-def test_a_root_cause_entry_cut_before_its_exit_code_gives_way_to_a_printed_one() -> None:
-    """(A worker's SIGBUS in a container is read as /dev/shm: see hold7-014.)"""
+def test_a_root_cause_entry_cut_before_its_exit_code_takes_the_printed_one_s_code() -> None:
+    """The Root Cause entry (rank 0) is cut before its exit code: it stays the first failure,
+    as torchelastic names it, with the code the other rank printed, said as such (a worker's
+    SIGBUS in a container is read as /dev/shm: see hold7-014)."""
     d = diagnose(_text("hold5-001"))
     assert d is not None and d.kind == "shm_exhausted" and d.facts["signal"] == "SIGBUS"
-    assert d.ranks == (1,) and "also failed" not in d.summary
+    assert d.ranks == (0,) and "also failed: ranks 1 (SIGBUS)" in d.summary
+    assert "Root Cause entry is cut off" in d.summary
+    assert any("Signal 7 (SIGBUS)" in e for e in d.evidence)
 
 
 def test_dump_signal_watchdog_wording_without_seqnum_reads_progress() -> None:
