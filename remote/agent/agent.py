@@ -2475,6 +2475,17 @@ class Flag:
             return True
         return self._up
 
+    def wait_until(self, deadline: float) -> bool:
+        """Wait until ``time.monotonic()`` reaches ``deadline`` or the flag is up; ``True``
+        once it is up. A lock's timed wait may end early (where the C library times it on the
+        wall clock and the clock is stepped): the wait goes on to the deadline."""
+        while True:
+            left = deadline - time.monotonic()
+            if self.wait(max(0.0, left)):
+                return True
+            if left <= 0 or time.monotonic() >= deadline:
+                return False
+
 
 def watch_stdin(closed: Flag) -> int:
     """Set ``closed`` when stdin reaches end of file (or errors); input itself is ignored.
@@ -2785,7 +2796,7 @@ def replay(
     seq = 0
     next_t = time.monotonic()
     while True:
-        if closed.wait(max(0.0, next_t - time.monotonic())):
+        if closed.wait_until(next_t):
             return 0
         s = dict(samples[seq % len(samples)])
         seq += 1
@@ -2854,7 +2865,7 @@ def main(argv: Sequence[str] | None = None, *, exiting: bool = False) -> int:
         wait = agent.gpm_wait_s()
         next_t = time.monotonic() + (wait + 0.005 if wait > 0 else 0.0)
         while True:
-            if closed.wait(max(0.0, next_t - time.monotonic())):
+            if closed.wait_until(next_t):
                 return 0
             emit(safe_sample(agent), out)
             if agent.seq == 1 and args.link_python:

@@ -1292,3 +1292,27 @@ def test_recorded_first_sample_on_a_loaded_h200_reads_the_load() -> None:
         assert g["name"] == "NVIDIA H200" and g["util_gpu_pct"] == 100
         assert g["gpm"]["sm_activity_pct"] > 90 and g["gpm"]["tensor_activity_pct"] > 90, g
         assert "gpm" not in g["errors"]
+
+
+class FakeEarlyLock:
+    """A lock whose timed acquire gives up after 10 ms whatever the timeout (a C library that
+    times the wait on the wall clock while the clock is stepped)."""
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        time.sleep(min(0.01, max(timeout, 0.0)))
+        return False
+
+    def release(self) -> None:
+        raise AssertionError("never held")
+
+
+def test_the_agent_waits_to_its_deadline_through_an_early_wakeup() -> None:
+    """The first sample waits for GPM's window: a timed wait that ends early must not let it
+    go out before (it would read GPM as not yet known)."""
+    flag = agent_mod.Flag()
+    flag._lock = FakeEarlyLock()
+    t0 = time.monotonic()
+    assert flag.wait_until(t0 + 0.12) is False
+    assert time.monotonic() - t0 >= 0.12
+    flag._up = True
+    assert flag.wait_until(time.monotonic() + 5) is True
