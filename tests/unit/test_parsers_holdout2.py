@@ -47,7 +47,7 @@ def check(case: str, parser: str, ok: bool, detail: str, printed: str) -> None:
 
 
 # ---------- 1. smi CSV ----------
-CSV = {
+CSV = {  # file -> (the query's columns, the rows: their values in that order)
     "01-smi.txt": (
         [
             "name",
@@ -63,40 +63,7 @@ CSV = {
             "power.max_limit",
             "power.default_limit",
         ],
-        [
-            dict(
-                zip(
-                    [
-                        "name",
-                        "utilization.gpu",
-                        "utilization.memory",
-                        "temperature.gpu",
-                        "power.draw",
-                        "power.limit",
-                        "fan.speed",
-                        "pstate",
-                        "clocks.current.graphics",
-                        "clocks.current.memory",
-                        "power.max_limit",
-                        "power.default_limit",
-                    ],
-                    [
-                        "GeForce GTX 770",
-                        None,
-                        None,
-                        52,
-                        None,
-                        None,
-                        52,
-                        "P0",
-                        None,
-                        None,
-                        None,
-                        None,
-                    ],
-                )
-            )
-        ],
+        [["GeForce GTX 770", None, None, 52, None, None, 52, "P0", None, None, None, None]],
     ),
     "02-smi.txt": (
         [
@@ -111,25 +78,7 @@ CSV = {
             "clocks.current.memory",
             "power.default_limit",
         ],
-        [
-            dict(
-                zip(
-                    [
-                        "name",
-                        "utilization.gpu",
-                        "utilization.memory",
-                        "temperature.gpu",
-                        "power.draw",
-                        "power.limit",
-                        "fan.speed",
-                        "clocks.current.graphics",
-                        "clocks.current.memory",
-                        "power.default_limit",
-                    ],
-                    ["GeForce RTX 2080 Ti", 100, 37, 56, 228.82, 210.0, 56, 1560, 6800, None],
-                )
-            )
-        ],
+        [["GeForce RTX 2080 Ti", 100, 37, 56, 228.82, 210.0, 56, 1560, 6800, None]],
     ),
     "03-smi.txt": (
         [
@@ -144,34 +93,17 @@ CSV = {
             "clocks.current.memory",
         ],
         [
-            dict(
-                zip(
-                    [
-                        "name",
-                        "fan.speed",
-                        "memory.total",
-                        "memory.used",
-                        "utilization.gpu",
-                        "temperature.gpu",
-                        "power.draw",
-                        "clocks.current.graphics",
-                        "clocks.current.memory",
-                    ],
-                    v,
-                )
-            )
-            for v in (
-                ["GeForce GTX 1080 Ti", 29, 11175, 2856, 36, 60, 106.56, 1936, 5508],
-                ["GeForce GTX 1060 6GB", 29, 6078, 4, 0, 49, 5.68, 139, 405],
-            )
+            ["GeForce GTX 1080 Ti", 29, 11175, 2856, 36, 60, 106.56, 1936, 5508],
+            ["GeForce GTX 1060 6GB", 29, 6078, 4, 0, 49, 5.68, 139, 405],
         ],
     ),
     "04-smi.txt": (
         ["memory.used", "memory.total", "utilization.memory"],
-        [{"memory.used": None, "memory.total": None, "utilization.memory": 0}],
+        [[None, None, 0]],
     ),
 }
-for case, (fields, exp) in CSV.items():
+for case, (fields, values) in CSV.items():
+    exp = [dict(zip(fields, v, strict=True)) for v in values]
     try:
         rej = []
         rows = smi.parse_csv_rows(txt(case), fields, rejected=rej)
